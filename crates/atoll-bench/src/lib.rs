@@ -1,0 +1,1 @@
+//! atoll bench. STUB.

@@ -1,0 +1,1 @@
+//! libatoll preload library. STUB.

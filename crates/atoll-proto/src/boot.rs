@@ -1,0 +1,135 @@
+//! Bootstrap protocol: how a process joins an instance and obtains its
+//! channels (the "CONNECT/DISCONNECT" of Hare Table 4.2).
+//!
+//! Transport: a `SOCK_SEQPACKET` Unix socket at `<runtime dir>/boot.sock`
+//! (the runtime directory is private, mode 0700). Each packet carries one
+//! postcard-encoded [`BootRequest`] or [`BootReply`]; file descriptors ride
+//! along with `SCM_RIGHTS` in the order the reply documents.
+//!
+//! Life cycle of a session (one per process, surviving `execve`):
+//!
+//! ```text
+//!  connect ──Attach──▶ session S, lane 0        (first atoll call of a process)
+//!     │  ──NewLane──▶ lane k                     (another thread needs channels)
+//!     │  ──Fork─────▶ child session C + socket   (before fork; parent shares
+//!     │                                           its descriptions with C)
+//!     │  ──Reattach─▶ fresh lanes for S           (new program image after exec;
+//!     │                                           the old image's lanes retire)
+//!  close(socket) ─▶ servers drop everything S held (process exit or kill)
+//! ```
+//!
+//! The connection *is* the session: when the last copy of its socket is
+//! closed (the process exited or was killed at any instant) the boot thread
+//! tells every server to release what the session held, so nothing leaks.
+
+use serde::{Deserialize, Serialize};
+
+use crate::SessionId;
+
+/// Environment variable naming the boot socket of the instance a process
+/// belongs to. Its presence is what makes a process an atoll client.
+pub const ENV_SOCKET: &str = "ATOLL_SOCKET";
+/// Environment variable carrying the number of the inherited session socket
+/// across `execve` (the socket is kept open without `O_CLOEXEC`).
+pub const ENV_SESSION_FD: &str = "ATOLL_SESSION_FD";
+/// Environment variable carrying the client state across `execve`
+/// (descriptor table and cwd), written by the client library itself.
+pub const ENV_STATE: &str = "ATOLL_STATE";
+
+/// How a waiting side waits for a message (Popcorn ch. 5, fos §3.2).
+#[derive(Serialize, Deserialize, Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub enum PollMode {
+    /// Busy-poll forever: the lowest latency, for dedicated cores (split).
+    Spin,
+    /// Sleep on a futex immediately: for timeshared cores.
+    Block,
+    /// Spin briefly, then sleep.
+    #[default]
+    Adaptive,
+}
+
+/// Techniques that can be switched off for ablation (Hare §5.4).
+#[derive(Serialize, Deserialize, Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct Without {
+    pub dir_distribution: bool,
+    pub dir_cache: bool,
+    pub broadcast: bool,
+    pub direct_cache: bool,
+    pub coalescing: bool,
+    pub affinity: bool,
+    pub hybrid_fd: bool,
+}
+
+/// What every client learns when it attaches.
+#[derive(Serialize, Deserialize, Clone, Debug)]
+pub struct InstanceInfo {
+    /// Short id of the instance (name of its runtime directory).
+    pub id: String,
+    /// Absolute mount path, e.g. `/atoll`.
+    pub mount: String,
+    pub servers: u32,
+    /// Bytes in the shared buffer cache (a multiple of the block size).
+    pub cache_bytes: u64,
+    pub poll: PollMode,
+    /// Emulate hardware without cache coherence (Hare §3.3.1).
+    pub incoherent: bool,
+    pub without: Without,
+    /// Directories created under these paths (relative to the mount, `""`
+    /// = everything) are distributed.
+    pub distribute: Vec<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug)]
+pub enum BootRequest {
+    /// First packet on a new connection: create a session for process `pid`.
+    /// Reply fds: `[buffer cache memfd, control memfd, channel 0 … channel N-1]`.
+    Attach { pid: u32 },
+    /// First packet on an inherited connection after `execve`: same session,
+    /// fresh lanes; lanes handed out before are retired.
+    /// Reply fds: as `Attach`.
+    Reattach { pid: u32 },
+    /// Another lane (one channel per server) for another thread.
+    /// Reply fds: `[channel 0 … channel N-1]`.
+    NewLane,
+    /// Create a child session for a process about to be forked. The parent
+    /// then sends `Request::Share` for each description it holds.
+    /// Reply fds: `[child's session socket, channel 0 … channel N-1]`.
+    Fork,
+    /// Instance status (for `atoll status`). Any connection may ask.
+    Status,
+    /// Shut the instance down (for `atoll stop`).
+    Stop,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug)]
+pub enum BootReply {
+    Attached {
+        session: SessionId,
+        lane: u32,
+        info: InstanceInfo,
+    },
+    Lane {
+        lane: u32,
+    },
+    Forked {
+        child: SessionId,
+        lane: u32,
+    },
+    Status(InstanceStatus),
+    Stopping,
+    Error(String),
+}
+
+/// Snapshot for `atoll status`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default)]
+pub struct InstanceStatus {
+    pub id: String,
+    pub mount: String,
+    pub pid: u32,
+    pub clients: u64,
+    pub lanes: u64,
+    pub servers: Vec<crate::ServerStats>,
+}
+
+/// Largest bootstrap packet.
+pub const MAX_BOOT_PACKET: usize = 64 * 1024;

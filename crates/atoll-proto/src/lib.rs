@@ -1,0 +1,769 @@
+//! atoll's wire protocol: every message a client and a file server exchange.
+//!
+//! Layers (bottom to top):
+//! * `atoll-msg` moves opaque frames of bytes through shared-memory rings;
+//! * this crate gives those bytes meaning: one typed [`Request`] variant per
+//!   operation and one [`Reply`], encoded with `postcard` (compact, no
+//!   allocation on encode, zero-copy borrowed names on decode);
+//! * `atoll-server` implements the requests, `atoll-client` issues them.
+//!
+//! The protocol follows Hare's RPC list (Hare Table 4.2) with two changes:
+//! path resolution is done by the client one component at a time (names only
+//! ever travel as single components of at most [`MAX_NAME`] bytes), and
+//! operations that Hare splits into several RPCs are coalesced into one
+//! message when one server can do all the work (Hare §3.7.4), e.g. [`Request::Open`]
+//! with `O_CREAT` creates the inode, adds the entry and opens a description.
+//!
+//! Ownership rules, stated once:
+//! * an inode (attributes, data blocks, open file descriptions, nlink) lives
+//!   on its *owner* server, encoded in its [`InodeId`] and never changing;
+//! * the entries of a directory live on its *home* server (also encoded in
+//!   the id), or, for a distributed directory, on `hash(dir, name) % N`
+//!   ([`entry_server`]);
+//! * servers never message each other; a client coordinates every operation
+//!   that spans servers (Hare §6.2.3).
+//!
+//! The bootstrap protocol (how a process obtains its channels) lives in
+//! [`boot`].
+
+#![forbid(unsafe_code)]
+
+pub mod boot;
+
+use serde::{Deserialize, Serialize};
+
+/// Largest name of one directory entry, as Linux's `NAME_MAX`.
+pub const MAX_NAME: usize = 255;
+/// Largest symlink target, as Linux's `PATH_MAX - 1`.
+pub const MAX_TARGET: usize = 4095;
+/// Largest extended-attribute value (one block, as ext4 without ea_inode).
+pub const MAX_XATTR_VALUE: usize = 4096;
+/// Largest encoded frame (request or reply) in bytes. Rings must accept it.
+pub const MAX_FRAME: usize = 12 * 1024;
+/// Size of one buffer-cache block.
+pub const BLOCK_SIZE: usize = 4096;
+/// Most servers one instance may have (the id encodes a server in 8 bits).
+pub const MAX_SERVERS: usize = 64;
+
+/// An errno value travelling in a reply. Positive, as in `errno.h`.
+#[derive(Serialize, Deserialize, Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub struct Errno(pub i32);
+
+impl Errno {
+    pub const EPERM: Errno = Errno(libc::EPERM);
+    pub const ENOENT: Errno = Errno(libc::ENOENT);
+    pub const EIO: Errno = Errno(libc::EIO);
+    pub const EBADF: Errno = Errno(libc::EBADF);
+    pub const EAGAIN: Errno = Errno(libc::EAGAIN);
+    pub const EACCES: Errno = Errno(libc::EACCES);
+    pub const EEXIST: Errno = Errno(libc::EEXIST);
+    pub const EXDEV: Errno = Errno(libc::EXDEV);
+    pub const ENOTDIR: Errno = Errno(libc::ENOTDIR);
+    pub const EISDIR: Errno = Errno(libc::EISDIR);
+    pub const EINVAL: Errno = Errno(libc::EINVAL);
+    pub const EFBIG: Errno = Errno(libc::EFBIG);
+    pub const ENOSPC: Errno = Errno(libc::ENOSPC);
+    pub const ESPIPE: Errno = Errno(libc::ESPIPE);
+    pub const EROFS: Errno = Errno(libc::EROFS);
+    pub const EMLINK: Errno = Errno(libc::EMLINK);
+    pub const ERANGE: Errno = Errno(libc::ERANGE);
+    pub const ENAMETOOLONG: Errno = Errno(libc::ENAMETOOLONG);
+    pub const ENOTEMPTY: Errno = Errno(libc::ENOTEMPTY);
+    pub const ELOOP: Errno = Errno(libc::ELOOP);
+    pub const ENODATA: Errno = Errno(libc::ENODATA);
+    pub const ENOTSUP: Errno = Errno(libc::ENOTSUP);
+    pub const EPROTO: Errno = Errno(libc::EPROTO);
+    pub const EOVERFLOW: Errno = Errno(libc::EOVERFLOW);
+    pub const ESTALE: Errno = Errno(libc::ESTALE);
+    pub const ETXTBSY: Errno = Errno(libc::ETXTBSY);
+    pub const E2BIG: Errno = Errno(libc::E2BIG);
+    pub const ENOSYS: Errno = Errno(libc::ENOSYS);
+    pub const EDEADLK: Errno = Errno(libc::EDEADLK);
+    pub const ENOLCK: Errno = Errno(libc::ENOLCK);
+    pub const EBUSY: Errno = Errno(libc::EBUSY);
+    pub const ENOMEM: Errno = Errno(libc::ENOMEM);
+    pub const EMFILE: Errno = Errno(libc::EMFILE);
+    pub const ENFILE: Errno = Errno(libc::ENFILE);
+    pub const EINTR: Errno = Errno(libc::EINTR);
+    pub const EPIPE: Errno = Errno(libc::EPIPE);
+    pub const ENXIO: Errno = Errno(libc::ENXIO);
+    pub const ENODEV: Errno = Errno(libc::ENODEV);
+    pub const ENOTTY: Errno = Errno(libc::ENOTTY);
+    pub const EOPNOTSUPP: Errno = Errno(libc::EOPNOTSUPP);
+}
+
+/// Identity of an inode: `owner:8 | home:8 | flags:8 | serial:40`.
+///
+/// * `owner` — server holding the inode's attributes, blocks and open file
+///   descriptions;
+/// * `home` — for a directory, the server holding its entries (unless the
+///   directory is distributed); equal to `owner` for other inodes;
+/// * flags bit 0 — the directory is distributed (Hare §3.4);
+/// * `serial` — unique per owner for the life of the instance, never reused.
+///
+/// The id never changes, not even on rename, so a client may cache it.
+#[derive(Serialize, Deserialize, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
+pub struct InodeId(pub u64);
+
+impl InodeId {
+    const DISTRIBUTED: u64 = 1;
+
+    pub fn new(owner: usize, home: usize, distributed: bool, serial: u64) -> Self {
+        debug_assert!(owner < MAX_SERVERS && home < MAX_SERVERS && serial < (1 << 40));
+        let flags = if distributed { Self::DISTRIBUTED } else { 0 };
+        InodeId(
+            ((owner as u64) << 56)
+                | ((home as u64) << 48)
+                | (flags << 40)
+                | (serial & ((1 << 40) - 1)),
+        )
+    }
+    /// Server that holds the inode itself.
+    pub fn owner(self) -> usize {
+        (self.0 >> 56) as usize
+    }
+    /// Server that holds a (non-distributed) directory's entries.
+    pub fn home(self) -> usize {
+        ((self.0 >> 48) & 0xff) as usize
+    }
+    pub fn is_distributed(self) -> bool {
+        (self.0 >> 40) & Self::DISTRIBUTED != 0
+    }
+    pub fn serial(self) -> u64 {
+        self.0 & ((1 << 40) - 1)
+    }
+}
+
+/// The root directory: owned by and homed on server 0, serial 1.
+pub const ROOT: InodeId = InodeId(1);
+
+/// Server holding the entry `name` of directory `dir` (Hare §3.4).
+pub fn entry_server(dir: InodeId, name: &[u8], nservers: usize) -> usize {
+    if dir.is_distributed() && nservers > 1 {
+        (name_hash(dir, name) % nservers as u64) as usize
+    } else {
+        dir.home()
+    }
+}
+
+/// FNV-1a over the directory id and the name: cheap, stable across
+/// processes and builds (clients and servers must agree on it).
+pub fn name_hash(dir: InodeId, name: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in dir.0.to_le_bytes().iter().chain(name) {
+        h ^= *b as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// An open file description on the inode's owner server:
+/// `server:8 | serial:56`. Never reused within an instance.
+#[derive(Serialize, Deserialize, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
+pub struct DescId(pub u64);
+
+impl DescId {
+    pub fn new(server: usize, serial: u64) -> Self {
+        DescId(((server as u64) << 56) | (serial & ((1 << 56) - 1)))
+    }
+    pub fn server(self) -> usize {
+        (self.0 >> 56) as usize
+    }
+}
+
+/// A client session (one per process; survives `execve`).
+#[derive(Serialize, Deserialize, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
+pub struct SessionId(pub u64);
+
+#[derive(Serialize, Deserialize, Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum FileType {
+    Regular,
+    Directory,
+    Symlink,
+    Fifo,
+    Socket,
+    CharDevice,
+    BlockDevice,
+}
+
+impl FileType {
+    /// The `S_IFMT` bits of this type.
+    pub fn mode_bits(self) -> u32 {
+        match self {
+            FileType::Regular => libc::S_IFREG,
+            FileType::Directory => libc::S_IFDIR,
+            FileType::Symlink => libc::S_IFLNK,
+            FileType::Fifo => libc::S_IFIFO,
+            FileType::Socket => libc::S_IFSOCK,
+            FileType::CharDevice => libc::S_IFCHR,
+            FileType::BlockDevice => libc::S_IFBLK,
+        }
+    }
+    /// The `d_type` of a `linux_dirent64` for this type.
+    pub fn dirent_type(self) -> u8 {
+        match self {
+            FileType::Regular => libc::DT_REG,
+            FileType::Directory => libc::DT_DIR,
+            FileType::Symlink => libc::DT_LNK,
+            FileType::Fifo => libc::DT_FIFO,
+            FileType::Socket => libc::DT_SOCK,
+            FileType::CharDevice => libc::DT_CHR,
+            FileType::BlockDevice => libc::DT_BLK,
+        }
+    }
+    pub fn from_mode(mode: u32) -> Option<FileType> {
+        Some(match mode & libc::S_IFMT {
+            libc::S_IFREG => FileType::Regular,
+            libc::S_IFDIR => FileType::Directory,
+            libc::S_IFLNK => FileType::Symlink,
+            libc::S_IFIFO => FileType::Fifo,
+            libc::S_IFSOCK => FileType::Socket,
+            libc::S_IFCHR => FileType::CharDevice,
+            libc::S_IFBLK => FileType::BlockDevice,
+            _ => return None,
+        })
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct Timespec {
+    pub sec: i64,
+    pub nsec: u32,
+}
+
+/// Everything `stat`/`statx` report about an inode.
+#[derive(Serialize, Deserialize, Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Attr {
+    pub ino: InodeId,
+    pub ftype: FileType,
+    /// Permission bits including set-id and sticky bits (`0o7777`).
+    pub perm: u32,
+    pub nlink: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub rdev: u64,
+    pub size: u64,
+    /// 512-byte units actually allocated (sparse files report less).
+    pub blocks: u64,
+    pub atime: Timespec,
+    pub mtime: Timespec,
+    pub ctime: Timespec,
+    pub btime: Timespec,
+}
+
+/// Caller credentials for Linux's permission checks (fsuid/fsgid). The
+/// supplementary groups are registered per session ([`Request::SetGroups`]).
+#[derive(Serialize, Deserialize, Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct Cred {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, PartialEq, Eq, Debug)]
+pub enum TimeSet {
+    Omit,
+    Now,
+    Set(Timespec),
+}
+
+/// What `chmod`/`chown`/`truncate`/`utimensat` change; `None` = unchanged.
+#[derive(Serialize, Deserialize, Clone, Copy, PartialEq, Eq, Debug)]
+pub struct SetAttr {
+    pub perm: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: TimeSet,
+    pub mtime: TimeSet,
+}
+
+impl SetAttr {
+    pub const NONE: SetAttr = SetAttr {
+        perm: None,
+        uid: None,
+        gid: None,
+        size: None,
+        atime: TimeSet::Omit,
+        mtime: TimeSet::Omit,
+    };
+}
+
+/// Which kind of entry an unlink may remove.
+#[derive(Serialize, Deserialize, Clone, Copy, PartialEq, Eq, Debug)]
+pub enum UnlinkKind {
+    /// `unlink`: anything but a directory (`EISDIR`).
+    NonDirectory,
+    /// `rmdir`: only an empty directory (`ENOTDIR`, `ENOTEMPTY`).
+    Directory,
+}
+
+/// POSIX record lock request (`fcntl` `F_GETLK`/`F_SETLK`/`F_OFD_*`, `flock`).
+#[derive(Serialize, Deserialize, Clone, Copy, PartialEq, Eq, Debug)]
+pub struct LockSpec {
+    /// `F_RDLCK`, `F_WRLCK` or `F_UNLCK`.
+    pub kind: i16,
+    /// Absolute start offset (the client resolves `SEEK_CUR`/`SEEK_END`).
+    pub start: u64,
+    /// 0 = to end of file.
+    pub len: u64,
+    /// Lock owner: for classic POSIX locks the process (session id); for OFD
+    /// and `flock` locks the open file description.
+    pub owner: LockOwner,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, PartialEq, Eq, Debug)]
+pub enum LockOwner {
+    Process(u64),
+    Description(DescId),
+    /// `flock(2)` locks: whole file, owned by the description, separate
+    /// namespace from record locks as in Linux.
+    Flock(DescId),
+}
+
+/// A request frame: the header every request carries plus the operation.
+#[derive(Serialize, Deserialize, Debug)]
+pub struct RequestFrame<'a> {
+    /// Chosen by the client; echoed in the reply.
+    pub id: u64,
+    pub cred: Cred,
+    #[serde(borrow)]
+    pub req: Request<'a>,
+}
+
+/// A reply frame.
+#[derive(Serialize, Deserialize, Debug)]
+pub struct ReplyFrame<'a> {
+    pub id: u64,
+    #[serde(borrow)]
+    pub reply: Reply<'a>,
+}
+
+/// One message type per operation (Hare Table 4.2, coalesced where noted).
+/// The comment on each variant names the server it goes to and its reply.
+#[derive(Serialize, Deserialize, Debug)]
+pub enum Request<'a> {
+    /// Any server. Register the session's supplementary groups. → `Ok`
+    SetGroups {
+        groups: Vec<u32>,
+    },
+
+    // ---- names: sent to `entry_server(dir, name)` ----
+    /// Resolve one component (Hare RESOLVE). `name` may be `..` (answered
+    /// by the directory's home server from the parent it records). → `Entry`
+    Lookup {
+        dir: InodeId,
+        #[serde(borrow)]
+        name: &'a [u8],
+    },
+    /// Open (and with `O_CREAT` create) `name` in `dir` (Hare OPEN+CREATE+
+    /// ADD_MAP coalesced). A new inode is placed on this server. If the entry
+    /// names an inode owned by another server the reply is `Entry` and the
+    /// client follows with `OpenInode`; a symlink (without `O_NOFOLLOW`)
+    /// gives `Symlink`. → `Opened` | `Entry` | `Symlink`
+    Open {
+        dir: InodeId,
+        #[serde(borrow)]
+        name: &'a [u8],
+        flags: u32,
+        perm: u32,
+        umask: u32,
+    },
+    /// Create a directory, symlink, FIFO, socket or device node (Hare MKDIR,
+    /// SYMLINK). The inode is placed on this server; for a directory `home`
+    /// picks the server for its entries and `distributed` spreads them.
+    /// → `Entry`
+    MakeNode {
+        dir: InodeId,
+        #[serde(borrow)]
+        name: &'a [u8],
+        ftype: FileType,
+        perm: u32,
+        rdev: u64,
+        #[serde(borrow)]
+        target: &'a [u8],
+        home: u8,
+        distributed: bool,
+    },
+    /// Add an entry for an existing inode (Hare ADD_MAP; hard links and the
+    /// first half of a cross-server rename). With `replace`, an existing
+    /// non-directory entry (or empty directory, for directory moves that the
+    /// client validated) is replaced atomically and returned. → `Linked`
+    Link {
+        dir: InodeId,
+        #[serde(borrow)]
+        name: &'a [u8],
+        ino: InodeId,
+        ftype: FileType,
+        replace: bool,
+    },
+    /// Remove an entry (Hare RM_MAP). If `expect` is set the entry must
+    /// still name that inode (`ESTALE` otherwise). If the inode is owned by
+    /// this server its link count drops here; otherwise the reply says so
+    /// and the client sends `Unref` to the owner. → `Unlinked`
+    Unlink {
+        dir: InodeId,
+        #[serde(borrow)]
+        name: &'a [u8],
+        kind: UnlinkKind,
+        expect: Option<InodeId>,
+    },
+    /// Rename when both entries live on this server (atomic, one message).
+    /// `flags`: `RENAME_NOREPLACE`, `RENAME_EXCHANGE`. → `Renamed`
+    Rename {
+        olddir: InodeId,
+        #[serde(borrow)]
+        oldname: &'a [u8],
+        newdir: InodeId,
+        #[serde(borrow)]
+        newname: &'a [u8],
+        flags: u32,
+    },
+    /// Read entries of `dir` held by this server, starting at `cookie`
+    /// (0 = start; `.` and `..` are produced by the home server only).
+    /// → `Dirents`
+    ReadDir {
+        dir: InodeId,
+        cookie: u64,
+        max_bytes: u32,
+    },
+
+    // ---- directories: sent to the directory's home server ----
+    /// Record a moved directory's new parent (for `..`). → `Ok`
+    SetParent {
+        dir: InodeId,
+        parent: InodeId,
+    },
+    /// Phase 1/2 of rmdir (Hare §3.4.1): mark the directory's entries on
+    /// this server for deletion; fails with `ENOTEMPTY` if any entry exists.
+    /// Creations in a marked directory wait for the outcome. → `Ok`
+    MarkRmdir {
+        dir: InodeId,
+    },
+    /// Phase 3 of rmdir: commit (drop the directory's entries) or abort.
+    /// → `Ok`
+    FinishRmdir {
+        dir: InodeId,
+        commit: bool,
+    },
+
+    // ---- inodes: sent to `ino.owner()` ----
+    /// → `Attr` (Hare FSTAT)
+    GetAttr {
+        ino: InodeId,
+    },
+    /// chmod/chown/truncate/utimens with Linux's permission rules. → `Attr`
+    SetAttr {
+        ino: InodeId,
+        set: SetAttr,
+    },
+    /// `access`/`faccessat` check for `mask` (R_OK|W_OK|X_OK|F_OK), with
+    /// `effective` false meaning the real ids (already in `cred`). → `Ok`
+    Access {
+        ino: InodeId,
+        mask: u32,
+    },
+    /// → `Target`
+    ReadLink {
+        ino: InodeId,
+    },
+    /// Link count +1 (cross-server hard link). → `Attr`
+    Ref {
+        ino: InodeId,
+    },
+    /// Link count −1; frees the inode when unreferenced (Hare DESTROY).
+    /// → `Ok`
+    Unref {
+        ino: InodeId,
+    },
+    /// Open a description for an inode (after `Open` answered `Entry`, or
+    /// for `O_PATH`/reopen of `/proc/self/fd`). → `Opened`
+    OpenInode {
+        ino: InodeId,
+        flags: u32,
+    },
+    /// Extended attributes. → `Ok` | `Xattr` | `XattrNames`
+    GetXattr {
+        ino: InodeId,
+        #[serde(borrow)]
+        name: &'a [u8],
+    },
+    SetXattr {
+        ino: InodeId,
+        #[serde(borrow)]
+        name: &'a [u8],
+        #[serde(borrow)]
+        value: &'a [u8],
+        flags: u32,
+    },
+    ListXattr {
+        ino: InodeId,
+    },
+    RemoveXattr {
+        ino: InodeId,
+        #[serde(borrow)]
+        name: &'a [u8],
+    },
+    /// Allocate (or with `FALLOC_FL_KEEP_SIZE`/`PUNCH_HOLE` modes) space.
+    /// → `Attr`
+    Fallocate {
+        ino: InodeId,
+        mode: u32,
+        offset: u64,
+        len: u64,
+    },
+    /// Block list of `[offset, offset+len)` for `mmap` (Hare BLOCKS);
+    /// `allocate` fills holes (shared writable mappings). → `Extents`
+    MapBlocks {
+        ino: InodeId,
+        offset: u64,
+        len: u64,
+        allocate: bool,
+    },
+
+    // ---- open file descriptions: sent to `desc.server()` ----
+    /// Reserve a read of up to `len` bytes at `offset` (or at the shared
+    /// offset, advancing it). The client copies the data straight from the
+    /// buffer-cache blocks returned. → `Extents`
+    Read {
+        desc: DescId,
+        len: u64,
+        offset: Option<u64>,
+    },
+    /// Reserve a write of `len` bytes (allocating blocks, extending the
+    /// size, honouring `O_APPEND`); the client then copies into the blocks.
+    /// → `Extents`
+    Write {
+        desc: DescId,
+        len: u64,
+        offset: Option<u64>,
+    },
+    /// Direct-cache ablation: data travels inside the messages. → `Data`
+    ReadData {
+        desc: DescId,
+        len: u32,
+        offset: Option<u64>,
+    },
+    /// → `Written`
+    WriteData {
+        desc: DescId,
+        #[serde(borrow)]
+        data: &'a [u8],
+        offset: Option<u64>,
+    },
+    /// → `Offset` (Hare LSEEK; `SEEK_DATA`/`SEEK_HOLE` included)
+    Seek {
+        desc: DescId,
+        offset: i64,
+        whence: u32,
+    },
+    /// Change status flags (`F_SETFL`: `O_APPEND`, `O_NONBLOCK`, …). → `Ok`
+    SetFlags {
+        desc: DescId,
+        flags: u32,
+    },
+    /// Another reference to the description for session `to` (fork,
+    /// descriptor passing; Hare DUP). → `Ok`
+    Share {
+        desc: DescId,
+        to: SessionId,
+    },
+    /// Drop this session's reference (Hare CLOSE). → `Ok`
+    Close {
+        desc: DescId,
+    },
+    /// Record and `flock` locks. `wait` is not supported in the server (the
+    /// client retries `EAGAIN` for `F_SETLKW`). → `Ok` | `Lock`
+    SetLock {
+        desc: DescId,
+        lock: LockSpec,
+    },
+    GetLock {
+        desc: DescId,
+        lock: LockSpec,
+    },
+
+    // ---- whole server ----
+    /// `statfs` of this server's share. → `StatFs`
+    StatFs,
+    /// Counters for `atoll status` / `--stats`. → `Stats`
+    Stats,
+}
+
+/// One run of buffer-cache blocks backing part of a file.
+#[derive(Serialize, Deserialize, Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Extent {
+    /// File offset of the first byte covered.
+    pub file_offset: u64,
+    /// Bytes covered (may end mid-block).
+    pub len: u64,
+    /// First block index in the buffer cache, or `u32::MAX` for a hole
+    /// (reads of a hole produce zeros).
+    pub block: u32,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct StatFsInfo {
+    pub blocks: u64,
+    pub blocks_free: u64,
+    pub files: u64,
+    pub files_free: u64,
+}
+
+/// Per-server counters (cheap to keep, reported by `atoll status`).
+#[derive(Serialize, Deserialize, Clone, PartialEq, Eq, Debug, Default)]
+pub struct ServerStats {
+    pub server: u32,
+    pub core: i32,
+    pub sessions: u64,
+    pub inodes: u64,
+    pub open_descriptions: u64,
+    pub blocks_used: u64,
+    pub blocks_total: u64,
+    pub requests: u64,
+    pub bad_requests: u64,
+    /// `(operation name, count, total service nanoseconds)`.
+    pub ops: Vec<(String, u64, u64)>,
+}
+
+#[derive(Serialize, Deserialize, Debug)]
+pub enum Reply<'a> {
+    Ok,
+    Err(Errno),
+    Entry {
+        ino: InodeId,
+        ftype: FileType,
+    },
+    Opened {
+        desc: DescId,
+        attr: Attr,
+        created: bool,
+    },
+    Symlink {
+        ino: InodeId,
+        #[serde(borrow)]
+        target: &'a [u8],
+    },
+    Linked {
+        replaced: Option<(InodeId, FileType)>,
+    },
+    /// `freed_here`: the owner was this server and it already dropped the
+    /// link; otherwise the client must send `Unref` to `ino.owner()`.
+    Unlinked {
+        ino: InodeId,
+        ftype: FileType,
+        freed_here: bool,
+    },
+    Renamed {
+        moved: InodeId,
+        ftype: FileType,
+        replaced: Option<(InodeId, FileType, bool)>,
+    },
+    /// Packed `linux_dirent64` records whose `d_off` is the cookie to resume
+    /// after that record; `end` when no entries remain on this server.
+    Dirents {
+        #[serde(borrow)]
+        data: &'a [u8],
+        end: bool,
+    },
+    Attr(Attr),
+    Target(#[serde(borrow)] &'a [u8]),
+    /// Extents of a read/write/map; `offset` is where the operation starts
+    /// (e.g. the end of file for `O_APPEND`), `len` the bytes granted
+    /// (short at end of file; 0 = EOF).
+    Extents {
+        offset: u64,
+        len: u64,
+        extents: Vec<Extent>,
+    },
+    Data(#[serde(borrow)] &'a [u8]),
+    Written(u64),
+    Offset(u64),
+    Xattr(#[serde(borrow)] &'a [u8]),
+    /// NUL-separated names, as `listxattr` returns them.
+    XattrNames(#[serde(borrow)] &'a [u8]),
+    /// `F_GETLK` answer: the conflicting lock, or `None` (unlocked).
+    Lock(Option<LockSpec>),
+    StatFs(StatFsInfo),
+    Stats(ServerStats),
+}
+
+/// Encoding errors: a frame that does not decode is answered with `EPROTO`
+/// and never crashes a server.
+#[derive(Debug, thiserror::Error)]
+pub enum WireError {
+    #[error("frame does not fit in {MAX_FRAME} bytes")]
+    TooLarge,
+    #[error("malformed frame: {0}")]
+    Malformed(postcard::Error),
+}
+
+/// Encode into `buf`, returning the used prefix. Allocation-free.
+pub fn encode<'b, T: Serialize>(value: &T, buf: &'b mut [u8]) -> Result<&'b mut [u8], WireError> {
+    postcard::to_slice(value, buf).map_err(|e| match e {
+        postcard::Error::SerializeBufferFull => WireError::TooLarge,
+        other => WireError::Malformed(other),
+    })
+}
+
+/// Decode a frame, borrowing names and data from `bytes`.
+pub fn decode<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, WireError> {
+    postcard::from_bytes(bytes).map_err(WireError::Malformed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inode_id_fields_round_trip() {
+        let id = InodeId::new(5, 9, true, 123_456);
+        assert_eq!(
+            (id.owner(), id.home(), id.is_distributed(), id.serial()),
+            (5, 9, true, 123_456)
+        );
+        let plain = InodeId::new(0, 0, false, 1);
+        assert_eq!(plain, ROOT);
+        assert!(!plain.is_distributed());
+    }
+
+    #[test]
+    fn entry_server_uses_home_unless_distributed() {
+        let dir = InodeId::new(1, 3, false, 7);
+        for name in [&b"a"[..], b"bb", b"ccc"] {
+            assert_eq!(entry_server(dir, name, 8), 3);
+        }
+        let dist = InodeId::new(1, 3, true, 7);
+        let servers: std::collections::HashSet<_> = (0..64)
+            .map(|i| entry_server(dist, format!("f{i}").as_bytes(), 8))
+            .collect();
+        assert!(servers.len() > 4, "hash should spread names: {servers:?}");
+    }
+
+    #[test]
+    fn frames_round_trip_and_garbage_is_rejected() {
+        let mut buf = [0u8; MAX_FRAME];
+        let frame = RequestFrame {
+            id: 42,
+            cred: Cred {
+                uid: 1000,
+                gid: 1000,
+            },
+            req: Request::Lookup {
+                dir: ROOT,
+                name: b"hello",
+            },
+        };
+        let bytes = encode(&frame, &mut buf).unwrap().to_vec();
+        let back: RequestFrame = decode(&bytes).unwrap();
+        assert_eq!(back.id, 42);
+        match back.req {
+            Request::Lookup { dir, name } => {
+                assert_eq!(dir, ROOT);
+                assert_eq!(name, b"hello");
+            }
+            other => panic!("wrong variant {other:?}"),
+        }
+        assert!(decode::<RequestFrame>(&[0xff; 3]).is_err());
+        assert!(decode::<RequestFrame>(&bytes[..bytes.len() - 2]).is_err());
+    }
+}

@@ -1,0 +1,26 @@
+# The two commands of the README, plus the pieces they are made of.
+CARGO ?= cargo
+PROFILE_FLAGS := --release
+BIN := target/release/atoll
+
+.PHONY: demo test build unit e2e bench-smoke lint clean
+
+# Build everything (the `atoll` binary and libatoll_preload.so).
+build:
+	$(CARGO) build $(PROFILE_FLAGS) --workspace
+
+# Set up and run a demo: a small C project built with make -j2 inside atoll.
+demo: build
+	./scripts/demo.sh
+
+# Every test: unit, model-checked, end-to-end with real programs, bench smoke.
+test: build lint
+	$(CARGO) test $(PROFILE_FLAGS) --workspace
+	$(BIN) bench --quick
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy $(PROFILE_FLAGS) --workspace --all-targets -- -D warnings
+
+clean:
+	$(CARGO) clean

@@ -1,0 +1,122 @@
+//! End-to-end test harness: runs real programs under `atoll run` and the
+//! same programs on an ordinary host directory, and compares what they print.
+//!
+//! Layers: this crate sits on top of everything — it drives the built
+//! `atoll` binary (crate `atoll-cli`) and, through it, the preload library,
+//! the client library, the messaging layer and the file servers. It needs
+//! `cargo build --workspace` (same profile) to have produced `atoll` and
+//! `libatoll_preload.so`; a missing artifact is a test failure, not a skip.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+/// The mount path used by the tests (must not exist on the host).
+pub const MOUNT: &str = "/atoll";
+
+/// Directory holding `atoll` and `libatoll_preload.so` for this profile.
+pub fn artifact_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("ATOLL_ARTIFACTS") {
+        return PathBuf::from(dir);
+    }
+    // Test executables live in target/<profile>/deps/.
+    let exe = std::env::current_exe().expect("current_exe");
+    exe.parent().and_then(Path::parent).expect("target/<profile>").to_path_buf()
+}
+
+/// Path of the `atoll` binary; panics with instructions when it is missing.
+pub fn atoll_bin() -> PathBuf {
+    let dir = artifact_dir();
+    let bin = dir.join("atoll");
+    let lib = dir.join("libatoll_preload.so");
+    assert!(
+        bin.exists() && lib.exists(),
+        "{} or {} missing: run `cargo build --workspace` with the same profile first",
+        bin.display(),
+        lib.display()
+    );
+    bin
+}
+
+/// A command line for `atoll` with the test defaults (small cache, quiet).
+pub fn atoll() -> Command {
+    let mut cmd = Command::new(atoll_bin());
+    cmd.env("LC_ALL", "C").env("TZ", "UTC").env_remove("ATOLL_SOCKET").env_remove("LD_PRELOAD");
+    cmd
+}
+
+/// Run `bash -c script` under a fresh instance (extra `atoll run` options
+/// first). `$ROOT` is the mount root inside the script.
+pub fn run_in_atoll(opts: &[&str], script: &str) -> Output {
+    let mut cmd = atoll();
+    cmd.arg("run").args(["--memory", "256M"]).args(opts).arg("--");
+    cmd.args(["bash", "-c", script]).env("ROOT", MOUNT);
+    cmd.stdin(Stdio::null());
+    cmd.output().expect("spawn atoll")
+}
+
+/// Run `bash -c script` on a fresh host directory, `$ROOT` naming it.
+pub fn run_on_host(script: &str) -> (tempfile::TempDir, Output) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = Command::new("bash")
+        .args(["-c", script])
+        .env("ROOT", dir.path())
+        .env("LC_ALL", "C")
+        .env("TZ", "UTC")
+        .current_dir(dir.path())
+        .stdin(Stdio::null())
+        .output()
+        .expect("spawn bash");
+    (dir, out)
+}
+
+/// What a run printed, with its root directory replaced by `$ROOT` so that
+/// atoll and host runs compare equal.
+pub fn normalized(out: &Output, root: &Path) -> (i32, String, String) {
+    let root = root.to_string_lossy().to_string();
+    let fix = |b: &[u8]| String::from_utf8_lossy(b).replace(&root, "$ROOT");
+    (out.status.code().unwrap_or(-1), fix(&out.stdout), fix(&out.stderr))
+}
+
+/// Run `script` on the host and under atoll; assert identical exit status
+/// and stdout (stderr too unless `compare_stderr` is false). Returns the
+/// atoll stdout for further assertions.
+pub fn assert_same(opts: &[&str], script: &str, compare_stderr: bool) -> String {
+    let (dir, host) = run_on_host(script);
+    let host = normalized(&host, dir.path());
+    let atoll = run_in_atoll(opts, script);
+    let atoll = normalized(&atoll, Path::new(MOUNT));
+    assert_eq!(
+        host.1, atoll.1,
+        "stdout differs for script:\n{script}\n--- host stderr:\n{}\n--- atoll stderr:\n{}",
+        host.2, atoll.2
+    );
+    assert_eq!(host.0, atoll.0, "exit status differs; atoll stderr:\n{}", atoll.2);
+    if compare_stderr {
+        assert_eq!(host.2, atoll.2, "stderr differs for script:\n{script}");
+    }
+    atoll.1
+}
+
+/// True when `program` is on PATH (tests that need it fail loudly if not:
+/// CI installs every program the suite uses).
+pub fn require(program: &str) {
+    let found = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
+        .unwrap_or(false);
+    assert!(found, "`{program}` is not installed; .ci/run installs it (apt-get install …)");
+}
+
+/// Compile a C probe program into `dir`, returning its path.
+pub fn compile_probe(dir: &Path, name: &str, source: &str) -> PathBuf {
+    let src = dir.join(format!("{name}.c"));
+    std::fs::write(&src, source).expect("write probe source");
+    let bin = dir.join(name);
+    let status = Command::new("cc")
+        .args(["-O1", "-Wall", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .status()
+        .expect("run cc");
+    assert!(status.success(), "probe {name} failed to compile");
+    bin
+}

@@ -1,0 +1,142 @@
+//! Interposition: system calls that bypass libc's exported wrappers (raw
+//! `syscall()`, libc-internal calls made by stdio, `opendir`, `realpath`,
+//! `nftw`, `posix_spawn`) still reach atoll through the safety net.
+
+use atoll_tests::{atoll, compile_probe, MOUNT};
+
+const RAW_SYSCALLS: &str = r#"
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+struct linux_dirent64 { unsigned long d_ino; long d_off; unsigned short d_reclen; unsigned char d_type; char d_name[]; };
+
+int main(int argc, char **argv) {
+    char path[4096], path2[4096];
+    snprintf(path, sizeof path, "%s/raw.txt", argv[1]);
+    long fd = syscall(SYS_openat, AT_FDCWD, path, O_CREAT | O_WRONLY | O_TRUNC, 0644);
+    if (fd < 0) { perror("openat"); return 1; }
+    if (syscall(SYS_write, fd, "raw bytes\n", 10) != 10) { perror("write"); return 1; }
+    syscall(SYS_close, fd);
+    snprintf(path2, sizeof path2, "%s/renamed.txt", argv[1]);
+    if (syscall(SYS_renameat2, AT_FDCWD, path, AT_FDCWD, path2, 0) != 0) { perror("renameat2"); return 1; }
+    if (syscall(SYS_renameat2, AT_FDCWD, path2, AT_FDCWD, path2, 1 /* RENAME_NOREPLACE */) == 0) {
+        fprintf(stderr, "NOREPLACE onto itself must fail\n"); return 1;
+    }
+    long dfd = syscall(SYS_openat, AT_FDCWD, argv[1], O_RDONLY | O_DIRECTORY);
+    if (dfd < 0) { perror("openat dir"); return 1; }
+    char buf[8192]; int names = 0;
+    for (;;) {
+        long n = syscall(SYS_getdents64, dfd, buf, sizeof buf);
+        if (n < 0) { perror("getdents64"); return 1; }
+        if (n == 0) break;
+        for (long off = 0; off < n;) {
+            struct linux_dirent64 *d = (void *)(buf + off);
+            if (strcmp(d->d_name, "renamed.txt") == 0) names++;
+            off += d->d_reclen;
+        }
+    }
+    printf("renamed.txt seen %d time(s)\n", names);
+    char data[64] = {0};
+    long rfd = syscall(SYS_openat, dfd, "renamed.txt", O_RDONLY);
+    long got = syscall(SYS_read, rfd, data, sizeof data - 1);
+    printf("read %ld: %s", got, data);
+    return 0;
+}
+"#;
+
+const LIBC_INTERNALS: &str = r#"
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <ftw.h>
+#include <limits.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+static int files;
+static int visit(const char *p, const struct stat *st, int type, struct FTW *f) {
+    (void)p; (void)st; (void)f;
+    if (type == FTW_F) files++;
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    char p[4096];
+    snprintf(p, sizeof p, "%s/a/b", argv[1]);
+    snprintf(p, sizeof p, "%s/a", argv[1]); mkdir(p, 0755);
+    snprintf(p, sizeof p, "%s/a/b", argv[1]); mkdir(p, 0755);
+    for (int i = 0; i < 3; i++) {
+        snprintf(p, sizeof p, "%s/a/b/f%d", argv[1], i);
+        FILE *f = fopen(p, "w");
+        if (!f) { perror("fopen"); return 1; }
+        fprintf(f, "stdio line %d\n", i);
+        fclose(f);
+    }
+    snprintf(p, sizeof p, "%s/a/b/f1", argv[1]);
+    FILE *f = fopen(p, "r"); char line[64];
+    if (!f || !fgets(line, sizeof line, f)) { perror("fopen r"); return 1; }
+    printf("%s", line); fclose(f);
+    snprintf(p, sizeof p, "%s/a/b", argv[1]);
+    DIR *d = opendir(p); int n = 0; struct dirent *e;
+    if (!d) { perror("opendir"); return 1; }
+    while ((e = readdir(d))) n++;
+    closedir(d);
+    printf("opendir saw %d entries\n", n);
+    snprintf(p, sizeof p, "%s/a/./b/../b/f2", argv[1]);
+    char real[PATH_MAX];
+    if (!realpath(p, real)) { perror("realpath"); return 1; }
+    printf("realpath %s\n", real);
+    snprintf(p, sizeof p, "%s/a", argv[1]);
+    if (nftw(p, visit, 8, FTW_PHYS) != 0) { perror("nftw"); return 1; }
+    printf("nftw files %d\n", files);
+    snprintf(p, sizeof p, "%s/a/b/f0", argv[1]);
+    char *args[] = {"cat", p, NULL};
+    pid_t pid; int st;
+    if (posix_spawnp(&pid, "cat", NULL, NULL, args, environ) != 0) { perror("posix_spawnp"); return 1; }
+    waitpid(pid, &st, 0);
+    printf("spawned cat exited %d\n", WEXITSTATUS(st));
+    return 0;
+}
+"#;
+
+fn run_probe(source: &str, name: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = compile_probe(dir.path(), name, source);
+    let out = atoll()
+        .args(["run", "--memory", "64M", "--"])
+        .arg(&bin)
+        .arg(MOUNT)
+        .output()
+        .expect("spawn atoll");
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "probe {name} failed: {stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    stdout
+}
+
+#[test]
+fn raw_syscalls_on_atoll_paths_go_through_the_safety_net() {
+    let out = run_probe(RAW_SYSCALLS, "raw");
+    assert_eq!(out, "renamed.txt seen 1 time(s)\nread 10: raw bytes\n");
+}
+
+#[test]
+fn stdio_opendir_realpath_nftw_and_posix_spawn_work_on_atoll_paths() {
+    let out = run_probe(LIBC_INTERNALS, "internals");
+    assert_eq!(
+        out,
+        format!(
+            "stdio line 1\nopendir saw 5 entries\nrealpath {MOUNT}/a/b/f2\nnftw files 3\nstdio line 0\nspawned cat exited 0\n"
+        )
+    );
+}

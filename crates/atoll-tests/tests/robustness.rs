@@ -1,0 +1,133 @@
+//! Robustness: clients killed mid-operation leak nothing, a full buffer
+//! cache gives ENOSPC and the file system stays usable.
+
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::thread::sleep;
+use std::time::Duration;
+
+use atoll_tests::{atoll, run_in_atoll};
+
+/// A detached instance, stopped on drop.
+struct Booted {
+    id: String,
+}
+
+impl Booted {
+    fn new(opts: &[&str]) -> Booted {
+        let out = atoll().arg("boot").args(opts).output().expect("atoll boot");
+        assert!(out.status.success(), "boot failed: {}", String::from_utf8_lossy(&out.stderr));
+        let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        assert!(!id.is_empty(), "boot printed no id");
+        Booted { id }
+    }
+
+    fn exec(&self, script: &str) -> Command {
+        let mut cmd = atoll();
+        cmd.args(["exec", "--id", &self.id, "--", "bash", "-c", script]).env("ROOT", atoll_tests::MOUNT);
+        cmd
+    }
+
+    fn sh(&self, script: &str) -> String {
+        let out = self.exec(script).output().expect("atoll exec");
+        assert!(out.status.success(), "{script}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// `(sessions, open descriptions, blocks in use)` summed over servers.
+    fn usage(&self) -> (u64, u64, u64) {
+        let out = atoll().args(["status", "--id", &self.id, "--json"]).output().expect("status");
+        assert!(out.status.success(), "status: {}", String::from_utf8_lossy(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("status JSON");
+        let servers = v["servers"].as_array().expect("servers array");
+        let sum = |k: &str| servers.iter().map(|s| s[k].as_u64().unwrap_or_else(|| panic!("{k} in {s}"))).sum();
+        (sum("sessions"), sum("open_descriptions"), sum("blocks_used"))
+    }
+
+    /// Wait (bounded) until usage returns to `baseline`.
+    fn settles_at(&self, baseline: (u64, u64, u64)) -> (u64, u64, u64) {
+        let mut now = self.usage();
+        for _ in 0..100 {
+            if now == baseline {
+                break;
+            }
+            sleep(Duration::from_millis(50));
+            now = self.usage();
+        }
+        now
+    }
+}
+
+impl Drop for Booted {
+    fn drop(&mut self) {
+        let _ = atoll().args(["stop", "--id", &self.id]).status();
+    }
+}
+
+fn kill_mid_operation(script: &str, cleanup: &str) {
+    let inst = Booted::new(&["--servers", "2", "--memory", "64M"]);
+    let baseline = inst.usage();
+    let mut child = inst.exec(script).stdout(Stdio::null()).process_group(0).spawn().expect("spawn");
+    sleep(Duration::from_millis(700));
+    // Kill the whole tree: atoll exec's child and the workers it started.
+    let pid = child.id() as i32;
+    // SAFETY: plain kill(2) of our own child process group / pid.
+    unsafe {
+        libc::kill(-pid, libc::SIGKILL);
+        libc::kill(pid, libc::SIGKILL);
+    }
+    let _ = child.wait();
+    sleep(Duration::from_millis(200));
+    inst.sh(cleanup);
+    assert_eq!(inst.settles_at(baseline), baseline, "servers must return to baseline after SIGKILL");
+    // The servers still work.
+    assert_eq!(inst.sh("echo alive > $ROOT/a && cat $ROOT/a && rm $ROOT/a"), "alive\n");
+}
+
+#[test]
+fn client_killed_mid_writes_leaks_nothing() {
+    kill_mid_operation(
+        "mkdir -p $ROOT/w; exec 3>$ROOT/w/held; while :; do head -c 200000 /dev/zero > $ROOT/w/f.$RANDOM; done",
+        "rm -rf $ROOT/w",
+    );
+}
+
+#[test]
+fn client_killed_mid_renames_leaks_nothing() {
+    kill_mid_operation(
+        "mkdir -p $ROOT/r; echo x > $ROOT/r/a; while :; do mv $ROOT/r/a $ROOT/r/b; mv $ROOT/r/b $ROOT/r/a; done",
+        "ls $ROOT/r | wc -l | grep -qx 1 && rm -rf $ROOT/r",
+    );
+}
+
+#[test]
+fn full_buffer_cache_gives_enospc_and_stays_usable() {
+    let out = run_in_atoll(
+        &["--memory", "8M", "--servers", "1"],
+        r#"
+        cd "$ROOT"
+        dd if=/dev/zero of=big bs=1M count=64 status=none 2>err; echo "dd status $?"
+        grep -c 'No space left on device' err
+        rm big
+        echo still works > small && cat small
+        dd if=/dev/zero of=again bs=1M count=4 status=none && echo "refilled $(stat -c %s again)"
+        "#,
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(stdout, "dd status 1\n1\nstill works\nrefilled 4194304\n", "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn bad_command_lines_get_one_line_errors() {
+    for args in [
+        &["run", "--memory", "lots", "--", "true"][..],
+        &["run", "--mount", "/tmp", "--", "true"],
+        &["run", "--no-such-option", "--", "true"],
+        &["run"],
+    ] {
+        let out = atoll().args(args).output().unwrap();
+        assert!(!out.status.success(), "{args:?} must fail");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.trim().is_empty(), "{args:?} must explain itself");
+    }
+}

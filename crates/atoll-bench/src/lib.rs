@@ -1,1 +1,3 @@
-//! atoll bench. STUB.
+//! atoll bench (WIP)
+pub mod util;
+pub mod workloads;

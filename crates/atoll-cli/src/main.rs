@@ -1,1 +1,110 @@
-fn main() {}
+//! The `atoll` command: the driver of atoll instances.
+//!
+//! Layer map:
+//! * this crate is the top: it parses the command line (`args`), turns it
+//!   into an instance configuration and core placement (`config`), boots
+//!   the file servers *in this process* through `atoll_server::Instance`,
+//!   and starts programs as clients (`launch`): with `libatoll_preload.so`
+//!   preloaded and `ATOLL_SOCKET` naming the instance's boot socket, so the
+//!   client library (`atoll-client`, inside the preload) attaches to it;
+//! * `run` drives one command from boot to teardown; `admin` handles
+//!   detached instances (`boot`, `status`, `stop`, `list`), found through
+//!   their `instance.json` (`registry`) and queried over the boot socket
+//!   (`bootctl`, the administrative half of `atoll_proto::boot`);
+//! * `signals` turns SIGINT/SIGTERM/SIGHUP into relaying plus an orderly
+//!   shutdown, `report` renders statistics, `sys` holds the crate's only
+//!   `unsafe` code, `bench` hands over to `atoll-bench`.
+//!
+//! Exit statuses: the command's own status for `run`/`exec` (128+N after
+//! signal N, 127/126 when it cannot be started), 2 for bad usage, 1 for
+//! other errors, which are reported on one line as `atoll: error: …`.
+
+mod admin;
+mod args;
+mod bench;
+mod bootctl;
+mod config;
+mod launch;
+mod registry;
+mod report;
+mod run;
+mod signals;
+mod sys;
+
+use clap::error::ErrorKind;
+use clap::Parser;
+
+use crate::args::{Cli, Command};
+
+fn main() {
+    std::process::exit(real_main());
+}
+
+fn real_main() -> i32 {
+    init_logging();
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => return clap_error(e),
+    };
+    let result = match cli.command {
+        Command::Run(a) => run::run(a),
+        Command::Boot(a) => admin::boot(a),
+        Command::Exec(a) => run::exec(a),
+        Command::Status(a) => admin::status(a),
+        Command::Stop(a) => admin::stop(a),
+        Command::List(a) => admin::list(a),
+        Command::Bench(a) => bench::bench(a.args),
+        Command::BenchWorker(a) => bench::worker(a.args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("atoll: error: {e:#}");
+            exit_code_for(&e)
+        }
+    }
+}
+
+/// 2 for usage errors, the carried status for commands that could not
+/// start, 1 otherwise.
+fn exit_code_for(e: &anyhow::Error) -> i32 {
+    if e.downcast_ref::<config::UsageError>().is_some() {
+        2
+    } else if let Some(x) = e.downcast_ref::<launch::ExitWith>() {
+        x.code
+    } else {
+        1
+    }
+}
+
+/// Help and version go to stdout as clap renders them; every other parse
+/// error becomes one line on stderr and exit status 2.
+fn clap_error(e: clap::Error) -> i32 {
+    match e.kind() {
+        ErrorKind::DisplayHelp
+        | ErrorKind::DisplayVersion
+        | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            let _ = e.print();
+            e.exit_code()
+        }
+        _ => {
+            let rendered = e.render().to_string();
+            let first = rendered.lines().next().unwrap_or("invalid command line");
+            let msg = first.strip_prefix("error: ").unwrap_or(first);
+            eprintln!("atoll: error: {msg} (see 'atoll --help')");
+            2
+        }
+    }
+}
+
+/// `ATOLL_LOG=debug` (any `tracing` filter) enables diagnostics on stderr;
+/// by default only warnings are shown.
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("ATOLL_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
+}

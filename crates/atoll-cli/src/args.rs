@@ -1,0 +1,486 @@
+//! Command-line grammar of `atoll` (clap derive) and the value parsers that
+//! reject bad input before anything is started: sizes, mount paths, server
+//! counts. Everything here is pure; `config.rs` turns the parsed options into
+//! an `atoll_server::InstanceConfig`.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+const AFTER_HELP: &str = "\
+Examples:
+  atoll run -- make -j8                      build inside a private instance
+  atoll run --servers 4 --stats -- sh -c 'mkdir /atoll/d && ls /atoll'
+  atoll run --import ./src:/atoll/src --cwd /atoll/src -- make -j8
+  atoll run --split --servers 1 -- ./bench.sh   servers on dedicated cores
+  id=$(atoll boot --servers 2) && atoll exec --id \"$id\" -- ls /atoll && atoll stop --id \"$id\"
+  atoll bench --help                         Hare's evaluation workloads
+
+Environment:
+  ATOLL_LOG       log filter, e.g. `debug` or `atoll_server=trace` (stderr)
+  ATOLL_PRELOAD   path of libatoll_preload.so (default: next to `atoll`)";
+
+const RUN_AFTER_HELP: &str = "\
+The command sees the instance's file system at the mount path (default
+/atoll); everything else is the host's. When the command exits, the instance
+is torn down and its contents are gone: use --export to keep results.
+atoll exits with the command's status (128+N if it died of signal N).
+
+Examples:
+  atoll run -- sh -c 'echo hi > /atoll/f && cat /atoll/f'
+  atoll run --import ~/proj:/atoll/proj --export /atoll/proj/out:./out \\
+            --cwd /atoll/proj -- make -j8
+  atoll run --servers 2 --without dir-cache --stats-json s.json -- ./workload
+  atoll run --memory 256M --distribute all -- ./many-files.sh";
+
+const BOOT_AFTER_HELP: &str = "\
+Prints the instance id on stdout once the instance accepts connections.
+The instance runs until `atoll stop` (or SIGTERM to its pid).
+
+Example:
+  id=$(atoll boot --servers 2 --memory 256M)
+  atoll exec --id \"$id\" -- sh -c 'date > /atoll/now'
+  atoll status --id \"$id\"
+  atoll stop --id \"$id\"";
+
+/// atoll: run unmodified programs over a message-passing file system.
+///
+/// Programs started by atoll share one in-memory file system, mounted
+/// virtually at /atoll, served by file servers over shared-memory message
+/// rings (the Hare design). Nothing is mounted on the host: the client
+/// library is preloaded into each program.
+#[derive(Parser, Debug)]
+#[command(name = "atoll", version, after_help = AFTER_HELP, propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run a command inside a private instance, then tear it down.
+    #[command(after_help = RUN_AFTER_HELP)]
+    Run(RunArgs),
+    /// Start a detached instance and print its id.
+    #[command(after_help = BOOT_AFTER_HELP)]
+    Boot(BootArgs),
+    /// Run a command inside a running (booted) instance.
+    Exec(ExecArgs),
+    /// Show servers, clients, open descriptions, blocks and operation counts.
+    Status(StatusArgs),
+    /// Stop a running instance and wait until it is gone.
+    Stop(SelectArgs),
+    /// List the running instances of this user.
+    List(ListArgs),
+    /// Run the benchmark suite (see `atoll bench --help`).
+    #[command(disable_help_flag = true)]
+    Bench(PassThrough),
+    /// Internal: one benchmark worker process.
+    #[command(hide = true, disable_help_flag = true)]
+    BenchWorker(PassThrough),
+}
+
+/// Options describing an instance (shared by `run` and `boot`).
+#[derive(Args, Debug, Clone)]
+pub struct InstanceArgs {
+    /// Number of file servers [default: number of usable cores]
+    #[arg(long, value_name = "N", value_parser = parse_servers)]
+    pub servers: Option<usize>,
+    /// Where the instance's file system appears to programs; absolute, and
+    /// must not exist on the host
+    #[arg(long, value_name = "PATH", default_value = "/atoll", value_parser = parse_mount)]
+    pub mount: String,
+    /// Size of the shared buffer cache (e.g. 64M, 1G, 512MiB, or bytes)
+    #[arg(long, value_name = "SIZE", default_value = "1GiB", value_parser = parse_memory)]
+    pub memory: u64,
+    /// How servers and clients wait for messages [default: adaptive, or
+    /// spin with --split]
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub poll: Option<PollArg>,
+    /// Pin servers to dedicated cores (the last N) and programs to the rest
+    #[arg(long)]
+    pub split: bool,
+    /// Emulate hardware without cache coherence (private copies of blocks)
+    #[arg(long)]
+    pub incoherent: bool,
+    /// Switch a technique off, for ablation studies (repeatable)
+    #[arg(long, value_enum, value_name = "TECHNIQUE")]
+    pub without: Vec<Technique>,
+    /// Distribute directories created under PATH (relative to the mount, or
+    /// `all`) over all servers (repeatable)
+    #[arg(long, value_name = "all|PATH")]
+    pub distribute: Vec<String>,
+    /// Root directory for instance runtime directories [default:
+    /// $XDG_RUNTIME_DIR/atoll or /tmp/atoll-$UID]
+    #[arg(long, value_name = "DIR")]
+    pub runtime_dir: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub instance: InstanceArgs,
+    /// Working directory of the command: a path under the mount, or a host
+    /// directory
+    #[arg(long, value_name = "PATH")]
+    pub cwd: Option<PathBuf>,
+    /// Copy a host tree into the instance before the command runs (`cp -a`);
+    /// DEST defaults to the mount root + basename of SRC (repeatable)
+    #[arg(long, value_name = "SRC[:DEST]")]
+    pub import: Vec<String>,
+    /// Copy a tree out of the instance after the command ran (repeatable)
+    #[arg(long, value_name = "SRC:DEST")]
+    pub export: Vec<String>,
+    /// On exit, print per-server operation counts and latencies to stderr
+    #[arg(long)]
+    pub stats: bool,
+    /// On exit, write the same statistics as JSON to FILE
+    #[arg(long, value_name = "FILE")]
+    pub stats_json: Option<PathBuf>,
+    /// The command and its arguments
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "COMMAND"
+    )]
+    pub command: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct BootArgs {
+    #[command(flatten)]
+    pub instance: InstanceArgs,
+}
+
+/// Which instance a command talks to.
+#[derive(Args, Debug, Clone)]
+pub struct SelectArgs {
+    /// Instance id (or a unique prefix); optional when exactly one runs
+    #[arg(long, value_name = "ID")]
+    pub id: Option<String>,
+    /// Root directory for instance runtime directories
+    #[arg(long, value_name = "DIR")]
+    pub runtime_dir: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct ExecArgs {
+    #[command(flatten)]
+    pub select: SelectArgs,
+    /// Working directory of the command: a path under the mount, or a host
+    /// directory
+    #[arg(long, value_name = "PATH")]
+    pub cwd: Option<PathBuf>,
+    /// The command and its arguments
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "COMMAND"
+    )]
+    pub command: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub select: SelectArgs,
+    /// Print the status as JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct ListArgs {
+    /// Root directory for instance runtime directories
+    #[arg(long, value_name = "DIR")]
+    pub runtime_dir: Option<PathBuf>,
+    /// Print the list as JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Arguments handed unparsed to another component.
+#[derive(Args, Debug)]
+pub struct PassThrough {
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "ARGS"
+    )]
+    pub args: Vec<String>,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PollArg {
+    /// Busy-poll: lowest latency, needs dedicated cores
+    Spin,
+    /// Sleep at once: for timeshared cores
+    Block,
+    /// Spin briefly, then sleep
+    Adaptive,
+}
+
+/// Techniques of Hare §5.4 that can be switched off one by one.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Technique {
+    /// Directory distribution (Hare §3.4)
+    DirDistribution,
+    /// Client directory lookup cache (Hare §3.5)
+    DirCache,
+    /// Parallel directory broadcast (Hare §3.7.2)
+    Broadcast,
+    /// Direct access to the shared buffer cache (Hare §3.3)
+    DirectCache,
+    /// Message coalescing (Hare §3.7.4)
+    Coalescing,
+    /// Creation affinity (Hare §3.7.3)
+    Affinity,
+    /// Hybrid file-descriptor tracking (Hare §3.2)
+    HybridFd,
+}
+
+/// Parse a size: plain bytes, or a number with a binary unit suffix
+/// (`K`, `M`, `G`, `T`, optionally followed by `iB` or `B`; case-insensitive).
+///
+/// `"64M"` → 67108864, `"512MiB"` → 536870912, `"4096"` → 4096.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (digits, unit) = t.split_at(split);
+    if digits.is_empty() {
+        return Err(format!(
+            "invalid size '{s}': expected e.g. 64M, 1G, 512MiB or bytes"
+        ));
+    }
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("invalid size '{s}': number too large"))?;
+    let unit = unit.trim().to_ascii_lowercase();
+    let shift = match unit.as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        _ => {
+            return Err(format!(
+                "invalid size '{s}': unknown unit (use K, M, G, T, e.g. 64M or 512MiB)"
+            ))
+        }
+    };
+    n.checked_mul(1u64 << shift)
+        .ok_or_else(|| format!("invalid size '{s}': too large"))
+}
+
+/// Smallest buffer cache accepted: 1 MiB (256 blocks).
+pub const MIN_MEMORY: u64 = 1 << 20;
+
+/// `--memory`: a size of at least [`MIN_MEMORY`] that fits in physical RAM.
+fn parse_memory(s: &str) -> Result<u64, String> {
+    let bytes = parse_size(s)?;
+    check_memory(bytes, physical_memory())
+}
+
+fn check_memory(bytes: u64, ram: u64) -> Result<u64, String> {
+    if bytes < MIN_MEMORY {
+        return Err(format!(
+            "buffer cache of {bytes} bytes is too small (minimum 1MiB)"
+        ));
+    }
+    if bytes > ram {
+        return Err(format!(
+            "buffer cache of {} does not fit in physical memory ({})",
+            human_bytes(bytes),
+            human_bytes(ram)
+        ));
+    }
+    Ok(bytes)
+}
+
+/// Total physical memory in bytes.
+pub fn physical_memory() -> u64 {
+    let info = rustix::system::sysinfo();
+    (info.totalram as u64).saturating_mul(u64::from(info.mem_unit.max(1)))
+}
+
+/// `--servers`: 1 ..= `atoll_proto::MAX_SERVERS`.
+fn parse_servers(s: &str) -> Result<usize, String> {
+    let n: usize = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("invalid server count '{s}'"))?;
+    if n == 0 || n > atoll_proto::MAX_SERVERS {
+        return Err(format!(
+            "server count must be between 1 and {}",
+            atoll_proto::MAX_SERVERS
+        ));
+    }
+    Ok(n)
+}
+
+/// `--mount`: absolute, not `/`, no `.`/`..` components, and absent on the
+/// host (programs must never confuse an atoll path with a host path).
+/// Trailing slashes are dropped: `/atoll/` → `/atoll`.
+fn parse_mount(s: &str) -> Result<String, String> {
+    let m = normalize_mount(s)?;
+    if std::fs::symlink_metadata(&m).is_ok() {
+        return Err(format!(
+            "mount path {m} exists on the host; choose a path that does not exist"
+        ));
+    }
+    Ok(m)
+}
+
+fn normalize_mount(s: &str) -> Result<String, String> {
+    if !s.starts_with('/') {
+        return Err(format!("mount path '{s}' must be absolute"));
+    }
+    let parts: Vec<&str> = s.split('/').filter(|p| !p.is_empty()).collect();
+    if parts.is_empty() {
+        return Err("mount path must not be /".into());
+    }
+    if parts.iter().any(|p| *p == "." || *p == "..") {
+        return Err(format!("mount path '{s}' must not contain . or .."));
+    }
+    Ok(format!("/{}", parts.join("/")))
+}
+
+/// `1073741824` → `1GiB`, `1536` → `1.5KiB`.
+pub fn human_bytes(b: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut i = 0;
+    while v >= 1024.0 && i + 1 < UNITS.len() {
+        v /= 1024.0;
+        i += 1;
+    }
+    if i == 0 || v.fract() == 0.0 {
+        format!("{v:.0}{}", UNITS[i])
+    } else {
+        format!("{v:.1}{}", UNITS[i])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_accept_bytes_and_binary_units() {
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("64M"), Ok(64 << 20));
+        assert_eq!(parse_size("64m"), Ok(64 << 20));
+        assert_eq!(parse_size("1G"), Ok(1 << 30));
+        assert_eq!(parse_size("512MiB"), Ok(512 << 20));
+        assert_eq!(parse_size("2GB"), Ok(2 << 30));
+        assert_eq!(parse_size("3k"), Ok(3 << 10));
+    }
+
+    #[test]
+    fn sizes_reject_garbage() {
+        for bad in [
+            "",
+            "M",
+            "12X",
+            "1.5G",
+            "-1",
+            "99999999999999999999",
+            "20000000T",
+        ] {
+            assert!(parse_size(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn memory_must_be_at_least_one_mib_and_fit_in_ram() {
+        assert!(check_memory(MIN_MEMORY - 1, 1 << 30).is_err());
+        assert_eq!(check_memory(MIN_MEMORY, 1 << 30), Ok(MIN_MEMORY));
+        assert!(check_memory(2 << 30, 1 << 30).is_err());
+    }
+
+    #[test]
+    fn mount_must_be_absolute_and_not_root() {
+        assert_eq!(normalize_mount("/atoll/"), Ok("/atoll".to_string()));
+        assert_eq!(normalize_mount("//a//b"), Ok("/a/b".to_string()));
+        assert!(normalize_mount("atoll").is_err());
+        assert!(normalize_mount("/").is_err());
+        assert!(normalize_mount("///").is_err());
+        assert!(normalize_mount("/a/../b").is_err());
+    }
+
+    #[test]
+    fn mount_must_not_exist_on_host() {
+        assert!(parse_mount("/tmp").is_err());
+        assert!(parse_mount("/atoll-surely-absent-0f9a").is_ok());
+    }
+
+    #[test]
+    fn servers_are_bounded() {
+        assert!(parse_servers("0").is_err());
+        assert_eq!(parse_servers("3"), Ok(3));
+        assert!(parse_servers("65").is_err());
+        assert!(parse_servers("x").is_err());
+    }
+
+    #[test]
+    fn human_bytes_is_compact() {
+        assert_eq!(human_bytes(1 << 30), "1GiB");
+        assert_eq!(human_bytes(1536), "1.5KiB");
+        assert_eq!(human_bytes(100), "100B");
+    }
+
+    #[test]
+    fn run_accepts_command_with_or_without_double_dash() {
+        let c = Cli::try_parse_from(["atoll", "run", "--servers", "2", "--", "ls", "-l"]).unwrap();
+        let Command::Run(r) = c.command else { panic!() };
+        assert_eq!(r.command, ["ls", "-l"]);
+        assert_eq!(r.instance.servers, Some(2));
+        let c = Cli::try_parse_from(["atoll", "run", "make", "-j8"]).unwrap();
+        let Command::Run(r) = c.command else { panic!() };
+        assert_eq!(r.command, ["make", "-j8"]);
+    }
+
+    #[test]
+    fn run_requires_a_command() {
+        assert!(Cli::try_parse_from(["atoll", "run"]).is_err());
+        assert!(Cli::try_parse_from(["atoll", "run", "--"]).is_err());
+    }
+
+    #[test]
+    fn without_accepts_every_technique() {
+        let c = Cli::try_parse_from([
+            "atoll",
+            "boot",
+            "--without",
+            "dir-distribution",
+            "--without",
+            "hybrid-fd",
+        ])
+        .unwrap();
+        let Command::Boot(b) = c.command else {
+            panic!()
+        };
+        assert_eq!(
+            b.instance.without,
+            [Technique::DirDistribution, Technique::HybridFd]
+        );
+        assert!(Cli::try_parse_from(["atoll", "boot", "--without", "magic"]).is_err());
+    }
+
+    #[test]
+    fn bench_passes_everything_through() {
+        let c = Cli::try_parse_from(["atoll", "bench", "--help", "-x", "y"]).unwrap();
+        let Command::Bench(p) = c.command else {
+            panic!()
+        };
+        assert_eq!(p.args, ["--help", "-x", "y"]);
+    }
+
+    #[test]
+    fn clap_definition_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,325 @@
+//! From parsed options to an `atoll_server::InstanceConfig`: server count,
+//! core placement (`--split`), poll mode, ablation switches, distributed
+//! directories and the runtime root.
+//!
+//! Placement follows Hare's two configurations (Hare §5.1): *timeshare*
+//! (servers and programs share every core; server i is pinned to usable
+//! core i mod n) and *split* (servers own the last N usable cores, programs
+//! are confined to the others).
+
+use std::fmt;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use atoll_proto::boot::{PollMode, Without};
+use atoll_server::InstanceConfig;
+
+use crate::args::{InstanceArgs, PollArg, Technique};
+
+/// Bad input found after parsing (exit status 2, like clap's own errors).
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl fmt::Display for UsageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+/// A validated instance configuration plus where programs may run.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub config: InstanceConfig,
+    /// With `--split`: the cores programs are confined to.
+    pub app_cores: Option<Vec<usize>>,
+}
+
+/// Cores this process may run on (its affinity mask), ascending.
+pub fn usable_cores() -> Vec<usize> {
+    match rustix::thread::sched_getaffinity(None) {
+        Ok(set) => {
+            let cores: Vec<usize> = (0..rustix::thread::CpuSet::MAX_CPU)
+                .filter(|&c| set.is_set(c))
+                .collect();
+            if cores.is_empty() {
+                vec![0]
+            } else {
+                cores
+            }
+        }
+        Err(_) => (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect(),
+    }
+}
+
+pub fn plan(args: &InstanceArgs) -> Result<Plan, UsageError> {
+    plan_with_cores(args, &usable_cores())
+}
+
+fn plan_with_cores(args: &InstanceArgs, cores: &[usize]) -> Result<Plan, UsageError> {
+    let servers = args
+        .servers
+        .unwrap_or(cores.len().min(atoll_proto::MAX_SERVERS));
+    let (server_cores, app_cores) = place(servers, args.split, cores)?;
+    let poll = match (args.poll, args.split) {
+        (Some(PollArg::Spin), _) | (None, true) => PollMode::Spin,
+        (Some(PollArg::Block), _) => PollMode::Block,
+        (Some(PollArg::Adaptive), _) | (None, false) => PollMode::Adaptive,
+    };
+    let distribute = args
+        .distribute
+        .iter()
+        .map(|d| distribute_prefix(&args.mount, d))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Plan {
+        config: InstanceConfig {
+            servers,
+            memory: args.memory,
+            mount: args.mount.clone(),
+            poll,
+            split: args.split,
+            server_cores,
+            incoherent: args.incoherent,
+            without: without(&args.without),
+            distribute,
+            runtime_root: args
+                .runtime_dir
+                .clone()
+                .unwrap_or_else(default_runtime_root),
+        },
+        app_cores,
+    })
+}
+
+/// Server cores (one per server) and, when split, the program cores.
+///
+/// Split with cores `[0, 1]` and one server: server on 1, programs on 0.
+fn place(
+    servers: usize,
+    split: bool,
+    cores: &[usize],
+) -> Result<(Vec<usize>, Option<Vec<usize>>), UsageError> {
+    if !split {
+        let server_cores = (0..servers).map(|i| cores[i % cores.len()]).collect();
+        return Ok((server_cores, None));
+    }
+    if servers >= cores.len() {
+        return Err(UsageError(format!(
+            "--split needs a core left for programs: {servers} server(s) but only {} usable core(s)",
+            cores.len()
+        )));
+    }
+    let (apps, srv) = cores.split_at(cores.len() - servers);
+    Ok((srv.to_vec(), Some(apps.to_vec())))
+}
+
+fn without(list: &[Technique]) -> Without {
+    let mut w = Without::default();
+    for t in list {
+        match t {
+            Technique::DirDistribution => w.dir_distribution = true,
+            Technique::DirCache => w.dir_cache = true,
+            Technique::Broadcast => w.broadcast = true,
+            Technique::DirectCache => w.direct_cache = true,
+            Technique::Coalescing => w.coalescing = true,
+            Technique::Affinity => w.affinity = true,
+            Technique::HybridFd => w.hybrid_fd = true,
+        }
+    }
+    w
+}
+
+/// `--distribute` value → prefix relative to the mount (`""` = everything).
+///
+/// With mount `/atoll`: `all` → `""`, `/atoll/src/` → `src`, `a/b` → `a/b`.
+fn distribute_prefix(mount: &str, value: &str) -> Result<String, UsageError> {
+    if value == "all" {
+        return Ok(String::new());
+    }
+    let rel = if value.starts_with('/') {
+        match under_mount(mount, Path::new(value)) {
+            Some(rel) => rel,
+            None => {
+                return Err(UsageError(format!(
+                    "--distribute {value}: path is not under the mount {mount}"
+                )))
+            }
+        }
+    } else {
+        value.to_string()
+    };
+    let parts: Vec<&str> = rel.split('/').filter(|p| !p.is_empty()).collect();
+    if parts.iter().any(|p| *p == "." || *p == "..") {
+        return Err(UsageError(format!(
+            "--distribute {value}: path must not contain . or .."
+        )));
+    }
+    Ok(parts.join("/"))
+}
+
+/// The part of absolute `path` below `mount` (`""` for the mount itself),
+/// or `None` when `path` is not under the mount.
+pub fn under_mount(mount: &str, path: &Path) -> Option<String> {
+    let rest = path.to_str()?.strip_prefix(mount)?;
+    if rest.is_empty() || rest.starts_with('/') {
+        Some(rest.trim_start_matches('/').to_string())
+    } else {
+        None // `/atollx` is not under `/atoll`
+    }
+}
+
+/// `$XDG_RUNTIME_DIR/atoll`, or `/tmp/atoll-$UID`.
+pub fn default_runtime_root() -> PathBuf {
+    match std::env::var_os("XDG_RUNTIME_DIR") {
+        Some(x) if !x.is_empty() => PathBuf::from(x).join("atoll"),
+        _ => PathBuf::from(format!("/tmp/atoll-{}", rustix::process::getuid().as_raw())),
+    }
+}
+
+pub fn runtime_root(opt: &Option<PathBuf>) -> PathBuf {
+    opt.clone().unwrap_or_else(default_runtime_root)
+}
+
+/// Create the runtime root (mode 0700) if needed and refuse one that another
+/// user could tamper with: runtime directories hold the boot socket, which
+/// grants full access to the instance.
+pub fn ensure_runtime_root(root: &Path) -> std::io::Result<()> {
+    match std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(root)
+    {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    let meta = std::fs::symlink_metadata(root)?;
+    let uid = rustix::process::getuid().as_raw();
+    if !meta.is_dir() || meta.uid() != uid {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!(
+                "runtime root {} is not a directory owned by uid {uid}",
+                root.display()
+            ),
+        ));
+    }
+    if meta.permissions().mode() & 0o022 != 0 {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!("runtime root {} is writable by other users", root.display()),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn args(extra: &[&str]) -> InstanceArgs {
+        let mut v = vec!["atoll", "boot", "--mount", "/atoll-test-absent"];
+        v.extend_from_slice(extra);
+        match crate::args::Cli::try_parse_from(v).unwrap().command {
+            crate::args::Command::Boot(b) => b.instance,
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn split_with_two_cores_puts_server_on_core_1_and_programs_on_core_0() {
+        let p = plan_with_cores(&args(&["--split", "--servers", "1"]), &[0, 1]).unwrap();
+        assert_eq!(p.config.server_cores, [1]);
+        assert_eq!(p.app_cores, Some(vec![0]));
+        assert_eq!(p.config.poll, PollMode::Spin);
+        assert!(p.config.split);
+    }
+
+    #[test]
+    fn split_uses_the_last_usable_cores() {
+        let p = plan_with_cores(&args(&["--split", "--servers", "2"]), &[2, 3, 5, 7]).unwrap();
+        assert_eq!(p.config.server_cores, [5, 7]);
+        assert_eq!(p.app_cores, Some(vec![2, 3]));
+    }
+
+    #[test]
+    fn split_needs_a_core_for_programs() {
+        let e = plan_with_cores(&args(&["--split", "--servers", "2"]), &[0, 1]).unwrap_err();
+        assert!(e.0.contains("core left"), "{e}");
+        // Default server count = cores, which leaves none for programs.
+        assert!(plan_with_cores(&args(&["--split"]), &[0, 1]).is_err());
+    }
+
+    #[test]
+    fn timeshare_spreads_servers_over_all_cores() {
+        let p = plan_with_cores(&args(&["--servers", "3"]), &[0, 1]).unwrap();
+        assert_eq!(p.config.server_cores, [0, 1, 0]);
+        assert_eq!(p.app_cores, None);
+        assert_eq!(p.config.poll, PollMode::Adaptive);
+        let p = plan_with_cores(&args(&[]), &[0, 1, 2]).unwrap();
+        assert_eq!(p.config.servers, 3);
+    }
+
+    #[test]
+    fn explicit_poll_mode_wins_over_split_default() {
+        let p = plan_with_cores(
+            &args(&["--split", "--servers", "1", "--poll", "block"]),
+            &[0, 1],
+        )
+        .unwrap();
+        assert_eq!(p.config.poll, PollMode::Block);
+    }
+
+    #[test]
+    fn without_flags_map_to_boot_without() {
+        let p = plan_with_cores(
+            &args(&["--without", "dir-cache", "--without", "coalescing"]),
+            &[0],
+        )
+        .unwrap();
+        let w = p.config.without;
+        assert!(w.dir_cache && w.coalescing);
+        assert!(!w.dir_distribution && !w.broadcast && !w.direct_cache);
+        assert!(!w.affinity && !w.hybrid_fd);
+    }
+
+    #[test]
+    fn distribute_values_become_mount_relative_prefixes() {
+        let m = "/atoll";
+        assert_eq!(distribute_prefix(m, "all").unwrap(), "");
+        assert_eq!(distribute_prefix(m, "/atoll/src/").unwrap(), "src");
+        assert_eq!(distribute_prefix(m, "/atoll").unwrap(), "");
+        assert_eq!(distribute_prefix(m, "a//b/").unwrap(), "a/b");
+        assert!(distribute_prefix(m, "/atollx/a").is_err());
+        assert!(distribute_prefix(m, "/tmp").is_err());
+        assert!(distribute_prefix(m, "a/../b").is_err());
+    }
+
+    #[test]
+    fn under_mount_respects_component_boundaries() {
+        assert_eq!(
+            under_mount("/atoll", Path::new("/atoll")),
+            Some(String::new())
+        );
+        assert_eq!(
+            under_mount("/atoll", Path::new("/atoll/x/y")),
+            Some("x/y".into())
+        );
+        assert_eq!(under_mount("/atoll", Path::new("/atollx")), None);
+        assert_eq!(under_mount("/atoll", Path::new("/tmp")), None);
+    }
+
+    #[test]
+    fn runtime_root_is_created_private() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("a/b");
+        ensure_runtime_root(&root).unwrap();
+        let mode = std::fs::metadata(&root).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
+        ensure_runtime_root(&root).unwrap(); // idempotent
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(ensure_runtime_root(&root).is_err());
+    }
+}

@@ -1,0 +1,248 @@
+//! Finding running instances: each runtime directory holds an
+//! `instance.json` written by the driver once the instance accepts
+//! connections. An instance is *live* while the process named there runs
+//! (same pid *and* same start time, so a recycled pid does not count).
+//! The runtime directory, record included, disappears with the instance.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+pub const RECORD: &str = "instance.json";
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct InstanceRecord {
+    pub id: String,
+    pub pid: u32,
+    /// Start time of `pid` in clock ticks since boot (`/proc/PID/stat`
+    /// field 22); 0 = unknown.
+    #[serde(default)]
+    pub start_time: u64,
+    /// `run` (lives as long as its command) or `boot` (detached).
+    #[serde(default)]
+    pub kind: String,
+    pub socket: PathBuf,
+    pub runtime_dir: PathBuf,
+    pub mount: String,
+    #[serde(default)]
+    pub servers: u32,
+    #[serde(default)]
+    pub cache_bytes: u64,
+    /// Seconds since the Unix epoch.
+    #[serde(default)]
+    pub started: u64,
+    /// For `run`: the command.
+    #[serde(default)]
+    pub command: Vec<String>,
+}
+
+impl InstanceRecord {
+    /// A record for an instance served by this very process.
+    pub fn for_self(
+        instance: &atoll_server::Instance,
+        kind: &str,
+        command: &[String],
+    ) -> InstanceRecord {
+        let pid = std::process::id();
+        let info = instance.info();
+        InstanceRecord {
+            id: instance.id().to_string(),
+            pid,
+            start_time: start_time(pid).unwrap_or(0),
+            kind: kind.to_string(),
+            socket: instance.socket_path().to_path_buf(),
+            runtime_dir: instance.runtime_dir().to_path_buf(),
+            mount: info.mount.clone(),
+            servers: info.servers,
+            cache_bytes: info.cache_bytes,
+            started: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+            command: command.to_vec(),
+        }
+    }
+
+    /// Write atomically (temporary file + rename) into the runtime dir, so
+    /// a concurrent `atoll list` never reads half a record.
+    pub fn write(&self) -> io::Result<()> {
+        let tmp = self.runtime_dir.join(".instance.json.tmp");
+        let json = serde_json::to_vec_pretty(self).map_err(io::Error::other)?;
+        std::fs::write(&tmp, json)?;
+        std::fs::rename(&tmp, self.runtime_dir.join(RECORD))
+    }
+
+    pub fn is_live(&self) -> bool {
+        let Some(pid) = rustix::process::Pid::from_raw(self.pid as i32) else {
+            return false;
+        };
+        match rustix::process::test_kill_process(pid) {
+            Ok(()) | Err(rustix::io::Errno::PERM) => {}
+            Err(_) => return false,
+        }
+        self.start_time == 0 || start_time(self.pid) == Some(self.start_time)
+    }
+}
+
+/// Start time of a process in clock ticks since boot.
+pub fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may contain spaces and parentheses: the
+    // fields after it start after the *last* ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    // rest = " state ppid ..." : field 3 is index 0, so field 22 is index 19.
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Live instances under `root`, oldest first. Unreadable or stale records
+/// are skipped.
+pub fn scan(root: &Path) -> Vec<InstanceRecord> {
+    let Ok(dir) = std::fs::read_dir(root) else {
+        return Vec::new();
+    };
+    let mut out: Vec<InstanceRecord> = dir
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join(RECORD)).ok())
+        .filter_map(|bytes| serde_json::from_slice::<InstanceRecord>(&bytes).ok())
+        .filter(InstanceRecord::is_live)
+        .collect();
+    out.sort_by(|a, b| (a.started, &a.id).cmp(&(b.started, &b.id)));
+    out
+}
+
+/// Why an instance could not be chosen.
+#[derive(Debug)]
+pub enum SelectError {
+    NoneRunning(PathBuf),
+    Ambiguous(Vec<String>),
+    Unknown(String),
+    AmbiguousPrefix(String, Vec<String>),
+}
+
+impl std::fmt::Display for SelectError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SelectError::NoneRunning(root) => write!(
+                f,
+                "no running atoll instance under {} (start one with `atoll boot`)",
+                root.display()
+            ),
+            SelectError::Ambiguous(ids) => write!(
+                f,
+                "{} instances are running ({}); choose one with --id",
+                ids.len(),
+                ids.join(", ")
+            ),
+            SelectError::Unknown(id) => write!(f, "no running instance with id '{id}'"),
+            SelectError::AmbiguousPrefix(id, ids) => {
+                write!(f, "id '{id}' matches several instances: {}", ids.join(", "))
+            }
+        }
+    }
+}
+
+impl std::error::Error for SelectError {}
+
+/// Pick an instance: by exact id, else by unique id prefix; without an id,
+/// the only running one.
+pub fn select(
+    live: Vec<InstanceRecord>,
+    id: Option<&str>,
+    root: &Path,
+) -> Result<InstanceRecord, SelectError> {
+    let ids = |v: &[InstanceRecord]| v.iter().map(|r| r.id.clone()).collect::<Vec<_>>();
+    match id {
+        None => match live.len() {
+            0 => Err(SelectError::NoneRunning(root.to_path_buf())),
+            1 => Ok(live.into_iter().next().expect("one element")),
+            _ => Err(SelectError::Ambiguous(ids(&live))),
+        },
+        Some(id) => {
+            if let Some(r) = live.iter().find(|r| r.id == id) {
+                return Ok(r.clone());
+            }
+            let matching: Vec<InstanceRecord> = live
+                .into_iter()
+                .filter(|r| !id.is_empty() && r.id.starts_with(id))
+                .collect();
+            match matching.len() {
+                0 => Err(SelectError::Unknown(id.to_string())),
+                1 => Ok(matching.into_iter().next().expect("one element")),
+                _ => Err(SelectError::AmbiguousPrefix(id.to_string(), ids(&matching))),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(dir: &Path, id: &str, pid: u32, start_time: u64) -> InstanceRecord {
+        let runtime_dir = dir.join(id);
+        std::fs::create_dir_all(&runtime_dir).unwrap();
+        InstanceRecord {
+            id: id.into(),
+            pid,
+            start_time,
+            kind: "boot".into(),
+            socket: runtime_dir.join("boot.sock"),
+            runtime_dir,
+            mount: "/atoll".into(),
+            servers: 2,
+            cache_bytes: 1 << 20,
+            started: 1,
+            command: vec![],
+        }
+    }
+
+    #[test]
+    fn start_time_of_self_is_known_and_stable() {
+        let me = std::process::id();
+        let a = start_time(me).unwrap();
+        assert_eq!(start_time(me), Some(a));
+    }
+
+    #[test]
+    fn scan_returns_live_records_and_skips_stale_ones() {
+        let t = tempfile::tempdir().unwrap();
+        let me = std::process::id();
+        let live = record(t.path(), "live1", me, start_time(me).unwrap());
+        live.write().unwrap();
+        // Same pid, different start time: the pid was recycled.
+        record(t.path(), "recycled", me, 1).write().unwrap();
+        // A pid that cannot exist (beyond pid_max).
+        record(t.path(), "dead", 0x3fff_fff0, 0).write().unwrap();
+        std::fs::create_dir(t.path().join("junk")).unwrap();
+        std::fs::write(t.path().join("junk").join(RECORD), b"{not json").unwrap();
+        let found = scan(t.path());
+        assert_eq!(found, vec![live]);
+    }
+
+    #[test]
+    fn select_by_id_prefix_or_uniqueness() {
+        let t = tempfile::tempdir().unwrap();
+        let a = record(t.path(), "a1b2", 1, 0);
+        let b = record(t.path(), "a1c3", 1, 0);
+        let both = vec![a.clone(), b.clone()];
+        assert_eq!(select(vec![a.clone()], None, t.path()).unwrap(), a);
+        assert!(matches!(
+            select(both.clone(), None, t.path()),
+            Err(SelectError::Ambiguous(_))
+        ));
+        assert_eq!(select(both.clone(), Some("a1c"), t.path()).unwrap(), b);
+        assert_eq!(select(both.clone(), Some("a1b2"), t.path()).unwrap(), a);
+        assert!(matches!(
+            select(both.clone(), Some("a1"), t.path()),
+            Err(SelectError::AmbiguousPrefix(..))
+        ));
+        assert!(matches!(
+            select(both, Some("zz"), t.path()),
+            Err(SelectError::Unknown(_))
+        ));
+        assert!(matches!(
+            select(vec![], None, t.path()),
+            Err(SelectError::NoneRunning(_))
+        ));
+    }
+}

@@ -1,0 +1,355 @@
+//! Human and JSON renderings of server statistics (`atoll run --stats`,
+//! `--stats-json`, `atoll status`) and of the instance list.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use atoll_proto::boot::InstanceStatus;
+use atoll_proto::{ServerStats, BLOCK_SIZE};
+use serde::Serialize;
+
+use crate::args::human_bytes;
+use crate::registry::InstanceRecord;
+
+/// A text table: left-aligned first column, right-aligned others.
+struct Table {
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    fn new(header: &[&str]) -> Table {
+        Table {
+            rows: vec![header.iter().map(|s| s.to_string()).collect()],
+        }
+    }
+
+    fn row(&mut self, cells: Vec<String>) {
+        self.rows.push(cells);
+    }
+
+    fn render(&self, out: &mut String) {
+        let cols = self.rows.iter().map(Vec::len).max().unwrap_or(0);
+        let width: Vec<usize> = (0..cols)
+            .map(|c| {
+                self.rows
+                    .iter()
+                    .filter_map(|r| r.get(c))
+                    .map(|s| s.chars().count())
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        for r in &self.rows {
+            let mut line = String::new();
+            for (c, cell) in r.iter().enumerate() {
+                if c == 0 {
+                    let _ = write!(line, "{cell:<w$}", w = width[0]);
+                } else {
+                    let _ = write!(line, "  {cell:>w$}", w = width[c]);
+                }
+            }
+            out.push_str(line.trim_end());
+            out.push('\n');
+        }
+    }
+}
+
+/// `850` → `850ns`, `2_100` → `2.1µs`, `3_400_000` → `3.4ms`.
+pub fn human_ns(ns: f64) -> String {
+    if ns < 1e3 {
+        format!("{ns:.0}ns")
+    } else if ns < 1e6 {
+        format!("{:.1}µs", ns / 1e3)
+    } else if ns < 1e9 {
+        format!("{:.1}ms", ns / 1e6)
+    } else {
+        format!("{:.2}s", ns / 1e9)
+    }
+}
+
+fn mean(total_ns: u64, count: u64) -> f64 {
+    if count == 0 {
+        0.0
+    } else {
+        total_ns as f64 / count as f64
+    }
+}
+
+/// Operation totals over all servers: name → (count, total ns, per-server counts).
+fn ops_by_name(servers: &[ServerStats]) -> BTreeMap<&str, (u64, u64, Vec<u64>)> {
+    let mut ops: BTreeMap<&str, (u64, u64, Vec<u64>)> = BTreeMap::new();
+    for (i, s) in servers.iter().enumerate() {
+        for (name, count, ns) in &s.ops {
+            let e = ops
+                .entry(name.as_str())
+                .or_insert_with(|| (0, 0, vec![0; servers.len()]));
+            e.0 += count;
+            e.1 += ns;
+            e.2[i] += count;
+        }
+    }
+    ops
+}
+
+/// Most servers shown one column each in the operation table.
+const MAX_SERVER_COLUMNS: usize = 8;
+
+/// The `--stats` table: one line per server, then one per operation.
+pub fn stats_table(servers: &[ServerStats]) -> String {
+    let mut out = String::new();
+    let mut t = Table::new(&[
+        "server", "core", "requests", "bad", "mean", "sessions", "inodes", "open", "blocks",
+    ]);
+    for s in servers {
+        let (count, ns) = s
+            .ops
+            .iter()
+            .fold((0, 0), |(c, n), (_, oc, on)| (c + oc, n + on));
+        t.row(vec![
+            s.server.to_string(),
+            core(s.core),
+            s.requests.to_string(),
+            s.bad_requests.to_string(),
+            human_ns(mean(ns, count)),
+            s.sessions.to_string(),
+            s.inodes.to_string(),
+            s.open_descriptions.to_string(),
+            format!("{}/{}", s.blocks_used, s.blocks_total),
+        ]);
+    }
+    t.render(&mut out);
+    let ops = ops_by_name(servers);
+    if ops.is_empty() {
+        return out;
+    }
+    out.push('\n');
+    let per_server = servers.len() > 1 && servers.len() <= MAX_SERVER_COLUMNS;
+    let mut header = vec![
+        "operation".to_string(),
+        "count".into(),
+        "mean".into(),
+        "total".into(),
+    ];
+    if per_server {
+        header.extend(servers.iter().map(|s| format!("s{}", s.server)));
+    }
+    let mut t = Table::new(&header.iter().map(String::as_str).collect::<Vec<_>>());
+    let mut by_count: Vec<_> = ops.into_iter().collect();
+    by_count.sort_by(|a, b| b.1 .0.cmp(&a.1 .0).then(a.0.cmp(b.0)));
+    for (name, (count, ns, each)) in by_count {
+        let mut row = vec![
+            name.to_string(),
+            count.to_string(),
+            human_ns(mean(ns, count)),
+            human_ns(ns as f64),
+        ];
+        if per_server {
+            row.extend(each.iter().map(u64::to_string));
+        }
+        t.row(row);
+    }
+    t.render(&mut out);
+    out
+}
+
+fn core(c: i32) -> String {
+    if c < 0 {
+        "-".into()
+    } else {
+        c.to_string()
+    }
+}
+
+#[derive(Serialize)]
+struct OpJson<'a> {
+    op: &'a str,
+    count: u64,
+    total_ns: u64,
+    mean_ns: f64,
+}
+
+#[derive(Serialize)]
+struct ServerJson<'a> {
+    server: u32,
+    core: i32,
+    sessions: u64,
+    inodes: u64,
+    open_descriptions: u64,
+    blocks_used: u64,
+    blocks_total: u64,
+    requests: u64,
+    bad_requests: u64,
+    ops: Vec<OpJson<'a>>,
+}
+
+fn servers_json(servers: &[ServerStats]) -> Vec<ServerJson<'_>> {
+    servers
+        .iter()
+        .map(|s| ServerJson {
+            server: s.server,
+            core: s.core,
+            sessions: s.sessions,
+            inodes: s.inodes,
+            open_descriptions: s.open_descriptions,
+            blocks_used: s.blocks_used,
+            blocks_total: s.blocks_total,
+            requests: s.requests,
+            bad_requests: s.bad_requests,
+            ops: s
+                .ops
+                .iter()
+                .map(|(op, count, ns)| OpJson {
+                    op,
+                    count: *count,
+                    total_ns: *ns,
+                    mean_ns: mean(*ns, *count),
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+/// `--stats-json`: `{"servers": [{"server": 0, "ops": [...], ...}], "totals": {...}}`.
+pub fn stats_json(servers: &[ServerStats]) -> serde_json::Value {
+    let totals: BTreeMap<&str, serde_json::Value> = ops_by_name(servers)
+        .into_iter()
+        .map(|(name, (count, ns, _))| {
+            (
+                name,
+                serde_json::json!({"count": count, "total_ns": ns, "mean_ns": mean(ns, count)}),
+            )
+        })
+        .collect();
+    serde_json::json!({ "servers": servers_json(servers), "totals": totals })
+}
+
+/// `atoll status` for humans.
+pub fn status_text(st: &InstanceStatus, rec: &InstanceRecord) -> String {
+    let mut out = String::new();
+    let cores: Vec<String> = st.servers.iter().map(|s| core(s.core)).collect();
+    let used: u64 = st.servers.iter().map(|s| s.blocks_used).sum();
+    let total: u64 = st.servers.iter().map(|s| s.blocks_total).sum();
+    let open: u64 = st.servers.iter().map(|s| s.open_descriptions).sum();
+    let requests: u64 = st.servers.iter().map(|s| s.requests).sum();
+    let _ = writeln!(
+        out,
+        "instance     {}  (pid {}, {})",
+        st.id, st.pid, rec.kind
+    );
+    let _ = writeln!(out, "mount        {}", st.mount);
+    let _ = writeln!(
+        out,
+        "servers      {}  on cores {}",
+        st.servers.len(),
+        cores.join(",")
+    );
+    let _ = writeln!(out, "clients      {}  ({} lanes)", st.clients, st.lanes);
+    let _ = writeln!(out, "open files   {open}");
+    let _ = writeln!(
+        out,
+        "blocks       {used}/{total} in use ({} of {})",
+        human_bytes(used * BLOCK_SIZE as u64),
+        human_bytes(total * BLOCK_SIZE as u64)
+    );
+    let _ = writeln!(out, "requests     {requests}");
+    out.push('\n');
+    out.push_str(&stats_table(&st.servers));
+    out
+}
+
+pub fn status_json(st: &InstanceStatus, rec: &InstanceRecord) -> serde_json::Value {
+    serde_json::json!({
+        "id": st.id,
+        "pid": st.pid,
+        "kind": rec.kind,
+        "mount": st.mount,
+        "socket": rec.socket,
+        "clients": st.clients,
+        "lanes": st.lanes,
+        "servers": servers_json(&st.servers),
+    })
+}
+
+/// `atoll list` for humans.
+pub fn list_text(records: &[InstanceRecord]) -> String {
+    let mut t = Table::new(&["id", "pid", "kind", "servers", "memory", "mount", "command"]);
+    for r in records {
+        let mut row = vec![
+            r.id.clone(),
+            r.pid.to_string(),
+            r.kind.clone(),
+            r.servers.to_string(),
+            human_bytes(r.cache_bytes),
+            r.mount.clone(),
+        ];
+        row.push(r.command.join(" "));
+        t.row(row);
+    }
+    let mut out = String::new();
+    t.render(&mut out);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server(i: u32, ops: &[(&str, u64, u64)]) -> ServerStats {
+        ServerStats {
+            server: i,
+            core: i as i32,
+            sessions: 1,
+            inodes: 10,
+            open_descriptions: 2,
+            blocks_used: 5,
+            blocks_total: 100,
+            requests: ops.iter().map(|o| o.1).sum(),
+            bad_requests: 0,
+            ops: ops
+                .iter()
+                .map(|(n, c, t)| (n.to_string(), *c, *t))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn human_ns_picks_a_readable_unit() {
+        assert_eq!(human_ns(850.0), "850ns");
+        assert_eq!(human_ns(2_100.0), "2.1µs");
+        assert_eq!(human_ns(3_400_000.0), "3.4ms");
+        assert_eq!(human_ns(2e9), "2.00s");
+    }
+
+    #[test]
+    fn table_aligns_columns_and_sums_ops_over_servers() {
+        let s = [
+            server(0, &[("open", 10, 20_000), ("stat", 1, 500)]),
+            server(1, &[("open", 30, 60_000)]),
+        ];
+        let text = stats_table(&s);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].starts_with("server"));
+        let open = lines.iter().find(|l| l.starts_with("open")).unwrap();
+        let cells: Vec<&str> = open.split_whitespace().collect();
+        // operation, count, mean, total, s0, s1
+        assert_eq!(cells, ["open", "40", "2.0µs", "80.0µs", "10", "30"]);
+        // Busiest operation first.
+        let first_op = lines.iter().position(|l| l.starts_with("open")).unwrap();
+        let stat = lines.iter().position(|l| l.starts_with("stat")).unwrap();
+        assert!(first_op < stat);
+        assert!(lines[1].contains("5/100"), "{text}");
+    }
+
+    #[test]
+    fn json_has_servers_with_ops_and_totals() {
+        let s = [
+            server(0, &[("open", 4, 400)]),
+            server(1, &[("open", 1, 100)]),
+        ];
+        let v = stats_json(&s);
+        assert_eq!(v["servers"].as_array().unwrap().len(), 2);
+        assert_eq!(v["servers"][0]["ops"][0]["op"], "open");
+        assert_eq!(v["servers"][0]["ops"][0]["mean_ns"], 100.0);
+        assert_eq!(v["totals"]["open"]["count"], 5);
+    }
+}

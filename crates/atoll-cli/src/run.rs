@@ -1,0 +1,274 @@
+//! `atoll run` and `atoll exec`: one command as a client of an instance.
+//!
+//! `run` sequence: validate everything → block terminating signals → boot
+//! the instance (server threads in this process) → record it → imports
+//! (`cp -a` under the instance) → the command → exports → shut down (servers,
+//! runtime directory, shared memory) → statistics → exit with the command's
+//! status. Any failure after boot still shuts the instance down.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use atoll_server::Instance;
+
+use crate::args::{ExecArgs, RunArgs};
+use crate::config::{self, under_mount, Plan, UsageError};
+use crate::launch::{self, ClientEnv, WorkDir};
+use crate::registry::{self, InstanceRecord};
+use crate::report;
+use crate::signals::Terminator;
+
+/// One `--import` (host → atoll) or `--export` (atoll → host) copy.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Copy {
+    pub src: String,
+    pub dest: String,
+}
+
+/// `--import SRC[:DEST]`: DEST defaults to mount + basename(SRC); a
+/// relative DEST is relative to the mount root.
+///
+/// `./src` with mount `/atoll` → `cp -a ./src /atoll/src`.
+pub fn parse_import(mount: &str, spec: &str) -> Result<Copy, UsageError> {
+    let (src, dest) = match spec.rsplit_once(':') {
+        Some((s, d)) => (s, Some(d)),
+        None => (spec, None),
+    };
+    if src.is_empty() {
+        return Err(UsageError(format!("--import {spec}: empty source")));
+    }
+    let dest = match dest {
+        Some(d) => atoll_path(mount, d).ok_or_else(|| {
+            UsageError(format!(
+                "--import {spec}: destination must be inside the mount {mount}"
+            ))
+        })?,
+        None => {
+            let base = basename(src).ok_or_else(|| {
+                UsageError(format!(
+                    "--import {spec}: cannot name a destination; write SRC:DEST"
+                ))
+            })?;
+            format!("{mount}/{base}")
+        }
+    };
+    Ok(Copy {
+        src: src.to_string(),
+        dest,
+    })
+}
+
+/// `--export SRC:DEST`: SRC inside the mount (relative = relative to the
+/// mount root), DEST on the host.
+pub fn parse_export(mount: &str, spec: &str) -> Result<Copy, UsageError> {
+    let Some((src, dest)) = spec.rsplit_once(':') else {
+        return Err(UsageError(format!(
+            "--export {spec}: expected SRC:DEST (SRC inside the instance, DEST on the host)"
+        )));
+    };
+    if dest.is_empty() {
+        return Err(UsageError(format!("--export {spec}: empty destination")));
+    }
+    let src = atoll_path(mount, src).ok_or_else(|| {
+        UsageError(format!(
+            "--export {spec}: source must be inside the mount {mount}"
+        ))
+    })?;
+    Ok(Copy {
+        src,
+        dest: dest.to_string(),
+    })
+}
+
+/// Absolute atoll path for `p`: absolute paths must be under the mount,
+/// relative ones are taken from the mount root.
+fn atoll_path(mount: &str, p: &str) -> Option<String> {
+    if p.starts_with('/') {
+        under_mount(mount, Path::new(p))?;
+        Some(p.to_string())
+    } else if p.is_empty() {
+        None
+    } else {
+        Some(format!("{mount}/{p}"))
+    }
+}
+
+/// Last meaningful component of a host path (`./a/b/` → `b`), resolving
+/// `.` and `..` through the file system.
+fn basename(src: &str) -> Option<String> {
+    let p = Path::new(src);
+    let name = match p.file_name() {
+        Some(n) => n.to_os_string(),
+        None => std::fs::canonicalize(p).ok()?.file_name()?.to_os_string(),
+    };
+    name.into_string().ok()
+}
+
+pub fn run(args: RunArgs) -> Result<i32> {
+    let plan = config::plan(&args.instance)?;
+    let mount = plan.config.mount.clone();
+    let dir = launch::work_dir(&mount, args.cwd.as_deref())?;
+    let imports = args
+        .import
+        .iter()
+        .map(|s| parse_import(&mount, s))
+        .collect::<Result<Vec<_>, _>>()?;
+    let exports = args
+        .export
+        .iter()
+        .map(|s| parse_export(&mount, s))
+        .collect::<Result<Vec<_>, _>>()?;
+    for c in &imports {
+        if std::fs::symlink_metadata(&c.src).is_err() {
+            bail!("--import {}: no such file or directory on the host", c.src);
+        }
+    }
+    let preload = launch::find_preload()?;
+    let root = &plan.config.runtime_root;
+    config::ensure_runtime_root(root)
+        .with_context(|| format!("runtime root {}", root.display()))?;
+
+    // Before any server thread exists, so that they inherit the mask.
+    let term = Terminator::install().context("cannot set up signal handling")?;
+    let instance = Instance::boot(plan.config.clone()).context("cannot boot the instance")?;
+    tracing::info!(id = instance.id(), "instance up");
+    let outcome = drive(
+        &term, &instance, &plan, &args, &dir, &imports, &exports, preload,
+    );
+    let stats = instance.shutdown();
+    if args.stats {
+        eprint!("{}", report::stats_table(&stats));
+    }
+    if let Some(file) = &args.stats_json {
+        let json = serde_json::to_string_pretty(&report::stats_json(&stats))?;
+        std::fs::write(file, json + "\n")
+            .with_context(|| format!("cannot write {}", file.display()))?;
+    }
+    outcome
+}
+
+#[allow(clippy::too_many_arguments)]
+fn drive(
+    term: &Terminator,
+    instance: &Instance,
+    plan: &Plan,
+    args: &RunArgs,
+    dir: &WorkDir,
+    imports: &[Copy],
+    exports: &[Copy],
+    preload: PathBuf,
+) -> Result<i32> {
+    let record = InstanceRecord::for_self(instance, "run", &args.command);
+    if let Err(e) = record.write() {
+        tracing::warn!("cannot record the instance for `atoll list`: {e}");
+    }
+    if let Some(cores) = &plan.app_cores {
+        confine_to(cores).context("cannot confine programs to their cores")?;
+    }
+    let env = ClientEnv {
+        socket: instance.socket_path().to_path_buf(),
+        mount: plan.config.mount.clone(),
+        preload,
+    };
+    for c in imports {
+        if let Some(sig) = term.received() {
+            return Ok(128 + sig);
+        }
+        copy(term, &env, c, "import")?;
+    }
+    if let Some(sig) = term.received() {
+        return Ok(128 + sig);
+    }
+    let cmd = env.command(&args.command, dir)?;
+    let status = launch::run_child(term, cmd, &format!("'{}'", args.command[0]))?;
+    let code = launch::exit_code(status);
+    tracing::debug!(code, "command finished");
+    if let Some(sig) = term.received() {
+        if !exports.is_empty() {
+            tracing::warn!("interrupted by signal {sig}: exports skipped");
+        }
+        return Ok(code);
+    }
+    for c in exports {
+        if let Err(e) = copy(term, &env, c, "export") {
+            // The command's own failure is the more useful status to keep.
+            if code != 0 {
+                eprintln!("atoll: error: {e:#}");
+                return Ok(code);
+            }
+            return Err(e);
+        }
+    }
+    Ok(code)
+}
+
+/// `cp -a SRC DEST` as a client of the instance.
+fn copy(term: &Terminator, env: &ClientEnv, c: &Copy, what: &str) -> Result<()> {
+    let argv = ["cp".to_string(), "-a".into(), c.src.clone(), c.dest.clone()];
+    let cmd = env.command(&argv, &WorkDir::Inherit)?;
+    let status = launch::run_child(term, cmd, "cp")?;
+    if !status.success() {
+        bail!("{what} {} → {} failed ({status})", c.src, c.dest);
+    }
+    Ok(())
+}
+
+/// Pin this thread, and hence the children it starts, to `cores`
+/// (`--split`: programs stay off the servers' cores).
+fn confine_to(cores: &[usize]) -> std::io::Result<()> {
+    let mut set = rustix::thread::CpuSet::new();
+    for &c in cores {
+        set.set(c);
+    }
+    rustix::thread::sched_setaffinity(None, &set)?;
+    Ok(())
+}
+
+pub fn exec(args: ExecArgs) -> Result<i32> {
+    let root = config::runtime_root(&args.select.runtime_dir);
+    let rec = registry::select(registry::scan(&root), args.select.id.as_deref(), &root)?;
+    let dir = launch::work_dir(&rec.mount, args.cwd.as_deref())?;
+    let env = ClientEnv {
+        socket: rec.socket.clone(),
+        mount: rec.mount.clone(),
+        preload: launch::find_preload()?,
+    };
+    let term = Terminator::install().context("cannot set up signal handling")?;
+    let cmd = env.command(&args.command, &dir)?;
+    let status = launch::run_child(&term, cmd, &format!("'{}'", args.command[0]))?;
+    Ok(launch::exit_code(status))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn import_destination_defaults_to_mount_plus_basename() {
+        let c = parse_import("/atoll", "./proj/src/").unwrap();
+        assert_eq!(c.dest, "/atoll/src");
+        assert_eq!(c.src, "./proj/src/");
+        let c = parse_import("/atoll", "/home/u/p:/atoll/q").unwrap();
+        assert_eq!((c.src.as_str(), c.dest.as_str()), ("/home/u/p", "/atoll/q"));
+        let c = parse_import("/atoll", "p:q/r").unwrap();
+        assert_eq!(c.dest, "/atoll/q/r");
+    }
+
+    #[test]
+    fn import_destination_must_be_inside_the_mount() {
+        assert!(parse_import("/atoll", "p:/tmp/q").is_err());
+        assert!(parse_import("/atoll", ":/atoll/q").is_err());
+        assert!(parse_import("/atoll", "/").is_err());
+    }
+
+    #[test]
+    fn export_needs_an_atoll_source_and_a_host_destination() {
+        let c = parse_export("/atoll", "/atoll/out:./res").unwrap();
+        assert_eq!((c.src.as_str(), c.dest.as_str()), ("/atoll/out", "./res"));
+        let c = parse_export("/atoll", "out:/tmp/x").unwrap();
+        assert_eq!(c.src, "/atoll/out");
+        assert!(parse_export("/atoll", "/atoll/out").is_err());
+        assert!(parse_export("/atoll", "/etc:/tmp/x").is_err());
+        assert!(parse_export("/atoll", "/atoll/out:").is_err());
+    }
+}

@@ -1,0 +1,125 @@
+//! The few system calls the driver needs that have no safe wrapper in
+//! rustix: signal masks and `sigwaitinfo`, `fork`, `_exit`, and pointing
+//! stdio at another file. Every `unsafe` block of the crate lives here.
+
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd};
+
+/// The signals atoll turns into an orderly shutdown.
+pub const TERMINATING: [i32; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+
+/// `si_code` of signals the kernel generates itself, notably the terminal
+/// driver's SIGINT on ^C and SIGHUP on hangup, which already reach the
+/// whole foreground process group.
+pub const SI_KERNEL: i32 = 0x80;
+
+fn terminating_set() -> libc::sigset_t {
+    // SAFETY: sigset_t is plain data; sigemptyset initialises it fully
+    // before sigaddset reads it, and both only write into our local.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for s in TERMINATING {
+            libc::sigaddset(&mut set, s);
+        }
+        set
+    }
+}
+
+/// Block [`TERMINATING`] in the calling thread. Threads created afterwards
+/// (server threads, the signal thread) inherit the mask, so these signals
+/// are only ever consumed by [`wait_terminating`]. Children started with
+/// `std::process::Command` get an empty mask again (std resets it).
+pub fn block_terminating() -> io::Result<()> {
+    let set = terminating_set();
+    // SAFETY: `set` is a valid, initialised sigset; the old mask is not
+    // requested (null).
+    let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+    if rc != 0 {
+        return Err(io::Error::from_raw_os_error(rc));
+    }
+    Ok(())
+}
+
+/// Wait for one of [`TERMINATING`] (which must be blocked). Returns the
+/// signal number and its `si_code`.
+pub fn wait_terminating() -> io::Result<(i32, i32)> {
+    let set = terminating_set();
+    loop {
+        // SAFETY: siginfo_t is plain data that sigwaitinfo fills in; `set`
+        // is initialised.
+        let (rc, code) = unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            let rc = libc::sigwaitinfo(&set, &mut info);
+            (rc, info.si_code)
+        };
+        if rc >= 0 {
+            return Ok((rc, code));
+        }
+        let err = io::Error::last_os_error();
+        if err.kind() != io::ErrorKind::Interrupted {
+            return Err(err);
+        }
+    }
+}
+
+/// Result of [`fork`].
+pub enum Forked {
+    Parent { child: i32 },
+    Child,
+}
+
+/// `fork(2)`. Must be called while the process has a single thread, so the
+/// child can keep using the allocator and std freely.
+pub fn fork() -> io::Result<Forked> {
+    debug_assert_eq!(thread_count(), Some(1), "fork with several threads");
+    // SAFETY: the process is single-threaded (checked in debug builds), so
+    // no lock can be held by a thread that does not exist in the child.
+    match unsafe { libc::fork() } {
+        -1 => Err(io::Error::last_os_error()),
+        0 => Ok(Forked::Child),
+        child => Ok(Forked::Parent { child }),
+    }
+}
+
+/// Leave at once without running atexit handlers or flushing std buffers
+/// that belong to the parent (for the intermediate process of a double fork).
+pub fn exit_now(code: i32) -> ! {
+    // SAFETY: _exit never returns and touches no process state we rely on.
+    unsafe { libc::_exit(code) }
+}
+
+/// Make `fd` the process's descriptor `target` (0, 1 or 2).
+pub fn redirect(fd: BorrowedFd<'_>, target: i32) -> io::Result<()> {
+    // SAFETY: dup2 on a descriptor we borrow (valid for the call) onto a
+    // standard descriptor; it closes the old target atomically.
+    if unsafe { libc::dup2(fd.as_raw_fd(), target) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Number of threads of this process (from /proc), if known.
+pub fn thread_count() -> Option<usize> {
+    std::fs::read_dir("/proc/self/task").ok().map(|d| d.count())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blocked_signal_is_returned_by_wait_terminating() {
+        // Run in a dedicated thread so the test harness's other threads
+        // keep their masks; a thread-directed signal must hit this thread.
+        std::thread::spawn(|| {
+            block_terminating().unwrap();
+            // SAFETY: sending SIGHUP to this very thread, where it is blocked.
+            unsafe { libc::pthread_kill(libc::pthread_self(), libc::SIGHUP) };
+            let (sig, _code) = wait_terminating().unwrap();
+            assert_eq!(sig, libc::SIGHUP);
+        })
+        .join()
+        .unwrap();
+    }
+}

@@ -138,12 +138,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE")]
     pub stats_json: Option<PathBuf>,
     /// The command and its arguments
-    #[arg(
-        required = true,
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "COMMAND"
-    )]
+    #[arg(required = true, trailing_var_arg = true, value_name = "COMMAND")]
     pub command: Vec<String>,
 }
 
@@ -173,12 +168,7 @@ pub struct ExecArgs {
     #[arg(long, value_name = "PATH")]
     pub cwd: Option<PathBuf>,
     /// The command and its arguments
-    #[arg(
-        required = true,
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "COMMAND"
-    )]
+    #[arg(required = true, trailing_var_arg = true, value_name = "COMMAND")]
     pub command: Vec<String>,
 }
 
@@ -227,17 +217,17 @@ pub enum PollArg {
 pub enum Technique {
     /// Directory distribution (Hare §3.4)
     DirDistribution,
-    /// Client directory lookup cache (Hare §3.5)
+    /// Client directory lookup cache (Hare §3.7.1)
     DirCache,
-    /// Parallel directory broadcast (Hare §3.7.2)
+    /// Parallel directory broadcast (Hare §3.7.3)
     Broadcast,
     /// Direct access to the shared buffer cache (Hare §3.3)
     DirectCache,
     /// Message coalescing (Hare §3.7.4)
     Coalescing,
-    /// Creation affinity (Hare §3.7.3)
+    /// Creation affinity (Hare §3.7.5)
     Affinity,
-    /// Hybrid file-descriptor tracking (Hare §3.2)
+    /// Hybrid file-descriptor tracking (Hare §3.5.1)
     HybridFd,
 }
 
@@ -440,6 +430,15 @@ mod tests {
         let c = Cli::try_parse_from(["atoll", "run", "make", "-j8"]).unwrap();
         let Command::Run(r) = c.command else { panic!() };
         assert_eq!(r.command, ["make", "-j8"]);
+    }
+
+    #[test]
+    fn unknown_options_before_the_command_are_errors() {
+        assert!(Cli::try_parse_from(["atoll", "run", "--bogus", "--", "true"]).is_err());
+        assert!(Cli::try_parse_from(["atoll", "run", "--bogus", "true"]).is_err());
+        let c = Cli::try_parse_from(["atoll", "run", "--", "--weird-name"]).unwrap();
+        let Command::Run(r) = c.command else { panic!() };
+        assert_eq!(r.command, ["--weird-name"]);
     }
 
     #[test]

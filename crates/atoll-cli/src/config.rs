@@ -2,7 +2,7 @@
 //! core placement (`--split`), poll mode, ablation switches, distributed
 //! directories and the runtime root.
 //!
-//! Placement follows Hare's two configurations (Hare §5.1): *timeshare*
+//! Placement follows Hare's two configurations (Hare §5.3.2): *timeshare*
 //! (servers and programs share every core; server i is pinned to usable
 //! core i mod n) and *split* (servers own the last N usable cores, programs
 //! are confined to the others).

@@ -32,7 +32,7 @@ mod signals;
 mod sys;
 
 use clap::error::ErrorKind;
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 
 use crate::args::{Cli, Command};
 
@@ -88,10 +88,22 @@ fn clap_error(e: clap::Error) -> i32 {
             e.exit_code()
         }
         _ => {
+            // The first paragraph of clap's message, joined into one line.
             let rendered = e.render().to_string();
-            let first = rendered.lines().next().unwrap_or("invalid command line");
-            let msg = first.strip_prefix("error: ").unwrap_or(first);
-            eprintln!("atoll: error: {msg} (see 'atoll --help')");
+            let msg = rendered
+                .lines()
+                .take_while(|l| !l.trim().is_empty())
+                .map(str::trim)
+                .collect::<Vec<_>>()
+                .join(" ");
+            let msg = msg.strip_prefix("error: ").unwrap_or(&msg);
+            let help = match std::env::args().nth(1) {
+                Some(sub) if Cli::command().find_subcommand(&sub).is_some() => {
+                    format!("atoll {sub} --help")
+                }
+                _ => "atoll --help".to_string(),
+            };
+            eprintln!("atoll: error: {msg} (see '{help}')");
             2
         }
     }

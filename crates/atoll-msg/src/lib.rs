@@ -1,12 +1,125 @@
 //! atoll's messaging layer (Popcorn ch. 5, fos §3.2, Hare §3.7.2).
 //!
-//! STUB: the public API below is the contract other crates code against;
-//! bodies are being implemented.
+//! Layer map:
+//! * **this crate** moves opaque frames of bytes (at most [`MAX_FRAME`])
+//!   between a client and a file server through shared memory, and lets
+//!   either side wait for the other by spinning, sleeping, or both;
+//! * **below** it there is only Linux: `memfd`, `mmap` and `futex`, called
+//!   as raw system calls through rustix (this code also runs inside the
+//!   preload library, where libc's wrappers are interposed);
+//! * **above** it `atoll-proto` gives frames a meaning; `atoll-server` serves
+//!   [`ServerChannel`]s and waits on its [`Doorbell`]; `atoll-client` sends
+//!   on [`ClientChannel`]s; `atoll bench rpc` measures it through [`bench`].
+//!
+//! Modules: [`region`](SharedRegion) (sealed memfd mappings), `ring` (SPSC
+//! frame rings), `wait` (spin/futex waiting and the wake-up rule),
+//! `control` ([`Control`], [`Doorbell`]), `channel` ([`ClientChannel`],
+//! [`ServerChannel`]), [`bench`].
+//!
+//! # How a frame travels
+//!
+//! A *channel* is one memfd holding three single-producer/single-consumer
+//! rings: requests (client → server), replies (server → client) and an
+//! *inbox* (server → client messages nobody asked for, such as directory
+//! cache invalidations). A ring is a data area of 64 KiB and two indices
+//! counting bytes ever written (`head`, written only by the producer) and
+//! bytes ever consumed (`tail`, written only by the consumer), each on its
+//! own cache line. Frames start on 64-byte boundaries with an 8-byte length
+//! header; a frame that does not fit before the end of the data area leaves
+//! a *wrap marker* and starts again at offset 0.
+//!
+//! To send, the producer checks `head - tail` leaves room, copies the frame
+//! in, and publishes the new `head` with release ordering. If there is no
+//! room it waits until there is: `send` returns only once the frame is in
+//! the receiver's ring (*atomic delivery*, Hare §3.7.2: servers send
+//! invalidations without waiting for acknowledgements, and a client drains
+//! its inbox before trusting its cache). The consumer reads `head` with
+//! acquire ordering, validates the frame, lends its bytes to a closure *in
+//! place* (no copy) and only then publishes the new `tail`, which frees the
+//! space.
+//!
+//! The peer is not trusted: it could scribble anything into the shared
+//! memory. Each end keeps its own index privately and re-validates the
+//! peer's index and every frame header, so corruption is reported as
+//! [`MsgError::Corrupt`], never as an out-of-bounds access or a panic.
+//!
+//! # Waiting and waking
+//!
+//! A client waiting for a reply, or a server with no work, waits according
+//! to a [`PollMode`]: `Spin` polls (dedicated cores), `Block` sleeps on a
+//! futex at once (timeshared cores), `Adaptive` spins for
+//! [`ADAPTIVE_SPIN_NS`] then sleeps. A server sleeps on one word for all its
+//! channels: its [`Doorbell`], which clients ring after each request.
+//!
+//! Sleeping is safe because a waiter *announces* itself on the futex word
+//! before its last check, with a read-modify-write, and a notifier changes
+//! the same word with a read-modify-write after making its change: either
+//! the waiter's last check sees the change, or the notifier sees the
+//! announcement and issues `FUTEX_WAKE`, and the kernel refuses to put the
+//! waiter to sleep on a word that changed. When nobody sleeps, notifying
+//! costs no system call. The `wait` module gives the full argument; the
+//! `loom` tests check it:
+//!
+//! ```text
+//! RUSTFLAGS="--cfg loom" cargo test -p atoll-msg --release --lib loom
+//! ```
+//!
+//! # Example
+//!
+//! ```
+//! use std::os::fd::AsFd;
+//! use atoll_msg::{ClientChannel, Control, PollMode, ServerChannel};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // The boot thread makes the control block and a channel; the fds travel
+//! // to the client over the boot socket, which maps them.
+//! let (control_fd, control) = Control::create(1)?;
+//! let (channel_fd, server) = ServerChannel::create()?;
+//! let client = ClientChannel::map(channel_fd.as_fd())?;
+//! let client_control = Control::map(control_fd.as_fd())?;
+//!
+//! // Client: enqueue a request and ring server 0's doorbell.
+//! client.send(b"ping", client_control.doorbell(0))?;
+//!
+//! // Server: wait for work, serve the request in place, reply.
+//! control.doorbell(0).wait(PollMode::Adaptive);
+//! let len = server.try_recv(|req| req.len())?.expect("a request");
+//! assert_eq!(len, 4);
+//! server.reply(b"pong")?;
+//! server.notify(b"forget /tmp/x")?;
+//!
+//! // Client: the reply, then what the server sent unasked.
+//! let reply = client.recv(PollMode::Adaptive, |bytes| bytes.to_vec())?;
+//! assert_eq!(reply, b"pong");
+//! assert_eq!(client.drain_inbox(|_| {})?, 1);
+//! # Ok(())
+//! # }
+//! ```
 
-use std::os::fd::{BorrowedFd, OwnedFd};
+#[cfg(not(loom))]
+pub mod bench;
+#[cfg(not(loom))]
+mod channel;
+mod control;
+#[cfg(not(loom))]
+mod region;
+#[cfg_attr(loom, allow(dead_code))]
+mod ring;
+mod sync;
+mod wait;
 
 pub use atoll_proto::boot::PollMode;
 pub use atoll_proto::MAX_FRAME;
+
+#[cfg(not(loom))]
+pub use channel::{Channel, ClientChannel, ServerChannel};
+#[cfg(not(loom))]
+pub use control::Control;
+pub use control::Doorbell;
+#[cfg(not(loom))]
+pub use region::SharedRegion;
+pub use ring::{slot_size, FRAME_ALIGN, FRAME_HEADER};
+pub use wait::ADAPTIVE_SPIN_NS;
 
 #[derive(Debug, thiserror::Error)]
 pub enum MsgError {
@@ -18,122 +131,4 @@ pub enum MsgError {
     Corrupt(&'static str),
     #[error("system error: {0}")]
     Io(#[from] std::io::Error),
-}
-
-/// A shared memory file mapped into this process; unmapped on drop.
-pub struct SharedRegion {
-    _private: (),
-}
-
-impl SharedRegion {
-    /// Create an anonymous shared memory file (`memfd`, sealed against
-    /// shrinking) of `len` bytes and map it.
-    pub fn create(_name: &str, _len: usize) -> std::io::Result<(OwnedFd, SharedRegion)> {
-        todo!()
-    }
-    /// Map an existing shared memory file received from a peer.
-    pub fn map(_fd: BorrowedFd<'_>) -> std::io::Result<SharedRegion> {
-        todo!()
-    }
-    pub fn as_ptr(&self) -> *mut u8 {
-        todo!()
-    }
-    pub fn len(&self) -> usize {
-        todo!()
-    }
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
-/// Per-instance control block: one doorbell per server plus published load.
-pub struct Control {
-    _private: (),
-}
-
-impl Control {
-    pub fn create(_servers: usize) -> std::io::Result<(OwnedFd, Control)> {
-        todo!()
-    }
-    pub fn map(_fd: BorrowedFd<'_>) -> std::io::Result<Control> {
-        todo!()
-    }
-    pub fn servers(&self) -> usize {
-        todo!()
-    }
-    pub fn doorbell(&self, _server: usize) -> &Doorbell {
-        todo!()
-    }
-}
-
-/// A server's doorbell: clients ring it after enqueuing a request; the
-/// server waits on it when it has nothing to do.
-pub struct Doorbell {
-    _private: (),
-}
-
-impl Doorbell {
-    /// Client side: wake the server if (and only if) it announced sleep.
-    pub fn ring(&self) {
-        todo!()
-    }
-    /// Server side: wait until rung, honouring `mode`; returns after a
-    /// spurious wake-up too (callers re-poll).
-    pub fn wait(&self, _mode: PollMode) {
-        todo!()
-    }
-}
-
-/// Client end of one channel (client × server): request ring out, reply
-/// ring and inbox in.
-pub struct ClientChannel {
-    _private: (),
-}
-
-impl ClientChannel {
-    pub fn create() -> std::io::Result<(OwnedFd, ClientChannel)> {
-        todo!()
-    }
-    pub fn map(_fd: BorrowedFd<'_>) -> std::io::Result<ClientChannel> {
-        todo!()
-    }
-    /// Atomic delivery: returns only when `frame` is in the request ring.
-    pub fn send(&self, _frame: &[u8], _doorbell: &Doorbell) -> Result<(), MsgError> {
-        todo!()
-    }
-    /// Wait for the next reply and hand its bytes to `f` in place.
-    pub fn recv<R>(&self, _mode: PollMode, _f: impl FnOnce(&[u8]) -> R) -> Result<R, MsgError> {
-        todo!()
-    }
-    /// Non-blocking: the next reply if one is there.
-    pub fn try_recv<R>(&self, _f: impl FnOnce(&[u8]) -> R) -> Result<Option<R>, MsgError> {
-        todo!()
-    }
-    /// Drain server-initiated messages; returns how many were handled.
-    pub fn drain_inbox(&self, _f: impl FnMut(&[u8])) -> Result<usize, MsgError> {
-        todo!()
-    }
-}
-
-/// Server end of one channel.
-pub struct ServerChannel {
-    _private: (),
-}
-
-impl ServerChannel {
-    pub fn map(_fd: BorrowedFd<'_>) -> std::io::Result<ServerChannel> {
-        todo!()
-    }
-    /// The next request, handed to `f` in place, if one is there.
-    pub fn try_recv<R>(&self, _f: impl FnOnce(&[u8]) -> R) -> Result<Option<R>, MsgError> {
-        todo!()
-    }
-    /// Enqueue a reply and wake the client if it sleeps.
-    pub fn reply(&self, _frame: &[u8]) -> Result<(), MsgError> {
-        todo!()
-    }
-    /// Enqueue a server-initiated message without waiting for the client.
-    pub fn notify(&self, _frame: &[u8]) -> Result<(), MsgError> {
-        todo!()
-    }
 }

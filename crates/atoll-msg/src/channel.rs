@@ -1,0 +1,400 @@
+//! Channels: one memfd joining one client (a thread's lane) to one server.
+//!
+//! Layout of the memfd ([`Channel::SIZE`] bytes):
+//!
+//! ```text
+//!  0      header { magic, closed, inbox_overflow }          128 B
+//!  128    request ring header  (client → server)            384 B
+//!  512    reply ring header    (server → client)            384 B
+//!  896    inbox ring header    (server → client, unasked)   384 B
+//!  4096   request data   64 KiB
+//!         reply data     64 KiB
+//!         inbox data     64 KiB
+//! ```
+//!
+//! Life cycle: the boot thread `create`s a channel and keeps the server end
+//! for the server, sends the fd to the client (`BootReply` fds), which
+//! `map`s its end. A request travels: client `send` (frame into the request
+//! ring, then the server's [`Doorbell`] is rung) → server `try_recv` (frame
+//! lent in place) → server `reply` (frame into the reply ring, client woken
+//! if it sleeps) → client `recv`. Server-initiated messages (directory-cache
+//! invalidations, Hare §3.6.2) go into the inbox with `notify`, which never
+//! waits; the client drains the inbox before trusting its cache. The channel
+//! ends when either side calls `close` (or the memfd's last mapping goes):
+//! waits then fail with `BrokenPipe` instead of hanging on a gone peer.
+
+use std::io;
+use std::os::fd::{BorrowedFd, OwnedFd};
+
+use atoll_proto::boot::PollMode;
+use atoll_proto::MAX_FRAME;
+
+use crate::control::Doorbell;
+use crate::region::SharedRegion;
+use crate::ring::{broken_pipe, Consumer, Padded, Producer, RingShared};
+use crate::sync::{AtomicU32, Ordering};
+use crate::MsgError;
+
+const CHANNEL_MAGIC: u64 = u64::from_le_bytes(*b"ATOLLCH1");
+
+#[repr(C)]
+struct ChannelHeader {
+    /// Written once by `create`.
+    magic: u64,
+    /// Set (never cleared) by either side's `close`.
+    closed: AtomicU32,
+    /// Set by the server when a `notify` found the inbox full; cleared by
+    /// the client that then drops everything it cached.
+    inbox_overflow: AtomicU32,
+}
+
+/// Sizes of a channel's shared memory file.
+pub struct Channel;
+
+impl Channel {
+    /// Bytes of each ring's data area (request, reply and inbox).
+    pub const RING_BYTES: usize = 64 * 1024;
+    /// Offset of the first data area (page aligned).
+    const DATA: usize = 4096;
+    /// Total size of the memfd.
+    pub const SIZE: usize = Self::DATA + 3 * Self::RING_BYTES;
+    /// Largest frame a channel carries.
+    pub const MAX_FRAME: usize = MAX_FRAME;
+}
+
+const HDR: usize = std::mem::size_of::<Padded<ChannelHeader>>();
+const RING_HDR: usize = std::mem::size_of::<RingShared>();
+const _: () = assert!(HDR + 3 * RING_HDR <= Channel::DATA);
+
+/// The three rings of a mapped channel, as raw parts.
+struct Parts {
+    region: SharedRegion,
+}
+
+impl Parts {
+    fn create() -> io::Result<(OwnedFd, Parts)> {
+        let (fd, region) = SharedRegion::create("atoll-channel", Channel::SIZE)?;
+        // SAFETY: fresh zeroed mapping of SIZE bytes, not shared yet; the
+        // magic is the header's first field.
+        unsafe { std::ptr::write_volatile(region.as_ptr() as *mut u64, CHANNEL_MAGIC) };
+        Ok((fd, Parts { region }))
+    }
+
+    fn map(fd: BorrowedFd<'_>) -> io::Result<Parts> {
+        let region = SharedRegion::map(fd)?;
+        // SAFETY: read only if the region is big enough.
+        if region.len() != Channel::SIZE
+            || unsafe { std::ptr::read_volatile(region.as_ptr() as *const u64) } != CHANNEL_MAGIC
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "not an atoll channel",
+            ));
+        }
+        Ok(Parts { region })
+    }
+
+    fn header(&self) -> &ChannelHeader {
+        // SAFETY: the header is at offset 0 of a mapping of SIZE bytes that
+        // lives as long as `self`; its shared fields are atomics.
+        unsafe { &*(self.region.as_ptr() as *const ChannelHeader) }
+    }
+
+    /// (ring header, data area) of ring `i` (0 request, 1 reply, 2 inbox).
+    fn ring(&self, i: usize) -> (*const RingShared, *mut u8) {
+        let base = self.region.as_ptr();
+        // SAFETY: offsets stay inside the SIZE-byte mapping (see layout).
+        unsafe {
+            (
+                base.add(HDR + i * RING_HDR) as *const RingShared,
+                base.add(Channel::DATA + i * Channel::RING_BYTES),
+            )
+        }
+    }
+
+    fn producer(&self, i: usize) -> Producer {
+        let (s, d) = self.ring(i);
+        // SAFETY: the ring lives in `self.region`, which the channel owns
+        // alongside the end; one end of each role per mapping.
+        unsafe { Producer::new(s, d, Channel::RING_BYTES, MAX_FRAME) }
+    }
+
+    fn consumer(&self, i: usize) -> Consumer {
+        let (s, d) = self.ring(i);
+        // SAFETY: as in `producer`.
+        unsafe { Consumer::new(s, d, Channel::RING_BYTES, MAX_FRAME) }
+    }
+
+    fn closed(&self) -> bool {
+        self.header().closed.load(Ordering::Acquire) != 0
+    }
+
+    fn close(&self) {
+        self.header().closed.store(1, Ordering::Release);
+        // Wake a client asleep on its reply ring (the event protocol orders
+        // the store above before the wake-up's check). A server sleeps on
+        // its doorbell: whoever closes from the server side rings it.
+        let (reply, _) = self.ring(1);
+        // SAFETY: valid ring header inside the mapping.
+        unsafe { (*reply).event.notify() };
+    }
+}
+
+/// Client end of one channel (client × server): request ring out, reply
+/// ring and inbox in.
+///
+/// Each end is `Send + Sync`, but a ring has one producer and one consumer:
+/// use one channel from one thread at a time (atoll gives every thread its
+/// own lane of channels).
+pub struct ClientChannel {
+    req: Producer,
+    rep: Consumer,
+    inbox: Consumer,
+    parts: Parts,
+}
+
+impl ClientChannel {
+    /// Make a new channel (the boot thread does this for a client) and
+    /// return its memfd, to be mapped by the server end and the client.
+    pub fn create() -> io::Result<(OwnedFd, ClientChannel)> {
+        let (fd, parts) = Parts::create()?;
+        Ok((fd, Self::from_parts(parts)))
+    }
+
+    pub fn map(fd: BorrowedFd<'_>) -> io::Result<ClientChannel> {
+        Ok(Self::from_parts(Parts::map(fd)?))
+    }
+
+    fn from_parts(parts: Parts) -> Self {
+        ClientChannel {
+            req: parts.producer(0),
+            rep: parts.consumer(1),
+            inbox: parts.consumer(2),
+            parts,
+        }
+    }
+
+    /// Atomic delivery: returns only when `frame` is in the request ring
+    /// (waiting for room if needed), then rings the server's `doorbell`.
+    /// Hot path (every remote system call).
+    pub fn send(&self, frame: &[u8], doorbell: &Doorbell) -> Result<(), MsgError> {
+        if self.parts.closed() {
+            return Err(broken_pipe());
+        }
+        self.req.send(frame, || self.parts.closed())?;
+        doorbell.ring();
+        Ok(())
+    }
+
+    /// Wait for the next reply and hand its bytes to `f` in place.
+    /// Hot path (every remote system call).
+    pub fn recv<R>(&self, mode: PollMode, f: impl FnOnce(&[u8]) -> R) -> Result<R, MsgError> {
+        self.rep.recv(mode, || self.parts.closed(), f)
+    }
+
+    /// Non-blocking: the next reply if one is there.
+    pub fn try_recv<R>(&self, f: impl FnOnce(&[u8]) -> R) -> Result<Option<R>, MsgError> {
+        self.rep.try_recv(f)
+    }
+
+    /// Drain server-initiated messages; returns how many were handled.
+    pub fn drain_inbox(&self, mut f: impl FnMut(&[u8])) -> Result<usize, MsgError> {
+        let mut n = 0;
+        while self.inbox.try_recv(&mut f)?.is_some() {
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// True once if the server had to drop an inbox message because the
+    /// inbox was full: the client must then distrust everything the inbox
+    /// would have invalidated (e.g. flush its whole directory cache).
+    pub fn take_inbox_overflow(&self) -> bool {
+        self.parts.header().inbox_overflow.swap(0, Ordering::AcqRel) != 0
+    }
+
+    /// End the channel: every wait on it, on either side, fails with
+    /// `BrokenPipe` from now on.
+    pub fn close(&self) {
+        self.parts.close();
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.parts.closed()
+    }
+}
+
+/// Server end of one channel.
+pub struct ServerChannel {
+    req: Consumer,
+    rep: Producer,
+    inbox: Producer,
+    parts: Parts,
+}
+
+impl ServerChannel {
+    /// Make a new channel and return its memfd with the server end.
+    pub fn create() -> io::Result<(OwnedFd, ServerChannel)> {
+        let (fd, parts) = Parts::create()?;
+        Ok((fd, Self::from_parts(parts)))
+    }
+
+    pub fn map(fd: BorrowedFd<'_>) -> io::Result<ServerChannel> {
+        Ok(Self::from_parts(Parts::map(fd)?))
+    }
+
+    fn from_parts(parts: Parts) -> Self {
+        ServerChannel {
+            req: parts.consumer(0),
+            rep: parts.producer(1),
+            inbox: parts.producer(2),
+            parts,
+        }
+    }
+
+    /// The next request, handed to `f` in place, if one is there.
+    /// A `Corrupt` error means the client scribbled on the channel: the
+    /// server should drop the channel (and the session), never trust it.
+    pub fn try_recv<R>(&self, f: impl FnOnce(&[u8]) -> R) -> Result<Option<R>, MsgError> {
+        self.req.try_recv(f)
+    }
+
+    /// Enqueue a reply and wake the client if it sleeps. Waits for room if
+    /// the reply ring is full (atomic delivery); fails with `BrokenPipe` if
+    /// the channel is closed meanwhile (e.g. the client died).
+    pub fn reply(&self, frame: &[u8]) -> Result<(), MsgError> {
+        self.rep.send(frame, || self.parts.closed())?;
+        self.rep.wake_consumer();
+        Ok(())
+    }
+
+    /// Like `reply`, but `Err(Full)` instead of waiting for room.
+    pub fn try_reply(&self, frame: &[u8]) -> Result<(), MsgError> {
+        self.rep.try_send(frame)?;
+        self.rep.wake_consumer();
+        Ok(())
+    }
+
+    /// Enqueue a server-initiated message without waiting for the client.
+    ///
+    /// If the inbox is full the message is dropped, the channel's overflow
+    /// flag is raised (see [`ClientChannel::take_inbox_overflow`]) and
+    /// `Err(Full)` is returned: a server never blocks on a client that is
+    /// not draining (it may itself be waiting for this server's reply).
+    pub fn notify(&self, frame: &[u8]) -> Result<(), MsgError> {
+        match self.inbox.try_send(frame) {
+            Err(MsgError::Full) => {
+                self.parts
+                    .header()
+                    .inbox_overflow
+                    .store(1, Ordering::Release);
+                Err(MsgError::Full)
+            }
+            other => other,
+        }
+    }
+
+    /// End the channel (see [`ClientChannel::close`]).
+    pub fn close(&self) {
+        self.parts.close();
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.parts.closed()
+    }
+
+    /// Largest frame `reply` and `notify` accept.
+    pub fn max_frame(&self) -> usize {
+        self.rep.max_frame()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Control;
+    use std::os::fd::AsFd;
+
+    fn pair() -> (ClientChannel, ServerChannel, Control) {
+        let (fd, server) = ServerChannel::create().unwrap();
+        let client = ClientChannel::map(fd.as_fd()).unwrap();
+        let (_cfd, control) = Control::create(1).unwrap();
+        (client, server, control)
+    }
+
+    #[test]
+    fn request_reply_and_inbox_travel_between_two_mappings() {
+        let (c, s, ctl) = pair();
+        c.send(b"hello", ctl.doorbell(0)).unwrap();
+        assert_eq!(ctl.doorbell(0).rings(), 1);
+        assert_eq!(s.try_recv(|b| b.to_vec()).unwrap().unwrap(), b"hello");
+        assert_eq!(s.try_recv(|_| ()).unwrap(), None);
+        s.notify(b"inval 1").unwrap();
+        s.notify(b"inval 2").unwrap();
+        s.reply(b"world").unwrap();
+        assert_eq!(c.recv(PollMode::Block, |b| b.to_vec()).unwrap(), b"world");
+        let mut seen = Vec::new();
+        assert_eq!(c.drain_inbox(|b| seen.push(b.to_vec())).unwrap(), 2);
+        assert_eq!(seen, vec![b"inval 1".to_vec(), b"inval 2".to_vec()]);
+        assert_eq!(c.drain_inbox(|_| ()).unwrap(), 0);
+    }
+
+    #[test]
+    fn full_inbox_drops_and_raises_the_overflow_flag() {
+        let (c, s, _ctl) = pair();
+        let mut sent = 0;
+        while s.notify(&[0; 1000]).is_ok() {
+            sent += 1;
+        }
+        assert!(sent > 10);
+        assert!(c.take_inbox_overflow());
+        assert!(!c.take_inbox_overflow());
+        assert_eq!(c.drain_inbox(|_| ()).unwrap(), sent);
+    }
+
+    #[test]
+    fn close_wakes_a_sleeping_client_with_broken_pipe() {
+        let (c, s, _ctl) = pair();
+        std::thread::scope(|sc| {
+            sc.spawn(|| {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                s.close();
+            });
+            match c.recv(PollMode::Block, |_| ()) {
+                Err(MsgError::Io(e)) => assert_eq!(e.kind(), io::ErrorKind::BrokenPipe),
+                other => panic!("expected BrokenPipe, got {other:?}"),
+            }
+        });
+        assert!(c.is_closed());
+        let (_f, ctl) = Control::create(1).unwrap();
+        assert!(c.send(b"x", ctl.doorbell(0)).is_err());
+    }
+
+    #[test]
+    fn server_blocked_on_full_reply_ring_gives_up_when_closed() {
+        let (c, s, _ctl) = pair();
+        while s.try_reply(&[1; 4000]).is_ok() {}
+        std::thread::scope(|sc| {
+            sc.spawn(|| c.close());
+            assert!(s.reply(&[1; 4000]).is_err());
+        });
+    }
+
+    #[test]
+    fn foreign_or_wrong_sized_files_are_not_channels() {
+        let (fd, _r) = SharedRegion::create("x", Channel::SIZE).unwrap();
+        assert!(ClientChannel::map(fd.as_fd()).is_err()); // no magic
+        let (fd, _r) = SharedRegion::create("x", 4096).unwrap();
+        assert!(ServerChannel::map(fd.as_fd()).is_err());
+    }
+
+    #[test]
+    fn scribbled_request_ring_is_reported_not_trusted() {
+        let (c, s, ctl) = pair();
+        c.send(&[3; 100], ctl.doorbell(0)).unwrap();
+        let (_, data) = s.parts.ring(0);
+        // SAFETY: test-only scribble on the request's frame header.
+        unsafe { std::ptr::write_volatile(data as *mut u32, 60_000) };
+        assert!(matches!(s.try_recv(|_| ()), Err(MsgError::Corrupt(_))));
+    }
+}

@@ -1,0 +1,276 @@
+//! The per-instance control block: one [`Doorbell`] and one published load
+//! word per server, in one memfd every process of the instance maps.
+//!
+//! A server serves many channels; polling all of them while idle would burn
+//! its core, and sleeping on one futex per channel is impossible. So clients
+//! *ring* the server's doorbell after enqueuing a request, and an idle server
+//! waits on that one word (fos §3.2: one wait point per server).
+//!
+//! Layout (every part on its own cache lines):
+//!
+//! ```text
+//!  header { magic, servers }          128 bytes
+//!  doorbell[servers]                  256 bytes each
+//!  load[servers]                      128 bytes each
+//! ```
+
+#[cfg(not(loom))]
+use std::io;
+#[cfg(not(loom))]
+use std::os::fd::{BorrowedFd, OwnedFd};
+
+#[cfg(not(loom))]
+use crate::region::SharedRegion;
+use crate::ring::Padded;
+#[cfg(not(loom))]
+use crate::sync::AtomicU64;
+use crate::sync::{AtomicU32, Ordering};
+use crate::wait::{self, Event};
+use atoll_proto::boot::PollMode;
+
+/// A server's doorbell: clients ring it after enqueuing a request; the
+/// server waits on it when it has nothing to do.
+///
+/// Protocol: `ring` bumps the event's notification count (and wakes the
+/// server only if it announced sleep); `wait` returns as soon as the count
+/// differs from the one it returned with last time. Because a client rings
+/// *after* its request is in the ring, a server that polls all its channels
+/// after every `wait` misses no request:
+///
+/// ```text
+///  server loop:  poll every channel; if nothing was there: doorbell.wait(mode)
+/// ```
+///
+/// A ring that lands while the server polls makes the next `wait` return at
+/// once. One server thread waits on a doorbell (`seen` is its private
+/// memory, kept in the shared block only to stay next to the word).
+#[repr(C)]
+pub struct Doorbell {
+    /// Rung by clients, slept on by the server.
+    event: Padded<Event>,
+    /// Written by the waiting server only: the count it last returned with.
+    seen: Padded<AtomicU32>,
+}
+
+impl Doorbell {
+    #[cfg(loom)]
+    pub(crate) fn new() -> Self {
+        Doorbell {
+            event: Padded(Event::new()),
+            seen: Padded(AtomicU32::new(0)),
+        }
+    }
+
+    /// Client side: wake the server if (and only if) it announced sleep.
+    /// Hot path (every request): one locked instruction, no system call
+    /// unless the server sleeps.
+    #[inline]
+    pub fn ring(&self) {
+        self.event.notify();
+    }
+
+    /// Server side: wait until rung, honouring `mode`; returns after a
+    /// spurious wake-up too (callers re-poll).
+    pub fn wait(&self, mode: PollMode) {
+        let seen = self.seen.load(Ordering::Relaxed);
+        wait::wait(mode, &self.event, || self.event.ticks() != seen);
+        // Acquire (in `ticks`): every request whose ring is counted here is
+        // visible to the poll the caller does next.
+        self.seen.store(self.event.ticks(), Ordering::Relaxed);
+    }
+
+    /// How many times the doorbell was rung (24 bits, wrapping).
+    pub fn rings(&self) -> u32 {
+        self.event.ticks()
+    }
+}
+
+#[cfg(not(loom))]
+const CONTROL_MAGIC: u64 = u64::from_le_bytes(*b"ATOLLCT1");
+
+#[cfg(not(loom))]
+#[repr(C)]
+struct ControlHeader {
+    magic: u64,
+    servers: u64,
+}
+
+#[cfg(not(loom))]
+const HEADER_BYTES: usize = std::mem::size_of::<Padded<ControlHeader>>();
+#[cfg(not(loom))]
+const DOORBELL_BYTES: usize = std::mem::size_of::<Doorbell>();
+#[cfg(not(loom))]
+const LOAD_BYTES: usize = std::mem::size_of::<Padded<AtomicU64>>();
+
+/// Per-instance control block: one doorbell per server plus published load.
+#[cfg(not(loom))]
+pub struct Control {
+    region: SharedRegion,
+    servers: usize,
+}
+
+#[cfg(not(loom))]
+impl Control {
+    /// Bytes of a control block for `servers` servers.
+    pub const fn size(servers: usize) -> usize {
+        HEADER_BYTES + servers * (DOORBELL_BYTES + LOAD_BYTES)
+    }
+
+    pub fn create(servers: usize) -> io::Result<(OwnedFd, Control)> {
+        if servers == 0 || servers > atoll_proto::MAX_SERVERS {
+            return Err(io::Error::from(io::ErrorKind::InvalidInput));
+        }
+        let (fd, region) = SharedRegion::create("atoll-control", Self::size(servers))?;
+        let hdr = region.as_ptr() as *mut ControlHeader;
+        // SAFETY: the fresh region is larger than the header and page
+        // aligned; nobody else has it yet.
+        unsafe {
+            std::ptr::write_volatile(
+                hdr,
+                ControlHeader {
+                    magic: CONTROL_MAGIC,
+                    servers: servers as u64,
+                },
+            );
+        }
+        Ok((fd, Control { region, servers }))
+    }
+
+    pub fn map(fd: BorrowedFd<'_>) -> io::Result<Control> {
+        let region = SharedRegion::map(fd)?;
+        let bad = || io::Error::new(io::ErrorKind::InvalidData, "not an atoll control block");
+        if region.len() < HEADER_BYTES {
+            return Err(bad());
+        }
+        // SAFETY: the region holds at least a header (checked above).
+        let hdr = unsafe { std::ptr::read_volatile(region.as_ptr() as *const ControlHeader) };
+        let servers = usize::try_from(hdr.servers).unwrap_or(usize::MAX);
+        if hdr.magic != CONTROL_MAGIC
+            || servers == 0
+            || servers > atoll_proto::MAX_SERVERS
+            || region.len() != Self::size(servers)
+        {
+            return Err(bad());
+        }
+        Ok(Control { region, servers })
+    }
+
+    pub fn servers(&self) -> usize {
+        self.servers
+    }
+
+    /// # Panics
+    /// If `server >= self.servers()` (a caller bug, never peer input).
+    pub fn doorbell(&self, server: usize) -> &Doorbell {
+        assert!(server < self.servers, "no server {server}");
+        let off = HEADER_BYTES + server * DOORBELL_BYTES;
+        // SAFETY: `off + DOORBELL_BYTES <= len` (size checked at create/map),
+        // 128-aligned (page-aligned base, 128-multiple sizes); a Doorbell is
+        // atomics only, valid for any bytes; it lives as long as `self`.
+        unsafe { &*(self.region.as_ptr().add(off) as *const Doorbell) }
+    }
+
+    fn load_word(&self, server: usize) -> &AtomicU64 {
+        assert!(server < self.servers, "no server {server}");
+        let off = HEADER_BYTES + self.servers * DOORBELL_BYTES + server * LOAD_BYTES;
+        // SAFETY: as in `doorbell`.
+        unsafe { &(*(self.region.as_ptr().add(off) as *const Padded<AtomicU64>)).0 }
+    }
+
+    /// The load `server` last published (e.g. requests served), for
+    /// placement decisions such as least-loaded exec.
+    pub fn load(&self, server: usize) -> u64 {
+        self.load_word(server).load(Ordering::Relaxed)
+    }
+
+    /// Server side: publish a new load value.
+    pub fn publish_load(&self, server: usize, value: u64) {
+        self.load_word(server).store(value, Ordering::Relaxed);
+    }
+
+    /// Server side: add to the published load counter.
+    pub fn add_load(&self, server: usize, delta: u64) {
+        self.load_word(server).fetch_add(delta, Ordering::Relaxed);
+    }
+}
+
+#[cfg(not(loom))]
+impl std::fmt::Debug for Control {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Control")
+            .field("servers", &self.servers)
+            .finish()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn control_maps_with_the_same_servers_and_load_words() {
+        let (fd, a) = Control::create(3).unwrap();
+        let b = Control::map(fd.as_fd()).unwrap();
+        assert_eq!(b.servers(), 3);
+        a.publish_load(2, 40);
+        a.add_load(2, 2);
+        assert_eq!(b.load(2), 42);
+        assert_eq!(b.load(0), 0);
+        b.doorbell(1).ring();
+        assert_eq!(a.doorbell(1).rings(), 1);
+        assert_eq!(a.doorbell(0).rings(), 0);
+    }
+
+    #[test]
+    fn control_refuses_bad_server_counts_and_foreign_files() {
+        assert!(Control::create(0).is_err());
+        assert!(Control::create(atoll_proto::MAX_SERVERS + 1).is_err());
+        let (fd, _r) = SharedRegion::create("not-control", 4096).unwrap();
+        assert!(Control::map(fd.as_fd()).is_err());
+    }
+
+    #[test]
+    fn doorbell_wait_returns_for_rings_before_and_during_the_wait() {
+        let (_fd, c) = Control::create(1).unwrap();
+        let d = c.doorbell(0);
+        d.ring(); // before any wait: the first wait returns at once
+        d.wait(PollMode::Block);
+        for mode in [PollMode::Block, PollMode::Adaptive, PollMode::Spin] {
+            let before = d.rings();
+            std::thread::scope(|s| {
+                s.spawn(|| d.ring());
+                while d.rings() == before {
+                    d.wait(mode);
+                }
+            });
+        }
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::*;
+    use loom::sync::atomic::AtomicBool;
+    use loom::sync::Arc;
+
+    /// A request enqueued before `ring` is seen by a server that polls, then
+    /// waits in Block mode (sleeping at once): the doorbell protocol loses
+    /// no request even when the ring lands between poll and wait.
+    #[test]
+    fn loom_doorbell_loses_no_request() {
+        loom::model(|| {
+            let s = Arc::new((Doorbell::new(), AtomicBool::new(false)));
+            let c = s.clone();
+            let t = loom::thread::spawn(move || {
+                c.1.store(true, Ordering::Relaxed); // the "request"
+                c.0.ring();
+            });
+            // Server loop: poll, then wait.
+            while !s.1.load(Ordering::Relaxed) {
+                s.0.wait(PollMode::Block);
+            }
+            t.join().unwrap();
+        });
+    }
+}

@@ -1,0 +1,207 @@
+//! Waiting for something to happen: spin, sleep on a futex, or spin then
+//! sleep (the three [`PollMode`]s, Popcorn ch. 5 and fos §3.2), and the
+//! wake-up rule that makes sleeping safe.
+//!
+//! # The sleep/wake protocol
+//!
+//! A waiter waits for a condition (`ready()`: "the ring is not empty",
+//! "the doorbell was rung", "the channel was closed") that a notifier makes
+//! true. They meet on an [`Event`]: one 32-bit futex word whose low 8 bits
+//! count announced sleepers and whose high 24 bits count notifications.
+//!
+//! ```text
+//!  waiter                                 notifier
+//!  v = event.fetch_add(1) + 1    (A)      make the condition true       (C)
+//!  if !ready():                           old = event.fetch_add(TICK)   (D)
+//!      futex_wait(event, v)      (B)      if sleepers(old) != 0:
+//!  event.fetch_sub(1)                         futex_wake(event)
+//! ```
+//!
+//! Why no wake-up is lost: (A) and (D) are read-modify-writes of one word,
+//! so one of them comes first in its modification order.
+//! * (D) first: (A) reads from (D)'s release sequence and synchronises with
+//!   it (both are acquire-release), so (C), sequenced before (D), happens
+//!   before the waiter's `ready()`: the waiter sees it and does not sleep.
+//! * (A) first: (D) sees a sleeper and wakes; and since (D) changed the word,
+//!   a waiter that has not reached (B) yet finds `event != v` when the kernel
+//!   compares under its bucket lock, and returns at once.
+//!
+//! The notifier's common case (nobody sleeps) is one uncontended locked
+//! instruction and no system call. Using read-modify-writes instead of the
+//! textbook "store, SeqCst fence, load" costs the same on x86 (a locked
+//! instruction is a full barrier) and is modelled exactly by `loom`, which
+//! checks this protocol (`loom_*` tests).
+//!
+//! The counters wrap; a waiter is fooled only if exactly 2^24 notifications
+//! happen between its (A) and (B), which cannot happen in practice.
+
+use atoll_proto::boot::PollMode;
+
+use crate::sync::{self, AtomicU32, Ordering};
+
+/// How long [`PollMode::Adaptive`] spins before it sleeps.
+///
+/// A futex sleep/wake hand-off between two cores costs several µs of extra
+/// latency (measured: see the crate docs), a spinning hand-off well under
+/// one. Spinning for about one futex round trip is the classic competitive
+/// choice: an idle wait then costs at most twice what an oracle would pay.
+pub const ADAPTIVE_SPIN_NS: u64 = 10_000;
+
+/// In [`PollMode::Spin`], give the core away after this many polls, so that
+/// a spinner on an oversubscribed machine lets its peer run (on a dedicated
+/// core `sched_yield` returns at once, so this costs nothing there).
+const SPIN_ROUND: u32 = 1 << 14;
+
+const SLEEPER: u32 = 1;
+const SLEEPER_MASK: u32 = 0xff;
+const TICK: u32 = 0x100;
+
+/// The futex word a waiter sleeps on and a notifier bumps. All-zero bytes
+/// are a valid, quiet event, so it can live in a fresh shared mapping.
+#[repr(transparent)]
+pub(crate) struct Event(AtomicU32);
+
+impl Event {
+    #[cfg(loom)]
+    pub(crate) fn new() -> Self {
+        Event(AtomicU32::new(0))
+    }
+
+    /// Notifier: call after making the condition true (step D).
+    /// Hot path: one locked instruction unless someone sleeps.
+    #[inline]
+    pub(crate) fn notify(&self) {
+        if self.0.fetch_add(TICK, Ordering::AcqRel) & SLEEPER_MASK != 0 {
+            sync::futex_wake_all(&self.0);
+        }
+    }
+
+    /// Notifications so far (24 bits, wrapping). Acquire: a caller that sees
+    /// a count also sees what every counted notifier did before notifying.
+    #[inline]
+    pub(crate) fn ticks(&self) -> u32 {
+        self.0.load(Ordering::Acquire) >> 8
+    }
+
+    /// Announced sleepers right now (for tests and statistics).
+    #[allow(dead_code)]
+    pub(crate) fn sleepers(&self) -> u32 {
+        self.0.load(Ordering::Relaxed) & SLEEPER_MASK
+    }
+
+    /// Waiter: announce, re-check, sleep (steps A, B).
+    pub(crate) fn sleep_unless(&self, ready: impl Fn() -> bool) {
+        let v = self
+            .0
+            .fetch_add(SLEEPER, Ordering::AcqRel)
+            .wrapping_add(SLEEPER);
+        if !ready() {
+            sync::futex_wait(&self.0, v);
+        }
+        self.0.fetch_sub(SLEEPER, Ordering::AcqRel);
+    }
+}
+
+/// Spin until `ready()`; false if `budget_ns` ran out first.
+#[inline]
+fn spin(budget_ns: u64, ready: &impl Fn() -> bool) -> bool {
+    let start = sync::now_ns();
+    let mut i: u32 = 0;
+    loop {
+        if ready() {
+            return true;
+        }
+        sync::spin_hint();
+        i = i.wrapping_add(1);
+        if cfg!(loom) && i >= 2 {
+            return false;
+        }
+        // Reading the clock costs ~20 ns: look at it every 64 polls.
+        if i % 64 == 0 && sync::now_ns().wrapping_sub(start) >= budget_ns {
+            return false;
+        }
+    }
+}
+
+/// Wait (once) until `ready()`, honouring `mode`, on `event`.
+///
+/// Returns when `ready()` held, or spuriously (after a spin round in
+/// `Spin` mode, after a signal, ...): callers re-check in a loop.
+pub(crate) fn wait(mode: PollMode, event: &Event, ready: impl Fn() -> bool) {
+    match mode {
+        PollMode::Spin => {
+            let mut i: u32 = 0;
+            while !ready() {
+                sync::spin_hint();
+                i += 1;
+                if i == SPIN_ROUND || (cfg!(loom) && i >= 2) {
+                    sync::yield_now();
+                    return;
+                }
+            }
+        }
+        PollMode::Block => event.sleep_unless(ready),
+        PollMode::Adaptive => {
+            if !spin(ADAPTIVE_SPIN_NS, &ready) {
+                event.sleep_unless(ready);
+            }
+        }
+    }
+}
+
+/// Escalating back-off for a producer facing a full ring: spin, then yield,
+/// then nap. A full ring means the consumer is behind (or gone), so the
+/// producer needs no futex of its own: it only has to stay out of the way
+/// until `send` can complete (Hare §3.7.2: `send` returns once the message
+/// is in the ring).
+pub(crate) struct Backoff {
+    step: u32,
+}
+
+impl Backoff {
+    pub(crate) fn new() -> Self {
+        Backoff { step: 0 }
+    }
+
+    pub(crate) fn snooze(&mut self) {
+        if cfg!(loom) {
+            sync::yield_now();
+            return;
+        }
+        match self.step {
+            0..=6 => {
+                for _ in 0..(1u32 << self.step) {
+                    sync::spin_hint();
+                }
+            }
+            7..=16 => sync::yield_now(),
+            _ => sync::nap(),
+        }
+        self.step = self.step.saturating_add(1);
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::*;
+    use loom::sync::atomic::AtomicBool;
+    use loom::sync::Arc;
+
+    /// The waiter blocks at once; a lost wake-up would deadlock, which loom
+    /// reports as a failure.
+    #[test]
+    fn loom_event_wakes_a_sleeper_or_it_never_sleeps() {
+        loom::model(|| {
+            let ev = Arc::new((Event::new(), AtomicBool::new(false)));
+            let ev2 = ev.clone();
+            let t = loom::thread::spawn(move || {
+                ev2.1.store(true, Ordering::Relaxed); // (C), ordered by (D)
+                ev2.0.notify();
+            });
+            while !ev.1.load(Ordering::Relaxed) {
+                wait(PollMode::Block, &ev.0, || ev.1.load(Ordering::Relaxed));
+            }
+            t.join().unwrap();
+        });
+    }
+}

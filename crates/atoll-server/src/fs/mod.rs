@@ -1,0 +1,1956 @@
+//! The file server's state machine: pure logic, no I/O.
+//!
+//! Layers inside a file server (bottom to top):
+//! * [`crate::store`]: byte access to buffer-cache blocks;
+//! * [`inode`]: inodes, block maps, truncate/punch/seek over the block pool;
+//! * [`dir`]: directory shards (entries of a directory held here), cookies;
+//! * [`locks`], [`perm`]: advisory locks and Linux permission rules;
+//! * this module: [`FileServer::handle`] turns one decoded request into one
+//!   reply, applying POSIX/Linux semantics. `crate::server` feeds it frames
+//!   from channels.
+//!
+//! Ownership (atoll-proto's rules, applied by one server): this server owns
+//! the inodes whose id names it as owner (attributes, blocks, open file
+//! descriptions, locks), the entries of directories homed here or hashed
+//! here, and a partition of the buffer cache. It never messages another
+//! server; whatever spans servers the client coordinates (Hare §6.2.3).
+//! Hence some checks need state another server holds and are the client's:
+//! * permission checks on a directory apply here only when this server owns
+//!   the directory inode (search, write, sticky bit, set-group-id
+//!   inheritance); otherwise the client checks the attributes it fetched;
+//! * moving a directory into its own subtree (`EINVAL`) needs ancestry, so
+//!   the client checks it;
+//! * emptiness of a directory whose entries live elsewhere is established by
+//!   three-phase rmdir (`MarkRmdir`/`FinishRmdir`, Hare §3.4.1).
+//!
+//! Link counts: `Link`, `Unlink` and `Rename` adjust the link count of an
+//! inode when this server owns it (replies say so); otherwise the client
+//! sends `Ref`/`Unref` to the owner.
+//!
+//! Open file descriptions (Hare §3.5): a description is referenced by one or
+//! more sessions, with a count per session (`Share` adds one for another
+//! session at fork or descriptor passing, `Close` drops one). The
+//! description dies when no session references it; when a session dies
+//! ([`FileServer::session_closed`]) all its references and its POSIX locks
+//! go.
+//!
+//! Timestamps: mtime/ctime as Linux. atime follows `relatime` (updated by a
+//! read when older than mtime or ctime, or than a day).
+
+mod dir;
+mod inode;
+mod locks;
+mod perm;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::{HashMap, HashSet};
+use std::rc::Rc;
+use std::time::Instant;
+
+use atoll_proto::{
+    entry_server, Attr, Cred, DescId, Errno, Extent, FileType, InodeId, LockOwner, Reply, Request,
+    ServerStats, SessionId, SetAttr, StatFsInfo, TimeSet, Timespec, UnlinkKind, BLOCK_SIZE,
+    MAX_FRAME, MAX_SERVERS, MAX_TARGET, MAX_XATTR_VALUE, ROOT,
+};
+
+pub use dir::parse_dirents;
+use dir::{check_name, is_dot, push_dirent, Shard};
+use inode::{Cache, Inode, MAX_EXTENTS, MAX_FILE_SIZE};
+use locks::Lock;
+use perm::{check, kill_priv, Caller, MAY_EXEC, MAY_READ, MAY_WRITE};
+
+use crate::store::BlockStore;
+
+const BS: u64 = BLOCK_SIZE as u64;
+/// Largest payload of a `ReadData`/`WriteData` message.
+pub const MAX_DATA: usize = MAX_FRAME - 256;
+/// Largest `Dirents` payload.
+const MAX_DIRENTS: usize = MAX_FRAME - 256;
+/// Creations in a directory being removed answer this; the client retries
+/// (Hare §3.4.1 "creations wait").
+pub const RETRY: Errno = Errno::EAGAIN;
+/// Bytes of names + values one inode's extended attributes may use.
+const MAX_XATTR_TOTAL: usize = 64 * 1024;
+/// Bytes of names one inode's extended attributes may use (a `ListXattr`
+/// reply must fit one frame).
+const MAX_XATTR_NAMES: usize = 8 * 1024;
+/// Inodes one server will hold (`statfs` files).
+const MAX_INODES: u64 = 1 << 32;
+/// `renameat2` flags (not in every libc crate version under these names).
+const RENAME_NOREPLACE: u32 = 1;
+const RENAME_EXCHANGE: u32 = 2;
+const XATTR_CREATE: u32 = 1;
+const XATTR_REPLACE: u32 = 2;
+const FALLOC_KEEP_SIZE: u32 = 1;
+const FALLOC_PUNCH_HOLE: u32 = 2;
+const FALLOC_ZERO_RANGE: u32 = 0x10;
+/// Status flags `F_SETFL` may change.
+const SETFL_MASK: u32 =
+    (libc::O_APPEND | libc::O_NONBLOCK | libc::O_ASYNC | libc::O_DIRECT | libc::O_NOATIME) as u32;
+
+/// Static parameters of one file server.
+#[derive(Clone, Debug)]
+pub struct FsConfig {
+    /// This server's index (owner id in inode and description ids).
+    pub index: usize,
+    pub nservers: usize,
+    /// First buffer-cache block of this server's partition.
+    pub first_block: u32,
+    pub nblocks: u32,
+    /// Owner of the root directory (the user who booted the instance).
+    pub root_owner: Cred,
+    /// Core the server runs on (-1: not pinned), for statistics.
+    pub core: i32,
+}
+
+/// An open file description (Hare §3.5). Life cycle: created by `Open`/
+/// `OpenInode` with one reference from the opening session; `Share` adds
+/// references for other sessions; the last `Close` (or death of the last
+/// referencing session) destroys it, dropping its OFD/`flock` locks and
+/// possibly the unlinked inode.
+struct Desc {
+    ino: InodeId,
+    flags: u32,
+    /// Shared offset (used when the client sends `offset: None`).
+    offset: u64,
+    refs: HashMap<SessionId, u32>,
+}
+
+impl Desc {
+    fn readable(&self) -> bool {
+        self.flags & libc::O_PATH as u32 == 0
+            && self.flags & libc::O_ACCMODE as u32 != libc::O_WRONLY as u32
+    }
+    fn writable(&self) -> bool {
+        self.flags & libc::O_PATH as u32 == 0
+            && self.flags & libc::O_ACCMODE as u32 != libc::O_RDONLY as u32
+    }
+}
+
+struct Session {
+    groups: Rc<[u32]>,
+}
+
+const OP_NAMES: [&str; 42] = [
+    "SetGroups",
+    "Lookup",
+    "Open",
+    "MakeNode",
+    "Link",
+    "Unlink",
+    "Rename",
+    "ReadDir",
+    "SetParent",
+    "MarkRmdir",
+    "FinishRmdir",
+    "GetAttr",
+    "SetAttr",
+    "Access",
+    "ReadLink",
+    "Ref",
+    "Unref",
+    "OpenInode",
+    "GetXattr",
+    "SetXattr",
+    "ListXattr",
+    "RemoveXattr",
+    "Fallocate",
+    "MapBlocks",
+    "Read",
+    "Write",
+    "ReadData",
+    "WriteData",
+    "Seek",
+    "SetFlags",
+    "Share",
+    "Close",
+    "SetLock",
+    "GetLock",
+    "StatFs",
+    "Stats",
+    "",
+    "",
+    "",
+    "",
+    "",
+    "",
+];
+
+fn op_index(req: &Request<'_>) -> usize {
+    use Request::*;
+    match req {
+        SetGroups { .. } => 0,
+        Lookup { .. } => 1,
+        Open { .. } => 2,
+        MakeNode { .. } => 3,
+        Link { .. } => 4,
+        Unlink { .. } => 5,
+        Rename { .. } => 6,
+        ReadDir { .. } => 7,
+        SetParent { .. } => 8,
+        MarkRmdir { .. } => 9,
+        FinishRmdir { .. } => 10,
+        GetAttr { .. } => 11,
+        SetAttr { .. } => 12,
+        Access { .. } => 13,
+        ReadLink { .. } => 14,
+        Ref { .. } => 15,
+        Unref { .. } => 16,
+        OpenInode { .. } => 17,
+        GetXattr { .. } => 18,
+        SetXattr { .. } => 19,
+        ListXattr { .. } => 20,
+        RemoveXattr { .. } => 21,
+        Fallocate { .. } => 22,
+        MapBlocks { .. } => 23,
+        Read { .. } => 24,
+        Write { .. } => 25,
+        ReadData { .. } => 26,
+        WriteData { .. } => 27,
+        Seek { .. } => 28,
+        SetFlags { .. } => 29,
+        Share { .. } => 30,
+        Close { .. } => 31,
+        SetLock { .. } => 32,
+        GetLock { .. } => 33,
+        StatFs => 34,
+        Stats => 35,
+    }
+}
+
+fn now() -> Timespec {
+    let d = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    Timespec {
+        sec: d.as_secs() as i64,
+        nsec: d.subsec_nanos(),
+    }
+}
+
+fn older(a: Timespec, b: Timespec) -> bool {
+    (a.sec, a.nsec) < (b.sec, b.nsec)
+}
+
+type R<'o> = Result<Reply<'o>, Errno>;
+
+/// One file server's whole state. See the module docs for ownership.
+pub struct FileServer<S> {
+    cfg: FsConfig,
+    inodes: HashMap<InodeId, Inode>,
+    next_serial: u64,
+    shards: HashMap<InodeId, Shard>,
+    /// Directories removed here: creations in them answer `ENOENT`.
+    removed: HashSet<InodeId>,
+    descs: HashMap<DescId, Desc>,
+    next_desc: u64,
+    sessions: HashMap<SessionId, Session>,
+    cache: Cache<S>,
+    requests: u64,
+    bad_requests: u64,
+    ops: [(u64, u64); OP_NAMES.len()],
+}
+
+impl<S: BlockStore> FileServer<S> {
+    pub fn new(cfg: FsConfig, store: S) -> FileServer<S> {
+        let cache = Cache::new(cfg.first_block, cfg.nblocks, store);
+        let mut fs = FileServer {
+            inodes: HashMap::new(),
+            next_serial: 1,
+            shards: HashMap::new(),
+            removed: HashSet::new(),
+            descs: HashMap::new(),
+            next_desc: 1,
+            sessions: HashMap::new(),
+            cache,
+            requests: 0,
+            bad_requests: 0,
+            ops: [(0, 0); OP_NAMES.len()],
+            cfg,
+        };
+        if fs.cfg.index == ROOT.owner() {
+            let o = fs.cfg.root_owner;
+            fs.inodes.insert(
+                ROOT,
+                Inode::new(FileType::Directory, 0o755, o.uid, o.gid, now()),
+            );
+            fs.shards.insert(ROOT, Shard::new(Some(ROOT)));
+            fs.next_serial = ROOT.serial() + 1;
+        }
+        fs
+    }
+
+    pub fn index(&self) -> usize {
+        self.cfg.index
+    }
+
+    /// A session got a channel to this server.
+    pub fn session_opened(&mut self, session: SessionId) {
+        self.sessions.entry(session).or_insert_with(|| Session {
+            groups: Rc::from(Vec::new()),
+        });
+    }
+
+    /// The session is gone (process exited or was killed): drop every
+    /// reference it held and its POSIX locks, so nothing leaks.
+    pub fn session_closed(&mut self, session: SessionId) {
+        self.sessions.remove(&session);
+        let held: Vec<DescId> = self
+            .descs
+            .iter()
+            .filter(|(_, d)| d.refs.contains_key(&session))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in held {
+            if let Some(d) = self.descs.get_mut(&id) {
+                d.refs.remove(&session);
+                if d.refs.is_empty() {
+                    self.release_desc(id);
+                }
+            }
+        }
+        let owner = LockOwner::Process(session.0);
+        for inode in self.inodes.values_mut() {
+            if !inode.locks.is_empty() {
+                locks::release(&mut inode.locks, owner);
+            }
+        }
+    }
+
+    /// A frame that could not be decoded (counted for `atoll status`).
+    pub fn count_bad_request(&mut self) {
+        self.bad_requests += 1;
+    }
+
+    pub fn stats(&self) -> ServerStats {
+        ServerStats {
+            server: self.cfg.index as u32,
+            core: self.cfg.core,
+            sessions: self.sessions.len() as u64,
+            inodes: self.inodes.len() as u64,
+            open_descriptions: self.descs.len() as u64,
+            blocks_used: self.cache.used(),
+            blocks_total: self.cache.total,
+            requests: self.requests,
+            bad_requests: self.bad_requests,
+            ops: OP_NAMES
+                .iter()
+                .zip(self.ops.iter())
+                .filter(|(_, (n, _))| *n > 0)
+                .map(|(name, (n, ns))| (name.to_string(), *n, *ns))
+                .collect(),
+        }
+    }
+
+    /// Serve one request. Hot path: one hash lookup per object touched;
+    /// replies that carry bytes borrow them from `out` (reused by the
+    /// caller), so the common requests do not allocate.
+    pub fn handle<'o>(
+        &mut self,
+        session: SessionId,
+        cred: Cred,
+        req: Request<'_>,
+        out: &'o mut Vec<u8>,
+    ) -> Reply<'o> {
+        let t0 = Instant::now();
+        let op = op_index(&req);
+        let who = self.caller(session, cred);
+        let r = self.dispatch(session, &who, req, out);
+        let ns = t0.elapsed().as_nanos() as u64;
+        self.requests += 1;
+        self.ops[op].0 += 1;
+        self.ops[op].1 += ns;
+        r.unwrap_or_else(Reply::Err)
+    }
+
+    fn caller(&mut self, session: SessionId, cred: Cred) -> Caller {
+        let groups = match self.sessions.get(&session) {
+            Some(s) => s.groups.clone(),
+            None => {
+                self.session_opened(session);
+                Rc::from(Vec::new())
+            }
+        };
+        Caller {
+            uid: cred.uid,
+            gid: cred.gid,
+            groups,
+        }
+    }
+
+    fn dispatch<'o>(
+        &mut self,
+        session: SessionId,
+        who: &Caller,
+        req: Request<'_>,
+        out: &'o mut Vec<u8>,
+    ) -> R<'o> {
+        use Request as Q;
+        match req {
+            Q::SetGroups { groups } => {
+                self.session_opened(session);
+                if let Some(s) = self.sessions.get_mut(&session) {
+                    s.groups = Rc::from(groups);
+                }
+                Ok(Reply::Ok)
+            }
+            Q::Lookup { dir, name } => self.lookup(who, dir, name),
+            Q::Open {
+                dir,
+                name,
+                flags,
+                perm,
+                umask,
+            } => self.open(session, who, dir, name, flags, perm & !umask, out),
+            Q::MakeNode {
+                dir,
+                name,
+                ftype,
+                perm,
+                rdev,
+                target,
+                home,
+                distributed,
+            } => self.make_node(who, dir, name, ftype, perm, rdev, target, home, distributed),
+            Q::Link {
+                dir,
+                name,
+                ino,
+                ftype,
+                replace,
+            } => self.link(who, dir, name, ino, ftype, replace),
+            Q::Unlink {
+                dir,
+                name,
+                kind,
+                expect,
+            } => self.unlink(who, dir, name, kind, expect),
+            Q::Rename {
+                olddir,
+                oldname,
+                newdir,
+                newname,
+                flags,
+            } => self.rename(who, olddir, oldname, newdir, newname, flags),
+            Q::ReadDir {
+                dir,
+                cookie,
+                max_bytes,
+            } => self.readdir(dir, cookie, max_bytes, out),
+            Q::SetParent { dir, parent } => self.set_parent(dir, parent),
+            Q::MarkRmdir { dir } => self.mark_rmdir(dir),
+            Q::FinishRmdir { dir, commit } => self.finish_rmdir(dir, commit),
+            Q::GetAttr { ino } => Ok(Reply::Attr(self.attr(ino)?)),
+            Q::SetAttr { ino, set } => self.set_attr(session, who, ino, set),
+            Q::Access { ino, mask } => self.access(who, ino, mask),
+            Q::ReadLink { ino } => {
+                let i = self.inode(ino)?;
+                if i.ftype != FileType::Symlink {
+                    return Err(Errno::EINVAL);
+                }
+                out.clear();
+                out.extend_from_slice(&i.target);
+                Ok(Reply::Target(out))
+            }
+            Q::Ref { ino } => {
+                let i = self.inode_mut(ino)?;
+                if i.ftype == FileType::Directory {
+                    return Err(Errno::EPERM);
+                }
+                if i.links == 0 {
+                    return Err(Errno::ENOENT);
+                }
+                i.links += 1;
+                i.ctime = now();
+                Ok(Reply::Attr(self.attr(ino)?))
+            }
+            Q::Unref { ino } => {
+                self.inode(ino)?;
+                self.drop_link(ino);
+                Ok(Reply::Ok)
+            }
+            Q::OpenInode { ino, flags } => {
+                let (desc, attr) = self.open_inode(session, who, ino, flags, true)?;
+                Ok(Reply::Opened {
+                    desc,
+                    attr,
+                    created: false,
+                })
+            }
+            Q::GetXattr { ino, name } => self.get_xattr(who, ino, name, out),
+            Q::SetXattr {
+                ino,
+                name,
+                value,
+                flags,
+            } => self.set_xattr(who, ino, name, Some(value), flags),
+            Q::ListXattr { ino } => self.list_xattr(who, ino, out),
+            Q::RemoveXattr { ino, name } => self.set_xattr(who, ino, name, None, 0),
+            Q::Fallocate {
+                ino,
+                mode,
+                offset,
+                len,
+            } => self.fallocate(session, who, ino, mode, offset, len),
+            Q::MapBlocks {
+                ino,
+                offset,
+                len,
+                allocate,
+            } => self.map_blocks(ino, offset, len, allocate),
+            Q::Read { desc, len, offset } => {
+                let (off, got, extents) = self.read(session, desc, len, offset)?;
+                Ok(Reply::Extents {
+                    offset: off,
+                    len: got,
+                    extents,
+                })
+            }
+            Q::Write { desc, len, offset } => {
+                let (off, got, extents) = self.write(session, who, desc, len, offset)?;
+                Ok(Reply::Extents {
+                    offset: off,
+                    len: got,
+                    extents,
+                })
+            }
+            Q::ReadData { desc, len, offset } => {
+                let len = (len as usize).min(MAX_DATA) as u64;
+                let (_, got, extents) = self.read(session, desc, len, offset)?;
+                out.clear();
+                out.resize(got as usize, 0);
+                self.copy_out(&extents, out);
+                Ok(Reply::Data(out))
+            }
+            Q::WriteData { desc, data, offset } => {
+                let data = &data[..data.len().min(MAX_DATA)];
+                let (_, got, extents) =
+                    self.write(session, who, desc, data.len() as u64, offset)?;
+                self.copy_in(&extents, &data[..got as usize]);
+                Ok(Reply::Written(got))
+            }
+            Q::Seek {
+                desc,
+                offset,
+                whence,
+            } => self.seek(session, desc, offset, whence),
+            Q::SetFlags { desc, flags } => {
+                let d = self.desc_mut(session, desc)?;
+                d.flags = (d.flags & !SETFL_MASK) | (flags & SETFL_MASK);
+                Ok(Reply::Ok)
+            }
+            Q::Share { desc, to } => {
+                let d = self.desc_mut(session, desc)?;
+                *d.refs.entry(to).or_insert(0) += 1;
+                self.session_opened(to);
+                Ok(Reply::Ok)
+            }
+            Q::Close { desc } => self.close(session, desc),
+            Q::SetLock { desc, lock } => self.set_lock(session, desc, &lock),
+            Q::GetLock { desc, lock } => {
+                let d = self.desc(session, desc)?;
+                let req = Lock::from_spec(&lock)?;
+                if req.kind == locks::UN {
+                    return Err(Errno::EINVAL);
+                }
+                let i = self.inode(d.ino)?;
+                Ok(Reply::Lock(
+                    locks::conflict(&i.locks, &req).map(|l| l.to_spec()),
+                ))
+            }
+            Q::StatFs => Ok(Reply::StatFs(StatFsInfo {
+                blocks: self.cache.total,
+                blocks_free: self.cache.free.len() as u64,
+                files: MAX_INODES,
+                files_free: MAX_INODES - self.inodes.len() as u64,
+            })),
+            Q::Stats => Ok(Reply::Stats(self.stats())),
+        }
+    }
+
+    // ---------------------------------------------------------------
+    // helpers
+
+    fn inode(&self, ino: InodeId) -> Result<&Inode, Errno> {
+        self.inodes.get(&ino).ok_or(Errno::ENOENT)
+    }
+
+    fn inode_mut(&mut self, ino: InodeId) -> Result<&mut Inode, Errno> {
+        self.inodes.get_mut(&ino).ok_or(Errno::ENOENT)
+    }
+
+    fn owns(&self, ino: InodeId) -> bool {
+        ino.owner() == self.cfg.index
+    }
+
+    /// The attributes `stat` reports.
+    fn attr(&self, ino: InodeId) -> Result<Attr, Errno> {
+        let i = self.inode(ino)?;
+        let nlink = if i.ftype != FileType::Directory || i.links == 0 {
+            i.links
+        } else {
+            // `2 + subdirectories` when all entries are here; otherwise
+            // unknown, and 1 is the convention for "do not count" (btrfs).
+            match self.shards.get(&ino) {
+                Some(s) if ino.home() == self.cfg.index && !ino.is_distributed() => 2 + s.subdirs,
+                _ => 1,
+            }
+        };
+        let size = match i.ftype {
+            FileType::Directory => BS,
+            FileType::Symlink => i.target.len() as u64,
+            _ => i.size,
+        };
+        Ok(Attr {
+            ino,
+            ftype: i.ftype,
+            perm: i.perm,
+            nlink,
+            uid: i.uid,
+            gid: i.gid,
+            rdev: i.rdev,
+            size,
+            blocks: i.blocks.len() as u64 * (BS / 512),
+            atime: i.atime,
+            mtime: i.mtime,
+            ctime: i.ctime,
+            btime: i.btime,
+        })
+    }
+
+    /// Check `mask` on directory `dir` when this server owns it (see the
+    /// module docs for directories owned elsewhere).
+    fn dir_check(&self, dir: InodeId, who: &Caller, mask: u32) -> Result<(), Errno> {
+        if self.removed.contains(&dir) {
+            return Err(Errno::ENOENT);
+        }
+        if !self.owns(dir) {
+            return Ok(());
+        }
+        let d = self.inode(dir)?;
+        if d.ftype != FileType::Directory {
+            return Err(Errno::ENOTDIR);
+        }
+        check(d.ftype, d.perm, d.uid, d.gid, who, mask)
+    }
+
+    /// Entries of `dir` named `name` live here, or the client erred.
+    fn entry_here(&self, dir: InodeId, name: &[u8]) -> Result<(), Errno> {
+        if entry_server(dir, name, self.cfg.nservers) == self.cfg.index {
+            Ok(())
+        } else {
+            Err(Errno::EXDEV)
+        }
+    }
+
+    /// The shard of `dir` for adding an entry: not removed, not marked.
+    fn creatable(&mut self, dir: InodeId) -> Result<&mut Shard, Errno> {
+        if self.removed.contains(&dir) {
+            return Err(Errno::ENOENT);
+        }
+        let s = self.shards.entry(dir).or_insert_with(|| Shard::new(None));
+        if s.marked {
+            return Err(RETRY);
+        }
+        Ok(s)
+    }
+
+    /// `mtime`/`ctime` of a directory whose entries changed, if owned here.
+    fn touch_dir(&mut self, dir: InodeId) {
+        if let Some(d) = self.inodes.get_mut(&dir) {
+            let t = now();
+            d.mtime = t;
+            d.ctime = t;
+        }
+    }
+
+    /// Sticky directories: only the owner of the entry's inode, of the
+    /// directory, or root may remove or replace it. Checked when this server
+    /// owns the directory and the victim.
+    fn sticky_ok(&self, dir: InodeId, victim: InodeId, who: &Caller) -> Result<(), Errno> {
+        let (Some(d), Some(v)) = (self.inodes.get(&dir), self.inodes.get(&victim)) else {
+            return Ok(());
+        };
+        if d.perm & libc::S_ISVTX != 0 && !who.is_root() && who.uid != d.uid && who.uid != v.uid {
+            return Err(Errno::EPERM);
+        }
+        Ok(())
+    }
+
+    /// Create an inode on this server (owner, and group by the
+    /// set-group-id directory rule, `inode_init_owner`).
+    fn new_inode(
+        &mut self,
+        who: &Caller,
+        dir: InodeId,
+        ftype: FileType,
+        mut perm: u32,
+        home: usize,
+        distributed: bool,
+    ) -> InodeId {
+        let mut gid = who.gid;
+        if let Some(d) = self.inodes.get(&dir) {
+            if d.perm & libc::S_ISGID != 0 {
+                gid = d.gid;
+                if ftype == FileType::Directory {
+                    perm |= libc::S_ISGID;
+                } else if perm & (libc::S_ISGID | libc::S_IXGRP) == (libc::S_ISGID | libc::S_IXGRP)
+                    && !who.is_root()
+                    && !who.in_group(gid)
+                {
+                    perm &= !libc::S_ISGID; // mode_strip_sgid
+                }
+            }
+        }
+        let serial = self.next_serial;
+        self.next_serial += 1;
+        let dist = ftype == FileType::Directory && distributed;
+        let home = if ftype == FileType::Directory {
+            home
+        } else {
+            self.cfg.index
+        };
+        let ino = InodeId::new(self.cfg.index, home, dist, serial);
+        self.inodes
+            .insert(ino, Inode::new(ftype, perm, who.uid, gid, now()));
+        ino
+    }
+
+    /// Drop one link of an inode owned here; free it when unreferenced.
+    fn drop_link(&mut self, ino: InodeId) {
+        if let Some(i) = self.inodes.get_mut(&ino) {
+            i.links = i.links.saturating_sub(1);
+            i.ctime = now();
+            if i.ftype == FileType::Directory && i.links == 0 {
+                self.shards.remove(&ino);
+                self.removed.insert(ino);
+            }
+        }
+        self.maybe_free(ino);
+    }
+
+    /// Destroy the inode if neither names nor descriptions reference it
+    /// (Hare Fig. 3-3: unlinked-but-open files live until the last close).
+    fn maybe_free(&mut self, ino: InodeId) {
+        let dead = self
+            .inodes
+            .get(&ino)
+            .is_some_and(|i| i.links == 0 && i.opens == 0);
+        if dead {
+            if let Some(mut i) = self.inodes.remove(&ino) {
+                i.release_all(&mut self.cache);
+                if i.ftype == FileType::Directory {
+                    self.shards.remove(&ino);
+                    self.removed.insert(ino);
+                }
+            }
+        }
+    }
+
+    fn desc(&self, session: SessionId, desc: DescId) -> Result<&Desc, Errno> {
+        match self.descs.get(&desc) {
+            Some(d) if d.refs.contains_key(&session) => Ok(d),
+            _ => Err(Errno::EBADF),
+        }
+    }
+
+    fn desc_mut(&mut self, session: SessionId, desc: DescId) -> Result<&mut Desc, Errno> {
+        match self.descs.get_mut(&desc) {
+            Some(d) if d.refs.contains_key(&session) => Ok(d),
+            _ => Err(Errno::EBADF),
+        }
+    }
+
+    /// Whether `session` holds a description of `ino` open for writing
+    /// (`ftruncate`/`fallocate` through such a descriptor need no write
+    /// permission, as in Linux).
+    fn has_writable_desc(&self, session: SessionId, ino: InodeId) -> bool {
+        self.descs
+            .values()
+            .any(|d| d.ino == ino && d.writable() && d.refs.contains_key(&session))
+    }
+
+    fn release_desc(&mut self, id: DescId) {
+        let Some(d) = self.descs.remove(&id) else {
+            return;
+        };
+        if let Some(i) = self.inodes.get_mut(&d.ino) {
+            locks::release(&mut i.locks, LockOwner::Description(id));
+            locks::release(&mut i.locks, LockOwner::Flock(id));
+            i.opens = i.opens.saturating_sub(1);
+            if i.opens == 0 {
+                i.release_deferred(&mut self.cache);
+            }
+        }
+        self.maybe_free(d.ino);
+    }
+
+    // ---------------------------------------------------------------
+    // names
+
+    fn lookup<'o>(&self, who: &Caller, dir: InodeId, name: &[u8]) -> R<'o> {
+        check_name(name)?;
+        self.dir_check(dir, who, MAY_EXEC)?;
+        if name == b"." {
+            return Ok(Reply::Entry {
+                ino: dir,
+                ftype: FileType::Directory,
+            });
+        }
+        if name == b".." {
+            let parent = if dir == ROOT {
+                ROOT
+            } else {
+                self.shards
+                    .get(&dir)
+                    .and_then(|s| s.parent)
+                    .ok_or(Errno::ENOENT)?
+            };
+            return Ok(Reply::Entry {
+                ino: parent,
+                ftype: FileType::Directory,
+            });
+        }
+        self.entry_here(dir, name)?;
+        let d = self
+            .shards
+            .get(&dir)
+            .and_then(|s| s.get(name))
+            .ok_or(Errno::ENOENT)?;
+        Ok(Reply::Entry {
+            ino: d.ino,
+            ftype: d.ftype,
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn open<'o>(
+        &mut self,
+        session: SessionId,
+        who: &Caller,
+        dir: InodeId,
+        name: &[u8],
+        flags: u32,
+        perm: u32,
+        out: &'o mut Vec<u8>,
+    ) -> R<'o> {
+        let creat = flags & libc::O_CREAT as u32 != 0;
+        let excl = flags & libc::O_EXCL as u32 != 0;
+        check_name(name)?;
+        if is_dot(name) {
+            if creat && excl {
+                return Err(Errno::EEXIST);
+            }
+            // The client opens the directory itself with `OpenInode`.
+            return self.lookup(who, dir, name);
+        }
+        self.entry_here(dir, name)?;
+        self.dir_check(dir, who, MAY_EXEC)?;
+        let existing = self.shards.get(&dir).and_then(|s| s.get(name));
+        if let Some(d) = existing {
+            if creat && excl {
+                // Also for a dangling symlink, as Linux.
+                return Err(Errno::EEXIST);
+            }
+            if d.ftype == FileType::Symlink {
+                let path = flags & libc::O_PATH as u32 != 0;
+                if flags & libc::O_NOFOLLOW as u32 != 0 && !path {
+                    return Err(Errno::ELOOP);
+                }
+                if flags & libc::O_NOFOLLOW as u32 == 0 {
+                    return match self.inodes.get(&d.ino) {
+                        Some(i) => {
+                            out.clear();
+                            out.extend_from_slice(&i.target);
+                            Ok(Reply::Symlink {
+                                ino: d.ino,
+                                target: out,
+                            })
+                        }
+                        None => Ok(Reply::Entry {
+                            ino: d.ino,
+                            ftype: d.ftype,
+                        }),
+                    };
+                }
+            }
+            if !self.owns(d.ino) {
+                return Ok(Reply::Entry {
+                    ino: d.ino,
+                    ftype: d.ftype,
+                });
+            }
+            let (desc, attr) = self.open_inode(session, who, d.ino, flags, true)?;
+            return Ok(Reply::Opened {
+                desc,
+                attr,
+                created: false,
+            });
+        }
+        if !creat {
+            return Err(Errno::ENOENT);
+        }
+        if flags & libc::O_DIRECTORY as u32 != 0 {
+            return Err(Errno::EINVAL); // Linux ≥ 6.4
+        }
+        self.dir_check(dir, who, MAY_WRITE | MAY_EXEC)?;
+        self.creatable(dir)?;
+        let ino = self.new_inode(who, dir, FileType::Regular, perm & 0o7777, 0, false);
+        if let Some(s) = self.shards.get_mut(&dir) {
+            s.insert(name, ino, FileType::Regular);
+        }
+        self.touch_dir(dir);
+        // POSIX: a new file is opened with the requested access whatever
+        // its mode (`open("f", O_CREAT|O_RDWR, 0444)` succeeds).
+        let (desc, attr) = self.open_inode(session, who, ino, flags, false)?;
+        Ok(Reply::Opened {
+            desc,
+            attr,
+            created: true,
+        })
+    }
+
+    /// Open a description of an inode owned here.
+    fn open_inode(
+        &mut self,
+        session: SessionId,
+        who: &Caller,
+        ino: InodeId,
+        flags: u32,
+        check_perm: bool,
+    ) -> Result<(DescId, Attr), Errno> {
+        let i = self.inode(ino)?;
+        let path = flags & libc::O_PATH as u32 != 0;
+        let is_dir = i.ftype == FileType::Directory;
+        if flags & libc::O_DIRECTORY as u32 != 0 && !is_dir {
+            return Err(Errno::ENOTDIR);
+        }
+        let mut keep =
+            flags & !((libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC | libc::O_NOCTTY) as u32);
+        if path {
+            keep &= (libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC) as u32;
+        } else {
+            if i.ftype == FileType::Symlink {
+                return Err(Errno::ELOOP);
+            }
+            let acc = flags & libc::O_ACCMODE as u32;
+            let wants_write = acc != libc::O_RDONLY as u32;
+            let wants_read = acc != libc::O_WRONLY as u32;
+            let trunc = flags & libc::O_TRUNC as u32 != 0;
+            if is_dir && (wants_write || flags & libc::O_CREAT as u32 != 0) {
+                return Err(Errno::EISDIR);
+            }
+            if i.ftype == FileType::Socket {
+                return Err(Errno::ENXIO);
+            }
+            let mut mask = 0;
+            if wants_read {
+                mask |= MAY_READ;
+            }
+            if wants_write || trunc {
+                mask |= MAY_WRITE; // O_TRUNC needs write permission (Linux)
+            }
+            if check_perm {
+                check(i.ftype, i.perm, i.uid, i.gid, who, mask)?;
+            }
+            if trunc && i.ftype == FileType::Regular {
+                let i = self.inodes.get_mut(&ino).ok_or(Errno::ENOENT)?;
+                i.truncate(&mut self.cache, 0);
+                let t = now();
+                i.mtime = t;
+                i.ctime = t;
+                if !who.is_root() {
+                    i.perm = kill_priv(i.perm);
+                }
+            }
+        }
+        let id = DescId::new(self.cfg.index, self.next_desc);
+        self.next_desc += 1;
+        self.descs.insert(
+            id,
+            Desc {
+                ino,
+                flags: keep,
+                offset: 0,
+                refs: HashMap::from([(session, 1)]),
+            },
+        );
+        if let Some(i) = self.inodes.get_mut(&ino) {
+            i.opens += 1;
+        }
+        Ok((id, self.attr(ino)?))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn make_node<'o>(
+        &mut self,
+        who: &Caller,
+        dir: InodeId,
+        name: &[u8],
+        ftype: FileType,
+        perm: u32,
+        rdev: u64,
+        target: &[u8],
+        home: u8,
+        distributed: bool,
+    ) -> R<'o> {
+        check_name(name)?;
+        if is_dot(name) {
+            return Err(Errno::EEXIST);
+        }
+        self.entry_here(dir, name)?;
+        self.dir_check(dir, who, MAY_WRITE | MAY_EXEC)?;
+        if self.shards.get(&dir).is_some_and(|s| s.get(name).is_some()) {
+            return Err(Errno::EEXIST);
+        }
+        let home = home as usize;
+        let perm = match ftype {
+            FileType::Directory => {
+                if home >= self.cfg.nservers.min(MAX_SERVERS) {
+                    return Err(Errno::EINVAL);
+                }
+                perm & 0o1777
+            }
+            FileType::Symlink => {
+                if target.is_empty() {
+                    return Err(Errno::ENOENT);
+                }
+                if target.len() > MAX_TARGET {
+                    return Err(Errno::ENAMETOOLONG);
+                }
+                0o777
+            }
+            FileType::CharDevice | FileType::BlockDevice if !who.is_root() => {
+                return Err(Errno::EPERM); // CAP_MKNOD
+            }
+            _ => perm & 0o7777,
+        };
+        self.creatable(dir)?;
+        let ino = self.new_inode(who, dir, ftype, perm, home, distributed);
+        if let Some(i) = self.inodes.get_mut(&ino) {
+            match ftype {
+                FileType::Symlink => i.target = target.to_vec(),
+                FileType::CharDevice | FileType::BlockDevice => i.rdev = rdev,
+                _ => {}
+            }
+        }
+        if ftype == FileType::Directory && home == self.cfg.index {
+            self.shards.insert(ino, Shard::new(Some(dir)));
+        }
+        if let Some(s) = self.shards.get_mut(&dir) {
+            s.insert(name, ino, ftype);
+        }
+        self.touch_dir(dir);
+        Ok(Reply::Entry { ino, ftype })
+    }
+
+    /// Whether a directory known here has entries here (directories whose
+    /// entries live elsewhere are vouched for by `MarkRmdir`).
+    fn nonempty_here(&self, dir: InodeId) -> bool {
+        self.shards.get(&dir).is_some_and(|s| !s.is_empty())
+    }
+
+    /// The entry for `name` is being replaced by an inode of type `new`:
+    /// Linux's type rules for the victim.
+    fn replace_ok(&self, victim: &dir::Dent, new: FileType) -> Result<(), Errno> {
+        match (
+            new == FileType::Directory,
+            victim.ftype == FileType::Directory,
+        ) {
+            (true, false) => Err(Errno::ENOTDIR),
+            (false, true) => Err(Errno::EISDIR),
+            (true, true) if self.nonempty_here(victim.ino) => Err(Errno::ENOTEMPTY),
+            _ => Ok(()),
+        }
+    }
+
+    /// Forget a removed directory's entries held here.
+    fn drop_dir_shard(&mut self, dir: InodeId) {
+        if self.shards.remove(&dir).is_some() || dir.home() == self.cfg.index {
+            self.removed.insert(dir);
+        }
+    }
+
+    fn link<'o>(
+        &mut self,
+        who: &Caller,
+        dir: InodeId,
+        name: &[u8],
+        ino: InodeId,
+        ftype: FileType,
+        replace: bool,
+    ) -> R<'o> {
+        check_name(name)?;
+        if is_dot(name) {
+            return Err(Errno::EEXIST);
+        }
+        self.entry_here(dir, name)?;
+        self.dir_check(dir, who, MAY_WRITE | MAY_EXEC)?;
+        if self.owns(ino) {
+            let i = self.inode(ino)?;
+            if i.ftype != ftype {
+                return Err(Errno::EINVAL);
+            }
+            if i.links == 0 {
+                return Err(Errno::ENOENT);
+            }
+        }
+        let victim = self.creatable(dir)?.get(name);
+        if let Some(v) = victim {
+            if !replace {
+                return Err(Errno::EEXIST);
+            }
+            self.replace_ok(&v, ftype)?;
+            self.sticky_ok(dir, v.ino, who)?;
+        }
+        if let Some(s) = self.shards.get_mut(&dir) {
+            s.insert(name, ino, ftype);
+        }
+        if let Some(i) = self.inodes.get_mut(&ino) {
+            i.links += 1;
+            i.ctime = now();
+        }
+        if let Some(v) = victim {
+            if v.ftype == FileType::Directory {
+                self.drop_dir_shard(v.ino);
+            }
+            if self.owns(v.ino) {
+                self.drop_link(v.ino);
+            }
+        }
+        self.touch_dir(dir);
+        Ok(Reply::Linked {
+            replaced: victim.map(|v| (v.ino, v.ftype)),
+        })
+    }
+
+    fn unlink<'o>(
+        &mut self,
+        who: &Caller,
+        dir: InodeId,
+        name: &[u8],
+        kind: UnlinkKind,
+        expect: Option<InodeId>,
+    ) -> R<'o> {
+        check_name(name)?;
+        if name == b"." {
+            return Err(Errno::EINVAL);
+        }
+        if name == b".." {
+            return Err(Errno::ENOTEMPTY);
+        }
+        self.entry_here(dir, name)?;
+        self.dir_check(dir, who, MAY_WRITE | MAY_EXEC)?;
+        let d = self
+            .shards
+            .get(&dir)
+            .and_then(|s| s.get(name))
+            .ok_or(Errno::ENOENT)?;
+        if expect.is_some_and(|e| e != d.ino) {
+            return Err(Errno::ESTALE);
+        }
+        let is_dir = d.ftype == FileType::Directory;
+        match kind {
+            UnlinkKind::NonDirectory if is_dir => return Err(Errno::EISDIR),
+            UnlinkKind::Directory if !is_dir => return Err(Errno::ENOTDIR),
+            UnlinkKind::Directory if self.nonempty_here(d.ino) => return Err(Errno::ENOTEMPTY),
+            _ => {}
+        }
+        self.sticky_ok(dir, d.ino, who)?;
+        if let Some(s) = self.shards.get_mut(&dir) {
+            s.remove(name);
+        }
+        if kind == UnlinkKind::Directory {
+            self.drop_dir_shard(d.ino);
+        }
+        let here = self.owns(d.ino);
+        if here {
+            self.drop_link(d.ino);
+        }
+        self.touch_dir(dir);
+        Ok(Reply::Unlinked {
+            ino: d.ino,
+            ftype: d.ftype,
+            freed_here: here,
+        })
+    }
+
+    fn rename<'o>(
+        &mut self,
+        who: &Caller,
+        olddir: InodeId,
+        oldname: &[u8],
+        newdir: InodeId,
+        newname: &[u8],
+        flags: u32,
+    ) -> R<'o> {
+        if flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE) != 0
+            || flags == RENAME_NOREPLACE | RENAME_EXCHANGE
+        {
+            return Err(Errno::EINVAL);
+        }
+        check_name(oldname)?;
+        check_name(newname)?;
+        if is_dot(oldname) || is_dot(newname) {
+            return Err(Errno::EINVAL);
+        }
+        self.entry_here(olddir, oldname)?;
+        self.entry_here(newdir, newname)?;
+        self.dir_check(olddir, who, MAY_WRITE | MAY_EXEC)?;
+        self.dir_check(newdir, who, MAY_WRITE | MAY_EXEC)?;
+        let old = self
+            .shards
+            .get(&olddir)
+            .and_then(|s| s.get(oldname))
+            .ok_or(Errno::ENOENT)?;
+        let target = self.shards.get(&newdir).and_then(|s| s.get(newname));
+        if olddir == newdir && oldname == newname {
+            return Ok(Reply::Renamed {
+                moved: old.ino,
+                ftype: old.ftype,
+                replaced: None,
+            });
+        }
+        self.creatable(newdir)?;
+        self.sticky_ok(olddir, old.ino, who)?;
+        let cross = olddir != newdir;
+        if flags & RENAME_EXCHANGE != 0 {
+            let t = target.ok_or(Errno::ENOENT)?;
+            self.sticky_ok(newdir, t.ino, who)?;
+            for (d, moved) in [(old, cross), (t, cross)] {
+                if moved && d.ftype == FileType::Directory && self.owns(d.ino) && !who.is_root() {
+                    let i = self.inode(d.ino)?;
+                    check(i.ftype, i.perm, i.uid, i.gid, who, MAY_WRITE)?;
+                }
+            }
+            if let Some(s) = self.shards.get_mut(&olddir) {
+                s.insert(oldname, t.ino, t.ftype);
+            }
+            if let Some(s) = self.shards.get_mut(&newdir) {
+                s.insert(newname, old.ino, old.ftype);
+            }
+            if cross {
+                self.reparent(old, newdir);
+                self.reparent(t, olddir);
+            }
+            self.touch_moved(old.ino);
+            self.touch_moved(t.ino);
+            self.touch_dir(olddir);
+            self.touch_dir(newdir);
+            return Ok(Reply::Renamed {
+                moved: old.ino,
+                ftype: old.ftype,
+                replaced: Some((t.ino, t.ftype, false)),
+            });
+        }
+        if let Some(t) = target {
+            if flags & RENAME_NOREPLACE != 0 {
+                return Err(Errno::EEXIST);
+            }
+            if t.ino == old.ino {
+                // Two links to one inode: POSIX says do nothing.
+                return Ok(Reply::Renamed {
+                    moved: old.ino,
+                    ftype: old.ftype,
+                    replaced: None,
+                });
+            }
+            self.replace_ok(&t, old.ftype)?;
+            self.sticky_ok(newdir, t.ino, who)?;
+        }
+        if cross && old.ftype == FileType::Directory && self.owns(old.ino) {
+            // Its `..` changes: Linux wants write permission on it.
+            let i = self.inode(old.ino)?;
+            check(i.ftype, i.perm, i.uid, i.gid, who, MAY_WRITE)?;
+        }
+        if let Some(s) = self.shards.get_mut(&olddir) {
+            s.remove(oldname);
+        }
+        if let Some(s) = self.shards.get_mut(&newdir) {
+            s.insert(newname, old.ino, old.ftype);
+        }
+        let mut replaced = None;
+        if let Some(t) = target {
+            if t.ftype == FileType::Directory {
+                self.drop_dir_shard(t.ino);
+            }
+            let here = self.owns(t.ino);
+            if here {
+                self.drop_link(t.ino);
+            }
+            replaced = Some((t.ino, t.ftype, here));
+        }
+        if cross {
+            self.reparent(old, newdir);
+        }
+        self.touch_moved(old.ino);
+        self.touch_dir(olddir);
+        self.touch_dir(newdir);
+        Ok(Reply::Renamed {
+            moved: old.ino,
+            ftype: old.ftype,
+            replaced,
+        })
+    }
+
+    /// A directory moved to `parent`: update its `..` if recorded here
+    /// (otherwise the client sends `SetParent` to its home).
+    fn reparent(&mut self, d: dir::Dent, parent: InodeId) {
+        if d.ftype == FileType::Directory {
+            if let Some(s) = self.shards.get_mut(&d.ino) {
+                if d.ino.home() == self.cfg.index {
+                    s.parent = Some(parent);
+                }
+            }
+        }
+    }
+
+    fn touch_moved(&mut self, ino: InodeId) {
+        if let Some(i) = self.inodes.get_mut(&ino) {
+            i.ctime = now();
+        }
+    }
+
+    fn readdir<'o>(
+        &self,
+        dir: InodeId,
+        cookie: u64,
+        max_bytes: u32,
+        out: &'o mut Vec<u8>,
+    ) -> R<'o> {
+        if self.removed.contains(&dir) {
+            return Err(Errno::ENOENT);
+        }
+        if self.owns(dir) && self.inode(dir)?.ftype != FileType::Directory {
+            return Err(Errno::ENOTDIR);
+        }
+        let max = (max_bytes as usize).min(MAX_DIRENTS);
+        out.clear();
+        let shard = self.shards.get(&dir);
+        let home = dir.home() == self.cfg.index;
+        let mut full = false;
+        if home && cookie < 1 {
+            full = !push_dirent(out, dir.0, 1, libc::DT_DIR, b".", max);
+        }
+        if home && cookie < 2 && !full {
+            let parent = if dir == ROOT {
+                ROOT
+            } else {
+                shard.and_then(|s| s.parent).unwrap_or(dir)
+            };
+            full = !push_dirent(out, parent.0, 2, libc::DT_DIR, b"..", max);
+        }
+        if !full {
+            if let Some(s) = shard {
+                for (seq, name, d) in s.after(cookie) {
+                    if !push_dirent(out, d.ino.0, seq, d.ftype.dirent_type(), name, max) {
+                        full = true;
+                        break;
+                    }
+                }
+            }
+        }
+        if full && out.is_empty() {
+            return Err(Errno::EINVAL); // buffer too small for one record
+        }
+        Ok(Reply::Dirents {
+            data: out,
+            end: !full,
+        })
+    }
+
+    fn set_parent<'o>(&mut self, dir: InodeId, parent: InodeId) -> R<'o> {
+        if dir.home() != self.cfg.index {
+            return Err(Errno::EXDEV);
+        }
+        if self.removed.contains(&dir) {
+            return Err(Errno::ENOENT);
+        }
+        self.shards
+            .entry(dir)
+            .or_insert_with(|| Shard::new(None))
+            .parent = Some(parent);
+        Ok(Reply::Ok)
+    }
+
+    /// Three-phase rmdir, phase 1/2 (Hare §3.4.1).
+    fn mark_rmdir<'o>(&mut self, dir: InodeId) -> R<'o> {
+        if self.removed.contains(&dir) {
+            return Err(Errno::ENOENT);
+        }
+        let s = self.shards.entry(dir).or_insert_with(|| Shard::new(None));
+        if s.marked {
+            return Err(Errno::EBUSY); // another rmdir is in progress
+        }
+        if !s.is_empty() {
+            return Err(Errno::ENOTEMPTY);
+        }
+        s.marked = true;
+        Ok(Reply::Ok)
+    }
+
+    /// Three-phase rmdir, phase 3: commit drops the shard for good.
+    fn finish_rmdir<'o>(&mut self, dir: InodeId, commit: bool) -> R<'o> {
+        if commit {
+            self.shards.remove(&dir);
+            self.removed.insert(dir);
+        } else if let Some(s) = self.shards.get_mut(&dir) {
+            s.marked = false;
+        }
+        Ok(Reply::Ok)
+    }
+
+    // ---------------------------------------------------------------
+    // inodes
+
+    fn set_attr<'o>(
+        &mut self,
+        session: SessionId,
+        who: &Caller,
+        ino: InodeId,
+        set: SetAttr,
+    ) -> R<'o> {
+        let has_w = self.has_writable_desc(session, ino);
+        let i = self.inode(ino)?;
+        // Validate everything first: a refused request changes nothing.
+        if set.perm.is_some() && !who.owns(i.uid) {
+            return Err(Errno::EPERM);
+        }
+        if let Some(u) = set.uid {
+            if !who.is_root() && (u != i.uid || who.uid != i.uid) {
+                return Err(Errno::EPERM);
+            }
+        }
+        if let Some(g) = set.gid {
+            if !who.is_root() && (who.uid != i.uid || (g != i.gid && !who.in_group(g))) {
+                return Err(Errno::EPERM);
+            }
+        }
+        if let Some(size) = set.size {
+            match i.ftype {
+                FileType::Regular => {}
+                FileType::Directory => return Err(Errno::EISDIR),
+                _ => return Err(Errno::EINVAL),
+            }
+            if size > MAX_FILE_SIZE {
+                return Err(Errno::EFBIG);
+            }
+            if !has_w {
+                check(i.ftype, i.perm, i.uid, i.gid, who, MAY_WRITE)?;
+            }
+        }
+        let explicit = matches!(set.atime, TimeSet::Set(_)) || matches!(set.mtime, TimeSet::Set(_));
+        let any_time = set.atime != TimeSet::Omit || set.mtime != TimeSet::Omit;
+        if explicit && !who.owns(i.uid) {
+            return Err(Errno::EPERM);
+        }
+        if any_time
+            && !explicit
+            && !who.owns(i.uid)
+            && check(i.ftype, i.perm, i.uid, i.gid, who, MAY_WRITE).is_err()
+        {
+            return Err(Errno::EACCES);
+        }
+        let t = now();
+        let i = self.inodes.get_mut(&ino).ok_or(Errno::ENOENT)?;
+        let mut changed = false;
+        if set.uid.is_some() || set.gid.is_some() {
+            i.uid = set.uid.unwrap_or(i.uid);
+            i.gid = set.gid.unwrap_or(i.gid);
+            if i.ftype != FileType::Directory {
+                // chown clears set-id bits, even when done by root.
+                i.perm = kill_priv(i.perm);
+            }
+            changed = true;
+        }
+        if let Some(p) = set.perm {
+            let mut p = p & 0o7777;
+            if !who.is_root() && !who.in_group(i.gid) {
+                p &= !libc::S_ISGID;
+            }
+            i.perm = p;
+            changed = true;
+        }
+        if let Some(size) = set.size {
+            i.truncate(&mut self.cache, size);
+            i.mtime = t;
+            if !who.is_root() {
+                i.perm = kill_priv(i.perm);
+            }
+            changed = true;
+        }
+        for (which, slot) in [(set.atime, &mut i.atime), (set.mtime, &mut i.mtime)] {
+            match which {
+                TimeSet::Omit => {}
+                TimeSet::Now => *slot = t,
+                TimeSet::Set(ts) => *slot = ts,
+            }
+        }
+        if changed || any_time {
+            i.ctime = t;
+        }
+        Ok(Reply::Attr(self.attr(ino)?))
+    }
+
+    fn access<'o>(&self, who: &Caller, ino: InodeId, mask: u32) -> R<'o> {
+        if mask & !7 != 0 {
+            return Err(Errno::EINVAL);
+        }
+        let i = self.inode(ino)?;
+        if mask != 0 {
+            check(i.ftype, i.perm, i.uid, i.gid, who, mask)?;
+        }
+        Ok(Reply::Ok)
+    }
+
+    // ---- extended attributes (user.* and trusted.*) ----
+
+    /// Linux's `xattr_permission` for `name` with `mask`.
+    fn xattr_check(&self, who: &Caller, ino: InodeId, name: &[u8], mask: u32) -> Result<(), Errno> {
+        if name.len() > 255 {
+            return Err(Errno::ERANGE);
+        }
+        let i = self.inode(ino)?;
+        let write = mask & MAY_WRITE != 0;
+        if let Some(rest) = name.strip_prefix(b"trusted.") {
+            if rest.is_empty() {
+                return Err(Errno::EINVAL);
+            }
+            if !who.is_root() {
+                return Err(if write { Errno::EPERM } else { Errno::ENODATA });
+            }
+            return Ok(());
+        }
+        let Some(rest) = name.strip_prefix(b"user.") else {
+            return Err(Errno::ENOTSUP);
+        };
+        if rest.is_empty() {
+            return Err(Errno::EINVAL);
+        }
+        if !matches!(i.ftype, FileType::Regular | FileType::Directory) {
+            return Err(if write { Errno::EPERM } else { Errno::ENODATA });
+        }
+        if write
+            && i.ftype == FileType::Directory
+            && i.perm & libc::S_ISVTX != 0
+            && !who.owns(i.uid)
+        {
+            return Err(Errno::EPERM);
+        }
+        check(i.ftype, i.perm, i.uid, i.gid, who, mask)
+    }
+
+    fn get_xattr<'o>(
+        &self,
+        who: &Caller,
+        ino: InodeId,
+        name: &[u8],
+        out: &'o mut Vec<u8>,
+    ) -> R<'o> {
+        self.xattr_check(who, ino, name, MAY_READ)?;
+        let v = self.inode(ino)?.xattrs.get(name).ok_or(Errno::ENODATA)?;
+        out.clear();
+        out.extend_from_slice(v);
+        Ok(Reply::Xattr(out))
+    }
+
+    /// `setxattr` (`value` set) or `removexattr` (`None`).
+    fn set_xattr<'o>(
+        &mut self,
+        who: &Caller,
+        ino: InodeId,
+        name: &[u8],
+        value: Option<&[u8]>,
+        flags: u32,
+    ) -> R<'o> {
+        if flags & !(XATTR_CREATE | XATTR_REPLACE) != 0 {
+            return Err(Errno::EINVAL);
+        }
+        self.xattr_check(who, ino, name, MAY_WRITE)?;
+        if value.is_some_and(|v| v.len() > MAX_XATTR_VALUE) {
+            return Err(Errno::E2BIG);
+        }
+        let i = self.inode_mut(ino)?;
+        let exists = i.xattrs.contains_key(name);
+        match value {
+            None if !exists => return Err(Errno::ENODATA),
+            None => {
+                i.xattrs.remove(name);
+            }
+            Some(v) => {
+                if flags & XATTR_CREATE != 0 && exists {
+                    return Err(Errno::EEXIST);
+                }
+                if flags & XATTR_REPLACE != 0 && !exists {
+                    return Err(Errno::ENODATA);
+                }
+                let old = i.xattrs.get(name).map_or(0, |o| o.len() + name.len() + 1);
+                let total: usize = i.xattrs.iter().map(|(k, v)| k.len() + 1 + v.len()).sum();
+                let names: usize = i.xattrs.keys().map(|k| k.len() + 1).sum();
+                let old_name = if exists { name.len() + 1 } else { 0 };
+                if total - old + name.len() + 1 + v.len() > MAX_XATTR_TOTAL
+                    || names - old_name + name.len() + 1 > MAX_XATTR_NAMES
+                {
+                    return Err(Errno::ENOSPC);
+                }
+                i.xattrs.insert(name.to_vec(), v.to_vec());
+            }
+        }
+        i.ctime = now();
+        Ok(Reply::Ok)
+    }
+
+    fn list_xattr<'o>(&self, who: &Caller, ino: InodeId, out: &'o mut Vec<u8>) -> R<'o> {
+        let i = self.inode(ino)?;
+        out.clear();
+        for k in i.xattrs.keys() {
+            if k.starts_with(b"trusted.") && !who.is_root() {
+                continue;
+            }
+            out.extend_from_slice(k);
+            out.push(0);
+        }
+        Ok(Reply::XattrNames(out))
+    }
+
+    // ---- data ----
+
+    fn fallocate<'o>(
+        &mut self,
+        session: SessionId,
+        who: &Caller,
+        ino: InodeId,
+        mode: u32,
+        offset: u64,
+        len: u64,
+    ) -> R<'o> {
+        let has_w = self.has_writable_desc(session, ino);
+        let i = self.inode(ino)?;
+        match i.ftype {
+            FileType::Regular => {}
+            FileType::Directory => return Err(Errno::EISDIR),
+            _ => return Err(Errno::ENODEV),
+        }
+        if len == 0 || offset > i64::MAX as u64 || len > i64::MAX as u64 {
+            return Err(Errno::EINVAL);
+        }
+        let end = offset.checked_add(len).ok_or(Errno::EFBIG)?;
+        if end > MAX_FILE_SIZE {
+            return Err(Errno::EFBIG);
+        }
+        if !has_w {
+            check(i.ftype, i.perm, i.uid, i.gid, who, MAY_WRITE)?;
+        }
+        let keep = mode & FALLOC_KEEP_SIZE != 0;
+        let (first, last) = (offset / BS, (end - 1) / BS);
+        let room = self.cache.free.len() as u64 + i.deferred.len() as u64;
+        let i = self.inodes.get_mut(&ino).ok_or(Errno::ENOENT)?;
+        let t = now();
+        match mode & !FALLOC_KEEP_SIZE {
+            0 | FALLOC_ZERO_RANGE => {
+                if i.missing(first, last) > room {
+                    return Err(Errno::ENOSPC);
+                }
+                if mode & FALLOC_ZERO_RANGE != 0 {
+                    i.zero_range(&mut self.cache, offset, len);
+                    i.mtime = t;
+                } else {
+                    i.ensure(&mut self.cache, first, last);
+                }
+                if !keep && end > i.size {
+                    i.truncate(&mut self.cache, end);
+                    i.mtime = t;
+                }
+            }
+            FALLOC_PUNCH_HOLE if keep => {
+                i.punch(&mut self.cache, offset, len);
+                i.mtime = t;
+            }
+            _ => return Err(Errno::EOPNOTSUPP),
+        }
+        i.ctime = t;
+        if !who.is_root() {
+            i.perm = kill_priv(i.perm);
+        }
+        Ok(Reply::Attr(self.attr(ino)?))
+    }
+
+    fn map_blocks<'o>(&mut self, ino: InodeId, offset: u64, len: u64, allocate: bool) -> R<'o> {
+        let i = self.inodes.get_mut(&ino).ok_or(Errno::ENOENT)?;
+        if i.ftype != FileType::Regular {
+            return Err(Errno::ENODEV);
+        }
+        let end = offset.saturating_add(len).min(MAX_FILE_SIZE);
+        if end <= offset {
+            return Ok(Reply::Extents {
+                offset,
+                len: 0,
+                extents: vec![],
+            });
+        }
+        let mut end = end.min(offset + (MAX_EXTENTS as u64) * BS);
+        if allocate {
+            let first = offset / BS;
+            let backed = i.ensure(&mut self.cache, first, (end - 1) / BS);
+            if backed == 0 {
+                return Err(Errno::ENOSPC);
+            }
+            end = end.min((first + backed) * BS);
+        }
+        let (extents, got) = i.extents(offset, end - offset);
+        Ok(Reply::Extents {
+            offset,
+            len: got,
+            extents,
+        })
+    }
+
+    /// Reserve a read: extents of `[off, off + len)` clipped at EOF.
+    fn read(
+        &mut self,
+        session: SessionId,
+        desc: DescId,
+        len: u64,
+        offset: Option<u64>,
+    ) -> Result<(u64, u64, Vec<Extent>), Errno> {
+        let d = self.desc(session, desc)?;
+        if !d.readable() {
+            return Err(Errno::EBADF);
+        }
+        let (ino, noatime) = (d.ino, d.flags & libc::O_NOATIME as u32 != 0);
+        let off = offset.unwrap_or(d.offset);
+        if off > i64::MAX as u64 {
+            return Err(Errno::EINVAL);
+        }
+        let i = self.inodes.get_mut(&ino).ok_or(Errno::EBADF)?;
+        match i.ftype {
+            FileType::Regular => {}
+            FileType::Directory => return Err(Errno::EISDIR),
+            _ => return Err(Errno::EINVAL),
+        }
+        let want = len.min(i.size.saturating_sub(off));
+        let (extents, got) = i.extents(off, want);
+        if got > 0 && !noatime {
+            // relatime
+            let t = now();
+            if !older(i.mtime, i.atime) || !older(i.ctime, i.atime) || t.sec - i.atime.sec > 86_400
+            {
+                i.atime = t;
+            }
+        }
+        if offset.is_none() {
+            if let Some(d) = self.descs.get_mut(&desc) {
+                d.offset = off + got;
+            }
+        }
+        Ok((off, got, extents))
+    }
+
+    /// Reserve a write: allocate blocks, extend the size, honour
+    /// `O_APPEND` atomically (the offset is chosen here, under the
+    /// server's serial order). Short if the pool runs dry part-way.
+    fn write(
+        &mut self,
+        session: SessionId,
+        who: &Caller,
+        desc: DescId,
+        len: u64,
+        offset: Option<u64>,
+    ) -> Result<(u64, u64, Vec<Extent>), Errno> {
+        let d = self.desc(session, desc)?;
+        if !d.writable() {
+            return Err(Errno::EBADF);
+        }
+        let ino = d.ino;
+        let append = d.flags & libc::O_APPEND as u32 != 0;
+        let shared_off = d.offset;
+        let i = self.inodes.get_mut(&ino).ok_or(Errno::EBADF)?;
+        if i.ftype != FileType::Regular {
+            return Err(Errno::EINVAL);
+        }
+        let off = if append {
+            i.size
+        } else {
+            offset.unwrap_or(shared_off)
+        };
+        if off > i64::MAX as u64 {
+            return Err(Errno::EINVAL);
+        }
+        if len == 0 {
+            return Ok((off, 0, vec![]));
+        }
+        if off >= MAX_FILE_SIZE {
+            return Err(Errno::EFBIG);
+        }
+        // One reply covers at most MAX_EXTENTS blocks; the client loops.
+        let len = len
+            .min(MAX_FILE_SIZE - off)
+            .min((MAX_EXTENTS as u64) * BS - off % BS);
+        i.zero_tail_before(&mut self.cache, off);
+        let first = off / BS;
+        let backed = i.ensure(&mut self.cache, first, (off + len - 1) / BS);
+        if backed == 0 {
+            return Err(Errno::ENOSPC);
+        }
+        let avail = (off + len).min((first + backed) * BS) - off;
+        let (extents, got) = i.extents(off, avail);
+        if off + got > i.size {
+            i.size = off + got;
+        }
+        let t = now();
+        i.mtime = t;
+        i.ctime = t;
+        if !who.is_root() && i.perm & (libc::S_ISUID | libc::S_ISGID) != 0 {
+            i.perm = kill_priv(i.perm);
+        }
+        if offset.is_none() || (append && offset.is_none()) {
+            if let Some(d) = self.descs.get_mut(&desc) {
+                d.offset = off + got;
+            }
+        }
+        Ok((off, got, extents))
+    }
+
+    /// Direct-cache ablation: copy granted extents out into `buf`.
+    fn copy_out(&self, extents: &[Extent], buf: &mut [u8]) {
+        let base = extents.first().map_or(0, |e| e.file_offset);
+        for e in extents.iter().filter(|e| e.block != inode::HOLE) {
+            self.walk(e, |block, in_block, at, n| {
+                let dst = (at - base) as usize;
+                if let Some(slice) = buf.get_mut(dst..dst + n) {
+                    self.cache.store.read(block, in_block, slice);
+                }
+            });
+        }
+    }
+
+    fn copy_in(&mut self, extents: &[Extent], data: &[u8]) {
+        let base = extents.first().map_or(0, |e| e.file_offset);
+        let mut writes = vec![];
+        for e in extents.iter().filter(|e| e.block != inode::HOLE) {
+            self.walk(e, |block, in_block, at, n| {
+                writes.push((block, in_block, (at - base) as usize, n));
+            });
+        }
+        for (block, in_block, src, n) in writes {
+            if let Some(slice) = data.get(src..src + n) {
+                self.cache.store.write(block, in_block, slice);
+            }
+        }
+    }
+
+    /// Visit the per-block pieces of an extent: `(block, offset in block,
+    /// file offset, bytes)`.
+    fn walk(&self, e: &Extent, mut f: impl FnMut(u32, usize, u64, usize)) {
+        let mut pos = e.file_offset;
+        let end = e.file_offset + e.len;
+        let first_fb = e.file_offset / BS;
+        while pos < end {
+            let fb = pos / BS;
+            let n = end.min((fb + 1) * BS) - pos;
+            f(
+                e.block + (fb - first_fb) as u32,
+                (pos % BS) as usize,
+                pos,
+                n as usize,
+            );
+            pos += n;
+        }
+    }
+
+    fn seek<'o>(&mut self, session: SessionId, desc: DescId, offset: i64, whence: u32) -> R<'o> {
+        let d = self.desc(session, desc)?;
+        if d.flags & libc::O_PATH as u32 != 0 {
+            return Err(Errno::EBADF);
+        }
+        let i = self.inode(d.ino)?;
+        let cur = d.offset as i64;
+        let new = match whence as i32 {
+            libc::SEEK_SET => Some(offset),
+            libc::SEEK_CUR => cur.checked_add(offset),
+            libc::SEEK_END => (i.size as i64).checked_add(offset),
+            libc::SEEK_DATA | libc::SEEK_HOLE => {
+                if offset < 0 {
+                    return Err(Errno::ENXIO);
+                }
+                if i.ftype != FileType::Regular {
+                    return Err(Errno::EINVAL);
+                }
+                Some(if whence as i32 == libc::SEEK_DATA {
+                    i.seek_data(offset as u64)?
+                } else {
+                    i.seek_hole(offset as u64)?
+                } as i64)
+            }
+            _ => return Err(Errno::EINVAL),
+        };
+        let new = match new {
+            Some(n) if n >= 0 => n as u64,
+            Some(_) => return Err(Errno::EINVAL),
+            None => return Err(Errno::EOVERFLOW),
+        };
+        if let Some(d) = self.descs.get_mut(&desc) {
+            d.offset = new;
+        }
+        Ok(Reply::Offset(new))
+    }
+
+    /// Drop one reference of `session`. Closing any descriptor of an inode
+    /// releases the process's POSIX locks on it (Linux close semantics).
+    /// If the client closes one of several fds of a description it keeps
+    /// (no `Close` sent), it must send `SetLock` `F_UNLCK` for the whole
+    /// file with owner `Process(session)` itself.
+    fn close<'o>(&mut self, session: SessionId, desc: DescId) -> R<'o> {
+        let d = self.desc_mut(session, desc)?;
+        let ino = d.ino;
+        if let Some(n) = d.refs.get_mut(&session) {
+            *n -= 1;
+            if *n == 0 {
+                d.refs.remove(&session);
+            }
+        }
+        let dead = d.refs.is_empty();
+        if let Some(i) = self.inodes.get_mut(&ino) {
+            locks::release(&mut i.locks, LockOwner::Process(session.0));
+        }
+        if dead {
+            self.release_desc(desc);
+        }
+        Ok(Reply::Ok)
+    }
+
+    fn set_lock<'o>(
+        &mut self,
+        session: SessionId,
+        desc: DescId,
+        spec: &atoll_proto::LockSpec,
+    ) -> R<'o> {
+        let d = self.desc(session, desc)?;
+        if d.flags & libc::O_PATH as u32 != 0 {
+            return Err(Errno::EBADF);
+        }
+        let req = Lock::from_spec(spec)?;
+        match req.owner {
+            LockOwner::Description(x) | LockOwner::Flock(x) if x != desc => {
+                return Err(Errno::EINVAL)
+            }
+            LockOwner::Process(_) | LockOwner::Description(_) => {
+                if (req.kind == locks::RD && !d.readable())
+                    || (req.kind == locks::WR && !d.writable())
+                {
+                    return Err(Errno::EBADF);
+                }
+            }
+            LockOwner::Flock(_) => {}
+        }
+        let ino = d.ino;
+        let i = self.inodes.get_mut(&ino).ok_or(Errno::EBADF)?;
+        if locks::conflict(&i.locks, &req).is_some() {
+            return Err(Errno::EAGAIN);
+        }
+        locks::apply(&mut i.locks, req);
+        Ok(Reply::Ok)
+    }
+}

@@ -1,0 +1,66 @@
+//! Access to the shared buffer cache from a file server.
+//!
+//! Clients copy file bytes straight into and out of the buffer cache (Hare
+//! §3.3); the server touches block contents only to zero blocks it hands
+//! out, to zero the parts of blocks a truncate or hole punch exposes, and to
+//! serve `ReadData`/`WriteData` in the direct-cache ablation. [`BlockStore`]
+//! is that narrow interface: [`MemStore`] backs it with a private vector (unit
+//! tests), `crate::sys::SharedStore` with the instance's memfd mapping.
+//!
+//! Block indices passed in always come from the server's own partition, so
+//! they are in range by construction; implementations still ignore indices
+//! out of range rather than panic.
+
+use atoll_proto::BLOCK_SIZE;
+
+/// Byte-level access to buffer-cache blocks (one server's view).
+pub trait BlockStore {
+    /// Zero bytes `[from, to)` of `block`.
+    fn zero(&mut self, block: u32, from: usize, to: usize);
+    /// Copy `buf.len()` bytes starting at byte `off` of `block` into `buf`.
+    fn read(&self, block: u32, off: usize, buf: &mut [u8]);
+    /// Copy `data` into `block` starting at byte `off`.
+    fn write(&mut self, block: u32, off: usize, data: &[u8]);
+}
+
+/// A private, heap-backed buffer cache (tests and tools).
+pub struct MemStore {
+    bytes: Vec<u8>,
+}
+
+impl MemStore {
+    pub fn new(blocks: usize) -> MemStore {
+        MemStore {
+            bytes: vec![0; blocks * BLOCK_SIZE],
+        }
+    }
+    /// Fill a whole block with `byte` (tests use this to catch missing zeroing).
+    pub fn fill(&mut self, block: u32, byte: u8) {
+        if let Some(r) = self.range(block, 0, BLOCK_SIZE) {
+            self.bytes[r].fill(byte);
+        }
+    }
+    fn range(&self, block: u32, from: usize, to: usize) -> Option<std::ops::Range<usize>> {
+        let base = block as usize * BLOCK_SIZE;
+        (from <= to && to <= BLOCK_SIZE && base + to <= self.bytes.len())
+            .then_some(base + from..base + to)
+    }
+}
+
+impl BlockStore for MemStore {
+    fn zero(&mut self, block: u32, from: usize, to: usize) {
+        if let Some(r) = self.range(block, from, to) {
+            self.bytes[r].fill(0);
+        }
+    }
+    fn read(&self, block: u32, off: usize, buf: &mut [u8]) {
+        if let Some(r) = self.range(block, off, off + buf.len()) {
+            buf.copy_from_slice(&self.bytes[r]);
+        }
+    }
+    fn write(&mut self, block: u32, off: usize, data: &[u8]) {
+        if let Some(r) = self.range(block, off, off + data.len()) {
+            self.bytes[r].copy_from_slice(data);
+        }
+    }
+}

@@ -1,3 +1,401 @@
-//! atoll bench (WIP)
+//! atoll bench: Hare's evaluation (Hare ch. 5: Table 5.1 workloads,
+//! §5.3 performance, §5.4 technique ablation) as a harness that compares
+//! atoll with tmpfs and FUSE.
+//!
+//! Layers, top down:
+//!
+//! * this file — the two entry points the `atoll` command calls:
+//!   - [`main_from_cli`]`(BenchArgs, &mut dyn SystemFactory)` for
+//!     `atoll bench …` (and `atoll bench rpc`); the command implements
+//!     [`SystemFactory`] to boot atoll configurations (timeshare / split,
+//!     N servers, techniques switched off);
+//!   - [`worker_main`]`(WorkerArgs)` for the hidden `atoll bench-worker`
+//!     subcommand, which the harness starts as `current_exe() bench-worker …`
+//!     with the system's environment so the preload library intercepts it.
+//! * `report` — derived metrics, targets, terminal table, JSON, SVG charts.
+//! * `harness` — starts worker processes, start barrier, timing, checks.
+//! * `systems` — tmpfs and FUSE (bindfs), counter deltas, the traits.
+//! * `worker` — one process of one phase of one workload.
+//! * `workloads` — the workloads themselves: plain `std::fs` code.
+//! * `rpc` (+ `tsc`, the only unsafe) — messaging micro-benchmarks.
+//!
+//! Relies on: `std::fs` and standard programs (tar, zip/unzip, make, cc,
+//! bindfs) for the workloads; nothing of atoll except the boot protocol's
+//! technique switches and, for `rpc`, the messaging crate.
+//!
+//! Packages a CI machine needs (Debian): `tar gzip zip unzip make gcc
+//! bindfs fuse3`; workloads and systems whose tools are missing are skipped
+//! with a message.
+
+pub mod harness;
+pub mod report;
+pub mod rpc;
+pub mod systems;
+mod tsc;
 pub mod util;
+pub mod worker;
 pub mod workloads;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+
+pub use systems::{parse_without, NoAtoll, System, SystemFactory, Target};
+pub use worker::{worker_main, WorkerArgs};
+pub use workloads::{Size, Workload};
+
+use report::{Report, RunResult, Skipped, Startup};
+
+/// Arguments of `atoll bench`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    pub cmd: Option<BenchCmd>,
+    /// CI smoke sizes: the whole default suite in about a minute on tmpfs.
+    #[arg(long, conflicts_with = "full")]
+    pub quick: bool,
+    /// Hare's sizes (Table 5.1).
+    #[arg(long)]
+    pub full: bool,
+    /// Test sizes (seconds for everything).
+    #[arg(long, hide = true, conflicts_with_all = ["quick", "full"])]
+    pub tiny: bool,
+    /// Systems to compare: tmpfs, fuse, atoll-timeshare, atoll-split.
+    #[arg(long, value_delimiter = ',')]
+    pub systems: Vec<String>,
+    /// Workloads (default: all).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub workloads: Vec<Workload>,
+    /// Parallelism levels (default: 1 to the number of CPUs).
+    #[arg(long, value_delimiter = ',')]
+    pub procs: Vec<usize>,
+    /// File-server counts for the atoll systems (default: all CPUs for
+    /// timeshare, half of them for split).
+    #[arg(long, value_delimiter = ',')]
+    pub servers: Vec<usize>,
+    /// Switch a technique off in the atoll systems (Hare §5.4):
+    /// dir-distribution, dir-cache, broadcast, direct-cache, coalescing,
+    /// affinity, hybrid-fd.
+    #[arg(long = "without", value_name = "TECHNIQUE", value_delimiter = ',')]
+    pub without: Vec<String>,
+    /// Write all results as JSON.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Write SVG charts into this directory.
+    #[arg(long, value_name = "DIR")]
+    pub plot: Option<PathBuf>,
+    /// A real tarball for `extract` instead of the generated source tree.
+    #[arg(long, value_name = "FILE")]
+    pub tarball: Option<PathBuf>,
+    /// Spawns of /bin/true for the start-up cost measurement.
+    #[arg(long, default_value_t = 200)]
+    pub startup_spawns: usize,
+    /// Skip the messaging micro-benchmarks.
+    #[arg(long)]
+    pub no_rpc: bool,
+    /// Round trips per messaging micro-benchmark.
+    #[arg(long, default_value_t = 200_000)]
+    pub rpc_iters: u64,
+    /// Seconds after which one phase of one run is abandoned.
+    #[arg(long, default_value_t = 900)]
+    pub timeout: u64,
+}
+
+#[derive(clap::Subcommand, Clone, Debug)]
+pub enum BenchCmd {
+    /// Messaging round trips only: atoll vs raw ping-pong, system call,
+    /// pipe and Unix socket, in ns and TSC cycles.
+    Rpc,
+}
+
+impl BenchArgs {
+    pub fn size(&self) -> Size {
+        if self.tiny {
+            Size::Tiny
+        } else if self.quick {
+            Size::Quick
+        } else if self.full {
+            Size::Full
+        } else {
+            Size::Default
+        }
+    }
+}
+
+pub const ALL_SYSTEMS: [&str; 4] = ["tmpfs", "fuse", "atoll-timeshare", "atoll-split"];
+
+/// A host scratch directory (mount points, generated inputs), removed on
+/// drop.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new() -> anyhow::Result<Scratch> {
+        let p = std::env::temp_dir().join(format!("atoll-bench-{}", std::process::id()));
+        std::fs::create_dir_all(&p).with_context(|| format!("creating {}", p.display()))?;
+        Ok(Scratch(p))
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+fn read_trim(p: &str) -> String {
+    std::fs::read_to_string(p).unwrap_or_default().trim().to_string()
+}
+
+/// What the results were measured on.
+pub fn machine_info() -> serde_json::Value {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name")?.split_once(':').map(|x| x.1.trim().to_string()))
+        .unwrap_or_default();
+    let mem_kib: u64 = std::fs::read_to_string("/proc/meminfo")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:")?.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0);
+    serde_json::json!({
+        "hostname": read_trim("/proc/sys/kernel/hostname"),
+        "kernel": read_trim("/proc/sys/kernel/osrelease"),
+        "cpu_model": model,
+        "cpus": cpus(),
+        "mem_mib": mem_kib / 1024,
+        "tsc_ghz": tsc::ghz(20),
+        "unix_time": std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+    })
+}
+
+/// Entry point of `atoll bench`. Prints a table (with a progress bar while
+/// running) and optionally writes JSON (`--json`) and charts (`--plot`).
+pub fn main_from_cli(args: BenchArgs, atoll: &mut dyn SystemFactory) -> anyhow::Result<()> {
+    let cmd = harness::WorkerCmd::current(Duration::from_secs(args.timeout))?;
+    let report = run_bench(&args, atoll, &cmd)?;
+    print!("{}", report::table(&report));
+    if let Some(p) = &args.json {
+        write_json(&report, p)?;
+        println!("wrote {}", p.display());
+    }
+    if let Some(d) = &args.plot {
+        for f in report::plot(&report, d)? {
+            println!("wrote {}", f.display());
+        }
+    }
+    Ok(())
+}
+
+fn write_json(report: &Report, p: &Path) -> anyhow::Result<()> {
+    let s = serde_json::to_string_pretty(report)?;
+    std::fs::write(p, s).with_context(|| format!("writing {}", p.display()))
+}
+
+/// Run everything `args` asks for and return the report (no printing
+/// besides the progress bar and skip messages).
+pub fn run_bench(
+    args: &BenchArgs,
+    atoll: &mut dyn SystemFactory,
+    cmd: &harness::WorkerCmd,
+) -> anyhow::Result<Report> {
+    let size = args.size();
+    let mut rep = Report {
+        machine: machine_info(),
+        size: format!("{size:?}").to_lowercase(),
+        results: vec![],
+        skipped: vec![],
+        startup: vec![],
+        rpc: None,
+        targets: vec![],
+    };
+    if matches!(args.cmd, Some(BenchCmd::Rpc)) {
+        rep.rpc = Some(rpc::run(args.rpc_iters));
+        rep.targets = report::targets(&[], rep.rpc.as_ref());
+        return Ok(rep);
+    }
+
+    let ncpu = cpus();
+    let procs: Vec<usize> = if args.procs.is_empty() {
+        (1..=ncpu).collect()
+    } else {
+        args.procs.iter().copied().filter(|&p| p > 0).collect()
+    };
+    let system_names: Vec<String> = if args.systems.is_empty() {
+        ALL_SYSTEMS.iter().map(|s| s.to_string()).collect()
+    } else {
+        args.systems.clone()
+    };
+    for s in &system_names {
+        anyhow::ensure!(
+            ALL_SYSTEMS.contains(&s.as_str()),
+            "unknown system {s:?}; known: {}",
+            ALL_SYSTEMS.join(", ")
+        );
+    }
+    parse_without(&args.without)?;
+    let skip = |rep: &mut Report, what: String, reason: String| {
+        eprintln!("atoll bench: skipping {what}: {reason}");
+        rep.skipped.push(Skipped { what, reason });
+    };
+
+    let mut workloads = Vec::new();
+    for w in if args.workloads.is_empty() {
+        Workload::ALL.to_vec()
+    } else {
+        args.workloads.clone()
+    } {
+        match w.tools().iter().find(|t| !util::have_tool(t)) {
+            Some(t) => skip(
+                &mut rep,
+                w.name().into(),
+                format!("`{t}` is not installed"),
+            ),
+            None => workloads.push(w),
+        }
+    }
+
+    let scratch = Scratch::new()?;
+    let inputs = workloads::prepare_inputs(
+        &scratch.0.join("inputs"),
+        size,
+        args.tarball.as_deref(),
+        &workloads,
+    )
+    .context("preparing input archives")?;
+
+    let mut systems: Vec<Box<dyn System>> = Vec::new();
+    for name in &system_names {
+        match name.as_str() {
+            "tmpfs" => systems.push(Box::new(systems::Tmpfs::new(&scratch.0, "tmpfs"))),
+            "fuse" => match systems::Fuse::available() {
+                Ok(()) => systems.push(Box::new(systems::Fuse::new(&scratch.0))),
+                Err(why) => skip(&mut rep, "fuse".into(), why),
+            },
+            _ => {
+                let split = name == "atoll-split";
+                let servers = if args.servers.is_empty() {
+                    vec![if split { (ncpu / 2).max(1) } else { ncpu }]
+                } else {
+                    args.servers.clone()
+                };
+                for n in servers {
+                    match atoll.atoll(split, n, &args.without) {
+                        Ok(s) => systems.push(s),
+                        Err(e) => skip(&mut rep, format!("{name} ({n} servers)"), format!("{e:#}")),
+                    }
+                }
+            }
+        }
+    }
+
+    let total = (systems.len() * workloads.len() * procs.len()) as u64;
+    let pb = indicatif::ProgressBar::new(total);
+    pb.set_style(
+        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} {elapsed_precise} {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let trap_file = scratch.0.join("traps.txt");
+    for sys in &mut systems {
+        let name = sys.name();
+        pb.set_message(format!("{name}: preparing"));
+        let target = match sys.prepare() {
+            Ok(t) => t,
+            Err(e) => {
+                pb.suspend(|| skip(&mut rep, name.clone(), format!("prepare failed: {e:#}")));
+                pb.inc((workloads.len() * procs.len()) as u64);
+                let _ = sys.cleanup();
+                continue;
+            }
+        };
+        if !target.env.is_empty() && args.startup_spawns > 0 {
+            pb.set_message(format!("{name}: start-up cost"));
+            match harness::startup_cost(&target.env, args.startup_spawns) {
+                Ok((plain, with)) => rep.startup.push(Startup {
+                    system: name.clone(),
+                    spawns: args.startup_spawns,
+                    plain_us: plain,
+                    with_system_env_us: with,
+                    added_us: with - plain,
+                }),
+                Err(e) => pb.suspend(|| skip(&mut rep, format!("{name} start-up cost"), format!("{e:#}"))),
+            }
+        }
+        for &w in &workloads {
+            for &p in &procs {
+                pb.set_message(format!("{name} {} P={p}", w.name()));
+                let job = workloads::Job {
+                    workload: w,
+                    size,
+                    dir: target
+                        .dir
+                        .join(format!("bench-{}-{}-p{p}", std::process::id(), w.name())),
+                    nworkers: p,
+                    inputs: inputs.clone(),
+                };
+                rep.results.push(measure(sys.as_mut(), &job, &target, cmd, &trap_file));
+                pb.inc(1);
+            }
+        }
+        if let Err(e) = sys.cleanup() {
+            pb.suspend(|| eprintln!("atoll bench: cleaning up {name}: {e:#}"));
+        }
+    }
+    pb.finish_and_clear();
+    drop(systems);
+    drop(scratch);
+
+    report::derive(&mut rep.results);
+    if !args.no_rpc {
+        rep.rpc = Some(rpc::run(args.rpc_iters));
+    }
+    rep.targets = report::targets(&rep.results, rep.rpc.as_ref());
+    Ok(rep)
+}
+
+/// One run with counters sampled around it; failures become a result with
+/// `error` set, so one broken run does not hide the others.
+fn measure(
+    sys: &mut dyn System,
+    job: &workloads::Job,
+    target: &Target,
+    cmd: &harness::WorkerCmd,
+    trap_file: &Path,
+) -> RunResult {
+    let mut r = RunResult {
+        workload: job.workload.name().into(),
+        system: sys.name(),
+        procs: job.nworkers,
+        ..RunResult::default()
+    };
+    let before = sys.counters();
+    let t = Instant::now();
+    match harness::run_job(job, target, cmd, Some(trap_file)) {
+        Ok(out) => {
+            r.ops = out.ops;
+            r.elapsed_s = out.elapsed.as_secs_f64();
+            r.ops_per_sec = out.ops_per_sec();
+            r.detail = out.detail();
+            r.traps = out.traps;
+            r.traps_per_op = out.traps.map(|t| t as f64 / out.ops.max(1) as f64);
+            if let (Some(b), Some(a)) = (before, sys.counters()) {
+                let d = systems::counter_delta(&b, &a);
+                r.messages_per_op =
+                    systems::messages_in(&d).map(|m| m as f64 / out.ops.max(1) as f64);
+                r.counters = Some(d);
+            }
+        }
+        Err(e) => {
+            r.error = Some(format!("{e:#}"));
+            r.elapsed_s = t.elapsed().as_secs_f64();
+        }
+    }
+    r
+}

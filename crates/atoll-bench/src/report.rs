@@ -1,0 +1,596 @@
+//! Results: derived metrics (ratio vs tmpfs, speedup over P = 1), the
+//! targets of the issue, the terminal table, JSON and SVG charts.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::rpc::RpcResults;
+
+/// One (workload, system, P) measurement.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct RunResult {
+    pub workload: String,
+    pub system: String,
+    pub procs: usize,
+    pub ops: u64,
+    pub elapsed_s: f64,
+    pub ops_per_sec: f64,
+    pub ratio_vs_tmpfs: Option<f64>,
+    pub speedup_vs_p1: Option<f64>,
+    pub messages_per_op: Option<f64>,
+    pub traps: Option<u64>,
+    pub traps_per_op: Option<f64>,
+    /// Counter differences over the run, as the system reported them
+    /// (per-server load for atoll).
+    pub counters: Option<serde_json::Value>,
+    pub detail: BTreeMap<String, u64>,
+    /// Set when the run or its check failed; the numbers are then zero.
+    pub error: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Skipped {
+    pub what: String,
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Startup {
+    pub system: String,
+    pub spawns: usize,
+    pub plain_us: f64,
+    pub with_system_env_us: f64,
+    pub added_us: f64,
+}
+
+/// A goal from the issue and how the measurement compares.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct TargetCheck {
+    pub name: String,
+    pub goal: String,
+    pub value: Option<f64>,
+    /// `value / threshold` for "at least" goals, `threshold / value` for
+    /// "at most" goals: ≥ 1 means met, 0.5 means missed by 2×.
+    pub score: Option<f64>,
+    pub met: Option<bool>,
+    pub note: String,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Report {
+    pub machine: serde_json::Value,
+    pub size: String,
+    pub results: Vec<RunResult>,
+    pub skipped: Vec<Skipped>,
+    pub startup: Vec<Startup>,
+    pub rpc: Option<RpcResults>,
+    pub targets: Vec<TargetCheck>,
+}
+
+/// Fill `ratio_vs_tmpfs` and `speedup_vs_p1`.
+pub fn derive(results: &mut [RunResult]) {
+    let key = |r: &RunResult| (r.workload.clone(), r.system.clone(), r.procs);
+    let ok: BTreeMap<_, f64> = results
+        .iter()
+        .filter(|r| r.error.is_none() && r.ops_per_sec > 0.0)
+        .map(|r| (key(r), r.ops_per_sec))
+        .collect();
+    for r in results.iter_mut().filter(|r| r.error.is_none()) {
+        let tmpfs = ok.get(&(r.workload.clone(), "tmpfs".to_string(), r.procs));
+        r.ratio_vs_tmpfs = tmpfs.map(|t| r.ops_per_sec / t);
+        let p1 = ok.get(&(r.workload.clone(), r.system.clone(), 1));
+        r.speedup_vs_p1 = p1.map(|b| r.ops_per_sec / b);
+    }
+}
+
+fn at_least(name: &str, goal: &str, value: Option<f64>, threshold: f64, note: String) -> TargetCheck {
+    let score = value.map(|v| v / threshold);
+    TargetCheck {
+        name: name.into(),
+        goal: goal.into(),
+        value,
+        score,
+        met: score.map(|s| s >= 1.0),
+        note,
+    }
+}
+
+fn find<'a>(rs: &'a [RunResult], w: &str, sys: &str, p: usize) -> Option<&'a RunResult> {
+    rs.iter()
+        .find(|r| r.workload == w && r.system == sys && r.procs == p && r.error.is_none())
+}
+
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
+}
+
+/// The issue's targets, evaluated on what was measured (at P = 1).
+pub fn targets(rs: &[RunResult], rpc: Option<&RpcResults>) -> Vec<TargetCheck> {
+    let mut out = Vec::new();
+    let systems: Vec<String> = {
+        let mut v: Vec<String> = rs.iter().map(|r| r.system.clone()).collect();
+        v.sort();
+        v.dedup();
+        v
+    };
+    let split = systems.iter().find(|s| s.starts_with("atoll-split"));
+    let timeshare = systems.iter().find(|s| s.starts_with("atoll-timeshare"));
+    let ratio = |w: &str, s: Option<&String>| {
+        s.and_then(|s| find(rs, w, s, 1)).and_then(|r| r.ratio_vs_tmpfs)
+    };
+    for w in ["creates", "renames", "directories"] {
+        out.push(at_least(
+            &format!("split-{w}"),
+            &format!("atoll-split ≥ 3× tmpfs on {w} at P=1"),
+            ratio(w, split),
+            3.0,
+            String::new(),
+        ));
+    }
+    out.push(at_least(
+        "split-writes",
+        "atoll-split ≥ 1× tmpfs on writes at P=1",
+        ratio("writes", split),
+        1.0,
+        String::new(),
+    ));
+    let ts: Vec<f64> = timeshare
+        .map(|s| {
+            rs.iter()
+                .filter(|r| &r.system == s && r.procs == 1)
+                .filter_map(|r| r.ratio_vs_tmpfs)
+                .collect()
+        })
+        .unwrap_or_default();
+    out.push(at_least(
+        "timeshare-median",
+        "atoll-timeshare median ≥ 0.5× tmpfs (P=1, all workloads)",
+        median(ts.clone()),
+        0.5,
+        format!("{} workloads", ts.len()),
+    ));
+    for s in systems.iter().filter(|s| s.starts_with("atoll")) {
+        let mut worst: Option<(f64, String)> = None;
+        for r in rs.iter().filter(|r| &r.system == s && r.procs == 1 && r.error.is_none()) {
+            let meta = crate::workloads::Workload::from_name(&r.workload)
+                .is_some_and(|w| w.is_metadata());
+            if !meta {
+                continue;
+            }
+            if let Some(f) = find(rs, &r.workload, "fuse", 1) {
+                let x = r.ops_per_sec / f.ops_per_sec;
+                if worst.as_ref().map_or(true, |(v, _)| x < *v) {
+                    worst = Some((x, r.workload.clone()));
+                }
+            }
+        }
+        let note = worst
+            .as_ref()
+            .map(|(_, w)| format!("worst metadata workload: {w}"))
+            .unwrap_or_default();
+        out.push(at_least(
+            &format!("{s}-vs-fuse"),
+            &format!("{s} ≥ 10× FUSE on every metadata workload at P=1"),
+            worst.map(|(v, _)| v),
+            10.0,
+            note,
+        ));
+    }
+    let (spin, raw) = rpc
+        .map(|r| (r.atoll_spin_ns, Some(r.raw_pingpong_ns)))
+        .unwrap_or((None, None));
+    let x = spin.zip(raw).map(|(s, r)| s / r);
+    out.push(TargetCheck {
+        name: "rpc-spin".into(),
+        goal: "atoll spin round trip ≤ 2× raw ping-pong".into(),
+        value: x,
+        score: x.map(|x| 2.0 / x),
+        met: x.map(|x| x <= 2.0),
+        note: "value = atoll spin / raw ping-pong".into(),
+    });
+    out
+}
+
+fn opt(v: Option<f64>, prec: usize) -> String {
+    v.map_or_else(|| "-".into(), |x| format!("{x:.prec$}"))
+}
+
+/// The terminal table.
+pub fn table(rep: &Report) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{:<13} {:<18} {:>3} {:>10} {:>8} {:>12} {:>7} {:>7} {:>7} {:>7}",
+        "workload", "system", "P", "ops", "secs", "ops/s", "×tmpfs", "speedup", "msg/op", "trap/op"
+    );
+    for r in &rep.results {
+        if let Some(e) = &r.error {
+            let _ = writeln!(
+                s,
+                "{:<13} {:<18} {:>3} FAILED: {}",
+                r.workload,
+                r.system,
+                r.procs,
+                e.lines().next().unwrap_or("")
+            );
+            continue;
+        }
+        let _ = writeln!(
+            s,
+            "{:<13} {:<18} {:>3} {:>10} {:>8.3} {:>12.0} {:>7} {:>7} {:>7} {:>7}",
+            r.workload,
+            r.system,
+            r.procs,
+            r.ops,
+            r.elapsed_s,
+            r.ops_per_sec,
+            opt(r.ratio_vs_tmpfs, 2),
+            opt(r.speedup_vs_p1, 2),
+            opt(r.messages_per_op, 2),
+            opt(r.traps_per_op, 2)
+        );
+    }
+    for k in &rep.skipped {
+        let _ = writeln!(s, "skipped {}: {}", k.what, k.reason);
+    }
+    for st in &rep.startup {
+        let _ = writeln!(
+            s,
+            "start-up ({}): /bin/true {:.0} µs plain, {:.0} µs with the system's environment (+{:.0} µs)",
+            st.system, st.plain_us, st.with_system_env_us, st.added_us
+        );
+    }
+    if let Some(r) = &rep.rpc {
+        s.push_str(&rpc_table(r));
+    }
+    if !rep.targets.is_empty() {
+        let _ = writeln!(s, "targets:");
+        for t in &rep.targets {
+            let verdict = match (t.met, t.score) {
+                (Some(true), _) => "met".to_string(),
+                (Some(false), Some(sc)) => format!("MISSED by {:.2}×", 1.0 / sc.max(1e-12)),
+                _ => "not measured".to_string(),
+            };
+            let _ = writeln!(
+                s,
+                "  {:<60} {:>9}  {}{}",
+                t.goal,
+                opt(t.value, 2),
+                verdict,
+                if t.note.is_empty() { String::new() } else { format!("  ({})", t.note) }
+            );
+        }
+    }
+    s
+}
+
+pub fn rpc_table(r: &RpcResults) -> String {
+    let mut s = String::new();
+    let cyc = |k: &str| r.cycles.get(k).map_or_else(|| "-".into(), |c| format!("{c:.0}"));
+    let _ = writeln!(s, "{:<28} {:>10} {:>10}", "round trip / call", "ns", "cycles");
+    let rows = [
+        ("atoll (server spinning)", r.atoll_spin_ns, "atoll_spin"),
+        ("atoll (server blocking)", r.atoll_block_ns, "atoll_block"),
+        ("raw shared-memory ping-pong", Some(r.raw_pingpong_ns), "raw_pingpong"),
+        ("null system call", Some(r.null_syscall_ns), "null_syscall"),
+        ("pipe ping-pong", Some(r.pipe_ns), "pipe"),
+        ("unix socket ping-pong", Some(r.unix_socket_ns), "unix_socket"),
+    ];
+    for (name, ns, key) in rows {
+        let _ = writeln!(s, "{:<28} {:>10} {:>10}", name, opt(ns, 0), cyc(key));
+    }
+    let _ = writeln!(
+        s,
+        "{:<28} {:>10} {:>10}\n{:<28} {:>10} {:>10}",
+        "fos round trip (published)",
+        "",
+        r.fos_round_trip_cycles,
+        "Hare messaging per op (pub.)",
+        "",
+        format!("~{}", r.hare_cycles_per_op)
+    );
+    for n in &r.notes {
+        let _ = writeln!(s, "note: {n}");
+    }
+    s
+}
+
+/// SVG charts: `ratio-p<P>.svg` (ops/s relative to tmpfs per workload, one
+/// bar per system) and `scaling-<system>.svg` (speedup over P = 1).
+pub fn plot(rep: &Report, dir: &Path) -> anyhow::Result<Vec<std::path::PathBuf>> {
+    std::fs::create_dir_all(dir)?;
+    let mut written = Vec::new();
+    let ok: Vec<&RunResult> = rep.results.iter().filter(|r| r.error.is_none()).collect();
+    let mut procs: Vec<usize> = ok.iter().map(|r| r.procs).collect();
+    procs.sort();
+    procs.dedup();
+    let mut systems: Vec<String> = ok.iter().map(|r| r.system.clone()).collect();
+    systems.sort();
+    systems.dedup();
+    let mut workloads: Vec<String> = Vec::new();
+    for r in &ok {
+        if !workloads.contains(&r.workload) {
+            workloads.push(r.workload.clone());
+        }
+    }
+    for &p in &procs {
+        let path = dir.join(format!("ratio-p{p}.svg"));
+        let bars: Vec<(usize, usize, f64)> = ok
+            .iter()
+            .filter(|r| r.procs == p)
+            .filter_map(|r| {
+                let w = workloads.iter().position(|x| *x == r.workload)?;
+                let s = systems.iter().position(|x| *x == r.system)?;
+                Some((w, s, r.ratio_vs_tmpfs?))
+            })
+            .collect();
+        if bars.is_empty() {
+            continue;
+        }
+        ratio_chart(&path, p, &workloads, &systems, &bars)?;
+        written.push(path);
+    }
+    if procs.len() > 1 {
+        for s in &systems {
+            let path = dir.join(format!("scaling-{s}.svg"));
+            let lines: Vec<(String, Vec<(f64, f64)>)> = workloads
+                .iter()
+                .map(|w| {
+                    let pts = ok
+                        .iter()
+                        .filter(|r| &r.system == s && &r.workload == w)
+                        .filter_map(|r| Some((r.procs as f64, r.speedup_vs_p1?)))
+                        .collect();
+                    (w.clone(), pts)
+                })
+                .filter(|(_, v): &(String, Vec<(f64, f64)>)| !v.is_empty())
+                .collect();
+            scaling_chart(&path, s, &procs, &lines)?;
+            written.push(path);
+        }
+    }
+    Ok(written)
+}
+
+fn ratio_chart(
+    path: &Path,
+    p: usize,
+    workloads: &[String],
+    systems: &[String],
+    bars: &[(usize, usize, f64)],
+) -> anyhow::Result<()> {
+    use plotters::prelude::*;
+    let root = SVGBackend::new(path, (1100, 520)).into_drawing_area();
+    root.fill(&WHITE).map_err(de)?;
+    let ymax = bars.iter().map(|b| b.2).fold(1.0f64, f64::max) * 1.15;
+    let n = workloads.len();
+    let mut chart = ChartBuilder::on(&root)
+        .caption(format!("throughput relative to tmpfs, P = {p}"), ("sans-serif", 22))
+        .margin(12)
+        .x_label_area_size(90)
+        .y_label_area_size(50)
+        .build_cartesian_2d(-0.5f64..n as f64 - 0.5, 0f64..ymax)
+        .map_err(de)?;
+    let names = workloads.to_vec();
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(n)
+        .x_label_formatter(&|x| {
+            let i = x.round();
+            if (x - i).abs() < 1e-6 && i >= 0.0 && (i as usize) < names.len() {
+                names[i as usize].clone()
+            } else {
+                String::new()
+            }
+        })
+        .x_label_style(("sans-serif", 13).into_font().transform(FontTransform::Rotate90))
+        .y_desc("ops/s ÷ tmpfs ops/s")
+        .draw()
+        .map_err(de)?;
+    let k = systems.len().max(1) as f64;
+    let w = 0.8 / k;
+    for (si, sys) in systems.iter().enumerate() {
+        let color = Palette99::pick(si).to_rgba();
+        chart
+            .draw_series(bars.iter().filter(|b| b.1 == si).map(|&(wi, _, v)| {
+                let x0 = wi as f64 - 0.4 + si as f64 * w;
+                Rectangle::new([(x0, 0.0), (x0 + w * 0.9, v)], color.filled())
+            }))
+            .map_err(de)?
+            .label(sys.clone())
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
+    }
+    chart
+        .draw_series(LineSeries::new(
+            [(-0.5, 1.0), (n as f64 - 0.5, 1.0)],
+            BLACK.stroke_width(1),
+        ))
+        .map_err(de)?;
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(de)?;
+    root.present().map_err(de)?;
+    Ok(())
+}
+
+fn scaling_chart(
+    path: &Path,
+    system: &str,
+    procs: &[usize],
+    lines: &[(String, Vec<(f64, f64)>)],
+) -> anyhow::Result<()> {
+    use plotters::prelude::*;
+    let root = SVGBackend::new(path, (800, 520)).into_drawing_area();
+    root.fill(&WHITE).map_err(de)?;
+    let pmax = procs.iter().copied().max().unwrap_or(1) as f64;
+    let ymax = lines
+        .iter()
+        .flat_map(|(_, v)| v.iter().map(|p| p.1))
+        .fold(pmax, f64::max)
+        * 1.1;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(format!("{system}: speedup over P = 1"), ("sans-serif", 22))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(50)
+        .build_cartesian_2d(1f64..pmax.max(2.0), 0f64..ymax)
+        .map_err(de)?;
+    chart
+        .configure_mesh()
+        .x_desc("processes (P)")
+        .y_desc("speedup")
+        .draw()
+        .map_err(de)?;
+    chart
+        .draw_series(LineSeries::new([(1.0, 1.0), (pmax, pmax)], BLACK.mix(0.3)))
+        .map_err(de)?
+        .label("linear");
+    for (i, (w, pts)) in lines.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        chart
+            .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))
+            .map_err(de)?
+            .label(w.clone())
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 14, y)], color.stroke_width(2)));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(de)?;
+    root.present().map_err(de)?;
+    Ok(())
+}
+
+fn de<E: std::fmt::Display>(e: E) -> anyhow::Error {
+    anyhow::anyhow!("plotting: {e}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn r(w: &str, s: &str, p: usize, ops: f64) -> RunResult {
+        RunResult {
+            workload: w.into(),
+            system: s.into(),
+            procs: p,
+            ops: 100,
+            elapsed_s: 100.0 / ops,
+            ops_per_sec: ops,
+            ..RunResult::default()
+        }
+    }
+
+    fn sample() -> Vec<RunResult> {
+        let mut v = vec![
+            r("creates", "tmpfs", 1, 100.0),
+            r("creates", "tmpfs", 2, 150.0),
+            r("creates", "fuse", 1, 10.0),
+            r("creates", "atoll-split", 1, 400.0),
+            r("creates", "atoll-split", 2, 600.0),
+            r("writes", "tmpfs", 1, 100.0),
+            r("writes", "atoll-split", 1, 50.0),
+        ];
+        v.push(RunResult {
+            error: Some("boom".into()),
+            ..r("renames", "atoll-split", 1, 0.0)
+        });
+        derive(&mut v);
+        v
+    }
+
+    #[test]
+    fn ratios_and_speedups_are_derived_per_workload_and_p() {
+        let v = sample();
+        let s2 = find(&v, "creates", "atoll-split", 2).unwrap();
+        assert_eq!(s2.ratio_vs_tmpfs, Some(4.0));
+        assert_eq!(s2.speedup_vs_p1, Some(1.5));
+        assert_eq!(v.last().unwrap().ratio_vs_tmpfs, None);
+    }
+
+    #[test]
+    fn targets_report_met_missed_and_unmeasured() {
+        let t = targets(&sample(), None);
+        let get = |n: &str| t.iter().find(|t| t.name == n).unwrap();
+        assert_eq!(get("split-creates").met, Some(true));
+        assert_eq!(get("split-writes").met, Some(false));
+        assert_eq!(get("split-writes").score, Some(0.5));
+        assert_eq!(get("split-renames").met, None);
+        assert_eq!(get("atoll-split-vs-fuse").value, Some(40.0));
+        assert_eq!(get("rpc-spin").met, None);
+    }
+
+    #[test]
+    fn json_has_the_documented_shape() {
+        let rep = Report {
+            machine: serde_json::json!({"cpus": 2}),
+            size: "tiny".into(),
+            results: sample(),
+            skipped: vec![],
+            startup: vec![],
+            rpc: Some(RpcResults {
+                atoll_spin_ns: Some(300.0),
+                raw_pingpong_ns: 200.0,
+                ..RpcResults::default()
+            }),
+            targets: vec![],
+        };
+        let v = serde_json::to_value(&rep).unwrap();
+        assert!(v["machine"].is_object());
+        let first = &v["results"][0];
+        for k in ["workload", "system", "procs", "ops_per_sec", "ratio_vs_tmpfs"] {
+            assert!(first.get(k).is_some(), "missing {k}");
+        }
+        for k in [
+            "atoll_spin_ns",
+            "atoll_block_ns",
+            "raw_pingpong_ns",
+            "null_syscall_ns",
+            "pipe_ns",
+            "unix_socket_ns",
+        ] {
+            assert!(v["rpc"].get(k).is_some(), "missing rpc.{k}");
+        }
+        assert!(table(&rep).contains("FAILED: boom"));
+    }
+
+    #[test]
+    fn plots_are_written_as_svg() {
+        let t = tempfile::tempdir().unwrap();
+        let rep = Report {
+            machine: serde_json::json!({}),
+            size: "tiny".into(),
+            results: sample(),
+            skipped: vec![],
+            startup: vec![],
+            rpc: None,
+            targets: vec![],
+        };
+        let files = plot(&rep, t.path()).unwrap();
+        assert!(files.iter().any(|f| f.ends_with("ratio-p1.svg")));
+        assert!(files.iter().any(|f| f.ends_with("scaling-atoll-split.svg")));
+        for f in files {
+            let s = std::fs::read_to_string(f).unwrap();
+            assert!(s.starts_with("<svg"));
+        }
+    }
+}

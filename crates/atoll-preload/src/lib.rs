@@ -1,1 +1,112 @@
-//! libatoll preload library. STUB.
+//! libatoll: the `LD_PRELOAD` library that routes programs' system calls
+//! to atoll.
+//!
+//! Layers, top to bottom:
+//! * `wrappers` — exported libc entry points (`open`, `read`, `stat`, …):
+//!   the fast path. Each turns its call into `(nr, args)`, asks the client
+//!   and either returns the client's answer or calls the real libc function.
+//! * `sigsys` — the exhaustive net: Syscall User Dispatch turns every other
+//!   system call issued outside this library (glibc internals, `syscall()`,
+//!   inline `syscall` instructions) into a SIGSYS, handled here; also the
+//!   clone trampoline and the signal plumbing (`sigfix`) that keeps SIGSYS
+//!   deliverable.
+//! * `selector` — the per-thread SUD selector byte, which doubles as the
+//!   "atoll code is running on this thread" flag; `region` finds our own
+//!   text (always allowed by SUD).
+//! * `client` — the single door to `atoll-client` (mode, dispatch, fork
+//!   hooks); `stats` counts traps; `raw` issues system calls from our text.
+//!
+//! Relies on: `atoll-client` (what a system call means for atoll), glibc's
+//! dynamic loader (`dlsym(RTLD_NEXT)`, `dl_iterate_phdr`), Linux ≥ 5.11 SUD.
+//! Called by: every process started by `atoll run`, through `LD_PRELOAD`;
+//! the constructor below runs before `main`.
+
+mod client;
+mod raw;
+mod region;
+mod selector;
+mod sigfix;
+mod sigsys;
+mod stats;
+#[cfg(not(test))]
+mod wrappers;
+
+use client::Mode;
+use selector::AtollGuard;
+
+/// `ATOLL_SUD_SELFTEST=1`: switch SUD and the wrappers on without an
+/// instance, answering every call `Host` (tests of the trap machinery).
+pub const ENV_SELFTEST: &str = "ATOLL_SUD_SELFTEST";
+/// `ATOLL_TRAP_STATS=FILE`: append per-process trap counts to FILE.
+pub const ENV_TRAP_STATS: &str = "ATOLL_TRAP_STATS";
+/// `ATOLL_DEBUG=1`: log traps and set-up to stderr.
+pub const ENV_DEBUG: &str = "ATOLL_DEBUG";
+
+/// Read an environment variable without allocating.
+#[cfg_attr(test, allow(dead_code))]
+fn env(name: &str) -> Option<&'static [u8]> {
+    let mut buf = [0u8; 64];
+    buf[..name.len()].copy_from_slice(name.as_bytes());
+    // SAFETY: `buf` is NUL-terminated; getenv's result points into the
+    // environment, which this library never modifies.
+    let p = unsafe { libc::getenv(buf.as_ptr().cast()) };
+    if p.is_null() {
+        None
+    } else {
+        // SAFETY: getenv returns a NUL-terminated string.
+        Some(unsafe { core::ffi::CStr::from_ptr(p) }.to_bytes())
+    }
+}
+
+/// Decide the mode, join the instance, and arm SUD for the main thread.
+#[cfg_attr(test, allow(dead_code))]
+fn start() {
+    // Everything below is atoll code: our own libc calls must not be
+    // dispatched (the wrappers see ALLOW and go straight to libc).
+    let _guard = AtollGuard::enter();
+    if env(ENV_DEBUG) == Some(b"1") {
+        sigsys::DEBUG.store(true, core::sync::atomic::Ordering::Relaxed);
+    }
+    let mode = if env(atoll_proto::boot::ENV_SOCKET).is_some() {
+        if client::init() {
+            Mode::Client
+        } else {
+            Mode::Off
+        }
+    } else if env(ENV_SELFTEST) == Some(b"1") {
+        Mode::SelfTest
+    } else {
+        Mode::Off
+    };
+    if mode == Mode::Off {
+        return;
+    }
+    if let Some(path) = env(ENV_TRAP_STATS) {
+        stats::set_path(path);
+    }
+    client::set_mode(mode);
+    let Some((start, end)) = region::exec_segment_containing(start as *const () as usize) else {
+        sigsys::debug(&[b"own text segment not found; SUD off"], &[]);
+        return;
+    };
+    selector::set_region(start, end - start);
+    let r = sigsys::install();
+    if r != 0 {
+        sigsys::debug(&[b"installing the SIGSYS handler failed; SUD off"], &[r]);
+        return;
+    }
+    let r = selector::enable_sud();
+    sigsys::debug(&[b"SUD enabled (0 = ok)"], &[r, mode as i64]);
+}
+
+#[cfg_attr(test, allow(dead_code))]
+extern "C" fn atoll_preload_init() {
+    start();
+}
+
+// Run `start` from `.init_array`, i.e. before the program's `main` (and
+// not in this crate's own unit-test binary).
+#[cfg(not(test))]
+#[used]
+#[link_section = ".init_array"]
+static INIT: extern "C" fn() = atoll_preload_init;

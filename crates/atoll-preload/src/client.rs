@@ -1,0 +1,112 @@
+//! The one door from the interposition machinery to `atoll-client`.
+//!
+//! libatoll runs in one of three modes, fixed by the constructor:
+//!
+//! * [`Mode::Off`] — not an atoll client (no `ATOLL_SOCKET`): no SUD, every
+//!   wrapper calls the real libc function at once. A program must behave
+//!   exactly as without the library.
+//! * [`Mode::SelfTest`] — `ATOLL_SUD_SELFTEST=1` without an instance: SUD and
+//!   every wrapper are live, but every call is answered `Host`. Exercises
+//!   the trap machinery (signals, clone, fork, threads) on real programs.
+//! * [`Mode::Client`] — attached to an instance: calls go to
+//!   `atoll_client::dispatch`.
+//!
+//! A panic inside the client must not cross an `extern "C"` boundary (that
+//! aborts the program), so every call is wrapped in `catch_unwind` and a
+//! panic becomes `EIO` for that one system call.
+
+use core::sync::atomic::{AtomicU8, Ordering};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+pub use atoll_client::Dispatch;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Mode {
+    Off = 0,
+    SelfTest = 1,
+    Client = 2,
+}
+
+static MODE: AtomicU8 = AtomicU8::new(Mode::Off as u8);
+
+#[inline]
+pub fn mode() -> Mode {
+    match MODE.load(Ordering::Relaxed) {
+        1 => Mode::SelfTest,
+        2 => Mode::Client,
+        _ => Mode::Off,
+    }
+}
+
+pub fn set_mode(m: Mode) {
+    MODE.store(m as u8, Ordering::Relaxed);
+}
+
+/// Join the instance if this process belongs to one. Called once by the
+/// constructor, under an `AtollGuard`.
+pub fn init() -> bool {
+    catch_unwind(atoll_client::init).unwrap_or(false)
+}
+
+/// Cheap pre-filter for the trap path (see `atoll_client::may_concern`).
+/// Hot path.
+#[inline]
+pub fn may_concern(nr: i64, args: &[u64; 6]) -> bool {
+    match mode() {
+        Mode::Client => catch_unwind(|| atoll_client::may_concern(nr, args)).unwrap_or(false),
+        _ => false,
+    }
+}
+
+/// Emulate or pass on system call `nr`. Hot path.
+#[inline]
+pub fn dispatch(nr: i64, args: &[u64; 6]) -> Dispatch {
+    match mode() {
+        Mode::Client => catch_unwind(|| atoll_client::dispatch(nr, args))
+            .unwrap_or(Dispatch::Done(-(libc::EIO as i64))),
+        _ => Dispatch::Host,
+    }
+}
+
+/// Client state carried across a fork (nothing in self-test mode).
+pub struct ForkPrep(Option<atoll_client::ForkPrep>);
+
+/// Before a fork-like clone: let the client create the child's session.
+/// `Err(errno)` aborts the fork.
+pub fn fork_prepare() -> Result<ForkPrep, i32> {
+    if mode() != Mode::Client {
+        return Ok(ForkPrep(None));
+    }
+    match catch_unwind(atoll_client::fork_prepare) {
+        Ok(Ok(p)) => Ok(ForkPrep(p)),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(libc::EIO),
+    }
+}
+
+pub fn fork_parent(prep: ForkPrep, child: i64) {
+    if let ForkPrep(Some(p)) = prep {
+        let _ = catch_unwind(AssertUnwindSafe(|| atoll_client::fork_parent(p, child)));
+    }
+}
+
+pub fn fork_child(prep: ForkPrep) {
+    if let ForkPrep(Some(p)) = prep {
+        let _ = catch_unwind(AssertUnwindSafe(|| atoll_client::fork_child(p)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_an_instance_everything_goes_to_the_host() {
+        // Mode is Off in the test binary (no constructor ran).
+        assert_eq!(mode(), Mode::Off);
+        assert_eq!(dispatch(libc::SYS_openat, &[0; 6]), Dispatch::Host);
+        assert!(!may_concern(libc::SYS_read, &[0; 6]));
+        assert!(fork_prepare().is_ok());
+    }
+}

@@ -1,0 +1,168 @@
+//! Raw system calls issued from libatoll's own text.
+//!
+//! Why raw: Syscall User Dispatch lets a system call through without a trap
+//! when it is issued from inside the allowed region, i.e. from this
+//! library's executable segment, whatever the selector says. Code on the
+//! trap path (the SIGSYS handler before and after it has flipped the
+//! selector, the clone trampoline, trap statistics written at `exit_group`)
+//! therefore issues its own `syscall` instructions instead of calling libc,
+//! which would also touch `errno` and may re-enter our wrappers.
+//!
+//! Everything here is allocation-free and async-signal-safe.
+
+use core::arch::asm;
+
+/// Issue system call `nr` with six raw arguments; returns the raw result
+/// (`-errno` on failure), exactly as the kernel left it in RAX.
+///
+/// Hot path: every trapped system call that atoll does not handle ends here.
+#[inline(always)]
+pub fn syscall6(nr: i64, a: [u64; 6]) -> i64 {
+    let ret: i64;
+    // SAFETY: the `syscall` instruction clobbers only RAX (result), RCX and
+    // R11 (declared below); arguments are plain integers. Whether the system
+    // call itself is memory-safe is the caller's concern: all callers pass
+    // either arguments the program gave to its own (trapped) system call, or
+    // pointers to live buffers of the right size.
+    unsafe {
+        asm!(
+            "syscall",
+            inlateout("rax") nr => ret,
+            in("rdi") a[0],
+            in("rsi") a[1],
+            in("rdx") a[2],
+            in("r10") a[3],
+            in("r8") a[4],
+            in("r9") a[5],
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack),
+        );
+    }
+    ret
+}
+
+/// Convenience for calls with fewer arguments.
+#[inline(always)]
+pub fn syscall(nr: i64, args: &[u64]) -> i64 {
+    let mut a = [0u64; 6];
+    a[..args.len()].copy_from_slice(args);
+    syscall6(nr, a)
+}
+
+/// Write all of `buf` to `fd` with raw `write`, retrying on short writes and
+/// EINTR. Errors are ignored: this is only used for diagnostics and stats.
+pub fn write_all(fd: i32, mut buf: &[u8]) {
+    while !buf.is_empty() {
+        let n = syscall(
+            libc::SYS_write,
+            &[fd as u64, buf.as_ptr() as u64, buf.len() as u64],
+        );
+        if n == -(libc::EINTR as i64) {
+            continue;
+        }
+        if n <= 0 {
+            return;
+        }
+        buf = &buf[n as usize..];
+    }
+}
+
+/// Read the calling thread's `errno`.
+#[inline]
+pub fn errno() -> i32 {
+    // SAFETY: `__errno_location` returns a valid pointer to this thread's
+    // errno for the whole life of the thread.
+    unsafe { *libc::__errno_location() }
+}
+
+/// Set the calling thread's `errno`.
+#[inline]
+pub fn set_errno(e: i32) {
+    // SAFETY: as in `errno`.
+    unsafe { *libc::__errno_location() = e }
+}
+
+/// A fixed-capacity, allocation-free text buffer for messages built inside
+/// the SIGSYS handler (where malloc may be locked by the interrupted code).
+pub struct StackBuf<const N: usize> {
+    buf: [u8; N],
+    len: usize,
+}
+
+impl<const N: usize> Default for StackBuf<N> {
+    fn default() -> Self {
+        StackBuf {
+            buf: [0; N],
+            len: 0,
+        }
+    }
+}
+
+impl<const N: usize> StackBuf<N> {
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+
+    /// Append bytes; silently truncates when full.
+    pub fn push(&mut self, s: &[u8]) {
+        let n = s.len().min(N - self.len);
+        self.buf[self.len..self.len + n].copy_from_slice(&s[..n]);
+        self.len += n;
+    }
+
+    /// Append an unsigned number in decimal.
+    pub fn push_u64(&mut self, mut v: u64) {
+        let mut digits = [0u8; 20];
+        let mut i = digits.len();
+        loop {
+            i -= 1;
+            digits[i] = b'0' + (v % 10) as u8;
+            v /= 10;
+            if v == 0 {
+                break;
+            }
+        }
+        self.push(&digits[i..]);
+    }
+
+    /// Append a signed number in decimal.
+    pub fn push_i64(&mut self, v: i64) {
+        if v < 0 {
+            self.push(b"-");
+        }
+        self.push_u64(v.unsigned_abs());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn raw_getpid_matches_libc() {
+        // SAFETY: getpid has no preconditions.
+        let pid = unsafe { libc::getpid() } as i64;
+        assert_eq!(syscall(libc::SYS_getpid, &[]), pid);
+    }
+
+    #[test]
+    fn raw_errors_come_back_negative() {
+        assert_eq!(
+            syscall(libc::SYS_close, &[u32::MAX as u64 >> 1]),
+            -(libc::EBADF as i64)
+        );
+    }
+
+    #[test]
+    fn stackbuf_formats_numbers_and_truncates() {
+        let mut b = StackBuf::<32>::default();
+        b.push_u64(0);
+        b.push(b" ");
+        b.push_i64(-42);
+        assert_eq!(b.as_bytes(), b"0 -42");
+        let mut small = StackBuf::<4>::default();
+        small.push_u64(123456);
+        assert_eq!(small.as_bytes(), b"1234");
+    }
+}

@@ -1,0 +1,623 @@
+//! The exhaustive net: the SIGSYS handler behind Syscall User Dispatch.
+//!
+//! How a trapped system call flows (selector `BLOCK`, program code issued a
+//! `syscall` instruction outside libatoll's text):
+//!
+//! ```text
+//!  kernel: roll back, deliver SIGSYS (si_code = SYS_USER_DISPATCH)
+//!  on_sigsys: AtollGuard (selector ALLOW) ─ save errno ─ count the trap
+//!     ├─ signal plumbing (rt_sigaction, masks)   → sigfix, raw syscall
+//!     ├─ clone/clone3/fork/vfork                 → clone_* below
+//!     ├─ exit_group / execve                     → flush trap stats first
+//!     └─ anything else: may_concern? dispatch : raw syscall
+//!  write RAX ─ restore errno ─ selector BLOCK ─ return through our own
+//!  rt_sigreturn stub (inside the allowed region, so it never traps)
+//! ```
+//!
+//! Clones with a new stack cannot return through this handler in the child
+//! (the handler's frame is on the parent's stack), so the child goes
+//! through a trampoline in our text: the interrupted registers are copied
+//! just below the new stack pointer, the raw clone is issued, and the child
+//! restores them, sets RAX = 0 and RSP = the new stack, and jumps to the
+//! interrupted RIP, exactly as if the kernel had returned there. glibc's
+//! clone child paths find `fn`/`arg` either on the new stack (`clone`) or
+//! in registers the kernel preserves (`clone3`: RDX, R8), so both work.
+//!
+//! Handler flags: `SA_SIGINFO | SA_RESTORER | SA_NODEFER`. NODEFER because
+//! a program signal handler that runs nested inside ours may trap again,
+//! and a SIGSYS forced while blocked kills the process. No `SA_ONSTACK`:
+//! the client may need more stack than a program's alternate stack has.
+
+use core::ffi::c_void;
+use core::sync::atomic::{AtomicBool, Ordering};
+
+use crate::client::{self, Dispatch, ForkPrep, Mode};
+use crate::raw::{self, StackBuf};
+use crate::selector::{self, AtollGuard, BLOCK};
+use crate::sigfix::{self, KSigaction, VirtualAction, KSIGSET_SIZE};
+use crate::stats;
+
+/// `si_code` of a SIGSYS raised by Syscall User Dispatch.
+const SYS_USER_DISPATCH: i32 = 2;
+
+/// `ATOLL_DEBUG=1`: log every trap to stderr.
+pub static DEBUG: AtomicBool = AtomicBool::new(false);
+
+static VIRTUAL_SIGSYS: VirtualAction = VirtualAction::new();
+
+// Our own `rt_sigreturn` stub. It must live in libatoll's text: returning
+// from a signal handler with the selector at BLOCK through glibc's
+// `__restore_rt` would trap the `rt_sigreturn` itself.
+core::arch::global_asm!(
+    ".text",
+    ".globl atoll_restore_rt",
+    ".hidden atoll_restore_rt",
+    ".type atoll_restore_rt,@function",
+    ".p2align 4",
+    "atoll_restore_rt:",
+    "    mov eax, 15", // SYS_rt_sigreturn
+    "    syscall",
+    "    ud2",
+    ".size atoll_restore_rt, .-atoll_restore_rt",
+);
+
+// Clone trampoline: `atoll_clone_raw(nr, args: *const [u64; 6], block)`.
+// Parent (or error): returns RAX like a system call. Child: runs on the new
+// stack, calls `clone_child(block)`, then restores the program's registers
+// from `block` (layout = the first 17 gregs of `mcontext_t`: r8 … r15, rdi,
+// rsi, rbp, rbx, rdx, rax, rcx, rsp, rip) and jumps to the saved RIP with
+// RAX = 0. R9 carries `block` across the syscall: neither clone nor clone3
+// reads it and the kernel preserves it in both parent and child.
+core::arch::global_asm!(
+    ".text",
+    ".globl atoll_clone_raw",
+    ".hidden atoll_clone_raw",
+    ".type atoll_clone_raw,@function",
+    ".p2align 4",
+    "atoll_clone_raw:",
+    "    mov r9, rdx",
+    "    mov rax, rdi",
+    "    mov rdi, [rsi]",
+    "    mov rdx, [rsi + 16]",
+    "    mov r10, [rsi + 24]",
+    "    mov r8, [rsi + 32]",
+    "    mov rsi, [rsi + 8]",
+    "    syscall",
+    "    test rax, rax",
+    "    jz 2f",
+    "    ret",
+    "2:",
+    "    mov rbx, r9",
+    "    mov rsp, r9",
+    "    and rsp, -16",
+    "    xor ebp, ebp",
+    "    mov rdi, rbx",
+    "    call {child}",
+    "    mov rax, rbx",
+    "    mov r8, [rax + 0]",
+    "    mov r9, [rax + 8]",
+    "    mov r10, [rax + 16]",
+    "    mov r11, [rax + 24]",
+    "    mov r12, [rax + 32]",
+    "    mov r13, [rax + 40]",
+    "    mov r14, [rax + 48]",
+    "    mov r15, [rax + 56]",
+    "    mov rdi, [rax + 64]",
+    "    mov rsi, [rax + 72]",
+    "    mov rbp, [rax + 80]",
+    "    mov rbx, [rax + 88]",
+    "    mov rdx, [rax + 96]",
+    "    mov rcx, [rax + 112]",
+    "    mov rsp, [rax + 120]",
+    "    push qword ptr [rax + 128]",
+    "    xor eax, eax",
+    "    ret",
+    ".size atoll_clone_raw, .-atoll_clone_raw",
+    child = sym clone_child,
+);
+
+extern "C" {
+    fn atoll_restore_rt();
+    fn atoll_clone_raw(nr: i64, args: *const [u64; 6], block: *mut c_void) -> i64;
+}
+
+/// Address of our `rt_sigreturn` stub, for every handler we install.
+pub fn restorer() -> usize {
+    atoll_restore_rt as *const () as usize
+}
+
+/// Install our SIGSYS handler. Returns the raw `rt_sigaction` result.
+pub fn install() -> i64 {
+    let act = KSigaction {
+        handler: on_sigsys as *const () as usize,
+        flags: (libc::SA_SIGINFO | libc::SA_NODEFER) as u64 | sigfix::SA_RESTORER,
+        restorer: restorer(),
+        mask: 0,
+    };
+    raw::syscall(
+        libc::SYS_rt_sigaction,
+        &[
+            libc::SIGSYS as u64,
+            &act as *const KSigaction as u64,
+            0,
+            KSIGSET_SIZE,
+        ],
+    )
+}
+
+/// Log one line to stderr when `ATOLL_DEBUG=1` (raw write, no allocation).
+pub fn debug(parts: &[&[u8]], nums: &[i64]) {
+    if !DEBUG.load(Ordering::Relaxed) {
+        return;
+    }
+    let mut b = StackBuf::<256>::default();
+    b.push(b"atoll[");
+    b.push_i64(raw::syscall(libc::SYS_gettid, &[]));
+    b.push(b"]:");
+    for p in parts {
+        b.push(b" ");
+        b.push(p);
+    }
+    for n in nums {
+        b.push(b" ");
+        b.push_i64(*n);
+    }
+    b.push(b"\n");
+    raw::write_all(2, b.as_bytes());
+}
+
+/// The SIGSYS handler.
+///
+/// # Safety
+/// Only the kernel calls this, with a valid `siginfo_t` and `ucontext_t`.
+unsafe extern "C" fn on_sigsys(sig: libc::c_int, info: *mut libc::siginfo_t, ucv: *mut c_void) {
+    // First thing, before anything that could issue a system call.
+    let guard = AtollGuard::enter();
+    let saved_errno = raw::errno();
+    // SAFETY: the kernel passes a valid siginfo for an SA_SIGINFO handler.
+    let code = unsafe { (*info).si_code };
+    if code != SYS_USER_DISPATCH {
+        // SAFETY: forwarding the kernel's own arguments.
+        unsafe { foreign_sigsys(sig, info, ucv, guard.prev()) };
+        raw::set_errno(saved_errno);
+        return;
+    }
+    // SAFETY: `_sigsys._syscall` is the int at byte 24 of siginfo_t on
+    // x86-64 (after signo, errno, code, padding, and `_call_addr`).
+    let nr = unsafe { *(info as *const u8).add(24).cast::<i32>() } as i64;
+    // SAFETY: the kernel passes a valid ucontext for an SA_SIGINFO handler,
+    // and nothing else references it while the handler runs.
+    let uc = unsafe { &mut *(ucv as *mut libc::ucontext_t) };
+    let g = &uc.uc_mcontext.gregs;
+    let args = [
+        g[libc::REG_RDI as usize] as u64,
+        g[libc::REG_RSI as usize] as u64,
+        g[libc::REG_RDX as usize] as u64,
+        g[libc::REG_R10 as usize] as u64,
+        g[libc::REG_R8 as usize] as u64,
+        g[libc::REG_R9 as usize] as u64,
+    ];
+    stats::count(nr);
+    let ret = handle(nr, args, uc);
+    debug(&[b"trap"], &[nr, ret]);
+    uc.uc_mcontext.gregs[libc::REG_RAX as usize] = ret;
+    raw::set_errno(saved_errno);
+    drop(guard);
+}
+
+/// A SIGSYS that SUD did not raise (seccomp, `kill`): give it to the
+/// program's virtual disposition.
+///
+/// # Safety
+/// Arguments as received by the signal handler.
+unsafe fn foreign_sigsys(
+    sig: libc::c_int,
+    info: *mut libc::siginfo_t,
+    ucv: *mut c_void,
+    prev_selector: u8,
+) {
+    let v = VIRTUAL_SIGSYS.get();
+    match v.handler {
+        libc::SIG_IGN => {}
+        libc::SIG_DFL => {
+            // Default action is to dump core: do it for real.
+            let dfl = KSigaction::default();
+            raw::syscall(
+                libc::SYS_rt_sigaction,
+                &[sig as u64, &dfl as *const _ as u64, 0, KSIGSET_SIZE],
+            );
+            let pid = raw::syscall(libc::SYS_getpid, &[]);
+            let tid = raw::syscall(libc::SYS_gettid, &[]);
+            raw::syscall(libc::SYS_tgkill, &[pid as u64, tid as u64, sig as u64]);
+        }
+        h => {
+            // The program's handler runs as program code.
+            selector::set(prev_selector);
+            if v.flags & libc::SA_SIGINFO as u64 != 0 {
+                // SAFETY: the program installed `h` as an SA_SIGINFO handler.
+                let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut c_void) =
+                    unsafe { core::mem::transmute(h) };
+                f(sig, info, ucv);
+            } else {
+                // SAFETY: the program installed `h` as a plain handler.
+                let f: extern "C" fn(libc::c_int) = unsafe { core::mem::transmute(h) };
+                f(sig);
+            }
+            selector::set(selector::ALLOW);
+        }
+    }
+}
+
+/// Route one trapped system call; returns the value for RAX.
+fn handle(nr: i64, mut args: [u64; 6], uc: &libc::ucontext_t) -> i64 {
+    match nr {
+        libc::SYS_rt_sigaction => sig_action(args),
+        libc::SYS_clone | libc::SYS_clone3 | libc::SYS_fork | libc::SYS_vfork => {
+            clone_any(nr, args, uc)
+        }
+        libc::SYS_exit_group => {
+            stats::flush();
+            raw::syscall6(nr, args)
+        }
+        libc::SYS_execve | libc::SYS_execveat => {
+            stats::flush();
+            general(nr, args)
+        }
+        libc::SYS_pselect6 if args[5] != 0 => {
+            // 6th argument: pointer to { const sigset_t *ss; size_t ss_len }.
+            // SAFETY: the program passed this pointer to pselect6, which
+            // reads the same two words.
+            let pair = unsafe { *(args[5] as *const [u64; 2]) };
+            let mut set = 0u64;
+            let mut new_pair = pair;
+            if pair[0] != 0 && pair[1] == KSIGSET_SIZE {
+                // SAFETY: as above, the kernel would read this sigset.
+                set = sigfix::strip_sigsys(unsafe { *(pair[0] as *const u64) });
+                new_pair[0] = &set as *const u64 as u64;
+            }
+            args[5] = &new_pair as *const [u64; 2] as u64;
+            let r = general(nr, args);
+            let _ = set;
+            r
+        }
+        _ => match sigfix::mask_arg(nr) {
+            Some((ptr_i, size_i)) if args[ptr_i] != 0 && args[size_i] == KSIGSET_SIZE => {
+                // SAFETY: the program passed this sigset pointer to a system
+                // call that reads 8 bytes from it.
+                let set = sigfix::strip_sigsys(unsafe { *(args[ptr_i] as *const u64) });
+                args[ptr_i] = &set as *const u64 as u64;
+                general(nr, args)
+            }
+            _ => general(nr, args),
+        },
+    }
+}
+
+/// Any system call without special plumbing. Hot path.
+fn general(nr: i64, args: [u64; 6]) -> i64 {
+    if client::may_concern(nr, &args) {
+        match client::dispatch(nr, &args) {
+            Dispatch::Done(v) => return v,
+            Dispatch::Host => {}
+        }
+    }
+    raw::syscall6(nr, args)
+}
+
+/// `rt_sigaction` on the program's behalf (see `sigfix`).
+fn sig_action(args: [u64; 6]) -> i64 {
+    let sig = args[0] as i32;
+    let act = args[1] as *const KSigaction;
+    let oact = args[2] as *mut KSigaction;
+    if args[3] != KSIGSET_SIZE {
+        return raw::syscall6(libc::SYS_rt_sigaction, args);
+    }
+    if sig == libc::SIGSYS {
+        let old = VIRTUAL_SIGSYS.get();
+        if !act.is_null() {
+            // SAFETY: the program asked the kernel to read a sigaction here.
+            VIRTUAL_SIGSYS.set(unsafe { act.read_unaligned() });
+        }
+        if !oact.is_null() {
+            // SAFETY: the program asked the kernel to write a sigaction here.
+            unsafe { oact.write_unaligned(old) };
+        }
+        return 0;
+    }
+    let mut fixed = KSigaction::default();
+    let mut a = args;
+    if !act.is_null() {
+        // SAFETY: as above.
+        fixed = sigfix::fix_action(unsafe { act.read_unaligned() }, restorer());
+        a[1] = &fixed as *const KSigaction as u64;
+    }
+    let r = raw::syscall6(libc::SYS_rt_sigaction, a);
+    let _ = fixed;
+    r
+}
+
+// ---------------------------------------------------------------------------
+// clone, clone3, fork, vfork
+
+/// What kind of child a clone creates, and with which flags we issue it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum CloneKind {
+    /// A new process (own memory): client fork hooks, SUD re-enabled.
+    Process,
+    /// A new thread with its own TLS: SUD re-enabled with its own selector.
+    Thread,
+    /// Shares memory and TLS with the parent (`CLONE_VM` without
+    /// `CLONE_SETTLS`): its selector byte *is* the parent's, so it runs
+    /// without SUD (a known gap; glibc never does this).
+    Unmonitored,
+    /// Nothing we can reason about (e.g. `CLONE_VM` without a stack); issue
+    /// unchanged.
+    Raw,
+}
+
+/// Decide how to issue a clone with `flags`, given whether the caller
+/// supplied a new stack. Returns the flags to use and the kind.
+///
+/// `CLONE_VM|CLONE_VFORK` (vfork, posix_spawn, system, popen) becomes a
+/// plain fork: a child sharing our memory could not run the client (it
+/// would scribble on the suspended parent's client state), and POSIX lets
+/// vfork be a fork. The cost is that an exec failure in posix_spawn is
+/// reported as exit status 127 rather than as an error return.
+pub fn classify(flags: u64, has_stack: bool) -> (u64, CloneKind) {
+    let vm = libc::CLONE_VM as u64;
+    let vfork = libc::CLONE_VFORK as u64;
+    if flags & vm != 0 && flags & vfork != 0 {
+        return (flags & !(vm | vfork), CloneKind::Process);
+    }
+    if flags & vm == 0 {
+        return (flags, CloneKind::Process);
+    }
+    if !has_stack {
+        return (flags, CloneKind::Raw);
+    }
+    if flags & libc::CLONE_SETTLS as u64 != 0 {
+        (flags, CloneKind::Thread)
+    } else {
+        (flags, CloneKind::Unmonitored)
+    }
+}
+
+/// What the child of a trampolined clone finds below its new stack.
+#[repr(C)]
+struct CloneBlock {
+    /// gregs 0..=16 of the interrupted context, RAX = 0, RSP = new stack.
+    regs: [i64; 17],
+    kind: CloneKind,
+    /// Bitwise copy of the parent's `ForkPrep` (valid in the child's own
+    /// copy of memory; the parent never drops this copy).
+    prep: core::mem::MaybeUninit<ForkPrep>,
+}
+
+/// Bytes reserved below the new stack pointer for the block.
+const BLOCK_ROOM: usize = 512;
+const _: () = assert!(core::mem::size_of::<CloneBlock>() + 16 <= BLOCK_ROOM);
+
+/// `struct clone_args` as far as we read it (clone3).
+const CLONE_ARGS_WORDS: usize = 11;
+const CA_FLAGS: usize = 0;
+const CA_STACK: usize = 5;
+const CA_STACK_SIZE: usize = 6;
+
+fn clone_any(nr: i64, args: [u64; 6], uc: &libc::ucontext_t) -> i64 {
+    if client::mode() == Mode::Off {
+        return raw::syscall6(nr, args);
+    }
+    match nr {
+        // fork(): a process on the same stack.
+        libc::SYS_fork => clone_inline(nr, args, CloneKind::Process),
+        // vfork(): emulated as fork (see `classify`).
+        libc::SYS_vfork => clone_inline(libc::SYS_fork, args, CloneKind::Process),
+        libc::SYS_clone => {
+            // clone(flags, stack, parent_tid, child_tid, tls)
+            let (flags, kind) = classify(args[0], args[1] != 0);
+            let mut a = args;
+            a[0] = flags;
+            if args[1] == 0 || kind == CloneKind::Raw {
+                clone_inline(nr, a, kind)
+            } else {
+                clone_trampoline(nr, a, args[1] as usize, kind, uc)
+            }
+        }
+        _ => {
+            // clone3(struct clone_args *, size)
+            let size = args[1] as usize;
+            if args[0] == 0 || !(64..=CLONE_ARGS_WORDS * 8).contains(&size) {
+                // Unknown layout (or invalid): let the kernel judge.
+                return raw::syscall6(nr, args);
+            }
+            let mut ca = [0u64; CLONE_ARGS_WORDS];
+            // SAFETY: the program passed `size` readable bytes to clone3.
+            unsafe {
+                core::ptr::copy_nonoverlapping(args[0] as *const u8, ca.as_mut_ptr().cast(), size)
+            };
+            let stack_top = if ca[CA_STACK] != 0 {
+                (ca[CA_STACK] + ca[CA_STACK_SIZE]) as usize
+            } else {
+                0
+            };
+            let (flags, kind) = classify(ca[CA_FLAGS], stack_top != 0);
+            ca[CA_FLAGS] = flags;
+            let mut a = args;
+            a[0] = ca.as_ptr() as u64;
+            if stack_top == 0 || kind == CloneKind::Raw {
+                clone_inline(nr, a, kind)
+            } else {
+                clone_trampoline(nr, a, stack_top, kind, uc)
+            }
+        }
+    }
+}
+
+/// Clone without a new stack: the child returns through this very handler
+/// (a process with its own copy of our stack).
+fn clone_inline(nr: i64, args: [u64; 6], kind: CloneKind) -> i64 {
+    if kind != CloneKind::Process {
+        return raw::syscall6(nr, args);
+    }
+    let prep = match client::fork_prepare() {
+        Ok(p) => p,
+        Err(e) => return -(e as i64),
+    };
+    let r = raw::syscall6(nr, args);
+    if r == 0 {
+        after_fork_in_child(prep);
+    } else if r > 0 {
+        client::fork_parent(prep, r);
+    }
+    r
+}
+
+/// Common child-side work after a fork-like clone. Runs with the selector
+/// at ALLOW; the caller returns to program code with it at BLOCK.
+fn after_fork_in_child(prep: ForkPrep) {
+    stats::reset();
+    client::fork_child(prep);
+    let r = selector::enable_sud();
+    if r != 0 {
+        debug(&[b"enable SUD in child failed"], &[r]);
+    }
+}
+
+/// Clone with a new stack, through the trampoline.
+fn clone_trampoline(
+    nr: i64,
+    args: [u64; 6],
+    stack_top: usize,
+    kind: CloneKind,
+    uc: &libc::ucontext_t,
+) -> i64 {
+    let block_addr = (stack_top - BLOCK_ROOM) & !15;
+    let block = block_addr as *mut CloneBlock;
+    let mut regs = [0i64; 17];
+    regs.copy_from_slice(&uc.uc_mcontext.gregs[..17]);
+    regs[libc::REG_RAX as usize] = 0;
+    regs[libc::REG_RSP as usize] = stack_top as i64;
+    let prep = if kind == CloneKind::Process {
+        match client::fork_prepare() {
+            Ok(p) => Some(p),
+            Err(e) => return -(e as i64),
+        }
+    } else {
+        None
+    };
+    // SAFETY: `block` lies in the unused top of the new stack the program
+    // handed to clone (at least BLOCK_ROOM bytes below its top belong to
+    // it); nothing else uses that memory until the child starts.
+    unsafe {
+        block.write(CloneBlock {
+            regs,
+            kind,
+            prep: core::mem::MaybeUninit::uninit(),
+        });
+        if let Some(p) = &prep {
+            // Bitwise copy for the child; the parent keeps `prep`.
+            (*block).prep.write(core::ptr::read(p as *const ForkPrep));
+        }
+    }
+    // SAFETY: `args` are the program's clone arguments (flags adjusted);
+    // the child never returns here (it jumps back into program code).
+    let r = unsafe { atoll_clone_raw(nr, &args, block.cast()) };
+    if let Some(p) = prep {
+        if r > 0 {
+            client::fork_parent(p, r);
+        }
+    }
+    r
+}
+
+/// First Rust code of a trampolined child, on its new stack.
+///
+/// # Safety
+/// Called only by `atoll_clone_raw` in the child, with the block the parent
+/// wrote.
+unsafe extern "C" fn clone_child(block: *mut CloneBlock) {
+    // SAFETY: the parent wrote a whole CloneBlock here before the clone.
+    let kind = unsafe { (*block).kind };
+    match kind {
+        CloneKind::Process => {
+            // Own copy of memory: the selector byte copied from the parent
+            // says ALLOW (it was in this handler); take a guard anyway.
+            let g = AtollGuard::enter();
+            // SAFETY: written by the parent for a Process clone.
+            let prep = unsafe { (*block).prep.assume_init_read() };
+            after_fork_in_child(prep);
+            core::mem::forget(g);
+            selector::set(BLOCK);
+        }
+        CloneKind::Thread => {
+            // Fresh TLS: this thread's selector starts at BLOCK.
+            let g = AtollGuard::enter();
+            let r = selector::enable_sud();
+            if r != 0 {
+                debug(&[b"enable SUD in thread failed"], &[r]);
+            }
+            core::mem::forget(g);
+            selector::set(BLOCK);
+        }
+        // Shared TLS: touching the selector would change the parent's.
+        CloneKind::Unmonitored | CloneKind::Raw => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const VM: u64 = libc::CLONE_VM as u64;
+    const VFORK: u64 = libc::CLONE_VFORK as u64;
+    const THREAD_FLAGS: u64 = (libc::CLONE_VM
+        | libc::CLONE_FS
+        | libc::CLONE_FILES
+        | libc::CLONE_SIGHAND
+        | libc::CLONE_THREAD
+        | libc::CLONE_SYSVSEM
+        | libc::CLONE_SETTLS
+        | libc::CLONE_PARENT_SETTID
+        | libc::CLONE_CHILD_CLEARTID) as u64;
+
+    #[test]
+    fn posix_spawn_style_vfork_becomes_a_fork() {
+        let flags = VM | VFORK | libc::SIGCHLD as u64;
+        let (f, k) = classify(flags, true);
+        assert_eq!(k, CloneKind::Process);
+        assert_eq!(f, libc::SIGCHLD as u64);
+    }
+
+    #[test]
+    fn glibc_fork_flags_are_a_process_and_kept() {
+        let flags = (libc::CLONE_CHILD_SETTID | libc::CLONE_CHILD_CLEARTID | libc::SIGCHLD) as u64;
+        assert_eq!(classify(flags, false), (flags, CloneKind::Process));
+    }
+
+    #[test]
+    fn pthread_create_flags_are_a_thread() {
+        assert_eq!(
+            classify(THREAD_FLAGS, true),
+            (THREAD_FLAGS, CloneKind::Thread)
+        );
+    }
+
+    #[test]
+    fn shared_vm_without_tls_or_stack_is_left_alone() {
+        assert_eq!(classify(VM, true).1, CloneKind::Unmonitored);
+        assert_eq!(
+            classify(VM | libc::CLONE_SETTLS as u64, false).1,
+            CloneKind::Raw
+        );
+    }
+
+    #[test]
+    fn block_layout_matches_the_trampoline() {
+        assert_eq!(core::mem::offset_of!(CloneBlock, regs), 0);
+        assert_eq!(libc::REG_RAX, 13);
+        assert_eq!(libc::REG_RCX, 14);
+        assert_eq!(libc::REG_RSP, 15);
+        assert_eq!(libc::REG_RIP, 16);
+    }
+}

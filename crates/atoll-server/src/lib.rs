@@ -1,9 +1,46 @@
-//! atoll's file servers and instance runtime. STUB: contract only.
+//! atoll's file servers and instance runtime.
+//!
+//! Layers (bottom to top):
+//! * [`store`] / `sys`: byte access to the shared buffer cache (a memfd of
+//!   4 KiB blocks, partitioned among servers at boot);
+//! * [`fs`]: [`fs::FileServer`], one server's state and the POSIX semantics
+//!   of every request in `atoll-proto` (pure logic, no I/O);
+//! * [`server`]: the per-server thread: polls its channels (from
+//!   `atoll-msg`), decodes frames, calls the file server, replies;
+//! * `boot`: the boot thread serving `<runtime>/boot.sock` (sessions,
+//!   lanes, fork, status, stop — `atoll_proto::boot`);
+//! * this module: [`Instance`], which creates the runtime directory, the
+//!   buffer cache, the control block, the threads, and tears them down.
+//!
+//! Relies on `atoll-msg` (rings, doorbells, shared regions) and
+//! `atoll-proto` (messages). Called by `atoll-cli` (`atoll run`/`boot`).
+//!
+//! Blocks are split equally among servers at boot. A server whose share is
+//! exhausted answers `ENOSPC` even while others have space.
+//! TODO(atoll): a block manager that lends chunks to servers running low
+//! (message-based, Cosh §4 style).
 
+pub mod boot;
+pub mod fs;
+pub mod server;
+pub mod store;
+mod sys;
+
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::thread::JoinHandle;
 
+use atoll_msg::{Control, SharedRegion};
 use atoll_proto::boot::{InstanceInfo, PollMode, Without};
-use atoll_proto::ServerStats;
+use atoll_proto::{Cred, ServerStats, BLOCK_SIZE, MAX_SERVERS};
+use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
+
+use boot::{BootParams, Servers, StopFlag};
+use fs::FsConfig;
+use server::{Admin, ServerParams};
 
 /// Everything needed to boot an instance.
 #[derive(Clone, Debug)]
@@ -28,35 +65,233 @@ pub struct InstanceConfig {
 }
 
 /// A running instance: servers, boot thread, runtime directory.
+///
+/// Life cycle: `boot` → clients attach over `socket_path()` → `Stop` from a
+/// client (seen by `wait_for_stop_request`) or the owner decides →
+/// `shutdown` (also done, best effort, on drop).
 pub struct Instance {
-    _private: (),
+    id: String,
+    runtime_dir: PathBuf,
+    socket_path: PathBuf,
+    info: InstanceInfo,
+    servers: Arc<Servers>,
+    server_threads: Vec<JoinHandle<std::io::Result<ServerStats>>>,
+    boot_thread: Option<JoinHandle<std::io::Result<()>>>,
+    wake: OwnedFd,
+    quit: Arc<AtomicBool>,
+    stop: Arc<StopFlag>,
+    down: bool,
+}
+
+fn invalid(msg: &str) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidInput, msg.to_string())
 }
 
 impl Instance {
-    pub fn boot(_config: InstanceConfig) -> std::io::Result<Instance> {
-        todo!()
+    pub fn boot(config: InstanceConfig) -> std::io::Result<Instance> {
+        let n = config.servers;
+        if n == 0 || n > MAX_SERVERS {
+            return Err(invalid("servers must be between 1 and 64"));
+        }
+        let blocks = config.memory / BLOCK_SIZE as u64;
+        if blocks < n as u64 || blocks >= u32::MAX as u64 {
+            return Err(invalid("memory must hold at least one block per server"));
+        }
+        if !config.server_cores.is_empty() && config.server_cores.len() != n {
+            return Err(invalid("server_cores must name one core per server"));
+        }
+        let mut rnd = [0u8; 4];
+        sys::random_bytes(&mut rnd)?;
+        let id: String = rnd.iter().map(|b| format!("{b:02x}")).collect();
+
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&config.runtime_root)?;
+        let runtime_dir = config.runtime_root.join(&id);
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&runtime_dir)?;
+        let cleanup = |e: std::io::Error| {
+            let _ = std::fs::remove_dir_all(&runtime_dir);
+            e
+        };
+
+        let cache_bytes = blocks * BLOCK_SIZE as u64;
+        let (cache_fd, region) =
+            SharedRegion::create("atoll-cache", cache_bytes as usize).map_err(cleanup)?;
+        drop(region); // each server maps its own view
+        let (control_fd, control) = Control::create(n).map_err(cleanup)?;
+
+        let info = InstanceInfo {
+            id: id.clone(),
+            mount: config.mount.clone(),
+            servers: n as u32,
+            cache_bytes,
+            poll: config.poll,
+            incoherent: config.incoherent,
+            without: config.without,
+            distribute: config.distribute.clone(),
+        };
+        let owner = Cred {
+            uid: rustix::process::geteuid().as_raw(),
+            gid: rustix::process::getegid().as_raw(),
+        };
+        let poll = if config.split {
+            PollMode::Spin
+        } else {
+            config.poll
+        };
+        let per = blocks / n as u64;
+        let mut admin = Vec::with_capacity(n);
+        let mut server_threads = Vec::with_capacity(n);
+        for i in 0..n {
+            let (tx, rx) = mpsc::channel();
+            admin.push(tx);
+            let first = i as u64 * per;
+            let count = if i == n - 1 { blocks - first } else { per };
+            let pin = config.server_cores.get(i).copied();
+            let params = ServerParams {
+                fs: FsConfig {
+                    index: i,
+                    nservers: n,
+                    first_block: first as u32,
+                    nblocks: count as u32,
+                    root_owner: owner,
+                    core: pin.map_or(-1, |c| c as i32),
+                },
+                poll,
+                pin,
+                cache_fd: cache_fd.try_clone().map_err(cleanup)?,
+                control_fd: control_fd.try_clone().map_err(cleanup)?,
+            };
+            let h = std::thread::Builder::new()
+                .name(format!("atoll-fs{i}"))
+                .spawn(move || server::run(params, rx))
+                .map_err(cleanup)?;
+            server_threads.push(h);
+        }
+        let servers = Arc::new(Servers { admin, control });
+
+        let socket_path = runtime_dir.join("boot.sock");
+        let listener = rustix::net::socket_with(
+            AddressFamily::UNIX,
+            SocketType::SEQPACKET,
+            SocketFlags::CLOEXEC,
+            None,
+        )?;
+        let addr = SocketAddrUnix::new(&socket_path)?;
+        rustix::net::bind(&listener, &addr)?;
+        rustix::net::listen(&listener, 128)?;
+        let wake = rustix::event::eventfd(0, rustix::event::EventfdFlags::CLOEXEC)?;
+        let quit = Arc::new(AtomicBool::new(false));
+        let stop = Arc::new(StopFlag::default());
+        let params = BootParams {
+            listener,
+            wake: wake.try_clone()?,
+            servers: servers.clone(),
+            cache_fd,
+            control_fd,
+            info: info.clone(),
+            stop: stop.clone(),
+            quit: quit.clone(),
+        };
+        let boot_thread = std::thread::Builder::new()
+            .name("atoll-boot".into())
+            .spawn(move || boot::run(params))?;
+
+        let mut inst = Instance {
+            id,
+            runtime_dir,
+            socket_path,
+            info,
+            servers,
+            server_threads,
+            boot_thread: Some(boot_thread),
+            wake,
+            quit,
+            stop,
+            down: false,
+        };
+        if let Err(e) = inst.write_instance_json() {
+            inst.stop_threads();
+            let _ = std::fs::remove_dir_all(&inst.runtime_dir);
+            inst.down = true;
+            return Err(e);
+        }
+        Ok(inst)
     }
+
+    /// `<runtime>/instance.json`, read by `atoll status`/`stop`.
+    fn write_instance_json(&self) -> std::io::Result<()> {
+        let doc = serde_json::json!({
+            "id": self.id,
+            "pid": std::process::id(),
+            "mount": self.info.mount,
+            "servers": self.info.servers,
+            "socket": self.socket_path,
+        });
+        let tmp = self.runtime_dir.join("instance.json.tmp");
+        std::fs::write(&tmp, serde_json::to_vec_pretty(&doc)?)?;
+        std::fs::rename(&tmp, self.runtime_dir.join("instance.json"))
+    }
+
     pub fn id(&self) -> &str {
-        todo!()
+        &self.id
     }
     pub fn socket_path(&self) -> &Path {
-        todo!()
+        &self.socket_path
     }
     pub fn runtime_dir(&self) -> &Path {
-        todo!()
+        &self.runtime_dir
     }
     pub fn info(&self) -> &InstanceInfo {
-        todo!()
+        &self.info
     }
     /// Block until a client sent `BootRequest::Stop`.
     pub fn wait_for_stop_request(&self) {
-        todo!()
+        self.stop.wait();
     }
     pub fn stats(&self) -> Vec<ServerStats> {
-        todo!()
+        self.servers.stats()
     }
     /// Stop servers, remove the runtime directory, release memory.
-    pub fn shutdown(self) -> Vec<ServerStats> {
-        todo!()
+    pub fn shutdown(mut self) -> Vec<ServerStats> {
+        let stats = self.stop_threads();
+        let _ = std::fs::remove_dir_all(&self.runtime_dir);
+        self.down = true;
+        stats
+    }
+
+    fn stop_threads(&mut self) -> Vec<ServerStats> {
+        self.quit.store(true, Ordering::Release);
+        let _ = rustix::io::write(self.wake.as_fd(), &1u64.to_ne_bytes());
+        if let Some(h) = self.boot_thread.take() {
+            let _ = h.join();
+        }
+        for i in 0..self.servers.len() {
+            self.servers.post(i, Admin::Shutdown);
+        }
+        self.server_threads
+            .drain(..)
+            .enumerate()
+            .map(|(i, h)| match h.join() {
+                Ok(Ok(s)) => s,
+                _ => ServerStats {
+                    server: i as u32,
+                    ..ServerStats::default()
+                },
+            })
+            .collect()
+    }
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        if !self.down {
+            self.stop_threads();
+            let _ = std::fs::remove_dir_all(&self.runtime_dir);
+        }
     }
 }

@@ -220,10 +220,10 @@ impl Inode {
             for b in dropped.into_values() {
                 self.free_block(cache, b);
             }
-            if new % BS != 0 {
+            if new & (BS - 1) != 0 {
                 self.zero_in_block(cache, new / BS, new % BS, BS);
             }
-        } else if new > self.size && self.size % BS != 0 {
+        } else if new > self.size && self.size & (BS - 1) != 0 {
             self.zero_in_block(cache, self.size / BS, self.size % BS, BS);
         }
         self.size = new;
@@ -232,7 +232,7 @@ impl Inode {
     /// Bytes between the current end of file and `off` become a hole or
     /// zeros: zero the tail of the old last block before a write past EOF.
     pub fn zero_tail_before<S: BlockStore>(&mut self, cache: &mut Cache<S>, off: u64) {
-        if off > self.size && self.size % BS != 0 {
+        if off > self.size && self.size & (BS - 1) != 0 {
             let fb = self.size / BS;
             let to = if off / BS == fb { off % BS } else { BS };
             self.zero_in_block(cache, fb, self.size % BS, to);
@@ -247,7 +247,7 @@ impl Inode {
             let fb = pos / BS;
             let blk_end = (fb + 1) * BS;
             let to = end.min(blk_end);
-            if pos % BS == 0 && to == blk_end {
+            if pos & (BS - 1) == 0 && to == blk_end {
                 // Skip over holes quickly: jump to the next backed block.
                 if let Some(b) = self.blocks.remove(&fb) {
                     self.free_block(cache, b);

@@ -1,0 +1,442 @@
+//! The boot thread: serves `<runtime>/boot.sock` with the bootstrap
+//! protocol of `atoll_proto::boot` (Hare Table 4.2 CONNECT/DISCONNECT).
+//!
+//! One epoll set holds the listening socket, an eventfd used to stop the
+//! thread, and every connection. A connection becomes a session with
+//! `Attach` (or at birth, for the child end made by `Fork`); the session
+//! lives exactly as long as the connection: when the peer's last copy of
+//! the socket closes (exit, kill, crash at any instant) the thread tells
+//! every server `SessionClosed`, so the servers drop the session's
+//! descriptions, locks and channels.
+//!
+//! Lanes: a lane is one channel to each server, for one thread of a
+//! process. The boot thread creates the channel memfds, hands the server
+//! ends to the server threads (`Admin::NewChannel`, followed by a doorbell
+//! ring) *before* replying, so a client's first request always finds its
+//! channel registered.
+
+use std::collections::HashMap;
+use std::io::IoSlice;
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Sender};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use atoll_msg::{Control, ServerChannel};
+use atoll_proto::boot::{BootReply, BootRequest, InstanceInfo, InstanceStatus, MAX_BOOT_PACKET};
+use atoll_proto::{ServerStats, SessionId};
+use rustix::event::epoll;
+use rustix::net::{RecvFlags, SendAncillaryBuffer, SendAncillaryMessage, SendFlags, SocketFlags};
+
+use crate::server::Admin;
+
+/// The server threads as the boot thread and the instance see them.
+pub struct Servers {
+    pub admin: Vec<Sender<Admin>>,
+    pub control: Control,
+}
+
+impl Servers {
+    /// Post an internal message to server `i` and ring its doorbell so a
+    /// sleeping server wakes up to read it.
+    pub fn post(&self, i: usize, msg: Admin) {
+        if let Some(tx) = self.admin.get(i) {
+            let _ = tx.send(msg);
+            self.control.doorbell(i).ring();
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.admin.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.admin.is_empty()
+    }
+
+    /// Statistics of every server (a server that does not answer within
+    /// the timeout is reported with its index only).
+    pub fn stats(&self) -> Vec<ServerStats> {
+        let rxs: Vec<_> = (0..self.len())
+            .map(|i| {
+                let (tx, rx) = mpsc::channel();
+                self.post(i, Admin::Stats(tx));
+                rx
+            })
+            .collect();
+        rxs.into_iter()
+            .enumerate()
+            .map(|(i, rx)| {
+                rx.recv_timeout(Duration::from_secs(5))
+                    .unwrap_or_else(|_| ServerStats {
+                        server: i as u32,
+                        ..ServerStats::default()
+                    })
+            })
+            .collect()
+    }
+
+    pub fn session_closed(&self, s: SessionId) {
+        for i in 0..self.len() {
+            self.post(i, Admin::SessionClosed(s));
+        }
+    }
+}
+
+/// Set when a client asked the instance to stop.
+#[derive(Default)]
+pub struct StopFlag {
+    stopped: Mutex<bool>,
+    cv: Condvar,
+}
+
+impl StopFlag {
+    pub fn raise(&self) {
+        if let Ok(mut s) = self.stopped.lock() {
+            *s = true;
+        }
+        self.cv.notify_all();
+    }
+    pub fn wait(&self) {
+        let Ok(mut s) = self.stopped.lock() else {
+            return;
+        };
+        while !*s {
+            match self.cv.wait(s) {
+                Ok(g) => s = g,
+                Err(_) => return,
+            }
+        }
+    }
+}
+
+pub struct BootParams {
+    pub listener: OwnedFd,
+    pub wake: OwnedFd,
+    pub servers: Arc<Servers>,
+    pub cache_fd: OwnedFd,
+    pub control_fd: OwnedFd,
+    pub info: InstanceInfo,
+    pub stop: Arc<StopFlag>,
+    pub quit: Arc<AtomicBool>,
+}
+
+const LISTENER: u64 = 0;
+const WAKE: u64 = 1;
+
+struct Conn {
+    fd: OwnedFd,
+    session: Option<SessionId>,
+    next_lane: u32,
+    lanes: u32,
+}
+
+struct Boot {
+    p: BootParams,
+    epoll: OwnedFd,
+    conns: HashMap<u64, Conn>,
+    next_token: u64,
+    next_session: u64,
+}
+
+/// Run the boot thread until `quit` is set and the wake eventfd written.
+pub fn run(p: BootParams) -> std::io::Result<()> {
+    let ep = epoll::create(epoll::CreateFlags::CLOEXEC)?;
+    epoll::add(
+        &ep,
+        &p.listener,
+        epoll::EventData::new_u64(LISTENER),
+        epoll::EventFlags::IN,
+    )?;
+    epoll::add(
+        &ep,
+        &p.wake,
+        epoll::EventData::new_u64(WAKE),
+        epoll::EventFlags::IN,
+    )?;
+    let mut b = Boot {
+        p,
+        epoll: ep,
+        conns: HashMap::new(),
+        next_token: 2,
+        next_session: 1,
+    };
+    let mut events: Vec<epoll::Event> = Vec::with_capacity(64);
+    let mut buf = vec![0u8; MAX_BOOT_PACKET];
+    loop {
+        events.clear();
+        match epoll::wait(&b.epoll, rustix::buffer::spare_capacity(&mut events), None) {
+            Ok(_) => {}
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+        for ev in events.iter() {
+            let (token, flags) = (ev.data.u64(), ev.flags);
+            match token {
+                LISTENER => b.accept(),
+                WAKE => {
+                    if b.p.quit.load(Ordering::Acquire) {
+                        b.close_all();
+                        return Ok(());
+                    }
+                }
+                t => b.readable(t, flags, &mut buf),
+            }
+        }
+    }
+}
+
+impl Boot {
+    fn accept(&mut self) {
+        match rustix::net::accept_with(&self.p.listener, SocketFlags::CLOEXEC) {
+            Ok(fd) => {
+                self.register(fd, None);
+            }
+            Err(e) => tracing::warn!("boot socket accept: {e}"),
+        }
+    }
+
+    fn register(&mut self, fd: OwnedFd, session: Option<SessionId>) -> Option<u64> {
+        let token = self.next_token;
+        self.next_token += 1;
+        let flags = epoll::EventFlags::IN | epoll::EventFlags::RDHUP;
+        if let Err(e) = epoll::add(&self.epoll, &fd, epoll::EventData::new_u64(token), flags) {
+            tracing::warn!("boot: cannot watch a connection: {e}");
+            if let Some(s) = session {
+                self.p.servers.session_closed(s);
+            }
+            return None;
+        }
+        self.conns.insert(
+            token,
+            Conn {
+                fd,
+                session,
+                next_lane: if session.is_some() { 1 } else { 0 },
+                lanes: if session.is_some() { 1 } else { 0 },
+            },
+        );
+        Some(token)
+    }
+
+    fn close(&mut self, token: u64) {
+        if let Some(c) = self.conns.remove(&token) {
+            let _ = epoll::delete(&self.epoll, &c.fd);
+            if let Some(s) = c.session {
+                self.p.servers.session_closed(s);
+            }
+        }
+    }
+
+    fn close_all(&mut self) {
+        let tokens: Vec<u64> = self.conns.keys().copied().collect();
+        for t in tokens {
+            self.close(t);
+        }
+    }
+
+    fn readable(&mut self, token: u64, flags: epoll::EventFlags, buf: &mut [u8]) {
+        let Some(conn) = self.conns.get(&token) else {
+            return;
+        };
+        match rustix::net::recv(&conn.fd, &mut *buf, RecvFlags::DONTWAIT) {
+            Ok((_, 0)) => self.close(token),
+            Ok((_, n)) => {
+                let n = n.min(buf.len());
+                match postcard::from_bytes::<BootRequest>(&buf[..n]) {
+                    Ok(req) => self.serve(token, req),
+                    Err(e) => self.reply(token, &BootReply::Error(format!("bad packet: {e}")), &[]),
+                }
+            }
+            Err(rustix::io::Errno::AGAIN) => {
+                if flags.intersects(epoll::EventFlags::HUP | epoll::EventFlags::ERR) {
+                    self.close(token);
+                }
+            }
+            Err(_) => self.close(token),
+        }
+    }
+
+    fn new_session(&mut self) -> SessionId {
+        let s = SessionId(self.next_session);
+        self.next_session += 1;
+        s
+    }
+
+    /// Channels of a new lane: server ends to the server threads, client
+    /// ends (memfds) returned for the reply.
+    fn make_lane(&self, session: SessionId, lane: u32) -> std::io::Result<Vec<OwnedFd>> {
+        let mut fds = Vec::with_capacity(self.p.servers.len());
+        let mut chans = Vec::with_capacity(self.p.servers.len());
+        for _ in 0..self.p.servers.len() {
+            let (fd, ch) = ServerChannel::create()?;
+            fds.push(fd);
+            chans.push(ch);
+        }
+        for (i, ch) in chans.into_iter().enumerate() {
+            self.p.servers.post(
+                i,
+                Admin::NewChannel {
+                    session,
+                    lane,
+                    channel: Arc::new(ch),
+                },
+            );
+        }
+        Ok(fds)
+    }
+
+    fn serve(&mut self, token: u64, req: BootRequest) {
+        let session = self.conns.get(&token).and_then(|c| c.session);
+        let result = match (req, session) {
+            (BootRequest::Attach { .. }, Some(_)) => {
+                Err("this connection already has a session".to_string())
+            }
+            (BootRequest::Attach { .. }, None) | (BootRequest::Reattach { .. }, None) => {
+                let s = self.new_session();
+                if let Some(c) = self.conns.get_mut(&token) {
+                    c.session = Some(s);
+                }
+                self.attach(token, s)
+            }
+            (BootRequest::Reattach { .. }, Some(s)) => {
+                // The old program image's lanes retire.
+                let before = self.conns.get(&token).map_or(0, |c| c.next_lane);
+                for i in 0..self.p.servers.len() {
+                    self.p
+                        .servers
+                        .post(i, Admin::RetireLanes { session: s, before });
+                }
+                if let Some(c) = self.conns.get_mut(&token) {
+                    c.lanes = 0;
+                }
+                self.attach(token, s)
+            }
+            (BootRequest::NewLane, Some(s)) => {
+                let lane = self.take_lane(token);
+                match self.make_lane(s, lane) {
+                    Ok(fds) => {
+                        self.reply(token, &BootReply::Lane { lane }, &fds);
+                        Ok(())
+                    }
+                    Err(e) => Err(e.to_string()),
+                }
+            }
+            (BootRequest::Fork, Some(_)) => self.fork(token),
+            (BootRequest::NewLane | BootRequest::Fork, None) => Err("attach first".to_string()),
+            (BootRequest::Status, _) => {
+                let st = self.status();
+                self.reply(token, &BootReply::Status(st), &[]);
+                Ok(())
+            }
+            (BootRequest::Stop, _) => {
+                self.reply(token, &BootReply::Stopping, &[]);
+                self.p.stop.raise();
+                Ok(())
+            }
+        };
+        if let Err(msg) = result {
+            self.reply(token, &BootReply::Error(msg), &[]);
+        }
+    }
+
+    fn take_lane(&mut self, token: u64) -> u32 {
+        match self.conns.get_mut(&token) {
+            Some(c) => {
+                let lane = c.next_lane;
+                c.next_lane += 1;
+                c.lanes += 1;
+                lane
+            }
+            None => 0,
+        }
+    }
+
+    fn attach(&mut self, token: u64, s: SessionId) -> Result<(), String> {
+        let lane = self.take_lane(token);
+        let chans = self.make_lane(s, lane).map_err(|e| e.to_string())?;
+        let mut fds: Vec<BorrowedFd<'_>> = vec![self.p.cache_fd.as_fd(), self.p.control_fd.as_fd()];
+        fds.extend(chans.iter().map(|f| f.as_fd()));
+        let reply = BootReply::Attached {
+            session: s,
+            lane,
+            info: self.p.info.clone(),
+        };
+        send_packet(self.conn_fd(token)?, &reply, &fds).map_err(|e| e.to_string())
+    }
+
+    fn fork(&mut self, token: u64) -> Result<(), String> {
+        let (ours, theirs) = rustix::net::socketpair(
+            rustix::net::AddressFamily::UNIX,
+            rustix::net::SocketType::SEQPACKET,
+            SocketFlags::CLOEXEC,
+            None,
+        )
+        .map_err(|e| e.to_string())?;
+        let child = self.new_session();
+        let chans = self.make_lane(child, 0).map_err(|e| e.to_string())?;
+        // The child's connection exists from now on; if the fork never
+        // happens the parent closes its copy and the session ends.
+        self.register(ours, Some(child))
+            .ok_or("cannot watch the child's connection")?;
+        let mut fds: Vec<BorrowedFd<'_>> = vec![theirs.as_fd()];
+        fds.extend(chans.iter().map(|f| f.as_fd()));
+        send_packet(
+            self.conn_fd(token)?,
+            &BootReply::Forked { child, lane: 0 },
+            &fds,
+        )
+        .map_err(|e| e.to_string())
+    }
+
+    fn conn_fd(&self, token: u64) -> Result<BorrowedFd<'_>, String> {
+        self.conns
+            .get(&token)
+            .map(|c| c.fd.as_fd())
+            .ok_or_else(|| "connection gone".to_string())
+    }
+
+    fn reply(&mut self, token: u64, reply: &BootReply, fds: &[OwnedFd]) {
+        let fds: Vec<BorrowedFd<'_>> = fds.iter().map(|f| f.as_fd()).collect();
+        let sent = match self.conns.get(&token) {
+            Some(c) => send_packet(c.fd.as_fd(), reply, &fds),
+            None => return,
+        };
+        if let Err(e) = sent {
+            tracing::debug!("boot reply not delivered: {e}");
+            self.close(token);
+        }
+    }
+
+    fn status(&self) -> InstanceStatus {
+        InstanceStatus {
+            id: self.p.info.id.clone(),
+            mount: self.p.info.mount.clone(),
+            pid: std::process::id(),
+            clients: self.conns.values().filter(|c| c.session.is_some()).count() as u64,
+            lanes: self.conns.values().map(|c| c.lanes as u64).sum(),
+            servers: self.p.servers.stats(),
+        }
+    }
+}
+
+/// Send one packet with `fds` attached (`SCM_RIGHTS`).
+pub fn send_packet(
+    sock: BorrowedFd<'_>,
+    msg: &BootReply,
+    fds: &[BorrowedFd<'_>],
+) -> std::io::Result<()> {
+    let mut buf = vec![0u8; MAX_BOOT_PACKET];
+    let bytes = postcard::to_slice(msg, &mut buf)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+    let mut space =
+        vec![MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(fds.len().max(1)))];
+    let mut anc = SendAncillaryBuffer::new(&mut space);
+    if !fds.is_empty() && !anc.push(SendAncillaryMessage::ScmRights(fds)) {
+        return Err(std::io::Error::other("too many descriptors for one packet"));
+    }
+    rustix::net::sendmsg(sock, &[IoSlice::new(bytes)], &mut anc, SendFlags::NOSIGNAL)?;
+    Ok(())
+}

@@ -1,0 +1,312 @@
+//! The server loop: one thread per file server.
+//!
+//! The thread owns a [`FileServer`] and the server ends of its channels
+//! (one per session lane). Each round it first drains internal messages
+//! from the boot thread ([`Admin`], a std mpsc channel: new channel,
+//! session closed, lanes retired, stats, shutdown), then takes at most one
+//! request from each channel in round-robin order, so one busy client
+//! cannot starve the others. Internal messages come before new requests as
+//! in fos §3.4.1 (replies, the highest class there, are never waited for by
+//! a server: servers do not message each other). With nothing to do it
+//! waits on its doorbell, which clients ring after each request and the
+//! boot thread rings after posting an internal message.
+//!
+//! Defence: a frame that does not decode is answered `EPROTO` if its id can
+//! be read (else dropped); a corrupt ring drops that channel; a panic in
+//! the request handler is caught (last line of defence) and answered `EIO`.
+//! All three are counted in `bad_requests`. A reply that does not fit in
+//! the reply ring (client not reading) is kept and retried before that
+//! channel is read again, so the server never blocks on a client.
+
+use std::os::fd::OwnedFd;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::mpsc::{Receiver, Sender, TryRecvError};
+use std::sync::Arc;
+
+use atoll_msg::{Control, MsgError, PollMode, ServerChannel, SharedRegion};
+use atoll_proto::{
+    decode, encode, Errno, Reply, ReplyFrame, RequestFrame, ServerStats, SessionId, MAX_FRAME,
+};
+
+use crate::fs::{FileServer, FsConfig};
+use crate::store::BlockStore;
+use crate::sys::SharedStore;
+
+/// Internal messages from the boot thread to a server thread.
+pub enum Admin {
+    /// A session got a lane; this is its channel to this server.
+    NewChannel {
+        session: SessionId,
+        lane: u32,
+        channel: Arc<ServerChannel>,
+    },
+    /// The session's process is gone: release everything it held.
+    SessionClosed(SessionId),
+    /// After `execve` the session's lanes below `before` are retired.
+    RetireLanes {
+        session: SessionId,
+        before: u32,
+    },
+    Stats(Sender<ServerStats>),
+    Shutdown,
+}
+
+/// What a server thread needs to start.
+pub struct ServerParams {
+    pub fs: FsConfig,
+    pub poll: PollMode,
+    /// Core to pin the thread to.
+    pub pin: Option<usize>,
+    pub cache_fd: OwnedFd,
+    pub control_fd: OwnedFd,
+}
+
+/// Decode one request frame, serve it, and encode the reply into
+/// `reply_buf`. Returns the reply's length, or `None` when the frame is
+/// dropped (garbage without a readable id). Hot path.
+pub fn serve_frame<S: BlockStore>(
+    fs: &mut FileServer<S>,
+    session: SessionId,
+    bytes: &[u8],
+    scratch: &mut Vec<u8>,
+    reply_buf: &mut [u8],
+) -> Option<usize> {
+    let (id, reply) = match decode::<RequestFrame<'_>>(bytes) {
+        Ok(frame) => {
+            let id = frame.id;
+            let served = catch_unwind(AssertUnwindSafe(|| {
+                let reply = fs.handle(session, frame.cred, frame.req, scratch);
+                encode(&ReplyFrame { id, reply }, reply_buf).map(|b| b.len())
+            }));
+            match served {
+                Ok(Ok(n)) => return Some(n),
+                Ok(Err(e)) => {
+                    tracing::error!("reply to request {id} does not encode: {e}");
+                    (id, Errno::EIO)
+                }
+                Err(_) => {
+                    tracing::error!("request {id} panicked the handler");
+                    fs.count_bad_request();
+                    (id, Errno::EIO)
+                }
+            }
+        }
+        Err(_) => {
+            fs.count_bad_request();
+            // The id is the frame's first field: answer if it is readable.
+            let (id, _) = postcard::take_from_bytes::<u64>(bytes).ok()?;
+            (id, Errno::EPROTO)
+        }
+    };
+    let frame = ReplyFrame {
+        id,
+        reply: Reply::Err(reply),
+    };
+    encode(&frame, reply_buf).ok().map(|b| b.len())
+}
+
+struct Chan {
+    session: SessionId,
+    lane: u32,
+    ch: Arc<ServerChannel>,
+    /// A reply that did not fit in the reply ring yet.
+    pending: Option<Vec<u8>>,
+}
+
+/// Run a file server until `Admin::Shutdown` (or the boot side is gone).
+/// Returns its final statistics.
+pub fn run(params: ServerParams, admin: Receiver<Admin>) -> std::io::Result<ServerStats> {
+    if let Some(core) = params.pin {
+        let mut set = rustix::thread::CpuSet::new();
+        set.set(core);
+        if let Err(e) = rustix::thread::sched_setaffinity(None, &set) {
+            tracing::warn!("server {} not pinned to core {core}: {e}", params.fs.index);
+        }
+    }
+    let index = params.fs.index;
+    let cache = SharedRegion::map(std::os::fd::AsFd::as_fd(&params.cache_fd))?;
+    let control = Control::map(std::os::fd::AsFd::as_fd(&params.control_fd))?;
+    let mut fs = FileServer::new(params.fs, SharedStore::new(cache));
+    let doorbell = control.doorbell(index);
+    let mut chans: Vec<Chan> = Vec::new();
+    let mut scratch = Vec::with_capacity(MAX_FRAME);
+    let mut reply_buf = vec![0u8; MAX_FRAME];
+    let mut start = 0usize;
+    loop {
+        // Internal messages first (fos §3.4.1).
+        loop {
+            match admin.try_recv() {
+                Ok(Admin::NewChannel {
+                    session,
+                    lane,
+                    channel,
+                }) => {
+                    fs.session_opened(session);
+                    chans.push(Chan {
+                        session,
+                        lane,
+                        ch: channel,
+                        pending: None,
+                    });
+                }
+                Ok(Admin::SessionClosed(s)) => {
+                    chans.retain(|c| c.session != s);
+                    fs.session_closed(s);
+                }
+                Ok(Admin::RetireLanes { session, before }) => {
+                    chans.retain(|c| c.session != session || c.lane >= before);
+                }
+                Ok(Admin::Stats(tx)) => {
+                    let _ = tx.send(fs.stats());
+                }
+                Ok(Admin::Shutdown) | Err(TryRecvError::Disconnected) => return Ok(fs.stats()),
+                Err(TryRecvError::Empty) => break,
+            }
+        }
+        let mut busy = false;
+        let mut waiting_on_clients = false;
+        let n = chans.len();
+        let mut dead = Vec::new();
+        for k in 0..n {
+            let idx = (start + k) % n;
+            let c = &mut chans[idx];
+            if let Some(p) = &c.pending {
+                match c.ch.try_reply(p) {
+                    Ok(()) => c.pending = None,
+                    Err(MsgError::Full) => {
+                        waiting_on_clients = true;
+                        continue;
+                    }
+                    Err(_) => {
+                        dead.push(idx);
+                        continue;
+                    }
+                }
+            }
+            let session = c.session;
+            let got = c.ch.try_recv(|bytes| {
+                serve_frame(&mut fs, session, bytes, &mut scratch, &mut reply_buf)
+            });
+            match got {
+                Ok(None) => {}
+                Ok(Some(None)) => busy = true,
+                Ok(Some(Some(len))) => {
+                    busy = true;
+                    match c.ch.try_reply(&reply_buf[..len]) {
+                        Ok(()) => {}
+                        Err(MsgError::Full) => c.pending = Some(reply_buf[..len].to_vec()),
+                        Err(_) => dead.push(idx),
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!("server {index}: dropping a channel of {session:?}: {e}");
+                    if matches!(e, MsgError::Corrupt(_)) {
+                        fs.count_bad_request();
+                    }
+                    dead.push(idx);
+                }
+            }
+        }
+        if !dead.is_empty() {
+            dead.sort_unstable();
+            for idx in dead.into_iter().rev() {
+                chans.swap_remove(idx);
+            }
+        }
+        start = start.wrapping_add(1);
+        if !busy {
+            if waiting_on_clients {
+                std::thread::yield_now();
+            } else {
+                doorbell.wait(params.poll);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::MemStore;
+    use atoll_proto::{Cred, Request, ROOT};
+
+    fn fs() -> FileServer<MemStore> {
+        FileServer::new(
+            FsConfig {
+                index: 0,
+                nservers: 1,
+                first_block: 0,
+                nblocks: 4,
+                root_owner: Cred::default(),
+                core: -1,
+            },
+            MemStore::new(4),
+        )
+    }
+
+    #[test]
+    fn garbage_frames_get_eproto() {
+        let mut fs = fs();
+        let mut scratch = vec![];
+        let mut out = vec![0u8; MAX_FRAME];
+        // A readable id (varint 7) followed by nonsense.
+        let garbage = [7u8, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff];
+        let n = serve_frame(&mut fs, SessionId(1), &garbage, &mut scratch, &mut out).unwrap();
+        let reply: ReplyFrame = decode(&out[..n]).unwrap();
+        assert_eq!(reply.id, 7);
+        assert!(matches!(reply.reply, Reply::Err(Errno::EPROTO)));
+        // Not even an id: dropped, but counted.
+        assert!(serve_frame(&mut fs, SessionId(1), &[0xff; 12], &mut scratch, &mut out).is_none());
+        assert!(serve_frame(&mut fs, SessionId(1), &[], &mut scratch, &mut out).is_none());
+        assert_eq!(fs.stats().bad_requests, 3);
+    }
+
+    #[test]
+    fn well_formed_frames_are_served_and_echo_their_id() {
+        let mut fs = fs();
+        let mut scratch = vec![];
+        let mut out = vec![0u8; MAX_FRAME];
+        let mut inb = [0u8; MAX_FRAME];
+        let frame = RequestFrame {
+            id: 99,
+            cred: Cred::default(),
+            req: Request::Lookup {
+                dir: ROOT,
+                name: b".",
+            },
+        };
+        let bytes = encode(&frame, &mut inb).unwrap().to_vec();
+        let n = serve_frame(&mut fs, SessionId(1), &bytes, &mut scratch, &mut out).unwrap();
+        let reply: ReplyFrame = decode(&out[..n]).unwrap();
+        assert_eq!(reply.id, 99);
+        assert!(matches!(reply.reply, Reply::Entry { ino: ROOT, .. }));
+    }
+
+    #[test]
+    fn truncated_frames_of_every_length_never_panic() {
+        let mut fs = fs();
+        let mut scratch = vec![];
+        let mut out = vec![0u8; MAX_FRAME];
+        let mut inb = [0u8; MAX_FRAME];
+        let frame = RequestFrame {
+            id: 5,
+            cred: Cred::default(),
+            req: Request::Rename {
+                olddir: ROOT,
+                oldname: b"a",
+                newdir: ROOT,
+                newname: b"b",
+                flags: 0,
+            },
+        };
+        let bytes = encode(&frame, &mut inb).unwrap().to_vec();
+        for cut in 0..bytes.len() {
+            let _ = serve_frame(&mut fs, SessionId(1), &bytes[..cut], &mut scratch, &mut out);
+        }
+        let mut flipped = bytes.clone();
+        for i in 0..flipped.len() {
+            flipped[i] ^= 0x5a;
+            let _ = serve_frame(&mut fs, SessionId(1), &flipped, &mut scratch, &mut out);
+        }
+    }
+}

@@ -1,0 +1,106 @@
+//! The few places this crate touches raw memory or raw system calls.
+//! Every `unsafe` block of the crate is here.
+
+use atoll_msg::SharedRegion;
+use atoll_proto::BLOCK_SIZE;
+
+use crate::store::BlockStore;
+
+/// The instance's buffer cache as mapped by one server thread.
+///
+/// Clients map the same memfd and copy file bytes into and out of the
+/// blocks they were granted; the server writes only blocks it owns and is
+/// handing out or zeroing (Hare §3.3). Accesses go through raw pointers,
+/// never references, because other processes may touch the same bytes:
+/// atoll's trust model (one user per instance, Hare's single fault domain)
+/// accepts that a misbehaving client can garble file contents, but no
+/// access here can leave the mapping.
+pub struct SharedStore {
+    region: SharedRegion,
+}
+
+impl SharedStore {
+    pub fn new(region: SharedRegion) -> SharedStore {
+        SharedStore { region }
+    }
+
+    /// Pointer to `[from, to)` of `block` if that range lies in the mapping.
+    fn at(&self, block: u32, from: usize, to: usize) -> Option<*mut u8> {
+        let base = (block as usize).checked_mul(BLOCK_SIZE)?;
+        (from <= to && to <= BLOCK_SIZE && base + to <= self.region.len())
+            // SAFETY: `base + from <= len`, so the offset stays inside the
+            // mapping that `region` keeps alive.
+            .then(|| unsafe { self.region.as_ptr().add(base + from) })
+    }
+}
+
+impl BlockStore for SharedStore {
+    fn zero(&mut self, block: u32, from: usize, to: usize) {
+        if let Some(p) = self.at(block, from, to) {
+            // SAFETY: `at` checked `[p, p + to - from)` is inside the mapping.
+            unsafe { std::ptr::write_bytes(p, 0, to - from) }
+        }
+    }
+
+    fn read(&self, block: u32, off: usize, buf: &mut [u8]) {
+        if let Some(p) = self.at(block, off, off + buf.len()) {
+            // SAFETY: source range checked by `at`; `buf` is a distinct
+            // private buffer of exactly that length.
+            unsafe { std::ptr::copy_nonoverlapping(p, buf.as_mut_ptr(), buf.len()) }
+        }
+    }
+
+    fn write(&mut self, block: u32, off: usize, data: &[u8]) {
+        if let Some(p) = self.at(block, off, off + data.len()) {
+            // SAFETY: destination range checked by `at`; `data` is private
+            // memory of exactly that length, so the ranges do not overlap.
+            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len()) }
+        }
+    }
+}
+
+/// `n` random bytes from the kernel (`getrandom(2)`).
+pub fn random_bytes(buf: &mut [u8]) -> std::io::Result<()> {
+    let mut done = 0;
+    while done < buf.len() {
+        let rest = &mut buf[done..];
+        // SAFETY: the kernel writes at most `rest.len()` bytes to `rest`.
+        let n = unsafe { libc::getrandom(rest.as_mut_ptr().cast(), rest.len(), 0) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        done += n as usize;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shared_store_reads_back_and_ignores_out_of_range_blocks() {
+        let (_fd, region) = SharedRegion::create("atoll-test", 2 * BLOCK_SIZE).unwrap();
+        let mut s = SharedStore::new(region);
+        s.write(1, 10, b"abc");
+        let mut buf = [0u8; 3];
+        s.read(1, 10, &mut buf);
+        assert_eq!(&buf, b"abc");
+        s.zero(1, 11, 12);
+        s.read(1, 10, &mut buf);
+        assert_eq!(&buf, b"a\0c");
+        s.write(2, 0, b"x"); // past the end: ignored
+        s.zero(0, 5, BLOCK_SIZE + 1);
+    }
+
+    #[test]
+    fn random_bytes_are_not_all_zero() {
+        let mut b = [0u8; 16];
+        random_bytes(&mut b).unwrap();
+        assert!(b.iter().any(|x| *x != 0));
+    }
+}

@@ -1152,19 +1152,27 @@ impl<S: BlockStore> FileServer<S> {
             return Err(Errno::ESTALE);
         }
         let is_dir = d.ftype == FileType::Directory;
+        // The second half of a cross-server directory move also arrives as
+        // `Unlink{Directory}`: then another entry still names the directory
+        // (link count 2 at its owner) and its entries must stay.
+        let moving = self.inodes.get(&d.ino).is_some_and(|i| i.links > 1);
         match kind {
             UnlinkKind::NonDirectory if is_dir => return Err(Errno::EISDIR),
             UnlinkKind::Directory if !is_dir => return Err(Errno::ENOTDIR),
-            UnlinkKind::Directory if self.nonempty_here(d.ino) => return Err(Errno::ENOTEMPTY),
+            UnlinkKind::Directory if !moving && self.nonempty_here(d.ino) => {
+                return Err(Errno::ENOTEMPTY)
+            }
             _ => {}
         }
         self.sticky_ok(dir, d.ino, who)?;
         if let Some(s) = self.shards.get_mut(&dir) {
             s.remove(name);
         }
-        if kind == UnlinkKind::Directory {
-            self.drop_dir_shard(d.ino);
-        }
+        // A removed directory's entries here go when its owner frees it
+        // (`drop_link` below when owned here) or at `FinishRmdir(commit)`.
+        // TODO(atoll): a directory removed by a single `Unlink` whose inode
+        // lives on another server keeps an empty shard here, so creations
+        // through a stale handle are not refused with ENOENT.
         let here = self.owns(d.ino);
         if here {
             self.drop_link(d.ino);

@@ -828,6 +828,40 @@ fn hard_links_count_and_survive_unlink_of_one_name() {
 }
 
 #[test]
+fn directory_moved_by_link_then_unlink_keeps_its_entries() {
+    // The client's cross-server rename: Link the new name, then Unlink
+    // the old one with kind Directory.
+    let mut t = server(8);
+    let a = t.mkdir(ROOT, "a");
+    let b = t.mkdir(ROOT, "b");
+    let d = t.mkdir(a, "d");
+    let (_, f) = t.create(d, "f");
+    let link = Request::Link {
+        dir: b,
+        name: b"d",
+        ino: d,
+        ftype: FileType::Directory,
+        replace: true,
+    };
+    assert_eq!(t.ok(S1, USER, link), Own::Linked(None));
+    let unlink = Request::Unlink {
+        dir: a,
+        name: b"d",
+        kind: UnlinkKind::Directory,
+        expect: Some(d),
+    };
+    assert_eq!(
+        t.call(S1, USER, unlink),
+        Own::Unlinked(d, FileType::Directory, true)
+    );
+    t.ok(S1, USER, Request::SetParent { dir: d, parent: b });
+    assert_eq!(t.lookup(d, "f"), Ok(f));
+    assert_eq!(t.lookup(d, ".."), Ok(b));
+    assert_eq!(t.stat(d).unwrap().nlink, 2);
+    t.create(d, "g");
+}
+
+#[test]
 fn unlinked_open_file_lives_until_last_close() {
     let mut t = server(8);
     let (d, f) = t.create(ROOT, "tmp");

@@ -387,7 +387,11 @@ pub enum Request<'a> {
     /// Add an entry for an existing inode (Hare ADD_MAP; hard links and the
     /// first half of a cross-server rename). With `replace`, an existing
     /// non-directory entry (or empty directory, for directory moves that the
-    /// client validated) is replaced atomically and returned. → `Linked`
+    /// client validated) is replaced atomically and returned. Link counts:
+    /// if `ino` is owned by this server its count is raised here (otherwise
+    /// the client sends `Ref` to the owner first); a replaced inode owned by
+    /// this server loses its link here (otherwise the client sends `Unref`).
+    /// → `Linked`
     Link {
         dir: InodeId,
         #[serde(borrow)]
@@ -399,7 +403,10 @@ pub enum Request<'a> {
     /// Remove an entry (Hare RM_MAP). If `expect` is set the entry must
     /// still name that inode (`ESTALE` otherwise). If the inode is owned by
     /// this server its link count drops here; otherwise the reply says so
-    /// and the client sends `Unref` to the owner. → `Unlinked`
+    /// and the client sends `Unref` to the owner. `Directory` removing a
+    /// name of a directory that another entry still names (the second half
+    /// of a cross-server move, after `Link`) skips the emptiness check.
+    /// → `Unlinked`
     Unlink {
         dir: InodeId,
         #[serde(borrow)]
@@ -435,7 +442,9 @@ pub enum Request<'a> {
     },
     /// Phase 1/2 of rmdir (Hare §3.4.1): mark the directory's entries on
     /// this server for deletion; fails with `ENOTEMPTY` if any entry exists.
-    /// Creations in a marked directory wait for the outcome. → `Ok`
+    /// Creations in a marked directory wait for the outcome: the server
+    /// answers them `EAGAIN` and the client retries. A second `MarkRmdir`
+    /// while marked answers `EBUSY`. → `Ok`
     MarkRmdir {
         dir: InodeId,
     },
@@ -567,7 +576,11 @@ pub enum Request<'a> {
         desc: DescId,
         to: SessionId,
     },
-    /// Drop this session's reference (Hare CLOSE). → `Ok`
+    /// Drop this session's reference (Hare CLOSE). Also releases the
+    /// POSIX locks owned by `Process(session)` on the inode (Linux close
+    /// semantics); a client closing one of several fds that share a
+    /// description without sending `Close` sends `SetLock` `F_UNLCK` for
+    /// the whole file itself. → `Ok`
     Close {
         desc: DescId,
     },

@@ -1,4 +1,60 @@
-//! atoll's client library logic. STUB: contract only.
+//! atoll's client library logic: what every program linked with
+//! `libatoll_preload.so` runs instead of Linux's file system calls.
+//!
+//! Layer map:
+//! * **this crate** turns one system call `(nr, [u64; 6])` into atoll
+//!   requests, or answers [`Dispatch::Host`] so Linux runs it unchanged;
+//!   * `session` — bootstrap (Attach/Reattach/NewLane/Fork), lanes, RPC;
+//!   * `walk` + `path` — path resolution one component at a time;
+//!   * `fdtable` — lock-free descriptor table over placeholder fds;
+//!   * `file` (data, fds), `meta` (attributes, xattrs), `ns` (names,
+//!     directories, cwd), `exec` + `state` (exec hand-over);
+//!   * `sys` and `cache` — the only `unsafe`: raw syscalls, program
+//!     memory, buffer-cache copies;
+//! * below: `atoll-proto` (typed messages) over `atoll-msg` (shared-memory
+//!   rings), to the file servers of `atoll-server`;
+//! * above: `atoll-preload` (libc wrappers and the Syscall User Dispatch
+//!   handler) calls [`init`], [`may_concern`], [`dispatch`], the fork hooks
+//!   and [`prepare_exec`].
+//!
+//! Every emulated call runs on a *lane* taken for its duration (lock-free),
+//! so concurrent threads and signal handlers re-entering `dispatch` never
+//! wait for each other. Errors are typed inside and become `-errno` once,
+//! in [`dispatch`].
+
+// Path buffers live on the stack by design (no allocation on the walk):
+// enums carrying one are large, and that is the point.
+#![allow(clippy::large_enum_variant)]
+
+mod cache;
+mod error;
+mod exec;
+mod fdtable;
+mod file;
+mod meta;
+mod ns;
+pub mod path;
+mod session;
+pub mod state;
+mod sys;
+mod walk;
+
+use std::os::fd::{IntoRawFd, OwnedFd};
+use std::sync::atomic::Ordering;
+
+use atoll_proto::boot::{ENV_SESSION_FD, ENV_SOCKET, ENV_STATE};
+use atoll_proto::{Request, SessionId, SetAttr, TimeSet};
+
+pub use error::Error;
+pub use exec::{
+    initial_state_env, prepare_exec, prepare_execat, rewrite_env, ExecPlan, ENV_PRELOAD,
+};
+pub use meta::{ATOLL_DEV, ATOLL_DEV_MAJOR, ATOLL_DEV_MINOR};
+
+use error::{err, Result};
+use meta::Target;
+use path::PathBuf;
+use session::Client;
 
 /// What to do with a system call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -9,41 +65,947 @@ pub enum Dispatch {
     Done(i64),
 }
 
+/// Internal outcome of an emulated call.
+pub(crate) enum Out {
+    Done(i64),
+    /// Not atoll's after all.
+    Host,
+    /// The path left atoll: run the call on Linux with this path.
+    Rehost(PathBuf),
+}
+
 /// Join the instance named by `ATOLL_SOCKET` (or restore the session
 /// inherited across `execve`). Returns false when this process is not an
 /// atoll client; every later call then answers `Dispatch::Host`.
 pub fn init() -> bool {
-    todo!()
+    if active() {
+        return true;
+    }
+    let Ok(sock) = std::env::var(ENV_SOCKET) else {
+        return false;
+    };
+    let preload = std::env::var(ENV_PRELOAD).ok();
+    let inherited = std::env::var(ENV_SESSION_FD)
+        .ok()
+        .and_then(|v| v.parse::<i32>().ok())
+        .filter(|&fd| {
+            sys::fstat_id(fd).is_ok_and(|(_, _, mode)| mode & libc::S_IFMT == libc::S_IFSOCK)
+        });
+    let state = std::env::var(ENV_STATE).ok();
+    // Stale values must not reach programs started behind our back.
+    std::env::remove_var(ENV_SESSION_FD);
+    std::env::remove_var(ENV_STATE);
+    fdtable::set_closer(file::closer);
+    let c = match session::attach(&sock, inherited, preload.clone()) {
+        Ok(c) => c,
+        Err(_) if inherited.is_some() => match session::attach(&sock, None, preload) {
+            Ok(c) => c,
+            Err(_) => return false,
+        },
+        Err(_) => return false,
+    };
+    if let Some(st) = state {
+        exec::restore(c, &st, inherited.is_some());
+    }
+    true
 }
 
 /// Is this process attached to an instance?
 pub fn active() -> bool {
-    todo!()
+    session::client().is_some()
+}
+
+/// Does the path argument at `ptr` (relative to `dirfd`) concern atoll?
+fn path_concerns(c: &Client, dirfd: i64, ptr: u64) -> bool {
+    match sys::user_path(ptr) {
+        Ok([]) => fdtable::is_atoll(dirfd) || (dirfd == libc::AT_FDCWD as i64 && c.cwd().is_some()),
+        Ok(p) => walk::concerns(c, dirfd, p),
+        Err(libc::ENAMETOOLONG) => true,
+        Err(_) => ptr == 0 && fdtable::is_atoll(dirfd),
+    }
+}
+
+fn fdarg(v: u64) -> i64 {
+    v as i32 as i64
 }
 
 /// Cheap test used before `dispatch` in hot, signal-sensitive paths: may
 /// this system call concern atoll at all? (E.g. `mmap` only with an atoll
 /// fd, `brk`/`futex` never.) Lock-free and allocation-free.
-pub fn may_concern(_nr: i64, _args: &[u64; 6]) -> bool {
-    todo!()
+#[allow(non_upper_case_globals)]
+pub fn may_concern(nr: i64, a: &[u64; 6]) -> bool {
+    use libc::*;
+    let Some(c) = session::client() else {
+        return false;
+    };
+    let cwd = || -> i64 { AT_FDCWD as i64 };
+    let at = |i: usize| fdtable::is_atoll(fdarg(a[i]));
+    match nr {
+        SYS_open | SYS_creat | SYS_stat | SYS_lstat | SYS_access | SYS_mkdir | SYS_rmdir
+        | SYS_unlink | SYS_readlink | SYS_chmod | SYS_chown | SYS_lchown | SYS_truncate
+        | SYS_utimes | SYS_utime | SYS_statfs | SYS_mknod | SYS_getxattr | SYS_lgetxattr
+        | SYS_setxattr | SYS_lsetxattr | SYS_listxattr | SYS_llistxattr | SYS_removexattr
+        | SYS_lremovexattr => path_concerns(c, cwd(), a[0]),
+        SYS_openat | SYS_openat2 | SYS_newfstatat | SYS_statx | SYS_faccessat | SYS_faccessat2
+        | SYS_mkdirat | SYS_unlinkat | SYS_readlinkat | SYS_fchmodat | SYS_fchmodat2
+        | SYS_fchownat | SYS_utimensat | SYS_futimesat | SYS_mknodat => {
+            path_concerns(c, fdarg(a[0]), a[1])
+        }
+        SYS_rename | SYS_link => path_concerns(c, cwd(), a[0]) || path_concerns(c, cwd(), a[1]),
+        SYS_renameat | SYS_renameat2 | SYS_linkat => {
+            path_concerns(c, fdarg(a[0]), a[1]) || path_concerns(c, fdarg(a[2]), a[3])
+        }
+        SYS_symlink => path_concerns(c, cwd(), a[1]),
+        SYS_symlinkat => path_concerns(c, fdarg(a[1]), a[2]),
+        SYS_read | SYS_write | SYS_pread64 | SYS_pwrite64 | SYS_readv | SYS_writev | SYS_preadv
+        | SYS_pwritev | SYS_preadv2 | SYS_pwritev2 | SYS_lseek | SYS_fstat | SYS_getdents
+        | SYS_getdents64 | SYS_fchmod | SYS_fchown | SYS_ftruncate | SYS_fallocate | SYS_fsync
+        | SYS_fdatasync | SYS_syncfs | SYS_sync_file_range | SYS_fstatfs | SYS_fgetxattr
+        | SYS_fsetxattr | SYS_flistxattr | SYS_fremovexattr | SYS_flock | SYS_ioctl
+        | SYS_fadvise64 | SYS_readahead | SYS_fcntl => at(0),
+        SYS_close | SYS_dup => at(0) || c.is_private_fd(a[0] as i32),
+        SYS_dup2 | SYS_dup3 => at(0) || at(1) || c.is_private_fd(a[1] as i32),
+        SYS_close_range => true,
+        SYS_fchdir => at(0) || c.cwd().is_some(),
+        SYS_chdir => c.cwd().is_some() || path_concerns(c, cwd(), a[0]),
+        SYS_getcwd => c.cwd().is_some(),
+        SYS_mmap => a[3] as i32 & MAP_ANONYMOUS == 0 && at(4),
+        SYS_execve | SYS_execveat | SYS_umask => true,
+        SYS_copy_file_range | SYS_splice => at(0) || at(2),
+        SYS_sendfile => at(0) || at(1),
+        SYS_poll | SYS_ppoll => fdtable::any(),
+        SYS_epoll_ctl => at(2),
+        _ => false,
+    }
 }
 
 /// Emulate system call `nr` with raw arguments `args` (x86-64 Linux ABI).
-pub fn dispatch(_nr: i64, _args: &[u64; 6]) -> Dispatch {
-    todo!()
+pub fn dispatch(nr: i64, args: &[u64; 6]) -> Dispatch {
+    let Some(c) = session::client() else {
+        return Dispatch::Host;
+    };
+    match run(c, nr, args) {
+        Ok(Out::Done(v)) => Dispatch::Done(v),
+        Ok(Out::Host) => Dispatch::Host,
+        Ok(Out::Rehost(p)) => Dispatch::Done(rehost(nr, args, &p)),
+        Err(e) => Dispatch::Done(-(e.errno() as i64)),
+    }
+}
+
+/// Run a path call on Linux with the path rewritten (it left atoll).
+#[allow(non_upper_case_globals)]
+fn rehost(nr: i64, a: &[u64; 6], p: &PathBuf) -> i64 {
+    use libc::*;
+    let (pi, di) = match nr {
+        SYS_openat | SYS_openat2 | SYS_newfstatat | SYS_statx | SYS_faccessat | SYS_faccessat2
+        | SYS_mkdirat | SYS_unlinkat | SYS_readlinkat | SYS_fchmodat | SYS_fchmodat2
+        | SYS_fchownat | SYS_utimensat | SYS_futimesat | SYS_mknodat => (1, Some(0)),
+        SYS_symlink => (1, None),
+        SYS_symlinkat => (2, Some(1)),
+        _ => (0, None),
+    };
+    let mut b = *a;
+    b[pi] = p.as_ptr() as u64;
+    if let Some(d) = di {
+        b[d] = AT_FDCWD as u64;
+    }
+    // SAFETY: the program's own call with its path argument replaced by
+    // our NUL-terminated buffer, which outlives the call.
+    unsafe { sys::syscall6(nr, b) }
+}
+
+fn done(v: i64) -> Result<Out> {
+    Ok(Out::Done(v))
+}
+
+/// Resolve a path argument and run `f` on the node (or hand the call back
+/// to Linux). Checks cheaply before taking a lane.
+fn on_node(
+    c: &Client,
+    dirfd: i64,
+    ptr: u64,
+    follow: bool,
+    empty_ok: bool,
+    f: impl FnOnce(&session::Lane, atoll_proto::InodeId, atoll_proto::FileType, &PathBuf) -> Result<Out>,
+) -> Result<Out> {
+    if !(path_concerns(c, dirfd, ptr) || (ptr == 0 && empty_ok && fdtable::is_atoll(dirfd))) {
+        return Ok(Out::Host);
+    }
+    let lane = c.lane()?;
+    match meta::resolve(c, &lane, dirfd, ptr, follow, empty_ok)? {
+        Target::Host => Ok(Out::Host),
+        Target::Rehost(p) => Ok(Out::Rehost(p)),
+        Target::Node { ino, ftype, canon } => f(&lane, ino, ftype, &canon),
+    }
+}
+
+/// Run `f` with the description behind atoll fd `fd`, else hand to Linux.
+fn on_fd(
+    c: &Client,
+    fd: i64,
+    f: impl FnOnce(&session::Lane, &fdtable::DescRef) -> Result<Out>,
+) -> Result<Out> {
+    let Some(d) = fdtable::get(fd) else {
+        return Ok(Out::Host);
+    };
+    let lane = c.lane()?;
+    f(&lane, &d)
+}
+
+fn stat_out(c: &Client, lane: &session::Lane, ino: atoll_proto::InodeId, buf: u64) -> Result<Out> {
+    let a = meta::getattr(c, lane, ino)?;
+    sys::put_user(buf, meta::to_stat(&a))?;
+    done(0)
+}
+
+fn statx_out(c: &Client, lane: &session::Lane, ino: atoll_proto::InodeId, buf: u64) -> Result<Out> {
+    let a = meta::getattr(c, lane, ino)?;
+    sys::put_user(buf, meta::to_statx(&a))?;
+    done(0)
+}
+
+fn chown_set(u: u64, g: u64) -> SetAttr {
+    let u = u as u32;
+    let g = g as u32;
+    SetAttr {
+        uid: (u != u32::MAX).then_some(u),
+        gid: (g != u32::MAX).then_some(g),
+        ..SetAttr::NONE
+    }
+}
+
+fn chmod_set(mode: u64) -> SetAttr {
+    SetAttr {
+        perm: Some(mode as u32 & 0o7777),
+        ..SetAttr::NONE
+    }
+}
+
+fn times_set((atime, mtime): (TimeSet, TimeSet)) -> SetAttr {
+    SetAttr {
+        atime,
+        mtime,
+        ..SetAttr::NONE
+    }
+}
+
+fn setattr(
+    c: &Client,
+    lane: &session::Lane,
+    ino: atoll_proto::InodeId,
+    set: SetAttr,
+) -> Result<Out> {
+    meta::setattr(c, lane, ino, set)?;
+    done(0)
+}
+
+/// Open-style entry: cheap check, then the walk.
+fn open_at(c: &Client, dirfd: i64, ptr: u64, flags: u32, mode: u32) -> Result<Out> {
+    let path = sys::user_path(ptr)?;
+    if path.is_empty() || !walk::concerns(c, dirfd, path) {
+        return Ok(Out::Host);
+    }
+    let lane = c.lane()?;
+    file::open(c, &lane, dirfd, path, flags, mode)
+}
+
+/// A path-and-parent entry (mkdir, unlink, …): cheap check, then `f`.
+fn on_path(
+    c: &Client,
+    dirfd: i64,
+    ptr: u64,
+    f: impl FnOnce(&session::Lane, &[u8]) -> Result<Out>,
+) -> Result<Out> {
+    let path = sys::user_path(ptr)?;
+    if path.is_empty() || !walk::concerns(c, dirfd, path) {
+        return Ok(Out::Host);
+    }
+    let lane = c.lane()?;
+    f(&lane, path)
+}
+
+fn xattr_get(c: &Client, dirfd_or_fd: Option<i64>, a: &[u64; 6], follow: bool) -> Result<Out> {
+    let (name, buf, size) = (a[1], a[2], a[3] as usize);
+    let run = |lane: &session::Lane, ino| {
+        let n = meta::xattr_name(name)?;
+        Ok(Out::Done(meta::getxattr(c, lane, ino, n, buf, size)?))
+    };
+    match dirfd_or_fd {
+        Some(fd) => on_fd(c, fd, |l, d| run(l, d.ino())),
+        None => on_node(
+            c,
+            libc::AT_FDCWD as i64,
+            a[0],
+            follow,
+            false,
+            |l, ino, _, _| run(l, ino),
+        ),
+    }
+}
+
+fn xattr_set(c: &Client, fd: Option<i64>, a: &[u64; 6], follow: bool) -> Result<Out> {
+    let (name, val, size, flags) = (a[1], a[2], a[3] as usize, a[4] as u32);
+    let run = |lane: &session::Lane, ino| {
+        let n = meta::xattr_name(name)?;
+        if size > atoll_proto::MAX_XATTR_VALUE {
+            return err(libc::E2BIG);
+        }
+        Ok(Out::Done(meta::setxattr(
+            c,
+            lane,
+            ino,
+            n,
+            sys::user_slice(val, size),
+            flags,
+        )?))
+    };
+    match fd {
+        Some(fd) => on_fd(c, fd, |l, d| run(l, d.ino())),
+        None => on_node(
+            c,
+            libc::AT_FDCWD as i64,
+            a[0],
+            follow,
+            false,
+            |l, ino, _, _| run(l, ino),
+        ),
+    }
+}
+
+fn xattr_list(c: &Client, fd: Option<i64>, a: &[u64; 6], follow: bool) -> Result<Out> {
+    let (buf, size) = (a[1], a[2] as usize);
+    let run = |lane: &session::Lane, ino| Ok(Out::Done(meta::listxattr(c, lane, ino, buf, size)?));
+    match fd {
+        Some(fd) => on_fd(c, fd, |l, d| run(l, d.ino())),
+        None => on_node(
+            c,
+            libc::AT_FDCWD as i64,
+            a[0],
+            follow,
+            false,
+            |l, ino, _, _| run(l, ino),
+        ),
+    }
+}
+
+fn xattr_remove(c: &Client, fd: Option<i64>, a: &[u64; 6], follow: bool) -> Result<Out> {
+    let name = a[1];
+    let run = |lane: &session::Lane, ino| {
+        let n = meta::xattr_name(name)?;
+        Ok(Out::Done(meta::removexattr(c, lane, ino, n)?))
+    };
+    match fd {
+        Some(fd) => on_fd(c, fd, |l, d| run(l, d.ino())),
+        None => on_node(
+            c,
+            libc::AT_FDCWD as i64,
+            a[0],
+            follow,
+            false,
+            |l, ino, _, _| run(l, ino),
+        ),
+    }
+}
+
+/// Offset argument of pread-style calls: negative is `EINVAL`.
+fn offset(v: u64) -> Result<u64> {
+    if (v as i64) < 0 {
+        return err(libc::EINVAL);
+    }
+    Ok(v)
+}
+
+/// `close_range(first, last, flags)`: never touches private fds, and drops
+/// atoll fds from the table.
+fn do_close_range(c: &Client, first: u64, last: u64, flags: u64) -> Result<Out> {
+    if first > last {
+        return err(libc::EINVAL);
+    }
+    let (first, last) = (
+        first.min(u32::MAX as u64) as u32,
+        last.min(u32::MAX as u64) as u32,
+    );
+    let mut private: Vec<u32> = [&c.socket_fd, &c.template_fd, &c.cache_fd]
+        .iter()
+        .map(|f| f.load(Ordering::Relaxed))
+        .filter(|&f| f >= 0 && (first..=last).contains(&(f as u32)))
+        .map(|f| f as u32)
+        .collect();
+    private.sort_unstable();
+    let cloexec = flags & libc::CLOSE_RANGE_CLOEXEC as u64 != 0;
+    if !cloexec {
+        let lane = c.lane()?;
+        for fd in fdtable::fds() {
+            if (first..=last).contains(&(fd as u32)) {
+                let _ = file::close(c, &lane, fd as i64);
+            }
+        }
+    }
+    let mut lo = first;
+    for p in private.iter().copied().chain(core::iter::once(u32::MAX)) {
+        let hi = if p == u32::MAX {
+            last
+        } else {
+            p.wrapping_sub(1)
+        };
+        if p != lo && lo <= hi && (p == u32::MAX || p > lo) {
+            // SAFETY: integer arguments only.
+            let r = unsafe { sys::sc(libc::SYS_close_range, lo as u64, hi as u64, flags, 0) };
+            if r < 0 {
+                return done(r);
+            }
+        }
+        if p == u32::MAX {
+            break;
+        }
+        lo = p + 1;
+        if lo > last || lo == 0 {
+            break;
+        }
+    }
+    done(0)
+}
+
+#[allow(non_upper_case_globals)]
+fn run(c: &'static Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
+    use libc::*;
+    let cwd = AT_FDCWD as i64;
+    let fd0 = fdarg(a[0]);
+    match nr {
+        SYS_umask => {
+            // SAFETY: integer argument.
+            let old = unsafe { sys::sc(SYS_umask, a[0], 0, 0, 0) };
+            c.umask.store(a[0] as u32 & 0o777, Ordering::Relaxed);
+            done(old)
+        }
+        SYS_open => open_at(c, cwd, a[0], a[1] as u32, a[2] as u32),
+        SYS_creat => open_at(
+            c,
+            cwd,
+            a[0],
+            (O_CREAT | O_WRONLY | O_TRUNC) as u32,
+            a[1] as u32,
+        ),
+        SYS_openat => open_at(c, fd0, a[1], a[2] as u32, a[3] as u32),
+        SYS_openat2 => {
+            if (a[3] as usize) < core::mem::size_of::<libc::open_how>() {
+                return err(EINVAL);
+            }
+            let how: libc::open_how = sys::get_user(a[2])?;
+            if how.flags > u32::MAX as u64 {
+                return err(EINVAL);
+            }
+            // TODO(atoll): RESOLVE_* restrictions are not enforced.
+            open_at(c, fd0, a[1], how.flags as u32, how.mode as u32)
+        }
+        SYS_read => on_fd(c, fd0, |l, d| {
+            let buf = sys::user_slice_mut(a[1], a[2] as usize);
+            done(file::read_desc(c, l, d, buf, None)? as i64)
+        }),
+        SYS_pread64 => on_fd(c, fd0, |l, d| {
+            let off = offset(a[3])?;
+            let buf = sys::user_slice_mut(a[1], a[2] as usize);
+            done(file::read_desc(c, l, d, buf, Some(off))? as i64)
+        }),
+        SYS_write => on_fd(c, fd0, |l, d| {
+            let buf = sys::user_slice(a[1], a[2] as usize);
+            done(file::write_desc(c, l, d, buf, None)? as i64)
+        }),
+        SYS_pwrite64 => on_fd(c, fd0, |l, d| {
+            let off = offset(a[3])?;
+            let buf = sys::user_slice(a[1], a[2] as usize);
+            done(file::write_desc(c, l, d, buf, Some(off))? as i64)
+        }),
+        SYS_readv => on_fd(c, fd0, |l, d| done(file::readv(c, l, d, a[1], a[2], None)?)),
+        SYS_writev => on_fd(c, fd0, |l, d| {
+            done(file::writev(c, l, d, a[1], a[2], None)?)
+        }),
+        SYS_preadv => on_fd(c, fd0, |l, d| {
+            done(file::readv(c, l, d, a[1], a[2], Some(offset(a[3])?))?)
+        }),
+        SYS_pwritev => on_fd(c, fd0, |l, d| {
+            done(file::writev(c, l, d, a[1], a[2], Some(offset(a[3])?))?)
+        }),
+        SYS_preadv2 | SYS_pwritev2 => on_fd(c, fd0, |l, d| {
+            let off = if a[3] as i64 == -1 {
+                None
+            } else {
+                Some(offset(a[3])?)
+            };
+            if nr == SYS_preadv2 {
+                done(file::readv(c, l, d, a[1], a[2], off)?)
+            } else {
+                done(file::writev(c, l, d, a[1], a[2], off)?)
+            }
+        }),
+        SYS_lseek => on_fd(c, fd0, |l, d| {
+            done(file::lseek(c, l, d, a[1] as i64, a[2] as u32)?)
+        }),
+        SYS_close => {
+            if c.is_private_fd(fd0 as i32) {
+                return err(EBADF);
+            }
+            if !fdtable::is_atoll(fd0) {
+                return Ok(Out::Host);
+            }
+            let lane = c.lane()?;
+            done(file::close(c, &lane, fd0)?)
+        }
+        SYS_close_range => do_close_range(c, a[0], a[1], a[2]),
+        SYS_dup => {
+            if c.is_private_fd(fd0 as i32) {
+                return err(EBADF);
+            }
+            let Some(d) = fdtable::get(fd0) else {
+                return Ok(Out::Host);
+            };
+            let r = sys::fcntl_int(fd0 as i32, F_DUPFD, 0);
+            if r >= 0 {
+                file::after_dup(r, &d);
+            }
+            done(r)
+        }
+        SYS_dup2 => done(file::dup3(c, fd0, fdarg(a[1]), 0, true)?),
+        SYS_dup3 => {
+            if a[2] as i32 & !O_CLOEXEC != 0 {
+                return err(EINVAL);
+            }
+            done(file::dup3(c, fd0, fdarg(a[1]), a[2] as i32, false)?)
+        }
+        SYS_fcntl => on_fd(c, fd0, |l, d| file::fcntl(c, l, fd0, d, a[1] as i32, a[2])),
+        SYS_flock => on_fd(c, fd0, |l, d| done(file::flock(c, l, d, a[1] as i32)?)),
+        SYS_ioctl => on_fd(c, fd0, |l, d| file::ioctl(c, l, d, a[1], a[2])),
+        SYS_stat => on_node(c, cwd, a[0], true, false, |l, ino, _, _| {
+            stat_out(c, l, ino, a[1])
+        }),
+        SYS_lstat => on_node(c, cwd, a[0], false, false, |l, ino, _, _| {
+            stat_out(c, l, ino, a[1])
+        }),
+        SYS_fstat => on_fd(c, fd0, |l, d| stat_out(c, l, d.ino(), a[1])),
+        SYS_newfstatat => {
+            let fl = a[3] as i32;
+            on_node(
+                c,
+                fd0,
+                a[1],
+                fl & AT_SYMLINK_NOFOLLOW == 0,
+                fl & AT_EMPTY_PATH != 0,
+                |l, ino, _, _| stat_out(c, l, ino, a[2]),
+            )
+        }
+        SYS_statx => {
+            let fl = a[2] as i32;
+            on_node(
+                c,
+                fd0,
+                a[1],
+                fl & AT_SYMLINK_NOFOLLOW == 0,
+                fl & AT_EMPTY_PATH != 0,
+                |l, ino, _, _| statx_out(c, l, ino, a[4]),
+            )
+        }
+        SYS_access | SYS_faccessat | SYS_faccessat2 => {
+            let (dirfd, ptr, mode, fl) = match nr {
+                SYS_access => (cwd, a[0], a[1], 0),
+                SYS_faccessat => (fd0, a[1], a[2], 0),
+                _ => (fd0, a[1], a[2], a[3] as i32),
+            };
+            if mode & !7 != 0 || fl & !(AT_EACCESS | AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH) != 0 {
+                return err(EINVAL);
+            }
+            on_node(
+                c,
+                dirfd,
+                ptr,
+                fl & AT_SYMLINK_NOFOLLOW == 0,
+                fl & AT_EMPTY_PATH != 0,
+                |l, ino, _, _| {
+                    if mode == 0 {
+                        return done(0);
+                    }
+                    let cred = if fl & AT_EACCESS != 0 {
+                        c.cred()
+                    } else {
+                        c.real_cred()
+                    };
+                    l.call_cred(
+                        c,
+                        cred,
+                        ino.owner(),
+                        Request::Access {
+                            ino,
+                            mask: mode as u32,
+                        },
+                        |r| match r {
+                            atoll_proto::Reply::Ok => Ok(()),
+                            _ => Err(Error::Protocol("Access")),
+                        },
+                    )?;
+                    done(0)
+                },
+            )
+        }
+        SYS_getdents64 | SYS_getdents => on_fd(c, fd0, |l, d| {
+            let buf = sys::user_slice_mut(a[1], a[2] as usize);
+            if nr == SYS_getdents64 {
+                done(ns::getdents64(c, l, d, buf)?)
+            } else {
+                done(ns::getdents(c, l, d, buf)?)
+            }
+        }),
+        SYS_mkdir => on_path(c, cwd, a[0], |l, p| ns::mkdir(c, l, cwd, p, a[1] as u32)),
+        SYS_mkdirat => on_path(c, fd0, a[1], |l, p| ns::mkdir(c, l, fd0, p, a[2] as u32)),
+        SYS_rmdir => on_path(c, cwd, a[0], |l, p| ns::rmdir(c, l, p)),
+        SYS_unlink => on_path(c, cwd, a[0], |l, p| ns::unlink(c, l, cwd, p, 0)),
+        SYS_unlinkat => on_path(c, fd0, a[1], |l, p| ns::unlink(c, l, fd0, p, a[2] as i32)),
+        SYS_rename | SYS_renameat | SYS_renameat2 => {
+            let (d1, p1, d2, p2, fl) = match nr {
+                SYS_rename => (cwd, a[0], cwd, a[1], 0),
+                SYS_renameat => (fd0, a[1], fdarg(a[2]), a[3], 0),
+                _ => (fd0, a[1], fdarg(a[2]), a[3], a[4] as u32),
+            };
+            if !path_concerns(c, d1, p1) && !path_concerns(c, d2, p2) {
+                return Ok(Out::Host);
+            }
+            let lane = c.lane()?;
+            ns::rename(c, &lane, d1, p1, d2, p2, fl)
+        }
+        SYS_link | SYS_linkat => {
+            let (d1, p1, d2, p2, fl) = match nr {
+                SYS_link => (cwd, a[0], cwd, a[1], 0),
+                _ => (fd0, a[1], fdarg(a[2]), a[3], a[4] as i32),
+            };
+            if !path_concerns(c, d1, p1) && !path_concerns(c, d2, p2) {
+                return Ok(Out::Host);
+            }
+            let lane = c.lane()?;
+            ns::link(c, &lane, d1, p1, d2, p2, fl)
+        }
+        SYS_symlink => on_path(c, cwd, a[1], |l, p| {
+            let t = sys::user_path(a[0])?;
+            ns::symlink(c, l, t, cwd, p)
+        }),
+        SYS_symlinkat => {
+            let d = fdarg(a[1]);
+            on_path(c, d, a[2], |l, p| {
+                let t = sys::user_path(a[0])?;
+                ns::symlink(c, l, t, d, p)
+            })
+        }
+        SYS_readlink | SYS_readlinkat => {
+            let (d, p, buf, size) = if nr == SYS_readlink {
+                (cwd, a[0], a[1], a[2] as i64)
+            } else {
+                (fd0, a[1], a[2], a[3] as i64)
+            };
+            if !path_concerns(c, d, p) {
+                return Ok(Out::Host);
+            }
+            let lane = c.lane()?;
+            ns::readlink(c, &lane, d, p, buf, size)
+        }
+        SYS_chmod => on_node(c, cwd, a[0], true, false, |l, ino, _, _| {
+            setattr(c, l, ino, chmod_set(a[1]))
+        }),
+        SYS_fchmod => on_fd(c, fd0, |l, d| setattr(c, l, d.ino(), chmod_set(a[1]))),
+        SYS_fchmodat | SYS_fchmodat2 => {
+            let fl = if nr == SYS_fchmodat2 { a[3] as i32 } else { 0 };
+            if fl & !(AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH) != 0 {
+                return err(EINVAL);
+            }
+            on_node(
+                c,
+                fd0,
+                a[1],
+                fl & AT_SYMLINK_NOFOLLOW == 0,
+                fl & AT_EMPTY_PATH != 0,
+                |l, ino, ft, _| {
+                    if ft == atoll_proto::FileType::Symlink {
+                        return err(EOPNOTSUPP);
+                    }
+                    setattr(c, l, ino, chmod_set(a[2]))
+                },
+            )
+        }
+        SYS_chown => on_node(c, cwd, a[0], true, false, |l, ino, _, _| {
+            setattr(c, l, ino, chown_set(a[1], a[2]))
+        }),
+        SYS_lchown => on_node(c, cwd, a[0], false, false, |l, ino, _, _| {
+            setattr(c, l, ino, chown_set(a[1], a[2]))
+        }),
+        SYS_fchown => on_fd(c, fd0, |l, d| setattr(c, l, d.ino(), chown_set(a[1], a[2]))),
+        SYS_fchownat => {
+            let fl = a[4] as i32;
+            on_node(
+                c,
+                fd0,
+                a[1],
+                fl & AT_SYMLINK_NOFOLLOW == 0,
+                fl & AT_EMPTY_PATH != 0,
+                |l, ino, _, _| setattr(c, l, ino, chown_set(a[2], a[3])),
+            )
+        }
+        SYS_truncate => on_node(c, cwd, a[0], true, false, |l, ino, ft, _| {
+            if (a[1] as i64) < 0 {
+                return err(EINVAL);
+            }
+            if ft == atoll_proto::FileType::Directory {
+                return err(EISDIR);
+            }
+            setattr(
+                c,
+                l,
+                ino,
+                SetAttr {
+                    size: Some(a[1]),
+                    ..SetAttr::NONE
+                },
+            )
+        }),
+        SYS_ftruncate => on_fd(c, fd0, |l, d| {
+            if (a[1] as i64) < 0 || d.ftype() != atoll_proto::FileType::Regular {
+                return err(EINVAL);
+            }
+            let acc = d.flags() & O_ACCMODE as u32;
+            if d.flags() & O_PATH as u32 != 0 {
+                return err(EBADF);
+            }
+            if acc == O_RDONLY as u32 {
+                return err(EINVAL);
+            }
+            setattr(
+                c,
+                l,
+                d.ino(),
+                SetAttr {
+                    size: Some(a[1]),
+                    ..SetAttr::NONE
+                },
+            )
+        }),
+        SYS_fallocate => on_fd(c, fd0, |l, d| {
+            if d.flags() & O_ACCMODE as u32 == O_RDONLY as u32 {
+                return err(EBADF);
+            }
+            let ino = d.ino();
+            l.call(
+                c,
+                ino.owner(),
+                Request::Fallocate {
+                    ino,
+                    mode: a[1] as u32,
+                    offset: a[2],
+                    len: a[3],
+                },
+                |_| Ok(()),
+            )?;
+            done(0)
+        }),
+        SYS_utimensat => {
+            let fl = a[3] as i32;
+            let times = meta::times_from_timespecs(a[2]);
+            on_node(
+                c,
+                fd0,
+                a[1],
+                fl & AT_SYMLINK_NOFOLLOW == 0,
+                a[1] == 0 || fl & AT_EMPTY_PATH != 0,
+                |l, ino, _, _| setattr(c, l, ino, times_set(times?)),
+            )
+        }
+        SYS_futimesat => {
+            let times = meta::times_from_timevals(a[2]);
+            on_node(c, fd0, a[1], true, a[1] == 0, |l, ino, _, _| {
+                setattr(c, l, ino, times_set(times?))
+            })
+        }
+        SYS_utimes => {
+            let times = meta::times_from_timevals(a[1]);
+            on_node(c, cwd, a[0], true, false, |l, ino, _, _| {
+                setattr(c, l, ino, times_set(times?))
+            })
+        }
+        SYS_utime => {
+            let times = meta::times_from_utimbuf(a[1]);
+            on_node(c, cwd, a[0], true, false, |l, ino, _, _| {
+                setattr(c, l, ino, times_set(times?))
+            })
+        }
+        SYS_fsync | SYS_fdatasync | SYS_syncfs | SYS_sync_file_range | SYS_fadvise64
+        | SYS_readahead => {
+            // Coherent buffer cache: nothing to write back (Hare §3.3.1).
+            if fdtable::is_atoll(fd0) {
+                done(0)
+            } else {
+                Ok(Out::Host)
+            }
+        }
+        SYS_chdir => {
+            let p = sys::user_path(a[0])?;
+            if p.is_empty() {
+                return Ok(Out::Host);
+            }
+            if c.cwd().is_none() && !walk::concerns(c, cwd, p) {
+                return Ok(Out::Host);
+            }
+            let lane = c.lane()?;
+            ns::chdir(c, &lane, p)
+        }
+        SYS_fchdir => ns::fchdir(c, fd0),
+        SYS_getcwd => ns::getcwd(c, a[0], a[1]),
+        SYS_statfs => on_node(c, cwd, a[0], true, false, |l, _, _, _| {
+            sys::put_user(a[1], meta::statfs(c, l)?)?;
+            done(0)
+        }),
+        SYS_fstatfs => on_fd(c, fd0, |l, _| {
+            sys::put_user(a[1], meta::statfs(c, l)?)?;
+            done(0)
+        }),
+        SYS_mknod => on_path(c, cwd, a[0], |l, p| {
+            ns::mknod(c, l, cwd, p, a[1] as u32, a[2])
+        }),
+        SYS_mknodat => on_path(c, fd0, a[1], |l, p| {
+            ns::mknod(c, l, fd0, p, a[2] as u32, a[3])
+        }),
+        SYS_getxattr => xattr_get(c, None, a, true),
+        SYS_lgetxattr => xattr_get(c, None, a, false),
+        SYS_fgetxattr => xattr_get(c, Some(fd0), a, true),
+        SYS_setxattr => xattr_set(c, None, a, true),
+        SYS_lsetxattr => xattr_set(c, None, a, false),
+        SYS_fsetxattr => xattr_set(c, Some(fd0), a, true),
+        SYS_listxattr => xattr_list(c, None, a, true),
+        SYS_llistxattr => xattr_list(c, None, a, false),
+        SYS_flistxattr => xattr_list(c, Some(fd0), a, true),
+        SYS_removexattr => xattr_remove(c, None, a, true),
+        SYS_lremovexattr => xattr_remove(c, None, a, false),
+        SYS_fremovexattr => xattr_remove(c, Some(fdarg(a[0])), a, true),
+        SYS_mmap => {
+            if a[3] as i32 & MAP_ANONYMOUS != 0 {
+                return Ok(Out::Host);
+            }
+            on_fd(c, fdarg(a[4]), |l, d| done(file::mmap(c, l, d, a)?))
+        }
+        SYS_execve | SYS_execveat => {
+            let (d, p, argv, envp, fl) = if nr == SYS_execve {
+                (cwd, a[0], a[1], a[2], 0)
+            } else {
+                (fd0, a[1], a[2], a[3], a[4] as i32)
+            };
+            let path = sys::user_path(p)?;
+            let plan = exec::prepare_execat(
+                d,
+                path,
+                argv as *const *const c_char,
+                envp as *const *const c_char,
+                fl,
+            )?;
+            done(plan.exec())
+        }
+        SYS_copy_file_range | SYS_splice => {
+            if !fdtable::is_atoll(fd0) && !fdtable::is_atoll(fdarg(a[2])) {
+                return Ok(Out::Host);
+            }
+            let lane = c.lane()?;
+            done(file::copy(c, &lane, fd0, a[1], fdarg(a[2]), a[3], a[4])?)
+        }
+        SYS_sendfile => {
+            if !fdtable::is_atoll(fd0) && !fdtable::is_atoll(fdarg(a[1])) {
+                return Ok(Out::Host);
+            }
+            let lane = c.lane()?;
+            done(file::copy(c, &lane, fdarg(a[1]), a[2], fd0, 0, a[3])?)
+        }
+        SYS_poll | SYS_ppoll => {
+            if !fdtable::any() {
+                return Ok(Out::Host);
+            }
+            done(file::poll(a[0], a[1], |fds, n, ready| {
+                let zero = libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: 0,
+                };
+                // SAFETY: `fds` is our own pollfd copy of length n; the
+                // timeout/sigmask pointers are the program's (or our zero).
+                unsafe {
+                    if nr == SYS_poll {
+                        sys::sc(SYS_poll, fds, n, if ready { 0 } else { a[2] }, 0)
+                    } else {
+                        let ts = if ready {
+                            &zero as *const _ as u64
+                        } else {
+                            a[2]
+                        };
+                        sys::syscall6(SYS_ppoll, [fds, n, ts, a[3], a[4], 0])
+                    }
+                }
+            })?)
+        }
+        SYS_epoll_ctl => {
+            if !fdtable::is_atoll(fdarg(a[2])) {
+                return Ok(Out::Host);
+            }
+            // Regular files cannot be watched (Linux answers EPERM).
+            if a[1] as i32 == EPOLL_CTL_ADD {
+                err(EPERM)
+            } else {
+                err(ENOENT)
+            }
+        }
+        _ => Ok(Out::Host),
+    }
 }
 
 /// State carried from `fork_prepare` to `fork_parent`/`fork_child`.
 pub struct ForkPrep {
-    _private: (),
+    child: SessionId,
+    socket: OwnedFd,
+    lane: u32,
+    lane_fds: Vec<OwnedFd>,
 }
 
-pub fn fork_prepare() -> Result<Option<ForkPrep>, i32> {
-    todo!()
+/// Before `fork`: create the child's session and share every open
+/// description with it (Hare DUP). `Ok(None)` when not an atoll client.
+pub fn fork_prepare() -> core::result::Result<Option<ForkPrep>, i32> {
+    let Some(c) = session::client() else {
+        return Ok(None);
+    };
+    let (child, socket, lane, lane_fds) = c.fork_session().map_err(|e| e.errno())?;
+    let l = c.lane().map_err(|e| e.errno())?;
+    for desc in fdtable::live_descs() {
+        // A description that fails to share (closed meanwhile) is simply
+        // not usable in the child.
+        let _ = l.call_ok(c, desc.server(), Request::Share { desc, to: child });
+    }
+    Ok(Some(ForkPrep {
+        child,
+        socket,
+        lane,
+        lane_fds,
+    }))
 }
-pub fn fork_parent(_prep: ForkPrep, _child_pid: i64) {
-    todo!()
+
+/// In the parent after `fork` (or after it failed, `child_pid < 0`): close
+/// our copy of the child's socket; if the fork failed this ends the child
+/// session and releases what it was given.
+pub fn fork_parent(prep: ForkPrep, _child_pid: i64) {
+    drop(prep);
 }
-pub fn fork_child(_prep: ForkPrep) {
-    todo!()
+
+/// In the child after `fork`: switch to the child session.
+pub fn fork_child(prep: ForkPrep) {
+    let Some(c) = session::client() else {
+        return;
+    };
+    let sock = session::to_high(prep.socket.into_raw_fd(), 0);
+    let _ = c.adopt_child_session(prep.child, sock, prep.lane, prep.lane_fds);
+}
+
+/// The session id (tests and `--stats`).
+pub fn session_id() -> Option<SessionId> {
+    session::client().map(|c| c.session_id())
+}
+
+/// Is `fd` an atoll descriptor of this process?
+pub fn is_atoll_fd(fd: i32) -> bool {
+    fdtable::is_atoll(fd as i64)
 }

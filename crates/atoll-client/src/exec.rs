@@ -1,0 +1,554 @@
+//! `execve` of atoll programs and hand-over of client state to the new
+//! image.
+//!
+//! The kernel cannot read atoll files, so the client prepares what it can
+//! run: a `#!` script becomes its interpreter (host or atoll) with the
+//! script's path as argument (as binfmt_script does); an ELF image is
+//! copied into a memfd run with `execveat(AT_EMPTY_PATH)` (or
+//! `/proc/self/fd/N` for `posix_spawn`).
+//!
+//! Every new image must stay an atoll client, even if the program passed a
+//! stripped environment (`env -i`): `LD_PRELOAD`, `ATOLL_SOCKET`,
+//! `ATOLL_PRELOAD`, `ATOLL_SESSION_FD` and `ATOLL_STATE` are (re)inserted.
+//!
+//! Session hand-over. Before exec the client asks the instance for a child
+//! session (`Fork`) and shares with it every description a surviving
+//! (non-`FD_CLOEXEC`) fd refers to; the child session's socket is passed
+//! without `O_CLOEXEC` in `ATOLL_SESSION_FD` and the new image `Reattach`es
+//! on it. The same plan thus works for `execve` (the old session dies with
+//! its socket at exec) and for `posix_spawn` (the parent keeps its own
+//! session and drops its copy of the child's socket with the plan). A
+//! failed exec drops the plan, which closes the child session.
+// TODO(atoll): POSIX record locks of the process are not carried over to
+// the new image's session (Linux keeps them across execve).
+
+use std::ffi::{CStr, CString};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
+
+use atoll_proto::boot::{ENV_SESSION_FD, ENV_SOCKET, ENV_STATE};
+use atoll_proto::{DescId, FileType, InodeId, Request};
+
+use crate::error::{err, Error, Result};
+use crate::fdtable::{self, DescInfo};
+use crate::file;
+use crate::path::{parse_shebang, PathBuf};
+use crate::session::{self, Client, Cwd, Lane};
+use crate::state::{FdState, State};
+use crate::sys;
+use crate::walk::{NodeStep, Walker};
+
+/// Environment variable carrying the absolute path of the preload library.
+pub const ENV_PRELOAD: &str = "ATOLL_PRELOAD";
+const LD_PRELOAD: &str = "LD_PRELOAD";
+/// Interpreter nesting Linux allows for `#!` chains.
+const MAX_INTERP_DEPTH: u32 = 4;
+
+/// What `execve` should run, owning every string and pointer array.
+pub struct ExecPlan {
+    path: CString,
+    _argv: Vec<CString>,
+    argv_ptrs: Vec<*const libc::c_char>,
+    _envp: Vec<CString>,
+    envp_ptrs: Vec<*const libc::c_char>,
+    /// Directory fd for a relative host path given to `execveat`.
+    dirfd: i32,
+    flags: i32,
+    /// The program image copied into a memfd (atoll ELF).
+    exec_fd: Option<OwnedFd>,
+    /// The child session's socket (non-CLOEXEC); dropping the plan closes
+    /// this process's copy.
+    _session: Option<OwnedFd>,
+}
+
+impl ExecPlan {
+    /// Path to hand to `execve`/`posix_spawn`.
+    pub fn path(&self) -> &CStr {
+        &self.path
+    }
+    pub fn argv(&self) -> *const *const libc::c_char {
+        self.argv_ptrs.as_ptr()
+    }
+    pub fn envp(&self) -> *const *const libc::c_char {
+        self.envp_ptrs.as_ptr()
+    }
+    /// The memfd holding the program (run with `execveat(fd, "",
+    /// AT_EMPTY_PATH)`), if the program is an atoll file.
+    pub fn exec_fd(&self) -> Option<i32> {
+        self.exec_fd.as_ref().map(|f| f.as_raw_fd())
+    }
+
+    /// Perform the exec in this process; returns only on failure (−errno).
+    pub fn exec(&self) -> i64 {
+        // SAFETY: every pointer is owned by the plan and NUL-terminated;
+        // on success the process image is replaced.
+        unsafe {
+            match self.exec_fd() {
+                Some(fd) => sys::syscall6(
+                    libc::SYS_execveat,
+                    [
+                        fd as u64,
+                        c"".as_ptr() as u64,
+                        self.argv() as u64,
+                        self.envp() as u64,
+                        libc::AT_EMPTY_PATH as u64,
+                        0,
+                    ],
+                ),
+                None => sys::syscall6(
+                    libc::SYS_execveat,
+                    [
+                        self.dirfd as u64,
+                        self.path.as_ptr() as u64,
+                        self.argv() as u64,
+                        self.envp() as u64,
+                        self.flags as u64,
+                        0,
+                    ],
+                ),
+            }
+        }
+    }
+}
+
+fn cstring(b: &[u8]) -> Result<CString> {
+    CString::new(b).map_err(|_| Error::Errno(libc::EINVAL))
+}
+
+fn build(
+    path: &[u8],
+    argv: &[Vec<u8>],
+    envp: &[Vec<u8>],
+    dirfd: i32,
+    flags: i32,
+    exec_fd: Option<OwnedFd>,
+    session: Option<OwnedFd>,
+) -> Result<ExecPlan> {
+    let argv_c: Vec<CString> = argv.iter().map(|a| cstring(a)).collect::<Result<_>>()?;
+    let envp_c: Vec<CString> = envp.iter().map(|a| cstring(a)).collect::<Result<_>>()?;
+    let mut argv_ptrs: Vec<*const libc::c_char> = argv_c.iter().map(|s| s.as_ptr()).collect();
+    argv_ptrs.push(core::ptr::null());
+    let mut envp_ptrs: Vec<*const libc::c_char> = envp_c.iter().map(|s| s.as_ptr()).collect();
+    envp_ptrs.push(core::ptr::null());
+    Ok(ExecPlan {
+        path: cstring(path)?,
+        _argv: argv_c,
+        argv_ptrs,
+        _envp: envp_c,
+        envp_ptrs,
+        dirfd,
+        flags,
+        exec_fd,
+        _session: session,
+    })
+}
+
+/// Environment for the new image: the program's, minus our variables,
+/// plus ours. `LD_PRELOAD` keeps the program's other libraries, with ours
+/// first if it was missing.
+pub fn rewrite_env(
+    env: &[&[u8]],
+    preload: Option<&str>,
+    socket: &str,
+    session_fd: Option<i32>,
+    state: &str,
+) -> Vec<Vec<u8>> {
+    let mut out: Vec<Vec<u8>> = Vec::with_capacity(env.len() + 5);
+    let mut ld: Option<Vec<u8>> = None;
+    let ours =
+        |k: &str, e: &[u8]| e.len() > k.len() && e.starts_with(k.as_bytes()) && e[k.len()] == b'=';
+    for e in env {
+        if ours(LD_PRELOAD, e) {
+            ld = Some(e[LD_PRELOAD.len() + 1..].to_vec());
+        } else if ours(ENV_SOCKET, e)
+            || ours(ENV_PRELOAD, e)
+            || ours(ENV_SESSION_FD, e)
+            || ours(ENV_STATE, e)
+        {
+        } else {
+            out.push(e.to_vec());
+        }
+    }
+    let ld_value = match (preload, ld) {
+        (Some(p), Some(v)) => {
+            let has = v
+                .split(|&b| b == b':' || b == b' ')
+                .any(|x| x == p.as_bytes());
+            if has {
+                v
+            } else if v.is_empty() {
+                p.as_bytes().to_vec()
+            } else {
+                let mut n = p.as_bytes().to_vec();
+                n.push(b':');
+                n.extend_from_slice(&v);
+                n
+            }
+        }
+        (Some(p), None) => p.as_bytes().to_vec(),
+        (None, v) => v.unwrap_or_default(),
+    };
+    let kv = |k: &str, v: &[u8]| {
+        let mut e = k.as_bytes().to_vec();
+        e.push(b'=');
+        e.extend_from_slice(v);
+        e
+    };
+    if !ld_value.is_empty() {
+        out.push(kv(LD_PRELOAD, &ld_value));
+    }
+    out.push(kv(ENV_SOCKET, socket.as_bytes()));
+    if let Some(p) = preload {
+        out.push(kv(ENV_PRELOAD, p.as_bytes()));
+    }
+    if let Some(fd) = session_fd {
+        out.push(kv(ENV_SESSION_FD, fd.to_string().as_bytes()));
+    }
+    out.push(kv(ENV_STATE, state.as_bytes()));
+    out
+}
+
+/// `(ENV_STATE, value)` that makes the first program of `atoll run` start
+/// with an atoll cwd (`atoll run --cwd /atoll/src`).
+pub fn initial_state_env(cwd: &str) -> (String, String) {
+    let st = State {
+        cwd: Some((cwd.as_bytes().to_vec(), None)),
+        fds: Vec::new(),
+    };
+    (ENV_STATE.to_string(), st.encode())
+}
+
+/// `(interpreter, optional argument)` of a `#!` line.
+type Shebang = (Vec<u8>, Option<Vec<u8>>);
+
+/// The program to run.
+enum Program {
+    /// A host path (possibly rewritten, e.g. `/atoll/../bin/ls`).
+    Host(Option<PathBuf>),
+    Atoll {
+        ino: InodeId,
+        ftype: FileType,
+    },
+}
+
+fn resolve_program(
+    c: &Client,
+    lane: &Lane,
+    dirfd: i64,
+    path: &[u8],
+    flags: i32,
+) -> Result<Program> {
+    let empty_ok = flags & libc::AT_EMPTY_PATH != 0;
+    let follow = flags & libc::AT_SYMLINK_NOFOLLOW == 0;
+    if path.is_empty() {
+        if !empty_ok {
+            return err(libc::ENOENT);
+        }
+        return match fdtable::get(dirfd) {
+            Some(d) => Ok(Program::Atoll {
+                ino: d.ino(),
+                ftype: d.ftype(),
+            }),
+            None => Ok(Program::Host(None)),
+        };
+    }
+    let Some(mut w) = Walker::start(c, lane, dirfd, path)? else {
+        return Ok(Program::Host(None));
+    };
+    match w.node(follow)? {
+        NodeStep::Host(p) => Ok(Program::Host(Some(p))),
+        NodeStep::Node { ino, ftype } => Ok(Program::Atoll { ino, ftype }),
+    }
+}
+
+/// Open an atoll program for reading after the exec permission check.
+fn open_program(c: &Client, lane: &Lane, ino: InodeId, ftype: FileType) -> Result<DescId> {
+    if ftype == FileType::Symlink {
+        return err(libc::ELOOP);
+    }
+    if ftype != FileType::Regular {
+        return err(libc::EACCES);
+    }
+    lane.call_ok(
+        c,
+        ino.owner(),
+        Request::Access {
+            ino,
+            mask: libc::X_OK as u32,
+        },
+    )?;
+    let (desc, _) = file::open_inode(c, lane, ino, libc::O_RDONLY as u32)?;
+    Ok(desc)
+}
+
+/// Copy an atoll file into a fresh memfd the kernel can execute.
+fn copy_to_memfd(c: &Client, lane: &Lane, desc: DescId, name: &[u8]) -> Result<OwnedFd> {
+    let base = name.rsplit(|&b| b == b'/').next().unwrap_or(b"atoll-exec");
+    let mname = String::from_utf8_lossy(base).into_owned();
+    let fd = rustix::fs::memfd_create(mname.as_str(), rustix::fs::MemfdFlags::CLOEXEC)?;
+    let mut buf = vec![0u8; 1 << 16];
+    let mut off = 0u64;
+    loop {
+        let n = file::read_id(c, lane, desc, &mut buf, Some(off))?;
+        if n == 0 {
+            break;
+        }
+        sys::write_all(fd.as_raw_fd(), &buf[..n]).map_err(Error::Errno)?;
+        off += n as u64;
+    }
+    Ok(fd)
+}
+
+/// Prepare `execve(path, argv, envp)` (also used by the preload's
+/// `posix_spawn` wrappers). Errors are errno values.
+pub fn prepare_exec(
+    path: &CStr,
+    argv: *const *const libc::c_char,
+    envp: *const *const libc::c_char,
+) -> core::result::Result<ExecPlan, i32> {
+    prepare_execat(libc::AT_FDCWD as i64, path.to_bytes(), argv, envp, 0).map_err(|e| e.errno())
+}
+
+/// `execveat` flavour of [`prepare_exec`].
+pub fn prepare_execat(
+    dirfd: i64,
+    path: &[u8],
+    argv: *const *const libc::c_char,
+    envp: *const *const libc::c_char,
+    flags: i32,
+) -> Result<ExecPlan> {
+    let argv: Vec<Vec<u8>> = sys::user_str_array(argv)
+        .into_iter()
+        .map(<[u8]>::to_vec)
+        .collect();
+    let env = sys::user_str_array(envp);
+    let Some(c) = session::client() else {
+        let env: Vec<Vec<u8>> = env.into_iter().map(<[u8]>::to_vec).collect();
+        return build(path, &argv, &env, dirfd as i32, flags, None, None);
+    };
+    let lane = c.lane()?;
+    let mut argv = argv;
+    let mut prog_path: Vec<u8> = path.to_vec();
+    let mut dirfd = dirfd;
+    let mut flags = flags;
+    let mut exec_fd = None;
+    let mut depth = 0;
+    loop {
+        match resolve_program(c, &lane, dirfd, &prog_path, flags)? {
+            Program::Host(rewritten) => {
+                if let Some(p) = rewritten {
+                    prog_path = p.as_bytes().to_vec();
+                    dirfd = libc::AT_FDCWD as i64;
+                }
+                break;
+            }
+            Program::Atoll { ino, ftype } => {
+                let desc = open_program(c, &lane, ino, ftype)?;
+                let r = (|| -> Result<Option<Shebang>> {
+                    let mut head = [0u8; 256];
+                    let n = file::read_id(c, &lane, desc, &mut head, Some(0))?;
+                    if let Some((interp, arg)) = parse_shebang(&head[..n]) {
+                        if n == head.len() && !head.contains(&b'\n') {
+                            return err(libc::ENOEXEC);
+                        }
+                        return Ok(Some((interp.to_vec(), arg.map(<[u8]>::to_vec))));
+                    }
+                    if n == 0 {
+                        return err(libc::ENOEXEC);
+                    }
+                    exec_fd = Some(copy_to_memfd(c, &lane, desc, &prog_path)?);
+                    Ok(None)
+                })();
+                let _ = lane.call_ok(c, desc.server(), Request::Close { desc });
+                match r? {
+                    None => break,
+                    Some((interp, arg)) => {
+                        depth += 1;
+                        if depth > MAX_INTERP_DEPTH {
+                            return err(libc::ELOOP);
+                        }
+                        // binfmt_script: argv = interp [arg] script argv[1..]
+                        let script = script_path(c, dirfd, &prog_path)?;
+                        let mut nargv = vec![interp.clone()];
+                        nargv.extend(arg);
+                        nargv.push(script);
+                        nargv.extend(argv.iter().skip(1).cloned());
+                        argv = nargv;
+                        prog_path = interp;
+                        dirfd = libc::AT_FDCWD as i64;
+                        flags = 0;
+                    }
+                }
+            }
+        }
+    }
+    let (session_fd, state) = hand_over(c, &lane)?;
+    let env = rewrite_env(
+        &env,
+        c.preload.as_deref(),
+        &c.socket_path,
+        session_fd.as_ref().map(|f| f.as_raw_fd()),
+        &state,
+    );
+    let (path_bytes, dirfd, flags) = match &exec_fd {
+        Some(fd) => (
+            format!("/proc/self/fd/{}", fd.as_raw_fd()).into_bytes(),
+            libc::AT_FDCWD,
+            0,
+        ),
+        None => (prog_path, dirfd as i32, flags),
+    };
+    build(&path_bytes, &argv, &env, dirfd, flags, exec_fd, session_fd)
+}
+
+/// The path a script's interpreter receives: as given when absolute or
+/// relative to the cwd (the new image restores the cwd), else the atoll
+/// directory fd's path joined with it.
+fn script_path(_c: &Client, dirfd: i64, path: &[u8]) -> Result<Vec<u8>> {
+    if path.first() == Some(&b'/') || dirfd == libc::AT_FDCWD as i64 {
+        return Ok(path.to_vec());
+    }
+    match fdtable::get(dirfd).and_then(|d| d.path().map(<[u8]>::to_vec)) {
+        Some(mut p) => {
+            p.push(b'/');
+            p.extend_from_slice(path);
+            Ok(p)
+        }
+        None => err(libc::ENOEXEC),
+    }
+}
+
+/// Create the child session, share the surviving descriptions with it and
+/// serialise the state. Degrades to "no fds" if the instance refuses.
+fn hand_over(c: &Client, lane: &Lane) -> Result<(Option<OwnedFd>, String)> {
+    let mut st = State {
+        cwd: c.cwd().map(|w| (w.path.clone(), Some(w.ino.0))),
+        fds: Vec::new(),
+    };
+    let (child, sock, _lane, lane_fds) = match c.fork_session() {
+        Ok(x) => x,
+        Err(_) => return Ok((None, st.encode())),
+    };
+    drop(lane_fds);
+    let mut shared: Vec<DescId> = Vec::new();
+    for fd in fdtable::fds() {
+        let fdflags = sys::fcntl_int(fd, libc::F_GETFD, 0);
+        if fdflags < 0 || fdflags & libc::FD_CLOEXEC as i64 != 0 {
+            continue;
+        }
+        let Some(d) = fdtable::get(fd as i64) else {
+            continue;
+        };
+        let Ok((dev, pino, _)) = sys::fstat_id(fd) else {
+            continue;
+        };
+        let desc = d.desc();
+        if !shared.contains(&desc) {
+            if lane
+                .call_ok(c, desc.server(), Request::Share { desc, to: child })
+                .is_err()
+            {
+                continue;
+            }
+            shared.push(desc);
+        }
+        st.fds.push(FdState {
+            fd,
+            desc: desc.0,
+            ino: d.ino().0,
+            flags: d.flags(),
+            ftype: fdtable::ftype_code(d.ftype()),
+            cookie: d.cookie().load(core::sync::atomic::Ordering::Relaxed),
+            placeholder: (dev, pino),
+            path: d.path().map(<[u8]>::to_vec),
+        });
+    }
+    // The child's socket must survive exec: no CLOEXEC, high number.
+    let raw = sock.into_raw_fd();
+    let n = sys::fcntl_int(raw, libc::F_DUPFD, session::PRIVATE_FD_MIN as i64);
+    let keep = if n >= 0 {
+        sys::close(raw);
+        n as i32
+    } else {
+        sys::fcntl_int(raw, libc::F_SETFD, 0);
+        raw
+    };
+    // SAFETY: `keep` is a descriptor we own (just created).
+    let owned = unsafe { OwnedFd::from_raw_fd(keep) };
+    Ok((Some(owned), st.encode()))
+}
+
+/// In a new image: restore the cwd and the descriptor table from
+/// `ATOLL_STATE` (only fds that are still our placeholders survive; the
+/// other descriptions are closed at the server).
+pub fn restore(c: &Client, text: &str, with_session: bool) {
+    let Some(st) = State::decode(text) else {
+        return;
+    };
+    let Ok(lane) = c.lane() else { return };
+    if let Some((path, ino)) = &st.cwd {
+        match ino {
+            Some(i) => c.set_cwd(Some(Cwd {
+                ino: InodeId(*i),
+                path: path.clone(),
+            })),
+            None => {
+                if let Ok(Some(mut w)) = Walker::start(c, &lane, libc::AT_FDCWD as i64, path) {
+                    if let Ok(NodeStep::Node {
+                        ino,
+                        ftype: FileType::Directory,
+                    }) = w.node(true)
+                    {
+                        c.set_cwd(Some(Cwd {
+                            ino,
+                            path: w.canon.as_bytes().to_vec(),
+                        }));
+                    }
+                }
+            }
+        }
+    }
+    if !with_session {
+        return;
+    }
+    let mut descs: Vec<(u64, Option<fdtable::DescRef>)> = Vec::new();
+    for f in &st.fds {
+        let alive = (f.fd as usize) < fdtable::MAX_FDS
+            && !c.is_private_fd(f.fd)
+            && sys::fstat_id(f.fd).map(|(d, i, _)| (d, i)) == Ok(f.placeholder);
+        let pos = match descs.iter().position(|(d, _)| *d == f.desc) {
+            Some(p) => p,
+            None => {
+                descs.push((f.desc, None));
+                descs.len() - 1
+            }
+        };
+        if !alive {
+            continue;
+        }
+        let r = match &descs[pos].1 {
+            Some(r) => r.clone_ref(),
+            None => {
+                let Some(r) = fdtable::alloc(DescInfo {
+                    desc: DescId(f.desc),
+                    ino: InodeId(f.ino),
+                    flags: f.flags,
+                    ftype: fdtable::ftype_from_code(f.ftype),
+                    cookie: f.cookie,
+                    path: f.path.clone(),
+                }) else {
+                    continue;
+                };
+                descs[pos].1 = Some(r.clone_ref());
+                r
+            }
+        };
+        drop(fdtable::install(f.fd, r));
+    }
+    // Descriptions with no surviving fd: release the share at the server.
+    for (d, r) in descs {
+        if r.is_none() {
+            let desc = DescId(d);
+            let _ = lane.call_ok(c, desc.server(), Request::Close { desc });
+        }
+    }
+}

@@ -1,0 +1,354 @@
+//! The descriptor table: which descriptor numbers are atoll's, and the open
+//! file descriptions they refer to. Lock-free (fixed arrays of atomics), so
+//! a signal handler may use it while the thread it interrupted is in the
+//! middle of an update.
+//!
+//! Numbers come from Linux: each atoll fd is a *placeholder* descriptor (a
+//! dup of one per-process memfd), so numbering, `FD_CLOEXEC`, `fork`
+//! inheritance and "lowest free number" behave exactly as Linux's own.
+//!
+//! Two levels, as in Linux (`fd → struct file`):
+//! * `FDS[fd]`: 0, or `(desc slot + 1) | generation << 32`;
+//! * `DESCS[slot]`: one open file description as this process sees it
+//!   (server `DescId`, inode, open flags, type, readdir cookie, path of a
+//!   directory), reference-counted by the fds that name it (`dup`).
+//!
+//! Life cycle of a description slot:
+//! ```text
+//!  FREE ──alloc──▶ LIVE(refs ≥ 1) ──last release──▶ DYING ──Close sent──▶ FREE
+//! ```
+//! A reader takes a temporary reference (CAS `refs` n → n+1 only while
+//! n > 0) and then checks the generation, so a slot that was recycled
+//! under it is never mistaken for the one it looked up. Whoever drops the
+//! last reference (the closer, or such a reader) sends `Close` to the
+//! server (Hare CLOSE, §3.5) and frees the slot.
+
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+
+use atoll_proto::{DescId, FileType, InodeId};
+
+/// Highest descriptor number atoll can track (+1).
+pub const MAX_FDS: usize = 1 << 16;
+/// Open descriptions one process can hold at once.
+pub const MAX_DESCS: usize = 1 << 14;
+
+const FREE: u32 = 0;
+const LIVE: u32 = 1;
+const DYING: u32 = 2;
+
+pub struct DescSlot {
+    state: AtomicU32,
+    refs: AtomicU32,
+    gen: AtomicU32,
+    desc: AtomicU64,
+    ino: AtomicU64,
+    /// Open flags: access mode and status flags (`F_GETFL`).
+    flags: AtomicU32,
+    ftype: AtomicU32,
+    /// Readdir position (directories): the next cookie to ask for.
+    pub cookie: AtomicU64,
+    /// Canonical path, kept for directories (fchdir, `*at` canon paths).
+    path: AtomicPtr<Vec<u8>>,
+}
+
+impl DescSlot {
+    const fn new() -> DescSlot {
+        DescSlot {
+            state: AtomicU32::new(FREE),
+            refs: AtomicU32::new(0),
+            gen: AtomicU32::new(0),
+            desc: AtomicU64::new(0),
+            ino: AtomicU64::new(0),
+            flags: AtomicU32::new(0),
+            ftype: AtomicU32::new(0),
+            cookie: AtomicU64::new(0),
+            path: AtomicPtr::new(core::ptr::null_mut()),
+        }
+    }
+}
+
+#[allow(clippy::declare_interior_mutable_const)]
+const SLOT0: DescSlot = DescSlot::new();
+#[allow(clippy::declare_interior_mutable_const)]
+const FD0: AtomicU64 = AtomicU64::new(0);
+
+static DESCS: [DescSlot; MAX_DESCS] = [SLOT0; MAX_DESCS];
+static FDS: [AtomicU64; MAX_FDS] = [FD0; MAX_FDS];
+/// Number of atoll fds (fast "is there any?" for poll/select).
+static COUNT: AtomicUsize = AtomicUsize::new(0);
+static HINT: AtomicUsize = AtomicUsize::new(0);
+/// Set when this process has at least one atoll fd open ever; lets
+/// `may_concern` answer without touching the table.
+static ANY: AtomicBool = AtomicBool::new(false);
+
+pub fn ftype_code(t: FileType) -> u32 {
+    match t {
+        FileType::Regular => 1,
+        FileType::Directory => 2,
+        FileType::Symlink => 3,
+        FileType::Fifo => 4,
+        FileType::Socket => 5,
+        FileType::CharDevice => 6,
+        FileType::BlockDevice => 7,
+    }
+}
+
+pub fn ftype_from_code(c: u32) -> FileType {
+    match c {
+        2 => FileType::Directory,
+        3 => FileType::Symlink,
+        4 => FileType::Fifo,
+        5 => FileType::Socket,
+        6 => FileType::CharDevice,
+        7 => FileType::BlockDevice,
+        _ => FileType::Regular,
+    }
+}
+
+/// What a new description holds.
+#[derive(Clone, Debug)]
+pub struct DescInfo {
+    pub desc: DescId,
+    pub ino: InodeId,
+    pub flags: u32,
+    pub ftype: FileType,
+    pub cookie: u64,
+    pub path: Option<Vec<u8>>,
+}
+
+/// A counted reference to a live description slot. Dropping the last one
+/// hands the slot to [`release`]'s closer.
+pub struct DescRef {
+    slot: usize,
+}
+
+impl DescRef {
+    fn s(&self) -> &'static DescSlot {
+        &DESCS[self.slot]
+    }
+    pub fn desc(&self) -> DescId {
+        DescId(self.s().desc.load(Ordering::Relaxed))
+    }
+    pub fn ino(&self) -> InodeId {
+        InodeId(self.s().ino.load(Ordering::Relaxed))
+    }
+    pub fn flags(&self) -> u32 {
+        self.s().flags.load(Ordering::Relaxed)
+    }
+    pub fn set_flags(&self, f: u32) {
+        self.s().flags.store(f, Ordering::Relaxed)
+    }
+    pub fn ftype(&self) -> FileType {
+        ftype_from_code(self.s().ftype.load(Ordering::Relaxed))
+    }
+    pub fn cookie(&self) -> &AtomicU64 {
+        &self.s().cookie
+    }
+    /// Canonical path of a directory description.
+    pub fn path(&self) -> Option<&[u8]> {
+        let p = self.s().path.load(Ordering::Acquire);
+        // SAFETY: the path box is freed only when the slot dies, i.e. after
+        // every reference (including this one) was dropped.
+        (!p.is_null()).then(|| unsafe { (*p).as_slice() })
+    }
+    /// Another counted reference to the same description (dup, fork
+    /// sharing bookkeeping).
+    pub fn clone_ref(&self) -> DescRef {
+        self.s().refs.fetch_add(1, Ordering::AcqRel);
+        DescRef { slot: self.slot }
+    }
+    /// Consume the reference without releasing it (it now belongs to an
+    /// fd entry).
+    fn into_slot(self) -> usize {
+        let s = self.slot;
+        core::mem::forget(self);
+        s
+    }
+}
+
+/// The closer run when a description's last reference goes: sends
+/// `Close` to its server. Installed by the crate root (it needs a lane).
+pub type Closer = fn(DescId, InodeId);
+static CLOSER: AtomicPtr<()> = AtomicPtr::new(core::ptr::null_mut());
+
+pub fn set_closer(f: Closer) {
+    CLOSER.store(f as *mut (), Ordering::Release);
+}
+
+impl Drop for DescRef {
+    fn drop(&mut self) {
+        release_slot(self.slot);
+    }
+}
+
+fn release_slot(slot: usize) {
+    let s = &DESCS[slot];
+    if s.refs.fetch_sub(1, Ordering::AcqRel) != 1 {
+        return;
+    }
+    // Last reference: the slot is ours alone now.
+    s.state.store(DYING, Ordering::Relaxed);
+    let desc = DescId(s.desc.load(Ordering::Relaxed));
+    let ino = InodeId(s.ino.load(Ordering::Relaxed));
+    let p = s.path.swap(core::ptr::null_mut(), Ordering::AcqRel);
+    if !p.is_null() {
+        // SAFETY: the path was a leaked Box set by `alloc`; no reference
+        // remains (refs reached 0).
+        drop(unsafe { Box::from_raw(p) });
+    }
+    let f = CLOSER.load(Ordering::Acquire);
+    if !f.is_null() {
+        // SAFETY: only `set_closer` stores here, always a `Closer`.
+        let f: Closer = unsafe { core::mem::transmute::<*mut (), Closer>(f) };
+        f(desc, ino);
+    }
+    s.state.store(FREE, Ordering::Release);
+}
+
+/// Allocate a description slot holding `info`, with one reference.
+pub fn alloc(info: DescInfo) -> Option<DescRef> {
+    let start = HINT.fetch_add(1, Ordering::Relaxed);
+    for i in 0..MAX_DESCS {
+        let slot = (start + i) % MAX_DESCS;
+        let s = &DESCS[slot];
+        if s.state.load(Ordering::Relaxed) != FREE {
+            continue;
+        }
+        if s.state
+            .compare_exchange(FREE, LIVE, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            continue;
+        }
+        s.gen.fetch_add(1, Ordering::AcqRel);
+        s.desc.store(info.desc.0, Ordering::Relaxed);
+        s.ino.store(info.ino.0, Ordering::Relaxed);
+        s.flags.store(info.flags, Ordering::Relaxed);
+        s.ftype.store(ftype_code(info.ftype), Ordering::Relaxed);
+        s.cookie.store(info.cookie, Ordering::Relaxed);
+        let p = info
+            .path
+            .map_or(core::ptr::null_mut(), |p| Box::into_raw(Box::new(p)));
+        s.path.store(p, Ordering::Release);
+        s.refs.store(1, Ordering::Release);
+        return Some(DescRef { slot });
+    }
+    None
+}
+
+fn entry(slot: usize) -> u64 {
+    let gen = DESCS[slot].gen.load(Ordering::Acquire) as u64;
+    (slot as u64 + 1) | (gen << 32)
+}
+
+/// Is `fd` an atoll descriptor? (Lock-free, allocation-free.)
+pub fn is_atoll(fd: i64) -> bool {
+    fd >= 0 && (fd as usize) < MAX_FDS && FDS[fd as usize].load(Ordering::Relaxed) != 0
+}
+
+pub fn any() -> bool {
+    ANY.load(Ordering::Relaxed) && COUNT.load(Ordering::Relaxed) > 0
+}
+
+/// A counted reference to the description behind `fd`, if atoll's.
+pub fn get(fd: i64) -> Option<DescRef> {
+    if !(0..MAX_FDS as i64).contains(&fd) {
+        return None;
+    }
+    loop {
+        let e = FDS[fd as usize].load(Ordering::Acquire);
+        if e == 0 {
+            return None;
+        }
+        let slot = (e as u32 as usize) - 1;
+        let gen = (e >> 32) as u32;
+        let s = &DESCS[slot];
+        let mut n = s.refs.load(Ordering::Relaxed);
+        let ok = loop {
+            if n == 0 {
+                break false;
+            }
+            match s
+                .refs
+                .compare_exchange_weak(n, n + 1, Ordering::AcqRel, Ordering::Relaxed)
+            {
+                Ok(_) => break true,
+                Err(m) => n = m,
+            }
+        };
+        if !ok {
+            // The description died under us; the fd entry is being
+            // cleared or was replaced: look again.
+            if FDS[fd as usize].load(Ordering::Acquire) == e {
+                return None;
+            }
+            continue;
+        }
+        let r = DescRef { slot };
+        if s.gen.load(Ordering::Acquire) == gen {
+            return Some(r);
+        }
+        drop(r);
+        if FDS[fd as usize].load(Ordering::Acquire) == e {
+            return None;
+        }
+    }
+}
+
+/// Make `fd` name the description `r` (consumed: the fd holds its
+/// reference). Returns the description `fd` named before, if any.
+pub fn install(fd: i32, r: DescRef) -> Option<DescRef> {
+    debug_assert!((fd as usize) < MAX_FDS);
+    let e = entry(r.slot);
+    r.into_slot();
+    ANY.store(true, Ordering::Relaxed);
+    let old = FDS[fd as usize].swap(e, Ordering::AcqRel);
+    if old == 0 {
+        COUNT.fetch_add(1, Ordering::Relaxed);
+        None
+    } else {
+        Some(DescRef {
+            slot: (old as u32 as usize) - 1,
+        })
+    }
+}
+
+/// Forget `fd`; the returned reference (drop it to release) is the one the
+/// fd held.
+pub fn remove(fd: i64) -> Option<DescRef> {
+    if !(0..MAX_FDS as i64).contains(&fd) {
+        return None;
+    }
+    let old = FDS[fd as usize].swap(0, Ordering::AcqRel);
+    if old == 0 {
+        return None;
+    }
+    COUNT.fetch_sub(1, Ordering::Relaxed);
+    Some(DescRef {
+        slot: (old as u32 as usize) - 1,
+    })
+}
+
+/// Every atoll fd number currently in the table (exec state, fork
+/// sharing, close_range).
+pub fn fds() -> Vec<i32> {
+    if !ANY.load(Ordering::Relaxed) {
+        return Vec::new();
+    }
+    (0..MAX_FDS)
+        .filter(|&i| FDS[i].load(Ordering::Relaxed) != 0)
+        .map(|i| i as i32)
+        .collect()
+}
+
+/// Every live description (for `Share` before fork).
+pub fn live_descs() -> Vec<DescId> {
+    let mut v: Vec<DescId> = DESCS
+        .iter()
+        .filter(|s| s.state.load(Ordering::Acquire) == LIVE && s.refs.load(Ordering::Acquire) > 0)
+        .map(|s| DescId(s.desc.load(Ordering::Relaxed)))
+        .collect();
+    v.sort();
+    v.dedup();
+    v
+}

@@ -1,0 +1,1067 @@
+//! Descriptor operations: open, read/write through the shared buffer cache,
+//! seek, close, dup, fcntl (flags and record locks), flock, ioctl, mmap,
+//! copies between descriptors and poll-style readiness.
+//!
+//! Data path (Hare §3.3): `Read`/`Write` reserve a range at the server,
+//! which answers with the buffer-cache blocks backing it; the client copies
+//! between those blocks and the program's buffer itself. File offsets live
+//! at the server for now (Hare §3.5's hybrid tracking comes later).
+//!
+//! Hot path: `read`, `write`, `pread64`, `pwrite64`, `lseek`, `close` take
+//! no lock and allocate nothing but the decoded extent list.
+// TODO(atoll): decode `Extents` into a fixed array to make reads and writes
+// allocation-free (signal-handler safe even when interrupting malloc).
+
+use atoll_proto::{
+    entry_server, DescId, FileType, InodeId, LockOwner, LockSpec, Reply, Request, BLOCK_SIZE,
+};
+
+use crate::cache;
+use crate::error::{err, Error, Result};
+use crate::fdtable::{self, DescInfo, DescRef};
+use crate::session::Client;
+use crate::session::Lane;
+use crate::sys;
+use crate::walk::{LastKind, Step, Walker};
+use crate::Out;
+
+/// Largest range one `Read`/`Write` reserves (the reply's extent list must
+/// fit one frame; contiguous files need one extent per run).
+const CHUNK: usize = 1 << 20;
+/// Largest payload of one `ReadData`/`WriteData` (direct-cache ablation).
+const DATA_CHUNK: usize = 8192;
+
+/// Flags `open` keeps for `F_GETFL` (creation flags are dropped).
+fn status_flags(flags: u32) -> u32 {
+    let drop =
+        (libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY | libc::O_TRUNC | libc::O_CLOEXEC) as u32;
+    (flags & !drop) | libc::O_LARGEFILE as u32
+}
+
+/// Turn a server description into a program descriptor: a placeholder dup
+/// of the template memfd, so Linux picks the number.
+pub fn new_fd(c: &Client, info: DescInfo, cloexec: bool) -> Result<i64> {
+    let desc = info.desc;
+    let ino = info.ino;
+    let Some(r) = fdtable::alloc(info) else {
+        close_desc(c, desc, ino);
+        return err(libc::ENFILE);
+    };
+    let cmd = if cloexec {
+        libc::F_DUPFD_CLOEXEC
+    } else {
+        libc::F_DUPFD
+    };
+    let fd = sys::fcntl_int(
+        c.template_fd.load(core::sync::atomic::Ordering::Relaxed),
+        cmd,
+        0,
+    );
+    if fd < 0 {
+        drop(r);
+        return err((-fd) as i32);
+    }
+    if fd as usize >= fdtable::MAX_FDS {
+        sys::close(fd as i32);
+        drop(r);
+        return err(libc::EMFILE);
+    }
+    drop(fdtable::install(fd as i32, r));
+    Ok(fd)
+}
+
+/// Send `Close` for a description (Hare CLOSE). Errors are ignored: the
+/// session's death releases it anyway.
+pub fn close_desc(c: &Client, desc: DescId, _ino: InodeId) {
+    if let Ok(lane) = c.lane() {
+        let _ = lane.call_ok(c, desc.server(), Request::Close { desc });
+    }
+}
+
+/// The closer installed in the descriptor table.
+pub fn closer(desc: DescId, ino: InodeId) {
+    if let Some(c) = crate::session::client() {
+        close_desc(c, desc, ino);
+    }
+}
+
+/// Open a description for an inode the caller already resolved.
+pub fn open_inode(
+    c: &Client,
+    lane: &Lane,
+    ino: InodeId,
+    flags: u32,
+) -> Result<(DescId, atoll_proto::Attr)> {
+    lane.call(
+        c,
+        ino.owner(),
+        Request::OpenInode { ino, flags },
+        |r| match r {
+            Reply::Opened { desc, attr, .. } => Ok((desc, attr)),
+            _ => Err(Error::Protocol("OpenInode")),
+        },
+    )
+}
+
+/// `openat(dirfd, path, flags, mode)` (also open/creat/openat2).
+pub fn open(
+    c: &Client,
+    lane: &Lane,
+    dirfd: i64,
+    path: &[u8],
+    flags: u32,
+    mode: u32,
+) -> Result<Out> {
+    let Some(mut w) = Walker::start(c, lane, dirfd, path)? else {
+        return Ok(Out::Host);
+    };
+    if flags & libc::O_TMPFILE as u32 == libc::O_TMPFILE as u32 {
+        // TODO(atoll): O_TMPFILE (an unnamed inode); programs fall back.
+        return err(libc::EOPNOTSUPP);
+    }
+    let cloexec = flags & libc::O_CLOEXEC as u32 != 0;
+    let creat = flags & libc::O_CREAT as u32 != 0;
+    let acc = flags & libc::O_ACCMODE as u32;
+    loop {
+        let last = match w.advance()? {
+            Step::Host(p) => return Ok(Out::Rehost(p)),
+            Step::Last(l) => l,
+        };
+        if last.kind != LastKind::Name {
+            // The path names a directory itself (`/atoll`, `.`, `..`).
+            if last.kind == LastKind::DotDot {
+                let (ino, _) = w.lookup(w.dir, b"..")?;
+                w.dir = ino;
+                let f = c.mount.len();
+                w.canon.pop_component(f);
+            }
+            if creat && flags & libc::O_DIRECTORY as u32 == 0 {
+                return err(libc::EISDIR);
+            }
+            if acc != libc::O_RDONLY as u32 && flags & libc::O_PATH as u32 == 0 {
+                return err(libc::EISDIR);
+            }
+            let (desc, attr) = open_inode(c, lane, w.dir, flags)?;
+            let info = DescInfo {
+                desc,
+                ino: attr.ino,
+                flags: status_flags(flags),
+                ftype: FileType::Directory,
+                cookie: 0,
+                path: Some(w.canon.as_bytes().to_vec()),
+            };
+            return Ok(Out::Done(new_fd(c, info, cloexec)?));
+        }
+        let name = last.name.as_bytes();
+        if last.trailing_slash && creat {
+            return err(libc::EISDIR);
+        }
+        let mut oflags = flags;
+        if last.trailing_slash {
+            oflags |= libc::O_DIRECTORY as u32;
+        }
+        let server = entry_server(w.dir, name, c.nservers);
+        let umask = c.umask.load(core::sync::atomic::Ordering::Relaxed);
+        enum R {
+            Opened(DescId, atoll_proto::Attr),
+            Entry(InodeId, FileType),
+            Symlink(crate::path::PathBuf),
+        }
+        let r = lane.call(
+            c,
+            server,
+            Request::Open {
+                dir: w.dir,
+                name,
+                flags: oflags,
+                perm: mode & 0o7777,
+                umask,
+            },
+            |r| match r {
+                Reply::Opened { desc, attr, .. } => Ok(R::Opened(desc, attr)),
+                Reply::Entry { ino, ftype } => Ok(R::Entry(ino, ftype)),
+                Reply::Symlink { target, .. } => {
+                    Ok(R::Symlink(crate::path::PathBuf::from_bytes(target)?))
+                }
+                _ => Err(Error::Protocol("Open")),
+            },
+        )?;
+        let (desc, attr) = match r {
+            R::Opened(d, a) => (d, a),
+            R::Entry(ino, ftype) => {
+                if ftype == FileType::Symlink {
+                    return err(libc::ELOOP);
+                }
+                if creat && flags & libc::O_EXCL as u32 != 0 {
+                    return err(libc::EEXIST);
+                }
+                if oflags & libc::O_DIRECTORY as u32 != 0 && ftype != FileType::Directory {
+                    return err(libc::ENOTDIR);
+                }
+                open_inode(
+                    c,
+                    lane,
+                    ino,
+                    oflags & !(libc::O_CREAT | libc::O_EXCL) as u32,
+                )?
+            }
+            R::Symlink(t) => {
+                if let Some(h) = w.follow_final(t.as_bytes(), last.trailing_slash)? {
+                    return Ok(Out::Rehost(h));
+                }
+                continue;
+            }
+        };
+        let path = (attr.ftype == FileType::Directory).then(|| {
+            let mut p = w.canon.clone();
+            let _ = p.push_component(name);
+            p.as_bytes().to_vec()
+        });
+        let info = DescInfo {
+            desc,
+            ino: attr.ino,
+            flags: status_flags(flags),
+            ftype: attr.ftype,
+            cookie: 0,
+            path,
+        };
+        return Ok(Out::Done(new_fd(c, info, cloexec)?));
+    }
+}
+
+fn check_readable(d: &DescRef) -> Result<()> {
+    let f = d.flags();
+    if f & libc::O_PATH as u32 != 0 || f & libc::O_ACCMODE as u32 == libc::O_WRONLY as u32 {
+        return err(libc::EBADF);
+    }
+    if d.ftype() == FileType::Directory {
+        return err(libc::EISDIR);
+    }
+    Ok(())
+}
+
+fn check_writable(d: &DescRef) -> Result<()> {
+    let f = d.flags();
+    if f & libc::O_PATH as u32 != 0 || f & libc::O_ACCMODE as u32 == libc::O_RDONLY as u32 {
+        return err(libc::EBADF);
+    }
+    Ok(())
+}
+
+/// Read into `buf` from the description (at `off`, or at the shared offset).
+/// Hot path.
+pub fn read_desc(
+    c: &Client,
+    lane: &Lane,
+    d: &DescRef,
+    buf: &mut [u8],
+    off: Option<u64>,
+) -> Result<usize> {
+    check_readable(d)?;
+    read_id(c, lane, d.desc(), buf, off)
+}
+
+/// Read from a server description without access checks (exec's loader).
+pub fn read_id(
+    c: &Client,
+    lane: &Lane,
+    desc: DescId,
+    buf: &mut [u8],
+    off: Option<u64>,
+) -> Result<usize> {
+    let server = desc.server();
+    let direct = !c.info.without.direct_cache;
+    let mut done = 0usize;
+    while done < buf.len() {
+        let want = (buf.len() - done).min(if direct { CHUNK } else { DATA_CHUNK });
+        let offset = off.map(|o| o + done as u64);
+        let dst = &mut buf[done..done + want];
+        let got = if direct {
+            lane.call(
+                c,
+                server,
+                Request::Read {
+                    desc,
+                    len: want as u64,
+                    offset,
+                },
+                |r| match r {
+                    Reply::Extents {
+                        offset: at,
+                        len,
+                        extents,
+                    } => {
+                        let n = (len as usize).min(want);
+                        if !cache::copy_out(&c.cache, &extents, at, &mut dst[..n]) {
+                            return err(libc::EIO);
+                        }
+                        Ok(n)
+                    }
+                    _ => Err(Error::Protocol("Read")),
+                },
+            )?
+        } else {
+            lane.call(
+                c,
+                server,
+                Request::ReadData {
+                    desc,
+                    len: want as u32,
+                    offset,
+                },
+                |r| match r {
+                    Reply::Data(data) => {
+                        let n = data.len().min(want);
+                        dst[..n].copy_from_slice(&data[..n]);
+                        Ok(n)
+                    }
+                    _ => Err(Error::Protocol("ReadData")),
+                },
+            )?
+        };
+        done += got;
+        if got < want {
+            break;
+        }
+    }
+    Ok(done)
+}
+
+/// Write `src` to the description. Hot path.
+pub fn write_desc(
+    c: &Client,
+    lane: &Lane,
+    d: &DescRef,
+    src: &[u8],
+    off: Option<u64>,
+) -> Result<usize> {
+    check_writable(d)?;
+    let desc = d.desc();
+    let server = desc.server();
+    let direct = !c.info.without.direct_cache;
+    let mut done = 0usize;
+    while done < src.len() {
+        let want = (src.len() - done).min(if direct { CHUNK } else { DATA_CHUNK });
+        let offset = off.map(|o| o + done as u64);
+        let chunk = &src[done..done + want];
+        let r = if direct {
+            lane.call(
+                c,
+                server,
+                Request::Write {
+                    desc,
+                    len: want as u64,
+                    offset,
+                },
+                |r| match r {
+                    Reply::Extents {
+                        offset: at,
+                        len,
+                        extents,
+                    } => {
+                        let n = (len as usize).min(want);
+                        if !cache::copy_in(&c.cache, &extents, at, &chunk[..n]) {
+                            return err(libc::EIO);
+                        }
+                        Ok(n)
+                    }
+                    _ => Err(Error::Protocol("Write")),
+                },
+            )
+        } else {
+            lane.call(
+                c,
+                server,
+                Request::WriteData {
+                    desc,
+                    data: chunk,
+                    offset,
+                },
+                |r| match r {
+                    Reply::Written(n) => Ok((n as usize).min(want)),
+                    _ => Err(Error::Protocol("WriteData")),
+                },
+            )
+        };
+        let got = match r {
+            Ok(n) => n,
+            // A partial write reports what was written (POSIX).
+            Err(_) if done > 0 => break,
+            Err(e) => return Err(e),
+        };
+        done += got;
+        if got < want {
+            break;
+        }
+    }
+    Ok(done)
+}
+
+/// Read from any descriptor, atoll or host (copy emulation).
+pub fn any_read(
+    c: &Client,
+    lane: &Lane,
+    fd: i64,
+    buf: &mut [u8],
+    off: Option<u64>,
+) -> Result<usize> {
+    if let Some(d) = fdtable::get(fd) {
+        return read_desc(c, lane, &d, buf, off);
+    }
+    // SAFETY: `buf` is our own buffer of the given length.
+    let r = unsafe {
+        match off {
+            Some(o) => sys::sc(
+                libc::SYS_pread64,
+                fd as u64,
+                buf.as_mut_ptr() as u64,
+                buf.len() as u64,
+                o,
+            ),
+            None => sys::sc(
+                libc::SYS_read,
+                fd as u64,
+                buf.as_mut_ptr() as u64,
+                buf.len() as u64,
+                0,
+            ),
+        }
+    };
+    if r < 0 {
+        return err((-r) as i32);
+    }
+    Ok(r as usize)
+}
+
+/// Write to any descriptor, atoll or host (copy emulation).
+pub fn any_write(c: &Client, lane: &Lane, fd: i64, buf: &[u8], off: Option<u64>) -> Result<usize> {
+    if let Some(d) = fdtable::get(fd) {
+        return write_desc(c, lane, &d, buf, off);
+    }
+    // SAFETY: `buf` is our own buffer of the given length.
+    let r = unsafe {
+        match off {
+            Some(o) => sys::sc(
+                libc::SYS_pwrite64,
+                fd as u64,
+                buf.as_ptr() as u64,
+                buf.len() as u64,
+                o,
+            ),
+            None => sys::sc(
+                libc::SYS_write,
+                fd as u64,
+                buf.as_ptr() as u64,
+                buf.len() as u64,
+                0,
+            ),
+        }
+    };
+    if r < 0 {
+        return err((-r) as i32);
+    }
+    Ok(r as usize)
+}
+
+/// `readv`/`preadv` style: fill the iovecs in order, stop at a short read.
+pub fn readv(
+    c: &Client,
+    lane: &Lane,
+    d: &DescRef,
+    iov: u64,
+    cnt: u64,
+    off: Option<u64>,
+) -> Result<i64> {
+    if cnt > 1024 {
+        return err(libc::EINVAL);
+    }
+    let mut total = 0u64;
+    for i in 0..cnt {
+        let v: libc::iovec = sys::get_user(iov + i * core::mem::size_of::<libc::iovec>() as u64)?;
+        let buf = sys::user_slice_mut(v.iov_base as u64, v.iov_len);
+        let n = read_desc(c, lane, d, buf, off.map(|o| o + total))?;
+        total += n as u64;
+        if n < v.iov_len {
+            break;
+        }
+    }
+    Ok(total as i64)
+}
+
+pub fn writev(
+    c: &Client,
+    lane: &Lane,
+    d: &DescRef,
+    iov: u64,
+    cnt: u64,
+    off: Option<u64>,
+) -> Result<i64> {
+    if cnt > 1024 {
+        return err(libc::EINVAL);
+    }
+    let mut total = 0u64;
+    for i in 0..cnt {
+        let v: libc::iovec = sys::get_user(iov + i * core::mem::size_of::<libc::iovec>() as u64)?;
+        let buf = sys::user_slice(v.iov_base as u64, v.iov_len);
+        let n = match write_desc(c, lane, d, buf, off.map(|o| o + total)) {
+            Ok(n) => n,
+            Err(_) if total > 0 => break,
+            Err(e) => return Err(e),
+        };
+        total += n as u64;
+        if n < v.iov_len {
+            break;
+        }
+    }
+    Ok(total as i64)
+}
+
+/// Current size of the description's inode.
+pub fn size_of(c: &Client, lane: &Lane, ino: InodeId) -> Result<u64> {
+    lane.call(c, ino.owner(), Request::GetAttr { ino }, |r| match r {
+        Reply::Attr(a) => Ok(a.size),
+        _ => Err(Error::Protocol("GetAttr")),
+    })
+}
+
+/// `lseek`; on a directory it moves the readdir cookie (rewinddir/seekdir).
+pub fn lseek(c: &Client, lane: &Lane, d: &DescRef, offset: i64, whence: u32) -> Result<i64> {
+    if d.flags() & libc::O_PATH as u32 != 0 {
+        return err(libc::EBADF);
+    }
+    match d.ftype() {
+        FileType::Directory => {
+            let cur = d.cookie().load(core::sync::atomic::Ordering::Relaxed);
+            let new = match whence as i32 {
+                libc::SEEK_SET if offset >= 0 => offset as u64,
+                libc::SEEK_CUR if offset == 0 => cur,
+                _ => return err(libc::EINVAL),
+            };
+            d.cookie().store(new, core::sync::atomic::Ordering::Relaxed);
+            Ok(new as i64)
+        }
+        FileType::Fifo | FileType::Socket => err(libc::ESPIPE),
+        _ => {
+            let desc = d.desc();
+            lane.call(
+                c,
+                desc.server(),
+                Request::Seek {
+                    desc,
+                    offset,
+                    whence,
+                },
+                |r| match r {
+                    Reply::Offset(o) => Ok(o as i64),
+                    _ => Err(Error::Protocol("Seek")),
+                },
+            )
+        }
+    }
+}
+
+/// Release-all of this process's POSIX locks on an inode, as Linux does on
+/// any close of a descriptor for it (the server expects an explicit
+/// whole-file unlock with the process owner).
+fn drop_posix_locks(c: &Client, lane: &Lane, d: &DescRef) {
+    if !c.posix_locks.load(core::sync::atomic::Ordering::Relaxed) || d.ftype() != FileType::Regular
+    {
+        return;
+    }
+    let desc = d.desc();
+    let lock = LockSpec {
+        kind: libc::F_UNLCK as i16,
+        start: 0,
+        len: 0,
+        owner: LockOwner::Process(c.session_id().0),
+    };
+    let _ = lane.call(
+        c,
+        desc.server(),
+        Request::SetLock { desc, lock },
+        |_| Ok(()),
+    );
+}
+
+/// `close(fd)` of an atoll fd: forget it, close the placeholder, and drop
+/// the description reference (the last one sends `Close`).
+pub fn close(c: &Client, lane: &Lane, fd: i64) -> Result<i64> {
+    let Some(d) = fdtable::remove(fd) else {
+        return err(libc::EBADF);
+    };
+    drop_posix_locks(c, lane, &d);
+    sys::close(fd as i32);
+    drop(d);
+    Ok(0)
+}
+
+/// `dup`-family bookkeeping after the kernel duplicated the placeholder.
+pub fn after_dup(newfd: i64, d: &DescRef) {
+    if newfd >= 0 && (newfd as usize) < fdtable::MAX_FDS {
+        drop(fdtable::install(newfd as i32, d.clone_ref()));
+    } else if newfd >= 0 {
+        sys::close(newfd as i32);
+    }
+}
+
+/// `dup2`/`dup3` where either side is atoll's or `new` is private.
+pub fn dup3(c: &Client, old: i64, new: i64, flags: i32, is_dup2: bool) -> Result<i64> {
+    if c.is_private_fd(old as i32) {
+        return err(libc::EBADF);
+    }
+    if old == new {
+        if !is_dup2 {
+            return err(libc::EINVAL);
+        }
+        // dup2(fd, fd) validates fd and returns it.
+        if fdtable::is_atoll(old) || sys::fcntl_int(old as i32, libc::F_GETFD, 0) >= 0 {
+            return Ok(new);
+        }
+        return err(libc::EBADF);
+    }
+    if c.is_private_fd(new as i32) {
+        c.relocate_private(new as i32);
+    }
+    let src = fdtable::get(old);
+    let r = sys::dup3(old as i32, new as i32, flags);
+    if r < 0 {
+        return err((-r) as i32);
+    }
+    match src {
+        Some(d) => after_dup(new, &d),
+        None => drop(fdtable::remove(new)),
+    }
+    Ok(new)
+}
+
+/// Build the absolute lock range of a `struct flock`.
+fn lock_range(c: &Client, lane: &Lane, d: &DescRef, fl: &libc::flock) -> Result<(u64, u64)> {
+    let base: i64 = match fl.l_whence as i32 {
+        libc::SEEK_SET => 0,
+        libc::SEEK_CUR => lseek(c, lane, d, 0, libc::SEEK_CUR as u32)?,
+        libc::SEEK_END => size_of(c, lane, d.ino())? as i64,
+        _ => return err(libc::EINVAL),
+    };
+    let mut start = base
+        .checked_add(fl.l_start)
+        .ok_or(Error::Errno(libc::EOVERFLOW))?;
+    let mut len = fl.l_len;
+    if len < 0 {
+        start += len;
+        len = -len;
+    }
+    if start < 0 {
+        return err(libc::EINVAL);
+    }
+    Ok((start as u64, len as u64))
+}
+
+/// Retry a lock request that answers `EAGAIN` (`F_SETLKW`, blocking
+/// `flock`): the server never blocks, so the client waits.
+fn set_lock_wait(c: &Client, lane: &Lane, desc: DescId, lock: LockSpec, wait: bool) -> Result<()> {
+    let mut backoff = 1_000_000u64;
+    loop {
+        match lane.call_ok(c, desc.server(), Request::SetLock { desc, lock }) {
+            Err(Error::Errno(e)) if wait && e == libc::EAGAIN => {
+                sys::sleep_ns(backoff);
+                backoff = (backoff * 2).min(50_000_000);
+            }
+            r => return r,
+        }
+    }
+}
+
+/// `fcntl` on an atoll fd.
+pub fn fcntl(c: &Client, lane: &Lane, fd: i64, d: &DescRef, cmd: i32, arg: u64) -> Result<Out> {
+    match cmd {
+        libc::F_GETFD | libc::F_SETFD => Ok(Out::Host),
+        libc::F_DUPFD | libc::F_DUPFD_CLOEXEC => {
+            let r = sys::fcntl_int(fd as i32, cmd, arg as i64);
+            if r < 0 {
+                return err((-r) as i32);
+            }
+            after_dup(r, d);
+            Ok(Out::Done(r))
+        }
+        libc::F_GETFL => Ok(Out::Done(d.flags() as i64)),
+        libc::F_SETFL => {
+            let changeable = (libc::O_APPEND
+                | libc::O_NONBLOCK
+                | libc::O_ASYNC
+                | libc::O_DIRECT
+                | libc::O_NOATIME) as u32;
+            let new = (d.flags() & !changeable) | (arg as u32 & changeable);
+            let desc = d.desc();
+            lane.call_ok(c, desc.server(), Request::SetFlags { desc, flags: new })?;
+            d.set_flags(new);
+            Ok(Out::Done(0))
+        }
+        libc::F_GETLK
+        | libc::F_SETLK
+        | libc::F_SETLKW
+        | libc::F_OFD_GETLK
+        | libc::F_OFD_SETLK
+        | libc::F_OFD_SETLKW => {
+            let ofd = matches!(
+                cmd,
+                libc::F_OFD_GETLK | libc::F_OFD_SETLK | libc::F_OFD_SETLKW
+            );
+            let mut fl: libc::flock = sys::get_user(arg)?;
+            if ofd && fl.l_pid != 0 {
+                return err(libc::EINVAL);
+            }
+            if d.ftype() == FileType::Directory && fl.l_type as i32 != libc::F_UNLCK {
+                // Linux allows read locks on directories opened read-only.
+            }
+            let owner = if ofd {
+                LockOwner::Description(d.desc())
+            } else {
+                LockOwner::Process(c.session_id().0)
+            };
+            let (start, len) = lock_range(c, lane, d, &fl)?;
+            let lock = LockSpec {
+                kind: fl.l_type,
+                start,
+                len,
+                owner,
+            };
+            let desc = d.desc();
+            if matches!(cmd, libc::F_GETLK | libc::F_OFD_GETLK) {
+                if !matches!(fl.l_type as i32, libc::F_RDLCK | libc::F_WRLCK) {
+                    return err(libc::EINVAL);
+                }
+                let got = lane.call(
+                    c,
+                    desc.server(),
+                    Request::GetLock { desc, lock },
+                    |r| match r {
+                        Reply::Lock(l) => Ok(l),
+                        _ => Err(Error::Protocol("GetLock")),
+                    },
+                )?;
+                match got {
+                    None => fl.l_type = libc::F_UNLCK as i16,
+                    Some(l) => {
+                        fl.l_type = l.kind;
+                        fl.l_whence = libc::SEEK_SET as i16;
+                        fl.l_start = l.start as i64;
+                        fl.l_len = l.len as i64;
+                        fl.l_pid = match l.owner {
+                            LockOwner::Process(_) => 0,
+                            _ => -1,
+                        };
+                    }
+                }
+                sys::put_user(arg, fl)?;
+                return Ok(Out::Done(0));
+            }
+            match fl.l_type as i32 {
+                libc::F_RDLCK => check_readable_lock(d)?,
+                libc::F_WRLCK => check_writable(d)?,
+                libc::F_UNLCK => {}
+                _ => return err(libc::EINVAL),
+            }
+            if !ofd {
+                c.posix_locks
+                    .store(true, core::sync::atomic::Ordering::Relaxed);
+            }
+            let wait = matches!(cmd, libc::F_SETLKW | libc::F_OFD_SETLKW);
+            set_lock_wait(c, lane, desc, lock, wait)?;
+            Ok(Out::Done(0))
+        }
+        libc::F_GETOWN | libc::F_SETOWN | 10 | 11 | 15 | 16 => Ok(Out::Host),
+        libc::F_GET_SEALS => err(libc::EINVAL),
+        _ => err(libc::EINVAL),
+    }
+}
+
+fn check_readable_lock(d: &DescRef) -> Result<()> {
+    let f = d.flags();
+    if f & libc::O_PATH as u32 != 0 || f & libc::O_ACCMODE as u32 == libc::O_WRONLY as u32 {
+        return err(libc::EBADF);
+    }
+    Ok(())
+}
+
+/// `flock(fd, op)`: whole-file locks owned by the description.
+pub fn flock(c: &Client, lane: &Lane, d: &DescRef, op: i32) -> Result<i64> {
+    let kind = match op & !libc::LOCK_NB {
+        libc::LOCK_SH => libc::F_RDLCK,
+        libc::LOCK_EX => libc::F_WRLCK,
+        libc::LOCK_UN => libc::F_UNLCK,
+        _ => return err(libc::EINVAL),
+    };
+    if d.flags() & libc::O_PATH as u32 != 0 {
+        return err(libc::EBADF);
+    }
+    let desc = d.desc();
+    let lock = LockSpec {
+        kind: kind as i16,
+        start: 0,
+        len: 0,
+        owner: LockOwner::Flock(desc),
+    };
+    set_lock_wait(c, lane, desc, lock, op & libc::LOCK_NB == 0)?;
+    Ok(0)
+}
+
+/// `ioctl` on an atoll fd.
+pub fn ioctl(c: &Client, lane: &Lane, d: &DescRef, req: u64, arg: u64) -> Result<Out> {
+    match req {
+        r if r == libc::FIOCLEX || r == libc::FIONCLEX => Ok(Out::Host),
+        r if r == libc::FIONREAD => {
+            if d.ftype() == FileType::Directory {
+                return err(libc::EINVAL);
+            }
+            let pos = lseek(c, lane, d, 0, libc::SEEK_CUR as u32)?;
+            let size = size_of(c, lane, d.ino())? as i64;
+            sys::put_user(arg, (size - pos).max(0) as i32)?;
+            Ok(Out::Done(0))
+        }
+        r if r == libc::FIONBIO => {
+            let on: i32 = sys::get_user(arg)?;
+            let f = if on != 0 {
+                d.flags() | libc::O_NONBLOCK as u32
+            } else {
+                d.flags() & !(libc::O_NONBLOCK as u32)
+            };
+            d.set_flags(f);
+            Ok(Out::Done(0))
+        }
+        _ => err(libc::ENOTTY),
+    }
+}
+
+/// `mmap` of an atoll fd: map the buffer-cache pages themselves.
+///
+/// `MAP_SHARED` maps the cache memfd shared (stores reach the file, Hare
+/// §3.3); writable shared maps ask `MapBlocks` to fill holes first.
+/// `MAP_PRIVATE` maps the same pages copy-on-write. Holes (and pages past
+/// the end of file) are anonymous zero pages of the reserved range.
+pub fn mmap(c: &Client, lane: &Lane, d: &DescRef, a: &[u64; 6]) -> Result<i64> {
+    let (addr, len, prot, flags, off) = (a[0], a[1], a[2] as i32, a[3] as i32, a[5]);
+    let f = d.flags();
+    if f & libc::O_PATH as u32 != 0 {
+        return err(libc::EBADF);
+    }
+    if d.ftype() != FileType::Regular {
+        return err(libc::ENODEV);
+    }
+    if len == 0 || off % BLOCK_SIZE as u64 != 0 {
+        return err(libc::EINVAL);
+    }
+    let acc = f & libc::O_ACCMODE as u32;
+    if acc == libc::O_WRONLY as u32 {
+        return err(libc::EACCES);
+    }
+    let shared = flags & libc::MAP_TYPE == libc::MAP_SHARED
+        || flags & libc::MAP_TYPE == libc::MAP_SHARED_VALIDATE;
+    let writable = prot & libc::PROT_WRITE != 0;
+    if shared && writable && acc != libc::O_RDWR as u32 {
+        return err(libc::EACCES);
+    }
+    let map_len = len.div_ceil(BLOCK_SIZE as u64) * BLOCK_SIZE as u64;
+    let keep = flags
+        & (libc::MAP_FIXED | libc::MAP_FIXED_NOREPLACE | libc::MAP_NORESERVE | libc::MAP_POPULATE);
+    // SAFETY: reserving anonymous memory at the program's requested address
+    // with the program's own MAP_FIXED choice, as its mmap would have.
+    let base = unsafe {
+        sys::syscall6(
+            libc::SYS_mmap,
+            [
+                addr,
+                map_len,
+                prot as u64,
+                (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | keep) as u64,
+                u64::MAX,
+                0,
+            ],
+        )
+    };
+    if base < 0 {
+        return err((-base) as i32);
+    }
+    let result = map_runs(
+        c,
+        lane,
+        d.ino(),
+        base as u64,
+        off,
+        map_len,
+        prot,
+        shared,
+        shared && writable,
+    );
+    if let Err(e) = result {
+        // SAFETY: unmapping only the range we just reserved.
+        unsafe { sys::sc(libc::SYS_munmap, base as u64, map_len, 0, 0) };
+        return Err(e);
+    }
+    Ok(base)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn map_runs(
+    c: &Client,
+    lane: &Lane,
+    ino: InodeId,
+    base: u64,
+    off: u64,
+    map_len: u64,
+    prot: i32,
+    shared: bool,
+    allocate: bool,
+) -> Result<()> {
+    let cache_fd = c.cache_fd.load(core::sync::atomic::Ordering::Relaxed);
+    let mut pos = off;
+    let end = off + map_len;
+    while pos < end {
+        let got = lane.call(
+            c,
+            ino.owner(),
+            Request::MapBlocks {
+                ino,
+                offset: pos,
+                len: end - pos,
+                allocate,
+            },
+            |r| match r {
+                Reply::Extents { len, extents, .. } => {
+                    for e in extents.iter().filter(|e| e.block != cache::HOLE) {
+                        if e.file_offset < pos || e.file_offset % BLOCK_SIZE as u64 != 0 {
+                            return err(libc::EIO);
+                        }
+                        let run = e.len.div_ceil(BLOCK_SIZE as u64) * BLOCK_SIZE as u64;
+                        let run = run.min(end - e.file_offset);
+                        let at = base + (e.file_offset - off);
+                        let mtype = if shared {
+                            libc::MAP_SHARED
+                        } else {
+                            libc::MAP_PRIVATE
+                        };
+                        // SAFETY: maps cache pages over our own reservation
+                        // [base, base+map_len) (MAP_FIXED inside it only).
+                        let r = unsafe {
+                            sys::syscall6(
+                                libc::SYS_mmap,
+                                [
+                                    at,
+                                    run,
+                                    prot as u64,
+                                    (mtype | libc::MAP_FIXED) as u64,
+                                    cache_fd as u64,
+                                    e.block as u64 * BLOCK_SIZE as u64,
+                                ],
+                            )
+                        };
+                        if r < 0 {
+                            return err((-r) as i32);
+                        }
+                    }
+                    Ok(len)
+                }
+                _ => Err(Error::Protocol("MapBlocks")),
+            },
+        )?;
+        if got == 0 {
+            break; // end of file: the rest stays anonymous zeros
+        }
+        pos += got.div_ceil(BLOCK_SIZE as u64) * BLOCK_SIZE as u64;
+    }
+    Ok(())
+}
+
+/// `copy_file_range`/`sendfile`/`splice` with an atoll fd on either side:
+/// emulated by reads and writes through the client. `in_off`/`out_off` are
+/// program pointers to `loff_t` (0 = use the descriptor's offset).
+pub fn copy(
+    c: &Client,
+    lane: &Lane,
+    fd_in: i64,
+    in_off: u64,
+    fd_out: i64,
+    out_off: u64,
+    len: u64,
+) -> Result<i64> {
+    let mut buf = vec![0u8; (len as usize).clamp(1, 1 << 16)];
+    let mut ioff: Option<u64> = if in_off != 0 {
+        Some(sys::get_user::<i64>(in_off)? as u64)
+    } else {
+        None
+    };
+    let mut ooff: Option<u64> = if out_off != 0 {
+        Some(sys::get_user::<i64>(out_off)? as u64)
+    } else {
+        None
+    };
+    let mut total = 0u64;
+    while total < len {
+        let want = ((len - total) as usize).min(buf.len());
+        let n = match any_read(c, lane, fd_in, &mut buf[..want], ioff) {
+            Ok(n) => n,
+            Err(_) if total > 0 => break,
+            Err(e) => return Err(e),
+        };
+        if n == 0 {
+            break;
+        }
+        let w = match any_write(c, lane, fd_out, &buf[..n], ooff) {
+            Ok(w) => w,
+            Err(_) if total > 0 => break,
+            Err(e) => return Err(e),
+        };
+        total += w as u64;
+        ioff = ioff.map(|o| o + w as u64);
+        ooff = ooff.map(|o| o + w as u64);
+        if w < n {
+            break;
+        }
+    }
+    if let Some(o) = ioff {
+        sys::put_user(in_off, o as i64)?;
+    }
+    if let Some(o) = ooff {
+        sys::put_user(out_off, o as i64)?;
+    }
+    Ok(total as i64)
+}
+
+/// `poll`/`ppoll` with atoll fds: regular files are always ready (as on
+/// Linux). The host part is polled without waiting when anything atoll is
+/// ready, else with the program's timeout.
+pub fn poll(fds: u64, nfds: u64, host_call: impl Fn(u64, u64, bool) -> i64) -> Result<i64> {
+    if nfds > 1 << 20 {
+        return err(libc::EINVAL);
+    }
+    let sz = core::mem::size_of::<libc::pollfd>() as u64;
+    let mut copy: Vec<libc::pollfd> = Vec::with_capacity(nfds as usize);
+    let mut ready = 0i64;
+    let mut atoll_rev: Vec<i16> = vec![0; nfds as usize];
+    for i in 0..nfds {
+        let mut p: libc::pollfd = sys::get_user(fds + i * sz)?;
+        if fdtable::is_atoll(p.fd as i64) {
+            let rev =
+                p.events & (libc::POLLIN | libc::POLLOUT | libc::POLLRDNORM | libc::POLLWRNORM);
+            atoll_rev[i as usize] = rev;
+            if rev != 0 {
+                ready += 1;
+            }
+            p.fd = -1;
+        }
+        copy.push(p);
+    }
+    let r = host_call(copy.as_mut_ptr() as u64, nfds, ready > 0);
+    if r < 0 {
+        return err((-r) as i32);
+    }
+    for i in 0..nfds {
+        let mut p: libc::pollfd = sys::get_user(fds + i * sz)?;
+        p.revents = if fdtable::is_atoll(p.fd as i64) {
+            atoll_rev[i as usize]
+        } else {
+            copy[i as usize].revents
+        };
+        sys::put_user(fds + i * sz, p)?;
+    }
+    Ok(r + ready)
+}

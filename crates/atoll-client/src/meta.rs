@@ -1,0 +1,326 @@
+//! Inode metadata: stat/statx, access, chmod/chown/truncate/utimens
+//! (`SetAttr`, Hare's FSTAT and friends on the inode's owner server),
+//! extended attributes and statfs.
+
+use atoll_proto::{Attr, FileType, InodeId, Reply, Request, SetAttr, TimeSet, Timespec};
+
+use crate::error::{err, Error, Result};
+use crate::fdtable;
+use crate::path::PathBuf;
+use crate::session::{Client, Lane};
+use crate::sys;
+use crate::walk::{NodeStep, Walker};
+
+/// Device number every atoll inode reports (major 0, an unused high minor,
+/// encoded as the kernel's `new_encode_dev`): one fixed device for the mount.
+pub const ATOLL_DEV_MAJOR: u32 = 0;
+pub const ATOLL_DEV_MINOR: u32 = 0xa7011;
+pub const ATOLL_DEV: u64 = (ATOLL_DEV_MINOR as u64 & 0xff)
+    | ((ATOLL_DEV_MAJOR as u64) << 8)
+    | ((ATOLL_DEV_MINOR as u64 & !0xff) << 12);
+/// `f_type` reported by statfs (tmpfs's magic: atoll is an in-memory fs).
+pub const ATOLL_FS_MAGIC: i64 = 0x0102_1994;
+
+/// What a path argument resolved to.
+pub enum Target {
+    /// Not atoll's: let Linux run the call unchanged.
+    Host,
+    /// Leaves atoll: run the call with this host path.
+    Rehost(PathBuf),
+    Node {
+        ino: InodeId,
+        ftype: FileType,
+        /// Canonical path (meaningful for directories).
+        canon: PathBuf,
+    },
+}
+
+/// Resolve `(dirfd, path)`; `path_ptr == 0` or an empty path with
+/// `empty_ok` (AT_EMPTY_PATH) names `dirfd` itself.
+pub fn resolve(
+    c: &Client,
+    lane: &Lane,
+    dirfd: i64,
+    path_ptr: u64,
+    follow: bool,
+    empty_ok: bool,
+) -> Result<Target> {
+    let path = if path_ptr == 0 {
+        if !empty_ok {
+            return err(libc::EFAULT);
+        }
+        &[][..]
+    } else {
+        sys::user_path(path_ptr)?
+    };
+    if path.is_empty() {
+        if !empty_ok {
+            // Linux answers ENOENT itself, for atoll's paths as for others.
+            return Ok(Target::Host);
+        }
+        if dirfd == libc::AT_FDCWD as i64 {
+            return match c.cwd() {
+                Some(cwd) => Ok(Target::Node {
+                    ino: cwd.ino,
+                    ftype: FileType::Directory,
+                    canon: PathBuf::from_bytes(&cwd.path)?,
+                }),
+                None => Ok(Target::Host),
+            };
+        }
+        return match fdtable::get(dirfd) {
+            Some(d) => Ok(Target::Node {
+                ino: d.ino(),
+                ftype: d.ftype(),
+                canon: PathBuf::from_bytes(d.path().unwrap_or(b""))?,
+            }),
+            None => Ok(Target::Host),
+        };
+    }
+    let Some(mut w) = Walker::start(c, lane, dirfd, path)? else {
+        return Ok(Target::Host);
+    };
+    match w.node(follow)? {
+        NodeStep::Host(p) => Ok(Target::Rehost(p)),
+        NodeStep::Node { ino, ftype } => Ok(Target::Node {
+            ino,
+            ftype,
+            canon: w.canon.clone(),
+        }),
+    }
+}
+
+pub fn getattr(c: &Client, lane: &Lane, ino: InodeId) -> Result<Attr> {
+    lane.call(c, ino.owner(), Request::GetAttr { ino }, |r| match r {
+        Reply::Attr(a) => Ok(a),
+        _ => Err(Error::Protocol("GetAttr")),
+    })
+}
+
+pub fn setattr(c: &Client, lane: &Lane, ino: InodeId, set: SetAttr) -> Result<Attr> {
+    lane.call(c, ino.owner(), Request::SetAttr { ino, set }, |r| match r {
+        Reply::Attr(a) => Ok(a),
+        _ => Err(Error::Protocol("SetAttr")),
+    })
+}
+
+/// Fill a kernel `struct stat` exactly as Linux would for this inode.
+pub fn to_stat(a: &Attr) -> libc::stat {
+    let mut st: libc::stat = sys::zeroed();
+    st.st_dev = ATOLL_DEV;
+    st.st_ino = a.ino.0;
+    st.st_nlink = a.nlink as u64;
+    st.st_mode = a.ftype.mode_bits() | (a.perm & 0o7777);
+    st.st_uid = a.uid;
+    st.st_gid = a.gid;
+    st.st_rdev = a.rdev;
+    st.st_size = a.size as i64;
+    st.st_blksize = atoll_proto::BLOCK_SIZE as i64;
+    st.st_blocks = a.blocks as i64;
+    st.st_atime = a.atime.sec;
+    st.st_atime_nsec = a.atime.nsec as i64;
+    st.st_mtime = a.mtime.sec;
+    st.st_mtime_nsec = a.mtime.nsec as i64;
+    st.st_ctime = a.ctime.sec;
+    st.st_ctime_nsec = a.ctime.nsec as i64;
+    st
+}
+
+fn ts(t: Timespec) -> libc::statx_timestamp {
+    let mut x: libc::statx_timestamp = sys::zeroed();
+    x.tv_sec = t.sec;
+    x.tv_nsec = t.nsec;
+    x
+}
+
+/// Fill a `struct statx` (every basic field plus birth time).
+pub fn to_statx(a: &Attr) -> libc::statx {
+    let mut x: libc::statx = sys::zeroed();
+    x.stx_mask = libc::STATX_BASIC_STATS | libc::STATX_BTIME;
+    x.stx_blksize = atoll_proto::BLOCK_SIZE as u32;
+    x.stx_nlink = a.nlink;
+    x.stx_uid = a.uid;
+    x.stx_gid = a.gid;
+    x.stx_mode = (a.ftype.mode_bits() | (a.perm & 0o7777)) as u16;
+    x.stx_ino = a.ino.0;
+    x.stx_size = a.size;
+    x.stx_blocks = a.blocks;
+    x.stx_atime = ts(a.atime);
+    x.stx_btime = ts(a.btime);
+    x.stx_ctime = ts(a.ctime);
+    x.stx_mtime = ts(a.mtime);
+    x.stx_rdev_major = ((a.rdev >> 8) & 0xfff) as u32 | ((a.rdev >> 32) & !0xfff) as u32;
+    x.stx_rdev_minor = (a.rdev & 0xff) as u32 | ((a.rdev >> 12) & !0xff) as u32;
+    x.stx_dev_major = ATOLL_DEV_MAJOR;
+    x.stx_dev_minor = ATOLL_DEV_MINOR;
+    x
+}
+
+/// `SetAttr` times from a `utimensat` times array (NULL = now, now).
+pub fn times_from_timespecs(ptr: u64) -> Result<(TimeSet, TimeSet)> {
+    if ptr == 0 {
+        return Ok((TimeSet::Now, TimeSet::Now));
+    }
+    let t: [libc::timespec; 2] = sys::get_user(ptr)?;
+    let conv = |t: libc::timespec| -> Result<TimeSet> {
+        match t.tv_nsec {
+            libc::UTIME_NOW => Ok(TimeSet::Now),
+            libc::UTIME_OMIT => Ok(TimeSet::Omit),
+            n if (0..1_000_000_000).contains(&n) => Ok(TimeSet::Set(Timespec {
+                sec: t.tv_sec,
+                nsec: n as u32,
+            })),
+            _ => err(libc::EINVAL),
+        }
+    };
+    Ok((conv(t[0])?, conv(t[1])?))
+}
+
+/// Times from a `timeval[2]` (utimes/futimesat; NULL = now).
+pub fn times_from_timevals(ptr: u64) -> Result<(TimeSet, TimeSet)> {
+    if ptr == 0 {
+        return Ok((TimeSet::Now, TimeSet::Now));
+    }
+    let t: [libc::timeval; 2] = sys::get_user(ptr)?;
+    let conv = |t: libc::timeval| -> Result<TimeSet> {
+        if !(0..1_000_000).contains(&t.tv_usec) {
+            return err(libc::EINVAL);
+        }
+        Ok(TimeSet::Set(Timespec {
+            sec: t.tv_sec,
+            nsec: (t.tv_usec * 1000) as u32,
+        }))
+    };
+    Ok((conv(t[0])?, conv(t[1])?))
+}
+
+/// Times from a `struct utimbuf` (utime; NULL = now).
+pub fn times_from_utimbuf(ptr: u64) -> Result<(TimeSet, TimeSet)> {
+    if ptr == 0 {
+        return Ok((TimeSet::Now, TimeSet::Now));
+    }
+    let t: libc::utimbuf = sys::get_user(ptr)?;
+    Ok((
+        TimeSet::Set(Timespec {
+            sec: t.actime,
+            nsec: 0,
+        }),
+        TimeSet::Set(Timespec {
+            sec: t.modtime,
+            nsec: 0,
+        }),
+    ))
+}
+
+/// Sum of every server's share (`statfs`).
+pub fn statfs(c: &Client, lane: &Lane) -> Result<libc::statfs> {
+    let mut ids = Vec::with_capacity(c.nservers);
+    for s in 0..c.nservers {
+        ids.push(lane.send(c, c.cred(), s, Request::StatFs)?);
+    }
+    let mut total = atoll_proto::StatFsInfo::default();
+    for (s, id) in ids.into_iter().enumerate() {
+        let i = lane.recv(c, s, id, |r| match r {
+            Reply::StatFs(i) => Ok(i),
+            _ => Err(Error::Protocol("StatFs")),
+        })?;
+        total.blocks += i.blocks;
+        total.blocks_free += i.blocks_free;
+        total.files += i.files;
+        total.files_free += i.files_free;
+    }
+    let mut st: libc::statfs = sys::zeroed();
+    st.f_type = ATOLL_FS_MAGIC;
+    st.f_bsize = atoll_proto::BLOCK_SIZE as i64;
+    st.f_frsize = atoll_proto::BLOCK_SIZE as i64;
+    st.f_blocks = total.blocks;
+    st.f_bfree = total.blocks_free;
+    st.f_bavail = total.blocks_free;
+    st.f_files = total.files;
+    st.f_ffree = total.files_free;
+    st.f_namelen = atoll_proto::MAX_NAME as i64;
+    Ok(st)
+}
+
+/// `getxattr` family: returns the value length (size 0 = just ask).
+pub fn getxattr(
+    c: &Client,
+    lane: &Lane,
+    ino: InodeId,
+    name: &[u8],
+    buf: u64,
+    size: usize,
+) -> Result<i64> {
+    lane.call(
+        c,
+        ino.owner(),
+        Request::GetXattr { ino, name },
+        |r| match r {
+            Reply::Xattr(v) => copy_sized(v, buf, size),
+            _ => Err(Error::Protocol("GetXattr")),
+        },
+    )
+}
+
+pub fn listxattr(c: &Client, lane: &Lane, ino: InodeId, buf: u64, size: usize) -> Result<i64> {
+    lane.call(c, ino.owner(), Request::ListXattr { ino }, |r| match r {
+        Reply::XattrNames(v) => copy_sized(v, buf, size),
+        _ => Err(Error::Protocol("ListXattr")),
+    })
+}
+
+fn copy_sized(v: &[u8], buf: u64, size: usize) -> Result<i64> {
+    if size == 0 {
+        return Ok(v.len() as i64);
+    }
+    if v.len() > size {
+        return err(libc::ERANGE);
+    }
+    sys::user_slice_mut(buf, v.len()).copy_from_slice(v);
+    Ok(v.len() as i64)
+}
+
+pub fn setxattr(
+    c: &Client,
+    lane: &Lane,
+    ino: InodeId,
+    name: &[u8],
+    value: &[u8],
+    flags: u32,
+) -> Result<i64> {
+    if value.len() > atoll_proto::MAX_XATTR_VALUE {
+        return err(libc::E2BIG);
+    }
+    lane.call_ok(
+        c,
+        ino.owner(),
+        Request::SetXattr {
+            ino,
+            name,
+            value,
+            flags,
+        },
+    )?;
+    Ok(0)
+}
+
+pub fn removexattr(c: &Client, lane: &Lane, ino: InodeId, name: &[u8]) -> Result<i64> {
+    lane.call_ok(c, ino.owner(), Request::RemoveXattr { ino, name })?;
+    Ok(0)
+}
+
+/// An xattr name argument: `ERANGE` when empty or longer than 255 bytes,
+/// as Linux.
+pub fn xattr_name<'a>(ptr: u64) -> Result<&'a [u8]> {
+    let n = sys::user_path(ptr).map_err(|e| {
+        Error::Errno(if e == libc::ENAMETOOLONG {
+            libc::ERANGE
+        } else {
+            e
+        })
+    })?;
+    if n.is_empty() || n.len() > 255 {
+        return err(libc::ERANGE);
+    }
+    Ok(n)
+}

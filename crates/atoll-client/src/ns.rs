@@ -1,0 +1,1104 @@
+//! Namespace operations: mkdir/mknod/symlink, unlink/rmdir (three-phase for
+//! distributed directories, Hare §3.4.1), rename (one message when both
+//! entries live on one server, client-coordinated otherwise, Hare §6.2.3),
+//! link, readlink, getdents (directory broadcast, Hare §3.7.3), and the
+//! working directory.
+//!
+//! Reference counting across servers. An entry is one reference to its
+//! inode. A server that adds (`Link`, `MakeNode`, `Open` with `O_CREAT`) or
+//! removes (`Unlink`, `Rename`) an entry adjusts the link count itself only
+//! when it also owns the inode; otherwise the client sends `Ref`/`Unref` to
+//! the owner (`Unlinked.freed_here` says which happened).
+
+use atoll_proto::{entry_server, FileType, InodeId, Reply, Request, UnlinkKind, ROOT};
+
+use crate::error::{err, Error, Result};
+use crate::fdtable::{self, DescRef};
+use crate::path::{matches_distribute, PathBuf};
+use crate::session::{Client, Cwd, Lane};
+use crate::sys;
+use crate::walk::{Last, LastKind, NodeStep, Step, Walker};
+use crate::Out;
+
+/// xattr a directory may carry to make its new subdirectories distributed.
+pub const XATTR_DISTRIBUTED: &[u8] = b"user.atoll.distributed";
+
+/// Resolve up to the final component. `Ok(Err(out))` when the path is not
+/// atoll's (or leaves atoll).
+fn parent<'a>(
+    c: &'a Client,
+    lane: &'a Lane,
+    dirfd: i64,
+    path: &[u8],
+) -> Result<core::result::Result<(Walker<'a>, Last), Out>> {
+    let Some(mut w) = Walker::start(c, lane, dirfd, path)? else {
+        return Ok(Err(Out::Host));
+    };
+    match w.advance()? {
+        Step::Host(p) => Ok(Err(Out::Rehost(p))),
+        Step::Last(l) => Ok(Ok((w, l))),
+    }
+}
+
+fn umask(c: &Client) -> u32 {
+    c.umask.load(core::sync::atomic::Ordering::Relaxed)
+}
+
+/// Should a directory created as `name` in `w.dir` be distributed?
+fn want_distributed(c: &Client, w: &Walker, name: &[u8]) -> bool {
+    if c.info.without.dir_distribution || c.nservers < 2 {
+        return false;
+    }
+    if w.dir.is_distributed() {
+        return true;
+    }
+    if let Ok(p) = w.child_path(name) {
+        if matches_distribute(w.rel_to_mount(&p), &c.info.distribute) {
+            return true;
+        }
+    }
+    let ino = w.dir;
+    w.lane
+        .call(
+            c,
+            ino.owner(),
+            Request::GetXattr {
+                ino,
+                name: XATTR_DISTRIBUTED,
+            },
+            |r| Ok(matches!(r, Reply::Xattr(_))),
+        )
+        .unwrap_or(false)
+}
+
+/// `MakeNode` in the final component's entry server.
+#[allow(clippy::too_many_arguments)]
+fn make_node(
+    c: &Client,
+    w: &Walker,
+    name: &[u8],
+    ftype: FileType,
+    perm: u32,
+    rdev: u64,
+    target: &[u8],
+    distributed: bool,
+) -> Result<InodeId> {
+    let server = entry_server(w.dir, name, c.nservers);
+    // Creation affinity (Hare §3.7.5): the new inode lives where its entry
+    // is, and a directory's own entries start on that same server.
+    let home = server as u8;
+    w.lane.call(
+        c,
+        server,
+        Request::MakeNode {
+            dir: w.dir,
+            name,
+            ftype,
+            perm,
+            rdev,
+            target,
+            home,
+            distributed,
+        },
+        |r| match r {
+            Reply::Entry { ino, .. } => Ok(ino),
+            _ => Err(Error::Protocol("MakeNode")),
+        },
+    )
+}
+
+pub fn mkdir(c: &Client, lane: &Lane, dirfd: i64, path: &[u8], mode: u32) -> Result<Out> {
+    let (w, last) = match parent(c, lane, dirfd, path)? {
+        Ok(x) => x,
+        Err(o) => return Ok(o),
+    };
+    if last.kind != LastKind::Name {
+        return err(libc::EEXIST);
+    }
+    let name = last.name.as_bytes();
+    let dist = want_distributed(c, &w, name);
+    let perm = mode & 0o7777 & !umask(c);
+    make_node(c, &w, name, FileType::Directory, perm, 0, b"", dist)?;
+    Ok(Out::Done(0))
+}
+
+pub fn mknod(c: &Client, lane: &Lane, dirfd: i64, path: &[u8], mode: u32, dev: u64) -> Result<Out> {
+    let (w, last) = match parent(c, lane, dirfd, path)? {
+        Ok(x) => x,
+        Err(o) => return Ok(o),
+    };
+    if last.kind != LastKind::Name {
+        return err(libc::EEXIST);
+    }
+    if last.trailing_slash {
+        return err(libc::ENOENT);
+    }
+    let name = last.name.as_bytes();
+    let perm = mode & 0o7777 & !umask(c);
+    let ftype = match mode & libc::S_IFMT {
+        0 | libc::S_IFREG => {
+            // A regular file: create (exclusively) and close at once.
+            let server = entry_server(w.dir, name, c.nservers);
+            let desc = lane.call(
+                c,
+                server,
+                Request::Open {
+                    dir: w.dir,
+                    name,
+                    flags: (libc::O_CREAT | libc::O_EXCL | libc::O_RDONLY) as u32,
+                    perm: mode & 0o7777,
+                    umask: umask(c),
+                },
+                |r| match r {
+                    Reply::Opened { desc, .. } => Ok(desc),
+                    Reply::Entry { .. } | Reply::Symlink { .. } => err(libc::EEXIST),
+                    _ => Err(Error::Protocol("Open")),
+                },
+            )?;
+            lane.call_ok(c, desc.server(), Request::Close { desc })?;
+            return Ok(Out::Done(0));
+        }
+        libc::S_IFDIR => return err(libc::EPERM),
+        m => FileType::from_mode(m).ok_or(Error::Errno(libc::EINVAL))?,
+    };
+    make_node(c, &w, name, ftype, perm, dev, b"", false)?;
+    Ok(Out::Done(0))
+}
+
+pub fn symlink(c: &Client, lane: &Lane, target: &[u8], dirfd: i64, path: &[u8]) -> Result<Out> {
+    let (w, last) = match parent(c, lane, dirfd, path)? {
+        Ok(x) => x,
+        Err(o) => return Ok(o),
+    };
+    if last.kind != LastKind::Name || last.trailing_slash {
+        return err(libc::EEXIST);
+    }
+    if target.is_empty() {
+        return err(libc::ENOENT);
+    }
+    make_node(
+        c,
+        &w,
+        last.name.as_bytes(),
+        FileType::Symlink,
+        0o777,
+        0,
+        target,
+        false,
+    )?;
+    Ok(Out::Done(0))
+}
+
+/// Remove entry `(dir, name)` and finish the owner's link count.
+fn unlink_entry(
+    c: &Client,
+    lane: &Lane,
+    dir: InodeId,
+    name: &[u8],
+    kind: UnlinkKind,
+    expect: Option<InodeId>,
+) -> Result<(InodeId, FileType)> {
+    let server = entry_server(dir, name, c.nservers);
+    let (ino, ftype, freed_here) = lane.call(
+        c,
+        server,
+        Request::Unlink {
+            dir,
+            name,
+            kind,
+            expect,
+        },
+        |r| match r {
+            Reply::Unlinked {
+                ino,
+                ftype,
+                freed_here,
+            } => Ok((ino, ftype, freed_here)),
+            _ => Err(Error::Protocol("Unlink")),
+        },
+    )?;
+    if !freed_here {
+        let _ = lane.call_ok(c, ino.owner(), Request::Unref { ino });
+    }
+    Ok((ino, ftype))
+}
+
+pub fn unlink(c: &Client, lane: &Lane, dirfd: i64, path: &[u8], flags: i32) -> Result<Out> {
+    if flags & !libc::AT_REMOVEDIR != 0 {
+        return err(libc::EINVAL);
+    }
+    let (w, last) = match parent(c, lane, dirfd, path)? {
+        Ok(x) => x,
+        Err(o) => return Ok(o),
+    };
+    if flags & libc::AT_REMOVEDIR != 0 {
+        return rmdir_at(c, lane, &w, &last);
+    }
+    if last.kind != LastKind::Name {
+        return err(libc::EISDIR);
+    }
+    let name = last.name.as_bytes();
+    if last.trailing_slash {
+        let (_, ft) = w.lookup(w.dir, name)?;
+        return err(if ft == FileType::Directory {
+            libc::EISDIR
+        } else {
+            libc::ENOTDIR
+        });
+    }
+    unlink_entry(c, lane, w.dir, name, UnlinkKind::NonDirectory, None)?;
+    Ok(Out::Done(0))
+}
+
+pub fn rmdir(c: &Client, lane: &Lane, path: &[u8]) -> Result<Out> {
+    let (w, last) = match parent(c, lane, libc::AT_FDCWD as i64, path)? {
+        Ok(x) => x,
+        Err(o) => return Ok(o),
+    };
+    rmdir_at(c, lane, &w, &last)
+}
+
+/// Servers that may hold entries of directory `ino`.
+fn entry_servers(c: &Client, ino: InodeId) -> Vec<usize> {
+    if ino.is_distributed() && c.nservers > 1 {
+        let mut v: Vec<usize> = (0..c.nservers).collect();
+        // The home server first: it serializes concurrent rmdirs.
+        v.retain(|&s| s != ino.home());
+        v.insert(0, ino.home());
+        v
+    } else {
+        vec![ino.home()]
+    }
+}
+
+/// rmdir: when the directory's entries all live on the server holding its
+/// own entry, one `Unlink` does it (the server checks emptiness). Otherwise
+/// the three-phase protocol of Hare §3.4.1: mark on every server holding
+/// entries (home first; fails with ENOTEMPTY), remove the entry, then
+/// commit — or abort every mark on any failure.
+fn rmdir_at(c: &Client, lane: &Lane, w: &Walker, last: &Last) -> Result<Out> {
+    match last.kind {
+        LastKind::Dot => return err(libc::EINVAL),
+        LastKind::DotDot => return err(libc::ENOTEMPTY),
+        LastKind::Root => return err(libc::EBUSY),
+        LastKind::Name => {}
+    }
+    let name = last.name.as_bytes();
+    let (ino, ftype) = w.lookup(w.dir, name)?;
+    if ftype != FileType::Directory {
+        return err(libc::ENOTDIR);
+    }
+    if ino == ROOT {
+        return err(libc::EBUSY);
+    }
+    if let Some(cwd) = c.cwd() {
+        if cwd.ino == ino {
+            // Linux allows removing the cwd; keep going (it becomes
+            // unreachable, as on Linux).
+        }
+    }
+    let servers = entry_servers(c, ino);
+    let esrv = entry_server(w.dir, name, c.nservers);
+    if servers == [esrv] {
+        unlink_entry(c, lane, w.dir, name, UnlinkKind::Directory, Some(ino))?;
+        return Ok(Out::Done(0));
+    }
+    let mut marked = Vec::with_capacity(servers.len());
+    let mut failure = None;
+    // Phase 1: the home server, alone (serialization point).
+    match lane.call_ok(c, servers[0], Request::MarkRmdir { dir: ino }) {
+        Ok(()) => marked.push(servers[0]),
+        Err(e) => failure = Some(e),
+    }
+    // Phase 2: the others, in parallel (directory broadcast).
+    if failure.is_none() {
+        let mut ids = Vec::new();
+        for &s in &servers[1..] {
+            ids.push((
+                s,
+                lane.send(c, c.cred(), s, Request::MarkRmdir { dir: ino })?,
+            ));
+        }
+        for (s, id) in ids {
+            match lane.recv(c, s, id, |r| match r {
+                Reply::Ok => Ok(()),
+                _ => Err(Error::Protocol("MarkRmdir")),
+            }) {
+                Ok(()) => marked.push(s),
+                Err(e) => {
+                    if failure.is_none() {
+                        failure = Some(e)
+                    }
+                }
+            }
+        }
+    }
+    if failure.is_none() {
+        if let Err(e) = unlink_entry(c, lane, w.dir, name, UnlinkKind::Directory, Some(ino)) {
+            failure = Some(e);
+        }
+    }
+    // Phase 3: commit or abort on every marked server.
+    let commit = failure.is_none();
+    for &s in &marked {
+        let _ = lane.call_ok(c, s, Request::FinishRmdir { dir: ino, commit });
+    }
+    match failure {
+        None => Ok(Out::Done(0)),
+        Some(e) => Err(e),
+    }
+}
+
+/// Is `dir` empty (no entries but `.` and `..` on any server)?
+fn dir_is_empty(c: &Client, lane: &Lane, dir: InodeId) -> Result<bool> {
+    for s in entry_servers(c, dir) {
+        let mut cookie = 0;
+        loop {
+            let (data_has_entry, next, end) = lane.call(
+                c,
+                s,
+                Request::ReadDir {
+                    dir,
+                    cookie,
+                    max_bytes: 4096,
+                },
+                |r| match r {
+                    Reply::Dirents { data, end } => {
+                        let mut has = false;
+                        let mut last = cookie;
+                        for (off, name) in dirents(data) {
+                            last = off;
+                            if name != b"." && name != b".." {
+                                has = true;
+                            }
+                        }
+                        Ok((has, last, end || data.is_empty()))
+                    }
+                    _ => Err(Error::Protocol("ReadDir")),
+                },
+            )?;
+            if data_has_entry {
+                return Ok(false);
+            }
+            if end {
+                break;
+            }
+            cookie = next;
+        }
+    }
+    Ok(true)
+}
+
+/// Iterate `(d_off, name)` of packed `linux_dirent64` records.
+fn dirents(data: &[u8]) -> impl Iterator<Item = (u64, &[u8])> {
+    let mut pos = 0;
+    core::iter::from_fn(move || {
+        if pos + 19 > data.len() {
+            return None;
+        }
+        let off = u64::from_ne_bytes(data[pos + 8..pos + 16].try_into().ok()?);
+        let reclen = u16::from_ne_bytes(data[pos + 16..pos + 18].try_into().ok()?) as usize;
+        if reclen < 19 || pos + reclen > data.len() {
+            return None;
+        }
+        let nm = &data[pos + 19..pos + reclen];
+        let nm = &nm[..nm.iter().position(|&b| b == 0).unwrap_or(nm.len())];
+        pos += reclen;
+        Some((off, nm))
+    })
+}
+
+/// Both paths of a two-path call, resolved to their parents.
+enum Pair<'a> {
+    /// Neither is atoll's.
+    Host,
+    /// Both leave atoll: run on the host with these paths.
+    Rehost(Option<PathBuf>, Option<PathBuf>),
+    Atoll(Box<(Walker<'a>, Last)>, Box<(Walker<'a>, Last)>),
+}
+
+fn pair<'a>(
+    c: &'a Client,
+    lane: &'a Lane,
+    d1: i64,
+    p1: &[u8],
+    d2: i64,
+    p2: &[u8],
+) -> Result<Pair<'a>> {
+    let a = parent(c, lane, d1, p1)?;
+    let b = parent(c, lane, d2, p2)?;
+    match (a, b) {
+        (Err(Out::Host), Err(Out::Host)) => Ok(Pair::Host),
+        (Ok(x), Ok(y)) => Ok(Pair::Atoll(Box::new(x), Box::new(y))),
+        (Err(x), Err(y)) => {
+            let f = |o| match o {
+                Out::Rehost(p) => Some(p),
+                _ => None,
+            };
+            Ok(Pair::Rehost(f(x), f(y)))
+        }
+        _ => err(libc::EXDEV),
+    }
+}
+
+/// Issue a two-path `*at` call on the host with rewritten paths.
+#[allow(clippy::too_many_arguments)]
+fn host_pair(
+    nr: i64,
+    d1: i64,
+    p1: u64,
+    d2: i64,
+    p2: u64,
+    flags: u64,
+    r1: &Option<PathBuf>,
+    r2: &Option<PathBuf>,
+) -> i64 {
+    let (d1, p1) = match r1 {
+        Some(p) => (libc::AT_FDCWD as i64, p.as_ptr() as u64),
+        None => (d1, p1),
+    };
+    let (d2, p2) = match r2 {
+        Some(p) => (libc::AT_FDCWD as i64, p.as_ptr() as u64),
+        None => (d2, p2),
+    };
+    // SAFETY: the program's own arguments, with paths replaced by our
+    // NUL-terminated buffers that outlive the call.
+    unsafe { sys::syscall6(nr, [d1 as u64, p1, d2 as u64, p2, flags, 0]) }
+}
+
+/// `renameat2(d1, p1, d2, p2, flags)`.
+pub fn rename(
+    c: &Client,
+    lane: &Lane,
+    d1: i64,
+    p1: u64,
+    d2: i64,
+    p2: u64,
+    flags: u32,
+) -> Result<Out> {
+    let (s1, s2) = (sys::user_path(p1)?, sys::user_path(p2)?);
+    if s1.is_empty() || s2.is_empty() {
+        return Ok(Out::Host);
+    }
+    let (mut a, b) = match pair(c, lane, d1, s1, d2, s2)? {
+        Pair::Host => return Ok(Out::Host),
+        Pair::Rehost(r1, r2) => {
+            return Ok(Out::Done(host_pair(
+                libc::SYS_renameat2,
+                d1,
+                p1,
+                d2,
+                p2,
+                flags as u64,
+                &r1,
+                &r2,
+            )))
+        }
+        Pair::Atoll(a, b) => (a, b),
+    };
+    let noreplace = flags & libc::RENAME_NOREPLACE != 0;
+    let exchange = flags & libc::RENAME_EXCHANGE != 0;
+    if flags & !(libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE) != 0 || (noreplace && exchange) {
+        return err(libc::EINVAL);
+    }
+    let (w1, l1) = (&mut a.0, &a.1);
+    let (w2, l2) = (&b.0, &b.1);
+    if l1.kind != LastKind::Name || l2.kind != LastKind::Name {
+        return err(libc::EBUSY);
+    }
+    let (n1, n2) = (l1.name.as_bytes(), l2.name.as_bytes());
+    let (dir1, dir2) = (w1.dir, w2.dir);
+    let (ino1, ft1) = w1.lookup(dir1, n1)?;
+    if (l1.trailing_slash || l2.trailing_slash) && ft1 != FileType::Directory {
+        return err(libc::ENOTDIR);
+    }
+    let target = match w1.lookup(dir2, n2) {
+        Ok(t) => Some(t),
+        Err(Error::Errno(e)) if e == libc::ENOENT => None,
+        Err(e) => return Err(e),
+    };
+    if dir1 == dir2 && n1 == n2 {
+        return Ok(Out::Done(0));
+    }
+    if let Some((ino2, _)) = target {
+        if ino2 == ino1 && !exchange {
+            return Ok(Out::Done(0)); // two links of one inode: nothing to do
+        }
+    }
+    // A directory may not move into its own subtree (EINVAL); the client
+    // knows ancestry from `..` lookups (servers do not talk to each other).
+    if ft1 == FileType::Directory && dir1 != dir2 {
+        check_not_ancestor(w1, ino1, dir2)?;
+    }
+    if exchange {
+        if let Some((ino2, FileType::Directory)) = target {
+            if dir1 != dir2 {
+                check_not_ancestor(w1, ino2, dir1)?;
+            }
+        }
+    }
+    let srv1 = entry_server(dir1, n1, c.nservers);
+    let srv2 = entry_server(dir2, n2, c.nservers);
+    if srv1 == srv2 {
+        let (moved, mft, replaced) = lane.call(
+            c,
+            srv1,
+            Request::Rename {
+                olddir: dir1,
+                oldname: n1,
+                newdir: dir2,
+                newname: n2,
+                flags,
+            },
+            |r| match r {
+                Reply::Renamed {
+                    moved,
+                    ftype,
+                    replaced,
+                } => Ok((moved, ftype, replaced)),
+                _ => Err(Error::Protocol("Rename")),
+            },
+        )?;
+        if let Some((rino, _, freed_here)) = replaced {
+            if !freed_here && !exchange {
+                let _ = lane.call_ok(c, rino.owner(), Request::Unref { ino: rino });
+            }
+        }
+        if mft == FileType::Directory && dir1 != dir2 {
+            let _ = lane.call_ok(
+                c,
+                moved.home(),
+                Request::SetParent {
+                    dir: moved,
+                    parent: dir2,
+                },
+            );
+        }
+        if exchange && dir1 != dir2 {
+            if let Some((rino, FileType::Directory, _)) = replaced {
+                let _ = lane.call_ok(
+                    c,
+                    rino.home(),
+                    Request::SetParent {
+                        dir: rino,
+                        parent: dir1,
+                    },
+                );
+            }
+        }
+        return Ok(Out::Done(0));
+    }
+    cross_server_rename(
+        c,
+        lane,
+        (dir1, n1, ino1, ft1),
+        (dir2, n2),
+        target,
+        noreplace,
+        exchange,
+    )?;
+    Ok(Out::Done(0))
+}
+
+/// Walk `..` up from `from` to the root: `EINVAL` if `moved` is on the way.
+fn check_not_ancestor(w: &Walker, moved: InodeId, from: InodeId) -> Result<()> {
+    let mut cur = from;
+    for _ in 0..4096 {
+        if cur == moved {
+            return err(libc::EINVAL);
+        }
+        if cur == ROOT {
+            return Ok(());
+        }
+        cur = w.lookup(cur, b"..")?.0;
+    }
+    err(libc::ELOOP)
+}
+
+/// Rename whose two entries live on different servers, coordinated by the
+/// client (Hare §6.2.3: servers never message each other): `Link{replace}`
+/// on the new entry's server, then `Unlink{expect}` on the old one, then
+/// `Unref` of a replaced inode on its owner.
+#[allow(clippy::too_many_arguments)]
+fn cross_server_rename(
+    c: &Client,
+    lane: &Lane,
+    old: (InodeId, &[u8], InodeId, FileType),
+    new: (InodeId, &[u8]),
+    target: Option<(InodeId, FileType)>,
+    noreplace: bool,
+    exchange: bool,
+) -> Result<()> {
+    let (dir1, n1, ino1, ft1) = old;
+    let (dir2, n2) = new;
+    let srv1 = entry_server(dir1, n1, c.nservers);
+    let srv2 = entry_server(dir2, n2, c.nservers);
+    if let Some((ino2, ft2)) = target {
+        if noreplace {
+            return err(libc::EEXIST);
+        }
+        if !exchange {
+            match (ft1 == FileType::Directory, ft2 == FileType::Directory) {
+                (true, false) => return err(libc::ENOTDIR),
+                (false, true) => return err(libc::EISDIR),
+                (true, true) if !dir_is_empty(c, lane, ino2)? => return err(libc::ENOTEMPTY),
+                _ => {}
+            }
+        }
+    } else if exchange {
+        return err(libc::ENOENT);
+    }
+    let link = |dir: InodeId,
+                name: &[u8],
+                ino: InodeId,
+                ftype: FileType,
+                server: usize|
+     -> Result<Option<(InodeId, FileType)>> {
+        if ino.owner() != server {
+            lane.call(c, ino.owner(), Request::Ref { ino }, |_| Ok(()))?;
+        }
+        let r = lane.call(
+            c,
+            server,
+            Request::Link {
+                dir,
+                name,
+                ino,
+                ftype,
+                replace: true,
+            },
+            |r| match r {
+                Reply::Linked { replaced } => Ok(replaced),
+                _ => Err(Error::Protocol("Link")),
+            },
+        );
+        if r.is_err() && ino.owner() != server {
+            let _ = lane.call_ok(c, ino.owner(), Request::Unref { ino });
+        }
+        r
+    };
+    let unref_replaced = |rep: Option<(InodeId, FileType)>, server: usize| {
+        if let Some((rino, _)) = rep {
+            if rino.owner() != server {
+                let _ = lane.call_ok(c, rino.owner(), Request::Unref { ino: rino });
+            }
+        }
+    };
+    if exchange {
+        let (ino2, ft2) = target.expect("checked above");
+        let rep2 = link(dir2, n2, ino1, ft1, srv2)?;
+        unref_replaced(rep2, srv2);
+        let rep1 = link(dir1, n1, ino2, ft2, srv1)?;
+        unref_replaced(rep1, srv1);
+        if ft1 == FileType::Directory && dir1 != dir2 {
+            let _ = lane.call_ok(
+                c,
+                ino1.home(),
+                Request::SetParent {
+                    dir: ino1,
+                    parent: dir2,
+                },
+            );
+        }
+        if ft2 == FileType::Directory && dir1 != dir2 {
+            let _ = lane.call_ok(
+                c,
+                ino2.home(),
+                Request::SetParent {
+                    dir: ino2,
+                    parent: dir1,
+                },
+            );
+        }
+        return Ok(());
+    }
+    let replaced = link(dir2, n2, ino1, ft1, srv2)?;
+    // The old entry must still name the moved inode (ESTALE otherwise: a
+    // concurrent rename won; undo our link).
+    let kind = if ft1 == FileType::Directory {
+        UnlinkKind::Directory
+    } else {
+        UnlinkKind::NonDirectory
+    };
+    let removed = lane.call(
+        c,
+        srv1,
+        Request::Unlink {
+            dir: dir1,
+            name: n1,
+            kind,
+            expect: Some(ino1),
+        },
+        |r| match r {
+            Reply::Unlinked {
+                ino, freed_here, ..
+            } => Ok((ino, freed_here)),
+            _ => Err(Error::Protocol("Unlink")),
+        },
+    );
+    match removed {
+        Ok((ino, freed_here)) => {
+            if !freed_here {
+                let _ = lane.call_ok(c, ino.owner(), Request::Unref { ino });
+            }
+        }
+        Err(e) => {
+            let _ = unlink_entry(c, lane, dir2, n2, UnlinkKind::NonDirectory, Some(ino1));
+            return Err(e);
+        }
+    }
+    unref_replaced(replaced, srv2);
+    if ft1 == FileType::Directory {
+        let _ = lane.call_ok(
+            c,
+            ino1.home(),
+            Request::SetParent {
+                dir: ino1,
+                parent: dir2,
+            },
+        );
+    }
+    Ok(())
+}
+
+/// `linkat(d1, p1, d2, p2, flags)`.
+pub fn link(
+    c: &Client,
+    lane: &Lane,
+    d1: i64,
+    p1: u64,
+    d2: i64,
+    p2: u64,
+    flags: i32,
+) -> Result<Out> {
+    if flags & !(libc::AT_SYMLINK_FOLLOW | libc::AT_EMPTY_PATH) != 0 {
+        return err(libc::EINVAL);
+    }
+    let s2 = sys::user_path(p2)?;
+    let follow = flags & libc::AT_SYMLINK_FOLLOW != 0;
+    let src = crate::meta::resolve(c, lane, d1, p1, follow, flags & libc::AT_EMPTY_PATH != 0)?;
+    let dst = if s2.is_empty() {
+        Err(Out::Host)
+    } else {
+        parent(c, lane, d2, s2)?
+    };
+    let (ino, ftype) = match (src, dst) {
+        (crate::meta::Target::Host, Err(Out::Host)) => return Ok(Out::Host),
+        (crate::meta::Target::Node { ino, ftype, .. }, Ok(_)) => (ino, ftype),
+        (crate::meta::Target::Rehost(a), Err(Out::Rehost(b))) => {
+            return Ok(Out::Done(host_pair(
+                libc::SYS_linkat,
+                d1,
+                p1,
+                d2,
+                p2,
+                flags as u64,
+                &Some(a),
+                &Some(b),
+            )))
+        }
+        _ => return err(libc::EXDEV),
+    };
+    let (w, last) = parent(c, lane, d2, s2)?.map_err(|_| Error::Errno(libc::EXDEV))?;
+    if last.kind != LastKind::Name {
+        return err(libc::EEXIST);
+    }
+    if ftype == FileType::Directory {
+        return err(libc::EPERM);
+    }
+    if last.trailing_slash {
+        return err(libc::ENOENT);
+    }
+    let name = last.name.as_bytes();
+    let server = entry_server(w.dir, name, c.nservers);
+    if ino.owner() != server {
+        lane.call(c, ino.owner(), Request::Ref { ino }, |_| Ok(()))?;
+    }
+    let r = lane.call(
+        c,
+        server,
+        Request::Link {
+            dir: w.dir,
+            name,
+            ino,
+            ftype,
+            replace: false,
+        },
+        |r| match r {
+            Reply::Linked { .. } => Ok(()),
+            _ => Err(Error::Protocol("Link")),
+        },
+    );
+    if r.is_err() && ino.owner() != server {
+        let _ = lane.call_ok(c, ino.owner(), Request::Unref { ino });
+    }
+    r?;
+    Ok(Out::Done(0))
+}
+
+/// `readlinkat(dirfd, path, buf, size)`.
+pub fn readlink(
+    c: &Client,
+    lane: &Lane,
+    dirfd: i64,
+    path: u64,
+    buf: u64,
+    size: i64,
+) -> Result<Out> {
+    let t = crate::meta::resolve(c, lane, dirfd, path, false, true)?;
+    let ino = match t {
+        crate::meta::Target::Host => return Ok(Out::Host),
+        crate::meta::Target::Rehost(p) => return Ok(Out::Rehost(p)),
+        crate::meta::Target::Node { ino, ftype, .. } => {
+            if ftype != FileType::Symlink {
+                return err(libc::EINVAL);
+            }
+            ino
+        }
+    };
+    if size <= 0 {
+        return err(libc::EINVAL);
+    }
+    let n = lane.call(c, ino.owner(), Request::ReadLink { ino }, |r| match r {
+        Reply::Target(t) => {
+            let n = t.len().min(size as usize);
+            sys::user_slice_mut(buf, n).copy_from_slice(&t[..n]);
+            Ok(n)
+        }
+        _ => Err(Error::Protocol("ReadLink")),
+    })?;
+    Ok(Out::Done(n as i64))
+}
+
+/// Cookie of a distributed directory: server index in the top byte, the
+/// server's own cookie below (Hare §3.7.3 broadcast, one server at a time
+/// so positions are stable for telldir/seekdir).
+const SRV_SHIFT: u32 = 56;
+const SRV_MASK: u64 = (1 << SRV_SHIFT) - 1;
+
+/// `getdents64(fd, buf, count)` on an atoll directory.
+pub fn getdents64(c: &Client, lane: &Lane, d: &DescRef, buf: &mut [u8]) -> Result<i64> {
+    if d.ftype() != FileType::Directory {
+        return err(libc::ENOTDIR);
+    }
+    if d.flags() & libc::O_PATH as u32 != 0 {
+        return err(libc::EBADF);
+    }
+    let dir = d.ino();
+    let cookie = d.cookie().load(core::sync::atomic::Ordering::Relaxed);
+    let max_bytes = buf.len().min(u32::MAX as usize) as u32;
+    if !dir.is_distributed() || c.nservers < 2 {
+        let (n, next) = read_dir_chunk(c, lane, dir, dir.home(), cookie, max_bytes, buf, None)?;
+        if let Some(nx) = next {
+            d.cookie().store(nx, core::sync::atomic::Ordering::Relaxed);
+        }
+        return Ok(n as i64);
+    }
+    let mut si = (cookie >> SRV_SHIFT) as usize;
+    let mut sc = cookie & SRV_MASK;
+    while si < c.nservers {
+        // Visit servers in a fixed order, the home server first so `.` and
+        // `..` come first.
+        let server = order(c, dir, si);
+        let (n, next) = read_dir_chunk(c, lane, dir, server, sc, max_bytes, buf, Some(si))?;
+        if n > 0 {
+            let nx = next.unwrap_or(cookie);
+            d.cookie().store(nx, core::sync::atomic::Ordering::Relaxed);
+            return Ok(n as i64);
+        }
+        si += 1;
+        sc = 0;
+        d.cookie().store(
+            (si as u64) << SRV_SHIFT,
+            core::sync::atomic::Ordering::Relaxed,
+        );
+    }
+    Ok(0)
+}
+
+/// The `i`-th server visited when reading distributed directory `dir`.
+fn order(c: &Client, dir: InodeId, i: usize) -> usize {
+    (dir.home() + i) % c.nservers
+}
+
+/// One `ReadDir` into `buf`; with `tag = Some(i)` rewrite every `d_off`
+/// to the merged cookie. Returns bytes copied and the cookie to resume at.
+/// `EINVAL` when the buffer cannot hold even one record (as Linux).
+#[allow(clippy::too_many_arguments)]
+fn read_dir_chunk(
+    c: &Client,
+    lane: &Lane,
+    dir: InodeId,
+    server: usize,
+    cookie: u64,
+    max_bytes: u32,
+    buf: &mut [u8],
+    tag: Option<usize>,
+) -> Result<(usize, Option<u64>)> {
+    lane.call(
+        c,
+        server,
+        Request::ReadDir {
+            dir,
+            cookie,
+            max_bytes,
+        },
+        |r| match r {
+            Reply::Dirents { data, end } => {
+                if data.is_empty() {
+                    if !end {
+                        return err(libc::EINVAL);
+                    }
+                    return Ok((0, None));
+                }
+                if data.len() > buf.len() {
+                    return Err(Error::Protocol("ReadDir overflow"));
+                }
+                buf[..data.len()].copy_from_slice(data);
+                let mut pos = 0;
+                let mut last = cookie;
+                while pos + 19 <= data.len() {
+                    let reclen = u16::from_ne_bytes([buf[pos + 16], buf[pos + 17]]) as usize;
+                    if reclen < 19 || pos + reclen > data.len() {
+                        return Err(Error::Protocol("bad dirent"));
+                    }
+                    let mut off =
+                        u64::from_ne_bytes(buf[pos + 8..pos + 16].try_into().expect("8 bytes"));
+                    last = off;
+                    if let Some(i) = tag {
+                        off = ((i as u64) << SRV_SHIFT) | (off & SRV_MASK);
+                        buf[pos + 8..pos + 16].copy_from_slice(&off.to_ne_bytes());
+                        last = off;
+                    }
+                    pos += reclen;
+                }
+                Ok((data.len(), Some(last)))
+            }
+            _ => Err(Error::Protocol("ReadDir")),
+        },
+    )
+}
+
+/// Old `getdents` (struct linux_dirent) by conversion from getdents64.
+pub fn getdents(c: &Client, lane: &Lane, d: &DescRef, out: &mut [u8]) -> Result<i64> {
+    // Old records are at most 8 bytes longer: ask for less.
+    let mut tmp = vec![0u8; out.len() * 3 / 4 + 32];
+    let saved = d.cookie().load(core::sync::atomic::Ordering::Relaxed);
+    let n = getdents64(c, lane, d, &mut tmp)? as usize;
+    let (mut ip, mut op) = (0usize, 0usize);
+    let mut resume = None;
+    let mut prev_off = saved;
+    while ip + 19 <= n {
+        let ino = u64::from_ne_bytes(tmp[ip..ip + 8].try_into().expect("8"));
+        let off = u64::from_ne_bytes(tmp[ip + 8..ip + 16].try_into().expect("8"));
+        let reclen = u16::from_ne_bytes([tmp[ip + 16], tmp[ip + 17]]) as usize;
+        let dtype = tmp[ip + 18];
+        let nm = &tmp[ip + 19..ip + reclen];
+        let nm = &nm[..nm.iter().position(|&b| b == 0).unwrap_or(nm.len())];
+        let olen = (18 + nm.len() + 2).div_ceil(8) * 8;
+        if op + olen > out.len() {
+            resume = Some(prev_off);
+            break;
+        }
+        let o = &mut out[op..op + olen];
+        o.fill(0);
+        o[0..8].copy_from_slice(&ino.to_ne_bytes());
+        o[8..16].copy_from_slice(&off.to_ne_bytes());
+        o[16..18].copy_from_slice(&(olen as u16).to_ne_bytes());
+        o[18..18 + nm.len()].copy_from_slice(nm);
+        o[olen - 1] = dtype;
+        op += olen;
+        prev_off = off;
+        ip += reclen;
+    }
+    if let Some(r) = resume {
+        d.cookie().store(r, core::sync::atomic::Ordering::Relaxed);
+    }
+    if op == 0 && n > 0 {
+        return err(libc::EINVAL);
+    }
+    Ok(op as i64)
+}
+
+/// `chdir(path)`.
+pub fn chdir(c: &Client, lane: &Lane, path: &[u8]) -> Result<Out> {
+    let Some(mut w) = Walker::start(c, lane, libc::AT_FDCWD as i64, path)? else {
+        if c.cwd().is_none() {
+            return Ok(Out::Host);
+        }
+        return host_chdir(c, path.as_ptr() as u64, false);
+    };
+    match w.node(true)? {
+        NodeStep::Host(p) => host_chdir(c, p.as_ptr() as u64, true),
+        NodeStep::Node { ino, ftype } => {
+            if ftype != FileType::Directory {
+                return err(libc::ENOTDIR);
+            }
+            lane.call_ok(
+                c,
+                ino.owner(),
+                Request::Access {
+                    ino,
+                    mask: libc::X_OK as u32,
+                },
+            )?;
+            c.set_cwd(Some(Cwd {
+                ino,
+                path: w.canon.as_bytes().to_vec(),
+            }));
+            Ok(Out::Done(0))
+        }
+    }
+}
+
+/// Leave atoll for a host directory: the kernel's chdir decides.
+fn host_chdir(c: &Client, ptr: u64, _rehosted: bool) -> Result<Out> {
+    // `ptr` may point at the program's own string: it was validated as a
+    // NUL-terminated path by the caller.
+    // SAFETY: a NUL-terminated path (program's or ours).
+    let r = unsafe { sys::sc(libc::SYS_chdir, ptr, 0, 0, 0) };
+    if r == 0 {
+        c.set_cwd(None);
+    }
+    Ok(Out::Done(r))
+}
+
+/// `fchdir(fd)`.
+pub fn fchdir(c: &Client, fd: i64) -> Result<Out> {
+    if let Some(d) = fdtable::get(fd) {
+        if d.ftype() != FileType::Directory {
+            return err(libc::ENOTDIR);
+        }
+        let path = d
+            .path()
+            .map(<[u8]>::to_vec)
+            .unwrap_or_else(|| c.mount.clone());
+        c.set_cwd(Some(Cwd { ino: d.ino(), path }));
+        return Ok(Out::Done(0));
+    }
+    if c.cwd().is_none() {
+        return Ok(Out::Host);
+    }
+    // SAFETY: integer argument.
+    let r = unsafe { sys::sc(libc::SYS_fchdir, fd as u64, 0, 0, 0) };
+    if r == 0 {
+        c.set_cwd(None);
+    }
+    Ok(Out::Done(r))
+}
+
+/// `getcwd(buf, size)` while the cwd is atoll's (raw syscall convention:
+/// returns the length including the NUL).
+pub fn getcwd(c: &Client, buf: u64, size: u64) -> Result<Out> {
+    let Some(cwd) = c.cwd() else {
+        return Ok(Out::Host);
+    };
+    let n = cwd.path.len() + 1;
+    if (size as usize) < n {
+        return err(libc::ERANGE);
+    }
+    let out = sys::user_slice_mut(buf, n);
+    out[..n - 1].copy_from_slice(&cwd.path);
+    out[n - 1] = 0;
+    Ok(Out::Done(n as i64))
+}

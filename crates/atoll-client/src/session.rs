@@ -1,0 +1,570 @@
+//! The process's session with the instance: bootstrap exchanges on the
+//! session socket, the mapped buffer cache and control block, and the pool
+//! of *lanes* through which requests travel.
+//!
+//! Life cycle (see `atoll_proto::boot`): `Attach` (or `Reattach` after
+//! `execve`) gives lane 0; a thread that finds every lane taken asks
+//! `NewLane`; `Fork` creates a child session before `fork`. The session
+//! socket *is* the session: closing its last copy releases everything.
+//!
+//! Lanes. A lane is one channel per server. A thread takes a free lane for
+//! the duration of one emulated system call by flipping its `busy` flag
+//! (lock-free), so neither other threads nor a signal handler that
+//! re-enters `dispatch` on the same thread can ever wait for it: the
+//! handler simply takes another lane. Lanes are never freed while the
+//! session lives (a new image after `execve`, or a forked child, builds a
+//! new [`Session`]).
+//!
+//! Ownership: only the holder of a lane's `busy` flag touches its encode
+//! buffer and channels; the boot socket is used under `boot_lock` with
+//! signals blocked.
+
+use std::cell::UnsafeCell;
+use std::io::{IoSlice, IoSliceMut};
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, BorrowedFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+
+use atoll_msg::{ClientChannel, Control, PollMode, SharedRegion};
+use atoll_proto::boot::{BootReply, BootRequest, InstanceInfo, MAX_BOOT_PACKET};
+use atoll_proto::{Cred, InodeId, Reply, ReplyFrame, Request, RequestFrame, SessionId, MAX_FRAME};
+use rustix::net::{
+    RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer, SendFlags,
+};
+
+use crate::error::{Error, Result};
+use crate::sys::{self, SpinLock};
+
+/// Most lanes one process may hold (threads calling concurrently, plus
+/// nested signal-handler calls).
+pub const MAX_LANES: usize = 128;
+
+/// Private descriptors are moved at or above this number, out of the way
+/// of programs that expect low numbers to be free.
+pub const PRIVATE_FD_MIN: i32 = 900;
+
+/// One channel per server, taken by one thread for one call.
+pub struct Lane {
+    busy: AtomicBool,
+    chans: Vec<ClientChannel>,
+    buf: UnsafeCell<Vec<u8>>,
+    next_id: AtomicU64,
+}
+
+// SAFETY: `buf` (the only non-Sync field) is touched only by the thread
+// that owns the lane's `busy` flag (see `Client::lane`), so it is never
+// accessed concurrently.
+unsafe impl Sync for Lane {}
+
+impl Lane {
+    fn new(_index: u32, fds: Vec<OwnedFd>) -> Result<Lane> {
+        let mut chans = Vec::with_capacity(fds.len());
+        for fd in fds {
+            chans.push(ClientChannel::map(fd.as_fd())?);
+            // The mapping keeps the channel alive; the fd is closed here.
+        }
+        Ok(Lane {
+            busy: AtomicBool::new(false),
+            chans,
+            buf: UnsafeCell::new(vec![0u8; MAX_FRAME]),
+            next_id: AtomicU64::new(1),
+        })
+    }
+
+    /// Send one request without waiting (directory broadcast, Hare
+    /// §3.7.3). Returns the request id for [`Lane::recv`].
+    pub fn send(&self, c: &Client, cred: Cred, server: usize, req: Request<'_>) -> Result<u64> {
+        let chan = self.chans.get(server).ok_or(Error::Errno(libc::EINVAL))?;
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let frame = RequestFrame { id, cred, req };
+        // SAFETY: the caller holds this lane (LaneGuard), so no other
+        // thread or handler uses `buf` now.
+        let buf = unsafe { &mut *self.buf.get() };
+        let bytes = atoll_proto::encode(&frame, buf)?;
+        chan.send(bytes, c.control.doorbell(server))?;
+        Ok(id)
+    }
+
+    /// Wait for the reply to request `id` from `server` and hand it to `f`
+    /// in place (borrowed names and data stay in the ring). Replies of
+    /// older, abandoned requests are skipped.
+    pub fn recv<R>(
+        &self,
+        c: &Client,
+        server: usize,
+        id: u64,
+        f: impl FnOnce(Reply<'_>) -> Result<R>,
+    ) -> Result<R> {
+        let chan = &self.chans[server];
+        let mut f = Some(f);
+        loop {
+            let out = chan.recv(c.poll, |bytes| -> Option<Result<R>> {
+                let frame: ReplyFrame<'_> = match atoll_proto::decode(bytes) {
+                    Ok(fr) => fr,
+                    Err(e) => return Some(Err(e.into())),
+                };
+                if frame.id < id {
+                    return None; // stale reply of an abandoned call
+                }
+                if frame.id != id {
+                    return Some(Err(Error::Protocol("reply id")));
+                }
+                Some(match frame.reply {
+                    Reply::Err(e) => Err(e.into()),
+                    r => (f.take().expect("reply handled once"))(r),
+                })
+            })?;
+            if let Some(r) = out {
+                return r;
+            }
+        }
+    }
+
+    /// One request/reply exchange with the caller's credentials.
+    pub fn call<R>(
+        &self,
+        c: &Client,
+        server: usize,
+        req: Request<'_>,
+        f: impl FnOnce(Reply<'_>) -> Result<R>,
+    ) -> Result<R> {
+        self.call_cred(c, c.cred(), server, req, f)
+    }
+
+    pub fn call_cred<R>(
+        &self,
+        c: &Client,
+        cred: Cred,
+        server: usize,
+        req: Request<'_>,
+        f: impl FnOnce(Reply<'_>) -> Result<R>,
+    ) -> Result<R> {
+        let id = self.send(c, cred, server, req)?;
+        self.recv(c, server, id, f)
+    }
+
+    /// A request whose only good answer is `Ok`.
+    pub fn call_ok(&self, c: &Client, server: usize, req: Request<'_>) -> Result<()> {
+        self.call(c, server, req, |r| match r {
+            Reply::Ok => Ok(()),
+            _ => Err(Error::Protocol("expected Ok")),
+        })
+    }
+
+    /// Drop server-initiated messages (directory-cache invalidations: this
+    /// client keeps no lookup cache yet, so there is nothing to invalidate;
+    /// draining keeps the inbox from filling).
+    fn drain(&self) {
+        for ch in &self.chans {
+            let _ = ch.drain_inbox(|_| {});
+        }
+    }
+}
+
+/// A lane held by the current thread; released on drop.
+pub struct LaneGuard {
+    lane: &'static Lane,
+}
+
+impl core::ops::Deref for LaneGuard {
+    type Target = Lane;
+    fn deref(&self) -> &Lane {
+        self.lane
+    }
+}
+
+impl Drop for LaneGuard {
+    fn drop(&mut self) {
+        self.lane.busy.store(false, Ordering::Release);
+    }
+}
+
+/// One session: its id and its lanes. Replaced wholesale in a forked child.
+pub struct Session {
+    pub id: SessionId,
+    lanes: Vec<AtomicPtr<Lane>>,
+}
+
+impl Session {
+    fn new(id: SessionId, lane0: Lane) -> Session {
+        let lanes: Vec<AtomicPtr<Lane>> = (0..MAX_LANES)
+            .map(|_| AtomicPtr::new(core::ptr::null_mut()))
+            .collect();
+        lanes[0].store(Box::into_raw(Box::new(lane0)), Ordering::Release);
+        Session { id, lanes }
+    }
+}
+
+/// The current working directory when it is inside atoll.
+pub struct Cwd {
+    pub ino: InodeId,
+    /// Canonical absolute path (what `getcwd` answers).
+    pub path: Vec<u8>,
+}
+
+/// Everything a process knows about its instance. One per process, leaked
+/// (`&'static`), created by `init`.
+pub struct Client {
+    pub info: InstanceInfo,
+    pub nservers: usize,
+    pub mount: Vec<u8>,
+    /// The mount's parent directory (`..` from the mount root leads there).
+    pub mount_parent: Vec<u8>,
+    pub poll: PollMode,
+    pub cache: SharedRegion,
+    pub control: Control,
+    pub socket_path: String,
+    /// Absolute path of the preload library (`ATOLL_PRELOAD`).
+    pub preload: Option<String>,
+    /// Private descriptors (relocatable when a program `dup2`s onto them).
+    pub socket_fd: AtomicI32,
+    pub template_fd: AtomicI32,
+    pub cache_fd: AtomicI32,
+    session: AtomicPtr<Session>,
+    pub boot_lock: SpinLock,
+    pub euid: AtomicU32,
+    pub egid: AtomicU32,
+    pub ruid: AtomicU32,
+    pub rgid: AtomicU32,
+    pub umask: AtomicU32,
+    cwd: AtomicPtr<Cwd>,
+    /// Set once the process takes a POSIX record lock, so that `close`
+    /// only sends the release-all unlock when it may matter.
+    pub posix_locks: AtomicBool,
+}
+
+impl Client {
+    pub fn session(&self) -> &Session {
+        // SAFETY: the pointer is set at construction and only ever replaced
+        // by another leaked Box (fork child); sessions are never freed.
+        unsafe { &*self.session.load(Ordering::Acquire) }
+    }
+
+    pub fn session_id(&self) -> SessionId {
+        self.session().id
+    }
+
+    pub fn cred(&self) -> Cred {
+        Cred {
+            uid: self.euid.load(Ordering::Relaxed),
+            gid: self.egid.load(Ordering::Relaxed),
+        }
+    }
+
+    pub fn real_cred(&self) -> Cred {
+        Cred {
+            uid: self.ruid.load(Ordering::Relaxed),
+            gid: self.rgid.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The atoll cwd, if the cwd is inside atoll.
+    pub fn cwd(&self) -> Option<&Cwd> {
+        let p = self.cwd.load(Ordering::Acquire);
+        // SAFETY: cwd boxes are leaked, never freed (see `set_cwd`), so a
+        // reference stays valid even after a concurrent chdir.
+        (!p.is_null()).then(|| unsafe { &*p })
+    }
+
+    /// Replace the atoll cwd (`None`: the cwd is on the host). Old values
+    /// are leaked on purpose: a concurrent walk may still read them, and a
+    /// few hundred bytes per `chdir` is cheaper than reclamation here.
+    // TODO(atoll): recycle cwd boxes with an epoch once chdir-heavy
+    // workloads show up.
+    pub fn set_cwd(&self, cwd: Option<Cwd>) {
+        let p = cwd.map_or(core::ptr::null_mut(), |c| Box::into_raw(Box::new(c)));
+        self.cwd.store(p, Ordering::Release);
+    }
+
+    /// Is `fd` one of atoll's private descriptors?
+    pub fn is_private_fd(&self, fd: i32) -> bool {
+        fd >= 0
+            && (fd == self.socket_fd.load(Ordering::Relaxed)
+                || fd == self.template_fd.load(Ordering::Relaxed)
+                || fd == self.cache_fd.load(Ordering::Relaxed))
+    }
+
+    /// Move a private descriptor away from `fd` (the program wants that
+    /// number, e.g. `dup2(x, fd)`).
+    pub fn relocate_private(&self, fd: i32) {
+        for slot in [&self.socket_fd, &self.template_fd, &self.cache_fd] {
+            if slot.load(Ordering::Relaxed) == fd {
+                let n = to_high(fd, fd + 1);
+                slot.store(n, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Take a free lane for one call (lock-free), creating one with
+    /// `NewLane` when all are busy.
+    pub fn lane(&self) -> Result<LaneGuard> {
+        let s = self.session();
+        loop {
+            for slot in &s.lanes {
+                let p = slot.load(Ordering::Acquire);
+                if p.is_null() {
+                    break;
+                }
+                // SAFETY: lanes are leaked boxes, never freed.
+                let lane: &'static Lane = unsafe { &*p };
+                if lane
+                    .busy
+                    .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    lane.drain();
+                    return Ok(LaneGuard { lane });
+                }
+            }
+            if let Some(g) = self.new_lane(s)? {
+                return Ok(g);
+            }
+            // Every lane slot is taken: wait for one to come back.
+            // SAFETY: sched_yield takes no arguments.
+            unsafe { sys::sc(libc::SYS_sched_yield, 0, 0, 0, 0) };
+        }
+    }
+
+    fn new_lane(&self, s: &Session) -> Result<Option<LaneGuard>> {
+        let _g = self.boot_lock.lock();
+        let Some(slot) = s.lanes.iter().find(|l| l.load(Ordering::Acquire).is_null()) else {
+            return Ok(None);
+        };
+        let sock = self.socket_fd.load(Ordering::Relaxed);
+        // SAFETY: the session socket stays open while the client lives.
+        let sock = unsafe { BorrowedFd::borrow_raw(sock) };
+        let (reply, fds) = boot_call(sock, &BootRequest::NewLane)?;
+        let BootReply::Lane { lane } = reply else {
+            return Err(Error::Boot(format!("NewLane answered {reply:?}")));
+        };
+        let l = Lane::new(lane, fds)?;
+        l.busy.store(true, Ordering::Relaxed);
+        let p = Box::into_raw(Box::new(l));
+        slot.store(p, Ordering::Release);
+        // SAFETY: just leaked, never freed.
+        Ok(Some(LaneGuard {
+            lane: unsafe { &*p },
+        }))
+    }
+
+    /// Create a child session for `fork` (the caller then shares every
+    /// description with it). Returns `(child id, child socket, lane fds)`.
+    pub fn fork_session(&self) -> Result<(SessionId, OwnedFd, u32, Vec<OwnedFd>)> {
+        let _g = self.boot_lock.lock();
+        let sock = self.socket_fd.load(Ordering::Relaxed);
+        // SAFETY: the session socket stays open while the client lives.
+        let sock = unsafe { BorrowedFd::borrow_raw(sock) };
+        let (reply, mut fds) = boot_call(sock, &BootRequest::Fork)?;
+        let BootReply::Forked { child, lane } = reply else {
+            return Err(Error::Boot(format!("Fork answered {reply:?}")));
+        };
+        if fds.is_empty() {
+            return Err(Error::Boot("Fork without socket".into()));
+        }
+        let socket = fds.remove(0);
+        Ok((child, socket, lane, fds))
+    }
+
+    /// In a forked child: switch to the child session. The parent's lanes
+    /// are dropped from this process (their memory stays mapped in the
+    /// parent).
+    pub fn adopt_child_session(
+        &self,
+        id: SessionId,
+        socket: RawFd,
+        lane: u32,
+        fds: Vec<OwnedFd>,
+    ) -> Result<()> {
+        let lane0 = Lane::new(lane, fds)?;
+        let old_sock = self.socket_fd.swap(socket, Ordering::Relaxed);
+        sys::close(old_sock);
+        let s = Box::into_raw(Box::new(Session::new(id, lane0)));
+        // The parent's Session (and its lanes) is leaked in the child: it is
+        // small, and another thread's stale reference could not exist after
+        // fork anyway.
+        self.session.store(s, Ordering::Release);
+        Ok(())
+    }
+}
+
+/// Global client, set once by `init`.
+static CLIENT: AtomicPtr<Client> = AtomicPtr::new(core::ptr::null_mut());
+
+pub fn client() -> Option<&'static Client> {
+    let p = CLIENT.load(Ordering::Acquire);
+    // SAFETY: set once to a leaked Box by `install`, never freed.
+    (!p.is_null()).then(|| unsafe { &*p })
+}
+
+fn install(c: Client) -> &'static Client {
+    let p = Box::into_raw(Box::new(c));
+    CLIENT.store(p, Ordering::Release);
+    // SAFETY: just leaked.
+    unsafe { &*p }
+}
+
+/// Move `fd` to a number ≥ max(min, PRIVATE_FD_MIN) with `FD_CLOEXEC`,
+/// closing the original. Falls back to the original number when the limit
+/// on open files forbids high numbers.
+pub fn to_high(fd: RawFd, min: i32) -> RawFd {
+    let n = sys::fcntl_int(fd, libc::F_DUPFD_CLOEXEC, min.max(PRIVATE_FD_MIN) as i64);
+    if n < 0 {
+        return fd;
+    }
+    sys::close(fd);
+    n as RawFd
+}
+
+/// One bootstrap exchange: send `req`, receive the reply and its fds.
+pub fn boot_call(sock: BorrowedFd<'_>, req: &BootRequest) -> Result<(BootReply, Vec<OwnedFd>)> {
+    let bytes = postcard::to_allocvec(req).map_err(|e| Error::Boot(e.to_string()))?;
+    let mut space: [MaybeUninit<u8>; 0] = [];
+    let mut ctl = SendAncillaryBuffer::new(&mut space);
+    rustix::net::sendmsg(sock, &[IoSlice::new(&bytes)], &mut ctl, SendFlags::empty())?;
+    let mut buf = vec![0u8; MAX_BOOT_PACKET];
+    let mut space = vec![MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(80))];
+    let mut rctl = RecvAncillaryBuffer::new(&mut space);
+    let got = loop {
+        match rustix::net::recvmsg(
+            sock,
+            &mut [IoSliceMut::new(&mut buf)],
+            &mut rctl,
+            RecvFlags::CMSG_CLOEXEC,
+        ) {
+            Err(rustix::io::Errno::INTR) => continue,
+            other => break other?,
+        }
+    };
+    if got.bytes == 0 {
+        return Err(Error::Boot("instance closed the session socket".into()));
+    }
+    let mut fds = Vec::new();
+    for msg in rctl.drain() {
+        if let RecvAncillaryMessage::ScmRights(it) = msg {
+            fds.extend(it);
+        }
+    }
+    let reply: BootReply =
+        postcard::from_bytes(&buf[..got.bytes]).map_err(|e| Error::Boot(e.to_string()))?;
+    if let BootReply::Error(e) = reply {
+        return Err(Error::Boot(e));
+    }
+    Ok((reply, fds))
+}
+
+/// Connect (or reattach) and build the process's [`Client`].
+///
+/// `inherited`: the session socket kept across `execve` (Reattach), else a
+/// new connection to `socket_path` (Attach).
+pub fn attach(
+    socket_path: &str,
+    inherited: Option<RawFd>,
+    preload: Option<String>,
+) -> Result<&'static Client> {
+    let pid = rustix::process::getpid().as_raw_nonzero().get() as u32;
+    let (sock, req) = match inherited {
+        Some(fd) => {
+            // SAFETY: the environment told us this descriptor is our
+            // session socket; we take ownership of it.
+            let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+            (fd, BootRequest::Reattach { pid })
+        }
+        None => {
+            let s = rustix::net::socket_with(
+                rustix::net::AddressFamily::UNIX,
+                rustix::net::SocketType::SEQPACKET,
+                rustix::net::SocketFlags::CLOEXEC,
+                None,
+            )?;
+            let addr = rustix::net::SocketAddrUnix::new(socket_path)?;
+            rustix::net::connect(&s, &addr)?;
+            (s, BootRequest::Attach { pid })
+        }
+    };
+    let (reply, fds) = boot_call(sock.as_fd(), &req)?;
+    let BootReply::Attached {
+        session,
+        lane,
+        info,
+    } = reply
+    else {
+        return Err(Error::Boot(format!("attach answered {reply:?}")));
+    };
+    let nservers = info.servers as usize;
+    if fds.len() != 2 + nservers {
+        return Err(Error::Boot(format!(
+            "attach sent {} fds for {nservers} servers",
+            fds.len()
+        )));
+    }
+    let mut fds = fds.into_iter();
+    let cache_fd = fds.next().expect("checked length");
+    let control_fd = fds.next().expect("checked length");
+    let cache = SharedRegion::map(cache_fd.as_fd())?;
+    let control = Control::map(control_fd.as_fd())?;
+    drop(control_fd);
+    let lane0 = Lane::new(lane, fds.collect())?;
+
+    // The placeholder template: every atoll fd is a dup of it.
+    let template = rustix::fs::memfd_create("atoll-placeholder", rustix::fs::MemfdFlags::CLOEXEC)?;
+    let template_fd = to_high(template.into_raw_fd(), 0);
+    let cache_fd = to_high(cache_fd.into_raw_fd(), 0);
+    let sock_fd = to_high(sock.into_raw_fd(), 0);
+
+    let mount = info.mount.trim_end_matches('/').as_bytes().to_vec();
+    let mount_parent = match mount.iter().rposition(|&c| c == b'/') {
+        Some(0) | None => b"/".to_vec(),
+        Some(i) => mount[..i].to_vec(),
+    };
+    // Read the umask without a window: this runs before the program's
+    // own threads exist (constructor) or in a fresh image.
+    let um = rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o022));
+    rustix::process::umask(um);
+
+    let c = Client {
+        nservers,
+        mount,
+        mount_parent,
+        poll: info.poll,
+        cache,
+        control,
+        socket_path: socket_path.to_string(),
+        preload,
+        socket_fd: AtomicI32::new(sock_fd),
+        template_fd: AtomicI32::new(template_fd),
+        cache_fd: AtomicI32::new(cache_fd),
+        session: AtomicPtr::new(Box::into_raw(Box::new(Session::new(session, lane0)))),
+        boot_lock: SpinLock::new(),
+        euid: AtomicU32::new(rustix::process::geteuid().as_raw()),
+        egid: AtomicU32::new(rustix::process::getegid().as_raw()),
+        ruid: AtomicU32::new(rustix::process::getuid().as_raw()),
+        rgid: AtomicU32::new(rustix::process::getgid().as_raw()),
+        umask: AtomicU32::new(um.as_raw_mode()),
+        cwd: AtomicPtr::new(core::ptr::null_mut()),
+        posix_locks: AtomicBool::new(false),
+        info,
+    };
+    let c = install(c);
+    c.register_groups();
+    Ok(c)
+}
+
+impl Client {
+    /// Tell every server the supplementary groups (permission checks).
+    pub fn register_groups(&self) {
+        let groups: Vec<u32> = rustix::process::getgroups()
+            .map(|g| g.iter().map(|g| g.as_raw()).collect())
+            .unwrap_or_default();
+        if let Ok(lane) = self.lane() {
+            for s in 0..self.nservers {
+                let _ = lane.call_ok(
+                    self,
+                    s,
+                    Request::SetGroups {
+                        groups: groups.clone(),
+                    },
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,178 @@
+//! Client state carried across `execve` in `ATOLL_STATE`: the atoll cwd and
+//! the descriptor table, as compact text (the new image parses it before
+//! the program's `main`).
+//!
+//! ```text
+//! v1;c:<hex path>[:<hex ino>];f:<fd>:<desc>:<ino>:<flags>:<type>:<cookie>:<dev>:<pino>[:<hex path>];…
+//! ```
+//! Numbers are hexadecimal. `dev`/`pino` identify the placeholder memfd the
+//! fd was a dup of: the new image checks each fd still refers to it (fds
+//! closed by `FD_CLOEXEC` or replaced since vanish, and their descriptions
+//! are closed at the server).
+
+use std::fmt::Write as _;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FdState {
+    pub fd: i32,
+    pub desc: u64,
+    pub ino: u64,
+    pub flags: u32,
+    pub ftype: u32,
+    pub cookie: u64,
+    pub placeholder: (u64, u64),
+    pub path: Option<Vec<u8>>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct State {
+    /// `(path, inode if known)`; the CLI only knows the path.
+    pub cwd: Option<(Vec<u8>, Option<u64>)>,
+    pub fds: Vec<FdState>,
+}
+
+fn hex(b: &[u8]) -> String {
+    let mut s = String::with_capacity(b.len() * 2);
+    for x in b {
+        let _ = write!(s, "{x:02x}");
+    }
+    s
+}
+
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    if s.len() & 1 != 0 {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+fn num(s: &str) -> Option<u64> {
+    u64::from_str_radix(s, 16).ok()
+}
+
+impl State {
+    pub fn encode(&self) -> String {
+        let mut s = String::from("v1");
+        if let Some((p, ino)) = &self.cwd {
+            let _ = write!(s, ";c:{}", hex(p));
+            if let Some(i) = ino {
+                let _ = write!(s, ":{i:x}");
+            }
+        }
+        for f in &self.fds {
+            let _ = write!(
+                s,
+                ";f:{:x}:{:x}:{:x}:{:x}:{:x}:{:x}:{:x}:{:x}",
+                f.fd, f.desc, f.ino, f.flags, f.ftype, f.cookie, f.placeholder.0, f.placeholder.1
+            );
+            if let Some(p) = &f.path {
+                let _ = write!(s, ":{}", hex(p));
+            }
+        }
+        s
+    }
+
+    /// Parse; `None` for anything malformed (the new image then starts
+    /// with an empty table rather than trusting garbage).
+    pub fn decode(s: &str) -> Option<State> {
+        let mut parts = s.split(';');
+        if parts.next()? != "v1" {
+            return None;
+        }
+        let mut st = State::default();
+        for p in parts {
+            let mut f = p.split(':');
+            match f.next()? {
+                "c" => {
+                    let path = unhex(f.next()?)?;
+                    let ino = match f.next() {
+                        Some(x) => Some(num(x)?),
+                        None => None,
+                    };
+                    st.cwd = Some((path, ino));
+                }
+                "f" => {
+                    let mut n = || f.next().and_then(num);
+                    let fd = n()? as i32;
+                    let desc = n()?;
+                    let ino = n()?;
+                    let flags = n()? as u32;
+                    let ftype = n()? as u32;
+                    let cookie = n()?;
+                    let dev = n()?;
+                    let pino = n()?;
+                    let path = match f.next() {
+                        Some(x) => Some(unhex(x)?),
+                        None => None,
+                    };
+                    st.fds.push(FdState {
+                        fd,
+                        desc,
+                        ino,
+                        flags,
+                        ftype,
+                        cookie,
+                        placeholder: (dev, pino),
+                        path,
+                    });
+                }
+                _ => return None,
+            }
+        }
+        Some(st)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn state_round_trips_through_text() {
+        let st = State {
+            cwd: Some((b"/atoll/src dir".to_vec(), Some(0x0100_0000_0000_0007))),
+            fds: vec![
+                FdState {
+                    fd: 3,
+                    desc: 0x0200_0000_0000_0001,
+                    ino: 42,
+                    flags: 0o100002,
+                    ftype: 1,
+                    cookie: 0,
+                    placeholder: (12, 3456),
+                    path: None,
+                },
+                FdState {
+                    fd: 7,
+                    desc: 9,
+                    ino: 1,
+                    flags: 0o200000,
+                    ftype: 2,
+                    cookie: 0x0300_0000_0000_0010,
+                    placeholder: (12, 3456),
+                    path: Some(b"/atoll".to_vec()),
+                },
+            ],
+        };
+        let text = st.encode();
+        assert!(!text.contains(' '), "env-safe text: {text}");
+        assert_eq!(State::decode(&text), Some(st));
+    }
+
+    #[test]
+    fn cwd_without_inode_and_garbage() {
+        let st = State {
+            cwd: Some((b"/atoll/src".to_vec(), None)),
+            fds: vec![],
+        };
+        assert_eq!(State::decode(&st.encode()), Some(st));
+        assert_eq!(State::decode("v2;c:00"), None);
+        assert_eq!(State::decode("v1;f:3:zz"), None);
+        assert_eq!(State::decode("v1;c:0"), None);
+        assert_eq!(State::decode("v1;q:1"), None);
+        assert_eq!(State::decode("v1"), Some(State::default()));
+    }
+}

@@ -1,0 +1,371 @@
+//! Path resolution, one component at a time (Hare §3.7.1: the client
+//! resolves names with RESOLVE messages to the server holding each entry).
+//!
+//! A [`Walker`] starts at the mount root (absolute paths under the mount),
+//! at the atoll cwd (relative paths while the cwd is inside atoll) or at an
+//! atoll directory fd (`*at` calls). It follows symlinks (`ELOOP` after 40),
+//! handles `.` and `..` (`..` at the mount root leaves atoll: the rest of
+//! the path becomes a host path handed to Linux), symlinks to absolute host
+//! paths (continue on the host), `ENAMETOOLONG` and trailing slashes.
+//!
+//! The final component is left to the caller ([`Walker::advance`]) so that
+//! one message can both find and act on it (`Open`, `MakeNode`, `Unlink`:
+//! Hare §3.7.4 coalescing), or resolved here ([`Walker::node`]).
+//!
+//! No lookup cache yet: every walk asks the servers, which is always
+//! correct. `canon` tracks the canonical path of the current directory
+//! (what `getcwd` reports after a `chdir` there).
+// TODO(atoll): per-process lookup cache with server invalidations (issue 4).
+
+use atoll_proto::{entry_server, FileType, InodeId, Reply, Request, ROOT};
+
+use crate::error::{err, Error, Result};
+use crate::fdtable;
+use crate::path::{is_dot, is_dotdot, mount_rest, next_component, PathBuf, MAX_PATH};
+use crate::session::{Client, Lane};
+
+/// Linux's limit on symlinks followed in one resolution.
+pub const MAX_LINKS: u32 = 40;
+
+/// One name of at most `NAME_MAX` bytes, copied out of the path.
+#[derive(Clone)]
+pub struct Name {
+    buf: [u8; 256],
+    len: usize,
+}
+
+impl Name {
+    pub fn new(b: &[u8]) -> Result<Name> {
+        if b.len() > atoll_proto::MAX_NAME {
+            return err(libc::ENAMETOOLONG);
+        }
+        let mut n = Name {
+            buf: [0; 256],
+            len: b.len(),
+        };
+        n.buf[..b.len()].copy_from_slice(b);
+        Ok(n)
+    }
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LastKind {
+    /// A real name: the caller acts on `(walker.dir, name)`.
+    Name,
+    /// `.`: the directory itself.
+    Dot,
+    /// `..` (not at the mount root: that case leaves atoll).
+    DotDot,
+    /// No final component: the path named the start directory (`/atoll/`).
+    Root,
+}
+
+pub struct Last {
+    pub kind: LastKind,
+    pub name: Name,
+    pub trailing_slash: bool,
+}
+
+pub enum Step {
+    /// The path leaves atoll: hand this host path to Linux.
+    Host(PathBuf),
+    Last(Last),
+}
+
+pub enum NodeStep {
+    Host(PathBuf),
+    Node { ino: InodeId, ftype: FileType },
+}
+
+pub struct Walker<'a> {
+    pub c: &'a Client,
+    pub lane: &'a Lane,
+    /// Directory the walk is in.
+    pub dir: InodeId,
+    /// Canonical absolute path of `dir`.
+    pub canon: PathBuf,
+    rem: PathBuf,
+    pos: usize,
+    links: u32,
+}
+
+/// Does this path (from `dirfd`) concern atoll at all? Cheap and
+/// allocation-free: used by `may_concern`.
+pub fn concerns(c: &Client, dirfd: i64, path: &[u8]) -> bool {
+    if path.first() == Some(&b'/') {
+        return mount_rest(path, &c.mount).is_some();
+    }
+    if dirfd == libc::AT_FDCWD as i64 {
+        c.cwd().is_some()
+    } else {
+        fdtable::is_atoll(dirfd)
+    }
+}
+
+impl<'a> Walker<'a> {
+    /// Start resolving `path` relative to `dirfd` (`AT_FDCWD` or an fd).
+    /// `Ok(None)`: the path is not atoll's (Linux handles it unchanged).
+    pub fn start(c: &'a Client, lane: &'a Lane, dirfd: i64, path: &[u8]) -> Result<Option<Self>> {
+        if path.is_empty() {
+            return err(libc::ENOENT);
+        }
+        if path.len() > MAX_PATH {
+            return err(libc::ENAMETOOLONG);
+        }
+        let mut w = Walker {
+            c,
+            lane,
+            dir: ROOT,
+            canon: PathBuf::new(),
+            rem: PathBuf::new(),
+            pos: 0,
+            links: 0,
+        };
+        if path[0] == b'/' {
+            let Some(rest) = mount_rest(path, &c.mount) else {
+                return Ok(None);
+            };
+            w.canon.push_bytes(&c.mount)?;
+            w.rem.push_bytes(rest)?;
+            return Ok(Some(w));
+        }
+        if dirfd == libc::AT_FDCWD as i64 {
+            let Some(cwd) = c.cwd() else {
+                return Ok(None);
+            };
+            w.dir = cwd.ino;
+            w.canon.push_bytes(&cwd.path)?;
+        } else {
+            let Some(d) = fdtable::get(dirfd) else {
+                return Ok(None);
+            };
+            if d.ftype() != FileType::Directory {
+                return err(libc::ENOTDIR);
+            }
+            w.dir = d.ino();
+            match d.path() {
+                Some(p) => w.canon.push_bytes(p)?,
+                None => w.canon.push_bytes(&c.mount)?,
+            }
+        }
+        w.rem.push_bytes(path)?;
+        Ok(Some(w))
+    }
+
+    fn floor(&self) -> usize {
+        self.c.mount.len()
+    }
+
+    /// `Lookup` of one component in `dir` (Hare RESOLVE).
+    pub fn lookup(&self, dir: InodeId, name: &[u8]) -> Result<(InodeId, FileType)> {
+        let server = if is_dotdot(name) {
+            dir.home()
+        } else {
+            entry_server(dir, name, self.c.nservers)
+        };
+        self.lane
+            .call(self.c, server, Request::Lookup { dir, name }, |r| match r {
+                Reply::Entry { ino, ftype } => Ok((ino, ftype)),
+                _ => Err(Error::Protocol("Lookup")),
+            })
+    }
+
+    fn dotdot(&mut self) -> Result<()> {
+        let (ino, _) = self.lookup(self.dir, b"..")?;
+        self.dir = ino;
+        let f = self.floor();
+        self.canon.pop_component(f);
+        Ok(())
+    }
+
+    /// The host path for "leave atoll through `..` at the mount root,
+    /// then continue with the rest".
+    fn leave(&self, rest_from: usize) -> Result<PathBuf> {
+        let mut p = PathBuf::from_bytes(&self.c.mount_parent)?;
+        p.push_bytes(&self.rem.as_bytes()[rest_from..])?;
+        Ok(p)
+    }
+
+    /// Continue the walk in a symlink's target; `rest_from` is where the
+    /// unresolved rest of the current path starts. `Some(host path)` when
+    /// the target is an absolute host path.
+    pub fn splice(
+        &mut self,
+        target: &[u8],
+        rest_from: usize,
+        trailing: bool,
+    ) -> Result<Option<PathBuf>> {
+        self.links += 1;
+        if self.links > MAX_LINKS {
+            return err(libc::ELOOP);
+        }
+        if target.is_empty() {
+            return err(libc::ENOENT);
+        }
+        let mut next = PathBuf::new();
+        next.push_bytes(target)?;
+        next.push_bytes(&self.rem.as_bytes()[rest_from..])?;
+        if trailing {
+            next.push_bytes(b"/")?;
+        }
+        if next.len() > MAX_PATH {
+            return err(libc::ENAMETOOLONG);
+        }
+        if target[0] == b'/' {
+            match mount_rest(next.as_bytes(), &self.c.mount) {
+                Some(r) => {
+                    let r = PathBuf::from_bytes(r)?;
+                    self.dir = ROOT;
+                    self.canon = PathBuf::from_bytes(&self.c.mount)?;
+                    self.rem = r;
+                }
+                None => return Ok(Some(next)),
+            }
+        } else {
+            self.rem = next;
+        }
+        self.pos = 0;
+        Ok(None)
+    }
+
+    fn readlink(&self, ino: InodeId) -> Result<PathBuf> {
+        self.lane.call(
+            self.c,
+            ino.owner(),
+            Request::ReadLink { ino },
+            |r| match r {
+                Reply::Target(t) => Ok(PathBuf::from_bytes(t)?),
+                _ => Err(Error::Protocol("ReadLink")),
+            },
+        )
+    }
+
+    /// Resolve every component but the last; return the last one (or the
+    /// host path when the walk leaves atoll).
+    pub fn advance(&mut self) -> Result<Step> {
+        loop {
+            let Some(comp) = next_component(self.rem.as_bytes(), self.pos) else {
+                return Ok(Step::Last(Last {
+                    kind: LastKind::Root,
+                    name: Name::new(b"")?,
+                    trailing_slash: false,
+                }));
+            };
+            let name = Name::new(&self.rem.as_bytes()[comp.start..comp.end])?;
+            self.pos = comp.end;
+            let n = name.as_bytes();
+            if comp.last {
+                let kind = if is_dot(n) {
+                    LastKind::Dot
+                } else if is_dotdot(n) {
+                    if self.dir == ROOT {
+                        return Ok(Step::Host(self.leave(comp.start + 2)?));
+                    }
+                    LastKind::DotDot
+                } else {
+                    LastKind::Name
+                };
+                return Ok(Step::Last(Last {
+                    kind,
+                    name,
+                    trailing_slash: comp.trailing_slash,
+                }));
+            }
+            if is_dot(n) {
+                continue;
+            }
+            if is_dotdot(n) {
+                if self.dir == ROOT {
+                    return Ok(Step::Host(self.leave(self.pos)?));
+                }
+                self.dotdot()?;
+                continue;
+            }
+            let (ino, ftype) = self.lookup(self.dir, n)?;
+            match ftype {
+                FileType::Directory => {
+                    self.dir = ino;
+                    self.canon.push_component(n)?;
+                }
+                FileType::Symlink => {
+                    let t = self.readlink(ino)?;
+                    if let Some(h) = self.splice(t.as_bytes(), self.pos, false)? {
+                        return Ok(Step::Host(h));
+                    }
+                }
+                _ => return err(libc::ENOTDIR),
+            }
+        }
+    }
+
+    /// Follow a final-component symlink whose target the server already
+    /// sent (e.g. `Open` answered `Symlink`).
+    pub fn follow_final(&mut self, target: &[u8], trailing: bool) -> Result<Option<PathBuf>> {
+        let end = self.rem.len();
+        self.splice(target, end, trailing)
+    }
+
+    /// Resolve the whole path to a node. `follow`: follow a final symlink
+    /// (a trailing slash always does). After success `canon` is the
+    /// node's path when it is a directory.
+    pub fn node(&mut self, follow: bool) -> Result<NodeStep> {
+        loop {
+            let last = match self.advance()? {
+                Step::Host(p) => return Ok(NodeStep::Host(p)),
+                Step::Last(l) => l,
+            };
+            match last.kind {
+                LastKind::Root | LastKind::Dot => {
+                    return Ok(NodeStep::Node {
+                        ino: self.dir,
+                        ftype: FileType::Directory,
+                    })
+                }
+                LastKind::DotDot => {
+                    self.dotdot()?;
+                    return Ok(NodeStep::Node {
+                        ino: self.dir,
+                        ftype: FileType::Directory,
+                    });
+                }
+                LastKind::Name => {
+                    let n = last.name.as_bytes();
+                    let (ino, ftype) = self.lookup(self.dir, n)?;
+                    if ftype == FileType::Symlink && (follow || last.trailing_slash) {
+                        let t = self.readlink(ino)?;
+                        if let Some(h) = self.follow_final(t.as_bytes(), last.trailing_slash)? {
+                            return Ok(NodeStep::Host(h));
+                        }
+                        continue;
+                    }
+                    if last.trailing_slash && ftype != FileType::Directory {
+                        return err(libc::ENOTDIR);
+                    }
+                    if ftype == FileType::Directory {
+                        self.canon.push_component(n)?;
+                    }
+                    return Ok(NodeStep::Node { ino, ftype });
+                }
+            }
+        }
+    }
+
+    /// Canonical path of entry `name` in the current directory.
+    pub fn child_path(&self, name: &[u8]) -> Result<PathBuf> {
+        let mut p = self.canon.clone();
+        p.push_component(name)?;
+        Ok(p)
+    }
+
+    /// Path of the current directory relative to the mount (no leading
+    /// slash), for `InstanceInfo.distribute` matching.
+    pub fn rel_to_mount<'p>(&self, p: &'p PathBuf) -> &'p [u8] {
+        let b = p.as_bytes();
+        let f = self.floor().min(b.len());
+        let r = &b[f..];
+        r.strip_prefix(b"/").unwrap_or(r)
+    }
+}

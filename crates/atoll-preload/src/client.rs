@@ -85,6 +85,8 @@ pub fn fork_prepare() -> Result<ForkPrep, i32> {
     }
 }
 
+/// In the parent after a fork-like clone, also when it failed
+/// (`child < 0`: the client then ends the child session).
 pub fn fork_parent(prep: ForkPrep, child: i64) {
     if let ForkPrep(Some(p)) = prep {
         let _ = catch_unwind(AssertUnwindSafe(|| atoll_client::fork_parent(p, child)));
@@ -95,6 +97,23 @@ pub fn fork_child(prep: ForkPrep) {
     if let ForkPrep(Some(p)) = prep {
         let _ = catch_unwind(AssertUnwindSafe(|| atoll_client::fork_child(p)));
     }
+}
+
+/// What `posix_spawn` should run instead of what the program asked for
+/// (an atoll program, the environment that keeps the child a client, the
+/// child session's socket). Only meaningful in [`Mode::Client`].
+#[cfg_attr(test, allow(unused_imports))]
+pub use atoll_client::ExecPlan;
+
+/// Prepare a spawn of `path` (see `atoll_client::prepare_exec`). Errors are
+/// errno values.
+#[cfg_attr(test, allow(dead_code))]
+pub fn prepare_exec(
+    path: &core::ffi::CStr,
+    argv: *const *const libc::c_char,
+    envp: *const *const libc::c_char,
+) -> Result<ExecPlan, i32> {
+    catch_unwind(|| atoll_client::prepare_exec(path, argv, envp)).unwrap_or(Err(libc::EIO))
 }
 
 #[cfg(test)]

@@ -467,7 +467,7 @@ fn clone_inline(nr: i64, args: [u64; 6], kind: CloneKind) -> i64 {
     let r = raw::syscall6(nr, args);
     if r == 0 {
         after_fork_in_child(prep);
-    } else if r > 0 {
+    } else {
         client::fork_parent(prep, r);
     }
     r
@@ -524,9 +524,7 @@ fn clone_trampoline(
     // the child never returns here (it jumps back into program code).
     let r = unsafe { atoll_clone_raw(nr, &args, block.cast()) };
     if let Some(p) = prep {
-        if r > 0 {
-            client::fork_parent(p, r);
-        }
+        client::fork_parent(p, r);
     }
     r
 }

@@ -117,6 +117,14 @@ impl Ret for isize {
     }
 }
 
+impl Ret for c_uint {
+    /// For calls that cannot fail (`umask`).
+    #[inline]
+    fn from_raw(v: i64) -> c_uint {
+        v as c_uint
+    }
+}
+
 impl Ret for i64 {
     #[inline]
     fn from_raw(v: i64) -> i64 {
@@ -296,6 +304,8 @@ wrap! {
     fn sendfile64(out: c_int, inp: c_int, off: *mut off_t, n: size_t) -> ssize_t = libc::SYS_sendfile; [out, inp, off, n];
     fn copy_file_range(fdin: c_int, offin: *mut off_t, fdout: c_int, offout: *mut off_t, n: size_t, flags: c_uint) -> ssize_t
         = libc::SYS_copy_file_range; [fdin, offin, fdout, offout, n, flags];
+    fn splice(fdin: c_int, offin: *mut off_t, fdout: c_int, offout: *mut off_t, n: size_t, flags: c_uint) -> ssize_t
+        = libc::SYS_splice; [fdin, offin, fdout, offout, n, flags];
 
     // attributes
     fn stat(path: Path, buf: *mut libc::stat) -> c_int = libc::SYS_newfstatat; [AT_FDCWD, path, buf, 0];
@@ -355,6 +365,10 @@ wrap! {
     fn fsync(fd: c_int) -> c_int = libc::SYS_fsync; [fd];
     fn fdatasync(fd: c_int) -> c_int = libc::SYS_fdatasync; [fd];
     fn syncfs(fd: c_int) -> c_int = libc::SYS_syncfs; [fd];
+    fn sync_file_range(fd: c_int, off: off_t, n: off_t, flags: c_uint) -> c_int
+        = libc::SYS_sync_file_range; [fd, off, n, flags];
+    fn flock(fd: c_int, op: c_int) -> c_int = libc::SYS_flock; [fd, op];
+    fn readahead(fd: c_int, off: off_t, n: size_t) -> ssize_t = libc::SYS_readahead; [fd, off, n];
 
     // names
     fn mkdir(path: Path, mode: mode_t) -> c_int = libc::SYS_mkdir; [path, mode];
@@ -386,6 +400,7 @@ wrap! {
     fn mkfifoat(dirfd: c_int, path: Path, mode: mode_t) -> c_int
         = libc::SYS_mknodat; [dirfd, path, mode | libc::S_IFIFO, 0];
     fn chdir(path: Path) -> c_int = libc::SYS_chdir; [path];
+    fn umask(mask: mode_t) -> mode_t = libc::SYS_umask; [mask];
     fn fchdir(fd: c_int) -> c_int = libc::SYS_fchdir; [fd];
 
     // extended attributes
@@ -791,8 +806,8 @@ pub unsafe extern "C-unwind" fn fork() -> libc::pid_t {
         client::fork_child(prep);
         // SUD is not inherited by fork children.
         selector::enable_sud();
-    } else if pid > 0 {
-        client::fork_parent(prep, pid as i64);
+    } else {
+        client::fork_parent(prep, if pid < 0 { -(err as i64) } else { pid as i64 });
     }
     raw::set_errno(err);
     drop(guard);
@@ -910,4 +925,189 @@ pub unsafe extern "C-unwind" fn pthread_sigmask(
     static REAL: Real = Real::new("pthread_sigmask\0");
     // SAFETY: forwarding the caller's arguments.
     unsafe { sigmask_common(&REAL, how, set, old) }
+}
+
+type FadviseFn = unsafe extern "C-unwind" fn(c_int, off_t, off_t, c_int) -> c_int;
+
+/// # Safety
+/// As `posix_fadvise(3)` (returns an error number, not -1/errno).
+unsafe fn fadvise_common(real: &Real, fd: c_int, off: off_t, len: off_t, advice: c_int) -> c_int {
+    let host = || match real.get() {
+        // SAFETY: libc's posix_fadvise.
+        Some(p) => unsafe { core::mem::transmute::<usize, FadviseFn>(p)(fd, off, len, advice) },
+        None => libc::ENOSYS,
+    };
+    let Some(_guard) = enter() else { return host() };
+    let args = args6(&[fd as u64, off as u64, len as u64, advice as u64]);
+    match client::dispatch(libc::SYS_fadvise64, &args) {
+        Dispatch::Host => host(),
+        Dispatch::Done(v) if v < 0 => -v as c_int,
+        Dispatch::Done(_) => 0,
+    }
+}
+
+/// # Safety
+/// As `posix_fadvise(3)`.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn posix_fadvise(
+    fd: c_int,
+    off: off_t,
+    len: off_t,
+    advice: c_int,
+) -> c_int {
+    static REAL: Real = Real::new("posix_fadvise\0");
+    // SAFETY: forwarding the caller's arguments.
+    unsafe { fadvise_common(&REAL, fd, off, len, advice) }
+}
+
+/// # Safety
+/// As `posix_fadvise(3)`.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn posix_fadvise64(
+    fd: c_int,
+    off: off_t,
+    len: off_t,
+    advice: c_int,
+) -> c_int {
+    static REAL: Real = Real::new("posix_fadvise64\0");
+    // SAFETY: forwarding the caller's arguments.
+    unsafe { fadvise_common(&REAL, fd, off, len, advice) }
+}
+
+// ---------------------------------------------------------------------------
+// posix_spawn
+
+type SpawnFn = unsafe extern "C-unwind" fn(
+    *mut libc::pid_t,
+    Path,
+    *const libc::posix_spawn_file_actions_t,
+    *const libc::posix_spawnattr_t,
+    *const Path,
+    *const Path,
+) -> c_int;
+
+/// Is `path` an executable file, asking atoll first? Runs under a guard.
+fn executable(path: &core::ffi::CStr) -> bool {
+    let args = args6(&[path.as_ptr() as u64, libc::X_OK as u64]);
+    let r = match client::dispatch(libc::SYS_access, &args) {
+        Dispatch::Done(v) => v,
+        Dispatch::Host => raw::syscall6(libc::SYS_access, args),
+    };
+    r == 0
+}
+
+/// `posix_spawnp`'s search of `PATH` (default `/bin:/usr/bin`, as glibc),
+/// done here because atoll directories in `PATH` are invisible to the
+/// kernel. `None`: not found.
+fn search_path(file: &[u8]) -> Option<std::ffi::CString> {
+    // SAFETY: getenv has no preconditions; we only read the result.
+    let path = unsafe { libc::getenv(c"PATH".as_ptr()) };
+    let path: &[u8] = if path.is_null() {
+        b"/bin:/usr/bin"
+    } else {
+        // SAFETY: getenv returns a NUL-terminated string.
+        unsafe { core::ffi::CStr::from_ptr(path) }.to_bytes()
+    };
+    path.split(|&b| b == b':').find_map(|dir| {
+        let dir: &[u8] = if dir.is_empty() { b"." } else { dir };
+        let mut cand = dir.to_vec();
+        cand.push(b'/');
+        cand.extend_from_slice(file);
+        let cand = std::ffi::CString::new(cand).ok()?;
+        executable(&cand).then_some(cand)
+    })
+}
+
+/// `posix_spawn(p)` for an atoll client: the client prepares the exec in
+/// the parent (program image, environment, child session), then the real
+/// function runs with the selector at ALLOW, so its vfork-style clone and
+/// the child's exec reach Linux directly — the child never runs atoll code
+/// in memory it shares with us.
+///
+/// # Safety
+/// As `posix_spawn(3)`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn spawn_common(
+    real: &Real,
+    search: bool,
+    pid: *mut libc::pid_t,
+    file: Path,
+    actions: *const libc::posix_spawn_file_actions_t,
+    attr: *const libc::posix_spawnattr_t,
+    argv: *const Path,
+    envp: *const Path,
+) -> c_int {
+    let Some(p) = real.get() else {
+        return libc::ENOSYS;
+    };
+    // SAFETY: libc's posix_spawn/posix_spawnp.
+    let f = unsafe { core::mem::transmute::<usize, SpawnFn>(p) };
+    if client::mode() != Mode::Client || selector::inside_atoll() || file.is_null() {
+        // SAFETY: the caller's arguments.
+        return unsafe { f(pid, file, actions, attr, argv, envp) };
+    }
+    let _guard = AtollGuard::enter();
+    // SAFETY: `file` is a NUL-terminated path (caller's contract).
+    let name = unsafe { core::ffi::CStr::from_ptr(file) };
+    let resolved;
+    let path: &core::ffi::CStr = if search && !name.to_bytes().contains(&b'/') {
+        match search_path(name.to_bytes()) {
+            Some(p) => {
+                resolved = p;
+                &resolved
+            }
+            None => return libc::ENOENT,
+        }
+    } else {
+        name
+    };
+    let plan = match client::prepare_exec(path, argv, envp) {
+        Ok(plan) => plan,
+        Err(e) => return e,
+    };
+    // An atoll program was copied into a memfd the child inherits.
+    let fd_path;
+    let run: &core::ffi::CStr = match plan.exec_fd() {
+        Some(fd) => {
+            fd_path = std::ffi::CString::new(format!("/proc/self/fd/{fd}")).unwrap_or_default();
+            &fd_path
+        }
+        None => plan.path(),
+    };
+    // SAFETY: the plan owns `run`, argv and envp until it drops below.
+    let r = unsafe { f(pid, run.as_ptr(), actions, attr, plan.argv(), plan.envp()) };
+    drop(plan);
+    r
+}
+
+/// # Safety
+/// As `posix_spawn(3)`.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn posix_spawn(
+    pid: *mut libc::pid_t,
+    path: Path,
+    actions: *const libc::posix_spawn_file_actions_t,
+    attr: *const libc::posix_spawnattr_t,
+    argv: *const Path,
+    envp: *const Path,
+) -> c_int {
+    static REAL: Real = Real::new("posix_spawn\0");
+    // SAFETY: forwarding the caller's arguments.
+    unsafe { spawn_common(&REAL, false, pid, path, actions, attr, argv, envp) }
+}
+
+/// # Safety
+/// As `posix_spawnp(3)`.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn posix_spawnp(
+    pid: *mut libc::pid_t,
+    file: Path,
+    actions: *const libc::posix_spawn_file_actions_t,
+    attr: *const libc::posix_spawnattr_t,
+    argv: *const Path,
+    envp: *const Path,
+) -> c_int {
+    static REAL: Real = Real::new("posix_spawnp\0");
+    // SAFETY: forwarding the caller's arguments.
+    unsafe { spawn_common(&REAL, true, pid, file, actions, attr, argv, envp) }
 }

@@ -167,25 +167,32 @@ pub fn open(
             Entry(InodeId, FileType),
             Symlink(crate::path::PathBuf),
         }
-        let r = lane.call(
-            c,
-            server,
-            Request::Open {
-                dir: w.dir,
-                name,
-                flags: oflags,
-                perm: mode & 0o7777,
-                umask,
-            },
-            |r| match r {
-                Reply::Opened { desc, attr, .. } => Ok(R::Opened(desc, attr)),
-                Reply::Entry { ino, ftype } => Ok(R::Entry(ino, ftype)),
-                Reply::Symlink { target, .. } => {
-                    Ok(R::Symlink(crate::path::PathBuf::from_bytes(target)?))
-                }
-                _ => Err(Error::Protocol("Open")),
-            },
-        )?;
+        let call = || {
+            lane.call(
+                c,
+                server,
+                Request::Open {
+                    dir: w.dir,
+                    name,
+                    flags: oflags,
+                    perm: mode & 0o7777,
+                    umask,
+                },
+                |r| match r {
+                    Reply::Opened { desc, attr, .. } => Ok(R::Opened(desc, attr)),
+                    Reply::Entry { ino, ftype } => Ok(R::Entry(ino, ftype)),
+                    Reply::Symlink { target, .. } => {
+                        Ok(R::Symlink(crate::path::PathBuf::from_bytes(target)?))
+                    }
+                    _ => Err(Error::Protocol("Open")),
+                },
+            )
+        };
+        let r = if creat {
+            crate::session::retry_marked(call)?
+        } else {
+            call()?
+        };
         let (desc, attr) = match r {
             R::Opened(d, a) => (d, a),
             R::Entry(ino, ftype) => {

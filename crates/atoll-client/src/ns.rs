@@ -87,24 +87,26 @@ fn make_node(
     // Creation affinity (Hare §3.7.5): the new inode lives where its entry
     // is, and a directory's own entries start on that same server.
     let home = server as u8;
-    w.lane.call(
-        c,
-        server,
-        Request::MakeNode {
-            dir: w.dir,
-            name,
-            ftype,
-            perm,
-            rdev,
-            target,
-            home,
-            distributed,
-        },
-        |r| match r {
-            Reply::Entry { ino, .. } => Ok(ino),
-            _ => Err(Error::Protocol("MakeNode")),
-        },
-    )
+    crate::session::retry_marked(|| {
+        w.lane.call(
+            c,
+            server,
+            Request::MakeNode {
+                dir: w.dir,
+                name,
+                ftype,
+                perm,
+                rdev,
+                target,
+                home,
+                distributed,
+            },
+            |r| match r {
+                Reply::Entry { ino, .. } => Ok(ino),
+                _ => Err(Error::Protocol("MakeNode")),
+            },
+        )
+    })
 }
 
 pub fn mkdir(c: &Client, lane: &Lane, dirfd: i64, path: &[u8], mode: u32) -> Result<Out> {
@@ -655,23 +657,34 @@ fn cross_server_rename(
                 server: usize|
      -> Result<Option<(InodeId, FileType)>> {
         if ino.owner() != server {
-            lane.call(c, ino.owner(), Request::Ref { ino }, |_| Ok(()))?;
+            match lane.call(c, ino.owner(), Request::Ref { ino }, |_| Ok(())) {
+                // The owner refuses to count a second name of a directory:
+                // report EXDEV, so that `mv` and friends copy instead.
+                // TODO(atoll): needs the server to accept `Ref` of a
+                // directory being moved.
+                Err(Error::Errno(e)) if e == libc::EPERM && ftype == FileType::Directory => {
+                    return err(libc::EXDEV)
+                }
+                r => r?,
+            }
         }
-        let r = lane.call(
-            c,
-            server,
-            Request::Link {
-                dir,
-                name,
-                ino,
-                ftype,
-                replace: true,
-            },
-            |r| match r {
-                Reply::Linked { replaced } => Ok(replaced),
-                _ => Err(Error::Protocol("Link")),
-            },
-        );
+        let r = crate::session::retry_marked(|| {
+            lane.call(
+                c,
+                server,
+                Request::Link {
+                    dir,
+                    name,
+                    ino,
+                    ftype,
+                    replace: true,
+                },
+                |r| match r {
+                    Reply::Linked { replaced } => Ok(replaced),
+                    _ => Err(Error::Protocol("Link")),
+                },
+            )
+        });
         if r.is_err() && ino.owner() != server {
             let _ = lane.call_ok(c, ino.owner(), Request::Unref { ino });
         }
@@ -814,21 +827,23 @@ pub fn link(
     if ino.owner() != server {
         lane.call(c, ino.owner(), Request::Ref { ino }, |_| Ok(()))?;
     }
-    let r = lane.call(
-        c,
-        server,
-        Request::Link {
-            dir: w.dir,
-            name,
-            ino,
-            ftype,
-            replace: false,
-        },
-        |r| match r {
-            Reply::Linked { .. } => Ok(()),
-            _ => Err(Error::Protocol("Link")),
-        },
-    );
+    let r = crate::session::retry_marked(|| {
+        lane.call(
+            c,
+            server,
+            Request::Link {
+                dir: w.dir,
+                name,
+                ino,
+                ftype,
+                replace: false,
+            },
+            |r| match r {
+                Reply::Linked { .. } => Ok(()),
+                _ => Err(Error::Protocol("Link")),
+            },
+        )
+    });
     if r.is_err() && ino.owner() != server {
         let _ = lane.call_ok(c, ino.owner(), Request::Unref { ino });
     }

@@ -161,6 +161,25 @@ impl Lane {
     }
 }
 
+/// Run a creation (`Open` with `O_CREAT`, `MakeNode`, `Link`) again while
+/// it answers `EAGAIN`: a directory marked by a concurrent three-phase
+/// rmdir refuses creations until the rmdir commits or aborts (Hare
+/// §3.4.1). Gives up after about ten seconds.
+pub fn retry_marked<R>(mut f: impl FnMut() -> Result<R>) -> Result<R> {
+    let mut wait = 50_000u64;
+    let mut total = 0u64;
+    loop {
+        match f() {
+            Err(Error::Errno(e)) if e == libc::EAGAIN && total < 10_000_000_000 => {
+                sys::sleep_ns(wait);
+                total += wait;
+                wait = (wait * 2).min(10_000_000);
+            }
+            r => return r,
+        }
+    }
+}
+
 /// A lane held by the current thread; released on drop.
 pub struct LaneGuard {
     lane: &'static Lane,

@@ -113,7 +113,11 @@ fn run_single(job: &Job, target: &Target, cmd: &WorkerCmd, phase: Phase) -> anyh
     let status = wait_deadline(&mut child, Instant::now() + cmd.timeout)?;
     let err = stderr.join().unwrap_or_default();
     if !status.success() {
-        bail!("{:?} phase failed ({status}): {}", phase, without_backtrace(&err));
+        bail!(
+            "{:?} phase failed ({status}): {}",
+            phase,
+            without_backtrace(&err)
+        );
     }
     Ok(())
 }
@@ -283,12 +287,14 @@ fn run_measured(
     for i in 0..n {
         let st = wait_deadline(&mut w.children[i], deadline)?;
         if !st.success() {
-            return Err(w.fail(i, &format!("failed its self-check ({st})")));
+            return Err(w.fail(i, &format!("exited with {st} after reporting")));
         }
     }
     let reports: Vec<WorkerReport> = reports.into_iter().flatten().collect();
     let ops = reports.iter().map(|r| r.ops).sum();
-    let traps = trap_file.and_then(|f| std::fs::read_to_string(f).ok()).map(|s| parse_traps(&s));
+    let traps = trap_file
+        .and_then(|f| std::fs::read_to_string(f).ok())
+        .map(|s| parse_traps(&s));
     Ok(Outcome {
         ops,
         elapsed,
@@ -300,7 +306,11 @@ fn run_measured(
 /// A worker's error message without the backtrace anyhow appends when
 /// `RUST_BACKTRACE` is set.
 fn without_backtrace(s: &str) -> String {
-    s.split("\nStack backtrace:").next().unwrap_or("").trim().to_string()
+    s.split("\nStack backtrace:")
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_string()
 }
 
 /// Sum of a trap-statistics file: one line per process, `pid nr:count …`.

@@ -11,13 +11,15 @@
 //!     N servers, techniques switched off);
 //!   - [`worker_main`]`(WorkerArgs)` for the hidden `atoll bench-worker`
 //!     subcommand, which the harness starts as `current_exe() bench-worker …`
-//!     with the system's environment so the preload library intercepts it.
+//!     with the system's environment so the preload library intercepts it;
+//!   - [`main_from_args`] / [`worker_main_from_args`]: the same from the raw
+//!     words after the subcommand, for a CLI that does not embed clap args.
 //! * `report` — derived metrics, targets, terminal table, JSON, SVG charts.
 //! * `harness` — starts worker processes, start barrier, timing, checks.
 //! * `systems` — tmpfs and FUSE (bindfs), counter deltas, the traits.
 //! * `worker` — one process of one phase of one workload.
 //! * `workloads` — the workloads themselves: plain `std::fs` code.
-//! * `rpc` (+ `tsc`, the only unsafe) — messaging micro-benchmarks.
+//! * `rpc` — messaging micro-benchmarks (atoll's own in `atoll_msg::bench`).
 //!
 //! Relies on: `std::fs` and standard programs (tar, zip/unzip, make, cc,
 //! bindfs) for the workloads; nothing of atoll except the boot protocol's
@@ -31,7 +33,6 @@ pub mod harness;
 pub mod report;
 pub mod rpc;
 pub mod systems;
-mod tsc;
 pub mod util;
 pub mod worker;
 pub mod workloads;
@@ -148,7 +149,10 @@ fn cpus() -> usize {
 }
 
 fn read_trim(p: &str) -> String {
-    std::fs::read_to_string(p).unwrap_or_default().trim().to_string()
+    std::fs::read_to_string(p)
+        .unwrap_or_default()
+        .trim()
+        .to_string()
 }
 
 /// What the results were measured on.
@@ -156,12 +160,23 @@ pub fn machine_info() -> serde_json::Value {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let model = cpuinfo
         .lines()
-        .find_map(|l| l.strip_prefix("model name")?.split_once(':').map(|x| x.1.trim().to_string()))
+        .find_map(|l| {
+            l.strip_prefix("model name")?
+                .split_once(':')
+                .map(|x| x.1.trim().to_string())
+        })
         .unwrap_or_default();
     let mem_kib: u64 = std::fs::read_to_string("/proc/meminfo")
         .unwrap_or_default()
         .lines()
-        .find_map(|l| l.strip_prefix("MemTotal:")?.trim().trim_end_matches("kB").trim().parse().ok())
+        .find_map(|l| {
+            l.strip_prefix("MemTotal:")?
+                .trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse()
+                .ok()
+        })
         .unwrap_or(0);
     serde_json::json!({
         "hostname": read_trim("/proc/sys/kernel/hostname"),
@@ -169,7 +184,7 @@ pub fn machine_info() -> serde_json::Value {
         "cpu_model": model,
         "cpus": cpus(),
         "mem_mib": mem_kib / 1024,
-        "tsc_ghz": tsc::ghz(20),
+        "tsc_ghz": rpc::tsc_ghz(20),
         "unix_time": std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
@@ -192,6 +207,55 @@ pub fn main_from_cli(args: BenchArgs, atoll: &mut dyn SystemFactory) -> anyhow::
         }
     }
     Ok(())
+}
+
+#[derive(clap::Parser)]
+#[command(
+    name = "atoll bench",
+    about = "Hare's benchmarks on atoll, tmpfs and FUSE"
+)]
+struct BenchCli {
+    #[command(flatten)]
+    args: BenchArgs,
+}
+
+#[derive(clap::Parser)]
+#[command(name = "atoll bench-worker", hide = true)]
+struct WorkerCli {
+    #[command(flatten)]
+    args: WorkerArgs,
+}
+
+/// Parse `argv` (the words after the subcommand) with clap; `--help`
+/// prints and yields `None`.
+fn parse_words<P: clap::Parser>(name: &str, argv: Vec<String>) -> anyhow::Result<Option<P>> {
+    match P::try_parse_from(std::iter::once(name.to_string()).chain(argv)) {
+        Ok(p) => Ok(Some(p)),
+        Err(e) => match e.kind() {
+            clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => {
+                print!("{e}");
+                Ok(None)
+            }
+            _ => Err(anyhow::anyhow!("{}", e.render().to_string().trim_end())),
+        },
+    }
+}
+
+/// `atoll bench ARGS…` for a caller that does not embed [`BenchArgs`] in
+/// its own clap parser: `argv` are the words after `bench`.
+pub fn main_from_args(argv: Vec<String>, atoll: &mut dyn SystemFactory) -> anyhow::Result<()> {
+    match parse_words::<BenchCli>("atoll bench", argv)? {
+        Some(c) => main_from_cli(c.args, atoll),
+        None => Ok(()),
+    }
+}
+
+/// `atoll bench-worker ARGS…` from raw words (see [`main_from_args`]).
+pub fn worker_main_from_args(argv: Vec<String>) -> anyhow::Result<()> {
+    match parse_words::<WorkerCli>("atoll bench-worker", argv)? {
+        Some(c) => worker_main(c.args),
+        None => Ok(()),
+    }
 }
 
 fn write_json(report: &Report, p: &Path) -> anyhow::Result<()> {
@@ -253,11 +317,7 @@ pub fn run_bench(
         args.workloads.clone()
     } {
         match w.tools().iter().find(|t| !util::have_tool(t)) {
-            Some(t) => skip(
-                &mut rep,
-                w.name().into(),
-                format!("`{t}` is not installed"),
-            ),
+            Some(t) => skip(&mut rep, w.name().into(), format!("`{t}` is not installed")),
             None => workloads.push(w),
         }
     }
@@ -325,7 +385,9 @@ pub fn run_bench(
                     with_system_env_us: with,
                     added_us: with - plain,
                 }),
-                Err(e) => pb.suspend(|| skip(&mut rep, format!("{name} start-up cost"), format!("{e:#}"))),
+                Err(e) => {
+                    pb.suspend(|| skip(&mut rep, format!("{name} start-up cost"), format!("{e:#}")))
+                }
             }
         }
         for &w in &workloads {
@@ -340,7 +402,8 @@ pub fn run_bench(
                     nworkers: p,
                     inputs: inputs.clone(),
                 };
-                rep.results.push(measure(sys.as_mut(), &job, &target, cmd, &trap_file));
+                rep.results
+                    .push(measure(sys.as_mut(), &job, &target, cmd, &trap_file));
                 pb.inc(1);
             }
         }

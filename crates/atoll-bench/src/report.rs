@@ -86,7 +86,13 @@ pub fn derive(results: &mut [RunResult]) {
     }
 }
 
-fn at_least(name: &str, goal: &str, value: Option<f64>, threshold: f64, note: String) -> TargetCheck {
+fn at_least(
+    name: &str,
+    goal: &str,
+    value: Option<f64>,
+    threshold: f64,
+    note: String,
+) -> TargetCheck {
     let score = value.map(|v| v / threshold);
     TargetCheck {
         name: name.into(),
@@ -128,7 +134,8 @@ pub fn targets(rs: &[RunResult], rpc: Option<&RpcResults>) -> Vec<TargetCheck> {
     let split = systems.iter().find(|s| s.starts_with("atoll-split"));
     let timeshare = systems.iter().find(|s| s.starts_with("atoll-timeshare"));
     let ratio = |w: &str, s: Option<&String>| {
-        s.and_then(|s| find(rs, w, s, 1)).and_then(|r| r.ratio_vs_tmpfs)
+        s.and_then(|s| find(rs, w, s, 1))
+            .and_then(|r| r.ratio_vs_tmpfs)
     };
     for w in ["creates", "renames", "directories"] {
         out.push(at_least(
@@ -163,15 +170,22 @@ pub fn targets(rs: &[RunResult], rpc: Option<&RpcResults>) -> Vec<TargetCheck> {
     ));
     for s in systems.iter().filter(|s| s.starts_with("atoll")) {
         let mut worst: Option<(f64, String)> = None;
-        for r in rs.iter().filter(|r| &r.system == s && r.procs == 1 && r.error.is_none()) {
-            let meta = crate::workloads::Workload::from_name(&r.workload)
-                .is_some_and(|w| w.is_metadata());
+        for r in rs
+            .iter()
+            .filter(|r| &r.system == s && r.procs == 1 && r.error.is_none())
+        {
+            let meta =
+                crate::workloads::Workload::from_name(&r.workload).is_some_and(|w| w.is_metadata());
             if !meta {
                 continue;
             }
             if let Some(f) = find(rs, &r.workload, "fuse", 1) {
                 let x = r.ops_per_sec / f.ops_per_sec;
-                if worst.as_ref().map_or(true, |(v, _)| x < *v) {
+                let better = match &worst {
+                    None => true,
+                    Some((v, _)) => x < *v,
+                };
+                if better {
                     worst = Some((x, r.workload.clone()));
                 }
             }
@@ -189,7 +203,7 @@ pub fn targets(rs: &[RunResult], rpc: Option<&RpcResults>) -> Vec<TargetCheck> {
         ));
     }
     let (spin, raw) = rpc
-        .map(|r| (r.atoll_spin_ns, Some(r.raw_pingpong_ns)))
+        .map(|r| (r.atoll_spin_ns, r.raw_pingpong_ns))
         .unwrap_or((None, None));
     let x = spin.zip(raw).map(|(s, r)| s / r);
     out.push(TargetCheck {
@@ -269,7 +283,11 @@ pub fn table(rep: &Report) -> String {
                 t.goal,
                 opt(t.value, 2),
                 verdict,
-                if t.note.is_empty() { String::new() } else { format!("  ({})", t.note) }
+                if t.note.is_empty() {
+                    String::new()
+                } else {
+                    format!("  ({})", t.note)
+                }
             );
         }
     }
@@ -278,15 +296,27 @@ pub fn table(rep: &Report) -> String {
 
 pub fn rpc_table(r: &RpcResults) -> String {
     let mut s = String::new();
-    let cyc = |k: &str| r.cycles.get(k).map_or_else(|| "-".into(), |c| format!("{c:.0}"));
-    let _ = writeln!(s, "{:<28} {:>10} {:>10}", "round trip / call", "ns", "cycles");
+    let cyc = |k: &str| {
+        r.cycles
+            .get(k)
+            .map_or_else(|| "-".into(), |c| format!("{c:.0}"))
+    };
+    let _ = writeln!(
+        s,
+        "{:<28} {:>10} {:>10}",
+        "round trip / call", "ns", "cycles"
+    );
     let rows = [
         ("atoll (server spinning)", r.atoll_spin_ns, "atoll_spin"),
         ("atoll (server blocking)", r.atoll_block_ns, "atoll_block"),
-        ("raw shared-memory ping-pong", Some(r.raw_pingpong_ns), "raw_pingpong"),
-        ("null system call", Some(r.null_syscall_ns), "null_syscall"),
-        ("pipe ping-pong", Some(r.pipe_ns), "pipe"),
-        ("unix socket ping-pong", Some(r.unix_socket_ns), "unix_socket"),
+        (
+            "raw shared-memory ping-pong",
+            r.raw_pingpong_ns,
+            "raw_pingpong",
+        ),
+        ("null system call", r.null_syscall_ns, "null_syscall"),
+        ("pipe ping-pong", r.pipe_ns, "pipe"),
+        ("unix socket ping-pong", r.unix_socket_ns, "unix_socket"),
     ];
     for (name, ns, key) in rows {
         let _ = writeln!(s, "{:<28} {:>10} {:>10}", name, opt(ns, 0), cyc(key));
@@ -377,7 +407,10 @@ fn ratio_chart(
     let ymax = bars.iter().map(|b| b.2).fold(1.0f64, f64::max) * 1.15;
     let n = workloads.len();
     let mut chart = ChartBuilder::on(&root)
-        .caption(format!("throughput relative to tmpfs, P = {p}"), ("sans-serif", 22))
+        .caption(
+            format!("throughput relative to tmpfs, P = {p}"),
+            ("sans-serif", 22),
+        )
         .margin(12)
         .x_label_area_size(90)
         .y_label_area_size(50)
@@ -396,7 +429,11 @@ fn ratio_chart(
                 String::new()
             }
         })
-        .x_label_style(("sans-serif", 13).into_font().transform(FontTransform::Rotate90))
+        .x_label_style(
+            ("sans-serif", 13)
+                .into_font()
+                .transform(FontTransform::Rotate90),
+        )
         .y_desc("ops/s ÷ tmpfs ops/s")
         .draw()
         .map_err(de)?;
@@ -549,7 +586,7 @@ mod tests {
             startup: vec![],
             rpc: Some(RpcResults {
                 atoll_spin_ns: Some(300.0),
-                raw_pingpong_ns: 200.0,
+                raw_pingpong_ns: Some(200.0),
                 ..RpcResults::default()
             }),
             targets: vec![],
@@ -557,7 +594,13 @@ mod tests {
         let v = serde_json::to_value(&rep).unwrap();
         assert!(v["machine"].is_object());
         let first = &v["results"][0];
-        for k in ["workload", "system", "procs", "ops_per_sec", "ratio_vs_tmpfs"] {
+        for k in [
+            "workload",
+            "system",
+            "procs",
+            "ops_per_sec",
+            "ratio_vs_tmpfs",
+        ] {
             assert!(first.get(k).is_some(), "missing {k}");
         }
         for k in [

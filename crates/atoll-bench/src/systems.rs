@@ -256,9 +256,9 @@ pub fn counter_delta(before: &serde_json::Value, after: &serde_json::Value) -> s
                 })
                 .collect(),
         ),
-        (Value::Array(a), Value::Array(b)) if a.len() == b.len() => Value::Array(
-            a.iter().zip(b).map(|(x, y)| counter_delta(x, y)).collect(),
-        ),
+        (Value::Array(a), Value::Array(b)) if a.len() == b.len() => {
+            Value::Array(a.iter().zip(b).map(|(x, y)| counter_delta(x, y)).collect())
+        }
         _ => after.clone(),
     }
 }
@@ -291,7 +291,10 @@ mod tests {
         assert_eq!(d["servers"][1]["requests"], 10);
         assert_eq!(d["id"], "x");
         assert_eq!(messages_in(&d), Some(15));
-        assert_eq!(messages_in(&json!({"servers": [{"requests": 2}, {"requests": 3}]})), Some(5));
+        assert_eq!(
+            messages_in(&json!({"servers": [{"requests": 2}, {"requests": 3}]})),
+            Some(5)
+        );
         assert_eq!(messages_in(&json!({})), None);
     }
 

@@ -118,7 +118,10 @@ pub fn have_tool(prog: &str) -> bool {
     std::env::split_paths(&path).any(|d| {
         let p = d.join(prog);
         std::fs::metadata(&p)
-            .map(|m| m.is_file() && std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o111 != 0)
+            .map(|m| {
+                m.is_file()
+                    && std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o111 != 0
+            })
             .unwrap_or(false)
     })
 }

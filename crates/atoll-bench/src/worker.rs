@@ -10,7 +10,7 @@
 //!   stdin  EOF       start barrier: the harness closes the pipe's last
 //!                    write end, releasing all workers at once
 //!   worker → stdout  one JSON line: WorkerReport   (the timed part ends)
-//!   worker           untimed self-checks; exit status 0 = success
+//!   worker           exits; status 0 = success
 //! ```
 
 use std::ffi::OsString;
@@ -144,7 +144,12 @@ impl WorkerArgs {
 /// Entry point of `atoll bench-worker`.
 pub fn worker_main(args: WorkerArgs) -> anyhow::Result<()> {
     let job = args.job();
-    let what = format!("{} {} of {}", args.workload.name(), args.phase.name(), args.dir.display());
+    let what = format!(
+        "{} {} of {}",
+        args.workload.name(),
+        args.phase.name(),
+        args.dir.display()
+    );
     match args.phase {
         Phase::Setup => job.setup().with_context(|| what.clone())?,
         Phase::Check => job.check().with_context(|| what.clone())?,
@@ -159,10 +164,11 @@ pub fn worker_main(args: WorkerArgs) -> anyhow::Result<()> {
                     .read_to_end(&mut sink)
                     .context("waiting on the start barrier")?;
             }
-            let report = job.run(args.role, args.index).with_context(|| what.clone())?;
+            let report = job
+                .run(args.role, args.index)
+                .with_context(|| what.clone())?;
             writeln!(out, "{}", serde_json::to_string(&report)?)?;
             out.flush()?;
-            job.post_run(&report).with_context(|| what.clone())?;
         }
     }
     Ok(())

@@ -6,7 +6,10 @@
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "atoll-bench", about = "atoll's benchmark harness (baselines only)")]
+#[command(
+    name = "atoll-bench",
+    about = "atoll's benchmark harness (baselines only)"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,

@@ -20,7 +20,7 @@ use std::process::Command;
 
 use serde::{Deserialize, Serialize};
 
-use super::{sub, Job, Role, Size, Workload, WorkerReport};
+use super::{sub, Job, Role, Size, WorkerReport, Workload};
 use crate::util::{count_entries, run_tool, At, BenchError, Result, Rng};
 
 /// Host-side inputs shared by all runs of one benchmark invocation.
@@ -140,7 +140,9 @@ fn gen_source_tree(root: &Path, files: usize) -> Result<()> {
     let mut rng = Rng::new(0x5eed);
     for i in 0..files {
         let d = i % dirs;
-        let dir = root.join(TOP[d % TOP.len()]).join(format!("sub{}", d / TOP.len()));
+        let dir = root
+            .join(TOP[d % TOP.len()])
+            .join(format!("sub{}", d / TOP.len()));
         if i < dirs {
             fs::create_dir_all(&dir).at("mkdir", &dir)?;
         }
@@ -150,7 +152,11 @@ fn gen_source_tree(root: &Path, files: usize) -> Result<()> {
         let mut s = String::with_capacity(len + 64);
         let mut line = 0;
         while s.len() < len {
-            let _ = writeln!(s, "static int v{i}_{line} = {}; /* generated */", rng.below(1000));
+            let _ = writeln!(
+                s,
+                "static int v{i}_{line} = {}; /* generated */",
+                rng.below(1000)
+            );
             line += 1;
         }
         fs::write(&p, s).at("write", &p)?;

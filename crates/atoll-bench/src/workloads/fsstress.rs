@@ -105,10 +105,12 @@ impl Stress {
     }
 
     fn children<'a>(&'a self, dir: &'a str) -> impl Iterator<Item = (&'a String, &'a Node)> + 'a {
-        self.entries.iter().filter(move |(k, _)| match k.rsplit_once('/') {
-            Some((parent, _)) => parent == dir,
-            None => dir.is_empty(),
-        })
+        self.entries
+            .iter()
+            .filter(move |(k, _)| match k.rsplit_once('/') {
+                Some((parent, _)) => parent == dir,
+                None => dir.is_empty(),
+            })
     }
 
     /// A random directory (including the subtree root `""`).
@@ -145,7 +147,13 @@ impl Stress {
 
     /// Compare the call's outcome (when executing) with the model's
     /// prediction `want` (None = success, Some(errno) = that error).
-    fn expect(&mut self, op: &'static str, rel: &str, want: Option<i32>, got: Option<io::Result<()>>) -> Result<()> {
+    fn expect(
+        &mut self,
+        op: &'static str,
+        rel: &str,
+        want: Option<i32>,
+        got: Option<io::Result<()>>,
+    ) -> Result<()> {
         self.r.ops += 1;
         self.r.bump(op, 1);
         let Some(got) = got else { return Ok(()) };
@@ -447,7 +455,11 @@ impl Stress {
             }
         }
         if found.len() != self.entries.len() {
-            let extra: Vec<_> = found.keys().filter(|k| !self.entries.contains_key(*k)).take(5).collect();
+            let extra: Vec<_> = found
+                .keys()
+                .filter(|k| !self.entries.contains_key(*k))
+                .take(5)
+                .collect();
             return Err(BenchError::Check(format!(
                 "fsstress: unexpected entries in {}: {extra:?}",
                 self.root.display()
@@ -468,7 +480,11 @@ fn walk(dir: &Path, rel: &str, out: &mut BTreeMap<String, Found>) -> Result<()> 
     for e in fs::read_dir(dir).at("readdir", dir)? {
         let e = e.at("readdir", dir)?;
         let name = e.file_name().to_string_lossy().into_owned();
-        let k = if rel.is_empty() { name } else { format!("{rel}/{name}") };
+        let k = if rel.is_empty() {
+            name
+        } else {
+            format!("{rel}/{name}")
+        };
         let md = fs::symlink_metadata(e.path()).at("stat", &e.path())?;
         if md.is_dir() {
             walk(&e.path(), &k, out)?;

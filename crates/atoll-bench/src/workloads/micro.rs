@@ -5,7 +5,7 @@
 use std::fs::{self, File};
 use std::io::{Read, Write};
 
-use super::{sub, Job, Role, Workload, WorkerReport};
+use super::{sub, Job, Role, WorkerReport, Workload};
 use crate::util::{list_names, At, BenchError, Result};
 
 /// Bytes per write: one buffer-cache block (Hare Table 5.1, *writes*).
@@ -170,13 +170,19 @@ mod tests {
     fn renames_end_with_one_file_per_worker_holding_its_content() {
         let (_t, job, reports) = run_tiny(Workload::Renames, 3);
         assert_eq!(reports[2].ops, 3 + job.iterations());
-        assert_eq!(std::fs::read_dir(job.dir.join("shared")).unwrap().count(), 3);
+        assert_eq!(
+            std::fs::read_dir(job.dir.join("shared")).unwrap().count(),
+            3
+        );
     }
 
     #[test]
     fn directories_leave_nothing_behind() {
         let (_t, job, reports) = run_tiny(Workload::Directories, 2);
         assert_eq!(reports[1].ops, 2 * job.iterations());
-        assert_eq!(std::fs::read_dir(job.dir.join("shared")).unwrap().count(), 0);
+        assert_eq!(
+            std::fs::read_dir(job.dir.join("shared")).unwrap().count(),
+            0
+        );
     }
 }

@@ -34,7 +34,7 @@ impl TreeShape {
     pub fn dense(size: Size) -> TreeShape {
         let (levels, fanout, files) = match size {
             Size::Tiny => (2, 2, 3),
-            Size::Quick => (2, 5, 40),
+            Size::Quick => (2, 5, 100),
             Size::Default => (3, 5, 100),
             Size::Full => (3, 10, 200),
         };
@@ -49,8 +49,8 @@ impl TreeShape {
     pub fn sparse(size: Size) -> TreeShape {
         let levels = match size {
             Size::Tiny => 3,
-            Size::Quick => 10,
-            Size::Default => 12,
+            Size::Quick => 12,
+            Size::Default => 13,
             Size::Full => 14,
         };
         TreeShape {

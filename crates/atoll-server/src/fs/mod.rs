@@ -1813,7 +1813,7 @@ impl<S: BlockStore> FileServer<S> {
         if !who.is_root() && i.perm & (libc::S_ISUID | libc::S_ISGID) != 0 {
             i.perm = kill_priv(i.perm);
         }
-        if offset.is_none() || (append && offset.is_none()) {
+        if offset.is_none() {
             if let Some(d) = self.descs.get_mut(&desc) {
                 d.offset = off + got;
             }

@@ -419,10 +419,27 @@ fn clone_any(nr: i64, args: [u64; 6], uc: &libc::ucontext_t) -> i64 {
             let mut a = args;
             a[0] = flags;
             if args[1] == 0 || kind == CloneKind::Raw {
-                clone_inline(nr, a, kind)
-            } else {
-                clone_trampoline(nr, a, args[1] as usize, kind, uc)
+                return clone_inline(nr, a, kind);
             }
+            let mut top = args[1] as usize;
+            let _stack = if kind == CloneKind::Process {
+                let Some(s) = ChildStack::map() else {
+                    return -(libc::ENOMEM as i64);
+                };
+                // glibc's clone() child pops `fn` and `arg` from the top
+                // of the stack it was given: move them along.
+                // SAFETY: glibc stored these two words at the stack
+                // pointer it passed; the new top has room above it.
+                unsafe {
+                    core::ptr::copy_nonoverlapping(top as *const u64, s.top() as *mut u64, 2)
+                };
+                top = s.top();
+                a[1] = top as u64;
+                Some(s)
+            } else {
+                None
+            };
+            clone_trampoline(nr, a, top, kind, uc)
         }
         _ => {
             // clone3(struct clone_args *, size)
@@ -446,11 +463,66 @@ fn clone_any(nr: i64, args: [u64; 6], uc: &libc::ucontext_t) -> i64 {
             let mut a = args;
             a[0] = ca.as_ptr() as u64;
             if stack_top == 0 || kind == CloneKind::Raw {
-                clone_inline(nr, a, kind)
-            } else {
-                clone_trampoline(nr, a, stack_top, kind, uc)
+                return clone_inline(nr, a, kind);
             }
+            let mut stack_top = stack_top;
+            let _stack = if kind == CloneKind::Process {
+                let Some(s) = ChildStack::map() else {
+                    return -(libc::ENOMEM as i64);
+                };
+                stack_top = s.top();
+                ca[CA_STACK] = s.base as u64;
+                ca[CA_STACK_SIZE] = (stack_top - s.base) as u64;
+                Some(s)
+            } else {
+                None
+            };
+            clone_trampoline(nr, a, stack_top, kind, uc)
         }
+    }
+}
+
+/// A roomy stack for the child of a fork-like clone that came with a small
+/// one. posix_spawn (hence `system` and `popen`) gives its child a stack of
+/// a few tens of KiB, sized for glibc's own child code; once the clone
+/// becomes a fork, that child runs the client (its `execve` is emulated)
+/// inside a signal frame, which needs more. The child has its own copy of
+/// memory, so the parent unmaps its copy as soon as the clone returns, and
+/// the child's goes away at its exec (or exit).
+struct ChildStack {
+    base: usize,
+}
+
+const CHILD_STACK_BYTES: usize = 1 << 20;
+
+impl ChildStack {
+    fn map() -> Option<ChildStack> {
+        let r = raw::syscall(
+            libc::SYS_mmap,
+            &[
+                0,
+                CHILD_STACK_BYTES as u64,
+                (libc::PROT_READ | libc::PROT_WRITE) as u64,
+                (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK) as u64,
+                u64::MAX,
+                0,
+            ],
+        );
+        (r > 0).then_some(ChildStack { base: r as usize })
+    }
+
+    /// Initial stack pointer: 16-aligned, leaving 256 bytes above it.
+    fn top(&self) -> usize {
+        (self.base + CHILD_STACK_BYTES - 256) & !15
+    }
+}
+
+impl Drop for ChildStack {
+    fn drop(&mut self) {
+        raw::syscall(
+            libc::SYS_munmap,
+            &[self.base as u64, CHILD_STACK_BYTES as u64],
+        );
     }
 }
 
@@ -492,6 +564,10 @@ fn clone_trampoline(
     kind: CloneKind,
     uc: &libc::ucontext_t,
 ) -> i64 {
+    debug(
+        &[b"clone via trampoline, kind/stack top"],
+        &[kind as i64, stack_top as i64],
+    );
     let block_addr = (stack_top - BLOCK_ROOM) & !15;
     let block = block_addr as *mut CloneBlock;
     let mut regs = [0i64; 17];

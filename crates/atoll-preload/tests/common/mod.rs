@@ -6,13 +6,34 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-/// `libatoll_preload.so` next to the test binary's `deps/` directory.
+/// `libatoll_preload.so`, (re)built on first use: `cargo test` builds no
+/// cdylib for integration tests, so each test binary runs `cargo build` for
+/// this crate once, into the target directory it itself lives in.
 pub fn lib_path() -> PathBuf {
-    let exe = std::env::current_exe().expect("test binary path");
-    let dir = exe.parent().and_then(Path::parent).expect("target dir");
-    let lib = dir.join("libatoll_preload.so");
-    assert!(lib.exists(), "{} not built", lib.display());
-    lib
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let exe = std::env::current_exe().expect("test binary path");
+            // <target>/<profile>/deps/<test binary>
+            let profile_dir = exe.parent().and_then(Path::parent).expect("profile dir");
+            let target_dir = profile_dir.parent().expect("target dir");
+            let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
+            let mut build = Command::new(env!("CARGO"));
+            build
+                .args(["build", "--quiet", "-p", "atoll-preload", "--manifest-path"])
+                .arg(&manifest)
+                .arg("--target-dir")
+                .arg(target_dir);
+            if profile_dir.file_name() == Some("release".as_ref()) {
+                build.arg("--release");
+            }
+            let status = build.status().expect("run cargo build");
+            assert!(status.success(), "building libatoll_preload.so failed");
+            let lib = profile_dir.join("libatoll_preload.so");
+            assert!(lib.exists(), "{} not built", lib.display());
+            lib
+        })
+        .clone()
 }
 
 /// Compile `tests/probes/<name>.c` into `out_dir`, fortified like Debian's

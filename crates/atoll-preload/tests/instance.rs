@@ -1,0 +1,159 @@
+//! Real programs on real atoll paths: an instance is booted in-process
+//! (`atoll_server::Instance`), and programs run with libatoll preloaded and
+//! `ATOLL_SOCKET` pointing at it, so every call goes through the wrappers
+//! or the SUD net into `atoll-client`.
+
+mod common;
+
+use std::process::Output;
+
+use atoll_proto::boot::{PollMode, Without};
+use atoll_server::{Instance, InstanceConfig};
+use common::{command, lib_path, run, stderr, stdout, Preload};
+
+struct Booted {
+    instance: Option<Instance>,
+    _root: tempfile::TempDir,
+    mount: String,
+}
+
+impl Drop for Booted {
+    fn drop(&mut self) {
+        if let Some(i) = self.instance.take() {
+            i.shutdown();
+        }
+    }
+}
+
+fn boot() -> Booted {
+    let root = tempfile::tempdir().unwrap();
+    // A mount path that certainly does not exist on the host.
+    let mount = format!("/atoll-preload-test-{}", std::process::id());
+    let config = InstanceConfig {
+        servers: 2,
+        memory: 64 << 20,
+        mount: mount.clone(),
+        poll: PollMode::Block,
+        split: false,
+        server_cores: vec![],
+        incoherent: false,
+        without: Without::default(),
+        distribute: vec![],
+        runtime_root: root.path().to_path_buf(),
+    };
+    let instance = Instance::boot(config).expect("boot instance");
+    Booted {
+        instance: Some(instance),
+        _root: root,
+        mount,
+    }
+}
+
+/// Run `bash -c script` as a client of `b` (the mount is `$M`).
+fn client_bash(b: &Booted, script: &str, extra: &[(&str, &str)]) -> Output {
+    let mut c = command("bash", Preload::None);
+    let inst = b.instance.as_ref().unwrap();
+    c.env("LD_PRELOAD", lib_path())
+        .env("ATOLL_PRELOAD", lib_path())
+        .env("ATOLL_SOCKET", inst.socket_path())
+        .env("M", &b.mount)
+        .arg("-c")
+        .arg(script);
+    for (k, v) in extra {
+        c.env(k, v);
+    }
+    run(c)
+}
+
+#[test]
+fn shell_creates_reads_and_lists_files_under_the_mount() {
+    let b = boot();
+    let o = client_bash(
+        &b,
+        r#"set -e
+mkdir $M/d
+echo hello > $M/d/f
+printf 'b\na\n' > $M/d/g
+cat $M/d/f
+sort $M/d/g
+ls $M/d
+stat -c '%s %F' $M/d/f
+test ! -e /$M/d/nope && echo absent
+"#,
+        &[],
+    );
+    assert_eq!(
+        stdout(&o),
+        "hello\na\nb\nf\ng\n6 regular file\nabsent\n",
+        "stderr: {}",
+        stderr(&o)
+    );
+    assert!(o.status.success());
+}
+
+#[test]
+fn files_are_invisible_to_the_host_and_shared_between_processes() {
+    let b = boot();
+    let o = client_bash(&b, "echo shared > $M/x", &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!std::path::Path::new(&b.mount).exists());
+    let o = client_bash(&b, "cat $M/x; (cd $M && pwd && cat x)", &[]);
+    assert_eq!(
+        stdout(&o),
+        format!("shared\n{}\nshared\n", b.mount),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn raw_syscalls_reach_atoll_through_the_sud_net() {
+    let b = boot();
+    let tmp = tempfile::tempdir().unwrap();
+    let exe = common::compile_probe("sud_probe", tmp.path());
+    let o = client_bash(
+        &b,
+        &format!(
+            "mkdir $M/data && echo hello > $M/data/a.txt && : > $M/data/b && {} $M/data",
+            exe.display()
+        ),
+        &[],
+    );
+    let out = stdout(&o);
+    assert!(o.status.success(), "{out}\n{}", stderr(&o));
+    for expect in [
+        "entries 4",
+        "text hello",
+        "readdir 4",
+        "fgets hello",
+        "fork child exit 3",
+        "raw fork child exit 5",
+        "clone child exit 11",
+        "threads 4",
+        "libc threads 4",
+        "spawn status 0",
+        "popen from-popen",
+        "blocked, entries 4",
+        "done",
+    ] {
+        assert!(
+            out.contains(expect),
+            "lacks {expect:?}:\n{out}\n{}",
+            stderr(&o)
+        );
+    }
+}
+
+#[test]
+#[ignore]
+fn scratch() {
+    let b = boot();
+    let script = std::env::var("SCRATCH").unwrap();
+    let o = client_bash(&b, &script, &[("ATOLL_DEBUG", "1")]);
+    println!(
+        "status {:?}\nSTDOUT\n{}\nSTDERR\n{}",
+        o.status,
+        stdout(&o),
+        stderr(&o)
+    );
+}

@@ -31,7 +31,7 @@ use atoll_proto::{DescId, FileType, InodeId, Request};
 use crate::error::{err, Error, Result};
 use crate::fdtable::{self, DescInfo};
 use crate::file;
-use crate::path::{parse_shebang, PathBuf};
+use crate::path::parse_shebang;
 use crate::session::{self, Client, Cwd, Lane};
 use crate::state::{FdState, State};
 use crate::sys;
@@ -223,7 +223,7 @@ type Shebang = (Vec<u8>, Option<Vec<u8>>);
 /// The program to run.
 enum Program {
     /// A host path (possibly rewritten, e.g. `/atoll/../bin/ls`).
-    Host(Option<PathBuf>),
+    Host(Option<crate::walk::HostPath>),
     Atoll {
         ino: InodeId,
         ftype: FileType,
@@ -309,6 +309,7 @@ pub fn prepare_exec(
 }
 
 /// `execveat` flavour of [`prepare_exec`].
+#[inline(never)]
 pub fn prepare_execat(
     dirfd: i64,
     path: &[u8],
@@ -333,7 +334,17 @@ pub fn prepare_execat(
     let mut exec_fd = None;
     let mut depth = 0;
     loop {
-        match resolve_program(c, &lane, dirfd, &prog_path, flags)? {
+        let resolved = match resolve_program(c, &lane, dirfd, &prog_path, flags) {
+            // A bare name (`posix_spawnp`, `execvp` before its PATH search)
+            // that is not in the atoll cwd is left to Linux.
+            Err(Error::Errno(e))
+                if e == libc::ENOENT && depth == 0 && !prog_path.contains(&b'/') =>
+            {
+                Program::Host(None)
+            }
+            r => r?,
+        };
+        match resolved {
             Program::Host(rewritten) => {
                 if let Some(p) = rewritten {
                     prog_path = p.as_bytes().to_vec();

@@ -104,6 +104,7 @@ pub fn open_inode(
 }
 
 /// `openat(dirfd, path, flags, mode)` (also open/creat/openat2).
+#[inline(never)]
 pub fn open(
     c: &Client,
     lane: &Lane,
@@ -165,7 +166,7 @@ pub fn open(
         enum R {
             Opened(DescId, atoll_proto::Attr),
             Entry(InodeId, FileType),
-            Symlink(crate::path::PathBuf),
+            Symlink(Box<crate::path::PathBuf>),
         }
         let call = || {
             lane.call(
@@ -181,9 +182,9 @@ pub fn open(
                 |r| match r {
                     Reply::Opened { desc, attr, .. } => Ok(R::Opened(desc, attr)),
                     Reply::Entry { ino, ftype } => Ok(R::Entry(ino, ftype)),
-                    Reply::Symlink { target, .. } => {
-                        Ok(R::Symlink(crate::path::PathBuf::from_bytes(target)?))
-                    }
+                    Reply::Symlink { target, .. } => Ok(R::Symlink(Box::new(
+                        crate::path::PathBuf::from_bytes(target)?,
+                    ))),
                     _ => Err(Error::Protocol("Open")),
                 },
             )
@@ -679,6 +680,7 @@ fn set_lock_wait(c: &Client, lane: &Lane, desc: DescId, lock: LockSpec, wait: bo
 }
 
 /// `fcntl` on an atoll fd.
+#[inline(never)]
 pub fn fcntl(c: &Client, lane: &Lane, fd: i64, d: &DescRef, cmd: i32, arg: u64) -> Result<Out> {
     match cmd {
         libc::F_GETFD | libc::F_SETFD => Ok(Out::Host),
@@ -845,6 +847,7 @@ pub fn ioctl(c: &Client, lane: &Lane, d: &DescRef, req: u64, arg: u64) -> Result
 /// §3.3); writable shared maps ask `MapBlocks` to fill holes first.
 /// `MAP_PRIVATE` maps the same pages copy-on-write. Holes (and pages past
 /// the end of file) are anonymous zero pages of the reserved range.
+#[inline(never)]
 pub fn mmap(c: &Client, lane: &Lane, d: &DescRef, a: &[u64; 6]) -> Result<i64> {
     let (addr, len, prot, flags, off) = (a[0], a[1], a[2] as i32, a[3] as i32, a[5]);
     let f = d.flags();
@@ -981,6 +984,7 @@ fn map_runs(
 /// `copy_file_range`/`sendfile`/`splice` with an atoll fd on either side:
 /// emulated by reads and writes through the client. `in_off`/`out_off` are
 /// program pointers to `loff_t` (0 = use the descriptor's offset).
+#[inline(never)]
 pub fn copy(
     c: &Client,
     lane: &Lane,
@@ -1036,6 +1040,7 @@ pub fn copy(
 /// `poll`/`ppoll` with atoll fds: regular files are always ready (as on
 /// Linux). The host part is polled without waiting when anything atoll is
 /// ready, else with the program's timeout.
+#[inline(never)]
 pub fn poll(fds: u64, nfds: u64, host_call: impl Fn(u64, u64, bool) -> i64) -> Result<i64> {
     if nfds > 1 << 20 {
         return err(libc::EINVAL);

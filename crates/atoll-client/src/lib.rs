@@ -71,7 +71,7 @@ pub(crate) enum Out {
     /// Not atoll's after all.
     Host,
     /// The path left atoll: run the call on Linux with this path.
-    Rehost(PathBuf),
+    Rehost(walk::HostPath),
 }
 
 /// Join the instance named by `ATOLL_SOCKET` (or restore the session
@@ -220,13 +220,14 @@ fn done(v: i64) -> Result<Out> {
 
 /// Resolve a path argument and run `f` on the node (or hand the call back
 /// to Linux). Checks cheaply before taking a lane.
+#[inline(never)]
 fn on_node(
     c: &Client,
     dirfd: i64,
     ptr: u64,
     follow: bool,
     empty_ok: bool,
-    f: impl FnOnce(&session::Lane, atoll_proto::InodeId, atoll_proto::FileType, &PathBuf) -> Result<Out>,
+    f: impl FnOnce(&session::Lane, atoll_proto::InodeId, atoll_proto::FileType) -> Result<Out>,
 ) -> Result<Out> {
     if !(path_concerns(c, dirfd, ptr) || (ptr == 0 && empty_ok && fdtable::is_atoll(dirfd))) {
         return Ok(Out::Host);
@@ -235,11 +236,12 @@ fn on_node(
     match meta::resolve(c, &lane, dirfd, ptr, follow, empty_ok)? {
         Target::Host => Ok(Out::Host),
         Target::Rehost(p) => Ok(Out::Rehost(p)),
-        Target::Node { ino, ftype, canon } => f(&lane, ino, ftype, &canon),
+        Target::Node { ino, ftype } => f(&lane, ino, ftype),
     }
 }
 
 /// Run `f` with the description behind atoll fd `fd`, else hand to Linux.
+#[inline(never)]
 fn on_fd(
     c: &Client,
     fd: i64,
@@ -252,12 +254,14 @@ fn on_fd(
     f(&lane, &d)
 }
 
+#[inline(never)]
 fn stat_out(c: &Client, lane: &session::Lane, ino: atoll_proto::InodeId, buf: u64) -> Result<Out> {
     let a = meta::getattr(c, lane, ino)?;
     sys::put_user(buf, meta::to_stat(&a))?;
     done(0)
 }
 
+#[inline(never)]
 fn statx_out(c: &Client, lane: &session::Lane, ino: atoll_proto::InodeId, buf: u64) -> Result<Out> {
     let a = meta::getattr(c, lane, ino)?;
     sys::put_user(buf, meta::to_statx(&a))?;
@@ -300,6 +304,7 @@ fn setattr(
 }
 
 /// Open-style entry: cheap check, then the walk.
+#[inline(never)]
 fn open_at(c: &Client, dirfd: i64, ptr: u64, flags: u32, mode: u32) -> Result<Out> {
     let path = sys::user_path(ptr)?;
     if path.is_empty() || !walk::concerns(c, dirfd, path) {
@@ -310,6 +315,7 @@ fn open_at(c: &Client, dirfd: i64, ptr: u64, flags: u32, mode: u32) -> Result<Ou
 }
 
 /// A path-and-parent entry (mkdir, unlink, …): cheap check, then `f`.
+#[inline(never)]
 fn on_path(
     c: &Client,
     dirfd: i64,
@@ -324,6 +330,7 @@ fn on_path(
     f(&lane, path)
 }
 
+#[inline(never)]
 fn xattr_get(c: &Client, dirfd_or_fd: Option<i64>, a: &[u64; 6], follow: bool) -> Result<Out> {
     let (name, buf, size) = (a[1], a[2], a[3] as usize);
     let run = |lane: &session::Lane, ino| {
@@ -338,11 +345,12 @@ fn xattr_get(c: &Client, dirfd_or_fd: Option<i64>, a: &[u64; 6], follow: bool) -
             a[0],
             follow,
             false,
-            |l, ino, _, _| run(l, ino),
+            |l, ino, _| run(l, ino),
         ),
     }
 }
 
+#[inline(never)]
 fn xattr_set(c: &Client, fd: Option<i64>, a: &[u64; 6], follow: bool) -> Result<Out> {
     let (name, val, size, flags) = (a[1], a[2], a[3] as usize, a[4] as u32);
     let run = |lane: &session::Lane, ino| {
@@ -367,11 +375,12 @@ fn xattr_set(c: &Client, fd: Option<i64>, a: &[u64; 6], follow: bool) -> Result<
             a[0],
             follow,
             false,
-            |l, ino, _, _| run(l, ino),
+            |l, ino, _| run(l, ino),
         ),
     }
 }
 
+#[inline(never)]
 fn xattr_list(c: &Client, fd: Option<i64>, a: &[u64; 6], follow: bool) -> Result<Out> {
     let (buf, size) = (a[1], a[2] as usize);
     let run = |lane: &session::Lane, ino| Ok(Out::Done(meta::listxattr(c, lane, ino, buf, size)?));
@@ -383,11 +392,12 @@ fn xattr_list(c: &Client, fd: Option<i64>, a: &[u64; 6], follow: bool) -> Result
             a[0],
             follow,
             false,
-            |l, ino, _, _| run(l, ino),
+            |l, ino, _| run(l, ino),
         ),
     }
 }
 
+#[inline(never)]
 fn xattr_remove(c: &Client, fd: Option<i64>, a: &[u64; 6], follow: bool) -> Result<Out> {
     let name = a[1];
     let run = |lane: &session::Lane, ino| {
@@ -402,7 +412,7 @@ fn xattr_remove(c: &Client, fd: Option<i64>, a: &[u64; 6], follow: bool) -> Resu
             a[0],
             follow,
             false,
-            |l, ino, _, _| run(l, ino),
+            |l, ino, _| run(l, ino),
         ),
     }
 }
@@ -417,6 +427,7 @@ fn offset(v: u64) -> Result<u64> {
 
 /// `close_range(first, last, flags)`: never touches private fds, and drops
 /// atoll fds from the table.
+#[inline(never)]
 fn do_close_range(c: &Client, first: u64, last: u64, flags: u64) -> Result<Out> {
     if first > last {
         return err(libc::EINVAL);
@@ -575,10 +586,10 @@ fn run(c: &'static Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
         SYS_fcntl => on_fd(c, fd0, |l, d| file::fcntl(c, l, fd0, d, a[1] as i32, a[2])),
         SYS_flock => on_fd(c, fd0, |l, d| done(file::flock(c, l, d, a[1] as i32)?)),
         SYS_ioctl => on_fd(c, fd0, |l, d| file::ioctl(c, l, d, a[1], a[2])),
-        SYS_stat => on_node(c, cwd, a[0], true, false, |l, ino, _, _| {
+        SYS_stat => on_node(c, cwd, a[0], true, false, |l, ino, _| {
             stat_out(c, l, ino, a[1])
         }),
-        SYS_lstat => on_node(c, cwd, a[0], false, false, |l, ino, _, _| {
+        SYS_lstat => on_node(c, cwd, a[0], false, false, |l, ino, _| {
             stat_out(c, l, ino, a[1])
         }),
         SYS_fstat => on_fd(c, fd0, |l, d| stat_out(c, l, d.ino(), a[1])),
@@ -590,7 +601,7 @@ fn run(c: &'static Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
                 a[1],
                 fl & AT_SYMLINK_NOFOLLOW == 0,
                 fl & AT_EMPTY_PATH != 0,
-                |l, ino, _, _| stat_out(c, l, ino, a[2]),
+                |l, ino, _| stat_out(c, l, ino, a[2]),
             )
         }
         SYS_statx => {
@@ -601,7 +612,7 @@ fn run(c: &'static Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
                 a[1],
                 fl & AT_SYMLINK_NOFOLLOW == 0,
                 fl & AT_EMPTY_PATH != 0,
-                |l, ino, _, _| statx_out(c, l, ino, a[4]),
+                |l, ino, _| statx_out(c, l, ino, a[4]),
             )
         }
         SYS_access | SYS_faccessat | SYS_faccessat2 => {
@@ -619,7 +630,7 @@ fn run(c: &'static Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
                 ptr,
                 fl & AT_SYMLINK_NOFOLLOW == 0,
                 fl & AT_EMPTY_PATH != 0,
-                |l, ino, _, _| {
+                |l, ino, _| {
                     if mode == 0 {
                         return done(0);
                     }
@@ -704,7 +715,7 @@ fn run(c: &'static Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
             let lane = c.lane()?;
             ns::readlink(c, &lane, d, p, buf, size)
         }
-        SYS_chmod => on_node(c, cwd, a[0], true, false, |l, ino, _, _| {
+        SYS_chmod => on_node(c, cwd, a[0], true, false, |l, ino, _| {
             setattr(c, l, ino, chmod_set(a[1]))
         }),
         SYS_fchmod => on_fd(c, fd0, |l, d| setattr(c, l, d.ino(), chmod_set(a[1]))),
@@ -719,7 +730,7 @@ fn run(c: &'static Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
                 a[1],
                 fl & AT_SYMLINK_NOFOLLOW == 0,
                 fl & AT_EMPTY_PATH != 0,
-                |l, ino, ft, _| {
+                |l, ino, ft| {
                     if ft == atoll_proto::FileType::Symlink {
                         return err(EOPNOTSUPP);
                     }
@@ -727,10 +738,10 @@ fn run(c: &'static Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
                 },
             )
         }
-        SYS_chown => on_node(c, cwd, a[0], true, false, |l, ino, _, _| {
+        SYS_chown => on_node(c, cwd, a[0], true, false, |l, ino, _| {
             setattr(c, l, ino, chown_set(a[1], a[2]))
         }),
-        SYS_lchown => on_node(c, cwd, a[0], false, false, |l, ino, _, _| {
+        SYS_lchown => on_node(c, cwd, a[0], false, false, |l, ino, _| {
             setattr(c, l, ino, chown_set(a[1], a[2]))
         }),
         SYS_fchown => on_fd(c, fd0, |l, d| setattr(c, l, d.ino(), chown_set(a[1], a[2]))),
@@ -742,10 +753,10 @@ fn run(c: &'static Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
                 a[1],
                 fl & AT_SYMLINK_NOFOLLOW == 0,
                 fl & AT_EMPTY_PATH != 0,
-                |l, ino, _, _| setattr(c, l, ino, chown_set(a[2], a[3])),
+                |l, ino, _| setattr(c, l, ino, chown_set(a[2], a[3])),
             )
         }
-        SYS_truncate => on_node(c, cwd, a[0], true, false, |l, ino, ft, _| {
+        SYS_truncate => on_node(c, cwd, a[0], true, false, |l, ino, ft| {
             if (a[1] as i64) < 0 {
                 return err(EINVAL);
             }
@@ -810,24 +821,24 @@ fn run(c: &'static Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
                 a[1],
                 fl & AT_SYMLINK_NOFOLLOW == 0,
                 a[1] == 0 || fl & AT_EMPTY_PATH != 0,
-                |l, ino, _, _| setattr(c, l, ino, times_set(times?)),
+                |l, ino, _| setattr(c, l, ino, times_set(times?)),
             )
         }
         SYS_futimesat => {
             let times = meta::times_from_timevals(a[2]);
-            on_node(c, fd0, a[1], true, a[1] == 0, |l, ino, _, _| {
+            on_node(c, fd0, a[1], true, a[1] == 0, |l, ino, _| {
                 setattr(c, l, ino, times_set(times?))
             })
         }
         SYS_utimes => {
             let times = meta::times_from_timevals(a[1]);
-            on_node(c, cwd, a[0], true, false, |l, ino, _, _| {
+            on_node(c, cwd, a[0], true, false, |l, ino, _| {
                 setattr(c, l, ino, times_set(times?))
             })
         }
         SYS_utime => {
             let times = meta::times_from_utimbuf(a[1]);
-            on_node(c, cwd, a[0], true, false, |l, ino, _, _| {
+            on_node(c, cwd, a[0], true, false, |l, ino, _| {
                 setattr(c, l, ino, times_set(times?))
             })
         }
@@ -853,7 +864,7 @@ fn run(c: &'static Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
         }
         SYS_fchdir => ns::fchdir(c, fd0),
         SYS_getcwd => ns::getcwd(c, a[0], a[1]),
-        SYS_statfs => on_node(c, cwd, a[0], true, false, |l, _, _, _| {
+        SYS_statfs => on_node(c, cwd, a[0], true, false, |l, _, _| {
             sys::put_user(a[1], meta::statfs(c, l)?)?;
             done(0)
         }),

@@ -6,7 +6,6 @@ use atoll_proto::{Attr, FileType, InodeId, Reply, Request, SetAttr, TimeSet, Tim
 
 use crate::error::{err, Error, Result};
 use crate::fdtable;
-use crate::path::PathBuf;
 use crate::session::{Client, Lane};
 use crate::sys;
 use crate::walk::{NodeStep, Walker};
@@ -26,17 +25,16 @@ pub enum Target {
     /// Not atoll's: let Linux run the call unchanged.
     Host,
     /// Leaves atoll: run the call with this host path.
-    Rehost(PathBuf),
+    Rehost(crate::walk::HostPath),
     Node {
         ino: InodeId,
         ftype: FileType,
-        /// Canonical path (meaningful for directories).
-        canon: PathBuf,
     },
 }
 
 /// Resolve `(dirfd, path)`; `path_ptr == 0` or an empty path with
 /// `empty_ok` (AT_EMPTY_PATH) names `dirfd` itself.
+#[inline(never)]
 pub fn resolve(
     c: &Client,
     lane: &Lane,
@@ -63,7 +61,6 @@ pub fn resolve(
                 Some(cwd) => Ok(Target::Node {
                     ino: cwd.ino,
                     ftype: FileType::Directory,
-                    canon: PathBuf::from_bytes(&cwd.path)?,
                 }),
                 None => Ok(Target::Host),
             };
@@ -72,7 +69,6 @@ pub fn resolve(
             Some(d) => Ok(Target::Node {
                 ino: d.ino(),
                 ftype: d.ftype(),
-                canon: PathBuf::from_bytes(d.path().unwrap_or(b""))?,
             }),
             None => Ok(Target::Host),
         };
@@ -82,11 +78,7 @@ pub fn resolve(
     };
     match w.node(follow)? {
         NodeStep::Host(p) => Ok(Target::Rehost(p)),
-        NodeStep::Node { ino, ftype } => Ok(Target::Node {
-            ino,
-            ftype,
-            canon: w.canon.clone(),
-        }),
+        NodeStep::Node { ino, ftype } => Ok(Target::Node { ino, ftype }),
     }
 }
 

@@ -14,10 +14,10 @@ use atoll_proto::{entry_server, FileType, InodeId, Reply, Request, UnlinkKind, R
 
 use crate::error::{err, Error, Result};
 use crate::fdtable::{self, DescRef};
-use crate::path::{matches_distribute, PathBuf};
+use crate::path::matches_distribute;
 use crate::session::{Client, Cwd, Lane};
 use crate::sys;
-use crate::walk::{Last, LastKind, NodeStep, Step, Walker};
+use crate::walk::{HostPath, Last, LastKind, NodeStep, Step, Walker};
 use crate::Out;
 
 /// xattr a directory may carry to make its new subdirectories distributed.
@@ -30,7 +30,7 @@ fn parent<'a>(
     lane: &'a Lane,
     dirfd: i64,
     path: &[u8],
-) -> Result<core::result::Result<(Walker<'a>, Last), Out>> {
+) -> Result<core::result::Result<(Box<Walker<'a>>, Last), Out>> {
     let Some(mut w) = Walker::start(c, lane, dirfd, path)? else {
         return Ok(Err(Out::Host));
     };
@@ -109,6 +109,7 @@ fn make_node(
     })
 }
 
+#[inline(never)]
 pub fn mkdir(c: &Client, lane: &Lane, dirfd: i64, path: &[u8], mode: u32) -> Result<Out> {
     let (w, last) = match parent(c, lane, dirfd, path)? {
         Ok(x) => x,
@@ -124,6 +125,7 @@ pub fn mkdir(c: &Client, lane: &Lane, dirfd: i64, path: &[u8], mode: u32) -> Res
     Ok(Out::Done(0))
 }
 
+#[inline(never)]
 pub fn mknod(c: &Client, lane: &Lane, dirfd: i64, path: &[u8], mode: u32, dev: u64) -> Result<Out> {
     let (w, last) = match parent(c, lane, dirfd, path)? {
         Ok(x) => x,
@@ -167,6 +169,7 @@ pub fn mknod(c: &Client, lane: &Lane, dirfd: i64, path: &[u8], mode: u32, dev: u
     Ok(Out::Done(0))
 }
 
+#[inline(never)]
 pub fn symlink(c: &Client, lane: &Lane, target: &[u8], dirfd: i64, path: &[u8]) -> Result<Out> {
     let (w, last) = match parent(c, lane, dirfd, path)? {
         Ok(x) => x,
@@ -225,6 +228,7 @@ fn unlink_entry(
     Ok((ino, ftype))
 }
 
+#[inline(never)]
 pub fn unlink(c: &Client, lane: &Lane, dirfd: i64, path: &[u8], flags: i32) -> Result<Out> {
     if flags & !libc::AT_REMOVEDIR != 0 {
         return err(libc::EINVAL);
@@ -252,6 +256,7 @@ pub fn unlink(c: &Client, lane: &Lane, dirfd: i64, path: &[u8], flags: i32) -> R
     Ok(Out::Done(0))
 }
 
+#[inline(never)]
 pub fn rmdir(c: &Client, lane: &Lane, path: &[u8]) -> Result<Out> {
     let (w, last) = match parent(c, lane, libc::AT_FDCWD as i64, path)? {
         Ok(x) => x,
@@ -415,8 +420,8 @@ enum Pair<'a> {
     /// Neither is atoll's.
     Host,
     /// Both leave atoll: run on the host with these paths.
-    Rehost(Option<PathBuf>, Option<PathBuf>),
-    Atoll(Box<(Walker<'a>, Last)>, Box<(Walker<'a>, Last)>),
+    Rehost(Option<HostPath>, Option<HostPath>),
+    Atoll(Box<(Box<Walker<'a>>, Last)>, Box<(Box<Walker<'a>>, Last)>),
 }
 
 fn pair<'a>(
@@ -452,8 +457,8 @@ fn host_pair(
     d2: i64,
     p2: u64,
     flags: u64,
-    r1: &Option<PathBuf>,
-    r2: &Option<PathBuf>,
+    r1: &Option<HostPath>,
+    r2: &Option<HostPath>,
 ) -> i64 {
     let (d1, p1) = match r1 {
         Some(p) => (libc::AT_FDCWD as i64, p.as_ptr() as u64),
@@ -469,6 +474,7 @@ fn host_pair(
 }
 
 /// `renameat2(d1, p1, d2, p2, flags)`.
+#[inline(never)]
 pub fn rename(
     c: &Client,
     lane: &Lane,
@@ -775,6 +781,7 @@ fn cross_server_rename(
 }
 
 /// `linkat(d1, p1, d2, p2, flags)`.
+#[inline(never)]
 pub fn link(
     c: &Client,
     lane: &Lane,
@@ -852,6 +859,7 @@ pub fn link(
 }
 
 /// `readlinkat(dirfd, path, buf, size)`.
+#[inline(never)]
 pub fn readlink(
     c: &Client,
     lane: &Lane,
@@ -892,6 +900,7 @@ const SRV_SHIFT: u32 = 56;
 const SRV_MASK: u64 = (1 << SRV_SHIFT) - 1;
 
 /// `getdents64(fd, buf, count)` on an atoll directory.
+#[inline(never)]
 pub fn getdents64(c: &Client, lane: &Lane, d: &DescRef, buf: &mut [u8]) -> Result<i64> {
     if d.ftype() != FileType::Directory {
         return err(libc::ENOTDIR);
@@ -995,6 +1004,7 @@ fn read_dir_chunk(
 }
 
 /// Old `getdents` (struct linux_dirent) by conversion from getdents64.
+#[inline(never)]
 pub fn getdents(c: &Client, lane: &Lane, d: &DescRef, out: &mut [u8]) -> Result<i64> {
     // Old records are at most 8 bytes longer: ask for less.
     let mut tmp = vec![0u8; out.len() * 3 / 4 + 32];
@@ -1036,6 +1046,7 @@ pub fn getdents(c: &Client, lane: &Lane, d: &DescRef, out: &mut [u8]) -> Result<
 }
 
 /// `chdir(path)`.
+#[inline(never)]
 pub fn chdir(c: &Client, lane: &Lane, path: &[u8]) -> Result<Out> {
     let Some(mut w) = Walker::start(c, lane, libc::AT_FDCWD as i64, path)? else {
         if c.cwd().is_none() {

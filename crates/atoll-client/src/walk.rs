@@ -69,14 +69,18 @@ pub struct Last {
     pub trailing_slash: bool,
 }
 
+/// A host path the walk ended on (boxed: rare, and keeps every enum that
+/// carries it small on the stack of a signal handler).
+pub type HostPath = Box<PathBuf>;
+
 pub enum Step {
     /// The path leaves atoll: hand this host path to Linux.
-    Host(PathBuf),
+    Host(HostPath),
     Last(Last),
 }
 
 pub enum NodeStep {
-    Host(PathBuf),
+    Host(HostPath),
     Node { ino: InodeId, ftype: FileType },
 }
 
@@ -108,14 +112,22 @@ pub fn concerns(c: &Client, dirfd: i64, path: &[u8]) -> bool {
 impl<'a> Walker<'a> {
     /// Start resolving `path` relative to `dirfd` (`AT_FDCWD` or an fd).
     /// `Ok(None)`: the path is not atoll's (Linux handles it unchanged).
-    pub fn start(c: &'a Client, lane: &'a Lane, dirfd: i64, path: &[u8]) -> Result<Option<Self>> {
+    /// The walker is boxed: its two path buffers are large, and moving them
+    /// around by value would cost the stack of a signal handler dearly.
+    // TODO(atoll): per-lane scratch walkers to avoid this allocation.
+    pub fn start(
+        c: &'a Client,
+        lane: &'a Lane,
+        dirfd: i64,
+        path: &[u8],
+    ) -> Result<Option<Box<Self>>> {
         if path.is_empty() {
             return err(libc::ENOENT);
         }
         if path.len() > MAX_PATH {
             return err(libc::ENAMETOOLONG);
         }
-        let mut w = Walker {
+        let mut w = Box::new(Walker {
             c,
             lane,
             dir: ROOT,
@@ -123,7 +135,7 @@ impl<'a> Walker<'a> {
             rem: PathBuf::new(),
             pos: 0,
             links: 0,
-        };
+        });
         if path[0] == b'/' {
             let Some(rest) = mount_rest(path, &c.mount) else {
                 return Ok(None);
@@ -183,8 +195,8 @@ impl<'a> Walker<'a> {
 
     /// The host path for "leave atoll through `..` at the mount root,
     /// then continue with the rest".
-    fn leave(&self, rest_from: usize) -> Result<PathBuf> {
-        let mut p = PathBuf::from_bytes(&self.c.mount_parent)?;
+    fn leave(&self, rest_from: usize) -> Result<HostPath> {
+        let mut p = Box::new(PathBuf::from_bytes(&self.c.mount_parent)?);
         p.push_bytes(&self.rem.as_bytes()[rest_from..])?;
         Ok(p)
     }
@@ -192,12 +204,13 @@ impl<'a> Walker<'a> {
     /// Continue the walk in a symlink's target; `rest_from` is where the
     /// unresolved rest of the current path starts. `Some(host path)` when
     /// the target is an absolute host path.
+    #[inline(never)]
     pub fn splice(
         &mut self,
         target: &[u8],
         rest_from: usize,
         trailing: bool,
-    ) -> Result<Option<PathBuf>> {
+    ) -> Result<Option<HostPath>> {
         self.links += 1;
         if self.links > MAX_LINKS {
             return err(libc::ELOOP);
@@ -205,7 +218,7 @@ impl<'a> Walker<'a> {
         if target.is_empty() {
             return err(libc::ENOENT);
         }
-        let mut next = PathBuf::new();
+        let mut next = Box::new(PathBuf::new());
         next.push_bytes(target)?;
         next.push_bytes(&self.rem.as_bytes()[rest_from..])?;
         if trailing {
@@ -217,27 +230,34 @@ impl<'a> Walker<'a> {
         if target[0] == b'/' {
             match mount_rest(next.as_bytes(), &self.c.mount) {
                 Some(r) => {
-                    let r = PathBuf::from_bytes(r)?;
                     self.dir = ROOT;
-                    self.canon = PathBuf::from_bytes(&self.c.mount)?;
-                    self.rem = r;
+                    self.canon.clear();
+                    self.canon.push_bytes(&self.c.mount)?;
+                    self.rem.clear();
+                    self.rem.push_bytes(r)?;
                 }
                 None => return Ok(Some(next)),
             }
         } else {
-            self.rem = next;
+            self.rem.clear();
+            self.rem.push_bytes(next.as_bytes())?;
         }
         self.pos = 0;
         Ok(None)
     }
 
-    fn readlink(&self, ino: InodeId) -> Result<PathBuf> {
+    #[inline(never)]
+    fn readlink(&self, ino: InodeId) -> Result<HostPath> {
         self.lane.call(
             self.c,
             ino.owner(),
             Request::ReadLink { ino },
             |r| match r {
-                Reply::Target(t) => Ok(PathBuf::from_bytes(t)?),
+                Reply::Target(t) => {
+                    let mut p = Box::new(PathBuf::new());
+                    p.push_bytes(t)?;
+                    Ok(p)
+                }
                 _ => Err(Error::Protocol("ReadLink")),
             },
         )
@@ -303,7 +323,7 @@ impl<'a> Walker<'a> {
 
     /// Follow a final-component symlink whose target the server already
     /// sent (e.g. `Open` answered `Symlink`).
-    pub fn follow_final(&mut self, target: &[u8], trailing: bool) -> Result<Option<PathBuf>> {
+    pub fn follow_final(&mut self, target: &[u8], trailing: bool) -> Result<Option<HostPath>> {
         let end = self.rem.len();
         self.splice(target, end, trailing)
     }

@@ -81,7 +81,7 @@ pub struct BenchArgs {
     #[arg(long = "without", value_name = "TECHNIQUE", value_delimiter = ',')]
     pub without: Vec<String>,
     /// Write all results as JSON.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", global = true)]
     pub json: Option<PathBuf>,
     /// Write SVG charts into this directory.
     #[arg(long, value_name = "DIR")]
@@ -96,7 +96,7 @@ pub struct BenchArgs {
     #[arg(long)]
     pub no_rpc: bool,
     /// Round trips per messaging micro-benchmark.
-    #[arg(long, default_value_t = 200_000)]
+    #[arg(long, default_value_t = 200_000, global = true)]
     pub rpc_iters: u64,
     /// Seconds after which one phase of one run is abandoned.
     #[arg(long, default_value_t = 900)]
@@ -283,6 +283,7 @@ pub fn run_bench(
     if matches!(args.cmd, Some(BenchCmd::Rpc)) {
         rep.rpc = Some(rpc::run(args.rpc_iters));
         rep.targets = report::targets(&[], rep.rpc.as_ref());
+        rep.targets.retain(|t| t.name == "rpc-spin");
         return Ok(rep);
     }
 

@@ -224,11 +224,22 @@ fn opt(v: Option<f64>, prec: usize) -> String {
 /// The terminal table.
 pub fn table(rep: &Report) -> String {
     let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "{:<13} {:<18} {:>3} {:>10} {:>8} {:>12} {:>7} {:>7} {:>7} {:>7}",
-        "workload", "system", "P", "ops", "secs", "ops/s", "×tmpfs", "speedup", "msg/op", "trap/op"
-    );
+    if !rep.results.is_empty() {
+        let _ = writeln!(
+            s,
+            "{:<13} {:<18} {:>3} {:>10} {:>8} {:>12} {:>7} {:>7} {:>7} {:>7}",
+            "workload",
+            "system",
+            "P",
+            "ops",
+            "secs",
+            "ops/s",
+            "×tmpfs",
+            "speedup",
+            "msg/op",
+            "trap/op"
+        );
+    }
     for r in &rep.results {
         if let Some(e) = &r.error {
             let _ = writeln!(

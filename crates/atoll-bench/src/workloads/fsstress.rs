@@ -25,8 +25,8 @@ enum Node {
 
 /// Names per directory are drawn from a small space so operations keep
 /// hitting existing entries (collisions are the interesting cases).
-const NAMES: usize = 24;
-const MAX_DEPTH: usize = 3;
+const NAMES: usize = 16;
+const MAX_DEPTH: usize = 2;
 const MAX_FILE: usize = 16 * 1024;
 
 struct Stress {
@@ -113,25 +113,32 @@ impl Stress {
             })
     }
 
-    /// A random directory (including the subtree root `""`).
+    /// A random directory (including the subtree root `""`). Two passes
+    /// over the model instead of collecting: this runs on every operation.
     fn pick_dir(&mut self, for_create: bool) -> String {
-        let mut dirs: Vec<String> = vec![String::new()];
-        dirs.extend(
-            self.entries
-                .iter()
-                .filter(|(k, n)| **n == Node::Dir && (!for_create || Self::depth(k) < MAX_DEPTH))
-                .map(|(k, _)| k.clone()),
-        );
-        let i = self.rng.below(dirs.len());
-        dirs.swap_remove(i)
+        let ok =
+            |k: &String, n: &Node| *n == Node::Dir && (!for_create || Self::depth(k) < MAX_DEPTH);
+        let count = self.entries.iter().filter(|(k, n)| ok(k, n)).count();
+        let i = self.rng.below(count + 1);
+        if i == count {
+            return String::new();
+        }
+        let (k, _) = self
+            .entries
+            .iter()
+            .filter(|(k, n)| ok(k, n))
+            .nth(i)
+            .expect("counted");
+        k.clone()
     }
 
     fn pick(&mut self, want: impl Fn(&Node) -> bool) -> Option<(String, Node)> {
-        let v: Vec<(&String, &Node)> = self.entries.iter().filter(|(_, n)| want(n)).collect();
-        if v.is_empty() {
+        let count = self.entries.values().filter(|n| want(n)).count();
+        if count == 0 {
             return None;
         }
-        let (k, n) = v[self.rng.below(v.len())];
+        let i = self.rng.below(count);
+        let (k, n) = self.entries.iter().filter(|(_, n)| want(n)).nth(i)?;
         Some((k.clone(), *n))
     }
 

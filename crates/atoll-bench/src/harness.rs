@@ -56,8 +56,9 @@ pub struct Outcome {
     pub ops: u64,
     pub elapsed: Duration,
     pub reports: Vec<WorkerReport>,
-    /// SIGSYS traps counted by the preload library, if it wrote any.
-    pub traps: Option<u64>,
+    /// SIGSYS traps counted by the preload library, if it wrote any:
+    /// system call number → count, summed over all processes.
+    pub traps: Option<BTreeMap<u64, u64>>,
 }
 
 impl Outcome {
@@ -313,12 +314,19 @@ fn without_backtrace(s: &str) -> String {
         .to_string()
 }
 
-/// Sum of a trap-statistics file: one line per process, `pid nr:count …`.
-pub fn parse_traps(s: &str) -> u64 {
-    s.lines()
-        .flat_map(|l| l.split_whitespace().skip(1))
-        .filter_map(|f| f.split_once(':')?.1.parse::<u64>().ok())
-        .sum()
+/// A trap-statistics file (one line per process, `pid nr:count …`, written
+/// by the preload library) summed per system call number.
+pub fn parse_traps(s: &str) -> BTreeMap<u64, u64> {
+    let mut m = BTreeMap::new();
+    for f in s.lines().flat_map(|l| l.split_whitespace().skip(1)) {
+        let Some((nr, n)) = f.split_once(':') else {
+            continue;
+        };
+        if let (Ok(nr), Ok(n)) = (nr.parse::<u64>(), n.parse::<u64>()) {
+            *m.entry(nr).or_insert(0) += n;
+        }
+    }
+    m
 }
 
 /// Per-process start-up cost: `spawns` runs of `/bin/true` without and
@@ -351,8 +359,10 @@ mod tests {
 
     #[test]
     fn trap_stats_are_summed_over_processes_and_syscalls() {
-        let s = "123 39:4 257:10\n124 0:1\nbogus\n";
-        assert_eq!(parse_traps(s), 15);
+        let s = "123 39:4 257:10\n124 0:1 257:2\nbogus\n";
+        let m = parse_traps(s);
+        assert_eq!(m.values().sum::<u64>(), 17);
+        assert_eq!(m[&257], 12);
     }
 
     #[test]

@@ -447,8 +447,9 @@ fn measure(
             r.elapsed_s = out.elapsed.as_secs_f64();
             r.ops_per_sec = out.ops_per_sec();
             r.detail = out.detail();
-            r.traps = out.traps;
-            r.traps_per_op = out.traps.map(|t| t as f64 / out.ops.max(1) as f64);
+            r.traps = out.traps.as_ref().map(|m| m.values().sum());
+            r.traps_per_op = r.traps.map(|t| t as f64 / out.ops.max(1) as f64);
+            r.traps_by_syscall = out.traps.clone();
             if let (Some(b), Some(a)) = (before, sys.counters()) {
                 let d = systems::counter_delta(&b, &a);
                 r.messages_per_op =

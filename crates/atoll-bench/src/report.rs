@@ -23,6 +23,9 @@ pub struct RunResult {
     pub messages_per_op: Option<f64>,
     pub traps: Option<u64>,
     pub traps_per_op: Option<f64>,
+    /// Traps per system call number (which entry points escaped the libc
+    /// wrappers).
+    pub traps_by_syscall: Option<BTreeMap<u64, u64>>,
     /// Counter differences over the run, as the system reported them
     /// (per-server load for atoll).
     pub counters: Option<serde_json::Value>,

@@ -461,8 +461,8 @@ fn clone_any(nr: i64, args: [u64; 6], uc: &libc::ucontext_t) -> i64 {
             let (flags, kind) = classify(ca[CA_FLAGS], stack_top != 0);
             ca[CA_FLAGS] = flags;
             let mut a = args;
-            a[0] = ca.as_ptr() as u64;
             if stack_top == 0 || kind == CloneKind::Raw {
+                a[0] = ca.as_ptr() as u64;
                 return clone_inline(nr, a, kind);
             }
             let mut stack_top = stack_top;
@@ -477,6 +477,8 @@ fn clone_any(nr: i64, args: [u64; 6], uc: &libc::ucontext_t) -> i64 {
             } else {
                 None
             };
+            // Only now, after the last write to `ca`, hand out its address.
+            a[0] = ca.as_ptr() as u64;
             clone_trampoline(nr, a, stack_top, kind, uc)
         }
     }

@@ -144,16 +144,31 @@ fn raw_syscalls_reach_atoll_through_the_sud_net() {
     }
 }
 
+/// Benchmark, not a check: `cargo test -p atoll-preload --release --test
+/// instance -- --ignored --nocapture` prints start-up cost per mode and the
+/// per-call cost of the trap path and of the wrappers in each mode.
 #[test]
 #[ignore]
-fn scratch() {
+fn bench_start_up_and_call_costs() {
     let b = boot();
-    let script = std::env::var("SCRATCH").unwrap();
-    let o = client_bash(&b, &script, &[("ATOLL_DEBUG", "1")]);
-    println!(
-        "status {:?}\nSTDOUT\n{}\nSTDERR\n{}",
-        o.status,
-        stdout(&o),
-        stderr(&o)
-    );
+    let tmp = tempfile::tempdir().unwrap();
+    let start = common::compile_probe("start_bench", tmp.path());
+    let calls = common::compile_probe("trap_bench", tmp.path());
+    let socket = b.instance.as_ref().unwrap().socket_path().to_path_buf();
+    // The harness itself runs natively; its fourth mode starts clients.
+    let mut c = command(start.to_str().unwrap(), Preload::None);
+    c.arg(lib_path()).arg("200").env("ATOLL_SOCKET", &socket);
+    let o = run(c);
+    print!("{}{}", stdout(&o), stderr(&o));
+    for how in [Preload::None, Preload::Off, Preload::SelfTest] {
+        let mut c = command(calls.to_str().unwrap(), how);
+        c.arg("100000");
+        println!("{how:?}: {}", stdout(&run(c)).trim());
+    }
+    let mut c = command(calls.to_str().unwrap(), Preload::None);
+    c.arg("100000")
+        .env("LD_PRELOAD", lib_path())
+        .env("ATOLL_PRELOAD", lib_path())
+        .env("ATOLL_SOCKET", &socket);
+    println!("Client: {}", stdout(&run(c)).trim());
 }

@@ -43,6 +43,8 @@ impl WorkerCmd {
     }
 
     fn command(&self, target: &Target, args: &WorkerArgs) -> Command {
+        let mut args = args.clone();
+        args.cpus = target.cpus.clone();
         let mut c = Command::new(&self.exe);
         c.args(&self.prefix).args(args.to_args());
         c.envs(target.env.iter().map(|(k, v)| (k, v)));

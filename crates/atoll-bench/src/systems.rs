@@ -20,6 +20,10 @@ pub struct Target {
     pub dir: PathBuf,
     /// Environment for worker processes (e.g. `LD_PRELOAD`, `ATOLL_SOCKET`).
     pub env: Vec<(String, String)>,
+    /// CPUs the worker processes (and the programs they start) are
+    /// confined to; empty = no restriction. For the split configuration
+    /// these are the application cores (Hare §5.3.2).
+    pub cpus: Vec<usize>,
 }
 
 /// One file system under test.
@@ -160,7 +164,7 @@ impl System for Tmpfs {
     fn prepare(&mut self) -> anyhow::Result<Target> {
         Ok(Target {
             dir: self.up()?,
-            env: vec![],
+            ..Target::default()
         })
     }
     fn cleanup(&mut self) -> anyhow::Result<()> {
@@ -220,7 +224,7 @@ impl System for Fuse {
         self.mounted = true;
         Ok(Target {
             dir: self.mnt.clone(),
-            env: vec![],
+            ..Target::default()
         })
     }
     fn cleanup(&mut self) -> anyhow::Result<()> {

@@ -69,6 +69,9 @@ pub struct WorkerArgs {
     /// Print "ready" and wait for EOF on stdin before running.
     #[arg(long)]
     pub barrier: bool,
+    /// Confine this process (and what it starts) to these CPUs.
+    #[arg(long, value_delimiter = ',')]
+    pub cpus: Vec<usize>,
 }
 
 impl WorkerArgs {
@@ -120,6 +123,10 @@ impl WorkerArgs {
         if self.barrier {
             a.push("--barrier".into());
         }
+        if !self.cpus.is_empty() {
+            let list: Vec<String> = self.cpus.iter().map(|c| c.to_string()).collect();
+            a.extend(["--cpus".into(), list.join(",").into()]);
+        }
         a
     }
 
@@ -137,12 +144,21 @@ impl WorkerArgs {
             zip: job.inputs.zip.clone(),
             zip_entries: job.inputs.zip_entries,
             barrier: phase == Phase::Run,
+            cpus: vec![],
         }
     }
 }
 
 /// Entry point of `atoll bench-worker`.
 pub fn worker_main(args: WorkerArgs) -> anyhow::Result<()> {
+    if !args.cpus.is_empty() {
+        let mut set = rustix::thread::CpuSet::new();
+        for &c in &args.cpus {
+            anyhow::ensure!(c < rustix::thread::CpuSet::MAX_CPU, "no CPU {c}");
+            set.set(c);
+        }
+        rustix::thread::sched_setaffinity(None, &set).context("confining to --cpus")?;
+    }
     let job = args.job();
     let what = format!(
         "{} {} of {}",
@@ -199,7 +215,8 @@ mod tests {
                 zip_entries: 0,
             },
         };
-        let a = WorkerArgs::for_job(&job, Phase::Run, Role::Qman, 2);
+        let mut a = WorkerArgs::for_job(&job, Phase::Run, Role::Qman, 2);
+        a.cpus = vec![0, 3];
         let mut argv: Vec<OsString> = vec!["w".into()];
         argv.extend(a.to_args());
         let back = Cli::parse_from(argv).w;
@@ -208,5 +225,6 @@ mod tests {
         assert_eq!(back.job().inputs, job.inputs);
         assert!(back.barrier);
         assert_eq!(back.role, Role::Qman);
+        assert_eq!(back.cpus, vec![0, 3]);
     }
 }

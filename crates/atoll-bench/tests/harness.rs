@@ -28,6 +28,10 @@ fn every_workload_runs_in_separate_processes_and_passes_its_checks() {
     let target = Target {
         dir: t.path().join("fs"),
         env: vec![("ATOLL_BENCH_TEST".into(), "1".into())],
+        cpus: atoll_bench::rpc::allowed_cpus()
+            .into_iter()
+            .take(1)
+            .collect(),
     };
     std::fs::create_dir(&target.dir).unwrap();
     for w in runnable {
@@ -52,7 +56,7 @@ fn a_failing_worker_fails_the_run_with_its_message() {
     let t = tempfile::tempdir().unwrap();
     let target = Target {
         dir: t.path().join("fs"),
-        env: vec![],
+        ..Target::default()
     };
     std::fs::create_dir(&target.dir).unwrap();
     // A run directory below a regular file: no phase can work there.

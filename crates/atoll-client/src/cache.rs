@@ -24,67 +24,54 @@ fn cache_offset(e: &Extent, f: u64) -> u64 {
     e.block as u64 * BLOCK_SIZE as u64 + (e.file_offset % BLOCK_SIZE as u64) + (f - e.file_offset)
 }
 
-/// Copy file bytes `[start, start + dst.len())` out of the cache following
-/// `extents`; bytes not covered by any extent or in holes read as zeros.
-pub fn copy_out(cache: &SharedRegion, extents: &[Extent], start: u64, dst: &mut [u8]) -> bool {
-    dst.fill(0);
+/// Copy the part of file bytes `[start, start + dst.len())` that extent
+/// `e` covers out of the cache (zeros for a hole). Returns the bytes
+/// handled, or `None` when the extent points outside the cache.
+pub fn copy_out_one(cache: &SharedRegion, e: &Extent, start: u64, dst: &mut [u8]) -> Option<usize> {
     let end = start + dst.len() as u64;
-    for e in extents {
-        let lo = e.file_offset.max(start);
-        let hi = (e.file_offset + e.len).min(end);
-        if lo >= hi || e.block == HOLE {
-            continue;
-        }
-        let off = cache_offset(e, lo);
-        let n = (hi - lo) as usize;
-        if off
-            .checked_add(n as u64)
-            .is_none_or(|x| x > cache.len() as u64)
-        {
-            return false;
-        }
-        let d = &mut dst[(lo - start) as usize..(hi - start) as usize];
-        // SAFETY: [off, off+n) lies inside the cache mapping (checked
-        // above); `d` is a distinct program buffer of length n. The cache
-        // is shared memory other processes may write concurrently: like
-        // Hare we accept torn reads of a concurrently written block.
-        unsafe {
-            core::ptr::copy_nonoverlapping(cache.as_ptr().add(off as usize), d.as_mut_ptr(), n)
-        };
+    let lo = e.file_offset.max(start);
+    let hi = e.file_offset.saturating_add(e.len).min(end);
+    if lo >= hi {
+        return Some(0);
     }
-    true
+    let d = &mut dst[(lo - start) as usize..(hi - start) as usize];
+    if e.block == HOLE {
+        d.fill(0);
+        return Some(d.len());
+    }
+    let off = cache_offset(e, lo);
+    let n = d.len();
+    if !matches!(off.checked_add(n as u64), Some(x) if x <= cache.len() as u64) {
+        return None;
+    }
+    // SAFETY: [off, off+n) lies inside the cache mapping (checked above);
+    // `d` is a distinct program buffer of length n.
+    unsafe { core::ptr::copy_nonoverlapping(cache.as_ptr().add(off as usize), d.as_mut_ptr(), n) };
+    Some(n)
 }
 
-/// Copy `src` into the cache at file bytes `[start, start + src.len())`.
-/// Every byte must be covered by a non-hole extent (the server allocated
-/// them for the write).
-pub fn copy_in(cache: &SharedRegion, extents: &[Extent], start: u64, src: &[u8]) -> bool {
+/// Copy the part of `src` (file bytes `[start, …)`) that extent `e` covers
+/// into the cache. `None` for a hole or an extent outside the cache.
+pub fn copy_in_one(cache: &SharedRegion, e: &Extent, start: u64, src: &[u8]) -> Option<usize> {
     let end = start + src.len() as u64;
-    let mut covered = 0u64;
-    for e in extents {
-        let lo = e.file_offset.max(start);
-        let hi = (e.file_offset + e.len).min(end);
-        if lo >= hi {
-            continue;
-        }
-        if e.block == HOLE {
-            return false;
-        }
-        let off = cache_offset(e, lo);
-        let n = (hi - lo) as usize;
-        if off
-            .checked_add(n as u64)
-            .is_none_or(|x| x > cache.len() as u64)
-        {
-            return false;
-        }
-        let s = &src[(lo - start) as usize..(hi - start) as usize];
-        // SAFETY: [off, off+n) lies inside the cache mapping (checked
-        // above); `s` is the program's buffer of length n.
-        unsafe { core::ptr::copy_nonoverlapping(s.as_ptr(), cache.as_ptr().add(off as usize), n) };
-        covered += n as u64;
+    let lo = e.file_offset.max(start);
+    let hi = e.file_offset.saturating_add(e.len).min(end);
+    if lo >= hi {
+        return Some(0);
     }
-    covered == src.len() as u64
+    if e.block == HOLE {
+        return None;
+    }
+    let s = &src[(lo - start) as usize..(hi - start) as usize];
+    let off = cache_offset(e, lo);
+    let n = s.len();
+    if !matches!(off.checked_add(n as u64), Some(x) if x <= cache.len() as u64) {
+        return None;
+    }
+    // SAFETY: [off, off+n) lies inside the cache mapping (checked above);
+    // `s` is the program's buffer of length n.
+    unsafe { core::ptr::copy_nonoverlapping(s.as_ptr(), cache.as_ptr().add(off as usize), n) };
+    Some(n)
 }
 
 #[cfg(test)]

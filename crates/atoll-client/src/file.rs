@@ -8,9 +8,10 @@
 //! at the server for now (Hare §3.5's hybrid tracking comes later).
 //!
 //! Hot path: `read`, `write`, `pread64`, `pwrite64`, `lseek`, `close` take
-//! no lock and allocate nothing but the decoded extent list.
-// TODO(atoll): decode `Extents` into a fixed array to make reads and writes
-// allocation-free (signal-handler safe even when interrupting malloc).
+//! no lock and allocate nothing.
+//
+// `Extents` replies are decoded in place (`fast`), so reads and writes do
+// not allocate even when a signal handler interrupted `malloc`.
 
 use atoll_proto::{
     entry_server, DescId, FileType, InodeId, LockOwner, LockSpec, Reply, Request, BLOCK_SIZE,
@@ -285,7 +286,9 @@ pub fn read_id(
         let offset = off.map(|o| o + done as u64);
         let dst = &mut buf[done..done + want];
         let got = if direct {
-            lane.call(
+            // Copy each extent as it is decoded (no allocation).
+            let mut ok = true;
+            let (at, len) = lane.call_extents(
                 c,
                 server,
                 Request::Read {
@@ -293,21 +296,14 @@ pub fn read_id(
                     len: want as u64,
                     offset,
                 },
-                |r| match r {
-                    Reply::Extents {
-                        offset: at,
-                        len,
-                        extents,
-                    } => {
-                        let n = (len as usize).min(want);
-                        if !cache::copy_out(&c.cache, &extents, at, &mut dst[..n]) {
-                            return err(libc::EIO);
-                        }
-                        Ok(n)
-                    }
-                    _ => Err(Error::Protocol("Read")),
+                |at, len, e| {
+                    let n = (len as usize).min(want);
+                    ok = cache::copy_out_one(&c.cache, &e, at, &mut dst[..n]).is_some();
+                    ok
                 },
-            )?
+            )?;
+            let _ = at;
+            (len as usize).min(want)
         } else {
             lane.call(
                 c,
@@ -353,7 +349,8 @@ pub fn write_desc(
         let offset = off.map(|o| o + done as u64);
         let chunk = &src[done..done + want];
         let r = if direct {
-            lane.call(
+            let mut covered = 0usize;
+            lane.call_extents(
                 c,
                 server,
                 Request::Write {
@@ -361,21 +358,24 @@ pub fn write_desc(
                     len: want as u64,
                     offset,
                 },
-                |r| match r {
-                    Reply::Extents {
-                        offset: at,
-                        len,
-                        extents,
-                    } => {
-                        let n = (len as usize).min(want);
-                        if !cache::copy_in(&c.cache, &extents, at, &chunk[..n]) {
-                            return err(libc::EIO);
+                |at, len, e| {
+                    let n = (len as usize).min(want);
+                    match cache::copy_in_one(&c.cache, &e, at, &chunk[..n]) {
+                        Some(k) => {
+                            covered += k;
+                            true
                         }
-                        Ok(n)
+                        None => false,
                     }
-                    _ => Err(Error::Protocol("Write")),
                 },
             )
+            .and_then(|(_, len)| {
+                let n = (len as usize).min(want);
+                if covered != n {
+                    return err(libc::EIO);
+                }
+                Ok(n)
+            })
         } else {
             lane.call(
                 c,

@@ -29,6 +29,7 @@
 mod cache;
 mod error;
 mod exec;
+mod fast;
 mod fdtable;
 mod file;
 mod meta;

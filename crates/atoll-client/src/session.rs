@@ -27,7 +27,9 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, 
 
 use atoll_msg::{ClientChannel, Control, PollMode, SharedRegion};
 use atoll_proto::boot::{BootReply, BootRequest, InstanceInfo, MAX_BOOT_PACKET};
-use atoll_proto::{Cred, InodeId, Reply, ReplyFrame, Request, RequestFrame, SessionId, MAX_FRAME};
+use atoll_proto::{
+    Cred, Extent, InodeId, Reply, ReplyFrame, Request, RequestFrame, SessionId, MAX_FRAME,
+};
 use rustix::net::{
     RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer, SendFlags,
 };
@@ -113,6 +115,55 @@ impl Lane {
                     Reply::Err(e) => Err(e.into()),
                     r => (f.take().expect("reply handled once"))(r),
                 })
+            })?;
+            if let Some(r) = out {
+                return r;
+            }
+        }
+    }
+
+    /// A `Read`/`Write` exchange decoded without allocating (hot path):
+    /// `on(offset, len, extent)` sees each extent of the reply in order.
+    /// Returns the reply's `(offset, len)`.
+    pub fn call_extents(
+        &self,
+        c: &Client,
+        server: usize,
+        req: Request<'_>,
+        mut on: impl FnMut(u64, u64, Extent) -> bool,
+    ) -> Result<(u64, u64)> {
+        use crate::fast::{decode_extents, Decoded};
+        let id = self.send(c, c.cred(), server, req)?;
+        let chan = &self.chans[server];
+        loop {
+            let out = chan.recv(c.poll, |bytes| -> Option<Result<(u64, u64)>> {
+                match decode_extents(bytes, &mut on) {
+                    Decoded::Extents {
+                        id: got,
+                        offset,
+                        len,
+                    } if got == id => Some(Ok((offset, len))),
+                    Decoded::Refused { id: got } if got == id => Some(Err(Error::Errno(libc::EIO))),
+                    Decoded::Extents { id: got, .. }
+                    | Decoded::Refused { id: got }
+                    | Decoded::Other { id: got }
+                        if got < id =>
+                    {
+                        None // stale reply of an abandoned call
+                    }
+                    Decoded::Other { id: got } if got == id => {
+                        Some(match atoll_proto::decode::<ReplyFrame<'_>>(bytes) {
+                            Ok(ReplyFrame {
+                                reply: Reply::Err(e),
+                                ..
+                            }) => Err(e.into()),
+                            Ok(_) => Err(Error::Protocol("expected Extents")),
+                            Err(e) => Err(e.into()),
+                        })
+                    }
+                    Decoded::Malformed => Some(Err(Error::Protocol("malformed Extents"))),
+                    _ => Some(Err(Error::Protocol("reply id"))),
+                }
             })?;
             if let Some(r) = out {
                 return r;

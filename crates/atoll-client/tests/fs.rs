@@ -654,3 +654,26 @@ fn paths_outside_the_mount_are_linux_business() {
     assert_eq!(r, 0);
     assert_ne!(st.st_dev, atoll_client::ATOLL_DEV);
 }
+
+#[test]
+fn many_threads_take_their_own_lanes() {
+    let d = dir("threads");
+    let handles: Vec<_> = (0..8)
+        .map(|t| {
+            let d = d.clone();
+            std::thread::spawn(move || {
+                for i in 0..25 {
+                    let f = p(&format!("{d}/t{t}-{i}"));
+                    let data = format!("thread {t} file {i}").repeat(50);
+                    put(&f, data.as_bytes());
+                    assert_eq!(get(&f), data.as_bytes());
+                    assert_eq!(sc(libc::SYS_unlink, &[ptr(&f)]), 0);
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    assert!(list(&p(&d)).is_empty());
+}

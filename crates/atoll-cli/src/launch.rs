@@ -184,6 +184,7 @@ fn state_env(cwd: &str) -> Result<(String, String)> {
 
 /// Start `cmd`, relay terminating signals to it, wait for it.
 pub fn run_child(term: &Terminator, mut cmd: Command, what: &str) -> Result<ExitStatus> {
+    crate::sys::unblock_terminating_in_child(&mut cmd);
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {

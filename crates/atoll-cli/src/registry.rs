@@ -80,18 +80,30 @@ impl InstanceRecord {
             Ok(()) | Err(rustix::io::Errno::PERM) => {}
             Err(_) => return false,
         }
-        self.start_time == 0 || start_time(self.pid) == Some(self.start_time)
+        match proc_stat(self.pid) {
+            // A zombie has ended; only its exit status is left to collect.
+            Some((state, _)) if state == 'Z' || state == 'X' => false,
+            Some((_, started)) => self.start_time == 0 || started == self.start_time,
+            None => self.start_time == 0,
+        }
     }
+}
+
+/// `(state, start time)` of a process from `/proc/PID/stat`.
+fn proc_stat(pid: u32) -> Option<(char, u64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may contain spaces and parentheses: the
+    // fields after it start after the *last* ')'.
+    let mut rest = stat[stat.rfind(')')? + 1..].split_whitespace();
+    // Field 3 is the state; field 22 the start time, 19 fields later.
+    let state = rest.next()?.chars().next()?;
+    let started = rest.nth(18)?.parse().ok()?;
+    Some((state, started))
 }
 
 /// Start time of a process in clock ticks since boot.
 pub fn start_time(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) may contain spaces and parentheses: the
-    // fields after it start after the *last* ')'.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    // rest = " state ppid ..." : field 3 is index 0, so field 22 is index 19.
-    rest.split_whitespace().nth(19)?.parse().ok()
+    proc_stat(pid).map(|(_, t)| t)
 }
 
 /// Live instances under `root`, oldest first. Unreadable or stale records
@@ -217,6 +229,23 @@ mod tests {
         std::fs::write(t.path().join("junk").join(RECORD), b"{not json").unwrap();
         let found = scan(t.path());
         assert_eq!(found, vec![live]);
+    }
+
+    #[test]
+    fn an_exited_but_unreaped_process_is_not_live() {
+        let t = tempfile::tempdir().unwrap();
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        let started = start_time(pid).unwrap_or(0);
+        // Wait (bounded) for it to become a zombie, without reaping it.
+        for _ in 0..1000 {
+            if proc_stat(pid).is_some_and(|(s, _)| s == 'Z') {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(!record(t.path(), "z", pid, started).is_live());
+        child.wait().unwrap();
     }
 
     #[test]

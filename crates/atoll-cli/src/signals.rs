@@ -103,7 +103,14 @@ impl Terminator {
                     let socket = socket.clone();
                     drop(st);
                     if let Err(e) = crate::bootctl::stop(&socket) {
-                        tracing::warn!("stopping the instance after signal {sig}: {e}");
+                        // The socket is gone (runtime dir deleted under
+                        // us) or the instance hangs: nobody can reach it
+                        // any more, so leave rather than linger forever.
+                        tracing::error!("cannot stop the instance after signal {sig}: {e}");
+                        if let Some(dir) = socket.parent() {
+                            let _ = std::fs::remove_dir_all(dir);
+                        }
+                        std::process::exit(128 + sig);
                     }
                 }
             }

@@ -28,8 +28,8 @@ fn terminating_set() -> libc::sigset_t {
 
 /// Block [`TERMINATING`] in the calling thread. Threads created afterwards
 /// (server threads, the signal thread) inherit the mask, so these signals
-/// are only ever consumed by [`wait_terminating`]. Children started with
-/// `std::process::Command` get an empty mask again (std resets it).
+/// are only ever consumed by [`wait_terminating`]. Children inherit the
+/// mask too (std does not reset it): see [`unblock_terminating_in_child`].
 pub fn block_terminating() -> io::Result<()> {
     let set = terminating_set();
     // SAFETY: `set` is a valid, initialised sigset; the old mask is not
@@ -39,6 +39,25 @@ pub fn block_terminating() -> io::Result<()> {
         return Err(io::Error::from_raw_os_error(rc));
     }
     Ok(())
+}
+
+/// Give a child started with `cmd` the terminating signals back: a
+/// program must die of SIGTERM/SIGINT as it would without atoll.
+pub fn unblock_terminating_in_child(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    let set = terminating_set();
+    // SAFETY: the closure runs between fork and exec and only calls
+    // pthread_sigmask (async-signal-safe) on a set prepared beforehand; it
+    // allocates nothing and takes no lock.
+    unsafe {
+        cmd.pre_exec(move || {
+            let rc = libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+            if rc != 0 {
+                return Err(io::Error::from_raw_os_error(rc));
+            }
+            Ok(())
+        });
+    }
 }
 
 /// Wait for one of [`TERMINATING`] (which must be blocked). Returns the
@@ -121,5 +140,31 @@ mod tests {
         })
         .join()
         .unwrap();
+    }
+
+    /// `SigBlk` of a child spawned from a thread that blocks TERMINATING.
+    fn child_blocked_mask(unblock: bool) -> u64 {
+        std::thread::spawn(move || {
+            block_terminating().unwrap();
+            let mut cmd = std::process::Command::new("grep");
+            cmd.args(["^SigBlk", "/proc/self/status"]);
+            if unblock {
+                unblock_terminating_in_child(&mut cmd);
+            }
+            let out = cmd.output().unwrap();
+            let line = String::from_utf8(out.stdout).unwrap();
+            u64::from_str_radix(line.split_whitespace().nth(1).unwrap(), 16).unwrap()
+        })
+        .join()
+        .unwrap()
+    }
+
+    #[test]
+    fn children_get_the_terminating_signals_unblocked() {
+        let bits: u64 = TERMINATING.iter().map(|s| 1u64 << (s - 1)).sum();
+        // std keeps the parent's mask: without the fix-up the child would
+        // ignore ^C and SIGTERM.
+        assert_eq!(child_blocked_mask(false) & bits, bits);
+        assert_eq!(child_blocked_mask(true) & bits, 0);
     }
 }

@@ -312,6 +312,17 @@ fn sigterm_to_atoll_run_stops_the_command_and_cleans_up() {
     assert!(is_empty_dir(t.path()));
 }
 
+struct StopOnDrop(PathBuf, String);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        let _ = atoll(&self.0)
+            .args(["stop", "--id", &self.1])
+            .args(rt_arg(&self.0))
+            .output();
+    }
+}
+
 #[test]
 fn boot_status_exec_stop_round_trip() {
     if !e2e("boot_status_exec_stop_round_trip") {
@@ -327,6 +338,8 @@ fn boot_status_exec_stop_round_trip() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let id = text(&out.stdout).trim().to_string();
     assert!(!id.is_empty() && !id.contains('\n'), "boot printed {id:?}");
+    // Stop the instance even when an assertion below fails.
+    let _guard = StopOnDrop(t.path().to_path_buf(), id.clone());
 
     let out = atoll(t.path()).args(["list"]).args(&rt).output().unwrap();
     assert!(text(&out.stdout).contains(&id));

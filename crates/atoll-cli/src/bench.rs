@@ -1,20 +1,139 @@
 //! `atoll bench` and the hidden `atoll bench-worker`: hand-off to the
 //! benchmark harness (crate `atoll-bench`), which parses its own options.
+//!
+//! The harness knows tmpfs and FUSE by itself; atoll configurations come
+//! from here, through its `SystemFactory` trait, because only the driver
+//! knows how to boot an instance. Each atoll system boots an instance in
+//! this process on `prepare` and shuts it down on `cleanup`; its workers
+//! are clients through the usual environment (`launch::ClientEnv`), and on
+//! the split configuration they are confined to the application cores.
 
-use anyhow::{bail, Result};
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use atoll_bench::{System, SystemFactory, Target};
+use atoll_proto::boot::PollMode;
+use atoll_server::{Instance, InstanceConfig};
+
+use crate::config;
+use crate::launch;
+use crate::report;
+
+/// Buffer cache of benchmark instances: 1 GiB, or half the RAM if smaller.
+fn bench_memory() -> u64 {
+    (1u64 << 30).min(crate::args::physical_memory() / 2)
+}
 
 /// `atoll bench ARGS…`.
 pub fn bench(args: Vec<String>) -> Result<i32> {
-    // TODO(atoll): call the harness entry point (`atoll_bench::cli_main` or
-    // similar) and provide atoll systems through its system trait once the
-    // harness exports them.
-    let _ = args;
-    bail!("the benchmark harness is not part of this build")
+    let mut factory = AtollFactory;
+    atoll_bench::main_from_args(args, &mut factory)?;
+    Ok(0)
 }
 
 /// `atoll bench-worker ARGS…`: one worker process of a benchmark.
 pub fn worker(args: Vec<String>) -> Result<i32> {
-    // TODO(atoll): forward to `atoll_bench::worker_main(args)`.
-    let _ = args;
-    bail!("the benchmark harness is not part of this build")
+    atoll_bench::worker_main_from_args(args)?;
+    Ok(0)
+}
+
+/// Boots atoll configurations for the harness.
+struct AtollFactory;
+
+impl SystemFactory for AtollFactory {
+    fn atoll(
+        &mut self,
+        split: bool,
+        servers: usize,
+        without: &[String],
+    ) -> Result<Box<dyn System>> {
+        let w = atoll_bench::parse_without(without)?;
+        let cores = config::usable_cores();
+        let (server_cores, app_cores) = config::place(servers, split, &cores)?;
+        let mut name = if split {
+            "atoll-split".to_string()
+        } else {
+            "atoll-timeshare".to_string()
+        };
+        let default_servers = if split {
+            (cores.len() / 2).max(1)
+        } else {
+            cores.len()
+        };
+        if servers != default_servers {
+            name.push_str(&format!("-{servers}s"));
+        }
+        for t in without {
+            name.push_str(&format!("-no-{t}"));
+        }
+        let mount = "/atoll".to_string();
+        Ok(Box::new(AtollSystem {
+            name,
+            config: InstanceConfig {
+                servers,
+                memory: bench_memory(),
+                mount,
+                poll: if split {
+                    PollMode::Spin
+                } else {
+                    PollMode::Adaptive
+                },
+                split,
+                server_cores,
+                incoherent: false,
+                without: w,
+                distribute: Vec::new(),
+                runtime_root: config::default_runtime_root(),
+            },
+            app_cores: app_cores.unwrap_or_default(),
+            instance: None,
+        }))
+    }
+}
+
+struct AtollSystem {
+    name: String,
+    config: InstanceConfig,
+    app_cores: Vec<usize>,
+    instance: Option<Instance>,
+}
+
+impl System for AtollSystem {
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    fn prepare(&mut self) -> Result<Target> {
+        let preload = launch::find_preload()?;
+        config::ensure_runtime_root(&self.config.runtime_root)?;
+        let instance = Instance::boot(self.config.clone()).context("cannot boot the instance")?;
+        let env = launch::ClientEnv {
+            socket: instance.socket_path().to_path_buf(),
+            mount: self.config.mount.clone(),
+            preload,
+        };
+        let target = Target {
+            dir: PathBuf::from(&self.config.mount),
+            env: env.vars(),
+            cpus: self.app_cores.clone(),
+        };
+        self.instance = Some(instance);
+        Ok(target)
+    }
+
+    fn cleanup(&mut self) -> Result<()> {
+        if let Some(i) = self.instance.take() {
+            i.shutdown();
+        }
+        Ok(())
+    }
+
+    /// `{"messages": total requests, "servers": [per-server stats]}`.
+    fn counters(&self) -> Option<serde_json::Value> {
+        let stats = self.instance.as_ref()?.stats();
+        let messages: u64 = stats.iter().map(|s| s.requests).sum();
+        let mut v = report::stats_json(&stats);
+        v["messages"] = messages.into();
+        Some(v)
+    }
 }

@@ -95,7 +95,7 @@ fn plan_with_cores(args: &InstanceArgs, cores: &[usize]) -> Result<Plan, UsageEr
 /// Server cores (one per server) and, when split, the program cores.
 ///
 /// Split with cores `[0, 1]` and one server: server on 1, programs on 0.
-fn place(
+pub fn place(
     servers: usize,
     split: bool,
     cores: &[usize],

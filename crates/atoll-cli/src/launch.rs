@@ -116,12 +116,7 @@ impl ClientEnv {
             c.args(rest);
             c
         };
-        cmd.env(
-            "LD_PRELOAD",
-            self.ld_preload(std::env::var_os("LD_PRELOAD")),
-        );
-        cmd.env(ENV_PRELOAD, &self.preload);
-        cmd.env(ENV_SOCKET, &self.socket);
+        cmd.envs(self.vars());
         // Leftovers of an enclosing instance would point elsewhere.
         cmd.env_remove(ENV_SESSION_FD).env_remove(ENV_STATE);
         match dir {
@@ -135,6 +130,16 @@ impl ClientEnv {
             }
         }
         Ok(cmd)
+    }
+
+    /// The variables that make a process a client of this instance.
+    pub fn vars(&self) -> Vec<(String, String)> {
+        let preload = self.ld_preload(std::env::var_os("LD_PRELOAD"));
+        vec![
+            ("LD_PRELOAD".into(), preload.to_string_lossy().into_owned()),
+            (ENV_PRELOAD.into(), self.preload.display().to_string()),
+            (ENV_SOCKET.into(), self.socket.display().to_string()),
+        ]
     }
 
     /// Must `prog` be started through the shell trampoline? Yes when it
@@ -174,12 +179,10 @@ impl ClientEnv {
     }
 }
 
-/// The `ATOLL_STATE` variable that starts a client with its cwd in atoll.
+/// The `ATOLL_STATE` variable that starts a client with its cwd in atoll
+/// (the client library restores it as if inherited across `execve`).
 fn state_env(cwd: &str) -> Result<(String, String)> {
-    // TODO(atoll): call `atoll_client::initial_state_env(cwd)` once the
-    // client library exports it; until then an atoll cwd cannot be set.
-    let _ = cwd;
-    bail!("--cwd inside the mount is not supported by this build's client library")
+    Ok(atoll_client::initial_state_env(cwd))
 }
 
 /// Start `cmd`, relay terminating signals to it, wait for it.

@@ -23,6 +23,9 @@ pub struct InstanceRecord {
     #[serde(default)]
     pub kind: String,
     pub socket: PathBuf,
+    /// Filled in from the record's location when absent (the instance
+    /// runtime writes a shorter record before the driver completes it).
+    #[serde(default)]
     pub runtime_dir: PathBuf,
     pub mount: String,
     #[serde(default)]
@@ -114,8 +117,14 @@ pub fn scan(root: &Path) -> Vec<InstanceRecord> {
     };
     let mut out: Vec<InstanceRecord> = dir
         .flatten()
-        .filter_map(|e| std::fs::read(e.path().join(RECORD)).ok())
-        .filter_map(|bytes| serde_json::from_slice::<InstanceRecord>(&bytes).ok())
+        .filter_map(|e| {
+            let bytes = std::fs::read(e.path().join(RECORD)).ok()?;
+            let mut r: InstanceRecord = serde_json::from_slice(&bytes).ok()?;
+            if r.runtime_dir.as_os_str().is_empty() {
+                r.runtime_dir = e.path();
+            }
+            Some(r)
+        })
         .filter(InstanceRecord::is_live)
         .collect();
     out.sort_by(|a, b| (a.started, &a.id).cmp(&(b.started, &b.id)));

@@ -385,3 +385,34 @@ fn boot_status_exec_stop_round_trip() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
 }
+
+#[test]
+fn cwd_inside_the_mount_and_programs_stored_in_atoll() {
+    if !e2e("cwd_inside_the_mount_and_programs_stored_in_atoll") {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let src = t.path().join("tools");
+    std::fs::create_dir(&src).unwrap();
+    let script = src.join("hello.sh");
+    std::fs::write(&script, "#!/bin/sh\necho \"hello from $(pwd) $1\"\n").unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let import = src.display().to_string();
+    let rt = t.path().join("rt");
+    // An absolute path to a program that exists only in atoll.
+    let out = run(
+        &rt,
+        &["--import", &import, "--cwd", "/atoll/tools"],
+        &["/atoll/tools/hello.sh", "a b"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "hello from /atoll/tools a b\n");
+    // A relative path, resolved against the cwd in atoll.
+    let out = run(
+        &rt,
+        &["--import", &import, "--cwd", "/atoll/tools"],
+        &["./hello.sh"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "hello from /atoll/tools \n");
+}

@@ -228,16 +228,28 @@ fn on_node(
     ptr: u64,
     follow: bool,
     empty_ok: bool,
-    f: impl FnOnce(&session::Lane, atoll_proto::InodeId, atoll_proto::FileType) -> Result<Out>,
+    f: impl Fn(&session::Lane, atoll_proto::InodeId, atoll_proto::FileType) -> Result<Out>,
 ) -> Result<Out> {
     if !(path_concerns(c, dirfd, ptr) || (ptr == 0 && empty_ok && fdtable::is_atoll(dirfd))) {
         return Ok(Out::Host);
     }
     let lane = c.lane()?;
-    match meta::resolve(c, &lane, dirfd, ptr, follow, empty_ok)? {
-        Target::Host => Ok(Out::Host),
-        Target::Rehost(p) => Ok(Out::Rehost(p)),
-        Target::Node { ino, ftype } => f(&lane, ino, ftype),
+    // The name was resolved to an inode with one message and the operation
+    // goes to the inode with another; a rename or unlink in between can free
+    // that inode (ENOENT from its owner) although the *name* still exists,
+    // naming a new inode. Walk again, as Linux's lookup would have seen the
+    // new inode: a reader of a name replaced by rename never sees it missing.
+    let mut stale_retries = 8;
+    loop {
+        let outcome = match meta::resolve(c, &lane, dirfd, ptr, follow, empty_ok)? {
+            Target::Host => Ok(Out::Host),
+            Target::Rehost(p) => Ok(Out::Rehost(p)),
+            Target::Node { ino, ftype } => f(&lane, ino, ftype),
+        };
+        match outcome {
+            Err(Error::Errno(libc::ENOENT)) if ptr != 0 && stale_retries > 0 => stale_retries -= 1,
+            other => return other,
+        }
     }
 }
 
@@ -815,32 +827,32 @@ fn run(c: &'static Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
         }),
         SYS_utimensat => {
             let fl = a[3] as i32;
-            let times = meta::times_from_timespecs(a[2]);
+            let times = meta::times_from_timespecs(a[2])?;
             on_node(
                 c,
                 fd0,
                 a[1],
                 fl & AT_SYMLINK_NOFOLLOW == 0,
                 a[1] == 0 || fl & AT_EMPTY_PATH != 0,
-                |l, ino, _| setattr(c, l, ino, times_set(times?)),
+                |l, ino, _| setattr(c, l, ino, times_set(times)),
             )
         }
         SYS_futimesat => {
-            let times = meta::times_from_timevals(a[2]);
+            let times = meta::times_from_timevals(a[2])?;
             on_node(c, fd0, a[1], true, a[1] == 0, |l, ino, _| {
-                setattr(c, l, ino, times_set(times?))
+                setattr(c, l, ino, times_set(times))
             })
         }
         SYS_utimes => {
-            let times = meta::times_from_timevals(a[1]);
+            let times = meta::times_from_timevals(a[1])?;
             on_node(c, cwd, a[0], true, false, |l, ino, _| {
-                setattr(c, l, ino, times_set(times?))
+                setattr(c, l, ino, times_set(times))
             })
         }
         SYS_utime => {
-            let times = meta::times_from_utimbuf(a[1]);
+            let times = meta::times_from_utimbuf(a[1])?;
             on_node(c, cwd, a[0], true, false, |l, ino, _| {
-                setattr(c, l, ino, times_set(times?))
+                setattr(c, l, ino, times_set(times))
             })
         }
         SYS_fsync | SYS_fdatasync | SYS_syncfs | SYS_sync_file_range | SYS_fadvise64

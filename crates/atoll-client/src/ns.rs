@@ -516,8 +516,39 @@ pub fn rename(
     }
     let (n1, n2) = (l1.name.as_bytes(), l2.name.as_bytes());
     let (dir1, dir2) = (w1.dir, w2.dir);
+    let srv1 = entry_server(dir1, n1, c.nservers);
+    let srv2 = entry_server(dir2, n2, c.nservers);
+    // Within one directory on one server no ancestry check is needed: one
+    // message, and the server applies every rule atomically (Hare §3.7.4).
+    let same_dir_fast_path =
+        dir1 == dir2 && srv1 == srv2 && !l1.trailing_slash && !l2.trailing_slash;
+    if !same_dir_fast_path {
+        return rename_checked(
+            c,
+            lane,
+            w1,
+            (dir1, n1, l1.trailing_slash),
+            (dir2, n2, l2.trailing_slash),
+            flags,
+        );
+    }
+    same_server_rename(c, lane, srv1, (dir1, n1), (dir2, n2), flags)
+}
+
+/// Rename after the client-side checks that need lookups: trailing slashes
+/// and moving a directory into its own subtree.
+fn rename_checked(
+    c: &Client,
+    lane: &Lane,
+    w1: &mut Walker,
+    (dir1, n1, slash1): (InodeId, &[u8], bool),
+    (dir2, n2, slash2): (InodeId, &[u8], bool),
+    flags: u32,
+) -> Result<Out> {
+    let noreplace = flags & libc::RENAME_NOREPLACE != 0;
+    let exchange = flags & libc::RENAME_EXCHANGE != 0;
     let (ino1, ft1) = w1.lookup(dir1, n1)?;
-    if (l1.trailing_slash || l2.trailing_slash) && ft1 != FileType::Directory {
+    if (slash1 || slash2) && ft1 != FileType::Directory {
         return err(libc::ENOTDIR);
     }
     let target = match w1.lookup(dir2, n2) {
@@ -525,10 +556,10 @@ pub fn rename(
         Err(Error::Errno(e)) if e == libc::ENOENT => None,
         Err(e) => return Err(e),
     };
-    if dir1 == dir2 && n1 == n2 {
-        return Ok(Out::Done(0));
-    }
     if let Some((ino2, _)) = target {
+        if noreplace {
+            return err(libc::EEXIST);
+        }
         if ino2 == ino1 && !exchange {
             return Ok(Out::Done(0)); // two links of one inode: nothing to do
         }
@@ -548,53 +579,7 @@ pub fn rename(
     let srv1 = entry_server(dir1, n1, c.nservers);
     let srv2 = entry_server(dir2, n2, c.nservers);
     if srv1 == srv2 {
-        let (moved, mft, replaced) = lane.call(
-            c,
-            srv1,
-            Request::Rename {
-                olddir: dir1,
-                oldname: n1,
-                newdir: dir2,
-                newname: n2,
-                flags,
-            },
-            |r| match r {
-                Reply::Renamed {
-                    moved,
-                    ftype,
-                    replaced,
-                } => Ok((moved, ftype, replaced)),
-                _ => Err(Error::Protocol("Rename")),
-            },
-        )?;
-        if let Some((rino, _, freed_here)) = replaced {
-            if !freed_here && !exchange {
-                let _ = lane.call_ok(c, rino.owner(), Request::Unref { ino: rino });
-            }
-        }
-        if mft == FileType::Directory && dir1 != dir2 {
-            let _ = lane.call_ok(
-                c,
-                moved.home(),
-                Request::SetParent {
-                    dir: moved,
-                    parent: dir2,
-                },
-            );
-        }
-        if exchange && dir1 != dir2 {
-            if let Some((rino, FileType::Directory, _)) = replaced {
-                let _ = lane.call_ok(
-                    c,
-                    rino.home(),
-                    Request::SetParent {
-                        dir: rino,
-                        parent: dir1,
-                    },
-                );
-            }
-        }
-        return Ok(Out::Done(0));
+        return same_server_rename(c, lane, srv1, (dir1, n1), (dir2, n2), flags);
     }
     cross_server_rename(
         c,
@@ -605,6 +590,68 @@ pub fn rename(
         noreplace,
         exchange,
     )?;
+    Ok(Out::Done(0))
+}
+
+/// Rename when both entries live on one server: one `Rename` message, then
+/// the follow-ups only a client can send (servers never talk to each other):
+/// `Unref` of a replaced inode owned elsewhere, `SetParent` of moved
+/// directories.
+fn same_server_rename(
+    c: &Client,
+    lane: &Lane,
+    srv: usize,
+    (dir1, n1): (InodeId, &[u8]),
+    (dir2, n2): (InodeId, &[u8]),
+    flags: u32,
+) -> Result<Out> {
+    let exchange = flags & libc::RENAME_EXCHANGE != 0;
+    let (moved, mft, replaced) = lane.call(
+        c,
+        srv,
+        Request::Rename {
+            olddir: dir1,
+            oldname: n1,
+            newdir: dir2,
+            newname: n2,
+            flags,
+        },
+        |r| match r {
+            Reply::Renamed {
+                moved,
+                ftype,
+                replaced,
+            } => Ok((moved, ftype, replaced)),
+            _ => Err(Error::Protocol("Rename")),
+        },
+    )?;
+    if let Some((rino, _, freed_here)) = replaced {
+        if !freed_here && !exchange {
+            let _ = lane.call_ok(c, rino.owner(), Request::Unref { ino: rino });
+        }
+    }
+    if mft == FileType::Directory && dir1 != dir2 {
+        let _ = lane.call_ok(
+            c,
+            moved.home(),
+            Request::SetParent {
+                dir: moved,
+                parent: dir2,
+            },
+        );
+    }
+    if exchange && dir1 != dir2 {
+        if let Some((rino, FileType::Directory, _)) = replaced {
+            let _ = lane.call_ok(
+                c,
+                rino.home(),
+                Request::SetParent {
+                    dir: rino,
+                    parent: dir1,
+                },
+            );
+        }
+    }
     Ok(Out::Done(0))
 }
 

@@ -20,7 +20,10 @@ pub fn artifact_dir() -> PathBuf {
     }
     // Test executables live in target/<profile>/deps/.
     let exe = std::env::current_exe().expect("current_exe");
-    exe.parent().and_then(Path::parent).expect("target/<profile>").to_path_buf()
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>")
+        .to_path_buf()
 }
 
 /// Path of the `atoll` binary; panics with instructions when it is missing.
@@ -40,7 +43,10 @@ pub fn atoll_bin() -> PathBuf {
 /// A command line for `atoll` with the test defaults (small cache, quiet).
 pub fn atoll() -> Command {
     let mut cmd = Command::new(atoll_bin());
-    cmd.env("LC_ALL", "C").env("TZ", "UTC").env_remove("ATOLL_SOCKET").env_remove("LD_PRELOAD");
+    cmd.env("LC_ALL", "C")
+        .env("TZ", "UTC")
+        .env_remove("ATOLL_SOCKET")
+        .env_remove("LD_PRELOAD");
     cmd
 }
 
@@ -48,7 +54,11 @@ pub fn atoll() -> Command {
 /// first). `$ROOT` is the mount root inside the script.
 pub fn run_in_atoll(opts: &[&str], script: &str) -> Output {
     let mut cmd = atoll();
-    cmd.arg("run").args(["--memory", "256M"]).args(opts).arg("--");
+    cmd.arg("run");
+    if !opts.contains(&"--memory") {
+        cmd.args(["--memory", "256M"]);
+    }
+    cmd.args(opts).arg("--");
     cmd.args(["bash", "-c", script]).env("ROOT", MOUNT);
     cmd.stdin(Stdio::null());
     cmd.output().expect("spawn atoll")
@@ -74,7 +84,11 @@ pub fn run_on_host(script: &str) -> (tempfile::TempDir, Output) {
 pub fn normalized(out: &Output, root: &Path) -> (i32, String, String) {
     let root = root.to_string_lossy().to_string();
     let fix = |b: &[u8]| String::from_utf8_lossy(b).replace(&root, "$ROOT");
-    (out.status.code().unwrap_or(-1), fix(&out.stdout), fix(&out.stderr))
+    (
+        out.status.code().unwrap_or(-1),
+        fix(&out.stdout),
+        fix(&out.stderr),
+    )
 }
 
 /// Run `script` on the host and under atoll; assert identical exit status
@@ -90,7 +104,11 @@ pub fn assert_same(opts: &[&str], script: &str, compare_stderr: bool) -> String 
         "stdout differs for script:\n{script}\n--- host stderr:\n{}\n--- atoll stderr:\n{}",
         host.2, atoll.2
     );
-    assert_eq!(host.0, atoll.0, "exit status differs; atoll stderr:\n{}", atoll.2);
+    assert_eq!(
+        host.0, atoll.0,
+        "exit status differs; atoll stderr:\n{}",
+        atoll.2
+    );
     if compare_stderr {
         assert_eq!(host.2, atoll.2, "stderr differs for script:\n{script}");
     }
@@ -103,7 +121,10 @@ pub fn require(program: &str) {
     let found = std::env::var_os("PATH")
         .map(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
         .unwrap_or(false);
-    assert!(found, "`{program}` is not installed; .ci/run installs it (apt-get install …)");
+    assert!(
+        found,
+        "`{program}` is not installed; .ci/run installs it (apt-get install …)"
+    );
 }
 
 /// Compile a C probe program into `dir`, returning its path.

@@ -42,14 +42,22 @@ fn create_rename_unlink_storm_in_one_directory() {
         let total = names.len();
         names.sort();
         names.dedup();
-        assert_eq!(names.len(), total, "a name appeared twice in readdir ({servers} servers)");
+        assert_eq!(
+            names.len(),
+            total,
+            "a name appeared twice in readdir ({servers} servers)"
+        );
         let mut expected = Vec::new();
         for w in 1..=6 {
             for i in 1..=60 {
                 if i % 3 == 0 {
                     continue;
                 }
-                expected.push(if i % 2 == 0 { format!("r.{w}.{i}") } else { format!("c.{w}.{i}") });
+                expected.push(if i % 2 == 0 {
+                    format!("r.{w}.{i}")
+                } else {
+                    format!("c.{w}.{i}")
+                });
             }
         }
         expected.sort();

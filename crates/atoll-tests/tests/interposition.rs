@@ -102,6 +102,7 @@ int main(int argc, char **argv) {
     printf("nftw files %d\n", files);
     snprintf(p, sizeof p, "%s/a/b/f0", argv[1]);
     char *args[] = {"cat", p, NULL};
+    fflush(stdout);
     pid_t pid; int st;
     if (posix_spawnp(&pid, "cat", NULL, NULL, args, environ) != 0) { perror("posix_spawnp"); return 1; }
     waitpid(pid, &st, 0);
@@ -120,7 +121,11 @@ fn run_probe(source: &str, name: &str) -> String {
         .output()
         .expect("spawn atoll");
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    assert!(out.status.success(), "probe {name} failed: {stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "probe {name} failed: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     stdout
 }
 

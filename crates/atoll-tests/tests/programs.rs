@@ -175,7 +175,10 @@ EOF
         "#,
         true,
     );
-    assert!(out.contains("hello 49"), "program built in the mount must run: {out}");
+    assert!(
+        out.contains("hello 49"),
+        "program built in the mount must run: {out}"
+    );
 }
 
 #[test]
@@ -247,10 +250,23 @@ fn files_outside_the_mount_are_untouched_host_files() {
         host.path().display()
     );
     let out = run_in_atoll(&[], &script);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "host data\nhost data\n/\n");
-    assert_eq!(std::fs::read_to_string(host.path().join("h.txt")).unwrap(), "host data\nmore\n");
-    assert!(!std::path::Path::new(atoll_tests::MOUNT).exists(), "the mount must not appear on the host");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "host data\nhost data\n/\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(host.path().join("h.txt")).unwrap(),
+        "host data\nmore\n"
+    );
+    assert!(
+        !std::path::Path::new(atoll_tests::MOUNT).exists(),
+        "the mount must not appear on the host"
+    );
 }
 
 #[test]

@@ -16,7 +16,11 @@ struct Booted {
 impl Booted {
     fn new(opts: &[&str]) -> Booted {
         let out = atoll().arg("boot").args(opts).output().expect("atoll boot");
-        assert!(out.status.success(), "boot failed: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "boot failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
         assert!(!id.is_empty(), "boot printed no id");
         Booted { id }
@@ -24,24 +28,45 @@ impl Booted {
 
     fn exec(&self, script: &str) -> Command {
         let mut cmd = atoll();
-        cmd.args(["exec", "--id", &self.id, "--", "bash", "-c", script]).env("ROOT", atoll_tests::MOUNT);
+        cmd.args(["exec", "--id", &self.id, "--", "bash", "-c", script])
+            .env("ROOT", atoll_tests::MOUNT);
         cmd
     }
 
     fn sh(&self, script: &str) -> String {
         let out = self.exec(script).output().expect("atoll exec");
-        assert!(out.status.success(), "{script}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{script}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
     /// `(sessions, open descriptions, blocks in use)` summed over servers.
     fn usage(&self) -> (u64, u64, u64) {
-        let out = atoll().args(["status", "--id", &self.id, "--json"]).output().expect("status");
-        assert!(out.status.success(), "status: {}", String::from_utf8_lossy(&out.stderr));
+        let out = atoll()
+            .args(["status", "--id", &self.id, "--json"])
+            .output()
+            .expect("status");
+        assert!(
+            out.status.success(),
+            "status: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("status JSON");
         let servers = v["servers"].as_array().expect("servers array");
-        let sum = |k: &str| servers.iter().map(|s| s[k].as_u64().unwrap_or_else(|| panic!("{k} in {s}"))).sum();
-        (sum("sessions"), sum("open_descriptions"), sum("blocks_used"))
+        let sum = |k: &str| {
+            servers
+                .iter()
+                .map(|s| s[k].as_u64().unwrap_or_else(|| panic!("{k} in {s}")))
+                .sum()
+        };
+        (
+            sum("sessions"),
+            sum("open_descriptions"),
+            sum("blocks_used"),
+        )
     }
 
     /// Wait (bounded) until usage returns to `baseline`.
@@ -67,7 +92,12 @@ impl Drop for Booted {
 fn kill_mid_operation(script: &str, cleanup: &str) {
     let inst = Booted::new(&["--servers", "2", "--memory", "64M"]);
     let baseline = inst.usage();
-    let mut child = inst.exec(script).stdout(Stdio::null()).process_group(0).spawn().expect("spawn");
+    let mut child = inst
+        .exec(script)
+        .stdout(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .expect("spawn");
     sleep(Duration::from_millis(700));
     // Kill the whole tree: atoll exec's child and the workers it started.
     let pid = child.id() as i32;
@@ -79,9 +109,16 @@ fn kill_mid_operation(script: &str, cleanup: &str) {
     let _ = child.wait();
     sleep(Duration::from_millis(200));
     inst.sh(cleanup);
-    assert_eq!(inst.settles_at(baseline), baseline, "servers must return to baseline after SIGKILL");
+    assert_eq!(
+        inst.settles_at(baseline),
+        baseline,
+        "servers must return to baseline after SIGKILL"
+    );
     // The servers still work.
-    assert_eq!(inst.sh("echo alive > $ROOT/a && cat $ROOT/a && rm $ROOT/a"), "alive\n");
+    assert_eq!(
+        inst.sh("echo alive > $ROOT/a && cat $ROOT/a && rm $ROOT/a"),
+        "alive\n"
+    );
 }
 
 #[test]
@@ -106,15 +143,20 @@ fn full_buffer_cache_gives_enospc_and_stays_usable() {
         &["--memory", "8M", "--servers", "1"],
         r#"
         cd "$ROOT"
-        dd if=/dev/zero of=big bs=1M count=64 status=none 2>err; echo "dd status $?"
-        grep -c 'No space left on device' err
+        dd if=/dev/zero of=big bs=1M count=64 status=none 2>&1 | grep -c 'No space left on device'
+        echo "dd status ${PIPESTATUS[0]}"
         rm big
         echo still works > small && cat small
         dd if=/dev/zero of=again bs=1M count=4 status=none && echo "refilled $(stat -c %s again)"
         "#,
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(stdout, "dd status 1\n1\nstill works\nrefilled 4194304\n", "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        stdout,
+        "1\ndd status 1\nstill works\nrefilled 4194304\n",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]

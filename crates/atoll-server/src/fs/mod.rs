@@ -1215,6 +1215,10 @@ impl<S: BlockStore> FileServer<S> {
             .ok_or(Errno::ENOENT)?;
         let target = self.shards.get(&newdir).and_then(|s| s.get(newname));
         if olddir == newdir && oldname == newname {
+            // Linux checks RENAME_NOREPLACE before noticing the names are one.
+            if flags & RENAME_NOREPLACE != 0 {
+                return Err(Errno::EEXIST);
+            }
             return Ok(Reply::Renamed {
                 moved: old.ino,
                 ftype: old.ftype,

@@ -43,6 +43,15 @@ Example:
   atoll status --id \"$id\"
   atoll stop --id \"$id\"";
 
+const EXEC_AFTER_HELP: &str = "\
+The command becomes a client of the instance: it and its descendants see
+the instance's file system at its mount path. atoll exits with the
+command's status.
+
+Examples:
+  atoll exec -- sh -c 'ls -l /atoll'           the only running instance
+  atoll exec --id 3fa2 --cwd /atoll/src -- make -j2";
+
 /// atoll: run unmodified programs over a message-passing file system.
 ///
 /// Programs started by atoll share one in-memory file system, mounted
@@ -65,6 +74,7 @@ pub enum Command {
     #[command(after_help = BOOT_AFTER_HELP)]
     Boot(BootArgs),
     /// Run a command inside a running (booted) instance.
+    #[command(after_help = EXEC_AFTER_HELP)]
     Exec(ExecArgs),
     /// Show servers, clients, open descriptions, blocks and operation counts.
     Status(StatusArgs),

@@ -711,36 +711,38 @@ mod loom_tests {
 
     #[test]
     fn loom_frames_arrive_in_order_with_wrap_and_full() {
-        loom::model(|| {
+        let mut b = loom::model::Builder::new();
+        b.preemption_bound = Some(3);
+        b.check(|| {
             let r = Arc::new(LoomRing {
                 shared: RingShared::new(),
                 data: std::cell::UnsafeCell::new([0; 32]),
             });
+            // Start both indices 64 bytes before the end of the 256-byte
+            // ring: the first frame (128-byte slot) must wrap, and the
+            // second finds the ring full until the first is released.
+            r.shared.head.store(192, Ordering::Relaxed);
+            r.shared.tail.store(192, Ordering::Relaxed);
             let (p, c) = ends(&r);
             let r2 = r.clone();
             let t = loom::thread::spawn(move || {
                 let _keep = r2;
-                // 3 frames of 128-byte slots in a 256-byte ring: the third
-                // needs the first released (full, then progress).
-                for i in 0..3u8 {
+                for i in 0..2u8 {
                     p.send(&[i; 60], || false).unwrap();
                     p.wake_consumer();
                 }
             });
-            for i in 0..3u8 {
+            for i in 0..2u8 {
                 let v = c
-                    .recv(
-                        PollMode::Block,
-                        || false,
-                        |b| {
-                            assert_eq!(b.len(), 60);
-                            b[59]
-                        },
-                    )
+                    .recv(PollMode::Block, || false, |b| {
+                        assert_eq!(b.len(), 60);
+                        b[59]
+                    })
                     .unwrap();
                 assert_eq!(v, i);
             }
             t.join().unwrap();
+            assert_eq!(r.shared.tail.load(Ordering::Relaxed), 192 + 64 + 128 + 128);
         });
     }
 

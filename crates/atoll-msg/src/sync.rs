@@ -16,7 +16,7 @@
 //! Everything here is on the per-message hot path and allocation-free.
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+pub(crate) use loom::sync::atomic::{AtomicU32, Ordering};
 #[cfg(not(loom))]
 pub(crate) use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 

@@ -104,7 +104,7 @@ impl RingMem {
     /// `shared` and `data .. data + cap` must stay valid (mapped, readable
     /// and writable) for as long as any end built on this value lives.
     unsafe fn new(shared: *const RingShared, data: *mut u8, cap: usize, max_frame: usize) -> Self {
-        assert!(cap.is_power_of_two() && cap >= 2 * FRAME_ALIGN && cap <= 1 << 30);
+        assert!(cap.is_power_of_two() && (2 * FRAME_ALIGN..=1 << 30).contains(&cap));
         // Progress guarantee: with at most `cap / 2` per frame, a frame plus
         // the padding before a wrap always fits in an empty ring.
         assert!(
@@ -134,7 +134,7 @@ impl RingMem {
     /// Read a frame header at `pos` (64-byte aligned, `< cap`).
     #[inline]
     fn read_len(&self, pos: u32) -> u32 {
-        debug_assert!(pos < self.cap && pos as usize % FRAME_ALIGN == 0);
+        debug_assert!(pos < self.cap && pos as usize & (FRAME_ALIGN - 1) == 0);
         // SAFETY: `pos + 4 <= cap` because `pos` is an aligned offset inside
         // the area; volatile because the peer may write it concurrently.
         unsafe { std::ptr::read_volatile(self.data.add(pos as usize) as *const u32) }
@@ -142,7 +142,7 @@ impl RingMem {
 
     #[inline]
     fn write_header(&self, pos: u32, len: u32) {
-        debug_assert!(pos < self.cap && pos as usize % FRAME_ALIGN == 0);
+        debug_assert!(pos < self.cap && pos as usize & (FRAME_ALIGN - 1) == 0);
         // SAFETY: as in `read_len`; the producer owns bytes in [head, tail+cap).
         unsafe {
             let p = self.data.add(pos as usize) as *mut u32;
@@ -155,7 +155,7 @@ impl RingMem {
     #[inline]
     fn used(&self, head: u32, tail: u32) -> Result<u32, MsgError> {
         let used = head.wrapping_sub(tail);
-        if used > self.cap || used as usize % FRAME_ALIGN != 0 {
+        if used > self.cap || used as usize & (FRAME_ALIGN - 1) != 0 {
             return Err(MsgError::Corrupt("ring indices out of range"));
         }
         Ok(used)
@@ -734,10 +734,14 @@ mod loom_tests {
             });
             for i in 0..2u8 {
                 let v = c
-                    .recv(PollMode::Block, || false, |b| {
-                        assert_eq!(b.len(), 60);
-                        b[59]
-                    })
+                    .recv(
+                        PollMode::Block,
+                        || false,
+                        |b| {
+                            assert_eq!(b.len(), 60);
+                            b[59]
+                        },
+                    )
                     .unwrap();
                 assert_eq!(v, i);
             }

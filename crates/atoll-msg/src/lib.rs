@@ -9,12 +9,12 @@
 //!   preload library, where libc's wrappers are interposed);
 //! * **above** it `atoll-proto` gives frames a meaning; `atoll-server` serves
 //!   [`ServerChannel`]s and waits on its [`Doorbell`]; `atoll-client` sends
-//!   on [`ClientChannel`]s; `atoll bench rpc` measures it through [`bench`].
+//!   on [`ClientChannel`]s; `atoll bench rpc` measures it through [`bench`](mod@bench).
 //!
 //! Modules: [`region`](SharedRegion) (sealed memfd mappings), `ring` (SPSC
 //! frame rings), `wait` (spin/futex waiting and the wake-up rule),
 //! `control` ([`Control`], [`Doorbell`]), `channel` ([`ClientChannel`],
-//! [`ServerChannel`]), [`bench`].
+//! [`ServerChannel`]), [`bench`](mod@bench).
 //!
 //! # How a frame travels
 //!

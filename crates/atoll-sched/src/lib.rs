@@ -1,0 +1,37 @@
+//! atoll's processes across cores: scheduling servers, placement policies
+//! and remote `execve` with proxy processes (Hare §3.6; fos §4.2 spawning).
+//!
+//! Layer map:
+//! * [`wire`] — the messages between a proxy and a scheduling server over
+//!   a `SOCK_SEQPACKET` Unix socket, host descriptors as `SCM_RIGHTS`;
+//! * [`server`] — [`Scheds`]: one scheduling server thread per core,
+//!   pinned, started by the driver (`atoll run`/`atoll boot`) beside the
+//!   file servers; `spawn` forks and configures the new program;
+//! * [`load`] — the per-core load table the servers publish in shared
+//!   memory (read by least-loaded placement, and the exec statistics);
+//! * [`placement`] — policies (local, random, round-robin, least-loaded)
+//!   and the per-process cursor inherited across `fork`/`execve`;
+//! * [`proxy`] — the caller's side: hand the exec to a server, become the
+//!   proxy that relays signals and exits as the program did;
+//! * `raw` (proxy side) and `spawn`/`load` hold the `unsafe`.
+//!
+//! Relies on Linux only (pidfds, `close_range`, signalfd). Called by
+//! `atoll-client` (its `execve` path asks [`placement`] and [`proxy`]) and
+//! by `atoll-cli` (starts [`Scheds`], reports [`Scheds::exec_counts`]).
+//!
+//! `fork` stays on its core (a child inherits the parent's affinity); only
+//! `execve` moves. A program started remotely is pinned to its core, so its
+//! own local execs stay there.
+
+pub mod load;
+pub mod placement;
+pub mod proxy;
+mod raw;
+pub mod server;
+mod spawn;
+pub mod wire;
+
+pub use load::LoadTable;
+pub use placement::{Policy, ENV_PLACEMENT};
+pub use proxy::{remote_exec, Image, RemoteError};
+pub use server::{Scheds, LOAD_FILE};

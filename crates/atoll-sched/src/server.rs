@@ -1,0 +1,494 @@
+//! Scheduling servers: one thread per core, pinned there, each serving
+//! `<runtime dir>/sched-<core>.sock` (Hare §3.6.1). A server starts the
+//! programs proxies send it (`spawn`), waits for them through pidfds,
+//! relays the proxies' signals, returns exit statuses, and publishes its
+//! load in the [`LoadTable`].
+//!
+//! One event loop per server (`poll` over the listening socket, a wake
+//! pipe, every connection and every running program's pidfd): a core's
+//! server never blocks on one program except for the fork+exec itself.
+//! A server never panics on what a proxy sends: a malformed request gets
+//! `Failed`, a vanished proxy gets its program killed (the process it
+//! stood for is gone).
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use rustix::event::{PollFd, PollFlags};
+use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
+
+use crate::load::LoadTable;
+use crate::proxy::socket_path;
+use crate::spawn;
+use crate::wire::{self, ToProxy, ToServer, WireError};
+
+/// Name of the load table in the runtime directory.
+pub const LOAD_FILE: &str = "sched.load";
+
+/// The scheduling servers of an instance.
+pub struct Scheds {
+    cores: Vec<usize>,
+    table: Arc<LoadTable>,
+    stop: Arc<AtomicBool>,
+    wake_w: OwnedFd,
+    threads: Vec<JoinHandle<()>>,
+    dir: PathBuf,
+}
+
+/// One running program and the proxy standing for it.
+struct Job {
+    conn: OwnedFd,
+    /// `None` until the program runs.
+    prog: Option<(i32, OwnedFd)>,
+}
+
+impl Scheds {
+    /// Start one server per entry of `cores` (server `k` of the load table
+    /// runs on `cores[k]`... the table is indexed by core number, so it
+    /// spans `0..=max(cores)`).
+    pub fn start(runtime_dir: &Path, cores: &[usize]) -> std::io::Result<Scheds> {
+        let n = cores.iter().copied().max().map_or(1, |m| m + 1);
+        let table = Arc::new(LoadTable::create(&runtime_dir.join(LOAD_FILE), n)?);
+        let stop = Arc::new(AtomicBool::new(false));
+        let (wake_r, wake_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+        let wake_r = Arc::new(wake_r);
+        let mut threads = Vec::new();
+        for &core in cores {
+            let path = socket_path(runtime_dir, core);
+            let _ = std::fs::remove_file(&path);
+            let listener = rustix::net::socket_with(
+                AddressFamily::UNIX,
+                SocketType::SEQPACKET,
+                SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
+                None,
+            )?;
+            rustix::net::bind(&listener, &SocketAddrUnix::new(&path)?)?;
+            rustix::net::listen(&listener, 128)?;
+            let (table, stop, wake) = (table.clone(), stop.clone(), wake_r.clone());
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("atoll-sched-{core}"))
+                    .spawn(move || serve(core, listener, &table, &stop, &wake))?,
+            );
+        }
+        Ok(Scheds {
+            cores: cores.to_vec(),
+            table,
+            stop,
+            wake_w,
+            threads,
+            dir: runtime_dir.to_path_buf(),
+        })
+    }
+
+    pub fn cores(&self) -> &[usize] {
+        &self.cores
+    }
+
+    /// `(core, execs placed there)` for every core with a server.
+    pub fn exec_counts(&self) -> Vec<(usize, u64)> {
+        self.cores
+            .iter()
+            .map(|&c| (c, self.table.execs(c)))
+            .collect()
+    }
+
+    /// Stop the servers; programs still running are killed (their
+    /// instance is going away) and reaped.
+    pub fn shutdown(mut self) -> Vec<(usize, u64)> {
+        self.stop_threads();
+        self.exec_counts()
+    }
+
+    fn stop_threads(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = rustix::io::write(&self.wake_w, b"x");
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+        for &c in &self.cores {
+            let _ = std::fs::remove_file(socket_path(&self.dir, c));
+        }
+    }
+}
+
+impl Drop for Scheds {
+    fn drop(&mut self) {
+        self.stop_threads();
+    }
+}
+
+fn pin(core: usize) {
+    let mut set = rustix::thread::CpuSet::new();
+    if core < rustix::thread::CpuSet::MAX_CPU {
+        set.set(core);
+        let _ = rustix::thread::sched_setaffinity(None, &set);
+    }
+}
+
+fn serve(core: usize, listener: OwnedFd, table: &LoadTable, stop: &AtomicBool, wake: &OwnedFd) {
+    pin(core);
+    let mut jobs: Vec<Job> = Vec::new();
+    while !stop.load(Ordering::SeqCst) {
+        let mut pfds = Vec::with_capacity(2 + 2 * jobs.len());
+        pfds.push(PollFd::new(&listener, PollFlags::IN));
+        pfds.push(PollFd::new(wake, PollFlags::IN));
+        for j in &jobs {
+            pfds.push(PollFd::new(&j.conn, PollFlags::IN));
+            if let Some((_, pidfd)) = &j.prog {
+                pfds.push(PollFd::new(pidfd, PollFlags::IN));
+            }
+        }
+        match rustix::event::poll(&mut pfds, None) {
+            Ok(_) | Err(rustix::io::Errno::INTR) => {}
+            Err(_) => break,
+        }
+        let ready: Vec<bool> = pfds.iter().map(|p| !p.revents().is_empty()).collect();
+        drop(pfds);
+        // Walk the jobs in poll order; collect finished ones.
+        let mut i = 2;
+        let mut done = Vec::new();
+        for (idx, j) in jobs.iter_mut().enumerate() {
+            let conn_ready = ready[i];
+            i += 1;
+            let prog_ready = if j.prog.is_some() {
+                i += 1;
+                ready[i - 1]
+            } else {
+                false
+            };
+            if prog_ready && reap(core, j, table) {
+                done.push(idx);
+                continue;
+            }
+            if conn_ready && !on_message(core, j, table) {
+                done.push(idx);
+            }
+        }
+        for idx in done.into_iter().rev() {
+            jobs.swap_remove(idx);
+        }
+        if ready[0] {
+            while let Ok(conn) = rustix::net::accept_with(&listener, SocketFlags::CLOEXEC) {
+                jobs.push(Job { conn, prog: None });
+            }
+        }
+    }
+    // Shutdown: the programs' instance is going away.
+    for j in &mut jobs {
+        if let Some((pid, pidfd)) = &j.prog {
+            send_signal(pidfd, libc::SIGKILL);
+            let mut st = 0;
+            // SAFETY: reaping our own child.
+            unsafe { libc::waitpid(*pid, &mut st, 0) };
+            table.add_running(core, -1);
+            let _ = wire::send(&j.conn, &status_msg(st), &[]);
+        }
+    }
+}
+
+fn send_signal(pidfd: &OwnedFd, sig: i32) {
+    // SAFETY: pidfd_send_signal with a null siginfo only reads integers.
+    unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            sig,
+            core::ptr::null::<libc::siginfo_t>(),
+            0u32,
+        )
+    };
+}
+
+fn status_msg(st: i32) -> ToProxy {
+    if libc::WIFSIGNALED(st) {
+        ToProxy::Killed {
+            sig: libc::WTERMSIG(st),
+        }
+    } else {
+        ToProxy::Exited {
+            code: libc::WEXITSTATUS(st),
+        }
+    }
+}
+
+/// The program may have ended: reap it and tell the proxy. True when the
+/// job is over.
+fn reap(core: usize, j: &mut Job, table: &LoadTable) -> bool {
+    let Some((pid, _)) = &j.prog else {
+        return false;
+    };
+    let mut st = 0;
+    // SAFETY: non-blocking wait for our own child.
+    let r = unsafe { libc::waitpid(*pid, &mut st, libc::WNOHANG) };
+    if r != *pid {
+        return false;
+    }
+    table.add_running(core, -1);
+    let _ = wire::send(&j.conn, &status_msg(st), &[]);
+    true
+}
+
+/// Handle one message from the proxy. False when the job is over.
+fn on_message(core: usize, j: &mut Job, table: &LoadTable) -> bool {
+    match wire::recv::<ToServer>(&j.conn) {
+        Ok((ToServer::Exec(spec), fds)) if j.prog.is_none() => {
+            match spawn::spawn(&spec, fds, core) {
+                Ok(s) => {
+                    let Some(pid) = rustix::process::Pid::from_raw(s.pid) else {
+                        return false;
+                    };
+                    let pidfd = match rustix::process::pidfd_open(
+                        pid,
+                        rustix::process::PidfdFlags::empty(),
+                    ) {
+                        Ok(p) => p,
+                        Err(_) => {
+                            // Cannot watch it: do not leave it unreaped.
+                            let mut st = 0;
+                            // SAFETY: our own child.
+                            unsafe {
+                                libc::kill(s.pid, libc::SIGKILL);
+                                libc::waitpid(s.pid, &mut st, 0);
+                            }
+                            let _ = wire::send(
+                                &j.conn,
+                                &ToProxy::Failed {
+                                    errno: libc::EAGAIN,
+                                },
+                                &[],
+                            );
+                            return false;
+                        }
+                    };
+                    table.add_running(core, 1);
+                    table.count_exec(core);
+                    let _ = wire::send(
+                        &j.conn,
+                        &ToProxy::Started {
+                            pid: s.pid,
+                            same_group: s.same_group,
+                        },
+                        &[],
+                    );
+                    j.prog = Some((s.pid, pidfd));
+                    true
+                }
+                Err(errno) => {
+                    let _ = wire::send(&j.conn, &ToProxy::Failed { errno }, &[]);
+                    false
+                }
+            }
+        }
+        Ok((ToServer::Signal(sig), _)) => {
+            if let Some((_, pidfd)) = &j.prog {
+                if (1..=64).contains(&sig) {
+                    send_signal(pidfd, sig);
+                }
+            }
+            true
+        }
+        Ok((ToServer::Exec(_), _)) => true, // one program per connection
+        Err(WireError::Closed) | Err(WireError::Io(_)) => {
+            // The proxy is gone (killed): so is the process it stood for.
+            if let Some((pid, pidfd)) = &j.prog {
+                send_signal(pidfd, libc::SIGKILL);
+                let mut st = 0;
+                // SAFETY: reaping our own child, just killed.
+                unsafe { libc::waitpid(*pid, &mut st, 0) };
+                table.add_running(core, -1);
+            }
+            false
+        }
+        Err(_) => {
+            if j.prog.is_none() {
+                let _ = wire::send(
+                    &j.conn,
+                    &ToProxy::Failed {
+                        errno: libc::EINVAL,
+                    },
+                    &[],
+                );
+                return false;
+            }
+            true
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::{ExecSpec, FdRole};
+    use rustix::fs::{Mode, OFlags};
+    use std::os::fd::AsFd;
+
+    struct Fixture {
+        dir: PathBuf,
+        scheds: Option<Scheds>,
+    }
+
+    impl Fixture {
+        fn new(tag: &str) -> Fixture {
+            let dir =
+                std::env::temp_dir().join(format!("atoll-sched-{tag}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            let scheds = Scheds::start(&dir, &[0]).unwrap();
+            Fixture {
+                dir,
+                scheds: Some(scheds),
+            }
+        }
+
+        fn connect(&self) -> OwnedFd {
+            let c = rustix::net::socket_with(
+                AddressFamily::UNIX,
+                SocketType::SEQPACKET,
+                SocketFlags::CLOEXEC,
+                None,
+            )
+            .unwrap();
+            let addr = SocketAddrUnix::new(socket_path(&self.dir, 0)).unwrap();
+            rustix::net::connect(&c, &addr).unwrap();
+            c
+        }
+    }
+
+    impl Drop for Fixture {
+        fn drop(&mut self) {
+            drop(self.scheds.take());
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    fn sh(script: &str) -> ExecSpec {
+        ExecSpec {
+            path: b"/bin/sh".to_vec(),
+            argv: vec![b"sh".to_vec(), b"-c".to_vec(), script.as_bytes().to_vec()],
+            envp: vec![b"PATH=/usr/bin:/bin".to_vec()],
+            fds: vec![FdRole::Cwd],
+            pgid: 0,
+            ..Default::default()
+        }
+    }
+
+    fn cwd() -> OwnedFd {
+        rustix::fs::open(
+            ".",
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .unwrap()
+    }
+
+    fn exec(c: &OwnedFd, spec: ExecSpec, extra: &[std::os::fd::BorrowedFd<'_>]) -> ToProxy {
+        let cwd = cwd();
+        let mut fds = extra.to_vec();
+        fds.push(cwd.as_fd());
+        wire::send(c, &ToServer::Exec(spec), &fds).unwrap();
+        wire::recv::<ToProxy>(c).unwrap().0
+    }
+
+    #[test]
+    fn exit_status_and_inherited_descriptors() {
+        let f = Fixture::new("status");
+        let c = f.connect();
+        let (r, w) = rustix::pipe::pipe().unwrap();
+        let mut spec = sh("echo remote; exit 3");
+        spec.fds = vec![FdRole::Keep(1), FdRole::Cwd];
+        assert!(matches!(
+            exec(&c, spec, &[w.as_fd()]),
+            ToProxy::Started { .. }
+        ));
+        drop(w);
+        assert_eq!(
+            wire::recv::<ToProxy>(&c).unwrap().0,
+            ToProxy::Exited { code: 3 }
+        );
+        let mut buf = [0u8; 64];
+        let n = rustix::io::read(&r, &mut buf).unwrap();
+        assert_eq!(&buf[..n], b"remote\n");
+        let counts = f.scheds.as_ref().unwrap().exec_counts();
+        assert_eq!(counts, vec![(0, 1)]);
+    }
+
+    #[test]
+    fn signals_are_relayed_and_deaths_reported() {
+        let f = Fixture::new("signal");
+        let c = f.connect();
+        assert!(matches!(
+            exec(&c, sh("exec sleep 30"), &[]),
+            ToProxy::Started { .. }
+        ));
+        wire::send(&c, &ToServer::Signal(libc::SIGTERM), &[]).unwrap();
+        assert_eq!(
+            wire::recv::<ToProxy>(&c).unwrap().0,
+            ToProxy::Killed { sig: libc::SIGTERM }
+        );
+    }
+
+    #[test]
+    fn exec_failure_is_the_callers_errno() {
+        let f = Fixture::new("enoent");
+        let c = f.connect();
+        let mut spec = sh("");
+        spec.path = b"/nonexistent/program".to_vec();
+        assert_eq!(
+            exec(&c, spec, &[]),
+            ToProxy::Failed {
+                errno: libc::ENOENT
+            }
+        );
+        // Garbage gets an answer, not a crash; the server keeps serving.
+        let c2 = f.connect();
+        rustix::io::write(&c2, &[0xff; 9]).unwrap();
+        assert_eq!(
+            wire::recv::<ToProxy>(&c2).unwrap().0,
+            ToProxy::Failed {
+                errno: libc::EINVAL
+            }
+        );
+        let c3 = f.connect();
+        assert!(matches!(
+            exec(&c3, sh("exit 0"), &[]),
+            ToProxy::Started { .. }
+        ));
+        assert_eq!(
+            wire::recv::<ToProxy>(&c3).unwrap().0,
+            ToProxy::Exited { code: 0 }
+        );
+    }
+
+    #[test]
+    fn a_vanished_proxy_takes_its_program_along() {
+        let f = Fixture::new("hangup");
+        let c = f.connect();
+        let ToProxy::Started { pid, .. } = exec(&c, sh("exec sleep 30"), &[]) else {
+            panic!("not started");
+        };
+        let table = f.scheds.as_ref().unwrap().table.clone();
+        assert_eq!(table.running(0), 1);
+        drop(c);
+        // The server kills and reaps it: the pid disappears.
+        for _ in 0..2000 {
+            // SAFETY: signal 0 only checks existence.
+            if unsafe { libc::kill(pid, 0) } != 0 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        // SAFETY: as above.
+        assert_ne!(unsafe { libc::kill(pid, 0) }, 0, "program still alive");
+        for _ in 0..2000 {
+            if table.running(0) == 0 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_eq!(table.running(0), 0);
+    }
+}

@@ -1,0 +1,220 @@
+//! Messages between a proxy (the process that called `execve`) and a
+//! scheduling server (Hare §3.6.1, remote execution protocol).
+//!
+//! Transport: one `SOCK_SEQPACKET` connection per remote program to
+//! `<runtime dir>/sched-<core>.sock`. Each packet is one postcard-encoded
+//! message. The host descriptors the new image inherits (terminal, host
+//! pipes, sockets, atoll placeholders, the child session's socket) ride
+//! with the `Exec` packet as `SCM_RIGHTS`, in the order of
+//! [`ExecSpec::fds`].
+//!
+//! ```text
+//! proxy ──Exec(spec) + fds──▶ server      forks, configures, execs on its core
+//!       ◀─Started{pid}──────              (or Failed{errno}: execve fails)
+//!       ──Signal(sig)──────▶              relayed with pidfd_send_signal
+//!       ◀─Exited{code} | Killed{sig}      then both sides close
+//! proxy hangs up early ──▶ server SIGKILLs the program (the proxy was killed)
+//! ```
+
+use std::io::{IoSlice, IoSliceMut};
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+
+use rustix::net::{
+    RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
+    SendAncillaryMessage, SendFlags,
+};
+use serde::{Deserialize, Serialize};
+
+/// Most descriptors one `Exec` may carry (Linux `SCM_MAX_FD` is 253).
+pub const MAX_FDS: usize = 250;
+/// Largest packet (argv + envp must fit; bigger execs stay local).
+pub const MAX_PACKET: usize = 192 * 1024;
+
+/// What one passed descriptor is for.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FdRole {
+    /// Inherited by the new image at this number.
+    Keep(i32),
+    /// The program image (a memfd): run with `execveat(fd, "", AT_EMPTY_PATH)`.
+    Program,
+    /// The directory a relative `path` is resolved from (`execveat` dirfd).
+    Dir,
+    /// The caller's host working directory (an `O_PATH` descriptor).
+    Cwd,
+}
+
+/// Everything `execve` carries over to the new image, besides memory.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+pub struct ExecSpec {
+    pub path: Vec<u8>,
+    pub argv: Vec<Vec<u8>>,
+    pub envp: Vec<Vec<u8>>,
+    /// `execveat` flags (`AT_SYMLINK_NOFOLLOW`, `AT_EMPTY_PATH`).
+    pub flags: i32,
+    /// One entry per descriptor sent with the packet, same order.
+    pub fds: Vec<FdRole>,
+    pub umask: u32,
+    /// `(resource, soft, hard)`.
+    pub rlimits: Vec<(u32, u64, u64)>,
+    /// Blocked signals (bit `sig - 1`).
+    pub sigmask: u64,
+    /// Signals set to `SIG_IGN` (bit `sig - 1`).
+    pub ignored: u64,
+    /// The proxy's process group, joined when it is in the server's session.
+    pub pgid: i32,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub enum ToServer {
+    Exec(ExecSpec),
+    /// Send this signal to the program.
+    Signal(i32),
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub enum ToProxy {
+    /// The program runs. `same_group`: it joined the proxy's process group
+    /// (terminal-generated signals then reach it directly).
+    Started {
+        pid: i32,
+        same_group: bool,
+    },
+    /// `execve` failed with this errno in the new process.
+    Failed {
+        errno: i32,
+    },
+    Exited {
+        code: i32,
+    },
+    Killed {
+        sig: i32,
+    },
+}
+
+/// Wire errors.
+#[derive(Debug, thiserror::Error)]
+pub enum WireError {
+    #[error("system call failed: {0}")]
+    Io(#[from] rustix::io::Errno),
+    #[error("malformed message: {0}")]
+    Decode(#[from] postcard::Error),
+    #[error("message or descriptor list too large")]
+    TooLarge,
+    #[error("peer closed the connection")]
+    Closed,
+}
+
+/// Send one message with `fds` attached.
+pub fn send<T: Serialize>(
+    sock: impl AsFd,
+    msg: &T,
+    fds: &[BorrowedFd<'_>],
+) -> Result<(), WireError> {
+    let bytes = postcard::to_allocvec(msg)?;
+    if bytes.len() > MAX_PACKET || fds.len() > MAX_FDS {
+        return Err(WireError::TooLarge);
+    }
+    let mut space =
+        vec![MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(fds.len().max(1)))];
+    let mut anc = SendAncillaryBuffer::new(&mut space);
+    if !fds.is_empty() && !anc.push(SendAncillaryMessage::ScmRights(fds)) {
+        return Err(WireError::TooLarge);
+    }
+    loop {
+        match rustix::net::sendmsg(
+            sock.as_fd(),
+            &[IoSlice::new(&bytes)],
+            &mut anc,
+            SendFlags::NOSIGNAL,
+        ) {
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(rustix::io::Errno::MSGSIZE) => return Err(WireError::TooLarge),
+            r => {
+                r?;
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// Receive one message and the descriptors that came with it (close-on-exec).
+pub fn recv<T: for<'de> Deserialize<'de>>(sock: impl AsFd) -> Result<(T, Vec<OwnedFd>), WireError> {
+    let mut buf = vec![0u8; MAX_PACKET];
+    let mut space = vec![MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
+    let mut anc = RecvAncillaryBuffer::new(&mut space);
+    let got = loop {
+        match rustix::net::recvmsg(
+            sock.as_fd(),
+            &mut [IoSliceMut::new(&mut buf)],
+            &mut anc,
+            RecvFlags::CMSG_CLOEXEC,
+        ) {
+            Err(rustix::io::Errno::INTR) => continue,
+            r => break r?,
+        }
+    };
+    let mut fds = Vec::new();
+    for m in anc.drain() {
+        if let RecvAncillaryMessage::ScmRights(it) = m {
+            fds.extend(it);
+        }
+    }
+    if got.bytes == 0 {
+        return Err(WireError::Closed);
+    }
+    if got.flags.contains(rustix::net::ReturnFlags::TRUNC) {
+        return Err(WireError::TooLarge);
+    }
+    Ok((postcard::from_bytes(&buf[..got.bytes])?, fds))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rustix::net::{socketpair, AddressFamily, SocketFlags, SocketType};
+    use std::os::fd::AsRawFd;
+
+    #[test]
+    fn exec_spec_and_descriptors_cross_a_socket() {
+        let (a, b) = socketpair(
+            AddressFamily::UNIX,
+            SocketType::SEQPACKET,
+            SocketFlags::CLOEXEC,
+            None,
+        )
+        .unwrap();
+        let (r, w) = rustix::pipe::pipe().unwrap();
+        let spec = ExecSpec {
+            path: b"/bin/true".to_vec(),
+            argv: vec![b"true".to_vec()],
+            fds: vec![FdRole::Keep(0), FdRole::Keep(7)],
+            pgid: 42,
+            ..Default::default()
+        };
+        send(&a, &ToServer::Exec(spec.clone()), &[r.as_fd(), w.as_fd()]).unwrap();
+        let (msg, fds): (ToServer, _) = recv(&b).unwrap();
+        assert_eq!(msg, ToServer::Exec(spec));
+        assert_eq!(fds.len(), 2);
+        // The received write end feeds the original read end.
+        rustix::io::write(&fds[1], b"x").unwrap();
+        let mut c = [0u8; 1];
+        assert_eq!(rustix::io::read(&r, &mut c).unwrap(), 1);
+        assert_ne!(fds[0].as_raw_fd(), r.as_raw_fd());
+        drop(a);
+        assert!(matches!(recv::<ToProxy>(&b), Err(WireError::Closed)));
+    }
+
+    #[test]
+    fn garbage_is_an_error_not_a_panic() {
+        let (a, b) = socketpair(
+            AddressFamily::UNIX,
+            SocketType::SEQPACKET,
+            SocketFlags::CLOEXEC,
+            None,
+        )
+        .unwrap();
+        rustix::io::write(&a, &[0xff, 0xff, 0xff, 0xff, 0xff]).unwrap();
+        assert!(matches!(recv::<ToServer>(&b), Err(WireError::Decode(_))));
+    }
+}

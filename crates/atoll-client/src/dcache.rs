@@ -1,0 +1,291 @@
+//! Directory-lookup cache with server invalidations (Hare §3.7.1-3.7.2).
+//!
+//! The cache maps `(directory, name)` to the `(inode, type)` a `Lookup`
+//! answered. The server holding the entry remembers that this session
+//! cached it and, when the entry is removed or replaced, puts a
+//! [`Notice::Invalidate`] into one of the session's inboxes *before* it
+//! replies to the operation that changed the entry. Delivery is atomic, so
+//! a lookup that drains every inbox of the session before it trusts the
+//! cache can never use an entry removed before the lookup started: the
+//! notice is already in an inbox.
+//!
+//! Rules that keep every use correct:
+//! * [`DirCache::get`] drains all inboxes of the session (every lane, every
+//!   server) and consults the map under one lock hold;
+//! * a lookup reads [`DirCache::generation`] before it sends `Lookup`, and
+//!   [`DirCache::insert`] stores the answer only if no notice was processed
+//!   since (a notice for this very entry may have been drained by another
+//!   thread between the reply and the insertion);
+//! * a full inbox (the server raised the channel's overflow flag) or an
+//!   undecodable notice flushes the whole cache;
+//! * the lock is only ever *tried*: a thread (or a signal handler that
+//!   interrupted the holder) that finds it busy treats the lookup as a miss,
+//!   so nothing ever waits for it;
+//! * negative results, `.` and `..` are never cached;
+//! * a forked child starts empty (the server tracks sessions, and the child
+//!   is a new session), as does a new image after `execve`.
+//!
+//! Known limit: a hit skips the server's search-permission check on the
+//! directory (as the client already does for directories owned by another
+//! server), so revoking search permission on a directory is not seen by
+//! names already cached.
+
+use core::cell::UnsafeCell;
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::collections::HashMap;
+
+use atoll_msg::ClientChannel;
+use atoll_proto::{name_hash, FileType, InodeId, Notice};
+
+/// Entries kept before the cache starts over (bounds memory; a flush is
+/// always correct).
+const MAX_ENTRIES: usize = 64 * 1024;
+
+struct Ent {
+    name: Box<[u8]>,
+    ino: InodeId,
+    ftype: FileType,
+}
+
+/// Counters of one process's cache (reported with `atoll status`).
+#[derive(Default, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheCounters {
+    pub hits: u64,
+    pub misses: u64,
+    pub invalidations: u64,
+    pub flushes: u64,
+}
+
+pub struct DirCache {
+    held: AtomicBool,
+    gen: AtomicU64,
+    /// Keyed by `(dir, name_hash)`; the name is compared on a hit.
+    map: UnsafeCell<HashMap<(u64, u64), Ent>>,
+    hits: AtomicU64,
+    misses: AtomicU64,
+    invalidations: AtomicU64,
+    flushes: AtomicU64,
+}
+
+// SAFETY: `map` is only touched by the holder of `held` (see `Guard`).
+unsafe impl Sync for DirCache {}
+
+struct Guard<'a>(&'a DirCache);
+
+impl Drop for Guard<'_> {
+    fn drop(&mut self) {
+        self.0.held.store(false, Ordering::Release);
+    }
+}
+
+impl Guard<'_> {
+    fn map(&mut self) -> &mut HashMap<(u64, u64), Ent> {
+        // SAFETY: the guard proves this thread holds `held`, so no other
+        // thread (nor a signal handler, which only ever *tries* the lock)
+        // touches the map now.
+        unsafe { &mut *self.0.map.get() }
+    }
+
+    fn invalidate(&mut self, dir: InodeId, name: &[u8]) {
+        self.0.gen.fetch_add(1, Ordering::AcqRel);
+        self.0.invalidations.fetch_add(1, Ordering::Relaxed);
+        let key = (dir.0, name_hash(dir, name));
+        if self.map().get(&key).is_some_and(|e| &*e.name == name) {
+            self.map().remove(&key);
+        }
+    }
+
+    fn flush(&mut self) {
+        self.0.gen.fetch_add(1, Ordering::AcqRel);
+        self.0.flushes.fetch_add(1, Ordering::Relaxed);
+        self.map().clear();
+    }
+
+    /// Apply every notice waiting in `chans` (and their overflow flags).
+    fn drain<'c>(&mut self, chans: impl Iterator<Item = &'c ClientChannel>) {
+        for ch in chans {
+            if ch.take_inbox_overflow() {
+                self.flush();
+            }
+            let mut bad = false;
+            let _ = ch.drain_inbox(|bytes| match atoll_proto::decode::<Notice<'_>>(bytes) {
+                Ok(Notice::Invalidate { dir, name }) => self.invalidate(dir, name),
+                Ok(Notice::InvalidateAll) | Err(_) => bad = true,
+            });
+            if bad {
+                self.flush();
+            }
+        }
+    }
+}
+
+impl DirCache {
+    pub fn new() -> DirCache {
+        DirCache {
+            held: AtomicBool::new(false),
+            gen: AtomicU64::new(0),
+            map: UnsafeCell::new(HashMap::new()),
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+            invalidations: AtomicU64::new(0),
+            flushes: AtomicU64::new(0),
+        }
+    }
+
+    fn try_lock(&self) -> Option<Guard<'_>> {
+        self.held
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .ok()
+            .map(|_| Guard(self))
+    }
+
+    /// Apply waiting notices from `chans` if nobody else is at it (a lane
+    /// being taken). Notices are never dropped: if the lock is busy they
+    /// stay in their inbox for the next drain.
+    pub fn drain<'c>(&self, chans: impl Iterator<Item = &'c ClientChannel>) {
+        if let Some(mut g) = self.try_lock() {
+            g.drain(chans);
+        }
+    }
+
+    /// Drain every inbox in `chans` (all of the session's), then look
+    /// `(dir, name)` up. `None` is a miss (also when the lock is busy).
+    pub fn get<'c>(
+        &self,
+        chans: impl Iterator<Item = &'c ClientChannel>,
+        dir: InodeId,
+        name: &[u8],
+    ) -> Option<(InodeId, FileType)> {
+        let hit = self.try_lock().and_then(|mut g| {
+            g.drain(chans);
+            let e = g.map().get(&(dir.0, name_hash(dir, name)))?;
+            (&*e.name == name).then_some((e.ino, e.ftype))
+        });
+        let c = if hit.is_some() {
+            &self.hits
+        } else {
+            &self.misses
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+        hit
+    }
+
+    /// Read before sending the `Lookup` whose answer may be inserted.
+    pub fn generation(&self) -> u64 {
+        self.gen.load(Ordering::Acquire)
+    }
+
+    /// Remember a `Lookup` answer obtained after `generation()` returned
+    /// `gen`, unless a notice was processed since (it may have been about
+    /// this entry).
+    pub fn insert(&self, gen: u64, dir: InodeId, name: &[u8], ino: InodeId, ftype: FileType) {
+        let Some(mut g) = self.try_lock() else {
+            return;
+        };
+        if self.gen.load(Ordering::Acquire) != gen {
+            return;
+        }
+        if g.map().len() >= MAX_ENTRIES {
+            g.map().clear();
+        }
+        g.map().insert(
+            (dir.0, name_hash(dir, name)),
+            Ent {
+                name: name.into(),
+                ino,
+                ftype,
+            },
+        );
+    }
+
+    pub fn counters(&self) -> CacheCounters {
+        CacheCounters {
+            hits: self.hits.load(Ordering::Relaxed),
+            misses: self.misses.load(Ordering::Relaxed),
+            invalidations: self.invalidations.load(Ordering::Relaxed),
+            flushes: self.flushes.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl Default for DirCache {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use atoll_msg::ServerChannel;
+    use std::os::fd::AsFd;
+
+    fn chan() -> (ClientChannel, ServerChannel) {
+        let (fd, s) = ServerChannel::create().unwrap();
+        (ClientChannel::map(fd.as_fd()).unwrap(), s)
+    }
+
+    fn notify(s: &ServerChannel, n: &Notice<'_>) {
+        let mut buf = [0u8; 512];
+        s.notify(atoll_proto::encode(n, &mut buf).unwrap()).unwrap();
+    }
+
+    const D: InodeId = InodeId(77);
+    const F: InodeId = InodeId(78);
+
+    #[test]
+    fn hit_after_insert_and_gone_after_notice() {
+        let (c, s) = chan();
+        let dc = DirCache::new();
+        assert_eq!(dc.get([&c].into_iter(), D, b"a"), None);
+        let g = dc.generation();
+        dc.insert(g, D, b"a", F, FileType::Regular);
+        assert_eq!(
+            dc.get([&c].into_iter(), D, b"a"),
+            Some((F, FileType::Regular))
+        );
+        assert_eq!(dc.get([&c].into_iter(), D, b"b"), None);
+        notify(&s, &Notice::Invalidate { dir: D, name: b"a" });
+        assert_eq!(dc.get([&c].into_iter(), D, b"a"), None);
+        let k = dc.counters();
+        assert_eq!((k.hits, k.misses, k.invalidations), (1, 3, 1));
+    }
+
+    #[test]
+    fn insertion_racing_a_drained_notice_is_refused() {
+        let (c, s) = chan();
+        let dc = DirCache::new();
+        let g = dc.generation();
+        // The server invalidated the entry after answering the lookup, and
+        // another thread drained that notice before this one inserts.
+        notify(&s, &Notice::Invalidate { dir: D, name: b"a" });
+        dc.drain([&c].into_iter());
+        dc.insert(g, D, b"a", F, FileType::Regular);
+        assert_eq!(dc.get([&c].into_iter(), D, b"a"), None);
+    }
+
+    #[test]
+    fn overflow_and_garbage_flush_everything() {
+        let (c, s) = chan();
+        let dc = DirCache::new();
+        let g = dc.generation();
+        dc.insert(g, D, b"a", F, FileType::Regular);
+        dc.insert(g, D, b"b", F, FileType::Regular);
+        while s.notify(&[0xff; 1000]).is_ok() {}
+        assert_eq!(dc.get([&c].into_iter(), D, b"a"), None);
+        assert_eq!(dc.get([&c].into_iter(), D, b"b"), None);
+        assert!(dc.counters().flushes >= 1);
+    }
+
+    #[test]
+    fn busy_lock_means_miss_not_wait() {
+        let (c, _s) = chan();
+        let dc = DirCache::new();
+        let g = dc.generation();
+        dc.insert(g, D, b"a", F, FileType::Regular);
+        let held = dc.try_lock().unwrap();
+        assert_eq!(dc.get([&c].into_iter(), D, b"a"), None);
+        drop(held);
+        assert!(dc.get([&c].into_iter(), D, b"a").is_some());
+    }
+}

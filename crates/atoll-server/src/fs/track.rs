@@ -1,0 +1,273 @@
+//! Lookup trackers for the clients' directory-lookup caches (Hare §3.7.2).
+//!
+//! Every `Lookup` of an entry held here records which session asked. When
+//! the entry is removed or made to name another inode (unlink, rmdir,
+//! rename, link with replace) every recorded session gets a
+//! [`Notice::Invalidate`](atoll_proto::Notice) in its inbox *before* the
+//! reply to the operation that changed the entry is sent, and the record
+//! is forgotten (the next lookup records again). Notices are queued here
+//! (the file server is pure logic) and the server loop delivers them
+//! without waiting (`ServerChannel::notify`); a full inbox raises the
+//! channel's overflow flag, which makes that client flush its whole cache.
+//!
+//! Records of sessions that died are dropped lazily: delivery to a session
+//! with no channel is skipped.
+// TODO(atoll): forget records of names that are never changed once a
+// session closes (today they live until the entry changes).
+
+use std::collections::HashMap;
+
+use atoll_proto::{InodeId, SessionId};
+
+/// One notice waiting for delivery: `(session, dir, name)`.
+pub type Pending = (SessionId, InodeId, Box<[u8]>);
+
+#[derive(Default)]
+pub struct Tracker {
+    enabled: bool,
+    /// dir → name → sessions that cached it.
+    names: HashMap<InodeId, HashMap<Box<[u8]>, Vec<SessionId>>>,
+    pending: Vec<Pending>,
+    /// Lookups recorded (a session's first lookup of a name since its last
+    /// invalidation).
+    pub recorded: u64,
+    /// Invalidations queued for delivery.
+    pub invalidations: u64,
+    /// Entry changes that invalidated at least one session.
+    pub changes_invalidating: u64,
+}
+
+impl Tracker {
+    pub fn new(enabled: bool) -> Tracker {
+        Tracker {
+            enabled,
+            ..Tracker::default()
+        }
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.enabled
+    }
+
+    /// `session` now caches `(dir, name)`. Allocation-free when already
+    /// recorded.
+    pub fn record(&mut self, session: SessionId, dir: InodeId, name: &[u8]) {
+        if !self.enabled || name == b"." || name == b".." {
+            return;
+        }
+        let by_name = self.names.entry(dir).or_default();
+        match by_name.get_mut(name) {
+            Some(v) => {
+                if !v.contains(&session) {
+                    v.push(session);
+                    self.recorded += 1;
+                }
+            }
+            None => {
+                by_name.insert(name.into(), vec![session]);
+                self.recorded += 1;
+            }
+        }
+    }
+
+    /// The entry `(dir, name)` changed: queue a notice for every session
+    /// that cached it and forget them.
+    pub fn changed(&mut self, dir: InodeId, name: &[u8]) {
+        if !self.enabled {
+            return;
+        }
+        let Some(by_name) = self.names.get_mut(&dir) else {
+            return;
+        };
+        let Some(sessions) = by_name.remove(name) else {
+            return;
+        };
+        if by_name.is_empty() {
+            self.names.remove(&dir);
+        }
+        self.changes_invalidating += 1;
+        for s in sessions {
+            self.invalidations += 1;
+            self.pending.push((s, dir, name.into()));
+        }
+    }
+
+    /// A directory is gone for good: nothing cached in it can be valid
+    /// (it was empty, so this only drops records).
+    pub fn dir_gone(&mut self, dir: InodeId) {
+        if let Some(by_name) = self.names.remove(&dir) {
+            for (name, sessions) in by_name {
+                for s in sessions {
+                    self.invalidations += 1;
+                    self.pending.push((s, dir, name.clone()));
+                }
+            }
+        }
+    }
+
+    pub fn has_pending(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
+    /// Notices to deliver now, in order.
+    pub fn take_pending(&mut self) -> Vec<Pending> {
+        std::mem::take(&mut self.pending)
+    }
+
+    /// Names with at least one cacher (for statistics).
+    pub fn tracked(&self) -> u64 {
+        self.names.values().map(|m| m.len() as u64).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn change_notifies_each_cacher_once_then_forgets() {
+        let mut t = Tracker::new(true);
+        let d = InodeId(7);
+        t.record(SessionId(1), d, b"a");
+        t.record(SessionId(1), d, b"a");
+        t.record(SessionId(2), d, b"a");
+        t.record(SessionId(3), d, b"b");
+        t.record(SessionId(3), d, b"..");
+        assert_eq!(t.recorded, 3);
+        t.changed(d, b"a");
+        let p = t.take_pending();
+        assert_eq!(p.len(), 2);
+        assert!(p.iter().all(|(_, dir, n)| *dir == d && &n[..] == b"a"));
+        t.changed(d, b"a");
+        assert!(!t.has_pending(), "records are forgotten after a change");
+        assert_eq!(t.tracked(), 1);
+    }
+
+    /// Through the file server: every way an entry can change notifies
+    /// the sessions that looked it up, and only them.
+    #[test]
+    fn file_server_notifies_cachers_of_changed_entries() {
+        use crate::fs::{FileServer, FsConfig};
+        use crate::store::MemStore;
+        use atoll_proto::{Cred, FileType, Reply, Request, UnlinkKind, ROOT};
+
+        let cred = Cred {
+            uid: 1000,
+            gid: 1000,
+        };
+        let cfg = FsConfig {
+            index: 0,
+            nservers: 1,
+            first_block: 0,
+            nblocks: 16,
+            root_owner: cred,
+            core: -1,
+            track_lookups: true,
+        };
+        let mut fs = FileServer::new(cfg, MemStore::new(16));
+        let mut out = Vec::new();
+        let (a, b) = (SessionId(1), SessionId(2));
+        let mut create = |fs: &mut FileServer<MemStore>, name: &[u8]| {
+            let r = fs.handle(
+                a,
+                cred,
+                Request::Open {
+                    dir: ROOT,
+                    name,
+                    flags: (libc::O_CREAT | libc::O_RDWR) as u32,
+                    perm: 0o644,
+                    umask: 0,
+                },
+                &mut out,
+            );
+            match r {
+                Reply::Opened { attr, .. } => attr.ino,
+                other => panic!("{other:?}"),
+            }
+        };
+        let x = create(&mut fs, b"x");
+        create(&mut fs, b"y");
+        create(&mut fs, b"z");
+        let mut out = Vec::new();
+        let mut lookup = |fs: &mut FileServer<MemStore>, s: SessionId, name: &[u8]| {
+            let r = fs.handle(s, cred, Request::Lookup { dir: ROOT, name }, &mut out);
+            assert!(matches!(r, Reply::Entry { .. }), "{r:?}");
+        };
+        lookup(&mut fs, a, b"x");
+        lookup(&mut fs, b, b"x");
+        lookup(&mut fs, b, b"y");
+        lookup(&mut fs, a, b"z");
+        assert!(!fs.has_notices(), "lookups alone notify nobody");
+        let mut out = Vec::new();
+        // Rename y over x: both names changed.
+        let r = fs.handle(
+            a,
+            cred,
+            Request::Rename {
+                olddir: ROOT,
+                oldname: b"y",
+                newdir: ROOT,
+                newname: b"x",
+                flags: 0,
+            },
+            &mut out,
+        );
+        assert!(matches!(r, Reply::Renamed { .. }), "{r:?}");
+        let mut got: Vec<(u64, Vec<u8>)> = fs
+            .take_notices()
+            .into_iter()
+            .map(|(s, d, n)| {
+                assert_eq!(d, ROOT);
+                (s.0, n.to_vec())
+            })
+            .collect();
+        got.sort();
+        assert_eq!(
+            got,
+            vec![(1, b"x".to_vec()), (2, b"x".to_vec()), (2, b"y".to_vec())]
+        );
+        // Link over z with replace, then unlink it.
+        let r = fs.handle(
+            b,
+            cred,
+            Request::Link {
+                dir: ROOT,
+                name: b"z",
+                ino: x,
+                ftype: FileType::Regular,
+                replace: true,
+            },
+            &mut out,
+        );
+        assert!(matches!(r, Reply::Linked { .. }), "{r:?}");
+        let got: Vec<u64> = fs.take_notices().iter().map(|p| p.0 .0).collect();
+        assert_eq!(got, vec![1]);
+        let r = fs.handle(
+            b,
+            cred,
+            Request::Unlink {
+                dir: ROOT,
+                name: b"z",
+                kind: UnlinkKind::NonDirectory,
+                expect: None,
+            },
+            &mut out,
+        );
+        assert!(matches!(r, Reply::Unlinked { .. }), "{r:?}");
+        assert!(!fs.has_notices(), "nobody looked z up since");
+        let st = fs.stats();
+        assert!(st
+            .counters
+            .iter()
+            .any(|(n, v)| n == "dcache.invalidations_sent" && *v == 4));
+    }
+
+    #[test]
+    fn disabled_tracker_records_nothing() {
+        let mut t = Tracker::new(false);
+        t.record(SessionId(1), InodeId(7), b"a");
+        t.changed(InodeId(7), b"a");
+        assert!(!t.has_pending());
+        assert_eq!(t.tracked(), 0);
+    }
+}

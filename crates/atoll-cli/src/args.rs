@@ -147,10 +147,23 @@ pub struct RunArgs {
     /// On exit, write the same statistics as JSON to FILE
     #[arg(long, value_name = "FILE")]
     pub stats_json: Option<PathBuf>,
+    /// What `pipe(2)` creates: `atoll` pipes (rings in the buffer cache,
+    /// shared across cores) or `host` pipes. FIFOs in the mount are
+    /// always atoll's. Default: `$ATOLL_PIPES`, else host
+    #[arg(long, value_name = "atoll|host", value_parser = ["atoll", "host"])]
+    pub pipes: Option<String>,
+    /// Where `execve` runs programs: `local` (where the caller runs) or on
+    /// another core's scheduling server, the caller staying behind as a
+    /// proxy (`random`, `round-robin`, `least-loaded`)
+    #[arg(long, value_name = "POLICY", default_value = "round-robin", value_parser = PLACEMENTS)]
+    pub placement: String,
     /// The command and its arguments
     #[arg(required = true, trailing_var_arg = true, value_name = "COMMAND")]
     pub command: Vec<String>,
 }
+
+/// Values of `--placement` (see `atoll_sched::placement`).
+pub const PLACEMENTS: [&str; 4] = ["local", "random", "round-robin", "least-loaded"];
 
 #[derive(Args, Debug)]
 pub struct BootArgs {
@@ -177,6 +190,9 @@ pub struct ExecArgs {
     /// directory
     #[arg(long, value_name = "PATH")]
     pub cwd: Option<PathBuf>,
+    /// Where `execve` runs programs (as for `atoll run`)
+    #[arg(long, value_name = "POLICY", default_value = "round-robin", value_parser = PLACEMENTS)]
+    pub placement: String,
     /// The command and its arguments
     #[arg(required = true, trailing_var_arg = true, value_name = "COMMAND")]
     pub command: Vec<String>,

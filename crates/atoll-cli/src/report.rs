@@ -179,6 +179,9 @@ struct ServerJson<'a> {
     blocks_total: u64,
     requests: u64,
     bad_requests: u64,
+    pipes: u64,
+    pipe_bytes: u64,
+    pipe_ops: u64,
     ops: Vec<OpJson<'a>>,
 }
 
@@ -195,6 +198,9 @@ fn servers_json(servers: &[ServerStats]) -> Vec<ServerJson<'_>> {
             blocks_total: s.blocks_total,
             requests: s.requests,
             bad_requests: s.bad_requests,
+            pipes: s.pipes,
+            pipe_bytes: s.pipe_bytes,
+            pipe_ops: s.pipe_ops,
             ops: s
                 .ops
                 .iter()
@@ -309,6 +315,7 @@ mod tests {
                 .iter()
                 .map(|(n, c, t)| (n.to_string(), *c, *t))
                 .collect(),
+            ..ServerStats::default()
         }
     }
 

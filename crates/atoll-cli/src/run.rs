@@ -128,19 +128,32 @@ pub fn run(args: RunArgs) -> Result<i32> {
     config::ensure_runtime_root(root)
         .with_context(|| format!("runtime root {}", root.display()))?;
 
+    // Clients read it at start-up (`atoll_client` pipe mode); set while
+    // this process is still single-threaded.
+    if let Some(p) = &args.pipes {
+        std::env::set_var("ATOLL_PIPES", p);
+    }
+    // Programs inherit the placement policy (and a fresh cursor) from the
+    // environment; set while this process is still single-threaded.
+    std::env::set_var(atoll_sched::ENV_PLACEMENT, format!("{}:0", args.placement));
     // Before any server thread exists, so that they inherit the mask.
     let term = Terminator::install().context("cannot set up signal handling")?;
     let instance = Instance::boot(plan.config.clone()).context("cannot boot the instance")?;
     tracing::info!(id = instance.id(), "instance up");
+    let scheds = start_scheds(&instance, plan.app_cores.as_deref());
     let outcome = drive(
         &term, &instance, &plan, &args, &dir, &imports, &exports, preload,
     );
+    let execs = scheds.map(|s| s.shutdown()).unwrap_or_default();
     let stats = instance.shutdown();
     if args.stats {
         eprint!("{}", report::stats_table(&stats));
+        eprintln!("{}", exec_line(&execs));
     }
     if let Some(file) = &args.stats_json {
-        let json = serde_json::to_string_pretty(&report::stats_json(&stats))?;
+        let mut json = report::stats_json(&stats);
+        json["exec"] = exec_json(&execs);
+        let json = serde_json::to_string_pretty(&json)?;
         std::fs::write(file, json + "\n")
             .with_context(|| format!("cannot write {}", file.display()))?;
     }
@@ -202,6 +215,34 @@ fn drive(
     Ok(code)
 }
 
+/// Start the scheduling servers (one per program core, Hare §3.6). Without
+/// them every exec simply stays local, so a failure is only a warning.
+pub fn start_scheds(instance: &Instance, app_cores: Option<&[usize]>) -> Option<atoll_sched::Scheds> {
+    let cores = app_cores.map_or_else(config::usable_cores, <[usize]>::to_vec);
+    match atoll_sched::Scheds::start(instance.runtime_dir(), &cores) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            tracing::warn!("no scheduling servers, every exec stays local: {e}");
+            None
+        }
+    }
+}
+
+/// `"exec": {"per_core": {"0": n, ...}}` of `--stats-json`.
+fn exec_json(execs: &[(usize, u64)]) -> serde_json::Value {
+    let per_core: serde_json::Map<String, serde_json::Value> = execs
+        .iter()
+        .map(|(c, n)| (c.to_string(), serde_json::Value::from(*n)))
+        .collect();
+    serde_json::json!({ "per_core": per_core })
+}
+
+/// The `--stats` line for execs.
+fn exec_line(execs: &[(usize, u64)]) -> String {
+    let cores: Vec<String> = execs.iter().map(|(c, n)| format!("core {c}: {n}")).collect();
+    format!("execs        {}", cores.join(", "))
+}
+
 /// `cp -a SRC DEST` as a client of the instance.
 fn copy(term: &Terminator, env: &ClientEnv, c: &Copy, what: &str) -> Result<()> {
     let argv = ["cp".to_string(), "-a".into(), c.src.clone(), c.dest.clone()];
@@ -233,6 +274,7 @@ pub fn exec(args: ExecArgs) -> Result<i32> {
         mount: rec.mount.clone(),
         preload: launch::find_preload()?,
     };
+    std::env::set_var(atoll_sched::ENV_PLACEMENT, format!("{}:0", args.placement));
     let term = Terminator::install().context("cannot set up signal handling")?;
     let cmd = env.command(&args.command, &dir)?;
     let status = launch::run_child(&term, cmd, &format!("'{}'", args.command[0]))?;

@@ -48,6 +48,7 @@ pub fn new_fd(c: &Client, info: DescInfo, cloexec: bool) -> Result<i64> {
         close_desc(c, desc, ino);
         return err(libc::ENFILE);
     };
+    crate::hybrid::adopt(c, &r);
     let cmd = if cloexec {
         libc::F_DUPFD_CLOEXEC
     } else {
@@ -72,10 +73,17 @@ pub fn new_fd(c: &Client, info: DescInfo, cloexec: bool) -> Result<i64> {
 }
 
 /// Send `Close` for a description (Hare CLOSE). Errors are ignored: the
-/// session's death releases it anyway.
+/// session's death releases it anyway. So nobody reads the reply, and the
+/// close is *posted* (no round trip) unless the process ever took a lock,
+/// whose release must be ordered before the program's next step.
 pub fn close_desc(c: &Client, desc: DescId, _ino: InodeId) {
     if let Ok(lane) = c.lane() {
-        let _ = lane.call_ok(c, desc.server(), Request::Close { desc });
+        let req = Request::Close { desc };
+        if c.any_locks.load(core::sync::atomic::Ordering::Relaxed) {
+            let _ = lane.call_ok(c, desc.server(), req);
+        } else {
+            let _ = lane.post(c, desc.server(), req);
+        }
     }
 }
 
@@ -164,6 +172,12 @@ pub fn open(
         }
         let server = entry_server(w.dir, name, c.nservers);
         let umask = c.umask.load(core::sync::atomic::Ordering::Relaxed);
+        let separate = if crate::uncoalesced::active(c) {
+            let perm = mode & 0o7777 & !umask;
+            crate::uncoalesced::open(c, &w, name, oflags, perm)?
+        } else {
+            None
+        };
         enum R {
             Opened(DescId, atoll_proto::Attr),
             Entry(InodeId, FileType),
@@ -190,7 +204,9 @@ pub fn open(
                 },
             )
         };
-        let r = if creat {
+        let r = if let Some((d, a)) = separate {
+            R::Opened(d, a)
+        } else if creat {
             crate::session::retry_marked(call)?
         } else {
             call()?
@@ -226,12 +242,18 @@ pub fn open(
             let _ = p.push_component(name);
             p.as_bytes().to_vec()
         });
+        // A FIFO's descriptor carries its ring (and its open may wait).
+        let cookie = if attr.ftype == FileType::Fifo {
+            crate::pipe::fifo_opened(c, lane, desc, flags)?
+        } else {
+            0
+        };
         let info = DescInfo {
             desc,
             ino: attr.ino,
             flags: status_flags(flags),
             ftype: attr.ftype,
-            cookie: 0,
+            cookie,
             path,
         };
         return Ok(Out::Done(new_fd(c, info, cloexec)?));
@@ -266,7 +288,18 @@ pub fn read_desc(
     buf: &mut [u8],
     off: Option<u64>,
 ) -> Result<usize> {
+    if d.ftype() == FileType::Fifo {
+        return match off {
+            Some(_) => err(libc::ESPIPE),
+            None => crate::pipe::read(c, d, buf),
+        };
+    }
     check_readable(d)?;
+    if off.is_none() {
+        if let Some(r) = crate::hybrid::read(c, lane, d, buf) {
+            return r;
+        }
+    }
     read_id(c, lane, d.desc(), buf, off)
 }
 
@@ -339,7 +372,19 @@ pub fn write_desc(
     src: &[u8],
     off: Option<u64>,
 ) -> Result<usize> {
+    if d.ftype() == FileType::Fifo {
+        return match off {
+            Some(_) => err(libc::ESPIPE),
+            None => crate::pipe::write(c, d, src),
+        };
+    }
     check_writable(d)?;
+    if off.is_none() {
+        let local = crate::hybrid::write(c, lane, d, |at| write_desc(c, lane, d, src, Some(at)));
+        if let Some(r) = local {
+            return r;
+        }
+    }
     let desc = d.desc();
     let server = desc.server();
     let direct = !c.info.without.direct_cache;
@@ -550,6 +595,9 @@ pub fn lseek(c: &Client, lane: &Lane, d: &DescRef, offset: i64, whence: u32) -> 
         }
         FileType::Fifo | FileType::Socket => err(libc::ESPIPE),
         _ => {
+            if let Some(r) = crate::hybrid::seek(c, lane, d, offset, whence) {
+                return r;
+            }
             let desc = d.desc();
             lane.call(
                 c,

@@ -7,8 +7,12 @@
 //!   * `session` — bootstrap (Attach/Reattach/NewLane/Fork), lanes, RPC;
 //!   * `walk` + `path` — path resolution one component at a time;
 //!   * `fdtable` — lock-free descriptor table over placeholder fds;
+//!   * `hybrid` — offsets kept in the client until a description is
+//!     shared (Hare §3.5.1);
 //!   * `file` (data, fds), `meta` (attributes, xattrs), `ns` (names,
 //!     directories, cwd), `exec` + `state` (exec hand-over);
+//!   * `dcache` — directory-lookup cache fed by server invalidations
+//!     (Hare §3.7.2);
 //!   * `sys` and `cache` — the only `unsafe`: raw syscalls, program
 //!     memory, buffer-cache copies;
 //! * below: `atoll-proto` (typed messages) over `atoll-msg` (shared-memory
@@ -26,18 +30,24 @@
 // enums carrying one are large, and that is the point.
 #![allow(clippy::large_enum_variant)]
 
+mod bcast;
 mod cache;
+mod dcache;
 mod error;
 mod exec;
 mod fast;
 mod fdtable;
 mod file;
+mod hybrid;
 mod meta;
 mod ns;
 pub mod path;
+mod pipe;
+mod ring;
 mod session;
 pub mod state;
 mod sys;
+mod uncoalesced;
 mod walk;
 
 use std::os::fd::{IntoRawFd, OwnedFd};
@@ -93,6 +103,7 @@ pub fn init() -> bool {
             sys::fstat_id(fd).is_ok_and(|(_, _, mode)| mode & libc::S_IFMT == libc::S_IFSOCK)
         });
     let state = std::env::var(ENV_STATE).ok();
+    atoll_sched::placement::init_from_env();
     // Stale values must not reach programs started behind our back.
     std::env::remove_var(ENV_SESSION_FD);
     std::env::remove_var(ENV_STATE);
@@ -108,6 +119,7 @@ pub fn init() -> bool {
     if let Some(st) = state {
         exec::restore(c, &st, inherited.is_some());
     }
+    pipe::init();
     true
 }
 
@@ -176,7 +188,7 @@ pub fn may_concern(nr: i64, a: &[u64; 6]) -> bool {
         SYS_sendfile => at(0) || at(1),
         SYS_poll | SYS_ppoll => fdtable::any(),
         SYS_epoll_ctl => at(2),
-        _ => false,
+        _ => pipe::may_concern(nr),
     }
 }
 
@@ -495,6 +507,9 @@ fn run(c: &'static Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
     use libc::*;
     let cwd = AT_FDCWD as i64;
     let fd0 = fdarg(a[0]);
+    if let Some(o) = pipe::route(c, nr, a)? {
+        return Ok(o);
+    }
     match nr {
         SYS_umask => {
             // SAFETY: integer argument.
@@ -923,7 +938,7 @@ fn run(c: &'static Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
                 envp as *const *const c_char,
                 fl,
             )?;
-            done(plan.exec())
+            done(exec::execute(&plan))
         }
         SYS_copy_file_range | SYS_splice => {
             if !fdtable::is_atoll(fd0) && !fdtable::is_atoll(fdarg(a[2])) {
@@ -995,6 +1010,8 @@ pub fn fork_prepare() -> core::result::Result<Option<ForkPrep>, i32> {
     };
     let (child, socket, lane, lane_fds) = c.fork_session().map_err(|e| e.errno())?;
     let l = c.lane().map_err(|e| e.errno())?;
+    // Shared descriptions keep their offsets on the server (Hare §3.5.1).
+    hybrid::share_all(c, &l);
     for desc in fdtable::live_descs() {
         // A description that fails to share (closed meanwhile) is simply
         // not usable in the child.
@@ -1011,7 +1028,11 @@ pub fn fork_prepare() -> core::result::Result<Option<ForkPrep>, i32> {
 /// In the parent after `fork` (or after it failed, `child_pid < 0`): close
 /// our copy of the child's socket; if the fork failed this ends the child
 /// session and releases what it was given.
-pub fn fork_parent(prep: ForkPrep, _child_pid: i64) {
+pub fn fork_parent(prep: ForkPrep, child_pid: i64) {
+    if child_pid > 0 {
+        // Siblings start their execs from different cores (Hare §3.6.1).
+        atoll_sched::placement::on_fork_parent();
+    }
     drop(prep);
 }
 

@@ -29,6 +29,7 @@
 #![forbid(unsafe_code)]
 
 pub mod boot;
+pub mod pipe;
 
 use serde::{Deserialize, Serialize};
 
@@ -330,6 +331,17 @@ pub struct RequestFrame<'a> {
     pub req: Request<'a>,
 }
 
+/// Request ids with this bit set are *posted*: the server serves them but
+/// sends no reply, and the client never waits (e.g. a `Close` whose result
+/// nobody reads). A reply the client would never read would otherwise sit
+/// in its reply ring until the next call skips it.
+pub const POSTED: u64 = 1 << 63;
+
+/// True if the request with this id wants no reply ([`POSTED`]).
+pub const fn is_posted(id: u64) -> bool {
+    id & POSTED != 0
+}
+
 /// A reply frame.
 #[derive(Serialize, Deserialize, Debug)]
 pub struct ReplyFrame<'a> {
@@ -600,6 +612,21 @@ pub enum Request<'a> {
     StatFs,
     /// Counters for `atoll status` / `--stats`. → `Stats`
     Stats,
+
+    // ---- pipes (Hare §3.6; layout in [`pipe`]) ----
+    /// Any server (the client picks one). Create an anonymous pipe: an
+    /// unnamed FIFO inode, its ring, and two descriptions (read end with
+    /// `O_RDONLY`, write end with `O_WRONLY`, both with `flags &
+    /// O_NONBLOCK`) referenced by this session. → `Pipe`
+    Pipe {
+        flags: u32,
+    },
+    /// `desc.server()`. The ring of an open FIFO description (after `Open`
+    /// or `OpenInode` of a FIFO answered `Opened`). → `Pipe` with `read`
+    /// and `write` both `desc`
+    PipeHeader {
+        desc: DescId,
+    },
 }
 
 /// One run of buffer-cache blocks backing part of a file.
@@ -636,6 +663,20 @@ pub struct ServerStats {
     pub bad_requests: u64,
     /// `(operation name, count, total service nanoseconds)`.
     pub ops: Vec<(String, u64, u64)>,
+    /// Pipes and FIFO rings created by this server.
+    #[serde(default)]
+    pub pipes: u64,
+    /// Bytes written into this server's pipes (rings live and freed).
+    #[serde(default)]
+    pub pipe_bytes: u64,
+    /// Reads and writes that moved pipe data.
+    #[serde(default)]
+    pub pipe_ops: u64,
+    /// Named event counters of the Hare techniques (`(name, count)`):
+    /// directory-cache invalidations sent, inbox overflows, lookups
+    /// tracked, client-reported cache hits/misses, broadcasts, … (Hare §5.4).
+    #[serde(default)]
+    pub counters: Vec<(String, u64)>,
 }
 
 #[derive(Serialize, Deserialize, Debug)]
@@ -698,6 +739,30 @@ pub enum Reply<'a> {
     Lock(Option<LockSpec>),
     StatFs(StatFsInfo),
     Stats(ServerStats),
+    /// A pipe's inode, its ends and its header block ([`pipe`]).
+    Pipe {
+        ino: InodeId,
+        read: DescId,
+        write: DescId,
+        header: u32,
+    },
+}
+
+/// A server-initiated message in a client's inbox (Hare §3.7.2). Sent
+/// without waiting; delivery is atomic, so a client that drains its inbox
+/// before trusting its directory-lookup cache never uses an entry that was
+/// removed before its call started.
+#[derive(Serialize, Deserialize, Debug, PartialEq, Eq)]
+pub enum Notice<'a> {
+    /// The entry `name` of `dir` was removed or now names another inode:
+    /// forget the cached lookup.
+    Invalidate {
+        dir: InodeId,
+        #[serde(borrow)]
+        name: &'a [u8],
+    },
+    /// Forget every cached lookup (e.g. after the server lost track).
+    InvalidateAll,
 }
 
 /// Encoding errors: a frame that does not decode is answered with `EPROTO`

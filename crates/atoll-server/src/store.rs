@@ -21,6 +21,34 @@ pub trait BlockStore {
     fn read(&self, block: u32, off: usize, buf: &mut [u8]);
     /// Copy `data` into `block` starting at byte `off`.
     fn write(&mut self, block: u32, off: usize, data: &[u8]);
+
+    // Words of a pipe header block (`atoll_proto::pipe`), which clients
+    // use concurrently with atomics and futexes. The defaults suit private
+    // stores; the shared store uses atomics and wakes sleepers.
+
+    /// The `u32` at byte `off` (a multiple of 4) of `block`.
+    fn get_u32(&self, block: u32, off: usize) -> u32 {
+        let mut b = [0u8; 4];
+        self.read(block, off, &mut b);
+        u32::from_le_bytes(b)
+    }
+    /// The `u64` at byte `off` (a multiple of 8) of `block`.
+    fn get_u64(&self, block: u32, off: usize) -> u64 {
+        let mut b = [0u8; 8];
+        self.read(block, off, &mut b);
+        u64::from_le_bytes(b)
+    }
+    /// Store the `u32` at byte `off` of `block`.
+    fn put_u32(&mut self, block: u32, off: usize, v: u32) {
+        self.write(block, off, &v.to_le_bytes());
+    }
+    /// Add `delta` (wrapping) to the `u32` at byte `off` of `block`; with
+    /// `wake`, wake every futex sleeper on that word.
+    fn add_u32(&mut self, block: u32, off: usize, delta: u32, wake: bool) {
+        let _ = wake;
+        let v = self.get_u32(block, off).wrapping_add(delta);
+        self.put_u32(block, off, v);
+    }
 }
 
 /// A private, heap-backed buffer cache (tests and tools).

@@ -57,6 +57,67 @@ impl BlockStore for SharedStore {
             unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len()) }
         }
     }
+
+    fn get_u32(&self, block: u32, off: usize) -> u32 {
+        self.word(block, off)
+            .map_or(0, |w| w.load(std::sync::atomic::Ordering::Acquire))
+    }
+
+    fn get_u64(&self, block: u32, off: usize) -> u64 {
+        match self.at(block, off, off + 8) {
+            // SAFETY: in range (checked by `at`), 8-aligned (blocks are
+            // page-aligned in a page-aligned mapping and `off % 8 == 0`);
+            // clients update it with atomics, so read it atomically too.
+            Some(p) if off % 8 == 0 => unsafe {
+                (*(p as *const std::sync::atomic::AtomicU64))
+                    .load(std::sync::atomic::Ordering::Acquire)
+            },
+            _ => 0,
+        }
+    }
+
+    fn put_u32(&mut self, block: u32, off: usize, v: u32) {
+        if let Some(w) = self.word(block, off) {
+            w.store(v, std::sync::atomic::Ordering::Release);
+        }
+    }
+
+    fn add_u32(&mut self, block: u32, off: usize, delta: u32, wake: bool) {
+        let Some(w) = self.word(block, off) else {
+            return;
+        };
+        w.fetch_add(delta, std::sync::atomic::Ordering::AcqRel);
+        if wake {
+            // SAFETY: FUTEX_WAKE on a word inside our shared mapping; it
+            // only reads the address. Not FUTEX_PRIVATE: the sleepers are
+            // other processes mapping the same memfd.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_futex,
+                    w.as_ptr(),
+                    libc::FUTEX_WAKE,
+                    i32::MAX,
+                    0usize,
+                    0usize,
+                    0u32,
+                )
+            };
+        }
+    }
+}
+
+impl SharedStore {
+    /// The aligned `u32` at byte `off` of `block`, as an atomic.
+    fn word(&self, block: u32, off: usize) -> Option<&std::sync::atomic::AtomicU32> {
+        if off % 4 != 0 {
+            return None;
+        }
+        let p = self.at(block, off, off + 4)?;
+        // SAFETY: in range (checked by `at`) and 4-aligned (page-aligned
+        // blocks, `off % 4 == 0`); the mapping lives as long as `self`.
+        // Other processes access the word only atomically.
+        Some(unsafe { &*(p as *const std::sync::atomic::AtomicU32) })
+    }
 }
 
 /// `n` random bytes from the kernel (`getrandom(2)`).

@@ -41,6 +41,8 @@ mod dir;
 mod inode;
 mod locks;
 mod perm;
+mod pipe;
+pub mod track;
 
 #[cfg(test)]
 mod tests;
@@ -103,6 +105,9 @@ pub struct FsConfig {
     pub root_owner: Cred,
     /// Core the server runs on (-1: not pinned), for statistics.
     pub core: i32,
+    /// Track lookups for the clients' directory caches (Hare §3.7.2);
+    /// off with `--without dir-cache`.
+    pub track_lookups: bool,
 }
 
 /// An open file description (Hare §3.5). Life cycle: created by `Open`/
@@ -174,8 +179,8 @@ const OP_NAMES: [&str; 42] = [
     "",
     "",
     "",
-    "",
-    "",
+    "Pipe",
+    "PipeHeader",
 ];
 
 fn op_index(req: &Request<'_>) -> usize {
@@ -217,6 +222,8 @@ fn op_index(req: &Request<'_>) -> usize {
         GetLock { .. } => 33,
         StatFs => 34,
         Stats => 35,
+        Pipe { .. } => 40,
+        PipeHeader { .. } => 41,
     }
 }
 
@@ -248,9 +255,12 @@ pub struct FileServer<S> {
     next_desc: u64,
     sessions: HashMap<SessionId, Session>,
     cache: Cache<S>,
+    pipes: pipe::Pipes,
     requests: u64,
     bad_requests: u64,
     ops: [(u64, u64); OP_NAMES.len()],
+    /// Who cached which entry held here (Hare §3.7.2).
+    track: track::Tracker,
 }
 
 impl<S: BlockStore> FileServer<S> {
@@ -265,9 +275,11 @@ impl<S: BlockStore> FileServer<S> {
             next_desc: 1,
             sessions: HashMap::new(),
             cache,
+            pipes: pipe::Pipes::default(),
             requests: 0,
             bad_requests: 0,
             ops: [(0, 0); OP_NAMES.len()],
+            track: track::Tracker::new(cfg.track_lookups),
             cfg,
         };
         if fs.cfg.index == ROOT.owner() {
@@ -341,7 +353,38 @@ impl<S: BlockStore> FileServer<S> {
                 .filter(|(_, (n, _))| *n > 0)
                 .map(|(name, (n, ns))| (name.to_string(), *n, *ns))
                 .collect(),
+            counters: self.counters(),
+            pipes: self.pipe_stats().0,
+            pipe_bytes: self.pipe_stats().1,
+            pipe_ops: self.pipe_stats().2,
+            ..ServerStats::default()
         }
+    }
+
+    /// Named counters of the Hare techniques (see `ServerStats::counters`).
+    fn counters(&self) -> Vec<(String, u64)> {
+        let t = &self.track;
+        if !t.enabled() {
+            return Vec::new();
+        }
+        vec![
+            ("dcache.lookups_tracked".into(), t.recorded),
+            ("dcache.invalidations_sent".into(), t.invalidations),
+            ("dcache.changes_invalidating".into(), t.changes_invalidating),
+            ("dcache.names_tracked".into(), t.tracked()),
+        ]
+    }
+
+    /// Directory-cache invalidations to deliver before the reply to the
+    /// request just served (Hare §3.7.2: the unlinker's reply must not
+    /// overtake them). `(session, dir, name)` in order.
+    pub fn take_notices(&mut self) -> Vec<track::Pending> {
+        self.track.take_pending()
+    }
+
+    /// Are invalidations waiting for delivery?
+    pub fn has_notices(&self) -> bool {
+        self.track.has_pending()
     }
 
     /// Serve one request. Hot path: one hash lookup per object touched;
@@ -396,7 +439,13 @@ impl<S: BlockStore> FileServer<S> {
                 }
                 Ok(Reply::Ok)
             }
-            Q::Lookup { dir, name } => self.lookup(who, dir, name),
+            Q::Lookup { dir, name } => {
+                let r = self.lookup(who, dir, name);
+                if r.is_ok() {
+                    self.track.record(session, dir, name);
+                }
+                r
+            }
             Q::Open {
                 dir,
                 name,
@@ -567,6 +616,8 @@ impl<S: BlockStore> FileServer<S> {
                 files_free: MAX_INODES - self.inodes.len() as u64,
             })),
             Q::Stats => Ok(Reply::Stats(self.stats())),
+            Q::Pipe { flags } => self.pipe_create(session, who, flags),
+            Q::PipeHeader { desc } => self.pipe_header(session, desc),
         }
     }
 
@@ -784,6 +835,7 @@ impl<S: BlockStore> FileServer<S> {
                 i.release_deferred(&mut self.cache);
             }
         }
+        self.pipe_released(d.ino, d.flags);
         self.maybe_free(d.ino);
     }
 
@@ -966,6 +1018,7 @@ impl<S: BlockStore> FileServer<S> {
                 }
             }
         }
+        self.pipe_opening(ino, keep)?;
         let id = DescId::new(self.cfg.index, self.next_desc);
         self.next_desc += 1;
         self.descs.insert(
@@ -1068,6 +1121,7 @@ impl<S: BlockStore> FileServer<S> {
 
     /// Forget a removed directory's entries held here.
     fn drop_dir_shard(&mut self, dir: InodeId) {
+        self.track.dir_gone(dir);
         if self.shards.remove(&dir).is_some() || dir.home() == self.cfg.index {
             self.removed.insert(dir);
         }
@@ -1107,6 +1161,9 @@ impl<S: BlockStore> FileServer<S> {
         }
         if let Some(s) = self.shards.get_mut(&dir) {
             s.insert(name, ino, ftype);
+        }
+        if victim.is_some() {
+            self.track.changed(dir, name);
         }
         if let Some(i) = self.inodes.get_mut(&ino) {
             i.links += 1;
@@ -1168,6 +1225,7 @@ impl<S: BlockStore> FileServer<S> {
         if let Some(s) = self.shards.get_mut(&dir) {
             s.remove(name);
         }
+        self.track.changed(dir, name);
         // A removed directory's entries here go when its owner frees it
         // (`drop_link` below when owned here) or at `FinishRmdir(commit)`.
         // TODO(atoll): a directory removed by a single `Unlink` whose inode
@@ -1243,6 +1301,8 @@ impl<S: BlockStore> FileServer<S> {
             if let Some(s) = self.shards.get_mut(&newdir) {
                 s.insert(newname, old.ino, old.ftype);
             }
+            self.track.changed(olddir, oldname);
+            self.track.changed(newdir, newname);
             if cross {
                 self.reparent(old, newdir);
                 self.reparent(t, olddir);
@@ -1282,6 +1342,10 @@ impl<S: BlockStore> FileServer<S> {
         }
         if let Some(s) = self.shards.get_mut(&newdir) {
             s.insert(newname, old.ino, old.ftype);
+        }
+        self.track.changed(olddir, oldname);
+        if target.is_some() {
+            self.track.changed(newdir, newname);
         }
         let mut replaced = None;
         if let Some(t) = target {
@@ -1408,6 +1472,7 @@ impl<S: BlockStore> FileServer<S> {
         if commit {
             self.shards.remove(&dir);
             self.removed.insert(dir);
+            self.track.dir_gone(dir);
         } else if let Some(s) = self.shards.get_mut(&dir) {
             s.marked = false;
         }

@@ -37,6 +37,7 @@ enum Own {
     Lock(Option<LockSpec>),
     StatFs(StatFsInfo),
     Stats(ServerStats),
+    Pipe(InodeId, DescId, DescId, u32),
 }
 
 fn own(r: Reply<'_>) -> Own {
@@ -76,6 +77,12 @@ fn own(r: Reply<'_>) -> Own {
         Reply::Lock(l) => Own::Lock(l),
         Reply::StatFs(s) => Own::StatFs(s),
         Reply::Stats(s) => Own::Stats(s),
+        Reply::Pipe {
+            ino,
+            read,
+            write,
+            header,
+        } => Own::Pipe(ino, read, write, header),
     }
 }
 
@@ -96,6 +103,7 @@ fn server_n(index: usize, nservers: usize, blocks: u32) -> T {
         nblocks: blocks,
         root_owner: USER,
         core: -1,
+        track_lookups: true,
     };
     T {
         fs: FileServer::new(cfg, MemStore::new(blocks as usize)),

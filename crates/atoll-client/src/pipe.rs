@@ -1,0 +1,1095 @@
+//! Pipes and FIFOs as atoll objects (Hare §3.6, fos §4.2): `pipe`/`pipe2`,
+//! FIFOs in the mount, and readiness (`poll`, `ppoll`, `select`,
+//! `pselect6`, `epoll`) over sets that mix them with host descriptors.
+//!
+//! Objects: a pipe is a FIFO inode on a file server with a *ring* of
+//! buffer-cache blocks that the server allocated (layout:
+//! `atoll_proto::pipe`; server side: `atoll-server` `fs/pipe.rs`). Each end
+//! is an ordinary open file description, so `dup`, `fork`, `exec` and the
+//! death of a process need nothing special: the server counts readers and
+//! writers per description and wakes sleepers when the counts move.
+//!
+//! Data path (Cosh §4-5 *share*): no message per read or write. Under the
+//! ring lock (with signals blocked, so a handler of this thread cannot
+//! deadlock on it) the writer copies into the ring and advances `HEAD`; the
+//! reader copies out and advances `TAIL`. Each side then bumps the other
+//! side's wait word and wakes it with `FUTEX_WAKE` only if someone sleeps.
+//! Writes of at most `PIPE_BUF` bytes wait for room for all of them, so
+//! they are atomic with any number of writers.
+//!
+//! Blocking: a reader with nothing to read sleeps on `RSEQ` (a writer wrote
+//! or the writer count changed), a writer with no room on `WSEQ`. A signal
+//! handler that runs interrupts the sleep: the call returns `EINTR` (or the
+//! bytes already moved), whatever `SA_RESTART` says.
+//!
+//! Readiness with host descriptors in the same set: Linux cannot wait on a
+//! futex and descriptors at once, so the wait is a loop: the atoll part is
+//! checked, then the host part is polled with a short timeout (1 ms,
+//! doubling up to 8 ms) carrying the program's signal mask; a set whose only
+//! waitable member is one pipe sleeps on that pipe's futex instead. Cost: a
+//! wake-up on the pipe is noticed up to 8 ms late in a mixed set, and a
+//! long mixed wait makes ~125 host polls per second.
+//!
+//! Mode: `ATOLL_PIPES=atoll` (from `atoll run --pipes atoll`) makes `pipe`
+//! and `pipe2` create atoll pipes; otherwise they stay host pipes. FIFOs in
+//! the mount are always atoll's.
+
+use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+
+use atoll_proto::pipe as hdr;
+use atoll_proto::{DescId, FileType, Reply, Request};
+
+use crate::error::{err, Error, Result};
+use crate::fdtable::{self, DescInfo, DescRef};
+use crate::file;
+use crate::ring::Ring;
+use crate::session::{Client, Lane};
+use crate::sys;
+use crate::Out;
+
+/// Environment variable choosing what `pipe(2)` makes: `atoll` or `host`.
+pub const ENV_PIPES: &str = "ATOLL_PIPES";
+
+static ATOLL_PIPES: AtomicBool = AtomicBool::new(false);
+/// Set once this process holds (or held) a pipe end: only then do reads,
+/// writes and readiness calls look for pipes.
+static ACTIVE: AtomicBool = AtomicBool::new(false);
+
+/// Read the mode from the environment and notice pipe ends inherited
+/// across `exec`. Called by `init`.
+pub fn init() {
+    let on = std::env::var(ENV_PIPES).is_ok_and(|v| v == "atoll");
+    ATOLL_PIPES.store(on, Ordering::Relaxed);
+    for fd in fdtable::fds() {
+        if fdtable::get(fd as i64).is_some_and(|d| d.ftype() == FileType::Fifo) {
+            ACTIVE.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Does `pipe(2)` make atoll pipes in this process?
+pub fn enabled() -> bool {
+    ATOLL_PIPES.load(Ordering::Relaxed)
+}
+
+/// May this process hold a pipe end? (Cheap gate for the hot paths.)
+pub fn active() -> bool {
+    ACTIVE.load(Ordering::Relaxed)
+}
+
+fn cookie(header: u32) -> u64 {
+    header as u64 + 1
+}
+
+/// The ring of a FIFO description (its header block is in the cookie).
+fn ring(c: &Client, d: &DescRef) -> Result<Ring> {
+    let h = d.cookie().load(Ordering::Relaxed);
+    if h == 0 || h > u32::MAX as u64 {
+        return err(libc::EIO);
+    }
+    Ring::at(&c.cache, (h - 1) as u32).ok_or(Error::Errno(libc::EIO))
+}
+
+/// The pipe end behind `fd`, if `fd` is one.
+fn pipe_fd(fd: i64) -> Option<DescRef> {
+    fdtable::get(fd).filter(|d| d.ftype() == FileType::Fifo)
+}
+
+// ---------------------------------------------------------------------------
+// Creating ends
+
+/// `pipe2(fds, flags)` (and `pipe`: flags 0).
+pub fn pipe2(c: &Client, fds: u64, flags: u32) -> Result<Out> {
+    if !enabled() {
+        return Ok(Out::Host);
+    }
+    if flags & !(libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_DIRECT) as u32 != 0 {
+        return err(libc::EINVAL);
+    }
+    let lane = c.lane()?;
+    // Spread pipes over servers by process, keeping one process's pipes
+    // (a shell's pipeline) together.
+    let server = (std::process::id() as usize) % c.nservers.max(1);
+    let (ino, read, write, header) = lane.call(
+        c,
+        server,
+        Request::Pipe {
+            flags: flags & !(libc::O_CLOEXEC as u32),
+        },
+        |r| match r {
+            Reply::Pipe {
+                ino,
+                read,
+                write,
+                header,
+            } => Ok((ino, read, write, header)),
+            _ => Err(Error::Protocol("Pipe")),
+        },
+    )?;
+    drop(lane);
+    ACTIVE.store(true, Ordering::Relaxed);
+    let nb = flags & libc::O_NONBLOCK as u32;
+    let cloexec = flags & libc::O_CLOEXEC as u32 != 0;
+    let end = |desc: DescId, acc: i32| DescInfo {
+        desc,
+        ino,
+        flags: acc as u32 | nb,
+        ftype: FileType::Fifo,
+        cookie: cookie(header),
+        path: None,
+    };
+    let rfd = match file::new_fd(c, end(read, libc::O_RDONLY), cloexec) {
+        Ok(fd) => fd,
+        Err(e) => {
+            file::close_desc(c, write, ino);
+            return Err(e);
+        }
+    };
+    let wfd = match file::new_fd(c, end(write, libc::O_WRONLY), cloexec) {
+        Ok(fd) => fd,
+        Err(e) => {
+            let lane = c.lane()?;
+            let _ = file::close(c, &lane, rfd);
+            return Err(e);
+        }
+    };
+    if let Err(e) = sys::put_user(fds, [rfd as i32, wfd as i32]) {
+        let lane = c.lane()?;
+        let _ = file::close(c, &lane, rfd);
+        let _ = file::close(c, &lane, wfd);
+        return err(e);
+    }
+    Ok(Out::Done(0))
+}
+
+/// After `Open`/`OpenInode` of a FIFO answered `Opened`: fetch its ring
+/// and apply Linux's open rules. Returns the cookie for the descriptor.
+/// * `O_RDONLY` waits until a writer has opened (not with `O_NONBLOCK`);
+/// * `O_WRONLY` waits for a reader; with `O_NONBLOCK` and no reader, `ENXIO`;
+/// * `O_RDWR` never waits.
+///
+/// On error the description is closed here.
+pub fn fifo_opened(c: &Client, lane: &Lane, desc: DescId, flags: u32) -> Result<u64> {
+    if flags & libc::O_PATH as u32 != 0 {
+        return Ok(0);
+    }
+    let r = fifo_wait(c, lane, desc, flags);
+    if r.is_err() {
+        let _ = lane.call_ok(c, desc.server(), Request::Close { desc });
+    }
+    r
+}
+
+fn fifo_wait(c: &Client, lane: &Lane, desc: DescId, flags: u32) -> Result<u64> {
+    let header = lane.call(
+        c,
+        desc.server(),
+        Request::PipeHeader { desc },
+        |r| match r {
+            Reply::Pipe { header, .. } => Ok(header),
+            _ => Err(Error::Protocol("PipeHeader")),
+        },
+    )?;
+    ACTIVE.store(true, Ordering::Relaxed);
+    let ring = Ring::at(&c.cache, header).ok_or(Error::Errno(libc::EIO))?;
+    let nb = flags & libc::O_NONBLOCK as u32 != 0;
+    let (count, opens, seq) = match flags & libc::O_ACCMODE as u32 {
+        a if a == libc::O_RDONLY as u32 => (hdr::WRITERS, hdr::WOPENS, hdr::RSEQ),
+        a if a == libc::O_WRONLY as u32 => (hdr::READERS, hdr::ROPENS, hdr::WSEQ),
+        _ => return Ok(cookie(header)),
+    };
+    let seen_opens = ring.word(opens).load(Ordering::Acquire);
+    loop {
+        let s = ring.word(seq).load(Ordering::Acquire);
+        if ring.word(count).load(Ordering::Acquire) > 0
+            || ring.word(opens).load(Ordering::Acquire) != seen_opens
+        {
+            return Ok(cookie(header));
+        }
+        if nb {
+            return if count == hdr::READERS {
+                err(libc::ENXIO)
+            } else {
+                Ok(cookie(header))
+            };
+        }
+        let r = ring.futex_wait(seq, s, None);
+        if r == -(libc::EINTR as i64) {
+            return err(libc::EINTR);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Data
+
+/// Sleep on wait word `seq` (sleeper count `sleep`) unless it moved from
+/// `seen`. `Err(EINTR)` when a signal handler ran.
+fn sleep(ring: &Ring, seq: usize, sleep: usize, seen: u32) -> Result<()> {
+    let r = ring.futex_wait(seq, seen, None);
+    ring.word(sleep).fetch_sub(1, Ordering::AcqRel);
+    if r == -(libc::EINTR as i64) {
+        return err(libc::EINTR);
+    }
+    Ok(())
+}
+
+/// Bump the other side's wait word (caller holds the lock) and report
+/// whether anyone sleeps on it.
+fn bump(ring: &Ring, seq: usize, sleep: usize) -> bool {
+    ring.word(seq).fetch_add(1, Ordering::AcqRel);
+    ring.word(sleep).load(Ordering::Acquire) > 0
+}
+
+/// `read(2)` on a pipe end.
+pub fn read(c: &Client, d: &DescRef, buf: &mut [u8]) -> Result<usize> {
+    let f = d.flags();
+    if f & libc::O_PATH as u32 != 0 || f & libc::O_ACCMODE as u32 == libc::O_WRONLY as u32 {
+        return err(libc::EBADF);
+    }
+    if buf.is_empty() {
+        return Ok(0);
+    }
+    let ring = ring(c, d)?;
+    loop {
+        let sig = sys::SigBlock::new();
+        ring.lock();
+        let head = ring.word64(hdr::HEAD).load(Ordering::Acquire);
+        let tail = ring.word64(hdr::TAIL).load(Ordering::Acquire);
+        let avail = head.wrapping_sub(tail).min(ring.capacity());
+        if avail > 0 {
+            let n = (avail as usize).min(buf.len());
+            ring.copy_out(tail, &mut buf[..n]);
+            ring.word64(hdr::TAIL)
+                .store(tail + n as u64, Ordering::Release);
+            ring.word64(hdr::OPS).fetch_add(1, Ordering::Relaxed);
+            let wake = bump(&ring, hdr::WSEQ, hdr::WSLEEP);
+            ring.unlock();
+            drop(sig);
+            if wake {
+                ring.wake(hdr::WSEQ, i32::MAX as u32);
+            }
+            return Ok(n);
+        }
+        if ring.word(hdr::WRITERS).load(Ordering::Acquire) == 0 {
+            ring.unlock();
+            return Ok(0);
+        }
+        if d.flags() & libc::O_NONBLOCK as u32 != 0 {
+            ring.unlock();
+            return err(libc::EAGAIN);
+        }
+        let seen = ring.word(hdr::RSEQ).load(Ordering::Acquire);
+        ring.word(hdr::RSLEEP).fetch_add(1, Ordering::AcqRel);
+        ring.unlock();
+        drop(sig);
+        sleep(&ring, hdr::RSEQ, hdr::RSLEEP, seen)?;
+    }
+}
+
+/// `EPIPE`, and `SIGPIPE` to the writing thread (raised here, in the
+/// writer, as Linux does: raw `tgkill` of ourselves).
+fn broken_pipe() -> Error {
+    // SAFETY: integer arguments; signals this very thread.
+    unsafe {
+        let pid = sys::sc(libc::SYS_getpid, 0, 0, 0, 0);
+        let tid = sys::sc(libc::SYS_gettid, 0, 0, 0, 0);
+        sys::sc(
+            libc::SYS_tgkill,
+            pid as u64,
+            tid as u64,
+            libc::SIGPIPE as u64,
+            0,
+        );
+    }
+    Error::Errno(libc::EPIPE)
+}
+
+/// `write(2)` on a pipe end.
+pub fn write(c: &Client, d: &DescRef, buf: &[u8]) -> Result<usize> {
+    let f = d.flags();
+    if f & libc::O_PATH as u32 != 0 || f & libc::O_ACCMODE as u32 == libc::O_RDONLY as u32 {
+        return err(libc::EBADF);
+    }
+    let ring = ring(c, d)?;
+    let cap = ring.capacity();
+    let mut done = 0usize;
+    loop {
+        let sig = sys::SigBlock::new();
+        ring.lock();
+        if ring.word(hdr::READERS).load(Ordering::Acquire) == 0 {
+            ring.unlock();
+            drop(sig);
+            if done > 0 {
+                return Ok(done);
+            }
+            return Err(broken_pipe());
+        }
+        if buf.is_empty() {
+            ring.unlock();
+            return Ok(0);
+        }
+        let head = ring.word64(hdr::HEAD).load(Ordering::Acquire);
+        let tail = ring.word64(hdr::TAIL).load(Ordering::Acquire);
+        let room = cap.saturating_sub(head.wrapping_sub(tail)) as usize;
+        let rest = buf.len() - done;
+        // Up to PIPE_BUF: all or nothing (atomic); beyond: any progress.
+        let need = if rest <= hdr::PIPE_BUF { rest } else { 1 };
+        if room >= need {
+            let n = room.min(rest);
+            ring.copy_in(head, &buf[done..done + n]);
+            ring.word64(hdr::HEAD)
+                .store(head + n as u64, Ordering::Release);
+            ring.word64(hdr::OPS).fetch_add(1, Ordering::Relaxed);
+            let wake = bump(&ring, hdr::RSEQ, hdr::RSLEEP);
+            ring.unlock();
+            drop(sig);
+            if wake {
+                ring.wake(hdr::RSEQ, i32::MAX as u32);
+            }
+            done += n;
+            if done == buf.len() {
+                return Ok(done);
+            }
+            continue;
+        }
+        if d.flags() & libc::O_NONBLOCK as u32 != 0 {
+            ring.unlock();
+            return if done > 0 {
+                Ok(done)
+            } else {
+                err(libc::EAGAIN)
+            };
+        }
+        let seen = ring.word(hdr::WSEQ).load(Ordering::Acquire);
+        ring.word(hdr::WSLEEP).fetch_add(1, Ordering::AcqRel);
+        ring.unlock();
+        drop(sig);
+        match sleep(&ring, hdr::WSEQ, hdr::WSLEEP, seen) {
+            Err(_) if done > 0 => return Ok(done),
+            Err(e) => return Err(e),
+            Ok(()) => {}
+        }
+    }
+}
+
+/// `readv(2)`: fill the buffers in order; only the first read may block.
+fn readv(c: &Client, d: &DescRef, iov: u64, cnt: u64) -> Result<i64> {
+    if cnt > 1024 {
+        return err(libc::EINVAL);
+    }
+    let mut total = 0usize;
+    for i in 0..cnt {
+        let v: libc::iovec = sys::get_user(iov + i * core::mem::size_of::<libc::iovec>() as u64)?;
+        if v.iov_len == 0 {
+            continue;
+        }
+        let buf = sys::user_slice_mut(v.iov_base as u64, v.iov_len);
+        let n = if total == 0 {
+            read(c, d, buf)?
+        } else {
+            match avail(c, d) {
+                0 => break,
+                _ => read(c, d, buf)?,
+            }
+        };
+        total += n;
+        if n < v.iov_len {
+            break;
+        }
+    }
+    Ok(total as i64)
+}
+
+/// `writev(2)`: up to `PIPE_BUF` bytes in total are gathered and written
+/// at once (atomic, as Linux); larger vectors are written in order.
+fn writev(c: &Client, d: &DescRef, iov: u64, cnt: u64) -> Result<i64> {
+    if cnt > 1024 {
+        return err(libc::EINVAL);
+    }
+    let sz = core::mem::size_of::<libc::iovec>() as u64;
+    let mut sum = 0usize;
+    for i in 0..cnt {
+        let v: libc::iovec = sys::get_user(iov + i * sz)?;
+        sum = sum.saturating_add(v.iov_len);
+    }
+    if sum <= hdr::PIPE_BUF {
+        let mut small = [0u8; hdr::PIPE_BUF];
+        let mut at = 0;
+        for i in 0..cnt {
+            let v: libc::iovec = sys::get_user(iov + i * sz)?;
+            small[at..at + v.iov_len]
+                .copy_from_slice(sys::user_slice(v.iov_base as u64, v.iov_len));
+            at += v.iov_len;
+        }
+        return Ok(write(c, d, &small[..at])? as i64);
+    }
+    let mut total = 0usize;
+    for i in 0..cnt {
+        let v: libc::iovec = sys::get_user(iov + i * sz)?;
+        let n = match write(c, d, sys::user_slice(v.iov_base as u64, v.iov_len)) {
+            Ok(n) => n,
+            Err(_) if total > 0 => break,
+            Err(e) => return Err(e),
+        };
+        total += n;
+        if n < v.iov_len {
+            break;
+        }
+    }
+    Ok(total as i64)
+}
+
+/// Bytes waiting in the pipe (`FIONREAD`).
+fn avail(c: &Client, d: &DescRef) -> usize {
+    match ring(c, d) {
+        Ok(r) => {
+            let head = r.word64(hdr::HEAD).load(Ordering::Acquire);
+            let tail = r.word64(hdr::TAIL).load(Ordering::Acquire);
+            head.wrapping_sub(tail).min(r.capacity()) as usize
+        }
+        Err(_) => 0,
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Readiness
+
+/// `poll` events of a pipe end now (level-triggered, as Linux's
+/// `pipe_poll`): readable with data or without writers (`POLLHUP`),
+/// writable with `PIPE_BUF` bytes of room, `POLLERR` without readers.
+fn pipe_events(c: &Client, d: &DescRef) -> i16 {
+    let Ok(r) = ring(c, d) else {
+        return libc::POLLERR;
+    };
+    let f = d.flags() & libc::O_ACCMODE as u32;
+    let head = r.word64(hdr::HEAD).load(Ordering::Acquire);
+    let tail = r.word64(hdr::TAIL).load(Ordering::Acquire);
+    let used = head.wrapping_sub(tail).min(r.capacity());
+    let mut ev = 0i16;
+    if f != libc::O_WRONLY as u32 {
+        if used > 0 {
+            ev |= libc::POLLIN | libc::POLLRDNORM;
+        }
+        if r.word(hdr::WRITERS).load(Ordering::Acquire) == 0 {
+            ev |= libc::POLLHUP;
+        }
+    }
+    if f != libc::O_RDONLY as u32 {
+        if r.capacity() - used >= hdr::PIPE_BUF as u64 {
+            ev |= libc::POLLOUT | libc::POLLWRNORM;
+        }
+        if r.word(hdr::READERS).load(Ordering::Acquire) == 0 {
+            ev |= libc::POLLERR;
+        }
+    }
+    ev
+}
+
+/// Events of any atoll descriptor: regular files and directories are
+/// always ready (Linux); pipes as [`pipe_events`]. `None` for host fds.
+fn atoll_events(c: &Client, fd: i32) -> Option<i16> {
+    let d = fdtable::get(fd as i64)?;
+    Some(if d.ftype() == FileType::Fifo {
+        pipe_events(c, &d)
+    } else {
+        libc::POLLIN | libc::POLLOUT | libc::POLLRDNORM | libc::POLLWRNORM
+    })
+}
+
+/// Wait word that moves when a pipe end's readiness may change.
+fn wait_word(c: &Client, fd: i32, events: i16) -> Option<(Ring, usize)> {
+    let d = pipe_fd(fd as i64)?;
+    let r = ring(c, &d).ok()?;
+    let f = d.flags() & libc::O_ACCMODE as u32;
+    let word = if events & (libc::POLLOUT | libc::POLLWRNORM) != 0 && f != libc::O_RDONLY as u32 {
+        hdr::WSEQ
+    } else {
+        hdr::RSEQ
+    };
+    Some((r, word))
+}
+
+const NS: i64 = 1_000_000_000;
+
+fn now_ns() -> i64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: writes the local timespec.
+    unsafe {
+        sys::sc(
+            libc::SYS_clock_gettime,
+            libc::CLOCK_MONOTONIC as u64,
+            &mut ts as *mut _ as u64,
+            0,
+            0,
+        )
+    };
+    ts.tv_sec * NS + ts.tv_nsec
+}
+
+fn ts(ns: i64) -> libc::timespec {
+    libc::timespec {
+        tv_sec: ns / NS,
+        tv_nsec: ns % NS,
+    }
+}
+
+/// The core of every readiness call: `fds` is our own pollfd array.
+/// Atoll entries are evaluated here, host entries by `ppoll` with `mask`
+/// (the program's, or none). `timeout_ns` < 0 waits forever.
+fn poll_loop(
+    c: &Client,
+    fds: &mut [libc::pollfd],
+    timeout_ns: i64,
+    mask: Option<u64>,
+) -> Result<i64> {
+    let deadline = (timeout_ns >= 0).then(|| now_ns().saturating_add(timeout_ns));
+    let mut host: Vec<libc::pollfd> = fds.to_vec();
+    let mut atoll_rev: Vec<Option<i16>> = vec![None; fds.len()];
+    let mut slice: i64 = 1_000_000;
+    loop {
+        let mut ready = 0i64;
+        let mut pipes = 0usize;
+        let mut hosts = 0usize;
+        for (i, p) in fds.iter().enumerate() {
+            host[i] = *p;
+            atoll_rev[i] = None;
+            if p.fd < 0 {
+                continue;
+            }
+            if let Some(ev) = atoll_events(c, p.fd) {
+                if pipe_fd(p.fd as i64).is_some() {
+                    pipes += 1;
+                }
+                let want = p.events | libc::POLLHUP | libc::POLLERR;
+                let rev = ev & want;
+                atoll_rev[i] = Some(rev);
+                if rev != 0 {
+                    ready += 1;
+                }
+                host[i].fd = -1;
+            } else {
+                hosts += 1;
+            }
+        }
+        let left = deadline.map(|d| (d - now_ns()).max(0));
+        let expired = left == Some(0);
+        // One pipe and nothing else to wait for: sleep on its futex.
+        if ready == 0 && !expired && pipes == 1 && hosts == 0 && mask.is_none() {
+            let i = (0..fds.len())
+                .find(|&i| atoll_rev[i].is_some())
+                .unwrap_or(0);
+            if let Some((r, word)) = wait_word(c, fds[i].fd, fds[i].events) {
+                let seen = r.word(word).load(Ordering::Acquire);
+                // Re-check after reading the word, so a change in between
+                // is not slept through.
+                if atoll_events(c, fds[i].fd).unwrap_or(0)
+                    & (fds[i].events | libc::POLLHUP | libc::POLLERR)
+                    == 0
+                {
+                    let t = left.map(ts);
+                    let w = r.futex_wait(word, seen, t.as_ref());
+                    if w == -(libc::EINTR as i64) {
+                        return err(libc::EINTR);
+                    }
+                }
+                continue;
+            }
+        }
+        let wait = if ready > 0 || expired {
+            0
+        } else if pipes == 0 {
+            left.unwrap_or(-1)
+        } else {
+            left.map_or(slice, |l| l.min(slice))
+        };
+        let t = ts(wait.max(0));
+        let tp = if wait < 0 { 0 } else { &t as *const _ as u64 };
+        // SAFETY: `host` is our own pollfd array; `tp` is null or our
+        // local timespec; `mask` is the program's sigset pointer/size
+        // pair as it passed them.
+        let r = unsafe {
+            let (m, msz) = match mask {
+                Some(p) => (p, 8),
+                None => (0, 0),
+            };
+            sys::syscall6(
+                libc::SYS_ppoll,
+                [host.as_mut_ptr() as u64, host.len() as u64, tp, m, msz, 0],
+            )
+        };
+        if r < 0 {
+            return err((-r) as i32);
+        }
+        let total = r + ready;
+        if total > 0 || expired || (wait >= 0 && pipes == 0) {
+            for (i, p) in fds.iter_mut().enumerate() {
+                p.revents = match atoll_rev[i] {
+                    Some(rev) => rev,
+                    None => host[i].revents,
+                };
+            }
+            return Ok(total);
+        }
+        slice = (slice * 2).min(8_000_000);
+    }
+}
+
+/// `poll`/`ppoll` when the process may hold pipe ends.
+fn poll(c: &Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
+    let (fds, nfds) = (a[0], a[1]);
+    if nfds > 1 << 20 {
+        return err(libc::EINVAL);
+    }
+    let sz = core::mem::size_of::<libc::pollfd>() as u64;
+    let mut v: Vec<libc::pollfd> = Vec::with_capacity(nfds as usize);
+    for i in 0..nfds {
+        v.push(sys::get_user(fds + i * sz)?);
+    }
+    if !v.iter().any(|p| pipe_fd(p.fd as i64).is_some()) {
+        return Ok(Out::Host); // file::poll handles regular atoll files
+    }
+    let (timeout, mask) = if nr == libc::SYS_poll {
+        let t = a[2] as i32;
+        (if t < 0 { -1 } else { t as i64 * 1_000_000 }, None)
+    } else {
+        let t = if a[2] == 0 {
+            -1
+        } else {
+            let t: libc::timespec = sys::get_user(a[2])?;
+            t.tv_sec * NS + t.tv_nsec
+        };
+        (t, (a[3] != 0).then_some(a[3]))
+    };
+    let n = poll_loop(c, &mut v, timeout, mask)?;
+    for (i, p) in v.iter().enumerate() {
+        sys::put_user(fds + i as u64 * sz, *p)?;
+    }
+    Ok(Out::Done(n))
+}
+
+/// `select`/`pselect6` when a set names a pipe end: translated to poll.
+fn select(c: &Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
+    let n = a[0] as i32;
+    if !(0..=1024).contains(&n) {
+        return if n < 0 {
+            err(libc::EINVAL)
+        } else {
+            Ok(Out::Host)
+        };
+    }
+    let words = (n as usize).div_ceil(64);
+    let load = |p: u64| -> Result<[u64; 16]> {
+        let mut s = [0u64; 16];
+        if p != 0 {
+            for (k, w) in s.iter_mut().enumerate().take(words) {
+                *w = sys::get_user(p + 8 * k as u64)?;
+            }
+        }
+        Ok(s)
+    };
+    let (rs, ws, es) = (load(a[1])?, load(a[2])?, load(a[3])?);
+    let has = |s: &[u64; 16], fd: usize| s[fd / 64] >> (fd % 64) & 1 != 0;
+    let mut v: Vec<libc::pollfd> = Vec::new();
+    let mut any_pipe = false;
+    for fd in 0..n as usize {
+        let mut ev = 0i16;
+        if has(&rs, fd) {
+            ev |= libc::POLLIN;
+        }
+        if has(&ws, fd) {
+            ev |= libc::POLLOUT;
+        }
+        if has(&es, fd) {
+            ev |= libc::POLLPRI;
+        }
+        if ev != 0 {
+            any_pipe |= pipe_fd(fd as i64).is_some();
+            v.push(libc::pollfd {
+                fd: fd as i32,
+                events: ev,
+                revents: 0,
+            });
+        }
+    }
+    if !any_pipe {
+        return Ok(Out::Host);
+    }
+    let (timeout, mask) = if nr == libc::SYS_select {
+        let t = if a[4] == 0 {
+            -1
+        } else {
+            let t: libc::timeval = sys::get_user(a[4])?;
+            if t.tv_sec < 0 || t.tv_usec < 0 {
+                return err(libc::EINVAL);
+            }
+            t.tv_sec * NS + t.tv_usec * 1000
+        };
+        (t, None)
+    } else {
+        let t = if a[4] == 0 {
+            -1
+        } else {
+            let t: libc::timespec = sys::get_user(a[4])?;
+            t.tv_sec * NS + t.tv_nsec
+        };
+        // pselect6's sixth argument: { const sigset_t *ss; size_t len; }.
+        let mask = if a[5] != 0 {
+            let m: [u64; 2] = sys::get_user(a[5])?;
+            (m[0] != 0).then_some(m[0])
+        } else {
+            None
+        };
+        (t, mask)
+    };
+    poll_loop(c, &mut v, timeout, mask)?;
+    let (mut ro, mut wo, mut eo) = ([0u64; 16], [0u64; 16], [0u64; 16]);
+    let mut count = 0i64;
+    for p in &v {
+        if p.revents & libc::POLLNVAL != 0 {
+            return err(libc::EBADF);
+        }
+        let fd = p.fd as usize;
+        let set = |s: &mut [u64; 16]| s[fd / 64] |= 1 << (fd % 64);
+        if p.events & libc::POLLIN != 0
+            && p.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0
+        {
+            set(&mut ro);
+            count += 1;
+        }
+        if p.events & libc::POLLOUT != 0 && p.revents & (libc::POLLOUT | libc::POLLERR) != 0 {
+            set(&mut wo);
+            count += 1;
+        }
+        if p.events & libc::POLLPRI != 0 && p.revents & libc::POLLPRI != 0 {
+            set(&mut eo);
+            count += 1;
+        }
+    }
+    for (p, s) in [(a[1], &ro), (a[2], &wo), (a[3], &eo)] {
+        if p != 0 {
+            for (k, w) in s.iter().enumerate().take(words) {
+                sys::put_user(p + 8 * k as u64, *w)?;
+            }
+        }
+    }
+    Ok(Out::Done(count))
+}
+
+// ---------------------------------------------------------------------------
+// epoll: pipe ends are watched here, the rest by the kernel.
+
+struct Watch {
+    epfd: i32,
+    fd: i32,
+    events: u32,
+    data: u64,
+    /// `EPOLLET`: the wait words when last reported.
+    seen: u64,
+}
+
+const MAX_WATCHES: usize = 256;
+static WATCH_LOCK: sys::SpinLock = sys::SpinLock::new();
+static WATCH_COUNT: AtomicU32 = AtomicU32::new(0);
+static mut WATCHES: [Option<Watch>; MAX_WATCHES] = [const { None }; MAX_WATCHES];
+
+/// Run `f` on the watch table under its lock (signals blocked).
+fn with_watches<R>(f: impl FnOnce(&mut [Option<Watch>; MAX_WATCHES]) -> R) -> R {
+    let _g = WATCH_LOCK.lock();
+    // SAFETY: the table is only ever touched here, under `WATCH_LOCK`
+    // taken with signals blocked, so no other reference exists.
+    let t = unsafe { &mut *core::ptr::addr_of_mut!(WATCHES) };
+    f(t)
+}
+
+fn epoll_ctl(c: &Client, a: &[u64; 6]) -> Result<Out> {
+    let (epfd, op, fd) = (a[0] as i32, a[1] as i32, a[2] as i32);
+    if pipe_fd(fd as i64).is_none() {
+        return Ok(Out::Host);
+    }
+    // Let the kernel validate the epoll descriptor.
+    let mut st: libc::stat = sys::zeroed();
+    // SAFETY: writes our local stat buffer.
+    let r = unsafe { sys::sc(libc::SYS_fstat, epfd as u64, &mut st as *mut _ as u64, 0, 0) };
+    if r < 0 {
+        return err((-r) as i32);
+    }
+    if epfd == fd {
+        return err(libc::EINVAL);
+    }
+    let ev: Option<libc::epoll_event> = if op == libc::EPOLL_CTL_DEL {
+        None
+    } else {
+        Some(sys::get_user(a[3])?)
+    };
+    let _ = c;
+    with_watches(|t| {
+        let at = t
+            .iter()
+            .position(|w| w.as_ref().is_some_and(|w| w.epfd == epfd && w.fd == fd));
+        match (op, at) {
+            (libc::EPOLL_CTL_ADD, Some(_)) => err(libc::EEXIST),
+            (libc::EPOLL_CTL_ADD, None) => {
+                let Some(free) = t.iter().position(|w| w.is_none()) else {
+                    return err(libc::ENOSPC);
+                };
+                let e = ev.unwrap_or(libc::epoll_event { events: 0, u64: 0 });
+                t[free] = Some(Watch {
+                    epfd,
+                    fd,
+                    events: e.events,
+                    data: e.u64,
+                    seen: u64::MAX,
+                });
+                WATCH_COUNT.fetch_add(1, Ordering::Relaxed);
+                Ok(Out::Done(0))
+            }
+            (libc::EPOLL_CTL_MOD, Some(i)) => {
+                let e = ev.unwrap_or(libc::epoll_event { events: 0, u64: 0 });
+                if let Some(w) = t[i].as_mut() {
+                    w.events = e.events;
+                    w.data = e.u64;
+                    w.seen = u64::MAX;
+                }
+                Ok(Out::Done(0))
+            }
+            (libc::EPOLL_CTL_DEL, Some(i)) => {
+                t[i] = None;
+                WATCH_COUNT.fetch_sub(1, Ordering::Relaxed);
+                Ok(Out::Done(0))
+            }
+            (libc::EPOLL_CTL_MOD | libc::EPOLL_CTL_DEL, None) => err(libc::ENOENT),
+            _ => err(libc::EINVAL),
+        }
+    })
+}
+
+/// Pipe-end events ready for `epfd`'s watches, written to `out` (at most
+/// `max`). Watches of closed descriptors are dropped (Linux removes them
+/// with the description).
+fn epoll_ready(c: &Client, epfd: i32, out: u64, max: usize) -> Result<(usize, bool)> {
+    let mut got: Vec<libc::epoll_event> = Vec::new();
+    let mut mine = false;
+    with_watches(|t| {
+        for slot in t.iter_mut() {
+            let Some(w) = slot.as_mut() else { continue };
+            if w.epfd != epfd {
+                continue;
+            }
+            let Some(d) = pipe_fd(w.fd as i64) else {
+                *slot = None;
+                WATCH_COUNT.fetch_sub(1, Ordering::Relaxed);
+                continue;
+            };
+            mine = true;
+            if got.len() >= max {
+                continue;
+            }
+            let pe = pipe_events(c, &d) as u32;
+            let want = w.events | libc::EPOLLHUP as u32 | libc::EPOLLERR as u32;
+            let ev = pe & want;
+            if ev == 0 {
+                continue;
+            }
+            if w.events & libc::EPOLLET as u32 != 0 {
+                // Edge-triggered: report only after the ring moved.
+                let seq = ring(c, &d).map_or(0, |r| {
+                    (r.word(hdr::RSEQ).load(Ordering::Acquire) as u64) << 32
+                        | r.word(hdr::WSEQ).load(Ordering::Acquire) as u64
+                });
+                if seq == w.seen {
+                    continue;
+                }
+                w.seen = seq;
+            }
+            if w.events & libc::EPOLLONESHOT as u32 != 0 {
+                w.events = 0;
+            }
+            got.push(libc::epoll_event {
+                events: ev,
+                u64: w.data,
+            });
+        }
+    });
+    let sz = core::mem::size_of::<libc::epoll_event>() as u64;
+    for (i, e) in got.iter().enumerate() {
+        sys::put_user(out + i as u64 * sz, *e)?;
+    }
+    Ok((got.len(), mine))
+}
+
+/// `epoll_wait`/`epoll_pwait`/`epoll_pwait2` on an epoll descriptor that
+/// watches pipe ends: pipe ends checked here, the kernel's part polled
+/// with a short timeout in between (see the module comment for the cost).
+fn epoll_wait(c: &Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
+    let (epfd, out, max) = (a[0] as i32, a[1], a[2] as i32);
+    if WATCH_COUNT.load(Ordering::Relaxed) == 0 {
+        return Ok(Out::Host);
+    }
+    if max <= 0 {
+        return err(libc::EINVAL);
+    }
+    let timeout = match nr {
+        libc::SYS_epoll_pwait2 => {
+            if a[3] == 0 {
+                -1
+            } else {
+                let t: libc::timespec = sys::get_user(a[3])?;
+                t.tv_sec * NS + t.tv_nsec
+            }
+        }
+        _ => {
+            let t = a[3] as i32;
+            if t < 0 {
+                -1
+            } else {
+                t as i64 * 1_000_000
+            }
+        }
+    };
+    let mask = if nr == libc::SYS_epoll_wait { 0 } else { a[4] };
+    let deadline = (timeout >= 0).then(|| now_ns().saturating_add(timeout));
+    let mut slice: i64 = 1_000_000;
+    let sz = core::mem::size_of::<libc::epoll_event>() as u64;
+    loop {
+        let (n, mine) = epoll_ready(c, epfd, out, max as usize)?;
+        if !mine {
+            return Ok(Out::Host);
+        }
+        let left = deadline.map(|d| (d - now_ns()).max(0));
+        let wait = if n > 0 || left == Some(0) {
+            0
+        } else {
+            left.map_or(slice, |l| l.min(slice))
+        };
+        let t = ts(wait);
+        let rest = (max as usize - n) as u64;
+        let r = if rest == 0 {
+            0
+        } else {
+            // SAFETY: the program's event buffer past our entries, our
+            // timespec, and the program's mask pointer and size.
+            unsafe {
+                sys::syscall6(
+                    libc::SYS_epoll_pwait2,
+                    [
+                        epfd as u64,
+                        out + n as u64 * sz,
+                        rest,
+                        &t as *const _ as u64,
+                        mask,
+                        8,
+                    ],
+                )
+            }
+        };
+        if r < 0 {
+            if n > 0 && r == -(libc::EINTR as i64) {
+                return Ok(Out::Done(n as i64));
+            }
+            return err((-r) as i32);
+        }
+        let total = n as i64 + r;
+        if total > 0 || left == Some(0) {
+            return Ok(Out::Done(total));
+        }
+        slice = (slice * 2).min(8_000_000);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Routing
+
+/// Calls that need the pipe layer, before the generic atoll handling.
+/// `Ok(None)`: not a pipe matter, carry on.
+#[allow(non_upper_case_globals)]
+pub fn route(c: &Client, nr: i64, a: &[u64; 6]) -> Result<Option<Out>> {
+    let fd0 = a[0] as i32 as i64;
+    let on_pipe = |f: &dyn Fn(&DescRef) -> Result<Out>| -> Result<Option<Out>> {
+        match pipe_fd(fd0) {
+            Some(d) => f(&d).map(Some),
+            None => Ok(None),
+        }
+    };
+    match nr {
+        libc::SYS_pipe | libc::SYS_pipe2 => {
+            let flags = if nr == libc::SYS_pipe { 0 } else { a[1] as u32 };
+            match pipe2(c, a[0], flags)? {
+                Out::Host => Ok(None),
+                o => Ok(Some(o)),
+            }
+        }
+        _ if !active() => Ok(None),
+        libc::SYS_read => on_pipe(&|d| {
+            let buf = sys::user_slice_mut(a[1], a[2] as usize);
+            Ok(Out::Done(read(c, d, buf)? as i64))
+        }),
+        libc::SYS_write => on_pipe(&|d| {
+            let buf = sys::user_slice(a[1], a[2] as usize);
+            Ok(Out::Done(write(c, d, buf)? as i64))
+        }),
+        libc::SYS_readv => on_pipe(&|d| Ok(Out::Done(readv(c, d, a[1], a[2])?))),
+        libc::SYS_writev => on_pipe(&|d| Ok(Out::Done(writev(c, d, a[1], a[2])?))),
+        libc::SYS_preadv2 | libc::SYS_pwritev2 if a[3] as i64 == -1 => on_pipe(&|d| {
+            Ok(Out::Done(if nr == libc::SYS_preadv2 {
+                readv(c, d, a[1], a[2])?
+            } else {
+                writev(c, d, a[1], a[2])?
+            }))
+        }),
+        libc::SYS_pread64
+        | libc::SYS_pwrite64
+        | libc::SYS_preadv
+        | libc::SYS_pwritev
+        | libc::SYS_preadv2
+        | libc::SYS_pwritev2
+        | libc::SYS_lseek => on_pipe(&|_| err(libc::ESPIPE)),
+        libc::SYS_ioctl if a[1] == libc::FIONREAD => on_pipe(&|d| {
+            sys::put_user(a[2], avail(c, d) as i32)?;
+            Ok(Out::Done(0))
+        }),
+        libc::SYS_fcntl if matches!(a[1] as i32, libc::F_GETPIPE_SZ | libc::F_SETPIPE_SZ) => {
+            on_pipe(&|d| {
+                let cap = ring(c, d)?.capacity() as i64;
+                if a[1] as i32 == libc::F_SETPIPE_SZ && (a[2] as i64) > cap {
+                    // The ring is fixed at creation (64 KiB).
+                    return err(libc::EPERM);
+                }
+                Ok(Out::Done(cap))
+            })
+        }
+        libc::SYS_poll | libc::SYS_ppoll => match poll(c, nr, a)? {
+            Out::Host => Ok(None),
+            o => Ok(Some(o)),
+        },
+        libc::SYS_select | libc::SYS_pselect6 => match select(c, nr, a)? {
+            Out::Host => Ok(None),
+            o => Ok(Some(o)),
+        },
+        libc::SYS_epoll_ctl => match epoll_ctl(c, a)? {
+            Out::Host => Ok(None),
+            o => Ok(Some(o)),
+        },
+        libc::SYS_epoll_wait | libc::SYS_epoll_pwait | libc::SYS_epoll_pwait2 => {
+            match epoll_wait(c, nr, a)? {
+                Out::Host => Ok(None),
+                o => Ok(Some(o)),
+            }
+        }
+        _ => Ok(None),
+    }
+}
+
+/// Does system call `nr` need the pipe layer's look (for `may_concern`)?
+#[allow(non_upper_case_globals)]
+pub fn may_concern(nr: i64) -> bool {
+    use libc::*;
+    match nr {
+        SYS_pipe | SYS_pipe2 => enabled(),
+        SYS_select | SYS_pselect6 | SYS_epoll_wait | SYS_epoll_pwait | SYS_epoll_pwait2 => active(),
+        _ => false,
+    }
+}

@@ -1,0 +1,184 @@
+//! A pipe's ring in the shared buffer cache, as one client sees it
+//! (layout: `atoll_proto::pipe`; protocol: `crate::pipe`).
+//!
+//! Audited `unsafe` module, like `cache`: the header and data blocks are in
+//! the `MAP_SHARED` cache mapping, every block index read from a header is
+//! bounds-checked against the mapping before use, and shared words are
+//! only touched through atomics. Futex calls are *not* `FUTEX_PRIVATE`: the
+//! waiters and wakers are different processes mapping the same memfd, and
+//! the server wakes them too.
+
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use atoll_msg::SharedRegion;
+use atoll_proto::pipe as hdr;
+use atoll_proto::BLOCK_SIZE;
+
+use crate::sys;
+
+/// One pipe's ring (header + data blocks), validated.
+pub struct Ring {
+    base: *mut u8,
+    header: usize,
+    blocks: [u32; hdr::MAX_DATA_BLOCKS],
+    nblocks: usize,
+}
+
+impl Ring {
+    /// The ring whose header is block `header`, or `None` if the header or
+    /// any of its data blocks lies outside the cache.
+    pub fn at(cache: &SharedRegion, header: u32) -> Option<Ring> {
+        let len = cache.len();
+        let nb = len / BLOCK_SIZE;
+        if header as usize >= nb {
+            return None;
+        }
+        let mut r = Ring {
+            base: cache.as_ptr(),
+            header: header as usize * BLOCK_SIZE,
+            blocks: [0; hdr::MAX_DATA_BLOCKS],
+            nblocks: 0,
+        };
+        let n = r.word(hdr::NBLOCKS).load(Ordering::Acquire) as usize;
+        if n == 0 || n > hdr::MAX_DATA_BLOCKS {
+            return None;
+        }
+        for k in 0..n {
+            let b = r.word(hdr::BLOCKS + 4 * k).load(Ordering::Relaxed);
+            if b as usize >= nb {
+                return None;
+            }
+            r.blocks[k] = b;
+        }
+        r.nblocks = n;
+        Some(r)
+    }
+
+    pub fn word(&self, off: usize) -> &AtomicU32 {
+        debug_assert!(off % 4 == 0 && off + 4 <= BLOCK_SIZE);
+        // SAFETY: the header block is inside the mapping (checked in `at`),
+        // `off` is a fixed, 4-aligned header offset below BLOCK_SIZE, and
+        // blocks are page-aligned. Every process uses these words only
+        // through atomics. The mapping lives for the life of the process.
+        unsafe { &*(self.base.add(self.header + off) as *const AtomicU32) }
+    }
+
+    pub fn word64(&self, off: usize) -> &AtomicU64 {
+        debug_assert!(off % 8 == 0 && off + 8 <= BLOCK_SIZE);
+        // SAFETY: as `word`, 8-aligned.
+        unsafe { &*(self.base.add(self.header + off) as *const AtomicU64) }
+    }
+
+    /// Bytes the ring holds at most.
+    pub fn capacity(&self) -> u64 {
+        (self.nblocks * BLOCK_SIZE) as u64
+    }
+
+    /// Take the ring lock (Drepper's three-state futex mutex). The caller
+    /// blocks signals first, so a handler on this thread can never wait
+    /// for a lock its own thread holds.
+    pub fn lock(&self) {
+        let w = self.word(hdr::LOCK);
+        if w.compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+        {
+            return;
+        }
+        for _ in 0..100 {
+            core::hint::spin_loop();
+            if w.compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+            {
+                return;
+            }
+        }
+        while w.swap(2, Ordering::Acquire) != 0 {
+            self.futex_wait(hdr::LOCK, 2, None);
+        }
+    }
+
+    pub fn unlock(&self) {
+        let w = self.word(hdr::LOCK);
+        if w.swap(0, Ordering::Release) == 2 {
+            self.wake(hdr::LOCK, 1);
+        }
+    }
+
+    /// Sleep while the word at `off` equals `seen` (or until `timeout`,
+    /// relative). Returns 0, or −errno (`EINTR` when a signal handler ran,
+    /// `ETIMEDOUT`, `EAGAIN` when the word had already moved).
+    pub fn futex_wait(&self, off: usize, seen: u32, timeout: Option<&libc::timespec>) -> i64 {
+        let w = self.word(off);
+        let ts = timeout.map_or(0, |t| t as *const libc::timespec as u64);
+        // SAFETY: FUTEX_WAIT reads the aligned shared word `w` and the
+        // optional local timespec; nothing is written.
+        unsafe {
+            sys::sc(
+                libc::SYS_futex,
+                w.as_ptr() as u64,
+                libc::FUTEX_WAIT as u64,
+                seen as u64,
+                ts,
+            )
+        }
+    }
+
+    /// Wake up to `n` sleepers on the word at `off`.
+    pub fn wake(&self, off: usize, n: u32) {
+        let w = self.word(off);
+        // SAFETY: FUTEX_WAKE only uses the address of the shared word.
+        unsafe {
+            sys::sc(
+                libc::SYS_futex,
+                w.as_ptr() as u64,
+                libc::FUTEX_WAKE as u64,
+                n as u64,
+                0,
+            )
+        };
+    }
+
+    /// Where ring position `pos` lives: (cache byte offset, bytes left in
+    /// that block).
+    fn locate(&self, pos: u64) -> (usize, usize) {
+        let p = (pos % self.capacity()) as usize;
+        let (k, within) = (p / BLOCK_SIZE, p % BLOCK_SIZE);
+        (
+            self.blocks[k] as usize * BLOCK_SIZE + within,
+            BLOCK_SIZE - within,
+        )
+    }
+
+    /// Copy ring bytes `[pos, pos + dst.len())` out (caller holds the lock
+    /// and checked that they were written).
+    pub fn copy_out(&self, mut pos: u64, dst: &mut [u8]) {
+        let mut done = 0;
+        while done < dst.len() {
+            let (at, room) = self.locate(pos);
+            let n = room.min(dst.len() - done);
+            // SAFETY: `at..at+n` stays inside one data block, which `at`
+            // checked lies in the mapping; `dst` is the program's buffer
+            // (trusted like the kernel trusts a read buffer), distinct
+            // from the cache.
+            unsafe {
+                core::ptr::copy_nonoverlapping(self.base.add(at), dst.as_mut_ptr().add(done), n)
+            };
+            done += n;
+            pos += n as u64;
+        }
+    }
+
+    /// Copy `src` into ring bytes `[pos, pos + src.len())` (caller holds
+    /// the lock and checked that there is room).
+    pub fn copy_in(&self, mut pos: u64, src: &[u8]) {
+        let mut done = 0;
+        while done < src.len() {
+            let (at, room) = self.locate(pos);
+            let n = room.min(src.len() - done);
+            // SAFETY: as `copy_out`, in the other direction.
+            unsafe { core::ptr::copy_nonoverlapping(src.as_ptr().add(done), self.base.add(at), n) };
+            done += n;
+            pos += n as u64;
+        }
+    }
+}

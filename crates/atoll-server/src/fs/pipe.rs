@@ -1,0 +1,406 @@
+//! Pipes and FIFOs as file-server objects (Hare §3.6, fos §4.2).
+//!
+//! A pipe is an inode of type FIFO owned by this server (anonymous, with no
+//! link, for `pipe(2)`; named, for `mkfifo` in the mount) plus a *ring*:
+//! one header block and up to [`pipe::MAX_DATA_BLOCKS`] data blocks taken
+//! from this server's partition of the buffer cache. Layout and protocol
+//! of the header: `atoll_proto::pipe`.
+//!
+//! Division of labour (Cosh §4-5, *share* semantics): the server allocates
+//! and frees the ring and keeps the reader/writer counts, which only it can
+//! know (descriptions come and go with `Open`, `Close`, `Share` and session
+//! death); clients move the bytes themselves, under the ring lock, and
+//! sleep on futex words in the header. The server never touches the data
+//! and never blocks: a reader waiting for data costs it nothing.
+//!
+//! Counting follows Linux: a pipe end is an open file description, shared
+//! across fork (same description, no count change); `O_RDWR` on a FIFO
+//! counts as both. When a count changes the server bumps the matching wait
+//! word and wakes every sleeper, so a reader sees EOF when the last writer
+//! closes or its process dies, and a writer sees `EPIPE` when the last
+//! reader goes. A FIFO's ring is freed (its data discarded, as Linux does)
+//! when no description of it remains; the next open makes a fresh one.
+
+use std::collections::HashMap;
+
+use atoll_proto::pipe as hdr;
+use atoll_proto::{DescId, Errno, FileType, InodeId, Reply, SessionId, BLOCK_SIZE};
+
+use super::perm::Caller;
+use super::{FileServer, R};
+use crate::store::BlockStore;
+
+/// Data blocks of a new ring.
+const DATA_BLOCKS: usize = hdr::MAX_DATA_BLOCKS;
+
+/// One live ring.
+struct Ring {
+    header: u32,
+    data: Vec<u32>,
+    readers: u32,
+    writers: u32,
+}
+
+/// Every ring of this server, by FIFO inode, and the pipe counters.
+#[derive(Default)]
+pub(super) struct Pipes {
+    rings: HashMap<InodeId, Ring>,
+    created: u64,
+    /// Bytes and operations of rings already freed.
+    bytes_done: u64,
+    ops_done: u64,
+}
+
+fn can_read(flags: u32) -> bool {
+    flags & libc::O_ACCMODE as u32 != libc::O_WRONLY as u32
+}
+
+fn can_write(flags: u32) -> bool {
+    flags & libc::O_ACCMODE as u32 != libc::O_RDONLY as u32
+}
+
+fn is_path(flags: u32) -> bool {
+    flags & libc::O_PATH as u32 != 0
+}
+
+impl<S: BlockStore> FileServer<S> {
+    /// `Request::Pipe`: an anonymous FIFO inode and its two ends.
+    pub(super) fn pipe_create<'o>(
+        &mut self,
+        session: SessionId,
+        who: &Caller,
+        flags: u32,
+    ) -> R<'o> {
+        if flags & !(libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_DIRECT) as u32 != 0 {
+            return Err(Errno::EINVAL);
+        }
+        let nb = flags & libc::O_NONBLOCK as u32;
+        let ino = self.new_inode(who, InodeId(0), FileType::Fifo, 0o600, 0, false);
+        if let Some(i) = self.inodes.get_mut(&ino) {
+            i.links = 0; // anonymous: lives while a description does
+        }
+        let read = match self.open_inode(session, who, ino, libc::O_RDONLY as u32 | nb, false) {
+            Ok((d, _)) => d,
+            Err(e) => {
+                self.maybe_free(ino);
+                return Err(e);
+            }
+        };
+        let write = match self.open_inode(session, who, ino, libc::O_WRONLY as u32 | nb, false) {
+            Ok((d, _)) => d,
+            Err(e) => {
+                self.release_desc(read);
+                return Err(e);
+            }
+        };
+        let header = self.pipes.rings.get(&ino).map_or(0, |r| r.header);
+        Ok(Reply::Pipe {
+            ino,
+            read,
+            write,
+            header,
+        })
+    }
+
+    /// `Request::PipeHeader`: the ring behind an open FIFO description.
+    pub(super) fn pipe_header<'o>(&self, session: SessionId, desc: DescId) -> R<'o> {
+        let d = self.desc(session, desc)?;
+        let ring = self.pipes.rings.get(&d.ino).ok_or(Errno::EINVAL)?;
+        Ok(Reply::Pipe {
+            ino: d.ino,
+            read: desc,
+            write: desc,
+            header: ring.header,
+        })
+    }
+
+    /// A description of `ino` with `flags` is being opened: if `ino` is a
+    /// FIFO, make sure it has a ring and count the new end. Called by
+    /// `open_inode` before the description exists, so a failure (no blocks
+    /// left: `ENFILE`, as Linux when pipe buffers run out) opens nothing.
+    pub(super) fn pipe_opening(&mut self, ino: InodeId, flags: u32) -> Result<(), Errno> {
+        let fifo = self
+            .inodes
+            .get(&ino)
+            .is_some_and(|i| i.ftype == FileType::Fifo);
+        if !fifo || is_path(flags) {
+            return Ok(());
+        }
+        if !self.pipes.rings.contains_key(&ino) {
+            let ring = self.ring_alloc()?;
+            self.pipes.rings.insert(ino, ring);
+            self.pipes.created += 1;
+        }
+        let (r, w) = (can_read(flags), can_write(flags));
+        let Some(ring) = self.pipes.rings.get_mut(&ino) else {
+            return Ok(());
+        };
+        let h = ring.header;
+        let st = &mut self.cache.store;
+        if r {
+            ring.readers += 1;
+            st.put_u32(h, hdr::READERS, ring.readers);
+            st.add_u32(h, hdr::ROPENS, 1, false);
+            // A FIFO writer waiting in open, or a writer that saw no
+            // reader, looks again.
+            st.add_u32(h, hdr::WSEQ, 1, true);
+        }
+        if w {
+            ring.writers += 1;
+            st.put_u32(h, hdr::WRITERS, ring.writers);
+            st.add_u32(h, hdr::WOPENS, 1, false);
+            st.add_u32(h, hdr::RSEQ, 1, true);
+        }
+        Ok(())
+    }
+
+    /// A description of `ino` with `flags` died (last `Close`, or the death
+    /// of the last session referencing it): uncount the end, wake the other
+    /// side, and free the ring when no end remains.
+    pub(super) fn pipe_released(&mut self, ino: InodeId, flags: u32) {
+        if is_path(flags) {
+            return;
+        }
+        let Some(ring) = self.pipes.rings.get_mut(&ino) else {
+            return;
+        };
+        let h = ring.header;
+        let st = &mut self.cache.store;
+        if can_read(flags) {
+            ring.readers = ring.readers.saturating_sub(1);
+            st.put_u32(h, hdr::READERS, ring.readers);
+            // Writers blocked on a full ring must see EPIPE now.
+            st.add_u32(h, hdr::WSEQ, 1, true);
+        }
+        if can_write(flags) {
+            ring.writers = ring.writers.saturating_sub(1);
+            st.put_u32(h, hdr::WRITERS, ring.writers);
+            // Readers blocked on an empty ring must see EOF now.
+            st.add_u32(h, hdr::RSEQ, 1, true);
+        }
+        if ring.readers == 0 && ring.writers == 0 {
+            if let Some(ring) = self.pipes.rings.remove(&ino) {
+                self.pipes.bytes_done += self.cache.store.get_u64(ring.header, hdr::HEAD);
+                self.pipes.ops_done += self.cache.store.get_u64(ring.header, hdr::OPS);
+                self.cache.free.push(ring.header);
+                self.cache.free.extend(ring.data);
+            }
+        }
+    }
+
+    /// `(pipes created, bytes written, data operations)` for `Stats`.
+    pub(super) fn pipe_stats(&self) -> (u64, u64, u64) {
+        let st = &self.cache.store;
+        let (mut bytes, mut ops) = (self.pipes.bytes_done, self.pipes.ops_done);
+        for r in self.pipes.rings.values() {
+            bytes += st.get_u64(r.header, hdr::HEAD);
+            ops += st.get_u64(r.header, hdr::OPS);
+        }
+        (self.pipes.created, bytes, ops)
+    }
+
+    /// A zeroed header block and its data blocks, or `ENFILE`.
+    fn ring_alloc(&mut self) -> Result<Ring, Errno> {
+        if self.cache.free.len() < 1 + DATA_BLOCKS {
+            return Err(Errno::ENFILE);
+        }
+        let mut take = || {
+            let b = self.cache.free.pop().unwrap_or(0);
+            self.cache.store.zero(b, 0, BLOCK_SIZE);
+            b
+        };
+        let header = take();
+        let data: Vec<u32> = (0..DATA_BLOCKS).map(|_| take()).collect();
+        let st = &mut self.cache.store;
+        st.put_u32(header, hdr::NBLOCKS, DATA_BLOCKS as u32);
+        for (k, b) in data.iter().enumerate() {
+            st.put_u32(header, hdr::BLOCKS + 4 * k, *b);
+        }
+        Ok(Ring {
+            header,
+            data,
+            readers: 0,
+            writers: 0,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fs::FsConfig;
+    use crate::store::MemStore;
+    use atoll_proto::{Cred, Request};
+
+    const S1: SessionId = SessionId(1);
+    const S2: SessionId = SessionId(2);
+    const ME: Cred = Cred {
+        uid: 1000,
+        gid: 1000,
+    };
+
+    fn server(blocks: u32) -> FileServer<MemStore> {
+        FileServer::new(
+            FsConfig {
+                index: 0,
+                nservers: 1,
+                first_block: 0,
+                nblocks: blocks,
+                root_owner: ME,
+                core: -1,
+                track_lookups: false,
+            },
+            MemStore::new(blocks as usize),
+        )
+    }
+
+    fn pipe(fs: &mut FileServer<MemStore>, s: SessionId) -> (InodeId, DescId, DescId, u32) {
+        let mut out = Vec::new();
+        match fs.handle(s, ME, Request::Pipe { flags: 0 }, &mut out) {
+            Reply::Pipe {
+                ino,
+                read,
+                write,
+                header,
+            } => (ino, read, write, header),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn word(fs: &FileServer<MemStore>, h: u32, off: usize) -> u32 {
+        fs.cache.store.get_u32(h, off)
+    }
+
+    #[test]
+    fn pipe_counts_ends_and_frees_the_ring_with_the_last_close() {
+        let mut fs = server(64);
+        let before = fs.cache.free.len();
+        let (ino, r, w, h) = pipe(&mut fs, S1);
+        assert_eq!(fs.cache.free.len(), before - 1 - DATA_BLOCKS);
+        assert_eq!(word(&fs, h, hdr::READERS), 1);
+        assert_eq!(word(&fs, h, hdr::WRITERS), 1);
+        assert_eq!(word(&fs, h, hdr::NBLOCKS), DATA_BLOCKS as u32);
+        let mut out = Vec::new();
+        // fstat of the anonymous inode says FIFO.
+        match fs.handle(S1, ME, Request::GetAttr { ino }, &mut out) {
+            Reply::Attr(a) => assert_eq!(a.ftype, FileType::Fifo),
+            other => panic!("{other:?}"),
+        }
+        let rseq = word(&fs, h, hdr::RSEQ);
+        assert!(matches!(
+            fs.handle(S1, ME, Request::Close { desc: w }, &mut out),
+            Reply::Ok
+        ));
+        assert_eq!(word(&fs, h, hdr::WRITERS), 0);
+        assert_ne!(word(&fs, h, hdr::RSEQ), rseq, "readers are woken for EOF");
+        assert!(matches!(
+            fs.handle(S1, ME, Request::Close { desc: r }, &mut out),
+            Reply::Ok
+        ));
+        assert_eq!(fs.cache.free.len(), before);
+        assert!(matches!(
+            fs.handle(S1, ME, Request::GetAttr { ino }, &mut out),
+            Reply::Err(Errno::ENOENT)
+        ));
+        assert_eq!(fs.pipe_stats().0, 1);
+    }
+
+    #[test]
+    fn a_dead_session_drops_its_ends_but_shared_ends_survive() {
+        let mut fs = server(64);
+        let (_, r, w, h) = pipe(&mut fs, S1);
+        let mut out = Vec::new();
+        assert!(matches!(
+            fs.handle(S1, ME, Request::Share { desc: w, to: S2 }, &mut out),
+            Reply::Ok
+        ));
+        fs.handle(S1, ME, Request::Close { desc: w }, &mut out);
+        assert_eq!(word(&fs, h, hdr::WRITERS), 1, "S2 still holds the end");
+        fs.session_closed(S2);
+        assert_eq!(word(&fs, h, hdr::WRITERS), 0, "killed writer: EOF");
+        assert_eq!(word(&fs, h, hdr::READERS), 1);
+        assert!(matches!(
+            fs.handle(S1, ME, Request::PipeHeader { desc: r }, &mut out),
+            Reply::Pipe { header, .. } if header == h
+        ));
+    }
+
+    #[test]
+    fn fifo_gets_a_ring_on_open_and_rdwr_counts_both() {
+        let mut fs = server(64);
+        let mut out = Vec::new();
+        let r = fs.handle(
+            S1,
+            ME,
+            Request::MakeNode {
+                dir: atoll_proto::ROOT,
+                name: b"f",
+                ftype: FileType::Fifo,
+                perm: 0o644,
+                rdev: 0,
+                target: b"",
+                home: 0,
+                distributed: false,
+            },
+            &mut out,
+        );
+        assert!(matches!(r, Reply::Entry { .. }), "{r:?}");
+        let open = |fs: &mut FileServer<MemStore>, flags: i32| {
+            let mut out = Vec::new();
+            match fs.handle(
+                S1,
+                ME,
+                Request::Open {
+                    dir: atoll_proto::ROOT,
+                    name: b"f",
+                    flags: flags as u32,
+                    perm: 0,
+                    umask: 0,
+                },
+                &mut out,
+            ) {
+                Reply::Opened { desc, .. } => desc,
+                other => panic!("{other:?}"),
+            }
+        };
+        let d = open(&mut fs, libc::O_RDWR);
+        let h = match fs.handle(S1, ME, Request::PipeHeader { desc: d }, &mut out) {
+            Reply::Pipe { header, .. } => header,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(word(&fs, h, hdr::READERS), 1);
+        assert_eq!(word(&fs, h, hdr::WRITERS), 1);
+        let d2 = open(&mut fs, libc::O_WRONLY);
+        assert_eq!(word(&fs, h, hdr::WRITERS), 2);
+        assert_eq!(word(&fs, h, hdr::WOPENS), 2);
+        fs.handle(S1, ME, Request::Close { desc: d }, &mut out);
+        fs.handle(S1, ME, Request::Close { desc: d2 }, &mut out);
+        assert!(matches!(
+            fs.handle(S1, ME, Request::PipeHeader { desc: d2 }, &mut out),
+            Reply::Err(Errno::EBADF)
+        ));
+        // O_PATH opens no end and needs no ring.
+        let p = open(&mut fs, libc::O_PATH);
+        assert!(matches!(
+            fs.handle(S1, ME, Request::PipeHeader { desc: p }, &mut out),
+            Reply::Err(Errno::EINVAL)
+        ));
+    }
+
+    #[test]
+    fn out_of_blocks_is_enfile_and_leaks_nothing() {
+        let mut fs = server(8);
+        let mut out = Vec::new();
+        let (before, inodes) = (fs.cache.free.len(), fs.stats().inodes);
+        assert!(matches!(
+            fs.handle(S1, ME, Request::Pipe { flags: 0 }, &mut out),
+            Reply::Err(Errno::ENFILE)
+        ));
+        assert_eq!(fs.cache.free.len(), before);
+        assert_eq!(fs.stats().inodes, inodes);
+        assert!(matches!(
+            fs.handle(S1, ME, Request::Pipe { flags: 0x1234_0000 }, &mut out),
+            Reply::Err(Errno::EINVAL)
+        ));
+    }
+}

@@ -3,7 +3,7 @@ CARGO ?= cargo
 PROFILE_FLAGS := --release
 BIN := target/release/atoll
 
-.PHONY: demo test build unit e2e bench-smoke lint clean
+.PHONY: demo test build lint loom clean
 
 # Build everything (the `atoll` binary and libatoll_preload.so).
 build:
@@ -16,7 +16,12 @@ demo: build
 # Every test: unit, model-checked, end-to-end with real programs, bench smoke.
 test: build lint
 	$(CARGO) test $(PROFILE_FLAGS) --workspace
+	$(MAKE) loom
 	$(BIN) bench --quick
+
+# Model-check the ring protocol (atoll-msg's synchronisation has loom twins).
+loom:
+	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom $(CARGO) test --release -p atoll-msg --lib loom
 
 lint:
 	$(CARGO) fmt --all -- --check

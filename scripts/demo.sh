@@ -3,7 +3,7 @@
 # in-memory file system, run the result, and show what the servers did.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-atoll=target/release/atoll
+atoll=${ATOLL:-target/release/atoll}
 src=$(mktemp -d)
 trap 'rm -rf "$src"' EXIT
 for i in $(seq 1 16); do printf 'int part%d(void) { return %d; }\n' "$i" "$i" > "$src/part$i.c"; done
@@ -23,4 +23,8 @@ echo "\$ atoll run --stats --import $src:/atoll/demo -- bash -c 'cd /atoll/demo 
   ./demo
   echo "inside atoll: $(ls | wc -l) files in /atoll/demo"
 '
-if [ -e /atoll ]; then echo "unexpected: /atoll exists on the host"; else echo "on the host /atoll does not exist: the files lived in atoll'"'"'s servers"; fi
+if [ -e /atoll ]; then
+  echo "unexpected: /atoll exists on the host"
+else
+  echo "on the host, /atoll does not exist: those files lived in atoll's servers and buffer cache"
+fi

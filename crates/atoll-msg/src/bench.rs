@@ -87,8 +87,10 @@ fn measure(iters: u64, mut op: impl FnMut(u64)) -> RoundTrip {
 }
 
 /// One 64-byte request and its 64-byte reply over a real channel, with a
-/// server thread that waits on its doorbell in `mode` and echoes each
-/// request in place (zero copy); the client waits for replies in `mode`.
+/// server thread that waits on its doorbell in `mode` (in `Spin` mode it
+/// polls the channel instead and the client does not ring, as atoll's
+/// servers on dedicated cores) and echoes each request in place (zero
+/// copy); the client waits for replies in `mode`.
 pub fn rpc_round_trip(
     mode: PollMode,
     iters: u64,
@@ -102,11 +104,22 @@ pub fn rpc_round_trip(
     std::thread::scope(|s| {
         s.spawn(|| {
             pin_or_panic(server_core);
+            let mut idle = 0u32;
             loop {
                 // An empty frame asks the server to stop.
                 match server.try_recv(|req| (req.is_empty(), server.reply(req))) {
                     Ok(Some((true, _))) => return,
                     Ok(Some((false, r))) => r.expect("reply"),
+                    // A spinning server polls its channels and needs no
+                    // doorbell (as atoll-server's loop in split mode).
+                    Ok(None) if mode == PollMode::Spin => {
+                        idle = idle.wrapping_add(1);
+                        if idle.is_multiple_of(1 << 14) {
+                            crate::sync::yield_now();
+                        } else {
+                            crate::sync::spin_hint();
+                        }
+                    }
                     Ok(None) => doorbell.wait(mode),
                     Err(e) => panic!("server: {e}"),
                 }
@@ -115,7 +128,11 @@ pub fn rpc_round_trip(
         pin_or_panic(client_core);
         let frame = [0x5au8; 64];
         let rt = measure(iters, |_| {
-            client.send(&frame, doorbell).expect("send");
+            if mode == PollMode::Spin {
+                client.send_unrung(&frame).expect("send");
+            } else {
+                client.send(&frame, doorbell).expect("send");
+            }
             let n = client.recv(mode, |rep| rep.len()).expect("recv");
             black_box(n);
         });

@@ -33,10 +33,12 @@
 //! room it waits until there is: `send` returns only once the frame is in
 //! the receiver's ring (*atomic delivery*, Hare §3.7.2: servers send
 //! invalidations without waiting for acknowledgements, and a client drains
-//! its inbox before trusting its cache). The consumer reads `head` with
-//! acquire ordering, validates the frame, lends its bytes to a closure *in
-//! place* (no copy) and only then publishes the new `tail`, which frees the
-//! space.
+//! its inbox before trusting its cache). The frame header carries a `seq`
+//! word (the frame's index), stored last with release: the consumer polls
+//! that word in the frame's own cache line (acquire), so a small message
+//! costs one cross-core line transfer. It validates the frame, lends its
+//! bytes to a closure *in place* (no copy), clears the `seq` words of the
+//! slot and only then publishes the new `tail`, which frees the space.
 //!
 //! The peer is not trusted: it could scribble anything into the shared
 //! memory. Each end keeps its own index privately and re-validates the

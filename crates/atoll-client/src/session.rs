@@ -34,6 +34,7 @@ use rustix::net::{
     RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer, SendFlags,
 };
 
+use crate::dcache::DirCache;
 use crate::error::{Error, Result};
 use crate::sys::{self, SpinLock};
 
@@ -77,14 +78,57 @@ impl Lane {
     /// §3.7.3). Returns the request id for [`Lane::recv`].
     pub fn send(&self, c: &Client, cred: Cred, server: usize, req: Request<'_>) -> Result<u64> {
         let chan = self.chans.get(server).ok_or(Error::Errno(libc::EINVAL))?;
+        if matches!(req, Request::SetLock { .. }) && !c.any_locks.load(Ordering::Relaxed) {
+            c.any_locks.store(true, Ordering::Relaxed);
+        }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let frame = RequestFrame { id, cred, req };
         // SAFETY: the caller holds this lane (LaneGuard), so no other
         // thread or handler uses `buf` now.
         let buf = unsafe { &mut *self.buf.get() };
         let bytes = atoll_proto::encode(&frame, buf)?;
-        chan.send(bytes, c.control.doorbell(server))?;
+        self.send_frame(c, chan, server, bytes)?;
         Ok(id)
+    }
+
+    /// Send one request whose reply nobody reads ([`atoll_proto::POSTED`]):
+    /// the server serves it and stays silent, so the caller pays one
+    /// enqueue instead of a round trip. Requests on one channel are served
+    /// in order, but a posted request may be served after a later request
+    /// sent on another lane: post only what no later call depends on.
+    pub fn post(&self, c: &Client, server: usize, req: Request<'_>) -> Result<()> {
+        let chan = self.chans.get(server).ok_or(Error::Errno(libc::EINVAL))?;
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed) | atoll_proto::POSTED;
+        let frame = RequestFrame {
+            id,
+            cred: c.cred(),
+            req,
+        };
+        // SAFETY: the caller holds this lane (LaneGuard), so no other
+        // thread or handler uses `buf` now.
+        let buf = unsafe { &mut *self.buf.get() };
+        let bytes = atoll_proto::encode(&frame, buf)?;
+        self.send_frame(c, chan, server, bytes)
+    }
+
+    /// Enqueue an encoded frame. A server that polls its channels without
+    /// ever sleeping ([`PollMode::Spin`], dedicated cores) needs no
+    /// doorbell: skipping it saves a contended read-modify-write of a cache
+    /// line the server is watching, on every request.
+    #[inline]
+    fn send_frame(
+        &self,
+        c: &Client,
+        chan: &ClientChannel,
+        server: usize,
+        bytes: &[u8],
+    ) -> Result<()> {
+        if c.poll == PollMode::Spin {
+            chan.send_unrung(bytes)?;
+        } else {
+            chan.send(bytes, c.control.doorbell(server))?;
+        }
+        Ok(())
     }
 
     /// Wait for the reply to request `id` from `server` and hand it to `f`
@@ -202,12 +246,17 @@ impl Lane {
         })
     }
 
-    /// Drop server-initiated messages (directory-cache invalidations: this
-    /// client keeps no lookup cache yet, so there is nothing to invalidate;
-    /// draining keeps the inbox from filling).
-    fn drain(&self) {
-        for ch in &self.chans {
-            let _ = ch.drain_inbox(|_| {});
+    /// Server-initiated messages of this lane: directory-cache
+    /// invalidations go to the session's cache (never dropped while it is
+    /// on); without a cache they are dropped to keep the inbox from filling.
+    fn drain(&self, c: &Client) {
+        match c.dcache() {
+            Some(dc) => dc.drain(self.chans.iter()),
+            None => {
+                for ch in &self.chans {
+                    let _ = ch.drain_inbox(|_| {});
+                }
+            }
         }
     }
 }
@@ -253,6 +302,22 @@ impl Drop for LaneGuard {
 pub struct Session {
     pub id: SessionId,
     lanes: Vec<AtomicPtr<Lane>>,
+    /// Directory-lookup cache (Hare §3.7.2); per session, so a forked
+    /// child starts empty.
+    pub dcache: DirCache,
+}
+
+impl Session {
+    /// Every channel of every lane of this session (where invalidations
+    /// for it may arrive).
+    pub fn channels(&self) -> impl Iterator<Item = &ClientChannel> {
+        self.lanes
+            .iter()
+            .map(|l| l.load(Ordering::Acquire))
+            .take_while(|p| !p.is_null())
+            // SAFETY: lanes are leaked boxes, never freed.
+            .flat_map(|p| unsafe { &*p }.chans.iter())
+    }
 }
 
 impl Session {
@@ -261,7 +326,11 @@ impl Session {
             .map(|_| AtomicPtr::new(core::ptr::null_mut()))
             .collect();
         lanes[0].store(Box::into_raw(Box::new(lane0)), Ordering::Release);
-        Session { id, lanes }
+        Session {
+            id,
+            lanes,
+            dcache: DirCache::new(),
+        }
     }
 }
 
@@ -301,6 +370,10 @@ pub struct Client {
     /// Set once the process takes a POSIX record lock, so that `close`
     /// only sends the release-all unlock when it may matter.
     pub posix_locks: AtomicBool,
+    /// Set once any lock request (`SetLock`: record, OFD or `flock`) went
+    /// out: from then on `Close` waits for its reply, because releasing a
+    /// lock must be ordered before whatever the program does next.
+    pub any_locks: AtomicBool,
 }
 
 impl Client {
@@ -308,6 +381,11 @@ impl Client {
         // SAFETY: the pointer is set at construction and only ever replaced
         // by another leaked Box (fork child); sessions are never freed.
         unsafe { &*self.session.load(Ordering::Acquire) }
+    }
+
+    /// The directory-lookup cache, unless `--without dir-cache`.
+    pub fn dcache(&self) -> Option<&DirCache> {
+        (!self.info.without.dir_cache).then(|| &self.session().dcache)
     }
 
     pub fn session_id(&self) -> SessionId {
@@ -382,7 +460,7 @@ impl Client {
                     .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
                     .is_ok()
                 {
-                    lane.drain();
+                    lane.drain(self);
                     return Ok(LaneGuard { lane });
                 }
             }
@@ -612,6 +690,7 @@ pub fn attach(
         umask: AtomicU32::new(um.as_raw_mode()),
         cwd: AtomicPtr::new(core::ptr::null_mut()),
         posix_locks: AtomicBool::new(false),
+        any_locks: AtomicBool::new(false),
         info,
     };
     let c = install(c);

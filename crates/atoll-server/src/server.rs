@@ -9,7 +9,10 @@
 //! in fos §3.4.1 (replies, the highest class there, are never waited for by
 //! a server: servers do not message each other). With nothing to do it
 //! waits on its doorbell, which clients ring after each request and the
-//! boot thread rings after posting an internal message.
+//! boot thread rings after posting an internal message; a server in
+//! `PollMode::Spin` (dedicated core) never sleeps and simply polls again,
+//! and its clients skip the doorbell. Posted requests
+//! ([`atoll_proto::POSTED`]) are served without a reply.
 //!
 //! Defence: a frame that does not decode is answered `EPROTO` if its id can
 //! be read (else dropped); a corrupt ring drops that channel; a panic in
@@ -25,7 +28,8 @@ use std::sync::Arc;
 
 use atoll_msg::{Control, MsgError, PollMode, ServerChannel, SharedRegion};
 use atoll_proto::{
-    decode, encode, Errno, Reply, ReplyFrame, RequestFrame, ServerStats, SessionId, MAX_FRAME,
+    decode, encode, is_posted, Errno, Notice, Reply, ReplyFrame, RequestFrame, ServerStats,
+    SessionId, MAX_FRAME,
 };
 
 use crate::fs::{FileServer, FsConfig};
@@ -62,8 +66,9 @@ pub struct ServerParams {
 }
 
 /// Decode one request frame, serve it, and encode the reply into
-/// `reply_buf`. Returns the reply's length, or `None` when the frame is
-/// dropped (garbage without a readable id). Hot path.
+/// `reply_buf`. Returns the reply's length, or `None` when no reply goes
+/// out: a posted request ([`atoll_proto::POSTED`]), or garbage without a
+/// readable id. Hot path.
 pub fn serve_frame<S: BlockStore>(
     fs: &mut FileServer<S>,
     session: SessionId,
@@ -76,10 +81,13 @@ pub fn serve_frame<S: BlockStore>(
             let id = frame.id;
             let served = catch_unwind(AssertUnwindSafe(|| {
                 let reply = fs.handle(session, frame.cred, frame.req, scratch);
-                encode(&ReplyFrame { id, reply }, reply_buf).map(|b| b.len())
+                if is_posted(id) {
+                    return Ok(None); // nobody waits for this reply
+                }
+                encode(&ReplyFrame { id, reply }, reply_buf).map(|b| Some(b.len()))
             }));
             match served {
-                Ok(Ok(n)) => return Some(n),
+                Ok(Ok(n)) => return n,
                 Ok(Err(e)) => {
                     tracing::error!("reply to request {id} does not encode: {e}");
                     (id, Errno::EIO)
@@ -98,12 +106,39 @@ pub fn serve_frame<S: BlockStore>(
             (id, Errno::EPROTO)
         }
     };
+    if is_posted(id) {
+        return None;
+    }
     let frame = ReplyFrame {
         id,
         reply: Reply::Err(reply),
     };
     encode(&frame, reply_buf).ok().map(|b| b.len())
 }
+
+/// Put the directory-cache invalidations the last request caused into the
+/// inboxes of the sessions that cached the changed entries (Hare §3.7.2),
+/// before that request's reply goes out. Never waits: a full inbox drops
+/// the notice and raises the channel's overflow flag, and the client then
+/// flushes its whole cache. A session without a channel here (it exited,
+/// or its lanes were retired by `execve`) has nothing cached any more.
+fn deliver_notices<S: BlockStore>(fs: &mut FileServer<S>, chans: &[Chan], buf: &mut [u8]) {
+    for (session, dir, name) in fs.take_notices() {
+        let notice = Notice::Invalidate { dir, name: &name };
+        let Ok(bytes) = encode(&notice, buf) else {
+            continue;
+        };
+        for c in chans.iter().filter(|c| c.session == session) {
+            match c.ch.notify(bytes) {
+                Ok(()) | Err(MsgError::Full) => break,
+                Err(_) => continue, // closed channel: try another lane
+            }
+        }
+    }
+}
+
+/// Empty polling rounds of a spinning server between two `sched_yield`s.
+const SPIN_ROUNDS_BEFORE_YIELD: u32 = 1 << 12;
 
 struct Chan {
     session: SessionId,
@@ -131,7 +166,9 @@ pub fn run(params: ServerParams, admin: Receiver<Admin>) -> std::io::Result<Serv
     let mut chans: Vec<Chan> = Vec::new();
     let mut scratch = Vec::with_capacity(MAX_FRAME);
     let mut reply_buf = vec![0u8; MAX_FRAME];
+    let mut notice_buf = vec![0u8; MAX_FRAME];
     let mut start = 0usize;
+    let mut idle_rounds = 0u32;
     loop {
         // Internal messages first (fos §3.4.1).
         loop {
@@ -189,9 +226,19 @@ pub fn run(params: ServerParams, admin: Receiver<Admin>) -> std::io::Result<Serv
             });
             match got {
                 Ok(None) => {}
-                Ok(Some(None)) => busy = true,
+                Ok(Some(None)) => {
+                    busy = true;
+                    // A posted request can still invalidate cached lookups.
+                    if fs.has_notices() {
+                        deliver_notices(&mut fs, &chans, &mut notice_buf);
+                    }
+                }
                 Ok(Some(Some(len))) => {
                     busy = true;
+                    if fs.has_notices() {
+                        deliver_notices(&mut fs, &chans, &mut notice_buf);
+                    }
+                    let c = &mut chans[idx];
                     match c.ch.try_reply(&reply_buf[..len]) {
                         Ok(()) => {}
                         Err(MsgError::Full) => c.pending = Some(reply_buf[..len].to_vec()),
@@ -214,12 +261,23 @@ pub fn run(params: ServerParams, admin: Receiver<Admin>) -> std::io::Result<Serv
             }
         }
         start = start.wrapping_add(1);
-        if !busy {
-            if waiting_on_clients {
+        if busy {
+            idle_rounds = 0;
+        } else if waiting_on_clients {
+            std::thread::yield_now();
+        } else if params.poll == PollMode::Spin {
+            // A spinning server never sleeps, so its clients do not ring
+            // the doorbell (it would cost them a contended read-modify-write
+            // of a line this thread watches): poll the channels again, and
+            // give the core away now and then in case it is oversubscribed.
+            idle_rounds = idle_rounds.wrapping_add(1);
+            if idle_rounds % SPIN_ROUNDS_BEFORE_YIELD == 0 {
                 std::thread::yield_now();
             } else {
-                doorbell.wait(params.poll);
+                std::hint::spin_loop();
             }
+        } else {
+            doorbell.wait(params.poll);
         }
     }
 }
@@ -239,6 +297,7 @@ mod tests {
                 nblocks: 4,
                 root_owner: Cred::default(),
                 core: -1,
+                track_lookups: true,
             },
             MemStore::new(4),
         )
@@ -280,6 +339,46 @@ mod tests {
         let reply: ReplyFrame = decode(&out[..n]).unwrap();
         assert_eq!(reply.id, 99);
         assert!(matches!(reply.reply, Reply::Entry { ino: ROOT, .. }));
+    }
+
+    #[test]
+    fn posted_requests_are_served_without_a_reply() {
+        let mut fs = fs();
+        let mut scratch = vec![];
+        let mut out = vec![0u8; MAX_FRAME];
+        let mut inb = [0u8; MAX_FRAME];
+        let mk = |id| RequestFrame {
+            id,
+            cred: Cred::default(),
+            req: Request::MakeNode {
+                dir: ROOT,
+                name: b"d",
+                ftype: atoll_proto::FileType::Directory,
+                perm: 0o755,
+                rdev: 0,
+                target: b"",
+                home: 0,
+                distributed: false,
+            },
+        };
+        let bytes = encode(&mk(atoll_proto::POSTED | 4), &mut inb)
+            .unwrap()
+            .to_vec();
+        assert!(serve_frame(&mut fs, SessionId(1), &bytes, &mut scratch, &mut out).is_none());
+        // It was served: the same creation, now answered, finds the entry.
+        let bytes = encode(&mk(5), &mut inb).unwrap().to_vec();
+        let n = serve_frame(&mut fs, SessionId(1), &bytes, &mut scratch, &mut out).unwrap();
+        let reply: ReplyFrame = decode(&out[..n]).unwrap();
+        assert!(
+            matches!(reply.reply, Reply::Err(Errno::EEXIST)),
+            "{reply:?}"
+        );
+        // Even a posted request that fails or does not decode stays silent.
+        let mut bad = encode(&mk(atoll_proto::POSTED | 6), &mut inb)
+            .unwrap()
+            .to_vec();
+        bad.truncate(bad.len() - 3);
+        assert!(serve_frame(&mut fs, SessionId(1), &bad, &mut scratch, &mut out).is_none());
     }
 
     #[test]

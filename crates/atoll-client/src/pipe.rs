@@ -168,12 +168,19 @@ pub fn pipe2(c: &Client, fds: u64, flags: u32) -> Result<Out> {
 /// * `O_WRONLY` waits for a reader; with `O_NONBLOCK` and no reader, `ENXIO`;
 /// * `O_RDWR` never waits.
 ///
-/// On error the description is closed here.
-pub fn fifo_opened(c: &Client, lane: &Lane, desc: DescId, flags: u32) -> Result<u64> {
+/// An anonymous pipe reopened through `/dev/fd/N` (`named` false) never
+/// waits (Linux's `fifo_open` checks `is_pipe`). On error the description
+/// is closed here.
+pub fn fifo_opened(c: &Client, lane: &Lane, desc: DescId, flags: u32, named: bool) -> Result<u64> {
     if flags & libc::O_PATH as u32 != 0 {
         return Ok(0);
     }
-    let r = fifo_wait(c, lane, desc, flags);
+    let r = fifo_wait(
+        c,
+        lane,
+        desc,
+        if named { flags } else { libc::O_RDWR as u32 },
+    );
     if r.is_err() {
         let _ = lane.call_ok(c, desc.server(), Request::Close { desc });
     }
@@ -218,6 +225,63 @@ fn fifo_wait(c: &Client, lane: &Lane, desc: DescId, flags: u32) -> Result<u64> {
             return err(libc::EINTR);
         }
     }
+}
+
+/// The descriptor number a `/dev/fd/N`-style path names: `/dev/fd/N`,
+/// `/proc/self/fd/N`, `/proc/<own pid>/fd/N`, `/dev/stdin|stdout|stderr`.
+fn fd_path(path: &[u8]) -> Option<i64> {
+    let num = |s: &[u8]| -> Option<i64> {
+        if s.is_empty() || s.len() > 9 || !s.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        core::str::from_utf8(s).ok()?.parse().ok()
+    };
+    match path {
+        b"/dev/stdin" => return Some(0),
+        b"/dev/stdout" => return Some(1),
+        b"/dev/stderr" => return Some(2),
+        _ => {}
+    }
+    if let Some(n) = path.strip_prefix(b"/dev/fd/") {
+        return num(n);
+    }
+    let rest = path.strip_prefix(b"/proc/")?;
+    let slash = rest.iter().position(|&b| b == b'/')?;
+    let (who, tail) = rest.split_at(slash);
+    let me = who == b"self" || num(who) == Some(std::process::id() as i64);
+    if !me {
+        return None;
+    }
+    num(tail.strip_prefix(b"/fd/")?)
+}
+
+/// `open("/dev/fd/N")` (and the other spellings) of a pipe end: as Linux,
+/// a new description of the same pipe with the requested access (what
+/// bash's process substitution and `/dev/stdin` rely on). `None`: not a
+/// pipe end, carry on.
+pub fn reopen(c: &Client, path: &[u8], flags: u32) -> Result<Option<Out>> {
+    if !active() {
+        return Ok(None);
+    }
+    let Some(d) = fd_path(path).and_then(pipe_fd) else {
+        return Ok(None);
+    };
+    let ino = d.ino();
+    let lane = c.lane()?;
+    let keep = flags & !((libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC | libc::O_CLOEXEC) as u32);
+    let (desc, _) = file::open_inode(c, &lane, ino, keep)?;
+    let cookie = fifo_opened(c, &lane, desc, keep, false)?;
+    drop(lane);
+    let info = DescInfo {
+        desc,
+        ino,
+        flags: keep | libc::O_LARGEFILE as u32,
+        ftype: FileType::Fifo,
+        cookie,
+        path: None,
+    };
+    let cloexec = flags & libc::O_CLOEXEC as u32 != 0;
+    Ok(Some(Out::Done(file::new_fd(c, info, cloexec)?)))
 }
 
 // ---------------------------------------------------------------------------
@@ -1091,5 +1155,25 @@ pub fn may_concern(nr: i64) -> bool {
         SYS_pipe | SYS_pipe2 => enabled(),
         SYS_select | SYS_pselect6 | SYS_epoll_wait | SYS_epoll_pwait | SYS_epoll_pwait2 => active(),
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fd_path;
+
+    #[test]
+    fn fd_paths_name_descriptors_of_this_process_only() {
+        assert_eq!(fd_path(b"/dev/fd/63"), Some(63));
+        assert_eq!(fd_path(b"/dev/stdin"), Some(0));
+        assert_eq!(fd_path(b"/dev/stderr"), Some(2));
+        assert_eq!(fd_path(b"/proc/self/fd/7"), Some(7));
+        let me = format!("/proc/{}/fd/5", std::process::id());
+        assert_eq!(fd_path(me.as_bytes()), Some(5));
+        assert_eq!(fd_path(b"/proc/1/fd/5"), None);
+        assert_eq!(fd_path(b"/dev/fd/"), None);
+        assert_eq!(fd_path(b"/dev/fd/1x"), None);
+        assert_eq!(fd_path(b"/proc/self/fdinfo/3"), None);
+        assert_eq!(fd_path(b"/atoll/dev/fd/3"), None);
     }
 }

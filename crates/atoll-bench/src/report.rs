@@ -335,6 +335,13 @@ pub fn rpc_table(r: &RpcResults) -> String {
     for (name, ns, key) in rows {
         let _ = writeln!(s, "{:<28} {:>10} {:>10}", name, opt(ns, 0), cyc(key));
     }
+    if let Some(m) = r.atoll_spin_median_ns {
+        let _ = writeln!(
+            s,
+            "(best of {} trials each; median atoll spin {m:.0} ns)",
+            crate::rpc::TRIALS
+        );
+    }
     let _ = writeln!(
         s,
         "{:<28} {:>10} {:>10}\n{:<28} {:>10} {:>10}",

@@ -271,7 +271,7 @@ pub fn run(params: ServerParams, admin: Receiver<Admin>) -> std::io::Result<Serv
             // of a line this thread watches): poll the channels again, and
             // give the core away now and then in case it is oversubscribed.
             idle_rounds = idle_rounds.wrapping_add(1);
-            if idle_rounds % SPIN_ROUNDS_BEFORE_YIELD == 0 {
+            if idle_rounds.is_multiple_of(SPIN_ROUNDS_BEFORE_YIELD) {
                 std::thread::yield_now();
             } else {
                 std::hint::spin_loop();

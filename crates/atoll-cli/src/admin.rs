@@ -100,6 +100,9 @@ fn daemon(plan: Plan, ready: OwnedFd) -> i32 {
         return 1;
     }
     log_to(&instance.runtime_dir().join(LOG_FILE));
+    // Programs it starts run in the daemon's session, not their proxies':
+    // they get a session of their own (see `atoll_sched::server`).
+    let scheds = crate::run::start_scheds(&instance, plan.app_cores.as_deref());
     let signalled = term.stop_instance_on_signal(instance.socket_path().to_path_buf());
     let _ = write!(ready, "ok {}", instance.id());
     drop(ready);
@@ -107,6 +110,7 @@ fn daemon(plan: Plan, ready: OwnedFd) -> i32 {
         instance.wait_for_stop_request();
     }
     tracing::info!(id = instance.id(), "stopping");
+    drop(scheds);
     instance.shutdown();
     0
 }

@@ -37,6 +37,8 @@ use crate::state::{FdState, State};
 use crate::sys;
 use crate::walk::{NodeStep, Walker};
 
+use atoll_sched::placement::{self, Policy};
+
 /// Environment variable carrying the absolute path of the preload library.
 pub const ENV_PRELOAD: &str = "ATOLL_PRELOAD";
 const LD_PRELOAD: &str = "LD_PRELOAD";
@@ -58,6 +60,8 @@ pub struct ExecPlan {
     /// The child session's socket (non-CLOEXEC); dropping the plan closes
     /// this process's copy.
     _session: Option<OwnedFd>,
+    /// Placement cursor of this exec (`atoll_sched::placement`).
+    cursor: u64,
 }
 
 impl ExecPlan {
@@ -139,6 +143,7 @@ fn build(
         flags,
         exec_fd,
         _session: session,
+        cursor: placement::peek_cursor(),
     })
 }
 
@@ -305,7 +310,12 @@ pub fn prepare_exec(
     argv: *const *const libc::c_char,
     envp: *const *const libc::c_char,
 ) -> core::result::Result<ExecPlan, i32> {
-    prepare_execat(libc::AT_FDCWD as i64, path.to_bytes(), argv, envp, 0).map_err(|e| e.errno())
+    let plan = prepare_execat(libc::AT_FDCWD as i64, path.to_bytes(), argv, envp, 0)
+        .map_err(|e| e.errno())?;
+    // A spawn is a fork + exec: the parent moves its cursor on, like a
+    // fork parent, so successive spawns are spread.
+    placement::on_fork_parent();
+    Ok(plan)
 }
 
 /// `execveat` flavour of [`prepare_exec`].
@@ -393,13 +403,17 @@ pub fn prepare_execat(
         }
     }
     let (session_fd, state) = hand_over(c, &lane)?;
-    let env = rewrite_env(
+    let mut env = rewrite_env(
         &env,
         c.preload.as_deref(),
         &c.socket_path,
         session_fd.as_ref().map(|f| f.as_raw_fd()),
         &state,
     );
+    // The new image inherits the placement policy and cursor (Hare §3.6.1).
+    let key = placement::ENV_PLACEMENT.as_bytes();
+    env.retain(|e| !(e.starts_with(key) && e.get(key.len()) == Some(&b'=')));
+    env.push(placement::env_entry(placement::peek_cursor()));
     let (path_bytes, dirfd, flags) = match &exec_fd {
         Some(fd) => (
             format!("/proc/self/fd/{}", fd.as_raw_fd()).into_bytes(),
@@ -409,6 +423,68 @@ pub fn prepare_execat(
         None => (prog_path, dirfd as i32, flags),
     };
     build(&path_bytes, &argv, &env, dirfd, flags, exec_fd, session_fd)
+}
+
+/// Perform `execve` of a prepared plan where the placement policy says
+/// (Hare §3.6.1): here (a plain exec, today's behaviour and always so with
+/// `--placement local`), or on another core's scheduling server with this
+/// process staying behind as its proxy. Returns only on failure (−errno).
+pub fn execute(plan: &ExecPlan) -> i64 {
+    let policy = placement::policy();
+    if policy == Policy::Local {
+        return plan.exec();
+    }
+    let Some(c) = session::client() else {
+        return plan.exec();
+    };
+    let Some(dir) = std::path::Path::new(&c.socket_path).parent() else {
+        return plan.exec();
+    };
+    let Some(table) = atoll_sched::LoadTable::open(&dir.join(atoll_sched::LOAD_FILE)) else {
+        return plan.exec();
+    };
+    let here = placement::pinned_core();
+    let core = match placement::choose(policy, plan.cursor, &table, here) {
+        Some(k) if Some(k) != here => k,
+        other => {
+            if let Some(k) = other {
+                table.count_exec(k);
+            }
+            return plan.exec();
+        }
+    };
+    // What the kernel would refuse at once is refused here, without a
+    // round trip (execvp tries every PATH entry this way).
+    if plan.exec_fd.is_none() && !plan.path.is_empty() {
+        // SAFETY: `dirfd` is the caller's execveat directory (or AT_FDCWD);
+        // the borrow ends with the call.
+        let dirfd = unsafe { std::os::fd::BorrowedFd::borrow_raw(plan.dirfd) };
+        if let Err(e) = rustix::fs::accessat(
+            dirfd,
+            plan.path.as_c_str(),
+            rustix::fs::Access::EXEC_OK,
+            rustix::fs::AtFlags::empty(),
+        ) {
+            return -(e.raw_os_error() as i64);
+        }
+    }
+    let image = atoll_sched::Image {
+        path: plan.path.to_bytes(),
+        argv: plan._argv.iter().map(|a| a.to_bytes().to_vec()).collect(),
+        envp: plan._envp.iter().map(|a| a.to_bytes().to_vec()).collect(),
+        flags: plan.flags,
+        program_fd: plan.exec_fd(),
+        dirfd: (plan.dirfd != libc::AT_FDCWD).then_some(plan.dirfd),
+    };
+    match atoll_sched::remote_exec(dir, core, image) {
+        Err(atoll_sched::RemoteError::Exec(e)) => -(e as i64),
+        // Nothing started: run here after all.
+        Err(atoll_sched::RemoteError::Fallback(_)) => {
+            table.count_exec(here.unwrap_or_else(rustix::thread::sched_getcpu));
+            plan.exec()
+        }
+        Ok(never) => match never {},
+    }
 }
 
 /// The path a script's interpreter receives: as given when absolute or
@@ -431,6 +507,9 @@ fn script_path(_c: &Client, dirfd: i64, path: &[u8]) -> Result<Vec<u8>> {
 /// Create the child session, share the surviving descriptions with it and
 /// serialise the state. Degrades to "no fds" if the instance refuses.
 fn hand_over(c: &Client, lane: &Lane) -> Result<(Option<OwnedFd>, String)> {
+    // The new image finds the offsets on the servers (Hare §3.5.1).
+    crate::hybrid::share_all(c, lane);
+    crate::counters::report(c, lane);
     let mut st = State {
         cwd: c.cwd().map(|w| (w.path.clone(), Some(w.ino.0))),
         fds: Vec::new(),

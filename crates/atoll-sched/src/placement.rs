@@ -92,12 +92,19 @@ pub fn on_fork_parent() {
     CURSOR.fetch_add(1, Ordering::Relaxed);
 }
 
-/// The `ATOLL_PLACEMENT=...` entry for a new image.
-pub fn env_entry() -> Vec<u8> {
+/// The cursor the next exec uses (without moving it: an `execve` that
+/// fails, e.g. one step of `execvp`'s `PATH` search, changes nothing).
+pub fn peek_cursor() -> u64 {
+    CURSOR.load(Ordering::Relaxed)
+}
+
+/// The `ATOLL_PLACEMENT=...` entry for a new image whose exec used
+/// `cursor`: the image starts one further.
+pub fn env_entry(cursor: u64) -> Vec<u8> {
     format!(
         "{ENV_PLACEMENT}={}:{}",
         policy().name(),
-        CURSOR.load(Ordering::Relaxed)
+        cursor.wrapping_add(1)
     )
     .into_bytes()
 }

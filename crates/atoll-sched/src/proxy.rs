@@ -225,6 +225,10 @@ fn become_proxy(conn: OwnedFd, relay: u64, same_group: bool) -> ! {
                 Ok((ToProxy::Exited { code }, _)) => raw::exit_group(code),
                 Ok((ToProxy::Killed { sig }, _)) => die_by(sig),
                 Ok(_) => {}
+                // Signals we relayed after the program ended were unread
+                // when the server closed: Linux reports that once, and the
+                // status queued before it is still there to read.
+                Err(WireError::Io(rustix::io::Errno::CONNRESET)) => {}
                 // The server went away without a status: the instance is
                 // shutting down and killed the program.
                 Err(_) => die_by(libc::SIGKILL),

@@ -229,7 +229,17 @@ fn reap(core: usize, j: &mut Job, table: &LoadTable) -> bool {
     }
     table.add_running(core, -1);
     let _ = wire::send(&j.conn, &status_msg(st), &[]);
+    drain(&j.conn);
     true
+}
+
+/// Read what the proxy still sent (signals for a program that is gone), so
+/// that closing does not turn into a connection reset at its end.
+fn drain(conn: &OwnedFd) {
+    let mut buf = [0u8; 256];
+    while rustix::net::recv(conn, &mut buf, rustix::net::RecvFlags::DONTWAIT)
+        .is_ok_and(|(n, _)| n > 0)
+    {}
 }
 
 /// Handle one message from the proxy. False when the job is over.
@@ -292,7 +302,7 @@ fn on_message(core: usize, j: &mut Job, table: &LoadTable) -> bool {
             true
         }
         Ok((ToServer::Exec(_), _)) => true, // one program per connection
-        Err(WireError::Closed) | Err(WireError::Io(_)) => {
+        Err(WireError::Closed | WireError::Io(_)) => {
             // The proxy is gone (killed): so is the process it stood for.
             if let Some((pid, pidfd)) = &j.prog {
                 send_signal(pidfd, libc::SIGKILL);

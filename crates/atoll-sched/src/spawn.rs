@@ -210,9 +210,11 @@ unsafe fn child(
             };
             libc::prlimit64(0, res as _, &lim, core::ptr::null_mut());
         }
-        // Handlers do not survive execve; ignored signals do.
-        for sig in 1..=64 {
-            if sig == libc::SIGKILL || sig == libc::SIGSTOP {
+        // Handlers do not survive execve; ignored signals do. Raw calls:
+        // libc refuses its internal signals (32, 33), which the caller may
+        // have ignored all the same.
+        for sig in 1..=64u64 {
+            if sig == libc::SIGKILL as u64 || sig == libc::SIGSTOP as u64 {
                 continue;
             }
             let h = if spec.ignored & (1 << (sig - 1)) != 0 {
@@ -220,21 +222,15 @@ unsafe fn child(
             } else {
                 libc::SIG_DFL
             };
-            let mut act: libc::sigaction = core::mem::zeroed();
-            act.sa_sigaction = h;
-            libc::sigaction(sig, &act, core::ptr::null_mut());
+            // Kernel `struct sigaction`: handler, flags, restorer, mask.
+            let act: [u64; 4] = [h as u64, 0, 0, 0];
+            libc::syscall(libc::SYS_rt_sigaction, sig, act.as_ptr(), 0usize, 8usize);
         }
-        let mut set: libc::sigset_t = core::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        for sig in 1..=64 {
-            if spec.sigmask & (1 << (sig - 1)) != 0 {
-                libc::sigaddset(&mut set, sig);
-            }
-        }
+        let mask: u64 = spec.sigmask;
         libc::syscall(
             libc::SYS_rt_sigprocmask,
             libc::SIG_SETMASK,
-            &set,
+            &mask as *const u64,
             0usize,
             8usize,
         );

@@ -1,0 +1,391 @@
+//! Processes across cores (Hare §3.6): `execve` placed on other cores'
+//! scheduling servers, the caller staying behind as a proxy that reports
+//! the program's exit status or death by signal and relays signals.
+//!
+//! The programs' own view is used to see where they ran: a remote program
+//! is pinned to its core (`Cpus_allowed_list` in `/proc/self/status`), and
+//! `--stats-json` counts execs per core.
+
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use atoll_tests::{assert_same, atoll, require, run_in_atoll};
+
+const RR: &[&str] = &["--placement", "round-robin"];
+
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// `exec.per_core` of a `--stats-json` file.
+fn per_core(stats: &Path) -> Vec<(String, u64)> {
+    let v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(stats).expect("stats file")).expect("stats JSON");
+    let m = v["exec"]["per_core"]
+        .as_object()
+        .expect("exec.per_core in the statistics");
+    m.iter()
+        .map(|(k, n)| (k.clone(), n.as_u64().expect("count")))
+        .collect()
+}
+
+/// Is a process with exactly this command line alive (ours)?
+fn running(cmdline: &str) -> bool {
+    let want: Vec<u8> = cmdline
+        .split(' ')
+        .flat_map(|w| w.bytes().chain(std::iter::once(0)))
+        .collect();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
+        .any(|e| std::fs::read(e.path().join("cmdline")).is_ok_and(|c| c == want))
+}
+
+#[test]
+fn exit_codes_and_deaths_by_signal_are_reported_through_proxies() {
+    assert_same(
+        RR,
+        r#"
+        /bin/true; echo "true $?"
+        /bin/false; echo "false $?"
+        bash -c 'exit 42'; echo "exit $?"
+        sh -c 'kill -TERM $$'; echo "term $?"
+        sh -c 'kill -KILL $$'; echo "kill $?"
+        sh -c 'kill -SEGV $$'; echo "segv $?"
+        /nonexistent/program 2>/dev/null; echo "missing $?"
+        out=$(sh -c 'echo captured; exit 3'); echo "$out $?"
+        "#,
+        false,
+    );
+}
+
+#[test]
+fn remote_programs_run_pinned_on_the_chosen_cores() {
+    let dir = tempfile::tempdir().unwrap();
+    let stats = dir.path().join("s.json");
+    let out = run_in_atoll(
+        &[
+            "--placement",
+            "round-robin",
+            "--stats-json",
+            stats.to_str().unwrap(),
+        ],
+        r#"
+        for i in 1 2 3 4; do grep Cpus_allowed_list /proc/self/status; done
+        "#,
+    );
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 4, "{text}");
+    for l in &lines {
+        let list = l.split_whitespace().nth(1).unwrap();
+        assert!(
+            list.parse::<usize>().is_ok(),
+            "a remote program is pinned to one core: {l}"
+        );
+    }
+    let total: u64 = per_core(&stats).iter().map(|(_, n)| n).sum();
+    assert!(total >= 4, "execs counted: {:?}", per_core(&stats));
+}
+
+#[test]
+fn placement_local_keeps_todays_behaviour() {
+    let dir = tempfile::tempdir().unwrap();
+    let stats = dir.path().join("s.json");
+    let out = run_in_atoll(
+        &[
+            "--placement",
+            "local",
+            "--stats-json",
+            stats.to_str().unwrap(),
+        ],
+        "grep Cpus_allowed_list /proc/self/status; sh -c 'kill -TERM $$'; echo $?",
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mine = std::fs::read_to_string("/proc/self/status").unwrap();
+    let host_list = mine
+        .lines()
+        .find(|l| l.starts_with("Cpus_allowed_list"))
+        .unwrap();
+    assert!(text.starts_with(host_list), "{text} vs {host_list}");
+    assert!(text.ends_with("143\n"), "{text}");
+    assert!(per_core(&stats).iter().all(|(_, n)| *n == 0));
+}
+
+#[test]
+fn timeout_and_kill_reach_remote_programs() {
+    require("timeout");
+    let out = run_in_atoll(
+        RR,
+        r#"
+        timeout 1 sleep 71; echo "timeout $?"
+        sleep 72 & pid=$!
+        kill $pid; wait $pid; echo "kill $?"
+        sleep 73 & pid=$!
+        kill -KILL $pid; wait $pid; echo "kill -9 $?"
+        ps_self() { for p in /proc/[0-9]*; do tr '\0' ' ' < $p/cmdline 2>/dev/null; echo; done; }
+        ps_self | grep -c '^sleep 7[123] $'
+        "#,
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        text,
+        "timeout 124\nkill 143\nkill -9 137\n0\n",
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(1), "grep -c found nothing");
+}
+
+#[test]
+fn pipeline_stages_run_on_different_cores() {
+    if cores() < 2 {
+        eprintln!("one core: nothing to spread");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let stats = dir.path().join("s.json");
+    let out = run_in_atoll(
+        &[
+            "--placement",
+            "round-robin",
+            "--stats-json",
+            stats.to_str().unwrap(),
+        ],
+        r#"
+        grep Cpus_allowed_list /proc/self/status | (grep Cpus_allowed_list /proc/self/status; cat)
+        seq 1 20000 | sort -rn | head -2
+        "#,
+    );
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 4, "{text}");
+    assert_ne!(lines[0], lines[1], "both stages on one core: {text}");
+    assert_eq!(&lines[2..], ["20000", "19999"]);
+    let counts = per_core(&stats);
+    assert!(
+        counts.iter().filter(|(_, n)| *n > 0).count() >= 2,
+        "execs on one core only: {counts:?}"
+    );
+}
+
+/// Wait (bounded) for a child; kill it and fail if it hangs.
+fn wait_bounded(child: &mut std::process::Child, what: &str) -> std::process::ExitStatus {
+    let start = Instant::now();
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return st;
+        }
+        if start.elapsed() > Duration::from_secs(120) {
+            let _ = child.kill();
+            panic!("{what} did not end");
+        }
+        sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn interrupt_of_the_process_group_stops_the_whole_tree() {
+    let dir = tempfile::tempdir().unwrap();
+    let ready = dir.path().join("ready");
+    let mut child = atoll()
+        .args(["run", "--memory", "64M", "--placement", "round-robin", "--"])
+        .args([
+            "bash",
+            "-c",
+            r#"sleep 74 | cat & sleep 75 & touch "$READY"; wait; echo not-interrupted"#,
+        ])
+        .env("READY", &ready)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .expect("spawn atoll");
+    while !ready.exists() || !(running("sleep 74") && running("sleep 75")) {
+        assert!(child.try_wait().unwrap().is_none(), "atoll ended early");
+        sleep(Duration::from_millis(20));
+    }
+    let pgid = child.id() as i32;
+    // SAFETY: signalling the process group we created for this test.
+    assert_eq!(unsafe { libc::kill(-pgid, libc::SIGINT) }, 0);
+    let st = wait_bounded(&mut child, "atoll run after ^C");
+    assert!(!st.success(), "{st:?}");
+    let mut out = String::new();
+    use std::io::Read;
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    assert!(!out.contains("not-interrupted"), "{out}");
+    assert!(
+        !running("sleep 74") && !running("sleep 75"),
+        "programs left behind"
+    );
+}
+
+/// A detached instance, stopped on drop.
+struct Booted {
+    id: String,
+}
+
+impl Booted {
+    fn new() -> Booted {
+        let out = atoll()
+            .args(["boot", "--memory", "64M"])
+            .output()
+            .expect("atoll boot");
+        assert!(out.status.success(), "{out:?}");
+        Booted {
+            id: String::from_utf8_lossy(&out.stdout).trim().to_string(),
+        }
+    }
+
+    fn exec(&self, script: &str) -> std::process::Output {
+        atoll()
+            .args(["exec", "--id", &self.id, "--placement", "round-robin", "--"])
+            .args(["bash", "-c", script])
+            .stdin(Stdio::null())
+            .output()
+            .expect("atoll exec")
+    }
+
+    /// `(daemon pid, sessions, open descriptions)`.
+    fn usage(&self) -> (u32, u64, u64) {
+        let out = atoll()
+            .args(["status", "--id", &self.id, "--json"])
+            .output()
+            .expect("status");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("status JSON");
+        let servers = v["servers"].as_array().expect("servers");
+        let sum = |k: &str| servers.iter().map(|s| s[k].as_u64().unwrap_or(0)).sum();
+        (
+            v["pid"].as_u64().expect("pid") as u32,
+            sum("sessions"),
+            sum("open_descriptions"),
+        )
+    }
+}
+
+impl Drop for Booted {
+    fn drop(&mut self) {
+        let _ = atoll().args(["stop", "--id", &self.id]).status();
+    }
+}
+
+fn fd_count(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count()
+}
+
+fn child_count(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|t| t.ok())
+        .map(|t| {
+            std::fs::read_to_string(t.path().join("children"))
+                .unwrap_or_default()
+                .split_whitespace()
+                .count()
+        })
+        .sum()
+}
+
+#[test]
+fn many_sequential_remote_execs_leak_nothing() {
+    let b = Booted::new();
+    let warm = b.exec("/bin/true");
+    assert!(warm.status.success(), "{warm:?}");
+    let (pid, sessions, descs) = b.usage();
+    let fds = fd_count(pid);
+    let out = b.exec(
+        r#"n=0; for i in $(seq 1 300); do /bin/true && n=$((n+1)); done; echo $n
+        for i in 1 2 3 4 5 6; do sh -c 'exit 5'; done; echo $?"#,
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "300\n5\n",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Everything the proxies and programs held is released.
+    let mut now = b.usage();
+    for _ in 0..500 {
+        if (now.1, now.2) == (sessions, descs) {
+            break;
+        }
+        sleep(Duration::from_millis(10));
+        now = b.usage();
+    }
+    assert_eq!((now.1, now.2), (sessions, descs), "sessions/descriptions");
+    assert!(fd_count(pid) <= fds, "descriptors of the instance");
+    assert_eq!(child_count(pid), 0, "unreaped programs");
+}
+
+#[test]
+fn make_j4_output_matches_a_host_build() {
+    require("make");
+    require("cc");
+    let out = assert_same(
+        RR,
+        r#"
+        set -e
+        cd "$ROOT"
+        mkdir proj && cd proj
+        for i in $(seq 1 8); do
+            printf 'int f%d(void) { return %d; }\n' $i $i > f$i.c
+        done
+        {
+            for i in $(seq 1 8); do echo "int f$i(void);"; done
+            echo '#include <stdio.h>'
+            echo 'int main(void) { int s = 0;'
+            for i in $(seq 1 8); do echo "s += f$i();"; done
+            echo 'printf("sum %d\n", s); return s == 36 ? 0 : 1; }'
+        } > main.c
+        cat > Makefile <<'EOF'
+SRCS := $(sort $(wildcard *.c))
+OBJS := $(SRCS:.c=.o)
+prog: $(OBJS)
+	$(CC) -o $@ $^
+%.o: %.c
+	$(CC) -O1 -c $< -o $@
+EOF
+        make -j4 2>&1 | sort
+        ./prog
+        make -j4
+        "#,
+        true,
+    );
+    assert!(out.contains("sum 36"), "{out}");
+}
+
+#[test]
+fn a_remote_program_keeps_the_callers_state() {
+    // cwd (host and atoll), umask, ignored signals, limits, atoll and host
+    // descriptors, environment: as after a local execve. (glibc's internal
+    // signals 32/33 are left out: the client library resets them anyway.)
+    let out = assert_same(
+        RR,
+        r#"
+        cd "$ROOT"; mkdir -p w && cd w
+        echo data > f
+        umask 027
+        ulimit -n 512
+        exec 5<f 6>"$ROOT/out"
+        trap '' USR1
+        X=exported bash -c 'pwd; umask; ulimit -n; cat <&5; echo via6 >&6; echo "$X";
+            v=$(grep SigIgn /proc/self/status | cut -f2); echo "usr1 ignored $(( 0x$v & 0x200 ))"'
+        cat "$ROOT/out"
+        "#,
+        true,
+    );
+    assert!(out.contains("via6"), "{out}");
+}

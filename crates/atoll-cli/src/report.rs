@@ -149,7 +149,28 @@ pub fn stats_table(servers: &[ServerStats]) -> String {
         t.row(row);
     }
     t.render(&mut out);
+    let counters = counters_total(servers);
+    if !counters.is_empty() {
+        out.push('\n');
+        let mut t = Table::new(&["counter", "total"]);
+        for (name, n) in counters {
+            t.row(vec![name.to_string(), n.to_string()]);
+        }
+        t.render(&mut out);
+    }
     out
+}
+
+/// Named counters of the Hare techniques summed over servers (invalidations
+/// sent, cache hits and misses reported by clients, broadcasts, …).
+fn counters_total(servers: &[ServerStats]) -> BTreeMap<&str, u64> {
+    let mut m: BTreeMap<&str, u64> = BTreeMap::new();
+    for s in servers {
+        for (name, n) in &s.counters {
+            *m.entry(name.as_str()).or_insert(0) += n;
+        }
+    }
+    m
 }
 
 fn core(c: i32) -> String {
@@ -226,7 +247,11 @@ pub fn stats_json(servers: &[ServerStats]) -> serde_json::Value {
             )
         })
         .collect();
-    serde_json::json!({ "servers": servers_json(servers), "totals": totals })
+    serde_json::json!({
+        "servers": servers_json(servers),
+        "totals": totals,
+        "counters": counters_total(servers),
+    })
 }
 
 /// `atoll status` for humans.

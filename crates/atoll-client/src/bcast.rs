@@ -41,6 +41,7 @@ pub fn getdents(
         return Ok((0, cookie));
     }
     let max_bytes = buf.len().min(u32::MAX as usize) as u32;
+    crate::counters::bump(&crate::counters::BROADCASTS);
     let mut sent = Vec::with_capacity(n - first);
     for si in first..n {
         let server = order(si);
@@ -134,6 +135,7 @@ pub fn all_ok<'a>(
             .map(|&s| lane.call(c, s, req(), ok))
             .collect();
     }
+    crate::counters::bump(&crate::counters::BROADCASTS);
     let sent: Vec<(usize, Result<u64>)> = servers
         .iter()
         .map(|&s| (s, lane.send(c, c.cred(), s, req())))

@@ -37,6 +37,8 @@ use std::collections::HashMap;
 use atoll_msg::ClientChannel;
 use atoll_proto::{name_hash, FileType, InodeId, Notice};
 
+use crate::counters;
+
 /// Entries kept before the cache starts over (bounds memory; a flush is
 /// always correct).
 const MAX_ENTRIES: usize = 64 * 1024;
@@ -47,7 +49,8 @@ struct Ent {
     ftype: FileType,
 }
 
-/// Counters of one process's cache (reported with `atoll status`).
+/// Counters of one cache (tests; `counters` reports process totals).
+#[cfg(test)]
 #[derive(Default, Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CacheCounters {
     pub hits: u64,
@@ -89,6 +92,7 @@ impl Guard<'_> {
     fn invalidate(&mut self, dir: InodeId, name: &[u8]) {
         self.0.gen.fetch_add(1, Ordering::AcqRel);
         self.0.invalidations.fetch_add(1, Ordering::Relaxed);
+        counters::bump(&counters::DCACHE_INVALIDATIONS);
         let key = (dir.0, name_hash(dir, name));
         if self.map().get(&key).is_some_and(|e| &*e.name == name) {
             self.map().remove(&key);
@@ -98,6 +102,7 @@ impl Guard<'_> {
     fn flush(&mut self) {
         self.0.gen.fetch_add(1, Ordering::AcqRel);
         self.0.flushes.fetch_add(1, Ordering::Relaxed);
+        counters::bump(&counters::DCACHE_FLUSHES);
         self.map().clear();
     }
 
@@ -161,12 +166,13 @@ impl DirCache {
             let e = g.map().get(&(dir.0, name_hash(dir, name)))?;
             (&*e.name == name).then_some((e.ino, e.ftype))
         });
-        let c = if hit.is_some() {
-            &self.hits
+        let (c, g) = if hit.is_some() {
+            (&self.hits, &counters::DCACHE_HITS)
         } else {
-            &self.misses
+            (&self.misses, &counters::DCACHE_MISSES)
         };
         c.fetch_add(1, Ordering::Relaxed);
+        counters::bump(g);
         hit
     }
 
@@ -198,6 +204,7 @@ impl DirCache {
         );
     }
 
+    #[cfg(test)]
     pub fn counters(&self) -> CacheCounters {
         CacheCounters {
             hits: self.hits.load(Ordering::Relaxed),

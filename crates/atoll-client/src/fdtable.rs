@@ -49,6 +49,15 @@ pub struct DescSlot {
     pub cookie: AtomicU64,
     /// Canonical path, kept for directories (fchdir, `*at` canon paths).
     path: AtomicPtr<Vec<u8>>,
+    /// Hybrid file descriptors (Hare §3.5.1): while `local`, the file
+    /// offset is `pos`, here, and the server's copy is stale; once the
+    /// description is shared with another process it moves to the server.
+    local: AtomicBool,
+    pos: AtomicU64,
+    /// Identity of the thread updating `pos`, 0 when free (read-modify-
+    /// write of the offset is atomic among this process's threads, as
+    /// Linux's `f_pos_lock`).
+    pos_owner: AtomicU64,
 }
 
 impl DescSlot {
@@ -63,6 +72,9 @@ impl DescSlot {
             ftype: AtomicU32::new(0),
             cookie: AtomicU64::new(0),
             path: AtomicPtr::new(core::ptr::null_mut()),
+            local: AtomicBool::new(false),
+            pos: AtomicU64::new(0),
+            pos_owner: AtomicU64::new(0),
         }
     }
 }
@@ -151,6 +163,51 @@ impl DescRef {
         // every reference (including this one) was dropped.
         (!p.is_null()).then(|| unsafe { (*p).as_slice() })
     }
+    /// Is the offset held here (hybrid fd, Hare §3.5.1)?
+    pub fn is_local(&self) -> bool {
+        self.s().local.load(Ordering::Acquire)
+    }
+    /// Take the offset into this process (a fresh description: the
+    /// server's offset is 0 and nobody else holds it).
+    pub fn make_local(&self) {
+        self.s().pos.store(0, Ordering::Relaxed);
+        self.s().local.store(true, Ordering::Release);
+    }
+    /// The local offset; meaningful under [`DescRef::lock_pos`] while
+    /// [`DescRef::is_local`].
+    pub fn pos(&self) -> &AtomicU64 {
+        &self.s().pos
+    }
+    /// The offset now lives on the server (the caller pushed it there).
+    pub fn set_shared(&self) {
+        self.s().local.store(false, Ordering::Release);
+    }
+    /// Serialize offset updates among this process's threads. A signal
+    /// handler re-entering on the thread that holds it proceeds unlocked
+    /// (it cannot wait for the code it interrupted).
+    pub fn lock_pos(&self) -> PosGuard<'_> {
+        thread_local! {
+            static ME: u8 = const { 0 };
+        }
+        let o = &self.s().pos_owner;
+        // The address of a thread-local is a cheap, non-zero thread id.
+        let me = ME.with(|m| m as *const u8 as u64);
+        let mut spins = 0u32;
+        loop {
+            match o.compare_exchange_weak(0, me, Ordering::Acquire, Ordering::Relaxed) {
+                Ok(_) => return PosGuard { owner: Some(o) },
+                Err(cur) if cur == me => return PosGuard { owner: None },
+                Err(_) => {
+                    spins += 1;
+                    if spins > 64 {
+                        std::thread::yield_now();
+                    } else {
+                        core::hint::spin_loop();
+                    }
+                }
+            }
+        }
+    }
     /// Another counted reference to the same description (dup, fork
     /// sharing bookkeeping).
     pub fn clone_ref(&self) -> DescRef {
@@ -164,6 +221,46 @@ impl DescRef {
         core::mem::forget(self);
         s
     }
+}
+
+/// Holds a description's offset lock (see [`DescRef::lock_pos`]).
+pub struct PosGuard<'a> {
+    owner: Option<&'a AtomicU64>,
+}
+
+impl Drop for PosGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(o) = self.owner {
+            o.store(0, Ordering::Release);
+        }
+    }
+}
+
+/// Every live description whose offset is held here, as a counted
+/// reference (to move the offsets to the servers before sharing).
+pub fn local_descs() -> Vec<DescRef> {
+    let mut v = Vec::new();
+    for (slot, s) in DESCS.iter().enumerate() {
+        if s.state.load(Ordering::Acquire) != LIVE || !s.local.load(Ordering::Acquire) {
+            continue;
+        }
+        // Take a reference only while the slot is still live (n → n+1
+        // with n > 0), as `get` does.
+        let mut n = s.refs.load(Ordering::Acquire);
+        while n > 0 {
+            match s
+                .refs
+                .compare_exchange_weak(n, n + 1, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => {
+                    v.push(DescRef { slot });
+                    break;
+                }
+                Err(m) => n = m,
+            }
+        }
+    }
+    v
 }
 
 /// The closer run when a description's last reference goes: sends
@@ -230,6 +327,9 @@ pub fn alloc(info: DescInfo) -> Option<DescRef> {
             .path
             .map_or(core::ptr::null_mut(), |p| Box::into_raw(Box::new(p)));
         s.path.store(p, Ordering::Release);
+        s.local.store(false, Ordering::Relaxed);
+        s.pos.store(0, Ordering::Relaxed);
+        s.pos_owner.store(0, Ordering::Relaxed);
         s.refs.store(1, Ordering::Release);
         return Some(DescRef { slot });
     }

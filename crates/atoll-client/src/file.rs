@@ -213,22 +213,35 @@ pub fn open(
         };
         let (desc, attr) = match r {
             R::Opened(d, a) => (d, a),
-            R::Entry(ino, ftype) => {
-                if ftype == FileType::Symlink {
-                    return err(libc::ELOOP);
+            R::Entry(mut ino, mut ftype) => {
+                // The entry names an inode on another server: open it
+                // there. If a rename replaced the entry in between and the
+                // inode is gone, ask the entry's server again, as Linux's
+                // lookup would have found the new inode.
+                let mut stale_retries = 8;
+                loop {
+                    if ftype == FileType::Symlink {
+                        return err(libc::ELOOP);
+                    }
+                    if creat && flags & libc::O_EXCL as u32 != 0 {
+                        return err(libc::EEXIST);
+                    }
+                    if oflags & libc::O_DIRECTORY as u32 != 0 && ftype != FileType::Directory {
+                        return err(libc::ENOTDIR);
+                    }
+                    let plain = oflags & !(libc::O_CREAT | libc::O_EXCL) as u32;
+                    match open_inode(c, lane, ino, plain) {
+                        Err(Error::Errno(libc::ENOENT)) if stale_retries > 0 => {
+                            stale_retries -= 1;
+                            match call()? {
+                                R::Entry(i, f) => (ino, ftype) = (i, f),
+                                R::Opened(d, a) => break (d, a),
+                                R::Symlink(_) => return err(libc::ENOENT),
+                            }
+                        }
+                        r => break r?,
+                    }
                 }
-                if creat && flags & libc::O_EXCL as u32 != 0 {
-                    return err(libc::EEXIST);
-                }
-                if oflags & libc::O_DIRECTORY as u32 != 0 && ftype != FileType::Directory {
-                    return err(libc::ENOTDIR);
-                }
-                open_inode(
-                    c,
-                    lane,
-                    ino,
-                    oflags & !(libc::O_CREAT | libc::O_EXCL) as u32,
-                )?
             }
             R::Symlink(t) => {
                 if let Some(h) = w.follow_final(t.as_bytes(), last.trailing_slash)? {

@@ -27,6 +27,7 @@ use core::sync::atomic::Ordering;
 
 use atoll_proto::{FileType, Reply, Request};
 
+use crate::counters;
 use crate::error::{err, Error, Result};
 use crate::fdtable::{self, DescRef};
 use crate::file;
@@ -58,6 +59,7 @@ pub fn read(c: &Client, lane: &Lane, d: &DescRef, buf: &mut [u8]) -> Option<Resu
     if !d.is_local() {
         return None;
     }
+    counters::bump(&counters::LOCAL_OFFSET_OPS);
     let at = d.pos().load(Ordering::Relaxed);
     let r = file::read_id(c, lane, d.desc(), buf, Some(at));
     if let Ok(n) = r {
@@ -87,6 +89,7 @@ pub fn write(
         }
         return None;
     }
+    counters::bump(&counters::LOCAL_OFFSET_OPS);
     let at = d.pos().load(Ordering::Relaxed);
     let r = f(at);
     if let Ok(n) = r {
@@ -106,6 +109,7 @@ pub fn seek(c: &Client, lane: &Lane, d: &DescRef, offset: i64, whence: u32) -> O
     if !d.is_local() {
         return None;
     }
+    counters::bump(&counters::LOCAL_OFFSET_OPS);
     let cur = d.pos().load(Ordering::Relaxed) as i64;
     let new = match whence as i32 {
         libc::SEEK_SET => Ok(offset),
@@ -138,6 +142,7 @@ pub fn seek(c: &Client, lane: &Lane, d: &DescRef, offset: i64, whence: u32) -> O
 
 /// Move one local offset to the server (caller holds the offset lock).
 fn push(c: &Client, lane: &Lane, d: &DescRef) -> Result<()> {
+    counters::bump(&counters::OFFSETS_SHARED);
     let desc = d.desc();
     let pos = d.pos().load(Ordering::Relaxed);
     let r = lane.call(

@@ -310,6 +310,7 @@ fn rmdir_at(c: &Client, lane: &Lane, w: &Walker, last: &Last) -> Result<Out> {
         unlink_entry(c, lane, w.dir, name, UnlinkKind::Directory, Some(ino))?;
         return Ok(Out::Done(0));
     }
+    crate::counters::bump(&crate::counters::THREE_PHASE_RMDIRS);
     let mut marked = Vec::with_capacity(servers.len());
     let mut failure = None;
     // Phase 1: the home server, alone (serialization point).
@@ -317,20 +318,13 @@ fn rmdir_at(c: &Client, lane: &Lane, w: &Walker, last: &Last) -> Result<Out> {
         Ok(()) => marked.push(servers[0]),
         Err(e) => failure = Some(e),
     }
-    // Phase 2: the others, in parallel (directory broadcast).
+    // Phase 2: the others, in parallel (directory broadcast, Hare §3.7.3;
+    // one by one `--without broadcast`).
     if failure.is_none() {
-        let mut ids = Vec::new();
-        for &s in &servers[1..] {
-            ids.push((
-                s,
-                lane.send(c, c.cred(), s, Request::MarkRmdir { dir: ino })?,
-            ));
-        }
-        for (s, id) in ids {
-            match lane.recv(c, s, id, |r| match r {
-                Reply::Ok => Ok(()),
-                _ => Err(Error::Protocol("MarkRmdir")),
-            }) {
+        let rest = &servers[1..];
+        let results = crate::bcast::all_ok(c, lane, rest, || Request::MarkRmdir { dir: ino });
+        for (&s, r) in rest.iter().zip(results) {
+            match r {
                 Ok(()) => marked.push(s),
                 Err(e) => {
                     if failure.is_none() {
@@ -709,12 +703,18 @@ fn cross_server_rename(
                 ftype: FileType,
                 server: usize|
      -> Result<Option<(InodeId, FileType)>> {
+        // A distributed directory's entries are on every server, so a
+        // server that does not own it cannot tell its old name's removal
+        // (second half of the move) from an rmdir: let `mv` copy instead.
+        // TODO(atoll): an explicit "moving" flag on `Unlink`.
+        if ftype == FileType::Directory && ino.is_distributed() {
+            return err(libc::EXDEV);
+        }
         if ino.owner() != server {
             match lane.call(c, ino.owner(), Request::Ref { ino }, |_| Ok(())) {
-                // The owner refuses to count a second name of a directory:
+                // The owner counts a second name of a directory only for
+                // one move at a time: if another move of it is under way,
                 // report EXDEV, so that `mv` and friends copy instead.
-                // TODO(atoll): needs the server to accept `Ref` of a
-                // directory being moved.
                 Err(Error::Errno(e)) if e == libc::EPERM && ftype == FileType::Directory => {
                     return err(libc::EXDEV)
                 }
@@ -809,7 +809,7 @@ fn cross_server_rename(
             }
         }
         Err(e) => {
-            let _ = unlink_entry(c, lane, dir2, n2, UnlinkKind::NonDirectory, Some(ino1));
+            let _ = unlink_entry(c, lane, dir2, n2, kind, Some(ino1));
             return Err(e);
         }
     }
@@ -940,11 +940,10 @@ pub fn readlink(
     Ok(Out::Done(n as i64))
 }
 
-/// Cookie of a distributed directory: server index in the top byte, the
-/// server's own cookie below (Hare §3.7.3 broadcast, one server at a time
-/// so positions are stable for telldir/seekdir).
-const SRV_SHIFT: u32 = 56;
-const SRV_MASK: u64 = (1 << SRV_SHIFT) - 1;
+// Cookie of a distributed directory: server index in the top byte, the
+// server's own cookie below, so positions are stable for telldir/seekdir
+// whether the servers are read one at a time or by broadcast (Hare §3.7.3).
+use crate::bcast::{SRV_MASK, SRV_SHIFT};
 
 /// `getdents64(fd, buf, count)` on an atoll directory.
 #[inline(never)]
@@ -963,6 +962,13 @@ pub fn getdents64(c: &Client, lane: &Lane, d: &DescRef, buf: &mut [u8]) -> Resul
         if let Some(nx) = next {
             d.cookie().store(nx, core::sync::atomic::Ordering::Relaxed);
         }
+        return Ok(n as i64);
+    }
+    if crate::bcast::enabled(c) {
+        // Directory broadcast (Hare §3.7.3): all servers at once.
+        let (n, next) = crate::bcast::getdents(c, lane, dir, cookie, buf, |i| order(c, dir, i))?;
+        d.cookie()
+            .store(next, core::sync::atomic::Ordering::Relaxed);
         return Ok(n as i64);
     }
     let mut si = (cookie >> SRV_SHIFT) as usize;

@@ -12,10 +12,9 @@
 //! one message can both find and act on it (`Open`, `MakeNode`, `Unlink`:
 //! Hare §3.7.4 coalescing), or resolved here ([`Walker::node`]).
 //!
-//! No lookup cache yet: every walk asks the servers, which is always
-//! correct. `canon` tracks the canonical path of the current directory
+//! Lookups go through the directory-lookup cache (`dcache`, Hare §3.7.2)
+//! unless `--without dir-cache`. `canon` tracks the canonical path of the current directory
 //! (what `getcwd` reports after a `chdir` there).
-// TODO(atoll): per-process lookup cache with server invalidations (issue 4).
 
 use atoll_proto::{entry_server, FileType, InodeId, Reply, Request, ROOT};
 
@@ -171,18 +170,36 @@ impl<'a> Walker<'a> {
         self.c.mount.len()
     }
 
-    /// `Lookup` of one component in `dir` (Hare RESOLVE).
+    /// `Lookup` of one component in `dir` (Hare RESOLVE), answered from
+    /// the directory-lookup cache when it holds the name (Hare §3.7.1; see
+    /// `dcache` for why a hit is never stale).
     pub fn lookup(&self, dir: InodeId, name: &[u8]) -> Result<(InodeId, FileType)> {
+        let special = is_dotdot(name) || is_dot(name);
+        let dc = if special { None } else { self.c.dcache() };
+        let mut gen = 0;
+        if let Some(dc) = dc {
+            let s = self.c.session();
+            if let Some(hit) = dc.get(s.channels(), dir, name) {
+                return Ok(hit);
+            }
+            gen = dc.generation();
+        }
         let server = if is_dotdot(name) {
             dir.home()
         } else {
             entry_server(dir, name, self.c.nservers)
         };
-        self.lane
+        let (ino, ftype) = self
+            .lane
             .call(self.c, server, Request::Lookup { dir, name }, |r| match r {
                 Reply::Entry { ino, ftype } => Ok((ino, ftype)),
                 _ => Err(Error::Protocol("Lookup")),
-            })
+            })?;
+        if let Some(dc) = dc {
+            dc.insert(gen, dir, name, ino, ftype);
+            crate::counters::maybe_report(self.c, self.lane);
+        }
+        Ok((ino, ftype))
     }
 
     fn dotdot(&mut self) -> Result<()> {

@@ -627,6 +627,37 @@ pub enum Request<'a> {
     PipeHeader {
         desc: DescId,
     },
+
+    // ---- statistics ----
+    /// Any server. Add a client's event counts (Hare §5.4 techniques seen
+    /// only by clients) to this server's `ServerStats::counters`. → `Ok`
+    ClientCounters(ClientCounters),
+}
+
+/// Events only a client sees, reported with [`Request::ClientCounters`]
+/// as deltas since its last report.
+#[derive(Serialize, Deserialize, Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct ClientCounters {
+    /// Lookups answered by the directory-lookup cache (Hare §3.7.1).
+    pub dcache_hits: u64,
+    /// Lookups sent to a server although the cache was on.
+    pub dcache_misses: u64,
+    /// Invalidation notices applied (Hare §3.7.2).
+    pub dcache_invalidations: u64,
+    /// Whole-cache flushes (inbox overflow).
+    pub dcache_flushes: u64,
+    /// Directory broadcasts: getdents or rmdir marks sent to all servers
+    /// at once (Hare §3.7.3).
+    pub broadcasts: u64,
+    /// Three-phase rmdirs (Hare §3.4.1).
+    pub three_phase_rmdirs: u64,
+    /// Reads, writes and seeks served with a client-held offset (Hare
+    /// §3.5.1).
+    pub local_offset_ops: u64,
+    /// Offsets moved to a server because a description got shared.
+    pub offsets_shared: u64,
+    /// Opens done with separate messages (`--without coalescing`).
+    pub uncoalesced_opens: u64,
 }
 
 /// One run of buffer-cache blocks backing part of a file.

@@ -160,6 +160,7 @@ impl Instance {
                     nblocks: count as u32,
                     root_owner: owner,
                     core: pin.map_or(-1, |c| c as i32),
+                    track_lookups: !config.without.dir_cache,
                 },
                 poll,
                 pin,

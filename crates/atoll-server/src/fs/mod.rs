@@ -175,7 +175,7 @@ const OP_NAMES: [&str; 42] = [
     "GetLock",
     "StatFs",
     "Stats",
-    "",
+    "ClientCounters",
     "",
     "",
     "",
@@ -222,6 +222,7 @@ fn op_index(req: &Request<'_>) -> usize {
         GetLock { .. } => 33,
         StatFs => 34,
         Stats => 35,
+        ClientCounters(_) => 36,
         Pipe { .. } => 40,
         PipeHeader { .. } => 41,
     }
@@ -261,6 +262,8 @@ pub struct FileServer<S> {
     ops: [(u64, u64); OP_NAMES.len()],
     /// Who cached which entry held here (Hare §3.7.2).
     track: track::Tracker,
+    /// Sums of what clients reported (`Request::ClientCounters`).
+    client_counters: atoll_proto::ClientCounters,
 }
 
 impl<S: BlockStore> FileServer<S> {
@@ -280,6 +283,7 @@ impl<S: BlockStore> FileServer<S> {
             bad_requests: 0,
             ops: [(0, 0); OP_NAMES.len()],
             track: track::Tracker::new(cfg.track_lookups),
+            client_counters: Default::default(),
             cfg,
         };
         if fs.cfg.index == ROOT.owner() {
@@ -357,22 +361,36 @@ impl<S: BlockStore> FileServer<S> {
             pipes: self.pipe_stats().0,
             pipe_bytes: self.pipe_stats().1,
             pipe_ops: self.pipe_stats().2,
-            ..ServerStats::default()
         }
     }
 
     /// Named counters of the Hare techniques (see `ServerStats::counters`).
     fn counters(&self) -> Vec<(String, u64)> {
         let t = &self.track;
-        if !t.enabled() {
-            return Vec::new();
+        let k = &self.client_counters;
+        let mut v: Vec<(String, u64)> = Vec::new();
+        if t.enabled() {
+            v.push(("dcache.lookups_tracked".into(), t.recorded));
+            v.push(("dcache.invalidations_sent".into(), t.invalidations));
+            v.push(("dcache.changes_invalidating".into(), t.changes_invalidating));
+            v.push(("dcache.names_tracked".into(), t.tracked()));
         }
-        vec![
-            ("dcache.lookups_tracked".into(), t.recorded),
-            ("dcache.invalidations_sent".into(), t.invalidations),
-            ("dcache.changes_invalidating".into(), t.changes_invalidating),
-            ("dcache.names_tracked".into(), t.tracked()),
-        ]
+        for (name, n) in [
+            ("dcache.hits", k.dcache_hits),
+            ("dcache.misses", k.dcache_misses),
+            ("dcache.invalidations_applied", k.dcache_invalidations),
+            ("dcache.flushes", k.dcache_flushes),
+            ("broadcasts", k.broadcasts),
+            ("rmdir.three_phase", k.three_phase_rmdirs),
+            ("hybrid_fd.local_ops", k.local_offset_ops),
+            ("hybrid_fd.offsets_shared", k.offsets_shared),
+            ("coalescing.uncoalesced_opens", k.uncoalesced_opens),
+        ] {
+            if n > 0 {
+                v.push((name.into(), n));
+            }
+        }
+        v
     }
 
     /// Directory-cache invalidations to deliver before the reply to the
@@ -505,7 +523,11 @@ impl<S: BlockStore> FileServer<S> {
             }
             Q::Ref { ino } => {
                 let i = self.inode_mut(ino)?;
-                if i.ftype == FileType::Directory {
+                // A directory gets a second name only for the moment of a
+                // client-coordinated cross-server move (`Link` new name,
+                // `Unlink` old name, Hare §6.2.3); never a third, so no
+                // directory hard links.
+                if i.ftype == FileType::Directory && i.links != 1 {
                     return Err(Errno::EPERM);
                 }
                 if i.links == 0 {
@@ -618,6 +640,19 @@ impl<S: BlockStore> FileServer<S> {
             Q::Stats => Ok(Reply::Stats(self.stats())),
             Q::Pipe { flags } => self.pipe_create(session, who, flags),
             Q::PipeHeader { desc } => self.pipe_header(session, desc),
+            Q::ClientCounters(k) => {
+                let t = &mut self.client_counters;
+                t.dcache_hits += k.dcache_hits;
+                t.dcache_misses += k.dcache_misses;
+                t.dcache_invalidations += k.dcache_invalidations;
+                t.dcache_flushes += k.dcache_flushes;
+                t.broadcasts += k.broadcasts;
+                t.three_phase_rmdirs += k.three_phase_rmdirs;
+                t.local_offset_ops += k.local_offset_ops;
+                t.offsets_shared += k.offsets_shared;
+                t.uncoalesced_opens += k.uncoalesced_opens;
+                Ok(Reply::Ok)
+            }
         }
     }
 

@@ -185,8 +185,8 @@ mod tests {
                 other => panic!("{other:?}"),
             }
         };
-        let x = create(&mut fs, b"x");
-        create(&mut fs, b"y");
+        create(&mut fs, b"x");
+        let y = create(&mut fs, b"y");
         create(&mut fs, b"z");
         let mut out = Vec::new();
         let mut lookup = |fs: &mut FileServer<MemStore>, s: SessionId, name: &[u8]| {
@@ -233,7 +233,7 @@ mod tests {
             Request::Link {
                 dir: ROOT,
                 name: b"z",
-                ino: x,
+                ino: y,
                 ftype: FileType::Regular,
                 replace: true,
             },

@@ -1,0 +1,109 @@
+//! Events of the Hare techniques that only a client sees (cache hits,
+//! broadcasts, client-held offsets, …), counted in process-wide atomics and
+//! reported to server 0 as deltas (`Request::ClientCounters`) when the
+//! process exits through `exit`, before `execve` hands over, and every few
+//! thousand events, so `atoll status` / `--stats-json` can show them.
+//! A forked child starts from zero (its parent reports what came before).
+
+use core::sync::atomic::{AtomicU64, Ordering};
+
+use atoll_proto::{ClientCounters, Request};
+
+use crate::session::{Client, Lane};
+
+pub static DCACHE_HITS: AtomicU64 = AtomicU64::new(0);
+pub static DCACHE_MISSES: AtomicU64 = AtomicU64::new(0);
+pub static DCACHE_INVALIDATIONS: AtomicU64 = AtomicU64::new(0);
+pub static DCACHE_FLUSHES: AtomicU64 = AtomicU64::new(0);
+pub static BROADCASTS: AtomicU64 = AtomicU64::new(0);
+pub static THREE_PHASE_RMDIRS: AtomicU64 = AtomicU64::new(0);
+pub static LOCAL_OFFSET_OPS: AtomicU64 = AtomicU64::new(0);
+pub static OFFSETS_SHARED: AtomicU64 = AtomicU64::new(0);
+pub static UNCOALESCED_OPENS: AtomicU64 = AtomicU64::new(0);
+
+/// Events since the last report that trigger a report on their own.
+const REPORT_EVERY: u64 = 4096;
+
+static PENDING: AtomicU64 = AtomicU64::new(0);
+static REPORTED: [AtomicU64; 9] = [const { AtomicU64::new(0) }; 9];
+
+fn all() -> [&'static AtomicU64; 9] {
+    [
+        &DCACHE_HITS,
+        &DCACHE_MISSES,
+        &DCACHE_INVALIDATIONS,
+        &DCACHE_FLUSHES,
+        &BROADCASTS,
+        &THREE_PHASE_RMDIRS,
+        &LOCAL_OFFSET_OPS,
+        &OFFSETS_SHARED,
+        &UNCOALESCED_OPENS,
+    ]
+}
+
+/// Count one event; returns true when a report is due.
+pub fn bump(c: &AtomicU64) -> bool {
+    c.fetch_add(1, Ordering::Relaxed);
+    PENDING.fetch_add(1, Ordering::Relaxed) + 1 >= REPORT_EVERY
+}
+
+/// Report if enough events piled up since the last report.
+pub fn maybe_report(c: &Client, lane: &Lane) {
+    if PENDING.load(Ordering::Relaxed) >= REPORT_EVERY {
+        report(c, lane);
+    }
+}
+
+/// Take the deltas since the last report.
+fn take() -> ClientCounters {
+    PENDING.store(0, Ordering::Relaxed);
+    let mut d = [0u64; 9];
+    for (i, c) in all().iter().enumerate() {
+        let now = c.load(Ordering::Relaxed);
+        let before = REPORTED[i].swap(now, Ordering::Relaxed);
+        d[i] = now.saturating_sub(before);
+    }
+    ClientCounters {
+        dcache_hits: d[0],
+        dcache_misses: d[1],
+        dcache_invalidations: d[2],
+        dcache_flushes: d[3],
+        broadcasts: d[4],
+        three_phase_rmdirs: d[5],
+        local_offset_ops: d[6],
+        offsets_shared: d[7],
+        uncoalesced_opens: d[8],
+    }
+}
+
+/// Send what was counted since the last report to server 0.
+pub fn report(c: &Client, lane: &Lane) {
+    let k = take();
+    if k != ClientCounters::default() {
+        let _ = lane.call_ok(c, 0, Request::ClientCounters(k));
+    }
+}
+
+/// Report with a lane of its own (process exit).
+pub fn report_now() {
+    if let Some(c) = crate::session::client() {
+        if let Ok(lane) = c.lane() {
+            report(c, &lane);
+        }
+    }
+}
+
+/// In a forked child: what the parent counted is the parent's to report.
+pub fn forget() {
+    take();
+}
+
+extern "C" fn at_exit() {
+    report_now();
+}
+
+/// Report at `exit` (once per image).
+pub fn install_exit_report() {
+    // SAFETY: registering a plain `extern "C" fn()` with no captured state.
+    unsafe { libc::atexit(at_exit) };
+}

@@ -74,6 +74,7 @@ pub fn spawn(spec: &ExecSpec, fds: Vec<OwnedFd>, core: usize) -> Result<Started,
     // (the index is checked against its size).
     let mut cpus: libc::cpu_set_t = unsafe { core::mem::zeroed() };
     if core < libc::CPU_SETSIZE as usize {
+        // SAFETY: `core` is below CPU_SETSIZE, inside `cpus`.
         unsafe { libc::CPU_SET(core, &mut cpus) };
     }
     let mut ep = [0i32; 2];

@@ -389,3 +389,34 @@ fn a_remote_program_keeps_the_callers_state() {
     );
     assert!(out.contains("via6"), "{out}");
 }
+
+#[test]
+fn every_policy_runs_programs_and_reports_their_end() {
+    for policy in ["random", "least-loaded", "round-robin", "local"] {
+        let dir = tempfile::tempdir().unwrap();
+        let stats = dir.path().join("s.json");
+        let out = run_in_atoll(
+            &[
+                "--placement",
+                policy,
+                "--stats-json",
+                stats.to_str().unwrap(),
+            ],
+            r#"for i in 1 2 3 4 5 6; do bash -c 'exit 3'; done; echo "exit $?"
+            sh -c 'kill -TERM $$'; echo "term $?"
+            echo piped | tr a-z A-Z | cat"#,
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "exit 3\nterm 143\nPIPED\n",
+            "{policy}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let total: u64 = per_core(&stats).iter().map(|(_, n)| n).sum();
+        if policy == "local" {
+            assert_eq!(total, 0, "local never asks a server");
+        } else {
+            assert!(total >= 9, "{policy}: {:?}", per_core(&stats));
+        }
+    }
+}

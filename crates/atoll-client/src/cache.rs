@@ -8,10 +8,8 @@
 //! out-of-bounds access.
 //!
 //! Coherence: on coherent hardware close-to-open consistency needs no
-//! flush (Hare §3.3.1); the incoherent emulation mode is not implemented
-//! in the client yet.
-// TODO(atoll): incoherent emulation (private copies, write back on
-// close/fsync, invalidate on open) when `InstanceInfo.incoherent` is set.
+//! flush (Hare §3.3.1); `--incoherent` goes through the private copies of
+//! `crate::incoherent`, which uses these routines to copy whole blocks.
 
 use atoll_msg::SharedRegion;
 use atoll_proto::{Extent, BLOCK_SIZE};

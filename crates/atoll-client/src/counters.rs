@@ -99,6 +99,9 @@ pub fn forget() {
 }
 
 extern "C" fn at_exit() {
+    if let Some(c) = crate::session::client() {
+        crate::incoherent::write_back(c);
+    }
     report_now();
 }
 

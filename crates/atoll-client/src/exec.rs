@@ -510,6 +510,7 @@ fn hand_over(c: &Client, lane: &Lane) -> Result<(Option<OwnedFd>, String)> {
     // The new image finds the offsets on the servers (Hare §3.5.1).
     crate::hybrid::share_all(c, lane);
     crate::counters::report(c, lane);
+    crate::incoherent::write_back(c);
     let mut st = State {
         cwd: c.cwd().map(|w| (w.path.clone(), Some(w.ino.0))),
         fds: Vec::new(),

@@ -49,6 +49,8 @@ pub fn new_fd(c: &Client, info: DescInfo, cloexec: bool) -> Result<i64> {
         return err(libc::ENFILE);
     };
     crate::hybrid::adopt(c, &r);
+    // Close-to-open (Hare §3.3.1): see what others wrote back.
+    crate::incoherent::invalidate(c);
     let cmd = if cloexec {
         libc::F_DUPFD_CLOEXEC
     } else {
@@ -77,6 +79,8 @@ pub fn new_fd(c: &Client, info: DescInfo, cloexec: bool) -> Result<i64> {
 /// close is *posted* (no round trip) unless the process ever took a lock,
 /// whose release must be ordered before the program's next step.
 pub fn close_desc(c: &Client, desc: DescId, _ino: InodeId) {
+    // Close-to-open (Hare §3.3.1): data goes back before the description.
+    crate::incoherent::write_back(c);
     if let Ok(lane) = c.lane() {
         let req = Request::Close { desc };
         if c.any_locks.load(core::sync::atomic::Ordering::Relaxed) {
@@ -344,7 +348,7 @@ pub fn read_id(
                 },
                 |at, len, e| {
                     let n = (len as usize).min(want);
-                    ok = cache::copy_out_one(&c.cache, &e, at, &mut dst[..n]).is_some();
+                    ok = crate::incoherent::copy_out(c, &e, at, &mut dst[..n]).is_some();
                     ok
                 },
             )?;
@@ -418,7 +422,7 @@ pub fn write_desc(
                 },
                 |at, len, e| {
                     let n = (len as usize).min(want);
-                    match cache::copy_in_one(&c.cache, &e, at, &chunk[..n]) {
+                    match crate::incoherent::copy_in(c, &e, at, &chunk[..n]) {
                         Some(k) => {
                             covered += k;
                             true
@@ -659,6 +663,7 @@ pub fn close(c: &Client, lane: &Lane, fd: i64) -> Result<i64> {
         return err(libc::EBADF);
     };
     drop_posix_locks(c, lane, &d);
+    crate::incoherent::write_back(c);
     sys::close(fd as i32);
     drop(d);
     Ok(0)

@@ -13,6 +13,8 @@
 //!     directories, cwd), `exec` + `state` (exec hand-over);
 //!   * `dcache` — directory-lookup cache fed by server invalidations
 //!     (Hare §3.7.2);
+//!   * `incoherent` — private block copies for `--incoherent` (Hare
+//!     §3.3.1 close-to-open on non-coherent hardware);
 //!   * `sys` and `cache` — the only `unsafe`: raw syscalls, program
 //!     memory, buffer-cache copies;
 //! * below: `atoll-proto` (typed messages) over `atoll-msg` (shared-memory
@@ -40,6 +42,7 @@ mod fast;
 mod fdtable;
 mod file;
 mod hybrid;
+mod incoherent;
 mod meta;
 mod ns;
 pub mod path;
@@ -879,8 +882,10 @@ fn run(c: &'static Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
         }
         SYS_fsync | SYS_fdatasync | SYS_syncfs | SYS_sync_file_range | SYS_fadvise64
         | SYS_readahead => {
-            // Coherent buffer cache: nothing to write back (Hare §3.3.1).
+            // Coherent buffer cache: nothing to write back (Hare §3.3.1);
+            // the incoherent emulation writes its private copies back.
             if fdtable::is_atoll(fd0) {
+                incoherent::write_back(c);
                 done(0)
             } else {
                 Ok(Out::Host)

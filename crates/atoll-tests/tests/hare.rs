@@ -35,6 +35,8 @@ const MODES: &[&[&str]] = &[
         "--without",
         "coalescing",
     ],
+    &["--servers", "1", "--incoherent"],
+    &["--servers", "3", "--distribute", "all", "--incoherent"],
 ];
 
 fn in_atoll(opts: &[&str], script: &str) -> String {
@@ -328,4 +330,40 @@ rm -r d
     );
     assert!(k["broadcasts"].as_u64().unwrap_or(0) > 0, "{k}");
     assert!(k["rmdir.three_phase"].as_u64().unwrap_or(0) > 0, "{k}");
+}
+
+/// Incoherent emulation (Hare §3.3.1): close-to-open holds, and a reader
+/// that keeps its file open may see old data (its private copy), while on
+/// coherent memory it sees the new bytes at once.
+#[test]
+fn close_to_open_on_incoherent_memory() {
+    atoll_tests::require("python3");
+    let script = r#"
+cd "$ROOT"
+python3 - <<'EOF'
+import os
+p = os.path.join(os.environ["ROOT"], "f")
+with open(p, "w") as f:
+    f.write("old\n")
+fd = os.open(p, os.O_RDONLY)
+print("first", os.pread(fd, 100, 0).decode().strip(), flush=True)
+os.system("printf NEW | dd of=f conv=notrunc status=none")
+print("kept open", os.pread(fd, 100, 0).decode().strip(), flush=True)
+fd2 = os.open(p, os.O_RDONLY)
+print("reopened", os.pread(fd2, 100, 0).decode().strip(), flush=True)
+EOF
+cat f
+"#;
+    let coherent = in_atoll(&["--servers", "2"], script);
+    assert_eq!(coherent, "first old\nkept open NEW\nreopened NEW\nNEW\n");
+    for opts in [
+        &["--servers", "2", "--incoherent"][..],
+        &["--servers", "1", "--incoherent", "--without", "hybrid-fd"][..],
+    ] {
+        let out = in_atoll(opts, script);
+        assert_eq!(
+            out, "first old\nkept open old\nreopened NEW\nNEW\n",
+            "{opts:?}"
+        );
+    }
 }

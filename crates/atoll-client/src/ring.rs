@@ -55,7 +55,7 @@ impl Ring {
     }
 
     pub fn word(&self, off: usize) -> &AtomicU32 {
-        debug_assert!(off % 4 == 0 && off + 4 <= BLOCK_SIZE);
+        debug_assert!(off.is_multiple_of(4) && off + 4 <= BLOCK_SIZE);
         // SAFETY: the header block is inside the mapping (checked in `at`),
         // `off` is a fixed, 4-aligned header offset below BLOCK_SIZE, and
         // blocks are page-aligned. Every process uses these words only
@@ -64,7 +64,7 @@ impl Ring {
     }
 
     pub fn word64(&self, off: usize) -> &AtomicU64 {
-        debug_assert!(off % 8 == 0 && off + 8 <= BLOCK_SIZE);
+        debug_assert!(off.is_multiple_of(8) && off + 8 <= BLOCK_SIZE);
         // SAFETY: as `word`, 8-aligned.
         unsafe { &*(self.base.add(self.header + off) as *const AtomicU64) }
     }
@@ -76,28 +76,57 @@ impl Ring {
 
     /// Take the ring lock (Drepper's three-state futex mutex). The caller
     /// blocks signals first, so a handler on this thread can never wait
-    /// for a lock its own thread holds.
+    /// for a lock its own thread holds. The holder's thread id goes to
+    /// `OWNER`: a waiter that sleeps long checks it and takes the lock
+    /// back from a holder killed in its critical section (the ring stays
+    /// consistent: `HEAD`/`TAIL` move only after the copy).
     pub fn lock(&self) {
         let w = self.word(hdr::LOCK);
-        if w.compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
-            .is_ok()
-        {
-            return;
-        }
+        let me = || {
+            // SAFETY: gettid takes no arguments.
+            let tid = unsafe { sys::sc(libc::SYS_gettid, 0, 0, 0, 0) } as u32;
+            self.word(hdr::OWNER).store(tid, Ordering::Relaxed);
+        };
         for _ in 0..100 {
-            core::hint::spin_loop();
             if w.compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
                 .is_ok()
             {
-                return;
+                return me();
+            }
+            core::hint::spin_loop();
+        }
+        let patience = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 50_000_000,
+        };
+        while w.swap(2, Ordering::Acquire) != 0 {
+            if self.futex_wait(hdr::LOCK, 2, Some(&patience)) == -(libc::ETIMEDOUT as i64) {
+                self.recover();
             }
         }
-        while w.swap(2, Ordering::Acquire) != 0 {
-            self.futex_wait(hdr::LOCK, 2, None);
+        me()
+    }
+
+    /// The lock was held for long: if its holder no longer exists, free it.
+    fn recover(&self) {
+        let owner = self.word(hdr::OWNER).load(Ordering::Relaxed);
+        if owner == 0 {
+            return;
+        }
+        // SAFETY: signal 0 only checks that the thread exists.
+        let r = unsafe { sys::sc(libc::SYS_kill, owner as u64, 0, 0, 0) };
+        if r == -(libc::ESRCH as i64)
+            && self
+                .word(hdr::OWNER)
+                .compare_exchange(owner, 0, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        {
+            self.word(hdr::LOCK).store(0, Ordering::Release);
         }
     }
 
     pub fn unlock(&self) {
+        self.word(hdr::OWNER).store(0, Ordering::Relaxed);
         let w = self.word(hdr::LOCK);
         if w.swap(0, Ordering::Release) == 2 {
             self.wake(hdr::LOCK, 1);
@@ -180,5 +209,78 @@ impl Ring {
             done += n;
             pos += n as u64;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A cache of 8 blocks with a ring whose header is block 5 and whose
+    /// data blocks are 3 and 1 (out of order, as a server may hand out).
+    fn setup() -> (std::os::fd::OwnedFd, SharedRegion) {
+        let (fd, cache) = SharedRegion::create("atoll-ring-test", 8 * BLOCK_SIZE).unwrap();
+        let r = Ring {
+            base: cache.as_ptr(),
+            header: 5 * BLOCK_SIZE,
+            blocks: [0; hdr::MAX_DATA_BLOCKS],
+            nblocks: 0,
+        };
+        r.word(hdr::NBLOCKS).store(2, Ordering::Relaxed);
+        r.word(hdr::BLOCKS).store(3, Ordering::Relaxed);
+        r.word(hdr::BLOCKS + 4).store(1, Ordering::Relaxed);
+        (fd, cache)
+    }
+
+    #[test]
+    fn headers_outside_the_cache_are_refused() {
+        let (_fd, cache) = setup();
+        assert!(Ring::at(&cache, 8).is_none());
+        assert!(Ring::at(&cache, 0).is_none(), "no data blocks");
+        let r = Ring::at(&cache, 5).unwrap();
+        r.word(hdr::BLOCKS + 4).store(99, Ordering::Relaxed);
+        assert!(Ring::at(&cache, 5).is_none(), "data block out of range");
+    }
+
+    #[test]
+    fn copies_wrap_around_the_ring_across_blocks() {
+        let (_fd, cache) = setup();
+        let r = Ring::at(&cache, 5).unwrap();
+        assert_eq!(r.capacity(), 2 * BLOCK_SIZE as u64);
+        let data: Vec<u8> = (0..6000u32).map(|i| (i % 251) as u8).collect();
+        // Start near the end so the copy wraps to the first block.
+        let start = 2 * BLOCK_SIZE as u64 - 100 + 10 * r.capacity();
+        r.copy_in(start, &data);
+        let mut back = vec![0u8; data.len()];
+        r.copy_out(start, &mut back);
+        assert_eq!(back, data);
+        // The first 100 bytes landed at the end of block 1 (second data block).
+        let mut tail = [0u8; 100];
+        // SAFETY: test-only read of block 1's last 100 bytes in our mapping.
+        unsafe {
+            core::ptr::copy_nonoverlapping(
+                cache.as_ptr().add(2 * BLOCK_SIZE - 100),
+                tail.as_mut_ptr(),
+                100,
+            )
+        };
+        assert_eq!(&tail[..], &data[..100]);
+    }
+
+    #[test]
+    fn a_lock_held_by_a_dead_thread_is_taken_back() {
+        let (_fd, cache) = setup();
+        let r = Ring::at(&cache, 5).unwrap();
+        r.lock();
+        r.unlock();
+        assert_eq!(r.word(hdr::OWNER).load(Ordering::Relaxed), 0);
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        r.word(hdr::LOCK).store(1, Ordering::Relaxed);
+        r.word(hdr::OWNER).store(dead, Ordering::Relaxed);
+        r.lock(); // returns only because the dead holder's lock is freed
+        assert_ne!(r.word(hdr::OWNER).load(Ordering::Relaxed), dead);
+        r.unlock();
     }
 }

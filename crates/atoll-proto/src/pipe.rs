@@ -44,8 +44,11 @@ pub const OPS: usize = 48;
 /// Sleepers on `RSEQ` / `WSEQ` (a waker skips the futex call when 0).
 pub const RSLEEP: usize = 56;
 pub const WSLEEP: usize = 60;
+/// Thread id of the lock holder (0 while free), so that waiters can take
+/// the lock back from a holder that was killed while holding it.
+pub const OWNER: usize = 64;
 /// `u32` array of `NBLOCKS` data-block indices.
-pub const BLOCKS: usize = 64;
+pub const BLOCKS: usize = 128;
 /// Most data blocks of one pipe (64 KiB, Linux's default pipe size).
 pub const MAX_DATA_BLOCKS: usize = 16;
 /// Writes up to this size are atomic (POSIX `PIPE_BUF` on Linux).

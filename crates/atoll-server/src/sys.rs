@@ -68,7 +68,7 @@ impl BlockStore for SharedStore {
             // SAFETY: in range (checked by `at`), 8-aligned (blocks are
             // page-aligned in a page-aligned mapping and `off % 8 == 0`);
             // clients update it with atomics, so read it atomically too.
-            Some(p) if off % 8 == 0 => unsafe {
+            Some(p) if off.is_multiple_of(8) => unsafe {
                 (*(p as *const std::sync::atomic::AtomicU64))
                     .load(std::sync::atomic::Ordering::Acquire)
             },
@@ -109,7 +109,7 @@ impl BlockStore for SharedStore {
 impl SharedStore {
     /// The aligned `u32` at byte `off` of `block`, as an atomic.
     fn word(&self, block: u32, off: usize) -> Option<&std::sync::atomic::AtomicU32> {
-        if off % 4 != 0 {
+        if !off.is_multiple_of(4) {
             return None;
         }
         let p = self.at(block, off, off + 4)?;

@@ -395,7 +395,13 @@ int main(int argc, char **argv) {
     wait(NULL);
     printf("throughput %.0f MB/s (%ld bytes)\n", got / (t1 - t0) / 1e6, got);
     pipe(p); pipe(q);
-    if (fork() == 0) { char c; while (read(p[0], &c, 1) == 1) write(q[1], &c, 1); _exit(0); }
+    if (fork() == 0) {
+        close(p[1]); close(q[0]);
+        char c;
+        while (read(p[0], &c, 1) == 1) write(q[1], &c, 1);
+        _exit(0);
+    }
+    close(p[0]); close(q[1]);
     char c = 'x';
     t0 = now();
     for (long i = 0; i < rounds; i++) { write(p[1], &c, 1); read(q[0], &c, 1); }

@@ -5,6 +5,8 @@
 //! * [`inode`]: inodes, block maps, truncate/punch/seek over the block pool;
 //! * [`dir`]: directory shards (entries of a directory held here), cookies;
 //! * [`locks`], [`perm`]: advisory locks and Linux permission rules;
+//! * [`track`]: which sessions cached which entry held here, and the
+//!   invalidations owed to them when it changes (Hare §3.7.2);
 //! * this module: [`FileServer::handle`] turns one decoded request into one
 //!   reply, applying POSIX/Linux semantics. `crate::server` feeds it frames
 //!   from channels.

@@ -164,6 +164,8 @@ pub fn remote_exec(
         sigmask: mask,
         ignored: raw::ignored_signals(),
         pgid: raw::sc(libc::SYS_getpgid, 0, 0, 0) as i32,
+        // The raw call answers 20 - nice (never negative).
+        nice: 20 - raw::sc(libc::SYS_getpriority, libc::PRIO_PROCESS as u64, 0, 0) as i32,
     };
     // From here on signals wait for the proxy loop: one that arrives
     // during the hand-over is relayed as soon as the program runs.

@@ -204,6 +204,9 @@ unsafe fn child(
             }
         }
         libc::umask(spec.umask as libc::mode_t);
+        // Only ever lowers the priority for an unprivileged user; a failure
+        // leaves the server's (default) priority.
+        libc::setpriority(libc::PRIO_PROCESS, 0, spec.nice);
         for &(res, soft, hard) in &spec.rlimits {
             let lim = libc::rlimit64 {
                 rlim_cur: soft,

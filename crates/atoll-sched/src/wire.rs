@@ -63,6 +63,8 @@ pub struct ExecSpec {
     pub ignored: u64,
     /// The proxy's process group, joined when it is in the server's session.
     pub pgid: i32,
+    /// Nice value (`nice -n 10 make` must stay nice on any core).
+    pub nice: i32,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]

@@ -12,6 +12,9 @@
 //! `SCM_RIGHTS` over the server's Unix socket, so the new image holds the
 //! very same open files at the same numbers as after a local `execve`.
 //!
+//! Job control: a proxy stops itself after a SIGTSTP/SIGTTIN/SIGTTOU (the
+//! program stops on the same signal), so a shell sees the job stopped.
+//!
 //! Limits (fall back to a local exec): a multithreaded caller (the other
 //! threads would survive in the proxy), more than [`wire::MAX_FDS`]
 //! descriptors, an argument list larger than [`wire::MAX_PACKET`], no
@@ -250,13 +253,20 @@ fn relay_pending(sfd: BorrowedFd<'_>, conn: &OwnedFd, same_group: bool) {
             // program's concern.
             continue;
         }
-        if same_group && code == libc::SI_KERNEL {
-            // Terminal-generated (^C, hangup, window size): the kernel
-            // already sent it to the whole foreground group, program
-            // included.
-            continue;
+        // Terminal-generated (^C, ^Z, hangup, window size): the kernel
+        // already sent it to the whole foreground group, program included.
+        if !(same_group && code == libc::SI_KERNEL) {
+            let _ = wire::send(conn, &ToServer::Signal(signo), &[]);
         }
-        let _ = wire::send(conn, &ToServer::Signal(signo), &[]);
+        if matches!(signo, libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU) {
+            // Job control: the program stops on these (or, like an editor,
+            // cleans up and stops itself), so its stand-in stops too and the
+            // shell sees the job stopped; its SIGCONT resumes both. The
+            // server cannot see stops (a pidfd reports only the exit), hence
+            // this guess; a SIGSTOP sent to the proxy alone stops only it.
+            let pid = raw::sc(libc::SYS_getpid, 0, 0, 0);
+            raw::sc(libc::SYS_kill, pid as u64, libc::SIGSTOP as u64, 0);
+        }
     }
 }
 

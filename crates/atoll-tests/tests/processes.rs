@@ -128,14 +128,18 @@ fn timeout_and_kill_reach_remote_programs() {
         kill $pid; wait $pid; echo "kill $?"
         sleep 73 & pid=$!
         kill -KILL $pid; wait $pid; echo "kill -9 $?"
+        state() { tr ' ' '\n' < /proc/$1/stat | sed -n 3p; }
+        sleep 70 & pid=$!
+        kill -TSTP $pid; while [ "$(state $pid)" != T ]; do :; done; echo stopped
+        kill -CONT $pid; kill $pid; wait $pid; echo "continued, then $?"
         ps_self() { for p in /proc/[0-9]*; do tr '\0' ' ' < $p/cmdline 2>/dev/null; echo; done; }
-        ps_self | grep -c '^sleep 7[123] $'
+        ps_self | grep -c '^sleep 7[0123] $'
         "#,
     );
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(
         text,
-        "timeout 124\nkill 143\nkill -9 137\n0\n",
+        "timeout 124\nkill 143\nkill -9 137\nstopped\ncontinued, then 143\n0\n",
         "stderr: {}",
         String::from_utf8_lossy(&out.stderr)
     );

@@ -284,6 +284,66 @@ mod tests {
         assert!(dc.counters().flushes >= 1);
     }
 
+    /// Concurrency: a "server" thread keeps replacing the entry and
+    /// notifying (as the file server does before it replies); two client
+    /// threads look it up through the cache. A hit must never be older
+    /// than a change that completed before the lookup started.
+    #[test]
+    fn hits_are_never_older_than_completed_changes() {
+        use std::sync::atomic::AtomicU64;
+        let (c, s) = chan();
+        let dc = DirCache::new();
+        let current = AtomicU64::new(1); // the entry's inode, authoritative
+        let completed = AtomicU64::new(1); // changes whose "reply" was sent
+        let stop = AtomicBool::new(false);
+        let lookups = || {
+            while !stop.load(Ordering::Acquire) {
+                let floor = completed.load(Ordering::Acquire);
+                match dc.get([&c].into_iter(), D, b"a") {
+                    Some((ino, _)) => {
+                        assert!(ino.0 >= floor, "stale hit {} < {floor}", ino.0);
+                    }
+                    None => {
+                        let g = dc.generation();
+                        // The server's answer to `Lookup`.
+                        let ino = current.load(Ordering::Acquire);
+                        // The reply travels back: let the others run.
+                        std::thread::yield_now();
+                        dc.insert(g, D, b"a", InodeId(ino), FileType::Regular);
+                    }
+                }
+            }
+        };
+        std::thread::scope(|sc| {
+            let a = sc.spawn(lookups);
+            let b = sc.spawn(lookups);
+            for v in 2..20_000u64 {
+                current.store(v, Ordering::Release);
+                // A full inbox raises the overflow flag instead.
+                let mut buf = [0u8; 64];
+                let n = atoll_proto::encode(&Notice::Invalidate { dir: D, name: b"a" }, &mut buf)
+                    .unwrap();
+                let _ = s.notify(n);
+                completed.store(v, Ordering::Release);
+                if v % 64 == 0 {
+                    std::thread::yield_now();
+                }
+            }
+            stop.store(true, Ordering::Release);
+            a.join().unwrap();
+            b.join().unwrap();
+        });
+        // Quiet again (a first lookup drains what is left): the latest
+        // answer is cached and served.
+        let _ = dc.get([&c].into_iter(), D, b"a");
+        let g = dc.generation();
+        dc.insert(g, D, b"a", InodeId(19_999), FileType::Regular);
+        assert_eq!(
+            dc.get([&c].into_iter(), D, b"a"),
+            Some((InodeId(19_999), FileType::Regular))
+        );
+    }
+
     #[test]
     fn busy_lock_means_miss_not_wait() {
         let (c, _s) = chan();

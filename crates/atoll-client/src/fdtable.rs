@@ -265,7 +265,7 @@ pub fn local_descs() -> Vec<DescRef> {
 
 /// The closer run when a description's last reference goes: sends
 /// `Close` to its server. Installed by the crate root (it needs a lane).
-pub type Closer = fn(DescId, InodeId);
+pub type Closer = fn(DescId, InodeId, FileType);
 static CLOSER: AtomicPtr<()> = AtomicPtr::new(core::ptr::null_mut());
 
 pub fn set_closer(f: Closer) {
@@ -287,6 +287,7 @@ fn release_slot(slot: usize) {
     s.state.store(DYING, Ordering::Relaxed);
     let desc = DescId(s.desc.load(Ordering::Relaxed));
     let ino = InodeId(s.ino.load(Ordering::Relaxed));
+    let ftype = ftype_from_code(s.ftype.load(Ordering::Relaxed));
     let p = s.path.swap(core::ptr::null_mut(), Ordering::AcqRel);
     if !p.is_null() {
         // SAFETY: the path was a leaked Box set by `alloc`; no reference
@@ -297,7 +298,7 @@ fn release_slot(slot: usize) {
     if !f.is_null() {
         // SAFETY: only `set_closer` stores here, always a `Closer`.
         let f: Closer = unsafe { core::mem::transmute::<*mut (), Closer>(f) };
-        f(desc, ino);
+        f(desc, ino, ftype);
     }
     s.state.store(FREE, Ordering::Release);
 }

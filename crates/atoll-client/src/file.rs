@@ -75,26 +75,35 @@ pub fn new_fd(c: &Client, info: DescInfo, cloexec: bool) -> Result<i64> {
 }
 
 /// Send `Close` for a description (Hare CLOSE). Errors are ignored: the
-/// session's death releases it anyway. So nobody reads the reply, and the
-/// close is *posted* (no round trip) unless the process ever took a lock,
-/// whose release must be ordered before the program's next step.
-pub fn close_desc(c: &Client, desc: DescId, _ino: InodeId) {
+/// session's death releases it anyway.
+pub fn close_desc(c: &Client, desc: DescId, ino: InodeId) {
+    close_desc_as(c, desc, ino, false);
+}
+
+/// `Close`, *posted* (no round trip: nobody reads its reply) when `post`
+/// and the process never took a lock, whose release must be ordered before
+/// the program's next step.
+fn close_desc_as(c: &Client, desc: DescId, _ino: InodeId, post: bool) {
     // Close-to-open (Hare §3.3.1): data goes back before the description.
     crate::incoherent::write_back(c);
     if let Ok(lane) = c.lane() {
         let req = Request::Close { desc };
-        if c.any_locks.load(core::sync::atomic::Ordering::Relaxed) {
-            let _ = lane.call_ok(c, desc.server(), req);
-        } else {
+        if post && !c.any_locks.load(core::sync::atomic::Ordering::Relaxed) {
             let _ = lane.post(c, desc.server(), req);
+        } else {
+            let _ = lane.call_ok(c, desc.server(), req);
         }
     }
 }
 
-/// The closer installed in the descriptor table.
-pub fn closer(desc: DescId, ino: InodeId) {
+/// The closer installed in the descriptor table. Files and directories
+/// are closed posted; a pipe or FIFO end waits, because its peer learns
+/// of the close through the ring's end counts, which the server updates
+/// (a write after the last reader's close must see `EPIPE`).
+pub fn closer(desc: DescId, ino: InodeId, ftype: FileType) {
     if let Some(c) = crate::session::client() {
-        close_desc(c, desc, ino);
+        let post = matches!(ftype, FileType::Regular | FileType::Directory);
+        close_desc_as(c, desc, ino, post);
     }
 }
 

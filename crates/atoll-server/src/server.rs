@@ -169,9 +169,19 @@ pub fn run(params: ServerParams, admin: Receiver<Admin>) -> std::io::Result<Serv
     let mut notice_buf = vec![0u8; MAX_FRAME];
     let mut start = 0usize;
     let mut idle_rounds = 0u32;
+    // Ring count at the last look at `admin` (off by one: look at once).
+    let mut admin_rings = doorbell.rings().wrapping_sub(1);
     loop {
-        // Internal messages first (fos §3.4.1).
-        loop {
+        // Internal messages first (fos §3.4.1). The boot thread rings the
+        // doorbell after posting one, so an unchanged ring count means there
+        // is none: a spinning server (whose clients do not ring) then skips
+        // the channel's lock-free but not free `try_recv`. It still looks
+        // now and then, to notice a boot side that is gone.
+        let rings = doorbell.rings();
+        let mut admin_due =
+            rings != admin_rings || idle_rounds.is_multiple_of(SPIN_ROUNDS_BEFORE_YIELD);
+        admin_rings = rings;
+        while admin_due {
             match admin.try_recv() {
                 Ok(Admin::NewChannel {
                     session,
@@ -197,7 +207,7 @@ pub fn run(params: ServerParams, admin: Receiver<Admin>) -> std::io::Result<Serv
                     let _ = tx.send(fs.stats());
                 }
                 Ok(Admin::Shutdown) | Err(TryRecvError::Disconnected) => return Ok(fs.stats()),
-                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Empty) => admin_due = false,
             }
         }
         let mut busy = false;

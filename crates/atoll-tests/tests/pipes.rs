@@ -203,6 +203,14 @@ int main(void) {
     sigaction(SIGALRM, &sa, NULL);
     alarm(1);
     CHECK(read(q[0], buf, 1) == -1 && errno == EINTR && got_alarm);
+    /* ... and restarted for an SA_RESTART handler (glibc's signal()). */
+    signal(SIGALRM, on_alarm);
+    got_alarm = 0;
+    k = fork();
+    if (k == 0) { sleep(2); write(q[1], "r", 1); _exit(0); }
+    alarm(1);
+    CHECK(read(q[0], buf, 1) == 1 && buf[0] == 'r' && got_alarm);
+    waitpid(k, NULL, 0);
     printf("eintr ok\n");
 
     /* Ends survive exec with their counts: a child execs cat. */

@@ -20,14 +20,15 @@ pub static THREE_PHASE_RMDIRS: AtomicU64 = AtomicU64::new(0);
 pub static LOCAL_OFFSET_OPS: AtomicU64 = AtomicU64::new(0);
 pub static OFFSETS_SHARED: AtomicU64 = AtomicU64::new(0);
 pub static UNCOALESCED_OPENS: AtomicU64 = AtomicU64::new(0);
+pub static OFFSETS_RECLAIMED: AtomicU64 = AtomicU64::new(0);
 
 /// Events since the last report that trigger a report on their own.
 const REPORT_EVERY: u64 = 4096;
 
 static PENDING: AtomicU64 = AtomicU64::new(0);
-static REPORTED: [AtomicU64; 9] = [const { AtomicU64::new(0) }; 9];
+static REPORTED: [AtomicU64; 10] = [const { AtomicU64::new(0) }; 10];
 
-fn all() -> [&'static AtomicU64; 9] {
+fn all() -> [&'static AtomicU64; 10] {
     [
         &DCACHE_HITS,
         &DCACHE_MISSES,
@@ -38,6 +39,7 @@ fn all() -> [&'static AtomicU64; 9] {
         &LOCAL_OFFSET_OPS,
         &OFFSETS_SHARED,
         &UNCOALESCED_OPENS,
+        &OFFSETS_RECLAIMED,
     ]
 }
 
@@ -57,7 +59,7 @@ pub fn maybe_report(c: &Client, lane: &Lane) {
 /// Take the deltas since the last report.
 fn take() -> ClientCounters {
     PENDING.store(0, Ordering::Relaxed);
-    let mut d = [0u64; 9];
+    let mut d = [0u64; 10];
     for (i, c) in all().iter().enumerate() {
         let now = c.load(Ordering::Relaxed);
         let before = REPORTED[i].swap(now, Ordering::Relaxed);
@@ -73,6 +75,7 @@ fn take() -> ClientCounters {
         local_offset_ops: d[6],
         offsets_shared: d[7],
         uncoalesced_opens: d[8],
+        offsets_reclaimed: d[9],
     }
 }
 

@@ -167,10 +167,10 @@ impl DescRef {
     pub fn is_local(&self) -> bool {
         self.s().local.load(Ordering::Acquire)
     }
-    /// Take the offset into this process (a fresh description: the
-    /// server's offset is 0 and nobody else holds it).
-    pub fn make_local(&self) {
-        self.s().pos.store(0, Ordering::Relaxed);
+    /// Take the offset (`pos`) into this process: a fresh description
+    /// (offset 0), or one nobody else holds any more.
+    pub fn make_local(&self, pos: u64) {
+        self.s().pos.store(pos, Ordering::Relaxed);
         self.s().local.store(true, Ordering::Release);
     }
     /// The local offset; meaningful under [`DescRef::lock_pos`] while

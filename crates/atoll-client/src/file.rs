@@ -405,12 +405,15 @@ pub fn write_desc(
         };
     }
     check_writable(d)?;
-    if off.is_none() {
-        let local = crate::hybrid::write(c, lane, d, |at| write_desc(c, lane, d, src, Some(at)));
-        if let Some(r) = local {
-            return r;
-        }
+    if off.is_none() && crate::hybrid::enabled(c) {
+        // Hybrid file descriptors choose the offset (Hare §3.5.1).
+        return crate::hybrid::write(c, lane, d, |o| write_at(c, lane, d, src, o));
     }
+    write_at(c, lane, d, src, off)
+}
+
+/// Write `src` at `off` (or at the server's offset): the data path.
+fn write_at(c: &Client, lane: &Lane, d: &DescRef, src: &[u8], off: Option<u64>) -> Result<usize> {
     let desc = d.desc();
     let server = desc.server();
     let direct = !c.info.without.direct_cache;

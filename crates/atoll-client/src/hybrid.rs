@@ -10,8 +10,12 @@
 //! Life cycle of a regular file's description:
 //! ```text
 //!  open ──▶ LOCAL(pos here) ──fork / exec hand-over──▶ SHARED(pos on server)
-//!             │  write with O_APPEND (also after F_SETFL) ──▶ SHARED
+//!             ▲  write with O_APPEND (also after F_SETFL) ──▶ SHARED
+//!             └──── Reclaim: the other holders are gone ◀──────┘
 //! ```
+//! A shared description asks its server every [`RECLAIM_EVERY`] offset
+//! operations whether this process is its only holder again (`Reclaim`,
+//! answered with the server's offset), and then keeps the offset here.
 //! Moving to the server pushes the offset with `Seek(SEEK_SET)` before the
 //! `Share` (or the exec state) leaves this process, so every sharer sees
 //! it. `O_APPEND` writes stay atomic at the server: such descriptions are
@@ -19,9 +23,6 @@
 //! description's offset lock (Linux's `f_pos_lock`).
 //!
 //! `--without hybrid-fd`: every offset lives on the server (ablation).
-// TODO(atoll): move the offset back into the client when sharing ends
-// (the server would have to say that the other sessions dropped their
-// references, e.g. in the `Offset` reply).
 
 use core::sync::atomic::Ordering;
 
@@ -33,6 +34,9 @@ use crate::fdtable::{self, DescRef};
 use crate::file;
 use crate::session::{Client, Lane};
 
+/// Offset operations on a shared description between two `Reclaim` asks.
+pub const RECLAIM_EVERY: u64 = 16;
+
 pub fn enabled(c: &Client) -> bool {
     !c.info.without.hybrid_fd
 }
@@ -40,24 +44,56 @@ pub fn enabled(c: &Client) -> bool {
 /// A description just opened by this process: its offset (0) may live
 /// here.
 pub fn adopt(c: &Client, d: &DescRef) {
-    let f = d.flags();
-    if enabled(c)
-        && d.ftype() == FileType::Regular
-        && f & libc::O_PATH as u32 == 0
-        && f & libc::O_APPEND as u32 == 0
-    {
-        d.make_local();
+    if eligible(c, d) {
+        d.make_local(0);
     }
 }
 
-/// `read` at the local offset. `None`: the offset is on the server.
+fn eligible(c: &Client, d: &DescRef) -> bool {
+    let f = d.flags();
+    enabled(c)
+        && d.ftype() == FileType::Regular
+        && f & libc::O_PATH as u32 == 0
+        && f & libc::O_APPEND as u32 == 0
+}
+
+/// A shared description of this process, with its offset lock held:
+/// every [`RECLAIM_EVERY`] offset operations, ask its server whether the
+/// other holders are gone, and take the offset back if so. While shared,
+/// `pos` counts those operations.
+fn try_reclaim(c: &Client, lane: &Lane, d: &DescRef) -> bool {
+    if !eligible(c, d) {
+        return false;
+    }
+    let n = d.pos().fetch_add(1, Ordering::Relaxed) + 1;
+    if !n.is_multiple_of(RECLAIM_EVERY) {
+        return false;
+    }
+    let desc = d.desc();
+    let r = lane.call(c, desc.server(), Request::Reclaim { desc }, |r| match r {
+        Reply::Offset(o) => Ok(o),
+        _ => Err(Error::Protocol("Reclaim")),
+    });
+    match r {
+        Ok(o) => {
+            d.make_local(o);
+            counters::bump(&counters::OFFSETS_RECLAIMED);
+            true
+        }
+        Err(_) => false,
+    }
+}
+
+/// `read` at the description's offset (this call holds the offset lock
+/// throughout, so a concurrent reclaim never overtakes a server-offset
+/// read). `None` without hybrid descriptors.
 pub fn read(c: &Client, lane: &Lane, d: &DescRef, buf: &mut [u8]) -> Option<Result<usize>> {
-    if !d.is_local() {
+    if !enabled(c) {
         return None;
     }
     let _g = d.lock_pos();
-    if !d.is_local() {
-        return None;
+    if !d.is_local() && !try_reclaim(c, lane, d) {
+        return Some(file::read_id(c, lane, d.desc(), buf, None));
     }
     counters::bump(&counters::LOCAL_OFFSET_OPS);
     let at = d.pos().load(Ordering::Relaxed);
@@ -68,68 +104,66 @@ pub fn read(c: &Client, lane: &Lane, d: &DescRef, buf: &mut [u8]) -> Option<Resu
     Some(r)
 }
 
-/// `write` at the local offset through `f(offset)`. `None`: the offset is
-/// on the server (or just moved there: `O_APPEND` must be atomic there).
+/// `write` at the description's offset through `f(offset)`, `None`
+/// meaning the server's offset (shared, or `O_APPEND`, which must stay
+/// atomic at the server). Holds the offset lock throughout.
 pub fn write(
     c: &Client,
     lane: &Lane,
     d: &DescRef,
-    f: impl FnOnce(u64) -> Result<usize>,
-) -> Option<Result<usize>> {
-    if !d.is_local() {
-        return None;
-    }
+    f: impl FnOnce(Option<u64>) -> Result<usize>,
+) -> Result<usize> {
     let _g = d.lock_pos();
-    if !d.is_local() {
-        return None;
+    if !d.is_local() && !try_reclaim(c, lane, d) {
+        return f(None);
     }
     if d.flags() & libc::O_APPEND as u32 != 0 {
-        if let Err(e) = push(c, lane, d) {
-            return Some(Err(e));
-        }
-        return None;
+        push(c, lane, d)?;
+        return f(None);
     }
     counters::bump(&counters::LOCAL_OFFSET_OPS);
     let at = d.pos().load(Ordering::Relaxed);
-    let r = f(at);
+    let r = f(Some(at));
     if let Ok(n) = r {
         d.pos().store(at + n as u64, Ordering::Relaxed);
     }
-    Some(r)
+    r
 }
 
-/// `lseek` of a local offset: `SEEK_SET`/`SEEK_CUR` without a message;
-/// `SEEK_END`/`SEEK_DATA`/`SEEK_HOLE` ask the server (which knows the
-/// size and the holes) and keep the answer here.
+/// `lseek`. A local offset moves without a message for `SEEK_SET`/
+/// `SEEK_CUR`; `SEEK_END`/`SEEK_DATA`/`SEEK_HOLE` ask the server (which
+/// knows the size and the holes) and keep the answer here. `None` without
+/// hybrid descriptors.
 pub fn seek(c: &Client, lane: &Lane, d: &DescRef, offset: i64, whence: u32) -> Option<Result<i64>> {
-    if !d.is_local() {
+    if !enabled(c) {
         return None;
     }
+    let server_seek = |offset: i64, whence: u32| {
+        let desc = d.desc();
+        lane.call(
+            c,
+            desc.server(),
+            Request::Seek {
+                desc,
+                offset,
+                whence,
+            },
+            |r| match r {
+                Reply::Offset(o) => Ok(o as i64),
+                _ => Err(Error::Protocol("Seek")),
+            },
+        )
+    };
     let _g = d.lock_pos();
-    if !d.is_local() {
-        return None;
+    if !d.is_local() && !try_reclaim(c, lane, d) {
+        return Some(server_seek(offset, whence));
     }
     counters::bump(&counters::LOCAL_OFFSET_OPS);
     let cur = d.pos().load(Ordering::Relaxed) as i64;
     let new = match whence as i32 {
         libc::SEEK_SET => Ok(offset),
         libc::SEEK_CUR => cur.checked_add(offset).ok_or(Error::Errno(libc::EOVERFLOW)),
-        _ => {
-            let desc = d.desc();
-            lane.call(
-                c,
-                desc.server(),
-                Request::Seek {
-                    desc,
-                    offset,
-                    whence,
-                },
-                |r| match r {
-                    Reply::Offset(o) => Ok(o as i64),
-                    _ => Err(Error::Protocol("Seek")),
-                },
-            )
-        }
+        _ => server_seek(offset, whence),
     };
     Some(new.and_then(|n| {
         if n < 0 {

@@ -632,6 +632,16 @@ pub enum Request<'a> {
     /// Any server. Add a client's event counts (Hare §5.4 techniques seen
     /// only by clients) to this server's `ServerStats::counters`. → `Ok`
     ClientCounters(ClientCounters),
+
+    // ---- hybrid file descriptors ----
+    /// `desc.server()`. If this session is the description's only holder
+    /// (the processes it was shared with are gone), hand its offset back to
+    /// the client, which keeps it from now on (Hare §3.5.1); the client
+    /// seeks the server's copy again before it shares the description.
+    /// → `Offset` | `EBUSY` (still shared)
+    Reclaim {
+        desc: DescId,
+    },
 }
 
 /// Events only a client sees, reported with [`Request::ClientCounters`]
@@ -656,6 +666,8 @@ pub struct ClientCounters {
     pub local_offset_ops: u64,
     /// Offsets moved to a server because a description got shared.
     pub offsets_shared: u64,
+    /// Offsets taken back by the client once sharing ended (`Reclaim`).
+    pub offsets_reclaimed: u64,
     /// Opens done with separate messages (`--without coalescing`).
     pub uncoalesced_opens: u64,
 }

@@ -240,6 +240,14 @@ read -n 4 z <&3
 head -c 3 <&3; echo
 read -n 2 w <&3; echo "$z $w"
 cat f; echo
+exec 6<>g
+(true <&6)
+for i in $(seq 1 40); do printf "$i," >&6; done
+(printf 'child,' >&6)
+for i in $(seq 41 60); do printf "$i," >&6; done
+read -n 5 -u 6 x; echo "at end: '$x'"
+exec 6>&-
+cat g; echo
 "#;
     for opts in MODES {
         assert_same(opts, script, true);
@@ -311,6 +319,10 @@ cd "$ROOT"
 mkdir -p d/e
 for i in $(seq 1 20); do [ -e d/e ] && touch d/e/f$i; done
 ls d/e > /dev/null
+exec 6>g
+(true)
+for i in $(seq 1 40); do echo $i >&6; done
+exec 6>&-
 rm d/e/f1
 [ -e d/e/f1 ] || true
 rm -r d
@@ -330,6 +342,14 @@ rm -r d
     );
     assert!(k["broadcasts"].as_u64().unwrap_or(0) > 0, "{k}");
     assert!(k["rmdir.three_phase"].as_u64().unwrap_or(0) > 0, "{k}");
+    assert!(
+        k["hybrid_fd.offsets_shared"].as_u64().unwrap_or(0) > 0,
+        "{k}"
+    );
+    assert!(
+        k["hybrid_fd.offsets_reclaimed"].as_u64().unwrap_or(0) > 0,
+        "{k}"
+    );
 }
 
 /// Incoherent emulation (Hare §3.3.1): close-to-open holds, and a reader

@@ -178,7 +178,7 @@ const OP_NAMES: [&str; 42] = [
     "StatFs",
     "Stats",
     "ClientCounters",
-    "",
+    "Reclaim",
     "",
     "",
     "Pipe",
@@ -225,6 +225,7 @@ fn op_index(req: &Request<'_>) -> usize {
         StatFs => 34,
         Stats => 35,
         ClientCounters(_) => 36,
+        Reclaim { .. } => 37,
         Pipe { .. } => 40,
         PipeHeader { .. } => 41,
     }
@@ -386,6 +387,7 @@ impl<S: BlockStore> FileServer<S> {
             ("rmdir.three_phase", k.three_phase_rmdirs),
             ("hybrid_fd.local_ops", k.local_offset_ops),
             ("hybrid_fd.offsets_shared", k.offsets_shared),
+            ("hybrid_fd.offsets_reclaimed", k.offsets_reclaimed),
             ("coalescing.uncoalesced_opens", k.uncoalesced_opens),
         ] {
             if n > 0 {
@@ -642,6 +644,13 @@ impl<S: BlockStore> FileServer<S> {
             Q::Stats => Ok(Reply::Stats(self.stats())),
             Q::Pipe { flags } => self.pipe_create(session, who, flags),
             Q::PipeHeader { desc } => self.pipe_header(session, desc),
+            Q::Reclaim { desc } => {
+                let d = self.desc(session, desc)?;
+                if d.refs.len() != 1 {
+                    return Err(Errno::EBUSY);
+                }
+                Ok(Reply::Offset(d.offset))
+            }
             Q::ClientCounters(k) => {
                 let t = &mut self.client_counters;
                 t.dcache_hits += k.dcache_hits;
@@ -653,6 +662,7 @@ impl<S: BlockStore> FileServer<S> {
                 t.local_offset_ops += k.local_offset_ops;
                 t.offsets_shared += k.offsets_shared;
                 t.uncoalesced_opens += k.uncoalesced_opens;
+                t.offsets_reclaimed += k.offsets_reclaimed;
                 Ok(Reply::Ok)
             }
         }

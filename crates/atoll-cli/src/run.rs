@@ -217,7 +217,10 @@ fn drive(
 
 /// Start the scheduling servers (one per program core, Hare §3.6). Without
 /// them every exec simply stays local, so a failure is only a warning.
-pub fn start_scheds(instance: &Instance, app_cores: Option<&[usize]>) -> Option<atoll_sched::Scheds> {
+pub fn start_scheds(
+    instance: &Instance,
+    app_cores: Option<&[usize]>,
+) -> Option<atoll_sched::Scheds> {
     let cores = app_cores.map_or_else(config::usable_cores, <[usize]>::to_vec);
     match atoll_sched::Scheds::start(instance.runtime_dir(), &cores) {
         Ok(s) => Some(s),
@@ -239,7 +242,10 @@ fn exec_json(execs: &[(usize, u64)]) -> serde_json::Value {
 
 /// The `--stats` line for execs.
 fn exec_line(execs: &[(usize, u64)]) -> String {
-    let cores: Vec<String> = execs.iter().map(|(c, n)| format!("core {c}: {n}")).collect();
+    let cores: Vec<String> = execs
+        .iter()
+        .map(|(c, n)| format!("core {c}: {n}"))
+        .collect();
     format!("execs        {}", cores.join(", "))
 }
 

@@ -185,6 +185,9 @@ pub fn remote_exec(
     let same_group = match wire::recv::<ToProxy>(&conn) {
         Ok((ToProxy::Started { same_group, .. }, _)) => same_group,
         Ok((ToProxy::Failed { errno }, _)) => return restore(RemoteError::Exec(errno)),
+        Ok((ToProxy::Refused, _)) => {
+            return restore(RemoteError::Fallback("refused by the server".into()))
+        }
         Ok((other, _)) => return restore(RemoteError::Fallback(format!("unexpected {other:?}"))),
         Err(e) => return restore(e.into()),
     };

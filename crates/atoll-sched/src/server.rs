@@ -8,7 +8,7 @@
 //! pipe, every connection and every running program's pidfd): a core's
 //! server never blocks on one program except for the fork+exec itself.
 //! A server never panics on what a proxy sends: a malformed request gets
-//! `Failed`, a vanished proxy gets its program killed (the process it
+//! `Refused`, a vanished proxy gets its program killed (the process it
 //! stood for is gone).
 
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -132,9 +132,17 @@ fn pin(core: usize) {
 fn serve(core: usize, listener: OwnedFd, table: &LoadTable, stop: &AtomicBool, wake: &OwnedFd) {
     pin(core);
     let mut jobs: Vec<Job> = Vec::new();
+    // Out of descriptors: new proxies wait in the backlog until a job ends
+    // (polling the listener meanwhile would spin).
+    let mut accept_paused = false;
     while !stop.load(Ordering::SeqCst) {
         let mut pfds = Vec::with_capacity(2 + 2 * jobs.len());
-        pfds.push(PollFd::new(&listener, PollFlags::IN));
+        let listen_flags = if accept_paused {
+            PollFlags::empty()
+        } else {
+            PollFlags::IN
+        };
+        pfds.push(PollFd::new(&listener, listen_flags));
         pfds.push(PollFd::new(wake, PollFlags::IN));
         for j in &jobs {
             pfds.push(PollFd::new(&j.conn, PollFlags::IN));
@@ -168,12 +176,22 @@ fn serve(core: usize, listener: OwnedFd, table: &LoadTable, stop: &AtomicBool, w
                 done.push(idx);
             }
         }
+        if !done.is_empty() {
+            accept_paused = false;
+        }
         for idx in done.into_iter().rev() {
             jobs.swap_remove(idx);
         }
-        if ready[0] {
-            while let Ok(conn) = rustix::net::accept_with(&listener, SocketFlags::CLOEXEC) {
-                jobs.push(Job { conn, prog: None });
+        if ready[0] && !accept_paused {
+            loop {
+                match rustix::net::accept_with(&listener, SocketFlags::CLOEXEC) {
+                    Ok(conn) => jobs.push(Job { conn, prog: None }),
+                    Err(rustix::io::Errno::MFILE | rustix::io::Errno::NFILE) => {
+                        accept_paused = true;
+                        break;
+                    }
+                    Err(_) => break,
+                }
             }
         }
     }
@@ -264,13 +282,7 @@ fn on_message(core: usize, j: &mut Job, table: &LoadTable) -> bool {
                                 libc::kill(s.pid, libc::SIGKILL);
                                 libc::waitpid(s.pid, &mut st, 0);
                             }
-                            let _ = wire::send(
-                                &j.conn,
-                                &ToProxy::Failed {
-                                    errno: libc::EAGAIN,
-                                },
-                                &[],
-                            );
+                            let _ = wire::send(&j.conn, &ToProxy::Refused, &[]);
                             return false;
                         }
                     };
@@ -287,8 +299,12 @@ fn on_message(core: usize, j: &mut Job, table: &LoadTable) -> bool {
                     j.prog = Some((s.pid, pidfd));
                     true
                 }
-                Err(errno) => {
+                Err(spawn::SpawnError::Exec(errno)) => {
                     let _ = wire::send(&j.conn, &ToProxy::Failed { errno }, &[]);
+                    false
+                }
+                Err(spawn::SpawnError::Refused) => {
+                    let _ = wire::send(&j.conn, &ToProxy::Refused, &[]);
                     false
                 }
             }
@@ -315,13 +331,7 @@ fn on_message(core: usize, j: &mut Job, table: &LoadTable) -> bool {
         }
         Err(_) => {
             if j.prog.is_none() {
-                let _ = wire::send(
-                    &j.conn,
-                    &ToProxy::Failed {
-                        errno: libc::EINVAL,
-                    },
-                    &[],
-                );
+                let _ = wire::send(&j.conn, &ToProxy::Refused, &[]);
                 return false;
             }
             true
@@ -456,12 +466,11 @@ mod tests {
         // Garbage gets an answer, not a crash; the server keeps serving.
         let c2 = f.connect();
         rustix::io::write(&c2, &[0xff; 9]).unwrap();
-        assert_eq!(
-            wire::recv::<ToProxy>(&c2).unwrap().0,
-            ToProxy::Failed {
-                errno: libc::EINVAL
-            }
-        );
+        assert_eq!(wire::recv::<ToProxy>(&c2).unwrap().0, ToProxy::Refused);
+        // Roles without their descriptors: refused, the caller execs locally.
+        let c4 = f.connect();
+        wire::send(&c4, &ToServer::Exec(sh("exit 0")), &[]).unwrap();
+        assert_eq!(wire::recv::<ToProxy>(&c4).unwrap().0, ToProxy::Refused);
         let c3 = f.connect();
         assert!(matches!(
             exec(&c3, sh("exit 0"), &[]),

@@ -13,6 +13,16 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 use crate::wire::{ExecSpec, FdRole};
 
+/// Why no program was started.
+#[derive(Debug, PartialEq, Eq)]
+pub enum SpawnError {
+    /// The server could not set the program up (malformed request, out of
+    /// descriptors or processes): the caller may exec locally instead.
+    Refused,
+    /// `execve` itself failed with this errno.
+    Exec(i32),
+}
+
 /// A started program.
 pub struct Started {
     pub pid: i32,
@@ -20,16 +30,15 @@ pub struct Started {
     pub same_group: bool,
 }
 
-fn cstr(b: &[u8]) -> Result<CString, i32> {
-    CString::new(b).map_err(|_| libc::EINVAL)
+fn cstr(b: &[u8]) -> Result<CString, SpawnError> {
+    CString::new(b).map_err(|_| SpawnError::Exec(libc::EINVAL))
 }
 
 /// Fork, configure and exec `spec` pinned to `core`. `fds` are the
 /// descriptors that came with the request (same order as `spec.fds`).
-/// `Err(errno)`: the exec failed (or the request was malformed).
-pub fn spawn(spec: &ExecSpec, fds: Vec<OwnedFd>, core: usize) -> Result<Started, i32> {
+pub fn spawn(spec: &ExecSpec, fds: Vec<OwnedFd>, core: usize) -> Result<Started, SpawnError> {
     if fds.len() != spec.fds.len() || spec.argv.is_empty() && spec.path.is_empty() {
-        return Err(libc::EINVAL);
+        return Err(SpawnError::Refused);
     }
     let path = cstr(&spec.path)?;
     let argv: Vec<CString> = spec
@@ -67,7 +76,7 @@ pub fn spawn(spec: &ExecSpec, fds: Vec<OwnedFd>, core: usize) -> Result<Started,
         .iter()
         .any(|r| matches!(r, FdRole::Keep(t) if *t < 0))
     {
-        return Err(libc::EBADF);
+        return Err(SpawnError::Refused);
     }
     let mut moved = vec![-1i32; srcs.len()];
     // SAFETY: cpu_set_t is plain data; CPU_SET only writes inside it
@@ -80,7 +89,7 @@ pub fn spawn(spec: &ExecSpec, fds: Vec<OwnedFd>, core: usize) -> Result<Started,
     let mut ep = [0i32; 2];
     // SAFETY: pipe2 writes two descriptors into `ep`.
     if unsafe { libc::pipe2(ep.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(errno());
+        return Err(SpawnError::Refused);
     }
     // SAFETY: both descriptors were just created and are ours.
     let (err_r, err_w) = unsafe { (OwnedFd::from_raw_fd(ep[0]), OwnedFd::from_raw_fd(ep[1])) };
@@ -89,7 +98,7 @@ pub fn spawn(spec: &ExecSpec, fds: Vec<OwnedFd>, core: usize) -> Result<Started,
     // above (no allocation, no locks) and ends in execve or _exit.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
-        return Err(errno());
+        return Err(SpawnError::Refused);
     }
     if pid == 0 {
         // SAFETY: in the child; see `child`.
@@ -123,7 +132,10 @@ pub fn spawn(spec: &ExecSpec, fds: Vec<OwnedFd>, core: usize) -> Result<Started,
         let mut st = 0;
         // SAFETY: waiting for our own child.
         unsafe { libc::waitpid(pid, &mut st, 0) };
-        return Err(i32::from_ne_bytes(e));
+        return Err(match i32::from_ne_bytes(e) {
+            e if e > 0 => SpawnError::Exec(e),
+            _ => SpawnError::Refused,
+        });
     }
     // SAFETY: getpgid only reads its argument.
     let same_group = unsafe { libc::getpgid(pid) } == spec.pgid;
@@ -154,9 +166,10 @@ unsafe fn child(
 ) -> ! {
     // SAFETY: system calls on prepared memory only (see `spawn`).
     unsafe {
-        let fail = |w: i32| -> ! {
+        // Reports errno (`setup`: negated, the exec itself was not tried).
+        let fail = |w: i32, setup: bool| -> ! {
             let e = *libc::__errno_location();
-            let b = e.to_ne_bytes();
+            let b = if setup { -e } else { e }.to_ne_bytes();
             libc::write(w, b.as_ptr().cast(), 4);
             libc::_exit(127)
         };
@@ -174,7 +187,7 @@ unsafe fn child(
         for (i, &s) in srcs.iter().enumerate() {
             moved[i] = libc::fcntl(s, libc::F_DUPFD_CLOEXEC, high);
             if moved[i] < 0 {
-                fail(err_w);
+                fail(err_w, true);
             }
         }
         // Everything the server holds is closed by execve ...
@@ -191,14 +204,14 @@ unsafe fn child(
             match *role {
                 FdRole::Keep(t) => {
                     if libc::dup3(moved[i], t, 0) < 0 {
-                        fail(err_w);
+                        fail(err_w, true);
                     }
                 }
                 FdRole::Program => program = moved[i],
                 FdRole::Dir => dir = moved[i],
                 FdRole::Cwd => {
                     if libc::fchdir(moved[i]) != 0 {
-                        fail(err_w);
+                        fail(err_w, true);
                     }
                 }
             }
@@ -257,6 +270,6 @@ unsafe fn child(
                 spec.flags,
             );
         }
-        fail(err_w)
+        fail(err_w, false)
     }
 }

@@ -10,7 +10,8 @@
 //!
 //! ```text
 //! proxy ──Exec(spec) + fds──▶ server      forks, configures, execs on its core
-//!       ◀─Started{pid}──────              (or Failed{errno}: execve fails)
+//!       ◀─Started{pid}──────              (or Failed{errno}: execve fails;
+//!                                           Refused: nothing ran, exec locally)
 //!       ──Signal(sig)──────▶              relayed with pidfd_send_signal
 //!       ◀─Exited{code} | Killed{sig}      then both sides close
 //! proxy hangs up early ──▶ server SIGKILLs the program (the proxy was killed)
@@ -86,6 +87,9 @@ pub enum ToProxy {
     Failed {
         errno: i32,
     },
+    /// The server could not take the program (malformed request, out of
+    /// descriptors or processes); nothing ran: exec locally instead.
+    Refused,
     Exited {
         code: i32,
     },

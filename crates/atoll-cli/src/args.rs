@@ -149,7 +149,7 @@ pub struct RunArgs {
     pub stats_json: Option<PathBuf>,
     /// What `pipe(2)` creates: `atoll` pipes (rings in the buffer cache,
     /// shared across cores) or `host` pipes. FIFOs in the mount are
-    /// always atoll's. Default: `$ATOLL_PIPES`, else host
+    /// always atoll's. Default: `$ATOLL_PIPES`, else atoll
     #[arg(long, value_name = "atoll|host", value_parser = ["atoll", "host"])]
     pub pipes: Option<String>,
     /// Where `execve` runs programs: `local` (where the caller runs) or on

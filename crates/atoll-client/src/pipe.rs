@@ -31,8 +31,8 @@
 //! wake-up on the pipe is noticed up to 8 ms late in a mixed set, and a
 //! long mixed wait makes ~125 host polls per second.
 //!
-//! Mode: `ATOLL_PIPES=atoll` (from `atoll run --pipes atoll`) makes `pipe`
-//! and `pipe2` create atoll pipes; otherwise they stay host pipes. FIFOs in
+//! Mode: `pipe` and `pipe2` create atoll pipes unless `ATOLL_PIPES=host`
+//! (from `atoll run --pipes host`), which keeps them host pipes. FIFOs in
 //! the mount are always atoll's.
 
 use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -59,7 +59,7 @@ static ACTIVE: AtomicBool = AtomicBool::new(false);
 /// Read the mode from the environment and notice pipe ends inherited
 /// across `exec`. Called by `init`.
 pub fn init() {
-    let on = std::env::var(ENV_PIPES).is_ok_and(|v| v == "atoll");
+    let on = !matches!(std::env::var(ENV_PIPES).as_deref(), Ok("host"));
     ATOLL_PIPES.store(on, Ordering::Relaxed);
     for fd in fdtable::fds() {
         if fdtable::get(fd as i64).is_some_and(|d| d.ftype() == FileType::Fifo) {
@@ -111,7 +111,7 @@ pub fn pipe2(c: &Client, fds: u64, flags: u32) -> Result<Out> {
     // Spread pipes over servers by process, keeping one process's pipes
     // (a shell's pipeline) together.
     let server = (std::process::id() as usize) % c.nservers.max(1);
-    let (ino, read, write, header) = lane.call(
+    let made = lane.call(
         c,
         server,
         Request::Pipe {
@@ -126,8 +126,15 @@ pub fn pipe2(c: &Client, fds: u64, flags: u32) -> Result<Out> {
             } => Ok((ino, read, write, header)),
             _ => Err(Error::Protocol("Pipe")),
         },
-    )?;
+    );
     drop(lane);
+    let (ino, read, write, header) = match made {
+        Ok(x) => x,
+        // The server's share of the buffer cache is exhausted: a host pipe
+        // connects the processes of this machine.
+        Err(Error::Errno(libc::ENFILE | libc::ENOSPC)) => return Ok(Out::Host),
+        Err(e) => return Err(e),
+    };
     ACTIVE.store(true, Ordering::Relaxed);
     let nb = flags & libc::O_NONBLOCK as u32;
     let cloexec = flags & libc::O_CLOEXEC as u32 != 0;
@@ -1110,6 +1117,28 @@ pub fn route(c: &Client, nr: i64, a: &[u64; 6]) -> Result<Option<Out>> {
             }
         }
         _ if !active() => Ok(None),
+        // `[ -p /dev/stdin ]`: stat through a `/dev/fd/N` path of a pipe end.
+        libc::SYS_stat | libc::SYS_newfstatat | libc::SYS_statx => {
+            let (ptr, buf, nofollow) = match nr {
+                libc::SYS_stat => (a[0], a[1], false),
+                libc::SYS_newfstatat => (a[1], a[2], a[3] as i32 & libc::AT_SYMLINK_NOFOLLOW != 0),
+                _ => (a[1], a[4], a[2] as i32 & libc::AT_SYMLINK_NOFOLLOW != 0),
+            };
+            let Some(d) = sys::user_path(ptr)
+                .ok()
+                .filter(|_| !nofollow)
+                .and_then(fd_path)
+                .and_then(pipe_fd)
+            else {
+                return Ok(None);
+            };
+            let lane = c.lane()?;
+            if nr == libc::SYS_statx {
+                crate::statx_out(c, &lane, d.ino(), buf).map(Some)
+            } else {
+                crate::stat_out(c, &lane, d.ino(), buf).map(Some)
+            }
+        }
         libc::SYS_read => on_pipe(&|d| {
             let buf = sys::user_slice_mut(a[1], a[2] as usize);
             Ok(Out::Done(read(c, d, buf)? as i64))

@@ -43,6 +43,7 @@ fn pipelines_of_several_stages_match_the_host() {
         yes | head -n 100000 | wc -l
         cat <(echo procsub) ; diff <(seq 10) <(seq 10) && echo same
         echo stdin | cat /dev/stdin
+        echo | { [ -p /dev/stdin ] && echo "stdin is a fifo"; }
         set +e; seq 1 100000 | head -1; echo "status ${PIPESTATUS[*]}"
         "#,
         true,
@@ -436,4 +437,23 @@ fn measure_pipe_throughput_and_latency() {
         println!("under atoll, --pipes {mode}:\n{}", text(&out.stdout));
         assert!(out.status.success(), "{}", text(&out.stderr));
     }
+}
+
+#[test]
+fn pipes_are_atoll_by_default_and_host_on_request() {
+    let stage_stdout = |opts: &[&str]| -> String {
+        let out = atoll()
+            .arg("run")
+            .args(opts)
+            .args(["--", "bash", "-c", "readlink /proc/self/fd/1 | cut -c1-5"])
+            .env_remove("ATOLL_PIPES")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    // An atoll pipe end is a placeholder descriptor, a host one a pipe.
+    assert_eq!(stage_stdout(&[]), "/memf\n");
+    assert_eq!(stage_stdout(&["--pipes", "atoll"]), "/memf\n");
+    assert_eq!(stage_stdout(&["--pipes", "host"]), "pipe:\n");
 }

@@ -101,6 +101,12 @@ pub struct BenchArgs {
     /// Seconds after which one phase of one run is abandoned.
     #[arg(long, default_value_t = 900)]
     pub timeout: u64,
+    /// Runs of each (system, workload, P); the fastest is reported. Noise
+    /// on a shared machine only ever slows a run down, so the best of a
+    /// few runs estimates what the system costs when it gets its CPUs. A
+    /// failed run is reported as such.
+    #[arg(long, default_value_t = 1)]
+    pub repeat: usize,
 }
 
 #[derive(clap::Subcommand, Clone, Debug)]
@@ -416,8 +422,18 @@ pub fn run_bench(
                     nworkers: p,
                     inputs: inputs.clone(),
                 };
-                rep.results
-                    .push(measure(sys.as_mut(), &job, &target, cmd, &trap_file));
+                let mut best: Option<RunResult> = None;
+                for _ in 0..args.repeat.max(1) {
+                    let r = measure(sys.as_mut(), &job, &target, cmd, &trap_file);
+                    let failed = r.error.is_some();
+                    if failed || best.as_ref().is_none_or(|b| r.ops_per_sec > b.ops_per_sec) {
+                        best = Some(r);
+                    }
+                    if failed {
+                        break;
+                    }
+                }
+                rep.results.extend(best);
                 pb.inc(1);
             }
         }

@@ -331,8 +331,10 @@ fn restartable() -> bool {
 /// Bump the other side's wait word (caller holds the lock) and report
 /// whether anyone sleeps on it.
 fn bump(ring: &Ring, seq: usize, sleep: usize) -> bool {
-    ring.word(seq).fetch_add(1, Ordering::AcqRel);
-    ring.word(sleep).load(Ordering::Acquire) > 0
+    // SeqCst pairs with a poller, which announces itself without the lock
+    // (see `poll_loop`): either it sees the bump or this sees the sleeper.
+    ring.word(seq).fetch_add(1, Ordering::SeqCst);
+    ring.word(sleep).load(Ordering::SeqCst) > 0
 }
 
 /// `read(2)` on a pipe end.
@@ -677,18 +679,27 @@ fn poll_loop(
                 .find(|&i| atoll_rev[i].is_some())
                 .unwrap_or(0);
             if let Some((r, word)) = wait_word(c, fds[i].fd, fds[i].events) {
-                let seen = r.word(word).load(Ordering::Acquire);
-                // Re-check after reading the word, so a change in between
-                // is not slept through.
+                // Count as a sleeper first (so the other side wakes us),
+                // then read the word, then re-check: a change after the
+                // check moves the word and the futex does not sleep.
+                let sleeper = if word == hdr::RSEQ {
+                    hdr::RSLEEP
+                } else {
+                    hdr::WSLEEP
+                };
+                r.word(sleeper).fetch_add(1, Ordering::SeqCst);
+                let seen = r.word(word).load(Ordering::SeqCst);
+                let mut w = 0;
                 if atoll_events(c, fds[i].fd).unwrap_or(0)
                     & (fds[i].events | libc::POLLHUP | libc::POLLERR)
                     == 0
                 {
                     let t = left.map(ts);
-                    let w = r.futex_wait(word, seen, t.as_ref());
-                    if w == -(libc::EINTR as i64) {
-                        return err(libc::EINTR);
-                    }
+                    w = r.futex_wait(word, seen, t.as_ref());
+                }
+                r.word(sleeper).fetch_sub(1, Ordering::AcqRel);
+                if w == -(libc::EINTR as i64) {
+                    return err(libc::EINTR);
                 }
                 continue;
             }

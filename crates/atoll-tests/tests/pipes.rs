@@ -130,6 +130,12 @@ int main(void) {
     CHECK(poll(two, 2, 1000) == 1 && two[0].revents == 0 && (two[1].revents & POLLIN));
     /* a writer in another process wakes a poller, alone or in a mixed set */
     pid_t k = fork();
+    if (k == 0) { usleep(50000); write(p[1], "w", 1); _exit(0); }
+    pf.revents = 0;
+    CHECK(poll(&pf, 1, 5000) == 1 && (pf.revents & POLLIN));
+    CHECK(read(p[0], buf, 1) == 1 && buf[0] == 'w');
+    waitpid(k, NULL, 0);
+    k = fork();
     if (k == 0) { usleep(50000); write(p[1], "y", 1); _exit(0); }
     struct pollfd mixed[2] = { { .fd = efd, .events = POLLIN }, { .fd = p[0], .events = POLLIN } };
     CHECK(poll(mixed, 2, 5000) == 1 && (mixed[1].revents & POLLIN) && mixed[0].revents == 0);

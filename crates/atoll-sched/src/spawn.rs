@@ -8,6 +8,10 @@
 //! the CPU set, descriptor slots) is prepared before the fork and the child
 //! only issues system calls.
 
+// TODO(atoll): start the child with clone(CLONE_VM | CLONE_VFORK) on a
+// private stack (as posix_spawn does) instead of fork, to save copying the
+// server process's page tables on every remote exec.
+
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 

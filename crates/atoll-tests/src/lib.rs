@@ -61,7 +61,51 @@ pub fn run_in_atoll(opts: &[&str], script: &str) -> Output {
     cmd.args(opts).arg("--");
     cmd.args(["bash", "-c", script]).env("ROOT", MOUNT);
     cmd.stdin(Stdio::null());
-    cmd.output().expect("spawn atoll")
+    output_within(cmd, RUN_LIMIT)
+}
+
+/// Longest a single `atoll run` of a test may take: a hang becomes a
+/// failure with a message instead of a test run that never ends.
+pub const RUN_LIMIT: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// `cmd.output()`, but the child is killed (SIGKILL) and the test fails
+/// when it runs longer than `limit`.
+pub fn output_within(mut cmd: Command, limit: std::time::Duration) -> Output {
+    use std::io::Read;
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn atoll");
+    let mut out_pipe = child.stdout.take().expect("stdout");
+    let mut err_pipe = child.stderr.take().expect("stderr");
+    let out_reader = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        let _ = out_pipe.read_to_end(&mut b);
+        b
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        let _ = err_pipe.read_to_end(&mut b);
+        b
+    });
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("command did not finish within {limit:?}: {cmd:?}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    Output {
+        status,
+        stdout: out_reader.join().unwrap_or_default(),
+        stderr: err_reader.join().unwrap_or_default(),
+    }
 }
 
 /// Run `bash -c script` on a fresh host directory, `$ROOT` naming it.

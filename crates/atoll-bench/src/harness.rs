@@ -208,6 +208,11 @@ fn run_measured(
         if let Some(f) = trap_file {
             c.env("ATOLL_TRAP_STATS", f);
         }
+        // The client library reads the placement policy once, at start-up
+        // (Hare §3.6.1), so it must be in the worker's initial environment.
+        if let Some(p) = job.workload.placement() {
+            c.env(crate::workloads::ENV_PLACEMENT, p);
+        }
         let spawned = c
             .stdin(Stdio::from(start_rd.try_clone()?))
             .stdout(Stdio::piped())

@@ -319,7 +319,7 @@ pub fn run_bench(
 
     let mut workloads = Vec::new();
     for w in if args.workloads.is_empty() {
-        Workload::ALL.to_vec()
+        Workload::every().collect()
     } else {
         args.workloads.clone()
     } {

@@ -160,6 +160,12 @@ pub fn targets(rs: &[RunResult], rpc: Option<&RpcResults>) -> Vec<TargetCheck> {
         .map(|s| {
             rs.iter()
                 .filter(|r| &r.system == s && r.procs == 1)
+                // Hare's file-system suite only: processes and pipes are
+                // reported beside it, not folded into its target.
+                .filter(|r| {
+                    crate::workloads::Workload::from_name(&r.workload)
+                        .is_some_and(|w| crate::workloads::Workload::ALL.contains(&w))
+                })
                 .filter_map(|r| r.ratio_vs_tmpfs)
                 .collect()
         })
@@ -595,6 +601,21 @@ mod tests {
         assert_eq!(get("split-renames").met, None);
         assert_eq!(get("atoll-split-vs-fuse").value, Some(40.0));
         assert_eq!(get("rpc-spin").met, None);
+    }
+
+    #[test]
+    fn timeshare_median_ignores_processes_and_pipes() {
+        let mut v = vec![
+            r("creates", "tmpfs", 1, 100.0),
+            r("creates", "atoll-timeshare", 1, 60.0),
+            r("exec-remote", "tmpfs", 1, 1000.0),
+            r("exec-remote", "atoll-timeshare", 1, 100.0),
+        ];
+        derive(&mut v);
+        let t = targets(&v, None);
+        let m = t.iter().find(|t| t.name == "timeshare-median").unwrap();
+        assert_eq!(m.value, Some(0.6));
+        assert_eq!(m.met, Some(true));
     }
 
     #[test]

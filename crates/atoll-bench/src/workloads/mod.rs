@@ -27,6 +27,7 @@ mod apps;
 mod fsstress;
 mod mail;
 mod micro;
+mod procs;
 mod tree;
 
 use std::collections::BTreeMap;
@@ -35,6 +36,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 pub use apps::{prepare_inputs, Inputs};
+pub use procs::ENV_PLACEMENT;
 pub use tree::TreeShape;
 
 use crate::util::{BenchError, Result};
@@ -79,6 +81,10 @@ pub enum Workload {
     Mailbench,
     Fsstress,
     Build,
+    ExecLocal,
+    ExecRemote,
+    PipeThroughput,
+    PipeLatency,
 }
 
 impl Workload {
@@ -98,6 +104,21 @@ impl Workload {
         Workload::Build,
     ];
 
+    /// Processes and pipes (fos Table 4 spawn, Hare §3.5 pipes): run after
+    /// Hare's file-system suite ([`Workload::ALL`]) by default, but not
+    /// part of its targets.
+    pub const PROCS: [Workload; 4] = [
+        Workload::ExecLocal,
+        Workload::ExecRemote,
+        Workload::PipeThroughput,
+        Workload::PipeLatency,
+    ];
+
+    /// Every workload (the default suite): Hare's first, then [`Workload::PROCS`].
+    pub fn every() -> impl Iterator<Item = Workload> {
+        Workload::ALL.into_iter().chain(Workload::PROCS)
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Workload::Creates => "creates",
@@ -113,11 +134,15 @@ impl Workload {
             Workload::Mailbench => "mailbench",
             Workload::Fsstress => "fsstress",
             Workload::Build => "build",
+            Workload::ExecLocal => "exec-local",
+            Workload::ExecRemote => "exec-remote",
+            Workload::PipeThroughput => "pipe-throughput",
+            Workload::PipeLatency => "pipe-latency",
         }
     }
 
     pub fn from_name(s: &str) -> Option<Workload> {
-        Workload::ALL.into_iter().find(|w| w.name() == s)
+        Workload::every().find(|w| w.name() == s)
     }
 
     /// Metadata-only workloads (the "atoll ≥ 10× FUSE" target).
@@ -132,6 +157,18 @@ impl Workload {
                 | Workload::PfindDense
                 | Workload::PfindSparse
         )
+    }
+
+    /// The `ATOLL_PLACEMENT` the worker processes start with: the client
+    /// library reads it at start-up and places every `execve` accordingly
+    /// (`local` = where the caller runs; `round-robin` = the next core, so
+    /// remote on a machine with more than one core).
+    pub fn placement(self) -> Option<&'static str> {
+        match self {
+            Workload::ExecLocal => Some("local:0"),
+            Workload::ExecRemote => Some("round-robin:0"),
+            _ => None,
+        }
     }
 
     /// External programs the workload needs (skipped with a message if
@@ -224,6 +261,10 @@ fn per_worker(w: Workload, size: Size) -> u64 {
         Workload::Directories => [20, 10_000, 40_000, 128_000],
         Workload::Mailbench => [10, 3_000, 10_000, 50_000],
         Workload::Fsstress => [300, 10_000, 30_000, 65_525],
+        Workload::ExecLocal | Workload::ExecRemote => [3, 300, 1_000, 5_000],
+        // 64 KiB writes: 256 KiB, 8 MiB, 64 MiB, 512 MiB.
+        Workload::PipeThroughput => [4, 128, 1_024, 8_192],
+        Workload::PipeLatency => [20, 5_000, 20_000, 100_000],
         _ => [0; 4],
     };
     t[size as usize]
@@ -257,6 +298,10 @@ impl Job {
             Workload::Extract | Workload::Punzip | Workload::Build => apps::setup(self),
             Workload::Mailbench => mail::setup(self),
             Workload::Fsstress => fsstress::setup(self),
+            Workload::ExecLocal
+            | Workload::ExecRemote
+            | Workload::PipeThroughput
+            | Workload::PipeLatency => Ok(()),
         }
     }
 
@@ -282,6 +327,9 @@ impl Job {
             (Workload::Build, _) => apps::build(self)?,
             (Workload::Mailbench, _) => mail::deliver(self, index)?,
             (Workload::Fsstress, _) => fsstress::run(self, index)?,
+            (Workload::ExecLocal | Workload::ExecRemote, _) => procs::exec(self, index)?,
+            (Workload::PipeThroughput, _) => procs::pipe_throughput(self, index)?,
+            (Workload::PipeLatency, _) => procs::pipe_latency(self, index)?,
         };
         r.elapsed_ns = t0.elapsed().as_nanos() as u64;
         Ok(r)
@@ -300,6 +348,11 @@ impl Job {
             Workload::Extract | Workload::Punzip | Workload::Build => apps::check(self),
             Workload::Mailbench => mail::check(self),
             Workload::Fsstress => fsstress::check(self),
+            // Checked as they run (exit status, bytes, echoes).
+            Workload::ExecLocal
+            | Workload::ExecRemote
+            | Workload::PipeThroughput
+            | Workload::PipeLatency => Ok(()),
         }
     }
 
@@ -319,6 +372,10 @@ impl Job {
             | Workload::PfindDense
             | Workload::PfindSparse => tree::check_reports(self, reports),
             Workload::Mailbench => mail::check_reports(self, reports),
+            Workload::ExecLocal
+            | Workload::ExecRemote
+            | Workload::PipeThroughput
+            | Workload::PipeLatency => procs::check_reports(self, reports),
             _ => Ok(()),
         }
     }
@@ -382,7 +439,7 @@ mod tests {
     #[test]
     fn workload_names_round_trip_and_match_clap() {
         use clap::ValueEnum;
-        for w in Workload::ALL {
+        for w in Workload::every() {
             assert_eq!(Workload::from_name(w.name()), Some(w));
             assert_eq!(w.to_possible_value().unwrap().get_name(), w.name());
         }

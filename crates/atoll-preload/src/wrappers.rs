@@ -1018,8 +1018,9 @@ fn search_path(file: &[u8]) -> Option<std::ffi::CString> {
     })
 }
 
-/// `posix_spawn(p)` for an atoll client: the client prepares the exec in
-/// the parent (program image, environment, child session), then the real
+/// `posix_spawn(p)` without file actions for an atoll client: the client
+/// prepares the exec in the parent (program image, environment, child
+/// session), then the real
 /// function runs with the selector at ALLOW, so its vfork-style clone and
 /// the child's exec reach Linux directly — the child never runs atoll code
 /// in memory it shares with us.
@@ -1042,7 +1043,18 @@ unsafe fn spawn_common(
     };
     // SAFETY: libc's posix_spawn/posix_spawnp.
     let f = unsafe { core::mem::transmute::<usize, SpawnFn>(p) };
-    if client::mode() != Mode::Client || selector::inside_atoll() || file.is_null() {
+    // File actions (`dup2` of a pipe onto stdout, `open` of an atoll path,
+    // …) run in the child before the exec; if they ran with the selector at
+    // ALLOW they would act on bare placeholder descriptors the new program
+    // cannot map back to atoll objects. Such spawns take the trapped path
+    // instead, as `system()` and `popen()` do: the internal clone becomes a
+    // fork with a child session, and the child's actions and exec are
+    // emulated like any other system call.
+    if client::mode() != Mode::Client
+        || selector::inside_atoll()
+        || file.is_null()
+        || !actions.is_null()
+    {
         // SAFETY: the caller's arguments.
         return unsafe { f(pid, file, actions, attr, argv, envp) };
     }

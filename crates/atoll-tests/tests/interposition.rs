@@ -111,6 +111,47 @@ int main(int argc, char **argv) {
 }
 "#;
 
+const SPAWN_FILE_ACTIONS: &str = r#"
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+int main(int argc, char **argv) {
+    int p[2];
+    if (pipe(p) != 0) { perror("pipe"); return 1; }
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, p[1], 1);
+    posix_spawn_file_actions_addclose(&fa, p[0]);
+    char *echo[] = {"echo", "through a pipe", NULL};
+    pid_t pid; int st;
+    if (posix_spawnp(&pid, "echo", &fa, NULL, echo, environ) != 0) { perror("spawn"); return 1; }
+    close(p[1]);
+    char buf[64] = {0};
+    ssize_t n = read(p[0], buf, sizeof buf - 1);
+    waitpid(pid, &st, 0);
+    printf("read %zd: %s", n, buf);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/spawned.txt", argv[1]);
+    posix_spawn_file_actions_t fb;
+    posix_spawn_file_actions_init(&fb);
+    posix_spawn_file_actions_addopen(&fb, 1, path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    char *echo2[] = {"echo", "into an atoll file", NULL};
+    if (posix_spawnp(&pid, "echo", &fb, NULL, echo2, environ) != 0) { perror("spawn2"); return 1; }
+    waitpid(pid, &st, 0);
+    FILE *f = fopen(path, "r");
+    if (!f || !fgets(buf, sizeof buf, f)) { perror("read back"); return 1; }
+    printf("file: %s", buf);
+    return 0;
+}
+"#;
+
 fn run_probe(source: &str, name: &str) -> String {
     let dir = tempfile::tempdir().unwrap();
     let bin = compile_probe(dir.path(), name, source);
@@ -144,4 +185,10 @@ fn stdio_opendir_realpath_nftw_and_posix_spawn_work_on_atoll_paths() {
             "stdio line 1\nopendir saw 5 entries\nrealpath {MOUNT}/a/b/f2\nnftw files 3\nstdio line 0\nspawned cat exited 0\n"
         )
     );
+}
+
+#[test]
+fn posix_spawn_file_actions_act_on_atoll_pipes_and_files() {
+    let out = run_probe(SPAWN_FILE_ACTIONS, "spawn_actions");
+    assert_eq!(out, "read 15: through a pipe\nfile: into an atoll file\n");
 }

@@ -82,11 +82,15 @@ impl SystemFactory for AtollFactory {
                 server_cores,
                 incoherent: false,
                 without: w,
-                distribute: Vec::new(),
+                // Hare §5.4.1 evaluates with directory distribution on; the
+                // client ignores it with one server or `--without
+                // dir-distribution`.
+                distribute: vec![String::new()],
                 runtime_root: config::default_runtime_root(),
             },
             app_cores: app_cores.unwrap_or_default(),
             instance: None,
+            scheds: None,
         }))
     }
 }
@@ -96,6 +100,9 @@ struct AtollSystem {
     config: InstanceConfig,
     app_cores: Vec<usize>,
     instance: Option<Instance>,
+    /// Scheduling servers, as under `atoll run`: without them every exec
+    /// of a worker would stay local (Hare §3.6).
+    scheds: Option<atoll_sched::Scheds>,
 }
 
 impl System for AtollSystem {
@@ -117,11 +124,16 @@ impl System for AtollSystem {
             env: env.vars(),
             cpus: self.app_cores.clone(),
         };
+        let app_cores = (!self.app_cores.is_empty()).then_some(self.app_cores.as_slice());
+        self.scheds = crate::run::start_scheds(&instance, app_cores);
         self.instance = Some(instance);
         Ok(target)
     }
 
     fn cleanup(&mut self) -> Result<()> {
+        if let Some(s) = self.scheds.take() {
+            s.shutdown();
+        }
         if let Some(i) = self.instance.take() {
             i.shutdown();
         }

@@ -191,6 +191,14 @@ pub fn open(
         } else {
             None
         };
+        // Creation affinity (Hare §3.7.5): a new inode whose entry lives on
+        // another socket goes to this process's local server.
+        let separate = match separate {
+            Some(s) => Some(s),
+            None => {
+                crate::affinity::try_open(c, lane, w.dir, name, oflags, mode & 0o7777 & !umask)?
+            }
+        };
         enum R {
             Opened(DescId, atoll_proto::Attr),
             Entry(InodeId, FileType),
@@ -223,6 +231,18 @@ pub fn open(
             crate::session::retry_marked(call)?
         } else {
             call()?
+        };
+        // A symlink whose inode lives on another server (creation affinity
+        // or a cross-server rename): read its target from the owner.
+        let r = match r {
+            R::Entry(ino, FileType::Symlink) if oflags & libc::O_NOFOLLOW as u32 == 0 => lane
+                .call(c, ino.owner(), Request::ReadLink { ino }, |r| match r {
+                    Reply::Target(t) => {
+                        Ok(R::Symlink(Box::new(crate::path::PathBuf::from_bytes(t)?)))
+                    }
+                    _ => Err(Error::Protocol("ReadLink")),
+                })?,
+            r => r,
         };
         let (desc, attr) = match r {
             R::Opened(d, a) => (d, a),

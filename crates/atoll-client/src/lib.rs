@@ -32,6 +32,7 @@
 // enums carrying one are large, and that is the point.
 #![allow(clippy::large_enum_variant)]
 
+mod affinity;
 mod bcast;
 mod cache;
 mod counters;

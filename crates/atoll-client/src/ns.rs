@@ -83,9 +83,15 @@ fn make_node(
     target: &[u8],
     distributed: bool,
 ) -> Result<InodeId> {
+    // Creation affinity (Hare §3.7.5): a non-directory whose entry lives on
+    // another socket goes to this process's local server.
+    if let Some(ino) = crate::affinity::try_make(c, w.lane, w.dir, name, ftype, perm, rdev, target)?
+    {
+        return Ok(ino);
+    }
     let server = entry_server(w.dir, name, c.nservers);
-    // Creation affinity (Hare §3.7.5): the new inode lives where its entry
-    // is, and a directory's own entries start on that same server.
+    // Otherwise the new inode lives where its entry is, and a directory's
+    // own entries start on that same server.
     let home = server as u8;
     crate::session::retry_marked(|| {
         w.lane.call(
@@ -142,6 +148,12 @@ pub fn mknod(c: &Client, lane: &Lane, dirfd: i64, path: &[u8], mode: u32, dev: u
     let ftype = match mode & libc::S_IFMT {
         0 | libc::S_IFREG => {
             // A regular file: create (exclusively) and close at once.
+            let p = mode & 0o7777 & !umask(c);
+            if crate::affinity::try_make(c, lane, w.dir, name, FileType::Regular, p, 0, b"")?
+                .is_some()
+            {
+                return Ok(Out::Done(0));
+            }
             let server = entry_server(w.dir, name, c.nservers);
             let desc = lane.call(
                 c,

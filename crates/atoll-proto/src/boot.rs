@@ -77,6 +77,10 @@ pub struct InstanceInfo {
     /// Directories created under these paths (relative to the mount, `""`
     /// = everything) are distributed.
     pub distribute: Vec<String>,
+    /// CPU and server locality domains for creation affinity (Hare
+    /// §3.7.5), read from `/sys` at boot.
+    #[serde(default)]
+    pub topology: crate::topology::Topology,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug)]

@@ -30,6 +30,7 @@
 
 pub mod boot;
 pub mod pipe;
+pub mod topology;
 
 use serde::{Deserialize, Serialize};
 
@@ -641,6 +642,35 @@ pub enum Request<'a> {
     /// → `Offset` | `EBUSY` (still shared)
     Reclaim {
         desc: DescId,
+    },
+
+    // ---- creation affinity (Hare §3.7.5) ----
+    /// The creator's designated local server, when the entry's server is
+    /// on another socket. First half of a two-message creation: make an
+    /// inode here that no entry names yet, *pending* for this session
+    /// (the session's death, or `Unref`, frees it), and with `open` also
+    /// open a description of it (`open` with `O_CREAT`; the new file is
+    /// opened with the requested access whatever its mode, as POSIX).
+    /// The client then sends `Link` to the entry's server and, once that
+    /// succeeded, `Adopt` here. `dir` is the parent (for the set-group-id
+    /// rule and permission checks when this server owns it). Not for
+    /// directories. → `Opened` (with `open`) | `Entry`
+    CreateInode {
+        dir: InodeId,
+        ftype: FileType,
+        /// Permission bits, umask already applied.
+        perm: u32,
+        rdev: u64,
+        #[serde(borrow)]
+        target: &'a [u8],
+        /// Open flags, for `open` with `O_CREAT`.
+        open: Option<u32>,
+    },
+    /// `ino.owner()`, usually posted. Second half: the entry `Link` added
+    /// for a pending inode is its first link. A no-op when the inode is no
+    /// longer pending (that name was removed meanwhile). → `Ok`
+    Adopt {
+        ino: InodeId,
     },
 }
 

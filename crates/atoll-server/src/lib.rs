@@ -35,6 +35,7 @@ use std::thread::JoinHandle;
 
 use atoll_msg::{Control, SharedRegion};
 use atoll_proto::boot::{InstanceInfo, PollMode, Without};
+use atoll_proto::topology::Topology;
 use atoll_proto::{Cred, ServerStats, BLOCK_SIZE, MAX_SERVERS};
 use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
 
@@ -133,6 +134,13 @@ impl Instance {
             incoherent: config.incoherent,
             without: config.without,
             distribute: config.distribute.clone(),
+            // Creation affinity (Hare §3.7.5) needs each server's socket.
+            topology: Topology::from_sysfs(
+                &Topology::sysfs_root(),
+                &(0..n)
+                    .map(|i| config.server_cores.get(i).copied())
+                    .collect::<Vec<_>>(),
+            ),
         };
         let owner = Cred {
             uid: rustix::process::geteuid().as_raw(),

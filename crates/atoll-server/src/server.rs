@@ -197,6 +197,23 @@ pub fn run(params: ServerParams, admin: Receiver<Admin>) -> std::io::Result<Serv
                     });
                 }
                 Ok(Admin::SessionClosed(s)) => {
+                    // What the session sent before it died still happens
+                    // (e.g. the posted `Adopt` that completes a creation,
+                    // Hare §3.7.5); replies go nowhere. Bounded: nobody
+                    // can add to a dead session's rings for long.
+                    for c in chans.iter().filter(|c| c.session == s) {
+                        for _ in 0..1024 {
+                            let got = c.ch.try_recv(|bytes| {
+                                serve_frame(&mut fs, s, bytes, &mut scratch, &mut reply_buf)
+                            });
+                            if !matches!(got, Ok(Some(_))) {
+                                break;
+                            }
+                        }
+                    }
+                    if fs.has_notices() {
+                        deliver_notices(&mut fs, &chans, &mut notice_buf);
+                    }
                     chans.retain(|c| c.session != s);
                     fs.session_closed(s);
                 }

@@ -39,6 +39,7 @@
 //! Timestamps: mtime/ctime as Linux. atime follows `relatime` (updated by a
 //! read when older than mtime or ctime, or than a day).
 
+mod affinity;
 mod dir;
 mod inode;
 mod locks;
@@ -140,7 +141,7 @@ struct Session {
     groups: Rc<[u32]>,
 }
 
-const OP_NAMES: [&str; 42] = [
+const OP_NAMES: [&str; 44] = [
     "SetGroups",
     "Lookup",
     "Open",
@@ -183,6 +184,8 @@ const OP_NAMES: [&str; 42] = [
     "",
     "Pipe",
     "PipeHeader",
+    "CreateInode",
+    "Adopt",
 ];
 
 fn op_index(req: &Request<'_>) -> usize {
@@ -228,6 +231,8 @@ fn op_index(req: &Request<'_>) -> usize {
         Reclaim { .. } => 37,
         Pipe { .. } => 40,
         PipeHeader { .. } => 41,
+        CreateInode { .. } => 42,
+        Adopt { .. } => 43,
     }
 }
 
@@ -260,6 +265,8 @@ pub struct FileServer<S> {
     sessions: HashMap<SessionId, Session>,
     cache: Cache<S>,
     pipes: pipe::Pipes,
+    /// Inodes placed here by creation affinity, not yet named (Hare §3.7.5).
+    creating: affinity::Creating,
     requests: u64,
     bad_requests: u64,
     ops: [(u64, u64); OP_NAMES.len()],
@@ -282,6 +289,7 @@ impl<S: BlockStore> FileServer<S> {
             sessions: HashMap::new(),
             cache,
             pipes: pipe::Pipes::default(),
+            creating: affinity::Creating::default(),
             requests: 0,
             bad_requests: 0,
             ops: [(0, 0); OP_NAMES.len()],
@@ -316,6 +324,7 @@ impl<S: BlockStore> FileServer<S> {
     /// reference it held and its POSIX locks, so nothing leaks.
     pub fn session_closed(&mut self, session: SessionId) {
         self.sessions.remove(&session);
+        self.abandon_creations(session);
         let held: Vec<DescId> = self
             .descs
             .iter()
@@ -390,6 +399,11 @@ impl<S: BlockStore> FileServer<S> {
             ("hybrid_fd.offsets_reclaimed", k.offsets_reclaimed),
             ("coalescing.uncoalesced_opens", k.uncoalesced_opens),
         ] {
+            if n > 0 {
+                v.push((name.into(), n));
+            }
+        }
+        for (name, n) in self.creating.counters() {
             if n > 0 {
                 v.push((name.into(), n));
             }
@@ -665,6 +679,15 @@ impl<S: BlockStore> FileServer<S> {
                 t.offsets_reclaimed += k.offsets_reclaimed;
                 Ok(Reply::Ok)
             }
+            Q::CreateInode {
+                dir,
+                ftype,
+                perm,
+                rdev,
+                target,
+                open,
+            } => self.create_inode(session, who, dir, ftype, perm, rdev, target, open),
+            Q::Adopt { ino } => self.adopt(session, ino),
         }
     }
 
@@ -818,6 +841,9 @@ impl<S: BlockStore> FileServer<S> {
 
     /// Drop one link of an inode owned here; free it when unreferenced.
     fn drop_link(&mut self, ino: InodeId) {
+        if self.unref_pending(ino) {
+            return; // the pending name of a creation (Hare §3.7.5)
+        }
         if let Some(i) = self.inodes.get_mut(&ino) {
             i.links = i.links.saturating_sub(1);
             i.ctime = now();
@@ -835,7 +861,8 @@ impl<S: BlockStore> FileServer<S> {
         let dead = self
             .inodes
             .get(&ino)
-            .is_some_and(|i| i.links == 0 && i.opens == 0);
+            .is_some_and(|i| i.links == 0 && i.opens == 0)
+            && !self.creating.is_pending(ino);
         if dead {
             if let Some(mut i) = self.inodes.remove(&ino) {
                 i.release_all(&mut self.cache);

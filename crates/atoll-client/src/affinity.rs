@@ -1,0 +1,199 @@
+//! Creation affinity (Hare §3.7.5): a new file's inode goes to a server
+//! close to the creating process.
+//!
+//! If the entry's server (`entry_server(dir, name)`) is on the socket (and
+//! NUMA node) of the CPU the process runs on, the coalesced path stays
+//! (one `Open`/`MakeNode` there creates and links, Hare §3.7.4). Otherwise
+//! the inode goes to the process's *designated local server* — one of the
+//! servers of its socket, chosen by pid so that the processes of a socket
+//! spread over its servers — in two steps: `CreateInode` there (pending,
+//! freed if the session dies), `Link` at the entry's server, then a posted
+//! `Adopt`. A failed `Link` is undone with `Unref` (and `Close`).
+//!
+//! The socket is the one of the CPU the process runs on *now*
+//! (`sched_getcpu`, served by the vDSO): processes migrate. Server sockets
+//! come with the boot info (`InstanceInfo::topology`). Directories are not
+//! placed this way: a directory's inode and home decide where its entries
+//! live, which every user of the directory shares, so they follow the
+//! entry as before. `--without affinity` turns all of this off.
+
+use atoll_proto::{entry_server, Attr, DescId, FileType, InodeId, Reply, Request};
+
+use crate::error::{Error, Result};
+use crate::session::{Client, Lane};
+
+/// The server that should hold a new inode whose entry `(dir, name)`
+/// lives on `entry`, if not `entry` itself.
+pub fn placement(c: &Client, dir: InodeId, name: &[u8]) -> Option<usize> {
+    if c.info.without.affinity || c.nservers < 2 {
+        return None;
+    }
+    let t = &c.info.topology;
+    let entry = entry_server(dir, name, c.nservers);
+    let domain = t.domain_of_cpu(rustix::thread::sched_getcpu());
+    if t.near(entry, domain) {
+        return None;
+    }
+    let n = t.local_servers(domain).count();
+    if n == 0 {
+        return None;
+    }
+    // One designated server per process, spread by pid (Hare §3.7.5: "to
+    // avoid all clients storing files on the same local server").
+    let k = std::process::id() as usize % n;
+    t.local_servers(domain).nth(k)
+}
+
+/// What [`create`] made.
+pub struct Created {
+    pub ino: InodeId,
+    /// The description, when `open` was given.
+    pub opened: Option<(DescId, Attr)>,
+}
+
+/// Create `name` in `dir` with its inode on `local` and link it at the
+/// entry's server. `perm` has the umask applied. On `EEXIST` (or any
+/// failure of the link) nothing is left behind.
+#[allow(clippy::too_many_arguments)]
+pub fn create(
+    c: &Client,
+    lane: &Lane,
+    local: usize,
+    dir: InodeId,
+    name: &[u8],
+    ftype: FileType,
+    perm: u32,
+    rdev: u64,
+    target: &[u8],
+    open: Option<u32>,
+) -> Result<Created> {
+    let made = lane.call(
+        c,
+        local,
+        Request::CreateInode {
+            dir,
+            ftype,
+            perm,
+            rdev,
+            target,
+            open,
+        },
+        |r| match r {
+            Reply::Opened { desc, attr, .. } => Ok(Created {
+                ino: attr.ino,
+                opened: Some((desc, attr)),
+            }),
+            Reply::Entry { ino, .. } => Ok(Created { ino, opened: None }),
+            _ => Err(Error::Protocol("CreateInode")),
+        },
+    )?;
+    let entry = entry_server(dir, name, c.nservers);
+    let linked = crate::session::retry_marked(|| {
+        lane.call(
+            c,
+            entry,
+            Request::Link {
+                dir,
+                name,
+                ino: made.ino,
+                ftype,
+                replace: false,
+            },
+            |r| match r {
+                Reply::Linked { .. } => Ok(()),
+                _ => Err(Error::Protocol("Link")),
+            },
+        )
+    });
+    match linked {
+        Ok(()) => {
+            // Posted: later requests to `local` on this lane come after it,
+            // and one on another lane finds the inode pending, which
+            // behaves as linked.
+            if lane
+                .post(c, local, Request::Adopt { ino: made.ino })
+                .is_err()
+            {
+                let _ = lane.call_ok(c, local, Request::Adopt { ino: made.ino });
+            }
+            Ok(made)
+        }
+        Err(e) => {
+            let _ = lane.call_ok(c, local, Request::Unref { ino: made.ino });
+            if let Some((desc, _)) = made.opened {
+                let _ = lane.call_ok(c, local, Request::Close { desc });
+            }
+            Err(e)
+        }
+    }
+}
+
+/// `open` with `O_CREAT` under creation affinity: `Ok(None)` when the
+/// coalesced `Open` at the entry's server should do it (entry close by,
+/// affinity off, the name is known to exist, or it appeared meanwhile).
+/// `perm` has the umask applied.
+pub fn try_open(
+    c: &Client,
+    lane: &Lane,
+    dir: InodeId,
+    name: &[u8],
+    flags: u32,
+    perm: u32,
+) -> Result<Option<(DescId, Attr)>> {
+    let special = (libc::O_DIRECTORY | libc::O_PATH | libc::O_TMPFILE) as u32;
+    if flags & libc::O_CREAT as u32 == 0 || flags & special != 0 {
+        return Ok(None);
+    }
+    let Some(local) = placement(c, dir, name) else {
+        return Ok(None);
+    };
+    let excl = flags & libc::O_EXCL as u32 != 0;
+    if !excl {
+        // A name the lookup cache knows exists: opening it is the
+        // coalesced path's job (one message instead of three).
+        if let Some(dc) = c.dcache() {
+            if dc.get(c.session().channels(), dir, name).is_some() {
+                return Ok(None);
+            }
+        }
+    }
+    match create(
+        c,
+        lane,
+        local,
+        dir,
+        name,
+        FileType::Regular,
+        perm,
+        0,
+        b"",
+        Some(flags),
+    ) {
+        Ok(m) => Ok(m.opened),
+        // Exists: without `O_EXCL` open it where it is.
+        Err(Error::Errno(libc::EEXIST)) if !excl => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// `MakeNode` of a non-directory under creation affinity: `Ok(None)` when
+/// the coalesced `MakeNode` at the entry's server should do it.
+#[allow(clippy::too_many_arguments)]
+pub fn try_make(
+    c: &Client,
+    lane: &Lane,
+    dir: InodeId,
+    name: &[u8],
+    ftype: FileType,
+    perm: u32,
+    rdev: u64,
+    target: &[u8],
+) -> Result<Option<InodeId>> {
+    if ftype == FileType::Directory {
+        return Ok(None);
+    }
+    let Some(local) = placement(c, dir, name) else {
+        return Ok(None);
+    };
+    create(c, lane, local, dir, name, ftype, perm, rdev, target, None).map(|m| Some(m.ino))
+}

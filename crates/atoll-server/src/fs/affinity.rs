@@ -1,0 +1,367 @@
+//! Creation affinity, server side (Hare §3.7.5).
+//!
+//! When a client creates a file whose entry lives on a server of another
+//! socket, it places the inode on its own designated local server instead,
+//! in two steps coordinated by the client (servers never message each
+//! other, Hare §6.2.3):
+//!
+//! 1. `CreateInode` here: a new inode no entry names yet (link count 0),
+//!    *pending* for the creating session, and with `open` a description;
+//! 2. `Link` at the entry's server; on success `Adopt` here (posted), which
+//!    turns the pending name into the inode's first link. On failure the
+//!    client sends `Unref` (and closes the description), which frees it.
+//!
+//! Crash safety: a pending inode is tied to its session, so a creator
+//! killed before its `Link` leaks nothing: the session's death frees the
+//! inode. Known window: a creator killed after its `Link` succeeded but
+//! before this server served its `Adopt` leaves an entry naming a freed
+//! inode (lookups of it answer `ENOENT` when opened).
+//!
+//! While pending, `Unref` (another client removed the new name before the
+//! `Adopt` arrived) consumes the pending name, and the `Adopt` that follows
+//! is a no-op.
+
+use std::collections::HashMap;
+
+use atoll_proto::{Errno, FileType, InodeId, Reply, SessionId, MAX_TARGET};
+
+use super::perm::{Caller, MAY_EXEC, MAY_WRITE};
+use super::{FileServer, R};
+use crate::store::BlockStore;
+
+/// Pending creations and their counters.
+#[derive(Default)]
+pub struct Creating {
+    /// Inodes created by `CreateInode` and not yet adopted, with their
+    /// creating session.
+    pending: HashMap<InodeId, SessionId>,
+    /// Inodes placed here for a client of this socket (`CreateInode`).
+    placements: u64,
+    /// Pending inodes whose name was confirmed (`Adopt`).
+    adopted: u64,
+    /// Pending inodes dropped: link failed, name removed before `Adopt`,
+    /// or the creator died.
+    abandoned: u64,
+}
+
+impl Creating {
+    pub fn is_pending(&self, ino: InodeId) -> bool {
+        self.pending.contains_key(&ino)
+    }
+
+    pub fn counters(&self) -> [(&'static str, u64); 3] {
+        [
+            ("affinity.placements", self.placements),
+            ("affinity.adopted", self.adopted),
+            ("affinity.abandoned", self.abandoned),
+        ]
+    }
+}
+
+impl<S: BlockStore> FileServer<S> {
+    /// `Request::CreateInode`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn create_inode<'o>(
+        &mut self,
+        session: SessionId,
+        who: &Caller,
+        dir: InodeId,
+        ftype: FileType,
+        perm: u32,
+        rdev: u64,
+        target: &[u8],
+        open: Option<u32>,
+    ) -> R<'o> {
+        let perm = match ftype {
+            // A directory's placement decides where its entries live; the
+            // client keeps directories on the entry's server.
+            FileType::Directory => return Err(Errno::EINVAL),
+            FileType::Symlink => {
+                if target.is_empty() {
+                    return Err(Errno::ENOENT);
+                }
+                if target.len() > MAX_TARGET {
+                    return Err(Errno::ENAMETOOLONG);
+                }
+                0o777
+            }
+            FileType::CharDevice | FileType::BlockDevice if !who.is_root() => {
+                return Err(Errno::EPERM); // CAP_MKNOD
+            }
+            _ => perm & 0o7777,
+        };
+        if open.is_some() && ftype != FileType::Regular {
+            return Err(Errno::EINVAL);
+        }
+        // Checked here only when this server owns the directory; the
+        // entry's server checks again at `Link`.
+        self.dir_check(dir, who, MAY_WRITE | MAY_EXEC)?;
+        let ino = self.new_inode(who, dir, ftype, perm, self.cfg.index, false);
+        if let Some(i) = self.inodes.get_mut(&ino) {
+            i.links = 0;
+            match ftype {
+                FileType::Symlink => i.target = target.to_vec(),
+                FileType::CharDevice | FileType::BlockDevice => i.rdev = rdev,
+                _ => {}
+            }
+        }
+        self.creating.pending.insert(ino, session);
+        let Some(flags) = open else {
+            self.creating.placements += 1;
+            return Ok(Reply::Entry { ino, ftype });
+        };
+        // POSIX: a new file is opened with the requested access whatever
+        // its mode.
+        match self.open_inode(session, who, ino, flags, false) {
+            Ok((desc, attr)) => {
+                self.creating.placements += 1;
+                Ok(Reply::Opened {
+                    desc,
+                    attr,
+                    created: true,
+                })
+            }
+            Err(e) => {
+                self.creating.pending.remove(&ino);
+                self.maybe_free(ino);
+                Err(e)
+            }
+        }
+    }
+
+    /// `Request::Adopt`: the pending name now exists.
+    pub(super) fn adopt<'o>(&mut self, session: SessionId, ino: InodeId) -> R<'o> {
+        match self.creating.pending.get(&ino) {
+            Some(s) if *s == session => {}
+            Some(_) => return Err(Errno::EPERM),
+            // Removed meanwhile (`Unref` consumed the name): nothing to do.
+            None => return Ok(Reply::Ok),
+        }
+        self.creating.pending.remove(&ino);
+        self.creating.adopted += 1;
+        if let Some(i) = self.inodes.get_mut(&ino) {
+            i.links += 1;
+        }
+        Ok(Reply::Ok)
+    }
+
+    /// `Unref` of a pending inode with no confirmed link: the pending name
+    /// is the one removed (or the creator gave up). True if handled.
+    pub(super) fn unref_pending(&mut self, ino: InodeId) -> bool {
+        let unconfirmed = self.inodes.get(&ino).is_some_and(|i| i.links == 0);
+        if unconfirmed && self.creating.pending.remove(&ino).is_some() {
+            self.creating.abandoned += 1;
+            self.maybe_free(ino);
+            return true;
+        }
+        false
+    }
+
+    /// The session died: its pending inodes go (their `Link` never
+    /// happened, or see the module docs for the window after it).
+    pub(super) fn abandon_creations(&mut self, session: SessionId) {
+        let gone: Vec<InodeId> = self
+            .creating
+            .pending
+            .iter()
+            .filter(|(_, s)| **s == session)
+            .map(|(i, _)| *i)
+            .collect();
+        for ino in gone {
+            self.creating.pending.remove(&ino);
+            self.creating.abandoned += 1;
+            self.maybe_free(ino);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::FsConfig;
+    use super::*;
+    use crate::store::MemStore;
+    use atoll_proto::{Cred, Request, UnlinkKind, ROOT};
+
+    const S1: SessionId = SessionId(1);
+    const S2: SessionId = SessionId(2);
+    const USER: Cred = Cred {
+        uid: 1000,
+        gid: 1000,
+    };
+
+    fn fs(index: usize) -> FileServer<MemStore> {
+        FileServer::new(
+            FsConfig {
+                index,
+                nservers: 2,
+                first_block: 0,
+                nblocks: 64,
+                root_owner: USER,
+                core: -1,
+                track_lookups: true,
+            },
+            MemStore::new(64),
+        )
+    }
+
+    fn inodes(f: &FileServer<MemStore>) -> u64 {
+        f.stats().inodes
+    }
+
+    fn create(f: &mut FileServer<MemStore>, s: SessionId, open: Option<u32>) -> (InodeId, u64) {
+        let mut out = Vec::new();
+        let r = f.handle(
+            s,
+            USER,
+            Request::CreateInode {
+                dir: ROOT,
+                ftype: FileType::Regular,
+                perm: 0o644,
+                rdev: 0,
+                target: b"",
+                open,
+            },
+            &mut out,
+        );
+        match r {
+            Reply::Opened { desc, attr, .. } => (attr.ino, desc.0),
+            Reply::Entry { ino, .. } => (ino, 0),
+            other => panic!("CreateInode: {other:?}"),
+        }
+    }
+
+    fn ok(f: &mut FileServer<MemStore>, s: SessionId, req: Request<'_>) {
+        let mut out = Vec::new();
+        let r = f.handle(s, USER, req, &mut out);
+        assert!(matches!(r, Reply::Ok | Reply::Attr(_)), "{r:?}");
+    }
+
+    #[test]
+    fn pending_inode_lives_on_this_server_and_is_adopted() {
+        let mut f = fs(1);
+        let (ino, _) = create(&mut f, S1, Some(libc::O_RDWR as u32));
+        assert_eq!(ino.owner(), 1);
+        assert_eq!(f.attr(ino).unwrap().nlink, 0);
+        ok(&mut f, S1, Request::Adopt { ino });
+        assert_eq!(f.attr(ino).unwrap().nlink, 1);
+        // The creator exiting no longer frees it: it has a name.
+        f.session_closed(S1);
+        assert_eq!(f.attr(ino).unwrap().nlink, 1);
+        let c: HashMap<_, _> = f.stats().counters.into_iter().collect();
+        assert_eq!(c.get("affinity.placements"), Some(&1));
+        assert_eq!(c.get("affinity.adopted"), Some(&1));
+    }
+
+    #[test]
+    fn creator_death_before_adopt_frees_the_inode() {
+        let mut f = fs(1);
+        let base = inodes(&f);
+        create(&mut f, S1, Some(libc::O_WRONLY as u32));
+        create(&mut f, S1, None);
+        let (other, _) = create(&mut f, S2, None);
+        assert_eq!(inodes(&f), base + 3);
+        f.session_closed(S1);
+        assert_eq!(inodes(&f), base + 1, "only the other session's remains");
+        assert!(f.attr(other).is_ok());
+    }
+
+    #[test]
+    fn failed_link_unref_and_close_free_it() {
+        let mut f = fs(1);
+        let base = inodes(&f);
+        let (ino, desc) = create(&mut f, S1, Some(libc::O_RDWR as u32));
+        ok(&mut f, S1, Request::Unref { ino });
+        assert_eq!(inodes(&f), base + 1, "still open");
+        ok(
+            &mut f,
+            S1,
+            Request::Close {
+                desc: atoll_proto::DescId(desc),
+            },
+        );
+        assert_eq!(inodes(&f), base);
+    }
+
+    #[test]
+    fn name_removed_before_adopt_makes_adopt_a_no_op() {
+        let mut f = fs(1);
+        let base = inodes(&f);
+        let (ino, _) = create(&mut f, S1, None);
+        // Another client unlinked the new entry (at its server) and sends
+        // `Unref` to the owner before the creator's `Adopt` arrived.
+        ok(&mut f, S2, Request::Unref { ino });
+        assert_eq!(inodes(&f), base);
+        ok(&mut f, S1, Request::Adopt { ino });
+        assert_eq!(inodes(&f), base);
+    }
+
+    #[test]
+    fn adopt_by_another_session_is_refused_and_directories_are_not_placed() {
+        let mut f = fs(1);
+        let (ino, _) = create(&mut f, S1, None);
+        let mut out = Vec::new();
+        let r = f.handle(S2, USER, Request::Adopt { ino }, &mut out);
+        assert!(matches!(r, Reply::Err(Errno::EPERM)), "{r:?}");
+        let r = f.handle(
+            S1,
+            USER,
+            Request::CreateInode {
+                dir: ROOT,
+                ftype: FileType::Directory,
+                perm: 0o755,
+                rdev: 0,
+                target: b"",
+                open: None,
+            },
+            &mut out,
+        );
+        assert!(matches!(r, Reply::Err(Errno::EINVAL)), "{r:?}");
+    }
+
+    #[test]
+    fn a_foreign_inode_linked_elsewhere_unlinks_with_unref() {
+        // Server 0 holds ROOT's entries; the inode lives on server 1.
+        let mut s0 = fs(0);
+        let mut s1 = fs(1);
+        let (ino, _) = create(&mut s1, S1, None);
+        ok(&mut s1, S1, Request::Adopt { ino });
+        let mut out = Vec::new();
+        let r = s0.handle(
+            S1,
+            USER,
+            Request::Link {
+                dir: ROOT,
+                name: b"f",
+                ino,
+                ftype: FileType::Regular,
+                replace: false,
+            },
+            &mut out,
+        );
+        assert!(matches!(r, Reply::Linked { replaced: None }), "{r:?}");
+        let r = s0.handle(
+            S1,
+            USER,
+            Request::Unlink {
+                dir: ROOT,
+                name: b"f",
+                kind: UnlinkKind::NonDirectory,
+                expect: None,
+            },
+            &mut out,
+        );
+        assert!(
+            matches!(
+                r,
+                Reply::Unlinked {
+                    freed_here: false,
+                    ..
+                }
+            ),
+            "{r:?}"
+        );
+        let base = inodes(&s1);
+        ok(&mut s1, S1, Request::Unref { ino });
+        assert_eq!(inodes(&s1), base - 1);
+    }
+}

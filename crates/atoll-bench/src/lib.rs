@@ -212,6 +212,22 @@ pub fn main_from_cli(args: BenchArgs, atoll: &mut dyn SystemFactory) -> anyhow::
             println!("wrote {}", f.display());
         }
     }
+    // Every workload ends with a result check, so a failed atoll run is a
+    // correctness bug and must fail the command (CI runs `--quick`). A
+    // failing peer (tmpfs, FUSE) is only reported: it is not ours to fix.
+    let failed: Vec<String> = report
+        .results
+        .iter()
+        .filter(|r| r.error.is_some() && r.system.starts_with("atoll"))
+        .map(|r| format!("{} {} P={}", r.system, r.workload, r.procs))
+        .collect();
+    if !failed.is_empty() {
+        anyhow::bail!(
+            "{} atoll run(s) failed: {}",
+            failed.len(),
+            failed.join(", ")
+        );
+    }
     Ok(())
 }
 

@@ -220,6 +220,49 @@ EOF
     assert!(out.contains("sum 78"), "{out}");
 }
 
+/// rustc is a many-threaded compiler that maps its inputs and writes
+/// through temporary files and renames, and cargo runs it under a
+/// jobserver: a real build tool nobody here wrote.
+#[test]
+fn cargo_builds_tests_and_runs_a_crate_in_the_mount() {
+    require("cargo");
+    let out = assert_same(
+        &[],
+        r#"
+        set -e
+        cd "$ROOT"
+        export CARGO_TARGET_DIR="$ROOT/target" CARGO_TERM_COLOR=never
+        mkdir -p demo/src
+        printf '[package]\nname = "demo"\nversion = "0.1.0"\nedition = "2021"\n' > demo/Cargo.toml
+        cat > demo/src/lib.rs <<'END'
+pub mod shapes;
+pub fn total(xs: &[u64]) -> u64 { xs.iter().map(|x| shapes::square(*x)).sum() }
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn sums_squares() { assert_eq!(super::total(&[1, 2, 3]), 14); }
+}
+END
+        echo 'pub fn square(x: u64) -> u64 { x * x }' > demo/src/shapes.rs
+        cat > demo/src/main.rs <<'END'
+fn main() {
+    let n: Vec<u64> = std::env::args().skip(1).map(|a| a.parse().unwrap()).collect();
+    println!("total {}", demo::total(&n));
+}
+END
+        cd demo
+        cargo build --offline -q -j2
+        cargo run --offline -q -- 3 4 5
+        cargo test --offline -q -j2 2>&1 | grep -o 'test result: ok. [0-9]* passed' | sort | uniq -c
+        touch src/shapes.rs && cargo build --offline -q && echo rebuilt
+        test -x "$CARGO_TARGET_DIR/debug/demo" && echo binary-in-target
+        "#,
+        false,
+    );
+    assert!(out.contains("total 50"), "{out}");
+    assert!(out.contains("1 test result: ok. 1 passed"), "{out}");
+}
+
 #[test]
 fn shebang_script_stored_in_the_mount_runs() {
     let out = assert_same(

@@ -25,10 +25,12 @@
 //! * a forked child starts empty (the server tracks sessions, and the child
 //!   is a new session), as does a new image after `execve`.
 //!
-//! Known limit: a hit skips the server's search-permission check on the
-//! directory (as the client already does for directories owned by another
-//! server), so revoking search permission on a directory is not seen by
-//! names already cached.
+//! Search permission (Hare §3.7.1): a hit skips the server's check that
+//! the caller may search the directory, which the server made when the
+//! entry was looked up. When a directory's mode or owner changes, its
+//! owner server sends every session an [`Notice::Invalidate`] with an
+//! empty name, which drops every cached entry of that directory before the
+//! `chmod`/`chown` returns; the next lookup asks the server again.
 
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -93,6 +95,11 @@ impl Guard<'_> {
         self.0.gen.fetch_add(1, Ordering::AcqRel);
         self.0.invalidations.fetch_add(1, Ordering::Relaxed);
         counters::bump(&counters::DCACHE_INVALIDATIONS);
+        if name.is_empty() {
+            // The whole directory: its search permission changed.
+            self.map().retain(|k, _| k.0 != dir.0);
+            return;
+        }
         let key = (dir.0, name_hash(dir, name));
         if self.map().get(&key).is_some_and(|e| &*e.name == name) {
             self.map().remove(&key);
@@ -256,6 +263,25 @@ mod tests {
         assert_eq!(dc.get([&c].into_iter(), D, b"a"), None);
         let k = dc.counters();
         assert_eq!((k.hits, k.misses, k.invalidations), (1, 3, 1));
+    }
+
+    #[test]
+    fn an_empty_name_drops_the_whole_directory_only() {
+        let (c, s) = chan();
+        let dc = DirCache::new();
+        let other = InodeId(99);
+        let g = dc.generation();
+        dc.insert(g, D, b"a", F, FileType::Regular);
+        dc.insert(g, D, b"b", F, FileType::Regular);
+        dc.insert(g, other, b"a", F, FileType::Regular);
+        // chmod of D at its owner server (search permission changed).
+        notify(&s, &Notice::Invalidate { dir: D, name: b"" });
+        assert_eq!(dc.get([&c].into_iter(), D, b"a"), None);
+        assert_eq!(dc.get([&c].into_iter(), D, b"b"), None);
+        assert_eq!(
+            dc.get([&c].into_iter(), other, b"a"),
+            Some((F, FileType::Regular))
+        );
     }
 
     #[test]

@@ -828,7 +828,9 @@ pub enum Reply<'a> {
 #[derive(Serialize, Deserialize, Debug, PartialEq, Eq)]
 pub enum Notice<'a> {
     /// The entry `name` of `dir` was removed or now names another inode:
-    /// forget the cached lookup.
+    /// forget the cached lookup. An empty `name` (never an entry) means
+    /// every cached entry of `dir`: the directory's owner changed its mode
+    /// or owner, so search permission must be checked again (Hare §3.7.1).
     Invalidate {
         dir: InodeId,
         #[serde(borrow)]

@@ -265,3 +265,48 @@ fn creator_killed_mid_storm_leaks_nothing() {
         .expect("exec");
     assert_eq!(String::from_utf8_lossy(&out.stdout), "alive\n");
 }
+
+/// Directory search permission on lookup-cache hits (Hare §3.7.1): a
+/// process caches `d/f`, then `d` loses its search bit; the cached name
+/// must be refused exactly as Linux refuses it, and found again once the
+/// bit is back. Runs the checks as `nobody` (root would bypass them).
+fn revoked_search_script() -> &'static str {
+    r#"
+chmod 755 $ROOT
+mkdir $ROOT/d && echo hi > $ROOT/d/f && chown -R 65534:65534 $ROOT/d || exit 9
+setpriv --reuid=65534 --regid=65534 --clear-groups bash -c '
+read x < $ROOT/d/f; echo "first $x"
+[ -e $ROOT/d/f ] && echo seen
+chmod 0600 $ROOT/d
+read y < $ROOT/d/f 2>/dev/null && echo "read $y" || echo "read refused"
+[ -e $ROOT/d/f ] && echo "still seen" || echo "not seen"
+(echo z > $ROOT/d/g) 2>/dev/null && echo created || echo "create refused"
+cd $ROOT/d 2>/dev/null && echo "cd ok" || echo "cd refused"
+chmod 0700 $ROOT/d
+read y < $ROOT/d/f && echo "again $y"
+'
+chmod 0600 $ROOT/d
+setpriv --reuid=65534 --regid=65534 --clear-groups bash -c '
+read y < $ROOT/d/f 2>/dev/null && echo "fresh read $y" || echo "fresh refused"
+'
+"#
+}
+
+#[test]
+fn revoked_search_permission_is_seen_through_the_lookup_cache() {
+    atoll_tests::require("setpriv");
+    let script = revoked_search_script();
+    let (dir, host) = run_on_host(script);
+    let host = normalized(&host, dir.path());
+    assert!(
+        host.1.contains("read refused\nnot seen\ncreate refused"),
+        "host: {host:?}"
+    );
+    let sysfs = two_sockets();
+    for opts in [&["--servers", "2"][..], &["--servers", "1"][..]] {
+        let got = run(sysfs.path(), opts, script);
+        let got = normalized(&got, Path::new(MOUNT));
+        assert_eq!(host.1, got.1, "{opts:?}: atoll stderr:\n{}", got.2);
+        assert_eq!(host.0, got.0, "{opts:?}: {}", got.2);
+    }
+}

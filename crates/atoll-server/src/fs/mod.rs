@@ -1642,6 +1642,14 @@ impl<S: BlockStore> FileServer<S> {
         if changed || any_time {
             i.ctime = t;
         }
+        let access_changed = i.ftype == FileType::Directory
+            && (set.perm.is_some() || set.uid.is_some() || set.gid.is_some());
+        if access_changed {
+            // Cached lookups in this directory skipped its search check:
+            // every session drops them before this reply (Hare §3.7.1).
+            let sessions = self.sessions.keys().copied();
+            self.track.dir_access_changed(ino, sessions);
+        }
         Ok(Reply::Attr(self.attr(ino)?))
     }
 

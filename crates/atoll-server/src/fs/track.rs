@@ -105,6 +105,20 @@ impl Tracker {
         }
     }
 
+    /// The search permission of `dir` may have changed (chmod or chown of
+    /// the directory, Hare §3.7.1): every session in `sessions` must forget
+    /// all it cached in `dir`, wherever the entries live. The notice has an
+    /// empty name, which no entry has.
+    pub fn dir_access_changed(&mut self, dir: InodeId, sessions: impl Iterator<Item = SessionId>) {
+        if !self.enabled {
+            return;
+        }
+        for s in sessions {
+            self.invalidations += 1;
+            self.pending.push((s, dir, Box::default()));
+        }
+    }
+
     pub fn has_pending(&self) -> bool {
         !self.pending.is_empty()
     }
@@ -141,6 +155,75 @@ mod tests {
         t.changed(d, b"a");
         assert!(!t.has_pending(), "records are forgotten after a change");
         assert_eq!(t.tracked(), 1);
+    }
+
+    /// chmod/chown of a directory tells every session to drop what it
+    /// cached in it (empty name); other attribute changes do not.
+    #[test]
+    fn directory_mode_or_owner_change_notifies_every_session() {
+        use crate::fs::{FileServer, FsConfig};
+        use crate::store::MemStore;
+        use atoll_proto::{Cred, Reply, Request, SetAttr, TimeSet, ROOT};
+
+        let cred = Cred {
+            uid: 1000,
+            gid: 1000,
+        };
+        let cfg = FsConfig {
+            index: 0,
+            nservers: 1,
+            first_block: 0,
+            nblocks: 16,
+            root_owner: cred,
+            core: -1,
+            track_lookups: true,
+        };
+        let mut fs = FileServer::new(cfg, MemStore::new(16));
+        let mut out = Vec::new();
+        for s in [SessionId(1), SessionId(2)] {
+            fs.session_opened(s);
+        }
+        let mut set = |fs: &mut FileServer<MemStore>, set: SetAttr| {
+            let r = fs.handle(
+                SessionId(1),
+                cred,
+                Request::SetAttr { ino: ROOT, set },
+                &mut out,
+            );
+            assert!(matches!(r, Reply::Attr(_)), "{r:?}");
+        };
+        set(
+            &mut fs,
+            SetAttr {
+                atime: TimeSet::Now,
+                ..SetAttr::NONE
+            },
+        );
+        assert!(!fs.has_notices(), "a time change keeps the cache");
+        set(
+            &mut fs,
+            SetAttr {
+                perm: Some(0o700),
+                ..SetAttr::NONE
+            },
+        );
+        let mut p = fs.take_notices();
+        p.sort();
+        assert_eq!(
+            p,
+            [
+                (SessionId(1), ROOT, Box::default()),
+                (SessionId(2), ROOT, Box::default())
+            ]
+        );
+        set(
+            &mut fs,
+            SetAttr {
+                gid: Some(1000),
+                ..SetAttr::NONE
+            },
+        );
+        assert_eq!(fs.take_notices().len(), 2);
     }
 
     /// Through the file server: every way an entry can change notifies

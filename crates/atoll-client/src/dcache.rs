@@ -183,6 +183,31 @@ impl DirCache {
         hit
     }
 
+    /// Drain every inbox, then say whether `dir` is known to be searchable
+    /// by this process (see [`DirCache::set_searchable`]). Not counted as a
+    /// hit or miss.
+    pub fn searchable<'c>(
+        &self,
+        chans: impl Iterator<Item = &'c ClientChannel>,
+        dir: InodeId,
+    ) -> bool {
+        self.try_lock().is_some_and(|mut g| {
+            g.drain(chans);
+            g.map()
+                .get(&(dir.0, name_hash(dir, b"")))
+                .is_some_and(|e| e.name.is_empty())
+        })
+    }
+
+    /// Remember that the directory's owner granted this process search
+    /// permission on `dir` (asked after `generation()` returned `gen`). Kept
+    /// as the entry with the empty name, which no real entry has, so the
+    /// notice that drops a directory's entries (its mode or owner changed)
+    /// drops this too.
+    pub fn set_searchable(&self, gen: u64, dir: InodeId) {
+        self.insert(gen, dir, b"", dir, FileType::Directory);
+    }
+
     /// Read before sending the `Lookup` whose answer may be inserted.
     pub fn generation(&self) -> u64 {
         self.gen.load(Ordering::Acquire)
@@ -282,6 +307,23 @@ mod tests {
             dc.get([&c].into_iter(), other, b"a"),
             Some((F, FileType::Regular))
         );
+    }
+
+    #[test]
+    fn searchable_directories_are_forgotten_with_their_entries() {
+        let (c, s) = chan();
+        let dc = DirCache::new();
+        assert!(!dc.searchable([&c].into_iter(), D));
+        dc.set_searchable(dc.generation(), D);
+        assert!(dc.searchable([&c].into_iter(), D));
+        assert!(!dc.searchable([&c].into_iter(), F));
+        notify(&s, &Notice::Invalidate { dir: D, name: b"" });
+        assert!(!dc.searchable([&c].into_iter(), D));
+        // A name invalidation in the directory keeps it.
+        dc.set_searchable(dc.generation(), D);
+        notify(&s, &Notice::Invalidate { dir: D, name: b"a" });
+        assert!(dc.searchable([&c].into_iter(), D));
+        assert_eq!(dc.counters().hits, 0);
     }
 
     #[test]

@@ -184,6 +184,7 @@ pub fn open(
             oflags |= libc::O_DIRECTORY as u32;
         }
         let server = entry_server(w.dir, name, c.nservers);
+        crate::dirperm::check_search(c, lane, w.dir, server)?;
         let umask = c.umask.load(core::sync::atomic::Ordering::Relaxed);
         let separate = if crate::uncoalesced::active(c) {
             let perm = mode & 0o7777 & !umask;

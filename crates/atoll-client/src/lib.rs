@@ -37,6 +37,7 @@ mod bcast;
 mod cache;
 mod counters;
 mod dcache;
+mod dirperm;
 mod error;
 mod exec;
 mod fast;

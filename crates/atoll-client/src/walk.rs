@@ -189,6 +189,7 @@ impl<'a> Walker<'a> {
         } else {
             entry_server(dir, name, self.c.nservers)
         };
+        crate::dirperm::check_search(self.c, self.lane, dir, server)?;
         let (ino, ftype) = self
             .lane
             .call(self.c, server, Request::Lookup { dir, name }, |r| match r {

@@ -303,7 +303,13 @@ fn revoked_search_permission_is_seen_through_the_lookup_cache() {
         "host: {host:?}"
     );
     let sysfs = two_sockets();
-    for opts in [&["--servers", "2"][..], &["--servers", "1"][..]] {
+    for opts in [
+        &["--servers", "2"][..],
+        &["--servers", "1"][..],
+        // Distributed: entries on servers that do not own the directory.
+        &["--servers", "2", "--distribute", "all"][..],
+        &["--servers", "3", "--distribute", "all"][..],
+    ] {
         let got = run(sysfs.path(), opts, script);
         let got = normalized(&got, Path::new(MOUNT));
         assert_eq!(host.1, got.1, "{opts:?}: atoll stderr:\n{}", got.2);

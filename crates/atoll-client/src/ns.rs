@@ -154,23 +154,27 @@ pub fn mknod(c: &Client, lane: &Lane, dirfd: i64, path: &[u8], mode: u32, dev: u
             {
                 return Ok(Out::Done(0));
             }
+            // A directory being removed answers EAGAIN: wait for its
+            // outcome as every creation does (Hare §3.4.1).
             let server = entry_server(w.dir, name, c.nservers);
-            let desc = lane.call(
-                c,
-                server,
-                Request::Open {
-                    dir: w.dir,
-                    name,
-                    flags: (libc::O_CREAT | libc::O_EXCL | libc::O_RDONLY) as u32,
-                    perm: mode & 0o7777,
-                    umask: umask(c),
-                },
-                |r| match r {
-                    Reply::Opened { desc, .. } => Ok(desc),
-                    Reply::Entry { .. } | Reply::Symlink { .. } => err(libc::EEXIST),
-                    _ => Err(Error::Protocol("Open")),
-                },
-            )?;
+            let desc = crate::session::retry_marked(|| {
+                lane.call(
+                    c,
+                    server,
+                    Request::Open {
+                        dir: w.dir,
+                        name,
+                        flags: (libc::O_CREAT | libc::O_EXCL | libc::O_RDONLY) as u32,
+                        perm: mode & 0o7777,
+                        umask: umask(c),
+                    },
+                    |r| match r {
+                        Reply::Opened { desc, .. } => Ok(desc),
+                        Reply::Entry { .. } | Reply::Symlink { .. } => err(libc::EEXIST),
+                        _ => Err(Error::Protocol("Open")),
+                    },
+                )
+            })?;
             lane.call_ok(c, desc.server(), Request::Close { desc })?;
             return Ok(Out::Done(0));
         }
@@ -295,6 +299,11 @@ fn entry_servers(c: &Client, ino: InodeId) -> Vec<usize> {
 /// the three-phase protocol of Hare §3.4.1: mark on every server holding
 /// entries (home first; fails with ENOTEMPTY), remove the entry, then
 /// commit — or abort every mark on any failure.
+///
+/// Concurrent rmdirs of one directory: the home server's mark serializes
+/// them; a loser waits for the winner's outcome (its mark answers `EAGAIN`
+/// until then) and sees `ENOENT` after a commit, or decides itself after an
+/// abort — never `EBUSY`, as on Linux.
 fn rmdir_at(c: &Client, lane: &Lane, w: &Walker, last: &Last) -> Result<Out> {
     match last.kind {
         LastKind::Dot => return err(libc::EINVAL),
@@ -303,37 +312,51 @@ fn rmdir_at(c: &Client, lane: &Lane, w: &Walker, last: &Last) -> Result<Out> {
         LastKind::Name => {}
     }
     let name = last.name.as_bytes();
-    let (ino, ftype) = w.lookup(w.dir, name)?;
-    if ftype != FileType::Directory {
-        return err(libc::ENOTDIR);
-    }
-    if ino == ROOT {
-        return err(libc::EBUSY);
-    }
-    if let Some(cwd) = c.cwd() {
-        if cwd.ino == ino {
-            // Linux allows removing the cwd; keep going (it becomes
-            // unreachable, as on Linux).
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let (ino, ftype) = w.lookup(w.dir, name)?;
+        if ftype != FileType::Directory {
+            return err(libc::ENOTDIR);
+        }
+        if ino == ROOT {
+            return err(libc::EBUSY);
+        }
+        // Linux allows removing the cwd (it becomes unreachable): no check.
+        let servers = entry_servers(c, ino);
+        let esrv = entry_server(w.dir, name, c.nservers);
+        let r = if servers == [esrv] {
+            unlink_entry(c, lane, w.dir, name, UnlinkKind::Directory, Some(ino)).map(|_| ())
+        } else {
+            crate::counters::bump(&crate::counters::THREE_PHASE_RMDIRS);
+            let marked = mark_dir(c, lane, ino)?;
+            let r = unlink_entry(c, lane, w.dir, name, UnlinkKind::Directory, Some(ino));
+            finish_marks(c, lane, ino, &marked, r.is_ok());
+            r.map(|_| ())
+        };
+        match r {
+            // The name now names another inode (a rename won): look again.
+            Err(Error::Errno(e)) if e == libc::ESTALE && attempts < 64 => continue,
+            Err(Error::Errno(e)) if e == libc::ESTALE => return err(libc::ENOENT),
+            r => return r.map(|()| Out::Done(0)),
         }
     }
+}
+
+/// Phases 1 and 2 of Hare §3.4.1 for directory `ino`: mark it for deletion
+/// on its home server alone (the serialization point; a directory already
+/// marked there makes us wait for that rmdir's outcome), then on every
+/// other server holding its entries at once (directory broadcast, Hare
+/// §3.7.3; one by one `--without broadcast`). Fails with `ENOTEMPTY` if any
+/// server holds an entry, `ENOENT` if the directory is gone; on failure no
+/// mark is left. Returns the servers marked, for [`finish_marks`].
+fn mark_dir(c: &Client, lane: &Lane, ino: InodeId) -> Result<Vec<usize>> {
     let servers = entry_servers(c, ino);
-    let esrv = entry_server(w.dir, name, c.nservers);
-    if servers == [esrv] {
-        unlink_entry(c, lane, w.dir, name, UnlinkKind::Directory, Some(ino))?;
-        return Ok(Out::Done(0));
-    }
-    crate::counters::bump(&crate::counters::THREE_PHASE_RMDIRS);
-    let mut marked = Vec::with_capacity(servers.len());
-    let mut failure = None;
-    // Phase 1: the home server, alone (serialization point).
-    match lane.call_ok(c, servers[0], Request::MarkRmdir { dir: ino }) {
-        Ok(()) => marked.push(servers[0]),
-        Err(e) => failure = Some(e),
-    }
-    // Phase 2: the others, in parallel (directory broadcast, Hare §3.7.3;
-    // one by one `--without broadcast`).
-    if failure.is_none() {
+    crate::session::retry_marked(|| {
+        lane.call_ok(c, servers[0], Request::MarkRmdir { dir: ino })?;
+        let mut marked = vec![servers[0]];
         let rest = &servers[1..];
+        let mut failure = None;
         let results = crate::bcast::all_ok(c, lane, rest, || Request::MarkRmdir { dir: ino });
         for (&s, r) in rest.iter().zip(results) {
             match r {
@@ -345,80 +368,24 @@ fn rmdir_at(c: &Client, lane: &Lane, w: &Walker, last: &Last) -> Result<Out> {
                 }
             }
         }
-    }
-    if failure.is_none() {
-        if let Err(e) = unlink_entry(c, lane, w.dir, name, UnlinkKind::Directory, Some(ino)) {
-            failure = Some(e);
+        match failure {
+            None => Ok(marked),
+            // EAGAIN here (a mark the home server did not serialize) is
+            // retried from phase 1 after the abort.
+            Some(e) => {
+                finish_marks(c, lane, ino, &marked, false);
+                Err(e)
+            }
         }
-    }
-    // Phase 3: commit or abort on every marked server.
-    let commit = failure.is_none();
-    for &s in &marked {
+    })
+}
+
+/// Phase 3 of Hare §3.4.1: commit (the directory is gone) or abort on
+/// every server [`mark_dir`] marked.
+fn finish_marks(c: &Client, lane: &Lane, ino: InodeId, marked: &[usize], commit: bool) {
+    for &s in marked {
         let _ = lane.call_ok(c, s, Request::FinishRmdir { dir: ino, commit });
     }
-    match failure {
-        None => Ok(Out::Done(0)),
-        Some(e) => Err(e),
-    }
-}
-
-/// Is `dir` empty (no entries but `.` and `..` on any server)?
-fn dir_is_empty(c: &Client, lane: &Lane, dir: InodeId) -> Result<bool> {
-    for s in entry_servers(c, dir) {
-        let mut cookie = 0;
-        loop {
-            let (data_has_entry, next, end) = lane.call(
-                c,
-                s,
-                Request::ReadDir {
-                    dir,
-                    cookie,
-                    max_bytes: 4096,
-                },
-                |r| match r {
-                    Reply::Dirents { data, end } => {
-                        let mut has = false;
-                        let mut last = cookie;
-                        for (off, name) in dirents(data) {
-                            last = off;
-                            if name != b"." && name != b".." {
-                                has = true;
-                            }
-                        }
-                        Ok((has, last, end || data.is_empty()))
-                    }
-                    _ => Err(Error::Protocol("ReadDir")),
-                },
-            )?;
-            if data_has_entry {
-                return Ok(false);
-            }
-            if end {
-                break;
-            }
-            cookie = next;
-        }
-    }
-    Ok(true)
-}
-
-/// Iterate `(d_off, name)` of packed `linux_dirent64` records.
-fn dirents(data: &[u8]) -> impl Iterator<Item = (u64, &[u8])> {
-    let mut pos = 0;
-    core::iter::from_fn(move || {
-        if pos + 19 > data.len() {
-            return None;
-        }
-        let off = u64::from_ne_bytes(data[pos + 8..pos + 16].try_into().ok()?);
-        let reclen = u16::from_ne_bytes(data[pos + 16..pos + 18].try_into().ok()?) as usize;
-        if reclen < 19 || pos + reclen > data.len() {
-            return None;
-        }
-        let nm = &data[pos + 19..pos + reclen];
-        let nm = &nm[..nm.iter().position(|&b| b == 0).unwrap_or(nm.len())];
-        pos += reclen;
-        Some((off, nm))
-    })
 }
 
 /// Both paths of a two-path call, resolved to their parents.
@@ -528,22 +495,49 @@ pub fn rename(
     // message, and the server applies every rule atomically (Hare §3.7.4).
     let same_dir_fast_path =
         dir1 == dir2 && srv1 == srv2 && !l1.trailing_slash && !l2.trailing_slash;
-    if !same_dir_fast_path {
-        return rename_checked(
-            c,
-            lane,
-            w1,
-            (dir1, n1, l1.trailing_slash),
-            (dir2, n2, l2.trailing_slash),
-            flags,
-        );
+    if same_dir_fast_path {
+        // `ESTALE`: the server will not replace a directory whose entries
+        // may live elsewhere without its marks; the checked path marks it.
+        match same_server_rename(c, lane, srv1, (dir1, n1), (dir2, n2), flags) {
+            Err(Error::Errno(e)) if e == libc::ESTALE => {}
+            r => return r,
+        }
     }
-    same_server_rename(c, lane, srv1, (dir1, n1), (dir2, n2), flags)
+    rename_checked(
+        c,
+        lane,
+        w1,
+        (dir1, n1, l1.trailing_slash),
+        (dir2, n2, l2.trailing_slash),
+        flags,
+    )
 }
 
-/// Rename after the client-side checks that need lookups: trailing slashes
-/// and moving a directory into its own subtree.
+/// Rename after the client-side checks that need lookups: trailing slashes,
+/// moving a directory into its own subtree, and an empty directory to be
+/// replaced whose entries may live on other servers (marked like an rmdir,
+/// Hare §3.4.1, so no creation slips in). `ESTALE` from a server means the
+/// names changed under us (a concurrent rename or mkdir): look again.
 fn rename_checked(
+    c: &Client,
+    lane: &Lane,
+    w1: &mut Walker,
+    old: (InodeId, &[u8], bool),
+    new: (InodeId, &[u8], bool),
+    flags: u32,
+) -> Result<Out> {
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        match rename_attempt(c, lane, w1, old, new, flags) {
+            Err(Error::Errno(e)) if e == libc::ESTALE && attempts < 64 => {}
+            Err(Error::Errno(e)) if e == libc::ESTALE => return err(libc::ENOENT),
+            r => return r,
+        }
+    }
+}
+
+fn rename_attempt(
     c: &Client,
     lane: &Lane,
     w1: &mut Walker,
@@ -569,23 +563,67 @@ fn rename_checked(
         if ino2 == ino1 && !exchange {
             return Ok(Out::Done(0)); // two links of one inode: nothing to do
         }
+    } else if exchange {
+        return err(libc::ENOENT);
     }
-    // A directory may not move into its own subtree (EINVAL); the client
-    // knows ancestry from `..` lookups (servers do not talk to each other).
+    // Linux's order (`do_renameat2`): ancestry first, then types. A
+    // directory may not move into its own subtree (EINVAL), and a target
+    // that is an ancestor of the source is not empty (ENOTEMPTY; EINVAL
+    // for an exchange). The client knows ancestry from `..` lookups
+    // (servers do not talk to each other).
     if ft1 == FileType::Directory && dir1 != dir2 {
         check_not_ancestor(w1, ino1, dir2)?;
     }
-    if exchange {
-        if let Some((ino2, FileType::Directory)) = target {
-            if dir1 != dir2 {
-                check_not_ancestor(w1, ino2, dir1)?;
+    if let Some((ino2, FileType::Directory)) = target {
+        if dir1 != dir2 {
+            match check_not_ancestor(w1, ino2, dir1) {
+                Err(Error::Errno(e)) if e == libc::EINVAL && !exchange => {
+                    return err(libc::ENOTEMPTY)
+                }
+                r => r?,
             }
+        }
+    }
+    if let (Some((_, ft2)), false) = (target, exchange) {
+        match (ft1 == FileType::Directory, ft2 == FileType::Directory) {
+            (true, false) => return err(libc::ENOTDIR),
+            (false, true) => return err(libc::EISDIR),
+            _ => {}
         }
     }
     let srv1 = entry_server(dir1, n1, c.nservers);
     let srv2 = entry_server(dir2, n2, c.nservers);
+    // A directory replaced by the move must be empty on every server that
+    // may hold its entries; the new name's server can vouch only for its
+    // own (Hare §3.4.1).
+    let victim = match target {
+        Some((ino2, FileType::Directory)) if !exchange && entry_servers(c, ino2) != [srv2] => {
+            Some(ino2)
+        }
+        _ => None,
+    };
     if srv1 == srv2 {
-        return same_server_rename(c, lane, srv1, (dir1, n1), (dir2, n2), flags);
+        let Some(v) = victim else {
+            return same_server_rename(c, lane, srv1, (dir1, n1), (dir2, n2), flags);
+        };
+        let marked = mark_victim(c, lane, v)?;
+        let r = same_server_rename(
+            c,
+            lane,
+            srv1,
+            (dir1, n1),
+            (dir2, n2),
+            flags | atoll_proto::RENAME_VICTIM_MARKED,
+        );
+        finish_marks(c, lane, v, &marked, r.is_ok());
+        return r;
+    }
+    if exchange && (ft1 == FileType::Directory || target.map(|t| t.1) == Some(FileType::Directory))
+    {
+        // TODO(atoll): exchanging a directory across servers needs a
+        // `Link` that swaps instead of replacing (the replaced directory
+        // keeps its entries); until then the caller copies.
+        return err(libc::EXDEV);
     }
     cross_server_rename(
         c,
@@ -593,16 +631,25 @@ fn rename_checked(
         (dir1, n1, ino1, ft1),
         (dir2, n2),
         target,
-        noreplace,
+        victim,
         exchange,
     )?;
     Ok(Out::Done(0))
 }
 
+/// Mark a directory about to be replaced (as rmdir phase 1-2); `ENOENT`
+/// (it went away meanwhile) becomes `ESTALE`, so the rename looks again.
+fn mark_victim(c: &Client, lane: &Lane, v: InodeId) -> Result<Vec<usize>> {
+    match mark_dir(c, lane, v) {
+        Err(Error::Errno(e)) if e == libc::ENOENT => err(libc::ESTALE),
+        r => r,
+    }
+}
+
 /// Rename when both entries live on one server: one `Rename` message, then
 /// the follow-ups only a client can send (servers never talk to each other):
 /// `Unref` of a replaced inode owned elsewhere, `SetParent` of moved
-/// directories.
+/// directories. A new directory being removed (`EAGAIN`) is waited for.
 fn same_server_rename(
     c: &Client,
     lane: &Lane,
@@ -612,25 +659,27 @@ fn same_server_rename(
     flags: u32,
 ) -> Result<Out> {
     let exchange = flags & libc::RENAME_EXCHANGE != 0;
-    let (moved, mft, replaced) = lane.call(
-        c,
-        srv,
-        Request::Rename {
-            olddir: dir1,
-            oldname: n1,
-            newdir: dir2,
-            newname: n2,
-            flags,
-        },
-        |r| match r {
-            Reply::Renamed {
-                moved,
-                ftype,
-                replaced,
-            } => Ok((moved, ftype, replaced)),
-            _ => Err(Error::Protocol("Rename")),
-        },
-    )?;
+    let (moved, mft, replaced) = crate::session::retry_marked(|| {
+        lane.call(
+            c,
+            srv,
+            Request::Rename {
+                olddir: dir1,
+                oldname: n1,
+                newdir: dir2,
+                newname: n2,
+                flags,
+            },
+            |r| match r {
+                Reply::Renamed {
+                    moved,
+                    ftype,
+                    replaced,
+                } => Ok((moved, ftype, replaced)),
+                _ => Err(Error::Protocol("Rename")),
+            },
+        )
+    })?;
     if let Some((rino, _, freed_here)) = replaced {
         if !freed_here && !exchange {
             let _ = lane.call_ok(c, rino.owner(), Request::Unref { ino: rino });
@@ -677,9 +726,25 @@ fn check_not_ancestor(w: &Walker, moved: InodeId, from: InodeId) -> Result<()> {
 }
 
 /// Rename whose two entries live on different servers, coordinated by the
-/// client (Hare §6.2.3: servers never message each other): `Link{replace}`
-/// on the new entry's server, then `Unlink{expect}` on the old one, then
-/// `Unref` of a replaced inode on its owner.
+/// client (Hare §6.2.3: servers never message each other):
+///
+/// 1. `Ref` on the moved inode's owner (when the new name's server does not
+///    own it); for a directory this waits while another move of it is
+///    under way, so a directory never has more than two names;
+/// 2. for a directory replacing one whose entries may live elsewhere, mark
+///    that victim on its entry servers (Hare §3.4.1) — after the `Ref`, so
+///    no one holds marks while waiting for a move;
+/// 3. `Link{replace}` of the new name (readers see the old or the new
+///    inode under it, never nothing);
+/// 4. `Unlink{expect}` of the old name (`Move` for a directory: its
+///    entries stay, even those on the old name's server);
+/// 5. `MoveDone` to the new name's server for a directory (until then its
+///    new name is provisional: removed if this process dies mid-way, as
+///    the owner drops an unmatched `Ref`);
+/// 6. `Unref`s, commit of the victim's marks, `SetParent` for `..`.
+///
+/// Moving a distributed directory is no different: its entries are placed
+/// by its inode id, which a rename does not change (Hare §3.4).
 #[allow(clippy::too_many_arguments)]
 fn cross_server_rename(
     c: &Client,
@@ -687,53 +752,44 @@ fn cross_server_rename(
     old: (InodeId, &[u8], InodeId, FileType),
     new: (InodeId, &[u8]),
     target: Option<(InodeId, FileType)>,
-    noreplace: bool,
+    victim: Option<InodeId>,
     exchange: bool,
 ) -> Result<()> {
     let (dir1, n1, ino1, ft1) = old;
     let (dir2, n2) = new;
     let srv1 = entry_server(dir1, n1, c.nservers);
     let srv2 = entry_server(dir2, n2, c.nservers);
-    if let Some((ino2, ft2)) = target {
-        if noreplace {
-            return err(libc::EEXIST);
+    let is_dir = |ft| ft == FileType::Directory;
+    // Step 1: the extra reference the new name holds until the old goes.
+    let take_ref = |ino: InodeId, ftype: FileType, server: usize| -> Result<()> {
+        if ino.owner() == server {
+            return Ok(()); // `Link` counts it there
         }
-        if !exchange {
-            match (ft1 == FileType::Directory, ft2 == FileType::Directory) {
-                (true, false) => return err(libc::ENOTDIR),
-                (false, true) => return err(libc::EISDIR),
-                (true, true) if !dir_is_empty(c, lane, ino2)? => return err(libc::ENOTEMPTY),
-                _ => {}
-            }
+        crate::session::retry_marked(|| {
+            lane.call(c, ino.owner(), Request::Ref { ino }, |_| Ok(()))
+                .map_err(|e| match e {
+                    // An owner predating waits answered EPERM.
+                    Error::Errno(x) if x == libc::EPERM && is_dir(ftype) => {
+                        Error::Errno(libc::EAGAIN)
+                    }
+                    e => e,
+                })
+        })
+    };
+    let drop_ref = |ino: InodeId, server: usize| {
+        if ino.owner() != server {
+            let _ = lane.call_ok(c, ino.owner(), Request::Unref { ino });
         }
-    } else if exchange {
-        return err(libc::ENOENT);
-    }
+    };
+    // Step 3: `Link{replace}`, waiting while the new parent is marked by
+    // an rmdir that will answer ENOENT or go away.
     let link = |dir: InodeId,
                 name: &[u8],
                 ino: InodeId,
                 ftype: FileType,
                 server: usize|
      -> Result<Option<(InodeId, FileType)>> {
-        // A distributed directory's entries are on every server, so a
-        // server that does not own it cannot tell its old name's removal
-        // (second half of the move) from an rmdir: let `mv` copy instead.
-        // TODO(atoll): an explicit "moving" flag on `Unlink`.
-        if ftype == FileType::Directory && ino.is_distributed() {
-            return err(libc::EXDEV);
-        }
-        if ino.owner() != server {
-            match lane.call(c, ino.owner(), Request::Ref { ino }, |_| Ok(())) {
-                // The owner counts a second name of a directory only for
-                // one move at a time: if another move of it is under way,
-                // report EXDEV, so that `mv` and friends copy instead.
-                Err(Error::Errno(e)) if e == libc::EPERM && ftype == FileType::Directory => {
-                    return err(libc::EXDEV)
-                }
-                r => r?,
-            }
-        }
-        let r = crate::session::retry_marked(|| {
+        crate::session::retry_marked(|| {
             lane.call(
                 c,
                 server,
@@ -749,11 +805,12 @@ fn cross_server_rename(
                     _ => Err(Error::Protocol("Link")),
                 },
             )
-        });
-        if r.is_err() && ino.owner() != server {
-            let _ = lane.call_ok(c, ino.owner(), Request::Unref { ino });
+        })
+    };
+    let move_done = |dir: InodeId, name: &[u8], ftype: FileType, server: usize| {
+        if is_dir(ftype) {
+            let _ = lane.call_ok(c, server, Request::MoveDone { dir, name });
         }
-        r
     };
     let unref_replaced = |rep: Option<(InodeId, FileType)>, server: usize| {
         if let Some((rino, _)) = rep {
@@ -762,39 +819,61 @@ fn cross_server_rename(
             }
         }
     };
+    let set_parent = |dir: InodeId, parent: InodeId| {
+        let _ = lane.call_ok(c, dir.home(), Request::SetParent { dir, parent });
+    };
     if exchange {
-        let (ino2, ft2) = target.expect("checked above");
-        let rep2 = link(dir2, n2, ino1, ft1, srv2)?;
+        // Only non-directories reach here (see `rename_attempt`).
+        let (ino2, ft2) = target.ok_or(Error::Errno(libc::ENOENT))?;
+        take_ref(ino1, ft1, srv2)?;
+        let rep2 = match link(dir2, n2, ino1, ft1, srv2) {
+            Ok(r) => r,
+            Err(e) => {
+                drop_ref(ino1, srv2);
+                return Err(e);
+            }
+        };
         unref_replaced(rep2, srv2);
-        let rep1 = link(dir1, n1, ino2, ft2, srv1)?;
+        take_ref(ino2, ft2, srv1)?;
+        let rep1 = match link(dir1, n1, ino2, ft2, srv1) {
+            Ok(r) => r,
+            Err(e) => {
+                drop_ref(ino2, srv1);
+                return Err(e);
+            }
+        };
         unref_replaced(rep1, srv1);
-        if ft1 == FileType::Directory && dir1 != dir2 {
-            let _ = lane.call_ok(
-                c,
-                ino1.home(),
-                Request::SetParent {
-                    dir: ino1,
-                    parent: dir2,
-                },
-            );
-        }
-        if ft2 == FileType::Directory && dir1 != dir2 {
-            let _ = lane.call_ok(
-                c,
-                ino2.home(),
-                Request::SetParent {
-                    dir: ino2,
-                    parent: dir1,
-                },
-            );
-        }
         return Ok(());
     }
-    let replaced = link(dir2, n2, ino1, ft1, srv2)?;
-    // The old entry must still name the moved inode (ESTALE otherwise: a
-    // concurrent rename won; undo our link).
-    let kind = if ft1 == FileType::Directory {
-        UnlinkKind::Directory
+    take_ref(ino1, ft1, srv2)?;
+    // Step 2.
+    let marked = match victim {
+        Some(v) => match mark_victim(c, lane, v) {
+            Ok(m) => m,
+            Err(e) => {
+                drop_ref(ino1, srv2);
+                return Err(e);
+            }
+        },
+        None => Vec::new(),
+    };
+    let finish = |commit: bool| {
+        if let Some(v) = victim {
+            finish_marks(c, lane, v, &marked, commit);
+        }
+    };
+    let replaced = match link(dir2, n2, ino1, ft1, srv2) {
+        Ok(r) => r,
+        Err(e) => {
+            finish(false);
+            drop_ref(ino1, srv2);
+            return Err(e);
+        }
+    };
+    // Step 4. The old entry must still name the moved inode (ESTALE
+    // otherwise: a concurrent rename won; undo our link and look again).
+    let kind = if is_dir(ft1) {
+        UnlinkKind::Move
     } else {
         UnlinkKind::NonDirectory
     };
@@ -814,27 +893,26 @@ fn cross_server_rename(
             _ => Err(Error::Protocol("Unlink")),
         },
     );
-    match removed {
-        Ok((ino, freed_here)) => {
-            if !freed_here {
-                let _ = lane.call_ok(c, ino.owner(), Request::Unref { ino });
-            }
-        }
+    let freed_here = match removed {
+        Ok((_, f)) => f,
         Err(e) => {
-            let _ = unlink_entry(c, lane, dir2, n2, kind, Some(ino1));
+            let undo = if is_dir(ft1) { UnlinkKind::Move } else { kind };
+            let _ = unlink_entry(c, lane, dir2, n2, undo, Some(ino1));
+            // The victim, if any, was replaced already: it is gone.
+            finish(replaced.is_some());
+            unref_replaced(replaced, srv2);
             return Err(e);
         }
+    };
+    // Step 5 and 6.
+    move_done(dir2, n2, ft1, srv2);
+    if !freed_here {
+        let _ = lane.call_ok(c, ino1.owner(), Request::Unref { ino: ino1 });
     }
     unref_replaced(replaced, srv2);
-    if ft1 == FileType::Directory {
-        let _ = lane.call_ok(
-            c,
-            ino1.home(),
-            Request::SetParent {
-                dir: ino1,
-                parent: dir2,
-            },
-        );
+    finish(true);
+    if is_dir(ft1) && dir1 != dir2 {
+        set_parent(ino1, dir2);
     }
     Ok(())
 }

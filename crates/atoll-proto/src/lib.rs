@@ -297,6 +297,13 @@ pub enum UnlinkKind {
     NonDirectory,
     /// `rmdir`: only an empty directory (`ENOTDIR`, `ENOTEMPTY`).
     Directory,
+    /// The second half of a client-coordinated cross-server move (after
+    /// `Link` of the new name): remove the old name of whatever `expect`
+    /// names (required, `EINVAL` without), directories included, with no
+    /// emptiness check — the directory keeps its entries under its new
+    /// name. The entries of a distributed directory live on every server,
+    /// so only the client can tell this from an rmdir (Hare §3.4).
+    Move,
 }
 
 /// POSIX record lock request (`fcntl` `F_GETLK`/`F_SETLK`/`F_OFD_*`, `flock`).
@@ -457,7 +464,10 @@ pub enum Request<'a> {
     /// this server for deletion; fails with `ENOTEMPTY` if any entry exists.
     /// Creations in a marked directory wait for the outcome: the server
     /// answers them `EAGAIN` and the client retries. A second `MarkRmdir`
-    /// while marked answers `EBUSY`. → `Ok`
+    /// while marked also answers `EAGAIN`: a concurrent rmdir (or a rename
+    /// over the directory) waits for the first one's outcome and then sees
+    /// `ENOENT` (committed) or decides itself (aborted). A mark whose session
+    /// dies is aborted. → `Ok`
     MarkRmdir {
         dir: InodeId,
     },
@@ -488,7 +498,11 @@ pub enum Request<'a> {
     ReadLink {
         ino: InodeId,
     },
-    /// Link count +1 (cross-server hard link). → `Attr`
+    /// Link count +1 (cross-server hard link, or the first step of a
+    /// cross-server directory move). A directory has a second name only
+    /// while one move of it is under way: `EAGAIN` while another is (the
+    /// client waits). The owner undoes a directory's `Ref` if the session
+    /// dies before its matching `Unref`. → `Attr`
     Ref {
         ino: InodeId,
     },
@@ -644,6 +658,19 @@ pub enum Request<'a> {
         desc: DescId,
     },
 
+    // ---- cross-server directory moves ----
+    /// The new name's server (`entry_server(dir, name)`), after the old
+    /// name of a directory moved there by `Link` was removed (`Unlink` with
+    /// [`UnlinkKind::Move`]): the new name is final. Until then a `Link`
+    /// that gave a directory a second name is provisional, and the server
+    /// removes it again if the session dies (the move never happened).
+    /// → `Ok`
+    MoveDone {
+        dir: InodeId,
+        #[serde(borrow)]
+        name: &'a [u8],
+    },
+
     // ---- creation affinity (Hare §3.7.5) ----
     /// The creator's designated local server, when the entry's server is
     /// on another socket. First half of a two-message creation: make an
@@ -673,6 +700,12 @@ pub enum Request<'a> {
         ino: InodeId,
     },
 }
+
+/// A `Rename` flag for atoll's own use (never a Linux flag): the client has
+/// established that a directory it replaces is empty, by marking it on its
+/// entry servers (Hare §3.4.1). Without it a server refuses (`ESTALE`) to
+/// replace a directory whose entries may live on other servers.
+pub const RENAME_VICTIM_MARKED: u32 = 1 << 31;
 
 /// Events only a client sees, reported with [`Request::ClientCounters`]
 /// as deltas since its last report.

@@ -57,7 +57,7 @@ use std::time::Instant;
 use atoll_proto::{
     entry_server, Attr, Cred, DescId, Errno, Extent, FileType, InodeId, LockOwner, Reply, Request,
     ServerStats, SessionId, SetAttr, StatFsInfo, TimeSet, Timespec, UnlinkKind, BLOCK_SIZE,
-    MAX_FRAME, MAX_SERVERS, MAX_TARGET, MAX_XATTR_VALUE, ROOT,
+    MAX_FRAME, MAX_SERVERS, MAX_TARGET, MAX_XATTR_VALUE, RENAME_VICTIM_MARKED, ROOT,
 };
 
 pub use dir::parse_dirents;
@@ -180,7 +180,7 @@ const OP_NAMES: [&str; 44] = [
     "Stats",
     "ClientCounters",
     "Reclaim",
-    "",
+    "MoveDone",
     "",
     "Pipe",
     "PipeHeader",
@@ -229,6 +229,7 @@ fn op_index(req: &Request<'_>) -> usize {
         Stats => 35,
         ClientCounters(_) => 36,
         Reclaim { .. } => 37,
+        MoveDone { .. } => 38,
         Pipe { .. } => 40,
         PipeHeader { .. } => 41,
         CreateInode { .. } => 42,
@@ -274,6 +275,23 @@ pub struct FileServer<S> {
     track: track::Tracker,
     /// Sums of what clients reported (`Request::ClientCounters`).
     client_counters: atoll_proto::ClientCounters,
+    /// Which session marked each directory marked here (three-phase rmdir,
+    /// Hare §3.4.1): its marks are aborted if it dies, so waiters go on.
+    marks: HashMap<InodeId, SessionId>,
+    /// `Ref`s of directories owned here, per session, not yet matched by
+    /// the session's `Unref` (a cross-server move under way; see `moves`).
+    move_refs: Vec<(SessionId, InodeId)>,
+    /// Provisional second names of directories (`Link` of a cross-server
+    /// move) until the session's `MoveDone` or `Unlink`.
+    move_links: Vec<MoveLink>,
+}
+
+/// A provisional name `(dir, name)` → `ino` added by `session`'s `Link`.
+struct MoveLink {
+    session: SessionId,
+    dir: InodeId,
+    name: Vec<u8>,
+    ino: InodeId,
 }
 
 impl<S: BlockStore> FileServer<S> {
@@ -295,6 +313,9 @@ impl<S: BlockStore> FileServer<S> {
             ops: [(0, 0); OP_NAMES.len()],
             track: track::Tracker::new(cfg.track_lookups),
             client_counters: Default::default(),
+            marks: HashMap::new(),
+            move_refs: Vec::new(),
+            move_links: Vec::new(),
             cfg,
         };
         if fs.cfg.index == ROOT.owner() {
@@ -345,6 +366,7 @@ impl<S: BlockStore> FileServer<S> {
                 locks::release(&mut inode.locks, owner);
             }
         }
+        self.abandon_namespace_ops(session);
     }
 
     /// A frame that could not be decoded (counted for `atoll status`).
@@ -505,13 +527,33 @@ impl<S: BlockStore> FileServer<S> {
                 ino,
                 ftype,
                 replace,
-            } => self.link(who, dir, name, ino, ftype, replace),
+            } => {
+                let r = self.link(who, dir, name, ino, ftype, replace);
+                if r.is_ok() && ftype == FileType::Directory {
+                    self.move_links.push(MoveLink {
+                        session,
+                        dir,
+                        name: name.to_vec(),
+                        ino,
+                    });
+                }
+                r
+            }
             Q::Unlink {
                 dir,
                 name,
                 kind,
                 expect,
-            } => self.unlink(who, dir, name, kind, expect),
+            } => {
+                let r = self.unlink(who, dir, name, kind, expect);
+                if let Ok(Reply::Unlinked {
+                    ino, freed_here, ..
+                }) = &r
+                {
+                    self.move_settled(session, dir, name, *ino, *freed_here);
+                }
+                r
+            }
             Q::Rename {
                 olddir,
                 oldname,
@@ -525,8 +567,13 @@ impl<S: BlockStore> FileServer<S> {
                 max_bytes,
             } => self.readdir(dir, cookie, max_bytes, out),
             Q::SetParent { dir, parent } => self.set_parent(dir, parent),
-            Q::MarkRmdir { dir } => self.mark_rmdir(dir),
-            Q::FinishRmdir { dir, commit } => self.finish_rmdir(dir, commit),
+            Q::MarkRmdir { dir } => self.mark_rmdir(session, dir),
+            Q::FinishRmdir { dir, commit } => self.finish_rmdir(session, dir, commit),
+            Q::MoveDone { dir, name } => {
+                self.move_links
+                    .retain(|m| !(m.session == session && m.dir == dir && m.name == name));
+                Ok(Reply::Ok)
+            }
             Q::GetAttr { ino } => Ok(Reply::Attr(self.attr(ino)?)),
             Q::SetAttr { ino, set } => self.set_attr(session, who, ino, set),
             Q::Access { ino, mask } => self.access(who, ino, mask),
@@ -541,22 +588,27 @@ impl<S: BlockStore> FileServer<S> {
             }
             Q::Ref { ino } => {
                 let i = self.inode_mut(ino)?;
-                // A directory gets a second name only for the moment of a
-                // client-coordinated cross-server move (`Link` new name,
-                // `Unlink` old name, Hare §6.2.3); never a third, so no
-                // directory hard links.
-                if i.ftype == FileType::Directory && i.links != 1 {
-                    return Err(Errno::EPERM);
-                }
                 if i.links == 0 {
                     return Err(Errno::ENOENT);
                 }
+                // A directory gets a second name only for the moment of a
+                // client-coordinated cross-server move (`Link` new name,
+                // `Unlink` old name, Hare §6.2.3); never a third, so no
+                // directory hard links: a second move waits for the first.
+                let is_dir = i.ftype == FileType::Directory;
+                if is_dir && i.links != 1 {
+                    return Err(RETRY);
+                }
                 i.links += 1;
                 i.ctime = now();
+                if is_dir {
+                    self.move_refs.push((session, ino));
+                }
                 Ok(Reply::Attr(self.attr(ino)?))
             }
             Q::Unref { ino } => {
                 self.inode(ino)?;
+                self.forget_move_ref(session, ino);
                 self.drop_link(ino);
                 Ok(Reply::Ok)
             }
@@ -1193,9 +1245,35 @@ impl<S: BlockStore> FileServer<S> {
         }
     }
 
+    /// A directory about to be replaced must be empty everywhere, not only
+    /// here. A distributed victim is vouched for by its mark here (the
+    /// client marked it on every server, Hare §3.4.1); one whose entries
+    /// live on another server by the client's `RENAME_VICTIM_MARKED` (it
+    /// marked the victim's home). Otherwise `ESTALE`: the client looks
+    /// again, marks, and retries. A `Link` replacing a non-distributed
+    /// directory homed elsewhere is the client's to have validated.
+    fn victim_validated(&self, victim: &dir::Dent, marked_flag: bool) -> Result<(), Errno> {
+        if victim.ftype != FileType::Directory || self.cfg.nservers < 2 {
+            return Ok(());
+        }
+        if victim.ino.is_distributed() {
+            let marked_here = self.shards.get(&victim.ino).is_some_and(|s| s.marked);
+            return if marked_here {
+                Ok(())
+            } else {
+                Err(Errno::ESTALE)
+            };
+        }
+        if victim.ino.home() != self.cfg.index && !marked_flag {
+            return Err(Errno::ESTALE);
+        }
+        Ok(())
+    }
+
     /// Forget a removed directory's entries held here.
     fn drop_dir_shard(&mut self, dir: InodeId) {
         self.track.dir_gone(dir);
+        self.marks.remove(&dir);
         if self.shards.remove(&dir).is_some() || dir.home() == self.cfg.index {
             self.removed.insert(dir);
         }
@@ -1231,6 +1309,8 @@ impl<S: BlockStore> FileServer<S> {
                 return Err(Errno::EEXIST);
             }
             self.replace_ok(&v, ftype)?;
+            // Link has no flag: a victim homed elsewhere is the client's.
+            self.victim_validated(&v, true)?;
             self.sticky_ok(dir, v.ino, who)?;
         }
         if let Some(s) = self.shards.get_mut(&dir) {
@@ -1283,16 +1363,13 @@ impl<S: BlockStore> FileServer<S> {
             return Err(Errno::ESTALE);
         }
         let is_dir = d.ftype == FileType::Directory;
-        // The second half of a cross-server directory move also arrives as
-        // `Unlink{Directory}`: then another entry still names the directory
-        // (link count 2 at its owner) and its entries must stay.
-        let moving = self.inodes.get(&d.ino).is_some_and(|i| i.links > 1);
         match kind {
             UnlinkKind::NonDirectory if is_dir => return Err(Errno::EISDIR),
             UnlinkKind::Directory if !is_dir => return Err(Errno::ENOTDIR),
-            UnlinkKind::Directory if !moving && self.nonempty_here(d.ino) => {
-                return Err(Errno::ENOTEMPTY)
-            }
+            UnlinkKind::Directory if self.nonempty_here(d.ino) => return Err(Errno::ENOTEMPTY),
+            // The second half of a cross-server move: the directory keeps
+            // its entries under the name `Link` gave it.
+            UnlinkKind::Move if expect.is_none() => return Err(Errno::EINVAL),
             _ => {}
         }
         self.sticky_ok(dir, d.ino, who)?;
@@ -1326,6 +1403,8 @@ impl<S: BlockStore> FileServer<S> {
         newname: &[u8],
         flags: u32,
     ) -> R<'o> {
+        let victim_marked = flags & RENAME_VICTIM_MARKED != 0;
+        let flags = flags & !RENAME_VICTIM_MARKED;
         if flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE) != 0
             || flags == RENAME_NOREPLACE | RENAME_EXCHANGE
         {
@@ -1404,6 +1483,7 @@ impl<S: BlockStore> FileServer<S> {
                 });
             }
             self.replace_ok(&t, old.ftype)?;
+            self.victim_validated(&t, victim_marked)?;
             self.sticky_ok(newdir, t.ino, who)?;
         }
         if cross && old.ftype == FileType::Directory && self.owns(old.ino) {
@@ -1525,24 +1605,37 @@ impl<S: BlockStore> FileServer<S> {
         Ok(Reply::Ok)
     }
 
-    /// Three-phase rmdir, phase 1/2 (Hare §3.4.1).
-    fn mark_rmdir<'o>(&mut self, dir: InodeId) -> R<'o> {
+    /// Three-phase rmdir, phase 1/2 (Hare §3.4.1). A directory already
+    /// marked answers `RETRY`: the caller waits for the outcome of the rmdir
+    /// under way (Hare: "operations are delayed until COMMIT or ABORT"),
+    /// then sees `ENOENT` or tries itself. Never `EBUSY`: Linux has no such
+    /// answer for the loser of an rmdir race.
+    fn mark_rmdir<'o>(&mut self, session: SessionId, dir: InodeId) -> R<'o> {
         if self.removed.contains(&dir) {
+            return Err(Errno::ENOENT);
+        }
+        if self.owns(dir) && self.inode(dir)?.links == 0 {
             return Err(Errno::ENOENT);
         }
         let s = self.shards.entry(dir).or_insert_with(|| Shard::new(None));
         if s.marked {
-            return Err(Errno::EBUSY); // another rmdir is in progress
+            return Err(RETRY);
         }
         if !s.is_empty() {
             return Err(Errno::ENOTEMPTY);
         }
         s.marked = true;
+        self.marks.insert(dir, session);
         Ok(Reply::Ok)
     }
 
-    /// Three-phase rmdir, phase 3: commit drops the shard for good.
-    fn finish_rmdir<'o>(&mut self, dir: InodeId, commit: bool) -> R<'o> {
+    /// Three-phase rmdir, phase 3: commit drops the shard for good. Only
+    /// the session holding the mark decides (`EINVAL` otherwise).
+    fn finish_rmdir<'o>(&mut self, session: SessionId, dir: InodeId, commit: bool) -> R<'o> {
+        if self.marks.get(&dir) != Some(&session) {
+            return Err(Errno::EINVAL);
+        }
+        self.marks.remove(&dir);
         if commit {
             self.shards.remove(&dir);
             self.removed.insert(dir);
@@ -1551,6 +1644,88 @@ impl<S: BlockStore> FileServer<S> {
             s.marked = false;
         }
         Ok(Reply::Ok)
+    }
+
+    /// A `Unref` (or an `Unlink` that dropped the link here) by `session`
+    /// ends the move its directory `Ref` began.
+    fn forget_move_ref(&mut self, session: SessionId, ino: InodeId) {
+        if let Some(i) = self
+            .move_refs
+            .iter()
+            .position(|&(s, x)| s == session && x == ino)
+        {
+            self.move_refs.swap_remove(i);
+        }
+    }
+
+    /// An `Unlink` by `session` removed `(dir, name)` naming `ino`: if that
+    /// was its own provisional name (an undone move) it is no longer
+    /// pending; if it dropped a link here it ends a move's `Ref`.
+    fn move_settled(
+        &mut self,
+        session: SessionId,
+        dir: InodeId,
+        name: &[u8],
+        ino: InodeId,
+        freed_here: bool,
+    ) {
+        self.move_links
+            .retain(|m| !(m.session == session && m.dir == dir && m.name == name));
+        if freed_here {
+            self.forget_move_ref(session, ino);
+        }
+    }
+
+    /// `session` died in the middle of namespace operations: abort its
+    /// rmdir marks (Hare §3.4.1 ABORT), remove the provisional new names of
+    /// its unfinished directory moves and drop the extra links their `Ref`s
+    /// took, so a dead client leaves the tree as before its move.
+    fn abandon_namespace_ops(&mut self, session: SessionId) {
+        let marked: Vec<InodeId> = self
+            .marks
+            .iter()
+            .filter(|(_, s)| **s == session)
+            .map(|(d, _)| *d)
+            .collect();
+        for dir in marked {
+            self.marks.remove(&dir);
+            if let Some(s) = self.shards.get_mut(&dir) {
+                s.marked = false;
+            }
+        }
+        let links: Vec<MoveLink> = {
+            let (mine, rest) = std::mem::take(&mut self.move_links)
+                .into_iter()
+                .partition(|m| m.session == session);
+            self.move_links = rest;
+            mine
+        };
+        for m in links {
+            let still = self
+                .shards
+                .get(&m.dir)
+                .and_then(|s| s.get(&m.name))
+                .is_some_and(|d| d.ino == m.ino);
+            if still {
+                if let Some(s) = self.shards.get_mut(&m.dir) {
+                    s.remove(&m.name);
+                }
+                self.track.changed(m.dir, &m.name);
+                if self.owns(m.ino) {
+                    self.drop_link(m.ino);
+                }
+            }
+        }
+        let refs: Vec<InodeId> = self
+            .move_refs
+            .iter()
+            .filter(|(s, _)| *s == session)
+            .map(|(_, i)| *i)
+            .collect();
+        self.move_refs.retain(|(s, _)| *s != session);
+        for ino in refs {
+            self.drop_link(ino);
+        }
     }
 
     // ---------------------------------------------------------------

@@ -833,17 +833,20 @@ fn hard_links_count_and_survive_unlink_of_one_name() {
     t.ok(S1, USER, Request::Unref { ino: f });
     let dir = t.mkdir(ROOT, "dir");
     // A directory being moved across servers has two names for a moment,
-    // never three.
+    // never three: a second move waits (EAGAIN) for the first.
     t.ok(S1, USER, Request::Ref { ino: dir });
-    assert_eq!(t.err(S1, USER, Request::Ref { ino: dir }), Errno::EPERM);
+    assert_eq!(t.err(S2, USER, Request::Ref { ino: dir }), RETRY);
     t.ok(S1, USER, Request::Unref { ino: dir });
     assert!(t.stat(dir).is_ok(), "the directory keeps its one name");
+    t.ok(S2, USER, Request::Ref { ino: dir });
+    t.ok(S2, USER, Request::Unref { ino: dir });
 }
 
 #[test]
 fn directory_moved_by_link_then_unlink_keeps_its_entries() {
     // The client's cross-server rename: Link the new name, then Unlink
-    // the old one with kind Directory.
+    // the old one with kind Move (an rmdir's kind Directory would refuse:
+    // the directory is not empty).
     let mut t = server(8);
     let a = t.mkdir(ROOT, "a");
     let b = t.mkdir(ROOT, "b");
@@ -857,10 +860,22 @@ fn directory_moved_by_link_then_unlink_keeps_its_entries() {
         replace: true,
     };
     assert_eq!(t.ok(S1, USER, link), Own::Linked(None));
+    assert_eq!(
+        t.unlink(a, "d", UnlinkKind::Directory),
+        Err(Errno::ENOTEMPTY),
+        "an rmdir never removes a non-empty directory, moving or not"
+    );
     let unlink = Request::Unlink {
         dir: a,
         name: b"d",
-        kind: UnlinkKind::Directory,
+        kind: UnlinkKind::Move,
+        expect: None,
+    };
+    assert_eq!(t.err(S1, USER, unlink), Errno::EINVAL, "Move needs expect");
+    let unlink = Request::Unlink {
+        dir: a,
+        name: b"d",
+        kind: UnlinkKind::Move,
         expect: Some(d),
     };
     assert_eq!(
@@ -943,7 +958,20 @@ fn three_phase_rmdir_holds_creations_until_commit_or_abort() {
     );
     t.unlink(d, "f", UnlinkKind::NonDirectory).unwrap();
     t.ok(S1, USER, Request::MarkRmdir { dir: d });
-    assert_eq!(t.err(S1, USER, Request::MarkRmdir { dir: d }), Errno::EBUSY);
+    // A concurrent rmdir waits for the outcome (never EBUSY), and only the
+    // marking session decides it.
+    assert_eq!(t.err(S2, USER, Request::MarkRmdir { dir: d }), RETRY);
+    assert_eq!(
+        t.err(
+            S2,
+            USER,
+            Request::FinishRmdir {
+                dir: d,
+                commit: true
+            }
+        ),
+        Errno::EINVAL
+    );
     assert_eq!(
         t.open_as(S1, USER, d, "g", RW | CREAT, 0o644).unwrap_err(),
         RETRY
@@ -973,6 +1001,156 @@ fn three_phase_rmdir_holds_creations_until_commit_or_abort() {
         t.open_as(S1, USER, d, "h", RW | CREAT, 0o644).unwrap_err(),
         Errno::ENOENT
     );
+}
+
+#[test]
+fn rmdir_losers_wait_then_see_enoent_and_dead_markers_release() {
+    let mut t = server(8);
+    let d = t.mkdir(ROOT, "d");
+    t.ok(S1, USER, Request::MarkRmdir { dir: d });
+    assert_eq!(t.err(S2, USER, Request::MarkRmdir { dir: d }), RETRY);
+    // The marking process dies mid-rmdir: its mark is aborted, so the
+    // waiter goes on and creations are possible again.
+    t.fs.session_closed(S1);
+    t.create(d, "f");
+    assert_eq!(
+        t.err(S2, USER, Request::MarkRmdir { dir: d }),
+        Errno::ENOTEMPTY
+    );
+    t.unlink(d, "f", UnlinkKind::NonDirectory).unwrap();
+    t.ok(S2, USER, Request::MarkRmdir { dir: d });
+    t.call(
+        S2,
+        USER,
+        Request::Unlink {
+            dir: ROOT,
+            name: b"d",
+            kind: UnlinkKind::Directory,
+            expect: Some(d),
+        },
+    );
+    t.ok(
+        S2,
+        USER,
+        Request::FinishRmdir {
+            dir: d,
+            commit: true,
+        },
+    );
+    // The loser of the race, after waiting: ENOENT as on Linux.
+    assert_eq!(
+        t.err(SessionId(3), USER, Request::MarkRmdir { dir: d }),
+        Errno::ENOENT
+    );
+}
+
+#[test]
+fn unfinished_directory_moves_are_undone_when_the_session_dies() {
+    let mut t = server(8);
+    let a = t.mkdir(ROOT, "a");
+    let b = t.mkdir(ROOT, "b");
+    let d = t.mkdir(a, "d");
+    let (_, f) = t.create(d, "f");
+    let link = |name: &'static [u8]| Request::Link {
+        dir: b,
+        name,
+        ino: d,
+        ftype: FileType::Directory,
+        replace: true,
+    };
+    // Died after `Link`, before `Unlink` of the old name: the provisional
+    // new name goes, the directory keeps its one name and its link count.
+    t.ok(S2, USER, link(b"d"));
+    t.fs.session_closed(S2);
+    assert_eq!(t.lookup(b, "d"), Err(Errno::ENOENT));
+    assert_eq!(t.lookup(a, "d"), Ok(d));
+    assert_eq!(t.lookup(d, "f"), Ok(f));
+    t.ok(S1, USER, Request::Ref { ino: d }); // one name again: not RETRY
+    t.ok(S1, USER, Request::Unref { ino: d });
+    // Died after `Ref` only: the owner drops the extra link.
+    t.ok(S2, USER, Request::Ref { ino: d });
+    assert_eq!(t.err(S1, USER, Request::Ref { ino: d }), RETRY);
+    t.fs.session_closed(S2);
+    t.ok(S1, USER, Request::Ref { ino: d });
+    t.ok(S1, USER, Request::Unref { ino: d });
+    // A finished move (`MoveDone`) survives its session.
+    t.ok(S2, USER, link(b"e"));
+    t.ok(
+        S2,
+        USER,
+        Request::Unlink {
+            dir: a,
+            name: b"d",
+            kind: UnlinkKind::Move,
+            expect: Some(d),
+        },
+    );
+    t.ok(S2, USER, Request::MoveDone { dir: b, name: b"e" });
+    t.fs.session_closed(S2);
+    assert_eq!(t.lookup(b, "e"), Ok(d));
+    assert_eq!(t.lookup(d, "f"), Ok(f));
+    assert_eq!(t.stat(b).unwrap().nlink, 3);
+    assert_eq!(t.stat(a).unwrap().nlink, 2);
+}
+
+#[test]
+fn a_directory_replaced_by_rename_must_be_marked_when_its_entries_live_elsewhere() {
+    let mut t = server_n(0, 2, 8);
+    let mk = |t: &mut T, name: &'static str, home: u8, distributed: bool| match t.ok(
+        S1,
+        USER,
+        Request::MakeNode {
+            dir: ROOT,
+            name: name.as_bytes(),
+            ftype: FileType::Directory,
+            perm: 0o755,
+            rdev: 0,
+            target: b"",
+            home,
+            distributed,
+        },
+    ) {
+        Own::Entry(ino, _) => ino,
+        other => panic!("{other:?}"),
+    };
+    mk(&mut t, "s", 0, false);
+    let dist = mk(&mut t, "dist", 0, true);
+    let remote = mk(&mut t, "remote", 1, false);
+    let local = mk(&mut t, "local", 0, false);
+    // Entries of `dist` may be on server 1, of `remote` are: not here.
+    assert_eq!(t.rename(ROOT, "s", ROOT, "dist", 0), Err(Errno::ESTALE));
+    assert_eq!(t.rename(ROOT, "s", ROOT, "remote", 0), Err(Errno::ESTALE));
+    t.ok(S1, USER, Request::MarkRmdir { dir: dist });
+    assert!(t.rename(ROOT, "s", ROOT, "dist", 0).is_ok());
+    assert_ne!(t.lookup(ROOT, "dist"), Ok(dist));
+    let here = (0..)
+        .map(|i| format!("x{i}"))
+        .find(|n| entry_server(dist, n.as_bytes(), 2) == 0)
+        .unwrap();
+    assert_eq!(
+        t.err(
+            S1,
+            USER,
+            Request::MakeNode {
+                dir: dist,
+                name: here.as_bytes(),
+                ftype: FileType::Regular,
+                perm: 0o644,
+                rdev: 0,
+                target: b"",
+                home: 0,
+                distributed: false,
+            }
+        ),
+        Errno::ENOENT,
+        "the replaced directory is gone here"
+    );
+    let flag = atoll_proto::RENAME_VICTIM_MARKED;
+    assert!(t.rename(ROOT, "dist", ROOT, "remote", flag).is_ok());
+    // A victim whose entries are all here needs no mark.
+    assert!(t.rename(ROOT, "remote", ROOT, "local", 0).is_ok());
+    assert_eq!(t.stat(local), Err(Errno::ENOENT));
+    assert_eq!(t.stat(remote), Err(Errno::ENOENT));
 }
 
 #[test]

@@ -50,6 +50,47 @@ pub fn syscall(nr: i64, args: &[u64]) -> i64 {
     syscall6(nr, a)
 }
 
+/// Copy 8 bytes between this process's memory and a pointer the program
+/// passed to a system call, as the kernel would: a bad pointer gives
+/// `false` (the caller answers EFAULT) instead of a fault inside the
+/// SIGSYS handler. `process_vm_readv`/`writev` on our own pid does the
+/// checked copy.
+fn user_copy_u64(nr: i64, local: *mut u64, user: u64) -> bool {
+    let pid = syscall(libc::SYS_getpid, &[]);
+    let local_iov = libc::iovec {
+        iov_base: local.cast(),
+        iov_len: 8,
+    };
+    let user_iov = libc::iovec {
+        iov_base: user as *mut libc::c_void,
+        iov_len: 8,
+    };
+    let n = syscall(
+        nr,
+        &[
+            pid as u64,
+            &local_iov as *const libc::iovec as u64,
+            1,
+            &user_iov as *const libc::iovec as u64,
+            1,
+            0,
+        ],
+    );
+    n == 8
+}
+
+/// Read a `u64` from a program-supplied pointer (see [`user_copy_u64`]).
+pub fn read_user_u64(user: u64) -> Option<u64> {
+    let mut v = 0u64;
+    user_copy_u64(libc::SYS_process_vm_readv, &mut v, user).then_some(v)
+}
+
+/// Write a `u64` to a program-supplied pointer (see [`user_copy_u64`]).
+pub fn write_user_u64(user: u64, value: u64) -> bool {
+    let mut v = value;
+    user_copy_u64(libc::SYS_process_vm_writev, &mut v, user)
+}
+
 /// Write all of `buf` to `fd` with raw `write`, retrying on short writes and
 /// EINTR. Errors are ignored: this is only used for diagnostics and stats.
 pub fn write_all(fd: i32, mut buf: &[u8]) {

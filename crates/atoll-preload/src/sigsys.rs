@@ -249,9 +249,10 @@ unsafe fn foreign_sigsys(
 }
 
 /// Route one trapped system call; returns the value for RAX.
-fn handle(nr: i64, mut args: [u64; 6], uc: &libc::ucontext_t) -> i64 {
+fn handle(nr: i64, mut args: [u64; 6], uc: &mut libc::ucontext_t) -> i64 {
     match nr {
         libc::SYS_rt_sigaction => sig_action(args),
+        libc::SYS_rt_sigprocmask => sigprocmask_in_context(args, uc),
         libc::SYS_clone | libc::SYS_clone3 | libc::SYS_fork | libc::SYS_vfork => {
             clone_any(nr, args, uc)
         }
@@ -261,7 +262,7 @@ fn handle(nr: i64, mut args: [u64; 6], uc: &libc::ucontext_t) -> i64 {
         }
         libc::SYS_execve | libc::SYS_execveat => {
             stats::flush();
-            general(nr, args)
+            exec_with_program_mask(nr, args, uc)
         }
         libc::SYS_pselect6 if args[5] != 0 => {
             // 6th argument: pointer to { const sigset_t *ss; size_t ss_len }.
@@ -291,6 +292,78 @@ fn handle(nr: i64, mut args: [u64; 6], uc: &libc::ucontext_t) -> i64 {
             _ => general(nr, args),
         },
     }
+}
+
+/// A trapped `rt_sigprocmask`. The mask that counts is the one the
+/// kernel restores when this handler returns (`uc_sigmask`), not the
+/// handler's own: changing the thread's mask here would be undone by
+/// sigreturn (a shell's "unblock everything" after vfork was lost, and the
+/// program it then exec'd started with every signal blocked). So change
+/// `uc_sigmask`, with the kernel's rules: SIGKILL and SIGSTOP cannot be
+/// blocked, and SIGSYS stays deliverable (see `sigfix`).
+fn sigprocmask_in_context(args: [u64; 6], uc: &mut libc::ucontext_t) -> i64 {
+    let (how, set, old, size) = (args[0] as i32, args[1], args[2], args[3]);
+    if size != KSIGSET_SIZE {
+        return -(libc::EINVAL as i64);
+    }
+    // SAFETY: `uc_sigmask` is a sigset_t; its first 8 bytes are the
+    // kernel's 64-signal mask, restored by sigreturn.
+    let mask = unsafe { &mut *(&mut uc.uc_sigmask as *mut libc::sigset_t).cast::<u64>() };
+    let current = *mask;
+    let mut next = current;
+    if set != 0 {
+        let Some(s) = raw::read_user_u64(set) else {
+            return -(libc::EFAULT as i64);
+        };
+        next = match how {
+            libc::SIG_BLOCK => current | s,
+            libc::SIG_UNBLOCK => current & !s,
+            libc::SIG_SETMASK => s,
+            _ => return -(libc::EINVAL as i64),
+        };
+    }
+    if old != 0 && !raw::write_user_u64(old, current) {
+        return -(libc::EFAULT as i64);
+    }
+    let unblockable = (1u64 << (libc::SIGKILL - 1)) | (1u64 << (libc::SIGSTOP - 1));
+    *mask = sigfix::strip_sigsys(next) & !unblockable;
+    0
+}
+
+/// A trapped `execve`: the new image inherits the signal mask of the
+/// thread that calls it, and inside this handler that is the handler's
+/// mask (every signal but SIGSYS). Put the program's own mask back first,
+/// as the kernel would have had it — otherwise a program exec'd through
+/// the net starts with SIGPIPE, SIGINT, … blocked (a writer to a dangling
+/// pipe then sees EPIPE instead of dying). A remote exec reads the mask it
+/// carries to the scheduling server from here too. If the exec fails, the
+/// handler's mask comes back before we return into the handler.
+fn exec_with_program_mask(nr: i64, args: [u64; 6], uc: &libc::ucontext_t) -> i64 {
+    // SAFETY: `uc_sigmask` is a plain sigset_t; its first 8 bytes are the
+    // kernel's 64-signal mask, which is what rt_sigprocmask takes.
+    let program = unsafe { *(&uc.uc_sigmask as *const libc::sigset_t as *const u64) };
+    let program = sigfix::strip_sigsys(program);
+    let mut handler_mask = 0u64;
+    raw::syscall(
+        libc::SYS_rt_sigprocmask,
+        &[
+            libc::SIG_SETMASK as u64,
+            &program as *const u64 as u64,
+            &mut handler_mask as *mut u64 as u64,
+            KSIGSET_SIZE,
+        ],
+    );
+    let ret = general(nr, args);
+    raw::syscall(
+        libc::SYS_rt_sigprocmask,
+        &[
+            libc::SIG_SETMASK as u64,
+            &handler_mask as *const u64 as u64,
+            0,
+            KSIGSET_SIZE,
+        ],
+    );
+    ret
 }
 
 /// Any system call without special plumbing. Hot path.

@@ -74,6 +74,11 @@ fn probe_output_is_identical_with_sud_armed() {
         "sigsys raised handled 1",
         "usr1 handled 1",
         "blocked, entries 4",
+        "raw mask usr2 1 usr1 0",
+        "raw query usr2 1",
+        "raw bad set efault 1",
+        "SigBlk:\t0000000000000800",
+        "altstack kept 1",
         "done",
     ] {
         assert!(

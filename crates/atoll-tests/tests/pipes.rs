@@ -5,7 +5,7 @@
 
 use std::process::Output;
 
-use atoll_tests::{assert_same, atoll, compile_probe, require, MOUNT};
+use atoll_tests::{assert_same, atoll, compile_probe, require, run_in_atoll, MOUNT};
 
 const PIPES: &[&str] = &["--pipes", "atoll"];
 
@@ -50,6 +50,38 @@ fn pipelines_of_several_stages_match_the_host() {
     );
     assert!(out.contains("subst 300"), "{out}");
     assert!(out.contains("status 141 0"), "SIGPIPE for seq: {out}");
+}
+
+/// gzip's test suite idiom (tests/zgrep-signal): dash forks with every
+/// signal blocked, unblocks them in the child, and perl execs a writer
+/// into a pipe whose read end is gone: the writer must die of SIGPIPE
+/// (status 141), on atoll pipes and host pipes, exec'd locally or remotely.
+#[test]
+fn a_writer_execd_by_dash_into_a_dangling_pipe_dies_of_sigpipe() {
+    require("perl");
+    let script = r#"
+        cd "$ROOT" && echo a > f
+        cat > dangling.sh <<'END'
+perl -e 'use POSIX qw(dup2); $SIG{PIPE} = "DEFAULT";
+         pipe my ($r, $w) or die; dup2 fileno $w, 1 or die; close $r;
+         exec "cat", "f", "f";'
+echo "status $?"
+END
+        sh dangling.sh
+        "#;
+    for opts in [
+        &["--placement", "local"][..],
+        &["--placement", "round-robin"][..],
+        &["--pipes", "host"][..],
+    ] {
+        let o = run_in_atoll(opts, script);
+        let out = text(&o.stdout);
+        assert!(
+            out.contains("status 141"),
+            "{opts:?}: {out}{}",
+            text(&o.stderr)
+        );
+    }
 }
 
 /// POSIX semantics of one pipe, checked by a C program.

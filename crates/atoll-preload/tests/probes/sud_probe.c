@@ -197,6 +197,39 @@ int main(int argc, char **argv) {
     sigemptyset(&all);
     CHECK(sigprocmask(SIG_SETMASK, &all, NULL) == 0);
 
+    /* a raw rt_sigprocmask sets the mask the program keeps (a trapped call
+       must not be undone when the trap returns), and a raw execve passes
+       that mask on to the new image, as the kernel does */
+    sigset_t one, cur;
+    sigemptyset(&one);
+    sigaddset(&one, SIGUSR2);
+    CHECK(syscall(SYS_rt_sigprocmask, SIG_SETMASK, &one, NULL, 8) == 0);
+    CHECK(sigprocmask(SIG_BLOCK, NULL, &cur) == 0);
+    printf("raw mask usr2 %d usr1 %d\n", sigismember(&cur, SIGUSR2), sigismember(&cur, SIGUSR1));
+    sigemptyset(&cur);
+    CHECK(syscall(SYS_rt_sigprocmask, SIG_BLOCK, NULL, &cur, 8) == 0);
+    printf("raw query usr2 %d\n", sigismember(&cur, SIGUSR2));
+    errno = 0;
+    printf("raw bad set efault %d\n",
+           syscall(SYS_rt_sigprocmask, SIG_BLOCK, (void *)8, NULL, 8) == -1 && errno == EFAULT);
+    fflush(stdout);
+    pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        char *gv[] = {"/bin/grep", "SigBlk", "/proc/self/status", NULL};
+        syscall(SYS_execve, gv[0], gv, environ);
+        _exit(127);
+    }
+    CHECK(waitpid(pid, &st, 0) == pid);
+    CHECK(sigprocmask(SIG_SETMASK, &all, NULL) == 0);
+
+    /* a raw sigaltstack stays set after the trap returns */
+    stack_t alt = {.ss_sp = malloc(1 << 16), .ss_size = 1 << 16, .ss_flags = 0}, got;
+    CHECK(alt.ss_sp);
+    CHECK(syscall(SYS_sigaltstack, &alt, NULL) == 0);
+    CHECK(sigaltstack(NULL, &got) == 0);
+    printf("altstack kept %d\n", got.ss_sp == alt.ss_sp && got.ss_size == alt.ss_size);
+
     /* trap counts, when the library is loaded */
     size_t (*counts)(uint64_t *, size_t) = dlsym(RTLD_DEFAULT, "atoll_trap_counts");
     if (counts) {

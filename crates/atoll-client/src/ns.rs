@@ -618,22 +618,17 @@ fn rename_attempt(
         finish_marks(c, lane, v, &marked, r.is_ok());
         return r;
     }
-    if exchange && (ft1 == FileType::Directory || target.map(|t| t.1) == Some(FileType::Directory))
-    {
-        // TODO(atoll): exchanging a directory across servers needs a
-        // `Link` that swaps instead of replacing (the replaced directory
-        // keeps its entries); until then the caller copies.
-        return err(libc::EXDEV);
+    if exchange {
+        let (ino2, ft2) = target.ok_or(Error::Errno(libc::ENOENT))?;
+        cross_server_exchange(
+            c,
+            lane,
+            (dir1, n1, ino1, ft1, srv1),
+            (dir2, n2, ino2, ft2, srv2),
+        )?;
+        return Ok(Out::Done(0));
     }
-    cross_server_rename(
-        c,
-        lane,
-        (dir1, n1, ino1, ft1),
-        (dir2, n2),
-        target,
-        victim,
-        exchange,
-    )?;
+    cross_server_rename(c, lane, (dir1, n1, ino1, ft1), (dir2, n2), victim)?;
     Ok(Out::Done(0))
 }
 
@@ -725,6 +720,60 @@ fn check_not_ancestor(w: &Walker, moved: InodeId, from: InodeId) -> Result<()> {
     err(libc::ELOOP)
 }
 
+/// `RENAME_EXCHANGE` of two entries on different servers (Hare §6.2.3):
+/// `Relink` the second name to the first inode, then the first name to the
+/// second inode (each expecting the inode it named, `ESTALE` otherwise: a
+/// concurrent rename won, undo and look again), then `MoveDone` to both
+/// servers and `SetParent` of exchanged directories. No link count moves:
+/// each inode trades one name for another, directories keep their entries.
+/// Until `MoveDone` each new name is provisional: a process dying in
+/// between leaves both names as they were.
+fn cross_server_exchange(
+    c: &Client,
+    lane: &Lane,
+    (dir1, n1, ino1, ft1, srv1): (InodeId, &[u8], InodeId, FileType, usize),
+    (dir2, n2, ino2, ft2, srv2): (InodeId, &[u8], InodeId, FileType, usize),
+) -> Result<()> {
+    let relink = |dir: InodeId,
+                  name: &[u8],
+                  (ino, ftype): (InodeId, FileType),
+                  expect: InodeId,
+                  server: usize| {
+        crate::session::retry_marked(|| {
+            lane.call_ok(
+                c,
+                server,
+                Request::Relink {
+                    dir,
+                    name,
+                    ino,
+                    ftype,
+                    expect,
+                },
+            )
+        })
+    };
+    let done = |dir: InodeId, name: &[u8], server: usize| {
+        let _ = lane.call_ok(c, server, Request::MoveDone { dir, name });
+    };
+    relink(dir2, n2, (ino1, ft1), ino2, srv2)?;
+    if let Err(e) = relink(dir1, n1, (ino2, ft2), ino1, srv1) {
+        let _ = relink(dir2, n2, (ino2, ft2), ino1, srv2);
+        done(dir2, n2, srv2);
+        return Err(e);
+    }
+    done(dir2, n2, srv2);
+    done(dir1, n1, srv1);
+    if dir1 != dir2 {
+        for (ino, ft, parent) in [(ino1, ft1, dir2), (ino2, ft2, dir1)] {
+            if ft == FileType::Directory {
+                let _ = lane.call_ok(c, ino.home(), Request::SetParent { dir: ino, parent });
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Rename whose two entries live on different servers, coordinated by the
 /// client (Hare §6.2.3: servers never message each other):
 ///
@@ -745,15 +794,12 @@ fn check_not_ancestor(w: &Walker, moved: InodeId, from: InodeId) -> Result<()> {
 ///
 /// Moving a distributed directory is no different: its entries are placed
 /// by its inode id, which a rename does not change (Hare §3.4).
-#[allow(clippy::too_many_arguments)]
 fn cross_server_rename(
     c: &Client,
     lane: &Lane,
     old: (InodeId, &[u8], InodeId, FileType),
     new: (InodeId, &[u8]),
-    target: Option<(InodeId, FileType)>,
     victim: Option<InodeId>,
-    exchange: bool,
 ) -> Result<()> {
     let (dir1, n1, ino1, ft1) = old;
     let (dir2, n2) = new;
@@ -822,29 +868,6 @@ fn cross_server_rename(
     let set_parent = |dir: InodeId, parent: InodeId| {
         let _ = lane.call_ok(c, dir.home(), Request::SetParent { dir, parent });
     };
-    if exchange {
-        // Only non-directories reach here (see `rename_attempt`).
-        let (ino2, ft2) = target.ok_or(Error::Errno(libc::ENOENT))?;
-        take_ref(ino1, ft1, srv2)?;
-        let rep2 = match link(dir2, n2, ino1, ft1, srv2) {
-            Ok(r) => r,
-            Err(e) => {
-                drop_ref(ino1, srv2);
-                return Err(e);
-            }
-        };
-        unref_replaced(rep2, srv2);
-        take_ref(ino2, ft2, srv1)?;
-        let rep1 = match link(dir1, n1, ino2, ft2, srv1) {
-            Ok(r) => r,
-            Err(e) => {
-                drop_ref(ino2, srv1);
-                return Err(e);
-            }
-        };
-        unref_replaced(rep1, srv1);
-        return Ok(());
-    }
     take_ref(ino1, ft1, srv2)?;
     // Step 2.
     let marked = match victim {

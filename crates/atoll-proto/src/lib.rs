@@ -670,6 +670,20 @@ pub enum Request<'a> {
         #[serde(borrow)]
         name: &'a [u8],
     },
+    /// `entry_server(dir, name)`, one half of a cross-server
+    /// `RENAME_EXCHANGE`: the entry must name `expect` (`ESTALE` otherwise)
+    /// and now names `ino` (of type `ftype`). No link count changes: each
+    /// inode trades one name for the other's. Provisional like a
+    /// directory's `Link` until `MoveDone`: if the session dies first, the
+    /// entry names `expect` again. → `Ok`
+    Relink {
+        dir: InodeId,
+        #[serde(borrow)]
+        name: &'a [u8],
+        ino: InodeId,
+        ftype: FileType,
+        expect: InodeId,
+    },
 
     // ---- creation affinity (Hare §3.7.5) ----
     /// The creator's designated local server, when the entry's server is

@@ -361,6 +361,50 @@ cat d/src/f* d/src/sub/g* | md5sum
     }
 }
 
+/// `renameat2(RENAME_EXCHANGE)` of directories with contents (and of a
+/// directory with a file) between distributed directories, across servers:
+/// contents, `..` and errors match the host.
+#[test]
+fn exchanging_directories_matches_the_host() {
+    atoll_tests::require("python3");
+    let script = r#"
+cd "$ROOT"
+python3 - <<'PYEOF'
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+AT_FDCWD, RENAME_EXCHANGE = -100, 2
+def xchg(a, b):
+    r = libc.renameat2(AT_FDCWD, a.encode(), AT_FDCWD, b.encode(), RENAME_EXCHANGE)
+    print("xchg", a, b, "ok" if r == 0 else os.strerror(ctypes.get_errno()))
+def up_ok(d):
+    fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+    up = os.stat("..", dir_fd=fd).st_ino
+    os.close(fd)
+    return up == os.stat(os.path.dirname(d) or ".").st_ino
+for d in ("p", "q"):
+    for i in range(6):
+        os.makedirs("%s/d%d/sub" % (d, i))
+        open("%s/d%d/f" % (d, i), "w").write("%s%d" % (d, i))
+    open(d + "/file", "w").write(d)
+for i in range(6):
+    xchg("p/d%d" % i, "q/d%d" % ((i + 1) % 6))
+xchg("p/d0", "p/file")
+xchg("p/d1", "p/d1/sub")
+xchg("p/nope", "q/d1")
+for root, ds, fs in sorted(os.walk(".")):
+    for n in sorted(ds):
+        p = os.path.join(root, n)
+        print(p, "up-ok" if up_ok(p) else "up-WRONG", sorted(os.listdir(p)))
+    for n in sorted(fs):
+        print(os.path.join(root, n), open(os.path.join(root, n)).read())
+PYEOF
+"#;
+    for opts in MODES {
+        let out = assert_same(opts, script, true);
+        assert!(!out.contains("up-WRONG"), "{opts:?}\n{out}");
+    }
+}
+
 /// Property: random directory renames (into subtrees, over empty and
 /// non-empty directories, over files, onto themselves) by a python3
 /// program give the same results (every errno) and the same tree, `..`

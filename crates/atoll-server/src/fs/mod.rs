@@ -181,7 +181,7 @@ const OP_NAMES: [&str; 44] = [
     "ClientCounters",
     "Reclaim",
     "MoveDone",
-    "",
+    "Relink",
     "Pipe",
     "PipeHeader",
     "CreateInode",
@@ -230,6 +230,7 @@ fn op_index(req: &Request<'_>) -> usize {
         ClientCounters(_) => 36,
         Reclaim { .. } => 37,
         MoveDone { .. } => 38,
+        Relink { .. } => 39,
         Pipe { .. } => 40,
         PipeHeader { .. } => 41,
         CreateInode { .. } => 42,
@@ -286,12 +287,14 @@ pub struct FileServer<S> {
     move_links: Vec<MoveLink>,
 }
 
-/// A provisional name `(dir, name)` → `ino` added by `session`'s `Link`.
+/// A provisional name `(dir, name)` → `ino` added by `session`'s `Link`
+/// (`previous: None`) or `Relink` (the inode it named before).
 struct MoveLink {
     session: SessionId,
     dir: InodeId,
     name: Vec<u8>,
     ino: InodeId,
+    previous: Option<(InodeId, FileType)>,
 }
 
 impl<S: BlockStore> FileServer<S> {
@@ -535,6 +538,7 @@ impl<S: BlockStore> FileServer<S> {
                         dir,
                         name: name.to_vec(),
                         ino,
+                        previous: None,
                     });
                 }
                 r
@@ -569,6 +573,13 @@ impl<S: BlockStore> FileServer<S> {
             Q::SetParent { dir, parent } => self.set_parent(dir, parent),
             Q::MarkRmdir { dir } => self.mark_rmdir(session, dir),
             Q::FinishRmdir { dir, commit } => self.finish_rmdir(session, dir, commit),
+            Q::Relink {
+                dir,
+                name,
+                ino,
+                ftype,
+                expect,
+            } => self.relink(session, who, dir, name, (ino, ftype), expect),
             Q::MoveDone { dir, name } => {
                 self.move_links
                     .retain(|m| !(m.session == session && m.dir == dir && m.name == name));
@@ -1525,6 +1536,51 @@ impl<S: BlockStore> FileServer<S> {
         })
     }
 
+    /// One half of a cross-server `RENAME_EXCHANGE` (see
+    /// `Request::Relink`): `(dir, name)` names `new.0` instead of `expect`.
+    fn relink<'o>(
+        &mut self,
+        session: SessionId,
+        who: &Caller,
+        dir: InodeId,
+        name: &[u8],
+        new: (InodeId, FileType),
+        expect: InodeId,
+    ) -> R<'o> {
+        check_name(name)?;
+        if is_dot(name) {
+            return Err(Errno::EINVAL);
+        }
+        self.entry_here(dir, name)?;
+        self.dir_check(dir, who, MAY_WRITE | MAY_EXEC)?;
+        let cur = self
+            .shards
+            .get(&dir)
+            .and_then(|s| s.get(name))
+            .ok_or(Errno::ENOENT)?;
+        if cur.ino != expect {
+            return Err(Errno::ESTALE);
+        }
+        if self.owns(new.0) && self.inode(new.0)?.ftype != new.1 {
+            return Err(Errno::EINVAL);
+        }
+        self.sticky_ok(dir, cur.ino, who)?;
+        if let Some(s) = self.shards.get_mut(&dir) {
+            s.insert(name, new.0, new.1);
+        }
+        self.track.changed(dir, name);
+        self.move_links.push(MoveLink {
+            session,
+            dir,
+            name: name.to_vec(),
+            ino: new.0,
+            previous: Some((cur.ino, cur.ftype)),
+        });
+        self.touch_moved(new.0);
+        self.touch_dir(dir);
+        Ok(Reply::Ok)
+    }
+
     /// A directory moved to `parent`: update its `..` if recorded here
     /// (otherwise the client sends `SetParent` to its home).
     fn reparent(&mut self, d: dir::Dent, parent: InodeId) {
@@ -1706,13 +1762,24 @@ impl<S: BlockStore> FileServer<S> {
                 .get(&m.dir)
                 .and_then(|s| s.get(&m.name))
                 .is_some_and(|d| d.ino == m.ino);
-            if still {
-                if let Some(s) = self.shards.get_mut(&m.dir) {
-                    s.remove(&m.name);
+            if !still {
+                continue;
+            }
+            self.track.changed(m.dir, &m.name);
+            match m.previous {
+                // An unfinished exchange: the entry names its inode again.
+                Some((prev, ftype)) => {
+                    if let Some(s) = self.shards.get_mut(&m.dir) {
+                        s.insert(&m.name, prev, ftype);
+                    }
                 }
-                self.track.changed(m.dir, &m.name);
-                if self.owns(m.ino) {
-                    self.drop_link(m.ino);
+                None => {
+                    if let Some(s) = self.shards.get_mut(&m.dir) {
+                        s.remove(&m.name);
+                    }
+                    if self.owns(m.ino) {
+                        self.drop_link(m.ino);
+                    }
                 }
             }
         }

@@ -1154,6 +1154,61 @@ fn a_directory_replaced_by_rename_must_be_marked_when_its_entries_live_elsewhere
 }
 
 #[test]
+fn relink_exchanges_names_and_is_undone_if_the_session_dies() {
+    let mut t = server(8);
+    let a = t.mkdir(ROOT, "a");
+    let b = t.mkdir(ROOT, "b");
+    t.create(a, "f");
+    let (_, g) = t.create(ROOT, "g");
+    let relink = |name: &'static [u8], ino, ftype, expect| Request::Relink {
+        dir: ROOT,
+        name,
+        ino,
+        ftype,
+        expect,
+    };
+    assert_eq!(
+        t.err(S1, USER, relink(b"a", b, FileType::Directory, g)),
+        Errno::ESTALE,
+        "the entry must still name the expected inode"
+    );
+    // A finished exchange of a directory and a file: entries and link
+    // counts stay, each inode under the other's name.
+    t.ok(S1, USER, relink(b"a", g, FileType::Regular, a));
+    t.ok(S1, USER, relink(b"g", a, FileType::Directory, g));
+    t.ok(
+        S1,
+        USER,
+        Request::MoveDone {
+            dir: ROOT,
+            name: b"a",
+        },
+    );
+    t.ok(
+        S1,
+        USER,
+        Request::MoveDone {
+            dir: ROOT,
+            name: b"g",
+        },
+    );
+    t.fs.session_closed(S1);
+    assert_eq!(t.lookup(ROOT, "a"), Ok(g));
+    assert_eq!(t.lookup(ROOT, "g"), Ok(a));
+    assert!(t.lookup(a, "f").is_ok());
+    assert_eq!(t.stat(g).unwrap().nlink, 1);
+    assert_eq!(t.stat(ROOT).unwrap().nlink, 4);
+    // An unfinished one (the process died between the two halves): the
+    // provisional name names its inode again.
+    t.ok(S2, USER, relink(b"b", a, FileType::Directory, b));
+    assert_eq!(t.lookup(ROOT, "b"), Ok(a));
+    t.fs.session_closed(S2);
+    assert_eq!(t.lookup(ROOT, "b"), Ok(b));
+    assert_eq!(t.lookup(ROOT, "g"), Ok(a));
+    assert_eq!(t.stat(ROOT).unwrap().nlink, 4);
+}
+
+#[test]
 fn readdir_lists_dot_entries_first_and_resumes_by_cookie() {
     let mut t = server(8);
     let d = t.mkdir(ROOT, "d");

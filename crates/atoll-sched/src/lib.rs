@@ -13,6 +13,8 @@
 //!   and the per-process cursor inherited across `fork`/`execve`;
 //! * [`proxy`] — the caller's side: hand the exec to a server, become the
 //!   proxy that relays signals and exits as the program did;
+//! * [`mirror`] — job control across the pair: the server keeps program
+//!   and proxy stopped or running together;
 //! * `raw` (proxy side) and `spawn`/`load` hold the `unsafe`.
 //!
 //! Relies on Linux only (pidfds, `close_range`, signalfd). Called by
@@ -24,6 +26,7 @@
 //! own local execs stay there.
 
 pub mod load;
+pub mod mirror;
 pub mod placement;
 pub mod proxy;
 mod raw;

@@ -12,8 +12,24 @@
 //! `SCM_RIGHTS` over the server's Unix socket, so the new image holds the
 //! very same open files at the same numbers as after a local `execve`.
 //!
-//! Job control: a proxy stops itself after a SIGTSTP/SIGTTIN/SIGTTOU (the
-//! program stops on the same signal), so a shell sees the job stopped.
+//! Signals, exactly once. The program joins the caller's process group (the
+//! terminal's foreground group must contain it for terminal reads and
+//! writes, and ^C/^Z reach it there), and the proxy then *leaves* that
+//! group for one of its own: a signal to the group (terminal, `kill --
+//! -PGID`, a shell's `kill %1`) reaches the program directly and only it;
+//! a signal to the proxy's pid reaches only the proxy, which relays it.
+//! A group leader cannot found another group, so a helper child founds
+//! one the proxy moves into. The proxy returns to the caller's group just
+//! before it ends, so its parent reaps it where it started. Left open: a
+//! group signal sent during the exec hand-over (between the program
+//! joining the group and the proxy leaving it) arrives twice.
+//!
+//! Job control (`mirror`): the server sees the program stop (`waitid`) and
+//! asks the proxy to stop with the same signal, so the proxy's parent sees
+//! the job stopped with the program's `WSTOPSIG`; it sees a SIGSTOP sent to
+//! the proxy (which nothing can catch) in `/proc` and stops the program. A
+//! continue of either side continues the other (SIGCONTs the server sends
+//! the proxy are not relayed back).
 //!
 //! Limits (fall back to a local exec): a multithreaded caller (the other
 //! threads would survive in the proxy), more than [`wire::MAX_FDS`]
@@ -121,6 +137,10 @@ pub fn remote_exec(
     )?;
     let addr = SocketAddrUnix::new(socket_path(runtime_dir, core))?;
     rustix::net::connect(&conn, &addr)?;
+    // The server's process: SIGCONTs from it mirror the program (`mirror`).
+    let server = rustix::net::sockopt::socket_peercred(&conn)
+        .map(|c| c.pid.as_raw_nonzero().get())
+        .unwrap_or(0);
     let cwd = rustix::fs::open(
         ".",
         OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
@@ -182,6 +202,7 @@ pub fn remote_exec(
         return restore(e.into());
     }
     drop(fds);
+    let pgid = raw::sc(libc::SYS_getpgid, 0, 0, 0) as i32;
     let same_group = match wire::recv::<ToProxy>(&conn) {
         Ok((ToProxy::Started { same_group, .. }, _)) => same_group,
         Ok((ToProxy::Failed { errno }, _)) => return restore(RemoteError::Exec(errno)),
@@ -192,20 +213,110 @@ pub fn remote_exec(
         Err(e) => return restore(e.into()),
     };
     drop(cwd);
-    become_proxy(conn, relay, same_group)
+    // The program stands in the group for us now.
+    let left = same_group && leave_group(pgid);
+    become_proxy(
+        conn,
+        Proxy {
+            relay,
+            same_group,
+            left,
+            pgid,
+            server,
+        },
+    )
+}
+
+/// Leave process group `pgid` for a group of our own (see the module
+/// comment). False if we are still in `pgid`.
+fn leave_group(pgid: i32) -> bool {
+    let me = raw::sc(libc::SYS_getpid, 0, 0, 0) as i32;
+    if me != pgid {
+        return raw::sc(libc::SYS_setpgid, 0, 0, 0) == 0;
+    }
+    // A leader's `setpgid(0, 0)` names its current group: a helper founds
+    // a new one (the parent may move a child that has not exec'd) and we
+    // join it; the group outlives the helper while we are in it.
+    let Some(h) = raw::fork_idle() else {
+        return false;
+    };
+    let ok = raw::sc(libc::SYS_setpgid, h as u64, h as u64, 0) == 0
+        && raw::sc(libc::SYS_setpgid, 0, h as u64, 0) == 0;
+    raw::sc(libc::SYS_kill, h as u64, libc::SIGKILL as u64, 0);
+    while raw::sc(libc::SYS_wait4, h as u64, 0, 0) == -(libc::EINTR as i64) {}
+    ok
+}
+
+/// What the proxy loop needs to know.
+struct Proxy {
+    /// The signals it relays (blocked, read from a signalfd).
+    relay: u64,
+    /// The program joined our (original) process group.
+    same_group: bool,
+    /// We left that group: every signal we get was meant for us alone.
+    left: bool,
+    /// The original group, rejoined before we end.
+    pgid: i32,
+    /// The scheduling server's pid (0 if unknown).
+    server: i32,
+}
+
+impl Proxy {
+    /// Back to the group we started in (re-founding it if we led it and
+    /// it emptied), so our parent reaps us where it put us.
+    fn rejoin(&self) {
+        if !self.left {
+            return;
+        }
+        let me = raw::sc(libc::SYS_getpid, 0, 0, 0) as i32;
+        let target = if me == self.pgid { 0 } else { self.pgid };
+        raw::sc(libc::SYS_setpgid, 0, target as u64, 0);
+    }
+
+    /// Stop the way the program stopped, so our parent's `waitpid`
+    /// reports the same `WSTOPSIG` (a shell prints "Stopped" for SIGTSTP,
+    /// "Stopped (signal)" for SIGSTOP).
+    fn stop_as(&self, sig: i32) {
+        let me = raw::sc(libc::SYS_getpid, 0, 0, 0);
+        let tty_stop = matches!(sig, libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU);
+        // Linux discards SIGTSTP/TTIN/TTOU in an orphaned process group;
+        // the stop must happen all the same (the program did stop).
+        if !tty_stop || orphaned_group() {
+            raw::sc(libc::SYS_kill, me as u64, libc::SIGSTOP as u64, 0);
+            return;
+        }
+        // The old image's handler (if any) must not run: default action,
+        // raised while blocked and delivered by the unblock below.
+        raw::default_action(sig);
+        raw::sc(libc::SYS_kill, me as u64, sig as u64, 0);
+        raw::set_sigmask(self.relay & !bit(sig));
+        raw::set_sigmask(self.relay);
+    }
+}
+
+/// Is our process group orphaned (POSIX: no member has a parent in
+/// another group of the same session)? We are alone in our group after
+/// `leave_group`, so only our parent counts.
+fn orphaned_group() -> bool {
+    let ppid = raw::sc(libc::SYS_getppid, 0, 0, 0);
+    let psid = raw::sc(libc::SYS_getsid, ppid as u64, 0, 0);
+    let ppgid = raw::sc(libc::SYS_getpgid, ppid as u64, 0, 0);
+    let sid = raw::sc(libc::SYS_getsid, 0, 0, 0);
+    let pgid = raw::sc(libc::SYS_getpgid, 0, 0, 0);
+    !(psid == sid && ppgid != pgid)
 }
 
 /// The rest of this process's life: what a local `execve` would have
 /// closed is closed (which also ends the old atoll session, as exec
 /// does), signals are relayed, and the program's end is ours.
-fn become_proxy(conn: OwnedFd, relay: u64, same_group: bool) -> ! {
+fn become_proxy(conn: OwnedFd, p: Proxy) -> ! {
     let keep = conn.as_raw_fd() as u64;
     // close_range(first, last, 0)
     if keep > 0 {
         raw::sc(libc::SYS_close_range, 0, keep - 1, 0);
     }
     raw::sc(libc::SYS_close_range, keep + 1, u32::MAX as u64, 0);
-    let sfd = raw::signalfd(relay);
+    let sfd = raw::signalfd(p.relay);
     let sfd = (sfd >= 0).then(|| {
         // SAFETY: a descriptor the kernel just created for us.
         unsafe { OwnedFd::from_raw_fd(sfd as i32) }
@@ -225,13 +336,20 @@ fn become_proxy(conn: OwnedFd, relay: u64, same_group: bool) -> ! {
         drop(pfds);
         if sig_ready {
             if let Some(s) = &sfd {
-                relay_pending(s.as_fd(), &conn, same_group);
+                relay_pending(s.as_fd(), &conn, &p);
             }
         }
         if conn_ready {
             match wire::recv::<ToProxy>(&conn) {
-                Ok((ToProxy::Exited { code }, _)) => raw::exit_group(code),
-                Ok((ToProxy::Killed { sig }, _)) => die_by(sig),
+                Ok((ToProxy::Exited { code }, _)) => {
+                    p.rejoin();
+                    raw::exit_group(code)
+                }
+                Ok((ToProxy::Killed { sig }, _)) => {
+                    p.rejoin();
+                    die_by(sig)
+                }
+                Ok((ToProxy::Stopped { sig }, _)) => on_stop_request(&conn, &p, sig),
                 Ok(_) => {}
                 // Signals we relayed after the program ended were unread
                 // when the server closed: Linux reports that once, and the
@@ -245,31 +363,63 @@ fn become_proxy(conn: OwnedFd, relay: u64, same_group: bool) -> ! {
     }
 }
 
+/// The program stopped: stop alike unless a `Continued` (or its end)
+/// already follows in the queue — only the net state counts.
+fn on_stop_request(conn: &OwnedFd, p: &Proxy, sig: i32) {
+    let mut want = Some(sig);
+    loop {
+        let mut pfd = [PollFd::new(conn, PollFlags::IN)];
+        if !matches!(rustix::event::poll(&mut pfd, Some(&rustix::time::Timespec::default())), Ok(n) if n > 0)
+        {
+            break;
+        }
+        match wire::recv::<ToProxy>(conn) {
+            Ok((ToProxy::Stopped { sig }, _)) => want = Some(sig),
+            Ok((ToProxy::Continued, _)) => want = None,
+            Ok((ToProxy::Exited { code }, _)) => {
+                p.rejoin();
+                raw::exit_group(code)
+            }
+            Ok((ToProxy::Killed { sig }, _)) => {
+                p.rejoin();
+                die_by(sig)
+            }
+            // Errors are the main loop's business; it polls again.
+            _ => break,
+        }
+    }
+    if let Some(sig) = want {
+        // Acknowledge first: our next stop is the requested one.
+        if wire::send(conn, &ToServer::Stopping, &[]).is_ok() {
+            p.stop_as(sig);
+        }
+    }
+}
+
 /// Read the signals queued on the signalfd and send them on.
-fn relay_pending(sfd: BorrowedFd<'_>, conn: &OwnedFd, same_group: bool) {
+fn relay_pending(sfd: BorrowedFd<'_>, conn: &OwnedFd, p: &Proxy) {
     let mut info = [0u8; 128];
     while let Ok(128) = rustix::io::read(sfd, &mut info) {
-        let signo = u32::from_ne_bytes(info[0..4].try_into().unwrap_or_default()) as i32;
-        let code = i32::from_ne_bytes(info[8..12].try_into().unwrap_or_default());
+        let word = |at: usize| i32::from_ne_bytes(info[at..at + 4].try_into().unwrap_or_default());
+        // struct signalfd_siginfo: ssi_signo, ssi_errno, ssi_code, ssi_pid.
+        let (signo, code, pid) = (word(0), word(8), word(12));
         if signo == libc::SIGCHLD {
-            // Our own children (started before the exec) are not the
-            // program's concern.
+            // Our own children (started before the exec, the group
+            // helper) are not the program's concern.
             continue;
         }
-        // Terminal-generated (^C, ^Z, hangup, window size): the kernel
-        // already sent it to the whole foreground group, program included.
-        if !(same_group && code == libc::SI_KERNEL) {
-            let _ = wire::send(conn, &ToServer::Signal(signo), &[]);
+        if signo == libc::SIGCONT && p.server != 0 && pid == p.server {
+            // The server continued us because the program was continued.
+            continue;
         }
-        if matches!(signo, libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU) {
-            // Job control: the program stops on these (or, like an editor,
-            // cleans up and stops itself), so its stand-in stops too and the
-            // shell sees the job stopped; its SIGCONT resumes both. The
-            // server cannot see stops (a pidfd reports only the exit), hence
-            // this guess; a SIGSTOP sent to the proxy alone stops only it.
-            let pid = raw::sc(libc::SYS_getpid, 0, 0, 0);
-            raw::sc(libc::SYS_kill, pid as u64, libc::SIGSTOP as u64, 0);
+        // Still in the program's group: terminal-generated signals (^C,
+        // ^Z, hangup, window size) already reached the program directly.
+        if p.same_group && !p.left && code == libc::SI_KERNEL {
+            continue;
         }
+        // A stop signal is relayed only: if the program stops, the server
+        // asks us to stop alike (`mirror`).
+        let _ = wire::send(conn, &ToServer::Signal(signo), &[]);
     }
 }
 

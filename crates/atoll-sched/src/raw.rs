@@ -189,6 +189,21 @@ pub fn thread_count() -> Option<u64> {
     rest.split_ascii_whitespace().nth(17)?.parse().ok()
 }
 
+/// Fork a child that only waits to be killed (blocked signals are
+/// inherited; `pause` returns only for a caught signal). Returns its pid.
+pub fn fork_idle() -> Option<i32> {
+    // SAFETY: a raw fork; the child runs nothing but `pause` system calls
+    // on its copy of this stack (no allocation, no locks, no libc), so the
+    // state of other threads or of libc in the copy never matters.
+    let pid = unsafe { syscall6(libc::SYS_fork, [0; 6]) };
+    if pid == 0 {
+        loop {
+            sc(libc::SYS_pause, 0, 0, 0);
+        }
+    }
+    (pid > 0).then_some(pid as i32)
+}
+
 /// Leave now with `code` (no atexit handlers: the program image is gone).
 pub fn exit_group(code: i32) -> ! {
     loop {

@@ -10,6 +10,11 @@
 //! A server never panics on what a proxy sends: a malformed request gets
 //! `Refused`, a vanished proxy gets its program killed (the process it
 //! stood for is gone).
+//!
+//! Job control: while programs run, the loop also wakes every
+//! [`SAMPLE`] to collect the programs' stops and continues (`waitid`) and
+//! the proxies' states (`/proc/<pid>/stat`), and [`crate::mirror`] keeps
+//! each pair stopped or running together.
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -21,6 +26,7 @@ use rustix::event::{PollFd, PollFlags};
 use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
 
 use crate::load::LoadTable;
+use crate::mirror::{Action, Mirror, ProgEvent};
 use crate::proxy::socket_path;
 use crate::spawn;
 use crate::wire::{self, ToProxy, ToServer, WireError};
@@ -38,11 +44,133 @@ pub struct Scheds {
     dir: PathBuf,
 }
 
+/// How often stops are sampled while programs run.
+pub const SAMPLE: std::time::Duration = std::time::Duration::from_millis(25);
+
 /// One running program and the proxy standing for it.
 struct Job {
     conn: OwnedFd,
     /// `None` until the program runs.
     prog: Option<(i32, OwnedFd)>,
+    /// The proxy, watched for stops; `None` if it could not be opened.
+    proxy: Option<Watched>,
+    mirror: Mirror,
+    /// The program ended and the proxy has its status; the job lasts until
+    /// the proxy hangs up, so that a proxy stopped meanwhile is continued
+    /// to receive it.
+    finished: bool,
+}
+
+impl Job {
+    fn new(conn: OwnedFd) -> Job {
+        Job {
+            conn,
+            prog: None,
+            proxy: None,
+            mirror: Mirror::new(),
+            finished: false,
+        }
+    }
+}
+
+/// A proxy process: a pidfd (signals never hit a recycled pid) and its
+/// `/proc/<pid>/stat`, opened while it waits for our answer (alive).
+struct Watched {
+    pidfd: OwnedFd,
+    stat: OwnedFd,
+}
+
+impl Watched {
+    /// The peer of `conn` (`SO_PEERCRED`: the process that connected).
+    fn open(conn: &OwnedFd) -> Option<Watched> {
+        let cred = rustix::net::sockopt::socket_peercred(conn).ok()?;
+        let pidfd =
+            rustix::process::pidfd_open(cred.pid, rustix::process::PidfdFlags::empty()).ok()?;
+        let stat = rustix::fs::open(
+            format!("/proc/{}/stat", cred.pid.as_raw_nonzero()),
+            rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+        .ok()?;
+        Some(Watched { pidfd, stat })
+    }
+
+    /// Is the proxy in a job-control stop (state `T`)?
+    fn stopped(&self) -> bool {
+        let mut buf = [0u8; 512];
+        let Ok(n) = rustix::io::pread(&self.stat, &mut buf, 0) else {
+            return false;
+        };
+        stat_state(&buf[..n]) == Some(b'T')
+    }
+}
+
+/// The state letter of a `/proc/<pid>/stat` line (after the command name,
+/// which may itself contain `)`).
+fn stat_state(line: &[u8]) -> Option<u8> {
+    let close = line.iter().rposition(|&b| b == b')')?;
+    line.get(close + 2).copied()
+}
+
+/// The program's stops and continues since the last call (each is
+/// reported once by the kernel).
+fn prog_events(pidfd: &OwnedFd) -> Vec<ProgEvent> {
+    let mut out = Vec::new();
+    while out.len() < 16 {
+        // SAFETY: siginfo_t is plain data; all-zero is a valid value.
+        let mut info: libc::siginfo_t = unsafe { core::mem::zeroed() };
+        // SAFETY: waitid writes one siginfo_t into `info`; no WEXITED, so
+        // the program is never reaped here (`reap` does that).
+        let r = unsafe {
+            libc::waitid(
+                libc::P_PIDFD,
+                pidfd.as_raw_fd() as libc::id_t,
+                &mut info,
+                libc::WSTOPPED | libc::WCONTINUED | libc::WNOHANG,
+            )
+        };
+        // SAFETY: filled by waitid for a SIGCHLD-style report.
+        let (pid, status) = unsafe { (info.si_pid(), info.si_status()) };
+        if r != 0 || pid == 0 {
+            break;
+        }
+        match info.si_code {
+            libc::CLD_STOPPED => out.push(ProgEvent::Stopped(status)),
+            libc::CLD_CONTINUED => out.push(ProgEvent::Continued),
+            _ => break,
+        }
+    }
+    out
+}
+
+/// Sample one job's stops and keep program and proxy together.
+fn mirror(j: &mut Job) {
+    let Some((_, pidfd)) = &j.prog else {
+        // The program is gone: a stopped proxy could never read how it
+        // ended (nor could a continue of the program wake it any more).
+        if let Some(w) = j.proxy.as_ref().filter(|w| j.finished && w.stopped()) {
+            send_signal(&w.pidfd, libc::SIGCONT);
+        }
+        return;
+    };
+    let events = prog_events(pidfd);
+    let proxy_stopped = j.proxy.as_ref().is_some_and(Watched::stopped);
+    for a in j.mirror.step(&events, proxy_stopped) {
+        match a {
+            Action::AskProxyStop(sig) => {
+                let _ = wire::send(&j.conn, &ToProxy::Stopped { sig }, &[]);
+            }
+            Action::CancelProxyStop => {
+                let _ = wire::send(&j.conn, &ToProxy::Continued, &[]);
+            }
+            Action::ContinueProxy => {
+                if let Some(w) = &j.proxy {
+                    send_signal(&w.pidfd, libc::SIGCONT);
+                }
+            }
+            Action::StopProgram => send_signal(pidfd, libc::SIGSTOP),
+        }
+    }
 }
 
 impl Scheds {
@@ -150,7 +278,12 @@ fn serve(core: usize, listener: OwnedFd, table: &LoadTable, stop: &AtomicBool, w
                 pfds.push(PollFd::new(pidfd, PollFlags::IN));
             }
         }
-        match rustix::event::poll(&mut pfds, None) {
+        let sample = rustix::time::Timespec {
+            tv_sec: 0,
+            tv_nsec: SAMPLE.as_nanos() as _,
+        };
+        let running = jobs.iter().any(|j| j.prog.is_some() || j.finished);
+        match rustix::event::poll(&mut pfds, running.then_some(&sample)) {
             Ok(_) | Err(rustix::io::Errno::INTR) => {}
             Err(_) => break,
         }
@@ -168,9 +301,8 @@ fn serve(core: usize, listener: OwnedFd, table: &LoadTable, stop: &AtomicBool, w
             } else {
                 false
             };
-            if prog_ready && reap(core, j, table) {
-                done.push(idx);
-                continue;
+            if prog_ready {
+                reap(core, j, table);
             }
             if conn_ready && !on_message(core, j, table) {
                 done.push(idx);
@@ -182,10 +314,13 @@ fn serve(core: usize, listener: OwnedFd, table: &LoadTable, stop: &AtomicBool, w
         for idx in done.into_iter().rev() {
             jobs.swap_remove(idx);
         }
+        for j in &mut jobs {
+            mirror(j);
+        }
         if ready[0] && !accept_paused {
             loop {
                 match rustix::net::accept_with(&listener, SocketFlags::CLOEXEC) {
-                    Ok(conn) => jobs.push(Job { conn, prog: None }),
+                    Ok(conn) => jobs.push(Job::new(conn)),
                     Err(rustix::io::Errno::MFILE | rustix::io::Errno::NFILE) => {
                         accept_paused = true;
                         break;
@@ -204,6 +339,10 @@ fn serve(core: usize, listener: OwnedFd, table: &LoadTable, stop: &AtomicBool, w
             unsafe { libc::waitpid(*pid, &mut st, 0) };
             table.add_running(core, -1);
             let _ = wire::send(&j.conn, &status_msg(st), &[]);
+        }
+        // A stopped proxy must run to read the status and end.
+        if let Some(w) = &j.proxy {
+            send_signal(&w.pidfd, libc::SIGCONT);
         }
     }
 }
@@ -233,37 +372,29 @@ fn status_msg(st: i32) -> ToProxy {
     }
 }
 
-/// The program may have ended: reap it and tell the proxy. True when the
-/// job is over.
-fn reap(core: usize, j: &mut Job, table: &LoadTable) -> bool {
+/// The program may have ended: reap it and tell the proxy, which hangs
+/// up when it has the status (signals it relays meanwhile are read and
+/// dropped).
+fn reap(core: usize, j: &mut Job, table: &LoadTable) {
     let Some((pid, _)) = &j.prog else {
-        return false;
+        return;
     };
     let mut st = 0;
     // SAFETY: non-blocking wait for our own child.
     let r = unsafe { libc::waitpid(*pid, &mut st, libc::WNOHANG) };
     if r != *pid {
-        return false;
+        return;
     }
     table.add_running(core, -1);
     let _ = wire::send(&j.conn, &status_msg(st), &[]);
-    drain(&j.conn);
-    true
-}
-
-/// Read what the proxy still sent (signals for a program that is gone), so
-/// that closing does not turn into a connection reset at its end.
-fn drain(conn: &OwnedFd) {
-    let mut buf = [0u8; 256];
-    while rustix::net::recv(conn, &mut buf, rustix::net::RecvFlags::DONTWAIT)
-        .is_ok_and(|(n, _)| n > 0)
-    {}
+    j.prog = None;
+    j.finished = true;
 }
 
 /// Handle one message from the proxy. False when the job is over.
 fn on_message(core: usize, j: &mut Job, table: &LoadTable) -> bool {
     match wire::recv::<ToServer>(&j.conn) {
-        Ok((ToServer::Exec(spec), fds)) if j.prog.is_none() => {
+        Ok((ToServer::Exec(spec), fds)) if j.prog.is_none() && !j.finished => {
             match spawn::spawn(&spec, fds, core) {
                 Ok(s) => {
                     let Some(pid) = rustix::process::Pid::from_raw(s.pid) else {
@@ -297,6 +428,7 @@ fn on_message(core: usize, j: &mut Job, table: &LoadTable) -> bool {
                         &[],
                     );
                     j.prog = Some((s.pid, pidfd));
+                    j.proxy = Watched::open(&j.conn);
                     true
                 }
                 Err(spawn::SpawnError::Exec(errno)) => {
@@ -315,6 +447,13 @@ fn on_message(core: usize, j: &mut Job, table: &LoadTable) -> bool {
                     send_signal(pidfd, sig);
                 }
             }
+            if sig == libc::SIGCONT {
+                j.mirror.on_relayed_continue();
+            }
+            true
+        }
+        Ok((ToServer::Stopping, _)) => {
+            j.mirror.on_stopping();
             true
         }
         Ok((ToServer::Exec(_), _)) => true, // one program per connection
@@ -330,7 +469,7 @@ fn on_message(core: usize, j: &mut Job, table: &LoadTable) -> bool {
             false
         }
         Err(_) => {
-            if j.prog.is_none() {
+            if j.prog.is_none() && !j.finished {
                 let _ = wire::send(&j.conn, &ToProxy::Refused, &[]);
                 return false;
             }
@@ -449,6 +588,36 @@ mod tests {
             wire::recv::<ToProxy>(&c).unwrap().0,
             ToProxy::Killed { sig: libc::SIGTERM }
         );
+    }
+
+    #[test]
+    fn a_program_stop_asks_the_proxy_to_stop_alike() {
+        let f = Fixture::new("stop");
+        let c = f.connect();
+        // In a group of its own whose parent (this process) is elsewhere in
+        // the session: not orphaned, so SIGTSTP stops it.
+        assert!(matches!(
+            exec(&c, sh("kill -TSTP $$; exit 7"), &[]),
+            ToProxy::Started { .. }
+        ));
+        assert_eq!(
+            wire::recv::<ToProxy>(&c).unwrap().0,
+            ToProxy::Stopped { sig: libc::SIGTSTP }
+        );
+        // As a proxy would: acknowledge, then (here) continue the program.
+        wire::send(&c, &ToServer::Stopping, &[]).unwrap();
+        wire::send(&c, &ToServer::Signal(libc::SIGCONT), &[]).unwrap();
+        assert_eq!(
+            wire::recv::<ToProxy>(&c).unwrap().0,
+            ToProxy::Exited { code: 7 }
+        );
+    }
+
+    #[test]
+    fn stat_state_skips_odd_command_names() {
+        assert_eq!(stat_state(b"12 (sleep) T 1 12"), Some(b'T'));
+        assert_eq!(stat_state(b"12 (a) b) S 1 12"), Some(b'S'));
+        assert_eq!(stat_state(b"12 (x"), None);
     }
 
     #[test]

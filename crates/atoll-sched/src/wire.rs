@@ -13,6 +13,9 @@
 //!       ◀─Started{pid}──────              (or Failed{errno}: execve fails;
 //!                                           Refused: nothing ran, exec locally)
 //!       ──Signal(sig)──────▶              relayed with pidfd_send_signal
+//!       ◀─Stopped{sig}──────              the program stopped: stop alike
+//!       ──Stopping─────────▶              (acknowledged just before)
+//!       ◀─Continued─────────              it ran on before we acted: don't
 //!       ◀─Exited{code} | Killed{sig}      then both sides close
 //! proxy hangs up early ──▶ server SIGKILLs the program (the proxy was killed)
 //! ```
@@ -73,6 +76,8 @@ pub enum ToServer {
     Exec(ExecSpec),
     /// Send this signal to the program.
     Signal(i32),
+    /// The proxy stops itself now, on a `Stopped` request (`mirror`).
+    Stopping,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
@@ -96,6 +101,13 @@ pub enum ToProxy {
     Killed {
         sig: i32,
     },
+    /// The program stopped with this signal: stop alike, so the proxy's
+    /// parent sees the job stopped (`mirror`).
+    Stopped {
+        sig: i32,
+    },
+    /// The program was continued before the proxy acted on `Stopped`.
+    Continued,
 }
 
 /// Wire errors.

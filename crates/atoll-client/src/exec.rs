@@ -19,11 +19,24 @@
 //! its socket at exec) and for `posix_spawn` (the parent keeps its own
 //! session and drops its copy of the child's socket with the plan). A
 //! failed exec drops the plan, which closes the child session.
+//!
+//! Parent of a remote program. A program started by a scheduling server
+//! (Hare §3.6.1) is the server's child, but it *is* the process that
+//! called `execve`, whose pid its parent knows and which stays behind as
+//! its proxy. So `getppid()` answers what the proxy's would: the proxy's
+//! current parent, read from `/proc/<proxy>/stat` at each call (after the
+//! caller's parent dies, Linux reparents the proxy to the subreaper or
+//! init, and the answer follows as it would for a local exec). The proxy's
+//! pid travels in `ATOLL_PROXY_PID` to the program and across its own
+//! `execve`s; a forked child is a new process with its real parent. If the
+//! proxy is already gone (killed; the server is about to kill the program
+//! too), the real parent (the scheduling server) is the answer.
 // TODO(atoll): POSIX record locks of the process are not carried over to
 // the new image's session (Linux keeps them across execve).
 
 use std::ffi::{CStr, CString};
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
+use std::sync::atomic::{AtomicI32, Ordering};
 
 use atoll_proto::boot::{ENV_SESSION_FD, ENV_SOCKET, ENV_STATE};
 use atoll_proto::{DescId, FileType, InodeId, Request};
@@ -41,6 +54,71 @@ use atoll_sched::placement::{self, Policy};
 
 /// Environment variable carrying the absolute path of the preload library.
 pub const ENV_PRELOAD: &str = "ATOLL_PRELOAD";
+/// Environment variable naming the process a remote program stands for
+/// (its proxy): see the module comment.
+pub const ENV_PROXY: &str = "ATOLL_PROXY_PID";
+
+/// The proxy this process stands for (0: none).
+static PROXY: AtomicI32 = AtomicI32::new(0);
+/// Our pid when `PROXY` was set: a forked child is not the stand-in.
+static PROXY_OWNER: AtomicI32 = AtomicI32::new(0);
+
+fn raw_getpid() -> i32 {
+    // SAFETY: getpid takes no arguments.
+    unsafe { sys::sc(libc::SYS_getpid, 0, 0, 0, 0) as i32 }
+}
+
+/// Read `ATOLL_PROXY_PID` at start-up (and drop it from the environment:
+/// a program's children are processes of their own).
+pub fn init_proxy_parent() {
+    if let Some(pid) = std::env::var(ENV_PROXY)
+        .ok()
+        .and_then(|v| v.parse::<i32>().ok())
+        .filter(|&p| p > 0)
+    {
+        PROXY.store(pid, Ordering::Relaxed);
+        PROXY_OWNER.store(raw_getpid(), Ordering::Relaxed);
+    }
+    std::env::remove_var(ENV_PROXY);
+}
+
+/// The proxy this process stands for, if it is a remote program (not a
+/// child forked by one).
+pub fn proxy_of_self() -> Option<i32> {
+    let p = PROXY.load(Ordering::Relaxed);
+    (p > 0 && PROXY_OWNER.load(Ordering::Relaxed) == raw_getpid()).then_some(p)
+}
+
+/// `getppid()` of a remote program: its proxy's parent (module comment).
+pub fn proxy_getppid() -> i64 {
+    // SAFETY: getppid takes no arguments.
+    let real = || unsafe { sys::sc(libc::SYS_getppid, 0, 0, 0, 0) };
+    let Some(proxy) = proxy_of_self() else {
+        return real();
+    };
+    std::fs::read(format!("/proc/{proxy}/stat"))
+        .ok()
+        .and_then(|s| stat_ppid(&s))
+        .map_or_else(real, i64::from)
+}
+
+/// Field 4 (ppid) of a `/proc/<pid>/stat` line; the command name before
+/// it may contain spaces and parentheses.
+fn stat_ppid(line: &[u8]) -> Option<i32> {
+    let close = line.iter().rposition(|&b| b == b')')?;
+    let rest = std::str::from_utf8(&line[close + 1..]).ok()?;
+    rest.split_ascii_whitespace().nth(1)?.parse().ok()
+}
+
+/// `KEY=value` entry of the environment.
+fn env_kv(k: &str, v: &str) -> Vec<u8> {
+    format!("{k}={v}").into_bytes()
+}
+
+/// Is `e` an entry for variable `k`?
+fn env_is(e: &[u8], k: &str) -> bool {
+    e.len() > k.len() && e.starts_with(k.as_bytes()) && e[k.len()] == b'='
+}
 const LD_PRELOAD: &str = "LD_PRELOAD";
 /// Interpreter nesting Linux allows for `#!` chains.
 const MAX_INTERP_DEPTH: u32 = 4;
@@ -310,7 +388,7 @@ pub fn prepare_exec(
     argv: *const *const libc::c_char,
     envp: *const *const libc::c_char,
 ) -> core::result::Result<ExecPlan, i32> {
-    let plan = prepare_execat(libc::AT_FDCWD as i64, path.to_bytes(), argv, envp, 0)
+    let plan = prepare_inner(libc::AT_FDCWD as i64, path.to_bytes(), argv, envp, 0, true)
         .map_err(|e| e.errno())?;
     // A spawn is a fork + exec: the parent moves its cursor on, like a
     // fork parent, so successive spawns are spread.
@@ -318,14 +396,26 @@ pub fn prepare_exec(
     Ok(plan)
 }
 
-/// `execveat` flavour of [`prepare_exec`].
-#[inline(never)]
+/// `execveat` flavour of [`prepare_exec`] (this process's own `execve`).
 pub fn prepare_execat(
     dirfd: i64,
     path: &[u8],
     argv: *const *const libc::c_char,
     envp: *const *const libc::c_char,
     flags: i32,
+) -> Result<ExecPlan> {
+    prepare_inner(dirfd, path, argv, envp, flags, false)
+}
+
+/// `spawn`: the image runs in a new child process, not in this one.
+#[inline(never)]
+fn prepare_inner(
+    dirfd: i64,
+    path: &[u8],
+    argv: *const *const libc::c_char,
+    envp: *const *const libc::c_char,
+    flags: i32,
+    spawn: bool,
 ) -> Result<ExecPlan> {
     let argv: Vec<Vec<u8>> = sys::user_str_array(argv)
         .into_iter()
@@ -414,6 +504,12 @@ pub fn prepare_execat(
     let key = placement::ENV_PLACEMENT.as_bytes();
     env.retain(|e| !(e.starts_with(key) && e.get(key.len()) == Some(&b'=')));
     env.push(placement::env_entry(placement::peek_cursor()));
+    // A remote program's new image still stands for the same proxy; a
+    // spawned child is a process of its own.
+    env.retain(|e| !env_is(e, ENV_PROXY));
+    if let Some(p) = proxy_of_self().filter(|_| !spawn) {
+        env.push(env_kv(ENV_PROXY, &p.to_string()));
+    }
     let (path_bytes, dirfd, flags) = match &exec_fd {
         Some(fd) => (
             format!("/proc/self/fd/{}", fd.as_raw_fd()).into_bytes(),
@@ -468,10 +564,20 @@ pub fn execute(plan: &ExecPlan) -> i64 {
             return -(e.raw_os_error() as i64);
         }
     }
+    // The program stands for this process (or for the proxy this process
+    // already stands for): its getppid() is that process's parent.
+    let stands_for = proxy_of_self().unwrap_or_else(raw_getpid);
+    let mut envp: Vec<Vec<u8>> = plan
+        ._envp
+        .iter()
+        .map(|a| a.to_bytes().to_vec())
+        .filter(|e| !env_is(e, ENV_PROXY))
+        .collect();
+    envp.push(env_kv(ENV_PROXY, &stands_for.to_string()));
     let image = atoll_sched::Image {
         path: plan.path.to_bytes(),
         argv: plan._argv.iter().map(|a| a.to_bytes().to_vec()).collect(),
-        envp: plan._envp.iter().map(|a| a.to_bytes().to_vec()).collect(),
+        envp,
         flags: plan.flags,
         program_fd: plan.exec_fd(),
         dirfd: (plan.dirfd != libc::AT_FDCWD).then_some(plan.dirfd),
@@ -689,6 +795,36 @@ mod tests {
             has(&env, "LD_PRELOAD=/x.so /p.so"),
             "already present: kept as is"
         );
+    }
+
+    #[test]
+    fn ppid_is_field_four_whatever_the_command_name() {
+        assert_eq!(stat_ppid(b"123 (bash) S 77 123 123 0"), Some(77));
+        assert_eq!(stat_ppid(b"9 (a) b (c) T 4242 9 9"), Some(4242));
+        assert_eq!(stat_ppid(b"garbage"), None);
+        // Our own line names our real parent.
+        let me = std::fs::read("/proc/self/stat").unwrap();
+        // SAFETY: getppid takes no arguments.
+        assert_eq!(stat_ppid(&me), Some(unsafe { libc::getppid() }));
+    }
+
+    #[test]
+    fn a_stand_in_is_only_the_process_that_read_it() {
+        // Not a remote program: getppid() is the real one.
+        assert_eq!(proxy_of_self(), None);
+        // SAFETY: getppid takes no arguments.
+        assert_eq!(proxy_getppid(), unsafe { libc::getppid() } as i64);
+        // Standing for ourselves: the answer is our parent, read through
+        // /proc.
+        PROXY.store(raw_getpid(), Ordering::Relaxed);
+        PROXY_OWNER.store(raw_getpid(), Ordering::Relaxed);
+        assert_eq!(proxy_of_self(), Some(raw_getpid()));
+        // SAFETY: as above.
+        assert_eq!(proxy_getppid(), unsafe { libc::getppid() } as i64);
+        // A forked child (other pid) is not the stand-in.
+        PROXY_OWNER.store(raw_getpid() + 1, Ordering::Relaxed);
+        assert_eq!(proxy_of_self(), None);
+        PROXY.store(0, Ordering::Relaxed);
     }
 
     #[test]

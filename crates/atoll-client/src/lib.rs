@@ -110,6 +110,7 @@ pub fn init() -> bool {
         });
     let state = std::env::var(ENV_STATE).ok();
     atoll_sched::placement::init_from_env();
+    exec::init_proxy_parent();
     // Stale values must not reach programs started behind our back.
     std::env::remove_var(ENV_SESSION_FD);
     std::env::remove_var(ENV_STATE);
@@ -191,6 +192,7 @@ pub fn may_concern(nr: i64, a: &[u64; 6]) -> bool {
         SYS_getcwd => c.cwd().is_some(),
         SYS_mmap => a[3] as i32 & MAP_ANONYMOUS == 0 && at(4),
         SYS_execve | SYS_execveat | SYS_umask => true,
+        SYS_getppid => exec::proxy_of_self().is_some(),
         SYS_copy_file_range | SYS_splice => at(0) || at(2),
         SYS_sendfile => at(0) || at(1),
         SYS_poll | SYS_ppoll => fdtable::any(),
@@ -529,6 +531,7 @@ fn run(c: &'static Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
             c.umask.store(a[0] as u32 & 0o777, Ordering::Relaxed);
             done(old)
         }
+        SYS_getppid => done(exec::proxy_getppid()),
         SYS_open => open_at(c, cwd, a[0], a[1] as u32, a[2] as u32),
         SYS_creat => open_at(
             c,

@@ -295,7 +295,8 @@ fn an_interactive_shell_on_a_terminal_controls_remote_jobs() {
 
 /// `getppid()` of a remote program is the pid its parent knows as its
 /// child's parent: the caller of `execve` stayed behind as a proxy, and the
-/// program answers with the proxy's parent, on whatever core it runs.
+/// program answers with the proxy's parent, on whatever core it runs; a
+/// signal sent to that pid reaches the parent.
 #[test]
 fn getppid_of_a_remote_program_is_its_callers_parent() {
     let dir = tempfile::tempdir().unwrap();
@@ -313,11 +314,14 @@ fn getppid_of_a_remote_program_is_its_callers_parent() {
             bash -c 'echo $PPID; grep Cpus_allowed_list /proc/self/status'
         done
         bash -c 'bash -c "echo \$PPID"; echo $$'
+        trap 'echo got-usr1' USR1
+        bash -c 'kill -USR1 $PPID'
+        echo after
         "#,
     );
     let text = String::from_utf8_lossy(&out.stdout);
     let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines.len(), 11, "{text}");
+    assert_eq!(lines.len(), 13, "{text}");
     let outer = lines[0];
     for i in 0..4 {
         assert_eq!(lines[1 + 2 * i], outer, "$PPID of a remote bash: {text}");
@@ -326,6 +330,8 @@ fn getppid_of_a_remote_program_is_its_callers_parent() {
     }
     // One level down: the inner bash's parent is the middle bash.
     assert_eq!(lines[9], lines[10], "{text}");
+    // A signal a remote program sends its parent reaches that parent.
+    assert_eq!(&lines[11..], ["got-usr1", "after"], "{text}");
     let cores: Vec<String> = lines[2..9]
         .iter()
         .step_by(2)

@@ -152,14 +152,16 @@ fn timeout_and_kill_reach_remote_programs() {
 /// Every wait is bounded; none is a timing threshold.
 #[test]
 fn stop_and_continue_reach_remote_programs() {
+    // A command line no other test runs (`prog` finds it in /proc).
+    let sleep = format!("sleep 79.{}", std::process::id());
     let script = r#"
         set -m
         st() { tr ' ' '\n' < /proc/$1/stat 2>/dev/null | sed -n 3p; }
         prog() { for p in /proc/[0-9]*; do
-            [ "$(tr '\0' ' ' < $p/cmdline 2>/dev/null)" = "sleep 79 " ] && echo ${p#/proc/}
+            [ "$(tr '\0' ' ' < $p/cmdline 2>/dev/null)" = "SLEEP " ] && echo ${p#/proc/}
         done; }
         until_() { for i in $(seq 1 1200); do eval "$1" && return; sleep 0.05; done; echo "never: $1"; }
-        sleep 79 & pid=$!
+        SLEEP & pid=$!
         until_ '[ -n "$(prog)" ]'; P=$(prog)
         kill -STOP $pid
         until_ '[ "$(st $P)" = T ]'
@@ -178,12 +180,15 @@ fn stop_and_continue_reach_remote_programs() {
         echo "group cont: $(st $pid) $(st $P)"
         jobs
         kill $pid; wait $pid; echo "then $?"
-    "#;
-    let out = assert_same(RR, script, false);
+    "#
+    .replace("SLEEP", &sleep);
+    let out = assert_same(RR, &script, false);
     assert_eq!(
         out,
-        "stop: T T\ncont: S S\ntstp: T T\n[1]+  Stopped                 sleep 79\n\
-         group cont: S S\n[1]+  Running                 sleep 79 &\nthen 143\n"
+        format!(
+            "stop: T T\ncont: S S\ntstp: T T\n[1]+  Stopped                 {sleep}\n\
+             group cont: S S\n[1]+  Running                 {sleep} &\nthen 143\n"
+        )
     );
 }
 

@@ -6,6 +6,9 @@
 import os, pty, select, sys, time
 
 probe, cmd = sys.argv[1], sys.argv[2:]
+# Command lines unique to this session, found in /proc by the waits.
+SLEEP1 = "sleep 101.%d" % os.getpid()
+SLEEP2 = "sleep 102.%d" % os.getpid()
 env = dict(os.environ, PS1="PROMPT> ", TERM="dumb", INPUTRC="/dev/null")
 pid, fd = pty.fork()
 if pid == 0:
@@ -81,11 +84,11 @@ def wait_for(cond, what, limit=120):
 
 expect("PROMPT> ")
 # 1. ^C ends a foreground program; the shell survives.
-send("sleep 101\n")
-wait_for(lambda: procs("sleep 101"), "sleep 101 never ran")
+send(SLEEP1 + "\n")
+wait_for(lambda: procs(SLEEP1), "sleep 101 never ran")
 send("\x03")
 expect("PROMPT> ")
-wait_for(lambda: not procs("sleep 101"), "sleep 101 survived ^C")
+wait_for(lambda: not procs(SLEEP1), "sleep 101 survived ^C")
 send("echo alive-$((20+22))\n")
 expect("alive-42")
 expect("PROMPT> ")
@@ -101,22 +104,22 @@ line = buf[buf.rindex(b"usr1="):].split(b"\n")[0].strip()
 if line != b"usr1=0 term=0 int=1":
     fail("^C deliveries: %r" % line)
 # 3. ^Z stops the job, jobs shows it, fg resumes it, ^C ends it.
-send("sleep 102\n")
-wait_for(lambda: procs("sleep 102"), "sleep 102 never ran")
+send(SLEEP2 + "\n")
+wait_for(lambda: procs(SLEEP2), "sleep 102 never ran")
 send("\x1a")
 expect("Stopped")
 expect("PROMPT> ")
-wait_for(lambda: all(state(p) == "T" for p in procs("sleep 102")), "sleep 102 not stopped")
+wait_for(lambda: all(state(p) == "T" for p in procs(SLEEP2)), "sleep 102 not stopped")
 send("jobs\n")
 expect("Stopped")
 expect("PROMPT> ")
 send("fg\n")
-expect("sleep 102")
-wait_for(lambda: procs("sleep 102") and all(state(p) in "SR" for p in procs("sleep 102")),
+expect(SLEEP2)
+wait_for(lambda: procs(SLEEP2) and all(state(p) in "SR" for p in procs(SLEEP2)),
          "sleep 102 not running again")
 send("\x03")
 expect("PROMPT> ")
-wait_for(lambda: not procs("sleep 102"), "sleep 102 survived ^C after fg")
+wait_for(lambda: not procs(SLEEP2), "sleep 102 survived ^C after fg")
 send("echo back-$((1+1))\n")
 expect("back-2")
 expect("PROMPT> ")

@@ -607,7 +607,7 @@ fn rename_attempt(
             return same_server_rename(c, lane, srv1, (dir1, n1), (dir2, n2), flags);
         };
         let marked = mark_victim(c, lane, v)?;
-        let r = same_server_rename(
+        let r = same_server_rename_replacing(
             c,
             lane,
             srv1,
@@ -615,8 +615,10 @@ fn rename_attempt(
             (dir2, n2),
             flags | atoll_proto::RENAME_VICTIM_MARKED,
         );
-        finish_marks(c, lane, v, &marked, r.is_ok());
-        return r;
+        // Commit only if the marked directory is what the rename replaced:
+        // it may have moved away meanwhile (marks do not pin a name).
+        finish_marks(c, lane, v, &marked, matches!(r, Ok(Some(x)) if x == v));
+        return r.map(|_| Out::Done(0));
     }
     if exchange {
         let (ino2, ft2) = target.ok_or(Error::Errno(libc::ENOENT))?;
@@ -649,10 +651,23 @@ fn same_server_rename(
     c: &Client,
     lane: &Lane,
     srv: usize,
+    old: (InodeId, &[u8]),
+    new: (InodeId, &[u8]),
+    flags: u32,
+) -> Result<Out> {
+    same_server_rename_replacing(c, lane, srv, old, new, flags).map(|_| Out::Done(0))
+}
+
+/// [`same_server_rename`], answering which inode the new name named
+/// before (if any).
+fn same_server_rename_replacing(
+    c: &Client,
+    lane: &Lane,
+    srv: usize,
     (dir1, n1): (InodeId, &[u8]),
     (dir2, n2): (InodeId, &[u8]),
     flags: u32,
-) -> Result<Out> {
+) -> Result<Option<InodeId>> {
     let exchange = flags & libc::RENAME_EXCHANGE != 0;
     let (moved, mft, replaced) = crate::session::retry_marked(|| {
         lane.call(
@@ -702,7 +717,7 @@ fn same_server_rename(
             );
         }
     }
-    Ok(Out::Done(0))
+    Ok(replaced.map(|r| r.0))
 }
 
 /// Walk `..` up from `from` to the root: `EINVAL` if `moved` is on the way.
@@ -921,8 +936,8 @@ fn cross_server_rename(
         Err(e) => {
             let undo = if is_dir(ft1) { UnlinkKind::Move } else { kind };
             let _ = unlink_entry(c, lane, dir2, n2, undo, Some(ino1));
-            // The victim, if any, was replaced already: it is gone.
-            finish(replaced.is_some());
+            // The victim, if replaced already, is gone.
+            finish(replaced.map(|r| r.0) == victim);
             unref_replaced(replaced, srv2);
             return Err(e);
         }
@@ -933,7 +948,9 @@ fn cross_server_rename(
         let _ = lane.call_ok(c, ino1.owner(), Request::Unref { ino: ino1 });
     }
     unref_replaced(replaced, srv2);
-    finish(true);
+    // Commit only if the marked directory is what `Link` replaced: it may
+    // have moved away meanwhile (marks do not pin a name).
+    finish(replaced.map(|r| r.0) == victim);
     if is_dir(ft1) && dir1 != dir2 {
         set_parent(ino1, dir2);
     }

@@ -531,7 +531,7 @@ impl<S: BlockStore> FileServer<S> {
                 ftype,
                 replace,
             } => {
-                let r = self.link(who, dir, name, ino, ftype, replace);
+                let r = self.link(session, who, dir, name, ino, ftype, replace);
                 if r.is_ok() && ftype == FileType::Directory {
                     self.move_links.push(MoveLink {
                         session,
@@ -564,7 +564,7 @@ impl<S: BlockStore> FileServer<S> {
                 newdir,
                 newname,
                 flags,
-            } => self.rename(who, olddir, oldname, newdir, newname, flags),
+            } => self.rename(session, who, olddir, oldname, newdir, newname, flags),
             Q::ReadDir {
                 dir,
                 cookie,
@@ -1257,18 +1257,24 @@ impl<S: BlockStore> FileServer<S> {
     }
 
     /// A directory about to be replaced must be empty everywhere, not only
-    /// here. A distributed victim is vouched for by its mark here (the
-    /// client marked it on every server, Hare §3.4.1); one whose entries
+    /// here. A distributed victim is vouched for by this session's mark here
+    /// (the client marked it on every server, Hare §3.4.1); one whose entries
     /// live on another server by the client's `RENAME_VICTIM_MARKED` (it
     /// marked the victim's home). Otherwise `ESTALE`: the client looks
     /// again, marks, and retries. A `Link` replacing a non-distributed
     /// directory homed elsewhere is the client's to have validated.
-    fn victim_validated(&self, victim: &dir::Dent, marked_flag: bool) -> Result<(), Errno> {
+    fn victim_validated(
+        &self,
+        session: SessionId,
+        victim: &dir::Dent,
+        marked_flag: bool,
+    ) -> Result<(), Errno> {
         if victim.ftype != FileType::Directory || self.cfg.nservers < 2 {
             return Ok(());
         }
         if victim.ino.is_distributed() {
-            let marked_here = self.shards.get(&victim.ino).is_some_and(|s| s.marked);
+            let marked_here = self.shards.get(&victim.ino).is_some_and(|s| s.marked)
+                && self.marks.get(&victim.ino) == Some(&session);
             return if marked_here {
                 Ok(())
             } else {
@@ -1290,8 +1296,10 @@ impl<S: BlockStore> FileServer<S> {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn link<'o>(
         &mut self,
+        session: SessionId,
         who: &Caller,
         dir: InodeId,
         name: &[u8],
@@ -1321,7 +1329,7 @@ impl<S: BlockStore> FileServer<S> {
             }
             self.replace_ok(&v, ftype)?;
             // Link has no flag: a victim homed elsewhere is the client's.
-            self.victim_validated(&v, true)?;
+            self.victim_validated(session, &v, true)?;
             self.sticky_ok(dir, v.ino, who)?;
         }
         if let Some(s) = self.shards.get_mut(&dir) {
@@ -1405,8 +1413,10 @@ impl<S: BlockStore> FileServer<S> {
         })
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn rename<'o>(
         &mut self,
+        session: SessionId,
         who: &Caller,
         olddir: InodeId,
         oldname: &[u8],
@@ -1494,7 +1504,7 @@ impl<S: BlockStore> FileServer<S> {
                 });
             }
             self.replace_ok(&t, old.ftype)?;
-            self.victim_validated(&t, victim_marked)?;
+            self.victim_validated(session, &t, victim_marked)?;
             self.sticky_ok(newdir, t.ino, who)?;
         }
         if cross && old.ftype == FileType::Directory && self.owns(old.ino) {

@@ -1120,6 +1120,17 @@ fn a_directory_replaced_by_rename_must_be_marked_when_its_entries_live_elsewhere
     // Entries of `dist` may be on server 1, of `remote` are: not here.
     assert_eq!(t.rename(ROOT, "s", ROOT, "dist", 0), Err(Errno::ESTALE));
     assert_eq!(t.rename(ROOT, "s", ROOT, "remote", 0), Err(Errno::ESTALE));
+    // Another process's mark (its rmdir under way) vouches nothing for us.
+    t.ok(S2, USER, Request::MarkRmdir { dir: dist });
+    assert_eq!(t.rename(ROOT, "s", ROOT, "dist", 0), Err(Errno::ESTALE));
+    t.ok(
+        S2,
+        USER,
+        Request::FinishRmdir {
+            dir: dist,
+            commit: false,
+        },
+    );
     t.ok(S1, USER, Request::MarkRmdir { dir: dist });
     assert!(t.rename(ROOT, "s", ROOT, "dist", 0).is_ok());
     assert_ne!(t.lookup(ROOT, "dist"), Ok(dist));

@@ -17,7 +17,8 @@
 //!   and proxy stopped or running together;
 //! * `raw` (proxy side) and `spawn`/`load` hold the `unsafe`.
 //!
-//! Relies on Linux only (pidfds, `close_range`, signalfd). Called by
+//! Relies on Linux only (pidfds, `close_range`, signalfd, `waitid` and
+//! `/proc/<pid>/stat` for job control). Called by
 //! `atoll-client` (its `execve` path asks [`placement`] and [`proxy`]) and
 //! by `atoll-cli` (starts [`Scheds`], reports [`Scheds::exec_counts`]).
 //!

@@ -33,7 +33,7 @@ const CHUNK: usize = 1 << 20;
 const DATA_CHUNK: usize = 8192;
 
 /// Flags `open` keeps for `F_GETFL` (creation flags are dropped).
-fn status_flags(flags: u32) -> u32 {
+pub(crate) fn status_flags(flags: u32) -> u32 {
     let drop =
         (libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY | libc::O_TRUNC | libc::O_CLOEXEC) as u32;
     (flags & !drop) | libc::O_LARGEFILE as u32

@@ -7,6 +7,8 @@
 //!   * `session` — bootstrap (Attach/Reattach/NewLane/Fork), lanes, RPC;
 //!   * `walk` + `path` — path resolution one component at a time;
 //!   * `fdtable` — lock-free descriptor table over placeholder fds;
+//!   * `fdpath` — `/dev/fd/N`, `/proc/self/fd/N`, `/dev/stderr` reopen
+//!     an atoll descriptor as Linux's magic links do;
 //!   * `hybrid` — offsets kept in the client until a description is
 //!     shared (Hare §3.5.1);
 //!   * `file` (data, fds), `meta` (attributes, xattrs), `ns` (names,
@@ -41,6 +43,7 @@ mod dirperm;
 mod error;
 mod exec;
 mod fast;
+mod fdpath;
 mod fdtable;
 mod file;
 mod hybrid;
@@ -140,10 +143,17 @@ pub fn active() -> bool {
 fn path_concerns(c: &Client, dirfd: i64, ptr: u64) -> bool {
     match sys::user_path(ptr) {
         Ok([]) => fdtable::is_atoll(dirfd) || (dirfd == libc::AT_FDCWD as i64 && c.cwd().is_some()),
-        Ok(p) => walk::concerns(c, dirfd, p),
+        Ok(p) => walk::concerns(c, dirfd, p) || names_atoll_fd(p),
         Err(libc::ENAMETOOLONG) => true,
         Err(_) => ptr == 0 && fdtable::is_atoll(dirfd),
     }
+}
+
+/// `/dev/fd/N`, `/proc/self/fd/N`, `/dev/stderr`, … of an atoll
+/// descriptor: outside the mount, but opening it reopens an atoll file
+/// (see `fdpath`).
+fn names_atoll_fd(path: &[u8]) -> bool {
+    path.first() == Some(&b'/') && pipe::fd_path(path).is_some_and(fdtable::is_atoll)
 }
 
 fn fdarg(v: u64) -> i64 {
@@ -343,6 +353,9 @@ fn open_at(c: &Client, dirfd: i64, ptr: u64, flags: u32, mode: u32) -> Result<Ou
     let path = sys::user_path(ptr)?;
     if path.first() == Some(&b'/') {
         if let Some(o) = pipe::reopen(c, path, flags)? {
+            return Ok(o);
+        }
+        if let Some(o) = fdpath::reopen(c, path, flags)? {
             return Ok(o);
         }
     }

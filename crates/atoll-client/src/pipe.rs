@@ -237,7 +237,7 @@ fn fifo_wait(c: &Client, lane: &Lane, desc: DescId, flags: u32) -> Result<u64> {
 
 /// The descriptor number a `/dev/fd/N`-style path names: `/dev/fd/N`,
 /// `/proc/self/fd/N`, `/proc/<own pid>/fd/N`, `/dev/stdin|stdout|stderr`.
-fn fd_path(path: &[u8]) -> Option<i64> {
+pub(crate) fn fd_path(path: &[u8]) -> Option<i64> {
     let num = |s: &[u8]| -> Option<i64> {
         if s.is_empty() || s.len() > 9 || !s.iter().all(u8::is_ascii_digit) {
             return None;

@@ -263,6 +263,32 @@ END
     assert!(out.contains("1 test result: ok. 1 passed"), "{out}");
 }
 
+/// `/dev/stderr`, `/dev/fd/N` and `/proc/self/fd/N` of a descriptor that
+/// is an atoll file reopen that file (new description, O_TRUNC applied),
+/// through libc wrappers (bash, python) and through the trap path (sed's
+/// fopen): the bytes must land in the file, not in the placeholder.
+#[test]
+fn dev_stderr_and_dev_fd_of_mount_files_reopen_them() {
+    let out = assert_same(
+        &[],
+        r#"
+        cd "$ROOT"; echo a > a
+        sed --posix "w/dev/stderr" a >o 2>e; echo "sed e=[$(cat e)]"
+        (echo x >> /dev/stderr) 2>f2; echo "f2=[$(cat f2)]"
+        (echo y > /dev/stderr) 2>f2b; echo "f2b=[$(cat f2b)]"
+        python3 -c 'open("/dev/stderr","w").write("py\n")' 2>f3; echo "f3=[$(cat f3)]"
+        python3 -c 'open("/proc/self/fd/2","a").write("py\n")' 2>f4; echo "f4=[$(cat f4)]"
+        exec 5>f5; echo five > /dev/fd/5; cat /dev/fd/5 < /dev/null; echo "f5=[$(cat f5)]"
+        exec 6<a; python3 -c 'import os; print(open("/dev/fd/6").read().strip(), os.lseek(6, 0, 1))'
+        echo log | tee -a /dev/stderr 2>>f6 >/dev/null; echo "f6=[$(cat f6)]"
+        "#,
+        true,
+    );
+    assert!(out.contains("sed e=[a]"), "{out}");
+    assert!(out.contains("f5=[five]"), "{out}");
+    assert!(out.contains("f6=[log]"), "{out}");
+}
+
 #[test]
 fn shebang_script_stored_in_the_mount_runs() {
     let out = assert_same(

@@ -85,6 +85,13 @@ fn start() {
         stats::set_path(path);
     }
     client::set_mode(mode);
+    if under_valgrind() {
+        // valgrind runs the program on its own CPU emulator, whose system
+        // calls come from valgrind's text: SUD would trap valgrind itself.
+        // The wrappers still serve the program.
+        sigsys::debug(&[b"running under valgrind; SUD off"], &[]);
+        return;
+    }
     let Some((start, end)) = region::exec_segment_containing(start as *const () as usize) else {
         sigsys::debug(&[b"own text segment not found; SUD off"], &[]);
         return;
@@ -97,6 +104,12 @@ fn start() {
     }
     let r = selector::enable_sud();
     sigsys::debug(&[b"SUD enabled (0 = ok)"], &[r, mode as i64]);
+}
+
+/// Is this process a program run by valgrind? Its core preload is then in
+/// `LD_PRELOAD` (valgrind removes it again for children it does not trace).
+fn under_valgrind() -> bool {
+    env("LD_PRELOAD").is_some_and(|v| v.windows(14).any(|w| w == b"vgpreload_core"))
 }
 
 #[cfg_attr(test, allow(dead_code))]

@@ -192,3 +192,23 @@ fn posix_spawn_file_actions_act_on_atoll_pipes_and_files() {
     let out = run_probe(SPAWN_FILE_ACTIONS, "spawn_actions");
     assert_eq!(out, "read 15: through a pipe\nfile: into an atoll file\n");
 }
+
+/// valgrind runs a program on its own CPU emulator: Syscall User Dispatch
+/// would trap valgrind itself, so the library serves such a program through
+/// its wrappers alone, and must not touch the vDSO that valgrind hides.
+#[test]
+fn programs_run_under_valgrind_use_the_mount() {
+    atoll_tests::require("valgrind");
+    let o = atoll_tests::run_in_atoll(
+        &[],
+        r#"
+        cd "$ROOT" && echo hi > f
+        valgrind -q --error-exitcode=9 cat f
+        valgrind -q --error-exitcode=9 sh -c 'echo sub > g; cat g'
+        echo "status $? $(cat g)"
+        "#,
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(out, "hi\nsub\nstatus 0 sub\n", "{err}");
+}

@@ -37,6 +37,7 @@ use libc::{mode_t, off_t, size_t, ssize_t};
 use crate::client::{self, Dispatch, Mode};
 use crate::raw;
 use crate::selector::{self, AtollGuard};
+use crate::sigfix::KSIGSET_SIZE;
 use crate::stats;
 
 /// The next definition of a symbol (normally libc's), resolved once.
@@ -874,12 +875,14 @@ type SigmaskFn =
     unsafe extern "C-unwind" fn(c_int, *const libc::sigset_t, *mut libc::sigset_t) -> c_int;
 
 /// # Safety
-/// As `sigprocmask(2)`.
+/// As `sigprocmask(2)`; `pthread` selects `pthread_sigmask`'s error
+/// convention (error number returned, errno untouched).
 unsafe fn sigmask_common(
     real: &Real,
     how: c_int,
     set: *const libc::sigset_t,
     old: *mut libc::sigset_t,
+    pthread: bool,
 ) -> c_int {
     let Some(p) = real.get() else {
         raw::set_errno(libc::ENOSYS);
@@ -891,14 +894,38 @@ unsafe fn sigmask_common(
         // SAFETY: the caller's arguments.
         return unsafe { f(how, set, old) };
     }
-    let _guard = AtollGuard::enter();
-    // A blocked SIGSYS during a trap would kill the process.
     // SAFETY: `set` points to a sigset_t (caller's contract).
     let mut copy = unsafe { *set };
+    // A blocked SIGSYS during a trap would kill the process; glibc never
+    // blocks its own two internal signals (SIGCANCEL, SIGSETXID) either.
     // SAFETY: `copy` is a valid sigset_t.
-    unsafe { libc::sigdelset(&mut copy, libc::SIGSYS) };
-    // SAFETY: as above, with our copy.
-    unsafe { f(how, &copy, old) }
+    unsafe {
+        libc::sigdelset(&mut copy, libc::SIGSYS);
+        libc::sigdelset(&mut copy, libc::SIGRTMIN() - 2);
+        libc::sigdelset(&mut copy, libc::SIGRTMIN() - 1);
+    }
+    // The system call itself, from our own text (never trapped), and
+    // *without* holding an AtollGuard: signals this call unblocks are
+    // delivered as it returns, and their handlers must run as program
+    // code whose calls reach atoll (Python's wakeup-fd handler writes to
+    // an atoll pipe). Nothing of the client is held here.
+    let r = raw::syscall(
+        libc::SYS_rt_sigprocmask,
+        &[
+            how as u64,
+            &copy as *const libc::sigset_t as u64,
+            old as u64,
+            KSIGSET_SIZE,
+        ],
+    );
+    match (r < 0, pthread) {
+        (false, _) => 0,
+        (true, true) => (-r) as c_int,
+        (true, false) => {
+            raw::set_errno((-r) as c_int);
+            -1
+        }
+    }
 }
 
 /// # Safety
@@ -911,7 +938,7 @@ pub unsafe extern "C-unwind" fn sigprocmask(
 ) -> c_int {
     static REAL: Real = Real::new("sigprocmask\0");
     // SAFETY: forwarding the caller's arguments.
-    unsafe { sigmask_common(&REAL, how, set, old) }
+    unsafe { sigmask_common(&REAL, how, set, old, false) }
 }
 
 /// # Safety
@@ -924,7 +951,7 @@ pub unsafe extern "C-unwind" fn pthread_sigmask(
 ) -> c_int {
     static REAL: Real = Real::new("pthread_sigmask\0");
     // SAFETY: forwarding the caller's arguments.
-    unsafe { sigmask_common(&REAL, how, set, old) }
+    unsafe { sigmask_common(&REAL, how, set, old, true) }
 }
 
 type FadviseFn = unsafe extern "C-unwind" fn(c_int, off_t, off_t, c_int) -> c_int;

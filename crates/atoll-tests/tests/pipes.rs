@@ -495,3 +495,32 @@ fn pipes_are_atoll_by_default_and_host_on_request() {
     assert_eq!(stage_stdout(&["--pipes", "atoll"]), "/memf\n");
     assert_eq!(stage_stdout(&["--pipes", "host"]), "pipe:\n");
 }
+
+/// Signals that `pthread_sigmask` unblocks are delivered as it returns;
+/// their handlers must run as program code, whose writes reach atoll
+/// pipes (CPython's test_signal: the C handler writes the signal number
+/// to the wakeup fd, an atoll pipe here, and the test reads it back).
+#[test]
+fn handlers_of_signals_unblocked_by_sigmask_write_to_atoll_pipes() {
+    require("python3");
+    let o = run_in_atoll(
+        PIPES,
+        r#"python3 - <<'END'
+import os, signal, struct
+def handler(signum, frame): pass
+read, write = os.pipe()
+os.set_blocking(write, False)
+signal.set_wakeup_fd(write)
+for s in (signal.SIGUSR1, signal.SIGUSR2):
+    signal.signal(s, handler)
+signal.pthread_sigmask(signal.SIG_BLOCK, (signal.SIGUSR1, signal.SIGUSR2))
+signal.raise_signal(signal.SIGUSR1)
+signal.raise_signal(signal.SIGUSR2)
+signal.pthread_sigmask(signal.SIG_UNBLOCK, (signal.SIGUSR1, signal.SIGUSR2))
+os.set_blocking(read, False)
+data = os.read(read, 3)
+print("raised", sorted(struct.unpack('%uB' % len(data), data)))
+END"#,
+    );
+    assert_eq!(text(&o.stdout), "raised [10, 12]\n", "{}", text(&o.stderr));
+}

@@ -253,6 +253,30 @@ fn handle(nr: i64, mut args: [u64; 6], uc: &mut libc::ucontext_t) -> i64 {
     match nr {
         libc::SYS_rt_sigaction => sig_action(args),
         libc::SYS_rt_sigprocmask => sigprocmask_in_context(args, uc),
+        libc::SYS_kill
+        | libc::SYS_tkill
+        | libc::SYS_tgkill
+        | libc::SYS_rt_sigqueueinfo
+        | libc::SYS_rt_tgsigqueueinfo => {
+            // A signal sent to ourselves (glibc's raise, kill(getpid()))
+            // would be delivered the moment the call returns, i.e. inside
+            // this handler, and its handler would run as atoll code whose
+            // calls bypass atoll (Python's wakeup-fd write into an atoll
+            // pipe was lost). Keep every signal blocked for the rest of
+            // this handler: sigreturn restores the program's mask and the
+            // kernel delivers it there, to program code.
+            let all = sigfix::strip_sigsys(u64::MAX);
+            raw::syscall(
+                libc::SYS_rt_sigprocmask,
+                &[
+                    libc::SIG_BLOCK as u64,
+                    &all as *const u64 as u64,
+                    0,
+                    KSIGSET_SIZE,
+                ],
+            );
+            general(nr, args)
+        }
         libc::SYS_clone | libc::SYS_clone3 | libc::SYS_fork | libc::SYS_vfork => {
             clone_any(nr, args, uc)
         }

@@ -496,9 +496,9 @@ fn pipes_are_atoll_by_default_and_host_on_request() {
     assert_eq!(stage_stdout(&["--pipes", "host"]), "pipe:\n");
 }
 
-/// Signals that `pthread_sigmask` unblocks are delivered as it returns;
-/// their handlers must run as program code, whose writes reach atoll
-/// pipes (CPython's test_signal: the C handler writes the signal number
+/// Signals that `pthread_sigmask` unblocks are delivered as it returns,
+/// and a signal a process raises at itself as `raise` returns; their
+/// handlers must run as program code, whose writes reach atoll pipes (CPython's test_signal: the C handler writes the signal number
 /// to the wakeup fd, an atoll pipe here, and the test reads it back).
 #[test]
 fn handlers_of_signals_unblocked_by_sigmask_write_to_atoll_pipes() {
@@ -520,7 +520,17 @@ signal.pthread_sigmask(signal.SIG_UNBLOCK, (signal.SIGUSR1, signal.SIGUSR2))
 os.set_blocking(read, False)
 data = os.read(read, 3)
 print("raised", sorted(struct.unpack('%uB' % len(data), data)))
+signal.signal(signal.SIGALRM, handler)
+signal.raise_signal(signal.SIGUSR1)
+signal.raise_signal(signal.SIGALRM)
+data = os.read(read, 3)
+print("raised", struct.unpack('%uB' % len(data), data))
 END"#,
     );
-    assert_eq!(text(&o.stdout), "raised [10, 12]\n", "{}", text(&o.stderr));
+    assert_eq!(
+        text(&o.stdout),
+        "raised [10, 12]\nraised (10, 14)\n",
+        "{}",
+        text(&o.stderr)
+    );
 }

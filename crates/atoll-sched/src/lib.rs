@@ -4,6 +4,8 @@
 //! Layer map:
 //! * [`wire`] — the messages between a proxy and a scheduling server over
 //!   a `SOCK_SEQPACKET` Unix socket, host descriptors as `SCM_RIGHTS`;
+//! * [`creds`] — whose program an exec starts: the sender's identity as
+//!   the kernel reports it, and when the exec must stay local instead;
 //! * [`server`] — [`Scheds`]: one scheduling server thread per core,
 //!   pinned, started by the driver (`atoll run`/`atoll boot`) beside the
 //!   file servers; `spawn` forks and configures the new program;
@@ -26,6 +28,7 @@
 //! `execve` moves. A program started remotely is pinned to its core, so its
 //! own local execs stay there.
 
+pub mod creds;
 pub mod load;
 pub mod mirror;
 pub mod placement;

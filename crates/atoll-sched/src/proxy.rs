@@ -189,6 +189,9 @@ pub fn remote_exec(
         pgid: raw::sc(libc::SYS_getpgid, 0, 0, 0) as i32,
         // The raw call answers 20 - nice (never negative).
         nice: 20 - raw::sc(libc::SYS_getpriority, libc::PRIO_PROCESS as u64, 0, 0) as i32,
+        // 0xffffffff queries without changing it.
+        personality: raw::sc(libc::SYS_personality, 0xffff_ffff, 0, 0) as u32,
+        securebits: raw::sc(libc::SYS_prctl, libc::PR_GET_SECUREBITS as u64, 0, 0).max(0) as u32,
     };
     // From here on signals wait for the proxy loop: one that arrives
     // during the hand-over is relayed as soon as the program runs.

@@ -25,6 +25,7 @@ use std::thread::JoinHandle;
 use rustix::event::{PollFd, PollFlags};
 use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
 
+use crate::creds;
 use crate::load::LoadTable;
 use crate::mirror::{Action, Mirror, ProgEvent};
 use crate::proxy::socket_path;
@@ -193,6 +194,10 @@ impl Scheds {
                 SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
                 None,
             )?;
+            // Every packet then carries its sender's pid, stamped by the
+            // kernel (accepted connections inherit the option): whose
+            // program an `Exec` starts is never taken from the request.
+            rustix::net::sockopt::set_socket_passcred(&listener, true)?;
             rustix::net::bind(&listener, &SocketAddrUnix::new(&path)?)?;
             rustix::net::listen(&listener, 128)?;
             let (table, stop, wake) = (table.clone(), stop.clone(), wake_r.clone());
@@ -259,6 +264,9 @@ fn pin(core: usize) {
 
 fn serve(core: usize, listener: OwnedFd, table: &LoadTable, stop: &AtomicBool, wake: &OwnedFd) {
     pin(core);
+    // Without our own identity no caller can be compared with it: every
+    // exec is refused and runs locally.
+    let me = creds::Server::current().ok();
     let mut jobs: Vec<Job> = Vec::new();
     // Out of descriptors: new proxies wait in the backlog until a job ends
     // (polling the listener meanwhile would spin).
@@ -304,7 +312,7 @@ fn serve(core: usize, listener: OwnedFd, table: &LoadTable, stop: &AtomicBool, w
             if prog_ready {
                 reap(core, j, table);
             }
-            if conn_ready && !on_message(core, j, table) {
+            if conn_ready && !on_message(core, j, table, me.as_ref()) {
                 done.push(idx);
             }
         }
@@ -392,10 +400,22 @@ fn reap(core: usize, j: &mut Job, table: &LoadTable) {
 }
 
 /// Handle one message from the proxy. False when the job is over.
-fn on_message(core: usize, j: &mut Job, table: &LoadTable) -> bool {
-    match wire::recv::<ToServer>(&j.conn) {
-        Ok((ToServer::Exec(spec), fds)) if j.prog.is_none() && !j.finished => {
-            match spawn::spawn(&spec, fds, core) {
+fn on_message(core: usize, j: &mut Job, table: &LoadTable, me: Option<&creds::Server>) -> bool {
+    match wire::recv_from::<ToServer>(&j.conn) {
+        Ok((ToServer::Exec(spec), fds, sender)) if j.prog.is_none() && !j.finished => {
+            // The program starts as the sender would after a local execve,
+            // or not here at all (`creds`).
+            let target = me
+                .ok_or(creds::CredError::Unverified("server identity"))
+                .and_then(|me| {
+                    let caller = creds::verify_caller(&j.conn, sender, me)?;
+                    creds::plan(&caller, me, spec.securebits)
+                });
+            let Ok(target) = target else {
+                let _ = wire::send(&j.conn, &ToProxy::Refused, &[]);
+                return false;
+            };
+            match spawn::spawn(&spec, &target, fds, core) {
                 Ok(s) => {
                     let Some(pid) = rustix::process::Pid::from_raw(s.pid) else {
                         return false;
@@ -441,7 +461,7 @@ fn on_message(core: usize, j: &mut Job, table: &LoadTable) -> bool {
                 }
             }
         }
-        Ok((ToServer::Signal(sig), _)) => {
+        Ok((ToServer::Signal(sig), _, _)) => {
             if let Some((_, pidfd)) = &j.prog {
                 if (1..=64).contains(&sig) {
                     send_signal(pidfd, sig);
@@ -452,11 +472,11 @@ fn on_message(core: usize, j: &mut Job, table: &LoadTable) -> bool {
             }
             true
         }
-        Ok((ToServer::Stopping, _)) => {
+        Ok((ToServer::Stopping, _, _)) => {
             j.mirror.on_stopping();
             true
         }
-        Ok((ToServer::Exec(_), _)) => true, // one program per connection
+        Ok((ToServer::Exec(_), _, _)) => true, // one program per connection
         Err(WireError::Closed | WireError::Io(_)) => {
             // The proxy is gone (killed): so is the process it stood for.
             if let Some((pid, pidfd)) = &j.prog {

@@ -69,6 +69,12 @@ pub struct ExecSpec {
     pub pgid: i32,
     /// Nice value (`nice -n 10 make` must stay nice on any core).
     pub nice: i32,
+    /// `personality(2)` flags, kept across `execve` (`setarch -R`).
+    pub personality: u32,
+    /// The proxy's securebits (not in `/proc`; see `creds` for why a
+    /// report is enough). Identity itself is never sent: the server reads
+    /// it from the kernel.
+    pub securebits: u32,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
@@ -158,8 +164,19 @@ pub fn send<T: Serialize>(
 
 /// Receive one message and the descriptors that came with it (close-on-exec).
 pub fn recv<T: for<'de> Deserialize<'de>>(sock: impl AsFd) -> Result<(T, Vec<OwnedFd>), WireError> {
+    recv_from(sock).map(|(m, fds, _)| (m, fds))
+}
+
+/// [`recv`], plus the sender's pid as the kernel attached it
+/// (`SCM_CREDENTIALS`, on a socket with `SO_PASSCRED`).
+pub fn recv_from<T: for<'de> Deserialize<'de>>(
+    sock: impl AsFd,
+) -> Result<(T, Vec<OwnedFd>, Option<i32>), WireError> {
     let mut buf = vec![0u8; MAX_PACKET];
-    let mut space = vec![MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
+    let mut space = vec![
+        MaybeUninit::<u8>::uninit();
+        rustix::cmsg_space!(ScmRights(MAX_FDS), ScmCredentials(1))
+    ];
     let mut anc = RecvAncillaryBuffer::new(&mut space);
     let got = loop {
         match rustix::net::recvmsg(
@@ -173,9 +190,14 @@ pub fn recv<T: for<'de> Deserialize<'de>>(sock: impl AsFd) -> Result<(T, Vec<Own
         }
     };
     let mut fds = Vec::new();
+    let mut sender = None;
     for m in anc.drain() {
-        if let RecvAncillaryMessage::ScmRights(it) = m {
-            fds.extend(it);
+        match m {
+            RecvAncillaryMessage::ScmRights(it) => fds.extend(it),
+            RecvAncillaryMessage::ScmCredentials(c) => {
+                sender = Some(c.pid.as_raw_nonzero().get()).filter(|&p| p > 0)
+            }
+            _ => {}
         }
     }
     if got.bytes == 0 {
@@ -184,7 +206,7 @@ pub fn recv<T: for<'de> Deserialize<'de>>(sock: impl AsFd) -> Result<(T, Vec<Own
     if got.flags.contains(rustix::net::ReturnFlags::TRUNC) {
         return Err(WireError::TooLarge);
     }
-    Ok((postcard::from_bytes(&buf[..got.bytes])?, fds))
+    Ok((postcard::from_bytes(&buf[..got.bytes])?, fds, sender))
 }
 
 #[cfg(test)]

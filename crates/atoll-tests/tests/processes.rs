@@ -631,3 +631,115 @@ fn every_policy_runs_programs_and_reports_their_end() {
         }
     }
 }
+
+/// A setuid-root copy of `id` outside the mount, runnable by anyone.
+fn setuid_id(dir: &Path) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let id = dir.join("id");
+    std::fs::copy("/usr/bin/id", &id).expect("copy /usr/bin/id");
+    std::fs::set_permissions(&id, std::fs::Permissions::from_mode(0o4755)).unwrap();
+    id
+}
+
+#[test]
+fn a_remote_program_starts_with_the_callers_credentials() {
+    // Hare §3.6: a remote exec must be indistinguishable from a local one,
+    // identity included. Real/effective/saved ids, groups, capability sets
+    // and no_new_privs as the host shows them, under every placement; a
+    // set-user-ID image gets its owner as euid (unless no_new_privs).
+    require("setpriv");
+    require("setarch");
+    let dir = tempfile::tempdir().unwrap();
+    let id = setuid_id(dir.path());
+    let id = id.display();
+    let script = format!(
+        r#"
+        U="setpriv --reuid=65534 --regid=65534 --clear-groups"
+        st() {{ grep -E '^(Uid|Gid|Groups|Cap|NoNewPrivs)' /proc/self/status; }}
+        $U id
+        $U {id}
+        $U setpriv --no-new-privs {id}
+        setpriv --reuid=65534 --regid=65534 --groups 5,6 id
+        setpriv --reuid=65534 --regid=65534 --groups 5,6 grep -E '^(Uid|Gid|Groups|Cap)' /proc/self/status
+        $U grep -E '^(Uid|Gid|Groups|Cap|NoNewPrivs)' /proc/self/status
+        $U --bounding-set -net_raw grep -E '^Cap' /proc/self/status
+        setpriv --bounding-set -net_raw grep -E '^Cap' /proc/self/status
+        setpriv --no-new-privs grep NoNewPrivs /proc/self/status
+        setpriv --no-new-privs $U grep NoNewPrivs /proc/self/status
+        setarch -R cat /proc/self/personality
+        (echo 700 > /proc/self/oom_score_adj; cat /proc/self/oom_score_adj)
+        "#
+    );
+    for policy in ["round-robin", "random", "least-loaded", "local"] {
+        let stats = dir.path().join(format!("{policy}.json"));
+        let out = assert_same(
+            &[
+                "--placement",
+                policy,
+                "--stats-json",
+                stats.to_str().unwrap(),
+            ],
+            &script,
+            false,
+        );
+        assert!(out.contains("uid=65534(nobody) gid=65534(nogroup) euid=0(root)"));
+        assert!(
+            out.contains("groups=65534(nogroup),5(tty),6(disk)"),
+            "{out}"
+        );
+        let total: u64 = per_core(&stats).iter().map(|(_, n)| n).sum();
+        if policy != "local" {
+            assert!(total >= 8, "{policy}: {:?}", per_core(&stats));
+        }
+    }
+}
+
+#[test]
+fn a_remote_program_run_as_nobody_cannot_write_a_root_file() {
+    require("setpriv");
+    let dir = tempfile::tempdir().unwrap();
+    let stats = dir.path().join("s.json");
+    let out = run_in_atoll(
+        &[
+            "--placement",
+            "round-robin",
+            "--stats-json",
+            stats.to_str().unwrap(),
+        ],
+        r#"
+        echo orig > "$ROOT/f"; chmod 0644 "$ROOT/f"
+        for i in 1 2 3 4; do
+            setpriv --reuid=65534 --regid=65534 --clear-groups sh -c 'echo bad > "$ROOT/f"'
+            echo "rc $?"
+        done
+        cat "$ROOT/f"; stat -c '%U %a' "$ROOT/f"
+        "#,
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "rc 2\nrc 2\nrc 2\nrc 2\norig\nroot 644\n",
+        "{stderr}"
+    );
+    assert_eq!(stderr.matches("Permission denied").count(), 4, "{stderr}");
+    let total: u64 = per_core(&stats).iter().map(|(_, n)| n).sum();
+    assert!(total >= 4, "{:?}", per_core(&stats));
+}
+
+#[test]
+fn a_remote_exec_never_leaves_the_callers_namespaces() {
+    // A server in the instance's namespaces must not start the program of
+    // a caller that left them (`unshare -n`): such execs stay local.
+    require("unshare");
+    assert_same(
+        RR,
+        r#"
+        unshare -n sh -c 'me=$(readlink /proc/$$/ns/net)
+            for i in 1 2 3 4; do
+                [ "$(readlink /proc/self/ns/net)" = "$me" ] && echo same || echo escaped
+            done'
+        "#,
+        true,
+    );
+}

@@ -153,6 +153,19 @@ pub struct Server {
     pub oom_score_adj: i32,
     ns: Vec<Vec<u8>>,
     root: (u64, u64),
+    confinement: Vec<Vec<u8>>,
+}
+
+/// Per-process files naming what confines a process besides namespaces:
+/// its cgroup (resource limits), LSM label, audit login and session. An
+/// absent file (kernel without the feature) reads as empty on both sides.
+const CONFINEMENT: [&str; 4] = ["cgroup", "attr/current", "loginuid", "sessionid"];
+
+fn confinement(dir: &OwnedFd) -> Vec<Vec<u8>> {
+    CONFINEMENT
+        .iter()
+        .map(|f| read_at(dir, f).unwrap_or_default())
+        .collect()
 }
 
 /// Namespaces a remote start must share with the caller.
@@ -238,14 +251,59 @@ impl Server {
             oom_score_adj: oom_of(&dir)?,
             ns: namespaces(&dir),
             root: root_of(&dir)?,
+            confinement: confinement(&dir),
         })
     }
 }
 
-/// The verified identity of the process that sent an `Exec` packet.
+/// The verified identity of the process that sent an `Exec` packet, and
+/// the state a local `execve` keeps that the server would otherwise take
+/// from the request: a false report of these would be a privilege (a
+/// higher hard limit, a negative nice, another process group), so they
+/// come from the kernel too.
 pub struct Caller {
     pub creds: Creds,
     pub oom_score_adj: i32,
+    pub pgid: i32,
+    pub nice: i32,
+    /// `(resource, soft, hard)`.
+    pub rlimits: Vec<(u32, u64, u64)>,
+}
+
+/// Fields after the command name of `/proc/<pid>/stat` (field 3 first).
+fn stat_fields(stat: &[u8]) -> Vec<&str> {
+    let Some(close) = stat.iter().rposition(|&b| b == b')') else {
+        return Vec::new();
+    };
+    std::str::from_utf8(&stat[close + 1..])
+        .map(|s| s.split_whitespace().collect())
+        .unwrap_or_default()
+}
+
+/// Process group (field 5) and nice value (field 19).
+pub fn pgid_and_nice(stat: &[u8]) -> Option<(i32, i32)> {
+    let f = stat_fields(stat);
+    Some((f.get(2)?.parse().ok()?, f.get(16)?.parse().ok()?))
+}
+
+/// Every resource limit of `pid` (all of them, or the caller is not
+/// verified: its program must not start with the server's).
+fn rlimits_of(pid: i32) -> Result<Vec<(u32, u64, u64)>, CredError> {
+    (0..16u32)
+        .map(|r| {
+            let mut lim = libc::rlimit64 {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            // SAFETY: prlimit64 with no new limit writes one rlimit64.
+            let rc = unsafe { libc::prlimit64(pid, r as _, core::ptr::null(), &mut lim) };
+            if rc == 0 {
+                Ok((r, lim.rlim_cur, lim.rlim_max))
+            } else {
+                Err(CredError::Unverified("resource limits"))
+            }
+        })
+        .collect()
 }
 
 fn alive(pidfd: &OwnedFd) -> bool {
@@ -302,11 +360,15 @@ pub fn verify_caller(
     }
     let pidfd = peer_pidfd(conn, peer.pid)?;
     let dir = proc_dir(&format!("/proc/{pid}"))?;
-    let t0 = starttime(&read_at(&dir, "stat")?);
+    let stat = read_at(&dir, "stat")?;
+    let t0 = starttime(&stat);
+    let (pgid, nice) = pgid_and_nice(&stat).ok_or(CredError::Unverified("stat"))?;
     let creds = status_of(&dir)?;
     let oom_score_adj = oom_of(&dir)?;
     let ns = namespaces(&dir);
     let root = root_of(&dir)?;
+    let confined = confinement(&dir);
+    let rlimits = rlimits_of(pid)?;
     let t1 = starttime(&read_at(&dir, "stat")?);
     if t0.is_none() || t0 != t1 || !alive(&pidfd) {
         return Err(CredError::Unverified("caller changed while read"));
@@ -317,9 +379,17 @@ pub fn verify_caller(
     if root != me.root {
         return Err(CredError::Confined("root directory"));
     }
+    if confined != me.confinement {
+        return Err(CredError::Confined(
+            "cgroup, security label or audit session",
+        ));
+    }
     Ok(Caller {
         creds,
         oom_score_adj,
+        pgid,
+        nice,
+        rlimits,
     })
 }
 
@@ -398,6 +468,7 @@ mod tests {
             oom_score_adj: 0,
             ns: vec![],
             root: (1, 2),
+            confinement: vec![],
         }
     }
 
@@ -405,6 +476,9 @@ mod tests {
         Caller {
             creds,
             oom_score_adj: 0,
+            pgid: 1,
+            nice: 0,
+            rlimits: vec![],
         }
     }
 
@@ -425,8 +499,9 @@ mod tests {
 
     #[test]
     fn starttime_skips_odd_command_names() {
-        let line = b"42 (a) b) S 1 42 42 0 -1 4194304 1 0 0 0 0 0 0 0 20 0 1 0 777 1 2";
+        let line = b"42 (a) b) S 1 43 42 0 -1 4194304 1 0 0 0 0 0 0 0 20 -5 1 0 777 1 2";
         assert_eq!(starttime(line), Some(777));
+        assert_eq!(pgid_and_nice(line), Some((43, -5)));
         assert_eq!(starttime(b"42 (x) S 1"), None);
     }
 
@@ -535,5 +610,18 @@ mod tests {
         let c = verify_caller(&a, Some(pid), &me).unwrap();
         assert_eq!(c.creds.uid, me.creds.uid);
         assert_eq!(c.oom_score_adj, me.oom_score_adj);
+        // SAFETY: getpgid(0) only reads our own process group.
+        assert_eq!(c.pgid, unsafe { libc::getpgid(0) });
+        let mut lim = libc::rlimit64 {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: writes one rlimit64 into `lim`.
+        unsafe { libc::prlimit64(0, libc::RLIMIT_NOFILE, core::ptr::null(), &mut lim) };
+        let nofile = libc::RLIMIT_NOFILE;
+        assert_eq!(
+            c.rlimits.iter().find(|l| l.0 == nofile),
+            Some(&(nofile, lim.rlim_cur, lim.rlim_max))
+        );
     }
 }

@@ -402,14 +402,19 @@ fn reap(core: usize, j: &mut Job, table: &LoadTable) {
 /// Handle one message from the proxy. False when the job is over.
 fn on_message(core: usize, j: &mut Job, table: &LoadTable, me: Option<&creds::Server>) -> bool {
     match wire::recv_from::<ToServer>(&j.conn) {
-        Ok((ToServer::Exec(spec), fds, sender)) if j.prog.is_none() && !j.finished => {
+        Ok((ToServer::Exec(mut spec), fds, sender)) if j.prog.is_none() && !j.finished => {
             // The program starts as the sender would after a local execve,
             // or not here at all (`creds`).
             let target = me
                 .ok_or(creds::CredError::Unverified("server identity"))
                 .and_then(|me| {
                     let caller = creds::verify_caller(&j.conn, sender, me)?;
-                    creds::plan(&caller, me, spec.securebits)
+                    let target = creds::plan(&caller, me, spec.securebits)?;
+                    // What the kernel says, not what the request claims.
+                    spec.pgid = caller.pgid;
+                    spec.nice = caller.nice;
+                    spec.rlimits = caller.rlimits;
+                    Ok(target)
                 });
             let Ok(target) = target else {
                 let _ = wire::send(&j.conn, &ToProxy::Refused, &[]);
@@ -544,6 +549,41 @@ mod tests {
         }
     }
 
+    #[test]
+    fn claimed_limits_and_priority_are_replaced_by_the_kernels() {
+        let f = Fixture::new("claims");
+        let c = f.connect();
+        let (r, w) = rustix::pipe::pipe().unwrap();
+        let mut spec = sh("ulimit -Hn; nice");
+        spec.fds = vec![FdRole::Keep(1), FdRole::Cwd];
+        // A caller claiming a higher hard limit and a better priority.
+        spec.rlimits = vec![(libc::RLIMIT_NOFILE, 4242, 4242)];
+        spec.nice = -20;
+        assert!(matches!(
+            exec(&c, spec, &[w.as_fd()]),
+            ToProxy::Started { .. }
+        ));
+        drop(w);
+        assert_eq!(
+            wire::recv::<ToProxy>(&c).unwrap().0,
+            ToProxy::Exited { code: 0 }
+        );
+        let mut buf = [0u8; 64];
+        let n = rustix::io::read(&r, &mut buf).unwrap();
+        let mut lim = libc::rlimit64 {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: writes one rlimit64 into `lim`.
+        unsafe { libc::prlimit64(0, libc::RLIMIT_NOFILE, core::ptr::null(), &mut lim) };
+        // SAFETY: getpriority only reads our own nice value.
+        let nice = unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) };
+        assert_eq!(
+            String::from_utf8_lossy(&buf[..n]),
+            format!("{}\n{nice}\n", lim.rlim_max)
+        );
+    }
+
     fn sh(script: &str) -> ExecSpec {
         ExecSpec {
             path: b"/bin/sh".to_vec(),
@@ -614,8 +654,8 @@ mod tests {
     fn a_program_stop_asks_the_proxy_to_stop_alike() {
         let f = Fixture::new("stop");
         let c = f.connect();
-        // In a group of its own whose parent (this process) is elsewhere in
-        // the session: not orphaned, so SIGTSTP stops it.
+        // In this process's group (the group the kernel reports for the
+        // sender, whatever `spec.pgid` says), not orphaned: SIGTSTP stops it.
         assert!(matches!(
             exec(&c, sh("kill -TSTP $$; exit 7"), &[]),
             ToProxy::Started { .. }

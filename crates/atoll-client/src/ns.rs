@@ -566,6 +566,17 @@ fn rename_attempt(
     } else if exchange {
         return err(libc::ENOENT);
     }
+    // Moves of directories between parents are serialized (as Linux's
+    // `s_vfs_rename_mutex`), so the ancestry walk below stays true until
+    // the move is done: two concurrent moves could otherwise each pass the
+    // check and together detach a cycle from the tree.
+    let moves_dir = ft1 == FileType::Directory
+        || (exchange && target.is_some_and(|t| t.1 == FileType::Directory));
+    let _lock = if moves_dir && dir1 != dir2 {
+        Some(DirMoveLock::take(c, lane)?)
+    } else {
+        None
+    };
     // Linux's order (`do_renameat2`): ancestry first, then types. A
     // directory may not move into its own subtree (EINVAL), and a target
     // that is an ancestor of the source is not empty (ENOTEMPTY; EINVAL
@@ -632,6 +643,30 @@ fn rename_attempt(
     }
     cross_server_rename(c, lane, (dir1, n1, ino1, ft1), (dir2, n2), victim)?;
     Ok(Out::Done(0))
+}
+
+/// The instance's lock on moves of directories between parents, held
+/// while this lives (`Request::RenameLock` on server 0).
+struct DirMoveLock<'a> {
+    c: &'a Client,
+    lane: &'a Lane,
+}
+
+impl<'a> DirMoveLock<'a> {
+    fn take(c: &'a Client, lane: &'a Lane) -> Result<Self> {
+        crate::session::retry_marked(|| {
+            lane.call_ok(c, ROOT.owner(), Request::RenameLock { acquire: true })
+        })?;
+        Ok(DirMoveLock { c, lane })
+    }
+}
+
+impl Drop for DirMoveLock<'_> {
+    fn drop(&mut self) {
+        let _ = self
+            .lane
+            .call_ok(self.c, ROOT.owner(), Request::RenameLock { acquire: false });
+    }
 }
 
 /// Mark a directory about to be replaced (as rmdir phase 1-2); `ENOENT`

@@ -670,6 +670,15 @@ pub enum Request<'a> {
         #[serde(borrow)]
         name: &'a [u8],
     },
+    /// Server 0. Serializes moves of directories between different parents,
+    /// as Linux's `s_vfs_rename_mutex`: the client checks that a directory
+    /// does not move into its own subtree by walking `..`, which only such
+    /// moves change, so the check holds until its move is done. `acquire`
+    /// answers `EAGAIN` while another session holds it (the client waits);
+    /// released by `acquire: false` or the holder's death. → `Ok`
+    RenameLock {
+        acquire: bool,
+    },
     /// `entry_server(dir, name)`, one half of a cross-server
     /// `RENAME_EXCHANGE`: the entry must name `expect` (`ESTALE` otherwise)
     /// and now names `ino` (of type `ftype`). No link count changes: each

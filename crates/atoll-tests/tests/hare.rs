@@ -472,6 +472,50 @@ ls -A
     }
 }
 
+/// Two processes move two directories into each other at once, over and
+/// over: the moves are serialized (the loser sees EINVAL or ENOENT, as on
+/// Linux), so no cycle is ever cut off from the tree: both directories
+/// stay reachable.
+#[test]
+fn crossed_directory_moves_never_detach_a_cycle() {
+    atoll_tests::require("python3");
+    let script = r#"
+cd "$ROOT"
+mkdir -p r/a r/b
+python3 - <<'PYEOF'
+import errno, os
+def mover(src, dst):
+    won = 0
+    for i in range(300):
+        try:
+            os.rename(src, dst)
+        except OSError as e:
+            if e.errno not in (errno.ENOENT, errno.EINVAL):
+                print("BAD", src, dst, errno.errorcode[e.errno], flush=True)
+            continue
+        won += 1
+        try:
+            os.rename(dst, src)
+        except OSError:
+            pass  # the other process moved a parent meanwhile
+    os._exit(0)
+kids = []
+for src, dst in (("r/a", "r/b/x"), ("r/b", "r/a/y")):
+    pid = os.fork()
+    if pid == 0:
+        mover(src, dst)
+    kids.append(pid)
+for k in kids:
+    os.waitpid(k, 0)
+print(sorted(n for _, ds, _ in os.walk("r") for n in ds))
+PYEOF
+"#;
+    for opts in MODES {
+        let out = in_atoll(opts, script);
+        assert_eq!(out, "['a', 'b']\n", "{opts:?}");
+    }
+}
+
 /// Property: random directory renames (into subtrees, over empty and
 /// non-empty directories, over files, onto themselves) by a python3
 /// program give the same results (every errno) and the same tree, `..`

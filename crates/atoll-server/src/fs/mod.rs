@@ -141,7 +141,7 @@ struct Session {
     groups: Rc<[u32]>,
 }
 
-const OP_NAMES: [&str; 44] = [
+const OP_NAMES: [&str; 45] = [
     "SetGroups",
     "Lookup",
     "Open",
@@ -186,6 +186,7 @@ const OP_NAMES: [&str; 44] = [
     "PipeHeader",
     "CreateInode",
     "Adopt",
+    "RenameLock",
 ];
 
 fn op_index(req: &Request<'_>) -> usize {
@@ -235,6 +236,7 @@ fn op_index(req: &Request<'_>) -> usize {
         PipeHeader { .. } => 41,
         CreateInode { .. } => 42,
         Adopt { .. } => 43,
+        RenameLock { .. } => 44,
     }
 }
 
@@ -285,6 +287,10 @@ pub struct FileServer<S> {
     /// Provisional second names of directories (`Link` of a cross-server
     /// move) until the session's `MoveDone` or `Unlink`.
     move_links: Vec<MoveLink>,
+    /// Holder of the instance's lock on moves of directories between
+    /// parents (`Request::RenameLock`; used on server 0). Not re-entrant:
+    /// threads of one process (one session) wait for each other too.
+    rename_lock: Option<SessionId>,
 }
 
 /// A provisional name `(dir, name)` → `ino` added by `session`'s `Link`
@@ -319,6 +325,7 @@ impl<S: BlockStore> FileServer<S> {
             marks: HashMap::new(),
             move_refs: Vec::new(),
             move_links: Vec::new(),
+            rename_lock: None,
             cfg,
         };
         if fs.cfg.index == ROOT.owner() {
@@ -580,6 +587,15 @@ impl<S: BlockStore> FileServer<S> {
                 ftype,
                 expect,
             } => self.relink(session, who, dir, name, (ino, ftype), expect),
+            Q::RenameLock { acquire } => {
+                self.rename_lock = match (acquire, self.rename_lock) {
+                    (true, None) => Some(session),
+                    (true, Some(_)) => return Err(RETRY),
+                    (false, Some(h)) if h == session => None,
+                    (false, _) => return Err(Errno::EINVAL),
+                };
+                Ok(Reply::Ok)
+            }
             Q::MoveDone { dir, name } => {
                 self.move_links
                     .retain(|m| !(m.session == session && m.dir == dir && m.name == name));
@@ -1742,11 +1758,14 @@ impl<S: BlockStore> FileServer<S> {
         }
     }
 
-    /// `session` died in the middle of namespace operations: abort its
-    /// rmdir marks (Hare §3.4.1 ABORT), remove the provisional new names of
+    /// `session` died in the middle of namespace operations: release its
+    /// rename lock, abort its rmdir marks (Hare §3.4.1 ABORT), remove the provisional new names of
     /// its unfinished directory moves and drop the extra links their `Ref`s
     /// took, so a dead client leaves the tree as before its move.
     fn abandon_namespace_ops(&mut self, session: SessionId) {
+        if self.rename_lock == Some(session) {
+            self.rename_lock = None;
+        }
         let marked: Vec<InodeId> = self
             .marks
             .iter()

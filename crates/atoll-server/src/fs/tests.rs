@@ -1220,6 +1220,21 @@ fn relink_exchanges_names_and_is_undone_if_the_session_dies() {
 }
 
 #[test]
+fn the_directory_move_lock_excludes_other_sessions_until_released_or_dead() {
+    let mut t = server(8);
+    let lock = |acquire| Request::RenameLock { acquire };
+    t.ok(S1, USER, lock(true));
+    // Threads of one process share a session: they wait for each other.
+    assert_eq!(t.err(S1, USER, lock(true)), RETRY);
+    assert_eq!(t.err(S2, USER, lock(true)), RETRY);
+    assert_eq!(t.err(S2, USER, lock(false)), Errno::EINVAL);
+    t.ok(S1, USER, lock(false));
+    t.ok(S2, USER, lock(true));
+    t.fs.session_closed(S2);
+    t.ok(S1, USER, lock(true));
+}
+
+#[test]
 fn readdir_lists_dot_entries_first_and_resumes_by_cookie() {
     let mut t = server(8);
     let d = t.mkdir(ROOT, "d");

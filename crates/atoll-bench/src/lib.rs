@@ -80,6 +80,12 @@ pub struct BenchArgs {
     /// affinity, hybrid-fd.
     #[arg(long = "without", value_name = "TECHNIQUE", value_delimiter = ',')]
     pub without: Vec<String>,
+    /// Also run every atoll configuration once per technique with that
+    /// technique switched off (on top of `--without`), side by side, and
+    /// print what each one buys (Hare §5.4, Figs. 5-5 to 5-8). Without a
+    /// list: all techniques.
+    #[arg(long, value_name = "TECHNIQUE", value_delimiter = ',', num_args = 0..)]
+    pub ablation: Option<Vec<String>>,
     /// Write all results as JSON.
     #[arg(long, value_name = "FILE", global = true)]
     pub json: Option<PathBuf>,
@@ -131,6 +137,41 @@ impl BenchArgs {
 }
 
 pub const ALL_SYSTEMS: [&str; 4] = ["tmpfs", "fuse", "atoll-timeshare", "atoll-split"];
+
+/// The techniques `--without` and `--ablation` switch off (Hare §5.4).
+pub const TECHNIQUES: [&str; 7] = [
+    "dir-distribution",
+    "dir-cache",
+    "broadcast",
+    "direct-cache",
+    "coalescing",
+    "affinity",
+    "hybrid-fd",
+];
+
+/// The sets of switched-off techniques to run for each atoll
+/// configuration: `--without` alone, then, with `--ablation`, `--without`
+/// plus each listed technique in turn.
+fn technique_sets(args: &BenchArgs) -> anyhow::Result<Vec<Vec<String>>> {
+    let mut sets = vec![args.without.clone()];
+    let Some(list) = &args.ablation else {
+        return Ok(sets);
+    };
+    let list: Vec<String> = if list.is_empty() {
+        TECHNIQUES.iter().map(|t| t.to_string()).collect()
+    } else {
+        list.clone()
+    };
+    for t in list {
+        parse_without(std::slice::from_ref(&t))?;
+        if !args.without.contains(&t) {
+            let mut set = args.without.clone();
+            set.push(t);
+            sets.push(set);
+        }
+    }
+    Ok(sets)
+}
 
 /// A host scratch directory (mount points, generated inputs), removed on
 /// drop.
@@ -203,6 +244,7 @@ pub fn main_from_cli(args: BenchArgs, atoll: &mut dyn SystemFactory) -> anyhow::
     let cmd = harness::WorkerCmd::current(Duration::from_secs(args.timeout))?;
     let report = run_bench(&args, atoll, &cmd)?;
     print!("{}", report::table(&report));
+    print!("{}", report::ablation_table(&report));
     if let Some(p) = &args.json {
         write_json(&report, p)?;
         println!("wrote {}", p.display());
@@ -354,6 +396,7 @@ pub fn run_bench(
     )
     .context("preparing input archives")?;
 
+    let technique_sets = technique_sets(args)?;
     let mut systems: Vec<Box<dyn System>> = Vec::new();
     for name in &system_names {
         match name.as_str() {
@@ -370,9 +413,13 @@ pub fn run_bench(
                     args.servers.clone()
                 };
                 for n in servers {
-                    match atoll.atoll(split, n, &args.without) {
-                        Ok(s) => systems.push(s),
-                        Err(e) => skip(&mut rep, format!("{name} ({n} servers)"), format!("{e:#}")),
+                    for without in &technique_sets {
+                        match atoll.atoll(split, n, without) {
+                            Ok(s) => systems.push(s),
+                            Err(e) => {
+                                skip(&mut rep, format!("{name} ({n} servers)"), format!("{e:#}"))
+                            }
+                        }
                     }
                 }
             }

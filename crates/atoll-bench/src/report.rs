@@ -128,8 +128,14 @@ fn median(mut v: Vec<f64>) -> Option<f64> {
 /// The targets, evaluated on what was measured (at P = 1).
 pub fn targets(rs: &[RunResult], rpc: Option<&RpcResults>) -> Vec<TargetCheck> {
     let mut out = Vec::new();
+    // Targets are for atoll with all its techniques: runs with some
+    // switched off (`--without`, `--ablation`) are only compared with it.
     let systems: Vec<String> = {
-        let mut v: Vec<String> = rs.iter().map(|r| r.system.clone()).collect();
+        let mut v: Vec<String> = rs
+            .iter()
+            .map(|r| r.system.clone())
+            .filter(|s| !s.contains("-no-"))
+            .collect();
         v.sort();
         v.dedup();
         v
@@ -310,6 +316,86 @@ pub fn table(rep: &Report) -> String {
                 }
             );
         }
+    }
+    s
+}
+
+/// The technique switched off in `system` on top of `base`:
+/// (`atoll-timeshare`, `atoll-timeshare-no-dir-cache`) → `no-dir-cache`.
+fn switched_off<'a>(base: &str, system: &'a str) -> Option<&'a str> {
+    let off = system.strip_prefix(base)?.strip_prefix('-')?;
+    (off.starts_with("no-") && !off[3..].contains("-no-")).then_some(off)
+}
+
+/// What each technique buys (Hare §5.4, Figs. 5-5 to 5-8): for every run
+/// with a technique switched off, its throughput as a fraction of the same
+/// configuration, workload and P with everything else on, and its messages
+/// per operation beside the full configuration's. Empty without such runs.
+pub fn ablation_table(rep: &Report) -> String {
+    let mut names: Vec<&str> = Vec::new();
+    for r in rep.results.iter().filter(|r| r.system.starts_with("atoll")) {
+        if !names.contains(&r.system.as_str()) {
+            names.push(&r.system);
+        }
+    }
+    let mut offs: Vec<&str> = Vec::new();
+    let mut bases: Vec<&str> = Vec::new();
+    for &b in &names {
+        for &n in &names {
+            if let Some(off) = switched_off(b, n) {
+                if !offs.contains(&off) {
+                    offs.push(off);
+                }
+                if !bases.contains(&b) {
+                    bases.push(b);
+                }
+            }
+        }
+    }
+    let mut s = String::new();
+    if offs.is_empty() {
+        return s;
+    }
+    let _ = writeln!(
+        s,
+        "technique effect: ops/s with the technique off ÷ with everything on (msg/op off; on):"
+    );
+    let _ = write!(
+        s,
+        "{:<13} {:<18} {:>3} {:>10} {:>6}",
+        "workload", "system", "P", "on ops/s", "msg/op"
+    );
+    for off in &offs {
+        let _ = write!(s, " {:>20}", off);
+    }
+    s.push('\n');
+    for base in rep
+        .results
+        .iter()
+        .filter(|r| r.error.is_none() && bases.contains(&r.system.as_str()))
+    {
+        let _ = write!(
+            s,
+            "{:<13} {:<18} {:>3} {:>10.0} {:>6}",
+            base.workload,
+            base.system,
+            base.procs,
+            base.ops_per_sec,
+            opt(base.messages_per_op, 2)
+        );
+        for off in &offs {
+            let name = format!("{}-{off}", base.system);
+            let cell = match find(&rep.results, &base.workload, &name, base.procs) {
+                Some(r) if base.ops_per_sec > 0.0 => format!(
+                    "{:.2}× ({})",
+                    r.ops_per_sec / base.ops_per_sec,
+                    opt(r.messages_per_op, 2)
+                ),
+                _ => "-".to_string(),
+            };
+            let _ = write!(s, " {cell:>20}");
+        }
+        s.push('\n');
     }
     s
 }
@@ -562,6 +648,61 @@ mod tests {
             ops_per_sec: ops,
             ..RunResult::default()
         }
+    }
+
+    #[test]
+    fn ablation_compares_each_switched_off_run_with_its_own_base() {
+        let msgs = |mut x: RunResult, m: f64| {
+            x.messages_per_op = Some(m);
+            x
+        };
+        let rep = Report {
+            machine: serde_json::Value::Null,
+            size: "tiny".into(),
+            results: vec![
+                r("creates", "tmpfs", 1, 999.0),
+                msgs(r("creates", "atoll-timeshare-no-affinity", 1, 400.0), 1.0),
+                msgs(
+                    r(
+                        "creates",
+                        "atoll-timeshare-no-affinity-no-dir-cache",
+                        1,
+                        100.0,
+                    ),
+                    2.5,
+                ),
+                msgs(
+                    r(
+                        "creates",
+                        "atoll-timeshare-no-affinity-no-coalescing",
+                        1,
+                        200.0,
+                    ),
+                    1.5,
+                ),
+            ],
+            skipped: vec![],
+            startup: vec![],
+            rpc: None,
+            targets: vec![],
+        };
+        let t = ablation_table(&rep);
+        let rows: Vec<&str> = t.lines().collect();
+        assert_eq!(rows.len(), 3, "{t}");
+        assert!(rows[1].contains("no-dir-cache") && rows[1].contains("no-coalescing"));
+        assert!(rows[2].starts_with("creates") && rows[2].contains("atoll-timeshare-no-affinity"));
+        assert!(
+            rows[2].contains("0.25× (2.50)") && rows[2].contains("0.50× (1.50)"),
+            "{t}"
+        );
+        assert!(!t.contains("tmpfs"));
+        assert_eq!(
+            ablation_table(&Report {
+                results: rep.results[..2].to_vec(),
+                ..rep
+            }),
+            ""
+        );
     }
 
     fn sample() -> Vec<RunResult> {

@@ -75,9 +75,13 @@ pub fn create(
     target: &[u8],
     open: Option<u32>,
 ) -> Result<Created> {
-    let made = lane.call(
+    // The new inode's group and set-group-id bit follow the directory's
+    // (dirperm.rs), wherever the directory lives.
+    let vouched = crate::dirperm::vouches_for(c, lane, dir, local)?;
+    let made = lane.call_vouched(
         c,
         local,
+        vouched.as_slice(),
         Request::CreateInode {
             dir,
             ftype,
@@ -114,10 +118,15 @@ pub fn create(
         }
     }
     let entry = entry_server(dir, name, c.nservers);
+    let vouched = match crate::dirperm::vouches_for(c, lane, dir, entry) {
+        Ok(v) => v,
+        Err(e) => return undo(e),
+    };
     let linked = crate::session::retry_marked(|| {
-        lane.call(
+        lane.call_vouched(
             c,
             entry,
+            vouched.as_slice(),
             Request::Link {
                 dir,
                 name,

@@ -185,7 +185,7 @@ mod tests {
     use super::super::FsConfig;
     use super::*;
     use crate::store::MemStore;
-    use atoll_proto::{Cred, Request, UnlinkKind, ROOT};
+    use atoll_proto::{Cred, Request, UnlinkKind, Vouched, ROOT};
 
     const S1: SessionId = SessionId(1);
     const S2: SessionId = SessionId(2);
@@ -213,11 +213,21 @@ mod tests {
         f.stats().inodes
     }
 
+    /// ROOT's attributes as a client reads them from server 0 and vouches
+    /// for them to a server that does not own ROOT.
+    const ROOT_ATTRS: Vouched = Vouched {
+        ino: ROOT,
+        perm: 0o755,
+        uid: USER.uid,
+        gid: USER.gid,
+    };
+
     fn create(f: &mut FileServer<MemStore>, s: SessionId, open: Option<u32>) -> (InodeId, u64) {
         let mut out = Vec::new();
-        let r = f.handle(
+        let r = f.handle_vouched(
             s,
             USER,
+            &[ROOT_ATTRS],
             Request::CreateInode {
                 dir: ROOT,
                 ftype: FileType::Regular,
@@ -307,9 +317,10 @@ mod tests {
         let mut out = Vec::new();
         let r = f.handle(S2, USER, Request::Adopt { ino }, &mut out);
         assert!(matches!(r, Reply::Err(Errno::EPERM)), "{r:?}");
-        let r = f.handle(
+        let r = f.handle_vouched(
             S1,
             USER,
+            &[ROOT_ATTRS],
             Request::CreateInode {
                 dir: ROOT,
                 ftype: FileType::Directory,

@@ -6,9 +6,17 @@
 //! (one `Open`/`MakeNode` there creates and links, Hare §3.7.4). Otherwise
 //! the inode goes to the process's *designated local server* — one of the
 //! servers of its socket, chosen by pid so that the processes of a socket
-//! spread over its servers — in two steps: `CreateInode` there (pending,
-//! freed if the session dies), `Link` at the entry's server, then a posted
-//! `Adopt`. A failed `Link` is undone with `Unref` (and `Close`).
+//! spread over its servers — in steps: `CreateInode` there (pending, freed
+//! if the session dies), a posted `Adopt` (the inode's first link), then
+//! `Link` at the entry's server. A failed `Link` is undone with `Unref`
+//! (and `Close`).
+//!
+//! Crash safety: `Adopt` is enqueued before `Link` is sent, and a server
+//! serves what a dead session queued before dropping it, so once a name
+//! can exist its inode holds a link: a name never outlives its inode. A
+//! process killed between the two sends (or after a failed `Link`, before
+//! its `Unref`) leaves an inode that no name reaches: space, never a
+//! dangling name.
 //!
 //! The socket is the one of the CPU the process runs on *now*
 //! (`sched_getcpu`, served by the vDSO): processes migrate. Server sockets
@@ -67,9 +75,13 @@ pub fn create(
     target: &[u8],
     open: Option<u32>,
 ) -> Result<Created> {
-    let made = lane.call(
+    // The new inode's group and set-group-id bit follow the directory's
+    // (dirperm.rs), wherever the directory lives.
+    let vouched = crate::dirperm::vouches_for(c, lane, dir, local)?;
+    let made = lane.call_vouched(
         c,
         local,
+        vouched.as_slice(),
         Request::CreateInode {
             dir,
             ftype,
@@ -87,11 +99,34 @@ pub fn create(
             _ => Err(Error::Protocol("CreateInode")),
         },
     )?;
+    // The first link before the name exists (see the module docs). Posted:
+    // later requests to `local` on this lane come after it, and one on
+    // another lane finds the inode pending, which behaves as linked.
+    let undo = |e: Error| {
+        let _ = lane.call_ok(c, local, Request::Unref { ino: made.ino });
+        if let Some((desc, _)) = made.opened {
+            let _ = lane.call_ok(c, local, Request::Close { desc });
+        }
+        Err(e)
+    };
+    if lane
+        .post(c, local, Request::Adopt { ino: made.ino })
+        .is_err()
+    {
+        if let Err(e) = lane.call_ok(c, local, Request::Adopt { ino: made.ino }) {
+            return undo(e);
+        }
+    }
     let entry = entry_server(dir, name, c.nservers);
+    let vouched = match crate::dirperm::vouches_for(c, lane, dir, entry) {
+        Ok(v) => v,
+        Err(e) => return undo(e),
+    };
     let linked = crate::session::retry_marked(|| {
-        lane.call(
+        lane.call_vouched(
             c,
             entry,
+            vouched.as_slice(),
             Request::Link {
                 dir,
                 name,
@@ -106,25 +141,8 @@ pub fn create(
         )
     });
     match linked {
-        Ok(()) => {
-            // Posted: later requests to `local` on this lane come after it,
-            // and one on another lane finds the inode pending, which
-            // behaves as linked.
-            if lane
-                .post(c, local, Request::Adopt { ino: made.ino })
-                .is_err()
-            {
-                let _ = lane.call_ok(c, local, Request::Adopt { ino: made.ino });
-            }
-            Ok(made)
-        }
-        Err(e) => {
-            let _ = lane.call_ok(c, local, Request::Unref { ino: made.ino });
-            if let Some((desc, _)) = made.opened {
-                let _ = lane.call_ok(c, local, Request::Close { desc });
-            }
-            Err(e)
-        }
+        Ok(()) => Ok(made),
+        Err(e) => undo(e),
     }
 }
 

@@ -30,14 +30,17 @@
 //! entry was looked up. When a directory's mode or owner changes, its
 //! owner server sends every session an [`Notice::Invalidate`] with an
 //! empty name, which drops every cached entry of that directory before the
-//! `chmod`/`chown` returns; the next lookup asks the server again.
+//! `chmod`/`chown` returns; the next lookup asks the server again. The same
+//! notice drops the directory's attributes kept for requests to servers
+//! that do not own it (write permission, sticky bit, set-group-id;
+//! `dirperm.rs`).
 
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::collections::HashMap;
 
 use atoll_msg::ClientChannel;
-use atoll_proto::{name_hash, FileType, InodeId, Notice};
+use atoll_proto::{name_hash, FileType, InodeId, Notice, Vouched};
 
 use crate::counters;
 
@@ -66,13 +69,17 @@ pub struct DirCache {
     gen: AtomicU64,
     /// Keyed by `(dir, name_hash)`; the name is compared on a hit.
     map: UnsafeCell<HashMap<(u64, u64), Ent>>,
+    /// Mode, owner and group of directories, as their owners reported
+    /// them; dropped with the directory's entries.
+    attrs: UnsafeCell<HashMap<u64, Vouched>>,
     hits: AtomicU64,
     misses: AtomicU64,
     invalidations: AtomicU64,
     flushes: AtomicU64,
 }
 
-// SAFETY: `map` is only touched by the holder of `held` (see `Guard`).
+// SAFETY: `map` and `attrs` are only touched by the holder of `held` (see
+// `Guard`).
 unsafe impl Sync for DirCache {}
 
 struct Guard<'a>(&'a DirCache);
@@ -91,13 +98,19 @@ impl Guard<'_> {
         unsafe { &mut *self.0.map.get() }
     }
 
+    fn attrs(&mut self) -> &mut HashMap<u64, Vouched> {
+        // SAFETY: as for `map`: the guard proves this thread holds `held`.
+        unsafe { &mut *self.0.attrs.get() }
+    }
+
     fn invalidate(&mut self, dir: InodeId, name: &[u8]) {
         self.0.gen.fetch_add(1, Ordering::AcqRel);
         self.0.invalidations.fetch_add(1, Ordering::Relaxed);
         counters::bump(&counters::DCACHE_INVALIDATIONS);
         if name.is_empty() {
-            // The whole directory: its search permission changed.
+            // The whole directory: its mode, owner or group changed.
             self.map().retain(|k, _| k.0 != dir.0);
+            self.attrs().remove(&dir.0);
             return;
         }
         let key = (dir.0, name_hash(dir, name));
@@ -111,6 +124,7 @@ impl Guard<'_> {
         self.0.flushes.fetch_add(1, Ordering::Relaxed);
         counters::bump(&counters::DCACHE_FLUSHES);
         self.map().clear();
+        self.attrs().clear();
     }
 
     /// Apply every notice waiting in `chans` (and their overflow flags).
@@ -137,6 +151,7 @@ impl DirCache {
             held: AtomicBool::new(false),
             gen: AtomicU64::new(0),
             map: UnsafeCell::new(HashMap::new()),
+            attrs: UnsafeCell::new(HashMap::new()),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
             invalidations: AtomicU64::new(0),
@@ -206,6 +221,35 @@ impl DirCache {
     /// drops this too.
     pub fn set_searchable(&self, gen: u64, dir: InodeId) {
         self.insert(gen, dir, b"", dir, FileType::Directory);
+    }
+
+    /// Drain every inbox, then give the attributes kept for directory
+    /// `dir` (see [`DirCache::set_dir_attrs`]). Not counted as a hit or miss.
+    pub fn dir_attrs<'c>(
+        &self,
+        chans: impl Iterator<Item = &'c ClientChannel>,
+        dir: InodeId,
+    ) -> Option<Vouched> {
+        self.try_lock().and_then(|mut g| {
+            g.drain(chans);
+            g.attrs().get(&dir.0).copied()
+        })
+    }
+
+    /// Remember a directory's attributes as its owner reported them (asked
+    /// after `generation()` returned `gen`), unless a notice was processed
+    /// since. The owner's notice on `chmod`/`chown` drops them.
+    pub fn set_dir_attrs(&self, gen: u64, attrs: Vouched) {
+        let Some(mut g) = self.try_lock() else {
+            return;
+        };
+        if self.gen.load(Ordering::Acquire) != gen {
+            return;
+        }
+        if g.attrs().len() >= MAX_ENTRIES {
+            g.attrs().clear();
+        }
+        g.attrs().insert(attrs.ino.0, attrs);
     }
 
     /// Read before sending the `Lookup` whose answer may be inserted.
@@ -307,6 +351,29 @@ mod tests {
             dc.get([&c].into_iter(), other, b"a"),
             Some((F, FileType::Regular))
         );
+    }
+
+    #[test]
+    fn directory_attributes_are_forgotten_with_their_entries() {
+        let (c, s) = chan();
+        let dc = DirCache::new();
+        let a = Vouched {
+            ino: D,
+            perm: 0o1777,
+            uid: 1,
+            gid: 2,
+        };
+        dc.set_dir_attrs(dc.generation(), a);
+        assert_eq!(dc.dir_attrs([&c].into_iter(), D), Some(a));
+        assert_eq!(dc.dir_attrs([&c].into_iter(), F), None);
+        notify(&s, &Notice::Invalidate { dir: D, name: b"" });
+        assert_eq!(dc.dir_attrs([&c].into_iter(), D), None);
+        // An answer older than a notice is not kept.
+        let gen = dc.generation();
+        notify(&s, &Notice::Invalidate { dir: F, name: b"x" });
+        dc.drain([&c].into_iter());
+        dc.set_dir_attrs(gen, a);
+        assert_eq!(dc.dir_attrs([&c].into_iter(), D), None);
     }
 
     #[test]

@@ -1,19 +1,44 @@
-//! Search permission on directories whose entry servers cannot check it
-//! (Hare §3.7.1).
+//! Permission checks on directories whose entry servers do not own them
+//! (Hare §3.4, §3.7.1): search, write, the sticky bit and set-group-id
+//! inheritance.
 //!
-//! A server checks that the caller may search a directory only when it
-//! owns the directory's inode. The entries of a distributed directory
-//! (Hare §3.4) live on every server, so a `Lookup` or `Open` sent to a
-//! server that holds a shard but not the inode would go unchecked; the
-//! client asks the owner first (`Access` with `X_OK`). The answer is kept
-//! in the directory-lookup cache as the directory's entry with the empty
-//! name, which the owner's notice on `chmod`/`chown` of the directory
-//! drops with the rest of its entries, so each process asks once per
-//! directory while its mode and owner stay the same.
+//! A server knows a directory's mode, owner and group only when it owns
+//! the directory's inode. The entries of a distributed directory (Hare
+//! §3.4) live on every server, so most of its names are served by servers
+//! that do not own it, and a name may name an inode another server owns
+//! (creation affinity, hard links, renames).
+//!
+//! * **Search** ([`check_search`]): before a `Lookup` or `Open` at such a
+//!   server the client asks the owner (`Access` with `X_OK`). The grant is
+//!   kept in the directory-lookup cache as the directory's entry with the
+//!   empty name.
+//! * **Name changes** ([`vouch_dir`]): every request that adds, removes or
+//!   replaces a name there (`Open` with `O_CREAT`, `MakeNode`, `Link`,
+//!   `Unlink`, `Rename`, `Relink`, `CreateInode`) carries the directory's
+//!   mode, owner and group as its owner reported them
+//!   (`atoll_proto::Vouched`), and the server applies Linux's rules with
+//!   them: write and search permission, the sticky bit, the group and
+//!   set-group-id bit of new inodes. The attributes are kept in the lookup
+//!   cache beside the directory's entries.
+//! * **Sticky victims** ([`sticky_retry`]): in a sticky directory a server
+//!   must know who owns the inode a name names; when another server owns
+//!   it the server answers `EPERM`, and the client asks once more with
+//!   that inode's attributes.
+//!
+//! The owner's notice on `chmod`/`chown` of a directory drops its cached
+//! entries, grant and attributes before the change returns, so each
+//! process asks once per directory while its mode and owner stay the same.
+//! Ordinary directories are owned by the server holding their entries and
+//! cost nothing here.
+//!
+//! Trust: servers take these attributes on the client library's word, as
+//! they take the caller's credentials in every frame (one instance belongs
+//! to one user, Hare's single fault domain); a name change without them in
+//! a directory the server does not own is refused (`EPROTO`).
 
-use atoll_proto::{InodeId, Request};
+use atoll_proto::{entry_server, InodeId, Reply, Request, Vouched};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::session::{Client, Lane};
 
 /// Fail with `EACCES` unless the caller may search `dir`, when the server
@@ -42,4 +67,196 @@ pub fn check_search(c: &Client, lane: &Lane, dir: InodeId, entry: usize) -> Resu
         dc.set_searchable(gen, dir);
     }
     Ok(())
+}
+
+/// Most attributes one request carries: the two directories of a rename
+/// and the two inodes it may remove from sticky directories.
+const MAX_VOUCHED: usize = 4;
+
+/// The attributes one request carries (allocation-free).
+pub struct Vouches {
+    items: [Vouched; MAX_VOUCHED],
+    len: usize,
+}
+
+impl Default for Vouches {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Vouches {
+    pub const fn new() -> Vouches {
+        const NONE: Vouched = Vouched {
+            ino: InodeId(0),
+            perm: 0,
+            uid: 0,
+            gid: 0,
+        };
+        Vouches {
+            items: [NONE; MAX_VOUCHED],
+            len: 0,
+        }
+    }
+
+    fn push(&mut self, v: Vouched) {
+        if let Some(old) = self.items[..self.len].iter_mut().find(|x| x.ino == v.ino) {
+            *old = v;
+        } else if self.len < MAX_VOUCHED {
+            self.items[self.len] = v;
+            self.len += 1;
+        }
+    }
+
+    pub fn as_slice(&self) -> &[Vouched] {
+        &self.items[..self.len]
+    }
+}
+
+/// The attributes of `ino` from its owner.
+fn attrs_from_owner(c: &Client, lane: &Lane, ino: InodeId) -> Result<Vouched> {
+    lane.call(c, ino.owner(), Request::GetAttr { ino }, |r| match r {
+        Reply::Attr(a) => Ok(Vouched {
+            ino,
+            perm: a.perm & 0o7777,
+            uid: a.uid,
+            gid: a.gid,
+        }),
+        _ => Err(Error::Protocol("GetAttr")),
+    })
+}
+
+/// Add directory `dir`'s attributes to `v` when `server`, which will add,
+/// remove or replace a name in it, does not own it. Ordinary directories
+/// return at once (their entries live on their owner).
+pub fn vouch_dir(
+    c: &Client,
+    lane: &Lane,
+    dir: InodeId,
+    server: usize,
+    v: &mut Vouches,
+) -> Result<()> {
+    if server == dir.owner() {
+        return Ok(());
+    }
+    v.push(dir_attrs(c, lane, dir)?);
+    Ok(())
+}
+
+/// The attributes of directory `dir` from its owner, kept in the lookup
+/// cache until the owner's notice drops them.
+fn dir_attrs(c: &Client, lane: &Lane, dir: InodeId) -> Result<Vouched> {
+    let dc = c.dcache();
+    let mut gen = 0;
+    if let Some(dc) = dc {
+        if let Some(a) = dc.dir_attrs(c.session().channels(), dir) {
+            return Ok(a);
+        }
+        gen = dc.generation();
+    }
+    let a = attrs_from_owner(c, lane, dir)?;
+    if let Some(dc) = dc {
+        dc.set_dir_attrs(gen, a);
+    }
+    Ok(a)
+}
+
+/// Linux's `may_delete` for the name of `victim` in `dir`: write and search
+/// permission on `dir` (`EACCES`), and its sticky bit (`EPERM`).
+///
+/// Servers check this themselves; a client-coordinated rename or exchange
+/// across servers checks it before its first step, because that step (a
+/// new name elsewhere) could not be undone if the old name then turned out
+/// not to be removable: the undo itself removes a name of the victim, and
+/// a sticky directory would refuse it too. Linux checks the source first
+/// as well.
+pub fn check_removable(c: &Client, lane: &Lane, dir: InodeId, victim: InodeId) -> Result<()> {
+    let a = dir_attrs(c, lane, dir)?;
+    let cred = c.cred();
+    if cred.uid == 0 {
+        return Ok(()); // CAP_DAC_OVERRIDE, CAP_FOWNER
+    }
+    let class = if cred.uid == a.uid {
+        a.perm >> 6
+    } else if cred.gid == a.gid || in_supplementary_groups(a.gid) {
+        a.perm >> 3
+    } else {
+        a.perm
+    };
+    let write_search = (libc::W_OK | libc::X_OK) as u32;
+    if class & write_search != write_search {
+        return Err(Error::Errno(libc::EACCES));
+    }
+    if a.perm & libc::S_ISVTX == 0 || cred.uid == a.uid {
+        return Ok(());
+    }
+    if attrs_from_owner(c, lane, victim)?.uid == cred.uid {
+        Ok(())
+    } else {
+        Err(Error::Errno(libc::EPERM))
+    }
+}
+
+/// Whether `gid` is one of the process's supplementary groups (the ones
+/// its session registered with the servers).
+fn in_supplementary_groups(gid: u32) -> bool {
+    rustix::process::getgroups().is_ok_and(|g| g.iter().any(|g| g.as_raw() == gid))
+}
+
+/// [`vouch_dir`] into a fresh set.
+pub fn vouches_for(c: &Client, lane: &Lane, dir: InodeId, server: usize) -> Result<Vouches> {
+    let mut v = Vouches::new();
+    vouch_dir(c, lane, dir, server, &mut v)?;
+    Ok(v)
+}
+
+/// Add the attributes of the inode `(dir, name)` names, when a server
+/// other than the one holding the entry owns it. True if added.
+fn vouch_victim(
+    c: &Client,
+    lane: &Lane,
+    dir: InodeId,
+    name: &[u8],
+    v: &mut Vouches,
+) -> Result<bool> {
+    let server = entry_server(dir, name, c.nservers);
+    let named = lane.call(c, server, Request::Lookup { dir, name }, |r| match r {
+        Reply::Entry { ino, .. } => Ok(Some(ino)),
+        _ => Err(Error::Protocol("Lookup")),
+    });
+    let ino = match named {
+        Ok(Some(ino)) if ino.owner() != server => ino,
+        Ok(_) => return Ok(false),
+        Err(Error::Errno(e)) if e == libc::ENOENT => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    v.push(attrs_from_owner(c, lane, ino)?);
+    Ok(true)
+}
+
+/// Run `op` with the attributes in `v`; if a sticky directory made its
+/// server answer `EPERM` because another server owns an inode that
+/// `victims` name, ask once more vouching for those inodes (Linux
+/// `check_sticky`). A name that changes meanwhile gets `EPERM` again:
+/// the vouched inode is no longer the one named.
+pub fn sticky_retry<R>(
+    c: &Client,
+    lane: &Lane,
+    victims: &[(InodeId, &[u8])],
+    v: &mut Vouches,
+    mut op: impl FnMut(&[Vouched]) -> Result<R>,
+) -> Result<R> {
+    match op(v.as_slice()) {
+        Err(Error::Errno(e)) if e == libc::EPERM => {
+            let mut added = false;
+            for &(dir, name) in victims {
+                added |= vouch_victim(c, lane, dir, name, v)?;
+            }
+            if !added {
+                return Err(Error::Errno(e));
+            }
+            op(v.as_slice())
+        }
+        r => r,
+    }
 }

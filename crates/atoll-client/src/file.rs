@@ -205,10 +205,17 @@ pub fn open(
             Entry(InodeId, FileType),
             Symlink(Box<crate::path::PathBuf>),
         }
+        // A creation there needs the directory's attributes (dirperm.rs).
+        let vouched = if creat {
+            crate::dirperm::vouches_for(c, lane, w.dir, server)?
+        } else {
+            crate::dirperm::Vouches::new()
+        };
         let call = || {
-            lane.call(
+            lane.call_vouched(
                 c,
                 server,
+                vouched.as_slice(),
                 Request::Open {
                     dir: w.dir,
                     name,

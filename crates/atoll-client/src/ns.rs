@@ -93,10 +93,12 @@ fn make_node(
     // Otherwise the new inode lives where its entry is, and a directory's
     // own entries start on that same server.
     let home = server as u8;
+    let vouched = crate::dirperm::vouches_for(c, w.lane, w.dir, server)?;
     crate::session::retry_marked(|| {
-        w.lane.call(
+        w.lane.call_vouched(
             c,
             server,
+            vouched.as_slice(),
             Request::MakeNode {
                 dir: w.dir,
                 name,
@@ -157,10 +159,12 @@ pub fn mknod(c: &Client, lane: &Lane, dirfd: i64, path: &[u8], mode: u32, dev: u
             // A directory being removed answers EAGAIN: wait for its
             // outcome as every creation does (Hare §3.4.1).
             let server = entry_server(w.dir, name, c.nservers);
+            let vouched = crate::dirperm::vouches_for(c, lane, w.dir, server)?;
             let desc = crate::session::retry_marked(|| {
-                lane.call(
+                lane.call_vouched(
                     c,
                     server,
+                    vouched.as_slice(),
                     Request::Open {
                         dir: w.dir,
                         name,
@@ -220,24 +224,29 @@ fn unlink_entry(
     expect: Option<InodeId>,
 ) -> Result<(InodeId, FileType)> {
     let server = entry_server(dir, name, c.nservers);
-    let (ino, ftype, freed_here) = lane.call(
-        c,
-        server,
-        Request::Unlink {
-            dir,
-            name,
-            kind,
-            expect,
-        },
-        |r| match r {
-            Reply::Unlinked {
-                ino,
-                ftype,
-                freed_here,
-            } => Ok((ino, ftype, freed_here)),
-            _ => Err(Error::Protocol("Unlink")),
-        },
-    )?;
+    let mut vouched = crate::dirperm::vouches_for(c, lane, dir, server)?;
+    let (ino, ftype, freed_here) =
+        crate::dirperm::sticky_retry(c, lane, &[(dir, name)], &mut vouched, |v| {
+            lane.call_vouched(
+                c,
+                server,
+                v,
+                Request::Unlink {
+                    dir,
+                    name,
+                    kind,
+                    expect,
+                },
+                |r| match r {
+                    Reply::Unlinked {
+                        ino,
+                        ftype,
+                        freed_here,
+                    } => Ok((ino, ftype, freed_here)),
+                    _ => Err(Error::Protocol("Unlink")),
+                },
+            )
+        })?;
     if !freed_here {
         let _ = lane.call_ok(c, ino.owner(), Request::Unref { ino });
     }
@@ -704,27 +713,34 @@ fn same_server_rename_replacing(
     flags: u32,
 ) -> Result<Option<InodeId>> {
     let exchange = flags & libc::RENAME_EXCHANGE != 0;
-    let (moved, mft, replaced) = crate::session::retry_marked(|| {
-        lane.call(
-            c,
-            srv,
-            Request::Rename {
-                olddir: dir1,
-                oldname: n1,
-                newdir: dir2,
-                newname: n2,
-                flags,
-            },
-            |r| match r {
-                Reply::Renamed {
-                    moved,
-                    ftype,
-                    replaced,
-                } => Ok((moved, ftype, replaced)),
-                _ => Err(Error::Protocol("Rename")),
-            },
-        )
-    })?;
+    let mut vouched = crate::dirperm::vouches_for(c, lane, dir1, srv)?;
+    crate::dirperm::vouch_dir(c, lane, dir2, srv, &mut vouched)?;
+    let victims = [(dir1, n1), (dir2, n2)];
+    let (moved, mft, replaced) =
+        crate::dirperm::sticky_retry(c, lane, &victims, &mut vouched, |v| {
+            crate::session::retry_marked(|| {
+                lane.call_vouched(
+                    c,
+                    srv,
+                    v,
+                    Request::Rename {
+                        olddir: dir1,
+                        oldname: n1,
+                        newdir: dir2,
+                        newname: n2,
+                        flags,
+                    },
+                    |r| match r {
+                        Reply::Renamed {
+                            moved,
+                            ftype,
+                            replaced,
+                        } => Ok((moved, ftype, replaced)),
+                        _ => Err(Error::Protocol("Rename")),
+                    },
+                )
+            })
+        })?;
     if let Some((rino, _, freed_here)) = replaced {
         if !freed_here && !exchange {
             let _ = lane.call_ok(c, rino.owner(), Request::Unref { ino: rino });
@@ -789,23 +805,35 @@ fn cross_server_exchange(
                   (ino, ftype): (InodeId, FileType),
                   expect: InodeId,
                   server: usize| {
-        crate::session::retry_marked(|| {
-            lane.call_ok(
-                c,
-                server,
-                Request::Relink {
-                    dir,
-                    name,
-                    ino,
-                    ftype,
-                    expect,
-                },
-            )
+        let mut vouched = crate::dirperm::vouches_for(c, lane, dir, server)?;
+        crate::dirperm::sticky_retry(c, lane, &[(dir, name)], &mut vouched, |v| {
+            crate::session::retry_marked(|| {
+                lane.call_vouched(
+                    c,
+                    server,
+                    v,
+                    Request::Relink {
+                        dir,
+                        name,
+                        ino,
+                        ftype,
+                        expect,
+                    },
+                    |r| match r {
+                        Reply::Ok => Ok(()),
+                        _ => Err(Error::Protocol("Relink")),
+                    },
+                )
+            })
         })
     };
     let done = |dir: InodeId, name: &[u8], server: usize| {
         let _ = lane.call_ok(c, server, Request::MoveDone { dir, name });
     };
+    // Both names must be replaceable before either changes: an undo
+    // refused by a sticky directory would leave one inode under two names.
+    crate::dirperm::check_removable(c, lane, dir1, ino1)?;
+    crate::dirperm::check_removable(c, lane, dir2, ino2)?;
     relink(dir2, n2, (ino1, ft1), ino2, srv2)?;
     if let Err(e) = relink(dir1, n1, (ino2, ft2), ino1, srv1) {
         let _ = relink(dir2, n2, (ino2, ft2), ino1, srv2);
@@ -827,6 +855,8 @@ fn cross_server_exchange(
 /// Rename whose two entries live on different servers, coordinated by the
 /// client (Hare §6.2.3: servers never message each other):
 ///
+/// 0. the old name must be removable (write permission, sticky bit), as
+///    the undo of step 3 would need the same rights;
 /// 1. `Ref` on the moved inode's owner (when the new name's server does not
 ///    own it); for a directory this waits while another move of it is
 ///    under way, so a directory never has more than two names;
@@ -885,22 +915,26 @@ fn cross_server_rename(
                 ftype: FileType,
                 server: usize|
      -> Result<Option<(InodeId, FileType)>> {
-        crate::session::retry_marked(|| {
-            lane.call(
-                c,
-                server,
-                Request::Link {
-                    dir,
-                    name,
-                    ino,
-                    ftype,
-                    replace: true,
-                },
-                |r| match r {
-                    Reply::Linked { replaced } => Ok(replaced),
-                    _ => Err(Error::Protocol("Link")),
-                },
-            )
+        let mut vouched = crate::dirperm::vouches_for(c, lane, dir, server)?;
+        crate::dirperm::sticky_retry(c, lane, &[(dir, name)], &mut vouched, |v| {
+            crate::session::retry_marked(|| {
+                lane.call_vouched(
+                    c,
+                    server,
+                    v,
+                    Request::Link {
+                        dir,
+                        name,
+                        ino,
+                        ftype,
+                        replace: true,
+                    },
+                    |r| match r {
+                        Reply::Linked { replaced } => Ok(replaced),
+                        _ => Err(Error::Protocol("Link")),
+                    },
+                )
+            })
         })
     };
     let move_done = |dir: InodeId, name: &[u8], ftype: FileType, server: usize| {
@@ -918,6 +952,9 @@ fn cross_server_rename(
     let set_parent = |dir: InodeId, parent: InodeId| {
         let _ = lane.call_ok(c, dir.home(), Request::SetParent { dir, parent });
     };
+    // Step 0: the old name must be removable before the new one exists
+    // (see `dirperm::check_removable`).
+    crate::dirperm::check_removable(c, lane, dir1, ino1)?;
     take_ref(ino1, ft1, srv2)?;
     // Step 2.
     let marked = match victim {
@@ -950,22 +987,27 @@ fn cross_server_rename(
     } else {
         UnlinkKind::NonDirectory
     };
-    let removed = lane.call(
-        c,
-        srv1,
-        Request::Unlink {
-            dir: dir1,
-            name: n1,
-            kind,
-            expect: Some(ino1),
-        },
-        |r| match r {
-            Reply::Unlinked {
-                ino, freed_here, ..
-            } => Ok((ino, freed_here)),
-            _ => Err(Error::Protocol("Unlink")),
-        },
-    );
+    let removed = crate::dirperm::vouches_for(c, lane, dir1, srv1).and_then(|mut vouched| {
+        crate::dirperm::sticky_retry(c, lane, &[(dir1, n1)], &mut vouched, |v| {
+            lane.call_vouched(
+                c,
+                srv1,
+                v,
+                Request::Unlink {
+                    dir: dir1,
+                    name: n1,
+                    kind,
+                    expect: Some(ino1),
+                },
+                |r| match r {
+                    Reply::Unlinked {
+                        ino, freed_here, ..
+                    } => Ok((ino, freed_here)),
+                    _ => Err(Error::Protocol("Unlink")),
+                },
+            )
+        })
+    });
     let freed_here = match removed {
         Ok((_, f)) => f,
         Err(e) => {
@@ -1043,13 +1085,15 @@ pub fn link(
     }
     let name = last.name.as_bytes();
     let server = entry_server(w.dir, name, c.nservers);
+    let vouched = crate::dirperm::vouches_for(c, lane, w.dir, server)?;
     if ino.owner() != server {
         lane.call(c, ino.owner(), Request::Ref { ino }, |_| Ok(()))?;
     }
     let r = crate::session::retry_marked(|| {
-        lane.call(
+        lane.call_vouched(
             c,
             server,
+            vouched.as_slice(),
             Request::Link {
                 dir: w.dir,
                 name,

@@ -19,6 +19,7 @@
 //! buffer and channels; the boot socket is used under `boot_lock` with
 //! signals blocked.
 
+use std::borrow::Cow;
 use std::cell::UnsafeCell;
 use std::io::{IoSlice, IoSliceMut};
 use std::mem::MaybeUninit;
@@ -28,7 +29,7 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, 
 use atoll_msg::{ClientChannel, Control, PollMode, SharedRegion};
 use atoll_proto::boot::{BootReply, BootRequest, InstanceInfo, MAX_BOOT_PACKET};
 use atoll_proto::{
-    Cred, Extent, InodeId, Reply, ReplyFrame, Request, RequestFrame, SessionId, MAX_FRAME,
+    Cred, Extent, InodeId, Reply, ReplyFrame, Request, RequestFrame, SessionId, Vouched, MAX_FRAME,
 };
 use rustix::net::{
     RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer, SendFlags,
@@ -77,12 +78,30 @@ impl Lane {
     /// Send one request without waiting (directory broadcast, Hare
     /// §3.7.3). Returns the request id for [`Lane::recv`].
     pub fn send(&self, c: &Client, cred: Cred, server: usize, req: Request<'_>) -> Result<u64> {
+        self.send_vouched(c, cred, &[], server, req)
+    }
+
+    /// [`Lane::send`] with attributes of inodes owned by other servers that
+    /// the request's checks need (`atoll_proto::Vouched`, `dirperm.rs`).
+    pub fn send_vouched(
+        &self,
+        c: &Client,
+        cred: Cred,
+        vouched: &[Vouched],
+        server: usize,
+        req: Request<'_>,
+    ) -> Result<u64> {
         let chan = self.chans.get(server).ok_or(Error::Errno(libc::EINVAL))?;
         if matches!(req, Request::SetLock { .. }) && !c.any_locks.load(Ordering::Relaxed) {
             c.any_locks.store(true, Ordering::Relaxed);
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let frame = RequestFrame { id, cred, req };
+        let frame = RequestFrame {
+            id,
+            cred,
+            req,
+            vouched: Cow::Borrowed(vouched),
+        };
         // SAFETY: the caller holds this lane (LaneGuard), so no other
         // thread or handler uses `buf` now.
         let buf = unsafe { &mut *self.buf.get() };
@@ -103,6 +122,7 @@ impl Lane {
             id,
             cred: c.cred(),
             req,
+            vouched: Cow::Borrowed(&[]),
         };
         // SAFETY: the caller holds this lane (LaneGuard), so no other
         // thread or handler uses `buf` now.
@@ -235,6 +255,19 @@ impl Lane {
         f: impl FnOnce(Reply<'_>) -> Result<R>,
     ) -> Result<R> {
         let id = self.send(c, cred, server, req)?;
+        self.recv(c, server, id, f)
+    }
+
+    /// [`Lane::call`] carrying attributes of inodes owned elsewhere.
+    pub fn call_vouched<R>(
+        &self,
+        c: &Client,
+        server: usize,
+        vouched: &[Vouched],
+        req: Request<'_>,
+        f: impl FnOnce(Reply<'_>) -> Result<R>,
+    ) -> Result<R> {
+        let id = self.send_vouched(c, c.cred(), vouched, server, req)?;
         self.recv(c, server, id, f)
     }
 

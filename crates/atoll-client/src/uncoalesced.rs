@@ -68,10 +68,12 @@ pub fn open(
 
 fn make_regular(c: &Client, w: &Walker, name: &[u8], perm: u32) -> Result<InodeId> {
     let server = entry_server(w.dir, name, c.nservers);
+    let vouched = crate::dirperm::vouches_for(c, w.lane, w.dir, server)?;
     crate::session::retry_marked(|| {
-        w.lane.call(
+        w.lane.call_vouched(
             c,
             server,
+            vouched.as_slice(),
             Request::MakeNode {
                 dir: w.dir,
                 name,

@@ -329,6 +329,30 @@ pub enum LockOwner {
     Flock(DescId),
 }
 
+/// Attributes of an inode that another server owns, as the client read them
+/// from its owner, carried by a request whose checks need them.
+///
+/// A server checks write permission, the sticky bit and set-group-id
+/// inheritance of a directory itself only when it owns the directory's
+/// inode. The entries of a distributed directory (Hare §3.4) live on every
+/// server, and a name may name an inode owned elsewhere (creation affinity,
+/// hard links, renames), so a request about a name in a directory owned
+/// elsewhere carries the directory's attributes, and a request removing a
+/// name from a sticky directory may carry those of the inode it removes.
+/// Servers trust them as they trust the frame's [`Cred`]: an instance
+/// belongs to one user and its client library is trusted to say who calls
+/// and what it read (Hare's single fault domain); a server still refuses a
+/// name change in a directory it does not own when no attributes come with
+/// it, so a client that forgot them fails loudly (`EPROTO`).
+#[derive(Serialize, Deserialize, Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Vouched {
+    pub ino: InodeId,
+    /// Permission bits with set-id and sticky bits (`st_mode & 07777`).
+    pub perm: u32,
+    pub uid: u32,
+    pub gid: u32,
+}
+
 /// A request frame: the header every request carries plus the operation.
 #[derive(Serialize, Deserialize, Debug)]
 pub struct RequestFrame<'a> {
@@ -337,6 +361,9 @@ pub struct RequestFrame<'a> {
     pub cred: Cred,
     #[serde(borrow)]
     pub req: Request<'a>,
+    /// Attributes of inodes owned by other servers that this request's
+    /// checks need (see [`Vouched`]); empty for almost every request.
+    pub vouched: std::borrow::Cow<'a, [Vouched]>,
 }
 
 /// Request ids with this bit set are *posted*: the server serves them but
@@ -961,10 +988,17 @@ mod tests {
                 dir: ROOT,
                 name: b"hello",
             },
+            vouched: std::borrow::Cow::Borrowed(&[Vouched {
+                ino: ROOT,
+                perm: 0o1777,
+                uid: 7,
+                gid: 8,
+            }]),
         };
         let bytes = encode(&frame, &mut buf).unwrap().to_vec();
         let back: RequestFrame = decode(&bytes).unwrap();
         assert_eq!(back.id, 42);
+        assert_eq!(back.vouched[0].perm, 0o1777);
         match back.req {
             Request::Lookup { dir, name } => {
                 assert_eq!(dir, ROOT);

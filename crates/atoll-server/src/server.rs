@@ -80,7 +80,8 @@ pub fn serve_frame<S: BlockStore>(
         Ok(frame) => {
             let id = frame.id;
             let served = catch_unwind(AssertUnwindSafe(|| {
-                let reply = fs.handle(session, frame.cred, frame.req, scratch);
+                let reply =
+                    fs.handle_vouched(session, frame.cred, &frame.vouched, frame.req, scratch);
                 if is_posted(id) {
                     return Ok(None); // nobody waits for this reply
                 }
@@ -360,6 +361,7 @@ mod tests {
                 dir: ROOT,
                 name: b".",
             },
+            vouched: Default::default(),
         };
         let bytes = encode(&frame, &mut inb).unwrap().to_vec();
         let n = serve_frame(&mut fs, SessionId(1), &bytes, &mut scratch, &mut out).unwrap();
@@ -387,6 +389,7 @@ mod tests {
                 home: 0,
                 distributed: false,
             },
+            vouched: Default::default(),
         };
         let bytes = encode(&mk(atoll_proto::POSTED | 4), &mut inb)
             .unwrap()
@@ -424,6 +427,7 @@ mod tests {
                 newname: b"b",
                 flags: 0,
             },
+            vouched: Default::default(),
         };
         let bytes = encode(&frame, &mut inb).unwrap().to_vec();
         for cut in 0..bytes.len() {

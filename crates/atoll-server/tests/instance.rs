@@ -97,6 +97,7 @@ impl Lane {
                 gid: rustix::process::getegid().as_raw(),
             },
             req,
+            vouched: Default::default(),
         };
         let bytes = encode(&frame, &mut buf).unwrap();
         self.chans[server]

@@ -316,3 +316,41 @@ fn revoked_search_permission_is_seen_through_the_lookup_cache() {
         assert_eq!(host.0, got.0, "{opts:?}: {}", got.2);
     }
 }
+
+/// A sticky directory whose names were placed on other servers (creation
+/// affinity): `nobody` removes and renames its own files there and may
+/// not touch root's, exactly as Linux decides, whether the directory is
+/// ordinary (its server owns it but not the inodes) or distributed.
+#[test]
+fn sticky_directory_with_placed_inodes_matches_the_host() {
+    atoll_tests::require("setpriv");
+    let sysfs = two_sockets();
+    let script = r#"
+chmod 755 $ROOT
+mkdir $ROOT/tmp && chmod 1777 $ROOT/tmp || exit 9
+taskset -c 1 bash -c 'for i in $(seq 1 16); do echo r > $ROOT/tmp/r$i; done'
+taskset -c 1 setpriv --reuid=65534 --regid=65534 --clear-groups bash -c '
+t() { if out=$("$@" 2>&1); then echo "ok $*"; else echo "fail $*: ${out##*: }"; fi; }
+for i in $(seq 1 16); do
+  t sh -c "echo o > $ROOT/tmp/o$i"
+  t rm -f $ROOT/tmp/r$i
+  t mv -f $ROOT/tmp/o$i $ROOT/tmp/r$i
+  t mv $ROOT/tmp/o$i $ROOT/tmp/k$i
+  t rm $ROOT/tmp/k$i
+done
+'
+ls $ROOT/tmp | wc -l
+"#;
+    let (dir, host) = run_on_host(script);
+    let host = normalized(&host, dir.path());
+    assert!(host.1.contains("ok rm $ROOT/tmp/k1\n"), "{host:?}");
+    for opts in [
+        &["--servers", "2"][..],
+        &["--servers", "2", "--distribute", "all"][..],
+    ] {
+        let got = run(sysfs.path(), opts, script);
+        let got = normalized(&got, Path::new(MOUNT));
+        assert_eq!(host.1, got.1, "{opts:?}: atoll stderr:\n{}", got.2);
+        assert_eq!(host.0, got.0, "{opts:?}: {}", got.2);
+    }
+}

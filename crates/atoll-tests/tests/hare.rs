@@ -789,3 +789,117 @@ cat f
         );
     }
 }
+
+/// Instance configurations of the permission tests: one server, entries on
+/// servers that do not own their directory (distributed over 2 and 4, with
+/// and without the lookup cache), and plain directories over 3 servers.
+const PERMISSION_MODES: &[&[&str]] = &[
+    &["--servers", "1"],
+    &["--servers", "2", "--distribute", "all"],
+    &["--servers", "4", "--distribute", "all"],
+    &[
+        "--servers",
+        "4",
+        "--distribute",
+        "all",
+        "--without",
+        "dir-cache",
+    ],
+    &["--servers", "3"],
+];
+
+/// Write permission and the sticky bit (Hare §3.4, §3.7.1) for every kind
+/// of name change, as `nobody`, with enough names that every server holds
+/// some: nothing may be created in, removed from or renamed within a
+/// root-owned 0755 directory, and in a sticky 1777 directory only one's
+/// own names (or every name, for the directory's owner) may go.
+#[test]
+fn write_permission_and_sticky_bit_hold_on_every_shard() {
+    atoll_tests::require("setpriv");
+    let script = r#"
+chmod 755 "$ROOT"
+mkdir "$ROOT/pub" "$ROOT/tmp" "$ROOT/own"
+chmod 1777 "$ROOT/tmp" "$ROOT/own"
+chown 65534:65534 "$ROOT/own"
+for i in $(seq 0 23); do
+  echo r > "$ROOT/pub/r$i"; mkdir "$ROOT/pub/e$i"
+  echo r > "$ROOT/tmp/r$i"; echo r > "$ROOT/own/r$i"
+done
+setpriv --reuid=65534 --regid=65534 --clear-groups bash -c '
+t() { if out=$("$@" 2>&1); then echo "ok $*"; else echo "fail $*: ${out##*: }"; fi; }
+for i in $(seq 0 23); do
+  t sh -c "echo o > $ROOT/tmp/o$i"
+  t sh -c "echo x > $ROOT/pub/n$i"
+  t mkdir "$ROOT/pub/d$i"
+  t ln -s x "$ROOT/pub/s$i"
+  t mkfifo "$ROOT/pub/p$i"
+  t ln "$ROOT/tmp/o$i" "$ROOT/pub/h$i"
+  t rm -f "$ROOT/pub/r$i"
+  t rmdir "$ROOT/pub/e$i"
+  t mv "$ROOT/pub/r$i" "$ROOT/pub/m$i"
+  t mv "$ROOT/tmp/o$i" "$ROOT/pub/o$i"
+  t rm -f "$ROOT/tmp/r$i"
+  t mv "$ROOT/tmp/r$i" "$ROOT/tmp/q$i"
+  t mv -f "$ROOT/tmp/o$i" "$ROOT/tmp/r$i"
+  t mv "$ROOT/tmp/o$i" "$ROOT/tmp/k$i"
+  t ln "$ROOT/tmp/k$i" "$ROOT/tmp/l$i"
+  t rm "$ROOT/tmp/l$i"
+  t mv "$ROOT/own/r$i" "$ROOT/own/q$i"
+  t rm "$ROOT/own/q$i"
+done
+'
+ls "$ROOT/pub" | sort | md5sum
+ls "$ROOT/tmp" | sort | md5sum
+ls "$ROOT/own" | wc -l
+"#;
+    let (dir, host) = atoll_tests::run_on_host(script);
+    let host = atoll_tests::normalized(&host, dir.path());
+    assert!(
+        host.1
+            .contains("fail rm -f $ROOT/tmp/r0: Operation not permitted")
+            && host
+                .1
+                .contains("fail mkdir $ROOT/pub/d0: Permission denied"),
+        "host: {host:?}"
+    );
+    for opts in PERMISSION_MODES {
+        assert_same(opts, script, true);
+    }
+}
+
+/// A directory with the set-group-id bit gives its group to every new
+/// name, and the bit to new subdirectories (Linux `inode_init_owner`),
+/// whichever server holds the entry and the new inode; a caller outside
+/// that group loses the set-group-id bit of a new file.
+#[test]
+fn set_group_id_directories_pass_their_group_on_every_shard() {
+    atoll_tests::require("setpriv");
+    // Run by `nobody`: a python3 outside root's home.
+    assert!(
+        std::path::Path::new("/usr/bin/python3").exists(),
+        "/usr/bin/python3 is not installed"
+    );
+    let script = r#"
+umask 022
+chmod 755 "$ROOT"
+mkdir "$ROOT/sg" "$ROOT/sgw"
+chgrp 4242 "$ROOT/sg" "$ROOT/sgw"
+chmod 2775 "$ROOT/sg"
+chmod 2777 "$ROOT/sgw"
+for i in $(seq 0 15); do
+  echo f > "$ROOT/sg/f$i"; mkdir "$ROOT/sg/d$i"; mkfifo "$ROOT/sg/p$i"
+  ln -s x "$ROOT/sg/s$i"; mkdir "$ROOT/sg/d$i/sub"; echo g > "$ROOT/sg/d$i/sub/g"
+done
+setpriv --reuid=65534 --regid=65534 --clear-groups /usr/bin/python3 -c '
+import os
+for i in range(16):
+    os.close(os.open(os.environ["ROOT"] + "/sgw/n%d" % i, os.O_CREAT | os.O_WRONLY, 0o2775))
+    os.mkdir(os.environ["ROOT"] + "/sgw/m%d" % i, 0o775)
+'
+cd "$ROOT"
+find sg sgw | sort | while read -r p; do stat -c '%n %u %g %a %F' "$p"; done
+"#;
+    for opts in PERMISSION_MODES {
+        assert_same(opts, script, true);
+    }
+}

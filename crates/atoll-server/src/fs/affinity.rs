@@ -7,19 +7,24 @@
 //!
 //! 1. `CreateInode` here: a new inode no entry names yet (link count 0),
 //!    *pending* for the creating session, and with `open` a description;
-//! 2. `Link` at the entry's server; on success `Adopt` here (posted), which
-//!    turns the pending name into the inode's first link. On failure the
-//!    client sends `Unref` (and closes the description), which frees it.
+//! 2. `Adopt` here (posted): the pending inode takes its first link;
+//! 3. `Link` at the entry's server. On failure the client sends `Unref`
+//!    (and closes the description), which frees it.
 //!
-//! Crash safety: a pending inode is tied to its session, so a creator
-//! killed before its `Link` leaks nothing: the session's death frees the
-//! inode. Known window: a creator killed after its `Link` succeeded but
-//! before this server served its `Adopt` leaves an entry naming a freed
-//! inode (lookups of it answer `ENOENT` when opened).
+//! Crash safety: the link is counted before the name can exist. A server
+//! serves the requests a dead session queued before dropping it, and the
+//! client enqueues `Adopt` here before it sends `Link`, so a creator
+//! killed at any instant leaves either no name and a freed inode (killed
+//! before `Adopt` was enqueued: the session's death frees the pending
+//! inode) or an inode holding one link — never a name whose inode is gone.
+//! A creator killed between enqueuing `Adopt` and sending `Link` (a few
+//! instructions), or after a failed `Link` before its `Unref`, leaves an
+//! inode no name reaches (a leak, never corruption): without messages
+//! between servers, no order of the steps avoids both.
 //!
-//! While pending, `Unref` (another client removed the new name before the
-//! `Adopt` arrived) consumes the pending name, and the `Adopt` that follows
-//! is a no-op.
+//! While pending, `Unref` (another client removed the new name before an
+//! `Adopt` posted on another lane arrived) consumes the pending name, and
+//! the `Adopt` that follows is a no-op.
 
 use std::collections::HashMap;
 
@@ -157,8 +162,8 @@ impl<S: BlockStore> FileServer<S> {
         false
     }
 
-    /// The session died: its pending inodes go (their `Link` never
-    /// happened, or see the module docs for the window after it).
+    /// The session died: its pending inodes go (their `Adopt` was never
+    /// enqueued, so neither was their `Link`).
     pub(super) fn abandon_creations(&mut self, session: SessionId) {
         let gone: Vec<InodeId> = self
             .creating
@@ -180,7 +185,7 @@ mod tests {
     use super::super::FsConfig;
     use super::*;
     use crate::store::MemStore;
-    use atoll_proto::{Cred, Request, UnlinkKind, ROOT};
+    use atoll_proto::{Cred, Request, UnlinkKind, Vouched, ROOT};
 
     const S1: SessionId = SessionId(1);
     const S2: SessionId = SessionId(2);
@@ -208,11 +213,21 @@ mod tests {
         f.stats().inodes
     }
 
+    /// ROOT's attributes as a client reads them from server 0 and vouches
+    /// for them to a server that does not own ROOT.
+    const ROOT_ATTRS: Vouched = Vouched {
+        ino: ROOT,
+        perm: 0o755,
+        uid: USER.uid,
+        gid: USER.gid,
+    };
+
     fn create(f: &mut FileServer<MemStore>, s: SessionId, open: Option<u32>) -> (InodeId, u64) {
         let mut out = Vec::new();
-        let r = f.handle(
+        let r = f.handle_vouched(
             s,
             USER,
+            &[ROOT_ATTRS],
             Request::CreateInode {
                 dir: ROOT,
                 ftype: FileType::Regular,
@@ -302,9 +317,10 @@ mod tests {
         let mut out = Vec::new();
         let r = f.handle(S2, USER, Request::Adopt { ino }, &mut out);
         assert!(matches!(r, Reply::Err(Errno::EPERM)), "{r:?}");
-        let r = f.handle(
+        let r = f.handle_vouched(
             S1,
             USER,
+            &[ROOT_ATTRS],
             Request::CreateInode {
                 dir: ROOT,
                 ftype: FileType::Directory,
@@ -316,6 +332,99 @@ mod tests {
             &mut out,
         );
         assert!(matches!(r, Reply::Err(Errno::EINVAL)), "{r:?}");
+    }
+
+    /// Lookup of `name` in ROOT at `s0`: the inode it names, if any.
+    fn named(s0: &mut FileServer<MemStore>, name: &[u8]) -> Option<InodeId> {
+        let mut out = Vec::new();
+        match s0.handle(S2, USER, Request::Lookup { dir: ROOT, name }, &mut out) {
+            Reply::Entry { ino, .. } => Some(ino),
+            _ => None,
+        }
+    }
+
+    /// The client's steps (Hare §3.7.5) with the creator's session dying
+    /// after each one on both servers: whatever name exists afterwards
+    /// names a live inode with one link.
+    #[test]
+    fn a_creator_dying_between_any_two_steps_leaves_no_dangling_name() {
+        for steps_done in 0..=3 {
+            // Server 0 holds ROOT's entries; the inode goes to server 1.
+            let mut s0 = fs(0);
+            let mut s1 = fs(1);
+            let base = inodes(&s1);
+            let name = b"f";
+            let mut made = None;
+            for step in 0..steps_done {
+                match step {
+                    0 => made = Some(create(&mut s1, S1, Some(libc::O_RDWR as u32))),
+                    1 => ok(
+                        &mut s1,
+                        S1,
+                        Request::Adopt {
+                            ino: made.unwrap().0,
+                        },
+                    ),
+                    _ => {
+                        let mut out = Vec::new();
+                        let r = s0.handle(
+                            S1,
+                            USER,
+                            Request::Link {
+                                dir: ROOT,
+                                name,
+                                ino: made.unwrap().0,
+                                ftype: FileType::Regular,
+                                replace: false,
+                            },
+                            &mut out,
+                        );
+                        assert!(matches!(r, Reply::Linked { .. }), "{r:?}");
+                    }
+                }
+            }
+            s0.session_closed(S1);
+            s1.session_closed(S1);
+            match named(&mut s0, name) {
+                Some(ino) => {
+                    let a = s1.attr(ino);
+                    assert!(a.is_ok(), "after {steps_done} steps: dangling name");
+                    assert_eq!(a.unwrap().nlink, 1, "after {steps_done} steps");
+                }
+                None if steps_done <= 1 => {
+                    assert_eq!(inodes(&s1), base, "after {steps_done} steps: not freed");
+                }
+                // Adopted, `Link` never sent: the inode no name reaches
+                // that the module docs admit.
+                None => assert_eq!(inodes(&s1), base + 1),
+            }
+        }
+    }
+
+    /// The former order (`Link`, then `Adopt`) is what dangled: the same
+    /// death after `Link` frees the inode the new name names.
+    #[test]
+    fn a_link_before_adopt_would_dangle() {
+        let mut s0 = fs(0);
+        let mut s1 = fs(1);
+        let (ino, _) = create(&mut s1, S1, None);
+        let mut out = Vec::new();
+        let r = s0.handle(
+            S1,
+            USER,
+            Request::Link {
+                dir: ROOT,
+                name: b"f",
+                ino,
+                ftype: FileType::Regular,
+                replace: false,
+            },
+            &mut out,
+        );
+        assert!(matches!(r, Reply::Linked { .. }), "{r:?}");
+        s1.session_closed(S1);
+        assert_eq!(named(&mut s0, b"f"), Some(ino));
+        assert!(s1.attr(ino).is_err());
     }
 
     #[test]

@@ -17,9 +17,13 @@
 //! here, and a partition of the buffer cache. It never messages another
 //! server; whatever spans servers the client coordinates (Hare §6.2.3).
 //! Hence some checks need state another server holds and are the client's:
-//! * permission checks on a directory apply here only when this server owns
-//!   the directory inode (search, write, sticky bit, set-group-id
-//!   inheritance); otherwise the client checks the attributes it fetched;
+//! * permission checks on a directory use its inode when this server owns
+//!   it; otherwise the attributes the client read from the owner and sent
+//!   with the request (`atoll_proto::Vouched`: write permission, the
+//!   sticky bit and set-group-id inheritance, required for every name
+//!   change; Hare §3.4, §3.7.1), or, for search alone, the client's own
+//!   `Access` to the owner. The sticky bit also needs the owner of the
+//!   inode a name names, vouched for when another server owns it;
 //! * moving a directory into its own subtree (`EINVAL`) needs ancestry, so
 //!   the client checks it;
 //! * emptiness of a directory whose entries live elsewhere is established by
@@ -56,8 +60,8 @@ use std::time::Instant;
 
 use atoll_proto::{
     entry_server, Attr, Cred, DescId, Errno, Extent, FileType, InodeId, LockOwner, Reply, Request,
-    ServerStats, SessionId, SetAttr, StatFsInfo, TimeSet, Timespec, UnlinkKind, BLOCK_SIZE,
-    MAX_FRAME, MAX_SERVERS, MAX_TARGET, MAX_XATTR_VALUE, RENAME_VICTIM_MARKED, ROOT,
+    ServerStats, SessionId, SetAttr, StatFsInfo, TimeSet, Timespec, UnlinkKind, Vouched,
+    BLOCK_SIZE, MAX_FRAME, MAX_SERVERS, MAX_TARGET, MAX_XATTR_VALUE, RENAME_VICTIM_MARKED, ROOT,
 };
 
 pub use dir::parse_dirents;
@@ -465,9 +469,22 @@ impl<S: BlockStore> FileServer<S> {
         req: Request<'_>,
         out: &'o mut Vec<u8>,
     ) -> Reply<'o> {
+        self.handle_vouched(session, cred, &[], req, out)
+    }
+
+    /// [`FileServer::handle`] for a request that carries attributes of
+    /// inodes owned elsewhere (see `atoll_proto::Vouched`). Hot path.
+    pub fn handle_vouched<'o>(
+        &mut self,
+        session: SessionId,
+        cred: Cred,
+        vouched: &[Vouched],
+        req: Request<'_>,
+        out: &'o mut Vec<u8>,
+    ) -> Reply<'o> {
         let t0 = Instant::now();
         let op = op_index(&req);
-        let who = self.caller(session, cred);
+        let who = self.caller(session, cred, vouched);
         let r = self.dispatch(session, &who, req, out);
         let ns = t0.elapsed().as_nanos() as u64;
         self.requests += 1;
@@ -476,7 +493,7 @@ impl<S: BlockStore> FileServer<S> {
         r.unwrap_or_else(Reply::Err)
     }
 
-    fn caller(&mut self, session: SessionId, cred: Cred) -> Caller {
+    fn caller<'v>(&mut self, session: SessionId, cred: Cred, vouched: &'v [Vouched]) -> Caller<'v> {
         let groups = match self.sessions.get(&session) {
             Some(s) => s.groups.clone(),
             None => {
@@ -488,6 +505,7 @@ impl<S: BlockStore> FileServer<S> {
             uid: cred.uid,
             gid: cred.gid,
             groups,
+            vouched,
         }
     }
 
@@ -820,14 +838,31 @@ impl<S: BlockStore> FileServer<S> {
         })
     }
 
-    /// Check `mask` on directory `dir` when this server owns it (see the
-    /// module docs for directories owned elsewhere).
+    /// Mode, owner and group of directory `dir`: from its inode when this
+    /// server owns it, otherwise as the request vouches for them (module
+    /// docs); `None` when neither.
+    fn dir_attrs(&self, dir: InodeId, who: &Caller) -> Option<(u32, u32, u32)> {
+        if self.owns(dir) {
+            return self.inodes.get(&dir).map(|d| (d.perm, d.uid, d.gid));
+        }
+        who.vouched_for(dir).map(|v| (v.perm, v.uid, v.gid))
+    }
+
+    /// Check `mask` on directory `dir`. Owned here: its inode decides.
+    /// Owned elsewhere: the attributes the request vouches for decide; a
+    /// name change (`MAY_WRITE`) without them is a client error (`EPROTO`),
+    /// while search permission alone the client may have asked the owner
+    /// for already (`Access`, Hare §3.7.1).
     fn dir_check(&self, dir: InodeId, who: &Caller, mask: u32) -> Result<(), Errno> {
         if self.removed.contains(&dir) {
             return Err(Errno::ENOENT);
         }
         if !self.owns(dir) {
-            return Ok(());
+            return match who.vouched_for(dir) {
+                Some(v) => check(FileType::Directory, v.perm, v.uid, v.gid, who, mask),
+                None if mask & MAY_WRITE != 0 => Err(Errno::EPROTO),
+                None => Ok(()),
+            };
         }
         let d = self.inode(dir)?;
         if d.ftype != FileType::Directory {
@@ -866,17 +901,30 @@ impl<S: BlockStore> FileServer<S> {
         }
     }
 
-    /// Sticky directories: only the owner of the entry's inode, of the
-    /// directory, or root may remove or replace it. Checked when this server
-    /// owns the directory and the victim.
+    /// Sticky directories (Linux `check_sticky`): only the owner of the
+    /// entry's inode, of the directory, or root may remove or replace it.
+    /// The directory's mode and owner come from `dir_attrs`; the victim's
+    /// owner from its inode when owned here, otherwise from the request's
+    /// vouched attributes. Without them the answer is `EPERM`, and a client
+    /// that can vouch for the victim asks again with them.
     fn sticky_ok(&self, dir: InodeId, victim: InodeId, who: &Caller) -> Result<(), Errno> {
-        let (Some(d), Some(v)) = (self.inodes.get(&dir), self.inodes.get(&victim)) else {
+        let Some((perm, dir_uid, _)) = self.dir_attrs(dir, who) else {
+            // Owned elsewhere and nothing vouched: `dir_check` refused the
+            // name change already.
             return Ok(());
         };
-        if d.perm & libc::S_ISVTX != 0 && !who.is_root() && who.uid != d.uid && who.uid != v.uid {
-            return Err(Errno::EPERM);
+        if perm & libc::S_ISVTX == 0 || who.is_root() || who.uid == dir_uid {
+            return Ok(());
         }
-        Ok(())
+        let victim_uid = match self.inodes.get(&victim) {
+            Some(v) => Some(v.uid),
+            None => who.vouched_for(victim).map(|v| v.uid),
+        };
+        if victim_uid == Some(who.uid) {
+            Ok(())
+        } else {
+            Err(Errno::EPERM)
+        }
     }
 
     /// Create an inode on this server (owner, and group by the
@@ -891,9 +939,9 @@ impl<S: BlockStore> FileServer<S> {
         distributed: bool,
     ) -> InodeId {
         let mut gid = who.gid;
-        if let Some(d) = self.inodes.get(&dir) {
-            if d.perm & libc::S_ISGID != 0 {
-                gid = d.gid;
+        if let Some((dir_perm, _, dir_gid)) = self.dir_attrs(dir, who) {
+            if dir_perm & libc::S_ISGID != 0 {
+                gid = dir_gid;
                 if ftype == FileType::Directory {
                     perm |= libc::S_ISGID;
                 } else if perm & (libc::S_ISGID | libc::S_IXGRP) == (libc::S_ISGID | libc::S_IXGRP)

@@ -1,29 +1,37 @@
 //! Linux's permission rules for one caller (`generic_permission`,
 //! `inode_owner_or_capable`, `mode_strip_sgid`, `should_remove_suid`).
 //!
-//! The caller is described by its fsuid/fsgid (from the request frame) and
-//! the supplementary groups its session registered with `SetGroups`. Root
+//! The caller is described by its fsuid/fsgid (from the request frame),
+//! the supplementary groups its session registered with `SetGroups`, and
+//! the attributes of inodes owned elsewhere that the request carries
+//! (`atoll_proto::Vouched`, for directories this server does not own). Root
 //! (fsuid 0) bypasses read/write checks, and execute checks too except that
 //! a non-directory needs at least one execute bit, exactly as Linux's
 //! `CAP_DAC_OVERRIDE`.
 
 use std::rc::Rc;
 
-use atoll_proto::{Errno, FileType};
+use atoll_proto::{Errno, FileType, InodeId, Vouched};
 
 pub const MAY_EXEC: u32 = 1;
 pub const MAY_WRITE: u32 = 2;
 pub const MAY_READ: u32 = 4;
 
-/// Who is asking: fsuid, fsgid and supplementary groups.
+/// Who is asking: fsuid, fsgid and supplementary groups, and what the
+/// request says about inodes owned by other servers.
 #[derive(Clone, Debug)]
-pub struct Caller {
+pub struct Caller<'v> {
     pub uid: u32,
     pub gid: u32,
     pub groups: Rc<[u32]>,
+    pub vouched: &'v [Vouched],
 }
 
-impl Caller {
+impl Caller<'_> {
+    /// The attributes the request carries for `ino`, if any.
+    pub fn vouched_for(&self, ino: InodeId) -> Option<&Vouched> {
+        self.vouched.iter().find(|v| v.ino == ino)
+    }
     pub fn is_root(&self) -> bool {
         self.uid == 0
     }
@@ -81,11 +89,12 @@ pub fn kill_priv(perm: u32) -> u32 {
 mod tests {
     use super::*;
 
-    fn who(uid: u32, gid: u32, groups: &[u32]) -> Caller {
+    fn who(uid: u32, gid: u32, groups: &[u32]) -> Caller<'static> {
         Caller {
             uid,
             gid,
             groups: groups.into(),
+            vouched: &[],
         }
     }
 

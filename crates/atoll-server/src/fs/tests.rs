@@ -118,6 +118,10 @@ impl T {
     fn call(&mut self, s: SessionId, c: Cred, req: Request<'_>) -> Own {
         own(self.fs.handle(s, c, req, &mut self.out))
     }
+    /// A request carrying attributes of inodes owned elsewhere.
+    fn callv(&mut self, s: SessionId, c: Cred, v: &[Vouched], req: Request<'_>) -> Own {
+        own(self.fs.handle_vouched(s, c, v, req, &mut self.out))
+    }
     fn ok(&mut self, s: SessionId, c: Cred, req: Request<'_>) -> Own {
         let r = self.call(s, c, req);
         assert!(!matches!(r, Own::Err(_)), "unexpected {r:?}");
@@ -1688,6 +1692,265 @@ fn sticky_directories_only_let_owners_remove_entries() {
     assert!(
         matches!(rm(&mut t, USER, "mine"), Own::Unlinked(..)),
         "directory owner"
+    );
+}
+
+/// Server 1 of 2 holding a shard of a distributed directory that server 0
+/// owns, and `n` names whose entries live here.
+fn shard_of_foreign_directory(n: usize) -> (T, InodeId, Vec<String>) {
+    let t = server_n(1, 2, 16);
+    let dir = InodeId::new(0, 0, true, 77);
+    let names = (0..)
+        .map(|i| format!("n{i}"))
+        .filter(|name| entry_server(dir, name.as_bytes(), 2) == 1)
+        .take(n)
+        .collect();
+    (t, dir, names)
+}
+
+fn attrs_of(dir: InodeId, perm: u32, uid: u32, gid: u32) -> Vouched {
+    Vouched {
+        ino: dir,
+        perm,
+        uid,
+        gid,
+    }
+}
+
+fn make_node(dir: InodeId, name: &str, ftype: FileType) -> Request<'_> {
+    Request::MakeNode {
+        dir,
+        name: name.as_bytes(),
+        ftype,
+        perm: 0o755,
+        rdev: 0,
+        target: b"x",
+        home: 1,
+        distributed: false,
+    }
+}
+
+fn unlink(dir: InodeId, name: &str) -> Request<'_> {
+    Request::Unlink {
+        dir,
+        name: name.as_bytes(),
+        kind: UnlinkKind::NonDirectory,
+        expect: None,
+    }
+}
+
+fn create_req(dir: InodeId, name: &str, flags: u32) -> Request<'_> {
+    Request::Open {
+        dir,
+        name: name.as_bytes(),
+        flags: flags | CREAT,
+        perm: 0o644,
+        umask: 0,
+    }
+}
+
+fn rename_req<'a>(dir: InodeId, from: &'a str, to: &'a str) -> Request<'a> {
+    Request::Rename {
+        olddir: dir,
+        oldname: from.as_bytes(),
+        newdir: dir,
+        newname: to.as_bytes(),
+        flags: 0,
+    }
+}
+
+#[test]
+fn name_changes_in_a_directory_owned_elsewhere_need_its_attributes() {
+    let (mut t, dir, names) = shard_of_foreign_directory(2);
+    let (a, b) = (names[0].as_str(), names[1].as_str());
+    // Search alone is the client's to have asked the owner for.
+    assert_eq!(
+        t.call(
+            S1,
+            OTHER,
+            Request::Lookup {
+                dir,
+                name: a.as_bytes()
+            }
+        ),
+        Own::Err(Errno::ENOENT)
+    );
+    // A name change without the directory's attributes is a client error.
+    for ft in [FileType::Regular, FileType::Directory, FileType::Symlink] {
+        assert_eq!(
+            t.call(S1, ROOTC, make_node(dir, a, ft)),
+            Own::Err(Errno::EPROTO)
+        );
+    }
+    let root_0755 = [attrs_of(dir, 0o755, 0, 0)];
+    assert_eq!(
+        t.open_as(S1, OTHER, dir, a, RW | CREAT, 0o644).unwrap_err(),
+        Errno::EPROTO
+    );
+    // With them the server applies Linux's rules as if it owned it.
+    for ft in [FileType::Regular, FileType::Directory, FileType::Fifo] {
+        assert_eq!(
+            t.callv(S1, OTHER, &root_0755, make_node(dir, a, ft)),
+            Own::Err(Errno::EACCES)
+        );
+    }
+    assert_eq!(
+        t.callv(S1, OTHER, &root_0755, create_req(dir, a, RW)),
+        Own::Err(Errno::EACCES)
+    );
+    assert!(matches!(
+        t.callv(S1, ROOTC, &root_0755, create_req(dir, a, RW)),
+        Own::Opened(_, _, true)
+    ));
+    // Opening an existing name with O_CREAT needs no write permission.
+    let rdonly = libc::O_RDONLY as u32;
+    assert!(matches!(
+        t.callv(S1, OTHER, &root_0755, create_req(dir, a, rdonly)),
+        Own::Opened(_, _, false)
+    ));
+    assert_eq!(
+        t.callv(S1, OTHER, &root_0755, unlink(dir, a)),
+        Own::Err(Errno::EACCES)
+    );
+    assert_eq!(t.call(S1, OTHER, unlink(dir, a)), Own::Err(Errno::EPROTO));
+    assert_eq!(
+        t.callv(S1, OTHER, &root_0755, rename_req(dir, a, b)),
+        Own::Err(Errno::EACCES)
+    );
+    let link = Request::Link {
+        dir,
+        name: b.as_bytes(),
+        ino: InodeId::new(0, 0, false, 99),
+        ftype: FileType::Regular,
+        replace: false,
+    };
+    assert_eq!(
+        t.callv(S1, OTHER, &root_0755, link),
+        Own::Err(Errno::EACCES)
+    );
+    // The group class: a member of the directory's group may write.
+    t.ok(S2, OTHER, Request::SetGroups { groups: vec![77] });
+    let group_writable = [attrs_of(dir, 0o775, 0, 77)];
+    assert!(matches!(
+        t.callv(S2, OTHER, &group_writable, unlink(dir, a)),
+        Own::Unlinked(..)
+    ));
+}
+
+#[test]
+fn sticky_bit_of_a_directory_owned_elsewhere_protects_other_users_names() {
+    let (mut t, dir, names) = shard_of_foreign_directory(3);
+    let tmp = [attrs_of(dir, 0o1777, 0, 0)];
+    let third = Cred {
+        uid: 3000,
+        gid: 3000,
+    };
+    // `theirs` lives here; `remote` names an inode server 0 owns.
+    t.callv(
+        S1,
+        OTHER,
+        &tmp,
+        make_node(dir, &names[0], FileType::Regular),
+    );
+    let remote = InodeId::new(0, 0, false, 99);
+    let link = Request::Link {
+        dir,
+        name: names[1].as_bytes(),
+        ino: remote,
+        ftype: FileType::Regular,
+        replace: false,
+    };
+    assert!(matches!(t.callv(S1, OTHER, &tmp, link), Own::Linked(None)));
+    assert_eq!(
+        t.callv(S1, third, &tmp, unlink(dir, &names[0])),
+        Own::Err(Errno::EPERM)
+    );
+    // Nothing is known of the remote inode's owner: refused until vouched.
+    assert_eq!(
+        t.callv(S1, OTHER, &tmp, unlink(dir, &names[1])),
+        Own::Err(Errno::EPERM)
+    );
+    let theirs = attrs_of(remote, 0o644, OTHER.uid, OTHER.gid);
+    assert_eq!(
+        t.callv(S1, third, &[tmp[0], theirs], unlink(dir, &names[1])),
+        Own::Err(Errno::EPERM)
+    );
+    assert_eq!(
+        t.callv(S1, third, &tmp, rename_req(dir, &names[0], &names[2])),
+        Own::Err(Errno::EPERM)
+    );
+    assert!(matches!(
+        t.callv(S1, OTHER, &[tmp[0], theirs], unlink(dir, &names[1])),
+        Own::Unlinked(_, _, false)
+    ));
+    // The directory's owner may remove anything.
+    let owned_by_third = [attrs_of(dir, 0o1777, third.uid, 0)];
+    assert!(matches!(
+        t.callv(S1, third, &owned_by_third, unlink(dir, &names[0])),
+        Own::Unlinked(..)
+    ));
+}
+
+#[test]
+fn sticky_directory_owned_here_needs_the_owner_of_a_remote_victim() {
+    // An ordinary sticky directory on server 0 naming an inode server 1
+    // owns (creation affinity, a hard link or a rename put it there).
+    let mut t = server_n(0, 2, 16);
+    let tmp = t.mkdir(ROOT, "tmp");
+    t.setattr(USER, tmp, perm_only(0o1777)).unwrap();
+    let remote = InodeId::new(1, 1, false, 5);
+    let link = Request::Link {
+        dir: tmp,
+        name: b"f",
+        ino: remote,
+        ftype: FileType::Regular,
+        replace: false,
+    };
+    assert!(matches!(t.call(S2, OTHER, link), Own::Linked(None)));
+    let third = Cred {
+        uid: 3000,
+        gid: 3000,
+    };
+    assert_eq!(t.call(S1, third, unlink(tmp, "f")), Own::Err(Errno::EPERM));
+    let theirs = [attrs_of(remote, 0o644, OTHER.uid, OTHER.gid)];
+    assert_eq!(
+        t.callv(S1, third, &theirs, unlink(tmp, "f")),
+        Own::Err(Errno::EPERM)
+    );
+    assert!(matches!(
+        t.callv(S2, OTHER, &theirs, unlink(tmp, "f")),
+        Own::Unlinked(..)
+    ));
+}
+
+#[test]
+fn set_group_id_of_a_directory_owned_elsewhere_is_inherited() {
+    let (mut t, dir, names) = shard_of_foreign_directory(2);
+    let shared = [attrs_of(dir, 0o2777, 0, 500)];
+    let Own::Entry(sub, _) = t.callv(
+        S1,
+        OTHER,
+        &shared,
+        make_node(dir, &names[0], FileType::Directory),
+    ) else {
+        panic!("mkdir refused")
+    };
+    let a = t.stat(sub).unwrap();
+    assert_eq!((a.gid, a.perm & 0o7777), (500, 0o2755));
+    let open = Request::Open {
+        dir,
+        name: names[1].as_bytes(),
+        flags: RW | CREAT,
+        perm: 0o2775,
+        umask: 0,
+    };
+    let Own::Opened(_, fa, true) = t.callv(S1, OTHER, &shared, open) else {
+        panic!("create refused")
+    };
+    assert_eq!(
+        (fa.gid, fa.perm & 0o7777),
+        (500, 0o775),
+        "non-member loses set-group-id"
     );
 }
 

@@ -752,6 +752,13 @@ rm -r d
         k["hybrid_fd.offsets_reclaimed"].as_u64().unwrap_or(0) > 0,
         "{k}"
     );
+    // 21 files created, each with one message (Hare §3.7.4).
+    let creates = k["coalescing.combined_creates"].as_u64().unwrap_or(0);
+    assert!(creates >= 21, "{k}");
+    assert!(
+        k["coalescing.messages_saved"].as_u64().unwrap_or(0) >= 2 * creates,
+        "{k}"
+    );
 }
 
 /// Incoherent emulation (Hare §3.3.1): close-to-open holds, and a reader

@@ -282,6 +282,8 @@ pub struct FileServer<S> {
     track: track::Tracker,
     /// Sums of what clients reported (`Request::ClientCounters`).
     client_counters: atoll_proto::ClientCounters,
+    /// Work done in one message that Hare's protocol splits (§3.7.4).
+    coalesced: Coalesced,
     /// Which session marked each directory marked here (three-phase rmdir,
     /// Hare §3.4.1): its marks are aborted if it dies, so waiters go on.
     marks: HashMap<InodeId, SessionId>,
@@ -295,6 +297,46 @@ pub struct FileServer<S> {
     /// parents (`Request::RenameLock`; used on server 0). Not re-entrant:
     /// threads of one process (one session) wait for each other too.
     rename_lock: Option<SessionId>,
+}
+
+/// Requests that did in one message what Hare's protocol does in several
+/// (§3.7.4), and the messages that saved: an `Open` that found the name
+/// and opened its inode (LOOKUP + OPEN), an `Open` that created the file
+/// (CREATE inode + ADD_MAP + OPEN), a `MakeNode` (CREATE inode + ADD_MAP).
+#[derive(Default, Debug, Clone, Copy, PartialEq, Eq)]
+struct Coalesced {
+    opens: u64,
+    creates: u64,
+    nodes: u64,
+}
+
+impl Coalesced {
+    fn opened(&mut self, created: bool) {
+        if created {
+            self.creates += 1;
+        } else {
+            self.opens += 1;
+        }
+    }
+
+    fn made_node(&mut self) {
+        self.nodes += 1;
+    }
+
+    /// Messages a client would have sent without coalescing, minus the
+    /// ones it sent.
+    fn messages_saved(&self) -> u64 {
+        self.opens + 2 * self.creates + self.nodes
+    }
+
+    fn counters(&self) -> [(&'static str, u64); 4] {
+        [
+            ("coalescing.combined_opens", self.opens),
+            ("coalescing.combined_creates", self.creates),
+            ("coalescing.combined_nodes", self.nodes),
+            ("coalescing.messages_saved", self.messages_saved()),
+        ]
+    }
 }
 
 /// A provisional name `(dir, name)` → `ino` added by `session`'s `Link`
@@ -326,6 +368,7 @@ impl<S: BlockStore> FileServer<S> {
             ops: [(0, 0); OP_NAMES.len()],
             track: track::Tracker::new(cfg.track_lookups),
             client_counters: Default::default(),
+            coalesced: Coalesced::default(),
             marks: HashMap::new(),
             move_refs: Vec::new(),
             move_links: Vec::new(),
@@ -439,6 +482,11 @@ impl<S: BlockStore> FileServer<S> {
                 v.push((name.into(), n));
             }
         }
+        for (name, n) in self.coalesced.counters() {
+            if n > 0 {
+                v.push((name.into(), n));
+            }
+        }
         for (name, n) in self.creating.counters() {
             if n > 0 {
                 v.push((name.into(), n));
@@ -538,7 +586,13 @@ impl<S: BlockStore> FileServer<S> {
                 flags,
                 perm,
                 umask,
-            } => self.open(session, who, dir, name, flags, perm & !umask, out),
+            } => {
+                let r = self.open(session, who, dir, name, flags, perm & !umask, out);
+                if let Ok(Reply::Opened { created, .. }) = &r {
+                    self.coalesced.opened(*created);
+                }
+                r
+            }
             Q::MakeNode {
                 dir,
                 name,
@@ -548,7 +602,14 @@ impl<S: BlockStore> FileServer<S> {
                 target,
                 home,
                 distributed,
-            } => self.make_node(who, dir, name, ftype, perm, rdev, target, home, distributed),
+            } => {
+                let r =
+                    self.make_node(who, dir, name, ftype, perm, rdev, target, home, distributed);
+                if r.is_ok() {
+                    self.coalesced.made_node();
+                }
+                r
+            }
             Q::Link {
                 dir,
                 name,

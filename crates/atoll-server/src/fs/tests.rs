@@ -2218,3 +2218,32 @@ proptest! {
         prop_assert_eq!(t.stats().inodes, 1);
     }
 }
+
+// ---------------------------------------------------------------- coalescing
+
+#[test]
+fn coalesced_requests_are_counted_with_the_messages_they_saved() {
+    fn counter(t: &T, name: &str) -> u64 {
+        let s = t.stats();
+        s.counters
+            .iter()
+            .find(|(n, _)| n == name)
+            .map_or(0, |(_, v)| *v)
+    }
+    let mut t = server(64);
+    let (d, _) = t.create(ROOT, "f"); // CREATE + ADD_MAP + OPEN
+    t.close(S1, d);
+    let (d, _) = t.open_as(S1, USER, ROOT, "f", RW, 0).unwrap(); // LOOKUP + OPEN
+    t.close(S1, d);
+    t.mkdir(ROOT, "d"); // CREATE + ADD_MAP
+                        // Failures did no combined work and save nothing.
+    assert_eq!(
+        t.open_as(S1, USER, ROOT, "missing", RW, 0),
+        Err(Errno::ENOENT)
+    );
+    assert_eq!(t.mkdir_as(USER, ROOT, "d", 0o755), Err(Errno::EEXIST));
+    assert_eq!(counter(&t, "coalescing.combined_creates"), 1);
+    assert_eq!(counter(&t, "coalescing.combined_opens"), 1);
+    assert_eq!(counter(&t, "coalescing.combined_nodes"), 1);
+    assert_eq!(counter(&t, "coalescing.messages_saved"), 2 + 1 + 1);
+}

@@ -106,7 +106,7 @@ impl Drop for AtollGuard {
         SELECTOR.with(|s| s.store(self.prev, Ordering::Relaxed));
         compiler_fence(Ordering::SeqCst);
         if self.prev == BLOCK && sigdefer::any_pending() {
-            sigdefer::deliver_pending();
+            sigdefer::deliver_pending(false);
         }
     }
 }

@@ -31,8 +31,10 @@
 //!     └─ a wait for a server's reply: keeps waiting (request in flight)
 //!  boundary: outermost AtollGuard drop (wrapper return, end of the SIGSYS
 //!  handler) → deliver: re-queued with rt_tgsigqueueinfo (same siginfo)
-//!  while unblocked → the kernel delivers it into the entry, now BLOCK →
-//!  the program's handler runs as program code
+//!  → the kernel delivers it into the entry, now BLOCK, as soon as the
+//!  program's mask allows (at once, but for a call with a temporary mask,
+//!  e.g. sigsuspend, then unblocked for the moment) → the program's
+//!  handler runs as program code
 //! ```
 //!
 //! The kernel never sees `SA_RESTART` or `SA_RESETHAND`: host calls made
@@ -430,11 +432,15 @@ unsafe fn run_program_handler(sig: i32, info: *mut libc::siginfo_t, uc: *mut c_v
 
 /// Deliver this thread's pending signals now. The selector must say
 /// `BLOCK` (the handlers run as program code). Each is re-queued to this
-/// thread with its siginfo while every signal is blocked, then unblocked
-/// (also if the current mask blocks it: the signal was accepted when it
-/// came), so the kernel delivers it into the entry as this call returns.
+/// thread with its siginfo while every signal is blocked; the mask then
+/// comes back and the kernel delivers, as this call returns, every one the
+/// program's mask lets through. One that the program blocked meanwhile
+/// stays pending in the kernel until it unblocks it, as Linux would have
+/// it, unless `unblock`: the interrupted call ran with a temporary mask
+/// (sigsuspend, ppoll, pselect6, epoll_pwait) under which Linux would
+/// have delivered it, so it is unblocked for the moment.
 #[cold]
-pub fn deliver_pending() {
+pub fn deliver_pending(unblock: bool) {
     let all = BlockAll::new();
     let (taken, n) = with_pending(|s| s.take());
     if n == 0 {
@@ -454,9 +460,24 @@ pub fn deliver_pending() {
         }
         bits |= sigfix::bit(d.sig);
     }
-    // Delivered on the return of this call, one after the other.
-    set_mask(all.old & !bits);
+    if unblock {
+        // Delivered on the return of this call, one after the other.
+        set_mask(all.old & !bits);
+    }
     drop(all);
+}
+
+/// Does system call `nr` wait under a mask of its own, restored by the
+/// kernel before the handlers of what it let through run?
+pub fn waits_with_temporary_mask(nr: i64) -> bool {
+    matches!(
+        nr,
+        libc::SYS_rt_sigsuspend
+            | libc::SYS_ppoll
+            | libc::SYS_pselect6
+            | libc::SYS_epoll_pwait
+            | libc::SYS_epoll_pwait2
+    )
 }
 
 /// Deliver pending signals from inside atoll code, at a point that holds
@@ -464,7 +485,7 @@ pub fn deliver_pending() {
 fn deliver_here() {
     let prev = selector::get();
     selector::set(BLOCK);
-    deliver_pending();
+    deliver_pending(false);
     selector::set(prev);
 }
 

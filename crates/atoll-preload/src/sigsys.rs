@@ -204,6 +204,12 @@ unsafe extern "C" fn on_sigsys(sig: libc::c_int, info: *mut libc::siginfo_t, ucv
     debug(&[b"trap"], &[nr, ret]);
     uc.uc_mcontext.gregs[libc::REG_RAX as usize] = ret;
     raw::set_errno(saved_errno);
+    if sigdefer::waits_with_temporary_mask(nr) && sigdefer::any_pending() {
+        // What the call's own mask let through is delivered now, under
+        // that mask's rule (the sigsuspend idiom), as program code.
+        selector::set(BLOCK);
+        sigdefer::deliver_pending(true);
+    }
     drop(guard);
 }
 

@@ -51,6 +51,12 @@
 //! signals coalesce as in the kernel; real-time signals queue up to
 //! [`PENDING_SLOTS`] (more are dropped, with a debug line).
 //!
+//! Host calls made for the program: handlers deferred on the way to the
+//! call run before it starts ([`deliver_before_host_call`]; what arrives in
+//! the last instructions before the `syscall` still waits for the call to
+//! return). A blocking `wait4` looks before it reaps ([`reaping_wait`]) so
+//! that a handler deferred while it waited never costs the program a child.
+//!
 //! Departures from Linux: a handler run after deferral sees the entry's
 //! `ucontext` (interrupted inside libatoll), not the program's registers;
 //! with `SA_RESETHAND` a second arrival while the first is deferred is
@@ -524,6 +530,81 @@ pub fn wait_interrupted(restartable: bool) -> AfterInterrupt {
 /// program sees EINTR and the handlers run at the boundary.
 pub fn restart_host_call(nr: i64, args: &[u64; 6]) -> bool {
     wait_interrupted(restarts_with_sa_restart(nr, args)) == AfterInterrupt::Restarted
+}
+
+/// Before a host call made for the program: run the handlers deferred
+/// on the way here (the trap path's own work), as Linux would have run
+/// them before the call. Otherwise a call that sleeps (`pause`, a
+/// blocking `read`) would sleep with a handler still owed, perhaps
+/// forever. Cold unless something is pending.
+#[inline]
+pub fn deliver_before_host_call() {
+    if any_pending() {
+        deliver_here();
+    }
+}
+
+/// A blocking `wait4` for the program, done so that a handler deferred
+/// while it waited never costs the program a child: `None` for calls
+/// that are issued as they are (`WNOHANG`, other calls).
+///
+/// Why: a signal that interrupts a sleeping `wait4` on Linux makes it fail
+/// with EINTR unless a child's change of state won the race; the handler
+/// then runs, and shells leave it with `longjmp` (bash's `wait` builtin
+/// under `trap`). Here the signal comes through our entry, and when the
+/// child also ended before the waiter ran again, `wait4` reaps it and the
+/// deferred handler, run after, throws the status away: bash then waits
+/// forever for a job it already reaped. So the wait first looks without
+/// reaping (`waitid` with `WNOWAIT`), answers EINTR if a handler is owed
+/// by then — the child stays a zombie for the next wait — and only then
+/// reaps that child with `WNOHANG`.
+pub fn reaping_wait(nr: i64, args: &[u64; 6]) -> Option<i64> {
+    const P_ALL: u64 = 0;
+    const P_PID: u64 = 1;
+    const P_PGID: u64 = 2;
+    let options = args[2] as i32;
+    if nr != libc::SYS_wait4 || options & libc::WNOHANG != 0 {
+        return None;
+    }
+    let pid = args[0] as i32;
+    let (idtype, id) = match pid {
+        -1 => (P_ALL, 0),
+        0 => (P_PGID, 0), // the caller's group (Linux ≥ 5.4)
+        p if p < -1 => (P_PGID, (-(p as i64)) as u64),
+        p => (P_PID, p as u64),
+    };
+    let mut look = libc::WEXITED
+        | libc::WNOWAIT
+        | (options & (libc::__WALL | libc::__WCLONE | libc::__WNOTHREAD));
+    if options & libc::WUNTRACED != 0 {
+        look |= libc::WSTOPPED;
+    }
+    if options & libc::WCONTINUED != 0 {
+        look |= libc::WCONTINUED;
+    }
+    loop {
+        let mut info = [0u64; SIGINFO_WORDS];
+        let r = raw::syscall(
+            libc::SYS_waitid,
+            &[idtype, id, info.as_mut_ptr() as u64, look as u64, 0],
+        );
+        if r < 0 {
+            return Some(r);
+        }
+        if any_pending() {
+            return Some(-(libc::EINTR as i64));
+        }
+        // si_pid: the int after si_signo, si_errno, si_code and padding.
+        let child = (info[2] & 0xffff_ffff) as u64;
+        let reaped = raw::syscall(
+            libc::SYS_wait4,
+            &[child, args[1], (options | libc::WNOHANG) as u64, args[3]],
+        );
+        if reaped != 0 {
+            return Some(reaped);
+        }
+        // Another thread took it meanwhile: wait again.
+    }
 }
 
 /// The client's hook for its own waits (pipes, FIFO opens, readiness):

@@ -407,7 +407,11 @@ fn general(nr: i64, args: [u64; 6]) -> i64 {
         }
     }
     loop {
-        let r = raw::syscall6(nr, args);
+        sigdefer::deliver_before_host_call();
+        let r = match sigdefer::reaping_wait(nr, &args) {
+            Some(r) => r,
+            None => raw::syscall6(nr, args),
+        };
         // A program handler deferred during the call (the kernel saw our
         // entry, without SA_RESTART): restart as Linux would, after the
         // handler ran (see `sigdefer`).

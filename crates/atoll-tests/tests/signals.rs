@@ -251,3 +251,23 @@ fn bash_background_jobs_and_wait_match_the_host() {
         true,
     );
 }
+
+/// bash's `wait` under `trap`: the handler leaves `wait` with `longjmp`.
+/// The child signals and exits at once, so its exit and the signal race;
+/// a deferred handler must never make bash lose the reaped child (it then
+/// waits forever for a job it already reaped). Each round is bounded.
+#[test]
+fn bash_trap_interrupting_wait_never_loses_the_child() {
+    assert_same(
+        &[],
+        r#"
+        for i in 1 2 3 4 5 6 7 8; do
+          timeout 20 bash -c 'trap "echo trapped" USR1
+            (sleep 0.05; kill -USR1 $$) & wait $!; echo "interrupted $?"
+            wait; echo "all $?"'
+          echo "round $?"
+        done
+        "#,
+        true,
+    );
+}

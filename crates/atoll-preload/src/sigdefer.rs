@@ -595,7 +595,7 @@ pub fn reaping_wait(nr: i64, args: &[u64; 6]) -> Option<i64> {
             return Some(-(libc::EINTR as i64));
         }
         // si_pid: the int after si_signo, si_errno, si_code and padding.
-        let child = (info[2] & 0xffff_ffff) as u64;
+        let child = info[2] & 0xffff_ffff;
         let reaped = raw::syscall(
             libc::SYS_wait4,
             &[child, args[1], (options | libc::WNOHANG) as u64, args[3]],

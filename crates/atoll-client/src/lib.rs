@@ -70,7 +70,6 @@ pub use exec::{
     initial_state_env, prepare_exec, prepare_execat, rewrite_env, ExecPlan, ENV_PRELOAD,
 };
 pub use meta::{ATOLL_DEV, ATOLL_DEV_MAJOR, ATOLL_DEV_MINOR};
-pub use sys::set_wait_interrupted_hook;
 
 use error::{err, Result};
 use meta::Target;

@@ -19,12 +19,9 @@
 //!
 //! Blocking: a reader with nothing to read sleeps on `RSEQ` (a writer wrote
 //! or the writer count changed), a writer with no room on `WSEQ`. A signal
-//! that interrupts the sleep was deferred by the interposition layer (its
-//! handler must run as program code): the call returns `EINTR` (or the
-//! bytes already moved) unless every deferred handler has `SA_RESTART`, in
-//! which case they run right there and it sleeps again, as Linux restarts a
-//! pipe read or write ([`sys::wait_goes_on`]). Readiness calls never
-//! restart.
+//! handler that runs interrupts the sleep: the call returns `EINTR` (or the
+//! bytes already moved) unless every caught signal has `SA_RESTART`, in
+//! which case it sleeps again (see [`restartable`]).
 //!
 //! Readiness with host descriptors in the same set: Linux cannot wait on a
 //! futex and descriptors at once, so the wait is a loop: the atoll part is
@@ -232,7 +229,7 @@ fn fifo_wait(c: &Client, lane: &Lane, desc: DescId, flags: u32) -> Result<u64> {
             };
         }
         let r = ring.futex_wait(seq, s, None);
-        if r == -(libc::EINTR as i64) && !sys::wait_goes_on(true) {
+        if r == -(libc::EINTR as i64) && !restartable() {
             return err(libc::EINTR);
         }
     }
@@ -303,10 +300,32 @@ pub fn reopen(c: &Client, path: &[u8], flags: u32) -> Result<Option<Out>> {
 fn sleep(ring: &Ring, seq: usize, sleep: usize, seen: u32) -> Result<()> {
     let r = ring.futex_wait(seq, seen, None);
     ring.word(sleep).fetch_sub(1, Ordering::AcqRel);
-    if r == -(libc::EINTR as i64) && !sys::wait_goes_on(true) {
+    if r == -(libc::EINTR as i64) && !restartable() {
         return err(libc::EINTR);
     }
     Ok(())
+}
+
+/// After a handler interrupted a sleep: may the call go on, as Linux
+/// restarts a pipe read or write for `SA_RESTART` handlers? The signal is
+/// not known here, so the call restarts only if every caught signal has
+/// `SA_RESTART` (glibc's `signal()` sets it; a `sigaction` without it, as
+/// for an `alarm` timeout, gets `EINTR`). Runs only after an interruption.
+fn restartable() -> bool {
+    for sig in 1..=64u64 {
+        if sig == libc::SIGSYS as u64 || sig == libc::SIGKILL as u64 || sig == libc::SIGSTOP as u64
+        {
+            continue; // SIGSYS belongs to the preload layer
+        }
+        let mut old = [0u64; 4]; // handler, flags, restorer, mask
+                                 // SAFETY: reads the action into our local kernel `sigaction`.
+        let r = unsafe { sys::sc(libc::SYS_rt_sigaction, sig, 0, old.as_mut_ptr() as u64, 8) };
+        let caught = r == 0 && old[0] != libc::SIG_DFL as u64 && old[0] != libc::SIG_IGN as u64;
+        if caught && old[1] & libc::SA_RESTART as u64 == 0 {
+            return false;
+        }
+    }
+    true
 }
 
 /// Bump the other side's wait word (caller holds the lock) and report
@@ -679,7 +698,7 @@ fn poll_loop(
                     w = r.futex_wait(word, seen, t.as_ref());
                 }
                 r.word(sleeper).fetch_sub(1, Ordering::AcqRel);
-                if w == -(libc::EINTR as i64) && !sys::wait_goes_on(false) {
+                if w == -(libc::EINTR as i64) {
                     return err(libc::EINTR);
                 }
                 continue;
@@ -707,9 +726,6 @@ fn poll_loop(
                 [host.as_mut_ptr() as u64, host.len() as u64, tp, m, msz, 0],
             )
         };
-        if r == -(libc::EINTR as i64) && sys::wait_goes_on(false) {
-            continue;
-        }
         if r < 0 {
             return err((-r) as i32);
         }
@@ -1078,9 +1094,6 @@ fn epoll_wait(c: &Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
         if r < 0 {
             if n > 0 && r == -(libc::EINTR as i64) {
                 return Ok(Out::Done(n as i64));
-            }
-            if r == -(libc::EINTR as i64) && sys::wait_goes_on(false) {
-                continue;
             }
             return err((-r) as i32);
         }

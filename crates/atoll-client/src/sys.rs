@@ -129,26 +129,6 @@ pub fn sleep_ns(ns: u64) {
     unsafe { sc(libc::SYS_nanosleep, &ts as *const _ as u64, 0, 0, 0) };
 }
 
-/// Answers, for one of atoll's blocking waits that a signal interrupted
-/// (EINTR), whether the wait goes on: set by the interposition layer,
-/// which virtualises the program's handlers and knows which were deferred
-/// and with which `SA_RESTART`. The argument says whether Linux restarts
-/// this call for `SA_RESTART` handlers (a pipe read does, poll never).
-static WAIT_INTERRUPTED: std::sync::OnceLock<fn(bool) -> bool> = std::sync::OnceLock::new();
-
-/// Install the answer to [`wait_goes_on`] (once per process image).
-pub fn set_wait_interrupted_hook(hook: fn(bool) -> bool) {
-    let _ = WAIT_INTERRUPTED.set(hook);
-}
-
-/// A blocking wait got EINTR: `true` when it goes on (no program handler
-/// is waiting for this thread, or all of them asked for `SA_RESTART` and
-/// `restartable`, and ran meanwhile); `false`: the call ends with EINTR.
-/// Without a hook (no interposition) the call ends.
-pub fn wait_goes_on(restartable: bool) -> bool {
-    WAIT_INTERRUPTED.get().is_some_and(|hook| hook(restartable))
-}
-
 /// Blocks every signal until dropped, so that a critical section holding a
 /// lock cannot be re-entered by a signal handler on the same thread (which
 /// would deadlock). Two raw `rt_sigprocmask` calls.

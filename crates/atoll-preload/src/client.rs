@@ -46,7 +46,6 @@ pub fn set_mode(m: Mode) {
 /// Join the instance if this process belongs to one. Called once by the
 /// constructor, under an `AtollGuard`.
 pub fn init() -> bool {
-    atoll_client::set_wait_interrupted_hook(crate::sigdefer::client_wait_hook);
     catch_unwind(atoll_client::init).unwrap_or(false)
 }
 

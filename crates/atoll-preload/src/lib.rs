@@ -10,9 +10,6 @@
 //!   inline `syscall` instructions) into a SIGSYS, handled here; also the
 //!   clone trampoline and the signal plumbing (`sigfix`) that keeps SIGSYS
 //!   deliverable.
-//! * `sigdefer` — every handler the program installs is virtualised:
-//!   asynchronous signals that arrive while atoll code runs are deferred
-//!   and delivered at the boundary back to program code.
 //! * `selector` — the per-thread SUD selector byte, which doubles as the
 //!   "atoll code is running on this thread" flag; `region` finds our own
 //!   text (always allowed by SUD).
@@ -28,7 +25,6 @@ mod client;
 mod raw;
 mod region;
 mod selector;
-mod sigdefer;
 mod sigfix;
 mod sigsys;
 mod stats;

@@ -9,8 +9,7 @@
 //!   here; the real one stays ours;
 //! * every other `rt_sigaction` loses SIGSYS from its `sa_mask`, and gets our
 //!   own `rt_sigreturn` stub as restorer: glibc's `__restore_rt` lives outside
-//!   the allowed region, so its `rt_sigreturn` would itself trap (program
-//!   handlers are further virtualised by `sigdefer`);
+//!   the allowed region, so its `rt_sigreturn` would itself trap;
 //! * every mask handed to `rt_sigprocmask`, `rt_sigsuspend`, `ppoll`,
 //!   `pselect6`, `epoll_pwait(2)` loses SIGSYS.
 //!

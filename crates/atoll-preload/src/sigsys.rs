@@ -10,8 +10,7 @@
 //!     ├─ clone/clone3/fork/vfork                 → clone_* below
 //!     ├─ exit_group / execve                     → flush trap stats first
 //!     └─ anything else: may_concern? dispatch : raw syscall
-//!  write RAX ─ restore errno ─ selector BLOCK ─ deliver the signals
-//!  deferred meanwhile (`sigdefer`) ─ return through our own
+//!  write RAX ─ restore errno ─ selector BLOCK ─ return through our own
 //!  rt_sigreturn stub (inside the allowed region, so it never traps)
 //! ```
 //!
@@ -35,7 +34,6 @@ use core::sync::atomic::{AtomicBool, Ordering};
 use crate::client::{self, Dispatch, ForkPrep, Mode};
 use crate::raw::{self, StackBuf};
 use crate::selector::{self, AtollGuard, BLOCK};
-use crate::sigdefer;
 use crate::sigfix::{self, KSigaction, VirtualAction, KSIGSET_SIZE};
 use crate::stats;
 
@@ -204,12 +202,6 @@ unsafe extern "C" fn on_sigsys(sig: libc::c_int, info: *mut libc::siginfo_t, ucv
     debug(&[b"trap"], &[nr, ret]);
     uc.uc_mcontext.gregs[libc::REG_RAX as usize] = ret;
     raw::set_errno(saved_errno);
-    if sigdefer::waits_with_temporary_mask(nr) && sigdefer::any_pending() {
-        // What the call's own mask let through is delivered now, under
-        // that mask's rule (the sigsuspend idiom), as program code.
-        selector::set(BLOCK);
-        sigdefer::deliver_pending(true);
-    }
     drop(guard);
 }
 
@@ -406,24 +398,10 @@ fn general(nr: i64, args: [u64; 6]) -> i64 {
             Dispatch::Host => {}
         }
     }
-    loop {
-        sigdefer::deliver_before_host_call();
-        let r = match sigdefer::reaping_wait(nr, &args) {
-            Some(r) => r,
-            None => raw::syscall6(nr, args),
-        };
-        // A program handler deferred during the call (the kernel saw our
-        // entry, without SA_RESTART): restart as Linux would, after the
-        // handler ran (see `sigdefer`).
-        if r != -(libc::EINTR as i64) || !sigdefer::restart_host_call(nr, &args) {
-            return r;
-        }
-    }
+    raw::syscall6(nr, args)
 }
 
-/// `rt_sigaction` on the program's behalf: SIGSYS is answered from its
-/// virtual disposition (see `sigfix`), every other signal's handler is
-/// virtualised by `sigdefer`.
+/// `rt_sigaction` on the program's behalf (see `sigfix`).
 fn sig_action(args: [u64; 6]) -> i64 {
     let sig = args[0] as i32;
     let act = args[1] as *const KSigaction;
@@ -443,7 +421,16 @@ fn sig_action(args: [u64; 6]) -> i64 {
         }
         return 0;
     }
-    sigdefer::program_sigaction(sig, act, oact)
+    let mut fixed = KSigaction::default();
+    let mut a = args;
+    if !act.is_null() {
+        // SAFETY: as above.
+        fixed = sigfix::fix_action(unsafe { act.read_unaligned() }, restorer());
+        a[1] = &fixed as *const KSigaction as u64;
+    }
+    let r = raw::syscall6(libc::SYS_rt_sigaction, a);
+    let _ = fixed;
+    r
 }
 
 // ---------------------------------------------------------------------------
@@ -660,7 +647,6 @@ fn clone_inline(nr: i64, args: [u64; 6], kind: CloneKind) -> i64 {
 /// Common child-side work after a fork-like clone. Runs with the selector
 /// at ALLOW; the caller returns to program code with it at BLOCK.
 fn after_fork_in_child(prep: ForkPrep) {
-    sigdefer::forget_pending();
     stats::reset();
     client::fork_child(prep);
     let r = selector::enable_sud();

@@ -37,7 +37,6 @@ use libc::{mode_t, off_t, size_t, ssize_t};
 use crate::client::{self, Dispatch, Mode};
 use crate::raw;
 use crate::selector::{self, AtollGuard};
-use crate::sigdefer;
 use crate::sigfix::KSIGSET_SIZE;
 use crate::stats;
 
@@ -93,23 +92,9 @@ impl Real {
 /// Raw system-call result → C return value (+ errno).
 trait Ret {
     fn from_raw(v: i64) -> Self;
-
-    /// Did the call fail with EINTR (-1 and errno)?
-    fn interrupted(&self) -> bool;
-}
-
-/// `-1` with errno EINTR.
-#[inline]
-fn minus_one_eintr(minus_one: bool) -> bool {
-    minus_one && raw::errno() == libc::EINTR
 }
 
 impl Ret for c_int {
-    #[inline]
-    fn interrupted(&self) -> bool {
-        minus_one_eintr(*self == -1)
-    }
-
     #[inline]
     fn from_raw(v: i64) -> c_int {
         if v < 0 {
@@ -123,11 +108,6 @@ impl Ret for c_int {
 
 impl Ret for isize {
     #[inline]
-    fn interrupted(&self) -> bool {
-        minus_one_eintr(*self == -1)
-    }
-
-    #[inline]
     fn from_raw(v: i64) -> isize {
         if v < 0 {
             raw::set_errno(-v as c_int);
@@ -139,10 +119,6 @@ impl Ret for isize {
 }
 
 impl Ret for c_uint {
-    fn interrupted(&self) -> bool {
-        false
-    }
-
     /// For calls that cannot fail (`umask`).
     #[inline]
     fn from_raw(v: i64) -> c_uint {
@@ -151,11 +127,6 @@ impl Ret for c_uint {
 }
 
 impl Ret for i64 {
-    #[inline]
-    fn interrupted(&self) -> bool {
-        minus_one_eintr(*self == -1)
-    }
-
     #[inline]
     fn from_raw(v: i64) -> i64 {
         if v < 0 {
@@ -174,19 +145,6 @@ fn enter() -> Option<AtollGuard> {
         None
     } else {
         Some(AtollGuard::enter())
-    }
-}
-
-/// The real function for a call atoll left to Linux, issued again when
-/// it failed with EINTR because of a program handler deferred meanwhile
-/// and Linux would have restarted it (see `sigdefer`).
-#[inline]
-fn host_restarting<R: Ret>(nr: i64, args: &[u64; 6], host: impl Fn() -> R) -> R {
-    loop {
-        let r = host();
-        if !r.interrupted() || !sigdefer::restart_host_call(nr, args) {
-            return r;
-        }
     }
 }
 
@@ -226,7 +184,7 @@ macro_rules! wrap {
             $( if $chk { return host(); } )?
             let Some(_guard) = enter() else { return host() };
             match client::dispatch(nr, &args) {
-                Dispatch::Host => host_restarting(nr, &args, host),
+                Dispatch::Host => host(),
                 Dispatch::Done(v) => <$r as Ret>::from_raw(v),
             }
         }
@@ -260,7 +218,7 @@ macro_rules! wrap_va {
             };
             let Some(_guard) = enter() else { return host() };
             match client::dispatch(nr, &args) {
-                Dispatch::Host => host_restarting(nr, &args, host),
+                Dispatch::Host => host(),
                 Dispatch::Done(v) => <$r as Ret>::from_raw(v),
             }
         }
@@ -845,7 +803,6 @@ pub unsafe extern "C-unwind" fn fork() -> libc::pid_t {
     let pid = host();
     let err = raw::errno();
     if pid == 0 {
-        sigdefer::forget_pending();
         stats::reset();
         client::fork_child(prep);
         // SUD is not inherited by fork children.

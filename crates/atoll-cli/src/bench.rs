@@ -82,10 +82,11 @@ impl SystemFactory for AtollFactory {
                 server_cores,
                 incoherent: false,
                 without: w,
-                // Hare §5.4.1 evaluates with directory distribution on; the
-                // client ignores it with one server or `--without
-                // dir-distribution`.
-                distribute: vec![String::new()],
+                // Distribution is asked for per workload, as Hare §5.4.1
+                // does (`Workload::distributes_directories`: the run
+                // directory gets `user.atoll.distributed`); the client
+                // ignores it with one server or `--without dir-distribution`.
+                distribute: Vec::new(),
                 runtime_root: config::default_runtime_root(),
             },
             app_cores: app_cores.unwrap_or_default(),

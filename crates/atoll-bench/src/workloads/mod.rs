@@ -41,6 +41,10 @@ pub use tree::TreeShape;
 
 use crate::util::{BenchError, Result};
 
+/// The extended attribute that asks atoll to distribute the directories
+/// created below a directory (Hare §3.4).
+pub const DISTRIBUTED_XATTR: &str = "user.atoll.distributed";
+
 /// Benchmark sizes. `Full` follows Hare's Table 5.1 (approximately where
 /// the thesis is not precise); `Quick` runs the whole default suite on tmpfs
 /// in well under a minute; `Tiny` is for unit tests.
@@ -113,6 +117,21 @@ impl Workload {
         Workload::PipeThroughput,
         Workload::PipeLatency,
     ];
+
+    /// Does Hare run this workload in distributed directories? Hare §5.4.1
+    /// turns distribution on for the workloads that work concurrently in
+    /// one directory and off for those it only costs (readdir of small
+    /// directories, many rmdirs: pfind-sparse, rm-sparse, fsstress).
+    pub fn distributes_directories(self) -> bool {
+        matches!(
+            self,
+            Workload::Creates
+                | Workload::Renames
+                | Workload::PfindDense
+                | Workload::Mailbench
+                | Workload::Build
+        )
+    }
 
     /// Every workload (the default suite): Hare's first, then [`Workload::PROCS`].
     pub fn every() -> impl Iterator<Item = Workload> {
@@ -287,6 +306,17 @@ impl Job {
     pub fn setup(&self) -> Result<()> {
         use crate::util::At;
         std::fs::create_dir_all(&self.dir).at("mkdir", &self.dir)?;
+        if self.workload.distributes_directories() {
+            // Directories made under the run directory are distributed
+            // (atoll's per-directory request, inherited below). Other file
+            // systems keep the attribute or refuse it; either is harmless.
+            let _ = rustix::fs::setxattr(
+                &self.dir,
+                DISTRIBUTED_XATTR,
+                b"1",
+                rustix::fs::XattrFlags::empty(),
+            );
+        }
         match self.workload {
             Workload::Creates | Workload::Writes | Workload::Renames | Workload::Directories => {
                 micro::setup(self)
@@ -435,6 +465,42 @@ pub(crate) mod testutil {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Setup asks for distributed directories exactly for the workloads
+    /// Hare §5.4.1 runs distributed, through the attribute atoll reads.
+    #[test]
+    fn setup_requests_distribution_for_hares_distributed_workloads() {
+        let t = tempfile::tempdir().unwrap();
+        let probe = t.path().join("probe");
+        std::fs::create_dir(&probe).unwrap();
+        if rustix::fs::setxattr(&probe, "user.probe", b"1", rustix::fs::XattrFlags::empty())
+            .is_err()
+        {
+            eprintln!("skipped: the test directory's file system has no user xattrs");
+            return;
+        }
+        let mut distributed = Vec::new();
+        for w in Workload::ALL {
+            let inputs = prepare_inputs(&t.path().join("aux"), Size::Tiny, None, &[w]).unwrap();
+            let job = Job {
+                workload: w,
+                size: Size::Tiny,
+                dir: t.path().join(w.name()),
+                nworkers: 1,
+                inputs,
+            };
+            job.setup().unwrap();
+            let mut v = [0u8; 8];
+            if rustix::fs::getxattr(&job.dir, DISTRIBUTED_XATTR, &mut v).is_ok() {
+                distributed.push(w.name());
+            }
+            job.clean().unwrap();
+        }
+        assert_eq!(
+            distributed,
+            ["creates", "renames", "pfind-dense", "mailbench", "build"]
+        );
+    }
 
     #[test]
     fn workload_names_round_trip_and_match_clap() {

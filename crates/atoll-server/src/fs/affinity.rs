@@ -251,6 +251,32 @@ mod tests {
         assert!(matches!(r, Reply::Ok | Reply::Attr(_)), "{r:?}");
     }
 
+    /// `Link` of regular file `ino` as `name` in ROOT on `s0`, by S1: the
+    /// reply's `replaced`.
+    fn link_in_root(
+        s0: &mut FileServer<MemStore>,
+        name: &[u8],
+        ino: InodeId,
+    ) -> Option<(InodeId, FileType)> {
+        let mut out = Vec::new();
+        let r = s0.handle(
+            S1,
+            USER,
+            Request::Link {
+                dir: ROOT,
+                name,
+                ino,
+                ftype: FileType::Regular,
+                replace: false,
+            },
+            &mut out,
+        );
+        match r {
+            Reply::Linked { replaced } => replaced,
+            other => panic!("Link: {other:?}"),
+        }
+    }
+
     #[test]
     fn pending_inode_lives_on_this_server_and_is_adopted() {
         let mut f = fs(1);
@@ -366,20 +392,7 @@ mod tests {
                         },
                     ),
                     _ => {
-                        let mut out = Vec::new();
-                        let r = s0.handle(
-                            S1,
-                            USER,
-                            Request::Link {
-                                dir: ROOT,
-                                name,
-                                ino: made.unwrap().0,
-                                ftype: FileType::Regular,
-                                replace: false,
-                            },
-                            &mut out,
-                        );
-                        assert!(matches!(r, Reply::Linked { .. }), "{r:?}");
+                        link_in_root(&mut s0, name, made.unwrap().0);
                     }
                 }
             }
@@ -408,20 +421,7 @@ mod tests {
         let mut s0 = fs(0);
         let mut s1 = fs(1);
         let (ino, _) = create(&mut s1, S1, None);
-        let mut out = Vec::new();
-        let r = s0.handle(
-            S1,
-            USER,
-            Request::Link {
-                dir: ROOT,
-                name: b"f",
-                ino,
-                ftype: FileType::Regular,
-                replace: false,
-            },
-            &mut out,
-        );
-        assert!(matches!(r, Reply::Linked { .. }), "{r:?}");
+        link_in_root(&mut s0, b"f", ino);
         s1.session_closed(S1);
         assert_eq!(named(&mut s0, b"f"), Some(ino));
         assert!(s1.attr(ino).is_err());
@@ -434,20 +434,8 @@ mod tests {
         let mut s1 = fs(1);
         let (ino, _) = create(&mut s1, S1, None);
         ok(&mut s1, S1, Request::Adopt { ino });
+        assert_eq!(link_in_root(&mut s0, b"f", ino), None);
         let mut out = Vec::new();
-        let r = s0.handle(
-            S1,
-            USER,
-            Request::Link {
-                dir: ROOT,
-                name: b"f",
-                ino,
-                ftype: FileType::Regular,
-                replace: false,
-            },
-            &mut out,
-        );
-        assert!(matches!(r, Reply::Linked { replaced: None }), "{r:?}");
         let r = s0.handle(
             S1,
             USER,

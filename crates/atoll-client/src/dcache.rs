@@ -166,6 +166,14 @@ impl DirCache {
             .map(|_| Guard(self))
     }
 
+    /// The lock, for storing an answer asked for at generation `gen`:
+    /// `None` if it is busy or a notice was processed since (the answer
+    /// may be stale), and the answer is then simply not kept.
+    fn lock_at(&self, gen: u64) -> Option<Guard<'_>> {
+        let g = self.try_lock()?;
+        (self.gen.load(Ordering::Acquire) == gen).then_some(g)
+    }
+
     /// Apply waiting notices from `chans` if nobody else is at it (a lane
     /// being taken). Notices are never dropped: if the lock is busy they
     /// stay in their inbox for the next drain.
@@ -240,12 +248,9 @@ impl DirCache {
     /// after `generation()` returned `gen`), unless a notice was processed
     /// since. The owner's notice on `chmod`/`chown` drops them.
     pub fn set_dir_attrs(&self, gen: u64, attrs: Vouched) {
-        let Some(mut g) = self.try_lock() else {
+        let Some(mut g) = self.lock_at(gen) else {
             return;
         };
-        if self.gen.load(Ordering::Acquire) != gen {
-            return;
-        }
         if g.attrs().len() >= MAX_ENTRIES {
             g.attrs().clear();
         }
@@ -261,12 +266,9 @@ impl DirCache {
     /// `gen`, unless a notice was processed since (it may have been about
     /// this entry).
     pub fn insert(&self, gen: u64, dir: InodeId, name: &[u8], ino: InodeId, ftype: FileType) {
-        let Some(mut g) = self.try_lock() else {
+        let Some(mut g) = self.lock_at(gen) else {
             return;
         };
-        if self.gen.load(Ordering::Acquire) != gen {
-            return;
-        }
         if g.map().len() >= MAX_ENTRIES {
             g.map().clear();
         }

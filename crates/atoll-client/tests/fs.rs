@@ -51,8 +51,13 @@ fn create_write_read_back_and_stat() {
     assert_eq!(st.st_dev, atoll_client::ATOLL_DEV);
     assert_eq!(st.st_blksize, 4096);
     assert!(st.st_blocks >= 16, "blocks {}", st.st_blocks);
+    // A copy far above the numbers other tests (running in parallel in
+    // this process) can be given, so the check after closing it cannot
+    // meet someone else's new descriptor.
+    let high = sc(libc::SYS_fcntl, &[fd as u64, libc::F_DUPFD as u64, 900]);
+    assert!(high >= 900, "{high}");
+    assert!(atoll_client::is_atoll_fd(high as i32));
     assert_eq!(close(fd), 0);
-    assert!(!atoll_client::is_atoll_fd(fd as i32));
     let st2 = stat(&f).unwrap();
     assert_eq!(st2.st_ino, st.st_ino);
     assert_eq!(st2.st_nlink, 1);
@@ -76,8 +81,10 @@ fn create_write_read_back_and_stat() {
     assert_eq!(sx.stx_ino, st.st_ino);
     assert_eq!(get(&f), data);
     // Closed fds are not atoll's any more: Linux answers.
+    assert_eq!(close(high), 0);
+    assert!(!atoll_client::is_atoll_fd(high as i32));
     assert_eq!(
-        host(libc::SYS_read, &[fd as u64, back.as_mut_ptr() as u64, 1]),
+        host(libc::SYS_read, &[high as u64, back.as_mut_ptr() as u64, 1]),
         atoll_client::Dispatch::Host
     );
 }
@@ -538,11 +545,9 @@ fn dup_shares_the_offset_and_close_keeps_the_other() {
     assert_eq!(fl as i32 & libc::O_ACCMODE, libc::O_RDONLY);
     close(777);
     close(fd2);
-    // Closed: no longer atoll's, Linux answers (EBADF).
-    assert_eq!(
-        host(libc::SYS_close, &[fd2 as u64]),
-        atoll_client::Dispatch::Host
-    );
+    // Closed: no longer atoll's, Linux answers (EBADF). Checked on 777,
+    // which no test running in parallel can be given meanwhile.
+    assert_eq!(host(libc::SYS_close, &[777]), atoll_client::Dispatch::Host);
 }
 
 #[test]

@@ -608,24 +608,6 @@ fn wait_word(c: &Client, fd: i32, events: i16) -> Option<(Ring, usize)> {
 
 const NS: i64 = 1_000_000_000;
 
-fn now_ns() -> i64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: writes the local timespec.
-    unsafe {
-        sys::sc(
-            libc::SYS_clock_gettime,
-            libc::CLOCK_MONOTONIC as u64,
-            &mut ts as *mut _ as u64,
-            0,
-            0,
-        )
-    };
-    ts.tv_sec * NS + ts.tv_nsec
-}
-
 fn ts(ns: i64) -> libc::timespec {
     libc::timespec {
         tv_sec: ns / NS,
@@ -642,7 +624,7 @@ fn poll_loop(
     timeout_ns: i64,
     mask: Option<u64>,
 ) -> Result<i64> {
-    let deadline = (timeout_ns >= 0).then(|| now_ns().saturating_add(timeout_ns));
+    let deadline = (timeout_ns >= 0).then(|| sys::monotonic_ns().saturating_add(timeout_ns));
     let mut host: Vec<libc::pollfd> = fds.to_vec();
     let mut atoll_rev: Vec<Option<i16>> = vec![None; fds.len()];
     let mut slice: i64 = 1_000_000;
@@ -671,7 +653,7 @@ fn poll_loop(
                 hosts += 1;
             }
         }
-        let left = deadline.map(|d| (d - now_ns()).max(0));
+        let left = deadline.map(|d| (d - sys::monotonic_ns()).max(0));
         let expired = left == Some(0);
         // One pipe and nothing else to wait for: sleep on its futex.
         if ready == 0 && !expired && pipes == 1 && hosts == 0 && mask.is_none() {
@@ -1056,7 +1038,7 @@ fn epoll_wait(c: &Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
         }
     };
     let mask = if nr == libc::SYS_epoll_wait { 0 } else { a[4] };
-    let deadline = (timeout >= 0).then(|| now_ns().saturating_add(timeout));
+    let deadline = (timeout >= 0).then(|| sys::monotonic_ns().saturating_add(timeout));
     let mut slice: i64 = 1_000_000;
     let sz = core::mem::size_of::<libc::epoll_event>() as u64;
     loop {
@@ -1064,7 +1046,7 @@ fn epoll_wait(c: &Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
         if !mine {
             return Ok(Out::Host);
         }
-        let left = deadline.map(|d| (d - now_ns()).max(0));
+        let left = deadline.map(|d| (d - sys::monotonic_ns()).max(0));
         let wait = if n > 0 || left == Some(0) {
             0
         } else {

@@ -119,6 +119,25 @@ pub fn write_all(fd: i32, mut data: &[u8]) -> Result<(), i32> {
     Ok(())
 }
 
+/// `CLOCK_MONOTONIC` in nanoseconds.
+pub fn monotonic_ns() -> i64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: writes the local timespec.
+    unsafe {
+        sc(
+            libc::SYS_clock_gettime,
+            libc::CLOCK_MONOTONIC as u64,
+            &mut ts as *mut _ as u64,
+            0,
+            0,
+        )
+    };
+    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
+}
+
 /// Sleep for `ns` nanoseconds (lock retry back-off).
 pub fn sleep_ns(ns: u64) {
     let ts = libc::timespec {

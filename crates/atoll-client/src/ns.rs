@@ -290,17 +290,19 @@ pub fn rmdir(c: &Client, lane: &Lane, path: &[u8]) -> Result<Out> {
     rmdir_at(c, lane, &w, &last)
 }
 
-/// Servers that may hold entries of directory `ino`.
-fn entry_servers(c: &Client, ino: InodeId) -> Vec<usize> {
+/// Servers an rmdir of directory `ino` marks (Hare §3.4.1): every server
+/// that may hold its entries, home first (it serializes concurrent
+/// rmdirs), and its owner, whose mark stops a cross-server move of it from
+/// starting (and which waits for one under way), so a move's new name
+/// never outlives the directory.
+fn mark_servers(c: &Client, ino: InodeId) -> Vec<usize> {
+    let mut v = vec![ino.home()];
     if ino.is_distributed() && c.nservers > 1 {
-        let mut v: Vec<usize> = (0..c.nservers).collect();
-        // The home server first: it serializes concurrent rmdirs.
-        v.retain(|&s| s != ino.home());
-        v.insert(0, ino.home());
-        v
-    } else {
-        vec![ino.home()]
+        v.extend((0..c.nservers).filter(|&s| s != ino.home()));
+    } else if ino.owner() != ino.home() {
+        v.push(ino.owner());
     }
+    v
 }
 
 /// rmdir: when the directory's entries all live on the server holding its
@@ -332,10 +334,15 @@ fn rmdir_at(c: &Client, lane: &Lane, w: &Walker, last: &Last) -> Result<Out> {
             return err(libc::EBUSY);
         }
         // Linux allows removing the cwd (it becomes unreachable): no check.
-        let servers = entry_servers(c, ino);
+        let servers = mark_servers(c, ino);
         let esrv = entry_server(w.dir, name, c.nservers);
         let r = if servers == [esrv] {
-            unlink_entry(c, lane, w.dir, name, UnlinkKind::Directory, Some(ino)).map(|_| ())
+            // The server waits out a move of the directory under way
+            // (`EAGAIN`), as the owner's mark does below.
+            crate::session::retry_marked(|| {
+                unlink_entry(c, lane, w.dir, name, UnlinkKind::Directory, Some(ino))
+            })
+            .map(|_| ())
         } else {
             crate::counters::bump(&crate::counters::THREE_PHASE_RMDIRS);
             let marked = mark_dir(c, lane, ino)?;
@@ -360,8 +367,14 @@ fn rmdir_at(c: &Client, lane: &Lane, w: &Walker, last: &Last) -> Result<Out> {
 /// server holds an entry, `ENOENT` if the directory is gone; on failure no
 /// mark is left. Returns the servers marked, for [`finish_marks`].
 fn mark_dir(c: &Client, lane: &Lane, ino: InodeId) -> Result<Vec<usize>> {
-    let servers = entry_servers(c, ino);
-    crate::session::retry_marked(|| {
+    crate::session::retry_marked(|| try_mark_dir(c, lane, ino))
+}
+
+/// One attempt of [`mark_dir`]: `EAGAIN` (another rmdir or a move of the
+/// directory under way) leaves no mark behind.
+fn try_mark_dir(c: &Client, lane: &Lane, ino: InodeId) -> Result<Vec<usize>> {
+    let servers = mark_servers(c, ino);
+    {
         lane.call_ok(c, servers[0], Request::MarkRmdir { dir: ino })?;
         let mut marked = vec![servers[0]];
         let rest = &servers[1..];
@@ -386,7 +399,7 @@ fn mark_dir(c: &Client, lane: &Lane, ino: InodeId) -> Result<Vec<usize>> {
                 Err(e)
             }
         }
-    })
+    }
 }
 
 /// Phase 3 of Hare §3.4.1: commit (the directory is gone) or abort on
@@ -527,6 +540,12 @@ pub fn rename(
 /// replaced whose entries may live on other servers (marked like an rmdir,
 /// Hare §3.4.1, so no creation slips in). `ESTALE` from a server means the
 /// names changed under us (a concurrent rename or mkdir): look again.
+///
+/// `EAGAIN` means another rename or an rmdir holds what this one needs
+/// (a directory mid-move, a marked victim) while this one held a `Ref` or
+/// marks of its own: the attempt undid everything, and waits a randomized
+/// while before the next, so two renames that each hold what the other
+/// needs back off instead of waiting for each other forever.
 fn rename_checked(
     c: &Client,
     lane: &Lane,
@@ -535,14 +554,47 @@ fn rename_checked(
     new: (InodeId, &[u8], bool),
     flags: u32,
 ) -> Result<Out> {
-    let mut attempts = 0;
+    let mut stale = 0;
+    let mut backoff = Backoff::new();
     loop {
-        attempts += 1;
         match rename_attempt(c, lane, w1, old, new, flags) {
-            Err(Error::Errno(e)) if e == libc::ESTALE && attempts < 64 => {}
+            Err(Error::Errno(e)) if e == libc::ESTALE && stale < 64 => stale += 1,
             Err(Error::Errno(e)) if e == libc::ESTALE => return err(libc::ENOENT),
+            Err(Error::Errno(e)) if e == libc::EAGAIN && backoff.wait() => {}
             r => return r,
         }
+    }
+}
+
+/// Randomized exponential back-off for restarted namespace operations:
+/// 20 µs doubling to 5 ms, each wait a random 50-100 % of that, for at
+/// most 10 s in all (then the caller's `EAGAIN` stands).
+struct Backoff {
+    ceiling_ns: u64,
+    total_ns: u64,
+}
+
+impl Backoff {
+    fn new() -> Self {
+        Backoff {
+            ceiling_ns: 20_000,
+            total_ns: 0,
+        }
+    }
+
+    /// Sleep before the next attempt; false once the budget is spent.
+    fn wait(&mut self) -> bool {
+        if self.total_ns >= 10_000_000_000 {
+            return false;
+        }
+        // The clock's low bits differ between contending processes.
+        let mix = (sys::monotonic_ns() as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32;
+        let half = self.ceiling_ns / 2;
+        let ns = half + mix % (half + 1);
+        sys::sleep_ns(ns);
+        self.total_ns += ns;
+        self.ceiling_ns = (self.ceiling_ns * 2).min(5_000_000);
+        true
     }
 }
 
@@ -617,7 +669,7 @@ fn rename_attempt(
     // may hold its entries; the new name's server can vouch only for its
     // own (Hare §3.4.1).
     let victim = match target {
-        Some((ino2, FileType::Directory)) if !exchange && entry_servers(c, ino2) != [srv2] => {
+        Some((ino2, FileType::Directory)) if !exchange && mark_servers(c, ino2) != [srv2] => {
             Some(ino2)
         }
         _ => None,
@@ -680,8 +732,10 @@ impl Drop for DirMoveLock<'_> {
 
 /// Mark a directory about to be replaced (as rmdir phase 1-2); `ENOENT`
 /// (it went away meanwhile) becomes `ESTALE`, so the rename looks again.
+/// Never waits: the caller may hold a `Ref` another rename waits for, so
+/// `EAGAIN` goes back to [`rename_checked`], which backs off.
 fn mark_victim(c: &Client, lane: &Lane, v: InodeId) -> Result<Vec<usize>> {
-    match mark_dir(c, lane, v) {
+    match try_mark_dir(c, lane, v) {
         Err(Error::Errno(e)) if e == libc::ENOENT => err(libc::ESTALE),
         r => r,
     }
@@ -800,6 +854,9 @@ fn cross_server_exchange(
     (dir1, n1, ino1, ft1, srv1): (InodeId, &[u8], InodeId, FileType, usize),
     (dir2, n2, ino2, ft2, srv2): (InodeId, &[u8], InodeId, FileType, usize),
 ) -> Result<()> {
+    // `EAGAIN` (a name another move holds for the moment, Hare §6.2.3)
+    // is not waited for here: the first half may already be done, so the
+    // attempt is undone and restarted by `rename_checked`.
     let relink = |dir: InodeId,
                   name: &[u8],
                   (ino, ftype): (InodeId, FileType),
@@ -807,24 +864,22 @@ fn cross_server_exchange(
                   server: usize| {
         let mut vouched = crate::dirperm::vouches_for(c, lane, dir, server)?;
         crate::dirperm::sticky_retry(c, lane, &[(dir, name)], &mut vouched, |v| {
-            crate::session::retry_marked(|| {
-                lane.call_vouched(
-                    c,
-                    server,
-                    v,
-                    Request::Relink {
-                        dir,
-                        name,
-                        ino,
-                        ftype,
-                        expect,
-                    },
-                    |r| match r {
-                        Reply::Ok => Ok(()),
-                        _ => Err(Error::Protocol("Relink")),
-                    },
-                )
-            })
+            lane.call_vouched(
+                c,
+                server,
+                v,
+                Request::Relink {
+                    dir,
+                    name,
+                    ino,
+                    ftype,
+                    expect,
+                },
+                |r| match r {
+                    Reply::Ok => Ok(()),
+                    _ => Err(Error::Protocol("Relink")),
+                },
+            )
         })
     };
     let done = |dir: InodeId, name: &[u8], server: usize| {
@@ -858,13 +913,16 @@ fn cross_server_exchange(
 /// 0. the old name must be removable (write permission, sticky bit), as
 ///    the undo of step 3 would need the same rights;
 /// 1. `Ref` on the moved inode's owner (when the new name's server does not
-///    own it); for a directory this waits while another move of it is
-///    under way, so a directory never has more than two names;
+///    own it); for a directory this waits while another move of it or an
+///    rmdir of it is under way (holding nothing yet), so a directory never
+///    has more than two names and a removed one never gains a new name;
 /// 2. for a directory replacing one whose entries may live elsewhere, mark
-///    that victim on its entry servers (Hare §3.4.1) — after the `Ref`, so
-///    no one holds marks while waiting for a move;
+///    that victim on its entry servers and owner (Hare §3.4.1);
 /// 3. `Link{replace}` of the new name (readers see the old or the new
 ///    inode under it, never nothing);
+///
+/// From step 2 on this holds a `Ref` others may wait for, so it never
+/// waits itself: `EAGAIN` undoes the attempt (see `rename_checked`).
 /// 4. `Unlink{expect}` of the old name (`Move` for a directory: its
 ///    entries stay, even those on the old name's server);
 /// 5. `MoveDone` to the new name's server for a directory (until then its
@@ -907,8 +965,9 @@ fn cross_server_rename(
             let _ = lane.call_ok(c, ino.owner(), Request::Unref { ino });
         }
     };
-    // Step 3: `Link{replace}`, waiting while the new parent is marked by
-    // an rmdir that will answer ENOENT or go away.
+    // Step 3: `Link{replace}`. `EAGAIN` (the new parent marked by an
+    // rmdir, a victim mid-move) is not waited for here, holding the `Ref`:
+    // the attempt is undone and restarted by `rename_checked`.
     let link = |dir: InodeId,
                 name: &[u8],
                 ino: InodeId,
@@ -917,24 +976,22 @@ fn cross_server_rename(
      -> Result<Option<(InodeId, FileType)>> {
         let mut vouched = crate::dirperm::vouches_for(c, lane, dir, server)?;
         crate::dirperm::sticky_retry(c, lane, &[(dir, name)], &mut vouched, |v| {
-            crate::session::retry_marked(|| {
-                lane.call_vouched(
-                    c,
-                    server,
-                    v,
-                    Request::Link {
-                        dir,
-                        name,
-                        ino,
-                        ftype,
-                        replace: true,
-                    },
-                    |r| match r {
-                        Reply::Linked { replaced } => Ok(replaced),
-                        _ => Err(Error::Protocol("Link")),
-                    },
-                )
-            })
+            lane.call_vouched(
+                c,
+                server,
+                v,
+                Request::Link {
+                    dir,
+                    name,
+                    ino,
+                    ftype,
+                    replace: true,
+                },
+                |r| match r {
+                    Reply::Linked { replaced } => Ok(replaced),
+                    _ => Err(Error::Protocol("Link")),
+                },
+            )
         })
     };
     let move_done = |dir: InodeId, name: &[u8], ftype: FileType, server: usize| {

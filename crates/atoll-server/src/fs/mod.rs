@@ -492,6 +492,24 @@ impl<S: BlockStore> FileServer<S> {
                 v.push((name.into(), n));
             }
         }
+        // Namespace operations in flight right now (gauges, not counts):
+        // a value that stays up on an idle instance is a stuck operation.
+        let moving = self
+            .inodes
+            .values()
+            .filter(|i| i.ftype == FileType::Directory && i.links > 1)
+            .count() as u64;
+        for (name, n) in [
+            ("in_flight.rmdir_marks", self.marks.len() as u64),
+            ("in_flight.move_refs", self.move_refs.len() as u64),
+            ("in_flight.move_links", self.move_links.len() as u64),
+            ("in_flight.directories_moving", moving),
+            ("in_flight.rename_lock", self.rename_lock.is_some() as u64),
+        ] {
+            if n > 0 {
+                v.push((name.into(), n));
+            }
+        }
         v
     }
 
@@ -693,6 +711,15 @@ impl<S: BlockStore> FileServer<S> {
                 Ok(Reply::Target(out))
             }
             Q::Ref { ino } => {
+                // A directory an rmdir has marked here may be about to go
+                // (wait for the outcome); one it removed must not gain a
+                // name through a move that started before (Hare §3.4.1).
+                if self.removed.contains(&ino) {
+                    return Err(Errno::ENOENT);
+                }
+                if self.shards.get(&ino).is_some_and(|s| s.marked) {
+                    return Err(RETRY);
+                }
                 let i = self.inode_mut(ino)?;
                 if i.links == 0 {
                     return Err(Errno::ENOENT);
@@ -1384,8 +1411,9 @@ impl<S: BlockStore> FileServer<S> {
     /// A directory about to be replaced must be empty everywhere, not only
     /// here. A distributed victim is vouched for by this session's mark here
     /// (the client marked it on every server, Hare §3.4.1); one whose entries
-    /// live on another server by the client's `RENAME_VICTIM_MARKED` (it
-    /// marked the victim's home). Otherwise `ESTALE`: the client looks
+    /// live on another server, or whose inode does, by the client's
+    /// `RENAME_VICTIM_MARKED` (it marked the victim's home and owner; the
+    /// owner's mark stops moves of it). Otherwise `ESTALE`: the client looks
     /// again, marks, and retries. A `Link` replacing a non-distributed
     /// directory homed elsewhere is the client's to have validated.
     fn victim_validated(
@@ -1397,6 +1425,10 @@ impl<S: BlockStore> FileServer<S> {
         if victim.ftype != FileType::Directory || self.cfg.nservers < 2 {
             return Ok(());
         }
+        // Mid-way through a cross-server move: wait for it (see `mark_rmdir`).
+        if self.owns(victim.ino) && self.inode(victim.ino)?.links > 1 {
+            return Err(RETRY);
+        }
         if victim.ino.is_distributed() {
             let marked_here = self.shards.get(&victim.ino).is_some_and(|s| s.marked)
                 && self.marks.get(&victim.ino) == Some(&session);
@@ -1406,7 +1438,8 @@ impl<S: BlockStore> FileServer<S> {
                 Err(Errno::ESTALE)
             };
         }
-        if victim.ino.home() != self.cfg.index && !marked_flag {
+        let here = self.cfg.index;
+        if (victim.ino.home() != here || victim.ino.owner() != here) && !marked_flag {
             return Err(Errno::ESTALE);
         }
         Ok(())
@@ -1438,6 +1471,16 @@ impl<S: BlockStore> FileServer<S> {
         }
         self.entry_here(dir, name)?;
         self.dir_check(dir, who, MAY_WRITE | MAY_EXEC)?;
+        if ftype == FileType::Directory {
+            // As `Ref` (a move whose new name lives on the owner takes no
+            // `Ref`): a directory an rmdir marked or removed does not move.
+            if self.removed.contains(&ino) {
+                return Err(Errno::ENOENT);
+            }
+            if self.shards.get(&ino).is_some_and(|s| s.marked) {
+                return Err(RETRY);
+            }
+        }
         if self.owns(ino) {
             let i = self.inode(ino)?;
             if i.ftype != ftype {
@@ -1445,6 +1488,10 @@ impl<S: BlockStore> FileServer<S> {
             }
             if i.links == 0 {
                 return Err(Errno::ENOENT);
+            }
+            // As `Ref`: never a third name (another move is under way).
+            if ftype == FileType::Directory && i.links != 1 {
+                return Err(RETRY);
             }
         }
         let victim = self.creatable(dir)?.get(name);
@@ -1511,6 +1558,11 @@ impl<S: BlockStore> FileServer<S> {
             UnlinkKind::NonDirectory if is_dir => return Err(Errno::EISDIR),
             UnlinkKind::Directory if !is_dir => return Err(Errno::ENOTDIR),
             UnlinkKind::Directory if self.nonempty_here(d.ino) => return Err(Errno::ENOTEMPTY),
+            // A directory in the middle of a cross-server move (see
+            // `mark_rmdir`): the rmdir waits for the move.
+            UnlinkKind::Directory if self.owns(d.ino) && self.inode(d.ino)?.links > 1 => {
+                return Err(RETRY)
+            }
             // The second half of a cross-server move: the directory keeps
             // its entries under the name `Link` gave it.
             UnlinkKind::Move if expect.is_none() => return Err(Errno::EINVAL),
@@ -1571,6 +1623,15 @@ impl<S: BlockStore> FileServer<S> {
             .and_then(|s| s.get(oldname))
             .ok_or(Errno::ENOENT)?;
         let target = self.shards.get(&newdir).and_then(|s| s.get(newname));
+        // The new name of another session's cross-server move stays put
+        // until that move settles: its undo must find it (otherwise a
+        // directory would keep two names).
+        let exchange = flags & RENAME_EXCHANGE != 0;
+        if self.is_provisional(session, olddir, oldname)
+            || (exchange && self.is_provisional(session, newdir, newname))
+        {
+            return Err(RETRY);
+        }
         if olddir == newdir && oldname == newname {
             // Linux checks RENAME_NOREPLACE before noticing the names are one.
             if flags & RENAME_NOREPLACE != 0 {
@@ -1696,6 +1757,9 @@ impl<S: BlockStore> FileServer<S> {
         if cur.ino != expect {
             return Err(Errno::ESTALE);
         }
+        if self.is_provisional(session, dir, name) {
+            return Err(RETRY); // as in `rename`
+        }
         if self.owns(new.0) && self.inode(new.0)?.ftype != new.1 {
             return Err(Errno::EINVAL);
         }
@@ -1805,8 +1869,16 @@ impl<S: BlockStore> FileServer<S> {
         if self.removed.contains(&dir) {
             return Err(Errno::ENOENT);
         }
-        if self.owns(dir) && self.inode(dir)?.links == 0 {
-            return Err(Errno::ENOENT);
+        if self.owns(dir) {
+            match self.inode(dir)?.links {
+                0 => return Err(Errno::ENOENT),
+                1 => {}
+                // A cross-server move holds a second name for the moment:
+                // removing it now would let the move's new name outlive the
+                // directory. Wait for the move (as Linux's rename and rmdir
+                // exclude each other on the parent's lock).
+                _ => return Err(RETRY),
+            }
         }
         let s = self.shards.entry(dir).or_insert_with(|| Shard::new(None));
         if s.marked {
@@ -1835,6 +1907,14 @@ impl<S: BlockStore> FileServer<S> {
             s.marked = false;
         }
         Ok(Reply::Ok)
+    }
+
+    /// Is `(dir, name)` the provisional new name of a directory move by a
+    /// session other than `session` (see `move_links`)?
+    fn is_provisional(&self, session: SessionId, dir: InodeId, name: &[u8]) -> bool {
+        self.move_links
+            .iter()
+            .any(|m| m.session != session && m.dir == dir && m.name == name)
     }
 
     /// A `Unref` (or an `Unlink` that dropped the link here) by `session`

@@ -1048,6 +1048,80 @@ fn rmdir_losers_wait_then_see_enoent_and_dead_markers_release() {
     );
 }
 
+/// A cross-server move (`Ref`, `Link` new name, `Unlink` old name) and an
+/// rmdir of the moved directory exclude each other at the directory's
+/// owner: an rmdir waits while a move holds its second name, and a move
+/// cannot start on a directory an rmdir has marked or removed. Otherwise
+/// the move's new name could outlive the directory (Hare §3.4.1).
+#[test]
+fn moves_and_rmdirs_of_one_directory_exclude_each_other() {
+    let mut t = server(8);
+    let a = t.mkdir(ROOT, "a");
+    let b = t.mkdir(ROOT, "b");
+    let d = t.mkdir(a, "d");
+    let link = Request::Link {
+        dir: b,
+        name: b"d",
+        ino: d,
+        ftype: FileType::Directory,
+        replace: false,
+    };
+    // A move whose new name lives on another server holds a `Ref` here:
+    // an rmdir waits, whether it marks or is one Unlink.
+    t.ok(S1, USER, Request::Ref { ino: d });
+    assert_eq!(t.err(S2, USER, Request::MarkRmdir { dir: d }), RETRY);
+    assert_eq!(t.unlink(a, "d", UnlinkKind::Directory).unwrap_err(), RETRY);
+    t.ok(S1, USER, Request::Unref { ino: d });
+    // One whose new name lives here: its `Link` counts the second name.
+    t.ok(S1, USER, link);
+    assert_eq!(t.err(S2, USER, Request::MarkRmdir { dir: d }), RETRY);
+    assert_eq!(t.unlink(a, "d", UnlinkKind::Directory).unwrap_err(), RETRY);
+    // No third name, and the provisional name stays put for the undo.
+    let third = Request::Link {
+        dir: ROOT,
+        name: b"third",
+        ino: d,
+        ftype: FileType::Directory,
+        replace: false,
+    };
+    assert_eq!(t.err(S2, USER, third), RETRY);
+    assert_eq!(t.err(S2, USER, rename_req(b, "d", "elsewhere")), RETRY);
+    t.call(
+        S1,
+        USER,
+        Request::Unlink {
+            dir: a,
+            name: b"d",
+            kind: UnlinkKind::Move,
+            expect: Some(d),
+        },
+    );
+    // The move is done: the rmdir goes ahead under the new name.
+    t.ok(S2, USER, Request::MarkRmdir { dir: d });
+    // A marked directory cannot start a move; the mover waits.
+    assert_eq!(t.err(S1, USER, Request::Ref { ino: d }), RETRY);
+    let link_back = || Request::Link {
+        dir: a,
+        name: b"d",
+        ino: d,
+        ftype: FileType::Directory,
+        replace: false,
+    };
+    assert_eq!(t.err(S1, USER, link_back()), RETRY);
+    t.unlink(b, "d", UnlinkKind::Directory).unwrap();
+    t.ok(
+        S2,
+        USER,
+        Request::FinishRmdir {
+            dir: d,
+            commit: true,
+        },
+    );
+    // ... and after the commit learns it is gone.
+    assert_eq!(t.err(S1, USER, Request::Ref { ino: d }), Errno::ENOENT);
+    assert_eq!(t.err(S1, USER, link_back()), Errno::ENOENT);
+}
+
 #[test]
 fn unfinished_directory_moves_are_undone_when_the_session_dies() {
     let mut t = server(8);

@@ -467,8 +467,76 @@ rm -rf t && echo removed
 ls -A
 "#;
     for opts in MODES {
-        let out = in_atoll(opts, script);
-        assert_eq!(out, "walked\nremoved\n", "{opts:?}");
+        let out = run_in_atoll(opts, script);
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "walked\nremoved\n",
+            "{opts:?}: status {:?}\n--- stderr:\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// Moves of directories racing rmdirs and mkdirs of the same few names
+/// (six processes, two parents, three names): a directory caught between
+/// a cross-server move and an rmdir is removed or moved, never both — no
+/// name is left naming a removed directory and no directory keeps two
+/// names (Hare §3.4.1 against the client-coordinated move of §6.2.3).
+/// Every directory left must take a new entry and then be removable.
+#[test]
+fn directory_moves_racing_rmdirs_leave_no_stale_name() {
+    atoll_tests::require("python3");
+    let script = r#"
+cd "$ROOT"
+mkdir -p t/a t/b
+cat > /tmp/atoll-race-$$.py <<'PYEOF'
+import os, random, sys
+r = random.Random(int(sys.argv[1]))
+dirs, names = ["t/a", "t/b"], ["n0", "n1", "n2"]
+for step in range(1500):
+    a = os.path.join(r.choice(dirs), r.choice(names))
+    b = os.path.join(r.choice(dirs), r.choice(names))
+    op = r.choice([0, 1, 2, 2])
+    try:
+        if op == 0:
+            os.mkdir(a)
+        elif op == 1:
+            os.rmdir(a)
+        else:
+            os.rename(a, b)
+    except OSError:
+        pass
+PYEOF
+for p in 1 2 3 4 5 6; do python3 /tmp/atoll-race-$$.py $RANDOM$p & done
+wait
+rm /tmp/atoll-race-$$.py
+python3 - <<'PYEOF'
+import os
+seen = {}
+for root, ds, fs in os.walk("t"):
+    for n in ds:
+        p = os.path.join(root, n)
+        ino = os.stat(p).st_ino
+        if ino in seen:
+            print("TWO NAMES", p, seen[ino])
+        seen[ino] = p
+        os.mkdir(os.path.join(p, "probe"))
+        os.rmdir(os.path.join(p, "probe"))
+print("checked")
+PYEOF
+rm -rf t && echo removed
+ls -A
+"#;
+    for opts in MODES {
+        let out = run_in_atoll(opts, script);
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "checked\nremoved\n",
+            "{opts:?}: status {:?}\n--- stderr:\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 }
 

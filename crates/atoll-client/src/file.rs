@@ -885,6 +885,10 @@ pub fn fcntl(c: &Client, lane: &Lane, fd: i64, d: &DescRef, cmd: i32, arg: u64) 
             Ok(Out::Done(0))
         }
         libc::F_GETOWN | libc::F_SETOWN | 10 | 11 | 15 | 16 => Ok(Out::Host),
+        // dnotify: accepted on directories as Linux does, but no event is
+        // ever sent (the servers keep no watch lists; see README limits).
+        libc::F_NOTIFY if d.ftype() == FileType::Directory => Ok(Out::Done(0)),
+        libc::F_NOTIFY => err(libc::ENOTDIR),
         libc::F_GET_SEALS => err(libc::EINVAL),
         _ => err(libc::EINVAL),
     }

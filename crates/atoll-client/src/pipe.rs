@@ -38,7 +38,7 @@
 use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use atoll_proto::pipe as hdr;
-use atoll_proto::{DescId, FileType, Reply, Request};
+use atoll_proto::{DescId, FileType, Reply, Request, BLOCK_SIZE};
 
 use crate::error::{err, Error, Result};
 use crate::fdtable::{self, DescInfo, DescRef};
@@ -401,6 +401,40 @@ fn broken_pipe() -> Error {
     Error::Errno(libc::EPIPE)
 }
 
+/// `F_SETPIPE_SZ`, as Linux's `pipe_set_size`: the size is rounded up to
+/// a power-of-two number of pages; shrinking below what the pipe holds is
+/// `EBUSY`. The ring's blocks are fixed when it is made, so sizes beyond
+/// them are `EPERM` (what Linux answers beyond `pipe-max-size`).
+fn set_pipe_size(r: &Ring, want: u64) -> Result<u64> {
+    let size = match want {
+        w if w > 1 << 31 => return err(libc::EINVAL),
+        w if w <= BLOCK_SIZE as u64 => BLOCK_SIZE as u64,
+        w => w.next_power_of_two(),
+    };
+    if size > r.capacity() {
+        return err(libc::EPERM);
+    }
+    let sig = sys::SigBlock::new();
+    r.lock();
+    let head = r.word64(hdr::HEAD).load(Ordering::Acquire);
+    let tail = r.word64(hdr::TAIL).load(Ordering::Acquire);
+    let busy = head.wrapping_sub(tail) > size;
+    if !busy {
+        r.word(hdr::LIMIT).store(size as u32, Ordering::Release);
+    }
+    // Writers asleep for room may have more now.
+    let wake = !busy && bump(r, hdr::WSEQ, hdr::WSLEEP);
+    r.unlock();
+    drop(sig);
+    if wake {
+        r.wake(hdr::WSEQ, i32::MAX as u32);
+    }
+    if busy {
+        return err(libc::EBUSY);
+    }
+    Ok(size)
+}
+
 /// `write(2)` on a pipe end.
 pub fn write(c: &Client, d: &DescRef, buf: &[u8]) -> Result<usize> {
     let f = d.flags();
@@ -408,7 +442,6 @@ pub fn write(c: &Client, d: &DescRef, buf: &[u8]) -> Result<usize> {
         return err(libc::EBADF);
     }
     let ring = ring(c, d)?;
-    let cap = ring.capacity();
     let mut done = 0usize;
     loop {
         let sig = sys::SigBlock::new();
@@ -427,7 +460,7 @@ pub fn write(c: &Client, d: &DescRef, buf: &[u8]) -> Result<usize> {
         }
         let head = ring.word64(hdr::HEAD).load(Ordering::Acquire);
         let tail = ring.word64(hdr::TAIL).load(Ordering::Acquire);
-        let room = cap.saturating_sub(head.wrapping_sub(tail)) as usize;
+        let room = ring.limit().saturating_sub(head.wrapping_sub(tail)) as usize;
         let rest = buf.len() - done;
         // Up to PIPE_BUF: all or nothing (atomic); beyond: any progress.
         let need = if rest <= hdr::PIPE_BUF { rest } else { 1 };
@@ -572,7 +605,7 @@ fn pipe_events(c: &Client, d: &DescRef) -> i16 {
         }
     }
     if f != libc::O_RDONLY as u32 {
-        if r.capacity() - used >= hdr::PIPE_BUF as u64 {
+        if r.limit().saturating_sub(used) >= hdr::PIPE_BUF as u64 {
             ev |= libc::POLLOUT | libc::POLLWRNORM;
         }
         if r.word(hdr::READERS).load(Ordering::Acquire) == 0 {
@@ -1162,12 +1195,11 @@ pub fn route(c: &Client, nr: i64, a: &[u64; 6]) -> Result<Option<Out>> {
         }),
         libc::SYS_fcntl if matches!(a[1] as i32, libc::F_GETPIPE_SZ | libc::F_SETPIPE_SZ) => {
             on_pipe(&|d| {
-                let cap = ring(c, d)?.capacity() as i64;
-                if a[1] as i32 == libc::F_SETPIPE_SZ && (a[2] as i64) > cap {
-                    // The ring is fixed at creation (64 KiB).
-                    return err(libc::EPERM);
+                let r = ring(c, d)?;
+                if a[1] as i32 == libc::F_GETPIPE_SZ {
+                    return Ok(Out::Done(r.limit() as i64));
                 }
-                Ok(Out::Done(cap))
+                set_pipe_size(&r, a[2] as u32 as u64).map(|n| Out::Done(n as i64))
             })
         }
         libc::SYS_poll | libc::SYS_ppoll => match poll(c, nr, a)? {

@@ -74,6 +74,14 @@ impl Ring {
         (self.nblocks * BLOCK_SIZE) as u64
     }
 
+    /// Bytes writers may fill: the `F_SETPIPE_SZ` size, or the capacity.
+    pub fn limit(&self) -> u64 {
+        match self.word(hdr::LIMIT).load(Ordering::Acquire) as u64 {
+            0 => self.capacity(),
+            l => l.min(self.capacity()),
+        }
+    }
+
     /// Take the ring lock (Drepper's three-state futex mutex). The caller
     /// blocks signals first, so a handler on this thread can never wait
     /// for a lock its own thread holds. The holder's thread id goes to

@@ -47,6 +47,10 @@ pub const WSLEEP: usize = 60;
 /// Thread id of the lock holder (0 while free), so that waiters can take
 /// the lock back from a holder that was killed while holding it.
 pub const OWNER: usize = 64;
+/// Bytes the ring may hold, as set by `F_SETPIPE_SZ` (0: all of it).
+/// Writers honour it; positions still wrap at the full capacity, so a
+/// change never moves bytes already in the ring.
+pub const LIMIT: usize = 68;
 /// `u32` array of `NBLOCKS` data-block indices.
 pub const BLOCKS: usize = 128;
 /// Most data blocks of one pipe (64 KiB, Linux's default pipe size).

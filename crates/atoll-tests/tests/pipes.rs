@@ -142,6 +142,25 @@ int main(void) {
     CHECK(fcntl(p[0], F_SETFL, 0) == 0 && fcntl(p[1], F_SETFL, 0) == 0);
     printf("nonblock ok cap=%d\n", cap);
 
+    /* F_SETPIPE_SZ: rounded up to pages, honoured by writers, EBUSY below
+     * what the pipe holds (as Linux's pipe_set_size). */
+    CHECK(fcntl(p[1], F_SETPIPE_SZ, 100) == 4096);
+    CHECK(fcntl(p[0], F_GETPIPE_SZ) == 4096);
+    CHECK(fcntl(p[1], F_SETFL, O_NONBLOCK) == 0);
+    CHECK(write(p[1], buf, 10000) == 4096);
+    CHECK(write(p[1], buf, 1) == -1 && errno == EAGAIN);
+    struct pollfd wp = { .fd = p[1], .events = POLLOUT };
+    CHECK(poll(&wp, 1, 0) == 0);
+    CHECK(fcntl(p[1], F_SETPIPE_SZ, 5000) == 8192);
+    CHECK(poll(&wp, 1, 0) == 1 && (wp.revents & POLLOUT));
+    CHECK(write(p[1], buf, 10000) == 4096);
+    CHECK(fcntl(p[1], F_SETPIPE_SZ, 4096) == -1 && errno == EBUSY);
+    CHECK(fcntl(p[1], F_GETPIPE_SZ) == 8192);
+    CHECK(read(p[0], buf, sizeof buf) == 8192);
+    CHECK(fcntl(p[1], F_SETPIPE_SZ, cap) == cap);
+    CHECK(fcntl(p[1], F_SETFL, 0) == 0);
+    printf("pipe size ok\n");
+
     /* poll, select and epoll see readiness. */
     struct pollfd pf = { .fd = p[0], .events = POLLIN };
     CHECK(poll(&pf, 1, 0) == 0);
@@ -288,6 +307,7 @@ fn posix_semantics_of_atoll_pipes() {
     for step in [
         "basic",
         "nonblock",
+        "pipe size",
         "readiness",
         "atomic",
         "eof",

@@ -57,6 +57,7 @@ mod session;
 pub mod state;
 mod sys;
 mod uncoalesced;
+mod unixsock;
 mod walk;
 
 use std::os::fd::{IntoRawFd, OwnedFd};
@@ -207,6 +208,8 @@ pub fn may_concern(nr: i64, a: &[u64; 6]) -> bool {
         SYS_sendfile => at(0) || at(1),
         SYS_poll | SYS_ppoll => fdtable::any(),
         SYS_epoll_ctl => at(2),
+        SYS_bind | SYS_connect | SYS_sendto | SYS_sendmsg | SYS_getsockname | SYS_getpeername
+        | SYS_accept | SYS_accept4 | SYS_recvfrom | SYS_recvmsg => unixsock::may_concern(c, nr, a),
         _ => pipe::may_concern(nr),
     }
 }
@@ -538,6 +541,10 @@ fn run(c: &'static Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
         return Ok(o);
     }
     match nr {
+        SYS_bind | SYS_connect | SYS_sendto | SYS_sendmsg | SYS_getsockname | SYS_getpeername
+        | SYS_accept | SYS_accept4 | SYS_recvfrom | SYS_recvmsg => {
+            Ok(unixsock::route(c, nr, a)?.unwrap_or(Out::Host))
+        }
         SYS_umask => {
             // SAFETY: integer argument.
             let old = unsafe { sys::sc(SYS_umask, a[0], 0, 0, 0) };

@@ -189,6 +189,31 @@ pub fn mknod(c: &Client, lane: &Lane, dirfd: i64, path: &[u8], mode: u32, dev: u
     Ok(Out::Done(0))
 }
 
+/// The node a Unix socket's `bind` makes at `path` (mode `0777 & ~umask`,
+/// as Linux's `unix_bind`), remembering `address` for `getsockname`.
+/// `Err(out)` when the path is not atoll's (`Host`) or leaves it (`Rehost`);
+/// an existing name is `EADDRINUSE`.
+pub fn make_socket(
+    c: &Client,
+    lane: &Lane,
+    path: &[u8],
+    address: &[u8],
+) -> Result<core::result::Result<InodeId, Out>> {
+    let (w, last) = match parent(c, lane, libc::AT_FDCWD as i64, path)? {
+        Ok(x) => x,
+        Err(o) => return Ok(Err(o)),
+    };
+    if last.kind != LastKind::Name || last.trailing_slash {
+        return err(libc::EADDRINUSE);
+    }
+    let perm = 0o777 & !umask(c);
+    let name = last.name.as_bytes();
+    match make_node(c, &w, name, FileType::Socket, perm, 0, address, false) {
+        Err(Error::Errno(libc::EEXIST)) => err(libc::EADDRINUSE),
+        r => r.map(Ok),
+    }
+}
+
 #[inline(never)]
 pub fn symlink(c: &Client, lane: &Lane, target: &[u8], dirfd: i64, path: &[u8]) -> Result<Out> {
     let (w, last) = match parent(c, lane, dirfd, path)? {

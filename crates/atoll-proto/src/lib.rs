@@ -418,6 +418,8 @@ pub enum Request<'a> {
     /// Create a directory, symlink, FIFO, socket or device node (Hare MKDIR,
     /// SYMLINK). The inode is placed on this server; for a directory `home`
     /// picks the server for its entries and `distributed` spreads them.
+    /// `target` is a symlink's target, or the address a Unix socket was
+    /// bound with (kept for `getsockname`); ignored for other types.
     /// → `Entry`
     MakeNode {
         dir: InodeId,
@@ -521,6 +523,7 @@ pub enum Request<'a> {
         ino: InodeId,
         mask: u32,
     },
+    /// A symlink's target, or the bind address of a socket node.
     /// → `Target`
     ReadLink {
         ino: InodeId,

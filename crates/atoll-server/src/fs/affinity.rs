@@ -93,6 +93,7 @@ impl<S: BlockStore> FileServer<S> {
             FileType::CharDevice | FileType::BlockDevice if !who.is_root() => {
                 return Err(Errno::EPERM); // CAP_MKNOD
             }
+            FileType::Socket if target.len() > MAX_TARGET => return Err(Errno::ENAMETOOLONG),
             _ => perm & 0o7777,
         };
         if open.is_some() && ftype != FileType::Regular {
@@ -105,7 +106,7 @@ impl<S: BlockStore> FileServer<S> {
         if let Some(i) = self.inodes.get_mut(&ino) {
             i.links = 0;
             match ftype {
-                FileType::Symlink => i.target = target.to_vec(),
+                FileType::Symlink | FileType::Socket => i.target = target.to_vec(),
                 FileType::CharDevice | FileType::BlockDevice => i.rdev = rdev,
                 _ => {}
             }

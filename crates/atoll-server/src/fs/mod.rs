@@ -703,7 +703,7 @@ impl<S: BlockStore> FileServer<S> {
             Q::Access { ino, mask } => self.access(who, ino, mask),
             Q::ReadLink { ino } => {
                 let i = self.inode(ino)?;
-                if i.ftype != FileType::Symlink {
+                if !matches!(i.ftype, FileType::Symlink | FileType::Socket) {
                     return Err(Errno::EINVAL);
                 }
                 out.clear();
@@ -1367,13 +1367,14 @@ impl<S: BlockStore> FileServer<S> {
             FileType::CharDevice | FileType::BlockDevice if !who.is_root() => {
                 return Err(Errno::EPERM); // CAP_MKNOD
             }
+            FileType::Socket if target.len() > MAX_TARGET => return Err(Errno::ENAMETOOLONG),
             _ => perm & 0o7777,
         };
         self.creatable(dir)?;
         let ino = self.new_inode(who, dir, ftype, perm, home, distributed);
         if let Some(i) = self.inodes.get_mut(&ino) {
             match ftype {
-                FileType::Symlink => i.target = target.to_vec(),
+                FileType::Symlink | FileType::Socket => i.target = target.to_vec(),
                 FileType::CharDevice | FileType::BlockDevice => i.rdev = rdev,
                 _ => {}
             }

@@ -1,0 +1,96 @@
+//! POSIX behaviours real programs rely on, each compared with Linux on a
+//! host directory: Unix-domain sockets named in the mount, credentials that
+//! change inside a running process, FIFO opens racing writers, and programs
+//! that outlive their instance.
+
+use atoll_tests::{assert_same, atoll, output_within, require, RUN_LIMIT};
+use std::process::Stdio;
+
+/// A listener and a client in two processes meet at a socket path of the
+/// mount; the node looks like tmpfs's (type, mode from the umask, links),
+/// renames and unlinks like a file, and a node made by `mknod` or a missing
+/// name refuses as Linux does.
+#[test]
+fn unix_sockets_bound_in_the_mount_reach_their_listener() {
+    require("python3");
+    for opts in [
+        &["--servers", "1"][..],
+        &["--servers", "3", "--distribute", "all"],
+    ] {
+        assert_same(
+            opts,
+            r#"
+            set -e
+            cd "$ROOT" && mkdir d && cd d
+            python3 - <<'PY'
+import os, socket, stat
+os.umask(0o027)
+for kind in (socket.SOCK_STREAM, socket.SOCK_SEQPACKET):
+    s = socket.socket(socket.AF_UNIX, kind)
+    s.bind("s1")
+    s.listen(1)
+    st = os.lstat("s1")
+    print(oct(st.st_mode), stat.S_ISSOCK(st.st_mode), st.st_nlink, st.st_size, s.getsockname())
+    if os.fork() == 0:
+        c = socket.socket(socket.AF_UNIX, kind)
+        c.connect(os.path.abspath("s1"))
+        c.sendall(b"hello from the child")
+        print("child peer", repr(c.getpeername()))
+        os._exit(0)
+    conn, addr = s.accept()
+    print(conn.recv(100), repr(addr), repr(conn.getsockname()))
+    os.wait()
+    try:
+        socket.socket(socket.AF_UNIX, kind).bind("s1")
+    except OSError as e:
+        print("rebind", e.errno)
+    os.rename("s1", "s2")
+    print(sorted(os.listdir(".")))
+    os.unlink("s2")
+    s.close()
+# datagrams to a path name
+r = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+r.bind("dg")
+w = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+w.bind("dg-sender")
+w.sendto(b"datagram", os.path.abspath("dg"))
+data, frm = r.recvfrom(100)
+print(data, frm)
+os.mknod("made", 0o644 | stat.S_IFSOCK)
+for name in ("made", "missing", "dg-missing/x"):
+    try:
+        socket.socket(socket.AF_UNIX, socket.SOCK_STREAM).connect(name)
+    except OSError as e:
+        print(name, e.errno)
+os.symlink("dg", "link")
+w.sendto(b"via link", "link")
+print(r.recv(100))
+print(sorted(os.listdir(".")))
+PY
+            "#,
+            true,
+        );
+    }
+}
+
+/// `bind("s")` with the cwd in the mount names an atoll node: nothing
+/// appears in the host directory `atoll run` was started from.
+#[test]
+fn relative_socket_bind_never_creates_a_host_file() {
+    require("python3");
+    let start = tempfile::tempdir().expect("tempdir");
+    let mut cmd = atoll();
+    cmd.current_dir(start.path())
+        .args(["run", "--memory", "64M", "--servers", "2", "--"])
+        .args(["bash", "-c", "cd /atoll && python3 -c 'import socket; s=socket.socket(socket.AF_UNIX); s.bind(\"s\"); print(s.getsockname())' && ls -l /atoll | cut -c1"])
+        .stdin(Stdio::null());
+    let out = output_within(cmd, RUN_LIMIT);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "s\nt\ns\n");
+    let left: Vec<_> = std::fs::read_dir(start.path()).unwrap().collect();
+    assert!(left.is_empty(), "host files created: {left:?}");
+}

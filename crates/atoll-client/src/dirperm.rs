@@ -36,7 +36,7 @@
 //! to one user, Hare's single fault domain); a name change without them in
 //! a directory the server does not own is refused (`EPROTO`).
 
-use atoll_proto::{entry_server, InodeId, Reply, Request, Vouched};
+use atoll_proto::{entry_server, Cred, InodeId, Reply, Request, Vouched};
 
 use crate::error::{Error, Result};
 use crate::session::{Client, Lane};
@@ -173,9 +173,6 @@ fn dir_attrs(c: &Client, lane: &Lane, dir: InodeId) -> Result<Vouched> {
 pub fn check_removable(c: &Client, lane: &Lane, dir: InodeId, victim: InodeId) -> Result<()> {
     let a = dir_attrs(c, lane, dir)?;
     let cred = c.cred();
-    if cred.uid == 0 {
-        return Ok(()); // CAP_DAC_OVERRIDE, CAP_FOWNER
-    }
     let class = if cred.uid == a.uid {
         a.perm >> 6
     } else if cred.gid == a.gid || in_supplementary_groups(a.gid) {
@@ -184,10 +181,10 @@ pub fn check_removable(c: &Client, lane: &Lane, dir: InodeId, victim: InodeId) -
         a.perm
     };
     let write_search = (libc::W_OK | libc::X_OK) as u32;
-    if class & write_search != write_search {
+    if class & write_search != write_search && cred.caps & Cred::CAP_DAC_OVERRIDE == 0 {
         return Err(Error::Errno(libc::EACCES));
     }
-    if a.perm & libc::S_ISVTX == 0 || cred.uid == a.uid {
+    if a.perm & libc::S_ISVTX == 0 || cred.uid == a.uid || cred.caps & Cred::CAP_FOWNER != 0 {
         return Ok(());
     }
     if attrs_from_owner(c, lane, victim)?.uid == cred.uid {

@@ -38,6 +38,7 @@ mod affinity;
 mod bcast;
 mod cache;
 mod counters;
+mod creds;
 mod dcache;
 mod dirperm;
 mod error;
@@ -203,6 +204,7 @@ pub fn may_concern(nr: i64, a: &[u64; 6]) -> bool {
         SYS_getcwd => c.cwd().is_some(),
         SYS_mmap => a[3] as i32 & MAP_ANONYMOUS == 0 && at(4),
         SYS_execve | SYS_execveat | SYS_umask => true,
+        nr if creds::changes_credentials(nr) => true,
         SYS_getppid => exec::proxy_of_self().is_some(),
         SYS_copy_file_range | SYS_splice => at(0) || at(2),
         SYS_sendfile => at(0) || at(1),
@@ -545,6 +547,7 @@ fn run(c: &'static Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
         | SYS_accept | SYS_accept4 | SYS_recvfrom | SYS_recvmsg => {
             Ok(unixsock::route(c, nr, a)?.unwrap_or(Out::Host))
         }
+        nr if creds::changes_credentials(nr) => done(creds::change(c, nr, a)),
         SYS_umask => {
             // SAFETY: integer argument.
             let old = unsafe { sys::sc(SYS_umask, a[0], 0, 0, 0) };
@@ -700,7 +703,7 @@ fn run(c: &'static Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
                     let cred = if fl & AT_EACCESS != 0 {
                         c.cred()
                     } else {
-                        c.real_cred()
+                        creds::access_cred(c)
                     };
                     l.call_cred(
                         c,

@@ -394,8 +394,13 @@ pub struct Client {
     pub cache_fd: AtomicI32,
     session: AtomicPtr<Session>,
     pub boot_lock: SpinLock,
-    pub euid: AtomicU32,
-    pub egid: AtomicU32,
+    /// What the kernel checks file access with (kept current by `creds`).
+    pub fsuid: AtomicU32,
+    pub fsgid: AtomicU32,
+    /// Effective file-system capabilities (`Cred::CAP_*`).
+    pub caps: AtomicU32,
+    /// Permitted ones (`access` by a root real user).
+    pub permitted_caps: AtomicU32,
     pub ruid: AtomicU32,
     pub rgid: AtomicU32,
     pub umask: AtomicU32,
@@ -425,17 +430,12 @@ impl Client {
         self.session().id
     }
 
+    /// The credentials requests carry (hot path: three loads).
     pub fn cred(&self) -> Cred {
         Cred {
-            uid: self.euid.load(Ordering::Relaxed),
-            gid: self.egid.load(Ordering::Relaxed),
-        }
-    }
-
-    pub fn real_cred(&self) -> Cred {
-        Cred {
-            uid: self.ruid.load(Ordering::Relaxed),
-            gid: self.rgid.load(Ordering::Relaxed),
+            uid: self.fsuid.load(Ordering::Relaxed),
+            gid: self.fsgid.load(Ordering::Relaxed),
+            caps: self.caps.load(Ordering::Relaxed),
         }
     }
 
@@ -716,10 +716,12 @@ pub fn attach(
         cache_fd: AtomicI32::new(cache_fd),
         session: AtomicPtr::new(Box::into_raw(Box::new(Session::new(session, lane0)))),
         boot_lock: SpinLock::new(),
-        euid: AtomicU32::new(rustix::process::geteuid().as_raw()),
-        egid: AtomicU32::new(rustix::process::getegid().as_raw()),
-        ruid: AtomicU32::new(rustix::process::getuid().as_raw()),
-        rgid: AtomicU32::new(rustix::process::getgid().as_raw()),
+        fsuid: AtomicU32::new(0),
+        fsgid: AtomicU32::new(0),
+        caps: AtomicU32::new(0),
+        permitted_caps: AtomicU32::new(0),
+        ruid: AtomicU32::new(0),
+        rgid: AtomicU32::new(0),
         umask: AtomicU32::new(um.as_raw_mode()),
         cwd: AtomicPtr::new(core::ptr::null_mut()),
         posix_locks: AtomicBool::new(false),
@@ -727,7 +729,7 @@ pub fn attach(
         info,
     };
     let c = install(c);
-    c.register_groups();
+    crate::creds::refresh(c, true);
     Ok(c)
 }
 

@@ -253,12 +253,45 @@ pub struct Attr {
     pub btime: Timespec,
 }
 
-/// Caller credentials for Linux's permission checks (fsuid/fsgid). The
+/// Caller credentials for Linux's permission checks: the fsuid and fsgid,
+/// and the effective capabilities that bypass them (`caps`, bit `1 << n`
+/// for Linux capability number `n`; only the file-system ones below are
+/// looked at). The client reads all three from the kernel after every
+/// credential change, so they are what Linux itself would check with. The
 /// supplementary groups are registered per session ([`Request::SetGroups`]).
 #[derive(Serialize, Deserialize, Clone, Copy, PartialEq, Eq, Debug, Default)]
 pub struct Cred {
     pub uid: u32,
     pub gid: u32,
+    pub caps: u32,
+}
+
+impl Cred {
+    pub const CAP_CHOWN: u32 = 1 << 0;
+    pub const CAP_DAC_OVERRIDE: u32 = 1 << 1;
+    pub const CAP_DAC_READ_SEARCH: u32 = 1 << 2;
+    pub const CAP_FOWNER: u32 = 1 << 3;
+    pub const CAP_FSETID: u32 = 1 << 4;
+    pub const CAP_SYS_ADMIN: u32 = 1 << 21;
+    pub const CAP_MKNOD: u32 = 1 << 27;
+    /// The capabilities the checks above use, which root holds by default.
+    pub const FS_CAPS: u32 = Self::CAP_CHOWN
+        | Self::CAP_DAC_OVERRIDE
+        | Self::CAP_DAC_READ_SEARCH
+        | Self::CAP_FOWNER
+        | Self::CAP_FSETID
+        | Self::CAP_SYS_ADMIN
+        | Self::CAP_MKNOD;
+
+    /// Ids with the capabilities a process of that fsuid has by default
+    /// (all of them for 0, none otherwise).
+    pub const fn of(uid: u32, gid: u32) -> Cred {
+        Cred {
+            uid,
+            gid,
+            caps: if uid == 0 { Self::FS_CAPS } else { 0 },
+        }
+    }
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, PartialEq, Eq, Debug)]
@@ -983,10 +1016,7 @@ mod tests {
         let mut buf = [0u8; MAX_FRAME];
         let frame = RequestFrame {
             id: 42,
-            cred: Cred {
-                uid: 1000,
-                gid: 1000,
-            },
+            cred: Cred::of(1000, 1000),
             req: Request::Lookup {
                 dir: ROOT,
                 name: b"hello",

@@ -142,10 +142,10 @@ impl Instance {
                     .collect::<Vec<_>>(),
             ),
         };
-        let owner = Cred {
-            uid: rustix::process::geteuid().as_raw(),
-            gid: rustix::process::getegid().as_raw(),
-        };
+        let owner = Cred::of(
+            rustix::process::geteuid().as_raw(),
+            rustix::process::getegid().as_raw(),
+        );
         let poll = if config.split {
             PollMode::Spin
         } else {

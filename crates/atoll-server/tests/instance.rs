@@ -92,10 +92,10 @@ impl Lane {
         let mut buf = vec![0u8; MAX_FRAME];
         let frame = RequestFrame {
             id,
-            cred: Cred {
-                uid: rustix::process::geteuid().as_raw(),
-                gid: rustix::process::getegid().as_raw(),
-            },
+            cred: Cred::of(
+                rustix::process::geteuid().as_raw(),
+                rustix::process::getegid().as_raw(),
+            ),
             req,
             vouched: Default::default(),
         };

@@ -94,3 +94,83 @@ fn relative_socket_bind_never_creates_a_host_file() {
     let left: Vec<_> = std::fs::read_dir(start.path()).unwrap().collect();
     assert!(left.is_empty(), "host files created: {left:?}");
 }
+
+/// Credential changes inside a running process take effect at once, as
+/// in Linux: through libc (`os.setgroups`/`setegid`/`seteuid`, broadcast to
+/// every thread), through raw `syscall(SYS_setresuid, …)`, with `setfsuid`,
+/// and back to root through the saved set-user-id.
+#[test]
+fn credential_changes_inside_a_process_are_checked_with() {
+    require("python3");
+    for opts in [
+        &["--servers", "1"][..],
+        &["--servers", "3", "--distribute", "all"],
+    ] {
+        assert_same(
+            opts,
+            r#"
+            set -e
+            cd "$ROOT" && chmod 755 . && mkdir -m 755 rootonly && mkdir -m 777 open
+            python3 - <<'PY'
+import ctypes, os, threading
+libc = ctypes.CDLL(None, use_errno=True)
+SYS_setresuid, SYS_setresgid, SYS_setfsuid = 117, 119, 122
+
+def attempt(what, f):
+    try:
+        f()
+        print(what, "ok")
+    except OSError as e:
+        print(what, e.strerror)
+
+def create(path):
+    os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o644))
+    st = os.stat(path)
+    print(" ", path, "owner", st.st_uid, st.st_gid)
+
+# libc wrappers, issued from a second thread: glibc applies them to all.
+def drop():
+    os.setgroups([])
+    os.setegid(65534)
+    os.seteuid(65534)
+t = threading.Thread(target=drop)
+t.start(); t.join()
+print("ids", os.geteuid(), os.getegid(), os.getgroups())
+attempt("create in rootonly", lambda: create("rootonly/a"))
+attempt("create in open", lambda: create("open/a"))
+attempt("mkdir in rootonly", lambda: os.mkdir("rootonly/d"))
+attempt("chmod root's dir", lambda: os.chmod("rootonly", 0o777))
+attempt("chown to root", lambda: os.chown("open/a", 0, 0))
+attempt("access W real", lambda: print(" ", os.access("rootonly", os.W_OK)))
+attempt("access W effective", lambda: print(" ", os.access("rootonly", os.W_OK, effective_ids=True)))
+# back to root through the saved set-user-id
+os.seteuid(0); os.setegid(0)
+attempt("create in rootonly as root", lambda: create("rootonly/b"))
+# raw system calls: real, effective and saved ids all become 1234
+if libc.syscall(SYS_setresgid, 4321, 4321, 4321) != 0 or libc.syscall(SYS_setresuid, 1234, 1234, 1234) != 0:
+    print("setresuid failed", ctypes.get_errno())
+print("ids", os.getresuid(), os.getresgid())
+attempt("create in open as 1234", lambda: create("open/c"))
+attempt("unlink root's file", lambda: os.unlink("rootonly/b"))
+attempt("seteuid(0) after setresuid", lambda: os.seteuid(0))
+attempt("mkdir in rootonly", lambda: os.mkdir("rootonly/e"))
+PY
+            python3 - <<'PY'
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+# Only the fs id changes: files are created with it, the euid stays root.
+libc.setfsuid(2222); libc.setfsgid(3333)
+os.close(os.open("open/fs", os.O_CREAT | os.O_WRONLY, 0o600))
+st = os.stat("open/fs")
+print("fs ids", st.st_uid, st.st_gid, os.geteuid())
+try:
+    os.mkdir("rootonly/f")
+except OSError as e:
+    print("mkdir as fsuid 2222", e.strerror)
+PY
+            ls -ln open rootonly | awk '{print $1, $3, $4, $NF}'
+            "#,
+            true,
+        );
+    }
+}

@@ -28,7 +28,7 @@
 
 use std::collections::HashMap;
 
-use atoll_proto::{Errno, FileType, InodeId, Reply, SessionId, MAX_TARGET};
+use atoll_proto::{Cred, Errno, FileType, InodeId, Reply, SessionId, MAX_TARGET};
 
 use super::perm::{Caller, MAY_EXEC, MAY_WRITE};
 use super::{FileServer, R};
@@ -90,7 +90,7 @@ impl<S: BlockStore> FileServer<S> {
                 }
                 0o777
             }
-            FileType::CharDevice | FileType::BlockDevice if !who.is_root() => {
+            FileType::CharDevice | FileType::BlockDevice if !who.has(Cred::CAP_MKNOD) => {
                 return Err(Errno::EPERM); // CAP_MKNOD
             }
             FileType::Socket if target.len() > MAX_TARGET => return Err(Errno::ENAMETOOLONG),
@@ -190,10 +190,7 @@ mod tests {
 
     const S1: SessionId = SessionId(1);
     const S2: SessionId = SessionId(2);
-    const USER: Cred = Cred {
-        uid: 1000,
-        gid: 1000,
-    };
+    const USER: Cred = Cred::of(1000, 1000);
 
     fn fs(index: usize) -> FileServer<MemStore> {
         FileServer::new(

@@ -570,6 +570,7 @@ impl<S: BlockStore> FileServer<S> {
         Caller {
             uid: cred.uid,
             gid: cred.gid,
+            caps: cred.caps,
             groups,
             vouched,
         }
@@ -1001,7 +1002,7 @@ impl<S: BlockStore> FileServer<S> {
             // name change already.
             return Ok(());
         };
-        if perm & libc::S_ISVTX == 0 || who.is_root() || who.uid == dir_uid {
+        if perm & libc::S_ISVTX == 0 || who.has(Cred::CAP_FOWNER) || who.uid == dir_uid {
             return Ok(());
         }
         let victim_uid = match self.inodes.get(&victim) {
@@ -1033,7 +1034,7 @@ impl<S: BlockStore> FileServer<S> {
                 if ftype == FileType::Directory {
                     perm |= libc::S_ISGID;
                 } else if perm & (libc::S_ISGID | libc::S_IXGRP) == (libc::S_ISGID | libc::S_IXGRP)
-                    && !who.is_root()
+                    && !who.has(Cred::CAP_FSETID)
                     && !who.in_group(gid)
                 {
                     perm &= !libc::S_ISGID; // mode_strip_sgid
@@ -1302,7 +1303,7 @@ impl<S: BlockStore> FileServer<S> {
                 let t = now();
                 i.mtime = t;
                 i.ctime = t;
-                if !who.is_root() {
+                if !who.has(Cred::CAP_FSETID) {
                     i.perm = kill_priv(i.perm);
                 }
             }
@@ -1364,7 +1365,7 @@ impl<S: BlockStore> FileServer<S> {
                 }
                 0o777
             }
-            FileType::CharDevice | FileType::BlockDevice if !who.is_root() => {
+            FileType::CharDevice | FileType::BlockDevice if !who.has(Cred::CAP_MKNOD) => {
                 return Err(Errno::EPERM); // CAP_MKNOD
             }
             FileType::Socket if target.len() > MAX_TARGET => return Err(Errno::ENAMETOOLONG),
@@ -1651,7 +1652,11 @@ impl<S: BlockStore> FileServer<S> {
             let t = target.ok_or(Errno::ENOENT)?;
             self.sticky_ok(newdir, t.ino, who)?;
             for (d, moved) in [(old, cross), (t, cross)] {
-                if moved && d.ftype == FileType::Directory && self.owns(d.ino) && !who.is_root() {
+                if moved
+                    && d.ftype == FileType::Directory
+                    && self.owns(d.ino)
+                    && !who.has(Cred::CAP_DAC_OVERRIDE)
+                {
                     let i = self.inode(d.ino)?;
                     check(i.ftype, i.perm, i.uid, i.gid, who, MAY_WRITE)?;
                 }
@@ -2031,12 +2036,12 @@ impl<S: BlockStore> FileServer<S> {
             return Err(Errno::EPERM);
         }
         if let Some(u) = set.uid {
-            if !who.is_root() && (u != i.uid || who.uid != i.uid) {
+            if !who.has(Cred::CAP_CHOWN) && (u != i.uid || who.uid != i.uid) {
                 return Err(Errno::EPERM);
             }
         }
         if let Some(g) = set.gid {
-            if !who.is_root() && (who.uid != i.uid || (g != i.gid && !who.in_group(g))) {
+            if !who.has(Cred::CAP_CHOWN) && (who.uid != i.uid || (g != i.gid && !who.in_group(g))) {
                 return Err(Errno::EPERM);
             }
         }
@@ -2079,7 +2084,7 @@ impl<S: BlockStore> FileServer<S> {
         }
         if let Some(p) = set.perm {
             let mut p = p & 0o7777;
-            if !who.is_root() && !who.in_group(i.gid) {
+            if !who.has(Cred::CAP_FSETID) && !who.in_group(i.gid) {
                 p &= !libc::S_ISGID;
             }
             i.perm = p;
@@ -2088,7 +2093,7 @@ impl<S: BlockStore> FileServer<S> {
         if let Some(size) = set.size {
             i.truncate(&mut self.cache, size);
             i.mtime = t;
-            if !who.is_root() {
+            if !who.has(Cred::CAP_FSETID) {
                 i.perm = kill_priv(i.perm);
             }
             changed = true;
@@ -2138,7 +2143,7 @@ impl<S: BlockStore> FileServer<S> {
             if rest.is_empty() {
                 return Err(Errno::EINVAL);
             }
-            if !who.is_root() {
+            if !who.has(Cred::CAP_SYS_ADMIN) {
                 return Err(if write { Errno::EPERM } else { Errno::ENODATA });
             }
             return Ok(());
@@ -2226,7 +2231,7 @@ impl<S: BlockStore> FileServer<S> {
         let i = self.inode(ino)?;
         out.clear();
         for k in i.xattrs.keys() {
-            if k.starts_with(b"trusted.") && !who.is_root() {
+            if k.starts_with(b"trusted.") && !who.has(Cred::CAP_SYS_ADMIN) {
                 continue;
             }
             out.extend_from_slice(k);
@@ -2291,7 +2296,7 @@ impl<S: BlockStore> FileServer<S> {
             _ => return Err(Errno::EOPNOTSUPP),
         }
         i.ctime = t;
-        if !who.is_root() {
+        if !who.has(Cred::CAP_FSETID) {
             i.perm = kill_priv(i.perm);
         }
         Ok(Reply::Attr(self.attr(ino)?))
@@ -2422,7 +2427,7 @@ impl<S: BlockStore> FileServer<S> {
         let t = now();
         i.mtime = t;
         i.ctime = t;
-        if !who.is_root() && i.perm & (libc::S_ISUID | libc::S_ISGID) != 0 {
+        if !who.has(Cred::CAP_FSETID) && i.perm & (libc::S_ISUID | libc::S_ISGID) != 0 {
             i.perm = kill_priv(i.perm);
         }
         if offset.is_none() {

@@ -4,14 +4,18 @@
 //! The caller is described by its fsuid/fsgid (from the request frame),
 //! the supplementary groups its session registered with `SetGroups`, and
 //! the attributes of inodes owned elsewhere that the request carries
-//! (`atoll_proto::Vouched`, for directories this server does not own). Root
-//! (fsuid 0) bypasses read/write checks, and execute checks too except that
-//! a non-directory needs at least one execute bit, exactly as Linux's
-//! `CAP_DAC_OVERRIDE`.
+//! (`atoll_proto::Vouched`, for directories this server does not own).
+//! Capabilities bypass the checks as in Linux: `CAP_DAC_OVERRIDE` read,
+//! write and search, and execute too except that a non-directory needs at
+//! least one execute bit; `CAP_DAC_READ_SEARCH` reading files and reading
+//! or searching directories; `CAP_FOWNER` the owner checks; `CAP_CHOWN`,
+//! `CAP_FSETID`, `CAP_MKNOD` and `CAP_SYS_ADMIN` their own operations. The
+//! caller's effective set travels in each request (`Cred::caps`), so a
+//! process that dropped them (`seteuid`, `capset`) is checked without them.
 
 use std::rc::Rc;
 
-use atoll_proto::{Errno, FileType, InodeId, Vouched};
+use atoll_proto::{Cred, Errno, FileType, InodeId, Vouched};
 
 pub const MAY_EXEC: u32 = 1;
 pub const MAY_WRITE: u32 = 2;
@@ -23,6 +27,8 @@ pub const MAY_READ: u32 = 4;
 pub struct Caller<'v> {
     pub uid: u32,
     pub gid: u32,
+    /// Effective capabilities (`Cred::CAP_*` bits).
+    pub caps: u32,
     pub groups: Rc<[u32]>,
     pub vouched: &'v [Vouched],
 }
@@ -32,15 +38,16 @@ impl Caller<'_> {
     pub fn vouched_for(&self, ino: InodeId) -> Option<&Vouched> {
         self.vouched.iter().find(|v| v.ino == ino)
     }
-    pub fn is_root(&self) -> bool {
-        self.uid == 0
+    /// Does the caller hold capability `cap` (a `Cred::CAP_*` bit)?
+    pub fn has(&self, cap: u32) -> bool {
+        self.caps & cap == cap
     }
     pub fn in_group(&self, gid: u32) -> bool {
         self.gid == gid || self.groups.contains(&gid)
     }
-    /// `inode_owner_or_capable`: the owner, or root (`CAP_FOWNER`).
+    /// `inode_owner_or_capable`: the owner, or `CAP_FOWNER`.
     pub fn owns(&self, uid: u32) -> bool {
-        self.is_root() || self.uid == uid
+        self.has(Cred::CAP_FOWNER) || self.uid == uid
     }
 }
 
@@ -54,12 +61,6 @@ pub fn check(
     mask: u32,
 ) -> Result<(), Errno> {
     let mask = mask & 7;
-    if who.is_root() {
-        if mask & MAY_EXEC != 0 && ftype != FileType::Directory && perm & 0o111 == 0 {
-            return Err(Errno::EACCES);
-        }
-        return Ok(());
-    }
     let class = if who.uid == uid {
         perm >> 6
     } else if who.in_group(gid) {
@@ -68,10 +69,25 @@ pub fn check(
         perm
     } & 7;
     if class & mask == mask {
-        Ok(())
-    } else {
-        Err(Errno::EACCES)
+        return Ok(());
     }
+    // The capability overrides, in the order of Linux's generic_permission.
+    if ftype == FileType::Directory {
+        if mask & MAY_WRITE == 0 && who.has(Cred::CAP_DAC_READ_SEARCH) {
+            return Ok(());
+        }
+        if who.has(Cred::CAP_DAC_OVERRIDE) {
+            return Ok(());
+        }
+        return Err(Errno::EACCES);
+    }
+    if mask == MAY_READ && who.has(Cred::CAP_DAC_READ_SEARCH) {
+        return Ok(());
+    }
+    if (mask & MAY_EXEC == 0 || perm & 0o111 != 0) && who.has(Cred::CAP_DAC_OVERRIDE) {
+        return Ok(());
+    }
+    Err(Errno::EACCES)
 }
 
 /// Bits a data change (write, truncate) clears when done by a non-root
@@ -93,6 +109,7 @@ mod tests {
         Caller {
             uid,
             gid,
+            caps: Cred::of(uid, gid).caps,
             groups: groups.into(),
             vouched: &[],
         }
@@ -118,6 +135,27 @@ mod tests {
         );
         assert!(check(FileType::Regular, 0o010, 1, 1, &root, MAY_EXEC).is_ok());
         assert!(check(FileType::Directory, 0o000, 1, 1, &root, MAY_EXEC).is_ok());
+    }
+
+    #[test]
+    fn capabilities_not_the_uid_bypass_checks() {
+        let mut root_without_caps = who(0, 0, &[]);
+        root_without_caps.caps = 0;
+        assert_eq!(
+            check(FileType::Regular, 0o600, 1, 1, &root_without_caps, MAY_READ),
+            Err(Errno::EACCES)
+        );
+        assert!(!root_without_caps.owns(1));
+        let mut reader = who(7, 7, &[]);
+        reader.caps = Cred::CAP_DAC_READ_SEARCH;
+        assert!(check(FileType::Regular, 0o000, 1, 1, &reader, MAY_READ).is_ok());
+        assert!(check(FileType::Regular, 0o000, 1, 1, &reader, MAY_WRITE).is_err());
+        assert!(check(FileType::Directory, 0o000, 1, 1, &reader, MAY_EXEC | MAY_READ).is_ok());
+        assert!(check(FileType::Directory, 0o000, 1, 1, &reader, MAY_WRITE).is_err());
+        let mut fowner = who(7, 7, &[]);
+        fowner.caps = Cred::CAP_FOWNER;
+        assert!(fowner.owns(1));
+        assert!(check(FileType::Regular, 0o000, 1, 1, &fowner, MAY_READ).is_err());
     }
 
     #[test]

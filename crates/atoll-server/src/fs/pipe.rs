@@ -234,10 +234,7 @@ mod tests {
 
     const S1: SessionId = SessionId(1);
     const S2: SessionId = SessionId(2);
-    const ME: Cred = Cred {
-        uid: 1000,
-        gid: 1000,
-    };
+    const ME: Cred = Cred::of(1000, 1000);
 
     fn server(blocks: u32) -> FileServer<MemStore> {
         FileServer::new(

@@ -7,15 +7,9 @@ use proptest::prelude::*;
 
 const S1: SessionId = SessionId(1);
 const S2: SessionId = SessionId(2);
-const USER: Cred = Cred {
-    uid: 1000,
-    gid: 1000,
-};
-const OTHER: Cred = Cred {
-    uid: 2000,
-    gid: 2000,
-};
-const ROOTC: Cred = Cred { uid: 0, gid: 0 };
+const USER: Cred = Cred::of(1000, 1000);
+const OTHER: Cred = Cred::of(2000, 2000);
+const ROOTC: Cred = Cred::of(0, 0);
 
 /// A reply with owned bytes, for assertions.
 #[derive(Debug, PartialEq)]
@@ -1757,10 +1751,7 @@ fn sticky_directories_only_let_owners_remove_entries() {
             },
         )
     };
-    let third = Cred {
-        uid: 3000,
-        gid: 3000,
-    };
+    let third = Cred::of(3000, 3000);
     assert_eq!(rm(&mut t, third, "theirs"), Own::Err(Errno::EPERM));
     assert!(matches!(rm(&mut t, OTHER, "theirs"), Own::Unlinked(..)));
     assert!(
@@ -1915,10 +1906,7 @@ fn name_changes_in_a_directory_owned_elsewhere_need_its_attributes() {
 fn sticky_bit_of_a_directory_owned_elsewhere_protects_other_users_names() {
     let (mut t, dir, names) = shard_of_foreign_directory(3);
     let tmp = [attrs_of(dir, 0o1777, 0, 0)];
-    let third = Cred {
-        uid: 3000,
-        gid: 3000,
-    };
+    let third = Cred::of(3000, 3000);
     // `theirs` lives here; `remote` names an inode server 0 owns.
     t.callv(
         S1,
@@ -1981,10 +1969,7 @@ fn sticky_directory_owned_here_needs_the_owner_of_a_remote_victim() {
         replace: false,
     };
     assert!(matches!(t.call(S2, OTHER, link), Own::Linked(None)));
-    let third = Cred {
-        uid: 3000,
-        gid: 3000,
-    };
+    let third = Cred::of(3000, 3000);
     assert_eq!(t.call(S1, third, unlink(tmp, "f")), Own::Err(Errno::EPERM));
     let theirs = [attrs_of(remote, 0o644, OTHER.uid, OTHER.gid)];
     assert_eq!(

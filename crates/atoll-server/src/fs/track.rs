@@ -165,10 +165,7 @@ mod tests {
         use crate::store::MemStore;
         use atoll_proto::{Cred, Reply, Request, SetAttr, TimeSet, ROOT};
 
-        let cred = Cred {
-            uid: 1000,
-            gid: 1000,
-        };
+        let cred = Cred::of(1000, 1000);
         let cfg = FsConfig {
             index: 0,
             nservers: 1,
@@ -234,10 +231,7 @@ mod tests {
         use crate::store::MemStore;
         use atoll_proto::{Cred, FileType, Reply, Request, UnlinkKind, ROOT};
 
-        let cred = Cred {
-            uid: 1000,
-            gid: 1000,
-        };
+        let cred = Cred::of(1000, 1000);
         let cfg = FsConfig {
             index: 0,
             nservers: 1,

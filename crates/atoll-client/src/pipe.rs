@@ -123,6 +123,7 @@ pub fn pipe2(c: &Client, fds: u64, flags: u32) -> Result<Out> {
                 read,
                 write,
                 header,
+                ..
             } => Ok((ino, read, write, header)),
             _ => Err(Error::Protocol("Pipe")),
         },
@@ -196,15 +197,20 @@ pub fn fifo_opened(c: &Client, lane: &Lane, desc: DescId, flags: u32, named: boo
 }
 
 fn fifo_wait(c: &Client, lane: &Lane, desc: DescId, flags: u32) -> Result<u64> {
-    let header = lane.call(
-        c,
-        desc.server(),
-        Request::PipeHeader { desc },
-        |r| match r {
-            Reply::Pipe { header, .. } => Ok(header),
-            _ => Err(Error::Protocol("PipeHeader")),
-        },
-    )?;
+    let (header, seen_opens) =
+        lane.call(
+            c,
+            desc.server(),
+            Request::PipeHeader { desc },
+            |r| match r {
+                Reply::Pipe {
+                    header,
+                    partner_opens,
+                    ..
+                } => Ok((header, partner_opens)),
+                _ => Err(Error::Protocol("PipeHeader")),
+            },
+        )?;
     ACTIVE.store(true, Ordering::Relaxed);
     let ring = Ring::at(&c.cache, header).ok_or(Error::Errno(libc::EIO))?;
     let nb = flags & libc::O_NONBLOCK as u32 != 0;
@@ -213,11 +219,16 @@ fn fifo_wait(c: &Client, lane: &Lane, desc: DescId, flags: u32) -> Result<u64> {
         a if a == libc::O_WRONLY as u32 => (hdr::READERS, hdr::ROPENS, hdr::WSEQ),
         _ => return Ok(cookie(header)),
     };
-    let seen_opens = ring.word(opens).load(Ordering::Acquire);
+    // The server decided as it counted this end: with a partner open then,
+    // never wait; otherwise wait for a partner, or for the partner-open
+    // count to move on from `seen` (one opened, and maybe closed, since).
+    let Some(seen) = seen_opens else {
+        return Ok(cookie(header));
+    };
     loop {
         let s = ring.word(seq).load(Ordering::Acquire);
         if ring.word(count).load(Ordering::Acquire) > 0
-            || ring.word(opens).load(Ordering::Acquire) != seen_opens
+            || ring.word(opens).load(Ordering::Acquire) != seen
         {
             return Ok(cookie(header));
         }

@@ -937,6 +937,15 @@ pub enum Reply<'a> {
         read: DescId,
         write: DescId,
         header: u32,
+        /// For `PipeHeader` of a FIFO end opened only for reading (only
+        /// for writing): how many write (read) opens the FIFO had counted
+        /// when this end was opened, or `None` when a writer (reader) was
+        /// open then. A blocking open waits only with `Some`, until the
+        /// count moves on or a partner is open, so a partner that opened
+        /// and closed in between is never missed (Linux's `fifo_open` and
+        /// `wait_for_partner`, decided under the pipe lock). `None`
+        /// otherwise.
+        partner_opens: Option<u32>,
     },
 }
 

@@ -128,6 +128,8 @@ struct Desc {
     /// Shared offset (used when the client sends `offset: None`).
     offset: u64,
     refs: HashMap<SessionId, u32>,
+    /// A FIFO end's partner-open count when it was opened (`Reply::Pipe`).
+    partner_opens: Option<u32>,
 }
 
 impl Desc {
@@ -1308,7 +1310,7 @@ impl<S: BlockStore> FileServer<S> {
                 }
             }
         }
-        self.pipe_opening(ino, keep)?;
+        let partner_opens = self.pipe_opening(ino, keep)?;
         let id = DescId::new(self.cfg.index, self.next_desc);
         self.next_desc += 1;
         self.descs.insert(
@@ -1318,6 +1320,7 @@ impl<S: BlockStore> FileServer<S> {
                 flags: keep,
                 offset: 0,
                 refs: HashMap::from([(session, 1)]),
+                partner_opens,
             },
         );
         if let Some(i) = self.inodes.get_mut(&ino) {

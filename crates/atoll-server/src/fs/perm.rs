@@ -150,7 +150,15 @@ mod tests {
         reader.caps = Cred::CAP_DAC_READ_SEARCH;
         assert!(check(FileType::Regular, 0o000, 1, 1, &reader, MAY_READ).is_ok());
         assert!(check(FileType::Regular, 0o000, 1, 1, &reader, MAY_WRITE).is_err());
-        assert!(check(FileType::Directory, 0o000, 1, 1, &reader, MAY_EXEC | MAY_READ).is_ok());
+        assert!(check(
+            FileType::Directory,
+            0o000,
+            1,
+            1,
+            &reader,
+            MAY_EXEC | MAY_READ
+        )
+        .is_ok());
         assert!(check(FileType::Directory, 0o000, 1, 1, &reader, MAY_WRITE).is_err());
         let mut fowner = who(7, 7, &[]);
         fowner.caps = Cred::CAP_FOWNER;

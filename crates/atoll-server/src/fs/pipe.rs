@@ -99,6 +99,7 @@ impl<S: BlockStore> FileServer<S> {
             read,
             write,
             header,
+            partner_opens: None,
         })
     }
 
@@ -111,6 +112,7 @@ impl<S: BlockStore> FileServer<S> {
             read: desc,
             write: desc,
             header: ring.header,
+            partner_opens: d.partner_opens,
         })
     }
 
@@ -118,13 +120,15 @@ impl<S: BlockStore> FileServer<S> {
     /// FIFO, make sure it has a ring and count the new end. Called by
     /// `open_inode` before the description exists, so a failure (no blocks
     /// left: `ENFILE`, as Linux when pipe buffers run out) opens nothing.
-    pub(super) fn pipe_opening(&mut self, ino: InodeId, flags: u32) -> Result<(), Errno> {
+    /// Returns the partner-open count this end waits on (`Reply::Pipe`),
+    /// read in the same step that counts this end.
+    pub(super) fn pipe_opening(&mut self, ino: InodeId, flags: u32) -> Result<Option<u32>, Errno> {
         let fifo = self
             .inodes
             .get(&ino)
             .is_some_and(|i| i.ftype == FileType::Fifo);
         if !fifo || is_path(flags) {
-            return Ok(());
+            return Ok(None);
         }
         if !self.pipes.rings.contains_key(&ino) {
             let ring = self.ring_alloc()?;
@@ -133,10 +137,15 @@ impl<S: BlockStore> FileServer<S> {
         }
         let (r, w) = (can_read(flags), can_write(flags));
         let Some(ring) = self.pipes.rings.get_mut(&ino) else {
-            return Ok(());
+            return Ok(None);
         };
         let h = ring.header;
         let st = &mut self.cache.store;
+        let partner_opens = match (r, w) {
+            (true, false) if ring.writers == 0 => Some(st.get_u32(h, hdr::WOPENS)),
+            (false, true) if ring.readers == 0 => Some(st.get_u32(h, hdr::ROPENS)),
+            _ => None,
+        };
         if r {
             ring.readers += 1;
             st.put_u32(h, hdr::READERS, ring.readers);
@@ -151,7 +160,7 @@ impl<S: BlockStore> FileServer<S> {
             st.add_u32(h, hdr::WOPENS, 1, false);
             st.add_u32(h, hdr::RSEQ, 1, true);
         }
-        Ok(())
+        Ok(partner_opens)
     }
 
     /// A description of `ino` with `flags` died (last `Close`, or the death
@@ -259,6 +268,7 @@ mod tests {
                 read,
                 write,
                 header,
+                ..
             } => (ino, read, write, header),
             other => panic!("{other:?}"),
         }
@@ -382,6 +392,66 @@ mod tests {
             fs.handle(S1, ME, Request::PipeHeader { desc: p }, &mut out),
             Reply::Err(Errno::EINVAL)
         ));
+    }
+
+    /// A FIFO open decides whether it must wait for a partner in the step
+    /// that counts it: a writer that opens and closes before the reader
+    /// asks for its ring is still seen.
+    #[test]
+    fn fifo_opens_record_whether_a_partner_was_there() {
+        let mut fs = server(64);
+        let mut out = Vec::new();
+        let r = fs.handle(
+            S1,
+            ME,
+            Request::MakeNode {
+                dir: atoll_proto::ROOT,
+                name: b"f",
+                ftype: FileType::Fifo,
+                perm: 0o644,
+                rdev: 0,
+                target: b"",
+                home: 0,
+                distributed: false,
+            },
+            &mut out,
+        );
+        assert!(matches!(r, Reply::Entry { .. }), "{r:?}");
+        let mut open = |fs: &mut FileServer<MemStore>, flags: i32| {
+            let open = Request::Open {
+                dir: atoll_proto::ROOT,
+                name: b"f",
+                flags: flags as u32,
+                perm: 0,
+                umask: 0,
+            };
+            let desc = match fs.handle(S1, ME, open, &mut out) {
+                Reply::Opened { desc, .. } => desc,
+                other => panic!("{other:?}"),
+            };
+            match fs.handle(S1, ME, Request::PipeHeader { desc }, &mut out) {
+                Reply::Pipe { partner_opens, .. } => (desc, partner_opens),
+                other => panic!("{other:?}"),
+            }
+        };
+        // A reader alone waits on the write-open count as it was (0).
+        let (reader, seen) = open(&mut fs, libc::O_RDONLY);
+        assert_eq!(seen, Some(0));
+        // A writer finds the reader: no wait. It closes before the reader
+        // looks; the count the reader waits on has moved on.
+        let (writer, seen) = open(&mut fs, libc::O_WRONLY);
+        assert_eq!(seen, None);
+        let mut out2 = Vec::new();
+        fs.handle(S1, ME, Request::Close { desc: writer }, &mut out2);
+        let h = match fs.handle(S1, ME, Request::PipeHeader { desc: reader }, &mut out2) {
+            Reply::Pipe { header, .. } => header,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(word(&fs, h, hdr::WOPENS), 1);
+        assert_eq!(word(&fs, h, hdr::WRITERS), 0);
+        // A second reader, opened while no writer is open, waits from 1.
+        let (_, seen) = open(&mut fs, libc::O_RDONLY);
+        assert_eq!(seen, Some(1));
     }
 
     #[test]

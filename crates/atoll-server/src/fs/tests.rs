@@ -76,6 +76,7 @@ fn own(r: Reply<'_>) -> Own {
             read,
             write,
             header,
+            ..
         } => Own::Pipe(ino, read, write, header),
     }
 }

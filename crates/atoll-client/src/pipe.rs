@@ -240,6 +240,9 @@ fn fifo_wait(c: &Client, lane: &Lane, desc: DescId, flags: u32) -> Result<u64> {
             };
         }
         let r = ring.futex_wait(seq, s, None);
+        if r == -(libc::EIO as i64) {
+            return err(libc::EIO);
+        }
         if r == -(libc::EINTR as i64) && !restartable() {
             return err(libc::EINTR);
         }
@@ -311,6 +314,9 @@ pub fn reopen(c: &Client, path: &[u8], flags: u32) -> Result<Option<Out>> {
 fn sleep(ring: &Ring, seq: usize, sleep: usize, seen: u32) -> Result<()> {
     let r = ring.futex_wait(seq, seen, None);
     ring.word(sleep).fetch_sub(1, Ordering::AcqRel);
+    if r == -(libc::EIO as i64) {
+        return err(libc::EIO);
+    }
     if r == -(libc::EINTR as i64) && !restartable() {
         return err(libc::EINTR);
     }
@@ -724,8 +730,8 @@ fn poll_loop(
                     w = r.futex_wait(word, seen, t.as_ref());
                 }
                 r.word(sleeper).fetch_sub(1, Ordering::AcqRel);
-                if w == -(libc::EINTR as i64) {
-                    return err(libc::EINTR);
+                if w == -(libc::EINTR as i64) || w == -(libc::EIO as i64) {
+                    return err(-w as i32);
                 }
                 continue;
             }

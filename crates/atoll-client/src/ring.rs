@@ -108,7 +108,7 @@ impl Ring {
             tv_nsec: 50_000_000,
         };
         while w.swap(2, Ordering::Acquire) != 0 {
-            if self.futex_wait(hdr::LOCK, 2, Some(&patience)) == -(libc::ETIMEDOUT as i64) {
+            if self.futex_wait_raw(hdr::LOCK, 2, Some(&patience)) == -(libc::ETIMEDOUT as i64) {
                 self.recover();
             }
         }
@@ -143,8 +143,31 @@ impl Ring {
 
     /// Sleep while the word at `off` equals `seen` (or until `timeout`,
     /// relative). Returns 0, or −errno (`EINTR` when a signal handler ran,
-    /// `ETIMEDOUT`, `EAGAIN` when the word had already moved).
+    /// `ETIMEDOUT`, `EAGAIN` when the word had already moved, `EIO` when
+    /// the instance is gone). Without a timeout the sleep still ends after
+    /// `PEER_CHECK_NS` to look whether the instance died (`liveness`):
+    /// then 0 (a spurious wake-up) or `EIO`.
     pub fn futex_wait(&self, off: usize, seen: u32, timeout: Option<&libc::timespec>) -> i64 {
+        use atoll_msg::liveness;
+        if liveness::peers_gone() {
+            return -(libc::EIO as i64);
+        }
+        let bound = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: liveness::PEER_CHECK_NS as _,
+        };
+        let r = self.futex_wait_raw(off, seen, Some(timeout.unwrap_or(&bound)));
+        if timeout.is_none() && r == -(libc::ETIMEDOUT as i64) {
+            return if liveness::check_peers_now() {
+                -(libc::EIO as i64)
+            } else {
+                0
+            };
+        }
+        r
+    }
+
+    fn futex_wait_raw(&self, off: usize, seen: u32, timeout: Option<&libc::timespec>) -> i64 {
         let w = self.word(off);
         let ts = timeout.map_or(0, |t| t as *const libc::timespec as u64);
         // SAFETY: FUTEX_WAIT reads the aligned shared word `w` and the

@@ -580,8 +580,27 @@ pub fn client() -> Option<&'static Client> {
 fn install(c: Client) -> &'static Client {
     let p = Box::into_raw(Box::new(c));
     CLIENT.store(p, Ordering::Release);
+    atoll_msg::liveness::set_peer_check(instance_gone);
     // SAFETY: just leaked.
     unsafe { &*p }
+}
+
+/// Is the instance gone? The boot connection is this session (see the
+/// module docs): the kernel hangs it up when the instance process dies, so
+/// a process that outlived its instance fails its atoll calls with `EIO`
+/// instead of waiting for servers that no longer exist. Never blocks.
+fn instance_gone() -> bool {
+    let Some(c) = client() else {
+        return false;
+    };
+    let mut p = libc::pollfd {
+        fd: c.socket_fd.load(Ordering::Relaxed),
+        events: libc::POLLRDHUP,
+        revents: 0,
+    };
+    // SAFETY: one pollfd on our stack, timeout 0.
+    let r = unsafe { sys::sc(libc::SYS_poll, &mut p as *mut libc::pollfd as u64, 1, 0, 0) };
+    r == 1 && p.revents & (libc::POLLHUP | libc::POLLRDHUP | libc::POLLERR) != 0
 }
 
 /// Move `fd` to a number ≥ max(min, PRIVATE_FD_MIN) with `FD_CLOEXEC`,

@@ -178,10 +178,10 @@ impl ClientChannel {
     /// (waiting for room if needed), then rings the server's `doorbell`.
     /// Hot path (every remote system call).
     pub fn send(&self, frame: &[u8], doorbell: &Doorbell) -> Result<(), MsgError> {
-        if self.parts.closed() {
+        if self.ended() {
             return Err(broken_pipe());
         }
-        self.req.send(frame, || self.parts.closed())?;
+        self.req.send(frame, || self.ended())?;
         doorbell.ring();
         Ok(())
     }
@@ -192,16 +192,16 @@ impl ClientChannel {
     /// the spinning server is watching (a cross-core transfer each way).
     /// Hot path (every remote system call on dedicated server cores).
     pub fn send_unrung(&self, frame: &[u8]) -> Result<(), MsgError> {
-        if self.parts.closed() {
+        if self.ended() {
             return Err(broken_pipe());
         }
-        self.req.send(frame, || self.parts.closed())
+        self.req.send(frame, || self.ended())
     }
 
     /// Wait for the next reply and hand its bytes to `f` in place.
     /// Hot path (every remote system call).
     pub fn recv<R>(&self, mode: PollMode, f: impl FnOnce(&[u8]) -> R) -> Result<R, MsgError> {
-        self.rep.recv(mode, || self.parts.closed(), f)
+        self.rep.recv(mode, || self.ended(), f)
     }
 
     /// Non-blocking: the next reply if one is there.
@@ -232,7 +232,14 @@ impl ClientChannel {
     }
 
     pub fn is_closed(&self) -> bool {
-        self.parts.closed()
+        self.ended()
+    }
+
+    /// Closed, or the instance behind it is gone (`liveness`): either way
+    /// no answer will come.
+    #[inline]
+    fn ended(&self) -> bool {
+        self.parts.closed() || crate::liveness::peers_gone()
     }
 }
 

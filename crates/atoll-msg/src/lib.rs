@@ -103,6 +103,7 @@ pub mod bench;
 #[cfg(not(loom))]
 mod channel;
 mod control;
+pub mod liveness;
 #[cfg(not(loom))]
 mod region;
 #[cfg_attr(loom, allow(dead_code))]

@@ -55,6 +55,7 @@
 //! lives in the data area, which loom does not model (its accesses are
 //! plain atomics there, executed in sequentially consistent order).
 
+use crate::liveness::Watch;
 use std::sync::atomic::{AtomicU32 as PrivateU32, Ordering as PrivateOrdering};
 
 use atoll_proto::boot::PollMode;
@@ -296,6 +297,7 @@ impl Producer {
     /// §3.7.2). Gives up with `BrokenPipe` once `closed()` holds.
     pub(crate) fn send(&self, frame: &[u8], closed: impl Fn() -> bool) -> Result<(), MsgError> {
         let mut backoff = Backoff::new();
+        let mut watch = Watch::new();
         loop {
             match self.try_send(frame) {
                 Err(MsgError::Full) => {
@@ -303,6 +305,7 @@ impl Producer {
                         return Err(broken_pipe());
                     }
                     backoff.snooze();
+                    watch.waited();
                 }
                 other => return other,
             }
@@ -457,6 +460,7 @@ impl Consumer {
         closed: impl Fn() -> bool,
         f: impl FnOnce(&[u8]) -> R,
     ) -> Result<R, MsgError> {
+        let mut watch = Watch::new();
         loop {
             if let Some(at) = self.poll()? {
                 return Ok(self.take(at, f));
@@ -467,6 +471,7 @@ impl Consumer {
             let s = self.mem.shared();
             let tail = self.tail.load(PrivateOrdering::Relaxed);
             wait::wait(mode, &s.event, || self.ready_at(tail) || closed());
+            watch.waited();
         }
     }
 }

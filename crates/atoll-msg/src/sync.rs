@@ -26,8 +26,14 @@ pub(crate) use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 #[inline]
 pub(crate) fn futex_wait(word: &AtomicU32, expected: u32) {
     use rustix::thread::futex;
-    // EAGAIN (the word changed) and EINTR are both "re-check and go on".
-    let _ = futex::wait(word, futex::Flags::empty(), expected, None);
+    // EAGAIN (the word changed), EINTR and ETIMEDOUT are all "re-check and
+    // go on". The bound lets a waiter notice that its peers died without
+    // waking it (`liveness`).
+    let bound = futex::Timespec {
+        tv_sec: 0,
+        tv_nsec: crate::liveness::PEER_CHECK_NS as _,
+    };
+    let _ = futex::wait(word, futex::Flags::empty(), expected, Some(&bound));
 }
 
 /// Wake every thread (in any process) sleeping on `word`.

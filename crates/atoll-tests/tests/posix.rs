@@ -4,7 +4,7 @@
 //! that outlive their instance.
 
 use atoll_tests::{assert_same, atoll, output_within, require, RUN_LIMIT};
-use std::process::Stdio;
+use std::process::{Command, Stdio};
 
 /// A listener and a client in two processes meet at a socket path of the
 /// mount; the node looks like tmpfs's (type, mode from the umask, links),
@@ -193,4 +193,94 @@ fn fifo_reader_never_misses_a_writer_that_came_and_went() {
     for opts in [&["--servers", "2"][..], &["--servers", "3", "--incoherent"]] {
         assert_eq!(assert_same(opts, script, true), "200 of 200\n");
     }
+}
+
+/// A process that outlives its instance (its `atoll run` was killed) gets
+/// `EIO` from atoll at once — also in a read it was blocked in on an atoll
+/// pipe — and its exit never waits for the servers that are gone.
+#[test]
+fn a_process_whose_instance_was_killed_fails_with_eio_and_exits() {
+    require("python3");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ready = dir.path().join("ready");
+    let report = dir.path().join("report");
+    let daemon = format!(
+        r#"
+import os, sys
+r, w = os.pipe()
+f = open("/atoll/keep", "w")
+f.write("x"); f.flush()
+with open("{ready}.tmp", "w") as m:
+    m.write(str(os.getpid()))
+os.rename("{ready}.tmp", "{ready}")
+got = []
+try:
+    os.read(r, 1)
+    got.append("read returned")
+except OSError as e:
+    got.append("blocked read " + os.strerror(e.errno))
+for what, op in [("write", lambda: os.write(f.fileno(), b"y")),
+                 ("open", lambda: open("/atoll/keep")),
+                 ("stat", lambda: os.stat("/atoll/keep"))]:
+    try:
+        op()
+        got.append(what + " ok")
+    except OSError as e:
+        got.append(what + " " + os.strerror(e.errno))
+with open("{report}", "w") as m:
+    m.write("\n".join(got) + "\n")
+"#,
+        ready = ready.display(),
+        report = report.display()
+    );
+    let script = dir.path().join("daemon.py");
+    std::fs::write(&script, daemon).unwrap();
+    let mut cmd = atoll();
+    cmd.args(["run", "--memory", "64M", "--servers", "2", "--"])
+        .args(["bash", "-c"])
+        .arg(format!(
+            "python3 {} </dev/null >/dev/null 2>&1 & wait",
+            script.display()
+        ))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut run = cmd.spawn().expect("spawn atoll");
+    let waited = |path: &std::path::Path, secs: u64| {
+        for _ in 0..secs * 20 {
+            if path.exists() {
+                return true;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        false
+    };
+    assert!(waited(&ready, 60), "the daemon never started");
+    let pid = std::fs::read_to_string(&ready).unwrap();
+    run.kill().expect("kill atoll run"); // SIGKILL: nothing is cleaned up
+    run.wait().unwrap();
+    let found = waited(&report, 20);
+    let proc_dir = std::path::PathBuf::from(format!("/proc/{}", pid.trim()));
+    let mut gone = false;
+    for _ in 0..200 {
+        // A zombie has exited; it waits only for a parent to reap it.
+        let state = std::fs::read_to_string(proc_dir.join("stat")).unwrap_or_default();
+        if state.is_empty() || state.contains(") Z ") {
+            gone = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    if !gone {
+        let _ = Command::new("kill").args(["-9", pid.trim()]).status();
+    }
+    assert!(
+        found,
+        "the daemon never reported: it hangs in an atoll call"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&report).unwrap(),
+        "blocked read Input/output error\nwrite Input/output error\nopen Input/output error\nstat Input/output error\n"
+    );
+    assert!(gone, "the daemon did not exit: its exit path waits");
 }

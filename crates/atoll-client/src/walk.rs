@@ -99,13 +99,72 @@ pub struct Walker<'a> {
 /// allocation-free: used by `may_concern`.
 pub fn concerns(c: &Client, dirfd: i64, path: &[u8]) -> bool {
     if path.first() == Some(&b'/') {
-        return mount_rest(path, &c.mount).is_some();
+        return mount_rest(path, &c.mount).is_some() || entering_mount(c, dirfd, path).is_some();
     }
-    if dirfd == libc::AT_FDCWD as i64 {
+    let atoll_base = if dirfd == libc::AT_FDCWD as i64 {
         c.cwd().is_some()
     } else {
         fdtable::is_atoll(dirfd)
+    };
+    atoll_base || entering_mount(c, dirfd, path).is_some()
+}
+
+/// The atoll path that `path`, resolved by Linux from host directory
+/// `dirfd`, reaches by entering the mount through the mount's parent:
+/// `openat(fd of "/", "atoll/x")`, `cd / && ls atoll`, `../../atoll/x`
+/// from a host cwd, `/tmp/../atoll`. Linux would resolve the components
+/// before the mount's name physically (symlinks, `..`), so the host is
+/// asked where they lead, and only when a component has the mount's name
+/// (no cost for other host paths).
+fn entering_mount(c: &Client, dirfd: i64, path: &[u8]) -> Option<PathBuf> {
+    let name = c.mount.rsplit(|&b| b == b'/').next()?;
+    let mut pos = 0;
+    while let Some(comp) = next_component(path, pos) {
+        if &path[comp.start..comp.end] == name && is_mount_parent(c, dirfd, &path[..comp.start]) {
+            let mut abs = PathBuf::from_bytes(&c.mount).ok()?;
+            abs.push_bytes(&path[comp.end..]).ok()?;
+            return Some(abs);
+        }
+        pos = comp.end;
     }
+    None
+}
+
+/// `(st_dev, st_ino)` of host path `path` (relative to `dirfd`), if it
+/// exists; follows symlinks.
+fn host_dev_ino(dirfd: i64, path: &[u8]) -> Option<(u64, u64)> {
+    let mut z = [0u8; crate::sys::PATH_MAX + 1];
+    if path.len() >= z.len() {
+        return None;
+    }
+    z[..path.len()].copy_from_slice(path);
+    let mut st: libc::stat = crate::sys::zeroed();
+    // SAFETY: NUL-terminated local path, local stat buffer.
+    let r = unsafe {
+        crate::sys::sc(
+            libc::SYS_newfstatat,
+            dirfd as u64,
+            z.as_ptr() as u64,
+            &mut st as *mut libc::stat as u64,
+            0,
+        )
+    };
+    (r == 0).then_some((st.st_dev, st.st_ino))
+}
+
+/// Does host path `prefix` (relative to `dirfd`; empty: `dirfd` itself)
+/// name the directory the mount appears in?
+fn is_mount_parent(c: &Client, dirfd: i64, prefix: &[u8]) -> bool {
+    let mut buf = PathBuf::new();
+    if buf.push_bytes(prefix).is_err() || buf.push_bytes(b".").is_err() {
+        return false;
+    }
+    let mut parent = PathBuf::new();
+    if parent.push_bytes(&c.mount_parent).is_err() {
+        return false;
+    }
+    let here = host_dev_ino(dirfd, buf.as_bytes());
+    here.is_some() && here == host_dev_ino(libc::AT_FDCWD as i64, parent.as_bytes())
 }
 
 impl<'a> Walker<'a> {
@@ -135,6 +194,21 @@ impl<'a> Walker<'a> {
             pos: 0,
             links: 0,
         });
+        let host_base = if path[0] == b'/' {
+            mount_rest(path, &c.mount).is_none()
+        } else if dirfd == libc::AT_FDCWD as i64 {
+            c.cwd().is_none()
+        } else {
+            !fdtable::is_atoll(dirfd)
+        };
+        if host_base {
+            let Some(abs) = entering_mount(c, dirfd, path) else {
+                return Ok(None);
+            };
+            w.canon.push_bytes(&c.mount)?;
+            w.rem.push_bytes(&abs.as_bytes()[c.mount.len()..])?;
+            return Ok(Some(w));
+        }
         if path[0] == b'/' {
             let Some(rest) = mount_rest(path, &c.mount) else {
                 return Ok(None);

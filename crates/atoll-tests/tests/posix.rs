@@ -284,3 +284,65 @@ with open("{report}", "w") as m:
     );
     assert!(gone, "the daemon did not exit: its exit path waits");
 }
+
+/// Walks that enter the mount from a host directory land in atoll, as
+/// they would if the mount were a Linux mount: from a host cwd (`cd /`,
+/// `../atoll`), from a host directory fd, through `..` in an absolute path.
+#[test]
+fn paths_that_enter_the_mount_from_host_directories_land_in_atoll() {
+    require("python3");
+    let out = atoll_tests::run_in_atoll(
+        &["--servers", "2"],
+        r#"
+        set -e
+        mkdir -p /atoll/rs/inc && echo hi > /atoll/rs/inc/f
+        cd / && ls atoll && cat atoll/rs/inc/f
+        cd /tmp && cat ../atoll/rs/inc/f && cat /tmp/../atoll/rs/inc/f
+        python3 -c '
+import os
+d = os.open("/", os.O_RDONLY)
+fd = os.open("atoll/rs/inc/f", os.O_RDONLY, dir_fd=d)
+print(os.read(fd, 10))
+os.mkdir("atoll/made", dir_fd=d)
+print(sorted(os.listdir("/atoll")))
+'
+        cd / && cd atoll/rs && pwd && ls
+        [ ! -e /tmp/atoll ] && echo "nothing on the host"
+        "#,
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "rs\nhi\nhi\nhi\nb'hi\\n'\n['made', 'rs']\n/atoll/rs\ninc\nnothing on the host\n",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// rsync (which changes into directories relative to where it is) copies
+/// a real tree into the mount and back unchanged, and a second run finds
+/// nothing to do.
+#[test]
+fn rsync_of_usr_include_into_the_mount_and_back_is_identical() {
+    require("rsync");
+    let back = tempfile::tempdir().expect("tempdir");
+    let out = atoll_tests::run_in_atoll(
+        &["--servers", "3", "--distribute", "all"],
+        &format!(
+            r#"
+            set -e
+            mkdir -p /atoll/rs
+            rsync -a /usr/include/ /atoll/rs/inc/
+            rsync -a /atoll/rs/inc/ {back}/
+            diff -r /usr/include {back} && echo identical
+            rsync -ai /usr/include/ /atoll/rs/inc/ | wc -l
+            "#,
+            back = back.path().display()
+        ),
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "identical\n0\n",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -453,8 +453,44 @@ impl Client {
     // TODO(atoll): recycle cwd boxes with an epoch once chdir-heavy
     // workloads show up.
     pub fn set_cwd(&self, cwd: Option<Cwd>) {
+        let entering = cwd.is_some() && self.cwd().is_none();
         let p = cwd.map_or(core::ptr::null_mut(), |c| Box::into_raw(Box::new(c)));
         self.cwd.store(p, Ordering::Release);
+        if entering {
+            self.void_kernel_cwd();
+        }
+    }
+
+    /// While the cwd is atoll's, the kernel's cwd is never used by atoll —
+    /// but a program atoll cannot see (statically linked, or a raw call
+    /// before the library started) would resolve relative paths there. So
+    /// the kernel's cwd moves to an empty directory that is then removed:
+    /// Linux refuses to create anything in a removed directory (`ENOENT`),
+    /// even for root, so such a program fails instead of writing host files
+    /// in the program's name. Raw calls only (this runs inside `chdir`).
+    fn void_kernel_cwd(&self) {
+        let runtime = self
+            .socket_path
+            .rsplit_once('/')
+            .map_or("/tmp", |(dir, _)| dir);
+        // SAFETY: no arguments.
+        let tid = unsafe { sys::sc(libc::SYS_gettid, 0, 0, 0, 0) };
+        let stamp = sys::monotonic_ns();
+        for base in [runtime, "/tmp"] {
+            let mut path = format!("{base}/.void-{tid}-{stamp}").into_bytes();
+            path.push(0);
+            let at = path.as_ptr() as u64;
+            // SAFETY: NUL-terminated local path.
+            if unsafe { sys::sc(libc::SYS_mkdir, at, 0o500, 0, 0) } != 0 {
+                continue;
+            }
+            // SAFETY: as above.
+            unsafe {
+                sys::sc(libc::SYS_chdir, at, 0, 0, 0);
+                sys::sc(libc::SYS_rmdir, at, 0, 0, 0);
+            }
+            return;
+        }
     }
 
     /// Is `fd` one of atoll's private descriptors?

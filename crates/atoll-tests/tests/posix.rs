@@ -346,3 +346,25 @@ fn rsync_of_usr_include_into_the_mount_and_back_is_identical() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A statically linked program (which atoll cannot interpose) started
+/// with its cwd in the mount cannot create files in the host directory
+/// `atoll run` was started from: its relative calls fail instead.
+#[test]
+fn a_static_program_with_its_cwd_in_the_mount_cannot_touch_host_files() {
+    require("busybox");
+    let start = tempfile::tempdir().expect("tempdir");
+    let mut cmd = atoll();
+    cmd.current_dir(start.path())
+        .args(["run", "--memory", "64M", "--servers", "2", "--"])
+        .args([
+            "bash",
+            "-c",
+            "cd /atoll && mkdir d && cd d && busybox touch x; echo rc=$?; busybox mkdir y; echo rc=$?; busybox sh -c 'echo z > z'; echo rc=$?; ls -A",
+        ])
+        .stdin(Stdio::null());
+    let out = output_within(cmd, RUN_LIMIT);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "rc=1\nrc=1\nrc=1\n");
+    let left: Vec<_> = std::fs::read_dir(start.path()).unwrap().collect();
+    assert!(left.is_empty(), "host files created: {left:?}");
+}

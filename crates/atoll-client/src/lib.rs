@@ -203,7 +203,7 @@ pub fn may_concern(nr: i64, a: &[u64; 6]) -> bool {
         SYS_chdir => c.cwd().is_some() || path_concerns(c, cwd(), a[0]),
         SYS_getcwd => c.cwd().is_some(),
         SYS_mmap => a[3] as i32 & MAP_ANONYMOUS == 0 && at(4),
-        SYS_execve | SYS_execveat | SYS_umask => true,
+        SYS_execve | SYS_execveat | SYS_umask | SYS_io_uring_setup => true,
         nr if creds::changes_credentials(nr) => true,
         SYS_getppid => exec::proxy_of_self().is_some(),
         SYS_copy_file_range | SYS_splice => at(0) || at(2),
@@ -555,6 +555,12 @@ fn run(c: &'static Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
             done(old)
         }
         SYS_getppid => done(exec::proxy_getppid()),
+        // io_uring submits file operations the kernel runs without a system
+        // call atoll could see (on placeholder descriptors, or on host paths
+        // in the program's name). Answer as a kernel built without it, so
+        // programs fall back to ordinary calls (liburing, Python, Rust
+        // runtimes all do on ENOSYS).
+        SYS_io_uring_setup => err(ENOSYS),
         SYS_open => open_at(c, cwd, a[0], a[1] as u32, a[2] as u32),
         SYS_creat => open_at(
             c,

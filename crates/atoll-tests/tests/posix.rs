@@ -368,3 +368,33 @@ fn a_static_program_with_its_cwd_in_the_mount_cannot_touch_host_files() {
     let left: Vec<_> = std::fs::read_dir(start.path()).unwrap().collect();
     assert!(left.is_empty(), "host files created: {left:?}");
 }
+
+/// `io_uring_setup` answers `ENOSYS` inside atoll, so programs fall back
+/// to ordinary calls (which atoll serves) instead of having the kernel run
+/// file operations atoll never sees.
+#[test]
+fn io_uring_is_answered_so_that_programs_fall_back() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let probe = atoll_tests::compile_probe(
+        dir.path(),
+        "uring",
+        r#"
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+int main(void) {
+    char params[120] = {0};
+    long r = syscall(SYS_io_uring_setup, 4, params);
+    printf("%s\n", r < 0 ? strerror(errno) : "set up");
+    return 0;
+}
+"#,
+    );
+    let out = atoll_tests::run_in_atoll(&[], &probe.display().to_string());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "Function not implemented\n"
+    );
+}

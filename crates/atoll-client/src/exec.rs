@@ -296,6 +296,7 @@ pub fn initial_state_env(cwd: &str) -> (String, String) {
     let st = State {
         cwd: Some((cwd.as_bytes().to_vec(), None)),
         fds: Vec::new(),
+        exe: None,
     };
     (ENV_STATE.to_string(), st.encode())
 }
@@ -432,7 +433,19 @@ fn prepare_inner(
     let mut dirfd = dirfd;
     let mut flags = flags;
     let mut exec_fd = None;
+    let mut exe = None;
     let mut depth = 0;
+    if is_self_exe(&prog_path) {
+        // Linux runs the image's own program again; atoll names it: the
+        // atoll path it was started from, or the host file the kernel
+        // knows (a remote exec would otherwise start whatever the
+        // scheduling server's /proc/self/exe is).
+        prog_path = match SELF_EXE.get() {
+            Some(p) => p.clone(),
+            None => host_self_exe()?,
+        };
+        dirfd = libc::AT_FDCWD as i64;
+    }
     loop {
         let resolved = match resolve_program(c, &lane, dirfd, &prog_path, flags) {
             // A bare name (`posix_spawnp`, `execvp` before its PATH search)
@@ -467,6 +480,10 @@ fn prepare_inner(
                         return err(libc::ENOEXEC);
                     }
                     exec_fd = Some(copy_to_memfd(c, &lane, desc, &prog_path)?);
+                    let abs = absolute(c, dirfd, &prog_path)?;
+                    exe = Some(
+                        crate::path::normalize_abs(&abs).map_or(abs, |p| p.as_bytes().to_vec()),
+                    );
                     Ok(None)
                 })();
                 let _ = lane.call_ok(c, desc.server(), Request::Close { desc });
@@ -492,7 +509,7 @@ fn prepare_inner(
             }
         }
     }
-    let (session_fd, state) = hand_over(c, &lane)?;
+    let (session_fd, state) = hand_over(c, &lane, exe)?;
     let mut env = rewrite_env(
         &env,
         c.preload.as_deref(),
@@ -610,9 +627,83 @@ fn script_path(_c: &Client, dirfd: i64, path: &[u8]) -> Result<Vec<u8>> {
     }
 }
 
+/// The atoll path of the program this image runs, when it was started
+/// from a file in the mount (the kernel only knows the memfd it ran).
+static SELF_EXE: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+
+/// Was this image started from a file in the mount?
+pub fn started_from_atoll() -> bool {
+    SELF_EXE.get().is_some()
+}
+
+/// Does `path` name this process's executable through `/proc`?
+pub fn is_self_exe(path: &[u8]) -> bool {
+    let Some(rest) = path.strip_prefix(b"/proc/") else {
+        return false;
+    };
+    let Some(who) = rest.strip_suffix(b"/exe") else {
+        return false;
+    };
+    who == b"self"
+        || who == b"thread-self"
+        || core::str::from_utf8(who)
+            .ok()
+            .and_then(|s| s.parse::<u32>().ok())
+            == Some(std::process::id())
+}
+
+/// `readlink` of `/proc/self/exe` for an image started from the mount:
+/// the atoll path (Linux would show the file's path; the kernel here only
+/// knows a memfd). `None`: the kernel's answer is right.
+pub fn readlink_self_exe(path: &[u8], buf: u64, size: i64) -> Option<Result<crate::Out>> {
+    let exe = SELF_EXE.get()?;
+    if !is_self_exe(path) {
+        return None;
+    }
+    if size <= 0 {
+        return Some(err(libc::EINVAL));
+    }
+    let n = exe.len().min(size as usize);
+    sys::user_slice_mut(buf, n).copy_from_slice(&exe[..n]);
+    Some(Ok(crate::Out::Done(n as i64)))
+}
+
+/// The host file the kernel's `/proc/self/exe` names.
+fn host_self_exe() -> Result<Vec<u8>> {
+    let mut buf = vec![0u8; sys::PATH_MAX];
+    // SAFETY: NUL-terminated literal; `buf` is ours and PATH_MAX long.
+    let n = unsafe {
+        sys::sc(
+            libc::SYS_readlink,
+            c"/proc/self/exe".as_ptr() as u64,
+            buf.as_mut_ptr() as u64,
+            buf.len() as u64,
+            0,
+        )
+    };
+    if n < 0 {
+        return err(-n as i32);
+    }
+    buf.truncate(n as usize);
+    Ok(buf)
+}
+
+/// `path` (relative to `dirfd`) as an absolute path, joined lexically.
+fn absolute(c: &Client, dirfd: i64, path: &[u8]) -> Result<Vec<u8>> {
+    if path.first() != Some(&b'/') && dirfd == libc::AT_FDCWD as i64 {
+        if let Some(cwd) = c.cwd() {
+            let mut p = cwd.path.clone();
+            p.push(b'/');
+            p.extend_from_slice(path);
+            return Ok(p);
+        }
+    }
+    script_path(c, dirfd, path)
+}
+
 /// Create the child session, share the surviving descriptions with it and
 /// serialise the state. Degrades to "no fds" if the instance refuses.
-fn hand_over(c: &Client, lane: &Lane) -> Result<(Option<OwnedFd>, String)> {
+fn hand_over(c: &Client, lane: &Lane, exe: Option<Vec<u8>>) -> Result<(Option<OwnedFd>, String)> {
     // The new image finds the offsets on the servers (Hare §3.5.1).
     crate::hybrid::share_all(c, lane);
     crate::counters::report(c, lane);
@@ -620,6 +711,7 @@ fn hand_over(c: &Client, lane: &Lane) -> Result<(Option<OwnedFd>, String)> {
     let mut st = State {
         cwd: c.cwd().map(|w| (w.path.clone(), Some(w.ino.0))),
         fds: Vec::new(),
+        exe,
     };
     let (child, sock, _lane, lane_fds) = match c.fork_session() {
         Ok(x) => x,
@@ -681,6 +773,9 @@ pub fn restore(c: &Client, text: &str, with_session: bool) {
     let Some(st) = State::decode(text) else {
         return;
     };
+    if let Some(e) = &st.exe {
+        let _ = SELF_EXE.set(e.clone());
+    }
     let Ok(lane) = c.lane() else { return };
     if let Some((path, ino)) = &st.cwd {
         match ino {

@@ -158,6 +158,12 @@ fn names_atoll_fd(path: &[u8]) -> bool {
     path.first() == Some(&b'/') && pipe::fd_path(path).is_some_and(fdtable::is_atoll)
 }
 
+/// `/proc/self/exe` of an image started from the mount (see
+/// `exec::readlink_self_exe`).
+fn names_self_exe(ptr: u64) -> bool {
+    exec::started_from_atoll() && sys::user_path(ptr).is_ok_and(exec::is_self_exe)
+}
+
 fn fdarg(v: u64) -> i64 {
     v as i32 as i64
 }
@@ -175,15 +181,16 @@ pub fn may_concern(nr: i64, a: &[u64; 6]) -> bool {
     let at = |i: usize| fdtable::is_atoll(fdarg(a[i]));
     match nr {
         SYS_open | SYS_creat | SYS_stat | SYS_lstat | SYS_access | SYS_mkdir | SYS_rmdir
-        | SYS_unlink | SYS_readlink | SYS_chmod | SYS_chown | SYS_lchown | SYS_truncate
-        | SYS_utimes | SYS_utime | SYS_statfs | SYS_mknod | SYS_getxattr | SYS_lgetxattr
-        | SYS_setxattr | SYS_lsetxattr | SYS_listxattr | SYS_llistxattr | SYS_removexattr
-        | SYS_lremovexattr => path_concerns(c, cwd(), a[0]),
-        SYS_openat | SYS_openat2 | SYS_newfstatat | SYS_statx | SYS_faccessat | SYS_faccessat2
-        | SYS_mkdirat | SYS_unlinkat | SYS_readlinkat | SYS_fchmodat | SYS_fchmodat2
-        | SYS_fchownat | SYS_utimensat | SYS_futimesat | SYS_mknodat => {
-            path_concerns(c, fdarg(a[0]), a[1])
+        | SYS_unlink | SYS_chmod | SYS_chown | SYS_lchown | SYS_truncate | SYS_utimes
+        | SYS_utime | SYS_statfs | SYS_mknod | SYS_getxattr | SYS_lgetxattr | SYS_setxattr
+        | SYS_lsetxattr | SYS_listxattr | SYS_llistxattr | SYS_removexattr | SYS_lremovexattr => {
+            path_concerns(c, cwd(), a[0])
         }
+        SYS_openat | SYS_openat2 | SYS_newfstatat | SYS_statx | SYS_faccessat | SYS_faccessat2
+        | SYS_mkdirat | SYS_unlinkat | SYS_fchmodat | SYS_fchmodat2 | SYS_fchownat
+        | SYS_utimensat | SYS_futimesat | SYS_mknodat => path_concerns(c, fdarg(a[0]), a[1]),
+        SYS_readlink => path_concerns(c, cwd(), a[0]) || names_self_exe(a[0]),
+        SYS_readlinkat => path_concerns(c, fdarg(a[0]), a[1]) || names_self_exe(a[1]),
         SYS_rename | SYS_link => path_concerns(c, cwd(), a[0]) || path_concerns(c, cwd(), a[1]),
         SYS_renameat | SYS_renameat2 | SYS_linkat => {
             path_concerns(c, fdarg(a[0]), a[1]) || path_concerns(c, fdarg(a[2]), a[3])
@@ -781,6 +788,12 @@ fn run(c: &'static Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
             } else {
                 (fd0, a[1], a[2], a[3] as i64)
             };
+            if let Some(r) = sys::user_path(p)
+                .ok()
+                .and_then(|path| exec::readlink_self_exe(path, buf, size))
+            {
+                return r;
+            }
             if !path_concerns(c, d, p) {
                 return Ok(Out::Host);
             }

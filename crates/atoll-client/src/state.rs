@@ -29,6 +29,9 @@ pub struct State {
     /// `(path, inode if known)`; the CLI only knows the path.
     pub cwd: Option<(Vec<u8>, Option<u64>)>,
     pub fds: Vec<FdState>,
+    /// The atoll path of the program the new image runs, when it was
+    /// started from a file in the mount (what `/proc/self/exe` names).
+    pub exe: Option<Vec<u8>>,
 }
 
 fn hex(b: &[u8]) -> String {
@@ -62,6 +65,9 @@ impl State {
                 let _ = write!(s, ":{i:x}");
             }
         }
+        if let Some(e) = &self.exe {
+            let _ = write!(s, ";e:{}", hex(e));
+        }
         for f in &self.fds {
             let _ = write!(
                 s,
@@ -94,6 +100,7 @@ impl State {
                     };
                     st.cwd = Some((path, ino));
                 }
+                "e" => st.exe = Some(unhex(f.next()?)?),
                 "f" => {
                     let mut n = || f.next().and_then(num);
                     let fd = n()? as i32;
@@ -156,6 +163,7 @@ mod tests {
                     path: Some(b"/atoll".to_vec()),
                 },
             ],
+            exe: Some(b"/atoll/bin/prog".to_vec()),
         };
         let text = st.encode();
         assert!(!text.contains(' '), "env-safe text: {text}");
@@ -167,6 +175,7 @@ mod tests {
         let st = State {
             cwd: Some((b"/atoll/src".to_vec(), None)),
             fds: vec![],
+            exe: None,
         };
         assert_eq!(State::decode(&st.encode()), Some(st));
         assert_eq!(State::decode("v2;c:00"), None);

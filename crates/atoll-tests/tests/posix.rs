@@ -398,3 +398,47 @@ int main(void) {
         "Function not implemented\n"
     );
 }
+
+/// `execv("/proc/self/exe")` runs the program again (not the scheduling
+/// server's image), and `readlink` of it names the program, for programs
+/// stored in the mount (run by absolute and relative path) and on the host.
+#[test]
+fn reexec_through_proc_self_exe_runs_the_same_program() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let probe = atoll_tests::compile_probe(
+        dir.path(),
+        "selfexe",
+        r#"
+#include <stdio.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    char buf[4096];
+    ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+    buf[n > 0 ? n : 0] = 0;
+    printf("run %d exe %s\n", argc, buf);
+    fflush(stdout);
+    if (argc == 1) {
+        execl("/proc/self/exe", argv[0], "again", (char *)0);
+        perror("execl");
+        return 1;
+    }
+    return 0;
+}
+"#,
+    );
+    let p = probe.display();
+    for placement in ["local", "round-robin"] {
+        let out = atoll_tests::run_in_atoll(
+            &["--servers", "2", "--placement", placement],
+            &format!("set -e; cp {p} /atoll/prog; /atoll/prog; cd /atoll && ./prog; {p}"),
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            format!(
+                "run 1 exe /atoll/prog\nrun 2 exe /atoll/prog\nrun 1 exe /atoll/prog\nrun 2 exe /atoll/prog\nrun 1 exe {p}\nrun 2 exe {p}\n"
+            ),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

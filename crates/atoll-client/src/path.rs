@@ -91,6 +91,63 @@ impl core::fmt::Debug for PathBuf {
     }
 }
 
+/// The canonical path of the directory a walk stands in. Unlike the path
+/// being resolved, it has no length limit: a relative walk may go as deep
+/// as the file system does (Linux bounds only the *argument* of a call by
+/// `PATH_MAX`, not how deep a cwd or a directory descriptor may be), and
+/// only `getcwd` reports `ENAMETOOLONG` for a longer one.
+#[derive(Clone, Default)]
+pub struct Canon {
+    buf: Vec<u8>,
+}
+
+impl Canon {
+    pub fn new() -> Canon {
+        Canon {
+            buf: Vec::with_capacity(128),
+        }
+    }
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.buf
+    }
+    pub fn len(&self) -> usize {
+        self.buf.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+    pub fn clear(&mut self) {
+        self.buf.clear();
+    }
+    pub fn push_bytes(&mut self, b: &[u8]) -> Result<(), i32> {
+        self.buf.extend_from_slice(b);
+        Ok(())
+    }
+    /// Append `/name`.
+    pub fn push_component(&mut self, name: &[u8]) -> Result<(), i32> {
+        if self.buf != b"/" {
+            self.buf.push(b'/');
+        }
+        self.buf.extend_from_slice(name);
+        Ok(())
+    }
+    /// Drop the last component, never going above `floor` bytes.
+    pub fn pop_component(&mut self, floor: usize) {
+        let cut = match self.buf.iter().rposition(|&c| c == b'/') {
+            Some(0) => 1,
+            Some(i) => i,
+            None => 0,
+        };
+        self.buf.truncate(cut.max(floor.min(self.buf.len())));
+    }
+}
+
+impl core::fmt::Debug for Canon {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "{:?}", String::from_utf8_lossy(&self.buf))
+    }
+}
+
 /// One component found by [`next_component`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Comp {

@@ -20,7 +20,7 @@ use atoll_proto::{entry_server, FileType, InodeId, Reply, Request, ROOT};
 
 use crate::error::{err, Error, Result};
 use crate::fdtable;
-use crate::path::{is_dot, is_dotdot, mount_rest, next_component, PathBuf, MAX_PATH};
+use crate::path::{is_dot, is_dotdot, mount_rest, next_component, Canon, PathBuf, MAX_PATH};
 use crate::session::{Client, Lane};
 
 /// Linux's limit on symlinks followed in one resolution.
@@ -89,7 +89,7 @@ pub struct Walker<'a> {
     /// Directory the walk is in.
     pub dir: InodeId,
     /// Canonical absolute path of `dir`.
-    pub canon: PathBuf,
+    pub canon: Canon,
     rem: PathBuf,
     pos: usize,
     links: u32,
@@ -189,7 +189,7 @@ impl<'a> Walker<'a> {
             c,
             lane,
             dir: ROOT,
-            canon: PathBuf::new(),
+            canon: Canon::new(),
             rem: PathBuf::new(),
             pos: 0,
             links: 0,
@@ -467,7 +467,7 @@ impl<'a> Walker<'a> {
 
     /// Canonical path of entry `name` in the current directory.
     pub fn child_path(&self, name: &[u8]) -> Result<PathBuf> {
-        let mut p = self.canon.clone();
+        let mut p = PathBuf::from_bytes(self.canon.as_bytes())?;
         p.push_component(name)?;
         Ok(p)
     }

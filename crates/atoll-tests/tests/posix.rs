@@ -442,3 +442,42 @@ int main(int argc, char **argv) {
         );
     }
 }
+
+/// Trees deeper than `PATH_MAX` work as on Linux: made one level at a time
+/// relative to a directory descriptor, removed with `rm -rf`, and entered
+/// with `chdir` 3000 levels deep (`getcwd` gives the whole path, as glibc
+/// does on Linux for a cwd that deep).
+#[test]
+fn trees_deeper_than_path_max_are_made_entered_and_removed() {
+    require("python3");
+    let script = r#"
+        set -e
+        cd "$ROOT"
+        python3 - <<'PY'
+import os
+d = os.open(".", os.O_RDONLY)
+for i in range(3000):
+    os.mkdir("level", dir_fd=d)
+    n = os.open("level", os.O_RDONLY, dir_fd=d)
+    os.close(d); d = n
+os.close(os.open("leaf", os.O_CREAT | os.O_WRONLY, 0o644, dir_fd=d))
+print("made")
+PY
+        rm -rf level && echo removed && ls -A
+        python3 - <<'PY'
+import os
+top = os.getcwd()
+for i in range(3000):
+    os.mkdir("e"); os.chdir("e")
+print(len(os.getcwd()) - len(top), os.path.exists("../../e"))
+os.chdir(top)
+PY
+        rm -rf e && ls -A && echo done
+    "#;
+    for opts in [
+        &["--servers", "1"][..],
+        &["--servers", "3", "--distribute", "all"],
+    ] {
+        atoll_tests::assert_same(opts, script, true);
+    }
+}

@@ -127,6 +127,48 @@ pub fn open_inode(
 
 /// `openat(dirfd, path, flags, mode)` (also open/creat/openat2).
 #[inline(never)]
+/// `open(dir, O_TMPFILE | access, mode)`: an unnamed regular file in
+/// `dir` (the path), made by the directory's owner (`fs/tmpfile.rs` there).
+fn tmpfile(c: &Client, lane: &Lane, mut w: Box<Walker<'_>>, flags: u32, mode: u32) -> Result<Out> {
+    let dir = match w.node(true)? {
+        crate::walk::NodeStep::Host(p) => return Ok(Out::Rehost(p)),
+        crate::walk::NodeStep::Node { ino, ftype } if ftype == FileType::Directory => ino,
+        crate::walk::NodeStep::Node { .. } => return err(libc::ENOTDIR),
+    };
+    let acc = flags & libc::O_ACCMODE as u32;
+    if acc != libc::O_WRONLY as u32 && acc != libc::O_RDWR as u32 {
+        return err(libc::EINVAL);
+    }
+    let perm = mode & 0o7777 & !crate::ns::umask(c);
+    let open = flags & !(libc::O_TMPFILE as u32);
+    let (desc, attr) = lane.call(
+        c,
+        dir.owner(),
+        Request::CreateTmpfile {
+            dir,
+            perm,
+            flags: open,
+        },
+        |r| match r {
+            Reply::Opened { desc, attr, .. } => Ok((desc, attr)),
+            _ => Err(Error::Protocol("CreateTmpfile")),
+        },
+    )?;
+    let info = DescInfo {
+        desc,
+        ino: attr.ino,
+        flags: status_flags(open),
+        ftype: FileType::Regular,
+        cookie: 0,
+        path: None,
+    };
+    Ok(Out::Done(new_fd(
+        c,
+        info,
+        flags & libc::O_CLOEXEC as u32 != 0,
+    )?))
+}
+
 pub fn open(
     c: &Client,
     lane: &Lane,
@@ -139,8 +181,7 @@ pub fn open(
         return Ok(Out::Host);
     };
     if flags & libc::O_TMPFILE as u32 == libc::O_TMPFILE as u32 {
-        // TODO(atoll): O_TMPFILE (an unnamed inode); programs fall back.
-        return err(libc::EOPNOTSUPP);
+        return tmpfile(c, lane, w, flags, mode);
     }
     let cloexec = flags & libc::O_CLOEXEC as u32 != 0;
     let creat = flags & libc::O_CREAT as u32 != 0;

@@ -73,6 +73,18 @@ pub fn resolve(
             None => Ok(Target::Host),
         };
     }
+    if follow && path.first() == Some(&b'/') {
+        // `/proc/self/fd/N` of an atoll descriptor is a magic link to its
+        // file, also when it has no name (`O_TMPFILE`, an unlinked file):
+        // following it reaches the inode itself (`linkat(…,
+        // AT_SYMLINK_FOLLOW)` gives such a file its name).
+        if let Some(d) = crate::pipe::fd_path(path).and_then(fdtable::get) {
+            return Ok(Target::Node {
+                ino: d.ino(),
+                ftype: d.ftype(),
+            });
+        }
+    }
     let Some(mut w) = Walker::start(c, lane, dirfd, path)? else {
         return Ok(Target::Host);
     };

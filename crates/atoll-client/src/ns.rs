@@ -40,7 +40,7 @@ fn parent<'a>(
     }
 }
 
-fn umask(c: &Client) -> u32 {
+pub fn umask(c: &Client) -> u32 {
     c.umask.load(core::sync::atomic::Ordering::Relaxed)
 }
 

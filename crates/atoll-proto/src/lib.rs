@@ -785,6 +785,16 @@ pub enum Request<'a> {
     Adopt {
         ino: InodeId,
     },
+    /// `dir.owner()`. `open(dir, O_TMPFILE)`: a regular file no name
+    /// reaches (link count 0), opened with `flags`; freed at its last
+    /// close unless `linkat` gives it a name first, which it may (Linux's
+    /// `I_LINKABLE`) unless `flags` has `O_EXCL`. → `Opened`
+    CreateTmpfile {
+        dir: InodeId,
+        /// Permission bits, umask already applied.
+        perm: u32,
+        flags: u32,
+    },
 }
 
 /// A `Rename` flag for atoll's own use (never a Linux flag): the client has

@@ -481,3 +481,51 @@ PY
         atoll_tests::assert_same(opts, script, true);
     }
 }
+
+/// `O_TMPFILE` makes an unnamed file that `linkat` names, through
+/// `/proc/self/fd/N` or `AT_EMPTY_PATH`, unless it was made with `O_EXCL`;
+/// the errors for read-only access, a file and a missing directory are
+/// Linux's.
+#[test]
+fn o_tmpfile_files_are_unnamed_until_linkat_names_them() {
+    require("python3");
+    for opts in [
+        &["--servers", "1"][..],
+        &["--servers", "3", "--distribute", "all"],
+    ] {
+        assert_same(
+            opts,
+            r#"
+            python3 - <<'PY'
+import os, sys, ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+AT_FDCWD, AT_SYMLINK_FOLLOW, AT_EMPTY_PATH = -100, 0x400, 0x1000
+def linkat(fd, src, dst, flags):
+    r = libc.linkat(fd, src.encode(), AT_FDCWD, dst.encode(), flags)
+    return "ok" if r == 0 else os.strerror(ctypes.get_errno())
+os.chdir(os.environ["ROOT"])
+os.mkdir("t")
+fd = os.open("t", os.O_TMPFILE | os.O_RDWR, 0o640)
+os.write(fd, b"hello tmp")
+st = os.fstat(fd)
+print("nlink", st.st_nlink, oct(st.st_mode), sorted(os.listdir("t")))
+print("link via /proc", linkat(AT_FDCWD, f"/proc/self/fd/{fd}", "t/named", AT_SYMLINK_FOLLOW))
+print(sorted(os.listdir("t")), os.fstat(fd).st_nlink, open("t/named").read())
+fd2 = os.open("t", os.O_TMPFILE | os.O_WRONLY | os.O_EXCL, 0o600)
+print("excl", linkat(fd2, "", "t/excl", AT_EMPTY_PATH))
+fd3 = os.open(".", os.O_TMPFILE | os.O_WRONLY, 0o600)
+print("empty path", linkat(fd3, "", "t/empty", AT_EMPTY_PATH), os.fstat(fd3).st_nlink)
+try: os.open("t", os.O_TMPFILE | os.O_RDONLY)
+except OSError as e: print("rdonly", e.strerror)
+try: os.open("t/named", os.O_TMPFILE | os.O_RDWR)
+except OSError as e: print("on a file", e.strerror)
+try: os.open("missing", os.O_TMPFILE | os.O_RDWR)
+except OSError as e: print("missing", e.strerror)
+os.close(fd2)
+print(sorted(os.listdir("t")))
+PY
+            "#,
+            true,
+        );
+    }
+}

@@ -89,6 +89,9 @@ pub struct Inode {
     pub xattrs: BTreeMap<Vec<u8>, Vec<u8>>,
     /// Open file descriptions of this inode.
     pub opens: u32,
+    /// An `O_TMPFILE` file that `linkat` may still give its first name
+    /// (Linux's `I_LINKABLE`); any other inode without links is gone.
+    pub linkable: bool,
     pub deferred: Vec<u32>,
     pub locks: Vec<Lock>,
 }
@@ -111,6 +114,7 @@ impl Inode {
             target: Vec::new(),
             xattrs: BTreeMap::new(),
             opens: 0,
+            linkable: false,
             deferred: Vec::new(),
             locks: Vec::new(),
         }

@@ -49,6 +49,7 @@ mod inode;
 mod locks;
 mod perm;
 mod pipe;
+mod tmpfile;
 pub mod track;
 
 #[cfg(test)]
@@ -147,7 +148,7 @@ struct Session {
     groups: Rc<[u32]>,
 }
 
-const OP_NAMES: [&str; 45] = [
+const OP_NAMES: [&str; 46] = [
     "SetGroups",
     "Lookup",
     "Open",
@@ -193,6 +194,7 @@ const OP_NAMES: [&str; 45] = [
     "CreateInode",
     "Adopt",
     "RenameLock",
+    "CreateTmpfile",
 ];
 
 fn op_index(req: &Request<'_>) -> usize {
@@ -243,6 +245,7 @@ fn op_index(req: &Request<'_>) -> usize {
         CreateInode { .. } => 42,
         Adopt { .. } => 43,
         RenameLock { .. } => 44,
+        CreateTmpfile { .. } => 45,
     }
 }
 
@@ -724,9 +727,10 @@ impl<S: BlockStore> FileServer<S> {
                     return Err(RETRY);
                 }
                 let i = self.inode_mut(ino)?;
-                if i.links == 0 {
+                if i.links == 0 && !i.linkable {
                     return Err(Errno::ENOENT);
                 }
+                i.linkable = false;
                 // A directory gets a second name only for the moment of a
                 // client-coordinated cross-server move (`Link` new name,
                 // `Unlink` old name, Hare §6.2.3); never a third, so no
@@ -876,6 +880,9 @@ impl<S: BlockStore> FileServer<S> {
                 open,
             } => self.create_inode(session, who, dir, ftype, perm, rdev, target, open),
             Q::Adopt { ino } => self.adopt(session, ino),
+            Q::CreateTmpfile { dir, perm, flags } => {
+                self.create_tmpfile(session, who, dir, perm, flags)
+            }
         }
     }
 
@@ -1491,7 +1498,7 @@ impl<S: BlockStore> FileServer<S> {
             if i.ftype != ftype {
                 return Err(Errno::EINVAL);
             }
-            if i.links == 0 {
+            if i.links == 0 && !i.linkable {
                 return Err(Errno::ENOENT);
             }
             // As `Ref`: never a third name (another move is under way).
@@ -1517,6 +1524,7 @@ impl<S: BlockStore> FileServer<S> {
         }
         if let Some(i) = self.inodes.get_mut(&ino) {
             i.links += 1;
+            i.linkable = false;
             i.ctime = now();
         }
         if let Some(v) = victim {

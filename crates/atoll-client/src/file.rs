@@ -132,7 +132,10 @@ pub fn open_inode(
 fn tmpfile(c: &Client, lane: &Lane, mut w: Box<Walker<'_>>, flags: u32, mode: u32) -> Result<Out> {
     let dir = match w.node(true)? {
         crate::walk::NodeStep::Host(p) => return Ok(Out::Rehost(p)),
-        crate::walk::NodeStep::Node { ino, ftype } if ftype == FileType::Directory => ino,
+        crate::walk::NodeStep::Node {
+            ino,
+            ftype: FileType::Directory,
+        } => ino,
         crate::walk::NodeStep::Node { .. } => return err(libc::ENOTDIR),
     };
     let acc = flags & libc::O_ACCMODE as u32;

@@ -87,6 +87,7 @@ impl SystemFactory for AtollFactory {
                 // directory gets `user.atoll.distributed`); the client
                 // ignores it with one server or `--without dir-distribution`.
                 distribute: Vec::new(),
+                inodes: None,
                 runtime_root: config::default_runtime_root(),
             },
             app_cores: app_cores.unwrap_or_default(),

@@ -5,6 +5,9 @@
 //! * [`inode`]: inodes, block maps, truncate/punch/seek over the block pool;
 //! * [`dir`]: directory shards (entries of a directory held here), cookies;
 //! * [`locks`], [`perm`]: advisory locks and Linux permission rules;
+//! * [`limits`]: the bounds on everything a program can make a server
+//!   hold, reserved from instance-wide gauges and settled after every
+//!   request;
 //! * [`track`]: which sessions cached which entry held here, and the
 //!   invalidations owed to them when it changes (Hare §3.7.2);
 //! * this module: [`FileServer::handle`] turns one decoded request into one
@@ -46,6 +49,7 @@
 mod affinity;
 mod dir;
 mod inode;
+pub mod limits;
 mod locks;
 mod perm;
 mod pipe;
@@ -56,12 +60,14 @@ mod tests;
 
 use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
+
+pub use limits::Limits;
 use std::time::Instant;
 
 use atoll_proto::{
     entry_server, Attr, Cred, DescId, Errno, Extent, FileType, InodeId, LockOwner, Reply, Request,
     ServerStats, SessionId, SetAttr, StatFsInfo, TimeSet, Timespec, UnlinkKind, Vouched,
-    BLOCK_SIZE, MAX_FRAME, MAX_SERVERS, MAX_TARGET, MAX_XATTR_VALUE, RENAME_VICTIM_MARKED, ROOT,
+    BLOCK_SIZE, MAX_FRAME, MAX_SERVERS, MAX_XATTR_VALUE, RENAME_VICTIM_MARKED, ROOT,
 };
 
 pub use dir::parse_dirents;
@@ -85,8 +91,6 @@ const MAX_XATTR_TOTAL: usize = 64 * 1024;
 /// Bytes of names one inode's extended attributes may use (a `ListXattr`
 /// reply must fit one frame).
 const MAX_XATTR_NAMES: usize = 8 * 1024;
-/// Inodes one server will hold (`statfs` files).
-const MAX_INODES: u64 = 1 << 32;
 /// `renameat2` flags (not in every libc crate version under these names).
 const RENAME_NOREPLACE: u32 = 1;
 const RENAME_EXCHANGE: u32 = 2;
@@ -115,6 +119,8 @@ pub struct FsConfig {
     /// Track lookups for the clients' directory caches (Hare §3.7.2);
     /// off with `--without dir-cache`.
     pub track_lookups: bool,
+    /// The instance's bounds on metadata (`limits`).
+    pub limits: Limits,
 }
 
 /// An open file description (Hare §3.5). Life cycle: created by `Open`/
@@ -297,6 +303,8 @@ pub struct FileServer<S> {
     /// parents (`Request::RenameLock`; used on server 0). Not re-entrant:
     /// threads of one process (one session) wait for each other too.
     rename_lock: Option<SessionId>,
+    /// This server's share of the instance's metadata counts (`limits`).
+    acct: limits::Accounts,
 }
 
 /// Requests that did in one message what Hare's protocol does in several
@@ -350,8 +358,17 @@ struct MoveLink {
 }
 
 impl<S: BlockStore> FileServer<S> {
+    /// A server with gauges of its own (alone, or in tests).
     pub fn new(cfg: FsConfig, store: S) -> FileServer<S> {
+        let gauges = Rc::new(limits::LocalGauges::new(&cfg.limits));
+        FileServer::with_gauges(cfg, store, gauges)
+    }
+
+    /// A server that counts against the instance-wide `gauges` (the
+    /// control block's, `limits` module docs).
+    pub fn with_gauges(cfg: FsConfig, store: S, gauges: Rc<dyn limits::Gauges>) -> FileServer<S> {
         let cache = Cache::new(cfg.first_block, cfg.nblocks, store);
+        let acct = limits::Accounts::new(&cfg.limits, gauges);
         let mut fs = FileServer {
             inodes: HashMap::new(),
             next_serial: 1,
@@ -366,13 +383,14 @@ impl<S: BlockStore> FileServer<S> {
             requests: 0,
             bad_requests: 0,
             ops: [(0, 0); OP_NAMES.len()],
-            track: track::Tracker::new(cfg.track_lookups),
+            track: track::Tracker::new(cfg.track_lookups, cfg.limits.tracked),
             client_counters: Default::default(),
             coalesced: Coalesced::default(),
             marks: HashMap::new(),
             move_refs: Vec::new(),
             move_links: Vec::new(),
             rename_lock: None,
+            acct,
             cfg,
         };
         if fs.cfg.index == ROOT.owner() {
@@ -381,9 +399,11 @@ impl<S: BlockStore> FileServer<S> {
                 ROOT,
                 Inode::new(FileType::Directory, 0o755, o.uid, o.gid, now()),
             );
-            fs.shards.insert(ROOT, Shard::new(Some(ROOT)));
+            fs.shards
+                .insert(ROOT, Shard::new(Some(ROOT), &fs.acct.names));
             fs.next_serial = ROOT.serial() + 1;
         }
+        fs.settle();
         fs
     }
 
@@ -420,10 +440,13 @@ impl<S: BlockStore> FileServer<S> {
         let owner = LockOwner::Process(session.0);
         for inode in self.inodes.values_mut() {
             if !inode.locks.is_empty() {
+                let before = inode.locks.len();
                 locks::release(&mut inode.locks, owner);
+                self.acct.lock_records -= (before - inode.locks.len()) as u64;
             }
         }
         self.abandon_namespace_ops(session);
+        self.settle();
     }
 
     /// A frame that could not be decoded (counted for `atoll status`).
@@ -552,6 +575,7 @@ impl<S: BlockStore> FileServer<S> {
         let op = op_index(&req);
         let who = self.caller(session, cred, vouched);
         let r = self.dispatch(session, &who, req, out);
+        self.settle();
         let ns = t0.elapsed().as_nanos() as u64;
         self.requests += 1;
         self.ops[op].0 += 1;
@@ -706,8 +730,7 @@ impl<S: BlockStore> FileServer<S> {
                 if !matches!(i.ftype, FileType::Symlink | FileType::Socket) {
                     return Err(Errno::EINVAL);
                 }
-                out.clear();
-                out.extend_from_slice(&i.target);
+                self.read_target(i, out);
                 Ok(Reply::Target(out))
             }
             Q::Ref { ino } => {
@@ -834,12 +857,22 @@ impl<S: BlockStore> FileServer<S> {
                     locks::conflict(&i.locks, &req).map(|l| l.to_spec()),
                 ))
             }
-            Q::StatFs => Ok(Reply::StatFs(StatFsInfo {
-                blocks: self.cache.total,
-                blocks_free: self.cache.free.len() as u64,
-                files: MAX_INODES,
-                files_free: MAX_INODES - self.inodes.len() as u64,
-            })),
+            Q::StatFs => {
+                // Blocks are partitioned, so each server reports its own;
+                // file counts are instance-wide (`limits`), so only server
+                // 0 reports them and the client's sum is right.
+                let (files, files_free) = if self.cfg.index == 0 {
+                    self.acct.files()
+                } else {
+                    (0, 0)
+                };
+                Ok(Reply::StatFs(StatFsInfo {
+                    blocks: self.cache.total,
+                    blocks_free: self.cache.free.len() as u64,
+                    files,
+                    files_free,
+                }))
+            }
             Q::Stats => Ok(Reply::Stats(self.stats())),
             Q::Pipe { flags } => self.pipe_create(session, who, flags),
             Q::PipeHeader { desc } => self.pipe_header(session, desc),
@@ -906,7 +939,7 @@ impl<S: BlockStore> FileServer<S> {
         };
         let size = match i.ftype {
             FileType::Directory => BS,
-            FileType::Symlink => i.target.len() as u64,
+            FileType::Symlink => i.target_len as u64,
             _ => i.size,
         };
         Ok(Attr {
@@ -973,7 +1006,10 @@ impl<S: BlockStore> FileServer<S> {
         if self.removed.contains(&dir) {
             return Err(Errno::ENOENT);
         }
-        let s = self.shards.entry(dir).or_insert_with(|| Shard::new(None));
+        let s = self
+            .shards
+            .entry(dir)
+            .or_insert_with(|| Shard::new(None, &self.acct.names));
         if s.marked {
             return Err(RETRY);
         }
@@ -1080,6 +1116,9 @@ impl<S: BlockStore> FileServer<S> {
             && !self.creating.is_pending(ino);
         if dead {
             if let Some(mut i) = self.inodes.remove(&ino) {
+                self.pipes.anonymous.remove(&ino);
+                self.acct.xattr_bytes -= limits::xattr_size(&i);
+                self.acct.lock_records -= i.locks.len() as u64;
                 i.release_all(&mut self.cache);
                 if i.ftype == FileType::Directory {
                     self.shards.remove(&ino);
@@ -1117,8 +1156,10 @@ impl<S: BlockStore> FileServer<S> {
             return;
         };
         if let Some(i) = self.inodes.get_mut(&d.ino) {
+            let before = i.locks.len();
             locks::release(&mut i.locks, LockOwner::Description(id));
             locks::release(&mut i.locks, LockOwner::Flock(id));
+            self.acct.lock_records -= (before - i.locks.len()) as u64;
             i.opens = i.opens.saturating_sub(1);
             if i.opens == 0 {
                 i.release_deferred(&mut self.cache);
@@ -1203,8 +1244,7 @@ impl<S: BlockStore> FileServer<S> {
                 if flags & libc::O_NOFOLLOW as u32 == 0 {
                     return match self.inodes.get(&d.ino) {
                         Some(i) => {
-                            out.clear();
-                            out.extend_from_slice(&i.target);
+                            self.read_target(i, out);
                             Ok(Reply::Symlink {
                                 ino: d.ino,
                                 target: out,
@@ -1238,6 +1278,12 @@ impl<S: BlockStore> FileServer<S> {
         }
         self.dir_check(dir, who, MAY_WRITE | MAY_EXEC)?;
         self.creatable(dir)?;
+        // Linux finds a file table slot before it creates (`ENFILE`).
+        if !self.acct.room(limits::DESCRIPTIONS, 1) {
+            return Err(Errno::ENFILE);
+        }
+        self.admit(limits::INODES, 1)?;
+        self.admit(limits::NAMES, 1)?;
         let ino = self.new_inode(who, dir, FileType::Regular, perm & 0o7777, 0, false);
         if let Some(s) = self.shards.get_mut(&dir) {
             s.insert(name, ino, FileType::Regular);
@@ -1307,6 +1353,7 @@ impl<S: BlockStore> FileServer<S> {
                 }
             }
         }
+        self.admit(limits::DESCRIPTIONS, 1)?;
         self.pipe_opening(ino, keep)?;
         let id = DescId::new(self.cfg.index, self.next_desc);
         self.next_desc += 1;
@@ -1359,7 +1406,7 @@ impl<S: BlockStore> FileServer<S> {
                 if target.is_empty() {
                     return Err(Errno::ENOENT);
                 }
-                if target.len() > MAX_TARGET {
+                if target.len() > atoll_proto::MAX_TARGET {
                     return Err(Errno::ENAMETOOLONG);
                 }
                 0o777
@@ -1367,20 +1414,32 @@ impl<S: BlockStore> FileServer<S> {
             FileType::CharDevice | FileType::BlockDevice if !who.is_root() => {
                 return Err(Errno::EPERM); // CAP_MKNOD
             }
-            FileType::Socket if target.len() > MAX_TARGET => return Err(Errno::ENAMETOOLONG),
+            FileType::Socket if target.len() > atoll_proto::MAX_TARGET => {
+                return Err(Errno::ENAMETOOLONG)
+            }
             _ => perm & 0o7777,
         };
         self.creatable(dir)?;
+        self.admit(limits::INODES, 1)?;
+        self.admit(limits::NAMES, 1)?;
         let ino = self.new_inode(who, dir, ftype, perm, home, distributed);
-        if let Some(i) = self.inodes.get_mut(&ino) {
-            match ftype {
-                FileType::Symlink | FileType::Socket => i.target = target.to_vec(),
-                FileType::CharDevice | FileType::BlockDevice => i.rdev = rdev,
-                _ => {}
+        match ftype {
+            FileType::Symlink | FileType::Socket => {
+                if let Err(e) = self.set_target(ino, target) {
+                    self.inodes.remove(&ino);
+                    return Err(e);
+                }
             }
+            FileType::CharDevice | FileType::BlockDevice => {
+                if let Some(i) = self.inodes.get_mut(&ino) {
+                    i.rdev = rdev;
+                }
+            }
+            _ => {}
         }
         if ftype == FileType::Directory && home == self.cfg.index {
-            self.shards.insert(ino, Shard::new(Some(dir)));
+            self.shards
+                .insert(ino, Shard::new(Some(dir), &self.acct.names));
         }
         if let Some(s) = self.shards.get_mut(&dir) {
             s.insert(name, ino, ftype);
@@ -1504,6 +1563,11 @@ impl<S: BlockStore> FileServer<S> {
             // Link has no flag: a victim homed elsewhere is the client's.
             self.victim_validated(session, &v, true)?;
             self.sticky_ok(dir, v.ino, who)?;
+        } else if !replace {
+            // A new name: a hard link, or the first name of an inode placed
+            // by creation affinity. `replace` is the new name of a rename
+            // across servers, whose old name goes next: never refused.
+            self.admit(limits::NAMES, 1)?;
         }
         if let Some(s) = self.shards.get_mut(&dir) {
             s.insert(name, ino, ftype);
@@ -1856,7 +1920,7 @@ impl<S: BlockStore> FileServer<S> {
         }
         self.shards
             .entry(dir)
-            .or_insert_with(|| Shard::new(None))
+            .or_insert_with(|| Shard::new(None, &self.acct.names))
             .parent = Some(parent);
         Ok(Reply::Ok)
     }
@@ -1881,7 +1945,10 @@ impl<S: BlockStore> FileServer<S> {
                 _ => return Err(RETRY),
             }
         }
-        let s = self.shards.entry(dir).or_insert_with(|| Shard::new(None));
+        let s = self
+            .shards
+            .entry(dir)
+            .or_insert_with(|| Shard::new(None, &self.acct.names));
         if s.marked {
             return Err(RETRY);
         }
@@ -2189,9 +2256,37 @@ impl<S: BlockStore> FileServer<S> {
             return Err(Errno::EINVAL);
         }
         self.xattr_check(who, ino, name, MAY_WRITE)?;
-        if value.is_some_and(|v| v.len() > MAX_XATTR_VALUE) {
-            return Err(Errno::E2BIG);
+        // Linux refuses values past `XATTR_SIZE_MAX` before any file
+        // system sees them; a value that fits no frame is one that does
+        // not fit the inode's xattr space (as ext4 without `ea_inode`).
+        match value.map_or(0, |v| v.len()) {
+            n if n > limits::XATTR_SIZE_MAX => return Err(Errno::E2BIG),
+            n if n > MAX_XATTR_VALUE => return Err(Errno::ENOSPC),
+            _ => {}
         }
+        let before = limits::xattr_size(self.inode(ino)?);
+        let grows = match (value, self.inode(ino)?.xattrs.get(name)) {
+            (Some(v), Some(old)) => v.len().saturating_sub(old.len()),
+            (Some(v), None) => name.len() + 1 + v.len(),
+            (None, _) => 0,
+        } as u64;
+        if grows > 0 {
+            self.admit(limits::XATTR_BYTES, grows)?;
+        }
+        let r = self.set_xattr_here(ino, name, value, flags);
+        let after = self.inode(ino).map_or(before, limits::xattr_size);
+        self.acct.xattr_bytes = self.acct.xattr_bytes + after - before;
+        r
+    }
+
+    /// `set_xattr` once the request is allowed and its bytes reserved.
+    fn set_xattr_here<'o>(
+        &mut self,
+        ino: InodeId,
+        name: &[u8],
+        value: Option<&[u8]>,
+        flags: u32,
+    ) -> R<'o> {
         let i = self.inode_mut(ino)?;
         let exists = i.xattrs.contains_key(name);
         match value {
@@ -2533,7 +2628,9 @@ impl<S: BlockStore> FileServer<S> {
         }
         let dead = d.refs.is_empty();
         if let Some(i) = self.inodes.get_mut(&ino) {
+            let before = i.locks.len();
             locks::release(&mut i.locks, LockOwner::Process(session.0));
+            self.acct.lock_records -= (before - i.locks.len()) as u64;
         }
         if dead {
             self.release_desc(desc);
@@ -2566,11 +2663,18 @@ impl<S: BlockStore> FileServer<S> {
             LockOwner::Flock(_) => {}
         }
         let ino = d.ino;
-        let i = self.inodes.get_mut(&ino).ok_or(Errno::EBADF)?;
+        let i = self.inode(ino).map_err(|_| Errno::EBADF)?;
         if locks::conflict(&i.locks, &req).is_some() {
             return Err(Errno::EAGAIN);
         }
+        // A request adds at most two records (the new range, and the
+        // far end of a lock it splits); Linux allocates both before it
+        // looks, and answers `ENOLCK` when it cannot, even to an unlock.
+        self.admit(limits::LOCKS, 2)?;
+        let i = self.inodes.get_mut(&ino).ok_or(Errno::EBADF)?;
+        let before = i.locks.len() as u64;
         locks::apply(&mut i.locks, req);
+        self.acct.lock_records = self.acct.lock_records + i.locks.len() as u64 - before;
         Ok(Reply::Ok)
     }
 }

@@ -56,6 +56,8 @@ mod pipe;
 pub mod track;
 
 #[cfg(test)]
+mod limits_tests;
+#[cfg(test)]
 mod tests;
 
 use std::collections::{HashMap, HashSet};
@@ -2667,14 +2669,22 @@ impl<S: BlockStore> FileServer<S> {
         if locks::conflict(&i.locks, &req).is_some() {
             return Err(Errno::EAGAIN);
         }
-        // A request adds at most two records (the new range, and the
-        // far end of a lock it splits); Linux allocates both before it
-        // looks, and answers `ENOLCK` when it cannot, even to an unlock.
-        self.admit(limits::LOCKS, 2)?;
+        // Past the limit of lock records a request that would add some
+        // (a new range, or the far end of a lock it splits) is refused
+        // with `ENOLCK` and changes nothing; one that does not (an unlock
+        // of whole locks, a conversion) always succeeds.
         let i = self.inodes.get_mut(&ino).ok_or(Errno::EBADF)?;
-        let before = i.locks.len() as u64;
+        let before = i.locks.clone();
         locks::apply(&mut i.locks, req);
-        self.acct.lock_records = self.acct.lock_records + i.locks.len() as u64 - before;
+        let grown = i.locks.len().saturating_sub(before.len()) as u64;
+        if grown > 0 && self.admit(limits::LOCKS, grown).is_err() {
+            if let Some(i) = self.inodes.get_mut(&ino) {
+                i.locks = before;
+            }
+            return Err(Errno::ENOLCK);
+        }
+        let after = self.inode(ino).map_or(0, |i| i.locks.len());
+        self.acct.lock_records = self.acct.lock_records + after as u64 - before.len() as u64;
         Ok(Reply::Ok)
     }
 }

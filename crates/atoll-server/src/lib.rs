@@ -130,7 +130,8 @@ impl Instance {
         let limits = match config.inodes {
             Some(i) => fs::Limits::with_inodes(cache_bytes, i),
             None => fs::Limits::for_memory(cache_bytes),
-        };
+        }
+        .for_servers(n);
         limits.install(&control);
 
         let info = InstanceInfo {

@@ -105,7 +105,7 @@ impl Limits {
     /// Defaults for a buffer cache of `memory` bytes: one inode per 8 KiB
     /// (as tmpfs), one description and one lock record per 10 KiB (as
     /// Linux's `fs.file-max`, at least 8192), xattrs up to 1/16 of it, and
-    /// as many tracking records per server as inodes.
+    /// as many tracking records as inodes (see `for_servers`).
     pub fn for_memory(memory: u64) -> Limits {
         let inodes = (memory / BYTES_PER_INODE).max(MIN_INODES);
         Limits::with_inodes(memory, inodes)
@@ -121,6 +121,14 @@ impl Limits {
             xattr_bytes: (memory / 16).max(XATTR_SIZE_MAX as u64),
             tracked: inodes.max(MIN_INODES),
         }
+    }
+
+    /// The same limits for an instance of `servers` servers: tracking
+    /// records are per server, so each keeps its share of the inode limit
+    /// (names, which records track, are bounded instance-wide).
+    pub fn for_servers(mut self, servers: usize) -> Limits {
+        self.tracked = (self.tracked / servers.max(1) as u64).max(MIN_INODES);
+        self
     }
 
     /// The limit of each gauge, by index.

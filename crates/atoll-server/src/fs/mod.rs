@@ -490,6 +490,7 @@ impl<S: BlockStore> FileServer<S> {
             v.push(("dcache.invalidations_sent".into(), t.invalidations));
             v.push(("dcache.changes_invalidating".into(), t.changes_invalidating));
             v.push(("dcache.names_tracked".into(), t.tracked()));
+            v.push(("dcache.records_evicted".into(), t.evicted));
         }
         for (name, n) in [
             ("dcache.hits", k.dcache_hits),

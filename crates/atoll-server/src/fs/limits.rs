@@ -14,6 +14,7 @@
 //! | symlink and socket targets | 128 bytes or more take a buffer-cache block | `ENOSPC` (tmpfs keeps such targets in a page) |
 //! | lookup-tracking records | per server | never fails: the oldest directory's records are evicted, its cachers told to forget |
 //! | pending invalidations | delivered after every request | bounded by the tracking records plus one per session |
+//! | removed-directory ids | owned: while the inode lives; others: the last `inodes` | never fails ([`RemovedDirs`]) |
 //!
 //! **Where the counts live.** Servers never message each other (Hare
 //! §6.2.3), and a per-server share of the limit would make one server
@@ -43,6 +44,7 @@
 //! cost at most one limit per server.
 
 use std::cell::Cell;
+use std::collections::{HashSet, VecDeque};
 use std::rc::Rc;
 
 use atoll_msg::{Control, Gauge, GAUGES};
@@ -255,6 +257,72 @@ impl Accounts {
     }
 }
 
+/// Directories removed while this server held something of theirs: a
+/// creation, link, `SetParent` or readdir in one answers `ENOENT` (a stale
+/// handle must not bring a shard back, Hare §3.4.1).
+///
+/// Bounded: a directory owned here is remembered only while its inode
+/// lives (open, or committed but not yet unlinked); once freed, its absence
+/// from the inode table says the same, since ids are never reused. Others
+/// (shards of distributed directories, homes of directories owned
+/// elsewhere) are kept for the last `cap` removals; a creation through a
+/// handle to a directory removed longer ago than that is not refused and
+/// leaves an entry no path reaches (counted, so still bounded).
+pub struct RemovedDirs {
+    owned: HashSet<InodeId>,
+    others: HashSet<InodeId>,
+    order: VecDeque<InodeId>,
+    cap: usize,
+}
+
+impl RemovedDirs {
+    pub fn new(cap: u64) -> RemovedDirs {
+        RemovedDirs {
+            owned: HashSet::new(),
+            others: HashSet::new(),
+            order: VecDeque::new(),
+            cap: usize::try_from(cap).unwrap_or(usize::MAX).max(1),
+        }
+    }
+
+    pub fn contains(&self, dir: &InodeId) -> bool {
+        self.owned.contains(dir) || self.others.contains(dir)
+    }
+
+    /// `dir` was removed; `owned` when this server owns its inode.
+    pub fn insert(&mut self, dir: InodeId, owned: bool) {
+        if owned {
+            self.owned.insert(dir);
+            return;
+        }
+        if self.others.insert(dir) {
+            self.order.push_back(dir);
+        }
+        while self.others.len() > self.cap {
+            match self.order.pop_front() {
+                Some(old) => {
+                    self.others.remove(&old);
+                }
+                None => break,
+            }
+        }
+    }
+
+    /// The inode of `dir`, owned here, is freed: its absence says it all.
+    pub fn freed(&mut self, dir: InodeId) {
+        self.owned.remove(&dir);
+    }
+
+    /// Ids remembered now.
+    pub fn len(&self) -> usize {
+        self.owned.len() + self.others.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// `(resource, used, limit)` of every gauge, instance-wide (`atoll status`).
 pub fn usage(gauges: &dyn Gauges) -> Vec<(String, u64, u64)> {
     RESOURCES
@@ -297,6 +365,16 @@ impl<S: BlockStore> FileServer<S> {
     pub(super) fn settle(&mut self) {
         let held = self.held();
         self.acct.settle(held);
+    }
+
+    /// Remember that directory `dir` was removed (`RemovedDirs`): an
+    /// owned one only while its inode lives.
+    pub(super) fn mark_removed(&mut self, dir: InodeId) {
+        if !self.owns(dir) {
+            self.removed.insert(dir, false);
+        } else if self.inodes.contains_key(&dir) {
+            self.removed.insert(dir, true);
+        }
     }
 
     /// Store the target of a new symlink or socket: short ones with the
@@ -386,6 +464,21 @@ mod tests {
             Err(Errno::ENFILE)
         );
         assert_eq!(a.admit(LOCKS, 1, limits.locks), Err(Errno::ENOLCK));
+    }
+
+    #[test]
+    fn removed_directories_are_remembered_within_bounds() {
+        let mut r = RemovedDirs::new(3);
+        let owned = InodeId(1);
+        r.insert(owned, true);
+        for i in 10..20 {
+            r.insert(InodeId(i), false);
+        }
+        assert!(r.contains(&owned), "owned ids stay while their inode lives");
+        assert!(r.contains(&InodeId(19)) && !r.contains(&InodeId(10)));
+        assert_eq!(r.len(), 4);
+        r.freed(owned);
+        assert!(!r.contains(&owned));
     }
 
     #[test]

@@ -485,3 +485,32 @@ fn lookup_tracking_is_bounded_and_never_fails_a_lookup() {
     }
     assert!(told > 0, "evicted records are notified");
 }
+
+/// A `mkdir`/`rmdir` loop leaves nothing behind: an owned directory is
+/// forgotten with its inode, and a creation in it still answers `ENOENT`.
+#[test]
+fn removed_directories_do_not_accumulate() {
+    let mut s = one(limits(100));
+    let mut last = ROOT;
+    for _ in 0..1000 {
+        let Got::Ino(d) = s.call(node(b"d", FileType::Directory, b"")) else {
+            panic!("mkdir")
+        };
+        let rmdir = Request::Unlink {
+            dir: ROOT,
+            name: b"d",
+            kind: UnlinkKind::Directory,
+            expect: None,
+        };
+        assert_eq!(s.call(rmdir), Got::Ok);
+        last = d;
+    }
+    assert_eq!(s.fs.removed.len(), 0);
+    assert_eq!(s.fs.shards.len(), 1, "the root's only");
+    assert_eq!(s.call(create_in(last, b"f")), Got::Err(Errno::ENOENT));
+    let set_parent = Request::SetParent {
+        dir: last,
+        parent: ROOT,
+    };
+    assert_eq!(s.call(set_parent), Got::Err(Errno::ENOENT));
+}

@@ -60,7 +60,7 @@ mod limits_tests;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::rc::Rc;
 
 pub use limits::Limits;
@@ -275,7 +275,7 @@ pub struct FileServer<S> {
     next_serial: u64,
     shards: HashMap<InodeId, Shard>,
     /// Directories removed here: creations in them answer `ENOENT`.
-    removed: HashSet<InodeId>,
+    removed: limits::RemovedDirs,
     descs: HashMap<DescId, Desc>,
     next_desc: u64,
     sessions: HashMap<SessionId, Session>,
@@ -375,7 +375,7 @@ impl<S: BlockStore> FileServer<S> {
             inodes: HashMap::new(),
             next_serial: 1,
             shards: HashMap::new(),
-            removed: HashSet::new(),
+            removed: limits::RemovedDirs::new(cfg.limits.inodes),
             descs: HashMap::new(),
             next_desc: 1,
             sessions: HashMap::new(),
@@ -1103,7 +1103,7 @@ impl<S: BlockStore> FileServer<S> {
             i.ctime = now();
             if i.ftype == FileType::Directory && i.links == 0 {
                 self.shards.remove(&ino);
-                self.removed.insert(ino);
+                self.removed.insert(ino, true);
             }
         }
         self.maybe_free(ino);
@@ -1124,8 +1124,9 @@ impl<S: BlockStore> FileServer<S> {
                 self.acct.lock_records -= i.locks.len() as u64;
                 i.release_all(&mut self.cache);
                 if i.ftype == FileType::Directory {
+                    // Ids are never reused: a missing inode says removed.
                     self.shards.remove(&ino);
-                    self.removed.insert(ino);
+                    self.removed.freed(ino);
                 }
             }
         }
@@ -1513,7 +1514,7 @@ impl<S: BlockStore> FileServer<S> {
         self.track.dir_gone(dir);
         self.marks.remove(&dir);
         if self.shards.remove(&dir).is_some() || dir.home() == self.cfg.index {
-            self.removed.insert(dir);
+            self.mark_removed(dir);
         }
     }
 
@@ -1918,7 +1919,8 @@ impl<S: BlockStore> FileServer<S> {
         if dir.home() != self.cfg.index {
             return Err(Errno::EXDEV);
         }
-        if self.removed.contains(&dir) {
+        // An owned directory whose inode is gone is removed (`RemovedDirs`).
+        if self.removed.contains(&dir) || (self.owns(dir) && !self.inodes.contains_key(&dir)) {
             return Err(Errno::ENOENT);
         }
         self.shards
@@ -1972,7 +1974,7 @@ impl<S: BlockStore> FileServer<S> {
         self.marks.remove(&dir);
         if commit {
             self.shards.remove(&dir);
-            self.removed.insert(dir);
+            self.mark_removed(dir);
             self.track.dir_gone(dir);
         } else if let Some(s) = self.shards.get_mut(&dir) {
             s.marked = false;

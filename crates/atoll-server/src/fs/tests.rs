@@ -1,5 +1,6 @@
 //! Behaviour of one file server, driven directly (no rings).
 
+use super::xattr::{XATTR_CREATE, XATTR_REPLACE};
 use super::*;
 use crate::store::MemStore;
 use atoll_proto::{LockSpec, StatFsInfo};
@@ -2089,7 +2090,7 @@ fn xattrs_honour_create_replace_and_namespaces() {
     assert_eq!(set(&mut t, ROOTC, "trusted.t", b"v", 0), Own::Ok);
     // Past XATTR_SIZE_MAX Linux says E2BIG; below it, a value that does
     // not fit the inode's xattr space is ENOSPC (ext4 without ea_inode).
-    let big = vec![0u8; MAX_XATTR_VALUE + 1];
+    let big = vec![0u8; atoll_proto::MAX_XATTR_VALUE + 1];
     assert_eq!(
         set(&mut t, USER, "user.big", &big, 0),
         Own::Err(Errno::ENOSPC)

@@ -194,3 +194,35 @@ fn status_shows_inodes_and_limits() {
     assert!(text.contains("open descriptions 0/8192"), "{text}");
     assert!(text.contains("locks 0/8192"), "{text}");
 }
+
+/// Through real system calls: xattr values past 64 KiB are `E2BIG`, those
+/// that fit no inode `ENOSPC`; hard links past the limit `ENOSPC` (tmpfs
+/// counts them as inodes); each works again after a deletion.
+#[test]
+fn xattrs_and_hard_links_give_linux_errnos_at_their_limits() {
+    atoll_tests::require("python3");
+    let inst = Booted::new(&["--servers", "2", "--memory", "64M", "--inodes", "10"]);
+    let script = r#"
+cd $ROOT && touch f && python3 - <<'PY'
+import errno, os
+def code(f):
+    try:
+        f(); return "ok"
+    except OSError as e:
+        return errno.errorcode[e.errno]
+print(code(lambda: os.setxattr("f", "user.a", b"x" * 70000)))
+print(code(lambda: os.setxattr("f", "user.a", b"x" * 5000)))
+print(code(lambda: os.setxattr("f", "user.a", b"x" * 4000)))
+n = 0
+while code(lambda: os.link("f", "l%d" % n)) == "ok":
+    n += 1
+print(n, code(lambda: os.link("f", "more")))
+os.unlink("l0")
+print(code(lambda: os.link("f", "more")), os.stat("f").st_nlink)
+PY
+"#;
+    let (ok, out, err) = inst.exec(script);
+    assert!(ok, "{err}");
+    // Root and f are two inodes; f's first name is one of ten names.
+    assert_eq!(out, "E2BIG\nENOSPC\nok\n9 ENOSPC\nok 10\n", "{err}");
+}

@@ -64,8 +64,6 @@ mod tests;
 
 use std::collections::HashMap;
 use std::rc::Rc;
-
-pub use limits::Limits;
 use std::time::Instant;
 
 use atoll_proto::{
@@ -77,6 +75,7 @@ use atoll_proto::{
 pub use dir::parse_dirents;
 use dir::{check_name, is_dot, push_dirent, Shard};
 use inode::{Cache, Inode, MAX_EXTENTS, MAX_FILE_SIZE};
+pub use limits::Limits;
 use locks::Lock;
 use perm::{check, kill_priv, Caller, MAY_EXEC, MAY_READ, MAY_WRITE};
 

@@ -33,9 +33,9 @@ pub struct Tracker {
     enabled: bool,
     /// dir → name → sessions that cached it.
     names: HashMap<InodeId, HashMap<Box<[u8]>, Vec<SessionId>>>,
-    /// Directories in `names`, in the order their first record came (a
-    /// directory may appear again after it left `names`; stale ids are
-    /// skipped when evicting).
+    /// Directories in `names`, in the order their first record came. A
+    /// directory that left `names` and came back may appear twice: it is
+    /// evicted at its first place (a little early), the second is skipped.
     order: VecDeque<InodeId>,
     /// Records (`(dir, name, session)` triples) in `names`.
     records: u64,

@@ -103,6 +103,11 @@ pub struct InstanceArgs {
     /// Size of the shared buffer cache (e.g. 64M, 1G, 512MiB, or bytes)
     #[arg(long, value_name = "SIZE", default_value = "1GiB", value_parser = parse_memory)]
     pub memory: u64,
+    /// Most inodes (files, directories, symlinks, FIFOs, sockets) the
+    /// instance holds; past it creating one fails with ENOSPC, as tmpfs's
+    /// nr_inodes [default: one per 8 KiB of --memory]
+    #[arg(long, value_name = "N", value_parser = parse_inodes)]
+    pub inodes: Option<u64>,
     /// How servers and clients wait for messages [default: adaptive, or
     /// spin with --split]
     #[arg(long, value_enum, value_name = "MODE")]
@@ -292,6 +297,17 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
 
 /// Smallest buffer cache accepted: 1 MiB (256 blocks).
 pub const MIN_MEMORY: u64 = 1 << 20;
+
+/// `--inodes`: at least 2 (the root directory is one of them).
+fn parse_inodes(s: &str) -> Result<u64, String> {
+    let n: u64 = s
+        .parse()
+        .map_err(|_| format!("--inodes {s}: not a number"))?;
+    if n < 2 {
+        return Err("--inodes must be at least 2".into());
+    }
+    Ok(n)
+}
 
 /// `--memory`: a size of at least [`MIN_MEMORY`] that fits in physical RAM.
 fn parse_memory(s: &str) -> Result<u64, String> {

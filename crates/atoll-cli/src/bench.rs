@@ -87,6 +87,12 @@ impl SystemFactory for AtollFactory {
                 // directory gets `user.atoll.distributed`); the client
                 // ignores it with one server or `--without dir-distribution`.
                 distribute: Vec::new(),
+                // The largest trees (`--size full`, dense: 440 000 files)
+                // need more than the default one inode per 8 KiB; the
+                // tmpfs beside it has the host's default (half the RAM's
+                // pages). One per KiB keeps the metadata bound (2 KiB per
+                // inode) within twice the cache.
+                inodes: Some(bench_memory() / 1024),
                 runtime_root: config::default_runtime_root(),
             },
             app_cores: app_cores.unwrap_or_default(),

@@ -115,10 +115,12 @@ mod tests {
             clients: 3,
             lanes: 4,
             servers: vec![],
+            limits: vec![("inodes".into(), 1, 2)],
         };
         let (path, h) = fake_instance(t.path(), BootReply::Status(st));
         let got = status(&path).unwrap();
         assert_eq!((got.id.as_str(), got.pid, got.clients), ("abc", 42, 3));
+        assert_eq!(got.limits, vec![("inodes".to_string(), 1, 2)]);
         assert!(matches!(h.join().unwrap(), BootRequest::Status));
     }
 

@@ -282,9 +282,42 @@ pub fn status_text(st: &InstanceStatus, rec: &InstanceRecord) -> String {
         human_bytes(used * BLOCK_SIZE as u64),
         human_bytes(total * BLOCK_SIZE as u64)
     );
+    out.push_str(&limits_text(&st.limits));
     let _ = writeln!(out, "requests     {requests}");
     out.push('\n');
     out.push_str(&stats_table(&st.servers));
+    out
+}
+
+/// The `inodes` line and the other bounded metadata of `atoll status`.
+fn limits_text(limits: &[(String, u64, u64)]) -> String {
+    let mut out = String::new();
+    if let Some((_, used, limit)) = limits.iter().find(|(n, _, _)| n == "inodes") {
+        let _ = writeln!(
+            out,
+            "inodes       {used}/{limit} in use ({} free)",
+            limit.saturating_sub(*used)
+        );
+    }
+    let rest: Vec<String> = limits
+        .iter()
+        .filter(|(n, _, _)| n != "inodes")
+        .map(|(n, used, limit)| {
+            if n.ends_with("_bytes") {
+                format!(
+                    "{} {}/{}",
+                    n.replace('_', " "),
+                    human_bytes(*used),
+                    human_bytes(*limit)
+                )
+            } else {
+                format!("{} {used}/{limit}", n.replace('_', " "))
+            }
+        })
+        .collect();
+    if !rest.is_empty() {
+        let _ = writeln!(out, "limits       {}", rest.join(", "));
+    }
     out
 }
 
@@ -298,6 +331,20 @@ pub fn status_json(st: &InstanceStatus, rec: &InstanceRecord) -> serde_json::Val
         "clients": st.clients,
         "lanes": st.lanes,
         "servers": servers_json(&st.servers),
+        "limits": st
+            .limits
+            .iter()
+            .map(|(name, used, limit)| {
+                (
+                    name.clone(),
+                    serde_json::json!({
+                        "used": used,
+                        "limit": limit,
+                        "free": limit.saturating_sub(*used),
+                    }),
+                )
+            })
+            .collect::<serde_json::Map<_, _>>(),
     })
 }
 

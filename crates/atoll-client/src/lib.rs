@@ -419,8 +419,13 @@ fn xattr_set(c: &Client, fd: Option<i64>, a: &[u64; 6], follow: bool) -> Result<
     let (name, val, size, flags) = (a[1], a[2], a[3] as usize, a[4] as u32);
     let run = |lane: &session::Lane, ino| {
         let n = meta::xattr_name(name)?;
-        if size > atoll_proto::MAX_XATTR_VALUE {
+        // Linux: E2BIG past XATTR_SIZE_MAX; a value no frame carries does
+        // not fit the inode's xattr space (ENOSPC, as ext4 without ea_inode).
+        if size > atoll_proto::XATTR_SIZE_MAX {
             return err(libc::E2BIG);
+        }
+        if size > atoll_proto::MAX_XATTR_VALUE {
+            return err(libc::ENOSPC);
         }
         Ok(Out::Done(meta::setxattr(
             c,

@@ -292,8 +292,13 @@ pub fn setxattr(
     value: &[u8],
     flags: u32,
 ) -> Result<i64> {
-    if value.len() > atoll_proto::MAX_XATTR_VALUE {
+    // Linux: E2BIG past XATTR_SIZE_MAX; a value no frame carries does
+    // not fit the inode's xattr space (ENOSPC, as ext4 without ea_inode).
+    if value.len() > atoll_proto::XATTR_SIZE_MAX {
         return err(libc::E2BIG);
+    }
+    if value.len() > atoll_proto::MAX_XATTR_VALUE {
+        return err(libc::ENOSPC);
     }
     lane.call_ok(
         c,

@@ -1,5 +1,6 @@
 //! The per-instance control block: one [`Doorbell`] and one published load
-//! word per server, in one memfd every process of the instance maps.
+//! word per server, and the instance's resource [`Gauge`]s, in one memfd
+//! every process of the instance maps.
 //!
 //! A server serves many channels; polling all of them while idle would burn
 //! its core, and sleeping on one futex per channel is impossible. So clients
@@ -12,7 +13,16 @@
 //!  header { magic, servers }          128 bytes
 //!  doorbell[servers]                  256 bytes each
 //!  load[servers]                      128 bytes each
+//!  gauge[GAUGES]                      128 bytes each
 //! ```
+//!
+//! Gauges are the instance-wide counts of metadata that every server may
+//! create (inodes, names, …): servers never message each other (Hare
+//! §6.2.3), so a limit that holds across servers is one shared word each
+//! server reserves from before it creates, as tmpfs reserves an inode from
+//! one per-superblock count (`shmem_reserve_inode`). Clients map the block
+//! too and are trusted not to write it (Hare's single fault domain); a
+//! server treats a gauge as advisory and keeps its own hard cap as well.
 
 #[cfg(not(loom))]
 use std::io;
@@ -85,8 +95,75 @@ impl Doorbell {
     }
 }
 
+/// Number of gauges in a control block (users name them by index).
 #[cfg(not(loom))]
-const CONTROL_MAGIC: u64 = u64::from_le_bytes(*b"ATOLLCT1");
+pub const GAUGES: usize = 8;
+
+/// An instance-wide count with a limit: `used` only moves through
+/// [`Gauge::try_take`] (refused past `limit`) and [`Gauge::give`].
+#[cfg(not(loom))]
+#[repr(C)]
+#[derive(Default)]
+pub struct Gauge {
+    limit: AtomicU64,
+    used: AtomicU64,
+}
+
+#[cfg(not(loom))]
+impl Gauge {
+    pub fn new(limit: u64) -> Gauge {
+        Gauge {
+            limit: AtomicU64::new(limit),
+            used: AtomicU64::new(0),
+        }
+    }
+
+    pub fn limit(&self) -> u64 {
+        self.limit.load(Ordering::Relaxed)
+    }
+
+    pub fn set_limit(&self, limit: u64) {
+        self.limit.store(limit, Ordering::Relaxed);
+    }
+
+    pub fn used(&self) -> u64 {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    /// Take `n` units if that keeps `used` within `limit`. One atomic
+    /// read-modify-write (a compare-exchange loop); counting needs no
+    /// ordering with other memory.
+    pub fn try_take(&self, n: u64) -> bool {
+        let limit = self.limit();
+        self.used
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| {
+                u.checked_add(n).filter(|t| *t <= limit)
+            })
+            .is_ok()
+    }
+
+    /// Take `n` units whatever the limit (for a transient overdraw that
+    /// must not fail, such as the second name of a rename in flight).
+    pub fn force_take(&self, n: u64) {
+        let _ = self
+            .used
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| {
+                Some(u.saturating_add(n))
+            });
+    }
+
+    /// Give `n` units back (never below zero).
+    pub fn give(&self, n: u64) {
+        let _ = self
+            .used
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| {
+                Some(u.saturating_sub(n))
+            });
+    }
+}
+
+#[cfg(not(loom))]
+const CONTROL_MAGIC: u64 = u64::from_le_bytes(*b"ATOLLCT2");
 
 #[cfg(not(loom))]
 #[repr(C)]
@@ -101,6 +178,8 @@ const HEADER_BYTES: usize = std::mem::size_of::<Padded<ControlHeader>>();
 const DOORBELL_BYTES: usize = std::mem::size_of::<Doorbell>();
 #[cfg(not(loom))]
 const LOAD_BYTES: usize = std::mem::size_of::<Padded<AtomicU64>>();
+#[cfg(not(loom))]
+const GAUGE_BYTES: usize = std::mem::size_of::<Padded<Gauge>>();
 
 /// Per-instance control block: one doorbell per server plus published load.
 #[cfg(not(loom))]
@@ -113,7 +192,7 @@ pub struct Control {
 impl Control {
     /// Bytes of a control block for `servers` servers.
     pub const fn size(servers: usize) -> usize {
-        HEADER_BYTES + servers * (DOORBELL_BYTES + LOAD_BYTES)
+        HEADER_BYTES + servers * (DOORBELL_BYTES + LOAD_BYTES) + GAUGES * GAUGE_BYTES
     }
 
     pub fn create(servers: usize) -> io::Result<(OwnedFd, Control)> {
@@ -188,6 +267,18 @@ impl Control {
         self.load_word(server).store(value, Ordering::Relaxed);
     }
 
+    /// Gauge number `i` (see [`GAUGES`]); zero limit and use until set.
+    ///
+    /// # Panics
+    /// If `i >= GAUGES` (a caller bug, never peer input).
+    pub fn gauge(&self, i: usize) -> &Gauge {
+        assert!(i < GAUGES, "no gauge {i}");
+        let off = HEADER_BYTES + self.servers * (DOORBELL_BYTES + LOAD_BYTES) + i * GAUGE_BYTES;
+        // SAFETY: as in `doorbell` (the gauges end the block, whose size
+        // was checked); a Gauge is atomics only.
+        unsafe { &(*(self.region.as_ptr().add(off) as *const Padded<Gauge>)).0 }
+    }
+
     /// Server side: add to the published load counter.
     pub fn add_load(&self, server: usize, delta: u64) {
         self.load_word(server).fetch_add(delta, Ordering::Relaxed);
@@ -217,6 +308,13 @@ mod tests {
         a.add_load(2, 2);
         assert_eq!(b.load(2), 42);
         assert_eq!(b.load(0), 0);
+        a.gauge(1).set_limit(2);
+        assert!(b.gauge(1).try_take(2));
+        assert!(!a.gauge(1).try_take(1), "past the limit");
+        assert_eq!(a.gauge(1).used(), 2);
+        b.gauge(1).give(5);
+        assert_eq!(a.gauge(1).used(), 0, "never below zero");
+        assert_eq!(a.gauge(0).limit(), 0);
         b.doorbell(1).ring();
         assert_eq!(a.doorbell(1).rings(), 1);
         assert_eq!(a.doorbell(0).rings(), 0);

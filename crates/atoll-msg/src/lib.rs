@@ -120,6 +120,8 @@ pub use channel::{Channel, ClientChannel, ServerChannel};
 pub use control::Control;
 pub use control::Doorbell;
 #[cfg(not(loom))]
+pub use control::{Gauge, GAUGES};
+#[cfg(not(loom))]
 pub use region::SharedRegion;
 pub use ring::{slot_size, FRAME_ALIGN, FRAME_HEADER};
 pub use wait::ADAPTIVE_SPIN_NS;

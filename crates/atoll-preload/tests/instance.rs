@@ -39,6 +39,7 @@ fn boot() -> Booted {
         incoherent: false,
         without: Without::default(),
         distribute: vec![],
+        inodes: None,
         runtime_root: root.path().to_path_buf(),
     };
     let instance = Instance::boot(config).expect("boot instance");

@@ -133,6 +133,10 @@ pub struct InstanceStatus {
     pub clients: u64,
     pub lanes: u64,
     pub servers: Vec<crate::ServerStats>,
+    /// Instance-wide bounded metadata: `(resource, used, limit)` (inodes,
+    /// names, open descriptions, locks, xattr bytes).
+    #[serde(default)]
+    pub limits: Vec<(String, u64, u64)>,
 }
 
 /// Largest bootstrap packet.

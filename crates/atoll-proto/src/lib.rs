@@ -40,6 +40,9 @@ pub const MAX_NAME: usize = 255;
 pub const MAX_TARGET: usize = 4095;
 /// Largest extended-attribute value (one block, as ext4 without ea_inode).
 pub const MAX_XATTR_VALUE: usize = 4096;
+/// Largest extended-attribute value Linux accepts at all; longer ones are
+/// `E2BIG`, those between this and `MAX_XATTR_VALUE` `ENOSPC`.
+pub const XATTR_SIZE_MAX: usize = 64 * 1024;
 /// Largest encoded frame (request or reply) in bytes. Rings must accept it.
 pub const MAX_FRAME: usize = 12 * 1024;
 /// Size of one buffer-cache block.

@@ -418,6 +418,7 @@ impl Boot {
             clients: self.conns.values().filter(|c| c.session.is_some()).count() as u64,
             lanes: self.conns.values().map(|c| c.lanes as u64).sum(),
             servers: self.p.servers.stats(),
+            limits: crate::fs::limits::usage(&self.p.servers.control),
         }
     }
 }

@@ -60,6 +60,9 @@ pub struct InstanceConfig {
     pub incoherent: bool,
     pub without: Without,
     pub distribute: Vec<String>,
+    /// Inode limit (`--inodes`); `None`: one per 8 KiB of `memory`, as
+    /// tmpfs (`fs::limits`).
+    pub inodes: Option<u64>,
     /// Parent directory for runtime directories (default `$XDG_RUNTIME_DIR/atoll`
     /// or `/tmp/atoll-$UID`).
     pub runtime_root: PathBuf,
@@ -124,6 +127,12 @@ impl Instance {
             SharedRegion::create("atoll-cache", cache_bytes as usize).map_err(cleanup)?;
         drop(region); // each server maps its own view
         let (control_fd, control) = Control::create(n).map_err(cleanup)?;
+        let limits = match config.inodes {
+            Some(i) => fs::Limits::with_inodes(cache_bytes, i),
+            None => fs::Limits::for_memory(cache_bytes),
+        }
+        .for_servers(n);
+        limits.install(&control);
 
         let info = InstanceInfo {
             id: id.clone(),
@@ -169,6 +178,7 @@ impl Instance {
                     root_owner: owner,
                     core: pin.map_or(-1, |c| c as i32),
                     track_lookups: !config.without.dir_cache,
+                    limits,
                 },
                 poll,
                 pin,

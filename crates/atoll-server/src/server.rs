@@ -161,8 +161,10 @@ pub fn run(params: ServerParams, admin: Receiver<Admin>) -> std::io::Result<Serv
     }
     let index = params.fs.index;
     let cache = SharedRegion::map(std::os::fd::AsFd::as_fd(&params.cache_fd))?;
-    let control = Control::map(std::os::fd::AsFd::as_fd(&params.control_fd))?;
-    let mut fs = FileServer::new(params.fs, SharedStore::new(cache));
+    let control = std::rc::Rc::new(Control::map(std::os::fd::AsFd::as_fd(&params.control_fd))?);
+    // The instance-wide metadata counts live in the control block
+    // (`fs::limits`), shared with the other servers.
+    let mut fs = FileServer::with_gauges(params.fs, SharedStore::new(cache), control.clone());
     let doorbell = control.doorbell(index);
     let mut chans: Vec<Chan> = Vec::new();
     let mut scratch = Vec::with_capacity(MAX_FRAME);
@@ -326,6 +328,7 @@ mod tests {
                 root_owner: Cred::default(),
                 core: -1,
                 track_lookups: true,
+                limits: crate::fs::Limits::for_memory(1 << 30),
             },
             MemStore::new(4),
         )

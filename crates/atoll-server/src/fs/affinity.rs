@@ -102,13 +102,19 @@ impl<S: BlockStore> FileServer<S> {
         // Checked here only when this server owns the directory; the
         // entry's server checks again at `Link`.
         self.dir_check(dir, who, MAY_WRITE | MAY_EXEC)?;
+        // The name is admitted by the entry's server at `Link`.
+        self.admit(super::limits::INODES, 1)?;
         let ino = self.new_inode(who, dir, ftype, perm, self.cfg.index, false);
+        if matches!(ftype, FileType::Symlink | FileType::Socket) {
+            if let Err(e) = self.set_target(ino, target) {
+                self.inodes.remove(&ino);
+                return Err(e);
+            }
+        }
         if let Some(i) = self.inodes.get_mut(&ino) {
             i.links = 0;
-            match ftype {
-                FileType::Symlink | FileType::Socket => i.target = target.to_vec(),
-                FileType::CharDevice | FileType::BlockDevice => i.rdev = rdev,
-                _ => {}
+            if matches!(ftype, FileType::CharDevice | FileType::BlockDevice) {
+                i.rdev = rdev;
             }
         }
         self.creating.pending.insert(ino, session);
@@ -202,6 +208,7 @@ mod tests {
                 root_owner: USER,
                 core: -1,
                 track_lookups: true,
+                limits: crate::fs::Limits::for_memory(1 << 30),
             },
             MemStore::new(64),
         )

@@ -23,7 +23,9 @@
 //! changes between calls. Cookies 1 and 2 are `.` and `..` (home server
 //! only); entries start at 3.
 
+use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap};
+use std::rc::Rc;
 
 use atoll_proto::{Errno, FileType, InodeId, MAX_NAME};
 
@@ -48,11 +50,23 @@ pub struct Shard {
     pub marked: bool,
     /// Entries here that are directories (for the directory's `nlink`).
     pub subdirs: u32,
+    /// Entries in every shard of this server (`limits`): kept here, where
+    /// entries come and go, so no caller can forget it.
+    names: Rc<Cell<u64>>,
+}
+
+impl Drop for Shard {
+    fn drop(&mut self) {
+        let n = self.by_name.len() as u64;
+        self.names.set(self.names.get().saturating_sub(n));
+    }
 }
 
 impl Shard {
-    pub fn new(parent: Option<InodeId>) -> Shard {
+    /// An empty shard whose entries count in `names`.
+    pub fn new(parent: Option<InodeId>, names: &Rc<Cell<u64>>) -> Shard {
         Shard {
+            names: names.clone(),
             parent,
             by_name: HashMap::new(),
             by_seq: BTreeMap::new(),
@@ -74,6 +88,7 @@ impl Shard {
         self.next_seq += 1;
         self.by_seq.insert(seq, name.to_vec());
         self.by_name.insert(name.to_vec(), Dent { ino, ftype, seq });
+        self.names.set(self.names.get() + 1);
         if ftype == FileType::Directory {
             self.subdirs += 1;
         }
@@ -82,6 +97,7 @@ impl Shard {
     pub fn remove(&mut self, name: &[u8]) -> Option<Dent> {
         let d = self.by_name.remove(name)?;
         self.by_seq.remove(&d.seq);
+        self.names.set(self.names.get().saturating_sub(1));
         if d.ftype == FileType::Directory {
             self.subdirs = self.subdirs.saturating_sub(1);
         }
@@ -165,7 +181,8 @@ mod tests {
 
     #[test]
     fn reinsertion_gets_a_new_cookie_and_iteration_skips_removed() {
-        let mut s = Shard::new(None);
+        let names = Rc::new(Cell::new(0));
+        let mut s = Shard::new(None, &names);
         let ino = InodeId(9);
         s.insert(b"a", ino, FileType::Regular);
         s.insert(b"b", ino, FileType::Directory);
@@ -175,9 +192,13 @@ mod tests {
         s.insert(b"a", ino, FileType::Regular);
         let after3: Vec<_> = s.after(3).map(|(_, n, _)| n.to_vec()).collect();
         assert_eq!(after3, vec![b"b".to_vec(), b"a".to_vec()]);
+        assert_eq!(names.get(), 2, "a re-insertion replaces");
         s.remove(b"b");
+        assert_eq!(names.get(), 1);
         assert_eq!(s.subdirs, 0);
         assert!(s.get(b"a").is_some() && s.get(b"b").is_none());
+        drop(s);
+        assert_eq!(names.get(), 0, "a dropped shard's entries uncount");
     }
 
     #[test]

@@ -84,8 +84,10 @@ pub struct Inode {
     pub ctime: Timespec,
     pub btime: Timespec,
     pub blocks: BTreeMap<u64, u32>,
-    /// Symlink target.
+    /// Symlink or socket target, when short (`limits::set_target`).
     pub target: Vec<u8>,
+    /// Length of the target, held here or in block 0.
+    pub target_len: u32,
     pub xattrs: BTreeMap<Vec<u8>, Vec<u8>>,
     /// Open file descriptions of this inode.
     pub opens: u32,
@@ -112,6 +114,7 @@ impl Inode {
             btime: now,
             blocks: BTreeMap::new(),
             target: Vec::new(),
+            target_len: 0,
             xattrs: BTreeMap::new(),
             opens: 0,
             linkable: false,

@@ -4,7 +4,11 @@
 //! * [`crate::store`]: byte access to buffer-cache blocks;
 //! * [`inode`]: inodes, block maps, truncate/punch/seek over the block pool;
 //! * [`dir`]: directory shards (entries of a directory held here), cookies;
-//! * [`locks`], [`perm`]: advisory locks and Linux permission rules;
+//! * [`locks`], [`perm`], `xattr`: advisory locks, Linux permission
+//!   rules, extended attributes;
+//! * [`limits`]: the bounds on everything a program can make a server
+//!   hold, reserved from instance-wide gauges and settled after every
+//!   request;
 //! * [`track`]: which sessions cached which entry held here, and the
 //!   invalidations owed to them when it changes (Hare §3.7.2);
 //! * this module: [`FileServer::handle`] turns one decoded request into one
@@ -46,28 +50,33 @@
 mod affinity;
 mod dir;
 mod inode;
+pub mod limits;
 mod locks;
 mod perm;
 mod pipe;
 mod tmpfile;
 pub mod track;
+mod xattr;
 
+#[cfg(test)]
+mod limits_tests;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::Instant;
 
 use atoll_proto::{
     entry_server, Attr, Cred, DescId, Errno, Extent, FileType, InodeId, LockOwner, Reply, Request,
     ServerStats, SessionId, SetAttr, StatFsInfo, TimeSet, Timespec, UnlinkKind, Vouched,
-    BLOCK_SIZE, MAX_FRAME, MAX_SERVERS, MAX_TARGET, MAX_XATTR_VALUE, RENAME_VICTIM_MARKED, ROOT,
+    BLOCK_SIZE, MAX_FRAME, MAX_SERVERS, RENAME_VICTIM_MARKED, ROOT,
 };
 
 pub use dir::parse_dirents;
 use dir::{check_name, is_dot, push_dirent, Shard};
 use inode::{Cache, Inode, MAX_EXTENTS, MAX_FILE_SIZE};
+pub use limits::Limits;
 use locks::Lock;
 use perm::{check, kill_priv, Caller, MAY_EXEC, MAY_READ, MAY_WRITE};
 
@@ -81,18 +90,9 @@ const MAX_DIRENTS: usize = MAX_FRAME - 256;
 /// Creations in a directory being removed answer this; the client retries
 /// (Hare §3.4.1 "creations wait").
 pub const RETRY: Errno = Errno::EAGAIN;
-/// Bytes of names + values one inode's extended attributes may use.
-const MAX_XATTR_TOTAL: usize = 64 * 1024;
-/// Bytes of names one inode's extended attributes may use (a `ListXattr`
-/// reply must fit one frame).
-const MAX_XATTR_NAMES: usize = 8 * 1024;
-/// Inodes one server will hold (`statfs` files).
-const MAX_INODES: u64 = 1 << 32;
 /// `renameat2` flags (not in every libc crate version under these names).
 const RENAME_NOREPLACE: u32 = 1;
 const RENAME_EXCHANGE: u32 = 2;
-const XATTR_CREATE: u32 = 1;
-const XATTR_REPLACE: u32 = 2;
 const FALLOC_KEEP_SIZE: u32 = 1;
 const FALLOC_PUNCH_HOLE: u32 = 2;
 const FALLOC_ZERO_RANGE: u32 = 0x10;
@@ -116,6 +116,8 @@ pub struct FsConfig {
     /// Track lookups for the clients' directory caches (Hare §3.7.2);
     /// off with `--without dir-cache`.
     pub track_lookups: bool,
+    /// The instance's bounds on metadata (`limits`).
+    pub limits: Limits,
 }
 
 /// An open file description (Hare §3.5). Life cycle: created by `Open`/
@@ -272,7 +274,7 @@ pub struct FileServer<S> {
     next_serial: u64,
     shards: HashMap<InodeId, Shard>,
     /// Directories removed here: creations in them answer `ENOENT`.
-    removed: HashSet<InodeId>,
+    removed: limits::RemovedDirs,
     descs: HashMap<DescId, Desc>,
     next_desc: u64,
     sessions: HashMap<SessionId, Session>,
@@ -302,6 +304,8 @@ pub struct FileServer<S> {
     /// parents (`Request::RenameLock`; used on server 0). Not re-entrant:
     /// threads of one process (one session) wait for each other too.
     rename_lock: Option<SessionId>,
+    /// This server's share of the instance's metadata counts (`limits`).
+    acct: limits::Accounts,
 }
 
 /// Requests that did in one message what Hare's protocol does in several
@@ -355,13 +359,22 @@ struct MoveLink {
 }
 
 impl<S: BlockStore> FileServer<S> {
+    /// A server with gauges of its own (alone, or in tests).
     pub fn new(cfg: FsConfig, store: S) -> FileServer<S> {
+        let gauges = Rc::new(limits::LocalGauges::new(&cfg.limits));
+        FileServer::with_gauges(cfg, store, gauges)
+    }
+
+    /// A server that counts against the instance-wide `gauges` (the
+    /// control block's, `limits` module docs).
+    pub fn with_gauges(cfg: FsConfig, store: S, gauges: Rc<dyn limits::Gauges>) -> FileServer<S> {
         let cache = Cache::new(cfg.first_block, cfg.nblocks, store);
+        let acct = limits::Accounts::new(&cfg.limits, gauges);
         let mut fs = FileServer {
             inodes: HashMap::new(),
             next_serial: 1,
             shards: HashMap::new(),
-            removed: HashSet::new(),
+            removed: limits::RemovedDirs::new(cfg.limits.inodes),
             descs: HashMap::new(),
             next_desc: 1,
             sessions: HashMap::new(),
@@ -371,13 +384,14 @@ impl<S: BlockStore> FileServer<S> {
             requests: 0,
             bad_requests: 0,
             ops: [(0, 0); OP_NAMES.len()],
-            track: track::Tracker::new(cfg.track_lookups),
+            track: track::Tracker::new(cfg.track_lookups, cfg.limits.tracked),
             client_counters: Default::default(),
             coalesced: Coalesced::default(),
             marks: HashMap::new(),
             move_refs: Vec::new(),
             move_links: Vec::new(),
             rename_lock: None,
+            acct,
             cfg,
         };
         if fs.cfg.index == ROOT.owner() {
@@ -386,9 +400,11 @@ impl<S: BlockStore> FileServer<S> {
                 ROOT,
                 Inode::new(FileType::Directory, 0o755, o.uid, o.gid, now()),
             );
-            fs.shards.insert(ROOT, Shard::new(Some(ROOT)));
+            fs.shards
+                .insert(ROOT, Shard::new(Some(ROOT), &fs.acct.names));
             fs.next_serial = ROOT.serial() + 1;
         }
+        fs.settle();
         fs
     }
 
@@ -425,10 +441,13 @@ impl<S: BlockStore> FileServer<S> {
         let owner = LockOwner::Process(session.0);
         for inode in self.inodes.values_mut() {
             if !inode.locks.is_empty() {
+                let before = inode.locks.len();
                 locks::release(&mut inode.locks, owner);
+                self.acct.lock_records -= (before - inode.locks.len()) as u64;
             }
         }
         self.abandon_namespace_ops(session);
+        self.settle();
     }
 
     /// A frame that could not be decoded (counted for `atoll status`).
@@ -470,6 +489,7 @@ impl<S: BlockStore> FileServer<S> {
             v.push(("dcache.invalidations_sent".into(), t.invalidations));
             v.push(("dcache.changes_invalidating".into(), t.changes_invalidating));
             v.push(("dcache.names_tracked".into(), t.tracked()));
+            v.push(("dcache.records_evicted".into(), t.evicted));
         }
         for (name, n) in [
             ("dcache.hits", k.dcache_hits),
@@ -557,6 +577,7 @@ impl<S: BlockStore> FileServer<S> {
         let op = op_index(&req);
         let who = self.caller(session, cred, vouched);
         let r = self.dispatch(session, &who, req, out);
+        self.settle();
         let ns = t0.elapsed().as_nanos() as u64;
         self.requests += 1;
         self.ops[op].0 += 1;
@@ -712,8 +733,7 @@ impl<S: BlockStore> FileServer<S> {
                 if !matches!(i.ftype, FileType::Symlink | FileType::Socket) {
                     return Err(Errno::EINVAL);
                 }
-                out.clear();
-                out.extend_from_slice(&i.target);
+                self.read_target(i, out);
                 Ok(Reply::Target(out))
             }
             Q::Ref { ino } => {
@@ -841,12 +861,22 @@ impl<S: BlockStore> FileServer<S> {
                     locks::conflict(&i.locks, &req).map(|l| l.to_spec()),
                 ))
             }
-            Q::StatFs => Ok(Reply::StatFs(StatFsInfo {
-                blocks: self.cache.total,
-                blocks_free: self.cache.free.len() as u64,
-                files: MAX_INODES,
-                files_free: MAX_INODES - self.inodes.len() as u64,
-            })),
+            Q::StatFs => {
+                // Blocks are partitioned, so each server reports its own;
+                // file counts are instance-wide (`limits`), so only server
+                // 0 reports them and the client's sum is right.
+                let (files, files_free) = if self.cfg.index == 0 {
+                    self.acct.files()
+                } else {
+                    (0, 0)
+                };
+                Ok(Reply::StatFs(StatFsInfo {
+                    blocks: self.cache.total,
+                    blocks_free: self.cache.free.len() as u64,
+                    files,
+                    files_free,
+                }))
+            }
             Q::Stats => Ok(Reply::Stats(self.stats())),
             Q::Pipe { flags } => self.pipe_create(session, who, flags),
             Q::PipeHeader { desc } => self.pipe_header(session, desc),
@@ -916,7 +946,7 @@ impl<S: BlockStore> FileServer<S> {
         };
         let size = match i.ftype {
             FileType::Directory => BS,
-            FileType::Symlink => i.target.len() as u64,
+            FileType::Symlink => i.target_len as u64,
             _ => i.size,
         };
         Ok(Attr {
@@ -983,7 +1013,10 @@ impl<S: BlockStore> FileServer<S> {
         if self.removed.contains(&dir) {
             return Err(Errno::ENOENT);
         }
-        let s = self.shards.entry(dir).or_insert_with(|| Shard::new(None));
+        let s = self
+            .shards
+            .entry(dir)
+            .or_insert_with(|| Shard::new(None, &self.acct.names));
         if s.marked {
             return Err(RETRY);
         }
@@ -1074,7 +1107,7 @@ impl<S: BlockStore> FileServer<S> {
             i.ctime = now();
             if i.ftype == FileType::Directory && i.links == 0 {
                 self.shards.remove(&ino);
-                self.removed.insert(ino);
+                self.removed.insert(ino, true);
             }
         }
         self.maybe_free(ino);
@@ -1090,10 +1123,14 @@ impl<S: BlockStore> FileServer<S> {
             && !self.creating.is_pending(ino);
         if dead {
             if let Some(mut i) = self.inodes.remove(&ino) {
+                self.pipes.anonymous.remove(&ino);
+                self.acct.xattr_bytes -= limits::xattr_size(&i);
+                self.acct.lock_records -= i.locks.len() as u64;
                 i.release_all(&mut self.cache);
                 if i.ftype == FileType::Directory {
+                    // Ids are never reused: a missing inode says removed.
                     self.shards.remove(&ino);
-                    self.removed.insert(ino);
+                    self.removed.freed(ino);
                 }
             }
         }
@@ -1127,8 +1164,10 @@ impl<S: BlockStore> FileServer<S> {
             return;
         };
         if let Some(i) = self.inodes.get_mut(&d.ino) {
+            let before = i.locks.len();
             locks::release(&mut i.locks, LockOwner::Description(id));
             locks::release(&mut i.locks, LockOwner::Flock(id));
+            self.acct.lock_records -= (before - i.locks.len()) as u64;
             i.opens = i.opens.saturating_sub(1);
             if i.opens == 0 {
                 i.release_deferred(&mut self.cache);
@@ -1213,8 +1252,7 @@ impl<S: BlockStore> FileServer<S> {
                 if flags & libc::O_NOFOLLOW as u32 == 0 {
                     return match self.inodes.get(&d.ino) {
                         Some(i) => {
-                            out.clear();
-                            out.extend_from_slice(&i.target);
+                            self.read_target(i, out);
                             Ok(Reply::Symlink {
                                 ino: d.ino,
                                 target: out,
@@ -1248,6 +1286,12 @@ impl<S: BlockStore> FileServer<S> {
         }
         self.dir_check(dir, who, MAY_WRITE | MAY_EXEC)?;
         self.creatable(dir)?;
+        // Linux finds a file table slot before it creates (`ENFILE`).
+        if !self.acct.room(limits::DESCRIPTIONS, 1) {
+            return Err(Errno::ENFILE);
+        }
+        self.admit(limits::INODES, 1)?;
+        self.admit(limits::NAMES, 1)?;
         let ino = self.new_inode(who, dir, FileType::Regular, perm & 0o7777, 0, false);
         if let Some(s) = self.shards.get_mut(&dir) {
             s.insert(name, ino, FileType::Regular);
@@ -1317,6 +1361,7 @@ impl<S: BlockStore> FileServer<S> {
                 }
             }
         }
+        self.admit(limits::DESCRIPTIONS, 1)?;
         let partner_opens = self.pipe_opening(ino, keep)?;
         let id = DescId::new(self.cfg.index, self.next_desc);
         self.next_desc += 1;
@@ -1370,7 +1415,7 @@ impl<S: BlockStore> FileServer<S> {
                 if target.is_empty() {
                     return Err(Errno::ENOENT);
                 }
-                if target.len() > MAX_TARGET {
+                if target.len() > atoll_proto::MAX_TARGET {
                     return Err(Errno::ENAMETOOLONG);
                 }
                 0o777
@@ -1378,20 +1423,32 @@ impl<S: BlockStore> FileServer<S> {
             FileType::CharDevice | FileType::BlockDevice if !who.has(Cred::CAP_MKNOD) => {
                 return Err(Errno::EPERM); // CAP_MKNOD
             }
-            FileType::Socket if target.len() > MAX_TARGET => return Err(Errno::ENAMETOOLONG),
+            FileType::Socket if target.len() > atoll_proto::MAX_TARGET => {
+                return Err(Errno::ENAMETOOLONG)
+            }
             _ => perm & 0o7777,
         };
         self.creatable(dir)?;
+        self.admit(limits::INODES, 1)?;
+        self.admit(limits::NAMES, 1)?;
         let ino = self.new_inode(who, dir, ftype, perm, home, distributed);
-        if let Some(i) = self.inodes.get_mut(&ino) {
-            match ftype {
-                FileType::Symlink | FileType::Socket => i.target = target.to_vec(),
-                FileType::CharDevice | FileType::BlockDevice => i.rdev = rdev,
-                _ => {}
+        match ftype {
+            FileType::Symlink | FileType::Socket => {
+                if let Err(e) = self.set_target(ino, target) {
+                    self.inodes.remove(&ino);
+                    return Err(e);
+                }
             }
+            FileType::CharDevice | FileType::BlockDevice => {
+                if let Some(i) = self.inodes.get_mut(&ino) {
+                    i.rdev = rdev;
+                }
+            }
+            _ => {}
         }
         if ftype == FileType::Directory && home == self.cfg.index {
-            self.shards.insert(ino, Shard::new(Some(dir)));
+            self.shards
+                .insert(ino, Shard::new(Some(dir), &self.acct.names));
         }
         if let Some(s) = self.shards.get_mut(&dir) {
             s.insert(name, ino, ftype);
@@ -1462,7 +1519,7 @@ impl<S: BlockStore> FileServer<S> {
         self.track.dir_gone(dir);
         self.marks.remove(&dir);
         if self.shards.remove(&dir).is_some() || dir.home() == self.cfg.index {
-            self.removed.insert(dir);
+            self.mark_removed(dir);
         }
     }
 
@@ -1515,6 +1572,11 @@ impl<S: BlockStore> FileServer<S> {
             // Link has no flag: a victim homed elsewhere is the client's.
             self.victim_validated(session, &v, true)?;
             self.sticky_ok(dir, v.ino, who)?;
+        } else if !replace {
+            // A new name: a hard link, or the first name of an inode placed
+            // by creation affinity. `replace` is the new name of a rename
+            // across servers, whose old name goes next: never refused.
+            self.admit(limits::NAMES, 1)?;
         }
         if let Some(s) = self.shards.get_mut(&dir) {
             s.insert(name, ino, ftype);
@@ -1867,12 +1929,13 @@ impl<S: BlockStore> FileServer<S> {
         if dir.home() != self.cfg.index {
             return Err(Errno::EXDEV);
         }
-        if self.removed.contains(&dir) {
+        // An owned directory whose inode is gone is removed (`RemovedDirs`).
+        if self.removed.contains(&dir) || (self.owns(dir) && !self.inodes.contains_key(&dir)) {
             return Err(Errno::ENOENT);
         }
         self.shards
             .entry(dir)
-            .or_insert_with(|| Shard::new(None))
+            .or_insert_with(|| Shard::new(None, &self.acct.names))
             .parent = Some(parent);
         Ok(Reply::Ok)
     }
@@ -1897,7 +1960,10 @@ impl<S: BlockStore> FileServer<S> {
                 _ => return Err(RETRY),
             }
         }
-        let s = self.shards.entry(dir).or_insert_with(|| Shard::new(None));
+        let s = self
+            .shards
+            .entry(dir)
+            .or_insert_with(|| Shard::new(None, &self.acct.names));
         if s.marked {
             return Err(RETRY);
         }
@@ -1918,7 +1984,7 @@ impl<S: BlockStore> FileServer<S> {
         self.marks.remove(&dir);
         if commit {
             self.shards.remove(&dir);
-            self.removed.insert(dir);
+            self.mark_removed(dir);
             self.track.dir_gone(dir);
         } else if let Some(s) = self.shards.get_mut(&dir) {
             s.marked = false;
@@ -2139,116 +2205,6 @@ impl<S: BlockStore> FileServer<S> {
             check(i.ftype, i.perm, i.uid, i.gid, who, mask)?;
         }
         Ok(Reply::Ok)
-    }
-
-    // ---- extended attributes (user.* and trusted.*) ----
-
-    /// Linux's `xattr_permission` for `name` with `mask`.
-    fn xattr_check(&self, who: &Caller, ino: InodeId, name: &[u8], mask: u32) -> Result<(), Errno> {
-        if name.len() > 255 {
-            return Err(Errno::ERANGE);
-        }
-        let i = self.inode(ino)?;
-        let write = mask & MAY_WRITE != 0;
-        if let Some(rest) = name.strip_prefix(b"trusted.") {
-            if rest.is_empty() {
-                return Err(Errno::EINVAL);
-            }
-            if !who.has(Cred::CAP_SYS_ADMIN) {
-                return Err(if write { Errno::EPERM } else { Errno::ENODATA });
-            }
-            return Ok(());
-        }
-        let Some(rest) = name.strip_prefix(b"user.") else {
-            return Err(Errno::ENOTSUP);
-        };
-        if rest.is_empty() {
-            return Err(Errno::EINVAL);
-        }
-        if !matches!(i.ftype, FileType::Regular | FileType::Directory) {
-            return Err(if write { Errno::EPERM } else { Errno::ENODATA });
-        }
-        if write
-            && i.ftype == FileType::Directory
-            && i.perm & libc::S_ISVTX != 0
-            && !who.owns(i.uid)
-        {
-            return Err(Errno::EPERM);
-        }
-        check(i.ftype, i.perm, i.uid, i.gid, who, mask)
-    }
-
-    fn get_xattr<'o>(
-        &self,
-        who: &Caller,
-        ino: InodeId,
-        name: &[u8],
-        out: &'o mut Vec<u8>,
-    ) -> R<'o> {
-        self.xattr_check(who, ino, name, MAY_READ)?;
-        let v = self.inode(ino)?.xattrs.get(name).ok_or(Errno::ENODATA)?;
-        out.clear();
-        out.extend_from_slice(v);
-        Ok(Reply::Xattr(out))
-    }
-
-    /// `setxattr` (`value` set) or `removexattr` (`None`).
-    fn set_xattr<'o>(
-        &mut self,
-        who: &Caller,
-        ino: InodeId,
-        name: &[u8],
-        value: Option<&[u8]>,
-        flags: u32,
-    ) -> R<'o> {
-        if flags & !(XATTR_CREATE | XATTR_REPLACE) != 0 {
-            return Err(Errno::EINVAL);
-        }
-        self.xattr_check(who, ino, name, MAY_WRITE)?;
-        if value.is_some_and(|v| v.len() > MAX_XATTR_VALUE) {
-            return Err(Errno::E2BIG);
-        }
-        let i = self.inode_mut(ino)?;
-        let exists = i.xattrs.contains_key(name);
-        match value {
-            None if !exists => return Err(Errno::ENODATA),
-            None => {
-                i.xattrs.remove(name);
-            }
-            Some(v) => {
-                if flags & XATTR_CREATE != 0 && exists {
-                    return Err(Errno::EEXIST);
-                }
-                if flags & XATTR_REPLACE != 0 && !exists {
-                    return Err(Errno::ENODATA);
-                }
-                let old = i.xattrs.get(name).map_or(0, |o| o.len() + name.len() + 1);
-                let total: usize = i.xattrs.iter().map(|(k, v)| k.len() + 1 + v.len()).sum();
-                let names: usize = i.xattrs.keys().map(|k| k.len() + 1).sum();
-                let old_name = if exists { name.len() + 1 } else { 0 };
-                if total - old + name.len() + 1 + v.len() > MAX_XATTR_TOTAL
-                    || names - old_name + name.len() + 1 > MAX_XATTR_NAMES
-                {
-                    return Err(Errno::ENOSPC);
-                }
-                i.xattrs.insert(name.to_vec(), v.to_vec());
-            }
-        }
-        i.ctime = now();
-        Ok(Reply::Ok)
-    }
-
-    fn list_xattr<'o>(&self, who: &Caller, ino: InodeId, out: &'o mut Vec<u8>) -> R<'o> {
-        let i = self.inode(ino)?;
-        out.clear();
-        for k in i.xattrs.keys() {
-            if k.starts_with(b"trusted.") && !who.has(Cred::CAP_SYS_ADMIN) {
-                continue;
-            }
-            out.extend_from_slice(k);
-            out.push(0);
-        }
-        Ok(Reply::XattrNames(out))
     }
 
     // ---- data ----
@@ -2549,7 +2505,9 @@ impl<S: BlockStore> FileServer<S> {
         }
         let dead = d.refs.is_empty();
         if let Some(i) = self.inodes.get_mut(&ino) {
+            let before = i.locks.len();
             locks::release(&mut i.locks, LockOwner::Process(session.0));
+            self.acct.lock_records -= (before - i.locks.len()) as u64;
         }
         if dead {
             self.release_desc(desc);
@@ -2582,11 +2540,26 @@ impl<S: BlockStore> FileServer<S> {
             LockOwner::Flock(_) => {}
         }
         let ino = d.ino;
-        let i = self.inodes.get_mut(&ino).ok_or(Errno::EBADF)?;
+        let i = self.inode(ino).map_err(|_| Errno::EBADF)?;
         if locks::conflict(&i.locks, &req).is_some() {
             return Err(Errno::EAGAIN);
         }
+        // Past the limit of lock records a request that would add some
+        // (a new range, or the far end of a lock it splits) is refused
+        // with `ENOLCK` and changes nothing; one that does not (an unlock
+        // of whole locks, a conversion) always succeeds.
+        let i = self.inodes.get_mut(&ino).ok_or(Errno::EBADF)?;
+        let before = i.locks.clone();
         locks::apply(&mut i.locks, req);
+        let grown = i.locks.len().saturating_sub(before.len()) as u64;
+        if grown > 0 && self.admit(limits::LOCKS, grown).is_err() {
+            if let Some(i) = self.inodes.get_mut(&ino) {
+                i.locks = before;
+            }
+            return Err(Errno::ENOLCK);
+        }
+        let after = self.inode(ino).map_or(0, |i| i.locks.len());
+        self.acct.lock_records = self.acct.lock_records + after as u64 - before.len() as u64;
         Ok(Reply::Ok)
     }
 }

@@ -21,7 +21,7 @@
 //! reader goes. A FIFO's ring is freed (its data discarded, as Linux does)
 //! when no description of it remains; the next open makes a fresh one.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use atoll_proto::pipe as hdr;
 use atoll_proto::{DescId, Errno, FileType, InodeId, Reply, SessionId, BLOCK_SIZE};
@@ -45,6 +45,9 @@ struct Ring {
 #[derive(Default)]
 pub(super) struct Pipes {
     rings: HashMap<InodeId, Ring>,
+    /// Inodes of `pipe(2)` pipes (no name): not counted as inodes of the
+    /// file system, as Linux's pipefs inodes are not tmpfs's (`limits`).
+    pub(super) anonymous: HashSet<InodeId>,
     created: u64,
     /// Bytes and operations of rings already freed.
     bytes_done: u64,
@@ -79,6 +82,7 @@ impl<S: BlockStore> FileServer<S> {
         if let Some(i) = self.inodes.get_mut(&ino) {
             i.links = 0; // anonymous: lives while a description does
         }
+        self.pipes.anonymous.insert(ino);
         let read = match self.open_inode(session, who, ino, libc::O_RDONLY as u32 | nb, false) {
             Ok((d, _)) => d,
             Err(e) => {
@@ -255,6 +259,7 @@ mod tests {
                 root_owner: ME,
                 core: -1,
                 track_lookups: false,
+                limits: crate::fs::Limits::for_memory(1 << 30),
             },
             MemStore::new(blocks as usize),
         )

@@ -1,5 +1,6 @@
 //! Behaviour of one file server, driven directly (no rings).
 
+use super::xattr::{XATTR_CREATE, XATTR_REPLACE};
 use super::*;
 use crate::store::MemStore;
 use atoll_proto::{LockSpec, StatFsInfo};
@@ -99,6 +100,7 @@ fn server_n(index: usize, nservers: usize, blocks: u32) -> T {
         root_owner: USER,
         core: -1,
         track_lookups: true,
+        limits: crate::fs::Limits::for_memory(1 << 30),
     };
     T {
         fs: FileServer::new(cfg, MemStore::new(blocks as usize)),
@@ -2072,9 +2074,16 @@ fn xattrs_honour_create_replace_and_namespaces() {
         Own::Err(Errno::EPERM)
     );
     assert_eq!(set(&mut t, ROOTC, "trusted.t", b"v", 0), Own::Ok);
-    let big = vec![0u8; MAX_XATTR_VALUE + 1];
+    // Past XATTR_SIZE_MAX Linux says E2BIG; below it, a value that does
+    // not fit the inode's xattr space is ENOSPC (ext4 without ea_inode).
+    let big = vec![0u8; atoll_proto::MAX_XATTR_VALUE + 1];
     assert_eq!(
         set(&mut t, USER, "user.big", &big, 0),
+        Own::Err(Errno::ENOSPC)
+    );
+    let huge = vec![0u8; 64 * 1024 + 1];
+    assert_eq!(
+        set(&mut t, USER, "user.big", &huge, 0),
         Own::Err(Errno::E2BIG)
     );
     let get = |t: &mut T, name: &str| {

@@ -12,10 +12,16 @@
 //!
 //! Records of sessions that died are dropped lazily: delivery to a session
 //! with no channel is skipped.
-// TODO(atoll): forget records of names that are never changed once a
-// session closes (today they live until the entry changes).
+//!
+//! Bounded (`limits`): at most `cap` records per server. A record past the
+//! cap evicts whole directories' records, oldest directory first, until a
+//! quarter of the cap is free; each evicted record becomes a notice, so its
+//! session forgets the entry and looks it up again — a lookup never fails
+//! and no cache is left unwatched. The records of sessions that died go
+//! the same way. Pending notices are delivered after every request, so at
+//! most the records of one change plus one per session wait at a time.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 use atoll_proto::{InodeId, SessionId};
 
@@ -27,6 +33,14 @@ pub struct Tracker {
     enabled: bool,
     /// dir → name → sessions that cached it.
     names: HashMap<InodeId, HashMap<Box<[u8]>, Vec<SessionId>>>,
+    /// Directories in `names`, in the order their first record came. A
+    /// directory that left `names` and came back may appear twice: it is
+    /// evicted at its first place (a little early), the second is skipped.
+    order: VecDeque<InodeId>,
+    /// Records (`(dir, name, session)` triples) in `names`.
+    records: u64,
+    /// Most records kept.
+    cap: u64,
     pending: Vec<Pending>,
     /// Lookups recorded (a session's first lookup of a name since its last
     /// invalidation).
@@ -35,12 +49,16 @@ pub struct Tracker {
     pub invalidations: u64,
     /// Entry changes that invalidated at least one session.
     pub changes_invalidating: u64,
+    /// Records dropped to stay within the cap (their sessions told).
+    pub evicted: u64,
 }
 
 impl Tracker {
-    pub fn new(enabled: bool) -> Tracker {
+    /// A tracker (off: records nothing) keeping at most `cap` records.
+    pub fn new(enabled: bool, cap: u64) -> Tracker {
         Tracker {
             enabled,
+            cap: cap.max(1),
             ..Tracker::default()
         }
     }
@@ -55,18 +73,50 @@ impl Tracker {
         if !self.enabled || name == b"." || name == b".." {
             return;
         }
-        let by_name = self.names.entry(dir).or_default();
+        let by_name = self.names.entry(dir).or_insert_with(|| {
+            self.order.push_back(dir);
+            HashMap::new()
+        });
         match by_name.get_mut(name) {
             Some(v) => {
-                if !v.contains(&session) {
-                    v.push(session);
-                    self.recorded += 1;
+                if v.contains(&session) {
+                    return;
                 }
+                v.push(session);
             }
             None => {
                 by_name.insert(name.into(), vec![session]);
-                self.recorded += 1;
             }
+        }
+        self.recorded += 1;
+        self.records += 1;
+        if self.records > self.cap {
+            self.evict();
+        }
+    }
+
+    /// Drop whole directories' records, oldest first, until a quarter of
+    /// the cap is free; their sessions get notices (module docs).
+    fn evict(&mut self) {
+        let goal = self.cap - self.cap / 4;
+        while self.records > goal {
+            let Some(dir) = self.order.pop_front() else {
+                break;
+            };
+            if let Some(by_name) = self.names.remove(&dir) {
+                for (name, sessions) in by_name {
+                    self.records -= sessions.len() as u64;
+                    self.evicted += sessions.len() as u64;
+                    for s in sessions {
+                        self.pending.push((s, dir, name.clone()));
+                    }
+                }
+            }
+        }
+        // Directories that left `names` by other ways leave stale ids.
+        if self.order.len() > 2 * self.names.len() + 16 {
+            let names = &self.names;
+            self.order.retain(|d| names.contains_key(d));
         }
     }
 
@@ -86,6 +136,7 @@ impl Tracker {
             self.names.remove(&dir);
         }
         self.changes_invalidating += 1;
+        self.records -= sessions.len() as u64;
         for s in sessions {
             self.invalidations += 1;
             self.pending.push((s, dir, name.into()));
@@ -97,6 +148,7 @@ impl Tracker {
     pub fn dir_gone(&mut self, dir: InodeId) {
         if let Some(by_name) = self.names.remove(&dir) {
             for (name, sessions) in by_name {
+                self.records -= sessions.len() as u64;
                 for s in sessions {
                     self.invalidations += 1;
                     self.pending.push((s, dir, name.clone()));
@@ -132,6 +184,11 @@ impl Tracker {
     pub fn tracked(&self) -> u64 {
         self.names.values().map(|m| m.len() as u64).sum()
     }
+
+    /// Records held now (at most the cap).
+    pub fn records(&self) -> u64 {
+        self.records
+    }
 }
 
 #[cfg(test)]
@@ -140,7 +197,7 @@ mod tests {
 
     #[test]
     fn change_notifies_each_cacher_once_then_forgets() {
-        let mut t = Tracker::new(true);
+        let mut t = Tracker::new(true, 100);
         let d = InodeId(7);
         t.record(SessionId(1), d, b"a");
         t.record(SessionId(1), d, b"a");
@@ -174,6 +231,7 @@ mod tests {
             root_owner: cred,
             core: -1,
             track_lookups: true,
+            limits: crate::fs::Limits::for_memory(1 << 30),
         };
         let mut fs = FileServer::new(cfg, MemStore::new(16));
         let mut out = Vec::new();
@@ -240,6 +298,7 @@ mod tests {
             root_owner: cred,
             core: -1,
             track_lookups: true,
+            limits: crate::fs::Limits::for_memory(1 << 30),
         };
         let mut fs = FileServer::new(cfg, MemStore::new(16));
         let mut out = Vec::new();
@@ -339,9 +398,39 @@ mod tests {
             .any(|(n, v)| n == "dcache.invalidations_sent" && *v == 4));
     }
 
+    /// Past its cap the tracker evicts the oldest directory's records
+    /// and tells their sessions, so no lookup fails and no cache goes
+    /// unwatched; it keeps working at the cap.
+    #[test]
+    fn records_past_the_cap_evict_the_oldest_directory_with_notices() {
+        let mut t = Tracker::new(true, 8);
+        let (old, new) = (InodeId(7), InodeId(8));
+        for n in 0..4u8 {
+            t.record(SessionId(1), old, &[b'a' + n]);
+        }
+        for n in 0..4u8 {
+            t.record(SessionId(2), new, &[b'a' + n]);
+        }
+        assert!(!t.has_pending());
+        t.record(SessionId(2), new, b"z");
+        assert!(t.records() <= 8);
+        let p = t.take_pending();
+        assert_eq!(p.len(), 4, "the older directory's records");
+        assert!(p.iter().all(|(s, d, _)| *s == SessionId(1) && *d == old));
+        assert_eq!(t.evicted, 4);
+        // Still tracking: a change in the kept directory notifies.
+        t.changed(new, b"z");
+        assert_eq!(t.take_pending(), vec![(SessionId(2), new, b"z"[..].into())]);
+        for i in 0..1000u32 {
+            t.record(SessionId(3), InodeId(100 + i as u64), b"x");
+            assert!(t.records() <= 8);
+        }
+        assert!(t.order.len() <= 2 * t.names.len() + 16 + 1);
+    }
+
     #[test]
     fn disabled_tracker_records_nothing() {
-        let mut t = Tracker::new(false);
+        let mut t = Tracker::new(false, 100);
         t.record(SessionId(1), InodeId(7), b"a");
         t.changed(InodeId(7), b"a");
         assert!(!t.has_pending());

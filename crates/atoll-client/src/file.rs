@@ -179,8 +179,9 @@ pub fn open(
     path: &[u8],
     flags: u32,
     mode: u32,
+    resolve: u64,
 ) -> Result<Out> {
-    let Some(mut w) = Walker::start(c, lane, dirfd, path)? else {
+    let Some(mut w) = Walker::start_restricted(c, lane, dirfd, path, resolve)? else {
         return Ok(Out::Host);
     };
     if flags & libc::O_TMPFILE as u32 == libc::O_TMPFILE as u32 {

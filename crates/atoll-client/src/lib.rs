@@ -186,9 +186,11 @@ pub fn may_concern(nr: i64, a: &[u64; 6]) -> bool {
         | SYS_lsetxattr | SYS_listxattr | SYS_llistxattr | SYS_removexattr | SYS_lremovexattr => {
             path_concerns(c, cwd(), a[0])
         }
-        SYS_openat | SYS_openat2 | SYS_newfstatat | SYS_statx | SYS_faccessat | SYS_faccessat2
-        | SYS_mkdirat | SYS_unlinkat | SYS_fchmodat | SYS_fchmodat2 | SYS_fchownat
-        | SYS_utimensat | SYS_futimesat | SYS_mknodat => path_concerns(c, fdarg(a[0]), a[1]),
+        // RESOLVE_IN_ROOT starts even an absolute path at the dirfd.
+        SYS_openat2 => path_concerns(c, fdarg(a[0]), a[1]) || at(0),
+        SYS_openat | SYS_newfstatat | SYS_statx | SYS_faccessat | SYS_faccessat2 | SYS_mkdirat
+        | SYS_unlinkat | SYS_fchmodat | SYS_fchmodat2 | SYS_fchownat | SYS_utimensat
+        | SYS_futimesat | SYS_mknodat => path_concerns(c, fdarg(a[0]), a[1]),
         SYS_readlink => path_concerns(c, cwd(), a[0]) || names_self_exe(a[0]),
         SYS_readlinkat => path_concerns(c, fdarg(a[0]), a[1]) || names_self_exe(a[1]),
         SYS_rename | SYS_link => path_concerns(c, cwd(), a[0]) || path_concerns(c, cwd(), a[1]),
@@ -362,8 +364,20 @@ fn setattr(
 /// Open-style entry: cheap check, then the walk.
 #[inline(never)]
 fn open_at(c: &Client, dirfd: i64, ptr: u64, flags: u32, mode: u32) -> Result<Out> {
+    open_resolved(c, dirfd, ptr, flags, mode, 0)
+}
+
+/// `open_at` under `openat2`'s `RESOLVE_*` flags.
+fn open_resolved(
+    c: &Client,
+    dirfd: i64,
+    ptr: u64,
+    flags: u32,
+    mode: u32,
+    resolve: u64,
+) -> Result<Out> {
     let path = sys::user_path(ptr)?;
-    if path.first() == Some(&b'/') {
+    if path.first() == Some(&b'/') && resolve & walk::RESOLVE_NO_MAGICLINKS == 0 {
         if let Some(o) = pipe::reopen(c, path, flags)? {
             return Ok(o);
         }
@@ -371,11 +385,18 @@ fn open_at(c: &Client, dirfd: i64, ptr: u64, flags: u32, mode: u32) -> Result<Ou
             return Ok(o);
         }
     }
-    if path.is_empty() || !walk::concerns(c, dirfd, path) {
+    // Under IN_ROOT an absolute path starts at `dirfd`, not at `/`.
+    let rooted = resolve & walk::RESOLVE_IN_ROOT != 0 && path.first() == Some(&b'/');
+    let concerns = if rooted {
+        walk::concerns(c, dirfd, b".")
+    } else {
+        walk::concerns(c, dirfd, path)
+    };
+    if path.is_empty() || !concerns {
         return Ok(Out::Host);
     }
     let lane = c.lane()?;
-    file::open(c, &lane, dirfd, path, flags, mode)
+    file::open(c, &lane, dirfd, path, flags, mode, resolve)
 }
 
 /// A path-and-parent entry (mkdir, unlink, …): cheap check, then `f`.
@@ -587,11 +608,24 @@ fn run(c: &'static Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
                 return err(EINVAL);
             }
             let how: libc::open_how = sys::get_user(a[2])?;
-            if how.flags > u32::MAX as u64 {
+            // Linux's build_open_how/copy_struct_from_user: unknown bits
+            // and a mode without a creating flag are EINVAL.
+            let creating = how.flags & (O_CREAT | O_TMPFILE) as u64 != 0;
+            if how.flags > u32::MAX as u64
+                || how.resolve & !walk::RESOLVE_ALL != 0
+                || how.mode & !0o7777 != 0
+                || (!creating && how.mode != 0)
+                || how.resolve & (walk::RESOLVE_BENEATH | walk::RESOLVE_IN_ROOT)
+                    == (walk::RESOLVE_BENEATH | walk::RESOLVE_IN_ROOT)
+            {
                 return err(EINVAL);
             }
-            // TODO(atoll): RESOLVE_* restrictions are not enforced.
-            open_at(c, fd0, a[1], how.flags as u32, how.mode as u32)
+            if how.resolve & walk::RESOLVE_CACHED != 0 {
+                // Linux answers EAGAIN when the lookup needs more than its
+                // caches; atoll's lookups are messages, so always.
+                return err(EAGAIN);
+            }
+            open_resolved(c, fd0, a[1], how.flags as u32, how.mode as u32, how.resolve)
         }
         SYS_read => on_fd(c, fd0, |l, d| {
             let buf = sys::user_slice_mut(a[1], a[2] as usize);

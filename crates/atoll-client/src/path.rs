@@ -131,6 +131,10 @@ impl Canon {
         self.buf.extend_from_slice(name);
         Ok(())
     }
+    /// Keep the first `len` bytes.
+    pub fn truncate(&mut self, len: usize) {
+        self.buf.truncate(len);
+    }
     /// Drop the last component, never going above `floor` bytes.
     pub fn pop_component(&mut self, floor: usize) {
         let cut = match self.buf.iter().rposition(|&c| c == b'/') {

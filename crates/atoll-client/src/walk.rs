@@ -93,7 +93,23 @@ pub struct Walker<'a> {
     rem: PathBuf,
     pos: usize,
     links: u32,
+    /// `openat2`'s `RESOLVE_*` restrictions (0 for every other call).
+    resolve: u64,
+    /// The directory the walk started in (`RESOLVE_BENEATH`/`IN_ROOT`),
+    /// and the length of its canonical path.
+    start_dir: InodeId,
+    start_canon: usize,
 }
+
+/// `openat2` resolution flags (`linux/openat2.h`).
+pub const RESOLVE_NO_XDEV: u64 = 0x01;
+pub const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
+pub const RESOLVE_NO_SYMLINKS: u64 = 0x04;
+pub const RESOLVE_BENEATH: u64 = 0x08;
+pub const RESOLVE_IN_ROOT: u64 = 0x10;
+pub const RESOLVE_CACHED: u64 = 0x20;
+/// Every flag Linux knows (others are `EINVAL`).
+pub const RESOLVE_ALL: u64 = 0x3f;
 
 /// Does this path (from `dirfd`) concern atoll at all? Cheap and
 /// allocation-free: used by `may_concern`.
@@ -179,6 +195,52 @@ impl<'a> Walker<'a> {
         dirfd: i64,
         path: &[u8],
     ) -> Result<Option<Box<Self>>> {
+        Self::start_restricted(c, lane, dirfd, path, 0)
+    }
+
+    /// [`start`](Self::start) under `openat2`'s `RESOLVE_*` flags, as
+    /// Linux's `path_init`/`nd_jump_root`/`follow_dotdot` apply them:
+    /// `BENEATH` refuses (`EXDEV`) an absolute path, an absolute symlink
+    /// and `..` above the start; `IN_ROOT` treats the start as `/` for all
+    /// three; `NO_SYMLINKS` refuses every symlink (`ELOOP`); `NO_XDEV`
+    /// refuses crossing into or out of the mount (`EXDEV`).
+    pub fn start_restricted(
+        c: &'a Client,
+        lane: &'a Lane,
+        dirfd: i64,
+        path: &[u8],
+        resolve: u64,
+    ) -> Result<Option<Box<Self>>> {
+        let mut path = path;
+        if resolve & (RESOLVE_BENEATH | RESOLVE_IN_ROOT | RESOLVE_NO_XDEV) != 0
+            && path.first() == Some(&b'/')
+        {
+            if resolve & RESOLVE_IN_ROOT != 0 {
+                while path.first() == Some(&b'/') {
+                    path = &path[1..];
+                }
+                if path.is_empty() {
+                    path = b".";
+                }
+            } else if concerns(c, dirfd, path) || concerns(c, dirfd, b".") {
+                return err(libc::EXDEV);
+            }
+        }
+        let Some(mut w) = Self::start_unrestricted(c, lane, dirfd, path)? else {
+            return Ok(None);
+        };
+        w.resolve = resolve;
+        w.start_dir = w.dir;
+        w.start_canon = w.canon.len();
+        Ok(Some(w))
+    }
+
+    fn start_unrestricted(
+        c: &'a Client,
+        lane: &'a Lane,
+        dirfd: i64,
+        path: &[u8],
+    ) -> Result<Option<Box<Self>>> {
         if path.is_empty() {
             return err(libc::ENOENT);
         }
@@ -193,6 +255,9 @@ impl<'a> Walker<'a> {
             rem: PathBuf::new(),
             pos: 0,
             links: 0,
+            resolve: 0,
+            start_dir: ROOT,
+            start_canon: 0,
         });
         let host_base = if path[0] == b'/' {
             mount_rest(path, &c.mount).is_none()
@@ -277,7 +342,19 @@ impl<'a> Walker<'a> {
         Ok((ino, ftype))
     }
 
+    /// Is the walk at its start directory under `BENEATH`/`IN_ROOT`, where
+    /// `..` may not climb?
+    fn confined_at_start(&self) -> bool {
+        self.resolve & (RESOLVE_BENEATH | RESOLVE_IN_ROOT) != 0 && self.dir == self.start_dir
+    }
+
     fn dotdot(&mut self) -> Result<()> {
+        if self.confined_at_start() {
+            if self.resolve & RESOLVE_IN_ROOT != 0 {
+                return Ok(()); // `..` of the root is the root
+            }
+            return err(libc::EXDEV);
+        }
         let (ino, _) = self.lookup(self.dir, b"..")?;
         self.dir = ino;
         let f = self.floor();
@@ -288,6 +365,9 @@ impl<'a> Walker<'a> {
     /// The host path for "leave atoll through `..` at the mount root,
     /// then continue with the rest".
     fn leave(&self, rest_from: usize) -> Result<HostPath> {
+        if self.resolve & (RESOLVE_NO_XDEV | RESOLVE_BENEATH) != 0 {
+            return err(libc::EXDEV);
+        }
         let mut p = Box::new(PathBuf::from_bytes(&self.c.mount_parent)?);
         p.push_bytes(&self.rem.as_bytes()[rest_from..])?;
         Ok(p)
@@ -304,11 +384,26 @@ impl<'a> Walker<'a> {
         trailing: bool,
     ) -> Result<Option<HostPath>> {
         self.links += 1;
-        if self.links > MAX_LINKS {
+        if self.links > MAX_LINKS || self.resolve & RESOLVE_NO_SYMLINKS != 0 {
             return err(libc::ELOOP);
         }
         if target.is_empty() {
             return err(libc::ENOENT);
+        }
+        let mut target = target;
+        if target[0] == b'/' && self.resolve & (RESOLVE_BENEATH | RESOLVE_IN_ROOT) != 0 {
+            if self.resolve & RESOLVE_BENEATH != 0 {
+                return err(libc::EXDEV);
+            }
+            // IN_ROOT: an absolute target starts again at the root.
+            while target.first() == Some(&b'/') {
+                target = &target[1..];
+            }
+            self.dir = self.start_dir;
+            self.canon.truncate(self.start_canon);
+            if target.is_empty() {
+                target = b".";
+            }
         }
         let mut next = Box::new(PathBuf::new());
         next.push_bytes(target)?;
@@ -373,10 +468,16 @@ impl<'a> Walker<'a> {
                 let kind = if is_dot(n) {
                     LastKind::Dot
                 } else if is_dotdot(n) {
-                    if self.dir == ROOT {
+                    if self.confined_at_start() {
+                        if self.resolve & RESOLVE_IN_ROOT == 0 {
+                            return err(libc::EXDEV); // BENEATH
+                        }
+                        LastKind::Dot
+                    } else if self.dir == ROOT {
                         return Ok(Step::Host(self.leave(comp.start + 2)?));
+                    } else {
+                        LastKind::DotDot
                     }
-                    LastKind::DotDot
                 } else {
                     LastKind::Name
                 };
@@ -390,7 +491,7 @@ impl<'a> Walker<'a> {
                 continue;
             }
             if is_dotdot(n) {
-                if self.dir == ROOT {
+                if self.dir == ROOT && !self.confined_at_start() {
                     return Ok(Step::Host(self.leave(self.pos)?));
                 }
                 self.dotdot()?;

@@ -529,3 +529,68 @@ PY
         );
     }
 }
+
+/// `openat2`'s `RESOLVE_*` flags confine a walk as Linux does: `BENEATH`
+/// refuses absolute paths, absolute symlinks and `..` above the start,
+/// `IN_ROOT` treats the start as `/`, `NO_SYMLINKS` refuses symlinks, and
+/// malformed requests are `EINVAL`.
+#[test]
+fn openat2_resolve_flags_confine_the_walk() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let probe = atoll_tests::compile_probe(
+        dir.path(),
+        "openat2",
+        r#"
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+static int d;
+static void try(const char *path, unsigned long long flags, unsigned long long mode,
+                unsigned long long resolve) {
+    struct open_how how = { .flags = flags, .mode = mode, .resolve = resolve };
+    long fd = syscall(SYS_openat2, d, path, &how, sizeof how);
+    struct stat st;
+    if (fd >= 0 && fstat(fd, &st) == 0)
+        printf("%-14s %2llx -> %s\n", path, resolve, S_ISDIR(st.st_mode) ? "dir" : "file");
+    else
+        printf("%-14s %2llx -> %s\n", path, resolve, strerror(errno));
+    if (fd >= 0) close(fd);
+}
+int main(void) {
+    mkdir("d", 0755); mkdir("d/sub", 0755);
+    close(open("d/sub/f", O_CREAT | O_WRONLY, 0644));
+    symlink("sub", "d/rel"); symlink("/etc", "d/abs"); symlink("/sub", "d/rootsub");
+    d = open("d", O_RDONLY | O_DIRECTORY);
+    try("sub/f", O_RDONLY, 0, RESOLVE_BENEATH);
+    try("../d/sub/f", O_RDONLY, 0, RESOLVE_BENEATH);
+    try("/etc/passwd", O_RDONLY, 0, RESOLVE_BENEATH);
+    try("rel/f", O_RDONLY, 0, RESOLVE_BENEATH);
+    try("rel/f", O_RDONLY, 0, RESOLVE_NO_SYMLINKS);
+    try("rel", O_RDONLY | O_NOFOLLOW | O_PATH, 0, RESOLVE_NO_SYMLINKS);
+    try("abs/passwd", O_RDONLY, 0, RESOLVE_BENEATH);
+    try("rootsub/f", O_RDONLY, 0, RESOLVE_IN_ROOT);
+    try("../../sub/f", O_RDONLY, 0, RESOLVE_IN_ROOT);
+    try("/sub/f", O_RDONLY, 0, RESOLVE_IN_ROOT);
+    try("..", O_RDONLY, 0, RESOLVE_IN_ROOT);
+    try("..", O_RDONLY, 0, RESOLVE_BENEATH);
+    try("sub/new", O_CREAT | O_WRONLY, 0644, RESOLVE_BENEATH);
+    try("sub/f", O_RDONLY, 0644, 0);
+    try("sub/f", O_RDONLY, 0, 0x40);
+    try("sub/f", O_RDONLY, 0, RESOLVE_BENEATH | RESOLVE_IN_ROOT);
+    return 0;
+}
+"#,
+    );
+    for opts in [
+        &["--servers", "1"][..],
+        &["--servers", "3", "--distribute", "all"],
+    ] {
+        assert_same(opts, &format!("cd \"$ROOT\" && {}", probe.display()), true);
+    }
+}

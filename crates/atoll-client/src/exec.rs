@@ -297,6 +297,7 @@ pub fn initial_state_env(cwd: &str) -> (String, String) {
         cwd: Some((cwd.as_bytes().to_vec(), None)),
         fds: Vec::new(),
         exe: None,
+        locks: false,
     };
     (ENV_STATE.to_string(), st.encode())
 }
@@ -712,12 +713,21 @@ fn hand_over(c: &Client, lane: &Lane, exe: Option<Vec<u8>>) -> Result<(Option<Ow
         cwd: c.cwd().map(|w| (w.path.clone(), Some(w.ino.0))),
         fds: Vec::new(),
         exe,
+        locks: false,
     };
     let (child, sock, _lane, lane_fds) = match c.fork_session() {
         Ok(x) => x,
         Err(_) => return Ok((None, st.encode())),
     };
     drop(lane_fds);
+    if c.posix_locks.load(core::sync::atomic::Ordering::Relaxed) {
+        // Record locks outlive execve (the process stays); the new image
+        // runs in `child`, so they go to it before this session ends.
+        for server in 0..c.nservers {
+            let _ = lane.call_ok(c, server, Request::PassLocks { to: child });
+        }
+        st.locks = true;
+    }
     let mut shared: Vec<DescId> = Vec::new();
     for fd in fdtable::fds() {
         let fdflags = sys::fcntl_int(fd, libc::F_GETFD, 0);
@@ -775,6 +785,12 @@ pub fn restore(c: &Client, text: &str, with_session: bool) {
     };
     if let Some(e) = &st.exe {
         let _ = SELF_EXE.set(e.clone());
+    }
+    if st.locks {
+        c.posix_locks
+            .store(true, core::sync::atomic::Ordering::Relaxed);
+        c.any_locks
+            .store(true, core::sync::atomic::Ordering::Relaxed);
     }
     let Ok(lane) = c.lane() else { return };
     if let Some((path, ino)) = &st.cwd {

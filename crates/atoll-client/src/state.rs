@@ -32,6 +32,9 @@ pub struct State {
     /// The atoll path of the program the new image runs, when it was
     /// started from a file in the mount (what `/proc/self/exe` names).
     pub exe: Option<Vec<u8>>,
+    /// The process holds (or held) POSIX record locks, passed on to the
+    /// new image's session.
+    pub locks: bool,
 }
 
 fn hex(b: &[u8]) -> String {
@@ -68,6 +71,9 @@ impl State {
         if let Some(e) = &self.exe {
             let _ = write!(s, ";e:{}", hex(e));
         }
+        if self.locks {
+            s.push_str(";l");
+        }
         for f in &self.fds {
             let _ = write!(
                 s,
@@ -101,6 +107,7 @@ impl State {
                     st.cwd = Some((path, ino));
                 }
                 "e" => st.exe = Some(unhex(f.next()?)?),
+                "l" => st.locks = true,
                 "f" => {
                     let mut n = || f.next().and_then(num);
                     let fd = n()? as i32;
@@ -164,6 +171,7 @@ mod tests {
                 },
             ],
             exe: Some(b"/atoll/bin/prog".to_vec()),
+            locks: true,
         };
         let text = st.encode();
         assert!(!text.contains(' '), "env-safe text: {text}");
@@ -176,6 +184,7 @@ mod tests {
             cwd: Some((b"/atoll/src".to_vec(), None)),
             fds: vec![],
             exe: None,
+            locks: false,
         };
         assert_eq!(State::decode(&st.encode()), Some(st));
         assert_eq!(State::decode("v2;c:00"), None);

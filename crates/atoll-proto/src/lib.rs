@@ -798,6 +798,14 @@ pub enum Request<'a> {
         perm: u32,
         flags: u32,
     },
+    /// Every server, from an image about to `execve`: the POSIX record
+    /// locks this session holds now belong to session `to`, the one the
+    /// new image runs in. Linux keeps a process's record locks across
+    /// `execve`; the old session ends with the old image and would
+    /// otherwise release them. → `Ok`
+    PassLocks {
+        to: SessionId,
+    },
 }
 
 /// A `Rename` flag for atoll's own use (never a Linux flag): the client has

@@ -594,3 +594,45 @@ int main(void) {
         assert_same(opts, &format!("cd \"$ROOT\" && {}", probe.display()), true);
     }
 }
+
+/// POSIX record locks belong to the process and survive `execve`, until
+/// the process closes a descriptor of the file, as on Linux.
+#[test]
+fn record_locks_are_kept_across_execve() {
+    require("python3");
+    let script = r#"
+        set -e
+        cd "$ROOT" && echo data > f
+        cat > step2.py <<'PY'
+import fcntl, os, sys
+fd = int(sys.argv[1])
+def probe(what):
+    if os.fork() == 0:
+        other = os.open("f", os.O_RDWR)
+        try:
+            fcntl.lockf(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            print(what, "another process gets the lock")
+        except OSError as e:
+            print(what, "another process is refused:", e.strerror)
+        os._exit(0)
+    os.wait()
+probe("after exec:")
+again = os.open("f", os.O_RDONLY)
+os.close(again)  # closing any descriptor of the file releases the locks
+probe("after close:")
+PY
+        python3 -c '
+import fcntl, os, sys
+fd = os.open("f", os.O_RDWR)
+fcntl.lockf(fd, fcntl.LOCK_EX)
+os.set_inheritable(fd, True)
+os.execv(sys.executable, [sys.executable, "step2.py", str(fd)])
+'
+    "#;
+    for opts in [
+        &["--servers", "1"][..],
+        &["--servers", "3", "--placement", "round-robin"],
+    ] {
+        assert_same(opts, script, true);
+    }
+}

@@ -138,6 +138,13 @@ pub fn apply(held: &mut Vec<Lock>, req: Lock) {
     *held = out;
 }
 
+/// Give every lock held by `from` to `to` (`Request::PassLocks`).
+pub fn pass(held: &mut [Lock], from: LockOwner, to: LockOwner) {
+    for l in held.iter_mut().filter(|l| l.owner == from) {
+        l.owner = to;
+    }
+}
+
 /// Drop every lock held by `owner`.
 pub fn release(held: &mut Vec<Lock>, owner: LockOwner) {
     held.retain(|l| l.owner != owner);

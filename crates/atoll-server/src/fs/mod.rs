@@ -150,7 +150,7 @@ struct Session {
     groups: Rc<[u32]>,
 }
 
-const OP_NAMES: [&str; 46] = [
+const OP_NAMES: [&str; 47] = [
     "SetGroups",
     "Lookup",
     "Open",
@@ -197,6 +197,7 @@ const OP_NAMES: [&str; 46] = [
     "Adopt",
     "RenameLock",
     "CreateTmpfile",
+    "PassLocks",
 ];
 
 fn op_index(req: &Request<'_>) -> usize {
@@ -248,6 +249,7 @@ fn op_index(req: &Request<'_>) -> usize {
         Adopt { .. } => 43,
         RenameLock { .. } => 44,
         CreateTmpfile { .. } => 45,
+        PassLocks { .. } => 46,
     }
 }
 
@@ -912,6 +914,14 @@ impl<S: BlockStore> FileServer<S> {
             Q::Adopt { ino } => self.adopt(session, ino),
             Q::CreateTmpfile { dir, perm, flags } => {
                 self.create_tmpfile(session, who, dir, perm, flags)
+            }
+            Q::PassLocks { to } => {
+                let (from, owner) = (LockOwner::Process(session.0), LockOwner::Process(to.0));
+                for inode in self.inodes.values_mut() {
+                    locks::pass(&mut inode.locks, from, owner);
+                }
+                self.session_opened(to);
+                Ok(Reply::Ok)
             }
         }
     }

@@ -53,6 +53,7 @@ mod meta;
 mod ns;
 pub mod path;
 mod pipe;
+mod procmounts;
 mod ring;
 mod session;
 pub mod state;
@@ -158,6 +159,11 @@ fn names_atoll_fd(path: &[u8]) -> bool {
     path.first() == Some(&b'/') && pipe::fd_path(path).is_some_and(fdtable::is_atoll)
 }
 
+/// `/proc/self/mounts` and its relatives (see `procmounts`).
+fn names_mount_table(ptr: u64) -> bool {
+    sys::user_path(ptr).is_ok_and(|p| procmounts::names_table(p).is_some())
+}
+
 /// `/proc/self/exe` of an image started from the mount (see
 /// `exec::readlink_self_exe`).
 fn names_self_exe(ptr: u64) -> bool {
@@ -180,15 +186,17 @@ pub fn may_concern(nr: i64, a: &[u64; 6]) -> bool {
     let cwd = || -> i64 { AT_FDCWD as i64 };
     let at = |i: usize| fdtable::is_atoll(fdarg(a[i]));
     match nr {
-        SYS_open | SYS_creat | SYS_stat | SYS_lstat | SYS_access | SYS_mkdir | SYS_rmdir
-        | SYS_unlink | SYS_chmod | SYS_chown | SYS_lchown | SYS_truncate | SYS_utimes
-        | SYS_utime | SYS_statfs | SYS_mknod | SYS_getxattr | SYS_lgetxattr | SYS_setxattr
-        | SYS_lsetxattr | SYS_listxattr | SYS_llistxattr | SYS_removexattr | SYS_lremovexattr => {
+        SYS_open => path_concerns(c, cwd(), a[0]) || names_mount_table(a[0]),
+        SYS_openat => path_concerns(c, fdarg(a[0]), a[1]) || names_mount_table(a[1]),
+        SYS_creat | SYS_stat | SYS_lstat | SYS_access | SYS_mkdir | SYS_rmdir | SYS_unlink
+        | SYS_chmod | SYS_chown | SYS_lchown | SYS_truncate | SYS_utimes | SYS_utime
+        | SYS_statfs | SYS_mknod | SYS_getxattr | SYS_lgetxattr | SYS_setxattr | SYS_lsetxattr
+        | SYS_listxattr | SYS_llistxattr | SYS_removexattr | SYS_lremovexattr => {
             path_concerns(c, cwd(), a[0])
         }
         // RESOLVE_IN_ROOT starts even an absolute path at the dirfd.
         SYS_openat2 => path_concerns(c, fdarg(a[0]), a[1]) || at(0),
-        SYS_openat | SYS_newfstatat | SYS_statx | SYS_faccessat | SYS_faccessat2 | SYS_mkdirat
+        SYS_newfstatat | SYS_statx | SYS_faccessat | SYS_faccessat2 | SYS_mkdirat
         | SYS_unlinkat | SYS_fchmodat | SYS_fchmodat2 | SYS_fchownat | SYS_utimensat
         | SYS_futimesat | SYS_mknodat => path_concerns(c, fdarg(a[0]), a[1]),
         SYS_readlink => path_concerns(c, cwd(), a[0]) || names_self_exe(a[0]),
@@ -377,6 +385,9 @@ fn open_resolved(
     resolve: u64,
 ) -> Result<Out> {
     let path = sys::user_path(ptr)?;
+    if let Some(o) = procmounts::open(c, path, flags)? {
+        return Ok(o);
+    }
     if path.first() == Some(&b'/') && resolve & walk::RESOLVE_NO_MAGICLINKS == 0 {
         if let Some(o) = pipe::reopen(c, path, flags)? {
             return Ok(o);

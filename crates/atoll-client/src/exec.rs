@@ -417,11 +417,11 @@ fn prepare_inner(
     flags: i32,
     spawn: bool,
 ) -> Result<ExecPlan> {
-    let argv: Vec<Vec<u8>> = sys::user_str_array(argv)
+    let argv: Vec<Vec<u8>> = sys::user_str_array(argv)?
         .into_iter()
         .map(<[u8]>::to_vec)
         .collect();
-    let env = sys::user_str_array(envp);
+    let env = sys::user_str_array(envp)?;
     let Some(c) = session::client() else {
         let env: Vec<Vec<u8>> = env.into_iter().map(<[u8]>::to_vec).collect();
         return build(path, &argv, &env, dirfd as i32, flags, None, None);

@@ -588,7 +588,7 @@ pub fn readv(
     let mut total = 0u64;
     for i in 0..cnt {
         let v: libc::iovec = sys::get_user(iov + i * core::mem::size_of::<libc::iovec>() as u64)?;
-        let buf = sys::user_slice_mut(v.iov_base as u64, v.iov_len);
+        let buf = sys::user_slice_mut(v.iov_base as u64, v.iov_len)?;
         let n = read_desc(c, lane, d, buf, off.map(|o| o + total))?;
         total += n as u64;
         if n < v.iov_len {
@@ -612,7 +612,7 @@ pub fn writev(
     let mut total = 0u64;
     for i in 0..cnt {
         let v: libc::iovec = sys::get_user(iov + i * core::mem::size_of::<libc::iovec>() as u64)?;
-        let buf = sys::user_slice(v.iov_base as u64, v.iov_len);
+        let buf = sys::user_slice(v.iov_base as u64, v.iov_len)?;
         let n = match write_desc(c, lane, d, buf, off.map(|o| o + total)) {
             Ok(n) => n,
             Err(_) if total > 0 => break,

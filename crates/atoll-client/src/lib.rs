@@ -418,7 +418,7 @@ fn xattr_set(c: &Client, fd: Option<i64>, a: &[u64; 6], follow: bool) -> Result<
             lane,
             ino,
             n,
-            sys::user_slice(val, size),
+            sys::user_slice(val, size)?,
             flags,
         )?))
     };
@@ -573,21 +573,21 @@ fn run(c: &'static Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
             open_at(c, fd0, a[1], how.flags as u32, how.mode as u32)
         }
         SYS_read => on_fd(c, fd0, |l, d| {
-            let buf = sys::user_slice_mut(a[1], a[2] as usize);
+            let buf = sys::user_slice_mut(a[1], a[2] as usize)?;
             done(file::read_desc(c, l, d, buf, None)? as i64)
         }),
         SYS_pread64 => on_fd(c, fd0, |l, d| {
             let off = offset(a[3])?;
-            let buf = sys::user_slice_mut(a[1], a[2] as usize);
+            let buf = sys::user_slice_mut(a[1], a[2] as usize)?;
             done(file::read_desc(c, l, d, buf, Some(off))? as i64)
         }),
         SYS_write => on_fd(c, fd0, |l, d| {
-            let buf = sys::user_slice(a[1], a[2] as usize);
+            let buf = sys::user_slice(a[1], a[2] as usize)?;
             done(file::write_desc(c, l, d, buf, None)? as i64)
         }),
         SYS_pwrite64 => on_fd(c, fd0, |l, d| {
             let off = offset(a[3])?;
-            let buf = sys::user_slice(a[1], a[2] as usize);
+            let buf = sys::user_slice(a[1], a[2] as usize)?;
             done(file::write_desc(c, l, d, buf, Some(off))? as i64)
         }),
         SYS_readv => on_fd(c, fd0, |l, d| done(file::readv(c, l, d, a[1], a[2], None)?)),
@@ -720,7 +720,7 @@ fn run(c: &'static Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
             )
         }
         SYS_getdents64 | SYS_getdents => on_fd(c, fd0, |l, d| {
-            let buf = sys::user_slice_mut(a[1], a[2] as usize);
+            let buf = sys::user_slice_mut(a[1], a[2] as usize)?;
             if nr == SYS_getdents64 {
                 done(ns::getdents64(c, l, d, buf)?)
             } else {
@@ -1075,6 +1075,8 @@ pub fn fork_parent(prep: ForkPrep, child_pid: i64) {
 
 /// In the child after `fork`: switch to the child session.
 pub fn fork_child(prep: ForkPrep) {
+    // Program memory is reached through our pid, which just changed.
+    sys::forget_pid();
     let Some(c) = session::client() else {
         return;
     };

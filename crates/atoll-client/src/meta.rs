@@ -268,7 +268,7 @@ fn copy_sized(v: &[u8], buf: u64, size: usize) -> Result<i64> {
     if v.len() > size {
         return err(libc::ERANGE);
     }
-    sys::user_slice_mut(buf, v.len()).copy_from_slice(v);
+    sys::copy_to_user(buf, v)?;
     Ok(v.len() as i64)
 }
 

@@ -161,7 +161,8 @@ pub fn open(
             if creat && flags & libc::O_DIRECTORY as u32 == 0 {
                 return err(libc::EISDIR);
             }
-            if acc != libc::O_RDONLY as u32 && flags & libc::O_PATH as u32 == 0 {
+            let trunc = flags & libc::O_TRUNC as u32 != 0;
+            if (acc != libc::O_RDONLY as u32 || trunc) && flags & libc::O_PATH as u32 == 0 {
                 return err(libc::EISDIR);
             }
             let (desc, attr) = open_inode(c, lane, w.dir, flags)?;

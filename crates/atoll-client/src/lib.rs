@@ -164,8 +164,17 @@ fn fdarg(v: u64) -> i64 {
 /// Cheap test used before `dispatch` in hot, signal-sensitive paths: may
 /// this system call concern atoll at all? (E.g. `mmap` only with an atoll
 /// fd, `brk`/`futex` never.) Lock-free and allocation-free.
-#[allow(non_upper_case_globals)]
 pub fn may_concern(nr: i64, a: &[u64; 6]) -> bool {
+    // A path checked here is checked again by `dispatch` (see
+    // `sys::forget_paths`): the program may change its memory in between.
+    sys::forget_paths();
+    let r = concerns(nr, a);
+    sys::forget_paths();
+    r
+}
+
+#[allow(non_upper_case_globals)]
+fn concerns(nr: i64, a: &[u64; 6]) -> bool {
     use libc::*;
     let Some(c) = session::client() else {
         return false;
@@ -219,12 +228,16 @@ pub fn dispatch(nr: i64, args: &[u64; 6]) -> Dispatch {
     let Some(c) = session::client() else {
         return Dispatch::Host;
     };
-    match run(c, nr, args) {
+    // Paths checked during this call are remembered for its duration only.
+    sys::forget_paths();
+    let r = match run(c, nr, args) {
         Ok(Out::Done(v)) => Dispatch::Done(v),
         Ok(Out::Host) => Dispatch::Host,
         Ok(Out::Rehost(p)) => Dispatch::Done(rehost(nr, args, &p)),
         Err(e) => Dispatch::Done(-(e.errno() as i64)),
-    }
+    };
+    sys::forget_paths();
+    r
 }
 
 /// Run a path call on Linux with the path rewritten (it left atoll).

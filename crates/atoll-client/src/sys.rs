@@ -263,17 +263,26 @@ impl Drop for SpinGuard<'_> {
 // pid reads program memory with the kernel's fault handling and answers
 // EFAULT without a signal.
 //
-// Two styles, by size:
-// * small values (`get_user`, `put_user`, `copy_to_user`) are copied in or
-//   out by that one system call — exact, the same cost as a check;
-// * paths and data buffers are *probed* (`user_path` reads the string up to
-//   its NUL, `user_slice`/`user_slice_mut` touch one byte per page) and
-//   then used in place, so the data path keeps its single memcpy. A thread
-//   of the program that unmaps a buffer while another passes it to a system
-//   call can still fault us between probe and use; that program has a race
-//   of its own under Linux too (its own later access would fault).
-//
-// Cost: one system call per probe (~0.3 µs), per path or buffer argument.
+// How, by kind of argument (each costs about one cheap system call):
+// * a path is handed to the kernel as the old name of a `symlinkat` whose
+//   new name is empty: the kernel copies the old name first, with its own
+//   fault handling (EFAULT, ENAMETOOLONG), then fails on the empty name
+//   (ENOENT) before it looks anything up; the path is then used in place.
+//   One entry of the calling thread remembers the last path checked, so
+//   the two or three looks of one emulated call at its path cost one check
+//   ([`forget_paths`] at each entry and exit of the client);
+// * an out-parameter (`put_user`, `copy_to_user`) is first stored into by
+//   `clock_gettime`, a 16-byte store by the kernel per page, then copied;
+// * small in-parameters (`get_user`) are copied by `process_vm_readv` on
+//   our own pid, which reads our memory with the kernel's fault handling;
+// * data buffers are probed with `process_vm_readv`, one byte per page (a
+//   write probe copies each byte onto itself, which changes nothing), and
+//   then used in place, so the data path keeps its single memcpy.
+// A kernel or sandbox refusing one of these calls makes us fall back to
+// trusting the pointer, as a libc wrapper would. A thread of the program
+// that unmaps memory while another passes it to a system call can still
+// fault us between the check and the use; that program races with itself
+// under Linux too (its own later access would fault).
 
 /// Longest path the kernel accepts, including the NUL (`PATH_MAX`).
 pub const PATH_MAX: usize = 4096;
@@ -398,7 +407,9 @@ fn copy_from_user(dst: &mut [u8], ptr: u64) -> Result<(), i32> {
     }
 }
 
-/// Copy `src` into program memory at `ptr` (an out-parameter).
+/// Copy `src` into program memory at `ptr` (an out-parameter). Hot path
+/// (`stat`): the kernel first stores a `timespec` into each page of the
+/// destination (cheaper than a `process_vm_writev`), then we copy.
 pub fn copy_to_user(ptr: u64, src: &[u8]) -> Result<(), i32> {
     if src.is_empty() {
         return Ok(());
@@ -406,19 +417,48 @@ pub fn copy_to_user(ptr: u64, src: &[u8]) -> Result<(), i32> {
     if !in_user_space(ptr, src.len()) {
         return Err(libc::EFAULT);
     }
-    match vm_copy(
-        true,
-        &[iov(src.as_ptr() as u64, src.len())],
-        &[iov(ptr, src.len())],
-        src.len(),
-    ) {
-        Err(0) => {
-            // SAFETY: as in `copy_from_user`: the program vouches for `ptr`.
-            unsafe { core::ptr::copy_nonoverlapping(src.as_ptr(), ptr as *mut u8, src.len()) };
-            Ok(())
+    const TS: u64 = core::mem::size_of::<libc::timespec>() as u64;
+    let end = ptr + src.len() as u64;
+    let mut checked = src.len() as u64 >= TS;
+    let mut at = ptr;
+    while checked && at < end {
+        // A window of the destination that touches `at`'s page.
+        let w = at.min(end - TS);
+        // SAFETY: the kernel stores 16 bytes at `w`, inside the program's
+        // out-parameter, which we overwrite whole right after.
+        let r = unsafe {
+            sc(
+                libc::SYS_clock_gettime,
+                libc::CLOCK_MONOTONIC as u64,
+                w,
+                0,
+                0,
+            )
+        };
+        if r == -(libc::EFAULT as i64) {
+            return Err(libc::EFAULT);
         }
-        other => other,
+        checked = r == 0;
+        at = (at / PAGE + 1) * PAGE;
     }
+    if !checked {
+        return match vm_copy(
+            true,
+            &[iov(src.as_ptr() as u64, src.len())],
+            &[iov(ptr, src.len())],
+            src.len(),
+        ) {
+            Err(0) => {
+                // SAFETY: as in `copy_from_user`: the program vouches for `ptr`.
+                unsafe { core::ptr::copy_nonoverlapping(src.as_ptr(), ptr as *mut u8, src.len()) };
+                Ok(())
+            }
+            other => other,
+        };
+    }
+    // SAFETY: every page of [ptr, end) was just written by the kernel.
+    unsafe { core::ptr::copy_nonoverlapping(src.as_ptr(), ptr as *mut u8, src.len()) };
+    Ok(())
 }
 
 /// Check that every page of `[ptr, ptr + len)` can be read (and, with
@@ -467,10 +507,7 @@ fn user_cstr<'a>(ptr: u64, max: usize, too_long: i32) -> Result<&'a [u8], i32> {
     while n <= max {
         let at = ptr + n as u64;
         let want = ((PAGE - at % PAGE) as usize).min(chunk.len());
-        match copy_from_user(&mut chunk[..want], at) {
-            Ok(()) => {}
-            Err(e) => return Err(e),
-        }
+        copy_from_user(&mut chunk[..want], at)?;
         if let Some(i) = chunk[..want].iter().position(|&b| b == 0) {
             if n + i > max {
                 break;
@@ -485,10 +522,69 @@ fn user_cstr<'a>(ptr: u64, max: usize, too_long: i32) -> Result<&'a [u8], i32> {
     Err(too_long)
 }
 
+std::thread_local! {
+    /// The last path [`user_path`] checked on this thread: (address, length).
+    static LAST_PATH: core::cell::Cell<(u64, usize)> = const { core::cell::Cell::new((0, 0)) };
+}
+
+/// Forget the path remembered by [`user_path`]: called when the client is
+/// entered and left, so a check never outlives the call it was made for
+/// (the program may unmap the memory afterwards).
+pub fn forget_paths() {
+    LAST_PATH.with(|l| l.set((0, 0)));
+}
+
+/// Let the kernel check that a path is readable up to its NUL within
+/// `PATH_MAX`: `Ok(true)` when it is, `Ok(false)` when the kernel gave no
+/// usable answer (a sandbox refusing `symlinkat`), else the errno.
+fn kernel_checks_path(ptr: u64) -> Result<bool, i32> {
+    // SAFETY: `symlinkat(ptr, AT_FDCWD, "")`: the kernel copies `ptr` as a
+    // string with fault handling, then fails on the empty new name before
+    // any lookup; nothing is created.
+    let r = unsafe {
+        sc(
+            libc::SYS_symlinkat,
+            ptr,
+            libc::AT_FDCWD as u64,
+            b"\0".as_ptr() as u64,
+            0,
+        )
+    };
+    match -r as i32 {
+        libc::ENOENT => Ok(true),
+        e @ (libc::EFAULT | libc::ENAMETOOLONG) => Err(e),
+        _ => Ok(false),
+    }
+}
+
 /// The path at `ptr` without its NUL: `EFAULT` for memory the program
 /// cannot read, `ENAMETOOLONG` when no NUL appears within `PATH_MAX` bytes.
+/// Hot path: one system call, none for the same path again in one call.
 pub fn user_path<'a>(ptr: u64) -> Result<&'a [u8], i32> {
-    user_cstr(ptr, PATH_MAX - 1, libc::ENAMETOOLONG)
+    if !in_user_space(ptr, 1) {
+        return Err(libc::EFAULT);
+    }
+    let (last, len) = LAST_PATH.with(|l| l.get());
+    if last == ptr {
+        // SAFETY: checked by the kernel earlier in this same call.
+        return Ok(unsafe { core::slice::from_raw_parts(ptr as *const u8, len) });
+    }
+    if !kernel_checks_path(ptr)? {
+        return user_cstr(ptr, PATH_MAX - 1, libc::ENAMETOOLONG);
+    }
+    let p = ptr as *const u8;
+    let mut n = 0usize;
+    // SAFETY: the kernel found a NUL within PATH_MAX readable bytes at
+    // `ptr`; we stop at the first NUL (and at PATH_MAX should the program
+    // change the string meanwhile).
+    unsafe {
+        while n < PATH_MAX - 1 && *p.add(n) != 0 {
+            n += 1;
+        }
+    }
+    LAST_PATH.with(|l| l.set((ptr, n)));
+    // SAFETY: as above: n readable bytes.
+    Ok(unsafe { core::slice::from_raw_parts(p, n) })
 }
 
 /// Read-only view of a program buffer; `EFAULT` unless all of it is

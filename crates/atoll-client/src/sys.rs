@@ -546,7 +546,7 @@ fn kernel_checks_path(ptr: u64) -> Result<bool, i32> {
             libc::SYS_symlinkat,
             ptr,
             libc::AT_FDCWD as u64,
-            b"\0".as_ptr() as u64,
+            c"".as_ptr() as u64,
             0,
         )
     };

@@ -1103,6 +1103,28 @@ pub fn session_id() -> Option<SessionId> {
     session::client().map(|c| c.session_id())
 }
 
+/// Load a plain value from the program's memory: `EFAULT` where the
+/// kernel would give it, never a fault (for the preload library's own
+/// emulations, such as `rt_sigaction`).
+pub fn read_user<T: Copy>(ptr: u64) -> core::result::Result<T, i32> {
+    sys::get_user(ptr)
+}
+
+/// Store a plain value into the program's memory (`EFAULT` as above).
+pub fn write_user<T: Copy>(ptr: u64, v: T) -> core::result::Result<(), i32> {
+    sys::put_user(ptr, v)
+}
+
+/// The program's C string at `ptr` (a path): `EFAULT` or `ENAMETOOLONG`
+/// as the kernel would answer, never a fault.
+pub fn user_path<'a>(ptr: u64) -> core::result::Result<&'a [u8], i32> {
+    // Outside `dispatch`: nothing may be remembered past this call.
+    sys::forget_paths();
+    let r = sys::user_path(ptr);
+    sys::forget_paths();
+    r
+}
+
 /// Is `fd` an atoll descriptor of this process?
 pub fn is_atoll_fd(fd: i32) -> bool {
     fdtable::is_atoll(fd as i64)

@@ -9,6 +9,8 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
 #include <linux/openat2.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -194,6 +196,14 @@ int main(int argc, char **argv)
     T("execve-path", execve(bad, args, NULL));
     T("execve-argv", execve("/bin/true", (char *const *)bad, NULL));
     T("execve-envp", execve("/bin/true", args, (char *const *)bad));
+
+    /* Calls the preload library emulates itself. */
+    T("rt_sigaction-act", syscall(SYS_rt_sigaction, SIGINT, bad, NULL, 8));
+    T("rt_sigaction-oact", syscall(SYS_rt_sigaction, SIGINT, NULL, bad, 8));
+    T("rt_sigaction-sigsys", syscall(SYS_rt_sigaction, SIGSYS, bad, NULL, 8));
+    pid_t pid;
+    int e = posix_spawn(&pid, bad, NULL, NULL, args, NULL);
+    printf("posix_spawn: %s\n", e ? ename(e) : "ok");
 
     /* Nothing may have been created or changed by the calls above. */
     T("f-still-there", stat("f", &st) == 0 && st.st_size == 12 ? 0 : -1);

@@ -75,8 +75,8 @@ const TEXT_BUSY: &str = "servers do not know which files run as programs (exec \
      runs a copy), so writing or truncating a running program is not refused";
 const MOUNTS: &str = "the mount is not a kernel file system: nothing can be \
      mounted on one of its directories";
-const DIR_TIMES: &str = "a distributed directory's entries live on other servers \
-     than its inode, so its mtime, ctime and link count do not follow them";
+const DIR_LINKS: &str = "a distributed directory's entries live on every server, \
+     so its link count does not count its subdirectories (it is 1, as on btrfs)";
 
 const KNOWN: &[Known] = &[
     Known {
@@ -135,39 +135,9 @@ const KNOWN: &[Known] = &[
         why: MOUNTS,
     },
     Known {
-        pattern: "link::changed_ctime_success::",
-        distributed_only: true,
-        why: DIR_TIMES,
-    },
-    Known {
-        pattern: "::changed_time_fields_success",
-        distributed_only: true,
-        why: DIR_TIMES,
-    },
-    Known {
-        pattern: "mknod::changed_times_success::",
-        distributed_only: true,
-        why: DIR_TIMES,
-    },
-    Known {
         pattern: "rename::updates_link_parent",
         distributed_only: true,
-        why: DIR_TIMES,
-    },
-    Known {
-        pattern: "rmdir::changed_time_parent_success",
-        distributed_only: true,
-        why: DIR_TIMES,
-    },
-    Known {
-        pattern: "symlink::changed_parent_time_success",
-        distributed_only: true,
-        why: DIR_TIMES,
-    },
-    Known {
-        pattern: "unlink::update_mtime_ctime_success_folder::",
-        distributed_only: true,
-        why: DIR_TIMES,
+        why: DIR_LINKS,
     },
 ];
 

@@ -10,7 +10,10 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <poll.h>
 #include <spawn.h>
+#include <sys/ioctl.h>
+#include <sys/sendfile.h>
 #include <linux/openat2.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -192,6 +195,17 @@ int main(int argc, char **argv)
     T("getdents64", syscall(SYS_getdents64, dfd, bad, 4096));
     T("getcwd", syscall(SYS_getcwd, bad, 4096));
     T("getcwd-ro", syscall(SYS_getcwd, ro, 4096));
+    T("fcntl-getlk", fcntl(fd, F_GETLK, bad));
+    T("fcntl-setlk", fcntl(fd, F_SETLK, bad));
+    T("ioctl-fionread", ioctl(fd, FIONREAD, bad));
+    int g = open("g2", O_CREAT | O_RDWR, 0644);
+    T("copy_file_range-off", copy_file_range(fd, (loff_t *)bad, g, NULL, 4, 0));
+    T("sendfile-off", sendfile(g, fd, (off_t *)bad, 4));
+    T("poll-fds", poll((struct pollfd *)bad, 1, 0));
+    struct pollfd pfd = {.fd = fd, .events = POLLIN};
+    T("poll-ro", (memcpy(buf, &pfd, sizeof pfd), poll((struct pollfd *)ro, 1, 0)));
+    close(g);
+    unlink("g2");
     char *const args[] = {"true", NULL};
     T("execve-path", execve(bad, args, NULL));
     T("execve-argv", execve("/bin/true", (char *const *)bad, NULL));

@@ -113,6 +113,7 @@ pub fn init() -> bool {
             sys::fstat_id(fd).is_ok_and(|(_, _, mode)| mode & libc::S_IFMT == libc::S_IFSOCK)
         });
     let state = std::env::var(ENV_STATE).ok();
+    sys::init_pid();
     atoll_sched::placement::init_from_env();
     exec::init_proxy_parent();
     // Stale values must not reach programs started behind our back.
@@ -1089,7 +1090,7 @@ pub fn fork_parent(prep: ForkPrep, child_pid: i64) {
 /// In the child after `fork`: switch to the child session.
 pub fn fork_child(prep: ForkPrep) {
     // Program memory is reached through our pid, which just changed.
-    sys::forget_pid();
+    sys::init_pid();
     let Some(c) = session::client() else {
         return;
     };

@@ -298,26 +298,29 @@ const PAGE: u64 = 4096;
 /// at or above is EFAULT at once (the kernel's `access_ok`).
 const USER_END: u64 = 1 << 56;
 
-/// Our process id for `process_vm_*`, fetched once (0 = not yet). A fork
-/// child gets a new pid: [`forget_pid`] runs in it. vfork children share
-/// our memory, so the parent's pid still names the right address space.
+/// Our process id for `process_vm_*` (0 = not known: ask each time). Set
+/// only where a process surely has memory of its own — at [`init_pid`]
+/// from the client's start and from a fork child's hook — and never
+/// lazily: a `CLONE_VM` child (vfork, `posix_spawn`) shares this variable,
+/// and a pid it stored would name its own image after its `execve`. Such
+/// a child may still use the parent's pid: it names the same memory.
 static PID: core::sync::atomic::AtomicI32 = core::sync::atomic::AtomicI32::new(0);
 
-/// Forget the cached pid (in a fork child, before it touches program memory).
-pub fn forget_pid() {
-    PID.store(0, core::sync::atomic::Ordering::Relaxed);
+fn getpid() -> i32 {
+    // SAFETY: getpid takes no arguments.
+    unsafe { sc(libc::SYS_getpid, 0, 0, 0, 0) as i32 }
+}
+
+/// Remember our pid (at the client's start, and in a fork child).
+pub fn init_pid() {
+    PID.store(getpid(), core::sync::atomic::Ordering::Relaxed);
 }
 
 fn self_pid() -> u64 {
-    use core::sync::atomic::Ordering;
-    let p = PID.load(Ordering::Relaxed);
-    if p > 0 {
-        return p as u64;
+    match PID.load(core::sync::atomic::Ordering::Relaxed) {
+        p if p > 0 => p as u64,
+        _ => getpid() as u64,
     }
-    // SAFETY: getpid takes no arguments.
-    let p = unsafe { sc(libc::SYS_getpid, 0, 0, 0, 0) } as i32;
-    PID.store(p, Ordering::Relaxed);
-    p as u64
 }
 
 /// Is `[ptr, ptr + len)` a range user memory could occupy at all?
@@ -369,9 +372,11 @@ fn vm_copy(
             // pointers as a libc wrapper does (a bad one faults in the
             // program).
             r if r == -(libc::ENOSYS as i64) || r == -(libc::EPERM as i64) => Err(0),
-            // A stale pid (a fork child that missed `forget_pid`).
-            r if r == -(libc::ESRCH as i64) => {
-                forget_pid();
+            // A stale pid (a fork child that missed `init_pid`).
+            r if r == -(libc::ESRCH as i64)
+                && PID.load(core::sync::atomic::Ordering::Relaxed) != 0 =>
+            {
+                PID.store(0, core::sync::atomic::Ordering::Relaxed);
                 continue;
             }
             _ => Err(libc::EFAULT),

@@ -399,93 +399,6 @@ fn on_path(
     f(&lane, path)
 }
 
-#[inline(never)]
-fn xattr_get(c: &Client, dirfd_or_fd: Option<i64>, a: &[u64; 6], follow: bool) -> Result<Out> {
-    let (name, buf, size) = (a[1], a[2], a[3] as usize);
-    let run = |lane: &session::Lane, ino| {
-        let n = meta::xattr_name(name)?;
-        Ok(Out::Done(meta::getxattr(c, lane, ino, n, buf, size)?))
-    };
-    match dirfd_or_fd {
-        Some(fd) => on_fd(c, fd, |l, d| run(l, d.ino())),
-        None => on_node(
-            c,
-            libc::AT_FDCWD as i64,
-            a[0],
-            follow,
-            false,
-            |l, ino, _| run(l, ino),
-        ),
-    }
-}
-
-#[inline(never)]
-fn xattr_set(c: &Client, fd: Option<i64>, a: &[u64; 6], follow: bool) -> Result<Out> {
-    let (name, val, size, flags) = (a[1], a[2], a[3] as usize, a[4] as u32);
-    let run = |lane: &session::Lane, ino| {
-        let n = meta::xattr_name(name)?;
-        if size > atoll_proto::MAX_XATTR_VALUE {
-            return err(libc::E2BIG);
-        }
-        Ok(Out::Done(meta::setxattr(
-            c,
-            lane,
-            ino,
-            n,
-            sys::user_slice(val, size)?,
-            flags,
-        )?))
-    };
-    match fd {
-        Some(fd) => on_fd(c, fd, |l, d| run(l, d.ino())),
-        None => on_node(
-            c,
-            libc::AT_FDCWD as i64,
-            a[0],
-            follow,
-            false,
-            |l, ino, _| run(l, ino),
-        ),
-    }
-}
-
-#[inline(never)]
-fn xattr_list(c: &Client, fd: Option<i64>, a: &[u64; 6], follow: bool) -> Result<Out> {
-    let (buf, size) = (a[1], a[2] as usize);
-    let run = |lane: &session::Lane, ino| Ok(Out::Done(meta::listxattr(c, lane, ino, buf, size)?));
-    match fd {
-        Some(fd) => on_fd(c, fd, |l, d| run(l, d.ino())),
-        None => on_node(
-            c,
-            libc::AT_FDCWD as i64,
-            a[0],
-            follow,
-            false,
-            |l, ino, _| run(l, ino),
-        ),
-    }
-}
-
-#[inline(never)]
-fn xattr_remove(c: &Client, fd: Option<i64>, a: &[u64; 6], follow: bool) -> Result<Out> {
-    let name = a[1];
-    let run = |lane: &session::Lane, ino| {
-        let n = meta::xattr_name(name)?;
-        Ok(Out::Done(meta::removexattr(c, lane, ino, n)?))
-    };
-    match fd {
-        Some(fd) => on_fd(c, fd, |l, d| run(l, d.ino())),
-        None => on_node(
-            c,
-            libc::AT_FDCWD as i64,
-            a[0],
-            follow,
-            false,
-            |l, ino, _| run(l, ino),
-        ),
-    }
-}
-
 /// Offset argument of pread-style calls: negative is `EINVAL`.
 fn offset(v: u64) -> Result<u64> {
     if (v as i64) < 0 {
@@ -957,18 +870,18 @@ fn run(c: &'static Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
         SYS_mknodat => on_path(c, fd0, a[1], |l, p| {
             ns::mknod(c, l, fd0, p, a[2] as u32, a[3])
         }),
-        SYS_getxattr => xattr_get(c, None, a, true),
-        SYS_lgetxattr => xattr_get(c, None, a, false),
-        SYS_fgetxattr => xattr_get(c, Some(fd0), a, true),
-        SYS_setxattr => xattr_set(c, None, a, true),
-        SYS_lsetxattr => xattr_set(c, None, a, false),
-        SYS_fsetxattr => xattr_set(c, Some(fd0), a, true),
-        SYS_listxattr => xattr_list(c, None, a, true),
-        SYS_llistxattr => xattr_list(c, None, a, false),
-        SYS_flistxattr => xattr_list(c, Some(fd0), a, true),
-        SYS_removexattr => xattr_remove(c, None, a, true),
-        SYS_lremovexattr => xattr_remove(c, None, a, false),
-        SYS_fremovexattr => xattr_remove(c, Some(fdarg(a[0])), a, true),
+        SYS_getxattr => meta::xattr_get(c, None, a, true),
+        SYS_lgetxattr => meta::xattr_get(c, None, a, false),
+        SYS_fgetxattr => meta::xattr_get(c, Some(fd0), a, true),
+        SYS_setxattr => meta::xattr_set(c, None, a, true),
+        SYS_lsetxattr => meta::xattr_set(c, None, a, false),
+        SYS_fsetxattr => meta::xattr_set(c, Some(fd0), a, true),
+        SYS_listxattr => meta::xattr_list(c, None, a, true),
+        SYS_llistxattr => meta::xattr_list(c, None, a, false),
+        SYS_flistxattr => meta::xattr_list(c, Some(fd0), a, true),
+        SYS_removexattr => meta::xattr_remove(c, None, a, true),
+        SYS_lremovexattr => meta::xattr_remove(c, None, a, false),
+        SYS_fremovexattr => meta::xattr_remove(c, Some(fdarg(a[0])), a, true),
         SYS_mmap => {
             if a[3] as i32 & MAP_ANONYMOUS != 0 {
                 return Ok(Out::Host);

@@ -13,6 +13,7 @@
 //!     shared (Hare §3.5.1);
 //!   * `file` (data, fds), `meta` (attributes, xattrs), `ns` (names,
 //!     directories, cwd), `exec` + `state` (exec hand-over);
+//!   * `partial` — `read`/`write` with a partly accessible buffer;
 //!   * `dcache` — directory-lookup cache fed by server invalidations
 //!     (Hare §3.7.2);
 //!   * `incoherent` — private block copies for `--incoherent` (Hare
@@ -50,6 +51,7 @@ mod hybrid;
 mod incoherent;
 mod meta;
 mod ns;
+mod partial;
 pub mod path;
 mod pipe;
 mod ring;
@@ -499,23 +501,29 @@ fn run(c: &'static Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
             // TODO(atoll): RESOLVE_* restrictions are not enforced.
             open_at(c, fd0, a[1], how.flags as u32, how.mode as u32)
         }
-        SYS_read => on_fd(c, fd0, |l, d| {
-            let buf = sys::user_slice_mut(a[1], a[2] as usize)?;
-            done(file::read_desc(c, l, d, buf, None)? as i64)
+        SYS_read | SYS_pread64 => on_fd(c, fd0, |l, d| {
+            let off = if nr == SYS_read {
+                None
+            } else {
+                Some(offset(a[3])?)
+            };
+            let (ptr, len) = (a[1], a[2] as usize);
+            match sys::user_slice_mut(ptr, len) {
+                Ok(buf) => done(file::read_desc(c, l, d, buf, off)? as i64),
+                Err(e) => partial::read(c, l, d, (ptr, len), off, e),
+            }
         }),
-        SYS_pread64 => on_fd(c, fd0, |l, d| {
-            let off = offset(a[3])?;
-            let buf = sys::user_slice_mut(a[1], a[2] as usize)?;
-            done(file::read_desc(c, l, d, buf, Some(off))? as i64)
-        }),
-        SYS_write => on_fd(c, fd0, |l, d| {
-            let buf = sys::user_slice(a[1], a[2] as usize)?;
-            done(file::write_desc(c, l, d, buf, None)? as i64)
-        }),
-        SYS_pwrite64 => on_fd(c, fd0, |l, d| {
-            let off = offset(a[3])?;
-            let buf = sys::user_slice(a[1], a[2] as usize)?;
-            done(file::write_desc(c, l, d, buf, Some(off))? as i64)
+        SYS_write | SYS_pwrite64 => on_fd(c, fd0, |l, d| {
+            let off = if nr == SYS_write {
+                None
+            } else {
+                Some(offset(a[3])?)
+            };
+            let (ptr, len) = (a[1], a[2] as usize);
+            match sys::user_slice(ptr, len) {
+                Ok(buf) => done(file::write_desc(c, l, d, buf, off)? as i64),
+                Err(e) => partial::write(c, l, d, (ptr, len), off, e),
+            }
         }),
         SYS_readv => on_fd(c, fd0, |l, d| done(file::readv(c, l, d, a[1], a[2], None)?)),
         SYS_writev => on_fd(c, fd0, |l, d| {

@@ -468,6 +468,52 @@ pub fn copy_to_user(ptr: u64, src: &[u8]) -> Result<(), i32> {
     Ok(())
 }
 
+/// Copy as much of `src` to program memory at `ptr` as the program can
+/// access, page by page from the start: the number of bytes copied.
+pub fn copy_to_user_prefix(ptr: u64, src: &[u8]) -> usize {
+    let mut done = 0usize;
+    while done < src.len() {
+        let at = ptr.wrapping_add(done as u64);
+        let n = ((PAGE - at % PAGE) as usize).min(src.len() - done);
+        if !in_user_space(at, n)
+            || vm_copy(
+                true,
+                &[iov(src[done..].as_ptr() as u64, n)],
+                &[iov(at, n)],
+                n,
+            )
+            .is_err()
+        {
+            break;
+        }
+        done += n;
+    }
+    done
+}
+
+/// Fill `dst` from program memory at `ptr` as far as the program can
+/// access it, page by page from the start: the number of bytes copied.
+pub fn copy_from_user_prefix(dst: &mut [u8], ptr: u64) -> usize {
+    let mut done = 0usize;
+    while done < dst.len() {
+        let at = ptr.wrapping_add(done as u64);
+        let n = ((PAGE - at % PAGE) as usize).min(dst.len() - done);
+        if !in_user_space(at, n)
+            || vm_copy(
+                false,
+                &[iov(dst[done..].as_mut_ptr() as u64, n)],
+                &[iov(at, n)],
+                n,
+            )
+            .is_err()
+        {
+            break;
+        }
+        done += n;
+    }
+    done
+}
+
 /// Check that every page of `[ptr, ptr + len)` can be read (and, with
 /// `write`, written) by touching one byte per page through the kernel. A
 /// write probe copies each probed byte onto itself, which changes nothing.

@@ -3,7 +3,12 @@ CARGO ?= cargo
 PROFILE_FLAGS := --release
 BIN := target/release/atoll
 
-.PHONY: demo test build lint loom clean
+.PHONY: demo test build lint loom clean pjdfstest
+
+# The pjdfstest conformance suite (Rust edition), pinned; built once and
+# kept under target/, so later runs cost nothing.
+PJDFSTEST_VERSION := 0.2.2
+PJDFSTEST := target/pjdfstest/bin/pjdfstest
 
 # Build everything (the `atoll` binary and libatoll_preload.so).
 build:
@@ -14,7 +19,7 @@ demo: build
 	./scripts/demo.sh
 
 # Every test: unit, model-checked, end-to-end with real programs, bench smoke.
-test: build lint
+test: build lint pjdfstest
 	$(CARGO) test $(PROFILE_FLAGS) --workspace
 	$(MAKE) loom
 	$(BIN) bench --quick
@@ -22,6 +27,10 @@ test: build lint
 # Model-check the ring protocol (atoll-msg's synchronisation has loom twins).
 loom:
 	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom $(CARGO) test --release -p atoll-msg --lib loom
+
+pjdfstest:
+	@$(PJDFSTEST) --version 2>/dev/null | grep -qxF 'pjdfstest $(PJDFSTEST_VERSION)' || \
+	$(CARGO) install --locked --force --quiet pjdfstest --version $(PJDFSTEST_VERSION) --root target/pjdfstest
 
 lint:
 	$(CARGO) fmt --all -- --check

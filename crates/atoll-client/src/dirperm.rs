@@ -25,6 +25,13 @@
 //!   it the server answers `EPERM`, and the client asks once more with
 //!   that inode's attributes.
 //!
+//! * **Times** ([`touch_owners`]): the server that changes a name updates
+//!   the directory's mtime and ctime only when it owns the directory, so
+//!   after a name change elsewhere the client posts the owner a `SetAttr`
+//!   of mtime to now (which moves ctime too), as Linux does to a parent on
+//!   every name change. Posted, so it costs an enqueue, not a round trip;
+//!   later requests of the same lane are served after it.
+//!
 //! The owner's notice on `chmod`/`chown` of a directory drops its cached
 //! entries, grant and attributes before the change returns, so each
 //! process asks once per directory while its mode and owner stay the same.
@@ -36,7 +43,7 @@
 //! to one user, Hare's single fault domain); a name change without them in
 //! a directory the server does not own is refused (`EPROTO`).
 
-use atoll_proto::{entry_server, Cred, InodeId, Reply, Request, Vouched};
+use atoll_proto::{entry_server, Cred, InodeId, Reply, Request, SetAttr, TimeSet, Vouched};
 
 use crate::error::{Error, Result};
 use crate::session::{Client, Lane};
@@ -255,5 +262,36 @@ pub fn sticky_retry<R>(
             op(v.as_slice())
         }
         r => r,
+    }
+}
+
+/// The directories whose names `req` changes at `server` without that
+/// server owning them (at most two, for a rename), for [`touch_owners`].
+pub fn changed_elsewhere(req: &Request<'_>, server: usize) -> [Option<InodeId>; 2] {
+    let away = |d: InodeId| (d.owner() != server).then_some(d);
+    match *req {
+        Request::Open { dir, flags, .. } if flags & libc::O_CREAT as u32 != 0 => [away(dir), None],
+        Request::MakeNode { dir, .. }
+        | Request::Link { dir, .. }
+        | Request::Unlink { dir, .. }
+        | Request::Relink { dir, .. } => [away(dir), None],
+        Request::Rename { olddir, newdir, .. } => [
+            away(olddir),
+            (newdir != olddir).then(|| away(newdir)).flatten(),
+        ],
+        _ => [None, None],
+    }
+}
+
+/// Tell the owners of `dirs` that names changed in them: mtime and ctime
+/// to now (see the module notes). Best effort: a directory removed
+/// meanwhile has no times left to keep.
+pub fn touch_owners(c: &Client, lane: &Lane, dirs: [Option<InodeId>; 2]) {
+    for d in dirs.into_iter().flatten() {
+        let set = SetAttr {
+            mtime: TimeSet::Now,
+            ..SetAttr::NONE
+        };
+        let _ = lane.post(c, d.owner(), Request::SetAttr { ino: d, set });
     }
 }

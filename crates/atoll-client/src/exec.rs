@@ -419,11 +419,11 @@ fn prepare_inner(
     flags: i32,
     spawn: bool,
 ) -> Result<ExecPlan> {
-    let argv: Vec<Vec<u8>> = sys::user_str_array(argv)
+    let argv: Vec<Vec<u8>> = sys::user_str_array(argv)?
         .into_iter()
         .map(<[u8]>::to_vec)
         .collect();
-    let env = sys::user_str_array(envp);
+    let env = sys::user_str_array(envp)?;
     let Some(c) = session::client() else {
         let env: Vec<Vec<u8>> = env.into_iter().map(<[u8]>::to_vec).collect();
         return build(path, &argv, &env, dirfd as i32, flags, None, None);
@@ -665,8 +665,10 @@ pub fn readlink_self_exe(path: &[u8], buf: u64, size: i64) -> Option<Result<crat
         return Some(err(libc::EINVAL));
     }
     let n = exe.len().min(size as usize);
-    sys::user_slice_mut(buf, n).copy_from_slice(&exe[..n]);
-    Some(Ok(crate::Out::Done(n as i64)))
+    Some(match sys::copy_to_user(buf, &exe[..n]) {
+        Ok(()) => Ok(crate::Out::Done(n as i64)),
+        Err(e) => err(e),
+    })
 }
 
 /// The host file the kernel's `/proc/self/exe` names.

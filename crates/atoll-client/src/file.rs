@@ -206,7 +206,8 @@ pub fn open(
             if creat && flags & libc::O_DIRECTORY as u32 == 0 {
                 return err(libc::EISDIR);
             }
-            if acc != libc::O_RDONLY as u32 && flags & libc::O_PATH as u32 == 0 {
+            let trunc = flags & libc::O_TRUNC as u32 != 0;
+            if (acc != libc::O_RDONLY as u32 || trunc) && flags & libc::O_PATH as u32 == 0 {
                 return err(libc::EISDIR);
             }
             let (desc, attr) = open_inode(c, lane, w.dir, flags)?;
@@ -633,7 +634,7 @@ pub fn readv(
     let mut total = 0u64;
     for i in 0..cnt {
         let v: libc::iovec = sys::get_user(iov + i * core::mem::size_of::<libc::iovec>() as u64)?;
-        let buf = sys::user_slice_mut(v.iov_base as u64, v.iov_len);
+        let buf = sys::user_slice_mut(v.iov_base as u64, v.iov_len)?;
         let n = read_desc(c, lane, d, buf, off.map(|o| o + total))?;
         total += n as u64;
         if n < v.iov_len {
@@ -657,7 +658,7 @@ pub fn writev(
     let mut total = 0u64;
     for i in 0..cnt {
         let v: libc::iovec = sys::get_user(iov + i * core::mem::size_of::<libc::iovec>() as u64)?;
-        let buf = sys::user_slice(v.iov_base as u64, v.iov_len);
+        let buf = sys::user_slice(v.iov_base as u64, v.iov_len)?;
         let n = match write_desc(c, lane, d, buf, off.map(|o| o + total)) {
             Ok(n) => n,
             Err(_) if total > 0 => break,

@@ -13,6 +13,7 @@
 //!     shared (Hare §3.5.1);
 //!   * `file` (data, fds), `meta` (attributes, xattrs), `ns` (names,
 //!     directories, cwd), `exec` + `state` (exec hand-over);
+//!   * `partial` — `read`/`write` with a partly accessible buffer;
 //!   * `dcache` — directory-lookup cache fed by server invalidations
 //!     (Hare §3.7.2);
 //!   * `incoherent` — private block copies for `--incoherent` (Hare
@@ -51,6 +52,7 @@ mod hybrid;
 mod incoherent;
 mod meta;
 mod ns;
+mod partial;
 pub mod path;
 mod pipe;
 mod procmounts;
@@ -115,6 +117,7 @@ pub fn init() -> bool {
             sys::fstat_id(fd).is_ok_and(|(_, _, mode)| mode & libc::S_IFMT == libc::S_IFSOCK)
         });
     let state = std::env::var(ENV_STATE).ok();
+    sys::init_pid();
     atoll_sched::placement::init_from_env();
     exec::init_proxy_parent();
     // Stale values must not reach programs started behind our back.
@@ -177,8 +180,17 @@ fn fdarg(v: u64) -> i64 {
 /// Cheap test used before `dispatch` in hot, signal-sensitive paths: may
 /// this system call concern atoll at all? (E.g. `mmap` only with an atoll
 /// fd, `brk`/`futex` never.) Lock-free and allocation-free.
-#[allow(non_upper_case_globals)]
 pub fn may_concern(nr: i64, a: &[u64; 6]) -> bool {
+    // A path checked here is checked again by `dispatch` (see
+    // `sys::forget_paths`): the program may change its memory in between.
+    sys::forget_paths();
+    let r = concerns(nr, a);
+    sys::forget_paths();
+    r
+}
+
+#[allow(non_upper_case_globals)]
+fn concerns(nr: i64, a: &[u64; 6]) -> bool {
     use libc::*;
     let Some(c) = session::client() else {
         return false;
@@ -238,12 +250,16 @@ pub fn dispatch(nr: i64, args: &[u64; 6]) -> Dispatch {
     let Some(c) = session::client() else {
         return Dispatch::Host;
     };
-    match run(c, nr, args) {
+    // Paths checked during this call are remembered for its duration only.
+    sys::forget_paths();
+    let r = match run(c, nr, args) {
         Ok(Out::Done(v)) => Dispatch::Done(v),
         Ok(Out::Host) => Dispatch::Host,
         Ok(Out::Rehost(p)) => Dispatch::Done(rehost(nr, args, &p)),
         Err(e) => Dispatch::Done(-(e.errno() as i64)),
-    }
+    };
+    sys::forget_paths();
+    r
 }
 
 /// Run a path call on Linux with the path rewritten (it left atoll).
@@ -426,98 +442,6 @@ fn on_path(
     f(&lane, path)
 }
 
-#[inline(never)]
-fn xattr_get(c: &Client, dirfd_or_fd: Option<i64>, a: &[u64; 6], follow: bool) -> Result<Out> {
-    let (name, buf, size) = (a[1], a[2], a[3] as usize);
-    let run = |lane: &session::Lane, ino| {
-        let n = meta::xattr_name(name)?;
-        Ok(Out::Done(meta::getxattr(c, lane, ino, n, buf, size)?))
-    };
-    match dirfd_or_fd {
-        Some(fd) => on_fd(c, fd, |l, d| run(l, d.ino())),
-        None => on_node(
-            c,
-            libc::AT_FDCWD as i64,
-            a[0],
-            follow,
-            false,
-            |l, ino, _| run(l, ino),
-        ),
-    }
-}
-
-#[inline(never)]
-fn xattr_set(c: &Client, fd: Option<i64>, a: &[u64; 6], follow: bool) -> Result<Out> {
-    let (name, val, size, flags) = (a[1], a[2], a[3] as usize, a[4] as u32);
-    let run = |lane: &session::Lane, ino| {
-        let n = meta::xattr_name(name)?;
-        // Linux: E2BIG past XATTR_SIZE_MAX; a value no frame carries does
-        // not fit the inode's xattr space (ENOSPC, as ext4 without ea_inode).
-        if size > atoll_proto::XATTR_SIZE_MAX {
-            return err(libc::E2BIG);
-        }
-        if size > atoll_proto::MAX_XATTR_VALUE {
-            return err(libc::ENOSPC);
-        }
-        Ok(Out::Done(meta::setxattr(
-            c,
-            lane,
-            ino,
-            n,
-            sys::user_slice(val, size),
-            flags,
-        )?))
-    };
-    match fd {
-        Some(fd) => on_fd(c, fd, |l, d| run(l, d.ino())),
-        None => on_node(
-            c,
-            libc::AT_FDCWD as i64,
-            a[0],
-            follow,
-            false,
-            |l, ino, _| run(l, ino),
-        ),
-    }
-}
-
-#[inline(never)]
-fn xattr_list(c: &Client, fd: Option<i64>, a: &[u64; 6], follow: bool) -> Result<Out> {
-    let (buf, size) = (a[1], a[2] as usize);
-    let run = |lane: &session::Lane, ino| Ok(Out::Done(meta::listxattr(c, lane, ino, buf, size)?));
-    match fd {
-        Some(fd) => on_fd(c, fd, |l, d| run(l, d.ino())),
-        None => on_node(
-            c,
-            libc::AT_FDCWD as i64,
-            a[0],
-            follow,
-            false,
-            |l, ino, _| run(l, ino),
-        ),
-    }
-}
-
-#[inline(never)]
-fn xattr_remove(c: &Client, fd: Option<i64>, a: &[u64; 6], follow: bool) -> Result<Out> {
-    let name = a[1];
-    let run = |lane: &session::Lane, ino| {
-        let n = meta::xattr_name(name)?;
-        Ok(Out::Done(meta::removexattr(c, lane, ino, n)?))
-    };
-    match fd {
-        Some(fd) => on_fd(c, fd, |l, d| run(l, d.ino())),
-        None => on_node(
-            c,
-            libc::AT_FDCWD as i64,
-            a[0],
-            follow,
-            false,
-            |l, ino, _| run(l, ino),
-        ),
-    }
-}
-
 /// Offset argument of pread-style calls: negative is `EINVAL`.
 fn offset(v: u64) -> Result<u64> {
     if (v as i64) < 0 {
@@ -638,23 +562,29 @@ fn run(c: &'static Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
             }
             open_resolved(c, fd0, a[1], how.flags as u32, how.mode as u32, how.resolve)
         }
-        SYS_read => on_fd(c, fd0, |l, d| {
-            let buf = sys::user_slice_mut(a[1], a[2] as usize);
-            done(file::read_desc(c, l, d, buf, None)? as i64)
+        SYS_read | SYS_pread64 => on_fd(c, fd0, |l, d| {
+            let off = if nr == SYS_read {
+                None
+            } else {
+                Some(offset(a[3])?)
+            };
+            let (ptr, len) = (a[1], a[2] as usize);
+            match sys::user_slice_mut(ptr, len) {
+                Ok(buf) => done(file::read_desc(c, l, d, buf, off)? as i64),
+                Err(e) => partial::read(c, l, d, (ptr, len), off, e),
+            }
         }),
-        SYS_pread64 => on_fd(c, fd0, |l, d| {
-            let off = offset(a[3])?;
-            let buf = sys::user_slice_mut(a[1], a[2] as usize);
-            done(file::read_desc(c, l, d, buf, Some(off))? as i64)
-        }),
-        SYS_write => on_fd(c, fd0, |l, d| {
-            let buf = sys::user_slice(a[1], a[2] as usize);
-            done(file::write_desc(c, l, d, buf, None)? as i64)
-        }),
-        SYS_pwrite64 => on_fd(c, fd0, |l, d| {
-            let off = offset(a[3])?;
-            let buf = sys::user_slice(a[1], a[2] as usize);
-            done(file::write_desc(c, l, d, buf, Some(off))? as i64)
+        SYS_write | SYS_pwrite64 => on_fd(c, fd0, |l, d| {
+            let off = if nr == SYS_write {
+                None
+            } else {
+                Some(offset(a[3])?)
+            };
+            let (ptr, len) = (a[1], a[2] as usize);
+            match sys::user_slice(ptr, len) {
+                Ok(buf) => done(file::write_desc(c, l, d, buf, off)? as i64),
+                Err(e) => partial::write(c, l, d, (ptr, len), off, e),
+            }
         }),
         SYS_readv => on_fd(c, fd0, |l, d| done(file::readv(c, l, d, a[1], a[2], None)?)),
         SYS_writev => on_fd(c, fd0, |l, d| {
@@ -786,7 +716,7 @@ fn run(c: &'static Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
             )
         }
         SYS_getdents64 | SYS_getdents => on_fd(c, fd0, |l, d| {
-            let buf = sys::user_slice_mut(a[1], a[2] as usize);
+            let buf = sys::user_slice_mut(a[1], a[2] as usize)?;
             if nr == SYS_getdents64 {
                 done(ns::getdents64(c, l, d, buf)?)
             } else {
@@ -1015,18 +945,18 @@ fn run(c: &'static Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
         SYS_mknodat => on_path(c, fd0, a[1], |l, p| {
             ns::mknod(c, l, fd0, p, a[2] as u32, a[3])
         }),
-        SYS_getxattr => xattr_get(c, None, a, true),
-        SYS_lgetxattr => xattr_get(c, None, a, false),
-        SYS_fgetxattr => xattr_get(c, Some(fd0), a, true),
-        SYS_setxattr => xattr_set(c, None, a, true),
-        SYS_lsetxattr => xattr_set(c, None, a, false),
-        SYS_fsetxattr => xattr_set(c, Some(fd0), a, true),
-        SYS_listxattr => xattr_list(c, None, a, true),
-        SYS_llistxattr => xattr_list(c, None, a, false),
-        SYS_flistxattr => xattr_list(c, Some(fd0), a, true),
-        SYS_removexattr => xattr_remove(c, None, a, true),
-        SYS_lremovexattr => xattr_remove(c, None, a, false),
-        SYS_fremovexattr => xattr_remove(c, Some(fdarg(a[0])), a, true),
+        SYS_getxattr => meta::xattr_get(c, None, a, true),
+        SYS_lgetxattr => meta::xattr_get(c, None, a, false),
+        SYS_fgetxattr => meta::xattr_get(c, Some(fd0), a, true),
+        SYS_setxattr => meta::xattr_set(c, None, a, true),
+        SYS_lsetxattr => meta::xattr_set(c, None, a, false),
+        SYS_fsetxattr => meta::xattr_set(c, Some(fd0), a, true),
+        SYS_listxattr => meta::xattr_list(c, None, a, true),
+        SYS_llistxattr => meta::xattr_list(c, None, a, false),
+        SYS_flistxattr => meta::xattr_list(c, Some(fd0), a, true),
+        SYS_removexattr => meta::xattr_remove(c, None, a, true),
+        SYS_lremovexattr => meta::xattr_remove(c, None, a, false),
+        SYS_fremovexattr => meta::xattr_remove(c, Some(fdarg(a[0])), a, true),
         SYS_mmap => {
             if a[3] as i32 & MAP_ANONYMOUS != 0 {
                 return Ok(Out::Host);
@@ -1147,6 +1077,8 @@ pub fn fork_parent(prep: ForkPrep, child_pid: i64) {
 
 /// In the child after `fork`: switch to the child session.
 pub fn fork_child(prep: ForkPrep) {
+    // Program memory is reached through our pid, which just changed.
+    sys::init_pid();
     let Some(c) = session::client() else {
         return;
     };
@@ -1158,6 +1090,28 @@ pub fn fork_child(prep: ForkPrep) {
 /// The session id (tests and `--stats`).
 pub fn session_id() -> Option<SessionId> {
     session::client().map(|c| c.session_id())
+}
+
+/// Load a plain value from the program's memory: `EFAULT` where the
+/// kernel would give it, never a fault (for the preload library's own
+/// emulations, such as `rt_sigaction`).
+pub fn read_user<T: Copy>(ptr: u64) -> core::result::Result<T, i32> {
+    sys::get_user(ptr)
+}
+
+/// Store a plain value into the program's memory (`EFAULT` as above).
+pub fn write_user<T: Copy>(ptr: u64, v: T) -> core::result::Result<(), i32> {
+    sys::put_user(ptr, v)
+}
+
+/// The program's C string at `ptr` (a path): `EFAULT` or `ENAMETOOLONG`
+/// as the kernel would answer, never a fault.
+pub fn user_path<'a>(ptr: u64) -> core::result::Result<&'a [u8], i32> {
+    // Outside `dispatch`: nothing may be remembered past this call.
+    sys::forget_paths();
+    let r = sys::user_path(ptr);
+    sys::forget_paths();
+    r
 }
 
 /// Is `fd` an atoll descriptor of this process?

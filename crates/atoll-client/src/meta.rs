@@ -9,6 +9,7 @@ use crate::fdtable;
 use crate::session::{Client, Lane};
 use crate::sys;
 use crate::walk::{NodeStep, Walker};
+use crate::Out;
 
 /// Device number every atoll inode reports (major 0, an unused high minor,
 /// encoded as the kernel's `new_encode_dev`): one fixed device for the mount.
@@ -280,7 +281,7 @@ fn copy_sized(v: &[u8], buf: u64, size: usize) -> Result<i64> {
     if v.len() > size {
         return err(libc::ERANGE);
     }
-    sys::user_slice_mut(buf, v.len()).copy_from_slice(v);
+    sys::copy_to_user(buf, v)?;
     Ok(v.len() as i64)
 }
 
@@ -292,14 +293,6 @@ pub fn setxattr(
     value: &[u8],
     flags: u32,
 ) -> Result<i64> {
-    // Linux: E2BIG past XATTR_SIZE_MAX; a value no frame carries does
-    // not fit the inode's xattr space (ENOSPC, as ext4 without ea_inode).
-    if value.len() > atoll_proto::XATTR_SIZE_MAX {
-        return err(libc::E2BIG);
-    }
-    if value.len() > atoll_proto::MAX_XATTR_VALUE {
-        return err(libc::ENOSPC);
-    }
     lane.call_ok(
         c,
         ino.owner(),
@@ -332,4 +325,103 @@ pub fn xattr_name<'a>(ptr: u64) -> Result<&'a [u8]> {
         return err(libc::ERANGE);
     }
     Ok(n)
+}
+
+// ---- the xattr system calls: name, value and list buffers of the program ----
+
+#[inline(never)]
+pub(crate) fn xattr_get(
+    c: &Client,
+    dirfd_or_fd: Option<i64>,
+    a: &[u64; 6],
+    follow: bool,
+) -> Result<Out> {
+    let (name, buf, size) = (a[1], a[2], a[3] as usize);
+    let run = |lane: &Lane, ino| {
+        let n = xattr_name(name)?;
+        Ok(Out::Done(getxattr(c, lane, ino, n, buf, size)?))
+    };
+    match dirfd_or_fd {
+        Some(fd) => crate::on_fd(c, fd, |l, d| run(l, d.ino())),
+        None => crate::on_node(
+            c,
+            libc::AT_FDCWD as i64,
+            a[0],
+            follow,
+            false,
+            |l, ino, _| run(l, ino),
+        ),
+    }
+}
+
+#[inline(never)]
+pub(crate) fn xattr_set(c: &Client, fd: Option<i64>, a: &[u64; 6], follow: bool) -> Result<Out> {
+    let (name, val, size, flags) = (a[1], a[2], a[3] as usize, a[4] as u32);
+    let run = |lane: &Lane, ino| {
+        let n = xattr_name(name)?;
+        // Linux: E2BIG past XATTR_SIZE_MAX; a value no frame carries does
+        // not fit the inode's xattr space (ENOSPC, as ext4 without ea_inode).
+        if size > atoll_proto::XATTR_SIZE_MAX {
+            return err(libc::E2BIG);
+        }
+        if size > atoll_proto::MAX_XATTR_VALUE {
+            return err(libc::ENOSPC);
+        }
+        Ok(Out::Done(setxattr(
+            c,
+            lane,
+            ino,
+            n,
+            sys::user_slice(val, size)?,
+            flags,
+        )?))
+    };
+    match fd {
+        Some(fd) => crate::on_fd(c, fd, |l, d| run(l, d.ino())),
+        None => crate::on_node(
+            c,
+            libc::AT_FDCWD as i64,
+            a[0],
+            follow,
+            false,
+            |l, ino, _| run(l, ino),
+        ),
+    }
+}
+
+#[inline(never)]
+pub(crate) fn xattr_list(c: &Client, fd: Option<i64>, a: &[u64; 6], follow: bool) -> Result<Out> {
+    let (buf, size) = (a[1], a[2] as usize);
+    let run = |lane: &Lane, ino| Ok(Out::Done(listxattr(c, lane, ino, buf, size)?));
+    match fd {
+        Some(fd) => crate::on_fd(c, fd, |l, d| run(l, d.ino())),
+        None => crate::on_node(
+            c,
+            libc::AT_FDCWD as i64,
+            a[0],
+            follow,
+            false,
+            |l, ino, _| run(l, ino),
+        ),
+    }
+}
+
+#[inline(never)]
+pub(crate) fn xattr_remove(c: &Client, fd: Option<i64>, a: &[u64; 6], follow: bool) -> Result<Out> {
+    let name = a[1];
+    let run = |lane: &Lane, ino| {
+        let n = xattr_name(name)?;
+        Ok(Out::Done(removexattr(c, lane, ino, n)?))
+    };
+    match fd {
+        Some(fd) => crate::on_fd(c, fd, |l, d| run(l, d.ino())),
+        None => crate::on_node(
+            c,
+            libc::AT_FDCWD as i64,
+            a[0],
+            follow,
+            false,
+            |l, ino, _| run(l, ino),
+        ),
+    }
 }

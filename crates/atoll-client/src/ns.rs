@@ -1223,7 +1223,7 @@ pub fn readlink(
     let n = lane.call(c, ino.owner(), Request::ReadLink { ino }, |r| match r {
         Reply::Target(t) => {
             let n = t.len().min(size as usize);
-            sys::user_slice_mut(buf, n).copy_from_slice(&t[..n]);
+            sys::copy_to_user(buf, &t[..n])?;
             Ok(n)
         }
         _ => Err(Error::Protocol("ReadLink")),
@@ -1467,7 +1467,7 @@ pub fn getcwd(c: &Client, buf: u64, size: u64) -> Result<Out> {
     if (size as usize) < n {
         return err(libc::ERANGE);
     }
-    let out = sys::user_slice_mut(buf, n);
+    let out = sys::user_slice_mut(buf, n)?;
     out[..n - 1].copy_from_slice(&cwd.path);
     out[n - 1] = 0;
     Ok(Out::Done(n as i64))

@@ -530,7 +530,7 @@ fn readv(c: &Client, d: &DescRef, iov: u64, cnt: u64) -> Result<i64> {
         if v.iov_len == 0 {
             continue;
         }
-        let buf = sys::user_slice_mut(v.iov_base as u64, v.iov_len);
+        let buf = sys::user_slice_mut(v.iov_base as u64, v.iov_len)?;
         let n = if total == 0 {
             read(c, d, buf)?
         } else {
@@ -565,7 +565,7 @@ fn writev(c: &Client, d: &DescRef, iov: u64, cnt: u64) -> Result<i64> {
         for i in 0..cnt {
             let v: libc::iovec = sys::get_user(iov + i * sz)?;
             small[at..at + v.iov_len]
-                .copy_from_slice(sys::user_slice(v.iov_base as u64, v.iov_len));
+                .copy_from_slice(sys::user_slice(v.iov_base as u64, v.iov_len)?);
             at += v.iov_len;
         }
         return Ok(write(c, d, &small[..at])? as i64);
@@ -573,7 +573,7 @@ fn writev(c: &Client, d: &DescRef, iov: u64, cnt: u64) -> Result<i64> {
     let mut total = 0usize;
     for i in 0..cnt {
         let v: libc::iovec = sys::get_user(iov + i * sz)?;
-        let n = match write(c, d, sys::user_slice(v.iov_base as u64, v.iov_len)) {
+        let n = match write(c, d, sys::user_slice(v.iov_base as u64, v.iov_len)?) {
             Ok(n) => n,
             Err(_) if total > 0 => break,
             Err(e) => return Err(e),
@@ -1183,11 +1183,11 @@ pub fn route(c: &Client, nr: i64, a: &[u64; 6]) -> Result<Option<Out>> {
             }
         }
         libc::SYS_read => on_pipe(&|d| {
-            let buf = sys::user_slice_mut(a[1], a[2] as usize);
+            let buf = sys::user_slice_mut(a[1], a[2] as usize)?;
             Ok(Out::Done(read(c, d, buf)? as i64))
         }),
         libc::SYS_write => on_pipe(&|d| {
-            let buf = sys::user_slice(a[1], a[2] as usize);
+            let buf = sys::user_slice(a[1], a[2] as usize)?;
             Ok(Out::Done(write(c, d, buf)? as i64))
         }),
         libc::SYS_readv => on_pipe(&|d| Ok(Out::Done(readv(c, d, a[1], a[2])?))),

@@ -267,8 +267,22 @@ impl Lane {
         req: Request<'_>,
         f: impl FnOnce(Reply<'_>) -> Result<R>,
     ) -> Result<R> {
+        // A name change in a directory owned elsewhere: its owner moves the
+        // directory's times on (`dirperm::touch_owners`). An `Open` changes
+        // a name only when it created the file.
+        let dirs = crate::dirperm::changed_elsewhere(&req, server);
+        let mut changed = !matches!(req, Request::Open { .. });
         let id = self.send_vouched(c, c.cred(), vouched, server, req)?;
-        self.recv(c, server, id, f)
+        let r = self.recv(c, server, id, |r| {
+            if let Reply::Opened { created: true, .. } = r {
+                changed = true;
+            }
+            f(r)
+        })?;
+        if changed {
+            crate::dirperm::touch_owners(c, self, dirs);
+        }
+        Ok(r)
     }
 
     /// A request whose only good answer is `Ok`.

@@ -252,74 +252,505 @@ impl Drop for SpinGuard<'_> {
 }
 
 // ---------------------------------------------------------------------------
-// The program's memory. Every pointer below comes from a system call's raw
-// arguments; like the kernel we trust the program to pass valid memory
-// (a bad pointer faults in the program, as a libc wrapper would have).
+// The program's memory.
+//
+// Every pointer below comes from a system call's raw arguments. The kernel
+// answers EFAULT when such memory is not mapped or lacks the access the
+// call needs, and so must atoll: a bad pointer may never fault inside the
+// client, which would kill the program with SIGSEGV where Linux returns an
+// error. We cannot catch the fault (the program owns SIGSEGV), so memory is
+// first checked through the kernel itself: `process_vm_readv` on our own
+// pid reads program memory with the kernel's fault handling and answers
+// EFAULT without a signal.
+//
+// How, by kind of argument (each costs about one cheap system call):
+// * a path is handed to the kernel as the old name of a `symlinkat` whose
+//   new name is empty: the kernel copies the old name first, with its own
+//   fault handling (EFAULT, ENAMETOOLONG), then fails on the empty name
+//   (ENOENT) before it looks anything up; the path is then used in place.
+//   One entry of the calling thread remembers the last path checked, so
+//   the two or three looks of one emulated call at its path cost one check
+//   ([`forget_paths`] at each entry and exit of the client);
+// * an out-parameter (`put_user`, `copy_to_user`) is first stored into by
+//   `clock_gettime`, a 16-byte store by the kernel per page, then copied;
+// * small in-parameters (`get_user`) are copied by `process_vm_readv` on
+//   our own pid, which reads our memory with the kernel's fault handling;
+// * data buffers are probed, then used in place so the data path keeps its
+//   single memcpy: a buffer within two pages with one futex operation per
+//   page that reads (or atomically adds 0 to) a word of it, a larger one
+//   with `process_vm_readv` touching one byte per page (a write probe
+//   copies each byte onto itself). Neither changes the program's data.
+// A kernel or sandbox refusing one of these calls makes us fall back to
+// trusting the pointer, as a libc wrapper would. A thread of the program
+// that unmaps memory while another passes it to a system call can still
+// fault us between the check and the use; that program races with itself
+// under Linux too (its own later access would fault).
 
 /// Longest path the kernel accepts, including the NUL (`PATH_MAX`).
 pub const PATH_MAX: usize = 4096;
 
-/// The NUL-terminated string at `ptr`, without the NUL. `EFAULT` for a null
-/// pointer, `ENAMETOOLONG` when no NUL appears within `PATH_MAX` bytes.
-pub fn user_path<'a>(ptr: u64) -> Result<&'a [u8], i32> {
-    if ptr == 0 {
+/// Longest argument or environment string `execve` accepts (`MAX_ARG_STRLEN`).
+const MAX_ARG_STRLEN: usize = 32 * 4096;
+
+const PAGE: u64 = 4096;
+
+/// First address above user space on x86-64 with 5-level paging; anything
+/// at or above is EFAULT at once (the kernel's `access_ok`).
+const USER_END: u64 = 1 << 56;
+
+/// Our process id for `process_vm_*` (0 = not known: ask each time). Set
+/// only where a process surely has memory of its own — at [`init_pid`]
+/// from the client's start and from a fork child's hook — and never
+/// lazily: a `CLONE_VM` child (vfork, `posix_spawn`) shares this variable,
+/// and a pid it stored would name its own image after its `execve`. Such
+/// a child may still use the parent's pid: it names the same memory.
+static PID: core::sync::atomic::AtomicI32 = core::sync::atomic::AtomicI32::new(0);
+
+fn getpid() -> i32 {
+    // SAFETY: getpid takes no arguments.
+    unsafe { sc(libc::SYS_getpid, 0, 0, 0, 0) as i32 }
+}
+
+/// Remember our pid (at the client's start, and in a fork child).
+pub fn init_pid() {
+    PID.store(getpid(), core::sync::atomic::Ordering::Relaxed);
+}
+
+fn self_pid() -> u64 {
+    match PID.load(core::sync::atomic::Ordering::Relaxed) {
+        p if p > 0 => p as u64,
+        _ => getpid() as u64,
+    }
+}
+
+/// Is `[ptr, ptr + len)` a range user memory could occupy at all?
+fn in_user_space(ptr: u64, len: usize) -> bool {
+    ptr != 0
+        && ptr
+            .checked_add(len as u64)
+            .is_some_and(|end| end <= USER_END)
+}
+
+/// `process_vm_readv` (or `_writev` when `write`) on our own pid: the kernel
+/// copies between the `local` and `remote` iovecs of this address space,
+/// with fault handling. `Ok(())` only when all `want` bytes moved.
+fn vm_copy(
+    write: bool,
+    local: &[libc::iovec],
+    remote: &[libc::iovec],
+    want: usize,
+) -> Result<(), i32> {
+    let nr = if write {
+        libc::SYS_process_vm_writev
+    } else {
+        libc::SYS_process_vm_readv
+    };
+    loop {
+        // SAFETY: the iovecs name memory of this process; the kernel checks
+        // every page of both sides and answers EFAULT instead of faulting.
+        // Our own side is memory we own; the program's side is written only
+        // by `put_user`/`copy_to_user` (an out-parameter) or by a probe that
+        // stores each byte back onto itself.
+        let r = unsafe {
+            syscall6(
+                nr,
+                [
+                    self_pid(),
+                    local.as_ptr() as u64,
+                    local.len() as u64,
+                    remote.as_ptr() as u64,
+                    remote.len() as u64,
+                    0,
+                ],
+            )
+        };
+        return match r {
+            r if r >= 0 && r as usize == want => Ok(()),
+            r if r >= 0 => Err(libc::EFAULT),
+            r if r == -(libc::EINTR as i64) => continue,
+            // A kernel or sandbox without the call: trust the program's
+            // pointers as a libc wrapper does (a bad one faults in the
+            // program).
+            r if r == -(libc::ENOSYS as i64) || r == -(libc::EPERM as i64) => Err(0),
+            // A stale pid (a fork child that missed `init_pid`).
+            r if r == -(libc::ESRCH as i64)
+                && PID.load(core::sync::atomic::Ordering::Relaxed) != 0 =>
+            {
+                PID.store(0, core::sync::atomic::Ordering::Relaxed);
+                continue;
+            }
+            _ => Err(libc::EFAULT),
+        };
+    }
+}
+
+fn iov(ptr: u64, len: usize) -> libc::iovec {
+    libc::iovec {
+        iov_base: ptr as *mut libc::c_void,
+        iov_len: len,
+    }
+}
+
+/// Copy `dst.len()` bytes of program memory at `ptr` into `dst`.
+fn copy_from_user(dst: &mut [u8], ptr: u64) -> Result<(), i32> {
+    if !in_user_space(ptr, dst.len()) {
         return Err(libc::EFAULT);
+    }
+    match vm_copy(
+        false,
+        &[iov(dst.as_mut_ptr() as u64, dst.len())],
+        &[iov(ptr, dst.len())],
+        dst.len(),
+    ) {
+        Err(0) => {
+            // SAFETY: no fault-safe copy on this kernel: read as a libc
+            // wrapper would (the program vouches for `ptr`).
+            unsafe {
+                core::ptr::copy_nonoverlapping(ptr as *const u8, dst.as_mut_ptr(), dst.len())
+            };
+            Ok(())
+        }
+        other => other,
+    }
+}
+
+/// Copy `src` into program memory at `ptr` (an out-parameter). Hot path
+/// (`stat`): the kernel first stores a `timespec` into each page of the
+/// destination (cheaper than a `process_vm_writev`), then we copy.
+pub fn copy_to_user(ptr: u64, src: &[u8]) -> Result<(), i32> {
+    if src.is_empty() {
+        return Ok(());
+    }
+    if !in_user_space(ptr, src.len()) {
+        return Err(libc::EFAULT);
+    }
+    const TS: u64 = core::mem::size_of::<libc::timespec>() as u64;
+    let end = ptr + src.len() as u64;
+    let mut checked = src.len() as u64 >= TS;
+    let mut at = ptr;
+    while checked && at < end {
+        // A window of the destination that touches `at`'s page.
+        let w = at.min(end - TS);
+        // SAFETY: the kernel stores 16 bytes at `w`, inside the program's
+        // out-parameter, which we overwrite whole right after.
+        let r = unsafe {
+            sc(
+                libc::SYS_clock_gettime,
+                libc::CLOCK_MONOTONIC as u64,
+                w,
+                0,
+                0,
+            )
+        };
+        if r == -(libc::EFAULT as i64) {
+            return Err(libc::EFAULT);
+        }
+        checked = r == 0;
+        at = (at / PAGE + 1) * PAGE;
+    }
+    if !checked {
+        return match vm_copy(
+            true,
+            &[iov(src.as_ptr() as u64, src.len())],
+            &[iov(ptr, src.len())],
+            src.len(),
+        ) {
+            Err(0) => {
+                // SAFETY: as in `copy_from_user`: the program vouches for `ptr`.
+                unsafe { core::ptr::copy_nonoverlapping(src.as_ptr(), ptr as *mut u8, src.len()) };
+                Ok(())
+            }
+            other => other,
+        };
+    }
+    // SAFETY: every page of [ptr, end) was just written by the kernel.
+    unsafe { core::ptr::copy_nonoverlapping(src.as_ptr(), ptr as *mut u8, src.len()) };
+    Ok(())
+}
+
+/// Copy as much of `src` to program memory at `ptr` as the program can
+/// access, page by page from the start: the number of bytes copied.
+pub fn copy_to_user_prefix(ptr: u64, src: &[u8]) -> usize {
+    let mut done = 0usize;
+    while done < src.len() {
+        let at = ptr.wrapping_add(done as u64);
+        let n = ((PAGE - at % PAGE) as usize).min(src.len() - done);
+        if !in_user_space(at, n)
+            || vm_copy(
+                true,
+                &[iov(src[done..].as_ptr() as u64, n)],
+                &[iov(at, n)],
+                n,
+            )
+            .is_err()
+        {
+            break;
+        }
+        done += n;
+    }
+    done
+}
+
+/// Fill `dst` from program memory at `ptr` as far as the program can
+/// access it, page by page from the start: the number of bytes copied.
+pub fn copy_from_user_prefix(dst: &mut [u8], ptr: u64) -> usize {
+    let mut done = 0usize;
+    while done < dst.len() {
+        let at = ptr.wrapping_add(done as u64);
+        let n = ((PAGE - at % PAGE) as usize).min(dst.len() - done);
+        if !in_user_space(at, n)
+            || vm_copy(
+                false,
+                &[iov(dst[done..].as_mut_ptr() as u64, n)],
+                &[iov(at, n)],
+                n,
+            )
+            .is_err()
+        {
+            break;
+        }
+        done += n;
+    }
+    done
+}
+
+/// Check that every page of `[ptr, ptr + len)` can be read (and, with
+/// `write`, written) by touching one byte per page through the kernel. A
+/// write probe copies each probed byte onto itself, which changes nothing.
+fn probe(ptr: u64, len: usize, write: bool) -> Result<(), i32> {
+    if !in_user_space(ptr, len) {
+        return Err(libc::EFAULT);
+    }
+    let end = ptr + len as u64;
+    // Small buffers (the hot case): one futex call per page, about half a
+    // `process_vm_readv`; larger ones in batches of pages below.
+    if end - (ptr & !(PAGE - 1)) <= 2 * PAGE && futex_probe(ptr, end, write)? {
+        return Ok(());
+    }
+    const BATCH: usize = 64;
+    let mut at = ptr;
+    let mut scratch = [0u8; BATCH];
+    let mut remote = [iov(0, 0); BATCH];
+    while at < end {
+        let mut n = 0;
+        while n < BATCH && at < end {
+            remote[n] = iov(at, 1);
+            n += 1;
+            at = (at / PAGE + 1) * PAGE;
+        }
+        let local = [iov(scratch.as_mut_ptr() as u64, n)];
+        let r = if write {
+            vm_copy(false, &remote[..n], &remote[..n], n)
+        } else {
+            vm_copy(false, &local, &remote[..n], n)
+        };
+        match r {
+            Ok(()) | Err(0) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Probe each page of `[ptr, end)` through a 4-byte word inside the range
+/// on that page, with a futex operation the kernel runs with its fault
+/// handling: reading, `FUTEX_CMP_REQUEUE` that wakes and moves nobody (it
+/// only compares the word); writing, `FUTEX_WAKE_OP` adding 0 to the word
+/// atomically (a store that changes nothing, even against a concurrent
+/// writer) and waking nobody. `Ok(false)` when a page has no whole aligned
+/// word in range or the kernel gave no usable answer: probe another way.
+fn futex_probe(ptr: u64, end: u64, write: bool) -> Result<bool, i32> {
+    const OP_ADD_ZERO: u64 = 1 << 28; // FUTEX_OP(FUTEX_OP_ADD, 0, FUTEX_OP_CMP_EQ, 0)
+    let private = libc::FUTEX_PRIVATE_FLAG as u64;
+    let ours: u32 = 0;
+    let ours = &ours as *const u32 as u64;
+    let mut at = ptr;
+    while at < end {
+        let page_end = ((at / PAGE + 1) * PAGE).min(end);
+        let word = (at + 3) & !3;
+        if word + 4 > page_end {
+            return Ok(false);
+        }
+        // SAFETY: futex operations that read (or atomically add 0 to) the
+        // program's word at `word` and wake no waiter; `ours` is a local.
+        let r = unsafe {
+            if write {
+                syscall6(
+                    libc::SYS_futex,
+                    [
+                        ours,
+                        libc::FUTEX_WAKE_OP as u64 | private,
+                        0,
+                        0,
+                        word,
+                        OP_ADD_ZERO,
+                    ],
+                )
+            } else {
+                syscall6(
+                    libc::SYS_futex,
+                    [
+                        word,
+                        libc::FUTEX_CMP_REQUEUE as u64 | private,
+                        0,
+                        0,
+                        ours,
+                        0,
+                    ],
+                )
+            }
+        };
+        match r {
+            0 => {}
+            r if r == -(libc::EAGAIN as i64) && !write => {}
+            r if r == -(libc::EFAULT as i64) => return Err(libc::EFAULT),
+            _ => return Ok(false),
+        }
+        at = page_end;
+    }
+    Ok(true)
+}
+
+/// The NUL-terminated string at `ptr`, without the NUL, at most `max`
+/// bytes before it (else `too_long`). The string is read through the
+/// kernel chunk by chunk, never across a page it does not need (like the
+/// kernel's `strncpy_from_user`), and then used in place.
+fn user_cstr<'a>(ptr: u64, max: usize, too_long: i32) -> Result<&'a [u8], i32> {
+    if !in_user_space(ptr, 1) {
+        return Err(libc::EFAULT);
+    }
+    let mut chunk = [0u8; 512];
+    let mut n = 0usize;
+    while n <= max {
+        let at = ptr + n as u64;
+        let want = ((PAGE - at % PAGE) as usize).min(chunk.len());
+        copy_from_user(&mut chunk[..want], at)?;
+        if let Some(i) = chunk[..want].iter().position(|&b| b == 0) {
+            if n + i > max {
+                break;
+            }
+            // SAFETY: the kernel just read these n + i bytes of program
+            // memory without a fault; the program passed them as a string
+            // argument of the call we are emulating.
+            return Ok(unsafe { core::slice::from_raw_parts(ptr as *const u8, n + i) });
+        }
+        n += want;
+    }
+    Err(too_long)
+}
+
+std::thread_local! {
+    /// The last path [`user_path`] checked on this thread: (address, length).
+    static LAST_PATH: core::cell::Cell<(u64, usize)> = const { core::cell::Cell::new((0, 0)) };
+}
+
+/// Forget the path remembered by [`user_path`]: called when the client is
+/// entered and left, so a check never outlives the call it was made for
+/// (the program may unmap the memory afterwards).
+pub fn forget_paths() {
+    LAST_PATH.with(|l| l.set((0, 0)));
+}
+
+/// Let the kernel check that a path is readable up to its NUL within
+/// `PATH_MAX`: `Ok(true)` when it is, `Ok(false)` when the kernel gave no
+/// usable answer (a sandbox refusing `symlinkat`), else the errno.
+fn kernel_checks_path(ptr: u64) -> Result<bool, i32> {
+    // SAFETY: `symlinkat(ptr, AT_FDCWD, "")`: the kernel copies `ptr` as a
+    // string with fault handling, then fails on the empty new name before
+    // any lookup; nothing is created.
+    let r = unsafe {
+        sc(
+            libc::SYS_symlinkat,
+            ptr,
+            libc::AT_FDCWD as u64,
+            c"".as_ptr() as u64,
+            0,
+        )
+    };
+    match -r as i32 {
+        libc::ENOENT => Ok(true),
+        e @ (libc::EFAULT | libc::ENAMETOOLONG) => Err(e),
+        _ => Ok(false),
+    }
+}
+
+/// The path at `ptr` without its NUL: `EFAULT` for memory the program
+/// cannot read, `ENAMETOOLONG` when no NUL appears within `PATH_MAX` bytes.
+/// Hot path: one system call, none for the same path again in one call.
+pub fn user_path<'a>(ptr: u64) -> Result<&'a [u8], i32> {
+    if !in_user_space(ptr, 1) {
+        return Err(libc::EFAULT);
+    }
+    let (last, len) = LAST_PATH.with(|l| l.get());
+    if last == ptr {
+        // SAFETY: checked by the kernel earlier in this same call.
+        return Ok(unsafe { core::slice::from_raw_parts(ptr as *const u8, len) });
+    }
+    if !kernel_checks_path(ptr)? {
+        return user_cstr(ptr, PATH_MAX - 1, libc::ENAMETOOLONG);
     }
     let p = ptr as *const u8;
     let mut n = 0usize;
-    // SAFETY: the program passed `ptr` as a C string argument; we read byte
-    // by byte up to its NUL or PATH_MAX, like the kernel's strncpy_from_user
-    // (minus the fault handling: a bad pointer faults as in a libc wrapper).
+    // SAFETY: the kernel found a NUL within PATH_MAX readable bytes at
+    // `ptr`; we stop at the first NUL (and at PATH_MAX should the program
+    // change the string meanwhile).
     unsafe {
-        while n < PATH_MAX {
-            if *p.add(n) == 0 {
-                return Ok(core::slice::from_raw_parts(p, n));
-            }
+        while n < PATH_MAX - 1 && *p.add(n) != 0 {
             n += 1;
         }
     }
-    Err(libc::ENAMETOOLONG)
+    LAST_PATH.with(|l| l.set((ptr, n)));
+    // SAFETY: as above: n readable bytes.
+    Ok(unsafe { core::slice::from_raw_parts(p, n) })
 }
 
-/// Read-only view of a program buffer.
-pub fn user_slice<'a>(ptr: u64, len: usize) -> &'a [u8] {
-    if len == 0 || ptr == 0 {
-        return &[];
+/// Read-only view of a program buffer; `EFAULT` unless all of it is
+/// readable. Empty for `len == 0` whatever the pointer (as Linux).
+pub fn user_slice<'a>(ptr: u64, len: usize) -> Result<&'a [u8], i32> {
+    if len == 0 {
+        return Ok(&[]);
     }
+    probe(ptr, len, false)?;
     // SAFETY: the program passed (ptr, len) as a buffer argument of a
-    // system call that reads it.
-    unsafe { core::slice::from_raw_parts(ptr as *const u8, len) }
+    // system call that reads it, and every page of it is readable.
+    Ok(unsafe { core::slice::from_raw_parts(ptr as *const u8, len) })
 }
 
-/// Writable view of a program buffer.
-pub fn user_slice_mut<'a>(ptr: u64, len: usize) -> &'a mut [u8] {
-    if len == 0 || ptr == 0 {
-        return &mut [];
+/// Writable view of a program buffer; `EFAULT` unless all of it is
+/// writable.
+pub fn user_slice_mut<'a>(ptr: u64, len: usize) -> Result<&'a mut [u8], i32> {
+    if len == 0 {
+        return Ok(&mut []);
     }
+    probe(ptr, len, true)?;
     // SAFETY: the program passed (ptr, len) as a buffer argument of a
-    // system call that writes it; nothing else in atoll aliases it.
-    unsafe { core::slice::from_raw_parts_mut(ptr as *mut u8, len) }
+    // system call that writes it, every page of it is writable, and
+    // nothing else in atoll aliases it.
+    Ok(unsafe { core::slice::from_raw_parts_mut(ptr as *mut u8, len) })
 }
 
 /// Store a plain-old-data value at a program address.
 pub fn put_user<T: Copy>(ptr: u64, v: T) -> Result<(), i32> {
-    if ptr == 0 {
-        return Err(libc::EFAULT);
-    }
-    // SAFETY: the program passed `ptr` as an out-parameter of type T;
-    // unaligned write because C callers only guarantee C alignment.
-    unsafe { core::ptr::write_unaligned(ptr as *mut T, v) };
-    Ok(())
+    // SAFETY: `v` is a live local of size_of::<T>() bytes; T is one of
+    // libc's integer-only structs (no padding is read as a value by the
+    // program that it did not get from the kernel too).
+    let bytes = unsafe {
+        core::slice::from_raw_parts(&v as *const T as *const u8, core::mem::size_of::<T>())
+    };
+    copy_to_user(ptr, bytes)
 }
 
 /// Load a plain-old-data value from a program address.
 pub fn get_user<T: Copy>(ptr: u64) -> Result<T, i32> {
-    if ptr == 0 {
-        return Err(libc::EFAULT);
-    }
-    // SAFETY: the program passed `ptr` as an in-parameter of type T (a
-    // C struct made of integers: every bit pattern is valid).
-    Ok(unsafe { core::ptr::read_unaligned(ptr as *const T) })
+    let mut v = core::mem::MaybeUninit::<T>::zeroed();
+    // SAFETY: `v` is a local of size_of::<T>() bytes, zero-initialised.
+    let bytes = unsafe {
+        core::slice::from_raw_parts_mut(v.as_mut_ptr() as *mut u8, core::mem::size_of::<T>())
+    };
+    copy_from_user(bytes, ptr)?;
+    // SAFETY: filled from the program's memory; T is a C struct made of
+    // integers (every bit pattern is valid).
+    Ok(unsafe { v.assume_init() })
 }
 
 /// A zeroed C struct (all the libc structs we fill are integers only).
@@ -329,23 +760,146 @@ pub fn zeroed<T: Copy>() -> T {
     unsafe { core::mem::zeroed() }
 }
 
-/// Iterate a NUL-terminated array of C strings (argv/envp).
-pub fn user_str_array<'a>(ptr: *const *const libc::c_char) -> Vec<&'a [u8]> {
+/// The strings of a NULL-terminated array of C strings (argv/envp); a null
+/// array is empty. `EFAULT` for an unreadable element or string, `E2BIG`
+/// for a string longer than the kernel takes.
+pub fn user_str_array<'a>(ptr: *const *const libc::c_char) -> Result<Vec<&'a [u8]>, i32> {
     let mut out = Vec::new();
     if ptr.is_null() {
-        return out;
+        return Ok(out);
     }
-    let mut i = 0;
+    let mut at = ptr as u64;
     loop {
-        // SAFETY: `ptr` is a NULL-terminated argv/envp array from the
-        // program; each element is a C string.
-        let s = unsafe { *ptr.add(i) };
-        if s.is_null() {
+        let s: u64 = get_user(at)?;
+        if s == 0 {
             break;
         }
-        // SAFETY: as above: `s` is NUL-terminated.
-        out.push(unsafe { core::ffi::CStr::from_ptr(s) }.to_bytes());
-        i += 1;
+        out.push(user_cstr(s, MAX_ARG_STRLEN - 1, libc::E2BIG)?);
+        at += 8;
     }
-    out
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mapping(prot: i32) -> u64 {
+        // SAFETY: a fresh anonymous mapping of two pages.
+        let p = unsafe {
+            libc::mmap(
+                core::ptr::null_mut(),
+                2 * PAGE as usize,
+                prot,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        p as u64
+    }
+
+    #[test]
+    fn bad_addresses_are_efault_not_a_crash() {
+        for p in [0u64, 0xdead_c0de, u64::MAX - 3, 1 << 60] {
+            assert_eq!(user_path(p), Err(libc::EFAULT));
+            assert_eq!(user_slice(p, 10).err(), Some(libc::EFAULT));
+            assert_eq!(user_slice_mut(p, 10).err(), Some(libc::EFAULT));
+            assert_eq!(get_user::<u64>(p), Err(libc::EFAULT));
+            assert_eq!(put_user::<u64>(p, 7), Err(libc::EFAULT));
+        }
+        assert!(user_slice(0xdead_c0de, 0).unwrap().is_empty());
+    }
+
+    #[test]
+    fn strings_stop_at_their_nul_before_an_unmapped_page() {
+        let m = mapping(libc::PROT_READ | libc::PROT_WRITE);
+        // SAFETY: unmapping the second page of our own mapping.
+        unsafe { libc::munmap((m + PAGE) as *mut libc::c_void, PAGE as usize) };
+        let s = m + PAGE - 4;
+        // SAFETY: the last 4 bytes of the mapped first page.
+        unsafe { core::ptr::copy_nonoverlapping(b"ab\0c".as_ptr(), s as *mut u8, 4) };
+        assert_eq!(user_path(s), Ok(&b"ab"[..]));
+        // No NUL before the hole: EFAULT, as strncpy_from_user.
+        assert_eq!(user_path(s + 3), Err(libc::EFAULT));
+        assert_eq!(user_slice(s, 4).map(<[u8]>::len), Ok(4));
+        assert_eq!(user_slice(s, 5).err(), Some(libc::EFAULT));
+    }
+
+    #[test]
+    fn read_only_memory_is_readable_but_not_writable() {
+        let m = mapping(libc::PROT_READ);
+        assert!(user_slice(m, 8192).is_ok());
+        assert_eq!(user_slice_mut(m, 1).err(), Some(libc::EFAULT));
+        assert_eq!(put_user::<u32>(m, 1), Err(libc::EFAULT));
+        let none = mapping(libc::PROT_NONE);
+        assert_eq!(user_slice(none, 1).err(), Some(libc::EFAULT));
+        assert_eq!(get_user::<u8>(none), Err(libc::EFAULT));
+    }
+
+    #[test]
+    fn small_and_large_buffers_are_probed_alike() {
+        let rw = mapping(libc::PROT_READ | libc::PROT_WRITE);
+        let ro = mapping(libc::PROT_READ);
+        let none = mapping(libc::PROT_NONE);
+        // SAFETY: writing our own fresh mapping.
+        unsafe { core::ptr::write_bytes(rw as *mut u8, 7, 2 * PAGE as usize) };
+        for (at, len) in [
+            (0, 1),
+            (1, 3),
+            (3, 64),
+            (PAGE - 2, 4),
+            (PAGE - 8, 16),
+            (0, 8192),
+        ] {
+            assert!(user_slice(rw + at, len).is_ok(), "{at} {len}");
+            assert!(user_slice_mut(rw + at, len).is_ok(), "{at} {len}");
+            assert!(user_slice(ro + at, len).is_ok(), "{at} {len}");
+            assert_eq!(user_slice_mut(ro + at, len).err(), Some(libc::EFAULT));
+            assert_eq!(user_slice(none + at, len).err(), Some(libc::EFAULT));
+        }
+        // The futex way answers for small buffers (no fallback needed).
+        assert_eq!(futex_probe(rw + 1, rw + 70, false), Ok(true));
+        assert_eq!(futex_probe(rw + 1, rw + 70, true), Ok(true));
+        assert_eq!(futex_probe(ro, ro + 4, true), Err(libc::EFAULT));
+        assert_eq!(futex_probe(none, none + 4, false), Err(libc::EFAULT));
+        // Probes change nothing.
+        // SAFETY: reading our own mapping.
+        let all = unsafe { core::slice::from_raw_parts(rw as *const u8, 2 * PAGE as usize) };
+        assert!(all.iter().all(|&b| b == 7));
+        // A buffer running off the end of a mapping into nothing.
+        let tail = mapping(libc::PROT_READ | libc::PROT_WRITE);
+        // SAFETY: unmapping the second page of our own mapping.
+        unsafe { libc::munmap((tail + PAGE) as *mut libc::c_void, PAGE as usize) };
+        assert_eq!(
+            user_slice_mut(tail + PAGE - 8, 16).err(),
+            Some(libc::EFAULT)
+        );
+        assert_eq!(user_slice(tail + PAGE - 8, 16).err(), Some(libc::EFAULT));
+    }
+
+    #[test]
+    fn paths_longer_than_path_max_are_enametoolong() {
+        let long = vec![b'a'; PATH_MAX + 10];
+        let mut z = long.clone();
+        z.push(0);
+        assert_eq!(user_path(z.as_ptr() as u64), Err(libc::ENAMETOOLONG));
+        let ok = [&long[..PATH_MAX - 1], b"\0"].concat();
+        assert_eq!(
+            user_path(ok.as_ptr() as u64).map(<[u8]>::len),
+            Ok(PATH_MAX - 1)
+        );
+    }
+
+    #[test]
+    fn values_round_trip_through_the_kernel() {
+        let mut x: u64 = 0;
+        put_user(&mut x as *mut u64 as u64, 0x1234_5678_u64).unwrap();
+        assert_eq!(x, 0x1234_5678);
+        assert_eq!(get_user::<u64>(&x as *const u64 as u64), Ok(0x1234_5678));
+        let mut buf = [1u8, 2, 3];
+        let s = user_slice_mut(buf.as_mut_ptr() as u64, 3).unwrap();
+        assert_eq!(s, &[1, 2, 3]);
+    }
 }

@@ -71,7 +71,7 @@ fn pathname(ptr: u64, len: u64) -> Option<SockPath> {
     if family != libc::AF_UNIX as u16 {
         return None;
     }
-    let raw = sys::user_slice(ptr + PATH_AT as u64, (len as usize - PATH_AT).min(SUN_PATH));
+    let raw = sys::user_slice(ptr + PATH_AT as u64, (len as usize - PATH_AT).min(SUN_PATH)).ok()?;
     let n = raw.iter().position(|&b| b == 0).unwrap_or(raw.len());
     if n == 0 {
         return None; // unnamed or abstract
@@ -338,15 +338,15 @@ fn bound_address(c: &Client, addr: &[u8]) -> Option<Addr> {
 /// Copy address `got` (of `got_len` bytes, as the kernel reported it) out
 /// to the program's `(addr, lenp)` the way the kernel does: as much as fits,
 /// and the full length in `*lenp`.
-fn report(c: &Client, got: &[u8; ADDR_MAX], got_len: usize, addr: u64, room: usize) -> u32 {
+fn report(c: &Client, got: &[u8; ADDR_MAX], got_len: usize, addr: u64, room: usize) -> Result<u32> {
     let translated = bound_address(c, &got[..got_len.min(ADDR_MAX)]);
     let (bytes, len) = match &translated {
         Some(t) => (&t.buf, t.len),
         None => (got, got_len),
     };
     let n = len.min(room).min(ADDR_MAX);
-    sys::user_slice_mut(addr, n).copy_from_slice(&bytes[..n]);
-    len as u32
+    sys::copy_to_user(addr, &bytes[..n])?;
+    Ok(len as u32)
 }
 
 /// `getsockname`, `getpeername`, `accept`, `accept4`, `recvfrom`: run with
@@ -366,7 +366,7 @@ fn reported(c: &Client, nr: i64, a: &[u64; 6], ai: usize, li: usize) -> Result<O
         return Ok(Some(Out::Done(r)));
     }
     // A datagram from an unnamed socket reports no address (length 0).
-    let len = report(c, &got, got_len as usize, a[ai], room as usize);
+    let len = report(c, &got, got_len as usize, a[ai], room as usize)?;
     sys::put_user(a[li], len)?;
     Ok(Some(Out::Done(r)))
 }
@@ -392,7 +392,7 @@ fn received_msg(c: &Client, a: &[u64; 6]) -> Result<Option<Out>> {
         m.msg_namelen as usize,
         user.msg_name as u64,
         user.msg_namelen as usize,
-    );
+    )?;
     let mut back = user;
     back.msg_namelen = len;
     back.msg_controllen = m.msg_controllen;

@@ -19,6 +19,10 @@ use core::sync::atomic::{AtomicU8, Ordering};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 pub use atoll_client::Dispatch;
+// Program memory read and written with the kernel's fault handling
+// (`EFAULT`, never a fault); usable in every mode.
+#[cfg_attr(test, allow(unused_imports))]
+pub use atoll_client::{read_user, user_path, write_user};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]

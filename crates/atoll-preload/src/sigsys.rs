@@ -409,23 +409,32 @@ fn sig_action(args: [u64; 6]) -> i64 {
     if args[3] != KSIGSET_SIZE {
         return raw::syscall6(libc::SYS_rt_sigaction, args);
     }
+    // The program's sigactions are read and written as the kernel does:
+    // a bad pointer is EFAULT, not a fault in this handler.
+    let new = if act.is_null() {
+        None
+    } else {
+        match client::read_user::<KSigaction>(act as u64) {
+            Ok(v) => Some(v),
+            Err(e) => return -(e as i64),
+        }
+    };
     if sig == libc::SIGSYS {
         let old = VIRTUAL_SIGSYS.get();
-        if !act.is_null() {
-            // SAFETY: the program asked the kernel to read a sigaction here.
-            VIRTUAL_SIGSYS.set(unsafe { act.read_unaligned() });
+        if let Some(v) = new {
+            VIRTUAL_SIGSYS.set(v);
         }
         if !oact.is_null() {
-            // SAFETY: the program asked the kernel to write a sigaction here.
-            unsafe { oact.write_unaligned(old) };
+            if let Err(e) = client::write_user(oact as u64, old) {
+                return -(e as i64);
+            }
         }
         return 0;
     }
     let mut fixed = KSigaction::default();
     let mut a = args;
-    if !act.is_null() {
-        // SAFETY: as above.
-        fixed = sigfix::fix_action(unsafe { act.read_unaligned() }, restorer());
+    if let Some(v) = new {
+        fixed = sigfix::fix_action(v, restorer());
         a[1] = &fixed as *const KSigaction as u64;
     }
     let r = raw::syscall6(libc::SYS_rt_sigaction, a);

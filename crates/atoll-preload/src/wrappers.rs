@@ -1086,8 +1086,12 @@ unsafe fn spawn_common(
         return unsafe { f(pid, file, actions, attr, argv, envp) };
     }
     let _guard = AtollGuard::enter();
-    // SAFETY: `file` is a NUL-terminated path (caller's contract).
-    let name = unsafe { core::ffi::CStr::from_ptr(file) };
+    // A path the program cannot read fails as the child's execve would.
+    let name = match client::user_path(file as u64) {
+        // SAFETY: the kernel found `file` readable up to this NUL.
+        Ok(p) => unsafe { core::ffi::CStr::from_ptr(p.as_ptr().cast()) },
+        Err(e) => return e,
+    };
     let resolved;
     let path: &core::ffi::CStr = if search && !name.to_bytes().contains(&b'/') {
         match search_path(name.to_bytes()) {

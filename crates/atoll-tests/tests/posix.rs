@@ -23,7 +23,7 @@ fn unix_sockets_bound_in_the_mount_reach_their_listener() {
             set -e
             cd "$ROOT" && mkdir d && cd d
             python3 - <<'PY'
-import os, socket, stat
+import os, socket, stat, sys
 os.umask(0o027)
 for kind in (socket.SOCK_STREAM, socket.SOCK_SEQPACKET):
     s = socket.socket(socket.AF_UNIX, kind)
@@ -31,14 +31,15 @@ for kind in (socket.SOCK_STREAM, socket.SOCK_SEQPACKET):
     s.listen(1)
     st = os.lstat("s1")
     print(oct(st.st_mode), stat.S_ISSOCK(st.st_mode), st.st_nlink, st.st_size, s.getsockname())
+    sys.stdout.flush()
     if os.fork() == 0:
         c = socket.socket(socket.AF_UNIX, kind)
         c.connect(os.path.abspath("s1"))
-        c.sendall(b"hello from the child")
-        print("child peer", repr(c.getpeername()))
+        # The child reports through the socket: one writer of stdout.
+        c.sendall(b"hello from the child, peer " + repr(c.getpeername()).encode())
         os._exit(0)
     conn, addr = s.accept()
-    print(conn.recv(100), repr(addr), repr(conn.getsockname()))
+    print(conn.recv(200), repr(addr), repr(conn.getsockname()))
     os.wait()
     try:
         socket.socket(socket.AF_UNIX, kind).bind("s1")

@@ -1344,7 +1344,8 @@ impl<S: BlockStore> FileServer<S> {
             let wants_write = acc != libc::O_RDONLY as u32;
             let wants_read = acc != libc::O_WRONLY as u32;
             let trunc = flags & libc::O_TRUNC as u32 != 0;
-            if is_dir && (wants_write || flags & libc::O_CREAT as u32 != 0) {
+            // O_TRUNC asks for write access, which a directory never grants.
+            if is_dir && (wants_write || trunc || flags & libc::O_CREAT as u32 != 0) {
                 return Err(Errno::EISDIR);
             }
             if i.ftype == FileType::Socket {

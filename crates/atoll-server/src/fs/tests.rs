@@ -459,6 +459,12 @@ fn o_directory_o_trunc_and_access_modes_follow_linux() {
         Errno::EISDIR
     );
     assert!(t.open_as(S1, USER, ROOT, "d", odir, 0).is_ok());
+    // O_TRUNC asks for write access even with O_RDONLY.
+    assert_eq!(
+        t.open_as(S1, USER, ROOT, "d", libc::O_TRUNC as u32, 0)
+            .unwrap_err(),
+        Errno::EISDIR
+    );
     assert_eq!(
         t.open_as(S1, USER, ROOT, "new", CREAT | odir, 0o644)
             .unwrap_err(),

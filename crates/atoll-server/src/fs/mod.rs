@@ -38,7 +38,8 @@
 //! session at fork or descriptor passing, `Close` drops one). The
 //! description dies when no session references it; when a session dies
 //! ([`FileServer::session_closed`]) all its references and its POSIX locks
-//! go.
+//! go. Mappings are counted the same way (`mapping`): a mapped inode keeps
+//! its blocks from every other file until its last unmap.
 //!
 //! Timestamps: mtime/ctime as Linux. atime follows `relatime` (updated by a
 //! read when older than mtime or ctime, or than a day).
@@ -47,6 +48,7 @@ mod affinity;
 mod dir;
 mod inode;
 mod locks;
+mod mapping;
 mod perm;
 mod pipe;
 pub mod track;
@@ -147,7 +149,7 @@ struct Session {
     groups: Rc<[u32]>,
 }
 
-const OP_NAMES: [&str; 45] = [
+const OP_NAMES: [&str; 47] = [
     "SetGroups",
     "Lookup",
     "Open",
@@ -193,6 +195,8 @@ const OP_NAMES: [&str; 45] = [
     "CreateInode",
     "Adopt",
     "RenameLock",
+    "Map",
+    "Unmap",
 ];
 
 fn op_index(req: &Request<'_>) -> usize {
@@ -243,6 +247,8 @@ fn op_index(req: &Request<'_>) -> usize {
         CreateInode { .. } => 42,
         Adopt { .. } => 43,
         RenameLock { .. } => 44,
+        Map { .. } => 45,
+        Unmap { .. } => 46,
     }
 }
 
@@ -299,6 +305,8 @@ pub struct FileServer<S> {
     /// parents (`Request::RenameLock`; used on server 0). Not re-entrant:
     /// threads of one process (one session) wait for each other too.
     rename_lock: Option<SessionId>,
+    /// Which session maps which inode owned here (`mapping`).
+    maps: mapping::Mappings,
 }
 
 /// Requests that did in one message what Hare's protocol does in several
@@ -375,6 +383,7 @@ impl<S: BlockStore> FileServer<S> {
             move_refs: Vec::new(),
             move_links: Vec::new(),
             rename_lock: None,
+            maps: mapping::Mappings::default(),
             cfg,
         };
         if fs.cfg.index == ROOT.owner() {
@@ -426,6 +435,7 @@ impl<S: BlockStore> FileServer<S> {
             }
         }
         self.abandon_namespace_ops(session);
+        self.drop_mappings(session);
     }
 
     /// A frame that could not be decoded (counted for `atoll status`).
@@ -776,7 +786,13 @@ impl<S: BlockStore> FileServer<S> {
                 offset,
                 len,
                 allocate,
-            } => self.map_blocks(ino, offset, len, allocate),
+            } => {
+                // Blocks reach a mapping only while it is counted (`mapping`).
+                if !self.maps.holds(session, ino) {
+                    return Err(Errno::EBADF);
+                }
+                self.map_blocks(ino, offset, len, allocate)
+            }
             Q::Read { desc, len, offset } => {
                 let (off, got, extents) = self.read(session, desc, len, offset)?;
                 Ok(Reply::Extents {
@@ -876,6 +892,8 @@ impl<S: BlockStore> FileServer<S> {
                 open,
             } => self.create_inode(session, who, dir, ftype, perm, rdev, target, open),
             Q::Adopt { ino } => self.adopt(session, ino),
+            Q::Map { ino, to } => self.map_inode(session, ino, to),
+            Q::Unmap { ino } => self.unmap_inode(session, ino),
         }
     }
 
@@ -1073,13 +1091,14 @@ impl<S: BlockStore> FileServer<S> {
         self.maybe_free(ino);
     }
 
-    /// Destroy the inode if neither names nor descriptions reference it
-    /// (Hare Fig. 3-3: unlinked-but-open files live until the last close).
+    /// Destroy the inode if neither names, descriptions nor mappings
+    /// reference it (Hare Fig. 3-3: unlinked-but-open files live until the
+    /// last close; mapped ones until the last unmap, `mapping`).
     fn maybe_free(&mut self, ino: InodeId) {
         let dead = self
             .inodes
             .get(&ino)
-            .is_some_and(|i| i.links == 0 && i.opens == 0)
+            .is_some_and(|i| i.links == 0 && i.opens == 0 && i.maps == 0)
             && !self.creating.is_pending(ino);
         if dead {
             if let Some(mut i) = self.inodes.remove(&ino) {

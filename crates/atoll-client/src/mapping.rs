@@ -20,7 +20,8 @@
 //!
 //! Growing a piece with `mremap` would extend its last run of cache pages
 //! into the blocks after it, which belong to other files: the growth is
-//! mapped here instead, as `mmap` maps, from the file's own blocks.
+//! mapped here instead, as `mmap` maps, from the file's own blocks (and a
+//! shared piece is moved the same way, see [`remap`]).
 //!
 //! Mistakes are allowed in one direction only: a mapping this table thinks
 //! alive when it is gone (a host call it did not see, a piece that could
@@ -316,12 +317,13 @@ pub fn mremap(c: &Client, a: &[u64; 6]) -> Result<Out> {
             .find(|p| p.start <= old && old < p.end)
             .copied()
     });
-    if let Some(p) = inside {
-        if old_size != 0 && new_size > old_size {
-            if old_end > p.end {
-                return err(libc::EFAULT);
-            }
-            return grow(c, a, p);
+    if let Some(p) = inside.filter(|_| old_size != 0) {
+        let grows = new_size > old_size;
+        if old_end > p.end && grows {
+            return err(libc::EFAULT);
+        }
+        if grows || (p.shared && flags & libc::MREMAP_FIXED != 0) {
+            return remap(c, a, p);
         }
     }
     // Room for the moved pieces, checked first: a move the table could not
@@ -378,26 +380,33 @@ pub fn mremap(c: &Client, a: &[u64; 6]) -> Result<Out> {
     Ok(Out::Done(r))
 }
 
-/// `mremap` growing piece `p`: the kernel would extend the last run of
-/// cache pages into other files' blocks, so the new part is reserved and
-/// mapped from the file's own blocks, as `mmap` does.
-fn grow(c: &Client, a: &[u64; 6], p: Piece) -> Result<Out> {
+/// `mremap` of piece `p` that the kernel cannot be left to do: growing
+/// it would extend its last run of cache pages into the blocks after it,
+/// which belong to other files, and moving it fails as soon as the file's
+/// blocks are not contiguous in the cache (one mapping, several runs).
+/// Shared pages are the file's blocks, so the destination is mapped from
+/// the file afresh, as `mmap` maps; a private piece's own copies move with
+/// the kernel and only the growth is mapped from the file.
+fn remap(c: &Client, a: &[u64; 6], p: Piece) -> Result<Out> {
     let (old, old_size, new_size, flags) = (a[0], round_up(a[1]), round_up(a[2]), a[3] as i32);
     if flags & libc::MREMAP_DONTUNMAP != 0 {
         return err(libc::EINVAL);
     }
+    if !with(|t| *t.len + 3 <= MAX_PIECES) {
+        return err(libc::ENOMEM);
+    }
     let lane = c.lane()?;
-    let extra = new_size - old_size;
     let anon = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS) as u64;
-    let base = if flags & libc::MREMAP_MAYMOVE == 0 {
-        // In place, or not at all (ENOMEM, as Linux).
-        let at = old + old_size;
+    let in_place = flags & libc::MREMAP_MAYMOVE == 0;
+    let base = if in_place {
+        // Grow where it is, or not at all (ENOMEM, as Linux).
+        let extra = new_size - old_size;
         // SAFETY: anonymous memory where nothing is mapped (NOREPLACE).
         let r = unsafe {
             sys::syscall6(
                 libc::SYS_mmap,
                 [
-                    at,
+                    old + old_size,
                     extra,
                     p.prot as u64,
                     anon | libc::MAP_FIXED_NOREPLACE as u64,
@@ -411,29 +420,32 @@ fn grow(c: &Client, a: &[u64; 6], p: Piece) -> Result<Out> {
         }
         old
     } else {
-        let hint = if flags & libc::MREMAP_FIXED != 0 {
-            a[4]
+        let fixed = flags & libc::MREMAP_FIXED != 0;
+        let (hint, fix) = if fixed {
+            (a[4], libc::MAP_FIXED as u64)
         } else {
-            0
-        };
-        let fixed = if flags & libc::MREMAP_FIXED != 0 {
-            libc::MAP_FIXED as u64
-        } else {
-            0
+            (0, 0)
         };
         // SAFETY: a fresh anonymous reservation (at the program's fixed
         // address when it asked for one, as its mremap would have).
         let r = unsafe {
             sys::syscall6(
                 libc::SYS_mmap,
-                [hint, new_size, p.prot as u64, anon | fixed, u64::MAX, 0],
+                [hint, new_size, p.prot as u64, anon | fix, u64::MAX, 0],
             )
         };
         if r < 0 {
             return Ok(Out::Done(r));
         }
-        let base = r as u64;
-        // SAFETY: moves the program's pages into our reservation.
+        r as u64
+    };
+    // What of [base, base + new_size) is mapped from the file.
+    let from = if in_place {
+        old_size
+    } else if p.shared {
+        0
+    } else {
+        // SAFETY: moves the program's private pages into our reservation.
         let m = unsafe {
             sys::syscall6(
                 libc::SYS_mremap,
@@ -452,39 +464,44 @@ fn grow(c: &Client, a: &[u64; 6], p: Piece) -> Result<Out> {
             unsafe { sys::sc(libc::SYS_munmap, base, new_size, 0, 0) };
             return Ok(Out::Done(m));
         }
-        base
+        old_size
     };
     let file_off = p.off + (old - p.start);
-    let tail = Piece {
+    let piece = Piece {
         start: base,
         end: base + new_size,
         off: file_off,
         ..p
     };
-    let mut gone = Vec::new();
+    // The new piece first: the mapping lives on while the old one goes.
     with(|t| {
-        if base != old {
-            t.carve(base, base + new_size, &mut gone);
-            t.push(tail);
-            t.carve(old, old + old_size, &mut gone);
-        } else {
-            t.carve(old, old + new_size, &mut gone);
-            t.push(tail);
-        }
+        t.carve(base, base + new_size, &mut Vec::new());
+        t.push(piece);
     });
-    gone.retain(|g| g.0 != p.id);
-    release(c, &gone);
     let allocate = p.shared && p.prot & libc::PROT_WRITE != 0;
-    crate::file::map_runs(
-        c,
-        &lane,
-        p.ino,
-        base + old_size,
-        file_off + old_size,
-        extra,
-        p.prot,
-        p.shared,
-        allocate,
-    )?;
+    let mapped = if new_size > from {
+        crate::file::map_runs(
+            c,
+            &lane,
+            p.ino,
+            base + from,
+            file_off + from,
+            new_size - from,
+            p.prot,
+            p.shared,
+            allocate,
+        )
+    } else {
+        Ok(())
+    };
+    if base != old {
+        if p.shared {
+            // SAFETY: the program's old range, which its mremap would have
+            // unmapped (its pages now mapped at `base`).
+            unsafe { sys::sc(libc::SYS_munmap, old, old_size, 0, 0) };
+        }
+        forget(c, old, old_size);
+    }
+    mapped?;
     Ok(Out::Done(base as i64))
 }

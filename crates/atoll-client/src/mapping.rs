@@ -89,8 +89,11 @@ static TABLE: Table = Table {
     pieces: UnsafeCell::new([EMPTY; MAX_PIECES]),
 };
 
-/// Pieces tracked (read without the lock as a fast filter).
+/// Pieces tracked and the span of addresses they cover, read without the
+/// lock as a fast filter (every `munmap` of the process asks).
 static COUNT: AtomicUsize = AtomicUsize::new(0);
+static LOW: AtomicU64 = AtomicU64::new(0);
+static HIGH: AtomicU64 = AtomicU64::new(0);
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 /// The table under its lock.
@@ -180,6 +183,15 @@ fn with<R>(f: impl FnOnce(&mut Pieces) -> R) -> R {
         }
     };
     let r = f(&mut t);
+    let live = t.live();
+    LOW.store(
+        live.iter().map(|p| p.start).min().unwrap_or(0),
+        Ordering::Relaxed,
+    );
+    HIGH.store(
+        live.iter().map(|p| p.end).max().unwrap_or(0),
+        Ordering::Relaxed,
+    );
     COUNT.store(*t.len, Ordering::Release);
     TABLE.held.store(false, Ordering::Release);
     r
@@ -189,12 +201,16 @@ fn round_up(len: u64) -> u64 {
     len.saturating_add(PAGE - 1) & !(PAGE - 1)
 }
 
-/// May `[addr, addr + len)` hold a piece? One load when nothing is mapped.
+/// May `[addr, addr + len)` hold a piece? Lock-free unless it lies
+/// within the span the pieces cover.
 pub fn overlaps(addr: u64, len: u64) -> bool {
     if COUNT.load(Ordering::Acquire) == 0 {
         return false;
     }
     let end = addr.saturating_add(round_up(len));
+    if end <= LOW.load(Ordering::Relaxed) || addr >= HIGH.load(Ordering::Relaxed) {
+        return false;
+    }
     with(|t| t.live().iter().any(|p| p.start < end && p.end > addr))
 }
 

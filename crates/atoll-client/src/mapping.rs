@@ -521,3 +521,77 @@ fn remap(c: &Client, a: &[u64; 6], p: Piece) -> Result<Out> {
     mapped?;
     Ok(Out::Done(base as i64))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn piece(start: u64, end: u64, id: u64) -> Piece {
+        Piece {
+            start,
+            end,
+            ino: InodeId(id),
+            id,
+            off: 0,
+            ..EMPTY
+        }
+    }
+
+    fn spans(t: &Pieces) -> Vec<(u64, u64, u64, u64)> {
+        let mut v: Vec<_> = t
+            .live()
+            .iter()
+            .map(|p| (p.start, p.end, p.id, p.off))
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn carving_trims_splits_and_drops_pieces_and_names_mappings_gone() {
+        let mut len = 0;
+        let mut all = Box::new([EMPTY; MAX_PIECES]);
+        let mut t = Pieces {
+            len: &mut len,
+            all: &mut all,
+        };
+        t.push(piece(0x1000, 0x5000, 1));
+        t.push(piece(0x8000, 0x9000, 2));
+        let mut gone = vec![];
+        // A hole in the middle: two pieces of one mapping, offsets kept.
+        t.carve(0x2000, 0x3000, &mut gone);
+        assert_eq!(
+            spans(&t),
+            [
+                (0x1000, 0x2000, 1, 0),
+                (0x3000, 0x5000, 1, 0x2000),
+                (0x8000, 0x9000, 2, 0)
+            ]
+        );
+        assert!(gone.is_empty());
+        // One piece goes, the mapping stays; then the last one goes.
+        t.carve(0x0, 0x2000, &mut gone);
+        assert!(gone.is_empty());
+        t.carve(0x3000, 0x9000, &mut gone);
+        gone.sort();
+        assert_eq!(gone, [(1, InodeId(1)), (2, InodeId(2))]);
+        assert!(t.live().is_empty());
+    }
+
+    #[test]
+    fn a_split_without_room_keeps_the_whole_piece() {
+        let mut len = 0;
+        let mut all = Box::new([EMPTY; MAX_PIECES]);
+        let mut t = Pieces {
+            len: &mut len,
+            all: &mut all,
+        };
+        for i in 0..MAX_PIECES as u64 {
+            assert!(t.push(piece(i * 0x10000, i * 0x10000 + 0x3000, i + 1)));
+        }
+        let mut gone = vec![];
+        t.carve(0x1000, 0x2000, &mut gone);
+        assert_eq!((t.live()[0].start, t.live()[0].end), (0, 0x3000));
+        assert!(gone.is_empty());
+    }
+}

@@ -30,8 +30,8 @@
 //! every uncertainty keeps the piece.
 //!
 //! Locking: one spin lock, taken with signals blocked, never across a
-//! message. `COUNT` lets every `munmap` of a process that maps no atoll
-//! file pass with one atomic load. Window: a `fork` racing with another
+//! message. `COUNT` and the span the pieces cover (`LOW`, `HIGH`) let a
+//! `munmap` outside every mapping pass with a few atomic loads. Window: a `fork` racing with another
 //! thread's `mmap` of an atoll file gives the child that mapping without a
 //! reference of its own.
 
@@ -201,7 +201,8 @@ fn round_up(len: u64) -> u64 {
     len.saturating_add(PAGE - 1) & !(PAGE - 1)
 }
 
-/// May `[addr, addr + len)` hold a piece? Lock-free unless it lies
+/// May `[addr, addr + len)` hold a piece? Hot path (every `munmap`, and
+/// every `MAP_FIXED` mapping, of the process): lock-free unless it lies
 /// within the span the pieces cover.
 pub fn overlaps(addr: u64, len: u64) -> bool {
     if COUNT.load(Ordering::Acquire) == 0 {

@@ -5,7 +5,8 @@
  *   stale unlink|truncate|fork|partial|mremap|fixed  (see main)
  *   stale count        fill, print how many blocks other files got, clean up
  *   stale leave        map, close, unlink, exit without munmap
- *   stale leave-exec   the same, then execve /bin/true
+ *   stale leave-exec   the same, then create /atoll/ready and execve
+ *                      `sleep 30` (the new image maps nothing)
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -132,7 +133,7 @@ int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "";
     /* Made first: a pipe's ring takes blocks of its own. */
     int go[2];
-    if (pipe(go)) return 2;
+    if (pipe2(go, O_CLOEXEC)) return 2;
     if (!strcmp(mode, "count")) {
         printf("%d\n", fill());
         clean();
@@ -145,7 +146,8 @@ int main(int argc, char **argv) {
         unlink("/atoll/victim");
         unlink("/atoll/spacer");
         if (!strcmp(mode, "leave-exec")) {
-            execl("/bin/true", "true", (char *)0);
+            close(open("/atoll/ready", O_WRONLY | O_CREAT, 0644));
+            execlp("sleep", "sleep", "30", (char *)0);
             return 2;
         }
         return 0;

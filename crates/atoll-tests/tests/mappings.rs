@@ -72,11 +72,11 @@ fn partial_munmap_mremap_and_map_fixed_keep_exactly_what_stays_mapped() {
     }
 }
 
-/// A process that exits, or execs and lives on, with a mapping still in
-/// place gives the blocks back (its old session ends; the servers learn
-/// it a moment later).
+/// A process that exits, execs and lives on, or is killed with a mapping
+/// still in place gives the blocks back (its old session ends; the
+/// servers learn it a moment later); while it lives they stay held.
 #[test]
-fn mapped_blocks_return_when_the_process_exits_or_execs() {
+fn mapped_blocks_return_when_the_process_exits_execs_or_is_killed() {
     let dir = tempfile::tempdir().unwrap();
     let bin = probe(dir.path());
     for n in SERVERS {
@@ -91,13 +91,17 @@ fn mapped_blocks_return_when_the_process_exits_or_execs() {
                 $P leave; back exit
                 $P leave-exec & pid=$!
                 until [ -e /atoll/ready ]; do sleep 0.01; done
-                back exec; kill $pid"#,
+                back exec; kill $pid; rm /atoll/ready
+                $P leave-wait & pid=$!
+                until [ -e /atoll/ready ]; do sleep 0.01; done
+                [ $($P count) -lt $a ] && echo "mapped held"
+                kill -9 $pid; back kill"#,
                 bin.display()
             ),
         );
         assert_eq!(
             String::from_utf8_lossy(&out.stdout),
-            "exit back\nexec back\n",
+            "exit back\nexec back\nmapped held\nkill back\n",
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );

@@ -7,6 +7,7 @@
  *   stale leave        map, close, unlink, exit without munmap
  *   stale leave-exec   the same, then create /atoll/ready and execve
  *                      `sleep 30` (the new image maps nothing)
+ *   stale leave-wait   the same, but waits to be killed instead of exec
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -140,13 +141,14 @@ int main(int argc, char **argv) {
         return 0;
     }
     int fd = victim();
-    if (!strcmp(mode, "leave") || !strcmp(mode, "leave-exec")) {
+    if (!strncmp(mode, "leave", 5)) {
         map(fd, MAP_SHARED, LEN);
         close(fd);
         unlink("/atoll/victim");
         unlink("/atoll/spacer");
-        if (!strcmp(mode, "leave-exec")) {
+        if (strcmp(mode, "leave")) {
             close(open("/atoll/ready", O_WRONLY | O_CREAT, 0644));
+            if (!strcmp(mode, "leave-wait")) pause();
             execlp("sleep", "sleep", "30", (char *)0);
             return 2;
         }

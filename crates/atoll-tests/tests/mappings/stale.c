@@ -8,14 +8,20 @@
  *   stale leave-exec   the same, then create /atoll/ready and execve
  *                      `sleep 30` (the new image maps nothing)
  *   stale leave-wait   the same, but waits to be killed instead of exec
+ *   stale threads N    threads and a signal handler map and unmap the
+ *                      victim at once; then, the file gone, other files
+ *                      must get N blocks (what `count` said) again
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -130,16 +136,61 @@ static int attack(char *s, size_t len, int priv) {
     return bad;
 }
 
+static int shared_fd;
+
+static void on_alarm(int sig) {
+    (void)sig;
+    void *m = mmap(0, BLK, PROT_READ, MAP_SHARED, shared_fd, 0);
+    if (m != MAP_FAILED) munmap(m, BLK);
+}
+
+static void *churn(void *arg) {
+    (void)arg;
+    for (int i = 0; i < 1000; i++) {
+        char *m = map(shared_fd, MAP_SHARED, LEN);
+        m[i % LEN] = 'A' + (i % LEN) / BLK;
+        munmap(m + BLK, 2 * BLK);
+        free(malloc(1 << 18)); /* malloc's own mmap and munmap */
+        munmap(m, BLK);
+        munmap(m + 3 * BLK, BLK);
+    }
+    return 0;
+}
+
+static int threads(int want) {
+    shared_fd = victim();
+    signal(SIGALRM, on_alarm);
+    struct itimerval on = {{0, 500}, {0, 500}}, off = {{0, 0}, {0, 0}};
+    setitimer(ITIMER_REAL, &on, 0);
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++) pthread_create(&t[i], 0, churn, 0);
+    for (int i = 0; i < 4; i++) pthread_join(t[i], 0);
+    setitimer(ITIMER_REAL, &off, 0);
+    close(shared_fd);
+    unlink("/atoll/victim");
+    unlink("/atoll/spacer");
+    int got = fill();
+    clean();
+    if (got == want)
+        printf("threads ok\n");
+    else
+        printf("threads: %d blocks, not %d\n", got, want);
+    return got != want;
+}
+
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "";
-    /* Made first: a pipe's ring takes blocks of its own. */
+    /* Made first: a pipe's ring takes blocks of its own (and only where
+     * needed, so that counts of free blocks do not depend on when another
+     * process's pipe went). */
     int go[2];
-    if (pipe2(go, O_CLOEXEC)) return 2;
+    if (!strcmp(mode, "fork") && pipe2(go, O_CLOEXEC)) return 2;
     if (!strcmp(mode, "count")) {
         printf("%d\n", fill());
         clean();
         return 0;
     }
+    if (!strcmp(mode, "threads")) return threads(argc > 2 ? atoi(argv[2]) : -1);
     int fd = victim();
     if (!strncmp(mode, "leave", 5)) {
         map(fd, MAP_SHARED, LEN);

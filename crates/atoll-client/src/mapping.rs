@@ -334,13 +334,21 @@ pub fn mremap(c: &Client, a: &[u64; 6]) -> Result<Out> {
             .find(|p| p.start <= old && old < p.end)
             .copied()
     });
-    if let Some(p) = inside.filter(|_| old_size != 0) {
+    if let Some(p) = inside {
         let grows = new_size > old_size;
-        if old_end > p.end && grows {
-            return err(libc::EFAULT);
-        }
-        if grows || (p.shared && flags & libc::MREMAP_FIXED != 0) {
-            return remap(c, a, p);
+        if old_size == 0 {
+            // A second mapping of a shared one: the kernel would map
+            // `new_size` bytes of the cache from that page on.
+            if p.shared {
+                return remap(c, a, p);
+            }
+        } else {
+            if old_end > p.end && grows {
+                return err(libc::EFAULT);
+            }
+            if grows || (p.shared && flags & libc::MREMAP_FIXED != 0) {
+                return remap(c, a, p);
+            }
         }
     }
     // Room for the moved pieces, checked first: a move the table could not
@@ -402,8 +410,9 @@ pub fn mremap(c: &Client, a: &[u64; 6]) -> Result<Out> {
 /// which belong to other files, and moving it fails as soon as the file's
 /// blocks are not contiguous in the cache (one mapping, several runs).
 /// Shared pages are the file's blocks, so the destination is mapped from
-/// the file afresh, as `mmap` maps; a private piece's own copies move with
-/// the kernel and only the growth is mapped from the file.
+/// the file afresh, as `mmap` maps (also for a duplicate, `old_size` 0);
+/// a private piece's own copies move with the kernel and only the growth
+/// is mapped from the file.
 fn remap(c: &Client, a: &[u64; 6], p: Piece) -> Result<Out> {
     let (old, old_size, new_size, flags) = (a[0], round_up(a[1]), round_up(a[2]), a[3] as i32);
     if flags & libc::MREMAP_DONTUNMAP != 0 {
@@ -415,6 +424,9 @@ fn remap(c: &Client, a: &[u64; 6], p: Piece) -> Result<Out> {
     let lane = c.lane()?;
     let anon = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS) as u64;
     let in_place = flags & libc::MREMAP_MAYMOVE == 0;
+    if in_place && old_size == 0 {
+        return err(libc::EINVAL); // a duplicate needs somewhere to go
+    }
     let base = if in_place {
         // Grow where it is, or not at all (ENOMEM, as Linux).
         let extra = new_size - old_size;

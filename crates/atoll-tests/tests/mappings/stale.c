@@ -229,6 +229,14 @@ int main(int argc, char **argv) {
             printf("grown mapping shows other blocks\n");
             return 1;
         }
+        /* So does a second mapping of the first page, made by mremap. */
+        char *d = mremap(s, 0, LEN, MREMAP_MAYMOVE);
+        if (d == MAP_FAILED) { perror("mremap dup"); return 2; }
+        if (!is_block(d + BLK, 1) || !is_block(d + 3 * BLK, 3)) {
+            printf("duplicate mapping shows other blocks\n");
+            return 1;
+        }
+        munmap(d, LEN);
         /* Moved and shrunk: the rest of it still holds the blocks. */
         char *m = mremap(s, LEN, 3 * BLK, MREMAP_MAYMOVE | MREMAP_FIXED, map(-1, MAP_PRIVATE | MAP_ANONYMOUS, LEN));
         if (m == MAP_FAILED) { perror("mremap fixed"); return 2; }

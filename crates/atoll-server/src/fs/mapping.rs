@@ -18,9 +18,9 @@
 //! ```
 //!
 //! The client sends `Map` before it asks for blocks (`MapBlocks` answers
-//! `EBADF` without a reference, so no block reaches a mapping unheld) and
-//! `Unmap` after the kernel unmapped the last range of the inode in that
-//! process. While `Inode::maps > 0`, blocks the inode gives up go to
+//! `EBADF` without a reference, so no block reaches a mapping unheld), one
+//! per `mmap` call, and `Unmap` once the kernel unmapped the last page of
+//! that call (client `mapping.rs`). While `Inode::maps > 0`, blocks the inode gives up go to
 //! `Inode::pinned`, which not even the inode reuses (a stale page of offset
 //! 0 must not become offset 8192 of the same file either); the inode itself
 //! outlives its last link and last close ([`FileServer::maybe_free`]).

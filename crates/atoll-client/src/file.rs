@@ -1047,6 +1047,14 @@ pub fn mmap(c: &Client, lane: &Lane, d: &DescRef, a: &[u64; 6]) -> Result<i64> {
     if base < 0 {
         return err((-base) as i32);
     }
+    // Counted at the owner before any block reaches the mapping, so the
+    // blocks stay this file's until the last unmap (`mapping`).
+    let span = (base as u64, map_len);
+    if let Err(e) = crate::mapping::track(c, lane, d.ino(), span, off, prot, shared) {
+        // SAFETY: unmapping only the range we just reserved.
+        unsafe { sys::sc(libc::SYS_munmap, base as u64, map_len, 0, 0) };
+        return Err(e);
+    }
     let result = map_runs(
         c,
         lane,
@@ -1061,13 +1069,14 @@ pub fn mmap(c: &Client, lane: &Lane, d: &DescRef, a: &[u64; 6]) -> Result<i64> {
     if let Err(e) = result {
         // SAFETY: unmapping only the range we just reserved.
         unsafe { sys::sc(libc::SYS_munmap, base as u64, map_len, 0, 0) };
+        crate::mapping::forget(c, base as u64, map_len);
         return Err(e);
     }
     Ok(base)
 }
 
 #[allow(clippy::too_many_arguments)]
-fn map_runs(
+pub(crate) fn map_runs(
     c: &Client,
     lane: &Lane,
     ino: InodeId,

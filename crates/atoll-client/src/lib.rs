@@ -16,6 +16,8 @@
 //!   * `partial` — `read`/`write` with a partly accessible buffer;
 //!   * `dcache` — directory-lookup cache fed by server invalidations
 //!     (Hare §3.7.2);
+//!   * `mapping` — which address ranges map which atoll file, so owners
+//!     keep mapped blocks from other files;
 //!   * `incoherent` — private block copies for `--incoherent` (Hare
 //!     §3.3.1 close-to-open on non-coherent hardware);
 //!   * `sys` and `cache` — the only `unsafe`: raw syscalls, program
@@ -50,6 +52,7 @@ mod fdtable;
 mod file;
 mod hybrid;
 mod incoherent;
+mod mapping;
 mod meta;
 mod ns;
 mod partial;
@@ -231,7 +234,15 @@ fn concerns(nr: i64, a: &[u64; 6]) -> bool {
         SYS_fchdir => at(0) || c.cwd().is_some(),
         SYS_chdir => c.cwd().is_some() || path_concerns(c, cwd(), a[0]),
         SYS_getcwd => c.cwd().is_some(),
-        SYS_mmap => a[3] as i32 & MAP_ANONYMOUS == 0 && at(4),
+        SYS_mmap => {
+            (a[3] as i32 & MAP_ANONYMOUS == 0 && at(4))
+                || (a[3] as i32 & MAP_FIXED != 0 && mapping::overlaps(a[0], a[1]))
+        }
+        SYS_munmap => mapping::overlaps(a[0], a[1]),
+        SYS_mremap => {
+            mapping::overlaps(a[0], a[1].max(1))
+                || (a[3] as i32 & MREMAP_FIXED != 0 && mapping::overlaps(a[4], a[2]))
+        }
         SYS_execve | SYS_execveat | SYS_umask | SYS_io_uring_setup => true,
         nr if creds::changes_credentials(nr) => true,
         SYS_getppid => exec::proxy_of_self().is_some(),
@@ -958,10 +969,30 @@ fn run(c: &'static Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
         SYS_lremovexattr => meta::xattr_remove(c, None, a, false),
         SYS_fremovexattr => meta::xattr_remove(c, Some(fdarg(a[0])), a, true),
         SYS_mmap => {
-            if a[3] as i32 & MAP_ANONYMOUS != 0 {
+            let anonymous = a[3] as i32 & MAP_ANONYMOUS != 0;
+            if anonymous || !fdtable::is_atoll(fdarg(a[4])) {
+                // Over a piece of an atoll mapping, the kernel replaces it.
+                if a[3] as i32 & MAP_FIXED != 0 && mapping::overlaps(a[0], a[1]) {
+                    return mapping::host_fixed(c, a);
+                }
                 return Ok(Out::Host);
             }
             on_fd(c, fdarg(a[4]), |l, d| done(file::mmap(c, l, d, a)?))
+        }
+        SYS_munmap => {
+            if !mapping::overlaps(a[0], a[1]) {
+                return Ok(Out::Host);
+            }
+            mapping::munmap(c, a)
+        }
+        SYS_mremap => {
+            let fixed = a[3] as i32 & MREMAP_FIXED != 0;
+            let ours =
+                mapping::overlaps(a[0], a[1].max(1)) || (fixed && mapping::overlaps(a[4], a[2]));
+            if !ours {
+                return Ok(Out::Host);
+            }
+            mapping::mremap(c, a)
         }
         SYS_execve | SYS_execveat => {
             let (d, p, argv, envp, fl) = if nr == SYS_execve {
@@ -1056,6 +1087,8 @@ pub fn fork_prepare() -> core::result::Result<Option<ForkPrep>, i32> {
         // not usable in the child.
         let _ = l.call_ok(c, desc.server(), Request::Share { desc, to: child });
     }
+    // The child's copy of our memory maps what we map.
+    mapping::share_with(c, &l, child);
     Ok(Some(ForkPrep {
         child,
         socket,
@@ -1082,6 +1115,7 @@ pub fn fork_child(prep: ForkPrep) {
     let Some(c) = session::client() else {
         return;
     };
+    mapping::after_fork_child();
     let sock = session::to_high(prep.socket.into_raw_fd(), 0);
     let _ = c.adopt_child_session(prep.child, sock, prep.lane, prep.lane_fds);
     counters::forget();
@@ -1112,6 +1146,13 @@ pub fn user_path<'a>(ptr: u64) -> core::result::Result<&'a [u8], i32> {
     let r = sys::user_path(ptr);
     sys::forget_paths();
     r
+}
+
+/// May `[addr, addr + len)` hold pages of an atoll file this process
+/// mapped? (A `MAP_FIXED` mapping there must reach [`dispatch`].) One
+/// atomic load while the process maps none.
+pub fn maps_atoll_pages(addr: u64, len: u64) -> bool {
+    mapping::overlaps(addr, len)
 }
 
 /// Is `fd` an atoll descriptor of this process?

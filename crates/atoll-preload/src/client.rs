@@ -73,6 +73,17 @@ pub fn dispatch(nr: i64, args: &[u64; 6]) -> Dispatch {
     }
 }
 
+/// Does `[addr, addr + len)` hold pages of an atoll file's mapping (see
+/// `atoll_client::maps_atoll_pages`)?
+#[cfg_attr(test, allow(dead_code))] // used by the wrappers only
+#[inline]
+pub fn maps_atoll_pages(addr: u64, len: u64) -> bool {
+    match mode() {
+        Mode::Client => catch_unwind(|| atoll_client::maps_atoll_pages(addr, len)).unwrap_or(true),
+        _ => false,
+    }
+}
+
 /// Client state carried across a fork (nothing in self-test mode).
 pub struct ForkPrep(Option<atoll_client::ForkPrep>);
 

@@ -476,8 +476,11 @@ unsafe fn mmap_common(
         },
         None => ptr_from_raw(raw::syscall6(libc::SYS_mmap, args)),
     };
-    // Anonymous mappings never concern atoll: skip the client entirely.
-    if fd < 0 || flags & libc::MAP_ANONYMOUS != 0 {
+    // Anonymous mappings concern atoll only when placed over pages of an
+    // atoll file's mapping (which they replace): else skip the client.
+    let over_atoll =
+        || flags & libc::MAP_FIXED != 0 && client::maps_atoll_pages(addr as u64, len as u64);
+    if (fd < 0 || flags & libc::MAP_ANONYMOUS != 0) && !over_atoll() {
         return host();
     }
     let Some(_guard) = enter() else { return host() };

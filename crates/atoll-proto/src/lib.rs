@@ -806,6 +806,29 @@ pub enum Request<'a> {
     PassLocks {
         to: SessionId,
     },
+
+    // ---- mappings: sent to `ino.owner()` ----
+    /// A process maps `ino` (`mmap` of an atoll file, shared or private):
+    /// one more mapping reference for session `to`, the caller's own at
+    /// `mmap` (sent before the first `MapBlocks`), or at `fork` the
+    /// child's, which needs the caller to hold one itself. While any
+    /// session maps an inode, no block it ever had goes to another file:
+    /// an unlinked inode lives on after its last close, and blocks cut by
+    /// truncate or hole punch are parked (like open descriptions park
+    /// them, Hare §3.3.1, but not reused even by the inode itself, since a
+    /// stale page still maps them). `MapBlocks` needs such a reference.
+    /// → `Ok`
+    Map {
+        ino: InodeId,
+        to: SessionId,
+    },
+    /// The process unmapped the last range it mapped of `ino` (`munmap`,
+    /// `mremap`, a `MAP_FIXED` mapping over it): drops one reference of the
+    /// caller's session. A session's death drops all of them, so `exit`,
+    /// `execve` (a new session) and `SIGKILL` need no message. → `Ok`
+    Unmap {
+        ino: InodeId,
+    },
 }
 
 /// A `Rename` flag for atoll's own use (never a Linux flag): the client has

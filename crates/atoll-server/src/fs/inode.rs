@@ -5,13 +5,15 @@
 //! ```text
 //!  created (links 1) ──Link/Ref──▶ links n ──Unlink/Unref──▶ links 0
 //!        │                                                    │
-//!        └── opens > 0: descriptions keep it alive ◀──────────┘
-//!                             └── last Close ──▶ freed (blocks back to the pool)
+//!        └── opens > 0 or maps > 0: descriptions and mappings ◀┘
+//!            keep it alive └── last Close and last Unmap ──▶ freed
+//!                                                 (blocks back to the pool)
 //! ```
 //!
-//! An inode lives on its owner server only and is freed when both its link
-//! count and its count of open descriptions are zero, so an unlinked file
-//! stays readable through descriptors opened before.
+//! An inode lives on its owner server only and is freed when its link
+//! count, its count of open descriptions and its count of mapping sessions
+//! (`super::mapping`) are all zero, so an unlinked file stays readable
+//! through descriptors opened before and its blocks stay the mappings'.
 //!
 //! Blocks: `blocks` maps a file block index to a buffer-cache block; a
 //! missing index is a hole (reads as zeros, not counted in `st_blocks`).
@@ -19,7 +21,9 @@
 //! freed by truncate or hole punch while the file is open could still be
 //! written by a client holding an old extent list: such blocks are parked
 //! on `deferred` (reused first by the same inode) and return to the free
-//! pool when the last description closes. Every block is zeroed when handed
+//! pool when the last description closes. While the inode is mapped they
+//! go to `pinned` instead, which the inode does not reuse either (a stale
+//! page still maps them), until the last mapping goes. Every block is zeroed when handed
 //! out, and truncation zeroes the exposed tail of a partial block, so a
 //! hole or an extension never reveals old bytes.
 
@@ -95,6 +99,11 @@ pub struct Inode {
     /// (Linux's `I_LINKABLE`); any other inode without links is gone.
     pub linkable: bool,
     pub deferred: Vec<u32>,
+    /// Sessions mapping the inode (`super::mapping`).
+    pub maps: u32,
+    /// Blocks given up while mapped: reused by no one until the last
+    /// mapping goes.
+    pub pinned: Vec<u32>,
     pub locks: Vec<Lock>,
 }
 
@@ -119,12 +128,16 @@ impl Inode {
             opens: 0,
             linkable: false,
             deferred: Vec::new(),
+            maps: 0,
+            pinned: Vec::new(),
             locks: Vec::new(),
         }
     }
 
     fn free_block<S: BlockStore>(&mut self, cache: &mut Cache<S>, b: u32) {
-        if self.opens > 0 {
+        if self.maps > 0 {
+            self.pinned.push(b);
+        } else if self.opens > 0 {
             self.deferred.push(b);
         } else {
             cache.free.push(b);
@@ -136,10 +149,18 @@ impl Inode {
         cache.free.append(&mut self.deferred);
     }
 
+    /// The last mapping went: pinned blocks are parked as any others.
+    pub fn release_pinned<S: BlockStore>(&mut self, cache: &mut Cache<S>) {
+        for b in std::mem::take(&mut self.pinned) {
+            self.free_block(cache, b);
+        }
+    }
+
     /// The inode is being destroyed.
     pub fn release_all<S: BlockStore>(&mut self, cache: &mut Cache<S>) {
         cache.free.extend(self.blocks.values().copied());
         self.blocks.clear();
+        cache.free.append(&mut self.pinned);
         self.release_deferred(cache);
     }
 

@@ -42,7 +42,8 @@
 //! session at fork or descriptor passing, `Close` drops one). The
 //! description dies when no session references it; when a session dies
 //! ([`FileServer::session_closed`]) all its references and its POSIX locks
-//! go.
+//! go. Mappings are counted the same way (`mapping`): a mapped inode keeps
+//! its blocks from every other file until its last unmap.
 //!
 //! Timestamps: mtime/ctime as Linux. atime follows `relatime` (updated by a
 //! read when older than mtime or ctime, or than a day).
@@ -52,6 +53,7 @@ mod dir;
 mod inode;
 pub mod limits;
 mod locks;
+mod mapping;
 mod perm;
 mod pipe;
 mod tmpfile;
@@ -150,7 +152,7 @@ struct Session {
     groups: Rc<[u32]>,
 }
 
-const OP_NAMES: [&str; 47] = [
+const OP_NAMES: [&str; 49] = [
     "SetGroups",
     "Lookup",
     "Open",
@@ -198,6 +200,8 @@ const OP_NAMES: [&str; 47] = [
     "RenameLock",
     "CreateTmpfile",
     "PassLocks",
+    "Map",
+    "Unmap",
 ];
 
 fn op_index(req: &Request<'_>) -> usize {
@@ -250,6 +254,8 @@ fn op_index(req: &Request<'_>) -> usize {
         RenameLock { .. } => 44,
         CreateTmpfile { .. } => 45,
         PassLocks { .. } => 46,
+        Map { .. } => 47,
+        Unmap { .. } => 48,
     }
 }
 
@@ -308,6 +314,8 @@ pub struct FileServer<S> {
     rename_lock: Option<SessionId>,
     /// This server's share of the instance's metadata counts (`limits`).
     acct: limits::Accounts,
+    /// Which session maps which inode owned here (`mapping`).
+    maps: mapping::Mappings,
 }
 
 /// Requests that did in one message what Hare's protocol does in several
@@ -394,6 +402,7 @@ impl<S: BlockStore> FileServer<S> {
             move_links: Vec::new(),
             rename_lock: None,
             acct,
+            maps: mapping::Mappings::default(),
             cfg,
         };
         if fs.cfg.index == ROOT.owner() {
@@ -449,6 +458,7 @@ impl<S: BlockStore> FileServer<S> {
             }
         }
         self.abandon_namespace_ops(session);
+        self.drop_mappings(session);
         self.settle();
     }
 
@@ -802,7 +812,13 @@ impl<S: BlockStore> FileServer<S> {
                 offset,
                 len,
                 allocate,
-            } => self.map_blocks(ino, offset, len, allocate),
+            } => {
+                // Blocks reach a mapping only while it is counted (`mapping`).
+                if !self.maps.holds(session, ino) {
+                    return Err(Errno::EBADF);
+                }
+                self.map_blocks(ino, offset, len, allocate)
+            }
             Q::Read { desc, len, offset } => {
                 let (off, got, extents) = self.read(session, desc, len, offset)?;
                 Ok(Reply::Extents {
@@ -923,6 +939,8 @@ impl<S: BlockStore> FileServer<S> {
                 self.session_opened(to);
                 Ok(Reply::Ok)
             }
+            Q::Map { ino, to } => self.map_inode(session, ino, to),
+            Q::Unmap { ino } => self.unmap_inode(session, ino),
         }
     }
 
@@ -1123,13 +1141,14 @@ impl<S: BlockStore> FileServer<S> {
         self.maybe_free(ino);
     }
 
-    /// Destroy the inode if neither names nor descriptions reference it
-    /// (Hare Fig. 3-3: unlinked-but-open files live until the last close).
+    /// Destroy the inode if neither names, descriptions nor mappings
+    /// reference it (Hare Fig. 3-3: unlinked-but-open files live until the
+    /// last close; mapped ones until the last unmap, `mapping`).
     fn maybe_free(&mut self, ino: InodeId) {
         let dead = self
             .inodes
             .get(&ino)
-            .is_some_and(|i| i.links == 0 && i.opens == 0)
+            .is_some_and(|i| i.links == 0 && i.opens == 0 && i.maps == 0)
             && !self.creating.is_pending(ino);
         if dead {
             if let Some(mut i) = self.inodes.remove(&ino) {

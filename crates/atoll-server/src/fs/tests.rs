@@ -6,6 +6,8 @@ use crate::store::MemStore;
 use atoll_proto::{LockSpec, StatFsInfo};
 use proptest::prelude::*;
 
+mod mapping;
+
 const S1: SessionId = SessionId(1);
 const S2: SessionId = SessionId(2);
 const USER: Cred = Cred::of(1000, 1000);
@@ -679,6 +681,7 @@ fn map_blocks_fills_holes_when_asked() {
         },
     )
     .unwrap();
+    t.ok(S1, USER, Request::Map { ino, to: S1 });
     let map = |t: &mut T, allocate| {
         t.ok(
             S1,

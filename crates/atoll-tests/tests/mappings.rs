@@ -1,0 +1,135 @@
+//! Mappings of atoll files hold their blocks: after `close` + `unlink`, or
+//! a truncate, a store through a stale `mmap` never reaches another file,
+//! also across `fork`, partial `munmap`, `mremap` and `MAP_FIXED`; the
+//! blocks come back at the last unmap, exit or exec. Run with a cache small
+//! enough (`--memory 1M`) that other files take every free block.
+
+use std::path::{Path, PathBuf};
+
+use atoll_tests::{compile_probe, run_in_atoll};
+
+const SERVERS: [&str; 2] = ["1", "3"];
+
+fn probe(dir: &Path) -> PathBuf {
+    compile_probe(dir, "stale", include_str!("mappings/stale.c"))
+}
+
+/// `stale MODE` under `--servers N --memory 1M`: its output.
+fn stale(bin: &Path, servers: &str, mode: &str) -> String {
+    let out = run_in_atoll(
+        &["--servers", servers, "--memory", "1M"],
+        &format!("{} {mode}", bin.display()),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{mode} with {servers} servers: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+const INTACT: &str = "filled 1 corrupt 0 private 1\n";
+
+#[test]
+fn a_store_through_a_mapping_of_an_unlinked_file_reaches_no_other_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = probe(dir.path());
+    for n in SERVERS {
+        assert_eq!(stale(&bin, n, "unlink"), format!("{INTACT}released 1\n"));
+    }
+}
+
+#[test]
+fn a_store_through_a_mapping_of_a_truncated_file_reaches_no_other_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = probe(dir.path());
+    for n in SERVERS {
+        assert_eq!(stale(&bin, n, "truncate"), format!("{INTACT}released 1\n"));
+    }
+}
+
+#[test]
+fn a_forked_child_holds_the_blocks_its_parent_unmapped() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = probe(dir.path());
+    for n in SERVERS {
+        assert_eq!(stale(&bin, n, "fork"), INTACT);
+    }
+}
+
+#[test]
+fn partial_munmap_mremap_and_map_fixed_keep_exactly_what_stays_mapped() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = probe(dir.path());
+    for n in SERVERS {
+        assert_eq!(
+            stale(&bin, n, "partial"),
+            format!("{INTACT}held 1\nreleased 1\n")
+        );
+        assert_eq!(stale(&bin, n, "mremap"), format!("{INTACT}released 1\n"));
+        assert_eq!(stale(&bin, n, "fixed"), "released 1\ncorrupt 0\n");
+    }
+}
+
+/// A process that exits, execs and lives on, or is killed with a mapping
+/// still in place gives the blocks back (its old session ends; the
+/// servers learn it a moment later); while it lives they stay held.
+#[test]
+fn mapped_blocks_return_when_the_process_exits_execs_or_is_killed() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = probe(dir.path());
+    for n in SERVERS {
+        let out = run_in_atoll(
+            &["--servers", n, "--memory", "1M"],
+            &format!(
+                r#"P={}; a=$($P count)
+                back() {{
+                    for i in $(seq 50); do b=$($P count); [ $b -ge $a ] && break; sleep 0.1; done
+                    [ $b -eq $a ] && echo "$1 back" || echo "$1 lost $a $b"
+                }}
+                $P leave; back exit
+                $P leave-exec & pid=$!
+                until [ -e /atoll/ready ]; do sleep 0.01; done
+                back exec; kill $pid; rm /atoll/ready
+                $P leave-wait & pid=$!
+                until [ -e /atoll/ready ]; do sleep 0.01; done
+                [ $($P count) -eq $((a - 4)) ] && echo "mapped held"
+                kill -9 $pid; back kill"#,
+                bin.display()
+            ),
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "exit back\nexec back\nmapped held\nkill back\n",
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// Threads and a signal handler mapping and unmapping one file at once
+/// (with malloc's own mmaps and munmaps in between) neither deadlock nor
+/// leave a mapping counted: once the file is gone, every block is free.
+#[test]
+fn concurrent_maps_and_unmaps_leave_nothing_held() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = probe(dir.path());
+    for n in SERVERS {
+        let out = run_in_atoll(
+            &["--servers", n, "--memory", "1M"],
+            // Counted into a host file: a command substitution's pipe
+            // would take blocks of the cache while the count runs.
+            &format!(
+                "P={}; f=$(mktemp); $P count > $f; $P threads $(cat $f); rm $f",
+                bin.display()
+            ),
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "threads ok\n",
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

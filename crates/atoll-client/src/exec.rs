@@ -435,6 +435,7 @@ fn prepare_inner(
     let mut flags = flags;
     let mut exec_fd = None;
     let mut exe = None;
+    let mut text = None;
     let mut depth = 0;
     if is_self_exe(&prog_path) {
         // Linux runs the image's own program again; atoll names it: the
@@ -481,6 +482,7 @@ fn prepare_inner(
                         return err(libc::ENOEXEC);
                     }
                     exec_fd = Some(copy_to_memfd(c, &lane, desc, &prog_path)?);
+                    text = Some(ino);
                     let abs = absolute(c, dirfd, &prog_path)?;
                     exe = Some(
                         crate::path::normalize_abs(&abs).map_or(abs, |p| p.as_bytes().to_vec()),
@@ -510,7 +512,7 @@ fn prepare_inner(
             }
         }
     }
-    let (session_fd, state) = hand_over(c, &lane, exe)?;
+    let (session_fd, state) = hand_over(c, &lane, exe, text)?;
     let mut env = rewrite_env(
         &env,
         c.preload.as_deref(),
@@ -706,7 +708,12 @@ fn absolute(c: &Client, dirfd: i64, path: &[u8]) -> Result<Vec<u8>> {
 
 /// Create the child session, share the surviving descriptions with it and
 /// serialise the state. Degrades to "no fds" if the instance refuses.
-fn hand_over(c: &Client, lane: &Lane, exe: Option<Vec<u8>>) -> Result<(Option<OwnedFd>, String)> {
+fn hand_over(
+    c: &Client,
+    lane: &Lane,
+    exe: Option<Vec<u8>>,
+    text: Option<InodeId>,
+) -> Result<(Option<OwnedFd>, String)> {
     // The new image finds the offsets on the servers (Hare §3.5.1).
     crate::hybrid::share_all(c, lane);
     crate::counters::report(c, lane);
@@ -722,6 +729,11 @@ fn hand_over(c: &Client, lane: &Lane, exe: Option<Vec<u8>>) -> Result<(Option<Ow
         Err(_) => return Ok((None, st.encode())),
     };
     drop(lane_fds);
+    if let Some(ino) = text {
+        // The new image runs `ino`: no one may write it meanwhile, and it
+        // may not start while someone does (ETXTBSY, server `fs/text.rs`).
+        lane.call_ok(c, ino.owner(), Request::Exec { ino, to: child })?;
+    }
     if c.posix_locks.load(core::sync::atomic::Ordering::Relaxed) {
         // Record locks outlive execve (the process stays); the new image
         // runs in `child`, so they go to it before this session ends.

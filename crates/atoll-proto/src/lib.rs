@@ -806,6 +806,15 @@ pub enum Request<'a> {
     PassLocks {
         to: SessionId,
     },
+    /// `ino.owner()`, from an image about to `execve` atoll program `ino`:
+    /// session `to` (the new image's) runs it. While any session does,
+    /// opening it for writing and truncating it give `ETXTBSY`; and it
+    /// cannot start while a description has it open for writing (Linux's
+    /// `deny_write_access`). Ends with the session. → `Ok`
+    Exec {
+        ino: InodeId,
+        to: SessionId,
+    },
 
     // ---- mappings: sent to `ino.owner()` ----
     /// A process maps `ino` (`mmap` of an atoll file, shared or private):

@@ -637,3 +637,41 @@ os.execv(sys.executable, [sys.executable, "step2.py", str(fd)])
         assert_same(opts, script, true);
     }
 }
+
+/// A program that runs cannot be opened for writing or truncated, and a
+/// program open for writing cannot run (`ETXTBSY`), locally and through a
+/// remote exec; both end with the process.
+#[test]
+fn running_programs_are_text_busy() {
+    require("python3");
+    for opts in [
+        &["--servers", "1", "--placement", "local"][..],
+        &["--servers", "3"],
+    ] {
+        assert_same(
+            opts,
+            r#"
+cd "$ROOT"
+cp /bin/sleep ./prog
+./prog 2 &
+sleep 0.5
+echo x >> prog 2>&1 && echo "append ok" || echo "append refused"
+python3 -c '
+import os
+for fl in (os.O_WRONLY, os.O_RDWR, os.O_RDONLY | os.O_TRUNC):
+    try: os.close(os.open("prog", fl)); print("open ok")
+    except OSError as e: print("open", e.strerror)
+try: os.truncate("prog", 10); print("truncate ok")
+except OSError as e: print("truncate", e.strerror)
+'
+wait
+echo "after exit:"; python3 -c '
+import os
+os.close(os.open("prog", os.O_WRONLY)); print("open ok")'
+cp /bin/true t2; exec 3>>t2; ./t2; echo "exec while open for writing: $?"; exec 3>&-
+./t2 && echo "exec after close ok"
+            "#,
+            true,
+        );
+    }
+}

@@ -101,6 +101,8 @@ pub struct Inode {
     pub deferred: Vec<u32>,
     /// Sessions mapping the inode (`super::mapping`).
     pub maps: u32,
+    /// Sessions running the inode as their program (`super::text`).
+    pub runs: u32,
     /// Blocks given up while mapped: reused by no one until the last
     /// mapping goes.
     pub pinned: Vec<u32>,
@@ -129,6 +131,7 @@ impl Inode {
             linkable: false,
             deferred: Vec::new(),
             maps: 0,
+            runs: 0,
             pinned: Vec::new(),
             locks: Vec::new(),
         }

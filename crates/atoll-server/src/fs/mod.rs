@@ -56,6 +56,7 @@ mod locks;
 mod mapping;
 mod perm;
 mod pipe;
+mod text;
 mod tmpfile;
 pub mod track;
 mod xattr;
@@ -152,7 +153,7 @@ struct Session {
     groups: Rc<[u32]>,
 }
 
-const OP_NAMES: [&str; 49] = [
+const OP_NAMES: [&str; 50] = [
     "SetGroups",
     "Lookup",
     "Open",
@@ -202,6 +203,7 @@ const OP_NAMES: [&str; 49] = [
     "PassLocks",
     "Map",
     "Unmap",
+    "Exec",
 ];
 
 fn op_index(req: &Request<'_>) -> usize {
@@ -256,6 +258,7 @@ fn op_index(req: &Request<'_>) -> usize {
         PassLocks { .. } => 46,
         Map { .. } => 47,
         Unmap { .. } => 48,
+        Exec { .. } => 49,
     }
 }
 
@@ -316,6 +319,8 @@ pub struct FileServer<S> {
     acct: limits::Accounts,
     /// Which session maps which inode owned here (`mapping`).
     maps: mapping::Mappings,
+    /// Which session runs which inode owned here as its program (`text`).
+    texts: text::Texts,
 }
 
 /// Requests that did in one message what Hare's protocol does in several
@@ -403,6 +408,7 @@ impl<S: BlockStore> FileServer<S> {
             rename_lock: None,
             acct,
             maps: mapping::Mappings::default(),
+            texts: text::Texts::default(),
             cfg,
         };
         if fs.cfg.index == ROOT.owner() {
@@ -459,6 +465,7 @@ impl<S: BlockStore> FileServer<S> {
         }
         self.abandon_namespace_ops(session);
         self.drop_mappings(session);
+        self.drop_texts(session);
         self.settle();
     }
 
@@ -941,6 +948,7 @@ impl<S: BlockStore> FileServer<S> {
             }
             Q::Map { ino, to } => self.map_inode(session, ino, to),
             Q::Unmap { ino } => self.unmap_inode(session, ino),
+            Q::Exec { ino, to } => self.exec_inode(ino, to),
         }
     }
 
@@ -1379,6 +1387,9 @@ impl<S: BlockStore> FileServer<S> {
             }
             if check_perm {
                 check(i.ftype, i.perm, i.uid, i.gid, who, mask)?;
+            }
+            if (wants_write || trunc) && i.runs > 0 {
+                return Err(Errno::ETXTBSY);
             }
             if trunc && i.ftype == FileType::Regular {
                 let i = self.inodes.get_mut(&ino).ok_or(Errno::ENOENT)?;
@@ -2160,6 +2171,9 @@ impl<S: BlockStore> FileServer<S> {
             }
             if size > MAX_FILE_SIZE {
                 return Err(Errno::EFBIG);
+            }
+            if i.runs > 0 {
+                return Err(Errno::ETXTBSY);
             }
             if !has_w {
                 check(i.ftype, i.perm, i.uid, i.gid, who, MAY_WRITE)?;

@@ -69,6 +69,12 @@ fn fsx_passes_on_host_tmpfs() {
         fsx(seed(1), 1, "", &format!("{root}/one")),
         fsx(seed(4), 4, "", &format!("{root}/own")),
         fsx(seed(5), 4, "--mode append", &format!("{root}/shared")),
+        fsx(
+            seed(7),
+            4,
+            "--mode append --shared-fd",
+            &format!("{root}/shared-fd"),
+        ),
     ];
     let mut cmd = Command::new("bash");
     cmd.args(["-c", &format!("set -e\n{}", lines.join("\n"))])
@@ -105,12 +111,14 @@ fn fsx_passes_on_incoherent_memory() {
         &[
             fsx(seed(1), 1, "--no-mmap", "$ROOT/one"),
             fsx(seed(6), 4, "--mode append", "$ROOT/shared"),
+            fsx(seed(8), 4, "--mode append --shared-fd", "$ROOT/shared-fd"),
         ],
     );
 }
 
 /// Four processes at once on three servers: each on a file of its own,
-/// then all appending records to one `O_APPEND` file.
+/// then all appending records to one `O_APPEND` file, through
+/// descriptions of their own and through one they share.
 #[test]
 fn fsx_passes_with_four_processes_on_three_servers() {
     in_atoll(
@@ -118,6 +126,7 @@ fn fsx_passes_with_four_processes_on_three_servers() {
         &[
             fsx(seed(4), 4, "", "$ROOT/own"),
             fsx(seed(5), 4, "--mode append", "$ROOT/shared"),
+            fsx(seed(7), 4, "--mode append --shared-fd", "$ROOT/shared-fd"),
         ],
     );
 }

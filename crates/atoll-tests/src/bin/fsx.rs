@@ -6,7 +6,8 @@
 //!
 //! ```text
 //! fsx [--seed N] [--ops N] [--procs N] [--mode own|append] [--max-size B]
-//!     [--max-op B] [--max-record B] [--check-every N] [--no-mmap] [--trace] PATH
+//!     [--max-op B] [--max-record B] [--check-every N] [--no-mmap] [--shared-fd]
+//!     [--trace] PATH
 //! ```
 //!
 //! * `--mode own` (default): each of `--procs` processes owns a file
@@ -17,7 +18,10 @@
 //!   payload derived from the seed). Each reads its own records back where
 //!   the kernel put them; at the end the parent parses the whole file: every
 //!   record intact, each process's records all there and in order, however
-//!   the processes interleaved.
+//!   the processes interleaved. With `--shared-fd` they share one
+//!   description the parent opened before forking (a reopen becomes a
+//!   `dup`), so nobody knows where a record landed and only the final
+//!   check and the size are checked.
 //!
 //! Everything follows from the seed (printed at start, process `i` uses a
 //! seed derived from it), so a failure is reproduced by the same command
@@ -51,6 +55,8 @@ struct Config {
     max_op: u64,
     check_every: u64,
     mmap: bool,
+    /// `--mode append`: the processes inherit one description.
+    shared_fd: bool,
     /// Print every operation to stderr as it starts.
     trace: bool,
     /// Longest payload of an appended record (`--mode append`).
@@ -60,7 +66,7 @@ struct Config {
 fn usage() -> ! {
     eprintln!(
         "usage: fsx [--seed N] [--ops N] [--procs N] [--mode own|append] [--max-size BYTES] \
-         [--max-op BYTES] [--max-record BYTES] [--check-every N] [--no-mmap] [--trace] PATH"
+         [--max-op BYTES] [--max-record BYTES] [--check-every N] [--no-mmap] [--shared-fd] [--trace] PATH"
     );
     std::process::exit(2)
 }
@@ -79,6 +85,7 @@ fn parse_args() -> Config {
         max_op: 64 << 10,
         check_every: 1000,
         mmap: true,
+        shared_fd: false,
         trace: false,
         max_record: 256,
     };
@@ -96,6 +103,7 @@ fn parse_args() -> Config {
             "--max-record" => cfg.max_record = num(args.next()).clamp(1, 1 << 20),
             "--no-mmap" => cfg.mmap = false,
             "--trace" => cfg.trace = true,
+            "--shared-fd" => cfg.shared_fd = true,
             "--mode" => match args.next().as_deref() {
                 Some("own") => cfg.append = false,
                 Some("append") => cfg.append = true,
@@ -835,10 +843,14 @@ fn record(seed: u64, proc: u32, seq: u32, len: usize) -> Vec<u8> {
 
 /// One appending process: appends records, reads its own back where the
 /// returned offset says they landed, checks that the size never shrinks.
-fn append_worker(cfg: &Config, proc: u32) -> bool {
+fn append_worker(cfg: &Config, proc: u32, inherited: Option<i32>) -> bool {
     let path = cstr(&cfg.path);
     let mut rng = Rng(proc_seed(cfg.seed, proc));
-    let mut mine: Vec<(u64, u32, usize)> = Vec::new();
+    // (offset, sequence, length); the offset is unknown for records
+    // appended through a description other processes share, whose offset
+    // they move at any time.
+    let mut mine: Vec<(Option<u64>, u32, usize)> = Vec::new();
+    let mut last_known_end = 0;
     let mut log: VecDeque<Op> = VecDeque::new();
     let mut last_size = 0;
     let mut n = 0;
@@ -853,7 +865,11 @@ fn append_worker(cfg: &Config, proc: u32) -> bool {
         ok("open", fd as isize).map(|f| f as i32)
     };
     let mut run = || -> Res {
-        let mut fd = open()?;
+        let mut fd = match inherited {
+            Some(fd) => fd,
+            None => open()?,
+        };
+        let shared = inherited.is_some();
         let max_len = cfg.max_record as usize;
         while n < cfg.ops {
             n += 1;
@@ -873,43 +889,57 @@ fn append_worker(cfg: &Config, proc: u32) -> bool {
                 if ok("append", r)? != rec.len() as u64 {
                     return fail(format!("append: short write {r} of {}", rec.len()));
                 }
-                let end = unsafe { libc::lseek(fd, 0, libc::SEEK_CUR) } as u64;
-                let start = end.wrapping_sub(rec.len() as u64);
-                if let Some(&(prev, _, plen)) = mine.last() {
-                    if start < prev + plen as u64 {
+                let start = if shared {
+                    None
+                } else {
+                    let end = unsafe { libc::lseek(fd, 0, libc::SEEK_CUR) } as u64;
+                    let start = end.wrapping_sub(rec.len() as u64);
+                    if start < last_known_end {
                         return fail(format!(
-                            "append: record {seq} at {start:#x} overlaps or precedes \
-                             the previous one at {prev:#x}+{plen:#x}"
+                            "append: record {seq} at {start:#x} precedes the end \
+                             {last_known_end:#x} of an earlier one"
                         ));
                     }
-                }
+                    last_known_end = end;
+                    Some(start)
+                };
                 mine.push((start, seq, rec.len()));
-                op.off = start;
+                op.off = start.unwrap_or(u64::MAX);
                 op.len = rec.len() as u64;
                 op.detail = u64::from(seq);
             } else if x < 85 && !mine.is_empty() {
                 let (off, seq, len) = mine[rng.below(mine.len() as u64) as usize];
-                let want = record(cfg.seed, proc, seq, len - HDR);
-                let mut got = vec![0u8; len];
-                let r = pread_full(fd, &mut got, off)?;
-                compare("read back own record", off, &want, &got[..r])?;
-                op.kind = "readback";
-                op.off = off;
+                op.kind = "readback-skip";
                 op.len = len as u64;
                 op.detail = u64::from(seq);
+                if let Some(off) = off {
+                    op.kind = "readback";
+                    op.off = off;
+                    let want = record(cfg.seed, proc, seq, len - HDR);
+                    let mut got = vec![0u8; len];
+                    let r = pread_full(fd, &mut got, off)?;
+                    compare("read back own record", off, &want, &got[..r])?;
+                }
             } else if x < 92 {
                 ok("fsync", unsafe { libc::fsync(fd) } as isize)?;
                 op.kind = "fsync";
             } else {
-                unsafe { libc::close(fd) };
-                fd = open()?;
-                op.kind = "reopen";
+                if shared {
+                    // Stay on the shared description: a new number for it.
+                    let new = ok("dup", unsafe { libc::dup(fd) } as isize)? as i32;
+                    unsafe { libc::close(fd) };
+                    fd = new;
+                    op.kind = "dup";
+                } else {
+                    unsafe { libc::close(fd) };
+                    fd = open()?;
+                    op.kind = "reopen";
+                }
             }
             let size = fsize(fd)?;
-            let own_end = mine.last().map(|&(o, _, l)| o + l as u64).unwrap_or(0);
-            if size < last_size || size < own_end {
+            if size < last_size || size < last_known_end {
                 return fail(format!(
-                    "size {size:#x}: was {last_size:#x}, own records end at {own_end:#x}"
+                    "size {size:#x}: was {last_size:#x}, own records end at {last_known_end:#x}"
                 ));
             }
             last_size = size;
@@ -1030,9 +1060,27 @@ fn main() {
         let _ = std::fs::remove_file(&cfg.path);
     }
     let start = Instant::now();
+    // With --shared-fd the appenders share one description opened here,
+    // as processes forked after an open do.
+    let inherited = if cfg.append && cfg.shared_fd {
+        let fd = unsafe {
+            libc::open(
+                cstr(&cfg.path).as_ptr(),
+                libc::O_RDWR | libc::O_APPEND | libc::O_CREAT,
+                0o644,
+            )
+        };
+        if fd < 0 {
+            eprintln!("fsx: open {}: {}", cfg.path, err_str(errno()));
+            std::process::exit(1);
+        }
+        Some(fd)
+    } else {
+        None
+    };
     let work = |proc: u32| {
         if cfg.append {
-            append_worker(&cfg, proc)
+            append_worker(&cfg, proc, inherited)
         } else {
             own_worker(&cfg, proc)
         }

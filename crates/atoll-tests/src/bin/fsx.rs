@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! fsx [--seed N] [--ops N] [--procs N] [--mode own|append] [--max-size B]
-//!     [--max-op B] [--max-record B] [--check-every N] [--no-mmap] [--shared-fd]
+//!     [--max-op B] [--max-record B] [--check-every N] [--no-mmap] [--keep-map] [--shared-fd]
 //!     [--trace] PATH
 //! ```
 //!
@@ -34,7 +34,11 @@
 //! the control run), and mappings are created and removed within one step
 //! (a mapping that outlives a truncate is a different test).
 //! `--no-mmap` is for atoll's `--incoherent` mode, which gives close-to-open
-//! consistency and does not emulate shared mappings.
+//! consistency and does not emulate shared mappings. `--keep-map` adds a
+//! shared mapping of the whole file that lives across steps (remade now
+//! and then at the file's current length) and is read and written within
+//! the file's size while writes, truncates and punches change the file
+//! underneath, as Linux's page cache keeps it coherent.
 
 use std::collections::VecDeque;
 use std::ffi::CString;
@@ -55,6 +59,8 @@ struct Config {
     max_op: u64,
     check_every: u64,
     mmap: bool,
+    /// Keep a shared mapping across steps (`--keep-map`).
+    keep_map: bool,
     /// `--mode append`: the processes inherit one description.
     shared_fd: bool,
     /// Print every operation to stderr as it starts.
@@ -66,7 +72,7 @@ struct Config {
 fn usage() -> ! {
     eprintln!(
         "usage: fsx [--seed N] [--ops N] [--procs N] [--mode own|append] [--max-size BYTES] \
-         [--max-op BYTES] [--max-record BYTES] [--check-every N] [--no-mmap] [--shared-fd] [--trace] PATH"
+         [--max-op BYTES] [--max-record BYTES] [--check-every N] [--no-mmap] [--keep-map] [--shared-fd] [--trace] PATH"
     );
     std::process::exit(2)
 }
@@ -85,6 +91,7 @@ fn parse_args() -> Config {
         max_op: 64 << 10,
         check_every: 1000,
         mmap: true,
+        keep_map: false,
         shared_fd: false,
         trace: false,
         max_record: 256,
@@ -102,6 +109,7 @@ fn parse_args() -> Config {
             "--check-every" => cfg.check_every = num(args.next()).max(1),
             "--max-record" => cfg.max_record = num(args.next()).clamp(1, 1 << 20),
             "--no-mmap" => cfg.mmap = false,
+            "--keep-map" => cfg.keep_map = true,
             "--trace" => cfg.trace = true,
             "--shared-fd" => cfg.shared_fd = true,
             "--mode" => match args.next().as_deref() {
@@ -259,6 +267,9 @@ enum Kind {
     PRead,
     MapRead,
     MapWrite,
+    KeepMapRead,
+    KeepMapWrite,
+    Remap,
     Truncate,
     Fallocate,
     Append,
@@ -274,6 +285,9 @@ const MIX: &[(Kind, u64)] = &[
     (Kind::PRead, 10),
     (Kind::MapRead, 6),
     (Kind::MapWrite, 6),
+    (Kind::KeepMapRead, 6),
+    (Kind::KeepMapWrite, 6),
+    (Kind::Remap, 1),
     (Kind::Truncate, 6),
     (Kind::Fallocate, 6),
     (Kind::Append, 6),
@@ -310,6 +324,12 @@ struct Own<'c> {
     n: u64,
     unsupported: [bool; FALLOC_MODES.len()],
     buf: Vec<u8>,
+    /// `--keep-map`: a shared mapping of the file's first `len` bytes
+    /// (whole pages, made when it was at least that long) kept across
+    /// steps, through which the file is read and written.
+    /// Read-only half of the time (`writable` false), as a program that
+    /// only reads would map it.
+    kept: Option<(*mut u8, usize, bool)>,
 }
 
 impl<'c> Own<'c> {
@@ -472,6 +492,42 @@ impl<'c> Own<'c> {
                 self.map_write(off, &data)?;
                 self.model_write(off, &data);
             }
+            Kind::KeepMapRead | Kind::KeepMapWrite => {
+                // Only bytes inside the file: past its last page a store or
+                // load faults (SIGBUS), as on Linux.
+                let Some((p, maplen, writable)) = self.kept else {
+                    self.note("keepmap-none", 0, 0, 0);
+                    return Ok(());
+                };
+                let limit = (maplen as u64).min(self.size());
+                if limit == 0 {
+                    self.note("keepmap-skip", 0, 0, 0);
+                    return Ok(());
+                }
+                let off = self.rng.below(limit);
+                let len = (1 + self.rng.below(self.cfg.max_op / 16 + 1)).min(limit - off);
+                // SAFETY: `[off, off+len)` is inside the mapping and the file.
+                let mapped =
+                    unsafe { std::slice::from_raw_parts_mut(p.add(off as usize), len as usize) };
+                if kind == Kind::KeepMapRead || !writable {
+                    self.note("keepmapread", off, len, maplen as u64);
+                    compare(
+                        "keepmapread",
+                        off,
+                        &self.model[off as usize..(off + len) as usize],
+                        mapped,
+                    )?;
+                } else {
+                    self.note("keepmapwrite", off, len, maplen as u64);
+                    let data = self.fresh_data(len);
+                    mapped.copy_from_slice(&data);
+                    self.model_write(off, &data);
+                }
+            }
+            Kind::Remap => {
+                self.note("remap", 0, self.size(), 0);
+                self.remap()?;
+            }
             Kind::Truncate => {
                 let new = if self.rng.below(2) == 0 {
                     self.rng.below(self.size() + 1)
@@ -553,6 +609,9 @@ impl<'c> Own<'c> {
                 self.fd = self.open(libc::O_RDWR | if trunc { libc::O_TRUNC } else { 0 })?;
                 if trunc {
                     self.set_len(0);
+                }
+                if self.cfg.keep_map && self.rng.below(2) == 0 {
+                    self.remap()?;
                 }
             }
             Kind::Fsync => {
@@ -707,8 +766,45 @@ impl<'c> Own<'c> {
         Ok(())
     }
 
+    /// Replace the kept mapping by one of the file as long as it is now
+    /// (none for an empty file).
+    fn remap(&mut self) -> Res {
+        if let Some((p, len, _)) = self.kept.take() {
+            unsafe { libc::munmap(p.cast(), len) };
+        }
+        let len = self.size().next_multiple_of(PAGE) as usize;
+        if len == 0 {
+            return Ok(());
+        }
+        let writable = self.rng.below(2) == 0;
+        let prot = if writable {
+            libc::PROT_READ | libc::PROT_WRITE
+        } else {
+            libc::PROT_READ
+        };
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                prot,
+                libc::MAP_SHARED,
+                self.fd,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return fail(format!("mmap (kept): {}", err_str(errno())));
+        }
+        self.kept = Some((p.cast(), len, writable));
+        Ok(())
+    }
+
     fn pick(&mut self) -> Kind {
-        let usable = |k: Kind| self.cfg.mmap || !matches!(k, Kind::MapRead | Kind::MapWrite);
+        let usable = |k: Kind| match k {
+            Kind::MapRead | Kind::MapWrite => self.cfg.mmap,
+            Kind::KeepMapRead | Kind::KeepMapWrite | Kind::Remap => self.cfg.keep_map,
+            _ => true,
+        };
         let total: u64 = MIX.iter().filter(|(k, _)| usable(*k)).map(|(_, w)| w).sum();
         let mut x = self.rng.below(total);
         for &(k, w) in MIX.iter().filter(|(k, _)| usable(*k)) {
@@ -789,6 +885,7 @@ fn own_worker(cfg: &Config, proc: u32) -> bool {
         n: 0,
         unsupported: [false; FALLOC_MODES.len()],
         buf: Vec::new(),
+        kept: None,
     };
     match w.run() {
         Ok(()) => {

@@ -1,8 +1,9 @@
 //! `fsx`: a randomized file data test in the style of Apple's and Linux's
-//! fsx. Random reads, writes, holes, truncates, `fallocate`s, shared
-//! mappings, appends, reopens and syncs run against a file while an
-//! in-memory model says what the file must hold; the size is checked after
-//! every step and the whole content periodically and at the end.
+//! fsx. Random reads and writes (also vectored), holes, truncates,
+//! `fallocate`s, shared mappings, appends, reopens and syncs run against a
+//! file while an in-memory model says what the file must hold; the size is
+//! checked after every step and the whole content periodically and at the
+//! end.
 //!
 //! ```text
 //! fsx [--seed N] [--ops N] [--procs N] [--mode own|append] [--max-size B]
@@ -265,6 +266,8 @@ enum Kind {
     PWrite,
     Read,
     PRead,
+    ReadV,
+    WriteV,
     MapRead,
     MapWrite,
     KeepMapRead,
@@ -283,6 +286,8 @@ const MIX: &[(Kind, u64)] = &[
     (Kind::PWrite, 12),
     (Kind::Read, 10),
     (Kind::PRead, 10),
+    (Kind::ReadV, 4),
+    (Kind::WriteV, 4),
     (Kind::MapRead, 6),
     (Kind::MapWrite, 6),
     (Kind::KeepMapRead, 6),
@@ -468,6 +473,46 @@ impl<'c> Own<'c> {
                 self.note(if positional { "pread" } else { "read" }, off, len, 0);
                 self.check_read(off, len, positional)?;
             }
+            Kind::WriteV => {
+                let (off, len) = self.range(true);
+                let data = self.fresh_data(len);
+                let cuts = self.cuts(len);
+                self.note("pwritev", off, len, cuts.len() as u64);
+                let iov: Vec<libc::iovec> = cuts
+                    .windows(2)
+                    .map(|w| libc::iovec {
+                        iov_base: data[w[0]..].as_ptr() as *mut libc::c_void,
+                        iov_len: w[1] - w[0],
+                    })
+                    .collect();
+                let r = unsafe {
+                    libc::pwritev(self.fd, iov.as_ptr(), iov.len() as i32, off as libc::off_t)
+                };
+                if ok("pwritev", r)? != len {
+                    return fail(format!("pwritev: short write {r} of {len}"));
+                }
+                self.model_write(off, &data);
+            }
+            Kind::ReadV => {
+                let (off, len) = self.range(true);
+                let cuts = self.cuts(len);
+                self.note("preadv", off, len, cuts.len() as u64);
+                let mut b = vec![0u8; len as usize];
+                let iov: Vec<libc::iovec> = cuts
+                    .windows(2)
+                    .map(|w| libc::iovec {
+                        iov_base: b[w[0]..].as_mut_ptr().cast(),
+                        iov_len: w[1] - w[0],
+                    })
+                    .collect();
+                let r = unsafe {
+                    libc::preadv(self.fd, iov.as_ptr(), iov.len() as i32, off as libc::off_t)
+                };
+                let got = ok("preadv", r)? as usize;
+                let lo = (off as usize).min(self.model.len());
+                let hi = (off + len).min(self.size()) as usize;
+                compare("preadv", off, &self.model[lo..hi], &b[..got])?;
+            }
             Kind::MapRead => {
                 if self.size() == 0 {
                     self.note("mapread-skip", 0, 0, 0);
@@ -633,6 +678,18 @@ impl<'c> Own<'c> {
             }
         }
         Ok(())
+    }
+
+    /// Split points of a vectored transfer of `len` bytes: `0`, up to three
+    /// inner cuts (possibly empty pieces, which must be harmless), `len`.
+    fn cuts(&mut self, len: u64) -> Vec<usize> {
+        let mut c: Vec<usize> = (0..self.rng.below(4))
+            .map(|_| self.rng.below(len + 1) as usize)
+            .collect();
+        c.push(0);
+        c.push(len as usize);
+        c.sort_unstable();
+        c
     }
 
     /// `SEEK_DATA`/`SEEK_HOLE` may report holes at any granularity (or

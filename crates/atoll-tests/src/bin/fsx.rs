@@ -7,8 +7,8 @@
 //!
 //! ```text
 //! fsx [--seed N] [--ops N] [--procs N] [--mode own|append] [--max-size B]
-//!     [--max-op B] [--max-record B] [--check-every N] [--no-mmap] [--keep-map] [--shared-fd]
-//!     [--trace] PATH
+//!     [--max-op B] [--max-record B] [--check-every N] [--no-mmap]
+//!     [--keep-map] [--shared-fd] [--trace] PATH
 //! ```
 //!
 //! * `--mode own` (default): each of `--procs` processes owns a file
@@ -29,11 +29,15 @@
 //! line. On a mismatch the tool prints the first differing offset and the
 //! last 20 operations and exits with status 1.
 //!
+//! In this file: arguments, the random generator and checks, then `Own`
+//! (one process on its own file: the operation mix, one arm per kind
+//! of step, the model), the appenders and the final parse of their file,
+//! and `main`, which forks the processes and collects their verdicts.
+//!
 //! Only what a file system on one machine must do is checked, so the same
 //! run passes on tmpfs: `fallocate` modes the file system refuses with
-//! `EOPNOTSUPP` are skipped and listed in the summary (to be compared with
-//! the control run), and mappings are created and removed within one step
-//! (a mapping that outlives a truncate is a different test).
+//! `EOPNOTSUPP` (tmpfs: zero-range) are skipped and listed in the summary,
+//! and by default mappings are made and removed within one step.
 //! `--no-mmap` is for atoll's `--incoherent` mode, which gives close-to-open
 //! consistency and does not emulate shared mappings. `--keep-map` adds a
 //! shared mapping of the whole file that lives across steps (remade now
@@ -152,6 +156,7 @@ impl Rng {
     }
 }
 
+/// Process `proc`'s own seed: processes must not run the same sequence.
 fn proc_seed(seed: u64, proc: u32) -> u64 {
     Rng(seed ^ (u64::from(proc) << 32 | 0x5157)).next()
 }
@@ -169,7 +174,8 @@ fn cstr(path: &str) -> CString {
 }
 
 /// One logged operation: what it was, where, how long, and a detail
-/// (fallocate mode, new size, …).
+/// (fallocate mode, pieces of a vectored transfer, …; a truncate's new
+/// size is its `off`).
 #[derive(Clone, Copy)]
 struct Op {
     n: u64,
@@ -177,6 +183,7 @@ struct Op {
     off: u64,
     len: u64,
     detail: u64,
+    /// The model's size after the step (before it, for a step that failed).
     size_after: u64,
 }
 
@@ -190,7 +197,8 @@ impl fmt::Display for Op {
     }
 }
 
-/// A failed check: the message and, for content, the first bad offset.
+/// A failed check, described (a content mismatch names the first differing
+/// offset).
 struct Failure(String);
 
 type Res<T = ()> = Result<T, Failure>;

@@ -392,6 +392,12 @@ fn setattr(
     ino: atoll_proto::InodeId,
     set: SetAttr,
 ) -> Result<Out> {
+    if set.size.is_some() {
+        // Truncation zeroes and frees blocks at the server (and the inode
+        // reuses freed blocks first): private copies of them must go back
+        // and be dropped first, or stale bytes reappear (incoherent mode).
+        incoherent::invalidate(c);
+    }
     meta::setattr(c, lane, ino, set)?;
     done(0)
 }
@@ -875,6 +881,9 @@ fn run(c: &'static Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
                 return err(EBADF);
             }
             let ino = d.ino();
+            // Punching and zeroing change blocks at the server: as for
+            // truncation, no private copy may outlive them.
+            incoherent::invalidate(c);
             l.call(
                 c,
                 ino.owner(),

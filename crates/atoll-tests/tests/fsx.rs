@@ -142,7 +142,9 @@ fn fsx_passes_with_four_processes_on_three_servers() {
 /// `pwrite` 8 KiB, `mmap` 8 KiB shared, `ftruncate` 4096 then 8192: the
 /// mapping reads the old bytes at 4096; `ftruncate` 8192, `mmap` shared
 /// read-only, `pwrite` at 4096: the mapping reads zeros there.
+/// docs/COMPATIBILITY.md lists both; run it with `--ignored`.
 #[test]
+#[ignore = "known gap: shared mappings kept across truncate, punch or writes into holes (docs/COMPATIBILITY.md)"]
 fn fsx_kept_mappings_follow_the_file() {
     let out = run_in_atoll(
         &["--servers", "1"],

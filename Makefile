@@ -3,7 +3,11 @@ CARGO ?= cargo
 PROFILE_FLAGS := --release
 BIN := target/release/atoll
 
-.PHONY: demo test build lint loom clean pjdfstest
+.PHONY: demo test build lint loom clean pjdfstest install
+
+# Where `make install` puts atoll (`atoll` in $(PREFIX)/bin, the preload
+# library in $(PREFIX)/lib/atoll, where `atoll` finds it by itself).
+PREFIX ?= /usr/local
 
 # The pjdfstest conformance suite (Rust edition), pinned; built once and
 # kept under target/, so later runs cost nothing.
@@ -35,6 +39,10 @@ pjdfstest:
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy $(PROFILE_FLAGS) --workspace --all-targets -- -D warnings
+
+install: build
+	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/atoll
+	install -D -m 0644 target/release/libatoll_preload.so $(DESTDIR)$(PREFIX)/lib/atoll/libatoll_preload.so
 
 clean:
 	$(CARGO) clean

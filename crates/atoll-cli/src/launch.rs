@@ -37,7 +37,8 @@ impl std::fmt::Display for ExitWith {
 impl std::error::Error for ExitWith {}
 
 /// Locate `libatoll_preload.so`: `$ATOLL_PRELOAD`, else next to the `atoll`
-/// executable, else one directory up (for `target/<profile>/deps` layouts).
+/// executable, else one directory up (for `target/<profile>/deps` layouts),
+/// else in `../lib/atoll` (what `make install PREFIX=…` lays out).
 pub fn find_preload() -> Result<PathBuf> {
     if let Some(p) = std::env::var_os(ENV_PRELOAD).filter(|p| !p.is_empty()) {
         let p = PathBuf::from(p);
@@ -46,7 +47,11 @@ pub fn find_preload() -> Result<PathBuf> {
     }
     let exe = std::env::current_exe().context("cannot locate the atoll executable")?;
     let dir = exe.parent().unwrap_or(Path::new("/"));
-    let candidates = [dir.join(PRELOAD_NAME), dir.join("..").join(PRELOAD_NAME)];
+    let candidates = [
+        dir.join(PRELOAD_NAME),
+        dir.join("..").join(PRELOAD_NAME),
+        dir.join("../lib/atoll").join(PRELOAD_NAME),
+    ];
     for c in &candidates {
         if c.is_file() {
             return std::fs::canonicalize(c).with_context(|| format!("{}", c.display()));

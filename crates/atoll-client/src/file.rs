@@ -733,6 +733,7 @@ fn drop_posix_locks(c: &Client, lane: &Lane, d: &DescRef) {
         start: 0,
         len: 0,
         owner: LockOwner::Process(c.session_id().0),
+        pid: std::process::id(),
     };
     let _ = lane.call(
         c,
@@ -885,6 +886,7 @@ pub fn fcntl(c: &Client, lane: &Lane, fd: i64, d: &DescRef, cmd: i32, arg: u64) 
                 start,
                 len,
                 owner,
+                pid: std::process::id(),
             };
             let desc = d.desc();
             if matches!(cmd, libc::F_GETLK | libc::F_OFD_GETLK) {
@@ -908,7 +910,7 @@ pub fn fcntl(c: &Client, lane: &Lane, fd: i64, d: &DescRef, cmd: i32, arg: u64) 
                         fl.l_start = l.start as i64;
                         fl.l_len = l.len as i64;
                         fl.l_pid = match l.owner {
-                            LockOwner::Process(_) => 0,
+                            LockOwner::Process(_) => l.pid as i32,
                             _ => -1,
                         };
                     }
@@ -965,6 +967,7 @@ pub fn flock(c: &Client, lane: &Lane, d: &DescRef, op: i32) -> Result<i64> {
         start: 0,
         len: 0,
         owner: LockOwner::Flock(desc),
+        pid: std::process::id(),
     };
     set_lock_wait(c, lane, desc, lock, op & libc::LOCK_NB == 0)?;
     Ok(0)

@@ -354,6 +354,9 @@ pub struct LockSpec {
     /// Lock owner: for classic POSIX locks the process (session id); for OFD
     /// and `flock` locks the open file description.
     pub owner: LockOwner,
+    /// The process that asked (what `F_GETLK` reports as `l_pid` for a
+    /// record lock; sessions are not pids).
+    pub pid: u32,
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, PartialEq, Eq, Debug)]

@@ -675,3 +675,31 @@ cp /bin/true t2; exec 3>>t2; ./t2; echo "exec while open for writing: $?"; exec 
         );
     }
 }
+
+/// `F_GETLK` names the process holding a conflicting record lock
+/// (`l_pid`), and -1 for an open-file-description lock.
+#[test]
+fn f_getlk_reports_the_holders_pid() {
+    require("python3");
+    let script = r#"
+        cd "$ROOT" && echo data > f
+        python3 - <<'PY'
+import fcntl, os, struct
+fmt = "hhqqi"
+fd = os.open("f", os.O_RDWR)
+fcntl.lockf(fd, fcntl.LOCK_EX, 2, 0)
+holder = os.getpid()
+if os.fork() == 0:
+    other = os.open("f", os.O_RDWR)
+    got = struct.unpack(fmt, fcntl.fcntl(other, fcntl.F_GETLK, struct.pack(fmt, fcntl.F_WRLCK, 0, 0, 0, 0)))
+    print("type", got[0] == fcntl.F_WRLCK, "range", got[2], got[3], "pid is the holder", got[4] == holder)
+    free = struct.unpack(fmt, fcntl.fcntl(other, fcntl.F_GETLK, struct.pack(fmt, fcntl.F_WRLCK, 0, 10, 5, 0)))
+    print("beyond the lock", free[0] == fcntl.F_UNLCK)
+    os._exit(0)
+os.wait()
+PY
+    "#;
+    for opts in [&["--servers", "1"][..], &["--servers", "3"]] {
+        assert_same(opts, script, true);
+    }
+}

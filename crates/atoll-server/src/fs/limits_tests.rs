@@ -292,6 +292,7 @@ fn locks_stop_at_enolck_and_recover_after_unlock() {
             start,
             len: 1,
             owner: LockOwner::Process(S.0),
+            pid: 0,
         },
     };
     let wr = libc::F_WRLCK as i16;
@@ -309,6 +310,7 @@ fn locks_stop_at_enolck_and_recover_after_unlock() {
             start: 2,
             len: 2,
             owner: LockOwner::Process(S.0),
+            pid: 0,
         },
     };
     assert_eq!(s.call(unlock_all), Got::Ok);
@@ -326,6 +328,7 @@ fn locks_stop_at_enolck_and_recover_after_unlock() {
                 start: 2 * i,
                 len: 1,
                 owner: LockOwner::Process(S.0),
+                pid: 0,
             },
         });
         assert_eq!(r, Got::Ok);

@@ -28,6 +28,7 @@ pub struct Lock {
     pub start: u64,
     pub end: u64,
     pub owner: LockOwner,
+    pub pid: u32,
 }
 
 impl Lock {
@@ -57,6 +58,7 @@ impl Lock {
             start,
             end,
             owner: spec.owner,
+            pid: spec.pid,
         })
     }
 
@@ -70,6 +72,7 @@ impl Lock {
                 self.end - self.start + 1
             },
             owner: self.owner,
+            pid: self.pid,
         }
     }
 
@@ -161,6 +164,7 @@ mod tests {
             start,
             len,
             owner: LockOwner::Process(p),
+            pid: 0,
         })
         .unwrap()
     }
@@ -202,6 +206,7 @@ mod tests {
             start: 0,
             len: 0,
             owner: LockOwner::Flock(DescId(7)),
+            pid: 0,
         })
         .unwrap();
         assert!(
@@ -225,6 +230,7 @@ mod tests {
             start: i64::MAX as u64,
             len: 2,
             owner: LockOwner::Process(1),
+            pid: 0,
         });
         assert_eq!(r, Err(Errno::EOVERFLOW));
     }

@@ -1404,6 +1404,7 @@ fn session_death_releases_descriptions_and_locks() {
         start: 0,
         len: 0,
         owner: LockOwner::Process(S1.0),
+        pid: 0,
     };
     t.ok(S1, USER, Request::SetLock { desc: d, lock });
     let theirs = LockSpec {
@@ -1474,6 +1475,7 @@ fn getlk_reports_the_conflicting_lock_and_close_releases_posix_locks() {
         start: 10,
         len: 20,
         owner: LockOwner::Process(S1.0),
+        pid: 0,
     };
     t.ok(
         S1,
@@ -1488,6 +1490,7 @@ fn getlk_reports_the_conflicting_lock_and_close_releases_posix_locks() {
         start: 0,
         len: 15,
         owner: LockOwner::Process(S2.0),
+        pid: 0,
     };
     assert_eq!(
         t.ok(
@@ -1541,6 +1544,7 @@ fn ofd_and_flock_locks_belong_to_the_description() {
         start: 0,
         len: 0,
         owner: LockOwner::Description(d),
+        pid: 0,
     };
     t.ok(
         S1,
@@ -1568,6 +1572,7 @@ fn ofd_and_flock_locks_belong_to_the_description() {
         start: 0,
         len: 0,
         owner: LockOwner::Flock(d),
+        pid: 0,
     };
     t.ok(
         S1,
@@ -1617,6 +1622,7 @@ fn ofd_and_flock_locks_belong_to_the_description() {
         start: 0,
         len: 1,
         owner: LockOwner::Process(S1.0),
+        pid: 0,
     };
     assert_eq!(
         t.err(S1, USER, Request::SetLock { desc: wo, lock: rd }),

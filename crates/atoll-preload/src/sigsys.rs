@@ -514,6 +514,99 @@ fn clone_any(nr: i64, args: [u64; 6], uc: &libc::ucontext_t) -> i64 {
     if client::mode() == Mode::Off {
         return raw::syscall6(nr, args);
     }
+    let waiter = if is_vfork(nr, &args) {
+        VforkWait::new()
+    } else {
+        None
+    };
+    let r = clone_dispatch(nr, args, uc);
+    if let Some(w) = waiter {
+        w.finish(r);
+    }
+    r
+}
+
+/// Does this clone ask for vfork semantics (`vfork`, `CLONE_VFORK`)?
+fn is_vfork(nr: i64, args: &[u64; 6]) -> bool {
+    let vfork = libc::CLONE_VFORK as u64;
+    match nr {
+        libc::SYS_vfork => true,
+        libc::SYS_clone => args[0] & vfork != 0,
+        libc::SYS_clone3 if args[0] != 0 && args[1] >= 8 => {
+            // SAFETY: the program passed clone3 at least `size` (≥ 8)
+            // readable bytes; the first word is `flags`.
+            unsafe { *(args[0] as *const u64) & vfork != 0 }
+        }
+        _ => false,
+    }
+}
+
+/// A vfork-style clone becomes a fork (`classify`), but the caller must
+/// still not run on until the child has called `execve` or exited, as
+/// Linux suspends it: `posix_spawn`'s caller, say, then opens the program
+/// it started and must get `ETXTBSY`, and sees the child's exec done. The
+/// child holds the write end of a close-on-exec pipe, which its exec (or a
+/// proxy's, or its exit) closes; the parent reads until end of file. Both
+/// ends live high (as atoll's private descriptors do), out of the way of
+/// a spawn's `dup2` file actions.
+struct VforkWait {
+    read: i32,
+    write: i32,
+}
+
+impl VforkWait {
+    fn new() -> Option<VforkWait> {
+        let mut fds = [0i32; 2];
+        if raw::syscall6(
+            libc::SYS_pipe2,
+            [fds.as_mut_ptr() as u64, libc::O_CLOEXEC as u64, 0, 0, 0, 0],
+        ) != 0
+        {
+            return None;
+        }
+        let high = |fd: i32| {
+            let n = raw::syscall6(
+                libc::SYS_fcntl,
+                [fd as u64, libc::F_DUPFD_CLOEXEC as u64, 900, 0, 0, 0],
+            );
+            if n < 0 {
+                return fd;
+            }
+            raw::syscall6(libc::SYS_close, [fd as u64, 0, 0, 0, 0, 0]);
+            n as i32
+        };
+        Some(VforkWait {
+            read: high(fds[0]),
+            write: high(fds[1]),
+        })
+    }
+
+    /// After the clone returned `r` here (in the parent, or in a child
+    /// that returns through this handler).
+    fn finish(self, r: i64) {
+        let close = |fd: i32| raw::syscall6(libc::SYS_close, [fd as u64, 0, 0, 0, 0, 0]);
+        if r == 0 {
+            close(self.read); // the child keeps only the write end
+            return;
+        }
+        close(self.write);
+        if r > 0 {
+            let mut b = 0u8;
+            loop {
+                let n = raw::syscall6(
+                    libc::SYS_read,
+                    [self.read as u64, &mut b as *mut u8 as u64, 1, 0, 0, 0],
+                );
+                if n != -(libc::EINTR as i64) {
+                    break; // 0 at the child's exec or exit
+                }
+            }
+        }
+        close(self.read);
+    }
+}
+
+fn clone_dispatch(nr: i64, args: [u64; 6], uc: &libc::ucontext_t) -> i64 {
     match nr {
         // fork(): a process on the same stack.
         libc::SYS_fork => clone_inline(nr, args, CloneKind::Process),

@@ -49,6 +49,7 @@ mod fdtable;
 mod file;
 mod hybrid;
 mod incoherent;
+pub mod intr;
 mod meta;
 mod ns;
 pub mod path;

@@ -37,6 +37,7 @@ use libc::{mode_t, off_t, size_t, ssize_t};
 use crate::client::{self, Dispatch, Mode};
 use crate::raw;
 use crate::selector::{self, AtollGuard};
+use crate::sigdefer;
 use crate::sigfix::KSIGSET_SIZE;
 use crate::stats;
 
@@ -184,7 +185,7 @@ macro_rules! wrap {
             $( if $chk { return host(); } )?
             let Some(_guard) = enter() else { return host() };
             match client::dispatch(nr, &args) {
-                Dispatch::Host => host(),
+                Dispatch::Host => sigdefer::host_call(host),
                 Dispatch::Done(v) => <$r as Ret>::from_raw(v),
             }
         }
@@ -218,7 +219,7 @@ macro_rules! wrap_va {
             };
             let Some(_guard) = enter() else { return host() };
             match client::dispatch(nr, &args) {
-                Dispatch::Host => host(),
+                Dispatch::Host => sigdefer::host_call(host),
                 Dispatch::Done(v) => <$r as Ret>::from_raw(v),
             }
         }
@@ -803,6 +804,7 @@ pub unsafe extern "C-unwind" fn fork() -> libc::pid_t {
     let pid = host();
     let err = raw::errno();
     if pid == 0 {
+        sigdefer::forget_pending();
         stats::reset();
         client::fork_child(prep);
         // SUD is not inherited by fork children.

@@ -409,6 +409,9 @@ unsafe extern "C" fn on_program_signal(
     if !with_pending(|s| s.push(d)) {
         sigsys::debug(&[b"deferred signal merged"], &[sig as i64]);
     }
+    // A wait that looked for pending signals just before this one came
+    // must not go to sleep on its futex now.
+    atoll_client::intr::interrupt_wait();
 }
 
 /// Call the program's handler for `sig` as the kernel would have.

@@ -11,7 +11,8 @@
 //!    system call glibc itself would issue, and asks the client;
 //! 3. returns the client's answer (`Done`: value, or -1 with errno) or
 //!    calls the real function (`Host`), found once with
-//!    `dlsym(RTLD_NEXT)`.
+//!    `dlsym(RTLD_NEXT)`, as a *host call*: a program handler that
+//!    interrupts it runs there as program code (see `sigdefer`).
 //!
 //! Entry points not wrapped here still work, more slowly, through the SIGSYS
 //! net: glibc's composite functions reach the kernel through internal

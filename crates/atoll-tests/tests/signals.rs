@@ -425,6 +425,38 @@ fn nested_command_substitutions_under_a_pipe_50_runs() {
     assert_eq!(text(&o.stdout), "ok 50\n", "stderr: {}", text(&o.stderr));
 }
 
+/// A storm of trapped signals (one every 5 ms) while bash runs nested
+/// command substitutions through pipes: reads cut short by the trap
+/// restart or fail with EINTR (bash retries), and no pipe end leaks, so
+/// every substitution sees end of file; 20 runs with 3 servers, incoherent.
+#[test]
+fn trap_storm_during_nested_command_substitutions_20_runs() {
+    let o = run_in_atoll(
+        &["--servers", "3", "--incoherent"],
+        r#"
+        ok=0
+        for i in $(seq 1 20); do
+          out=$(timeout 20 bash -c '
+            n=0; trap "n=\$((n+1))" USR1
+            me=$$
+            ( for k in $(seq 1 200); do kill -USR1 $me 2>/dev/null || exit 0; sleep 0.005; done ) &
+            killer=$!
+            r=""
+            for j in $(seq 1 20); do
+              x=$(echo "$(echo "$(printf a | cat) $(echo b | cat | cat)") c" | tr a-c A-C)
+              r="$r$x;"
+            done
+            kill $killer 2>/dev/null; wait $killer 2>/dev/null
+            echo "$r" | tr ";" "\n" | grep -c "^A B C$"
+          ')
+          if [ "$out" = "20" ]; then ok=$((ok+1)); else echo "run $i: [$out]"; fi
+        done
+        echo "ok $ok"
+        "#,
+    );
+    assert_eq!(text(&o.stdout), "ok 20\n", "stderr: {}", text(&o.stderr));
+}
+
 /// bash's SIGCHLD handler and traps, with a background job and `wait`.
 #[test]
 fn bash_background_jobs_and_traps_during_wait_match_the_host() {

@@ -210,17 +210,24 @@ pub fn forget_pending() {
 /// net's pass-through) may use this.
 #[inline]
 pub fn host_call<R>(f: impl FnOnce() -> R) -> R {
-    IN_HOST_CALL.with(|h| h.store(true, Ordering::Relaxed));
+    /// Lowers the flag also when a cancelled thread unwinds through the
+    /// call (a handler's longjmp finds it lowered by the entry already).
+    struct Window;
+    impl Drop for Window {
+        fn drop(&mut self) {
+            compiler_fence(Ordering::SeqCst);
+            set_in_host_call(false);
+        }
+    }
+    set_in_host_call(true);
+    let _window = Window;
     compiler_fence(Ordering::SeqCst);
     // A signal deferred before the flag was up would otherwise wait for
     // the end of a call that may block (wait4, a terminal read).
     if any_pending() {
         deliver_pending(None);
     }
-    let r = f();
-    compiler_fence(Ordering::SeqCst);
-    IN_HOST_CALL.with(|h| h.store(false, Ordering::Relaxed));
-    r
+    f()
 }
 
 fn in_host_call() -> bool {

@@ -87,3 +87,80 @@ pub fn interrupt_wait() {
         word.fetch_add(1, core::sync::atomic::Ordering::SeqCst);
     }
 }
+
+// A system call that atoll issues for the program and that may block (a
+// rewritten `accept`, `recvmsg`, `connect` on a socket in the mount, an
+// open of a host path reached through the mount, a host poll): the signal
+// entry moves a thread caught between the look at `pending` and the
+// `syscall` instruction, or put back on it by the kernel's restart, past
+// it with `EINTR` (as glibc's cancellable calls do). The range
+// [atoll_intr_syscall, atoll_intr_syscall_insn] is that stretch.
+core::arch::global_asm!(
+    ".text",
+    ".globl atoll_intr_syscall",
+    ".hidden atoll_intr_syscall",
+    ".type atoll_intr_syscall,@function",
+    ".p2align 4",
+    "atoll_intr_syscall:",
+    "    mov rax, rdi",
+    "    mov rdi, [rsi]",
+    "    mov rdx, [rsi + 16]",
+    "    mov r10, [rsi + 24]",
+    "    mov r8, [rsi + 32]",
+    "    mov r9, [rsi + 40]",
+    "    mov rsi, [rsi + 8]",
+    ".globl atoll_intr_syscall_insn",
+    ".hidden atoll_intr_syscall_insn",
+    "atoll_intr_syscall_insn:",
+    "    syscall",
+    ".globl atoll_intr_syscall_after",
+    ".hidden atoll_intr_syscall_after",
+    "atoll_intr_syscall_after:",
+    "    ret",
+    ".size atoll_intr_syscall, .-atoll_intr_syscall",
+);
+
+extern "C" {
+    fn atoll_intr_syscall(nr: i64, args: *const [u64; 6]) -> i64;
+    fn atoll_intr_syscall_insn();
+    fn atoll_intr_syscall_after();
+}
+
+/// Issue `nr` so that a deferred program signal ends it with `-EINTR`,
+/// also one that comes just before it sleeps.
+///
+/// # Safety
+/// As the system call itself: pointer arguments must be valid for it.
+pub unsafe fn host_syscall6(nr: i64, args: [u64; 6]) -> i64 {
+    if pending() {
+        return -(libc::EINTR as i64);
+    }
+    // SAFETY: the stub only loads the six words of `args` and issues the
+    // call; the call's own safety is the caller's.
+    unsafe { atoll_intr_syscall(nr, &args) }
+}
+
+/// As [`host_syscall6`], with a call that Linux restarts for `SA_RESTART`
+/// handlers: `EINTR` caused by a deferred signal becomes `ERESTARTSYS`.
+///
+/// # Safety
+/// As [`host_syscall6`].
+pub unsafe fn restartable_host_syscall6(nr: i64, args: [u64; 6]) -> i64 {
+    // SAFETY: the caller's contract.
+    let r = unsafe { host_syscall6(nr, args) };
+    if r == -(libc::EINTR as i64) && pending() {
+        -(ERESTARTSYS as i64)
+    } else {
+        r
+    }
+}
+
+/// For the signal entry, right after it deferred a signal: where to move
+/// an interrupted instruction pointer `rip` (with RAX = `-EINTR`), if it
+/// lies on the way into an interruptible host call.
+pub fn skip_interrupted_call(rip: usize) -> Option<usize> {
+    let start = atoll_intr_syscall as *const () as usize;
+    let insn = atoll_intr_syscall_insn as *const () as usize;
+    let after = atoll_intr_syscall_after as *const () as usize;
+    (start..=insn).contains(&rip).then_some(after)
+}

@@ -743,7 +743,7 @@ fn poll_loop(
                 Some(p) => (p, 8),
                 None => (0, 0),
             };
-            sys::syscall6(
+            intr::host_syscall6(
                 libc::SYS_ppoll,
                 [host.as_mut_ptr() as u64, host.len() as u64, tp, m, msz, 0],
             )
@@ -1107,7 +1107,7 @@ fn epoll_wait(c: &Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
             // SAFETY: the program's event buffer past our entries, our
             // timespec, and the program's mask pointer and size.
             unsafe {
-                sys::syscall6(
+                intr::host_syscall6(
                     libc::SYS_epoll_pwait2,
                     [
                         epfd as u64,

@@ -417,8 +417,18 @@ unsafe extern "C" fn on_program_signal(
         sigsys::debug(&[b"deferred signal merged"], &[sig as i64]);
     }
     // A wait that looked for pending signals just before this one came
-    // must not go to sleep on its futex now.
+    // must not go to sleep on its futex now, nor an interruptible host
+    // call enter (or, restarted by the kernel, re-enter) its system call.
     atoll_client::intr::interrupt_wait();
+    // SAFETY: the kernel passes a valid ucontext to an SA_SIGINFO handler;
+    // sigreturn reloads the registers changed here.
+    let g = unsafe { &mut (*(uc as *mut libc::ucontext_t)).uc_mcontext.gregs };
+    if let Some(after) =
+        atoll_client::intr::skip_interrupted_call(g[libc::REG_RIP as usize] as usize)
+    {
+        g[libc::REG_RIP as usize] = after as i64;
+        g[libc::REG_RAX as usize] = -(libc::EINTR as i64);
+    }
 }
 
 /// Call the program's handler for `sig` as the kernel would have.

@@ -29,6 +29,7 @@ const PROBE: &str = r#"
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
 #include <sys/select.h>
@@ -261,6 +262,44 @@ int main(int argc, char **argv) {
     close(rd[0]);
     close(rd[1]);
 
+    /* 10. accept on a Unix socket bound in the directory (atoll's under
+       atoll): EINTR without SA_RESTART, restarted with it (a helper
+       connects once it has seen the handler's byte). */
+    struct sockaddr_un sun;
+    memset(&sun, 0, sizeof sun);
+    sun.sun_family = AF_UNIX;
+    snprintf(sun.sun_path, sizeof sun.sun_path, "%s/sig-sock", argv[1]);
+    int ls = socket(AF_UNIX, SOCK_STREAM, 0);
+    if (ls < 0 || bind(ls, (struct sockaddr *)&sun, sizeof sun) != 0 || listen(ls, 4) != 0) {
+        perror("socket setup");
+        return 2;
+    }
+    struct sockaddr_un peer;
+    socklen_t pl = sizeof peer;
+    install(SIGALRM, note, 0);
+    arm();
+    int cs = accept(ls, (struct sockaddr *)&peer, &pl);
+    e = errno;
+    printf("accept without SA_RESTART: %d %s, byte %d\n", cs, cs < 0 && e == EINTR ? "EINTR" : "?",
+           noted(np[0]));
+    install(SIGALRM, note, SA_RESTART);
+    pid_t con = fork();
+    if (con == 0) {
+        char c;
+        alarm(20);
+        if (read(np[0], &c, 1) != 1) _exit(1);
+        int s2 = socket(AF_UNIX, SOCK_STREAM, 0);
+        _exit(connect(s2, (struct sockaddr *)&sun, sizeof sun) == 0 ? 0 : 1);
+    }
+    arm();
+    pl = sizeof peer;
+    cs = accept(ls, (struct sockaddr *)&peer, &pl);
+    printf("accept with SA_RESTART: %s\n", cs >= 0 ? "restarted" : "FAIL");
+    waitpid(con, NULL, 0);
+    if (cs >= 0) close(cs);
+    close(ls);
+    unlink(sun.sun_path);
+
     /* Every handler's byte reached the atoll file. */
     lseek(file_fd, 0, SEEK_SET);
     n = read(file_fd, buf, sizeof buf);
@@ -349,7 +388,8 @@ int main(int argc, char **argv) {
 /// as on the host: SA_RESTART vs not on a blocking pipe read, host calls
 /// restarted through the wrapper and the SIGSYS net, oldact, SA_SIGINFO
 /// and SA_RESETHAND, sigsuspend and pselect temporary masks, siglongjmp out
-/// of a pipe read, a blocked signal staying blocked.
+/// of a pipe read, a blocked signal staying blocked, accept on a socket
+/// bound in the mount with and without SA_RESTART.
 #[test]
 fn handlers_interrupting_atoll_code_run_as_program_code_as_on_the_host() {
     let dir = tempfile::tempdir().unwrap();

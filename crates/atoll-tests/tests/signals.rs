@@ -136,6 +136,21 @@ int main(int argc, char **argv) {
     waitpid(h, NULL, 0);
     close(rd[0]);
 
+    /* 2b. The same through the SIGSYS net: syscall(SYS_read), without
+       and with SA_RESTART. */
+    install(SIGALRM, note, 0);
+    if (pipe(rd) != 0) return 2;
+    n = blocked_read(rd[0], buf, 1);
+    printf("pipe syscall(read) without SA_RESTART: %zd %s, handler byte %s\n", n,
+           n < 0 && errno == EINTR ? "EINTR" : "?", noted(np[0]) ? "arrived" : "lost");
+    install(SIGALRM, note, SA_RESTART);
+    h = helper(np[0], rd[1]);
+    close(rd[1]);
+    n = blocked_read(rd[0], buf, 1);
+    printf("pipe syscall(read) with SA_RESTART: %zd%s\n", n, n == 2 ? " (restarted)" : " FAIL");
+    waitpid(h, NULL, 0);
+    close(rd[0]);
+
     /* 3. The same on a host socket, through the read wrapper and through
        the SIGSYS net. */
     for (int how = 0; how < 2; how++) {
@@ -385,7 +400,8 @@ int main(int argc, char **argv) {
 "#;
 
 /// The C probe prints the same under atoll (atoll pipes, an atoll file)
-/// as on the host: SA_RESTART vs not on a blocking pipe read, host calls
+/// as on the host: SA_RESTART vs not on a blocking pipe read (through the
+/// wrapper and through the SIGSYS net), host calls
 /// restarted through the wrapper and the SIGSYS net, oldact, SA_SIGINFO
 /// and SA_RESETHAND, sigsuspend and pselect temporary masks, siglongjmp out
 /// of a pipe read, a blocked signal staying blocked, accept on a socket
@@ -398,6 +414,7 @@ fn handlers_interrupting_atoll_code_run_as_program_code_as_on_the_host() {
     let host_out = text(&host.stdout);
     assert!(host_out.contains("pipe read without SA_RESTART: -1 EINTR, handler byte arrived"));
     assert!(host_out.contains("pipe read with SA_RESTART: 2 (restarted)"));
+    assert!(host_out.contains("pipe syscall(read) with SA_RESTART: 2 (restarted)"));
     assert!(host.status.success(), "{host_out}");
     let script = format!("{} \"$ROOT\"", bin.display());
     for opts in [&[][..], &["--servers", "3", "--incoherent"][..]] {

@@ -53,7 +53,7 @@ static void note(int sig) {
 
 static void on_info(int sig, siginfo_t *si, void *uc) {
     (void)uc;
-    info_ok = si->si_signo == sig && si->si_code == SI_KERNEL;
+    info_ok = si->si_signo == sig && si->si_code == SI_KERNEL && uc != NULL;
     note(sig);
 }
 
@@ -63,6 +63,14 @@ static sigjmp_buf jump;
 static volatile sig_atomic_t usr1_runs;
 static void leave(int sig) { note(sig); siglongjmp(jump, 1); }
 static void on_usr1(int sig) { usr1_runs++; note(sig); }
+
+static volatile sig_atomic_t depth, max_depth, raised;
+static void nested(int sig) {
+    depth++;
+    if (depth > max_depth) max_depth = depth;
+    if (!raised) { raised = 1; raise(sig); }
+    depth--;
+}
 
 static void install(int sig, void (*h)(int), int flags) {
     struct sigaction sa;
@@ -315,6 +323,19 @@ int main(int argc, char **argv) {
     close(ls);
     unlink(sun.sun_path);
 
+    /* 11. SA_NODEFER: a handler that raises its own signal runs nested in
+       itself with it, after itself without it (first run deferred from a
+       blocked pipe read). */
+    for (int nodefer = 0; nodefer < 2; nodefer++) {
+        depth = max_depth = raised = 0;
+        install(SIGALRM, nested, nodefer ? SA_NODEFER : 0);
+        if (pipe(rd) != 0) return 2;
+        n = blocked_read(rd[0], buf, 0);
+        printf("SA_NODEFER %d: read %zd, deepest nesting %d\n", nodefer, n, (int)max_depth);
+        close(rd[0]);
+        close(rd[1]);
+    }
+
     /* Every handler's byte reached the atoll file. */
     lseek(file_fd, 0, SEEK_SET);
     n = read(file_fd, buf, sizeof buf);
@@ -401,11 +422,11 @@ int main(int argc, char **argv) {
 
 /// The C probe prints the same under atoll (atoll pipes, an atoll file)
 /// as on the host: SA_RESTART vs not on a blocking pipe read (through the
-/// wrapper and through the SIGSYS net), host calls
-/// restarted through the wrapper and the SIGSYS net, oldact, SA_SIGINFO
-/// and SA_RESETHAND, sigsuspend and pselect temporary masks, siglongjmp out
-/// of a pipe read, a blocked signal staying blocked, accept on a socket
-/// bound in the mount with and without SA_RESTART.
+/// wrapper and through the SIGSYS net), host calls restarted through both,
+/// oldact, SA_SIGINFO (with a ucontext) and SA_RESETHAND, SA_NODEFER,
+/// sigsuspend and pselect temporary masks, siglongjmp out of a pipe read, a
+/// blocked signal staying blocked, accept on a socket bound in the mount
+/// with and without SA_RESTART.
 #[test]
 fn handlers_interrupting_atoll_code_run_as_program_code_as_on_the_host() {
     let dir = tempfile::tempdir().unwrap();

@@ -25,12 +25,15 @@
 //! Life cycle of a deferred signal:
 //!
 //! ```text
-//!  arrives in atoll code ─ entry: record (signal, siginfo, SA_RESTART)
+//!  arrives in atoll code ─ entry: record (signal, siginfo, SA_RESTART);
+//!     │  move the futex word a wait is about to sleep on, and a thread on
+//!     │  its way into an interruptible host call past it (`intr`)
 //!     │  an atoll wait it cut short (futex, host poll: EINTR) sees
 //!     │  `intr::pending` and unwinds, releasing what it held:
-//!     │  ERESTARTSYS (pipe/FIFO read, write, open; F_SETLKW, flock)
-//!     │  or EINTR (poll, select, epoll_wait)
-//!  boundary (the end of `client::dispatch`, the outermost guard's drop):
+//!     │  ERESTARTSYS (pipe/FIFO read, write, open; F_SETLKW, flock;
+//!     │  socket calls) or EINTR (poll, select, epoll_wait)
+//!  boundary (the end of `client::dispatch`, the start of a host call, the
+//!  outermost guard's drop):
 //!     deliver: re-queued to this thread with rt_tgsigqueueinfo (same
 //!     siginfo) while every signal is blocked, then the program's mask (or
 //!     the call's temporary one) back: the kernel delivers them into the
@@ -56,8 +59,11 @@
 //!
 //! Pending state is per thread, fixed-size, allocation-free: standard
 //! signals coalesce as in the kernel; real-time signals queue up to
-//! [`PENDING_SLOTS`]. Departure from Linux: a handler delivered after
-//! deferral sees a ucontext inside libatoll, not the program's registers.
+//! [`PENDING_SLOTS`]. Departures from Linux: a handler delivered after
+//! deferral, or run in a host call of the SIGSYS net, sees a ucontext
+//! inside libatoll, not the program's registers at its call; a signal that
+//! arrives while atoll waits for a server's reply is delivered when the
+//! reply comes.
 
 use core::cell::UnsafeCell;
 use core::ffi::c_void;

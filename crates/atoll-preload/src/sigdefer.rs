@@ -530,7 +530,14 @@ pub fn reaping_wait(nr: i64, args: &[u64; 6]) -> Option<i64> {
     const P_PID: u64 = 1;
     const P_PGID: u64 = 2;
     let options = args[2] as i32;
-    if nr != libc::SYS_wait4 || options & libc::WNOHANG != 0 {
+    let valid = libc::WNOHANG
+        | libc::WUNTRACED
+        | libc::WCONTINUED
+        | libc::__WNOTHREAD
+        | libc::__WCLONE
+        | libc::__WALL;
+    // Invalid options: the kernel answers EINVAL at once.
+    if nr != libc::SYS_wait4 || options & libc::WNOHANG != 0 || options & !valid != 0 {
         return None;
     }
     let pid = args[0] as i32;

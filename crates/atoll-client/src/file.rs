@@ -826,6 +826,11 @@ fn set_lock_wait(c: &Client, lane: &Lane, desc: DescId, lock: LockSpec, wait: bo
             Err(Error::Errno(e)) if wait && e == libc::EAGAIN => {
                 sys::sleep_ns(backoff);
                 backoff = (backoff * 2).min(50_000_000);
+                // Nothing is held between attempts: unwind for a deferred
+                // program signal (restarted for SA_RESTART, as Linux).
+                if crate::intr::pending() {
+                    return err(crate::intr::ERESTARTSYS);
+                }
             }
             r => return r,
         }

@@ -52,6 +52,7 @@ mod fdtable;
 mod file;
 mod hybrid;
 mod incoherent;
+pub mod intr;
 mod mapping;
 mod meta;
 mod ns;
@@ -291,8 +292,9 @@ fn rehost(nr: i64, a: &[u64; 6], p: &PathBuf) -> i64 {
         b[d] = AT_FDCWD as u64;
     }
     // SAFETY: the program's own call with its path argument replaced by
-    // our NUL-terminated buffer, which outlives the call.
-    unsafe { sys::syscall6(nr, b) }
+    // our NUL-terminated buffer, which outlives the call. It may block (a
+    // host FIFO): restarted for SA_RESTART handlers (see `intr`).
+    unsafe { intr::restartable_host_syscall6(nr, b) }
 }
 
 fn done(v: i64) -> Result<Out> {
@@ -1046,14 +1048,15 @@ fn run(c: &'static Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
                 // timeout/sigmask pointers are the program's (or our zero).
                 unsafe {
                     if nr == SYS_poll {
-                        sys::sc(SYS_poll, fds, n, if ready { 0 } else { a[2] }, 0)
+                        let t = if ready { 0 } else { a[2] };
+                        intr::host_syscall6(SYS_poll, [fds, n, t, 0, 0, 0])
                     } else {
                         let ts = if ready {
                             &zero as *const _ as u64
                         } else {
                             a[2]
                         };
-                        sys::syscall6(SYS_ppoll, [fds, n, ts, a[3], a[4], 0])
+                        intr::host_syscall6(SYS_ppoll, [fds, n, ts, a[3], a[4], 0])
                     }
                 }
             })?)

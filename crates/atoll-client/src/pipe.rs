@@ -18,10 +18,12 @@
 //! they are atomic with any number of writers.
 //!
 //! Blocking: a reader with nothing to read sleeps on `RSEQ` (a writer wrote
-//! or the writer count changed), a writer with no room on `WSEQ`. A signal
-//! handler that runs interrupts the sleep: the call returns `EINTR` (or the
-//! bytes already moved) unless every caught signal has `SA_RESTART`, in
-//! which case it sleeps again (see [`restartable`]).
+//! or the writer count changed), a writer with no room on `WSEQ`. A program
+//! signal that arrives meanwhile is deferred by the interposition layer and
+//! cuts the sleep short: the call unwinds with the bytes already moved, or
+//! with `ERESTARTSYS` (see `intr`), releasing everything it held, and the
+//! handler runs at the boundary; the call is then issued again for an
+//! `SA_RESTART` handler, as Linux restarts a pipe read or write.
 //!
 //! Readiness with host descriptors in the same set: Linux cannot wait on a
 //! futex and descriptors at once, so the wait is a loop: the atoll part is
@@ -43,6 +45,7 @@ use atoll_proto::{DescId, FileType, Reply, Request, BLOCK_SIZE};
 use crate::error::{err, Error, Result};
 use crate::fdtable::{self, DescInfo, DescRef};
 use crate::file;
+use crate::intr;
 use crate::ring::Ring;
 use crate::session::{Client, Lane};
 use crate::sys;
@@ -243,8 +246,9 @@ fn fifo_wait(c: &Client, lane: &Lane, desc: DescId, flags: u32) -> Result<u64> {
         if r == -(libc::EIO as i64) {
             return err(libc::EIO);
         }
-        if r == -(libc::EINTR as i64) && !restartable() {
-            return err(libc::EINTR);
+        // The caller closes the new description on this error.
+        if intr::pending() {
+            return err(intr::ERESTARTSYS);
         }
     }
 }
@@ -310,39 +314,18 @@ pub fn reopen(c: &Client, path: &[u8], flags: u32) -> Result<Option<Out>> {
 // Data
 
 /// Sleep on wait word `seq` (sleeper count `sleep`) unless it moved from
-/// `seen`. `Err(EINTR)` when a signal handler ran that asks for it.
+/// `seen`. `Err(ERESTARTSYS)` when a deferred program signal waits: the
+/// caller unwinds (see `intr`).
 fn sleep(ring: &Ring, seq: usize, sleep: usize, seen: u32) -> Result<()> {
     let r = ring.futex_wait(seq, seen, None);
     ring.word(sleep).fetch_sub(1, Ordering::AcqRel);
     if r == -(libc::EIO as i64) {
         return err(libc::EIO);
     }
-    if r == -(libc::EINTR as i64) && !restartable() {
-        return err(libc::EINTR);
+    if intr::pending() {
+        return err(intr::ERESTARTSYS);
     }
     Ok(())
-}
-
-/// After a handler interrupted a sleep: may the call go on, as Linux
-/// restarts a pipe read or write for `SA_RESTART` handlers? The signal is
-/// not known here, so the call restarts only if every caught signal has
-/// `SA_RESTART` (glibc's `signal()` sets it; a `sigaction` without it, as
-/// for an `alarm` timeout, gets `EINTR`). Runs only after an interruption.
-fn restartable() -> bool {
-    for sig in 1..=64u64 {
-        if sig == libc::SIGSYS as u64 || sig == libc::SIGKILL as u64 || sig == libc::SIGSTOP as u64
-        {
-            continue; // SIGSYS belongs to the preload layer
-        }
-        let mut old = [0u64; 4]; // handler, flags, restorer, mask
-                                 // SAFETY: reads the action into our local kernel `sigaction`.
-        let r = unsafe { sys::sc(libc::SYS_rt_sigaction, sig, 0, old.as_mut_ptr() as u64, 8) };
-        let caught = r == 0 && old[0] != libc::SIG_DFL as u64 && old[0] != libc::SIG_IGN as u64;
-        if caught && old[1] & libc::SA_RESTART as u64 == 0 {
-            return false;
-        }
-    }
-    true
 }
 
 /// Bump the other side's wait word (caller holds the lock) and report
@@ -679,6 +662,11 @@ fn poll_loop(
     let mut atoll_rev: Vec<Option<i16>> = vec![None; fds.len()];
     let mut slice: i64 = 1_000_000;
     loop {
+        // A deferred program signal ends the wait (readiness calls never
+        // restart); its handler runs at the boundary.
+        if intr::pending() {
+            return err(libc::EINTR);
+        }
         let mut ready = 0i64;
         let mut pipes = 0usize;
         let mut hosts = 0usize;
@@ -730,9 +718,11 @@ fn poll_loop(
                     w = r.futex_wait(word, seen, t.as_ref());
                 }
                 r.word(sleeper).fetch_sub(1, Ordering::AcqRel);
-                if w == -(libc::EINTR as i64) || w == -(libc::EIO as i64) {
-                    return err(-w as i32);
+                if w == -(libc::EIO as i64) {
+                    return err(libc::EIO);
                 }
+                // EINTR: the loop's first check unwinds for a deferred
+                // program signal; atoll's own handlers do not end the wait.
                 continue;
             }
         }
@@ -753,11 +743,14 @@ fn poll_loop(
                 Some(p) => (p, 8),
                 None => (0, 0),
             };
-            sys::syscall6(
+            intr::host_syscall6(
                 libc::SYS_ppoll,
                 [host.as_mut_ptr() as u64, host.len() as u64, tp, m, msz, 0],
             )
         };
+        if r == -(libc::EINTR as i64) {
+            continue; // see the futex case above
+        }
         if r < 0 {
             return err((-r) as i32);
         }
@@ -1096,6 +1089,10 @@ fn epoll_wait(c: &Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
         if !mine {
             return Ok(Out::Host);
         }
+        // A deferred program signal ends an empty wait (never restarted).
+        if n == 0 && intr::pending() {
+            return err(libc::EINTR);
+        }
         let left = deadline.map(|d| (d - sys::monotonic_ns()).max(0));
         let wait = if n > 0 || left == Some(0) {
             0
@@ -1110,7 +1107,7 @@ fn epoll_wait(c: &Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
             // SAFETY: the program's event buffer past our entries, our
             // timespec, and the program's mask pointer and size.
             unsafe {
-                sys::syscall6(
+                intr::host_syscall6(
                     libc::SYS_epoll_pwait2,
                     [
                         epfd as u64,

@@ -14,6 +14,7 @@ use atoll_msg::SharedRegion;
 use atoll_proto::pipe as hdr;
 use atoll_proto::BLOCK_SIZE;
 
+use crate::intr;
 use crate::sys;
 
 /// One pipe's ring (header + data blocks), validated.
@@ -142,9 +143,10 @@ impl Ring {
     }
 
     /// Sleep while the word at `off` equals `seen` (or until `timeout`,
-    /// relative). Returns 0, or −errno (`EINTR` when a signal handler ran,
-    /// `ETIMEDOUT`, `EAGAIN` when the word had already moved, `EIO` when
-    /// the instance is gone). Without a timeout the sleep still ends after
+    /// relative). Returns 0, or −errno (`EINTR` when a signal handler ran
+    /// or a deferred program signal waits, see `intr`; `ETIMEDOUT`;
+    /// `EAGAIN` when the word had already moved; `EIO` when the instance
+    /// is gone). Without a timeout the sleep still ends after
     /// `PEER_CHECK_NS` to look whether the instance died (`liveness`):
     /// then 0 (a spurious wake-up) or `EIO`.
     pub fn futex_wait(&self, off: usize, seen: u32, timeout: Option<&libc::timespec>) -> i64 {
@@ -156,6 +158,12 @@ impl Ring {
             tv_sec: 0,
             tv_nsec: liveness::PEER_CHECK_NS as _,
         };
+        // A deferred program signal ends the sleep, also one that comes
+        // after this look and before the futex call (see `intr`).
+        let _waiting = intr::Waiting::on(self.word(off));
+        if intr::pending() {
+            return -(libc::EINTR as i64);
+        }
         let r = self.futex_wait_raw(off, seen, Some(timeout.unwrap_or(&bound)));
         if timeout.is_none() && r == -(libc::ETIMEDOUT as i64) {
             return if liveness::check_peers_now() {

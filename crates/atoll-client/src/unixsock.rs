@@ -224,11 +224,13 @@ pub fn route(c: &Client, nr: i64, a: &[u64; 6]) -> Result<Option<Out>> {
     }
 }
 
-/// Run the (possibly rewritten) call on Linux.
+/// Run the (possibly rewritten) call on Linux. It may block (accept,
+/// recvmsg, connect): a program signal ends it and it is issued again for
+/// an `SA_RESTART` handler, as Linux restarts socket calls (see `intr`).
 fn host(nr: i64, a: [u64; 6]) -> i64 {
     // SAFETY: the program's own call; any pointer we replaced points to a
     // local of the caller that outlives the call.
-    unsafe { sys::syscall6(nr, a) }
+    unsafe { crate::intr::restartable_host_syscall6(nr, a) }
 }
 
 #[inline(never)]

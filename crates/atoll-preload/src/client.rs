@@ -24,6 +24,8 @@ pub use atoll_client::Dispatch;
 #[cfg_attr(test, allow(unused_imports))]
 pub use atoll_client::{read_user, user_path, write_user};
 
+use crate::sigdefer;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
 pub enum Mode {
@@ -50,6 +52,7 @@ pub fn set_mode(m: Mode) {
 /// Join the instance if this process belongs to one. Called once by the
 /// constructor, under an `AtollGuard`.
 pub fn init() -> bool {
+    atoll_client::intr::set_pending_hook(crate::sigdefer::client_pending_hook);
     catch_unwind(atoll_client::init).unwrap_or(false)
 }
 
@@ -64,12 +67,31 @@ pub fn may_concern(nr: i64, args: &[u64; 6]) -> bool {
 }
 
 /// Emulate or pass on system call `nr`. Hot path.
+///
+/// The end of a dispatch is a boundary back to program code: the client
+/// holds nothing any more, so program signals deferred meanwhile are
+/// delivered here (before a host call that could block, too), and a call
+/// that a signal cut short with `ERESTARTSYS` is issued again or fails
+/// with `EINTR`, by the handlers' `SA_RESTART` (see `sigdefer`).
 #[inline]
 pub fn dispatch(nr: i64, args: &[u64; 6]) -> Dispatch {
-    match mode() {
-        Mode::Client => catch_unwind(|| atoll_client::dispatch(nr, args))
-            .unwrap_or(Dispatch::Done(-(libc::EIO as i64))),
-        _ => Dispatch::Host,
+    if mode() != Mode::Client {
+        return Dispatch::Host;
+    }
+    let restart_code = Dispatch::Done(-(atoll_client::intr::ERESTARTSYS as i64));
+    loop {
+        let r = catch_unwind(|| atoll_client::dispatch(nr, args))
+            .unwrap_or(Dispatch::Done(-(libc::EIO as i64)));
+        let interrupted = r == restart_code;
+        if !interrupted && !sigdefer::any_pending() {
+            return r;
+        }
+        let restart = sigdefer::deliver_pending(sigdefer::temporary_mask(nr, args));
+        match (interrupted, restart) {
+            (true, true) => continue,
+            (true, false) => return Dispatch::Done(-(libc::EINTR as i64)),
+            (false, _) => return r,
+        }
     }
 }
 

@@ -9,7 +9,9 @@
 //!   system call issued outside this library (glibc internals, `syscall()`,
 //!   inline `syscall` instructions) into a SIGSYS, handled here; also the
 //!   clone trampoline and the signal plumbing (`sigfix`) that keeps SIGSYS
-//!   deliverable.
+//!   deliverable, and `sigdefer`, which runs program handlers as program
+//!   code: at once, or deferred to the boundary when atoll code holds
+//!   something (the kernel's `-ERESTARTSYS` model).
 //! * `selector` — the per-thread SUD selector byte, which doubles as the
 //!   "atoll code is running on this thread" flag; `region` finds our own
 //!   text (always allowed by SUD).
@@ -25,6 +27,7 @@ mod client;
 mod raw;
 mod region;
 mod selector;
+mod sigdefer;
 mod sigfix;
 mod sigsys;
 mod stats;

@@ -15,6 +15,10 @@
 //! called `read`, which resolved to our exported `read`) and goes straight
 //! to the real function.
 //!
+//! The outermost guard's drop is a boundary back to program code: it
+//! delivers program signals deferred meanwhile (`sigdefer`), for atoll
+//! code that does not reach the boundary at the end of a dispatch.
+//!
 //! Life cycle: a new thread's byte starts as `BLOCK` (the thread-local's
 //! initial image), SUD is switched on per thread by [`enable_sud`] (it is
 //! not inherited by threads or fork children and is cleared by `execve`).
@@ -22,6 +26,7 @@
 use core::sync::atomic::{compiler_fence, AtomicU8, AtomicUsize, Ordering};
 
 use crate::raw;
+use crate::sigdefer;
 
 /// `SYSCALL_DISPATCH_FILTER_ALLOW`.
 pub const ALLOW: u8 = 0;
@@ -93,10 +98,15 @@ impl AtollGuard {
 }
 
 impl Drop for AtollGuard {
+    /// Hot path: one more thread-local load when nothing is pending.
     #[inline]
     fn drop(&mut self) {
         compiler_fence(Ordering::SeqCst);
         SELECTOR.with(|s| s.store(self.prev, Ordering::Relaxed));
+        compiler_fence(Ordering::SeqCst);
+        if self.prev == BLOCK && sigdefer::any_pending() {
+            sigdefer::deliver_pending(None);
+        }
     }
 }
 

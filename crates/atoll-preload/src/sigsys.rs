@@ -10,6 +10,8 @@
 //!     ├─ clone/clone3/fork/vfork                 → clone_* below
 //!     ├─ exit_group / execve                     → flush trap stats first
 //!     └─ anything else: may_concern? dispatch : raw syscall
+//!  (program signals deferred meanwhile are delivered at the end of the
+//!  dispatch, or at the guard's drop: `sigdefer`)
 //!  write RAX ─ restore errno ─ selector BLOCK ─ return through our own
 //!  rt_sigreturn stub (inside the allowed region, so it never traps)
 //! ```
@@ -34,6 +36,7 @@ use core::sync::atomic::{AtomicBool, Ordering};
 use crate::client::{self, Dispatch, ForkPrep, Mode};
 use crate::raw::{self, StackBuf};
 use crate::selector::{self, AtollGuard, BLOCK};
+use crate::sigdefer;
 use crate::sigfix::{self, KSigaction, VirtualAction, KSIGSET_SIZE};
 use crate::stats;
 
@@ -398,10 +401,17 @@ fn general(nr: i64, args: [u64; 6]) -> i64 {
             Dispatch::Host => {}
         }
     }
-    raw::syscall6(nr, args)
+    // Nothing of atoll is held: a program handler interrupting the call
+    // runs in it as program code (see `sigdefer`).
+    sigdefer::host_call(|| match sigdefer::reaping_wait(nr, &args) {
+        Some(r) => r,
+        None => raw::syscall6(nr, args),
+    })
 }
 
-/// `rt_sigaction` on the program's behalf (see `sigfix`).
+/// `rt_sigaction` on the program's behalf: SIGSYS is answered from its
+/// virtual disposition (see `sigfix`), every other signal's handler is
+/// virtualised by `sigdefer`.
 fn sig_action(args: [u64; 6]) -> i64 {
     let sig = args[0] as i32;
     let act = args[1] as *const KSigaction;
@@ -431,15 +441,7 @@ fn sig_action(args: [u64; 6]) -> i64 {
         }
         return 0;
     }
-    let mut fixed = KSigaction::default();
-    let mut a = args;
-    if let Some(v) = new {
-        fixed = sigfix::fix_action(v, restorer());
-        a[1] = &fixed as *const KSigaction as u64;
-    }
-    let r = raw::syscall6(libc::SYS_rt_sigaction, a);
-    let _ = fixed;
-    r
+    sigdefer::program_sigaction(sig, new, oact)
 }
 
 // ---------------------------------------------------------------------------
@@ -749,6 +751,7 @@ fn clone_inline(nr: i64, args: [u64; 6], kind: CloneKind) -> i64 {
 /// Common child-side work after a fork-like clone. Runs with the selector
 /// at ALLOW; the caller returns to program code with it at BLOCK.
 fn after_fork_in_child(prep: ForkPrep) {
+    sigdefer::forget_pending();
     stats::reset();
     client::fork_child(prep);
     let r = selector::enable_sud();

@@ -11,7 +11,8 @@
 //!    system call glibc itself would issue, and asks the client;
 //! 3. returns the client's answer (`Done`: value, or -1 with errno) or
 //!    calls the real function (`Host`), found once with
-//!    `dlsym(RTLD_NEXT)`.
+//!    `dlsym(RTLD_NEXT)`, as a *host call*: a program handler that
+//!    interrupts it runs there as program code (see `sigdefer`).
 //!
 //! Entry points not wrapped here still work, more slowly, through the SIGSYS
 //! net: glibc's composite functions reach the kernel through internal
@@ -37,6 +38,7 @@ use libc::{mode_t, off_t, size_t, ssize_t};
 use crate::client::{self, Dispatch, Mode};
 use crate::raw;
 use crate::selector::{self, AtollGuard};
+use crate::sigdefer;
 use crate::sigfix::KSIGSET_SIZE;
 use crate::stats;
 
@@ -184,7 +186,7 @@ macro_rules! wrap {
             $( if $chk { return host(); } )?
             let Some(_guard) = enter() else { return host() };
             match client::dispatch(nr, &args) {
-                Dispatch::Host => host(),
+                Dispatch::Host => sigdefer::host_call(host),
                 Dispatch::Done(v) => <$r as Ret>::from_raw(v),
             }
         }
@@ -218,7 +220,7 @@ macro_rules! wrap_va {
             };
             let Some(_guard) = enter() else { return host() };
             match client::dispatch(nr, &args) {
-                Dispatch::Host => host(),
+                Dispatch::Host => sigdefer::host_call(host),
                 Dispatch::Done(v) => <$r as Ret>::from_raw(v),
             }
         }
@@ -806,6 +808,7 @@ pub unsafe extern "C-unwind" fn fork() -> libc::pid_t {
     let pid = host();
     let err = raw::errno();
     if pid == 0 {
+        sigdefer::forget_pending();
         stats::reset();
         client::fork_child(prep);
         // SUD is not inherited by fork children.

@@ -764,11 +764,7 @@ fn poll(c: &Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
     if nfds > 1 << 20 {
         return err(libc::EINVAL);
     }
-    let sz = core::mem::size_of::<libc::pollfd>() as u64;
-    let mut v: Vec<libc::pollfd> = Vec::with_capacity(nfds as usize);
-    for i in 0..nfds {
-        v.push(sys::get_user(fds + i * sz)?);
-    }
+    let mut v: Vec<libc::pollfd> = sys::get_user_vec(fds, nfds as usize)?;
     if !v.iter().any(|p| pipe_fd(p.fd as i64).is_some()) {
         return Ok(Out::Host); // file::poll handles regular atoll files
     }
@@ -785,9 +781,7 @@ fn poll(c: &Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
         (t, (a[3] != 0).then_some(a[3]))
     };
     let n = poll_loop(c, &mut v, timeout, mask)?;
-    for (i, p) in v.iter().enumerate() {
-        sys::put_user(fds + i as u64 * sz, *p)?;
-    }
+    sys::put_user_slice(fds, &v)?;
     Ok(Out::Done(n))
 }
 
@@ -1034,10 +1028,7 @@ fn epoll_ready(c: &Client, epfd: i32, out: u64, max: usize) -> Result<(usize, bo
             });
         }
     });
-    let sz = core::mem::size_of::<libc::epoll_event>() as u64;
-    for (i, e) in got.iter().enumerate() {
-        sys::put_user(out + i as u64 * sz, *e)?;
-    }
+    sys::put_user_slice(out, &got)?;
     Ok((got.len(), mine))
 }
 

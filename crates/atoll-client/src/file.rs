@@ -587,8 +587,7 @@ pub fn readv(
         return err(libc::EINVAL);
     }
     let mut total = 0u64;
-    for i in 0..cnt {
-        let v: libc::iovec = sys::get_user(iov + i * core::mem::size_of::<libc::iovec>() as u64)?;
+    for v in sys::get_user_vec::<libc::iovec>(iov, cnt as usize)? {
         let buf = sys::user_slice_mut(v.iov_base as u64, v.iov_len)?;
         let n = read_desc(c, lane, d, buf, off.map(|o| o + total))?;
         total += n as u64;
@@ -611,8 +610,7 @@ pub fn writev(
         return err(libc::EINVAL);
     }
     let mut total = 0u64;
-    for i in 0..cnt {
-        let v: libc::iovec = sys::get_user(iov + i * core::mem::size_of::<libc::iovec>() as u64)?;
+    for v in sys::get_user_vec::<libc::iovec>(iov, cnt as usize)? {
         let buf = sys::user_slice(v.iov_base as u64, v.iov_len)?;
         let n = match write_desc(c, lane, d, buf, off.map(|o| o + total)) {
             Ok(n) => n,

@@ -508,8 +508,7 @@ fn readv(c: &Client, d: &DescRef, iov: u64, cnt: u64) -> Result<i64> {
         return err(libc::EINVAL);
     }
     let mut total = 0usize;
-    for i in 0..cnt {
-        let v: libc::iovec = sys::get_user(iov + i * core::mem::size_of::<libc::iovec>() as u64)?;
+    for v in sys::get_user_vec::<libc::iovec>(iov, cnt as usize)? {
         if v.iov_len == 0 {
             continue;
         }
@@ -536,17 +535,14 @@ fn writev(c: &Client, d: &DescRef, iov: u64, cnt: u64) -> Result<i64> {
     if cnt > 1024 {
         return err(libc::EINVAL);
     }
-    let sz = core::mem::size_of::<libc::iovec>() as u64;
-    let mut sum = 0usize;
-    for i in 0..cnt {
-        let v: libc::iovec = sys::get_user(iov + i * sz)?;
-        sum = sum.saturating_add(v.iov_len);
-    }
+    // One copy of the vector: its lengths cannot change between the sum
+    // and the use.
+    let vecs: Vec<libc::iovec> = sys::get_user_vec(iov, cnt as usize)?;
+    let sum = vecs.iter().fold(0usize, |s, v| s.saturating_add(v.iov_len));
     if sum <= hdr::PIPE_BUF {
         let mut small = [0u8; hdr::PIPE_BUF];
         let mut at = 0;
-        for i in 0..cnt {
-            let v: libc::iovec = sys::get_user(iov + i * sz)?;
+        for v in &vecs {
             small[at..at + v.iov_len]
                 .copy_from_slice(sys::user_slice(v.iov_base as u64, v.iov_len)?);
             at += v.iov_len;
@@ -554,8 +550,7 @@ fn writev(c: &Client, d: &DescRef, iov: u64, cnt: u64) -> Result<i64> {
         return Ok(write(c, d, &small[..at])? as i64);
     }
     let mut total = 0usize;
-    for i in 0..cnt {
-        let v: libc::iovec = sys::get_user(iov + i * sz)?;
+    for v in &vecs {
         let n = match write(c, d, sys::user_slice(v.iov_base as u64, v.iov_len)?) {
             Ok(n) => n,
             Err(_) if total > 0 => break,

@@ -75,9 +75,6 @@ const TEXT_BUSY: &str = "servers do not know which files run as programs (exec \
      runs a copy), so writing or truncating a running program is not refused";
 const MOUNTS: &str = "the mount is not a kernel file system: nothing can be \
      mounted on one of its directories";
-const DIR_LINKS: &str = "a distributed directory's entries live on every server, \
-     so its link count does not count its subdirectories (it is 1, as on btrfs)";
-
 const KNOWN: &[Known] = &[
     Known {
         pattern: "chmod::failed_chmod_unchanged_ctime::",
@@ -133,11 +130,6 @@ const KNOWN: &[Known] = &[
         pattern: "rmdir::ebusy",
         distributed_only: false,
         why: MOUNTS,
-    },
-    Known {
-        pattern: "rename::updates_link_parent",
-        distributed_only: true,
-        why: DIR_LINKS,
     },
 ];
 

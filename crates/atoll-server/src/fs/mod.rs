@@ -145,7 +145,7 @@ struct Session {
     groups: Rc<[u32]>,
 }
 
-const OP_NAMES: [&str; 45] = [
+const OP_NAMES: [&str; 46] = [
     "SetGroups",
     "Lookup",
     "Open",
@@ -191,6 +191,7 @@ const OP_NAMES: [&str; 45] = [
     "CreateInode",
     "Adopt",
     "RenameLock",
+    "Subdirs",
 ];
 
 fn op_index(req: &Request<'_>) -> usize {
@@ -241,6 +242,7 @@ fn op_index(req: &Request<'_>) -> usize {
         CreateInode { .. } => 42,
         Adopt { .. } => 43,
         RenameLock { .. } => 44,
+        Subdirs { .. } => 45,
     }
 }
 
@@ -873,6 +875,15 @@ impl<S: BlockStore> FileServer<S> {
                 open,
             } => self.create_inode(session, who, dir, ftype, perm, rdev, target, open),
             Q::Adopt { ino } => self.adopt(session, ino),
+            Q::Subdirs { dir, delta } => {
+                // Counted in the owner's own shard of the directory, which
+                // then holds all its subdirectories (for `nlink` only).
+                if self.owns(dir) && dir.is_distributed() && self.inodes.contains_key(&dir) {
+                    let s = self.shards.entry(dir).or_insert_with(|| Shard::new(None));
+                    s.subdirs = (s.subdirs as i64 + delta as i64).clamp(0, u32::MAX as i64) as u32;
+                }
+                Ok(Reply::Ok)
+            }
         }
     }
 
@@ -897,10 +908,16 @@ impl<S: BlockStore> FileServer<S> {
         let nlink = if i.ftype != FileType::Directory || i.links == 0 {
             i.links
         } else {
-            // `2 + subdirectories` when all entries are here; otherwise
-            // unknown, and 1 is the convention for "do not count" (btrfs).
+            // `2 + subdirectories`: all entries are here, or (a distributed
+            // directory) the owner's shard also counts those the clients
+            // reported from other servers (`Subdirs`). Otherwise unknown,
+            // and 1 is the convention for "do not count" (btrfs).
+            let dist = ino.is_distributed() && self.owns(ino);
             match self.shards.get(&ino) {
-                Some(s) if ino.home() == self.cfg.index && !ino.is_distributed() => 2 + s.subdirs,
+                Some(s) if dist || (ino.home() == self.cfg.index && !ino.is_distributed()) => {
+                    2 + s.subdirs
+                }
+                None if dist => 2,
                 _ => 1,
             }
         };

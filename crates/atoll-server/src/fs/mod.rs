@@ -878,7 +878,8 @@ impl<S: BlockStore> FileServer<S> {
             Q::Subdirs { dir, delta } => {
                 // Counted in the owner's own shard of the directory, which
                 // then holds all its subdirectories (for `nlink` only).
-                if self.owns(dir) && dir.is_distributed() && self.inodes.contains_key(&dir) {
+                let live = self.inodes.contains_key(&dir) && !self.removed.contains(&dir);
+                if self.owns(dir) && dir.is_distributed() && live {
                     let s = self.shards.entry(dir).or_insert_with(|| Shard::new(None));
                     s.subdirs = (s.subdirs as i64 + delta as i64).clamp(0, u32::MAX as i64) as u32;
                 }

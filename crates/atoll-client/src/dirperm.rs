@@ -25,12 +25,15 @@
 //!   it the server answers `EPERM`, and the client asks once more with
 //!   that inode's attributes.
 //!
-//! * **Times** ([`touch_owners`]): the server that changes a name updates
-//!   the directory's mtime and ctime only when it owns the directory, so
-//!   after a name change elsewhere the client posts the owner a `SetAttr`
-//!   of mtime to now (which moves ctime too), as Linux does to a parent on
-//!   every name change. Posted, so it costs an enqueue, not a round trip;
-//!   later requests of the same lane are served after it.
+//! * **Times and link counts** ([`after_change`]): the server that
+//!   changes a name updates the directory's mtime, ctime and count of
+//!   subdirectories only when it owns the directory, so after a name
+//!   change elsewhere the client posts the owner a `SetAttr` of mtime to
+//!   now (which moves ctime too), as Linux does to a parent on every name
+//!   change, and, when subdirectories came or went, a `Subdirs` with the
+//!   difference (a distributed directory's `nlink`). Posted, so each costs
+//!   an enqueue, not a round trip; later requests of the same lane are
+//!   served after them.
 //!
 //! The owner's notice on `chmod`/`chown` of a directory drops its cached
 //! entries, grant and attributes before the change returns, so each
@@ -43,7 +46,9 @@
 //! to one user, Hare's single fault domain); a name change without them in
 //! a directory the server does not own is refused (`EPROTO`).
 
-use atoll_proto::{entry_server, Cred, InodeId, Reply, Request, SetAttr, TimeSet, Vouched};
+use atoll_proto::{
+    entry_server, Cred, FileType, InodeId, Reply, Request, SetAttr, TimeSet, Vouched,
+};
 
 use crate::error::{Error, Result};
 use crate::session::{Client, Lane};
@@ -180,6 +185,29 @@ fn dir_attrs(c: &Client, lane: &Lane, dir: InodeId) -> Result<Vouched> {
 pub fn check_removable(c: &Client, lane: &Lane, dir: InodeId, victim: InodeId) -> Result<()> {
     let a = dir_attrs(c, lane, dir)?;
     let cred = c.cred();
+    may_write_and_search(&a, cred)?;
+    if a.perm & libc::S_ISVTX == 0 || cred.uid == a.uid || cred.caps & Cred::CAP_FOWNER != 0 {
+        return Ok(());
+    }
+    if attrs_from_owner(c, lane, victim)?.uid == cred.uid {
+        Ok(())
+    } else {
+        Err(Error::Errno(libc::EPERM))
+    }
+}
+
+/// Linux's `may_create` for a new name in `dir`: write and search
+/// permission (`EACCES`). Servers check it themselves; a client-coordinated
+/// link across servers checks it before its first step (`Ref` at the
+/// inode's owner), so a link that will be refused changes nothing there —
+/// not even the inode's ctime.
+pub fn check_creatable(c: &Client, lane: &Lane, dir: InodeId) -> Result<()> {
+    may_write_and_search(&dir_attrs(c, lane, dir)?, c.cred())
+}
+
+/// Write and search permission on a directory with attributes `a`, for
+/// `cred` (`CAP_DAC_OVERRIDE` passes).
+fn may_write_and_search(a: &Vouched, cred: Cred) -> Result<()> {
     let class = if cred.uid == a.uid {
         a.perm >> 6
     } else if cred.gid == a.gid || in_supplementary_groups(a.gid) {
@@ -191,14 +219,7 @@ pub fn check_removable(c: &Client, lane: &Lane, dir: InodeId, victim: InodeId) -
     if class & write_search != write_search && cred.caps & Cred::CAP_DAC_OVERRIDE == 0 {
         return Err(Error::Errno(libc::EACCES));
     }
-    if a.perm & libc::S_ISVTX == 0 || cred.uid == a.uid || cred.caps & Cred::CAP_FOWNER != 0 {
-        return Ok(());
-    }
-    if attrs_from_owner(c, lane, victim)?.uid == cred.uid {
-        Ok(())
-    } else {
-        Err(Error::Errno(libc::EPERM))
-    }
+    Ok(())
 }
 
 /// Whether `gid` is one of the process's supplementary groups (the ones
@@ -265,33 +286,106 @@ pub fn sticky_retry<R>(
     }
 }
 
-/// The directories whose names `req` changes at `server` without that
-/// server owning them (at most two, for a rename), for [`touch_owners`].
-pub fn changed_elsewhere(req: &Request<'_>, server: usize) -> [Option<InodeId>; 2] {
-    let away = |d: InodeId| (d.owner() != server).then_some(d);
-    match *req {
-        Request::Open { dir, flags, .. } if flags & libc::O_CREAT as u32 != 0 => [away(dir), None],
-        Request::MakeNode { dir, .. }
-        | Request::Link { dir, .. }
-        | Request::Unlink { dir, .. }
-        | Request::Relink { dir, .. } => [away(dir), None],
-        Request::Rename { olddir, newdir, .. } => [
-            away(olddir),
-            (newdir != olddir).then(|| away(newdir)).flatten(),
-        ],
-        _ => [None, None],
+/// What a name-changing request does to the directories it changes at a
+/// server that does not own them (`dirs[0]` the directory of the name, or a
+/// rename's old directory; `dirs[1]` a rename's new one), for
+/// [`after_change`]. Built before the request is sent.
+pub struct NameChange {
+    dirs: [Option<InodeId>; 2],
+    kind: ChangeKind,
+}
+
+enum ChangeKind {
+    Open,
+    Add(FileType),
+    Unlink,
+    Rename { exchange: bool, same_dir: bool },
+    Other,
+}
+
+fn is_dir(t: FileType) -> i32 {
+    (t == FileType::Directory) as i32
+}
+
+impl NameChange {
+    pub fn of(req: &Request<'_>, server: usize) -> NameChange {
+        let away = |d: InodeId| (d.owner() != server).then_some(d);
+        let (dirs, kind) = match *req {
+            Request::Open { dir, flags, .. } if flags & libc::O_CREAT as u32 != 0 => {
+                ([away(dir), None], ChangeKind::Open)
+            }
+            Request::MakeNode { dir, ftype, .. } | Request::Link { dir, ftype, .. } => {
+                ([away(dir), None], ChangeKind::Add(ftype))
+            }
+            Request::Unlink { dir, .. } => ([away(dir), None], ChangeKind::Unlink),
+            Request::Relink { dir, .. } => ([away(dir), None], ChangeKind::Other),
+            Request::Rename {
+                olddir,
+                newdir,
+                flags,
+                ..
+            } => {
+                let same_dir = olddir == newdir;
+                (
+                    [away(olddir), (!same_dir).then(|| away(newdir)).flatten()],
+                    ChangeKind::Rename {
+                        exchange: flags & libc::RENAME_EXCHANGE != 0,
+                        same_dir,
+                    },
+                )
+            }
+            _ => ([None, None], ChangeKind::Other),
+        };
+        NameChange { dirs, kind }
+    }
+
+    /// From the request's good reply: did a name change (an `Open` only
+    /// when it created the file), and by how many subdirectories each of
+    /// `dirs` changed.
+    pub fn outcome(&self, r: &Reply<'_>) -> (bool, [i32; 2]) {
+        match (&self.kind, r) {
+            (ChangeKind::Open, Reply::Opened { created, .. }) => (*created, [0, 0]),
+            (ChangeKind::Open, _) => (false, [0, 0]),
+            (ChangeKind::Add(t), Reply::Linked { replaced }) => (
+                true,
+                [is_dir(*t) - replaced.map_or(0, |(_, f)| is_dir(f)), 0],
+            ),
+            (ChangeKind::Add(t), _) => (true, [is_dir(*t), 0]),
+            (ChangeKind::Unlink, Reply::Unlinked { ftype, .. }) => (true, [-is_dir(*ftype), 0]),
+            (
+                ChangeKind::Rename { exchange, same_dir },
+                Reply::Renamed {
+                    ftype, replaced, ..
+                },
+            ) => {
+                let (m, r) = (is_dir(*ftype), replaced.map_or(0, |(_, f, _)| is_dir(f)));
+                let old = -m + if *exchange { r } else { 0 };
+                let new = m - r;
+                if *same_dir {
+                    (true, [old + new, 0])
+                } else {
+                    (true, [old, new])
+                }
+            }
+            _ => (true, [0, 0]),
+        }
     }
 }
 
-/// Tell the owners of `dirs` that names changed in them: mtime and ctime
-/// to now (see the module notes). Best effort: a directory removed
-/// meanwhile has no times left to keep.
-pub fn touch_owners(c: &Client, lane: &Lane, dirs: [Option<InodeId>; 2]) {
-    for d in dirs.into_iter().flatten() {
+/// Tell the owners of the directories a name change touched: mtime and
+/// ctime to now, and the change in their number of subdirectories (see
+/// the module notes). Posted and best effort: a directory removed
+/// meanwhile has nothing left to keep.
+pub fn after_change(c: &Client, lane: &Lane, change: &NameChange, deltas: [i32; 2]) {
+    for (d, delta) in change.dirs.into_iter().zip(deltas) {
+        let Some(d) = d else { continue };
         let set = SetAttr {
             mtime: TimeSet::Now,
             ..SetAttr::NONE
         };
         let _ = lane.post(c, d.owner(), Request::SetAttr { ino: d, set });
+        if delta != 0 && d.is_distributed() {
+            let _ = lane.post(c, d.owner(), Request::Subdirs { dir: d, delta });
+        }
     }
 }

@@ -632,8 +632,7 @@ pub fn readv(
         return err(libc::EINVAL);
     }
     let mut total = 0u64;
-    for i in 0..cnt {
-        let v: libc::iovec = sys::get_user(iov + i * core::mem::size_of::<libc::iovec>() as u64)?;
+    for v in sys::get_user_vec::<libc::iovec>(iov, cnt as usize)? {
         let buf = sys::user_slice_mut(v.iov_base as u64, v.iov_len)?;
         let n = read_desc(c, lane, d, buf, off.map(|o| o + total))?;
         total += n as u64;
@@ -656,8 +655,7 @@ pub fn writev(
         return err(libc::EINVAL);
     }
     let mut total = 0u64;
-    for i in 0..cnt {
-        let v: libc::iovec = sys::get_user(iov + i * core::mem::size_of::<libc::iovec>() as u64)?;
+    for v in sys::get_user_vec::<libc::iovec>(iov, cnt as usize)? {
         let buf = sys::user_slice(v.iov_base as u64, v.iov_len)?;
         let n = match write_desc(c, lane, d, buf, off.map(|o| o + total)) {
             Ok(n) => n,
@@ -1218,12 +1216,12 @@ pub fn poll(fds: u64, nfds: u64, host_call: impl Fn(u64, u64, bool) -> i64) -> R
     if nfds > 1 << 20 {
         return err(libc::EINVAL);
     }
-    let sz = core::mem::size_of::<libc::pollfd>() as u64;
+    let user: Vec<libc::pollfd> = sys::get_user_vec(fds, nfds as usize)?;
     let mut copy: Vec<libc::pollfd> = Vec::with_capacity(nfds as usize);
     let mut ready = 0i64;
     let mut atoll_rev: Vec<i16> = vec![0; nfds as usize];
     for i in 0..nfds {
-        let mut p: libc::pollfd = sys::get_user(fds + i * sz)?;
+        let mut p = user[i as usize];
         if fdtable::is_atoll(p.fd as i64) {
             let rev =
                 p.events & (libc::POLLIN | libc::POLLOUT | libc::POLLRDNORM | libc::POLLWRNORM);
@@ -1239,14 +1237,14 @@ pub fn poll(fds: u64, nfds: u64, host_call: impl Fn(u64, u64, bool) -> i64) -> R
     if r < 0 {
         return err((-r) as i32);
     }
-    for i in 0..nfds {
-        let mut p: libc::pollfd = sys::get_user(fds + i * sz)?;
+    let mut user = user;
+    for (i, p) in user.iter_mut().enumerate() {
         p.revents = if fdtable::is_atoll(p.fd as i64) {
-            atoll_rev[i as usize]
+            atoll_rev[i]
         } else {
-            copy[i as usize].revents
+            copy[i].revents
         };
-        sys::put_user(fds + i * sz, p)?;
     }
+    sys::put_user_slice(fds, &user)?;
     Ok(r + ready)
 }

@@ -1169,6 +1169,7 @@ pub fn link(
     let server = entry_server(w.dir, name, c.nservers);
     let vouched = crate::dirperm::vouches_for(c, lane, w.dir, server)?;
     if ino.owner() != server {
+        crate::dirperm::check_creatable(c, lane, w.dir)?;
         lane.call(c, ino.owner(), Request::Ref { ino }, |_| Ok(()))?;
     }
     let r = crate::session::retry_marked(|| {

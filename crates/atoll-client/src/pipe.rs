@@ -508,8 +508,7 @@ fn readv(c: &Client, d: &DescRef, iov: u64, cnt: u64) -> Result<i64> {
         return err(libc::EINVAL);
     }
     let mut total = 0usize;
-    for i in 0..cnt {
-        let v: libc::iovec = sys::get_user(iov + i * core::mem::size_of::<libc::iovec>() as u64)?;
+    for v in sys::get_user_vec::<libc::iovec>(iov, cnt as usize)? {
         if v.iov_len == 0 {
             continue;
         }
@@ -536,17 +535,14 @@ fn writev(c: &Client, d: &DescRef, iov: u64, cnt: u64) -> Result<i64> {
     if cnt > 1024 {
         return err(libc::EINVAL);
     }
-    let sz = core::mem::size_of::<libc::iovec>() as u64;
-    let mut sum = 0usize;
-    for i in 0..cnt {
-        let v: libc::iovec = sys::get_user(iov + i * sz)?;
-        sum = sum.saturating_add(v.iov_len);
-    }
+    // One copy of the vector: its lengths cannot change between the sum
+    // and the use.
+    let vecs: Vec<libc::iovec> = sys::get_user_vec(iov, cnt as usize)?;
+    let sum = vecs.iter().fold(0usize, |s, v| s.saturating_add(v.iov_len));
     if sum <= hdr::PIPE_BUF {
         let mut small = [0u8; hdr::PIPE_BUF];
         let mut at = 0;
-        for i in 0..cnt {
-            let v: libc::iovec = sys::get_user(iov + i * sz)?;
+        for v in &vecs {
             small[at..at + v.iov_len]
                 .copy_from_slice(sys::user_slice(v.iov_base as u64, v.iov_len)?);
             at += v.iov_len;
@@ -554,8 +550,7 @@ fn writev(c: &Client, d: &DescRef, iov: u64, cnt: u64) -> Result<i64> {
         return Ok(write(c, d, &small[..at])? as i64);
     }
     let mut total = 0usize;
-    for i in 0..cnt {
-        let v: libc::iovec = sys::get_user(iov + i * sz)?;
+    for v in &vecs {
         let n = match write(c, d, sys::user_slice(v.iov_base as u64, v.iov_len)?) {
             Ok(n) => n,
             Err(_) if total > 0 => break,
@@ -774,11 +769,7 @@ fn poll(c: &Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
     if nfds > 1 << 20 {
         return err(libc::EINVAL);
     }
-    let sz = core::mem::size_of::<libc::pollfd>() as u64;
-    let mut v: Vec<libc::pollfd> = Vec::with_capacity(nfds as usize);
-    for i in 0..nfds {
-        v.push(sys::get_user(fds + i * sz)?);
-    }
+    let mut v: Vec<libc::pollfd> = sys::get_user_vec(fds, nfds as usize)?;
     if !v.iter().any(|p| pipe_fd(p.fd as i64).is_some()) {
         return Ok(Out::Host); // file::poll handles regular atoll files
     }
@@ -795,9 +786,7 @@ fn poll(c: &Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
         (t, (a[3] != 0).then_some(a[3]))
     };
     let n = poll_loop(c, &mut v, timeout, mask)?;
-    for (i, p) in v.iter().enumerate() {
-        sys::put_user(fds + i as u64 * sz, *p)?;
-    }
+    sys::put_user_slice(fds, &v)?;
     Ok(Out::Done(n))
 }
 
@@ -1044,10 +1033,7 @@ fn epoll_ready(c: &Client, epfd: i32, out: u64, max: usize) -> Result<(usize, bo
             });
         }
     });
-    let sz = core::mem::size_of::<libc::epoll_event>() as u64;
-    for (i, e) in got.iter().enumerate() {
-        sys::put_user(out + i as u64 * sz, *e)?;
-    }
+    sys::put_user_slice(out, &got)?;
     Ok((got.len(), mine))
 }
 

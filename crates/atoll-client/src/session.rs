@@ -267,20 +267,17 @@ impl Lane {
         req: Request<'_>,
         f: impl FnOnce(Reply<'_>) -> Result<R>,
     ) -> Result<R> {
-        // A name change in a directory owned elsewhere: its owner moves the
-        // directory's times on (`dirperm::touch_owners`). An `Open` changes
-        // a name only when it created the file.
-        let dirs = crate::dirperm::changed_elsewhere(&req, server);
-        let mut changed = !matches!(req, Request::Open { .. });
+        // A name change in a directory owned elsewhere: its owner learns of
+        // it (times, subdirectories; `dirperm::after_change`).
+        let change = crate::dirperm::NameChange::of(&req, server);
+        let mut outcome = (false, [0, 0]);
         let id = self.send_vouched(c, c.cred(), vouched, server, req)?;
         let r = self.recv(c, server, id, |r| {
-            if let Reply::Opened { created: true, .. } = r {
-                changed = true;
-            }
+            outcome = change.outcome(&r);
             f(r)
         })?;
-        if changed {
-            crate::dirperm::touch_owners(c, self, dirs);
+        if outcome.0 {
+            crate::dirperm::after_change(c, self, &change, outcome.1);
         }
         Ok(r)
     }

@@ -753,6 +753,34 @@ pub fn get_user<T: Copy>(ptr: u64) -> Result<T, i32> {
     Ok(unsafe { v.assume_init() })
 }
 
+/// Load an array of `n` plain values from a program address, in one copy.
+pub fn get_user_vec<T: Copy>(ptr: u64, n: usize) -> Result<Vec<T>, i32> {
+    let size = core::mem::size_of::<T>()
+        .checked_mul(n)
+        .ok_or(libc::EFAULT)?;
+    let mut v: Vec<T> = Vec::with_capacity(n);
+    // SAFETY: the spare capacity holds `size` bytes; it is filled whole by
+    // the copy below before `set_len`, and T is a C struct made of
+    // integers (every bit pattern is valid).
+    unsafe {
+        let bytes = core::slice::from_raw_parts_mut(v.as_mut_ptr() as *mut u8, size);
+        bytes.fill(0);
+        if size > 0 {
+            copy_from_user(bytes, ptr)?;
+        }
+        v.set_len(n);
+    }
+    Ok(v)
+}
+
+/// Store an array of plain values at a program address, in one copy.
+pub fn put_user_slice<T: Copy>(ptr: u64, v: &[T]) -> Result<(), i32> {
+    // SAFETY: a live slice of integer-only C structs, viewed as bytes.
+    let bytes =
+        unsafe { core::slice::from_raw_parts(v.as_ptr() as *const u8, core::mem::size_of_val(v)) };
+    copy_to_user(ptr, bytes)
+}
+
 /// A zeroed C struct (all the libc structs we fill are integers only).
 pub fn zeroed<T: Copy>() -> T {
     // SAFETY: only used for libc's plain integer structs (stat, statx,

@@ -841,6 +841,14 @@ pub enum Request<'a> {
     Unmap {
         ino: InodeId,
     },
+    /// Owner of a distributed directory: `delta` subdirectories were added
+    /// (or, negative, removed) among its entries on another server; kept
+    /// for the directory's link count. Posted by the client after the name
+    /// change. → `Ok`
+    Subdirs {
+        dir: InodeId,
+        delta: i32,
+    },
 }
 
 /// A `Rename` flag for atoll's own use (never a Linux flag): the client has

@@ -69,77 +69,13 @@ struct Known {
     why: &'static str,
 }
 
-const CREDENTIALS: &str = "credential changes inside a running process \
-     (seteuid/setegid/setgroups) do not reach atoll's checks yet";
-const TEXT_BUSY: &str = "servers do not know which files run as programs (exec \
-     runs a copy), so writing or truncating a running program is not refused";
 const MOUNTS: &str = "the mount is not a kernel file system: nothing can be \
      mounted on one of its directories";
-const DIR_LINKS: &str = "a distributed directory's entries live on every server, \
-     so its link count does not count its subdirectories (it is 1, as on btrfs)";
-
-const KNOWN: &[Known] = &[
-    Known {
-        pattern: "chmod::failed_chmod_unchanged_ctime::",
-        distributed_only: false,
-        why: CREDENTIALS,
-    },
-    Known {
-        pattern: "link::unchanged_ctime_fails::",
-        distributed_only: false,
-        why: CREDENTIALS,
-    },
-    Known {
-        pattern: "rename::unchanged_ctime_failed::",
-        distributed_only: false,
-        why: CREDENTIALS,
-    },
-    Known {
-        pattern: "unlink::unchanged_ctime_failed::",
-        distributed_only: false,
-        why: CREDENTIALS,
-    },
-    Known {
-        pattern: "truncate::unchanged_ctime_failed",
-        distributed_only: false,
-        why: CREDENTIALS,
-    },
-    Known {
-        pattern: "::uid_gid_eq_euid_egid",
-        distributed_only: false,
-        why: CREDENTIALS,
-    },
-    Known {
-        pattern: "utimensat::nobody",
-        distributed_only: false,
-        why: CREDENTIALS,
-    },
-    Known {
-        pattern: "utimensat::utime_now_nobody",
-        distributed_only: false,
-        why: CREDENTIALS,
-    },
-    Known {
-        pattern: "utimensat::write_perm",
-        distributed_only: false,
-        why: CREDENTIALS,
-    },
-    Known {
-        pattern: "::etxtbsy",
-        distributed_only: false,
-        why: TEXT_BUSY,
-    },
-    Known {
-        pattern: "rmdir::ebusy",
-        distributed_only: false,
-        why: MOUNTS,
-    },
-    Known {
-        pattern: "rename::updates_link_parent",
-        distributed_only: true,
-        why: DIR_LINKS,
-    },
-];
+const KNOWN: &[Known] = &[Known {
+    pattern: "rmdir::ebusy",
+    distributed_only: false,
+    why: MOUNTS,
+}];
 
 /// The known gap `name` falls under: a pattern names a test or a group by
 /// its start (`chmod::x::` covers `chmod::x::dir`), or by a part shared

@@ -250,8 +250,7 @@ for p in (d, parent):
 /// `mv` of directories with contents between directories and across
 /// servers, into other (distributed) directories: contents, `..`, the
 /// moved directory's subdirectories and the parents' link counts match the
-/// host. Distributed directories report `nlink` 1 ("not counted", as
-/// btrfs), so in those modes the counts are checked for that instead.
+/// host, distributed directories included.
 #[test]
 fn moving_directories_with_contents_matches_the_host() {
     atoll_tests::require("python3");
@@ -307,15 +306,9 @@ rm /tmp/atoll-check-dir-$$.py
     );
     for opts in MODES {
         let out = in_atoll(opts, &script);
-        let distributed = opts.contains(&"--distribute");
         assert_eq!(hout.lines().count(), out.lines().count(), "{opts:?}\n{out}");
         for (h, a) in hout.lines().zip(out.lines()) {
-            if distributed && h.starts_with("nlink ") {
-                assert_eq!(h.rsplit_once(' ').unwrap().0, a.rsplit_once(' ').unwrap().0);
-                assert!(a.ends_with(" 1"), "{opts:?}: {a}");
-            } else {
-                assert_eq!(h, a, "{opts:?}\n--- host:\n{hout}\n--- atoll:\n{out}");
-            }
+            assert_eq!(h, a, "{opts:?}\n--- host:\n{hout}\n--- atoll:\n{out}");
         }
     }
 }

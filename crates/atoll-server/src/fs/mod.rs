@@ -153,7 +153,7 @@ struct Session {
     groups: Rc<[u32]>,
 }
 
-const OP_NAMES: [&str; 50] = [
+const OP_NAMES: [&str; 51] = [
     "SetGroups",
     "Lookup",
     "Open",
@@ -204,6 +204,7 @@ const OP_NAMES: [&str; 50] = [
     "Map",
     "Unmap",
     "Exec",
+    "Subdirs",
 ];
 
 fn op_index(req: &Request<'_>) -> usize {
@@ -259,6 +260,7 @@ fn op_index(req: &Request<'_>) -> usize {
         Map { .. } => 47,
         Unmap { .. } => 48,
         Exec { .. } => 49,
+        Subdirs { .. } => 50,
     }
 }
 
@@ -949,6 +951,20 @@ impl<S: BlockStore> FileServer<S> {
             Q::Map { ino, to } => self.map_inode(session, ino, to),
             Q::Unmap { ino } => self.unmap_inode(session, ino),
             Q::Exec { ino, to } => self.exec_inode(ino, to),
+            Q::Subdirs { dir, delta } => {
+                // Counted in the owner's own shard of the directory, which
+                // then holds all its subdirectories (for `nlink` only).
+                let live = self.inodes.contains_key(&dir) && !self.removed.contains(&dir);
+                if self.owns(dir) && dir.is_distributed() && live {
+                    let names = &self.acct.names;
+                    let s = self
+                        .shards
+                        .entry(dir)
+                        .or_insert_with(|| Shard::new(None, names));
+                    s.subdirs = (s.subdirs as i64 + delta as i64).clamp(0, u32::MAX as i64) as u32;
+                }
+                Ok(Reply::Ok)
+            }
         }
     }
 
@@ -973,10 +989,16 @@ impl<S: BlockStore> FileServer<S> {
         let nlink = if i.ftype != FileType::Directory || i.links == 0 {
             i.links
         } else {
-            // `2 + subdirectories` when all entries are here; otherwise
-            // unknown, and 1 is the convention for "do not count" (btrfs).
+            // `2 + subdirectories`: all entries are here, or (a distributed
+            // directory) the owner's shard also counts those the clients
+            // reported from other servers (`Subdirs`). Otherwise unknown,
+            // and 1 is the convention for "do not count" (btrfs).
+            let dist = ino.is_distributed() && self.owns(ino);
             match self.shards.get(&ino) {
-                Some(s) if ino.home() == self.cfg.index && !ino.is_distributed() => 2 + s.subdirs,
+                Some(s) if dist || (ino.home() == self.cfg.index && !ino.is_distributed()) => {
+                    2 + s.subdirs
+                }
+                None if dist => 2,
                 _ => 1,
             }
         };

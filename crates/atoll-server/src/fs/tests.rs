@@ -753,6 +753,74 @@ fn requests_for_entries_of_another_server_get_exdev() {
 }
 
 #[test]
+fn distributed_directory_counts_subdirectories_reported_from_other_servers() {
+    let mut t = server_n(0, 4, 8);
+    let dist = t.call(
+        S1,
+        USER,
+        Request::MakeNode {
+            dir: ROOT,
+            name: b"d",
+            ftype: FileType::Directory,
+            perm: 0o755,
+            rdev: 0,
+            target: b"",
+            home: 0,
+            distributed: true,
+        },
+    );
+    let Own::Entry(dist, _) = dist else {
+        panic!("{dist:?}")
+    };
+    assert_eq!(t.stat(dist).unwrap().nlink, 2);
+    // One subdirectory whose entry lives here, two reported from elsewhere.
+    let here = (0..100)
+        .map(|i| format!("s{i}"))
+        .find(|n| entry_server(dist, n.as_bytes(), 4) == 0)
+        .unwrap();
+    t.mkdir(dist, &here);
+    t.ok(
+        S1,
+        USER,
+        Request::Subdirs {
+            dir: dist,
+            delta: 2,
+        },
+    );
+    assert_eq!(t.stat(dist).unwrap().nlink, 5);
+    t.ok(
+        S1,
+        USER,
+        Request::Subdirs {
+            dir: dist,
+            delta: -1,
+        },
+    );
+    assert_eq!(t.stat(dist).unwrap().nlink, 4);
+    // A count never goes below zero.
+    t.ok(
+        S1,
+        USER,
+        Request::Subdirs {
+            dir: dist,
+            delta: -9,
+        },
+    );
+    assert_eq!(t.stat(dist).unwrap().nlink, 2);
+    // A directory that is not distributed ignores reports.
+    let plain = t.mkdir(ROOT, "p");
+    t.ok(
+        S1,
+        USER,
+        Request::Subdirs {
+            dir: plain,
+            delta: 3,
+        },
+    );
+    assert_eq!(t.stat(plain).unwrap().nlink, 2);
+}
+
+#[test]
 fn rename_replaces_target_atomically() {
     let mut t = server(8);
     let (da, a) = t.create(ROOT, "a");

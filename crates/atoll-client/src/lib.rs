@@ -59,6 +59,7 @@ mod ns;
 mod partial;
 pub mod path;
 mod pipe;
+mod procfd;
 mod procmounts;
 mod ring;
 mod session;
@@ -166,15 +167,60 @@ fn names_atoll_fd(path: &[u8]) -> bool {
     path.first() == Some(&b'/') && pipe::fd_path(path).is_some_and(fdtable::is_atoll)
 }
 
-/// `/proc/self/mounts` and its relatives (see `procmounts`).
-fn names_mount_table(ptr: u64) -> bool {
-    sys::user_path(ptr).is_ok_and(|p| procmounts::names_table(p).is_some())
+/// `/proc/self/mounts` and its relatives (see `procmounts`), or the
+/// process's own fd directory (see `procfd`).
+fn names_proc_table(ptr: u64) -> bool {
+    sys::user_path(ptr)
+        .is_ok_and(|p| procmounts::names_table(p).is_some() || procfd::names_fd_dir(p))
 }
 
 /// `/proc/self/exe` of an image started from the mount (see
 /// `exec::readlink_self_exe`).
 fn names_self_exe(ptr: u64) -> bool {
     exec::started_from_atoll() && sys::user_path(ptr).is_ok_and(exec::is_self_exe)
+}
+
+/// System calls whose first argument is a descriptor they act on (and
+/// that concern atoll when it is an atoll descriptor). On one of atoll's
+/// private descriptors they answer `EBADF`: those are the library's, and a
+/// program probing its descriptors (`fstat` of every number, as CPython's
+/// `fd_status` does) must not find them.
+#[allow(non_upper_case_globals)]
+fn on_descriptor(nr: i64) -> bool {
+    use libc::*;
+    matches!(
+        nr,
+        SYS_read
+            | SYS_write
+            | SYS_pread64
+            | SYS_pwrite64
+            | SYS_readv
+            | SYS_writev
+            | SYS_preadv
+            | SYS_pwritev
+            | SYS_preadv2
+            | SYS_pwritev2
+            | SYS_lseek
+            | SYS_fstat
+            | SYS_fchmod
+            | SYS_fchown
+            | SYS_ftruncate
+            | SYS_fallocate
+            | SYS_fsync
+            | SYS_fdatasync
+            | SYS_syncfs
+            | SYS_sync_file_range
+            | SYS_fstatfs
+            | SYS_fgetxattr
+            | SYS_fsetxattr
+            | SYS_flistxattr
+            | SYS_fremovexattr
+            | SYS_flock
+            | SYS_ioctl
+            | SYS_fadvise64
+            | SYS_readahead
+            | SYS_fcntl
+    )
 }
 
 fn fdarg(v: u64) -> i64 {
@@ -202,8 +248,8 @@ fn concerns(nr: i64, a: &[u64; 6]) -> bool {
     let cwd = || -> i64 { AT_FDCWD as i64 };
     let at = |i: usize| fdtable::is_atoll(fdarg(a[i]));
     match nr {
-        SYS_open => path_concerns(c, cwd(), a[0]) || names_mount_table(a[0]),
-        SYS_openat => path_concerns(c, fdarg(a[0]), a[1]) || names_mount_table(a[1]),
+        SYS_open => path_concerns(c, cwd(), a[0]) || names_proc_table(a[0]),
+        SYS_openat => path_concerns(c, fdarg(a[0]), a[1]) || names_proc_table(a[1]),
         SYS_creat | SYS_stat | SYS_lstat | SYS_access | SYS_mkdir | SYS_rmdir | SYS_unlink
         | SYS_chmod | SYS_chown | SYS_lchown | SYS_truncate | SYS_utimes | SYS_utime
         | SYS_statfs | SYS_mknod | SYS_getxattr | SYS_lgetxattr | SYS_setxattr | SYS_lsetxattr
@@ -223,13 +269,10 @@ fn concerns(nr: i64, a: &[u64; 6]) -> bool {
         }
         SYS_symlink => path_concerns(c, cwd(), a[1]),
         SYS_symlinkat => path_concerns(c, fdarg(a[1]), a[2]),
-        SYS_read | SYS_write | SYS_pread64 | SYS_pwrite64 | SYS_readv | SYS_writev | SYS_preadv
-        | SYS_pwritev | SYS_preadv2 | SYS_pwritev2 | SYS_lseek | SYS_fstat | SYS_getdents
-        | SYS_getdents64 | SYS_fchmod | SYS_fchown | SYS_ftruncate | SYS_fallocate | SYS_fsync
-        | SYS_fdatasync | SYS_syncfs | SYS_sync_file_range | SYS_fstatfs | SYS_fgetxattr
-        | SYS_fsetxattr | SYS_flistxattr | SYS_fremovexattr | SYS_flock | SYS_ioctl
-        | SYS_fadvise64 | SYS_readahead | SYS_fcntl => at(0),
-        SYS_close | SYS_dup => at(0) || c.is_private_fd(a[0] as i32),
+        SYS_getdents | SYS_getdents64 => at(0) || procfd::is_listing(fdarg(a[0])),
+        nr if on_descriptor(nr) => at(0) || c.is_private_fd(a[0] as i32),
+        SYS_close => at(0) || c.is_private_fd(a[0] as i32) || procfd::is_listing(fdarg(a[0])),
+        SYS_dup => at(0) || c.is_private_fd(a[0] as i32),
         SYS_dup2 | SYS_dup3 => at(0) || at(1) || c.is_private_fd(a[1] as i32),
         SYS_close_range => true,
         SYS_fchdir => at(0) || c.cwd().is_some(),
@@ -423,6 +466,20 @@ fn open_resolved(
     if let Some(o) = procmounts::open(c, path, flags)? {
         return Ok(o);
     }
+    if resolve == 0 && procfd::names_fd_dir(path) {
+        // SAFETY: the program's own path (checked) and flags.
+        let r = unsafe {
+            sys::sc(
+                libc::SYS_openat,
+                libc::AT_FDCWD as i64 as u64,
+                ptr,
+                flags as u64,
+                mode as u64,
+            )
+        };
+        procfd::mark(r, r >= 0);
+        return Ok(Out::Done(r));
+    }
     if path.first() == Some(&b'/') && resolve & walk::RESOLVE_NO_MAGICLINKS == 0 {
         if let Some(o) = pipe::reopen(c, path, flags)? {
             return Ok(o);
@@ -526,6 +583,9 @@ fn run(c: &'static Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
     use libc::*;
     let cwd = AT_FDCWD as i64;
     let fd0 = fdarg(a[0]);
+    if on_descriptor(nr) && c.is_private_fd(fd0 as i32) {
+        return err(EBADF);
+    }
     if let Some(o) = pipe::route(c, nr, a)? {
         return Ok(o);
     }
@@ -634,6 +694,7 @@ fn run(c: &'static Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
             if c.is_private_fd(fd0 as i32) {
                 return err(EBADF);
             }
+            procfd::mark(fd0, false);
             if !fdtable::is_atoll(fd0) {
                 return Ok(Out::Host);
             }
@@ -733,6 +794,9 @@ fn run(c: &'static Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
                     done(0)
                 },
             )
+        }
+        SYS_getdents64 | SYS_getdents if procfd::is_listing(fd0) => {
+            done(procfd::getdents(c, nr, a))
         }
         SYS_getdents64 | SYS_getdents => on_fd(c, fd0, |l, d| {
             let buf = sys::user_slice_mut(a[1], a[2] as usize)?;

@@ -703,3 +703,44 @@ PY
         assert_same(opts, script, true);
     }
 }
+
+/// atoll's own descriptors are invisible to the program: a child started
+/// with `close_fds` finds exactly the descriptors it was given, whether it
+/// probes every number with `fstat` (as CPython's `fd_status` does) or
+/// lists `/proc/self/fd`.
+#[test]
+fn atolls_own_descriptors_are_invisible_to_programs() {
+    require("python3");
+    let out = atoll_tests::run_in_atoll(
+        &["--servers", "2"],
+        r#"
+        cd /atoll && python3 - <<'PY'
+import os, subprocess, sys
+probe = r'''
+import os
+by_fstat = []
+for fd in range(0, 1100):
+    try:
+        os.fstat(fd)
+        by_fstat.append(fd)
+    except OSError:
+        pass
+listed = set(int(n) for n in os.listdir("/proc/self/fd"))
+# The listing shows one more: the descriptor it reads the directory with.
+extra = listed - set(by_fstat)
+print(set(by_fstat) <= listed and len(extra) == 1, by_fstat)
+'''
+r, w = os.pipe()
+out = subprocess.run([sys.executable, "-c", probe], close_fds=True, pass_fds=[r],
+                     stdin=subprocess.DEVNULL, capture_output=True, text=True)
+print(out.stdout.strip().replace(str(r), "R"), out.stderr)
+PY
+        "#,
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "True [0, 1, 2, R] \n",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

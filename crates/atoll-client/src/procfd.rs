@@ -1,0 +1,140 @@
+//! `/proc/self/fd` as the program should see it.
+//!
+//! atoll keeps a few descriptors of its own in every process (the session
+//! socket, the placeholder template, the buffer cache; `Client::
+//! is_private_fd`). They are the library's, not the program's: a program
+//! that lists its descriptors through `/proc/self/fd` (closing them all
+//! before an exec, or checking which were inherited, as CPython's
+//! `subprocess` tests do) must not find them. So a directory descriptor
+//! opened on the process's own fd directory is remembered, and
+//! `getdents`/`getdents64` on it drop those entries from what the kernel
+//! returned. Cheap when unused: one bit per descriptor number.
+
+use core::sync::atomic::{AtomicU64, Ordering};
+
+use crate::session::Client;
+use crate::sys;
+
+/// Descriptor numbers tracked (higher ones are simply not filtered).
+const TRACKED: usize = 1024;
+
+static LISTINGS: [AtomicU64; TRACKED / 64] = [const { AtomicU64::new(0) }; TRACKED / 64];
+
+/// Does `path` name this process's own fd directory?
+pub fn names_fd_dir(path: &[u8]) -> bool {
+    let p = path.strip_suffix(b"/").unwrap_or(path);
+    if p == b"/dev/fd" {
+        return true;
+    }
+    let Some(rest) = p.strip_prefix(b"/proc/") else {
+        return false;
+    };
+    let Some(who) = rest.strip_suffix(b"/fd") else {
+        return false;
+    };
+    who == b"self"
+        || who == b"thread-self"
+        || core::str::from_utf8(who)
+            .ok()
+            .and_then(|s| s.parse::<u32>().ok())
+            == Some(std::process::id())
+}
+
+fn slot(fd: i64) -> Option<(&'static AtomicU64, u64)> {
+    let fd = usize::try_from(fd).ok().filter(|&f| f < TRACKED)?;
+    Some((&LISTINGS[fd / 64], 1u64 << (fd % 64)))
+}
+
+/// Is `fd` a listing of our own fd directory?
+#[inline]
+pub fn is_listing(fd: i64) -> bool {
+    slot(fd).is_some_and(|(w, b)| w.load(Ordering::Relaxed) & b != 0)
+}
+
+/// `fd` now lists our fd directory (`true`) or is something else.
+pub fn mark(fd: i64, listing: bool) {
+    if let Some((w, b)) = slot(fd) {
+        if listing {
+            w.fetch_or(b, Ordering::Relaxed);
+        } else {
+            w.fetch_and(!b, Ordering::Relaxed);
+        }
+    }
+}
+
+/// `getdents64`/`getdents` on a listing: the kernel's entries without
+/// atoll's own descriptors. Raw result convention.
+pub fn getdents(c: &Client, nr: i64, a: &[u64; 6]) -> i64 {
+    loop {
+        // SAFETY: the program's call with its own buffer; the kernel
+        // validates it.
+        let n = unsafe { sys::syscall6(nr, *a) };
+        if n <= 0 {
+            return n;
+        }
+        let Ok(buf) = sys::user_slice_mut(a[1], n as usize) else {
+            return n;
+        };
+        let kept = drop_private(c, buf, nr == libc::SYS_getdents64);
+        if kept > 0 {
+            return kept as i64;
+        }
+        // Every entry of this batch was ours: read on, never report an
+        // early end of the directory.
+    }
+}
+
+/// Compact the records of `buf` in place, dropping those whose name is
+/// one of atoll's descriptors. Returns the bytes kept.
+fn drop_private(c: &Client, buf: &mut [u8], is64: bool) -> usize {
+    // getdents64: ino u64, off i64, reclen u16, type u8, name.
+    // getdents:   ino u64, off u64, reclen u16, name, …, type (last byte).
+    let name_at = if is64 { 19 } else { 18 };
+    let (mut read, mut write) = (0usize, 0usize);
+    while read + name_at <= buf.len() {
+        let reclen = u16::from_ne_bytes([buf[read + 16], buf[read + 17]]) as usize;
+        if reclen == 0 || read + reclen > buf.len() {
+            break;
+        }
+        let name = &buf[read + name_at..read + reclen];
+        let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
+        let ours = core::str::from_utf8(name)
+            .ok()
+            .and_then(|s| s.parse::<i32>().ok())
+            .is_some_and(|fd| c.is_private_fd(fd));
+        if !ours {
+            buf.copy_within(read..read + reclen, write);
+            write += reclen;
+        }
+        read += reclen;
+    }
+    write
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fd_directories_are_recognised() {
+        assert!(names_fd_dir(b"/proc/self/fd"));
+        assert!(names_fd_dir(b"/proc/self/fd/"));
+        assert!(names_fd_dir(b"/dev/fd"));
+        let own = format!("/proc/{}/fd", std::process::id());
+        assert!(names_fd_dir(own.as_bytes()));
+        assert!(!names_fd_dir(b"/proc/1/fd"));
+        assert!(!names_fd_dir(b"/proc/self/fdinfo"));
+        assert!(!names_fd_dir(b"/proc/self/fd/3"));
+    }
+
+    #[test]
+    fn listing_bits_follow_marks() {
+        mark(700, true);
+        assert!(is_listing(700));
+        assert!(!is_listing(701));
+        mark(700, false);
+        assert!(!is_listing(700));
+        assert!(!is_listing(5000));
+        assert!(!is_listing(-1));
+    }
+}

@@ -8,7 +8,8 @@
  *   stale leave-exec   the same, then create /atoll/ready and execve
  *                      `sleep 30` (the new image maps nothing)
  *   stale leave-wait   the same, but waits to be killed instead of exec
- *   stale threads N    threads and a signal handler map and unmap the
+ *   stale threads N    threads (and with threads-signals, a signal handler
+ *                      too) map and unmap the
  *                      victim at once; then, the file gone, other files
  *                      must get N blocks (what `count` said) again
  */
@@ -157,11 +158,11 @@ static void *churn(void *arg) {
     return 0;
 }
 
-static int threads(int want) {
+static int threads(int want, int with_signals) {
     shared_fd = victim();
     signal(SIGALRM, on_alarm);
     struct itimerval on = {{0, 500}, {0, 500}}, off = {{0, 0}, {0, 0}};
-    setitimer(ITIMER_REAL, &on, 0);
+    if (with_signals) setitimer(ITIMER_REAL, &on, 0);
     pthread_t t[4];
     for (int i = 0; i < 4; i++) pthread_create(&t[i], 0, churn, 0);
     for (int i = 0; i < 4; i++) pthread_join(t[i], 0);
@@ -190,7 +191,8 @@ int main(int argc, char **argv) {
         clean();
         return 0;
     }
-    if (!strcmp(mode, "threads")) return threads(argc > 2 ? atoi(argv[2]) : -1);
+    if (!strcmp(mode, "threads")) return threads(argc > 2 ? atoi(argv[2]) : -1, 0);
+    if (!strcmp(mode, "threads-signals")) return threads(argc > 2 ? atoi(argv[2]) : -1, 1);
     int fd = victim();
     if (!strncmp(mode, "leave", 5)) {
         map(fd, MAP_SHARED, LEN);

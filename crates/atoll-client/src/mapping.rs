@@ -277,24 +277,42 @@ pub fn forget(c: &Client, addr: u64, len: u64) {
     release(c, &gone);
 }
 
-/// `munmap` touching a piece: unmap, then drop what went.
+/// `munmap` touching a piece: unmap, then drop what went. The kernel call
+/// and the table change are one step under the table's lock: otherwise
+/// another thread's `mmap` could be given the freed range in between and
+/// have its new piece dropped by this `munmap` (its mapping then
+/// uncounted at the owner, its old count never released).
 pub fn munmap(c: &Client, a: &[u64; 6]) -> Result<Out> {
-    // SAFETY: the program's own munmap, unchanged.
-    let r = unsafe { sys::syscall6(libc::SYS_munmap, *a) };
-    if r == 0 {
-        forget(c, a[0], a[1]);
-    }
+    let mut gone = Vec::new();
+    let r = with(|t| {
+        // SAFETY: the program's own munmap, unchanged.
+        let r = unsafe { sys::syscall6(libc::SYS_munmap, *a) };
+        if r == 0 {
+            t.carve(a[0], a[0].saturating_add(round_up(a[1])), &mut gone);
+        }
+        r
+    });
+    release(c, &gone);
     Ok(Out::Done(r))
 }
 
 /// `mmap` with `MAP_FIXED` of anonymous memory or a host file over a
-/// piece: map, then drop what it replaced.
+/// piece: map, then drop what it replaced (one step, as `munmap`).
 pub fn host_fixed(c: &Client, a: &[u64; 6]) -> Result<Out> {
-    // SAFETY: the program's own mmap, unchanged.
-    let r = unsafe { sys::syscall6(libc::SYS_mmap, *a) };
-    if r >= 0 {
-        forget(c, r as u64, a[1]);
-    }
+    let mut gone = Vec::new();
+    let r = with(|t| {
+        // SAFETY: the program's own mmap, unchanged.
+        let r = unsafe { sys::syscall6(libc::SYS_mmap, *a) };
+        if r >= 0 {
+            t.carve(
+                r as u64,
+                (r as u64).saturating_add(round_up(a[1])),
+                &mut gone,
+            );
+        }
+        r
+    });
+    release(c, &gone);
     Ok(Out::Done(r))
 }
 
@@ -364,14 +382,15 @@ pub fn mremap(c: &Client, a: &[u64; 6]) -> Result<Out> {
     if !room {
         return err(libc::ENOMEM);
     }
-    // SAFETY: the program's own mremap, unchanged.
-    let r = unsafe { sys::syscall6(libc::SYS_mremap, *a) };
-    if r < 0 {
-        return Ok(Out::Done(r));
-    }
-    let new = r as u64;
     let mut gone = Vec::new();
-    with(|t| {
+    // The kernel call and the table change in one step (see `munmap`).
+    let r = with(|t| {
+        // SAFETY: the program's own mremap, unchanged.
+        let r = unsafe { sys::syscall6(libc::SYS_mremap, *a) };
+        if r < 0 {
+            return r;
+        }
+        let new = r as u64;
         // What `[old, old_end)` mapped now lies at `new` (clipped to the
         // new size); a zero `old_size` duplicates a shared mapping.
         let span = if old_size == 0 { new_size } else { old_size };
@@ -400,6 +419,7 @@ pub fn mremap(c: &Client, a: &[u64; 6]) -> Result<Out> {
         }
         // A mapping whose pieces all moved lives on.
         gone.retain(|g| !t.has(g.0));
+        r
     });
     release(c, &gone);
     Ok(Out::Done(r))

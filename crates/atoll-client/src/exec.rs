@@ -641,18 +641,7 @@ pub fn started_from_atoll() -> bool {
 
 /// Does `path` name this process's executable through `/proc`?
 pub fn is_self_exe(path: &[u8]) -> bool {
-    let Some(rest) = path.strip_prefix(b"/proc/") else {
-        return false;
-    };
-    let Some(who) = rest.strip_suffix(b"/exe") else {
-        return false;
-    };
-    who == b"self"
-        || who == b"thread-self"
-        || core::str::from_utf8(who)
-            .ok()
-            .and_then(|s| s.parse::<u32>().ok())
-            == Some(std::process::id())
+    crate::path::proc_self_entry(path) == Some(b"exe")
 }
 
 /// `readlink` of `/proc/self/exe` for an image started from the mount:

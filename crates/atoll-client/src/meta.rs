@@ -329,6 +329,28 @@ pub fn xattr_name<'a>(ptr: u64) -> Result<&'a [u8]> {
 
 // ---- the xattr system calls: name, value and list buffers of the program ----
 
+/// Run `run` on the inode an xattr call names: descriptor `fd` (the
+/// `f*xattr` calls) or the path at `path` (followed unless `l*xattr`).
+fn on_xattr_target(
+    c: &Client,
+    fd: Option<i64>,
+    path: u64,
+    follow: bool,
+    run: impl Fn(&Lane, InodeId) -> Result<Out>,
+) -> Result<Out> {
+    match fd {
+        Some(fd) => crate::on_fd(c, fd, |l, d| run(l, d.ino())),
+        None => crate::on_node(
+            c,
+            libc::AT_FDCWD as i64,
+            path,
+            follow,
+            false,
+            |l, ino, _| run(l, ino),
+        ),
+    }
+}
+
 #[inline(never)]
 pub(crate) fn xattr_get(
     c: &Client,
@@ -341,17 +363,7 @@ pub(crate) fn xattr_get(
         let n = xattr_name(name)?;
         Ok(Out::Done(getxattr(c, lane, ino, n, buf, size)?))
     };
-    match dirfd_or_fd {
-        Some(fd) => crate::on_fd(c, fd, |l, d| run(l, d.ino())),
-        None => crate::on_node(
-            c,
-            libc::AT_FDCWD as i64,
-            a[0],
-            follow,
-            false,
-            |l, ino, _| run(l, ino),
-        ),
-    }
+    on_xattr_target(c, dirfd_or_fd, a[0], follow, run)
 }
 
 #[inline(never)]
@@ -376,34 +388,14 @@ pub(crate) fn xattr_set(c: &Client, fd: Option<i64>, a: &[u64; 6], follow: bool)
             flags,
         )?))
     };
-    match fd {
-        Some(fd) => crate::on_fd(c, fd, |l, d| run(l, d.ino())),
-        None => crate::on_node(
-            c,
-            libc::AT_FDCWD as i64,
-            a[0],
-            follow,
-            false,
-            |l, ino, _| run(l, ino),
-        ),
-    }
+    on_xattr_target(c, fd, a[0], follow, run)
 }
 
 #[inline(never)]
 pub(crate) fn xattr_list(c: &Client, fd: Option<i64>, a: &[u64; 6], follow: bool) -> Result<Out> {
     let (buf, size) = (a[1], a[2] as usize);
     let run = |lane: &Lane, ino| Ok(Out::Done(listxattr(c, lane, ino, buf, size)?));
-    match fd {
-        Some(fd) => crate::on_fd(c, fd, |l, d| run(l, d.ino())),
-        None => crate::on_node(
-            c,
-            libc::AT_FDCWD as i64,
-            a[0],
-            follow,
-            false,
-            |l, ino, _| run(l, ino),
-        ),
-    }
+    on_xattr_target(c, fd, a[0], follow, run)
 }
 
 #[inline(never)]
@@ -413,15 +405,5 @@ pub(crate) fn xattr_remove(c: &Client, fd: Option<i64>, a: &[u64; 6], follow: bo
         let n = xattr_name(name)?;
         Ok(Out::Done(removexattr(c, lane, ino, n)?))
     };
-    match fd {
-        Some(fd) => crate::on_fd(c, fd, |l, d| run(l, d.ino())),
-        None => crate::on_node(
-            c,
-            libc::AT_FDCWD as i64,
-            a[0],
-            follow,
-            false,
-            |l, ino, _| run(l, ino),
-        ),
-    }
+    on_xattr_target(c, fd, a[0], follow, run)
 }

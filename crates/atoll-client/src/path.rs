@@ -152,6 +152,25 @@ impl core::fmt::Debug for Canon {
     }
 }
 
+/// What follows `/proc/<this process>/` in `path`: the process named as
+/// `self`, `thread-self` or by its pid. `None` for any other path.
+///
+/// ```text
+/// "/proc/self/exe" → "exe"; "/proc/<own pid>/fd/" → "fd/"; "/proc/1/fd" → None
+/// ```
+pub fn proc_self_entry(path: &[u8]) -> Option<&[u8]> {
+    let rest = path.strip_prefix(b"/proc/")?;
+    let slash = rest.iter().position(|&b| b == b'/')?;
+    let (who, entry) = (&rest[..slash], &rest[slash + 1..]);
+    let me = who == b"self"
+        || who == b"thread-self"
+        || core::str::from_utf8(who)
+            .ok()
+            .and_then(|s| s.parse::<u32>().ok())
+            == Some(std::process::id());
+    me.then_some(entry)
+}
+
 /// One component found by [`next_component`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Comp {

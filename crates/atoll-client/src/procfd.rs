@@ -23,21 +23,7 @@ static LISTINGS: [AtomicU64; TRACKED / 64] = [const { AtomicU64::new(0) }; TRACK
 /// Does `path` name this process's own fd directory?
 pub fn names_fd_dir(path: &[u8]) -> bool {
     let p = path.strip_suffix(b"/").unwrap_or(path);
-    if p == b"/dev/fd" {
-        return true;
-    }
-    let Some(rest) = p.strip_prefix(b"/proc/") else {
-        return false;
-    };
-    let Some(who) = rest.strip_suffix(b"/fd") else {
-        return false;
-    };
-    who == b"self"
-        || who == b"thread-self"
-        || core::str::from_utf8(who)
-            .ok()
-            .and_then(|s| s.parse::<u32>().ok())
-            == Some(std::process::id())
+    p == b"/dev/fd" || crate::path::proc_self_entry(p) == Some(b"fd")
 }
 
 fn slot(fd: i64) -> Option<(&'static AtomicU64, u64)> {

@@ -19,39 +19,13 @@ use crate::Out;
 
 /// Which table `path` names, if it is one: `Some(true)` for mountinfo.
 pub fn names_table(path: &[u8]) -> Option<bool> {
-    if path.first() != Some(&b'/') {
-        return None;
-    }
-    if path == b"/etc/mtab" {
+    if path == b"/etc/mtab" || path == b"/proc/mounts" {
         return Some(false);
     }
-    let rest = path.strip_prefix(b"/proc/")?;
-    let table = match rest {
-        b"mounts" => return Some(false),
-        _ => rest.rsplit_once_slash()?,
-    };
-    let (who, file) = table;
-    let me = who == b"self"
-        || who == b"thread-self"
-        || core::str::from_utf8(who)
-            .ok()
-            .and_then(|s| s.parse::<u32>().ok())
-            == Some(std::process::id());
-    match (me, file) {
-        (true, b"mounts") => Some(false),
-        (true, b"mountinfo") => Some(true),
+    match crate::path::proc_self_entry(path)? {
+        b"mounts" => Some(false),
+        b"mountinfo" => Some(true),
         _ => None,
-    }
-}
-
-trait SplitSlash {
-    fn rsplit_once_slash(&self) -> Option<(&[u8], &[u8])>;
-}
-
-impl SplitSlash for [u8] {
-    fn rsplit_once_slash(&self) -> Option<(&[u8], &[u8])> {
-        let i = self.iter().position(|&b| b == b'/')?;
-        Some((&self[..i], &self[i + 1..]))
     }
 }
 

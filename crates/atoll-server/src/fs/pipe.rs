@@ -337,9 +337,8 @@ mod tests {
         ));
     }
 
-    #[test]
-    fn fifo_gets_a_ring_on_open_and_rdwr_counts_both() {
-        let mut fs = server(64);
+    /// A FIFO named `f` in the root directory.
+    fn make_fifo(fs: &mut FileServer<MemStore>) {
         let mut out = Vec::new();
         let r = fs.handle(
             S1,
@@ -357,6 +356,13 @@ mod tests {
             &mut out,
         );
         assert!(matches!(r, Reply::Entry { .. }), "{r:?}");
+    }
+
+    #[test]
+    fn fifo_gets_a_ring_on_open_and_rdwr_counts_both() {
+        let mut fs = server(64);
+        let mut out = Vec::new();
+        make_fifo(&mut fs);
         let open = |fs: &mut FileServer<MemStore>, flags: i32| {
             let mut out = Vec::new();
             match fs.handle(
@@ -406,22 +412,7 @@ mod tests {
     fn fifo_opens_record_whether_a_partner_was_there() {
         let mut fs = server(64);
         let mut out = Vec::new();
-        let r = fs.handle(
-            S1,
-            ME,
-            Request::MakeNode {
-                dir: atoll_proto::ROOT,
-                name: b"f",
-                ftype: FileType::Fifo,
-                perm: 0o644,
-                rdev: 0,
-                target: b"",
-                home: 0,
-                distributed: false,
-            },
-            &mut out,
-        );
-        assert!(matches!(r, Reply::Entry { .. }), "{r:?}");
+        make_fifo(&mut fs);
         let mut open = |fs: &mut FileServer<MemStore>, flags: i32| {
             let open = Request::Open {
                 dir: atoll_proto::ROOT,

@@ -2,11 +2,13 @@
 CARGO ?= cargo
 PROFILE_FLAGS := --release
 BIN := target/release/atoll
+PRELOAD_LIB := target/release/libatoll_preload.so
 
 .PHONY: demo test build lint loom clean pjdfstest install
 
 # Where `make install` puts atoll (`atoll` in $(PREFIX)/bin, the preload
-# library in $(PREFIX)/lib/atoll, where `atoll` finds it by itself).
+# library in $(PREFIX)/lib/atoll, where `atoll` finds it by itself; manual
+# pages and bash/zsh/fish completions under $(PREFIX)/share).
 PREFIX ?= /usr/local
 
 # The pjdfstest conformance suite (Rust edition), pinned; built once and
@@ -42,7 +44,15 @@ lint:
 
 install: build
 	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/atoll
-	install -D -m 0644 target/release/libatoll_preload.so $(DESTDIR)$(PREFIX)/lib/atoll/libatoll_preload.so
+	install -D -m 0644 $(PRELOAD_LIB) $(DESTDIR)$(PREFIX)/lib/atoll/libatoll_preload.so
+	install -d $(DESTDIR)$(PREFIX)/share/man/man1
+	$(BIN) man --out $(DESTDIR)$(PREFIX)/share/man/man1 >/dev/null
+	install -d $(DESTDIR)$(PREFIX)/share/bash-completion/completions \
+	  $(DESTDIR)$(PREFIX)/share/zsh/site-functions \
+	  $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d
+	$(BIN) completions bash > $(DESTDIR)$(PREFIX)/share/bash-completion/completions/atoll
+	$(BIN) completions zsh > $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_atoll
+	$(BIN) completions fish > $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/atoll.fish
 
 clean:
 	$(CARGO) clean

@@ -85,6 +85,10 @@ pub enum Command {
     /// Run the benchmark suite (see `atoll bench --help`).
     #[command(disable_help_flag = true)]
     Bench(PassThrough),
+    /// Write the manual pages (atoll.1, atoll-SUB.1) into a directory.
+    Man(ManArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(CompletionsArgs),
     /// Internal: one benchmark worker process.
     #[command(hide = true, disable_help_flag = true)]
     BenchWorker(PassThrough),
@@ -220,6 +224,23 @@ pub struct ListArgs {
     /// Print the list as JSON
     #[arg(long)]
     pub json: bool,
+}
+
+/// Where `atoll man` writes.
+#[derive(Args, Debug)]
+pub struct ManArgs {
+    /// Directory to write the pages into (created if missing); install them
+    /// under PREFIX/share/man/man1
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+}
+
+/// Which shell `atoll completions` writes for.
+#[derive(Args, Debug)]
+pub struct CompletionsArgs {
+    /// The shell to complete for
+    #[arg(value_enum, value_name = "SHELL")]
+    pub shell: clap_complete::Shell,
 }
 
 /// Arguments handed unparsed to another component.

@@ -24,6 +24,7 @@ mod args;
 mod bench;
 mod bootctl;
 mod config;
+mod docgen;
 mod launch;
 mod registry;
 mod report;
@@ -54,6 +55,15 @@ fn real_main() -> i32 {
         Command::Stop(a) => admin::stop(a),
         Command::List(a) => admin::list(a),
         Command::Bench(a) => bench::bench(a.args),
+        Command::Man(a) => docgen::write_man_pages(&a.out).map(|files| {
+            for f in files {
+                println!("{}", a.out.join(f).display());
+            }
+            0
+        }),
+        Command::Completions(a) => {
+            docgen::write_completions(a.shell, &mut std::io::stdout().lock()).map(|()| 0)
+        }
         Command::BenchWorker(a) => bench::worker(a.args),
     };
     match result {

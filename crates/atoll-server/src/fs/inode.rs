@@ -320,16 +320,16 @@ impl Inode {
         true
     }
 
-    /// `SEEK_DATA`: first byte at or after `off` inside a data block
-    /// (retained blocks are holes).
-    pub fn seek_data(&self, off: u64) -> Result<u64, Errno> {
+    /// `SEEK_DATA`: first byte at or after `off` inside a data block (a
+    /// retained block that still holds only zeros is a hole, `retain`).
+    pub fn seek_data<S: BlockStore>(&self, cache: &Cache<S>, off: u64) -> Result<u64, Errno> {
         if off >= self.size {
             return Err(Errno::ENXIO);
         }
         let data = self
             .blocks
             .range(off / BS..)
-            .find(|(fb, _)| !self.retained.contains(fb));
+            .find(|&(&fb, _)| !self.shows_hole(cache, fb));
         match data {
             Some((&b, _)) if (b * BS).max(off) < self.size => Ok((b * BS).max(off)),
             _ => Err(Errno::ENXIO),
@@ -337,13 +337,13 @@ impl Inode {
     }
 
     /// `SEEK_HOLE`: first byte at or after `off` in a hole (EOF counts).
-    pub fn seek_hole(&self, off: u64) -> Result<u64, Errno> {
+    pub fn seek_hole<S: BlockStore>(&self, cache: &Cache<S>, off: u64) -> Result<u64, Errno> {
         if off >= self.size {
             return Err(Errno::ENXIO);
         }
         let mut fb = off / BS;
         for (&b, _) in self.blocks.range(fb..) {
-            if b != fb || self.retained.contains(&b) {
+            if b != fb || self.shows_hole(cache, b) {
                 break;
             }
             fb += 1;
@@ -416,11 +416,11 @@ mod tests {
         let (mut ino, mut c) = setup();
         ino.ensure(&mut c, 2, 3);
         ino.size = 10 * BS;
-        assert_eq!(ino.seek_data(0), Ok(2 * BS));
-        assert_eq!(ino.seek_hole(0), Ok(0));
-        assert_eq!(ino.seek_hole(2 * BS + 5), Ok(4 * BS));
-        assert_eq!(ino.seek_data(5 * BS), Err(Errno::ENXIO));
-        assert_eq!(ino.seek_hole(10 * BS), Err(Errno::ENXIO));
+        assert_eq!(ino.seek_data(&c, 0), Ok(2 * BS));
+        assert_eq!(ino.seek_hole(&c, 0), Ok(0));
+        assert_eq!(ino.seek_hole(&c, 2 * BS + 5), Ok(4 * BS));
+        assert_eq!(ino.seek_data(&c, 5 * BS), Err(Errno::ENXIO));
+        assert_eq!(ino.seek_hole(&c, 10 * BS), Err(Errno::ENXIO));
     }
 
     #[test]

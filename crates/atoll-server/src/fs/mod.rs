@@ -2542,9 +2542,9 @@ impl<S: BlockStore> FileServer<S> {
                     return Err(Errno::EINVAL);
                 }
                 Some(if whence as i32 == libc::SEEK_DATA {
-                    i.seek_data(offset as u64)?
+                    i.seek_data(&self.cache, offset as u64)?
                 } else {
-                    i.seek_hole(offset as u64)?
+                    i.seek_hole(&self.cache, offset as u64)?
                 } as i64)
             }
             _ => return Err(Errno::EINVAL),

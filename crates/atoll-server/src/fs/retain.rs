@@ -33,9 +33,10 @@
 //!  retained ──last unmap──▶ past EOF or all zeros: freed │ else: data
 //! ```
 //!
-//! Retained blocks are holes to `SEEK_DATA`/`SEEK_HOLE` and `st_blocks`;
-//! `read` reads them (zeros, unless a mapping stored there, which Linux
-//! would show too). No block of a mapped inode ever goes to the free pool
+//! Retained blocks are holes to `st_blocks`, and to `SEEK_DATA`/`SEEK_HOLE`
+//! while they hold only zeros (one a mapping stored into is data, as the
+//! store's fault makes the page data on Linux); `read` reads them (zeros,
+//! unless a mapping stored there, which Linux would show too). No block of a mapped inode ever goes to the free pool
 //! or to another offset, so a store through any page reaches only the
 //! file, and the offset, it was mapped from.
 
@@ -142,6 +143,19 @@ impl Inode {
     }
 }
 
+impl Inode {
+    /// Is file block `fb` a hole to `SEEK_DATA`/`SEEK_HOLE`? A retained
+    /// block is, unless a mapping stored into it: Linux would have made
+    /// that page data when the store faulted it in.
+    pub(super) fn shows_hole<S: BlockStore>(&self, cache: &Cache<S>, fb: u64) -> bool {
+        self.retained.contains(&fb)
+            && self
+                .blocks
+                .get(&fb)
+                .is_some_and(|&b| block_is_zero(cache, b))
+    }
+}
+
 fn block_is_zero<S: BlockStore>(cache: &Cache<S>, b: u32) -> bool {
     let mut buf = [0u8; BLOCK_SIZE];
     cache.store.read(b, 0, &mut buf);
@@ -199,10 +213,14 @@ mod tests {
         let (mut i, mut c) = mapped(3);
         i.punch(&mut c, 0, 2 * BS);
         assert_eq!(i.blocks.len(), 3);
-        assert_eq!(i.seek_data(0), Ok(2 * BS), "retained blocks are holes");
-        assert_eq!(i.seek_hole(0), Ok(0));
+        assert_eq!(i.seek_data(&c, 0), Ok(2 * BS), "retained blocks are holes");
+        assert_eq!(i.seek_hole(&c, 0), Ok(0));
         assert_eq!(byte(&c, i.blocks[&0], 0), 0);
         assert_eq!(c.free.len(), 13);
+        // A store through the mapping makes it data, as Linux's fault.
+        c.store.fill(i.blocks[&1], 0x55);
+        assert_eq!(i.seek_data(&c, 0), Ok(BS));
+        assert_eq!(i.seek_hole(&c, BS), Ok(3 * BS));
     }
 
     #[test]
@@ -219,7 +237,7 @@ mod tests {
         assert!(i.retained.is_empty());
         assert_eq!(i.blocks.keys().copied().collect::<Vec<_>>(), [1, 2]);
         assert_eq!(c.free.len(), 14, "blocks 0 and 3 back in the pool");
-        assert_eq!(i.seek_data(0), Ok(BS));
+        assert_eq!(i.seek_data(&c, 0), Ok(BS));
     }
 
     #[test]
@@ -253,6 +271,6 @@ mod tests {
         i.maps = 0;
         i.release_retained(&mut c);
         assert_eq!(c.free.len(), 15);
-        assert_eq!(i.seek_data(BS), Err(Errno::ENXIO));
+        assert_eq!(i.seek_data(&c, BS), Err(Errno::ENXIO));
     }
 }

@@ -87,7 +87,7 @@ impl Inode {
             .range(from / BS..=(to - 1) / BS)
             .copied()
             .collect();
-        if from % BS != 0 && !exposed.contains(&(from / BS)) {
+        if !from.is_multiple_of(BS) && !exposed.contains(&(from / BS)) {
             exposed.push(from / BS);
         }
         for fb in exposed {

@@ -97,9 +97,10 @@ impl Inode {
         }
     }
 
-    /// Back file blocks `[first, last]` for a shared mapping: holes get
-    /// zeroed blocks, retained (a hole they stay until a write). Nothing
-    /// is allocated unless every hole of the range can be backed, so a
+    /// Back file blocks `[first, last]` (one reply's worth of the mapping
+    /// `[first, whole]`) for a shared mapping: holes get zeroed blocks,
+    /// retained (a hole they stay until a write). Nothing is allocated
+    /// unless every hole of the rest of the mapping can be backed, so a
     /// mapping of a huge sparse range fails whole (`None`, the caller
     /// answers `ENOMEM` as Linux's `mmap` does) rather than drain the
     /// pool another file needs.
@@ -110,8 +111,13 @@ impl Inode {
         last: u64,
         whole: u64,
     ) -> Option<()> {
+        if self.missing(first, last) == 0 {
+            return Some(()); // nothing to allocate here (a dense file)
+        }
+        // Counting the rest's holes costs a walk of its blocks, so only
+        // when the rest is larger than the pool could back outright.
         let room = cache.free.len() as u64 + self.deferred.len() as u64;
-        if self.missing(first, whole) > room {
+        if whole - first + 1 > room && self.missing(first, whole) > room {
             return None;
         }
         for fb in first..=last {

@@ -3,7 +3,8 @@
 //! syncs, checked against a model after every step) runs 100,000
 //! operations per configuration, on a host tmpfs directory as the control
 //! and inside atoll with one server, three servers with distributed
-//! directories, incoherent memory, and four processes at once.
+//! directories, incoherent memory, four processes at once, and a shared
+//! mapping kept across steps on two servers.
 //!
 //! Seeds are fixed so that CI is reproducible; `FSX_SEED=N` runs every
 //! configuration with seed `N` instead (to explore). A failure prints the

@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use atoll_tests::{compile_probe, run_in_atoll};
+use atoll_tests::{atoll, compile_probe, run_in_atoll, MOUNT};
 
 const SERVERS: [&str; 2] = ["1", "3"];
 
@@ -261,4 +261,86 @@ fn blocks_retained_for_mappings_all_come_back() {
             "in atoll {opts:?}"
         );
     }
+}
+
+/// The `mappings.retained_blocks` gauge of `atoll status` (summed over
+/// servers).
+fn retained_gauge(id: &str) -> u64 {
+    let out = atoll()
+        .args(["status", "--id", id])
+        .output()
+        .expect("status");
+    assert!(out.status.success(), "status failed");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("mappings.retained_blocks"))
+        .map_or(0, |n| n.trim().parse().expect("gauge value"))
+}
+
+/// `atoll status` shows the blocks a mapping keeps after its file was cut
+/// to nothing, and none once the process is gone.
+#[test]
+fn status_shows_blocks_retained_for_a_mapping_until_it_goes() {
+    use std::process::Stdio;
+    let dir = tempfile::tempdir().unwrap();
+    let bin = coherent_probe(dir.path());
+    let out = atoll()
+        .args(["boot", "--servers", "2", "--memory", "64M"])
+        .output()
+        .expect("atoll boot");
+    assert!(out.status.success(), "boot failed");
+    let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    struct Stop(String);
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            let _ = atoll().args(["stop", "--id", &self.0]).status();
+        }
+    }
+    let _stop = Stop(id.clone());
+    let exec = |script: &str| {
+        atoll()
+            .args(["exec", "--id", &id, "--", "bash", "-c", script])
+            .env("ROOT", MOUNT)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("atoll exec")
+            .success()
+    };
+    assert_eq!(retained_gauge(&id), 0);
+    /// The holder, killed if the test fails before it exits.
+    struct Holder(std::process::Child);
+    impl Drop for Holder {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut holder = Holder(
+        atoll()
+            .args(["exec", "--id", &id, "--"])
+            .arg(&bin)
+            .args([MOUNT, "hold"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn holder"),
+    );
+    // Until the holder has cut its file (bounded by tries, not by time).
+    let ready = (0..500).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        exec("test -e $ROOT/ready")
+    });
+    assert!(ready, "the holder never got ready");
+    assert_eq!(retained_gauge(&id), 4);
+    assert!(exec("touch $ROOT/go"));
+    assert!(holder.0.wait().expect("wait holder").success());
+    // The servers learn of the holder's end a moment later.
+    let gone = (0..100).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        retained_gauge(&id) == 0
+    });
+    assert!(gone, "{} blocks still retained", retained_gauge(&id));
 }

@@ -106,8 +106,9 @@ pub struct Inode {
     pub runs: u32,
     /// File block indexes in `blocks` that are holes or lie past the end
     /// of file as Linux would see them, kept only because a mapping shows
-    /// them (`super::retain`): not counted in `st_blocks`, skipped by
-    /// `SEEK_DATA`, freed (or kept as data) after the last mapping.
+    /// them (`super::retain`): not counted in `st_blocks`, holes to
+    /// `SEEK_DATA` while all zeros, freed (or kept as data) after the last
+    /// mapping.
     pub retained: BTreeSet<u64>,
     pub locks: Vec<Lock>,
 }

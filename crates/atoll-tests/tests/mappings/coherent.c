@@ -10,8 +10,9 @@
  *       (size, st_blocks, first hole and data) | size
  *
  * Scenarios: truncate, punch, hole, past-eof, past-eof-access, private,
- * mremap, fork; `leak [SCENARIO]` (atoll only) runs them all (or one)
- * and checks that every
+ * mremap, fork; `hold` maps a file cut to nothing and waits for DIR/go;
+ * `leak [SCENARIO]` (atoll only) runs them all (or one) and checks that
+ * every
  * block comes back, and that a shared mapping of a huge sparse range is
  * refused whole.
  */
@@ -331,9 +332,31 @@ static int leak(const char *dir, const char *only) {
     return 0;
 }
 
+/* Map 4 pages of DIR/f, cut the file to nothing (the blocks are retained
+ * for the mapping), create DIR/ready, and exit once DIR/go appears (or the
+ * mount is gone). */
+static int hold(const char *dir) {
+    char ready[4200], go[4200];
+    snprintf(ready, sizeof ready, "%s/ready", dir);
+    snprintf(go, sizeof go, "%s/go", dir);
+    int fd = make(4 * PG, 'H');
+    char *m = map(fd, 4 * PG, PROT_READ, MAP_SHARED);
+    touch(m, 4 * PG);
+    if (ftruncate(fd, 0)) die("ftruncate");
+    close(open(ready, O_WRONLY | O_CREAT, 0644));
+    /* Bounded (a minute), so that a failed test leaves nothing behind. */
+    for (int i = 0; i < 6000 && access(go, F_OK) && errno == ENOENT; i++) usleep(10000);
+    unlink(file);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     self = argv[0];
     if (argc >= 7 && !strcmp(argv[1], "act")) return other(argv);
+    if (argc == 3 && !strcmp(argv[2], "hold")) {
+        snprintf(file, sizeof file, "%s/f", argv[1]);
+        return hold(argv[1]);
+    }
     if (argc != 3 && !(argc == 4 && !strcmp(argv[2], "leak"))) {
         fprintf(stderr, "usage: coherent DIR SCENARIO|all|leak [SCENARIO]\n");
         return 2;

@@ -1147,7 +1147,7 @@ pub(crate) fn map_runs(
             },
         )?;
         if got == 0 {
-            break; // end of file: the rest stays anonymous zeros
+            break; // past the largest file size: the rest stays anonymous zeros
         }
         pos += got.div_ceil(BLOCK_SIZE as u64) * BLOCK_SIZE as u64;
     }

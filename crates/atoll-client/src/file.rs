@@ -1006,9 +1006,11 @@ pub fn ioctl(c: &Client, lane: &Lane, d: &DescRef, req: u64, arg: u64) -> Result
 /// `mmap` of an atoll fd: map the buffer-cache pages themselves.
 ///
 /// `MAP_SHARED` maps the cache memfd shared (stores reach the file, Hare
-/// §3.3); writable shared maps ask `MapBlocks` to fill holes first.
-/// `MAP_PRIVATE` maps the same pages copy-on-write. Holes (and pages past
-/// the end of file) are anonymous zero pages of the reserved range.
+/// §3.3); it asks `MapBlocks` to back holes and pages past the end of file
+/// with blocks the owner retains for the file (server `fs/retain.rs`), so
+/// a later write there shows through the mapping as on Linux.
+/// `MAP_PRIVATE` maps the same pages copy-on-write; its holes (and pages
+/// past the end of file) are anonymous zero pages of the reserved range.
 #[inline(never)]
 pub fn mmap(c: &Client, lane: &Lane, d: &DescRef, a: &[u64; 6]) -> Result<i64> {
     let (addr, len, prot, flags, off) = (a[0], a[1], a[2] as i32, a[3] as i32, a[5]);
@@ -1070,7 +1072,7 @@ pub fn mmap(c: &Client, lane: &Lane, d: &DescRef, a: &[u64; 6]) -> Result<i64> {
         map_len,
         prot,
         shared,
-        shared && writable,
+        shared,
     );
     if let Err(e) = result {
         // SAFETY: unmapping only the range we just reserved.
@@ -1145,7 +1147,7 @@ pub(crate) fn map_runs(
             },
         )?;
         if got == 0 {
-            break; // end of file: the rest stays anonymous zeros
+            break; // past the largest file size: the rest stays anonymous zeros
         }
         pos += got.div_ceil(BLOCK_SIZE as u64) * BLOCK_SIZE as u64;
     }

@@ -527,7 +527,7 @@ fn remap(c: &Client, a: &[u64; 6], p: Piece) -> Result<Out> {
         t.carve(base, base + new_size, &mut Vec::new());
         t.push(piece);
     });
-    let allocate = p.shared && p.prot & libc::PROT_WRITE != 0;
+    let allocate = p.shared;
     let mapped = if new_size > from {
         crate::file::map_runs(
             c,

@@ -617,7 +617,9 @@ pub enum Request<'a> {
         len: u64,
     },
     /// Block list of `[offset, offset+len)` for `mmap` (Hare BLOCKS);
-    /// `allocate` fills holes (shared writable mappings). → `Extents`
+    /// `allocate` (shared mappings) backs holes and pages past the end with
+    /// blocks the file retains for its mappings, all of the range's holes
+    /// or none (`ENOMEM`). → `Extents`
     MapBlocks {
         ino: InodeId,
         offset: u64,
@@ -826,9 +828,9 @@ pub enum Request<'a> {
     /// child's, which needs the caller to hold one itself. While any
     /// session maps an inode, no block it ever had goes to another file:
     /// an unlinked inode lives on after its last close, and blocks cut by
-    /// truncate or hole punch are parked (like open descriptions park
-    /// them, Hare §3.3.1, but not reused even by the inode itself, since a
-    /// stale page still maps them). `MapBlocks` needs such a reference.
+    /// truncate or hole punch are zeroed and retained at their offsets
+    /// until the last unmap (a page still maps them; a later write there
+    /// lands in the same block). `MapBlocks` needs such a reference.
     /// → `Ok`
     Map {
         ino: InodeId,

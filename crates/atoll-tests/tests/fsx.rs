@@ -3,7 +3,8 @@
 //! syncs, checked against a model after every step) runs 100,000
 //! operations per configuration, on a host tmpfs directory as the control
 //! and inside atoll with one server, three servers with distributed
-//! directories, incoherent memory, and four processes at once.
+//! directories, incoherent memory, four processes at once, and a shared
+//! mapping kept across steps on two servers.
 //!
 //! Seeds are fixed so that CI is reproducible; `FSX_SEED=N` runs every
 //! configuration with seed `N` instead (to explore). A failure prints the
@@ -133,28 +134,19 @@ fn fsx_passes_with_four_processes_on_three_servers() {
 }
 
 /// A shared mapping kept while the file changes underneath must show what
-/// `read` shows, as Linux's page cache does. atoll fails this today in two
-/// ways (issue 11, item 6 and beyond): a mapping keeps the blocks it was
-/// made with, so after a truncate or hole punch it shows the old bytes
-/// where the file reads zeros (or newer data); and a page that was a hole
-/// or past the end when mapped stays an anonymous zero page, so data
-/// written there later never appears in the mapping. Minimal cases:
-/// `pwrite` 8 KiB, `mmap` 8 KiB shared, `ftruncate` 4096 then 8192: the
-/// mapping reads the old bytes at 4096; `ftruncate` 8192, `mmap` shared
-/// read-only, `pwrite` at 4096: the mapping reads zeros there.
-/// docs/COMPATIBILITY.md lists both; run it with `--ignored`.
+/// `read` shows, as Linux's page cache does: after a truncate or hole punch
+/// (the blocks stay at their offsets, zeroed, for the mapping's sake), and
+/// where a page was a hole or past the end when mapped and the file later
+/// wrote there (the mapping got the file's own blocks for it); see server
+/// `fs/retain.rs`. With two servers, in a directory of its own.
 #[test]
-#[ignore = "known gap: shared mappings kept across truncate, punch or writes into holes (docs/COMPATIBILITY.md)"]
 fn fsx_kept_mappings_follow_the_file() {
     let out = run_in_atoll(
-        &["--servers", "1"],
-        &fsx(seed(9), 1, "--keep-map", "$ROOT/kept"),
+        &["--servers", "2"],
+        &format!(
+            "mkdir $ROOT/d && {}",
+            fsx(seed(9), 1, "--keep-map", "$ROOT/d/kept")
+        ),
     );
-    assert_passed(
-        "in atoll with a shared mapping kept across steps: known to fail until a mapping \
-         follows the file's blocks (old bytes after truncate or punch; holes and pages past \
-         the end filled later stay zero; issue 11 item 6)",
-        &out,
-        1,
-    );
+    assert_passed("in atoll with a shared mapping kept across steps", &out, 1);
 }

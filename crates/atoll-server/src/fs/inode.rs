@@ -21,13 +21,14 @@
 //! freed by truncate or hole punch while the file is open could still be
 //! written by a client holding an old extent list: such blocks are parked
 //! on `deferred` (reused first by the same inode) and return to the free
-//! pool when the last description closes. While the inode is mapped they
-//! go to `pinned` instead, which the inode does not reuse either (a stale
-//! page still maps them), until the last mapping goes. Every block is zeroed when handed
-//! out, and truncation zeroes the exposed tail of a partial block, so a
-//! hole or an extension never reveals old bytes.
+//! pool when the last description closes. While the inode is mapped no
+//! block leaves it: truncate and hole punch zero the blocks in place and
+//! keep them at their offsets as *retained* blocks (`super::retain`), so
+//! a mapping keeps showing the file's own page there. Every block is
+//! zeroed when handed out, and truncation zeroes the exposed tail of a
+//! partial block, so a hole or an extension never reveals old bytes.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use atoll_proto::{Errno, Extent, FileType, Timespec, BLOCK_SIZE};
 
@@ -66,7 +67,7 @@ impl<S: BlockStore> Cache<S> {
         self.total - self.free.len() as u64
     }
     /// A zeroed block, preferring `deferred` (the inode's own parked blocks).
-    fn alloc(&mut self, deferred: &mut Vec<u32>) -> Option<u32> {
+    pub(super) fn alloc(&mut self, deferred: &mut Vec<u32>) -> Option<u32> {
         let b = deferred.pop().or_else(|| self.free.pop())?;
         self.store.zero(b, 0, BLOCK_SIZE);
         Some(b)
@@ -103,9 +104,12 @@ pub struct Inode {
     pub maps: u32,
     /// Sessions running the inode as their program (`super::text`).
     pub runs: u32,
-    /// Blocks given up while mapped: reused by no one until the last
-    /// mapping goes.
-    pub pinned: Vec<u32>,
+    /// File block indexes in `blocks` that are holes or lie past the end
+    /// of file as Linux would see them, kept only because a mapping shows
+    /// them (`super::retain`): not counted in `st_blocks`, holes to
+    /// `SEEK_DATA` while all zeros, freed (or kept as data) after the last
+    /// mapping.
+    pub retained: BTreeSet<u64>,
     pub locks: Vec<Lock>,
 }
 
@@ -132,15 +136,16 @@ impl Inode {
             deferred: Vec::new(),
             maps: 0,
             runs: 0,
-            pinned: Vec::new(),
+            retained: BTreeSet::new(),
             locks: Vec::new(),
         }
     }
 
-    fn free_block<S: BlockStore>(&mut self, cache: &mut Cache<S>, b: u32) {
-        if self.maps > 0 {
-            self.pinned.push(b);
-        } else if self.opens > 0 {
+    /// Give up block `b`. Never while mapped: a mapped inode retains its
+    /// blocks instead (`super::retain`).
+    pub(super) fn free_block<S: BlockStore>(&mut self, cache: &mut Cache<S>, b: u32) {
+        debug_assert_eq!(self.maps, 0, "a mapped inode retains its blocks");
+        if self.opens > 0 {
             self.deferred.push(b);
         } else {
             cache.free.push(b);
@@ -152,18 +157,11 @@ impl Inode {
         cache.free.append(&mut self.deferred);
     }
 
-    /// The last mapping went: pinned blocks are parked as any others.
-    pub fn release_pinned<S: BlockStore>(&mut self, cache: &mut Cache<S>) {
-        for b in std::mem::take(&mut self.pinned) {
-            self.free_block(cache, b);
-        }
-    }
-
     /// The inode is being destroyed.
     pub fn release_all<S: BlockStore>(&mut self, cache: &mut Cache<S>) {
         cache.free.extend(self.blocks.values().copied());
         self.blocks.clear();
-        cache.free.append(&mut self.pinned);
+        self.retained.clear();
         self.release_deferred(cache);
     }
 
@@ -172,12 +170,16 @@ impl Inode {
         (last - first + 1) - self.blocks.range(first..=last).count() as u64
     }
 
-    /// Back file blocks `[first, last]`, allocating (zeroed) blocks for
-    /// holes. Stops when the pool is empty; returns how many leading blocks
-    /// of the range are backed.
+    /// Back file blocks `[first, last]` with data, allocating (zeroed)
+    /// blocks for holes; a retained block there becomes data again, the
+    /// same block a mapping shows. Stops when the pool is empty; returns
+    /// how many leading blocks of the range are backed.
     pub fn ensure<S: BlockStore>(&mut self, cache: &mut Cache<S>, first: u64, last: u64) -> u64 {
         for fb in first..=last {
             if self.blocks.contains_key(&fb) {
+                if !self.retained.is_empty() {
+                    self.retained.remove(&fb);
+                }
                 continue;
             }
             match cache.alloc(&mut self.deferred) {
@@ -236,38 +238,39 @@ impl Inode {
     }
 
     /// Zero bytes `[from, to)` of file block `fb` if it is backed.
-    fn zero_in_block<S: BlockStore>(&self, cache: &mut Cache<S>, fb: u64, from: u64, to: u64) {
+    pub(super) fn zero_in_block<S: BlockStore>(
+        &self,
+        cache: &mut Cache<S>,
+        fb: u64,
+        from: u64,
+        to: u64,
+    ) {
         if let Some(&b) = self.blocks.get(&fb) {
             cache.store.zero(b, from as usize, to as usize);
         }
     }
 
-    /// Set the size, freeing blocks past the end and zeroing the exposed
-    /// tail of the last partial block.
+    /// Set the size, freeing blocks past the end (retaining them while
+    /// mapped) and zeroing the exposed tail of the last partial block; an
+    /// extension zeroes what it exposes.
     pub fn truncate<S: BlockStore>(&mut self, cache: &mut Cache<S>, new: u64) {
         if new < self.size {
             let keep = new.div_ceil(BS);
-            let dropped = self.blocks.split_off(&keep);
-            for b in dropped.into_values() {
-                self.free_block(cache, b);
+            if self.maps > 0 {
+                self.retain_from(cache, keep);
+            } else {
+                let dropped = self.blocks.split_off(&keep);
+                for b in dropped.into_values() {
+                    self.free_block(cache, b);
+                }
             }
             if new & (BS - 1) != 0 {
                 self.zero_in_block(cache, new / BS, new % BS, BS);
             }
-        } else if new > self.size && self.size & (BS - 1) != 0 {
-            self.zero_in_block(cache, self.size / BS, self.size % BS, BS);
+        } else {
+            self.zero_past_eof(cache, new);
         }
         self.size = new;
-    }
-
-    /// Bytes between the current end of file and `off` become a hole or
-    /// zeros: zero the tail of the old last block before a write past EOF.
-    pub fn zero_tail_before<S: BlockStore>(&mut self, cache: &mut Cache<S>, off: u64) {
-        if off > self.size && self.size & (BS - 1) != 0 {
-            let fb = self.size / BS;
-            let to = if off / BS == fb { off % BS } else { BS };
-            self.zero_in_block(cache, fb, self.size % BS, to);
-        }
     }
 
     /// `FALLOC_FL_PUNCH_HOLE`: free whole blocks, zero partial ones.
@@ -280,7 +283,9 @@ impl Inode {
             let to = end.min(blk_end);
             if pos & (BS - 1) == 0 && to == blk_end {
                 // Skip over holes quickly: jump to the next backed block.
-                if let Some(b) = self.blocks.remove(&fb) {
+                if self.maps > 0 && self.blocks.contains_key(&fb) {
+                    self.retain_block(cache, fb);
+                } else if let Some(b) = self.blocks.remove(&fb) {
                     self.free_block(cache, b);
                 } else {
                     // A hole: jump to the next backed block inside the range.
@@ -316,25 +321,30 @@ impl Inode {
         true
     }
 
-    /// `SEEK_DATA`: first byte at or after `off` inside a backed block.
-    pub fn seek_data(&self, off: u64) -> Result<u64, Errno> {
+    /// `SEEK_DATA`: first byte at or after `off` inside a data block (a
+    /// retained block that still holds only zeros is a hole, `retain`).
+    pub fn seek_data<S: BlockStore>(&self, cache: &Cache<S>, off: u64) -> Result<u64, Errno> {
         if off >= self.size {
             return Err(Errno::ENXIO);
         }
-        match self.blocks.range(off / BS..).next() {
+        let data = self
+            .blocks
+            .range(off / BS..)
+            .find(|&(&fb, _)| !self.shows_hole(cache, fb));
+        match data {
             Some((&b, _)) if (b * BS).max(off) < self.size => Ok((b * BS).max(off)),
             _ => Err(Errno::ENXIO),
         }
     }
 
     /// `SEEK_HOLE`: first byte at or after `off` in a hole (EOF counts).
-    pub fn seek_hole(&self, off: u64) -> Result<u64, Errno> {
+    pub fn seek_hole<S: BlockStore>(&self, cache: &Cache<S>, off: u64) -> Result<u64, Errno> {
         if off >= self.size {
             return Err(Errno::ENXIO);
         }
         let mut fb = off / BS;
         for (&b, _) in self.blocks.range(fb..) {
-            if b != fb {
+            if b != fb || self.shows_hole(cache, b) {
                 break;
             }
             fb += 1;
@@ -407,11 +417,11 @@ mod tests {
         let (mut ino, mut c) = setup();
         ino.ensure(&mut c, 2, 3);
         ino.size = 10 * BS;
-        assert_eq!(ino.seek_data(0), Ok(2 * BS));
-        assert_eq!(ino.seek_hole(0), Ok(0));
-        assert_eq!(ino.seek_hole(2 * BS + 5), Ok(4 * BS));
-        assert_eq!(ino.seek_data(5 * BS), Err(Errno::ENXIO));
-        assert_eq!(ino.seek_hole(10 * BS), Err(Errno::ENXIO));
+        assert_eq!(ino.seek_data(&c, 0), Ok(2 * BS));
+        assert_eq!(ino.seek_hole(&c, 0), Ok(0));
+        assert_eq!(ino.seek_hole(&c, 2 * BS + 5), Ok(4 * BS));
+        assert_eq!(ino.seek_data(&c, 5 * BS), Err(Errno::ENXIO));
+        assert_eq!(ino.seek_hole(&c, 10 * BS), Err(Errno::ENXIO));
     }
 
     #[test]

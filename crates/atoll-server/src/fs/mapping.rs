@@ -14,22 +14,25 @@
 //!  Map{to: self} ─▶ refs(session, ino) += 1 ─▶ Inode::maps += 1 (first)
 //!  Map{to: child} (fork; the caller must hold one itself)
 //!  Unmap / session death ─▶ refs −= 1 (all) ─▶ Inode::maps −= 1 (last)
-//!        └── Inode::maps == 0: parked blocks released, inode maybe freed
+//!        └── Inode::maps == 0: retained blocks released, inode maybe freed
 //! ```
 //!
 //! The client sends `Map` before it asks for blocks (`MapBlocks` answers
 //! `EBADF` without a reference, so no block reaches a mapping unheld), one
 //! per `mmap` call, and `Unmap` once the kernel unmapped the last page of
-//! that call (client `mapping.rs`). While `Inode::maps > 0`, blocks the inode gives up go to
-//! `Inode::pinned`, which not even the inode reuses (a stale page of offset
-//! 0 must not become offset 8192 of the same file either); the inode itself
-//! outlives its last link and last close ([`FileServer::maybe_free`]).
+//! that call (client `mapping.rs`). While `Inode::maps > 0`, the inode
+//! gives up no block: truncate and hole punch zero blocks in place and
+//! retain them at their offsets, and shared mappings of holes get retained
+//! blocks, so every mapping and every later write meet in one block per
+//! offset, as in Linux's page cache (`super::retain`). A stale page of
+//! offset 0 never becomes offset 8192 of the same file, nor any offset of
+//! another. The inode itself outlives its last link and last close
+//! ([`FileServer::maybe_free`]).
 //!
 //! Where atoll departs from Linux: after a shrinking truncate, Linux gives
-//! `SIGBUS` to an access past the new end of file, and a page regrown later
-//! shows the file's new bytes. Here the stale page keeps the old block:
-//! loads see the bytes it had, stores are lost when the mapping goes. Either
-//! way nothing reaches another file.
+//! `SIGBUS` to an access past the new end of file. Here the page keeps its
+//! (zeroed, retained) block: loads see zeros, stores are never file data
+//! (an extension zeroes them, the last unmap frees the block).
 
 use std::collections::HashMap;
 
@@ -143,7 +146,7 @@ impl<S: BlockStore> FileServer<S> {
         };
         i.maps = i.maps.saturating_sub(1);
         if i.maps == 0 {
-            i.release_pinned(&mut self.cache);
+            i.release_retained(&mut self.cache);
             self.maybe_free(ino);
         }
     }

@@ -56,6 +56,7 @@ mod locks;
 mod mapping;
 mod perm;
 mod pipe;
+mod retain;
 mod text;
 mod tmpfile;
 pub mod track;
@@ -545,7 +546,11 @@ impl<S: BlockStore> FileServer<S> {
             .values()
             .filter(|i| i.ftype == FileType::Directory && i.links > 1)
             .count() as u64;
+        // Blocks kept only for mappings (`retain`): back to zero once the
+        // last mapping of every file is gone.
+        let retained = self.inodes.values().map(|i| i.retained.len() as u64).sum();
         for (name, n) in [
+            ("mappings.retained_blocks", retained),
             ("in_flight.rmdir_marks", self.marks.len() as u64),
             ("in_flight.move_refs", self.move_refs.len() as u64),
             ("in_flight.move_links", self.move_links.len() as u64),
@@ -1016,7 +1021,7 @@ impl<S: BlockStore> FileServer<S> {
             gid: i.gid,
             rdev: i.rdev,
             size,
-            blocks: i.blocks.len() as u64 * (BS / 512),
+            blocks: (i.blocks.len() - i.retained.len()) as u64 * (BS / 512),
             atime: i.atime,
             mtime: i.mtime,
             ctime: i.ctime,
@@ -2348,14 +2353,14 @@ impl<S: BlockStore> FileServer<S> {
                 extents: vec![],
             });
         }
-        let mut end = end.min(offset + (MAX_EXTENTS as u64) * BS);
+        let whole = (end - 1) / BS;
+        let end = end.min(offset + (MAX_EXTENTS as u64) * BS);
         if allocate {
-            let first = offset / BS;
-            let backed = i.ensure(&mut self.cache, first, (end - 1) / BS);
-            if backed == 0 {
-                return Err(Errno::ENOSPC);
-            }
-            end = end.min((first + backed) * BS);
+            // A shared mapping shows the file's own blocks even in holes
+            // and past the end, so a later write fills what it maps
+            // (`retain`); all of the mapping's holes fit or none is taken.
+            i.back_for_mapping(&mut self.cache, offset / BS, (end - 1) / BS, whole)
+                .ok_or(Errno::ENOMEM)?;
         }
         let (extents, got) = i.extents(offset, end - offset);
         Ok(Reply::Extents {
@@ -2446,7 +2451,7 @@ impl<S: BlockStore> FileServer<S> {
         let len = len
             .min(MAX_FILE_SIZE - off)
             .min((MAX_EXTENTS as u64) * BS - off % BS);
-        i.zero_tail_before(&mut self.cache, off);
+        i.zero_past_eof(&mut self.cache, off);
         let first = off / BS;
         let backed = i.ensure(&mut self.cache, first, (off + len - 1) / BS);
         if backed == 0 {
@@ -2537,9 +2542,9 @@ impl<S: BlockStore> FileServer<S> {
                     return Err(Errno::EINVAL);
                 }
                 Some(if whence as i32 == libc::SEEK_DATA {
-                    i.seek_data(offset as u64)?
+                    i.seek_data(&self.cache, offset as u64)?
                 } else {
-                    i.seek_hole(offset as u64)?
+                    i.seek_hole(&self.cache, offset as u64)?
                 } as i64)
             }
             _ => return Err(Errno::EINVAL),

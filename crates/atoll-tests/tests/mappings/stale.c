@@ -256,6 +256,12 @@ int main(int argc, char **argv) {
         if (unlink("/atoll/victim")) { perror("unlink"); return 2; }
     }
     int priv = p[0] == 'P' && is_block(p + BLK, 1) && is_block(p + 3 * BLK, 3);
+    if (!strcmp(mode, "truncate")) {
+        /* Its own copy stays; pages it never stored to show the file's
+         * zeros (their blocks zeroed in place and kept for the mapping). */
+        static const char zero[BLK];
+        priv = p[0] == 'P' && !memcmp(p + BLK, zero, BLK) && !memcmp(p + 3 * BLK, zero, BLK);
+    }
     if (!strcmp(mode, "fork")) {
         pid_t pid = fork();
         if (pid == 0) {

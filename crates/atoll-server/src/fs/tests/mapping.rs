@@ -100,41 +100,108 @@ fn blocks_of_a_mapped_file_are_not_reused_after_unlink_and_close() {
     assert_eq!(t.stats().blocks_used, 6);
 }
 
+fn truncate(t: &mut T, ino: InodeId, size: u64) {
+    let set = SetAttr {
+        size: Some(size),
+        ..SetAttr::NONE
+    };
+    t.setattr(USER, ino, set).unwrap();
+}
+
+fn punch(t: &mut T, ino: InodeId, offset: u64, len: u64) {
+    let mode = (libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE) as u32;
+    let req = Request::Fallocate {
+        ino,
+        mode,
+        offset,
+        len,
+    };
+    t.ok(S1, USER, req);
+}
+
+/// The `mappings.retained_blocks` gauge of `atoll status`.
+fn retained(t: &T) -> u64 {
+    let counters = t.stats().counters;
+    counters
+        .iter()
+        .find(|(name, _)| name == "mappings.retained_blocks")
+        .map_or(0, |c| c.1)
+}
+
 #[test]
-fn blocks_cut_by_truncate_or_punch_while_mapped_go_to_no_file_until_unmap() {
+fn blocks_cut_by_truncate_or_punch_while_mapped_stay_at_their_offsets_and_go_to_no_other_file() {
     let mut t = server(10);
     let (d, ino, held) = mapped_file(&mut t, "m", 4);
-    t.setattr(
-        USER,
-        ino,
-        SetAttr {
-            size: Some(BS),
-            ..SetAttr::NONE
-        },
-    )
-    .unwrap();
-    t.ok(
-        S1,
-        USER,
-        Request::Fallocate {
-            ino,
-            mode: (libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE) as u32,
-            offset: 0,
-            len: BS,
-        },
-    );
-    // Not even the file itself reuses them: a stale page of offset 8192
-    // must not become another offset of it.
-    let regrown = write_blocks(&mut t, S1, d, 0, 4).unwrap();
-    assert!(disjoint(&held, &regrown));
+    truncate(&mut t, ino, BS);
+    punch(&mut t, ino, 0, BS);
+    assert_eq!(t.stat(ino).unwrap().blocks, 0, "holes and past the end");
+    assert_eq!(retained(&t), 4);
+    assert_eq!(t.stats().blocks_used, 4);
     let others = fill_cache(&mut t);
+    assert_eq!(others.len(), 6);
     assert!(disjoint(&held, &others));
-    assert_eq!(t.stats().blocks_used, 10);
+    // Regrown, the file writes into the very blocks the mapping shows
+    // (Linux: one page per offset), even with the pool empty.
+    let regrown = write_blocks(&mut t, S1, d, 0, 4).unwrap();
+    assert_eq!(regrown, held);
+    assert_eq!(retained(&t), 0);
+    assert_eq!(t.stat(ino).unwrap().blocks, 4 * BS / 512);
     t.ok(S1, USER, Request::Unmap { ino });
+    assert_eq!(t.stats().blocks_used, 10, "data stays");
+}
+
+#[test]
+fn retained_blocks_are_freed_after_the_last_unmap_of_any_session() {
+    let mut t = server(8);
+    let (d, ino, _) = mapped_file(&mut t, "m", 4);
+    t.ok(S1, USER, Request::Map { ino, to: S2 }); // a forked child
+    truncate(&mut t, ino, 0);
+    assert_eq!(retained(&t), 4);
+    t.ok(S1, USER, Request::Unmap { ino });
+    assert_eq!(t.stats().blocks_used, 4, "the child still maps them");
+    t.fs.session_closed(S2);
+    assert_eq!(retained(&t), 0);
     // Still open: parked for this inode's own use (Hare §3.3.1).
-    assert_eq!(t.stats().blocks_used, 10);
+    assert_eq!(t.stats().blocks_used, 4);
     t.close(S1, d);
-    assert_eq!(t.stats().blocks_used, 10 - 4);
+    assert_eq!(t.stats().blocks_used, 0);
+}
+
+#[test]
+fn a_shared_mapping_of_holes_gets_retained_blocks_that_a_write_fills() {
+    let mut t = server(8);
+    let (d, ino) = t.create(ROOT, "m");
+    truncate(&mut t, ino, 2 * BS);
+    t.ok(S1, USER, Request::Map { ino, to: S1 });
+    // Two holes and one page past the end, as `mmap` of 3 pages asks.
+    let req = Request::MapBlocks {
+        ino,
+        offset: 0,
+        len: 3 * BS,
+        allocate: true,
+    };
+    let Own::Extents(_, _, e) = t.ok(S1, USER, req) else {
+        panic!()
+    };
+    let shown = block_list(&e);
+    assert_eq!(shown.len(), 3);
+    assert_eq!((retained(&t), t.stat(ino).unwrap().blocks), (3, 0));
+    let written = write_blocks(&mut t, S1, d, BS, 1).unwrap();
+    assert_eq!(written, [shown[1]], "the write lands in the mapped block");
+    assert_eq!(retained(&t), 2);
+    // More holes than free blocks: the mapping fails whole.
+    let huge = Request::MapBlocks {
+        ino,
+        offset: 0,
+        len: 100 * BS,
+        allocate: true,
+    };
+    assert_eq!(t.err(S1, USER, huge), Errno::ENOMEM);
+    assert_eq!(t.stats().blocks_used, 3);
+    t.ok(S1, USER, Request::Unmap { ino });
+    t.close(S1, d);
+    assert_eq!(t.stats().blocks_used, 1, "only the written block stays");
+    assert_eq!(t.stat(ino).unwrap().blocks, BS / 512);
 }
 
 #[test]

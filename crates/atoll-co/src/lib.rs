@@ -1,0 +1,121 @@
+//! Clustered objects (K42, Appavoo's thesis ch. 3.2, 5 and 6): one object
+//! behind one identifier, made of a **root** (global state, management)
+//! and **representatives** ("reps") per slot — a core, a cluster of cores,
+//! or a file server — so that the common operations touch only the caller's
+//! own rep and share nothing.
+//!
+//! # How it works
+//!
+//! A [`Domain`] holds the translation tables of a family of objects with
+//! the same interface `I` (a trait object type such as `dyn Counter`): a
+//! global table of roots and, per slot, a local table of reps at the same
+//! index. A call through a [`CoRef`] loads the calling slot's entry (one
+//! load beyond the table's address) and calls the rep. An empty entry is a
+//! *miss*: the root is asked for this slot's rep ([`Root::rep`]), which it
+//! makes on first use, and the call is re-issued; the local tables are only
+//! a cache of what the root returned.
+//!
+//! Objects are destroyed by *quiescence*: the entries are emptied, then
+//! the domain waits until every call that could still hold a reference has
+//! returned (per-slot call counts in two generations, K42 §5.4's
+//! generation scheme) before the root and reps are dropped and the
+//! identifier is reused. References carry a generation, so a stale one
+//! fails with [`CoError::Destroyed`] instead of reaching a new object.
+//!
+//! Objects can be **hot-swapped** for another implementation of the same
+//! interface while calls run ([`Domain::swap`], K42 ch. 6): a mediator
+//! takes over the entries and forwards counted calls (*Forward*), then
+//! holds new calls while the tracked ones finish (*Block*), the two roots
+//! agree on a state format and move the state (*Transfer*), and the new
+//! object is installed and the held calls released (*Complete*).
+//!
+//! Where reps must not share memory — in different file servers, as
+//! atoll's multikernel design requires — the root↔rep traffic and the swap
+//! phases are messages: see [`remote`].
+//!
+//! # Example
+//!
+//! ```
+//! use std::sync::Arc;
+//! use atoll_co::counter::{CentralCounter, Counter, DistributedCounter};
+//! use atoll_co::{Domain, DomainConfig};
+//!
+//! let domain: Domain<dyn Counter> = Domain::new(DomainConfig { slots: 4, capacity: 16 });
+//! // Start centralised: every slot shares one cell.
+//! let hits = domain.create(Arc::new(CentralCounter::default())).unwrap();
+//! let workers: Vec<_> = (0..4)
+//!     .map(|slot| {
+//!         let hits = hits.clone();
+//!         std::thread::spawn(move || {
+//!             atoll_co::set_slot(slot);
+//!             for _ in 0..1000 {
+//!                 hits.call(|c| c.inc()).unwrap();
+//!             }
+//!         })
+//!     })
+//!     .collect();
+//! // It got hot: swap to one padded cell per slot, while the calls run.
+//! let report = domain.swap(&hits, Arc::new(DistributedCounter::new(4, 1))).unwrap();
+//! for w in workers {
+//!     w.join().unwrap();
+//! }
+//! assert_eq!(hits.call(|c| c.value()).unwrap(), 4000);
+//! assert_eq!(report.format, Some(atoll_co::counter::TOTAL));
+//! domain.destroy(&hits).unwrap();
+//! assert!(hits.call(|c| c.value()).is_err());
+//! ```
+//!
+//! # Layers
+//!
+//! * `domain` — [`Domain`], [`CoRef`]: create, call (fast path and miss),
+//!   evict, destroy.
+//! * `swap` — [`Mediation`], [`Domain::swap`]: the four phases.
+//! * `root` — [`Root`], [`RepSet`], [`negotiate`]: what implementations
+//!   provide.
+//! * `table` — the local translation tables (tagged entries; the only
+//!   `unsafe` besides reading the current CPU).
+//! * `mediator`, `gate` — the mediator's per-slot reps and their lock-free
+//!   admission gate (loom-checked).
+//! * `quiescence` — per-slot two-generation call counts (loom-checked).
+//! * `slot` — which slot the calling thread uses.
+//! * `counter` — clustered counters (the thesis's example; per-core
+//!   statistics).
+//! * `remote` — the message-passing variant for reps in separate servers.
+//! * `bench` — the thesis's measurements, run by `atoll bench co`.
+//!
+//! Model-check the lock-free parts with
+//! `RUSTFLAGS="--cfg loom" cargo test -p atoll-co --release --lib loom`.
+
+mod gate;
+mod quiescence;
+mod sync;
+
+#[cfg(not(loom))]
+pub mod bench;
+#[cfg(not(loom))]
+pub mod counter;
+#[cfg(not(loom))]
+mod domain;
+#[cfg(not(loom))]
+mod mediator;
+#[cfg(not(loom))]
+pub mod remote;
+#[cfg(not(loom))]
+mod root;
+#[cfg(not(loom))]
+mod slot;
+#[cfg(not(loom))]
+mod swap;
+#[cfg(not(loom))]
+mod table;
+
+#[cfg(not(loom))]
+pub use domain::{CoError, CoRef, Domain, DomainConfig};
+#[cfg(not(loom))]
+pub use root::{negotiate, Format, RepSet, Root, State, TransferError};
+#[cfg(not(loom))]
+pub use slot::{current_slot, set_slot};
+#[cfg(not(loom))]
+pub use swap::{Mediation, SwapError, SwapReport};
+#[cfg(all(test, not(loom)))]
+mod tests;

@@ -14,7 +14,7 @@
 
 use crossbeam_utils::CachePadded;
 
-use crate::sync::{AtomicBool, AtomicUsize, Ordering};
+use crate::sync::{store_load_order, AtomicBool, AtomicUsize, Ordering};
 
 /// One slot's gate. Lives on its own cache lines.
 pub struct Gate {
@@ -45,6 +45,7 @@ impl Gate {
     #[inline]
     pub fn admit(&self, tracked: bool) -> Admission {
         self.in_flight.fetch_add(1, Ordering::SeqCst);
+        store_load_order();
         if !tracked && self.blocking.load(Ordering::SeqCst) {
             self.in_flight.fetch_sub(1, Ordering::SeqCst);
             return Admission::Held;
@@ -61,6 +62,7 @@ impl Gate {
     /// Turn new (untracked) calls away from now on.
     pub fn block(&self) {
         self.blocking.store(true, Ordering::SeqCst);
+        store_load_order();
     }
 
     /// No forwarded call is running on this slot.

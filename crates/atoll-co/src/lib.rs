@@ -73,7 +73,7 @@
 //! * `root` — [`Root`], [`RepSet`], [`negotiate`]: what implementations
 //!   provide.
 //! * `table` — the local translation tables (tagged entries; the only
-//!   `unsafe` besides reading the current CPU).
+//!   `unsafe`).
 //! * `mediator`, `gate` — the mediator's per-slot reps and their lock-free
 //!   admission gate (loom-checked).
 //! * `quiescence` — per-slot two-generation call counts (loom-checked).
@@ -114,7 +114,7 @@ pub use domain::{CoError, CoRef, Domain, DomainConfig};
 #[cfg(not(loom))]
 pub use root::{negotiate, Format, RepSet, Root, State, TransferError};
 #[cfg(not(loom))]
-pub use slot::{current_slot, set_slot};
+pub use slot::{allowed_cpus, current_slot, pin_to_cpu, set_slot};
 #[cfg(not(loom))]
 pub use swap::{Mediation, SwapError, SwapReport};
 #[cfg(all(test, not(loom)))]

@@ -29,7 +29,7 @@
 
 use crossbeam_utils::CachePadded;
 
-use crate::sync::{backoff, AtomicUsize, Ordering};
+use crate::sync::{backoff, store_load_order, AtomicUsize, Ordering};
 
 #[cfg(loom)]
 use loom::sync::Mutex;
@@ -69,6 +69,8 @@ impl Quiescence {
         let parity = self.generation.load(Ordering::SeqCst) & 1;
         let counter = &self.counts[slot % self.counts.len()][parity];
         counter.fetch_add(1, Ordering::SeqCst);
+        // The caller's load of the translation entry comes after this.
+        store_load_order();
         CallGuard { counter }
     }
 
@@ -78,6 +80,8 @@ impl Quiescence {
         let _one_waiter = self.waiter.lock().unwrap_or_else(|p| p.into_inner());
         for _ in 0..2 {
             let old = self.generation.fetch_add(1, Ordering::SeqCst) & 1;
+            // The caller's unpublish came before; the counters come after.
+            store_load_order();
             for slot in self.counts.iter() {
                 let mut round = 0;
                 while slot[old].load(Ordering::SeqCst) != 0 {
@@ -174,6 +178,33 @@ mod loom_tests {
             published.store(0, Ordering::SeqCst);
             q.synchronize();
             alive.store(0, Ordering::SeqCst);
+            reader.join().unwrap();
+        });
+    }
+
+    /// Two grace periods in a row (A replaced by B, then B by C): a
+    /// reader that read the generation's parity before the first advance
+    /// but incremented late must still hold up the second one. This is
+    /// why `synchronize` advances twice.
+    #[test]
+    fn loom_a_late_reader_holds_up_the_next_grace_period() {
+        loom::model(|| {
+            let q = Arc::new(Quiescence::new(1));
+            let table = Arc::new(Cell::new(0));
+            let alive = Arc::new([Cell::new(1), Cell::new(1), Cell::new(1)]);
+            let reader = {
+                let (q, table, alive) = (q.clone(), table.clone(), alive.clone());
+                loom::thread::spawn(move || {
+                    let _call = q.enter(0);
+                    let obj = table.load(Ordering::SeqCst);
+                    assert_eq!(alive[obj].load(Ordering::SeqCst), 1, "use after free");
+                })
+            };
+            for next in 1..3 {
+                table.store(next, Ordering::SeqCst);
+                q.synchronize();
+                alive[next - 1].store(0, Ordering::SeqCst);
+            }
             reader.join().unwrap();
         });
     }

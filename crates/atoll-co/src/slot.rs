@@ -38,9 +38,26 @@ pub fn current_slot() -> usize {
 }
 
 fn first_cpu() -> usize {
-    // SAFETY: sched_getcpu has no preconditions; it returns -1 on error.
-    let cpu = unsafe { libc::sched_getcpu() };
-    usize::try_from(cpu).unwrap_or(0)
+    rustix::thread::sched_getcpu()
+}
+
+/// Confine the calling thread to `cpu` (benchmarks; servers are pinned
+/// by their own start-up code). Errors leave the thread unpinned.
+pub fn pin_to_cpu(cpu: usize) -> std::io::Result<()> {
+    let mut set = rustix::thread::CpuSet::new();
+    set.set(cpu);
+    rustix::thread::sched_setaffinity(None, &set)?;
+    Ok(())
+}
+
+/// The CPUs this process may run on.
+pub fn allowed_cpus() -> Vec<usize> {
+    match rustix::thread::sched_getaffinity(None) {
+        Ok(set) => (0..rustix::thread::CpuSet::MAX_CPU)
+            .filter(|&c| set.is_set(c))
+            .collect(),
+        Err(_) => vec![0],
+    }
 }
 
 #[cfg(test)]

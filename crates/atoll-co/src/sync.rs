@@ -28,3 +28,18 @@ pub(crate) fn backoff(round: &mut u32) {
         }
     }
 }
+
+/// Orders a sequentially consistent read-modify-write or store before a
+/// later sequentially consistent load of another location (the Dekker /
+/// store-buffering pattern of the quiescence counters and the gate).
+///
+/// The C11 model already forbids the reordering when every access is
+/// `SeqCst`, so outside loom this compiles to nothing (on x86 the locked
+/// instruction is a full barrier anyway). Loom models `SeqCst` accesses as
+/// `AcqRel` and would report false alarms (loom README, "Unsupported
+/// features"), but it does model `fence(SeqCst)`: the twin adds one.
+#[inline(always)]
+pub(crate) fn store_load_order() {
+    #[cfg(loom)]
+    loom::sync::atomic::fence(Ordering::SeqCst);
+}

@@ -50,9 +50,12 @@ pub enum Entry<'g, I: ?Sized> {
     Mediated(&'g MediatorRep<I>),
 }
 
+/// One slot's entries, on cache lines of their own.
+type SlotTable = CachePadded<Box<[AtomicPtr<()>]>>;
+
 pub struct LocalTables<I: ?Sized> {
     capacity: usize,
-    tables: Box<[CachePadded<Box<[AtomicPtr<()>]>>]>,
+    tables: Box<[SlotTable]>,
     _owns: std::marker::PhantomData<Owned<I>>,
 }
 

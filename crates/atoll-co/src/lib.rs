@@ -112,7 +112,7 @@ mod table;
 #[cfg(not(loom))]
 pub use domain::{CoError, CoRef, Domain, DomainConfig};
 #[cfg(not(loom))]
-pub use root::{negotiate, Format, RepSet, Root, State, TransferError};
+pub use root::{negotiate, negotiate_by, Format, RepSet, Root, State, TransferError};
 #[cfg(not(loom))]
 pub use slot::{allowed_cpus, current_slot, pin_to_cpu, set_slot};
 #[cfg(not(loom))]

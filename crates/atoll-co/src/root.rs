@@ -80,12 +80,18 @@ pub trait Root<I: ?Sized>: Send + Sync {
 /// assert_eq!(negotiate(&exporter, &[Format("log")]), None);
 /// ```
 pub fn negotiate(exporter: &[Format], importer: &[Format]) -> Option<Format> {
+    negotiate_by(exporter, importer)
+}
+
+/// [`negotiate`] for any format names (the message-passing variant names
+/// formats with strings that travel in messages).
+pub fn negotiate_by<F: PartialEq + Clone>(exporter: &[F], importer: &[F]) -> Option<F> {
     importer
         .iter()
         .enumerate()
         .filter_map(|(import_rank, f)| {
             let export_rank = exporter.iter().position(|e| e == f)?;
-            Some(((export_rank + import_rank, import_rank), *f))
+            Some(((export_rank + import_rank, import_rank), f.clone()))
         })
         .min_by_key(|(rank, _)| *rank)
         .map(|(_, f)| f)

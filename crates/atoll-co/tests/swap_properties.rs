@@ -64,16 +64,20 @@ impl Root<dyn Log> for CentralLog {
     }
 }
 
+/// Each slot's appends with their positions.
+type Shard = Mutex<Vec<(u64, Item)>>;
+type Shards = RepSet<Shard>;
+
 /// A shard per slot; a shared sequence number orders the appends.
 struct ShardedLog {
     next: Arc<AtomicU64>,
-    shards: Arc<RepSet<Mutex<Vec<(u64, Item)>>>>,
+    shards: Arc<Shards>,
 }
 
 struct ShardRep {
     next: Arc<AtomicU64>,
-    local: Arc<Mutex<Vec<(u64, Item)>>>,
-    shards: Arc<RepSet<Mutex<Vec<(u64, Item)>>>>,
+    local: Arc<Shard>,
+    shards: Arc<Shards>,
 }
 
 impl ShardedLog {
@@ -85,7 +89,7 @@ impl ShardedLog {
     }
 }
 
-fn merged(shards: &RepSet<Mutex<Vec<(u64, Item)>>>) -> Vec<Item> {
+fn merged(shards: &Shards) -> Vec<Item> {
     let mut all: Vec<(u64, Item)> = shards
         .all()
         .iter()

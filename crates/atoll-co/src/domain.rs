@@ -17,6 +17,11 @@
 //! (swaps wait for quiescence, and one swap at a time keeps a held call of
 //! one swap from holding up another's wait). Calls take neither lock on
 //! the fast path.
+//!
+//! Quiescence is per domain: destroy, evict and swap wait for every call in
+//! flight on any object of the domain. Objects whose calls may block for
+//! long (waiting for I/O or another server) belong in a domain of their
+//! own, or they hold up the management of their neighbours.
 
 use std::cell::Cell;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};

@@ -39,9 +39,9 @@ pub enum TransferError {
 /// The global part of a clustered object implementing interface `I`
 /// (a trait object type such as `dyn Counter`).
 pub trait Root<I: ?Sized>: Send + Sync {
-    /// The miss handler: the rep for `slot`, made on first use.
-    /// Must return the same rep for the same slot until the object is
-    /// destroyed or swapped out (the local table caches it).
+    /// The miss handler: the rep for `slot`, made on first use. Reps
+    /// returned for one slot must share that slot's state: the local table
+    /// caches one, and asks again after an eviction or a swap.
     fn rep(&self, slot: usize) -> Arc<I>;
 
     /// Formats [`Root::export`] can produce, best first.

@@ -56,7 +56,9 @@ pub struct SwapReport {
     pub transfer: Duration,
     pub complete: Duration,
     pub format: Option<Format>,
-    /// Calls the mediators forwarded to the old object.
+    /// Slots whose calls reached the old object (through its table entry
+    /// or the mediator); they get the new root's rep at once, the others
+    /// miss lazily.
     pub forwarded_slots: usize,
 }
 
@@ -84,6 +86,10 @@ pub struct Mediation<'d, I: ?Sized + Send + Sync + 'static> {
 impl<I: ?Sized + Send + Sync + 'static> Domain<I> {
     /// Interpose a mediator in front of `obj`: from now on its calls go
     /// through per-slot gates to the old object. No call is blocked.
+    ///
+    /// The mediation holds the domain's management lock until it is
+    /// detached, swapped or dropped: the same thread must not destroy,
+    /// evict or attach in the meantime.
     pub fn attach(&self, obj: &CoRef<I>) -> Result<Mediation<'_, I>, CoError> {
         if inside_call() {
             return Err(CoError::InsideCall);

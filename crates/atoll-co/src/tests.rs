@@ -334,3 +334,20 @@ fn a_dropped_mediation_detaches() {
     d.attach(&c).unwrap().detach();
     assert_eq!(c.call(|c| c.value()).unwrap(), 1);
 }
+
+#[test]
+fn slots_of_one_cluster_share_a_cell() {
+    let d = domain(4);
+    let root = Arc::new(DistributedCounter::new(4, 2));
+    let c = d.create(root.clone()).unwrap();
+    for slot in 0..4 {
+        let c = c.clone();
+        on_slot(slot, move || c.call(|c| c.add(1 << slot)).unwrap());
+    }
+    let per_cluster = root.export(PER_CLUSTER).unwrap();
+    assert_eq!(
+        *per_cluster.downcast::<Vec<u64>>().unwrap(),
+        vec![0b11, 0b1100]
+    );
+    assert_eq!(c.call(|c| c.value()).unwrap(), 0b1111);
+}

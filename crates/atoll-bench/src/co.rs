@@ -78,6 +78,15 @@ pub fn table(r: &Results) -> String {
          median [min–max] of {} runs",
         r.cpus, r.repeat
     );
+    let _ = writeln!(
+        out,
+        "Quiescence on the call path: {}",
+        if r.barrier_free_calls {
+            "no barrier (the writer issues membarrier)"
+        } else {
+            "a full fence per call (membarrier refused)"
+        }
+    );
     let _ = writeln!(out);
     let _ = writeln!(
         out,

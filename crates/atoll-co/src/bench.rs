@@ -145,6 +145,8 @@ pub struct LadderRow {
 #[derive(Clone, Debug, Serialize)]
 pub struct Results {
     pub cpus: usize,
+    /// Quiescence costs callers no barrier (membarrier accepted).
+    pub barrier_free_calls: bool,
     pub repeat: usize,
     pub ladder: Vec<LadderRow>,
     pub call_direct_ns: Stat,
@@ -190,6 +192,7 @@ pub fn run(cfg: &Config) -> Result<Results, String> {
     let loaded = null_swaps(cfg, loaders, &cpus)?;
     Ok(Results {
         cpus: cpus.len(),
+        barrier_free_calls: crate::calls_are_barrier_free(),
         repeat: cfg.repeat,
         ladder,
         call_direct_ns: calls.0,

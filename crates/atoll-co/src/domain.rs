@@ -1,5 +1,5 @@
 //! A domain: the translation tables of one family of clustered objects
-//! sharing an interface `I`, their quiescence, and the management calls
+//! sharing an interface `I`, and the management calls
 //! (create, destroy, evict). Calls go through [`CoRef::call`].
 //!
 //! Life cycle of an object index (the global entry's `state`):
@@ -18,16 +18,15 @@
 //! one swap from holding up another's wait). Calls take neither lock on
 //! the fast path.
 //!
-//! Quiescence is per domain: destroy, evict and swap wait for every call in
-//! flight on any object of the domain. Objects whose calls may block for
-//! long (waiting for I/O or another server) belong in a domain of their
-//! own, or they hold up the management of their neighbours.
+//! Quiescence is process-wide, as K42's and RCU's: destroy, evict and swap
+//! wait for every clustered-object call in flight in the process. Calls
+//! that may block for long (waiting for I/O or another server) hold up
+//! every destroyer and swapper meanwhile; make such waits outside calls.
 
-use std::cell::Cell;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::gate::Admission;
-use crate::quiescence::Quiescence;
+use crate::quiescence::{global, Quiescence, Record};
 use crate::root::Root;
 use crate::slot::current_slot;
 use crate::table::{Entry, LocalTables, Owned, RepBox};
@@ -75,7 +74,8 @@ pub(crate) struct Global<I: ?Sized> {
 }
 
 pub(crate) struct Inner<I: ?Sized> {
-    pub quiescence: Quiescence,
+    /// The process-wide quiescence (see `quiescence`).
+    pub quiescence: &'static Quiescence,
     pub locals: LocalTables<I>,
     pub globals: Box<[RwLock<Global<I>>]>,
     free: Mutex<Vec<u32>>,
@@ -107,37 +107,11 @@ impl<I: ?Sized> Clone for CoRef<I> {
     }
 }
 
-thread_local! {
-    /// How many clustered-object calls the thread is inside: a nested call
-    /// is a *tracked* call, which the Block phase never holds.
-    static CALL_DEPTH: Cell<u32> = const { Cell::new(0) };
-}
-
-/// Counts the thread into a call; dropping counts it out (also on panic).
-struct Depth;
-
-impl Depth {
-    #[inline]
-    fn enter() -> (Depth, bool) {
-        let nested = CALL_DEPTH.with(|d| {
-            let v = d.get();
-            d.set(v + 1);
-            v > 0
-        });
-        (Depth, nested)
-    }
-}
-
-impl Drop for Depth {
-    #[inline]
-    fn drop(&mut self) {
-        CALL_DEPTH.with(|d| d.set(d.get() - 1));
-    }
-}
-
-/// The thread is inside a clustered-object call.
+/// The thread is inside a clustered-object call (its calls in progress
+/// are counted in its quiescence record): a call made now is *tracked*,
+/// and management calls, which wait for calls to end, are refused.
 pub(crate) fn inside_call() -> bool {
-    CALL_DEPTH.with(|d| d.get() > 0)
+    global::inside_call()
 }
 
 /// Leaves a mediator's gate when a forwarded call returns (or panics).
@@ -163,7 +137,7 @@ impl<I: ?Sized + Send + Sync + 'static> Domain<I> {
             .collect();
         Domain {
             inner: Arc::new(Inner {
-                quiescence: Quiescence::new(slots),
+                quiescence: global::quiescence(),
                 locals: LocalTables::new(slots, capacity),
                 globals,
                 free: Mutex::new((0..capacity as u32).rev().collect()),
@@ -243,12 +217,18 @@ impl<I: ?Sized> Inner<I> {
 impl<I: ?Sized + 'static> CoRef<I> {
     /// Call `f` on the calling slot's rep.
     ///
-    /// Hot path: the thread's slot, the quiescence counter, one load of
-    /// the local entry, the generation check, then `f`. A miss (no rep yet
+    /// Hot path: the thread's slot and quiescence record (thread-local),
+    /// an unlocked increment of the record's counter, one load of the
+    /// local entry, the generation check, then `f`. A miss (no rep yet
     /// on this slot) asks the root and retries; a mediator forwards or
     /// holds the call (K42 ch. 6).
     #[inline]
     pub fn call<R>(&self, f: impl FnOnce(&I) -> R) -> Result<R, CoError> {
+        global::with_record(|record| self.call_counted(record, f))
+    }
+
+    #[inline]
+    fn call_counted<R>(&self, record: &Record, f: impl FnOnce(&I) -> R) -> Result<R, CoError> {
         let inner = &*self.inner;
         let slots = inner.locals.slots();
         let mut slot = current_slot();
@@ -258,22 +238,22 @@ impl<I: ?Sized + 'static> CoRef<I> {
         let index = self.index as usize;
         let mut f = Some(f);
         loop {
-            let guard = inner.quiescence.enter(slot);
+            let nested = record.depth() > 0;
+            let guard = inner.quiescence.enter(record);
             match inner.locals.load(&guard, slot, index) {
                 Entry::Rep(b) if b.generation == self.generation => {
-                    let _depth = Depth::enter();
                     return Ok((f.take().expect("called once"))(&b.rep));
                 }
                 Entry::Mediated(m) if m.generation == self.generation => {
-                    let (_depth, nested) = Depth::enter();
                     match m.gate.admit(nested) {
                         Admission::Forwarded => {
                             let _leave = Forwarded(&m.gate);
                             return Ok((f.take().expect("called once"))(m.old_rep()));
                         }
                         Admission::Held => {
+                            // Wait outside the call, so no quiescence
+                            // waits for us, then start over.
                             let shared = m.shared.clone();
-                            drop(_depth);
                             drop(guard);
                             shared.wait_released();
                         }

@@ -17,9 +17,9 @@
 //!
 //! Objects are destroyed by *quiescence*: the entries are emptied, then
 //! the domain waits until every call that could still hold a reference has
-//! returned (per-slot call counts in two generations, K42 §5.4's
-//! generation scheme) before the root and reps are dropped and the
-//! identifier is reused. References carry a generation, so a stale one
+//! returned (per-thread call counts in two generations, K42 §5.4's
+//! generation scheme, made barrier-free for callers with `membarrier`)
+//! before the root and reps are dropped and the identifier is reused. References carry a generation, so a stale one
 //! fails with [`CoError::Destroyed`] instead of reaching a new object.
 //!
 //! Objects can be **hot-swapped** for another implementation of the same
@@ -76,7 +76,7 @@
 //!   `unsafe`).
 //! * `mediator`, `gate` — the mediator's per-slot reps and their lock-free
 //!   admission gate (loom-checked).
-//! * `quiescence` — per-slot two-generation call counts (loom-checked).
+//! * `quiescence` — per-thread two-generation call counts (loom-checked).
 //! * `slot` — which slot the calling thread uses.
 //! * `counter` — clustered counters (the thesis's example; per-core
 //!   statistics).
@@ -117,5 +117,12 @@ pub use root::{negotiate, negotiate_by, Format, RepSet, Root, State, TransferErr
 pub use slot::{allowed_cpus, current_slot, pin_to_cpu, set_slot};
 #[cfg(not(loom))]
 pub use swap::{Mediation, SwapError, SwapReport};
+
+/// Calls pay no barrier instruction for quiescence: the kernel accepted
+/// `membarrier` (otherwise each call executes a full fence).
+#[cfg(not(loom))]
+pub fn calls_are_barrier_free() -> bool {
+    quiescence::global::quiescence().asymmetric()
+}
 #[cfg(all(test, not(loom)))]
 mod tests;

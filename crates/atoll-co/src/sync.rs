@@ -8,9 +8,11 @@ pub(crate) use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 pub(crate) use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// One step of a wait loop. Under loom it yields so the model checker can
-/// schedule the thread being waited for; otherwise it spins a little and
-/// then gives the core away (a 2-core machine must not starve the caller
-/// whose call we wait for).
+/// schedule the thread being waited for; otherwise it spins a little, then
+/// gives the core away, and at last naps: when the call being waited for
+/// was preempted on this very CPU and other processes compete for it, a
+/// yield may hand the CPU to them rather than to the caller, while a nap
+/// lets the caller run.
 #[inline]
 pub(crate) fn backoff(round: &mut u32) {
     #[cfg(loom)]
@@ -23,8 +25,10 @@ pub(crate) fn backoff(round: &mut u32) {
         *round = round.saturating_add(1);
         if *round < 64 {
             core::hint::spin_loop();
-        } else {
+        } else if *round < 128 {
             std::thread::yield_now();
+        } else {
+            std::thread::sleep(std::time::Duration::from_micros(20));
         }
     }
 }

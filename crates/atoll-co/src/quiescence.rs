@@ -29,6 +29,11 @@
 //! refuses membarrier, both sides use `fence(SeqCst)` instead. The `loom`
 //! models use the symmetric form (loom knows no membarrier).
 //!
+//! Not async-signal-safe: a call from a signal handler that interrupts
+//! another call's increment of the same thread's counter would lose one
+//! of the two updates. Nor may a thread-local destructor make calls after
+//! the thread's record is gone (the call panics).
+//!
 //! The instance the domains use is process-wide ([`global`]), as K42's and
 //! RCU's are: one generation for every object, so no object's busy callers
 //! can starve another's destroyer by sharing its counters.

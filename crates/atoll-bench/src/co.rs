@@ -90,7 +90,7 @@ pub fn table(r: &Results) -> String {
     let _ = writeln!(out);
     let _ = writeln!(
         out,
-        "Counter ladder: ns per increment per thread, slowdown vs 1 thread"
+        "Counter ladder: CPU ns per increment per thread (wall clock in --json), slowdown vs 1 thread"
     );
     let _ = writeln!(
         out,

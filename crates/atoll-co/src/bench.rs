@@ -7,13 +7,14 @@
 //!   cells on their own cache lines, and a clustered counter (one padded
 //!   rep per slot, called through the translation table). Every variant
 //!   uses an atomic add, so the ladder shows sharing only; the reported
-//!   time is per increment per thread, and the slowdown is relative to one
-//!   thread.
+//!   time is the thread's CPU time per increment (wall-clock time is in
+//!   the JSON), and the slowdown is relative to one thread.
 //! * **Calls**: a direct virtual call of a rep (the floor), a call through
-//!   the translation table, and a call that misses (the slot's entry
-//!   evicted first, so the root is asked and the rep installed).
-//! * **Mediator** (K42 Table 7.1): attach, a call through the mediator,
-//!   detach.
+//!   the translation table (both in CPU time over a loop), and a call that
+//!   misses (the slot's entry evicted first, so the root is asked and the
+//!   rep installed; each timed alone on the wall clock).
+//! * **Mediator** (K42 Table 7.1): attach, a call through the mediator
+//!   (CPU time over a loop), detach.
 //! * **Null swap** (K42 §7.5.2): swap a distributed counter for a fresh
 //!   one of the same kind, uncontended and with a thread per CPU calling
 //!   it all along; the loaded run checks that no increment was lost.
@@ -25,7 +26,7 @@
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crossbeam_utils::CachePadded;
 use serde::Serialize;
@@ -135,8 +136,12 @@ impl Variant {
 pub struct LadderRow {
     pub variant: Variant,
     pub threads: usize,
-    /// Nanoseconds per increment per thread.
+    /// CPU nanoseconds per increment per thread: what an increment costs
+    /// while the thread runs, so other processes' load on a shared machine
+    /// does not count (time asleep waiting for the lock does not either).
     pub ns_per_op: Stat,
+    /// Wall-clock nanoseconds per increment per thread.
+    pub wall_ns_per_op: Stat,
     /// Median at this thread count over the median at one thread.
     pub slowdown: Option<f64>,
 }
@@ -170,10 +175,11 @@ pub fn run(cfg: &Config) -> Result<Results, String> {
     for v in Variant::ALL {
         let mut one = None;
         for &t in &cfg.threads {
-            let mut samples: Vec<f64> = (0..cfg.repeat.max(1))
+            let runs: Vec<Times> = (0..cfg.repeat.max(1))
                 .map(|_| ladder_run(v, t, cfg.iters, &cpus))
                 .collect();
-            let s = Stat::of(&mut samples);
+            let s = Stat::of(&mut runs.iter().map(|r| r.cpu).collect::<Vec<_>>());
+            let wall = Stat::of(&mut runs.iter().map(|r| r.wall).collect::<Vec<_>>());
             if t == 1 {
                 one = Some(s.median);
             }
@@ -181,6 +187,7 @@ pub fn run(cfg: &Config) -> Result<Results, String> {
                 variant: v,
                 threads: t,
                 ns_per_op: s,
+                wall_ns_per_op: wall,
                 slowdown: one.map(|o| s.median / o),
             });
         }
@@ -216,11 +223,25 @@ fn counter_domain(slots: usize) -> (Domain<dyn Counter>, CoRef<dyn Counter>) {
     (d, c)
 }
 
+/// Nanoseconds of CPU time the calling thread has used.
+fn thread_cpu_ns() -> f64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    t.tv_sec as f64 * 1e9 + t.tv_nsec as f64
+}
+
+/// Per-thread time of a ladder run, in ns.
+#[derive(Clone, Copy, Default)]
+struct Times {
+    wall: f64,
+    cpu: f64,
+}
+
 /// Start `threads` pinned threads with slots 0.., run `body(i)` in each
-/// after a common start, and return the mean of their times in ns.
-fn in_threads(threads: usize, cpus: &[usize], body: impl Fn(usize) + Sync) -> f64 {
+/// after a common start, and return the mean of their wall-clock and CPU
+/// times.
+fn in_threads(threads: usize, cpus: &[usize], body: impl Fn(usize) + Sync) -> Times {
     let start = Barrier::new(threads);
-    let total = Mutex::new(Duration::ZERO);
+    let total = Mutex::new(Times::default());
     std::thread::scope(|s| {
         for i in 0..threads {
             let (start, total, body) = (&start, &total, &body);
@@ -231,18 +252,24 @@ fn in_threads(threads: usize, cpus: &[usize], body: impl Fn(usize) + Sync) -> f6
                 }
                 set_slot(i);
                 start.wait();
-                let t = Instant::now();
+                let (t, c) = (Instant::now(), thread_cpu_ns());
                 body(i);
-                *total.lock().unwrap() += t.elapsed();
+                let (wall, cpu) = (t.elapsed().as_nanos() as f64, thread_cpu_ns() - c);
+                let mut total = total.lock().unwrap();
+                total.wall += wall;
+                total.cpu += cpu;
             });
         }
     });
     let total = total.into_inner().unwrap();
-    total.as_nanos() as f64 / threads as f64
+    Times {
+        wall: total.wall / threads as f64,
+        cpu: total.cpu / threads as f64,
+    }
 }
 
 /// One ladder run: nanoseconds per increment per thread.
-fn ladder_run(v: Variant, threads: usize, iters: u64, cpus: &[usize]) -> f64 {
+fn ladder_run(v: Variant, threads: usize, iters: u64, cpus: &[usize]) -> Times {
     let ns = match v {
         Variant::Lock => {
             let m = Mutex::new(0u64);
@@ -287,7 +314,11 @@ fn ladder_run(v: Variant, threads: usize, iters: u64, cpus: &[usize]) -> f64 {
             })
         }
     };
-    ns / iters.max(1) as f64
+    let n = iters.max(1) as f64;
+    Times {
+        wall: ns.wall / n,
+        cpu: ns.cpu / n,
+    }
 }
 
 /// Median cost of taking two `Instant`s (subtracted from single-call
@@ -314,16 +345,16 @@ fn call_costs(cfg: &Config, cpus: &[usize]) -> (Stat, Stat, Stat) {
     let (mut d, mut t, mut m) = (Vec::new(), Vec::new(), Vec::new());
     let overhead = timer_overhead_ns();
     for _ in 0..cfg.repeat.max(1) {
-        let s = Instant::now();
+        let s = thread_cpu_ns();
         for _ in 0..n {
             black_box(&direct).inc();
         }
-        d.push(s.elapsed().as_nanos() as f64 / n as f64);
-        let s = Instant::now();
+        d.push((thread_cpu_ns() - s) / n as f64);
+        let s = thread_cpu_ns();
         for _ in 0..n {
             black_box(&c).call(|r| r.inc()).expect("live object");
         }
-        t.push(s.elapsed().as_nanos() as f64 / n as f64);
+        t.push((thread_cpu_ns() - s) / n as f64);
         // Misses: evicting waits for quiescence, so only the call is timed.
         let misses = (cfg.swaps * 10).max(10);
         let mut one = Vec::with_capacity(misses);
@@ -352,11 +383,11 @@ fn mediator_costs(cfg: &Config) -> (Stat, Stat, Stat) {
             let s = Instant::now();
             let m = d.attach(&c).expect("live object");
             at.push(s.elapsed().as_nanos() as f64 / 1e3);
-            let s = Instant::now();
+            let s = thread_cpu_ns();
             for _ in 0..n {
                 black_box(&c).call(|r| r.inc()).expect("live object");
             }
-            ca.push(s.elapsed().as_nanos() as f64 / n as f64);
+            ca.push((thread_cpu_ns() - s) / n as f64);
             let s = Instant::now();
             m.detach();
             de.push(s.elapsed().as_nanos() as f64 / 1e3);
@@ -374,18 +405,22 @@ fn null_swaps(cfg: &Config, loaders: usize, cpus: &[usize]) -> Result<(Stat, u64
     let slots = cpus.len().max(1).max(loaders);
     let (d, c) = counter_domain(slots);
     let stop = AtomicBool::new(false);
+    // Swaps start once every loader is calling, so "under load" is.
+    let calling = Barrier::new(loaders + 1);
     let mut samples = Vec::new();
     let calls = std::thread::scope(|s| -> Result<u64, String> {
         let workers: Vec<_> = (0..loaders)
             .map(|i| {
-                let (c, stop) = (&c, &stop);
+                let (c, stop, calling) = (&c, &stop, &calling);
                 let cpu = cpus.get(i % cpus.len().max(1)).copied();
                 s.spawn(move || {
                     if let Some(cpu) = cpu {
                         let _ = pin_to_cpu(cpu);
                     }
                     set_slot(i);
-                    let mut n = 0u64;
+                    c.call(|r| r.inc()).expect("live object");
+                    calling.wait();
+                    let mut n = 1u64;
                     while !stop.load(Ordering::Relaxed) {
                         c.call(|r| r.inc()).expect("live object");
                         n += 1;
@@ -394,6 +429,9 @@ fn null_swaps(cfg: &Config, loaders: usize, cpus: &[usize]) -> Result<(Stat, u64
                 })
             })
             .collect();
+        if loaders > 0 {
+            calling.wait();
+        }
         let mut failure = None;
         'runs: for _ in 0..cfg.repeat.max(1) {
             let mut one = Vec::new();

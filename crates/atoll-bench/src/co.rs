@@ -121,7 +121,7 @@ pub fn table(r: &Results) -> String {
         "{:<40} {:>34}   thesis (4-way Power3)",
         "operation", "this machine"
     );
-    let rows: [(&str, String, String); 8] = [
+    let rows: [(&str, String, String); 10] = [
         (
             "call, direct (no table)",
             stat(&r.call_direct_ns, "ns"),
@@ -151,6 +151,16 @@ pub fn table(r: &Results) -> String {
             "mediator detach",
             stat(&r.detach_us, "µs"),
             format!("{THESIS_DETACH_US} µs"),
+        ),
+        (
+            "mediator attach, under load",
+            stat(&r.attach_loaded_us, "µs"),
+            format!("{THESIS_ATTACH_US} µs (uncontended)"),
+        ),
+        (
+            "mediator detach, under load",
+            stat(&r.detach_loaded_us, "µs"),
+            format!("{THESIS_DETACH_US} µs (uncontended)"),
         ),
         (
             "null hot-swap, uncontended",

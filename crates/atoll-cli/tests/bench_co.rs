@@ -44,6 +44,8 @@ fn bench_co_quick_prints_every_row() {
         "mediator attach",
         "call through the mediator",
         "mediator detach",
+        "mediator attach, under load",
+        "mediator detach, under load",
         "null hot-swap, uncontended",
         "null hot-swap, under load",
     ] {

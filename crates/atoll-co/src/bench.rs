@@ -14,7 +14,8 @@
 //!   misses (the slot's entry evicted first, so the root is asked and the
 //!   rep installed; each timed alone on the wall clock).
 //! * **Mediator** (K42 Table 7.1): attach, a call through the mediator
-//!   (CPU time over a loop), detach.
+//!   (CPU time over a loop), detach; attach and detach again with a thread
+//!   per CPU calling the object throughout.
 //! * **Null swap** (K42 §7.5.2): swap a distributed counter for a fresh
 //!   one of the same kind, uncontended and with a thread per CPU calling
 //!   it all along; the loaded run checks that no increment was lost.
@@ -162,7 +163,9 @@ pub struct Results {
     pub detach_us: Stat,
     pub null_swap_us: Stat,
     pub null_swap_loaded_us: Stat,
-    /// Threads calling the object during the loaded swaps.
+    pub attach_loaded_us: Stat,
+    pub detach_loaded_us: Stat,
+    /// Threads calling the object during the loaded measurements.
     pub loaders: usize,
     /// Calls the loaders made (all of them were found in the counter).
     pub loaded_calls: u64,
@@ -197,6 +200,8 @@ pub fn run(cfg: &Config) -> Result<Results, String> {
     let uncontended = null_swaps(cfg, 0, &cpus)?;
     let loaders = cpus.len().max(1);
     let loaded = null_swaps(cfg, loaders, &cpus)?;
+    let ((attach_loaded, detach_loaded), mediated_calls) =
+        mediator_under_load(cfg, loaders, &cpus)?;
     Ok(Results {
         cpus: cpus.len(),
         barrier_free_calls: crate::calls_are_barrier_free(),
@@ -210,8 +215,10 @@ pub fn run(cfg: &Config) -> Result<Results, String> {
         detach_us: mediator.2,
         null_swap_us: uncontended.0,
         null_swap_loaded_us: loaded.0,
+        attach_loaded_us: attach_loaded,
+        detach_loaded_us: detach_loaded,
         loaders,
-        loaded_calls: loaded.1,
+        loaded_calls: loaded.1 + mediated_calls,
     })
 }
 
@@ -399,16 +406,20 @@ fn mediator_costs(cfg: &Config) -> (Stat, Stat, Stat) {
     (Stat::of(&mut a), Stat::of(&mut k), Stat::of(&mut x))
 }
 
-/// Null swaps in µs with `loaders` threads calling throughout; returns the
-/// figure and the loaders' call count, checked against the counter.
-fn null_swaps(cfg: &Config, loaders: usize, cpus: &[usize]) -> Result<(Stat, u64), String> {
+/// Run `measure` on a distributed counter while `loaders` threads call
+/// it throughout (it starts once every loader is calling); afterwards,
+/// check that every call the loaders made is in the counter. Returns what
+/// `measure` returned and the loaders' call count.
+fn under_load<T>(
+    loaders: usize,
+    cpus: &[usize],
+    measure: impl FnOnce(&Domain<dyn Counter>, &CoRef<dyn Counter>, usize) -> Result<T, String>,
+) -> Result<(T, u64), String> {
     let slots = cpus.len().max(1).max(loaders);
     let (d, c) = counter_domain(slots);
     let stop = AtomicBool::new(false);
-    // Swaps start once every loader is calling, so "under load" is.
     let calling = Barrier::new(loaders + 1);
-    let mut samples = Vec::new();
-    let calls = std::thread::scope(|s| -> Result<u64, String> {
+    let (measured, calls) = std::thread::scope(|s| {
         let workers: Vec<_> = (0..loaders)
             .map(|i| {
                 let (c, stop, calling) = (&c, &stop, &calling);
@@ -432,28 +443,61 @@ fn null_swaps(cfg: &Config, loaders: usize, cpus: &[usize]) -> Result<(Stat, u64
         if loaders > 0 {
             calling.wait();
         }
-        let mut failure = None;
-        'runs: for _ in 0..cfg.repeat.max(1) {
+        let measured = measure(&d, &c, slots);
+        stop.store(true, Ordering::Relaxed);
+        let calls: u64 = workers.into_iter().map(|w| w.join().unwrap_or(0)).sum();
+        (measured, calls)
+    });
+    let measured = measured?;
+    let value = c.call(|r| r.value()).map_err(|e| e.to_string())?;
+    if value != calls {
+        return Err(format!(
+            "lost or duplicated increments under load: {calls} calls, counter {value}"
+        ));
+    }
+    Ok((measured, calls))
+}
+
+/// Null swaps in µs (median per run), with `loaders` threads calling.
+fn null_swaps(cfg: &Config, loaders: usize, cpus: &[usize]) -> Result<(Stat, u64), String> {
+    under_load(loaders, cpus, |d, c, slots| {
+        let mut samples = Vec::new();
+        for _ in 0..cfg.repeat.max(1) {
             let mut one = Vec::new();
             for _ in 0..cfg.swaps.max(1) {
                 let s = Instant::now();
-                if let Err(e) = d.swap(&c, Arc::new(DistributedCounter::new(slots, 1))) {
-                    failure = Some(format!("null swap failed: {e}"));
-                    break 'runs;
-                }
+                d.swap(c, Arc::new(DistributedCounter::new(slots, 1)))
+                    .map_err(|e| format!("null swap failed: {e}"))?;
                 one.push(s.elapsed().as_nanos() as f64 / 1e3);
             }
             samples.push(Stat::of(&mut one).median);
         }
-        stop.store(true, Ordering::Relaxed);
-        let calls = workers.into_iter().map(|w| w.join().unwrap_or(0)).sum();
-        failure.map_or(Ok(calls), Err)
-    })?;
-    let value = c.call(|r| r.value()).map_err(|e| e.to_string())?;
-    if value != calls {
-        return Err(format!(
-            "swaps lost or duplicated increments: {calls} calls, counter {value}"
-        ));
-    }
-    Ok((Stat::of(&mut samples), calls))
+        Ok(Stat::of(&mut samples))
+    })
+}
+
+/// Attach and detach in µs (medians per run) with `loaders` threads
+/// calling through the mediator while it is attached.
+fn mediator_under_load(
+    cfg: &Config,
+    loaders: usize,
+    cpus: &[usize],
+) -> Result<((Stat, Stat), u64), String> {
+    under_load(loaders, cpus, |d, c, _| {
+        let (mut a, mut x) = (Vec::new(), Vec::new());
+        for _ in 0..cfg.repeat.max(1) {
+            let (mut at, mut de) = (Vec::new(), Vec::new());
+            for _ in 0..cfg.swaps.max(1) {
+                let s = Instant::now();
+                let m = d.attach(c).map_err(|e| e.to_string())?;
+                at.push(s.elapsed().as_nanos() as f64 / 1e3);
+                let s = Instant::now();
+                m.detach();
+                de.push(s.elapsed().as_nanos() as f64 / 1e3);
+            }
+            a.push(Stat::of(&mut at).median);
+            x.push(Stat::of(&mut de).median);
+        }
+        Ok((Stat::of(&mut a), Stat::of(&mut x)))
+    })
 }

@@ -65,6 +65,23 @@
 //! assert!(hits.call(|c| c.value()).is_err());
 //! ```
 //!
+//! # Uses in atoll (planned)
+//!
+//! * **Adaptive directories** (Hare's open problem 6.1.2): a directory
+//!   object whose root lives with its home server starts centralised (one
+//!   rep for every slot) and is swapped to a distributed implementation
+//!   (a rep per server, entries partitioned by name) when it gets hot; the
+//!   transfer format is its entry list.
+//! * **Buffer-cache block manager**: K42's Global Page Manager — per-server
+//!   reps with free lists of their own and an overflow pool in the root,
+//!   so allocation stays local and lending between servers is the root's
+//!   job. The reps' state never leaves their server: the [`remote`]
+//!   variant.
+//! * **Elastic server counts** (Hare 6.1.1): the placement policy as a
+//!   clustered object, swapped for one with a different server count; the
+//!   swap's Block phase holds the placement calls made while it moves.
+//! * **Per-core statistics**: [`counter::DistributedCounter`].
+//!
 //! # Layers
 //!
 //! * `domain` — [`Domain`], [`CoRef`]: create, call (fast path and miss),

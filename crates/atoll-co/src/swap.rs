@@ -151,25 +151,15 @@ impl<I: ?Sized + Send + Sync + 'static> Domain<I> {
 impl<I: ?Sized + Send + Sync + 'static> Mediation<'_, I> {
     /// Run the Forward wait, Block, Transfer and Complete phases.
     pub fn swap_to(mut self, new_root: Arc<dyn Root<I>>) -> Result<SwapReport, SwapError> {
-        let inner = &self.domain.inner;
         let mut report = SwapReport::default();
 
-        // Forward: calls that began before the attach have ended.
         let t = Instant::now();
-        inner.quiescence.synchronize();
+        self.wait_for_earlier_calls();
         report.forward = t.elapsed();
 
-        // Block: hold new calls, drain the forwarded ones.
         let t = Instant::now();
-        for m in &self.mediators {
-            m.gate.block();
-        }
-        for m in &self.mediators {
-            let mut round = 0;
-            while !m.gate.drained() {
-                backoff(&mut round);
-            }
-        }
+        self.block();
+        self.wait_drained();
         report.forwarded_slots = self
             .mediators
             .iter()
@@ -177,24 +167,48 @@ impl<I: ?Sized + Send + Sync + 'static> Mediation<'_, I> {
             .count();
         report.block = t.elapsed();
 
-        // Transfer.
         let t = Instant::now();
         let moved = transfer(&*self.old_root, &*new_root);
         report.transfer = t.elapsed();
-        let format = match moved {
+        report.format = match moved {
             Ok(f) => f,
             Err(e) => {
                 self.finish(self.old_root.clone());
                 return Err(e.into());
             }
         };
-        report.format = format;
 
-        // Complete.
         let t = Instant::now();
         self.finish(new_root);
         report.complete = t.elapsed();
         Ok(report)
+    }
+
+    /// Forward phase: wait until the calls that began before the attach
+    /// (which no gate counted) have returned. Calls made since are counted
+    /// and forwarded.
+    pub fn wait_for_earlier_calls(&self) {
+        self.domain.inner.quiescence.synchronize();
+    }
+
+    /// Block phase, first half: from now on new calls are held; calls made
+    /// from inside a call are still forwarded.
+    pub fn block(&self) {
+        for m in &self.mediators {
+            m.gate.block();
+        }
+    }
+
+    /// Block phase, second half: wait until no forwarded call runs. Only
+    /// meaningful after [`Mediation::wait_for_earlier_calls`] and
+    /// [`Mediation::block`]; then no call runs on the old object.
+    pub fn wait_drained(&self) {
+        for m in &self.mediators {
+            let mut round = 0;
+            while !m.gate.drained() {
+                backoff(&mut round);
+            }
+        }
     }
 
     /// Take the mediator out again, leaving the old object in place

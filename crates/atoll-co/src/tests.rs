@@ -351,3 +351,39 @@ fn slots_of_one_cluster_share_a_cell() {
     );
     assert_eq!(c.call(|c| c.value()).unwrap(), 0b1111);
 }
+
+#[test]
+fn a_reentrant_call_during_the_block_phase_is_forwarded_not_held() {
+    let d = domain(2);
+    let c = d.create(Arc::new(CentralCounter::default())).unwrap();
+    let m = d.attach(&c).unwrap();
+    m.wait_for_earlier_calls();
+    let (inside_tx, inside_rx) = mpsc::channel();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let (done_tx, done_rx) = mpsc::channel();
+    std::thread::scope(|s| {
+        let c2 = c.clone();
+        s.spawn(move || {
+            // Begun in the Forward phase: a tracked call.
+            c2.call(|rep| {
+                rep.inc();
+                inside_tx.send(()).unwrap();
+                go_rx.recv().unwrap();
+                // Re-enters the object while the gates block.
+                c2.call(|rep| rep.inc()).unwrap();
+                done_tx.send(()).unwrap();
+            })
+            .unwrap();
+        });
+        inside_rx.recv().unwrap();
+        m.block();
+        go_tx.send(()).unwrap();
+        // A held re-entrant call would never return (its caller holds up
+        // the drain the swap waits for): a deadlock, reported as such.
+        let reentered = done_rx.recv_timeout(std::time::Duration::from_secs(60));
+        assert!(reentered.is_ok(), "the re-entrant call was held: deadlock");
+        m.wait_drained();
+        m.detach();
+    });
+    assert_eq!(c.call(|c| c.value()).unwrap(), 2);
+}

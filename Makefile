@@ -29,10 +29,13 @@ test: build lint pjdfstest
 	$(CARGO) test $(PROFILE_FLAGS) --workspace
 	$(MAKE) loom
 	$(BIN) bench --quick
+	$(BIN) bench co --quick
 
-# Model-check the ring protocol (atoll-msg's synchronisation has loom twins).
+# Model-check the ring protocol (atoll-msg's synchronisation has loom twins)
+# and the clustered objects' quiescence counters and mediator gate (atoll-co).
 loom:
 	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom $(CARGO) test --release -p atoll-msg --lib loom
+	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom $(CARGO) test --release -p atoll-co --lib loom
 
 pjdfstest:
 	@$(PJDFSTEST) --version 2>/dev/null | grep -qxF 'pjdfstest $(PJDFSTEST_VERSION)' || \

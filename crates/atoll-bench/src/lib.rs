@@ -20,6 +20,7 @@
 //! * `worker` — one process of one phase of one workload.
 //! * `workloads` — the workloads themselves: plain `std::fs` code.
 //! * `rpc` — messaging micro-benchmarks (atoll's own in `atoll_msg::bench`).
+//! * `co` — clustered-object measurements (K42; `atoll_co::bench`).
 //!
 //! Relies on: `std::fs` and standard programs (tar, zip/unzip, make, cc,
 //! bindfs) for the workloads; nothing of atoll except the boot protocol's
@@ -29,6 +30,7 @@
 //! bindfs fuse3`; workloads and systems whose tools are missing are skipped
 //! with a message.
 
+pub mod co;
 pub mod harness;
 pub mod report;
 pub mod rpc;
@@ -120,6 +122,10 @@ pub enum BenchCmd {
     /// Messaging round trips only: atoll vs raw ping-pong, system call,
     /// pipe and Unix socket, in ns and TSC cycles.
     Rpc,
+    /// Clustered objects (K42 thesis): the counter ladder, calls through
+    /// the translation table and a miss, mediator attach/detach and null
+    /// hot-swaps, beside the thesis's numbers.
+    Co(co::CoArgs),
 }
 
 impl BenchArgs {
@@ -241,6 +247,9 @@ pub fn machine_info() -> serde_json::Value {
 /// Entry point of `atoll bench`. Prints a table (with a progress bar while
 /// running) and optionally writes JSON (`--json`) and charts (`--plot`).
 pub fn main_from_cli(args: BenchArgs, atoll: &mut dyn SystemFactory) -> anyhow::Result<()> {
+    if let Some(BenchCmd::Co(co)) = &args.cmd {
+        return co::main(co, args.quick, args.json.as_deref());
+    }
     let cmd = harness::WorkerCmd::current(Duration::from_secs(args.timeout))?;
     let report = run_bench(&args, atoll, &cmd)?;
     print!("{}", report::table(&report));
@@ -344,6 +353,10 @@ pub fn run_bench(
         rpc: None,
         targets: vec![],
     };
+    anyhow::ensure!(
+        !matches!(args.cmd, Some(BenchCmd::Co(_))),
+        "`atoll bench co` makes its own report (`co::main`)"
+    );
     if matches!(args.cmd, Some(BenchCmd::Rpc)) {
         rep.rpc = Some(rpc::run(args.rpc_iters));
         rep.targets = report::targets(&[], rep.rpc.as_ref());

@@ -9,6 +9,7 @@ use atoll_proto::{
 };
 
 use super::limits::{Limits, LocalGauges};
+use super::Cache;
 use super::{FileServer, FsConfig};
 use crate::store::MemStore;
 
@@ -49,6 +50,9 @@ struct Srv {
 
 fn servers(n: usize, blocks: u32, limits: Limits) -> Vec<Srv> {
     let gauges = Rc::new(LocalGauges::new(&limits));
+    // One block pool for all, as in an instance (each store is private,
+    // but the pool keeps their block numbers apart all the same).
+    let pool = std::sync::Arc::new(atoll_msg::BlockPool::new(0, blocks, n));
     (0..n)
         .map(|index| {
             let cfg = FsConfig {
@@ -62,7 +66,14 @@ fn servers(n: usize, blocks: u32, limits: Limits) -> Vec<Srv> {
                 limits,
             };
             Srv {
-                fs: FileServer::with_gauges(cfg, MemStore::new(blocks as usize), gauges.clone()),
+                fs: FileServer::with_gauges(
+                    cfg,
+                    Cache::new(
+                        atoll_msg::BlockPool::rep(&pool, index).unwrap(),
+                        MemStore::new(blocks as usize),
+                    ),
+                    gauges.clone(),
+                ),
                 out: Vec::new(),
                 vouched: vec![vouch(ROOT)],
             }

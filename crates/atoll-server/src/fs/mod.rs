@@ -2,6 +2,8 @@
 //!
 //! Layers inside a file server (bottom to top):
 //! * [`crate::store`]: byte access to buffer-cache blocks;
+//! * [`blocks`]: this server's free list, a representative of the block
+//!   pool whose root every server claims from (K42 §4.1.2);
 //! * [`inode`]: inodes, block maps, truncate/punch/seek over the block pool;
 //! * [`dir`]: directory shards (entries of a directory held here), cookies;
 //! * [`locks`], [`perm`], `xattr`: advisory locks, Linux permission
@@ -18,7 +20,7 @@
 //! Ownership (atoll-proto's rules, applied by one server): this server owns
 //! the inodes whose id names it as owner (attributes, blocks, open file
 //! descriptions, locks), the entries of directories homed here or hashed
-//! here, and a partition of the buffer cache. It never messages another
+//! here, and the buffer-cache blocks it claimed from the pool. It never messages another
 //! server; whatever spans servers the client coordinates (Hare §6.2.3).
 //! Hence some checks need state another server holds and are the client's:
 //! * permission checks on a directory use its inode when this server owns
@@ -49,6 +51,7 @@
 //! read when older than mtime or ctime, or than a day).
 
 mod affinity;
+mod blocks;
 mod dir;
 mod inode;
 pub mod limits;
@@ -76,9 +79,10 @@ use atoll_proto::{
     BLOCK_SIZE, MAX_FRAME, MAX_SERVERS, RENAME_VICTIM_MARKED, ROOT,
 };
 
+pub use blocks::Cache;
 pub use dir::parse_dirents;
 use dir::{check_name, is_dot, push_dirent, Shard};
-use inode::{Cache, Inode, MAX_EXTENTS, MAX_FILE_SIZE};
+use inode::{Inode, MAX_EXTENTS, MAX_FILE_SIZE};
 pub use limits::Limits;
 use locks::Lock;
 use perm::{check, kill_priv, Caller, MAY_EXEC, MAY_READ, MAY_WRITE};
@@ -109,7 +113,8 @@ pub struct FsConfig {
     /// This server's index (owner id in inode and description ids).
     pub index: usize,
     pub nservers: usize,
-    /// First buffer-cache block of this server's partition.
+    /// Blocks `[first_block, first_block + nblocks)` of a pool of its own
+    /// (`FileServer::new`); an instance's servers share one pool instead.
     pub first_block: u32,
     pub nblocks: u32,
     /// Owner of the root directory (the user who booted the instance).
@@ -379,13 +384,18 @@ impl<S: BlockStore> FileServer<S> {
     /// A server with gauges of its own (alone, or in tests).
     pub fn new(cfg: FsConfig, store: S) -> FileServer<S> {
         let gauges = Rc::new(limits::LocalGauges::new(&cfg.limits));
-        FileServer::with_gauges(cfg, store, gauges)
+        let cache = Cache::private(cfg.first_block, cfg.nblocks, store);
+        FileServer::with_gauges(cfg, cache, gauges)
     }
 
     /// A server that counts against the instance-wide `gauges` (the
-    /// control block's, `limits` module docs).
-    pub fn with_gauges(cfg: FsConfig, store: S, gauges: Rc<dyn limits::Gauges>) -> FileServer<S> {
-        let cache = Cache::new(cfg.first_block, cfg.nblocks, store);
+    /// control block's, `limits` module docs) and takes blocks through
+    /// `cache`, its representative of the block pool (`blocks`).
+    pub fn with_gauges(
+        cfg: FsConfig,
+        cache: Cache<S>,
+        gauges: Rc<dyn limits::Gauges>,
+    ) -> FileServer<S> {
         let acct = limits::Accounts::new(&cfg.limits, gauges);
         let mut fs = FileServer {
             inodes: HashMap::new(),
@@ -483,8 +493,6 @@ impl<S: BlockStore> FileServer<S> {
             sessions: self.sessions.len() as u64,
             inodes: self.inodes.len() as u64,
             open_descriptions: self.descs.len() as u64,
-            blocks_used: self.cache.used(),
-            blocks_total: self.cache.total,
             requests: self.requests,
             bad_requests: self.bad_requests,
             ops: OP_NAMES
@@ -497,6 +505,7 @@ impl<S: BlockStore> FileServer<S> {
             pipes: self.pipe_stats().0,
             pipe_bytes: self.pipe_stats().1,
             pipe_ops: self.pipe_stats().2,
+            ..self.cache.stats()
         }
     }
 
@@ -889,17 +898,17 @@ impl<S: BlockStore> FileServer<S> {
                 ))
             }
             Q::StatFs => {
-                // Blocks are partitioned, so each server reports its own;
-                // file counts are instance-wide (`limits`), so only server
-                // 0 reports them and the client's sum is right.
-                let (files, files_free) = if self.cfg.index == 0 {
-                    self.acct.files()
+                // Block and file counts are instance-wide (`blocks`,
+                // `limits`), so only server 0 reports them and the
+                // client's sum over servers is right.
+                let ((files, files_free), (blocks, blocks_free)) = if self.cfg.index == 0 {
+                    (self.acct.files(), self.cache.statfs())
                 } else {
-                    (0, 0)
+                    ((0, 0), (0, 0))
                 };
                 Ok(Reply::StatFs(StatFsInfo {
-                    blocks: self.cache.total,
-                    blocks_free: self.cache.free.len() as u64,
+                    blocks,
+                    blocks_free,
                     files,
                     files_free,
                 }))
@@ -2303,12 +2312,17 @@ impl<S: BlockStore> FileServer<S> {
         }
         let keep = mode & FALLOC_KEEP_SIZE != 0;
         let (first, last) = (offset / BS, (end - 1) / BS);
-        let room = self.cache.free.len() as u64 + i.deferred.len() as u64;
+        let need = i
+            .missing(first, last)
+            .saturating_sub(i.deferred.len() as u64);
         let i = self.inodes.get_mut(&ino).ok_or(Errno::ENOENT)?;
         let t = now();
         match mode & !FALLOC_KEEP_SIZE {
             0 | FALLOC_ZERO_RANGE => {
-                if i.missing(first, last) > room {
+                if !self
+                    .cache
+                    .reserve(usize::try_from(need).unwrap_or(usize::MAX))
+                {
                     return Err(Errno::ENOSPC);
                 }
                 if mode & FALLOC_ZERO_RANGE != 0 {

@@ -4,7 +4,7 @@
 //! tells the truth before and after, and blocks freed on one server are
 //! reused by another.
 
-use atoll_tests::atoll;
+use atoll_tests::{atoll, run_in_atoll};
 
 const MIB: u64 = 1 << 20;
 /// `--memory` of these tests, in bytes and in 4 KiB blocks.
@@ -215,4 +215,51 @@ fn five_servers_and_memory_that_does_not_divide_evenly() {
     assert!(stored * 100 >= 16387 * 4096 * 99, "stored {stored}");
     inst.exec("rm $ROOT/big");
     assert_eq!(inst.df(), (16387, 0, 16387));
+}
+
+/// Owner server of each of sixteen new directories in the root, and of a
+/// file made in each, as `"dir_owner file_owner"` lines.
+const OWNERS: &str = r#"
+cd "$ROOT"
+for n in $(seq 0 15); do
+  mkdir d$n && echo x > d$n/f
+  echo $(( $(stat -c %i d$n) >> 56 )) $(( $(stat -c %i d$n/f) >> 56 ))
+done
+[ "$(ls -d d* | wc -l)" = 16 ] && echo listed
+for n in $(seq 0 15); do rm d$n/f; rmdir d$n; done
+ls
+"#;
+
+fn owners(opts: &[&str]) -> (Vec<(u64, u64)>, String) {
+    let out = run_in_atoll(opts, OWNERS);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let pairs = text
+        .lines()
+        .map(numbers)
+        .filter(|v| v.len() == 2)
+        .map(|v| (v[0], v[1]))
+        .collect();
+    (pairs, text)
+}
+
+#[test]
+fn new_directories_spread_over_servers_unless_affinity_is_off() {
+    let (spread, text) = owners(&["--servers", "4"]);
+    assert_eq!(spread.len(), 16, "{text}");
+    assert!(text.contains("listed"), "{text}");
+    assert!(text.trim_end().ends_with("listed"), "all removed: {text}");
+    let servers: std::collections::BTreeSet<u64> = spread.iter().map(|p| p.0).collect();
+    assert!(servers.len() >= 3, "directories on {servers:?} only");
+    assert!(
+        spread.iter().all(|(d, f)| d == f),
+        "a file lives where its directory's entries are: {spread:?}"
+    );
+    let (kept, text) = owners(&["--servers", "4", "--without", "affinity"]);
+    assert_eq!(kept.len(), 16, "{text}");
+    assert!(kept.iter().all(|&p| p == (0, 0)), "{kept:?}");
 }

@@ -59,6 +59,7 @@ mod locks;
 mod mapping;
 mod perm;
 mod pipe;
+mod space;
 mod text;
 mod tmpfile;
 pub mod track;
@@ -100,9 +101,6 @@ pub const RETRY: Errno = Errno::EAGAIN;
 /// `renameat2` flags (not in every libc crate version under these names).
 const RENAME_NOREPLACE: u32 = 1;
 const RENAME_EXCHANGE: u32 = 2;
-const FALLOC_KEEP_SIZE: u32 = 1;
-const FALLOC_PUNCH_HOLE: u32 = 2;
-const FALLOC_ZERO_RANGE: u32 = 0x10;
 /// Status flags `F_SETFL` may change.
 const SETFL_MASK: u32 =
     (libc::O_APPEND | libc::O_NONBLOCK | libc::O_ASYNC | libc::O_DIRECT | libc::O_NOATIME) as u32;
@@ -2283,101 +2281,6 @@ impl<S: BlockStore> FileServer<S> {
     }
 
     // ---- data ----
-
-    fn fallocate<'o>(
-        &mut self,
-        session: SessionId,
-        who: &Caller,
-        ino: InodeId,
-        mode: u32,
-        offset: u64,
-        len: u64,
-    ) -> R<'o> {
-        let has_w = self.has_writable_desc(session, ino);
-        let i = self.inode(ino)?;
-        match i.ftype {
-            FileType::Regular => {}
-            FileType::Directory => return Err(Errno::EISDIR),
-            _ => return Err(Errno::ENODEV),
-        }
-        if len == 0 || offset > i64::MAX as u64 || len > i64::MAX as u64 {
-            return Err(Errno::EINVAL);
-        }
-        let end = offset.checked_add(len).ok_or(Errno::EFBIG)?;
-        if end > MAX_FILE_SIZE {
-            return Err(Errno::EFBIG);
-        }
-        if !has_w {
-            check(i.ftype, i.perm, i.uid, i.gid, who, MAY_WRITE)?;
-        }
-        let keep = mode & FALLOC_KEEP_SIZE != 0;
-        let (first, last) = (offset / BS, (end - 1) / BS);
-        let need = i
-            .missing(first, last)
-            .saturating_sub(i.deferred.len() as u64);
-        let i = self.inodes.get_mut(&ino).ok_or(Errno::ENOENT)?;
-        let t = now();
-        match mode & !FALLOC_KEEP_SIZE {
-            0 | FALLOC_ZERO_RANGE => {
-                if !self
-                    .cache
-                    .reserve(usize::try_from(need).unwrap_or(usize::MAX))
-                {
-                    return Err(Errno::ENOSPC);
-                }
-                if mode & FALLOC_ZERO_RANGE != 0 {
-                    i.zero_range(&mut self.cache, offset, len);
-                    i.mtime = t;
-                } else {
-                    i.ensure(&mut self.cache, first, last);
-                }
-                if !keep && end > i.size {
-                    i.truncate(&mut self.cache, end);
-                    i.mtime = t;
-                }
-            }
-            FALLOC_PUNCH_HOLE if keep => {
-                i.punch(&mut self.cache, offset, len);
-                i.mtime = t;
-            }
-            _ => return Err(Errno::EOPNOTSUPP),
-        }
-        i.ctime = t;
-        if !who.has(Cred::CAP_FSETID) {
-            i.perm = kill_priv(i.perm);
-        }
-        Ok(Reply::Attr(self.attr(ino)?))
-    }
-
-    fn map_blocks<'o>(&mut self, ino: InodeId, offset: u64, len: u64, allocate: bool) -> R<'o> {
-        let i = self.inodes.get_mut(&ino).ok_or(Errno::ENOENT)?;
-        if i.ftype != FileType::Regular {
-            return Err(Errno::ENODEV);
-        }
-        let end = offset.saturating_add(len).min(MAX_FILE_SIZE);
-        if end <= offset {
-            return Ok(Reply::Extents {
-                offset,
-                len: 0,
-                extents: vec![],
-            });
-        }
-        let mut end = end.min(offset + (MAX_EXTENTS as u64) * BS);
-        if allocate {
-            let first = offset / BS;
-            let backed = i.ensure(&mut self.cache, first, (end - 1) / BS);
-            if backed == 0 {
-                return Err(Errno::ENOSPC);
-            }
-            end = end.min((first + backed) * BS);
-        }
-        let (extents, got) = i.extents(offset, end - offset);
-        Ok(Reply::Extents {
-            offset,
-            len: got,
-            extents,
-        })
-    }
 
     /// Reserve a read: extents of `[off, off + len)` clipped at EOF.
     fn read(

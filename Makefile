@@ -28,7 +28,8 @@ test: build lint pjdfstest
 	$(MAKE) loom
 	$(BIN) bench --quick
 
-# Model-check the ring protocol (atoll-msg's synchronisation has loom twins).
+# Model-check the ring protocol and the block pool's claims (atoll-msg's
+# synchronisation has loom twins).
 loom:
 	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom $(CARGO) test --release -p atoll-msg --lib loom
 

@@ -37,6 +37,10 @@
 //! beside the gauges: a scribbled gauge costs a limit, a scribbled owner
 //! word could cost a block in two files.
 //!
+//! The claim path is lock-free; its `loom` models
+//! (`loom_pool_claims_are_exclusive`, `loom_pool_return_races_claim`) run
+//! with the ring's (`make loom`).
+//!
 //! Counts: `root_free` is the number of `FREE` words (moved with each
 //! successful exchange), and each server publishes its own counters
 //! ([`RepCounts`]) — owned, free in its list, taken from and given back to

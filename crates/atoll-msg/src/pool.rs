@@ -23,19 +23,24 @@
 //!   `FREE → s`, so two servers can never both claim it;
 //! * a block moves back only by `s → FREE`, done by `s` itself, so a
 //!   server cannot give away a block it does not own;
-//! * a server hands a block to an inode only while `owner[b] == s`
-//!   ([`PoolRep::holds`]): a block whose word says anything else (a
-//!   scribble, a bug) is dropped, never used; the loss is bounded by the
-//!   blocks whose words were scribbled.
+//! * each server also keeps its own *record* of the blocks it holds (one
+//!   bit per block, written by it alone): set after its claim, cleared
+//!   before its return;
+//! * a server hands a block to an inode only while `owner[b] == s` and its
+//!   record holds `b` ([`PoolRep::holds`]): a block whose word says
+//!   anything else (a scribble, a bug) is dropped, never used; the loss is
+//!   bounded by the blocks whose words were scribbled;
+//! * a claimer that wins a `FREE` word checks the other servers' records:
+//!   a holder clears its record before it frees the word, so a record
+//!   still set means the `FREE` was scribbled over a block in use, and the
+//!   claimer gives the word back to the holder instead of using the block.
 //!
-//! The map lives in the instance process's private memory: file servers are
-//! threads of that process, and no client maps it (clients map the cache and
-//! the control block, which they could scribble, Hare's single fault
-//! domain). That matters for the one corruption no reader can detect —
-//! `FREE` written over a block a server has given to an inode, which another
-//! server could then claim — and is why the map is not in the control block
-//! beside the gauges: a scribbled gauge costs a limit, a scribbled owner
-//! word could cost a block in two files.
+//! So a corrupted owner map can lose blocks but never put one block in two
+//! servers' files; that would take corrupting a server's record too. Map
+//! and records live in the instance process's private memory: file servers
+//! are threads of that process, and no client maps them (clients map the
+//! cache and the control block, which they could scribble, Hare's single
+//! fault domain), unlike the gauges, whose scribbling costs at most a limit.
 //!
 //! The claim path is lock-free; its `loom` models
 //! (`loom_pool_claims_are_exclusive`, `loom_pool_return_races_claim`) run
@@ -89,6 +94,7 @@ struct Published {
     borrowed: AtomicU64,
     returned: AtomicU64,
     dropped: AtomicU64,
+    repaired: AtomicU64,
     /// A representative exists for this server (one at most).
     taken: AtomicBool,
 }
@@ -106,6 +112,9 @@ pub struct RepCounts {
     pub returned: u64,
     /// Blocks dropped because their owner word no longer named the server.
     pub dropped: u64,
+    /// Scribbled `FREE` words this server found over blocks another server
+    /// holds, and gave back to it.
+    pub repaired: u64,
 }
 
 /// The root: one owner word per block and the count of free ones.
@@ -113,6 +122,10 @@ pub struct BlockPool {
     /// Block number of `owner[0]`.
     first: u32,
     owner: Box<[AtomicU8]>,
+    /// Per server, one bit per block it holds: its own record, written by
+    /// it alone, which a claimer checks so that a `FREE` scribbled over a
+    /// held block is given back to its holder, never claimed.
+    held: Box<[Box<[AtomicU64]>]>,
     root_free: CachePadded<AtomicU64>,
     reps: Box<[CachePadded<Published>]>,
 }
@@ -128,6 +141,13 @@ impl BlockPool {
         BlockPool {
             first,
             owner: (0..blocks).map(|_| AtomicU8::new(FREE)).collect(),
+            held: (0..servers)
+                .map(|_| {
+                    (0..blocks.div_ceil(64))
+                        .map(|_| AtomicU64::new(0))
+                        .collect()
+                })
+                .collect(),
             root_free: CachePadded::new(AtomicU64::new(blocks as u64)),
             reps: (0..servers)
                 .map(|_| CachePadded::new(Published::default()))
@@ -175,6 +195,7 @@ impl BlockPool {
             borrowed: p.borrowed.load(Ordering::Relaxed),
             returned: p.returned.load(Ordering::Relaxed),
             dropped: p.dropped.load(Ordering::Relaxed),
+            repaired: p.repaired.load(Ordering::Relaxed),
         }
     }
 
@@ -187,6 +208,16 @@ impl BlockPool {
 
     fn word(&self, block: u32) -> Option<&AtomicU8> {
         self.owner.get(block.checked_sub(self.first)? as usize)
+    }
+
+    /// Whether `server`'s own record says it holds the block at `index`.
+    fn records(&self, server: usize, index: usize) -> bool {
+        self.held[server][index / 64].load(Ordering::Acquire) & (1 << (index % 64)) != 0
+    }
+
+    /// Another server than `me` whose record holds the block at `index`.
+    fn recorded_holder(&self, me: usize, index: usize) -> Option<usize> {
+        (0..self.servers()).find(|&s| s != me && self.records(s, index))
     }
 
     /// Overwrite the owner word of `block` (tests of a scribbled map).
@@ -234,9 +265,26 @@ impl PoolRep {
                 && w.compare_exchange(FREE, self.me, Ordering::AcqRel, Ordering::Relaxed)
                     .is_ok()
             {
-                saturating_dec(&pool.root_free);
-                out.push(pool.first + i as u32);
-                got += 1;
+                // A holder clears its record before it frees the word
+                // (`give_back`), and the exchange acquired that: a record
+                // still set means the `FREE` was scribbled. Give the word
+                // back to its holder; never use the block.
+                if let Some(holder) = pool.recorded_holder(self.me as usize, i) {
+                    let _ = w.compare_exchange(
+                        self.me,
+                        holder as u8,
+                        Ordering::AcqRel,
+                        Ordering::Relaxed,
+                    );
+                    pool.reps[self.me as usize]
+                        .repaired
+                        .fetch_add(1, Ordering::Relaxed);
+                } else {
+                    self.record(i, true);
+                    saturating_dec(&pool.root_free);
+                    out.push(pool.first + i as u32);
+                    got += 1;
+                }
             }
             looked += 1;
             i = if i + 1 == n { 0 } else { i + 1 };
@@ -252,6 +300,11 @@ impl PoolRep {
     /// server (a scribble): the block is then dropped, neither returned nor
     /// used, because nobody knows who else may be using it.
     pub fn give_back(&mut self, block: u32) -> bool {
+        // The record goes first: a claimer that takes the freed word must
+        // not find it (the exchange below releases this store).
+        if let Some(i) = self.index(block) {
+            self.record(i, false);
+        }
         let pool = &*self.pool;
         let p = &pool.reps[self.me as usize];
         // Count first, free second: a claimer decrements only after taking
@@ -271,17 +324,38 @@ impl PoolRep {
         ok
     }
 
-    /// Whether `block`'s owner word names this server: checked before a
-    /// block from the free list is handed to an inode.
+    /// Whether `block`'s owner word names this server and its own record
+    /// holds it: checked before a block from the free list is handed to an
+    /// inode.
     pub fn holds(&self, block: u32) -> bool {
-        self.pool
-            .word(block)
-            .is_some_and(|w| w.load(Ordering::Acquire) == self.me)
+        self.index(block).is_some_and(|i| {
+            self.pool.owner[i].load(Ordering::Acquire) == self.me
+                && self.pool.records(self.me as usize, i)
+        })
     }
 
-    /// A block this server found not to be its own ([`Self::holds`] was
-    /// false): forget it (counted, never used or returned).
-    pub fn drop_block(&mut self) {
+    fn index(&self, block: u32) -> Option<usize> {
+        let i = block.checked_sub(self.pool.first)? as usize;
+        (i < self.pool.owner.len()).then_some(i)
+    }
+
+    /// Set or clear this server's record of the block at `index`.
+    fn record(&self, index: usize, held: bool) {
+        let w = &self.pool.held[self.me as usize][index / 64];
+        let bit = 1u64 << (index % 64);
+        if held {
+            w.fetch_or(bit, Ordering::Release);
+        } else {
+            w.fetch_and(!bit, Ordering::Release);
+        }
+    }
+
+    /// `block`, which this server found not to be its own ([`Self::holds`]
+    /// was false): forget it (counted, never used or returned).
+    pub fn drop_block(&mut self, block: u32) {
+        if let Some(i) = self.index(block) {
+            self.record(i, false);
+        }
         let p = &self.pool.reps[self.me as usize];
         p.dropped.fetch_add(1, Ordering::Relaxed);
         saturating_dec(&p.owned);
@@ -377,6 +451,27 @@ mod tests {
     }
 
     #[test]
+    fn a_free_scribbled_over_a_held_block_goes_back_to_its_holder() {
+        let pool = Arc::new(BlockPool::new(0, 16, 3));
+        let mut a = BlockPool::rep(&pool, 0).unwrap();
+        let mut b = BlockPool::rep(&pool, 1).unwrap();
+        let mut mine = Vec::new();
+        a.claim(4, &mut mine);
+        for &x in &mine {
+            pool.scribble(x, FREE);
+        }
+        let mut theirs = Vec::new();
+        b.claim(16, &mut theirs);
+        assert_eq!(theirs.len(), 12);
+        assert!(theirs.iter().all(|t| !mine.contains(t)));
+        assert!(mine.iter().all(|&x| a.holds(x)), "repaired to a");
+        assert_eq!(b.counts().repaired, 4);
+        // And a returns them as ever.
+        assert!(mine.iter().all(|&x| a.give_back(x)));
+        assert_eq!(pool.root_free(), 4);
+    }
+
+    #[test]
     fn concurrent_claims_and_returns_never_hand_out_a_block_twice() {
         let pool = Arc::new(BlockPool::new(0, 512, 4));
         let held: Vec<Vec<u32>> = std::thread::scope(|s| {
@@ -458,6 +553,9 @@ mod loom_tests {
             assert!(!vb.contains(&held[1]), "a's held block taken");
             assert!(a.holds(held[1]));
             assert_eq!(vb.len() + pool.root_free() as usize, 1);
+            // A return ordered before the claim is never taken for a
+            // scribble (the record is cleared before the word is freed).
+            assert_eq!(pool.counts(1).repaired, 0);
         });
     }
 }

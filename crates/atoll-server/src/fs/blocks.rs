@@ -33,10 +33,11 @@
 //!   they stay this server's until freed, and no other server can claim
 //!   them, since their owner words name this server.
 //! * **Validation**: before a listed block goes to an inode its owner word
-//!   must still name this server; a block whose word says otherwise is
-//!   dropped (counted, never used or returned), so a scribbled word costs
-//!   at most that block (`atoll_msg::BlockPool` explains why the words are
-//!   kept out of client-mapped memory).
+//!   must still name this server (and the server's own record hold it); a
+//!   block whose word says otherwise is dropped (counted, never used or
+//!   returned), so a scribbled word costs at most that block, and a `FREE`
+//!   scribbled over a block in use is given back to its holder by whoever
+//!   claims it (`atoll_msg::BlockPool`).
 //!
 //! Counts the server publishes (`atoll status`, `statfs`): blocks owned,
 //! free in the list, borrowed from and returned to the root; `statfs`
@@ -178,7 +179,7 @@ impl<S: BlockStore> Cache<S> {
             if self.rep.holds(b) {
                 return Some(b);
             }
-            self.rep.drop_block();
+            self.rep.drop_block(b);
         }
     }
 
@@ -287,6 +288,22 @@ mod tests {
         assert!(listed.iter().all(|x| !handed_b.contains(x)));
         assert_eq!(a.counts().dropped, 8);
         assert_eq!(handed_a.len() + handed_b.len(), 64 - 8, "bounded loss");
+    }
+
+    #[test]
+    fn free_scribbled_over_a_block_in_a_file_is_given_back_not_claimed() {
+        let (pool, mut a, mut b) = pair(64);
+        let in_file = a.take().unwrap();
+        a.settle();
+        // The word of a block one of a's files uses now says FREE.
+        pool.scribble(in_file, u8::MAX);
+        let mut handed_b = Vec::new();
+        while let Some(x) = b.take() {
+            handed_b.push(x);
+        }
+        assert!(!handed_b.contains(&in_file), "b took a block a uses");
+        assert!(a.rep.holds(in_file), "the word names a again");
+        assert_eq!(b.counts().repaired, 1);
     }
 
     #[test]

@@ -947,6 +947,10 @@ pub struct ServerStats {
     pub blocks_returned: u64,
     #[serde(default)]
     pub blocks_dropped: u64,
+    /// Scribbled `FREE` owner words over blocks another server holds,
+    /// found by this server's claims and given back to their holder.
+    #[serde(default)]
+    pub blocks_repaired: u64,
     /// Blocks in the pool's root (no server owns them) and in the whole
     /// instance, as this server saw them.
     #[serde(default)]

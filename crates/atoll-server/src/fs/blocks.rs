@@ -122,6 +122,7 @@ impl<S: BlockStore> Cache<S> {
             blocks_borrowed: c.borrowed,
             blocks_returned: c.returned,
             blocks_dropped: c.dropped,
+            blocks_repaired: c.repaired,
             root_free_blocks: self.pool().root_free(),
             instance_blocks: self.pool().blocks(),
             ..Default::default()

@@ -31,8 +31,9 @@ test: build lint pjdfstest
 	$(BIN) bench --quick
 	$(BIN) bench co --quick
 
-# Model-check the ring protocol (atoll-msg's synchronisation has loom twins)
-# and the clustered objects' quiescence counters and mediator gate (atoll-co).
+# Model-check the ring protocol and the block pool's claims (atoll-msg's
+# synchronisation has loom twins) and the clustered objects' quiescence
+# counters and mediator gate (atoll-co).
 loom:
 	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom $(CARGO) test --release -p atoll-msg --lib loom
 	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom $(CARGO) test --release -p atoll-co --lib loom

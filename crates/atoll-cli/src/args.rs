@@ -277,7 +277,8 @@ pub enum Technique {
     DirectCache,
     /// Message coalescing (Hare §3.7.4)
     Coalescing,
-    /// Creation affinity (Hare §3.7.5)
+    /// Creation affinity (Hare §3.7.5) and the spreading of new directories
+    /// over servers: without it every new inode lives where its entry is
     Affinity,
     /// Hybrid file-descriptor tracking (Hare §3.5.1)
     HybridFd,

@@ -99,6 +99,7 @@ pub fn stats_table(servers: &[ServerStats]) -> String {
     let mut out = String::new();
     let mut t = Table::new(&[
         "server", "core", "requests", "bad", "mean", "sessions", "inodes", "open", "blocks",
+        "free", "borrowed", "returned",
     ]);
     for s in servers {
         let (count, ns) = s
@@ -114,7 +115,11 @@ pub fn stats_table(servers: &[ServerStats]) -> String {
             s.sessions.to_string(),
             s.inodes.to_string(),
             s.open_descriptions.to_string(),
+            // Used of owned; the pool's counters (`fs::blocks`).
             format!("{}/{}", s.blocks_used, s.blocks_total),
+            s.blocks_free.to_string(),
+            s.blocks_borrowed.to_string(),
+            s.blocks_returned.to_string(),
         ]);
     }
     t.render(&mut out);
@@ -198,6 +203,12 @@ struct ServerJson<'a> {
     open_descriptions: u64,
     blocks_used: u64,
     blocks_total: u64,
+    blocks_free: u64,
+    blocks_borrowed: u64,
+    blocks_returned: u64,
+    blocks_dropped: u64,
+    blocks_repaired: u64,
+    root_free_blocks: u64,
     requests: u64,
     bad_requests: u64,
     pipes: u64,
@@ -217,6 +228,12 @@ fn servers_json(servers: &[ServerStats]) -> Vec<ServerJson<'_>> {
             open_descriptions: s.open_descriptions,
             blocks_used: s.blocks_used,
             blocks_total: s.blocks_total,
+            blocks_free: s.blocks_free,
+            blocks_borrowed: s.blocks_borrowed,
+            blocks_returned: s.blocks_returned,
+            blocks_dropped: s.blocks_dropped,
+            blocks_repaired: s.blocks_repaired,
+            root_free_blocks: s.root_free_blocks,
             requests: s.requests,
             bad_requests: s.bad_requests,
             pipes: s.pipes,
@@ -259,7 +276,19 @@ pub fn status_text(st: &InstanceStatus, rec: &InstanceRecord) -> String {
     let mut out = String::new();
     let cores: Vec<String> = st.servers.iter().map(|s| core(s.core)).collect();
     let used: u64 = st.servers.iter().map(|s| s.blocks_used).sum();
-    let total: u64 = st.servers.iter().map(|s| s.blocks_total).sum();
+    let listed: u64 = st.servers.iter().map(|s| s.blocks_free).sum();
+    // Servers share one pool; each saw its size and root (an instance of
+    // an older build reports neither: its partitions add up instead).
+    let total = match st.servers.iter().map(|s| s.instance_blocks).max() {
+        Some(n) if n > 0 => n,
+        _ => st.servers.iter().map(|s| s.blocks_total).sum(),
+    };
+    let root = st
+        .servers
+        .iter()
+        .map(|s| s.root_free_blocks)
+        .min()
+        .unwrap_or(0);
     let open: u64 = st.servers.iter().map(|s| s.open_descriptions).sum();
     let requests: u64 = st.servers.iter().map(|s| s.requests).sum();
     let _ = writeln!(
@@ -281,6 +310,11 @@ pub fn status_text(st: &InstanceStatus, rec: &InstanceRecord) -> String {
         "blocks       {used}/{total} in use ({} of {})",
         human_bytes(used * BLOCK_SIZE as u64),
         human_bytes(total * BLOCK_SIZE as u64)
+    );
+    let _ = writeln!(
+        out,
+        "block pool   {} free: {root} in the root, {listed} in servers' lists",
+        root + listed
     );
     out.push_str(&limits_text(&st.limits));
     let _ = writeln!(out, "requests     {requests}");

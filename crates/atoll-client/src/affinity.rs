@@ -21,11 +21,14 @@
 //! The socket is the one of the CPU the process runs on *now*
 //! (`sched_getcpu`, served by the vDSO): processes migrate. Server sockets
 //! come with the boot info (`InstanceInfo::topology`). Directories are not
-//! placed this way: a directory's inode and home decide where its entries
-//! live, which every user of the directory shares, so they follow the
-//! entry as before. `--without affinity` turns all of this off.
+//! placed near their creator: a directory's inode and home decide where its
+//! entries live, which every user of the directory shares. They are spread
+//! instead ([`directory_home`]): a new plain directory goes, inode and
+//! entries, to `name_hash(parent, name) % N` by the same steps.
+//! `--without affinity` turns all of this off (every new inode where its
+//! entry is).
 
-use atoll_proto::{entry_server, Attr, DescId, FileType, InodeId, Reply, Request};
+use atoll_proto::{entry_server, name_hash, Attr, DescId, FileType, InodeId, Reply, Request};
 
 use crate::error::{Error, Result};
 use crate::session::{Client, Lane};
@@ -50,6 +53,31 @@ pub fn placement(c: &Client, dir: InodeId, name: &[u8]) -> Option<usize> {
     // avoid all clients storing files on the same local server").
     let k = std::process::id() as usize % n;
     t.local_servers(domain).nth(k)
+}
+
+/// The server a new plain directory `(dir, name)` should live on (inode
+/// and entries), if not the entry's: `name_hash(dir, name) % N`, so that a
+/// tree's directories, and with them their files (created where their
+/// directory's entries live), spread over all servers and all of the
+/// buffer cache's users borrow from its pool (`atoll-server`'s
+/// `fs::blocks`). A directory is one object every user of it shares, so
+/// unlike files it is not placed near its creator. `None` under
+/// `--without affinity`, with one server, in a distributed parent (whose
+/// names already spread by the same hash) and when the hash names the
+/// entry's server.
+///
+/// Cost in messages: `mkdir` takes two round trips and two posted
+/// messages (`CreateInode` and `Adopt` here, `Link` and `MoveDone` at the
+/// entry's server) instead of one
+/// `MakeNode`, and `rmdir` takes the three-phase protocol (mark, unlink,
+/// commit) instead of one `Unlink`; everything done inside the directory
+/// costs what it did, since its inode and entries share a server.
+pub fn directory_home(c: &Client, dir: InodeId, name: &[u8]) -> Option<usize> {
+    if c.info.without.affinity || c.nservers < 2 || dir.is_distributed() {
+        return None;
+    }
+    let home = (name_hash(dir, name) % c.nservers as u64) as usize;
+    (home != entry_server(dir, name, c.nservers)).then_some(home)
 }
 
 /// What [`create`] made.
@@ -141,7 +169,18 @@ pub fn create(
         )
     });
     match linked {
-        Ok(()) => Ok(made),
+        Ok(()) => {
+            if ftype == FileType::Directory {
+                // A directory's `Link` is provisional until `MoveDone`
+                // (the entry's server removes it if the session dies, as
+                // for a move); posted, served before the session's end.
+                let done = Request::MoveDone { dir, name };
+                if lane.post(c, entry, done).is_err() {
+                    let _ = lane.call_ok(c, entry, Request::MoveDone { dir, name });
+                }
+            }
+            Ok(made)
+        }
         Err(e) => undo(e),
     }
 }
@@ -208,7 +247,12 @@ pub fn try_make(
     target: &[u8],
 ) -> Result<Option<InodeId>> {
     if ftype == FileType::Directory {
-        return Ok(None);
+        return match directory_home(c, dir, name) {
+            Some(home) => {
+                create(c, lane, home, dir, name, ftype, perm, 0, b"", None).map(|m| Some(m.ino))
+            }
+            None => Ok(None),
+        };
     }
     let Some(local) = placement(c, dir, name) else {
         return Ok(None);

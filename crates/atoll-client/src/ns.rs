@@ -84,10 +84,14 @@ fn make_node(
     distributed: bool,
 ) -> Result<InodeId> {
     // Creation affinity (Hare §3.7.5): a non-directory whose entry lives on
-    // another socket goes to this process's local server.
-    if let Some(ino) = crate::affinity::try_make(c, w.lane, w.dir, name, ftype, perm, rdev, target)?
-    {
-        return Ok(ino);
+    // another socket goes to this process's local server; a new plain
+    // directory to the server its name hashes to (`affinity`).
+    if !distributed {
+        if let Some(ino) =
+            crate::affinity::try_make(c, w.lane, w.dir, name, ftype, perm, rdev, target)?
+        {
+            return Ok(ino);
+        }
     }
     let server = entry_server(w.dir, name, c.nservers);
     // Otherwise the new inode lives where its entry is, and a directory's

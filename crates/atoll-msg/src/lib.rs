@@ -14,7 +14,8 @@
 //! Modules: [`region`](SharedRegion) (sealed memfd mappings), `ring` (SPSC
 //! frame rings), `wait` (spin/futex waiting and the wake-up rule),
 //! `control` ([`Control`], [`Doorbell`]), `channel` ([`ClientChannel`],
-//! [`ServerChannel`]), [`bench`](mod@bench).
+//! [`ServerChannel`]), `pool` ([`BlockPool`]: the root of the buffer
+//! cache's clustered block allocator, K42 §4.1.2), [`bench`](mod@bench).
 //!
 //! # How a frame travels
 //!
@@ -104,6 +105,7 @@ pub mod bench;
 mod channel;
 mod control;
 pub mod liveness;
+mod pool;
 #[cfg(not(loom))]
 mod region;
 #[cfg_attr(loom, allow(dead_code))]
@@ -121,6 +123,7 @@ pub use control::Control;
 pub use control::Doorbell;
 #[cfg(not(loom))]
 pub use control::{Gauge, GAUGES};
+pub use pool::{BlockPool, PoolRep, RepCounts, POOL_MAX_SERVERS};
 #[cfg(not(loom))]
 pub use region::SharedRegion;
 pub use ring::{slot_size, FRAME_ALIGN, FRAME_HEADER};

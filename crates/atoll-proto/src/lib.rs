@@ -915,7 +915,10 @@ pub struct ServerStats {
     pub sessions: u64,
     pub inodes: u64,
     pub open_descriptions: u64,
+    /// Buffer-cache blocks this server holds in files, pipe rings, parked
+    /// and pinned lists (owned, not free).
     pub blocks_used: u64,
+    /// Blocks whose owner word names this server (used + free in its list).
     pub blocks_total: u64,
     pub requests: u64,
     pub bad_requests: u64,
@@ -935,6 +938,27 @@ pub struct ServerStats {
     /// tracked, client-reported cache hits/misses, broadcasts, … (Hare §5.4).
     #[serde(default)]
     pub counters: Vec<(String, u64)>,
+    /// The block pool (K42's Global Page Manager shape): blocks free in
+    /// this server's list, ever borrowed from / returned to the root, and
+    /// dropped because their owner word was scribbled.
+    #[serde(default)]
+    pub blocks_free: u64,
+    #[serde(default)]
+    pub blocks_borrowed: u64,
+    #[serde(default)]
+    pub blocks_returned: u64,
+    #[serde(default)]
+    pub blocks_dropped: u64,
+    /// Scribbled `FREE` owner words over blocks another server holds,
+    /// found by this server's claims and given back to their holder.
+    #[serde(default)]
+    pub blocks_repaired: u64,
+    /// Blocks in the pool's root (no server owns them) and in the whole
+    /// instance, as this server saw them.
+    #[serde(default)]
+    pub root_free_blocks: u64,
+    #[serde(default)]
+    pub instance_blocks: u64,
 }
 
 #[derive(Serialize, Deserialize, Debug)]

@@ -2,7 +2,7 @@
 //!
 //! Layers (bottom to top):
 //! * [`store`] / `sys`: byte access to the shared buffer cache (a memfd of
-//!   4 KiB blocks, partitioned among servers at boot);
+//!   4 KiB blocks, lent to servers by one block pool);
 //! * [`fs`]: [`fs::FileServer`], one server's state and the POSIX semantics
 //!   of every request in `atoll-proto` (pure logic, no I/O);
 //! * [`server`]: the per-server thread: polls its channels (from
@@ -15,10 +15,10 @@
 //! Relies on `atoll-msg` (rings, doorbells, shared regions) and
 //! `atoll-proto` (messages). Called by `atoll-cli` (`atoll run`/`boot`).
 //!
-//! Blocks are split equally among servers at boot. A server whose share is
-//! exhausted answers `ENOSPC` even while others have space.
-//! TODO(atoll): a block manager that lends chunks to servers running low
-//! (message-based, Cosh §4 style).
+//! Blocks are not split among servers: each claims batches from one pool
+//! (`atoll_msg::BlockPool`, the root) and gives its excess back after
+//! requests (`fs::blocks`), so `ENOSPC` comes only when the instance's
+//! memory is all in use.
 
 pub mod boot;
 pub mod fs;
@@ -160,21 +160,21 @@ impl Instance {
         } else {
             config.poll
         };
-        let per = blocks / n as u64;
+        // One pool for all servers, every block in its root until a server
+        // claims it (`fs::blocks`, K42 §4.1.2).
+        let pool = Arc::new(atoll_msg::BlockPool::new(0, blocks as u32, n));
         let mut admin = Vec::with_capacity(n);
         let mut server_threads = Vec::with_capacity(n);
         for i in 0..n {
             let (tx, rx) = mpsc::channel();
             admin.push(tx);
-            let first = i as u64 * per;
-            let count = if i == n - 1 { blocks - first } else { per };
             let pin = config.server_cores.get(i).copied();
             let params = ServerParams {
                 fs: FsConfig {
                     index: i,
                     nservers: n,
-                    first_block: first as u32,
-                    nblocks: count as u32,
+                    first_block: 0,
+                    nblocks: blocks as u32,
                     root_owner: owner,
                     core: pin.map_or(-1, |c| c as i32),
                     track_lookups: !config.without.dir_cache,
@@ -184,6 +184,7 @@ impl Instance {
                 pin,
                 cache_fd: cache_fd.try_clone().map_err(cleanup)?,
                 control_fd: control_fd.try_clone().map_err(cleanup)?,
+                pool: pool.clone(),
             };
             let h = std::thread::Builder::new()
                 .name(format!("atoll-fs{i}"))

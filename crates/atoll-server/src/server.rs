@@ -63,6 +63,9 @@ pub struct ServerParams {
     pub pin: Option<usize>,
     pub cache_fd: OwnedFd,
     pub control_fd: OwnedFd,
+    /// The root of the buffer cache's block pool, shared by all servers
+    /// (`fs::blocks`).
+    pub pool: std::sync::Arc<atoll_msg::BlockPool>,
 }
 
 /// Decode one request frame, serve it, and encode the reply into
@@ -164,7 +167,10 @@ pub fn run(params: ServerParams, admin: Receiver<Admin>) -> std::io::Result<Serv
     let control = std::rc::Rc::new(Control::map(std::os::fd::AsFd::as_fd(&params.control_fd))?);
     // The instance-wide metadata counts live in the control block
     // (`fs::limits`), shared with the other servers.
-    let mut fs = FileServer::with_gauges(params.fs, SharedStore::new(cache), control.clone());
+    let rep = atoll_msg::BlockPool::rep(&params.pool, index)
+        .ok_or_else(|| std::io::Error::other("server without a share of the block pool"))?;
+    let cache = crate::fs::Cache::new(rep, SharedStore::new(cache));
+    let mut fs = FileServer::with_gauges(params.fs, cache, control.clone());
     let doorbell = control.doorbell(index);
     let mut chans: Vec<Chan> = Vec::new();
     let mut scratch = Vec::with_capacity(MAX_FRAME);

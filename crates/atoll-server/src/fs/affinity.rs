@@ -78,8 +78,9 @@ impl<S: BlockStore> FileServer<S> {
         open: Option<u32>,
     ) -> R<'o> {
         let perm = match ftype {
-            // A directory's placement decides where its entries live; the
-            // client keeps directories on the entry's server.
+            // A directory placed here (the client's spreading of new
+            // directories) keeps its entries here too: owner and home.
+            FileType::Directory if open.is_none() => perm & 0o1777,
             FileType::Directory => return Err(Errno::EINVAL),
             FileType::Symlink => {
                 if target.is_empty() {
@@ -105,6 +106,11 @@ impl<S: BlockStore> FileServer<S> {
         // The name is admitted by the entry's server at `Link`.
         self.admit(super::limits::INODES, 1)?;
         let ino = self.new_inode(who, dir, ftype, perm, self.cfg.index, false);
+        if ftype == FileType::Directory {
+            // Its `..` is `dir`; freed with the inode if never adopted.
+            let shard = super::dir::Shard::new(Some(dir), &self.acct.names);
+            self.shards.insert(ino, shard);
+        }
         if matches!(ftype, FileType::Symlink | FileType::Socket) {
             if let Err(e) = self.set_target(ino, target) {
                 self.inodes.remove(&ino);
@@ -342,7 +348,7 @@ mod tests {
     }
 
     #[test]
-    fn adopt_by_another_session_is_refused_and_directories_are_not_placed() {
+    fn adopt_by_another_session_is_refused_and_directories_keep_their_entries_here() {
         let mut f = fs(1);
         let (ino, _) = create(&mut f, S1, None);
         let mut out = Vec::new();
@@ -358,11 +364,48 @@ mod tests {
                 perm: 0o755,
                 rdev: 0,
                 target: b"",
+                open: Some(libc::O_RDONLY as u32),
+            },
+            &mut out,
+        );
+        assert!(matches!(r, Reply::Err(Errno::EINVAL)), "not opened: {r:?}");
+        let r = f.handle_vouched(
+            S1,
+            USER,
+            &[ROOT_ATTRS],
+            Request::CreateInode {
+                dir: ROOT,
+                ftype: FileType::Directory,
+                perm: 0o755,
+                rdev: 0,
+                target: b"",
                 open: None,
             },
             &mut out,
         );
-        assert!(matches!(r, Reply::Err(Errno::EINVAL)), "{r:?}");
+        let Reply::Entry { ino: d, .. } = r else {
+            panic!("{r:?}");
+        };
+        assert_eq!((d.owner(), d.home()), (1, 1), "owner and home here");
+        let r = f.handle(
+            S1,
+            USER,
+            Request::Lookup {
+                dir: d,
+                name: b"..",
+            },
+            &mut out,
+        );
+        assert!(
+            matches!(r, Reply::Entry { ino, .. } if ino == ROOT),
+            "{r:?}"
+        );
+        // Never adopted: the creator's death frees it and its shard.
+        f.session_closed(S1);
+        let r = f.handle(S2, USER, Request::GetAttr { ino: d }, &mut out);
+        assert!(matches!(r, Reply::Err(Errno::ENOENT)), "{r:?}");
+        let r = f.handle(S2, USER, Request::Lookup { dir: d, name: b"x" }, &mut out);
+        assert!(matches!(r, Reply::Err(_)), "{r:?}");
     }
 
     /// Lookup of `name` in ROOT at `s0`: the inode it names, if any.

@@ -32,6 +32,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use atoll_proto::{Errno, Extent, FileType, Timespec, BLOCK_SIZE};
 
+pub use super::blocks::Cache;
 use super::locks::Lock;
 use crate::store::BlockStore;
 
@@ -43,36 +44,6 @@ pub const HOLE: u32 = u32::MAX;
 pub const MAX_EXTENTS: usize = 256;
 /// Largest file size (16 TiB, like ext4 with 4 KiB blocks).
 pub const MAX_FILE_SIZE: u64 = 1 << 44;
-
-/// This server's slice of the buffer cache: its free list and a way to
-/// touch block contents.
-pub struct Cache<S> {
-    pub free: Vec<u32>,
-    pub store: S,
-    pub total: u64,
-}
-
-impl<S: BlockStore> Cache<S> {
-    /// Blocks `[first, first + n)` belong to this server.
-    pub fn new(first: u32, n: u32, store: S) -> Cache<S> {
-        Cache {
-            // Reversed so that `pop` hands out ascending blocks, which lets
-            // consecutive allocations merge into one extent.
-            free: (first..first.saturating_add(n)).rev().collect(),
-            store,
-            total: n as u64,
-        }
-    }
-    pub fn used(&self) -> u64 {
-        self.total - self.free.len() as u64
-    }
-    /// A zeroed block, preferring `deferred` (the inode's own parked blocks).
-    pub(super) fn alloc(&mut self, deferred: &mut Vec<u32>) -> Option<u32> {
-        let b = deferred.pop().or_else(|| self.free.pop())?;
-        self.store.zero(b, 0, BLOCK_SIZE);
-        Some(b)
-    }
-}
 
 pub struct Inode {
     pub ftype: FileType,
@@ -148,19 +119,18 @@ impl Inode {
         if self.opens > 0 {
             self.deferred.push(b);
         } else {
-            cache.free.push(b);
+            cache.release(b);
         }
     }
 
     /// The last description closed: parked blocks may be reused by anyone.
     pub fn release_deferred<S: BlockStore>(&mut self, cache: &mut Cache<S>) {
-        cache.free.append(&mut self.deferred);
+        cache.release_all(self.deferred.drain(..));
     }
 
     /// The inode is being destroyed.
     pub fn release_all<S: BlockStore>(&mut self, cache: &mut Cache<S>) {
-        cache.free.extend(self.blocks.values().copied());
-        self.blocks.clear();
+        cache.release_all(std::mem::take(&mut self.blocks).into_values());
         self.retained.clear();
         self.release_deferred(cache);
     }
@@ -359,7 +329,7 @@ mod tests {
     use crate::store::MemStore;
 
     fn setup() -> (Inode, Cache<MemStore>) {
-        let cache = Cache::new(0, 64, MemStore::new(64));
+        let cache = Cache::private(0, 64, MemStore::new(64));
         (
             Inode::new(FileType::Regular, 0o644, 0, 0, Timespec::default()),
             cache,
@@ -391,7 +361,7 @@ mod tests {
         c.store.fill(b0, 0xaa);
         ino.truncate(&mut c, 10);
         assert_eq!(ino.blocks.len(), 1);
-        assert_eq!(c.free.len(), 63);
+        assert_eq!(c.statfs().1, 63);
         let mut buf = [0u8; 20];
         c.store.read(b0, 0, &mut buf);
         assert_eq!(&buf[..10], &[0xaa; 10]);
@@ -407,9 +377,9 @@ mod tests {
         ino.punch(&mut c, 0, 2 * BS);
         assert_eq!(ino.blocks.len(), 2);
         assert_eq!(ino.deferred.len(), 2);
-        assert_eq!(c.free.len(), 60);
+        assert_eq!(c.statfs().1, 60);
         ino.release_deferred(&mut c);
-        assert_eq!(c.free.len(), 62);
+        assert_eq!(c.statfs().1, 62);
     }
 
     #[test]
@@ -426,7 +396,7 @@ mod tests {
 
     #[test]
     fn extents_cap_and_report_a_covered_prefix() {
-        let mut c = Cache::new(0, 1024, MemStore::new(1024));
+        let mut c = Cache::private(0, 1024, MemStore::new(1024));
         let mut ino = Inode::new(FileType::Regular, 0o644, 0, 0, Timespec::default());
         // Every other block backed: runs alternate, so the cap is reached.
         for fb in (0..1200).step_by(2) {

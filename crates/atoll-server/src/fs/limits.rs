@@ -367,6 +367,8 @@ impl<S: BlockStore> FileServer<S> {
     pub(super) fn settle(&mut self) {
         let held = self.held();
         self.acct.settle(held);
+        // The buffer cache settles the same way (`blocks`).
+        self.cache.settle();
     }
 
     /// Remember that directory `dir` was removed (`RemovedDirs`): an
@@ -389,7 +391,7 @@ impl<S: BlockStore> FileServer<S> {
             return Err(Errno::ENAMETOOLONG);
         }
         let block = if target.len() >= SHORT_TARGET {
-            let b = self.cache.free.pop().ok_or(Errno::ENOSPC)?;
+            let b = self.cache.take().ok_or(Errno::ENOSPC)?;
             self.cache.store.write(b, 0, target);
             Some(b)
         } else {
@@ -397,7 +399,7 @@ impl<S: BlockStore> FileServer<S> {
         };
         let Some(i) = self.inodes.get_mut(&ino) else {
             if let Some(b) = block {
-                self.cache.free.push(b);
+                self.cache.release(b);
             }
             return Err(Errno::ENOENT);
         };

@@ -9,6 +9,7 @@ use atoll_proto::{
 };
 
 use super::limits::{Limits, LocalGauges};
+use super::Cache;
 use super::{FileServer, FsConfig};
 use crate::store::MemStore;
 
@@ -49,6 +50,9 @@ struct Srv {
 
 fn servers(n: usize, blocks: u32, limits: Limits) -> Vec<Srv> {
     let gauges = Rc::new(LocalGauges::new(&limits));
+    // One block pool for all, as in an instance (each store is private,
+    // but the pool keeps their block numbers apart all the same).
+    let pool = std::sync::Arc::new(atoll_msg::BlockPool::new(0, blocks, n));
     (0..n)
         .map(|index| {
             let cfg = FsConfig {
@@ -62,7 +66,14 @@ fn servers(n: usize, blocks: u32, limits: Limits) -> Vec<Srv> {
                 limits,
             };
             Srv {
-                fs: FileServer::with_gauges(cfg, MemStore::new(blocks as usize), gauges.clone()),
+                fs: FileServer::with_gauges(
+                    cfg,
+                    Cache::new(
+                        atoll_msg::BlockPool::rep(&pool, index).unwrap(),
+                        MemStore::new(blocks as usize),
+                    ),
+                    gauges.clone(),
+                ),
                 out: Vec::new(),
                 vouched: vec![vouch(ROOT)],
             }
@@ -513,4 +524,69 @@ fn removed_directories_do_not_accumulate() {
         parent: ROOT,
     };
     assert_eq!(s.call(set_parent), Got::Err(Errno::ENOENT));
+}
+
+/// The description and inode of the file `req` creates and opens on `s`.
+fn open_new(s: &mut Srv, req: Request<'_>) -> (DescId, InodeId) {
+    match s.fs.handle_vouched(S, USER, &s.vouched, req, &mut s.out) {
+        Reply::Opened { desc, attr, .. } => (desc, attr.ino),
+        r => panic!("{r:?}"),
+    }
+}
+
+/// Blocks one at a time at the end of `ino` until `ENOSPC`; how many.
+fn fill_blocks(s: &mut Srv, ino: InodeId, from: u64) -> u64 {
+    let mut n = 0;
+    loop {
+        let req = Request::Fallocate {
+            ino,
+            mode: 0,
+            offset: (from + n) * BLOCK_SIZE as u64,
+            len: BLOCK_SIZE as u64,
+        };
+        match s.call(req) {
+            Got::Err(e) => {
+                assert_eq!(e, Errno::ENOSPC);
+                return n;
+            }
+            _ => n += 1,
+        }
+    }
+}
+
+/// Buffer-cache blocks flow between servers through the pool (`blocks`),
+/// but blocks parked for an open file that was cut down stay their
+/// server's until the last close; then they flow to the other server.
+#[test]
+fn blocks_of_an_open_truncated_file_flow_to_another_server_only_after_close() {
+    let mut s = servers(2, 64, limits(100));
+    let (desc, a) = open_new(&mut s[0], create(b"a"));
+    let whole = 32 * BLOCK_SIZE as u64;
+    let falloc = |ino, mode, len| Request::Fallocate {
+        ino,
+        mode,
+        offset: 0,
+        len,
+    };
+    assert_eq!(s[0].call(falloc(a, 0, whole)), Got::Ok);
+    // Punch it all out while open: the blocks are parked, not free.
+    assert_eq!(s[0].call(falloc(a, 3, whole)), Got::Ok);
+    let placed = Request::CreateInode {
+        dir: ROOT,
+        ftype: FileType::Regular,
+        perm: 0o644,
+        rdev: 0,
+        target: b"",
+        open: Some(RW),
+    };
+    let (_, b) = open_new(&mut s[1], placed);
+    assert_eq!(fill_blocks(&mut s[1], b, 0), 32, "the parked 32 stay a's");
+    assert_eq!(s[0].fs.cache.used(), 32);
+    // The last close frees them; a keeps at most its high watermark and
+    // the rest flows back to the root, where b finds it.
+    assert_eq!(s[0].call(Request::Close { desc }), Got::Ok);
+    let kept = s[0].fs.cache.listed() as u64;
+    assert!(kept < 32);
+    assert_eq!(fill_blocks(&mut s[1], b, 32), 32 - kept);
+    assert_eq!(s[0].fs.cache.statfs(), (64, kept), "df: a's list is all");
 }

@@ -2,6 +2,8 @@
 //!
 //! Layers inside a file server (bottom to top):
 //! * [`crate::store`]: byte access to buffer-cache blocks;
+//! * [`blocks`]: this server's free list, a representative of the block
+//!   pool whose root every server claims from (K42 §4.1.2);
 //! * [`inode`]: inodes, block maps, truncate/punch/seek over the block pool;
 //! * [`dir`]: directory shards (entries of a directory held here), cookies;
 //! * [`locks`], [`perm`], `xattr`: advisory locks, Linux permission
@@ -18,7 +20,7 @@
 //! Ownership (atoll-proto's rules, applied by one server): this server owns
 //! the inodes whose id names it as owner (attributes, blocks, open file
 //! descriptions, locks), the entries of directories homed here or hashed
-//! here, and a partition of the buffer cache. It never messages another
+//! here, and the buffer-cache blocks it claimed from the pool. It never messages another
 //! server; whatever spans servers the client coordinates (Hare §6.2.3).
 //! Hence some checks need state another server holds and are the client's:
 //! * permission checks on a directory use its inode when this server owns
@@ -49,6 +51,7 @@
 //! read when older than mtime or ctime, or than a day).
 
 mod affinity;
+mod blocks;
 mod dir;
 mod inode;
 pub mod limits;
@@ -57,6 +60,7 @@ mod mapping;
 mod perm;
 mod pipe;
 mod retain;
+mod space;
 mod text;
 mod tmpfile;
 pub mod track;
@@ -77,9 +81,10 @@ use atoll_proto::{
     BLOCK_SIZE, MAX_FRAME, MAX_SERVERS, RENAME_VICTIM_MARKED, ROOT,
 };
 
+pub use blocks::Cache;
 pub use dir::parse_dirents;
 use dir::{check_name, is_dot, push_dirent, Shard};
-use inode::{Cache, Inode, MAX_EXTENTS, MAX_FILE_SIZE};
+use inode::{Inode, MAX_EXTENTS, MAX_FILE_SIZE};
 pub use limits::Limits;
 use locks::Lock;
 use perm::{check, kill_priv, Caller, MAY_EXEC, MAY_READ, MAY_WRITE};
@@ -97,9 +102,6 @@ pub const RETRY: Errno = Errno::EAGAIN;
 /// `renameat2` flags (not in every libc crate version under these names).
 const RENAME_NOREPLACE: u32 = 1;
 const RENAME_EXCHANGE: u32 = 2;
-const FALLOC_KEEP_SIZE: u32 = 1;
-const FALLOC_PUNCH_HOLE: u32 = 2;
-const FALLOC_ZERO_RANGE: u32 = 0x10;
 /// Status flags `F_SETFL` may change.
 const SETFL_MASK: u32 =
     (libc::O_APPEND | libc::O_NONBLOCK | libc::O_ASYNC | libc::O_DIRECT | libc::O_NOATIME) as u32;
@@ -110,7 +112,8 @@ pub struct FsConfig {
     /// This server's index (owner id in inode and description ids).
     pub index: usize,
     pub nservers: usize,
-    /// First buffer-cache block of this server's partition.
+    /// Blocks `[first_block, first_block + nblocks)` of a pool of its own
+    /// (`FileServer::new`); an instance's servers share one pool instead.
     pub first_block: u32,
     pub nblocks: u32,
     /// Owner of the root directory (the user who booted the instance).
@@ -380,13 +383,18 @@ impl<S: BlockStore> FileServer<S> {
     /// A server with gauges of its own (alone, or in tests).
     pub fn new(cfg: FsConfig, store: S) -> FileServer<S> {
         let gauges = Rc::new(limits::LocalGauges::new(&cfg.limits));
-        FileServer::with_gauges(cfg, store, gauges)
+        let cache = Cache::private(cfg.first_block, cfg.nblocks, store);
+        FileServer::with_gauges(cfg, cache, gauges)
     }
 
     /// A server that counts against the instance-wide `gauges` (the
-    /// control block's, `limits` module docs).
-    pub fn with_gauges(cfg: FsConfig, store: S, gauges: Rc<dyn limits::Gauges>) -> FileServer<S> {
-        let cache = Cache::new(cfg.first_block, cfg.nblocks, store);
+    /// control block's, `limits` module docs) and takes blocks through
+    /// `cache`, its representative of the block pool (`blocks`).
+    pub fn with_gauges(
+        cfg: FsConfig,
+        cache: Cache<S>,
+        gauges: Rc<dyn limits::Gauges>,
+    ) -> FileServer<S> {
         let acct = limits::Accounts::new(&cfg.limits, gauges);
         let mut fs = FileServer {
             inodes: HashMap::new(),
@@ -484,8 +492,6 @@ impl<S: BlockStore> FileServer<S> {
             sessions: self.sessions.len() as u64,
             inodes: self.inodes.len() as u64,
             open_descriptions: self.descs.len() as u64,
-            blocks_used: self.cache.used(),
-            blocks_total: self.cache.total,
             requests: self.requests,
             bad_requests: self.bad_requests,
             ops: OP_NAMES
@@ -498,6 +504,7 @@ impl<S: BlockStore> FileServer<S> {
             pipes: self.pipe_stats().0,
             pipe_bytes: self.pipe_stats().1,
             pipe_ops: self.pipe_stats().2,
+            ..self.cache.stats()
         }
     }
 
@@ -894,17 +901,17 @@ impl<S: BlockStore> FileServer<S> {
                 ))
             }
             Q::StatFs => {
-                // Blocks are partitioned, so each server reports its own;
-                // file counts are instance-wide (`limits`), so only server
-                // 0 reports them and the client's sum is right.
-                let (files, files_free) = if self.cfg.index == 0 {
-                    self.acct.files()
+                // Block and file counts are instance-wide (`blocks`,
+                // `limits`), so only server 0 reports them and the
+                // client's sum over servers is right.
+                let ((files, files_free), (blocks, blocks_free)) = if self.cfg.index == 0 {
+                    (self.acct.files(), self.cache.statfs())
                 } else {
-                    (0, 0)
+                    ((0, 0), (0, 0))
                 };
                 Ok(Reply::StatFs(StatFsInfo {
-                    blocks: self.cache.total,
-                    blocks_free: self.cache.free.len() as u64,
+                    blocks,
+                    blocks_free,
                     files,
                     files_free,
                 }))
@@ -2279,96 +2286,6 @@ impl<S: BlockStore> FileServer<S> {
     }
 
     // ---- data ----
-
-    fn fallocate<'o>(
-        &mut self,
-        session: SessionId,
-        who: &Caller,
-        ino: InodeId,
-        mode: u32,
-        offset: u64,
-        len: u64,
-    ) -> R<'o> {
-        let has_w = self.has_writable_desc(session, ino);
-        let i = self.inode(ino)?;
-        match i.ftype {
-            FileType::Regular => {}
-            FileType::Directory => return Err(Errno::EISDIR),
-            _ => return Err(Errno::ENODEV),
-        }
-        if len == 0 || offset > i64::MAX as u64 || len > i64::MAX as u64 {
-            return Err(Errno::EINVAL);
-        }
-        let end = offset.checked_add(len).ok_or(Errno::EFBIG)?;
-        if end > MAX_FILE_SIZE {
-            return Err(Errno::EFBIG);
-        }
-        if !has_w {
-            check(i.ftype, i.perm, i.uid, i.gid, who, MAY_WRITE)?;
-        }
-        let keep = mode & FALLOC_KEEP_SIZE != 0;
-        let (first, last) = (offset / BS, (end - 1) / BS);
-        let room = self.cache.free.len() as u64 + i.deferred.len() as u64;
-        let i = self.inodes.get_mut(&ino).ok_or(Errno::ENOENT)?;
-        let t = now();
-        match mode & !FALLOC_KEEP_SIZE {
-            0 | FALLOC_ZERO_RANGE => {
-                if i.missing(first, last) > room {
-                    return Err(Errno::ENOSPC);
-                }
-                if mode & FALLOC_ZERO_RANGE != 0 {
-                    i.zero_range(&mut self.cache, offset, len);
-                    i.mtime = t;
-                } else {
-                    i.ensure(&mut self.cache, first, last);
-                }
-                if !keep && end > i.size {
-                    i.truncate(&mut self.cache, end);
-                    i.mtime = t;
-                }
-            }
-            FALLOC_PUNCH_HOLE if keep => {
-                i.punch(&mut self.cache, offset, len);
-                i.mtime = t;
-            }
-            _ => return Err(Errno::EOPNOTSUPP),
-        }
-        i.ctime = t;
-        if !who.has(Cred::CAP_FSETID) {
-            i.perm = kill_priv(i.perm);
-        }
-        Ok(Reply::Attr(self.attr(ino)?))
-    }
-
-    fn map_blocks<'o>(&mut self, ino: InodeId, offset: u64, len: u64, allocate: bool) -> R<'o> {
-        let i = self.inodes.get_mut(&ino).ok_or(Errno::ENOENT)?;
-        if i.ftype != FileType::Regular {
-            return Err(Errno::ENODEV);
-        }
-        let end = offset.saturating_add(len).min(MAX_FILE_SIZE);
-        if end <= offset {
-            return Ok(Reply::Extents {
-                offset,
-                len: 0,
-                extents: vec![],
-            });
-        }
-        let whole = (end - 1) / BS;
-        let end = end.min(offset + (MAX_EXTENTS as u64) * BS);
-        if allocate {
-            // A shared mapping shows the file's own blocks even in holes
-            // and past the end, so a later write fills what it maps
-            // (`retain`); all of the mapping's holes fit or none is taken.
-            i.back_for_mapping(&mut self.cache, offset / BS, (end - 1) / BS, whole)
-                .ok_or(Errno::ENOMEM)?;
-        }
-        let (extents, got) = i.extents(offset, end - offset);
-        Ok(Reply::Extents {
-            offset,
-            len: got,
-            extents,
-        })
-    }
 
     /// Reserve a read: extents of `[off, off + len)` clipped at EOF.
     fn read(

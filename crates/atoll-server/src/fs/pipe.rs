@@ -195,8 +195,8 @@ impl<S: BlockStore> FileServer<S> {
             if let Some(ring) = self.pipes.rings.remove(&ino) {
                 self.pipes.bytes_done += self.cache.store.get_u64(ring.header, hdr::HEAD);
                 self.pipes.ops_done += self.cache.store.get_u64(ring.header, hdr::OPS);
-                self.cache.free.push(ring.header);
-                self.cache.free.extend(ring.data);
+                self.cache.release(ring.header);
+                self.cache.release_all(ring.data);
             }
         }
     }
@@ -214,16 +214,21 @@ impl<S: BlockStore> FileServer<S> {
 
     /// A zeroed header block and its data blocks, or `ENFILE`.
     fn ring_alloc(&mut self) -> Result<Ring, Errno> {
-        if self.cache.free.len() < 1 + DATA_BLOCKS {
-            return Err(Errno::ENFILE);
+        let mut blocks = Vec::with_capacity(1 + DATA_BLOCKS);
+        for _ in 0..1 + DATA_BLOCKS {
+            match self.cache.take() {
+                Some(b) => blocks.push(b),
+                None => {
+                    self.cache.release_all(blocks);
+                    return Err(Errno::ENFILE);
+                }
+            }
         }
-        let mut take = || {
-            let b = self.cache.free.pop().unwrap_or(0);
+        for &b in &blocks {
             self.cache.store.zero(b, 0, BLOCK_SIZE);
-            b
-        };
-        let header = take();
-        let data: Vec<u32> = (0..DATA_BLOCKS).map(|_| take()).collect();
+        }
+        let header = blocks[0];
+        let data: Vec<u32> = blocks[1..].to_vec();
         let st = &mut self.cache.store;
         st.put_u32(header, hdr::NBLOCKS, DATA_BLOCKS as u32);
         for (k, b) in data.iter().enumerate() {
@@ -286,9 +291,9 @@ mod tests {
     #[test]
     fn pipe_counts_ends_and_frees_the_ring_with_the_last_close() {
         let mut fs = server(64);
-        let before = fs.cache.free.len();
+        let before = fs.cache.statfs().1;
         let (ino, r, w, h) = pipe(&mut fs, S1);
-        assert_eq!(fs.cache.free.len(), before - 1 - DATA_BLOCKS);
+        assert_eq!(fs.cache.statfs().1, before - 1 - DATA_BLOCKS as u64);
         assert_eq!(word(&fs, h, hdr::READERS), 1);
         assert_eq!(word(&fs, h, hdr::WRITERS), 1);
         assert_eq!(word(&fs, h, hdr::NBLOCKS), DATA_BLOCKS as u32);
@@ -309,7 +314,7 @@ mod tests {
             fs.handle(S1, ME, Request::Close { desc: r }, &mut out),
             Reply::Ok
         ));
-        assert_eq!(fs.cache.free.len(), before);
+        assert_eq!(fs.cache.statfs().1, before);
         assert!(matches!(
             fs.handle(S1, ME, Request::GetAttr { ino }, &mut out),
             Reply::Err(Errno::ENOENT)
@@ -454,12 +459,12 @@ mod tests {
     fn out_of_blocks_is_enfile_and_leaks_nothing() {
         let mut fs = server(8);
         let mut out = Vec::new();
-        let (before, inodes) = (fs.cache.free.len(), fs.stats().inodes);
+        let (before, inodes) = (fs.cache.statfs().1, fs.stats().inodes);
         assert!(matches!(
             fs.handle(S1, ME, Request::Pipe { flags: 0 }, &mut out),
             Reply::Err(Errno::ENFILE)
         ));
-        assert_eq!(fs.cache.free.len(), before);
+        assert_eq!(fs.cache.statfs().1, before);
         assert_eq!(fs.stats().inodes, inodes);
         assert!(matches!(
             fs.handle(S1, ME, Request::Pipe { flags: 0x1234_0000 }, &mut out),

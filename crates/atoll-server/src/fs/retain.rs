@@ -116,8 +116,16 @@ impl Inode {
         }
         // Counting the rest's holes costs a walk of its blocks, so only
         // when the rest is larger than the pool could back outright.
-        let room = cache.free.len() as u64 + self.deferred.len() as u64;
+        let room = cache.statfs().1 + self.deferred.len() as u64;
         if whole - first + 1 > room && self.missing(first, whole) > room {
+            return None;
+        }
+        // Claim from the shared pool now what the holes need, so that
+        // the loop below never finds the pool empty halfway.
+        let need = self
+            .missing(first, last)
+            .saturating_sub(self.deferred.len() as u64);
+        if !cache.reserve(usize::try_from(need).unwrap_or(usize::MAX)) {
             return None;
         }
         for fb in first..=last {
@@ -177,7 +185,7 @@ mod tests {
 
     /// An inode of `blocks` data blocks filled with 0xaa, mapped once.
     fn mapped(blocks: u64) -> (Inode, Cache<MemStore>) {
-        let mut c = Cache::new(0, 16, MemStore::new(16));
+        let mut c = Cache::private(0, 16, MemStore::new(16));
         let mut i = Inode::new(FileType::Regular, 0o644, 0, 0, Timespec::default());
         if blocks > 0 {
             assert_eq!(i.ensure(&mut c, 0, blocks - 1), blocks);
@@ -206,7 +214,7 @@ mod tests {
         assert_eq!(byte(&c, before[&1], 9), 0xaa);
         assert_eq!(byte(&c, before[&1], 10), 0);
         assert_eq!(byte(&c, before[&3], 0), 0);
-        assert_eq!(c.free.len(), 12);
+        assert_eq!(c.statfs().1 as usize, 12);
         // Regrowing and writing lands in the block the mapping shows.
         i.truncate(&mut c, 4 * BS);
         assert_eq!(i.ensure(&mut c, 3, 3), 1);
@@ -222,7 +230,7 @@ mod tests {
         assert_eq!(i.seek_data(&c, 0), Ok(2 * BS), "retained blocks are holes");
         assert_eq!(i.seek_hole(&c, 0), Ok(0));
         assert_eq!(byte(&c, i.blocks[&0], 0), 0);
-        assert_eq!(c.free.len(), 13);
+        assert_eq!(c.statfs().1 as usize, 13);
         // A store through the mapping makes it data, as Linux's fault.
         c.store.fill(i.blocks[&1], 0x55);
         assert_eq!(i.seek_data(&c, 0), Ok(BS));
@@ -242,7 +250,7 @@ mod tests {
         i.release_retained(&mut c);
         assert!(i.retained.is_empty());
         assert_eq!(i.blocks.keys().copied().collect::<Vec<_>>(), [1, 2]);
-        assert_eq!(c.free.len(), 14, "blocks 0 and 3 back in the pool");
+        assert_eq!(c.statfs().1 as usize, 14, "blocks 0 and 3 back in the pool");
         assert_eq!(i.seek_data(&c, 0), Ok(BS));
     }
 
@@ -267,16 +275,16 @@ mod tests {
     #[test]
     fn a_mapping_of_holes_backs_them_all_or_none() {
         let (mut i, mut c) = mapped(1);
-        assert_eq!(c.free.len(), 15);
+        assert_eq!(c.statfs().1 as usize, 15);
         assert_eq!(i.back_for_mapping(&mut c, 0, 3, 3), Some(()));
         assert_eq!(i.retained.len(), 3);
-        assert_eq!(c.free.len(), 12);
+        assert_eq!(c.statfs().1 as usize, 12);
         // 20 holes do not fit: nothing is taken.
         assert_eq!(i.back_for_mapping(&mut c, 4, 8, 23), None);
-        assert_eq!(c.free.len(), 12);
+        assert_eq!(c.statfs().1 as usize, 12);
         i.maps = 0;
         i.release_retained(&mut c);
-        assert_eq!(c.free.len(), 15);
+        assert_eq!(c.statfs().1 as usize, 15);
         assert_eq!(i.seek_data(&c, BS), Err(Errno::ENXIO));
     }
 }

@@ -1,5 +1,6 @@
 //! Behaviour of one file server, driven directly (no rings).
 
+use super::space::{FALLOC_KEEP_SIZE, FALLOC_PUNCH_HOLE, FALLOC_ZERO_RANGE};
 use super::xattr::{XATTR_CREATE, XATTR_REPLACE};
 use super::*;
 use crate::store::MemStore;

@@ -29,6 +29,7 @@
 #![forbid(unsafe_code)]
 
 pub mod boot;
+pub mod inotify;
 pub mod pipe;
 pub mod topology;
 
@@ -712,6 +713,42 @@ pub enum Request<'a> {
         desc: DescId,
     },
 
+    // ---- change notification (inotify; layout in [`inotify`]) ----
+    /// Any server (the client picks one). Create a notification queue: an
+    /// anonymous inode, its ring and one read-only description (`flags &
+    /// O_NONBLOCK`) referenced by this session. → `Pipe` with `read` and
+    /// `write` both the description
+    InotifyInit {
+        flags: u32,
+    },
+    /// `desc.server()`, the queue's owner. Give `ino` its watch descriptor
+    /// in the queue behind `desc` (one inode, one descriptor) and work out
+    /// the watch's mask (`IN_MASK_ADD` adds to it, `IN_MASK_CREATE` on an
+    /// existing watch is `EEXIST`). The client then registers the watch
+    /// with the servers that see changes of `ino`. → `Watch`
+    InotifyAddWatch {
+        desc: DescId,
+        ino: InodeId,
+        mask: u32,
+    },
+    /// `desc.server()`. Forget watch `wd` and queue its `IN_IGNORED`
+    /// (`EINVAL` for an unknown `wd`); the client then drops it from the
+    /// servers it was registered with. → `Watch` (mask: the watch's)
+    InotifyRmWatch {
+        desc: DescId,
+        wd: i32,
+    },
+    /// The servers that see changes of `ino`: its owner (changes of the
+    /// inode itself) and, for a directory, every server (its entries, and
+    /// the inodes they name, may live on any). Record watch `wd` of `queue`
+    /// with `mask`, or drop it when `mask` is 0. → `Ok`
+    InotifyRegister {
+        queue: QueueRef,
+        ino: InodeId,
+        wd: i32,
+        mask: u32,
+    },
+
     // ---- statistics ----
     /// Any server. Add a client's event counts (Hare §5.4 techniques seen
     /// only by clients) to this server's `ServerStats::counters`. → `Ok`
@@ -1011,6 +1048,21 @@ pub enum Reply<'a> {
         /// otherwise.
         partner_opens: Option<u32>,
     },
+    /// A watch of a notification queue ([`inotify`]).
+    Watch {
+        wd: i32,
+        ino: InodeId,
+        mask: u32,
+        queue: QueueRef,
+    },
+}
+
+/// A notification queue as the servers that append to it know it: its
+/// header block and its identity (`inotify::QUEUE_ID`).
+#[derive(Serialize, Deserialize, Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub struct QueueRef {
+    pub header: u32,
+    pub id: u64,
 }
 
 /// A server-initiated message in a client's inbox (Hare §3.7.2). Sent

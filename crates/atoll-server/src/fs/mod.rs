@@ -51,6 +51,7 @@
 mod affinity;
 mod dir;
 mod inode;
+mod inotify;
 pub mod limits;
 mod locks;
 mod mapping;
@@ -153,7 +154,7 @@ struct Session {
     groups: Rc<[u32]>,
 }
 
-const OP_NAMES: [&str; 51] = [
+const OP_NAMES: [&str; 55] = [
     "SetGroups",
     "Lookup",
     "Open",
@@ -205,6 +206,10 @@ const OP_NAMES: [&str; 51] = [
     "Unmap",
     "Exec",
     "Subdirs",
+    "InotifyInit",
+    "InotifyAddWatch",
+    "InotifyRmWatch",
+    "InotifyRegister",
 ];
 
 fn op_index(req: &Request<'_>) -> usize {
@@ -261,6 +266,10 @@ fn op_index(req: &Request<'_>) -> usize {
         Unmap { .. } => 48,
         Exec { .. } => 49,
         Subdirs { .. } => 50,
+        InotifyInit { .. } => 51,
+        InotifyAddWatch { .. } => 52,
+        InotifyRmWatch { .. } => 53,
+        InotifyRegister { .. } => 54,
     }
 }
 
@@ -293,6 +302,8 @@ pub struct FileServer<S> {
     sessions: HashMap<SessionId, Session>,
     cache: Cache<S>,
     pipes: pipe::Pipes,
+    /// Notification queues owned here and watches held here (`inotify`).
+    notify: inotify::Notify,
     /// Inodes placed here by creation affinity, not yet named (Hare §3.7.5).
     creating: affinity::Creating,
     requests: u64,
@@ -397,6 +408,7 @@ impl<S: BlockStore> FileServer<S> {
             sessions: HashMap::new(),
             cache,
             pipes: pipe::Pipes::default(),
+            notify: inotify::Notify::default(),
             creating: affinity::Creating::default(),
             requests: 0,
             bad_requests: 0,
@@ -538,6 +550,11 @@ impl<S: BlockStore> FileServer<S> {
                 v.push((name.into(), n));
             }
         }
+        for (name, n) in self.notify.counters() {
+            if n > 0 {
+                v.push((name.into(), n));
+            }
+        }
         // Namespace operations in flight right now (gauges, not counts):
         // a value that stays up on an idle instance is a stuck operation.
         let moving = self
@@ -597,7 +614,17 @@ impl<S: BlockStore> FileServer<S> {
         let t0 = Instant::now();
         let op = op_index(&req);
         let who = self.caller(session, cred, vouched);
+        let plan = match self.notify.busy() {
+            true => inotify::Plan::of(&req, |d| self.descs.get(&d).map(|d| d.ino)),
+            false => None,
+        };
         let r = self.dispatch(session, &who, req, out);
+        if self.notify.busy() {
+            if let (Some(plan), Ok(reply)) = (plan, &r) {
+                self.notify_after(plan, reply);
+            }
+            self.notify_tick();
+        }
         self.settle();
         let ns = t0.elapsed().as_nanos() as u64;
         self.requests += 1;
@@ -907,6 +934,17 @@ impl<S: BlockStore> FileServer<S> {
             Q::Stats => Ok(Reply::Stats(self.stats())),
             Q::Pipe { flags } => self.pipe_create(session, who, flags),
             Q::PipeHeader { desc } => self.pipe_header(session, desc),
+            Q::InotifyInit { flags } => self.inotify_init(session, who, flags),
+            Q::InotifyAddWatch { desc, ino, mask } => {
+                self.inotify_add_watch(session, desc, ino, mask)
+            }
+            Q::InotifyRmWatch { desc, wd } => self.inotify_rm_watch(session, desc, wd),
+            Q::InotifyRegister {
+                queue,
+                ino,
+                wd,
+                mask,
+            } => self.inotify_register(queue, ino, wd, mask),
             Q::Reclaim { desc } => {
                 let d = self.desc(session, desc)?;
                 if d.refs.len() != 1 {
@@ -1181,6 +1219,9 @@ impl<S: BlockStore> FileServer<S> {
             .is_some_and(|i| i.links == 0 && i.opens == 0 && i.maps == 0)
             && !self.creating.is_pending(ino);
         if dead {
+            if let Some(t) = self.inodes.get(&ino).map(|i| i.ftype) {
+                self.notify_freed(ino, t);
+            }
             if let Some(mut i) = self.inodes.remove(&ino) {
                 self.pipes.anonymous.remove(&ino);
                 self.acct.xattr_bytes -= limits::xattr_size(&i);
@@ -1232,6 +1273,8 @@ impl<S: BlockStore> FileServer<S> {
                 i.release_deferred(&mut self.cache);
             }
         }
+        self.notify_closed(d.ino, d.writable());
+        self.queue_closed(d.ino);
         self.pipe_released(d.ino, d.flags);
         self.maybe_free(d.ino);
     }
@@ -1414,6 +1457,9 @@ impl<S: BlockStore> FileServer<S> {
                 return Err(Errno::ETXTBSY);
             }
             if trunc && i.ftype == FileType::Regular {
+                if i.size > 0 {
+                    self.emit_changed(ino, atoll_proto::inotify::IN_MODIFY);
+                }
                 let i = self.inodes.get_mut(&ino).ok_or(Errno::ENOENT)?;
                 i.truncate(&mut self.cache, 0);
                 let t = now();

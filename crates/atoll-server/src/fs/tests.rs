@@ -35,6 +35,7 @@ enum Own {
     StatFs(StatFsInfo),
     Stats(ServerStats),
     Pipe(InodeId, DescId, DescId, u32),
+    Watch(i32, InodeId, u32),
 }
 
 fn own(r: Reply<'_>) -> Own {
@@ -74,6 +75,7 @@ fn own(r: Reply<'_>) -> Own {
         Reply::Lock(l) => Own::Lock(l),
         Reply::StatFs(s) => Own::StatFs(s),
         Reply::Stats(s) => Own::Stats(s),
+        Reply::Watch { wd, ino, mask, .. } => Own::Watch(wd, ino, mask),
         Reply::Pipe {
             ino,
             read,

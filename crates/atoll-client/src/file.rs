@@ -421,7 +421,7 @@ pub fn read_id(
         let got = if direct {
             // Copy each extent as it is decoded (no allocation).
             let mut ok = true;
-            let (at, len) = lane.call_extents(
+            let (at, len, _) = lane.call_extents(
                 c,
                 server,
                 Request::Read {
@@ -517,10 +517,14 @@ fn write_at(c: &Client, lane: &Lane, d: &DescRef, src: &[u8], off: Option<u64>) 
                     }
                 },
             )
-            .and_then(|(_, len)| {
+            .and_then(|(_, len, watched)| {
                 let n = (len as usize).min(want);
                 if covered != n {
                     return err(libc::EIO);
+                }
+                if watched {
+                    // The bytes are in: now the watchers may look.
+                    let _ = lane.post(c, server, Request::InotifyModified { desc });
                 }
                 Ok(n)
             })

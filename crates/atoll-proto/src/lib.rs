@@ -748,6 +748,12 @@ pub enum Request<'a> {
         wd: i32,
         mask: u32,
     },
+    /// `desc.server()`, posted after the client copied the bytes of a
+    /// `Write` whose reply said `watched`: the file was modified
+    /// (`IN_MODIFY`). → `Ok`
+    InotifyModified {
+        desc: DescId,
+    },
 
     // ---- statistics ----
     /// Any server. Add a client's event counts (Hare §5.4 techniques seen
@@ -1021,6 +1027,10 @@ pub enum Reply<'a> {
         offset: u64,
         len: u64,
         extents: Vec<Extent>,
+        /// For `Write`: the file is watched (`inotify`) at this server, so
+        /// the client posts `InotifyModified` once the bytes are in (an
+        /// event sent now could be read before the data is there).
+        watched: bool,
     },
     Data(#[serde(borrow)] &'a [u8]),
     Written(u64),

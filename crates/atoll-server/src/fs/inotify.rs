@@ -168,7 +168,8 @@ impl Plan {
                 name: name.to_vec(),
             },
             // A `Link` that replaces is the first half of a rename across
-            // servers; an `Unlink` that expects an inode, its second half.
+            // servers; an `Unlink` that expects an inode, its second half
+            // (`rmdir` also expects the directory it marked: a removal).
             Q::Link {
                 dir,
                 name,
@@ -182,11 +183,14 @@ impl Plan {
                 moved: *replace,
             },
             Q::Unlink {
-                dir, name, expect, ..
+                dir,
+                name,
+                expect,
+                kind,
             } => Plan::Unlink {
                 dir: *dir,
                 name: name.to_vec(),
-                moved: expect.is_some(),
+                moved: expect.is_some() && *kind != atoll_proto::UnlinkKind::Directory,
             },
             Q::Rename {
                 olddir,
@@ -230,7 +234,8 @@ impl Plan {
                 ino: *ino,
                 mask: IN_MODIFY,
             },
-            Q::Write { desc, .. } | Q::WriteData { desc, .. } => Plan::Wrote {
+            // A `Write` reports after the client copied (`watched`).
+            Q::WriteData { desc, .. } => Plan::Wrote {
                 ino: desc_ino(*desc)?,
             },
             _ => return None,
@@ -531,9 +536,6 @@ impl<S: BlockStore> FileServer<S> {
             (Plan::Changed { ino, mask }, Reply::Attr(_) | Reply::Ok) if mask != 0 => {
                 self.emit_changed(ino, mask);
             }
-            (Plan::Wrote { ino }, Reply::Extents { len, .. }) if *len > 0 => {
-                self.emit_changed(ino, IN_MODIFY);
-            }
             (Plan::Wrote { ino }, Reply::Written(n)) if *n > 0 => self.emit_changed(ino, IN_MODIFY),
             _ => {}
         }
@@ -561,6 +563,18 @@ impl<S: BlockStore> FileServer<S> {
         for (dir, name) in names {
             self.emit(dir, mask | isdir(ftype), 0, &name);
         }
+    }
+
+    /// Would a change of `ino` (owned here) reach a watch held here? Over
+    /// all watched directories, not only those naming it: cheap, and a
+    /// false yes costs one posted message.
+    pub(super) fn watched(&self, ino: InodeId) -> bool {
+        self.notify.watches.contains_key(&ino)
+            || self
+                .notify
+                .watches
+                .keys()
+                .any(|d| self.shards.contains_key(d))
     }
 
     /// A description of `ino` died: `IN_CLOSE_WRITE` if it could write.

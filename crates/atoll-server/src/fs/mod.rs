@@ -154,7 +154,7 @@ struct Session {
     groups: Rc<[u32]>,
 }
 
-const OP_NAMES: [&str; 55] = [
+const OP_NAMES: [&str; 56] = [
     "SetGroups",
     "Lookup",
     "Open",
@@ -210,6 +210,7 @@ const OP_NAMES: [&str; 55] = [
     "InotifyAddWatch",
     "InotifyRmWatch",
     "InotifyRegister",
+    "InotifyModified",
 ];
 
 fn op_index(req: &Request<'_>) -> usize {
@@ -270,6 +271,7 @@ fn op_index(req: &Request<'_>) -> usize {
         InotifyAddWatch { .. } => 52,
         InotifyRmWatch { .. } => 53,
         InotifyRegister { .. } => 54,
+        InotifyModified { .. } => 55,
     }
 }
 
@@ -861,14 +863,17 @@ impl<S: BlockStore> FileServer<S> {
                     offset: off,
                     len: got,
                     extents,
+                    watched: false,
                 })
             }
             Q::Write { desc, len, offset } => {
                 let (off, got, extents) = self.write(session, who, desc, len, offset)?;
+                let watched = got > 0 && self.descs.get(&desc).is_some_and(|d| self.watched(d.ino));
                 Ok(Reply::Extents {
                     offset: off,
                     len: got,
                     extents,
+                    watched,
                 })
             }
             Q::ReadData { desc, len, offset } => {
@@ -939,6 +944,11 @@ impl<S: BlockStore> FileServer<S> {
                 self.inotify_add_watch(session, desc, ino, mask)
             }
             Q::InotifyRmWatch { desc, wd } => self.inotify_rm_watch(session, desc, wd),
+            Q::InotifyModified { desc } => {
+                let ino = self.desc(session, desc)?.ino;
+                self.emit_changed(ino, atoll_proto::inotify::IN_MODIFY);
+                Ok(Reply::Ok)
+            }
             Q::InotifyRegister {
                 queue,
                 ino,
@@ -2392,6 +2402,7 @@ impl<S: BlockStore> FileServer<S> {
                 offset,
                 len: 0,
                 extents: vec![],
+                watched: false,
             });
         }
         let mut end = end.min(offset + (MAX_EXTENTS as u64) * BS);
@@ -2408,6 +2419,7 @@ impl<S: BlockStore> FileServer<S> {
             offset,
             len: got,
             extents,
+            watched: false,
         })
     }
 

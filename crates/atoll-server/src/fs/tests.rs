@@ -69,6 +69,7 @@ fn own(r: Reply<'_>) -> Own {
             offset,
             len,
             extents,
+            ..
         } => Own::Extents(offset, len, extents),
         Reply::Written(n) => Own::Written(n),
         Reply::Offset(n) => Own::Offset(n),

@@ -133,6 +133,7 @@ pub fn create(
                 ino: made.ino,
                 ftype,
                 replace: false,
+                moved_from: None,
             },
             |r| match r {
                 Reply::Linked { .. } => Ok(()),

@@ -488,6 +488,12 @@ pub enum Request<'a> {
         ino: InodeId,
         ftype: FileType,
         replace: bool,
+        /// For the first half of a rename across servers: the old entry,
+        /// so that this server reports the move (`IN_MOVED_FROM` then
+        /// `IN_MOVED_TO`, one cookie) in Linux's order; the `Unlink` that
+        /// follows reports nothing.
+        #[serde(borrow)]
+        moved_from: Option<MovedFrom<'a>>,
     },
     /// Remove an entry (Hare RM_MAP). If `expect` is set the entry must
     /// still name that inode (`ESTALE` otherwise). If the inode is owned by
@@ -1065,6 +1071,14 @@ pub enum Reply<'a> {
         mask: u32,
         queue: QueueRef,
     },
+}
+
+/// The old entry of a rename across servers (`Request::Link`).
+#[derive(Serialize, Deserialize, Clone, Copy, PartialEq, Eq, Debug)]
+pub struct MovedFrom<'a> {
+    pub dir: InodeId,
+    #[serde(borrow)]
+    pub name: &'a [u8],
 }
 
 /// A notification queue as the servers that append to it know it: its

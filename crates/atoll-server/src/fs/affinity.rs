@@ -273,6 +273,7 @@ mod tests {
                 ino,
                 ftype: FileType::Regular,
                 replace: false,
+                moved_from: None,
             },
             &mut out,
         );

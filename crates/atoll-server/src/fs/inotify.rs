@@ -127,7 +127,8 @@ pub(super) enum Plan {
         dir: InodeId,
         name: Vec<u8>,
         ino: InodeId,
-        moved: bool,
+        /// The old entry, for the first half of a rename across servers.
+        from: Option<(InodeId, Vec<u8>)>,
     },
     Unlink {
         dir: InodeId,
@@ -174,13 +175,13 @@ impl Plan {
                 dir,
                 name,
                 ino,
-                replace,
+                moved_from,
                 ..
             } => Plan::Link {
                 dir: *dir,
                 name: name.to_vec(),
                 ino: *ino,
-                moved: *replace,
+                from: moved_from.map(|m| (m.dir, m.name.to_vec())),
             },
             Q::Unlink {
                 dir,
@@ -241,13 +242,6 @@ impl Plan {
             _ => return None,
         })
     }
-}
-
-/// The cookie both halves of a rename across servers agree on without
-/// talking: derived from the moved inode (top bit set, so it never equals
-/// a cookie handed out for a rename within one server).
-fn move_cookie(ino: InodeId) -> u32 {
-    ((ino.0 ^ (ino.0 >> 32)) as u32) | 0x8000_0000
 }
 
 fn isdir(ftype: FileType) -> u32 {
@@ -490,7 +484,7 @@ impl<S: BlockStore> FileServer<S> {
                     dir,
                     name,
                     ino,
-                    moved,
+                    from,
                 },
                 Reply::Linked { .. },
             ) => {
@@ -499,23 +493,21 @@ impl<S: BlockStore> FileServer<S> {
                     .get(&dir)
                     .and_then(|s| s.get(&name))
                     .map_or(FileType::Regular, |d| d.ftype);
-                let (mask, cookie) = if moved {
-                    (IN_MOVED_TO, move_cookie(ino))
-                } else {
-                    (IN_CREATE, 0)
-                };
-                self.emit(dir, mask | isdir(ftype), cookie, &name);
-                if !moved {
-                    self.emit_changed(ino, IN_ATTRIB); // its link count
+                match from {
+                    Some((olddir, oldname)) => {
+                        self.emit_move((olddir, &oldname), (dir, &name), ino, ftype)
+                    }
+                    None => {
+                        self.emit(dir, IN_CREATE | isdir(ftype), 0, &name);
+                        self.emit_changed(ino, IN_ATTRIB); // its link count
+                    }
                 }
             }
-            (Plan::Unlink { dir, name, moved }, Reply::Unlinked { ino, ftype, .. }) => {
-                let (mask, cookie) = if moved {
-                    (IN_MOVED_FROM, move_cookie(*ino))
-                } else {
-                    (IN_DELETE, 0)
-                };
-                self.emit(dir, mask | isdir(*ftype), cookie, &name);
+            // The second half of a rename across servers was reported
+            // with its first (`Link` with `moved_from`).
+            (Plan::Unlink { moved: true, .. }, _) => {}
+            (Plan::Unlink { dir, name, .. }, Reply::Unlinked { ftype, .. }) => {
+                self.emit(dir, IN_DELETE | isdir(*ftype), 0, &name);
             }
             (
                 Plan::Rename {
@@ -525,20 +517,30 @@ impl<S: BlockStore> FileServer<S> {
                     newname,
                 },
                 Reply::Renamed { moved, ftype, .. },
-            ) => {
-                self.notify.cookies = self.notify.cookies.wrapping_add(1) & 0x00ff_ffff;
-                let cookie =
-                    ((self.cfg.index as u32) << 24 | self.notify.cookies).max(1) & 0x7fff_ffff;
-                self.emit(olddir, IN_MOVED_FROM | isdir(*ftype), cookie, &oldname);
-                self.emit(newdir, IN_MOVED_TO | isdir(*ftype), cookie, &newname);
-                self.emit(*moved, IN_MOVE_SELF, 0, b"");
-            }
+            ) => self.emit_move((olddir, &oldname), (newdir, &newname), *moved, *ftype),
             (Plan::Changed { ino, mask }, Reply::Attr(_) | Reply::Ok) if mask != 0 => {
                 self.emit_changed(ino, mask);
             }
             (Plan::Wrote { ino }, Reply::Written(n)) if *n > 0 => self.emit_changed(ino, IN_MODIFY),
             _ => {}
         }
+    }
+
+    /// A name moved: `IN_MOVED_FROM` and `IN_MOVED_TO` with one cookie
+    /// (unique to this server: its index in the top byte), then
+    /// `IN_MOVE_SELF` for watches of the moved inode.
+    fn emit_move(
+        &mut self,
+        from: (InodeId, &[u8]),
+        to: (InodeId, &[u8]),
+        ino: InodeId,
+        ftype: FileType,
+    ) {
+        self.notify.cookies = (self.notify.cookies + 1) & 0x00ff_ffff;
+        let cookie = (self.cfg.index as u32) << 24 | self.notify.cookies;
+        self.emit(from.0, IN_MOVED_FROM | isdir(ftype), cookie, from.1);
+        self.emit(to.0, IN_MOVED_TO | isdir(ftype), cookie, to.1);
+        self.emit(ino, IN_MOVE_SELF | isdir(ftype), 0, b"");
     }
 
     /// `ino` (owned here) changed: tell watches of it and of the watched

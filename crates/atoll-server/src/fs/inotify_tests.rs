@@ -110,6 +110,20 @@ fn create(fs: &mut FileServer<MemStore>, name: &[u8]) -> (InodeId, DescId) {
     }
 }
 
+/// A client's write: `Write`, then (the bytes copied) `InotifyModified`
+/// when the reply says the file is watched.
+fn write(fs: &mut FileServer<MemStore>, desc: DescId, len: u64, offset: Option<u64>) -> bool {
+    let mut out = Vec::new();
+    let watched = match fs.handle(S1, ME, Request::Write { desc, len, offset }, &mut out) {
+        Reply::Extents { watched, .. } => watched,
+        other => panic!("{other:?}"),
+    };
+    if watched {
+        ok(fs, S1, Request::InotifyModified { desc });
+    }
+    watched
+}
+
 fn ok(fs: &mut FileServer<MemStore>, s: SessionId, req: Request<'_>) {
     let mut out = Vec::new();
     let r = fs.handle(s, ME, req, &mut out);
@@ -122,24 +136,8 @@ fn directory_watch_sees_create_modify_attrib_close_move_delete() {
     let (q, qr) = queue(&mut fs, S1);
     let (wd, _) = watch(&mut fs, S1, q, ROOT, IN_ALL_EVENTS).unwrap();
     let (f, d) = create(&mut fs, b"log");
-    ok(
-        &mut fs,
-        S1,
-        Request::Write {
-            desc: d,
-            len: 5,
-            offset: None,
-        },
-    );
-    ok(
-        &mut fs,
-        S1,
-        Request::Write {
-            desc: d,
-            len: 5,
-            offset: None,
-        },
-    );
+    assert!(write(&mut fs, d, 5, None));
+    assert!(write(&mut fs, d, 5, None));
     ok(&mut fs, S1, Request::Close { desc: d });
     let set = SetAttr {
         perm: Some(0o600),
@@ -224,24 +222,8 @@ fn oneshot_fires_once_then_ignored() {
     let (q, qr) = queue(&mut fs, S1);
     let (f, d) = create(&mut fs, b"f");
     let (wd, _) = watch(&mut fs, S1, q, f, IN_MODIFY | IN_ONESHOT).unwrap();
-    ok(
-        &mut fs,
-        S1,
-        Request::Write {
-            desc: d,
-            len: 1,
-            offset: None,
-        },
-    );
-    ok(
-        &mut fs,
-        S1,
-        Request::Write {
-            desc: d,
-            len: 1,
-            offset: Some(9),
-        },
-    );
+    assert!(write(&mut fs, d, 1, None));
+    assert!(!write(&mut fs, d, 1, Some(9)), "the watch is gone");
     let ev = drain(&mut fs, qr.header);
     assert_eq!(
         ev,
@@ -352,4 +334,19 @@ fn a_dead_queue_keeps_its_blocks_while_another_server_holds_watches() {
     create(&mut fs, b"y");
     assert!(fs.notify.dying.is_empty());
     assert_eq!(fs.cache.free.len(), free);
+}
+
+#[test]
+fn writes_of_unwatched_files_ask_nothing_of_the_client() {
+    let mut fs = server();
+    let (_, d) = create(&mut fs, b"f");
+    assert!(!write(&mut fs, d, 10, None));
+    let (q, _) = queue(&mut fs, S1);
+    let (g, gd) = create(&mut fs, b"g");
+    watch(&mut fs, S1, q, g, IN_MODIFY).unwrap();
+    assert!(!write(&mut fs, d, 10, None));
+    assert!(write(&mut fs, gd, 10, None));
+    // A watched directory: any file here may be in it.
+    watch(&mut fs, S1, q, ROOT, IN_MODIFY).unwrap();
+    assert!(write(&mut fs, d, 10, None));
 }

@@ -711,6 +711,7 @@ impl<S: BlockStore> FileServer<S> {
                 ino,
                 ftype,
                 replace,
+                ..
             } => {
                 let r = self.link(session, who, dir, name, ino, ftype, replace);
                 if r.is_ok() && ftype == FileType::Directory {

@@ -900,6 +900,7 @@ fn hard_links_count_and_survive_unlink_of_one_name() {
             ino: f,
             ftype: FileType::Regular,
             replace: false,
+            moved_from: None,
         },
     );
     assert_eq!(r, Own::Linked(None));
@@ -939,6 +940,7 @@ fn directory_moved_by_link_then_unlink_keeps_its_entries() {
         ino: d,
         ftype: FileType::Directory,
         replace: true,
+        moved_from: None,
     };
     assert_eq!(t.ok(S1, USER, link), Own::Linked(None));
     assert_eq!(
@@ -1142,6 +1144,7 @@ fn moves_and_rmdirs_of_one_directory_exclude_each_other() {
         ino: d,
         ftype: FileType::Directory,
         replace: false,
+        moved_from: None,
     };
     // A move whose new name lives on another server holds a `Ref` here:
     // an rmdir waits, whether it marks or is one Unlink.
@@ -1160,6 +1163,7 @@ fn moves_and_rmdirs_of_one_directory_exclude_each_other() {
         ino: d,
         ftype: FileType::Directory,
         replace: false,
+        moved_from: None,
     };
     assert_eq!(t.err(S2, USER, third), RETRY);
     assert_eq!(t.err(S2, USER, rename_req(b, "d", "elsewhere")), RETRY);
@@ -1183,6 +1187,7 @@ fn moves_and_rmdirs_of_one_directory_exclude_each_other() {
         ino: d,
         ftype: FileType::Directory,
         replace: false,
+        moved_from: None,
     };
     assert_eq!(t.err(S1, USER, link_back()), RETRY);
     t.unlink(b, "d", UnlinkKind::Directory).unwrap();
@@ -1212,6 +1217,7 @@ fn unfinished_directory_moves_are_undone_when_the_session_dies() {
         ino: d,
         ftype: FileType::Directory,
         replace: true,
+        moved_from: None,
     };
     // Died after `Link`, before `Unlink` of the old name: the provisional
     // new name goes, the directory keeps its one name and its link count.
@@ -1977,6 +1983,7 @@ fn name_changes_in_a_directory_owned_elsewhere_need_its_attributes() {
         ino: InodeId::new(0, 0, false, 99),
         ftype: FileType::Regular,
         replace: false,
+        moved_from: None,
     };
     assert_eq!(
         t.callv(S1, OTHER, &root_0755, link),
@@ -2010,6 +2017,7 @@ fn sticky_bit_of_a_directory_owned_elsewhere_protects_other_users_names() {
         ino: remote,
         ftype: FileType::Regular,
         replace: false,
+        moved_from: None,
     };
     assert!(matches!(t.callv(S1, OTHER, &tmp, link), Own::Linked(None)));
     assert_eq!(
@@ -2056,6 +2064,7 @@ fn sticky_directory_owned_here_needs_the_owner_of_a_remote_victim() {
         ino: remote,
         ftype: FileType::Regular,
         replace: false,
+        moved_from: None,
     };
     assert!(matches!(t.call(S2, OTHER, link), Own::Linked(None)));
     let third = Cred::of(3000, 3000);

@@ -91,10 +91,16 @@ pub fn create(
             open,
         },
         |r| match r {
-            Reply::Opened { desc, attr, .. } => Ok(Created {
+            Reply::Opened {
+                desc,
+                attr,
+                watched,
+                ..
+            } => Ok(Created {
                 ino: attr.ino,
                 opened: Some((desc, attr)),
-            }),
+            })
+            .inspect(|_| crate::inotify::saw_watched(watched)),
             Reply::Entry { ino, .. } => Ok(Created { ino, opened: None }),
             _ => Err(Error::Protocol("CreateInode")),
         },

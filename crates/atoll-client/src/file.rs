@@ -102,7 +102,8 @@ fn close_desc_as(c: &Client, desc: DescId, _ino: InodeId, post: bool) {
 /// (a write after the last reader's close must see `EPIPE`).
 pub fn closer(desc: DescId, ino: InodeId, ftype: FileType) {
     if let Some(c) = crate::session::client() {
-        let post = matches!(ftype, FileType::Regular | FileType::Directory);
+        let post = matches!(ftype, FileType::Regular | FileType::Directory)
+            && !crate::inotify::watched_seen();
         close_desc_as(c, desc, ino, post);
     }
 }
@@ -119,7 +120,15 @@ pub fn open_inode(
         ino.owner(),
         Request::OpenInode { ino, flags },
         |r| match r {
-            Reply::Opened { desc, attr, .. } => Ok((desc, attr)),
+            Reply::Opened {
+                desc,
+                attr,
+                watched,
+                ..
+            } => {
+                crate::inotify::saw_watched(watched);
+                Ok((desc, attr))
+            }
             _ => Err(Error::Protocol("OpenInode")),
         },
     )
@@ -153,7 +162,15 @@ fn tmpfile(c: &Client, lane: &Lane, mut w: Box<Walker<'_>>, flags: u32, mode: u3
             flags: open,
         },
         |r| match r {
-            Reply::Opened { desc, attr, .. } => Ok((desc, attr)),
+            Reply::Opened {
+                desc,
+                attr,
+                watched,
+                ..
+            } => {
+                crate::inotify::saw_watched(watched);
+                Ok((desc, attr))
+            }
             _ => Err(Error::Protocol("CreateTmpfile")),
         },
     )?;
@@ -270,7 +287,15 @@ pub fn open(
                     umask,
                 },
                 |r| match r {
-                    Reply::Opened { desc, attr, .. } => Ok(R::Opened(desc, attr)),
+                    Reply::Opened {
+                        desc,
+                        attr,
+                        watched,
+                        ..
+                    } => {
+                        crate::inotify::saw_watched(watched);
+                        Ok(R::Opened(desc, attr))
+                    }
                     Reply::Entry { ino, ftype } => Ok(R::Entry(ino, ftype)),
                     Reply::Symlink { target, .. } => Ok(R::Symlink(Box::new(
                         crate::path::PathBuf::from_bytes(target)?,
@@ -524,7 +549,8 @@ fn write_at(c: &Client, lane: &Lane, d: &DescRef, src: &[u8], off: Option<u64>) 
                 }
                 if watched {
                     // The bytes are in: now the watchers may look.
-                    let _ = lane.post(c, server, Request::InotifyModified { desc });
+                    crate::inotify::saw_watched(true);
+                    let _ = lane.call_ok(c, server, Request::InotifyModified { desc });
                 }
                 Ok(n)
             })

@@ -44,6 +44,24 @@ pub fn is_queue(d: &DescRef) -> bool {
     d.ftype() == FileType::Fifo && d.cookie().load(Ordering::Relaxed) & QUEUE_COOKIE != 0
 }
 
+/// Set once a server said that a file this process opened or wrote may
+/// be watched: from then on its closes and write reports wait for the
+/// server (a round trip), so the events are queued before the call
+/// returns, as on Linux.
+static WATCHED: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+
+/// Note a reply's `watched` flag.
+pub fn saw_watched(watched: bool) {
+    if watched {
+        WATCHED.store(true, Ordering::Relaxed);
+    }
+}
+
+/// May files of this process be watched? (Closes then wait.)
+pub fn watched_seen() -> bool {
+    WATCHED.load(Ordering::Relaxed)
+}
+
 /// `inotify_add_watch(fd, path, mask)`.
 pub fn add_watch(c: &Client, fd: i64, path: u64, mask: u32) -> Result<Out> {
     let lane = c.lane()?;
@@ -77,17 +95,24 @@ pub fn add_watch(c: &Client, fd: i64, path: u64, mask: u32) -> Result<Out> {
         None => convert_host_queue(c, &lane, fd)?,
     };
     let desc = queue.desc();
-    let (wd, mask, qref) = lane.call(
+    let (wd, mask, qref, replaced) = lane.call(
         c,
         desc.server(),
         Request::InotifyAddWatch { desc, ino, mask },
         |r| match r {
             Reply::Watch {
-                wd, mask, queue, ..
-            } => Ok((wd, mask, queue)),
+                wd,
+                mask,
+                queue,
+                replaced,
+                ..
+            } => Ok((wd, mask, queue, replaced)),
             _ => Err(Error::Protocol("InotifyAddWatch")),
         },
     )?;
+    if replaced != 0 {
+        unregister(c, &lane, qref, ino, replaced);
+    }
     for server in watch_servers(c, ino, ftype) {
         lane.call_ok(
             c,

@@ -35,9 +35,9 @@ pub const DEAD: usize = 88;
 /// `u64`: bit `s` set while server `s` holds watches of this queue.
 pub const HOLDERS: usize = 96;
 
-/// Data blocks of a queue (its capacity in bytes is `DATA_BLOCKS *
-/// BLOCK_SIZE`; Linux bounds a queue by events, 16384 by default).
-pub const DATA_BLOCKS: usize = 4;
+/// Data blocks of a queue: 64 KiB, about 2000 events with short names
+/// (Linux bounds a queue by events, 16384 by default).
+pub const DATA_BLOCKS: usize = MAX_DATA_BLOCKS;
 
 /// Size of `struct inotify_event` without its name.
 pub const EVENT_HEADER: usize = 16;

@@ -996,6 +996,10 @@ pub enum Reply<'a> {
         desc: DescId,
         attr: Attr,
         created: bool,
+        /// The inode may be watched (`inotify`) at this server: the client
+        /// closes it with a round trip, so that `IN_CLOSE_WRITE` is queued
+        /// before `close` returns.
+        watched: bool,
     },
     Symlink {
         ino: InodeId,
@@ -1070,6 +1074,11 @@ pub enum Reply<'a> {
         ino: InodeId,
         mask: u32,
         queue: QueueRef,
+        /// For `InotifyAddWatch`: a watch descriptor of the same inode
+        /// that the client drops from the servers first (0: none). An
+        /// `IN_ONESHOT` watch may have fired and gone on another server,
+        /// so a new watch of its inode gets a new descriptor.
+        replaced: i32,
     },
 }
 

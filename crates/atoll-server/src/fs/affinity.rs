@@ -131,6 +131,7 @@ impl<S: BlockStore> FileServer<S> {
                     desc,
                     attr,
                     created: true,
+                    watched: self.watched(attr.ino),
                 })
             }
             Err(e) => {

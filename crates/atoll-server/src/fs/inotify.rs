@@ -123,6 +123,11 @@ pub(super) enum Plan {
         dir: InodeId,
         name: Vec<u8>,
     },
+    /// `Open` with `O_CREAT`: a creation only if the reply says so.
+    OpenCreate {
+        dir: InodeId,
+        name: Vec<u8>,
+    },
     Link {
         dir: InodeId,
         name: Vec<u8>,
@@ -160,7 +165,7 @@ impl Plan {
         Some(match req {
             Q::Open {
                 dir, name, flags, ..
-            } if flags & libc::O_CREAT as u32 != 0 => Plan::Create {
+            } if flags & libc::O_CREAT as u32 != 0 => Plan::OpenCreate {
                 dir: *dir,
                 name: name.to_vec(),
             },
@@ -340,7 +345,15 @@ impl<S: BlockStore> FileServer<S> {
             return Err(Errno::EINVAL);
         }
         let keep = mask & (IN_ALL_EVENTS | IN_ONESHOT | IN_EXCL_UNLINK);
+        let mut replaced = 0;
         let (wd, mask) = match q.wds.get(&ino) {
+            Some(&(wd, old)) if old & IN_ONESHOT != 0 => {
+                // It may have fired and gone where the change happened.
+                replaced = wd;
+                let wd = q.next_wd;
+                q.next_wd = q.next_wd.checked_add(1).ok_or(Errno::ENOSPC)?;
+                (wd, keep)
+            }
             Some(_) if mask & IN_MASK_CREATE != 0 => return Err(Errno::EEXIST),
             Some(&(wd, old)) if mask & IN_MASK_ADD != 0 => (wd, old | keep),
             Some(&(wd, _)) => (wd, keep),
@@ -359,6 +372,7 @@ impl<S: BlockStore> FileServer<S> {
                 header: q.header,
                 id: q.id,
             },
+            replaced,
         })
     }
 
@@ -389,6 +403,7 @@ impl<S: BlockStore> FileServer<S> {
             ino,
             mask,
             queue,
+            replaced: 0,
         })
     }
 
@@ -467,7 +482,7 @@ impl<S: BlockStore> FileServer<S> {
     pub(super) fn notify_after(&mut self, plan: Plan, reply: &Reply<'_>) {
         match (plan, reply) {
             (
-                Plan::Create { dir, name },
+                Plan::OpenCreate { dir, name },
                 Reply::Opened {
                     created: true,
                     attr,
@@ -550,7 +565,6 @@ impl<S: BlockStore> FileServer<S> {
             return;
         }
         let ftype = self.inodes.get(&ino).map_or(FileType::Regular, |i| i.ftype);
-        self.emit(ino, mask | isdir(ftype), 0, b"");
         let mut names = Vec::new();
         for dir in self.notify.watches.keys() {
             if let Some(s) = self.shards.get(dir) {
@@ -562,9 +576,11 @@ impl<S: BlockStore> FileServer<S> {
                 }
             }
         }
+        // The parent's watch first, then the inode's, as Linux queues them.
         for (dir, name) in names {
             self.emit(dir, mask | isdir(ftype), 0, &name);
         }
+        self.emit(ino, mask | isdir(ftype), 0, b"");
     }
 
     /// Would a change of `ino` (owned here) reach a watch held here? Over
@@ -597,7 +613,9 @@ impl<S: BlockStore> FileServer<S> {
         if !self.notify.watches.contains_key(&ino) {
             return;
         }
-        self.emit(ino, IN_DELETE_SELF | isdir(ftype), 0, b"");
+        let _ = ftype; // Linux sets no `IN_ISDIR` on `IN_DELETE_SELF`
+        self.emit(ino, IN_DELETE_SELF, 0, b"");
+        // Before the parent's `IN_DELETE`, as Linux orders them.
         for w in self.notify.watches.remove(&ino).unwrap_or_default() {
             let mut rec = Vec::new();
             encode(&mut rec, w.wd, IN_IGNORED, 0, b"");

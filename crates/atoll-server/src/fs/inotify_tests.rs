@@ -258,12 +258,12 @@ fn a_full_ring_ends_with_one_overflow_record() {
     let mut fs = server();
     let (q, qr) = queue(&mut fs, S1);
     watch(&mut fs, S1, q, ROOT, IN_CREATE).unwrap();
-    for k in 0..2000 {
+    for k in 0..4000 {
         create(&mut fs, format!("file-{k}").as_bytes());
     }
     let ev = drain(&mut fs, qr.header);
     let cap = DATA_BLOCKS * BLOCK_SIZE;
-    assert!(ev.len() < 2000 && ev.len() > cap / 48);
+    assert!(ev.len() < 4000 && ev.len() > cap / 48);
     assert_eq!(ev.last().unwrap(), &(-1, IN_Q_OVERFLOW, 0, vec![]));
     assert_eq!(ev.iter().filter(|e| e.1 == IN_Q_OVERFLOW).count(), 1);
     // Room again: events flow again.

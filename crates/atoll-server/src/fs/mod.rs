@@ -482,6 +482,9 @@ impl<S: BlockStore> FileServer<S> {
         self.abandon_namespace_ops(session);
         self.drop_mappings(session);
         self.drop_texts(session);
+        if self.notify.busy() {
+            self.notify_tick();
+        }
         self.settle();
     }
 
@@ -829,6 +832,7 @@ impl<S: BlockStore> FileServer<S> {
                     desc,
                     attr,
                     created: false,
+                    watched: self.watched(attr.ino),
                 })
             }
             Q::GetXattr { ino, name } => self.get_xattr(who, ino, name, out),
@@ -1389,6 +1393,7 @@ impl<S: BlockStore> FileServer<S> {
                 desc,
                 attr,
                 created: false,
+                watched: self.watched(attr.ino),
             });
         }
         if !creat {
@@ -1417,6 +1422,7 @@ impl<S: BlockStore> FileServer<S> {
             desc,
             attr,
             created: true,
+            watched: self.watched(attr.ino),
         })
     }
 

@@ -47,6 +47,7 @@ fn own(r: Reply<'_>) -> Own {
             desc,
             attr,
             created,
+            ..
         } => Own::Opened(desc, attr, created),
         Reply::Symlink { ino, target } => Own::Symlink(ino, target.to_vec()),
         Reply::Linked { replaced } => Own::Linked(replaced),

@@ -711,7 +711,7 @@ impl<S: BlockStore> FileServer<S> {
         let cap = (st.get_u32(h, NBLOCKS) as u64).min(MAX_DATA_BLOCKS as u64) * BLOCK_SIZE as u64;
         let last = st.get_u64(h, LAST);
         let mut last_rec = Vec::new();
-        if last > 0 && last - 1 >= tail && last - 1 < head {
+        if last > tail && last <= head {
             let mut hd = [0u8; EVENT_HEADER];
             self.ring_read(h, last - 1, &mut hd);
             let (_, _, _, len) = decode_header(&hd);

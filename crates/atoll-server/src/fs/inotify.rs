@@ -81,6 +81,14 @@ pub(super) struct Notify {
     dying: Vec<Queue>,
     /// Watches held here, by watched inode.
     watches: HashMap<InodeId, Vec<Watch>>,
+    /// How many of `watches` belong to each queue (this server's bit in
+    /// the queue's `HOLDERS` is set while the count is not zero).
+    held: HashMap<QueueRef, u32>,
+    /// Names of inodes in the watched directories' entries held here,
+    /// for child events, with the state of those entries it was built
+    /// from (`names_key`); rebuilt when that moved.
+    names: HashMap<InodeId, Vec<(InodeId, Vec<u8>)>>,
+    names_key: Option<(u64, u64, usize)>,
     /// Records not yet in their ring (its lock was held), in order.
     pending: VecDeque<(QueueRef, Vec<u8>)>,
     /// Rename cookies handed out here.
@@ -101,6 +109,50 @@ impl Notify {
     /// branch when nobody uses inotify.
     pub(super) fn busy(&self) -> bool {
         !(self.watches.is_empty() && self.pending.is_empty() && self.dying.is_empty())
+    }
+
+    /// Record watch `w` of `ino`, replacing one with its queue and `wd`.
+    fn add(&mut self, ino: InodeId, w: Watch) {
+        self.remove(ino, w.queue, w.wd);
+        self.watches.entry(ino).or_default().push(w);
+        *self.held.entry(w.queue).or_default() += 1;
+        self.names_key = None;
+    }
+
+    /// Forget watch `wd` of `queue` on `ino`, if held here.
+    fn remove(&mut self, ino: InodeId, queue: QueueRef, wd: i32) {
+        let Some(list) = self.watches.get_mut(&ino) else {
+            return;
+        };
+        let before = list.len();
+        list.retain(|w| !(w.queue == queue && w.wd == wd));
+        let gone = (before - list.len()) as u32;
+        if list.is_empty() {
+            self.watches.remove(&ino);
+        }
+        self.unheld(queue, gone);
+    }
+
+    /// Forget every watch of `ino`; the watches that were.
+    fn remove_inode(&mut self, ino: InodeId) -> Vec<Watch> {
+        let list = self.watches.remove(&ino).unwrap_or_default();
+        for w in &list {
+            self.unheld(w.queue, 1);
+        }
+        list
+    }
+
+    fn unheld(&mut self, queue: QueueRef, n: u32) {
+        if n == 0 {
+            return;
+        }
+        self.names_key = None;
+        if let Some(c) = self.held.get_mut(&queue) {
+            *c = c.saturating_sub(n);
+            if *c == 0 {
+                self.held.remove(&queue);
+            }
+        }
     }
 
     pub(super) fn counters(&self) -> [(&'static str, u64); 4] {
@@ -415,24 +467,14 @@ impl<S: BlockStore> FileServer<S> {
         wd: i32,
         mask: u32,
     ) -> R<'o> {
-        let list = self.notify.watches.entry(ino).or_default();
-        list.retain(|w| !(w.queue == queue && w.wd == wd));
-        if mask != 0 {
-            if !self.queue_alive(queue) {
-                return Err(Errno::EBADF);
-            }
-            self.notify
-                .watches
-                .entry(ino)
-                .or_default()
-                .push(Watch { queue, wd, mask });
-            self.hold(queue, true);
+        if mask == 0 {
+            self.notify.remove(ino, queue, wd);
+        } else if self.queue_alive(queue) {
+            self.notify.add(ino, Watch { queue, wd, mask });
         } else {
-            if self.notify.watches.get(&ino).is_some_and(|l| l.is_empty()) {
-                self.notify.watches.remove(&ino);
-            }
-            self.hold(queue, false);
+            return Err(Errno::EBADF);
         }
+        self.hold(queue);
         Ok(Reply::Ok)
     }
 
@@ -445,15 +487,8 @@ impl<S: BlockStore> FileServer<S> {
     /// it holds watches of the queue. Servers update the word with
     /// compare-and-swap loops of the low and high halves, so two servers
     /// never lose each other's bits.
-    fn hold(&mut self, queue: QueueRef, adding: bool) {
-        let held = self
-            .notify
-            .watches
-            .values()
-            .any(|l| l.iter().any(|w| w.queue == queue));
-        if adding && !held {
-            return;
-        }
+    fn hold(&mut self, queue: QueueRef) {
+        let held = self.notify.held.contains_key(&queue);
         let bit = self.cfg.index;
         let (off, b) = (HOLDERS + 4 * (bit / 32), 1u32 << (bit % 32));
         let st = &mut self.cache.store;
@@ -565,22 +600,43 @@ impl<S: BlockStore> FileServer<S> {
             return;
         }
         let ftype = self.inodes.get(&ino).map_or(FileType::Regular, |i| i.ftype);
-        let mut names = Vec::new();
-        for dir in self.notify.watches.keys() {
-            if let Some(s) = self.shards.get(dir) {
-                // Bounded by the watched directory's entries held here.
-                for (_, name, d) in s.after(0) {
-                    if d.ino == ino {
-                        names.push((*dir, name.to_vec()));
-                    }
-                }
-            }
-        }
+        self.index_names();
+        let names = self.notify.names.get(&ino).cloned().unwrap_or_default();
         // The parent's watch first, then the inode's, as Linux queues them.
         for (dir, name) in names {
             self.emit(dir, mask | isdir(ftype), 0, &name);
         }
         self.emit(ino, mask | isdir(ftype), 0, b"");
+    }
+
+    /// Make `names` describe the entries of the watched directories held
+    /// here. Rebuilt only when they changed since (a write-heavy watcher,
+    /// `tail -f`, then costs one lookup per change): the key is the sum
+    /// of the watched shards' next cookies (every insertion moves one),
+    /// of their sizes (every removal moves one) and how many there are.
+    fn index_names(&mut self) {
+        let (mut seq, mut len, mut shards) = (0u64, 0u64, 0usize);
+        for dir in self.notify.watches.keys() {
+            if let Some(s) = self.shards.get(dir) {
+                seq = seq.wrapping_add(s.next_cookie());
+                len += s.len() as u64;
+                shards += 1;
+            }
+        }
+        let key = Some((seq, len, shards));
+        if self.notify.names_key == key {
+            return;
+        }
+        let mut names: HashMap<InodeId, Vec<(InodeId, Vec<u8>)>> = HashMap::new();
+        for dir in self.notify.watches.keys() {
+            if let Some(s) = self.shards.get(dir) {
+                for (_, name, d) in s.after(0) {
+                    names.entry(d.ino).or_default().push((*dir, name.to_vec()));
+                }
+            }
+        }
+        self.notify.names = names;
+        self.notify.names_key = key;
     }
 
     /// Would a change of `ino` (owned here) reach a watch held here? Over
@@ -616,11 +672,11 @@ impl<S: BlockStore> FileServer<S> {
         let _ = ftype; // Linux sets no `IN_ISDIR` on `IN_DELETE_SELF`
         self.emit(ino, IN_DELETE_SELF, 0, b"");
         // Before the parent's `IN_DELETE`, as Linux orders them.
-        for w in self.notify.watches.remove(&ino).unwrap_or_default() {
+        for w in self.notify.remove_inode(ino) {
             let mut rec = Vec::new();
             encode(&mut rec, w.wd, IN_IGNORED, 0, b"");
             self.append(w.queue, rec);
-            self.hold(w.queue, false);
+            self.hold(w.queue);
         }
     }
 
@@ -642,13 +698,8 @@ impl<S: BlockStore> FileServer<S> {
                 let mut rec = Vec::new();
                 encode(&mut rec, w.wd, IN_IGNORED, 0, b"");
                 self.append(w.queue, rec);
-                if let Some(l) = self.notify.watches.get_mut(&watched) {
-                    l.retain(|x| !(x.queue == w.queue && x.wd == w.wd));
-                    if l.is_empty() {
-                        self.notify.watches.remove(&watched);
-                    }
-                }
-                self.hold(w.queue, false);
+                self.notify.remove(watched, w.queue, w.wd);
+                self.hold(w.queue);
             }
         }
     }
@@ -715,7 +766,9 @@ impl<S: BlockStore> FileServer<S> {
             let mut hd = [0u8; EVENT_HEADER];
             self.ring_read(h, last - 1, &mut hd);
             let (_, _, _, len) = decode_header(&hd);
-            last_rec.resize(EVENT_HEADER + len as usize, 0);
+            // A scribbled length must not make this server allocate much.
+            let len = (len as usize).min(EVENT_HEADER + atoll_proto::MAX_NAME);
+            last_rec.resize(EVENT_HEADER + len, 0);
             self.ring_read(h, last - 1, &mut last_rec);
         }
         if last_rec == rec {
@@ -786,21 +839,20 @@ impl<S: BlockStore> FileServer<S> {
         if !self.notify.pending.is_empty() {
             self.flush();
         }
-        let mut dead: Vec<QueueRef> = Vec::new();
-        for l in self.notify.watches.values() {
-            for w in l {
-                if !dead.contains(&w.queue) && !self.queue_alive(w.queue) {
-                    dead.push(w.queue);
-                }
-            }
-        }
+        // One look per queue with watches here (not per watch).
+        let dead: Vec<QueueRef> = (self.notify.held.keys())
+            .filter(|q| !self.queue_alive(**q))
+            .copied()
+            .collect();
         if !dead.is_empty() {
             self.notify.watches.retain(|_, l| {
                 l.retain(|w| !dead.contains(&w.queue));
                 !l.is_empty()
             });
             for q in dead {
-                self.hold(q, false);
+                self.notify.held.remove(&q);
+                self.notify.names_key = None;
+                self.hold(q);
             }
         }
         let mut k = 0;

@@ -350,3 +350,47 @@ fn writes_of_unwatched_files_ask_nothing_of_the_client() {
     watch(&mut fs, S1, q, ROOT, IN_MODIFY).unwrap();
     assert!(write(&mut fs, d, 10, None));
 }
+
+#[test]
+fn a_file_moved_out_of_a_watched_directory_no_longer_reports_to_it() {
+    let mut fs = server();
+    let (q, qr) = queue(&mut fs, S1);
+    let (_, d) = create(&mut fs, b"f");
+    let mk = Request::MakeNode {
+        dir: ROOT,
+        name: b"other",
+        ftype: FileType::Directory,
+        perm: 0o755,
+        rdev: 0,
+        target: b"",
+        home: 0,
+        distributed: false,
+    };
+    let mut out = Vec::new();
+    let other = match fs.handle(S1, ME, mk, &mut out) {
+        Reply::Entry { ino, .. } => ino,
+        r => panic!("{r:?}"),
+    };
+    let (wd, _) = watch(&mut fs, S1, q, ROOT, IN_MODIFY | IN_MOVED_FROM).unwrap();
+    assert!(write(&mut fs, d, 1, None));
+    let req = Request::Rename {
+        olddir: ROOT,
+        oldname: b"f",
+        newdir: other,
+        newname: b"f",
+        flags: 0,
+    };
+    ok(&mut fs, S1, req);
+    write(&mut fs, d, 1, None);
+    let ev: Vec<(i32, u32, Vec<u8>)> = drain(&mut fs, qr.header)
+        .into_iter()
+        .map(|e| (e.0, e.1, e.3))
+        .collect();
+    assert_eq!(
+        ev,
+        [
+            (wd, IN_MODIFY, b"f".to_vec()),
+            (wd, IN_MOVED_FROM, b"f".to_vec())
+        ]
+    );
+}

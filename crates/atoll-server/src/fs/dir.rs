@@ -111,7 +111,6 @@ impl Shard {
         self.next_seq
     }
     /// Entries with cookie strictly after `cookie`, in cookie order.
-
     pub fn after(&self, cookie: u64) -> impl Iterator<Item = (u64, &[u8], Dent)> + '_ {
         self.by_seq
             .range(cookie.saturating_add(1).max(FIRST_SEQ)..)

@@ -640,8 +640,9 @@ impl<S: BlockStore> FileServer<S> {
     }
 
     /// Would a change of `ino` (owned here) reach a watch held here? Over
-    /// all watched directories, not only those naming it: cheap, and a
-    /// false yes costs one posted message.
+    /// all watched directories held here, not only those naming it: cheap
+    /// and never stale, and a false yes costs the client one round trip
+    /// per write (`InotifyModified`) and waiting closes.
     pub(super) fn watched(&self, ino: InodeId) -> bool {
         self.notify.watches.contains_key(&ino)
             || self

@@ -115,10 +115,21 @@ pub fn open_inode(
     ino: InodeId,
     flags: u32,
 ) -> Result<(DescId, atoll_proto::Attr)> {
+    open_inode_via(c, lane, ino, flags, None)
+}
+
+/// [`open_inode`] of the inode entry `via` names (`Request::OpenInode`).
+pub fn open_inode_via(
+    c: &Client,
+    lane: &Lane,
+    ino: InodeId,
+    flags: u32,
+    via: Option<atoll_proto::EntryName<'_>>,
+) -> Result<(DescId, atoll_proto::Attr)> {
     lane.call(
         c,
         ino.owner(),
-        Request::OpenInode { ino, flags },
+        Request::OpenInode { ino, flags, via },
         |r| match r {
             Reply::Opened {
                 desc,
@@ -342,7 +353,8 @@ pub fn open(
                         return err(libc::ENOTDIR);
                     }
                     let plain = oflags & !(libc::O_CREAT | libc::O_EXCL) as u32;
-                    match open_inode(c, lane, ino, plain) {
+                    let via = atoll_proto::EntryName { dir: w.dir, name };
+                    match open_inode_via(c, lane, ino, plain, Some(via)) {
                         Err(Error::Errno(libc::ENOENT)) if stale_retries > 0 => {
                             stale_retries -= 1;
                             match call()? {

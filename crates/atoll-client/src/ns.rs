@@ -1011,7 +1011,7 @@ fn cross_server_rename(
                     ino,
                     ftype,
                     replace: true,
-                    moved_from: Some(atoll_proto::MovedFrom {
+                    moved_from: Some(atoll_proto::EntryName {
                         dir: dir1,
                         name: n1,
                     }),

@@ -493,7 +493,7 @@ pub enum Request<'a> {
         /// `IN_MOVED_TO`, one cookie) in Linux's order; the `Unlink` that
         /// follows reports nothing.
         #[serde(borrow)]
-        moved_from: Option<MovedFrom<'a>>,
+        moved_from: Option<EntryName<'a>>,
     },
     /// Remove an entry (Hare RM_MAP). If `expect` is set the entry must
     /// still name that inode (`ESTALE` otherwise). If the inode is owned by
@@ -592,6 +592,12 @@ pub enum Request<'a> {
     OpenInode {
         ino: InodeId,
         flags: u32,
+        /// The entry the client resolved to reach `ino`, if any: changes
+        /// made through this description are reported to that
+        /// directory's watchers (`inotify`), as Linux reports them to the
+        /// parent of the name a file was opened through.
+        #[serde(borrow)]
+        via: Option<EntryName<'a>>,
     },
     /// Extended attributes. → `Ok` | `Xattr` | `XattrNames`
     GetXattr {
@@ -1082,9 +1088,11 @@ pub enum Reply<'a> {
     },
 }
 
-/// The old entry of a rename across servers (`Request::Link`).
+/// An entry of a directory: the old name of a rename across servers
+/// (`Request::Link`), or the name a file is opened through
+/// (`Request::OpenInode`).
 #[derive(Serialize, Deserialize, Clone, Copy, PartialEq, Eq, Debug)]
-pub struct MovedFrom<'a> {
+pub struct EntryName<'a> {
     pub dir: InodeId,
     #[serde(borrow)]
     pub name: &'a [u8],

@@ -145,10 +145,10 @@ fn inotifywait_sees_the_events_tmpfs_gives() {
 /// `poll`/`epoll`, blocking reads woken by another process and cut by a
 /// signal, `IN_Q_OVERFLOW`: the probe's transcript equals tmpfs's.
 ///
-/// Distributed directories are left out: a file renamed to a name another
-/// server holds no longer reports its own changes to its directory's
-/// watchers (see COMPATIBILITY.md); `inotifywait_sees_the_events_tmpfs_gives`
-/// covers them for the rest.
+/// Distributed directories are left out: a `chmod` or `truncate` by path
+/// of a file renamed to a name another server holds is not reported to
+/// its directory's watchers (see COMPATIBILITY.md);
+/// `inotifywait_sees_the_events_tmpfs_gives` covers them for the rest.
 #[test]
 fn probe_matches_tmpfs() {
     let dir = tempfile::tempdir().unwrap();

@@ -596,12 +596,29 @@ impl<S: BlockStore> FileServer<S> {
     /// `ino` (owned here) changed: tell watches of it and of the watched
     /// directories whose entries held here name it.
     pub(super) fn emit_changed(&mut self, ino: InodeId, mask: u32) {
+        self.emit_changed_via(ino, mask, None);
+    }
+
+    /// [`Self::emit_changed`] for a change made through a description
+    /// opened through entry `via` held on another server: that
+    /// directory's watchers hear of it too.
+    pub(super) fn emit_changed_via(
+        &mut self,
+        ino: InodeId,
+        mask: u32,
+        via: Option<(InodeId, Box<[u8]>)>,
+    ) {
         if self.notify.watches.is_empty() {
             return;
         }
         let ftype = self.inodes.get(&ino).map_or(FileType::Regular, |i| i.ftype);
         self.index_names();
-        let names = self.notify.names.get(&ino).cloned().unwrap_or_default();
+        let mut names = self.notify.names.get(&ino).cloned().unwrap_or_default();
+        if let Some((dir, name)) = via {
+            if !names.iter().any(|(d, n)| *d == dir && **n == *name) {
+                names.push((dir, name.into_vec()));
+            }
+        }
         // The parent's watch first, then the inode's, as Linux queues them.
         for (dir, name) in names {
             self.emit(dir, mask | isdir(ftype), 0, &name);
@@ -639,6 +656,17 @@ impl<S: BlockStore> FileServer<S> {
         self.notify.names_key = key;
     }
 
+    /// [`Self::watched`] for the inode of a description, or its directory
+    /// when it was opened through an entry held elsewhere.
+    pub(super) fn desc_watched(&self, desc: DescId) -> bool {
+        self.descs.get(&desc).is_some_and(|d| {
+            self.watched(d.ino)
+                || d.via
+                    .as_ref()
+                    .is_some_and(|(dir, _)| self.notify.watches.contains_key(dir))
+        })
+    }
+
     /// Would a change of `ino` (owned here) reach a watch held here? Over
     /// all watched directories held here, not only those naming it: cheap
     /// and never stale, and a false yes costs the client one round trip
@@ -653,14 +681,19 @@ impl<S: BlockStore> FileServer<S> {
     }
 
     /// A description of `ino` died: `IN_CLOSE_WRITE` if it could write.
-    pub(super) fn notify_closed(&mut self, ino: InodeId, wrote: bool) {
+    pub(super) fn notify_closed(
+        &mut self,
+        ino: InodeId,
+        wrote: bool,
+        via: Option<(InodeId, Box<[u8]>)>,
+    ) {
         if wrote
             && self
                 .inodes
                 .get(&ino)
                 .is_some_and(|i| i.ftype == FileType::Regular)
         {
-            self.emit_changed(ino, IN_CLOSE_WRITE);
+            self.emit_changed_via(ino, IN_CLOSE_WRITE, via);
         }
     }
 

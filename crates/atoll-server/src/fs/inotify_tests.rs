@@ -394,3 +394,46 @@ fn a_file_moved_out_of_a_watched_directory_no_longer_reports_to_it() {
         ]
     );
 }
+
+#[test]
+fn a_description_opened_by_a_name_held_elsewhere_reports_to_that_directory() {
+    let mut fs = server();
+    let (q, qr) = queue(&mut fs, S1);
+    let (f, d) = create(&mut fs, b"here");
+    ok(&mut fs, S1, Request::Close { desc: d });
+    let (wd, _) = watch(&mut fs, S1, q, ROOT, IN_MODIFY | IN_CLOSE_WRITE).unwrap();
+    // As if "there" were an entry of ROOT on another server naming `f`.
+    let via = Some(atoll_proto::EntryName {
+        dir: ROOT,
+        name: b"there",
+    });
+    let mut out = Vec::new();
+    let req = Request::OpenInode {
+        ino: f,
+        flags: libc::O_WRONLY as u32,
+        via,
+    };
+    let d = match fs.handle(S1, ME, req, &mut out) {
+        Reply::Opened { desc, watched, .. } => {
+            assert!(watched);
+            desc
+        }
+        r => panic!("{r:?}"),
+    };
+    assert!(write(&mut fs, d, 3, None));
+    ok(&mut fs, S1, Request::Close { desc: d });
+    let ev: Vec<(i32, u32, Vec<u8>)> = drain(&mut fs, qr.header)
+        .into_iter()
+        .map(|e| (e.0, e.1, e.3))
+        .collect();
+    let name = |n: &[u8]| n.to_vec();
+    assert_eq!(
+        ev,
+        [
+            (wd, IN_MODIFY, name(b"here")),
+            (wd, IN_MODIFY, name(b"there")),
+            (wd, IN_CLOSE_WRITE, name(b"here")),
+            (wd, IN_CLOSE_WRITE, name(b"there")),
+        ]
+    );
+}

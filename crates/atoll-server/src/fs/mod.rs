@@ -137,6 +137,9 @@ struct Desc {
     refs: HashMap<SessionId, u32>,
     /// A FIFO end's partner-open count when it was opened (`Reply::Pipe`).
     partner_opens: Option<u32>,
+    /// The entry it was opened through when that lives on another server
+    /// (`Request::OpenInode::via`), for its directory's watchers.
+    via: Option<(InodeId, Box<[u8]>)>,
 }
 
 impl Desc {
@@ -826,13 +829,16 @@ impl<S: BlockStore> FileServer<S> {
                 self.drop_link(ino);
                 Ok(Reply::Ok)
             }
-            Q::OpenInode { ino, flags } => {
+            Q::OpenInode { ino, flags, via } => {
                 let (desc, attr) = self.open_inode(session, who, ino, flags, true)?;
+                if let (Some(v), Some(d)) = (via, self.descs.get_mut(&desc)) {
+                    d.via = Some((v.dir, v.name.into()));
+                }
                 Ok(Reply::Opened {
                     desc,
                     attr,
                     created: false,
-                    watched: self.watched(attr.ino),
+                    watched: self.desc_watched(desc),
                 })
             }
             Q::GetXattr { ino, name } => self.get_xattr(who, ino, name, out),
@@ -873,7 +879,7 @@ impl<S: BlockStore> FileServer<S> {
             }
             Q::Write { desc, len, offset } => {
                 let (off, got, extents) = self.write(session, who, desc, len, offset)?;
-                let watched = got > 0 && self.descs.get(&desc).is_some_and(|d| self.watched(d.ino));
+                let watched = got > 0 && self.desc_watched(desc);
                 Ok(Reply::Extents {
                     offset: off,
                     len: got,
@@ -950,8 +956,9 @@ impl<S: BlockStore> FileServer<S> {
             }
             Q::InotifyRmWatch { desc, wd } => self.inotify_rm_watch(session, desc, wd),
             Q::InotifyModified { desc } => {
-                let ino = self.desc(session, desc)?.ino;
-                self.emit_changed(ino, atoll_proto::inotify::IN_MODIFY);
+                let d = self.desc(session, desc)?;
+                let (ino, via) = (d.ino, d.via.clone());
+                self.emit_changed_via(ino, atoll_proto::inotify::IN_MODIFY, via);
                 Ok(Reply::Ok)
             }
             Q::InotifyRegister {
@@ -1288,7 +1295,7 @@ impl<S: BlockStore> FileServer<S> {
                 i.release_deferred(&mut self.cache);
             }
         }
-        self.notify_closed(d.ino, d.writable());
+        self.notify_closed(d.ino, d.writable(), d.via.clone());
         self.queue_closed(d.ino);
         self.pipe_released(d.ino, d.flags);
         self.maybe_free(d.ino);
@@ -1499,6 +1506,7 @@ impl<S: BlockStore> FileServer<S> {
                 offset: 0,
                 refs: HashMap::from([(session, 1)]),
                 partner_opens,
+                via: None,
             },
         );
         if let Some(i) = self.inodes.get_mut(&ino) {

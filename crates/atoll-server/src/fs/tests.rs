@@ -445,7 +445,15 @@ fn symlinks_are_followed_by_the_client_and_refused_with_nofollow() {
         t.ok(S1, USER, Request::ReadLink { ino: l }),
         Own::Bytes(b"target/path".to_vec())
     );
-    let e = t.err(S1, USER, Request::OpenInode { ino: l, flags: 0 });
+    let e = t.err(
+        S1,
+        USER,
+        Request::OpenInode {
+            ino: l,
+            flags: 0,
+            via: None,
+        },
+    );
     assert_eq!(e, Errno::ELOOP);
 }
 
@@ -2275,7 +2283,8 @@ fn make_node_creates_fifos_and_refuses_devices_for_users() {
             USER,
             Request::OpenInode {
                 ino: sock,
-                flags: 0
+                flags: 0,
+                via: None
             }
         ),
         Errno::ENXIO

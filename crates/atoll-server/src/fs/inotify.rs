@@ -25,10 +25,12 @@
 //!
 //! Child events (a file in a watched directory was modified, changed
 //! attributes, closed after writing) need the file's name: the server
-//! that owns the file finds it among the entries of the watched directory
-//! it holds itself. A file whose entry lives on another server than its
-//! inode (creation affinity, a rename across servers) reports to watches
-//! of the file itself but not to its directory's.
+//! that owns the file finds it among the entries of the watched
+//! directories it holds itself (`index_names`), or in the entry a
+//! description was opened through when that lives on another server
+//! (`Request::OpenInode::via`). A change by path of a file whose entry
+//! lives elsewhere (a rename across servers, creation affinity) reaches
+//! watches of the file itself but not its directory's.
 //!
 //! Life cycle of a queue:
 //! ```text

@@ -237,3 +237,39 @@ fn a_killed_watcher_leaves_the_directory_watchable() {
         );
     }
 }
+
+/// What a watcher costs writers: best-of-five mean of 20 000 appends of 64
+/// bytes from Python, with no watcher, while `inotifywait -m` watches the
+/// directory, and after it left (its watches are gone again).
+#[test]
+#[ignore = "measurement: cargo test --release -p atoll-tests --test inotify -- --ignored --nocapture"]
+fn measure_write_cost_of_a_watcher() {
+    require("inotifywait");
+    let script = r#"
+        cd "$ROOT"; mkdir d
+        W='import os,time
+fd=os.open("d/f",os.O_WRONLY|os.O_CREAT|os.O_APPEND)
+best=1e9
+for r in range(5):
+    t=time.perf_counter()
+    for _ in range(20000): os.write(fd,b"x"*64)
+    best=min(best,(time.perf_counter()-t)/20000*1e6)
+print("%.2f us/write" % best)'
+        echo -n "no watcher: "; python3 -c "$W"
+        inotifywait -m -e modify d > /dev/null 2> setup & P=$!
+        until grep -q established setup; do sleep 0.02; done
+        echo -n "inotifywait -m on the directory: "; python3 -c "$W"
+        kill $P; wait $P 2>/dev/null
+        echo -n "after the watcher left: "; python3 -c "$W"
+    "#;
+    for shape in [
+        &["--servers", "2"][..],
+        &["--servers", "3", "--distribute", "all"],
+    ] {
+        let out = run_in_atoll(shape, script);
+        println!("{shape:?}:\n{}", text(&out.stdout));
+        assert!(out.status.success(), "{}", text(&out.stderr));
+    }
+    let host = run_on_tmpfs(script);
+    println!("tmpfs:\n{}", text(&host.stdout));
+}

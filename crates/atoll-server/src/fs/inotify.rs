@@ -767,12 +767,15 @@ impl<S: BlockStore> FileServer<S> {
                 continue;
             }
             self.cache.store.put_u32(q.header, OWNER, 0);
-            self.put_record(q.header, &rec);
+            let grew = self.put_record(q.header, &rec);
             if self.cache.store.swap_u32(q.header, LOCK, 0) == 2 {
                 self.cache.store.wake(q.header, LOCK);
             }
-            let wake = self.cache.store.get_u32(q.header, RSLEEP) > 0;
-            self.cache.store.add_u32(q.header, RSEQ, 1, wake);
+            // A merged record gives the reader nothing new to wake for.
+            if grew {
+                let wake = self.cache.store.get_u32(q.header, RSLEEP) > 0;
+                self.cache.store.add_u32(q.header, RSEQ, 1, wake);
+            }
         }
         if blocked.is_empty() {
             self.notify.stalls = 0;
@@ -790,8 +793,8 @@ impl<S: BlockStore> FileServer<S> {
     /// Copy one record into the ring (lock held): merged with an identical
     /// last unread record, or replaced by `IN_Q_OVERFLOW` when the ring
     /// has no room for it and the overflow record (Linux's
-    /// `fsnotify_add_event` with `max_events`).
-    fn put_record(&mut self, h: u32, rec: &[u8]) {
+    /// `fsnotify_add_event` with `max_events`). Whether the ring grew.
+    fn put_record(&mut self, h: u32, rec: &[u8]) -> bool {
         let st = &self.cache.store;
         let head = st.get_u64(h, HEAD);
         let tail = st.get_u64(h, TAIL);
@@ -809,7 +812,7 @@ impl<S: BlockStore> FileServer<S> {
         }
         if last_rec == rec {
             self.notify.merged += 1;
-            return;
+            return false;
         }
         let used = head.wrapping_sub(tail);
         let mut overflow = Vec::new();
@@ -819,7 +822,7 @@ impl<S: BlockStore> FileServer<S> {
             self.notify.overflowed += 1;
             encode(&mut overflow, -1, IN_Q_OVERFLOW, 0, b"");
             if last_rec == overflow || used + EVENT_HEADER as u64 > cap {
-                return;
+                return false;
             }
             &overflow
         };
@@ -828,6 +831,7 @@ impl<S: BlockStore> FileServer<S> {
         st.put_u64(h, LAST, head + 1);
         st.put_u64(h, HEAD, head + rec.len() as u64);
         self.notify.appended += 1;
+        true
     }
 
     fn ring_span(

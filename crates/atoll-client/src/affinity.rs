@@ -119,10 +119,16 @@ pub fn create(
             open,
         },
         |r| match r {
-            Reply::Opened { desc, attr, .. } => Ok(Created {
+            Reply::Opened {
+                desc,
+                attr,
+                watched,
+                ..
+            } => Ok(Created {
                 ino: attr.ino,
                 opened: Some((desc, attr)),
-            }),
+            })
+            .inspect(|_| crate::inotify::saw_watched(watched)),
             Reply::Entry { ino, .. } => Ok(Created { ino, opened: None }),
             _ => Err(Error::Protocol("CreateInode")),
         },
@@ -161,6 +167,7 @@ pub fn create(
                 ino: made.ino,
                 ftype,
                 replace: false,
+                moved_from: None,
             },
             |r| match r {
                 Reply::Linked { .. } => Ok(()),

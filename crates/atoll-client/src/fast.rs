@@ -27,6 +27,7 @@ pub fn extents_variant() -> u32 {
             offset: 0,
             len: 0,
             extents: Vec::new(),
+            watched: false,
         },
     };
     let mut buf = [0u8; 32];
@@ -70,6 +71,8 @@ pub enum Decoded {
         id: u64,
         offset: u64,
         len: u64,
+        /// The written file is watched (`Reply::Extents::watched`).
+        watched: bool,
     },
     /// The callback refused an extent (e.g. outside the cache).
     Refused {
@@ -115,7 +118,17 @@ pub fn decode_extents(bytes: &[u8], mut on: impl FnMut(u64, u64, Extent) -> bool
             return Decoded::Refused { id };
         }
     }
-    Decoded::Extents { id, offset, len }
+    let watched = match r.b.get(r.pos) {
+        Some(0) => false,
+        Some(1) => true,
+        _ => return Decoded::Malformed,
+    };
+    Decoded::Extents {
+        id,
+        offset,
+        len,
+        watched,
+    }
 }
 
 #[cfg(test)]
@@ -142,6 +155,7 @@ mod tests {
                 offset: 5000,
                 len: 3192 + (1 << 20),
                 extents: extents.clone(),
+                watched: true,
             },
         };
         let mut buf = [0u8; 256];
@@ -151,8 +165,14 @@ mod tests {
             seen.push(e);
             true
         }) {
-            Decoded::Extents { id, offset, len } => {
+            Decoded::Extents {
+                id,
+                offset,
+                len,
+                watched,
+            } => {
                 assert_eq!((id, offset, len), (300, 5000, 3192 + (1 << 20)));
+                assert!(watched);
             }
             _ => panic!("not decoded as extents"),
         }

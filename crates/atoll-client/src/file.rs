@@ -102,7 +102,8 @@ fn close_desc_as(c: &Client, desc: DescId, _ino: InodeId, post: bool) {
 /// (a write after the last reader's close must see `EPIPE`).
 pub fn closer(desc: DescId, ino: InodeId, ftype: FileType) {
     if let Some(c) = crate::session::client() {
-        let post = matches!(ftype, FileType::Regular | FileType::Directory);
+        let post = matches!(ftype, FileType::Regular | FileType::Directory)
+            && !crate::inotify::watched_seen();
         close_desc_as(c, desc, ino, post);
     }
 }
@@ -114,12 +115,31 @@ pub fn open_inode(
     ino: InodeId,
     flags: u32,
 ) -> Result<(DescId, atoll_proto::Attr)> {
+    open_inode_via(c, lane, ino, flags, None)
+}
+
+/// [`open_inode`] of the inode entry `via` names (`Request::OpenInode`).
+pub fn open_inode_via(
+    c: &Client,
+    lane: &Lane,
+    ino: InodeId,
+    flags: u32,
+    via: Option<atoll_proto::EntryName<'_>>,
+) -> Result<(DescId, atoll_proto::Attr)> {
     lane.call(
         c,
         ino.owner(),
-        Request::OpenInode { ino, flags },
+        Request::OpenInode { ino, flags, via },
         |r| match r {
-            Reply::Opened { desc, attr, .. } => Ok((desc, attr)),
+            Reply::Opened {
+                desc,
+                attr,
+                watched,
+                ..
+            } => {
+                crate::inotify::saw_watched(watched);
+                Ok((desc, attr))
+            }
             _ => Err(Error::Protocol("OpenInode")),
         },
     )
@@ -153,7 +173,15 @@ fn tmpfile(c: &Client, lane: &Lane, mut w: Box<Walker<'_>>, flags: u32, mode: u3
             flags: open,
         },
         |r| match r {
-            Reply::Opened { desc, attr, .. } => Ok((desc, attr)),
+            Reply::Opened {
+                desc,
+                attr,
+                watched,
+                ..
+            } => {
+                crate::inotify::saw_watched(watched);
+                Ok((desc, attr))
+            }
             _ => Err(Error::Protocol("CreateTmpfile")),
         },
     )?;
@@ -270,7 +298,15 @@ pub fn open(
                     umask,
                 },
                 |r| match r {
-                    Reply::Opened { desc, attr, .. } => Ok(R::Opened(desc, attr)),
+                    Reply::Opened {
+                        desc,
+                        attr,
+                        watched,
+                        ..
+                    } => {
+                        crate::inotify::saw_watched(watched);
+                        Ok(R::Opened(desc, attr))
+                    }
                     Reply::Entry { ino, ftype } => Ok(R::Entry(ino, ftype)),
                     Reply::Symlink { target, .. } => Ok(R::Symlink(Box::new(
                         crate::path::PathBuf::from_bytes(target)?,
@@ -317,7 +353,8 @@ pub fn open(
                         return err(libc::ENOTDIR);
                     }
                     let plain = oflags & !(libc::O_CREAT | libc::O_EXCL) as u32;
-                    match open_inode(c, lane, ino, plain) {
+                    let via = atoll_proto::EntryName { dir: w.dir, name };
+                    match open_inode_via(c, lane, ino, plain, Some(via)) {
                         Err(Error::Errno(libc::ENOENT)) if stale_retries > 0 => {
                             stale_retries -= 1;
                             match call()? {
@@ -421,7 +458,7 @@ pub fn read_id(
         let got = if direct {
             // Copy each extent as it is decoded (no allocation).
             let mut ok = true;
-            let (at, len) = lane.call_extents(
+            let (at, len, _) = lane.call_extents(
                 c,
                 server,
                 Request::Read {
@@ -517,10 +554,15 @@ fn write_at(c: &Client, lane: &Lane, d: &DescRef, src: &[u8], off: Option<u64>) 
                     }
                 },
             )
-            .and_then(|(_, len)| {
+            .and_then(|(_, len, watched)| {
                 let n = (len as usize).min(want);
                 if covered != n {
                     return err(libc::EIO);
+                }
+                if watched {
+                    // The bytes are in: now the watchers may look.
+                    crate::inotify::saw_watched(true);
+                    let _ = lane.call_ok(c, server, Request::InotifyModified { desc });
                 }
                 Ok(n)
             })

@@ -52,6 +52,7 @@ mod fdtable;
 mod file;
 mod hybrid;
 mod incoherent;
+mod inotify;
 pub mod intr;
 mod mapping;
 mod meta;
@@ -151,7 +152,7 @@ pub fn active() -> bool {
 }
 
 /// Does the path argument at `ptr` (relative to `dirfd`) concern atoll?
-fn path_concerns(c: &Client, dirfd: i64, ptr: u64) -> bool {
+pub(crate) fn path_concerns(c: &Client, dirfd: i64, ptr: u64) -> bool {
     match sys::user_path(ptr) {
         Ok([]) => fdtable::is_atoll(dirfd) || (dirfd == libc::AT_FDCWD as i64 && c.cwd().is_some()),
         Ok(p) => walk::concerns(c, dirfd, p) || names_atoll_fd(p),
@@ -293,6 +294,9 @@ fn concerns(nr: i64, a: &[u64; 6]) -> bool {
         SYS_copy_file_range | SYS_splice => at(0) || at(2),
         SYS_sendfile => at(0) || at(1),
         SYS_poll | SYS_ppoll => fdtable::any(),
+        SYS_inotify_add_watch => at(0) || path_concerns(c, cwd(), a[1]),
+        SYS_inotify_rm_watch => at(0),
+        SYS_fanotify_mark => path_concerns(c, fdarg(a[3]), a[4]) || (a[4] == 0 && at(3)),
         SYS_epoll_ctl => at(2),
         SYS_bind | SYS_connect | SYS_sendto | SYS_sendmsg | SYS_getsockname | SYS_getpeername
         | SYS_accept | SYS_accept4 | SYS_recvfrom | SYS_recvmsg => unixsock::may_concern(c, nr, a),
@@ -325,7 +329,7 @@ fn rehost(nr: i64, a: &[u64; 6], p: &PathBuf) -> i64 {
         SYS_openat | SYS_openat2 | SYS_newfstatat | SYS_statx | SYS_faccessat | SYS_faccessat2
         | SYS_mkdirat | SYS_unlinkat | SYS_readlinkat | SYS_fchmodat | SYS_fchmodat2
         | SYS_fchownat | SYS_utimensat | SYS_futimesat | SYS_mknodat => (1, Some(0)),
-        SYS_symlink => (1, None),
+        SYS_symlink | SYS_inotify_add_watch => (1, None),
         SYS_symlinkat => (2, Some(1)),
         _ => (0, None),
     };
@@ -602,6 +606,9 @@ fn run(c: &'static Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
             done(old)
         }
         SYS_getppid => done(exec::proxy_getppid()),
+        SYS_inotify_add_watch => inotify::add_watch(c, fd0, a[1], a[2] as u32),
+        SYS_inotify_rm_watch => inotify::rm_watch(c, fd0, a[1] as i32),
+        SYS_fanotify_mark => inotify::fanotify_mark(c, fdarg(a[3]), a[4]),
         // io_uring submits file operations the kernel runs without a system
         // call atoll could see (on placeholder descriptors, or on host paths
         // in the program's name). Answer as a kernel built without it, so

@@ -1015,6 +1015,10 @@ fn cross_server_rename(
                     ino,
                     ftype,
                     replace: true,
+                    moved_from: Some(atoll_proto::EntryName {
+                        dir: dir1,
+                        name: n1,
+                    }),
                 },
                 |r| match r {
                     Reply::Linked { replaced } => Ok(replaced),
@@ -1187,6 +1191,7 @@ pub fn link(
                 ino,
                 ftype,
                 replace: false,
+                moved_from: None,
             },
             |r| match r {
                 Reply::Linked { .. } => Ok(()),

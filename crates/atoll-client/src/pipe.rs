@@ -76,6 +76,12 @@ pub fn enabled() -> bool {
     ATOLL_PIPES.load(Ordering::Relaxed)
 }
 
+/// This process now holds a pipe end or a notification queue (which the
+/// pipe layer serves too, `inotify`).
+pub fn mark_active() {
+    ACTIVE.store(true, Ordering::Relaxed);
+}
+
 /// May this process hold a pipe end? (Cheap gate for the hot paths.)
 pub fn active() -> bool {
     ACTIVE.load(Ordering::Relaxed)
@@ -87,7 +93,7 @@ fn cookie(header: u32) -> u64 {
 
 /// The ring of a FIFO description (its header block is in the cookie).
 fn ring(c: &Client, d: &DescRef) -> Result<Ring> {
-    let h = d.cookie().load(Ordering::Relaxed);
+    let h = d.cookie().load(Ordering::Relaxed) & !crate::inotify::QUEUE_COOKIE;
     if h == 0 || h > u32::MAX as u64 {
         return err(libc::EIO);
     }
@@ -316,7 +322,7 @@ pub fn reopen(c: &Client, path: &[u8], flags: u32) -> Result<Option<Out>> {
 /// Sleep on wait word `seq` (sleeper count `sleep`) unless it moved from
 /// `seen`. `Err(ERESTARTSYS)` when a deferred program signal waits: the
 /// caller unwinds (see `intr`).
-fn sleep(ring: &Ring, seq: usize, sleep: usize, seen: u32) -> Result<()> {
+pub(crate) fn sleep(ring: &Ring, seq: usize, sleep: usize, seen: u32) -> Result<()> {
     let r = ring.futex_wait(seq, seen, None);
     ring.word(sleep).fetch_sub(1, Ordering::AcqRel);
     if r == -(libc::EIO as i64) {
@@ -343,10 +349,13 @@ pub fn read(c: &Client, d: &DescRef, buf: &mut [u8]) -> Result<usize> {
     if f & libc::O_PATH as u32 != 0 || f & libc::O_ACCMODE as u32 == libc::O_WRONLY as u32 {
         return err(libc::EBADF);
     }
+    let ring = ring(c, d)?;
+    if crate::inotify::is_queue(d) {
+        return crate::inotify::read(c, d, &ring, buf);
+    }
     if buf.is_empty() {
         return Ok(0);
     }
-    let ring = ring(c, d)?;
     loop {
         let sig = sys::SigBlock::new();
         ring.lock();

@@ -195,18 +195,19 @@ impl Lane {
         server: usize,
         req: Request<'_>,
         mut on: impl FnMut(u64, u64, Extent) -> bool,
-    ) -> Result<(u64, u64)> {
+    ) -> Result<(u64, u64, bool)> {
         use crate::fast::{decode_extents, Decoded};
         let id = self.send(c, c.cred(), server, req)?;
         let chan = &self.chans[server];
         loop {
-            let out = chan.recv(c.poll, |bytes| -> Option<Result<(u64, u64)>> {
+            let out = chan.recv(c.poll, |bytes| -> Option<Result<(u64, u64, bool)>> {
                 match decode_extents(bytes, &mut on) {
                     Decoded::Extents {
                         id: got,
                         offset,
                         len,
-                    } if got == id => Some(Ok((offset, len))),
+                        watched,
+                    } if got == id => Some(Ok((offset, len, watched))),
                     Decoded::Refused { id: got } if got == id => Some(Err(Error::Errno(libc::EIO))),
                     Decoded::Extents { id: got, .. }
                     | Decoded::Refused { id: got }

@@ -13,7 +13,6 @@
 use atoll_proto::{entry_server, Attr, DescId, FileType, InodeId, Reply, Request};
 
 use crate::error::{err, Error, Result};
-use crate::file::open_inode;
 use crate::session::Client;
 use crate::walk::Walker;
 
@@ -45,7 +44,8 @@ pub fn open(
                 if flags & libc::O_DIRECTORY as u32 != 0 && ftype != FileType::Directory {
                     return err(libc::ENOTDIR);
                 }
-                match open_inode(c, w.lane, ino, plain) {
+                let via = atoll_proto::EntryName { dir: w.dir, name };
+                match crate::file::open_inode_via(c, w.lane, ino, plain, Some(via)) {
                     // Unlinked between the two messages: look again.
                     Err(Error::Errno(libc::ENOENT)) => continue,
                     r => return r.map(Some),
@@ -58,7 +58,9 @@ pub fn open(
                     Err(Error::Errno(libc::EEXIST)) if !excl => continue,
                     Err(e) => return Err(e),
                 };
-                return open_inode(c, w.lane, ino, plain & !libc::O_TRUNC as u32).map(Some);
+                let via = atoll_proto::EntryName { dir: w.dir, name };
+                let plain = plain & !libc::O_TRUNC as u32;
+                return crate::file::open_inode_via(c, w.lane, ino, plain, Some(via)).map(Some);
             }
             Err(e) => return Err(e),
         }

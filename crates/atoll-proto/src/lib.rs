@@ -29,6 +29,7 @@
 #![forbid(unsafe_code)]
 
 pub mod boot;
+pub mod inotify;
 pub mod pipe;
 pub mod topology;
 
@@ -487,6 +488,12 @@ pub enum Request<'a> {
         ino: InodeId,
         ftype: FileType,
         replace: bool,
+        /// For the first half of a rename across servers: the old entry,
+        /// so that this server reports the move (`IN_MOVED_FROM` then
+        /// `IN_MOVED_TO`, one cookie) in Linux's order; the `Unlink` that
+        /// follows reports nothing.
+        #[serde(borrow)]
+        moved_from: Option<EntryName<'a>>,
     },
     /// Remove an entry (Hare RM_MAP). If `expect` is set the entry must
     /// still name that inode (`ESTALE` otherwise). If the inode is owned by
@@ -585,6 +592,12 @@ pub enum Request<'a> {
     OpenInode {
         ino: InodeId,
         flags: u32,
+        /// The entry the client resolved to reach `ino`, if any: changes
+        /// made through this description are reported to that
+        /// directory's watchers (`inotify`), as Linux reports them to the
+        /// parent of the name a file was opened through.
+        #[serde(borrow)]
+        via: Option<EntryName<'a>>,
     },
     /// Extended attributes. → `Ok` | `Xattr` | `XattrNames`
     GetXattr {
@@ -711,6 +724,48 @@ pub enum Request<'a> {
     /// or `OpenInode` of a FIFO answered `Opened`). → `Pipe` with `read`
     /// and `write` both `desc`
     PipeHeader {
+        desc: DescId,
+    },
+
+    // ---- change notification (inotify; layout in [`inotify`]) ----
+    /// Any server (the client picks one). Create a notification queue: an
+    /// anonymous inode, its ring and one read-only description (`flags &
+    /// O_NONBLOCK`) referenced by this session. → `Pipe` with `read` and
+    /// `write` both the description
+    InotifyInit {
+        flags: u32,
+    },
+    /// `desc.server()`, the queue's owner. Give `ino` its watch descriptor
+    /// in the queue behind `desc` (one inode, one descriptor) and work out
+    /// the watch's mask (`IN_MASK_ADD` adds to it, `IN_MASK_CREATE` on an
+    /// existing watch is `EEXIST`). The client then registers the watch
+    /// with the servers that see changes of `ino`. → `Watch`
+    InotifyAddWatch {
+        desc: DescId,
+        ino: InodeId,
+        mask: u32,
+    },
+    /// `desc.server()`. Forget watch `wd` and queue its `IN_IGNORED`
+    /// (`EINVAL` for an unknown `wd`); the client then drops it from the
+    /// servers it was registered with. → `Watch` (mask: the watch's)
+    InotifyRmWatch {
+        desc: DescId,
+        wd: i32,
+    },
+    /// The servers that see changes of `ino`: its owner (changes of the
+    /// inode itself) and, for a directory, every server (its entries, and
+    /// the inodes they name, may live on any). Record watch `wd` of `queue`
+    /// with `mask`, or drop it when `mask` is 0. → `Ok`
+    InotifyRegister {
+        queue: QueueRef,
+        ino: InodeId,
+        wd: i32,
+        mask: u32,
+    },
+    /// `desc.server()`, posted after the client copied the bytes of a
+    /// `Write` whose reply said `watched`: the file was modified
+    /// (`IN_MODIFY`). → `Ok`
+    InotifyModified {
         desc: DescId,
     },
 
@@ -973,6 +1028,10 @@ pub enum Reply<'a> {
         desc: DescId,
         attr: Attr,
         created: bool,
+        /// The inode may be watched (`inotify`) at this server: the client
+        /// closes it with a round trip, so that `IN_CLOSE_WRITE` is queued
+        /// before `close` returns.
+        watched: bool,
     },
     Symlink {
         ino: InodeId,
@@ -1010,6 +1069,10 @@ pub enum Reply<'a> {
         offset: u64,
         len: u64,
         extents: Vec<Extent>,
+        /// For `Write`: the file is watched (`inotify`) at this server, so
+        /// the client posts `InotifyModified` once the bytes are in (an
+        /// event sent now could be read before the data is there).
+        watched: bool,
     },
     Data(#[serde(borrow)] &'a [u8]),
     Written(u64),
@@ -1037,6 +1100,36 @@ pub enum Reply<'a> {
         /// otherwise.
         partner_opens: Option<u32>,
     },
+    /// A watch of a notification queue ([`inotify`]).
+    Watch {
+        wd: i32,
+        ino: InodeId,
+        mask: u32,
+        queue: QueueRef,
+        /// For `InotifyAddWatch`: a watch descriptor of the same inode
+        /// that the client drops from the servers first (0: none). An
+        /// `IN_ONESHOT` watch may have fired and gone on another server,
+        /// so a new watch of its inode gets a new descriptor.
+        replaced: i32,
+    },
+}
+
+/// An entry of a directory: the old name of a rename across servers
+/// (`Request::Link`), or the name a file is opened through
+/// (`Request::OpenInode`).
+#[derive(Serialize, Deserialize, Clone, Copy, PartialEq, Eq, Debug)]
+pub struct EntryName<'a> {
+    pub dir: InodeId,
+    #[serde(borrow)]
+    pub name: &'a [u8],
+}
+
+/// A notification queue as the servers that append to it know it: its
+/// header block and its identity (`inotify::QUEUE_ID`).
+#[derive(Serialize, Deserialize, Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub struct QueueRef {
+    pub header: u32,
+    pub id: u64,
 }
 
 /// A server-initiated message in a client's inbox (Hare §3.7.2). Sent

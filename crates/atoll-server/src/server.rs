@@ -301,6 +301,11 @@ pub fn run(params: ServerParams, admin: Receiver<Admin>) -> std::io::Result<Serv
             idle_rounds = 0;
         } else if waiting_on_clients {
             std::thread::yield_now();
+        } else if fs.has_pending_events() {
+            // A notification ring was locked by its reader for a moment:
+            // try again soon rather than sleep (`fs::inotify`).
+            fs.flush_events();
+            std::thread::yield_now();
         } else if params.poll == PollMode::Spin {
             // A spinning server never sleeps, so its clients do not ring
             // the doorbell (it would cost them a contended read-modify-write

@@ -49,6 +49,29 @@ pub trait BlockStore {
         let v = self.get_u32(block, off).wrapping_add(delta);
         self.put_u32(block, off, v);
     }
+    /// Store the `u64` at byte `off` (a multiple of 8) of `block`.
+    fn put_u64(&mut self, block: u32, off: usize, v: u64) {
+        self.write(block, off, &v.to_le_bytes());
+    }
+    /// Set the `u32` at byte `off` of `block` to `new` if it is `old`;
+    /// whether it was (a try-lock of a ring that never waits).
+    fn cas_u32(&mut self, block: u32, off: usize, old: u32, new: u32) -> bool {
+        if self.get_u32(block, off) != old {
+            return false;
+        }
+        self.put_u32(block, off, new);
+        true
+    }
+    /// Store `v` in the `u32` at byte `off` of `block`; the old value.
+    fn swap_u32(&mut self, block: u32, off: usize, v: u32) -> u32 {
+        let old = self.get_u32(block, off);
+        self.put_u32(block, off, v);
+        old
+    }
+    /// Wake every futex sleeper on the `u32` at byte `off` of `block`.
+    fn wake(&mut self, block: u32, off: usize) {
+        let _ = (block, off);
+    }
 }
 
 /// A private, heap-backed buffer cache (tests and tools).

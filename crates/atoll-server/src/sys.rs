@@ -82,6 +82,40 @@ impl BlockStore for SharedStore {
         }
     }
 
+    fn put_u64(&mut self, block: u32, off: usize, v: u64) {
+        if let Some(p) = self.at(block, off, off + 8) {
+            if off.is_multiple_of(8) {
+                // SAFETY: in range (checked by `at`) and 8-aligned (see
+                // `get_u64`); clients read it with atomics.
+                unsafe {
+                    (*(p as *const std::sync::atomic::AtomicU64))
+                        .store(v, std::sync::atomic::Ordering::Release)
+                }
+            }
+        }
+    }
+
+    fn cas_u32(&mut self, block: u32, off: usize, old: u32, new: u32) -> bool {
+        self.word(block, off).is_some_and(|w| {
+            w.compare_exchange(
+                old,
+                new,
+                std::sync::atomic::Ordering::Acquire,
+                std::sync::atomic::Ordering::Relaxed,
+            )
+            .is_ok()
+        })
+    }
+
+    fn swap_u32(&mut self, block: u32, off: usize, v: u32) -> u32 {
+        self.word(block, off)
+            .map_or(0, |w| w.swap(v, std::sync::atomic::Ordering::AcqRel))
+    }
+
+    fn wake(&mut self, block: u32, off: usize) {
+        self.add_u32(block, off, 0, true);
+    }
+
     fn add_u32(&mut self, block: u32, off: usize, delta: u32, wake: bool) {
         let Some(w) = self.word(block, off) else {
             return;

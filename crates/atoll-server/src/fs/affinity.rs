@@ -137,6 +137,7 @@ impl<S: BlockStore> FileServer<S> {
                     desc,
                     attr,
                     created: true,
+                    watched: self.watched(attr.ino),
                 })
             }
             Err(e) => {
@@ -279,6 +280,7 @@ mod tests {
                 ino,
                 ftype: FileType::Regular,
                 replace: false,
+                moved_from: None,
             },
             &mut out,
         );

@@ -78,6 +78,9 @@ impl Shard {
     pub fn is_empty(&self) -> bool {
         self.by_name.is_empty()
     }
+    pub fn len(&self) -> usize {
+        self.by_name.len()
+    }
     pub fn get(&self, name: &[u8]) -> Option<Dent> {
         self.by_name.get(name).copied()
     }
@@ -102,6 +105,10 @@ impl Shard {
             self.subdirs = self.subdirs.saturating_sub(1);
         }
         Some(d)
+    }
+    /// The cookie the next entry will get (moves on every insertion).
+    pub fn next_cookie(&self) -> u64 {
+        self.next_seq
     }
     /// Entries with cookie strictly after `cookie`, in cookie order.
     pub fn after(&self, cookie: u64) -> impl Iterator<Item = (u64, &[u8], Dent)> + '_ {

@@ -232,6 +232,7 @@ fn hard_links_are_refused_past_the_name_limit_and_allowed_after_unlink() {
         ino,
         ftype: FileType::Regular,
         replace: false,
+        moved_from: None,
     };
     assert_eq!(s.call(link(b"l1")), Got::Ok);
     assert_eq!(s.call(link(b"l2")), Got::Ok);

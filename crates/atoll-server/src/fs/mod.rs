@@ -54,6 +54,7 @@ mod affinity;
 mod blocks;
 mod dir;
 mod inode;
+mod inotify;
 pub mod limits;
 mod locks;
 mod mapping;
@@ -140,6 +141,9 @@ struct Desc {
     refs: HashMap<SessionId, u32>,
     /// A FIFO end's partner-open count when it was opened (`Reply::Pipe`).
     partner_opens: Option<u32>,
+    /// The entry it was opened through when that lives on another server
+    /// (`Request::OpenInode::via`), for its directory's watchers.
+    via: Option<(InodeId, Box<[u8]>)>,
 }
 
 impl Desc {
@@ -157,7 +161,7 @@ struct Session {
     groups: Rc<[u32]>,
 }
 
-const OP_NAMES: [&str; 51] = [
+const OP_NAMES: [&str; 56] = [
     "SetGroups",
     "Lookup",
     "Open",
@@ -209,6 +213,11 @@ const OP_NAMES: [&str; 51] = [
     "Unmap",
     "Exec",
     "Subdirs",
+    "InotifyInit",
+    "InotifyAddWatch",
+    "InotifyRmWatch",
+    "InotifyRegister",
+    "InotifyModified",
 ];
 
 fn op_index(req: &Request<'_>) -> usize {
@@ -265,6 +274,11 @@ fn op_index(req: &Request<'_>) -> usize {
         Unmap { .. } => 48,
         Exec { .. } => 49,
         Subdirs { .. } => 50,
+        InotifyInit { .. } => 51,
+        InotifyAddWatch { .. } => 52,
+        InotifyRmWatch { .. } => 53,
+        InotifyRegister { .. } => 54,
+        InotifyModified { .. } => 55,
     }
 }
 
@@ -297,6 +311,8 @@ pub struct FileServer<S> {
     sessions: HashMap<SessionId, Session>,
     cache: Cache<S>,
     pipes: pipe::Pipes,
+    /// Notification queues owned here and watches held here (`inotify`).
+    notify: inotify::Notify,
     /// Inodes placed here by creation affinity, not yet named (Hare §3.7.5).
     creating: affinity::Creating,
     requests: u64,
@@ -406,6 +422,7 @@ impl<S: BlockStore> FileServer<S> {
             sessions: HashMap::new(),
             cache,
             pipes: pipe::Pipes::default(),
+            notify: inotify::Notify::default(),
             creating: affinity::Creating::default(),
             requests: 0,
             bad_requests: 0,
@@ -477,6 +494,9 @@ impl<S: BlockStore> FileServer<S> {
         self.abandon_namespace_ops(session);
         self.drop_mappings(session);
         self.drop_texts(session);
+        if self.notify.busy() {
+            self.notify_tick();
+        }
         self.settle();
     }
 
@@ -546,6 +566,11 @@ impl<S: BlockStore> FileServer<S> {
                 v.push((name.into(), n));
             }
         }
+        for (name, n) in self.notify.counters() {
+            if n > 0 {
+                v.push((name.into(), n));
+            }
+        }
         // Namespace operations in flight right now (gauges, not counts):
         // a value that stays up on an idle instance is a stuck operation.
         let moving = self
@@ -609,7 +634,17 @@ impl<S: BlockStore> FileServer<S> {
         let t0 = Instant::now();
         let op = op_index(&req);
         let who = self.caller(session, cred, vouched);
+        let plan = match self.notify.busy() {
+            true => inotify::Plan::of(&req, |d| self.descs.get(&d).map(|d| d.ino)),
+            false => None,
+        };
         let r = self.dispatch(session, &who, req, out);
+        if self.notify.busy() {
+            if let (Some(plan), Ok(reply)) = (plan, &r) {
+                self.notify_after(plan, reply);
+            }
+            self.notify_tick();
+        }
         self.settle();
         let ns = t0.elapsed().as_nanos() as u64;
         self.requests += 1;
@@ -694,6 +729,7 @@ impl<S: BlockStore> FileServer<S> {
                 ino,
                 ftype,
                 replace,
+                ..
             } => {
                 let r = self.link(session, who, dir, name, ino, ftype, replace);
                 if r.is_ok() && ftype == FileType::Directory {
@@ -805,12 +841,16 @@ impl<S: BlockStore> FileServer<S> {
                 self.drop_link(ino);
                 Ok(Reply::Ok)
             }
-            Q::OpenInode { ino, flags } => {
+            Q::OpenInode { ino, flags, via } => {
                 let (desc, attr) = self.open_inode(session, who, ino, flags, true)?;
+                if let (Some(v), Some(d)) = (via, self.descs.get_mut(&desc)) {
+                    d.via = Some((v.dir, v.name.into()));
+                }
                 Ok(Reply::Opened {
                     desc,
                     attr,
                     created: false,
+                    watched: self.desc_watched(desc),
                 })
             }
             Q::GetXattr { ino, name } => self.get_xattr(who, ino, name, out),
@@ -846,14 +886,17 @@ impl<S: BlockStore> FileServer<S> {
                     offset: off,
                     len: got,
                     extents,
+                    watched: false,
                 })
             }
             Q::Write { desc, len, offset } => {
                 let (off, got, extents) = self.write(session, who, desc, len, offset)?;
+                let watched = got > 0 && self.desc_watched(desc);
                 Ok(Reply::Extents {
                     offset: off,
                     len: got,
                     extents,
+                    watched,
                 })
             }
             Q::ReadData { desc, len, offset } => {
@@ -919,6 +962,23 @@ impl<S: BlockStore> FileServer<S> {
             Q::Stats => Ok(Reply::Stats(self.stats())),
             Q::Pipe { flags } => self.pipe_create(session, who, flags),
             Q::PipeHeader { desc } => self.pipe_header(session, desc),
+            Q::InotifyInit { flags } => self.inotify_init(session, who, flags),
+            Q::InotifyAddWatch { desc, ino, mask } => {
+                self.inotify_add_watch(session, desc, ino, mask)
+            }
+            Q::InotifyRmWatch { desc, wd } => self.inotify_rm_watch(session, desc, wd),
+            Q::InotifyModified { desc } => {
+                let d = self.desc(session, desc)?;
+                let (ino, via) = (d.ino, d.via.clone());
+                self.emit_changed_via(ino, atoll_proto::inotify::IN_MODIFY, via);
+                Ok(Reply::Ok)
+            }
+            Q::InotifyRegister {
+                queue,
+                ino,
+                wd,
+                mask,
+            } => self.inotify_register(queue, ino, wd, mask),
             Q::Reclaim { desc } => {
                 let d = self.desc(session, desc)?;
                 if d.refs.len() != 1 {
@@ -1193,6 +1253,9 @@ impl<S: BlockStore> FileServer<S> {
             .is_some_and(|i| i.links == 0 && i.opens == 0 && i.maps == 0)
             && !self.creating.is_pending(ino);
         if dead {
+            if let Some(t) = self.inodes.get(&ino).map(|i| i.ftype) {
+                self.notify_freed(ino, t);
+            }
             if let Some(mut i) = self.inodes.remove(&ino) {
                 self.pipes.anonymous.remove(&ino);
                 self.acct.xattr_bytes -= limits::xattr_size(&i);
@@ -1244,6 +1307,8 @@ impl<S: BlockStore> FileServer<S> {
                 i.release_deferred(&mut self.cache);
             }
         }
+        self.notify_closed(d.ino, d.writable(), d.via.clone());
+        self.queue_closed(d.ino);
         self.pipe_released(d.ino, d.flags);
         self.maybe_free(d.ino);
     }
@@ -1347,6 +1412,7 @@ impl<S: BlockStore> FileServer<S> {
                 desc,
                 attr,
                 created: false,
+                watched: self.watched(attr.ino),
             });
         }
         if !creat {
@@ -1375,6 +1441,7 @@ impl<S: BlockStore> FileServer<S> {
             desc,
             attr,
             created: true,
+            watched: self.watched(attr.ino),
         })
     }
 
@@ -1426,6 +1493,9 @@ impl<S: BlockStore> FileServer<S> {
                 return Err(Errno::ETXTBSY);
             }
             if trunc && i.ftype == FileType::Regular {
+                if i.size > 0 {
+                    self.emit_changed(ino, atoll_proto::inotify::IN_MODIFY);
+                }
                 let i = self.inodes.get_mut(&ino).ok_or(Errno::ENOENT)?;
                 i.truncate(&mut self.cache, 0);
                 let t = now();
@@ -1448,6 +1518,7 @@ impl<S: BlockStore> FileServer<S> {
                 offset: 0,
                 refs: HashMap::from([(session, 1)]),
                 partner_opens,
+                via: None,
             },
         );
         if let Some(i) = self.inodes.get_mut(&ino) {

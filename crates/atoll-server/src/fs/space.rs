@@ -104,6 +104,7 @@ impl<S: BlockStore> FileServer<S> {
                 offset,
                 len: 0,
                 extents: vec![],
+                watched: false,
             });
         }
         let whole = (end - 1) / BS;
@@ -120,6 +121,7 @@ impl<S: BlockStore> FileServer<S> {
             offset,
             len: got,
             extents,
+            watched: false,
         })
     }
 }

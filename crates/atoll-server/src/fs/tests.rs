@@ -36,6 +36,7 @@ enum Own {
     StatFs(StatFsInfo),
     Stats(ServerStats),
     Pipe(InodeId, DescId, DescId, u32),
+    Watch(i32, InodeId, u32),
 }
 
 fn own(r: Reply<'_>) -> Own {
@@ -47,6 +48,7 @@ fn own(r: Reply<'_>) -> Own {
             desc,
             attr,
             created,
+            ..
         } => Own::Opened(desc, attr, created),
         Reply::Symlink { ino, target } => Own::Symlink(ino, target.to_vec()),
         Reply::Linked { replaced } => Own::Linked(replaced),
@@ -69,12 +71,14 @@ fn own(r: Reply<'_>) -> Own {
             offset,
             len,
             extents,
+            ..
         } => Own::Extents(offset, len, extents),
         Reply::Written(n) => Own::Written(n),
         Reply::Offset(n) => Own::Offset(n),
         Reply::Lock(l) => Own::Lock(l),
         Reply::StatFs(s) => Own::StatFs(s),
         Reply::Stats(s) => Own::Stats(s),
+        Reply::Watch { wd, ino, mask, .. } => Own::Watch(wd, ino, mask),
         Reply::Pipe {
             ino,
             read,
@@ -442,7 +446,15 @@ fn symlinks_are_followed_by_the_client_and_refused_with_nofollow() {
         t.ok(S1, USER, Request::ReadLink { ino: l }),
         Own::Bytes(b"target/path".to_vec())
     );
-    let e = t.err(S1, USER, Request::OpenInode { ino: l, flags: 0 });
+    let e = t.err(
+        S1,
+        USER,
+        Request::OpenInode {
+            ino: l,
+            flags: 0,
+            via: None,
+        },
+    );
     assert_eq!(e, Errno::ELOOP);
 }
 
@@ -898,6 +910,7 @@ fn hard_links_count_and_survive_unlink_of_one_name() {
             ino: f,
             ftype: FileType::Regular,
             replace: false,
+            moved_from: None,
         },
     );
     assert_eq!(r, Own::Linked(None));
@@ -937,6 +950,7 @@ fn directory_moved_by_link_then_unlink_keeps_its_entries() {
         ino: d,
         ftype: FileType::Directory,
         replace: true,
+        moved_from: None,
     };
     assert_eq!(t.ok(S1, USER, link), Own::Linked(None));
     assert_eq!(
@@ -1140,6 +1154,7 @@ fn moves_and_rmdirs_of_one_directory_exclude_each_other() {
         ino: d,
         ftype: FileType::Directory,
         replace: false,
+        moved_from: None,
     };
     // A move whose new name lives on another server holds a `Ref` here:
     // an rmdir waits, whether it marks or is one Unlink.
@@ -1158,6 +1173,7 @@ fn moves_and_rmdirs_of_one_directory_exclude_each_other() {
         ino: d,
         ftype: FileType::Directory,
         replace: false,
+        moved_from: None,
     };
     assert_eq!(t.err(S2, USER, third), RETRY);
     assert_eq!(t.err(S2, USER, rename_req(b, "d", "elsewhere")), RETRY);
@@ -1181,6 +1197,7 @@ fn moves_and_rmdirs_of_one_directory_exclude_each_other() {
         ino: d,
         ftype: FileType::Directory,
         replace: false,
+        moved_from: None,
     };
     assert_eq!(t.err(S1, USER, link_back()), RETRY);
     t.unlink(b, "d", UnlinkKind::Directory).unwrap();
@@ -1210,6 +1227,7 @@ fn unfinished_directory_moves_are_undone_when_the_session_dies() {
         ino: d,
         ftype: FileType::Directory,
         replace: true,
+        moved_from: None,
     };
     // Died after `Link`, before `Unlink` of the old name: the provisional
     // new name goes, the directory keeps its one name and its link count.
@@ -1975,6 +1993,7 @@ fn name_changes_in_a_directory_owned_elsewhere_need_its_attributes() {
         ino: InodeId::new(0, 0, false, 99),
         ftype: FileType::Regular,
         replace: false,
+        moved_from: None,
     };
     assert_eq!(
         t.callv(S1, OTHER, &root_0755, link),
@@ -2008,6 +2027,7 @@ fn sticky_bit_of_a_directory_owned_elsewhere_protects_other_users_names() {
         ino: remote,
         ftype: FileType::Regular,
         replace: false,
+        moved_from: None,
     };
     assert!(matches!(t.callv(S1, OTHER, &tmp, link), Own::Linked(None)));
     assert_eq!(
@@ -2054,6 +2074,7 @@ fn sticky_directory_owned_here_needs_the_owner_of_a_remote_victim() {
         ino: remote,
         ftype: FileType::Regular,
         replace: false,
+        moved_from: None,
     };
     assert!(matches!(t.call(S2, OTHER, link), Own::Linked(None)));
     let third = Cred::of(3000, 3000);
@@ -2263,7 +2284,8 @@ fn make_node_creates_fifos_and_refuses_devices_for_users() {
             USER,
             Request::OpenInode {
                 ino: sock,
-                flags: 0
+                flags: 0,
+                via: None
             }
         ),
         Errno::ENXIO

@@ -50,6 +50,7 @@ impl<S: BlockStore> FileServer<S> {
                 desc,
                 attr,
                 created: true,
+                watched: self.watched(attr.ino),
             }),
             Err(e) => {
                 self.maybe_free(ino);

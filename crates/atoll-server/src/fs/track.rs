@@ -372,6 +372,7 @@ mod tests {
                 ino: y,
                 ftype: FileType::Regular,
                 replace: true,
+                moved_from: None,
             },
             &mut out,
         );

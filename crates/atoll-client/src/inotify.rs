@@ -1,0 +1,291 @@
+//! `inotify` on atoll paths: the client's half.
+//!
+//! A notification queue is a server object (server `fs/inotify.rs`,
+//! layout `atoll_proto::inotify`): a ring like a pipe's whose reader is
+//! the program's inotify descriptor and whose writers are the file
+//! servers, which append `struct inotify_event` records where changes
+//! happen. On the client the descriptor is a pipe read end in every
+//! respect but `read` (whole records, `EINVAL` for a buffer too small for
+//! the next one), so readiness (`poll`, `select`, `epoll`), `FIONREAD`,
+//! blocking and interruptible sleeps, `dup`, `fork` and `exec` are the
+//! pipe layer's (`pipe.rs`).
+//!
+//! Where a queue comes from: `inotify_init1` stays Linux's, since a
+//! program may watch host paths only. The first `inotify_add_watch` of an
+//! atoll path on a host inotify descriptor that has no watch yet turns
+//! that descriptor into an atoll queue in place (same number, same
+//! `O_NONBLOCK` and close-on-exec flags). Mixing is refused with `EXDEV`:
+//! an atoll path on a host queue that already watches something, and a
+//! host path on an atoll queue.
+//!
+//! `inotify_add_watch`: the queue's owner server hands out the watch
+//! descriptor; the client then registers the watch with the servers that
+//! see changes of the inode (its owner; every server for a directory),
+//! since servers never message each other (Hare §6.2.3).
+
+use core::sync::atomic::Ordering;
+
+use atoll_proto::inotify::{self as ino_hdr, EVENT_HEADER, IN_DONT_FOLLOW, IN_ONLYDIR};
+use atoll_proto::{FileType, InodeId, QueueRef, Reply, Request};
+
+use crate::error::{err, Error, Result};
+use crate::fdtable::{self, DescInfo, DescRef};
+use crate::meta::{self, Target};
+use crate::ring::Ring;
+use crate::session::{Client, Lane};
+use crate::{file, sys, Out};
+
+/// Marks a pipe cookie as a notification queue's (`pipe::cookie` holds
+/// the header block + 1 in the low 32 bits).
+pub const QUEUE_COOKIE: u64 = 1 << 40;
+
+/// Is this description a notification queue?
+pub fn is_queue(d: &DescRef) -> bool {
+    d.ftype() == FileType::Fifo && d.cookie().load(Ordering::Relaxed) & QUEUE_COOKIE != 0
+}
+
+/// Set once a server said that a file this process opened or wrote may
+/// be watched: from then on its closes and write reports wait for the
+/// server (a round trip), so the events are queued before the call
+/// returns, as on Linux.
+static WATCHED: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+
+/// Note a reply's `watched` flag.
+pub fn saw_watched(watched: bool) {
+    if watched {
+        WATCHED.store(true, Ordering::Relaxed);
+    }
+}
+
+/// May files of this process be watched? (Closes then wait.)
+pub fn watched_seen() -> bool {
+    WATCHED.load(Ordering::Relaxed)
+}
+
+/// `inotify_add_watch(fd, path, mask)`.
+pub fn add_watch(c: &Client, fd: i64, path: u64, mask: u32) -> Result<Out> {
+    let lane = c.lane()?;
+    let follow = mask & IN_DONT_FOLLOW == 0;
+    let queue = fdtable::get(fd).filter(is_queue);
+    if queue.is_none() && fdtable::is_atoll(fd) {
+        return err(libc::EINVAL); // an atoll descriptor, not a queue
+    }
+    let target = meta::resolve(c, &lane, libc::AT_FDCWD as i64, path, follow, false)?;
+    let (ino, ftype) = match (target, &queue) {
+        (Target::Node { ino, ftype }, _) => (ino, ftype),
+        (Target::Host, None) => return Ok(Out::Host),
+        (Target::Rehost(p), None) => return Ok(Out::Rehost(p)),
+        // A host path on an atoll queue: not supported (see module docs).
+        (_, Some(_)) => return err(libc::EXDEV),
+    };
+    if mask & IN_ONLYDIR != 0 && ftype != FileType::Directory {
+        return err(libc::ENOTDIR);
+    }
+    // Linux asks for read permission on the watched inode.
+    lane.call_ok(
+        c,
+        ino.owner(),
+        Request::Access {
+            ino,
+            mask: libc::R_OK as u32,
+        },
+    )?;
+    let queue = match queue {
+        Some(q) => q,
+        None => convert_host_queue(c, &lane, fd)?,
+    };
+    let desc = queue.desc();
+    let (wd, mask, qref, replaced) = lane.call(
+        c,
+        desc.server(),
+        Request::InotifyAddWatch { desc, ino, mask },
+        |r| match r {
+            Reply::Watch {
+                wd,
+                mask,
+                queue,
+                replaced,
+                ..
+            } => Ok((wd, mask, queue, replaced)),
+            _ => Err(Error::Protocol("InotifyAddWatch")),
+        },
+    )?;
+    if replaced != 0 {
+        unregister(c, &lane, qref, ino, replaced);
+    }
+    for server in watch_servers(c, ino, ftype) {
+        lane.call_ok(
+            c,
+            server,
+            Request::InotifyRegister {
+                queue: qref,
+                ino,
+                wd,
+                mask,
+            },
+        )?;
+    }
+    Ok(Out::Done(wd as i64))
+}
+
+/// The servers that see changes of `ino`: its owner, and every server
+/// for a directory (its entries, and the inodes they name, may live on
+/// any of them).
+fn watch_servers(c: &Client, ino: InodeId, ftype: FileType) -> Vec<usize> {
+    if ftype == FileType::Directory {
+        (0..c.nservers.max(1)).collect()
+    } else {
+        vec![ino.owner()]
+    }
+}
+
+/// `inotify_rm_watch(fd, wd)`.
+pub fn rm_watch(c: &Client, fd: i64, wd: i32) -> Result<Out> {
+    let Some(queue) = fdtable::get(fd) else {
+        return Ok(Out::Host);
+    };
+    if !is_queue(&queue) {
+        return err(libc::EINVAL);
+    }
+    let lane = c.lane()?;
+    let desc = queue.desc();
+    let (ino, qref) = lane.call(
+        c,
+        desc.server(),
+        Request::InotifyRmWatch { desc, wd },
+        |r| match r {
+            Reply::Watch { ino, queue, .. } => Ok((ino, queue)),
+            _ => Err(Error::Protocol("InotifyRmWatch")),
+        },
+    )?;
+    unregister(c, &lane, qref, ino, wd);
+    Ok(Out::Done(0))
+}
+
+fn unregister(c: &Client, lane: &Lane, queue: QueueRef, ino: InodeId, wd: i32) {
+    for server in 0..c.nservers.max(1) {
+        let req = Request::InotifyRegister {
+            queue,
+            ino,
+            wd,
+            mask: 0,
+        };
+        let _ = lane.call_ok(c, server, req);
+    }
+}
+
+/// Turn host inotify descriptor `fd`, which watches nothing yet, into an
+/// atoll queue at the same number. `EXDEV` if it already watches host
+/// paths (one queue cannot mix both, see the module docs); `EINVAL` if
+/// it is not an inotify descriptor, as Linux.
+fn convert_host_queue(c: &Client, lane: &Lane, fd: i64) -> Result<DescRef> {
+    let link =
+        std::fs::read_link(format!("/proc/self/fd/{fd}")).map_err(|_| Error::Errno(libc::EBADF))?;
+    if link.as_os_str().as_encoded_bytes() != b"anon_inode:inotify" {
+        return err(libc::EINVAL);
+    }
+    let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}"))
+        .map_err(|_| Error::Errno(libc::EBADF))?;
+    if info.lines().any(|l| l.starts_with("inotify wd:")) {
+        return err(libc::EXDEV);
+    }
+    let status = sys::fcntl_int(fd as i32, libc::F_GETFL, 0);
+    let fdflags = sys::fcntl_int(fd as i32, libc::F_GETFD, 0);
+    if status < 0 || fdflags < 0 {
+        return err(libc::EBADF);
+    }
+    let nonblock = status as u32 & libc::O_NONBLOCK as u32;
+    let cloexec = fdflags as i32 & libc::FD_CLOEXEC != 0;
+    // Spread queues over servers by process, as pipes.
+    let server = (std::process::id() as usize) % c.nservers.max(1);
+    let (ino, desc, header) = lane.call(
+        c,
+        server,
+        Request::InotifyInit { flags: nonblock },
+        |r| match r {
+            Reply::Pipe {
+                ino, read, header, ..
+            } => Ok((ino, read, header)),
+            _ => Err(Error::Protocol("InotifyInit")),
+        },
+    )?;
+    crate::pipe::mark_active();
+    let info = DescInfo {
+        desc,
+        ino,
+        flags: libc::O_RDONLY as u32 | nonblock,
+        ftype: FileType::Fifo,
+        cookie: (header as u64 + 1) | QUEUE_COOKIE,
+        path: None,
+    };
+    let tmp = file::new_fd(c, info, true)?;
+    let flags = if cloexec { libc::O_CLOEXEC } else { 0 };
+    let r = file::dup3(c, tmp, fd, flags, false);
+    let _ = file::close(c, lane, tmp);
+    r?;
+    fdtable::get(fd)
+        .filter(is_queue)
+        .ok_or(Error::Errno(libc::EBADF))
+}
+
+/// `read(2)` on a queue: whole records only, as Linux's `inotify_read`.
+pub fn read(c: &Client, d: &DescRef, ring: &Ring, buf: &mut [u8]) -> Result<usize> {
+    let _ = c;
+    loop {
+        let sig = sys::SigBlock::new();
+        ring.lock();
+        let head = ring.word64(ino_hdr::HEAD).load(Ordering::Acquire);
+        let tail = ring.word64(ino_hdr::TAIL).load(Ordering::Acquire);
+        if head != tail {
+            let r = copy_records(ring, head, tail, buf);
+            if let Ok(n) = r {
+                ring.word64(ino_hdr::TAIL)
+                    .store(tail + n as u64, Ordering::Release);
+            }
+            ring.unlock();
+            return r;
+        }
+        if d.flags() & libc::O_NONBLOCK as u32 != 0 {
+            ring.unlock();
+            return err(libc::EAGAIN);
+        }
+        let seen = ring.word(ino_hdr::RSEQ).load(Ordering::Acquire);
+        ring.word(ino_hdr::RSLEEP).fetch_add(1, Ordering::AcqRel);
+        ring.unlock();
+        drop(sig);
+        crate::pipe::sleep(ring, ino_hdr::RSEQ, ino_hdr::RSLEEP, seen)?;
+    }
+}
+
+/// Copy the whole records in `[tail, head)` that fit `buf` (lock held).
+fn copy_records(ring: &Ring, head: u64, tail: u64, buf: &mut [u8]) -> Result<usize> {
+    let avail = head.wrapping_sub(tail).min(ring.capacity());
+    let mut done = 0usize;
+    while (done as u64) < avail {
+        let mut h = [0u8; EVENT_HEADER];
+        ring.copy_out(tail + done as u64, &mut h);
+        let (_, _, _, len) = ino_hdr::decode_header(&h);
+        let n = EVENT_HEADER + len as usize;
+        if (done + n) as u64 > avail {
+            return err(libc::EIO); // a server wrote a torn record
+        }
+        if done + n > buf.len() {
+            break;
+        }
+        ring.copy_out(tail + done as u64, &mut buf[done..done + n]);
+        done += n;
+    }
+    if done == 0 {
+        return err(libc::EINVAL); // the next event does not fit
+    }
+    Ok(done)
+}
+
+/// `fanotify_mark` naming an atoll path: the mount cannot report to
+/// fanotify (Linux's answer for such file systems).
+pub fn fanotify_mark(c: &Client, dirfd: i64, path: u64) -> Result<Out> {
+    if path == 0 && fdtable::is_atoll(dirfd) || path != 0 && crate::path_concerns(c, dirfd, path) {
+        return err(libc::ENODEV);
+    }
+    Ok(Out::Host)
+}

@@ -1,0 +1,124 @@
+//! Change notification (`inotify`) on atoll paths: the layout of a
+//! notification queue and of the records in it.
+//!
+//! A queue is a ring of buffer-cache blocks laid out as a pipe's
+//! ([`crate::pipe`]: lock, `HEAD`/`TAIL`, `RSEQ`/`RSLEEP` wait word, block
+//! list), whose only reader is the program's inotify descriptor and whose
+//! writers are the file servers where changes happen (Hare §3.6 pipes as
+//! server objects; Cosh §4-5 *share*: every server maps the whole buffer
+//! cache, so a server appends into a ring another server allocated). The
+//! bytes in the ring are Linux's `struct inotify_event` records, whole and
+//! padded as Linux pads them, so a read copies them out unchanged.
+//!
+//! Extra header words, beside the pipe's (all little-endian, atomic):
+//! * [`LAST`]: ring position + 1 of the last record appended (0: none),
+//!   for Linux's merge of an event identical to the last one queued;
+//! * [`QUEUE_ID`]: the queue's identity, stamped by its owner; a server
+//!   appends only while it matches the watch it holds;
+//! * [`DEAD`]: set by the owner when the last description of the queue
+//!   closed; servers then drop their watches of it;
+//! * [`HOLDERS`]: one bit per server that holds watches of the queue; the
+//!   owner frees the blocks only once it is zero, so no server ever writes
+//!   into a block that was given to another file (servers never message
+//!   each other, Hare §6.2.3: this word is how they agree).
+
+pub use crate::pipe::{
+    BLOCKS, HEAD, LOCK, MAX_DATA_BLOCKS, NBLOCKS, OWNER, READERS, RSEQ, RSLEEP, TAIL, WRITERS,
+};
+
+/// `u64`: ring position + 1 of the last record appended (0: none).
+pub const LAST: usize = 72;
+/// `u64`: the queue's identity (owner's inode id of the queue).
+pub const QUEUE_ID: usize = 80;
+/// `u32`: 1 once the queue's last description closed.
+pub const DEAD: usize = 88;
+/// `u64`: bit `s` set while server `s` holds watches of this queue.
+pub const HOLDERS: usize = 96;
+
+/// Data blocks of a queue: 64 KiB, about 2000 events with short names
+/// (Linux bounds a queue by events, 16384 by default).
+pub const DATA_BLOCKS: usize = MAX_DATA_BLOCKS;
+
+/// Size of `struct inotify_event` without its name.
+pub const EVENT_HEADER: usize = 16;
+
+// The mask bits of `<sys/inotify.h>`, as Linux numbers them.
+pub const IN_ACCESS: u32 = 0x0000_0001;
+pub const IN_MODIFY: u32 = 0x0000_0002;
+pub const IN_ATTRIB: u32 = 0x0000_0004;
+pub const IN_CLOSE_WRITE: u32 = 0x0000_0008;
+pub const IN_CLOSE_NOWRITE: u32 = 0x0000_0010;
+pub const IN_OPEN: u32 = 0x0000_0020;
+pub const IN_MOVED_FROM: u32 = 0x0000_0040;
+pub const IN_MOVED_TO: u32 = 0x0000_0080;
+pub const IN_CREATE: u32 = 0x0000_0100;
+pub const IN_DELETE: u32 = 0x0000_0200;
+pub const IN_DELETE_SELF: u32 = 0x0000_0400;
+pub const IN_MOVE_SELF: u32 = 0x0000_0800;
+pub const IN_UNMOUNT: u32 = 0x0000_2000;
+pub const IN_Q_OVERFLOW: u32 = 0x0000_4000;
+pub const IN_IGNORED: u32 = 0x0000_8000;
+pub const IN_ONLYDIR: u32 = 0x0100_0000;
+pub const IN_DONT_FOLLOW: u32 = 0x0200_0000;
+pub const IN_EXCL_UNLINK: u32 = 0x0400_0000;
+pub const IN_MASK_CREATE: u32 = 0x1000_0000;
+pub const IN_MASK_ADD: u32 = 0x2000_0000;
+pub const IN_ISDIR: u32 = 0x4000_0000;
+pub const IN_ONESHOT: u32 = 0x8000_0000;
+/// Every event a watch may ask for.
+pub const IN_ALL_EVENTS: u32 = 0x0000_0fff;
+
+/// Length of the record for an event with `name` (empty: none): the
+/// header, then the name with its NUL padded to a multiple of 16 bytes,
+/// as Linux's `copy_event_to_user` pads it.
+pub fn record_len(name: &[u8]) -> usize {
+    EVENT_HEADER + name_field_len(name)
+}
+
+fn name_field_len(name: &[u8]) -> usize {
+    if name.is_empty() {
+        0
+    } else {
+        (name.len() + 1).next_multiple_of(EVENT_HEADER)
+    }
+}
+
+/// Append the record of one event to `out`.
+pub fn encode(out: &mut Vec<u8>, wd: i32, mask: u32, cookie: u32, name: &[u8]) {
+    let len = name_field_len(name);
+    out.extend_from_slice(&wd.to_le_bytes());
+    out.extend_from_slice(&mask.to_le_bytes());
+    out.extend_from_slice(&cookie.to_le_bytes());
+    out.extend_from_slice(&(len as u32).to_le_bytes());
+    out.extend_from_slice(name);
+    out.resize(out.len() + len - name.len(), 0);
+}
+
+/// `(wd, mask, cookie, name length field)` of a record header.
+pub fn decode_header(h: &[u8; EVENT_HEADER]) -> (i32, u32, u32, u32) {
+    let w = |k: usize| u32::from_le_bytes([h[k], h[k + 1], h[k + 2], h[k + 3]]);
+    (w(0) as i32, w(4), w(8), w(12))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_are_padded_as_linux_pads_them() {
+        let mut v = Vec::new();
+        encode(&mut v, 3, IN_CREATE, 0, b"abc");
+        assert_eq!(v.len(), 32);
+        assert_eq!(record_len(b"abc"), 32);
+        assert_eq!(&v[16..20], b"abc\0");
+        assert!(v[20..].iter().all(|&b| b == 0));
+        let h: [u8; 16] = v[..16].try_into().unwrap();
+        assert_eq!(decode_header(&h), (3, IN_CREATE, 0, 16));
+        v.clear();
+        encode(&mut v, -1, IN_Q_OVERFLOW, 0, b"");
+        assert_eq!(v.len(), 16);
+        // A 15-byte name and its NUL fill one 16-byte unit exactly.
+        assert_eq!(record_len(&[b'x'; 15]), 32);
+        assert_eq!(record_len(&[b'x'; 16]), 48);
+    }
+}

@@ -1,0 +1,923 @@
+//! Change notification (`inotify`) produced where changes happen.
+//!
+//! A *queue* is an anonymous inode owned by the server that made it, with
+//! one read-only description (the program's inotify descriptor, shared by
+//! `dup`/`fork`/`exec` like any other) and a ring of buffer-cache blocks
+//! laid out as a pipe's (`atoll_proto::inotify`; Hare §3.6, fos §4.2). The
+//! client reads whole `struct inotify_event` records out of the ring under
+//! its lock and sleeps on its wait word, exactly as a pipe reader.
+//!
+//! A *watch* is `(queue, wd, mask)` on an inode, held by every server that
+//! can see the inode change: its owner (attributes, data, close, removal)
+//! and, for a directory, every server (entries live on the home server or
+//! on all of them, and the inodes entries name may be owned anywhere).
+//! The queue's owner hands out watch descriptors (one per inode per
+//! queue); the client registers the watch with the other servers, since
+//! servers never message each other (Hare §6.2.3).
+//!
+//! Producing an event: after a request changed something, the server
+//! looks for watches of what changed and appends records to their queues
+//! itself, in the shared buffer cache. It never waits for a client: it
+//! only *tries* the ring lock; when a client holds it, the record waits
+//! in this server's `pending` list and goes in after the next request or
+//! loop turn (`flush`). A full ring gets one `IN_Q_OVERFLOW` record (room
+//! for it is always kept), as Linux's queue limit does.
+//!
+//! Child events (a file in a watched directory was modified, changed
+//! attributes, closed after writing) need the file's name: the server
+//! that owns the file finds it among the entries of the watched
+//! directories it holds itself (`index_names`), or in the entry a
+//! description was opened through when that lives on another server
+//! (`Request::OpenInode::via`). A change by path of a file whose entry
+//! lives elsewhere (a rename across servers, creation affinity) reaches
+//! watches of the file itself but not its directory's.
+//!
+//! Life cycle of a queue:
+//! ```text
+//!  InotifyInit ─▶ LIVE ──last description closes (or its session dies)──▶
+//!  DEAD (header word; servers drop their watches at their next request)
+//!  ──HOLDERS == 0──▶ blocks freed by the owner
+//! ```
+//! `HOLDERS` (one bit per server holding watches of the queue) is what
+//! lets the owner free the blocks without asking anyone: no server writes
+//! into a queue whose bit it has cleared.
+
+use std::collections::{HashMap, VecDeque};
+
+use atoll_proto::inotify::{self as ino_hdr, *};
+use atoll_proto::BLOCK_SIZE;
+use atoll_proto::{DescId, Errno, FileType, InodeId, QueueRef, Reply, Request, SessionId};
+
+use super::perm::Caller;
+use super::{FileServer, R};
+use crate::store::BlockStore;
+
+/// See `Notify::stalls`.
+const STALL_LIMIT: u32 = 200_000;
+
+/// One queue owned here.
+struct Queue {
+    header: u32,
+    data: Vec<u32>,
+    id: u64,
+    /// Watch descriptors handed out: inode → (wd, mask).
+    wds: HashMap<InodeId, (i32, u32)>,
+    next_wd: i32,
+}
+
+/// One watch held here.
+#[derive(Clone, Copy, Debug)]
+struct Watch {
+    queue: QueueRef,
+    wd: i32,
+    mask: u32,
+}
+
+/// Notification state of one server.
+#[derive(Default)]
+pub(super) struct Notify {
+    /// Queues owned here, by their inode.
+    queues: HashMap<InodeId, Queue>,
+    /// Queues whose last description closed, until no server holds
+    /// watches of them.
+    dying: Vec<Queue>,
+    /// Watches held here, by watched inode.
+    watches: HashMap<InodeId, Vec<Watch>>,
+    /// How many of `watches` belong to each queue (this server's bit in
+    /// the queue's `HOLDERS` is set while the count is not zero).
+    held: HashMap<QueueRef, u32>,
+    /// Names of inodes in the watched directories' entries held here,
+    /// for child events, with the state of those entries it was built
+    /// from (`names_key`); rebuilt when that moved.
+    names: HashMap<InodeId, Vec<(InodeId, Vec<u8>)>>,
+    names_key: Option<(u64, u64, usize)>,
+    /// Records not yet in their ring (its lock was held), in order.
+    pending: VecDeque<(QueueRef, Vec<u8>)>,
+    /// Rename cookies handed out here.
+    cookies: u32,
+    /// Passes of `flush` that found a ring locked since records last went
+    /// in: past [`STALL_LIMIT`] the lock's holder is taken to be dead (a
+    /// reader killed inside its copy) and the records are dropped as an
+    /// overflow, so a server never spins for ever.
+    stalls: u32,
+    /// Records appended, merged with the last one, and lost to overflow.
+    appended: u64,
+    merged: u64,
+    overflowed: u64,
+}
+
+impl Notify {
+    /// Does anything here need looking at after a request? Hot path: one
+    /// branch when nobody uses inotify.
+    pub(super) fn busy(&self) -> bool {
+        !(self.watches.is_empty() && self.pending.is_empty() && self.dying.is_empty())
+    }
+
+    /// Record watch `w` of `ino`, replacing one with its queue and `wd`.
+    fn add(&mut self, ino: InodeId, w: Watch) {
+        self.remove(ino, w.queue, w.wd);
+        self.watches.entry(ino).or_default().push(w);
+        *self.held.entry(w.queue).or_default() += 1;
+        self.names_key = None;
+    }
+
+    /// Forget watch `wd` of `queue` on `ino`, if held here.
+    fn remove(&mut self, ino: InodeId, queue: QueueRef, wd: i32) {
+        let Some(list) = self.watches.get_mut(&ino) else {
+            return;
+        };
+        let before = list.len();
+        list.retain(|w| !(w.queue == queue && w.wd == wd));
+        let gone = (before - list.len()) as u32;
+        if list.is_empty() {
+            self.watches.remove(&ino);
+        }
+        self.unheld(queue, gone);
+    }
+
+    /// Forget every watch of `ino`; the watches that were.
+    fn remove_inode(&mut self, ino: InodeId) -> Vec<Watch> {
+        let list = self.watches.remove(&ino).unwrap_or_default();
+        for w in &list {
+            self.unheld(w.queue, 1);
+        }
+        list
+    }
+
+    fn unheld(&mut self, queue: QueueRef, n: u32) {
+        if n == 0 {
+            return;
+        }
+        self.names_key = None;
+        if let Some(c) = self.held.get_mut(&queue) {
+            *c = c.saturating_sub(n);
+            if *c == 0 {
+                self.held.remove(&queue);
+            }
+        }
+    }
+
+    pub(super) fn counters(&self) -> [(&'static str, u64); 4] {
+        [
+            (
+                "inotify.watches",
+                self.watches.values().map(|w| w.len() as u64).sum(),
+            ),
+            ("inotify.appended", self.appended),
+            ("inotify.merged", self.merged),
+            ("inotify.overflowed", self.overflowed),
+        ]
+    }
+}
+
+/// What a request may change, noted before it runs (only while watches
+/// exist here), turned into events once its reply says it did.
+pub(super) enum Plan {
+    Create {
+        dir: InodeId,
+        name: Vec<u8>,
+    },
+    /// `Open` with `O_CREAT`: a creation only if the reply says so.
+    OpenCreate {
+        dir: InodeId,
+        name: Vec<u8>,
+    },
+    Link {
+        dir: InodeId,
+        name: Vec<u8>,
+        ino: InodeId,
+        /// The old entry, for the first half of a rename across servers.
+        from: Option<(InodeId, Vec<u8>)>,
+    },
+    Unlink {
+        dir: InodeId,
+        name: Vec<u8>,
+        moved: bool,
+    },
+    Rename {
+        olddir: InodeId,
+        oldname: Vec<u8>,
+        newdir: InodeId,
+        newname: Vec<u8>,
+    },
+    Changed {
+        ino: InodeId,
+        mask: u32,
+    },
+    Wrote {
+        ino: InodeId,
+    },
+}
+
+impl Plan {
+    /// The plan for `req`, if it may produce events.
+    pub(super) fn of(
+        req: &Request<'_>,
+        desc_ino: impl Fn(DescId) -> Option<InodeId>,
+    ) -> Option<Plan> {
+        use Request as Q;
+        Some(match req {
+            Q::Open {
+                dir, name, flags, ..
+            } if flags & libc::O_CREAT as u32 != 0 => Plan::OpenCreate {
+                dir: *dir,
+                name: name.to_vec(),
+            },
+            Q::MakeNode { dir, name, .. } => Plan::Create {
+                dir: *dir,
+                name: name.to_vec(),
+            },
+            // A `Link` that replaces is the first half of a rename across
+            // servers; an `Unlink` that expects an inode, its second half
+            // (`rmdir` also expects the directory it marked: a removal).
+            Q::Link {
+                dir,
+                name,
+                ino,
+                moved_from,
+                ..
+            } => Plan::Link {
+                dir: *dir,
+                name: name.to_vec(),
+                ino: *ino,
+                from: moved_from.map(|m| (m.dir, m.name.to_vec())),
+            },
+            Q::Unlink {
+                dir,
+                name,
+                expect,
+                kind,
+            } => Plan::Unlink {
+                dir: *dir,
+                name: name.to_vec(),
+                moved: expect.is_some() && *kind != atoll_proto::UnlinkKind::Directory,
+            },
+            Q::Rename {
+                olddir,
+                oldname,
+                newdir,
+                newname,
+                ..
+            } => Plan::Rename {
+                olddir: *olddir,
+                oldname: oldname.to_vec(),
+                newdir: *newdir,
+                newname: newname.to_vec(),
+            },
+            Q::SetAttr { ino, set } => {
+                let mut mask = 0;
+                if set.size.is_some() {
+                    mask |= IN_MODIFY;
+                }
+                if set.perm.is_some() || set.uid.is_some() || set.gid.is_some() {
+                    mask |= IN_ATTRIB;
+                }
+                let (a, m) = (
+                    set.atime != atoll_proto::TimeSet::Omit,
+                    set.mtime != atoll_proto::TimeSet::Omit,
+                );
+                // As Linux's `fsnotify_change`; an mtime alone is what a
+                // client posts after a name change in a distributed
+                // directory (the entry event already said it), so none.
+                if a && m {
+                    mask |= IN_ATTRIB;
+                } else if a {
+                    mask |= IN_ACCESS;
+                }
+                Plan::Changed { ino: *ino, mask }
+            }
+            Q::SetXattr { ino, .. } | Q::RemoveXattr { ino, .. } => Plan::Changed {
+                ino: *ino,
+                mask: IN_ATTRIB,
+            },
+            Q::Fallocate { ino, .. } => Plan::Changed {
+                ino: *ino,
+                mask: IN_MODIFY,
+            },
+            // A `Write` reports after the client copied (`watched`).
+            Q::WriteData { desc, .. } => Plan::Wrote {
+                ino: desc_ino(*desc)?,
+            },
+            _ => return None,
+        })
+    }
+}
+
+fn isdir(ftype: FileType) -> u32 {
+    if ftype == FileType::Directory {
+        IN_ISDIR
+    } else {
+        0
+    }
+}
+
+impl<S: BlockStore> FileServer<S> {
+    // ---------------------------------------------------------------
+    // queues and watches
+
+    /// `Request::InotifyInit`.
+    pub(super) fn inotify_init<'o>(
+        &mut self,
+        session: SessionId,
+        who: &Caller,
+        flags: u32,
+    ) -> R<'o> {
+        if flags & !(libc::O_NONBLOCK | libc::O_CLOEXEC) as u32 != 0 {
+            return Err(Errno::EINVAL);
+        }
+        // Claimed from the shared pool now, so the ring below is whole.
+        if !self.cache.reserve(1 + ino_hdr::DATA_BLOCKS) {
+            return Err(Errno::ENOMEM);
+        }
+        let ino = self.new_inode(who, InodeId(0), FileType::Regular, 0o600, 0, false);
+        if let Some(i) = self.inodes.get_mut(&ino) {
+            i.links = 0; // anonymous: lives while its description does
+        }
+        self.pipes.anonymous.insert(ino);
+        let nb = flags & libc::O_NONBLOCK as u32;
+        let desc = match self.open_inode(session, who, ino, libc::O_RDONLY as u32 | nb, false) {
+            Ok((d, _)) => d,
+            Err(e) => {
+                self.maybe_free(ino);
+                return Err(e);
+            }
+        };
+        let mut take = || self.cache.alloc(&mut Vec::new()).unwrap_or(0);
+        let header = take();
+        let data: Vec<u32> = (0..ino_hdr::DATA_BLOCKS).map(|_| take()).collect();
+        let st = &mut self.cache.store;
+        st.put_u32(header, NBLOCKS, data.len() as u32);
+        for (k, b) in data.iter().enumerate() {
+            st.put_u32(header, BLOCKS + 4 * k, *b);
+        }
+        // One reader; "one writer" forever, so a reader never sees end of
+        // file and readiness never reports a hang-up.
+        st.put_u32(header, READERS, 1);
+        st.put_u32(header, WRITERS, 1);
+        st.put_u64(header, QUEUE_ID, ino.0);
+        self.notify.queues.insert(
+            ino,
+            Queue {
+                header,
+                data,
+                id: ino.0,
+                wds: HashMap::new(),
+                next_wd: 1,
+            },
+        );
+        Ok(Reply::Pipe {
+            ino,
+            read: desc,
+            write: desc,
+            header,
+            partner_opens: None,
+        })
+    }
+
+    fn queue_of(&self, session: SessionId, desc: DescId) -> Result<InodeId, Errno> {
+        let d = self.desc(session, desc)?;
+        if !self.notify.queues.contains_key(&d.ino) {
+            return Err(Errno::EINVAL); // not an inotify descriptor
+        }
+        Ok(d.ino)
+    }
+
+    /// `Request::InotifyAddWatch`.
+    pub(super) fn inotify_add_watch<'o>(
+        &mut self,
+        session: SessionId,
+        desc: DescId,
+        ino: InodeId,
+        mask: u32,
+    ) -> R<'o> {
+        let qino = self.queue_of(session, desc)?;
+        let q = self.notify.queues.get_mut(&qino).ok_or(Errno::EINVAL)?;
+        if mask & IN_ALL_EVENTS == 0 || mask & IN_MASK_ADD != 0 && mask & IN_MASK_CREATE != 0 {
+            return Err(Errno::EINVAL);
+        }
+        let keep = mask & (IN_ALL_EVENTS | IN_ONESHOT | IN_EXCL_UNLINK);
+        let mut replaced = 0;
+        let (wd, mask) = match q.wds.get(&ino) {
+            Some(&(wd, old)) if old & IN_ONESHOT != 0 => {
+                // It may have fired and gone where the change happened.
+                replaced = wd;
+                let wd = q.next_wd;
+                q.next_wd = q.next_wd.checked_add(1).ok_or(Errno::ENOSPC)?;
+                (wd, keep)
+            }
+            Some(_) if mask & IN_MASK_CREATE != 0 => return Err(Errno::EEXIST),
+            Some(&(wd, old)) if mask & IN_MASK_ADD != 0 => (wd, old | keep),
+            Some(&(wd, _)) => (wd, keep),
+            None => {
+                let wd = q.next_wd;
+                q.next_wd = q.next_wd.checked_add(1).ok_or(Errno::ENOSPC)?;
+                (wd, keep)
+            }
+        };
+        q.wds.insert(ino, (wd, mask));
+        Ok(Reply::Watch {
+            wd,
+            ino,
+            mask,
+            queue: QueueRef {
+                header: q.header,
+                id: q.id,
+            },
+            replaced,
+        })
+    }
+
+    /// `Request::InotifyRmWatch`.
+    pub(super) fn inotify_rm_watch<'o>(
+        &mut self,
+        session: SessionId,
+        desc: DescId,
+        wd: i32,
+    ) -> R<'o> {
+        let qino = self.queue_of(session, desc)?;
+        let q = self.notify.queues.get_mut(&qino).ok_or(Errno::EINVAL)?;
+        let (&ino, &(_, mask)) = q
+            .wds
+            .iter()
+            .find(|(_, (w, _))| *w == wd)
+            .ok_or(Errno::EINVAL)?;
+        q.wds.remove(&ino);
+        let queue = QueueRef {
+            header: q.header,
+            id: q.id,
+        };
+        let mut rec = Vec::new();
+        encode(&mut rec, wd, IN_IGNORED, 0, b"");
+        self.append(queue, rec);
+        Ok(Reply::Watch {
+            wd,
+            ino,
+            mask,
+            queue,
+            replaced: 0,
+        })
+    }
+
+    /// `Request::InotifyRegister`.
+    pub(super) fn inotify_register<'o>(
+        &mut self,
+        queue: QueueRef,
+        ino: InodeId,
+        wd: i32,
+        mask: u32,
+    ) -> R<'o> {
+        if mask == 0 {
+            self.notify.remove(ino, queue, wd);
+        } else if self.queue_alive(queue) {
+            self.notify.add(ino, Watch { queue, wd, mask });
+        } else {
+            return Err(Errno::EBADF);
+        }
+        self.hold(queue);
+        Ok(Reply::Ok)
+    }
+
+    fn queue_alive(&self, q: QueueRef) -> bool {
+        let st = &self.cache.store;
+        st.get_u64(q.header, QUEUE_ID) == q.id && st.get_u32(q.header, DEAD) == 0
+    }
+
+    /// Keep this server's bit in the queue's `HOLDERS` equal to whether
+    /// it holds watches of the queue. Servers update the word with
+    /// compare-and-swap loops of the low and high halves, so two servers
+    /// never lose each other's bits.
+    fn hold(&mut self, queue: QueueRef) {
+        let held = self.notify.held.contains_key(&queue);
+        let bit = self.cfg.index;
+        let (off, b) = (HOLDERS + 4 * (bit / 32), 1u32 << (bit % 32));
+        let st = &mut self.cache.store;
+        loop {
+            let v = st.get_u32(queue.header, off);
+            let want = if held { v | b } else { v & !b };
+            if v == want || st.cas_u32(queue.header, off, v, want) {
+                break;
+            }
+        }
+    }
+
+    /// The last description of a queue owned here is gone: mark it dead
+    /// and keep its blocks until no server holds watches of it.
+    pub(super) fn queue_closed(&mut self, ino: InodeId) {
+        if let Some(q) = self.notify.queues.remove(&ino) {
+            self.cache.store.put_u32(q.header, DEAD, 1);
+            self.notify.dying.push(q);
+        }
+    }
+
+    // ---------------------------------------------------------------
+    // events
+
+    /// After a request: produce the events its plan and reply call for.
+    pub(super) fn notify_after(&mut self, plan: Plan, reply: &Reply<'_>) {
+        match (plan, reply) {
+            (
+                Plan::OpenCreate { dir, name },
+                Reply::Opened {
+                    created: true,
+                    attr,
+                    ..
+                },
+            ) => {
+                self.emit(dir, IN_CREATE | isdir(attr.ftype), 0, &name);
+            }
+            (Plan::Create { dir, name }, Reply::Entry { ftype, .. }) => {
+                self.emit(dir, IN_CREATE | isdir(*ftype), 0, &name);
+            }
+            (
+                Plan::Link {
+                    dir,
+                    name,
+                    ino,
+                    from,
+                },
+                Reply::Linked { .. },
+            ) => {
+                let ftype = self
+                    .shards
+                    .get(&dir)
+                    .and_then(|s| s.get(&name))
+                    .map_or(FileType::Regular, |d| d.ftype);
+                match from {
+                    Some((olddir, oldname)) => {
+                        self.emit_move((olddir, &oldname), (dir, &name), ino, ftype)
+                    }
+                    None => {
+                        self.emit(dir, IN_CREATE | isdir(ftype), 0, &name);
+                        self.emit_changed(ino, IN_ATTRIB); // its link count
+                    }
+                }
+            }
+            // The second half of a rename across servers was reported
+            // with its first (`Link` with `moved_from`).
+            (Plan::Unlink { moved: true, .. }, _) => {}
+            (Plan::Unlink { dir, name, .. }, Reply::Unlinked { ftype, .. }) => {
+                self.emit(dir, IN_DELETE | isdir(*ftype), 0, &name);
+            }
+            (
+                Plan::Rename {
+                    olddir,
+                    oldname,
+                    newdir,
+                    newname,
+                },
+                Reply::Renamed { moved, ftype, .. },
+            ) => self.emit_move((olddir, &oldname), (newdir, &newname), *moved, *ftype),
+            (Plan::Changed { ino, mask }, Reply::Attr(_) | Reply::Ok) if mask != 0 => {
+                self.emit_changed(ino, mask);
+            }
+            (Plan::Wrote { ino }, Reply::Written(n)) if *n > 0 => self.emit_changed(ino, IN_MODIFY),
+            _ => {}
+        }
+    }
+
+    /// A name moved: `IN_MOVED_FROM` and `IN_MOVED_TO` with one cookie
+    /// (unique to this server: its index in the top byte), then
+    /// `IN_MOVE_SELF` for watches of the moved inode.
+    fn emit_move(
+        &mut self,
+        from: (InodeId, &[u8]),
+        to: (InodeId, &[u8]),
+        ino: InodeId,
+        ftype: FileType,
+    ) {
+        self.notify.cookies = (self.notify.cookies + 1) & 0x00ff_ffff;
+        let cookie = (self.cfg.index as u32) << 24 | self.notify.cookies;
+        self.emit(from.0, IN_MOVED_FROM | isdir(ftype), cookie, from.1);
+        self.emit(to.0, IN_MOVED_TO | isdir(ftype), cookie, to.1);
+        self.emit(ino, IN_MOVE_SELF | isdir(ftype), 0, b"");
+    }
+
+    /// `ino` (owned here) changed: tell watches of it and of the watched
+    /// directories whose entries held here name it.
+    pub(super) fn emit_changed(&mut self, ino: InodeId, mask: u32) {
+        self.emit_changed_via(ino, mask, None);
+    }
+
+    /// [`Self::emit_changed`] for a change made through a description
+    /// opened through entry `via` held on another server: that
+    /// directory's watchers hear of it too.
+    pub(super) fn emit_changed_via(
+        &mut self,
+        ino: InodeId,
+        mask: u32,
+        via: Option<(InodeId, Box<[u8]>)>,
+    ) {
+        if self.notify.watches.is_empty() {
+            return;
+        }
+        let ftype = self.inodes.get(&ino).map_or(FileType::Regular, |i| i.ftype);
+        self.index_names();
+        let mut names = self.notify.names.get(&ino).cloned().unwrap_or_default();
+        if let Some((dir, name)) = via {
+            if !names.iter().any(|(d, n)| *d == dir && **n == *name) {
+                names.push((dir, name.into_vec()));
+            }
+        }
+        // The parent's watch first, then the inode's, as Linux queues them.
+        for (dir, name) in names {
+            self.emit(dir, mask | isdir(ftype), 0, &name);
+        }
+        self.emit(ino, mask | isdir(ftype), 0, b"");
+    }
+
+    /// Make `names` describe the entries of the watched directories held
+    /// here. Rebuilt only when they changed since (a write-heavy watcher,
+    /// `tail -f`, then costs one lookup per change): the key is the sum
+    /// of the watched shards' next cookies (every insertion moves one),
+    /// of their sizes (every removal moves one) and how many there are.
+    fn index_names(&mut self) {
+        let (mut seq, mut len, mut shards) = (0u64, 0u64, 0usize);
+        for dir in self.notify.watches.keys() {
+            if let Some(s) = self.shards.get(dir) {
+                seq = seq.wrapping_add(s.next_cookie());
+                len += s.len() as u64;
+                shards += 1;
+            }
+        }
+        let key = Some((seq, len, shards));
+        if self.notify.names_key == key {
+            return;
+        }
+        let mut names: HashMap<InodeId, Vec<(InodeId, Vec<u8>)>> = HashMap::new();
+        for dir in self.notify.watches.keys() {
+            if let Some(s) = self.shards.get(dir) {
+                for (_, name, d) in s.after(0) {
+                    names.entry(d.ino).or_default().push((*dir, name.to_vec()));
+                }
+            }
+        }
+        self.notify.names = names;
+        self.notify.names_key = key;
+    }
+
+    /// [`Self::watched`] for the inode of a description, or its directory
+    /// when it was opened through an entry held elsewhere.
+    pub(super) fn desc_watched(&self, desc: DescId) -> bool {
+        self.descs.get(&desc).is_some_and(|d| {
+            self.watched(d.ino)
+                || d.via
+                    .as_ref()
+                    .is_some_and(|(dir, _)| self.notify.watches.contains_key(dir))
+        })
+    }
+
+    /// Would a change of `ino` (owned here) reach a watch held here? Over
+    /// all watched directories held here, not only those naming it: cheap
+    /// and never stale, and a false yes costs the client one round trip
+    /// per write (`InotifyModified`) and waiting closes.
+    pub(super) fn watched(&self, ino: InodeId) -> bool {
+        self.notify.watches.contains_key(&ino)
+            || self
+                .notify
+                .watches
+                .keys()
+                .any(|d| self.shards.contains_key(d))
+    }
+
+    /// A description of `ino` died: `IN_CLOSE_WRITE` if it could write.
+    pub(super) fn notify_closed(
+        &mut self,
+        ino: InodeId,
+        wrote: bool,
+        via: Option<(InodeId, Box<[u8]>)>,
+    ) {
+        if wrote
+            && self
+                .inodes
+                .get(&ino)
+                .is_some_and(|i| i.ftype == FileType::Regular)
+        {
+            self.emit_changed_via(ino, IN_CLOSE_WRITE, via);
+        }
+    }
+
+    /// `ino` is being freed: `IN_DELETE_SELF`, then `IN_IGNORED` for each
+    /// of its watches, which go.
+    pub(super) fn notify_freed(&mut self, ino: InodeId, ftype: FileType) {
+        if !self.notify.watches.contains_key(&ino) {
+            return;
+        }
+        let _ = ftype; // Linux sets no `IN_ISDIR` on `IN_DELETE_SELF`
+        self.emit(ino, IN_DELETE_SELF, 0, b"");
+        // Before the parent's `IN_DELETE`, as Linux orders them.
+        for w in self.notify.remove_inode(ino) {
+            let mut rec = Vec::new();
+            encode(&mut rec, w.wd, IN_IGNORED, 0, b"");
+            self.append(w.queue, rec);
+            self.hold(w.queue);
+        }
+    }
+
+    /// Append an event to every watch of `watched` that asked for it.
+    fn emit(&mut self, watched: InodeId, mask: u32, cookie: u32, name: &[u8]) {
+        let Some(list) = self.notify.watches.get(&watched) else {
+            return;
+        };
+        let hits: Vec<Watch> = list
+            .iter()
+            .filter(|w| w.mask & mask & IN_ALL_EVENTS != 0)
+            .copied()
+            .collect();
+        for w in hits {
+            let mut rec = Vec::with_capacity(record_len(name));
+            encode(&mut rec, w.wd, mask, cookie, name);
+            self.append(w.queue, rec);
+            if w.mask & IN_ONESHOT != 0 {
+                let mut rec = Vec::new();
+                encode(&mut rec, w.wd, IN_IGNORED, 0, b"");
+                self.append(w.queue, rec);
+                self.notify.remove(watched, w.queue, w.wd);
+                self.hold(w.queue);
+            }
+        }
+    }
+
+    /// Queue `rec` for `queue`, behind anything still pending, and push
+    /// what can go in now.
+    fn append(&mut self, queue: QueueRef, rec: Vec<u8>) {
+        self.notify.pending.push_back((queue, rec));
+        self.flush();
+    }
+
+    /// Put pending records into their rings, in order, never waiting: a
+    /// ring whose lock a client holds keeps its records (and those of
+    /// later events for it) for the next call.
+    pub(super) fn flush(&mut self) {
+        let mut blocked: Vec<QueueRef> = Vec::new();
+        let mut kept = VecDeque::new();
+        while let Some((q, rec)) = self.notify.pending.pop_front() {
+            if blocked.contains(&q) {
+                kept.push_back((q, rec));
+                continue;
+            }
+            if !self.queue_alive(q) {
+                continue;
+            }
+            if !self.cache.store.cas_u32(q.header, LOCK, 0, 1) {
+                blocked.push(q);
+                kept.push_back((q, rec));
+                continue;
+            }
+            self.cache.store.put_u32(q.header, OWNER, 0);
+            let grew = self.put_record(q.header, &rec);
+            if self.cache.store.swap_u32(q.header, LOCK, 0) == 2 {
+                self.cache.store.wake(q.header, LOCK);
+            }
+            // A merged record gives the reader nothing new to wake for.
+            if grew {
+                let wake = self.cache.store.get_u32(q.header, RSLEEP) > 0;
+                self.cache.store.add_u32(q.header, RSEQ, 1, wake);
+            }
+        }
+        if blocked.is_empty() {
+            self.notify.stalls = 0;
+        } else {
+            self.notify.stalls += 1;
+            if self.notify.stalls > STALL_LIMIT {
+                self.notify.overflowed += kept.len() as u64;
+                kept.clear();
+                self.notify.stalls = 0;
+            }
+        }
+        self.notify.pending = kept;
+    }
+
+    /// Copy one record into the ring (lock held): merged with an identical
+    /// last unread record, or replaced by `IN_Q_OVERFLOW` when the ring
+    /// has no room for it and the overflow record (Linux's
+    /// `fsnotify_add_event` with `max_events`). Whether the ring grew.
+    fn put_record(&mut self, h: u32, rec: &[u8]) -> bool {
+        let st = &self.cache.store;
+        let head = st.get_u64(h, HEAD);
+        let tail = st.get_u64(h, TAIL);
+        let cap = (st.get_u32(h, NBLOCKS) as u64).min(MAX_DATA_BLOCKS as u64) * BLOCK_SIZE as u64;
+        let last = st.get_u64(h, LAST);
+        let mut last_rec = Vec::new();
+        if last > tail && last <= head {
+            let mut hd = [0u8; EVENT_HEADER];
+            self.ring_read(h, last - 1, &mut hd);
+            let (_, _, _, len) = decode_header(&hd);
+            // A scribbled length must not make this server allocate much.
+            let len = (len as usize).min(EVENT_HEADER + atoll_proto::MAX_NAME);
+            last_rec.resize(EVENT_HEADER + len, 0);
+            self.ring_read(h, last - 1, &mut last_rec);
+        }
+        if last_rec == rec {
+            self.notify.merged += 1;
+            return false;
+        }
+        let used = head.wrapping_sub(tail);
+        let mut overflow = Vec::new();
+        let rec = if used + (rec.len() + EVENT_HEADER) as u64 <= cap {
+            rec
+        } else {
+            self.notify.overflowed += 1;
+            encode(&mut overflow, -1, IN_Q_OVERFLOW, 0, b"");
+            if last_rec == overflow || used + EVENT_HEADER as u64 > cap {
+                return false;
+            }
+            &overflow
+        };
+        self.ring_write(h, head, rec);
+        let st = &mut self.cache.store;
+        st.put_u64(h, LAST, head + 1);
+        st.put_u64(h, HEAD, head + rec.len() as u64);
+        self.notify.appended += 1;
+        true
+    }
+
+    fn ring_span(
+        &self,
+        h: u32,
+        pos: u64,
+        len: usize,
+        mut f: impl FnMut(&Self, u32, usize, std::ops::Range<usize>),
+    ) {
+        let st = &self.cache.store;
+        let nblocks = (st.get_u32(h, NBLOCKS) as usize).clamp(1, MAX_DATA_BLOCKS);
+        let cap = (nblocks * BLOCK_SIZE) as u64;
+        let mut done = 0usize;
+        while done < len {
+            let at = ((pos + done as u64) % cap) as usize;
+            let (blk, off) = (at / BLOCK_SIZE, at % BLOCK_SIZE);
+            let n = (BLOCK_SIZE - off).min(len - done);
+            let b = st.get_u32(h, BLOCKS + 4 * blk);
+            f(self, b, off, done..done + n);
+            done += n;
+        }
+    }
+
+    fn ring_read(&self, h: u32, pos: u64, buf: &mut [u8]) {
+        let len = buf.len();
+        let mut parts = Vec::new();
+        self.ring_span(h, pos, len, |_, b, off, r| parts.push((b, off, r)));
+        for (b, off, r) in parts {
+            self.cache.store.read(b, off, &mut buf[r]);
+        }
+    }
+
+    fn ring_write(&mut self, h: u32, pos: u64, data: &[u8]) {
+        let mut parts = Vec::new();
+        self.ring_span(h, pos, data.len(), |_, b, off, r| parts.push((b, off, r)));
+        for (b, off, r) in parts {
+            self.cache.store.write(b, off, &data[r]);
+        }
+    }
+
+    /// After every request (and when idle with records pending): push
+    /// pending records, drop watches of dead queues, free dead queues'
+    /// blocks once no server holds watches of them.
+    pub(super) fn notify_tick(&mut self) {
+        if !self.notify.pending.is_empty() {
+            self.flush();
+        }
+        // One look per queue with watches here (not per watch).
+        let dead: Vec<QueueRef> = (self.notify.held.keys())
+            .filter(|q| !self.queue_alive(**q))
+            .copied()
+            .collect();
+        if !dead.is_empty() {
+            self.notify.watches.retain(|_, l| {
+                l.retain(|w| !dead.contains(&w.queue));
+                !l.is_empty()
+            });
+            for q in dead {
+                self.notify.held.remove(&q);
+                self.notify.names_key = None;
+                self.hold(q);
+            }
+        }
+        let mut k = 0;
+        while k < self.notify.dying.len() {
+            let h = self.notify.dying[k].header;
+            if self.cache.store.get_u64(h, HOLDERS) == 0 {
+                let q = self.notify.dying.swap_remove(k);
+                self.cache.store.put_u64(q.header, QUEUE_ID, 0);
+                self.cache.release(q.header);
+                self.cache.release_all(q.data);
+            } else {
+                k += 1;
+            }
+        }
+    }
+
+    /// Records waiting for a ring lock (the server loop then polls instead
+    /// of sleeping on its doorbell).
+    pub fn has_pending_events(&self) -> bool {
+        !self.notify.pending.is_empty()
+    }
+
+    /// Serve what `has_pending_events` reported.
+    pub fn flush_events(&mut self) {
+        self.notify_tick();
+    }
+}
+
+#[cfg(test)]
+#[path = "inotify_tests.rs"]
+mod tests;

@@ -1,0 +1,439 @@
+//! Unit tests of `inotify`: watch registration, events, cleanup.
+
+use super::*;
+use crate::fs::FsConfig;
+use crate::store::MemStore;
+use atoll_proto::{Cred, Request, SetAttr, ROOT};
+
+const S1: SessionId = SessionId(1);
+const S2: SessionId = SessionId(2);
+const ME: Cred = Cred::of(1000, 1000);
+
+fn server() -> FileServer<MemStore> {
+    FileServer::new(
+        FsConfig {
+            index: 0,
+            nservers: 1,
+            first_block: 0,
+            nblocks: 256,
+            root_owner: ME,
+            core: -1,
+            track_lookups: false,
+            limits: crate::fs::Limits::for_memory(1 << 30),
+        },
+        MemStore::new(256),
+    )
+}
+
+/// A queue: (its description, its header, its ref).
+fn queue(fs: &mut FileServer<MemStore>, s: SessionId) -> (DescId, QueueRef) {
+    let mut out = Vec::new();
+    match fs.handle(s, ME, Request::InotifyInit { flags: 0 }, &mut out) {
+        Reply::Pipe {
+            read, header, ino, ..
+        } => (read, QueueRef { header, id: ino.0 }),
+        other => panic!("{other:?}"),
+    }
+}
+
+fn watch(
+    fs: &mut FileServer<MemStore>,
+    s: SessionId,
+    q: DescId,
+    ino: InodeId,
+    mask: u32,
+) -> Result<(i32, u32), Errno> {
+    let mut out = Vec::new();
+    match fs.handle(
+        s,
+        ME,
+        Request::InotifyAddWatch { desc: q, ino, mask },
+        &mut out,
+    ) {
+        Reply::Watch {
+            wd, mask, queue, ..
+        } => {
+            let mut out = Vec::new();
+            let r = fs.handle(
+                s,
+                ME,
+                Request::InotifyRegister {
+                    queue,
+                    ino,
+                    wd,
+                    mask,
+                },
+                &mut out,
+            );
+            assert!(matches!(r, Reply::Ok), "{r:?}");
+            Ok((wd, mask))
+        }
+        Reply::Err(e) => Err(e),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Every record in the ring, consumed: (wd, mask, cookie, name).
+fn drain(fs: &mut FileServer<MemStore>, h: u32) -> Vec<(i32, u32, u32, Vec<u8>)> {
+    let mut v = Vec::new();
+    let head = fs.cache.store.get_u64(h, HEAD);
+    let mut tail = fs.cache.store.get_u64(h, TAIL);
+    while tail < head {
+        let mut hd = [0u8; EVENT_HEADER];
+        fs.ring_read(h, tail, &mut hd);
+        let (wd, mask, cookie, len) = decode_header(&hd);
+        let mut name = vec![0u8; len as usize];
+        fs.ring_read(h, tail + EVENT_HEADER as u64, &mut name);
+        while name.last() == Some(&0) {
+            name.pop();
+        }
+        v.push((wd, mask, cookie, name));
+        tail += (EVENT_HEADER + len as usize) as u64;
+    }
+    fs.cache.store.put_u64(h, TAIL, tail);
+    v
+}
+
+fn create(fs: &mut FileServer<MemStore>, name: &[u8]) -> (InodeId, DescId) {
+    let mut out = Vec::new();
+    let flags = (libc::O_CREAT | libc::O_RDWR) as u32;
+    let req = Request::Open {
+        dir: ROOT,
+        name,
+        flags,
+        perm: 0o644,
+        umask: 0,
+    };
+    match fs.handle(S1, ME, req, &mut out) {
+        Reply::Opened { desc, attr, .. } => (attr.ino, desc),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A client's write: `Write`, then (the bytes copied) `InotifyModified`
+/// when the reply says the file is watched.
+fn write(fs: &mut FileServer<MemStore>, desc: DescId, len: u64, offset: Option<u64>) -> bool {
+    let mut out = Vec::new();
+    let watched = match fs.handle(S1, ME, Request::Write { desc, len, offset }, &mut out) {
+        Reply::Extents { watched, .. } => watched,
+        other => panic!("{other:?}"),
+    };
+    if watched {
+        ok(fs, S1, Request::InotifyModified { desc });
+    }
+    watched
+}
+
+fn ok(fs: &mut FileServer<MemStore>, s: SessionId, req: Request<'_>) {
+    let mut out = Vec::new();
+    let r = fs.handle(s, ME, req, &mut out);
+    assert!(!matches!(r, Reply::Err(_)), "{r:?}");
+}
+
+#[test]
+fn directory_watch_sees_create_modify_attrib_close_move_delete() {
+    let mut fs = server();
+    let (q, qr) = queue(&mut fs, S1);
+    let (wd, _) = watch(&mut fs, S1, q, ROOT, IN_ALL_EVENTS).unwrap();
+    let (f, d) = create(&mut fs, b"log");
+    assert!(write(&mut fs, d, 5, None));
+    assert!(write(&mut fs, d, 5, None));
+    ok(&mut fs, S1, Request::Close { desc: d });
+    let set = SetAttr {
+        perm: Some(0o600),
+        ..SetAttr::NONE
+    };
+    ok(&mut fs, S1, Request::SetAttr { ino: f, set });
+    let req = Request::Rename {
+        olddir: ROOT,
+        oldname: b"log",
+        newdir: ROOT,
+        newname: b"old",
+        flags: 0,
+    };
+    ok(&mut fs, S1, req);
+    let req = Request::Unlink {
+        dir: ROOT,
+        name: b"old",
+        kind: atoll_proto::UnlinkKind::NonDirectory,
+        expect: None,
+    };
+    ok(&mut fs, S1, req);
+    let ev = drain(&mut fs, qr.header);
+    let masks: Vec<u32> = ev.iter().map(|e| e.1).collect();
+    // Two identical consecutive writes are merged, as Linux merges them.
+    assert_eq!(
+        masks,
+        [
+            IN_CREATE,
+            IN_MODIFY,
+            IN_CLOSE_WRITE,
+            IN_ATTRIB,
+            IN_MOVED_FROM,
+            IN_MOVED_TO,
+            IN_DELETE
+        ]
+    );
+    assert!(ev.iter().all(|e| e.0 == wd));
+    assert_eq!(ev[0].3, b"log");
+    assert_eq!(ev[5].3, b"old");
+    assert_ne!(ev[4].2, 0);
+    assert_eq!(ev[4].2, ev[5].2, "one cookie for both halves of a rename");
+}
+
+#[test]
+fn one_inode_one_wd_mask_add_mask_create_and_rm_watch_ignored() {
+    let mut fs = server();
+    let (q, qr) = queue(&mut fs, S1);
+    let (f, _) = create(&mut fs, b"f");
+    let (w1, m1) = watch(&mut fs, S1, q, f, IN_MODIFY).unwrap();
+    let (w2, m2) = watch(&mut fs, S1, q, f, IN_ATTRIB | IN_MASK_ADD).unwrap();
+    assert_eq!(w1, w2);
+    assert_eq!((m1, m2), (IN_MODIFY, IN_MODIFY | IN_ATTRIB));
+    assert_eq!(
+        watch(&mut fs, S1, q, f, IN_ATTRIB | IN_MASK_CREATE),
+        Err(Errno::EEXIST)
+    );
+    let (w3, _) = watch(&mut fs, S1, q, ROOT, IN_CREATE).unwrap();
+    assert_ne!(w3, w1);
+    let mut out = Vec::new();
+    match fs.handle(
+        S1,
+        ME,
+        Request::InotifyRmWatch { desc: q, wd: w1 },
+        &mut out,
+    ) {
+        Reply::Watch { ino, .. } => assert_eq!(ino, f),
+        other => panic!("{other:?}"),
+    }
+    let r = fs.handle(
+        S1,
+        ME,
+        Request::InotifyRmWatch { desc: q, wd: w1 },
+        &mut out,
+    );
+    assert!(matches!(r, Reply::Err(Errno::EINVAL)));
+    assert_eq!(drain(&mut fs, qr.header), [(w1, IN_IGNORED, 0, vec![])]);
+}
+
+#[test]
+fn oneshot_fires_once_then_ignored() {
+    let mut fs = server();
+    let (q, qr) = queue(&mut fs, S1);
+    let (f, d) = create(&mut fs, b"f");
+    let (wd, _) = watch(&mut fs, S1, q, f, IN_MODIFY | IN_ONESHOT).unwrap();
+    assert!(write(&mut fs, d, 1, None));
+    assert!(!write(&mut fs, d, 1, Some(9)), "the watch is gone");
+    let ev = drain(&mut fs, qr.header);
+    assert_eq!(
+        ev,
+        [(wd, IN_MODIFY, 0, vec![]), (wd, IN_IGNORED, 0, vec![])]
+    );
+}
+
+#[test]
+fn delete_self_then_ignored_when_the_inode_goes() {
+    let mut fs = server();
+    let (q, qr) = queue(&mut fs, S1);
+    let (f, d) = create(&mut fs, b"f");
+    ok(&mut fs, S1, Request::Close { desc: d });
+    let (wd, _) = watch(&mut fs, S1, q, f, IN_ALL_EVENTS).unwrap();
+    let req = Request::Unlink {
+        dir: ROOT,
+        name: b"f",
+        kind: atoll_proto::UnlinkKind::NonDirectory,
+        expect: None,
+    };
+    ok(&mut fs, S1, req);
+    let ev = drain(&mut fs, qr.header);
+    assert_eq!(
+        ev,
+        [(wd, IN_DELETE_SELF, 0, vec![]), (wd, IN_IGNORED, 0, vec![])]
+    );
+    assert!(fs.notify.watches.is_empty());
+}
+
+#[test]
+fn a_full_ring_ends_with_one_overflow_record() {
+    let mut fs = server();
+    let (q, qr) = queue(&mut fs, S1);
+    watch(&mut fs, S1, q, ROOT, IN_CREATE).unwrap();
+    for k in 0..4000 {
+        create(&mut fs, format!("file-{k}").as_bytes());
+    }
+    let ev = drain(&mut fs, qr.header);
+    let cap = DATA_BLOCKS * BLOCK_SIZE;
+    assert!(ev.len() < 4000 && ev.len() > cap / 48);
+    assert_eq!(ev.last().unwrap(), &(-1, IN_Q_OVERFLOW, 0, vec![]));
+    assert_eq!(ev.iter().filter(|e| e.1 == IN_Q_OVERFLOW).count(), 1);
+    // Room again: events flow again.
+    create(&mut fs, b"after");
+    assert_eq!(drain(&mut fs, qr.header)[0].3, b"after");
+}
+
+#[test]
+fn a_locked_ring_gets_its_records_later_in_order() {
+    let mut fs = server();
+    let (q, qr) = queue(&mut fs, S1);
+    watch(&mut fs, S1, q, ROOT, IN_CREATE).unwrap();
+    fs.cache.store.put_u32(qr.header, LOCK, 1); // a reader copying out
+    create(&mut fs, b"a");
+    create(&mut fs, b"b");
+    assert!(fs.has_pending_events());
+    assert!(drain(&mut fs, qr.header).is_empty());
+    fs.cache.store.put_u32(qr.header, LOCK, 0);
+    fs.flush_events();
+    assert!(!fs.has_pending_events());
+    let names: Vec<Vec<u8>> = drain(&mut fs, qr.header).into_iter().map(|e| e.3).collect();
+    assert_eq!(names, [b"a".to_vec(), b"b".to_vec()]);
+}
+
+#[test]
+fn a_queue_dies_with_its_session_and_its_watches_and_blocks_go() {
+    let mut fs = server();
+    let free = fs.cache.free.len();
+    let (q, qr) = queue(&mut fs, S2);
+    watch(&mut fs, S2, q, ROOT, IN_CREATE).unwrap();
+    assert_ne!(fs.cache.store.get_u64(qr.header, HOLDERS), 0);
+    fs.session_closed(S2);
+    // The next request here notices the dead queue.
+    create(&mut fs, b"x");
+    assert!(fs.notify.watches.is_empty());
+    assert!(fs.notify.dying.is_empty());
+    assert_eq!(fs.cache.store.get_u64(qr.header, QUEUE_ID), 0);
+    assert_eq!(fs.cache.free.len(), free);
+    // A late registration for the dead queue is refused.
+    let mut out = Vec::new();
+    let r = fs.handle(
+        S1,
+        ME,
+        Request::InotifyRegister {
+            queue: qr,
+            ino: ROOT,
+            wd: 1,
+            mask: IN_CREATE,
+        },
+        &mut out,
+    );
+    assert!(matches!(r, Reply::Err(Errno::EBADF)));
+}
+
+#[test]
+fn a_dead_queue_keeps_its_blocks_while_another_server_holds_watches() {
+    let mut fs = server();
+    let free = fs.cache.free.len();
+    let (q, qr) = queue(&mut fs, S2);
+    // Server 5 holds a watch of this queue (its bit, as it would set it).
+    fs.cache.store.put_u32(qr.header, HOLDERS, 1 << 5);
+    fs.session_closed(S2);
+    create(&mut fs, b"x");
+    assert_eq!(fs.notify.dying.len(), 1);
+    assert!(fs.cache.free.len() < free);
+    let _ = q;
+    fs.cache.store.put_u32(qr.header, HOLDERS, 0); // server 5 let go
+    create(&mut fs, b"y");
+    assert!(fs.notify.dying.is_empty());
+    assert_eq!(fs.cache.free.len(), free);
+}
+
+#[test]
+fn writes_of_unwatched_files_ask_nothing_of_the_client() {
+    let mut fs = server();
+    let (_, d) = create(&mut fs, b"f");
+    assert!(!write(&mut fs, d, 10, None));
+    let (q, _) = queue(&mut fs, S1);
+    let (g, gd) = create(&mut fs, b"g");
+    watch(&mut fs, S1, q, g, IN_MODIFY).unwrap();
+    assert!(!write(&mut fs, d, 10, None));
+    assert!(write(&mut fs, gd, 10, None));
+    // A watched directory: any file here may be in it.
+    watch(&mut fs, S1, q, ROOT, IN_MODIFY).unwrap();
+    assert!(write(&mut fs, d, 10, None));
+}
+
+#[test]
+fn a_file_moved_out_of_a_watched_directory_no_longer_reports_to_it() {
+    let mut fs = server();
+    let (q, qr) = queue(&mut fs, S1);
+    let (_, d) = create(&mut fs, b"f");
+    let mk = Request::MakeNode {
+        dir: ROOT,
+        name: b"other",
+        ftype: FileType::Directory,
+        perm: 0o755,
+        rdev: 0,
+        target: b"",
+        home: 0,
+        distributed: false,
+    };
+    let mut out = Vec::new();
+    let other = match fs.handle(S1, ME, mk, &mut out) {
+        Reply::Entry { ino, .. } => ino,
+        r => panic!("{r:?}"),
+    };
+    let (wd, _) = watch(&mut fs, S1, q, ROOT, IN_MODIFY | IN_MOVED_FROM).unwrap();
+    assert!(write(&mut fs, d, 1, None));
+    let req = Request::Rename {
+        olddir: ROOT,
+        oldname: b"f",
+        newdir: other,
+        newname: b"f",
+        flags: 0,
+    };
+    ok(&mut fs, S1, req);
+    write(&mut fs, d, 1, None);
+    let ev: Vec<(i32, u32, Vec<u8>)> = drain(&mut fs, qr.header)
+        .into_iter()
+        .map(|e| (e.0, e.1, e.3))
+        .collect();
+    assert_eq!(
+        ev,
+        [
+            (wd, IN_MODIFY, b"f".to_vec()),
+            (wd, IN_MOVED_FROM, b"f".to_vec())
+        ]
+    );
+}
+
+#[test]
+fn a_description_opened_by_a_name_held_elsewhere_reports_to_that_directory() {
+    let mut fs = server();
+    let (q, qr) = queue(&mut fs, S1);
+    let (f, d) = create(&mut fs, b"here");
+    ok(&mut fs, S1, Request::Close { desc: d });
+    let (wd, _) = watch(&mut fs, S1, q, ROOT, IN_MODIFY | IN_CLOSE_WRITE).unwrap();
+    // As if "there" were an entry of ROOT on another server naming `f`.
+    let via = Some(atoll_proto::EntryName {
+        dir: ROOT,
+        name: b"there",
+    });
+    let mut out = Vec::new();
+    let req = Request::OpenInode {
+        ino: f,
+        flags: libc::O_WRONLY as u32,
+        via,
+    };
+    let d = match fs.handle(S1, ME, req, &mut out) {
+        Reply::Opened { desc, watched, .. } => {
+            assert!(watched);
+            desc
+        }
+        r => panic!("{r:?}"),
+    };
+    assert!(write(&mut fs, d, 3, None));
+    ok(&mut fs, S1, Request::Close { desc: d });
+    let ev: Vec<(i32, u32, Vec<u8>)> = drain(&mut fs, qr.header)
+        .into_iter()
+        .map(|e| (e.0, e.1, e.3))
+        .collect();
+    let name = |n: &[u8]| n.to_vec();
+    assert_eq!(
+        ev,
+        [
+            (wd, IN_MODIFY, name(b"here")),
+            (wd, IN_MODIFY, name(b"there")),
+            (wd, IN_CLOSE_WRITE, name(b"here")),
+            (wd, IN_CLOSE_WRITE, name(b"there")),
+        ]
+    );
+}

@@ -1,0 +1,244 @@
+//! Change notification on atoll paths: `tail -f` and `inotifywait` see
+//! what other processes of the instance do, with the same events as on a
+//! tmpfs directory; a C probe compares the details of `inotify(7)` with
+//! tmpfs; one descriptor serves host or atoll paths, never both.
+
+use std::process::{Command, Output, Stdio};
+
+use atoll_tests::{compile_probe, require, run_in_atoll, MOUNT};
+
+/// Instance shapes: several servers (a directory's entries on its home
+/// server, files anywhere), entries spread over three servers, defaults.
+const SHAPES: [&[&str]; 3] = [
+    &["--servers", "2"],
+    &["--servers", "3", "--distribute", "all"],
+    &[],
+];
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).to_string()
+}
+
+/// Run `bash -c script` with `$ROOT` a fresh directory on tmpfs.
+fn run_on_tmpfs(script: &str) -> Output {
+    let dir = tempfile::tempdir_in("/dev/shm").expect("tmpfs directory");
+    Command::new("bash")
+        .args(["-c", script])
+        .env("ROOT", dir.path())
+        .env("LC_ALL", "C")
+        .stdin(Stdio::null())
+        .output()
+        .expect("spawn bash")
+}
+
+/// `tail -f` of a file in the mount while another process appends: the
+/// lines appear. `-s 1000` makes a polling `tail` wait 1000 s between
+/// looks, so the lines can only come this soon through inotify.
+#[test]
+fn tail_follows_a_file_another_process_appends_to() {
+    require("tail");
+    let script = r#"
+        set -e
+        cd "$ROOT"
+        echo first > log
+        tail -s 1000 -f log > seen &
+        t=$!
+        until grep -q first seen; do sleep 0.02; done
+        bash -c 'echo second >> log'
+        # One write at a time: a read racing an extending write may see
+        # zeros where its bytes are still being copied (COMPATIBILITY.md).
+        for i in $(seq 1 1000); do grep -q second seen && break; sleep 0.02; done
+        bash -c 'printf "third\n" >> log'
+        for i in $(seq 1 1000); do grep -q third seen && break; sleep 0.02; done
+        kill $t
+        cat seen
+    "#;
+    for shape in SHAPES {
+        let out = run_in_atoll(shape, script);
+        assert_eq!(
+            text(&out.stdout),
+            "first\nsecond\nthird\n",
+            "{shape:?}: {}",
+            text(&out.stderr)
+        );
+    }
+}
+
+/// `inotifywait -m` on a directory while another process creates, writes,
+/// chmods, renames and deletes in it: the same events, in the same order,
+/// as on tmpfs.
+#[test]
+fn inotifywait_sees_the_events_tmpfs_gives() {
+    require("inotifywait");
+    let script = r#"
+        set -e
+        d="$ROOT/watched"
+        mkdir "$d"
+        inotifywait -m -e create,modify,attrib,close_write,moved_from,moved_to,delete \
+            --format '%e %f' "$d" > "$ROOT/events" 2> "$ROOT/setup" &
+        w=$!
+        until grep -q 'Watches established' "$ROOT/setup"; do sleep 0.02; done
+        bash -c '
+            cd "$1"
+            echo a > f
+            echo b >> f
+            chmod 600 f
+            mv f g
+            mkdir sub
+            mv sub sub2
+            : > empty
+            rm g empty
+            rmdir sub2
+            echo end > zz-end
+        ' - "$d"
+        for i in $(seq 1 1000); do grep -q 'CLOSE_WRITE,CLOSE zz-end' "$ROOT/events" && break; sleep 0.02; done
+        kill $w
+        cat "$ROOT/events"
+    "#;
+    let host = run_on_tmpfs(script);
+    let want = text(&host.stdout);
+    assert!(
+        want.contains("MOVED_TO g"),
+        "tmpfs run: {want}{}",
+        text(&host.stderr)
+    );
+    for shape in SHAPES {
+        let out = run_in_atoll(shape, script);
+        assert_eq!(text(&out.stdout), want, "{shape:?}: {}", text(&out.stderr));
+    }
+}
+
+/// Record layout and padding, rename cookies, `IN_ONESHOT`, `IN_MASK_ADD`,
+/// `IN_MASK_CREATE`, `inotify_rm_watch`, `IN_DELETE_SELF` then
+/// `IN_IGNORED`, `EINVAL` for a short buffer, `FIONREAD`, `EAGAIN`,
+/// `poll`/`epoll`, blocking reads woken by another process and cut by a
+/// signal, `IN_Q_OVERFLOW`: the probe's transcript equals tmpfs's.
+///
+/// Distributed directories are left out: a `chmod` or `truncate` by path
+/// of a file renamed to a name another server holds is not reported to
+/// its directory's watchers (see COMPATIBILITY.md);
+/// `inotifywait_sees_the_events_tmpfs_gives` covers them for the rest.
+#[test]
+fn probe_matches_tmpfs() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = compile_probe(dir.path(), "probe", include_str!("inotify/probe.c"));
+    let shm = tempfile::tempdir_in("/dev/shm").expect("tmpfs directory");
+    let host = Command::new(&bin).arg(shm.path()).output().expect("probe");
+    let want = text(&host.stdout);
+    assert!(
+        host.status.success() && want.contains("overflows 1, last is overflow 1, its wd -1"),
+        "{want}"
+    );
+    for shape in [&["--servers", "2"][..], &[]] {
+        let mut opts = shape.to_vec();
+        opts.extend(["--memory", "256M"]);
+        let out = run_in_atoll(&opts, &format!("{} {MOUNT}", bin.display()));
+        assert_eq!(text(&out.stdout), want, "{shape:?}: {}", text(&out.stderr));
+    }
+}
+
+/// A host inotify descriptor becomes an atoll queue at its first atoll
+/// watch; one that watches host paths refuses atoll paths and the other
+/// way round (`EXDEV`), and `fanotify_mark` of the mount is `ENODEV`.
+#[test]
+fn one_descriptor_serves_host_or_atoll_paths() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = compile_probe(dir.path(), "mixing", include_str!("inotify/mixing.c"));
+    let host_dir = tempfile::tempdir().unwrap();
+    let out = run_in_atoll(
+        &["--servers", "2"],
+        &format!(
+            "mkdir $ROOT/w && {} {} $ROOT/w",
+            bin.display(),
+            host_dir.path().display()
+        ),
+    );
+    assert_eq!(
+        text(&out.stdout),
+        "host dir on a new descriptor: ok\n\
+         atoll dir on a host-watching descriptor: Invalid cross-device link\n\
+         host event: CREATE h\n\
+         atoll dir on a new descriptor: ok\n\
+         flags kept: nonblock=1 cloexec=1\n\
+         host dir on an atoll descriptor: Invalid cross-device link\n\
+         atoll event: CREATE m\n\
+         then: -1 Resource temporarily unavailable\n\
+         fanotify_mark of the mount: -1 No such device\n",
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+/// A watcher killed while it watches leaves nothing behind: a later
+/// watcher of the same directory sees exactly its own events, and the
+/// servers answer as before (the dead queue's watches were dropped and
+/// its blocks freed at the next request).
+#[test]
+fn a_killed_watcher_leaves_the_directory_watchable() {
+    require("inotifywait");
+    let script = r#"
+        set -e
+        d="$ROOT/w"
+        mkdir "$d"
+        for k in 1 2 3; do
+            inotifywait -m -e create "$d" > /dev/null 2> "$ROOT/s$k" &
+            p=$!
+            until grep -q 'Watches established' "$ROOT/s$k"; do sleep 0.02; done
+            touch "$d/f$k"
+            kill -9 $p
+            wait $p || true
+        done
+        inotifywait -e create --format '%e %f' "$d" > "$ROOT/last" 2> "$ROOT/s4" &
+        p=$!
+        until grep -q 'Watches established' "$ROOT/s4"; do sleep 0.02; done
+        touch "$d/final"
+        wait $p
+        cat "$ROOT/last"
+        ls "$d"
+    "#;
+    for shape in SHAPES {
+        let out = run_in_atoll(shape, script);
+        assert_eq!(
+            text(&out.stdout),
+            "CREATE final\nf1\nf2\nf3\nfinal\n",
+            "{shape:?}: {}",
+            text(&out.stderr)
+        );
+    }
+}
+
+/// What a watcher costs writers: best-of-five mean of 20 000 appends of 64
+/// bytes from Python, with no watcher, while `inotifywait -m` watches the
+/// directory, and after it left (its watches are gone again).
+#[test]
+#[ignore = "measurement: cargo test --release -p atoll-tests --test inotify -- --ignored --nocapture"]
+fn measure_write_cost_of_a_watcher() {
+    require("inotifywait");
+    let script = r#"
+        cd "$ROOT"; mkdir d
+        W='import os,time
+fd=os.open("d/f",os.O_WRONLY|os.O_CREAT|os.O_APPEND)
+best=1e9
+for r in range(5):
+    t=time.perf_counter()
+    for _ in range(20000): os.write(fd,b"x"*64)
+    best=min(best,(time.perf_counter()-t)/20000*1e6)
+print("%.2f us/write" % best)'
+        echo -n "no watcher: "; python3 -c "$W"
+        inotifywait -m -e modify d > /dev/null 2> setup & P=$!
+        until grep -q established setup; do sleep 0.02; done
+        echo -n "inotifywait -m on the directory: "; python3 -c "$W"
+        kill $P; wait $P 2>/dev/null
+        echo -n "after the watcher left: "; python3 -c "$W"
+    "#;
+    for shape in [
+        &["--servers", "2"][..],
+        &["--servers", "3", "--distribute", "all"],
+    ] {
+        let out = run_in_atoll(shape, script);
+        println!("{shape:?}:\n{}", text(&out.stdout));
+        assert!(out.status.success(), "{}", text(&out.stderr));
+    }
+    let host = run_on_tmpfs(script);
+    println!("tmpfs:\n{}", text(&host.stdout));
+}

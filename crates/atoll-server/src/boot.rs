@@ -131,6 +131,8 @@ struct Conn {
     session: Option<SessionId>,
     next_lane: u32,
     lanes: u32,
+    /// The process the session belongs to, as it said (monitoring only).
+    pid: u32,
 }
 
 struct Boot {
@@ -216,6 +218,7 @@ impl Boot {
                 session,
                 next_lane: if session.is_some() { 1 } else { 0 },
                 lanes: if session.is_some() { 1 } else { 0 },
+                pid: 0,
             },
         );
         Some(token)
@@ -290,6 +293,20 @@ impl Boot {
 
     fn serve(&mut self, token: u64, req: BootRequest) {
         let session = self.conns.get(&token).and_then(|c| c.session);
+        match req {
+            BootRequest::Attach { pid } | BootRequest::Reattach { pid } => {
+                if let Some(c) = self.conns.get_mut(&token) {
+                    c.pid = pid;
+                }
+            }
+            BootRequest::ChildPid { pid } => {
+                if let Some(c) = self.conns.get_mut(&token) {
+                    c.pid = pid;
+                }
+                return;
+            }
+            _ => {}
+        }
         let result = match (req, session) {
             (BootRequest::Attach { .. }, Some(_)) => {
                 Err("this connection already has a session".to_string())
@@ -331,6 +348,7 @@ impl Boot {
                 self.reply(token, &BootReply::Status(st), &[]);
                 Ok(())
             }
+            (BootRequest::ChildPid { .. }, _) => return, // answered above
             (BootRequest::Stop, _) => {
                 self.reply(token, &BootReply::Stopping, &[]);
                 self.p.stop.raise();
@@ -419,6 +437,12 @@ impl Boot {
             lanes: self.conns.values().map(|c| c.lanes as u64).sum(),
             servers: self.p.servers.stats(),
             limits: crate::fs::limits::usage(&self.p.servers.control),
+            poll: format!("{:?}", self.p.info.poll).to_lowercase(),
+            sessions: self
+                .conns
+                .values()
+                .filter_map(|c| c.session.map(|s| (s.0, c.pid)))
+                .collect(),
         }
     }
 }

@@ -29,7 +29,7 @@ use std::sync::Arc;
 use atoll_msg::{Control, MsgError, PollMode, ServerChannel, SharedRegion};
 use atoll_proto::{
     decode, encode, is_posted, Errno, Notice, Reply, ReplyFrame, RequestFrame, ServerStats,
-    SessionId, MAX_FRAME,
+    SessionId, SessionLoad, MAX_FRAME,
 };
 
 use crate::fs::{FileServer, FsConfig};
@@ -147,6 +147,33 @@ struct Chan {
     ch: Arc<ServerChannel>,
     /// A reply that did not fit in the reply ring yet.
     pending: Option<Vec<u8>>,
+    /// Requests served from this channel (for `atoll top`).
+    requests: u64,
+}
+
+/// The server's statistics plus what only the loop knows: how full its
+/// request rings are and how much each session asked of it.
+fn stats_with_load<S: BlockStore>(fs: &FileServer<S>, chans: &[Chan]) -> ServerStats {
+    let mut st = fs.stats();
+    st.channels = chans.len() as u64;
+    st.ring_bytes = chans
+        .iter()
+        .map(|c| u64::from(c.ch.queued_request_bytes()))
+        .sum();
+    let mut load: std::collections::BTreeMap<u64, SessionLoad> = Default::default();
+    for c in chans {
+        let e = load.entry(c.session.0).or_default();
+        e.requests += c.requests;
+    }
+    for s in fs.reporting_sessions() {
+        load.entry(s.0).or_default();
+    }
+    for (session, e) in load.iter_mut() {
+        e.session = *session;
+        (e.dcache_hits, e.dcache_misses, e.traps) = fs.session_reports(SessionId(*session));
+    }
+    st.sessions_load = load.into_values().collect();
+    st
 }
 
 /// Run a file server until `Admin::Shutdown` (or the boot side is gone).
@@ -197,6 +224,7 @@ pub fn run(params: ServerParams, admin: Receiver<Admin>) -> std::io::Result<Serv
                         lane,
                         ch: channel,
                         pending: None,
+                        requests: 0,
                     });
                 }
                 Ok(Admin::SessionClosed(s)) => {
@@ -224,7 +252,7 @@ pub fn run(params: ServerParams, admin: Receiver<Admin>) -> std::io::Result<Serv
                     chans.retain(|c| c.session != session || c.lane >= before);
                 }
                 Ok(Admin::Stats(tx)) => {
-                    let _ = tx.send(fs.stats());
+                    let _ = tx.send(stats_with_load(&fs, &chans));
                 }
                 Ok(Admin::Shutdown) | Err(TryRecvError::Disconnected) => return Ok(fs.stats()),
                 Err(TryRecvError::Empty) => admin_due = false,
@@ -254,6 +282,9 @@ pub fn run(params: ServerParams, admin: Receiver<Admin>) -> std::io::Result<Serv
             let got = c.ch.try_recv(|bytes| {
                 serve_frame(&mut fs, session, bytes, &mut scratch, &mut reply_buf)
             });
+            if matches!(got, Ok(Some(_))) {
+                c.requests += 1;
+            }
             match got {
                 Ok(None) => {}
                 Ok(Some(None)) => {

@@ -56,6 +56,7 @@ mod locks;
 mod mapping;
 mod perm;
 mod pipe;
+mod reports;
 mod text;
 mod tmpfile;
 pub mod track;
@@ -301,7 +302,7 @@ pub struct FileServer<S> {
     /// Who cached which entry held here (Hare §3.7.2).
     track: track::Tracker,
     /// Sums of what clients reported (`Request::ClientCounters`).
-    client_counters: atoll_proto::ClientCounters,
+    client_counters: reports::ClientReports,
     /// Work done in one message that Hare's protocol splits (§3.7.4).
     coalesced: Coalesced,
     /// Which session marked each directory marked here (three-phase rmdir,
@@ -442,6 +443,7 @@ impl<S: BlockStore> FileServer<S> {
     /// reference it held and its POSIX locks, so nothing leaks.
     pub fn session_closed(&mut self, session: SessionId) {
         self.sessions.remove(&session);
+        self.client_counters.forget(session);
         self.abandon_creations(session);
         let held: Vec<DescId> = self
             .descs
@@ -497,13 +499,15 @@ impl<S: BlockStore> FileServer<S> {
             pipes: self.pipe_stats().0,
             pipe_bytes: self.pipe_stats().1,
             pipe_ops: self.pipe_stats().2,
+            // The server loop adds what only it knows (rings, sessions).
+            ..ServerStats::default()
         }
     }
 
     /// Named counters of the Hare techniques (see `ServerStats::counters`).
     fn counters(&self) -> Vec<(String, u64)> {
         let t = &self.track;
-        let k = &self.client_counters;
+        let k = &self.client_counters.totals;
         let mut v: Vec<(String, u64)> = Vec::new();
         if t.enabled() {
             v.push(("dcache.lookups_tracked".into(), t.recorded));
@@ -523,6 +527,7 @@ impl<S: BlockStore> FileServer<S> {
             ("hybrid_fd.offsets_shared", k.offsets_shared),
             ("hybrid_fd.offsets_reclaimed", k.offsets_reclaimed),
             ("coalescing.uncoalesced_opens", k.uncoalesced_opens),
+            ("client.traps", k.traps),
         ] {
             if n > 0 {
                 v.push((name.into(), n));
@@ -915,17 +920,7 @@ impl<S: BlockStore> FileServer<S> {
                 Ok(Reply::Offset(d.offset))
             }
             Q::ClientCounters(k) => {
-                let t = &mut self.client_counters;
-                t.dcache_hits += k.dcache_hits;
-                t.dcache_misses += k.dcache_misses;
-                t.dcache_invalidations += k.dcache_invalidations;
-                t.dcache_flushes += k.dcache_flushes;
-                t.broadcasts += k.broadcasts;
-                t.three_phase_rmdirs += k.three_phase_rmdirs;
-                t.local_offset_ops += k.local_offset_ops;
-                t.offsets_shared += k.offsets_shared;
-                t.uncoalesced_opens += k.uncoalesced_opens;
-                t.offsets_reclaimed += k.offsets_reclaimed;
+                self.client_counters.add(session, &k);
                 Ok(Reply::Ok)
             }
             Q::CreateInode {

@@ -32,6 +32,7 @@ mod run;
 mod signals;
 mod sys;
 mod top;
+mod tracecmd;
 
 use clap::error::ErrorKind;
 use clap::{CommandFactory, Parser};
@@ -57,6 +58,7 @@ fn real_main() -> i32 {
         Command::List(a) => admin::list(a),
         Command::Bench(a) => bench::bench(a.args),
         Command::Top(a) => top::top(a),
+        Command::Trace(t) => tracecmd::run(t),
         Command::Man(a) => docgen::write_man_pages(&a.out).map(|files| {
             for f in files {
                 println!("{}", a.out.join(f).display());

@@ -121,6 +121,8 @@ pub struct BootParams {
     pub info: InstanceInfo,
     pub stop: Arc<StopFlag>,
     pub quit: Arc<AtomicBool>,
+    /// With `--trace`: learns which process each session belongs to.
+    pub trace: Option<Arc<crate::trace::Sink>>,
 }
 
 const LISTENER: u64 = 0;
@@ -295,14 +297,10 @@ impl Boot {
         let session = self.conns.get(&token).and_then(|c| c.session);
         match req {
             BootRequest::Attach { pid } | BootRequest::Reattach { pid } => {
-                if let Some(c) = self.conns.get_mut(&token) {
-                    c.pid = pid;
-                }
+                self.learn_pid(token, pid)
             }
             BootRequest::ChildPid { pid } => {
-                if let Some(c) = self.conns.get_mut(&token) {
-                    c.pid = pid;
-                }
+                self.learn_pid(token, pid);
                 return;
             }
             _ => {}
@@ -360,6 +358,15 @@ impl Boot {
         }
     }
 
+    fn learn_pid(&mut self, token: u64, pid: u32) {
+        if let Some(c) = self.conns.get_mut(&token) {
+            c.pid = pid;
+            if let (Some(sink), Some(s)) = (&self.p.trace, c.session) {
+                sink.session_pid(s.0, pid);
+            }
+        }
+    }
+
     fn take_lane(&mut self, token: u64) -> u32 {
         match self.conns.get_mut(&token) {
             Some(c) => {
@@ -373,6 +380,9 @@ impl Boot {
     }
 
     fn attach(&mut self, token: u64, s: SessionId) -> Result<(), String> {
+        if let (Some(sink), Some(c)) = (&self.p.trace, self.conns.get(&token)) {
+            sink.session_pid(s.0, c.pid);
+        }
         let lane = self.take_lane(token);
         let chans = self.make_lane(s, lane).map_err(|e| e.to_string())?;
         let mut fds: Vec<BorrowedFd<'_>> = vec![self.p.cache_fd.as_fd(), self.p.control_fd.as_fd()];

@@ -35,6 +35,7 @@ use atoll_proto::{
 use crate::fs::{FileServer, FsConfig};
 use crate::store::BlockStore;
 use crate::sys::SharedStore;
+use crate::trace::{Recorder, Sink, TraceEvent};
 
 /// Internal messages from the boot thread to a server thread.
 pub enum Admin {
@@ -63,6 +64,8 @@ pub struct ServerParams {
     pub pin: Option<usize>,
     pub cache_fd: OwnedFd,
     pub control_fd: OwnedFd,
+    /// Record every request for a message trace (`--trace`).
+    pub trace: Option<Arc<Sink>>,
 }
 
 /// Decode one request frame, serve it, and encode the reply into
@@ -123,8 +126,10 @@ pub fn serve_frame<S: BlockStore>(
 /// the notice and raises the channel's overflow flag, and the client then
 /// flushes its whole cache. A session without a channel here (it exited,
 /// or its lanes were retired by `execve`) has nothing cached any more.
-fn deliver_notices<S: BlockStore>(fs: &mut FileServer<S>, chans: &[Chan], buf: &mut [u8]) {
-    for (session, dir, name) in fs.take_notices() {
+fn deliver_notices<S: BlockStore>(fs: &mut FileServer<S>, chans: &[Chan], buf: &mut [u8]) -> usize {
+    let notices = fs.take_notices();
+    let count = notices.len();
+    for (session, dir, name) in notices {
         let notice = Notice::Invalidate { dir, name: &name };
         let Ok(bytes) = encode(&notice, buf) else {
             continue;
@@ -136,6 +141,33 @@ fn deliver_notices<S: BlockStore>(fs: &mut FileServer<S>, chans: &[Chan], buf: &
             }
         }
     }
+    count
+}
+
+/// Record the request just served (`--trace`).
+fn record<S: BlockStore>(
+    rec: &mut Recorder,
+    fs: &FileServer<S>,
+    c: &Chan,
+    server: usize,
+    request_bytes: usize,
+    reply_bytes: usize,
+    invalidations: usize,
+) {
+    let op = fs.last_op();
+    rec.push(TraceEvent {
+        start_ns: op.start.saturating_duration_since(rec.epoch).as_nanos() as u64,
+        dur_ns: op.ns.min(u64::from(u32::MAX)) as u32,
+        session: c.session.0,
+        lane: c.lane,
+        server: server as u16,
+        op: op.op,
+        request_bytes: request_bytes as u32,
+        reply_bytes: reply_bytes as u32,
+        ok: op.ok,
+        coalesced: op.coalesced,
+        invalidations: invalidations.min(u16::MAX as usize) as u16,
+    });
 }
 
 /// Empty polling rounds of a spinning server between two `sched_yield`s.
@@ -201,6 +233,12 @@ pub fn run(params: ServerParams, admin: Receiver<Admin>) -> std::io::Result<Serv
     let mut idle_rounds = 0u32;
     // Ring count at the last look at `admin` (off by one: look at once).
     let mut admin_rings = doorbell.rings().wrapping_sub(1);
+    let mut recorder = params.trace.as_ref().map(|s| Recorder::new(s.epoch));
+    let finish = |recorder: Option<Recorder>| {
+        if let (Some(sink), Some(r)) = (&params.trace, recorder) {
+            sink.collect(r);
+        }
+    };
     loop {
         // Internal messages first (fos §3.4.1). The boot thread rings the
         // doorbell after posting one, so an unchanged ring count means there
@@ -254,7 +292,10 @@ pub fn run(params: ServerParams, admin: Receiver<Admin>) -> std::io::Result<Serv
                 Ok(Admin::Stats(tx)) => {
                     let _ = tx.send(stats_with_load(&fs, &chans));
                 }
-                Ok(Admin::Shutdown) | Err(TryRecvError::Disconnected) => return Ok(fs.stats()),
+                Ok(Admin::Shutdown) | Err(TryRecvError::Disconnected) => {
+                    finish(recorder.take());
+                    return Ok(fs.stats());
+                }
                 Err(TryRecvError::Empty) => admin_due = false,
             }
         }
@@ -279,7 +320,9 @@ pub fn run(params: ServerParams, admin: Receiver<Admin>) -> std::io::Result<Serv
                 }
             }
             let session = c.session;
+            let mut request_bytes = 0;
             let got = c.ch.try_recv(|bytes| {
+                request_bytes = bytes.len();
                 serve_frame(&mut fs, session, bytes, &mut scratch, &mut reply_buf)
             });
             if matches!(got, Ok(Some(_))) {
@@ -287,18 +330,29 @@ pub fn run(params: ServerParams, admin: Receiver<Admin>) -> std::io::Result<Serv
             }
             match got {
                 Ok(None) => {}
-                Ok(Some(None)) => {
+                Ok(Some(reply)) => {
                     busy = true;
-                    // A posted request can still invalidate cached lookups.
-                    if fs.has_notices() {
-                        deliver_notices(&mut fs, &chans, &mut notice_buf);
+                    // Even a posted request can invalidate cached lookups.
+                    let invalidations = if fs.has_notices() {
+                        deliver_notices(&mut fs, &chans, &mut notice_buf)
+                    } else {
+                        0
+                    };
+                    if let Some(rec) = recorder.as_mut() {
+                        let reply_bytes = reply.unwrap_or(0);
+                        record(
+                            rec,
+                            &fs,
+                            &chans[idx],
+                            index,
+                            request_bytes,
+                            reply_bytes,
+                            invalidations,
+                        );
                     }
-                }
-                Ok(Some(Some(len))) => {
-                    busy = true;
-                    if fs.has_notices() {
-                        deliver_notices(&mut fs, &chans, &mut notice_buf);
-                    }
+                    let Some(len) = reply else {
+                        continue;
+                    };
                     let c = &mut chans[idx];
                     match c.ch.try_reply(&reply_buf[..len]) {
                         Ok(()) => {}

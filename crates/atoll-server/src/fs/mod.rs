@@ -57,6 +57,7 @@ mod mapping;
 mod perm;
 mod pipe;
 mod reports;
+pub use reports::{op_name, LastOp};
 mod text;
 mod tmpfile;
 pub mod track;
@@ -303,6 +304,8 @@ pub struct FileServer<S> {
     track: track::Tracker,
     /// Sums of what clients reported (`Request::ClientCounters`).
     client_counters: reports::ClientReports,
+    /// The request served last (for message traces).
+    last_op: reports::LastOp,
     /// Work done in one message that Hare's protocol splits (§3.7.4).
     coalesced: Coalesced,
     /// Which session marked each directory marked here (three-phase rmdir,
@@ -338,6 +341,9 @@ struct Coalesced {
 }
 
 impl Coalesced {
+    fn total(&self) -> u64 {
+        self.opens + self.creates + self.nodes
+    }
     fn opened(&mut self, created: bool) {
         if created {
             self.creates += 1;
@@ -404,6 +410,7 @@ impl<S: BlockStore> FileServer<S> {
             ops: [(0, 0); OP_NAMES.len()],
             track: track::Tracker::new(cfg.track_lookups, cfg.limits.tracked),
             client_counters: Default::default(),
+            last_op: reports::LastOp::default(),
             coalesced: Coalesced::default(),
             marks: HashMap::new(),
             move_refs: Vec::new(),
@@ -601,6 +608,7 @@ impl<S: BlockStore> FileServer<S> {
     ) -> Reply<'o> {
         let t0 = Instant::now();
         let op = op_index(&req);
+        let coalesced_before = self.coalesced.total();
         let who = self.caller(session, cred, vouched);
         let r = self.dispatch(session, &who, req, out);
         self.settle();
@@ -608,6 +616,13 @@ impl<S: BlockStore> FileServer<S> {
         self.requests += 1;
         self.ops[op].0 += 1;
         self.ops[op].1 += ns;
+        self.last_op = reports::LastOp {
+            op: op as u16,
+            start: t0,
+            ns,
+            ok: r.is_ok(),
+            coalesced: self.coalesced.total() != coalesced_before,
+        };
         r.unwrap_or_else(Reply::Err)
     }
 

@@ -5,12 +5,46 @@
 //! the session.
 
 use std::collections::HashMap;
+use std::time::Instant;
 
 use atoll_proto::{ClientCounters, SessionId};
 
-use super::FileServer;
+use super::{FileServer, OP_NAMES};
+
+/// The request a server served last: what a message trace records.
+#[derive(Clone, Copy, Debug)]
+pub struct LastOp {
+    pub op: u16,
+    pub start: Instant,
+    pub ns: u64,
+    pub ok: bool,
+    /// It did the work of several protocol steps (Hare §3.7.4).
+    pub coalesced: bool,
+}
+
+impl Default for LastOp {
+    fn default() -> Self {
+        LastOp {
+            op: 0,
+            start: Instant::now(),
+            ns: 0,
+            ok: true,
+            coalesced: false,
+        }
+    }
+}
+
+/// The name of operation index `op` (as in `ServerStats::ops`).
+pub fn op_name(op: u16) -> &'static str {
+    OP_NAMES.get(op as usize).copied().unwrap_or("?")
+}
 
 impl<S> FileServer<S> {
+    /// The request served last.
+    pub fn last_op(&self) -> LastOp {
+        self.last_op
+    }
+
     /// `(dcache hits, dcache misses, traps)` that `session`'s process
     /// reported to this server (server 0 receives the reports).
     pub fn session_reports(&self, session: SessionId) -> (u64, u64, u64) {

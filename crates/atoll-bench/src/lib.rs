@@ -64,7 +64,8 @@ pub struct BenchArgs {
     /// Test sizes (seconds for everything).
     #[arg(long, hide = true, conflicts_with_all = ["quick", "full"])]
     pub tiny: bool,
-    /// Systems to compare: tmpfs, fuse, atoll-timeshare, atoll-split.
+    /// Systems to compare: tmpfs, fuse, atoll-timeshare, atoll-split (the
+    /// default set), and atoll-traced (timeshare recording a message trace).
     #[arg(long, value_delimiter = ',')]
     pub systems: Vec<String>,
     /// Workloads (default: all).
@@ -142,7 +143,17 @@ impl BenchArgs {
     }
 }
 
-pub const ALL_SYSTEMS: [&str; 4] = ["tmpfs", "fuse", "atoll-timeshare", "atoll-split"];
+pub const ALL_SYSTEMS: [&str; 5] = [
+    "tmpfs",
+    "fuse",
+    "atoll-timeshare",
+    "atoll-split",
+    "atoll-traced",
+];
+/// What runs without `--systems`: `atoll-traced` (the timeshare
+/// configuration recording a message trace, `atoll run --trace`) is asked
+/// for by name, to measure what tracing costs.
+pub const DEFAULT_SYSTEMS: [&str; 4] = ["tmpfs", "fuse", "atoll-timeshare", "atoll-split"];
 
 /// The techniques `--without` and `--ablation` switch off (Hare §5.4).
 pub const TECHNIQUES: [&str; 7] = [
@@ -371,7 +382,7 @@ pub fn run_bench(
         args.procs.iter().copied().filter(|&p| p > 0).collect()
     };
     let system_names: Vec<String> = if args.systems.is_empty() {
-        ALL_SYSTEMS.iter().map(|s| s.to_string()).collect()
+        DEFAULT_SYSTEMS.iter().map(|s| s.to_string()).collect()
     } else {
         args.systems.clone()
     };
@@ -420,6 +431,7 @@ pub fn run_bench(
             },
             _ => {
                 let split = name == "atoll-split";
+                let traced = name == "atoll-traced";
                 let servers = if args.servers.is_empty() {
                     vec![if split { (ncpu / 2).max(1) } else { ncpu }]
                 } else {
@@ -427,7 +439,7 @@ pub fn run_bench(
                 };
                 for n in servers {
                     for without in &technique_sets {
-                        match atoll.atoll(split, n, without) {
+                        match atoll.atoll(split, traced, n, without) {
                             Ok(s) => systems.push(s),
                             Err(e) => {
                                 skip(&mut rep, format!("{name} ({n} servers)"), format!("{e:#}"))

@@ -45,10 +45,12 @@ pub trait System {
 pub trait SystemFactory {
     /// `split`: servers on dedicated cores (Hare §5.3.2) instead of
     /// timesharing with the application; `without`: techniques switched off
-    /// (names as in [`atoll_proto::boot::Without`], see [`parse_without`]).
+    /// (names as in [`atoll_proto::boot::Without`], see [`parse_without`]);
+    /// `traced`: record a message trace, as `atoll run --trace` does.
     fn atoll(
         &mut self,
         split: bool,
+        traced: bool,
         servers: usize,
         without: &[String],
     ) -> anyhow::Result<Box<dyn System>>;
@@ -58,7 +60,13 @@ pub trait SystemFactory {
 pub struct NoAtoll;
 
 impl SystemFactory for NoAtoll {
-    fn atoll(&mut self, _: bool, _: usize, _: &[String]) -> anyhow::Result<Box<dyn System>> {
+    fn atoll(
+        &mut self,
+        _: bool,
+        _: bool,
+        _: usize,
+        _: &[String],
+    ) -> anyhow::Result<Box<dyn System>> {
         bail!("atoll systems are only available through `atoll bench`")
     }
 }
@@ -311,6 +319,6 @@ mod tests {
 
     #[test]
     fn no_atoll_factory_refuses_politely() {
-        assert!(NoAtoll.atoll(true, 1, &[]).is_err());
+        assert!(NoAtoll.atoll(true, false, 1, &[]).is_err());
     }
 }

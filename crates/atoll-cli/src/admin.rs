@@ -140,7 +140,7 @@ fn log_to(path: &std::path::Path) {
     }
 }
 
-fn select(sel: &SelectArgs) -> Result<InstanceRecord> {
+pub fn select(sel: &SelectArgs) -> Result<InstanceRecord> {
     let root = config::runtime_root(&sel.runtime_dir);
     Ok(registry::select(
         registry::scan(&root),

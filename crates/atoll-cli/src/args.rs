@@ -85,6 +85,11 @@ pub enum Command {
     /// Run the benchmark suite (see `atoll bench --help`).
     #[command(disable_help_flag = true)]
     Bench(PassThrough),
+    /// Read message traces written by `atoll run --trace`.
+    #[command(subcommand)]
+    Trace(TraceCommand),
+    /// Watch an instance live: servers, client processes, rings, blocks.
+    Top(TopArgs),
     /// Write the manual pages (atoll.1, atoll-SUB.1) into a directory.
     Man(ManArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
@@ -156,6 +161,10 @@ pub struct RunArgs {
     /// On exit, write the same statistics as JSON to FILE
     #[arg(long, value_name = "FILE")]
     pub stats_json: Option<PathBuf>,
+    /// Record every message the servers serve and write a Chrome trace
+    /// (Perfetto, chrome://tracing) to FILE on exit; see `atoll trace`
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<PathBuf>,
     /// What `pipe(2)` creates: `atoll` pipes (rings in the buffer cache,
     /// shared across cores) or `host` pipes. FIFOs in the mount are
     /// always atoll's. Default: `$ATOLL_PIPES`, else atoll
@@ -224,6 +233,40 @@ pub struct ListArgs {
     /// Print the list as JSON
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct TopArgs {
+    #[command(flatten)]
+    pub select: SelectArgs,
+    /// Seconds between samples (rates are over this interval)
+    #[arg(long, value_name = "SECONDS", default_value = "1", value_parser = parse_interval)]
+    pub interval: f64,
+    /// Take one interval's sample, print it and exit (no terminal needed)
+    #[arg(long)]
+    pub once: bool,
+    /// With --once: print the sample as JSON
+    #[arg(long, requires = "once")]
+    pub json: bool,
+}
+
+fn parse_interval(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.05..=3600.0).contains(&v) => Ok(v),
+        _ => Err(format!(
+            "`{s}` is not a number of seconds between 0.05 and 3600"
+        )),
+    }
+}
+
+#[derive(Subcommand, Debug)]
+pub enum TraceCommand {
+    /// Print per-operation counts and latency histograms of a trace.
+    Summarize {
+        /// A trace written by `atoll run --trace FILE`
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+    },
 }
 
 /// Where `atoll man` writes.

@@ -44,6 +44,7 @@ impl SystemFactory for AtollFactory {
     fn atoll(
         &mut self,
         split: bool,
+        traced: bool,
         servers: usize,
         without: &[String],
     ) -> Result<Box<dyn System>> {
@@ -52,6 +53,8 @@ impl SystemFactory for AtollFactory {
         let (server_cores, app_cores) = config::place(servers, split, &cores)?;
         let mut name = if split {
             "atoll-split".to_string()
+        } else if traced {
+            "atoll-traced".to_string()
         } else {
             "atoll-timeshare".to_string()
         };
@@ -69,6 +72,7 @@ impl SystemFactory for AtollFactory {
         let mount = "/atoll".to_string();
         Ok(Box::new(AtollSystem {
             name,
+            traced,
             config: InstanceConfig {
                 servers,
                 memory: bench_memory(),
@@ -104,6 +108,8 @@ impl SystemFactory for AtollFactory {
 
 struct AtollSystem {
     name: String,
+    /// Record a message trace (the events are counted, then dropped).
+    traced: bool,
     config: InstanceConfig,
     app_cores: Vec<usize>,
     instance: Option<Instance>,
@@ -120,7 +126,8 @@ impl System for AtollSystem {
     fn prepare(&mut self) -> Result<Target> {
         let preload = launch::find_preload()?;
         config::ensure_runtime_root(&self.config.runtime_root)?;
-        let instance = Instance::boot(self.config.clone()).context("cannot boot the instance")?;
+        let instance = Instance::boot_with(self.config.clone(), self.traced)
+            .context("cannot boot the instance")?;
         let env = launch::ClientEnv {
             socket: instance.socket_path().to_path_buf(),
             mount: self.config.mount.clone(),

@@ -116,11 +116,14 @@ mod tests {
             lanes: 4,
             servers: vec![],
             limits: vec![("inodes".into(), 1, 2)],
+            poll: "spin".into(),
+            sessions: vec![(1, 42)],
         };
         let (path, h) = fake_instance(t.path(), BootReply::Status(st));
         let got = status(&path).unwrap();
         assert_eq!((got.id.as_str(), got.pid, got.clients), ("abc", 42, 3));
         assert_eq!(got.limits, vec![("inodes".to_string(), 1, 2)]);
+        assert_eq!((got.poll.as_str(), got.sessions), ("spin", vec![(1, 42)]));
         assert!(matches!(h.join().unwrap(), BootRequest::Status));
     }
 

@@ -31,6 +31,8 @@ mod report;
 mod run;
 mod signals;
 mod sys;
+mod top;
+mod tracecmd;
 
 use clap::error::ErrorKind;
 use clap::{CommandFactory, Parser};
@@ -55,6 +57,8 @@ fn real_main() -> i32 {
         Command::Stop(a) => admin::stop(a),
         Command::List(a) => admin::list(a),
         Command::Bench(a) => bench::bench(a.args),
+        Command::Top(a) => top::top(a),
+        Command::Trace(t) => tracecmd::run(t),
         Command::Man(a) => docgen::write_man_pages(&a.out).map(|files| {
             for f in files {
                 println!("{}", a.out.join(f).display());

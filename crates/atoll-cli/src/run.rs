@@ -138,7 +138,17 @@ pub fn run(args: RunArgs) -> Result<i32> {
     std::env::set_var(atoll_sched::ENV_PLACEMENT, format!("{}:0", args.placement));
     // Before any server thread exists, so that they inherit the mask.
     let term = Terminator::install().context("cannot set up signal handling")?;
-    let instance = Instance::boot(plan.config.clone()).context("cannot boot the instance")?;
+    // Opened before anything runs, so a bad path is a usage error at once.
+    let trace_out = match &args.trace {
+        Some(path) => Some(
+            std::fs::File::create(path)
+                .map_err(|e| config::UsageError(format!("--trace {}: {e}", path.display())))?,
+        ),
+        None => None,
+    };
+    let instance = Instance::boot_with(plan.config.clone(), trace_out.is_some())
+        .context("cannot boot the instance")?;
+    let trace = instance.trace();
     tracing::info!(id = instance.id(), "instance up");
     let scheds = start_scheds(&instance, plan.app_cores.as_deref());
     let outcome = drive(
@@ -146,6 +156,10 @@ pub fn run(args: RunArgs) -> Result<i32> {
     );
     let execs = scheds.map(|s| s.shutdown()).unwrap_or_default();
     let stats = instance.shutdown();
+    if let (Some(sink), Some(file), Some(path)) = (trace, trace_out, &args.trace) {
+        crate::tracecmd::write(&sink, file)
+            .with_context(|| format!("cannot write the trace to {}", path.display()))?;
+    }
     if args.stats {
         eprint!("{}", report::stats_table(&stats));
         eprintln!("{}", exec_line(&execs));

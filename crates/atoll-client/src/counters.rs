@@ -21,14 +21,22 @@ pub static LOCAL_OFFSET_OPS: AtomicU64 = AtomicU64::new(0);
 pub static OFFSETS_SHARED: AtomicU64 = AtomicU64::new(0);
 pub static UNCOALESCED_OPENS: AtomicU64 = AtomicU64::new(0);
 pub static OFFSETS_RECLAIMED: AtomicU64 = AtomicU64::new(0);
+/// System calls that reached atoll through the trap (counted by the
+/// preload library's SIGSYS handler).
+pub static TRAPS: AtomicU64 = AtomicU64::new(0);
 
 /// Events since the last report that trigger a report on their own.
 const REPORT_EVERY: u64 = 4096;
 
 static PENDING: AtomicU64 = AtomicU64::new(0);
-static REPORTED: [AtomicU64; 10] = [const { AtomicU64::new(0) }; 10];
+/// Seconds (coarse monotonic clock) of the last report: a process that
+/// counted anything reports at least once a second when it walks a path,
+/// so `atoll top` sees live figures.
+static LAST_REPORT_SECS: AtomicU64 = AtomicU64::new(0);
 
-fn all() -> [&'static AtomicU64; 10] {
+static REPORTED: [AtomicU64; 11] = [const { AtomicU64::new(0) }; 11];
+
+fn all() -> [&'static AtomicU64; 11] {
     [
         &DCACHE_HITS,
         &DCACHE_MISSES,
@@ -40,6 +48,7 @@ fn all() -> [&'static AtomicU64; 10] {
         &OFFSETS_SHARED,
         &UNCOALESCED_OPENS,
         &OFFSETS_RECLAIMED,
+        &TRAPS,
     ]
 }
 
@@ -49,9 +58,23 @@ pub fn bump(c: &AtomicU64) -> bool {
     PENDING.fetch_add(1, Ordering::Relaxed) + 1 >= REPORT_EVERY
 }
 
-/// Report if enough events piled up since the last report.
+/// Count one trap (from the SIGSYS handler: lock-free, no allocation).
+pub fn count_trap() {
+    TRAPS.fetch_add(1, Ordering::Relaxed);
+    PENDING.fetch_add(1, Ordering::Relaxed);
+}
+
+fn coarse_secs() -> u64 {
+    rustix::time::clock_gettime(rustix::time::ClockId::MonotonicCoarse).tv_sec as u64
+}
+
+/// Report if enough events piled up since the last report, or anything
+/// did and a second passed.
 pub fn maybe_report(c: &Client, lane: &Lane) {
-    if PENDING.load(Ordering::Relaxed) >= REPORT_EVERY {
+    let pending = PENDING.load(Ordering::Relaxed);
+    if pending >= REPORT_EVERY
+        || (pending > 0 && coarse_secs() > LAST_REPORT_SECS.load(Ordering::Relaxed))
+    {
         report(c, lane);
     }
 }
@@ -59,7 +82,8 @@ pub fn maybe_report(c: &Client, lane: &Lane) {
 /// Take the deltas since the last report.
 fn take() -> ClientCounters {
     PENDING.store(0, Ordering::Relaxed);
-    let mut d = [0u64; 10];
+    LAST_REPORT_SECS.store(coarse_secs(), Ordering::Relaxed);
+    let mut d = [0u64; 11];
     for (i, c) in all().iter().enumerate() {
         let now = c.load(Ordering::Relaxed);
         let before = REPORTED[i].swap(now, Ordering::Relaxed);
@@ -76,6 +100,7 @@ fn take() -> ClientCounters {
         offsets_shared: d[7],
         uncoalesced_opens: d[8],
         offsets_reclaimed: d[9],
+        traps: d[10],
     }
 }
 

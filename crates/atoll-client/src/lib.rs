@@ -41,6 +41,7 @@ mod affinity;
 mod bcast;
 mod cache;
 mod counters;
+pub use counters::count_trap;
 mod creds;
 mod dcache;
 mod dirperm;

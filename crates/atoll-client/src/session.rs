@@ -612,6 +612,15 @@ impl Client {
         // small, and another thread's stale reference could not exist after
         // fork anyway.
         self.session.store(s, Ordering::Release);
+        // SAFETY: `socket` was just installed as this client's session
+        // socket and stays open while the client lives.
+        let sock = unsafe { BorrowedFd::borrow_raw(socket) };
+        boot_post(
+            sock,
+            &BootRequest::ChildPid {
+                pid: std::process::id(),
+            },
+        );
         Ok(())
     }
 }
@@ -664,6 +673,16 @@ pub fn to_high(fd: RawFd, min: i32) -> RawFd {
 }
 
 /// One bootstrap exchange: send `req`, receive the reply and its fds.
+/// Send a boot request that has no reply (e.g. `ChildPid`); best effort.
+pub fn boot_post(sock: BorrowedFd<'_>, req: &BootRequest) {
+    let mut buf = [0u8; 64];
+    if let Ok(bytes) = postcard::to_slice(req, &mut buf) {
+        let mut space: [MaybeUninit<u8>; 0] = [];
+        let mut ctl = SendAncillaryBuffer::new(&mut space);
+        let _ = rustix::net::sendmsg(sock, &[IoSlice::new(bytes)], &mut ctl, SendFlags::NOSIGNAL);
+    }
+}
+
 pub fn boot_call(sock: BorrowedFd<'_>, req: &BootRequest) -> Result<(BootReply, Vec<OwnedFd>)> {
     let bytes = postcard::to_allocvec(req).map_err(|e| Error::Boot(e.to_string()))?;
     let mut space: [MaybeUninit<u8>; 0] = [];

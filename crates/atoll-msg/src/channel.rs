@@ -278,6 +278,12 @@ impl ServerChannel {
         self.req.try_recv(f)
     }
 
+    /// Request bytes waiting in this channel's request ring (monitoring:
+    /// `atoll top` shows how full each server's rings are).
+    pub fn queued_request_bytes(&self) -> u32 {
+        self.req.queued_bytes()
+    }
+
     /// Enqueue a reply and wake the client if it sleeps. Waits for room if
     /// the reply ring is full (atomic delivery); fails with `BrokenPipe` if
     /// the channel is closed meanwhile (e.g. the client died).

@@ -358,6 +358,17 @@ impl Consumer {
         }
     }
 
+    /// Bytes the producer has published and this end not yet released
+    /// (frames with their headers and padding): how full the ring is, for
+    /// monitoring. The producer's `head` is not trusted: a value outside
+    /// `[tail, tail + cap]` reads as a full ring.
+    pub(crate) fn queued_bytes(&self) -> u32 {
+        let m = &self.mem;
+        let tail = self.tail.load(PrivateOrdering::Relaxed);
+        let head = m.shared().head.load(Ordering::Relaxed);
+        m.used(head, tail).unwrap_or(m.cap)
+    }
+
     /// Find and validate the next frame, if any; does not release it.
     /// Hot path: no allocation, no system call.
     pub(crate) fn poll(&self) -> Result<Option<FrameAt>, MsgError> {

@@ -201,6 +201,7 @@ unsafe extern "C" fn on_sigsys(sig: libc::c_int, info: *mut libc::siginfo_t, ucv
         g[libc::REG_R9 as usize] as u64,
     ];
     stats::count(nr);
+    atoll_client::count_trap();
     let ret = handle(nr, args, uc);
     debug(&[b"trap"], &[nr, ret]);
     uc.uc_mcontext.gregs[libc::REG_RAX as usize] = ret;

@@ -103,6 +103,10 @@ pub enum BootRequest {
     Status,
     /// Shut the instance down (for `atoll stop`).
     Stop,
+    /// A forked child names its process on the connection it inherited
+    /// (`Fork` was asked before the pid existed), so `atoll top` can show
+    /// it. No reply.
+    ChildPid { pid: u32 },
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug)]
@@ -137,6 +141,13 @@ pub struct InstanceStatus {
     /// names, open descriptions, locks, xattr bytes).
     #[serde(default)]
     pub limits: Vec<(String, u64, u64)>,
+    /// How servers and clients wait (`--poll`).
+    #[serde(default)]
+    pub poll: String,
+    /// Live sessions and the pid of the process each belongs to (0 when
+    /// not known yet).
+    #[serde(default)]
+    pub sessions: Vec<(u64, u32)>,
 }
 
 /// Largest bootstrap packet.

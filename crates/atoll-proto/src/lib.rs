@@ -940,6 +940,23 @@ pub struct ClientCounters {
     pub offsets_reclaimed: u64,
     /// Opens done with separate messages (`--without coalescing`).
     pub uncoalesced_opens: u64,
+    /// System calls that reached atoll through a trap rather than a libc
+    /// wrapper (the slow entry path).
+    pub traps: u64,
+}
+
+/// What one session (a client process) asked of one server, and what its
+/// process reported about itself, for `atoll top`.
+#[derive(Serialize, Deserialize, Clone, PartialEq, Eq, Debug, Default)]
+pub struct SessionLoad {
+    pub session: u64,
+    /// Requests this server served for the session.
+    pub requests: u64,
+    /// Directory-cache hits and misses, and traps, as the process reported
+    /// them so far (`Request::ClientCounters`; server 0 only, else zero).
+    pub dcache_hits: u64,
+    pub dcache_misses: u64,
+    pub traps: u64,
 }
 
 /// One run of buffer-cache blocks backing part of a file.
@@ -1014,6 +1031,15 @@ pub struct ServerStats {
     pub root_free_blocks: u64,
     #[serde(default)]
     pub instance_blocks: u64,
+    /// Request bytes queued in this server's rings when the snapshot was
+    /// taken, and the number of channels (lanes) it serves.
+    #[serde(default)]
+    pub ring_bytes: u64,
+    #[serde(default)]
+    pub channels: u64,
+    /// Per-session load (sessions that sent this server anything).
+    #[serde(default)]
+    pub sessions_load: Vec<SessionLoad>,
 }
 
 #[derive(Serialize, Deserialize, Debug)]

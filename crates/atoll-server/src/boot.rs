@@ -121,6 +121,8 @@ pub struct BootParams {
     pub info: InstanceInfo,
     pub stop: Arc<StopFlag>,
     pub quit: Arc<AtomicBool>,
+    /// With `--trace`: learns which process each session belongs to.
+    pub trace: Option<Arc<crate::trace::Sink>>,
 }
 
 const LISTENER: u64 = 0;
@@ -131,6 +133,8 @@ struct Conn {
     session: Option<SessionId>,
     next_lane: u32,
     lanes: u32,
+    /// The process the session belongs to, as it said (monitoring only).
+    pid: u32,
 }
 
 struct Boot {
@@ -216,6 +220,7 @@ impl Boot {
                 session,
                 next_lane: if session.is_some() { 1 } else { 0 },
                 lanes: if session.is_some() { 1 } else { 0 },
+                pid: 0,
             },
         );
         Some(token)
@@ -290,6 +295,16 @@ impl Boot {
 
     fn serve(&mut self, token: u64, req: BootRequest) {
         let session = self.conns.get(&token).and_then(|c| c.session);
+        match req {
+            BootRequest::Attach { pid } | BootRequest::Reattach { pid } => {
+                self.learn_pid(token, pid)
+            }
+            BootRequest::ChildPid { pid } => {
+                self.learn_pid(token, pid);
+                return;
+            }
+            _ => {}
+        }
         let result = match (req, session) {
             (BootRequest::Attach { .. }, Some(_)) => {
                 Err("this connection already has a session".to_string())
@@ -331,6 +346,7 @@ impl Boot {
                 self.reply(token, &BootReply::Status(st), &[]);
                 Ok(())
             }
+            (BootRequest::ChildPid { .. }, _) => return, // answered above
             (BootRequest::Stop, _) => {
                 self.reply(token, &BootReply::Stopping, &[]);
                 self.p.stop.raise();
@@ -339,6 +355,15 @@ impl Boot {
         };
         if let Err(msg) = result {
             self.reply(token, &BootReply::Error(msg), &[]);
+        }
+    }
+
+    fn learn_pid(&mut self, token: u64, pid: u32) {
+        if let Some(c) = self.conns.get_mut(&token) {
+            c.pid = pid;
+            if let (Some(sink), Some(s)) = (&self.p.trace, c.session) {
+                sink.session_pid(s.0, pid);
+            }
         }
     }
 
@@ -355,6 +380,9 @@ impl Boot {
     }
 
     fn attach(&mut self, token: u64, s: SessionId) -> Result<(), String> {
+        if let (Some(sink), Some(c)) = (&self.p.trace, self.conns.get(&token)) {
+            sink.session_pid(s.0, c.pid);
+        }
         let lane = self.take_lane(token);
         let chans = self.make_lane(s, lane).map_err(|e| e.to_string())?;
         let mut fds: Vec<BorrowedFd<'_>> = vec![self.p.cache_fd.as_fd(), self.p.control_fd.as_fd()];
@@ -419,6 +447,12 @@ impl Boot {
             lanes: self.conns.values().map(|c| c.lanes as u64).sum(),
             servers: self.p.servers.stats(),
             limits: crate::fs::limits::usage(&self.p.servers.control),
+            poll: format!("{:?}", self.p.info.poll).to_lowercase(),
+            sessions: self
+                .conns
+                .values()
+                .filter_map(|c| c.session.map(|s| (s.0, c.pid)))
+                .collect(),
         }
     }
 }

@@ -25,6 +25,7 @@ pub mod fs;
 pub mod server;
 pub mod store;
 mod sys;
+pub mod trace;
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -85,6 +86,7 @@ pub struct Instance {
     quit: Arc<AtomicBool>,
     stop: Arc<StopFlag>,
     down: bool,
+    trace: Option<Arc<trace::Sink>>,
 }
 
 fn invalid(msg: &str) -> std::io::Error {
@@ -93,6 +95,14 @@ fn invalid(msg: &str) -> std::io::Error {
 
 impl Instance {
     pub fn boot(config: InstanceConfig) -> std::io::Result<Instance> {
+        Self::boot_with(config, false)
+    }
+
+    /// Boot, recording a message trace when `trace` is set (see
+    /// [`trace`]; the recorded events are in [`Instance::trace`] once the
+    /// instance is shut down).
+    pub fn boot_with(config: InstanceConfig, trace: bool) -> std::io::Result<Instance> {
+        let trace_sink = trace.then(|| Arc::new(trace::Sink::new()));
         let n = config.servers;
         if n == 0 || n > MAX_SERVERS {
             return Err(invalid("servers must be between 1 and 64"));
@@ -185,6 +195,7 @@ impl Instance {
                 cache_fd: cache_fd.try_clone().map_err(cleanup)?,
                 control_fd: control_fd.try_clone().map_err(cleanup)?,
                 pool: pool.clone(),
+                trace: trace_sink.clone(),
             };
             let h = std::thread::Builder::new()
                 .name(format!("atoll-fs{i}"))
@@ -216,6 +227,7 @@ impl Instance {
             info: info.clone(),
             stop: stop.clone(),
             quit: quit.clone(),
+            trace: trace_sink.clone(),
         };
         let boot_thread = std::thread::Builder::new()
             .name("atoll-boot".into())
@@ -233,6 +245,7 @@ impl Instance {
             quit,
             stop,
             down: false,
+            trace: trace_sink,
         };
         if let Err(e) = inst.write_instance_json() {
             inst.stop_threads();
@@ -273,6 +286,12 @@ impl Instance {
     pub fn wait_for_stop_request(&self) {
         self.stop.wait();
     }
+    /// The message trace being recorded (`boot_with(…, true)`); complete
+    /// once the instance is shut down.
+    pub fn trace(&self) -> Option<Arc<trace::Sink>> {
+        self.trace.clone()
+    }
+
     pub fn stats(&self) -> Vec<ServerStats> {
         self.servers.stats()
     }

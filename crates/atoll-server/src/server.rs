@@ -29,12 +29,13 @@ use std::sync::Arc;
 use atoll_msg::{Control, MsgError, PollMode, ServerChannel, SharedRegion};
 use atoll_proto::{
     decode, encode, is_posted, Errno, Notice, Reply, ReplyFrame, RequestFrame, ServerStats,
-    SessionId, MAX_FRAME,
+    SessionId, SessionLoad, MAX_FRAME,
 };
 
 use crate::fs::{FileServer, FsConfig};
 use crate::store::BlockStore;
 use crate::sys::SharedStore;
+use crate::trace::{Recorder, Sink, TraceEvent};
 
 /// Internal messages from the boot thread to a server thread.
 pub enum Admin {
@@ -66,6 +67,8 @@ pub struct ServerParams {
     /// The root of the buffer cache's block pool, shared by all servers
     /// (`fs::blocks`).
     pub pool: std::sync::Arc<atoll_msg::BlockPool>,
+    /// Record every request for a message trace (`--trace`).
+    pub trace: Option<Arc<Sink>>,
 }
 
 /// Decode one request frame, serve it, and encode the reply into
@@ -126,8 +129,10 @@ pub fn serve_frame<S: BlockStore>(
 /// the notice and raises the channel's overflow flag, and the client then
 /// flushes its whole cache. A session without a channel here (it exited,
 /// or its lanes were retired by `execve`) has nothing cached any more.
-fn deliver_notices<S: BlockStore>(fs: &mut FileServer<S>, chans: &[Chan], buf: &mut [u8]) {
-    for (session, dir, name) in fs.take_notices() {
+fn deliver_notices<S: BlockStore>(fs: &mut FileServer<S>, chans: &[Chan], buf: &mut [u8]) -> usize {
+    let notices = fs.take_notices();
+    let count = notices.len();
+    for (session, dir, name) in notices {
         let notice = Notice::Invalidate { dir, name: &name };
         let Ok(bytes) = encode(&notice, buf) else {
             continue;
@@ -139,6 +144,33 @@ fn deliver_notices<S: BlockStore>(fs: &mut FileServer<S>, chans: &[Chan], buf: &
             }
         }
     }
+    count
+}
+
+/// Record the request just served (`--trace`).
+fn record<S: BlockStore>(
+    rec: &mut Recorder,
+    fs: &FileServer<S>,
+    c: &Chan,
+    server: usize,
+    request_bytes: usize,
+    reply_bytes: usize,
+    invalidations: usize,
+) {
+    let op = fs.last_op();
+    rec.push(TraceEvent {
+        start_ns: op.start.saturating_duration_since(rec.epoch).as_nanos() as u64,
+        dur_ns: op.ns.min(u64::from(u32::MAX)) as u32,
+        session: c.session.0,
+        lane: c.lane,
+        server: server as u16,
+        op: op.op,
+        request_bytes: request_bytes as u32,
+        reply_bytes: reply_bytes as u32,
+        ok: op.ok,
+        coalesced: op.coalesced,
+        invalidations: invalidations.min(u16::MAX as usize) as u16,
+    });
 }
 
 /// Empty polling rounds of a spinning server between two `sched_yield`s.
@@ -150,6 +182,33 @@ struct Chan {
     ch: Arc<ServerChannel>,
     /// A reply that did not fit in the reply ring yet.
     pending: Option<Vec<u8>>,
+    /// Requests served from this channel (for `atoll top`).
+    requests: u64,
+}
+
+/// The server's statistics plus what only the loop knows: how full its
+/// request rings are and how much each session asked of it.
+fn stats_with_load<S: BlockStore>(fs: &FileServer<S>, chans: &[Chan]) -> ServerStats {
+    let mut st = fs.stats();
+    st.channels = chans.len() as u64;
+    st.ring_bytes = chans
+        .iter()
+        .map(|c| u64::from(c.ch.queued_request_bytes()))
+        .sum();
+    let mut load: std::collections::BTreeMap<u64, SessionLoad> = Default::default();
+    for c in chans {
+        let e = load.entry(c.session.0).or_default();
+        e.requests += c.requests;
+    }
+    for s in fs.reporting_sessions() {
+        load.entry(s.0).or_default();
+    }
+    for (session, e) in load.iter_mut() {
+        e.session = *session;
+        (e.dcache_hits, e.dcache_misses, e.traps) = fs.session_reports(SessionId(*session));
+    }
+    st.sessions_load = load.into_values().collect();
+    st
 }
 
 /// Run a file server until `Admin::Shutdown` (or the boot side is gone).
@@ -180,6 +239,12 @@ pub fn run(params: ServerParams, admin: Receiver<Admin>) -> std::io::Result<Serv
     let mut idle_rounds = 0u32;
     // Ring count at the last look at `admin` (off by one: look at once).
     let mut admin_rings = doorbell.rings().wrapping_sub(1);
+    let mut recorder = params.trace.as_ref().map(|s| Recorder::new(s.epoch));
+    let finish = |recorder: Option<Recorder>| {
+        if let (Some(sink), Some(r)) = (&params.trace, recorder) {
+            sink.collect(r);
+        }
+    };
     loop {
         // Internal messages first (fos §3.4.1). The boot thread rings the
         // doorbell after posting one, so an unchanged ring count means there
@@ -203,6 +268,7 @@ pub fn run(params: ServerParams, admin: Receiver<Admin>) -> std::io::Result<Serv
                         lane,
                         ch: channel,
                         pending: None,
+                        requests: 0,
                     });
                 }
                 Ok(Admin::SessionClosed(s)) => {
@@ -230,9 +296,12 @@ pub fn run(params: ServerParams, admin: Receiver<Admin>) -> std::io::Result<Serv
                     chans.retain(|c| c.session != session || c.lane >= before);
                 }
                 Ok(Admin::Stats(tx)) => {
-                    let _ = tx.send(fs.stats());
+                    let _ = tx.send(stats_with_load(&fs, &chans));
                 }
-                Ok(Admin::Shutdown) | Err(TryRecvError::Disconnected) => return Ok(fs.stats()),
+                Ok(Admin::Shutdown) | Err(TryRecvError::Disconnected) => {
+                    finish(recorder.take());
+                    return Ok(fs.stats());
+                }
                 Err(TryRecvError::Empty) => admin_due = false,
             }
         }
@@ -257,23 +326,39 @@ pub fn run(params: ServerParams, admin: Receiver<Admin>) -> std::io::Result<Serv
                 }
             }
             let session = c.session;
+            let mut request_bytes = 0;
             let got = c.ch.try_recv(|bytes| {
+                request_bytes = bytes.len();
                 serve_frame(&mut fs, session, bytes, &mut scratch, &mut reply_buf)
             });
+            if matches!(got, Ok(Some(_))) {
+                c.requests += 1;
+            }
             match got {
                 Ok(None) => {}
-                Ok(Some(None)) => {
+                Ok(Some(reply)) => {
                     busy = true;
-                    // A posted request can still invalidate cached lookups.
-                    if fs.has_notices() {
-                        deliver_notices(&mut fs, &chans, &mut notice_buf);
+                    // Even a posted request can invalidate cached lookups.
+                    let invalidations = if fs.has_notices() {
+                        deliver_notices(&mut fs, &chans, &mut notice_buf)
+                    } else {
+                        0
+                    };
+                    if let Some(rec) = recorder.as_mut() {
+                        let reply_bytes = reply.unwrap_or(0);
+                        record(
+                            rec,
+                            &fs,
+                            &chans[idx],
+                            index,
+                            request_bytes,
+                            reply_bytes,
+                            invalidations,
+                        );
                     }
-                }
-                Ok(Some(Some(len))) => {
-                    busy = true;
-                    if fs.has_notices() {
-                        deliver_notices(&mut fs, &chans, &mut notice_buf);
-                    }
+                    let Some(len) = reply else {
+                        continue;
+                    };
                     let c = &mut chans[idx];
                     match c.ch.try_reply(&reply_buf[..len]) {
                         Ok(()) => {}

@@ -60,8 +60,10 @@ mod locks;
 mod mapping;
 mod perm;
 mod pipe;
+mod reports;
 mod retain;
 mod space;
+pub use reports::{op_name, LastOp};
 mod text;
 mod tmpfile;
 pub mod track;
@@ -321,7 +323,9 @@ pub struct FileServer<S> {
     /// Who cached which entry held here (Hare §3.7.2).
     track: track::Tracker,
     /// Sums of what clients reported (`Request::ClientCounters`).
-    client_counters: atoll_proto::ClientCounters,
+    client_counters: reports::ClientReports,
+    /// The request served last (for message traces).
+    last_op: reports::LastOp,
     /// Work done in one message that Hare's protocol splits (§3.7.4).
     coalesced: Coalesced,
     /// Which session marked each directory marked here (three-phase rmdir,
@@ -357,6 +361,9 @@ struct Coalesced {
 }
 
 impl Coalesced {
+    fn total(&self) -> u64 {
+        self.opens + self.creates + self.nodes
+    }
     fn opened(&mut self, created: bool) {
         if created {
             self.creates += 1;
@@ -429,6 +436,7 @@ impl<S: BlockStore> FileServer<S> {
             ops: [(0, 0); OP_NAMES.len()],
             track: track::Tracker::new(cfg.track_lookups, cfg.limits.tracked),
             client_counters: Default::default(),
+            last_op: reports::LastOp::default(),
             coalesced: Coalesced::default(),
             marks: HashMap::new(),
             move_refs: Vec::new(),
@@ -468,6 +476,7 @@ impl<S: BlockStore> FileServer<S> {
     /// reference it held and its POSIX locks, so nothing leaks.
     pub fn session_closed(&mut self, session: SessionId) {
         self.sessions.remove(&session);
+        self.client_counters.forget(session);
         self.abandon_creations(session);
         let held: Vec<DescId> = self
             .descs
@@ -524,6 +533,7 @@ impl<S: BlockStore> FileServer<S> {
             pipes: self.pipe_stats().0,
             pipe_bytes: self.pipe_stats().1,
             pipe_ops: self.pipe_stats().2,
+            // The server loop adds what only it knows (rings, sessions).
             ..self.cache.stats()
         }
     }
@@ -531,7 +541,7 @@ impl<S: BlockStore> FileServer<S> {
     /// Named counters of the Hare techniques (see `ServerStats::counters`).
     fn counters(&self) -> Vec<(String, u64)> {
         let t = &self.track;
-        let k = &self.client_counters;
+        let k = &self.client_counters.totals;
         let mut v: Vec<(String, u64)> = Vec::new();
         if t.enabled() {
             v.push(("dcache.lookups_tracked".into(), t.recorded));
@@ -551,6 +561,7 @@ impl<S: BlockStore> FileServer<S> {
             ("hybrid_fd.offsets_shared", k.offsets_shared),
             ("hybrid_fd.offsets_reclaimed", k.offsets_reclaimed),
             ("coalescing.uncoalesced_opens", k.uncoalesced_opens),
+            ("client.traps", k.traps),
         ] {
             if n > 0 {
                 v.push((name.into(), n));
@@ -633,6 +644,7 @@ impl<S: BlockStore> FileServer<S> {
     ) -> Reply<'o> {
         let t0 = Instant::now();
         let op = op_index(&req);
+        let coalesced_before = self.coalesced.total();
         let who = self.caller(session, cred, vouched);
         let plan = match self.notify.busy() {
             true => inotify::Plan::of(&req, |d| self.descs.get(&d).map(|d| d.ino)),
@@ -650,6 +662,13 @@ impl<S: BlockStore> FileServer<S> {
         self.requests += 1;
         self.ops[op].0 += 1;
         self.ops[op].1 += ns;
+        self.last_op = reports::LastOp {
+            op: op as u16,
+            start: t0,
+            ns,
+            ok: r.is_ok(),
+            coalesced: self.coalesced.total() != coalesced_before,
+        };
         r.unwrap_or_else(Reply::Err)
     }
 
@@ -987,17 +1006,7 @@ impl<S: BlockStore> FileServer<S> {
                 Ok(Reply::Offset(d.offset))
             }
             Q::ClientCounters(k) => {
-                let t = &mut self.client_counters;
-                t.dcache_hits += k.dcache_hits;
-                t.dcache_misses += k.dcache_misses;
-                t.dcache_invalidations += k.dcache_invalidations;
-                t.dcache_flushes += k.dcache_flushes;
-                t.broadcasts += k.broadcasts;
-                t.three_phase_rmdirs += k.three_phase_rmdirs;
-                t.local_offset_ops += k.local_offset_ops;
-                t.offsets_shared += k.offsets_shared;
-                t.uncoalesced_opens += k.uncoalesced_opens;
-                t.offsets_reclaimed += k.offsets_reclaimed;
+                self.client_counters.add(session, &k);
                 Ok(Reply::Ok)
             }
             Q::CreateInode {

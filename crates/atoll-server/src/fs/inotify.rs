@@ -548,7 +548,14 @@ impl<S: BlockStore> FileServer<S> {
                     }
                     None => {
                         self.emit(dir, IN_CREATE | isdir(ftype), 0, &name);
-                        self.emit_changed(ino, IN_ATTRIB); // its link count
+                        // A hard link changes the file's link count
+                        // (`IN_ATTRIB`, as Linux). Directories cannot be
+                        // hard-linked: their `Link` without a move names
+                        // a directory just made on another server
+                        // (placement), which Linux reports as a creation only.
+                        if ftype != FileType::Directory {
+                            self.emit_changed(ino, IN_ATTRIB);
+                        }
                     }
                 }
             }

@@ -248,8 +248,8 @@ fn owners(opts: &[&str]) -> (Vec<(u64, u64)>, String) {
 }
 
 #[test]
-fn new_directories_spread_over_servers_unless_affinity_is_off() {
-    let (spread, text) = owners(&["--servers", "4"]);
+fn new_directories_spread_over_servers_with_their_own_cores_unless_affinity_is_off() {
+    let (spread, text) = owners(&["--servers", "4", "--poll", "spin"]);
     assert_eq!(spread.len(), 16, "{text}");
     assert!(text.contains("listed"), "{text}");
     assert!(text.trim_end().ends_with("listed"), "all removed: {text}");
@@ -259,7 +259,13 @@ fn new_directories_spread_over_servers_unless_affinity_is_off() {
         spread.iter().all(|(d, f)| d == f),
         "a file lives where its directory's entries are: {spread:?}"
     );
-    let (kept, text) = owners(&["--servers", "4", "--without", "affinity"]);
-    assert_eq!(kept.len(), 16, "{text}");
-    assert!(kept.iter().all(|&p| p == (0, 0)), "{kept:?}");
+    for opts in [
+        &["--servers", "4", "--poll", "spin", "--without", "affinity"][..],
+        // Servers timesharing cores with programs keep a tree together.
+        &["--servers", "4"][..],
+    ] {
+        let (kept, text) = owners(opts);
+        assert_eq!(kept.len(), 16, "{opts:?}: {text}");
+        assert!(kept.iter().all(|&p| p == (0, 0)), "{opts:?}: {kept:?}");
+    }
 }

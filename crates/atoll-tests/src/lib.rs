@@ -185,3 +185,52 @@ pub fn compile_probe(dir: &Path, name: &str, source: &str) -> PathBuf {
     assert!(status.success(), "probe {name} failed to compile");
     bin
 }
+
+/// A detached instance (`atoll boot OPTS`), stopped on drop. Test files
+/// add what they need of it through their own extension traits.
+pub struct Booted {
+    pub id: String,
+}
+
+impl Booted {
+    pub fn new(opts: &[&str]) -> Booted {
+        let out = atoll().arg("boot").args(opts).output().expect("atoll boot");
+        assert!(
+            out.status.success(),
+            "boot failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        assert!(!id.is_empty(), "boot printed no id");
+        Booted { id }
+    }
+
+    /// `atoll exec` of `bash -c script` in the instance, with `$ROOT` the
+    /// mount, not yet run.
+    pub fn command(&self, script: &str) -> Command {
+        let mut cmd = atoll();
+        cmd.args(["exec", "--id", &self.id, "--", "bash", "-c", script])
+            .env("ROOT", MOUNT);
+        cmd
+    }
+
+    /// `atoll status --json` of the instance.
+    pub fn status(&self) -> serde_json::Value {
+        let out = atoll()
+            .args(["status", "--id", &self.id, "--json"])
+            .output()
+            .expect("status");
+        assert!(
+            out.status.success(),
+            "status: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("status JSON")
+    }
+}
+
+impl Drop for Booted {
+    fn drop(&mut self) {
+        let _ = atoll().args(["stop", "--id", &self.id]).status();
+    }
+}

@@ -4,39 +4,25 @@
 //! tells the truth before and after, and blocks freed on one server are
 //! reused by another.
 
-use atoll_tests::{atoll, run_in_atoll};
+use atoll_tests::{run_in_atoll, Booted};
 
 const MIB: u64 = 1 << 20;
 /// `--memory` of these tests, in bytes and in 4 KiB blocks.
 const MEMORY: u64 = 64 * MIB;
 const BLOCKS: u64 = MEMORY / 4096;
 
-/// A detached instance, stopped on drop.
-struct Booted {
-    id: String,
+/// What these tests ask of an instance.
+trait Instance {
+    fn exec(&self, script: &str) -> String;
+    fn df(&self) -> (u64, u64, u64);
+    fn per_server(&self, field: &str) -> Vec<u64>;
 }
 
-impl Booted {
-    fn new(opts: &[&str]) -> Booted {
-        let out = atoll().arg("boot").args(opts).output().expect("atoll boot");
-        assert!(
-            out.status.success(),
-            "boot failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        assert!(!id.is_empty(), "boot printed no id");
-        Booted { id }
-    }
-
+impl Instance for Booted {
     /// Run `bash -c script` in the instance; its stdout, after checking it
     /// succeeded.
     fn exec(&self, script: &str) -> String {
-        let out = atoll()
-            .args(["exec", "--id", &self.id, "--", "bash", "-c", script])
-            .env("ROOT", atoll_tests::MOUNT)
-            .output()
-            .expect("atoll exec");
+        let out = self.command(script).output().expect("atoll exec");
         assert!(
             out.status.success(),
             "script failed: {script}\nstdout: {}\nstderr: {}",
@@ -44,15 +30,6 @@ impl Booted {
             String::from_utf8_lossy(&out.stderr)
         );
         String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    fn status(&self) -> serde_json::Value {
-        let out = atoll()
-            .args(["status", "--id", &self.id, "--json"])
-            .output()
-            .expect("status");
-        assert!(out.status.success(), "status failed");
-        serde_json::from_slice(&out.stdout).expect("status JSON")
     }
 
     /// `(size, used, avail)` of `df -B4096` on the mount, in blocks.
@@ -73,12 +50,6 @@ impl Booted {
             .iter()
             .map(|s| s[field].as_u64().unwrap_or_else(|| panic!("{field}")))
             .collect()
-    }
-}
-
-impl Drop for Booted {
-    fn drop(&mut self) {
-        let _ = atoll().args(["stop", "--id", &self.id]).status();
     }
 }
 

@@ -5,7 +5,7 @@
 
 use std::process::Command;
 
-use atoll_tests::atoll;
+use atoll_tests::Booted;
 
 /// Inode limit of these tests (small, so the loop is quick).
 const INODES: u64 = 2000;
@@ -17,44 +17,20 @@ const BYTES_PER_INODE: u64 = 2048;
 /// of the server threads, channels of the sessions, status replies.
 const SLACK: u64 = 8 << 20;
 
-/// A detached instance, stopped on drop.
-struct Booted {
-    id: String,
+/// What these tests ask of an instance.
+trait Instance {
+    fn exec(&self, script: &str) -> (bool, String, String);
+    fn rss(&self) -> u64;
 }
 
-impl Booted {
-    fn new(opts: &[&str]) -> Booted {
-        let out = atoll().arg("boot").args(opts).output().expect("atoll boot");
-        assert!(
-            out.status.success(),
-            "boot failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        assert!(!id.is_empty(), "boot printed no id");
-        Booted { id }
-    }
-
+impl Instance for Booted {
     fn exec(&self, script: &str) -> (bool, String, String) {
-        let out = atoll()
-            .args(["exec", "--id", &self.id, "--", "bash", "-c", script])
-            .env("ROOT", atoll_tests::MOUNT)
-            .output()
-            .expect("atoll exec");
+        let out = self.command(script).output().expect("atoll exec");
         (
             out.status.success(),
             String::from_utf8_lossy(&out.stdout).into_owned(),
             String::from_utf8_lossy(&out.stderr).into_owned(),
         )
-    }
-
-    fn status(&self) -> serde_json::Value {
-        let out = atoll()
-            .args(["status", "--id", &self.id, "--json"])
-            .output()
-            .expect("status");
-        assert!(out.status.success(), "status failed");
-        serde_json::from_slice(&out.stdout).expect("status JSON")
     }
 
     /// Resident anonymous memory of the instance process (its servers'
@@ -68,12 +44,6 @@ impl Booted {
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
             .expect("RssAnon");
         kb * 1024
-    }
-}
-
-impl Drop for Booted {
-    fn drop(&mut self) {
-        let _ = atoll().args(["stop", "--id", &self.id]).status();
     }
 }
 

@@ -2,39 +2,22 @@
 //! cache gives ENOSPC and the file system stays usable.
 
 use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::thread::sleep;
 use std::time::Duration;
 
-use atoll_tests::{atoll, run_in_atoll};
+use atoll_tests::{atoll, run_in_atoll, Booted};
 
-/// A detached instance, stopped on drop.
-struct Booted {
-    id: String,
+/// What these tests ask of an instance.
+trait Instance {
+    fn sh(&self, script: &str) -> String;
+    fn usage(&self) -> (u64, u64, u64);
+    fn settles_at(&self, baseline: (u64, u64, u64)) -> (u64, u64, u64);
 }
 
-impl Booted {
-    fn new(opts: &[&str]) -> Booted {
-        let out = atoll().arg("boot").args(opts).output().expect("atoll boot");
-        assert!(
-            out.status.success(),
-            "boot failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        assert!(!id.is_empty(), "boot printed no id");
-        Booted { id }
-    }
-
-    fn exec(&self, script: &str) -> Command {
-        let mut cmd = atoll();
-        cmd.args(["exec", "--id", &self.id, "--", "bash", "-c", script])
-            .env("ROOT", atoll_tests::MOUNT);
-        cmd
-    }
-
+impl Instance for Booted {
     fn sh(&self, script: &str) -> String {
-        let out = self.exec(script).output().expect("atoll exec");
+        let out = self.command(script).output().expect("atoll exec");
         assert!(
             out.status.success(),
             "{script}: {}",
@@ -45,16 +28,7 @@ impl Booted {
 
     /// `(sessions, open descriptions, blocks in use)` summed over servers.
     fn usage(&self) -> (u64, u64, u64) {
-        let out = atoll()
-            .args(["status", "--id", &self.id, "--json"])
-            .output()
-            .expect("status");
-        assert!(
-            out.status.success(),
-            "status: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("status JSON");
+        let v = self.status();
         let servers = v["servers"].as_array().expect("servers array");
         let sum = |k: &str| {
             servers
@@ -83,17 +57,11 @@ impl Booted {
     }
 }
 
-impl Drop for Booted {
-    fn drop(&mut self) {
-        let _ = atoll().args(["stop", "--id", &self.id]).status();
-    }
-}
-
 fn kill_mid_operation(script: &str, cleanup: &str) {
     let inst = Booted::new(&["--servers", "2", "--memory", "64M"]);
     let baseline = inst.usage();
     let mut child = inst
-        .exec(script)
+        .command(script)
         .stdout(Stdio::null())
         .process_group(0)
         .spawn()

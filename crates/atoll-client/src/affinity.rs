@@ -130,18 +130,13 @@ pub fn create(
             open,
         },
         |r| match r {
-            Reply::Opened {
-                desc,
-                attr,
-                watched,
-                ..
-            } => Ok(Created {
-                ino: attr.ino,
-                opened: Some((desc, attr)),
-            })
-            .inspect(|_| crate::inotify::saw_watched(watched)),
             Reply::Entry { ino, .. } => Ok(Created { ino, opened: None }),
-            _ => Err(Error::Protocol("CreateInode")),
+            r => crate::file::opened(r)
+                .map(|(desc, attr)| Created {
+                    ino: attr.ino,
+                    opened: Some((desc, attr)),
+                })
+                .ok_or(Error::Protocol("CreateInode")),
         },
     )?;
     // The first link before the name exists (see the module docs). Posted:

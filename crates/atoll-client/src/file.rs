@@ -118,6 +118,23 @@ pub fn open_inode(
     open_inode_via(c, lane, ino, flags, None)
 }
 
+/// The description and attributes of an `Opened` reply, noting whether
+/// the server reported the file watched (inotify).
+pub(crate) fn opened(r: Reply<'_>) -> Option<(DescId, atoll_proto::Attr)> {
+    match r {
+        Reply::Opened {
+            desc,
+            attr,
+            watched,
+            ..
+        } => {
+            crate::inotify::saw_watched(watched);
+            Some((desc, attr))
+        }
+        _ => None,
+    }
+}
+
 /// [`open_inode`] of the inode entry `via` names (`Request::OpenInode`).
 pub fn open_inode_via(
     c: &Client,
@@ -130,23 +147,10 @@ pub fn open_inode_via(
         c,
         ino.owner(),
         Request::OpenInode { ino, flags, via },
-        |r| match r {
-            Reply::Opened {
-                desc,
-                attr,
-                watched,
-                ..
-            } => {
-                crate::inotify::saw_watched(watched);
-                Ok((desc, attr))
-            }
-            _ => Err(Error::Protocol("OpenInode")),
-        },
+        |r| opened(r).ok_or(Error::Protocol("OpenInode")),
     )
 }
 
-/// `openat(dirfd, path, flags, mode)` (also open/creat/openat2).
-#[inline(never)]
 /// `open(dir, O_TMPFILE | access, mode)`: an unnamed regular file in
 /// `dir` (the path), made by the directory's owner (`fs/tmpfile.rs` there).
 fn tmpfile(c: &Client, lane: &Lane, mut w: Box<Walker<'_>>, flags: u32, mode: u32) -> Result<Out> {
@@ -172,18 +176,7 @@ fn tmpfile(c: &Client, lane: &Lane, mut w: Box<Walker<'_>>, flags: u32, mode: u3
             perm,
             flags: open,
         },
-        |r| match r {
-            Reply::Opened {
-                desc,
-                attr,
-                watched,
-                ..
-            } => {
-                crate::inotify::saw_watched(watched);
-                Ok((desc, attr))
-            }
-            _ => Err(Error::Protocol("CreateTmpfile")),
-        },
+        |r| opened(r).ok_or(Error::Protocol("CreateTmpfile")),
     )?;
     let info = DescInfo {
         desc,
@@ -200,6 +193,8 @@ fn tmpfile(c: &Client, lane: &Lane, mut w: Box<Walker<'_>>, flags: u32, mode: u3
     )?))
 }
 
+/// `openat(dirfd, path, flags, mode)` (also open/creat/openat2).
+#[inline(never)]
 pub fn open(
     c: &Client,
     lane: &Lane,

@@ -923,6 +923,14 @@ impl<S: BlockStore> FileServer<S> {
     pub fn flush_events(&mut self) {
         self.notify_tick();
     }
+
+    /// A write the client made through a mapping or its own copy.
+    pub(super) fn inotify_modified<'o>(&mut self, session: SessionId, desc: DescId) -> R<'o> {
+        let d = self.desc(session, desc)?;
+        let (ino, via) = (d.ino, d.via.clone());
+        self.emit_changed_via(ino, atoll_proto::inotify::IN_MODIFY, via);
+        Ok(Reply::Ok)
+    }
 }
 
 #[cfg(test)]

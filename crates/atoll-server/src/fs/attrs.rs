@@ -1,0 +1,143 @@
+//! Attributes: `SetAttr` (chmod, chown, utimes, truncate) and `Access`.
+
+use super::*;
+
+impl<S: BlockStore> FileServer<S> {
+    pub(super) fn set_attr<'o>(
+        &mut self,
+        session: SessionId,
+        who: &Caller,
+        ino: InodeId,
+        set: SetAttr,
+    ) -> R<'o> {
+        let has_w = self.has_writable_desc(session, ino);
+        let i = self.inode(ino)?;
+        // Validate everything first: a refused request changes nothing.
+        if set.perm.is_some() && !who.owns(i.uid) {
+            return Err(Errno::EPERM);
+        }
+        if let Some(u) = set.uid {
+            if !who.has(Cred::CAP_CHOWN) && (u != i.uid || who.uid != i.uid) {
+                return Err(Errno::EPERM);
+            }
+        }
+        if let Some(g) = set.gid {
+            if !who.has(Cred::CAP_CHOWN) && (who.uid != i.uid || (g != i.gid && !who.in_group(g))) {
+                return Err(Errno::EPERM);
+            }
+        }
+        if let Some(size) = set.size {
+            match i.ftype {
+                FileType::Regular => {}
+                FileType::Directory => return Err(Errno::EISDIR),
+                _ => return Err(Errno::EINVAL),
+            }
+            if size > MAX_FILE_SIZE {
+                return Err(Errno::EFBIG);
+            }
+            if i.runs > 0 {
+                return Err(Errno::ETXTBSY);
+            }
+            if !has_w {
+                check(i.ftype, i.perm, i.uid, i.gid, who, MAY_WRITE)?;
+            }
+        }
+        let explicit = matches!(set.atime, TimeSet::Set(_)) || matches!(set.mtime, TimeSet::Set(_));
+        let any_time = set.atime != TimeSet::Omit || set.mtime != TimeSet::Omit;
+        if explicit && !who.owns(i.uid) {
+            return Err(Errno::EPERM);
+        }
+        if any_time
+            && !explicit
+            && !who.owns(i.uid)
+            && check(i.ftype, i.perm, i.uid, i.gid, who, MAY_WRITE).is_err()
+        {
+            return Err(Errno::EACCES);
+        }
+        let t = now();
+        let i = self.inodes.get_mut(&ino).ok_or(Errno::ENOENT)?;
+        let mut changed = false;
+        if set.uid.is_some() || set.gid.is_some() {
+            i.uid = set.uid.unwrap_or(i.uid);
+            i.gid = set.gid.unwrap_or(i.gid);
+            if i.ftype != FileType::Directory {
+                // chown clears set-id bits, even when done by root.
+                i.perm = kill_priv(i.perm);
+            }
+            changed = true;
+        }
+        if let Some(p) = set.perm {
+            let mut p = p & 0o7777;
+            if !who.has(Cred::CAP_FSETID) && !who.in_group(i.gid) {
+                p &= !libc::S_ISGID;
+            }
+            i.perm = p;
+            changed = true;
+        }
+        if let Some(size) = set.size {
+            i.truncate(&mut self.cache, size);
+            i.mtime = t;
+            if !who.has(Cred::CAP_FSETID) {
+                i.perm = kill_priv(i.perm);
+            }
+            changed = true;
+        }
+        for (which, slot) in [(set.atime, &mut i.atime), (set.mtime, &mut i.mtime)] {
+            match which {
+                TimeSet::Omit => {}
+                TimeSet::Now => *slot = t,
+                TimeSet::Set(ts) => *slot = ts,
+            }
+        }
+        if changed || any_time {
+            i.ctime = t;
+        }
+        let access_changed = i.ftype == FileType::Directory
+            && (set.perm.is_some() || set.uid.is_some() || set.gid.is_some());
+        if access_changed {
+            // Cached lookups in this directory skipped its search check:
+            // every session drops them before this reply (Hare §3.7.1).
+            let sessions = self.sessions.keys().copied();
+            self.track.dir_access_changed(ino, sessions);
+        }
+        Ok(Reply::Attr(self.attr(ino)?))
+    }
+
+    pub(super) fn access<'o>(&self, who: &Caller, ino: InodeId, mask: u32) -> R<'o> {
+        if mask & !7 != 0 {
+            return Err(Errno::EINVAL);
+        }
+        let i = self.inode(ino)?;
+        if mask != 0 {
+            check(i.ftype, i.perm, i.uid, i.gid, who, mask)?;
+        }
+        Ok(Reply::Ok)
+    }
+
+    /// The target of a symlink (or the path a socket was bound to).
+    pub(super) fn read_link<'o>(&self, ino: InodeId, out: &'o mut Vec<u8>) -> R<'o> {
+        let i = self.inode(ino)?;
+        if !matches!(i.ftype, FileType::Symlink | FileType::Socket) {
+            return Err(Errno::EINVAL);
+        }
+        self.read_target(i, out);
+        Ok(Reply::Target(out))
+    }
+
+    pub(super) fn statfs<'o>(&self) -> R<'o> {
+        // Block and file counts are instance-wide (`blocks`,
+        // `limits`), so only server 0 reports them and the
+        // client's sum over servers is right.
+        let ((files, files_free), (blocks, blocks_free)) = if self.cfg.index == 0 {
+            (self.acct.files(), self.cache.statfs())
+        } else {
+            ((0, 0), (0, 0))
+        };
+        Ok(Reply::StatFs(StatFsInfo {
+            blocks,
+            blocks_free,
+            files,
+            files_free,
+        }))
+    }
+}

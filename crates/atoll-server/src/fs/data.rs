@@ -1,0 +1,227 @@
+//! File data: reserving reads and writes over an inode's block map, and
+//! copying between messages and buffer-cache blocks.
+
+use super::*;
+
+impl<S: BlockStore> FileServer<S> {
+    /// Reserve a read: extents of `[off, off + len)` clipped at EOF.
+    pub(super) fn read(
+        &mut self,
+        session: SessionId,
+        desc: DescId,
+        len: u64,
+        offset: Option<u64>,
+    ) -> Result<(u64, u64, Vec<Extent>), Errno> {
+        let d = self.desc(session, desc)?;
+        if !d.readable() {
+            return Err(Errno::EBADF);
+        }
+        let (ino, noatime) = (d.ino, d.flags & libc::O_NOATIME as u32 != 0);
+        let off = offset.unwrap_or(d.offset);
+        if off > i64::MAX as u64 {
+            return Err(Errno::EINVAL);
+        }
+        let i = self.inodes.get_mut(&ino).ok_or(Errno::EBADF)?;
+        match i.ftype {
+            FileType::Regular => {}
+            FileType::Directory => return Err(Errno::EISDIR),
+            _ => return Err(Errno::EINVAL),
+        }
+        let want = len.min(i.size.saturating_sub(off));
+        let (extents, got) = i.extents(off, want);
+        if got > 0 && !noatime {
+            // relatime
+            let t = now();
+            if !older(i.mtime, i.atime) || !older(i.ctime, i.atime) || t.sec - i.atime.sec > 86_400
+            {
+                i.atime = t;
+            }
+        }
+        if offset.is_none() {
+            if let Some(d) = self.descs.get_mut(&desc) {
+                d.offset = off + got;
+            }
+        }
+        Ok((off, got, extents))
+    }
+
+    /// Reserve a write: allocate blocks, extend the size, honour
+    /// `O_APPEND` atomically (the offset is chosen here, under the
+    /// server's serial order). Short if the pool runs dry part-way.
+    pub(super) fn write(
+        &mut self,
+        session: SessionId,
+        who: &Caller,
+        desc: DescId,
+        len: u64,
+        offset: Option<u64>,
+    ) -> Result<(u64, u64, Vec<Extent>), Errno> {
+        let d = self.desc(session, desc)?;
+        if !d.writable() {
+            return Err(Errno::EBADF);
+        }
+        let ino = d.ino;
+        let append = d.flags & libc::O_APPEND as u32 != 0;
+        let shared_off = d.offset;
+        let i = self.inodes.get_mut(&ino).ok_or(Errno::EBADF)?;
+        if i.ftype != FileType::Regular {
+            return Err(Errno::EINVAL);
+        }
+        let off = if append {
+            i.size
+        } else {
+            offset.unwrap_or(shared_off)
+        };
+        if off > i64::MAX as u64 {
+            return Err(Errno::EINVAL);
+        }
+        if len == 0 {
+            return Ok((off, 0, vec![]));
+        }
+        if off >= MAX_FILE_SIZE {
+            return Err(Errno::EFBIG);
+        }
+        // One reply covers at most MAX_EXTENTS blocks; the client loops.
+        let len = len
+            .min(MAX_FILE_SIZE - off)
+            .min((MAX_EXTENTS as u64) * BS - off % BS);
+        i.zero_past_eof(&mut self.cache, off);
+        let first = off / BS;
+        let backed = i.ensure(&mut self.cache, first, (off + len - 1) / BS);
+        if backed == 0 {
+            return Err(Errno::ENOSPC);
+        }
+        let avail = (off + len).min((first + backed) * BS) - off;
+        let (extents, got) = i.extents(off, avail);
+        if off + got > i.size {
+            i.size = off + got;
+        }
+        let t = now();
+        i.mtime = t;
+        i.ctime = t;
+        if !who.has(Cred::CAP_FSETID) && i.perm & (libc::S_ISUID | libc::S_ISGID) != 0 {
+            i.perm = kill_priv(i.perm);
+        }
+        if offset.is_none() {
+            if let Some(d) = self.descs.get_mut(&desc) {
+                d.offset = off + got;
+            }
+        }
+        Ok((off, got, extents))
+    }
+
+    /// Direct-cache ablation: copy granted extents out into `buf`.
+    pub(super) fn copy_out(&self, extents: &[Extent], buf: &mut [u8]) {
+        let base = extents.first().map_or(0, |e| e.file_offset);
+        for e in extents.iter().filter(|e| e.block != inode::HOLE) {
+            self.walk(e, |block, in_block, at, n| {
+                let dst = (at - base) as usize;
+                if let Some(slice) = buf.get_mut(dst..dst + n) {
+                    self.cache.store.read(block, in_block, slice);
+                }
+            });
+        }
+    }
+
+    pub(super) fn copy_in(&mut self, extents: &[Extent], data: &[u8]) {
+        let base = extents.first().map_or(0, |e| e.file_offset);
+        let mut writes = vec![];
+        for e in extents.iter().filter(|e| e.block != inode::HOLE) {
+            self.walk(e, |block, in_block, at, n| {
+                writes.push((block, in_block, (at - base) as usize, n));
+            });
+        }
+        for (block, in_block, src, n) in writes {
+            if let Some(slice) = data.get(src..src + n) {
+                self.cache.store.write(block, in_block, slice);
+            }
+        }
+    }
+
+    /// Visit the per-block pieces of an extent: `(block, offset in block,
+    /// file offset, bytes)`.
+    pub(super) fn walk(&self, e: &Extent, mut f: impl FnMut(u32, usize, u64, usize)) {
+        let mut pos = e.file_offset;
+        let end = e.file_offset + e.len;
+        let first_fb = e.file_offset / BS;
+        while pos < end {
+            let fb = pos / BS;
+            let n = end.min((fb + 1) * BS) - pos;
+            f(
+                e.block + (fb - first_fb) as u32,
+                (pos % BS) as usize,
+                pos,
+                n as usize,
+            );
+            pos += n;
+        }
+    }
+
+    /// A read the client copies itself from the blocks named.
+    pub(super) fn read_extents<'o>(
+        &mut self,
+        session: SessionId,
+        desc: DescId,
+        len: u64,
+        offset: Option<u64>,
+    ) -> R<'o> {
+        let (off, got, extents) = self.read(session, desc, len, offset)?;
+        Ok(Reply::Extents {
+            offset: off,
+            len: got,
+            extents,
+            watched: false,
+        })
+    }
+
+    /// A write the client copies itself into the blocks named.
+    pub(super) fn write_extents<'o>(
+        &mut self,
+        session: SessionId,
+        who: &Caller,
+        desc: DescId,
+        len: u64,
+        offset: Option<u64>,
+    ) -> R<'o> {
+        let (off, got, extents) = self.write(session, who, desc, len, offset)?;
+        let watched = got > 0 && self.desc_watched(desc);
+        Ok(Reply::Extents {
+            offset: off,
+            len: got,
+            extents,
+            watched,
+        })
+    }
+
+    /// A read whose bytes travel in the reply.
+    pub(super) fn read_data<'o>(
+        &mut self,
+        session: SessionId,
+        desc: DescId,
+        len: u32,
+        offset: Option<u64>,
+        out: &'o mut Vec<u8>,
+    ) -> R<'o> {
+        let len = (len as usize).min(MAX_DATA) as u64;
+        let (_, got, extents) = self.read(session, desc, len, offset)?;
+        out.clear();
+        out.resize(got as usize, 0);
+        self.copy_out(&extents, out);
+        Ok(Reply::Data(out))
+    }
+
+    /// A write whose bytes travel in the request.
+    pub(super) fn write_data<'o>(
+        &mut self,
+        session: SessionId,
+        who: &Caller,
+        desc: DescId,
+        data: &[u8],
+        offset: Option<u64>,
+    ) -> R<'o> {
+        let data = &data[..data.len().min(MAX_DATA)];
+        let (_, got, extents) = self.write(session, who, desc, data.len() as u64, offset)?;
+        self.copy_in(&extents, &data[..got as usize]);
+        Ok(Reply::Written(got))
+    }
+}

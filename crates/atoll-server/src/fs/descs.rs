@@ -1,0 +1,174 @@
+//! Open file descriptions: offsets (`Seek`), `Close` and record locks.
+
+use super::*;
+
+impl<S: BlockStore> FileServer<S> {
+    pub(super) fn seek<'o>(
+        &mut self,
+        session: SessionId,
+        desc: DescId,
+        offset: i64,
+        whence: u32,
+    ) -> R<'o> {
+        let d = self.desc(session, desc)?;
+        if d.flags & libc::O_PATH as u32 != 0 {
+            return Err(Errno::EBADF);
+        }
+        let i = self.inode(d.ino)?;
+        let cur = d.offset as i64;
+        let new = match whence as i32 {
+            libc::SEEK_SET => Some(offset),
+            libc::SEEK_CUR => cur.checked_add(offset),
+            libc::SEEK_END => (i.size as i64).checked_add(offset),
+            libc::SEEK_DATA | libc::SEEK_HOLE => {
+                if offset < 0 {
+                    return Err(Errno::ENXIO);
+                }
+                if i.ftype != FileType::Regular {
+                    return Err(Errno::EINVAL);
+                }
+                Some(if whence as i32 == libc::SEEK_DATA {
+                    i.seek_data(&self.cache, offset as u64)?
+                } else {
+                    i.seek_hole(&self.cache, offset as u64)?
+                } as i64)
+            }
+            _ => return Err(Errno::EINVAL),
+        };
+        let new = match new {
+            Some(n) if n >= 0 => n as u64,
+            Some(_) => return Err(Errno::EINVAL),
+            None => return Err(Errno::EOVERFLOW),
+        };
+        if let Some(d) = self.descs.get_mut(&desc) {
+            d.offset = new;
+        }
+        Ok(Reply::Offset(new))
+    }
+
+    /// Drop one reference of `session`. Closing any descriptor of an inode
+    /// releases the process's POSIX locks on it (Linux close semantics).
+    /// If the client closes one of several fds of a description it keeps
+    /// (no `Close` sent), it must send `SetLock` `F_UNLCK` for the whole
+    /// file with owner `Process(session)` itself.
+    pub(super) fn close<'o>(&mut self, session: SessionId, desc: DescId) -> R<'o> {
+        let d = self.desc_mut(session, desc)?;
+        let ino = d.ino;
+        if let Some(n) = d.refs.get_mut(&session) {
+            *n -= 1;
+            if *n == 0 {
+                d.refs.remove(&session);
+            }
+        }
+        let dead = d.refs.is_empty();
+        if let Some(i) = self.inodes.get_mut(&ino) {
+            let before = i.locks.len();
+            locks::release(&mut i.locks, LockOwner::Process(session.0));
+            self.acct.lock_records -= (before - i.locks.len()) as u64;
+        }
+        if dead {
+            self.release_desc(desc);
+        }
+        Ok(Reply::Ok)
+    }
+
+    pub(super) fn set_lock<'o>(
+        &mut self,
+        session: SessionId,
+        desc: DescId,
+        spec: &atoll_proto::LockSpec,
+    ) -> R<'o> {
+        let d = self.desc(session, desc)?;
+        if d.flags & libc::O_PATH as u32 != 0 {
+            return Err(Errno::EBADF);
+        }
+        let req = Lock::from_spec(spec)?;
+        match req.owner {
+            LockOwner::Description(x) | LockOwner::Flock(x) if x != desc => {
+                return Err(Errno::EINVAL)
+            }
+            LockOwner::Process(_) | LockOwner::Description(_) => {
+                if (req.kind == locks::RD && !d.readable())
+                    || (req.kind == locks::WR && !d.writable())
+                {
+                    return Err(Errno::EBADF);
+                }
+            }
+            LockOwner::Flock(_) => {}
+        }
+        let ino = d.ino;
+        let i = self.inode(ino).map_err(|_| Errno::EBADF)?;
+        if locks::conflict(&i.locks, &req).is_some() {
+            return Err(Errno::EAGAIN);
+        }
+        // Past the limit of lock records a request that would add some
+        // (a new range, or the far end of a lock it splits) is refused
+        // with `ENOLCK` and changes nothing; one that does not (an unlock
+        // of whole locks, a conversion) always succeeds.
+        let i = self.inodes.get_mut(&ino).ok_or(Errno::EBADF)?;
+        let before = i.locks.clone();
+        locks::apply(&mut i.locks, req);
+        let grown = i.locks.len().saturating_sub(before.len()) as u64;
+        if grown > 0 && self.admit(limits::LOCKS, grown).is_err() {
+            if let Some(i) = self.inodes.get_mut(&ino) {
+                i.locks = before;
+            }
+            return Err(Errno::ENOLCK);
+        }
+        let after = self.inode(ino).map_or(0, |i| i.locks.len());
+        self.acct.lock_records = self.acct.lock_records + after as u64 - before.len() as u64;
+        Ok(Reply::Ok)
+    }
+
+    /// `F_SETFL`: the status flags Linux lets a program change.
+    pub(super) fn set_flags<'o>(&mut self, session: SessionId, desc: DescId, flags: u32) -> R<'o> {
+        let d = self.desc_mut(session, desc)?;
+        d.flags = (d.flags & !SETFL_MASK) | (flags & SETFL_MASK);
+        Ok(Reply::Ok)
+    }
+
+    /// Another session references the description (fork, descriptor passing).
+    pub(super) fn share<'o>(&mut self, session: SessionId, desc: DescId, to: SessionId) -> R<'o> {
+        let d = self.desc_mut(session, desc)?;
+        *d.refs.entry(to).or_insert(0) += 1;
+        self.session_opened(to);
+        Ok(Reply::Ok)
+    }
+
+    /// `F_GETLK`: the first lock that conflicts, if any.
+    pub(super) fn get_lock<'o>(
+        &self,
+        session: SessionId,
+        desc: DescId,
+        lock: &atoll_proto::LockSpec,
+    ) -> R<'o> {
+        let d = self.desc(session, desc)?;
+        let req = Lock::from_spec(lock)?;
+        if req.kind == locks::UN {
+            return Err(Errno::EINVAL);
+        }
+        let i = self.inode(d.ino)?;
+        Ok(Reply::Lock(
+            locks::conflict(&i.locks, &req).map(|l| l.to_spec()),
+        ))
+    }
+
+    /// The offset of a description only this session references.
+    pub(super) fn reclaim<'o>(&self, session: SessionId, desc: DescId) -> R<'o> {
+        let d = self.desc(session, desc)?;
+        if d.refs.len() != 1 {
+            return Err(Errno::EBUSY);
+        }
+        Ok(Reply::Offset(d.offset))
+    }
+
+    /// Record locks follow a process across `execve` into its new session.
+    pub(super) fn pass_locks<'o>(&mut self, session: SessionId, to: SessionId) -> R<'o> {
+        let (from, owner) = (LockOwner::Process(session.0), LockOwner::Process(to.0));
+        for inode in self.inodes.values_mut() {
+            locks::pass(&mut inode.locks, from, owner);
+        }
+        self.session_opened(to);
+        Ok(Reply::Ok)
+    }
+}

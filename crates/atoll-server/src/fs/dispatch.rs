@@ -1,0 +1,176 @@
+//! One request to the method that serves it: the table of every request
+//! a file server answers (the handlers live in the modules named by idea).
+
+use super::*;
+
+impl<S: BlockStore> FileServer<S> {
+    pub(super) fn dispatch<'o>(
+        &mut self,
+        session: SessionId,
+        who: &Caller,
+        req: Request<'_>,
+        out: &'o mut Vec<u8>,
+    ) -> R<'o> {
+        use Request as Q;
+        match req {
+            Q::SetGroups { groups } => self.set_groups(session, groups),
+            Q::Lookup { dir, name } => self.lookup_tracked(session, who, dir, name),
+            Q::Open {
+                dir,
+                name,
+                flags,
+                perm,
+                umask,
+            } => {
+                let r = self.open(session, who, dir, name, flags, perm & !umask, out);
+                if let Ok(Reply::Opened { created, .. }) = &r {
+                    self.coalesced.opened(*created);
+                }
+                r
+            }
+            Q::MakeNode {
+                dir,
+                name,
+                ftype,
+                perm,
+                rdev,
+                target,
+                home,
+                distributed,
+            } => {
+                let r =
+                    self.make_node(who, dir, name, ftype, perm, rdev, target, home, distributed);
+                if r.is_ok() {
+                    self.coalesced.made_node();
+                }
+                r
+            }
+            Q::Link {
+                dir,
+                name,
+                ino,
+                ftype,
+                replace,
+                ..
+            } => self.link_recorded(session, who, dir, name, ino, ftype, replace),
+            Q::Unlink {
+                dir,
+                name,
+                kind,
+                expect,
+            } => self.unlink_settled(session, who, dir, name, kind, expect),
+            Q::Rename {
+                olddir,
+                oldname,
+                newdir,
+                newname,
+                flags,
+            } => self.rename(session, who, olddir, oldname, newdir, newname, flags),
+            Q::ReadDir {
+                dir,
+                cookie,
+                max_bytes,
+            } => self.readdir(dir, cookie, max_bytes, out),
+            Q::SetParent { dir, parent } => self.set_parent(dir, parent),
+            Q::MarkRmdir { dir } => self.mark_rmdir(session, dir),
+            Q::FinishRmdir { dir, commit } => self.finish_rmdir(session, dir, commit),
+            Q::Relink {
+                dir,
+                name,
+                ino,
+                ftype,
+                expect,
+            } => self.relink(session, who, dir, name, (ino, ftype), expect),
+            Q::RenameLock { acquire } => self.rename_lock(session, acquire),
+            Q::MoveDone { dir, name } => self.move_done(session, dir, name),
+            Q::GetAttr { ino } => Ok(Reply::Attr(self.attr(ino)?)),
+            Q::SetAttr { ino, set } => self.set_attr(session, who, ino, set),
+            Q::Access { ino, mask } => self.access(who, ino, mask),
+            Q::ReadLink { ino } => self.read_link(ino, out),
+            Q::Ref { ino } => self.add_ref(session, ino),
+            Q::Unref { ino } => self.drop_ref(session, ino),
+            Q::OpenInode { ino, flags, via } => self.open_inode_via(session, who, ino, flags, via),
+            Q::GetXattr { ino, name } => self.get_xattr(who, ino, name, out),
+            Q::SetXattr {
+                ino,
+                name,
+                value,
+                flags,
+            } => self.set_xattr(who, ino, name, Some(value), flags),
+            Q::ListXattr { ino } => self.list_xattr(who, ino, out),
+            Q::RemoveXattr { ino, name } => self.set_xattr(who, ino, name, None, 0),
+            Q::Fallocate {
+                ino,
+                mode,
+                offset,
+                len,
+            } => self.fallocate(session, who, ino, mode, offset, len),
+            Q::MapBlocks {
+                ino,
+                offset,
+                len,
+                allocate,
+            } => {
+                // Blocks reach a mapping only while it is counted (`mapping`).
+                if !self.maps.holds(session, ino) {
+                    return Err(Errno::EBADF);
+                }
+                self.map_blocks(ino, offset, len, allocate)
+            }
+            Q::Read { desc, len, offset } => self.read_extents(session, desc, len, offset),
+            Q::Write { desc, len, offset } => self.write_extents(session, who, desc, len, offset),
+            Q::ReadData { desc, len, offset } => self.read_data(session, desc, len, offset, out),
+            Q::WriteData { desc, data, offset } => {
+                self.write_data(session, who, desc, data, offset)
+            }
+            Q::Seek {
+                desc,
+                offset,
+                whence,
+            } => self.seek(session, desc, offset, whence),
+            Q::SetFlags { desc, flags } => self.set_flags(session, desc, flags),
+            Q::Share { desc, to } => self.share(session, desc, to),
+            Q::Close { desc } => self.close(session, desc),
+            Q::SetLock { desc, lock } => self.set_lock(session, desc, &lock),
+            Q::GetLock { desc, lock } => self.get_lock(session, desc, &lock),
+            Q::StatFs => self.statfs(),
+            Q::Stats => Ok(Reply::Stats(self.stats())),
+            Q::Pipe { flags } => self.pipe_create(session, who, flags),
+            Q::PipeHeader { desc } => self.pipe_header(session, desc),
+            Q::InotifyInit { flags } => self.inotify_init(session, who, flags),
+            Q::InotifyAddWatch { desc, ino, mask } => {
+                self.inotify_add_watch(session, desc, ino, mask)
+            }
+            Q::InotifyRmWatch { desc, wd } => self.inotify_rm_watch(session, desc, wd),
+            Q::InotifyModified { desc } => self.inotify_modified(session, desc),
+            Q::InotifyRegister {
+                queue,
+                ino,
+                wd,
+                mask,
+            } => self.inotify_register(queue, ino, wd, mask),
+            Q::Reclaim { desc } => self.reclaim(session, desc),
+            Q::ClientCounters(k) => {
+                self.client_counters.add(session, &k);
+                Ok(Reply::Ok)
+            }
+            Q::CreateInode {
+                dir,
+                ftype,
+                perm,
+                rdev,
+                target,
+                open,
+            } => self.create_inode(session, who, dir, ftype, perm, rdev, target, open),
+            Q::Adopt { ino } => self.adopt(session, ino),
+            Q::CreateTmpfile { dir, perm, flags } => {
+                self.create_tmpfile(session, who, dir, perm, flags)
+            }
+            Q::PassLocks { to } => self.pass_locks(session, to),
+            Q::Map { ino, to } => self.map_inode(session, ino, to),
+            Q::Unmap { ino } => self.unmap_inode(session, ino),
+            Q::Exec { ino, to } => self.exec_inode(ino, to),
+            Q::Subdirs { dir, delta } => self.count_subdirs(dir, delta),
+        }
+    }
+}

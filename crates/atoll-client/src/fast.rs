@@ -28,6 +28,7 @@ pub fn extents_variant() -> u32 {
             len: 0,
             extents: Vec::new(),
             watched: false,
+            pending: false,
         },
     };
     let mut buf = [0u8; 32];
@@ -73,6 +74,8 @@ pub enum Decoded {
         len: u64,
         /// The written file is watched (`Reply::Extents::watched`).
         watched: bool,
+        /// The write extended the file (`Reply::Extents::pending`).
+        pending: bool,
     },
     /// The callback refused an extent (e.g. outside the cache).
     Refused {
@@ -118,16 +121,20 @@ pub fn decode_extents(bytes: &[u8], mut on: impl FnMut(u64, u64, Extent) -> bool
             return Decoded::Refused { id };
         }
     }
-    let watched = match r.b.get(r.pos) {
-        Some(0) => false,
-        Some(1) => true,
-        _ => return Decoded::Malformed,
+    let flag = |at: usize| match r.b.get(at) {
+        Some(0) => Some(false),
+        Some(1) => Some(true),
+        _ => None,
+    };
+    let (Some(watched), Some(pending)) = (flag(r.pos), flag(r.pos + 1)) else {
+        return Decoded::Malformed;
     };
     Decoded::Extents {
         id,
         offset,
         len,
         watched,
+        pending,
     }
 }
 
@@ -156,6 +163,7 @@ mod tests {
                 len: 3192 + (1 << 20),
                 extents: extents.clone(),
                 watched: true,
+                pending: true,
             },
         };
         let mut buf = [0u8; 256];
@@ -170,9 +178,10 @@ mod tests {
                 offset,
                 len,
                 watched,
+                pending,
             } => {
                 assert_eq!((id, offset, len), (300, 5000, 3192 + (1 << 20)));
-                assert!(watched);
+                assert!(watched && pending);
             }
             _ => panic!("not decoded as extents"),
         }

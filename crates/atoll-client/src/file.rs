@@ -450,50 +450,75 @@ pub fn read_id(
         let want = (buf.len() - done).min(if direct { CHUNK } else { DATA_CHUNK });
         let offset = off.map(|o| o + done as u64);
         let dst = &mut buf[done..done + want];
-        let got = if direct {
-            // Copy each extent as it is decoded (no allocation).
-            let mut ok = true;
-            let (at, len, _) = lane.call_extents(
-                c,
-                server,
-                Request::Read {
-                    desc,
-                    len: want as u64,
-                    offset,
-                },
-                |at, len, e| {
-                    let n = (len as usize).min(want);
-                    ok = crate::incoherent::copy_out(c, &e, at, &mut dst[..n]).is_some();
-                    ok
-                },
-            )?;
-            let _ = at;
-            (len as usize).min(want)
-        } else {
-            lane.call(
-                c,
-                server,
-                Request::ReadData {
-                    desc,
-                    len: want as u32,
-                    offset,
-                },
-                |r| match r {
-                    Reply::Data(data) => {
-                        let n = data.len().min(want);
-                        dst[..n].copy_from_slice(&data[..n]);
-                        Ok(n)
-                    }
-                    _ => Err(Error::Protocol("ReadData")),
-                },
-            )?
-        };
+        let got = await_writers(|| {
+            if direct {
+                // Copy each extent as it is decoded (no allocation).
+                let mut ok = true;
+                let granted = lane.call_extents(
+                    c,
+                    server,
+                    Request::Read {
+                        desc,
+                        len: want as u64,
+                        offset,
+                    },
+                    |at, len, e| {
+                        let n = (len as usize).min(want);
+                        ok = crate::incoherent::copy_out(c, &e, at, &mut dst[..n]).is_some();
+                        ok
+                    },
+                )?;
+                Ok((granted.len as usize).min(want))
+            } else {
+                lane.call(
+                    c,
+                    server,
+                    Request::ReadData {
+                        desc,
+                        len: want as u32,
+                        offset,
+                    },
+                    |r| match r {
+                        Reply::Data(data) => {
+                            let n = data.len().min(want);
+                            dst[..n].copy_from_slice(&data[..n]);
+                            Ok(n)
+                        }
+                        _ => Err(Error::Protocol("ReadData")),
+                    },
+                )
+            }
+        })?;
         done += got;
         if got < want {
             break;
         }
     }
     Ok(done)
+}
+
+/// Run one read until the server stops answering `EAGAIN`, which for a
+/// regular file means that bytes it would return are still being copied
+/// in by a writer (server `fs/inflight.rs`): at most its patience (50 ms)
+/// unless the writer is done sooner, which is microseconds. Each attempt
+/// rings the server, which so serves the writer's `WriteDone`.
+fn await_writers<R>(mut read: impl FnMut() -> Result<R>) -> Result<R> {
+    let mut attempt = 0u32;
+    loop {
+        match read() {
+            Err(Error::Errno(libc::EAGAIN)) if attempt < 2_000 => {
+                attempt += 1;
+                if attempt < 16 {
+                    // SAFETY: sched_yield takes no arguments.
+                    unsafe { sys::sc(libc::SYS_sched_yield, 0, 0, 0, 0) };
+                } else {
+                    sys::sleep_ns(50_000);
+                }
+            }
+            Err(Error::Errno(libc::EAGAIN)) => return err(libc::EIO),
+            r => return r,
+        }
+    }
 }
 
 /// Write `src` to the description. Hot path.
@@ -549,12 +574,22 @@ fn write_at(c: &Client, lane: &Lane, d: &DescRef, src: &[u8], off: Option<u64>) 
                     }
                 },
             )
-            .and_then(|(_, len, watched)| {
-                let n = (len as usize).min(want);
+            .and_then(|granted| {
+                let n = (granted.len as usize).min(want);
                 if covered != n {
                     return err(libc::EIO);
                 }
-                if watched {
+                if granted.pending {
+                    // The bytes are in: readers waiting for the new end of
+                    // the file may have them (server `fs/inflight.rs`).
+                    let done = Request::WriteDone {
+                        ino: d.ino(),
+                        offset: granted.offset,
+                        len: granted.len,
+                    };
+                    let _ = lane.post_quietly(c, server, done);
+                }
+                if granted.watched {
                     // The bytes are in: now the watchers may look.
                     crate::inotify::saw_watched(true);
                     let _ = lane.call_ok(c, server, Request::InotifyModified { desc });

@@ -60,6 +60,17 @@ pub struct Lane {
 // accessed concurrently.
 unsafe impl Sync for Lane {}
 
+/// What a `Read`/`Write` reply granted ([`Lane::call_extents`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Granted {
+    pub offset: u64,
+    pub len: u64,
+    /// `Reply::Extents::watched`: post `InotifyModified` after the copy.
+    pub watched: bool,
+    /// `Reply::Extents::pending`: post `WriteDone` after the copy.
+    pub pending: bool,
+}
+
 impl Lane {
     fn new(_index: u32, fds: Vec<OwnedFd>) -> Result<Lane> {
         let mut chans = Vec::with_capacity(fds.len());
@@ -116,6 +127,18 @@ impl Lane {
     /// in order, but a posted request may be served after a later request
     /// sent on another lane: post only what no later call depends on.
     pub fn post(&self, c: &Client, server: usize, req: Request<'_>) -> Result<()> {
+        self.post_frame(c, server, req, true)
+    }
+
+    /// [`Lane::post`] without ringing the server's doorbell: for news that
+    /// only matters to a request that will ring it anyway (`WriteDone`,
+    /// which only readers that wait for it, by asking again, need), so a
+    /// sleeping server is not woken for it.
+    pub fn post_quietly(&self, c: &Client, server: usize, req: Request<'_>) -> Result<()> {
+        self.post_frame(c, server, req, false)
+    }
+
+    fn post_frame(&self, c: &Client, server: usize, req: Request<'_>, ring: bool) -> Result<()> {
         let chan = self.chans.get(server).ok_or(Error::Errno(libc::EINVAL))?;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed) | atoll_proto::POSTED;
         let frame = RequestFrame {
@@ -128,7 +151,10 @@ impl Lane {
         // thread or handler uses `buf` now.
         let buf = unsafe { &mut *self.buf.get() };
         let bytes = atoll_proto::encode(&frame, buf)?;
-        self.send_frame(c, chan, server, bytes)
+        match ring {
+            true => self.send_frame(c, chan, server, bytes),
+            false => Ok(chan.send_unrung(bytes)?),
+        }
     }
 
     /// Enqueue an encoded frame. A server that polls its channels without
@@ -188,26 +214,31 @@ impl Lane {
 
     /// A `Read`/`Write` exchange decoded without allocating (hot path):
     /// `on(offset, len, extent)` sees each extent of the reply in order.
-    /// Returns the reply's `(offset, len)`.
     pub fn call_extents(
         &self,
         c: &Client,
         server: usize,
         req: Request<'_>,
         mut on: impl FnMut(u64, u64, Extent) -> bool,
-    ) -> Result<(u64, u64, bool)> {
+    ) -> Result<Granted> {
         use crate::fast::{decode_extents, Decoded};
         let id = self.send(c, c.cred(), server, req)?;
         let chan = &self.chans[server];
         loop {
-            let out = chan.recv(c.poll, |bytes| -> Option<Result<(u64, u64, bool)>> {
+            let out = chan.recv(c.poll, |bytes| -> Option<Result<Granted>> {
                 match decode_extents(bytes, &mut on) {
                     Decoded::Extents {
                         id: got,
                         offset,
                         len,
                         watched,
-                    } if got == id => Some(Ok((offset, len, watched))),
+                        pending,
+                    } if got == id => Some(Ok(Granted {
+                        offset,
+                        len,
+                        watched,
+                        pending,
+                    })),
                     Decoded::Refused { id: got } if got == id => Some(Err(Error::Errno(libc::EIO))),
                     Decoded::Extents { id: got, .. }
                     | Decoded::Refused { id: got }

@@ -768,6 +768,16 @@ pub enum Request<'a> {
     InotifyModified {
         desc: DescId,
     },
+    /// `ino.owner()`, posted after the client copied the bytes of a
+    /// `Write` whose reply said `pending` (it extended the file): reads of
+    /// `[offset, offset + len)` by anyone, which waited for the bytes, may
+    /// now see them. Names the inode, not the description: it may be
+    /// served after a `Close` the client sent on another lane. → `Ok`
+    WriteDone {
+        ino: InodeId,
+        offset: u64,
+        len: u64,
+    },
 
     // ---- statistics ----
     /// Any server. Add a client's event counts (Hare §5.4 techniques seen
@@ -1099,6 +1109,10 @@ pub enum Reply<'a> {
         /// the client posts `InotifyModified` once the bytes are in (an
         /// event sent now could be read before the data is there).
         watched: bool,
+        /// For `Write`: the write extends the file. Until the client posts
+        /// `WriteDone` (the bytes are in), reads of the new part wait, as
+        /// Linux raises a file's size only after copying the bytes.
+        pending: bool,
     },
     Data(#[serde(borrow)] &'a [u8]),
     Written(u64),

@@ -27,7 +27,13 @@ impl<S: BlockStore> FileServer<S> {
             FileType::Directory => return Err(Errno::EISDIR),
             _ => return Err(Errno::EINVAL),
         }
-        let want = len.min(i.size.saturating_sub(off));
+        let mut want = len.min(i.size.saturating_sub(off));
+        // Bytes a writer has not copied yet are not there to read (`inflight`).
+        match self.writes.limit(ino, off, want, Instant::now()) {
+            inflight::ReadLimit::All => {}
+            inflight::ReadLimit::Wait => return Err(RETRY),
+            inflight::ReadLimit::Upto(end) => want = end.saturating_sub(off).min(want),
+        }
         let (extents, got) = i.extents(off, want);
         if got > 0 && !noatime {
             // relatime
@@ -171,6 +177,7 @@ impl<S: BlockStore> FileServer<S> {
             len: got,
             extents,
             watched: false,
+            pending: false,
         })
     }
 
@@ -183,13 +190,27 @@ impl<S: BlockStore> FileServer<S> {
         len: u64,
         offset: Option<u64>,
     ) -> R<'o> {
+        let before = self
+            .descs
+            .get(&desc)
+            .and_then(|d| Some((d.ino, self.inodes.get(&d.ino)?.size)));
         let (off, got, extents) = self.write(session, who, desc, len, offset)?;
         let watched = got > 0 && self.desc_watched(desc);
+        // The client copies after this reply: until it says it has, the
+        // new end is held back from readers (`inflight`).
+        let pending = match before {
+            Some((ino, old_size)) if off + got > old_size => {
+                self.writes.extended(session, ino, off, off + got, old_size);
+                true
+            }
+            _ => false,
+        };
         Ok(Reply::Extents {
             offset: off,
             len: got,
             extents,
             watched,
+            pending,
         })
     }
 

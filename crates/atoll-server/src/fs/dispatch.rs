@@ -143,6 +143,7 @@ impl<S: BlockStore> FileServer<S> {
             }
             Q::InotifyRmWatch { desc, wd } => self.inotify_rm_watch(session, desc, wd),
             Q::InotifyModified { desc } => self.inotify_modified(session, desc),
+            Q::WriteDone { ino, offset, len } => self.write_done(session, ino, offset, len),
             Q::InotifyRegister {
                 queue,
                 ino,

@@ -57,6 +57,7 @@ mod data;
 mod descs;
 mod dir;
 mod dispatch;
+mod inflight;
 mod inode;
 mod inotify;
 pub mod limits;
@@ -169,7 +170,7 @@ struct Session {
     groups: Rc<[u32]>,
 }
 
-const OP_NAMES: [&str; 56] = [
+const OP_NAMES: [&str; 57] = [
     "SetGroups",
     "Lookup",
     "Open",
@@ -226,6 +227,7 @@ const OP_NAMES: [&str; 56] = [
     "InotifyRmWatch",
     "InotifyRegister",
     "InotifyModified",
+    "WriteDone",
 ];
 
 fn op_index(req: &Request<'_>) -> usize {
@@ -287,6 +289,7 @@ fn op_index(req: &Request<'_>) -> usize {
         InotifyRmWatch { .. } => 53,
         InotifyRegister { .. } => 54,
         InotifyModified { .. } => 55,
+        WriteDone { .. } => 56,
     }
 }
 
@@ -321,6 +324,8 @@ pub struct FileServer<S> {
     pipes: pipe::Pipes,
     /// Notification queues owned here and watches held here (`inotify`).
     notify: inotify::Notify,
+    /// Extending writes whose bytes are not in yet (`inflight`).
+    writes: inflight::Writes,
     /// Inodes placed here by creation affinity, not yet named (Hare §3.7.5).
     creating: affinity::Creating,
     requests: u64,
@@ -436,6 +441,7 @@ impl<S: BlockStore> FileServer<S> {
             cache,
             pipes: pipe::Pipes::default(),
             notify: inotify::Notify::default(),
+            writes: inflight::Writes::default(),
             creating: affinity::Creating::default(),
             requests: 0,
             bad_requests: 0,
@@ -509,6 +515,7 @@ impl<S: BlockStore> FileServer<S> {
         self.abandon_namespace_ops(session);
         self.drop_mappings(session);
         self.drop_texts(session);
+        self.writes.forget_session(session);
         if self.notify.busy() {
             self.notify_tick();
         }
@@ -605,6 +612,7 @@ impl<S: BlockStore> FileServer<S> {
             ("in_flight.move_links", self.move_links.len() as u64),
             ("in_flight.directories_moving", moving),
             ("in_flight.rename_lock", self.rename_lock.is_some() as u64),
+            ("in_flight.extending_writes", self.writes.len() as u64),
         ] {
             if n > 0 {
                 v.push((name.into(), n));
@@ -913,6 +921,7 @@ impl<S: BlockStore> FileServer<S> {
             }
             if let Some(mut i) = self.inodes.remove(&ino) {
                 self.pipes.anonymous.remove(&ino);
+                self.writes.forget_inode(ino);
                 self.acct.xattr_bytes -= limits::xattr_size(&i);
                 self.acct.lock_records -= i.locks.len() as u64;
                 i.release_all(&mut self.cache);

@@ -105,6 +105,7 @@ impl<S: BlockStore> FileServer<S> {
                 len: 0,
                 extents: vec![],
                 watched: false,
+                pending: false,
             });
         }
         let whole = (end - 1) / BS;
@@ -122,6 +123,7 @@ impl<S: BlockStore> FileServer<S> {
             len: got,
             extents,
             watched: false,
+            pending: false,
         })
     }
 }

@@ -395,6 +395,22 @@ fn write_reserves_zeroed_blocks_the_client_fills() {
     };
     assert_eq!((off, len), (100, 5000));
     assert_eq!(ext.len(), 1, "two fresh contiguous blocks merge: {ext:?}");
+    // Another process (sharing the description) reads meanwhile: until the
+    // writer says its bytes are in, the new end is not readable.
+    t.ok(S1, USER, Request::Share { desc: d, to: S2 });
+    assert_eq!(t.read(S2, d, 200, Some(0)).unwrap_err(), RETRY);
+    let ino = t.fs.descs[&d].ino;
+    let done = || Request::WriteDone {
+        ino,
+        offset: 100,
+        len: 5000,
+    };
+    // Only the writer can say so.
+    t.ok(S2, USER, done());
+    assert_eq!(t.read(S2, d, 200, Some(0)).unwrap_err(), RETRY);
+    // Bytes below the old end (here a hole) never wait.
+    assert_eq!(t.read(S2, d, 100, Some(0)).unwrap(), vec![0; 100]);
+    t.ok(S1, USER, done());
     // Bytes the client did not write read as zeros.
     assert_eq!(t.read(S1, d, 200, Some(0)).unwrap(), vec![0; 200]);
 }

@@ -143,7 +143,14 @@ pub fn create(
     // later requests to `local` on this lane come after it, and one on
     // another lane finds the inode pending, which behaves as linked.
     let undo = |e: Error| {
-        let _ = lane.call_ok(c, local, Request::Unref { ino: made.ino });
+        let _ = lane.call_ok(
+            c,
+            local,
+            Request::Unref {
+                ino: made.ino,
+                via: None,
+            },
+        );
         if let Some((desc, _)) = made.opened {
             let _ = lane.call_ok(c, local, Request::Close { desc });
         }

@@ -46,9 +46,7 @@
 //! to one user, Hare's single fault domain); a name change without them in
 //! a directory the server does not own is refused (`EPROTO`).
 
-use atoll_proto::{
-    entry_server, Cred, FileType, InodeId, Reply, Request, SetAttr, TimeSet, Vouched,
-};
+use atoll_proto::{entry_server, Cred, FileType, InodeId, Reply, Request, Vouched};
 
 use crate::error::{Error, Result};
 use crate::session::{Client, Lane};
@@ -379,11 +377,7 @@ impl NameChange {
 pub fn after_change(c: &Client, lane: &Lane, change: &NameChange, deltas: [i32; 2]) {
     for (d, delta) in change.dirs.into_iter().zip(deltas) {
         let Some(d) = d else { continue };
-        let set = SetAttr {
-            mtime: TimeSet::Now,
-            ..SetAttr::NONE
-        };
-        let _ = lane.post(c, d.owner(), Request::SetAttr { ino: d, set });
+        let _ = lane.post(c, d.owner(), Request::Touched { dir: d });
         if delta != 0 && d.is_distributed() {
             let _ = lane.post(c, d.owner(), Request::Subdirs { dir: d, delta });
         }

@@ -341,7 +341,7 @@ fn resolve_program(
     };
     match w.node(follow)? {
         NodeStep::Host(p) => Ok(Program::Host(Some(p))),
-        NodeStep::Node { ino, ftype } => Ok(Program::Atoll { ino, ftype }),
+        NodeStep::Node { ino, ftype, .. } => Ok(Program::Atoll { ino, ftype }),
     }
 }
 
@@ -807,6 +807,7 @@ pub fn restore(c: &Client, text: &str, with_session: bool) {
                     if let Ok(NodeStep::Node {
                         ino,
                         ftype: FileType::Directory,
+                        ..
                     }) = w.node(true)
                     {
                         c.set_cwd(Some(Cwd {

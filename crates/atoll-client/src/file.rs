@@ -159,6 +159,7 @@ fn tmpfile(c: &Client, lane: &Lane, mut w: Box<Walker<'_>>, flags: u32, mode: u3
         crate::walk::NodeStep::Node {
             ino,
             ftype: FileType::Directory,
+            ..
         } => ino,
         crate::walk::NodeStep::Node { .. } => return err(libc::ENOTDIR),
     };

@@ -72,7 +72,7 @@ pub fn add_watch(c: &Client, fd: i64, path: u64, mask: u32) -> Result<Out> {
     }
     let target = meta::resolve(c, &lane, libc::AT_FDCWD as i64, path, follow, false)?;
     let (ino, ftype) = match (target, &queue) {
-        (Target::Node { ino, ftype }, _) => (ino, ftype),
+        (Target::Node { ino, ftype, .. }, _) => (ino, ftype),
         (Target::Host, None) => return Ok(Out::Host),
         (Target::Rehost(p), None) => return Ok(Out::Rehost(p)),
         // A host path on an atoll queue: not supported (see module docs).

@@ -360,6 +360,26 @@ fn on_node(
     empty_ok: bool,
     f: impl Fn(&session::Lane, atoll_proto::InodeId, atoll_proto::FileType) -> Result<Out>,
 ) -> Result<Out> {
+    on_entry(c, dirfd, ptr, follow, empty_ok, |l, ino, ft, _| {
+        f(l, ino, ft)
+    })
+}
+
+/// [`on_node`] for a change the directory of the entry the path named must
+/// hear of (`inotify`): `f` also gets that entry.
+fn on_entry(
+    c: &Client,
+    dirfd: i64,
+    ptr: u64,
+    follow: bool,
+    empty_ok: bool,
+    f: impl Fn(
+        &session::Lane,
+        atoll_proto::InodeId,
+        atoll_proto::FileType,
+        Option<&walk::Entry>,
+    ) -> Result<Out>,
+) -> Result<Out> {
     if !(path_concerns(c, dirfd, ptr) || (ptr == 0 && empty_ok && fdtable::is_atoll(dirfd))) {
         return Ok(Out::Host);
     }
@@ -374,7 +394,7 @@ fn on_node(
         let outcome = match meta::resolve(c, &lane, dirfd, ptr, follow, empty_ok)? {
             Target::Host => Ok(Out::Host),
             Target::Rehost(p) => Ok(Out::Rehost(p)),
-            Target::Node { ino, ftype } => f(&lane, ino, ftype),
+            Target::Node { ino, ftype, entry } => f(&lane, ino, ftype, entry.as_ref()),
         };
         match outcome {
             Err(Error::Errno(libc::ENOENT)) if ptr != 0 && stale_retries > 0 => stale_retries -= 1,
@@ -440,6 +460,7 @@ fn setattr(
     c: &Client,
     lane: &session::Lane,
     ino: atoll_proto::InodeId,
+    via: Option<&walk::Entry>,
     set: SetAttr,
 ) -> Result<Out> {
     if set.size.is_some() {
@@ -448,7 +469,7 @@ fn setattr(
         // and be dropped first, or stale bytes reappear (incoherent mode).
         incoherent::invalidate(c);
     }
-    meta::setattr(c, lane, ino, set)?;
+    meta::setattr(c, lane, ino, via, set)?;
     done(0)
 }
 
@@ -871,48 +892,50 @@ fn run(c: &'static Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
             let lane = c.lane()?;
             ns::readlink(c, &lane, d, p, buf, size)
         }
-        SYS_chmod => on_node(c, cwd, a[0], true, false, |l, ino, _| {
-            setattr(c, l, ino, chmod_set(a[1]))
+        SYS_chmod => on_entry(c, cwd, a[0], true, false, |l, ino, _, via| {
+            setattr(c, l, ino, via, chmod_set(a[1]))
         }),
-        SYS_fchmod => on_fd(c, fd0, |l, d| setattr(c, l, d.ino(), chmod_set(a[1]))),
+        SYS_fchmod => on_fd(c, fd0, |l, d| setattr(c, l, d.ino(), None, chmod_set(a[1]))),
         SYS_fchmodat | SYS_fchmodat2 => {
             let fl = if nr == SYS_fchmodat2 { a[3] as i32 } else { 0 };
             if fl & !(AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH) != 0 {
                 return err(EINVAL);
             }
-            on_node(
+            on_entry(
                 c,
                 fd0,
                 a[1],
                 fl & AT_SYMLINK_NOFOLLOW == 0,
                 fl & AT_EMPTY_PATH != 0,
-                |l, ino, ft| {
+                |l, ino, ft, via| {
                     if ft == atoll_proto::FileType::Symlink {
                         return err(EOPNOTSUPP);
                     }
-                    setattr(c, l, ino, chmod_set(a[2]))
+                    setattr(c, l, ino, via, chmod_set(a[2]))
                 },
             )
         }
-        SYS_chown => on_node(c, cwd, a[0], true, false, |l, ino, _| {
-            setattr(c, l, ino, chown_set(a[1], a[2]))
+        SYS_chown => on_entry(c, cwd, a[0], true, false, |l, ino, _, via| {
+            setattr(c, l, ino, via, chown_set(a[1], a[2]))
         }),
-        SYS_lchown => on_node(c, cwd, a[0], false, false, |l, ino, _| {
-            setattr(c, l, ino, chown_set(a[1], a[2]))
+        SYS_lchown => on_entry(c, cwd, a[0], false, false, |l, ino, _, via| {
+            setattr(c, l, ino, via, chown_set(a[1], a[2]))
         }),
-        SYS_fchown => on_fd(c, fd0, |l, d| setattr(c, l, d.ino(), chown_set(a[1], a[2]))),
+        SYS_fchown => on_fd(c, fd0, |l, d| {
+            setattr(c, l, d.ino(), None, chown_set(a[1], a[2]))
+        }),
         SYS_fchownat => {
             let fl = a[4] as i32;
-            on_node(
+            on_entry(
                 c,
                 fd0,
                 a[1],
                 fl & AT_SYMLINK_NOFOLLOW == 0,
                 fl & AT_EMPTY_PATH != 0,
-                |l, ino, _| setattr(c, l, ino, chown_set(a[2], a[3])),
+                |l, ino, _, via| setattr(c, l, ino, via, chown_set(a[2], a[3])),
             )
         }
-        SYS_truncate => on_node(c, cwd, a[0], true, false, |l, ino, ft| {
+        SYS_truncate => on_entry(c, cwd, a[0], true, false, |l, ino, ft, via| {
             if (a[1] as i64) < 0 {
                 return err(EINVAL);
             }
@@ -923,6 +946,7 @@ fn run(c: &'static Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
                 c,
                 l,
                 ino,
+                via,
                 SetAttr {
                     size: Some(a[1]),
                     ..SetAttr::NONE
@@ -944,6 +968,7 @@ fn run(c: &'static Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
                 c,
                 l,
                 d.ino(),
+                None,
                 SetAttr {
                     size: Some(a[1]),
                     ..SetAttr::NONE
@@ -974,31 +999,31 @@ fn run(c: &'static Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
         SYS_utimensat => {
             let fl = a[3] as i32;
             let times = meta::times_from_timespecs(a[2])?;
-            on_node(
+            on_entry(
                 c,
                 fd0,
                 a[1],
                 fl & AT_SYMLINK_NOFOLLOW == 0,
                 a[1] == 0 || fl & AT_EMPTY_PATH != 0,
-                |l, ino, _| setattr(c, l, ino, times_set(times)),
+                |l, ino, _, via| setattr(c, l, ino, via, times_set(times)),
             )
         }
         SYS_futimesat => {
             let times = meta::times_from_timevals(a[2])?;
-            on_node(c, fd0, a[1], true, a[1] == 0, |l, ino, _| {
-                setattr(c, l, ino, times_set(times))
+            on_entry(c, fd0, a[1], true, a[1] == 0, |l, ino, _, via| {
+                setattr(c, l, ino, via, times_set(times))
             })
         }
         SYS_utimes => {
             let times = meta::times_from_timevals(a[1])?;
-            on_node(c, cwd, a[0], true, false, |l, ino, _| {
-                setattr(c, l, ino, times_set(times))
+            on_entry(c, cwd, a[0], true, false, |l, ino, _, via| {
+                setattr(c, l, ino, via, times_set(times))
             })
         }
         SYS_utime => {
             let times = meta::times_from_utimbuf(a[1])?;
-            on_node(c, cwd, a[0], true, false, |l, ino, _| {
-                setattr(c, l, ino, times_set(times))
+            on_entry(c, cwd, a[0], true, false, |l, ino, _, via| {
+                setattr(c, l, ino, via, times_set(times))
             })
         }
         SYS_fsync | SYS_fdatasync | SYS_syncfs | SYS_sync_file_range | SYS_fadvise64

@@ -8,7 +8,7 @@ use crate::error::{err, Error, Result};
 use crate::fdtable;
 use crate::session::{Client, Lane};
 use crate::sys;
-use crate::walk::{NodeStep, Walker};
+use crate::walk::{Entry, NodeStep, Walker};
 use crate::Out;
 
 /// Device number every atoll inode reports (major 0, an unused high minor,
@@ -30,6 +30,8 @@ pub enum Target {
     Node {
         ino: InodeId,
         ftype: FileType,
+        /// The entry the path named, when it ended on a name.
+        entry: Option<crate::walk::Entry>,
     },
 }
 
@@ -62,6 +64,7 @@ pub fn resolve(
                 Some(cwd) => Ok(Target::Node {
                     ino: cwd.ino,
                     ftype: FileType::Directory,
+                    entry: None,
                 }),
                 None => Ok(Target::Host),
             };
@@ -70,6 +73,7 @@ pub fn resolve(
             Some(d) => Ok(Target::Node {
                 ino: d.ino(),
                 ftype: d.ftype(),
+                entry: None,
             }),
             None => Ok(Target::Host),
         };
@@ -83,6 +87,7 @@ pub fn resolve(
             return Ok(Target::Node {
                 ino: d.ino(),
                 ftype: d.ftype(),
+                entry: None,
             });
         }
     }
@@ -91,7 +96,7 @@ pub fn resolve(
     };
     match w.node(follow)? {
         NodeStep::Host(p) => Ok(Target::Rehost(p)),
-        NodeStep::Node { ino, ftype } => Ok(Target::Node { ino, ftype }),
+        NodeStep::Node { ino, ftype, entry } => Ok(Target::Node { ino, ftype, entry }),
     }
 }
 
@@ -102,11 +107,25 @@ pub fn getattr(c: &Client, lane: &Lane, ino: InodeId) -> Result<Attr> {
     })
 }
 
-pub fn setattr(c: &Client, lane: &Lane, ino: InodeId, set: SetAttr) -> Result<Attr> {
-    lane.call(c, ino.owner(), Request::SetAttr { ino, set }, |r| match r {
-        Reply::Attr(a) => Ok(a),
-        _ => Err(Error::Protocol("SetAttr")),
-    })
+/// `via`: the entry a path named, whose directory's watchers hear of the
+/// change (`inotify`); `None` for a descriptor or a path without a name.
+pub fn setattr(
+    c: &Client,
+    lane: &Lane,
+    ino: InodeId,
+    via: Option<&Entry>,
+    set: SetAttr,
+) -> Result<Attr> {
+    let via = via.map(Entry::proto);
+    lane.call(
+        c,
+        ino.owner(),
+        Request::SetAttr { ino, set, via },
+        |r| match r {
+            Reply::Attr(a) => Ok(a),
+            _ => Err(Error::Protocol("SetAttr")),
+        },
+    )
 }
 
 /// Fill a kernel `struct stat` exactly as Linux would for this inode.
@@ -289,6 +308,7 @@ pub fn setxattr(
     c: &Client,
     lane: &Lane,
     ino: InodeId,
+    via: Option<&Entry>,
     name: &[u8],
     value: &[u8],
     flags: u32,
@@ -301,13 +321,21 @@ pub fn setxattr(
             name,
             value,
             flags,
+            via: via.map(Entry::proto),
         },
     )?;
     Ok(0)
 }
 
-pub fn removexattr(c: &Client, lane: &Lane, ino: InodeId, name: &[u8]) -> Result<i64> {
-    lane.call_ok(c, ino.owner(), Request::RemoveXattr { ino, name })?;
+pub fn removexattr(
+    c: &Client,
+    lane: &Lane,
+    ino: InodeId,
+    via: Option<&Entry>,
+    name: &[u8],
+) -> Result<i64> {
+    let via = via.map(Entry::proto);
+    lane.call_ok(c, ino.owner(), Request::RemoveXattr { ino, name, via })?;
     Ok(0)
 }
 
@@ -336,17 +364,17 @@ fn on_xattr_target(
     fd: Option<i64>,
     path: u64,
     follow: bool,
-    run: impl Fn(&Lane, InodeId) -> Result<Out>,
+    run: impl Fn(&Lane, InodeId, Option<&Entry>) -> Result<Out>,
 ) -> Result<Out> {
     match fd {
-        Some(fd) => crate::on_fd(c, fd, |l, d| run(l, d.ino())),
-        None => crate::on_node(
+        Some(fd) => crate::on_fd(c, fd, |l, d| run(l, d.ino(), None)),
+        None => crate::on_entry(
             c,
             libc::AT_FDCWD as i64,
             path,
             follow,
             false,
-            |l, ino, _| run(l, ino),
+            |l, ino, _, via| run(l, ino, via),
         ),
     }
 }
@@ -359,7 +387,7 @@ pub(crate) fn xattr_get(
     follow: bool,
 ) -> Result<Out> {
     let (name, buf, size) = (a[1], a[2], a[3] as usize);
-    let run = |lane: &Lane, ino| {
+    let run = |lane: &Lane, ino, _: Option<&Entry>| {
         let n = xattr_name(name)?;
         Ok(Out::Done(getxattr(c, lane, ino, n, buf, size)?))
     };
@@ -369,7 +397,7 @@ pub(crate) fn xattr_get(
 #[inline(never)]
 pub(crate) fn xattr_set(c: &Client, fd: Option<i64>, a: &[u64; 6], follow: bool) -> Result<Out> {
     let (name, val, size, flags) = (a[1], a[2], a[3] as usize, a[4] as u32);
-    let run = |lane: &Lane, ino| {
+    let run = |lane: &Lane, ino, via: Option<&Entry>| {
         let n = xattr_name(name)?;
         // Linux: E2BIG past XATTR_SIZE_MAX; a value no frame carries does
         // not fit the inode's xattr space (ENOSPC, as ext4 without ea_inode).
@@ -383,6 +411,7 @@ pub(crate) fn xattr_set(c: &Client, fd: Option<i64>, a: &[u64; 6], follow: bool)
             c,
             lane,
             ino,
+            via,
             n,
             sys::user_slice(val, size)?,
             flags,
@@ -394,16 +423,17 @@ pub(crate) fn xattr_set(c: &Client, fd: Option<i64>, a: &[u64; 6], follow: bool)
 #[inline(never)]
 pub(crate) fn xattr_list(c: &Client, fd: Option<i64>, a: &[u64; 6], follow: bool) -> Result<Out> {
     let (buf, size) = (a[1], a[2] as usize);
-    let run = |lane: &Lane, ino| Ok(Out::Done(listxattr(c, lane, ino, buf, size)?));
+    let run =
+        |lane: &Lane, ino, _: Option<&Entry>| Ok(Out::Done(listxattr(c, lane, ino, buf, size)?));
     on_xattr_target(c, fd, a[0], follow, run)
 }
 
 #[inline(never)]
 pub(crate) fn xattr_remove(c: &Client, fd: Option<i64>, a: &[u64; 6], follow: bool) -> Result<Out> {
     let name = a[1];
-    let run = |lane: &Lane, ino| {
+    let run = |lane: &Lane, ino, via: Option<&Entry>| {
         let n = xattr_name(name)?;
-        Ok(Out::Done(removexattr(c, lane, ino, n)?))
+        Ok(Out::Done(removexattr(c, lane, ino, via, n)?))
     };
     on_xattr_target(c, fd, a[0], follow, run)
 }

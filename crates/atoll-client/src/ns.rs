@@ -277,7 +277,8 @@ fn unlink_entry(
             )
         })?;
     if !freed_here {
-        let _ = lane.call_ok(c, ino.owner(), Request::Unref { ino });
+        let via = Some(atoll_proto::EntryName { dir, name });
+        let _ = lane.call_ok(c, ino.owner(), Request::Unref { ino, via });
     }
     Ok((ino, ftype))
 }
@@ -826,7 +827,14 @@ fn same_server_rename_replacing(
         })?;
     if let Some((rino, _, freed_here)) = replaced {
         if !freed_here && !exchange {
-            let _ = lane.call_ok(c, rino.owner(), Request::Unref { ino: rino });
+            let _ = lane.call_ok(
+                c,
+                rino.owner(),
+                Request::Unref {
+                    ino: rino,
+                    via: None,
+                },
+            );
         }
     }
     if mft == FileType::Directory && dir1 != dir2 {
@@ -991,7 +999,7 @@ fn cross_server_rename(
     };
     let drop_ref = |ino: InodeId, server: usize| {
         if ino.owner() != server {
-            let _ = lane.call_ok(c, ino.owner(), Request::Unref { ino });
+            let _ = lane.call_ok(c, ino.owner(), Request::Unref { ino, via: None });
         }
     };
     // Step 3: `Link{replace}`. `EAGAIN` (the new parent marked by an
@@ -1035,7 +1043,14 @@ fn cross_server_rename(
     let unref_replaced = |rep: Option<(InodeId, FileType)>, server: usize| {
         if let Some((rino, _)) = rep {
             if rino.owner() != server {
-                let _ = lane.call_ok(c, rino.owner(), Request::Unref { ino: rino });
+                let _ = lane.call_ok(
+                    c,
+                    rino.owner(),
+                    Request::Unref {
+                        ino: rino,
+                        via: None,
+                    },
+                );
             }
         }
     };
@@ -1112,7 +1127,14 @@ fn cross_server_rename(
     // Step 5 and 6.
     move_done(dir2, n2, ft1, srv2);
     if !freed_here {
-        let _ = lane.call_ok(c, ino1.owner(), Request::Unref { ino: ino1 });
+        let _ = lane.call_ok(
+            c,
+            ino1.owner(),
+            Request::Unref {
+                ino: ino1,
+                via: None,
+            },
+        );
     }
     unref_replaced(replaced, srv2);
     // Commit only if the marked directory is what `Link` replaced: it may
@@ -1200,7 +1222,7 @@ pub fn link(
         )
     });
     if r.is_err() && ino.owner() != server {
-        let _ = lane.call_ok(c, ino.owner(), Request::Unref { ino });
+        let _ = lane.call_ok(c, ino.owner(), Request::Unref { ino, via: None });
     }
     r?;
     Ok(Out::Done(0))
@@ -1410,7 +1432,7 @@ pub fn chdir(c: &Client, lane: &Lane, path: &[u8]) -> Result<Out> {
     };
     match w.node(true)? {
         NodeStep::Host(p) => host_chdir(c, p.as_ptr() as u64, true),
-        NodeStep::Node { ino, ftype } => {
+        NodeStep::Node { ino, ftype, .. } => {
             if ftype != FileType::Directory {
                 return err(libc::ENOTDIR);
             }

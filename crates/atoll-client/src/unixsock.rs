@@ -295,7 +295,7 @@ fn destination(c: &Client, ptr: u64, len: u64) -> Result<Option<Addr>> {
     match meta::resolve(c, &lane, libc::AT_FDCWD as i64, p.ptr(), true, false)? {
         Target::Host => Ok(None),
         Target::Rehost(h) => Addr::pathname(h.as_bytes()).map(Some),
-        Target::Node { ino, ftype } => {
+        Target::Node { ino, ftype, .. } => {
             if ftype != FileType::Socket {
                 return err(libc::ECONNREFUSED);
             }

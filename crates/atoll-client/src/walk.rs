@@ -80,7 +80,48 @@ pub enum Step {
 
 pub enum NodeStep {
     Host(HostPath),
-    Node { ino: InodeId, ftype: FileType },
+    Node {
+        ino: InodeId,
+        ftype: FileType,
+        /// The entry the walk ended on (none for `/`, `.`, `..`).
+        entry: Option<Entry>,
+    },
+}
+
+/// An entry a walk ended on: its directory and name, kept inline (a walk
+/// may run in a signal handler that interrupted `malloc`). Changes made
+/// through it are reported to that directory's watchers (`inotify`) by the
+/// inode's owner, which may not hold the entry itself.
+#[derive(Clone, Copy)]
+pub struct Entry {
+    pub dir: InodeId,
+    len: u8,
+    name: [u8; 255],
+}
+
+impl Entry {
+    /// `None` for a name longer than `NAME_MAX` (which no entry has).
+    pub fn new(dir: InodeId, name: &[u8]) -> Option<Entry> {
+        let mut e = Entry {
+            dir,
+            len: u8::try_from(name.len()).ok()?,
+            name: [0; 255],
+        };
+        e.name[..name.len()].copy_from_slice(name);
+        Some(e)
+    }
+
+    pub fn name(&self) -> &[u8] {
+        &self.name[..self.len as usize]
+    }
+
+    /// The entry as requests name it.
+    pub fn proto(&self) -> atoll_proto::EntryName<'_> {
+        atoll_proto::EntryName {
+            dir: self.dir,
+            name: self.name(),
+        }
+    }
 }
 
 pub struct Walker<'a> {
@@ -535,6 +576,7 @@ impl<'a> Walker<'a> {
                     return Ok(NodeStep::Node {
                         ino: self.dir,
                         ftype: FileType::Directory,
+                        entry: None,
                     })
                 }
                 LastKind::DotDot => {
@@ -542,6 +584,7 @@ impl<'a> Walker<'a> {
                     return Ok(NodeStep::Node {
                         ino: self.dir,
                         ftype: FileType::Directory,
+                        entry: None,
                     });
                 }
                 LastKind::Name => {
@@ -557,10 +600,11 @@ impl<'a> Walker<'a> {
                     if last.trailing_slash && ftype != FileType::Directory {
                         return err(libc::ENOTDIR);
                     }
+                    let entry = Entry::new(self.dir, n);
                     if ftype == FileType::Directory {
                         self.canon.push_component(n)?;
                     }
-                    return Ok(NodeStep::Node { ino, ftype });
+                    return Ok(NodeStep::Node { ino, ftype, entry });
                 }
             }
         }

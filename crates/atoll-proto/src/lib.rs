@@ -562,6 +562,11 @@ pub enum Request<'a> {
     SetAttr {
         ino: InodeId,
         set: SetAttr,
+        /// The entry a path named, if the change was made by path: the
+        /// owner reports it to that directory's watchers (`inotify`) also
+        /// when the entry is held on another server.
+        #[serde(borrow)]
+        via: Option<EntryName<'a>>,
     },
     /// `access`/`faccessat` check for `mask` (R_OK|W_OK|X_OK|F_OK), with
     /// `effective` false meaning the real ids (already in `cred`). → `Ok`
@@ -586,6 +591,12 @@ pub enum Request<'a> {
     /// → `Ok`
     Unref {
         ino: InodeId,
+        /// The entry an `unlink`/`rmdir` removed on another server (which
+        /// then reported nothing): this owner reports `IN_DELETE` to that
+        /// directory's watchers after the inode's own `IN_DELETE_SELF`, in
+        /// Linux's order (`inotify`).
+        #[serde(borrow)]
+        via: Option<EntryName<'a>>,
     },
     /// Open a description for an inode (after `Open` answered `Entry`, or
     /// for `O_PATH`/reopen of `/proc/self/fd`). → `Opened`
@@ -612,6 +623,11 @@ pub enum Request<'a> {
         #[serde(borrow)]
         value: &'a [u8],
         flags: u32,
+        /// The entry a path named, if the change was made by path: the
+        /// owner reports it to that directory's watchers (`inotify`) also
+        /// when the entry is held on another server.
+        #[serde(borrow)]
+        via: Option<EntryName<'a>>,
     },
     ListXattr {
         ino: InodeId,
@@ -620,6 +636,11 @@ pub enum Request<'a> {
         ino: InodeId,
         #[serde(borrow)]
         name: &'a [u8],
+        /// The entry a path named, if the change was made by path: the
+        /// owner reports it to that directory's watchers (`inotify`) also
+        /// when the entry is held on another server.
+        #[serde(borrow)]
+        via: Option<EntryName<'a>>,
     },
     /// Allocate (or with `FALLOC_FL_KEEP_SIZE`/`PUNCH_HOLE` modes) space.
     /// → `Attr`
@@ -767,6 +788,13 @@ pub enum Request<'a> {
     /// (`IN_MODIFY`). → `Ok`
     InotifyModified {
         desc: DescId,
+    },
+    /// `dir.owner()`, posted after a name change in `dir` whose entry
+    /// another server holds: mtime and ctime to now, as Linux sets them on
+    /// the parent of a name created, removed or moved. Reports no event
+    /// (the entry's server reported the change itself). → `Attr`
+    Touched {
+        dir: InodeId,
     },
     /// `ino.owner()`, posted after the client copied the bytes of a
     /// `Write` whose reply said `pending` (it extended the file): reads of

@@ -84,11 +84,18 @@ impl<S: BlockStore> FileServer<S> {
             Q::RenameLock { acquire } => self.rename_lock(session, acquire),
             Q::MoveDone { dir, name } => self.move_done(session, dir, name),
             Q::GetAttr { ino } => Ok(Reply::Attr(self.attr(ino)?)),
-            Q::SetAttr { ino, set } => self.set_attr(session, who, ino, set),
+            Q::Touched { dir } => {
+                let set = SetAttr {
+                    mtime: atoll_proto::TimeSet::Now,
+                    ..SetAttr::NONE
+                };
+                self.set_attr(session, who, dir, set)
+            }
+            Q::SetAttr { ino, set, .. } => self.set_attr(session, who, ino, set),
             Q::Access { ino, mask } => self.access(who, ino, mask),
             Q::ReadLink { ino } => self.read_link(ino, out),
             Q::Ref { ino } => self.add_ref(session, ino),
-            Q::Unref { ino } => self.drop_ref(session, ino),
+            Q::Unref { ino, .. } => self.drop_ref(session, ino),
             Q::OpenInode { ino, flags, via } => self.open_inode_via(session, who, ino, flags, via),
             Q::GetXattr { ino, name } => self.get_xattr(who, ino, name, out),
             Q::SetXattr {
@@ -96,9 +103,10 @@ impl<S: BlockStore> FileServer<S> {
                 name,
                 value,
                 flags,
+                ..
             } => self.set_xattr(who, ino, name, Some(value), flags),
             Q::ListXattr { ino } => self.list_xattr(who, ino, out),
-            Q::RemoveXattr { ino, name } => self.set_xattr(who, ino, name, None, 0),
+            Q::RemoveXattr { ino, name, .. } => self.set_xattr(who, ino, name, None, 0),
             Q::Fallocate {
                 ino,
                 mode,

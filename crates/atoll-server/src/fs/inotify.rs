@@ -203,9 +203,20 @@ pub(super) enum Plan {
     Changed {
         ino: InodeId,
         mask: u32,
+        /// The entry the change was made through, when the client named
+        /// one (by path) or a description of the caller was opened by name.
+        via: Option<(InodeId, Box<[u8]>)>,
     },
     Wrote {
         ino: InodeId,
+    },
+    /// The owner's half of an unlink whose entry another server removed.
+    Unreffed {
+        ino: InodeId,
+        dir: InodeId,
+        name: Vec<u8>,
+        /// Filled in before the request runs ([`FileServer::plan_details`]).
+        ftype: FileType,
     },
 }
 
@@ -264,7 +275,7 @@ impl Plan {
                 newdir: *newdir,
                 newname: newname.to_vec(),
             },
-            Q::SetAttr { ino, set } => {
+            Q::SetAttr { ino, set, via } => {
                 let mut mask = 0;
                 if set.size.is_some() {
                     mask |= IN_MODIFY;
@@ -276,23 +287,36 @@ impl Plan {
                     set.atime != atoll_proto::TimeSet::Omit,
                     set.mtime != atoll_proto::TimeSet::Omit,
                 );
-                // As Linux's `fsnotify_change`; an mtime alone is what a
-                // client posts after a name change in a distributed
-                // directory (the entry event already said it), so none.
+                // As Linux's `fsnotify_change`. (The mtime a client posts
+                // after a name change elsewhere is `Touched`: no event.)
                 if a && m {
                     mask |= IN_ATTRIB;
                 } else if a {
                     mask |= IN_ACCESS;
+                } else if m {
+                    mask |= IN_MODIFY;
                 }
-                Plan::Changed { ino: *ino, mask }
+                Plan::Changed {
+                    ino: *ino,
+                    mask,
+                    via: via.map(|v| (v.dir, v.name.into())),
+                }
             }
-            Q::SetXattr { ino, .. } | Q::RemoveXattr { ino, .. } => Plan::Changed {
+            Q::SetXattr { ino, via, .. } | Q::RemoveXattr { ino, via, .. } => Plan::Changed {
                 ino: *ino,
                 mask: IN_ATTRIB,
+                via: via.map(|v| (v.dir, v.name.into())),
             },
             Q::Fallocate { ino, .. } => Plan::Changed {
                 ino: *ino,
                 mask: IN_MODIFY,
+                via: None,
+            },
+            Q::Unref { ino, via: Some(v) } => Plan::Unreffed {
+                ino: *ino,
+                dir: v.dir,
+                name: v.name.to_vec(),
+                ftype: FileType::Regular,
             },
             // A `Write` reports after the client copied (`watched`).
             Q::WriteData { desc, .. } => Plan::Wrote {
@@ -512,6 +536,39 @@ impl<S: BlockStore> FileServer<S> {
     // ---------------------------------------------------------------
     // events
 
+    /// Before a request runs: what its plan needs of the state it changes.
+    /// A change of an inode through a descriptor (`fchmod`, `ftruncate`,
+    /// `fsetxattr`, `fallocate`) names no entry: use the entry a
+    /// description of the caller on that inode was opened through, as
+    /// Linux reports such changes to the parent of the name opened. An
+    /// `Unref` that may free the inode: its type, while it is there.
+    pub(super) fn plan_details(&self, plan: Plan, session: SessionId) -> Plan {
+        match plan {
+            Plan::Unreffed { ino, dir, name, .. } => {
+                let ftype = self.inodes.get(&ino).map_or(FileType::Regular, |i| i.ftype);
+                Plan::Unreffed {
+                    ino,
+                    dir,
+                    name,
+                    ftype,
+                }
+            }
+            Plan::Changed {
+                ino,
+                mask,
+                via: None,
+            } => {
+                let via = self
+                    .descs
+                    .values()
+                    .find(|d| d.ino == ino && d.refs.contains_key(&session) && d.via.is_some())
+                    .and_then(|d| d.via.clone());
+                Plan::Changed { ino, mask, via }
+            }
+            other => other,
+        }
+    }
+
     /// After a request: produce the events its plan and reply call for.
     pub(super) fn notify_after(&mut self, plan: Plan, reply: &Reply<'_>) {
         match (plan, reply) {
@@ -562,8 +619,23 @@ impl<S: BlockStore> FileServer<S> {
             // The second half of a rename across servers was reported
             // with its first (`Link` with `moved_from`).
             (Plan::Unlink { moved: true, .. }, _) => {}
+            // The owner reports it after the inode's own events (`Unreffed`).
+            (
+                Plan::Unlink { .. },
+                Reply::Unlinked {
+                    freed_here: false, ..
+                },
+            ) => {}
             (Plan::Unlink { dir, name, .. }, Reply::Unlinked { ftype, .. }) => {
                 self.emit(dir, IN_DELETE | isdir(*ftype), 0, &name);
+            }
+            (
+                Plan::Unreffed {
+                    dir, name, ftype, ..
+                },
+                Reply::Ok,
+            ) => {
+                self.emit(dir, IN_DELETE | isdir(ftype), 0, &name);
             }
             (
                 Plan::Rename {
@@ -574,8 +646,8 @@ impl<S: BlockStore> FileServer<S> {
                 },
                 Reply::Renamed { moved, ftype, .. },
             ) => self.emit_move((olddir, &oldname), (newdir, &newname), *moved, *ftype),
-            (Plan::Changed { ino, mask }, Reply::Attr(_) | Reply::Ok) if mask != 0 => {
-                self.emit_changed(ino, mask);
+            (Plan::Changed { ino, mask, via }, Reply::Attr(_) | Reply::Ok) if mask != 0 => {
+                self.emit_changed_via(ino, mask, via);
             }
             (Plan::Wrote { ino }, Reply::Written(n)) if *n > 0 => self.emit_changed(ino, IN_MODIFY),
             _ => {}

@@ -143,7 +143,15 @@ fn directory_watch_sees_create_modify_attrib_close_move_delete() {
         perm: Some(0o600),
         ..SetAttr::NONE
     };
-    ok(&mut fs, S1, Request::SetAttr { ino: f, set });
+    ok(
+        &mut fs,
+        S1,
+        Request::SetAttr {
+            ino: f,
+            set,
+            via: None,
+        },
+    );
     let req = Request::Rename {
         olddir: ROOT,
         oldname: b"log",
@@ -436,4 +444,64 @@ fn a_description_opened_by_a_name_held_elsewhere_reports_to_that_directory() {
             (wd, IN_CLOSE_WRITE, name(b"there")),
         ]
     );
+}
+
+#[test]
+fn a_change_by_a_path_whose_entry_is_held_elsewhere_reports_to_that_directory() {
+    let mut fs = server();
+    let (q, qr) = queue(&mut fs, S1);
+    let (f, d) = create(&mut fs, b"here");
+    ok(&mut fs, S1, Request::Close { desc: d });
+    // The file was renamed to "there" in ROOT, an entry another server
+    // holds (a distributed directory): this server, its owner, still
+    // indexes its old name "here" until the entry goes, so remove it.
+    let mut out = Vec::new();
+    let unlink = Request::Unlink {
+        dir: ROOT,
+        name: b"here",
+        kind: atoll_proto::UnlinkKind::NonDirectory,
+        expect: None,
+    };
+    // Keep the inode alive (as the new entry's `Ref` does) while its
+    // entry here goes.
+    ok(&mut fs, S1, Request::Ref { ino: f });
+    assert!(matches!(
+        fs.handle(S1, ME, unlink, &mut out),
+        Reply::Unlinked { .. }
+    ));
+    let (wd, _) = watch(&mut fs, S1, q, ROOT, IN_ATTRIB).unwrap();
+    let via = || {
+        Some(atoll_proto::EntryName {
+            dir: ROOT,
+            name: b"there",
+        })
+    };
+    let chmod = |via| Request::SetAttr {
+        ino: f,
+        set: SetAttr {
+            perm: Some(0o600),
+            ..SetAttr::NONE
+        },
+        via,
+    };
+    // Without the entry the owner cannot name the change to ROOT's watch.
+    ok(&mut fs, S1, chmod(None));
+    assert_eq!(drain(&mut fs, qr.header), []);
+    let events = |fs: &mut FileServer<MemStore>| -> Vec<(i32, u32, Vec<u8>)> {
+        drain(fs, qr.header)
+            .into_iter()
+            .map(|e| (e.0, e.1, e.3))
+            .collect()
+    };
+    ok(&mut fs, S1, chmod(via()));
+    assert_eq!(events(&mut fs), [(wd, IN_ATTRIB, b"there".to_vec())]);
+    let xattr = Request::SetXattr {
+        ino: f,
+        name: b"user.k",
+        value: b"v",
+        flags: 0,
+        via: via(),
+    };
+    ok(&mut fs, S1, xattr);
+    assert_eq!(events(&mut fs), [(wd, IN_ATTRIB, b"there".to_vec())]);
 }

@@ -371,6 +371,7 @@ fn xattrs_stop_at_e2big_and_enospc_and_recover_after_removal() {
         name,
         value,
         flags: 0,
+        via: None,
     };
     static HUGE: [u8; 64 * 1024 + 1] = [0; 64 * 1024 + 1];
     static BIG: [u8; 4000] = [7; 4000];
@@ -399,7 +400,8 @@ fn xattrs_stop_at_e2big_and_enospc_and_recover_after_removal() {
     assert_eq!(
         s.call(Request::RemoveXattr {
             ino: files[2],
-            name: b"user.a"
+            name: b"user.a",
+            via: None,
         }),
         Got::Ok
     );

@@ -170,7 +170,7 @@ struct Session {
     groups: Rc<[u32]>,
 }
 
-const OP_NAMES: [&str; 57] = [
+const OP_NAMES: [&str; 58] = [
     "SetGroups",
     "Lookup",
     "Open",
@@ -228,6 +228,7 @@ const OP_NAMES: [&str; 57] = [
     "InotifyRegister",
     "InotifyModified",
     "WriteDone",
+    "Touched",
 ];
 
 fn op_index(req: &Request<'_>) -> usize {
@@ -290,6 +291,7 @@ fn op_index(req: &Request<'_>) -> usize {
         InotifyRegister { .. } => 54,
         InotifyModified { .. } => 55,
         WriteDone { .. } => 56,
+        Touched { .. } => 57,
     }
 }
 
@@ -661,7 +663,8 @@ impl<S: BlockStore> FileServer<S> {
         let coalesced_before = self.coalesced.total();
         let who = self.caller(session, cred, vouched);
         let plan = match self.notify.busy() {
-            true => inotify::Plan::of(&req, |d| self.descs.get(&d).map(|d| d.ino)),
+            true => inotify::Plan::of(&req, |d| self.descs.get(&d).map(|d| d.ino))
+                .map(|p| self.plan_details(p, session)),
             false => None,
         };
         let r = self.dispatch(session, &who, req, out);

@@ -315,7 +315,15 @@ impl T {
         self.ok(s, USER, Request::Close { desc: d });
     }
     fn setattr(&mut self, c: Cred, ino: InodeId, set: SetAttr) -> Result<Attr, Errno> {
-        match self.call(S1, c, Request::SetAttr { ino, set }) {
+        match self.call(
+            S1,
+            c,
+            Request::SetAttr {
+                ino,
+                set,
+                via: None,
+            },
+        ) {
             Own::Attr(a) => Ok(a),
             Own::Err(e) => Err(e),
             other => panic!("{other:?}"),
@@ -938,16 +946,30 @@ fn hard_links_count_and_survive_unlink_of_one_name() {
     // Cross-server style reference counting through Ref/Unref.
     t.ok(S1, USER, Request::Ref { ino: f });
     assert_eq!(t.stat(f).unwrap().nlink, 2);
-    t.ok(S1, USER, Request::Unref { ino: f });
+    t.ok(S1, USER, Request::Unref { ino: f, via: None });
     let dir = t.mkdir(ROOT, "dir");
     // A directory being moved across servers has two names for a moment,
     // never three: a second move waits (EAGAIN) for the first.
     t.ok(S1, USER, Request::Ref { ino: dir });
     assert_eq!(t.err(S2, USER, Request::Ref { ino: dir }), RETRY);
-    t.ok(S1, USER, Request::Unref { ino: dir });
+    t.ok(
+        S1,
+        USER,
+        Request::Unref {
+            ino: dir,
+            via: None,
+        },
+    );
     assert!(t.stat(dir).is_ok(), "the directory keeps its one name");
     t.ok(S2, USER, Request::Ref { ino: dir });
-    t.ok(S2, USER, Request::Unref { ino: dir });
+    t.ok(
+        S2,
+        USER,
+        Request::Unref {
+            ino: dir,
+            via: None,
+        },
+    );
 }
 
 #[test]
@@ -1177,7 +1199,7 @@ fn moves_and_rmdirs_of_one_directory_exclude_each_other() {
     t.ok(S1, USER, Request::Ref { ino: d });
     assert_eq!(t.err(S2, USER, Request::MarkRmdir { dir: d }), RETRY);
     assert_eq!(t.unlink(a, "d", UnlinkKind::Directory).unwrap_err(), RETRY);
-    t.ok(S1, USER, Request::Unref { ino: d });
+    t.ok(S1, USER, Request::Unref { ino: d, via: None });
     // One whose new name lives here: its `Link` counts the second name.
     t.ok(S1, USER, link);
     assert_eq!(t.err(S2, USER, Request::MarkRmdir { dir: d }), RETRY);
@@ -1253,13 +1275,13 @@ fn unfinished_directory_moves_are_undone_when_the_session_dies() {
     assert_eq!(t.lookup(a, "d"), Ok(d));
     assert_eq!(t.lookup(d, "f"), Ok(f));
     t.ok(S1, USER, Request::Ref { ino: d }); // one name again: not RETRY
-    t.ok(S1, USER, Request::Unref { ino: d });
+    t.ok(S1, USER, Request::Unref { ino: d, via: None });
     // Died after `Ref` only: the owner drops the extra link.
     t.ok(S2, USER, Request::Ref { ino: d });
     assert_eq!(t.err(S1, USER, Request::Ref { ino: d }), RETRY);
     t.fs.session_closed(S2);
     t.ok(S1, USER, Request::Ref { ino: d });
-    t.ok(S1, USER, Request::Unref { ino: d });
+    t.ok(S1, USER, Request::Unref { ino: d, via: None });
     // A finished move (`MoveDone`) survives its session.
     t.ok(S2, USER, link(b"e"));
     t.ok(
@@ -1746,6 +1768,7 @@ fn permissions_follow_owner_group_other_and_root_bypass() {
         Request::SetAttr {
             ino: f,
             set: perm_only(0o640),
+            via: None,
         },
     );
     assert_eq!(
@@ -2173,6 +2196,7 @@ fn xattrs_honour_create_replace_and_namespaces() {
                 name: name.as_bytes(),
                 value,
                 flags,
+                via: None,
             },
         )
     };
@@ -2234,6 +2258,7 @@ fn xattrs_honour_create_replace_and_namespaces() {
             Request::RemoveXattr {
                 ino: f,
                 name: b"user.a",
+                via: None,
             },
         )
     };
@@ -2249,6 +2274,7 @@ fn xattrs_honour_create_replace_and_namespaces() {
             name: b"user.a",
             value: b"",
             flags: 0,
+            via: None,
         },
     );
     assert_eq!(r, Own::Err(Errno::EPERM));

@@ -242,7 +242,11 @@ mod tests {
             let r = fs.handle(
                 SessionId(1),
                 cred,
-                Request::SetAttr { ino: ROOT, set },
+                Request::SetAttr {
+                    ino: ROOT,
+                    set,
+                    via: None,
+                },
                 &mut out,
             );
             assert!(matches!(r, Reply::Attr(_)), "{r:?}");

@@ -4,9 +4,11 @@
 //! policies (random, round-robin) need only the number of cores.
 //!
 //! Layout (native-endian `u64` words): `[MAGIC, ncores, cores[0..ncores]]`
-//! where `cores[k] = [running, execs]`: programs the server of core `k`
-//! runs now, and execs placed on core `k` so far (local ones are counted
-//! by the client that ran them). Plain atomics: a reader may see a figure
+//! where `cores[k] = [running, execs, served]`: programs the server of
+//! core `k` runs now, execs placed on core `k` so far (local ones are
+//! counted by the client that ran them), and 1 when a scheduling server
+//! places programs on core `k` (the CPUs a program of the instance may run
+//! on, which `sched_getaffinity` reports to it). Plain atomics: a reader may see a figure
 //! a little stale, which only makes a placement less than perfect.
 
 use std::os::fd::AsFd;
@@ -20,7 +22,7 @@ const MAGIC: u64 = 0x6174_6f6c_6c73_6364; // "atollscd"
 /// Most cores one table describes.
 pub const MAX_CORES: usize = 1024;
 const HEADER_WORDS: usize = 2;
-const WORDS_PER_CORE: usize = 2;
+const WORDS_PER_CORE: usize = 3;
 
 fn bytes_for(ncores: usize) -> usize {
     (HEADER_WORDS + WORDS_PER_CORE * ncores) * 8
@@ -141,6 +143,21 @@ impl LoadTable {
         }
     }
 
+    /// A scheduling server places programs on `core`.
+    pub fn mark_served(&self, core: usize) {
+        if let Some(w) = self.core_word(core, 2) {
+            w.store(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The cores programs of the instance may be placed on.
+    pub fn served(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.ncores).filter(|&k| {
+            self.core_word(k, 2)
+                .is_some_and(|w| w.load(Ordering::Relaxed) == 1)
+        })
+    }
+
     /// `execs` of every core.
     pub fn exec_counts(&self) -> Vec<u64> {
         (0..self.ncores).map(|k| self.execs(k)).collect()
@@ -167,6 +184,11 @@ mod tests {
         let s = LoadTable::create(&p, 3).unwrap();
         let c = LoadTable::open(&p).unwrap();
         assert_eq!(c.ncores(), 3);
+        assert_eq!(c.served().count(), 0);
+        s.mark_served(0);
+        s.mark_served(2);
+        s.mark_served(7); // beyond the table: ignored
+        assert_eq!(c.served().collect::<Vec<_>>(), [0, 2]);
         s.add_running(2, 1);
         s.add_running(2, 1);
         s.add_running(2, -1);

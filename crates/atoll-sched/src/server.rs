@@ -181,6 +181,9 @@ impl Scheds {
     pub fn start(runtime_dir: &Path, cores: &[usize]) -> std::io::Result<Scheds> {
         let n = cores.iter().copied().max().map_or(1, |m| m + 1);
         let table = Arc::new(LoadTable::create(&runtime_dir.join(LOAD_FILE), n)?);
+        for &core in cores {
+            table.mark_served(core);
+        }
         let stop = Arc::new(AtomicBool::new(false));
         let (wake_r, wake_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
         let wake_r = Arc::new(wake_r);

@@ -93,6 +93,41 @@ fn remote_programs_run_pinned_on_the_chosen_cores() {
     assert!(total >= 4, "execs counted: {:?}", per_core(&stats));
 }
 
+/// A program pinned to one core still learns how many CPUs its work can
+/// use: `sched_getaffinity` (`nproc`, Python's `os.sched_getaffinity`)
+/// answers the cores the instance places programs on — all usable cores
+/// when servers timeshare, the program cores with `--split` — so
+/// `make -j$(nproc)` is not `-j1`. The kernel's affinity stays one core.
+#[test]
+fn programs_see_the_cpus_the_instance_places_them_on() {
+    require("python3");
+    let script = r#"
+        nproc
+        python3 -c 'import os; print(len(os.sched_getaffinity(0)))'
+        grep Cpus_allowed_list /proc/self/status | awk '{print $2}'
+    "#;
+    let mut shapes = vec![(vec![], cores())];
+    if cores() >= 2 {
+        shapes.push((vec!["--split", "--servers", "1"], cores() - 1));
+    }
+    for (opts, want) in shapes {
+        let out = run_in_atoll(&opts, script);
+        let text = String::from_utf8_lossy(&out.stdout);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(
+            out.status.success() && lines.len() == 3,
+            "{opts:?}: {out:?}"
+        );
+        assert_eq!(lines[0], want.to_string(), "nproc with {opts:?}");
+        assert_eq!(lines[1], want.to_string(), "python with {opts:?}");
+        assert!(
+            lines[2].parse::<usize>().is_ok(),
+            "still pinned to one core with {opts:?}: {}",
+            lines[2]
+        );
+    }
+}
+
 #[test]
 fn placement_local_keeps_todays_behaviour() {
     let dir = tempfile::tempdir().unwrap();

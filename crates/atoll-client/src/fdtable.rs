@@ -88,7 +88,11 @@ static DESCS: [DescSlot; MAX_DESCS] = [SLOT0; MAX_DESCS];
 static FDS: [AtomicU64; MAX_FDS] = [FD0; MAX_FDS];
 /// Number of atoll fds (fast "is there any?" for poll/select).
 static COUNT: AtomicUsize = AtomicUsize::new(0);
-static HINT: AtomicUsize = AtomicUsize::new(0);
+/// One past the highest description slot and fd number ever used: `fork`
+/// and `exec` walk the tables up to these, not over all 16,384 slots and
+/// 65,536 fds (slots are taken lowest first, so this stays small).
+static HIGH_SLOT: AtomicUsize = AtomicUsize::new(0);
+static HIGH_FD: AtomicUsize = AtomicUsize::new(0);
 /// Set when this process has at least one atoll fd open ever; lets
 /// `may_concern` answer without touching the table.
 static ANY: AtomicBool = AtomicBool::new(false);
@@ -240,7 +244,8 @@ impl Drop for PosGuard<'_> {
 /// reference (to move the offsets to the servers before sharing).
 pub fn local_descs() -> Vec<DescRef> {
     let mut v = Vec::new();
-    for (slot, s) in DESCS.iter().enumerate() {
+    let high = HIGH_SLOT.load(Ordering::Acquire).min(MAX_DESCS);
+    for (slot, s) in DESCS[..high].iter().enumerate() {
         if s.state.load(Ordering::Acquire) != LIVE || !s.local.load(Ordering::Acquire) {
             continue;
         }
@@ -305,9 +310,7 @@ fn release_slot(slot: usize) {
 
 /// Allocate a description slot holding `info`, with one reference.
 pub fn alloc(info: DescInfo) -> Option<DescRef> {
-    let start = HINT.fetch_add(1, Ordering::Relaxed);
-    for i in 0..MAX_DESCS {
-        let slot = (start + i) % MAX_DESCS;
+    for slot in 0..MAX_DESCS {
         let s = &DESCS[slot];
         if s.state.load(Ordering::Relaxed) != FREE {
             continue;
@@ -318,6 +321,7 @@ pub fn alloc(info: DescInfo) -> Option<DescRef> {
         {
             continue;
         }
+        HIGH_SLOT.fetch_max(slot + 1, Ordering::AcqRel);
         s.gen.fetch_add(1, Ordering::AcqRel);
         s.desc.store(info.desc.0, Ordering::Relaxed);
         s.ino.store(info.ino.0, Ordering::Relaxed);
@@ -403,6 +407,7 @@ pub fn install(fd: i32, r: DescRef) -> Option<DescRef> {
     let e = entry(r.slot);
     r.into_slot();
     ANY.store(true, Ordering::Relaxed);
+    HIGH_FD.fetch_max(fd as usize + 1, Ordering::AcqRel);
     let old = FDS[fd as usize].swap(e, Ordering::AcqRel);
     if old == 0 {
         COUNT.fetch_add(1, Ordering::Relaxed);
@@ -436,7 +441,7 @@ pub fn fds() -> Vec<i32> {
     if !ANY.load(Ordering::Relaxed) {
         return Vec::new();
     }
-    (0..MAX_FDS)
+    (0..HIGH_FD.load(Ordering::Acquire).min(MAX_FDS))
         .filter(|&i| FDS[i].load(Ordering::Relaxed) != 0)
         .map(|i| i as i32)
         .collect()
@@ -444,7 +449,8 @@ pub fn fds() -> Vec<i32> {
 
 /// Every live description (for `Share` before fork).
 pub fn live_descs() -> Vec<DescId> {
-    let mut v: Vec<DescId> = DESCS
+    let high = HIGH_SLOT.load(Ordering::Acquire).min(MAX_DESCS);
+    let mut v: Vec<DescId> = DESCS[..high]
         .iter()
         .filter(|s| s.state.load(Ordering::Acquire) == LIVE && s.refs.load(Ordering::Acquire) > 0)
         .map(|s| DescId(s.desc.load(Ordering::Relaxed)))

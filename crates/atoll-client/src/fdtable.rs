@@ -310,8 +310,7 @@ fn release_slot(slot: usize) {
 
 /// Allocate a description slot holding `info`, with one reference.
 pub fn alloc(info: DescInfo) -> Option<DescRef> {
-    for slot in 0..MAX_DESCS {
-        let s = &DESCS[slot];
+    for (slot, s) in DESCS.iter().enumerate() {
         if s.state.load(Ordering::Relaxed) != FREE {
             continue;
         }

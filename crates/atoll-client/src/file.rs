@@ -381,6 +381,10 @@ pub fn open(
         } else {
             0
         };
+        if attr.ftype == FileType::Regular && attr.size == 0 && flags & libc::O_TRUNC as u32 != 0 {
+            // This process's own pages of the file fault now, as on Linux.
+            crate::pastend::truncated(c, attr.ino, 0);
+        }
         let info = DescInfo {
             desc,
             ino: attr.ino,
@@ -1167,7 +1171,7 @@ pub(crate) fn map_runs(
     prot: i32,
     shared: bool,
     allocate: bool,
-) -> Result<()> {
+) -> Result<u64> {
     let cache_fd = c.cache_fd.load(core::sync::atomic::Ordering::Relaxed);
     let mut pos = off;
     let end = off + map_len;
@@ -1220,11 +1224,14 @@ pub(crate) fn map_runs(
             },
         )?;
         if got == 0 {
-            break; // past the largest file size: the rest stays anonymous zeros
+            // Past the end of the file: touching these pages faults, as on
+            // Linux, until the file grows (`pastend`).
+            crate::pastend::map_past_end(c, base + (pos - off), end - pos, prot, shared)?;
+            break;
         }
         pos += got.div_ceil(BLOCK_SIZE as u64) * BLOCK_SIZE as u64;
     }
-    Ok(())
+    Ok(pos.min(end) - off)
 }
 
 /// `copy_file_range`/`sendfile`/`splice` with an atoll fd on either side:

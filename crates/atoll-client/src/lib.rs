@@ -60,6 +60,7 @@ mod mapping;
 mod meta;
 mod ns;
 mod partial;
+mod pastend;
 pub mod path;
 mod pipe;
 mod procfd;
@@ -472,6 +473,9 @@ fn setattr(
         incoherent::invalidate(c);
     }
     meta::setattr(c, lane, ino, via, set)?;
+    if let Some(size) = set.size {
+        pastend::truncated(c, ino, size);
+    }
     done(0)
 }
 
@@ -1265,6 +1269,16 @@ pub fn user_path<'a>(ptr: u64) -> core::result::Result<&'a [u8], i32> {
 /// atomic load while the process maps none.
 pub fn maps_atoll_pages(addr: u64, len: u64) -> bool {
     mapping::overlaps(addr, len)
+}
+
+/// A `SIGBUS` (`BUS_ADRERR`) at `addr` in program code: if it is a page of
+/// an atoll mapping past the end of its file that the file now covers,
+/// map it and return true (the access runs again); see `pastend`.
+pub fn resolve_fault(addr: u64) -> bool {
+    match session::client() {
+        Some(c) => pastend::resolve(c, addr),
+        None => false,
+    }
 }
 
 /// Is `fd` an atoll descriptor of this process?

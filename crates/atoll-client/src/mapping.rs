@@ -215,6 +215,35 @@ pub fn overlaps(addr: u64, len: u64) -> bool {
     with(|t| t.live().iter().any(|p| p.start < end && p.end > addr))
 }
 
+/// The part of a mapping at `addr`: `(start, end, ino, file offset at
+/// start, prot, shared)` of the piece holding that page.
+pub fn piece_at(addr: u64) -> Option<(u64, u64, InodeId, u64, i32, bool)> {
+    if !overlaps(addr, 1) {
+        return None;
+    }
+    with(|t| {
+        t.live()
+            .iter()
+            .find(|p| p.start <= addr && addr < p.end)
+            .map(|p| (p.start, p.end, p.ino, p.off, p.prot, p.shared))
+    })
+}
+
+/// Every piece of this process mapping `ino`: `(start, end, file offset
+/// at start, prot, shared)`.
+pub fn pieces_of(ino: InodeId) -> Vec<(u64, u64, u64, i32, bool)> {
+    if COUNT.load(Ordering::Acquire) == 0 {
+        return Vec::new();
+    }
+    with(|t| {
+        t.live()
+            .iter()
+            .filter(|p| p.ino == ino)
+            .map(|p| (p.start, p.end, p.off, p.prot, p.shared))
+            .collect()
+    })
+}
+
 /// Tell the owners that these mappings are gone (after the kernel removed
 /// their last pages). A failed message leaves the reference held until
 /// the session ends.
@@ -541,7 +570,7 @@ fn remap(c: &Client, a: &[u64; 6], p: Piece) -> Result<Out> {
             allocate,
         )
     } else {
-        Ok(())
+        Ok(0)
     };
     if base != old {
         if p.shared {

@@ -106,6 +106,17 @@ pub fn maps_atoll_pages(addr: u64, len: u64) -> bool {
     }
 }
 
+/// A `SIGBUS` at `addr` in program code: a page of an atoll mapping that
+/// its file now covers is mapped, and true returned (see
+/// `atoll_client::resolve_fault`).
+#[cfg_attr(test, allow(dead_code))]
+pub fn resolve_fault(addr: u64) -> bool {
+    match mode() {
+        Mode::Client => catch_unwind(|| atoll_client::resolve_fault(addr)).unwrap_or(false),
+        _ => false,
+    }
+}
+
 /// Client state carried across a fork (nothing in self-test mode).
 pub struct ForkPrep(Option<atoll_client::ForkPrep>);
 

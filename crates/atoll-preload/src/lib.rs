@@ -107,6 +107,9 @@ fn start() {
     }
     let r = selector::enable_sud();
     sigsys::debug(&[b"SUD enabled (0 = ok)"], &[r, mode as i64]);
+    if r == 0 && mode == Mode::Client {
+        sigdefer::claim_faults();
+    }
 }
 
 /// Is this process a program run by valgrind? Its core preload is then in

@@ -325,6 +325,57 @@ fn virtualised(sig: i32) -> bool {
         && sig != KERNEL_SIGRTMIN + 1
 }
 
+/// Signals whose kernel disposition is always the entry, whatever the
+/// program's: a `SIGBUS` may be a page of an atoll mapping that the file
+/// has grown to cover since, which atoll maps before the program sees a
+/// fault (client `pastend`).
+fn always_entry(sig: i32) -> bool {
+    sig == libc::SIGBUS
+}
+
+/// Take the kernel's `SIGBUS` disposition (at start, in client mode): the
+/// one inherited becomes the program's view (`SIG_IGN` survives `execve`
+/// on Linux; a handler cannot).
+pub fn claim_faults() {
+    let sig = libc::SIGBUS;
+    let mut current = KSigaction::default();
+    if kernel_sigaction(sig, None, Some(&mut current)) < 0 {
+        return;
+    }
+    let program = if current.handler == libc::SIG_IGN {
+        current
+    } else {
+        KSigaction::default()
+    };
+    PROGRAM_ACTIONS[sig as usize].set(program);
+    let kernel = entry_action(program, entry_address(), sigsys::restorer());
+    kernel_sigaction(sig, Some(&kernel), None);
+}
+
+/// A synchronous `SIGBUS` that atoll may resolve (see [`always_entry`]).
+/// Returns true when the access may simply run again.
+///
+/// # Safety
+/// `info` is the kernel's siginfo of this signal.
+unsafe fn resolve_fault(info: *mut libc::siginfo_t) -> bool {
+    // SAFETY: the caller's siginfo; `si_addr` is the fault address.
+    let (code, addr) = unsafe { ((*info).si_code, (*info).si_addr() as u64) };
+    // Only a fault in program code: atoll code holds lanes and locks, and
+    // reaches program memory only after checking it with the kernel.
+    if code == libc::BUS_ADRERR && selector::get() == BLOCK {
+        let _atoll = selector::AtollGuard::enter();
+        if crate::client::resolve_fault(addr) {
+            return true;
+        }
+    }
+    // A fault is never ignored: Linux takes the default action then.
+    if PROGRAM_ACTIONS[libc::SIGBUS as usize].get().handler == libc::SIG_IGN {
+        kernel_sigaction(libc::SIGBUS, Some(&KSigaction::default()), None);
+        return true;
+    }
+    false
+}
+
 fn entry_address() -> usize {
     on_program_signal as *const () as usize
 }
@@ -357,7 +408,7 @@ pub fn program_sigaction(sig: i32, new: Option<KSigaction>, oact: *mut KSigactio
     };
     if let Some(new) = new {
         let kernel = match slot {
-            Some(s) if is_handler(&new) => {
+            Some(s) if is_handler(&new) || always_entry(sig) => {
                 // Table first: a signal arriving in between finds it ready.
                 s.set(new);
                 entry_action(new, entry_address(), sigsys::restorer())
@@ -389,6 +440,10 @@ unsafe extern "C" fn on_program_signal(
 ) {
     // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
     let code = unsafe { (*info).si_code };
+    // SAFETY: the kernel's siginfo of this signal.
+    if always_entry(sig) && is_synchronous_fault(sig, code) && unsafe { resolve_fault(info) } {
+        return;
+    }
     if selector::get() == BLOCK || is_synchronous_fault(sig, code) {
         // SAFETY: the kernel's own arguments.
         unsafe { run_program_handler(sig, info, uc) };

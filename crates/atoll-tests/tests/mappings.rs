@@ -344,3 +344,36 @@ fn status_shows_blocks_retained_for_a_mapping_until_it_goes() {
     });
     assert!(gone, "{} blocks still retained", retained_gauge(&id));
 }
+
+/// Pages of a mapping past the end of its file raise `SIGBUS`, show the
+/// file's data once another process grew it, fault again after this
+/// process truncates, also in a private mapping; with no handler (or
+/// `SIG_IGN`) the process dies by `SIGBUS`: the transcript equals tmpfs's.
+#[test]
+fn pages_past_the_end_fault_until_the_file_grows_as_on_tmpfs() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = compile_probe(dir.path(), "pastend", include_str!("mappings/pastend.c"));
+    let shm = tempfile::tempdir_in("/dev/shm").expect("tmpfs directory");
+    let host = std::process::Command::new(&bin)
+        .arg(shm.path())
+        .output()
+        .expect("probe");
+    let want = String::from_utf8_lossy(&host.stdout).to_string();
+    assert!(
+        host.status.success() && want.contains("next page: -1"),
+        "tmpfs: {want}"
+    );
+    for shape in [
+        &["--servers", "2"][..],
+        &["--servers", "3", "--distribute", "all"],
+        &[],
+    ] {
+        let out = run_in_atoll(shape, &format!("{} {MOUNT}", bin.display()));
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            want,
+            "{shape:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

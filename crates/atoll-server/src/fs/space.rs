@@ -85,8 +85,11 @@ impl<S: BlockStore> FileServer<S> {
         Ok(Reply::Attr(self.attr(ino)?))
     }
 
-    /// Extents of `[offset, offset + len)`, backing holes with blocks when
-    /// `allocate` (a write or a writable mapping is about to copy in).
+    /// Extents of `[offset, offset + len)` up to the end of the file's last
+    /// page, backing holes with blocks when `allocate` (a shared mapping).
+    /// Pages wholly past the end are not the file's: the client maps them
+    /// so that touching them faults (`SIGBUS`, as Linux), and asks again
+    /// when one is touched after the file grew (`client/src/mapping.rs`).
     pub(super) fn map_blocks<'o>(
         &mut self,
         ino: InodeId,
@@ -98,7 +101,10 @@ impl<S: BlockStore> FileServer<S> {
         if i.ftype != FileType::Regular {
             return Err(Errno::ENODEV);
         }
-        let end = offset.saturating_add(len).min(MAX_FILE_SIZE);
+        let end = offset
+            .saturating_add(len)
+            .min(MAX_FILE_SIZE)
+            .min(i.size.div_ceil(BS) * BS);
         if end <= offset {
             return Ok(Reply::Extents {
                 offset,
@@ -111,9 +117,9 @@ impl<S: BlockStore> FileServer<S> {
         let whole = (end - 1) / BS;
         let end = end.min(offset + (MAX_EXTENTS as u64) * BS);
         if allocate {
-            // A shared mapping shows the file's own blocks even in holes
-            // and past the end, so a later write fills what it maps
-            // (`retain`); all of the mapping's holes fit or none is taken.
+            // A shared mapping shows the file's own blocks even in holes,
+            // so a later write fills what it maps (`retain`); all of the
+            // mapping's holes fit or none is taken.
             i.back_for_mapping(&mut self.cache, offset / BS, (end - 1) / BS, whole)
                 .ok_or(Errno::ENOMEM)?;
         }

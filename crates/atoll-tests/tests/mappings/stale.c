@@ -219,7 +219,18 @@ int main(int argc, char **argv) {
     }
     s[1] = 'A';
     if (!strcmp(mode, "truncate")) {
-        if (ftruncate(fd, 0)) { perror("ftruncate"); return 2; }
+        /* Another process cuts the file: this one's pages keep their blocks,
+         * zeroed (its own truncate would make them fault, as on Linux). */
+        pid_t t = fork();
+        if (t == 0) {
+            int f = open("/atoll/victim", O_WRONLY);
+            _exit(f < 0 || ftruncate(f, 0) ? 2 : 0);
+        }
+        int st;
+        if (waitpid(t, &st, 0) != t || !WIFEXITED(st) || WEXITSTATUS(st)) {
+            printf("ftruncate failed\n");
+            return 2;
+        }
         close(fd);
     } else if (!strcmp(mode, "mremap")) {
         /* Grown, the mapping shows the file's next blocks, not the cache's. */

@@ -1,0 +1,120 @@
+//! Pages of a mapping past the end of its file: `SIGBUS`, as on Linux,
+//! until the file grows.
+//!
+//! A mapping of an atoll file maps buffer-cache blocks (`file::mmap`).
+//! Pages wholly past the end of the file have no block; Linux raises
+//! `SIGBUS` on touching them, and once the file has grown (by anyone) the
+//! same page shows the file's data. Here such pages map the buffer-cache
+//! file *beyond its own end*, where the kernel raises `SIGBUS` for us.
+//! atoll owns the kernel's `SIGBUS` disposition (the program's own is
+//! virtual, `atoll-preload` `sigdefer`), so a fault on such a page first
+//! comes here ([`resolve`]): if the file now covers the page, its blocks
+//! are mapped there and the instruction runs again, as Linux's fault
+//! handler maps the page; otherwise the program gets its `SIGBUS`.
+//!
+//! A truncate by this process maps the pages it cut this way too. Another
+//! process's truncate cannot reach this address space (there is no
+//! shootdown between processes here): its pages keep the file's retained,
+//! zeroed blocks (server `fs/retain.rs`) until this process truncates,
+//! unmaps or exits.
+
+use atoll_proto::InodeId;
+
+use crate::error::{err, Result};
+use crate::session::Client;
+use crate::sys;
+
+const PAGE: u64 = 4096;
+
+/// Map `[at, at + len)` so that touching it raises `SIGBUS`: the cache
+/// file, which never grows, beyond its end.
+pub fn map_past_end(c: &Client, at: u64, len: u64, prot: i32, shared: bool) -> Result<()> {
+    if len == 0 {
+        return Ok(());
+    }
+    let cache_fd = c.cache_fd.load(core::sync::atomic::Ordering::Relaxed);
+    let beyond = (c.cache.len() as u64).div_ceil(PAGE) * PAGE;
+    let kind = if shared {
+        libc::MAP_SHARED
+    } else {
+        libc::MAP_PRIVATE
+    };
+    // SAFETY: replaces pages of a piece of an atoll mapping (the caller's
+    // own range, MAP_FIXED inside it only).
+    let r = unsafe {
+        sys::syscall6(
+            libc::SYS_mmap,
+            [
+                at,
+                len.div_ceil(PAGE) * PAGE,
+                prot as u64,
+                (kind | libc::MAP_FIXED) as u64,
+                cache_fd as u64,
+                beyond,
+            ],
+        )
+    };
+    if r < 0 {
+        return err((-r) as i32);
+    }
+    Ok(())
+}
+
+/// A `SIGBUS` at `addr` (`BUS_ADRERR`), raised in program code. Returns
+/// whether the page is now the file's (the faulting access may run again).
+pub fn resolve(c: &Client, addr: u64) -> bool {
+    let Some((start, end, ino, off, prot, shared)) = crate::mapping::piece_at(addr) else {
+        return false;
+    };
+    let page = addr & !(PAGE - 1);
+    // The faulting page and a few after it: a program that reaches past
+    // the old end usually reads on.
+    let len = (end - page).min(16 * PAGE);
+    let Ok(lane) = c.lane() else {
+        return false;
+    };
+    if !shared {
+        // A private mapping reads holes as zeros: anonymous pages first,
+        // the file's blocks over them (as `file::mmap` reserves).
+        // SAFETY: replaces pages of this piece of an atoll mapping.
+        let r = unsafe {
+            sys::syscall6(
+                libc::SYS_mmap,
+                [
+                    page,
+                    len,
+                    prot as u64,
+                    (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED) as u64,
+                    u64::MAX,
+                    0,
+                ],
+            )
+        };
+        if r < 0 {
+            return false;
+        }
+    }
+    let foff = off + (page - start);
+    match crate::file::map_runs(c, &lane, ino, page, foff, len, prot, shared, shared) {
+        Ok(covered) => covered > 0,
+        // The page stays as it was (faulting): the program gets SIGBUS.
+        Err(_) => {
+            let _ = map_past_end(c, page, len, prot, shared);
+            false
+        }
+    }
+}
+
+/// This process truncated `ino` to `size`: its own pages past the new end
+/// fault from now on, as on Linux.
+pub fn truncated(c: &Client, ino: InodeId, size: u64) {
+    let eof = size.div_ceil(PAGE) * PAGE;
+    for (start, end, off, prot, shared) in crate::mapping::pieces_of(ino) {
+        let file_end = off + (end - start);
+        if eof >= file_end {
+            continue;
+        }
+        let from = start + eof.saturating_sub(off);
+        let _ = map_past_end(c, from, end - from, prot, shared);
+    }
+}

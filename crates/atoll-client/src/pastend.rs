@@ -25,6 +25,9 @@ use crate::session::Client;
 use crate::sys;
 
 const PAGE: u64 = 4096;
+/// Pages mapped per fault: the faulting one and those after it (a program
+/// that reaches past the old end usually reads on).
+const RUN: u64 = 16 * PAGE;
 
 /// Map `[at, at + len)` so that touching it raises `SIGBUS`: the cache
 /// file, which never grows, beyond its end.
@@ -67,9 +70,7 @@ pub fn resolve(c: &Client, addr: u64) -> bool {
         return false;
     };
     let page = addr & !(PAGE - 1);
-    // The faulting page and a few after it: a program that reaches past
-    // the old end usually reads on.
-    let len = (end - page).min(16 * PAGE);
+    let len = (end - page).min(RUN);
     let Ok(lane) = c.lane() else {
         return false;
     };
@@ -103,6 +104,26 @@ pub fn resolve(c: &Client, addr: u64) -> bool {
             false
         }
     }
+}
+
+/// A system call's buffer `[addr, addr + len)` failed the kernel's check
+/// and lies on an atoll mapping: resolve its pages as faults would.
+/// Returns whether any page became the file's.
+pub fn resolve_range(addr: u64, len: u64) -> bool {
+    let Some(c) = crate::session::client() else {
+        return false;
+    };
+    let mut any = false;
+    let mut page = addr & !(PAGE - 1);
+    let end = addr.saturating_add(len);
+    while page < end {
+        if !resolve(c, page) {
+            break; // past the end still; so is every later page
+        }
+        any = true;
+        page += RUN;
+    }
+    any
 }
 
 /// This process truncated `ino` to `size`: its own pages past the new end

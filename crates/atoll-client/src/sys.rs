@@ -518,6 +518,23 @@ pub fn copy_from_user_prefix(dst: &mut [u8], ptr: u64) -> usize {
 /// `write`, written) by touching one byte per page through the kernel. A
 /// write probe copies each probed byte onto itself, which changes nothing.
 fn probe(ptr: u64, len: usize, write: bool) -> Result<(), i32> {
+    match probe_once(ptr, len, write) {
+        // Pages of an atoll mapping past the end of its file fault until
+        // the file covers them; the kernel maps such a page on a copy from
+        // it once it does, so map what the file covers now and look again
+        // (`pastend`).
+        Err(libc::EFAULT) if crate::mapping::overlaps(ptr, len as u64) => {
+            if crate::pastend::resolve_range(ptr, len as u64) {
+                probe_once(ptr, len, write)
+            } else {
+                Err(libc::EFAULT)
+            }
+        }
+        r => r,
+    }
+}
+
+fn probe_once(ptr: u64, len: usize, write: bool) -> Result<(), i32> {
     if !in_user_space(ptr, len) {
         return Err(libc::EFAULT);
     }

@@ -82,6 +82,24 @@ int main(int argc, char **argv) {
     pread(fd, &got, 1, PG + 5);
     printf("read sees the store: %c\n", got);
 
+    /* A system call reading from a page the file grew to cover since:
+     * the kernel maps it on its copy, so the call succeeds. */
+    pid = fork();
+    if (pid == 0) {
+        int f2 = open(path, O_WRONLY);
+        _exit(pwrite(f2, "z", 1, 2 * PG + 100) == 1 ? 0 : 1);
+    }
+    waitpid(pid, &st, 0);
+    char scratch[4096];
+    snprintf(scratch, sizeof scratch, "%s/pastend-scratch", argv[1]);
+    int sf = open(scratch, O_RDWR | O_CREAT | O_TRUNC, 0644);
+    char back = 0;
+    printf("write from a grown page: %zd", write(sf, m + 2 * PG + 100, 1));
+    ssize_t got_back = pread(sf, &back, 1, 0);
+    printf(", read back: %zd %c\n", got_back, back);
+    close(sf);
+    unlink(scratch);
+
     /* This process cuts the file: the cut pages fault again. */
     ftruncate(fd, 50);
     printf("after truncate to 50: %d %d, cut page: %d\n", touch(m + 10), touch(m + 60),

@@ -69,7 +69,7 @@ pub struct Cli {
 pub enum Command {
     /// Run a command inside a private instance, then tear it down.
     #[command(after_help = RUN_AFTER_HELP)]
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Start a detached instance and print its id.
     #[command(after_help = BOOT_AFTER_HELP)]
     Boot(BootArgs),
@@ -171,10 +171,15 @@ pub struct RunArgs {
     #[arg(long, value_name = "atoll|host", value_parser = ["atoll", "host"])]
     pub pipes: Option<String>,
     /// Where `execve` runs programs: `local` (where the caller runs) or on
-    /// another core's scheduling server, the caller staying behind as a
-    /// proxy (`random`, `round-robin`, `least-loaded`)
+    /// a core the policy picks (`random`, `round-robin`, `least-loaded`)
     #[arg(long, value_name = "POLICY", default_value = "round-robin", value_parser = PLACEMENTS)]
     pub placement: String,
+    /// How a program gets to another core: `place` moves the process there
+    /// and execs in place (pid, parent and tracer stay); `spawn` has that
+    /// core's scheduling server start it, the caller staying behind as its
+    /// proxy
+    #[arg(long, value_name = "HOW", default_value = "place", value_parser = EXEC_VIAS)]
+    pub exec_via: String,
     /// The command and its arguments
     #[arg(required = true, trailing_var_arg = true, value_name = "COMMAND")]
     pub command: Vec<String>,
@@ -182,6 +187,8 @@ pub struct RunArgs {
 
 /// Values of `--placement` (see `atoll_sched::placement`).
 pub const PLACEMENTS: [&str; 4] = ["local", "random", "round-robin", "least-loaded"];
+/// Values of `--exec-via` (see `atoll_sched::ExecVia`).
+pub const EXEC_VIAS: [&str; 2] = ["place", "spawn"];
 
 #[derive(Args, Debug)]
 pub struct BootArgs {
@@ -211,6 +218,9 @@ pub struct ExecArgs {
     /// Where `execve` runs programs (as for `atoll run`)
     #[arg(long, value_name = "POLICY", default_value = "round-robin", value_parser = PLACEMENTS)]
     pub placement: String,
+    /// How a program gets to another core (as for `atoll run`)
+    #[arg(long, value_name = "HOW", default_value = "place", value_parser = EXEC_VIAS)]
+    pub exec_via: String,
     /// The command and its arguments
     #[arg(required = true, trailing_var_arg = true, value_name = "COMMAND")]
     pub command: Vec<String>,

@@ -50,7 +50,7 @@ fn real_main() -> i32 {
         Err(e) => return clap_error(e),
     };
     let result = match cli.command {
-        Command::Run(a) => run::run(a),
+        Command::Run(a) => run::run(*a),
         Command::Boot(a) => admin::boot(a),
         Command::Exec(a) => run::exec(a),
         Command::Status(a) => admin::status(a),

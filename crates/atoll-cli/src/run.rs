@@ -135,7 +135,10 @@ pub fn run(args: RunArgs) -> Result<i32> {
     }
     // Programs inherit the placement policy (and a fresh cursor) from the
     // environment; set while this process is still single-threaded.
-    std::env::set_var(atoll_sched::ENV_PLACEMENT, format!("{}:0", args.placement));
+    std::env::set_var(
+        atoll_sched::ENV_PLACEMENT,
+        placement_env(&args.placement, &args.exec_via),
+    );
     // Before any server thread exists, so that they inherit the mask.
     let term = Terminator::install().context("cannot set up signal handling")?;
     // Opened before anything runs, so a bad path is a usage error at once.
@@ -274,6 +277,14 @@ fn copy(term: &Terminator, env: &ClientEnv, c: &Copy, what: &str) -> Result<()> 
     Ok(())
 }
 
+/// The `ATOLL_PLACEMENT` value programs start with (values checked by
+/// the argument parser).
+fn placement_env(policy: &str, exec_via: &str) -> String {
+    let policy = atoll_sched::Policy::parse(policy).unwrap_or(atoll_sched::Policy::RoundRobin);
+    let via = atoll_sched::ExecVia::parse(exec_via).unwrap_or(atoll_sched::ExecVia::Place);
+    atoll_sched::placement::env_value(policy, via, 0)
+}
+
 /// Pin this thread, and hence the children it starts, to `cores`
 /// (`--split`: programs stay off the servers' cores).
 fn confine_to(cores: &[usize]) -> std::io::Result<()> {
@@ -294,7 +305,10 @@ pub fn exec(args: ExecArgs) -> Result<i32> {
         mount: rec.mount.clone(),
         preload: launch::find_preload()?,
     };
-    std::env::set_var(atoll_sched::ENV_PLACEMENT, format!("{}:0", args.placement));
+    std::env::set_var(
+        atoll_sched::ENV_PLACEMENT,
+        placement_env(&args.placement, &args.exec_via),
+    );
     let term = Terminator::install().context("cannot set up signal handling")?;
     let cmd = env.command(&args.command, &dir)?;
     let status = launch::run_child(&term, cmd, &format!("'{}'", args.command[0]))?;

@@ -542,9 +542,11 @@ fn prepare_inner(
 }
 
 /// Perform `execve` of a prepared plan where the placement policy says
-/// (Hare §3.6.1): here (a plain exec, today's behaviour and always so with
-/// `--placement local`), or on another core's scheduling server with this
-/// process staying behind as its proxy. Returns only on failure (−errno).
+/// (Hare §3.6.1): here (a plain exec, always so with `--placement local`),
+/// in place after moving to another core (`--exec-via place`, the
+/// default), or on another core's scheduling server with this process
+/// staying behind as its proxy (`--exec-via spawn`). Returns only on
+/// failure (−errno).
 pub fn execute(plan: &ExecPlan) -> i64 {
     let policy = placement::policy();
     if policy == Policy::Local {
@@ -583,6 +585,15 @@ pub fn execute(plan: &ExecPlan) -> i64 {
         ) {
             return -(e.raw_os_error() as i64);
         }
+    }
+    if placement::exec_via() == placement::ExecVia::Place {
+        // Move to the chosen core and exec in place: pid, parent, group
+        // and tracer stay, as without atoll; the core's scheduling server
+        // counts the process there until it ends.
+        if atoll_sched::place_self(dir, core).is_err() {
+            table.count_exec(here.unwrap_or(core));
+        }
+        return plan.exec();
     }
     // The program stands for this process (or for the proxy this process
     // already stands for): its getppid() is that process's parent.

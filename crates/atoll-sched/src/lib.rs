@@ -39,6 +39,6 @@ mod spawn;
 pub mod wire;
 
 pub use load::LoadTable;
-pub use placement::{Policy, ENV_PLACEMENT};
-pub use proxy::{remote_exec, Image, RemoteError};
+pub use placement::{ExecVia, Policy, ENV_PLACEMENT};
+pub use proxy::{place_self, remote_exec, Image, RemoteError};
 pub use server::{Scheds, LOAD_FILE};

@@ -2,10 +2,19 @@
 //! random and round-robin, the round-robin cursor propagated from parent to
 //! child; fos §4.2: least loaded).
 //!
-//! State per process: the policy and a cursor. The new image inherits
-//! both through `ATOLL_PLACEMENT=<policy>:<cursor>`; a `fork` parent moves
-//! its own cursor on, so siblings (the stages of a pipeline) start from
+//! State per process: the policy, how a program reaches its core, and a
+//! cursor. The new image inherits them through
+//! `ATOLL_PLACEMENT=<policy>[/spawn]:<cursor>`; a `fork` parent moves its
+//! own cursor on, so siblings (the stages of a pipeline) start from
 //! different cores.
+//!
+//! How a program reaches the core chosen for it ([`ExecVia`]): by default
+//! the exec happens *in place* — the process tells that core's scheduling
+//! server, which counts it as running there until it ends, moves itself to
+//! the core and execs: its pid, parent, process group and tracer stay, as
+//! without atoll. `spawn` has the scheduling server start the program and
+//! leaves the caller behind as its proxy (Hare §3.6.1's remote exec; what
+//! a spawn on another machine needs).
 
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
@@ -54,32 +63,81 @@ impl Policy {
     }
 }
 
-/// `(policy, cursor)` from an `ATOLL_PLACEMENT` value.
-pub fn parse_env(v: &str) -> Option<(Policy, u64)> {
+/// How an exec placed on another core gets there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum ExecVia {
+    /// Move to the core and exec in place (the default).
+    Place = 0,
+    /// The core's scheduling server spawns the program; the caller stays
+    /// behind as its proxy.
+    Spawn = 1,
+}
+
+impl ExecVia {
+    pub fn name(self) -> &'static str {
+        match self {
+            ExecVia::Place => "place",
+            ExecVia::Spawn => "spawn",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<ExecVia> {
+        match s {
+            "place" => Some(ExecVia::Place),
+            "spawn" => Some(ExecVia::Spawn),
+            _ => None,
+        }
+    }
+}
+
+/// `(policy, exec via, cursor)` from an `ATOLL_PLACEMENT` value.
+pub fn parse_env(v: &str) -> Option<(Policy, ExecVia, u64)> {
     let (p, c) = match v.split_once(':') {
         Some((p, c)) => (p, c.parse().ok()?),
         None => (v, 0),
     };
-    Some((Policy::parse(p)?, c))
+    let (p, via) = match p.split_once('/') {
+        Some((p, via)) => (p, ExecVia::parse(via)?),
+        None => (p, ExecVia::Place),
+    };
+    Some((Policy::parse(p)?, via, c))
+}
+
+/// The `ATOLL_PLACEMENT` value for `policy`, `via` and `cursor`.
+pub fn env_value(policy: Policy, via: ExecVia, cursor: u64) -> String {
+    match via {
+        ExecVia::Place => format!("{}:{cursor}", policy.name()),
+        ExecVia::Spawn => format!("{}/spawn:{cursor}", policy.name()),
+    }
 }
 
 static POLICY: AtomicU8 = AtomicU8::new(Policy::Local as u8);
+static VIA: AtomicU8 = AtomicU8::new(ExecVia::Place as u8);
 static CURSOR: AtomicU64 = AtomicU64::new(0);
 
 /// Load the process's placement state from its environment (absent:
 /// `local`, today's behaviour for processes started outside `atoll run`).
 pub fn init_from_env() {
-    if let Some((p, c)) = std::env::var(ENV_PLACEMENT)
+    if let Some(p) = std::env::var(ENV_PLACEMENT)
         .ok()
         .and_then(|v| parse_env(&v))
     {
-        POLICY.store(p as u8, Ordering::Relaxed);
-        CURSOR.store(c, Ordering::Relaxed);
+        POLICY.store(p.0 as u8, Ordering::Relaxed);
+        VIA.store(p.1 as u8, Ordering::Relaxed);
+        CURSOR.store(p.2, Ordering::Relaxed);
     }
 }
 
 pub fn policy() -> Policy {
     Policy::from_u8(POLICY.load(Ordering::Relaxed))
+}
+
+pub fn exec_via() -> ExecVia {
+    match VIA.load(Ordering::Relaxed) {
+        1 => ExecVia::Spawn,
+        _ => ExecVia::Place,
+    }
 }
 
 /// Take the cursor for one exec; the process (and the new image) moves on.
@@ -102,9 +160,8 @@ pub fn peek_cursor() -> u64 {
 /// `cursor`: the image starts one further.
 pub fn env_entry(cursor: u64) -> Vec<u8> {
     format!(
-        "{ENV_PLACEMENT}={}:{}",
-        policy().name(),
-        cursor.wrapping_add(1)
+        "{ENV_PLACEMENT}={}",
+        env_value(policy(), exec_via(), cursor.wrapping_add(1))
     )
     .into_bytes()
 }
@@ -181,10 +238,22 @@ mod tests {
 
     #[test]
     fn env_round_trip_and_bad_values() {
-        assert_eq!(parse_env("round-robin:7"), Some((Policy::RoundRobin, 7)));
-        assert_eq!(parse_env("least-loaded"), Some((Policy::LeastLoaded, 0)));
+        use ExecVia::{Place, Spawn};
+        assert_eq!(
+            parse_env("round-robin:7"),
+            Some((Policy::RoundRobin, Place, 7))
+        );
+        assert_eq!(
+            parse_env("least-loaded"),
+            Some((Policy::LeastLoaded, Place, 0))
+        );
+        assert_eq!(
+            parse_env("random/spawn:3"),
+            Some((Policy::Random, Spawn, 3))
+        );
         assert_eq!(parse_env("random:x"), None);
         assert_eq!(parse_env("fastest:1"), None);
+        assert_eq!(parse_env("random/teleport:1"), None);
         for p in [
             Policy::Local,
             Policy::Random,
@@ -192,6 +261,9 @@ mod tests {
             Policy::LeastLoaded,
         ] {
             assert_eq!(Policy::parse(p.name()), Some(p));
+            for via in [Place, Spawn] {
+                assert_eq!(parse_env(&env_value(p, via, 9)), Some((p, via, 9)));
+            }
         }
     }
 

@@ -119,6 +119,27 @@ fn inheritable_fds(skip: i32) -> Result<Vec<i32>, RemoteError> {
     Ok(out)
 }
 
+/// Move this thread (about to `execve`, which keeps only it) to `core`
+/// after telling that core's scheduling server, which counts the process
+/// as running there until it ends (`ToServer::Placed`; the kernel stamps
+/// our pid on the message). The caller then execs in place: its pid,
+/// parent, process group and tracer stay, as without atoll.
+pub fn place_self(runtime_dir: &Path, core: usize) -> Result<(), RemoteError> {
+    let conn = rustix::net::socket_with(
+        AddressFamily::UNIX,
+        SocketType::SEQPACKET,
+        SocketFlags::CLOEXEC,
+        None,
+    )?;
+    let addr = SocketAddrUnix::new(socket_path(runtime_dir, core))?;
+    rustix::net::connect(&conn, &addr)?;
+    wire::send(&conn, &ToServer::Placed, &[])?;
+    let mut set = rustix::thread::CpuSet::new();
+    set.set(core);
+    rustix::thread::sched_setaffinity(None, &set)?;
+    Ok(())
+}
+
 /// Run `image` on `core` through its scheduling server and become its
 /// proxy. Returns only if nothing was started.
 pub fn remote_exec(

@@ -271,11 +271,14 @@ fn serve(core: usize, listener: OwnedFd, table: &LoadTable, stop: &AtomicBool, w
     // exec is refused and runs locally.
     let me = creds::Server::current().ok();
     let mut jobs: Vec<Job> = Vec::new();
+    // Programs placed here in place (`ToServer::Placed`): counted as
+    // running on this core until their pidfd says they ended.
+    let mut placed: Vec<OwnedFd> = Vec::new();
     // Out of descriptors: new proxies wait in the backlog until a job ends
     // (polling the listener meanwhile would spin).
     let mut accept_paused = false;
     while !stop.load(Ordering::SeqCst) {
-        let mut pfds = Vec::with_capacity(2 + 2 * jobs.len());
+        let mut pfds = Vec::with_capacity(2 + 2 * jobs.len() + placed.len());
         let listen_flags = if accept_paused {
             PollFlags::empty()
         } else {
@@ -289,6 +292,9 @@ fn serve(core: usize, listener: OwnedFd, table: &LoadTable, stop: &AtomicBool, w
                 pfds.push(PollFd::new(pidfd, PollFlags::IN));
             }
         }
+        for pidfd in &placed {
+            pfds.push(PollFd::new(pidfd, PollFlags::IN));
+        }
         let sample = rustix::time::Timespec {
             tv_sec: 0,
             tv_nsec: SAMPLE.as_nanos() as _,
@@ -300,7 +306,9 @@ fn serve(core: usize, listener: OwnedFd, table: &LoadTable, stop: &AtomicBool, w
         }
         let ready: Vec<bool> = pfds.iter().map(|p| !p.revents().is_empty()).collect();
         drop(pfds);
-        // Walk the jobs in poll order; collect finished ones.
+        // Walk the jobs in poll order; collect finished ones. (A job may
+        // add a placed program: only those polled are looked at below.)
+        let polled_placed = placed.len();
         let mut i = 2;
         let mut done = Vec::new();
         for (idx, j) in jobs.iter_mut().enumerate() {
@@ -315,9 +323,15 @@ fn serve(core: usize, listener: OwnedFd, table: &LoadTable, stop: &AtomicBool, w
             if prog_ready {
                 reap(core, j, table);
             }
-            if conn_ready && !on_message(core, j, table, me.as_ref()) {
+            if conn_ready && !on_message(core, j, table, me.as_ref(), &mut placed) {
                 done.push(idx);
             }
+        }
+        // A placed program's pidfd is readable once it has ended.
+        let ended: Vec<usize> = (0..polled_placed).filter(|&k| ready[i + k]).collect();
+        for k in ended.into_iter().rev() {
+            placed.swap_remove(k);
+            table.add_running(core, -1);
         }
         if !done.is_empty() {
             accept_paused = false;
@@ -403,8 +417,27 @@ fn reap(core: usize, j: &mut Job, table: &LoadTable) {
 }
 
 /// Handle one message from the proxy. False when the job is over.
-fn on_message(core: usize, j: &mut Job, table: &LoadTable, me: Option<&creds::Server>) -> bool {
+fn on_message(
+    core: usize,
+    j: &mut Job,
+    table: &LoadTable,
+    me: Option<&creds::Server>,
+    placed: &mut Vec<OwnedFd>,
+) -> bool {
     match wire::recv_from::<ToServer>(&j.conn) {
+        Ok((ToServer::Placed, _, Some(sender))) if j.prog.is_none() && !j.finished => {
+            // Only the process itself can say so (its pid is the kernel's
+            // stamp); it needs nothing more from us.
+            let pidfd = rustix::process::Pid::from_raw(sender).and_then(|pid| {
+                rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()
+            });
+            if let Some(pidfd) = pidfd {
+                table.add_running(core, 1);
+                table.count_exec(core);
+                placed.push(pidfd);
+            }
+            false
+        }
         Ok((ToServer::Exec(mut spec), fds, sender)) if j.prog.is_none() && !j.finished => {
             // The program starts as the sender would after a local execve,
             // or not here at all (`creds`).
@@ -485,6 +518,7 @@ fn on_message(core: usize, j: &mut Job, table: &LoadTable, me: Option<&creds::Se
             true
         }
         Ok((ToServer::Exec(_), _, _)) => true, // one program per connection
+        Ok((ToServer::Placed, _, _)) => false,
         Err(WireError::Closed | WireError::Io(_)) => {
             // The proxy is gone (killed): so is the process it stood for.
             if let Some((pid, pidfd)) = &j.prog {

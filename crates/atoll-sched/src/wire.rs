@@ -80,6 +80,10 @@ pub struct ExecSpec {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 pub enum ToServer {
     Exec(ExecSpec),
+    /// The sender moved itself to this server's core and execs there in
+    /// place (`--exec-via place`): count it as running here until it ends.
+    /// Its pid is the one the kernel stamps on the message.
+    Placed,
     /// Send this signal to the program.
     Signal(i32),
     /// The proxy stops itself now, on a `Stopped` request (`mirror`).

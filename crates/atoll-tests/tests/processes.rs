@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 
 use atoll_tests::{assert_same, atoll, compile_probe, require, run_in_atoll};
 
-const RR: &[&str] = &["--placement", "round-robin"];
+/// Remote exec through the scheduling servers, the caller staying behind
+/// as a proxy (`--exec-via spawn`): what the proxy tests below exercise.
+const SPAWN: &[&str] = &["--placement", "round-robin", "--exec-via", "spawn"];
 
 fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
@@ -48,7 +50,7 @@ fn running(cmdline: &str) -> bool {
 #[test]
 fn exit_codes_and_deaths_by_signal_are_reported_through_proxies() {
     assert_same(
-        RR,
+        SPAWN,
         r#"
         /bin/true; echo "true $?"
         /bin/false; echo "false $?"
@@ -128,6 +130,42 @@ fn programs_see_the_cpus_the_instance_places_them_on() {
     }
 }
 
+/// By default a placed exec happens in place (`--exec-via place`): through
+/// a chain of five execs the program keeps the caller's pid and parent, as
+/// on the host, leaves no process behind, and runs pinned on the core
+/// placement chose. (`--exec-via spawn` gives each exec a new pid.)
+#[test]
+fn an_exec_in_place_keeps_pid_and_parent_and_leaves_no_process() {
+    let script = r#"
+        cd "$ROOT"
+        for i in 1 2 3 4; do
+            printf 'echo "$$ $PPID"\nexec sh ./step%d.sh\n' $((i + 1)) > step$i.sh
+        done
+        printf 'echo "$$ $PPID"\ngrep Cpus_allowed_list /proc/self/status | wc -w\n' > step5.sh
+        sh ./step1.sh
+        # Nothing of the chain is left behind.
+        pgrep -c -P $$ || true
+    "#;
+    for (opts, same_pid) in [(&[][..], true), (SPAWN, false)] {
+        let out = run_in_atoll(opts, script);
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(out.status.success(), "{opts:?}: {out:?}");
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 7, "{opts:?}: {text}");
+        let pids: std::collections::BTreeSet<&str> = lines[..5].iter().copied().collect();
+        assert_eq!(
+            pids.len() == 1,
+            same_pid,
+            "{opts:?}: pid and parent per exec: {text}"
+        );
+        assert_eq!(lines[5], "2", "{opts:?}: pinned to one core: {text}");
+        if same_pid {
+            // (With proxies, `pgrep`'s own proxy is a child of the shell.)
+            assert_eq!(lines[6], "0", "{opts:?}: no process left behind: {text}");
+        }
+    }
+}
+
 #[test]
 fn placement_local_keeps_todays_behaviour() {
     let dir = tempfile::tempdir().unwrap();
@@ -156,7 +194,7 @@ fn placement_local_keeps_todays_behaviour() {
 fn timeout_and_kill_reach_remote_programs() {
     require("timeout");
     let out = run_in_atoll(
-        RR,
+        SPAWN,
         r#"
         timeout 1 sleep 71; echo "timeout $?"
         sleep 72 & pid=$!
@@ -217,7 +255,7 @@ fn stop_and_continue_reach_remote_programs() {
         kill $pid; wait $pid; echo "then $?"
     "#
     .replace("SLEEP", &sleep);
-    let out = assert_same(RR, &script, false);
+    let out = assert_same(SPAWN, &script, false);
     assert_eq!(
         out,
         format!(
@@ -268,7 +306,7 @@ fn signals_reach_a_remote_program_exactly_once() {
         probe = probe.display(),
         log = log.display(),
     );
-    let out = run_in_atoll(RR, &script);
+    let out = run_in_atoll(SPAWN, &script);
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
         "pid-usr1: usr1=1 term=0 int=0\n\
@@ -580,7 +618,7 @@ fn make_j4_output_matches_a_host_build() {
     require("make");
     require("cc");
     let out = assert_same(
-        RR,
+        SPAWN,
         r#"
         set -e
         cd "$ROOT"
@@ -618,7 +656,7 @@ fn a_remote_program_keeps_the_callers_state() {
     // descriptors, environment: as after a local execve. (glibc's internal
     // signals 32/33 are left out: the client library resets them anyway.)
     let out = assert_same(
-        RR,
+        SPAWN,
         r#"
         cd "$ROOT"; mkdir -p w && cd w
         echo data > f
@@ -768,7 +806,7 @@ fn a_remote_exec_never_leaves_the_callers_namespaces() {
     // a caller that left them (`unshare -n`): such execs stay local.
     require("unshare");
     assert_same(
-        RR,
+        SPAWN,
         r#"
         unshare -n sh -c 'me=$(readlink /proc/$$/ns/net)
             for i in 1 2 3 4; do

@@ -53,6 +53,7 @@
 mod affinity;
 mod blocks;
 mod dir;
+mod hotdirs;
 mod inode;
 mod inotify;
 pub mod limits;
@@ -347,6 +348,8 @@ pub struct FileServer<S> {
     maps: mapping::Mappings,
     /// Which session runs which inode owned here as its program (`text`).
     texts: text::Texts,
+    /// Directories with the most name operations here (`atoll top`).
+    hot: hotdirs::HotDirs,
 }
 
 /// Requests that did in one message what Hare's protocol does in several
@@ -445,6 +448,7 @@ impl<S: BlockStore> FileServer<S> {
             acct,
             maps: mapping::Mappings::default(),
             texts: text::Texts::default(),
+            hot: hotdirs::HotDirs::default(),
             cfg,
         };
         if fs.cfg.index == ROOT.owner() {
@@ -646,6 +650,7 @@ impl<S: BlockStore> FileServer<S> {
         let op = op_index(&req);
         let coalesced_before = self.coalesced.total();
         let who = self.caller(session, cred, vouched);
+        self.hot.record(&req);
         let plan = match self.notify.busy() {
             true => inotify::Plan::of(&req, |d| self.descs.get(&d).map(|d| d.ino)),
             false => None,

@@ -2422,3 +2422,22 @@ fn coalesced_requests_are_counted_with_the_messages_they_saved() {
     assert_eq!(counter(&t, "coalescing.combined_nodes"), 1);
     assert_eq!(counter(&t, "coalescing.messages_saved"), 2 + 1 + 1);
 }
+
+#[test]
+fn hot_directories_are_counted_and_named_from_their_parent() {
+    let mut t = server(64);
+    let d = t.mkdir(ROOT, "hot");
+    let sub = t.mkdir(d, "sub");
+    for i in 0..20 {
+        t.create(sub, &format!("f{i}"));
+    }
+    let hot = t.fs.hot_dirs();
+    assert_eq!(hot[0].ino, sub.0, "{hot:?}");
+    assert!(hot[0].ops >= 20, "{hot:?}");
+    let names = t.fs.dir_names(&[(sub.0, None), (d.0, None)]);
+    let name_of = |ino: InodeId| names.iter().find(|n| n.ino == ino.0).cloned();
+    let n = name_of(sub).expect("sub named");
+    assert_eq!((n.parent, n.name.as_str()), (d.0, "sub"));
+    let n = name_of(d).expect("hot named");
+    assert_eq!((n.parent, n.name.as_str()), (ROOT.0, "hot"));
+}

@@ -119,7 +119,9 @@ impl Servers {
                         next.insert(d, Some(n.parent));
                     }
                     // Named: climb to the parent.
-                    Some(n) if n.parent != atoll_proto::ROOT.0 && !known.contains_key(&n.parent) => {
+                    Some(n)
+                        if n.parent != atoll_proto::ROOT.0 && !known.contains_key(&n.parent) =>
+                    {
                         next.insert(n.parent, None);
                     }
                     _ => {}

@@ -308,7 +308,7 @@ fn workload(h: &mut String, rep: &Report, w: &str) -> anyhow::Result<()> {
         ),
         (
             ratio_chart(w, &ok, &rep.results)?,
-            "Throughput divided by tmpfs's and FUSE's on the same workload at the same P (log scale; 1 = as fast).",
+            "Throughput divided by tmpfs's and FUSE's on the same workload at the same P (1 = as fast; a log scale when the ratios span more than 30×).",
         ),
         (
             cost_chart(w, &ok)?,
@@ -548,18 +548,22 @@ fn category(system: &str, p: usize, one_p: bool) -> String {
 
 /// Grouped horizontal bars: one group per category (`cats`, top down,
 /// labelled at the left where long system names fit), one bar per kind
-/// (`kinds`), `values[category][kind]`; `log` draws the value axis
-/// logarithmically with a line at 1.
+/// (`kinds`), `values[category][kind]`. A `ratio` chart has a line at 1,
+/// and a logarithmic value axis when the values span more than 30×.
 fn bar_chart(
     title: &str,
     x_desc: &str,
     cats: &[String],
     kinds: &[&str],
     values: &[Vec<Option<f64>>],
-    log: bool,
+    ratio: bool,
     color_of: impl Fn(usize) -> RGBAColor,
 ) -> anyhow::Result<String> {
     let all: Vec<f64> = values.iter().flatten().flatten().copied().collect();
+    let (min, max) = all
+        .iter()
+        .fold((1.0f64, 1.0f64), |(a, b), &v| (a.min(v), b.max(v)));
+    let log = ratio && min > 0.0 && max / min > 30.0;
     let n = cats.len();
     let k = kinds.len().max(1) as f64;
     // Category labels at 13 px: about 7.5 px per character.
@@ -594,8 +598,7 @@ fn bar_chart(
             .y_label_area_size(label_w);
         let ys = -0.5f64..n as f64 - 0.5;
         if log {
-            let lo = all.iter().copied().fold(1.0f64, f64::min) / 2.0;
-            let hi = all.iter().copied().fold(1.0f64, f64::max) * 2.0;
+            let (lo, hi) = (min / 2.0, max * 2.0);
             let mut chart = b.build_cartesian_2d((lo..hi).log_scale(), ys).map_err(de)?;
             chart
                 .configure_mesh()
@@ -629,7 +632,7 @@ fn bar_chart(
                 ))
                 .map_err(de)?;
         } else {
-            let hi = all.iter().copied().fold(0.0f64, f64::max).max(0.1) * 1.15;
+            let hi = max.max(0.1) * 1.15;
             let mut chart = b.build_cartesian_2d(0f64..hi, ys).map_err(de)?;
             chart
                 .configure_mesh()
@@ -651,6 +654,14 @@ fn bar_chart(
                         let (y0, y1) = bar_y(ci, ki);
                         Some(Rectangle::new([(0.0, y0), (v, y1)], c.filled()))
                     }))
+                    .map_err(de)?;
+            }
+            if ratio {
+                chart
+                    .draw_series(LineSeries::new(
+                        [(1.0, -0.5), (1.0, n as f64 - 0.5)],
+                        BLACK.stroke_width(1),
+                    ))
                     .map_err(de)?;
             }
         }
@@ -853,12 +864,13 @@ mod tests {
         }
         assert!(page.contains("Test &lt;CPU&gt;"));
         let c = section(&page, "creates");
-        // Throughput: a point per (system, P) measured.
-        assert_eq!(c.matches("<circle").count(), 5, "{c}");
+        // Throughput: a point per (system, P) measured, and one in each
+        // system's legend entry.
+        assert_eq!(c.matches("<circle").count(), 5 + 3, "{c}");
         assert_eq!(c.matches("<svg").count(), 3);
         assert!(c.contains("× FUSE") && c.contains("processes (P)"));
         let w = section(&page, "writes");
-        assert_eq!(w.matches("<circle").count(), 2);
+        assert_eq!(w.matches("<circle").count(), 2 + 2);
         // No FUSE run for writes: no FUSE bar or legend.
         assert!(!w.contains("× FUSE"), "{w}");
         assert!(page.contains("missed by 2.00×"));

@@ -15,7 +15,7 @@
 //! ring) *before* replying, so a client's first request always finds its
 //! channel registered.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::io::IoSlice;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -79,60 +79,22 @@ impl Servers {
     }
 
     /// Names of the hot directories in `stats` and of their ancestors, as
-    /// far as the servers know them. Servers never message each other, so
-    /// the boot thread asks in rounds: a directory's home server knows its
-    /// parent, and whichever server holds the parent's entries knows its
-    /// name; each round climbs one level (at most `MAX_DEPTH`).
+    /// far as the servers know them (`fs::hotdirs::name_dirs` asks in
+    /// rounds; each round is one `Admin::DirNames` to every server).
     pub fn dir_names(&self, stats: &[ServerStats]) -> Vec<atoll_proto::DirName> {
-        const MAX_DEPTH: usize = 16;
-        let mut known: BTreeMap<u64, atoll_proto::DirName> = BTreeMap::new();
-        let mut want: BTreeMap<u64, Option<u64>> = stats
-            .iter()
-            .flat_map(|s| s.hot_dirs.iter().map(|d| (d.ino, None)))
-            .filter(|&(ino, _)| ino != atoll_proto::ROOT.0)
-            .collect();
-        for _ in 0..2 * MAX_DEPTH {
-            if want.is_empty() {
-                break;
-            }
-            let ask: Vec<(u64, Option<u64>)> = want.iter().map(|(&d, &p)| (d, p)).collect();
+        let hot = stats.iter().flat_map(|s| s.hot_dirs.iter().map(|d| d.ino));
+        crate::fs::name_dirs(hot, |ask| {
             let rxs: Vec<_> = (0..self.len())
                 .map(|i| {
                     let (tx, rx) = mpsc::channel();
-                    self.post(i, Admin::DirNames(ask.clone(), tx));
+                    self.post(i, Admin::DirNames(ask.to_vec(), tx));
                     rx
                 })
                 .collect();
-            let mut next: BTreeMap<u64, Option<u64>> = BTreeMap::new();
-            for rx in rxs {
-                for n in rx.recv_timeout(Duration::from_secs(5)).unwrap_or_default() {
-                    let e = known.entry(n.ino).or_insert_with(|| n.clone());
-                    if e.name.is_empty() {
-                        e.name = n.name;
-                    }
-                }
-            }
-            for &d in want.keys() {
-                match known.get(&d) {
-                    // Parent known, name not yet: ask again with it.
-                    Some(n) if n.name.is_empty() => {
-                        next.insert(d, Some(n.parent));
-                    }
-                    // Named: climb to the parent.
-                    Some(n)
-                        if n.parent != atoll_proto::ROOT.0 && !known.contains_key(&n.parent) =>
-                    {
-                        next.insert(n.parent, None);
-                    }
-                    _ => {}
-                }
-            }
-            // A directory asked twice with its parent and still unnamed
-            // (the entry went away) is not asked again.
-            next.retain(|d, p| !(p.is_some() && want.get(d) == Some(p)));
-            want = next;
-        }
-        known.into_values().collect()
+            rxs.into_iter()
+                .flat_map(|rx| rx.recv_timeout(Duration::from_secs(5)).unwrap_or_default())
+                .collect()
+        })
     }
 
     pub fn session_closed(&self, s: SessionId) {

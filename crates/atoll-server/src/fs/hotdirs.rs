@@ -22,7 +22,9 @@
 //! kept here: [`FileServer::dir_names`] looks them up in the shards when
 //! `atoll status` asks, off the hot path.
 
-use atoll_proto::{DirName, HotDir, InodeId, Request};
+use std::collections::BTreeMap;
+
+use atoll_proto::{DirName, HotDir, InodeId, Request, ROOT};
 
 use super::FileServer;
 
@@ -166,6 +168,60 @@ impl<S> FileServer<S> {
         out
     }
 }
+
+/// The names of directories `hot` and of their ancestors, found by asking
+/// every server (`ask`: the servers' answers to one round of
+/// [`FileServer::dir_names`], together). Servers never message each
+/// other, so the asker goes in rounds: a directory's home server knows its
+/// parent, whichever server holds the parent's entries knows its name
+/// (asked again with the parent when that is another server), and each
+/// round climbs one level, at most [`MAX_DEPTH`] of them. Off the hot
+/// path: `atoll status` only.
+pub fn name_dirs(
+    hot: impl IntoIterator<Item = u64>,
+    mut ask: impl FnMut(&[(u64, Option<u64>)]) -> Vec<DirName>,
+) -> Vec<DirName> {
+    let mut known: BTreeMap<u64, DirName> = BTreeMap::new();
+    let mut want: BTreeMap<u64, Option<u64>> = hot
+        .into_iter()
+        .filter(|&ino| ino != ROOT.0)
+        .map(|ino| (ino, None))
+        .collect();
+    for _ in 0..2 * MAX_DEPTH {
+        if want.is_empty() {
+            break;
+        }
+        let round: Vec<(u64, Option<u64>)> = want.iter().map(|(&d, &p)| (d, p)).collect();
+        for n in ask(&round) {
+            let e = known.entry(n.ino).or_insert_with(|| n.clone());
+            if e.name.is_empty() {
+                e.name = n.name;
+            }
+        }
+        let mut next: BTreeMap<u64, Option<u64>> = BTreeMap::new();
+        for (&d, &asked) in &want {
+            match known.get(&d) {
+                // Parent known, name not yet: ask again with the parent,
+                // unless that was this round's question (the entry is gone).
+                Some(n) if n.name.is_empty() => {
+                    if asked.is_none() {
+                        next.insert(d, Some(n.parent));
+                    }
+                }
+                // Named: climb to the parent.
+                Some(n) if n.parent != ROOT.0 && !known.contains_key(&n.parent) => {
+                    next.insert(n.parent, None);
+                }
+                _ => {}
+            }
+        }
+        want = next;
+    }
+    known.into_values().collect()
+}
+
+/// Levels of ancestors [`name_dirs`] climbs.
+pub const MAX_DEPTH: usize = 16;
 
 #[cfg(test)]
 mod tests {

@@ -64,6 +64,7 @@ mod pipe;
 mod reports;
 mod retain;
 mod space;
+pub use hotdirs::name_dirs;
 pub use reports::{op_name, LastOp};
 mod text;
 mod tmpfile;

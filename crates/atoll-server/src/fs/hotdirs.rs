@@ -203,11 +203,10 @@ pub fn name_dirs(
             match known.get(&d) {
                 // Parent known, name not yet: ask again with the parent,
                 // unless that was this round's question (the entry is gone).
-                Some(n) if n.name.is_empty() => {
-                    if asked.is_none() {
-                        next.insert(d, Some(n.parent));
-                    }
+                Some(n) if n.name.is_empty() && asked.is_none() => {
+                    next.insert(d, Some(n.parent));
                 }
+                Some(n) if n.name.is_empty() => {}
                 // Named: climb to the parent.
                 Some(n) if n.parent != ROOT.0 && !known.contains_key(&n.parent) => {
                     next.insert(n.parent, None);

@@ -91,9 +91,13 @@ impl Servers {
                     rx
                 })
                 .collect();
-            rxs.into_iter()
-                .flat_map(|rx| rx.recv_timeout(Duration::from_secs(5)).unwrap_or_default())
-                .collect()
+            // A server that does not answer would make every further
+            // round wait as long again: stop at the first one.
+            let mut all = Vec::new();
+            for rx in rxs {
+                all.extend(rx.recv_timeout(Duration::from_secs(5)).ok()?);
+            }
+            Some(all)
         })
     }
 

@@ -171,7 +171,8 @@ impl<S> FileServer<S> {
 
 /// The names of directories `hot` and of their ancestors, found by asking
 /// every server (`ask`: the servers' answers to one round of
-/// [`FileServer::dir_names`], together). Servers never message each
+/// [`FileServer::dir_names`], together, or `None` when a server did not
+/// answer: then the names known so far are all there is). Servers never message each
 /// other, so the asker goes in rounds: a directory's home server knows its
 /// parent, whichever server holds the parent's entries knows its name
 /// (asked again with the parent when that is another server), and each
@@ -179,7 +180,7 @@ impl<S> FileServer<S> {
 /// path: `atoll status` only.
 pub fn name_dirs(
     hot: impl IntoIterator<Item = u64>,
-    mut ask: impl FnMut(&[(u64, Option<u64>)]) -> Vec<DirName>,
+    mut ask: impl FnMut(&[(u64, Option<u64>)]) -> Option<Vec<DirName>>,
 ) -> Vec<DirName> {
     let mut known: BTreeMap<u64, DirName> = BTreeMap::new();
     let mut want: BTreeMap<u64, Option<u64>> = hot
@@ -192,7 +193,8 @@ pub fn name_dirs(
             break;
         }
         let round: Vec<(u64, Option<u64>)> = want.iter().map(|(&d, &p)| (d, p)).collect();
-        for n in ask(&round) {
+        let Some(answers) = ask(&round) else { break };
+        for n in answers {
             let e = known.entry(n.ino).or_insert_with(|| n.clone());
             if e.name.is_empty() {
                 e.name = n.name;

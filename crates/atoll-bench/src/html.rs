@@ -384,9 +384,7 @@ fn svg(
     items: &[(String, RGBAColor, Mark)],
     draw: impl FnOnce(&DrawingArea<SVGBackend, Shift>) -> anyhow::Result<()>,
 ) -> anyhow::Result<String> {
-    // Without font metrics (no font dependency), a 13 px sans-serif
-    // character is taken as 7.5 px wide: generous, so entries never touch.
-    let item_w = |label: &str| 34 + (label.chars().count() as f64 * 7.5) as u32 + 16;
+    let item_w = |label: &str| 34 + (label.chars().count() as f64 * CHAR_W) as u32 + 16;
     let (left, right) = (70, w - 10);
     let mut rows: Vec<Vec<(u32, usize)>> = vec![Vec::new()];
     let mut x = left;
@@ -434,7 +432,7 @@ fn svg(
                     }
                 }
                 legend
-                    .draw(&Text::new(label.clone(), (x + 30, y), (FONT, 13)))
+                    .draw(&Text::new(label.clone(), (x + 30, y), (FONT, LABEL)))
                     .map_err(de)?;
             }
         }
@@ -450,6 +448,15 @@ fn de<E: std::fmt::Display>(e: E) -> anyhow::Error {
 const W: u32 = 600;
 const H: u32 = 380;
 const FONT: &str = "sans-serif";
+/// Font sizes as plotters takes them (its SVG backend writes 1/1.24 of
+/// them as `font-size`, so 15 is about 12 px on the page).
+const LABEL: f64 = 15.0;
+const DESC: f64 = 16.0;
+const TITLE: f64 = 22.0;
+/// Width taken per character of a label (12 px sans-serif averages about
+/// 7 px; a little more, since without font metrics (no font dependency)
+/// nothing is measured).
+const CHAR_W: f64 = 8.0;
 
 /// Colours that stay apart from each other and readable on white
 /// (Tableau 10); plotters' own palette has pale yellows.
@@ -491,7 +498,7 @@ fn throughput_chart(w: &str, ok: &[&RunResult]) -> anyhow::Result<Option<String>
         .collect();
     svg(W, H, &items, |root| {
         let mut chart = ChartBuilder::on(root)
-            .caption(format!("{w}: throughput"), (FONT, 20))
+            .caption(format!("{w}: throughput"), (FONT, TITLE))
             .margin(14)
             .x_label_area_size(44)
             .y_label_area_size(64)
@@ -512,8 +519,8 @@ fn throughput_chart(w: &str, ok: &[&RunResult]) -> anyhow::Result<Option<String>
             .y_label_formatter(&|y| human(*y))
             .x_desc("processes (P)")
             .y_desc("operations per second")
-            .label_style((FONT, 13))
-            .axis_desc_style((FONT, 14))
+            .label_style((FONT, LABEL))
+            .axis_desc_style((FONT, DESC))
             .draw()
             .map_err(de)?;
         for (i, s) in systems.iter().enumerate() {
@@ -566,9 +573,8 @@ fn bar_chart(
     let log = ratio && min > 0.0 && max / min > 30.0;
     let n = cats.len();
     let k = kinds.len().max(1) as f64;
-    // Category labels at 13 px: about 7.5 px per character.
     let label_w =
-        20 + (cats.iter().map(|c| c.chars().count()).max().unwrap_or(4) as f64 * 7.5) as u32;
+        20 + (cats.iter().map(|c| c.chars().count()).max().unwrap_or(4) as f64 * CHAR_W) as u32;
     let height = (100 + n as u32 * (kinds.len() as u32 * 16 + 14)).max(220);
     // Category i is centred on y = n - 1 - i, so the first is on top.
     let bar_y = |ci: usize, ki: usize| {
@@ -592,7 +598,7 @@ fn bar_chart(
             }
         };
         let mut b = ChartBuilder::on(root);
-        b.caption(title, (FONT, 20))
+        b.caption(title, (FONT, TITLE))
             .margin(14)
             .x_label_area_size(44)
             .y_label_area_size(label_w);
@@ -606,13 +612,13 @@ fn bar_chart(
                 // Plotters puts a light line at every minor step of a
                 // log axis; a few labelled ones read better.
                 .light_line_style(TRANSPARENT)
-                .label_style((FONT, 13))
+                .label_style((FONT, LABEL))
                 .x_labels(8)
                 .x_label_formatter(&|x| format!("{}×", human(*x)))
                 .y_labels(n)
                 .y_label_formatter(&fmt_y)
                 .x_desc(x_desc)
-                .axis_desc_style((FONT, 14))
+                .axis_desc_style((FONT, DESC))
                 .draw()
                 .map_err(de)?;
             for ki in 0..kinds.len() {
@@ -638,12 +644,12 @@ fn bar_chart(
                 .configure_mesh()
                 .disable_y_mesh()
                 .light_line_style(BLACK.mix(0.04))
-                .label_style((FONT, 13))
+                .label_style((FONT, LABEL))
                 .x_label_formatter(&|x| human(*x))
                 .y_labels(n)
                 .y_label_formatter(&fmt_y)
                 .x_desc(x_desc)
-                .axis_desc_style((FONT, 14))
+                .axis_desc_style((FONT, DESC))
                 .draw()
                 .map_err(de)?;
             for ki in 0..kinds.len() {

@@ -265,6 +265,12 @@ pub fn machine_info() -> serde_json::Value {
 /// running) and optionally writes JSON (`--json`) and charts (`--plot`).
 pub fn main_from_cli(args: BenchArgs, atoll: &mut dyn SystemFactory) -> anyhow::Result<()> {
     if let Some(BenchCmd::Co(co)) = &args.cmd {
+        if args.report.is_some() {
+            return Err(html::UsageError(
+                "--report is for the file-system benchmarks and `bench rpc`, not `bench co`".into(),
+            )
+            .into());
+        }
         return co::main(co, args.quick, args.json.as_deref());
     }
     // Before any benchmark: a report that cannot be written should not

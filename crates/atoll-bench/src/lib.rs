@@ -15,6 +15,7 @@
 //!   - [`main_from_args`] / [`worker_main_from_args`]: the same from the raw
 //!     words after the subcommand, for a CLI that does not embed clap args.
 //! * `report` — derived metrics, targets, terminal table, JSON, SVG charts.
+//! * `html` — the same as one self-contained HTML page (`--report DIR`).
 //! * `harness` — starts worker processes, start barrier, timing, checks.
 //! * `systems` — tmpfs and FUSE (bindfs), counter deltas, the traits.
 //! * `worker` — one process of one phase of one workload.
@@ -32,6 +33,7 @@
 
 pub mod co;
 pub mod harness;
+pub mod html;
 pub mod report;
 pub mod rpc;
 pub mod systems;
@@ -95,6 +97,10 @@ pub struct BenchArgs {
     /// Write SVG charts into this directory.
     #[arg(long, value_name = "DIR")]
     pub plot: Option<PathBuf>,
+    /// Write the whole report as one self-contained HTML page,
+    /// DIR/index.html (machine, configuration, tables, inline SVG charts).
+    #[arg(long, value_name = "DIR")]
+    pub report: Option<PathBuf>,
     /// A real tarball for `extract` instead of the generated source tree.
     #[arg(long, value_name = "FILE")]
     pub tarball: Option<PathBuf>,
@@ -259,7 +265,18 @@ pub fn machine_info() -> serde_json::Value {
 /// running) and optionally writes JSON (`--json`) and charts (`--plot`).
 pub fn main_from_cli(args: BenchArgs, atoll: &mut dyn SystemFactory) -> anyhow::Result<()> {
     if let Some(BenchCmd::Co(co)) = &args.cmd {
+        if args.report.is_some() {
+            return Err(html::UsageError(
+                "--report is for the file-system benchmarks and `bench rpc`, not `bench co`".into(),
+            )
+            .into());
+        }
         return co::main(co, args.quick, args.json.as_deref());
+    }
+    // Before any benchmark: a report that cannot be written should not
+    // cost a whole run to find out.
+    if let Some(d) = &args.report {
+        html::check_dir(d)?;
     }
     let cmd = harness::WorkerCmd::current(Duration::from_secs(args.timeout))?;
     let report = run_bench(&args, atoll, &cmd)?;
@@ -273,6 +290,10 @@ pub fn main_from_cli(args: BenchArgs, atoll: &mut dyn SystemFactory) -> anyhow::
         for f in report::plot(&report, d)? {
             println!("wrote {}", f.display());
         }
+    }
+    if let Some(d) = &args.report {
+        let f = html::write(&report, &config_rows(&args, &report), d)?;
+        println!("wrote {}", f.display());
     }
     // Every workload ends with a result check, so a failed atoll run is a
     // correctness bug and must fail the command (CI runs `--quick`). A
@@ -291,6 +312,82 @@ pub fn main_from_cli(args: BenchArgs, atoll: &mut dyn SystemFactory) -> anyhow::
         );
     }
     Ok(())
+}
+
+/// The configuration of a run for the HTML report: what was asked for
+/// and, where defaults applied, what ran.
+fn config_rows(args: &BenchArgs, rep: &Report) -> html::Config {
+    let join = |v: Vec<String>| v.join(", ");
+    let ran = |f: &dyn Fn(&RunResult) -> String| {
+        let mut v: Vec<String> = Vec::new();
+        for r in &rep.results {
+            let x = f(r);
+            if !v.contains(&x) {
+                v.push(x);
+            }
+        }
+        v
+    };
+    let or_default = |v: Vec<String>, d: &str| {
+        if v.is_empty() {
+            d.to_string()
+        } else {
+            join(v)
+        }
+    };
+    let mut procs: Vec<usize> = rep.results.iter().map(|r| r.procs).collect();
+    procs.sort_unstable();
+    procs.dedup();
+    let mut rows = vec![
+        ("size".to_string(), rep.size.clone()),
+        ("systems run".into(), join(ran(&|r| r.system.clone()))),
+        ("workloads run".into(), join(ran(&|r| r.workload.clone()))),
+        (
+            "processes (P)".into(),
+            join(procs.iter().map(usize::to_string).collect()),
+        ),
+        (
+            "file servers".into(),
+            or_default(
+                args.servers.iter().map(usize::to_string).collect(),
+                "default (all CPUs for timeshare, half for split)",
+            ),
+        ),
+        (
+            "techniques switched off".into(),
+            or_default(args.without.clone(), "none"),
+        ),
+        (
+            "ablation".into(),
+            match &args.ablation {
+                None => "no".into(),
+                Some(v) if v.is_empty() => "every technique".into(),
+                Some(v) => join(v.clone()),
+            },
+        ),
+        (
+            "runs per point".into(),
+            format!("{} (the fastest is reported)", args.repeat.max(1)),
+        ),
+        ("timeout per phase".into(), format!("{} s", args.timeout)),
+        ("start-up spawns".into(), args.startup_spawns.to_string()),
+        (
+            "messaging micro-benchmarks".into(),
+            if args.no_rpc {
+                "skipped".into()
+            } else {
+                format!("{} round trips each", args.rpc_iters)
+            },
+        ),
+    ];
+    if let Some(t) = &args.tarball {
+        rows.push(("tarball".into(), t.display().to_string()));
+    }
+    rows.push((
+        "command".into(),
+        std::env::args().collect::<Vec<_>>().join(" "),
+    ));
+    rows
 }
 
 #[derive(clap::Parser)]

@@ -327,11 +327,48 @@ fn switched_off<'a>(base: &str, system: &'a str) -> Option<&'a str> {
     (off.starts_with("no-") && !off[3..].contains("-no-")).then_some(off)
 }
 
-/// What each technique buys (Hare §5.4, Figs. 5-5 to 5-8): for every run
-/// with a technique switched off, its throughput as a fraction of the same
-/// configuration, workload and P with everything else on, and its messages
-/// per operation beside the full configuration's. Empty without such runs.
-pub fn ablation_table(rep: &Report) -> String {
+/// One cell of the ablation: a run with technique `off` switched off on
+/// top of configuration `base`, against `base` itself.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AblationCell {
+    pub workload: String,
+    pub base: String,
+    pub procs: usize,
+    /// `no-dir-cache`, …
+    pub off: String,
+    /// Throughput with the technique off ÷ with it on.
+    pub fraction: f64,
+}
+
+/// Every ablation cell that was measured (see [`ablation_table`]), for
+/// the HTML report's chart.
+pub fn ablation_cells(rep: &Report) -> Vec<AblationCell> {
+    let (offs, bases) = ablation_sets(rep);
+    let mut out = Vec::new();
+    for base in rep
+        .results
+        .iter()
+        .filter(|r| r.error.is_none() && r.ops_per_sec > 0.0 && bases.contains(&r.system.as_str()))
+    {
+        for off in &offs {
+            let name = format!("{}-{off}", base.system);
+            if let Some(r) = find(&rep.results, &base.workload, &name, base.procs) {
+                out.push(AblationCell {
+                    workload: base.workload.clone(),
+                    base: base.system.clone(),
+                    procs: base.procs,
+                    off: off.to_string(),
+                    fraction: r.ops_per_sec / base.ops_per_sec,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// The techniques switched off in some run and the configurations they
+/// were switched off from.
+fn ablation_sets(rep: &Report) -> (Vec<&str>, Vec<&str>) {
     let mut names: Vec<&str> = Vec::new();
     for r in rep.results.iter().filter(|r| r.system.starts_with("atoll")) {
         if !names.contains(&r.system.as_str()) {
@@ -352,6 +389,15 @@ pub fn ablation_table(rep: &Report) -> String {
             }
         }
     }
+    (offs, bases)
+}
+
+/// What each technique buys (Hare §5.4, Figs. 5-5 to 5-8): for every run
+/// with a technique switched off, its throughput as a fraction of the same
+/// configuration, workload and P with everything else on, and its messages
+/// per operation beside the full configuration's. Empty without such runs.
+pub fn ablation_table(rep: &Report) -> String {
+    let (offs, bases) = ablation_sets(rep);
     let mut s = String::new();
     if offs.is_empty() {
         return s;

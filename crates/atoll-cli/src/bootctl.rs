@@ -118,6 +118,7 @@ mod tests {
             limits: vec![("inodes".into(), 1, 2)],
             poll: "spin".into(),
             sessions: vec![(1, 42)],
+            dir_names: vec![],
         };
         let (path, h) = fake_instance(t.path(), BootReply::Status(st));
         let got = status(&path).unwrap();

@@ -82,7 +82,9 @@ fn real_main() -> i32 {
 /// 2 for usage errors, the carried status for commands that could not
 /// start, 1 otherwise.
 fn exit_code_for(e: &anyhow::Error) -> i32 {
-    if e.downcast_ref::<config::UsageError>().is_some() {
+    if e.downcast_ref::<config::UsageError>().is_some()
+        || e.downcast_ref::<atoll_bench::html::UsageError>().is_some()
+    {
         2
     } else if let Some(x) = e.downcast_ref::<launch::ExitWith>() {
         x.code

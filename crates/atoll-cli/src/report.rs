@@ -365,6 +365,23 @@ pub fn status_json(st: &InstanceStatus, rec: &InstanceRecord) -> serde_json::Val
         "clients": st.clients,
         "lanes": st.lanes,
         "servers": servers_json(&st.servers),
+        // Not in `servers_json`: `--stats-json` and the benchmarks take
+        // differences of every number there, and inode ids are no counts.
+        "hot_dirs": st
+            .servers
+            .iter()
+            .flat_map(|s| {
+                s.hot_dirs.iter().map(|d| {
+                    serde_json::json!({
+                        "server": s.server,
+                        "ino": d.ino,
+                        "ops": d.ops,
+                        "distributed": d.distributed,
+                        "path": crate::top::dir_path(&st.mount, &st.dir_names, d.ino),
+                    })
+                })
+            })
+            .collect::<Vec<_>>(),
         "limits": st
             .limits
             .iter()

@@ -148,6 +148,10 @@ pub struct InstanceStatus {
     /// not known yet).
     #[serde(default)]
     pub sessions: Vec<(u64, u32)>,
+    /// Names of the servers' hot directories and of their ancestors, as
+    /// far as the servers know them, so that `atoll top` can show paths.
+    #[serde(default)]
+    pub dir_names: Vec<crate::DirName>,
 }
 
 /// Largest bootstrap packet.

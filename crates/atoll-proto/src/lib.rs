@@ -1078,6 +1078,34 @@ pub struct ServerStats {
     /// Per-session load (sessions that sent this server anything).
     #[serde(default)]
     pub sessions_load: Vec<SessionLoad>,
+    /// The directories this server saw the most name operations in
+    /// (a bounded sketch, `atoll top`), busiest first.
+    #[serde(default)]
+    pub hot_dirs: Vec<HotDir>,
+}
+
+/// A directory one server sees many name operations in (lookups,
+/// creations, unlinks, renames, readdir), for `atoll top`.
+#[derive(Serialize, Deserialize, Clone, PartialEq, Eq, Debug, Default)]
+pub struct HotDir {
+    /// The directory's `InodeId`.
+    pub ino: u64,
+    /// Operations counted since the directory took its place in the
+    /// sketch; only grows while it keeps the place, so two snapshots give
+    /// a rate.
+    pub ops: u64,
+    /// The directory is distributed over servers (Hare §3.4).
+    pub distributed: bool,
+}
+
+/// The name of a directory in its parent, as a server holding the entry
+/// knows it (`InstanceStatus::dir_names`).
+#[derive(Serialize, Deserialize, Clone, PartialEq, Eq, Debug, Default)]
+pub struct DirName {
+    pub ino: u64,
+    pub parent: u64,
+    /// Empty when only the parent is known.
+    pub name: String,
 }
 
 #[derive(Serialize, Deserialize, Debug)]

@@ -78,6 +78,29 @@ impl Servers {
             .collect()
     }
 
+    /// Names of the hot directories in `stats` and of their ancestors, as
+    /// far as the servers know them (`fs::hotdirs::name_dirs` asks in
+    /// rounds; each round is one `Admin::DirNames` to every server).
+    pub fn dir_names(&self, stats: &[ServerStats]) -> Vec<atoll_proto::DirName> {
+        let hot = stats.iter().flat_map(|s| s.hot_dirs.iter().map(|d| d.ino));
+        crate::fs::name_dirs(hot, |ask| {
+            let rxs: Vec<_> = (0..self.len())
+                .map(|i| {
+                    let (tx, rx) = mpsc::channel();
+                    self.post(i, Admin::DirNames(ask.to_vec(), tx));
+                    rx
+                })
+                .collect();
+            // A server that does not answer would make every further
+            // round wait as long again: stop at the first one.
+            let mut all = Vec::new();
+            for rx in rxs {
+                all.extend(rx.recv_timeout(Duration::from_secs(5)).ok()?);
+            }
+            Some(all)
+        })
+    }
+
     pub fn session_closed(&self, s: SessionId) {
         for i in 0..self.len() {
             self.post(i, Admin::SessionClosed(s));
@@ -439,13 +462,15 @@ impl Boot {
     }
 
     fn status(&self) -> InstanceStatus {
+        let servers = self.p.servers.stats();
         InstanceStatus {
             id: self.p.info.id.clone(),
             mount: self.p.info.mount.clone(),
             pid: std::process::id(),
             clients: self.conns.values().filter(|c| c.session.is_some()).count() as u64,
             lanes: self.conns.values().map(|c| c.lanes as u64).sum(),
-            servers: self.p.servers.stats(),
+            dir_names: self.p.servers.dir_names(&servers),
+            servers,
             limits: crate::fs::limits::usage(&self.p.servers.control),
             poll: format!("{:?}", self.p.info.poll).to_lowercase(),
             sessions: self

@@ -53,6 +53,8 @@ pub enum Admin {
         before: u32,
     },
     Stats(Sender<ServerStats>),
+    /// Names of directories (`FileServer::dir_names`), for `atoll status`.
+    DirNames(Vec<(u64, Option<u64>)>, Sender<Vec<atoll_proto::DirName>>),
     Shutdown,
 }
 
@@ -208,6 +210,7 @@ fn stats_with_load<S: BlockStore>(fs: &FileServer<S>, chans: &[Chan]) -> ServerS
         (e.dcache_hits, e.dcache_misses, e.traps) = fs.session_reports(SessionId(*session));
     }
     st.sessions_load = load.into_values().collect();
+    st.hot_dirs = fs.hot_dirs();
     st
 }
 
@@ -297,6 +300,9 @@ pub fn run(params: ServerParams, admin: Receiver<Admin>) -> std::io::Result<Serv
                 }
                 Ok(Admin::Stats(tx)) => {
                     let _ = tx.send(stats_with_load(&fs, &chans));
+                }
+                Ok(Admin::DirNames(dirs, tx)) => {
+                    let _ = tx.send(fs.dir_names(&dirs));
                 }
                 Ok(Admin::Shutdown) | Err(TryRecvError::Disconnected) => {
                     finish(recorder.take());

@@ -105,8 +105,6 @@ fn readme_commands_table_matches_help() {
                 let run = options_of(&["run"]);
                 assert!(accepted.is_subset(&run), "boot takes options run lacks");
             }
-            // bench parses its own arguments (`atoll bench --help`).
-            "bench" => {}
             _ => assert_eq!(
                 accepted, documented,
                 "README row of `atoll {name}` (right) differs from its --help (left)"

@@ -36,8 +36,9 @@ impl Busy {
             .arg(&probe)
             .args([
                 "-c",
+                // All in one directory, so it is the instance's hot one.
                 // Ends by itself once the instance is gone (calls fail).
-                "i=0; while echo $i > /atoll/f$((i % 50)) && read x < /atoll/f$((i % 50)); do i=$((i+1)); done",
+                "mkdir /atoll/hotd && i=0; while echo $i > /atoll/hotd/f$((i % 200)) && read x < /atoll/hotd/f$((i % 200)); do i=$((i+1)); done",
             ])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -71,6 +72,18 @@ impl Drop for Busy {
         let _ = self.worker.wait();
         let _ = atoll().args(["stop", "--id", &self.id]).output();
     }
+}
+
+/// The inode number of `path` inside instance `id`, as its programs see it.
+fn inode_in(id: &str, path: &str) -> u64 {
+    let out = atoll()
+        .args(["exec", "--id", id, "--", "stat", "-c", "%i", path])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("stat {path}: {}", String::from_utf8_lossy(&out.stderr)))
 }
 
 fn status_json(id: &str) -> String {
@@ -116,6 +129,18 @@ fn once_json_shows_servers_and_the_busy_client() {
         .unwrap_or_else(|| panic!("no topprobe row: {v}"));
     assert!(probe["pid"].as_u64().unwrap() > 0);
     assert!(probe["ops_per_s"].as_f64().unwrap() > 0.0, "{probe}");
+    // The directory the worker creates files in leads the directory pane,
+    // named by its path, with the servers that saw it.
+    let ino = inode_in(&busy.id, "/atoll/hotd");
+    let dirs = v["dirs"].as_array().expect("dirs");
+    let hot = dirs
+        .iter()
+        .find(|d| d["ino"].as_u64() == Some(ino))
+        .unwrap_or_else(|| panic!("no row for /atoll/hotd ({ino}): {v}"));
+    assert_eq!(hot["path"], "/atoll/hotd", "{hot}");
+    assert!(hot["ops_per_s"].as_f64().unwrap() > 0.0, "{hot}");
+    assert!(!hot["servers"].as_array().unwrap().is_empty(), "{hot}");
+    assert_eq!(hot["distributed"], false, "{hot}");
 }
 
 /// The final screen a terminal of `rows`x`cols` shows after `raw`: enough
@@ -219,7 +244,13 @@ sys.stderr.write("exit=%d\n" % os.waitstatus_to_exitcode(status))
         err.contains("exit=0"),
         "top did not quit cleanly on q: {err}\n{screen}"
     );
-    for want in ["servers", "busiest ops", "client processes", "by traps/s"] {
+    for want in [
+        "servers",
+        "busiest ops",
+        "client processes",
+        "by traps/s",
+        "hot directories",
+    ] {
         assert!(
             screen.contains(want),
             "`{want}` not on the screen:\n{screen}"
@@ -248,6 +279,20 @@ sys.stderr.write("exit=%d\n" % os.waitstatus_to_exitcode(status))
             .lines()
             .any(|l| cells(l).get(2).map(String::as_str) == Some("topprobe")),
         "no row for the worker:\n{screen}"
+    );
+    // The worker's directory in the directory pane: inode, not
+    // distributed, a rate, the servers, its path.
+    let ino = inode_in(&busy.id, "/atoll/hotd").to_string();
+    assert!(
+        screen.lines().any(|l| {
+            let c = cells(l);
+            c.len() == 5
+                && c[0] == ino
+                && c[1] == "no"
+                && c[2].parse::<f64>().is_ok_and(|r| r > 0.0)
+                && c[4] == "/atoll/hotd"
+        }),
+        "no row for /atoll/hotd ({ino}) in the directory pane:\n{screen}"
     );
     // The terminal is given back: the alternate screen is left.
     assert!(

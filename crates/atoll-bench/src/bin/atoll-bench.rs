@@ -18,14 +18,15 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Run the benchmark suite (see `atoll bench --help`).
-    Bench(atoll_bench::BenchArgs),
+    // Boxed: the options are much larger than the worker's.
+    Bench(Box<atoll_bench::BenchArgs>),
     #[command(hide = true)]
     BenchWorker(atoll_bench::WorkerArgs),
 }
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().cmd {
-        Cmd::Bench(a) => atoll_bench::main_from_cli(a, &mut atoll_bench::NoAtoll),
+        Cmd::Bench(a) => atoll_bench::main_from_cli(*a, &mut atoll_bench::NoAtoll),
         Cmd::BenchWorker(a) => atoll_bench::worker_main(a),
     }
 }

@@ -1,9 +1,11 @@
 //! `atoll top`: a live view of one instance — per server its request rate
 //! and busiest operations, how busy it is, how full its rings are, its
 //! blocks; per client process its request and trap rates and lookup-cache
-//! hit rate. Each sample is two `status` snapshots an interval apart
-//! (`model`); `view` draws it with `ratatui`. `--once` prints one sample
-//! (text, or JSON with `--json`) for scripts.
+//! hit rate; per hot directory (the servers' sketches of name operations,
+//! `atoll-server`'s `fs::hotdirs`) its rate, path and servers. Each sample
+//! is two `status` snapshots an interval apart (`model`); `view` draws it
+//! with `ratatui`. `--once` prints one sample (text, or JSON with
+//! `--json`) for scripts.
 //!
 //! Keys: `q`/Esc quit, `s` cycles the client order (ops/s, traps/s, hit%,
 //! pid), `/` starts a filter on command or pid (Enter keeps it, Esc clears
@@ -11,6 +13,8 @@
 
 mod model;
 mod view;
+
+pub use model::dir_path;
 
 use std::time::{Duration, Instant};
 

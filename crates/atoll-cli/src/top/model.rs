@@ -45,6 +45,28 @@ pub struct ClientRow {
     pub dcache_hit_pct: Option<f64>,
 }
 
+/// One directory of the hot-directory pane: a directory some server saw
+/// name operations in (lookups, creations, unlinks, renames, readdir)
+/// during the interval.
+#[derive(Serialize, Debug, Clone, PartialEq)]
+pub struct DirRow {
+    /// The directory's inode number (`st_ino`, as `ls -i` shows it).
+    pub ino: u64,
+    /// Its path as programs in the instance see it, as far as the servers
+    /// know it (`…/name` when an ancestor's name is unknown, empty when
+    /// nothing is).
+    pub path: String,
+    /// Its entries are spread over servers (Hare §3.4).
+    pub distributed: bool,
+    /// Name operations per second, all servers together.
+    pub ops_per_s: f64,
+    /// The servers that counted operations in it, busiest first.
+    pub servers: Vec<u32>,
+}
+
+/// Hot directories shown at most.
+pub const MAX_DIRS: usize = 10;
+
 /// One sample of the instance.
 #[derive(Serialize, Debug, Clone, PartialEq)]
 pub struct Sample {
@@ -56,6 +78,8 @@ pub struct Sample {
     pub clients: Vec<ClientRow>,
     /// `(resource, used, limit)` instance-wide.
     pub limits: Vec<(String, u64, u64)>,
+    /// The busiest directories, most operations first.
+    pub dirs: Vec<DirRow>,
 }
 
 /// Difference of two counters that only grow (a counter that went down —
@@ -155,7 +179,88 @@ pub fn sample(
         servers,
         clients,
         limits: b.limits.clone(),
+        dirs: hot_dirs(a, b, secs),
     }
+}
+
+/// The hot-directory rows between snapshots `a` and `b`. A server's count
+/// for a directory only grows while the directory keeps its place in the
+/// server's sketch; a count that went down (the directory lost its place
+/// and came back) is all new.
+fn hot_dirs(a: &InstanceStatus, b: &InstanceStatus, secs: f64) -> Vec<DirRow> {
+    let mut by_dir: BTreeMap<u64, DirRow> = BTreeMap::new();
+    let mut per_server: BTreeMap<u64, Vec<(u32, f64)>> = BTreeMap::new();
+    for sb in &b.servers {
+        let sa = a.servers.iter().find(|s| s.server == sb.server);
+        for d in &sb.hot_dirs {
+            let before = sa
+                .and_then(|s| s.hot_dirs.iter().find(|x| x.ino == d.ino))
+                .map_or(0, |x| x.ops);
+            let n = if d.ops >= before {
+                d.ops - before
+            } else {
+                d.ops
+            };
+            if n == 0 {
+                continue;
+            }
+            let rate = n as f64 / secs;
+            let row = by_dir.entry(d.ino).or_insert_with(|| DirRow {
+                ino: d.ino,
+                path: dir_path(&b.mount, &b.dir_names, d.ino),
+                distributed: d.distributed,
+                ops_per_s: 0.0,
+                servers: Vec::new(),
+            });
+            row.ops_per_s += rate;
+            per_server.entry(d.ino).or_default().push((sb.server, rate));
+        }
+    }
+    let mut rows: Vec<DirRow> = by_dir
+        .into_values()
+        .map(|mut r| {
+            let mut v = per_server.remove(&r.ino).unwrap_or_default();
+            v.sort_by(|x, y| y.1.total_cmp(&x.1).then(x.0.cmp(&y.0)));
+            r.servers = v.into_iter().map(|(s, _)| s).collect();
+            r
+        })
+        .collect();
+    rows.sort_by(|x, y| y.ops_per_s.total_cmp(&x.ops_per_s).then(x.ino.cmp(&y.ino)));
+    rows.truncate(MAX_DIRS);
+    rows
+}
+
+/// The path of directory `ino` under `mount`, from the names the servers
+/// reported: `/atoll/src/lib` when every ancestor's name is known,
+/// `…/lib` when one is not, empty when not even the directory's is.
+pub fn dir_path(mount: &str, names: &[atoll_proto::DirName], ino: u64) -> String {
+    let mount = mount.trim_end_matches('/');
+    let mut parts: Vec<&str> = Vec::new();
+    let mut cur = ino;
+    // Bounded: names come from several servers at slightly different
+    // moments, so a rename in between could make a cycle.
+    for _ in 0..64 {
+        if cur == atoll_proto::ROOT.0 {
+            parts.reverse();
+            return if parts.is_empty() {
+                if mount.is_empty() { "/" } else { mount }.to_string()
+            } else {
+                format!("{mount}/{}", parts.join("/"))
+            };
+        }
+        match names.iter().find(|n| n.ino == cur && !n.name.is_empty()) {
+            Some(n) => {
+                parts.push(&n.name);
+                cur = n.parent;
+            }
+            None => break,
+        }
+    }
+    if parts.is_empty() {
+        return String::new();
+    }
+    parts.reverse();
+    format!("…/{}", parts.join("/"))
 }
 
 /// `/proc/PID/comm` of a process on this host.
@@ -250,6 +355,7 @@ mod tests {
             limits: vec![],
             poll: "adaptive".into(),
             sessions,
+            dir_names: vec![],
         }
     }
 
@@ -309,11 +415,70 @@ mod tests {
                 row(2, "make", 9.0),
             ],
             limits: vec![],
+            dirs: vec![],
         };
         let pids = |v: Vec<&ClientRow>| v.iter().map(|c| c.pid).collect::<Vec<_>>();
         assert_eq!(pids(clients_view(&s, ClientOrder::Ops, "")), vec![1, 2, 3]);
         assert_eq!(pids(clients_view(&s, ClientOrder::Pid, "make")), vec![2, 3]);
         assert_eq!(pids(clients_view(&s, ClientOrder::Ops, "1")), vec![1]);
         assert_eq!(ClientOrder::Pid.next(), ClientOrder::Ops);
+    }
+
+    fn hot(server: u32, dirs: &[(u64, u64)]) -> ServerStats {
+        ServerStats {
+            server,
+            hot_dirs: dirs
+                .iter()
+                .map(|&(ino, ops)| atoll_proto::HotDir {
+                    ino,
+                    ops,
+                    distributed: ino & (1 << 40) != 0,
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn hot_directories_sum_servers_and_are_named_by_path() {
+        let name = |ino, parent, name: &str| atoll_proto::DirName {
+            ino,
+            parent,
+            name: name.into(),
+        };
+        let spread = (1u64 << 40) | 77;
+        let mut a = status(0, (0, 0), 0, vec![]);
+        a.servers = vec![hot(0, &[(10, 100), (spread, 5)]), hot(1, &[(spread, 7)])];
+        let mut b = a.clone();
+        b.servers = vec![
+            hot(0, &[(10, 300), (spread, 25), (1, 4)]),
+            hot(1, &[(spread, 47), (12, 9)]),
+        ];
+        b.dir_names = vec![name(10, 11, "src"), name(11, 1, "proj"), name(12, 99, "x")];
+        let s = sample(&a, &b, 2.0, |_| String::new());
+        let rows: Vec<(u64, &str, f64, &[u32], bool)> = s
+            .dirs
+            .iter()
+            .map(|d| {
+                (
+                    d.ino,
+                    d.path.as_str(),
+                    d.ops_per_s,
+                    &d.servers[..],
+                    d.distributed,
+                )
+            })
+            .collect();
+        assert_eq!(
+            rows,
+            vec![
+                (10, "/atoll/proj/src", 100.0, &[0][..], false),
+                (spread, "", 30.0, &[1, 0][..], true),
+                // New in the sketch since the first snapshot: all its
+                // count is in the interval.
+                (12, "…/x", 4.5, &[1][..], false),
+                (1, "/atoll", 2.0, &[0][..], false),
+            ]
+        );
     }
 }

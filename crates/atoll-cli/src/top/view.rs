@@ -12,7 +12,7 @@ use ratatui::text::Line;
 use ratatui::widgets::{Block, Paragraph, Row, Table};
 use ratatui::Frame;
 
-use super::model::{self, ClientOrder, ClientRow, Sample, ServerRow};
+use super::model::{self, ClientOrder, ClientRow, DirRow, Sample, ServerRow};
 
 const SERVER_HEADER: [&str; 9] = [
     "server",
@@ -26,6 +26,7 @@ const SERVER_HEADER: [&str; 9] = [
     "busiest ops",
 ];
 const CLIENT_HEADER: [&str; 6] = ["pid", "session", "command", "ops/s", "traps/s", "hit%"];
+const DIR_HEADER: [&str; 5] = ["inode", "spread", "ops/s", "servers", "directory"];
 
 fn server_cells(s: &ServerRow) -> [String; 9] {
     let ops = s
@@ -63,6 +64,24 @@ fn client_cells(c: &ClientRow) -> [String; 6] {
         format!("{:.0}", c.ops_per_s),
         format!("{:.0}", c.traps_per_s),
         c.dcache_hit_pct.map_or("-".into(), |p| format!("{p:.1}")),
+    ]
+}
+
+fn dir_cells(d: &DirRow) -> [String; 5] {
+    [
+        d.ino.to_string(),
+        if d.distributed { "yes" } else { "no" }.into(),
+        format!("{:.0}", d.ops_per_s),
+        d.servers
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(","),
+        if d.path.is_empty() {
+            "?".into()
+        } else {
+            d.path.clone()
+        },
     ]
 }
 
@@ -129,6 +148,10 @@ pub fn text(s: &Sample, order: ClientOrder, filter: &str) -> String {
             .map(|c| client_cells(c).to_vec()),
     );
     out.push_str(&columns(&rows));
+    out.push('\n');
+    let mut rows = vec![DIR_HEADER.iter().map(|h| h.to_string()).collect::<Vec<_>>()];
+    rows.extend(s.dirs.iter().map(|d| dir_cells(d).to_vec()));
+    out.push_str(&columns(&rows));
     out
 }
 
@@ -141,10 +164,14 @@ struct Ui {
 }
 
 fn draw(f: &mut Frame<'_>, s: &Sample, ui: &Ui) {
-    let [head, servers, clients, foot] = Layout::vertical([
+    // The directory pane keeps room for a few rows even when idle, so
+    // the layout does not jump when a directory gets busy.
+    let dir_rows = s.dirs.len().clamp(3, model::MAX_DIRS) as u16;
+    let [head, servers, clients, dirs, foot] = Layout::vertical([
         Constraint::Length(2),
         Constraint::Length(s.servers.len() as u16 + 3),
         Constraint::Min(3),
+        Constraint::Length(dir_rows + 3),
         Constraint::Length(1),
     ])
     .areas(f.area());
@@ -171,6 +198,11 @@ fn draw(f: &mut Frame<'_>, s: &Sample, ui: &Ui) {
         .header(Row::new(CLIENT_HEADER).style(bold))
         .block(Block::bordered().title(title));
     f.render_widget(table, clients);
+    let widths = [20, 6, 8, 8, 40].map(Constraint::Min);
+    let table = Table::new(s.dirs.iter().map(|d| Row::new(dir_cells(d))), widths)
+        .header(Row::new(DIR_HEADER).style(bold))
+        .block(Block::bordered().title(" hot directories (name operations) "));
+    f.render_widget(table, dirs);
     let help = if ui.editing {
         format!("filter: {}_   (Enter keep, Esc clear)", ui.filter)
     } else {
@@ -332,6 +364,13 @@ mod tests {
                 dcache_hit_pct: Some(50.0),
             }],
             limits: vec![("inodes".into(), 4, 100)],
+            dirs: vec![DirRow {
+                ino: 4242,
+                path: "/atoll/src".into(),
+                distributed: true,
+                ops_per_s: 30.0,
+                servers: vec![1, 0],
+            }],
         };
         let t = text(&s, ClientOrder::Ops, "");
         assert!(t.contains("inodes 4/100"), "{t}");
@@ -343,6 +382,13 @@ mod tests {
         assert!(
             t.lines()
                 .any(|l| l.starts_with("77 ") && l.contains("make") && l.contains("50.0")),
+            "{t}"
+        );
+        assert!(
+            t.lines().any(|l| l.starts_with("4242 ")
+                && l.contains("yes")
+                && l.contains("1,0")
+                && l.ends_with("/atoll/src")),
             "{t}"
         );
         assert!(!text(&s, ClientOrder::Ops, "cc1").contains("make"));

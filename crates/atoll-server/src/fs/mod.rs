@@ -57,6 +57,7 @@ mod data;
 mod descs;
 mod dir;
 mod dispatch;
+mod hotdirs;
 mod inflight;
 mod inode;
 mod inotify;
@@ -70,6 +71,7 @@ mod protocols;
 mod reports;
 mod retain;
 mod space;
+pub use hotdirs::name_dirs;
 pub use reports::{op_name, LastOp};
 mod text;
 mod tmpfile;
@@ -360,6 +362,8 @@ pub struct FileServer<S> {
     maps: mapping::Mappings,
     /// Which session runs which inode owned here as its program (`text`).
     texts: text::Texts,
+    /// Directories with the most name operations here (`atoll top`).
+    hot: hotdirs::HotDirs,
 }
 
 /// Requests that did in one message what Hare's protocol does in several
@@ -459,6 +463,7 @@ impl<S: BlockStore> FileServer<S> {
             acct,
             maps: mapping::Mappings::default(),
             texts: text::Texts::default(),
+            hot: hotdirs::HotDirs::default(),
             cfg,
         };
         if fs.cfg.index == ROOT.owner() {
@@ -662,6 +667,7 @@ impl<S: BlockStore> FileServer<S> {
         let op = op_index(&req);
         let coalesced_before = self.coalesced.total();
         let who = self.caller(session, cred, vouched);
+        self.hot.record(&req);
         let plan = match self.notify.busy() {
             true => inotify::Plan::of(&req, |d| self.descs.get(&d).map(|d| d.ino))
                 .map(|p| self.plan_details(p, session)),

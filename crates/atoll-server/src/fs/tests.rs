@@ -2464,3 +2464,109 @@ fn coalesced_requests_are_counted_with_the_messages_they_saved() {
     assert_eq!(counter(&t, "coalescing.combined_nodes"), 1);
     assert_eq!(counter(&t, "coalescing.messages_saved"), 2 + 1 + 1);
 }
+
+#[test]
+fn hot_directories_are_counted_and_named_from_their_parent() {
+    let mut t = server(64);
+    let d = t.mkdir(ROOT, "hot");
+    let sub = t.mkdir(d, "sub");
+    for i in 0..20 {
+        t.create(sub, &format!("f{i}"));
+    }
+    let hot = t.fs.hot_dirs();
+    assert_eq!(hot[0].ino, sub.0, "{hot:?}");
+    assert!(hot[0].ops >= 20, "{hot:?}");
+    let names = t.fs.dir_names(&[(sub.0, None), (d.0, None)]);
+    let name_of = |ino: InodeId| names.iter().find(|n| n.ino == ino.0).cloned();
+    let n = name_of(sub).expect("sub named");
+    assert_eq!((n.parent, n.name.as_str()), (d.0, "sub"));
+    let n = name_of(d).expect("hot named");
+    assert_eq!((n.parent, n.name.as_str()), (ROOT.0, "hot"));
+}
+
+#[test]
+fn directory_names_are_found_across_servers_in_rounds() {
+    // `a` lives on server 0 (entries and `..`); `b`, named in `a`, is
+    // homed on server 1, which knows only its parent (as after `mkdir`,
+    // whose client sends `SetParent` to the new home); `c` is in `b` on
+    // server 1.
+    let mut s0 = server_n(0, 2, 64);
+    let mut s1 = server_n(1, 2, 64);
+    let a = s0.mkdir(ROOT, "a");
+    let b = match s0.ok(
+        S1,
+        USER,
+        Request::MakeNode {
+            dir: a,
+            name: b"b",
+            ftype: FileType::Directory,
+            perm: 0o755,
+            rdev: 0,
+            target: b"",
+            home: 1,
+            distributed: false,
+        },
+    ) {
+        Own::Entry(ino, _) => ino,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(b.home(), 1);
+    s1.ok(S1, USER, Request::SetParent { dir: b, parent: a });
+    // The client vouches for `b`'s attributes, which server 0 holds.
+    let c = match s1.callv(
+        S1,
+        USER,
+        &[attrs_of(b, 0o755, USER.uid, USER.gid)],
+        Request::MakeNode {
+            dir: b,
+            name: b"c",
+            ftype: FileType::Directory,
+            perm: 0o755,
+            rdev: 0,
+            target: b"",
+            home: 1,
+            distributed: false,
+        },
+    ) {
+        Own::Entry(ino, _) => ino,
+        other => panic!("{other:?}"),
+    };
+    let mut rounds = 0;
+    let names = crate::fs::name_dirs([c.0, b.0, ROOT.0], |ask| {
+        rounds += 1;
+        let mut v = s0.fs.dir_names(ask);
+        v.extend(s1.fs.dir_names(ask));
+        Some(v)
+    });
+    let of = |d: InodeId| {
+        names
+            .iter()
+            .find(|n| n.ino == d.0)
+            .map(|n| (n.parent, n.name.clone()))
+    };
+    assert_eq!(of(c), Some((b.0, "c".into())));
+    assert_eq!(of(b), Some((a.0, "b".into())), "{names:?}");
+    assert_eq!(of(a), Some((ROOT.0, "a".into())), "{names:?}");
+    assert_eq!(of(ROOT), None);
+    // b's parent, then b's name from server 0, then a.
+    assert_eq!(rounds, 3);
+    // A directory nobody knows is given up at once.
+    let mut asked = 0;
+    assert!(
+        crate::fs::name_dirs([InodeId::new(1, 1, false, 999).0], |_| {
+            asked += 1;
+            Some(Vec::new())
+        })
+        .is_empty()
+    );
+    assert_eq!(asked, 1);
+    // A round a server did not answer ends the search with what is known.
+    let mut asked = 0;
+    let names = crate::fs::name_dirs([c.0], |ask| {
+        asked += 1;
+        (asked == 1).then(|| s1.fs.dir_names(ask))
+    });
+    assert_eq!(asked, 2);
+    assert_eq!(names.len(), 1);
+    assert_eq!(names[0].parent, b.0);
+}

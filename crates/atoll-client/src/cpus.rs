@@ -9,7 +9,14 @@
 //! the program's children are placed at `exec`. So `sched_getaffinity` of
 //! this process answers that set, while the kernel's affinity, and hence
 //! placement, stays atoll's. Another process's affinity is the kernel's.
+//!
+//! Once the program sets its own affinity (`sched_setaffinity`, `taskset`),
+//! the affinity is the program's: `sched_getaffinity` answers the kernel's
+//! mask, and placement leaves the process and its new images where the
+//! program put them (`ATOLL_AFFINITY=own` carries this across `execve`, as
+//! Linux keeps affinity across it).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
 use atoll_sched::LoadTable;
@@ -18,6 +25,43 @@ use crate::error::{err, Result};
 use crate::session::Client;
 use crate::sys;
 use crate::Out;
+
+/// Environment entry saying the affinity is the program's own.
+pub const ENV_AFFINITY: &str = "ATOLL_AFFINITY";
+
+/// The program set its own affinity (in this image or one before it).
+static OWN: AtomicBool = AtomicBool::new(false);
+
+/// At start: did an earlier image set its own affinity?
+pub fn init_from_env() {
+    if std::env::var_os(ENV_AFFINITY).is_some_and(|v| v == "own") {
+        OWN.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Is the affinity the program's own (placement must leave it)?
+pub fn own_affinity() -> bool {
+    OWN.load(Ordering::Relaxed)
+}
+
+/// The entry a new image inherits, if any.
+pub fn env_entry() -> Option<Vec<u8>> {
+    own_affinity().then(|| format!("{ENV_AFFINITY}=own").into_bytes())
+}
+
+/// `sched_setaffinity(pid, len, mask)`: the kernel's; of this process, the
+/// affinity becomes the program's own.
+pub fn setaffinity(a: &[u64; 6]) -> Result<Out> {
+    // SAFETY: the program's own arguments; the kernel checks them.
+    let r = unsafe { sys::sc(libc::SYS_sched_setaffinity, a[0], a[1], a[2], 0) };
+    if r < 0 {
+        return err((-r) as i32);
+    }
+    if is_self(a[0]) {
+        OWN.store(true, Ordering::Relaxed);
+    }
+    Ok(Out::Done(r))
+}
 
 /// The instance's load table, mapped once per process.
 fn table(c: &Client) -> Option<&'static LoadTable> {
@@ -87,7 +131,7 @@ pub fn getaffinity(c: &Client, a: &[u64; 6]) -> Result<Out> {
     if wrote < 0 {
         return err((-wrote) as i32);
     }
-    let Some(table) = table(c).filter(|_| is_self(pid)) else {
+    let Some(table) = table(c).filter(|_| !own_affinity() && is_self(pid)) else {
         return Ok(Out::Done(wrote));
     };
     let mut bytes = [0u8; 128];

@@ -524,6 +524,10 @@ fn prepare_inner(
     let key = placement::ENV_PLACEMENT.as_bytes();
     env.retain(|e| !(e.starts_with(key) && e.get(key.len()) == Some(&b'=')));
     env.push(placement::env_entry(placement::peek_cursor()));
+    // An affinity the program chose stays the new image's (`cpus`).
+    let key = crate::cpus::ENV_AFFINITY.as_bytes();
+    env.retain(|e| !(e.starts_with(key) && e.get(key.len()) == Some(&b'=')));
+    env.extend(crate::cpus::env_entry());
     // A remote program's new image still stands for the same proxy; a
     // spawned child is a process of its own.
     env.retain(|e| !env_is(e, ENV_PROXY));
@@ -549,7 +553,9 @@ fn prepare_inner(
 /// failure (−errno).
 pub fn execute(plan: &ExecPlan) -> i64 {
     let policy = placement::policy();
-    if policy == Policy::Local {
+    // Local placement, or an affinity the program chose (`taskset`): the
+    // program runs where it is.
+    if policy == Policy::Local || crate::cpus::own_affinity() {
         return plan.exec();
     }
     let Some(c) = session::client() else {

@@ -1140,6 +1140,7 @@ pub fn mmap(c: &Client, lane: &Lane, d: &DescRef, a: &[u64; 6]) -> Result<i64> {
         unsafe { sys::sc(libc::SYS_munmap, base as u64, map_len, 0, 0) };
         return Err(e);
     }
+    // Holes and pages past the end get blocks when first touched.
     let result = map_runs(
         c,
         lane,
@@ -1149,7 +1150,7 @@ pub fn mmap(c: &Client, lane: &Lane, d: &DescRef, a: &[u64; 6]) -> Result<i64> {
         map_len,
         prot,
         shared,
-        shared,
+        false,
     );
     if let Err(e) = result {
         // SAFETY: unmapping only the range we just reserved.
@@ -1187,13 +1188,23 @@ pub(crate) fn map_runs(
             },
             |r| match r {
                 Reply::Extents { len, extents, .. } => {
-                    for e in extents.iter().filter(|e| e.block != cache::HOLE) {
+                    for e in extents.iter() {
                         if e.file_offset < pos || e.file_offset % BLOCK_SIZE as u64 != 0 {
                             return err(libc::EIO);
                         }
                         let run = e.len.div_ceil(BLOCK_SIZE as u64) * BLOCK_SIZE as u64;
                         let run = run.min(end - e.file_offset);
                         let at = base + (e.file_offset - off);
+                        if e.block == cache::HOLE {
+                            // A shared mapping's hole gets its block when a
+                            // page of it is first touched (`pastend`), as a
+                            // page cache fills on a fault; a private one
+                            // reads the reservation's zeros.
+                            if shared {
+                                crate::pastend::map_past_end(c, at, run, prot, true)?;
+                            }
+                            continue;
+                        }
                         let mtype = if shared {
                             libc::MAP_SHARED
                         } else {

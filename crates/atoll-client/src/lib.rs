@@ -128,6 +128,7 @@ pub fn init() -> bool {
     let state = std::env::var(ENV_STATE).ok();
     sys::init_pid();
     atoll_sched::placement::init_from_env();
+    cpus::init_from_env();
     exec::init_proxy_parent();
     // Stale values must not reach programs started behind our back.
     std::env::remove_var(ENV_SESSION_FD);
@@ -294,7 +295,7 @@ fn concerns(nr: i64, a: &[u64; 6]) -> bool {
         SYS_execve | SYS_execveat | SYS_umask | SYS_io_uring_setup => true,
         nr if creds::changes_credentials(nr) => true,
         SYS_getppid => exec::proxy_of_self().is_some(),
-        SYS_sched_getaffinity => true,
+        SYS_sched_getaffinity | SYS_sched_setaffinity => true,
         SYS_copy_file_range | SYS_splice => at(0) || at(2),
         SYS_sendfile => at(0) || at(1),
         SYS_poll | SYS_ppoll => fdtable::any(),
@@ -635,6 +636,7 @@ fn run(c: &'static Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
         }
         SYS_getppid => done(exec::proxy_getppid()),
         SYS_sched_getaffinity => cpus::getaffinity(c, a),
+        SYS_sched_setaffinity => cpus::setaffinity(a),
         SYS_inotify_add_watch => inotify::add_watch(c, fd0, a[1], a[2] as u32),
         SYS_inotify_rm_watch => inotify::rm_watch(c, fd0, a[1] as i32),
         SYS_fanotify_mark => inotify::fanotify_mark(c, fdarg(a[3]), a[4]),

@@ -12,6 +12,11 @@
 //! are mapped there and the instruction runs again, as Linux's fault
 //! handler maps the page; otherwise the program gets its `SIGBUS`.
 //!
+//! Holes of a shared mapping are mapped the same way: the first touch of
+//! one asks the owner for a block there (`MapBlocks { allocate }`), so a
+//! sparse file costs nothing until its pages are used, as Linux's page
+//! cache fills on faults.
+//!
 //! A truncate by this process maps the pages it cut this way too. Another
 //! process's truncate cannot reach this address space (there is no
 //! shootdown between processes here): its pages keep the file's retained,
@@ -64,7 +69,8 @@ pub fn map_past_end(c: &Client, at: u64, len: u64, prot: i32, shared: bool) -> R
 }
 
 /// A `SIGBUS` at `addr` (`BUS_ADRERR`), raised in program code. Returns
-/// whether the page is now the file's (the faulting access may run again).
+/// whether the page is now the file's (the faulting access may run again):
+/// a hole of a shared mapping gets its block here.
 pub fn resolve(c: &Client, addr: u64) -> bool {
     let Some((start, end, ino, off, prot, shared)) = crate::mapping::piece_at(addr) else {
         return false;

@@ -287,3 +287,80 @@ fn pjdfstest_passes_in_atoll_as_on_tmpfs() {
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
+
+/// CPython's own tests of the file system, processes and signals.
+const CPYTHON_TESTS: &str = "test_os test_shutil test_tempfile test_glob test_pathlib \
+     test_fileio test_posix test_io test_zipfile test_tarfile test_mmap test_fcntl test_stat \
+     test_signal test_subprocess";
+
+/// The tests `python3 -m test` reports failed (from its summary).
+fn cpython_failures(out: &str) -> std::collections::BTreeSet<String> {
+    let mut failed = std::collections::BTreeSet::new();
+    let mut in_list = false;
+    for line in out.lines() {
+        if line.contains("failed:")
+            && line
+                .trim_start()
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_digit())
+        {
+            in_list = true;
+            continue;
+        }
+        if in_list {
+            let names: Vec<&str> = line.split_whitespace().collect();
+            if names.is_empty() || !names.iter().all(|n| n.starts_with("test_")) {
+                in_list = false;
+                continue;
+            }
+            failed.extend(names.iter().map(|n| n.to_string()));
+        }
+    }
+    failed
+}
+
+/// CPython's test suite for the file system, with its cwd and `TMPDIR` in
+/// the mount, fails exactly the tests it fails in a tmpfs directory.
+#[test]
+fn cpython_file_system_tests_pass_as_on_tmpfs() {
+    let python = Path::new("/usr/bin/python3");
+    let has_suite = Command::new(python)
+        .args(["-c", "import test.test_os"])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        has_suite,
+        "CPython's test suite is missing: install libpython3.X-testsuite (.ci/run does)"
+    );
+    let script = format!(
+        "mkdir -p \"$ROOT/py\" && cd \"$ROOT/py\" && TMPDIR=\"$ROOT/py\" \
+         {} -m test -j2 {CPYTHON_TESTS} 2>&1; echo \"exit $?\"",
+        python.display()
+    );
+    let shm = tempfile::tempdir_in("/dev/shm").expect("tmpfs directory");
+    let host = Command::new("bash")
+        .args(["-c", &script])
+        .env("ROOT", shm.path())
+        .output()
+        .expect("bash");
+    let host_out = String::from_utf8_lossy(&host.stdout).to_string();
+    assert!(host_out.contains("Tests result:"), "tmpfs run: {host_out}");
+    let want = cpython_failures(&host_out);
+    let out = run_in_atoll(&["--memory", "1G"], &script);
+    let got_out = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(got_out.contains("Tests result:"), "atoll run: {got_out}");
+    assert_eq!(
+        cpython_failures(&got_out),
+        want,
+        "tests that failed in atoll but not on tmpfs (or the reverse):\n{got_out}"
+    );
+}
+
+#[test]
+fn cpython_failures_are_read_from_the_summary() {
+    let out = "== Tests result: FAILURE ==\n\n11 tests OK.\n\n2 tests failed:\n    test_mmap test_posix\n\nTotal duration: 2 min\n";
+    let got: Vec<String> = cpython_failures(out).into_iter().collect();
+    assert_eq!(got, ["test_mmap", "test_posix"]);
+    assert!(cpython_failures("All 13 tests OK.\n").is_empty());
+}

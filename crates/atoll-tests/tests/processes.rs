@@ -166,6 +166,27 @@ fn an_exec_in_place_keeps_pid_and_parent_and_leaves_no_process() {
     }
 }
 
+/// An affinity the program sets itself (`taskset`, `sched_setaffinity`) is
+/// the program's: reported as set, kept across `execve`, and placement
+/// leaves the process where the program put it.
+#[test]
+fn an_affinity_the_program_sets_is_its_own() {
+    require("taskset");
+    let script = r#"
+        taskset -c 0 bash -c 'nproc; exec bash -c "nproc; grep Cpus_allowed_list /proc/self/status"'
+        python3 -c 'import os; os.sched_setaffinity(0, {0}); print(sorted(os.sched_getaffinity(0)))'
+    "#;
+    let out = run_in_atoll(SPAWN, script);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{out:?}");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 4, "{text}");
+    assert_eq!(lines[0], "1", "{text}");
+    assert_eq!(lines[1], "1", "kept across execve: {text}");
+    assert!(lines[2].ends_with("\t0"), "left where the program put it: {text}");
+    assert_eq!(lines[3], "[0]", "{text}");
+}
+
 #[test]
 fn placement_local_keeps_todays_behaviour() {
     let dir = tempfile::tempdir().unwrap();

@@ -661,16 +661,23 @@ impl Cosh {
     /// fresh block, and make the aggregate.
     pub fn attach_recv(&mut self, d: DomainId, parcel: Parcel) -> Result<Received, CoshError> {
         self.dom(d)?;
+        let mut check = parcel
+            .ticket
+            .check(parcel.blocks.len(), parcel.inline.len());
+        if check.is_ok() && parcel.ticket.mode == Mode::Copy && !parcel.blocks.is_empty() {
+            check = Err(CoshError::Protocol("a copy transfer carried blocks"));
+        }
+        if let Err(e) = check {
+            // A refused parcel gives its blocks back.
+            self.discard(parcel);
+            return Err(e);
+        }
         let Parcel {
             ticket,
             blocks,
             inline,
         } = parcel;
-        ticket.check(blocks.len(), inline.len())?;
         let gains = ticket.mode.gains();
-        if ticket.mode == Mode::Copy && !blocks.is_empty() {
-            return Err(CoshError::Protocol("a copy transfer carried blocks"));
-        }
         let strong_share = ticket.mode == Mode::Share && ticket.strength == Strength::Strong;
         let mut held: Vec<Arc<Block>> = Vec::with_capacity(blocks.len());
         for (i, c) in blocks.into_iter().enumerate() {

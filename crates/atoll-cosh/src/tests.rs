@@ -211,6 +211,12 @@ fn a_ticket_whose_parts_do_not_add_up_is_refused() {
     let mut p = c.attach_transfer(x, Mode::Move, Strength::Strong).unwrap();
     p.ticket.len += 1;
     assert!(matches!(c.attach_recv(b, p), Err(CoshError::Protocol(_))));
+    c.decref(x).unwrap();
+    assert_eq!(
+        c.stats().private_blocks,
+        0,
+        "the refused parcel's block was freed"
+    );
     let t = Ticket {
         mode: Mode::Share,
         strength: Strength::Strong,

@@ -21,6 +21,7 @@
 //! * `workloads` — the workloads themselves: plain `std::fs` code.
 //! * `rpc` — messaging micro-benchmarks (atoll's own in `atoll_msg::bench`).
 //! * `co` — clustered-object measurements (K42; `atoll_co::bench`).
+//! * `transfer` — Cosh's transfer costs (`atoll_cosh::bench`).
 //!
 //! Relies on: `std::fs` and standard programs (tar, zip/unzip, make, cc,
 //! bindfs) for the workloads; nothing of atoll except the boot protocol's
@@ -35,6 +36,7 @@ pub mod harness;
 pub mod report;
 pub mod rpc;
 pub mod systems;
+pub mod transfer;
 pub mod util;
 pub mod worker;
 pub mod workloads;
@@ -127,6 +129,10 @@ pub enum BenchCmd {
     /// the translation table and a miss, mediator attach/detach and null
     /// hot-swaps, beside the thesis's numbers.
     Co(co::CoArgs),
+    /// Cosh transfers between two processes: cycles per move, share and
+    /// copy (strong and weak) from 4 KiB to 4 MiB, remap against copy,
+    /// beside Cosh's numbers.
+    Transfer(transfer::TransferArgs),
 }
 
 impl BenchArgs {
@@ -261,6 +267,9 @@ pub fn main_from_cli(args: BenchArgs, atoll: &mut dyn SystemFactory) -> anyhow::
     if let Some(BenchCmd::Co(co)) = &args.cmd {
         return co::main(co, args.quick, args.json.as_deref());
     }
+    if let Some(BenchCmd::Transfer(t)) = &args.cmd {
+        return transfer::main(t, args.quick, args.json.as_deref());
+    }
     let cmd = harness::WorkerCmd::current(Duration::from_secs(args.timeout))?;
     let report = run_bench(&args, atoll, &cmd)?;
     print!("{}", report::table(&report));
@@ -365,8 +374,8 @@ pub fn run_bench(
         targets: vec![],
     };
     anyhow::ensure!(
-        !matches!(args.cmd, Some(BenchCmd::Co(_))),
-        "`atoll bench co` makes its own report (`co::main`)"
+        !matches!(args.cmd, Some(BenchCmd::Co(_) | BenchCmd::Transfer(_))),
+        "`atoll bench co` and `atoll bench transfer` make their own reports"
     );
     if matches!(args.cmd, Some(BenchCmd::Rpc)) {
         rep.rpc = Some(rpc::run(args.rpc_iters));

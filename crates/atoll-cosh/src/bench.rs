@@ -166,7 +166,9 @@ pub struct Results {
     pub rows: Vec<Row>,
     /// TSC ticks per nanosecond, from the measurements.
     pub tsc_ghz: f64,
-    /// The smallest size at which remapping a move beat copying it, if any.
+    /// The smallest size at which remapping a move beat copying it, if any,
+    /// by the fastest batch of each (load on a shared machine only ever
+    /// slows a batch down).
     pub remap_wins_from: Option<usize>,
     pub default_threshold: usize,
 }
@@ -294,7 +296,7 @@ pub fn run(cfg: &Config) -> Result<Results, CoshError> {
     let median = |v: Variant, s: usize| {
         rows.iter()
             .find(|r| r.variant == v && r.size == s)
-            .map(|r| r.cycles.median)
+            .map(|r| r.cycles.min)
     };
     let remap_wins_from = cfg.sizes.iter().copied().find(|&s| {
         matches!((median(Variant::MoveRemap, s), median(Variant::MoveCopy, s)), (Some(r), Some(c)) if r < c)

@@ -16,7 +16,7 @@
 //!                     │  share (strong: F_SEAL_WRITE; weak: rights only)
 //!                     ▼
 //!                   shared (read-only in every domain, until freed)
-//!   private/shared ──last reference dropped──▶ pool (zeroed) or closed
+//!   private/shared ──last reference dropped──▶ pool (zeroed on reuse) or closed
 //! ```
 //!
 //! A block leaves by a remapped move still private (its new holder has it
@@ -55,7 +55,8 @@ pub struct Config {
     /// `atoll bench transfer` measures it here). `0` remaps everything,
     /// `usize::MAX` copies everything.
     pub remap_threshold: usize,
-    /// Freed blocks kept (zeroed) for reuse, saving `memfd_create`.
+    /// Freed blocks kept for reuse (with a mapping), saving
+    /// `memfd_create`, `mmap` and page faults; zeroed when reused.
     pub recycle: usize,
 }
 
@@ -160,6 +161,13 @@ pub struct Stats {
     pub created: u64,
 }
 
+#[derive(Debug)]
+struct Free {
+    fd: OwnedFd,
+    len: usize,
+    map: Option<Map>,
+}
+
 /// The block manager.
 #[derive(Debug)]
 pub struct BlockManager {
@@ -168,8 +176,10 @@ pub struct BlockManager {
     blocks: HashMap<BlockId, Arc<Block>>,
     /// Mappings, per domain and block. A domain maps a block at most once.
     maps: HashMap<(DomainId, BlockId), Map>,
-    /// Freed blocks ready for reuse, zeroed.
-    free: Vec<(OwnedFd, usize)>,
+    /// Freed blocks ready for reuse, with the writable mapping their last
+    /// owner had (kept, so reuse costs neither `mmap` nor page faults).
+    /// Their bytes are stale: they are zeroed when handed out.
+    free: Vec<Free>,
     /// Units of our pool handed out (not imported).
     used_units: usize,
     stats: Stats,
@@ -202,10 +212,16 @@ impl BlockManager {
         len.div_ceil(self.cfg.block_size)
     }
 
-    /// A fresh private block of at least `len` bytes (whole units), all
-    /// zero, mapped nowhere yet.
-    pub fn alloc(&mut self, len: usize) -> Result<Arc<Block>, CoshError> {
-        let units = self.units(len.max(1));
+    /// A fresh private block of at least `len` bytes (whole units), mapped
+    /// read/write into `d`, holding `prefix` and then zeros (Cosh §3.3:
+    /// nothing a previous holder wrote can be observed).
+    pub fn alloc(
+        &mut self,
+        d: DomainId,
+        len: usize,
+        prefix: &[u8],
+    ) -> Result<Arc<Block>, CoshError> {
+        let units = self.units(len.max(prefix.len()).max(1));
         if self.used_units + units > self.cfg.capacity_blocks {
             return Err(CoshError::OutOfMemory {
                 wanted: units,
@@ -213,18 +229,35 @@ impl BlockManager {
             });
         }
         let len = units * self.cfg.block_size;
-        let fd = match self.free.iter().position(|(_, l)| *l == len) {
+        let (fd, map) = match self.free.iter().position(|f| f.len == len) {
             Some(i) => {
                 self.stats.recycled += 1;
-                self.free.swap_remove(i).0
+                let f = self.free.swap_remove(i);
+                match f.map {
+                    Some(mut m) => {
+                        m.zero(prefix.len(), len - prefix.len());
+                        (f.fd, Some(m))
+                    }
+                    None => {
+                        sys::punch(f.fd.as_fd(), len)?;
+                        (f.fd, None)
+                    }
+                }
             }
             None => {
                 self.stats.created += 1;
-                sys::memfd(len)?
+                (sys::memfd(len)?, None)
             }
         };
+        let mut map = match map {
+            Some(m) => m,
+            None => Map::new(fd.as_fd(), len, true)?,
+        };
+        map.write(0, prefix);
         self.used_units += units;
-        Ok(self.insert(fd, len, false, false))
+        let b = self.insert(fd, len, false, false);
+        self.maps.insert((d, b.id), map);
+        Ok(b)
     }
 
     fn insert(&mut self, fd: OwnedFd, len: usize, imported: bool, sealed: bool) -> Arc<Block> {
@@ -358,7 +391,23 @@ impl BlockManager {
             return;
         }
         let block = self.blocks.remove(&id).expect("present");
-        self.maps.retain(|(_, bid), _| *bid != id);
+        let mut kept = None;
+        self.maps.retain(|(_, bid), m| {
+            if *bid != id {
+                return true;
+            }
+            if kept.is_none() && m.writable() {
+                // Keep one writable mapping for reuse. `retain` cannot give
+                // the value away, so swap a copy out below.
+                kept = Some(());
+                return true;
+            }
+            false
+        });
+        let kept: Option<Map> = kept.and_then(|()| {
+            let key = self.maps.keys().find(|(_, bid)| *bid == id).copied()?;
+            self.maps.remove(&key)
+        });
         if !block.imported {
             self.used_units -= self.units(block.len);
         }
@@ -369,8 +418,12 @@ impl BlockManager {
             && !block.sealed()
             && !block.exported.load(Ordering::Relaxed)
             && self.free.len() < self.cfg.recycle;
-        if reusable && sys::punch(block.fd.as_fd(), block.len).is_ok() {
-            self.free.push((block.fd, block.len));
+        if reusable {
+            self.free.push(Free {
+                fd: block.fd,
+                len: block.len,
+                map: kept,
+            });
         }
     }
 

@@ -198,8 +198,7 @@ impl Cosh {
         let chunks = if len == 0 {
             Vec::new()
         } else {
-            let block = self.mgr.alloc(len)?;
-            self.mgr.sync_map(d, &block, Rights::Rw, false)?;
+            let block = self.mgr.alloc(d, len, &[])?;
             vec![Chunk { block, off: 0, len }]
         };
         self.install(
@@ -230,8 +229,23 @@ impl Cosh {
         let st = dom.slots[a.slot as usize].1.take().expect("live");
         dom.free_slots.push(a.slot);
         let blocks = self.forget_chunks(a.domain, st.chunks, st.rights);
-        self.sync(a.domain, &blocks, false)?;
+        self.let_go(a.domain, blocks, false)
+    }
+
+    /// `d` let go of `blocks`: those nobody else holds go back to the pool
+    /// (keeping a mapping for reuse); the others get `d`'s mappings brought
+    /// in line with what it still needs.
+    fn let_go(
+        &mut self,
+        d: DomainId,
+        blocks: Vec<Arc<Block>>,
+        keep_more: bool,
+    ) -> Result<(), CoshError> {
         for b in blocks {
+            // Two references: ours and the manager's table.
+            if Arc::strong_count(&b) > 2 {
+                self.sync(d, std::slice::from_ref(&b), keep_more)?;
+            }
             self.mgr.release(b);
         }
         Ok(())
@@ -535,7 +549,12 @@ impl Cosh {
                 .sum::<usize>()
                 >= threshold;
             let mut by_remap = mode != Mode::Copy && long;
-            if by_remap && self.conflicts(a, mode, id)? {
+            // A move gives write access; if the aggregate names some bytes
+            // of the block twice, the receiver would see a write at one
+            // place appear at another, which a copy never shows (Cosh §3.2
+            // invariant 1: only the byte vector is preserved).
+            let aliased = mode == Mode::Move && overlapping(&chunks, id);
+            if by_remap && (aliased || self.conflicts(a, mode, id)?) {
                 self.mgr.stats_mut().conflict_copies += 1;
                 by_remap = false;
             }
@@ -627,10 +646,7 @@ impl Cosh {
                 let old = std::mem::take(&mut st.chunks);
                 let from = Rights::Rw;
                 let blocks = self.forget_chunks(a.domain, old, from);
-                self.sync(a.domain, &blocks, weak)?;
-                for b in blocks {
-                    self.mgr.release(b);
-                }
+                self.let_go(a.domain, blocks, weak)?;
             }
             Mode::Share | Mode::Copy => {
                 if retains != self.state(a)?.rights {
@@ -705,13 +721,7 @@ impl Cosh {
         let fresh = if inline.is_empty() {
             None
         } else {
-            let b = self.mgr.alloc(inline.len())?;
-            self.mgr.sync_map(d, &b, Rights::Rw, false)?;
-            self.mgr
-                .mapping_mut(d, b.id())
-                .expect("mapped")
-                .write(0, &inline);
-            Some(b)
+            Some(self.mgr.alloc(d, inline.len(), &inline)?)
         };
         let mut chunks = Vec::with_capacity(ticket.parts.len());
         let mut at = 0usize;
@@ -847,6 +857,17 @@ impl Cosh {
                 .is_some_and(|m| m.writable())
         }))
     }
+}
+
+/// Whether two chunks on block `b` cover some byte in common.
+fn overlapping(chunks: &[Chunk], b: BlockId) -> bool {
+    let mut r: Vec<(usize, usize)> = chunks
+        .iter()
+        .filter(|c| c.block.id() == b)
+        .map(|c| (c.off, c.off + c.len))
+        .collect();
+    r.sort_unstable();
+    r.windows(2).any(|w| w[1].0 < w[0].1)
 }
 
 fn count(uses: &mut HashMap<BlockId, Uses>, b: BlockId, r: Rights, delta: i32) {

@@ -157,6 +157,16 @@ impl Map {
     }
 }
 
+impl Map {
+    /// Zero `off..off + len`. Panics if out of bounds or read-only.
+    pub fn zero(&mut self, off: usize, len: usize) {
+        assert!(self.writable, "zeroing a read-only mapping");
+        assert!(off.checked_add(len).is_some_and(|e| e <= self.len));
+        // SAFETY: in bounds of a live writable mapping we hold `&mut` to.
+        unsafe { std::ptr::write_bytes(self.ptr.as_ptr().add(off), 0, len) }
+    }
+}
+
 impl Drop for Map {
     fn drop(&mut self) {
         // SAFETY: the range is exactly one mapping we made and no slice of
@@ -168,11 +178,12 @@ impl Drop for Map {
 /// Most descriptors one message carries (the kernel's `SCM_MAX_FD` is 253).
 pub const MAX_FDS: usize = 250;
 
-/// Send `data` with `fds` attached (`SCM_RIGHTS`), then the rest of `data`
-/// if the first `sendmsg` was short.
+/// Send the slices of `data` one after the other with `fds` attached to
+/// the first byte (`SCM_RIGHTS`): one `sendmsg` when the socket has room,
+/// so the receiver wakes once.
 pub fn send_with_fds(
     sock: &UnixStream,
-    data: &[u8],
+    data: &[&[u8]],
     fds: &[BorrowedFd<'_>],
 ) -> std::io::Result<()> {
     assert!(fds.len() <= MAX_FDS);
@@ -181,18 +192,19 @@ pub fn send_with_fds(
     if !fds.is_empty() && !control.push(SendAncillaryMessage::ScmRights(fds)) {
         return Err(std::io::Error::other("too many descriptors"));
     }
-    let n = loop {
-        match rustix::net::sendmsg(
-            sock,
-            &[IoSlice::new(data)],
-            &mut control,
-            SendFlags::NOSIGNAL,
-        ) {
+    let iov: Vec<IoSlice<'_>> = data.iter().map(|d| IoSlice::new(d)).collect();
+    let mut n = loop {
+        match rustix::net::sendmsg(sock, &iov, &mut control, SendFlags::NOSIGNAL) {
             Err(rustix::io::Errno::INTR) => continue,
             r => break r?,
         }
     };
-    write_all(sock, &data[n..])
+    for d in data {
+        let skip = n.min(d.len());
+        n -= skip;
+        write_all(sock, &d[skip..])?;
+    }
+    Ok(())
 }
 
 /// Receive exactly `buf.len()` bytes, and the descriptors attached to them.
@@ -260,6 +272,13 @@ pub enum Exit {
 /// is a copy of this thread alone.
 pub fn fork_domain(body: impl FnOnce(UnixStream) -> i32) -> std::io::Result<Child> {
     let (ours, theirs) = UnixStream::pair()?;
+    // Room for a parcel's copied bytes, so a copy is one message rather
+    // than a ping-pong of partial writes (the kernel caps these at
+    // net.core.wmem_max / rmem_max).
+    for s in [&ours, &theirs] {
+        let _ = rustix::net::sockopt::set_socket_send_buffer_size(s, 4 << 20);
+        let _ = rustix::net::sockopt::set_socket_recv_buffer_size(s, 4 << 20);
+    }
     // SAFETY: see the function's contract; the child never returns into
     // the caller's frames — it runs `body` and `_exit`s.
     let pid = unsafe { libc::fork() };

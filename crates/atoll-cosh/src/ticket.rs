@@ -128,8 +128,7 @@ pub fn send_parcel(sock: &UnixStream, parcel: &Parcel) -> Result<(), CoshError> 
     if fds.len() > sys::MAX_FDS {
         return Err(CoshError::Protocol("too many blocks for one message"));
     }
-    sys::send_with_fds(sock, &head, &fds)?;
-    sys::write_all(sock, &parcel.inline)?;
+    sys::send_with_fds(sock, &[&head, &parcel.inline], &fds)?;
     Ok(())
 }
 

@@ -293,13 +293,13 @@ pub fn run(cfg: &Config) -> Result<Results, CoshError> {
     let (tc, tn) = rows.iter().fold((0.0, 0.0), |(c, n), r| {
         (c + r.cycles.median, n + r.ns.median)
     });
-    let median = |v: Variant, s: usize| {
+    let fastest = |v: Variant, s: usize| {
         rows.iter()
             .find(|r| r.variant == v && r.size == s)
             .map(|r| r.cycles.min)
     };
     let remap_wins_from = cfg.sizes.iter().copied().find(|&s| {
-        matches!((median(Variant::MoveRemap, s), median(Variant::MoveCopy, s)), (Some(r), Some(c)) if r < c)
+        matches!((fastest(Variant::MoveRemap, s), fastest(Variant::MoveCopy, s)), (Some(r), Some(c)) if r < c)
     });
     Ok(Results {
         repeat: cfg.repeat,

@@ -60,10 +60,12 @@ pub struct Config {
     pub recycle: usize,
 }
 
-/// Measured with `atoll bench transfer` (docs/BENCHMARKS.md): on this
-/// machine's kernel a remapped transfer costs a descriptor passed and a
-/// mapping made and dropped, which copying beats up to about this size.
-pub const DEFAULT_REMAP_THRESHOLD: usize = 64 * 1024;
+/// Measured with `atoll bench transfer` (docs/BENCHMARKS.md): a remapped
+/// transfer costs about the same at every size (a descriptor passed, a
+/// mapping made and dropped), a copied one grows with the bytes; on the
+/// 2-CPU machine measured, copying won at 4 and 8 KiB and remapping from
+/// 16 KiB on — Cosh §6 found the same crossover (~8 KB).
+pub const DEFAULT_REMAP_THRESHOLD: usize = 16 * 1024;
 
 impl Default for Config {
     fn default() -> Config {
@@ -176,8 +178,7 @@ pub struct BlockManager {
     blocks: HashMap<BlockId, Arc<Block>>,
     /// Mappings, per domain and block. A domain maps a block at most once.
     maps: HashMap<(DomainId, BlockId), Map>,
-    /// Freed blocks ready for reuse, with the writable mapping their last
-    /// owner had (kept, so reuse costs neither `mmap` nor page faults).
+    /// Freed blocks ready for reuse, with a mapping their last holder had (kept, so reuse costs neither `mmap` nor page faults).
     /// Their bytes are stale: they are zeroed when handed out.
     free: Vec<Free>,
     /// Units of our pool handed out (not imported).
@@ -235,6 +236,7 @@ impl BlockManager {
                 let f = self.free.swap_remove(i);
                 match f.map {
                     Some(mut m) => {
+                        m.set_writable(true)?;
                         m.zero(prefix.len(), len - prefix.len());
                         (f.fd, Some(m))
                     }
@@ -362,8 +364,16 @@ impl BlockManager {
         if have == want || (have > want && keep_more) {
             return Ok(());
         }
-        // Drop before mapping again: a fresh mapping, never an mprotect
-        // of the old one (whose VM_MAYWRITE would survive a seal).
+        // An unsealed block changes protection in place: `mprotect` makes
+        // a write fault as surely as a fresh mapping, and costs no page
+        // faults afterwards. (A mapping keeps VM_MAYWRITE through
+        // `mprotect`, so the kernel would refuse a later seal; `seal`
+        // drops every mapping first for that reason.)
+        if have > Rights::None && want > Rights::None && !b.sealed() {
+            let m = self.maps.get_mut(&key).expect("have > None");
+            m.set_writable(want == Rights::Rw)?;
+            return Ok(());
+        }
         self.maps.remove(&key);
         if want > Rights::None {
             let writable = want == Rights::Rw;
@@ -391,23 +401,20 @@ impl BlockManager {
             return;
         }
         let block = self.blocks.remove(&id).expect("present");
+        // Unmap it everywhere, keeping one mapping for reuse.
+        let keys: Vec<_> = self
+            .maps
+            .keys()
+            .filter(|(_, b)| *b == id)
+            .copied()
+            .collect();
         let mut kept = None;
-        self.maps.retain(|(_, bid), m| {
-            if *bid != id {
-                return true;
+        for k in keys {
+            let m = self.maps.remove(&k).expect("listed");
+            if kept.is_none() && !block.sealed() {
+                kept = Some(m);
             }
-            if kept.is_none() && m.writable() {
-                // Keep one writable mapping for reuse. `retain` cannot give
-                // the value away, so swap a copy out below.
-                kept = Some(());
-                return true;
-            }
-            false
-        });
-        let kept: Option<Map> = kept.and_then(|()| {
-            let key = self.maps.keys().find(|(_, bid)| *bid == id).copied()?;
-            self.maps.remove(&key)
-        });
+        }
         if !block.imported {
             self.used_units -= self.units(block.len);
         }

@@ -24,7 +24,7 @@ use std::os::unix::net::UnixStream;
 use std::ptr::NonNull;
 
 use rustix::fs::{MemfdFlags, SealFlags};
-use rustix::mm::{MapFlags, ProtFlags};
+use rustix::mm::{MapFlags, MprotectFlags, ProtFlags};
 use rustix::net::{
     RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
     SendAncillaryMessage, SendFlags,
@@ -158,6 +158,25 @@ impl Map {
 }
 
 impl Map {
+    /// Make the mapping writable or read-only in place (`mprotect`).
+    /// Making a mapping of a write-sealed block writable fails (`EACCES`).
+    pub fn set_writable(&mut self, writable: bool) -> std::io::Result<()> {
+        if writable == self.writable {
+            return Ok(());
+        }
+        let flags = if writable {
+            MprotectFlags::READ | MprotectFlags::WRITE
+        } else {
+            MprotectFlags::READ
+        };
+        // SAFETY: the range is exactly one mapping of ours; changing its
+        // protection invalidates no reference: slices from `bytes` borrow
+        // `self`, which we hold mutably.
+        unsafe { rustix::mm::mprotect(self.ptr.as_ptr().cast(), self.len, flags)? };
+        self.writable = writable;
+        Ok(())
+    }
+
     /// Zero `off..off + len`. Panics if out of bounds or read-only.
     pub fn zero(&mut self, off: usize, len: usize) {
         assert!(self.writable, "zeroing a read-only mapping");

@@ -233,3 +233,20 @@ fn a_ticket_whose_parts_do_not_add_up_is_refused() {
     assert!(t.check(1, 0).is_err(), "part past the block's end");
     assert_eq!(Ticket::decode(&t.encode()).unwrap(), t);
 }
+
+#[test]
+fn a_strong_downgrade_lowers_the_mapping_and_a_weak_one_may_not() {
+    let (mut c, a, _) = cosh(0);
+    let x = filled(&mut c, a, 4096, 1);
+    let y = filled(&mut c, a, 4096, 1);
+    c.downgrade(x, Rights::Ro, Strength::Strong).unwrap();
+    assert!(!c.writable_mapping(a, x).unwrap());
+    c.downgrade(y, Rights::Ro, Strength::Weak).unwrap();
+    assert!(c.writable_mapping(a, y).unwrap());
+    assert_eq!(c.to_vec(x).unwrap(), vec![1; 4096]);
+    // Freed and reused: writable again, and zero.
+    c.decref(x).unwrap();
+    let z = c.alloc(a, 4096).unwrap();
+    c.write(z, 0, b"ok").unwrap();
+    assert_eq!(&c.to_vec(z).unwrap()[..3], b"ok\0");
+}

@@ -85,6 +85,10 @@
 //!   the crate's only `unsafe`.
 //! * `bench` — the measurements of Cosh §6, run by `atoll bench transfer`.
 //!
+//! There is no lock-free code here, so no `loom` model: a [`Cosh`] is
+//! used by one thread at a time (`&mut self`), and between processes the
+//! kernel orders everything (the socket, the seals, the mappings).
+//!
 //! Where this departs from Cosh: blocks are one memfd per allocation
 //! rather than fixed 16 KiB blocks (see `block`); relatedness is by shared
 //! blocks rather than by how aggregates were made; the block manager is a

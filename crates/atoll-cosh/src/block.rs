@@ -138,6 +138,8 @@ pub struct Stats {
     pub shared_blocks: usize,
     /// Units received from another process's pool (not from ours).
     pub imported_blocks: usize,
+    /// Units of blocks mapped into at least one domain now.
+    pub mapped_blocks: usize,
     /// Mappings of blocks into domains that exist now.
     pub mappings: usize,
     /// Units handed to another domain by remapping in a move, so far.
@@ -471,6 +473,14 @@ impl BlockManager {
             }
         }
         s.mappings = self.maps.len();
+        let mut mapped: Vec<BlockId> = self.maps.keys().map(|&(_, b)| b).collect();
+        mapped.sort_unstable();
+        mapped.dedup();
+        s.mapped_blocks = mapped
+            .iter()
+            .filter_map(|b| self.blocks.get(b))
+            .map(|b| self.units(b.len))
+            .sum();
         s
     }
 

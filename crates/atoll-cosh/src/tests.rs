@@ -157,6 +157,7 @@ fn freed_blocks_go_back_to_the_pool_and_stale_handles_are_refused() {
     let before = c.stats();
     let x = filled(&mut c, a, 10_000, 1);
     assert_eq!(c.stats().private_blocks, 3);
+    assert_eq!(c.stats().mapped_blocks, 3);
     c.incref(x).unwrap();
     c.decref(x).unwrap();
     assert_eq!(c.stats().private_blocks, 3, "one reference left");

@@ -15,6 +15,14 @@
 //!   writable exists, read-only ones included, which is why a share first
 //!   drops every mapping and maps the block afresh afterwards;
 //! * a read-only [`Map`] of a sealed block faults (SIGSEGV) when written.
+//!
+//! Why `F_SEAL_WRITE` and not `F_SEAL_FUTURE_WRITE`: the future-write seal
+//! is accepted while writable mappings exist and leaves them writable, so
+//! it would only be as good as our unmapping of every one of them — in
+//! every process. `F_SEAL_WRITE` is refused unless none exists anywhere,
+//! so a receiver that reads it with `F_GET_SEALS` knows that no process
+//! can write the block, whatever the sender did; when another process
+//! still maps it, the share copies instead.
 
 use std::ffi::c_void;
 use std::io::{IoSlice, IoSliceMut};

@@ -30,6 +30,7 @@ test: build lint pjdfstest
 	$(MAKE) loom
 	$(BIN) bench --quick
 	$(BIN) bench co --quick
+	$(BIN) bench transfer --quick
 
 # Model-check the ring protocol and the block pool's claims (atoll-msg's
 # synchronisation has loom twins) and the clustered objects' quiescence

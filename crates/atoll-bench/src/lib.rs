@@ -22,6 +22,7 @@
 //! * `workloads` — the workloads themselves: plain `std::fs` code.
 //! * `rpc` — messaging micro-benchmarks (atoll's own in `atoll_msg::bench`).
 //! * `co` — clustered-object measurements (K42; `atoll_co::bench`).
+//! * `transfer` — Cosh's transfer costs (`atoll_cosh::bench`).
 //!
 //! Relies on: `std::fs` and standard programs (tar, zip/unzip, make, cc,
 //! bindfs) for the workloads; nothing of atoll except the boot protocol's
@@ -37,6 +38,7 @@ pub mod html;
 pub mod report;
 pub mod rpc;
 pub mod systems;
+pub mod transfer;
 pub mod util;
 pub mod worker;
 pub mod workloads;
@@ -133,6 +135,10 @@ pub enum BenchCmd {
     /// the translation table and a miss, mediator attach/detach and null
     /// hot-swaps, beside the thesis's numbers.
     Co(co::CoArgs),
+    /// Cosh transfers between two processes: cycles per move, share and
+    /// copy (strong and weak) from 4 KiB to 4 MiB, remap against copy,
+    /// beside Cosh's numbers.
+    Transfer(transfer::TransferArgs),
 }
 
 impl BenchArgs {
@@ -272,6 +278,16 @@ pub fn main_from_cli(args: BenchArgs, atoll: &mut dyn SystemFactory) -> anyhow::
             .into());
         }
         return co::main(co, args.quick, args.json.as_deref());
+    }
+    if let Some(BenchCmd::Transfer(t)) = &args.cmd {
+        if args.report.is_some() {
+            return Err(html::UsageError(
+                "--report is for the file-system benchmarks and `bench rpc`, not `bench transfer`"
+                    .into(),
+            )
+            .into());
+        }
+        return transfer::main(t, args.quick, args.json.as_deref());
     }
     // Before any benchmark: a report that cannot be written should not
     // cost a whole run to find out.
@@ -462,8 +478,8 @@ pub fn run_bench(
         targets: vec![],
     };
     anyhow::ensure!(
-        !matches!(args.cmd, Some(BenchCmd::Co(_))),
-        "`atoll bench co` makes its own report (`co::main`)"
+        !matches!(args.cmd, Some(BenchCmd::Co(_) | BenchCmd::Transfer(_))),
+        "`atoll bench co` and `atoll bench transfer` make their own reports"
     );
     if matches!(args.cmd, Some(BenchCmd::Rpc)) {
         rep.rpc = Some(rpc::run(args.rpc_iters));

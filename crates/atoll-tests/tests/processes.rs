@@ -183,7 +183,10 @@ fn an_affinity_the_program_sets_is_its_own() {
     assert_eq!(lines.len(), 4, "{text}");
     assert_eq!(lines[0], "1", "{text}");
     assert_eq!(lines[1], "1", "kept across execve: {text}");
-    assert!(lines[2].ends_with("\t0"), "left where the program put it: {text}");
+    assert!(
+        lines[2].ends_with("\t0"),
+        "left where the program put it: {text}"
+    );
     assert_eq!(lines[3], "[0]", "{text}");
 }
 

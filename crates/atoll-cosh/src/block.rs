@@ -1,0 +1,496 @@
+//! The block manager (Cosh §4): owns a pool of memory, hands out blocks,
+//! maps and unmaps them into domains, seals them when they are shared, and
+//! counts every block.
+//!
+//! A **block** here is one memfd whose length is a whole number of pool
+//! units (`Config::block_size`, 16 KiB by default as in Cosh §4), made for
+//! one allocation: Cosh's fixed 16 KiB blocks would cost one descriptor and
+//! one mapping per 16 KiB, and a 4 MiB transfer would need more
+//! descriptors than one message carries (`SCM_MAX_FD`). Accounting is in
+//! units, so the counts read as Cosh's blocks.
+//!
+//! Life cycle of a block:
+//!
+//! ```text
+//!   pool ──alloc──▶ private (one domain, read/write)
+//!                     │  share (strong: F_SEAL_WRITE; weak: rights only)
+//!                     ▼
+//!                   shared (read-only in every domain, until freed)
+//!   private/shared ──last reference dropped──▶ pool (zeroed on reuse) or closed
+//! ```
+//!
+//! A block leaves by a remapped move still private (its new holder has it
+//! read/write); once its descriptor has left the process (`exported`) or
+//! came from another (`imported`) it is never recycled, since someone
+//! else may still map it, and is closed when freed. Sealed blocks are
+//! never recycled either: the seal cannot be taken back.
+//!
+//! Ownership: the manager is used by one thread at a time (`&mut self`);
+//! chunks of aggregates hold `Arc<Block>`, and the manager's table holds one
+//! more, so a block whose only holder is the table is free.
+
+use std::collections::HashMap;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use crate::rights::{Mode, Strength};
+use crate::sys::{self, Map};
+use crate::{CoshError, DomainId};
+
+/// Identifies a block within one block manager.
+pub type BlockId = u64;
+
+/// Sizes and policy of a block manager.
+#[derive(Clone, Copy, Debug)]
+pub struct Config {
+    /// The pool unit, a multiple of the page size.
+    pub block_size: usize,
+    /// Units the pool may hand out at once.
+    pub capacity_blocks: usize,
+    /// Chunks at least this long are remapped on move and share, shorter
+    /// ones copied (Cosh §6: remapping beats copying above ~8 KB there;
+    /// `atoll bench transfer` measures it here). `0` remaps everything,
+    /// `usize::MAX` copies everything.
+    pub remap_threshold: usize,
+    /// Freed blocks kept for reuse (with a mapping), saving
+    /// `memfd_create`, `mmap` and page faults; zeroed when reused.
+    pub recycle: usize,
+}
+
+/// Measured with `atoll bench transfer` (docs/BENCHMARKS.md): a remapped
+/// transfer costs about the same at every size (a descriptor passed, a
+/// mapping made and dropped), a copied one grows with the bytes; on the
+/// 2-CPU machine measured, copying won at 4 and 8 KiB and remapping from
+/// 16 KiB on — Cosh §6 found the same crossover (~8 KB).
+pub const DEFAULT_REMAP_THRESHOLD: usize = 16 * 1024;
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            block_size: 16 * 1024,
+            capacity_blocks: 64 * 1024, // 1 GiB of 16 KiB units
+            remap_threshold: DEFAULT_REMAP_THRESHOLD,
+            recycle: 64,
+        }
+    }
+}
+
+/// One memfd-backed block.
+#[derive(Debug)]
+pub struct Block {
+    id: BlockId,
+    fd: OwnedFd,
+    len: usize,
+    /// `F_SEAL_WRITE` applied: read-only for every process, for ever.
+    sealed: AtomicBool,
+    /// Shared by a transfer (strong or weak): read-only in every domain's
+    /// rights until freed (Cosh §3.2 invariant 2).
+    shared: AtomicBool,
+    /// The descriptor has been sent to another process.
+    exported: AtomicBool,
+    /// The descriptor came from another process.
+    imported: bool,
+}
+
+impl Block {
+    pub fn id(&self) -> BlockId {
+        self.id
+    }
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+    pub fn sealed(&self) -> bool {
+        self.sealed.load(Ordering::Relaxed)
+    }
+    pub fn shared(&self) -> bool {
+        self.shared.load(Ordering::Relaxed)
+    }
+    pub fn imported(&self) -> bool {
+        self.imported
+    }
+    pub(crate) fn mark_shared(&self) {
+        self.shared.store(true, Ordering::Relaxed);
+    }
+    pub(crate) fn mark_exported(&self) {
+        self.exported.store(true, Ordering::Relaxed);
+    }
+}
+
+/// What the block manager holds and has done, for `atoll status`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Stats {
+    pub block_size: usize,
+    pub capacity_blocks: usize,
+    /// Units of the pool not handed out.
+    pub free_blocks: usize,
+    /// Units handed out and private to one domain (read/write there).
+    pub private_blocks: usize,
+    /// Units handed out and shared read-only.
+    pub shared_blocks: usize,
+    /// Units received from another process's pool (not from ours).
+    pub imported_blocks: usize,
+    /// Units of blocks mapped into at least one domain now.
+    pub mapped_blocks: usize,
+    /// Mappings of blocks into domains that exist now.
+    pub mappings: usize,
+    /// Units handed to another domain by remapping in a move, so far.
+    pub moved_blocks: u64,
+    /// Units remapped by a share, so far.
+    pub shared_by_remap_blocks: u64,
+    /// Transfers sent, by mode (move, share, copy) and strength.
+    pub transfers_strong: [u64; 3],
+    pub transfers_weak: [u64; 3],
+    /// Transfers received.
+    pub received: u64,
+    pub remapped_bytes: u64,
+    pub copied_bytes: u64,
+    /// Chunks copied because a related aggregate's rights conflicted (Cosh
+    /// §3.4, option 3).
+    pub conflict_copies: u64,
+    /// Shares copied because another process still mapped the block, so
+    /// the kernel refused the write seal (Cosh §3.2 invariant 3: a copy
+    /// is always correct).
+    pub seal_fallbacks: u64,
+    /// Blocks reused from the free list / made with `memfd_create`.
+    pub recycled: u64,
+    pub created: u64,
+}
+
+#[derive(Debug)]
+struct Free {
+    fd: OwnedFd,
+    len: usize,
+    map: Option<Map>,
+}
+
+/// The block manager.
+#[derive(Debug)]
+pub struct BlockManager {
+    cfg: Config,
+    next: BlockId,
+    blocks: HashMap<BlockId, Arc<Block>>,
+    /// Mappings, per domain and block. A domain maps a block at most once.
+    maps: HashMap<(DomainId, BlockId), Map>,
+    /// Freed blocks ready for reuse, with a mapping their last holder had (kept, so reuse costs neither `mmap` nor page faults).
+    /// Their bytes are stale: they are zeroed when handed out.
+    free: Vec<Free>,
+    /// Units of our pool handed out (not imported).
+    used_units: usize,
+    stats: Stats,
+}
+
+impl BlockManager {
+    pub fn new(cfg: Config) -> BlockManager {
+        let page = sys::page_size();
+        let block_size = cfg.block_size.max(page).div_ceil(page) * page;
+        BlockManager {
+            cfg: Config { block_size, ..cfg },
+            next: 1,
+            blocks: HashMap::new(),
+            maps: HashMap::new(),
+            free: Vec::new(),
+            used_units: 0,
+            stats: Stats::default(),
+        }
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    pub fn set_remap_threshold(&mut self, bytes: usize) {
+        self.cfg.remap_threshold = bytes;
+    }
+
+    fn units(&self, len: usize) -> usize {
+        len.div_ceil(self.cfg.block_size)
+    }
+
+    /// A fresh private block of at least `len` bytes (whole units), mapped
+    /// read/write into `d`, holding `prefix` and then zeros (Cosh §3.3:
+    /// nothing a previous holder wrote can be observed).
+    pub fn alloc(
+        &mut self,
+        d: DomainId,
+        len: usize,
+        prefix: &[u8],
+    ) -> Result<Arc<Block>, CoshError> {
+        let units = self.units(len.max(prefix.len()).max(1));
+        if self.used_units + units > self.cfg.capacity_blocks {
+            return Err(CoshError::OutOfMemory {
+                wanted: units,
+                free: self.cfg.capacity_blocks - self.used_units,
+            });
+        }
+        let len = units * self.cfg.block_size;
+        let (fd, map) = match self.free.iter().position(|f| f.len == len) {
+            Some(i) => {
+                self.stats.recycled += 1;
+                let f = self.free.swap_remove(i);
+                match f.map {
+                    Some(mut m) => {
+                        m.set_writable(true)?;
+                        m.zero(prefix.len(), len - prefix.len());
+                        (f.fd, Some(m))
+                    }
+                    None => {
+                        sys::punch(f.fd.as_fd(), len)?;
+                        (f.fd, None)
+                    }
+                }
+            }
+            None => {
+                self.stats.created += 1;
+                (sys::memfd(len)?, None)
+            }
+        };
+        let mut map = match map {
+            Some(m) => m,
+            None => Map::new(fd.as_fd(), len, true)?,
+        };
+        map.write(0, prefix);
+        self.used_units += units;
+        let b = self.insert(fd, len, false, false);
+        self.maps.insert((d, b.id), map);
+        Ok(b)
+    }
+
+    fn insert(&mut self, fd: OwnedFd, len: usize, imported: bool, sealed: bool) -> Arc<Block> {
+        let id = self.next;
+        self.next += 1;
+        let b = Arc::new(Block {
+            id,
+            fd,
+            len,
+            sealed: AtomicBool::new(sealed),
+            shared: AtomicBool::new(sealed),
+            exported: AtomicBool::new(false),
+            imported,
+        });
+        self.blocks.insert(id, b.clone());
+        b
+    }
+
+    /// Adopt a block another process sent. Checks what the sender cannot
+    /// be trusted with: the descriptor is a memfd at least `len` long whose
+    /// size is sealed (else it could truncate it under our mapping and make
+    /// our reads fault), and, for a strong share, that it is write-sealed.
+    pub fn import(
+        &mut self,
+        fd: OwnedFd,
+        len: usize,
+        need_sealed: bool,
+    ) -> Result<Arc<Block>, CoshError> {
+        let (sealed, fixed) = sys::seals(fd.as_fd())
+            .map_err(|_| CoshError::Protocol("a transferred descriptor is not a sealable memfd"))?;
+        if !fixed {
+            return Err(CoshError::Protocol(
+                "a transferred block's size is not sealed",
+            ));
+        }
+        if (sys::file_len(fd.as_fd())? as usize) < len
+            || len == 0
+            || !len.is_multiple_of(sys::page_size())
+        {
+            return Err(CoshError::Protocol(
+                "a transferred block is shorter than announced",
+            ));
+        }
+        if need_sealed && !sealed {
+            return Err(CoshError::Protocol(
+                "a strong share of a block that is not write-sealed",
+            ));
+        }
+        Ok(self.insert(fd, len, true, sealed))
+    }
+
+    /// Seal `b` against writes everywhere (strong share, Cosh §3.3). Every
+    /// mapping of it in our domains goes first — the kernel refuses the
+    /// seal while any shared mapping exists, read-only ones included, and
+    /// a mapping made before the seal could be `mprotect`ed writable after
+    /// it. `Ok(false)`: another process still maps it; copy instead.
+    pub fn seal(&mut self, b: &Block) -> Result<bool, CoshError> {
+        if b.sealed() {
+            return Ok(true);
+        }
+        self.maps.retain(|(_, id), _| *id != b.id);
+        match sys::seal_write(b.fd()) {
+            Ok(()) => {
+                b.sealed.store(true, Ordering::Relaxed);
+                b.mark_shared();
+                Ok(true)
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                self.stats.seal_fallbacks += 1;
+                Ok(false)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The mapping of `b` in `d`, if any.
+    pub fn mapping(&self, d: DomainId, b: BlockId) -> Option<&Map> {
+        self.maps.get(&(d, b))
+    }
+
+    pub fn mapping_mut(&mut self, d: DomainId, b: BlockId) -> Option<&mut Map> {
+        self.maps.get_mut(&(d, b))
+    }
+
+    /// Make `d`'s mapping of `b` match `want` rights: none, read-only or
+    /// read/write. A mapping with more than `want` stays only if `keep_more`
+    /// (a weak transfer, Cosh §3.3); a missing or weaker one is made anew.
+    pub fn sync_map(
+        &mut self,
+        d: DomainId,
+        b: &Block,
+        want: crate::Rights,
+        keep_more: bool,
+    ) -> Result<(), CoshError> {
+        use crate::Rights;
+        let key = (d, b.id);
+        let have = self
+            .maps
+            .get(&key)
+            .map(|m| if m.writable() { Rights::Rw } else { Rights::Ro });
+        let have = have.unwrap_or(Rights::None);
+        if have == want || (have > want && keep_more) {
+            return Ok(());
+        }
+        // An unsealed block changes protection in place: `mprotect` makes
+        // a write fault as surely as a fresh mapping, and costs no page
+        // faults afterwards. (A mapping keeps VM_MAYWRITE through
+        // `mprotect`, so the kernel would refuse a later seal; `seal`
+        // drops every mapping first for that reason.)
+        if have > Rights::None && want > Rights::None && !b.sealed() {
+            let m = self.maps.get_mut(&key).expect("have > None");
+            m.set_writable(want == Rights::Rw)?;
+            return Ok(());
+        }
+        self.maps.remove(&key);
+        if want > Rights::None {
+            let writable = want == Rights::Rw;
+            debug_assert!(!(writable && b.sealed()));
+            self.maps.insert(key, Map::new(b.fd(), b.len, writable)?);
+        }
+        Ok(())
+    }
+
+    /// Drop every mapping `d` holds (the domain went away).
+    pub fn unmap_domain(&mut self, d: DomainId) {
+        self.maps.retain(|(dom, _), _| *dom != d);
+    }
+
+    /// Called when a holder let go of `b`: if nobody but the table holds
+    /// it, unmap it everywhere and return it to the pool (zeroed) or close
+    /// it.
+    pub fn release(&mut self, b: Arc<Block>) {
+        let id = b.id;
+        drop(b);
+        let Some(entry) = self.blocks.get(&id) else {
+            return;
+        };
+        if Arc::strong_count(entry) > 1 {
+            return;
+        }
+        let block = self.blocks.remove(&id).expect("present");
+        // Unmap it everywhere, keeping one mapping for reuse.
+        let keys: Vec<_> = self
+            .maps
+            .keys()
+            .filter(|(_, b)| *b == id)
+            .copied()
+            .collect();
+        let mut kept = None;
+        for k in keys {
+            let m = self.maps.remove(&k).expect("listed");
+            if kept.is_none() && !block.sealed() {
+                kept = Some(m);
+            }
+        }
+        if !block.imported {
+            self.used_units -= self.units(block.len);
+        }
+        let Ok(block) = Arc::try_unwrap(block) else {
+            unreachable!("the table held the last reference");
+        };
+        let reusable = !block.imported
+            && !block.sealed()
+            && !block.exported.load(Ordering::Relaxed)
+            && self.free.len() < self.cfg.recycle;
+        if reusable {
+            self.free.push(Free {
+                fd: block.fd,
+                len: block.len,
+                map: kept,
+            });
+        }
+    }
+
+    /// Count a transfer sent.
+    pub(crate) fn count_transfer(&mut self, mode: Mode, strength: Strength) {
+        let i = Mode::ALL.iter().position(|&m| m == mode).expect("mode");
+        match strength {
+            Strength::Strong => self.stats.transfers_strong[i] += 1,
+            Strength::Weak => self.stats.transfers_weak[i] += 1,
+        }
+    }
+
+    pub(crate) fn stats_mut(&mut self) -> &mut Stats {
+        &mut self.stats
+    }
+
+    pub(crate) fn count_units(&self, len: usize) -> u64 {
+        self.units(len) as u64
+    }
+
+    /// The counts as they are now.
+    pub fn stats(&self) -> Stats {
+        let mut s = self.stats;
+        s.block_size = self.cfg.block_size;
+        s.capacity_blocks = self.cfg.capacity_blocks;
+        s.free_blocks = self.cfg.capacity_blocks - self.used_units;
+        s.private_blocks = 0;
+        s.shared_blocks = 0;
+        s.imported_blocks = 0;
+        for b in self.blocks.values() {
+            let u = self.units(b.len);
+            if b.imported {
+                s.imported_blocks += u;
+            } else if b.shared() {
+                s.shared_blocks += u;
+            } else {
+                s.private_blocks += u;
+            }
+        }
+        s.mappings = self.maps.len();
+        let mut mapped: Vec<BlockId> = self.maps.keys().map(|&(_, b)| b).collect();
+        mapped.sort_unstable();
+        mapped.dedup();
+        s.mapped_blocks = mapped
+            .iter()
+            .filter_map(|b| self.blocks.get(b))
+            .map(|b| self.units(b.len))
+            .sum();
+        s
+    }
+
+    /// Every block the table holds (for audits).
+    pub fn blocks(&self) -> impl Iterator<Item = &Arc<Block>> {
+        self.blocks.values()
+    }
+
+    /// Every mapping: domain, block, writable.
+    pub fn mappings(&self) -> impl Iterator<Item = (DomainId, BlockId, bool)> + '_ {
+        self.maps.iter().map(|(&(d, b), m)| (d, b, m.writable()))
+    }
+}

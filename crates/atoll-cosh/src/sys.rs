@@ -1,0 +1,392 @@
+//! The memory system under Cosh's transfers, and the only `unsafe` of the
+//! crate: memfd blocks, their seals, shared mappings of them, passing their
+//! descriptors over a Unix socket, forking a receiver, the TSC.
+//!
+//! Everything Cosh §3.3 asks of a *strong* transfer is enforced here by
+//! the kernel, not by the library's bookkeeping:
+//!
+//! * a block is a memfd sealed against shrinking and growing at creation,
+//!   so no holder can truncate it under another holder's mapping (which
+//!   would turn the other's reads into SIGBUS);
+//! * sharing seals it with `F_SEAL_WRITE`: from then on no process can map
+//!   it writable (`mmap` gives `EPERM`), turn a mapping writable
+//!   (`mprotect` gives `EACCES`) or `write(2)` it (`EPERM`). The kernel
+//!   refuses the seal (`EBUSY`) while any shared mapping that may become
+//!   writable exists, read-only ones included, which is why a share first
+//!   drops every mapping and maps the block afresh afterwards;
+//! * a read-only [`Map`] of a sealed block faults (SIGSEGV) when written.
+//!
+//! Why `F_SEAL_WRITE` and not `F_SEAL_FUTURE_WRITE`: the future-write seal
+//! is accepted while writable mappings exist and leaves them writable, so
+//! it would only be as good as our unmapping of every one of them — in
+//! every process. `F_SEAL_WRITE` is refused unless none exists anywhere,
+//! so a receiver that reads it with `F_GET_SEALS` knows that no process
+//! can write the block, whatever the sender did; when another process
+//! still maps it, the share copies instead.
+
+use std::ffi::c_void;
+use std::io::{IoSlice, IoSliceMut};
+use std::mem::MaybeUninit;
+use std::os::fd::{BorrowedFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::ptr::NonNull;
+
+use rustix::fs::{MemfdFlags, SealFlags};
+use rustix::mm::{MapFlags, MprotectFlags, ProtFlags};
+use rustix::net::{
+    RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
+    SendAncillaryMessage, SendFlags,
+};
+
+/// The page size the blocks are aligned to.
+pub fn page_size() -> usize {
+    rustix::param::page_size()
+}
+
+/// A fresh zero-filled memfd of `len` bytes, sealed against resizing.
+pub fn memfd(len: usize) -> std::io::Result<OwnedFd> {
+    let fd = rustix::fs::memfd_create(
+        "atoll-cosh",
+        MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING,
+    )?;
+    rustix::fs::ftruncate(&fd, len as u64)?;
+    rustix::fs::fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW)?;
+    Ok(fd)
+}
+
+/// Seal `fd` read-only for every holder, for ever (Cosh §3.2 invariant 2:
+/// once shared, read-only everywhere until freed). `EBUSY` while any
+/// process still has a shared mapping of it.
+pub fn seal_write(fd: BorrowedFd<'_>) -> std::io::Result<()> {
+    Ok(rustix::fs::fcntl_add_seals(fd, SealFlags::WRITE)?)
+}
+
+/// The seals a received descriptor carries: `(write-sealed,
+/// size-sealed)`.
+pub fn seals(fd: BorrowedFd<'_>) -> std::io::Result<(bool, bool)> {
+    let s = rustix::fs::fcntl_get_seals(fd)?;
+    Ok((
+        s.contains(SealFlags::WRITE),
+        s.contains(SealFlags::SHRINK | SealFlags::GROW),
+    ))
+}
+
+/// The size of the file behind `fd`.
+pub fn file_len(fd: BorrowedFd<'_>) -> std::io::Result<u64> {
+    Ok(rustix::fs::fstat(fd)?.st_size as u64)
+}
+
+/// Give the pages of a block back and make it read as zeros, before the
+/// block manager hands it out again (Cosh §3.3: fresh buffers cannot be
+/// observed by anyone).
+pub fn punch(fd: BorrowedFd<'_>, len: usize) -> std::io::Result<()> {
+    use rustix::fs::FallocateFlags;
+    Ok(rustix::fs::fallocate(
+        fd,
+        FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE,
+        0,
+        len as u64,
+    )?)
+}
+
+/// A shared mapping of a whole block into this process, read-only or
+/// read/write; unmapped on drop.
+#[derive(Debug)]
+pub struct Map {
+    ptr: NonNull<u8>,
+    len: usize,
+    writable: bool,
+}
+
+// SAFETY: a `Map` is a plain address range; which thread touches it does
+// not matter to the kernel, and the block manager serialises its users.
+unsafe impl Send for Map {}
+
+impl Map {
+    /// Map `len` bytes of `fd` from offset 0, shared.
+    pub fn new(fd: BorrowedFd<'_>, len: usize, writable: bool) -> std::io::Result<Map> {
+        let prot = if writable {
+            ProtFlags::READ | ProtFlags::WRITE
+        } else {
+            ProtFlags::READ
+        };
+        // SAFETY: a new mapping at an address the kernel chooses overlaps
+        // nothing of ours; `len` is the block's length, which its seals
+        // keep fixed, so no access through the mapping can reach past the
+        // end of the file (no SIGBUS).
+        let p =
+            unsafe { rustix::mm::mmap(std::ptr::null_mut(), len, prot, MapFlags::SHARED, fd, 0)? };
+        Ok(Map {
+            ptr: NonNull::new(p.cast()).expect("mmap never returns null on success"),
+            len,
+            writable,
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn writable(&self) -> bool {
+        self.writable
+    }
+
+    /// The bytes `off..off + len`.
+    ///
+    /// Panics when the range is outside the mapping (callers check chunk
+    /// bounds against the block when the chunk is made).
+    pub fn bytes(&self, off: usize, len: usize) -> &[u8] {
+        assert!(off.checked_add(len).is_some_and(|e| e <= self.len));
+        // SAFETY: in bounds (checked above) of a live mapping that lives as
+        // long as `self`. Other domains may hold the same pages: a block is
+        // either read-only everywhere (shared, sealed) or mapped writable
+        // by its one owner, and the owner's writes go through
+        // `write`, which needs `&mut self` — except after a *weak* share,
+        // where Cosh §3.3 trusts the peer not to write; bytes that change
+        // under a `&[u8]` are then the peer's broken promise, not memory
+        // unsafety of plain `u8` data.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().add(off), len) }
+    }
+
+    /// Copy `data` to `off`. Panics if out of bounds or read-only.
+    pub fn write(&mut self, off: usize, data: &[u8]) {
+        assert!(self.writable, "write through a read-only mapping");
+        assert!(off.checked_add(data.len()).is_some_and(|e| e <= self.len));
+        // SAFETY: in bounds of a live writable mapping; `data` is ours and
+        // cannot overlap a block mapping we hand out only through `bytes`
+        // borrowed from `&self` (we hold `&mut self`).
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.as_ptr().add(off), data.len())
+        }
+    }
+}
+
+impl Map {
+    /// Make the mapping writable or read-only in place (`mprotect`).
+    /// Making a mapping of a write-sealed block writable fails (`EACCES`).
+    pub fn set_writable(&mut self, writable: bool) -> std::io::Result<()> {
+        if writable == self.writable {
+            return Ok(());
+        }
+        let flags = if writable {
+            MprotectFlags::READ | MprotectFlags::WRITE
+        } else {
+            MprotectFlags::READ
+        };
+        // SAFETY: the range is exactly one mapping of ours; changing its
+        // protection invalidates no reference: slices from `bytes` borrow
+        // `self`, which we hold mutably.
+        unsafe { rustix::mm::mprotect(self.ptr.as_ptr().cast(), self.len, flags)? };
+        self.writable = writable;
+        Ok(())
+    }
+
+    /// Zero `off..off + len`. Panics if out of bounds or read-only.
+    pub fn zero(&mut self, off: usize, len: usize) {
+        assert!(self.writable, "zeroing a read-only mapping");
+        assert!(off.checked_add(len).is_some_and(|e| e <= self.len));
+        // SAFETY: in bounds of a live writable mapping we hold `&mut` to.
+        unsafe { std::ptr::write_bytes(self.ptr.as_ptr().add(off), 0, len) }
+    }
+}
+
+impl Drop for Map {
+    fn drop(&mut self) {
+        // SAFETY: the range is exactly one mapping we made and no slice of
+        // it outlives `self` (`bytes` borrows `self`).
+        let _ = unsafe { rustix::mm::munmap(self.ptr.as_ptr().cast::<c_void>(), self.len) };
+    }
+}
+
+/// Most descriptors one message carries (the kernel's `SCM_MAX_FD` is 253).
+pub const MAX_FDS: usize = 250;
+
+/// Send the slices of `data` one after the other with `fds` attached to
+/// the first byte (`SCM_RIGHTS`): one `sendmsg` when the socket has room,
+/// so the receiver wakes once.
+pub fn send_with_fds(
+    sock: &UnixStream,
+    data: &[&[u8]],
+    fds: &[BorrowedFd<'_>],
+) -> std::io::Result<()> {
+    assert!(fds.len() <= MAX_FDS);
+    let mut space = vec![MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    if !fds.is_empty() && !control.push(SendAncillaryMessage::ScmRights(fds)) {
+        return Err(std::io::Error::other("too many descriptors"));
+    }
+    let iov: Vec<IoSlice<'_>> = data.iter().map(|d| IoSlice::new(d)).collect();
+    let mut n = loop {
+        match rustix::net::sendmsg(sock, &iov, &mut control, SendFlags::NOSIGNAL) {
+            Err(rustix::io::Errno::INTR) => continue,
+            r => break r?,
+        }
+    };
+    for d in data {
+        let skip = n.min(d.len());
+        n -= skip;
+        write_all(sock, &d[skip..])?;
+    }
+    Ok(())
+}
+
+/// Receive exactly `buf.len()` bytes, and the descriptors attached to them.
+pub fn recv_with_fds(sock: &UnixStream, buf: &mut [u8]) -> std::io::Result<Vec<OwnedFd>> {
+    let mut space = vec![MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
+    let mut fds = Vec::new();
+    let mut got = 0;
+    while got < buf.len() {
+        let mut control = RecvAncillaryBuffer::new(&mut space);
+        let r = match rustix::net::recvmsg(
+            sock,
+            &mut [IoSliceMut::new(&mut buf[got..])],
+            &mut control,
+            RecvFlags::CMSG_CLOEXEC,
+        ) {
+            Err(rustix::io::Errno::INTR) => continue,
+            r => r?,
+        };
+        for m in control.drain() {
+            if let RecvAncillaryMessage::ScmRights(it) = m {
+                fds.extend(it);
+            }
+        }
+        if r.bytes == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        got += r.bytes;
+    }
+    Ok(fds)
+}
+
+/// `write_all` on a shared reference to the socket.
+pub fn write_all(sock: &UnixStream, data: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut s: &UnixStream = sock;
+    s.write_all(data)
+}
+
+/// `read_exact` on a shared reference to the socket.
+pub fn read_exact(sock: &UnixStream, buf: &mut [u8]) -> std::io::Result<()> {
+    use std::io::Read;
+    let mut s: &UnixStream = sock;
+    s.read_exact(buf)
+}
+
+/// A forked process running one domain, connected by a socket.
+#[derive(Debug)]
+pub struct Child {
+    pub pid: i32,
+    pub sock: UnixStream,
+}
+
+/// How a forked domain ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exit {
+    Code(i32),
+    Signal(i32),
+}
+
+/// Fork a process that runs `body` with its end of a socket pair and
+/// exits with the code it returns (or 101 if it panics).
+///
+/// Call it from a process with one thread, or where the other threads
+/// hold no lock the child needs (the allocator's, above all): the child
+/// is a copy of this thread alone.
+pub fn fork_domain(body: impl FnOnce(UnixStream) -> i32) -> std::io::Result<Child> {
+    let (ours, theirs) = UnixStream::pair()?;
+    // Room for a parcel's copied bytes, so a copy is one message rather
+    // than a ping-pong of partial writes (the kernel caps these at
+    // net.core.wmem_max / rmem_max).
+    for s in [&ours, &theirs] {
+        let _ = rustix::net::sockopt::set_socket_send_buffer_size(s, 4 << 20);
+        let _ = rustix::net::sockopt::set_socket_recv_buffer_size(s, 4 << 20);
+    }
+    // SAFETY: see the function's contract; the child never returns into
+    // the caller's frames — it runs `body` and `_exit`s.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    if pid == 0 {
+        drop(ours);
+        let code =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(theirs))).unwrap_or(101);
+        // SAFETY: `_exit` ends the process without running the parent's
+        // atexit handlers or flushing its copied stdio buffers twice.
+        unsafe { libc::_exit(code) };
+    }
+    drop(theirs);
+    Ok(Child { pid, sock: ours })
+}
+
+impl Child {
+    /// Wait for the child to end.
+    pub fn wait(self) -> std::io::Result<Exit> {
+        drop(self.sock);
+        let mut status = 0;
+        loop {
+            // SAFETY: `status` is a valid out pointer; `pid` is our child.
+            let r = unsafe { libc::waitpid(self.pid, &mut status, 0) };
+            if r == self.pid {
+                break;
+            }
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+        Ok(if libc::WIFSIGNALED(status) {
+            Exit::Signal(libc::WTERMSIG(status))
+        } else {
+            Exit::Code(libc::WEXITSTATUS(status))
+        })
+    }
+}
+
+/// The time-stamp counter (cycles at the nominal frequency).
+#[inline]
+pub fn rdtsc() -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: `rdtsc` is available on every x86_64 CPU.
+        unsafe { core::arch::x86_64::_rdtsc() }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn write_seal_fails_while_a_read_only_shared_mapping_exists() {
+        let fd = memfd(page_size()).unwrap();
+        let m = Map::new(fd.as_fd(), page_size(), false).unwrap();
+        assert_eq!(
+            seal_write(fd.as_fd()).unwrap_err().raw_os_error(),
+            Some(libc::EBUSY)
+        );
+        drop(m);
+        seal_write(fd.as_fd()).unwrap();
+        assert!(Map::new(fd.as_fd(), page_size(), true).is_err());
+        assert_eq!(seals(fd.as_fd()).unwrap(), (true, true));
+    }
+
+    #[test]
+    fn punched_block_reads_zero() {
+        let fd = memfd(page_size()).unwrap();
+        let mut m = Map::new(fd.as_fd(), page_size(), true).unwrap();
+        m.write(10, b"abc");
+        punch(fd.as_fd(), page_size()).unwrap();
+        assert_eq!(m.bytes(10, 3), &[0, 0, 0]);
+    }
+}

@@ -28,7 +28,7 @@
 //! `--without affinity` turns all of this off (every new inode where its
 //! entry is).
 
-use atoll_proto::{entry_server, name_hash, Attr, DescId, FileType, InodeId, Reply, Request};
+use atoll_proto::{name_hash, Attr, DescId, FileType, InodeId, Reply, Request};
 
 use crate::error::{Error, Result};
 use crate::session::{Client, Lane};
@@ -40,7 +40,7 @@ pub fn placement(c: &Client, dir: InodeId, name: &[u8]) -> Option<usize> {
         return None;
     }
     let t = &c.info.topology;
-    let entry = entry_server(dir, name, c.nservers);
+    let entry = crate::adapt::entry_server(c, dir, name);
     let domain = t.domain_of_cpu(rustix::thread::sched_getcpu());
     if t.near(entry, domain) {
         return None;
@@ -74,7 +74,7 @@ pub fn placement(c: &Client, dir: InodeId, name: &[u8]) -> Option<usize> {
 /// commit) instead of one `Unlink`; everything done inside the directory
 /// costs what it did, since its inode and entries share a server.
 pub fn directory_home(c: &Client, dir: InodeId, name: &[u8]) -> Option<usize> {
-    if c.info.without.affinity || c.nservers < 2 || dir.is_distributed() {
+    if c.info.without.affinity || c.nservers < 2 || crate::adapt::distributed(dir) {
         return None;
     }
     // Only where servers have cores of their own (`--split`, or any
@@ -88,7 +88,7 @@ pub fn directory_home(c: &Client, dir: InodeId, name: &[u8]) -> Option<usize> {
         return None;
     }
     let home = (name_hash(dir, name) % c.nservers as u64) as usize;
-    (home != entry_server(dir, name, c.nservers)).then_some(home)
+    (home != crate::adapt::entry_server(c, dir, name)).then_some(home)
 }
 
 /// What [`create`] made.
@@ -157,7 +157,7 @@ pub fn create(
             return undo(e);
         }
     }
-    let entry = entry_server(dir, name, c.nservers);
+    let entry = crate::adapt::entry_server(c, dir, name);
     let vouched = match crate::dirperm::vouches_for(c, lane, dir, entry) {
         Ok(v) => v,
         Err(e) => return undo(e),

@@ -136,6 +136,7 @@ impl Guard<'_> {
             let mut bad = false;
             let _ = ch.drain_inbox(|bytes| match atoll_proto::decode::<Notice<'_>>(bytes) {
                 Ok(Notice::Invalidate { dir, name }) => self.invalidate(dir, name),
+                Ok(Notice::Adapt { dir, distributed }) => crate::adapt::on_notice(dir, distributed),
                 Ok(Notice::InvalidateAll) | Err(_) => bad = true,
             });
             if bad {

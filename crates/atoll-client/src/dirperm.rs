@@ -46,9 +46,7 @@
 //! to one user, Hare's single fault domain); a name change without them in
 //! a directory the server does not own is refused (`EPROTO`).
 
-use atoll_proto::{
-    entry_server, Cred, FileType, InodeId, Reply, Request, SetAttr, TimeSet, Vouched,
-};
+use atoll_proto::{Cred, FileType, InodeId, Reply, Request, SetAttr, TimeSet, Vouched};
 
 use crate::error::{Error, Result};
 use crate::session::{Client, Lane};
@@ -244,7 +242,7 @@ fn vouch_victim(
     name: &[u8],
     v: &mut Vouches,
 ) -> Result<bool> {
-    let server = entry_server(dir, name, c.nservers);
+    let server = crate::adapt::entry_server(c, dir, name);
     let named = lane.call(c, server, Request::Lookup { dir, name }, |r| match r {
         Reply::Entry { ino, .. } => Ok(Some(ino)),
         _ => Err(Error::Protocol("Lookup")),
@@ -384,8 +382,17 @@ pub fn after_change(c: &Client, lane: &Lane, change: &NameChange, deltas: [i32; 
             ..SetAttr::NONE
         };
         let _ = lane.post(c, d.owner(), Request::SetAttr { ino: d, set });
-        if delta != 0 && d.is_distributed() {
-            let _ = lane.post(c, d.owner(), Request::Subdirs { dir: d, delta });
+        if delta != 0 && crate::adapt::distributed(d) {
+            let epoch = crate::adapt::epoch(d);
+            let _ = lane.post(
+                c,
+                d.owner(),
+                Request::Subdirs {
+                    dir: d,
+                    delta,
+                    epoch,
+                },
+            );
         }
     }
 }

@@ -113,6 +113,20 @@ pub fn entry_server(c: &Client, dir: InodeId, name: &[u8]) -> usize {
     entry_server_in(dir, distributed(dir), name, c.nservers)
 }
 
+/// `req`, sent to `from`, made fit to go to `to` instead: a new
+/// directory's entries start where its inode is made (`MakeNode::home`).
+/// `None` when the move would change what the request means: a `Link`
+/// raises the link count only where the inode is owned, and the client
+/// sent `Ref` (or not) for the first server (the caller starts again).
+pub fn rerouted<'a>(mut req: Request<'a>, from: usize, to: usize) -> Option<Request<'a>> {
+    match &mut req {
+        Request::MakeNode { home, .. } => *home = to as u8,
+        Request::Link { ino, .. } if (ino.owner() == from) != (ino.owner() == to) => return None,
+        _ => {}
+    }
+    Some(req)
+}
+
 /// The one name a request is about, for re-routing it after `EMODE`.
 pub fn route<'a>(req: &Request<'a>) -> Option<(InodeId, &'a [u8])> {
     use Request as Q;

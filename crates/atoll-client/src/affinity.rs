@@ -242,6 +242,9 @@ pub fn try_open(
         Ok(m) => Ok(m.opened),
         // Exists: without `O_EXCL` open it where it is.
         Err(Error::Errno(libc::EEXIST)) if !excl => Ok(None),
+        // The directory's mode changed under the link (`adapt`): the
+        // coalesced path routes again.
+        Err(Error::Errno(e)) if e == crate::adapt::EMODE => Ok(None),
         Err(e) => Err(e),
     }
 }
@@ -260,15 +263,25 @@ pub fn try_make(
     target: &[u8],
 ) -> Result<Option<InodeId>> {
     if ftype == FileType::Directory {
-        return match directory_home(c, dir, name) {
-            Some(home) => {
-                create(c, lane, home, dir, name, ftype, perm, 0, b"", None).map(|m| Some(m.ino))
-            }
-            None => Ok(None),
+        let r = match directory_home(c, dir, name) {
+            Some(home) => create(c, lane, home, dir, name, ftype, perm, 0, b"", None),
+            None => return Ok(None),
         };
+        return coalesce_on_stale_mode(r.map(|m| m.ino));
     }
     let Some(local) = placement(c, dir, name) else {
         return Ok(None);
     };
-    create(c, lane, local, dir, name, ftype, perm, rdev, target, None).map(|m| Some(m.ino))
+    let r = create(c, lane, local, dir, name, ftype, perm, rdev, target, None);
+    coalesce_on_stale_mode(r.map(|m| m.ino))
+}
+
+/// A creation whose `Link` met a changed directory mode (`adapt`) left
+/// nothing behind: the coalesced `MakeNode` routes again.
+fn coalesce_on_stale_mode(r: Result<InodeId>) -> Result<Option<InodeId>> {
+    match r {
+        Ok(ino) => Ok(Some(ino)),
+        Err(Error::Errno(e)) if e == crate::adapt::EMODE => Ok(None),
+        Err(e) => Err(e),
+    }
 }

@@ -1197,6 +1197,29 @@ pub fn link(
         return err(libc::ENOENT);
     }
     let name = last.name.as_bytes();
+    for _ in 0..64 {
+        match link_once(c, lane, &w, name, ino, ftype) {
+            // The directory's mode changed under the link (`adapt`): its
+            // `Ref` was undone; route again.
+            Err(Error::Errno(e)) if e == crate::adapt::EMODE => {
+                crate::adapt::refresh(c, lane, w.dir)?;
+            }
+            r => return r,
+        }
+    }
+    err(libc::EAGAIN)
+}
+
+/// One attempt of a hard link: `Ref` at the owner unless the entry's
+/// server owns the inode, then `Link` there.
+fn link_once(
+    c: &Client,
+    lane: &Lane,
+    w: &Walker,
+    name: &[u8],
+    ino: InodeId,
+    ftype: FileType,
+) -> Result<Out> {
     let server = crate::adapt::entry_server(c, w.dir, name);
     let vouched = crate::dirperm::vouches_for(c, lane, w.dir, server)?;
     if ino.owner() != server {

@@ -263,16 +263,23 @@ impl Lane {
         // the mode its home server reports, if the first answered `EMODE`
         // (adaptive directories, `adapt`).
         let mut f = Some(f);
-        let mut server = server;
+        let (mut server, mut req) = (server, req);
         for _ in 0..64 {
             let id = self.send(c, cred, server, req.clone())?;
             let r = self.recv(c, server, id, |r| (f.take().expect("called once"))(r));
             match r {
                 Err(Error::Errno(e)) if e == crate::adapt::EMODE => {
-                    if !crate::adapt::refresh(c, self, route.0)? {
+                    // Nothing new about the mode and the same server: the
+                    // `EMODE` is about something else (an rmdir's child).
+                    let moved = crate::adapt::refresh(c, self, route.0)?;
+                    let to = crate::adapt::entry_server(c, route.0, route.1);
+                    if !moved && to == server {
                         return r;
                     }
-                    server = crate::adapt::entry_server(c, route.0, route.1);
+                    let Some(again) = crate::adapt::rerouted(req.clone(), server, to) else {
+                        return r;
+                    };
+                    (server, req) = (to, again);
                 }
                 r => return r,
             }
@@ -295,7 +302,7 @@ impl Lane {
         let mut change = crate::dirperm::NameChange::of(&req, server);
         let mut outcome = (false, [0, 0]);
         let mut f = Some(f);
-        let (mut server, mut vouches) = (server, None);
+        let (mut server, mut vouches, mut req) = (server, None, req);
         for _ in 0..64 {
             let v = vouches
                 .as_ref()
@@ -309,10 +316,15 @@ impl Lane {
                 // Sent by a stale idea of the directory's mode: again, to
                 // the name's server now, with what that server needs.
                 (Err(Error::Errno(e)), Some((dir, name))) if e == crate::adapt::EMODE => {
-                    if !crate::adapt::refresh(c, self, dir)? {
+                    let moved = crate::adapt::refresh(c, self, dir)?;
+                    let to = crate::adapt::entry_server(c, dir, name);
+                    if !moved && to == server {
                         return Err(Error::Errno(e));
                     }
-                    server = crate::adapt::entry_server(c, dir, name);
+                    let Some(again) = crate::adapt::rerouted(req.clone(), server, to) else {
+                        return Err(Error::Errno(e));
+                    };
+                    (server, req) = (to, again);
                     change = crate::dirperm::NameChange::of(&req, server);
                     vouches = Some(crate::dirperm::vouches_for(c, self, dir, server)?);
                 }

@@ -187,6 +187,11 @@ impl<S: BlockStore> FileServer<S> {
         } else {
             here
         };
+        // Only directories big enough to swap are watched, so the policy
+        // keeps no state for the many small ones.
+        if !distributed && entries < self.adapt.policy.limits.min_entries {
+            return;
+        }
         if let Some(want) = self
             .adapt
             .policy

@@ -3,9 +3,10 @@
 //! timeframe"). Kept apart from the swap mechanism (`super`), as K42 keeps
 //! the decision to hot-swap apart from the mediator (Appavoo ch. 6).
 //!
-//! The home server feeds every namespace request on a centralized or
-//! adapted directory homed here into [`Policy::observe`] (one hash lookup
-//! and a few additions; nothing when the policy is off). Per directory it
+//! The home server feeds every namespace request on a directory homed
+//! here that holds at least `min_entries` entries, or that a swap spread,
+//! into [`Policy::observe`] (one hash lookup and a few additions; nothing
+//! when the policy is off, no state for small directories). Per directory it
 //! counts requests and distinct sessions in windows of [`Thresholds::window`]:
 //! * **hot** — a window with at least `hot_ops` requests from at least
 //!   `hot_sessions` sessions (contention) while the directory holds at

@@ -280,3 +280,62 @@ fn a_marked_directory_does_not_swap_and_a_spread_one_is_not_removed_by_one_unlin
     };
     assert!(matches!(ts[0].ok(S1, USER, rmdir), Own::Unlinked(..)));
 }
+
+#[test]
+fn policy_asks_the_busy_session_to_spread_a_big_contended_directory() {
+    let mut ts = servers();
+    let t = &mut ts[0];
+    t.fs.set_adaptive(true);
+    t.fs.adapt.policy.limits = super::super::adapt::policy::Thresholds {
+        hot_ops: 8,
+        hot_sessions: 2,
+        min_entries: 4,
+        window: std::time::Duration::from_secs(60),
+        ..Default::default()
+    };
+    let d = t.mkdir(ROOT, "d");
+    let small = t.mkdir(ROOT, "small");
+    for i in 0..5 {
+        t.create(d, &format!("f{i}"));
+    }
+    for s in [S1, S2].iter().cycle().take(12) {
+        t.call(
+            *s,
+            USER,
+            Request::Lookup {
+                dir: small,
+                name: b"x",
+            },
+        );
+    }
+    assert_eq!(t.fs.take_adapt_notices(), vec![], "a small directory stays");
+    let mut asked = vec![];
+    for s in [S1, S2].iter().cycle().take(12) {
+        t.call(
+            *s,
+            USER,
+            Request::Lookup {
+                dir: d,
+                name: b"f1",
+            },
+        );
+        asked.extend(t.fs.take_adapt_notices());
+    }
+    assert_eq!(
+        asked,
+        vec![(S2, d, true)],
+        "once, to the session that tipped it"
+    );
+    t.fs.set_adaptive(false);
+    for _ in 0..20 {
+        t.call(
+            S1,
+            USER,
+            Request::Lookup {
+                dir: d,
+                name: b"f1",
+            },
+        );
+    }
+    assert_eq!(t.fs.take_adapt_notices(), vec![]);
+}

@@ -365,6 +365,7 @@ mod tests {
             perm: 0o1777,
             uid: 1,
             gid: 2,
+            epoch: 0,
         };
         dc.set_dir_attrs(dc.generation(), a);
         assert_eq!(dc.dir_attrs([&c].into_iter(), D), Some(a));

@@ -102,6 +102,7 @@ impl Vouches {
             perm: 0,
             uid: 0,
             gid: 0,
+            epoch: 0,
         };
         Vouches {
             items: [NONE; MAX_VOUCHED],
@@ -131,6 +132,7 @@ fn attrs_from_owner(c: &Client, lane: &Lane, ino: InodeId) -> Result<Vouched> {
             perm: a.perm & 0o7777,
             uid: a.uid,
             gid: a.gid,
+            epoch: 0,
         }),
         _ => Err(Error::Protocol("GetAttr")),
     })
@@ -149,7 +151,13 @@ pub fn vouch_dir(
     if server == dir.owner() {
         return Ok(());
     }
-    v.push(dir_attrs(c, lane, dir)?);
+    // The epoch is the one routed by now, not the one cached with the
+    // attributes (`adapt`).
+    let epoch = crate::adapt::epoch(dir);
+    v.push(Vouched {
+        epoch,
+        ..dir_attrs(c, lane, dir)?
+    });
     Ok(())
 }
 

@@ -409,6 +409,11 @@ pub struct Vouched {
     pub perm: u32,
     pub uid: u32,
     pub gid: u32,
+    /// For a directory: the mode epoch the client routed the request by
+    /// ([`ModeInfo`]). A server that knows another answers `EMODE`, so a
+    /// name change is only ever served in the epoch the client names
+    /// (what its `Subdirs` then carries).
+    pub epoch: u32,
 }
 
 /// A request frame: the header every request carries plus the operation.
@@ -1420,6 +1425,7 @@ mod tests {
                 perm: 0o1777,
                 uid: 7,
                 gid: 8,
+                epoch: 0,
             }]),
         };
         let bytes = encode(&frame, &mut buf).unwrap().to_vec();

@@ -14,8 +14,12 @@
 //!   the current mode, or the directory is blocked → `Errno::EMODE`;
 //! * a request about the whole directory whose set of servers depends on
 //!   the mode (`ReadDir`, `MarkRmdir`) carries the epoch the client routed
-//!   by; another epoch, or a block → `EMODE`; `Subdirs` of an older epoch
-//!   is dropped (the swap recounted).
+//!   by; another epoch, or a block → `EMODE`;
+//! * a name change at a server that does not own the directory carries
+//!   its attributes (`Vouched`) and in them the epoch routed by; another
+//!   → `EMODE` (`dir_check`). So the `Subdirs` the client then posts names
+//!   the epoch the change was served in, and one of an older epoch is
+//!   dropped: the swap since has recounted it.
 //!
 //! The client then asks the home server for the mode and sends again
 //! (waiting while a swap is under way), so no request ever waits inside a

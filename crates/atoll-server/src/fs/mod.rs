@@ -810,6 +810,8 @@ impl<S: BlockStore> FileServer<S> {
         }
         if !self.owns(dir) {
             return match who.vouched_for(dir) {
+                // Routed by another mode epoch than this server's (`adapt`).
+                Some(v) if v.epoch != self.adapt.mode(dir).1 => Err(Errno::EMODE),
                 Some(v) => check(FileType::Directory, v.perm, v.uid, v.gid, who, mask),
                 None if mask & MAY_WRITE != 0 => Err(Errno::EPROTO),
                 None => Ok(()),

@@ -1922,6 +1922,7 @@ fn attrs_of(dir: InodeId, perm: u32, uid: u32, gid: u32) -> Vouched {
         perm,
         uid,
         gid,
+        epoch: 0,
     }
 }
 

@@ -21,12 +21,13 @@ fn mode(t: &mut T, dir: InodeId) -> ModeInfo {
     }
 }
 
-fn vouch(d: InodeId) -> [Vouched; 1] {
+fn vouch(d: InodeId, epoch: u32) -> [Vouched; 1] {
     [Vouched {
         ino: d,
         perm: 0o755,
         uid: USER.uid,
         gid: USER.gid,
+        epoch,
     }]
 }
 
@@ -162,7 +163,6 @@ fn swap_moves_entries_with_their_cookies_and_blocks_until_complete() {
         .map(|i| format!("n{i}"))
         .find(|n| entry_server_in(d, true, n.as_bytes(), N) == 1)
         .unwrap();
-    let v = vouch(d);
     let create = Request::Open {
         dir: d,
         name: name.as_bytes(),
@@ -170,7 +170,13 @@ fn swap_moves_entries_with_their_cookies_and_blocks_until_complete() {
         perm: 0o644,
         umask: 0,
     };
-    assert!(matches!(ts[1].callv(S1, USER, &v, create), Own::Opened(..)));
+    // Routed by the epoch before the swap: told so; by this one: served.
+    let stale = ts[1].callv(S1, USER, &vouch(d, 0), create.clone());
+    assert_eq!(stale, Own::Err(Errno::EMODE));
+    assert!(matches!(
+        ts[1].callv(S1, USER, &vouch(d, 1), create),
+        Own::Opened(..)
+    ));
     let all = listing(&mut ts, d, 1);
     let (seq, _) = all.iter().find(|(_, n)| *n == name).unwrap();
     assert!(*seq >= info.base_seq && seq % N as u64 == 1, "cookie {seq}");

@@ -9,11 +9,15 @@
 //!   slot costs one more round trip, never a wrong answer. With no
 //!   adapted directory seen, routing costs one relaxed load (hot path).
 //! * **Stale answers.** [`Lane`](crate::session::Lane) calls about one
-//!   name (`Lookup`, `Open`, `Link`, `Unlink`, …) that answer `EMODE` ask
-//!   the home server for the mode ([`refresh`], which waits while a swap
-//!   is under way, and resumes one whose coordinator died) and go to the
-//!   name's server under it. Whole-directory calls (`getdents`, the marks
-//!   of an rmdir, a rename's one message) refresh and start again.
+//!   name (`Lookup`, `Open`, `MakeNode`, `Unlink`, …) that answer `EMODE`
+//!   ask the home server for the mode ([`refresh`], which waits while a
+//!   swap is under way, and resumes one whose coordinator died) and go to
+//!   the name's server under it, with the attributes and epoch that server
+//!   needs ([`rerouted`]; a `Link` whose link count another server would
+//!   keep goes back to its caller instead). Whole-directory calls
+//!   (`getdents`, the marks of an rmdir, a rename's one message) refresh
+//!   and start again. `EMODE` never reaches a program (`EAGAIN` if it
+//!   would).
 //! * **Coordinating a swap** ([`swap`]; K42 ch. 6 phases): `Begin` at
 //!   home, `Block` at the others, `Export`→`Import` of every shard's
 //!   misplaced entries, `Complete` at the others and home last. A failure
@@ -319,7 +323,9 @@ pub fn run_pending(c: &Client, lane: &Lane) {
 /// One `getdents64` of a directory distributed by a swap, from `cookie`:
 /// every server's entries after the cookie, merged in cookie order, as far
 /// as every server that had more than one reply's worth sent. Returns
-/// `(bytes, cookie to resume at)`; `EMODE` when the mode moved on.
+/// `(bytes, cookie to resume at)`; `EMODE` when the mode moved on. The
+/// servers are asked at once (directory broadcast, Hare §3.7.3), or one
+/// after the other with `--without broadcast`.
 pub fn getdents(
     c: &Client,
     lane: &Lane,
@@ -329,6 +335,16 @@ pub fn getdents(
 ) -> Result<(usize, u64)> {
     let max_bytes = buf.len().min(u32::MAX as usize) as u32;
     let epoch = epoch(dir);
+    let at_once = crate::bcast::enabled(c);
+    if at_once {
+        crate::counters::bump(&crate::counters::BROADCASTS);
+    }
+    let mut m = Merge {
+        recs: Vec::new(),
+        limit: u64::MAX,
+        failure: None,
+        cookie,
+    };
     let mut sent = Vec::with_capacity(c.nservers);
     for s in 0..c.nservers {
         let req = Request::ReadDir {
@@ -337,13 +353,49 @@ pub fn getdents(
             max_bytes,
             epoch,
         };
-        sent.push((s, lane.send(c, c.cred(), s, req)));
+        let id = lane.send(c, c.cred(), s, req);
+        match at_once {
+            true => sent.push((s, id)),
+            false => m.take(c, lane, s, id),
+        }
     }
-    // (seq, record bytes); `limit`: the last cookie every server covered.
-    let mut recs: Vec<(u64, Vec<u8>)> = Vec::new();
-    let mut limit = u64::MAX;
-    let mut failure = None;
     for (s, id) in sent {
+        m.take(c, lane, s, id);
+    }
+    if let Some(e) = m.failure {
+        return Err(e);
+    }
+    m.recs.sort_by_key(|r| r.0);
+    let mut used = 0;
+    let mut next = cookie;
+    for (seq, rec) in m.recs.iter().filter(|r| r.0 <= m.limit) {
+        if used + rec.len() > buf.len() {
+            break;
+        }
+        buf[used..used + rec.len()].copy_from_slice(rec);
+        used += rec.len();
+        next = *seq;
+    }
+    if used == 0 && (m.limit != u64::MAX || !m.recs.is_empty()) {
+        return err(libc::EINVAL); // not even one record fits
+    }
+    Ok((used, next))
+}
+
+/// The replies of one merged listing: `(cookie, record)`s, the last cookie
+/// every server covered, the first failure.
+struct Merge {
+    recs: Vec<(u64, Vec<u8>)>,
+    limit: u64,
+    failure: Option<Error>,
+    cookie: u64,
+}
+
+impl Merge {
+    /// Collect server `s`'s reply to request `id` (every reply is read,
+    /// even after a failure, so none is left in a ring).
+    fn take(&mut self, c: &Client, lane: &Lane, s: usize, id: Result<u64>) {
+        let (recs, limit, cookie) = (&mut self.recs, &mut self.limit, self.cookie);
         let r = id.and_then(|id| {
             lane.recv(c, s, id, |r| match r {
                 Reply::Dirents { data, end } => {
@@ -361,7 +413,7 @@ pub fn getdents(
                         pos += reclen;
                     }
                     if !end {
-                        limit = limit.min(last.unwrap_or(cookie));
+                        *limit = (*limit).min(last.unwrap_or(cookie));
                     }
                     Ok(())
                 }
@@ -369,27 +421,9 @@ pub fn getdents(
             })
         });
         if let Err(e) = r {
-            failure.get_or_insert(e);
+            self.failure.get_or_insert(e);
         }
     }
-    if let Some(e) = failure {
-        return Err(e);
-    }
-    recs.sort_by_key(|r| r.0);
-    let mut used = 0;
-    let mut next = cookie;
-    for (seq, rec) in recs.iter().filter(|r| r.0 <= limit) {
-        if used + rec.len() > buf.len() {
-            break;
-        }
-        buf[used..used + rec.len()].copy_from_slice(rec);
-        used += rec.len();
-        next = *seq;
-    }
-    if used == 0 && (limit != u64::MAX || !recs.is_empty()) {
-        return err(libc::EINVAL); // not even one record fits
-    }
-    Ok((used, next))
 }
 
 #[cfg(test)]

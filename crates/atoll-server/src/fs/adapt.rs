@@ -175,6 +175,18 @@ pub fn namespace_dir(req: &Request<'_>) -> Option<InodeId> {
 }
 
 impl<S: BlockStore> FileServer<S> {
+    /// Let the policy move directories homed here between modes
+    /// (`--adaptive-dirs on`, Hare §6.1.2).
+    pub fn set_adaptive(&mut self, on: bool) {
+        self.adapt.policy.on = on;
+    }
+
+    /// Swaps the policy asks sessions to coordinate (`Notice::Adapt`, sent
+    /// by the server loop with the invalidations): `(session, dir, mode)`.
+    pub fn take_adapt_notices(&mut self) -> Vec<(SessionId, InodeId, bool)> {
+        std::mem::take(&mut self.adapt.notices)
+    }
+
     /// The policy's view of one namespace request on `dir` (home server).
     pub(super) fn adapt_observe(&mut self, session: SessionId, dir: InodeId, now: Instant) {
         if dir.home() != self.cfg.index || dir.is_distributed() || dir.owner() != dir.home() {

@@ -643,18 +643,6 @@ impl<S: BlockStore> FileServer<S> {
         self.track.has_pending() || !self.adapt.notices.is_empty()
     }
 
-    /// Swaps the adaptive-directory policy asks sessions to coordinate
-    /// (`Notice::Adapt`): `(session, dir, distributed)`.
-    pub fn take_adapt_notices(&mut self) -> Vec<(SessionId, InodeId, bool)> {
-        std::mem::take(&mut self.adapt.notices)
-    }
-
-    /// Let the policy move directories homed here between modes
-    /// (`--adaptive-dirs on`, Hare §6.1.2).
-    pub fn set_adaptive(&mut self, on: bool) {
-        self.adapt.policy.on = on;
-    }
-
     /// Serve one request. Hot path: one hash lookup per object touched;
     /// replies that carry bytes borrow them from `out` (reused by the
     /// caller), so the common requests do not allocate.

@@ -13,14 +13,16 @@ const WORKERS: usize = 8;
 const SWAPS: usize = 20;
 
 /// A process in a group of its own, killed with its whole group when the
-/// test ends however it ends.
-struct Group(Child);
+/// test ends however it ends (unless it was seen to exit: its group id
+/// may be reused).
+struct Group(Child, bool);
 
 impl Group {
     fn wait_ok(&mut self, what: &str, limit: Duration) {
         let start = Instant::now();
         loop {
             if let Some(status) = self.0.try_wait().expect("wait") {
+                self.1 = true;
                 assert!(status.success(), "{what} failed: {status}");
                 return;
             }
@@ -35,10 +37,12 @@ impl Group {
 
 impl Drop for Group {
     fn drop(&mut self) {
-        // SAFETY: kill(2) with a negative pid signals the process group
-        // this test made for the child; no memory is touched.
-        unsafe { libc::kill(-(self.0.id() as i32), libc::SIGKILL) };
-        let _ = self.0.wait();
+        if !self.1 {
+            // SAFETY: kill(2) with a negative pid signals the process
+            // group this test made for the child; no memory is touched.
+            unsafe { libc::kill(-(self.0.id() as i32), libc::SIGKILL) };
+            let _ = self.0.wait();
+        }
     }
 }
 
@@ -48,7 +52,7 @@ fn spawn(inst: &Booted, script: &str) -> Group {
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::inherit());
-    Group(cmd.spawn().expect("spawn atoll exec"))
+    Group(cmd.spawn().expect("spawn atoll exec"), false)
 }
 
 /// One worker: until `$STOP` exists (at least 40 rounds, at most 600), create

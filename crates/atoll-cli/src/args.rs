@@ -134,6 +134,11 @@ pub struct InstanceArgs {
     /// `all`) over all servers (repeatable)
     #[arg(long, value_name = "all|PATH")]
     pub distribute: Vec<String>,
+    /// Swap a directory between centralized and distributed while it is in
+    /// use, by how hot it is (Hare §6.1.2); `setfattr -n
+    /// user.atoll.distributed -v 1|0 DIR` swaps one by hand either way
+    #[arg(long, value_name = "on|off", default_value = "off", value_parser = ["on", "off"])]
+    pub adaptive_dirs: String,
     /// Root directory for instance runtime directories [default:
     /// $XDG_RUNTIME_DIR/atoll or /tmp/atoll-$UID]
     #[arg(long, value_name = "DIR")]

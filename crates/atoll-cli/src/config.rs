@@ -83,6 +83,7 @@ fn plan_with_cores(args: &InstanceArgs, cores: &[usize]) -> Result<Plan, UsageEr
             incoherent: args.incoherent,
             without: without(&args.without),
             distribute,
+            adaptive_dirs: args.adaptive_dirs == "on",
             inodes: args.inodes,
             runtime_root: args
                 .runtime_dir

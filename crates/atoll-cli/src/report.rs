@@ -214,6 +214,10 @@ struct ServerJson<'a> {
     pipes: u64,
     pipe_bytes: u64,
     pipe_ops: u64,
+    /// Directory mode swaps completed as home server, and the directories
+    /// (`st_ino`) homed here now distributed by one (Hare §6.1.2).
+    mode_swaps: u64,
+    adapted_dirs: Vec<u64>,
     ops: Vec<OpJson<'a>>,
 }
 
@@ -239,6 +243,8 @@ fn servers_json(servers: &[ServerStats]) -> Vec<ServerJson<'_>> {
             pipes: s.pipes,
             pipe_bytes: s.pipe_bytes,
             pipe_ops: s.pipe_ops,
+            mode_swaps: s.mode_swaps,
+            adapted_dirs: s.adapted_dirs.iter().map(|d| d.0).collect(),
             ops: s
                 .ops
                 .iter()
@@ -317,9 +323,28 @@ pub fn status_text(st: &InstanceStatus, rec: &InstanceRecord) -> String {
         root + listed
     );
     out.push_str(&limits_text(&st.limits));
+    out.push_str(&adaptive_text(&st.servers));
     let _ = writeln!(out, "requests     {requests}");
     out.push('\n');
     out.push_str(&stats_table(&st.servers));
+    out
+}
+
+/// Adaptive directories (Hare §6.1.2): per server that swapped any, the
+/// swaps it completed as home server and the directories (inode numbers)
+/// a swap left distributed. Nothing when no directory ever swapped.
+fn adaptive_text(servers: &[ServerStats]) -> String {
+    let mut out = String::new();
+    let mut label = "adaptive    ";
+    for s in servers.iter().filter(|s| s.mode_swaps > 0) {
+        let dirs: Vec<String> = s.adapted_dirs.iter().map(|d| d.0.to_string()).collect();
+        let now = match dirs.is_empty() {
+            true => "none distributed now".to_string(),
+            false => format!("distributed now: {}", dirs.join(", ")),
+        };
+        let _ = writeln!(out, "{label} s{}: {} swaps, {now}", s.server, s.mode_swaps);
+        label = "            ";
+    }
     out
 }
 

@@ -28,7 +28,7 @@
 //! `--without affinity` turns all of this off (every new inode where its
 //! entry is).
 
-use atoll_proto::{entry_server, name_hash, Attr, DescId, FileType, InodeId, Reply, Request};
+use atoll_proto::{name_hash, Attr, DescId, FileType, InodeId, Reply, Request};
 
 use crate::error::{Error, Result};
 use crate::session::{Client, Lane};
@@ -40,7 +40,7 @@ pub fn placement(c: &Client, dir: InodeId, name: &[u8]) -> Option<usize> {
         return None;
     }
     let t = &c.info.topology;
-    let entry = entry_server(dir, name, c.nservers);
+    let entry = crate::adapt::entry_server(c, dir, name);
     let domain = t.domain_of_cpu(rustix::thread::sched_getcpu());
     if t.near(entry, domain) {
         return None;
@@ -74,7 +74,7 @@ pub fn placement(c: &Client, dir: InodeId, name: &[u8]) -> Option<usize> {
 /// commit) instead of one `Unlink`; everything done inside the directory
 /// costs what it did, since its inode and entries share a server.
 pub fn directory_home(c: &Client, dir: InodeId, name: &[u8]) -> Option<usize> {
-    if c.info.without.affinity || c.nservers < 2 || dir.is_distributed() {
+    if c.info.without.affinity || c.nservers < 2 || crate::adapt::distributed(dir) {
         return None;
     }
     // Only where servers have cores of their own (`--split`, or any
@@ -88,7 +88,7 @@ pub fn directory_home(c: &Client, dir: InodeId, name: &[u8]) -> Option<usize> {
         return None;
     }
     let home = (name_hash(dir, name) % c.nservers as u64) as usize;
-    (home != entry_server(dir, name, c.nservers)).then_some(home)
+    (home != crate::adapt::entry_server(c, dir, name)).then_some(home)
 }
 
 /// What [`create`] made.
@@ -164,7 +164,7 @@ pub fn create(
             return undo(e);
         }
     }
-    let entry = entry_server(dir, name, c.nservers);
+    let entry = crate::adapt::entry_server(c, dir, name);
     let vouched = match crate::dirperm::vouches_for(c, lane, dir, entry) {
         Ok(v) => v,
         Err(e) => return undo(e),
@@ -249,6 +249,9 @@ pub fn try_open(
         Ok(m) => Ok(m.opened),
         // Exists: without `O_EXCL` open it where it is.
         Err(Error::Errno(libc::EEXIST)) if !excl => Ok(None),
+        // The directory's mode changed under the link (`adapt`): the
+        // coalesced path routes again.
+        Err(Error::Errno(e)) if e == crate::adapt::EMODE => Ok(None),
         Err(e) => Err(e),
     }
 }
@@ -267,15 +270,25 @@ pub fn try_make(
     target: &[u8],
 ) -> Result<Option<InodeId>> {
     if ftype == FileType::Directory {
-        return match directory_home(c, dir, name) {
-            Some(home) => {
-                create(c, lane, home, dir, name, ftype, perm, 0, b"", None).map(|m| Some(m.ino))
-            }
-            None => Ok(None),
+        let r = match directory_home(c, dir, name) {
+            Some(home) => create(c, lane, home, dir, name, ftype, perm, 0, b"", None),
+            None => return Ok(None),
         };
+        return coalesce_on_stale_mode(r.map(|m| m.ino));
     }
     let Some(local) = placement(c, dir, name) else {
         return Ok(None);
     };
-    create(c, lane, local, dir, name, ftype, perm, rdev, target, None).map(|m| Some(m.ino))
+    let r = create(c, lane, local, dir, name, ftype, perm, rdev, target, None);
+    coalesce_on_stale_mode(r.map(|m| m.ino))
+}
+
+/// A creation whose `Link` met a changed directory mode (`adapt`) left
+/// nothing behind: the coalesced `MakeNode` routes again.
+fn coalesce_on_stale_mode(r: Result<InodeId>) -> Result<Option<InodeId>> {
+    match r {
+        Ok(ino) => Ok(Some(ino)),
+        Err(Error::Errno(e)) if e == crate::adapt::EMODE => Ok(None),
+        Err(e) => Err(e),
+    }
 }

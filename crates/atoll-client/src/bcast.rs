@@ -50,6 +50,7 @@ pub fn getdents(
             dir,
             cookie: ck,
             max_bytes,
+            epoch: crate::adapt::epoch(dir),
         };
         sent.push((si, server, lane.send(c, c.cred(), server, req)?));
     }

@@ -136,6 +136,7 @@ impl Guard<'_> {
             let mut bad = false;
             let _ = ch.drain_inbox(|bytes| match atoll_proto::decode::<Notice<'_>>(bytes) {
                 Ok(Notice::Invalidate { dir, name }) => self.invalidate(dir, name),
+                Ok(Notice::Adapt { dir, distributed }) => crate::adapt::on_notice(dir, distributed),
                 Ok(Notice::InvalidateAll) | Err(_) => bad = true,
             });
             if bad {
@@ -364,6 +365,7 @@ mod tests {
             perm: 0o1777,
             uid: 1,
             gid: 2,
+            epoch: 0,
         };
         dc.set_dir_attrs(dc.generation(), a);
         assert_eq!(dc.dir_attrs([&c].into_iter(), D), Some(a));

@@ -46,7 +46,7 @@
 //! to one user, Hare's single fault domain); a name change without them in
 //! a directory the server does not own is refused (`EPROTO`).
 
-use atoll_proto::{entry_server, Cred, FileType, InodeId, Reply, Request, Vouched};
+use atoll_proto::{Cred, FileType, InodeId, Reply, Request, Vouched};
 
 use crate::error::{Error, Result};
 use crate::session::{Client, Lane};
@@ -102,6 +102,7 @@ impl Vouches {
             perm: 0,
             uid: 0,
             gid: 0,
+            epoch: 0,
         };
         Vouches {
             items: [NONE; MAX_VOUCHED],
@@ -131,6 +132,7 @@ fn attrs_from_owner(c: &Client, lane: &Lane, ino: InodeId) -> Result<Vouched> {
             perm: a.perm & 0o7777,
             uid: a.uid,
             gid: a.gid,
+            epoch: 0,
         }),
         _ => Err(Error::Protocol("GetAttr")),
     })
@@ -149,7 +151,13 @@ pub fn vouch_dir(
     if server == dir.owner() {
         return Ok(());
     }
-    v.push(dir_attrs(c, lane, dir)?);
+    // The epoch is the one routed by now, not the one cached with the
+    // attributes (`adapt`).
+    let epoch = crate::adapt::epoch(dir);
+    v.push(Vouched {
+        epoch,
+        ..dir_attrs(c, lane, dir)?
+    });
     Ok(())
 }
 
@@ -242,7 +250,7 @@ fn vouch_victim(
     name: &[u8],
     v: &mut Vouches,
 ) -> Result<bool> {
-    let server = entry_server(dir, name, c.nservers);
+    let server = crate::adapt::entry_server(c, dir, name);
     let named = lane.call(c, server, Request::Lookup { dir, name }, |r| match r {
         Reply::Entry { ino, .. } => Ok(Some(ino)),
         _ => Err(Error::Protocol("Lookup")),
@@ -378,8 +386,17 @@ pub fn after_change(c: &Client, lane: &Lane, change: &NameChange, deltas: [i32; 
     for (d, delta) in change.dirs.into_iter().zip(deltas) {
         let Some(d) = d else { continue };
         let _ = lane.post(c, d.owner(), Request::Touched { dir: d });
-        if delta != 0 && d.is_distributed() {
-            let _ = lane.post(c, d.owner(), Request::Subdirs { dir: d, delta });
+        if delta != 0 && crate::adapt::distributed(d) {
+            let epoch = crate::adapt::epoch(d);
+            let _ = lane.post(
+                c,
+                d.owner(),
+                Request::Subdirs {
+                    dir: d,
+                    delta,
+                    epoch,
+                },
+            );
         }
     }
 }

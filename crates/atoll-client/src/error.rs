@@ -27,6 +27,8 @@ impl Error {
     /// The errno a program sees for this error.
     pub fn errno(&self) -> i32 {
         match self {
+            // A stale route nothing could re-route (`adapt`): try again.
+            Error::Errno(e) if *e == atoll_proto::Errno::EMODE.0 => libc::EAGAIN,
             Error::Errno(e) => *e,
             Error::Msg(_) => libc::EIO,
             Error::Wire(WireError::TooLarge) => libc::E2BIG,

@@ -13,9 +13,7 @@
 // `Extents` replies are decoded in place (`fast`), so reads and writes do
 // not allocate even when a signal handler interrupted `malloc`.
 
-use atoll_proto::{
-    entry_server, DescId, FileType, InodeId, LockOwner, LockSpec, Reply, Request, BLOCK_SIZE,
-};
+use atoll_proto::{DescId, FileType, InodeId, LockOwner, LockSpec, Reply, Request, BLOCK_SIZE};
 
 use crate::cache;
 use crate::error::{err, Error, Result};
@@ -253,7 +251,7 @@ pub fn open(
         if last.trailing_slash {
             oflags |= libc::O_DIRECTORY as u32;
         }
-        let server = entry_server(w.dir, name, c.nservers);
+        let server = crate::adapt::entry_server(c, w.dir, name);
         crate::dirperm::check_search(c, lane, w.dir, server)?;
         let umask = c.umask.load(core::sync::atomic::Ordering::Relaxed);
         let separate = if crate::uncoalesced::active(c) {

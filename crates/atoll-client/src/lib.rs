@@ -37,6 +37,7 @@
 // enums carrying one are large, and that is the point.
 #![allow(clippy::large_enum_variant)]
 
+mod adapt;
 mod affinity;
 mod bcast;
 mod cache;

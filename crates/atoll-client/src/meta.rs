@@ -275,6 +275,14 @@ pub fn getxattr(
     buf: u64,
     size: usize,
 ) -> Result<i64> {
+    // A directory's mode (adaptive directories, `adapt`), from its home.
+    if name == crate::ns::XATTR_DISTRIBUTED {
+        match crate::adapt::mode_value(c, lane, ino) {
+            Ok(d) => return copy_sized(if d { b"1" } else { b"0" }, buf, size),
+            Err(Error::Errno(e)) if e == libc::ENODATA => {}
+            Err(e) => return Err(e),
+        }
+    }
     lane.call(
         c,
         ino.owner(),
@@ -313,6 +321,14 @@ pub fn setxattr(
     value: &[u8],
     flags: u32,
 ) -> Result<i64> {
+    // Setting a directory's mode swaps it (`adapt`, Hare §6.1.2).
+    if name == crate::ns::XATTR_DISTRIBUTED && (value == b"1" || value == b"0") {
+        match crate::adapt::swap(c, lane, ino, value == b"1") {
+            Ok(()) => return Ok(0),
+            Err(Error::Errno(e)) if e == libc::ENOTDIR => {}
+            Err(e) => return Err(e),
+        }
+    }
     lane.call_ok(
         c,
         ino.owner(),

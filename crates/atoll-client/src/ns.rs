@@ -10,7 +10,7 @@
 //! when it also owns the inode; otherwise the client sends `Ref`/`Unref` to
 //! the owner (`Unlinked.freed_here` says which happened).
 
-use atoll_proto::{entry_server, FileType, InodeId, Reply, Request, UnlinkKind, ROOT};
+use atoll_proto::{FileType, InodeId, Reply, Request, UnlinkKind, ROOT};
 
 use crate::error::{err, Error, Result};
 use crate::fdtable::{self, DescRef};
@@ -44,12 +44,15 @@ pub fn umask(c: &Client) -> u32 {
     c.umask.load(core::sync::atomic::Ordering::Relaxed)
 }
 
-/// Should a directory created as `name` in `w.dir` be distributed?
+/// Should a directory created as `name` in `w.dir` be distributed? Yes
+/// in a distributed parent (made so, or swapped so by `setfattr -n
+/// user.atoll.distributed -v 1`, `adapt`) and under a `--distribute`
+/// path.
 fn want_distributed(c: &Client, w: &Walker, name: &[u8]) -> bool {
     if c.info.without.dir_distribution || c.nservers < 2 {
         return false;
     }
-    if w.dir.is_distributed() {
+    if crate::adapt::distributed(w.dir) {
         return true;
     }
     if let Ok(p) = w.child_path(name) {
@@ -57,18 +60,7 @@ fn want_distributed(c: &Client, w: &Walker, name: &[u8]) -> bool {
             return true;
         }
     }
-    let ino = w.dir;
-    w.lane
-        .call(
-            c,
-            ino.owner(),
-            Request::GetXattr {
-                ino,
-                name: XATTR_DISTRIBUTED,
-            },
-            |r| Ok(matches!(r, Reply::Xattr(_))),
-        )
-        .unwrap_or(false)
+    false
 }
 
 /// `MakeNode` in the final component's entry server.
@@ -93,7 +85,7 @@ fn make_node(
             return Ok(ino);
         }
     }
-    let server = entry_server(w.dir, name, c.nservers);
+    let server = crate::adapt::entry_server(c, w.dir, name);
     // Otherwise the new inode lives where its entry is, and a directory's
     // own entries start on that same server.
     let home = server as u8;
@@ -162,7 +154,7 @@ pub fn mknod(c: &Client, lane: &Lane, dirfd: i64, path: &[u8], mode: u32, dev: u
             }
             // A directory being removed answers EAGAIN: wait for its
             // outcome as every creation does (Hare §3.4.1).
-            let server = entry_server(w.dir, name, c.nservers);
+            let server = crate::adapt::entry_server(c, w.dir, name);
             let vouched = crate::dirperm::vouches_for(c, lane, w.dir, server)?;
             let desc = crate::session::retry_marked(|| {
                 lane.call_vouched(
@@ -252,7 +244,7 @@ fn unlink_entry(
     kind: UnlinkKind,
     expect: Option<InodeId>,
 ) -> Result<(InodeId, FileType)> {
-    let server = entry_server(dir, name, c.nservers);
+    let server = crate::adapt::entry_server(c, dir, name);
     let mut vouched = crate::dirperm::vouches_for(c, lane, dir, server)?;
     let (ino, ftype, freed_here) =
         crate::dirperm::sticky_retry(c, lane, &[(dir, name)], &mut vouched, |v| {
@@ -327,7 +319,7 @@ pub fn rmdir(c: &Client, lane: &Lane, path: &[u8]) -> Result<Out> {
 /// never outlives the directory.
 fn mark_servers(c: &Client, ino: InodeId) -> Vec<usize> {
     let mut v = vec![ino.home()];
-    if ino.is_distributed() && c.nservers > 1 {
+    if crate::adapt::distributed(ino) && c.nservers > 1 {
         v.extend((0..c.nservers).filter(|&s| s != ino.home()));
     } else if ino.owner() != ino.home() {
         v.push(ino.owner());
@@ -365,7 +357,7 @@ fn rmdir_at(c: &Client, lane: &Lane, w: &Walker, last: &Last) -> Result<Out> {
         }
         // Linux allows removing the cwd (it becomes unreachable): no check.
         let servers = mark_servers(c, ino);
-        let esrv = entry_server(w.dir, name, c.nservers);
+        let esrv = crate::adapt::entry_server(c, w.dir, name);
         let r = if servers == [esrv] {
             // The server waits out a move of the directory under way
             // (`EAGAIN`), as the owner's mark does below.
@@ -381,6 +373,11 @@ fn rmdir_at(c: &Client, lane: &Lane, w: &Walker, last: &Last) -> Result<Out> {
             r.map(|_| ())
         };
         match r {
+            // The directory's mode changed (`adapt`): mark where it is now.
+            Err(Error::Errno(e)) if e == crate::adapt::EMODE && attempts < 64 => {
+                crate::adapt::refresh(c, lane, ino)?;
+                continue;
+            }
             // The name now names another inode (a rename won): look again.
             Err(Error::Errno(e)) if e == libc::ESTALE && attempts < 64 => continue,
             Err(Error::Errno(e)) if e == libc::ESTALE => return err(libc::ENOENT),
@@ -404,12 +401,22 @@ fn mark_dir(c: &Client, lane: &Lane, ino: InodeId) -> Result<Vec<usize>> {
 /// directory under way) leaves no mark behind.
 fn try_mark_dir(c: &Client, lane: &Lane, ino: InodeId) -> Result<Vec<usize>> {
     let servers = mark_servers(c, ino);
+    let epoch = crate::adapt::epoch(ino);
+    let mark = || Request::MarkRmdir { dir: ino, epoch };
     {
-        lane.call_ok(c, servers[0], Request::MarkRmdir { dir: ino })?;
+        match lane.call_ok(c, servers[0], mark()) {
+            // A swap moved (or moves) the entries (`adapt`): mark where
+            // they are now, from phase 1 (`retry_marked`).
+            Err(Error::Errno(e)) if e == crate::adapt::EMODE => {
+                crate::adapt::refresh(c, lane, ino)?;
+                return err(libc::EAGAIN);
+            }
+            r => r?,
+        }
         let mut marked = vec![servers[0]];
         let rest = &servers[1..];
         let mut failure = None;
-        let results = crate::bcast::all_ok(c, lane, rest, || Request::MarkRmdir { dir: ino });
+        let results = crate::bcast::all_ok(c, lane, rest, mark);
         for (&s, r) in rest.iter().zip(results) {
             match r {
                 Ok(()) => marked.push(s),
@@ -426,7 +433,13 @@ fn try_mark_dir(c: &Client, lane: &Lane, ino: InodeId) -> Result<Vec<usize>> {
             // retried from phase 1 after the abort.
             Some(e) => {
                 finish_marks(c, lane, ino, &marked, false);
-                Err(e)
+                match e {
+                    Error::Errno(m) if m == crate::adapt::EMODE => {
+                        crate::adapt::refresh(c, lane, ino)?;
+                        err(libc::EAGAIN)
+                    }
+                    e => Err(e),
+                }
             }
         }
     }
@@ -541,8 +554,8 @@ pub fn rename(
     }
     let (n1, n2) = (l1.name.as_bytes(), l2.name.as_bytes());
     let (dir1, dir2) = (w1.dir, w2.dir);
-    let srv1 = entry_server(dir1, n1, c.nservers);
-    let srv2 = entry_server(dir2, n2, c.nservers);
+    let srv1 = crate::adapt::entry_server(c, dir1, n1);
+    let srv2 = crate::adapt::entry_server(c, dir2, n2);
     // Within one directory on one server no ancestry check is needed: one
     // message, and the server applies every rule atomically (Hare §3.7.4).
     let same_dir_fast_path =
@@ -552,6 +565,11 @@ pub fn rename(
         // may live elsewhere without its marks; the checked path marks it.
         match same_server_rename(c, lane, srv1, (dir1, n1), (dir2, n2), flags) {
             Err(Error::Errno(e)) if e == libc::ESTALE => {}
+            // The directory's mode changed (`adapt`): the checked path
+            // routes again.
+            Err(Error::Errno(e)) if e == crate::adapt::EMODE => {
+                crate::adapt::refresh(c, lane, dir1)?;
+            }
             r => return r,
         }
     }
@@ -588,6 +606,11 @@ fn rename_checked(
     let mut backoff = Backoff::new();
     loop {
         match rename_attempt(c, lane, w1, old, new, flags) {
+            Err(Error::Errno(e)) if e == crate::adapt::EMODE && stale < 64 => {
+                crate::adapt::refresh(c, lane, old.0)?;
+                crate::adapt::refresh(c, lane, new.0)?;
+                stale += 1;
+            }
             Err(Error::Errno(e)) if e == libc::ESTALE && stale < 64 => stale += 1,
             Err(Error::Errno(e)) if e == libc::ESTALE => return err(libc::ENOENT),
             Err(Error::Errno(e)) if e == libc::EAGAIN && backoff.wait() => {}
@@ -693,8 +716,8 @@ fn rename_attempt(
             _ => {}
         }
     }
-    let srv1 = entry_server(dir1, n1, c.nservers);
-    let srv2 = entry_server(dir2, n2, c.nservers);
+    let srv1 = crate::adapt::entry_server(c, dir1, n1);
+    let srv2 = crate::adapt::entry_server(c, dir2, n2);
     // A directory replaced by the move must be empty on every server that
     // may hold its entries; the new name's server can vouch only for its
     // own (Hare §3.4.1).
@@ -978,8 +1001,8 @@ fn cross_server_rename(
 ) -> Result<()> {
     let (dir1, n1, ino1, ft1) = old;
     let (dir2, n2) = new;
-    let srv1 = entry_server(dir1, n1, c.nservers);
-    let srv2 = entry_server(dir2, n2, c.nservers);
+    let srv1 = crate::adapt::entry_server(c, dir1, n1);
+    let srv2 = crate::adapt::entry_server(c, dir2, n2);
     let is_dir = |ft| ft == FileType::Directory;
     // Step 1: the extra reference the new name holds until the old goes.
     let take_ref = |ino: InodeId, ftype: FileType, server: usize| -> Result<()> {
@@ -1196,7 +1219,30 @@ pub fn link(
         return err(libc::ENOENT);
     }
     let name = last.name.as_bytes();
-    let server = entry_server(w.dir, name, c.nservers);
+    for _ in 0..64 {
+        match link_once(c, lane, &w, name, ino, ftype) {
+            // The directory's mode changed under the link (`adapt`): its
+            // `Ref` was undone; route again.
+            Err(Error::Errno(e)) if e == crate::adapt::EMODE => {
+                crate::adapt::refresh(c, lane, w.dir)?;
+            }
+            r => return r,
+        }
+    }
+    err(libc::EAGAIN)
+}
+
+/// One attempt of a hard link: `Ref` at the owner unless the entry's
+/// server owns the inode, then `Link` there.
+fn link_once(
+    c: &Client,
+    lane: &Lane,
+    w: &Walker,
+    name: &[u8],
+    ino: InodeId,
+    ftype: FileType,
+) -> Result<Out> {
+    let server = crate::adapt::entry_server(c, w.dir, name);
     let vouched = crate::dirperm::vouches_for(c, lane, w.dir, server)?;
     if ino.owner() != server {
         crate::dirperm::check_creatable(c, lane, w.dir)?;
@@ -1281,11 +1327,7 @@ pub fn getdents64(c: &Client, lane: &Lane, d: &DescRef, buf: &mut [u8]) -> Resul
     let cookie = d.cookie().load(core::sync::atomic::Ordering::Relaxed);
     let max_bytes = buf.len().min(u32::MAX as usize) as u32;
     if !dir.is_distributed() || c.nservers < 2 {
-        let (n, next) = read_dir_chunk(c, lane, dir, dir.home(), cookie, max_bytes, buf, None)?;
-        if let Some(nx) = next {
-            d.cookie().store(nx, core::sync::atomic::Ordering::Relaxed);
-        }
-        return Ok(n as i64);
+        return getdents_adaptive(c, lane, d, cookie, buf);
     }
     if crate::bcast::enabled(c) {
         // Directory broadcast (Hare §3.7.3): all servers at once.
@@ -1316,6 +1358,40 @@ pub fn getdents64(c: &Client, lane: &Lane, d: &DescRef, buf: &mut [u8]) -> Resul
     Ok(0)
 }
 
+/// `getdents64` of a directory made centralized, which a swap may have
+/// distributed (`adapt`): its cookies are one sequence in either mode, so
+/// a listing goes on where it was whatever the mode now.
+fn getdents_adaptive(
+    c: &Client,
+    lane: &Lane,
+    d: &DescRef,
+    cookie: u64,
+    buf: &mut [u8],
+) -> Result<i64> {
+    let dir = d.ino();
+    let max_bytes = buf.len().min(u32::MAX as usize) as u32;
+    for _ in 0..64 {
+        let r = if crate::adapt::adapted_spread(dir) && c.nservers > 1 {
+            crate::adapt::getdents(c, lane, dir, cookie, buf).map(|(n, nx)| (n, Some(nx)))
+        } else {
+            read_dir_chunk(c, lane, dir, dir.home(), cookie, max_bytes, buf, None)
+        };
+        match r {
+            Err(Error::Errno(e)) if e == crate::adapt::EMODE => {
+                crate::adapt::refresh(c, lane, dir)?;
+            }
+            r => {
+                let (n, next) = r?;
+                if let Some(nx) = next {
+                    d.cookie().store(nx, core::sync::atomic::Ordering::Relaxed);
+                }
+                return Ok(n as i64);
+            }
+        }
+    }
+    err(libc::EAGAIN)
+}
+
 /// The `i`-th server visited when reading distributed directory `dir`.
 fn order(c: &Client, dir: InodeId, i: usize) -> usize {
     (dir.home() + i) % c.nservers
@@ -1342,6 +1418,7 @@ fn read_dir_chunk(
             dir,
             cookie,
             max_bytes,
+            epoch: crate::adapt::epoch(dir),
         },
         |r| match r {
             Reply::Dirents { data, end } => {

@@ -286,8 +286,36 @@ impl Lane {
         req: Request<'_>,
         f: impl FnOnce(Reply<'_>) -> Result<R>,
     ) -> Result<R> {
-        let id = self.send(c, cred, server, req)?;
-        self.recv(c, server, id, f)
+        let Some(route) = crate::adapt::route(&req) else {
+            let id = self.send(c, cred, server, req)?;
+            return self.recv(c, server, id, f);
+        };
+        // A request about one name goes again, to the name's server under
+        // the mode its home server reports, if the first answered `EMODE`
+        // (adaptive directories, `adapt`).
+        let mut f = Some(f);
+        let (mut server, mut req) = (server, req);
+        for _ in 0..64 {
+            let id = self.send(c, cred, server, req.clone())?;
+            let r = self.recv(c, server, id, |r| (f.take().expect("called once"))(r));
+            match r {
+                Err(Error::Errno(e)) if e == crate::adapt::EMODE => {
+                    // Nothing new about the mode and the same server: the
+                    // `EMODE` is about something else (an rmdir's child).
+                    let moved = crate::adapt::refresh(c, self, route.0)?;
+                    let to = crate::adapt::entry_server(c, route.0, route.1);
+                    if !moved && to == server {
+                        return r;
+                    }
+                    let Some(again) = crate::adapt::rerouted(req.clone(), server, to) else {
+                        return r;
+                    };
+                    (server, req) = (to, again);
+                }
+                r => return r,
+            }
+        }
+        Err(Error::Errno(libc::EAGAIN))
     }
 
     /// [`Lane::call`] carrying attributes of inodes owned elsewhere.
@@ -301,17 +329,46 @@ impl Lane {
     ) -> Result<R> {
         // A name change in a directory owned elsewhere: its owner learns of
         // it (times, subdirectories; `dirperm::after_change`).
-        let change = crate::dirperm::NameChange::of(&req, server);
+        let route = crate::adapt::route(&req);
+        let mut change = crate::dirperm::NameChange::of(&req, server);
         let mut outcome = (false, [0, 0]);
-        let id = self.send_vouched(c, c.cred(), vouched, server, req)?;
-        let r = self.recv(c, server, id, |r| {
-            outcome = change.outcome(&r);
-            f(r)
-        })?;
-        if outcome.0 {
-            crate::dirperm::after_change(c, self, &change, outcome.1);
+        let mut f = Some(f);
+        let (mut server, mut vouches, mut req) = (server, None, req);
+        for _ in 0..64 {
+            let v = vouches
+                .as_ref()
+                .map_or(vouched, |v: &crate::dirperm::Vouches| v.as_slice());
+            let id = self.send_vouched(c, c.cred(), v, server, req.clone())?;
+            let r = self.recv(c, server, id, |r| {
+                outcome = change.outcome(&r);
+                (f.take().expect("called once"))(r)
+            });
+            match (r, route) {
+                // Sent by a stale idea of the directory's mode: again, to
+                // the name's server now, with what that server needs.
+                (Err(Error::Errno(e)), Some((dir, name))) if e == crate::adapt::EMODE => {
+                    let moved = crate::adapt::refresh(c, self, dir)?;
+                    let to = crate::adapt::entry_server(c, dir, name);
+                    if !moved && to == server {
+                        return Err(Error::Errno(e));
+                    }
+                    let Some(again) = crate::adapt::rerouted(req.clone(), server, to) else {
+                        return Err(Error::Errno(e));
+                    };
+                    (server, req) = (to, again);
+                    change = crate::dirperm::NameChange::of(&req, server);
+                    vouches = Some(crate::dirperm::vouches_for(c, self, dir, server)?);
+                }
+                (r, _) => {
+                    let r = r?;
+                    if outcome.0 {
+                        crate::dirperm::after_change(c, self, &change, outcome.1);
+                    }
+                    return Ok(r);
+                }
+            }
         }
-        Ok(r)
+        Err(Error::Errno(libc::EAGAIN))
     }
 
     /// A request whose only good answer is `Ok`.
@@ -330,7 +387,13 @@ impl Lane {
             Some(dc) => dc.drain(self.chans.iter()),
             None => {
                 for ch in &self.chans {
-                    let _ = ch.drain_inbox(|_| {});
+                    let _ = ch.drain_inbox(|bytes| {
+                        if let Ok(atoll_proto::Notice::Adapt { dir, distributed }) =
+                            atoll_proto::decode(bytes)
+                        {
+                            crate::adapt::on_notice(dir, distributed);
+                        }
+                    });
                 }
             }
         }
@@ -573,6 +636,8 @@ impl Client {
                     .is_ok()
                 {
                     lane.drain(self);
+                    // A swap a home server's policy asked for (`adapt`).
+                    crate::adapt::run_pending(self, lane);
                     return Ok(LaneGuard { lane });
                 }
             }

@@ -10,7 +10,7 @@
 //! opened by the second message (`EACCES`), and symlinks and special
 //! names are left to the coalesced path.
 
-use atoll_proto::{entry_server, Attr, DescId, FileType, InodeId, Reply, Request};
+use atoll_proto::{Attr, DescId, FileType, InodeId, Reply, Request};
 
 use crate::error::{err, Error, Result};
 use crate::session::Client;
@@ -69,7 +69,7 @@ pub fn open(
 }
 
 fn make_regular(c: &Client, w: &Walker, name: &[u8], perm: u32) -> Result<InodeId> {
-    let server = entry_server(w.dir, name, c.nservers);
+    let server = crate::adapt::entry_server(c, w.dir, name);
     let vouched = crate::dirperm::vouches_for(c, w.lane, w.dir, server)?;
     crate::session::retry_marked(|| {
         w.lane.call_vouched(

@@ -16,7 +16,7 @@
 //! unless `--without dir-cache`. `canon` tracks the canonical path of the current directory
 //! (what `getcwd` reports after a `chdir` there).
 
-use atoll_proto::{entry_server, FileType, InodeId, Reply, Request, ROOT};
+use atoll_proto::{FileType, InodeId, Reply, Request, ROOT};
 
 use crate::error::{err, Error, Result};
 use crate::fdtable;
@@ -367,7 +367,7 @@ impl<'a> Walker<'a> {
         let server = if is_dotdot(name) {
             dir.home()
         } else {
-            entry_server(dir, name, self.c.nservers)
+            crate::adapt::entry_server(self.c, dir, name)
         };
         crate::dirperm::check_search(self.c, self.lane, dir, server)?;
         let (ino, ftype) = self

@@ -39,6 +39,7 @@ fn boot() -> Booted {
         incoherent: false,
         without: Without::default(),
         distribute: vec![],
+        adaptive_dirs: false,
         inodes: None,
         runtime_root: root.path().to_path_buf(),
     };

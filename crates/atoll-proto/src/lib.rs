@@ -96,6 +96,12 @@ impl Errno {
     pub const ENODEV: Errno = Errno(libc::ENODEV);
     pub const ENOTTY: Errno = Errno(libc::ENOTTY);
     pub const EOPNOTSUPP: Errno = Errno(libc::EOPNOTSUPP);
+    /// atoll's own, never returned to a program: the request was routed by
+    /// a stale idea of its directory's mode, or reached the directory while
+    /// a swap of its mode is under way (Hare §6.1.2, K42 ch. 6 "block").
+    /// The client asks the directory's home server for the mode
+    /// ([`Request::DirMode`]) and sends the request again.
+    pub const EMODE: Errno = Errno(4000);
 }
 
 /// Identity of an inode: `owner:8 | home:8 | flags:8 | serial:40`.
@@ -216,6 +222,18 @@ impl FileType {
             FileType::CharDevice => libc::DT_CHR,
             FileType::BlockDevice => libc::DT_BLK,
         }
+    }
+    pub fn from_dirent_type(t: u8) -> Option<FileType> {
+        Some(match t {
+            libc::DT_REG => FileType::Regular,
+            libc::DT_DIR => FileType::Directory,
+            libc::DT_LNK => FileType::Symlink,
+            libc::DT_FIFO => FileType::Fifo,
+            libc::DT_SOCK => FileType::Socket,
+            libc::DT_CHR => FileType::CharDevice,
+            libc::DT_BLK => FileType::BlockDevice,
+            _ => return None,
+        })
     }
     pub fn from_mode(mode: u32) -> Option<FileType> {
         Some(match mode & libc::S_IFMT {
@@ -391,6 +409,11 @@ pub struct Vouched {
     pub perm: u32,
     pub uid: u32,
     pub gid: u32,
+    /// For a directory: the mode epoch the client routed the request by
+    /// ([`ModeInfo`]). A server that knows another answers `EMODE`, so a
+    /// name change is only ever served in the epoch the client names
+    /// (what its `Subdirs` then carries).
+    pub epoch: u32,
 }
 
 /// A request frame: the header every request carries plus the operation.
@@ -427,7 +450,7 @@ pub struct ReplyFrame<'a> {
 
 /// One message type per operation (Hare Table 4.2, coalesced where noted).
 /// The comment on each variant names the server it goes to and its reply.
-#[derive(Serialize, Deserialize, Debug)]
+#[derive(Serialize, Deserialize, Debug, Clone)]
 pub enum Request<'a> {
     /// Any server. Register the session's supplementary groups. → `Ok`
     SetGroups {
@@ -522,11 +545,13 @@ pub enum Request<'a> {
     },
     /// Read entries of `dir` held by this server, starting at `cookie`
     /// (0 = start; `.` and `..` are produced by the home server only).
-    /// → `Dirents`
+    /// `epoch` is the mode epoch the client routed by ([`ModeInfo`]); a
+    /// server that knows another answers [`Errno::EMODE`]. → `Dirents`
     ReadDir {
         dir: InodeId,
         cookie: u64,
         max_bytes: u32,
+        epoch: u32,
     },
 
     // ---- directories: sent to the directory's home server ----
@@ -545,6 +570,9 @@ pub enum Request<'a> {
     /// dies is aborted. → `Ok`
     MarkRmdir {
         dir: InodeId,
+        /// The mode epoch the client chose the marked servers by
+        /// (`EMODE` if stale).
+        epoch: u32,
     },
     /// Phase 3 of rmdir: commit (drop the directory's entries) or abort.
     /// → `Ok`
@@ -943,7 +971,113 @@ pub enum Request<'a> {
     Subdirs {
         dir: InodeId,
         delta: i32,
+        /// Mode epoch the name change happened in: a delta from an older
+        /// epoch is already in the recount a swap made, and is dropped.
+        epoch: u32,
     },
+
+    // ---- adaptive directories (Hare §6.1.2; `adapt` in the server) ----
+    /// `dir.home()`. The directory's current mode and epoch, and whether
+    /// a swap of it is under way. → `DirMode`
+    DirMode {
+        dir: InodeId,
+    },
+    /// One step of a hot-swap of `dir`'s mode (K42 ch. 6), coordinated by
+    /// the client that sends them. → see [`AdaptStep`]
+    Adapt {
+        dir: InodeId,
+        #[serde(borrow)]
+        step: AdaptStep<'a>,
+    },
+}
+
+/// The phases of a directory's hot-swap (K42 ch. 6: forward, block,
+/// transfer, complete), each a message from the coordinating client.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy)]
+pub enum AdaptStep<'a> {
+    /// Home server: start a swap to `distributed` (or, `resume`, take over
+    /// one whose coordinator died). Blocks the directory here. → `DirMode`
+    /// with the new epoch, `swapping` and the swap's `base_seq`
+    Begin { distributed: bool, resume: bool },
+    /// Every other server: block the directory (namespace requests on it
+    /// answer `EMODE`) and drop cached lookups of its entries. `EBUSY` if
+    /// a cross-server move holds a provisional name in it. → `Ok`
+    Block {
+        epoch: u32,
+        distributed: bool,
+        base_seq: u64,
+    },
+    /// Any server: entries held here that belong elsewhere under the new
+    /// mode, in cookie order after `after` ([`pack_moved`]). → `Exported`
+    Export { epoch: u32, after: u64 },
+    /// The entries' new server: insert them with their cookies. → `Ok`
+    Import {
+        epoch: u32,
+        #[serde(borrow)]
+        data: &'a [u8],
+    },
+    /// Every server, home last: drop what moved away, publish the new
+    /// mode, unblock. → `Ok`
+    Complete { epoch: u32 },
+    /// Every server: give up a swap before `Complete` (imported entries
+    /// are dropped again, the old mode stays). → `Ok`
+    Cancel { epoch: u32 },
+}
+
+/// A directory's mode as its home server knows it (Hare §6.1.2).
+/// `epoch` 0 is the mode the directory was made with (its id's flag);
+/// every completed swap adds one.
+#[derive(Serialize, Deserialize, Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct ModeInfo {
+    pub distributed: bool,
+    pub epoch: u32,
+    /// A swap is under way: wait and ask again.
+    pub swapping: bool,
+    /// ... and its coordinator died: the asker resumes it.
+    pub orphaned: bool,
+    /// Cookies of entries made after the swap start here (`Begin`).
+    pub base_seq: u64,
+}
+
+/// Entry server of `name` in `dir` when the directory's mode is
+/// `distributed` (which may differ from its id's flag after a swap).
+pub fn entry_server_in(dir: InodeId, distributed: bool, name: &[u8], nservers: usize) -> usize {
+    if distributed && nservers > 1 && name != b"." && name != b".." {
+        (name_hash(dir, name) % nservers as u64) as usize
+    } else {
+        dir.home()
+    }
+}
+
+/// Append one moved entry to `buf` (`seq:u64 ino:u64 type:u8 len:u8 name`).
+pub fn pack_moved(buf: &mut Vec<u8>, seq: u64, ino: InodeId, ftype: FileType, name: &[u8]) {
+    buf.extend_from_slice(&seq.to_le_bytes());
+    buf.extend_from_slice(&ino.0.to_le_bytes());
+    buf.push(ftype.dirent_type());
+    buf.push(name.len().min(255) as u8);
+    buf.extend_from_slice(&name[..name.len().min(255)]);
+}
+
+/// Bytes one moved entry takes in a packed batch.
+pub fn moved_len(name: &[u8]) -> usize {
+    18 + name.len().min(255)
+}
+
+/// The entries of a packed batch: `(seq, ino, type, name)`; stops at the
+/// first malformed record.
+pub fn parse_moved(mut data: &[u8]) -> impl Iterator<Item = (u64, InodeId, FileType, &[u8])> {
+    std::iter::from_fn(move || {
+        if data.len() < 18 {
+            return None;
+        }
+        let seq = u64::from_le_bytes(data[0..8].try_into().ok()?);
+        let ino = InodeId(u64::from_le_bytes(data[8..16].try_into().ok()?));
+        let ftype = FileType::from_dirent_type(data[16])?;
+        let len = data[17] as usize;
+        let name = data.get(18..18 + len)?;
+        data = &data[18 + len..];
+        Some((seq, ino, ftype, name))
+    })
 }
 
 /// A `Rename` flag for atoll's own use (never a Linux flag): the client has
@@ -1082,6 +1216,13 @@ pub struct ServerStats {
     /// (a bounded sketch, `atoll top`), busiest first.
     #[serde(default)]
     pub hot_dirs: Vec<HotDir>,
+    /// Swaps of directory modes this server completed as home server
+    /// (Hare §6.1.2), and the directories homed here that are now
+    /// distributed by such a swap.
+    #[serde(default)]
+    pub mode_swaps: u64,
+    #[serde(default)]
+    pub adapted_dirs: Vec<InodeId>,
 }
 
 /// A directory one server sees many name operations in (lookups,
@@ -1196,6 +1337,15 @@ pub enum Reply<'a> {
         /// otherwise.
         partner_opens: Option<u32>,
     },
+    /// A directory's mode (`DirMode`, `Adapt::Begin`).
+    DirMode(ModeInfo),
+    /// Entries to move (`Adapt::Export`), packed by [`pack_moved`]; `next`
+    /// is the cookie to export after next time, `None` when done.
+    Exported {
+        #[serde(borrow)]
+        data: &'a [u8],
+        next: Option<u64>,
+    },
     /// A watch of a notification queue ([`inotify`]).
     Watch {
         wd: i32,
@@ -1245,6 +1395,9 @@ pub enum Notice<'a> {
     },
     /// Forget every cached lookup (e.g. after the server lost track).
     InvalidateAll,
+    /// The home server's policy wants `dir` swapped to `distributed`
+    /// (Hare §6.1.2): the client coordinates the swap when it can.
+    Adapt { dir: InodeId, distributed: bool },
 }
 
 /// Encoding errors: a frame that does not decode is answered with `EPROTO`
@@ -1300,6 +1453,34 @@ mod tests {
     }
 
     #[test]
+    fn moved_entries_round_trip_and_adaptive_routing_ignores_the_flag() {
+        let mut buf = vec![];
+        pack_moved(&mut buf, 7, InodeId(9), FileType::Directory, b"ab");
+        pack_moved(&mut buf, 8, InodeId(10), FileType::Regular, b"c");
+        assert_eq!(buf.len(), moved_len(b"ab") + moved_len(b"c"));
+        let back: Vec<_> = parse_moved(&buf).collect();
+        assert_eq!(
+            back,
+            vec![
+                (7, InodeId(9), FileType::Directory, &b"ab"[..]),
+                (8, InodeId(10), FileType::Regular, &b"c"[..])
+            ]
+        );
+        assert_eq!(
+            parse_moved(&buf[..20]).count(),
+            1,
+            "a cut record is dropped"
+        );
+        let dir = InodeId::new(1, 2, false, 7);
+        assert_eq!(entry_server_in(dir, false, b"x", 4), 2);
+        assert_eq!(entry_server_in(dir, true, b"..", 4), 2);
+        let spread: std::collections::HashSet<_> = (0..64)
+            .map(|i| entry_server_in(dir, true, format!("f{i}").as_bytes(), 4))
+            .collect();
+        assert_eq!(spread.len(), 4);
+    }
+
+    #[test]
     fn frames_round_trip_and_garbage_is_rejected() {
         let mut buf = [0u8; MAX_FRAME];
         let frame = RequestFrame {
@@ -1314,6 +1495,7 @@ mod tests {
                 perm: 0o1777,
                 uid: 7,
                 gid: 8,
+                epoch: 0,
             }]),
         };
         let bytes = encode(&frame, &mut buf).unwrap().to_vec();

@@ -61,6 +61,9 @@ pub struct InstanceConfig {
     pub incoherent: bool,
     pub without: Without,
     pub distribute: Vec<String>,
+    /// Directories change mode (centralized ↔ distributed) when hot or
+    /// cool (`--adaptive-dirs on`, Hare §6.1.2; `fs::adapt`).
+    pub adaptive_dirs: bool,
     /// Inode limit (`--inodes`); `None`: one per 8 KiB of `memory`, as
     /// tmpfs (`fs::limits`).
     pub inodes: Option<u64>,
@@ -196,6 +199,7 @@ impl Instance {
                 control_fd: control_fd.try_clone().map_err(cleanup)?,
                 pool: pool.clone(),
                 trace: trace_sink.clone(),
+                adaptive: config.adaptive_dirs,
             };
             let h = std::thread::Builder::new()
                 .name(format!("atoll-fs{i}"))

@@ -71,6 +71,8 @@ pub struct ServerParams {
     pub pool: std::sync::Arc<atoll_msg::BlockPool>,
     /// Record every request for a message trace (`--trace`).
     pub trace: Option<Arc<Sink>>,
+    /// Adaptive directories' policy on (`--adaptive-dirs on`).
+    pub adaptive: bool,
 }
 
 /// Decode one request frame, serve it, and encode the reply into
@@ -134,6 +136,14 @@ pub fn serve_frame<S: BlockStore>(
 fn deliver_notices<S: BlockStore>(fs: &mut FileServer<S>, chans: &[Chan], buf: &mut [u8]) -> usize {
     let notices = fs.take_notices();
     let count = notices.len();
+    for (session, dir, distributed) in fs.take_adapt_notices() {
+        let Ok(bytes) = encode(&Notice::Adapt { dir, distributed }, buf) else {
+            continue;
+        };
+        if let Some(c) = chans.iter().find(|c| c.session == session) {
+            let _ = c.ch.notify(bytes);
+        }
+    }
     for (session, dir, name) in notices {
         let notice = Notice::Invalidate { dir, name: &name };
         let Ok(bytes) = encode(&notice, buf) else {
@@ -233,6 +243,7 @@ pub fn run(params: ServerParams, admin: Receiver<Admin>) -> std::io::Result<Serv
         .ok_or_else(|| std::io::Error::other("server without a share of the block pool"))?;
     let cache = crate::fs::Cache::new(rep, SharedStore::new(cache));
     let mut fs = FileServer::with_gauges(params.fs, cache, control.clone());
+    fs.set_adaptive(params.adaptive);
     let doorbell = control.doorbell(index);
     let mut chans: Vec<Chan> = Vec::new();
     let mut scratch = Vec::with_capacity(MAX_FRAME);

@@ -29,6 +29,7 @@ fn config(root: &Path, servers: usize) -> InstanceConfig {
         incoherent: false,
         without: Default::default(),
         distribute: vec![],
+        adaptive_dirs: false,
         inodes: None,
         runtime_root: root.to_path_buf(),
     }

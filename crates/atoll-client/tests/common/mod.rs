@@ -34,6 +34,7 @@ pub fn env() -> &'static Env {
             incoherent: false,
             without: Without::default(),
             distribute: vec!["dist".to_string()],
+            adaptive_dirs: false,
             inodes: None,
             runtime_root: dir.path().to_path_buf(),
         })

@@ -232,6 +232,7 @@ mod tests {
         perm: 0o755,
         uid: USER.uid,
         gid: USER.gid,
+        epoch: 0,
     };
 
     fn create(f: &mut FileServer<MemStore>, s: SessionId, open: Option<u32>) -> (InodeId, u64) {

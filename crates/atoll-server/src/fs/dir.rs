@@ -50,6 +50,11 @@ pub struct Shard {
     pub marked: bool,
     /// Entries here that are directories (for the directory's `nlink`).
     pub subdirs: u32,
+    /// `(servers, index)` while the directory is distributed by a swap
+    /// (`adapt`): new cookies here are `index` modulo `servers`, so no two
+    /// shards of the directory hand out the same one and entries keep
+    /// their cookies when a swap moves them (Hare §6.1.2).
+    pub stride: Option<(u64, u64)>,
     /// Entries in every shard of this server (`limits`): kept here, where
     /// entries come and go, so no caller can forget it.
     names: Rc<Cell<u64>>,
@@ -73,6 +78,7 @@ impl Shard {
             next_seq: FIRST_SEQ,
             marked: false,
             subdirs: 0,
+            stride: None,
         }
     }
     pub fn is_empty(&self) -> bool {
@@ -87,8 +93,11 @@ impl Shard {
     /// Insert or overwrite `name`; the entry gets a fresh cookie.
     pub fn insert(&mut self, name: &[u8], ino: InodeId, ftype: FileType) -> Option<Dent> {
         let old = self.remove(name);
-        let seq = self.next_seq;
-        self.next_seq += 1;
+        let mut seq = self.next_seq;
+        if let Some((n, i)) = self.stride {
+            seq += (i + n - seq % n) % n;
+        }
+        self.next_seq = seq + 1;
         self.by_seq.insert(seq, name.to_vec());
         self.by_name.insert(name.to_vec(), Dent { ino, ftype, seq });
         self.names.set(self.names.get() + 1);
@@ -105,6 +114,33 @@ impl Shard {
             self.subdirs = self.subdirs.saturating_sub(1);
         }
         Some(d)
+    }
+    /// Insert an entry moved here by a swap with the cookie it had
+    /// (`adapt`); an entry of that name already here stays (a resumed swap
+    /// imports twice). Returns whether it was inserted.
+    pub fn insert_moved(&mut self, name: &[u8], ino: InodeId, ftype: FileType, seq: u64) -> bool {
+        if self.by_name.contains_key(name) || self.by_seq.contains_key(&seq) || seq < FIRST_SEQ {
+            return false;
+        }
+        self.by_seq.insert(seq, name.to_vec());
+        self.by_name.insert(name.to_vec(), Dent { ino, ftype, seq });
+        self.names.set(self.names.get() + 1);
+        if ftype == FileType::Directory {
+            self.subdirs += 1;
+        }
+        self.next_seq = self.next_seq.max(seq + 1);
+        true
+    }
+    /// New cookies start at `floor` or later.
+    pub fn raise_cookies(&mut self, floor: u64) {
+        self.next_seq = self.next_seq.max(floor);
+    }
+    /// Subdirectories among the entries here (after a swap gathered them).
+    pub fn count_subdirs(&self) -> u32 {
+        self.by_name
+            .values()
+            .filter(|d| d.ftype == FileType::Directory)
+            .count() as u32
     }
     /// The cookie the next entry will get (moves on every insertion).
     pub fn next_cookie(&self) -> u64 {
@@ -206,6 +242,32 @@ mod tests {
         assert!(s.get(b"a").is_some() && s.get(b"b").is_none());
         drop(s);
         assert_eq!(names.get(), 0, "a dropped shard's entries uncount");
+    }
+
+    #[test]
+    fn strided_cookies_never_collide_and_moved_entries_keep_theirs() {
+        let names = Rc::new(Cell::new(0));
+        let mut a = Shard::new(None, &names);
+        let mut b = Shard::new(None, &names);
+        a.stride = Some((3, 0));
+        b.stride = Some((3, 1));
+        a.raise_cookies(10);
+        b.raise_cookies(10);
+        let ino = InodeId(9);
+        a.insert(b"x", ino, FileType::Regular);
+        a.insert(b"y", ino, FileType::Regular);
+        b.insert(b"z", ino, FileType::Regular);
+        let seqs: Vec<u64> = a.after(0).chain(b.after(0)).map(|(s, _, _)| s).collect();
+        assert_eq!(seqs, vec![12, 15, 10]);
+        assert!(a.insert_moved(b"z", ino, FileType::Directory, 10));
+        assert!(
+            !a.insert_moved(b"z", ino, FileType::Directory, 10),
+            "idempotent"
+        );
+        assert_eq!(a.count_subdirs(), 1);
+        a.stride = None;
+        a.insert(b"w", ino, FileType::Regular);
+        assert_eq!(a.get(b"w").map(|d| d.seq), Some(16));
     }
 
     #[test]

@@ -70,9 +70,20 @@ impl<S: BlockStore> FileServer<S> {
                 dir,
                 cookie,
                 max_bytes,
-            } => self.readdir(dir, cookie, max_bytes, out),
+                epoch,
+            } => {
+                if !self.removed.contains(&dir) {
+                    self.adapt.check_epoch(dir, epoch)?;
+                }
+                self.readdir(dir, cookie, max_bytes, out)
+            }
             Q::SetParent { dir, parent } => self.set_parent(dir, parent),
-            Q::MarkRmdir { dir } => self.mark_rmdir(session, dir),
+            Q::MarkRmdir { dir, epoch } => {
+                if !self.removed.contains(&dir) {
+                    self.adapt.check_epoch(dir, epoch)?;
+                }
+                self.mark_rmdir(session, dir)
+            }
             Q::FinishRmdir { dir, commit } => self.finish_rmdir(session, dir, commit),
             Q::Relink {
                 dir,
@@ -179,7 +190,9 @@ impl<S: BlockStore> FileServer<S> {
             Q::Map { ino, to } => self.map_inode(session, ino, to),
             Q::Unmap { ino } => self.unmap_inode(session, ino),
             Q::Exec { ino, to } => self.exec_inode(ino, to),
-            Q::Subdirs { dir, delta } => self.count_subdirs(dir, delta),
+            Q::Subdirs { dir, delta, epoch } => self.count_subdirs(dir, delta, epoch),
+            Q::DirMode { dir } => self.dir_mode(dir),
+            Q::Adapt { dir, step } => self.adapt_step(session, who, dir, step, out),
         }
     }
 }

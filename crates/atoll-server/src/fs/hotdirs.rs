@@ -310,6 +310,7 @@ mod tests {
             dir,
             cookie: 0,
             max_bytes: 4096,
+            epoch: 0,
         });
         h.record(&Request::StatFs);
         let r = h.report();

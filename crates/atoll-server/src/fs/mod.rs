@@ -13,6 +13,8 @@
 //!   request;
 //! * [`track`]: which sessions cached which entry held here, and the
 //!   invalidations owed to them when it changes (Hare §3.7.2);
+//! * `adapt`: directories whose mode changes online (Hare §6.1.2), the
+//!   check that a request reached the right server, and the swap steps;
 //! * this module: [`FileServer::handle`] turns one decoded request into one
 //!   reply, applying POSIX/Linux semantics. `crate::server` feeds it frames
 //!   from channels.
@@ -50,6 +52,7 @@
 //! Timestamps: mtime/ctime as Linux. atime follows `relatime` (updated by a
 //! read when older than mtime or ctime, or than a day).
 
+mod adapt;
 mod affinity;
 mod attrs;
 mod blocks;
@@ -88,9 +91,9 @@ use std::rc::Rc;
 use std::time::Instant;
 
 use atoll_proto::{
-    entry_server, Attr, Cred, DescId, Errno, Extent, FileType, InodeId, LockOwner, Reply, Request,
-    ServerStats, SessionId, SetAttr, StatFsInfo, TimeSet, Timespec, UnlinkKind, Vouched,
-    BLOCK_SIZE, MAX_FRAME, MAX_SERVERS, RENAME_VICTIM_MARKED, ROOT,
+    Attr, Cred, DescId, Errno, Extent, FileType, InodeId, LockOwner, Reply, Request, ServerStats,
+    SessionId, SetAttr, StatFsInfo, TimeSet, Timespec, UnlinkKind, Vouched, BLOCK_SIZE, MAX_FRAME,
+    MAX_SERVERS, RENAME_VICTIM_MARKED, ROOT,
 };
 
 pub use blocks::Cache;
@@ -172,7 +175,7 @@ struct Session {
     groups: Rc<[u32]>,
 }
 
-const OP_NAMES: [&str; 58] = [
+const OP_NAMES: [&str; 60] = [
     "SetGroups",
     "Lookup",
     "Open",
@@ -231,6 +234,8 @@ const OP_NAMES: [&str; 58] = [
     "InotifyModified",
     "WriteDone",
     "Touched",
+    "DirMode",
+    "Adapt",
 ];
 
 fn op_index(req: &Request<'_>) -> usize {
@@ -294,6 +299,8 @@ fn op_index(req: &Request<'_>) -> usize {
         InotifyModified { .. } => 55,
         WriteDone { .. } => 56,
         Touched { .. } => 57,
+        DirMode { .. } => 58,
+        Adapt { .. } => 59,
     }
 }
 
@@ -364,6 +371,8 @@ pub struct FileServer<S> {
     texts: text::Texts,
     /// Directories with the most name operations here (`atoll top`).
     hot: hotdirs::HotDirs,
+    /// Modes of directories swapped online, swaps under way (`adapt`).
+    adapt: adapt::Adapt,
 }
 
 /// Requests that did in one message what Hare's protocol does in several
@@ -453,6 +462,7 @@ impl<S: BlockStore> FileServer<S> {
             bad_requests: 0,
             ops: [(0, 0); OP_NAMES.len()],
             track: track::Tracker::new(cfg.track_lookups, cfg.limits.tracked),
+            adapt: adapt::Adapt::default(),
             client_counters: Default::default(),
             last_op: reports::LastOp::default(),
             coalesced: Coalesced::default(),
@@ -520,6 +530,7 @@ impl<S: BlockStore> FileServer<S> {
             }
         }
         self.abandon_namespace_ops(session);
+        self.adapt.session_closed(session);
         self.drop_mappings(session);
         self.drop_texts(session);
         self.writes.forget_session(session);
@@ -550,6 +561,8 @@ impl<S: BlockStore> FileServer<S> {
                 .map(|(name, (n, ns))| (name.to_string(), *n, *ns))
                 .collect(),
             counters: self.counters(),
+            mode_swaps: self.adapt.swaps,
+            adapted_dirs: self.adapt.adapted(self.cfg.index),
             pipes: self.pipe_stats().0,
             pipe_bytes: self.pipe_stats().1,
             pipe_ops: self.pipe_stats().2,
@@ -587,7 +600,12 @@ impl<S: BlockStore> FileServer<S> {
                 v.push((name.into(), n));
             }
         }
-        for (name, n) in self.coalesced.counters() {
+        for (name, n) in self
+            .coalesced
+            .counters()
+            .into_iter()
+            .chain(self.adapt.counters())
+        {
             if n > 0 {
                 v.push((name.into(), n));
             }
@@ -637,7 +655,7 @@ impl<S: BlockStore> FileServer<S> {
 
     /// Are invalidations waiting for delivery?
     pub fn has_notices(&self) -> bool {
-        self.track.has_pending()
+        self.track.has_pending() || !self.adapt.notices.is_empty()
     }
 
     /// Serve one request. Hot path: one hash lookup per object touched;
@@ -668,6 +686,12 @@ impl<S: BlockStore> FileServer<S> {
         let coalesced_before = self.coalesced.total();
         let who = self.caller(session, cred, vouched);
         self.hot.record(&req);
+        let watched = self
+            .adapt
+            .policy
+            .on
+            .then(|| adapt::namespace_dir(&req))
+            .flatten();
         let plan = match self.notify.busy() {
             true => inotify::Plan::of(&req, |d| self.descs.get(&d).map(|d| d.ino))
                 .map(|p| self.plan_details(p, session)),
@@ -679,6 +703,9 @@ impl<S: BlockStore> FileServer<S> {
                 self.notify_after(plan, reply);
             }
             self.notify_tick();
+        }
+        if let Some(dir) = watched {
+            self.adapt_observe(session, dir, t0);
         }
         self.settle();
         let ns = t0.elapsed().as_nanos() as u64;
@@ -737,11 +764,10 @@ impl<S: BlockStore> FileServer<S> {
             // directory) the owner's shard also counts those the clients
             // reported from other servers (`Subdirs`). Otherwise unknown,
             // and 1 is the convention for "do not count" (btrfs).
-            let dist = ino.is_distributed() && self.owns(ino);
+            let spread = self.adapt.distributed(ino);
+            let dist = spread && self.owns(ino);
             match self.shards.get(&ino) {
-                Some(s) if dist || (ino.home() == self.cfg.index && !ino.is_distributed()) => {
-                    2 + s.subdirs
-                }
+                Some(s) if dist || (ino.home() == self.cfg.index && !spread) => 2 + s.subdirs,
                 None if dist => 2,
                 _ => 1,
             }
@@ -789,6 +815,8 @@ impl<S: BlockStore> FileServer<S> {
         }
         if !self.owns(dir) {
             return match who.vouched_for(dir) {
+                // Routed by another mode epoch than this server's (`adapt`).
+                Some(v) if v.epoch != self.adapt.mode(dir).1 => Err(Errno::EMODE),
                 Some(v) => check(FileType::Directory, v.perm, v.uid, v.gid, who, mask),
                 None if mask & MAY_WRITE != 0 => Err(Errno::EPROTO),
                 None => Ok(()),
@@ -799,15 +827,6 @@ impl<S: BlockStore> FileServer<S> {
             return Err(Errno::ENOTDIR);
         }
         check(d.ftype, d.perm, d.uid, d.gid, who, mask)
-    }
-
-    /// Entries of `dir` named `name` live here, or the client erred.
-    fn entry_here(&self, dir: InodeId, name: &[u8]) -> Result<(), Errno> {
-        if entry_server(dir, name, self.cfg.nservers) == self.cfg.index {
-            Ok(())
-        } else {
-            Err(Errno::EXDEV)
-        }
     }
 
     /// The shard of `dir` for adding an entry: not removed, not marked.

@@ -332,7 +332,10 @@ impl<S: BlockStore> FileServer<S> {
         if self.owns(victim.ino) && self.inode(victim.ino)?.links > 1 {
             return Err(RETRY);
         }
-        if victim.ino.is_distributed() {
+        if self.adapt.mode(victim.ino).2 {
+            return Err(RETRY); // a swap moves its entries: wait
+        }
+        if self.adapt.distributed(victim.ino) {
             let marked_here = self.shards.get(&victim.ino).is_some_and(|s| s.marked)
                 && self.marks.get(&victim.ino) == Some(&session);
             return if marked_here {
@@ -351,6 +354,7 @@ impl<S: BlockStore> FileServer<S> {
     /// Forget a removed directory's entries held here.
     pub(super) fn drop_dir_shard(&mut self, dir: InodeId) {
         self.track.dir_gone(dir);
+        self.adapt_forget(dir);
         self.marks.remove(&dir);
         if self.shards.remove(&dir).is_some() || dir.home() == self.cfg.index {
             self.mark_removed(dir);
@@ -472,6 +476,7 @@ impl<S: BlockStore> FileServer<S> {
             UnlinkKind::Directory if self.owns(d.ino) && self.inode(d.ino)?.links > 1 => {
                 return Err(RETRY)
             }
+            UnlinkKind::Directory if self.child_spread(d.ino).is_err() => return Err(Errno::EMODE),
             // The second half of a cross-server move: the directory keeps
             // its entries under the name `Link` gave it.
             UnlinkKind::Move if expect.is_none() => return Err(Errno::EINVAL),
@@ -795,11 +800,13 @@ impl<S: BlockStore> FileServer<S> {
         })
     }
 
-    pub(super) fn count_subdirs<'o>(&mut self, dir: InodeId, delta: i32) -> R<'o> {
+    pub(super) fn count_subdirs<'o>(&mut self, dir: InodeId, delta: i32, epoch: u32) -> R<'o> {
         // Counted in the owner's own shard of the directory, which
-        // then holds all its subdirectories (for `nlink` only).
+        // then holds all its subdirectories (for `nlink` only). A delta
+        // from before a swap is in the swap's count already (`adapt`).
         let live = self.inodes.contains_key(&dir) && !self.removed.contains(&dir);
-        if self.owns(dir) && dir.is_distributed() && live {
+        let (spread, now, _) = self.adapt.mode(dir);
+        if self.owns(dir) && spread && live && epoch == now {
             let names = &self.acct.names;
             let s = self
                 .shards

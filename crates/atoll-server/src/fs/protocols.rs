@@ -71,6 +71,7 @@ impl<S: BlockStore> FileServer<S> {
             self.shards.remove(&dir);
             self.mark_removed(dir);
             self.track.dir_gone(dir);
+            self.adapt_forget(dir);
         } else if let Some(s) = self.shards.get_mut(&dir) {
             s.marked = false;
         }

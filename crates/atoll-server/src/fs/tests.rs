@@ -4,10 +4,11 @@ use super::space::{FALLOC_KEEP_SIZE, FALLOC_PUNCH_HOLE, FALLOC_ZERO_RANGE};
 use super::xattr::{XATTR_CREATE, XATTR_REPLACE};
 use super::*;
 use crate::store::MemStore;
-use atoll_proto::{LockSpec, StatFsInfo};
+use atoll_proto::{entry_server, LockSpec, ModeInfo, StatFsInfo};
 use proptest::prelude::*;
 
 mod mapping;
+mod swap;
 
 const S1: SessionId = SessionId(1);
 const S2: SessionId = SessionId(2);
@@ -37,6 +38,8 @@ enum Own {
     Stats(ServerStats),
     Pipe(InodeId, DescId, DescId, u32),
     Watch(i32, InodeId, u32),
+    Mode(ModeInfo),
+    Exported(Vec<u8>, Option<u64>),
 }
 
 fn own(r: Reply<'_>) -> Own {
@@ -86,6 +89,8 @@ fn own(r: Reply<'_>) -> Own {
             header,
             ..
         } => Own::Pipe(ino, read, write, header),
+        Reply::DirMode(m) => Own::Mode(m),
+        Reply::Exported { data, next } => Own::Exported(data.to_vec(), next),
     }
 }
 
@@ -341,6 +346,7 @@ impl T {
                     dir,
                     cookie,
                     max_bytes: max,
+                    epoch: 0,
                 },
             ) {
                 Own::Dirents(d, e) => (d, e),
@@ -822,6 +828,7 @@ fn distributed_directory_counts_subdirectories_reported_from_other_servers() {
         Request::Subdirs {
             dir: dist,
             delta: 2,
+            epoch: 0,
         },
     );
     assert_eq!(t.stat(dist).unwrap().nlink, 5);
@@ -831,6 +838,7 @@ fn distributed_directory_counts_subdirectories_reported_from_other_servers() {
         Request::Subdirs {
             dir: dist,
             delta: -1,
+            epoch: 0,
         },
     );
     assert_eq!(t.stat(dist).unwrap().nlink, 4);
@@ -841,6 +849,7 @@ fn distributed_directory_counts_subdirectories_reported_from_other_servers() {
         Request::Subdirs {
             dir: dist,
             delta: -9,
+            epoch: 0,
         },
     );
     assert_eq!(t.stat(dist).unwrap().nlink, 2);
@@ -852,6 +861,7 @@ fn distributed_directory_counts_subdirectories_reported_from_other_servers() {
         Request::Subdirs {
             dir: plain,
             delta: 3,
+            epoch: 0,
         },
     );
     assert_eq!(t.stat(plain).unwrap().nlink, 2);
@@ -1084,14 +1094,17 @@ fn three_phase_rmdir_holds_creations_until_commit_or_abort() {
     let d = t.mkdir(ROOT, "d");
     t.create(d, "f");
     assert_eq!(
-        t.err(S1, USER, Request::MarkRmdir { dir: d }),
+        t.err(S1, USER, Request::MarkRmdir { dir: d, epoch: 0 }),
         Errno::ENOTEMPTY
     );
     t.unlink(d, "f", UnlinkKind::NonDirectory).unwrap();
-    t.ok(S1, USER, Request::MarkRmdir { dir: d });
+    t.ok(S1, USER, Request::MarkRmdir { dir: d, epoch: 0 });
     // A concurrent rmdir waits for the outcome (never EBUSY), and only the
     // marking session decides it.
-    assert_eq!(t.err(S2, USER, Request::MarkRmdir { dir: d }), RETRY);
+    assert_eq!(
+        t.err(S2, USER, Request::MarkRmdir { dir: d, epoch: 0 }),
+        RETRY
+    );
     assert_eq!(
         t.err(
             S2,
@@ -1118,7 +1131,7 @@ fn three_phase_rmdir_holds_creations_until_commit_or_abort() {
     );
     t.create(d, "g");
     t.unlink(d, "g", UnlinkKind::NonDirectory).unwrap();
-    t.ok(S1, USER, Request::MarkRmdir { dir: d });
+    t.ok(S1, USER, Request::MarkRmdir { dir: d, epoch: 0 });
     t.unlink(ROOT, "d", UnlinkKind::Directory).unwrap();
     t.ok(
         S1,
@@ -1138,18 +1151,21 @@ fn three_phase_rmdir_holds_creations_until_commit_or_abort() {
 fn rmdir_losers_wait_then_see_enoent_and_dead_markers_release() {
     let mut t = server(8);
     let d = t.mkdir(ROOT, "d");
-    t.ok(S1, USER, Request::MarkRmdir { dir: d });
-    assert_eq!(t.err(S2, USER, Request::MarkRmdir { dir: d }), RETRY);
+    t.ok(S1, USER, Request::MarkRmdir { dir: d, epoch: 0 });
+    assert_eq!(
+        t.err(S2, USER, Request::MarkRmdir { dir: d, epoch: 0 }),
+        RETRY
+    );
     // The marking process dies mid-rmdir: its mark is aborted, so the
     // waiter goes on and creations are possible again.
     t.fs.session_closed(S1);
     t.create(d, "f");
     assert_eq!(
-        t.err(S2, USER, Request::MarkRmdir { dir: d }),
+        t.err(S2, USER, Request::MarkRmdir { dir: d, epoch: 0 }),
         Errno::ENOTEMPTY
     );
     t.unlink(d, "f", UnlinkKind::NonDirectory).unwrap();
-    t.ok(S2, USER, Request::MarkRmdir { dir: d });
+    t.ok(S2, USER, Request::MarkRmdir { dir: d, epoch: 0 });
     t.call(
         S2,
         USER,
@@ -1170,7 +1186,7 @@ fn rmdir_losers_wait_then_see_enoent_and_dead_markers_release() {
     );
     // The loser of the race, after waiting: ENOENT as on Linux.
     assert_eq!(
-        t.err(SessionId(3), USER, Request::MarkRmdir { dir: d }),
+        t.err(SessionId(3), USER, Request::MarkRmdir { dir: d, epoch: 0 }),
         Errno::ENOENT
     );
 }
@@ -1197,12 +1213,18 @@ fn moves_and_rmdirs_of_one_directory_exclude_each_other() {
     // A move whose new name lives on another server holds a `Ref` here:
     // an rmdir waits, whether it marks or is one Unlink.
     t.ok(S1, USER, Request::Ref { ino: d });
-    assert_eq!(t.err(S2, USER, Request::MarkRmdir { dir: d }), RETRY);
+    assert_eq!(
+        t.err(S2, USER, Request::MarkRmdir { dir: d, epoch: 0 }),
+        RETRY
+    );
     assert_eq!(t.unlink(a, "d", UnlinkKind::Directory).unwrap_err(), RETRY);
     t.ok(S1, USER, Request::Unref { ino: d, via: None });
     // One whose new name lives here: its `Link` counts the second name.
     t.ok(S1, USER, link);
-    assert_eq!(t.err(S2, USER, Request::MarkRmdir { dir: d }), RETRY);
+    assert_eq!(
+        t.err(S2, USER, Request::MarkRmdir { dir: d, epoch: 0 }),
+        RETRY
+    );
     assert_eq!(t.unlink(a, "d", UnlinkKind::Directory).unwrap_err(), RETRY);
     // No third name, and the provisional name stays put for the undo.
     let third = Request::Link {
@@ -1226,7 +1248,7 @@ fn moves_and_rmdirs_of_one_directory_exclude_each_other() {
         },
     );
     // The move is done: the rmdir goes ahead under the new name.
-    t.ok(S2, USER, Request::MarkRmdir { dir: d });
+    t.ok(S2, USER, Request::MarkRmdir { dir: d, epoch: 0 });
     // A marked directory cannot start a move; the mover waits.
     assert_eq!(t.err(S1, USER, Request::Ref { ino: d }), RETRY);
     let link_back = || Request::Link {
@@ -1330,7 +1352,14 @@ fn a_directory_replaced_by_rename_must_be_marked_when_its_entries_live_elsewhere
     assert_eq!(t.rename(ROOT, "s", ROOT, "dist", 0), Err(Errno::ESTALE));
     assert_eq!(t.rename(ROOT, "s", ROOT, "remote", 0), Err(Errno::ESTALE));
     // Another process's mark (its rmdir under way) vouches nothing for us.
-    t.ok(S2, USER, Request::MarkRmdir { dir: dist });
+    t.ok(
+        S2,
+        USER,
+        Request::MarkRmdir {
+            dir: dist,
+            epoch: 0,
+        },
+    );
     assert_eq!(t.rename(ROOT, "s", ROOT, "dist", 0), Err(Errno::ESTALE));
     t.ok(
         S2,
@@ -1340,7 +1369,14 @@ fn a_directory_replaced_by_rename_must_be_marked_when_its_entries_live_elsewhere
             commit: false,
         },
     );
-    t.ok(S1, USER, Request::MarkRmdir { dir: dist });
+    t.ok(
+        S1,
+        USER,
+        Request::MarkRmdir {
+            dir: dist,
+            epoch: 0,
+        },
+    );
     assert!(t.rename(ROOT, "s", ROOT, "dist", 0).is_ok());
     assert_ne!(t.lookup(ROOT, "dist"), Ok(dist));
     let here = (0..)
@@ -1460,6 +1496,7 @@ fn readdir_lists_dot_entries_first_and_resumes_by_cookie() {
             dir: d,
             cookie: 0,
             max_bytes: 10,
+            epoch: 0,
         },
     );
     assert_eq!(e, Errno::EINVAL);
@@ -1482,6 +1519,7 @@ fn readdir_cookies_neither_lose_nor_duplicate_entries_across_changes() {
                 dir: ROOT,
                 cookie,
                 max_bytes: 128,
+                epoch: 0,
             },
         ) else {
             panic!()
@@ -1923,6 +1961,7 @@ fn attrs_of(dir: InodeId, perm: u32, uid: u32, gid: u32) -> Vouched {
         perm,
         uid,
         gid,
+        epoch: 0,
     }
 }
 

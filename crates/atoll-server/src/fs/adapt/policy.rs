@@ -1,0 +1,197 @@
+//! When a directory should change mode (Hare §6.1.2: "heuristics such as
+//! the number of entries or the number of operations in a given
+//! timeframe"). Kept apart from the swap mechanism (`super`), as K42 keeps
+//! the decision to hot-swap apart from the mediator (Appavoo ch. 6).
+//!
+//! The home server feeds every namespace request on a directory homed
+//! here that holds at least `min_entries` entries, or that a swap spread,
+//! into [`Policy::observe`] (one hash lookup and a few additions; nothing
+//! when the policy is off, no state for small directories). Per directory it
+//! counts requests and distinct sessions in windows of [`Thresholds::window`]:
+//! * **hot** — a window with at least `hot_ops` requests from at least
+//!   `hot_sessions` sessions (contention) while the directory holds at
+//!   least `min_entries` entries (size): ask for distributed;
+//! * **cool** — `cool_windows` windows in a row under `cool_ops` requests,
+//!   or fewer than `min_entries / 2` entries: ask for centralized.
+//!
+//! Hysteresis: the hot and cool levels are far apart, a directory stays in
+//! a mode at least `dwell` after a swap, and a request for a swap is sent
+//! at most once per `dwell` (a client may ignore it).
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use atoll_proto::{InodeId, SessionId};
+
+/// The policy's knobs (defaults measured on `atoll bench`, see docs).
+#[derive(Clone, Copy, Debug)]
+pub struct Thresholds {
+    pub window: Duration,
+    pub hot_ops: u32,
+    pub hot_sessions: u32,
+    pub min_entries: usize,
+    pub cool_ops: u32,
+    pub cool_windows: u32,
+    pub dwell: Duration,
+}
+
+impl Default for Thresholds {
+    fn default() -> Self {
+        Thresholds {
+            window: Duration::from_millis(100),
+            hot_ops: 2000,
+            hot_sessions: 4,
+            min_entries: 256,
+            cool_ops: 100,
+            cool_windows: 20,
+            dwell: Duration::from_secs(2),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Heat {
+    start: Instant,
+    ops: u32,
+    sessions: Vec<SessionId>,
+    cool: u32,
+    /// Last swap or last request for one.
+    settled: Instant,
+}
+
+/// Per-directory heat of the directories homed here.
+#[derive(Debug, Default)]
+pub struct Policy {
+    pub on: bool,
+    pub limits: Thresholds,
+    heat: HashMap<InodeId, Heat>,
+}
+
+impl Policy {
+    /// A namespace request on `dir` (now `distributed`, `entries` here)
+    /// from `session` at `now`. Returns the mode to ask for, if any.
+    pub fn observe(
+        &mut self,
+        dir: InodeId,
+        distributed: bool,
+        entries: usize,
+        session: SessionId,
+        now: Instant,
+    ) -> Option<bool> {
+        let t = self.limits;
+        let h = self.heat.entry(dir).or_insert_with(|| Heat {
+            start: now,
+            ops: 0,
+            sessions: vec![],
+            cool: 0,
+            settled: now.checked_sub(t.dwell).unwrap_or(now),
+        });
+        h.ops += 1;
+        if h.sessions.len() < t.hot_sessions as usize && !h.sessions.contains(&session) {
+            h.sessions.push(session);
+        }
+        if now.duration_since(h.start) < t.window {
+            // Hot is decided as soon as the window has seen enough.
+            let hot = h.ops >= t.hot_ops && h.sessions.len() >= t.hot_sessions as usize;
+            if !hot || distributed || entries < t.min_entries {
+                return None;
+            }
+        } else {
+            // A window ended: was it cool? (Windows with no request at all
+            // count once; the next request ends them.)
+            let idle = (now.duration_since(h.start).as_nanos() / t.window.as_nanos().max(1)) as u32;
+            if h.ops <= t.cool_ops {
+                h.cool = h.cool.saturating_add(idle.max(1));
+            } else {
+                h.cool = 0;
+            }
+            h.start = now;
+            h.ops = 0;
+            h.sessions.clear();
+            let cool = h.cool >= t.cool_windows || entries < t.min_entries / 2;
+            if !distributed || !cool {
+                return None;
+            }
+        }
+        if now.duration_since(h.settled) < t.dwell {
+            return None;
+        }
+        h.settled = now;
+        Some(!distributed)
+    }
+
+    /// A swap of `dir` completed: it stays put for a while.
+    pub fn swapped(&mut self, dir: InodeId, _distributed: bool) {
+        if let Some(h) = self.heat.get_mut(&dir) {
+            h.settled = Instant::now();
+            h.cool = 0;
+        }
+    }
+
+    /// `dir` is gone.
+    pub fn forget(&mut self, dir: InodeId) {
+        self.heat.remove(&dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn small() -> Policy {
+        let mut p = Policy {
+            on: true,
+            ..Policy::default()
+        };
+        p.limits = Thresholds {
+            window: Duration::from_millis(10),
+            hot_ops: 8,
+            hot_sessions: 2,
+            min_entries: 4,
+            cool_ops: 1,
+            cool_windows: 3,
+            dwell: Duration::from_millis(50),
+        };
+        p
+    }
+
+    #[test]
+    fn contention_on_a_big_directory_asks_for_distribution_once() {
+        let mut p = small();
+        let d = InodeId(77);
+        let t0 = Instant::now();
+        let mut asked = vec![];
+        for i in 0..20u64 {
+            let at = t0 + Duration::from_micros(i * 100);
+            if let Some(m) = p.observe(d, false, 10, SessionId(i % 2), at) {
+                asked.push((i, m));
+            }
+        }
+        assert_eq!(asked, vec![(7, true)], "hot once, then the dwell holds");
+        // One session alone is not contention; a small directory is not hot.
+        let mut q = small();
+        assert!((0..20).all(|_| q.observe(d, false, 10, SessionId(1), t0).is_none()));
+        let mut r = small();
+        assert!((0..20u64).all(|i| r.observe(d, false, 2, SessionId(i), t0).is_none()));
+    }
+
+    #[test]
+    fn a_cooled_directory_goes_back_after_several_quiet_windows() {
+        let mut p = small();
+        let d = InodeId(78);
+        let t0 = Instant::now();
+        p.observe(d, true, 10, SessionId(1), t0);
+        // One quiet window is not enough (hysteresis) ...
+        let next = t0 + Duration::from_millis(15);
+        assert_eq!(p.observe(d, true, 10, SessionId(1), next), None);
+        // ... a long quiet spell is.
+        let late = t0 + Duration::from_millis(200);
+        assert_eq!(p.observe(d, true, 10, SessionId(1), late), Some(false));
+        // Busy windows reset the count.
+        let mut q = small();
+        for i in 0..200u64 {
+            let at = t0 + Duration::from_micros(i * 500);
+            assert_eq!(q.observe(d, true, 10, SessionId(i % 3), at), None);
+        }
+    }
+}

@@ -258,3 +258,30 @@ fn directory_swapped_forty_times_under_load_keeps_every_name_once() {
     // Everything goes: the three-phase rmdir finds all shards.
     run(&inst, "rm -r $ROOT/d && test ! -e $ROOT/d");
 }
+
+/// A directory swapped to distributed on one server (where all its entries
+/// stay on that server) is removed as any: `rm -r` of a tree, `rmdir` of a
+/// non-empty one (`ENOTEMPTY`), then of the emptied one, as on tmpfs.
+#[test]
+fn a_swapped_directory_on_one_server_is_removed_as_any() {
+    atoll_tests::require("setfattr");
+    let script = r#"
+        cd "$ROOT"
+        mkdir d e
+        setfattr -n user.atoll.distributed -v 1 d e 2>/dev/null || true
+        touch d/a e/x && mkdir d/s
+        rm -r d; echo "rm -r: $?"
+        rmdir e 2>/dev/null; echo "rmdir non-empty: $?"
+        rm e/x && rmdir e; echo "rmdir: $?"
+        ls
+    "#;
+    for opts in [&["--servers", "1"][..], &["--split", "--servers", "1"]] {
+        let out = atoll_tests::run_in_atoll(opts, script);
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "rm -r: 0\nrmdir non-empty: 1\nrmdir: 0\n",
+            "{opts:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

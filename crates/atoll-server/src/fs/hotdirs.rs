@@ -138,7 +138,13 @@ impl HotDirs {
 impl<S> FileServer<S> {
     /// This server's hot directories (see [`HotDirs::report`]).
     pub fn hot_dirs(&self) -> Vec<HotDir> {
-        self.hot.report()
+        // The mode a swap may have changed since the directory was made
+        // (the id says only the first one).
+        let mut v = self.hot.report();
+        for d in &mut v {
+            d.distributed = self.adapt.distributed(InodeId(d.ino));
+        }
+        v
     }
 
     /// What this server knows of the names of directories `dirs`, each

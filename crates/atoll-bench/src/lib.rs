@@ -68,8 +68,9 @@ pub struct BenchArgs {
     /// Test sizes (seconds for everything).
     #[arg(long, hide = true, conflicts_with_all = ["quick", "full"])]
     pub tiny: bool,
-    /// Systems to compare: tmpfs, fuse, atoll-timeshare, atoll-split (the
-    /// default set), and atoll-traced (timeshare recording a message trace).
+    /// Systems to compare: tmpfs, fuse, atoll (exactly `atoll run` with no
+    /// options), atoll-timeshare, atoll-split (the default set), and
+    /// atoll-traced (timeshare recording a message trace).
     #[arg(long, value_delimiter = ',')]
     pub systems: Vec<String>,
     /// Workloads (default: all).
@@ -155,9 +156,10 @@ impl BenchArgs {
     }
 }
 
-pub const ALL_SYSTEMS: [&str; 5] = [
+pub const ALL_SYSTEMS: [&str; 6] = [
     "tmpfs",
     "fuse",
+    "atoll",
     "atoll-timeshare",
     "atoll-split",
     "atoll-traced",
@@ -165,7 +167,10 @@ pub const ALL_SYSTEMS: [&str; 5] = [
 /// What runs without `--systems`: `atoll-traced` (the timeshare
 /// configuration recording a message trace, `atoll run --trace`) is asked
 /// for by name, to measure what tracing costs.
-pub const DEFAULT_SYSTEMS: [&str; 4] = ["tmpfs", "fuse", "atoll-timeshare", "atoll-split"];
+/// `atoll` is exactly what `atoll run` gives with no options, untuned;
+/// `atoll-timeshare` and `atoll-split` are Hare's two configurations with
+/// its per-workload distributed directories.
+pub const DEFAULT_SYSTEMS: [&str; 5] = ["tmpfs", "fuse", "atoll", "atoll-timeshare", "atoll-split"];
 
 /// The techniques `--without` and `--ablation` switch off (Hare §5.4).
 pub const TECHNIQUES: [&str; 7] = [
@@ -542,6 +547,10 @@ pub fn run_bench(
                 Ok(()) => systems.push(Box::new(systems::Fuse::new(&scratch.0))),
                 Err(why) => skip(&mut rep, "fuse".into(), why),
             },
+            "atoll" => match atoll.atoll_default() {
+                Ok(s) => systems.push(s),
+                Err(e) => skip(&mut rep, "atoll".into(), format!("{e:#}")),
+            },
             _ => {
                 let split = name == "atoll-split";
                 let traced = name == "atoll-traced";
@@ -621,6 +630,7 @@ pub fn run_bench(
                         .dir
                         .join(format!("bench-{}-{}-p{p}", std::process::id(), w.name())),
                     nworkers: p,
+                    distribute: sys.tuned(),
                     inputs: inputs.clone(),
                 };
                 let mut best: Option<RunResult> = None;

@@ -39,6 +39,11 @@ pub trait System {
     /// messages; gives messages per operation) and `servers` (an array of
     /// per-server objects, e.g. `{"requests": n}`, for per-server load).
     fn counters(&self) -> Option<serde_json::Value>;
+    /// Tuned per workload as Hare's evaluation is (distributed directories
+    /// where it asks for them)? Not the system measured as users get it.
+    fn tuned(&self) -> bool {
+        true
+    }
 }
 
 /// Supplied by the `atoll` command: boots atoll configurations.
@@ -54,6 +59,11 @@ pub trait SystemFactory {
         servers: usize,
         without: &[String],
     ) -> anyhow::Result<Box<dyn System>>;
+    /// Exactly what `atoll run` gives with no options (the system `atoll`),
+    /// with no per-workload tuning.
+    fn atoll_default(&mut self) -> anyhow::Result<Box<dyn System>> {
+        bail!("atoll systems are only available through `atoll bench`")
+    }
 }
 
 /// A factory for builds without atoll (the stand-alone `atoll-bench`).

@@ -72,6 +72,9 @@ pub struct WorkerArgs {
     /// Confine this process (and what it starts) to these CPUs.
     #[arg(long, value_delimiter = ',')]
     pub cpus: Vec<usize>,
+    /// Do not ask for distributed directories (see `Job::distribute`).
+    #[arg(long)]
+    pub no_distribute: bool,
 }
 
 impl WorkerArgs {
@@ -81,6 +84,7 @@ impl WorkerArgs {
             size: self.size,
             dir: self.dir.clone(),
             nworkers: self.nworkers,
+            distribute: !self.no_distribute,
             inputs: Inputs {
                 tarball: self.tarball.clone(),
                 tar_entries: self.tar_entries,
@@ -123,6 +127,9 @@ impl WorkerArgs {
         if self.barrier {
             a.push("--barrier".into());
         }
+        if self.no_distribute {
+            a.push("--no-distribute".into());
+        }
         if !self.cpus.is_empty() {
             let list: Vec<String> = self.cpus.iter().map(|c| c.to_string()).collect();
             a.extend(["--cpus".into(), list.join(",").into()]);
@@ -145,6 +152,7 @@ impl WorkerArgs {
             zip_entries: job.inputs.zip_entries,
             barrier: phase == Phase::Run,
             cpus: vec![],
+            no_distribute: !job.distribute,
         }
     }
 }
@@ -208,6 +216,7 @@ mod tests {
             size: Size::Tiny,
             dir: "/atoll/x y".into(),
             nworkers: 3,
+            distribute: false,
             inputs: Inputs {
                 tarball: Some("/tmp/a.tgz".into()),
                 tar_entries: 9,
@@ -223,6 +232,7 @@ mod tests {
         assert_eq!(back.to_args(), a.to_args());
         assert_eq!(back.job().dir, job.dir);
         assert_eq!(back.job().inputs, job.inputs);
+        assert!(!back.job().distribute);
         assert!(back.barrier);
         assert_eq!(back.role, Role::Qman);
         assert_eq!(back.cpus, vec![0, 3]);

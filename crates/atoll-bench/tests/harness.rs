@@ -40,6 +40,7 @@ fn every_workload_runs_in_separate_processes_and_passes_its_checks() {
             size: Size::Tiny,
             dir: target.dir.join(w.name()),
             nworkers: 2,
+            distribute: true,
             inputs: inputs.clone(),
         };
         let out = run_job(&job, &target, &worker_cmd(), None)
@@ -67,6 +68,7 @@ fn a_failing_worker_fails_the_run_with_its_message() {
         size: Size::Tiny,
         dir: file.join("sub"),
         nworkers: 1,
+        distribute: true,
         inputs: Default::default(),
     };
     let err = run_job(&job, &target, &worker_cmd(), None).unwrap_err();

@@ -41,6 +41,26 @@ pub fn worker(args: Vec<String>) -> Result<i32> {
 struct AtollFactory;
 
 impl SystemFactory for AtollFactory {
+    fn atoll_default(&mut self) -> Result<Box<dyn System>> {
+        // The instance `atoll run -- CMD` boots: its own argument parser's
+        // defaults, planned as `run` plans them.
+        let cli =
+            <crate::args::Cli as clap::Parser>::try_parse_from(["atoll", "run", "--", "true"])?;
+        let crate::args::Command::Run(run) = cli.command else {
+            anyhow::bail!("`atoll run` did not parse as run");
+        };
+        let plan = config::plan(&run.instance)?;
+        Ok(Box::new(AtollSystem {
+            name: "atoll".into(),
+            tuned: false,
+            traced: false,
+            config: plan.config,
+            app_cores: plan.app_cores.unwrap_or_default(),
+            instance: None,
+            scheds: None,
+        }))
+    }
+
     fn atoll(
         &mut self,
         split: bool,
@@ -72,6 +92,7 @@ impl SystemFactory for AtollFactory {
         let mount = "/atoll".to_string();
         Ok(Box::new(AtollSystem {
             name,
+            tuned: true,
             traced,
             config: InstanceConfig {
                 servers,
@@ -109,6 +130,8 @@ impl SystemFactory for AtollFactory {
 
 struct AtollSystem {
     name: String,
+    /// Hare's per-workload tuning applies (not for the system `atoll`).
+    tuned: bool,
     /// Record a message trace (the events are counted, then dropped).
     traced: bool,
     config: InstanceConfig,
@@ -122,6 +145,10 @@ struct AtollSystem {
 impl System for AtollSystem {
     fn name(&self) -> String {
         self.name.clone()
+    }
+
+    fn tuned(&self) -> bool {
+        self.tuned
     }
 
     fn prepare(&mut self) -> Result<Target> {

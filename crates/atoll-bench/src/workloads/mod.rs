@@ -235,6 +235,10 @@ pub struct Job {
     pub dir: PathBuf,
     /// Parallelism P.
     pub nworkers: usize,
+    /// Ask for distributed directories where Hare's evaluation does
+    /// ([`Workload::distributes_directories`]); off for a system measured
+    /// exactly as a user gets it (`atoll`).
+    pub distribute: bool,
     /// Host-side inputs (tarball, zip archive) for extract and punzip.
     pub inputs: Inputs,
 }
@@ -306,7 +310,7 @@ impl Job {
     pub fn setup(&self) -> Result<()> {
         use crate::util::At;
         std::fs::create_dir_all(&self.dir).at("mkdir", &self.dir)?;
-        if self.workload.distributes_directories() {
+        if self.distribute && self.workload.distributes_directories() {
             // Directories made under the run directory are distributed
             // (atoll's per-directory request, inherited below). Other file
             // systems keep the attribute or refuse it; either is harmless.
@@ -442,6 +446,7 @@ pub(crate) mod testutil {
             size: Size::Tiny,
             dir: t.path().join("run"),
             nworkers: p,
+            distribute: true,
             inputs,
         };
         job.setup().unwrap();
@@ -487,6 +492,7 @@ mod tests {
                 size: Size::Tiny,
                 dir: t.path().join(w.name()),
                 nworkers: 1,
+                distribute: true,
                 inputs,
             };
             job.setup().unwrap();

@@ -60,6 +60,7 @@ mod data;
 mod descs;
 mod dir;
 mod dispatch;
+pub mod faults;
 mod hotdirs;
 mod inflight;
 mod inode;
@@ -341,6 +342,8 @@ pub struct FileServer<S> {
     creating: affinity::Creating,
     requests: u64,
     bad_requests: u64,
+    /// Panic on this request, on purpose (`faults`).
+    panic_at: Option<u64>,
     ops: [(u64, u64); OP_NAMES.len()],
     /// Who cached which entry held here (Hare §3.7.2).
     track: track::Tracker,
@@ -460,6 +463,7 @@ impl<S: BlockStore> FileServer<S> {
             creating: affinity::Creating::default(),
             requests: 0,
             bad_requests: 0,
+            panic_at: faults::panic_at(cfg.index),
             ops: [(0, 0); OP_NAMES.len()],
             track: track::Tracker::new(cfg.track_lookups, cfg.limits.tracked),
             adapt: adapt::Adapt::default(),
@@ -681,6 +685,10 @@ impl<S: BlockStore> FileServer<S> {
         req: Request<'_>,
         out: &'o mut Vec<u8>,
     ) -> Reply<'o> {
+        if self.panic_at == Some(self.requests + 1) {
+            self.requests += 1;
+            panic!("fault injected by {}", faults::ENV_FAULT_PANIC);
+        }
         let t0 = Instant::now();
         let op = op_index(&req);
         let coalesced_before = self.coalesced.total();

@@ -190,9 +190,7 @@ pub fn main(args: &CoArgs, quick: bool, json: Option<&std::path::Path>) -> anyho
     let r = cb::run(&cfg).map_err(|e| anyhow::anyhow!("atoll bench co: {e}"))?;
     print!("{}", table(&r));
     if let Some(p) = json {
-        let v = serde_json::json!({ "machine": crate::machine_info(), "co": r });
-        std::fs::write(p, serde_json::to_string_pretty(&v)?)?;
-        println!("wrote {}", p.display());
+        crate::write_results_json(p, "co", &r)?;
     }
     Ok(())
 }

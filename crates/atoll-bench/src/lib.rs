@@ -272,6 +272,20 @@ pub fn machine_info() -> serde_json::Value {
     })
 }
 
+/// Write `{"machine": …, key: results}` to `path` (`--json` of the
+/// `co` and `transfer` benchmarks).
+pub(crate) fn write_results_json(
+    path: &std::path::Path,
+    key: &str,
+    results: &impl serde::Serialize,
+) -> anyhow::Result<()> {
+    let mut v = serde_json::json!({ "machine": machine_info() });
+    v[key] = serde_json::to_value(results)?;
+    std::fs::write(path, serde_json::to_string_pretty(&v)?)?;
+    println!("wrote {}", path.display());
+    Ok(())
+}
+
 /// Entry point of `atoll bench`. Prints a table (with a progress bar while
 /// running) and optionally writes JSON (`--json`) and charts (`--plot`).
 pub fn main_from_cli(args: BenchArgs, atoll: &mut dyn SystemFactory) -> anyhow::Result<()> {

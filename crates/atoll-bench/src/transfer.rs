@@ -121,9 +121,7 @@ pub fn main(
     let r = tb::run(&cfg).map_err(|e| anyhow::anyhow!("atoll bench transfer: {e}"))?;
     print!("{}", table(&r));
     if let Some(p) = json {
-        let v = serde_json::json!({ "machine": crate::machine_info(), "transfer": r });
-        std::fs::write(p, serde_json::to_string_pretty(&v)?)?;
-        println!("wrote {}", p.display());
+        crate::write_results_json(p, "transfer", &r)?;
     }
     Ok(())
 }

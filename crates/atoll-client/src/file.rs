@@ -1159,6 +1159,44 @@ pub fn mmap(c: &Client, lane: &Lane, d: &DescRef, a: &[u64; 6]) -> Result<i64> {
     Ok(base)
 }
 
+/// Map `[at, at + len)` (inside a reservation of an atoll mapping) onto
+/// the buffer-cache file from byte `offset` on: a file's blocks, or, at or
+/// beyond the cache's end, pages that fault (`pastend`).
+pub(crate) fn map_cache(
+    c: &Client,
+    at: u64,
+    len: u64,
+    prot: i32,
+    shared: bool,
+    offset: u64,
+) -> Result<()> {
+    let cache_fd = c.cache_fd.load(core::sync::atomic::Ordering::Relaxed);
+    let kind = if shared {
+        libc::MAP_SHARED
+    } else {
+        libc::MAP_PRIVATE
+    };
+    // SAFETY: replaces pages of the caller's own reservation (MAP_FIXED
+    // inside it only) with pages of the cache file.
+    let r = unsafe {
+        sys::syscall6(
+            libc::SYS_mmap,
+            [
+                at,
+                len,
+                prot as u64,
+                (kind | libc::MAP_FIXED) as u64,
+                cache_fd as u64,
+                offset,
+            ],
+        )
+    };
+    if r < 0 {
+        return err((-r) as i32);
+    }
+    Ok(())
+}
+
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn map_runs(
     c: &Client,
@@ -1171,7 +1209,6 @@ pub(crate) fn map_runs(
     shared: bool,
     allocate: bool,
 ) -> Result<u64> {
-    let cache_fd = c.cache_fd.load(core::sync::atomic::Ordering::Relaxed);
     let mut pos = off;
     let end = off + map_len;
     while pos < end {
@@ -1203,29 +1240,8 @@ pub(crate) fn map_runs(
                             }
                             continue;
                         }
-                        let mtype = if shared {
-                            libc::MAP_SHARED
-                        } else {
-                            libc::MAP_PRIVATE
-                        };
-                        // SAFETY: maps cache pages over our own reservation
-                        // [base, base+map_len) (MAP_FIXED inside it only).
-                        let r = unsafe {
-                            sys::syscall6(
-                                libc::SYS_mmap,
-                                [
-                                    at,
-                                    run,
-                                    prot as u64,
-                                    (mtype | libc::MAP_FIXED) as u64,
-                                    cache_fd as u64,
-                                    e.block as u64 * BLOCK_SIZE as u64,
-                                ],
-                            )
-                        };
-                        if r < 0 {
-                            return err((-r) as i32);
-                        }
+                        let at_block = e.block as u64 * BLOCK_SIZE as u64;
+                        map_cache(c, at, run, prot, shared, at_block)?;
                     }
                     Ok(len)
                 }

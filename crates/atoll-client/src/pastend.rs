@@ -25,7 +25,7 @@
 
 use atoll_proto::InodeId;
 
-use crate::error::{err, Result};
+use crate::error::Result;
 use crate::session::Client;
 use crate::sys;
 
@@ -40,32 +40,8 @@ pub fn map_past_end(c: &Client, at: u64, len: u64, prot: i32, shared: bool) -> R
     if len == 0 {
         return Ok(());
     }
-    let cache_fd = c.cache_fd.load(core::sync::atomic::Ordering::Relaxed);
     let beyond = (c.cache.len() as u64).div_ceil(PAGE) * PAGE;
-    let kind = if shared {
-        libc::MAP_SHARED
-    } else {
-        libc::MAP_PRIVATE
-    };
-    // SAFETY: replaces pages of a piece of an atoll mapping (the caller's
-    // own range, MAP_FIXED inside it only).
-    let r = unsafe {
-        sys::syscall6(
-            libc::SYS_mmap,
-            [
-                at,
-                len.div_ceil(PAGE) * PAGE,
-                prot as u64,
-                (kind | libc::MAP_FIXED) as u64,
-                cache_fd as u64,
-                beyond,
-            ],
-        )
-    };
-    if r < 0 {
-        return err((-r) as i32);
-    }
-    Ok(())
+    crate::file::map_cache(c, at, len.div_ceil(PAGE) * PAGE, prot, shared, beyond)
 }
 
 /// A `SIGBUS` at `addr` (`BUS_ADRERR`), raised in program code. Returns

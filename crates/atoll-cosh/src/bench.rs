@@ -121,33 +121,9 @@ impl Variant {
     }
 }
 
-/// Median and range of the samples of one figure.
-#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq)]
-pub struct Stat {
-    pub median: f64,
-    pub min: f64,
-    pub max: f64,
-}
-
-impl Stat {
-    pub fn of(samples: &mut [f64]) -> Stat {
-        if samples.is_empty() {
-            return Stat::default();
-        }
-        samples.sort_by(f64::total_cmp);
-        let n = samples.len();
-        let median = if n % 2 == 1 {
-            samples[n / 2]
-        } else {
-            (samples[n / 2 - 1] + samples[n / 2]) / 2.0
-        };
-        Stat {
-            median,
-            min: samples[0],
-            max: samples[n - 1],
-        }
-    }
-}
+/// Median and range of the samples of one figure (shared with the
+/// clustered-object benchmark).
+pub use atoll_co::bench::Stat;
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Row {

@@ -91,6 +91,19 @@ pub fn socket_path(runtime_dir: &Path, core: usize) -> std::path::PathBuf {
     runtime_dir.join(format!("sched-{core}.sock"))
 }
 
+/// A connection to the scheduling server of `core`.
+fn connect(runtime_dir: &Path, core: usize) -> Result<OwnedFd, RemoteError> {
+    let conn = rustix::net::socket_with(
+        AddressFamily::UNIX,
+        SocketType::SEQPACKET,
+        SocketFlags::CLOEXEC,
+        None,
+    )?;
+    let addr = SocketAddrUnix::new(socket_path(runtime_dir, core))?;
+    rustix::net::connect(&conn, &addr)?;
+    Ok(conn)
+}
+
 /// Our open, inheritable descriptors (those a local `execve` would keep).
 fn inheritable_fds(skip: i32) -> Result<Vec<i32>, RemoteError> {
     let dir = rustix::fs::open(
@@ -125,14 +138,7 @@ fn inheritable_fds(skip: i32) -> Result<Vec<i32>, RemoteError> {
 /// our pid on the message). The caller then execs in place: its pid,
 /// parent, process group and tracer stay, as without atoll.
 pub fn place_self(runtime_dir: &Path, core: usize) -> Result<(), RemoteError> {
-    let conn = rustix::net::socket_with(
-        AddressFamily::UNIX,
-        SocketType::SEQPACKET,
-        SocketFlags::CLOEXEC,
-        None,
-    )?;
-    let addr = SocketAddrUnix::new(socket_path(runtime_dir, core))?;
-    rustix::net::connect(&conn, &addr)?;
+    let conn = connect(runtime_dir, core)?;
     wire::send(&conn, &ToServer::Placed, &[])?;
     let mut set = rustix::thread::CpuSet::new();
     set.set(core);
@@ -150,14 +156,7 @@ pub fn remote_exec(
     if raw::thread_count() != Some(1) {
         return Err(RemoteError::Fallback("multithreaded caller".into()));
     }
-    let conn = rustix::net::socket_with(
-        AddressFamily::UNIX,
-        SocketType::SEQPACKET,
-        SocketFlags::CLOEXEC,
-        None,
-    )?;
-    let addr = SocketAddrUnix::new(socket_path(runtime_dir, core))?;
-    rustix::net::connect(&conn, &addr)?;
+    let conn = connect(runtime_dir, core)?;
     // The server's process: SIGCONTs from it mirror the program (`mirror`).
     let server = rustix::net::sockopt::socket_peercred(&conn)
         .map(|c| c.pid.as_raw_nonzero().get())

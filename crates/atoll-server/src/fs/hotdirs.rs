@@ -66,16 +66,9 @@ impl Default for HotDirs {
 /// A rename counts in its source directory (the destination sees its own
 /// `Link` when it is on another server).
 fn dir_of(req: &Request<'_>) -> Option<InodeId> {
-    use Request as Q;
     match req {
-        Q::Lookup { dir, .. }
-        | Q::Open { dir, .. }
-        | Q::MakeNode { dir, .. }
-        | Q::Link { dir, .. }
-        | Q::Unlink { dir, .. }
-        | Q::ReadDir { dir, .. } => Some(*dir),
-        Q::Rename { olddir, .. } => Some(*olddir),
-        _ => None,
+        Request::ReadDir { dir, .. } => Some(*dir),
+        _ => super::adapt::namespace_dir(req),
     }
 }
 

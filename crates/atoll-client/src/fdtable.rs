@@ -447,6 +447,15 @@ pub fn fds() -> Vec<i32> {
 }
 
 /// Every live description (for `Share` before fork).
+/// In a forked child: the threads that held offset locks (`lock_pos`)
+/// did not come along, so no offset is locked any more.
+pub fn after_fork_child() {
+    let high = HIGH_SLOT.load(Ordering::Acquire).min(MAX_DESCS);
+    for s in &DESCS[..high] {
+        s.pos_owner.store(0, Ordering::Relaxed);
+    }
+}
+
 pub fn live_descs() -> Vec<DescId> {
     let high = HIGH_SLOT.load(Ordering::Acquire).min(MAX_DESCS);
     let mut v: Vec<DescId> = DESCS[..high]

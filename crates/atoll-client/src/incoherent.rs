@@ -89,6 +89,11 @@ static COPIES: Copies = Copies {
     map: core::cell::UnsafeCell::new(None),
 };
 
+/// The copies' lock, for [`crate::forkgate`].
+pub fn fork_lock() -> &'static SpinLock {
+    &COPIES.lock
+}
+
 fn with<R>(f: impl FnOnce(&mut HashMap<u32, Copy>) -> R) -> R {
     let _g = COPIES.lock.lock();
     // SAFETY: the lock is held for the whole use of the map.

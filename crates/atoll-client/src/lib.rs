@@ -53,6 +53,7 @@ mod fast;
 mod fdpath;
 mod fdtable;
 mod file;
+mod forkgate;
 mod hybrid;
 mod incoherent;
 mod inotify;
@@ -1189,6 +1190,8 @@ pub struct ForkPrep {
     socket: OwnedFd,
     lane: u32,
     lane_fds: Vec<OwnedFd>,
+    /// Held until the clone returned, on both sides (see `forkgate`).
+    _gate: forkgate::ForkGate,
 }
 
 /// Before `fork`: create the child's session and share every open
@@ -1208,11 +1211,13 @@ pub fn fork_prepare() -> core::result::Result<Option<ForkPrep>, i32> {
     }
     // The child's copy of our memory maps what we map.
     mapping::share_with(c, &l, child);
+    drop(l);
     Ok(Some(ForkPrep {
         child,
         socket,
         lane,
         lane_fds,
+        _gate: forkgate::ForkGate::close(c),
     }))
 }
 
@@ -1234,9 +1239,18 @@ pub fn fork_child(prep: ForkPrep) {
     let Some(c) = session::client() else {
         return;
     };
-    mapping::after_fork_child();
-    let sock = session::to_high(prep.socket.into_raw_fd(), 0);
-    let _ = c.adopt_child_session(prep.child, sock, prep.lane, prep.lane_fds);
+    // Offsets locked by threads that did not come along are free here.
+    fdtable::after_fork_child();
+    let ForkPrep {
+        child,
+        socket,
+        lane,
+        lane_fds,
+        _gate,
+    } = prep;
+    let sock = session::to_high(socket.into_raw_fd(), 0);
+    let _ = c.adopt_child_session(child, sock, lane, lane_fds);
+    drop(_gate);
     counters::forget();
 }
 

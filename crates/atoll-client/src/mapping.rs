@@ -36,13 +36,13 @@
 //! reference of its own.
 
 use core::cell::UnsafeCell;
-use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use atoll_proto::{InodeId, Request, SessionId};
 
 use crate::error::{err, Result};
 use crate::session::{Client, Lane};
-use crate::sys::{self, SigBlock};
+use crate::sys::{self, SpinLock};
 use crate::Out;
 
 const PAGE: u64 = 4096;
@@ -75,7 +75,7 @@ const EMPTY: Piece = Piece {
 
 struct Table {
     /// Taken with every signal blocked, so a handler never spins on it.
-    held: AtomicBool,
+    lock: SpinLock,
     len: UnsafeCell<usize>,
     pieces: UnsafeCell<[Piece; MAX_PIECES]>,
 }
@@ -84,7 +84,7 @@ struct Table {
 unsafe impl Sync for Table {}
 
 static TABLE: Table = Table {
-    held: AtomicBool::new(false),
+    lock: SpinLock::new(),
     len: UnsafeCell::new(0),
     pieces: UnsafeCell::new([EMPTY; MAX_PIECES]),
 };
@@ -167,14 +167,7 @@ impl Pieces<'_> {
 }
 
 fn with<R>(f: impl FnOnce(&mut Pieces) -> R) -> R {
-    let _sig = SigBlock::new();
-    while TABLE
-        .held
-        .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-        .is_err()
-    {
-        core::hint::spin_loop();
-    }
+    let _g = TABLE.lock.lock();
     // SAFETY: the lock is held for the whole use of the table.
     let mut t = unsafe {
         Pieces {
@@ -193,8 +186,12 @@ fn with<R>(f: impl FnOnce(&mut Pieces) -> R) -> R {
         Ordering::Relaxed,
     );
     COUNT.store(*t.len, Ordering::Release);
-    TABLE.held.store(false, Ordering::Release);
     r
+}
+
+/// The table's lock, for [`crate::forkgate`].
+pub fn fork_lock() -> &'static SpinLock {
+    &TABLE.lock
 }
 
 fn round_up(len: u64) -> u64 {
@@ -362,12 +359,6 @@ pub fn share_with(c: &Client, lane: &Lane, child: SessionId) {
     for (_, ino) in maps {
         let _ = lane.call_ok(c, ino.owner(), Request::Map { ino, to: child });
     }
-}
-
-/// In a forked child: another thread of the parent may have held the lock
-/// at the fork; only this thread exists now.
-pub fn after_fork_child() {
-    TABLE.held.store(false, Ordering::Release);
 }
 
 /// `mremap` touching a piece. Moves and shrinks are the kernel's, with the

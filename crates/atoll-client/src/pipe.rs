@@ -924,6 +924,11 @@ static WATCH_LOCK: sys::SpinLock = sys::SpinLock::new();
 static WATCH_COUNT: AtomicU32 = AtomicU32::new(0);
 static mut WATCHES: [Option<Watch>; MAX_WATCHES] = [const { None }; MAX_WATCHES];
 
+/// The watch table's lock, for [`crate::forkgate`].
+pub fn fork_lock() -> &'static sys::SpinLock {
+    &WATCH_LOCK
+}
+
 /// Run `f` on the watch table under its lock (signals blocked).
 fn with_watches<R>(f: impl FnOnce(&mut [Option<Watch>; MAX_WATCHES]) -> R) -> R {
     let _g = WATCH_LOCK.lock();

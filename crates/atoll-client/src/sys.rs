@@ -214,8 +214,20 @@ impl SpinLock {
         }
     }
     pub fn lock(&self) -> SpinGuard<'_> {
-        use core::sync::atomic::Ordering;
         let sig = SigBlock::new();
+        self.acquire_raw();
+        SpinGuard {
+            lock: self,
+            _sig: sig,
+        }
+    }
+}
+
+impl SpinLock {
+    /// Take the lock for [`crate::forkgate::ForkGate`], whose caller
+    /// already blocked every signal: spin (then yield) until free.
+    pub fn acquire_raw(&self) {
+        use core::sync::atomic::Ordering;
         let mut spins = 0u32;
         while self
             .held
@@ -230,10 +242,12 @@ impl SpinLock {
                 core::hint::spin_loop();
             }
         }
-        SpinGuard {
-            lock: self,
-            _sig: sig,
-        }
+    }
+
+    /// Undo [`SpinLock::acquire_raw`].
+    pub fn release_raw(&self) {
+        self.held
+            .store(false, core::sync::atomic::Ordering::Release);
     }
 }
 

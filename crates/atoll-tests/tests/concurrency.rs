@@ -1,7 +1,7 @@
 //! Concurrency: many processes (more than cores) hammer one directory and
 //! shared descriptors; invariants are checked afterwards.
 
-use atoll_tests::run_in_atoll;
+use atoll_tests::{compile_probe, run_in_atoll};
 
 fn stdout_of(opts: &[&str], script: &str) -> String {
     let out = run_in_atoll(opts, script);
@@ -132,4 +132,22 @@ fn rename_over_never_hides_the_target() {
         "#,
     );
     assert_eq!(out, "misses 0\nv300\n");
+}
+
+/// Threads of one process fork at the same time, and every child execs
+/// (which asks the instance for a session) or writes a file of the mount.
+/// A fork copies only its own thread: a client lock another thread held
+/// at that instant would stay held in the child forever, and the child
+/// would spin on it (a multithreaded `cargo` spawning `rustc` hung so).
+/// Every child must finish, with 2 servers and more threads than cores.
+#[test]
+fn threads_that_fork_at_once_leave_no_child_stuck_on_a_lock() {
+    let dir = tempfile::tempdir().expect("probe directory");
+    let probe = compile_probe(dir.path(), "forkers", include_str!("concurrency/forkers.c"));
+    let out = stdout_of(
+        &["--servers", "2"],
+        &format!("set -e; cd \"$ROOT\"; {} 16 40", probe.display()),
+    );
+    assert!(out.contains("children ok 640 of 640"), "{out}");
+    assert!(out.contains("files 320"), "{out}");
 }

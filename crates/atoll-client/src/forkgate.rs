@@ -1,0 +1,59 @@
+//! Process-local locks held across `fork`.
+//!
+//! `fork` copies only the calling thread. A lock that another thread of
+//! the parent held at that instant stays held in the child's copy of
+//! memory forever, and the child's first use of it spins without end (a
+//! multithreaded `cargo` forking a child while another of its threads
+//! opened a lane did exactly that). So the forking thread takes every
+//! process-local atoll lock just before the clone, with every signal
+//! blocked, and both sides release their copy after it: each lock is then
+//! free, and the state it guards whole, in parent and child alike (the
+//! `pthread_atfork` discipline, done inside the interposition layer).
+//!
+//! Locks that live in shared memory (pipe rings, inotify rings) are not
+//! here: the parent's thread that holds one releases it for everyone.
+
+use crate::session::Client;
+use crate::sys::{SigBlock, SpinLock};
+
+/// Every process-local lock, taken (in this order, each held only briefly
+/// and never while another of them is taken) by [`ForkGate::close`].
+fn locks(c: &'static Client) -> [&'static SpinLock; 4] {
+    [
+        &c.boot_lock,
+        crate::mapping::fork_lock(),
+        crate::incoherent::fork_lock(),
+        crate::pipe::fork_lock(),
+    ]
+}
+
+/// The locks of [`locks`], held from just before a fork until the clone
+/// returned; dropped in the parent and in the child (its own copy).
+pub struct ForkGate {
+    held: [&'static SpinLock; 4],
+    // Dropped after `Drop::drop` released the locks: signals stay blocked
+    // until then.
+    _signals: SigBlock,
+}
+
+impl ForkGate {
+    pub fn close(c: &'static Client) -> ForkGate {
+        let signals = SigBlock::new();
+        let held = locks(c);
+        for l in held {
+            l.acquire_raw();
+        }
+        ForkGate {
+            held,
+            _signals: signals,
+        }
+    }
+}
+
+impl Drop for ForkGate {
+    fn drop(&mut self) {
+        for l in self.held.iter().rev() {
+            l.release_raw();
+        }
+    }
+}

@@ -53,6 +53,8 @@ pub struct Lane {
     chans: Vec<ClientChannel>,
     buf: UnsafeCell<Vec<u8>>,
     next_id: AtomicU64,
+    /// Group lists already registered through this lane (`creds`).
+    sent_groups: crate::creds::SentSets,
 }
 
 // SAFETY: `buf` (the only non-Sync field) is touched only by the thread
@@ -83,7 +85,35 @@ impl Lane {
             chans,
             buf: UnsafeCell::new(vec![0u8; MAX_FRAME]),
             next_id: AtomicU64::new(1),
+            sent_groups: crate::creds::SentSets::new(),
         })
+    }
+
+    /// Register group list `set` with `server` through this lane's channel
+    /// unless it went already: posted just before the request that names
+    /// it, which the server then serves after it (a channel is served in
+    /// order), so no round trip is paid. Called before `buf` is used.
+    fn send_groups(&self, server: usize, chan: &ClientChannel, set: u32) -> Result<()> {
+        if self.sent_groups.check_and_mark(server, set) {
+            return Ok(());
+        }
+        let groups = crate::creds::groups_of(set);
+        let frame = RequestFrame {
+            id: self.next_id.fetch_add(1, Ordering::Relaxed) | atoll_proto::POSTED,
+            cred: Cred::default(),
+            req: Request::SetGroups { set, groups },
+            vouched: Cow::Borrowed(&[]),
+        };
+        // SAFETY: the caller holds this lane (LaneGuard) and has not
+        // started to use `buf`.
+        let buf = unsafe { &mut *self.buf.get() };
+        let sent = atoll_proto::encode(&frame, buf)
+            .map_err(Error::from)
+            .and_then(|bytes| Ok(chan.send_unrung(bytes)?));
+        if sent.is_err() {
+            self.sent_groups.unmark(server, set);
+        }
+        sent
     }
 
     /// Send one request without waiting (directory broadcast, Hare
@@ -106,6 +136,7 @@ impl Lane {
         if matches!(req, Request::SetLock { .. }) && !c.any_locks.load(Ordering::Relaxed) {
             c.any_locks.store(true, Ordering::Relaxed);
         }
+        self.send_groups(server, chan, cred.groups)?;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let frame = RequestFrame {
             id,
@@ -140,10 +171,12 @@ impl Lane {
 
     fn post_frame(&self, c: &Client, server: usize, req: Request<'_>, ring: bool) -> Result<()> {
         let chan = self.chans.get(server).ok_or(Error::Errno(libc::EINVAL))?;
+        let cred = c.cred();
+        self.send_groups(server, chan, cred.groups)?;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed) | atoll_proto::POSTED;
         let frame = RequestFrame {
             id,
-            cred: c.cred(),
+            cred,
             req,
             vouched: Cow::Borrowed(&[]),
         };
@@ -500,15 +533,6 @@ pub struct Client {
     pub cache_fd: AtomicI32,
     session: AtomicPtr<Session>,
     pub boot_lock: SpinLock,
-    /// What the kernel checks file access with (kept current by `creds`).
-    pub fsuid: AtomicU32,
-    pub fsgid: AtomicU32,
-    /// Effective file-system capabilities (`Cred::CAP_*`).
-    pub caps: AtomicU32,
-    /// Permitted ones (`access` by a root real user).
-    pub permitted_caps: AtomicU32,
-    pub ruid: AtomicU32,
-    pub rgid: AtomicU32,
     pub umask: AtomicU32,
     cwd: AtomicPtr<Cwd>,
     /// Set once the process takes a POSIX record lock, so that `close`
@@ -536,13 +560,9 @@ impl Client {
         self.session().id
     }
 
-    /// The credentials requests carry (hot path: three loads).
+    /// The credentials requests carry: the calling thread's (`creds`).
     pub fn cred(&self) -> Cred {
-        Cred {
-            uid: self.fsuid.load(Ordering::Relaxed),
-            gid: self.fsgid.load(Ordering::Relaxed),
-            caps: self.caps.load(Ordering::Relaxed),
-        }
+        crate::creds::current().fs
     }
 
     /// The atoll cwd, if the cwd is inside atoll.
@@ -898,12 +918,6 @@ pub fn attach(
         cache_fd: AtomicI32::new(cache_fd),
         session: AtomicPtr::new(Box::into_raw(Box::new(Session::new(session, lane0)))),
         boot_lock: SpinLock::new(),
-        fsuid: AtomicU32::new(0),
-        fsgid: AtomicU32::new(0),
-        caps: AtomicU32::new(0),
-        permitted_caps: AtomicU32::new(0),
-        ruid: AtomicU32::new(0),
-        rgid: AtomicU32::new(0),
         umask: AtomicU32::new(um.as_raw_mode()),
         cwd: AtomicPtr::new(core::ptr::null_mut()),
         posix_locks: AtomicBool::new(false),
@@ -911,26 +925,6 @@ pub fn attach(
         info,
     };
     let c = install(c);
-    crate::creds::refresh(c, true);
+    crate::creds::refresh();
     Ok(c)
-}
-
-impl Client {
-    /// Tell every server the supplementary groups (permission checks).
-    pub fn register_groups(&self) {
-        let groups: Vec<u32> = rustix::process::getgroups()
-            .map(|g| g.iter().map(|g| g.as_raw()).collect())
-            .unwrap_or_default();
-        if let Ok(lane) = self.lane() {
-            for s in 0..self.nservers {
-                let _ = lane.call_ok(
-                    self,
-                    s,
-                    Request::SetGroups {
-                        groups: groups.clone(),
-                    },
-                );
-            }
-        }
-    }
 }

@@ -46,6 +46,10 @@ pub const MAX_XATTR_VALUE: usize = 4096;
 pub const XATTR_SIZE_MAX: usize = 64 * 1024;
 /// Largest encoded frame (request or reply) in bytes. Rings must accept it.
 pub const MAX_FRAME: usize = 12 * 1024;
+/// Supplementary group lists a session may register ([`Request::SetGroups`]);
+/// the last number is the client's scratch list, sent again before each
+/// request that uses it.
+pub const MAX_GROUP_SETS: u32 = 256;
 /// Size of one buffer-cache block.
 pub const BLOCK_SIZE: usize = 4096;
 /// Most servers one instance may have (the id encodes a server in 8 bits).
@@ -278,14 +282,18 @@ pub struct Attr {
 /// Caller credentials for Linux's permission checks: the fsuid and fsgid,
 /// and the effective capabilities that bypass them (`caps`, bit `1 << n`
 /// for Linux capability number `n`; only the file-system ones below are
-/// looked at). The client reads all three from the kernel after every
-/// credential change, so they are what Linux itself would check with. The
-/// supplementary groups are registered per session ([`Request::SetGroups`]).
+/// looked at). The client reads them from the kernel after every
+/// credential change of the calling thread, so they are what Linux itself
+/// would check with. Supplementary groups are long, so a session registers
+/// each list its threads hold once ([`Request::SetGroups`]) and a request
+/// names its thread's list by number (`groups`).
 #[derive(Serialize, Deserialize, Clone, Copy, PartialEq, Eq, Debug, Default)]
 pub struct Cred {
     pub uid: u32,
     pub gid: u32,
     pub caps: u32,
+    /// The session's supplementary group list number ([`Request::SetGroups`]).
+    pub groups: u32,
 }
 
 impl Cred {
@@ -312,6 +320,7 @@ impl Cred {
             uid,
             gid,
             caps: if uid == 0 { Self::FS_CAPS } else { 0 },
+            groups: 0,
         }
     }
 }
@@ -452,8 +461,11 @@ pub struct ReplyFrame<'a> {
 /// The comment on each variant names the server it goes to and its reply.
 #[derive(Serialize, Deserialize, Debug, Clone)]
 pub enum Request<'a> {
-    /// Any server. Register the session's supplementary groups. → `Ok`
+    /// Any server. Register supplementary group list number `set` of the
+    /// session (credentials are per thread, so a session may hold several;
+    /// a request's [`Cred::groups`] names one). → `Ok`
     SetGroups {
+        set: u32,
         groups: Vec<u32>,
     },
 

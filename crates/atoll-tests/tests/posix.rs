@@ -176,6 +176,79 @@ PY
     }
 }
 
+/// Credentials belong to a thread, as in Linux: a raw `setresuid` or
+/// `setgroups` system call (no glibc broadcast) changes only the thread
+/// that makes it; the others keep checking as root. A thread created
+/// afterwards starts with its creator's credentials, a forked child with
+/// its forking thread's, and a thread's supplementary groups grant it what
+/// they grant (each thread's group list reaches every server it asks).
+#[test]
+fn a_raw_credential_change_is_the_calling_threads_alone() {
+    require("python3");
+    for opts in [
+        &["--servers", "2"][..],
+        &["--servers", "3", "--distribute", "all"],
+    ] {
+        assert_same(
+            opts,
+            r#"
+            set -e
+            cd "$ROOT" && chmod 755 . && mkdir -m 755 rootonly && mkdir -m 770 club && chgrp 4242 club
+            python3 - <<'PY'
+import ctypes, os, threading
+libc = ctypes.CDLL(None, use_errno=True)
+SYS_setresuid, SYS_setgroups = 117, 116
+
+def attempt(what, f):
+    try:
+        f()
+        print(what, "ok")
+    except OSError as e:
+        print(what, e.strerror)
+
+def create(path):
+    os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o644))
+    st = os.stat(path)
+    print(" ", path, "owner", st.st_uid, st.st_gid)
+
+def in_thread(f):
+    t = threading.Thread(target=f)
+    t.start(); t.join()
+
+def member_then_nobody():
+    groups = (ctypes.c_uint * 1)(4242)
+    assert libc.syscall(SYS_setgroups, 1, groups) == 0
+    assert libc.syscall(SYS_setresuid, -1, 65534, -1) == 0
+    attempt("thread: create in rootonly", lambda: create("rootonly/t"))
+    attempt("thread: create in club (group 4242)", lambda: create("club/t"))
+    # A thread it creates starts with its credentials.
+    in_thread(lambda: attempt("grandchild thread: create in club", lambda: create("club/g")))
+    in_thread(lambda: attempt("grandchild thread: create in rootonly", lambda: create("rootonly/g")))
+    pid = os.fork()
+    if pid == 0:
+        attempt("forked child: create in rootonly", lambda: create("rootonly/f"))
+        attempt("forked child: create in club", lambda: create("club/f"))
+        os._exit(0)
+    os.waitpid(pid, 0)
+
+def nobody_without_groups():
+    assert libc.syscall(SYS_setgroups, 0, None) == 0
+    assert libc.syscall(SYS_setresuid, -1, 65534, -1) == 0
+    attempt("other thread: create in club (no groups)", lambda: create("club/o"))
+
+in_thread(member_then_nobody)
+in_thread(nobody_without_groups)
+print("main euid", os.geteuid())
+attempt("main: create in rootonly", lambda: create("rootonly/m"))
+attempt("main: create in club", lambda: create("club/m"))
+PY
+            ls -ln rootonly club | awk '{print $1, $3, $4, $NF}'
+            "#,
+            true,
+        );
+    }
+}
+
 /// A writer that opens a FIFO, writes and closes while the reader's open is
 /// still on its way is never missed: the reader gets the data and EOF
 /// (200 rounds, 2 servers, as often as Linux manages it).

@@ -13,7 +13,7 @@ impl<S: BlockStore> FileServer<S> {
     ) -> R<'o> {
         use Request as Q;
         match req {
-            Q::SetGroups { groups } => self.set_groups(session, groups),
+            Q::SetGroups { set, groups } => self.set_groups(session, set, groups),
             Q::Lookup { dir, name } => self.lookup_tracked(session, who, dir, name),
             Q::Open {
                 dir,

@@ -173,7 +173,9 @@ impl Desc {
 }
 
 struct Session {
-    groups: Rc<[u32]>,
+    /// Supplementary group lists by number (`Cred::groups`): credentials
+    /// are per thread, so threads of one session may differ.
+    groups: Vec<Rc<[u32]>>,
 }
 
 const OP_NAMES: [&str; 60] = [
@@ -500,9 +502,9 @@ impl<S: BlockStore> FileServer<S> {
 
     /// A session got a channel to this server.
     pub fn session_opened(&mut self, session: SessionId) {
-        self.sessions.entry(session).or_insert_with(|| Session {
-            groups: Rc::from(Vec::new()),
-        });
+        self.sessions
+            .entry(session)
+            .or_insert_with(|| Session { groups: Vec::new() });
     }
 
     /// The session is gone (process exited or was killed): drop every
@@ -732,12 +734,15 @@ impl<S: BlockStore> FileServer<S> {
 
     fn caller<'v>(&mut self, session: SessionId, cred: Cred, vouched: &'v [Vouched]) -> Caller<'v> {
         let groups = match self.sessions.get(&session) {
-            Some(s) => s.groups.clone(),
+            Some(s) => s.groups.get(cred.groups as usize).cloned(),
             None => {
                 self.session_opened(session);
-                Rc::from(Vec::new())
+                None
             }
         };
+        // A list never registered means no supplementary groups: the
+        // checks can only be stricter than the kernel's, never looser.
+        let groups = groups.unwrap_or_else(|| Rc::from(Vec::new()));
         Caller {
             uid: cred.uid,
             gid: cred.gid,
@@ -1014,10 +1019,22 @@ impl<S: BlockStore> FileServer<S> {
     }
 
     /// Supplementary groups of a session, sent when they change.
-    pub(super) fn set_groups<'o>(&mut self, session: SessionId, groups: Vec<u32>) -> R<'o> {
+    pub(super) fn set_groups<'o>(
+        &mut self,
+        session: SessionId,
+        set: u32,
+        groups: Vec<u32>,
+    ) -> R<'o> {
+        if set >= atoll_proto::MAX_GROUP_SETS {
+            return Err(Errno::EINVAL);
+        }
         self.session_opened(session);
         if let Some(s) = self.sessions.get_mut(&session) {
-            s.groups = Rc::from(groups);
+            let set = set as usize;
+            if s.groups.len() <= set {
+                s.groups.resize_with(set + 1, || Rc::from(Vec::new()));
+            }
+            s.groups[set] = Rc::from(groups);
         }
         Ok(Reply::Ok)
     }

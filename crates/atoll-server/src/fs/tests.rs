@@ -1813,7 +1813,14 @@ fn permissions_follow_owner_group_other_and_root_bypass() {
         t.open_as(S2, OTHER, ROOT, "f", 0, 0).unwrap_err(),
         Errno::EACCES
     );
-    t.ok(S2, OTHER, Request::SetGroups { groups: vec![1000] });
+    t.ok(
+        S2,
+        OTHER,
+        Request::SetGroups {
+            set: 0,
+            groups: vec![1000],
+        },
+    );
     assert!(
         t.open_as(S2, OTHER, ROOT, "f", 0, 0).is_ok(),
         "member of the file's group"
@@ -1863,13 +1870,27 @@ fn chown_and_chmod_follow_linux_rules() {
         t.setattr(USER, f, chown(None, Some(3000))),
         Err(Errno::EPERM)
     );
-    t.ok(S1, USER, Request::SetGroups { groups: vec![3000] });
+    t.ok(
+        S1,
+        USER,
+        Request::SetGroups {
+            set: 0,
+            groups: vec![3000],
+        },
+    );
     assert_eq!(
         t.setattr(USER, f, chown(None, Some(3000))).unwrap().gid,
         3000
     );
     // chmod by a non-member of the file's group drops set-group-id.
-    t.ok(S1, USER, Request::SetGroups { groups: vec![] });
+    t.ok(
+        S1,
+        USER,
+        Request::SetGroups {
+            set: 0,
+            groups: vec![],
+        },
+    );
     assert_eq!(t.setattr(USER, f, perm_only(0o2755)).unwrap().perm, 0o755);
     t.setattr(ROOTC, f, perm_only(0o6755)).unwrap();
     // chown clears set-id bits, even for root.
@@ -1890,7 +1911,14 @@ fn write_by_non_root_clears_setuid() {
 fn setgid_directories_pass_their_group_down() {
     let mut t = server(8);
     let d = t.mkdir(ROOT, "shared");
-    t.ok(S1, USER, Request::SetGroups { groups: vec![500] });
+    t.ok(
+        S1,
+        USER,
+        Request::SetGroups {
+            set: 0,
+            groups: vec![500],
+        },
+    );
     t.setattr(
         USER,
         d,
@@ -2078,7 +2106,14 @@ fn name_changes_in_a_directory_owned_elsewhere_need_its_attributes() {
         Own::Err(Errno::EACCES)
     );
     // The group class: a member of the directory's group may write.
-    t.ok(S2, OTHER, Request::SetGroups { groups: vec![77] });
+    t.ok(
+        S2,
+        OTHER,
+        Request::SetGroups {
+            set: 0,
+            groups: vec![77],
+        },
+    );
     let group_writable = [attrs_of(dir, 0o775, 0, 77)];
     assert!(matches!(
         t.callv(S2, OTHER, &group_writable, unlink(dir, a)),
@@ -2608,4 +2643,59 @@ fn directory_names_are_found_across_servers_in_rounds() {
     assert_eq!(asked, 2);
     assert_eq!(names.len(), 1);
     assert_eq!(names[0].parent, b.0);
+}
+
+/// Credentials are per thread: one session registers several group lists
+/// and each request is checked with the list it names; a list never
+/// registered grants nothing, and a number past the limit is refused.
+#[test]
+fn each_request_is_checked_with_the_group_list_it_names() {
+    let mut t = server(8);
+    let (_, f) = t.create(ROOT, "f");
+    let chgrp = |gid| SetAttr {
+        gid: Some(gid),
+        ..SetAttr::NONE
+    };
+    t.setattr(
+        ROOTC,
+        f,
+        SetAttr {
+            uid: Some(1000),
+            ..SetAttr::NONE
+        },
+    )
+    .unwrap();
+    t.ok(
+        S1,
+        USER,
+        Request::SetGroups {
+            set: 0,
+            groups: vec![],
+        },
+    );
+    t.ok(
+        S1,
+        USER,
+        Request::SetGroups {
+            set: 1,
+            groups: vec![3000],
+        },
+    );
+    let in_set = |set| Cred {
+        groups: set,
+        ..USER
+    };
+    assert_eq!(t.setattr(in_set(0), f, chgrp(3000)), Err(Errno::EPERM));
+    assert_eq!(t.setattr(in_set(7), f, chgrp(3000)), Err(Errno::EPERM));
+    assert_eq!(t.setattr(in_set(1), f, chgrp(3000)).unwrap().gid, 3000);
+    let past = atoll_proto::MAX_GROUP_SETS;
+    let refused = t.err(
+        S1,
+        USER,
+        Request::SetGroups {
+            set: past,
+            groups: vec![1],
+        },
+    );
+    assert_eq!(refused, Errno::EINVAL);
 }

@@ -164,6 +164,18 @@ pub fn status(args: StatusArgs) -> Result<i32> {
     Ok(0)
 }
 
+pub fn chaos(args: crate::args::ChaosArgs) -> Result<i32> {
+    use atoll_proto::boot::ChaosAction;
+    let rec = select(&args.select)?;
+    let action = match (args.kill, args.stall, args.stall_for) {
+        (Some(server), _, _) => ChaosAction::Kill { server },
+        (None, Some(server), Some(millis)) => ChaosAction::Stall { server, millis },
+        _ => bail!("say --kill server:N, or --stall server:N --for TIME"),
+    };
+    crate::bootctl::chaos(&rec.socket, action).with_context(|| format!("instance {}", rec.id))?;
+    Ok(0)
+}
+
 pub fn stop(args: SelectArgs) -> Result<i32> {
     let rec = select(&args)?;
     let pid = rustix::process::Pid::from_raw(rec.pid as i32)

@@ -80,6 +80,9 @@ pub enum Command {
     Status(StatusArgs),
     /// Stop a running instance and wait until it is gone.
     Stop(SelectArgs),
+    /// Inject a fault into a running instance: kill or stall a file server.
+    #[command(after_help = CHAOS_AFTER_HELP)]
+    Chaos(ChaosArgs),
     /// List the running instances of this user.
     List(ListArgs),
     /// Run the benchmark suite (see `atoll bench --help`).
@@ -238,6 +241,56 @@ pub struct StatusArgs {
     /// Print the status as JSON
     #[arg(long)]
     pub json: bool,
+}
+
+const CHAOS_AFTER_HELP: &str = "\
+A killed server dies at once, as a crash would: every call that needs it
+fails with EIO (never hangs), every other call goes on, and `atoll status`
+shows it down. A stalled server serves nothing for the given time, then
+goes on; its clients wait. Examples:
+  atoll chaos --id ID --kill server:1
+  atoll chaos --id ID --stall server:0 --for 2s";
+
+#[derive(Args, Debug)]
+#[group(id = "fault", required = true, multiple = false)]
+pub struct ChaosArgs {
+    #[command(flatten)]
+    pub select: SelectArgs,
+    /// Kill file server N (`server:N`)
+    #[arg(long, value_name = "server:N", value_parser = parse_server_target, group = "fault")]
+    pub kill: Option<u32>,
+    /// Stall file server N (`server:N`) for the time given by --for
+    #[arg(long, value_name = "server:N", value_parser = parse_server_target, group = "fault", requires = "stall_for")]
+    pub stall: Option<u32>,
+    /// How long a stall lasts: a number with ms or s (e.g. 500ms, 2s)
+    #[arg(long = "for", id = "stall_for", value_name = "TIME", value_parser = parse_millis)]
+    pub stall_for: Option<u64>,
+}
+
+/// `server:N` → N.
+fn parse_server_target(s: &str) -> Result<u32, String> {
+    let n = s
+        .strip_prefix("server:")
+        .ok_or_else(|| format!("'{s}' is not server:N"))?;
+    n.parse()
+        .map_err(|_| format!("'{n}' in '{s}' is not a server number"))
+}
+
+/// `500ms`, `2s`, `1.5s` → milliseconds.
+fn parse_millis(s: &str) -> Result<u64, String> {
+    let bad = || format!("invalid time '{s}' (use e.g. 500ms or 2s)");
+    let (num, scale) = if let Some(n) = s.strip_suffix("ms") {
+        (n, 1.0)
+    } else if let Some(n) = s.strip_suffix('s') {
+        (n, 1000.0)
+    } else {
+        return Err(bad());
+    };
+    let v: f64 = num.trim().parse().map_err(|_| bad())?;
+    if !(v.is_finite() && v > 0.0 && v * scale < 86_400_000.0) {
+        return Err(bad());
+    }
+    Ok((v * scale).round().max(1.0) as u64)
 }
 
 #[derive(Args, Debug)]

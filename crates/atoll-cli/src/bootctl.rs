@@ -68,6 +68,13 @@ pub fn stop(socket: &Path) -> io::Result<()> {
     }
 }
 
+pub fn chaos(socket: &Path, action: atoll_proto::boot::ChaosAction) -> io::Result<()> {
+    match request(socket, &BootRequest::Chaos(action))? {
+        BootReply::Done => Ok(()),
+        other => Err(unexpected(other)),
+    }
+}
+
 fn unexpected(reply: BootReply) -> io::Error {
     match reply {
         BootReply::Error(msg) => io::Error::other(format!("the instance refused: {msg}")),
@@ -119,6 +126,7 @@ mod tests {
             poll: "spin".into(),
             sessions: vec![(1, 42)],
             dir_names: vec![],
+            health: vec![],
         };
         let (path, h) = fake_instance(t.path(), BootReply::Status(st));
         let got = status(&path).unwrap();

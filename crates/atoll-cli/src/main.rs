@@ -55,6 +55,7 @@ fn real_main() -> i32 {
         Command::Exec(a) => run::exec(a),
         Command::Status(a) => admin::status(a),
         Command::Stop(a) => admin::stop(a),
+        Command::Chaos(a) => admin::chaos(a),
         Command::List(a) => admin::list(a),
         Command::Bench(a) => bench::bench(a.args),
         Command::Top(a) => top::top(a),

@@ -309,6 +309,14 @@ pub fn status_text(st: &InstanceStatus, rec: &InstanceRecord) -> String {
         st.servers.len(),
         cores.join(",")
     );
+    for h in st.health.iter().filter(|h| h.state != "up") {
+        let why = if h.reason.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", h.reason)
+        };
+        let _ = writeln!(out, "  server {}   {}{why}", h.server, h.state);
+    }
     let _ = writeln!(out, "clients      {}  ({} lanes)", st.clients, st.lanes);
     let _ = writeln!(out, "open files   {open}");
     let _ = writeln!(
@@ -390,6 +398,8 @@ pub fn status_json(st: &InstanceStatus, rec: &InstanceRecord) -> serde_json::Val
         "clients": st.clients,
         "lanes": st.lanes,
         "servers": servers_json(&st.servers),
+        // Up, stalled or down (`atoll chaos`, fault containment).
+        "health": st.health,
         // Not in `servers_json`: `--stats-json` and the benchmarks take
         // differences of every number there, and inode ids are no counts.
         "hot_dirs": st

@@ -52,7 +52,10 @@ pub fn placement(c: &Client, dir: InodeId, name: &[u8]) -> Option<usize> {
     // One designated server per process, spread by pid (Hare §3.7.5: "to
     // avoid all clients storing files on the same local server").
     let k = std::process::id() as usize % n;
-    t.local_servers(domain).nth(k)
+    t.local_servers(domain)
+        .nth(k)
+        .map(|s| c.live_server(s))
+        .filter(|&s| s != entry)
 }
 
 /// The server a new plain directory `(dir, name)` should live on (inode

@@ -197,7 +197,7 @@ fn convert_host_queue(c: &Client, lane: &Lane, fd: i64) -> Result<DescRef> {
     let nonblock = status as u32 & libc::O_NONBLOCK as u32;
     let cloexec = fdflags as i32 & libc::FD_CLOEXEC != 0;
     // Spread queues over servers by process, as pipes.
-    let server = (std::process::id() as usize) % c.nservers.max(1);
+    let server = c.live_server(std::process::id() as usize % c.nservers.max(1));
     let (ino, desc, header) = lane.call(
         c,
         server,

@@ -560,6 +560,18 @@ impl Client {
         self.session().id
     }
 
+    /// `preferred` if that server is alive, else the next live one: where
+    /// new objects that may live anywhere (pipes, inotify queues, a
+    /// process's new files) go, so a dead server takes only what it held
+    /// (fault containment, server `health.rs`).
+    pub fn live_server(&self, preferred: usize) -> usize {
+        let n = self.nservers.max(1);
+        (0..n)
+            .map(|k| (preferred + k) % n)
+            .find(|&s| !self.control.is_down(s))
+            .unwrap_or(preferred % n)
+    }
+
     /// The credentials requests carry: the calling thread's (`creds`).
     pub fn cred(&self) -> Cred {
         crate::creds::current().fs

@@ -163,7 +163,7 @@ impl Gauge {
 }
 
 #[cfg(not(loom))]
-const CONTROL_MAGIC: u64 = u64::from_le_bytes(*b"ATOLLCT2");
+const CONTROL_MAGIC: u64 = u64::from_le_bytes(*b"ATOLLCT3");
 
 #[cfg(not(loom))]
 #[repr(C)]
@@ -181,7 +181,8 @@ const LOAD_BYTES: usize = std::mem::size_of::<Padded<AtomicU64>>();
 #[cfg(not(loom))]
 const GAUGE_BYTES: usize = std::mem::size_of::<Padded<Gauge>>();
 
-/// Per-instance control block: one doorbell per server plus published load.
+/// Per-instance control block: one doorbell per server, published load,
+/// each server's state (down or not) and the instance-wide gauges.
 #[cfg(not(loom))]
 pub struct Control {
     region: SharedRegion,
@@ -192,7 +193,7 @@ pub struct Control {
 impl Control {
     /// Bytes of a control block for `servers` servers.
     pub const fn size(servers: usize) -> usize {
-        HEADER_BYTES + servers * (DOORBELL_BYTES + LOAD_BYTES) + GAUGES * GAUGE_BYTES
+        HEADER_BYTES + servers * (DOORBELL_BYTES + 2 * LOAD_BYTES) + GAUGES * GAUGE_BYTES
     }
 
     pub fn create(servers: usize) -> io::Result<(OwnedFd, Control)> {
@@ -273,10 +274,28 @@ impl Control {
     /// If `i >= GAUGES` (a caller bug, never peer input).
     pub fn gauge(&self, i: usize) -> &Gauge {
         assert!(i < GAUGES, "no gauge {i}");
-        let off = HEADER_BYTES + self.servers * (DOORBELL_BYTES + LOAD_BYTES) + i * GAUGE_BYTES;
+        let off = HEADER_BYTES + self.servers * (DOORBELL_BYTES + 2 * LOAD_BYTES) + i * GAUGE_BYTES;
         // SAFETY: as in `doorbell` (the gauges end the block, whose size
         // was checked); a Gauge is atomics only.
         unsafe { &(*(self.region.as_ptr().add(off) as *const Padded<Gauge>)).0 }
+    }
+
+    fn state_word(&self, server: usize) -> &AtomicU64 {
+        assert!(server < self.servers, "no server {server}");
+        let off = HEADER_BYTES + self.servers * (DOORBELL_BYTES + LOAD_BYTES) + server * LOAD_BYTES;
+        // SAFETY: as in `doorbell` (the state words follow the loads).
+        unsafe { &(*(self.region.as_ptr().add(off) as *const Padded<AtomicU64>)).0 }
+    }
+
+    /// Server `server` died: clients place nothing new on it (pipes, new
+    /// files) and fail what needs it with `EIO` (fault containment).
+    pub fn set_down(&self, server: usize) {
+        self.state_word(server).store(1, Ordering::Release);
+    }
+
+    /// Is server `server` known dead? (One relaxed load.)
+    pub fn is_down(&self, server: usize) -> bool {
+        server < self.servers && self.state_word(server).load(Ordering::Relaxed) != 0
     }
 
     /// Server side: add to the published load counter.

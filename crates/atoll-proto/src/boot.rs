@@ -107,6 +107,40 @@ pub enum BootRequest {
     /// (`Fork` was asked before the pid existed), so `atoll top` can show
     /// it. No reply.
     ChildPid { pid: u32 },
+    /// Inject a fault (`atoll chaos`). Reply: `Done` or `Error`.
+    Chaos(ChaosAction),
+}
+
+/// A fault `atoll chaos` injects into a running instance, for tests of
+/// fault containment (fos §3.5: plan for failure).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChaosAction {
+    /// File server `server` dies at once, without any cleanup of its own,
+    /// as a crashed server would.
+    Kill { server: u32 },
+    /// File server `server` serves nothing for `millis` milliseconds, as a
+    /// wedged server would, then goes on.
+    Stall { server: u32, millis: u64 },
+}
+
+/// How a file server is doing, for `atoll status`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+pub struct ServerHealth {
+    pub server: u32,
+    /// `up`, `stalled` (serving nothing on purpose, `atoll chaos`) or
+    /// `down` (died; its clients' calls fail with `EIO`).
+    pub state: String,
+    /// Core the server is pinned to (-1: none).
+    pub core: i32,
+    /// Thread id of the server in the instance process.
+    pub tid: u32,
+    /// Milliseconds since the server started.
+    pub uptime_ms: u64,
+    /// Restarts so far (a dead server is not restarted yet).
+    pub restarts: u32,
+    /// Why it is down, when it is.
+    #[serde(default)]
+    pub reason: String,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug)]
@@ -125,6 +159,8 @@ pub enum BootReply {
     },
     Status(InstanceStatus),
     Stopping,
+    /// A request without an answer of its own was carried out (`Chaos`).
+    Done,
     Error(String),
 }
 
@@ -152,6 +188,9 @@ pub struct InstanceStatus {
     /// far as the servers know them, so that `atoll top` can show paths.
     #[serde(default)]
     pub dir_names: Vec<crate::DirName>,
+    /// Each file server's state: up, stalled or down, core, uptime.
+    #[serde(default)]
+    pub health: Vec<ServerHealth>,
 }
 
 /// Largest bootstrap packet.

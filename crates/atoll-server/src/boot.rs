@@ -36,6 +36,7 @@ use crate::server::Admin;
 pub struct Servers {
     pub admin: Vec<Sender<Admin>>,
     pub control: Control,
+    pub health: Arc<crate::health::Health>,
 }
 
 impl Servers {
@@ -43,9 +44,61 @@ impl Servers {
     /// sleeping server wakes up to read it.
     pub fn post(&self, i: usize, msg: Admin) {
         if let Some(tx) = self.admin.get(i) {
-            let _ = tx.send(msg);
+            if let Err(std::sync::mpsc::SendError(Admin::NewChannel { channel, .. })) = tx.send(msg)
+            {
+                // Server `i` is gone: nobody will ever serve this channel.
+                channel.close();
+            }
             self.control.doorbell(i).ring();
         }
+    }
+
+    /// Give server `i` a new channel; closed at once if the server is
+    /// down, so its client gets `EIO` rather than waiting (`health`).
+    pub fn add_channel(
+        &self,
+        i: usize,
+        session: SessionId,
+        lane: u32,
+        channel: Arc<ServerChannel>,
+    ) {
+        self.post(
+            i,
+            Admin::NewChannel {
+                session,
+                lane,
+                channel: channel.clone(),
+            },
+        );
+        // After the post: either the dying server drained it, or we see
+        // its mark here (`health` module docs).
+        if self.health.is_down(i) {
+            channel.close();
+        }
+    }
+
+    /// Inject a fault (`atoll chaos`).
+    pub fn chaos(&self, action: atoll_proto::boot::ChaosAction) -> Result<(), String> {
+        use atoll_proto::boot::ChaosAction;
+        let (ChaosAction::Kill { server } | ChaosAction::Stall { server, .. }) = action;
+        let i = server as usize;
+        if i >= self.len() {
+            return Err(format!(
+                "no file server {server} (the instance has {})",
+                self.len()
+            ));
+        }
+        if self.health.is_down(i) {
+            return Err(format!("file server {server} is already down"));
+        }
+        match action {
+            ChaosAction::Kill { .. } => self.post(i, Admin::Crash),
+            ChaosAction::Stall { millis, .. } => {
+                self.health.stall(i, millis);
+                self.control.doorbell(i).ring();
+            }
+        }
+        Ok(())
     }
 
     pub fn len(&self) -> usize {
@@ -59,10 +112,14 @@ impl Servers {
     /// Statistics of every server (a server that does not answer within
     /// the timeout is reported with its index only).
     pub fn stats(&self) -> Vec<ServerStats> {
+        // A stalled server would hold the answer back until it goes on:
+        // it is reported by its index only (`health`).
         let rxs: Vec<_> = (0..self.len())
             .map(|i| {
                 let (tx, rx) = mpsc::channel();
-                self.post(i, Admin::Stats(tx));
+                if self.health.stall_left_ms(i) == 0 {
+                    self.post(i, Admin::Stats(tx));
+                }
                 rx
             })
             .collect();
@@ -85,6 +142,7 @@ impl Servers {
         let hot = stats.iter().flat_map(|s| s.hot_dirs.iter().map(|d| d.ino));
         crate::fs::name_dirs(hot, |ask| {
             let rxs: Vec<_> = (0..self.len())
+                .filter(|&i| !self.health.is_down(i) && self.health.stall_left_ms(i) == 0)
                 .map(|i| {
                     let (tx, rx) = mpsc::channel();
                     self.post(i, Admin::DirNames(ask.to_vec(), tx));
@@ -304,14 +362,7 @@ impl Boot {
             chans.push(ch);
         }
         for (i, ch) in chans.into_iter().enumerate() {
-            self.p.servers.post(
-                i,
-                Admin::NewChannel {
-                    session,
-                    lane,
-                    channel: Arc::new(ch),
-                },
-            );
+            self.p.servers.add_channel(i, session, lane, Arc::new(ch));
         }
         Ok(fds)
     }
@@ -375,6 +426,9 @@ impl Boot {
                 self.p.stop.raise();
                 Ok(())
             }
+            (BootRequest::Chaos(action), _) => self.p.servers.chaos(action).map(|()| {
+                self.reply(token, &BootReply::Done, &[]);
+            }),
         };
         if let Err(msg) = result {
             self.reply(token, &BootReply::Error(msg), &[]);
@@ -478,6 +532,7 @@ impl Boot {
                 .values()
                 .filter_map(|c| c.session.map(|s| (s.0, c.pid)))
                 .collect(),
+            health: self.p.servers.health.report(),
         }
     }
 }

@@ -22,6 +22,7 @@
 
 pub mod boot;
 pub mod fs;
+pub mod health;
 pub mod server;
 pub mod store;
 mod sys;
@@ -178,6 +179,11 @@ impl Instance {
         let pool = Arc::new(atoll_msg::BlockPool::new(0, blocks as u32, n));
         let mut admin = Vec::with_capacity(n);
         let mut server_threads = Vec::with_capacity(n);
+        let health = Arc::new(health::Health::new(
+            &(0..n)
+                .map(|i| config.server_cores.get(i).copied())
+                .collect::<Vec<_>>(),
+        ));
         for i in 0..n {
             let (tx, rx) = mpsc::channel();
             admin.push(tx);
@@ -200,6 +206,7 @@ impl Instance {
                 pool: pool.clone(),
                 trace: trace_sink.clone(),
                 adaptive: config.adaptive_dirs,
+                health: health.clone(),
             };
             let h = std::thread::Builder::new()
                 .name(format!("atoll-fs{i}"))
@@ -207,7 +214,11 @@ impl Instance {
                 .map_err(cleanup)?;
             server_threads.push(h);
         }
-        let servers = Arc::new(Servers { admin, control });
+        let servers = Arc::new(Servers {
+            admin,
+            control,
+            health,
+        });
 
         let socket_path = runtime_dir.join("boot.sock");
         let listener = rustix::net::socket_with(

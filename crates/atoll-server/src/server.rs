@@ -33,6 +33,7 @@ use atoll_proto::{
 };
 
 use crate::fs::{FileServer, FsConfig};
+use crate::health::Health;
 use crate::store::BlockStore;
 use crate::sys::SharedStore;
 use crate::trace::{Recorder, Sink, TraceEvent};
@@ -55,6 +56,8 @@ pub enum Admin {
     Stats(Sender<ServerStats>),
     /// Names of directories (`FileServer::dir_names`), for `atoll status`.
     DirNames(Vec<(u64, Option<u64>)>, Sender<Vec<atoll_proto::DirName>>),
+    /// Die at once, as a crash would (`atoll chaos --kill`; `health`).
+    Crash,
     Shutdown,
 }
 
@@ -73,6 +76,8 @@ pub struct ServerParams {
     pub trace: Option<Arc<Sink>>,
     /// Adaptive directories' policy on (`--adaptive-dirs on`).
     pub adaptive: bool,
+    /// Up, stalled or down, shared with the boot thread (`health`).
+    pub health: Arc<Health>,
 }
 
 /// Decode one request frame, serve it, and encode the reply into
@@ -242,10 +247,70 @@ pub fn run(params: ServerParams, admin: Receiver<Admin>) -> std::io::Result<Serv
     let rep = atoll_msg::BlockPool::rep(&params.pool, index)
         .ok_or_else(|| std::io::Error::other("server without a share of the block pool"))?;
     let cache = crate::fs::Cache::new(rep, SharedStore::new(cache));
-    let mut fs = FileServer::with_gauges(params.fs, cache, control.clone());
+    let mut fs = FileServer::with_gauges(params.fs.clone(), cache, control.clone());
     fs.set_adaptive(params.adaptive);
-    let doorbell = control.doorbell(index);
+    params.health.started(index);
     let mut chans: Vec<Chan> = Vec::new();
+    let mut recorder = params.trace.as_ref().map(|s| Recorder::new(s.epoch));
+    // Last line of defence, around the whole loop (each request has its
+    // own): a server that dies anyway takes only its own clients' calls
+    // with it (`health`).
+    let served = catch_unwind(AssertUnwindSafe(|| {
+        serve(
+            &params,
+            &mut fs,
+            &control,
+            &admin,
+            &mut chans,
+            &mut recorder,
+        )
+    }));
+    if let (Some(sink), Some(r)) = (&params.trace, recorder) {
+        sink.collect(r);
+    }
+    match served {
+        Ok(()) => Ok(fs.stats()),
+        Err(cause) => {
+            let reason = panic_text(&cause);
+            tracing::error!("file server {index} died: {reason}");
+            params.health.mark_down(index, &reason);
+            control.set_down(index);
+            for c in &chans {
+                c.ch.close();
+            }
+            // Channels posted before the boot thread could see the mark.
+            while let Ok(msg) = admin.try_recv() {
+                if let Admin::NewChannel { channel, .. } = msg {
+                    channel.close();
+                }
+            }
+            Err(std::io::Error::other(format!(
+                "file server {index} died: {reason}"
+            )))
+        }
+    }
+}
+
+/// What a panic said.
+fn panic_text(cause: &Box<dyn std::any::Any + Send>) -> String {
+    cause
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| cause.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "panic".into())
+}
+
+/// The server loop, until `Admin::Shutdown` (or the boot side is gone).
+fn serve<S: BlockStore>(
+    params: &ServerParams,
+    fs: &mut FileServer<S>,
+    control: &Control,
+    admin: &Receiver<Admin>,
+    chans: &mut Vec<Chan>,
+    recorder: &mut Option<Recorder>,
+) {
+    let index = params.fs.index;
+    let doorbell = control.doorbell(index);
     let mut scratch = Vec::with_capacity(MAX_FRAME);
     let mut reply_buf = vec![0u8; MAX_FRAME];
     let mut notice_buf = vec![0u8; MAX_FRAME];
@@ -253,13 +318,13 @@ pub fn run(params: ServerParams, admin: Receiver<Admin>) -> std::io::Result<Serv
     let mut idle_rounds = 0u32;
     // Ring count at the last look at `admin` (off by one: look at once).
     let mut admin_rings = doorbell.rings().wrapping_sub(1);
-    let mut recorder = params.trace.as_ref().map(|s| Recorder::new(s.epoch));
-    let finish = |recorder: Option<Recorder>| {
-        if let (Some(sink), Some(r)) = (&params.trace, recorder) {
-            sink.collect(r);
-        }
-    };
     loop {
+        let stall_ms = params.health.stall_left_ms(index);
+        if stall_ms > 0 {
+            // Wedged on purpose (`atoll chaos --stall`): serve nothing.
+            std::thread::sleep(std::time::Duration::from_millis(stall_ms.min(20)));
+            continue;
+        }
         // Internal messages first (fos §3.4.1). The boot thread rings the
         // doorbell after posting one, so an unchanged ring count means there
         // is none: a spinning server (whose clients do not ring) then skips
@@ -293,7 +358,7 @@ pub fn run(params: ServerParams, admin: Receiver<Admin>) -> std::io::Result<Serv
                     for c in chans.iter().filter(|c| c.session == s) {
                         for _ in 0..1024 {
                             let got = c.ch.try_recv(|bytes| {
-                                serve_frame(&mut fs, s, bytes, &mut scratch, &mut reply_buf)
+                                serve_frame(fs, s, bytes, &mut scratch, &mut reply_buf)
                             });
                             if !matches!(got, Ok(Some(_))) {
                                 break;
@@ -301,7 +366,7 @@ pub fn run(params: ServerParams, admin: Receiver<Admin>) -> std::io::Result<Serv
                         }
                     }
                     if fs.has_notices() {
-                        deliver_notices(&mut fs, &chans, &mut notice_buf);
+                        deliver_notices(fs, chans, &mut notice_buf);
                     }
                     chans.retain(|c| c.session != s);
                     fs.session_closed(s);
@@ -310,15 +375,13 @@ pub fn run(params: ServerParams, admin: Receiver<Admin>) -> std::io::Result<Serv
                     chans.retain(|c| c.session != session || c.lane >= before);
                 }
                 Ok(Admin::Stats(tx)) => {
-                    let _ = tx.send(stats_with_load(&fs, &chans));
+                    let _ = tx.send(stats_with_load(fs, chans));
                 }
                 Ok(Admin::DirNames(dirs, tx)) => {
                     let _ = tx.send(fs.dir_names(&dirs));
                 }
-                Ok(Admin::Shutdown) | Err(TryRecvError::Disconnected) => {
-                    finish(recorder.take());
-                    return Ok(fs.stats());
-                }
+                Ok(Admin::Crash) => panic!("killed by atoll chaos"),
+                Ok(Admin::Shutdown) | Err(TryRecvError::Disconnected) => return,
                 Err(TryRecvError::Empty) => admin_due = false,
             }
         }
@@ -346,7 +409,7 @@ pub fn run(params: ServerParams, admin: Receiver<Admin>) -> std::io::Result<Serv
             let mut request_bytes = 0;
             let got = c.ch.try_recv(|bytes| {
                 request_bytes = bytes.len();
-                serve_frame(&mut fs, session, bytes, &mut scratch, &mut reply_buf)
+                serve_frame(fs, session, bytes, &mut scratch, &mut reply_buf)
             });
             if matches!(got, Ok(Some(_))) {
                 c.requests += 1;
@@ -357,7 +420,7 @@ pub fn run(params: ServerParams, admin: Receiver<Admin>) -> std::io::Result<Serv
                     busy = true;
                     // Even a posted request can invalidate cached lookups.
                     let invalidations = if fs.has_notices() {
-                        deliver_notices(&mut fs, &chans, &mut notice_buf)
+                        deliver_notices(fs, chans, &mut notice_buf)
                     } else {
                         0
                     };
@@ -365,7 +428,7 @@ pub fn run(params: ServerParams, admin: Receiver<Admin>) -> std::io::Result<Serv
                         let reply_bytes = reply.unwrap_or(0);
                         record(
                             rec,
-                            &fs,
+                            fs,
                             &chans[idx],
                             index,
                             request_bytes,

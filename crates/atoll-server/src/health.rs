@@ -1,0 +1,158 @@
+//! Fault containment: a file server that dies takes only its own clients'
+//! calls with it.
+//!
+//! fos plans for failure (§3.5): a service must survive the loss of one of
+//! its servers. Here a server that dies — a crash outside the per-request
+//! guard, or `atoll chaos --kill` — marks itself down and closes every
+//! channel it serves, so each client waiting on it, or asking it later,
+//! gets `EIO` at once instead of waiting forever; the other servers, the
+//! boot thread and every call that does not need the dead server go on.
+//! Channels handed out after the death are closed by whichever side sees
+//! the other last (the server drains its mailbox after marking itself
+//! down; the boot thread checks the mark after posting), so none is ever
+//! left open with nobody serving it.
+//!
+//! A dead server is not restarted: its state lived in its thread and is
+//! gone, and a new empty one would answer with wrong results rather than
+//! errors. What it lent is lost with it (its blocks stay taken until the
+//! instance ends).
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use atoll_proto::boot::ServerHealth;
+
+/// Shared by the boot thread and the server threads.
+pub struct Health {
+    started: Instant,
+    servers: Vec<One>,
+}
+
+struct One {
+    down: AtomicBool,
+    /// Milliseconds since `started` until which the server stalls (0: not).
+    stalled_until_ms: AtomicU64,
+    tid: AtomicU32,
+    core: i32,
+    reason: Mutex<String>,
+}
+
+impl Health {
+    pub fn new(cores: &[Option<usize>]) -> Health {
+        Health {
+            started: Instant::now(),
+            servers: cores
+                .iter()
+                .map(|c| One {
+                    down: AtomicBool::new(false),
+                    stalled_until_ms: AtomicU64::new(0),
+                    tid: AtomicU32::new(0),
+                    core: c.map_or(-1, |c| c as i32),
+                    reason: Mutex::new(String::new()),
+                })
+                .collect(),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    /// Server `i` runs on the calling thread.
+    pub fn started(&self, i: usize) {
+        if let Some(s) = self.servers.get(i) {
+            s.tid.store(
+                rustix::thread::gettid().as_raw_nonzero().get() as u32,
+                Ordering::Relaxed,
+            );
+        }
+    }
+
+    /// Server `i` died (`reason` says how): from now on its channels are
+    /// closed as they appear.
+    pub fn mark_down(&self, i: usize, reason: &str) {
+        if let Some(s) = self.servers.get(i) {
+            if let Ok(mut r) = s.reason.lock() {
+                *r = reason.to_string();
+            }
+            s.down.store(true, Ordering::SeqCst);
+        }
+    }
+
+    pub fn is_down(&self, i: usize) -> bool {
+        self.servers
+            .get(i)
+            .is_some_and(|s| s.down.load(Ordering::SeqCst))
+    }
+
+    /// Server `i` serves nothing for `millis` from now (`atoll chaos`).
+    pub fn stall(&self, i: usize, millis: u64) {
+        if let Some(s) = self.servers.get(i) {
+            s.stalled_until_ms
+                .store(self.now_ms() + millis.max(1), Ordering::Relaxed);
+        }
+    }
+
+    /// How long server `i` must still stall, if at all.
+    pub fn stall_left_ms(&self, i: usize) -> u64 {
+        self.servers.get(i).map_or(0, |s| {
+            s.stalled_until_ms
+                .load(Ordering::Relaxed)
+                .saturating_sub(self.now_ms())
+        })
+    }
+
+    /// What `atoll status` shows.
+    pub fn report(&self) -> Vec<ServerHealth> {
+        let uptime_ms = self.now_ms();
+        self.servers
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let down = s.down.load(Ordering::SeqCst);
+                let state = if down {
+                    "down"
+                } else if self.stall_left_ms(i) > 0 {
+                    "stalled"
+                } else {
+                    "up"
+                };
+                ServerHealth {
+                    server: i as u32,
+                    state: state.into(),
+                    core: s.core,
+                    tid: s.tid.load(Ordering::Relaxed),
+                    uptime_ms,
+                    restarts: 0,
+                    reason: if down {
+                        s.reason.lock().map(|r| r.clone()).unwrap_or_default()
+                    } else {
+                        String::new()
+                    },
+                }
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_server_is_up_until_marked_down_and_stalls_only_for_a_while() {
+        let h = Health::new(&[Some(0), None]);
+        assert!(!h.is_down(0) && !h.is_down(1));
+        h.stall(1, 60_000);
+        assert!(h.stall_left_ms(1) > 0);
+        assert_eq!(h.stall_left_ms(0), 0);
+        h.mark_down(0, "killed by atoll chaos");
+        let r = h.report();
+        assert_eq!((r[0].state.as_str(), r[0].core), ("down", 0));
+        assert_eq!(r[0].reason, "killed by atoll chaos");
+        assert_eq!((r[1].state.as_str(), r[1].core), ("stalled", -1));
+        assert!(h.is_down(0));
+        assert!(!h.is_down(7), "no such server: not down");
+    }
+}

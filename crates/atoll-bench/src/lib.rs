@@ -29,8 +29,10 @@
 //! technique switches and, for `rpc`, the messaging crate.
 //!
 //! Packages a CI machine needs (Debian): `tar gzip zip unzip make gcc
-//! bindfs fuse3`; workloads and systems whose tools are missing are skipped
-//! with a message.
+//! bindfs fuse3`, and for the peers' own benchmarks `dbench fsmark fio
+//! postmark xz-utils` (extract-debian fetches `glibc-source` once with
+//! `apt-get download`); workloads and systems whose tools are missing are
+//! skipped with a one-line message.
 
 pub mod co;
 pub mod harness;
@@ -73,7 +75,9 @@ pub struct BenchArgs {
     /// atoll-traced (timeshare recording a message trace).
     #[arg(long, value_delimiter = ',')]
     pub systems: Vec<String>,
-    /// Workloads (default: all).
+    /// Workloads (default: all: Hare's, processes and pipes, then the
+    /// peers' own benchmarks dbench, fs_mark, fio-randrw, fio-seq,
+    /// postmark, extract-debian).
     #[arg(long, value_enum, value_delimiter = ',')]
     pub workloads: Vec<Workload>,
     /// Parallelism levels (default: 1 to the number of CPUs).

@@ -101,22 +101,35 @@ impl Captured {
     }
 }
 
-/// The last lines of a failed program's stderr (else stdout), for the
-/// result's error.
+/// A failed program's stderr (else stdout) on one line: its first lines
+/// (where programs say what is wrong before printing their usage) and its
+/// last ones.
 fn tail(stderr: &str, stdout: &str) -> String {
     let text = if stderr.trim().is_empty() {
         stdout
     } else {
         stderr
     };
-    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
-    lines[lines.len().saturating_sub(10)..].join(" / ")
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    if lines.len() <= 10 {
+        return lines.join(" / ");
+    }
+    format!(
+        "{} / … / {}",
+        lines[..2].join(" / "),
+        lines[lines.len() - 6..].join(" / ")
+    )
 }
 
-/// Run `cmd` with `stdin` as its input; its stdout as it arrives. A
-/// non-zero exit is an error carrying the tail of its output.
-fn run_program(mut cmd: Command, stdin: &str) -> Result<Captured> {
-    let program = cmd.get_program().to_string_lossy().into_owned();
+/// Run `cmd` (the program `program`, maybe through a shell) with `stdin`
+/// as its input; its stdout as it arrives. A non-zero exit is an error
+/// carrying the ends of its output.
+fn run_program(program: &str, mut cmd: Command, stdin: &str) -> Result<Captured> {
+    let program = program.to_string();
     let mut child = cmd
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -202,21 +215,27 @@ pub fn run(job: &Job, idx: usize) -> Result<WorkerReport> {
                 .arg("-c")
                 .arg(load)
                 .arg(p.to_string());
-            peer_output::dbench(&run_program(c, "")?.stdout)?
+            peer_output::dbench(&run_program("dbench", c, "")?.stdout)?
         }
         Workload::FsMark => {
             let (files, loops) = fs_mark_shape(job.size);
-            let mut c = Command::new("fs_mark");
+            // fs_mark refuses directory names of 40 bytes or more, so it
+            // runs in the run directory with relative ones (a shell
+            // changes directory: a program started inside the file system
+            // under test, as every step here is).
+            let mut c = Command::new("sh");
+            c.arg("-c")
+                .arg("cd \"$0\" && exec fs_mark \"$@\"")
+                .arg(&job.dir);
             for i in 0..p {
-                c.arg("-d").arg(fs_mark_dir(job, i));
+                c.arg("-d").arg(format!("fs{i}"));
             }
             c.args(["-n", &files.to_string()])
                 .args(["-s", &FS_MARK_FILE_BYTES.to_string()])
                 .args(["-S", "0"])
                 .args(["-L", &loops.to_string()])
-                .arg("-l")
-                .arg(sub(&job.dir, "fs_mark.log"));
-            peer_output::fs_mark(&run_program(c, "")?.stdout)?
+                .args(["-l", "fs_mark.log"]);
+            peer_output::fs_mark(&run_program("fs_mark", c, "")?.stdout)?
         }
         Workload::FioRandrw => {
             let c = fio(
@@ -225,7 +244,7 @@ pub fn run(job: &Job, idx: usize) -> Result<WorkerReport> {
                 fio_mib(job.size).0,
                 &["--name=randrw", "--rw=randrw", "--rwmixread=50"],
             );
-            peer_output::fio_iops(&run_program(c, "")?.stdout)?
+            peer_output::fio_iops(&run_program("fio", c, "")?.stdout)?
         }
         Workload::FioSeq => {
             let c = fio(
@@ -240,7 +259,7 @@ pub fn run(job: &Job, idx: usize) -> Result<WorkerReport> {
                     "--rw=read",
                 ],
             );
-            peer_output::fio_bandwidth(&run_program(c, "")?.stdout)?
+            peer_output::fio_bandwidth(&run_program("fio", c, "")?.stdout)?
         }
         Workload::Postmark => postmark(job, idx)?,
         Workload::ExtractDebian => {
@@ -255,7 +274,7 @@ pub fn run(job: &Job, idx: usize) -> Result<WorkerReport> {
                 .arg("-C")
                 .arg(sub(&job.dir, &format!("x{idx}")))
                 .args(&job.inputs.debian_members);
-            run_program(c, "")?;
+            run_program("tar", c, "")?;
             // tar has no metric of its own: entries per second of the
             // run, as `extract` (the harness divides by the run's time).
             r.ops = job.inputs.debian_entries;
@@ -280,7 +299,7 @@ fn postmark(job: &Job, idx: usize) -> Result<peer_output::PeerFigures> {
          set size 512 10000\nset subdirectories 10\nrun\nquit\n",
         location.display()
     );
-    let out = run_program(Command::new("postmark"), &config)?;
+    let out = run_program("postmark", Command::new("postmark"), &config)?;
     let phase = peer_output::postmark_phase(&out.stdout)
         .and_then(|(a, b)| Some((out.time_of(a.saturating_sub(1))?, out.time_of(b)?)));
     let printed = peer_output::postmark_printed_rate(&out.stdout)?;
@@ -451,6 +470,15 @@ mod tests {
     }
 
     #[test]
+    fn an_error_keeps_the_first_and_the_last_lines_of_the_output() {
+        let long: Vec<String> = (0..20).map(|i| format!("line {i}")).collect();
+        let t = tail(&long.join("\n"), "ignored");
+        assert!(t.starts_with("line 0 / line 1 / … / line 14"), "{t}");
+        assert!(t.ends_with("line 19"), "{t}");
+        assert_eq!(tail("  \n", "only stdout\n\n"), "only stdout");
+    }
+
+    #[test]
     fn failing_program_is_an_error_with_its_stderr_tail() {
         if !have_tool("fio") {
             eprintln!("skipped: fio not installed");
@@ -458,7 +486,10 @@ mod tests {
         }
         let mut c = Command::new("fio");
         c.arg("--no-such-option");
-        let e = run_program(c, "").err().expect("fio fails").to_string();
+        let e = run_program("fio", c, "")
+            .err()
+            .expect("fio fails")
+            .to_string();
         assert!(e.starts_with("fio failed"), "{e}");
         assert!(e.contains("no-such-option"), "{e}");
     }

@@ -68,6 +68,13 @@ impl Outcome {
         self.ops as f64 / self.elapsed.as_secs_f64().max(1e-9)
     }
 
+    /// A peer benchmark's own metric summed over the workers, if they
+    /// reported one.
+    pub fn native(&self) -> Option<f64> {
+        let v: Vec<f64> = self.reports.iter().filter_map(|r| r.native).collect();
+        (!v.is_empty()).then(|| v.iter().sum())
+    }
+
     /// Per-workload detail counts summed over the workers.
     pub fn detail(&self) -> BTreeMap<String, u64> {
         let mut d = BTreeMap::new();

@@ -144,7 +144,8 @@ fn page(rep: &Report, config: &Config) -> anyhow::Result<String> {
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
          <title>atoll bench report</title>\n<style>{STYLE}</style>\n</head>\n<body>\n\
          <h1>atoll bench</h1>\n<p class=\"note\">Size <b>{}</b>; {} runs. Throughput is \
-         operations per second of the whole run (all processes together); ×tmpfs and \
+         operations per second of the whole run (all processes together), or for the \
+         peers' own benchmarks their program's own metric (the unit on the chart); ×tmpfs and \
          ×FUSE divide it by the same workload's at the same number of processes.</p>\n",
         esc(&rep.size),
         rep.results.len()
@@ -518,7 +519,11 @@ fn throughput_chart(w: &str, ok: &[&RunResult]) -> anyhow::Result<Option<String>
             })
             .y_label_formatter(&|y| human(*y))
             .x_desc("processes (P)")
-            .y_desc("operations per second")
+            .y_desc(
+                crate::workloads::Workload::from_name(w)
+                    .and_then(|w| w.native_metric())
+                    .unwrap_or("operations per second"),
+            )
             .label_style((FONT, LABEL))
             .axis_desc_style((FONT, DESC))
             .draw()

@@ -29,8 +29,10 @@
 //! technique switches and, for `rpc`, the messaging crate.
 //!
 //! Packages a CI machine needs (Debian): `tar gzip zip unzip make gcc
-//! bindfs fuse3`; workloads and systems whose tools are missing are skipped
-//! with a message.
+//! bindfs fuse3`, and for the peers' own benchmarks `dbench fsmark fio
+//! postmark xz-utils` (extract-debian fetches `glibc-source` once with
+//! `apt-get download`); workloads and systems whose tools are missing are
+//! skipped with a one-line message.
 
 pub mod co;
 pub mod harness;
@@ -73,7 +75,9 @@ pub struct BenchArgs {
     /// atoll-traced (timeshare recording a message trace).
     #[arg(long, value_delimiter = ',')]
     pub systems: Vec<String>,
-    /// Workloads (default: all).
+    /// Workloads (default: all: Hare's, processes and pipes, then the
+    /// peers' own benchmarks dbench, fs_mark, fio-randrw, fio-seq,
+    /// postmark, extract-debian).
     #[arg(long, value_enum, value_delimiter = ',')]
     pub workloads: Vec<Workload>,
     /// Parallelism levels (default: 1 to the number of CPUs).
@@ -537,20 +541,29 @@ pub fn run_bench(
     } else {
         args.workloads.clone()
     } {
-        match w.tools().iter().find(|t| !util::have_tool(t)) {
-            Some(t) => skip(&mut rep, w.name().into(), format!("`{t}` is not installed")),
+        match w.unavailable() {
+            Some(why) => skip(&mut rep, w.name().into(), why),
             None => workloads.push(w),
         }
     }
 
     let scratch = Scratch::new()?;
-    let inputs = workloads::prepare_inputs(
+    let mut inputs = workloads::prepare_inputs(
         &scratch.0.join("inputs"),
         size,
         args.tarball.as_deref(),
         &workloads,
     )
     .context("preparing input archives")?;
+    if workloads.contains(&Workload::ExtractDebian) {
+        match workloads::prepare_debian(&mut inputs, size) {
+            Ok(what) => eprintln!("atoll bench: extract-debian extracts {what}"),
+            Err(e) => {
+                skip(&mut rep, "extract-debian".into(), e.to_string());
+                workloads.retain(|&w| w != Workload::ExtractDebian);
+            }
+        }
+    }
 
     let technique_sets = technique_sets(args)?;
     let mut systems: Vec<Box<dyn System>> = Vec::new();
@@ -632,7 +645,10 @@ pub fn run_bench(
         }
         for &w in &workloads {
             for &p in &procs {
-                if fuse_quick && p != p_min {
+                // The peers' programs are a smoke test in quick runs: at
+                // the lowest P only, where their targets compare.
+                let peer_quick = size == Size::Quick && w.is_peer();
+                if (fuse_quick || peer_quick) && p != p_min {
                     pb.inc(1);
                     continue;
                 }
@@ -700,6 +716,14 @@ fn measure(
             r.ops = out.ops;
             r.elapsed_s = out.elapsed.as_secs_f64();
             r.ops_per_sec = out.ops_per_sec();
+            // A peer benchmark's throughput is its program's own metric
+            // (tar's, which has none, is entries per second of the run).
+            if let Some(unit) = job.workload.native_metric() {
+                let native = out.native().unwrap_or(r.ops_per_sec);
+                r.native_metric = Some(unit.into());
+                r.native_value = Some(native);
+                r.ops_per_sec = native;
+            }
             r.detail = out.detail();
             r.traps = out.traps.as_ref().map(|m| m.values().sum());
             r.traps_per_op = r.traps.map(|t| t as f64 / out.ops.max(1) as f64);

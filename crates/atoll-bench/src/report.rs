@@ -17,7 +17,14 @@ pub struct RunResult {
     pub procs: usize,
     pub ops: u64,
     pub elapsed_s: f64,
+    /// Throughput: operations per second, or for a peer benchmark its
+    /// program's own metric (`native_value`).
     pub ops_per_sec: f64,
+    /// A peer benchmark's own metric and its unit (`MB/s` for dbench,
+    /// `files/s` for fs_mark, `IOPS` for fio-randrw, `MiB/s` for fio-seq,
+    /// `transactions/s` for postmark, `entries/s` for extract-debian).
+    pub native_metric: Option<String>,
+    pub native_value: Option<f64>,
     pub ratio_vs_tmpfs: Option<f64>,
     pub speedup_vs_p1: Option<f64>,
     pub messages_per_op: Option<f64>,
@@ -215,6 +222,21 @@ pub fn targets(rs: &[RunResult], rpc: Option<&RpcResults>) -> Vec<TargetCheck> {
             worst.map(|(v, _)| v),
             10.0,
             note,
+        ));
+    }
+    // The peers' own benchmarks (their programs' metrics): atoll as users
+    // get it, `atoll run` with no options, at least as fast as tmpfs.
+    for w in crate::workloads::Workload::PEERS {
+        let name = w.name();
+        let default = systems.iter().find(|s| s.as_str() == "atoll");
+        out.push(at_least(
+            &format!("atoll-{name}"),
+            &format!("atoll ≥ 1× tmpfs on {name} at P=1"),
+            ratio(name, default),
+            1.0,
+            w.native_metric()
+                .map(|u| format!("{name}'s own {u}"))
+                .unwrap_or_default(),
         ));
     }
     let (spin, raw) = rpc
@@ -791,6 +813,29 @@ mod tests {
     }
 
     #[test]
+    fn every_peer_has_a_target_for_the_default_atoll_against_tmpfs() {
+        let mut v = vec![
+            r("dbench", "tmpfs", 1, 400.0),
+            r("dbench", "atoll", 1, 500.0),
+            r("dbench", "atoll-split", 1, 100.0),
+            r("fio-seq", "tmpfs", 1, 4000.0),
+            r("fio-seq", "atoll", 1, 1000.0),
+        ];
+        derive(&mut v);
+        let t = targets(&v, None);
+        let get = |n: &str| t.iter().find(|t| t.name == n).unwrap();
+        for w in crate::workloads::Workload::PEERS {
+            assert!(t.iter().any(|t| t.name == format!("atoll-{}", w.name())));
+        }
+        // The default configuration's ratio, not atoll-split's.
+        assert_eq!(get("atoll-dbench").value, Some(1.25));
+        assert_eq!(get("atoll-dbench").met, Some(true));
+        assert_eq!(get("atoll-fio-seq").met, Some(false));
+        assert_eq!(get("atoll-fio-seq").note, "fio-seq's own MiB/s");
+        assert_eq!(get("atoll-postmark").met, None);
+    }
+
+    #[test]
     fn timeshare_median_ignores_processes_and_pipes() {
         let mut v = vec![
             r("creates", "tmpfs", 1, 100.0),
@@ -828,6 +873,8 @@ mod tests {
             "system",
             "procs",
             "ops_per_sec",
+            "native_metric",
+            "native_value",
             "ratio_vs_tmpfs",
         ] {
             assert!(first.get(k).is_some(), "missing {k}");

@@ -66,6 +66,14 @@ pub struct WorkerArgs {
     pub zip: Option<PathBuf>,
     #[arg(long, default_value_t = 0)]
     pub zip_entries: u64,
+    /// `extract-debian`'s cached tarball, the members it extracts and the
+    /// entries they make.
+    #[arg(long)]
+    pub debian_tar: Option<PathBuf>,
+    #[arg(long, value_delimiter = ',')]
+    pub debian_members: Vec<String>,
+    #[arg(long, default_value_t = 0)]
+    pub debian_entries: u64,
     /// Print "ready" and wait for EOF on stdin before running.
     #[arg(long)]
     pub barrier: bool,
@@ -90,6 +98,9 @@ impl WorkerArgs {
                 tar_entries: self.tar_entries,
                 zip: self.zip.clone(),
                 zip_entries: self.zip_entries,
+                debian_tar: self.debian_tar.clone(),
+                debian_members: self.debian_members.clone(),
+                debian_entries: self.debian_entries,
             },
         }
     }
@@ -124,6 +135,19 @@ impl WorkerArgs {
             a.extend(["--zip".into(), z.clone().into()]);
             a.extend(["--zip-entries".into(), self.zip_entries.to_string().into()]);
         }
+        if let Some(t) = &self.debian_tar {
+            a.extend(["--debian-tar".into(), t.clone().into()]);
+            a.extend([
+                "--debian-entries".into(),
+                self.debian_entries.to_string().into(),
+            ]);
+            if !self.debian_members.is_empty() {
+                a.extend([
+                    "--debian-members".into(),
+                    self.debian_members.join(",").into(),
+                ]);
+            }
+        }
         if self.barrier {
             a.push("--barrier".into());
         }
@@ -150,6 +174,9 @@ impl WorkerArgs {
             tar_entries: job.inputs.tar_entries,
             zip: job.inputs.zip.clone(),
             zip_entries: job.inputs.zip_entries,
+            debian_tar: job.inputs.debian_tar.clone(),
+            debian_members: job.inputs.debian_members.clone(),
+            debian_entries: job.inputs.debian_entries,
             barrier: phase == Phase::Run,
             cpus: vec![],
             no_distribute: !job.distribute,
@@ -222,6 +249,9 @@ mod tests {
                 tar_entries: 9,
                 zip: None,
                 zip_entries: 0,
+                debian_tar: Some("/cache/glibc-source_2.36-9.tar".into()),
+                debian_members: vec!["glibc-2.36/elf".into(), "glibc-2.36/time".into()],
+                debian_entries: 791,
             },
         };
         let mut a = WorkerArgs::for_job(&job, Phase::Run, Role::Qman, 2);

@@ -31,6 +31,12 @@ pub struct Inputs {
     pub tar_entries: u64,
     pub zip: Option<PathBuf>,
     pub zip_entries: u64,
+    /// `extract-debian`: the cached Debian source tarball (see `debian`),
+    /// the members extracted at this size (none = all) and the entries
+    /// they make.
+    pub debian_tar: Option<PathBuf>,
+    pub debian_members: Vec<String>,
+    pub debian_entries: u64,
 }
 
 fn source_files(size: Size) -> usize {
@@ -108,7 +114,7 @@ pub fn prepare_inputs(
 }
 
 /// Distinct paths a `tar -tf` listing creates, implied parents included.
-fn tar_listing_entries(listing: &str) -> u64 {
+pub(super) fn tar_listing_entries(listing: &str) -> u64 {
     let mut set = BTreeSet::new();
     for line in listing.lines() {
         let mut p = line.trim_end_matches('/');

@@ -22,11 +22,19 @@
 //! programs (`extract`, `punzip`, `build`) an operation is one entry the
 //! program created (or one compiler/linker job for `build`), because their
 //! exact system calls are not observable without tracing.
+//!
+//! The peers' own benchmarks ([`Workload::PEERS`]: dbench, fs_mark, fio,
+//! postmark, an extract of a Debian source tarball) run the unmodified
+//! programs the same way and report the programs' own metric as the
+//! result's throughput (see `peers`).
 
 mod apps;
+mod debian;
 mod fsstress;
 mod mail;
 mod micro;
+mod peer_output;
+mod peers;
 mod procs;
 mod tree;
 
@@ -36,6 +44,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 pub use apps::{prepare_inputs, Inputs};
+pub use peers::prepare_debian;
 pub use procs::ENV_PLACEMENT;
 pub use tree::TreeShape;
 
@@ -89,6 +98,14 @@ pub enum Workload {
     ExecRemote,
     PipeThroughput,
     PipeLatency,
+    Dbench,
+    #[serde(rename = "fs_mark")]
+    #[value(name = "fs_mark")]
+    FsMark,
+    FioRandrw,
+    FioSeq,
+    Postmark,
+    ExtractDebian,
 }
 
 impl Workload {
@@ -118,6 +135,38 @@ impl Workload {
         Workload::PipeLatency,
     ];
 
+    /// The peers' own benchmarks: unmodified programs whose own output
+    /// gives the metric. Run after [`Workload::PROCS`] by default; each has
+    /// a target of its own (atoll ≥ 1× tmpfs).
+    pub const PEERS: [Workload; 6] = [
+        Workload::Dbench,
+        Workload::FsMark,
+        Workload::FioRandrw,
+        Workload::FioSeq,
+        Workload::Postmark,
+        Workload::ExtractDebian,
+    ];
+
+    /// Is this one of [`Workload::PEERS`]?
+    pub fn is_peer(self) -> bool {
+        Workload::PEERS.contains(&self)
+    }
+
+    /// The unit of the metric a peer benchmark reports itself (the
+    /// result's throughput for these workloads); `None` for the others,
+    /// whose throughput is operations per second.
+    pub fn native_metric(self) -> Option<&'static str> {
+        match self {
+            Workload::Dbench => Some("MB/s"),
+            Workload::FsMark => Some("files/s"),
+            Workload::FioRandrw => Some("IOPS"),
+            Workload::FioSeq => Some("MiB/s"),
+            Workload::Postmark => Some("transactions/s"),
+            Workload::ExtractDebian => Some("entries/s"),
+            _ => None,
+        }
+    }
+
     /// Does Hare run this workload in distributed directories? Hare §5.4.1
     /// turns distribution on for the workloads that work concurrently in
     /// one directory and off for those it only costs (readdir of small
@@ -133,9 +182,13 @@ impl Workload {
         )
     }
 
-    /// Every workload (the default suite): Hare's first, then [`Workload::PROCS`].
+    /// Every workload (the default suite): Hare's first, then
+    /// [`Workload::PROCS`], then [`Workload::PEERS`].
     pub fn every() -> impl Iterator<Item = Workload> {
-        Workload::ALL.into_iter().chain(Workload::PROCS)
+        Workload::ALL
+            .into_iter()
+            .chain(Workload::PROCS)
+            .chain(Workload::PEERS)
     }
 
     pub fn name(self) -> &'static str {
@@ -157,6 +210,12 @@ impl Workload {
             Workload::ExecRemote => "exec-remote",
             Workload::PipeThroughput => "pipe-throughput",
             Workload::PipeLatency => "pipe-latency",
+            Workload::Dbench => "dbench",
+            Workload::FsMark => "fs_mark",
+            Workload::FioRandrw => "fio-randrw",
+            Workload::FioSeq => "fio-seq",
+            Workload::Postmark => "postmark",
+            Workload::ExtractDebian => "extract-debian",
         }
     }
 
@@ -197,15 +256,40 @@ impl Workload {
             Workload::Extract => &["tar"],
             Workload::Punzip => &["zip", "unzip"],
             Workload::Build => &["make", "cc"],
+            Workload::Dbench => &["dbench"],
+            Workload::FsMark => &["fs_mark"],
+            Workload::FioRandrw | Workload::FioSeq => &["fio"],
+            Workload::Postmark => &["postmark"],
+            Workload::ExtractDebian => &["tar"],
             _ => &[],
         }
+    }
+
+    /// Why this workload cannot run here, on one line (a missing program
+    /// or a file it needs), or `None`.
+    pub fn unavailable(self) -> Option<String> {
+        if let Some(t) = self.tools().iter().find(|t| !crate::util::have_tool(t)) {
+            return Some(format!("`{t}` is not installed"));
+        }
+        if self == Workload::Dbench && peers::dbench_loadfile().is_none() {
+            return Some(format!(
+                "dbench's load file is not installed (looked for {})",
+                peers::DBENCH_LOADFILES.join(", ")
+            ));
+        }
+        None
     }
 
     /// The processes of the run phase for parallelism `p`.
     pub fn roles(self, p: usize) -> Vec<(Role, usize)> {
         match self {
-            // One `make -j P`: make itself spreads the jobs.
-            Workload::Build => vec![(Role::Worker, 0)],
+            // One `make -j P`: make itself spreads the jobs; so do dbench
+            // (P clients), fs_mark (P directories) and fio (P jobs).
+            Workload::Build
+            | Workload::Dbench
+            | Workload::FsMark
+            | Workload::FioRandrw
+            | Workload::FioSeq => vec![(Role::Worker, 0)],
             // P delivering processes and one queue manager (sv6 mailbench).
             Workload::Mailbench => {
                 let mut v: Vec<_> = (0..p).map(|i| (Role::Worker, i)).collect();
@@ -255,6 +339,10 @@ pub struct WorkerReport {
     /// Workload-specific counts (entries seen, failed attempts, ...).
     #[serde(default)]
     pub detail: BTreeMap<String, u64>,
+    /// A peer benchmark's own metric for this process, in the unit of
+    /// [`Workload::native_metric`] (summed over the processes of a run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub native: Option<f64>,
 }
 
 impl WorkerReport {
@@ -332,6 +420,12 @@ impl Job {
             Workload::Extract | Workload::Punzip | Workload::Build => apps::setup(self),
             Workload::Mailbench => mail::setup(self),
             Workload::Fsstress => fsstress::setup(self),
+            Workload::Dbench
+            | Workload::FsMark
+            | Workload::FioRandrw
+            | Workload::FioSeq
+            | Workload::Postmark
+            | Workload::ExtractDebian => peers::setup(self),
             Workload::ExecLocal
             | Workload::ExecRemote
             | Workload::PipeThroughput
@@ -364,6 +458,15 @@ impl Job {
             (Workload::ExecLocal | Workload::ExecRemote, _) => procs::exec(self, index)?,
             (Workload::PipeThroughput, _) => procs::pipe_throughput(self, index)?,
             (Workload::PipeLatency, _) => procs::pipe_latency(self, index)?,
+            (
+                Workload::Dbench
+                | Workload::FsMark
+                | Workload::FioRandrw
+                | Workload::FioSeq
+                | Workload::Postmark
+                | Workload::ExtractDebian,
+                _,
+            ) => peers::run(self, index)?,
         };
         r.elapsed_ns = t0.elapsed().as_nanos() as u64;
         Ok(r)
@@ -382,6 +485,12 @@ impl Job {
             Workload::Extract | Workload::Punzip | Workload::Build => apps::check(self),
             Workload::Mailbench => mail::check(self),
             Workload::Fsstress => fsstress::check(self),
+            Workload::Dbench
+            | Workload::FsMark
+            | Workload::FioRandrw
+            | Workload::FioSeq
+            | Workload::Postmark
+            | Workload::ExtractDebian => peers::check(self),
             // Checked as they run (exit status, bytes, echoes).
             Workload::ExecLocal
             | Workload::ExecRemote

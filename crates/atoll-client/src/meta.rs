@@ -236,14 +236,19 @@ pub fn times_from_utimbuf(ptr: u64) -> Result<(TimeSet, TimeSet)> {
     ))
 }
 
+/// `statfs`'s `f_flags` bit saying the other bits are mount flags.
+const ST_VALID: i64 = 0x0020;
+
 /// Sum of every server's share (`statfs`).
 pub fn statfs(c: &Client, lane: &Lane) -> Result<libc::statfs> {
+    // A dead server's share is gone with it (fault containment): the
+    // others still answer for theirs.
     let mut ids = Vec::with_capacity(c.nservers);
-    for s in 0..c.nservers {
-        ids.push(lane.send(c, c.cred(), s, Request::StatFs)?);
+    for s in (0..c.nservers).filter(|&s| !c.control.is_down(s)) {
+        ids.push((s, lane.send(c, c.cred(), s, Request::StatFs)?));
     }
     let mut total = atoll_proto::StatFsInfo::default();
-    for (s, id) in ids.into_iter().enumerate() {
+    for (s, id) in ids {
         let i = lane.recv(c, s, id, |r| match r {
             Reply::StatFs(i) => Ok(i),
             _ => Err(Error::Protocol("StatFs")),
@@ -263,6 +268,12 @@ pub fn statfs(c: &Client, lane: &Lane) -> Result<libc::statfs> {
     st.f_files = total.files;
     st.f_ffree = total.files_free;
     st.f_namelen = atoll_proto::MAX_NAME as i64;
+    // Mount flags are valid (a read-write mount with no options): glibc's
+    // `statvfs` then takes them from here instead of reading /proc/mounts.
+    // SAFETY: `f_flags` is the word after `f_frsize` in the kernel's and
+    // glibc's `struct statfs` (the libc crate keeps it in private spare
+    // words), inside `st`.
+    unsafe { core::ptr::addr_of_mut!(st.f_frsize).add(1).write(ST_VALID) };
     Ok(st)
 }
 

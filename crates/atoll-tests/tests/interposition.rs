@@ -212,3 +212,81 @@ fn programs_run_under_valgrind_use_the_mount() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(out, "hi\nsub\nstatus 0 sub\n", "{err}");
 }
+
+/// `statvfs`, `remove` and `kill` answer as glibc's do (the same numbers
+/// for a host directory inside and outside atoll, Linux's errors), and
+/// reach the kernel through the wrappers, not through a trap each: the
+/// probe's own trap counts show none of `kill`, `statfs`, `unlink`, `rmdir`.
+#[test]
+fn statvfs_remove_and_kill_answer_as_glibc_without_traps() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = compile_probe(
+        dir.path(),
+        "composites",
+        include_str!("interposition/composites.c"),
+    );
+    let host_dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let traps = dir.path().join("traps");
+    let out = atoll()
+        .args(["run", "--servers", "2", "--"])
+        .arg(&bin)
+        .arg(MOUNT)
+        .arg(host_dir.path())
+        .env("ATOLL_TRAP_STATS", &traps)
+        .output()
+        .expect("spawn atoll");
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("mount bsize 4096 frsize 4096 namemax 255 flag 0 "),
+        "{stdout}"
+    );
+    assert!(stdout.contains("fstatvfs ok"), "{stdout}");
+    assert!(
+        stdout.contains("remove file 0\nremove dir 0\nremove missing -1 No such file or directory"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("parent alive 1000\nkill bad signal -1 Invalid argument"),
+        "{stdout}"
+    );
+    // The host directory: the same answer as without atoll.
+    let host_out = std::process::Command::new(&bin)
+        .arg(host_dir.path())
+        .arg(host_dir.path())
+        .output()
+        .expect("probe on the host");
+    let host_line = |s: &str| {
+        s.lines()
+            .find(|l| l.starts_with("host "))
+            .map(str::to_string)
+    };
+    assert_eq!(
+        host_line(&stdout),
+        host_line(&String::from_utf8_lossy(&host_out.stdout))
+    );
+    let pid = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("pid "))
+        .expect("probe pid")
+        .trim()
+        .to_string();
+    let counts = std::fs::read_to_string(&traps).expect("trap counts");
+    let mine = counts
+        .lines()
+        .filter(|l| l.split_whitespace().next() == Some(pid.as_str()))
+        .flat_map(|l| l.split_whitespace().skip(1).map(str::to_string))
+        .collect::<Vec<_>>();
+    for nr in [
+        libc::SYS_kill,
+        libc::SYS_statfs,
+        libc::SYS_unlink,
+        libc::SYS_rmdir,
+    ] {
+        assert!(
+            !mine.iter().any(|c| c.starts_with(&format!("{nr}:"))),
+            "system call {nr} trapped: {mine:?}"
+        );
+    }
+}

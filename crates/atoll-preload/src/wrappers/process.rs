@@ -1,0 +1,430 @@
+//! Wrappers of the calls that make, replace and mask processes and
+//! threads: `execve` and friends, `fork`, `pthread_create`, the signal
+//! masks, `posix_spawn`. Same rules as the parent module's.
+
+use super::*;
+
+// ---------------------------------------------------------------------------
+// exec
+
+extern "C" {
+    static environ: *const *const c_char;
+}
+
+type ExecveFn = unsafe extern "C-unwind" fn(Path, *const Path, *const Path) -> c_int;
+
+/// # Safety
+/// As `execve(2)`.
+unsafe fn exec_common(
+    real: &Real,
+    nr: i64,
+    args: [u64; 6],
+    host: impl Fn(usize) -> c_int,
+) -> c_int {
+    let Some(_guard) = enter() else {
+        return match real.get() {
+            Some(p) => host(p),
+            None => c_int::from_raw(raw::syscall6(nr, args)),
+        };
+    };
+    // The new image starts with fresh counters: report ours first.
+    stats::flush();
+    match client::dispatch(nr, &args) {
+        Dispatch::Done(v) => c_int::from_raw(v),
+        Dispatch::Host => match real.get() {
+            Some(p) => host(p),
+            None => c_int::from_raw(raw::syscall6(nr, args)),
+        },
+    }
+}
+
+/// # Safety
+/// As `execve(2)`.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn execve(path: Path, argv: *const Path, envp: *const Path) -> c_int {
+    static REAL: Real = Real::new("execve\0");
+    let args = args6(&[path as u64, argv as u64, envp as u64]);
+    // SAFETY: libc's execve, with the caller's arguments.
+    unsafe {
+        exec_common(&REAL, libc::SYS_execve, args, |p| {
+            core::mem::transmute::<usize, ExecveFn>(p)(path, argv, envp)
+        })
+    }
+}
+
+/// # Safety
+/// As `execv(3)`.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn execv(path: Path, argv: *const Path) -> c_int {
+    static REAL: Real = Real::new("execv\0");
+    // SAFETY: `environ` is libc's current environment.
+    let envp = unsafe { environ };
+    let args = args6(&[path as u64, argv as u64, envp as u64]);
+    // SAFETY: libc's execv, with the caller's arguments.
+    unsafe {
+        exec_common(&REAL, libc::SYS_execve, args, |p| {
+            core::mem::transmute::<usize, unsafe extern "C-unwind" fn(Path, *const Path) -> c_int>(
+                p,
+            )(path, argv)
+        })
+    }
+}
+
+/// # Safety
+/// As `fexecve(3)`.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn fexecve(fd: c_int, argv: *const Path, envp: *const Path) -> c_int {
+    static REAL: Real = Real::new("fexecve\0");
+    let args = args6(&[
+        fd as u64,
+        c"".as_ptr() as u64,
+        argv as u64,
+        envp as u64,
+        libc::AT_EMPTY_PATH as u64,
+    ]);
+    // SAFETY: libc's fexecve, with the caller's arguments.
+    unsafe {
+        exec_common(&REAL, libc::SYS_execveat, args, |p| {
+            core::mem::transmute::<
+                usize,
+                unsafe extern "C-unwind" fn(c_int, *const Path, *const Path) -> c_int,
+            >(p)(fd, argv, envp)
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------
+// processes and threads
+
+/// `fork`: the client prepares the child's session *before* glibc's fork
+/// takes its internal locks (malloc's among them), which the trap path
+/// cannot do; the real fork then runs with the selector at ALLOW.
+///
+/// # Safety
+/// As `fork(2)`.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn fork() -> libc::pid_t {
+    static REAL: Real = Real::new("fork\0");
+    let host = || match REAL.get() {
+        // SAFETY: libc's fork.
+        Some(p) => unsafe {
+            core::mem::transmute::<usize, unsafe extern "C-unwind" fn() -> libc::pid_t>(p)()
+        },
+        None => c_int::from_raw(raw::syscall(libc::SYS_fork, &[])),
+    };
+    let Some(guard) = enter() else { return host() };
+    let prep = match client::fork_prepare() {
+        Ok(p) => p,
+        Err(e) => {
+            raw::set_errno(e);
+            return -1;
+        }
+    };
+    let pid = host();
+    let err = raw::errno();
+    if pid == 0 {
+        sigdefer::forget_pending();
+        stats::reset();
+        client::fork_child(prep);
+        // SUD is not inherited by fork children.
+        selector::enable_sud();
+    } else {
+        client::fork_parent(prep, if pid < 0 { -(err as i64) } else { pid as i64 });
+    }
+    raw::set_errno(err);
+    drop(guard);
+    pid
+}
+
+struct ThreadStart {
+    start: extern "C-unwind" fn(*mut c_void) -> *mut c_void,
+    arg: *mut c_void,
+}
+
+/// First code of a thread created through our `pthread_create`: arm SUD for
+/// it (not inherited by new threads), then run the program's routine.
+extern "C-unwind" fn thread_start(p: *mut c_void) -> *mut c_void {
+    let ThreadStart { start, arg } = {
+        let _guard = AtollGuard::enter();
+        // SAFETY: `p` is the Box leaked by `pthread_create` below, handed
+        // to exactly this thread.
+        let ts = *unsafe { Box::from_raw(p as *mut ThreadStart) };
+        selector::enable_sud();
+        ts
+    };
+    start(arg)
+}
+
+type PthreadCreateFn = unsafe extern "C-unwind" fn(
+    *mut libc::pthread_t,
+    *const libc::pthread_attr_t,
+    extern "C-unwind" fn(*mut c_void) -> *mut c_void,
+    *mut c_void,
+) -> c_int;
+
+/// # Safety
+/// As `pthread_create(3)`.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn pthread_create(
+    thread: *mut libc::pthread_t,
+    attr: *const libc::pthread_attr_t,
+    start: extern "C-unwind" fn(*mut c_void) -> *mut c_void,
+    arg: *mut c_void,
+) -> c_int {
+    static REAL: Real = Real::new("pthread_create\0");
+    let Some(p) = REAL.get() else {
+        return libc::ENOSYS;
+    };
+    // SAFETY: libc's pthread_create.
+    let real = unsafe { core::mem::transmute::<usize, PthreadCreateFn>(p) };
+    if client::mode() == Mode::Off || selector::inside_atoll() {
+        // SAFETY: the caller's arguments.
+        return unsafe { real(thread, attr, start, arg) };
+    }
+    let _guard = AtollGuard::enter();
+    let boxed = Box::into_raw(Box::new(ThreadStart { start, arg }));
+    // SAFETY: the caller's arguments, with our start routine in front.
+    let r = unsafe { real(thread, attr, thread_start, boxed.cast()) };
+    if r != 0 {
+        // SAFETY: the thread was not created; the Box is still ours.
+        drop(unsafe { Box::from_raw(boxed) });
+    }
+    r
+}
+
+type SigmaskFn =
+    unsafe extern "C-unwind" fn(c_int, *const libc::sigset_t, *mut libc::sigset_t) -> c_int;
+
+/// # Safety
+/// As `sigprocmask(2)`; `pthread` selects `pthread_sigmask`'s error
+/// convention (error number returned, errno untouched).
+unsafe fn sigmask_common(
+    real: &Real,
+    how: c_int,
+    set: *const libc::sigset_t,
+    old: *mut libc::sigset_t,
+    pthread: bool,
+) -> c_int {
+    let Some(p) = real.get() else {
+        raw::set_errno(libc::ENOSYS);
+        return -1;
+    };
+    // SAFETY: libc's sigprocmask/pthread_sigmask.
+    let f = unsafe { core::mem::transmute::<usize, SigmaskFn>(p) };
+    if client::mode() == Mode::Off || set.is_null() || selector::inside_atoll() {
+        // SAFETY: the caller's arguments.
+        return unsafe { f(how, set, old) };
+    }
+    // SAFETY: `set` points to a sigset_t (caller's contract).
+    let mut copy = unsafe { *set };
+    // A blocked SIGSYS during a trap would kill the process; glibc never
+    // blocks its own two internal signals (SIGCANCEL, SIGSETXID) either.
+    // SAFETY: `copy` is a valid sigset_t.
+    unsafe {
+        libc::sigdelset(&mut copy, libc::SIGSYS);
+        libc::sigdelset(&mut copy, libc::SIGRTMIN() - 2);
+        libc::sigdelset(&mut copy, libc::SIGRTMIN() - 1);
+    }
+    // The system call itself, from our own text (never trapped), and
+    // *without* holding an AtollGuard: signals this call unblocks are
+    // delivered as it returns, and their handlers must run as program
+    // code whose calls reach atoll (Python's wakeup-fd handler writes to
+    // an atoll pipe). Nothing of the client is held here.
+    let r = raw::syscall(
+        libc::SYS_rt_sigprocmask,
+        &[
+            how as u64,
+            &copy as *const libc::sigset_t as u64,
+            old as u64,
+            KSIGSET_SIZE,
+        ],
+    );
+    match (r < 0, pthread) {
+        (false, _) => 0,
+        (true, true) => (-r) as c_int,
+        (true, false) => {
+            raw::set_errno((-r) as c_int);
+            -1
+        }
+    }
+}
+
+/// # Safety
+/// As `sigprocmask(2)`.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn sigprocmask(
+    how: c_int,
+    set: *const libc::sigset_t,
+    old: *mut libc::sigset_t,
+) -> c_int {
+    static REAL: Real = Real::new("sigprocmask\0");
+    // SAFETY: forwarding the caller's arguments.
+    unsafe { sigmask_common(&REAL, how, set, old, false) }
+}
+
+/// # Safety
+/// As `pthread_sigmask(3)`.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn pthread_sigmask(
+    how: c_int,
+    set: *const libc::sigset_t,
+    old: *mut libc::sigset_t,
+) -> c_int {
+    static REAL: Real = Real::new("pthread_sigmask\0");
+    // SAFETY: forwarding the caller's arguments.
+    unsafe { sigmask_common(&REAL, how, set, old, true) }
+}
+
+// ---------------------------------------------------------------------------
+// posix_spawn
+
+type SpawnFn = unsafe extern "C-unwind" fn(
+    *mut libc::pid_t,
+    Path,
+    *const libc::posix_spawn_file_actions_t,
+    *const libc::posix_spawnattr_t,
+    *const Path,
+    *const Path,
+) -> c_int;
+
+/// Is `path` an executable file, asking atoll first? Runs under a guard.
+fn executable(path: &core::ffi::CStr) -> bool {
+    let args = args6(&[path.as_ptr() as u64, libc::X_OK as u64]);
+    let r = match client::dispatch(libc::SYS_access, &args) {
+        Dispatch::Done(v) => v,
+        Dispatch::Host => raw::syscall6(libc::SYS_access, args),
+    };
+    r == 0
+}
+
+/// `posix_spawnp`'s search of `PATH` (default `/bin:/usr/bin`, as glibc),
+/// done here because atoll directories in `PATH` are invisible to the
+/// kernel. `None`: not found.
+fn search_path(file: &[u8]) -> Option<std::ffi::CString> {
+    // SAFETY: getenv has no preconditions; we only read the result.
+    let path = unsafe { libc::getenv(c"PATH".as_ptr()) };
+    let path: &[u8] = if path.is_null() {
+        b"/bin:/usr/bin"
+    } else {
+        // SAFETY: getenv returns a NUL-terminated string.
+        unsafe { core::ffi::CStr::from_ptr(path) }.to_bytes()
+    };
+    path.split(|&b| b == b':').find_map(|dir| {
+        let dir: &[u8] = if dir.is_empty() { b"." } else { dir };
+        let mut cand = dir.to_vec();
+        cand.push(b'/');
+        cand.extend_from_slice(file);
+        let cand = std::ffi::CString::new(cand).ok()?;
+        executable(&cand).then_some(cand)
+    })
+}
+
+/// `posix_spawn(p)` without file actions for an atoll client: the client
+/// prepares the exec in the parent (program image, environment, child
+/// session), then the real
+/// function runs with the selector at ALLOW, so its vfork-style clone and
+/// the child's exec reach Linux directly — the child never runs atoll code
+/// in memory it shares with us.
+///
+/// # Safety
+/// As `posix_spawn(3)`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn spawn_common(
+    real: &Real,
+    search: bool,
+    pid: *mut libc::pid_t,
+    file: Path,
+    actions: *const libc::posix_spawn_file_actions_t,
+    attr: *const libc::posix_spawnattr_t,
+    argv: *const Path,
+    envp: *const Path,
+) -> c_int {
+    let Some(p) = real.get() else {
+        return libc::ENOSYS;
+    };
+    // SAFETY: libc's posix_spawn/posix_spawnp.
+    let f = unsafe { core::mem::transmute::<usize, SpawnFn>(p) };
+    // File actions (`dup2` of a pipe onto stdout, `open` of an atoll path,
+    // …) run in the child before the exec; if they ran with the selector at
+    // ALLOW they would act on bare placeholder descriptors the new program
+    // cannot map back to atoll objects. Such spawns take the trapped path
+    // instead, as `system()` and `popen()` do: the internal clone becomes a
+    // fork with a child session, and the child's actions and exec are
+    // emulated like any other system call.
+    if client::mode() != Mode::Client
+        || selector::inside_atoll()
+        || file.is_null()
+        || !actions.is_null()
+    {
+        // SAFETY: the caller's arguments.
+        return unsafe { f(pid, file, actions, attr, argv, envp) };
+    }
+    let _guard = AtollGuard::enter();
+    // A path the program cannot read fails as the child's execve would.
+    let name = match client::user_path(file as u64) {
+        // SAFETY: the kernel found `file` readable up to this NUL.
+        Ok(p) => unsafe { core::ffi::CStr::from_ptr(p.as_ptr().cast()) },
+        Err(e) => return e,
+    };
+    let resolved;
+    let path: &core::ffi::CStr = if search && !name.to_bytes().contains(&b'/') {
+        match search_path(name.to_bytes()) {
+            Some(p) => {
+                resolved = p;
+                &resolved
+            }
+            None => return libc::ENOENT,
+        }
+    } else {
+        name
+    };
+    let plan = match client::prepare_exec(path, argv, envp) {
+        Ok(plan) => plan,
+        Err(e) => return e,
+    };
+    // An atoll program was copied into a memfd the child inherits.
+    let fd_path;
+    let run: &core::ffi::CStr = match plan.exec_fd() {
+        Some(fd) => {
+            fd_path = std::ffi::CString::new(format!("/proc/self/fd/{fd}")).unwrap_or_default();
+            &fd_path
+        }
+        None => plan.path(),
+    };
+    // SAFETY: the plan owns `run`, argv and envp until it drops below.
+    let r = unsafe { f(pid, run.as_ptr(), actions, attr, plan.argv(), plan.envp()) };
+    drop(plan);
+    r
+}
+
+/// # Safety
+/// As `posix_spawn(3)`.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn posix_spawn(
+    pid: *mut libc::pid_t,
+    path: Path,
+    actions: *const libc::posix_spawn_file_actions_t,
+    attr: *const libc::posix_spawnattr_t,
+    argv: *const Path,
+    envp: *const Path,
+) -> c_int {
+    static REAL: Real = Real::new("posix_spawn\0");
+    // SAFETY: forwarding the caller's arguments.
+    unsafe { spawn_common(&REAL, false, pid, path, actions, attr, argv, envp) }
+}
+
+/// # Safety
+/// As `posix_spawnp(3)`.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn posix_spawnp(
+    pid: *mut libc::pid_t,
+    file: Path,
+    actions: *const libc::posix_spawn_file_actions_t,
+    attr: *const libc::posix_spawnattr_t,
+    argv: *const Path,
+    envp: *const Path,
+) -> c_int {
+    static REAL: Real = Real::new("posix_spawnp\0");
+    // SAFETY: forwarding the caller's arguments.
+    unsafe { spawn_common(&REAL, true, pid, file, actions, attr, argv, envp) }
+}

@@ -16,12 +16,13 @@
 //!
 //! Entry points not wrapped here still work, more slowly, through the SIGSYS
 //! net: glibc's composite functions reach the kernel through internal
-//! aliases that no wrapper can see (`opendir`/`readdir` → `openat` +
-//! `getdents64`, `fopen`, `realpath`, `mkstemp`, `execvp`, `posix_spawn`,
-//! `system`, `popen`, `vfork`, `sigaction`/`signal`, …). A wrapper is only
+//! aliases that no wrapper can see (`fopen`, `realpath`, `mkstemp`,
+//! `execvp`, `posix_spawn`, `system`, `popen`, `vfork`,
+//! `sigaction`/`signal`, …). A wrapper is only
 //! worth it where a program calls the entry point often; `remove` and
-//! `statvfs` are rebuilt here on the wrappers, and `kill` passes through.
-//! Process and thread entry points live in `wrappers/process.rs`.
+//! `statvfs` are rebuilt here on the wrappers, `kill` passes through, and
+//! directory streams are our own (`wrappers/dir.rs`). Process and thread
+//! entry points live in `wrappers/process.rs`.
 //!
 //! Variadic entry points (`open`, `openat`, `fcntl`, `ioctl`, `mremap`) are
 //! defined with their optional argument as a fixed one: on x86-64 the
@@ -823,4 +824,5 @@ pub unsafe extern "C-unwind" fn posix_fadvise64(
     unsafe { fadvise_common(&REAL, fd, off, len, advice) }
 }
 
+mod dir;
 mod process;

@@ -290,3 +290,52 @@ fn statvfs_remove_and_kill_answer_as_glibc_without_traps() {
         );
     }
 }
+
+/// Directory streams (`opendir`, `readdir`, `readdir_r`, `telldir`/
+/// `seekdir`, `rewinddir`, `fdopendir`, `dirfd`, `closedir`) over a
+/// directory of 3000 long names (several buffers' worth) behave in atoll
+/// as glibc's on tmpfs, with 1 and 3 servers (a distributed directory),
+/// and list without a trap per buffer: the probe traps no `getdents64`.
+#[test]
+fn directory_streams_behave_as_glibcs_without_traps() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = compile_probe(
+        dir.path(),
+        "dirstreams",
+        include_str!("interposition/dirstreams.c"),
+    );
+    let on_tmpfs = tempfile::tempdir_in("/dev/shm").unwrap();
+    let host = std::process::Command::new(&bin)
+        .arg(on_tmpfs.path())
+        .output()
+        .expect("probe on tmpfs");
+    let expected = String::from_utf8_lossy(&host.stdout).to_string();
+    assert!(expected.contains("entries 3002"), "{expected}");
+    for opts in [
+        &["--servers", "1"][..],
+        &["--servers", "3", "--distribute", "all"],
+    ] {
+        let traps = dir.path().join("traps");
+        let out = atoll()
+            .arg("run")
+            .args(opts)
+            .args(["--", "bash", "-c", "mkdir /atoll/d && exec \"$0\" /atoll/d"])
+            .arg(&bin)
+            .env("ATOLL_TRAP_STATS", &traps)
+            .output()
+            .expect("spawn atoll");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            expected,
+            "{opts:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let counts = std::fs::read_to_string(&traps).unwrap_or_default();
+        let getdents = format!(" {}:", libc::SYS_getdents64);
+        assert!(
+            !counts.contains(&getdents),
+            "{opts:?}: getdents64 trapped: {counts}"
+        );
+        let _ = std::fs::remove_file(&traps);
+    }
+}

@@ -372,3 +372,161 @@ fn a_swapped_directory_on_one_server_is_removed_as_any() {
         );
     }
 }
+
+/// A hot worker: until `$STOP` exists (at least 200 rounds, at most
+/// 20000), create `hW-I` and unlink every tenth, logged as the workers
+/// above log.
+const HOT: &str = r#"
+use strict;
+my ($w, $dir, $log, $stop) = @ARGV;
+open(my $L, '>', $log) or die "log: $!";
+$L->autoflush(1);
+sub step { my ($ok, $line) = @_; print $L ($ok ? "" : "FAIL "), $line, ($ok ? "" : " $!"), "\n"; $ok }
+for (my $i = 0; $i < 200 || (! -e $stop && $i < 20000); $i++) {
+    step(open(my $f, '>', "$dir/h$w-$i"), "C h$w-$i") or next;
+    close $f;
+    step(unlink("$dir/h$w-$i"), "U h$w-$i") if $i % 10 == 0;
+}
+print $L "END\n";
+"#;
+
+/// The trickle: one create and unlink every 50 ms until `$STOP` exists, so
+/// that requests keep reaching the directory's home server.
+const TRICKLE: &str = r#"
+use strict;
+my ($dir, $log, $stop) = @ARGV;
+open(my $L, '>', $log) or die "log: $!";
+$L->autoflush(1);
+sub step { my ($ok, $line) = @_; print $L ($ok ? "" : "FAIL "), $line, ($ok ? "" : " $!"), "\n"; $ok }
+for (my $i = 0; ! -e $stop; $i++) {
+    if (step(open(my $f, '>', "$dir/t$i"), "C t$i")) {
+        close $f;
+        step(unlink("$dir/t$i"), "U t$i");
+    }
+    select(undef, undef, undef, 0.05);
+}
+print $L "END\n";
+"#;
+
+fn mode_of(inst: &Booted, dir: &str) -> String {
+    run(
+        inst,
+        &format!("getfattr --absolute-names --only-values -n user.atoll.distributed {dir}"),
+    )
+}
+
+/// Poll `dir`'s mode until it is `want`; `give_up` says whether waiting
+/// any longer is pointless (the load it needs has ended).
+fn await_mode(inst: &Booted, dir: &str, want: &str, mut give_up: impl FnMut() -> bool) {
+    loop {
+        if mode_of(inst, dir) == want {
+            return;
+        }
+        assert!(!give_up(), "{dir} never became {want}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The policy end to end (`--adaptive-dirs on`, `fs/adapt/policy.rs`):
+/// four processes creating in one directory make it hot — contended and
+/// large — and one of them is asked to swap it to distributed; once the
+/// load stops and only a trickle of requests reaches it, its windows count
+/// as cool and the trickle's process is asked to swap it back. The
+/// thresholds are lowered through `ATOLL_ADAPT_POLICY` (a window of 200
+/// requests from 2 processes on 64 entries), so a small machine gets
+/// there; the cool side keeps the defaults (20 quiet windows of 100 ms, 2 s
+/// in a mode). The policy looks at a directory only when a request about
+/// it arrives: without the trickle it would stay distributed.
+#[test]
+fn policy_spreads_a_hot_directory_and_gathers_it_again_once_cool() {
+    require("getfattr");
+    require("perl");
+    let inst = Booted::with_env(
+        &[
+            "--servers",
+            "3",
+            "--memory",
+            "128M",
+            "--adaptive-dirs",
+            "on",
+        ],
+        &[(
+            "ATOLL_ADAPT_POLICY",
+            "hot_ops=200,hot_sessions=2,min_entries=64",
+        )],
+    );
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let host = |name: &str| tmp.path().join(name).to_string_lossy().into_owned();
+    std::fs::write(host("hot.pl"), HOT).unwrap();
+    std::fs::write(host("trickle.pl"), TRICKLE).unwrap();
+    run(&inst, "mkdir $ROOT/d");
+    let dir = format!("{}/d", atoll_tests::MOUNT);
+    assert_eq!(mode_of(&inst, &dir), "0", "made centralized");
+
+    // Hot: four creating processes until the policy has spread it.
+    let stop = host("stop");
+    let mut hot: Vec<Group> = (0..4)
+        .map(|w| {
+            let log = host(&format!("h{w}.log"));
+            spawn(
+                &inst,
+                &format!("exec perl {} {w} $ROOT/d {log} {stop}", host("hot.pl")),
+            )
+        })
+        .collect();
+    await_mode(&inst, &dir, "1", || {
+        hot.iter_mut()
+            .all(|g| g.0.try_wait().expect("wait").is_some())
+    });
+    std::fs::write(&stop, b"").unwrap();
+    for (w, g) in hot.iter_mut().enumerate() {
+        g.wait_ok(&format!("hot worker {w}"), Duration::from_secs(120));
+    }
+    let mut expected = BTreeSet::new();
+    for w in 0..4 {
+        let log = std::fs::read_to_string(host(&format!("h{w}.log"))).unwrap();
+        expected.extend(survivors(&log).0);
+    }
+    let listed = |inst: &Booted| -> Vec<String> {
+        let ls = run(inst, "ls -A $ROOT/d");
+        ls.lines().map(str::to_string).collect()
+    };
+    let names = listed(&inst);
+    assert_eq!(names.len(), expected.len(), "a name listed twice");
+    assert_eq!(names.into_iter().collect::<BTreeSet<_>>(), expected);
+    let home_swaps = |inst: &Booted| -> u64 {
+        let st = inst.status();
+        let servers = st["servers"].as_array().expect("servers").clone();
+        servers
+            .iter()
+            .map(|s| s["mode_swaps"].as_u64().unwrap())
+            .sum()
+    };
+    assert_eq!(home_swaps(&inst), 1, "spread once");
+
+    // Cool: a trickle of requests, until the policy has gathered it.
+    let stop2 = host("stop2");
+    let mut trickle = spawn(
+        &inst,
+        &format!(
+            "exec perl {} $ROOT/d {} {stop2}",
+            host("trickle.pl"),
+            host("trickle.log")
+        ),
+    );
+    let started = Instant::now();
+    await_mode(&inst, &dir, "0", || {
+        trickle.0.try_wait().expect("wait").is_some()
+            || started.elapsed() > Duration::from_secs(120)
+    });
+    std::fs::write(&stop2, b"").unwrap();
+    trickle.wait_ok("the trickle", Duration::from_secs(60));
+    let log = std::fs::read_to_string(host("trickle.log")).unwrap();
+    assert!(survivors(&log).0.is_empty(), "the trickle leaves nothing");
+    let names = listed(&inst);
+    assert_eq!(names.len(), expected.len(), "a name listed twice");
+    assert_eq!(names.into_iter().collect::<BTreeSet<_>>(), expected);
+    assert_eq!(home_swaps(&inst), 2, "spread once and gathered once");
+    let links = run(&inst, "stat -c %h $ROOT/d");
+    assert_eq!(links.trim(), "2");
+}

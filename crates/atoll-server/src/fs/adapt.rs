@@ -177,8 +177,12 @@ pub fn namespace_dir(req: &Request<'_>) -> Option<InodeId> {
 impl<S: BlockStore> FileServer<S> {
     /// Let the policy move directories homed here between modes
     /// (`--adaptive-dirs on`, Hare §6.1.2).
+    /// Its thresholds are the defaults or `ATOLL_ADAPT_POLICY`'s.
     pub fn set_adaptive(&mut self, on: bool) {
         self.adapt.policy.on = on;
+        if on {
+            self.adapt.policy.limits = policy::Thresholds::from_env();
+        }
     }
 
     /// Swaps the policy asks sessions to coordinate (`Notice::Adapt`, sent

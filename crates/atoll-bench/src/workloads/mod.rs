@@ -28,6 +28,7 @@ mod fsstress;
 mod mail;
 mod micro;
 mod procs;
+mod spread;
 mod tree;
 
 use std::collections::BTreeMap;
@@ -89,6 +90,7 @@ pub enum Workload {
     ExecRemote,
     PipeThroughput,
     PipeLatency,
+    HotThenSpread,
 }
 
 impl Workload {
@@ -118,6 +120,11 @@ impl Workload {
         Workload::PipeLatency,
     ];
 
+    /// Beyond Hare's evaluation: a workload whose best directory mode
+    /// changes as it runs, for adaptive directories (Hare §6.1.2; compare
+    /// the systems `atoll`, `atoll-distributed` and `atoll-adaptive`).
+    pub const ADAPTIVE: [Workload; 1] = [Workload::HotThenSpread];
+
     /// Does Hare run this workload in distributed directories? Hare §5.4.1
     /// turns distribution on for the workloads that work concurrently in
     /// one directory and off for those it only costs (readdir of small
@@ -133,9 +140,13 @@ impl Workload {
         )
     }
 
-    /// Every workload (the default suite): Hare's first, then [`Workload::PROCS`].
+    /// Every workload (the default suite): Hare's first, then
+    /// [`Workload::PROCS`] and [`Workload::ADAPTIVE`].
     pub fn every() -> impl Iterator<Item = Workload> {
-        Workload::ALL.into_iter().chain(Workload::PROCS)
+        Workload::ALL
+            .into_iter()
+            .chain(Workload::PROCS)
+            .chain(Workload::ADAPTIVE)
     }
 
     pub fn name(self) -> &'static str {
@@ -157,6 +168,7 @@ impl Workload {
             Workload::ExecRemote => "exec-remote",
             Workload::PipeThroughput => "pipe-throughput",
             Workload::PipeLatency => "pipe-latency",
+            Workload::HotThenSpread => "hot-then-spread",
         }
     }
 
@@ -288,6 +300,10 @@ fn per_worker(w: Workload, size: Size) -> u64 {
         // 64 KiB writes: 256 KiB, 8 MiB, 64 MiB, 512 MiB.
         Workload::PipeThroughput => [4, 128, 1_024, 8_192],
         Workload::PipeLatency => [20, 5_000, 20_000, 100_000],
+        // Phase-1 creates per process (as many again in phase 2).
+        // Kept files: P × 2N of them must fit `atoll`'s default inode limit
+        // (131 072 at 1 GiB) up to P = 8.
+        Workload::HotThenSpread => [20, 1_000, 4_000, 8_000],
         _ => [0; 4],
     };
     t[size as usize]
@@ -332,6 +348,7 @@ impl Job {
             Workload::Extract | Workload::Punzip | Workload::Build => apps::setup(self),
             Workload::Mailbench => mail::setup(self),
             Workload::Fsstress => fsstress::setup(self),
+            Workload::HotThenSpread => spread::setup(self),
             Workload::ExecLocal
             | Workload::ExecRemote
             | Workload::PipeThroughput
@@ -361,6 +378,7 @@ impl Job {
             (Workload::Build, _) => apps::build(self)?,
             (Workload::Mailbench, _) => mail::deliver(self, index)?,
             (Workload::Fsstress, _) => fsstress::run(self, index)?,
+            (Workload::HotThenSpread, _) => spread::run(self, index)?,
             (Workload::ExecLocal | Workload::ExecRemote, _) => procs::exec(self, index)?,
             (Workload::PipeThroughput, _) => procs::pipe_throughput(self, index)?,
             (Workload::PipeLatency, _) => procs::pipe_latency(self, index)?,
@@ -382,6 +400,7 @@ impl Job {
             Workload::Extract | Workload::Punzip | Workload::Build => apps::check(self),
             Workload::Mailbench => mail::check(self),
             Workload::Fsstress => fsstress::check(self),
+            Workload::HotThenSpread => spread::check(self),
             // Checked as they run (exit status, bytes, echoes).
             Workload::ExecLocal
             | Workload::ExecRemote

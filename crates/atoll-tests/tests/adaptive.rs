@@ -342,8 +342,42 @@ fn directory_swapped_forty_times_under_load_keeps_every_name_once() {
         .unwrap();
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(text.contains(&format!("distributed now: {ino}")), "{text}");
+    // Per directory: its path, inode, mode now and mode changes.
+    let line = format!("/atoll/d (inode {ino}, home s");
+    let line = text.lines().find(|l| l.contains(&line));
+    let line = line.unwrap_or_else(|| panic!("no line for the directory:\n{text}"));
+    let changes = 2 * SWAPS + 1;
+    assert!(
+        line.ends_with(&format!("): distributed, {changes} mode changes")),
+        "{line}"
+    );
+    assert_eq!(
+        swapped_dirs(&inst),
+        vec![(
+            "/atoll/d".to_string(),
+            ino,
+            "distributed".to_string(),
+            changes as u64
+        )]
+    );
     // Everything goes: the three-phase rmdir finds all shards.
     run(&inst, "rm -r $ROOT/d && test ! -e $ROOT/d");
+}
+
+/// `atoll status --json`'s `swapped_dirs`: `(path, ino, mode, swaps)`.
+fn swapped_dirs(inst: &Booted) -> Vec<(String, u64, String, u64)> {
+    let st = inst.status();
+    let dirs = st["swapped_dirs"].as_array().expect("swapped_dirs");
+    dirs.iter()
+        .map(|d| {
+            (
+                d["path"].as_str().unwrap().to_string(),
+                d["ino"].as_u64().unwrap(),
+                d["mode"].as_str().unwrap().to_string(),
+                d["swaps"].as_u64().unwrap(),
+            )
+        })
+        .collect()
 }
 
 /// A directory swapped to distributed on one server (where all its entries
@@ -527,6 +561,11 @@ fn policy_spreads_a_hot_directory_and_gathers_it_again_once_cool() {
     assert_eq!(names.len(), expected.len(), "a name listed twice");
     assert_eq!(names.into_iter().collect::<BTreeSet<_>>(), expected);
     assert_eq!(home_swaps(&inst), 2, "spread once and gathered once");
+    let ino: u64 = run(&inst, "stat -c %i $ROOT/d").trim().parse().unwrap();
+    assert_eq!(
+        swapped_dirs(&inst),
+        vec![("/atoll/d".to_string(), ino, "centralized".to_string(), 2)]
+    );
     let links = run(&inst, "stat -c %h $ROOT/d");
     assert_eq!(links.trim(), "2");
 }

@@ -64,7 +64,7 @@
 //! or a cross-server move holds a provisional name in it.
 
 use super::*;
-use atoll_proto::{entry_server_in, pack_moved, parse_moved, AdaptStep, ModeInfo};
+use atoll_proto::{entry_server_in, pack_moved, parse_moved, AdaptStep, ModeInfo, SwappedDir};
 
 pub mod policy;
 
@@ -138,6 +138,25 @@ impl Adapt {
             .map(|(d, _)| *d)
             .collect();
         v.sort();
+        v
+    }
+
+    /// Directories homed on `here` that swapped at least once or are
+    /// swapping, those swapped most first, at most `MAX_SWAPPED_DIRS`.
+    pub fn swapped_dirs(&self, here: usize) -> Vec<SwappedDir> {
+        let mut v: Vec<SwappedDir> = self
+            .dirs
+            .iter()
+            .filter(|(d, s)| d.home() == here && (s.epoch > 0 || s.swap.is_some()))
+            .map(|(d, s)| SwappedDir {
+                ino: d.0,
+                distributed: s.distributed,
+                swaps: s.epoch,
+                swapping: s.swap.is_some(),
+            })
+            .collect();
+        v.sort_by(|a, b| b.swaps.cmp(&a.swaps).then(a.ino.cmp(&b.ino)));
+        v.truncate(atoll_proto::MAX_SWAPPED_DIRS);
         v
     }
 

@@ -39,6 +39,7 @@ pub fn setup(job: &Job) -> Result<()> {
 
 /// Phase 1, then phase 2, in one timed run.
 pub fn run(job: &Job, idx: usize) -> Result<WorkerReport> {
+    let t0 = std::time::Instant::now();
     let mut r = WorkerReport::new(Role::Worker, idx);
     let n = job.iterations();
     let shared = sub(&job.dir, "shared");
@@ -47,6 +48,10 @@ pub fn run(job: &Job, idx: usize) -> Result<WorkerReport> {
         drop(File::create(&p).at("create", &p)?);
         r.ops += 2;
     }
+    // Each phase's time (µs, summed over the processes in the report's
+    // `detail`), to see which phase a directory mode wins or loses.
+    let hot = t0.elapsed();
+    r.bump("hot_phase_us", hot.as_micros() as u64);
     let mine = sub(&job.dir, "spread").join(format!("p{idx}"));
     fs::create_dir(&mine).at("mkdir", &mine)?;
     r.ops += 1;
@@ -66,6 +71,7 @@ pub fn run(job: &Job, idx: usize) -> Result<WorkerReport> {
         }
         r.ops += 2 + 2 * FILES_PER_DIR;
     }
+    r.bump("spread_phase_us", (t0.elapsed() - hot).as_micros() as u64);
     Ok(r)
 }
 

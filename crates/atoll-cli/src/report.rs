@@ -352,12 +352,13 @@ fn adaptive_text(st: &InstanceStatus) -> String {
             let path = crate::top::dir_path(&st.mount, &st.dir_names, d.ino);
             let _ = writeln!(
                 out,
-                "{label} {} (inode {}, home s{}): {}, {} mode changes",
+                "{label} {} (inode {}, home s{}): {}, {} mode change{}",
                 if path.is_empty() { "?" } else { &path },
                 d.ino,
                 s.server,
                 mode_word(d),
-                d.swaps
+                d.swaps,
+                if d.swaps == 1 { "" } else { "s" }
             );
         }
     }

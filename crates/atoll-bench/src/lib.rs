@@ -50,7 +50,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
-pub use systems::{parse_without, NoAtoll, System, SystemFactory, Target};
+pub use systems::{parse_without, DirModes, NoAtoll, System, SystemFactory, Target};
 pub use worker::{worker_main, WorkerArgs};
 pub use workloads::{Size, Workload};
 
@@ -71,8 +71,10 @@ pub struct BenchArgs {
     #[arg(long, hide = true, conflicts_with_all = ["quick", "full"])]
     pub tiny: bool,
     /// Systems to compare: tmpfs, fuse, atoll (exactly `atoll run` with no
-    /// options), atoll-timeshare, atoll-split (the default set), and
-    /// atoll-traced (timeshare recording a message trace).
+    /// options), atoll-timeshare, atoll-split (the default set),
+    /// atoll-traced (timeshare recording a message trace), and
+    /// atoll-distributed and atoll-adaptive (atoll with every directory
+    /// distributed, or with --adaptive-dirs on; see hot-then-spread).
     #[arg(long, value_delimiter = ',')]
     pub systems: Vec<String>,
     /// Workloads (default: all: Hare's, processes and pipes, then the
@@ -160,17 +162,22 @@ impl BenchArgs {
     }
 }
 
-pub const ALL_SYSTEMS: [&str; 6] = [
+pub const ALL_SYSTEMS: [&str; 8] = [
     "tmpfs",
     "fuse",
     "atoll",
     "atoll-timeshare",
     "atoll-split",
     "atoll-traced",
+    "atoll-distributed",
+    "atoll-adaptive",
 ];
 /// What runs without `--systems`: `atoll-traced` (the timeshare
 /// configuration recording a message trace, `atoll run --trace`) is asked
 /// for by name, to measure what tracing costs.
+/// `atoll-distributed` and `atoll-adaptive` are `atoll` with every
+/// directory distributed (`--distribute all`) or with adaptive directories
+/// (`--adaptive-dirs on`), asked for by name (e.g. for `hot-then-spread`).
 /// `atoll` is exactly what `atoll run` gives with no options, untuned;
 /// `atoll-timeshare` and `atoll-split` are Hare's two configurations with
 /// its per-workload distributed directories.
@@ -578,6 +585,16 @@ pub fn run_bench(
                 Ok(s) => systems.push(s),
                 Err(e) => skip(&mut rep, "atoll".into(), format!("{e:#}")),
             },
+            "atoll-distributed" | "atoll-adaptive" => {
+                let modes = match name.as_str() {
+                    "atoll-distributed" => systems::DirModes::Distributed,
+                    _ => systems::DirModes::Adaptive,
+                };
+                match atoll.atoll_dir_modes(modes) {
+                    Ok(s) => systems.push(s),
+                    Err(e) => skip(&mut rep, name.clone(), format!("{e:#}")),
+                }
+            }
             _ => {
                 let split = name == "atoll-split";
                 let traced = name == "atoll-traced";

@@ -64,6 +64,44 @@ pub trait SystemFactory {
     fn atoll_default(&mut self) -> anyhow::Result<Box<dyn System>> {
         bail!("atoll systems are only available through `atoll bench`")
     }
+    /// The system `atoll` with another directory-mode policy and nothing
+    /// else changed: `atoll-distributed` (`--distribute all`) or
+    /// `atoll-adaptive` (`--adaptive-dirs on`).
+    fn atoll_dir_modes(&mut self, _modes: DirModes) -> anyhow::Result<Box<dyn System>> {
+        bail!("atoll systems are only available through `atoll bench`")
+    }
+}
+
+/// How the untuned `atoll` systems place a directory's entries (Hare §3.4,
+/// §6.1.2): the three differ in this alone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DirModes {
+    /// Every directory centralized on its home server (the system `atoll`).
+    Centralized,
+    /// Every directory distributed over all servers (`atoll-distributed`).
+    Distributed,
+    /// Centralized, swapped to distributed while hot (`atoll-adaptive`).
+    Adaptive,
+}
+
+impl DirModes {
+    /// The system's name in tables.
+    pub fn system(self) -> &'static str {
+        match self {
+            DirModes::Centralized => "atoll",
+            DirModes::Distributed => "atoll-distributed",
+            DirModes::Adaptive => "atoll-adaptive",
+        }
+    }
+
+    /// The `atoll run` options that give it.
+    pub fn run_options(self) -> &'static [&'static str] {
+        match self {
+            DirModes::Centralized => &[],
+            DirModes::Distributed => &["--distribute", "all"],
+            DirModes::Adaptive => &["--adaptive-dirs", "on"],
+        }
+    }
 }
 
 /// A factory for builds without atoll (the stand-alone `atoll-bench`).

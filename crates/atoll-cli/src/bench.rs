@@ -11,7 +11,7 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use atoll_bench::{System, SystemFactory, Target};
+use atoll_bench::{DirModes, System, SystemFactory, Target};
 use atoll_proto::boot::PollMode;
 use atoll_server::{Instance, InstanceConfig};
 
@@ -42,16 +42,24 @@ struct AtollFactory;
 
 impl SystemFactory for AtollFactory {
     fn atoll_default(&mut self) -> Result<Box<dyn System>> {
-        // The instance `atoll run -- CMD` boots: its own argument parser's
-        // defaults, planned as `run` plans them.
-        let cli =
-            <crate::args::Cli as clap::Parser>::try_parse_from(["atoll", "run", "--", "true"])?;
+        self.atoll_dir_modes(DirModes::Centralized)
+    }
+
+    fn atoll_dir_modes(&mut self, modes: DirModes) -> Result<Box<dyn System>> {
+        // The instance `atoll run [OPTION] -- CMD` boots: its own argument
+        // parser's defaults, planned as `run` plans them, with at most the
+        // one option that sets the directory-mode policy.
+        let argv = ["atoll", "run"]
+            .iter()
+            .chain(modes.run_options())
+            .chain(&["--", "true"]);
+        let cli = <crate::args::Cli as clap::Parser>::try_parse_from(argv)?;
         let crate::args::Command::Run(run) = cli.command else {
             anyhow::bail!("`atoll run` did not parse as run");
         };
         let plan = config::plan(&run.instance)?;
         Ok(Box::new(AtollSystem {
-            name: "atoll".into(),
+            name: modes.system().into(),
             tuned: false,
             traced: false,
             config: plan.config,

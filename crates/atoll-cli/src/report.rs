@@ -331,7 +331,7 @@ pub fn status_text(st: &InstanceStatus, rec: &InstanceRecord) -> String {
         root + listed
     );
     out.push_str(&limits_text(&st.limits));
-    out.push_str(&adaptive_text(&st.servers));
+    out.push_str(&adaptive_text(st));
     let _ = writeln!(out, "requests     {requests}");
     out.push('\n');
     out.push_str(&stats_table(&st.servers));
@@ -340,11 +340,13 @@ pub fn status_text(st: &InstanceStatus, rec: &InstanceRecord) -> String {
 
 /// Adaptive directories (Hare §6.1.2): per server that swapped any, the
 /// swaps it completed as home server and the directories (inode numbers)
-/// a swap left distributed. Nothing when no directory ever swapped.
-fn adaptive_text(servers: &[ServerStats]) -> String {
+/// a swap left distributed; then each directory that swapped: its path,
+/// inode number, mode now and how many times its mode changed. Nothing
+/// when no directory ever swapped.
+fn adaptive_text(st: &InstanceStatus) -> String {
     let mut out = String::new();
     let mut label = "adaptive    ";
-    for s in servers.iter().filter(|s| s.mode_swaps > 0) {
+    for s in st.servers.iter().filter(|s| s.mode_swaps > 0) {
         let dirs: Vec<String> = s.adapted_dirs.iter().map(|d| d.0.to_string()).collect();
         let now = match dirs.is_empty() {
             true => "none distributed now".to_string(),
@@ -353,7 +355,30 @@ fn adaptive_text(servers: &[ServerStats]) -> String {
         let _ = writeln!(out, "{label} s{}: {} swaps, {now}", s.server, s.mode_swaps);
         label = "            ";
     }
+    for s in &st.servers {
+        for d in &s.swapped_dirs {
+            let path = crate::top::dir_path(&st.mount, &st.dir_names, d.ino);
+            let _ = writeln!(
+                out,
+                "{label} {} (inode {}, home s{}): {}, {} mode change{}",
+                if path.is_empty() { "?" } else { &path },
+                d.ino,
+                s.server,
+                mode_word(d),
+                d.swaps,
+                if d.swaps == 1 { "" } else { "s" }
+            );
+        }
+    }
     out
+}
+
+fn mode_word(d: &atoll_proto::SwappedDir) -> &'static str {
+    match (d.swapping, d.distributed) {
+        (true, _) => "swapping",
+        (false, true) => "distributed",
+        (false, false) => "centralized",
+    }
 }
 
 /// The `inodes` line and the other bounded metadata of `atoll status`.
@@ -413,6 +438,23 @@ pub fn status_json(st: &InstanceStatus, rec: &InstanceRecord) -> serde_json::Val
                         "ops": d.ops,
                         "distributed": d.distributed,
                         "path": crate::top::dir_path(&st.mount, &st.dir_names, d.ino),
+                    })
+                })
+            })
+            .collect::<Vec<_>>(),
+        // Directories whose mode swaps changed (Hare §6.1.2), per home
+        // server; like `hot_dirs`, ids rather than counts.
+        "swapped_dirs": st
+            .servers
+            .iter()
+            .flat_map(|s| {
+                s.swapped_dirs.iter().map(|d| {
+                    serde_json::json!({
+                        "server": s.server,
+                        "ino": d.ino,
+                        "path": crate::top::dir_path(&st.mount, &st.dir_names, d.ino),
+                        "mode": mode_word(d),
+                        "swaps": d.swaps,
                     })
                 })
             })

@@ -184,8 +184,9 @@ pub struct InstanceStatus {
     /// not known yet).
     #[serde(default)]
     pub sessions: Vec<(u64, u32)>,
-    /// Names of the servers' hot directories and of their ancestors, as
-    /// far as the servers know them, so that `atoll top` can show paths.
+    /// Names of the servers' hot and swapped directories and of their
+    /// ancestors, as far as the servers know them, so that `atoll top` and
+    /// `atoll status` can show paths.
     #[serde(default)]
     pub dir_names: Vec<crate::DirName>,
     /// Each file server's state: up, stalled or down, core, uptime.

@@ -1235,6 +1235,28 @@ pub struct ServerStats {
     pub mode_swaps: u64,
     #[serde(default)]
     pub adapted_dirs: Vec<InodeId>,
+    /// Every directory homed here whose mode a swap changed at least once
+    /// (or that one is changing), at most [`MAX_SWAPPED_DIRS`] of them,
+    /// those swapped most first.
+    #[serde(default)]
+    pub swapped_dirs: Vec<SwappedDir>,
+}
+
+/// Most [`SwappedDir`]s one server reports (its status stays small).
+pub const MAX_SWAPPED_DIRS: usize = 64;
+
+/// A directory whose mode swaps changed (Hare §6.1.2), as its home server
+/// knows it, for `atoll status`.
+#[derive(Serialize, Deserialize, Clone, PartialEq, Eq, Debug, Default)]
+pub struct SwappedDir {
+    /// The directory's `InodeId` (its `st_ino`).
+    pub ino: u64,
+    /// Distributed now (else centralized on its home server).
+    pub distributed: bool,
+    /// Swaps completed: its mode changed this many times (its epoch).
+    pub swaps: u32,
+    /// A swap is under way.
+    pub swapping: bool,
 }
 
 /// A directory one server sees many name operations in (lookups,

@@ -135,11 +135,15 @@ impl Servers {
             .collect()
     }
 
-    /// Names of the hot directories in `stats` and of their ancestors, as
-    /// far as the servers know them (`fs::hotdirs::name_dirs` asks in
-    /// rounds; each round is one `Admin::DirNames` to every server).
+    /// Names of the hot and the swapped directories in `stats` and of
+    /// their ancestors, as far as the servers know them
+    /// (`fs::hotdirs::name_dirs` asks in rounds; each round is one
+    /// `Admin::DirNames` to every server).
     pub fn dir_names(&self, stats: &[ServerStats]) -> Vec<atoll_proto::DirName> {
-        let hot = stats.iter().flat_map(|s| s.hot_dirs.iter().map(|d| d.ino));
+        let hot = stats.iter().flat_map(|s| {
+            let swapped = s.swapped_dirs.iter().map(|d| d.ino);
+            s.hot_dirs.iter().map(|d| d.ino).chain(swapped)
+        });
         crate::fs::name_dirs(hot, |ask| {
             let rxs: Vec<_> = (0..self.len())
                 .filter(|&i| !self.health.is_down(i) && self.health.stall_left_ms(i) == 0)

@@ -194,7 +194,14 @@ pub struct Booted {
 
 impl Booted {
     pub fn new(opts: &[&str]) -> Booted {
-        let out = atoll().arg("boot").args(opts).output().expect("atoll boot");
+        Booted::with_env(opts, &[])
+    }
+
+    /// As [`Booted::new`], with `env` in the instance's environment.
+    pub fn with_env(opts: &[&str], env: &[(&str, &str)]) -> Booted {
+        let mut cmd = atoll();
+        cmd.arg("boot").args(opts).envs(env.iter().copied());
+        let out = cmd.output().expect("atoll boot");
         assert!(
             out.status.success(),
             "boot failed: {}",

@@ -36,6 +36,7 @@ mod micro;
 mod peer_output;
 mod peers;
 mod procs;
+mod spread;
 mod tree;
 
 use std::collections::BTreeMap;
@@ -106,6 +107,7 @@ pub enum Workload {
     FioSeq,
     Postmark,
     ExtractDebian,
+    HotThenSpread,
 }
 
 impl Workload {
@@ -167,6 +169,11 @@ impl Workload {
         }
     }
 
+    /// Beyond Hare's evaluation: a workload whose best directory mode
+    /// changes as it runs, for adaptive directories (Hare §6.1.2; compare
+    /// the systems `atoll`, `atoll-distributed` and `atoll-adaptive`).
+    pub const ADAPTIVE: [Workload; 1] = [Workload::HotThenSpread];
+
     /// Does Hare run this workload in distributed directories? Hare §5.4.1
     /// turns distribution on for the workloads that work concurrently in
     /// one directory and off for those it only costs (readdir of small
@@ -183,12 +190,13 @@ impl Workload {
     }
 
     /// Every workload (the default suite): Hare's first, then
-    /// [`Workload::PROCS`], then [`Workload::PEERS`].
+    /// [`Workload::PROCS`], [`Workload::PEERS`] and [`Workload::ADAPTIVE`].
     pub fn every() -> impl Iterator<Item = Workload> {
         Workload::ALL
             .into_iter()
             .chain(Workload::PROCS)
             .chain(Workload::PEERS)
+            .chain(Workload::ADAPTIVE)
     }
 
     pub fn name(self) -> &'static str {
@@ -216,6 +224,7 @@ impl Workload {
             Workload::FioSeq => "fio-seq",
             Workload::Postmark => "postmark",
             Workload::ExtractDebian => "extract-debian",
+            Workload::HotThenSpread => "hot-then-spread",
         }
     }
 
@@ -376,6 +385,10 @@ fn per_worker(w: Workload, size: Size) -> u64 {
         // 64 KiB writes: 256 KiB, 8 MiB, 64 MiB, 512 MiB.
         Workload::PipeThroughput => [4, 128, 1_024, 8_192],
         Workload::PipeLatency => [20, 5_000, 20_000, 100_000],
+        // Phase-1 creates per process (as many again in phase 2).
+        // Kept files: P × 2N of them must fit `atoll`'s default inode limit
+        // (131 072 at 1 GiB) up to P = 8.
+        Workload::HotThenSpread => [20, 1_000, 4_000, 8_000],
         _ => [0; 4],
     };
     t[size as usize]
@@ -426,6 +439,7 @@ impl Job {
             | Workload::FioSeq
             | Workload::Postmark
             | Workload::ExtractDebian => peers::setup(self),
+            Workload::HotThenSpread => spread::setup(self),
             Workload::ExecLocal
             | Workload::ExecRemote
             | Workload::PipeThroughput
@@ -455,6 +469,7 @@ impl Job {
             (Workload::Build, _) => apps::build(self)?,
             (Workload::Mailbench, _) => mail::deliver(self, index)?,
             (Workload::Fsstress, _) => fsstress::run(self, index)?,
+            (Workload::HotThenSpread, _) => spread::run(self, index)?,
             (Workload::ExecLocal | Workload::ExecRemote, _) => procs::exec(self, index)?,
             (Workload::PipeThroughput, _) => procs::pipe_throughput(self, index)?,
             (Workload::PipeLatency, _) => procs::pipe_latency(self, index)?,
@@ -491,6 +506,7 @@ impl Job {
             | Workload::FioSeq
             | Workload::Postmark
             | Workload::ExtractDebian => peers::check(self),
+            Workload::HotThenSpread => spread::check(self),
             // Checked as they run (exit status, bytes, echoes).
             Workload::ExecLocal
             | Workload::ExecRemote

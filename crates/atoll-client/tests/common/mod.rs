@@ -21,11 +21,17 @@ static ENV: OnceLock<Env> = OnceLock::new();
 /// Boot the instance (2 servers so that cross-server paths are exercised;
 /// `dist` and below are distributed directories) and attach.
 pub fn env() -> &'static Env {
+    env_with(2)
+}
+
+/// [`env`] with `servers` file servers, if this is the first call of the
+/// test binary (the instance is booted once).
+pub fn env_with(servers: usize) -> &'static Env {
     ENV.get_or_init(|| {
         let dir = tempfile::tempdir().expect("tempdir");
         let mount = format!("/atoll-client-test-{}", std::process::id());
         let inst = Instance::boot(InstanceConfig {
-            servers: 2,
+            servers,
             memory: 64 << 20,
             mount: mount.clone(),
             poll: PollMode::Adaptive,

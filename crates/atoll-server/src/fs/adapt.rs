@@ -64,7 +64,7 @@
 //! or a cross-server move holds a provisional name in it.
 
 use super::*;
-use atoll_proto::{entry_server_in, pack_moved, parse_moved, AdaptStep, ModeInfo};
+use atoll_proto::{entry_server_in, pack_moved, parse_moved, AdaptStep, ModeInfo, SwappedDir};
 
 pub mod policy;
 
@@ -141,6 +141,25 @@ impl Adapt {
         v
     }
 
+    /// Directories homed on `here` that swapped at least once or are
+    /// swapping, those swapped most first, at most `MAX_SWAPPED_DIRS`.
+    pub fn swapped_dirs(&self, here: usize) -> Vec<SwappedDir> {
+        let mut v: Vec<SwappedDir> = self
+            .dirs
+            .iter()
+            .filter(|(d, s)| d.home() == here && (s.epoch > 0 || s.swap.is_some()))
+            .map(|(d, s)| SwappedDir {
+                ino: d.0,
+                distributed: s.distributed,
+                swaps: s.epoch,
+                swapping: s.swap.is_some(),
+            })
+            .collect();
+        v.sort_by(|a, b| b.swaps.cmp(&a.swaps).then(a.ino.cmp(&b.ino)));
+        v.truncate(atoll_proto::MAX_SWAPPED_DIRS);
+        v
+    }
+
     /// The coordinator of swaps under way died: mark them for resumption.
     pub fn session_closed(&mut self, session: SessionId) {
         for d in self.dirs.values_mut() {
@@ -177,8 +196,12 @@ pub fn namespace_dir(req: &Request<'_>) -> Option<InodeId> {
 impl<S: BlockStore> FileServer<S> {
     /// Let the policy move directories homed here between modes
     /// (`--adaptive-dirs on`, Hare §6.1.2).
+    /// Its thresholds are the defaults or `ATOLL_ADAPT_POLICY`'s.
     pub fn set_adaptive(&mut self, on: bool) {
         self.adapt.policy.on = on;
+        if on {
+            self.adapt.policy.limits = policy::Thresholds::from_env();
+        }
     }
 
     /// Swaps the policy asks sessions to coordinate (`Notice::Adapt`, sent

@@ -569,6 +569,7 @@ impl<S: BlockStore> FileServer<S> {
             counters: self.counters(),
             mode_swaps: self.adapt.swaps,
             adapted_dirs: self.adapt.adapted(self.cfg.index),
+            swapped_dirs: self.adapt.swapped_dirs(self.cfg.index),
             pipes: self.pipe_stats().0,
             pipe_bytes: self.pipe_stats().1,
             pipe_ops: self.pipe_stats().2,

@@ -17,6 +17,16 @@
 //! Hysteresis: the hot and cool levels are far apart, a directory stays in
 //! a mode at least `dwell` after a swap, and a request for a swap is sent
 //! at most once per `dwell` (a client may ignore it).
+//!
+//! The policy looks at a directory only when a request about it reaches
+//! its home server: a directory nobody uses any more keeps its mode (it
+//! costs nothing either way) until the first request after the quiet
+//! spell, which then finds the cool windows counted and asks to go back.
+//!
+//! `ATOLL_ADAPT_POLICY` (in the instance's environment) overrides the
+//! thresholds, e.g. `hot_ops=200,hot_sessions=2,min_entries=64` — for tests
+//! that make a directory hot without a machine big enough to reach the
+//! defaults, and for measuring other levels ([`Thresholds::parse`]).
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -46,6 +56,51 @@ impl Default for Thresholds {
             cool_windows: 20,
             dwell: Duration::from_secs(2),
         }
+    }
+}
+
+/// Environment variable overriding [`Thresholds`]: `key=value` pairs
+/// separated by commas; keys `window_ms`, `hot_ops`, `hot_sessions`,
+/// `min_entries`, `cool_ops`, `cool_windows`, `dwell_ms`.
+pub const ENV_ADAPT_POLICY: &str = "ATOLL_ADAPT_POLICY";
+
+impl Thresholds {
+    /// The defaults with `ATOLL_ADAPT_POLICY` applied; a value that does
+    /// not parse is reported and the defaults kept.
+    pub fn from_env() -> Thresholds {
+        match std::env::var(ENV_ADAPT_POLICY) {
+            Ok(v) => Thresholds::parse(&v).unwrap_or_else(|e| {
+                tracing::warn!("{ENV_ADAPT_POLICY}={v:?} ignored: {e}");
+                Thresholds::default()
+            }),
+            Err(_) => Thresholds::default(),
+        }
+    }
+
+    /// The defaults with `key=value,…` applied (see [`ENV_ADAPT_POLICY`]).
+    pub fn parse(spec: &str) -> Result<Thresholds, String> {
+        let mut t = Thresholds::default();
+        for pair in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (k, v) = pair
+                .split_once('=')
+                .ok_or_else(|| format!("{pair:?} is not key=value"))?;
+            let n: u64 = v
+                .trim()
+                .parse()
+                .map_err(|_| format!("{k}: {v:?} is not a number"))?;
+            let small = |n: u64| u32::try_from(n).map_err(|_| format!("{k}: {n} is too large"));
+            match k.trim() {
+                "window_ms" if n > 0 => t.window = Duration::from_millis(n),
+                "hot_ops" => t.hot_ops = small(n)?,
+                "hot_sessions" => t.hot_sessions = small(n)?,
+                "min_entries" => t.min_entries = n as usize,
+                "cool_ops" => t.cool_ops = small(n)?,
+                "cool_windows" => t.cool_windows = small(n)?,
+                "dwell_ms" => t.dwell = Duration::from_millis(n),
+                other => return Err(format!("unknown or zero {other:?}")),
+            }
+        }
+        Ok(t)
     }
 }
 
@@ -173,6 +228,22 @@ mod tests {
         assert!((0..20).all(|_| q.observe(d, false, 10, SessionId(1), t0).is_none()));
         let mut r = small();
         assert!((0..20u64).all(|i| r.observe(d, false, 2, SessionId(i), t0).is_none()));
+    }
+
+    #[test]
+    fn thresholds_from_key_value_pairs_and_bad_ones_refused() {
+        let t = Thresholds::parse("hot_ops=200, hot_sessions=2,window_ms=50,dwell_ms=0").unwrap();
+        assert_eq!(t.hot_ops, 200);
+        assert_eq!(t.hot_sessions, 2);
+        assert_eq!(t.window, Duration::from_millis(50));
+        assert_eq!(t.dwell, Duration::ZERO);
+        assert_eq!(t.min_entries, Thresholds::default().min_entries);
+        assert_eq!(Thresholds::parse("").unwrap().hot_ops, 2000);
+        assert!(Thresholds::parse("hot_ops").is_err());
+        assert!(Thresholds::parse("hot_ops=x").is_err());
+        assert!(Thresholds::parse("heat=3").is_err());
+        assert!(Thresholds::parse("window_ms=0").is_err());
+        assert!(Thresholds::parse("cool_ops=99999999999").is_err());
     }
 
     #[test]

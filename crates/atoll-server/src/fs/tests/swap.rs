@@ -157,6 +157,14 @@ fn swap_moves_entries_with_their_cookies_and_blocks_until_complete() {
     );
     let stats = ts[0].stats();
     assert_eq!((stats.mode_swaps, stats.adapted_dirs), (1, vec![d]));
+    let one = atoll_proto::SwappedDir {
+        ino: d.0,
+        distributed: true,
+        swaps: 1,
+        swapping: false,
+    };
+    assert_eq!(stats.swapped_dirs, vec![one.clone()]);
+    assert_eq!(ts[1].stats().swapped_dirs, vec![], "reported by home only");
 
     // A new entry on another server gets a cookie of its own residue.
     let name = (0..100)
@@ -195,6 +203,12 @@ fn swap_moves_entries_with_their_cookies_and_blocks_until_complete() {
     assert_eq!(listing(&mut ts[1..], d, 2), vec![]);
     assert_eq!(ts[0].stat(d).unwrap().nlink, 3);
     assert_eq!(ts[0].stats().adapted_dirs, vec![]);
+    let back_home = atoll_proto::SwappedDir {
+        distributed: false,
+        swaps: 2,
+        ..one
+    };
+    assert_eq!(ts[0].stats().swapped_dirs, vec![back_home]);
     // A request routed by the old mode is told so.
     let old = Request::Lookup {
         dir: d,

@@ -167,10 +167,11 @@ pub fn status(args: StatusArgs) -> Result<i32> {
 pub fn chaos(args: crate::args::ChaosArgs) -> Result<i32> {
     use atoll_proto::boot::ChaosAction;
     let rec = select(&args.select)?;
-    let action = match (args.kill, args.stall, args.stall_for) {
-        (Some(server), _, _) => ChaosAction::Kill { server },
-        (None, Some(server), Some(millis)) => ChaosAction::Stall { server, millis },
-        _ => bail!("say --kill server:N, or --stall server:N --for TIME"),
+    let action = match (args.kill, args.stall, args.stall_for, args.corrupt_ring) {
+        (Some(server), _, _, _) => ChaosAction::Kill { server },
+        (None, Some(server), Some(millis), _) => ChaosAction::Stall { server, millis },
+        (None, None, _, Some(server)) => ChaosAction::CorruptRing { server },
+        _ => bail!("say --kill server:N, --stall server:N --for TIME, or --corrupt-ring server:N"),
     };
     crate::bootctl::chaos(&rec.socket, action).with_context(|| format!("instance {}", rec.id))?;
     Ok(0)

@@ -247,9 +247,11 @@ const CHAOS_AFTER_HELP: &str = "\
 A killed server dies at once, as a crash would: every call that needs it
 fails with EIO (never hangs), every other call goes on, and `atoll status`
 shows it down. A stalled server serves nothing for the given time, then
-goes on; its clients wait. Examples:
+goes on; its clients wait. A corrupt ring is dropped by its server: that
+channel's client gets EIO there, everyone else goes on. Examples:
   atoll chaos --id ID --kill server:1
-  atoll chaos --id ID --stall server:0 --for 2s";
+  atoll chaos --id ID --stall server:0 --for 2s
+  atoll chaos --id ID --corrupt-ring server:0";
 
 #[derive(Args, Debug)]
 #[group(id = "fault", required = true, multiple = false)]
@@ -265,6 +267,10 @@ pub struct ChaosArgs {
     /// How long a stall lasts: a number with ms or s (e.g. 500ms, 2s)
     #[arg(long = "for", id = "stall_for", value_name = "TIME", value_parser = parse_millis)]
     pub stall_for: Option<u64>,
+    /// Scribble on the request ring of file server N's newest channel
+    /// (`server:N`), as a hostile client could
+    #[arg(long, value_name = "server:N", value_parser = parse_server_target, group = "fault")]
+    pub corrupt_ring: Option<u32>,
 }
 
 /// `server:N` → N.

@@ -278,6 +278,13 @@ impl ServerChannel {
         self.req.try_recv(f)
     }
 
+    /// Fault injection (`atoll chaos --corrupt-ring`): a frame header no
+    /// client may write appears where the next request is due, so the
+    /// server's next look finds the ring corrupt and drops the channel.
+    pub fn corrupt_request_ring(&self) {
+        self.req.scribble_next_frame();
+    }
+
     /// Request bytes waiting in this channel's request ring (monitoring:
     /// `atoll top` shows how full each server's rings are).
     pub fn queued_request_bytes(&self) -> u32 {

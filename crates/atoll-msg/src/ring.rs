@@ -463,6 +463,21 @@ impl Consumer {
         Ok(self.poll()?.map(|at| self.take(at, f)))
     }
 
+    /// Fault injection: publish, where the next frame is due, a header
+    /// whose length no frame can have — what a hostile producer could
+    /// write — so the next [`Consumer::poll`] finds the ring corrupt.
+    #[cfg(not(loom))]
+    pub(crate) fn scribble_next_frame(&self) {
+        let m = &self.mem;
+        let tail = self.tail.load(PrivateOrdering::Relaxed);
+        let pos = tail & m.mask();
+        // SAFETY: `pos` is an aligned offset inside the data area (as in
+        // `read_len`); the producer may race us, which is the point.
+        unsafe { std::ptr::write_volatile(m.data.add(pos as usize) as *mut u32, m.max_frame + 1) };
+        m.seq_word(pos)
+            .store(seq_of(tail), PrivateOrdering::Release);
+    }
+
     /// Wait for the next frame honouring `mode` and lend it to `f`. Gives up
     /// with `BrokenPipe` once `closed()` holds and the ring is empty.
     pub(crate) fn recv<R>(

@@ -121,6 +121,10 @@ pub enum ChaosAction {
     /// File server `server` serves nothing for `millis` milliseconds, as a
     /// wedged server would, then goes on.
     Stall { server: u32, millis: u64 },
+    /// The request ring of the newest channel of file server `server` is
+    /// scribbled on, as a hostile client could: the server drops that
+    /// channel (its client's calls there fail with `EIO`) and goes on.
+    CorruptRing { server: u32 },
 }
 
 /// How a file server is doing, for `atoll status`.

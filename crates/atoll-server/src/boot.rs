@@ -80,7 +80,9 @@ impl Servers {
     /// Inject a fault (`atoll chaos`).
     pub fn chaos(&self, action: atoll_proto::boot::ChaosAction) -> Result<(), String> {
         use atoll_proto::boot::ChaosAction;
-        let (ChaosAction::Kill { server } | ChaosAction::Stall { server, .. }) = action;
+        let (ChaosAction::Kill { server }
+        | ChaosAction::Stall { server, .. }
+        | ChaosAction::CorruptRing { server }) = action;
         let i = server as usize;
         if i >= self.len() {
             return Err(format!(
@@ -93,6 +95,7 @@ impl Servers {
         }
         match action {
             ChaosAction::Kill { .. } => self.post(i, Admin::Crash),
+            ChaosAction::CorruptRing { .. } => self.post(i, Admin::CorruptRing),
             ChaosAction::Stall { millis, .. } => {
                 self.health.stall(i, millis);
                 self.control.doorbell(i).ring();

@@ -58,6 +58,9 @@ pub enum Admin {
     DirNames(Vec<(u64, Option<u64>)>, Sender<Vec<atoll_proto::DirName>>),
     /// Die at once, as a crash would (`atoll chaos --kill`; `health`).
     Crash,
+    /// Scribble on the newest channel's request ring (`atoll chaos
+    /// --corrupt-ring`): the defence against hostile clients, on purpose.
+    CorruptRing,
     Shutdown,
 }
 
@@ -381,6 +384,11 @@ fn serve<S: BlockStore>(
                     let _ = tx.send(fs.dir_names(&dirs));
                 }
                 Ok(Admin::Crash) => panic!("killed by atoll chaos"),
+                Ok(Admin::CorruptRing) => {
+                    if let Some(c) = chans.last() {
+                        c.ch.corrupt_request_ring();
+                    }
+                }
                 Ok(Admin::Shutdown) | Err(TryRecvError::Disconnected) => return,
                 Err(TryRecvError::Empty) => admin_due = false,
             }
@@ -457,8 +465,11 @@ fn serve<S: BlockStore>(
         }
         if !dead.is_empty() {
             dead.sort_unstable();
+            dead.dedup();
             for idx in dead.into_iter().rev() {
-                chans.swap_remove(idx);
+                // Closed, not just forgotten: a client waiting on it gets
+                // `EIO` instead of waiting for a reply that never comes.
+                chans.swap_remove(idx).ch.close();
             }
         }
         start = start.wrapping_add(1);

@@ -124,8 +124,14 @@ pub struct InstanceArgs {
     /// Pin servers to dedicated cores (the last N) and programs to the rest
     #[arg(long)]
     pub split: bool,
-    /// Emulate hardware without cache coherence (private copies of blocks)
-    #[arg(long)]
+    /// The kind of memory between programs and servers: coherent (shared
+    /// mappings of the buffer cache), incoherent (private copies written
+    /// back on close, fsync, exec and exit) or copy (no shared memory:
+    /// every byte of data travels in messages)
+    #[arg(long, value_enum, value_name = "KIND", default_value = "coherent")]
+    pub island: IslandArg,
+    /// The same as --island incoherent
+    #[arg(long, conflicts_with = "island")]
     pub incoherent: bool,
     /// Switch a technique off, for ablation studies (repeatable)
     #[arg(long, value_enum, value_name = "TECHNIQUE")]
@@ -310,6 +316,31 @@ pub struct PassThrough {
         value_name = "ARGS"
     )]
     pub args: Vec<String>,
+}
+
+/// `--island`: the kind of memory an instance's programs share with its
+/// servers (Cosh §3).
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IslandArg {
+    /// Shared, coherent memory: the direct path
+    Coherent,
+    /// Emulated incoherent memory: private copies, write-back at flushes
+    Incoherent,
+    /// No shared memory: data is copied through messages
+    Copy,
+}
+
+impl IslandArg {
+    /// The island an instance gets, `--incoherent` being an alias.
+    pub fn resolve(self, incoherent: bool) -> atoll_proto::boot::Island {
+        use atoll_proto::boot::Island;
+        match self {
+            IslandArg::Coherent if incoherent => Island::Incoherent,
+            IslandArg::Coherent => Island::Coherent,
+            IslandArg::Incoherent => Island::Incoherent,
+            IslandArg::Copy => Island::Copy,
+        }
+    }
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]

@@ -80,7 +80,7 @@ fn plan_with_cores(args: &InstanceArgs, cores: &[usize]) -> Result<Plan, UsageEr
             poll,
             split: args.split,
             server_cores,
-            incoherent: args.incoherent,
+            island: args.island.resolve(args.incoherent),
             without: without(&args.without),
             distribute,
             adaptive_dirs: args.adaptive_dirs == "on",

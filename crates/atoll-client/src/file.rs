@@ -27,7 +27,8 @@ use crate::Out;
 /// Largest range one `Read`/`Write` reserves (the reply's extent list must
 /// fit one frame; contiguous files need one extent per run).
 const CHUNK: usize = 1 << 20;
-/// Largest payload of one `ReadData`/`WriteData` (direct-cache ablation).
+/// Largest payload of one `ReadData`/`WriteData` (a copy island, or the
+/// direct-cache ablation): with its header it fits a 12 KiB frame.
 const DATA_CHUNK: usize = 8192;
 
 /// Flags `open` keeps for `F_GETFL` (creation flags are dropped).
@@ -447,7 +448,7 @@ pub fn read_id(
     off: Option<u64>,
 ) -> Result<usize> {
     let server = desc.server();
-    let direct = !c.info.without.direct_cache;
+    let direct = c.direct_data();
     let mut done = 0usize;
     while done < buf.len() {
         let want = (buf.len() - done).min(if direct { CHUNK } else { DATA_CHUNK });
@@ -550,7 +551,7 @@ pub fn write_desc(
 fn write_at(c: &Client, lane: &Lane, d: &DescRef, src: &[u8], off: Option<u64>) -> Result<usize> {
     let desc = d.desc();
     let server = desc.server();
-    let direct = !c.info.without.direct_cache;
+    let direct = c.direct_data();
     let mut done = 0usize;
     while done < src.len() {
         let want = (src.len() - done).min(if direct { CHUNK } else { DATA_CHUNK });

@@ -64,6 +64,7 @@ mod partial;
 mod pastend;
 pub mod path;
 mod pipe;
+mod pipecopy;
 mod procfd;
 mod procmounts;
 mod ring;

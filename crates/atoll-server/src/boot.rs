@@ -408,7 +408,13 @@ impl Boot {
         }
         let lane = self.take_lane(token);
         let chans = self.make_lane(s, lane).map_err(|e| e.to_string())?;
-        let mut fds: Vec<BorrowedFd<'_>> = vec![self.p.cache_fd.as_fd(), self.p.control_fd.as_fd()];
+        // A copy island never sees the buffer cache (Cosh §3): its clients
+        // get no descriptor of it to map.
+        let mut fds: Vec<BorrowedFd<'_>> = Vec::with_capacity(2 + chans.len());
+        if self.p.info.island.maps_cache() {
+            fds.push(self.p.cache_fd.as_fd());
+        }
+        fds.push(self.p.control_fd.as_fd());
         fds.extend(chans.iter().map(|f| f.as_fd()));
         let reply = BootReply::Attached {
             session: s,

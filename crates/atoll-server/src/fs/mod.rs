@@ -71,6 +71,7 @@ mod mapping;
 mod namespace;
 mod perm;
 mod pipe;
+mod pipecopy;
 mod protocols;
 mod reports;
 mod retain;
@@ -176,7 +177,7 @@ struct Session {
     groups: Rc<[u32]>,
 }
 
-const OP_NAMES: [&str; 60] = [
+const OP_NAMES: [&str; 64] = [
     "SetGroups",
     "Lookup",
     "Open",
@@ -237,6 +238,10 @@ const OP_NAMES: [&str; 60] = [
     "Touched",
     "DirMode",
     "Adapt",
+    "PipeRead",
+    "PipeWrite",
+    "PipeState",
+    "PipeSetSize",
 ];
 
 fn op_index(req: &Request<'_>) -> usize {
@@ -302,6 +307,10 @@ fn op_index(req: &Request<'_>) -> usize {
         Touched { .. } => 57,
         DirMode { .. } => 58,
         Adapt { .. } => 59,
+        PipeRead { .. } => 60,
+        PipeWrite { .. } => 61,
+        PipeState { .. } => 62,
+        PipeSetSize { .. } => 63,
     }
 }
 
@@ -334,6 +343,8 @@ pub struct FileServer<S> {
     sessions: HashMap<SessionId, Session>,
     cache: Cache<S>,
     pipes: pipe::Pipes,
+    /// Data transferred, by Cosh mode (`ServerStats::transfers`).
+    transfers: atoll_proto::Transfers,
     /// Notification queues owned here and watches held here (`inotify`).
     notify: inotify::Notify,
     /// Extending writes whose bytes are not in yet (`inflight`).
@@ -458,6 +469,7 @@ impl<S: BlockStore> FileServer<S> {
             sessions: HashMap::new(),
             cache,
             pipes: pipe::Pipes::default(),
+            transfers: atoll_proto::Transfers::default(),
             notify: inotify::Notify::default(),
             writes: inflight::Writes::default(),
             creating: affinity::Creating::default(),
@@ -570,6 +582,7 @@ impl<S: BlockStore> FileServer<S> {
             pipes: self.pipe_stats().0,
             pipe_bytes: self.pipe_stats().1,
             pipe_ops: self.pipe_stats().2,
+            transfers: self.transfers,
             // The server loop adds what only it knows (rings, sessions).
             ..self.cache.stats()
         }

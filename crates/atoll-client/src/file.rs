@@ -825,6 +825,7 @@ pub fn close(c: &Client, lane: &Lane, fd: i64) -> Result<i64> {
     };
     drop_posix_locks(c, lane, &d);
     crate::incoherent::write_back(c);
+    crate::copymap::sync_inode(c, d.ino());
     sys::close(fd as i32);
     drop(d);
     Ok(0)
@@ -1113,6 +1114,10 @@ pub fn mmap(c: &Client, lane: &Lane, d: &DescRef, a: &[u64; 6]) -> Result<i64> {
     let map_len = len.div_ceil(BLOCK_SIZE as u64) * BLOCK_SIZE as u64;
     let keep = flags
         & (libc::MAP_FIXED | libc::MAP_FIXED_NOREPLACE | libc::MAP_NORESERVE | libc::MAP_POPULATE);
+    if !c.maps_cache() {
+        // A copy island maps no cache page: the mapping is a copy.
+        return crate::copymap::mmap(c, lane, d, addr, map_len, prot, keep, off, shared);
+    }
     // SAFETY: reserving anonymous memory at the program's requested address
     // with the program's own MAP_FIXED choice, as its mmap would have.
     let base = unsafe {

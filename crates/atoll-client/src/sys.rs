@@ -391,6 +391,13 @@ fn iov(ptr: u64, len: usize) -> libc::iovec {
     }
 }
 
+/// Copy program memory at `ptr` into `dst` with the kernel's fault
+/// handling: `false` (and `dst` unspecified) when any of it is unmapped
+/// or unreadable, instead of a fault.
+pub fn peek(dst: &mut [u8], ptr: u64) -> bool {
+    copy_from_user(dst, ptr).is_ok()
+}
+
 /// Copy `dst.len()` bytes of program memory at `ptr` into `dst`.
 fn copy_from_user(dst: &mut [u8], ptr: u64) -> Result<(), i32> {
     if !in_user_space(ptr, dst.len()) {

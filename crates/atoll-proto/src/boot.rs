@@ -189,6 +189,10 @@ pub struct InstanceStatus {
     /// far as the servers know them, so that `atoll top` can show paths.
     #[serde(default)]
     pub dir_names: Vec<crate::DirName>,
+    /// The kind of memory the clients share with the servers (`--island`:
+    /// `coherent`, `incoherent` or `copy`).
+    #[serde(default)]
+    pub island: String,
 }
 
 /// Largest bootstrap packet.

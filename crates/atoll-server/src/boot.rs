@@ -479,6 +479,7 @@ impl Boot {
             servers,
             limits: crate::fs::limits::usage(&self.p.servers.control),
             poll: format!("{:?}", self.p.info.poll).to_lowercase(),
+            island: self.p.info.island.name().to_string(),
             sessions: self
                 .conns
                 .values()

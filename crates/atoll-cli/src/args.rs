@@ -127,9 +127,10 @@ pub struct InstanceArgs {
     /// The kind of memory between programs and servers: coherent (shared
     /// mappings of the buffer cache), incoherent (private copies written
     /// back on close, fsync, exec and exit) or copy (no shared memory:
-    /// every byte of data travels in messages)
-    #[arg(long, value_enum, value_name = "KIND", default_value = "coherent")]
-    pub island: IslandArg,
+    /// every byte of data travels in messages) [default: $ATOLL_ISLAND,
+    /// else coherent]
+    #[arg(long, value_enum, value_name = "KIND")]
+    pub island: Option<IslandArg>,
     /// The same as --island incoherent
     #[arg(long, conflicts_with = "island")]
     pub incoherent: bool,
@@ -330,15 +331,38 @@ pub enum IslandArg {
     Copy,
 }
 
+/// Environment variable giving the island when `--island` is not given.
+pub const ENV_ISLAND: &str = "ATOLL_ISLAND";
+
 impl IslandArg {
-    /// The island an instance gets, `--incoherent` being an alias.
-    pub fn resolve(self, incoherent: bool) -> atoll_proto::boot::Island {
+    fn island(self) -> atoll_proto::boot::Island {
         use atoll_proto::boot::Island;
         match self {
-            IslandArg::Coherent if incoherent => Island::Incoherent,
             IslandArg::Coherent => Island::Coherent,
             IslandArg::Incoherent => Island::Incoherent,
             IslandArg::Copy => Island::Copy,
+        }
+    }
+
+    /// The island an instance gets: `--island`, else `--incoherent` (an
+    /// alias of `--island incoherent`), else `$ATOLL_ISLAND`, else
+    /// coherent. `env` is the value of `$ATOLL_ISLAND`.
+    pub fn resolve(
+        arg: Option<IslandArg>,
+        incoherent: bool,
+        env: Option<&str>,
+    ) -> Result<atoll_proto::boot::Island, String> {
+        if let Some(a) = arg {
+            return Ok(a.island());
+        }
+        if incoherent {
+            return Ok(atoll_proto::boot::Island::Incoherent);
+        }
+        match env.filter(|v| !v.is_empty()) {
+            None => Ok(atoll_proto::boot::Island::Coherent),
+            Some(v) => IslandArg::from_str(v, true)
+                .map(IslandArg::island)
+                .map_err(|_| format!("{ENV_ISLAND}={v}: expected coherent, incoherent or copy")),
         }
     }
 }

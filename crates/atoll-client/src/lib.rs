@@ -1264,6 +1264,18 @@ pub fn fork_child(prep: ForkPrep) {
     counters::forget();
 }
 
+/// The process is about to end (`exit_group`, also from `_exit`, which
+/// runs no `atexit` handler): data held privately goes back first — the
+/// incoherent emulation's private copies and a copy island's shared
+/// mappings — as Linux's page cache already holds it (Hare §3.3.1's
+/// flush at exit).
+pub fn before_exit() {
+    if let Some(c) = session::client() {
+        incoherent::write_back(c);
+        copymap::sync_all(c);
+    }
+}
+
 /// The session id (tests and `--stats`).
 pub fn session_id() -> Option<SessionId> {
     session::client().map(|c| c.session_id())

@@ -1270,8 +1270,9 @@ pub struct ServerStats {
     #[serde(default)]
     pub pipe_ops: u64,
     /// File and pipe data this server transferred, by Cosh mode (§5).
+    /// Boxed: `Reply::Stats` stays within the size of the other replies.
     #[serde(default)]
-    pub transfers: Transfers,
+    pub transfers: Box<Transfers>,
     /// Named event counters of the Hare techniques (`(name, count)`):
     /// directory-cache invalidations sent, inbox overflows, lookups
     /// tracked, client-reported cache hits/misses, broadcasts, … (Hare §5.4).

@@ -356,6 +356,7 @@ mod tests {
             poll: "adaptive".into(),
             sessions,
             dir_names: vec![],
+            island: String::new(),
         }
     }
 

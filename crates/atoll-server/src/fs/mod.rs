@@ -582,7 +582,7 @@ impl<S: BlockStore> FileServer<S> {
             pipes: self.pipe_stats().0,
             pipe_bytes: self.pipe_stats().1,
             pipe_ops: self.pipe_stats().2,
-            transfers: self.transfers,
+            transfers: Box::new(self.transfers),
             // The server loop adds what only it knows (rings, sessions).
             ..self.cache.stats()
         }

@@ -244,3 +244,168 @@ impl<S: BlockStore> FileServer<S> {
         Ok(Reply::Offset(size))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fs::FsConfig;
+    use crate::store::MemStore;
+    use atoll_proto::{Cred, Request};
+
+    const S1: SessionId = SessionId(1);
+    const ME: Cred = Cred::of(1000, 1000);
+
+    fn server() -> FileServer<MemStore> {
+        FileServer::new(
+            FsConfig {
+                index: 0,
+                nservers: 1,
+                first_block: 0,
+                nblocks: 64,
+                root_owner: ME,
+                core: -1,
+                track_lookups: false,
+                limits: crate::fs::Limits::for_memory(1 << 30),
+            },
+            MemStore::new(64),
+        )
+    }
+
+    fn pipe(fs: &mut FileServer<MemStore>) -> (DescId, DescId) {
+        let mut out = Vec::new();
+        match fs.handle(S1, ME, Request::Pipe { flags: 0 }, &mut out) {
+            Reply::Pipe { read, write, .. } => (read, write),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// `Ok(bytes)` of a `PipeRead`, or its errno.
+    fn read(fs: &mut FileServer<MemStore>, desc: DescId, len: u32) -> Result<Vec<u8>, Errno> {
+        let mut out = Vec::new();
+        match fs.handle(S1, ME, Request::PipeRead { desc, len }, &mut out) {
+            Reply::Data(d) => Ok(d.to_vec()),
+            Reply::Err(e) => Err(e),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn write(fs: &mut FileServer<MemStore>, desc: DescId, data: &[u8]) -> Result<u64, Errno> {
+        let mut out = Vec::new();
+        match fs.handle(S1, ME, Request::PipeWrite { desc, data }, &mut out) {
+            Reply::Written(n) => Ok(n),
+            Reply::Err(e) => Err(e),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn state(fs: &mut FileServer<MemStore>, desc: DescId) -> PipeStateInfo {
+        let mut out = Vec::new();
+        match fs.handle(S1, ME, Request::PipeState { desc }, &mut out) {
+            Reply::PipeState(s) => s,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn bytes_cross_the_ring_in_order_and_wrap_around() {
+        let mut fs = server();
+        let (r, w) = pipe(&mut fs);
+        assert_eq!(
+            read(&mut fs, r, 10),
+            Err(Errno::EAGAIN),
+            "empty, writer open"
+        );
+        // More than the ring holds in all, in pieces that straddle blocks.
+        let mut sent = Vec::new();
+        let mut got = Vec::new();
+        for round in 0..40u32 {
+            let piece: Vec<u8> = (0..3000u32).map(|i| (i * 7 + round) as u8).collect();
+            assert_eq!(write(&mut fs, w, &piece), Ok(3000));
+            sent.extend_from_slice(&piece);
+            got.extend(read(&mut fs, r, 2000).unwrap());
+            got.extend(read(&mut fs, r, 2000).unwrap());
+        }
+        assert_eq!(got, sent);
+        assert_eq!(fs.transfers.copy_bytes, 2 * sent.len() as u64);
+        assert_eq!(fs.transfers.shares, 0);
+    }
+
+    #[test]
+    fn small_writes_are_whole_or_refused_and_large_ones_fill_the_room() {
+        let mut fs = server();
+        let (r, w) = pipe(&mut fs);
+        let limit = state(&mut fs, w).limit as usize;
+        let big = vec![b'x'; MAX_DATA];
+        let mut filled = 0;
+        while filled + MAX_DATA <= limit {
+            assert_eq!(write(&mut fs, w, &big), Ok(MAX_DATA as u64));
+            filled += MAX_DATA;
+        }
+        let room = limit - filled;
+        assert!(room > 50);
+        assert_eq!(write(&mut fs, w, &big[..room - 50]), Ok(room as u64 - 50));
+        // PIPE_BUF or less: all or nothing.
+        assert_eq!(write(&mut fs, w, &[b'y'; 100]), Err(Errno::EAGAIN));
+        // Larger: as much as fits.
+        assert_eq!(write(&mut fs, w, &big), Ok(50));
+        assert_eq!(write(&mut fs, w, &big), Err(Errno::EAGAIN), "full");
+        let s = state(&mut fs, r);
+        assert_eq!((s.used as usize, s.readers, s.writers), (limit, 1, 1));
+        read(&mut fs, r, 5000).unwrap();
+        assert_eq!(
+            write(&mut fs, w, &[b'y'; 4096]),
+            Ok(4096),
+            "room for PIPE_BUF again"
+        );
+    }
+
+    #[test]
+    fn end_of_file_without_writers_and_epipe_without_readers() {
+        let mut fs = server();
+        let (r, w) = pipe(&mut fs);
+        write(&mut fs, w, b"last").unwrap();
+        let mut out = Vec::new();
+        fs.handle(S1, ME, Request::Close { desc: w }, &mut out);
+        assert_eq!(read(&mut fs, r, 100).unwrap(), b"last");
+        assert_eq!(read(&mut fs, r, 100).unwrap(), b"", "EOF");
+        let (r2, w2) = pipe(&mut fs);
+        fs.handle(S1, ME, Request::Close { desc: r2 }, &mut out);
+        assert_eq!(write(&mut fs, w2, b"x"), Err(Errno::EPIPE));
+        // The wrong end of a pipe is EBADF, as on Linux.
+        assert_eq!(read(&mut fs, w2, 1), Err(Errno::EBADF));
+    }
+
+    #[test]
+    fn a_ring_locked_by_a_mapping_client_answers_eagain() {
+        let mut fs = server();
+        let (r, w) = pipe(&mut fs);
+        let h = fs.pipes.ring_of(fs.desc(S1, r).unwrap().ino).unwrap().0;
+        fs.cache.store.put_u32(h, hdr::LOCK, 1);
+        assert_eq!(write(&mut fs, w, b"x"), Err(Errno::EAGAIN));
+        fs.cache.store.put_u32(h, hdr::LOCK, 0);
+        assert_eq!(write(&mut fs, w, b"x"), Ok(1));
+        assert_eq!(fs.cache.store.get_u32(h, hdr::LOCK), 0, "unlocked after");
+    }
+
+    #[test]
+    fn set_size_rounds_and_refuses_below_what_the_pipe_holds() {
+        let mut fs = server();
+        let (r, w) = pipe(&mut fs);
+        let mut out = Vec::new();
+        let mut set = |fs: &mut FileServer<MemStore>, size| match fs.handle(
+            S1,
+            ME,
+            Request::PipeSetSize { desc: r, size },
+            &mut out,
+        ) {
+            Reply::Offset(n) => Ok(n),
+            Reply::Err(e) => Err(e),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(set(&mut fs, 5000), Ok(8192));
+        assert_eq!(state(&mut fs, w).limit, 8192);
+        write(&mut fs, w, &[0; 6000]).unwrap();
+        assert_eq!(set(&mut fs, 4096), Err(Errno::EBUSY));
+        assert_eq!(set(&mut fs, 1 << 30), Err(Errno::EPERM));
+    }
+}

@@ -424,6 +424,29 @@ fn limits_text(limits: &[(String, u64, u64)]) -> String {
     out
 }
 
+/// Per live client process (session): its pid and the bytes of data the
+/// servers copied and shared for it, summed over servers.
+fn client_transfers(st: &InstanceStatus) -> Vec<serde_json::Value> {
+    let mut per: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
+    for l in st.servers.iter().flat_map(|s| &s.sessions_load) {
+        let e = per.entry(l.session).or_default();
+        e.0 += l.copy_bytes;
+        e.1 += l.share_bytes;
+    }
+    st.sessions
+        .iter()
+        .map(|(session, pid)| {
+            let (copy, share) = per.get(session).copied().unwrap_or_default();
+            serde_json::json!({
+                "session": session,
+                "pid": pid,
+                "copy_bytes": copy,
+                "share_bytes": share,
+            })
+        })
+        .collect()
+}
+
 fn total_transfers(servers: &[ServerStats]) -> atoll_proto::Transfers {
     let mut t = atoll_proto::Transfers::default();
     for s in servers {
@@ -456,6 +479,7 @@ pub fn status_json(st: &InstanceStatus, rec: &InstanceRecord) -> serde_json::Val
         "lanes": st.lanes,
         "island": island(st),
         "transfers": total_transfers(&st.servers),
+        "client_transfers": client_transfers(st),
         "pool": pool_json(&st.servers),
         "servers": servers_json(&st.servers),
         // Not in `servers_json`: `--stats-json` and the benchmarks take

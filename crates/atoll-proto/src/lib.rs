@@ -1221,6 +1221,12 @@ pub struct SessionLoad {
     pub dcache_hits: u64,
     pub dcache_misses: u64,
     pub traps: u64,
+    /// Bytes of file and pipe data this server copied for the session
+    /// and bytes it shared (blocks named), by Cosh mode (`Transfers`).
+    #[serde(default)]
+    pub copy_bytes: u64,
+    #[serde(default)]
+    pub share_bytes: u64,
 }
 
 /// One run of buffer-cache blocks backing part of a file.

@@ -208,4 +208,33 @@ fn a_copy_island_maps_no_buffer_cache_and_only_copies() {
     // The file written, read by cat, and twice through the pipe.
     assert!(t["copy_bytes"].as_u64().unwrap() >= 4 * 108_894, "{t}");
     assert!(st["pool"]["used"].as_u64().unwrap() > 0, "{st}");
+
+    // Per client: a live process that wrote and read 100 kB is shown
+    // with what the servers copied for it.
+    use std::io::{BufRead, Write};
+    let mut child = b
+        .command(
+            r#"exec python3 -c 'import sys
+open(sys.argv[1], "wb").write(b"x" * 100000); open(sys.argv[1], "rb").read()
+print("ready", flush=True); sys.stdin.read()' $ROOT/z"#,
+        )
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line, "ready\n");
+    let st = b.status();
+    let clients = st["client_transfers"].as_array().unwrap().clone();
+    drop(child.stdin.take().map(|mut i| i.write_all(b"")));
+    assert!(child.wait().unwrap().success());
+    assert!(
+        clients
+            .iter()
+            .any(|c| c["copy_bytes"] == 200_000 && c["share_bytes"] == 0),
+        "{clients:?}"
+    );
 }

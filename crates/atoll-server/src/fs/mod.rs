@@ -343,8 +343,10 @@ pub struct FileServer<S> {
     sessions: HashMap<SessionId, Session>,
     cache: Cache<S>,
     pipes: pipe::Pipes,
-    /// Data transferred, by Cosh mode (`ServerStats::transfers`).
+    /// Data transferred, by Cosh mode (`ServerStats::transfers`), and
+    /// `(copied, shared)` bytes per live session (`SessionLoad`).
     transfers: atoll_proto::Transfers,
+    session_transfers: HashMap<SessionId, (u64, u64)>,
     /// Notification queues owned here and watches held here (`inotify`).
     notify: inotify::Notify,
     /// Extending writes whose bytes are not in yet (`inflight`).
@@ -470,6 +472,7 @@ impl<S: BlockStore> FileServer<S> {
             cache,
             pipes: pipe::Pipes::default(),
             transfers: atoll_proto::Transfers::default(),
+            session_transfers: HashMap::new(),
             notify: inotify::Notify::default(),
             writes: inflight::Writes::default(),
             creating: affinity::Creating::default(),
@@ -522,6 +525,7 @@ impl<S: BlockStore> FileServer<S> {
     pub fn session_closed(&mut self, session: SessionId) {
         self.sessions.remove(&session);
         self.client_counters.forget(session);
+        self.session_transfers.remove(&session);
         self.abandon_creations(session);
         let held: Vec<DescId> = self
             .descs
@@ -718,7 +722,14 @@ impl<S: BlockStore> FileServer<S> {
                 .map(|p| self.plan_details(p, session)),
             false => None,
         };
+        let moved = (self.transfers.copy_bytes, self.transfers.share_bytes);
         let r = self.dispatch(session, &who, req, out);
+        if moved != (self.transfers.copy_bytes, self.transfers.share_bytes) {
+            // Data moved for this session (two loads on every request).
+            let e = self.session_transfers.entry(session).or_default();
+            e.0 += self.transfers.copy_bytes - moved.0;
+            e.1 += self.transfers.share_bytes - moved.1;
+        }
         if self.notify.busy() {
             if let (Some(plan), Ok(reply)) = (plan, &r) {
                 self.notify_after(plan, reply);

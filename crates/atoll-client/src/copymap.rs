@@ -120,11 +120,14 @@ pub fn mmap(
         unsafe { sys::sc(libc::SYS_munmap, base as u64, map_len, 0, 0) };
         Err(e)
     };
-    // SAFETY: the range was just mapped readable and writable by us and is
-    // not yet known to the program.
-    let mem = unsafe { core::slice::from_raw_parts_mut(base as *mut u8, map_len as usize) };
-    if let Err(e) = crate::file::read_id(c, lane, d.desc(), mem, Some(off)) {
+    // The file's bytes, copied into the fresh (still writable) memory
+    // through the checked user-copy path; past the end, zeros.
+    let mut data = vec![0u8; map_len as usize];
+    if let Err(e) = crate::file::read_id(c, lane, d.desc(), &mut data, Some(off)) {
         return undo(e);
+    }
+    if let Err(e) = sys::copy_to_user(base as u64, &data) {
+        return undo(Error::Errno(e));
     }
     let writes_back = shared && d.flags() & libc::O_ACCMODE as u32 == libc::O_RDWR as u32;
     if writes_back {
@@ -132,7 +135,7 @@ pub fn mmap(
             Ok((desc, _)) => desc,
             Err(e) => return undo(e),
         };
-        let snapshot = mem.to_vec();
+        let snapshot = data;
         with(|t| {
             t.push(Tracked {
                 start: base as u64,

@@ -4,8 +4,11 @@
 //!
 //! Data path (Hare §3.3): `Read`/`Write` reserve a range at the server,
 //! which answers with the buffer-cache blocks backing it; the client copies
-//! between those blocks and the program's buffer itself. File offsets live
-//! at the server for now (Hare §3.5's hybrid tracking comes later).
+//! between those blocks and the program's buffer itself (Cosh *share*). In
+//! a copy island, which maps no cache, the bytes travel in `ReadData`/
+//! `WriteData` and the server copies (Cosh §5 *copy*; `Client::direct_data`).
+//! File offsets live at the server for now (Hare §3.5's hybrid tracking
+//! comes later).
 //!
 //! Hot path: `read`, `write`, `pread64`, `pwrite64`, `lseek`, `close` take
 //! no lock and allocate nothing.

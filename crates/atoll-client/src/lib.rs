@@ -18,8 +18,11 @@
 //!     (Hare §3.7.2);
 //!   * `mapping` — which address ranges map which atoll file, so owners
 //!     keep mapped blocks from other files;
-//!   * `incoherent` — private block copies for `--incoherent` (Hare
-//!     §3.3.1 close-to-open on non-coherent hardware);
+//!   * `incoherent` — private block copies for `--island incoherent`
+//!     (Hare §3.3.1 close-to-open on non-coherent hardware);
+//!   * `pipecopy`, `copymap` — a copy island (Cosh §5), whose processes
+//!     map no buffer cache: pipe bytes through the pipe's server, `mmap`
+//!     as private memory filled and written back by copy;
 //!   * `sys` and `cache` — the only `unsafe`: raw syscalls, program
 //!     memory, buffer-cache copies;
 //! * below: `atoll-proto` (typed messages) over `atoll-msg` (shared-memory

@@ -36,7 +36,9 @@ fn pipelines_fifos_and_sigpipe_are_the_same_in_every_island() {
         ( seq 1 2000 > f ) &
         awk '{ s += $1 } END { print "fifo", s }' < f
         wait
-        ( for i in 1 2 3 4; do printf 'w%d\n' $i > f & done; wait ) &
+        # Four writers share one description of the FIFO, held open until
+        # all have written, so the reader's end of file comes after them.
+        ( exec 5> f; for i in 1 2 3 4; do printf 'w%d\n' $i >&5 & done; wait ) &
         sort < f | tr '\n' ' '; echo
         wait
         set +e; yes | head -n 3; echo "status ${PIPESTATUS[*]}"

@@ -4,7 +4,7 @@ PROFILE_FLAGS := --release
 BIN := target/release/atoll
 PRELOAD_LIB := target/release/libatoll_preload.so
 
-.PHONY: demo test build lint loom clean pjdfstest install
+.PHONY: demo test build lint loom clean pjdfstest install test-islands
 
 # Where `make install` puts atoll (`atoll` in $(PREFIX)/bin, the preload
 # library in $(PREFIX)/lib/atoll, where `atoll` finds it by itself; manual
@@ -31,6 +31,15 @@ test: build lint pjdfstest
 	$(BIN) bench --quick
 	$(BIN) bench co --quick
 	$(BIN) bench transfer --quick
+
+# The end-to-end tests that cover pipes, programs (builds, exec), processes
+# (fork, fd sharing) and POSIX behaviour, again in a copy island and in an
+# incoherent one: they must pass as in the default coherent island (Cosh's
+# indistinguishability; docs/ARCHITECTURE.md, "Islands").
+ISLAND_TESTS := --test pipes --test programs --test processes --test posix --test islands
+test-islands: build
+	ATOLL_TEST_ISLAND=copy $(CARGO) test $(PROFILE_FLAGS) -p atoll-tests $(ISLAND_TESTS)
+	ATOLL_TEST_ISLAND=incoherent $(CARGO) test $(PROFILE_FLAGS) -p atoll-tests $(ISLAND_TESTS)
 
 # Model-check the ring protocol and the block pool's claims (atoll-msg's
 # synchronisation has loom twins) and the clustered objects' quiescence

@@ -127,8 +127,15 @@ pub struct InstanceArgs {
     /// Pin servers to dedicated cores (the last N) and programs to the rest
     #[arg(long)]
     pub split: bool,
-    /// Emulate hardware without cache coherence (private copies of blocks)
-    #[arg(long)]
+    /// The kind of memory between programs and servers: coherent (shared
+    /// mappings of the buffer cache), incoherent (private copies written
+    /// back on close, fsync, exec and exit) or copy (no shared memory:
+    /// every byte of data travels in messages) [default: $ATOLL_ISLAND,
+    /// else coherent]
+    #[arg(long, value_enum, value_name = "KIND")]
+    pub island: Option<IslandArg>,
+    /// The same as --island incoherent
+    #[arg(long, conflicts_with = "island")]
     pub incoherent: bool,
     /// Switch a technique off, for ablation studies (repeatable)
     #[arg(long, value_enum, value_name = "TECHNIQUE")]
@@ -369,6 +376,54 @@ pub struct PassThrough {
         value_name = "ARGS"
     )]
     pub args: Vec<String>,
+}
+
+/// `--island`: the kind of memory an instance's programs share with its
+/// servers (Cosh §3).
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IslandArg {
+    /// Shared, coherent memory: the direct path
+    Coherent,
+    /// Emulated incoherent memory: private copies, write-back at flushes
+    Incoherent,
+    /// No shared memory: data is copied through messages
+    Copy,
+}
+
+/// Environment variable giving the island when `--island` is not given.
+pub const ENV_ISLAND: &str = "ATOLL_ISLAND";
+
+impl IslandArg {
+    fn island(self) -> atoll_proto::boot::Island {
+        use atoll_proto::boot::Island;
+        match self {
+            IslandArg::Coherent => Island::Coherent,
+            IslandArg::Incoherent => Island::Incoherent,
+            IslandArg::Copy => Island::Copy,
+        }
+    }
+
+    /// The island an instance gets: `--island`, else `--incoherent` (an
+    /// alias of `--island incoherent`), else `$ATOLL_ISLAND`, else
+    /// coherent. `env` is the value of `$ATOLL_ISLAND`.
+    pub fn resolve(
+        arg: Option<IslandArg>,
+        incoherent: bool,
+        env: Option<&str>,
+    ) -> Result<atoll_proto::boot::Island, String> {
+        if let Some(a) = arg {
+            return Ok(a.island());
+        }
+        if incoherent {
+            return Ok(atoll_proto::boot::Island::Incoherent);
+        }
+        match env.filter(|v| !v.is_empty()) {
+            None => Ok(atoll_proto::boot::Island::Coherent),
+            Some(v) => IslandArg::from_str(v, true)
+                .map(IslandArg::island)
+                .map_err(|_| format!("{ENV_ISLAND}={v}: expected coherent, incoherent or copy")),
+        }
+    }
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]

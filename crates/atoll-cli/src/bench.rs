@@ -113,7 +113,7 @@ impl SystemFactory for AtollFactory {
                 },
                 split,
                 server_cores,
-                incoherent: false,
+                island: atoll_proto::boot::Island::Coherent,
                 without: w,
                 // Distribution is asked for per workload, as Hare §5.4.1
                 // does (`Workload::distributes_directories`: the run

@@ -127,12 +127,14 @@ mod tests {
             sessions: vec![(1, 42)],
             dir_names: vec![],
             health: vec![],
+            island: "copy".into(),
         };
         let (path, h) = fake_instance(t.path(), BootReply::Status(st));
         let got = status(&path).unwrap();
         assert_eq!((got.id.as_str(), got.pid, got.clients), ("abc", 42, 3));
         assert_eq!(got.limits, vec![("inodes".to_string(), 1, 2)]);
         assert_eq!((got.poll.as_str(), got.sessions), ("spin", vec![(1, 42)]));
+        assert_eq!(got.island, "copy");
         assert!(matches!(h.join().unwrap(), BootRequest::Status));
     }
 

@@ -72,6 +72,9 @@ fn plan_with_cores(args: &InstanceArgs, cores: &[usize]) -> Result<Plan, UsageEr
         .iter()
         .map(|d| distribute_prefix(&args.mount, d))
         .collect::<Result<Vec<_>, _>>()?;
+    let env = std::env::var(crate::args::ENV_ISLAND).ok();
+    let island = crate::args::IslandArg::resolve(args.island, args.incoherent, env.as_deref())
+        .map_err(UsageError)?;
     Ok(Plan {
         config: InstanceConfig {
             servers,
@@ -80,7 +83,7 @@ fn plan_with_cores(args: &InstanceArgs, cores: &[usize]) -> Result<Plan, UsageEr
             poll,
             split: args.split,
             server_cores,
-            incoherent: args.incoherent,
+            island,
             without: without(&args.without),
             distribute,
             adaptive_dirs: args.adaptive_dirs == "on",

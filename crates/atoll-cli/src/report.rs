@@ -214,6 +214,13 @@ struct ServerJson<'a> {
     pipes: u64,
     pipe_bytes: u64,
     pipe_ops: u64,
+    /// Data transfers by Cosh mode (`atoll_proto::Transfers`).
+    copies: u64,
+    copy_bytes: u64,
+    shares: u64,
+    share_bytes: u64,
+    moves: u64,
+    move_bytes: u64,
     /// Directory mode swaps completed as home server, and the directories
     /// (`st_ino`) homed here now distributed by one (Hare §6.1.2).
     mode_swaps: u64,
@@ -243,6 +250,12 @@ fn servers_json(servers: &[ServerStats]) -> Vec<ServerJson<'_>> {
             pipes: s.pipes,
             pipe_bytes: s.pipe_bytes,
             pipe_ops: s.pipe_ops,
+            copies: s.transfers.copies,
+            copy_bytes: s.transfers.copy_bytes,
+            shares: s.transfers.shares,
+            share_bytes: s.transfers.share_bytes,
+            moves: s.transfers.moves,
+            move_bytes: s.transfers.move_bytes,
             mode_swaps: s.mode_swaps,
             adapted_dirs: s.adapted_dirs.iter().map(|d| d.0).collect(),
             ops: s
@@ -303,6 +316,7 @@ pub fn status_text(st: &InstanceStatus, rec: &InstanceRecord) -> String {
         st.id, st.pid, rec.kind
     );
     let _ = writeln!(out, "mount        {}", st.mount);
+    let _ = writeln!(out, "island       {}", island(st));
     let _ = writeln!(
         out,
         "servers      {}  on cores {}",
@@ -330,12 +344,42 @@ pub fn status_text(st: &InstanceStatus, rec: &InstanceRecord) -> String {
         "block pool   {} free: {root} in the root, {listed} in servers' lists",
         root + listed
     );
+    let lent: u64 = st.servers.iter().map(|s| s.blocks_total).sum();
+    let _ = writeln!(
+        out,
+        "             {lent} lent to servers, of which {used} hold data"
+    );
+    out.push_str(&transfers_text(&st.servers));
     out.push_str(&limits_text(&st.limits));
     out.push_str(&adaptive_text(st));
     let _ = writeln!(out, "requests     {requests}");
     out.push('\n');
     out.push_str(&stats_table(&st.servers));
     out
+}
+
+/// The island kind (an instance of an older build reports none: it
+/// could only be coherent or incoherent, and said nothing).
+fn island(st: &InstanceStatus) -> &str {
+    if st.island.is_empty() {
+        "coherent"
+    } else {
+        &st.island
+    }
+}
+
+/// Data transfers of all servers by Cosh mode (§5).
+fn transfers_text(servers: &[ServerStats]) -> String {
+    let t = total_transfers(servers);
+    format!(
+        "transfers    copy {} ({}), share {} ({}), move {} ({})\n",
+        t.copies,
+        human_bytes(t.copy_bytes),
+        t.shares,
+        human_bytes(t.share_bytes),
+        t.moves,
+        human_bytes(t.move_bytes)
+    )
 }
 
 /// Adaptive directories (Hare §6.1.2): per server that swapped any, the
@@ -413,6 +457,50 @@ fn limits_text(limits: &[(String, u64, u64)]) -> String {
     out
 }
 
+/// Per live client process (session): its pid and the bytes of data the
+/// servers copied and shared for it, summed over servers.
+fn client_transfers(st: &InstanceStatus) -> Vec<serde_json::Value> {
+    let mut per: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
+    for l in st.servers.iter().flat_map(|s| &s.sessions_load) {
+        let e = per.entry(l.session).or_default();
+        e.0 += l.copy_bytes;
+        e.1 += l.share_bytes;
+    }
+    st.sessions
+        .iter()
+        .map(|(session, pid)| {
+            let (copy, share) = per.get(session).copied().unwrap_or_default();
+            serde_json::json!({
+                "session": session,
+                "pid": pid,
+                "copy_bytes": copy,
+                "share_bytes": share,
+            })
+        })
+        .collect()
+}
+
+fn total_transfers(servers: &[ServerStats]) -> atoll_proto::Transfers {
+    let mut t = atoll_proto::Transfers::default();
+    for s in servers {
+        t.add(&s.transfers);
+    }
+    t
+}
+
+/// The buffer cache's block pool, the block manager of file data (K42's
+/// Global Page Manager shape, `fs::blocks`): its size, the blocks free in
+/// the root and in servers' lists, lent to servers, and holding data.
+fn pool_json(servers: &[ServerStats]) -> serde_json::Value {
+    serde_json::json!({
+        "blocks": servers.iter().map(|s| s.instance_blocks).max().unwrap_or(0),
+        "free_root": servers.iter().map(|s| s.root_free_blocks).min().unwrap_or(0),
+        "free_listed": servers.iter().map(|s| s.blocks_free).sum::<u64>(),
+        "lent": servers.iter().map(|s| s.blocks_total).sum::<u64>(),
+        "used": servers.iter().map(|s| s.blocks_used).sum::<u64>(),
+    })
+}
+
 pub fn status_json(st: &InstanceStatus, rec: &InstanceRecord) -> serde_json::Value {
     serde_json::json!({
         "id": st.id,
@@ -422,6 +510,10 @@ pub fn status_json(st: &InstanceStatus, rec: &InstanceRecord) -> serde_json::Val
         "socket": rec.socket,
         "clients": st.clients,
         "lanes": st.lanes,
+        "island": island(st),
+        "transfers": total_transfers(&st.servers),
+        "client_transfers": client_transfers(st),
+        "pool": pool_json(&st.servers),
         "servers": servers_json(&st.servers),
         // Up, stalled or down (`atoll chaos`, fault containment).
         "health": st.health,

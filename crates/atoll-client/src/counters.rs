@@ -129,6 +129,7 @@ pub fn forget() {
 extern "C" fn at_exit() {
     if let Some(c) = crate::session::client() {
         crate::incoherent::write_back(c);
+        crate::copymap::sync_all(c);
     }
     report_now();
 }

@@ -724,6 +724,7 @@ fn hand_over(
     crate::hybrid::share_all(c, lane);
     crate::counters::report(c, lane);
     crate::incoherent::write_back(c);
+    crate::copymap::sync_all(c);
     let mut st = State {
         cwd: c.cwd().map(|w| (w.path.clone(), Some(w.ino.0))),
         fds: Vec::new(),

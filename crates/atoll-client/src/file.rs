@@ -4,8 +4,11 @@
 //!
 //! Data path (Hare §3.3): `Read`/`Write` reserve a range at the server,
 //! which answers with the buffer-cache blocks backing it; the client copies
-//! between those blocks and the program's buffer itself. File offsets live
-//! at the server for now (Hare §3.5's hybrid tracking comes later).
+//! between those blocks and the program's buffer itself (Cosh *share*). In
+//! a copy island, which maps no cache, the bytes travel in `ReadData`/
+//! `WriteData` and the server copies (Cosh §5 *copy*; `Client::direct_data`).
+//! File offsets live at the server for now (Hare §3.5's hybrid tracking
+//! comes later).
 //!
 //! Hot path: `read`, `write`, `pread64`, `pwrite64`, `lseek`, `close` take
 //! no lock and allocate nothing.
@@ -27,7 +30,8 @@ use crate::Out;
 /// Largest range one `Read`/`Write` reserves (the reply's extent list must
 /// fit one frame; contiguous files need one extent per run).
 const CHUNK: usize = 1 << 20;
-/// Largest payload of one `ReadData`/`WriteData` (direct-cache ablation).
+/// Largest payload of one `ReadData`/`WriteData` (a copy island, or the
+/// direct-cache ablation): with its header it fits a 12 KiB frame.
 const DATA_CHUNK: usize = 8192;
 
 /// Flags `open` keeps for `F_GETFL` (creation flags are dropped).
@@ -447,7 +451,7 @@ pub fn read_id(
     off: Option<u64>,
 ) -> Result<usize> {
     let server = desc.server();
-    let direct = !c.info.without.direct_cache;
+    let direct = c.direct_data();
     let mut done = 0usize;
     while done < buf.len() {
         let want = (buf.len() - done).min(if direct { CHUNK } else { DATA_CHUNK });
@@ -550,7 +554,7 @@ pub fn write_desc(
 fn write_at(c: &Client, lane: &Lane, d: &DescRef, src: &[u8], off: Option<u64>) -> Result<usize> {
     let desc = d.desc();
     let server = desc.server();
-    let direct = !c.info.without.direct_cache;
+    let direct = c.direct_data();
     let mut done = 0usize;
     while done < src.len() {
         let want = (src.len() - done).min(if direct { CHUNK } else { DATA_CHUNK });
@@ -824,6 +828,7 @@ pub fn close(c: &Client, lane: &Lane, fd: i64) -> Result<i64> {
     };
     drop_posix_locks(c, lane, &d);
     crate::incoherent::write_back(c);
+    crate::copymap::sync_inode(c, d.ino());
     sys::close(fd as i32);
     drop(d);
     Ok(0)
@@ -1112,6 +1117,10 @@ pub fn mmap(c: &Client, lane: &Lane, d: &DescRef, a: &[u64; 6]) -> Result<i64> {
     let map_len = len.div_ceil(BLOCK_SIZE as u64) * BLOCK_SIZE as u64;
     let keep = flags
         & (libc::MAP_FIXED | libc::MAP_FIXED_NOREPLACE | libc::MAP_NORESERVE | libc::MAP_POPULATE);
+    if !c.maps_cache() {
+        // A copy island maps no cache page: the mapping is a copy.
+        return crate::copymap::mmap(c, lane, d, addr, map_len, prot, keep, off, shared);
+    }
     // SAFETY: reserving anonymous memory at the program's requested address
     // with the program's own MAP_FIXED choice, as its mmap would have.
     let base = unsafe {

@@ -103,7 +103,7 @@ fn with<R>(f: impl FnOnce(&mut HashMap<u32, Copy>) -> R) -> R {
 
 /// Is the emulation on for this instance?
 pub fn active(c: &Client) -> bool {
-    c.info.incoherent
+    c.info.island == atoll_proto::boot::Island::Incoherent
 }
 
 /// Whole shared block `b` as an extent (for the audited copy routines).

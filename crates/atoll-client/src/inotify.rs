@@ -179,6 +179,13 @@ fn unregister(c: &Client, lane: &Lane, queue: QueueRef, ino: InodeId, wd: i32) {
 /// paths (one queue cannot mix both, see the module docs); `EINVAL` if
 /// it is not an inotify descriptor, as Linux.
 fn convert_host_queue(c: &Client, lane: &Lane, fd: i64) -> Result<DescRef> {
+    // A notification queue is a ring in the buffer cache, which a process
+    // of a copy island does not map: watches of atoll paths there answer
+    // `ENOSPC`, the error on which watchers (`tail -f`) fall back to
+    // polling (docs/COMPATIBILITY.md).
+    if !c.maps_cache() {
+        return err(libc::ENOSPC);
+    }
     let link =
         std::fs::read_link(format!("/proc/self/fd/{fd}")).map_err(|_| Error::Errno(libc::EBADF))?;
     if link.as_os_str().as_encoded_bytes() != b"anon_inode:inotify" {

@@ -18,8 +18,11 @@
 //!     (Hare §3.7.2);
 //!   * `mapping` — which address ranges map which atoll file, so owners
 //!     keep mapped blocks from other files;
-//!   * `incoherent` — private block copies for `--incoherent` (Hare
-//!     §3.3.1 close-to-open on non-coherent hardware);
+//!   * `incoherent` — private block copies for `--island incoherent`
+//!     (Hare §3.3.1 close-to-open on non-coherent hardware);
+//!   * `pipecopy`, `copymap` — a copy island (Cosh §5), whose processes
+//!     map no buffer cache: pipe bytes through the pipe's server, `mmap`
+//!     as private memory filled and written back by copy;
 //!   * `sys` and `cache` — the only `unsafe`: raw syscalls, program
 //!     memory, buffer-cache copies;
 //! * below: `atoll-proto` (typed messages) over `atoll-msg` (shared-memory
@@ -44,6 +47,7 @@ mod cache;
 mod counters;
 mod cpus;
 pub use counters::count_trap;
+mod copymap;
 mod creds;
 mod dcache;
 mod dirperm;
@@ -65,6 +69,7 @@ mod partial;
 mod pastend;
 pub mod path;
 mod pipe;
+mod pipecopy;
 mod procfd;
 mod procmounts;
 mod ring;
@@ -287,12 +292,15 @@ fn concerns(nr: i64, a: &[u64; 6]) -> bool {
         SYS_getcwd => c.cwd().is_some(),
         SYS_mmap => {
             (a[3] as i32 & MAP_ANONYMOUS == 0 && at(4))
-                || (a[3] as i32 & MAP_FIXED != 0 && mapping::overlaps(a[0], a[1]))
+                || (a[3] as i32 & MAP_FIXED != 0
+                    && (mapping::overlaps(a[0], a[1]) || copymap::overlaps(a[0], a[1])))
         }
-        SYS_munmap => mapping::overlaps(a[0], a[1]),
+        SYS_munmap => mapping::overlaps(a[0], a[1]) || copymap::overlaps(a[0], a[1]),
+        SYS_msync => copymap::overlaps(a[0], a[1]),
         SYS_mremap => {
             mapping::overlaps(a[0], a[1].max(1))
                 || (a[3] as i32 & MREMAP_FIXED != 0 && mapping::overlaps(a[4], a[2]))
+                || copymap::overlaps(a[0], a[1].max(1))
         }
         SYS_execve | SYS_execveat | SYS_umask | SYS_io_uring_setup => true,
         nr if creds::changes_credentials(nr) => true,
@@ -1041,8 +1049,9 @@ fn run(c: &'static Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
         | SYS_readahead => {
             // Coherent buffer cache: nothing to write back (Hare §3.3.1);
             // the incoherent emulation writes its private copies back.
-            if fdtable::is_atoll(fd0) {
+            if let Some(d) = fdtable::get(fd0) {
                 incoherent::write_back(c);
+                copymap::sync_inode(c, d.ino());
                 done(0)
             } else {
                 Ok(Out::Host)
@@ -1089,6 +1098,11 @@ fn run(c: &'static Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
         SYS_fremovexattr => meta::xattr_remove(c, Some(fdarg(a[0])), a, true),
         SYS_mmap => {
             let anonymous = a[3] as i32 & MAP_ANONYMOUS != 0;
+            if a[3] as i32 & MAP_FIXED != 0 && copymap::overlaps(a[0], a[1]) {
+                // A copy island's shared mapping being replaced: its
+                // stores go back first, as Linux's pages are already in.
+                copymap::before_mremap(c, a[0], a[1]);
+            }
             if anonymous || !fdtable::is_atoll(fdarg(a[4])) {
                 // Over a piece of an atoll mapping, the kernel replaces it.
                 if a[3] as i32 & MAP_FIXED != 0 && mapping::overlaps(a[0], a[1]) {
@@ -1099,12 +1113,24 @@ fn run(c: &'static Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
             on_fd(c, fdarg(a[4]), |l, d| done(file::mmap(c, l, d, a)?))
         }
         SYS_munmap => {
+            if copymap::overlaps(a[0], a[1]) {
+                return done(copymap::munmap(c, a));
+            }
             if !mapping::overlaps(a[0], a[1]) {
                 return Ok(Out::Host);
             }
             mapping::munmap(c, a)
         }
+        SYS_msync => {
+            // A copy island's shared mapping: its stores go back now.
+            copymap::sync_range(c, a[0], a[1]);
+            Ok(Out::Host)
+        }
         SYS_mremap => {
+            if copymap::overlaps(a[0], a[1].max(1)) {
+                copymap::before_mremap(c, a[0], a[1].max(1));
+                return Ok(Out::Host);
+            }
             let fixed = a[3] as i32 & MREMAP_FIXED != 0;
             let ours =
                 mapping::overlaps(a[0], a[1].max(1)) || (fixed && mapping::overlaps(a[4], a[2]));
@@ -1211,6 +1237,7 @@ pub fn fork_prepare() -> core::result::Result<Option<ForkPrep>, i32> {
     }
     // The child's copy of our memory maps what we map.
     mapping::share_with(c, &l, child);
+    copymap::share_with(c, &l, child);
     drop(l);
     Ok(Some(ForkPrep {
         child,
@@ -1252,6 +1279,18 @@ pub fn fork_child(prep: ForkPrep) {
     let _ = c.adopt_child_session(child, sock, lane, lane_fds);
     drop(_gate);
     counters::forget();
+}
+
+/// The process is about to end (`exit_group`, also from `_exit`, which
+/// runs no `atexit` handler): data held privately goes back first — the
+/// incoherent emulation's private copies and a copy island's shared
+/// mappings — as Linux's page cache already holds it (Hare §3.3.1's
+/// flush at exit).
+pub fn before_exit() {
+    if let Some(c) = session::client() {
+        incoherent::write_back(c);
+        copymap::sync_all(c);
+    }
 }
 
 /// The session id (tests and `--stats`).

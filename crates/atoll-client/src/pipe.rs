@@ -221,8 +221,19 @@ fn fifo_wait(c: &Client, lane: &Lane, desc: DescId, flags: u32) -> Result<u64> {
             },
         )?;
     ACTIVE.store(true, Ordering::Relaxed);
-    let ring = Ring::at(&c.cache, header).ok_or(Error::Errno(libc::EIO))?;
     let nb = flags & libc::O_NONBLOCK as u32 != 0;
+    if crate::pipecopy::active(c) {
+        let acc = flags & libc::O_ACCMODE as u32;
+        if acc != libc::O_RDONLY as u32 && acc != libc::O_WRONLY as u32 {
+            return Ok(cookie(header));
+        }
+        if let Some(seen) = seen_opens {
+            let reader = acc == libc::O_RDONLY as u32;
+            crate::pipecopy::wait_partner(c, desc, reader, seen, nb)?;
+        }
+        return Ok(cookie(header));
+    }
+    let ring = Ring::at(&c.cache, header).ok_or(Error::Errno(libc::EIO))?;
     let (count, opens, seq) = match flags & libc::O_ACCMODE as u32 {
         a if a == libc::O_RDONLY as u32 => (hdr::WRITERS, hdr::WOPENS, hdr::RSEQ),
         a if a == libc::O_WRONLY as u32 => (hdr::READERS, hdr::ROPENS, hdr::WSEQ),
@@ -349,6 +360,9 @@ pub fn read(c: &Client, d: &DescRef, buf: &mut [u8]) -> Result<usize> {
     if f & libc::O_PATH as u32 != 0 || f & libc::O_ACCMODE as u32 == libc::O_WRONLY as u32 {
         return err(libc::EBADF);
     }
+    if crate::pipecopy::active(c) {
+        return crate::pipecopy::read(c, d, buf);
+    }
     let ring = ring(c, d)?;
     if crate::inotify::is_queue(d) {
         return crate::inotify::read(c, d, &ring, buf);
@@ -449,6 +463,9 @@ pub fn write(c: &Client, d: &DescRef, buf: &[u8]) -> Result<usize> {
     let f = d.flags();
     if f & libc::O_PATH as u32 != 0 || f & libc::O_ACCMODE as u32 == libc::O_RDONLY as u32 {
         return err(libc::EBADF);
+    }
+    if crate::pipecopy::active(c) {
+        return crate::pipecopy::write(c, d, buf, broken_pipe);
     }
     let ring = ring(c, d)?;
     let mut done = 0usize;
@@ -575,6 +592,9 @@ fn writev(c: &Client, d: &DescRef, iov: u64, cnt: u64) -> Result<i64> {
 
 /// Bytes waiting in the pipe (`FIONREAD`).
 fn avail(c: &Client, d: &DescRef) -> usize {
+    if crate::pipecopy::active(c) {
+        return crate::pipecopy::state(c, d).map_or(0, |s| s.used as usize);
+    }
     match ring(c, d) {
         Ok(r) => {
             let head = r.word64(hdr::HEAD).load(Ordering::Acquire);
@@ -592,6 +612,9 @@ fn avail(c: &Client, d: &DescRef) -> usize {
 /// `pipe_poll`): readable with data or without writers (`POLLHUP`),
 /// writable with `PIPE_BUF` bytes of room, `POLLERR` without readers.
 fn pipe_events(c: &Client, d: &DescRef) -> i16 {
+    if crate::pipecopy::active(c) {
+        return crate::pipecopy::events(c, d);
+    }
     let Ok(r) = ring(c, d) else {
         return libc::POLLERR;
     };
@@ -1029,10 +1052,15 @@ fn epoll_ready(c: &Client, epfd: i32, out: u64, max: usize) -> Result<(usize, bo
             }
             if w.events & libc::EPOLLET as u32 != 0 {
                 // Edge-triggered: report only after the ring moved.
-                let seq = ring(c, &d).map_or(0, |r| {
-                    (r.word(hdr::RSEQ).load(Ordering::Acquire) as u64) << 32
-                        | r.word(hdr::WSEQ).load(Ordering::Acquire) as u64
-                });
+                let seq = if crate::pipecopy::active(c) {
+                    crate::pipecopy::state(c, &d)
+                        .map_or(0, |s| (s.rseq as u64) << 32 | s.wseq as u64)
+                } else {
+                    ring(c, &d).map_or(0, |r| {
+                        (r.word(hdr::RSEQ).load(Ordering::Acquire) as u64) << 32
+                            | r.word(hdr::WSEQ).load(Ordering::Acquire) as u64
+                    })
+                };
                 if seq == w.seen {
                     continue;
                 }
@@ -1209,6 +1237,14 @@ pub fn route(c: &Client, nr: i64, a: &[u64; 6]) -> Result<Option<Out>> {
         }),
         libc::SYS_fcntl if matches!(a[1] as i32, libc::F_GETPIPE_SZ | libc::F_SETPIPE_SZ) => {
             on_pipe(&|d| {
+                if crate::pipecopy::active(c) {
+                    if a[1] as i32 == libc::F_GETPIPE_SZ {
+                        let s = crate::pipecopy::state(c, d)?;
+                        return Ok(Out::Done(s.limit as i64));
+                    }
+                    let n = crate::pipecopy::set_size(c, d, a[2] as u32 as u64)?;
+                    return Ok(Out::Done(n as i64));
+                }
                 let r = ring(c, d)?;
                 if a[1] as i32 == libc::F_GETPIPE_SZ {
                     return Ok(Out::Done(r.limit() as i64));

@@ -551,6 +551,20 @@ impl Client {
         unsafe { &*self.session.load(Ordering::Acquire) }
     }
 
+    /// Does file data take the direct path (Hare §3.3: the client copies
+    /// between the program and the buffer-cache blocks a server names)?
+    /// Not in a copy island, whose processes do not map the cache: there
+    /// the bytes travel in `ReadData`/`WriteData` and the server copies
+    /// (Cosh §5 *copy*); nor under `--without direct-cache`. Hot path.
+    pub fn direct_data(&self) -> bool {
+        !self.info.without.direct_cache && self.info.island.maps_cache()
+    }
+
+    /// Does this process map the buffer cache (every island but `copy`)?
+    pub fn maps_cache(&self) -> bool {
+        self.info.island.maps_cache()
+    }
+
     /// The directory-lookup cache, unless `--without dir-cache`.
     pub fn dcache(&self) -> Option<&DirCache> {
         (!self.info.without.dir_cache).then(|| &self.session().dcache)
@@ -886,16 +900,23 @@ pub fn attach(
         return Err(Error::Boot(format!("attach answered {reply:?}")));
     };
     let nservers = info.servers as usize;
-    if fds.len() != 2 + nservers {
+    // A copy island's process gets no buffer-cache descriptor and maps
+    // nothing of it (Cosh §3): its data travels in messages.
+    let maps_cache = info.island.maps_cache();
+    let expected = usize::from(maps_cache) + 1 + nservers;
+    if fds.len() != expected {
         return Err(Error::Boot(format!(
             "attach sent {} fds for {nservers} servers",
             fds.len()
         )));
     }
     let mut fds = fds.into_iter();
-    let cache_fd = fds.next().expect("checked length");
+    let cache_fd = if maps_cache { fds.next() } else { None };
     let control_fd = fds.next().expect("checked length");
-    let cache = SharedRegion::map(cache_fd.as_fd())?;
+    let cache = match &cache_fd {
+        Some(fd) => SharedRegion::map(fd.as_fd())?,
+        None => SharedRegion::none(),
+    };
     let control = Control::map(control_fd.as_fd())?;
     drop(control_fd);
     let lane0 = Lane::new(lane, fds.collect())?;
@@ -903,7 +924,7 @@ pub fn attach(
     // The placeholder template: every atoll fd is a dup of it.
     let template = rustix::fs::memfd_create("atoll-placeholder", rustix::fs::MemfdFlags::CLOEXEC)?;
     let template_fd = to_high(template.into_raw_fd(), 0);
-    let cache_fd = to_high(cache_fd.into_raw_fd(), 0);
+    let cache_fd = cache_fd.map_or(-1, |fd| to_high(fd.into_raw_fd(), 0));
     let sock_fd = to_high(sock.into_raw_fd(), 0);
 
     let mount = info.mount.trim_end_matches('/').as_bytes().to_vec();

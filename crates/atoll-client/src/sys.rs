@@ -197,7 +197,9 @@ impl Drop for SigBlock {
 
 /// A spin lock for rare, short critical sections (boot-socket exchanges,
 /// chdir). Always taken with signals blocked ([`SigBlock`]) so a handler on
-/// the same thread can never spin on it forever.
+/// the same thread can never spin on it forever. Every process-local one
+/// must be listed in `forkgate::locks`, or a fork can leave it held in the
+/// child.
 pub struct SpinLock {
     held: core::sync::atomic::AtomicBool,
 }
@@ -403,6 +405,13 @@ fn iov(ptr: u64, len: usize) -> libc::iovec {
         iov_base: ptr as *mut libc::c_void,
         iov_len: len,
     }
+}
+
+/// Copy program memory at `ptr` into `dst` with the kernel's fault
+/// handling: `false` (and `dst` unspecified) when any of it is unmapped
+/// or unreadable, instead of a fault.
+pub fn peek(dst: &mut [u8], ptr: u64) -> bool {
+    copy_from_user(dst, ptr).is_ok()
 }
 
 /// Copy `dst.len()` bytes of program memory at `ptr` into `dst`.

@@ -58,6 +58,17 @@ impl SharedRegion {
         Self::map_len(fd, len)
     }
 
+    /// A region that maps nothing (length 0): what a process of a `copy`
+    /// island holds in place of the buffer cache. Every bounds-checked
+    /// access through it fails, so a path that would touch the cache
+    /// there reports an error instead of reaching memory.
+    pub fn none() -> SharedRegion {
+        SharedRegion {
+            ptr: std::ptr::NonNull::dangling().as_ptr(),
+            len: 0,
+        }
+    }
+
     fn map_len(fd: impl std::os::fd::AsFd, len: usize) -> io::Result<SharedRegion> {
         // SAFETY: a fresh mapping chosen by the kernel (null hint) aliases no
         // Rust object; the file is at least `len` bytes and cannot shrink.
@@ -93,6 +104,9 @@ impl SharedRegion {
 
 impl Drop for SharedRegion {
     fn drop(&mut self) {
+        if self.len == 0 {
+            return; // `none`: nothing was mapped
+        }
         // SAFETY: `ptr/len` is exactly the mapping made in `map_len`, and
         // nothing borrowed from it outlives `self` (borrows are tied to the
         // owners of the region).

@@ -286,6 +286,7 @@ fn handle(nr: i64, mut args: [u64; 6], uc: &mut libc::ucontext_t) -> i64 {
         }
         libc::SYS_exit_group => {
             stats::flush();
+            atoll_client::before_exit();
             raw::syscall6(nr, args)
         }
         libc::SYS_execve | libc::SYS_execveat => {

@@ -36,7 +36,7 @@ fn boot() -> Booted {
         poll: PollMode::Block,
         split: false,
         server_cores: vec![],
-        incoherent: false,
+        island: atoll_proto::boot::Island::Coherent,
         without: Without::default(),
         distribute: vec![],
         adaptive_dirs: false,

@@ -48,6 +48,41 @@ pub enum PollMode {
     Adaptive,
 }
 
+/// The kind of memory between an instance's clients and its servers
+/// (Cosh §3: an *island* is a set of domains with one kind of memory
+/// between them). `atoll run --island KIND`.
+#[derive(Serialize, Deserialize, Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub enum Island {
+    /// Coherent shared memory: clients map the buffer cache and copy
+    /// file data and pipe bytes themselves (Cosh *share*).
+    #[default]
+    Coherent,
+    /// Shared but incoherent memory, emulated: clients read and write
+    /// private copies of blocks and write them back at the protocol's
+    /// flush points (Hare §3.3.1; `--incoherent`).
+    Incoherent,
+    /// No shared memory at all: clients never map the buffer cache; every
+    /// byte of file and pipe data travels inside messages and the server
+    /// copies it between the frame and its blocks (Cosh *copy*).
+    Copy,
+}
+
+impl Island {
+    /// The name `--island` takes and `atoll status` shows.
+    pub fn name(self) -> &'static str {
+        match self {
+            Island::Coherent => "coherent",
+            Island::Incoherent => "incoherent",
+            Island::Copy => "copy",
+        }
+    }
+
+    /// Do clients of this island map the buffer cache?
+    pub fn maps_cache(self) -> bool {
+        self != Island::Copy
+    }
+}
+
 /// Techniques that can be switched off for ablation (Hare §5.4).
 #[derive(Serialize, Deserialize, Clone, Copy, PartialEq, Eq, Debug, Default)]
 pub struct Without {
@@ -71,8 +106,8 @@ pub struct InstanceInfo {
     /// Bytes in the shared buffer cache (a multiple of the block size).
     pub cache_bytes: u64,
     pub poll: PollMode,
-    /// Emulate hardware without cache coherence (Hare §3.3.1).
-    pub incoherent: bool,
+    /// The kind of memory clients share with the servers (`--island`).
+    pub island: Island,
     pub without: Without,
     /// Directories created under these paths (relative to the mount, `""`
     /// = everything) are distributed.
@@ -86,7 +121,9 @@ pub struct InstanceInfo {
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub enum BootRequest {
     /// First packet on a new connection: create a session for process `pid`.
-    /// Reply fds: `[buffer cache memfd, control memfd, channel 0 … channel N-1]`.
+    /// Reply fds: `[buffer cache memfd, control memfd, channel 0 … channel N-1]`;
+    /// in a `copy` island the buffer cache memfd is left out (the client
+    /// never maps it): `[control memfd, channel 0 … channel N-1]`.
     Attach { pid: u32 },
     /// First packet on an inherited connection after `execve`: same session,
     /// fresh lanes; lanes handed out before are retired.
@@ -196,6 +233,10 @@ pub struct InstanceStatus {
     /// Each file server's state: up, stalled or down, core, uptime.
     #[serde(default)]
     pub health: Vec<ServerHealth>,
+    /// The kind of memory the clients share with the servers (`--island`:
+    /// `coherent`, `incoherent` or `copy`).
+    #[serde(default)]
+    pub island: String,
 }
 
 /// Largest bootstrap packet.

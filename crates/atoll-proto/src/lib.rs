@@ -1001,6 +1001,98 @@ pub enum Request<'a> {
         #[serde(borrow)]
         step: AdaptStep<'a>,
     },
+
+    // ---- pipes in a copy island (Cosh §5 *copy*; `fs/pipecopy.rs`) ----
+    /// `desc.server()`. Take up to `len` bytes out of the pipe behind
+    /// `desc` (a read end): the server copies them from the ring into the
+    /// reply. Empty `Data` is end of file (no writer left); `EAGAIN`: the
+    /// pipe is empty but has writers (the client waits or answers
+    /// `EAGAIN` for `O_NONBLOCK`). → `Data`
+    PipeRead {
+        desc: DescId,
+        len: u32,
+    },
+    /// `desc.server()`. Put `data` into the pipe behind `desc` (a write
+    /// end): all of it when it is at most `PIPE_BUF` bytes (atomic), else
+    /// as much as fits. `EAGAIN`: no room (yet); `EPIPE`: no reader.
+    /// → `Written`
+    PipeWrite {
+        desc: DescId,
+        #[serde(borrow)]
+        data: &'a [u8],
+    },
+    /// `desc.server()`. The state of the pipe behind `desc` (readiness,
+    /// `FIONREAD`, `F_GETPIPE_SZ`, waits in `open`). → `PipeState`
+    PipeState {
+        desc: DescId,
+    },
+    /// `desc.server()`. `F_SETPIPE_SZ` of the pipe behind `desc` to `size`
+    /// bytes, rounded as Linux rounds. → `Offset` (the size set)
+    PipeSetSize {
+        desc: DescId,
+        size: u64,
+    },
+}
+
+/// Data transfers of one server by Cosh mode (§5), for `atoll status`:
+/// *share* — the server named buffer-cache blocks that a client then read,
+/// wrote or mapped itself (`Read`, `Write`, `MapBlocks`); *copy* — the
+/// bytes crossed inside messages and the server copied them between the
+/// frame and its blocks (`ReadData`, `WriteData`, the pipe requests of a
+/// copy island); *move* — ownership of blocks passed between domains,
+/// which file data never does today (blocks stay their file's; moves
+/// happen between processes in `atoll-cosh`), so it stays 0 here.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Transfers {
+    pub copies: u64,
+    pub copy_bytes: u64,
+    pub shares: u64,
+    pub share_bytes: u64,
+    pub moves: u64,
+    pub move_bytes: u64,
+}
+
+impl Transfers {
+    /// One copy transfer of `bytes`.
+    pub fn count_copy(&mut self, bytes: u64) {
+        self.copies += 1;
+        self.copy_bytes += bytes;
+    }
+
+    /// One share transfer of `bytes` (blocks named to a client).
+    pub fn count_share(&mut self, bytes: u64) {
+        self.shares += 1;
+        self.share_bytes += bytes;
+    }
+
+    /// Sum over servers.
+    pub fn add(&mut self, o: &Transfers) {
+        self.copies += o.copies;
+        self.copy_bytes += o.copy_bytes;
+        self.shares += o.shares;
+        self.share_bytes += o.share_bytes;
+        self.moves += o.moves;
+        self.move_bytes += o.move_bytes;
+    }
+}
+
+/// A pipe's state as its server sees it (`Request::PipeState`): what a
+/// client of a copy island cannot read from the ring's header itself.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PipeStateInfo {
+    /// Bytes waiting to be read.
+    pub used: u64,
+    /// Bytes the pipe may hold (`F_GETPIPE_SZ`).
+    pub limit: u64,
+    pub readers: u32,
+    pub writers: u32,
+    /// Reader and writer opens ever (a FIFO open waits for one to move).
+    pub ropens: u32,
+    pub wopens: u32,
+    /// The wait words ([`pipe::RSEQ`], [`pipe::WSEQ`]): they move when
+    /// readiness may have changed (edge-triggered `epoll`).
+    pub rseq: u32,
+    pub wseq: u32,
 }
 
 /// The phases of a directory's hot-swap (K42 ch. 6: forward, block,
@@ -1141,6 +1233,12 @@ pub struct SessionLoad {
     pub dcache_hits: u64,
     pub dcache_misses: u64,
     pub traps: u64,
+    /// Bytes of file and pipe data this server copied for the session
+    /// and bytes it shared (blocks named), by Cosh mode (`Transfers`).
+    #[serde(default)]
+    pub copy_bytes: u64,
+    #[serde(default)]
+    pub share_bytes: u64,
 }
 
 /// One run of buffer-cache blocks backing part of a file.
@@ -1189,6 +1287,10 @@ pub struct ServerStats {
     /// Reads and writes that moved pipe data.
     #[serde(default)]
     pub pipe_ops: u64,
+    /// File and pipe data this server transferred, by Cosh mode (§5).
+    /// Boxed: `Reply::Stats` stays within the size of the other replies.
+    #[serde(default)]
+    pub transfers: Box<Transfers>,
     /// Named event counters of the Hare techniques (`(name, count)`):
     /// directory-cache invalidations sent, inbox overflows, lookups
     /// tracked, client-reported cache hits/misses, broadcasts, … (Hare §5.4).
@@ -1392,6 +1494,8 @@ pub enum Reply<'a> {
         /// so a new watch of its inode gets a new descriptor.
         replaced: i32,
     },
+    /// `PipeState`: a pipe's state (copy island).
+    PipeState(PipeStateInfo),
 }
 
 /// An entry of a directory: the old name of a rename across servers

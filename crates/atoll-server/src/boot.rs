@@ -469,7 +469,13 @@ impl Boot {
         }
         let lane = self.take_lane(token);
         let chans = self.make_lane(s, lane).map_err(|e| e.to_string())?;
-        let mut fds: Vec<BorrowedFd<'_>> = vec![self.p.cache_fd.as_fd(), self.p.control_fd.as_fd()];
+        // A copy island never sees the buffer cache (Cosh §3): its clients
+        // get no descriptor of it to map.
+        let mut fds: Vec<BorrowedFd<'_>> = Vec::with_capacity(2 + chans.len());
+        if self.p.info.island.maps_cache() {
+            fds.push(self.p.cache_fd.as_fd());
+        }
+        fds.push(self.p.control_fd.as_fd());
         fds.extend(chans.iter().map(|f| f.as_fd()));
         let reply = BootReply::Attached {
             session: s,
@@ -534,6 +540,7 @@ impl Boot {
             servers,
             limits: crate::fs::limits::usage(&self.p.servers.control),
             poll: format!("{:?}", self.p.info.poll).to_lowercase(),
+            island: self.p.info.island.name().to_string(),
             sessions: self
                 .conns
                 .values()

@@ -59,7 +59,8 @@ pub struct InstanceConfig {
     pub split: bool,
     /// Cores servers are pinned to, one per server (empty: no pinning).
     pub server_cores: Vec<usize>,
-    pub incoherent: bool,
+    /// The kind of memory between clients and servers (`--island`).
+    pub island: atoll_proto::boot::Island,
     pub without: Without,
     pub distribute: Vec<String>,
     /// Directories change mode (centralized ↔ distributed) when hot or
@@ -154,7 +155,7 @@ impl Instance {
             servers: n as u32,
             cache_bytes,
             poll: config.poll,
-            incoherent: config.incoherent,
+            island: config.island,
             without: config.without,
             distribute: config.distribute.clone(),
             // Creation affinity (Hare §3.7.5) needs each server's socket.

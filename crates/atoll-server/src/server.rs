@@ -226,6 +226,7 @@ fn stats_with_load<S: BlockStore>(fs: &FileServer<S>, chans: &[Chan]) -> ServerS
     for (session, e) in load.iter_mut() {
         e.session = *session;
         (e.dcache_hits, e.dcache_misses, e.traps) = fs.session_reports(SessionId(*session));
+        (e.copy_bytes, e.share_bytes) = fs.session_transfers(SessionId(*session));
     }
     st.sessions_load = load.into_values().collect();
     st.hot_dirs = fs.hot_dirs();

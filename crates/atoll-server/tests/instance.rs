@@ -26,7 +26,7 @@ fn config(root: &Path, servers: usize) -> InstanceConfig {
         poll: PollMode::Block,
         split: false,
         server_cores: vec![],
-        incoherent: false,
+        island: atoll_proto::boot::Island::Coherent,
         without: Default::default(),
         distribute: vec![],
         adaptive_dirs: false,

@@ -40,13 +40,24 @@ pub fn atoll_bin() -> PathBuf {
     bin
 }
 
+/// Environment variable naming the island (`coherent`, `incoherent`,
+/// `copy`) the tests' instances run in unless a test chooses one itself:
+/// `ATOLL_TEST_ISLAND=copy cargo test -p atoll-tests --test pipes` runs
+/// those tests in a copy island (`make test-islands`). It reaches `atoll`
+/// as `ATOLL_ISLAND`, the default of `--island`.
+pub const ENV_TEST_ISLAND: &str = "ATOLL_TEST_ISLAND";
+
 /// A command line for `atoll` with the test defaults (small cache, quiet).
 pub fn atoll() -> Command {
     let mut cmd = Command::new(atoll_bin());
     cmd.env("LC_ALL", "C")
         .env("TZ", "UTC")
         .env_remove("ATOLL_SOCKET")
-        .env_remove("LD_PRELOAD");
+        .env_remove("LD_PRELOAD")
+        .env_remove("ATOLL_ISLAND");
+    if let Ok(kind) = std::env::var(ENV_TEST_ISLAND) {
+        cmd.env("ATOLL_ISLAND", kind);
+    }
     cmd
 }
 

@@ -349,6 +349,7 @@ mod tests {
                     dcache_hits: 3,
                     dcache_misses: 1,
                     traps: load / 2,
+                    ..Default::default()
                 }],
                 ..Default::default()
             }],
@@ -357,6 +358,7 @@ mod tests {
             sessions,
             dir_names: vec![],
             health: vec![],
+            island: String::new(),
         }
     }
 

@@ -37,7 +37,7 @@ pub fn env_with(servers: usize) -> &'static Env {
             poll: PollMode::Adaptive,
             split: false,
             server_cores: Vec::new(),
-            incoherent: false,
+            island: atoll_proto::boot::Island::Coherent,
             without: Without::default(),
             distribute: vec!["dist".to_string()],
             adaptive_dirs: false,

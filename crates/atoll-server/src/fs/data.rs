@@ -172,6 +172,7 @@ impl<S: BlockStore> FileServer<S> {
         offset: Option<u64>,
     ) -> R<'o> {
         let (off, got, extents) = self.read(session, desc, len, offset)?;
+        self.transfers.count_share(got);
         Ok(Reply::Extents {
             offset: off,
             len: got,
@@ -195,6 +196,7 @@ impl<S: BlockStore> FileServer<S> {
             .get(&desc)
             .and_then(|d| Some((d.ino, self.inodes.get(&d.ino)?.size)));
         let (off, got, extents) = self.write(session, who, desc, len, offset)?;
+        self.transfers.count_share(got);
         let watched = got > 0 && self.desc_watched(desc);
         // The client copies after this reply: until it says it has, the
         // new end is held back from readers (`inflight`).
@@ -228,6 +230,7 @@ impl<S: BlockStore> FileServer<S> {
         out.clear();
         out.resize(got as usize, 0);
         self.copy_out(&extents, out);
+        self.transfers.count_copy(got);
         Ok(Reply::Data(out))
     }
 
@@ -243,6 +246,7 @@ impl<S: BlockStore> FileServer<S> {
         let data = &data[..data.len().min(MAX_DATA)];
         let (_, got, extents) = self.write(session, who, desc, data.len() as u64, offset)?;
         self.copy_in(&extents, &data[..got as usize]);
+        self.transfers.count_copy(got);
         Ok(Reply::Written(got))
     }
 }

@@ -134,7 +134,12 @@ impl<S: BlockStore> FileServer<S> {
                 if !self.maps.holds(session, ino) {
                     return Err(Errno::EBADF);
                 }
-                self.map_blocks(ino, offset, len, allocate)
+                let r = self.map_blocks(ino, offset, len, allocate);
+                if let Ok(Reply::Extents { len, .. }) = &r {
+                    // A mapping shares the blocks it names (Cosh §5).
+                    self.transfers.count_share(*len);
+                }
+                r
             }
             Q::Read { desc, len, offset } => self.read_extents(session, desc, len, offset),
             Q::Write { desc, len, offset } => self.write_extents(session, who, desc, len, offset),
@@ -193,6 +198,10 @@ impl<S: BlockStore> FileServer<S> {
             Q::Subdirs { dir, delta, epoch } => self.count_subdirs(dir, delta, epoch),
             Q::DirMode { dir } => self.dir_mode(dir),
             Q::Adapt { dir, step } => self.adapt_step(session, who, dir, step, out),
+            Q::PipeRead { desc, len } => self.pipe_read_copy(session, desc, len, out),
+            Q::PipeWrite { desc, data } => self.pipe_write_copy(session, desc, data),
+            Q::PipeState { desc } => self.pipe_state(session, desc),
+            Q::PipeSetSize { desc, size } => self.pipe_set_size(session, desc, size),
         }
     }
 }

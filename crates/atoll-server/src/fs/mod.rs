@@ -71,6 +71,7 @@ mod mapping;
 mod namespace;
 mod perm;
 mod pipe;
+mod pipecopy;
 mod protocols;
 mod reports;
 mod retain;
@@ -178,7 +179,7 @@ struct Session {
     groups: Vec<Rc<[u32]>>,
 }
 
-const OP_NAMES: [&str; 60] = [
+const OP_NAMES: [&str; 64] = [
     "SetGroups",
     "Lookup",
     "Open",
@@ -239,6 +240,10 @@ const OP_NAMES: [&str; 60] = [
     "Touched",
     "DirMode",
     "Adapt",
+    "PipeRead",
+    "PipeWrite",
+    "PipeState",
+    "PipeSetSize",
 ];
 
 fn op_index(req: &Request<'_>) -> usize {
@@ -304,6 +309,10 @@ fn op_index(req: &Request<'_>) -> usize {
         Touched { .. } => 57,
         DirMode { .. } => 58,
         Adapt { .. } => 59,
+        PipeRead { .. } => 60,
+        PipeWrite { .. } => 61,
+        PipeState { .. } => 62,
+        PipeSetSize { .. } => 63,
     }
 }
 
@@ -336,6 +345,10 @@ pub struct FileServer<S> {
     sessions: HashMap<SessionId, Session>,
     cache: Cache<S>,
     pipes: pipe::Pipes,
+    /// Data transferred, by Cosh mode (`ServerStats::transfers`), and
+    /// `(copied, shared)` bytes per live session (`SessionLoad`).
+    transfers: atoll_proto::Transfers,
+    session_transfers: HashMap<SessionId, (u64, u64)>,
     /// Notification queues owned here and watches held here (`inotify`).
     notify: inotify::Notify,
     /// Extending writes whose bytes are not in yet (`inflight`).
@@ -460,6 +473,8 @@ impl<S: BlockStore> FileServer<S> {
             sessions: HashMap::new(),
             cache,
             pipes: pipe::Pipes::default(),
+            transfers: atoll_proto::Transfers::default(),
+            session_transfers: HashMap::new(),
             notify: inotify::Notify::default(),
             writes: inflight::Writes::default(),
             creating: affinity::Creating::default(),
@@ -512,6 +527,7 @@ impl<S: BlockStore> FileServer<S> {
     pub fn session_closed(&mut self, session: SessionId) {
         self.sessions.remove(&session);
         self.client_counters.forget(session);
+        self.session_transfers.remove(&session);
         self.abandon_creations(session);
         let held: Vec<DescId> = self
             .descs
@@ -573,6 +589,7 @@ impl<S: BlockStore> FileServer<S> {
             pipes: self.pipe_stats().0,
             pipe_bytes: self.pipe_stats().1,
             pipe_ops: self.pipe_stats().2,
+            transfers: Box::new(self.transfers),
             // The server loop adds what only it knows (rings, sessions).
             ..self.cache.stats()
         }
@@ -708,7 +725,14 @@ impl<S: BlockStore> FileServer<S> {
                 .map(|p| self.plan_details(p, session)),
             false => None,
         };
+        let moved = (self.transfers.copy_bytes, self.transfers.share_bytes);
         let r = self.dispatch(session, &who, req, out);
+        if moved != (self.transfers.copy_bytes, self.transfers.share_bytes) {
+            // Data moved for this session (two loads on every request).
+            let e = self.session_transfers.entry(session).or_default();
+            e.0 += self.transfers.copy_bytes - moved.0;
+            e.1 += self.transfers.share_bytes - moved.1;
+        }
         if self.notify.busy() {
             if let (Some(plan), Ok(reply)) = (plan, &r) {
                 self.notify_after(plan, reply);

@@ -54,6 +54,13 @@ pub(super) struct Pipes {
     ops_done: u64,
 }
 
+impl Pipes {
+    /// The header and data blocks of `ino`'s ring, if it has one.
+    pub(super) fn ring_of(&self, ino: InodeId) -> Option<(u32, &[u32])> {
+        self.rings.get(&ino).map(|r| (r.header, &r.data[..]))
+    }
+}
+
 fn can_read(flags: u32) -> bool {
     flags & libc::O_ACCMODE as u32 != libc::O_WRONLY as u32
 }

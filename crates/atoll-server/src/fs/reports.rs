@@ -51,9 +51,20 @@ impl<S> FileServer<S> {
         self.client_counters.of(session)
     }
 
-    /// Sessions whose processes reported counters here.
+    /// Sessions whose processes reported counters here, or for which
+    /// this server transferred data.
     pub fn reporting_sessions(&self) -> Vec<SessionId> {
-        self.client_counters.sessions().collect()
+        let mut v: Vec<SessionId> = self.client_counters.sessions().collect();
+        v.extend(self.session_transfers.keys().copied());
+        v
+    }
+
+    /// `(copied, shared)` bytes of data this server moved for `session`.
+    pub fn session_transfers(&self, session: SessionId) -> (u64, u64) {
+        self.session_transfers
+            .get(&session)
+            .copied()
+            .unwrap_or_default()
     }
 }
 

@@ -40,6 +40,7 @@ enum Own {
     Watch(i32, InodeId, u32),
     Mode(ModeInfo),
     Exported(Vec<u8>, Option<u64>),
+    PipeState(atoll_proto::PipeStateInfo),
 }
 
 fn own(r: Reply<'_>) -> Own {
@@ -91,6 +92,7 @@ fn own(r: Reply<'_>) -> Own {
         } => Own::Pipe(ino, read, write, header),
         Reply::DirMode(m) => Own::Mode(m),
         Reply::Exported { data, next } => Own::Exported(data.to_vec(), next),
+        Reply::PipeState(p) => Own::PipeState(p),
     }
 }
 

@@ -1,0 +1,242 @@
+//! Indistinguishability across islands (Cosh §3, §6): the same real
+//! programs print the same in a coherent island (clients map the buffer
+//! cache), an incoherent one (private copies, written back at flushes) and
+//! a copy island (no shared memory: every byte crosses in messages), with
+//! two servers, and the same as on the host's tmpfs-like directory.
+//!
+//! The subset covers what the islands do differently: pipes (a shell
+//! pipeline, a FIFO, `SIGPIPE`), `mmap` (a program stores through a shared
+//! mapping, another reads with `read`; private stores stay private), exec
+//! of programs stored in the mount, a description shared across `fork`
+//! (one offset), and a `make -j2` build. The whole suite runs in one island
+//! with `ATOLL_TEST_ISLAND=copy` (`make test-islands`).
+
+use atoll_tests::{assert_same, compile_probe, require, run_in_atoll};
+
+const ISLANDS: [&str; 3] = ["coherent", "incoherent", "copy"];
+
+/// `assert_same` in each island, two servers.
+fn same_in_every_island(script: &str) -> Vec<String> {
+    ISLANDS
+        .iter()
+        .map(|island| assert_same(&["--servers", "2", "--island", island], script, true))
+        .collect()
+}
+
+#[test]
+fn pipelines_fifos_and_sigpipe_are_the_same_in_every_island() {
+    let outs = same_in_every_island(
+        r#"
+        set -e
+        cd "$ROOT"
+        seq 1 50000 | sort -rn | awk '{ s += $1 } END { print s }' | tr 0-9 a-j
+        head -c 1000000 /dev/urandom > blob
+        cat blob | cat | cat > copy && cmp blob copy && echo "1 MB through pipes"
+        mkfifo f
+        ( seq 1 2000 > f ) &
+        awk '{ s += $1 } END { print "fifo", s }' < f
+        wait
+        # Four writers share one description of the FIFO, held open until
+        # all have written, so the reader's end of file comes after them.
+        ( exec 5> f; for i in 1 2 3 4; do printf 'w%d\n' $i >&5 & done; wait ) &
+        sort < f | tr '\n' ' '; echo
+        wait
+        set +e; yes | head -n 3; echo "status ${PIPESTATUS[*]}"
+        "#,
+    );
+    for out in &outs {
+        assert!(out.contains("1 MB through pipes"), "{out}");
+        assert!(out.contains("fifo 2001000"), "{out}");
+        assert!(out.contains("w1 w2 w3 w4"), "{out}");
+        assert!(out.contains("status 141 0"), "{out}");
+    }
+}
+
+/// Stores through `MAP_SHARED` reach the file for a later `read` by
+/// another program; stores through `MAP_PRIVATE` never do.
+const MMAP_PROBE: &str = r#"
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    int fd = open(argv[1], O_RDWR | O_CREAT, 0644);
+    if (fd < 0 || ftruncate(fd, 10000) < 0) { perror("setup"); return 1; }
+    char *s = mmap(0, 10000, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    char *p = mmap(0, 10000, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+    if (s == MAP_FAILED || p == MAP_FAILED) { perror("mmap"); return 1; }
+    close(fd);
+    for (int i = 0; i < 10000; i++) s[i] = 'a' + i % 26;
+    memcpy(s + 5000, "SHARED", 6);
+    memcpy(p + 100, "PRIVATE", 7);
+    if (msync(s, 10000, MS_SYNC) < 0) { perror("msync"); return 1; }
+    memcpy(s + 9000, "UNMAPPED", 8);
+    if (munmap(s, 10000) < 0 || munmap(p, 10000) < 0) { perror("munmap"); return 1; }
+    printf("mapped\n");
+    return 0;
+}
+"#;
+
+#[test]
+fn mmap_stores_reach_read_the_same_in_every_island() {
+    require("cc");
+    let dir = tempfile::tempdir().unwrap();
+    let probe = compile_probe(dir.path(), "mmapprobe", MMAP_PROBE);
+    let script = format!(
+        r#"
+        set -e
+        cd "$ROOT"
+        {probe} m
+        ls -l m | awk '{{ print $5 }}'
+        dd if=m bs=1 skip=5000 count=6 2>/dev/null; echo
+        dd if=m bs=1 skip=9000 count=8 2>/dev/null; echo
+        dd if=m bs=1 skip=100 count=7 2>/dev/null; echo
+        md5sum < m
+        python3 -c 'import mmap; f = open("m", "r+b"); m = mmap.mmap(f.fileno(), 0); m[0:2] = b"PY"; m.flush(); m.close(); f.close()'
+        head -c 4 m; echo
+        "#,
+        probe = probe.display()
+    );
+    let outs = same_in_every_island(&script);
+    for out in &outs {
+        assert!(out.contains("SHARED\nUNMAPPED\n"), "{out}");
+        assert!(!out.contains("PRIVATE"), "private stores leaked: {out}");
+        assert!(out.contains("PYcd"), "{out}");
+    }
+}
+
+#[test]
+fn exec_and_a_shared_offset_across_fork_are_the_same_in_every_island() {
+    require("cc");
+    let dir = tempfile::tempdir().unwrap();
+    let probe = compile_probe(
+        dir.path(),
+        "hello",
+        "#include <stdio.h>\nint main(int c, char **v) { printf(\"hello %s\\n\", v[1]); return 3; }\n",
+    );
+    let script = format!(
+        r#"
+        cd "$ROOT"
+        cp {probe} hello && ./hello mount; echo "status $?"
+        printf '#!/bin/sh\necho script "$@"\n' > s.sh && chmod +x s.sh && ./s.sh a b
+        # One description, one offset: parent and children append in turn.
+        {{ echo one; ( echo two ); sh -c 'echo three'; echo four; }} > log
+        cat log
+        seq 1 6 > nums
+        exec 3< nums
+        read -u 3 a; ( read -u 3 b; echo "child $b" ); read -u 3 c
+        echo "parent $a $c"
+        exec 3<&-
+        "#,
+        probe = probe.display()
+    );
+    let outs = same_in_every_island(&script);
+    for out in &outs {
+        assert!(out.contains("hello mount\nstatus 3"), "{out}");
+        assert!(out.contains("one\ntwo\nthree\nfour\n"), "{out}");
+        assert!(out.contains("child 2\nparent 1 3"), "{out}");
+    }
+}
+
+#[test]
+fn make_j2_builds_the_same_in_every_island() {
+    require("make");
+    require("cc");
+    let outs = same_in_every_island(
+        r#"
+        set -e
+        cd "$ROOT"
+        mkdir proj && cd proj
+        for i in $(seq 1 10); do
+            printf 'int f%d(void) { return %d; }\n' $i $i > f$i.c
+        done
+        {
+            for i in $(seq 1 10); do echo "int f$i(void);"; done
+            echo '#include <stdio.h>'
+            echo 'int main(void) { int s = 0;'
+            for i in $(seq 1 10); do echo "s += f$i();"; done
+            echo 'printf("sum %d\n", s); return 0; }'
+        } > main.c
+        cat > Makefile <<'EOF'
+SRCS := $(sort $(wildcard *.c))
+OBJS := $(SRCS:.c=.o)
+prog: $(OBJS)
+	$(CC) -o $@ $^
+%.o: %.c
+	$(CC) -O1 -c $< -o $@
+EOF
+        make -s -j2
+        ./prog
+        ar rcs libf.a f1.o f2.o && ar t libf.a
+        ls *.o | wc -l
+        "#,
+    );
+    for out in &outs {
+        assert!(out.contains("sum 55"), "{out}");
+    }
+}
+
+/// A copy island's programs never map the buffer cache (nor hold a
+/// descriptor of it); a coherent island's do. And the servers say how the
+/// data crossed: copies only in a copy island, shares in a coherent one.
+#[test]
+fn a_copy_island_maps_no_buffer_cache_and_only_copies() {
+    let script = r#"
+        seq 1 20000 > $ROOT/x && cat $ROOT/x | wc -l
+        echo "maps $(grep -c 'memfd:atoll-cache' /proc/self/maps)"
+        echo "fds $(ls -l /proc/self/fd/ 2>/dev/null | grep -c 'memfd:atoll-cache')"
+        "#;
+    for (island, maps) in [("copy", "maps 0"), ("coherent", "maps 1")] {
+        let out = run_in_atoll(&["--servers", "2", "--island", island], script);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{island}: {text}");
+        assert!(text.contains("20000"), "{island}: {text}");
+        assert!(text.contains(maps), "{island}: {text}");
+        if island == "copy" {
+            assert!(text.contains("fds 0"), "{island}: {text}");
+        }
+    }
+    let b = atoll_tests::Booted::new(&["--servers", "2", "--island", "copy", "--memory", "64M"]);
+    let out = b
+        .command("seq 1 20000 > $ROOT/y && cat $ROOT/y | wc -c")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let st = b.status();
+    assert_eq!(st["island"], "copy", "{st}");
+    let t = &st["transfers"];
+    assert_eq!(t["shares"], 0, "a copy island shares nothing: {t}");
+    // The file written, read by cat, and twice through the pipe.
+    assert!(t["copy_bytes"].as_u64().unwrap() >= 4 * 108_894, "{t}");
+    assert!(st["pool"]["used"].as_u64().unwrap() > 0, "{st}");
+
+    // Per client: a live process that wrote and read 100 kB is shown
+    // with what the servers copied for it.
+    use std::io::{BufRead, Write};
+    let mut child = b
+        .command(
+            r#"exec python3 -c 'import sys
+open(sys.argv[1], "wb").write(b"x" * 100000); open(sys.argv[1], "rb").read()
+print("ready", flush=True); sys.stdin.read()' $ROOT/z"#,
+        )
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line, "ready\n");
+    let st = b.status();
+    let clients = st["client_transfers"].as_array().unwrap().clone();
+    drop(child.stdin.take().map(|mut i| i.write_all(b"")));
+    assert!(child.wait().unwrap().success());
+    assert!(
+        clients
+            .iter()
+            .any(|c| c["copy_bytes"] == 200_000 && c["share_bytes"] == 0),
+        "{clients:?}"
+    );
+}

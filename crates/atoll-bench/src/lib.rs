@@ -37,6 +37,7 @@
 pub mod co;
 pub mod harness;
 pub mod html;
+pub mod pipes;
 pub mod report;
 pub mod rpc;
 pub mod systems;

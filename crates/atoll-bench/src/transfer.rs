@@ -30,6 +30,10 @@ pub struct TransferArgs {
     /// Batches of every measurement (default: 7, or 3 with `--quick`).
     #[arg(long)]
     pub repeat: Option<usize>,
+    /// Internal: measure a pipe inside an instance (CHUNK,TOTAL,REPEAT)
+    /// and print bytes per second.
+    #[arg(long, hide = true, value_name = "CHUNK,TOTAL,REPEAT")]
+    pub pipe_probe: Option<String>,
 }
 
 /// The configuration `args` ask for.
@@ -117,11 +121,32 @@ pub fn main(
     quick: bool,
     json: Option<&std::path::Path>,
 ) -> anyhow::Result<()> {
+    if let Some(spec) = &args.pipe_probe {
+        return crate::pipes::probe(spec);
+    }
     let cfg = config(args, quick);
     let r = tb::run(&cfg).map_err(|e| anyhow::anyhow!("atoll bench transfer: {e}"))?;
     print!("{}", table(&r));
+    // Cosh's users: a pipe's bytes, Linux's way and atoll's, same run.
+    let pipes = crate::pipes::run(quick || args.quick)
+        .map_err(|e| anyhow::anyhow!("atoll bench transfer: pipes: {e}"))?;
+    println!();
+    print!("{}", crate::pipes::table(&pipes));
     if let Some(p) = json {
-        crate::write_results_json(p, "transfer", &r)?;
+        #[derive(serde::Serialize)]
+        struct All<'a> {
+            #[serde(flatten)]
+            transfers: &'a Results,
+            pipes: &'a crate::pipes::PipeResults,
+        }
+        crate::write_results_json(
+            p,
+            "transfer",
+            &All {
+                transfers: &r,
+                pipes: &pipes,
+            },
+        )?;
     }
     Ok(())
 }
@@ -143,6 +168,7 @@ mod tests {
             quick: true,
             sizes: vec![],
             repeat: None,
+            pipe_probe: None,
         };
         assert_eq!(config(&args, false).repeat, 3);
         let args = TransferArgs {

@@ -98,6 +98,9 @@ pub fn serve_frame<S: BlockStore>(
         Ok(frame) => {
             let id = frame.id;
             let served = catch_unwind(AssertUnwindSafe(|| {
+                if !is_posted(id) && fs.fault_due() {
+                    panic!("fault injected by {}", crate::fs::faults::ENV_FAULT_PANIC);
+                }
                 let reply =
                     fs.handle_vouched(session, frame.cred, &frame.vouched, frame.req, scratch);
                 if is_posted(id) {

@@ -2,11 +2,13 @@
 //! plans for servers that fail; so must the tests).
 //!
 //! `ATOLL_FAULT_PANIC=N:K` in the environment of the instance makes file
-//! server `N` panic on its `K`-th request, before the request changes
-//! anything. The server's loop catches the panic and answers `EIO` for that
-//! request alone (`server::serve_frame`), counted as a bad request; every
-//! other request, the server's own included, goes on. A request that is
-//! posted (no reply) is dropped instead.
+//! server `N` panic on its `K`-th call (a request somebody waits for),
+//! before the call changes anything. The server's loop catches the panic
+//! and answers `EIO` for that call alone (`server::serve_frame`), counted
+//! as a bad request; every other request, the server's own included, goes
+//! on. Posted requests (no reply: `WriteDone`, `Adopt`, …) are never the
+//! victim: nobody would learn that one was lost, and what depends on it
+//! would be left half done.
 
 /// Environment variable naming the fault: `SERVER:REQUEST`.
 pub const ENV_FAULT_PANIC: &str = "ATOLL_FAULT_PANIC";

@@ -359,6 +359,8 @@ pub struct FileServer<S> {
     bad_requests: u64,
     /// Panic on this request, on purpose (`faults`).
     panic_at: Option<u64>,
+    /// Calls counted for `panic_at`.
+    calls_seen: u64,
     ops: [(u64, u64); OP_NAMES.len()],
     /// Who cached which entry held here (Hare §3.7.2).
     track: track::Tracker,
@@ -481,6 +483,7 @@ impl<S: BlockStore> FileServer<S> {
             requests: 0,
             bad_requests: 0,
             panic_at: faults::panic_at(cfg.index),
+            calls_seen: 0,
             ops: [(0, 0); OP_NAMES.len()],
             track: track::Tracker::new(cfg.track_lookups, cfg.limits.tracked),
             adapt: adapt::Adapt::default(),
@@ -697,6 +700,16 @@ impl<S: BlockStore> FileServer<S> {
 
     /// [`FileServer::handle`] for a request that carries attributes of
     /// inodes owned elsewhere (see `atoll_proto::Vouched`). Hot path.
+    /// Is this call the one `ATOLL_FAULT_PANIC` names? Counts calls, i.e.
+    /// requests somebody waits for (`faults`); the caller panics.
+    pub fn fault_due(&mut self) -> bool {
+        let Some(k) = self.panic_at else {
+            return false;
+        };
+        self.calls_seen += 1;
+        self.calls_seen == k
+    }
+
     pub fn handle_vouched<'o>(
         &mut self,
         session: SessionId,
@@ -705,10 +718,6 @@ impl<S: BlockStore> FileServer<S> {
         req: Request<'_>,
         out: &'o mut Vec<u8>,
     ) -> Reply<'o> {
-        if self.panic_at == Some(self.requests + 1) {
-            self.requests += 1;
-            panic!("fault injected by {}", faults::ENV_FAULT_PANIC);
-        }
         let t0 = Instant::now();
         let op = op_index(&req);
         let coalesced_before = self.coalesced.total();

@@ -428,12 +428,15 @@ fn on_message(
         Ok((ToServer::Placed, _, Some(sender))) if j.prog.is_none() && !j.finished => {
             // Only the process itself can say so (its pid is the kernel's
             // stamp); it needs nothing more from us.
+            // Counted whether or not it still runs: a short program may
+            // have ended before this message is read (then it runs here no
+            // more, and there is nothing to watch).
+            table.count_exec(core);
             let pidfd = rustix::process::Pid::from_raw(sender).and_then(|pid| {
                 rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()
             });
             if let Some(pidfd) = pidfd {
                 table.add_running(core, 1);
-                table.count_exec(core);
                 placed.push(pidfd);
             }
             false

@@ -252,3 +252,34 @@ impl Drop for Booted {
         let _ = atoll().args(["stop", "--id", &self.id]).status();
     }
 }
+
+/// Shell lines that make, in the current directory, `proj/` holding a small
+/// C project (`f1.c` … `fN.c`, a `main.c` that prints `sum S` and exits 0
+/// only if `S` is right, and a Makefile with one object per source), and
+/// leave the shell inside `proj/`. For build tests under `make -jN`.
+pub fn c_project_script(files: u32) -> String {
+    let sum = files * (files + 1) / 2;
+    format!(
+        r#"
+        mkdir proj && cd proj
+        for i in $(seq 1 {files}); do
+            printf 'int f%d(void) {{ return %d; }}\n' $i $i > f$i.c
+        done
+        {{
+            for i in $(seq 1 {files}); do echo "int f$i(void);"; done
+            echo '#include <stdio.h>'
+            echo 'int main(void) {{ int s = 0;'
+            for i in $(seq 1 {files}); do echo "s += f$i();"; done
+            echo 'printf("sum %d\n", s); return s == {sum} ? 0 : 1; }}'
+        }} > main.c
+        cat > Makefile <<'EOF'
+SRCS := $(sort $(wildcard *.c))
+OBJS := $(SRCS:.c=.o)
+prog: $(OBJS)
+	$(CC) -o $@ $^
+%.o: %.c
+	$(CC) -O1 -c $< -o $@
+EOF
+"#
+    )
+}

@@ -143,35 +143,17 @@ fn exec_and_a_shared_offset_across_fork_are_the_same_in_every_island() {
 fn make_j2_builds_the_same_in_every_island() {
     require("make");
     require("cc");
-    let outs = same_in_every_island(
+    let outs = same_in_every_island(&format!(
         r#"
         set -e
         cd "$ROOT"
-        mkdir proj && cd proj
-        for i in $(seq 1 10); do
-            printf 'int f%d(void) { return %d; }\n' $i $i > f$i.c
-        done
-        {
-            for i in $(seq 1 10); do echo "int f$i(void);"; done
-            echo '#include <stdio.h>'
-            echo 'int main(void) { int s = 0;'
-            for i in $(seq 1 10); do echo "s += f$i();"; done
-            echo 'printf("sum %d\n", s); return 0; }'
-        } > main.c
-        cat > Makefile <<'EOF'
-SRCS := $(sort $(wildcard *.c))
-OBJS := $(SRCS:.c=.o)
-prog: $(OBJS)
-	$(CC) -o $@ $^
-%.o: %.c
-	$(CC) -O1 -c $< -o $@
-EOF
-        make -s -j2
+{}        make -s -j2
         ./prog
         ar rcs libf.a f1.o f2.o && ar t libf.a
         ls *.o | wc -l
         "#,
-    );
+        atoll_tests::c_project_script(10)
+    ));
     for out in &outs {
         assert!(out.contains("sum 55"), "{out}");
     }

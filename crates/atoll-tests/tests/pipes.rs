@@ -379,31 +379,15 @@ fn make_j4_with_an_atoll_jobserver_matches_a_host_build() {
     require("cc");
     let out = assert_same(
         PIPES,
-        r#"
+        &format!(
+            r#"
         set -e
         cd "$ROOT"
-        mkdir proj && cd proj
-        for i in $(seq 1 12); do
-            printf 'int f%d(void) { return %d; }\n' $i $i > f$i.c
-        done
-        {
-            for i in $(seq 1 12); do echo "int f$i(void);"; done
-            echo '#include <stdio.h>'
-            echo 'int main(void) { int s = 0;'
-            for i in $(seq 1 12); do echo "s += f$i();"; done
-            echo 'printf("sum %d\n", s); return s == 78 ? 0 : 1; }'
-        } > main.c
-        cat > Makefile <<'EOF'
-SRCS := $(sort $(wildcard *.c))
-OBJS := $(SRCS:.c=.o)
-prog: $(OBJS)
-	$(CC) -o $@ $^
-%.o: %.c
-	$(CC) -O1 -c $< -o $@
-EOF
-        make -j4 2>&1 | sort
+{}        make -j4 2>&1 | sort
         ./prog
         "#,
+            atoll_tests::c_project_script(12)
+        ),
         true,
     );
     assert!(out.contains("sum 78"), "{out}");

@@ -643,32 +643,16 @@ fn make_j4_output_matches_a_host_build() {
     require("cc");
     let out = assert_same(
         SPAWN,
-        r#"
+        &format!(
+            r#"
         set -e
         cd "$ROOT"
-        mkdir proj && cd proj
-        for i in $(seq 1 8); do
-            printf 'int f%d(void) { return %d; }\n' $i $i > f$i.c
-        done
-        {
-            for i in $(seq 1 8); do echo "int f$i(void);"; done
-            echo '#include <stdio.h>'
-            echo 'int main(void) { int s = 0;'
-            for i in $(seq 1 8); do echo "s += f$i();"; done
-            echo 'printf("sum %d\n", s); return s == 36 ? 0 : 1; }'
-        } > main.c
-        cat > Makefile <<'EOF'
-SRCS := $(sort $(wildcard *.c))
-OBJS := $(SRCS:.c=.o)
-prog: $(OBJS)
-	$(CC) -o $@ $^
-%.o: %.c
-	$(CC) -O1 -c $< -o $@
-EOF
-        make -j4 2>&1 | sort
+{}        make -j4 2>&1 | sort
         ./prog
         make -j4
         "#,
+            atoll_tests::c_project_script(8)
+        ),
         true,
     );
     assert!(out.contains("sum 36"), "{out}");

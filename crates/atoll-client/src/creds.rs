@@ -142,8 +142,12 @@ impl SentSets {
             return false;
         }
         let bit = 1u64 << set;
-        let old = self.bits[server].fetch_or(bit, Ordering::Relaxed);
-        old & bit != 0
+        // Hot path (every request): a plain load, the read-modify-write
+        // only the first time.
+        if self.bits[server].load(Ordering::Relaxed) & bit != 0 {
+            return true;
+        }
+        self.bits[server].fetch_or(bit, Ordering::Relaxed) & bit != 0
     }
 
     /// `set` did not go after all.

@@ -132,9 +132,10 @@ pub fn parse_without(names: &[String]) -> anyhow::Result<atoll_proto::boot::With
             "coalescing" => &mut w.coalescing,
             "affinity" | "creation_affinity" => &mut w.affinity,
             "hybrid_fd" => &mut w.hybrid_fd,
+            "recovery" => &mut w.recovery,
             other => bail!(
                 "unknown technique {other:?}; known: dir-distribution, dir-cache, broadcast, \
-                 direct-cache, coalescing, affinity, hybrid-fd"
+                 direct-cache, coalescing, affinity, hybrid-fd, recovery"
             ),
         };
         *flag = true;

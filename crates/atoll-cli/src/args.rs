@@ -454,6 +454,8 @@ pub enum Technique {
     Affinity,
     /// Hybrid file-descriptor tracking (Hare §3.5.1)
     HybridFd,
+    /// Server journals, from which a server that dies is rebuilt (fos §3.5)
+    Recovery,
 }
 
 /// Parse a size: plain bytes, or a number with a binary unit suffix

@@ -130,6 +130,7 @@ fn without(list: &[Technique]) -> Without {
             Technique::Coalescing => w.coalescing = true,
             Technique::Affinity => w.affinity = true,
             Technique::HybridFd => w.hybrid_fd = true,
+            Technique::Recovery => w.recovery = true,
         }
     }
     w

@@ -326,6 +326,17 @@ impl ServerChannel {
         }
     }
 
+    /// Tell the client it missed messages: it drops everything it
+    /// learned from this server's notices (its cached lookups). A server
+    /// rebuilt from its journal does this, since it no longer knows what
+    /// each client cached.
+    pub fn raise_inbox_overflow(&self) {
+        self.parts
+            .header()
+            .inbox_overflow
+            .store(1, Ordering::Release);
+    }
+
     /// End the channel (see [`ClientChannel::close`]).
     pub fn close(&self) {
         self.parts.close();

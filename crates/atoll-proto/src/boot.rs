@@ -93,6 +93,9 @@ pub struct Without {
     pub coalescing: bool,
     pub affinity: bool,
     pub hybrid_fd: bool,
+    /// Servers keep no journal, so one that dies stays down (fos §3.5).
+    #[serde(default)]
+    pub recovery: bool,
 }
 
 /// What every client learns when it attaches.
@@ -177,11 +180,22 @@ pub struct ServerHealth {
     pub tid: u32,
     /// Milliseconds since the server started.
     pub uptime_ms: u64,
-    /// Restarts so far (a dead server is not restarted yet).
+    /// Times the server was rebuilt from its journal.
     pub restarts: u32,
-    /// Why it is down, when it is.
+    /// Why it is down, when it is; why it was last rebuilt, when it is up.
     #[serde(default)]
     pub reason: String,
+    /// Microseconds the last rebuild took (replaying the journal).
+    #[serde(default)]
+    pub recovery_us: u64,
+    /// Records and bytes in the server's journal.
+    #[serde(default)]
+    pub journal_records: u64,
+    #[serde(default)]
+    pub journal_bytes: u64,
+    /// Can it be rebuilt if it dies? (A journal, not full.)
+    #[serde(default)]
+    pub recoverable: bool,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug)]

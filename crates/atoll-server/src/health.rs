@@ -12,10 +12,12 @@
 //! down; the boot thread checks the mark after posting), so none is ever
 //! left open with nobody serving it.
 //!
-//! A dead server is not restarted: its state lived in its thread and is
-//! gone, and a new empty one would answer with wrong results rather than
-//! errors. What it lent is lost with it (its blocks stay taken until the
-//! instance ends).
+//! With a journal (the default; `crate::journal`) a server that dies is
+//! not left down: it is rebuilt from its journal and goes on serving the
+//! same channels (`server::run`), so its clients see at most the one call
+//! that was in flight fail with `EIO`. Only a server that cannot be
+//! rebuilt (`--without recovery`, a full journal, a replay that went
+//! differently) stays down as described above.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -36,6 +38,11 @@ struct One {
     tid: AtomicU32,
     core: i32,
     reason: Mutex<String>,
+    restarts: AtomicU32,
+    recovery_us: AtomicU64,
+    /// Milliseconds since `started` when the server last (re)started.
+    since_ms: AtomicU64,
+    journal: Mutex<Option<std::sync::Arc<crate::journal::Journal>>>,
 }
 
 impl Health {
@@ -50,6 +57,10 @@ impl Health {
                     tid: AtomicU32::new(0),
                     core: c.map_or(-1, |c| c as i32),
                     reason: Mutex::new(String::new()),
+                    restarts: AtomicU32::new(0),
+                    recovery_us: AtomicU64::new(0),
+                    since_ms: AtomicU64::new(0),
+                    journal: Mutex::new(None),
                 })
                 .collect(),
         }
@@ -67,6 +78,36 @@ impl Health {
                 Ordering::Relaxed,
             );
         }
+    }
+
+    /// Server `i` keeps its journal in `journal` (for `atoll status`).
+    pub fn set_journal(&self, i: usize, journal: std::sync::Arc<crate::journal::Journal>) {
+        if let Some(s) = self.servers.get(i) {
+            if let Ok(mut j) = s.journal.lock() {
+                *j = Some(journal);
+            }
+        }
+    }
+
+    /// Server `i` was rebuilt from its journal after `reason`, which took
+    /// `recovery`.
+    pub fn restarted(&self, i: usize, reason: &str, recovery: std::time::Duration) {
+        if let Some(s) = self.servers.get(i) {
+            if let Ok(mut r) = s.reason.lock() {
+                *r = reason.to_string();
+            }
+            s.recovery_us
+                .store(recovery.as_micros() as u64, Ordering::Relaxed);
+            s.since_ms.store(self.now_ms(), Ordering::Relaxed);
+            s.restarts.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Times server `i` was rebuilt.
+    pub fn restarts(&self, i: usize) -> u32 {
+        self.servers
+            .get(i)
+            .map_or(0, |s| s.restarts.load(Ordering::SeqCst))
     }
 
     /// Server `i` died (`reason` says how): from now on its channels are
@@ -105,7 +146,7 @@ impl Health {
 
     /// What `atoll status` shows.
     pub fn report(&self) -> Vec<ServerHealth> {
-        let uptime_ms = self.now_ms();
+        let now_ms = self.now_ms();
         self.servers
             .iter()
             .enumerate()
@@ -118,18 +159,19 @@ impl Health {
                 } else {
                     "up"
                 };
+                let journal = s.journal.lock().ok().and_then(|j| j.clone());
                 ServerHealth {
                     server: i as u32,
                     state: state.into(),
                     core: s.core,
                     tid: s.tid.load(Ordering::Relaxed),
-                    uptime_ms,
-                    restarts: 0,
-                    reason: if down {
-                        s.reason.lock().map(|r| r.clone()).unwrap_or_default()
-                    } else {
-                        String::new()
-                    },
+                    uptime_ms: now_ms.saturating_sub(s.since_ms.load(Ordering::Relaxed)),
+                    restarts: s.restarts.load(Ordering::SeqCst),
+                    reason: s.reason.lock().map(|r| r.clone()).unwrap_or_default(),
+                    recovery_us: s.recovery_us.load(Ordering::Relaxed),
+                    journal_records: journal.as_ref().map_or(0, |j| j.records()),
+                    journal_bytes: journal.as_ref().map_or(0, |j| j.used()),
+                    recoverable: !down && journal.as_ref().is_some_and(|j| !j.full()),
                 }
             })
             .collect()

@@ -23,10 +23,14 @@
 pub mod boot;
 pub mod fs;
 pub mod health;
+pub mod journal;
 pub mod server;
 pub mod store;
 mod sys;
 pub mod trace;
+
+#[cfg(test)]
+mod recovery_tests;
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -92,6 +96,20 @@ pub struct Instance {
     stop: Arc<StopFlag>,
     down: bool,
     trace: Option<Arc<trace::Sink>>,
+}
+
+/// Room for each server's journal (`journal`): as much as the buffer
+/// cache holds, shared among the servers, and at least 64 MiB each. The
+/// memfd is sparse: only what is written costs memory.
+/// `ATOLL_JOURNAL_BYTES` overrides it (tests of a full journal).
+fn journal_bytes(cache_bytes: u64, servers: usize) -> usize {
+    if let Some(b) = std::env::var("ATOLL_JOURNAL_BYTES")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+    {
+        return b;
+    }
+    ((cache_bytes / servers.max(1) as u64) as usize).max(64 << 20)
 }
 
 fn invalid(msg: &str) -> std::io::Error {
@@ -185,8 +203,15 @@ impl Instance {
                 .map(|i| config.server_cores.get(i).copied())
                 .collect::<Vec<_>>(),
         ));
+        let journal_bytes = journal_bytes(cache_bytes, n);
         for i in 0..n {
             let (tx, rx) = mpsc::channel();
+            let journal = match config.without.recovery {
+                true => None,
+                false => Some(Arc::new(
+                    journal::Journal::create(journal_bytes).map_err(cleanup)?.1,
+                )),
+            };
             admin.push(tx);
             let pin = config.server_cores.get(i).copied();
             let params = ServerParams {
@@ -208,6 +233,7 @@ impl Instance {
                 trace: trace_sink.clone(),
                 adaptive: config.adaptive_dirs,
                 health: health.clone(),
+                journal,
             };
             let h = std::thread::Builder::new()
                 .name(format!("atoll-fs{i}"))

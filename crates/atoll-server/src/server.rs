@@ -17,7 +17,9 @@
 //! Defence: a frame that does not decode is answered `EPROTO` if its id can
 //! be read (else dropped); a corrupt ring drops that channel; a panic in
 //! the request handler is caught (last line of defence) and answered `EIO`.
-//! All three are counted in `bad_requests`. A reply that does not fit in
+//! All three are counted in `bad_requests`. A panic may have left the
+//! state half changed, so with a journal the server is then rebuilt from
+//! it (`rebuild`, fos §3.5), as it is when anything else in the loop dies. A reply that does not fit in
 //! the reply ring (client not reading) is kept and retried before that
 //! channel is read again, so the server never blocks on a client.
 
@@ -32,8 +34,9 @@ use atoll_proto::{
     SessionId, SessionLoad, MAX_FRAME,
 };
 
-use crate::fs::{FileServer, FsConfig};
+use crate::fs::{tape, FileServer, FsConfig};
 use crate::health::Health;
+use crate::journal::{Journal, Kind};
 use crate::store::BlockStore;
 use crate::sys::SharedStore;
 use crate::trace::{Recorder, Sink, TraceEvent};
@@ -81,6 +84,9 @@ pub struct ServerParams {
     pub adaptive: bool,
     /// Up, stalled or down, shared with the boot thread (`health`).
     pub health: Arc<Health>,
+    /// Where the server keeps what it served, to be rebuilt from it
+    /// (`journal`); `None`: `--without recovery`.
+    pub journal: Option<Arc<Journal>>,
 }
 
 /// Decode one request frame, serve it, and encode the reply into
@@ -94,15 +100,36 @@ pub fn serve_frame<S: BlockStore>(
     scratch: &mut Vec<u8>,
     reply_buf: &mut [u8],
 ) -> Option<usize> {
+    serve_frame_kept(fs, None, session, bytes, scratch, reply_buf)
+}
+
+/// [`serve_frame`], keeping the request in `journal` (with its tape)
+/// before its reply is encoded, unless it changes nothing. A handler that
+/// panics leaves the server marked poisoned, to be rebuilt.
+pub fn serve_frame_kept<S: BlockStore>(
+    fs: &mut FileServer<S>,
+    journal: Option<&Journal>,
+    session: SessionId,
+    bytes: &[u8],
+    scratch: &mut Vec<u8>,
+    reply_buf: &mut [u8],
+) -> Option<usize> {
     let (id, reply) = match decode::<RequestFrame<'_>>(bytes) {
         Ok(frame) => {
             let id = frame.id;
+            let keep = journal.filter(|_| !crate::fs::changes_nothing(&frame.req));
+            if journal.is_some() {
+                tape::clear();
+            }
             let served = catch_unwind(AssertUnwindSafe(|| {
                 if !is_posted(id) && fs.fault_due() {
                     panic!("fault injected by {}", crate::fs::faults::ENV_FAULT_PANIC);
                 }
                 let reply =
                     fs.handle_vouched(session, frame.cred, &frame.vouched, frame.req, scratch);
+                if let Some(j) = keep {
+                    tape::with_recorded(|t| j.append(Kind::Request, session, t, bytes));
+                }
                 if is_posted(id) {
                     return Ok(None); // nobody waits for this reply
                 }
@@ -117,6 +144,9 @@ pub fn serve_frame<S: BlockStore>(
                 Err(_) => {
                     tracing::error!("request {id} panicked the handler");
                     fs.count_bad_request();
+                    if journal.is_some() {
+                        fs.set_poisoned(tape::with_recorded(|t| t.to_vec()));
+                    }
                     (id, Errno::EIO)
                 }
             }
@@ -236,6 +266,104 @@ fn stats_with_load<S: BlockStore>(fs: &FileServer<S>, chans: &[Chan]) -> ServerS
     st
 }
 
+/// Why the server loop returned.
+enum Exit {
+    /// `Admin::Shutdown`, or the boot side is gone.
+    Shutdown,
+    /// A request panicked half way (`FileServer::is_poisoned`).
+    Poisoned,
+}
+
+/// A server with an empty tree (or the root, on its owner), its share of
+/// the block pool and the instance's gauges.
+pub(crate) fn fresh_server(
+    params: &ServerParams,
+    control: &std::rc::Rc<Control>,
+) -> std::io::Result<FileServer<SharedStore>> {
+    let index = params.fs.index;
+    let cache = SharedRegion::map(std::os::fd::AsFd::as_fd(&params.cache_fd))?;
+    let rep = atoll_msg::BlockPool::rep(&params.pool, index)
+        .ok_or_else(|| std::io::Error::other("server without a share of the block pool"))?;
+    let cache = crate::fs::Cache::new(rep, SharedStore::new(cache));
+    // The instance-wide metadata counts live in the control block
+    // (`fs::limits`), shared with the other servers.
+    let mut fs = FileServer::with_gauges(params.fs.clone(), cache, control.clone());
+    fs.set_adaptive(params.adaptive);
+    Ok(fs)
+}
+
+/// Do `change` to the server's state and keep it in `journal` as a record
+/// of `kind`, with the answers it took from outside (`tape`).
+fn kept(journal: Option<&Journal>, kind: Kind, session: SessionId, change: impl FnOnce()) {
+    if journal.is_some() {
+        tape::clear();
+    }
+    change();
+    if let Some(j) = journal {
+        tape::with_recorded(|t| j.append(kind, session, t, b""));
+    }
+}
+
+/// A new server in the place of one that died: every record of its
+/// journal replayed, in order, with its tape (fos §3.5). The result is the
+/// lost server's state as of its last acknowledged operation, block for
+/// block; an `Err` says why it cannot be trusted.
+pub fn rebuild(
+    params: &ServerParams,
+    control: &std::rc::Rc<Control>,
+    journal: &Journal,
+) -> Result<FileServer<SharedStore>, String> {
+    if journal.full() {
+        return Err("its journal filled up".into());
+    }
+    let records = journal
+        .read_all()
+        .ok_or_else(|| "its journal does not parse".to_string())?;
+    let mut records = records.into_iter();
+    let genesis = records
+        .next()
+        .filter(|r| r.kind == Kind::Genesis)
+        .ok_or_else(|| "its journal has no beginning".to_string())?;
+    tape::replay(genesis.tape);
+    let fs = fresh_server(params, control);
+    if !tape::replayed_exactly() {
+        return Err("its creation replayed differently".into());
+    }
+    let mut fs = fs.map_err(|e| e.to_string())?;
+    let mut scratch = Vec::with_capacity(MAX_FRAME);
+    for (n, r) in records.enumerate() {
+        tape::replay(r.tape);
+        let replayed = catch_unwind(AssertUnwindSafe(|| match r.kind {
+            Kind::Opened => fs.session_opened(r.session),
+            Kind::Closed => fs.session_closed(r.session),
+            Kind::Flush => fs.flush_events(),
+            Kind::Request => {
+                if let Ok(frame) = decode::<RequestFrame<'_>>(&r.frame) {
+                    fs.handle_vouched(
+                        r.session,
+                        frame.cred,
+                        &frame.vouched,
+                        frame.req,
+                        &mut scratch,
+                    );
+                }
+                // Its invalidations were delivered by the lost server.
+                fs.take_notices();
+                fs.take_adapt_notices();
+            }
+            Kind::Genesis => panic!("a second beginning"),
+        }));
+        if replayed.is_err() || !tape::replayed_exactly() {
+            tape::off();
+            return Err(format!(
+                "record {} of its journal replayed differently",
+                n + 1
+            ));
+        }
+    }
+    Ok(fs)
+}
+
 /// Run a file server until `Admin::Shutdown` (or the boot side is gone).
 /// Returns its final statistics.
 pub fn run(params: ServerParams, admin: Receiver<Admin>) -> std::io::Result<ServerStats> {
@@ -247,39 +375,75 @@ pub fn run(params: ServerParams, admin: Receiver<Admin>) -> std::io::Result<Serv
         }
     }
     let index = params.fs.index;
-    let cache = SharedRegion::map(std::os::fd::AsFd::as_fd(&params.cache_fd))?;
     let control = std::rc::Rc::new(Control::map(std::os::fd::AsFd::as_fd(&params.control_fd))?);
-    // The instance-wide metadata counts live in the control block
-    // (`fs::limits`), shared with the other servers.
-    let rep = atoll_msg::BlockPool::rep(&params.pool, index)
-        .ok_or_else(|| std::io::Error::other("server without a share of the block pool"))?;
-    let cache = crate::fs::Cache::new(rep, SharedStore::new(cache));
-    let mut fs = FileServer::with_gauges(params.fs.clone(), cache, control.clone());
-    fs.set_adaptive(params.adaptive);
+    let journal = params.journal.as_deref();
+    if let Some(j) = journal {
+        j.clear();
+        tape::record();
+    }
+    let mut fs = Some(fresh_server(&params, &control)?);
+    if let Some(j) = journal {
+        tape::with_recorded(|t| j.append(Kind::Genesis, SessionId(0), t, b""));
+        params
+            .health
+            .set_journal(index, params.journal.clone().expect("journal"));
+    }
     params.health.started(index);
     let mut chans: Vec<Chan> = Vec::new();
     let mut recorder = params.trace.as_ref().map(|s| Recorder::new(s.epoch));
-    // Last line of defence, around the whole loop (each request has its
-    // own): a server that dies anyway takes only its own clients' calls
-    // with it (`health`).
-    let served = catch_unwind(AssertUnwindSafe(|| {
-        serve(
-            &params,
-            &mut fs,
-            &control,
-            &admin,
-            &mut chans,
-            &mut recorder,
-        )
-    }));
+    let ended = loop {
+        let Some(server) = fs.as_mut() else {
+            break Err("no server".to_string());
+        };
+        // Last line of defence, around the whole loop (each request has
+        // its own): a server that dies anyway is rebuilt from its journal,
+        // or takes only its own clients' calls with it (`health`).
+        let served = catch_unwind(AssertUnwindSafe(|| {
+            serve(&params, server, &control, &admin, &mut chans, &mut recorder)
+        }));
+        let reason = match served {
+            Ok(Exit::Shutdown) => break Ok(()),
+            Ok(Exit::Poisoned) => "a request panicked half way".to_string(),
+            Err(cause) => panic_text(&cause),
+        };
+        tracing::error!("file server {index} died: {reason}");
+        let partial = server
+            .take_poisoned()
+            .unwrap_or_else(|| tape::with_recorded(|t| t.to_vec()));
+        let calls_seen = server.calls_seen();
+        // The lost state goes first: it holds this server's share of the
+        // block pool, which the rebuilt one takes over.
+        fs = None;
+        let Some(j) = journal else {
+            break Err(reason);
+        };
+        let t0 = std::time::Instant::now();
+        match rebuild(&params, &control, j) {
+            Ok(mut rebuilt) => {
+                tape::record();
+                rebuilt.give_back_taken(&partial);
+                rebuilt.set_calls_seen(calls_seen);
+                for c in &chans {
+                    // It no longer knows who cached what (`track`).
+                    c.ch.raise_inbox_overflow();
+                }
+                params.health.restarted(index, &reason, t0.elapsed());
+                tracing::warn!(
+                    "file server {index} rebuilt from its journal in {:?}",
+                    t0.elapsed()
+                );
+                fs = Some(rebuilt);
+            }
+            Err(why) => break Err(format!("{reason}; not rebuilt: {why}")),
+        }
+    };
     if let (Some(sink), Some(r)) = (&params.trace, recorder) {
         sink.collect(r);
     }
-    match served {
-        Ok(()) => Ok(fs.stats()),
-        Err(cause) => {
-            let reason = panic_text(&cause);
-            tracing::error!("file server {index} died: {reason}");
+    match ended {
+        Ok(()) => Ok(fs.map(|f| f.stats()).unwrap_or_default()),
+        Err(reason) => {
+            tracing::error!("file server {index} is down: {reason}");
             params.health.mark_down(index, &reason);
             control.set_down(index);
             for c in &chans {
@@ -315,8 +479,9 @@ fn serve<S: BlockStore>(
     admin: &Receiver<Admin>,
     chans: &mut Vec<Chan>,
     recorder: &mut Option<Recorder>,
-) {
+) -> Exit {
     let index = params.fs.index;
+    let journal = params.journal.as_deref();
     let doorbell = control.doorbell(index);
     let mut scratch = Vec::with_capacity(MAX_FRAME);
     let mut reply_buf = vec![0u8; MAX_FRAME];
@@ -348,7 +513,9 @@ fn serve<S: BlockStore>(
                     lane,
                     channel,
                 }) => {
-                    fs.session_opened(session);
+                    kept(journal, Kind::Opened, session, || {
+                        fs.session_opened(session)
+                    });
                     chans.push(Chan {
                         session,
                         lane,
@@ -365,7 +532,14 @@ fn serve<S: BlockStore>(
                     for c in chans.iter().filter(|c| c.session == s) {
                         for _ in 0..1024 {
                             let got = c.ch.try_recv(|bytes| {
-                                serve_frame(fs, s, bytes, &mut scratch, &mut reply_buf)
+                                serve_frame_kept(
+                                    fs,
+                                    journal,
+                                    s,
+                                    bytes,
+                                    &mut scratch,
+                                    &mut reply_buf,
+                                )
                             });
                             if !matches!(got, Ok(Some(_))) {
                                 break;
@@ -376,7 +550,10 @@ fn serve<S: BlockStore>(
                         deliver_notices(fs, chans, &mut notice_buf);
                     }
                     chans.retain(|c| c.session != s);
-                    fs.session_closed(s);
+                    kept(journal, Kind::Closed, s, || fs.session_closed(s));
+                    if fs.is_poisoned() {
+                        return Exit::Poisoned;
+                    }
                 }
                 Ok(Admin::RetireLanes { session, before }) => {
                     chans.retain(|c| c.session != session || c.lane >= before);
@@ -393,7 +570,7 @@ fn serve<S: BlockStore>(
                         c.ch.corrupt_request_ring();
                     }
                 }
-                Ok(Admin::Shutdown) | Err(TryRecvError::Disconnected) => return,
+                Ok(Admin::Shutdown) | Err(TryRecvError::Disconnected) => return Exit::Shutdown,
                 Err(TryRecvError::Empty) => admin_due = false,
             }
         }
@@ -402,6 +579,11 @@ fn serve<S: BlockStore>(
         let n = chans.len();
         let mut dead = Vec::new();
         for k in 0..n {
+            if fs.is_poisoned() {
+                // Answered `EIO` (unless posted); the state it left is not
+                // to be trusted (module docs).
+                return Exit::Poisoned;
+            }
             let idx = (start + k) % n;
             let c = &mut chans[idx];
             if let Some(p) = &c.pending {
@@ -421,7 +603,7 @@ fn serve<S: BlockStore>(
             let mut request_bytes = 0;
             let got = c.ch.try_recv(|bytes| {
                 request_bytes = bytes.len();
-                serve_frame(fs, session, bytes, &mut scratch, &mut reply_buf)
+                serve_frame_kept(fs, journal, session, bytes, &mut scratch, &mut reply_buf)
             });
             if matches!(got, Ok(Some(_))) {
                 c.requests += 1;
@@ -467,6 +649,9 @@ fn serve<S: BlockStore>(
                 }
             }
         }
+        if fs.is_poisoned() {
+            return Exit::Poisoned;
+        }
         if !dead.is_empty() {
             dead.sort_unstable();
             dead.dedup();
@@ -484,7 +669,7 @@ fn serve<S: BlockStore>(
         } else if fs.has_pending_events() {
             // A notification ring was locked by its reader for a moment:
             // try again soon rather than sleep (`fs::inotify`).
-            fs.flush_events();
+            kept(journal, Kind::Flush, SessionId(0), || fs.flush_events());
             std::thread::yield_now();
         } else if params.poll == PollMode::Spin {
             // A spinning server never sleeps, so its clients do not ring

@@ -4,6 +4,7 @@
 use atoll_msg::SharedRegion;
 use atoll_proto::BLOCK_SIZE;
 
+use crate::fs::tape::{self, Tag};
 use crate::store::BlockStore;
 
 /// The instance's buffer cache as mapped by one server thread.
@@ -12,6 +13,11 @@ use crate::store::BlockStore;
 /// blocks they were granted; the server writes only blocks it owns and is
 /// handing out or zeroing (Hare §3.3). Accesses go through raw pointers,
 /// never references, because other processes may touch the same bytes:
+/// A server being rebuilt from its journal (`crate::fs::tape`) changes
+/// nothing here: the blocks already hold what the lost server and its
+/// clients wrote since, and words clients move are played back from the
+/// tape rather than read.
+///
 /// atoll's trust model (one user per instance, Hare's single fault domain)
 /// accepts that a misbehaving client can garble file contents, but no
 /// access here can leave the mapping.
@@ -36,6 +42,9 @@ impl SharedStore {
 
 impl BlockStore for SharedStore {
     fn zero(&mut self, block: u32, from: usize, to: usize) {
+        if tape::replaying() {
+            return;
+        }
         if let Some(p) = self.at(block, from, to) {
             // SAFETY: `at` checked `[p, p + to - from)` is inside the mapping.
             unsafe { std::ptr::write_bytes(p, 0, to - from) }
@@ -51,6 +60,9 @@ impl BlockStore for SharedStore {
     }
 
     fn write(&mut self, block: u32, off: usize, data: &[u8]) {
+        if tape::replaying() {
+            return;
+        }
         if let Some(p) = self.at(block, off, off + data.len()) {
             // SAFETY: destination range checked by `at`; `data` is private
             // memory of exactly that length, so the ranges do not overlap.
@@ -59,34 +71,35 @@ impl BlockStore for SharedStore {
     }
 
     fn get_u32(&self, block: u32, off: usize) -> u32 {
-        self.word(block, off)
-            .map_or(0, |w| w.load(std::sync::atomic::Ordering::Acquire))
+        tape::value(Tag::StoreWord, || {
+            u64::from(
+                self.word(block, off)
+                    .map_or(0, |w| w.load(std::sync::atomic::Ordering::Acquire)),
+            )
+        }) as u32
     }
 
     fn get_u64(&self, block: u32, off: usize) -> u64 {
-        match self.at(block, off, off + 8) {
-            // SAFETY: in range (checked by `at`), 8-aligned (blocks are
-            // page-aligned in a page-aligned mapping and `off % 8 == 0`);
-            // clients update it with atomics, so read it atomically too.
-            Some(p) if off.is_multiple_of(8) => unsafe {
-                (*(p as *const std::sync::atomic::AtomicU64))
-                    .load(std::sync::atomic::Ordering::Acquire)
-            },
-            _ => 0,
-        }
+        tape::value(Tag::StoreWord, || self.load_u64(block, off))
     }
 
     fn put_u32(&mut self, block: u32, off: usize, v: u32) {
+        if tape::replaying() {
+            return;
+        }
         if let Some(w) = self.word(block, off) {
             w.store(v, std::sync::atomic::Ordering::Release);
         }
     }
 
     fn put_u64(&mut self, block: u32, off: usize, v: u64) {
+        if tape::replaying() {
+            return;
+        }
         if let Some(p) = self.at(block, off, off + 8) {
             if off.is_multiple_of(8) {
                 // SAFETY: in range (checked by `at`) and 8-aligned (see
-                // `get_u64`); clients read it with atomics.
+                // `load_u64`); clients read it with atomics.
                 unsafe {
                     (*(p as *const std::sync::atomic::AtomicU64))
                         .store(v, std::sync::atomic::Ordering::Release)
@@ -96,20 +109,30 @@ impl BlockStore for SharedStore {
     }
 
     fn cas_u32(&mut self, block: u32, off: usize, old: u32, new: u32) -> bool {
-        self.word(block, off).is_some_and(|w| {
-            w.compare_exchange(
-                old,
-                new,
-                std::sync::atomic::Ordering::Acquire,
-                std::sync::atomic::Ordering::Relaxed,
-            )
-            .is_ok()
+        let replaying = tape::replaying();
+        tape::flag(Tag::StoreWord, || {
+            !replaying
+                && self.word(block, off).is_some_and(|w| {
+                    w.compare_exchange(
+                        old,
+                        new,
+                        std::sync::atomic::Ordering::Acquire,
+                        std::sync::atomic::Ordering::Relaxed,
+                    )
+                    .is_ok()
+                })
         })
     }
 
     fn swap_u32(&mut self, block: u32, off: usize, v: u32) -> u32 {
-        self.word(block, off)
-            .map_or(0, |w| w.swap(v, std::sync::atomic::Ordering::AcqRel))
+        let replaying = tape::replaying();
+        tape::value(Tag::StoreWord, || match replaying {
+            true => 0,
+            false => u64::from(
+                self.word(block, off)
+                    .map_or(0, |w| w.swap(v, std::sync::atomic::Ordering::AcqRel)),
+            ),
+        }) as u32
     }
 
     fn wake(&mut self, block: u32, off: usize) {
@@ -117,6 +140,9 @@ impl BlockStore for SharedStore {
     }
 
     fn add_u32(&mut self, block: u32, off: usize, delta: u32, wake: bool) {
+        if tape::replaying() {
+            return;
+        }
         let Some(w) = self.word(block, off) else {
             return;
         };
@@ -141,6 +167,21 @@ impl BlockStore for SharedStore {
 }
 
 impl SharedStore {
+    fn load_u64(&self, block: u32, off: usize) -> u64 {
+        match self.at(block, off, off + 8) {
+            // SAFETY: in range (checked by `at`), 8-aligned (blocks are
+            // page-aligned in a page-aligned mapping and `off % 8 == 0`);
+            // clients update it with atomics, so read it atomically too.
+            Some(p) if off.is_multiple_of(8) => unsafe {
+                (*(p as *const std::sync::atomic::AtomicU64))
+                    .load(std::sync::atomic::Ordering::Acquire)
+            },
+            _ => 0,
+        }
+    }
+}
+
+impl SharedStore {
     /// The aligned `u32` at byte `off` of `block`, as an atomic.
     fn word(&self, block: u32, off: usize) -> Option<&std::sync::atomic::AtomicU32> {
         if !off.is_multiple_of(4) {
@@ -151,6 +192,79 @@ impl SharedStore {
         // blocks, `off % 4 == 0`); the mapping lives as long as `self`.
         // Other processes access the word only atomically.
         Some(unsafe { &*(p as *const std::sync::atomic::AtomicU32) })
+    }
+}
+
+/// A byte log in shared memory that outlives the thread (or process)
+/// appending to it (`crate::journal`): bounds-checked copies in and out,
+/// and a few header words read and written atomically.
+pub struct LogRegion {
+    region: SharedRegion,
+}
+
+/// Header words at the start of a [`LogRegion`].
+pub const LOG_WORDS: usize = 8;
+
+impl LogRegion {
+    pub fn new(region: SharedRegion) -> LogRegion {
+        LogRegion { region }
+    }
+
+    /// Bytes in the region (header included).
+    pub fn len(&self) -> usize {
+        self.region.len()
+    }
+
+    /// Header word `i`.
+    pub fn word(&self, i: usize) -> &std::sync::atomic::AtomicU64 {
+        assert!(
+            i < LOG_WORDS && (i + 1) * 8 <= self.region.len(),
+            "no log word {i}"
+        );
+        // SAFETY: in range (asserted), 8-aligned (the mapping is
+        // page-aligned); the region lives as long as `self`, and the word
+        // is only accessed atomically.
+        unsafe { &*(self.region.as_ptr().add(i * 8) as *const std::sync::atomic::AtomicU64) }
+    }
+
+    /// Copy `data` to byte `off`; false if it does not fit.
+    pub fn write_at(&self, off: usize, data: &[u8]) -> bool {
+        let fits = off >= LOG_WORDS * 8
+            && off
+                .checked_add(data.len())
+                .is_some_and(|end| end <= self.region.len());
+        if fits {
+            // SAFETY: `[off, off + len)` lies inside the mapping (checked)
+            // and past the header words; only the log's one writer writes
+            // there, and `data` is private memory.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    data.as_ptr(),
+                    self.region.as_ptr().add(off),
+                    data.len(),
+                )
+            }
+        }
+        fits
+    }
+
+    /// Copy bytes from `off` into `buf`; false if out of range.
+    pub fn read_at(&self, off: usize, buf: &mut [u8]) -> bool {
+        let fits = off
+            .checked_add(buf.len())
+            .is_some_and(|end| end <= self.region.len());
+        if fits {
+            // SAFETY: source inside the mapping (checked); `buf` is a
+            // distinct private buffer of exactly that length.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    self.region.as_ptr().add(off),
+                    buf.as_mut_ptr(),
+                    buf.len(),
+                )
+            }
+        }
+        fits
     }
 }
 

@@ -1,7 +1,9 @@
 //! Fault containment (fos §3.5): `atoll chaos` kills or stalls a file
-//! server of a running instance. A killed server takes only the calls that
+//! server of a running instance. Without a journal to rebuild it from
+//! (`--without recovery`), a killed server takes only the calls that
 //! need it: they fail with `EIO`, nothing hangs, every other call goes on,
-//! and `atoll status` shows the server down. A stalled server delays its
+//! and `atoll status` shows the server down (`recovery.rs` has the
+//! default, where it is rebuilt). A stalled server delays its
 //! clients and then serves them as if nothing happened.
 
 use std::process::Stdio;
@@ -26,15 +28,16 @@ fn health(inst: &Booted, server: usize) -> serde_json::Value {
     inst.status()["health"][server].clone()
 }
 
-/// Four processes create, rename and read in one distributed directory
-/// (its entries on all three servers) while a server that holds neither
+/// Without recovery, four processes create, rename and read in one
+/// distributed directory (its entries on all three servers) while a
+/// server that holds neither
 /// the root nor the directory's inode is killed: every call either works
 /// or fails with `EIO` ("Input/output error", no other error), the work
 /// ends, files away from the dead server stay readable, new programs still
 /// start, and the instance stops cleanly.
 #[test]
 fn a_killed_file_server_fails_only_the_calls_that_need_it() {
-    let inst = Booted::new(&["--servers", "3"]);
+    let inst = Booted::new(&["--servers", "3", "--without", "recovery"]);
     let setup = inst
         .command(
             r#"mkdir "$ROOT/d" && setfattr -n user.atoll.distributed -v 1 "$ROOT/d" &&

@@ -165,7 +165,7 @@ fn a_server_that_panics_on_a_request_fails_only_that_call() {
         let mut cmd = atoll_tests::atoll();
         cmd.args(["run", "--servers", "2", "--", "bash", "-c", script])
             .env("ROOT", atoll_tests::MOUNT)
-            .env("ATOLL_FAULT_PANIC", format!("{server}:40"))
+            .env("ATOLL_FAULT_PANIC", format!("{server}:{call}"))
             .stdin(std::process::Stdio::null());
         let out = atoll_tests::output_within(cmd, atoll_tests::RUN_LIMIT);
         let stdout = String::from_utf8_lossy(&out.stdout);

@@ -91,7 +91,7 @@ pub struct Swap {
 /// This server's records of adapted directories and its counters.
 #[derive(Default)]
 pub struct Adapt {
-    pub dirs: HashMap<InodeId, DirState>,
+    pub dirs: Map<InodeId, DirState>,
     /// Swaps completed here as home server.
     pub swaps: u64,
     /// Swaps begun here as home server, and ones cancelled.

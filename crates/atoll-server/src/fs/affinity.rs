@@ -26,7 +26,7 @@
 //! `Adopt` posted on another lane arrived) consumes the pending name, and
 //! the `Adopt` that follows is a no-op.
 
-use std::collections::HashMap;
+use super::seeded::Map;
 
 use atoll_proto::{Cred, Errno, FileType, InodeId, Reply, SessionId, MAX_TARGET};
 
@@ -39,7 +39,7 @@ use crate::store::BlockStore;
 pub struct Creating {
     /// Inodes created by `CreateInode` and not yet adopted, with their
     /// creating session.
-    pending: HashMap<InodeId, SessionId>,
+    pending: Map<InodeId, SessionId>,
     /// Inodes placed here for a client of this socket (`CreateInode`).
     placements: u64,
     /// Pending inodes whose name was confirmed (`Adopt`).
@@ -302,7 +302,7 @@ mod tests {
         // The creator exiting no longer frees it: it has a name.
         f.session_closed(S1);
         assert_eq!(f.attr(ino).unwrap().nlink, 1);
-        let c: HashMap<_, _> = f.stats().counters.into_iter().collect();
+        let c: Map<_, _> = f.stats().counters.into_iter().collect();
         assert_eq!(c.get("affinity.placements"), Some(&1));
         assert_eq!(c.get("affinity.adopted"), Some(&1));
     }

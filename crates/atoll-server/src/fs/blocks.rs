@@ -49,6 +49,7 @@ use std::sync::Arc;
 use atoll_msg::{BlockPool, PoolRep, RepCounts};
 use atoll_proto::BLOCK_SIZE;
 
+use super::tape::{self, Tag};
 use crate::store::BlockStore;
 
 /// Most free blocks a server keeps at its high watermark.
@@ -134,6 +135,12 @@ impl<S: BlockStore> Cache<S> {
         self.rep.pool()
     }
 
+    /// The free list itself (tests compare rebuilt servers by it).
+    #[cfg(test)]
+    pub fn free_list(&self) -> &[u32] {
+        &self.free
+    }
+
     /// Free blocks on this server's list right now.
     pub fn listed(&self) -> usize {
         self.free.len()
@@ -153,15 +160,35 @@ impl<S: BlockStore> Cache<S> {
 
     /// Claim from the root until the list holds `n` blocks; whether it
     /// does (it may hold more or fewer either way).
+    ///
+    /// Taped (`tape`): a replay gets the blocks the live claim got, and
+    /// claims nothing (the pool's words already name this server).
     pub fn reserve(&mut self, n: usize) -> bool {
         let short = n.saturating_sub(self.free.len());
-        if short as u64 > self.pool().root_free() {
-            return false;
-        }
         if short > 0 {
+            let root_free = self.pool().root_free();
+            if !tape::flag(Tag::PoolRoom, || short as u64 <= root_free) {
+                return false;
+            }
             let want = (n - self.free.len()).max(self.batch);
             let mut got = Vec::with_capacity(want);
-            self.rep.claim(want, &mut got);
+            let replaying = tape::replaying();
+            let rep = &mut self.rep;
+            let count = tape::value(Tag::PoolClaim, || {
+                if !replaying {
+                    rep.claim(want, &mut got);
+                }
+                got.len() as u64
+            });
+            if replaying {
+                got = (0..count)
+                    .map(|_| tape::value(Tag::PoolBlock, || 0) as u32)
+                    .collect();
+            } else {
+                for &b in &got {
+                    tape::value(Tag::PoolBlock, || u64::from(b));
+                }
+            }
             // Reversed so that `pop` hands out ascending blocks, which
             // lets consecutive allocations merge into one extent.
             self.free.extend(got.into_iter().rev());
@@ -177,10 +204,13 @@ impl<S: BlockStore> Cache<S> {
                 return None;
             }
             let b = self.free.pop()?;
-            if self.rep.holds(b) {
+            let rep = &self.rep;
+            if tape::flag(Tag::PoolHolds, || rep.holds(b)) {
                 return Some(b);
             }
-            self.rep.drop_block(b);
+            if !tape::replaying() {
+                self.rep.drop_block(b);
+            }
         }
     }
 
@@ -206,14 +236,31 @@ impl<S: BlockStore> Cache<S> {
     /// keeping `batch`, and publish the list's length. Hot path: one
     /// comparison and one relaxed store unless the list is long.
     pub fn settle(&mut self) {
+        // A replay pops the same blocks, which went back to the root long
+        // ago (and may be another server's now): it must not return them.
+        let replaying = tape::replaying();
         if self.free.len() > self.high {
             while self.free.len() > self.batch {
                 if let Some(b) = self.free.pop() {
-                    self.rep.give_back(b);
+                    if !replaying {
+                        self.rep.give_back(b);
+                    }
                 }
             }
         }
-        self.rep.publish(self.free.len() as u64);
+        if !replaying {
+            self.rep.publish(self.free.len() as u64);
+        }
+    }
+
+    /// Give `blocks` back to the root: what a request that died half way
+    /// had claimed (`tape::taken`), which the rebuilt server never heard of.
+    pub fn give_back(&mut self, blocks: &[u32]) {
+        for &b in blocks {
+            if self.rep.holds(b) && !self.free.contains(&b) {
+                self.rep.give_back(b);
+            }
+        }
     }
 }
 

@@ -29,7 +29,7 @@ impl<S: BlockStore> FileServer<S> {
         }
         let mut want = len.min(i.size.saturating_sub(off));
         // Bytes a writer has not copied yet are not there to read (`inflight`).
-        match self.writes.limit(ino, off, want, Instant::now()) {
+        match self.writes.limit(ino, off, want, super::tape::instant()) {
             inflight::ReadLimit::All => {}
             inflight::ReadLimit::Wait => return Err(RETRY),
             inflight::ReadLimit::Upto(end) => want = end.saturating_sub(off).min(want),

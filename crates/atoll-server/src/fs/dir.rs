@@ -24,7 +24,9 @@
 //! only); entries start at 3.
 
 use std::cell::Cell;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use super::seeded::Map;
 use std::rc::Rc;
 
 use atoll_proto::{Errno, FileType, InodeId, MAX_NAME};
@@ -43,7 +45,7 @@ pub struct Dent {
 pub struct Shard {
     /// Parent directory, for `..` (recorded on the home server only).
     pub parent: Option<InodeId>,
-    by_name: HashMap<Vec<u8>, Dent>,
+    by_name: Map<Vec<u8>, Dent>,
     by_seq: BTreeMap<u64, Vec<u8>>,
     next_seq: u64,
     /// Phase 1 of rmdir happened; creations wait.
@@ -73,7 +75,7 @@ impl Shard {
         Shard {
             names: names.clone(),
             parent,
-            by_name: HashMap::new(),
+            by_name: Map::default(),
             by_seq: BTreeMap::new(),
             next_seq: FIRST_SEQ,
             marked: false,
@@ -87,6 +89,14 @@ impl Shard {
     pub fn len(&self) -> usize {
         self.by_name.len()
     }
+    /// Every entry: name, inode, type (in no particular order).
+    #[cfg(test)]
+    pub fn names(&self) -> impl Iterator<Item = (&[u8], InodeId, String)> {
+        self.by_name
+            .iter()
+            .map(|(n, d)| (n.as_slice(), d.ino, format!("{:?}", d.ftype)))
+    }
+
     pub fn get(&self, name: &[u8]) -> Option<Dent> {
         self.by_name.get(name).copied()
     }

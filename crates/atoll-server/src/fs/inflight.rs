@@ -72,7 +72,7 @@ impl Writes {
             ino,
             start: off.max(old_size),
             end,
-            since: Instant::now(),
+            since: super::tape::instant(),
         });
     }
 

@@ -42,7 +42,9 @@
 //! lets the owner free the blocks without asking anyone: no server writes
 //! into a queue whose bit it has cleared.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use super::seeded::Map;
 
 use atoll_proto::inotify::{self as ino_hdr, *};
 use atoll_proto::BLOCK_SIZE;
@@ -61,7 +63,7 @@ struct Queue {
     data: Vec<u32>,
     id: u64,
     /// Watch descriptors handed out: inode → (wd, mask).
-    wds: HashMap<InodeId, (i32, u32)>,
+    wds: Map<InodeId, (i32, u32)>,
     next_wd: i32,
 }
 
@@ -77,19 +79,19 @@ struct Watch {
 #[derive(Default)]
 pub(super) struct Notify {
     /// Queues owned here, by their inode.
-    queues: HashMap<InodeId, Queue>,
+    queues: Map<InodeId, Queue>,
     /// Queues whose last description closed, until no server holds
     /// watches of them.
     dying: Vec<Queue>,
     /// Watches held here, by watched inode.
-    watches: HashMap<InodeId, Vec<Watch>>,
+    watches: Map<InodeId, Vec<Watch>>,
     /// How many of `watches` belong to each queue (this server's bit in
     /// the queue's `HOLDERS` is set while the count is not zero).
-    held: HashMap<QueueRef, u32>,
+    held: Map<QueueRef, u32>,
     /// Names of inodes in the watched directories' entries held here,
     /// for child events, with the state of those entries it was built
     /// from (`names_key`); rebuilt when that moved.
-    names: HashMap<InodeId, Vec<(InodeId, Vec<u8>)>>,
+    names: Map<InodeId, Vec<(InodeId, Vec<u8>)>>,
     names_key: Option<(u64, u64, usize)>,
     /// Records not yet in their ring (its lock was held), in order.
     pending: VecDeque<(QueueRef, Vec<u8>)>,
@@ -385,7 +387,7 @@ impl<S: BlockStore> FileServer<S> {
                 header,
                 data,
                 id: ino.0,
-                wds: HashMap::new(),
+                wds: Map::default(),
                 next_wd: 1,
             },
         );
@@ -722,7 +724,7 @@ impl<S: BlockStore> FileServer<S> {
         if self.notify.names_key == key {
             return;
         }
-        let mut names: HashMap<InodeId, Vec<(InodeId, Vec<u8>)>> = HashMap::new();
+        let mut names: Map<InodeId, Vec<(InodeId, Vec<u8>)>> = Map::default();
         for dir in self.notify.watches.keys() {
             if let Some(s) = self.shards.get(dir) {
                 for (_, name, d) in s.after(0) {

@@ -44,7 +44,9 @@
 //! cost at most one limit per server.
 
 use std::cell::Cell;
-use std::collections::{HashSet, VecDeque};
+use std::collections::VecDeque;
+
+use super::seeded::Set;
 use std::rc::Rc;
 
 use atoll_msg::{Control, Gauge, GAUGES};
@@ -210,9 +212,18 @@ impl Accounts {
 
     /// Reserve `n` units of resource `r`, of which this server holds
     /// `held` now; the errno Linux gives at that limit if there is no room.
+    /// Taped (`tape`): a replay gets the live answer and takes nothing.
     pub fn admit(&mut self, r: usize, n: u64, held: u64) -> Result<(), Errno> {
         let mine = held + self.reserved[r] + n;
-        if mine > self.limits[r] || !self.gauges.gauge(r).try_take(n) {
+        let gauges = &self.gauges;
+        let replaying = super::tape::replaying();
+        let granted = mine <= self.limits[r]
+            && super::tape::value(super::tape::Tag::GaugeTake, || {
+                let ok = !replaying && gauges.gauge(r).try_take(n);
+                u64::from(ok) | (r as u64) << 1 | n << 8
+            }) & 1
+                == 1;
+        if !granted {
             return Err(match r {
                 DESCRIPTIONS => Errno::ENFILE,
                 LOCKS => Errno::ENOLCK,
@@ -226,19 +237,24 @@ impl Accounts {
     /// Whether `n` units of `r` would fit now (nothing reserved).
     pub fn room(&self, r: usize, n: u64) -> bool {
         let g = self.gauges.gauge(r);
-        g.used().saturating_add(n) <= g.limit()
+        super::tape::flag(super::tape::Tag::GaugeRoom, || {
+            g.used().saturating_add(n) <= g.limit()
+        })
     }
 
     /// After a request: bring the gauges to what this server holds now.
     /// Hot path (every request): five comparisons, and an atomic only for
     /// a count that changed.
     pub fn settle(&mut self, held: [u64; RESOURCES.len()]) {
+        // A replay rebuilds what the lost server held, which the gauges
+        // still count: it moves no gauge.
+        let replaying = super::tape::replaying();
         for (r, now) in held.into_iter().enumerate() {
             let charged = self.accounted[r] + self.reserved[r];
             let g = self.gauges.gauge(r);
-            if now > charged {
+            if !replaying && now > charged {
                 g.force_take(now - charged);
-            } else if now < charged {
+            } else if !replaying && now < charged {
                 g.give(charged - now);
             }
             self.accounted[r] = now;
@@ -248,6 +264,16 @@ impl Accounts {
 
     /// `statfs` file counts `(files, files_free)`: inodes, with names
     /// beyond one per inode (hard links) counted as tmpfs does.
+    /// Give back reservations a request that died half way had made
+    /// (`tape::taken`): the rebuilt server never made them.
+    pub fn refund(&mut self, reserved: &[(usize, u64)]) {
+        for &(r, n) in reserved {
+            if r < RESOURCES.len() {
+                self.gauges.gauge(r).give(n);
+            }
+        }
+    }
+
     pub fn files(&self) -> (u64, u64) {
         let used = self
             .gauges
@@ -271,8 +297,8 @@ impl Accounts {
 /// handle to a directory removed longer ago than that is not refused and
 /// leaves an entry no path reaches (counted, so still bounded).
 pub struct RemovedDirs {
-    owned: HashSet<InodeId>,
-    others: HashSet<InodeId>,
+    owned: Set<InodeId>,
+    others: Set<InodeId>,
     order: VecDeque<InodeId>,
     cap: usize,
 }
@@ -280,8 +306,8 @@ pub struct RemovedDirs {
 impl RemovedDirs {
     pub fn new(cap: u64) -> RemovedDirs {
         RemovedDirs {
-            owned: HashSet::new(),
-            others: HashSet::new(),
+            owned: Set::default(),
+            others: Set::default(),
             order: VecDeque::new(),
             cap: usize::try_from(cap).unwrap_or(usize::MAX).max(1),
         }
@@ -347,7 +373,7 @@ pub fn xattr_size(i: &Inode) -> u64 {
 
 impl<S: BlockStore> FileServer<S> {
     /// What this server holds now, by gauge index.
-    fn held(&self) -> [u64; RESOURCES.len()] {
+    pub(super) fn held(&self) -> [u64; RESOURCES.len()] {
         [
             (self.inodes.len().saturating_sub(self.pipes.anonymous.len())) as u64,
             self.acct.names.get(),

@@ -34,7 +34,7 @@
 //! (zeroed, retained) block: loads see zeros, stores are never file data
 //! (an extension zeroes them, the last unmap frees the block).
 
-use std::collections::HashMap;
+use super::seeded::Map;
 
 use atoll_proto::{Errno, FileType, InodeId, Reply, SessionId};
 
@@ -44,7 +44,7 @@ use crate::store::BlockStore;
 /// Mapping references per `(session, inode)`, for inodes owned here.
 #[derive(Default)]
 pub struct Mappings {
-    refs: HashMap<(SessionId, InodeId), u32>,
+    refs: Map<(SessionId, InodeId), u32>,
 }
 
 impl Mappings {

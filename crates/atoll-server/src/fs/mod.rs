@@ -70,13 +70,16 @@ mod locks;
 mod mapping;
 mod namespace;
 mod ops;
+pub use ops::changes_nothing;
 mod perm;
 mod pipe;
 mod pipecopy;
 mod protocols;
 mod reports;
 mod retain;
+pub(crate) mod seeded;
 mod space;
+pub mod tape;
 pub use hotdirs::name_dirs;
 pub use reports::{op_name, LastOp};
 mod text;
@@ -85,11 +88,13 @@ pub mod track;
 mod xattr;
 
 #[cfg(test)]
+mod digest;
+#[cfg(test)]
 mod limits_tests;
 #[cfg(test)]
 mod tests;
 
-use std::collections::HashMap;
+use seeded::Map;
 use std::rc::Rc;
 use std::time::Instant;
 
@@ -156,7 +161,7 @@ struct Desc {
     flags: u32,
     /// Shared offset (used when the client sends `offset: None`).
     offset: u64,
-    refs: HashMap<SessionId, u32>,
+    refs: Map<SessionId, u32>,
     /// A FIFO end's partner-open count when it was opened (`Reply::Pipe`).
     partner_opens: Option<u32>,
     /// The entry it was opened through when that lives on another server
@@ -181,14 +186,10 @@ struct Session {
     groups: Vec<Rc<[u32]>>,
 }
 
+/// The time now (taped: a replay sees the time the request first saw).
 fn now() -> Timespec {
-    let d = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    Timespec {
-        sec: d.as_secs() as i64,
-        nsec: d.subsec_nanos(),
-    }
+    let (sec, nsec) = tape::wall();
+    Timespec { sec, nsec }
 }
 
 fn older(a: Timespec, b: Timespec) -> bool {
@@ -200,20 +201,20 @@ type R<'o> = Result<Reply<'o>, Errno>;
 /// One file server's whole state. See the module docs for ownership.
 pub struct FileServer<S> {
     cfg: FsConfig,
-    inodes: HashMap<InodeId, Inode>,
+    inodes: Map<InodeId, Inode>,
     next_serial: u64,
-    shards: HashMap<InodeId, Shard>,
+    shards: Map<InodeId, Shard>,
     /// Directories removed here: creations in them answer `ENOENT`.
     removed: limits::RemovedDirs,
-    descs: HashMap<DescId, Desc>,
+    descs: Map<DescId, Desc>,
     next_desc: u64,
-    sessions: HashMap<SessionId, Session>,
+    sessions: Map<SessionId, Session>,
     cache: Cache<S>,
     pipes: pipe::Pipes,
     /// Data transferred, by Cosh mode (`ServerStats::transfers`), and
     /// `(copied, shared)` bytes per live session (`SessionLoad`).
     transfers: atoll_proto::Transfers,
-    session_transfers: HashMap<SessionId, (u64, u64)>,
+    session_transfers: Map<SessionId, (u64, u64)>,
     /// Notification queues owned here and watches held here (`inotify`).
     notify: inotify::Notify,
     /// Extending writes whose bytes are not in yet (`inflight`).
@@ -226,6 +227,10 @@ pub struct FileServer<S> {
     panic_at: Option<u64>,
     /// Calls counted for `panic_at`.
     calls_seen: u64,
+    /// A request panicked half way: the state may be half changed, and
+    /// what it had taken from shared pools (its tape so far) is here
+    /// until the server is rebuilt (`crate::server`).
+    poisoned: Option<Vec<u64>>,
     ops: [(u64, u64); OP_NAMES.len()],
     /// Who cached which entry held here (Hare §3.7.2).
     track: track::Tracker,
@@ -237,7 +242,7 @@ pub struct FileServer<S> {
     coalesced: Coalesced,
     /// Which session marked each directory marked here (three-phase rmdir,
     /// Hare §3.4.1): its marks are aborted if it dies, so waiters go on.
-    marks: HashMap<InodeId, SessionId>,
+    marks: Map<InodeId, SessionId>,
     /// `Ref`s of directories owned here, per session, not yet matched by
     /// the session's `Unref` (a cross-server move under way; see `moves`).
     move_refs: Vec<(SessionId, InodeId)>,
@@ -331,17 +336,17 @@ impl<S: BlockStore> FileServer<S> {
     ) -> FileServer<S> {
         let acct = limits::Accounts::new(&cfg.limits, gauges);
         let mut fs = FileServer {
-            inodes: HashMap::new(),
+            inodes: Map::default(),
             next_serial: 1,
-            shards: HashMap::new(),
+            shards: Map::default(),
             removed: limits::RemovedDirs::new(cfg.limits.inodes),
-            descs: HashMap::new(),
+            descs: Map::default(),
             next_desc: 1,
-            sessions: HashMap::new(),
+            sessions: Map::default(),
             cache,
             pipes: pipe::Pipes::default(),
             transfers: atoll_proto::Transfers::default(),
-            session_transfers: HashMap::new(),
+            session_transfers: Map::default(),
             notify: inotify::Notify::default(),
             writes: inflight::Writes::default(),
             creating: affinity::Creating::default(),
@@ -349,13 +354,14 @@ impl<S: BlockStore> FileServer<S> {
             bad_requests: 0,
             panic_at: faults::panic_at(cfg.index),
             calls_seen: 0,
+            poisoned: None,
             ops: [(0, 0); OP_NAMES.len()],
             track: track::Tracker::new(cfg.track_lookups, cfg.limits.tracked),
             adapt: adapt::Adapt::default(),
             client_counters: Default::default(),
             last_op: reports::LastOp::default(),
             coalesced: Coalesced::default(),
-            marks: HashMap::new(),
+            marks: Map::default(),
             move_refs: Vec::new(),
             move_links: Vec::new(),
             rename_lock: None,
@@ -567,6 +573,37 @@ impl<S: BlockStore> FileServer<S> {
     /// inodes owned elsewhere (see `atoll_proto::Vouched`). Hot path.
     /// Is this call the one `ATOLL_FAULT_PANIC` names? Counts calls, i.e.
     /// requests somebody waits for (`faults`); the caller panics.
+    /// A request panicked half way through (see `poisoned`).
+    pub fn set_poisoned(&mut self, partial_tape: Vec<u64>) {
+        self.poisoned = Some(partial_tape);
+    }
+
+    pub fn is_poisoned(&self) -> bool {
+        self.poisoned.is_some()
+    }
+
+    pub fn take_poisoned(&mut self) -> Option<Vec<u64>> {
+        self.poisoned.take()
+    }
+
+    /// Calls counted towards `ATOLL_FAULT_PANIC`; a rebuilt server goes
+    /// on counting where the lost one stopped.
+    pub fn calls_seen(&self) -> u64 {
+        self.calls_seen
+    }
+
+    pub fn set_calls_seen(&mut self, n: u64) {
+        self.calls_seen = n;
+    }
+
+    /// Give back what a request that died half way had taken from the
+    /// block pool and the gauges (`tape::taken` of its partial tape).
+    pub fn give_back_taken(&mut self, partial_tape: &[u64]) {
+        let (blocks, reserved) = tape::taken(partial_tape);
+        self.cache.give_back(&blocks);
+        self.acct.refund(&reserved);
+    }
+
     pub fn fault_due(&mut self) -> bool {
         let Some(k) = self.panic_at else {
             return false;
@@ -614,7 +651,8 @@ impl<S: BlockStore> FileServer<S> {
             self.notify_tick();
         }
         if let Some(dir) = watched {
-            self.adapt_observe(session, dir, t0);
+            // Taped: the policy's answer shapes the state (`tape`).
+            self.adapt_observe(session, dir, tape::instant());
         }
         self.settle();
         let ns = t0.elapsed().as_nanos() as u64;

@@ -204,7 +204,7 @@ impl<S: BlockStore> FileServer<S> {
                 ino,
                 flags: keep,
                 offset: 0,
-                refs: HashMap::from([(session, 1)]),
+                refs: Map::from_iter([(session, 1)]),
                 partner_opens,
                 via: None,
             },

@@ -70,6 +70,26 @@ pub(super) const OP_NAMES: [&str; 64] = [
     "PipeSetSize",
 ];
 
+/// Requests after which the server holds nothing it did not hold before,
+/// except lookup-tracking records (which a rebuilt server does without:
+/// it tells every client to drop its cached lookups instead). The journal
+/// skips them (`crate::journal`).
+pub fn changes_nothing(req: &Request<'_>) -> bool {
+    use Request::*;
+    matches!(
+        req,
+        Lookup { .. }
+            | GetAttr { .. }
+            | Access { .. }
+            | ReadLink { .. }
+            | GetXattr { .. }
+            | ListXattr { .. }
+            | GetLock { .. }
+            | StatFs { .. }
+            | Stats { .. }
+    )
+}
+
 pub(super) fn op_index(req: &Request<'_>) -> usize {
     use Request::*;
     match req {

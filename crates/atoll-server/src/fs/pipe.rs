@@ -21,7 +21,7 @@
 //! reader goes. A FIFO's ring is freed (its data discarded, as Linux does)
 //! when no description of it remains; the next open makes a fresh one.
 
-use std::collections::{HashMap, HashSet};
+use super::seeded::{Map, Set};
 
 use atoll_proto::pipe as hdr;
 use atoll_proto::{DescId, Errno, FileType, InodeId, Reply, SessionId, BLOCK_SIZE};
@@ -44,10 +44,10 @@ struct Ring {
 /// Every ring of this server, by FIFO inode, and the pipe counters.
 #[derive(Default)]
 pub(super) struct Pipes {
-    rings: HashMap<InodeId, Ring>,
+    rings: Map<InodeId, Ring>,
     /// Inodes of `pipe(2)` pipes (no name): not counted as inodes of the
     /// file system, as Linux's pipefs inodes are not tmpfs's (`limits`).
-    pub(super) anonymous: HashSet<InodeId>,
+    pub(super) anonymous: Set<InodeId>,
     created: u64,
     /// Bytes and operations of rings already freed.
     bytes_done: u64,

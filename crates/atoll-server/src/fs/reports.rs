@@ -4,7 +4,7 @@
 //! shows per process (lookup-cache hits and misses, traps). Forgotten with
 //! the session.
 
-use std::collections::HashMap;
+use super::seeded::Map;
 use std::time::Instant;
 
 use atoll_proto::{ClientCounters, SessionId};
@@ -73,7 +73,7 @@ pub(super) struct ClientReports {
     /// Sums over every report since boot.
     pub(super) totals: ClientCounters,
     /// `(dcache hits, dcache misses, traps)` per live session.
-    per_session: HashMap<SessionId, (u64, u64, u64)>,
+    per_session: Map<SessionId, (u64, u64, u64)>,
 }
 
 impl ClientReports {

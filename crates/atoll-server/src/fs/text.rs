@@ -13,7 +13,7 @@
 //!  session `to` ends (exit, next exec, kill) ─▶ refs gone ─▶ runs −= 1
 //! ```
 
-use std::collections::HashMap;
+use super::seeded::Map;
 
 use atoll_proto::{Errno, FileType, InodeId, Reply, SessionId};
 
@@ -23,7 +23,7 @@ use crate::store::BlockStore;
 /// Which session runs which inode owned here.
 #[derive(Default)]
 pub struct Texts {
-    refs: HashMap<(SessionId, InodeId), u32>,
+    refs: Map<(SessionId, InodeId), u32>,
 }
 
 impl<S: BlockStore> FileServer<S> {

@@ -21,7 +21,9 @@
 //! the same way. Pending notices are delivered after every request, so at
 //! most the records of one change plus one per session wait at a time.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use super::seeded::Map;
 
 use atoll_proto::{InodeId, SessionId};
 
@@ -32,7 +34,7 @@ pub type Pending = (SessionId, InodeId, Box<[u8]>);
 pub struct Tracker {
     enabled: bool,
     /// dir → name → sessions that cached it.
-    names: HashMap<InodeId, HashMap<Box<[u8]>, Vec<SessionId>>>,
+    names: Map<InodeId, Map<Box<[u8]>, Vec<SessionId>>>,
     /// Directories in `names`, in the order their first record came. A
     /// directory that left `names` and came back may appear twice: it is
     /// evicted at its first place (a little early), the second is skipped.
@@ -75,7 +77,7 @@ impl Tracker {
         }
         let by_name = self.names.entry(dir).or_insert_with(|| {
             self.order.push_back(dir);
-            HashMap::new()
+            Map::default()
         });
         match by_name.get_mut(name) {
             Some(v) => {

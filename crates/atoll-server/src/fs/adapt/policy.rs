@@ -28,7 +28,7 @@
 //! that make a directory hot without a machine big enough to reach the
 //! defaults, and for measuring other levels ([`Thresholds::parse`]).
 
-use std::collections::HashMap;
+use crate::fs::seeded::Map;
 use std::time::{Duration, Instant};
 
 use atoll_proto::{InodeId, SessionId};
@@ -119,7 +119,7 @@ struct Heat {
 pub struct Policy {
     pub on: bool,
     pub limits: Thresholds,
-    heat: HashMap<InodeId, Heat>,
+    heat: Map<InodeId, Heat>,
 }
 
 impl Policy {
@@ -178,7 +178,7 @@ impl Policy {
     /// A swap of `dir` completed: it stays put for a while.
     pub fn swapped(&mut self, dir: InodeId, _distributed: bool) {
         if let Some(h) = self.heat.get_mut(&dir) {
-            h.settled = Instant::now();
+            h.settled = crate::fs::tape::instant();
             h.cool = 0;
         }
     }

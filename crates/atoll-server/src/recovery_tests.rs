@@ -1,0 +1,380 @@
+//! A server rebuilt from its journal equals the one it replaces
+//! (`journal`, `fs::tape`, `server::rebuild`): random requests from
+//! several sessions, sessions that end, blocks claimed and freed; then
+//! the live server is dropped and the journal replayed.
+
+use std::os::fd::AsFd;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use atoll_msg::{Control, PollMode, SharedRegion};
+use atoll_proto::{
+    decode, encode, Cred, FileType, InodeId, Reply, ReplyFrame, Request, RequestFrame, SessionId,
+    SetAttr, UnlinkKind, BLOCK_SIZE, MAX_FRAME, ROOT,
+};
+use proptest::prelude::*;
+
+use crate::fs::{tape, FsConfig, Limits};
+use crate::health::Health;
+use crate::journal::{Journal, Kind};
+use crate::server::{fresh_server, rebuild, serve_frame_kept, ServerParams};
+
+const BLOCKS: u32 = 256;
+
+fn params(journal: Arc<Journal>) -> (ServerParams, Rc<Control>) {
+    let (cache_fd, _) = SharedRegion::create("atoll-test", BLOCKS as usize * BLOCK_SIZE).unwrap();
+    let (control_fd, control) = Control::create(1).unwrap();
+    let limits = Limits::for_memory(u64::from(BLOCKS) * BLOCK_SIZE as u64);
+    limits.install(&control);
+    let p = ServerParams {
+        fs: FsConfig {
+            index: 0,
+            nservers: 1,
+            first_block: 0,
+            nblocks: BLOCKS,
+            root_owner: Cred::default(),
+            core: -1,
+            track_lookups: true,
+            limits,
+        },
+        poll: PollMode::Block,
+        pin: None,
+        cache_fd,
+        control_fd: control_fd.try_clone().unwrap(),
+        pool: Arc::new(atoll_msg::BlockPool::new(0, BLOCKS, 1)),
+        trace: None,
+        adaptive: false,
+        health: Arc::new(Health::new(&[None])),
+        journal: Some(journal),
+    };
+    let control = Rc::new(Control::map(control_fd.as_fd()).unwrap());
+    (p, control)
+}
+
+/// One step of a random history.
+#[derive(Clone, Debug)]
+enum Step {
+    Create { dir: u8, name: u8, session: u8 },
+    Mkdir { dir: u8, name: u8 },
+    Write { desc: u8, len: u16, at: u16 },
+    Truncate { file: u8, size: u16 },
+    Rename { from: (u8, u8), to: (u8, u8) },
+    Unlink { dir: u8, name: u8 },
+    Close { desc: u8 },
+    Share { desc: u8, to: u8 },
+    Xattr { file: u8, len: u8 },
+    EndSession { session: u8 },
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        (0..4u8, 0..6u8, 1..4u8).prop_map(|(dir, name, session)| Step::Create {
+            dir,
+            name,
+            session
+        }),
+        (0..4u8, 0..6u8).prop_map(|(dir, name)| Step::Mkdir { dir, name }),
+        (0..8u8, 1..20_000u16, 0..30_000u16).prop_map(|(desc, len, at)| Step::Write {
+            desc,
+            len,
+            at
+        }),
+        (0..8u8, 0..20_000u16).prop_map(|(file, size)| Step::Truncate { file, size }),
+        ((0..4u8, 0..6u8), (0..4u8, 0..6u8)).prop_map(|(from, to)| Step::Rename { from, to }),
+        (0..4u8, 0..6u8).prop_map(|(dir, name)| Step::Unlink { dir, name }),
+        (0..8u8).prop_map(|desc| Step::Close { desc }),
+        (0..8u8, 1..4u8).prop_map(|(desc, to)| Step::Share { desc, to }),
+        (0..8u8, 0..200u8).prop_map(|(file, len)| Step::Xattr { file, len }),
+        (1..4u8).prop_map(|session| Step::EndSession { session }),
+    ]
+}
+
+/// A live server with a journal, fed requests as the server loop feeds
+/// them.
+struct Live {
+    fs: Option<crate::fs::FileServer<crate::sys::SharedStore>>,
+    journal: Arc<Journal>,
+    dirs: Vec<InodeId>,
+    files: Vec<InodeId>,
+    descs: Vec<(atoll_proto::DescId, u8)>,
+    next_id: u64,
+}
+
+impl Live {
+    fn call(&mut self, session: u8, req: Request<'_>) -> Option<Reply<'static>> {
+        let mut inb = vec![0u8; MAX_FRAME];
+        let mut out = vec![0u8; MAX_FRAME];
+        let mut scratch = Vec::new();
+        self.next_id += 1;
+        let frame = RequestFrame {
+            id: self.next_id,
+            cred: Cred::default(),
+            req,
+            vouched: Default::default(),
+        };
+        let bytes = encode(&frame, &mut inb).unwrap().to_vec();
+        let fs = self.fs.as_mut().unwrap();
+        let n = serve_frame_kept(
+            fs,
+            Some(&self.journal),
+            SessionId(u64::from(session)),
+            &bytes,
+            &mut scratch,
+            &mut out,
+        )?;
+        let reply: ReplyFrame<'_> = decode(&out[..n]).unwrap();
+        Some(match reply.reply {
+            Reply::Entry { ino, ftype } => Reply::Entry { ino, ftype },
+            Reply::Opened {
+                desc,
+                attr,
+                created,
+                watched,
+            } => Reply::Opened {
+                desc,
+                attr,
+                created,
+                watched,
+            },
+            Reply::Err(e) => Reply::Err(e),
+            _ => Reply::Ok,
+        })
+    }
+
+    fn name(n: u8) -> Vec<u8> {
+        format!("n{n}").into_bytes()
+    }
+
+    fn dir(&self, d: u8) -> InodeId {
+        self.dirs[d as usize % self.dirs.len()]
+    }
+
+    fn apply(&mut self, s: &Step) {
+        match *s {
+            Step::Create { dir, name, session } => {
+                let dir = self.dir(dir);
+                let name = Self::name(name);
+                let r = self.call(
+                    session,
+                    Request::Open {
+                        dir,
+                        name: &name,
+                        flags: (libc::O_CREAT | libc::O_RDWR) as u32,
+                        perm: 0o644,
+                        umask: 0o022,
+                    },
+                );
+                if let Some(Reply::Opened { desc, attr, .. }) = r {
+                    self.descs.push((desc, session));
+                    self.files.push(attr.ino);
+                }
+            }
+            Step::Mkdir { dir, name } => {
+                let dir = self.dir(dir);
+                let name = Self::name(name);
+                let r = self.call(
+                    1,
+                    Request::MakeNode {
+                        dir,
+                        name: &name,
+                        ftype: FileType::Directory,
+                        perm: 0o755,
+                        rdev: 0,
+                        target: b"",
+                        home: 0,
+                        distributed: false,
+                    },
+                );
+                if let Some(Reply::Entry { ino, .. }) = r {
+                    self.dirs.push(ino);
+                }
+            }
+            Step::Write { desc, len, at } => {
+                if let Some(&(d, session)) = self.descs.get(desc as usize) {
+                    self.call(
+                        session,
+                        Request::Write {
+                            desc: d,
+                            len: u64::from(len),
+                            offset: Some(u64::from(at)),
+                        },
+                    );
+                }
+            }
+            Step::Truncate { file, size } => {
+                if let Some(&ino) = self.files.get(file as usize) {
+                    let set = SetAttr {
+                        size: Some(u64::from(size)),
+                        ..SetAttr::NONE
+                    };
+                    self.call(
+                        1,
+                        Request::SetAttr {
+                            ino,
+                            set,
+                            via: None,
+                        },
+                    );
+                }
+            }
+            Step::Rename { from, to } => {
+                let (olddir, newdir) = (self.dir(from.0), self.dir(to.0));
+                let (a, b) = (Self::name(from.1), Self::name(to.1));
+                self.call(
+                    1,
+                    Request::Rename {
+                        olddir,
+                        oldname: &a,
+                        newdir,
+                        newname: &b,
+                        flags: 0,
+                    },
+                );
+            }
+            Step::Unlink { dir, name } => {
+                let dir = self.dir(dir);
+                let name = Self::name(name);
+                for kind in [UnlinkKind::NonDirectory, UnlinkKind::Directory] {
+                    self.call(
+                        1,
+                        Request::Unlink {
+                            dir,
+                            name: &name,
+                            kind,
+                            expect: None,
+                        },
+                    );
+                }
+            }
+            Step::Close { desc } => {
+                if (desc as usize) < self.descs.len() {
+                    let (d, session) = self.descs.remove(desc as usize);
+                    self.call(session, Request::Close { desc: d });
+                }
+            }
+            Step::Share { desc, to } => {
+                if let Some(&(d, session)) = self.descs.get(desc as usize) {
+                    let r = self.call(
+                        session,
+                        Request::Share {
+                            desc: d,
+                            to: SessionId(u64::from(to)),
+                        },
+                    );
+                    if matches!(r, Some(Reply::Ok)) {
+                        self.descs.push((d, to));
+                    }
+                }
+            }
+            Step::Xattr { file, len } => {
+                if let Some(&ino) = self.files.get(file as usize) {
+                    let value = vec![b'x'; len as usize];
+                    self.call(
+                        1,
+                        Request::SetXattr {
+                            ino,
+                            name: b"user.k",
+                            value: &value,
+                            flags: 0,
+                            via: None,
+                        },
+                    );
+                }
+            }
+            Step::EndSession { session } => {
+                let s = SessionId(u64::from(session));
+                tape::clear();
+                self.fs.as_mut().unwrap().session_closed(s);
+                tape::with_recorded(|t| self.journal.append(Kind::Closed, s, t, b""));
+                self.descs.retain(|&(_, owner)| owner != session);
+            }
+        }
+    }
+}
+
+fn live_then_rebuilt(steps: &[Step]) -> (String, String) {
+    let (_fd, journal) = Journal::create(16 << 20).unwrap();
+    let journal = Arc::new(journal);
+    let (p, control) = params(journal.clone());
+    tape::record();
+    let fs = fresh_server(&p, &control).unwrap();
+    tape::with_recorded(|t| journal.append(Kind::Genesis, SessionId(0), t, b""));
+    let mut live = Live {
+        fs: Some(fs),
+        journal: journal.clone(),
+        dirs: vec![ROOT],
+        files: vec![],
+        descs: vec![],
+        next_id: 0,
+    };
+    for s in steps {
+        live.apply(s);
+    }
+    let before = live.fs.as_ref().unwrap().state_digest();
+    live.fs = None; // gives its share of the pool to the rebuilt server
+    tape::off();
+    let rebuilt = rebuild(&p, &control, &journal).expect("the journal replays");
+    (before, rebuilt.state_digest())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+    #[test]
+    fn a_rebuilt_server_equals_the_one_it_replaces(
+        steps in proptest::collection::vec(step(), 1..120)
+    ) {
+        let (live, rebuilt) = live_then_rebuilt(&steps);
+        prop_assert_eq!(live, rebuilt);
+    }
+}
+
+#[test]
+fn a_journal_that_replays_differently_is_refused() {
+    let steps = [
+        Step::Create {
+            dir: 0,
+            name: 1,
+            session: 1,
+        },
+        Step::Write {
+            desc: 0,
+            len: 9000,
+            at: 0,
+        },
+    ];
+    let (live, rebuilt) = live_then_rebuilt(&steps);
+    assert_eq!(live, rebuilt);
+    assert!(live.contains("size=9000"), "{live}");
+
+    // A journal whose request lost an answer of its tape: the replay asks
+    // the pool a question nobody answered, and refuses the result.
+    let (_fd, journal) = Journal::create(1 << 20).unwrap();
+    let journal = Arc::new(journal);
+    let (p, control) = params(journal.clone());
+    tape::record();
+    let fs = fresh_server(&p, &control).unwrap();
+    tape::with_recorded(|t| journal.append(Kind::Genesis, SessionId(0), t, b""));
+    let mut live = Live {
+        fs: Some(fs),
+        journal: journal.clone(),
+        dirs: vec![ROOT],
+        files: vec![],
+        descs: vec![],
+        next_id: 0,
+    };
+    live.apply(&steps[0]);
+    live.fs = None;
+    tape::off();
+    let records = journal.read_all().unwrap();
+    let (_fd2, cut) = Journal::create(1 << 20).unwrap();
+    for (i, r) in records.iter().enumerate() {
+        let tape = if i == records.len() - 1 {
+            &r.tape[..r.tape.len().saturating_sub(2)]
+        } else {
+            &r.tape[..]
+        };
+        cut.append(r.kind, r.session, tape, &r.frame);
+    }
+    let err = rebuild(&p, &control, &cut).err().expect("refused");
+    assert!(err.contains("replayed differently"), "{err}");
+}

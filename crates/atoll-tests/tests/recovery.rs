@@ -1,0 +1,205 @@
+//! Recovery (fos §3.5): a file server that dies is rebuilt from its
+//! journal and goes on serving the same clients. `atoll chaos --kill`
+//! kills a server — one holding a shard of a distributed directory, or the
+//! root's — while real work runs: the work completes with the results it
+//! has on tmpfs, at most the calls in flight at the kill fail (with `EIO`,
+//! nothing else), nothing hangs, every acknowledged change is there
+//! afterwards, and `atoll status` shows the restart.
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use atoll_tests::{atoll, output_within, Booted, RUN_LIMIT};
+
+fn kill(inst: &Booted, server: usize) {
+    let out = atoll()
+        .args(["chaos", "--id", &inst.id, "--kill"])
+        .arg(format!("server:{server}"))
+        .output()
+        .expect("atoll chaos");
+    assert!(
+        out.status.success(),
+        "chaos: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Server `server`'s health once it has been rebuilt `restarts` times.
+fn rebuilt(inst: &Booted, server: usize, restarts: u64) -> serde_json::Value {
+    let started = Instant::now();
+    loop {
+        let h = inst.status()["health"][server].clone();
+        if h["restarts"].as_u64().unwrap_or(0) >= restarts {
+            return h;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "server {server} not rebuilt: {h}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Wait until `script` succeeds in the instance.
+fn wait_for(inst: &Booted, script: &str) {
+    let started = Instant::now();
+    while !inst.command(script).status().is_ok_and(|s| s.success()) {
+        assert!(started.elapsed() < RUN_LIMIT, "never true: {script}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Four processes create and rename in one distributed directory on three
+/// servers while a server is killed twice: once one that holds only
+/// shards of it, once the root's. Every step is reported, at most the
+/// steps in flight at a kill fail and only with `EIO`, and afterwards
+/// every acknowledged file holds what was written.
+#[test]
+fn creates_and_renames_survive_kills_of_a_shard_server_and_the_root_server() {
+    let inst = Booted::new(&["--servers", "3"]);
+    let setup = inst
+        .command(
+            r#"mkdir "$ROOT/d" && setfattr -n user.atoll.distributed -v 1 "$ROOT/d" &&
+               for i in $(seq 90); do echo "x$i" > "$ROOT/d/f$i"; done; stat -c %i "$ROOT/d""#,
+        )
+        .output()
+        .expect("setup");
+    assert!(setup.status.success());
+    let ino: u64 = String::from_utf8_lossy(&setup.stdout)
+        .trim()
+        .parse()
+        .unwrap();
+    // An inode number names its owner in its top byte.
+    let shard_only = if ino >> 56 == 2 { 1 } else { 2 };
+
+    let work = r#"
+        cd "$ROOT/d"
+        for w in 1 2 3 4; do
+          (
+            for i in $(seq 300); do
+              if echo "$w.$i" > "n$w-$i" && mv "n$w-$i" "m$w-$i"; then
+                echo "ok $w $i"
+              else
+                echo "failed $w $i"
+              fi
+            done
+          ) 2>"/tmp/recovery-$$-$w.err" &
+        done
+        wait
+        cat /tmp/recovery-$$-*.err | grep -v 'Input/output error$' | sed 's/^/other error: /'
+        rm -f /tmp/recovery-$$-*.err
+    "#;
+    let mut cmd = inst.command(work);
+    cmd.stdin(Stdio::null());
+    let started = Instant::now();
+    let runner = std::thread::spawn(move || output_within(cmd, RUN_LIMIT));
+    wait_for(&inst, r#"test -e "$ROOT/d/m1-30""#);
+    kill(&inst, shard_only);
+    let h = rebuilt(&inst, shard_only, 1);
+    assert_eq!(h["state"], "up", "{h}");
+    assert!(h["reason"].as_str().unwrap().contains("chaos"), "{h}");
+    wait_for(&inst, r#"test -e "$ROOT/d/m1-150""#);
+    kill(&inst, 0);
+    rebuilt(&inst, 0, 1);
+    let out = runner.join().expect("workload thread");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(started.elapsed() < RUN_LIMIT, "hung: {stdout}");
+    assert!(!stdout.contains("other error"), "only EIO: {stdout}");
+    let ok: Vec<(u32, u32)> = stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("ok "))
+        .map(|l| {
+            let (w, i) = l.split_once(' ').unwrap();
+            (w.parse().unwrap(), i.parse().unwrap())
+        })
+        .collect();
+    let failed = stdout.lines().filter(|l| l.starts_with("failed ")).count();
+    assert_eq!(ok.len() + failed, 1200, "every step reported: {stdout}");
+    // A kill fails at most what was in flight: a call per process.
+    assert!(failed <= 8, "{failed} steps failed: {stdout}");
+
+    // Every acknowledged step is in the tree, and the first files too.
+    let check = inst
+        .command(
+            r#"cd "$ROOT/d"; for f in m*; do printf '%s %s\n' "$f" "$(cat "$f")"; done;
+               n=0; for i in $(seq 90); do [ "$(cat "f$i")" = "x$i" ] && n=$((n+1)); done; echo "intact $n""#,
+        )
+        .output()
+        .expect("check");
+    let text = String::from_utf8_lossy(&check.stdout);
+    assert!(text.contains("intact 90"), "{text}");
+    for (w, i) in ok {
+        let line = format!("m{w}-{i} {w}.{i}");
+        assert!(text.lines().any(|l| l == line), "lost {line}");
+    }
+    let h0 = rebuilt(&inst, 0, 1);
+    assert_eq!(h0["state"], "up", "{h0}");
+    assert!(h0["journal_records"].as_u64().unwrap() > 0, "{h0}");
+}
+
+/// `make -j4` of a C project in the mount while the root's server and
+/// then the other are killed: make either finishes or fails on `EIO`
+/// alone; run again it finishes, and the tree and the program's output
+/// are those of the same build on the host.
+#[test]
+fn a_parallel_build_survives_server_kills() {
+    let project = atoll_tests::c_project_script(24);
+    let build = format!(
+        r#"cd "$BASE" && {project}
+        cd "$BASE/proj"
+        make -j4 >/dev/null 2>make.err || {{ grep -q 'Input/output error' make.err || cat make.err; make -j4 >/dev/null; }}
+        ./prog; ls"#
+    );
+    let host = tempfile::tempdir().unwrap();
+    let mut cmd = std::process::Command::new("bash");
+    cmd.args(["-c", &build]).env("BASE", host.path());
+    let want = output_within(cmd, RUN_LIMIT);
+    assert!(want.status.success());
+
+    let inst = Booted::new(&["--servers", "2"]);
+    let mut cmd = inst.command(&format!("BASE=$ROOT; {build}"));
+    cmd.stdin(Stdio::null());
+    let runner = std::thread::spawn(move || output_within(cmd, RUN_LIMIT));
+    wait_for(&inst, r#"ls "$ROOT/proj"/*.o >/dev/null 2>&1"#);
+    kill(&inst, 0);
+    rebuilt(&inst, 0, 1);
+    kill(&inst, 1);
+    rebuilt(&inst, 1, 1);
+    let got = runner.join().expect("build thread");
+    assert_eq!(
+        String::from_utf8_lossy(&got.stdout),
+        String::from_utf8_lossy(&want.stdout),
+        "{}",
+        String::from_utf8_lossy(&got.stderr)
+    );
+    assert!(got.status.success());
+}
+
+/// A pipeline through atoll pipes, with both servers killed while it
+/// streams: its output is the host's.
+#[test]
+fn a_pipeline_survives_server_kills() {
+    let script = r#"seq 1 300000 | sed 's/$/ line/' | sort -k1,1n | md5sum"#;
+    let want = std::process::Command::new("bash")
+        .args(["-c", script])
+        .output()
+        .unwrap();
+    let inst = Booted::new(&["--servers", "2"]);
+    let mut cmd = inst.command(&format!(
+        r#"touch "$ROOT/started"; {script}; rm "$ROOT/started""#
+    ));
+    cmd.stdin(Stdio::null());
+    let runner = std::thread::spawn(move || output_within(cmd, RUN_LIMIT));
+    wait_for(&inst, r#"test -e "$ROOT/started""#);
+    kill(&inst, 0);
+    kill(&inst, 1);
+    rebuilt(&inst, 0, 1);
+    rebuilt(&inst, 1, 1);
+    let got = runner.join().expect("pipeline thread");
+    assert_eq!(
+        got.stdout,
+        want.stdout,
+        "{}",
+        String::from_utf8_lossy(&got.stderr)
+    );
+}

@@ -31,6 +31,7 @@ test: build lint pjdfstest
 	$(BIN) bench --quick
 	$(BIN) bench co --quick
 	$(BIN) bench transfer --quick
+	$(BIN) bench recovery --quick
 
 # The end-to-end tests that cover pipes, programs (builds, exec), processes
 # (fork, fd sharing) and POSIX behaviour, again in a copy island and in an

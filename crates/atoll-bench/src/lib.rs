@@ -38,6 +38,7 @@ pub mod co;
 pub mod harness;
 pub mod html;
 pub mod pipes;
+pub mod recovery;
 pub mod report;
 pub mod rpc;
 pub mod systems;
@@ -147,6 +148,10 @@ pub enum BenchCmd {
     /// copy (strong and weak) from 4 KiB to 4 MiB, remap against copy,
     /// beside Cosh's numbers.
     Transfer(transfer::TransferArgs),
+    /// File-server recovery: creations per second with and without the
+    /// journal, and how long rebuilding a killed server holding N files
+    /// takes (fos §3.5).
+    Recovery(recovery::RecoveryArgs),
 }
 
 impl BenchArgs {
@@ -309,6 +314,16 @@ pub fn main_from_cli(args: BenchArgs, atoll: &mut dyn SystemFactory) -> anyhow::
             .into());
         }
         return co::main(co, args.quick, args.json.as_deref());
+    }
+    if let Some(BenchCmd::Recovery(r)) = &args.cmd {
+        if args.report.is_some() {
+            return Err(html::UsageError(
+                "--report is for the file-system benchmarks and `bench rpc`, not `bench recovery`"
+                    .into(),
+            )
+            .into());
+        }
+        return recovery::main(r, args.quick, args.json.as_deref());
     }
     if let Some(BenchCmd::Transfer(t)) = &args.cmd {
         if args.report.is_some() {

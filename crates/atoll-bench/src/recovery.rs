@@ -92,9 +92,12 @@ impl Instance {
     fn probe(&self, flag: &str, n: u64) -> anyhow::Result<String> {
         let exe = std::env::current_exe()?;
         let mut cmd = atoll()?;
-        cmd.args(["exec", "--id", &self.id, "--"])
-            .arg(exe)
-            .args(["bench", "recovery", flag, &n.to_string()]);
+        cmd.args(["exec", "--id", &self.id, "--"]).arg(exe).args([
+            "bench",
+            "recovery",
+            flag,
+            &n.to_string(),
+        ]);
         ok_stdout(&mut cmd, "the probe")
     }
 
@@ -223,11 +226,7 @@ pub fn main(
     }
     let inodes = args
         .inodes
-        .unwrap_or(if quick || args.quick {
-            10_000
-        } else {
-            100_000
-        })
+        .unwrap_or(if quick || args.quick { 10_000 } else { 100_000 })
         .max(DIRS);
     let r = run(inodes)?;
     print!("{}", table(&r));

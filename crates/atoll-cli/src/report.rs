@@ -323,13 +323,46 @@ pub fn status_text(st: &InstanceStatus, rec: &InstanceRecord) -> String {
         st.servers.len(),
         cores.join(",")
     );
-    for h in st.health.iter().filter(|h| h.state != "up") {
+    for h in st
+        .health
+        .iter()
+        .filter(|h| h.state != "up" || h.restarts > 0)
+    {
         let why = if h.reason.is_empty() {
             String::new()
         } else {
             format!(": {}", h.reason)
         };
-        let _ = writeln!(out, "  server {}   {}{why}", h.server, h.state);
+        let rebuilt = match h.restarts {
+            0 => String::new(),
+            n => format!(
+                ", rebuilt {n}× from its journal (last in {:.1} ms)",
+                h.recovery_us as f64 / 1000.0
+            ),
+        };
+        let _ = writeln!(out, "  server {}   {}{rebuilt}{why}", h.server, h.state);
+    }
+    let journal: u64 = st.health.iter().map(|h| h.journal_bytes).sum();
+    if st.health.iter().any(|h| h.journal_records > 0) {
+        let unrecoverable: Vec<String> = st
+            .health
+            .iter()
+            .filter(|h| h.state == "up" && !h.recoverable)
+            .map(|h| h.server.to_string())
+            .collect();
+        let _ = writeln!(
+            out,
+            "journals     {} in {} records{}",
+            human_bytes(journal),
+            st.health.iter().map(|h| h.journal_records).sum::<u64>(),
+            match unrecoverable.is_empty() {
+                true => String::new(),
+                false => format!(
+                    "; full, so not rebuilt if they die: server {}",
+                    unrecoverable.join(", ")
+                ),
+            }
+        );
     }
     let _ = writeln!(out, "clients      {}  ({} lanes)", st.clients, st.lanes);
     let _ = writeln!(out, "open files   {open}");

@@ -167,13 +167,57 @@ pub fn status(args: StatusArgs) -> Result<i32> {
 pub fn chaos(args: crate::args::ChaosArgs) -> Result<i32> {
     use atoll_proto::boot::ChaosAction;
     let rec = select(&args.select)?;
+    if let Some(crate::args::KillTarget::Sched(core)) = args.kill {
+        return kill_sched(&rec, core as usize);
+    }
     let action = match (args.kill, args.stall, args.stall_for, args.corrupt_ring) {
-        (Some(server), _, _, _) => ChaosAction::Kill { server },
+        (Some(crate::args::KillTarget::Server(server)), _, _, _) => ChaosAction::Kill { server },
         (None, Some(server), Some(millis), _) => ChaosAction::Stall { server, millis },
         (None, None, _, Some(server)) => ChaosAction::CorruptRing { server },
-        _ => bail!("say --kill server:N, --stall server:N --for TIME, or --corrupt-ring server:N"),
+        _ => bail!(
+            "say --kill server:N|sched:N, --stall server:N --for TIME, or --corrupt-ring server:N"
+        ),
     };
     crate::bootctl::chaos(&rec.socket, action).with_context(|| format!("instance {}", rec.id))?;
+    Ok(0)
+}
+
+/// `atoll chaos --kill sched:N`: ask the scheduling server of core N to
+/// die (a word of the load table it watches), wake it with a connection,
+/// and wait until it was restarted.
+fn kill_sched(rec: &InstanceRecord, core: usize) -> Result<i32> {
+    let dir = rec
+        .socket
+        .parent()
+        .ok_or_else(|| anyhow!("instance {} has no runtime directory", rec.id))?;
+    let table = atoll_sched::LoadTable::open(&dir.join(atoll_sched::LOAD_FILE))
+        .ok_or_else(|| anyhow!("instance {} runs no scheduling servers", rec.id))?;
+    let before = table.restarts(core);
+    if !table.request_crash(core) {
+        bail!(
+            "instance {} has no scheduling server on core {core}",
+            rec.id
+        );
+    }
+    let started = std::time::Instant::now();
+    while table.restarts(core) == before {
+        // Any connection wakes the server's poll; it hangs up at once.
+        if let (Ok(sock), Ok(addr)) = (
+            rustix::net::socket_with(
+                rustix::net::AddressFamily::UNIX,
+                rustix::net::SocketType::SEQPACKET,
+                rustix::net::SocketFlags::CLOEXEC,
+                None,
+            ),
+            rustix::net::SocketAddrUnix::new(atoll_sched::proxy::socket_path(dir, core)),
+        ) {
+            let _ = rustix::net::connect(&sock, &addr);
+        }
+        if started.elapsed() > Duration::from_secs(10) {
+            bail!("the scheduling server of core {core} did not die within 10 s");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
     Ok(0)
 }
 

@@ -265,9 +265,10 @@ channel's client gets EIO there, everyone else goes on. Examples:
 pub struct ChaosArgs {
     #[command(flatten)]
     pub select: SelectArgs,
-    /// Kill file server N (`server:N`)
-    #[arg(long, value_name = "server:N", value_parser = parse_server_target, group = "fault")]
-    pub kill: Option<u32>,
+    /// Kill file server N (`server:N`) or the scheduling server of core N
+    /// (`sched:N`)
+    #[arg(long, value_name = "server:N|sched:N", value_parser = parse_kill_target, group = "fault")]
+    pub kill: Option<KillTarget>,
     /// Stall file server N (`server:N`) for the time given by --for
     #[arg(long, value_name = "server:N", value_parser = parse_server_target, group = "fault", requires = "stall_for")]
     pub stall: Option<u32>,
@@ -278,6 +279,28 @@ pub struct ChaosArgs {
     /// (`server:N`), as a hostile client could
     #[arg(long, value_name = "server:N", value_parser = parse_server_target, group = "fault")]
     pub corrupt_ring: Option<u32>,
+}
+
+/// What `atoll chaos --kill` kills.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KillTarget {
+    /// File server N.
+    Server(u32),
+    /// The scheduling server of core N.
+    Sched(u32),
+}
+
+/// `server:N` or `sched:N`.
+fn parse_kill_target(s: &str) -> Result<KillTarget, String> {
+    if let Some(n) = s.strip_prefix("sched:") {
+        return n
+            .parse()
+            .map(KillTarget::Sched)
+            .map_err(|_| format!("'{n}' in '{s}' is not a core number"));
+    }
+    parse_server_target(s)
+        .map(KillTarget::Server)
+        .map_err(|_| format!("'{s}' is not server:N or sched:N"))
 }
 
 /// `server:N` → N.

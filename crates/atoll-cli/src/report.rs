@@ -342,6 +342,12 @@ pub fn status_text(st: &InstanceStatus, rec: &InstanceRecord) -> String {
         };
         let _ = writeln!(out, "  server {}   {}{rebuilt}{why}", h.server, h.state);
     }
+    for (core, _, _, restarts) in sched_servers(rec).into_iter().filter(|s| s.3 > 0) {
+        let _ = writeln!(
+            out,
+            "  scheduling server of core {core}   up, restarted {restarts}×"
+        );
+    }
     let journal: u64 = st.health.iter().map(|h| h.journal_bytes).sum();
     if st.health.iter().any(|h| h.journal_records > 0) {
         let unrecoverable: Vec<String> = st
@@ -534,8 +540,33 @@ fn pool_json(servers: &[ServerStats]) -> serde_json::Value {
     })
 }
 
+/// The scheduling servers, from the load table in the instance's runtime
+/// directory: per core, programs running, execs placed, restarts.
+fn sched_servers(rec: &InstanceRecord) -> Vec<(usize, u64, u64, u64)> {
+    let Some(table) = rec
+        .socket
+        .parent()
+        .and_then(|d| atoll_sched::LoadTable::open(&d.join(atoll_sched::LOAD_FILE)))
+    else {
+        return Vec::new();
+    };
+    table
+        .served()
+        .map(|c| (c, table.running(c), table.execs(c), table.restarts(c)))
+        .collect()
+}
+
 pub fn status_json(st: &InstanceStatus, rec: &InstanceRecord) -> serde_json::Value {
+    let sched: Vec<serde_json::Value> = sched_servers(rec)
+        .into_iter()
+        .map(|(core, running, execs, restarts)| {
+            serde_json::json!({
+                "core": core, "running": running, "execs": execs, "restarts": restarts
+            })
+        })
+        .collect();
     serde_json::json!({
+        "sched": sched,
         "id": st.id,
         "pid": st.pid,
         "kind": rec.kind,

@@ -4,11 +4,13 @@
 //! policies (random, round-robin) need only the number of cores.
 //!
 //! Layout (native-endian `u64` words): `[MAGIC, ncores, cores[0..ncores]]`
-//! where `cores[k] = [running, execs, served]`: programs the server of
-//! core `k` runs now, execs placed on core `k` so far (local ones are
-//! counted by the client that ran them), and 1 when a scheduling server
-//! places programs on core `k` (the CPUs a program of the instance may run
-//! on, which `sched_getaffinity` reports to it). Plain atomics: a reader may see a figure
+//! where `cores[k] = [running, execs, served, crash, restarts]`: programs
+//! the server of core `k` runs now, execs placed on core `k` so far (local
+//! ones are counted by the client that ran them), 1 when a scheduling
+//! server places programs on core `k` (the CPUs a program of the instance
+//! may run on, which `sched_getaffinity` reports to it), 1 while `atoll
+//! chaos --kill sched:k` asks the server to die, and how often it was
+//! restarted (`server`). Plain atomics: a reader may see a figure
 //! a little stale, which only makes a placement less than perfect.
 
 use std::os::fd::AsFd;
@@ -22,7 +24,7 @@ const MAGIC: u64 = 0x6174_6f6c_6c73_6364; // "atollscd"
 /// Most cores one table describes.
 pub const MAX_CORES: usize = 1024;
 const HEADER_WORDS: usize = 2;
-const WORDS_PER_CORE: usize = 3;
+const WORDS_PER_CORE: usize = 5;
 
 fn bytes_for(ncores: usize) -> usize {
     (HEADER_WORDS + WORDS_PER_CORE * ncores) * 8
@@ -158,6 +160,36 @@ impl LoadTable {
         })
     }
 
+    /// Ask the server of `core` to die as a crash would (`atoll chaos`);
+    /// false if no server places programs there.
+    pub fn request_crash(&self, core: usize) -> bool {
+        if !self.served().any(|c| c == core) {
+            return false;
+        }
+        self.core_word(core, 3)
+            .inspect(|w| w.store(1, Ordering::Release))
+            .is_some()
+    }
+
+    /// Was the server of `core` asked to die? (Clears the request.)
+    pub fn take_crash(&self, core: usize) -> bool {
+        self.core_word(core, 3)
+            .is_some_and(|w| w.swap(0, Ordering::AcqRel) == 1)
+    }
+
+    /// The server of `core` was restarted once more.
+    pub fn count_restart(&self, core: usize) {
+        if let Some(w) = self.core_word(core, 4) {
+            w.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// How often the server of `core` was restarted.
+    pub fn restarts(&self, core: usize) -> u64 {
+        self.core_word(core, 4)
+            .map_or(0, |w| w.load(Ordering::Relaxed))
+    }
+
     /// `execs` of every core.
     pub fn exec_counts(&self) -> Vec<u64> {
         (0..self.ncores).map(|k| self.execs(k)).collect()
@@ -195,6 +227,11 @@ mod tests {
         c.count_exec(1);
         assert_eq!(c.running(2), 1);
         assert_eq!(s.exec_counts(), vec![0, 1, 0]);
+        assert!(!s.request_crash(1), "no server on core 1");
+        assert!(c.request_crash(2));
+        assert!(s.take_crash(2) && !s.take_crash(2), "taken once");
+        s.count_restart(2);
+        assert_eq!(c.restarts(2), 1);
         s.add_running(0, -5);
         assert_eq!(s.running(0), 0, "never below zero");
         assert_eq!(c.running(99), 0, "out of range reads as idle");

@@ -17,6 +17,7 @@
 //! each pair stopped or running together.
 
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -278,80 +279,32 @@ fn serve(core: usize, listener: OwnedFd, table: &LoadTable, stop: &AtomicBool, w
     // (polling the listener meanwhile would spin).
     let mut accept_paused = false;
     while !stop.load(Ordering::SeqCst) {
-        let mut pfds = Vec::with_capacity(2 + 2 * jobs.len() + placed.len());
-        let listen_flags = if accept_paused {
-            PollFlags::empty()
-        } else {
-            PollFlags::IN
-        };
-        pfds.push(PollFd::new(&listener, listen_flags));
-        pfds.push(PollFd::new(wake, PollFlags::IN));
-        for j in &jobs {
-            pfds.push(PollFd::new(&j.conn, PollFlags::IN));
-            if let Some((_, pidfd)) = &j.prog {
-                pfds.push(PollFd::new(pidfd, PollFlags::IN));
+        // A server that dies (a bug, or `atoll chaos --kill sched:N`) is
+        // restarted on the spot (fos §3.5): its state is its jobs' and
+        // placed programs' descriptors, which live in this process, not in
+        // the loop, so the new loop takes them over and every proxy and
+        // program goes on.
+        let round = catch_unwind(AssertUnwindSafe(|| {
+            if table.take_crash(core) {
+                panic!("killed by atoll chaos");
             }
-        }
-        for pidfd in &placed {
-            pfds.push(PollFd::new(pidfd, PollFlags::IN));
-        }
-        let sample = rustix::time::Timespec {
-            tv_sec: 0,
-            tv_nsec: SAMPLE.as_nanos() as _,
-        };
-        let running = jobs.iter().any(|j| j.prog.is_some() || j.finished);
-        match rustix::event::poll(&mut pfds, running.then_some(&sample)) {
-            Ok(_) | Err(rustix::io::Errno::INTR) => {}
-            Err(_) => break,
-        }
-        let ready: Vec<bool> = pfds.iter().map(|p| !p.revents().is_empty()).collect();
-        drop(pfds);
-        // Walk the jobs in poll order; collect finished ones. (A job may
-        // add a placed program: only those polled are looked at below.)
-        let polled_placed = placed.len();
-        let mut i = 2;
-        let mut done = Vec::new();
-        for (idx, j) in jobs.iter_mut().enumerate() {
-            let conn_ready = ready[i];
-            i += 1;
-            let prog_ready = if j.prog.is_some() {
-                i += 1;
-                ready[i - 1]
-            } else {
-                false
-            };
-            if prog_ready {
-                reap(core, j, table);
-            }
-            if conn_ready && !on_message(core, j, table, me.as_ref(), &mut placed) {
-                done.push(idx);
-            }
-        }
-        // A placed program's pidfd is readable once it has ended.
-        let ended: Vec<usize> = (0..polled_placed).filter(|&k| ready[i + k]).collect();
-        for k in ended.into_iter().rev() {
-            placed.swap_remove(k);
-            table.add_running(core, -1);
-        }
-        if !done.is_empty() {
-            accept_paused = false;
-        }
-        for idx in done.into_iter().rev() {
-            jobs.swap_remove(idx);
-        }
-        for j in &mut jobs {
-            mirror(j);
-        }
-        if ready[0] && !accept_paused {
-            loop {
-                match rustix::net::accept_with(&listener, SocketFlags::CLOEXEC) {
-                    Ok(conn) => jobs.push(Job::new(conn)),
-                    Err(rustix::io::Errno::MFILE | rustix::io::Errno::NFILE) => {
-                        accept_paused = true;
-                        break;
-                    }
-                    Err(_) => break,
-                }
+            serve_round(
+                core,
+                &listener,
+                table,
+                wake,
+                me.as_ref(),
+                &mut jobs,
+                &mut placed,
+                &mut accept_paused,
+            )
+        }));
+        match round {
+            Ok(true) => {}
+            Ok(false) => break,
+            Err(_) => {
+                table.count_restart(core);
+                eprintln!("atoll: scheduling server of core {core} died and was restarted");
             }
         }
     }
@@ -370,6 +323,98 @@ fn serve(core: usize, listener: OwnedFd, table: &LoadTable, stop: &AtomicBool, w
             send_signal(&w.pidfd, libc::SIGCONT);
         }
     }
+}
+
+/// One round of a scheduling server: wait for a proxy, a program or a
+/// stop, and handle what is ready. False when the server cannot go on.
+#[allow(clippy::too_many_arguments)]
+fn serve_round(
+    core: usize,
+    listener: &OwnedFd,
+    table: &LoadTable,
+    wake: &OwnedFd,
+    me: Option<&creds::Server>,
+    jobs: &mut Vec<Job>,
+    placed: &mut Vec<OwnedFd>,
+    accept_paused: &mut bool,
+) -> bool {
+    let mut pfds = Vec::with_capacity(2 + 2 * jobs.len() + placed.len());
+    let listen_flags = if *accept_paused {
+        PollFlags::empty()
+    } else {
+        PollFlags::IN
+    };
+    pfds.push(PollFd::new(listener, listen_flags));
+    pfds.push(PollFd::new(wake, PollFlags::IN));
+    for j in jobs.iter() {
+        pfds.push(PollFd::new(&j.conn, PollFlags::IN));
+        if let Some((_, pidfd)) = &j.prog {
+            pfds.push(PollFd::new(pidfd, PollFlags::IN));
+        }
+    }
+    for pidfd in placed.iter() {
+        pfds.push(PollFd::new(pidfd, PollFlags::IN));
+    }
+    let sample = rustix::time::Timespec {
+        tv_sec: 0,
+        tv_nsec: SAMPLE.as_nanos() as _,
+    };
+    let running = jobs.iter().any(|j| j.prog.is_some() || j.finished);
+    match rustix::event::poll(&mut pfds, running.then_some(&sample)) {
+        Ok(_) | Err(rustix::io::Errno::INTR) => {}
+        Err(_) => return false,
+    }
+    let ready: Vec<bool> = pfds.iter().map(|p| !p.revents().is_empty()).collect();
+    drop(pfds);
+    // Walk the jobs in poll order; collect finished ones. (A job may
+    // add a placed program: only those polled are looked at below.)
+    let polled_placed = placed.len();
+    let mut i = 2;
+    let mut done = Vec::new();
+    for (idx, j) in jobs.iter_mut().enumerate() {
+        let conn_ready = ready[i];
+        i += 1;
+        let prog_ready = if j.prog.is_some() {
+            i += 1;
+            ready[i - 1]
+        } else {
+            false
+        };
+        if prog_ready {
+            reap(core, j, table);
+        }
+        if conn_ready && !on_message(core, j, table, me, placed) {
+            done.push(idx);
+        }
+    }
+    // A placed program's pidfd is readable once it has ended.
+    let ended: Vec<usize> = (0..polled_placed).filter(|&k| ready[i + k]).collect();
+    for k in ended.into_iter().rev() {
+        placed.swap_remove(k);
+        table.add_running(core, -1);
+    }
+    if !done.is_empty() {
+        *accept_paused = false;
+    }
+    for idx in done.into_iter().rev() {
+        jobs.swap_remove(idx);
+    }
+    for j in jobs.iter_mut() {
+        mirror(j);
+    }
+    if ready[0] && !*accept_paused {
+        loop {
+            match rustix::net::accept_with(listener, SocketFlags::CLOEXEC) {
+                Ok(conn) => jobs.push(Job::new(conn)),
+                Err(rustix::io::Errno::MFILE | rustix::io::Errno::NFILE) => {
+                    *accept_paused = true;
+                    break;
+                }
+                Err(_) => break,
+            }
+        }
+    }
+    true
 }
 
 fn send_signal(pidfd: &OwnedFd, sig: i32) {

@@ -203,3 +203,71 @@ fn a_pipeline_survives_server_kills() {
         String::from_utf8_lossy(&got.stderr)
     );
 }
+
+/// `make -j4` whose compiles are placed round robin on every core while
+/// the scheduling server of each core is killed: the servers restart on
+/// the spot with their running programs, the build's output is the
+/// host's, and `atoll status` shows the restarts.
+#[test]
+fn a_placed_build_survives_scheduling_server_kills() {
+    let project = atoll_tests::c_project_script(24);
+    let build = format!(
+        r#"cd "$BASE" && {project}
+        cd "$BASE/proj" && make -j4 >/dev/null && ./prog && ls"#
+    );
+    let host = tempfile::tempdir().unwrap();
+    let mut cmd = std::process::Command::new("bash");
+    cmd.args(["-c", &build]).env("BASE", host.path());
+    let want = output_within(cmd, RUN_LIMIT);
+    assert!(want.status.success());
+
+    let inst = Booted::new(&["--servers", "2"]);
+    let cores: Vec<u64> = inst.status()["sched"]
+        .as_array()
+        .expect("scheduling servers in status")
+        .iter()
+        .map(|s| s["core"].as_u64().unwrap())
+        .collect();
+    assert!(!cores.is_empty());
+    // Compiles go round robin (the default) over every core's server.
+    let mut cmd = inst.command(&format!("BASE=$ROOT; {build}"));
+    cmd.stdin(Stdio::null());
+    let runner = std::thread::spawn(move || output_within(cmd, RUN_LIMIT));
+    wait_for(&inst, r#"ls "$ROOT/proj"/*.o >/dev/null 2>&1"#);
+    for &core in &cores {
+        let out = atoll()
+            .args(["chaos", "--id", &inst.id, "--kill"])
+            .arg(format!("sched:{core}"))
+            .output()
+            .expect("atoll chaos");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let got = runner.join().expect("build thread");
+    assert_eq!(
+        String::from_utf8_lossy(&got.stdout),
+        String::from_utf8_lossy(&want.stdout),
+        "{}",
+        String::from_utf8_lossy(&got.stderr)
+    );
+    let st = inst.status();
+    for s in st["sched"].as_array().unwrap() {
+        assert!(s["restarts"].as_u64().unwrap() >= 1, "{s}");
+    }
+    let placed: u64 = st["sched"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["execs"].as_u64().unwrap())
+        .sum();
+    assert!(placed > 0, "the build's programs were placed: {st}");
+    let bad = atoll()
+        .args(["chaos", "--id", &inst.id, "--kill", "sched:999"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(1));
+    assert_eq!(String::from_utf8_lossy(&bad.stderr).lines().count(), 1);
+}

@@ -12,7 +12,7 @@
 //! Wire format: `u32` little-endian ticket length, the ticket (postcard),
 //! then `inline_len` bytes. The descriptors ride on the first bytes.
 
-use std::os::fd::OwnedFd;
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 
@@ -109,22 +109,42 @@ pub struct Parcel {
     pub inline: Vec<u8>,
 }
 
+impl Parcel {
+    /// The descriptors of the remapped blocks, in the ticket's order, to
+    /// carry with `SCM_RIGHTS` inside a message of the caller's own (Cosh
+    /// §5: a ticket names an aggregate inside an ordinary message). Blocks
+    /// handed out so stay out of the sender's pool for good.
+    pub fn descriptors(&self) -> Vec<BorrowedFd<'_>> {
+        self.blocks
+            .iter()
+            .map(|b| match b {
+                Carried::Local(b) => {
+                    b.mark_exported();
+                    b.fd()
+                }
+                Carried::Fd(fd) => std::os::fd::AsFd::as_fd(fd),
+            })
+            .collect()
+    }
+
+    /// A parcel received inside a message of the caller's own: its ticket,
+    /// the descriptors that came with it, and the copied bytes.
+    pub fn received(ticket: Ticket, fds: Vec<OwnedFd>, inline: Vec<u8>) -> Parcel {
+        Parcel {
+            ticket,
+            blocks: fds.into_iter().map(Carried::Fd).collect(),
+            inline,
+        }
+    }
+}
+
 /// Send `parcel` to the process at the other end of `sock`.
 pub fn send_parcel(sock: &UnixStream, parcel: &Parcel) -> Result<(), CoshError> {
     let t = parcel.ticket.encode();
     let mut head = Vec::with_capacity(4 + t.len());
     head.extend_from_slice(&(t.len() as u32).to_le_bytes());
     head.extend_from_slice(&t);
-    let mut fds = Vec::with_capacity(parcel.blocks.len());
-    for b in &parcel.blocks {
-        match b {
-            Carried::Local(b) => {
-                b.mark_exported();
-                fds.push(b.fd());
-            }
-            Carried::Fd(fd) => fds.push(std::os::fd::AsFd::as_fd(fd)),
-        }
-    }
+    let fds = parcel.descriptors();
     if fds.len() > sys::MAX_FDS {
         return Err(CoshError::Protocol("too many blocks for one message"));
     }

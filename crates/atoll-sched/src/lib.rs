@@ -4,6 +4,7 @@
 //! Layer map:
 //! * [`wire`] — the messages between a proxy and a scheduling server over
 //!   a `SOCK_SEQPACKET` Unix socket, host descriptors as `SCM_RIGHTS`;
+//! * [`args`] — the exec's arguments and environment as a Cosh move;
 //! * [`creds`] — whose program an exec starts: the sender's identity as
 //!   the kernel reports it, and when the exec must stay local instead;
 //! * [`server`] — [`Scheds`]: one scheduling server thread per core,
@@ -28,6 +29,7 @@
 //! `execve` moves. A program started remotely is pinned to its core, so its
 //! own local execs stay there.
 
+pub mod args;
 pub mod creds;
 pub mod load;
 pub mod mirror;

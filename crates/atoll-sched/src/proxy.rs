@@ -33,8 +33,8 @@
 //!
 //! Limits (fall back to a local exec): a multithreaded caller (the other
 //! threads would survive in the proxy), more than [`wire::MAX_FDS`]
-//! descriptors, an argument list larger than [`wire::MAX_PACKET`], no
-//! scheduling server.
+//! descriptors, no scheduling server. The argument lists are not bounded by
+//! a packet: they cross as a Cosh move (`crate::args`).
 
 use std::convert::Infallible;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
@@ -183,14 +183,24 @@ pub fn remote_exec(
     }
     roles.push(FdRole::Cwd);
     raws.push(cwd.as_raw_fd());
-    if raws.len() > wire::MAX_FDS {
+    // The lists cross as a strong move (`args`): the parcel's blocks go
+    // with the packet, after the roles above.
+    let mut cosh = crate::args::library();
+    let parcel = match crate::args::pack(&mut cosh, &image.argv, &image.envp) {
+        Ok(p) => p,
+        Err(e) => return Err(RemoteError::Fallback(format!("argument transfer: {e}"))),
+    };
+    let args_fds = parcel.descriptors();
+    if raws.len() + args_fds.len() > wire::MAX_FDS {
         return Err(RemoteError::Fallback("too many descriptors".into()));
     }
+    roles.extend(args_fds.iter().map(|_| FdRole::Args));
     // SAFETY: every number is open in this process (listed or given by
     // the caller) for the duration of the send below.
     let fds: Vec<BorrowedFd<'_>> = raws
         .iter()
         .map(|&f| unsafe { BorrowedFd::borrow_raw(f) })
+        .chain(args_fds)
         .collect();
 
     let umask = raw::sc(libc::SYS_umask, 0o022, 0, 0);
@@ -198,8 +208,8 @@ pub fn remote_exec(
     let mask = raw::sigmask() & !bit(libc::SIGSYS);
     let spec = ExecSpec {
         path: image.path.to_vec(),
-        argv: image.argv,
-        envp: image.envp,
+        argv: Vec::new(),
+        envp: Vec::new(),
         flags: image.flags,
         fds: roles,
         umask: umask as u32,
@@ -212,6 +222,10 @@ pub fn remote_exec(
         // 0xffffffff queries without changing it.
         personality: raw::sc(libc::SYS_personality, 0xffff_ffff, 0, 0) as u32,
         securebits: raw::sc(libc::SYS_prctl, libc::PR_GET_SECUREBITS as u64, 0, 0).max(0) as u32,
+        args: Some(crate::args::ArgsTransfer {
+            ticket: parcel.ticket.clone(),
+            inline: parcel.inline.clone(),
+        }),
     };
     // From here on signals wait for the proxy loop: one that arrives
     // during the hand-over is relayed as soon as the program runs.

@@ -504,6 +504,11 @@ fn on_message(
                 let _ = wire::send(&j.conn, &ToProxy::Refused, &[]);
                 return false;
             };
+            // The arguments came as a transfer (`args`).
+            let Ok(fds) = crate::args::unpack(&mut spec, fds) else {
+                let _ = wire::send(&j.conn, &ToProxy::Refused, &[]);
+                return false;
+            };
             match spawn::spawn(&spec, &target, fds, core) {
                 Ok(s) => {
                     let Some(pid) = rustix::process::Pid::from_raw(s.pid) else {

@@ -242,6 +242,8 @@ unsafe fn child(
                     }
                 }
                 FdRole::Program => program = moved[i],
+                // Taken out by the server before (`args::unpack`).
+                FdRole::Args => {}
                 FdRole::Dir => dir = moved[i],
                 FdRole::Cwd => {
                     if libc::fchdir(moved[i]) != 0 {

@@ -32,7 +32,7 @@ use serde::{Deserialize, Serialize};
 
 /// Most descriptors one `Exec` may carry (Linux `SCM_MAX_FD` is 253).
 pub const MAX_FDS: usize = 250;
-/// Largest packet (argv + envp must fit; bigger execs stay local).
+/// Largest packet (the argument lists are not in it: `crate::args`).
 pub const MAX_PACKET: usize = 192 * 1024;
 
 /// What one passed descriptor is for.
@@ -46,6 +46,8 @@ pub enum FdRole {
     Dir,
     /// The caller's host working directory (an `O_PATH` descriptor).
     Cwd,
+    /// A block of the argument transfer (`args`, Cosh §5).
+    Args,
 }
 
 /// Everything `execve` carries over to the new image, besides memory.
@@ -75,6 +77,9 @@ pub struct ExecSpec {
     /// report is enough). Identity itself is never sent: the server reads
     /// it from the kernel.
     pub securebits: u32,
+    /// `argv` and `envp` as a Cosh transfer (`crate::args`); the two
+    /// lists above are then empty until the server receives it.
+    pub args: Option<crate::args::ArgsTransfer>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]

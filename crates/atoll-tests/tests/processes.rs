@@ -824,3 +824,39 @@ fn a_remote_exec_never_leaves_the_callers_namespaces() {
         true,
     );
 }
+
+/// An exec's arguments and environment cross to the scheduling server as
+/// a Cosh move (`atoll_sched::args`): 800 kB of environment and a
+/// long argument list, past any socket packet, still run remotely, and
+/// the program sees them whole.
+#[test]
+fn remote_execs_carry_megabytes_of_environment_as_a_transfer() {
+    let dir = tempfile::tempdir().unwrap();
+    let stats = dir.path().join("s.json");
+    let mut opts = SPAWN.to_vec();
+    opts.extend(["--stats-json", stats.to_str().unwrap()]);
+    let script = r#"
+        # Each string stays under Linux's 128 KiB (MAX_ARG_STRLEN).
+        v=$(head -c 100000 /dev/zero | tr '\0' x)
+        for k in 1 2 3 4 5 6 7 8; do export BIG$k=$v; done
+        for i in 1 2 3 4; do
+          /bin/sh -c 'echo "$(( ${#BIG1} + ${#BIG8} )) $# $1 ${1000}"; grep Cpus_allowed_list /proc/self/status' sh $(seq 1 2000)
+        done
+        "#;
+    let out = run_in_atoll(&opts, script);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 8, "{text}");
+    for pair in lines.chunks(2) {
+        assert_eq!(pair[0], "200000 2000 1 1000", "{text}");
+        // Started by a scheduling server, so pinned to its one core (a
+        // local exec would keep the whole set).
+        let cpus = pair[1].rsplit('\t').next().unwrap();
+        if cores() > 1 {
+            assert!(cpus.parse::<usize>().is_ok(), "not placed: {text}");
+        }
+    }
+    let placed: u64 = per_core(&stats).iter().map(|(_, n)| n).sum();
+    assert!(placed >= 4, "the execs were placed: {:?}", per_core(&stats));
+}

@@ -149,6 +149,13 @@ pub struct InstanceArgs {
     /// user.atoll.distributed -v 1|0 DIR` swaps one by hand either way
     #[arg(long, value_name = "on|off", default_value = "off", value_parser = ["on", "off"])]
     pub adaptive_dirs: String,
+    /// How the fleet of file servers (`/fs/server`) picks the member that
+    /// holds a new pipe or notification queue (fos §3.3): `hashed` (by
+    /// process), `round-robin`, `closest` (same socket), `shortest-queue`
+    /// (least busy)
+    #[arg(long, value_name = "POLICY", default_value = "hashed",
+          value_parser = ["hashed", "round-robin", "closest", "shortest-queue"])]
+    pub fleet_policy: String,
     /// Root directory for instance runtime directories [default:
     /// $XDG_RUNTIME_DIR/atoll or /tmp/atoll-$UID]
     #[arg(long, value_name = "DIR")]

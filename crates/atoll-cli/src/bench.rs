@@ -121,6 +121,7 @@ impl SystemFactory for AtollFactory {
                 // ignores it with one server or `--without dir-distribution`.
                 distribute: Vec::new(),
                 adaptive_dirs: false,
+                fs_policy: Default::default(),
                 // The largest trees (`--size full`, dense: 440 000 files)
                 // need more than the default one inode per 8 KiB; the
                 // tmpfs beside it has the host's default (half the RAM's

@@ -128,6 +128,7 @@ mod tests {
             dir_names: vec![],
             health: vec![],
             island: "copy".into(),
+            fs_policy: Default::default(),
         };
         let (path, h) = fake_instance(t.path(), BootReply::Status(st));
         let got = status(&path).unwrap();

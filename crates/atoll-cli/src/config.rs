@@ -87,6 +87,13 @@ fn plan_with_cores(args: &InstanceArgs, cores: &[usize]) -> Result<Plan, UsageEr
             without: without(&args.without),
             distribute,
             adaptive_dirs: args.adaptive_dirs == "on",
+            fs_policy: atoll_names::Policy::parse(&args.fleet_policy).ok_or_else(|| {
+                UsageError(format!(
+                    "--fleet-policy {}: say one of {}",
+                    args.fleet_policy,
+                    atoll_names::Policy::NAMES.join(", ")
+                ))
+            })?,
             inodes: args.inodes,
             runtime_root: args
                 .runtime_dir

@@ -348,6 +348,14 @@ pub fn status_text(st: &InstanceStatus, rec: &InstanceRecord) -> String {
             "  scheduling server of core {core}   up, restarted {restarts}×"
         );
     }
+    let up = st.health.iter().filter(|h| h.state == "up").count();
+    let _ = writeln!(
+        out,
+        "fleets       /fs/server ({}): {up} of {} up; /sched/core: {} servers",
+        st.fs_policy.as_str(),
+        st.health.len(),
+        sched_servers(rec).len()
+    );
     let journal: u64 = st.health.iter().map(|h| h.journal_bytes).sum();
     if st.health.iter().any(|h| h.journal_records > 0) {
         let unrecoverable: Vec<String> = st
@@ -556,6 +564,44 @@ fn sched_servers(rec: &InstanceRecord) -> Vec<(usize, u64, u64, u64)> {
         .collect()
 }
 
+/// The instance's fleets (fos §3.3): the file servers under `/fs/server`
+/// with the instance's policy, the scheduling servers under `/sched/core`
+/// (each process picks by its `--placement`, round robin by default),
+/// and each member's state and restarts.
+fn names_json(st: &InstanceStatus, rec: &InstanceRecord) -> serde_json::Value {
+    let fs: Vec<serde_json::Value> = st
+        .health
+        .iter()
+        .map(|h| {
+            serde_json::json!({
+                "name": format!("/fs/server/{}", h.server),
+                "index": h.server,
+                "core": h.core,
+                "state": h.state,
+                "restarts": h.restarts,
+            })
+        })
+        .collect();
+    let sched: Vec<serde_json::Value> = sched_servers(rec)
+        .into_iter()
+        .map(|(core, _, _, restarts)| {
+            serde_json::json!({
+                "name": format!("/sched/core/{core}"),
+                "index": core,
+                "core": core,
+                "state": "up",
+                "restarts": restarts,
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "fleets": [
+            { "name": "/fs/server", "policy": st.fs_policy.as_str(), "members": fs },
+            { "name": "/sched/core", "policy": "round-robin", "members": sched },
+        ]
+    })
+}
+
 pub fn status_json(st: &InstanceStatus, rec: &InstanceRecord) -> serde_json::Value {
     let sched: Vec<serde_json::Value> = sched_servers(rec)
         .into_iter()
@@ -566,6 +612,7 @@ pub fn status_json(st: &InstanceStatus, rec: &InstanceRecord) -> serde_json::Val
         })
         .collect();
     serde_json::json!({
+        "names": names_json(st, rec),
         "sched": sched,
         "id": st.id,
         "pid": st.pid,

@@ -544,6 +544,20 @@ pub struct Client {
     pub any_locks: AtomicBool,
 }
 
+/// What the fleet of file servers looks like now, from the control block:
+/// which servers are up, and how many channels each served in its last
+/// round (its queue).
+struct ControlView<'a>(&'a Control);
+
+impl atoll_names::View for ControlView<'_> {
+    fn up(&self, member: u32) -> bool {
+        !self.0.is_down(member as usize)
+    }
+    fn queue(&self, member: u32) -> u64 {
+        self.0.load(member as usize)
+    }
+}
+
 impl Client {
     pub fn session(&self) -> &Session {
         // SAFETY: the pointer is set at construction and only ever replaced
@@ -574,16 +588,37 @@ impl Client {
         self.session().id
     }
 
-    /// `preferred` if that server is alive, else the next live one: where
-    /// new objects that may live anywhere (pipes, inotify queues, a
-    /// process's new files) go, so a dead server takes only what it held
-    /// (fault containment, server `health.rs`).
+    /// The member of the file-server fleet (`/fs/server`, fos §3.3) that
+    /// takes a new object that may live anywhere (pipes, inotify queues, a
+    /// process's new files): picked by the instance's `--fleet-policy`
+    /// among the live servers (`preferred` is the caller's key for
+    /// `hashed`, the default: that server if it is alive, else the next
+    /// live one), so a dead server takes only what it held (fault
+    /// containment, server `health.rs`).
     pub fn live_server(&self, preferred: usize) -> usize {
+        static TURN: AtomicU64 = AtomicU64::new(0);
+        // One instance per process image: its fleet is built once.
+        static FLEET: std::sync::OnceLock<atoll_names::Fleet> = std::sync::OnceLock::new();
         let n = self.nservers.max(1);
-        (0..n)
-            .map(|k| (preferred + k) % n)
-            .find(|&s| !self.control.is_down(s))
-            .unwrap_or(preferred % n)
+        let t = &self.info.topology;
+        let fleet = FLEET.get_or_init(|| {
+            let domains: Vec<Option<u32>> = (0..n)
+                .map(|s| t.server_domain.get(s).copied())
+                .map(|d| d.filter(|&d| d != atoll_proto::topology::UNKNOWN))
+                .collect();
+            atoll_names::Fleet::file_servers(n, &domains, self.info.fs_policy)
+        });
+        let caller = atoll_names::Caller {
+            key: preferred as u64,
+            turn: match self.info.fs_policy {
+                atoll_names::Policy::RoundRobin => TURN.fetch_add(1, Ordering::Relaxed),
+                _ => 0,
+            },
+            domain: Some(t.domain_of_cpu(rustix::thread::sched_getcpu())),
+        };
+        fleet
+            .pick(&caller, &ControlView(&self.control))
+            .map_or(preferred % n, |s| s as usize)
     }
 
     /// The credentials requests carry: the calling thread's (`creds`).

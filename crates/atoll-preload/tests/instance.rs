@@ -40,6 +40,7 @@ fn boot() -> Booted {
         without: Without::default(),
         distribute: vec![],
         adaptive_dirs: false,
+        fs_policy: Default::default(),
         inodes: None,
         runtime_root: root.path().to_path_buf(),
     };

@@ -119,6 +119,10 @@ pub struct InstanceInfo {
     /// §3.7.5), read from `/sys` at boot.
     #[serde(default)]
     pub topology: crate::topology::Topology,
+    /// How the fleet of file servers (`/fs/server`) picks a member for an
+    /// object that may live on any: pipes, notification queues.
+    #[serde(default)]
+    pub fs_policy: atoll_names::Policy,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug)]
@@ -251,6 +255,9 @@ pub struct InstanceStatus {
     /// `coherent`, `incoherent` or `copy`).
     #[serde(default)]
     pub island: String,
+    /// The file-server fleet's policy (`InstanceInfo::fs_policy`).
+    #[serde(default)]
+    pub fs_policy: atoll_names::Policy,
 }
 
 /// Largest bootstrap packet.

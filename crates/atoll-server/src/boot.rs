@@ -541,6 +541,7 @@ impl Boot {
             limits: crate::fs::limits::usage(&self.p.servers.control),
             poll: format!("{:?}", self.p.info.poll).to_lowercase(),
             island: self.p.info.island.name().to_string(),
+            fs_policy: self.p.info.fs_policy,
             sessions: self
                 .conns
                 .values()

@@ -70,6 +70,9 @@ pub struct InstanceConfig {
     /// Directories change mode (centralized ↔ distributed) when hot or
     /// cool (`--adaptive-dirs on`, Hare §6.1.2; `fs::adapt`).
     pub adaptive_dirs: bool,
+    /// How clients pick the file server for objects that may live on any
+    /// (`--fleet-policy`; fos §3.3, `atoll_names`).
+    pub fs_policy: atoll_names::Policy,
     /// Inode limit (`--inodes`); `None`: one per 8 KiB of `memory`, as
     /// tmpfs (`fs::limits`).
     pub inodes: Option<u64>,
@@ -176,6 +179,7 @@ impl Instance {
             island: config.island,
             without: config.without,
             distribute: config.distribute.clone(),
+            fs_policy: config.fs_policy,
             // Creation affinity (Hare §3.7.5) needs each server's socket.
             topology: Topology::from_sysfs(
                 &Topology::sysfs_root(),

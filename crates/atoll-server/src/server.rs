@@ -488,6 +488,7 @@ fn serve<S: BlockStore>(
     let mut notice_buf = vec![0u8; MAX_FRAME];
     let mut start = 0usize;
     let mut idle_rounds = 0u32;
+    let mut served_last = 0u64;
     // Ring count at the last look at `admin` (off by one: look at once).
     let mut admin_rings = doorbell.rings().wrapping_sub(1);
     loop {
@@ -575,6 +576,7 @@ fn serve<S: BlockStore>(
             }
         }
         let mut busy = false;
+        let mut served_now = 0u64;
         let mut waiting_on_clients = false;
         let n = chans.len();
         let mut dead = Vec::new();
@@ -607,6 +609,7 @@ fn serve<S: BlockStore>(
             });
             if matches!(got, Ok(Some(_))) {
                 c.requests += 1;
+                served_now += 1;
             }
             match got {
                 Ok(None) => {}
@@ -662,6 +665,13 @@ fn serve<S: BlockStore>(
             }
         }
         start = start.wrapping_add(1);
+        // How many channels had a request this round: the queue the
+        // fleet's `shortest-queue` policy compares (`atoll_names`). One
+        // relaxed store, only when it changes.
+        if served_now != served_last {
+            control.publish_load(index, served_now);
+            served_last = served_now;
+        }
         if busy {
             idle_rounds = 0;
         } else if waiting_on_clients {

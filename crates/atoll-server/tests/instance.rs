@@ -30,6 +30,7 @@ fn config(root: &Path, servers: usize) -> InstanceConfig {
         without: Default::default(),
         distribute: vec![],
         adaptive_dirs: false,
+        fs_policy: Default::default(),
         inodes: None,
         runtime_root: root.to_path_buf(),
     }

@@ -359,6 +359,7 @@ mod tests {
             dir_names: vec![],
             health: vec![],
             island: String::new(),
+            fs_policy: Default::default(),
         }
     }
 

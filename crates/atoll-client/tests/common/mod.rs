@@ -41,6 +41,7 @@ pub fn env_with(servers: usize) -> &'static Env {
             without: Without::default(),
             distribute: vec!["dist".to_string()],
             adaptive_dirs: false,
+            fs_policy: Default::default(),
             inodes: None,
             runtime_root: dir.path().to_path_buf(),
         })

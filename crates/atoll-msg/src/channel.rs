@@ -326,6 +326,16 @@ impl ServerChannel {
         }
     }
 
+    /// Raise the inbox overflow flag without a message: for a proxy
+    /// relaying a channel whose real inbox overflowed on another host
+    /// (`atoll node`), so the client distrusts its caches as it would here.
+    pub fn raise_inbox_overflow(&self) {
+        self.parts
+            .header()
+            .inbox_overflow
+            .store(1, Ordering::Release);
+    }
+
     /// End the channel (see [`ClientChannel::close`]).
     pub fn close(&self) {
         self.parts.close();
@@ -382,6 +392,8 @@ mod tests {
         assert!(c.take_inbox_overflow());
         assert!(!c.take_inbox_overflow());
         assert_eq!(c.drain_inbox(|_| ()).unwrap(), sent);
+        s.raise_inbox_overflow();
+        assert!(c.take_inbox_overflow());
     }
 
     #[test]

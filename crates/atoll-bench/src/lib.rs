@@ -36,6 +36,7 @@
 
 pub mod co;
 pub mod harness;
+pub mod hosts;
 pub mod html;
 pub mod pipes;
 pub mod report;

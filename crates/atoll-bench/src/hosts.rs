@@ -248,6 +248,9 @@ pub struct HostsResults {
     /// A null request (`SetGroups` with no groups) from the last host to a
     /// file server on the first, through both proxies: mean round trip.
     pub remote_rtt_ns: f64,
+    /// The same null request on the first host, straight to its instance
+    /// (no proxy, no network): what the proxies add is the difference.
+    pub local_rtt_ns: f64,
     /// 64 bytes there and back over a plain TCP connection between the
     /// same two namespaces, same run.
     pub tcp_echo_ns: f64,
@@ -338,9 +341,9 @@ pub fn tcp_stream_mib_s(from: &str, to: &str, to_addr: &str, mib: usize) -> std:
 
 /// Seconds `dd` reported for its copy (`… bytes … copied, S s, …`).
 pub fn dd_seconds(stderr: &str) -> Option<f64> {
-    let line = stderr.lines().find(|l| l.contains("copied"))?;
-    let part = line.split(',').nth(1)?;
-    part.split_whitespace().next()?.parse().ok()
+    let line = stderr.lines().find(|l| l.contains("copied,"))?;
+    let (_, after) = line.split_once("copied,")?;
+    after.split_whitespace().next()?.parse().ok()
 }
 
 /// Mean round trip of a null request (`SetGroups` of an empty list, which
@@ -433,6 +436,99 @@ pub fn null_rtt_ns(socket: &Path, iters: u32) -> Result<f64, String> {
         call(1_000_000 + id)?;
     }
     Ok(t.elapsed().as_nanos() as f64 / f64::from(iters))
+}
+
+/// Best of [`TRIALS`] runs of `f` (noise on a shared machine only ever
+/// slows a run down; see `rpc`).
+fn best(mut f: impl FnMut() -> Result<f64, String>) -> Result<f64, String> {
+    let mut best = f64::INFINITY;
+    for _ in 0..TRIALS {
+        best = best.min(f()?);
+    }
+    Ok(best)
+}
+
+/// Trials of each latency figure.
+const TRIALS: usize = 5;
+
+/// `atoll bench --hosts N`: boot N hosts, measure between the last host
+/// and the first (the servers' host), print a table, write JSON `hosts`.
+pub fn main(n: usize, quick: bool, json: Option<&Path>) -> anyhow::Result<()> {
+    anyhow::ensure!(n >= 2, "--hosts needs at least 2 hosts");
+    let atoll = std::env::current_exe()?;
+    let mut c = Cluster::new(n).map_err(|e| {
+        anyhow::anyhow!("cannot make network namespaces (root and `ip` needed): {e}")
+    })?;
+    c.start_nodes(&atoll, &["--servers", "1", "--memory", "512M"])
+        .map_err(|e| anyhow::anyhow!(e))?;
+    let last = n - 1;
+    let (iters, mib) = if quick { (2_000, 16) } else { (20_000, 128) };
+    let socket = c
+        .socket(last)
+        .ok_or_else(|| anyhow::anyhow!("node {last} has no boot socket"))?;
+    let (far, near) = (c.namespace(last).to_string(), c.namespace(0).to_string());
+    let mut r = HostsResults {
+        hosts: n,
+        ..HostsResults::default()
+    };
+    r.remote_rtt_ns = best(|| null_rtt_ns(&socket, iters)).map_err(|e| anyhow::anyhow!(e))?;
+    let head_socket = c
+        .socket(0)
+        .ok_or_else(|| anyhow::anyhow!("node 0 has no boot socket"))?;
+    r.local_rtt_ns = best(|| null_rtt_ns(&head_socket, iters)).map_err(|e| anyhow::anyhow!(e))?;
+    r.tcp_echo_ns = best(|| tcp_echo_ns(&far, &near, &addr(0), iters).map_err(|e| e.to_string()))
+        .map_err(|e| anyhow::anyhow!(e))?;
+    r.rtt_ratio = r.remote_rtt_ns / r.tcp_echo_ns;
+    let dd = |script: String| -> anyhow::Result<f64> {
+        let out = c.exec(&atoll, last, &script).output()?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        anyhow::ensure!(
+            out.status.success(),
+            "{script}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let s = dd_seconds(&text).ok_or_else(|| anyhow::anyhow!("dd said: {text}"))?;
+        Ok(mib as f64 / s)
+    };
+    r.remote_write_mib_s = dd(format!(
+        "dd if=/dev/zero of=$ROOT/big bs=1M count={mib} 2>&1"
+    ))?;
+    r.remote_read_mib_s = dd("dd if=$ROOT/big of=/dev/null bs=1M 2>&1".to_string())?;
+    r.tcp_mib_s = tcp_stream_mib_s(&far, &near, &addr(0), mib)?;
+    r.notes.push(format!(
+        "host {last} to host 0 through both proxies; {iters} round trips per trial, best of {TRIALS}; {mib} MiB streams"
+    ));
+    println!("atoll across {n} hosts (network namespaces on one machine)");
+    println!(
+        "  null round trip, remote server   {:>10.1} µs",
+        r.remote_rtt_ns / 1e3
+    );
+    println!(
+        "  null round trip, local server    {:>10.1} µs",
+        r.local_rtt_ns / 1e3
+    );
+    println!(
+        "  TCP echo, same namespaces        {:>10.1} µs",
+        r.tcp_echo_ns / 1e3
+    );
+    println!("  ratio (target ≤ 1.1)             {:>10.2}", r.rtt_ratio);
+    println!(
+        "  remote write                     {:>10.0} MiB/s",
+        r.remote_write_mib_s
+    );
+    println!(
+        "  remote read                      {:>10.0} MiB/s",
+        r.remote_read_mib_s
+    );
+    println!(
+        "  raw TCP stream                   {:>10.0} MiB/s",
+        r.tcp_mib_s
+    );
+    drop(c);
+    if let Some(p) = json {
+        crate::write_results_json(p, "hosts", &r)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -7,9 +7,10 @@
 //!   length, request id) and the body. Anything else is a malformed frame.
 //! * [`tcp`] — [`TcpTransport`], the first implementation: one TCP
 //!   connection per peer, driven by a tokio runtime on one network thread.
-//!   A writer task batches every message queued while the previous write
-//!   was in flight into one write (small messages share a segment); a
-//!   reader task hands whole frames to whoever waits in [`Link::recv`].
+//!   A sender writes at once from its own thread when nothing is waiting;
+//!   messages sent while the socket is full, and every batch given to
+//!   [`Link::send_all`], leave in one write; a reader task hands whole
+//!   frames to whoever waits in [`Link::recv`].
 //! * this file — the [`Transport`] trait the proxies (`atoll node`) are
 //!   written against, so that another fabric (RDMA, say) can be added
 //!   without touching them or any server.
@@ -107,8 +108,16 @@ pub trait Listener: Send + Sync {
 /// One connection to one peer, carrying [`Message`]s both ways, in order.
 pub trait Link: Send + Sync {
     /// Queue `msg` for the peer; never waits for the network. Messages
-    /// queued while a write is in flight go out together in the next one.
+    /// queued while the connection is backed up go out together.
     fn send(&self, msg: Message) -> Result<(), TransportError>;
+    /// Queue `msgs` in order as one batch: an implementation writes them
+    /// together (one write for many small messages).
+    fn send_all(&self, msgs: &[Message]) -> Result<(), TransportError> {
+        for m in msgs {
+            self.send(m.clone())?;
+        }
+        Ok(())
+    }
     /// The next message; `Ok(None)` when `timeout` passed first.
     fn recv(&self, timeout: Option<Duration>) -> Result<Option<Message>, TransportError>;
     /// End the link; the peer sees it closed.

@@ -1,36 +1,37 @@
 //! [`Transport`] over TCP, on a tokio runtime.
 //!
 //! One network thread per `TcpTransport` runs a current-thread tokio
-//! runtime; every link is two tasks on it:
+//! runtime; every link has a reader task and a writer task on it:
 //!
 //! ```text
-//!  Link::send ──queue──▶ writer task ──one write per batch──▶ socket
+//!  Link::send ──append──▶ outbox ──try_write now, from the caller──▶ socket
+//!                            └─(socket full)──▶ writer task flushes it all
 //!  socket ──▶ reader task ──whole frames──▶ queue ──▶ Link::recv
 //! ```
 //!
-//! The writer takes one queued message, then everything else already
-//! queued (up to 256 KiB), and writes the lot with one system call, so a
-//! burst of small messages costs one segment (`TCP_NODELAY` is set: a lone
-//! message leaves at once). With nothing to send for a quarter of
-//! `dead_after` it writes a heartbeat. The reader ends the link on end of
-//! stream, an error, a malformed header or `dead_after` of silence; the
-//! writer ends it when a write fails. Either way both tasks stop, the
-//! socket closes, and the link's `closed` flag is set, which every call
-//! checks first.
+//! Sending: a message is appended to the link's *outbox*; if the outbox
+//! was empty the calling thread writes it at once (non-blocking), so a
+//! lone message costs no hand-over to another thread. Whatever the socket
+//! does not take stays in the outbox, the writer task is told, and every
+//! message sent meanwhile is appended behind it: they leave together in the
+//! task's next write (batching under load). [`Link::send_all`] appends a
+//! whole batch before writing: one write for many small messages. With
+//! nothing written for a quarter of `dead_after` the writer task sends a
+//! heartbeat. The reader ends the link on end of stream, an error, a
+//! malformed header or `dead_after` of silence; a failed write ends it
+//! too. Either way the socket is shut down and the link's `closed` flag is
+//! set, which every call checks first.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::io::Read;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc as std_mpsc, Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::Notify;
 
 use crate::frame::{self, Kind, HEADER};
 use crate::{Link, LinkOptions, Listener, Message, Transport, TransportError};
-
-/// Most bytes the writer puts into one write.
-const BATCH_BYTES: usize = 256 * 1024;
 
 /// TCP links driven by one network thread.
 pub struct TcpTransport {
@@ -164,6 +165,14 @@ struct Shared {
     why: Mutex<Option<String>>,
     /// Tells both tasks to stop.
     stop: Notify,
+    /// The socket's write side; `try_write` works from any thread.
+    wr: tokio::net::tcp::OwnedWriteHalf,
+    /// Encoded frames not written yet, in order. Whoever finds it empty
+    /// writes; whoever leaves bytes in it tells the writer task (`flush`).
+    outbox: Mutex<Vec<u8>>,
+    flush: Notify,
+    /// Write system calls so far (heartbeats are due only on idle links).
+    writes: AtomicU64,
 }
 
 impl Shared {
@@ -172,16 +181,61 @@ impl Shared {
         if w.is_none() {
             *w = Some(why);
         }
-        self.closed.store(true, Ordering::Release);
+        drop(w);
+        if !self.closed.swap(true, Ordering::AcqRel) {
+            // The peer sees the end now, not when the last handle goes.
+            let _ = socket2::SockRef::from(self.wr.as_ref()).shutdown(std::net::Shutdown::Both);
+        }
         self.stop.notify_waiters();
         // A task not waiting yet still sees the stop (stored permit).
         self.stop.notify_one();
     }
+
+    /// Write as much of `out` as the socket takes now, without waiting.
+    /// Hot path (every message of a lone caller).
+    fn write_now(&self, out: &mut Vec<u8>) -> Result<(), TransportError> {
+        while !out.is_empty() {
+            match self.wr.as_ref().try_write(out) {
+                Ok(0) => {
+                    self.end(format!("write to {}: closed", self.peer));
+                    return Err(TransportError::Closed(self.peer.clone()));
+                }
+                Ok(n) => {
+                    self.writes.fetch_add(1, Ordering::Relaxed);
+                    out.drain(..n);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    self.end(format!("write to {}: {e}", self.peer));
+                    return Err(TransportError::Closed(self.peer.clone()));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Append `msgs` to the outbox and write at once if nothing was
+    /// waiting; otherwise (or for what the socket did not take) the writer
+    /// task flushes.
+    fn enqueue<'a>(&self, msgs: impl Iterator<Item = &'a Message>) -> Result<(), TransportError> {
+        let mut out = self.outbox.lock().unwrap_or_else(|e| e.into_inner());
+        let was_empty = out.is_empty();
+        for m in msgs {
+            frame::encode(m, &mut out);
+        }
+        if was_empty {
+            self.write_now(&mut out)?;
+            if !out.is_empty() {
+                self.flush.notify_one();
+            }
+        }
+        Ok(())
+    }
 }
 
 pub struct TcpLink {
-    out: mpsc::UnboundedSender<Message>,
-    incoming: Mutex<std_mpsc::Receiver<Result<Message, TransportError>>>,
+    reader: Mutex<Reader>,
     shared: Arc<Shared>,
 }
 
@@ -192,120 +246,184 @@ fn start_link(
     options: LinkOptions,
 ) -> TcpLink {
     let _ = stream.set_nodelay(true);
-    let (rd, wr) = stream.into_split();
-    let (out, out_rx) = mpsc::unbounded_channel();
-    let (in_tx, incoming) = std_mpsc::channel();
+    // The read half stays inside the write half's stream: `Reader` reads
+    // the same socket directly.
+    let (_rd, wr) = stream.into_split();
     let shared = Arc::new(Shared {
         peer,
         closed: AtomicBool::new(false),
         why: Mutex::new(None),
         stop: Notify::new(),
-    });
-    rt.spawn(read_task(rd, in_tx, shared.clone(), options.dead_after));
-    rt.spawn(write_task(
         wr,
-        out_rx,
-        shared.clone(),
-        options.dead_after / 4,
-    ));
+        outbox: Mutex::new(Vec::with_capacity(64 * 1024)),
+        flush: Notify::new(),
+        writes: AtomicU64::new(0),
+    });
+    rt.spawn(write_task(shared.clone(), options.dead_after / 4));
     TcpLink {
-        out,
-        incoming: Mutex::new(incoming),
+        reader: Mutex::new(Reader {
+            buf: Vec::with_capacity(64 * 1024),
+            start: 0,
+            last_heard: Instant::now(),
+            dead_after: options.dead_after,
+        }),
         shared,
     }
 }
 
-async fn read_task(
-    mut rd: tokio::net::tcp::OwnedReadHalf,
-    tx: std_mpsc::Sender<Result<Message, TransportError>>,
-    shared: Arc<Shared>,
+/// The receiving side of a link, used by the thread in [`Link::recv`]
+/// itself: it reads the socket and waits in `ppoll`, so a message reaches
+/// its consumer with one wake-up, as in a plain blocking `read`. (The
+/// reads bypass tokio: no task ever reads this socket.)
+struct Reader {
+    /// Bytes read and not yet handed out; a frame starts at `start`.
+    buf: Vec<u8>,
+    start: usize,
+    last_heard: Instant,
     dead_after: Duration,
-) {
-    let peer = shared.peer.clone();
-    let err = loop {
-        if shared.closed.load(Ordering::Acquire) {
-            break TransportError::Closed(peer.clone());
-        }
-        let mut h = [0u8; HEADER];
-        let got = tokio::select! {
-            r = tokio::time::timeout(dead_after, rd.read_exact(&mut h)) => r,
-            _ = shared.stop.notified() => break TransportError::Closed(peer.clone()),
-        };
-        match got {
-            Err(_) => break TransportError::Silent(peer.clone(), dead_after),
-            Ok(Err(_)) => break TransportError::Closed(peer.clone()),
-            Ok(Ok(_)) => {}
-        }
-        let header = match frame::decode_header(&h) {
-            Ok(h) => h,
-            Err(why) => break TransportError::Malformed(peer.clone(), why),
-        };
-        let mut body = vec![0u8; header.len];
-        match tokio::time::timeout(dead_after, rd.read_exact(&mut body)).await {
-            Err(_) => break TransportError::Silent(peer.clone(), dead_after),
-            Ok(Err(_)) => break TransportError::Closed(peer.clone()),
-            Ok(Ok(_)) => {}
-        }
-        if header.kind == Kind::Data
-            && tx
-                .send(Ok(Message {
-                    id: header.id,
-                    body,
-                }))
-                .is_err()
-        {
-            break TransportError::Closed(peer.clone());
-        }
-    };
-    shared.end(err.to_string());
-    let _ = tx.send(Err(err));
 }
 
-async fn write_task(
-    mut wr: tokio::net::tcp::OwnedWriteHalf,
-    mut rx: mpsc::UnboundedReceiver<Message>,
-    shared: Arc<Shared>,
-    heartbeat: Duration,
-) {
-    let mut buf = Vec::with_capacity(64 * 1024);
-    while !shared.closed.load(Ordering::Acquire) {
-        buf.clear();
-        tokio::select! {
-            m = rx.recv() => match m {
-                Some(m) => {
-                    take_batch(m, &mut rx, &mut buf);
+impl Reader {
+    /// A whole frame at the front of `buf`, if there is one.
+    fn take_frame(&mut self) -> Result<Option<(frame::Header, Vec<u8>)>, String> {
+        let avail = &self.buf[self.start..];
+        if avail.len() < HEADER {
+            return Ok(None);
+        }
+        let header = frame::decode_header(avail[..HEADER].try_into().expect("16 bytes"))?;
+        if avail.len() < HEADER + header.len {
+            return Ok(None);
+        }
+        let body = avail[HEADER..HEADER + header.len].to_vec();
+        self.start += HEADER + header.len;
+        if self.start == self.buf.len() {
+            self.buf.clear();
+            self.start = 0;
+        }
+        Ok(Some((header, body)))
+    }
+
+    /// Read what the socket has now; `Ok(false)` if nothing was there.
+    fn fill(&mut self, shared: &Shared) -> Result<bool, TransportError> {
+        if self.start > 0 && self.start * 2 > self.buf.len() {
+            self.buf.drain(..self.start);
+            self.start = 0;
+        }
+        let mut chunk = [0u8; 64 * 1024];
+        let sock = socket2::SockRef::from(shared.wr.as_ref());
+        loop {
+            match (&*sock).read(&mut chunk) {
+                Ok(0) => return Err(TransportError::Closed(shared.peer.clone())),
+                Ok(n) => {
+                    self.buf.extend_from_slice(&chunk[..n]);
+                    self.last_heard = Instant::now();
+                    return Ok(true);
                 }
-                None => break,
-            },
-            _ = tokio::time::sleep(heartbeat) => frame::encode_heartbeat(&mut buf),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => return Err(TransportError::Closed(shared.peer.clone())),
+            }
+        }
+    }
+
+    /// The next data message, reading and waiting as needed until
+    /// `deadline` (`None`: no deadline; the silence bound still holds).
+    fn next(
+        &mut self,
+        shared: &Shared,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Message>, TransportError> {
+        loop {
+            if shared.closed.load(Ordering::Acquire) {
+                return Err(TransportError::Closed(shared.peer.clone()));
+            }
+            match self.take_frame() {
+                Ok(Some((h, _))) if h.kind == Kind::Heartbeat => continue,
+                Ok(Some((h, body))) => return Ok(Some(Message { id: h.id, body })),
+                Ok(None) => {}
+                Err(why) => return Err(TransportError::Malformed(shared.peer.clone(), why)),
+            }
+            if self.fill(shared)? {
+                continue;
+            }
+            let now = Instant::now();
+            let silent_at = self.last_heard + self.dead_after;
+            if now >= silent_at {
+                return Err(TransportError::Silent(shared.peer.clone(), self.dead_after));
+            }
+            let until = match deadline {
+                Some(d) if d <= now => return Ok(None),
+                Some(d) => d.min(silent_at),
+                None => silent_at,
+            };
+            wait_readable(shared, until - now);
+        }
+    }
+}
+
+/// Sleep until the socket is readable (or hung up) or `limit` passed.
+fn wait_readable(shared: &Shared, limit: Duration) {
+    use std::os::fd::AsRawFd;
+    let mut p = libc::pollfd {
+        fd: shared.wr.as_ref().as_raw_fd(),
+        events: libc::POLLIN | libc::POLLRDHUP,
+        revents: 0,
+    };
+    let ts = libc::timespec {
+        tv_sec: limit.as_secs() as libc::time_t,
+        tv_nsec: limit.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: one pollfd and one timespec on this stack, valid for the
+    // call; no signal mask is passed.
+    unsafe { libc::ppoll(&mut p, 1, &ts, std::ptr::null()) };
+}
+
+/// Flushes what senders left in the outbox when the socket was full, and
+/// sends heartbeats on an idle link.
+async fn write_task(shared: Arc<Shared>, heartbeat: Duration) {
+    let mut writes_seen = u64::MAX;
+    while !shared.closed.load(Ordering::Acquire) {
+        tokio::select! {
+            _ = shared.flush.notified() => {}
+            _ = tokio::time::sleep(heartbeat) => {
+                let writes = shared.writes.load(Ordering::Relaxed);
+                if writes == writes_seen {
+                    let mut out = shared.outbox.lock().unwrap_or_else(|e| e.into_inner());
+                    if out.is_empty() {
+                        frame::encode_heartbeat(&mut out);
+                    }
+                }
+                writes_seen = writes;
+            }
             _ = shared.stop.notified() => break,
         }
-        if let Err(e) = wr.write_all(&buf).await {
-            shared.end(format!("write to {}: {e}", shared.peer));
-            break;
+        // Flush: write whatever is there; wait for room while the socket
+        // is full (senders keep appending behind: one write takes them all).
+        loop {
+            {
+                let mut out = shared.outbox.lock().unwrap_or_else(|e| e.into_inner());
+                if out.is_empty() {
+                    break;
+                }
+                if shared.write_now(&mut out).is_err() {
+                    return;
+                }
+                if out.is_empty() {
+                    break;
+                }
+            }
+            tokio::select! {
+                r = shared.wr.as_ref().writable() => {
+                    if let Err(e) = r {
+                        shared.end(format!("write to {}: {e}", shared.peer));
+                        return;
+                    }
+                }
+                _ = shared.stop.notified() => return,
+            }
         }
     }
-    let _ = wr.shutdown().await;
     shared.end(format!("link to {} closed", shared.peer));
-}
-
-/// Encode `first` and everything queued behind it (up to [`BATCH_BYTES`])
-/// into `buf`: the batch one write sends. Returns how many messages.
-fn take_batch(
-    first: Message,
-    rx: &mut mpsc::UnboundedReceiver<Message>,
-    buf: &mut Vec<u8>,
-) -> usize {
-    frame::encode(&first, buf);
-    let mut n = 1;
-    while buf.len() < BATCH_BYTES {
-        match rx.try_recv() {
-            Ok(m) => frame::encode(&m, buf),
-            Err(_) => break,
-        }
-        n += 1;
-    }
-    n
 }
 
 impl TcpLink {
@@ -328,22 +446,33 @@ impl Link for TcpLink {
         if self.is_closed() {
             return Err(self.closed_error());
         }
-        self.out.send(msg).map_err(|_| self.closed_error())
+        self.shared.enqueue(std::iter::once(&msg))
+    }
+
+    fn send_all(&self, msgs: &[Message]) -> Result<(), TransportError> {
+        if let Some(m) = msgs.iter().find(|m| m.body.len() > frame::MAX_BODY) {
+            return Err(TransportError::TooLarge(m.body.len()));
+        }
+        if self.is_closed() {
+            return Err(self.closed_error());
+        }
+        self.shared.enqueue(msgs.iter())
     }
 
     fn recv(&self, timeout: Option<Duration>) -> Result<Option<Message>, TransportError> {
-        let rx = self.incoming.lock().unwrap_or_else(|e| e.into_inner());
-        let got = match timeout {
-            None => rx.recv().map_err(|_| ()),
-            Some(t) => match rx.recv_timeout(t) {
-                Err(std_mpsc::RecvTimeoutError::Timeout) => return Ok(None),
-                other => other.map_err(|_| ()),
-            },
-        };
-        match got {
-            Ok(Ok(m)) => Ok(Some(m)),
-            Ok(Err(e)) => Err(e),
-            Err(()) => Err(self.closed_error()),
+        let mut reader = self.reader.lock().unwrap_or_else(|e| e.into_inner());
+        let deadline = timeout.map(|t| Instant::now() + t);
+        match reader.next(&self.shared, deadline) {
+            Ok(m) => Ok(m),
+            Err(TransportError::Closed(_)) => {
+                self.shared
+                    .end(format!("link to {} closed", self.shared.peer));
+                Err(self.closed_error())
+            }
+            Err(e) => {
+                self.shared.end(e.to_string());
+                Err(e)
+            }
         }
     }
 

@@ -50,46 +50,84 @@ fn messages_arrive_in_order_with_their_ids_both_ways() {
     assert_eq!(a.recv(Some(Duration::from_millis(10))).unwrap(), None);
 }
 
+/// A link to a plain socket the test reads, with the link's write count.
+fn raw_pair(net: &TcpTransport) -> (TcpLink, std::net::TcpStream) {
+    let raw = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = raw.local_addr().unwrap().to_string();
+    let stream = net
+        .run(async move { TcpStream::connect(addr).await })
+        .unwrap()
+        .unwrap();
+    let link = start_link(&net.runtime, stream, "test".into(), LinkOptions::default());
+    let (s, _) = raw.accept().unwrap();
+    (link, s)
+}
+
+fn read_frames(s: &mut std::net::TcpStream, n: usize, body: usize) {
+    let want = n * (frame::HEADER + body);
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 1 << 20];
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    while got.len() < want {
+        let k = s.read(&mut buf).unwrap();
+        assert!(k > 0);
+        got.extend_from_slice(&buf[..k]);
+    }
+    for i in 0..n {
+        let at = i * (frame::HEADER + body);
+        let h = frame::decode_header(got[at..at + frame::HEADER].try_into().unwrap()).unwrap();
+        assert_eq!((h.id, h.len), (i as u64, body));
+    }
+}
+
 #[test]
-fn messages_queued_behind_a_write_go_out_in_one_batch() {
-    let (tx, mut rx) = mpsc::unbounded_channel();
-    for i in 1..2000u64 {
-        tx.send(Message {
-            id: i,
+fn a_batch_of_small_messages_goes_out_in_a_few_writes() {
+    let net = TcpTransport::new().unwrap();
+    let (link, mut s) = raw_pair(&net);
+    let msgs: Vec<Message> = (0..2000u64)
+        .map(|id| Message {
+            id,
             body: vec![1; 8],
         })
-        .unwrap();
-    }
-    let mut buf = Vec::new();
-    let first = Message {
-        id: 0,
-        body: vec![1; 8],
-    };
-    assert_eq!(take_batch(first, &mut rx, &mut buf), 2000);
-    assert_eq!(buf.len(), 2000 * (frame::HEADER + 8));
-    for i in 0..2000usize {
-        let at = i * (frame::HEADER + 8);
-        let h = frame::decode_header(buf[at..at + frame::HEADER].try_into().unwrap()).unwrap();
-        assert_eq!((h.id, h.len), (i as u64, 8));
-    }
-    // A batch stops near BATCH_BYTES; the rest waits for the next write.
-    for i in 0..100u64 {
-        tx.send(Message {
-            id: i,
-            body: vec![0; 8192],
+        .collect();
+    link.send_all(&msgs).unwrap();
+    read_frames(&mut s, 2000, 8);
+    let writes = link.shared.writes.load(Ordering::Relaxed);
+    assert!(
+        (1..=4).contains(&writes),
+        "{writes} writes for 2000 messages"
+    );
+}
+
+#[test]
+fn messages_sent_while_the_peer_does_not_read_leave_together_later() {
+    // The peer reads nothing until the socket is full; everything sent
+    // meanwhile waits in the outbox and leaves in far fewer writes.
+    let net = TcpTransport::new().unwrap();
+    let (link, mut s) = raw_pair(&net);
+    let size = 1024;
+    let mut n = 0u64;
+    while link.shared.outbox.lock().unwrap().is_empty() {
+        link.send(Message {
+            id: n,
+            body: vec![2; size],
         })
         .unwrap();
+        n += 1;
+        assert!(n < 100_000, "the socket never filled");
     }
-    buf.clear();
-    let n = take_batch(
-        Message {
-            id: 0,
-            body: vec![],
-        },
-        &mut rx,
-        &mut buf,
-    );
-    assert!(n < 101 && buf.len() >= BATCH_BYTES && buf.len() < BATCH_BYTES + 8192 + frame::HEADER);
+    let before = link.shared.writes.load(Ordering::Relaxed);
+    for _ in 0..5000 {
+        link.send(Message {
+            id: n,
+            body: vec![2; size],
+        })
+        .unwrap();
+        n += 1;
+    }
+    read_frames(&mut s, n as usize, size);
+    let during = link.shared.writes.load(Ordering::Relaxed) - before;
+    assert!(during < 500, "{during} writes for 5000 backed-up messages");
 }
 
 #[test]

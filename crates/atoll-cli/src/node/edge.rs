@@ -240,16 +240,16 @@ impl Edge {
     fn forward(self: Arc<Edge>, i: usize) {
         let doorbell = self.control.doorbell(i);
         while !self.gone.load(Ordering::Relaxed) {
-            let mut any = false;
+            // Every request found in one pass leaves in one write.
+            let mut batch = Vec::new();
             {
                 let mut list = self.per_server[i].lock().unwrap_or_else(|e| e.into_inner());
                 for (chan, sc) in list.iter() {
                     loop {
                         match sc.try_recv(|b| b.to_vec()) {
                             Ok(Some(frame)) => {
-                                any = true;
                                 let msg = NodeMsg::Request { chan: *chan, frame };
-                                let _ = wire::send(&*self.link, self.next_id(), &msg);
+                                batch.push(wire::message(self.next_id(), &msg));
                             }
                             Ok(None) => break,
                             Err(_) => {
@@ -263,8 +263,10 @@ impl Edge {
                 }
                 list.retain(|(_, sc)| !sc.is_closed());
             }
-            if !any {
+            if batch.is_empty() {
                 doorbell.wait(PollMode::Adaptive);
+            } else {
+                let _ = self.link.send_all(&batch);
             }
         }
     }

@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use atoll_msg::{ClientChannel, Control};
 use atoll_proto::boot::{BootReply, BootRequest, Island};
-use atoll_transport::{Link, Listener};
+use atoll_transport::{Link, Listener, Message};
 
 use super::seqpacket;
 use super::wire::{self, ChanId, ConnId, NodeMsg, HEAD_CONN};
@@ -143,8 +143,14 @@ fn pump(peer: Arc<Peer>) {
             snapshot = chans.iter().map(|(k, v)| (*k, v.clone())).collect();
             seen_generation = generation;
         }
+        // Every reply found in one pass leaves in one write.
+        let mut batch = Vec::new();
         for (id, rc) in &snapshot {
-            busy |= outgoing(&peer, *id, rc);
+            outgoing(&peer, *id, rc, &mut batch);
+        }
+        if !batch.is_empty() {
+            busy = true;
+            let _ = peer.link.send_all(&batch);
         }
         idle = if busy { 0 } else { idle.saturating_add(1) };
         if idle > 0 && idle < SPIN_ROUNDS {
@@ -214,16 +220,13 @@ fn incoming(peer: &Arc<Peer>, id: u64, msg: NodeMsg) {
     }
 }
 
-/// Forward what real channel `id` has for its client; true if anything.
-fn outgoing(peer: &Peer, id: ChanId, rc: &RealChan) -> bool {
-    let link = &*peer.link;
-    let mut busy = false;
+/// Collect in `batch` what real channel `id` has for its client.
+fn outgoing(peer: &Peer, id: ChanId, rc: &RealChan, batch: &mut Vec<Message>) {
     loop {
         match rc.chan.try_recv(|b| b.to_vec()) {
             Ok(Some(frame)) => {
-                busy = true;
                 let rid = rc.last_id.load(Ordering::Relaxed);
-                let _ = wire::send(link, rid, &NodeMsg::Reply { chan: id, frame });
+                batch.push(wire::message(rid, &NodeMsg::Reply { chan: id, frame }));
             }
             Ok(None) => break,
             Err(_) => {
@@ -233,21 +236,16 @@ fn outgoing(peer: &Peer, id: ChanId, rc: &RealChan) -> bool {
         }
     }
     let _ = rc.chan.drain_inbox(|b| {
-        busy = true;
-        let _ = wire::send(
-            link,
-            0,
-            &NodeMsg::Inbox {
-                chan: id,
-                frame: b.to_vec(),
-            },
-        );
+        let msg = NodeMsg::Inbox {
+            chan: id,
+            frame: b.to_vec(),
+        };
+        batch.push(wire::message(0, &msg));
     });
     if rc.chan.take_inbox_overflow() {
-        let _ = wire::send(link, 0, &NodeMsg::InboxOverflow { chan: id });
+        batch.push(wire::message(0, &NodeMsg::InboxOverflow { chan: id }));
     }
     if rc.chan.is_closed() {
-        busy = true;
         let removed = peer
             .chans
             .lock()
@@ -255,10 +253,9 @@ fn outgoing(peer: &Peer, id: ChanId, rc: &RealChan) -> bool {
             .remove(&id);
         if removed.is_some() {
             peer.generation.fetch_add(1, Ordering::AcqRel);
-            let _ = wire::send(link, 0, &NodeMsg::ChanClosed { chan: id });
+            batch.push(wire::message(0, &NodeMsg::ChanClosed { chan: id }));
         }
     }
-    busy
 }
 
 fn start_worker(

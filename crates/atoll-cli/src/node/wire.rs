@@ -58,9 +58,17 @@ pub enum NodeMsg {
 
 /// Encode and queue `msg` with request id `id`.
 pub fn send(link: &dyn Link, id: u64, msg: &NodeMsg) -> Result<(), TransportError> {
-    let body = postcard::to_allocvec(msg)
-        .map_err(|e| TransportError::Io(std::io::Error::other(e.to_string())))?;
-    link.send(Message { id, body })
+    link.send(message(id, msg))
+}
+
+/// `msg` as a transport message with request id `id` (to batch several
+/// with [`Link::send_all`]).
+pub fn message(id: u64, msg: &NodeMsg) -> Message {
+    // Encoding into a Vec cannot fail for these types.
+    Message {
+        id,
+        body: postcard::to_allocvec(msg).unwrap_or_default(),
+    }
 }
 
 /// Decode a received message; a body that is no `NodeMsg` is malformed.

@@ -1,12 +1,12 @@
 //! [`Transport`] over TCP, on a tokio runtime.
 //!
 //! One network thread per `TcpTransport` runs a current-thread tokio
-//! runtime; every link has a reader task and a writer task on it:
+//! runtime: it connects, accepts, and runs one writer task per link.
 //!
 //! ```text
 //!  Link::send ──append──▶ outbox ──try_write now, from the caller──▶ socket
 //!                            └─(socket full)──▶ writer task flushes it all
-//!  socket ──▶ reader task ──whole frames──▶ queue ──▶ Link::recv
+//!  socket ──read by the caller of Link::recv (ppoll to sleep)──▶ frames
 //! ```
 //!
 //! Sending: a message is appended to the link's *outbox*; if the outbox
@@ -17,10 +17,14 @@
 //! task's next write (batching under load). [`Link::send_all`] appends a
 //! whole batch before writing: one write for many small messages. With
 //! nothing written for a quarter of `dead_after` the writer task sends a
-//! heartbeat. The reader ends the link on end of stream, an error, a
-//! malformed header or `dead_after` of silence; a failed write ends it
-//! too. Either way the socket is shut down and the link's `closed` flag is
-//! set, which every call checks first.
+//! heartbeat.
+//!
+//! Receiving: the thread in [`Link::recv`] reads the socket itself and
+//! sleeps in `ppoll` (one wake-up per message, as a blocking `read`). It
+//! ends the link on end of stream, an error, a malformed header or
+//! `dead_after` of silence; a failed write ends it too. Either way the
+//! socket is shut down and the link's `closed` flag is set, which every
+//! call checks first.
 
 use std::io::Read;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -194,6 +194,20 @@ impl Cluster {
         }
     }
 
+    /// Wait up to `limit` for node `k` to exit by itself; its status.
+    pub fn wait_node(&mut self, k: usize, limit: Duration) -> Option<std::process::ExitStatus> {
+        let t = Instant::now();
+        let c = self.nodes[k].as_mut()?;
+        while t.elapsed() < limit {
+            if let Ok(Some(status)) = c.try_wait() {
+                self.nodes[k] = None;
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
     /// Stop node `k` (SIGTERM) and wait up to 10 s, then kill it.
     fn stop(&mut self, k: usize) {
         let Some(mut c) = self.nodes[k].take() else {

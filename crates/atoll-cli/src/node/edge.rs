@@ -54,6 +54,8 @@ pub struct Edge {
     next_conn: AtomicU64,
     /// The link is gone or the node was asked to stop.
     pub gone: AtomicBool,
+    /// Why it ended: `None` when asked to (`atoll stop`, a signal).
+    pub lost: Mutex<Option<String>>,
 }
 
 impl Edge {
@@ -72,6 +74,7 @@ impl Edge {
             next_id: AtomicU64::new(1),
             next_conn: AtomicU64::new(1),
             gone: AtomicBool::new(false),
+            lost: Mutex::new(None),
         });
         for i in 0..servers {
             let e = edge.clone();
@@ -139,7 +142,7 @@ impl Edge {
                     // `atoll stop` at a node stops that node, not the image.
                     let bytes = postcard::to_allocvec(&BootReply::Stopping).unwrap_or_default();
                     let _ = seqpacket::send(sock.as_fd(), &bytes, &[]);
-                    self.lose_head("asked to stop");
+                    self.end(None);
                     break;
                 }
                 _ => {}
@@ -278,14 +281,14 @@ impl Edge {
                 Ok(Some(m)) => m,
                 Ok(None) => continue,
                 Err(e) => {
-                    self.lose_head(&e.to_string());
+                    self.end(Some(e.to_string()));
                     return;
                 }
             };
             let msg = match wire::decode(&m) {
                 Ok(msg) => msg,
                 Err(e) => {
-                    self.lose_head(&e.to_string());
+                    self.end(Some(e.to_string()));
                     return;
                 }
             };
@@ -332,12 +335,14 @@ impl Edge {
         }
     }
 
-    /// The head is unreachable (or this node stops): fail everything now.
-    pub fn lose_head(&self, why: &str) {
+    /// The head is unreachable (`lost` says why) or this node stops
+    /// (`None`): fail everything now.
+    pub fn end(&self, lost: Option<String>) {
         if self.gone.swap(true, Ordering::AcqRel) {
             return;
         }
-        tracing::info!("node: ending: {why}");
+        tracing::info!("node: ending: {lost:?}");
+        *self.lost.lock().unwrap_or_else(|e| e.into_inner()) = lost;
         self.link.close();
         for sc in self
             .chans

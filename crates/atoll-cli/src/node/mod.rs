@@ -146,13 +146,17 @@ fn run_edge(args: &NodeArgs, peers: &[String], me: usize, term: Terminator) -> R
         .name("node-accept".into())
         .spawn(move || e.accept(listener))?;
     if term.stop_instance_on_signal(socket) {
-        edge.lose_head("signalled");
+        edge.end(None);
     }
     ready(&id);
     while !edge.gone.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(50));
     }
-    Ok(0)
+    let lost = edge.lost.lock().unwrap_or_else(|e| e.into_inner()).take();
+    match lost {
+        Some(why) => bail!("lost the first node: {why}"),
+        None => Ok(0),
+    }
 }
 
 /// Connect to the first node, retrying while it is still starting.

@@ -201,3 +201,16 @@ fn when_the_first_node_dies_the_other_hosts_fail_with_eio_and_their_nodes_exit()
         assert!(status.is_some_and(|s| !s.success()), "node {k}: {status:?}");
     }
 }
+
+#[test]
+fn a_program_built_with_make_on_one_host_runs_on_another() {
+    let Some(c) = cluster() else { return };
+    let build = format!(
+        "cd $ROOT && {} make -j2 -s && ./prog",
+        atoll_tests::c_project_script(8)
+    );
+    let b = on(&c, 1, &build);
+    assert_eq!(text(&b), "sum 36\n");
+    let a = on(&c, 0, "$ROOT/proj/prog && ls $ROOT/proj | grep -c '\\.o$'");
+    assert_eq!(text(&a), "sum 36\n9\n");
+}

@@ -36,6 +36,7 @@
 
 pub mod co;
 pub mod harness;
+pub mod hosts;
 pub mod html;
 pub mod pipes;
 pub mod recovery;
@@ -124,6 +125,13 @@ pub struct BenchArgs {
     /// Round trips per messaging micro-benchmark.
     #[arg(long, default_value_t = 200_000, global = true)]
     pub rpc_iters: u64,
+    /// Measure one image across N hosts instead (N network namespaces on
+    /// one machine, an `atoll node` in each; needs root and `ip`): a null
+    /// round trip to a server on another host beside a plain TCP echo,
+    /// and remote read/write throughput beside a raw TCP stream (JSON
+    /// `hosts`).
+    #[arg(long, value_name = "N")]
+    pub hosts: Option<usize>,
     /// Seconds after which one phase of one run is abandoned.
     #[arg(long, default_value_t = 900)]
     pub timeout: u64,
@@ -334,6 +342,12 @@ pub fn main_from_cli(args: BenchArgs, atoll: &mut dyn SystemFactory) -> anyhow::
             .into());
         }
         return transfer::main(t, args.quick, args.json.as_deref());
+    }
+    if let Some(n) = args.hosts {
+        if args.report.is_some() {
+            return Err(html::UsageError("--report is not for --hosts".into()).into());
+        }
+        return hosts::main(n, args.quick, args.json.as_deref());
     }
     // Before any benchmark: a report that cannot be written should not
     // cost a whole run to find out.

@@ -76,6 +76,9 @@ pub enum Command {
     /// Run a command inside a running (booted) instance.
     #[command(after_help = EXEC_AFTER_HELP)]
     Exec(ExecArgs),
+    /// Join hosts into one image: the first runs the servers, the others proxies.
+    #[command(after_help = NODE_AFTER_HELP)]
+    Node(NodeArgs),
     /// Show servers, clients, open descriptions, blocks and operation counts.
     Status(StatusArgs),
     /// Stop a running instance and wait until it is gone.
@@ -211,6 +214,37 @@ pub struct RunArgs {
 pub const PLACEMENTS: [&str; 4] = ["local", "random", "round-robin", "least-loaded"];
 /// Values of `--exec-via` (see `atoll_sched::ExecVia`).
 pub const EXEC_VIAS: [&str; 2] = ["place", "spawn"];
+
+const NODE_AFTER_HELP: &str = "\
+Run one `atoll node` on every host, with the same --peers. The node of the
+first host boots the instance (a copy island: programs map no memory of the
+servers); every other node offers its programs the same boot socket and
+carries their messages to the first node over TCP. `atoll exec
+--runtime-dir DIR` on a host runs a program in the image through that
+host's node. A node prints its id on one line once it serves.
+
+Rank: --rank, else OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID or
+SLURM_NODEID (checked against the matching size), else the first peer
+whose address is one of this host's.";
+
+#[derive(Args, Debug)]
+pub struct NodeArgs {
+    /// The hosts of the image, first one first: host[:port],… (port 7207
+    /// when left out)
+    #[arg(long, value_name = "HOSTS", required = true)]
+    pub peers: String,
+    /// Address the first node accepts the others at [default: its entry in
+    /// --peers]
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<String>,
+    /// Which of --peers this host is (0 = the first) [default: from the
+    /// launcher's environment, else from this host's addresses]
+    #[arg(long, value_name = "N")]
+    pub rank: Option<usize>,
+    /// The instance the first node boots (the others take its shape)
+    #[command(flatten)]
+    pub instance: InstanceArgs,
+}
 
 #[derive(Args, Debug)]
 pub struct BootArgs {

@@ -13,7 +13,8 @@
 //!   (`bootctl`, the administrative half of `atoll_proto::boot`);
 //! * `signals` turns SIGINT/SIGTERM/SIGHUP into relaying plus an orderly
 //!   shutdown, `report` renders statistics, `sys` holds the crate's only
-//!   `unsafe` code, `bench` hands over to `atoll-bench`.
+//!   `unsafe` code, `bench` hands over to `atoll-bench`;
+//! * `node` joins hosts into one image (proxies over `atoll-transport`).
 //!
 //! Exit statuses: the command's own status for `run`/`exec` (128+N after
 //! signal N, 127/126 when it cannot be started), 2 for bad usage, 1 for
@@ -26,6 +27,7 @@ mod bootctl;
 mod config;
 mod docgen;
 mod launch;
+mod node;
 mod registry;
 mod report;
 mod run;
@@ -53,6 +55,7 @@ fn real_main() -> i32 {
         Command::Run(a) => run::run(*a),
         Command::Boot(a) => admin::boot(a),
         Command::Exec(a) => run::exec(a),
+        Command::Node(a) => node::node(a),
         Command::Status(a) => admin::status(a),
         Command::Stop(a) => admin::stop(a),
         Command::Chaos(a) => admin::chaos(a),

@@ -329,7 +329,8 @@ impl ServerChannel {
     /// Tell the client it missed messages: it drops everything it
     /// learned from this server's notices (its cached lookups). A server
     /// rebuilt from its journal does this, since it no longer knows what
-    /// each client cached.
+    /// each client cached; so does a proxy relaying a channel whose real
+    /// inbox overflowed on another host (`atoll node`).
     pub fn raise_inbox_overflow(&self) {
         self.parts
             .header()
@@ -393,6 +394,8 @@ mod tests {
         assert!(c.take_inbox_overflow());
         assert!(!c.take_inbox_overflow());
         assert_eq!(c.drain_inbox(|_| ()).unwrap(), sent);
+        s.raise_inbox_overflow();
+        assert!(c.take_inbox_overflow());
     }
 
     #[test]

@@ -67,7 +67,8 @@ fn options_of(args: &[&str]) -> BTreeSet<String> {
 
 /// The README's table of the other commands has one row per command of
 /// `atoll --help`, and each row lists exactly the options that command
-/// takes (`boot` takes the instance options of `run`'s table).
+/// takes (`boot` takes the instance options of `run`'s table, `node` its
+/// own and those).
 #[test]
 fn readme_commands_table_matches_help() {
     let readme =
@@ -104,6 +105,16 @@ fn readme_commands_table_matches_help() {
             "boot" => {
                 let run = options_of(&["run"]);
                 assert!(accepted.is_subset(&run), "boot takes options run lacks");
+            }
+            // `node` takes its own options (listed) and the instance
+            // options of `run`'s table (the first node boots the instance).
+            "node" => {
+                let run = options_of(&["run"]);
+                let own: BTreeSet<String> = accepted.difference(&run).cloned().collect();
+                assert_eq!(
+                    own, documented,
+                    "README row of `atoll node` (right) differs from its own options (left)"
+                );
             }
             _ => assert_eq!(
                 accepted, documented,

@@ -1,0 +1,371 @@
+//! The edge proxy: runs on every node but the first and offers its
+//! programs what an instance offers — a boot socket, a control block and
+//! channels — as a copy island (fos §3.2: the local proxy takes the
+//! messages whose destination is remote).
+//!
+//! ```text
+//!  program ──boot.sock──▶ conn thread ──Boot──▶ link ──▶ head proxy
+//!          ◀─reply + fds── (control block and channels made here)
+//!  program ──request ring──▶ forwarder i (waits on doorbell i, as server i
+//!                            would) ──Request{chan}──▶ link
+//!  program ◀──reply ring / inbox── dispatcher ◀──Reply/Inbox{chan}── link
+//! ```
+//!
+//! Ownership: forwarder `i` alone consumes the request rings of server
+//! `i`'s channels; the dispatcher alone produces into reply rings and
+//! inboxes; a conn thread alone uses its boot connection and closes its
+//! session's channels when the program side closes it. When the link to
+//! the head ends, every channel is closed and every boot connection shut
+//! down, so the programs' calls fail with `EIO` instead of waiting.
+
+use std::collections::HashMap;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use atoll_msg::{Control, ServerChannel};
+use atoll_proto::boot::{BootReply, BootRequest, PollMode};
+use atoll_transport::Link;
+
+use super::head::error_packet;
+use super::seqpacket;
+use super::wire::{self, ChanId, ConnId, NodeMsg};
+
+/// How long a program's boot call waits for the head before it fails.
+const BOOT_CALL_LIMIT: Duration = Duration::from_secs(30);
+
+/// A local channel, by the id of the real one it stands for.
+type LocalChan = (ChanId, Arc<ServerChannel>);
+
+pub struct Edge {
+    link: Arc<dyn Link>,
+    control_fd: OwnedFd,
+    control: Control,
+    chans: Mutex<HashMap<ChanId, Arc<ServerChannel>>>,
+    /// Per server: the local channels forwarder `i` polls.
+    per_server: Vec<Mutex<Vec<LocalChan>>>,
+    /// Boot calls waiting for the head's answer, by request id.
+    waiters: Mutex<HashMap<u64, Sender<NodeMsg>>>,
+    /// Program-side boot connections, shut down when the head is lost.
+    conns: Mutex<HashMap<ConnId, Arc<OwnedFd>>>,
+    next_id: AtomicU64,
+    next_conn: AtomicU64,
+    /// The link is gone or the node was asked to stop.
+    pub gone: AtomicBool,
+    /// Why it ended: `None` when asked to (`atoll stop`, a signal).
+    pub lost: Mutex<Option<String>>,
+}
+
+impl Edge {
+    /// Set up the local face of an instance of `servers` servers behind
+    /// `link`, and start the forwarders and the dispatcher.
+    pub fn start(link: Arc<dyn Link>, servers: usize) -> std::io::Result<Arc<Edge>> {
+        let (control_fd, control) = Control::create(servers)?;
+        let edge = Arc::new(Edge {
+            link,
+            control_fd,
+            control,
+            chans: Mutex::new(HashMap::new()),
+            per_server: (0..servers).map(|_| Mutex::new(Vec::new())).collect(),
+            waiters: Mutex::new(HashMap::new()),
+            conns: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            next_conn: AtomicU64::new(1),
+            gone: AtomicBool::new(false),
+            lost: Mutex::new(None),
+        });
+        for i in 0..servers {
+            let e = edge.clone();
+            std::thread::Builder::new()
+                .name(format!("node-fwd-{i}"))
+                .spawn(move || e.forward(i))?;
+        }
+        let e = edge.clone();
+        std::thread::Builder::new()
+            .name("node-dispatch".into())
+            .spawn(move || e.dispatch())?;
+        Ok(edge)
+    }
+
+    /// Accept programs' boot connections on `listener` until gone.
+    pub fn accept(self: &Arc<Edge>, listener: OwnedFd) {
+        while !self.gone.load(Ordering::Relaxed) {
+            let sock = match rustix::net::accept_with(&listener, rustix::net::SocketFlags::CLOEXEC)
+            {
+                Ok(s) => s,
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => {
+                    tracing::warn!("node: accept: {e}");
+                    std::thread::sleep(Duration::from_millis(10));
+                    continue;
+                }
+            };
+            let conn = self.next_conn.fetch_add(1, Ordering::Relaxed);
+            self.spawn_conn(conn, sock, Vec::new());
+        }
+    }
+
+    fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn spawn_conn(self: &Arc<Edge>, conn: ConnId, sock: OwnedFd, owned: Vec<ChanId>) {
+        let sock = Arc::new(sock);
+        self.conns
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(conn, sock.clone());
+        let e = self.clone();
+        let _ = std::thread::Builder::new()
+            .name("node-conn".into())
+            .spawn(move || e.serve_conn(conn, sock, owned));
+    }
+
+    /// One program-side boot connection: each packet goes to the head;
+    /// each answer comes back with local descriptors in place of the
+    /// instance's.
+    fn serve_conn(self: Arc<Edge>, conn: ConnId, sock: Arc<OwnedFd>, mut owned: Vec<ChanId>) {
+        while let Ok((packet, _)) = seqpacket::recv(sock.as_fd()) {
+            if packet.is_empty() || self.gone.load(Ordering::Relaxed) {
+                break;
+            }
+            let request = postcard::from_bytes::<BootRequest>(&packet);
+            match request {
+                Ok(BootRequest::ChildPid { .. }) => {
+                    let _ =
+                        wire::send(&*self.link, self.next_id(), &NodeMsg::Boot { conn, packet });
+                    continue;
+                }
+                Ok(BootRequest::Stop) => {
+                    // `atoll stop` at a node stops that node, not the image.
+                    let bytes = postcard::to_allocvec(&BootReply::Stopping).unwrap_or_default();
+                    let _ = seqpacket::send(sock.as_fd(), &bytes, &[]);
+                    self.end(None);
+                    break;
+                }
+                _ => {}
+            }
+            let answer = self.boot_call(conn, packet);
+            if let Err(e) = self.answer(sock.as_fd(), answer, &mut owned) {
+                tracing::info!("node: boot connection {conn}: {e}");
+                break;
+            }
+        }
+        let _ = wire::send(&*self.link, 0, &NodeMsg::ConnClosed { conn });
+        self.conns
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&conn);
+        let mut chans = self.chans.lock().unwrap_or_else(|e| e.into_inner());
+        for c in owned {
+            if let Some(sc) = chans.remove(&c) {
+                sc.close();
+            }
+        }
+    }
+
+    /// Send a boot packet to the head and wait for its answer.
+    fn boot_call(&self, conn: ConnId, packet: Vec<u8>) -> Option<NodeMsg> {
+        let id = self.next_id();
+        let (tx, rx) = mpsc::channel();
+        self.waiters
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, tx);
+        if wire::send(&*self.link, id, &NodeMsg::Boot { conn, packet }).is_err() {
+            return None;
+        }
+        let got = rx.recv_timeout(BOOT_CALL_LIMIT).ok();
+        self.waiters
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&id);
+        got
+    }
+
+    /// Hand the head's answer to the program, with the descriptors it
+    /// names made here: the control block, one local channel per channel
+    /// id, and for a fork the child's end of a fresh connection.
+    fn answer(
+        self: &Arc<Edge>,
+        sock: BorrowedFd<'_>,
+        answer: Option<NodeMsg>,
+        owned: &mut Vec<ChanId>,
+    ) -> std::io::Result<()> {
+        let Some(NodeMsg::BootReply {
+            packet,
+            channels,
+            child,
+            ..
+        }) = answer
+        else {
+            return seqpacket::send(sock, &error_packet("lost the first node"), &[]);
+        };
+        let reply = postcard::from_bytes::<BootReply>(&packet).ok();
+        let mut fds: Vec<OwnedFd> = Vec::new();
+        if let Some(BootReply::Attached { .. }) = reply {
+            fds.push(rustix::io::fcntl_dupfd_cloexec(&self.control_fd, 0)?);
+        }
+        let mut child_end = None;
+        if let (Some(BootReply::Forked { .. }), Some(child)) = (&reply, child) {
+            let (ours, theirs) = seqpacket::pair()?;
+            fds.push(theirs);
+            child_end = Some((child, ours));
+        }
+        for (server, &chan) in channels.iter().enumerate() {
+            let (fd, sc) = ServerChannel::create()?;
+            let sc = Arc::new(sc);
+            self.chans
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(chan, sc.clone());
+            if let Some(list) = self.per_server.get(server) {
+                list.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push((chan, sc));
+            }
+            fds.push(fd);
+        }
+        // The channels exist before the program hears of them, so its
+        // first request always finds them (as the boot thread does).
+        match child_end {
+            Some((child, ours)) => self.spawn_conn(child, ours, channels),
+            None => owned.extend(channels),
+        }
+        let borrowed: Vec<BorrowedFd<'_>> = fds.iter().map(|f| f.as_fd()).collect();
+        seqpacket::send(sock, &packet, &borrowed)
+    }
+
+    /// Forwarder of server `i`: wait on doorbell `i` as server `i` would,
+    /// then send every queued request over the link.
+    fn forward(self: Arc<Edge>, i: usize) {
+        let doorbell = self.control.doorbell(i);
+        while !self.gone.load(Ordering::Relaxed) {
+            // Every request found in one pass leaves in one write.
+            let mut batch = Vec::new();
+            {
+                let mut list = self.per_server[i].lock().unwrap_or_else(|e| e.into_inner());
+                for (chan, sc) in list.iter() {
+                    loop {
+                        match sc.try_recv(|b| b.to_vec()) {
+                            Ok(Some(frame)) => {
+                                let msg = NodeMsg::Request { chan: *chan, frame };
+                                batch.push(wire::message(self.next_id(), &msg));
+                            }
+                            Ok(None) => break,
+                            Err(_) => {
+                                // A scribbled ring: drop the channel, as a
+                                // server would.
+                                sc.close();
+                                break;
+                            }
+                        }
+                    }
+                }
+                list.retain(|(_, sc)| !sc.is_closed());
+            }
+            if batch.is_empty() {
+                doorbell.wait(PollMode::Adaptive);
+            } else {
+                let _ = self.link.send_all(&batch);
+            }
+        }
+    }
+
+    /// The head's messages to the programs of this node.
+    fn dispatch(self: Arc<Edge>) {
+        loop {
+            let m = match self.link.recv(None) {
+                Ok(Some(m)) => m,
+                Ok(None) => continue,
+                Err(e) => {
+                    self.end(Some(e.to_string()));
+                    return;
+                }
+            };
+            let msg = match wire::decode(&m) {
+                Ok(msg) => msg,
+                Err(e) => {
+                    self.end(Some(e.to_string()));
+                    return;
+                }
+            };
+            let chan_of = |chan: ChanId| {
+                self.chans
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get(&chan)
+                    .cloned()
+            };
+            match msg {
+                NodeMsg::BootReply { .. } => {
+                    let tx = self
+                        .waiters
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .remove(&m.id);
+                    if let Some(tx) = tx {
+                        let _ = tx.send(msg);
+                    }
+                }
+                NodeMsg::Reply { chan, frame } => {
+                    if let Some(sc) = chan_of(chan) {
+                        let _ = sc.reply(&frame);
+                    }
+                }
+                NodeMsg::Inbox { chan, frame } => {
+                    if let Some(sc) = chan_of(chan) {
+                        let _ = sc.notify(&frame);
+                    }
+                }
+                NodeMsg::InboxOverflow { chan } => {
+                    if let Some(sc) = chan_of(chan) {
+                        sc.raise_inbox_overflow();
+                    }
+                }
+                NodeMsg::ChanClosed { chan } => {
+                    if let Some(sc) = chan_of(chan) {
+                        sc.close();
+                    }
+                }
+                other => tracing::warn!("node: unexpected {other:?} from the head"),
+            }
+        }
+    }
+
+    /// The head is unreachable (`lost` says why) or this node stops
+    /// (`None`): fail everything now.
+    pub fn end(&self, lost: Option<String>) {
+        if self.gone.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        tracing::info!("node: ending: {lost:?}");
+        *self.lost.lock().unwrap_or_else(|e| e.into_inner()) = lost;
+        self.link.close();
+        for sc in self
+            .chans
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+        {
+            sc.close();
+        }
+        self.waiters
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+        for sock in self
+            .conns
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+        {
+            let _ = rustix::net::shutdown(&**sock, rustix::net::Shutdown::Both);
+        }
+        for i in 0..self.per_server.len() {
+            self.control.doorbell(i).ring();
+        }
+    }
+}

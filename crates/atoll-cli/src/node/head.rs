@@ -1,0 +1,404 @@
+//! The head proxy: runs on the first node, beside the file servers, and
+//! acts *as a client* of its instance on behalf of the programs of every
+//! other node (fos §3.2: the remote proxy delivers locally).
+//!
+//! One thread per peer link (the *pump*) and one per boot connection of
+//! that peer (a *conn worker*):
+//!
+//! ```text
+//!  link ──Boot{conn}──▶ pump ──▶ conn worker ──packet──▶ boot.sock
+//!                                    │ ◀──reply + fds────┘
+//!                                    │ maps each channel fd (ClientChannel),
+//!  link ◀──BootReply{channels}───────┘ names it ChanId
+//!  link ──Request{chan}──▶ pump ──frame──▶ real channel ──▶ server
+//!  link ◀──Reply/Inbox{chan}── pump polls every real channel's reply ring
+//!                              and inbox (it cannot sleep on all of them)
+//! ```
+//!
+//! Ownership: the pump alone sends on and polls the real channels; a conn
+//! worker alone uses its boot connection and registers (and at its end
+//! closes) the channels its replies brought. When a peer's link ends,
+//! every conn worker of it ends and its boot connections close, so the
+//! servers drop those sessions as they would for processes that died.
+
+use std::collections::HashMap;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use atoll_msg::{ClientChannel, Control};
+use atoll_proto::boot::{BootReply, BootRequest, Island};
+use atoll_transport::{Link, Listener, Message};
+
+use super::seqpacket;
+use super::wire::{self, ChanId, ConnId, NodeMsg, HEAD_CONN};
+
+/// A real channel held for a remote lane.
+struct RealChan {
+    chan: ClientChannel,
+    server: usize,
+    /// Request id of the last `Request` forwarded on it (echoed in replies).
+    last_id: AtomicU64,
+}
+
+/// A boot packet for a conn worker, with its request id.
+type BootPacket = (u64, Vec<u8>);
+
+/// Everything the threads serving one peer share.
+struct Peer {
+    link: Arc<dyn Link>,
+    boot_socket: PathBuf,
+    control: OnceLock<Control>,
+    chans: Mutex<HashMap<ChanId, Arc<RealChan>>>,
+    /// Bumped whenever `chans` changes, so the pump re-reads it only then.
+    generation: AtomicU64,
+    conns: Mutex<HashMap<ConnId, Sender<BootPacket>>>,
+    next_chan: AtomicU64,
+    next_conn: AtomicU64,
+}
+
+/// Accept peers until `stop`; each gets a pump thread.
+pub fn serve(
+    listener: Box<dyn Listener>,
+    boot_socket: PathBuf,
+    servers: u32,
+    id: String,
+    mount: String,
+    stop: Arc<AtomicBool>,
+) {
+    while !stop.load(Ordering::Relaxed) {
+        let link = match listener.accept(Some(Duration::from_millis(200))) {
+            Ok(Some(l)) => Arc::<dyn Link>::from(l),
+            Ok(None) => continue,
+            Err(e) => {
+                tracing::warn!("node: accept: {e}");
+                continue;
+            }
+        };
+        tracing::info!("node: peer {} joined", link.peer());
+        let peer = Arc::new(Peer {
+            link,
+            boot_socket: boot_socket.clone(),
+            control: OnceLock::new(),
+            chans: Mutex::new(HashMap::new()),
+            generation: AtomicU64::new(0),
+            conns: Mutex::new(HashMap::new()),
+            next_chan: AtomicU64::new(1),
+            next_conn: AtomicU64::new(1),
+        });
+        let hello = NodeMsg::Hello {
+            servers,
+            id: id.clone(),
+            mount: mount.clone(),
+        };
+        if wire::send(&*peer.link, 0, &hello).is_err() {
+            continue;
+        }
+        let _ = std::thread::Builder::new()
+            .name("node-pump".into())
+            .spawn(move || pump(peer));
+    }
+}
+
+/// How many empty rounds the pump spins (yielding) before it sleeps.
+const SPIN_ROUNDS: u32 = 2000;
+
+/// The pump of one peer: incoming messages to conn workers and real
+/// channels, replies and inbox messages of real channels to the link.
+fn pump(peer: Arc<Peer>) {
+    let mut snapshot: Vec<(ChanId, Arc<RealChan>)> = Vec::new();
+    let mut seen_generation = u64::MAX;
+    let mut idle: u32 = 0;
+    'outer: loop {
+        let mut busy = false;
+        // Incoming: a sleep here ends as soon as a message arrives; only a
+        // server's reply waits for the next poll (see `idle_wait`).
+        let mut wait = Some(idle_wait(idle));
+        loop {
+            match peer.link.recv(wait) {
+                Ok(Some(m)) => {
+                    busy = true;
+                    match wire::decode(&m) {
+                        Ok(msg) => incoming(&peer, m.id, msg),
+                        Err(e) => {
+                            tracing::warn!("node: {e}; dropping the peer");
+                            break 'outer;
+                        }
+                    }
+                    wait = Some(Duration::ZERO);
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::info!("node: peer {} left: {e}", peer.link.peer());
+                    break 'outer;
+                }
+            }
+        }
+        let generation = peer.generation.load(Ordering::Acquire);
+        if generation != seen_generation {
+            let chans = peer.chans.lock().unwrap_or_else(|e| e.into_inner());
+            snapshot = chans.iter().map(|(k, v)| (*k, v.clone())).collect();
+            seen_generation = generation;
+        }
+        // Every reply found in one pass leaves in one write.
+        let mut batch = Vec::new();
+        for (id, rc) in &snapshot {
+            outgoing(&peer, *id, rc, &mut batch);
+        }
+        if !batch.is_empty() {
+            busy = true;
+            let _ = peer.link.send_all(&batch);
+        }
+        idle = if busy { 0 } else { idle.saturating_add(1) };
+        if idle > 0 && idle < SPIN_ROUNDS {
+            std::thread::yield_now();
+        }
+    }
+    // The peer is gone: its boot connections close (their workers end when
+    // their senders go), so the servers drop its sessions.
+    peer.link.close();
+    peer.conns.lock().unwrap_or_else(|e| e.into_inner()).clear();
+}
+
+/// How long an idle pump waits for the link before it polls its channels
+/// again: not at all while spinning, then 50 µs growing to 1 ms.
+fn idle_wait(idle: u32) -> Duration {
+    if idle < SPIN_ROUNDS {
+        return Duration::ZERO;
+    }
+    let steps = ((idle - SPIN_ROUNDS) / 64).min(5);
+    Duration::from_micros(50 << steps).min(Duration::from_millis(1))
+}
+
+fn incoming(peer: &Arc<Peer>, id: u64, msg: NodeMsg) {
+    match msg {
+        NodeMsg::Boot { conn, packet } => {
+            let mut conns = peer.conns.lock().unwrap_or_else(|e| e.into_inner());
+            if let std::collections::hash_map::Entry::Vacant(slot) = conns.entry(conn) {
+                let sock = match seqpacket::connect(&peer.boot_socket) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        let packet = error_packet(&format!("cannot reach the instance: {e}"));
+                        reply(peer, id, conn, packet, vec![], None);
+                        return;
+                    }
+                };
+                slot.insert(start_worker(peer.clone(), conn, sock, Vec::new()));
+            }
+            if let Some(tx) = conns.get(&conn) {
+                let _ = tx.send((id, packet));
+            }
+        }
+        NodeMsg::ConnClosed { conn } => {
+            peer.conns
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&conn);
+        }
+        NodeMsg::Request { chan, frame } => {
+            let rc = peer
+                .chans
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&chan)
+                .cloned();
+            let sent = match (rc, peer.control.get()) {
+                (Some(rc), Some(control)) => {
+                    rc.last_id.store(id, Ordering::Relaxed);
+                    rc.chan.send(&frame, control.doorbell(rc.server)).is_ok()
+                }
+                _ => false,
+            };
+            if !sent {
+                let _ = wire::send(&*peer.link, id, &NodeMsg::ChanClosed { chan });
+            }
+        }
+        other => tracing::warn!("node: unexpected {other:?} from an edge"),
+    }
+}
+
+/// Collect in `batch` what real channel `id` has for its client.
+fn outgoing(peer: &Peer, id: ChanId, rc: &RealChan, batch: &mut Vec<Message>) {
+    loop {
+        match rc.chan.try_recv(|b| b.to_vec()) {
+            Ok(Some(frame)) => {
+                let rid = rc.last_id.load(Ordering::Relaxed);
+                batch.push(wire::message(rid, &NodeMsg::Reply { chan: id, frame }));
+            }
+            Ok(None) => break,
+            Err(_) => {
+                rc.chan.close();
+                break;
+            }
+        }
+    }
+    let _ = rc.chan.drain_inbox(|b| {
+        let msg = NodeMsg::Inbox {
+            chan: id,
+            frame: b.to_vec(),
+        };
+        batch.push(wire::message(0, &msg));
+    });
+    if rc.chan.take_inbox_overflow() {
+        batch.push(wire::message(0, &NodeMsg::InboxOverflow { chan: id }));
+    }
+    if rc.chan.is_closed() {
+        let removed = peer
+            .chans
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&id);
+        if removed.is_some() {
+            peer.generation.fetch_add(1, Ordering::AcqRel);
+            batch.push(wire::message(0, &NodeMsg::ChanClosed { chan: id }));
+        }
+    }
+}
+
+fn start_worker(
+    peer: Arc<Peer>,
+    conn: ConnId,
+    sock: OwnedFd,
+    owned: Vec<ChanId>,
+) -> Sender<BootPacket> {
+    let (tx, rx) = mpsc::channel();
+    let _ = std::thread::Builder::new()
+        .name("node-conn".into())
+        .spawn(move || conn_worker(peer, conn, sock, rx, owned));
+    tx
+}
+
+/// Serves one boot connection: forwards packets, turns the descriptors of
+/// replies into channel ids. Ends (closing the connection, so the session
+/// ends at the servers) when the pump drops its sender.
+fn conn_worker(
+    peer: Arc<Peer>,
+    conn: ConnId,
+    sock: OwnedFd,
+    rx: Receiver<BootPacket>,
+    mut owned: Vec<ChanId>,
+) {
+    while let Ok((id, packet)) = rx.recv() {
+        let request = postcard::from_bytes::<BootRequest>(&packet);
+        let answered = !matches!(request, Ok(BootRequest::ChildPid { .. }));
+        if let Err(e) = seqpacket::send(sock.as_fd(), &packet, &[]) {
+            if answered {
+                reply(&peer, id, conn, error_packet(&e.to_string()), vec![], None);
+            }
+            continue;
+        }
+        if !answered {
+            continue;
+        }
+        let (bytes, fds) = match seqpacket::recv(sock.as_fd()) {
+            Ok((b, f)) if !b.is_empty() => (b, f),
+            _ => {
+                let packet = error_packet("the instance closed the session");
+                reply(&peer, id, conn, packet, vec![], None);
+                break;
+            }
+        };
+        match adopt(&peer, &bytes, fds) {
+            Ok((channels, child)) => {
+                // A fork's channels are the child's lane 0: they live as
+                // long as the child's connection, not this one.
+                let child_conn = child.map(|sock| {
+                    let child_conn = HEAD_CONN | peer.next_conn.fetch_add(1, Ordering::Relaxed);
+                    let tx = start_worker(peer.clone(), child_conn, sock, channels.clone());
+                    peer.conns
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(child_conn, tx);
+                    child_conn
+                });
+                if child_conn.is_none() {
+                    owned.extend(&channels);
+                }
+                reply(&peer, id, conn, bytes, channels, child_conn);
+            }
+            Err(why) => reply(&peer, id, conn, error_packet(&why), vec![], None),
+        }
+    }
+    // The connection closes when `sock` drops; its channels end here.
+    let chans = peer.chans.lock().unwrap_or_else(|e| e.into_inner());
+    for c in owned {
+        if let Some(rc) = chans.get(&c) {
+            rc.chan.close();
+        }
+    }
+    drop(chans);
+    peer.generation.fetch_add(1, Ordering::AcqRel);
+}
+
+/// Take the descriptors of a boot reply: map the channels (in server
+/// order) and name them; the control block is kept for its doorbells; a
+/// fork's child socket is handed back.
+fn adopt(
+    peer: &Peer,
+    bytes: &[u8],
+    fds: Vec<OwnedFd>,
+) -> Result<(Vec<ChanId>, Option<OwnedFd>), String> {
+    let reply: BootReply = postcard::from_bytes(bytes).map_err(|e| e.to_string())?;
+    let mut fds = fds.into_iter();
+    let mut child_sock = None;
+    match &reply {
+        BootReply::Attached { info, .. } => {
+            // Only a copy island's clients work without the buffer cache's
+            // memory, which cannot cross hosts (Cosh §3).
+            if info.island != Island::Copy {
+                return Err("a node proxies only a copy island (--island copy)".into());
+            }
+            let control = fds.next().ok_or("attach without a control block")?;
+            if peer.control.get().is_none() {
+                let c = Control::map(control.as_fd()).map_err(|e| e.to_string())?;
+                let _ = peer.control.set(c);
+            }
+        }
+        BootReply::Forked { .. } => child_sock = Some(fds.next().ok_or("fork without a socket")?),
+        _ => {}
+    }
+    let mut channels = Vec::new();
+    {
+        let mut chans = peer.chans.lock().unwrap_or_else(|e| e.into_inner());
+        for (server, fd) in fds.enumerate() {
+            let chan = ClientChannel::map(fd.as_fd()).map_err(|e| e.to_string())?;
+            let id = peer.next_chan.fetch_add(1, Ordering::Relaxed);
+            chans.insert(
+                id,
+                Arc::new(RealChan {
+                    chan,
+                    server,
+                    last_id: AtomicU64::new(0),
+                }),
+            );
+            channels.push(id);
+        }
+    }
+    peer.generation.fetch_add(1, Ordering::AcqRel);
+    Ok((channels, child_sock))
+}
+
+fn reply(
+    peer: &Peer,
+    id: u64,
+    conn: ConnId,
+    packet: Vec<u8>,
+    channels: Vec<ChanId>,
+    child: Option<ConnId>,
+) {
+    let msg = NodeMsg::BootReply {
+        conn,
+        packet,
+        channels,
+        child,
+    };
+    let _ = wire::send(&*peer.link, id, &msg);
+}
+
+/// A `BootReply::Error` packet.
+pub fn error_packet(why: &str) -> Vec<u8> {
+    postcard::to_allocvec(&BootReply::Error(why.to_string())).unwrap_or_default()
+}

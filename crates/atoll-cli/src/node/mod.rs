@@ -1,0 +1,202 @@
+//! `atoll node`: one image across hosts, first step (fos §3.2, §4.2).
+//!
+//! Every host runs one `atoll node --peers h0,h1,…`. The node of rank 0
+//! (the first host) boots the instance — the file servers — as a copy
+//! island and runs the *head proxy* (`head.rs`); every other node runs an
+//! *edge proxy* (`edge.rs`) that offers its programs the same boot socket
+//! and channels and carries every lane's messages to the head over a
+//! [`atoll_transport::Transport`] (TCP today). Nothing in a server or a
+//! client changes: to both, a remote program is an ordinary copy-island
+//! client. Files: `wire.rs` (the proxies' messages), `seqpacket.rs` (boot
+//! packets with descriptors), `rank.rs` (who is who).
+
+mod edge;
+mod head;
+mod rank;
+mod seqpacket;
+mod wire;
+
+use std::io::Write;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use atoll_proto::boot::Island;
+use atoll_server::Instance;
+use atoll_transport::{Link, TcpTransport, Transport};
+
+use crate::args::NodeArgs;
+use crate::config::{self, UsageError};
+use crate::registry::{self, InstanceRecord};
+use crate::signals::Terminator;
+
+/// How long an edge keeps trying to reach the first node at start.
+const JOIN_LIMIT: Duration = Duration::from_secs(30);
+
+pub fn node(args: NodeArgs) -> Result<i32> {
+    let peers = rank::parse_peers(&args.peers).map_err(UsageError)?;
+    let env = |k: &str| std::env::var(k).ok();
+    let me = match args.rank {
+        Some(r) => r,
+        None => rank::from_launcher(&env, peers.len())
+            .map_err(UsageError)?
+            .or_else(|| rank::from_addresses(&peers))
+            .ok_or_else(|| {
+                UsageError(
+                    "cannot tell which of --peers this host is: pass --rank, or run under \
+                     Slurm, Open MPI or MPICH"
+                        .into(),
+                )
+            })?,
+    };
+    if me >= peers.len() {
+        return Err(UsageError(format!("rank {me} but only {} peers", peers.len())).into());
+    }
+    let term = Terminator::install().context("cannot set up signal handling")?;
+    if me == 0 {
+        run_head(&args, &peers, term)
+    } else {
+        run_edge(&args, &peers, me, term)
+    }
+}
+
+fn run_head(args: &NodeArgs, peers: &[String], term: Terminator) -> Result<i32> {
+    let mut plan = config::plan(&args.instance)?;
+    match plan.config.island {
+        Island::Copy => {}
+        _ if args.instance.island.is_none() && !args.instance.incoherent => {}
+        _ => return Err(UsageError("a node's instance is a copy island".into()).into()),
+    }
+    plan.config.island = Island::Copy;
+    config::ensure_runtime_root(&plan.config.runtime_root)?;
+    let listen = args.listen.clone().unwrap_or_else(|| peers[0].clone());
+    let net = TcpTransport::new()?;
+    let listener = net
+        .listen(&listen)
+        .with_context(|| format!("cannot listen at {listen}"))?;
+    let instance = Instance::boot(plan.config).context("cannot boot the instance")?;
+    InstanceRecord::for_self(&instance, "node", &[]).write()?;
+    let scheds = crate::run::start_scheds(&instance, plan.app_cores.as_deref());
+    let stop = Arc::new(AtomicBool::new(false));
+    let info = instance.info();
+    let (socket, servers, id, mount) = (
+        instance.socket_path().to_path_buf(),
+        info.servers,
+        instance.id().to_string(),
+        info.mount.clone(),
+    );
+    let s = stop.clone();
+    let server = std::thread::Builder::new()
+        .name("node-head".into())
+        .spawn(move || head::serve(listener, socket, servers, id, mount, s))?;
+    let signalled = term.stop_instance_on_signal(instance.socket_path().to_path_buf());
+    ready(instance.id());
+    if !signalled {
+        instance.wait_for_stop_request();
+    }
+    stop.store(true, Ordering::Relaxed);
+    let _ = server.join();
+    drop(scheds);
+    instance.shutdown();
+    Ok(0)
+}
+
+fn run_edge(args: &NodeArgs, peers: &[String], me: usize, term: Terminator) -> Result<i32> {
+    let net = TcpTransport::new()?;
+    let link = join(&net, &peers[0])?;
+    let hello = link
+        .recv(Some(JOIN_LIMIT))?
+        .ok_or_else(|| anyhow!("the first node said nothing"))?;
+    let wire::NodeMsg::Hello { servers, id, mount } = wire::decode(&hello)? else {
+        bail!("the first node did not start with Hello");
+    };
+    let id = format!("{id}-n{me}");
+    let root = config::runtime_root(&args.instance.runtime_dir);
+    config::ensure_runtime_root(&root)?;
+    let dir = root.join(&id);
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&dir)
+        .with_context(|| format!("cannot create {}", dir.display()))?;
+    let _cleanup = RemoveOnDrop(dir.clone());
+    let socket = dir.join("boot.sock");
+    let listener = listen_unix(&socket)?;
+    let edge = edge::Edge::start(link, servers as usize)?;
+    let record = InstanceRecord {
+        id: id.clone(),
+        pid: std::process::id(),
+        start_time: registry::start_time(std::process::id()).unwrap_or(0),
+        kind: "node".into(),
+        socket: socket.clone(),
+        runtime_dir: dir.clone(),
+        mount,
+        servers,
+        cache_bytes: 0,
+        started: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+        command: vec![],
+    };
+    record.write()?;
+    let e = edge.clone();
+    std::thread::Builder::new()
+        .name("node-accept".into())
+        .spawn(move || e.accept(listener))?;
+    if term.stop_instance_on_signal(socket) {
+        edge.end(None);
+    }
+    ready(&id);
+    while !edge.gone.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let lost = edge.lost.lock().unwrap_or_else(|e| e.into_inner()).take();
+    match lost {
+        Some(why) => bail!("lost the first node: {why}"),
+        None => Ok(0),
+    }
+}
+
+/// Connect to the first node, retrying while it is still starting.
+fn join(net: &TcpTransport, head: &str) -> Result<Arc<dyn Link>> {
+    let t = Instant::now();
+    loop {
+        match net.connect(head) {
+            Ok(l) => return Ok(Arc::from(l)),
+            Err(e) if t.elapsed() > JOIN_LIMIT => {
+                return Err(e).with_context(|| format!("cannot reach the first node {head}"))
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
+}
+
+fn listen_unix(path: &Path) -> Result<std::os::fd::OwnedFd> {
+    use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
+    let s = rustix::net::socket_with(
+        AddressFamily::UNIX,
+        SocketType::SEQPACKET,
+        SocketFlags::CLOEXEC,
+        None,
+    )?;
+    rustix::net::bind(&s, &SocketAddrUnix::new(path)?)?;
+    rustix::net::listen(&s, 128)?;
+    Ok(s)
+}
+
+/// The node is up: its id on stdout, one line (what scripts wait for).
+fn ready(id: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{id}");
+    let _ = out.flush();
+}
+
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}

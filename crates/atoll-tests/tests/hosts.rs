@@ -1,0 +1,216 @@
+//! One image across hosts (`atoll node`, fos §3.2, §4.2): three network
+//! namespaces on a bridge stand for three hosts (`atoll_bench::hosts`),
+//! one `atoll node` in each; the first runs the file servers, the other
+//! two reach them through their proxies over TCP. Skipped, with a
+//! message, only where network namespaces cannot be made (not root).
+
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+use atoll_bench::hosts::Cluster;
+use atoll_tests::{atoll_bin, normalized, output_within, run_on_host};
+
+const LIMIT: Duration = Duration::from_secs(120);
+
+/// Three hosts with their nodes up, or `None` (skip) without namespaces.
+fn cluster() -> Option<Cluster> {
+    let mut c = match Cluster::new(3) {
+        Ok(c) => c,
+        Err(why) => {
+            eprintln!("skipped: cannot make network namespaces ({why})");
+            return None;
+        }
+    };
+    c.start_nodes(&atoll_bin(), &["--servers", "2", "--memory", "128M"])
+        .expect("nodes start");
+    Some(c)
+}
+
+fn on(c: &Cluster, host: usize, script: &str) -> Output {
+    let out = output_within(c.exec(&atoll_bin(), host, script), LIMIT);
+    assert!(
+        out.status.success(),
+        "host {host}: {script}\nstdout: {}\nstderr: {}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn text(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn a_file_written_on_one_host_is_read_on_another() {
+    let Some(c) = cluster() else { return };
+    // A (the servers' host) writes, C reads; C writes, B reads.
+    on(
+        &c,
+        0,
+        "seq 1 20000 > $ROOT/from-a && echo tail > $ROOT/small",
+    );
+    let got = on(
+        &c,
+        2,
+        "md5sum < $ROOT/from-a; wc -c < $ROOT/from-a; cat $ROOT/small",
+    );
+    let want = std::process::Command::new("bash")
+        .args(["-c", "seq 1 20000 | md5sum; seq 1 20000 | wc -c; echo tail"])
+        .output()
+        .unwrap();
+    assert_eq!(text(&got), text(&want));
+    on(
+        &c,
+        2,
+        "head -c 300000 /dev/urandom > $ROOT/from-c && md5sum < $ROOT/from-c > $ROOT/sum-c",
+    );
+    let b = on(&c, 1, "md5sum < $ROOT/from-c; cat $ROOT/sum-c");
+    let lines: Vec<&str> = std::str::from_utf8(&b.stdout).unwrap().lines().collect();
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[0], lines[1], "C's bytes read on B differ");
+}
+
+/// Builds a tree under `$ROOT/w` with `mkdir -p`, `cp -r` and `mv`
+/// (forks, execs and pipes on the way).
+const TREE: &str = r#"
+set -e
+mkdir -p $ROOT/w/src/a/b/c $ROOT/w/src/d
+for i in 1 2 3 4 5; do seq 1 $((i * 700)) > $ROOT/w/src/a/f$i; done
+printf 'x%.0s' $(seq 1 9000) > $ROOT/w/src/a/b/c/long
+ln -s ../a/f1 $ROOT/w/src/d/link
+cp -r $ROOT/w/src $ROOT/w/copy
+mv $ROOT/w/copy/a $ROOT/w/copy/moved
+mv $ROOT/w/src/d $ROOT/w/d2
+mkdir -p $ROOT/w/copy/moved/b/new/deeper
+"#;
+
+/// Lists the tree under `$ROOT/w`: names, types, sizes, link targets and
+/// contents' sums, in a stable order.
+const LIST: &str = r#"
+cd $ROOT/w && find . | sort | while read -r p; do
+  if [ -L "$p" ]; then echo "$p -> $(readlink "$p")";
+  elif [ -d "$p" ]; then echo "$p/";
+  else echo "$p $(stat -c %s "$p") $(md5sum < "$p")"; fi
+done
+"#;
+
+#[test]
+fn a_tree_made_on_one_host_is_seen_identically_from_another_and_as_on_tmpfs() {
+    let Some(c) = cluster() else { return };
+    on(&c, 1, TREE);
+    let seen_from_a = on(&c, 0, LIST);
+    let seen_from_c = on(&c, 2, LIST);
+    let (dir, host) = run_on_host(&format!("{TREE}\n{LIST}"));
+    assert!(
+        host.status.success(),
+        "{}",
+        String::from_utf8_lossy(&host.stderr)
+    );
+    let (_, want, _) = normalized(&host, dir.path());
+    assert!(want.lines().count() > 15, "{want}");
+    assert_eq!(text(&seen_from_a), want, "host A");
+    assert_eq!(text(&seen_from_c), want, "host C");
+}
+
+#[test]
+fn a_killed_node_fails_its_calls_with_eio_quickly_and_the_others_go_on() {
+    let Some(mut c) = cluster() else { return };
+    on(&c, 2, "echo before > $ROOT/c-was-here");
+    // A program on C that keeps making calls until one fails (builtins
+    // only: a program started after the node died would find no instance
+    // to attach to and see the host's file system instead).
+    let mut busy = c.exec(
+        &atoll_bin(),
+        2,
+        "while echo x > $ROOT/c-busy && read -r l < $ROOT/c-busy; do :; done; echo stopped >&2; exit 3",
+    );
+    let mut busy = busy
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Let it run for a while: it must be working, not failing at once.
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        busy.try_wait().unwrap().is_none(),
+        "the program on C failed early"
+    );
+    c.kill(2);
+    let killed = Instant::now();
+    let status = loop {
+        if let Some(s) = busy.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            killed.elapsed() < Duration::from_secs(5),
+            "a call through the killed node hangs"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(busy.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(3), "{err}");
+    assert!(err.contains("Input/output error"), "{err}");
+    // A and B keep working and still see what C wrote before it died.
+    on(&c, 1, "echo after > $ROOT/b-after");
+    let a = on(&c, 0, "cat $ROOT/c-was-here $ROOT/b-after");
+    assert_eq!(text(&a), "before\nafter\n");
+    let b = on(&c, 1, "ls $ROOT | sort");
+    assert!(text(&b).contains("c-was-here\n"), "{}", text(&b));
+}
+
+#[test]
+fn when_the_first_node_dies_the_other_hosts_fail_with_eio_and_their_nodes_exit() {
+    let Some(mut c) = cluster() else { return };
+    on(&c, 1, "echo hi > $ROOT/f");
+    let mut busy = c
+        .exec(
+            &atoll_bin(),
+            1,
+            "while read -r l < $ROOT/f; do :; done; echo stopped >&2; exit 3",
+        )
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        busy.try_wait().unwrap().is_none(),
+        "the program on B failed early"
+    );
+    c.kill(0);
+    let killed = Instant::now();
+    let status = loop {
+        if let Some(s) = busy.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            killed.elapsed() < Duration::from_secs(5),
+            "a call hangs after the servers' host died"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(busy.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(3), "{err}");
+    assert!(err.contains("Input/output error"), "{err}");
+    // Both other nodes notice and exit with an error, within the bound.
+    for k in [1, 2] {
+        let status = c.wait_node(k, Duration::from_secs(5));
+        assert!(status.is_some_and(|s| !s.success()), "node {k}: {status:?}");
+    }
+}
+
+#[test]
+fn a_program_built_with_make_on_one_host_runs_on_another() {
+    let Some(c) = cluster() else { return };
+    let build = format!(
+        "cd $ROOT && {} make -j2 -s && ./prog",
+        atoll_tests::c_project_script(8)
+    );
+    let b = on(&c, 1, &build);
+    assert_eq!(text(&b), "sum 36\n");
+    let a = on(&c, 0, "$ROOT/proj/prog && ls $ROOT/proj | grep -c '\\.o$'");
+    assert_eq!(text(&a), "sum 36\n9\n");
+}

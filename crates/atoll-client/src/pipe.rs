@@ -40,7 +40,7 @@
 use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use atoll_proto::pipe as hdr;
-use atoll_proto::{DescId, FileType, Reply, Request, BLOCK_SIZE};
+use atoll_proto::{DescId, FileType, Reply, Request};
 
 use crate::error::{err, Error, Result};
 use crate::fdtable::{self, DescInfo, DescRef};
@@ -378,7 +378,10 @@ pub fn read(c: &Client, d: &DescRef, buf: &mut [u8]) -> Result<usize> {
         let avail = head.wrapping_sub(tail).min(ring.capacity());
         if avail > 0 {
             let n = (avail as usize).min(buf.len());
-            ring.copy_out(tail, &mut buf[..n]);
+            if !ring.copy_out(tail, &mut buf[..n]) {
+                ring.unlock();
+                return err(libc::EIO);
+            }
             ring.word64(hdr::TAIL)
                 .store(tail + n as u64, Ordering::Release);
             ring.word64(hdr::OPS).fetch_add(1, Ordering::Relaxed);
@@ -424,40 +427,6 @@ fn broken_pipe() -> Error {
     Error::Errno(libc::EPIPE)
 }
 
-/// `F_SETPIPE_SZ`, as Linux's `pipe_set_size`: the size is rounded up to
-/// a power-of-two number of pages; shrinking below what the pipe holds is
-/// `EBUSY`. The ring's blocks are fixed when it is made, so sizes beyond
-/// them are `EPERM` (what Linux answers beyond `pipe-max-size`).
-fn set_pipe_size(r: &Ring, want: u64) -> Result<u64> {
-    let size = match want {
-        w if w > 1 << 31 => return err(libc::EINVAL),
-        w if w <= BLOCK_SIZE as u64 => BLOCK_SIZE as u64,
-        w => w.next_power_of_two(),
-    };
-    if size > r.capacity() {
-        return err(libc::EPERM);
-    }
-    let sig = sys::SigBlock::new();
-    r.lock();
-    let head = r.word64(hdr::HEAD).load(Ordering::Acquire);
-    let tail = r.word64(hdr::TAIL).load(Ordering::Acquire);
-    let busy = head.wrapping_sub(tail) > size;
-    if !busy {
-        r.word(hdr::LIMIT).store(size as u32, Ordering::Release);
-    }
-    // Writers asleep for room may have more now.
-    let wake = !busy && bump(r, hdr::WSEQ, hdr::WSLEEP);
-    r.unlock();
-    drop(sig);
-    if wake {
-        r.wake(hdr::WSEQ, i32::MAX as u32);
-    }
-    if busy {
-        return err(libc::EBUSY);
-    }
-    Ok(size)
-}
-
 /// `write(2)` on a pipe end.
 pub fn write(c: &Client, d: &DescRef, buf: &[u8]) -> Result<usize> {
     let f = d.flags();
@@ -492,7 +461,10 @@ pub fn write(c: &Client, d: &DescRef, buf: &[u8]) -> Result<usize> {
         let need = if rest <= hdr::PIPE_BUF { rest } else { 1 };
         if room >= need {
             let n = room.min(rest);
-            ring.copy_in(head, &buf[done..done + n]);
+            if !ring.copy_in(head, &buf[done..done + n]) {
+                ring.unlock();
+                return err(libc::EIO);
+            }
             ring.word64(hdr::HEAD)
                 .store(head + n as u64, Ordering::Release);
             ring.word64(hdr::OPS).fetch_add(1, Ordering::Relaxed);
@@ -1237,19 +1209,17 @@ pub fn route(c: &Client, nr: i64, a: &[u64; 6]) -> Result<Option<Out>> {
         }),
         libc::SYS_fcntl if matches!(a[1] as i32, libc::F_GETPIPE_SZ | libc::F_SETPIPE_SZ) => {
             on_pipe(&|d| {
-                if crate::pipecopy::active(c) {
-                    if a[1] as i32 == libc::F_GETPIPE_SZ {
-                        let s = crate::pipecopy::state(c, d)?;
-                        return Ok(Out::Done(s.limit as i64));
-                    }
-                    let n = crate::pipecopy::set_size(c, d, a[2] as u32 as u64)?;
-                    return Ok(Out::Done(n as i64));
-                }
-                let r = ring(c, d)?;
                 if a[1] as i32 == libc::F_GETPIPE_SZ {
-                    return Ok(Out::Done(r.limit() as i64));
+                    let size = if crate::pipecopy::active(c) {
+                        crate::pipecopy::state(c, d)?.limit
+                    } else {
+                        ring(c, d)?.limit()
+                    };
+                    return Ok(Out::Done(size as i64));
                 }
-                set_pipe_size(&r, a[2] as u32 as u64).map(|n| Out::Done(n as i64))
+                // The server resizes in every island: it owns the blocks.
+                let n = crate::pipecopy::set_size(c, d, a[2] as u32 as u64)?;
+                Ok(Out::Done(n as i64))
             })
         }
         libc::SYS_poll | libc::SYS_ppoll => match poll(c, nr, a)? {

@@ -46,6 +46,7 @@ use crate::error::{err, Error, Result};
 use crate::fdtable::{self, DescInfo, DescRef};
 use crate::file;
 use crate::intr;
+use crate::pipeticket as ticket;
 use crate::ring::Ring;
 use crate::session::{Client, Lane};
 use crate::sys;
@@ -393,6 +394,29 @@ pub fn read(c: &Client, d: &DescRef, buf: &mut [u8]) -> Result<usize> {
             }
             return Ok(n);
         }
+        if ticket::offered(&ring) > 0 {
+            match ticket::take(&ring, buf) {
+                Ok(ticket::Take::Copied(n)) => {
+                    let wake = bump(&ring, hdr::WSEQ, hdr::WSLEEP);
+                    ring.unlock();
+                    drop(sig);
+                    if wake {
+                        ring.wake(hdr::WSEQ, i32::MAX as u32);
+                    }
+                    return Ok(n);
+                }
+                Ok(ticket::Take::Again) => {
+                    ring.unlock();
+                    drop(sig);
+                    ring.wake(hdr::WSEQ, i32::MAX as u32);
+                    continue;
+                }
+                Err(e) => {
+                    ring.unlock();
+                    return Err(e);
+                }
+            }
+        }
         if ring.word(hdr::WRITERS).load(Ordering::Acquire) == 0 {
             ring.unlock();
             return Ok(0);
@@ -406,6 +430,16 @@ pub fn read(c: &Client, d: &DescRef, buf: &mut [u8]) -> Result<usize> {
         ring.unlock();
         drop(sig);
         sleep(&ring, hdr::RSEQ, hdr::RSLEEP, seen)?;
+    }
+}
+
+/// `EPIPE` with `SIGPIPE` when nothing was written (`raise`), else the
+/// plain error (the call returns what it wrote, as Linux).
+fn broken_pipe_if(raise: bool) -> Error {
+    if raise {
+        broken_pipe()
+    } else {
+        Error::Errno(libc::EPIPE)
     }
 }
 
@@ -455,8 +489,33 @@ pub fn write(c: &Client, d: &DescRef, buf: &[u8]) -> Result<usize> {
         }
         let head = ring.word64(hdr::HEAD).load(Ordering::Acquire);
         let tail = ring.word64(hdr::TAIL).load(Ordering::Acquire);
-        let room = ring.limit().saturating_sub(head.wrapping_sub(tail)) as usize;
         let rest = buf.len() - done;
+        let nonblocking = d.flags() & libc::O_NONBLOCK as u32 != 0;
+        // While a ticket is posted the pipe is full to every other writer:
+        // its bytes come first.
+        let posted = ticket::posted(&ring) && !ticket::retire_orphan(&ring);
+        if !posted && ticket::wanted(&ring, rest, nonblocking) {
+            let (taken, end) = match ticket::post_and_wait(&ring, sig, &buf[done..]) {
+                ticket::Outcome::Taken(n) => (n, None),
+                ticket::Outcome::Refused(n) => {
+                    done += n;
+                    continue;
+                }
+                ticket::Outcome::Failed(n) => (n, Some(Error::Errno(libc::EFAULT))),
+                ticket::Outcome::NoReaders(n) => (n, Some(broken_pipe_if(n + done == 0))),
+                ticket::Outcome::Cut(n, e) => (n, Some(e)),
+            };
+            done += taken;
+            return match end {
+                Some(e) if done == 0 => Err(e),
+                _ => Ok(done),
+            };
+        }
+        let room = if posted {
+            0
+        } else {
+            ring.limit().saturating_sub(head.wrapping_sub(tail)) as usize
+        };
         // Up to PIPE_BUF: all or nothing (atomic); beyond: any progress.
         let need = if rest <= hdr::PIPE_BUF { rest } else { 1 };
         if room >= need {
@@ -571,7 +630,10 @@ fn avail(c: &Client, d: &DescRef) -> usize {
         Ok(r) => {
             let head = r.word64(hdr::HEAD).load(Ordering::Acquire);
             let tail = r.word64(hdr::TAIL).load(Ordering::Acquire);
-            head.wrapping_sub(tail).min(r.capacity()) as usize
+            // A ticket's bytes are readable too; a Linux pipe holds at
+            // most its size of a blocked writer's.
+            let offered = ticket::offered(&r).min(r.limit());
+            (head.wrapping_sub(tail).min(r.capacity()) + offered) as usize
         }
         Err(_) => 0,
     }
@@ -596,7 +658,7 @@ fn pipe_events(c: &Client, d: &DescRef) -> i16 {
     let used = head.wrapping_sub(tail).min(r.capacity());
     let mut ev = 0i16;
     if f != libc::O_WRONLY as u32 {
-        if used > 0 {
+        if used > 0 || ticket::offered(&r) > 0 {
             ev |= libc::POLLIN | libc::POLLRDNORM;
         }
         if r.word(hdr::WRITERS).load(Ordering::Acquire) == 0 {
@@ -604,7 +666,7 @@ fn pipe_events(c: &Client, d: &DescRef) -> i16 {
         }
     }
     if f != libc::O_RDONLY as u32 {
-        if r.limit().saturating_sub(used) >= hdr::PIPE_BUF as u64 {
+        if !ticket::posted(&r) && r.limit().saturating_sub(used) >= hdr::PIPE_BUF as u64 {
             ev |= libc::POLLOUT | libc::POLLWRNORM;
         }
         if r.word(hdr::READERS).load(Ordering::Acquire) == 0 {

@@ -331,6 +331,33 @@ mod tests {
         assert_eq!(&tail[..], &data[..100]);
     }
 
+    /// A ring whose geometry changed after it was read (the server grew
+    /// it) reads the new block list when it takes the lock, and only then.
+    #[test]
+    fn a_new_generation_is_read_under_the_lock() {
+        let (_fd, cache) = setup();
+        let r = Ring::at(&cache, 5).unwrap();
+        assert_eq!(r.capacity(), 2 * BLOCK_SIZE as u64);
+        r.word(hdr::BLOCKS + 8).store(6, Ordering::Relaxed);
+        r.word(hdr::NBLOCKS).store(3, Ordering::Relaxed);
+        assert_eq!(r.capacity(), 2 * BLOCK_SIZE as u64, "same generation");
+        r.word(hdr::GEN).fetch_add(1, Ordering::Release);
+        r.lock();
+        assert_eq!(r.capacity(), 3 * BLOCK_SIZE as u64);
+        // Position 2 * BLOCK_SIZE is now in block 6, no longer wrapped.
+        assert!(r.copy_in(2 * BLOCK_SIZE as u64, b"grown"));
+        r.unlock();
+        let mut got = [0u8; 5];
+        // SAFETY: test-only read of block 6's first bytes in our mapping.
+        unsafe {
+            core::ptr::copy_nonoverlapping(cache.as_ptr().add(6 * BLOCK_SIZE), got.as_mut_ptr(), 5)
+        };
+        assert_eq!(&got, b"grown");
+        // A block outside the cache is refused, not copied to.
+        r.word(hdr::BLOCKS + 8).store(99, Ordering::Relaxed);
+        assert!(!r.copy_in(2 * BLOCK_SIZE as u64, b"x"));
+    }
+
     #[test]
     fn a_lock_held_by_a_dead_thread_is_taken_back() {
         let (_fd, cache) = setup();

@@ -14,7 +14,9 @@
 //!
 //! Rights (Cosh's reader that "rejects weak transfers"): the reader reads
 //! another process's memory only as the kernel permits it (same user, or
-//! `CAP_SYS_PTRACE`; Yama may forbid it). A refused read marks the pipe
+//! `CAP_SYS_PTRACE`; Yama may forbid it), and only in the writer's pid
+//! namespace (`TICKET_PIDNS`: elsewhere its id would name another
+//! process). A refused read marks the pipe
 //! (`NO_TICKETS`) and the ticket `REFUSED`; the writer takes it back and
 //! writes the rest through the ring, as every later writer of the pipe.
 //!
@@ -33,7 +35,7 @@
 //! Not in a copy island (no shared header to post in): there the bytes
 //! cross the server (`pipecopy`).
 
-use core::sync::atomic::Ordering;
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use atoll_proto::pipe as hdr;
 
@@ -118,6 +120,8 @@ pub fn post_and_wait(ring: &Ring, sig: sys::SigBlock, buf: &[u8]) -> Outcome {
     // SAFETY: getpid takes no arguments.
     let pid = unsafe { sys::sc(libc::SYS_getpid, 0, 0, 0, 0) } as u32;
     ring.word(hdr::TICKET_PID).store(pid, Ordering::Relaxed);
+    ring.word64(hdr::TICKET_PIDNS)
+        .store(pid_namespace(pid), Ordering::Relaxed);
     ring.word64(hdr::TICKET_ADDR)
         .store(buf.as_ptr() as u64, Ordering::Relaxed);
     ring.word64(hdr::TICKET_LEN)
@@ -191,7 +195,13 @@ pub fn take(ring: &Ring, buf: &mut [u8]) -> Result<Take> {
     let addr = ring.word64(hdr::TICKET_ADDR).load(Ordering::Relaxed);
     let done = ring.word64(hdr::TICKET_DONE).load(Ordering::Relaxed);
     let n = (offered(ring) as usize).min(buf.len());
-    let r = read_memory(pid, addr + done, &mut buf[..n]);
+    // SAFETY: getpid takes no arguments.
+    let me = unsafe { sys::sc(libc::SYS_getpid, 0, 0, 0, 0) } as u32;
+    let r = if ring.word64(hdr::TICKET_PIDNS).load(Ordering::Relaxed) == pid_namespace(me) {
+        read_memory(pid, addr + done, &mut buf[..n])
+    } else {
+        -(libc::EPERM as i64)
+    };
     if r > 0 {
         let r = r as u64;
         ring.word64(hdr::TICKET_DONE)
@@ -221,6 +231,33 @@ pub fn take(ring: &Ring, buf: &mut [u8]) -> Result<Take> {
     ring.word(hdr::TICKET_STATE).store(state, Ordering::Release);
     bump(ring, hdr::WSEQ, hdr::WSLEEP);
     Ok(Take::Again)
+}
+
+/// The inode of this process's pid namespace (`/proc/self/ns/pid`; 0 if
+/// it cannot be read), looked up once per process id: a process id names
+/// a process only within its namespace. `pid` is this process's id.
+fn pid_namespace(pid: u32) -> u64 {
+    static FOR_PID: AtomicU32 = AtomicU32::new(0);
+    static NS: AtomicU64 = AtomicU64::new(0);
+    if FOR_PID.load(Ordering::Acquire) == pid {
+        return NS.load(Ordering::Relaxed);
+    }
+    let mut st: libc::stat = sys::zeroed();
+    let path = b"/proc/self/ns/pid\0";
+    // SAFETY: a NUL-terminated path and our local stat buffer.
+    let r = unsafe {
+        sys::sc(
+            libc::SYS_newfstatat,
+            libc::AT_FDCWD as u64,
+            path.as_ptr() as u64,
+            &mut st as *mut libc::stat as u64,
+            0,
+        )
+    };
+    let ns = if r == 0 { st.st_ino } else { 0 };
+    NS.store(ns, Ordering::Relaxed);
+    FOR_PID.store(pid, Ordering::Release);
+    ns
 }
 
 /// `process_vm_readv` of `dst.len()` bytes at `addr` in process `pid`:

@@ -72,6 +72,9 @@ pub const NO_TICKETS: usize = 116;
 pub const TICKET_ADDR: usize = 120;
 pub const TICKET_LEN: usize = 128;
 pub const TICKET_DONE: usize = 136;
+/// `u64`: the inode of the writer's pid namespace: a reader in another
+/// namespace would read the wrong process by that id, so it refuses.
+pub const TICKET_PIDNS: usize = 144;
 /// No ticket posted.
 pub const TICKET_NONE: u32 = 0;
 /// Posted: readers take its bytes straight from the writer's memory.

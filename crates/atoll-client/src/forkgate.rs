@@ -23,7 +23,7 @@ fn locks(c: &'static Client) -> [&'static SpinLock; 6] {
         &c.boot_lock,
         crate::mapping::fork_lock(),
         crate::incoherent::fork_lock(),
-        crate::pipe::fork_lock(),
+        crate::pipeepoll::fork_lock(),
         crate::creds::fork_lock(),
         crate::copymap::fork_lock(),
     ]

@@ -270,7 +270,9 @@ fn copy_records(ring: &Ring, head: u64, tail: u64, buf: &mut [u8]) -> Result<usi
     let mut done = 0usize;
     while (done as u64) < avail {
         let mut h = [0u8; EVENT_HEADER];
-        ring.copy_out(tail + done as u64, &mut h);
+        if !ring.copy_out(tail + done as u64, &mut h) {
+            return err(libc::EIO);
+        }
         let (_, _, _, len) = ino_hdr::decode_header(&h);
         let n = EVENT_HEADER + len as usize;
         if (done + n) as u64 > avail {
@@ -279,7 +281,9 @@ fn copy_records(ring: &Ring, head: u64, tail: u64, buf: &mut [u8]) -> Result<usi
         if done + n > buf.len() {
             break;
         }
-        ring.copy_out(tail + done as u64, &mut buf[done..done + n]);
+        if !ring.copy_out(tail + done as u64, &mut buf[done..done + n]) {
+            return err(libc::EIO);
+        }
         done += n;
     }
     if done == 0 {

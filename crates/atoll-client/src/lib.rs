@@ -70,6 +70,8 @@ mod pastend;
 pub mod path;
 mod pipe;
 mod pipecopy;
+mod pipeepoll;
+mod pipeticket;
 mod procfd;
 mod procmounts;
 mod ring;

@@ -15,7 +15,10 @@
 //! reader copies out and advances `TAIL`. Each side then bumps the other
 //! side's wait word and wakes it with `FUTEX_WAKE` only if someone sleeps.
 //! Writes of at most `PIPE_BUF` bytes wait for room for all of them, so
-//! they are atomic with any number of writers.
+//! they are atomic with any number of writers. Blocking writes of 64 KiB
+//! or more are tickets the reader copies from instead (`pipeticket`,
+//! Cosh §5); the ring's geometry may change under `F_SETPIPE_SZ`, which
+//! the server serves (`Ring::lock` reads the new one).
 //!
 //! Blocking: a reader with nothing to read sleeps on `RSEQ` (a writer wrote
 //! or the writer count changed), a writer with no room on `WSEQ`. A program
@@ -31,21 +34,23 @@
 //! doubling up to 8 ms) carrying the program's signal mask; a set whose only
 //! waitable member is one pipe sleeps on that pipe's futex instead. Cost: a
 //! wake-up on the pipe is noticed up to 8 ms late in a mixed set, and a
-//! long mixed wait makes ~125 host polls per second.
+//! long mixed wait makes ~125 host polls per second. epoll watches of pipe
+//! ends are kept in `pipeepoll`.
 //!
 //! Mode: `pipe` and `pipe2` create atoll pipes unless `ATOLL_PIPES=host`
 //! (from `atoll run --pipes host`), which keeps them host pipes. FIFOs in
 //! the mount are always atoll's.
 
-use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use core::sync::atomic::{AtomicBool, Ordering};
 
 use atoll_proto::pipe as hdr;
-use atoll_proto::{DescId, FileType, Reply, Request, BLOCK_SIZE};
+use atoll_proto::{DescId, FileType, Reply, Request};
 
 use crate::error::{err, Error, Result};
 use crate::fdtable::{self, DescInfo, DescRef};
 use crate::file;
 use crate::intr;
+use crate::pipeticket as ticket;
 use crate::ring::Ring;
 use crate::session::{Client, Lane};
 use crate::sys;
@@ -92,7 +97,7 @@ fn cookie(header: u32) -> u64 {
 }
 
 /// The ring of a FIFO description (its header block is in the cookie).
-fn ring(c: &Client, d: &DescRef) -> Result<Ring> {
+pub(crate) fn ring(c: &Client, d: &DescRef) -> Result<Ring> {
     let h = d.cookie().load(Ordering::Relaxed) & !crate::inotify::QUEUE_COOKIE;
     if h == 0 || h > u32::MAX as u64 {
         return err(libc::EIO);
@@ -101,7 +106,7 @@ fn ring(c: &Client, d: &DescRef) -> Result<Ring> {
 }
 
 /// The pipe end behind `fd`, if `fd` is one.
-fn pipe_fd(fd: i64) -> Option<DescRef> {
+pub(crate) fn pipe_fd(fd: i64) -> Option<DescRef> {
     fdtable::get(fd).filter(|d| d.ftype() == FileType::Fifo)
 }
 
@@ -378,7 +383,10 @@ pub fn read(c: &Client, d: &DescRef, buf: &mut [u8]) -> Result<usize> {
         let avail = head.wrapping_sub(tail).min(ring.capacity());
         if avail > 0 {
             let n = (avail as usize).min(buf.len());
-            ring.copy_out(tail, &mut buf[..n]);
+            if !ring.copy_out(tail, &mut buf[..n]) {
+                ring.unlock();
+                return err(libc::EIO);
+            }
             ring.word64(hdr::TAIL)
                 .store(tail + n as u64, Ordering::Release);
             ring.word64(hdr::OPS).fetch_add(1, Ordering::Relaxed);
@@ -389,6 +397,29 @@ pub fn read(c: &Client, d: &DescRef, buf: &mut [u8]) -> Result<usize> {
                 ring.wake(hdr::WSEQ, i32::MAX as u32);
             }
             return Ok(n);
+        }
+        if ticket::offered(&ring) > 0 {
+            match ticket::take(&ring, buf) {
+                Ok(ticket::Take::Copied(n)) => {
+                    let wake = bump(&ring, hdr::WSEQ, hdr::WSLEEP);
+                    ring.unlock();
+                    drop(sig);
+                    if wake {
+                        ring.wake(hdr::WSEQ, i32::MAX as u32);
+                    }
+                    return Ok(n);
+                }
+                Ok(ticket::Take::Again) => {
+                    ring.unlock();
+                    drop(sig);
+                    ring.wake(hdr::WSEQ, i32::MAX as u32);
+                    continue;
+                }
+                Err(e) => {
+                    ring.unlock();
+                    return Err(e);
+                }
+            }
         }
         if ring.word(hdr::WRITERS).load(Ordering::Acquire) == 0 {
             ring.unlock();
@@ -403,6 +434,16 @@ pub fn read(c: &Client, d: &DescRef, buf: &mut [u8]) -> Result<usize> {
         ring.unlock();
         drop(sig);
         sleep(&ring, hdr::RSEQ, hdr::RSLEEP, seen)?;
+    }
+}
+
+/// `EPIPE` with `SIGPIPE` when nothing was written (`raise`), else the
+/// plain error (the call returns what it wrote, as Linux).
+fn broken_pipe_if(raise: bool) -> Error {
+    if raise {
+        broken_pipe()
+    } else {
+        Error::Errno(libc::EPIPE)
     }
 }
 
@@ -422,40 +463,6 @@ fn broken_pipe() -> Error {
         );
     }
     Error::Errno(libc::EPIPE)
-}
-
-/// `F_SETPIPE_SZ`, as Linux's `pipe_set_size`: the size is rounded up to
-/// a power-of-two number of pages; shrinking below what the pipe holds is
-/// `EBUSY`. The ring's blocks are fixed when it is made, so sizes beyond
-/// them are `EPERM` (what Linux answers beyond `pipe-max-size`).
-fn set_pipe_size(r: &Ring, want: u64) -> Result<u64> {
-    let size = match want {
-        w if w > 1 << 31 => return err(libc::EINVAL),
-        w if w <= BLOCK_SIZE as u64 => BLOCK_SIZE as u64,
-        w => w.next_power_of_two(),
-    };
-    if size > r.capacity() {
-        return err(libc::EPERM);
-    }
-    let sig = sys::SigBlock::new();
-    r.lock();
-    let head = r.word64(hdr::HEAD).load(Ordering::Acquire);
-    let tail = r.word64(hdr::TAIL).load(Ordering::Acquire);
-    let busy = head.wrapping_sub(tail) > size;
-    if !busy {
-        r.word(hdr::LIMIT).store(size as u32, Ordering::Release);
-    }
-    // Writers asleep for room may have more now.
-    let wake = !busy && bump(r, hdr::WSEQ, hdr::WSLEEP);
-    r.unlock();
-    drop(sig);
-    if wake {
-        r.wake(hdr::WSEQ, i32::MAX as u32);
-    }
-    if busy {
-        return err(libc::EBUSY);
-    }
-    Ok(size)
 }
 
 /// `write(2)` on a pipe end.
@@ -486,13 +493,41 @@ pub fn write(c: &Client, d: &DescRef, buf: &[u8]) -> Result<usize> {
         }
         let head = ring.word64(hdr::HEAD).load(Ordering::Acquire);
         let tail = ring.word64(hdr::TAIL).load(Ordering::Acquire);
-        let room = ring.limit().saturating_sub(head.wrapping_sub(tail)) as usize;
         let rest = buf.len() - done;
+        let nonblocking = d.flags() & libc::O_NONBLOCK as u32 != 0;
+        // While a ticket is posted the pipe is full to every other writer:
+        // its bytes come first.
+        let posted = ticket::posted(&ring) && !ticket::retire_orphan(&ring);
+        if !posted && ticket::wanted(&ring, rest, nonblocking) {
+            let (taken, end) = match ticket::post_and_wait(&ring, sig, &buf[done..]) {
+                ticket::Outcome::Taken(n) => (n, None),
+                ticket::Outcome::Refused(n) => {
+                    done += n;
+                    continue;
+                }
+                ticket::Outcome::Failed(n) => (n, Some(Error::Errno(libc::EFAULT))),
+                ticket::Outcome::NoReaders(n) => (n, Some(broken_pipe_if(n + done == 0))),
+                ticket::Outcome::Cut(n, e) => (n, Some(e)),
+            };
+            done += taken;
+            return match end {
+                Some(e) if done == 0 => Err(e),
+                _ => Ok(done),
+            };
+        }
+        let room = if posted {
+            0
+        } else {
+            ring.limit().saturating_sub(head.wrapping_sub(tail)) as usize
+        };
         // Up to PIPE_BUF: all or nothing (atomic); beyond: any progress.
         let need = if rest <= hdr::PIPE_BUF { rest } else { 1 };
         if room >= need {
             let n = room.min(rest);
-            ring.copy_in(head, &buf[done..done + n]);
+            if !ring.copy_in(head, &buf[done..done + n]) {
+                ring.unlock();
+                return err(libc::EIO);
+            }
             ring.word64(hdr::HEAD)
                 .store(head + n as u64, Ordering::Release);
             ring.word64(hdr::OPS).fetch_add(1, Ordering::Relaxed);
@@ -599,7 +634,10 @@ fn avail(c: &Client, d: &DescRef) -> usize {
         Ok(r) => {
             let head = r.word64(hdr::HEAD).load(Ordering::Acquire);
             let tail = r.word64(hdr::TAIL).load(Ordering::Acquire);
-            head.wrapping_sub(tail).min(r.capacity()) as usize
+            // A ticket's bytes are readable too; a Linux pipe holds at
+            // most its size of a blocked writer's.
+            let offered = ticket::offered(&r).min(r.limit());
+            (head.wrapping_sub(tail).min(r.capacity()) + offered) as usize
         }
         Err(_) => 0,
     }
@@ -611,7 +649,7 @@ fn avail(c: &Client, d: &DescRef) -> usize {
 /// `poll` events of a pipe end now (level-triggered, as Linux's
 /// `pipe_poll`): readable with data or without writers (`POLLHUP`),
 /// writable with `PIPE_BUF` bytes of room, `POLLERR` without readers.
-fn pipe_events(c: &Client, d: &DescRef) -> i16 {
+pub(crate) fn pipe_events(c: &Client, d: &DescRef) -> i16 {
     if crate::pipecopy::active(c) {
         return crate::pipecopy::events(c, d);
     }
@@ -624,7 +662,7 @@ fn pipe_events(c: &Client, d: &DescRef) -> i16 {
     let used = head.wrapping_sub(tail).min(r.capacity());
     let mut ev = 0i16;
     if f != libc::O_WRONLY as u32 {
-        if used > 0 {
+        if used > 0 || ticket::offered(&r) > 0 {
             ev |= libc::POLLIN | libc::POLLRDNORM;
         }
         if r.word(hdr::WRITERS).load(Ordering::Acquire) == 0 {
@@ -632,7 +670,7 @@ fn pipe_events(c: &Client, d: &DescRef) -> i16 {
         }
     }
     if f != libc::O_RDONLY as u32 {
-        if r.limit().saturating_sub(used) >= hdr::PIPE_BUF as u64 {
+        if !ticket::posted(&r) && r.limit().saturating_sub(used) >= hdr::PIPE_BUF as u64 {
             ev |= libc::POLLOUT | libc::POLLWRNORM;
         }
         if r.word(hdr::READERS).load(Ordering::Acquire) == 0 {
@@ -666,9 +704,9 @@ fn wait_word(c: &Client, fd: i32, events: i16) -> Option<(Ring, usize)> {
     Some((r, word))
 }
 
-const NS: i64 = 1_000_000_000;
+pub(crate) const NS: i64 = 1_000_000_000;
 
-fn ts(ns: i64) -> libc::timespec {
+pub(crate) fn ts(ns: i64) -> libc::timespec {
     libc::timespec {
         tv_sec: ns / NS,
         tv_nsec: ns % NS,
@@ -931,238 +969,6 @@ fn select(c: &Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
 }
 
 // ---------------------------------------------------------------------------
-// epoll: pipe ends are watched here, the rest by the kernel.
-
-struct Watch {
-    epfd: i32,
-    fd: i32,
-    events: u32,
-    data: u64,
-    /// `EPOLLET`: the wait words when last reported.
-    seen: u64,
-}
-
-const MAX_WATCHES: usize = 256;
-static WATCH_LOCK: sys::SpinLock = sys::SpinLock::new();
-static WATCH_COUNT: AtomicU32 = AtomicU32::new(0);
-static mut WATCHES: [Option<Watch>; MAX_WATCHES] = [const { None }; MAX_WATCHES];
-
-/// The watch table's lock, for [`crate::forkgate`].
-pub fn fork_lock() -> &'static sys::SpinLock {
-    &WATCH_LOCK
-}
-
-/// Run `f` on the watch table under its lock (signals blocked).
-fn with_watches<R>(f: impl FnOnce(&mut [Option<Watch>; MAX_WATCHES]) -> R) -> R {
-    let _g = WATCH_LOCK.lock();
-    // SAFETY: the table is only ever touched here, under `WATCH_LOCK`
-    // taken with signals blocked, so no other reference exists.
-    let t = unsafe { &mut *core::ptr::addr_of_mut!(WATCHES) };
-    f(t)
-}
-
-fn epoll_ctl(c: &Client, a: &[u64; 6]) -> Result<Out> {
-    let (epfd, op, fd) = (a[0] as i32, a[1] as i32, a[2] as i32);
-    if pipe_fd(fd as i64).is_none() {
-        return Ok(Out::Host);
-    }
-    // Let the kernel validate the epoll descriptor.
-    let mut st: libc::stat = sys::zeroed();
-    // SAFETY: writes our local stat buffer.
-    let r = unsafe { sys::sc(libc::SYS_fstat, epfd as u64, &mut st as *mut _ as u64, 0, 0) };
-    if r < 0 {
-        return err((-r) as i32);
-    }
-    if epfd == fd {
-        return err(libc::EINVAL);
-    }
-    let ev: Option<libc::epoll_event> = if op == libc::EPOLL_CTL_DEL {
-        None
-    } else {
-        Some(sys::get_user(a[3])?)
-    };
-    let _ = c;
-    with_watches(|t| {
-        let at = t
-            .iter()
-            .position(|w| w.as_ref().is_some_and(|w| w.epfd == epfd && w.fd == fd));
-        match (op, at) {
-            (libc::EPOLL_CTL_ADD, Some(_)) => err(libc::EEXIST),
-            (libc::EPOLL_CTL_ADD, None) => {
-                let Some(free) = t.iter().position(|w| w.is_none()) else {
-                    return err(libc::ENOSPC);
-                };
-                let e = ev.unwrap_or(libc::epoll_event { events: 0, u64: 0 });
-                t[free] = Some(Watch {
-                    epfd,
-                    fd,
-                    events: e.events,
-                    data: e.u64,
-                    seen: u64::MAX,
-                });
-                WATCH_COUNT.fetch_add(1, Ordering::Relaxed);
-                Ok(Out::Done(0))
-            }
-            (libc::EPOLL_CTL_MOD, Some(i)) => {
-                let e = ev.unwrap_or(libc::epoll_event { events: 0, u64: 0 });
-                if let Some(w) = t[i].as_mut() {
-                    w.events = e.events;
-                    w.data = e.u64;
-                    w.seen = u64::MAX;
-                }
-                Ok(Out::Done(0))
-            }
-            (libc::EPOLL_CTL_DEL, Some(i)) => {
-                t[i] = None;
-                WATCH_COUNT.fetch_sub(1, Ordering::Relaxed);
-                Ok(Out::Done(0))
-            }
-            (libc::EPOLL_CTL_MOD | libc::EPOLL_CTL_DEL, None) => err(libc::ENOENT),
-            _ => err(libc::EINVAL),
-        }
-    })
-}
-
-/// Pipe-end events ready for `epfd`'s watches, written to `out` (at most
-/// `max`). Watches of closed descriptors are dropped (Linux removes them
-/// with the description).
-fn epoll_ready(c: &Client, epfd: i32, out: u64, max: usize) -> Result<(usize, bool)> {
-    let mut got: Vec<libc::epoll_event> = Vec::new();
-    let mut mine = false;
-    with_watches(|t| {
-        for slot in t.iter_mut() {
-            let Some(w) = slot.as_mut() else { continue };
-            if w.epfd != epfd {
-                continue;
-            }
-            let Some(d) = pipe_fd(w.fd as i64) else {
-                *slot = None;
-                WATCH_COUNT.fetch_sub(1, Ordering::Relaxed);
-                continue;
-            };
-            mine = true;
-            if got.len() >= max {
-                continue;
-            }
-            let pe = pipe_events(c, &d) as u32;
-            let want = w.events | libc::EPOLLHUP as u32 | libc::EPOLLERR as u32;
-            let ev = pe & want;
-            if ev == 0 {
-                continue;
-            }
-            if w.events & libc::EPOLLET as u32 != 0 {
-                // Edge-triggered: report only after the ring moved.
-                let seq = if crate::pipecopy::active(c) {
-                    crate::pipecopy::state(c, &d)
-                        .map_or(0, |s| (s.rseq as u64) << 32 | s.wseq as u64)
-                } else {
-                    ring(c, &d).map_or(0, |r| {
-                        (r.word(hdr::RSEQ).load(Ordering::Acquire) as u64) << 32
-                            | r.word(hdr::WSEQ).load(Ordering::Acquire) as u64
-                    })
-                };
-                if seq == w.seen {
-                    continue;
-                }
-                w.seen = seq;
-            }
-            if w.events & libc::EPOLLONESHOT as u32 != 0 {
-                w.events = 0;
-            }
-            got.push(libc::epoll_event {
-                events: ev,
-                u64: w.data,
-            });
-        }
-    });
-    sys::put_user_slice(out, &got)?;
-    Ok((got.len(), mine))
-}
-
-/// `epoll_wait`/`epoll_pwait`/`epoll_pwait2` on an epoll descriptor that
-/// watches pipe ends: pipe ends checked here, the kernel's part polled
-/// with a short timeout in between (see the module comment for the cost).
-fn epoll_wait(c: &Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
-    let (epfd, out, max) = (a[0] as i32, a[1], a[2] as i32);
-    if WATCH_COUNT.load(Ordering::Relaxed) == 0 {
-        return Ok(Out::Host);
-    }
-    if max <= 0 {
-        return err(libc::EINVAL);
-    }
-    let timeout = match nr {
-        libc::SYS_epoll_pwait2 => {
-            if a[3] == 0 {
-                -1
-            } else {
-                let t: libc::timespec = sys::get_user(a[3])?;
-                t.tv_sec * NS + t.tv_nsec
-            }
-        }
-        _ => {
-            let t = a[3] as i32;
-            if t < 0 {
-                -1
-            } else {
-                t as i64 * 1_000_000
-            }
-        }
-    };
-    let mask = if nr == libc::SYS_epoll_wait { 0 } else { a[4] };
-    let deadline = (timeout >= 0).then(|| sys::monotonic_ns().saturating_add(timeout));
-    let mut slice: i64 = 1_000_000;
-    let sz = core::mem::size_of::<libc::epoll_event>() as u64;
-    loop {
-        let (n, mine) = epoll_ready(c, epfd, out, max as usize)?;
-        if !mine {
-            return Ok(Out::Host);
-        }
-        // A deferred program signal ends an empty wait (never restarted).
-        if n == 0 && intr::pending() {
-            return err(libc::EINTR);
-        }
-        let left = deadline.map(|d| (d - sys::monotonic_ns()).max(0));
-        let wait = if n > 0 || left == Some(0) {
-            0
-        } else {
-            left.map_or(slice, |l| l.min(slice))
-        };
-        let t = ts(wait);
-        let rest = (max as usize - n) as u64;
-        let r = if rest == 0 {
-            0
-        } else {
-            // SAFETY: the program's event buffer past our entries, our
-            // timespec, and the program's mask pointer and size.
-            unsafe {
-                intr::host_syscall6(
-                    libc::SYS_epoll_pwait2,
-                    [
-                        epfd as u64,
-                        out + n as u64 * sz,
-                        rest,
-                        &t as *const _ as u64,
-                        mask,
-                        8,
-                    ],
-                )
-            }
-        };
-        if r < 0 {
-            if n > 0 && r == -(libc::EINTR as i64) {
-                return Ok(Out::Done(n as i64));
-            }
-            return err((-r) as i32);
-        }
-        let total = n as i64 + r;
-        if total > 0 || left == Some(0) {
-            return Ok(Out::Done(total));
-        }
-        slice = (slice * 2).min(8_000_000);
-    }
-}
-
-// ---------------------------------------------------------------------------
 // Routing
 
 /// Calls that need the pipe layer, before the generic atoll handling.
@@ -1237,19 +1043,17 @@ pub fn route(c: &Client, nr: i64, a: &[u64; 6]) -> Result<Option<Out>> {
         }),
         libc::SYS_fcntl if matches!(a[1] as i32, libc::F_GETPIPE_SZ | libc::F_SETPIPE_SZ) => {
             on_pipe(&|d| {
-                if crate::pipecopy::active(c) {
-                    if a[1] as i32 == libc::F_GETPIPE_SZ {
-                        let s = crate::pipecopy::state(c, d)?;
-                        return Ok(Out::Done(s.limit as i64));
-                    }
-                    let n = crate::pipecopy::set_size(c, d, a[2] as u32 as u64)?;
-                    return Ok(Out::Done(n as i64));
-                }
-                let r = ring(c, d)?;
                 if a[1] as i32 == libc::F_GETPIPE_SZ {
-                    return Ok(Out::Done(r.limit() as i64));
+                    let size = if crate::pipecopy::active(c) {
+                        crate::pipecopy::state(c, d)?.limit
+                    } else {
+                        ring(c, d)?.limit()
+                    };
+                    return Ok(Out::Done(size as i64));
                 }
-                set_pipe_size(&r, a[2] as u32 as u64).map(|n| Out::Done(n as i64))
+                // The server resizes in every island: it owns the blocks.
+                let n = crate::pipecopy::set_size(c, d, a[2] as u32 as u64)?;
+                Ok(Out::Done(n as i64))
             })
         }
         libc::SYS_poll | libc::SYS_ppoll => match poll(c, nr, a)? {
@@ -1260,12 +1064,12 @@ pub fn route(c: &Client, nr: i64, a: &[u64; 6]) -> Result<Option<Out>> {
             Out::Host => Ok(None),
             o => Ok(Some(o)),
         },
-        libc::SYS_epoll_ctl => match epoll_ctl(c, a)? {
+        libc::SYS_epoll_ctl => match crate::pipeepoll::epoll_ctl(c, a)? {
             Out::Host => Ok(None),
             o => Ok(Some(o)),
         },
         libc::SYS_epoll_wait | libc::SYS_epoll_pwait | libc::SYS_epoll_pwait2 => {
-            match epoll_wait(c, nr, a)? {
+            match crate::pipeepoll::epoll_wait(c, nr, a)? {
                 Out::Host => Ok(None),
                 o => Ok(Some(o)),
             }

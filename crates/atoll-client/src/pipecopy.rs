@@ -196,19 +196,30 @@ pub fn events(c: &Client, d: &DescRef) -> i16 {
     ev
 }
 
-/// `F_SETPIPE_SZ`: the server resizes (Linux's rounding and errors).
+/// `F_SETPIPE_SZ`, in every island: the server resizes (Linux's rounding
+/// and errors, `pipe.rs` of the server). `EAGAIN` means a client held the
+/// ring's lock (the server only tries it): ask again.
 pub fn set_size(c: &Client, d: &DescRef, want: u64) -> Result<u64> {
     let desc = d.desc();
-    let lane = c.lane()?;
-    lane.call(
-        c,
-        desc.server(),
-        Request::PipeSetSize { desc, size: want },
-        |r| match r {
-            Reply::Offset(n) => Ok(n),
-            _ => Err(Error::Protocol("PipeSetSize")),
-        },
-    )
+    let mut attempt = 0u32;
+    loop {
+        let lane = c.lane()?;
+        let r = lane.call(
+            c,
+            desc.server(),
+            Request::PipeSetSize { desc, size: want },
+            |r| match r {
+                Reply::Offset(n) => Ok(n),
+                _ => Err(Error::Protocol("PipeSetSize")),
+            },
+        );
+        drop(lane);
+        match r {
+            Err(Error::Errno(libc::EAGAIN)) => pause(attempt)?,
+            r => return r,
+        }
+        attempt = attempt.saturating_add(1);
+    }
 }
 
 /// A FIFO opened for reading (`reader`) or writing waits for a partner:

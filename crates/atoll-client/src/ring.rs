@@ -8,6 +8,7 @@
 //! waiters and wakers are different processes mapping the same memfd, and
 //! the server wakes them too.
 
+use core::cell::Cell;
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use atoll_msg::SharedRegion;
@@ -17,42 +18,53 @@ use atoll_proto::BLOCK_SIZE;
 use crate::intr;
 use crate::sys;
 
-/// One pipe's ring (header + data blocks), validated.
+/// One pipe's ring (header + data blocks), validated. The block list is
+/// read from the header each time it is used; `nblocks` and `gen` are the
+/// geometry as last read, checked again under the lock (`lock`), since the
+/// server may grow or shrink the ring between calls (`hdr::GEN`).
 pub struct Ring {
     base: *mut u8,
+    /// Blocks in the cache mapping (every block index is checked against it).
+    cache_blocks: usize,
     header: usize,
-    blocks: [u32; hdr::MAX_DATA_BLOCKS],
-    nblocks: usize,
+    nblocks: Cell<usize>,
+    gen: Cell<u32>,
 }
 
 impl Ring {
     /// The ring whose header is block `header`, or `None` if the header or
     /// any of its data blocks lies outside the cache.
     pub fn at(cache: &SharedRegion, header: u32) -> Option<Ring> {
-        let len = cache.len();
-        let nb = len / BLOCK_SIZE;
+        let nb = cache.len() / BLOCK_SIZE;
         if header as usize >= nb {
             return None;
         }
-        let mut r = Ring {
+        let r = Ring {
             base: cache.as_ptr(),
+            cache_blocks: nb,
             header: header as usize * BLOCK_SIZE,
-            blocks: [0; hdr::MAX_DATA_BLOCKS],
-            nblocks: 0,
+            nblocks: Cell::new(0),
+            gen: Cell::new(0),
         };
-        let n = r.word(hdr::NBLOCKS).load(Ordering::Acquire) as usize;
+        r.read_geometry().then_some(r)
+    }
+
+    /// Read `NBLOCKS` and check every block index; false if any is out of
+    /// range (the ring is then unusable: `nblocks` stays as it was).
+    fn read_geometry(&self) -> bool {
+        let gen = self.word(hdr::GEN).load(Ordering::Acquire);
+        let n = self.word(hdr::NBLOCKS).load(Ordering::Acquire) as usize;
         if n == 0 || n > hdr::MAX_DATA_BLOCKS {
-            return None;
+            return false;
         }
-        for k in 0..n {
-            let b = r.word(hdr::BLOCKS + 4 * k).load(Ordering::Relaxed);
-            if b as usize >= nb {
-                return None;
-            }
-            r.blocks[k] = b;
+        let inside = (0..n).all(|k| {
+            (self.word(hdr::BLOCKS + 4 * k).load(Ordering::Relaxed) as usize) < self.cache_blocks
+        });
+        if inside {
+            self.nblocks.set(n);
+            self.gen.set(gen);
         }
-        r.nblocks = n;
-        Some(r)
+        inside
     }
 
     pub fn word(&self, off: usize) -> &AtomicU32 {
@@ -72,7 +84,7 @@ impl Ring {
 
     /// Bytes the ring holds at most.
     pub fn capacity(&self) -> u64 {
-        (self.nblocks * BLOCK_SIZE) as u64
+        (self.nblocks.get() * BLOCK_SIZE) as u64
     }
 
     /// Bytes writers may fill: the `F_SETPIPE_SZ` size, or the capacity.
@@ -95,6 +107,11 @@ impl Ring {
             // SAFETY: gettid takes no arguments.
             let tid = unsafe { sys::sc(libc::SYS_gettid, 0, 0, 0, 0) } as u32;
             self.word(hdr::OWNER).store(tid, Ordering::Relaxed);
+            // The server changes the geometry only under the lock: what
+            // is read now holds until `unlock`.
+            if self.word(hdr::GEN).load(Ordering::Acquire) != self.gen.get() {
+                self.read_geometry();
+            }
         };
         for _ in 0..100 {
             if w.compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
@@ -207,22 +224,24 @@ impl Ring {
     }
 
     /// Where ring position `pos` lives: (cache byte offset, bytes left in
-    /// that block).
-    fn locate(&self, pos: u64) -> (usize, usize) {
+    /// that block), or `None` for a block index outside the cache.
+    fn locate(&self, pos: u64) -> Option<(usize, usize)> {
         let p = (pos % self.capacity()) as usize;
         let (k, within) = (p / BLOCK_SIZE, p % BLOCK_SIZE);
-        (
-            self.blocks[k] as usize * BLOCK_SIZE + within,
-            BLOCK_SIZE - within,
-        )
+        let b = self.word(hdr::BLOCKS + 4 * k).load(Ordering::Relaxed) as usize;
+        (b < self.cache_blocks).then_some((b * BLOCK_SIZE + within, BLOCK_SIZE - within))
     }
 
     /// Copy ring bytes `[pos, pos + dst.len())` out (caller holds the lock
-    /// and checked that they were written).
-    pub fn copy_out(&self, mut pos: u64, dst: &mut [u8]) {
+    /// and checked that they were written). False if the header names a
+    /// block outside the cache (nothing past it is copied).
+    #[must_use]
+    pub fn copy_out(&self, mut pos: u64, dst: &mut [u8]) -> bool {
         let mut done = 0;
         while done < dst.len() {
-            let (at, room) = self.locate(pos);
+            let Some((at, room)) = self.locate(pos) else {
+                return false;
+            };
             let n = room.min(dst.len() - done);
             // SAFETY: `at..at+n` stays inside one data block, which `at`
             // checked lies in the mapping; `dst` is the program's buffer
@@ -234,20 +253,25 @@ impl Ring {
             done += n;
             pos += n as u64;
         }
+        true
     }
 
     /// Copy `src` into ring bytes `[pos, pos + src.len())` (caller holds
-    /// the lock and checked that there is room).
-    pub fn copy_in(&self, mut pos: u64, src: &[u8]) {
+    /// the lock and checked that there is room). False as `copy_out`.
+    #[must_use]
+    pub fn copy_in(&self, mut pos: u64, src: &[u8]) -> bool {
         let mut done = 0;
         while done < src.len() {
-            let (at, room) = self.locate(pos);
+            let Some((at, room)) = self.locate(pos) else {
+                return false;
+            };
             let n = room.min(src.len() - done);
             // SAFETY: as `copy_out`, in the other direction.
             unsafe { core::ptr::copy_nonoverlapping(src.as_ptr().add(done), self.base.add(at), n) };
             done += n;
             pos += n as u64;
         }
+        true
     }
 }
 
@@ -261,9 +285,10 @@ mod tests {
         let (fd, cache) = SharedRegion::create("atoll-ring-test", 8 * BLOCK_SIZE).unwrap();
         let r = Ring {
             base: cache.as_ptr(),
+            cache_blocks: 8,
             header: 5 * BLOCK_SIZE,
-            blocks: [0; hdr::MAX_DATA_BLOCKS],
-            nblocks: 0,
+            nblocks: Cell::new(0),
+            gen: Cell::new(0),
         };
         r.word(hdr::NBLOCKS).store(2, Ordering::Relaxed);
         r.word(hdr::BLOCKS).store(3, Ordering::Relaxed);
@@ -289,9 +314,9 @@ mod tests {
         let data: Vec<u8> = (0..6000u32).map(|i| (i % 251) as u8).collect();
         // Start near the end so the copy wraps to the first block.
         let start = 2 * BLOCK_SIZE as u64 - 100 + 10 * r.capacity();
-        r.copy_in(start, &data);
+        assert!(r.copy_in(start, &data));
         let mut back = vec![0u8; data.len()];
-        r.copy_out(start, &mut back);
+        assert!(r.copy_out(start, &mut back));
         assert_eq!(back, data);
         // The first 100 bytes landed at the end of block 1 (second data block).
         let mut tail = [0u8; 100];
@@ -304,6 +329,33 @@ mod tests {
             )
         };
         assert_eq!(&tail[..], &data[..100]);
+    }
+
+    /// A ring whose geometry changed after it was read (the server grew
+    /// it) reads the new block list when it takes the lock, and only then.
+    #[test]
+    fn a_new_generation_is_read_under_the_lock() {
+        let (_fd, cache) = setup();
+        let r = Ring::at(&cache, 5).unwrap();
+        assert_eq!(r.capacity(), 2 * BLOCK_SIZE as u64);
+        r.word(hdr::BLOCKS + 8).store(6, Ordering::Relaxed);
+        r.word(hdr::NBLOCKS).store(3, Ordering::Relaxed);
+        assert_eq!(r.capacity(), 2 * BLOCK_SIZE as u64, "same generation");
+        r.word(hdr::GEN).fetch_add(1, Ordering::Release);
+        r.lock();
+        assert_eq!(r.capacity(), 3 * BLOCK_SIZE as u64);
+        // Position 2 * BLOCK_SIZE is now in block 6, no longer wrapped.
+        assert!(r.copy_in(2 * BLOCK_SIZE as u64, b"grown"));
+        r.unlock();
+        let mut got = [0u8; 5];
+        // SAFETY: test-only read of block 6's first bytes in our mapping.
+        unsafe {
+            core::ptr::copy_nonoverlapping(cache.as_ptr().add(6 * BLOCK_SIZE), got.as_mut_ptr(), 5)
+        };
+        assert_eq!(&got, b"grown");
+        // A block outside the cache is refused, not copied to.
+        r.word(hdr::BLOCKS + 8).store(99, Ordering::Relaxed);
+        assert!(!r.copy_in(2 * BLOCK_SIZE as u64, b"x"));
     }
 
     #[test]

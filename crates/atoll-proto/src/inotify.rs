@@ -23,7 +23,8 @@
 //!   each other, Hare §6.2.3: this word is how they agree).
 
 pub use crate::pipe::{
-    BLOCKS, HEAD, LOCK, MAX_DATA_BLOCKS, NBLOCKS, OWNER, READERS, RSEQ, RSLEEP, TAIL, WRITERS,
+    BLOCKS, DEFAULT_DATA_BLOCKS, HEAD, LOCK, MAX_DATA_BLOCKS, NBLOCKS, OWNER, READERS, RSEQ,
+    RSLEEP, TAIL, WRITERS,
 };
 
 /// `u64`: ring position + 1 of the last record appended (0: none).
@@ -37,7 +38,7 @@ pub const HOLDERS: usize = 96;
 
 /// Data blocks of a queue: 64 KiB, about 2000 events with short names
 /// (Linux bounds a queue by events, 16384 by default).
-pub const DATA_BLOCKS: usize = MAX_DATA_BLOCKS;
+pub const DATA_BLOCKS: usize = DEFAULT_DATA_BLOCKS;
 
 /// Size of `struct inotify_event` without its name.
 pub const EVENT_HEADER: usize = 16;

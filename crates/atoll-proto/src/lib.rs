@@ -303,6 +303,8 @@ impl Cred {
     pub const CAP_FOWNER: u32 = 1 << 3;
     pub const CAP_FSETID: u32 = 1 << 4;
     pub const CAP_SYS_ADMIN: u32 = 1 << 21;
+    /// Pipes beyond `/proc/sys/fs/pipe-max-size` (`F_SETPIPE_SZ`).
+    pub const CAP_SYS_RESOURCE: u32 = 1 << 24;
     pub const CAP_MKNOD: u32 = 1 << 27;
     /// The capabilities the checks above use, which root holds by default.
     pub const FS_CAPS: u32 = Self::CAP_CHOWN
@@ -311,6 +313,7 @@ impl Cred {
         | Self::CAP_FOWNER
         | Self::CAP_FSETID
         | Self::CAP_SYS_ADMIN
+        | Self::CAP_SYS_RESOURCE
         | Self::CAP_MKNOD;
 
     /// Ids with the capabilities a process of that fsuid has by default

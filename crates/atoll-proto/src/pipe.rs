@@ -3,8 +3,8 @@
 //! across cores; fos §4.2).
 //!
 //! A pipe is a byte ring in buffer-cache blocks that its owner server
-//! allocates (one header block plus [`MAX_DATA_BLOCKS`] or fewer data
-//! blocks). Data never travels in messages and never sits in one core's
+//! allocates (one header block plus [`DEFAULT_DATA_BLOCKS`] data blocks,
+//! up to [`MAX_DATA_BLOCKS`] after `F_SETPIPE_SZ`). Data never travels in messages and never sits in one core's
 //! kernel: writers copy into the ring and readers copy out of it directly,
 //! under the ring lock in the header (Cosh §4-5 *share* semantics: both
 //! ends map the same buffer; a non-shared-memory island would need *copy*
@@ -48,12 +48,50 @@ pub const WSLEEP: usize = 60;
 /// the lock back from a holder that was killed while holding it.
 pub const OWNER: usize = 64;
 /// Bytes the ring may hold, as set by `F_SETPIPE_SZ` (0: all of it).
-/// Writers honour it; positions still wrap at the full capacity, so a
-/// change never moves bytes already in the ring.
+/// Writers honour it; positions wrap at the full capacity.
 pub const LIMIT: usize = 68;
+/// (Offsets 72 to 103 are a notification queue's own words,
+/// `atoll_proto::inotify`.)
+///
+/// Geometry generation: the server bumps it, under the ring lock, each
+/// time it changes `NBLOCKS`/`BLOCKS` (a ring grown or shrunk by
+/// `F_SETPIPE_SZ`, with the buffered bytes moved to their new places). A
+/// client that took the lock compares it with the generation it read the
+/// block list at and reads the list again when it moved.
+pub const GEN: usize = 104;
+/// Ticket of a large write (Cosh §5 *move*, one copy): the writer's
+/// process id, state ([`TICKET_NONE`], …), the address and length of the
+/// bytes in its memory and how many a reader has taken. Changed only under
+/// the ring lock; a posted ticket's bytes come after the ring's.
+pub const TICKET_PID: usize = 108;
+pub const TICKET_STATE: usize = 112;
+/// `u32`: 1 once a reader of this pipe could not read a writer's memory
+/// (`process_vm_readv` refused): writers of the pipe post no more tickets.
+pub const NO_TICKETS: usize = 116;
+/// `u64` words of the ticket.
+pub const TICKET_ADDR: usize = 120;
+pub const TICKET_LEN: usize = 128;
+pub const TICKET_DONE: usize = 136;
+/// `u64`: the inode of the writer's pid namespace: a reader in another
+/// namespace would read the wrong process by that id, so it refuses.
+pub const TICKET_PIDNS: usize = 144;
+/// No ticket posted.
+pub const TICKET_NONE: u32 = 0;
+/// Posted: readers take its bytes straight from the writer's memory.
+pub const TICKET_ACTIVE: u32 = 1;
+/// A reader was not permitted to read the writer's memory: the writer
+/// takes the ticket back and writes the rest through the ring.
+pub const TICKET_REFUSED: u32 = 2;
+/// A reader could not read the writer's memory (a bad address): the
+/// writer takes the ticket back and fails with `EFAULT` (or returns what
+/// was taken).
+pub const TICKET_FAILED: u32 = 3;
 /// `u32` array of `NBLOCKS` data-block indices.
-pub const BLOCKS: usize = 128;
-/// Most data blocks of one pipe (64 KiB, Linux's default pipe size).
-pub const MAX_DATA_BLOCKS: usize = 16;
+pub const BLOCKS: usize = 192;
+/// Data blocks of a new pipe (64 KiB, Linux's default pipe size).
+pub const DEFAULT_DATA_BLOCKS: usize = 16;
+/// Most data blocks of one pipe: as many as the header block has room for
+/// (976 blocks, 3904 KiB).
+pub const MAX_DATA_BLOCKS: usize = (crate::BLOCK_SIZE - BLOCKS) / 4;
 /// Writes up to this size are atomic (POSIX `PIPE_BUF` on Linux).
 pub const PIPE_BUF: usize = 4096;

@@ -201,7 +201,7 @@ impl<S: BlockStore> FileServer<S> {
             Q::PipeRead { desc, len } => self.pipe_read_copy(session, desc, len, out),
             Q::PipeWrite { desc, data } => self.pipe_write_copy(session, desc, data),
             Q::PipeState { desc } => self.pipe_state(session, desc),
-            Q::PipeSetSize { desc, size } => self.pipe_set_size(session, desc, size),
+            Q::PipeSetSize { desc, size } => self.pipe_set_size(session, who, desc, size),
         }
     }
 }

@@ -21,17 +21,33 @@
 //! reader goes. A FIFO's ring is freed (its data discarded, as Linux does)
 //! when no description of it remains; the next open makes a fresh one.
 
+use std::ops::Range;
+
 use super::seeded::{Map, Set};
 
 use atoll_proto::pipe as hdr;
-use atoll_proto::{DescId, Errno, FileType, InodeId, Reply, SessionId, BLOCK_SIZE};
+use atoll_proto::{Cred, DescId, Errno, FileType, InodeId, Reply, SessionId, BLOCK_SIZE};
 
 use super::perm::Caller;
 use super::{FileServer, R};
 use crate::store::BlockStore;
 
 /// Data blocks of a new ring.
-const DATA_BLOCKS: usize = hdr::MAX_DATA_BLOCKS;
+const DATA_BLOCKS: usize = hdr::DEFAULT_DATA_BLOCKS;
+
+/// Linux's `/proc/sys/fs/pipe-max-size`: the most an unprivileged
+/// `F_SETPIPE_SZ` may ask (1 MiB when it cannot be read).
+#[cfg(test)]
+pub(super) fn tests_pipe_max_size() -> u64 {
+    pipe_max_size()
+}
+
+fn pipe_max_size() -> u64 {
+    std::fs::read_to_string("/proc/sys/fs/pipe-max-size")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(1 << 20)
+}
 
 /// One live ring.
 struct Ring {
@@ -58,6 +74,22 @@ impl Pipes {
     /// The header and data blocks of `ino`'s ring, if it has one.
     pub(super) fn ring_of(&self, ino: InodeId) -> Option<(u32, &[u32])> {
         self.rings.get(&ino).map(|r| (r.header, &r.data[..]))
+    }
+}
+
+/// Ring positions `range` of a ring of data blocks `data`, piece by piece
+/// within one block: `f(block, offset in the block, the piece's bytes as
+/// a range from the start of `range`)`. Positions wrap at the capacity.
+fn ring_pieces(data: &[u32], range: Range<u64>, mut f: impl FnMut(u32, usize, Range<usize>)) {
+    let cap = (data.len() * BLOCK_SIZE) as u64;
+    let (mut pos, mut at) = (range.start, 0usize);
+    while pos < range.end {
+        let p = (pos % cap) as usize;
+        let (k, within) = (p / BLOCK_SIZE, p % BLOCK_SIZE);
+        let n = ((BLOCK_SIZE - within) as u64).min(range.end - pos) as usize;
+        f(data[k], within, at..at + n);
+        pos += n as u64;
+        at += n;
     }
 }
 
@@ -217,6 +249,108 @@ impl<S: BlockStore> FileServer<S> {
             ops += st.get_u64(r.header, hdr::OPS);
         }
         (self.pipes.created, bytes, ops)
+    }
+
+    /// `Request::PipeSetSize`, as Linux's `pipe_set_size`: the size is
+    /// rounded up to a power-of-two number of pages; growing past
+    /// `pipe-max-size` needs `CAP_SYS_RESOURCE` (else `EPERM`), past the
+    /// header's room for blocks it is `EPERM` for everyone; shrinking below
+    /// the bytes the pipe holds is `EBUSY` (Linux counts pages there,
+    /// atoll bytes). A ring grows or shrinks by its blocks (never below
+    /// the default 16; `LIMIT` bounds a smaller size), the buffered bytes
+    /// moved to where the new geometry puts their positions, under the
+    /// ring lock (a try-lock: `EAGAIN` while a client holds it, and the
+    /// client asks again), and `GEN` tells every mapping client to read
+    /// the block list again.
+    pub(super) fn pipe_set_size<'o>(
+        &mut self,
+        session: SessionId,
+        who: &Caller,
+        desc: DescId,
+        want: u64,
+    ) -> R<'o> {
+        let ino = self.desc(session, desc)?.ino;
+        let size = match want {
+            w if w > 1 << 31 => return Err(Errno::EINVAL),
+            w if w <= BLOCK_SIZE as u64 => BLOCK_SIZE as u64,
+            w => w.next_power_of_two(),
+        };
+        let ring = self.pipes.rings.get(&ino).ok_or(Errno::EINVAL)?;
+        let h = ring.header;
+        let st = &self.cache.store;
+        let now = match st.get_u32(h, hdr::LIMIT) as u64 {
+            0 => (ring.data.len() * BLOCK_SIZE) as u64,
+            l => l,
+        };
+        if size > now && size > pipe_max_size() && !who.has(Cred::CAP_SYS_RESOURCE) {
+            return Err(Errno::EPERM);
+        }
+        let blocks = (size as usize / BLOCK_SIZE).max(DATA_BLOCKS);
+        if blocks > hdr::MAX_DATA_BLOCKS {
+            return Err(Errno::EPERM);
+        }
+        self.ring_try_lock(h)?;
+        let st = &self.cache.store;
+        let used = st
+            .get_u64(h, hdr::HEAD)
+            .wrapping_sub(st.get_u64(h, hdr::TAIL));
+        if used > size {
+            self.ring_unlock(h);
+            return Err(Errno::EBUSY);
+        }
+        if let Err(e) = self.ring_regeometry(ino, blocks) {
+            self.ring_unlock(h);
+            return Err(e);
+        }
+        self.cache.store.put_u32(h, hdr::LIMIT, size as u32);
+        // Writers asleep for room may have more now.
+        self.ring_bump(h, hdr::WSEQ, hdr::WSLEEP);
+        self.ring_unlock(h);
+        Ok(Reply::Offset(size))
+    }
+
+    /// Give `ino`'s ring `blocks` data blocks (caller holds the ring lock):
+    /// keep the first blocks, take more or give the rest back, and move the
+    /// buffered bytes `[TAIL, HEAD)` to their places in the new geometry
+    /// (positions wrap at the capacity). `ENOMEM` when the instance's
+    /// memory is all in use, as Linux when it cannot allocate the slots.
+    fn ring_regeometry(&mut self, ino: InodeId, blocks: usize) -> Result<(), Errno> {
+        let Some(ring) = self.pipes.rings.get(&ino) else {
+            return Err(Errno::EINVAL);
+        };
+        let (h, old) = (ring.header, ring.data.clone());
+        if blocks == old.len() {
+            return Ok(());
+        }
+        let mut new: Vec<u32> = old[..blocks.min(old.len())].to_vec();
+        while new.len() < blocks {
+            match self.cache.take() {
+                Some(b) => new.push(b),
+                None => {
+                    self.cache.release_all(new.drain(old.len()..));
+                    return Err(Errno::ENOMEM);
+                }
+            }
+        }
+        let st = &mut self.cache.store;
+        let (head, tail) = (st.get_u64(h, hdr::HEAD), st.get_u64(h, hdr::TAIL));
+        let mut bytes = vec![0u8; head.wrapping_sub(tail) as usize];
+        ring_pieces(&old, tail..head, |b, off, at| {
+            st.read(b, off, &mut bytes[at])
+        });
+        ring_pieces(&new, tail..head, |b, off, at| st.write(b, off, &bytes[at]));
+        st.put_u32(h, hdr::NBLOCKS, blocks as u32);
+        for (k, b) in new.iter().enumerate() {
+            st.put_u32(h, hdr::BLOCKS + 4 * k, *b);
+        }
+        st.add_u32(h, hdr::GEN, 1, false);
+        if old.len() > blocks {
+            self.cache.release_all(old[blocks..].iter().copied());
+        }
+        if let Some(ring) = self.pipes.rings.get_mut(&ino) {
+            ring.data = new;
+        }
+        Ok(())
     }
 
     /// A zeroed header block and its data blocks, or `ENFILE`.

@@ -7,7 +7,8 @@
 //! shared memory between the islands), so it asks: `PipeRead` takes bytes
 //! out of the ring into the reply, `PipeWrite` puts the request's bytes in,
 //! `PipeState` reports what the header holds (readiness, `FIONREAD`, waits
-//! in `open`) and `PipeSetSize` is `F_SETPIPE_SZ`. The ring and its header
+//! in `open`); `PipeSetSize` (`F_SETPIPE_SZ`, `pipe.rs`) serves every
+//! island. The ring and its header
 //! are the same as ever, so counts, wake words and statistics need nothing
 //! new, and the semantics are the ring's: writes of at most `PIPE_BUF`
 //! bytes go in whole or not at all, a read takes what is there.
@@ -66,7 +67,7 @@ impl<S: BlockStore> FileServer<S> {
     }
 
     /// Take the ring lock without waiting (`EAGAIN`: the client asks again).
-    fn ring_try_lock(&mut self, h: u32) -> Result<(), Errno> {
+    pub(super) fn ring_try_lock(&mut self, h: u32) -> Result<(), Errno> {
         if !self.cache.store.cas_u32(h, hdr::LOCK, 0, 1) {
             return Err(Errno::EAGAIN);
         }
@@ -74,7 +75,7 @@ impl<S: BlockStore> FileServer<S> {
         Ok(())
     }
 
-    fn ring_unlock(&mut self, h: u32) {
+    pub(super) fn ring_unlock(&mut self, h: u32) {
         if self.cache.store.swap_u32(h, hdr::LOCK, 0) == 2 {
             self.cache.store.wake(h, hdr::LOCK);
         }
@@ -82,7 +83,7 @@ impl<S: BlockStore> FileServer<S> {
 
     /// Bump a wait word, waking sleepers if any (none in a copy island:
     /// only processes that map the ring sleep on it).
-    fn ring_bump(&mut self, h: u32, seq: usize, sleep: usize) {
+    pub(super) fn ring_bump(&mut self, h: u32, seq: usize, sleep: usize) {
         let wake = self.cache.store.get_u32(h, sleep) > 0;
         self.cache.store.add_u32(h, seq, 1, wake);
     }
@@ -208,41 +209,6 @@ impl<S: BlockStore> FileServer<S> {
             wseq: st.get_u32(h, hdr::WSEQ),
         }))
     }
-
-    /// `Request::PipeSetSize`, as Linux's `pipe_set_size`: rounded up to a
-    /// power-of-two number of pages; below what the pipe holds, `EBUSY`;
-    /// beyond the ring's blocks, `EPERM` (Linux past `pipe-max-size`).
-    pub(super) fn pipe_set_size<'o>(
-        &mut self,
-        session: SessionId,
-        desc: DescId,
-        want: u64,
-    ) -> R<'o> {
-        let r = self.pipe_ring(session, desc, |_| true)?;
-        let size = match want {
-            w if w > 1 << 31 => return Err(Errno::EINVAL),
-            w if w <= BLOCK_SIZE as u64 => BLOCK_SIZE as u64,
-            w => w.next_power_of_two(),
-        };
-        if size > r.capacity() {
-            return Err(Errno::EPERM);
-        }
-        let h = r.header;
-        self.ring_try_lock(h)?;
-        let used = self
-            .cache
-            .store
-            .get_u64(h, hdr::HEAD)
-            .wrapping_sub(self.cache.store.get_u64(h, hdr::TAIL));
-        if used > size {
-            self.ring_unlock(h);
-            return Err(Errno::EBUSY);
-        }
-        self.cache.store.put_u32(h, hdr::LIMIT, size as u32);
-        self.ring_bump(h, hdr::WSEQ, hdr::WSLEEP);
-        self.ring_unlock(h);
-        Ok(Reply::Offset(size))
-    }
 }
 
 #[cfg(test)]
@@ -261,13 +227,13 @@ mod tests {
                 index: 0,
                 nservers: 1,
                 first_block: 0,
-                nblocks: 64,
+                nblocks: 256,
                 root_owner: ME,
                 core: -1,
                 track_lookups: false,
                 limits: crate::fs::Limits::for_memory(1 << 30),
             },
-            MemStore::new(64),
+            MemStore::new(256),
         )
     }
 
@@ -407,5 +373,84 @@ mod tests {
         write(&mut fs, w, &[0; 6000]).unwrap();
         assert_eq!(set(&mut fs, 4096), Err(Errno::EBUSY));
         assert_eq!(set(&mut fs, 1 << 30), Err(Errno::EPERM));
+    }
+
+    /// `F_SETPIPE_SZ` grows the ring by blocks and shrinks it back: bytes
+    /// buffered across the old wrap point come out in order, `GEN` moves
+    /// with each new geometry, blocks return to the pool, and sizes past
+    /// `pipe-max-size` need `CAP_SYS_RESOURCE`.
+    #[test]
+    fn set_size_grows_and_shrinks_the_ring_keeping_its_bytes() {
+        let mut fs = server();
+        let (r, w) = pipe(&mut fs);
+        let h = fs.pipes.ring_of(fs.desc(S1, r).unwrap().ino).unwrap().0;
+        let free = fs.cache.statfs().1;
+        let set = |fs: &mut FileServer<MemStore>, cred: Cred, size| {
+            let mut out = Vec::new();
+            match fs.handle(S1, cred, Request::PipeSetSize { desc: w, size }, &mut out) {
+                Reply::Offset(n) => Ok(n),
+                Reply::Err(e) => Err(e),
+                other => panic!("{other:?}"),
+            }
+        };
+        // Messages carry 8 KiB at most: whole transfers in pieces.
+        let put = |fs: &mut FileServer<MemStore>, data: &[u8]| {
+            let mut done = 0;
+            while done < data.len() {
+                done += write(fs, w, &data[done..]).unwrap() as usize;
+            }
+        };
+        let get = |fs: &mut FileServer<MemStore>, n: usize| {
+            let mut got = Vec::new();
+            while got.len() < n {
+                got.extend(read(fs, r, (n - got.len()) as u32).unwrap());
+            }
+            got
+        };
+        // Put the tail near the end of the 64 KiB ring, the data wrapping.
+        let pattern: Vec<u8> = (0..60_000u32).map(|i| (i % 251) as u8).collect();
+        put(&mut fs, &pattern);
+        assert_eq!(get(&mut fs, 50_000), pattern[..50_000]);
+        let fill: Vec<u8> = (0..40_000u32).map(|i| (i % 13) as u8).collect();
+        put(&mut fs, &fill); // wraps: 50,000 bytes in the ring
+        let gen = fs.cache.store.get_u32(h, hdr::GEN);
+        assert_eq!(set(&mut fs, ME, 200_000), Ok(256 * 1024));
+        assert_eq!(fs.cache.store.get_u32(h, hdr::NBLOCKS), 64);
+        assert_eq!(fs.cache.store.get_u32(h, hdr::GEN), gen + 1);
+        assert_eq!(fs.cache.statfs().1, free - 48);
+        assert_eq!(state(&mut fs, w).limit, 256 * 1024);
+        // Room for 200,000 more bytes now.
+        put(&mut fs, &vec![7u8; 200_000]);
+        assert_eq!(state(&mut fs, w).used, 250_000);
+        let mut want = pattern[50_000..].to_vec();
+        want.extend(&fill);
+        want.extend(vec![7u8; 200_000]);
+        assert_eq!(get(&mut fs, 250_000), want);
+        // Shrinking below what is buffered is EBUSY; empty, back to 16 blocks.
+        write(&mut fs, w, &[1; 9000]).unwrap();
+        assert_eq!(set(&mut fs, ME, 8192), Err(Errno::EBUSY));
+        assert_eq!(set(&mut fs, ME, 16384), Ok(16384));
+        assert_eq!(fs.cache.store.get_u32(h, hdr::NBLOCKS), 16);
+        assert_eq!(fs.cache.statfs().1, free);
+        assert_eq!(read(&mut fs, r, 10_000).unwrap(), vec![1; 9000]);
+        // Past pipe-max-size: EPERM, unless the caller may.
+        let max = super::super::pipe::tests_pipe_max_size();
+        let root = Cred::of(0, 0);
+        assert_eq!(set(&mut fs, ME, max * 2), Err(Errno::EPERM));
+        assert_eq!(
+            set(&mut fs, root, 8 << 20),
+            Err(Errno::EPERM),
+            "past the header's room"
+        );
+        // Root may pass pipe-max-size; this server's 256 blocks may not
+        // hold it (ENOMEM, and the ring is as it was).
+        match set(&mut fs, root, max * 2) {
+            Ok(n) => assert_eq!(n, max * 2),
+            Err(e) => {
+                assert_eq!(e, Errno::ENOMEM);
+                assert_eq!(fs.cache.store.get_u32(h, hdr::NBLOCKS), 16);
+                assert_eq!(fs.cache.statfs().1, free);
+            }
+        }
     }
 }

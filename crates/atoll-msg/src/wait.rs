@@ -41,14 +41,22 @@ use crate::sync::{self, AtomicU32, Ordering};
 
 /// How long [`PollMode::Adaptive`] spins before it sleeps.
 ///
-/// Measured on the development machine (2 vCPUs, TSC 2.4 GHz, release
-/// build, `examples/rpc_bench.rs`): a 64-byte request/reply round trip costs
-/// ~190 ns when both sides spin and ~11.3 µs when both sleep, i.e. one futex
-/// sleep/wake hand-off costs ~5.6 µs. Spinning for about two hand-offs keeps
-/// a client awake through a typical server operation (a few µs) so the hot
-/// path never sleeps, while an idle wait pays at most ~3x what an oracle
-/// that knew when to sleep would pay (the classic competitive argument).
-pub const ADAPTIVE_SPIN_NS: u64 = 10_000;
+/// Spinning for about two sleep/wake hand-offs keeps a client awake through
+/// a typical server operation (a few µs) and a server awake through a
+/// client's work between two requests, so the hot path never sleeps, while
+/// an idle wait pays at most ~3x what an oracle that knew when to sleep
+/// would pay (the classic competitive argument). What a hand-off costs
+/// depends on the machine: ~5.6 µs on a 2-vCPU development machine
+/// (`examples/rpc_bench.rs`: 11.3 µs per round trip when both sides sleep),
+/// but ~22 µs on a 2-vCPU container guest (`atoll bench rpc`: 45 µs per
+/// blocking round trip, as a pipe ping-pong there), where waking an idle
+/// virtual CPU is an inter-processor interrupt through the hypervisor. The
+/// budget follows the slower kind: 10 µs there meant a sleep and a wake-up
+/// on about one request in ten (postmark: 15k server sleeps for 190k
+/// requests) and most of the run's time in `futex` (docs/BENCHMARKS.md,
+/// "Where the time went"). Spinning is cheap to give up on an
+/// oversubscribed core: the spin yields every 64 polls.
+pub const ADAPTIVE_SPIN_NS: u64 = 50_000;
 
 /// In [`PollMode::Spin`], give the core away after this many polls, so that
 /// a spinner on an oversubscribed machine lets its peer run (on a dedicated

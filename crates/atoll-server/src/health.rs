@@ -136,12 +136,15 @@ impl Health {
     }
 
     /// How long server `i` must still stall, if at all.
+    /// Hot path: the server loop asks every round, so a server that was
+    /// never stalled reads no clock.
     pub fn stall_left_ms(&self, i: usize) -> u64 {
-        self.servers.get(i).map_or(0, |s| {
-            s.stalled_until_ms
-                .load(Ordering::Relaxed)
-                .saturating_sub(self.now_ms())
-        })
+        self.servers
+            .get(i)
+            .map_or(0, |s| match s.stalled_until_ms.load(Ordering::Relaxed) {
+                0 => 0,
+                until => until.saturating_sub(self.now_ms()),
+            })
     }
 
     /// What `atoll status` shows.

@@ -391,6 +391,7 @@ pub fn run(params: ServerParams, admin: Receiver<Admin>) -> std::io::Result<Serv
     params.health.started(index);
     let mut chans: Vec<Chan> = Vec::new();
     let mut recorder = params.trace.as_ref().map(|s| Recorder::new(s.epoch));
+    let mut owed: Option<(usize, u64)> = None;
     let ended = loop {
         let Some(server) = fs.as_mut() else {
             break Err("no server".to_string());
@@ -399,7 +400,15 @@ pub fn run(params: ServerParams, admin: Receiver<Admin>) -> std::io::Result<Serv
         // its own): a server that dies anyway is rebuilt from its journal,
         // or takes only its own clients' calls with it (`health`).
         let served = catch_unwind(AssertUnwindSafe(|| {
-            serve(&params, server, &control, &admin, &mut chans, &mut recorder)
+            serve(
+                &params,
+                server,
+                &control,
+                &admin,
+                &mut chans,
+                &mut recorder,
+                &mut owed,
+            )
         }));
         let reason = match served {
             Ok(Exit::Shutdown) => break Ok(()),
@@ -426,6 +435,9 @@ pub fn run(params: ServerParams, admin: Receiver<Admin>) -> std::io::Result<Serv
                 for c in &chans {
                     // It no longer knows who cached what (`track`).
                     c.ch.raise_inbox_overflow();
+                }
+                if let Some((idx, id)) = owed.take() {
+                    answer_eio(&mut chans, idx, id);
                 }
                 params.health.restarted(index, &reason, t0.elapsed());
                 tracing::warn!(
@@ -462,6 +474,26 @@ pub fn run(params: ServerParams, admin: Receiver<Admin>) -> std::io::Result<Serv
     }
 }
 
+/// Answer request `id` of channel `idx` with `EIO`: it was served, but the
+/// server died before its answer went out, so whether it took effect
+/// cannot be told from here (it did, if journaled; the client cannot
+/// know which).
+fn answer_eio(chans: &mut [Chan], idx: usize, id: u64) {
+    let Some(c) = chans.get_mut(idx) else {
+        return;
+    };
+    let mut buf = [0u8; 64];
+    let frame = ReplyFrame {
+        id,
+        reply: Reply::Err(Errno::EIO),
+    };
+    if let Ok(bytes) = encode(&frame, &mut buf) {
+        if c.pending.is_none() && c.ch.try_reply(bytes).is_err() {
+            c.pending = Some(bytes.to_vec());
+        }
+    }
+}
+
 /// What a panic said.
 fn panic_text(cause: &Box<dyn std::any::Any + Send>) -> String {
     cause
@@ -479,6 +511,7 @@ fn serve<S: BlockStore>(
     admin: &Receiver<Admin>,
     chans: &mut Vec<Chan>,
     recorder: &mut Option<Recorder>,
+    owed: &mut Option<(usize, u64)>,
 ) -> Exit {
     let index = params.fs.index;
     let journal = params.journal.as_deref();
@@ -615,6 +648,14 @@ fn serve<S: BlockStore>(
                 Ok(None) => {}
                 Ok(Some(reply)) => {
                     busy = true;
+                    // Served (and journaled) but not yet answered: if the
+                    // loop dies before the answer goes out, the rebuilt
+                    // server answers `EIO` for it (`run`).
+                    *owed = reply.and_then(|len| {
+                        postcard::take_from_bytes::<u64>(&reply_buf[..len])
+                            .ok()
+                            .map(|(id, _)| (idx, id))
+                    });
                     // Even a posted request can invalidate cached lookups.
                     let invalidations = if fs.has_notices() {
                         deliver_notices(fs, chans, &mut notice_buf)
@@ -642,6 +683,7 @@ fn serve<S: BlockStore>(
                         Err(MsgError::Full) => c.pending = Some(reply_buf[..len].to_vec()),
                         Err(_) => dead.push(idx),
                     }
+                    *owed = None;
                 }
                 Err(e) => {
                     tracing::warn!("server {index}: dropping a channel of {session:?}: {e}");
@@ -718,6 +760,29 @@ mod tests {
             },
             MemStore::new(4),
         )
+    }
+
+    #[test]
+    fn a_reply_owed_at_a_death_is_answered_eio() {
+        use std::os::fd::AsFd;
+        let (fd, server) = ServerChannel::create().unwrap();
+        let client = atoll_msg::ClientChannel::map(fd.as_fd()).unwrap();
+        let mut chans = vec![Chan {
+            session: SessionId(1),
+            lane: 0,
+            ch: Arc::new(server),
+            pending: None,
+            requests: 0,
+        }];
+        answer_eio(&mut chans, 0, 41);
+        answer_eio(&mut chans, 5, 42); // no such channel: nothing
+        let got = client
+            .recv(PollMode::Spin, |b| {
+                let r: ReplyFrame<'_> = decode(b).unwrap();
+                (r.id, matches!(r.reply, Reply::Err(Errno::EIO)))
+            })
+            .unwrap();
+        assert_eq!(got, (41, true));
     }
 
     #[test]

@@ -271,3 +271,48 @@ fn a_placed_build_survives_scheduling_server_kills() {
     assert_eq!(bad.status.code(), Some(1));
     assert_eq!(String::from_utf8_lossy(&bad.stderr).lines().count(), 1);
 }
+
+/// A journal that fills up stops: the server goes on serving, `atoll
+/// status` says it can no longer be rebuilt, and a kill then leaves it
+/// down with the reason, its calls failing with `EIO`, never hanging.
+#[test]
+fn a_full_journal_leaves_its_server_working_but_not_rebuildable() {
+    let inst = Booted::with_env(&["--servers", "1"], &[("ATOLL_JOURNAL_BYTES", "16384")]);
+    let fill = inst
+        .command(r#"for i in $(seq 200); do echo "x$i" > "$ROOT/f$i"; done; cat "$ROOT/f200""#)
+        .output()
+        .expect("fill");
+    assert_eq!(String::from_utf8_lossy(&fill.stdout).trim(), "x200");
+    let h = inst.status()["health"][0].clone();
+    assert_eq!(h["state"], "up", "{h}");
+    assert_eq!(h["recoverable"], false, "{h}");
+    let text = atoll().args(["status", "--id", &inst.id]).output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&text.stdout).contains("not rebuilt if they die"),
+        "{}",
+        String::from_utf8_lossy(&text.stdout)
+    );
+    kill(&inst, 0);
+    let started = Instant::now();
+    let h = loop {
+        let h = inst.status()["health"][0].clone();
+        if h["state"] == "down" || started.elapsed() > Duration::from_secs(10) {
+            break h;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(h["state"], "down", "{h}");
+    assert!(
+        h["reason"].as_str().unwrap().contains("journal filled up"),
+        "{h}"
+    );
+    let after = inst
+        .command(r#"cat "$ROOT/f1" 2>&1; echo "status $?""#)
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&after.stdout);
+    assert!(
+        out.contains("Input/output error") && out.contains("status 1"),
+        "{out}"
+    );
+}

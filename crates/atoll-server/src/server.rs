@@ -504,6 +504,215 @@ fn panic_text(cause: &Box<dyn std::any::Any + Send>) -> String {
 }
 
 /// The server loop, until `Admin::Shutdown` (or the boot side is gone).
+/// Buffers the loop reuses for every request.
+struct Bufs {
+    scratch: Vec<u8>,
+    reply: Vec<u8>,
+    notice: Vec<u8>,
+}
+
+/// One internal message from the boot thread (fos §3.4.1: served before
+/// any request). `Some(exit)` when the loop must end.
+fn on_admin<S: BlockStore>(
+    msg: Admin,
+    fs: &mut FileServer<S>,
+    journal: Option<&Journal>,
+    chans: &mut Vec<Chan>,
+    bufs: &mut Bufs,
+) -> Option<Exit> {
+    match msg {
+        Admin::NewChannel {
+            session,
+            lane,
+            channel,
+        } => {
+            kept(journal, Kind::Opened, session, || {
+                fs.session_opened(session)
+            });
+            chans.push(Chan {
+                session,
+                lane,
+                ch: channel,
+                pending: None,
+                requests: 0,
+            });
+        }
+        Admin::SessionClosed(s) => {
+            // What the session sent before it died still happens
+            // (e.g. the posted `Adopt` that completes a creation,
+            // Hare §3.7.5); replies go nowhere. Bounded: nobody
+            // can add to a dead session's rings for long.
+            for c in chans.iter().filter(|c| c.session == s) {
+                for _ in 0..1024 {
+                    let got = c.ch.try_recv(|bytes| {
+                        serve_frame_kept(fs, journal, s, bytes, &mut bufs.scratch, &mut bufs.reply)
+                    });
+                    if !matches!(got, Ok(Some(_))) {
+                        break;
+                    }
+                }
+            }
+            if fs.has_notices() {
+                deliver_notices(fs, chans, &mut bufs.notice);
+            }
+            chans.retain(|c| c.session != s);
+            kept(journal, Kind::Closed, s, || fs.session_closed(s));
+            if fs.is_poisoned() {
+                return Some(Exit::Poisoned);
+            }
+        }
+        Admin::RetireLanes { session, before } => {
+            chans.retain(|c| c.session != session || c.lane >= before);
+        }
+        Admin::Stats(tx) => {
+            let _ = tx.send(stats_with_load(fs, chans));
+        }
+        Admin::DirNames(dirs, tx) => {
+            let _ = tx.send(fs.dir_names(&dirs));
+        }
+        Admin::Crash => panic!("killed by atoll chaos"),
+        Admin::CorruptRing => {
+            if let Some(c) = chans.last() {
+                c.ch.corrupt_request_ring();
+            }
+        }
+        Admin::Shutdown => return Some(Exit::Shutdown),
+    }
+    None
+}
+
+/// What one round over the channels did.
+#[derive(Default)]
+struct Round {
+    /// A request was served.
+    busy: bool,
+    /// Channels that had a request (the load the fleet compares).
+    served: u64,
+    /// A reply waits for room in its client's ring.
+    waiting_on_clients: bool,
+}
+
+/// One round: at most one request from each channel, starting at
+/// `start` (round robin, so one busy client cannot starve the others);
+/// channels found dead or corrupt are closed and dropped. `Err` when the
+/// loop must end (a request panicked half way).
+#[allow(clippy::too_many_arguments)]
+fn serve_round<S: BlockStore>(
+    index: usize,
+    fs: &mut FileServer<S>,
+    journal: Option<&Journal>,
+    chans: &mut Vec<Chan>,
+    start: usize,
+    bufs: &mut Bufs,
+    recorder: &mut Option<Recorder>,
+    owed: &mut Option<(usize, u64)>,
+) -> Result<Round, Exit> {
+    let mut round = Round::default();
+    let n = chans.len();
+    let mut dead = Vec::new();
+    for k in 0..n {
+        if fs.is_poisoned() {
+            // Answered `EIO` (unless posted); the state it left is not
+            // to be trusted (module docs).
+            return Err(Exit::Poisoned);
+        }
+        let idx = (start + k) % n;
+        let c = &mut chans[idx];
+        if let Some(p) = &c.pending {
+            match c.ch.try_reply(p) {
+                Ok(()) => c.pending = None,
+                Err(MsgError::Full) => {
+                    round.waiting_on_clients = true;
+                    continue;
+                }
+                Err(_) => {
+                    dead.push(idx);
+                    continue;
+                }
+            }
+        }
+        let session = c.session;
+        let mut request_bytes = 0;
+        let got = c.ch.try_recv(|bytes| {
+            request_bytes = bytes.len();
+            serve_frame_kept(
+                fs,
+                journal,
+                session,
+                bytes,
+                &mut bufs.scratch,
+                &mut bufs.reply,
+            )
+        });
+        if matches!(got, Ok(Some(_))) {
+            c.requests += 1;
+            round.served += 1;
+        }
+        match got {
+            Ok(None) => {}
+            Ok(Some(reply)) => {
+                round.busy = true;
+                // Served (and journaled) but not yet answered: if the
+                // loop dies before the answer goes out, the rebuilt
+                // server answers `EIO` for it (`run`).
+                *owed = reply.and_then(|len| {
+                    postcard::take_from_bytes::<u64>(&bufs.reply[..len])
+                        .ok()
+                        .map(|(id, _)| (idx, id))
+                });
+                // Even a posted request can invalidate cached lookups.
+                let invalidations = if fs.has_notices() {
+                    deliver_notices(fs, chans, &mut bufs.notice)
+                } else {
+                    0
+                };
+                if let Some(rec) = recorder.as_mut() {
+                    let reply_bytes = reply.unwrap_or(0);
+                    record(
+                        rec,
+                        fs,
+                        &chans[idx],
+                        index,
+                        request_bytes,
+                        reply_bytes,
+                        invalidations,
+                    );
+                }
+                let Some(len) = reply else {
+                    continue;
+                };
+                let c = &mut chans[idx];
+                match c.ch.try_reply(&bufs.reply[..len]) {
+                    Ok(()) => {}
+                    Err(MsgError::Full) => c.pending = Some(bufs.reply[..len].to_vec()),
+                    Err(_) => dead.push(idx),
+                }
+                *owed = None;
+            }
+            Err(e) => {
+                tracing::warn!("server {index}: dropping a channel of {session:?}: {e}");
+                if matches!(e, MsgError::Corrupt(_)) {
+                    fs.count_bad_request();
+                }
+                dead.push(idx);
+            }
+        }
+    }
+    if fs.is_poisoned() {
+        return Err(Exit::Poisoned);
+    }
+    if !dead.is_empty() {
+        dead.sort_unstable();
+        dead.dedup();
+        for idx in dead.into_iter().rev() {
+            // Closed, not just forgotten: a client waiting on it gets
+            // `EIO` instead of waiting for a reply that never comes.
+            chans.swap_remove(idx).ch.close();
+        }
+    }
+    Ok(round)
+}
+
 fn serve<S: BlockStore>(
     params: &ServerParams,
     fs: &mut FileServer<S>,
@@ -516,9 +725,11 @@ fn serve<S: BlockStore>(
     let index = params.fs.index;
     let journal = params.journal.as_deref();
     let doorbell = control.doorbell(index);
-    let mut scratch = Vec::with_capacity(MAX_FRAME);
-    let mut reply_buf = vec![0u8; MAX_FRAME];
-    let mut notice_buf = vec![0u8; MAX_FRAME];
+    let mut bufs = Bufs {
+        scratch: Vec::with_capacity(MAX_FRAME),
+        reply: vec![0u8; MAX_FRAME],
+        notice: vec![0u8; MAX_FRAME],
+    };
     let mut start = 0usize;
     let mut idle_rounds = 0u32;
     let mut served_last = 0u64;
@@ -542,170 +753,21 @@ fn serve<S: BlockStore>(
         admin_rings = rings;
         while admin_due {
             match admin.try_recv() {
-                Ok(Admin::NewChannel {
-                    session,
-                    lane,
-                    channel,
-                }) => {
-                    kept(journal, Kind::Opened, session, || {
-                        fs.session_opened(session)
-                    });
-                    chans.push(Chan {
-                        session,
-                        lane,
-                        ch: channel,
-                        pending: None,
-                        requests: 0,
-                    });
-                }
-                Ok(Admin::SessionClosed(s)) => {
-                    // What the session sent before it died still happens
-                    // (e.g. the posted `Adopt` that completes a creation,
-                    // Hare §3.7.5); replies go nowhere. Bounded: nobody
-                    // can add to a dead session's rings for long.
-                    for c in chans.iter().filter(|c| c.session == s) {
-                        for _ in 0..1024 {
-                            let got = c.ch.try_recv(|bytes| {
-                                serve_frame_kept(
-                                    fs,
-                                    journal,
-                                    s,
-                                    bytes,
-                                    &mut scratch,
-                                    &mut reply_buf,
-                                )
-                            });
-                            if !matches!(got, Ok(Some(_))) {
-                                break;
-                            }
-                        }
-                    }
-                    if fs.has_notices() {
-                        deliver_notices(fs, chans, &mut notice_buf);
-                    }
-                    chans.retain(|c| c.session != s);
-                    kept(journal, Kind::Closed, s, || fs.session_closed(s));
-                    if fs.is_poisoned() {
-                        return Exit::Poisoned;
+                Ok(msg) => {
+                    if let Some(exit) = on_admin(msg, fs, journal, chans, &mut bufs) {
+                        return exit;
                     }
                 }
-                Ok(Admin::RetireLanes { session, before }) => {
-                    chans.retain(|c| c.session != session || c.lane >= before);
-                }
-                Ok(Admin::Stats(tx)) => {
-                    let _ = tx.send(stats_with_load(fs, chans));
-                }
-                Ok(Admin::DirNames(dirs, tx)) => {
-                    let _ = tx.send(fs.dir_names(&dirs));
-                }
-                Ok(Admin::Crash) => panic!("killed by atoll chaos"),
-                Ok(Admin::CorruptRing) => {
-                    if let Some(c) = chans.last() {
-                        c.ch.corrupt_request_ring();
-                    }
-                }
-                Ok(Admin::Shutdown) | Err(TryRecvError::Disconnected) => return Exit::Shutdown,
+                Err(TryRecvError::Disconnected) => return Exit::Shutdown,
                 Err(TryRecvError::Empty) => admin_due = false,
             }
         }
-        let mut busy = false;
-        let mut served_now = 0u64;
-        let mut waiting_on_clients = false;
-        let n = chans.len();
-        let mut dead = Vec::new();
-        for k in 0..n {
-            if fs.is_poisoned() {
-                // Answered `EIO` (unless posted); the state it left is not
-                // to be trusted (module docs).
-                return Exit::Poisoned;
-            }
-            let idx = (start + k) % n;
-            let c = &mut chans[idx];
-            if let Some(p) = &c.pending {
-                match c.ch.try_reply(p) {
-                    Ok(()) => c.pending = None,
-                    Err(MsgError::Full) => {
-                        waiting_on_clients = true;
-                        continue;
-                    }
-                    Err(_) => {
-                        dead.push(idx);
-                        continue;
-                    }
-                }
-            }
-            let session = c.session;
-            let mut request_bytes = 0;
-            let got = c.ch.try_recv(|bytes| {
-                request_bytes = bytes.len();
-                serve_frame_kept(fs, journal, session, bytes, &mut scratch, &mut reply_buf)
-            });
-            if matches!(got, Ok(Some(_))) {
-                c.requests += 1;
-                served_now += 1;
-            }
-            match got {
-                Ok(None) => {}
-                Ok(Some(reply)) => {
-                    busy = true;
-                    // Served (and journaled) but not yet answered: if the
-                    // loop dies before the answer goes out, the rebuilt
-                    // server answers `EIO` for it (`run`).
-                    *owed = reply.and_then(|len| {
-                        postcard::take_from_bytes::<u64>(&reply_buf[..len])
-                            .ok()
-                            .map(|(id, _)| (idx, id))
-                    });
-                    // Even a posted request can invalidate cached lookups.
-                    let invalidations = if fs.has_notices() {
-                        deliver_notices(fs, chans, &mut notice_buf)
-                    } else {
-                        0
-                    };
-                    if let Some(rec) = recorder.as_mut() {
-                        let reply_bytes = reply.unwrap_or(0);
-                        record(
-                            rec,
-                            fs,
-                            &chans[idx],
-                            index,
-                            request_bytes,
-                            reply_bytes,
-                            invalidations,
-                        );
-                    }
-                    let Some(len) = reply else {
-                        continue;
-                    };
-                    let c = &mut chans[idx];
-                    match c.ch.try_reply(&reply_buf[..len]) {
-                        Ok(()) => {}
-                        Err(MsgError::Full) => c.pending = Some(reply_buf[..len].to_vec()),
-                        Err(_) => dead.push(idx),
-                    }
-                    *owed = None;
-                }
-                Err(e) => {
-                    tracing::warn!("server {index}: dropping a channel of {session:?}: {e}");
-                    if matches!(e, MsgError::Corrupt(_)) {
-                        fs.count_bad_request();
-                    }
-                    dead.push(idx);
-                }
-            }
-        }
-        if fs.is_poisoned() {
-            return Exit::Poisoned;
-        }
-        if !dead.is_empty() {
-            dead.sort_unstable();
-            dead.dedup();
-            for idx in dead.into_iter().rev() {
-                // Closed, not just forgotten: a client waiting on it gets
-                // `EIO` instead of waiting for a reply that never comes.
-                chans.swap_remove(idx).ch.close();
-            }
-        }
+        let round = match serve_round(index, fs, journal, chans, start, &mut bufs, recorder, owed) {
+            Ok(r) => r,
+            Err(exit) => return exit,
+        };
+        let (busy, served_now, waiting_on_clients) =
+            (round.busy, round.served, round.waiting_on_clients);
         start = start.wrapping_add(1);
         // How many channels had a request this round: the queue the
         // fleet's `shortest-queue` policy compares (`atoll_names`). One

@@ -58,6 +58,7 @@ mod fdpath;
 mod fdtable;
 mod file;
 mod forkgate;
+pub mod hostlink;
 mod hybrid;
 mod incoherent;
 mod inotify;
@@ -319,6 +320,17 @@ fn concerns(nr: i64, a: &[u64; 6]) -> bool {
         | SYS_accept | SYS_accept4 | SYS_recvfrom | SYS_recvmsg => unixsock::may_concern(c, nr, a),
         _ => pipe::may_concern(nr),
     }
+}
+
+/// A host-path call that the kernel answered `ENOENT`, rewritten onto the
+/// atoll path a host symlink leads it to (`hostlink`): the new arguments
+/// and the buffer their path lives in. The caller dispatches them.
+pub fn through_host_link(nr: i64, args: &[u64; 6]) -> Option<(Box<path::PathBuf>, [u64; 6])> {
+    let c = session::client()?;
+    sys::forget_paths();
+    let r = hostlink::rewrite(c, nr, args);
+    sys::forget_paths();
+    r
 }
 
 /// Emulate system call `nr` with raw arguments `args` (x86-64 Linux ABI).

@@ -95,6 +95,20 @@ pub fn dispatch(nr: i64, args: &[u64; 6]) -> Dispatch {
     }
 }
 
+/// A host-path call the kernel answered `ENOENT`: made again in atoll if a
+/// host symlink leads its path into the mount (`atoll_client::hostlink`);
+/// `None` when the `ENOENT` stands. Only on that error path.
+pub fn through_host_link(nr: i64, args: &[u64; 6]) -> Option<i64> {
+    if mode() != Mode::Client {
+        return None;
+    }
+    let (_buf, again) = catch_unwind(|| atoll_client::through_host_link(nr, args)).ok()??;
+    match dispatch(nr, &again) {
+        Dispatch::Done(v) => Some(v),
+        Dispatch::Host => None,
+    }
+}
+
 /// Does `[addr, addr + len)` hold pages of an atoll file's mapping (see
 /// `atoll_client::maps_atoll_pages`)?
 #[cfg_attr(test, allow(dead_code))] // used by the wrappers only

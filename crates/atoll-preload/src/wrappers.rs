@@ -97,6 +97,8 @@ impl Real {
 /// Raw system-call result → C return value (+ errno).
 trait Ret {
     fn from_raw(v: i64) -> Self;
+    /// Did the call fail (its errno then says why)?
+    fn failed(&self) -> bool;
 }
 
 impl Ret for c_int {
@@ -108,6 +110,10 @@ impl Ret for c_int {
         } else {
             v as c_int
         }
+    }
+    #[inline]
+    fn failed(&self) -> bool {
+        *self == -1
     }
 }
 
@@ -121,6 +127,10 @@ impl Ret for isize {
             v as isize
         }
     }
+    #[inline]
+    fn failed(&self) -> bool {
+        *self == -1
+    }
 }
 
 impl Ret for c_uint {
@@ -128,6 +138,10 @@ impl Ret for c_uint {
     #[inline]
     fn from_raw(v: i64) -> c_uint {
         v as c_uint
+    }
+    #[inline]
+    fn failed(&self) -> bool {
+        false
     }
 }
 
@@ -141,6 +155,24 @@ impl Ret for i64 {
             v
         }
     }
+    #[inline]
+    fn failed(&self) -> bool {
+        *self == -1
+    }
+}
+
+/// `r`, the host's answer to call `nr`; or, if it is `ENOENT` because a
+/// host symlink leads the path into the mount, atoll's answer on the path
+/// it reaches (`atoll_client::hostlink`).
+#[inline]
+fn through_host_link<R: Ret>(nr: i64, args: &[u64; 6], r: R) -> R {
+    if r.failed() && raw::errno() == libc::ENOENT {
+        if let Some(v) = client::through_host_link(nr, args) {
+            return R::from_raw(v);
+        }
+        raw::set_errno(libc::ENOENT);
+    }
+    r
 }
 
 /// `Some(guard)` when this call should be offered to atoll.
@@ -189,7 +221,7 @@ macro_rules! wrap {
             $( if $chk { return host(); } )?
             let Some(_guard) = enter() else { return host() };
             match client::dispatch(nr, &args) {
-                Dispatch::Host => sigdefer::host_call(host),
+                Dispatch::Host => through_host_link(nr, &args, sigdefer::host_call(host)),
                 Dispatch::Done(v) => <$r as Ret>::from_raw(v),
             }
         }
@@ -223,7 +255,7 @@ macro_rules! wrap_va {
             };
             let Some(_guard) = enter() else { return host() };
             match client::dispatch(nr, &args) {
-                Dispatch::Host => sigdefer::host_call(host),
+                Dispatch::Host => through_host_link(nr, &args, sigdefer::host_call(host)),
                 Dispatch::Done(v) => <$r as Ret>::from_raw(v),
             }
         }

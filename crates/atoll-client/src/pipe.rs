@@ -498,7 +498,16 @@ pub fn write(c: &Client, d: &DescRef, buf: &[u8]) -> Result<usize> {
         // While a ticket is posted the pipe is full to every other writer:
         // its bytes come first.
         let posted = ticket::posted(&ring) && !ticket::retire_orphan(&ring);
-        if !posted && ticket::wanted(&ring, rest, nonblocking) {
+        let room = if posted {
+            0
+        } else {
+            ring.limit().saturating_sub(head.wrapping_sub(tail)) as usize
+        };
+        // A ticket only once the ring is full, as Linux blocks a writer
+        // only once the pipe's buffer is: what fits is in the pipe even
+        // if a signal then cuts the write (CPython's `test_io` counts on
+        // the reader finding those bytes).
+        if !posted && room == 0 && ticket::wanted(&ring, rest, nonblocking) {
             let (taken, end) = match ticket::post_and_wait(&ring, sig, &buf[done..]) {
                 ticket::Outcome::Taken(n) => (n, None),
                 ticket::Outcome::Refused(n) => {
@@ -515,11 +524,6 @@ pub fn write(c: &Client, d: &DescRef, buf: &[u8]) -> Result<usize> {
                 _ => Ok(done),
             };
         }
-        let room = if posted {
-            0
-        } else {
-            ring.limit().saturating_sub(head.wrapping_sub(tail)) as usize
-        };
         // Up to PIPE_BUF: all or nothing (atomic); beyond: any progress.
         let need = if rest <= hdr::PIPE_BUF { rest } else { 1 };
         if room >= need {
@@ -636,8 +640,8 @@ fn avail(c: &Client, d: &DescRef) -> usize {
             let tail = r.word64(hdr::TAIL).load(Ordering::Acquire);
             // A ticket's bytes are readable too; a Linux pipe holds at
             // most its size of a blocked writer's.
-            let offered = ticket::offered(&r).min(r.limit());
-            (head.wrapping_sub(tail).min(r.capacity()) + offered) as usize
+            let used = head.wrapping_sub(tail).min(r.capacity());
+            (used + ticket::offered(&r)).min(used.max(r.limit())) as usize
         }
         Err(_) => 0,
     }

@@ -1,8 +1,9 @@
 //! Large pipe writes as *tickets* (Cosh §5: "the writer moves aggregates
 //! to the reader; the ring carries tickets"): one copy instead of two.
 //!
-//! A blocking write of at least [`TICKET_MIN`] bytes does not copy into
-//! the ring. Under the ring lock the writer posts a ticket in the header
+//! A blocking write of at least [`TICKET_MIN`] bytes fills the ring as
+//! any write does, and once the ring is full, instead of sleeping until it
+//! drains, under the ring lock the writer posts a ticket in the header
 //! (`hdr::TICKET_*`: its process id, the address and length of its bytes)
 //! and sleeps; a reader that finds the ring empty copies straight from the
 //! writer's memory into its own buffer with `process_vm_readv` (the kernel

@@ -100,3 +100,46 @@ fn large_writes_to_atoll_pipes_behave_as_linux_s_in_every_island() {
         check_steps(&out, island, &LARGE_STEPS);
     }
 }
+
+/// A large write that a signal cuts has put what fits in the pipe, as
+/// Linux: a reader thread took one byte, the handler raised, and the next
+/// byte is still there to read (CPython's `test_io`
+/// `test_interrupted_write_buffered`, which hung when a large write went
+/// straight to a ticket).
+#[test]
+fn a_cut_large_write_leaves_what_fits_in_the_pipe() {
+    let script = r#"
+import os, threading, signal
+def alarm(sig, frame): 1/0
+signal.signal(signal.SIGALRM, alarm)
+r, w = os.pipe()
+got = []
+t = threading.Thread(target=lambda: got.append(os.read(r, 1)), daemon=True)
+signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGALRM])
+t.start()
+signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGALRM])
+wio = open(w, "wb", closefd=False)
+signal.alarm(1)
+try:
+    wio.write(b"xy" * (4 * 1024 * 1024 // 2 + 1))
+except ZeroDivisionError:
+    print("cut")
+signal.alarm(0)
+t.join(10)
+print(got, os.read(r, 1))
+"#;
+    let host = std::process::Command::new("python3")
+        .args(["-c", script])
+        .output()
+        .unwrap();
+    assert_eq!(text(&host.stdout), "cut\n[b'x'] b'y'\n");
+    let mut cmd = atoll();
+    cmd.args(["run", "--servers", "2", "--", "python3", "-c", script]);
+    let out = atoll_tests::output_within(cmd, atoll_tests::RUN_LIMIT);
+    assert_eq!(
+        text(&out.stdout),
+        text(&host.stdout),
+        "{}",
+        text(&out.stderr)
+    );
+}

@@ -101,6 +101,25 @@ struct Live {
 }
 
 impl Live {
+    /// A fresh server with a journal of `bytes`, its creation recorded.
+    fn boot(bytes: usize) -> (Live, ServerParams, Rc<Control>) {
+        let (_fd, journal) = Journal::create(bytes).unwrap();
+        let journal = Arc::new(journal);
+        let (p, control) = params(journal.clone());
+        tape::record();
+        let fs = fresh_server(&p, &control).unwrap();
+        tape::with_recorded(|t| journal.append(Kind::Genesis, SessionId(0), t, b""));
+        let live = Live {
+            fs: Some(fs),
+            journal,
+            dirs: vec![ROOT],
+            files: vec![],
+            descs: vec![],
+            next_id: 0,
+        };
+        (live, p, control)
+    }
+
     fn call(&mut self, session: u8, req: Request<'_>) -> Option<Reply<'static>> {
         let mut inb = vec![0u8; MAX_FRAME];
         let mut out = vec![0u8; MAX_FRAME];
@@ -293,27 +312,14 @@ impl Live {
 }
 
 fn live_then_rebuilt(steps: &[Step]) -> (String, String) {
-    let (_fd, journal) = Journal::create(16 << 20).unwrap();
-    let journal = Arc::new(journal);
-    let (p, control) = params(journal.clone());
-    tape::record();
-    let fs = fresh_server(&p, &control).unwrap();
-    tape::with_recorded(|t| journal.append(Kind::Genesis, SessionId(0), t, b""));
-    let mut live = Live {
-        fs: Some(fs),
-        journal: journal.clone(),
-        dirs: vec![ROOT],
-        files: vec![],
-        descs: vec![],
-        next_id: 0,
-    };
+    let (mut live, p, control) = Live::boot(16 << 20);
     for s in steps {
         live.apply(s);
     }
     let before = live.fs.as_ref().unwrap().state_digest();
     live.fs = None; // gives its share of the pool to the rebuilt server
     tape::off();
-    let rebuilt = rebuild(&p, &control, &journal).expect("the journal replays");
+    let rebuilt = rebuild(&p, &control, &live.journal).expect("the journal replays");
     (before, rebuilt.state_digest())
 }
 
@@ -348,20 +354,8 @@ fn a_journal_that_replays_differently_is_refused() {
 
     // A journal whose request lost an answer of its tape: the replay asks
     // the pool a question nobody answered, and refuses the result.
-    let (_fd, journal) = Journal::create(1 << 20).unwrap();
-    let journal = Arc::new(journal);
-    let (p, control) = params(journal.clone());
-    tape::record();
-    let fs = fresh_server(&p, &control).unwrap();
-    tape::with_recorded(|t| journal.append(Kind::Genesis, SessionId(0), t, b""));
-    let mut live = Live {
-        fs: Some(fs),
-        journal: journal.clone(),
-        dirs: vec![ROOT],
-        files: vec![],
-        descs: vec![],
-        next_id: 0,
-    };
+    let (mut live, p, control) = Live::boot(1 << 20);
+    let journal = live.journal.clone();
     live.apply(&steps[0]);
     live.fs = None;
     tape::off();

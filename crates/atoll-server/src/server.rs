@@ -161,11 +161,16 @@ pub fn serve_frame_kept<S: BlockStore>(
     if is_posted(id) {
         return None;
     }
+    error_reply(id, reply, reply_buf)
+}
+
+/// Encode the answer `errno` to request `id` into `buf`; its length.
+fn error_reply(id: u64, errno: Errno, buf: &mut [u8]) -> Option<usize> {
     let frame = ReplyFrame {
         id,
-        reply: Reply::Err(reply),
+        reply: Reply::Err(errno),
     };
-    encode(&frame, reply_buf).ok().map(|b| b.len())
+    encode(&frame, buf).ok().map(|b| b.len())
 }
 
 /// Put the directory-cache invalidations the last request caused into the
@@ -483,13 +488,9 @@ fn answer_eio(chans: &mut [Chan], idx: usize, id: u64) {
         return;
     };
     let mut buf = [0u8; 64];
-    let frame = ReplyFrame {
-        id,
-        reply: Reply::Err(Errno::EIO),
-    };
-    if let Ok(bytes) = encode(&frame, &mut buf) {
-        if c.pending.is_none() && c.ch.try_reply(bytes).is_err() {
-            c.pending = Some(bytes.to_vec());
+    if let Some(n) = error_reply(id, Errno::EIO, &mut buf) {
+        if c.pending.is_none() && c.ch.try_reply(&buf[..n]).is_err() {
+            c.pending = Some(buf[..n].to_vec());
         }
     }
 }

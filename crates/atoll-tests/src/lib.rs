@@ -232,6 +232,32 @@ impl Booted {
         cmd
     }
 
+    /// `atoll chaos --id ID ARGS…`: whether the fault was injected.
+    pub fn chaos(&self, args: &[&str]) -> Output {
+        atoll()
+            .args(["chaos", "--id", &self.id])
+            .args(args)
+            .output()
+            .expect("atoll chaos")
+    }
+
+    /// `$ROOT/d`, distributed over every server, holding `f1`…`f90` with
+    /// `x1`…`x90`; its inode number (whose top byte names its owner).
+    pub fn distributed_dir_with_files(&self) -> u64 {
+        let setup = self
+            .command(
+                r#"mkdir "$ROOT/d" && setfattr -n user.atoll.distributed -v 1 "$ROOT/d" &&
+               for i in $(seq 90); do echo "x$i" > "$ROOT/d/f$i"; done; stat -c %i "$ROOT/d""#,
+            )
+            .output()
+            .expect("setup");
+        assert!(setup.status.success());
+        String::from_utf8_lossy(&setup.stdout)
+            .trim()
+            .parse()
+            .expect("an inode number")
+    }
+
     /// `atoll status --json` of the instance.
     pub fn status(&self) -> serde_json::Value {
         let out = atoll()

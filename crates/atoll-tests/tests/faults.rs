@@ -12,11 +12,7 @@ use std::time::{Duration, Instant};
 use atoll_tests::{atoll, output_within, Booted, RUN_LIMIT};
 
 fn chaos(inst: &Booted, args: &[&str]) {
-    let out = atoll()
-        .args(["chaos", "--id", &inst.id])
-        .args(args)
-        .output()
-        .expect("atoll chaos");
+    let out = inst.chaos(args);
     assert!(
         out.status.success(),
         "chaos {args:?}: {}",
@@ -38,19 +34,8 @@ fn health(inst: &Booted, server: usize) -> serde_json::Value {
 #[test]
 fn a_killed_file_server_fails_only_the_calls_that_need_it() {
     let inst = Booted::new(&["--servers", "3", "--without", "recovery"]);
-    let setup = inst
-        .command(
-            r#"mkdir "$ROOT/d" && setfattr -n user.atoll.distributed -v 1 "$ROOT/d" &&
-               for i in $(seq 90); do echo "x$i" > "$ROOT/d/f$i"; done; stat -c %i "$ROOT/d""#,
-        )
-        .output()
-        .expect("setup");
-    assert!(setup.status.success());
     // An inode number names its owner in its top byte.
-    let ino: u64 = String::from_utf8_lossy(&setup.stdout)
-        .trim()
-        .parse()
-        .unwrap();
+    let ino = inst.distributed_dir_with_files();
     let victim = if ino >> 56 == 2 { "1" } else { "2" };
 
     let work = r#"

@@ -48,11 +48,7 @@ fn the_fleet_policy_decides_where_pipes_live() {
 #[test]
 fn status_lists_fleets_members_policies_and_restarts() {
     let inst = Booted::new(&["--servers", "2", "--fleet-policy", "shortest-queue"]);
-    let kill = atoll()
-        .args(["chaos", "--id", &inst.id, "--kill", "server:1"])
-        .status()
-        .unwrap();
-    assert!(kill.success());
+    assert!(inst.chaos(&["--kill", "server:1"]).status.success());
     let started = std::time::Instant::now();
     let names = loop {
         let names = inst.status()["names"].clone();

@@ -12,11 +12,12 @@ use std::time::{Duration, Instant};
 use atoll_tests::{atoll, output_within, Booted, RUN_LIMIT};
 
 fn kill(inst: &Booted, server: usize) {
-    let out = atoll()
-        .args(["chaos", "--id", &inst.id, "--kill"])
-        .arg(format!("server:{server}"))
-        .output()
-        .expect("atoll chaos");
+    kill_target(inst, &format!("server:{server}"));
+}
+
+/// `atoll chaos --kill TARGET`, which must take.
+fn kill_target(inst: &Booted, target: &str) {
+    let out = inst.chaos(&["--kill", target]);
     assert!(
         out.status.success(),
         "chaos: {}",
@@ -57,18 +58,7 @@ fn wait_for(inst: &Booted, script: &str) {
 #[test]
 fn creates_and_renames_survive_kills_of_a_shard_server_and_the_root_server() {
     let inst = Booted::new(&["--servers", "3"]);
-    let setup = inst
-        .command(
-            r#"mkdir "$ROOT/d" && setfattr -n user.atoll.distributed -v 1 "$ROOT/d" &&
-               for i in $(seq 90); do echo "x$i" > "$ROOT/d/f$i"; done; stat -c %i "$ROOT/d""#,
-        )
-        .output()
-        .expect("setup");
-    assert!(setup.status.success());
-    let ino: u64 = String::from_utf8_lossy(&setup.stdout)
-        .trim()
-        .parse()
-        .unwrap();
+    let ino = inst.distributed_dir_with_files();
     // An inode number names its owner in its top byte.
     let shard_only = if ino >> 56 == 2 { 1 } else { 2 };
 
@@ -235,16 +225,7 @@ fn a_placed_build_survives_scheduling_server_kills() {
     let runner = std::thread::spawn(move || output_within(cmd, RUN_LIMIT));
     wait_for(&inst, r#"ls "$ROOT/proj"/*.o >/dev/null 2>&1"#);
     for &core in &cores {
-        let out = atoll()
-            .args(["chaos", "--id", &inst.id, "--kill"])
-            .arg(format!("sched:{core}"))
-            .output()
-            .expect("atoll chaos");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        kill_target(&inst, &format!("sched:{core}"));
     }
     let got = runner.join().expect("build thread");
     assert_eq!(
@@ -264,10 +245,7 @@ fn a_placed_build_survives_scheduling_server_kills() {
         .map(|s| s["execs"].as_u64().unwrap())
         .sum();
     assert!(placed > 0, "the build's programs were placed: {st}");
-    let bad = atoll()
-        .args(["chaos", "--id", &inst.id, "--kill", "sched:999"])
-        .output()
-        .unwrap();
+    let bad = inst.chaos(&["--kill", "sched:999"]);
     assert_eq!(bad.status.code(), Some(1));
     assert_eq!(String::from_utf8_lossy(&bad.stderr).lines().count(), 1);
 }

@@ -12,28 +12,14 @@ use std::collections::{HashMap, HashSet};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use atoll_tests::{atoll, output_within, Booted};
+use atoll_bench::util::Rng;
+use atoll_tests::{output_within, Booted};
 
 const SERVERS: usize = 3;
 
-/// A small random number generator (xorshift), seeded by the test.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-}
-
 fn chaos(inst: &Booted, args: &[String]) -> bool {
-    atoll()
-        .args(["chaos", "--id", &inst.id])
-        .args(args)
-        .output()
-        .is_ok_and(|o| o.status.success())
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    inst.chaos(&args).status.success()
 }
 
 fn soak(faults: usize, period: Duration, seed: u64) {
@@ -74,14 +60,14 @@ fn soak(faults: usize, period: Duration, seed: u64) {
     let limit = period * faults as u32 + Duration::from_secs(120);
     let runner = std::thread::spawn(move || output_within(cmd, limit));
 
-    let mut rng = Rng(seed | 1);
+    let mut rng = Rng::new(seed);
     let (mut kills, mut stalls) = (0, 0);
     let started = Instant::now();
     for _ in 0..faults {
         std::thread::sleep(
-            period / 2 + Duration::from_millis(rng.below(period.as_millis() as u64)),
+            period / 2 + Duration::from_millis(rng.below(period.as_millis() as usize) as u64),
         );
-        let server = rng.below(SERVERS as u64);
+        let server = rng.below(SERVERS);
         let target = format!("server:{server}");
         if rng.below(3) == 0 {
             let ms = 20 + rng.below(200);

@@ -223,16 +223,23 @@ carries their messages to the first node over TCP. `atoll exec
 --runtime-dir DIR` on a host runs a program in the image through that
 host's node. A node prints its id on one line once it serves.
 
+Peers: --peers, else under Slurm the job's hosts (SLURM_JOB_NODELIST, one
+node per host: srun --ntasks-per-node=1 atoll node).
+
 Rank: --rank, else OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID or
 SLURM_NODEID (checked against the matching size), else the first peer
-whose address is one of this host's.";
+whose address is one of this host's.
+
+  srun -N3 --ntasks-per-node=1 atoll node
+  mpirun -np 3 --host a,b,c atoll node --peers a,b,c
+  pdsh -w a,b,c atoll node --peers a,b,c";
 
 #[derive(Args, Debug)]
 pub struct NodeArgs {
     /// The hosts of the image, first one first: host[:port],… (port 7207
-    /// when left out)
-    #[arg(long, value_name = "HOSTS", required = true)]
-    pub peers: String,
+    /// when left out) [default: the job's hosts under Slurm]
+    #[arg(long, value_name = "HOSTS")]
+    pub peers: Option<String>,
     /// Address the first node accepts the others at [default: its entry in
     /// --peers]
     #[arg(long, value_name = "ADDR")]

@@ -214,3 +214,137 @@ fn a_program_built_with_make_on_one_host_runs_on_another() {
     let a = on(&c, 0, "$ROOT/proj/prog && ls $ROOT/proj | grep -c '\\.o$'");
     assert_eq!(text(&a), "sum 36\n9\n");
 }
+
+/// `mpirun` launches the nodes (fos §4.2: launching hosts is the cluster
+/// tools' job): all three on this machine, told apart only by the rank
+/// Open MPI gives each (`OMPI_COMM_WORLD_RANK`) — every peer address is
+/// this host's, so guessing from addresses would make all three the first.
+/// A file written through one node is read through another, and a
+/// `SIGTERM` to `mpirun` ends every node and leaves no runtime directory.
+#[test]
+fn nodes_launched_by_mpirun_are_one_image() {
+    use std::io::BufRead;
+    atoll_tests::require("mpirun");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ports: Vec<u16> = (0..3)
+        .map(|_| {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+            l.local_addr().unwrap().port()
+        })
+        .collect();
+    let peers = ports
+        .iter()
+        .map(|p| format!("127.0.0.1:{p}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let node = format!(
+        "exec {} node --peers {peers} --runtime-dir {}/r$OMPI_COMM_WORLD_RANK --servers 2 --memory 64M",
+        atoll_bin().display(),
+        dir.path().display()
+    );
+    let mut mpirun = std::process::Command::new("mpirun")
+        .args([
+            "--allow-run-as-root",
+            "--oversubscribe",
+            "-np",
+            "3",
+            "sh",
+            "-c",
+        ])
+        .arg(&node)
+        .env_remove("ATOLL_SOCKET")
+        .env_remove("LD_PRELOAD")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start mpirun");
+    let mut ids = Vec::new();
+    let mut lines = std::io::BufReader::new(mpirun.stdout.take().unwrap()).lines();
+    while ids.len() < 3 {
+        match lines.next() {
+            Some(Ok(l)) => ids.push(l),
+            _ => {
+                let _ = mpirun.kill();
+                let out = mpirun.wait_with_output().unwrap();
+                panic!(
+                    "nodes did not start: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+        }
+    }
+    ids.sort();
+    let head = ids[0].clone();
+    assert_eq!(
+        ids,
+        [head.clone(), format!("{head}-n1"), format!("{head}-n2")]
+    );
+    let through = |rank: usize, script: &str| {
+        let mut cmd = std::process::Command::new(atoll_bin());
+        cmd.arg("exec")
+            .arg("--runtime-dir")
+            .arg(dir.path().join(format!("r{rank}")))
+            .args(["--", "bash", "-c", script])
+            .env_remove("ATOLL_SOCKET")
+            .env_remove("LD_PRELOAD");
+        let out = output_within(cmd, LIMIT);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        text(&out)
+    };
+    through(2, "seq 1 5000 > /atoll/from-rank-2");
+    let seen = through(1, "md5sum < /atoll/from-rank-2; wc -l < /atoll/from-rank-2");
+    let want = std::process::Command::new("bash")
+        .args(["-c", "seq 1 5000 | md5sum; echo 5000"])
+        .output()
+        .unwrap();
+    assert_eq!(seen, text(&want));
+    // `atoll stop` at the first node stops the image: every node ends as
+    // stopped, so `mpirun` sees all three ranks succeed. (A SIGTERM to
+    // `mpirun` is no graceful stop: Open MPI follows it with SIGKILL.)
+    let stop = std::process::Command::new(atoll_bin())
+        .arg("stop")
+        .arg("--runtime-dir")
+        .arg(dir.path().join("r0"))
+        .env_remove("ATOLL_SOCKET")
+        .env_remove("LD_PRELOAD")
+        .output()
+        .unwrap();
+    assert!(
+        stop.status.success(),
+        "{}",
+        String::from_utf8_lossy(&stop.stderr)
+    );
+    let t = Instant::now();
+    let status = loop {
+        if let Some(s) = mpirun.try_wait().unwrap() {
+            break s;
+        }
+        assert!(t.elapsed() < LIMIT, "mpirun did not end after atoll stop");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut err = String::new();
+    let _ = std::io::Read::read_to_string(mpirun.stderr.as_mut().unwrap(), &mut err);
+    assert!(status.success(), "mpirun: {status:?}\n{err}");
+    // Each node removes its runtime directory on its way out.
+    for rank in 0..3 {
+        let t = Instant::now();
+        loop {
+            let left: Vec<_> = std::fs::read_dir(dir.path().join(format!("r{rank}")))
+                .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name()).collect())
+                .unwrap_or_default();
+            if left.is_empty() {
+                break;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "rank {rank} left {left:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}

@@ -330,6 +330,10 @@ impl Edge {
                         sc.close();
                     }
                 }
+                NodeMsg::Stopping => {
+                    self.end(None);
+                    return;
+                }
                 other => tracing::warn!("node: unexpected {other:?} from the head"),
             }
         }

@@ -69,6 +69,7 @@ pub fn serve(
     mount: String,
     stop: Arc<AtomicBool>,
 ) {
+    let mut links: Vec<Arc<dyn Link>> = Vec::new();
     while !stop.load(Ordering::Relaxed) {
         let link = match listener.accept(Some(Duration::from_millis(200))) {
             Ok(Some(l)) => Arc::<dyn Link>::from(l),
@@ -89,6 +90,8 @@ pub fn serve(
             next_chan: AtomicU64::new(1),
             next_conn: AtomicU64::new(1),
         });
+        links.retain(|l| !l.is_closed());
+        links.push(peer.link.clone());
         let hello = NodeMsg::Hello {
             servers,
             id: id.clone(),
@@ -100,6 +103,11 @@ pub fn serve(
         let _ = std::thread::Builder::new()
             .name("node-pump".into())
             .spawn(move || pump(peer));
+    }
+    // A deliberate stop: every edge ends as stopped, not as lost (a
+    // launcher such as `mpirun` then sees every rank succeed).
+    for link in links {
+        let _ = wire::send(&*link, 0, &NodeMsg::Stopping);
     }
 }
 

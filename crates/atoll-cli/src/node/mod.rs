@@ -37,8 +37,12 @@ use crate::signals::Terminator;
 const JOIN_LIMIT: Duration = Duration::from_secs(30);
 
 pub fn node(args: NodeArgs) -> Result<i32> {
-    let peers = rank::parse_peers(&args.peers).map_err(UsageError)?;
     let env = |k: &str| std::env::var(k).ok();
+    let peers = match &args.peers {
+        Some(list) => rank::parse_peers(list),
+        None => rank::peers_from_slurm(&env),
+    }
+    .map_err(UsageError)?;
     let me = match args.rank {
         Some(r) => r,
         None => rank::from_launcher(&env, peers.len())

@@ -54,6 +54,9 @@ pub enum NodeMsg {
     InboxOverflow { chan: ChanId },
     /// Head → edge: the real channel ended (server down, lanes retired).
     ChanClosed { chan: ChanId },
+    /// Head → edge: the image stops on purpose (`atoll stop`, a signal to
+    /// the first node): the edge ends too, as a stop, not a fault.
+    Stopping,
 }
 
 /// Encode and queue `msg` with request id `id`.

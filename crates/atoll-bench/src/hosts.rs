@@ -126,35 +126,58 @@ impl Cluster {
     /// Start `atoll node` in every namespace (the first with `head_opts`)
     /// and wait until each printed its id.
     pub fn start_nodes(&mut self, atoll: &Path, head_opts: &[&str]) -> Result<(), String> {
-        let peers = self.peers();
         for k in 0..self.namespaces.len() {
-            let log = std::fs::File::create(&self.logs[k]).map_err(|e| e.to_string())?;
-            let mut cmd = Command::new("ip");
-            cmd.args(["netns", "exec", &self.namespaces[k]])
-                .arg(atoll)
-                .args(["node", "--peers", &peers, "--runtime-dir"])
-                .arg(&self.dirs[k])
-                .env_remove("ATOLL_SOCKET")
-                .env_remove("LD_PRELOAD")
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(log);
-            if k == 0 {
-                cmd.args(head_opts);
-            }
-            let child = cmd.spawn().map_err(|e| format!("start node {k}: {e}"))?;
-            self.nodes[k] = Some(child);
+            self.spawn_node(atoll, k, head_opts)?;
         }
         for k in 0..self.namespaces.len() {
-            let out = self.nodes[k].as_mut().and_then(|c| c.stdout.take());
-            let mut line = String::new();
-            if let Some(out) = out {
-                let _ = BufReader::new(out).read_line(&mut line);
-            }
-            if line.trim().is_empty() {
-                let log = std::fs::read_to_string(&self.logs[k]).unwrap_or_default();
-                return Err(format!("node {k} did not start: {log}"));
-            }
+            self.await_node(k)?;
+        }
+        Ok(())
+    }
+
+    /// Start node `k` again (after [`Cluster::kill`]), as a host that
+    /// rebooted rejoins: it reaches the first node and serves once it
+    /// printed its id.
+    pub fn restart_node(&mut self, atoll: &Path, k: usize) -> Result<(), String> {
+        self.kill(k);
+        // A node killed at once leaves its runtime directory behind.
+        let _ = std::fs::remove_dir_all(&self.dirs[k]);
+        std::fs::create_dir_all(&self.dirs[k]).map_err(|e| e.to_string())?;
+        self.spawn_node(atoll, k, &[])?;
+        self.await_node(k)
+    }
+
+    fn spawn_node(&mut self, atoll: &Path, k: usize, head_opts: &[&str]) -> Result<(), String> {
+        let peers = self.peers();
+        let log = std::fs::File::create(&self.logs[k]).map_err(|e| e.to_string())?;
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &self.namespaces[k]])
+            .arg(atoll)
+            .args(["node", "--peers", &peers, "--runtime-dir"])
+            .arg(&self.dirs[k])
+            .env_remove("ATOLL_SOCKET")
+            .env_remove("LD_PRELOAD")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(log);
+        if k == 0 {
+            cmd.args(head_opts);
+        }
+        let child = cmd.spawn().map_err(|e| format!("start node {k}: {e}"))?;
+        self.nodes[k] = Some(child);
+        Ok(())
+    }
+
+    /// Wait until node `k` printed its id (it serves).
+    fn await_node(&mut self, k: usize) -> Result<(), String> {
+        let out = self.nodes[k].as_mut().and_then(|c| c.stdout.take());
+        let mut line = String::new();
+        if let Some(out) = out {
+            let _ = BufReader::new(out).read_line(&mut line);
+        }
+        if line.trim().is_empty() {
+            let log = std::fs::read_to_string(&self.logs[k]).unwrap_or_default();
+            return Err(format!("node {k} did not start: {log}"));
         }
         Ok(())
     }

@@ -114,7 +114,7 @@ fn a_tree_made_on_one_host_is_seen_identically_from_another_and_as_on_tmpfs() {
 }
 
 #[test]
-fn a_killed_node_fails_its_calls_with_eio_quickly_and_the_others_go_on() {
+fn a_killed_node_fails_its_calls_with_eio_quickly_the_others_go_on_and_it_rejoins() {
     let Some(mut c) = cluster() else { return };
     on(&c, 2, "echo before > $ROOT/c-was-here");
     // A program on C that keeps making calls until one fails (builtins
@@ -158,6 +158,16 @@ fn a_killed_node_fails_its_calls_with_eio_quickly_and_the_others_go_on() {
     assert_eq!(text(&a), "before\nafter\n");
     let b = on(&c, 1, "ls $ROOT | sort");
     assert!(text(&b).contains("c-was-here\n"), "{}", text(&b));
+    // C's host comes back: its node rejoins the image (a new link to the
+    // first node) and its programs see everything, old and new.
+    c.restart_node(&atoll_bin(), 2).expect("node C rejoins");
+    let back = on(
+        &c,
+        2,
+        "cat $ROOT/c-was-here $ROOT/b-after && echo again > $ROOT/c-again",
+    );
+    assert_eq!(text(&back), "before\nafter\n");
+    assert_eq!(text(&on(&c, 0, "cat $ROOT/c-again")), "again\n");
 }
 
 #[test]

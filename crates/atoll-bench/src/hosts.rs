@@ -297,6 +297,11 @@ pub struct HostsResults {
     pub remote_read_mib_s: f64,
     /// One-way TCP stream between the same namespaces, MiB/s.
     pub tcp_mib_s: f64,
+    /// Files created per second in one distributed directory by a program
+    /// on the first host alone, and by one program on every host at once
+    /// (the directory's servers are the first host's).
+    pub creates_one_host_per_s: f64,
+    pub creates_all_hosts_per_s: f64,
     pub notes: Vec<String>,
 }
 
@@ -485,6 +490,40 @@ fn best(mut f: impl FnMut() -> Result<f64, String>) -> Result<f64, String> {
     Ok(best)
 }
 
+/// Files created per second in `$ROOT/spread` (a distributed directory)
+/// by one program on each of `hosts` at once, `files` each, every name
+/// new (`tag` keeps runs apart); wall time from the first start to the
+/// last end.
+fn creates_per_s(
+    c: &Cluster,
+    atoll: &Path,
+    hosts: &[usize],
+    files: usize,
+    tag: &str,
+) -> anyhow::Result<f64> {
+    let t0 = std::time::Instant::now();
+    let children = hosts
+        .iter()
+        .map(|&k| {
+            let script =
+                format!("cd $ROOT/spread && for i in $(seq {files}); do : > {tag}-h{k}-$i; done");
+            c.exec(atoll, k, &script)
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+        })
+        .collect::<std::io::Result<Vec<_>>>()?;
+    for child in children {
+        let out = child.wait_with_output()?;
+        anyhow::ensure!(
+            out.status.success(),
+            "creates: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok((hosts.len() * files) as f64 / t0.elapsed().as_secs_f64())
+}
+
 /// Trials of each latency figure.
 const TRIALS: usize = 5;
 
@@ -496,7 +535,7 @@ pub fn main(n: usize, quick: bool, json: Option<&Path>) -> anyhow::Result<()> {
     let mut c = Cluster::new(n).map_err(|e| {
         anyhow::anyhow!("cannot make network namespaces (root and `ip` needed): {e}")
     })?;
-    c.start_nodes(&atoll, &["--servers", "1", "--memory", "512M"])
+    c.start_nodes(&atoll, &["--servers", "2", "--memory", "512M"])
         .map_err(|e| anyhow::anyhow!(e))?;
     let last = n - 1;
     let (iters, mib) = if quick { (2_000, 16) } else { (20_000, 128) };
@@ -532,6 +571,22 @@ pub fn main(n: usize, quick: bool, json: Option<&Path>) -> anyhow::Result<()> {
     ))?;
     r.remote_read_mib_s = dd("dd if=$ROOT/big of=/dev/null bs=1M 2>&1".to_string())?;
     r.tcp_mib_s = tcp_stream_mib_s(&far, &near, &addr(0), mib)?;
+    let files = if quick { 500 } else { 5_000 };
+    let spread = c
+        .exec(
+            &atoll,
+            0,
+            "mkdir $ROOT/spread && setfattr -n user.atoll.distributed -v 1 $ROOT/spread",
+        )
+        .output()?;
+    anyhow::ensure!(
+        spread.status.success(),
+        "a distributed directory: {}",
+        String::from_utf8_lossy(&spread.stderr)
+    );
+    r.creates_one_host_per_s = creates_per_s(&c, &atoll, &[0], files, "one")?;
+    r.creates_all_hosts_per_s =
+        creates_per_s(&c, &atoll, &(0..n).collect::<Vec<_>>(), files, "all")?;
     r.notes.push(format!(
         "host {last} to host 0 through both proxies; {iters} round trips per trial, best of {TRIALS}; {mib} MiB streams"
     ));
@@ -560,6 +615,14 @@ pub fn main(n: usize, quick: bool, json: Option<&Path>) -> anyhow::Result<()> {
     println!(
         "  raw TCP stream                   {:>10.0} MiB/s",
         r.tcp_mib_s
+    );
+    println!(
+        "  creates, one dir, host 0 alone   {:>10.0} /s",
+        r.creates_one_host_per_s
+    );
+    println!(
+        "  creates, one dir, all {n} hosts    {:>10.0} /s",
+        r.creates_all_hosts_per_s
     );
     drop(c);
     if let Some(p) = json {

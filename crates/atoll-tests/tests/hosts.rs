@@ -358,3 +358,17 @@ fn nodes_launched_by_mpirun_are_one_image() {
         }
     }
 }
+
+/// Every node runs its own scheduling servers: an `exec` on any host is
+/// placed over that host's cores round robin (Hare §3.6.1), as on the
+/// first node.
+#[test]
+fn execs_on_every_host_are_placed_over_its_cores() {
+    let Some(c) = cluster() else { return };
+    let cores = "for i in 1 2 3 4 5 6; do grep Cpus_allowed_list /proc/self/status; done | sort -u";
+    let first = text(&on(&c, 0, cores));
+    let last = text(&on(&c, 2, cores));
+    let usable = std::thread::available_parallelism().map_or(1, |n| n.get());
+    assert_eq!(first.lines().count(), usable.min(6), "{first}");
+    assert_eq!(last, first);
+}

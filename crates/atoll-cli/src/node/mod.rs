@@ -129,6 +129,16 @@ fn run_edge(args: &NodeArgs, peers: &[String], me: usize, term: Terminator) -> R
     let socket = dir.join("boot.sock");
     let listener = listen_unix(&socket)?;
     let edge = edge::Edge::start(link, servers as usize)?;
+    // This host's own scheduling servers (Hare §3.6.1): an `exec` of one of
+    // its programs is placed on its cores, as on the first node. They live
+    // beside the boot socket, where clients look for them.
+    let scheds = match atoll_sched::Scheds::start(&dir, &config::usable_cores()) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            tracing::warn!("no scheduling servers, every exec stays local: {e}");
+            None
+        }
+    };
     let record = InstanceRecord {
         id: id.clone(),
         pid: std::process::id(),
@@ -156,6 +166,7 @@ fn run_edge(args: &NodeArgs, peers: &[String], me: usize, term: Terminator) -> R
     while !edge.gone.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(50));
     }
+    drop(scheds);
     let lost = edge.lost.lock().unwrap_or_else(|e| e.into_inner()).take();
     match lost {
         Some(why) => bail!("lost the first node: {why}"),

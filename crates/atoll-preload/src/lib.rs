@@ -15,6 +15,8 @@
 //! * `selector` — the per-thread SUD selector byte, which doubles as the
 //!   "atoll code is running on this thread" flag; `region` finds our own
 //!   text (always allowed by SUD).
+//! * `rewrite` — sites whose `syscall` trapped are rewritten, the first
+//!   time, into calls of atoll's entry (no signal afterwards).
 //! * `client` — the single door to `atoll-client` (mode, dispatch, fork
 //!   hooks); `stats` counts traps; `raw` issues system calls from our text.
 //!
@@ -26,6 +28,7 @@
 mod client;
 mod raw;
 mod region;
+mod rewrite;
 mod selector;
 mod sigdefer;
 mod sigfix;
@@ -109,6 +112,22 @@ fn start() {
     sigsys::debug(&[b"SUD enabled (0 = ok)"], &[r, mode as i64]);
     if r == 0 && mode == Mode::Client {
         sigdefer::claim_faults();
+    }
+    if r == 0 {
+        let on = rewrite::configure(wants_rewriting(mode, env(rewrite::ENV_REWRITE)));
+        sigsys::debug(&[b"rewriting trapped sites (1 = on)"], &[on as i64]);
+    }
+}
+
+/// Rewrite trapped sites in this process? `ATOLL_SYSCALL_REWRITE=off`
+/// says no for this program; otherwise a client follows its instance
+/// (`--syscall-sites`), and the self-test only when asked with `auto`.
+fn wants_rewriting(mode: Mode, setting: Option<&[u8]>) -> bool {
+    match (setting, mode) {
+        (Some(b"off"), _) => false,
+        (_, Mode::Client) => client::rewrites_syscall_sites(),
+        (Some(b"auto"), Mode::SelfTest) => true,
+        _ => false,
     }
 }
 

@@ -1,0 +1,345 @@
+//! Lazy rewriting of trapped system-call sites (after zpoline and
+//! lazypoline): a `syscall` instruction that traps through Syscall User
+//! Dispatch is rewritten, the first time it traps, so that later runs call
+//! atoll's entry directly, without a signal (~2.7 µs each here).
+//!
+//! The layout. A site is rewritten only when its number is a constant set
+//! just before it, the 7 bytes `b8 imm32 0f 05` (`mov $nr,%eax; syscall`),
+//! glibc's inline system calls. The `mov` (5 bytes) becomes `jmp rel32` to
+//! a stub of that site (`stubs`), which skips the red zone, sets EAX, calls
+//! the entry (`entry`) and jumps back past the `syscall`; the `syscall`
+//! bytes stay, so code that jumps straight to them with another number in
+//! EAX (a tail shared by two paths) still traps and is still right. No
+//! page 0 is mapped (zpoline's `call *%rax` needs a nop sled at address 0,
+//! which only `CAP_SYS_RAWIO` or `vm.mmap_min_addr=0` allow, and which
+//! makes NULL reads succeed), no number is out of a sled's range, and the
+//! `call` pushes below the red zone rather than into it.
+//!
+//! Rules (a site that breaks one keeps trapping, which is always right):
+//! * the number is not one whose call changes stack or control flow or
+//!   needs the signal frame: `rt_sigreturn`, `clone`, `clone3`, `fork`,
+//!   `vfork`, `execve(at)`, `exit(_group)`, signals sent to oneself, masks,
+//!   `arch_prctl`, `prctl`, `seccomp` ([`keeps_trapping`]);
+//! * the byte before the `mov` is not a REX prefix (then it would be a
+//!   `mov` to R8D…R15D), and the immediate equals the trapped number;
+//! * the five bytes lie in one cache line, so one locked 8-byte
+//!   `cmpxchg` replaces them at once: another thread running the same
+//!   code sees either the old `mov` or the new `jmp`, never a mix; a thread
+//!   already past the `mov` runs the untouched `syscall` and traps;
+//! * the code is in a private, file-backed, read-and-execute mapping (a
+//!   library or program text): never a JIT's anonymous or writable code,
+//!   which it may rewrite or free; during the store the page is
+//!   read-write-execute (never non-executable, so no thread running it
+//!   faults) and goes back to read-execute; if `mprotect` fails (sealed
+//!   mappings, a W^X policy) the site keeps trapping.
+//!
+//! One process-wide lock serialises rewriting; only the SIGSYS handler
+//! takes it, with the selector at ALLOW, and a fork child, in which the
+//! holder may not exist, starts with it free ([`after_fork_in_child`]).
+//! Threads: a thread in the SIGSYS handler of a site that another thread
+//! rewrites returns past the `syscall` as before. Fork: the child inherits
+//! the rewritten text and the stubs. `execve`: a new image, nothing kept.
+//! Signals: the entry runs as atoll code (selector ALLOW) exactly as the
+//! SIGSYS handler did, so program signals that arrive meanwhile are
+//! deferred or run in host calls by `sigdefer`.
+//!
+//! Switched on per process by the constructor ([`configure`]): the
+//! instance's `--syscall-sites` (`rewrite` by default), and
+//! `ATOLL_SYSCALL_REWRITE=off` for one program.
+
+mod entry;
+mod maps;
+mod stubs;
+
+use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use crate::raw;
+use crate::sigsys;
+
+/// `ATOLL_SYSCALL_REWRITE=auto|off`: `off` keeps every site trapping in
+/// this process (and the programs it starts); `auto` follows the instance.
+pub const ENV_REWRITE: &str = "ATOLL_SYSCALL_REWRITE";
+
+static ENABLED: AtomicBool = AtomicBool::new(false);
+
+const PAGE: usize = 4096;
+const LINE: usize = 64;
+const MOV_EAX_IMM32: u8 = 0xb8;
+const SYSCALL: [u8; 2] = [0x0f, 0x05];
+const JMP_REL32: u8 = 0xe9;
+
+/// Switch rewriting on (or leave it off) for this process. Returns whether
+/// it is on: false also when the CPU lacks `XSAVE`.
+pub fn configure(want: bool) -> bool {
+    let on = want && entry::init();
+    ENABLED.store(on, Ordering::Relaxed);
+    on
+}
+
+pub fn enabled() -> bool {
+    ENABLED.load(Ordering::Relaxed)
+}
+
+/// System calls whose sites are never rewritten: they change the stack or
+/// the flow of control (the entry would return to a frame that is gone or
+/// not yet there), or their handling needs the SIGSYS frame
+/// (`sigsys::handle`'s arms with a context).
+pub const fn keeps_trapping(nr: i64) -> bool {
+    matches!(
+        nr,
+        libc::SYS_rt_sigreturn
+            | libc::SYS_clone
+            | libc::SYS_clone3
+            | libc::SYS_fork
+            | libc::SYS_vfork
+            | libc::SYS_execve
+            | libc::SYS_execveat
+            | libc::SYS_exit
+            | libc::SYS_exit_group
+            | libc::SYS_rt_sigprocmask
+            | libc::SYS_kill
+            | libc::SYS_tkill
+            | libc::SYS_tgkill
+            | libc::SYS_rt_sigqueueinfo
+            | libc::SYS_rt_tgsigqueueinfo
+            | libc::SYS_arch_prctl
+            | libc::SYS_prctl
+            | libc::SYS_seccomp
+    )
+}
+
+/// What the bytes around a trapped site say, before any system call.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Shape {
+    /// `b8 imm32 0f 05` with the trapped number: a candidate.
+    Candidate,
+    /// Anything else (already rewritten, number from a register, REX…).
+    No,
+}
+
+/// Judge `bytes` = the 8 bytes from one before the `mov` to the end of the
+/// `syscall`, for a trap of `nr`.
+pub fn shape(bytes: &[u8; 8], nr: i64) -> Shape {
+    let rex = (0x40..=0x4f).contains(&bytes[0]);
+    let imm = u32::from_le_bytes([bytes[2], bytes[3], bytes[4], bytes[5]]);
+    if !rex && bytes[1] == MOV_EAX_IMM32 && bytes[6..8] == SYSCALL && imm as i64 == nr {
+        Shape::Candidate
+    } else {
+        Shape::No
+    }
+}
+
+/// The 8-byte window, inside the cache line of `mov`, that covers the five
+/// bytes `[mov, mov + 5)`; `None` when those cross a line.
+pub fn window(mov: usize) -> Option<usize> {
+    let line_end = (mov / LINE + 1) * LINE;
+    if mov + 5 > line_end {
+        return None;
+    }
+    Some(mov.min(line_end - 8))
+}
+
+/// A trap of `nr` whose `syscall` instruction ends at `resume`: rewrite its
+/// site if the rules allow. Cheap when they do not (a few byte reads).
+/// Called by the SIGSYS handler with the selector at ALLOW.
+pub fn on_trap(nr: i64, resume: usize) {
+    if !enabled() || keeps_trapping(nr) || !(0..=u32::MAX as i64).contains(&nr) {
+        return;
+    }
+    let Some(mov) = resume.checked_sub(7) else {
+        return;
+    };
+    // The byte before the mov must be on the same page as the site, which
+    // is mapped (it just ran); the window check keeps the mov on it too.
+    if mov % PAGE == 0 || window(mov).is_none() || refused(resume) {
+        return;
+    }
+    if shape(&read8(mov - 1), nr) != Shape::Candidate {
+        return;
+    }
+    let _lock = Lock::take();
+    // Another thread may have rewritten it meanwhile.
+    if shape(&read8(mov - 1), nr) != Shape::Candidate {
+        return;
+    }
+    match rewrite(mov, resume, nr as u32) {
+        Ok(()) => {
+            crate::stats::count_site();
+            sigsys::debug(&[b"rewrote site of"], &[nr, resume as i64]);
+        }
+        Err(why) => {
+            remember_refused(resume);
+            sigsys::debug(&[b"site kept trapping:", why.as_bytes()], &[nr]);
+        }
+    }
+}
+
+/// Read 8 code bytes (the caller checked they lie on a mapped page).
+fn read8(at: usize) -> [u8; 8] {
+    // SAFETY: `[at, at + 8)` ends at the end of a `syscall` instruction
+    // that just executed and starts on the same page (checked by the
+    // caller), so it is mapped and readable (x86-64 has no execute-only
+    // pages without protection keys, which atoll does not use).
+    unsafe { core::ptr::read_unaligned(at as *const [u8; 8]) }
+}
+
+/// Rewrite one candidate site. Caller holds the lock.
+fn rewrite(mov: usize, resume: usize, nr: u32) -> Result<(), &'static str> {
+    let m = maps::mapping_of(mov).ok_or("no mapping")?;
+    if !(m.read && m.exec && !m.write && m.private && m.inode != 0) || resume > m.end {
+        return Err("not read-execute file-backed text");
+    }
+    let stub = stubs::make(resume, nr, entry::address()).ok_or("no stub in reach")?;
+    let mut jmp = [0u8; 5];
+    jmp[0] = JMP_REL32;
+    jmp[1..].copy_from_slice(&stubs::rel32(mov + 5, stub).to_le_bytes());
+    let page = (mov & !(PAGE - 1)) as u64;
+    let rwx = (libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC) as u64;
+    let rx = (libc::PROT_READ | libc::PROT_EXEC) as u64;
+    if raw::syscall(libc::SYS_mprotect, &[page, PAGE as u64, rwx]) != 0 {
+        return Err("mprotect refused");
+    }
+    let stored = store_in_window(mov, &jmp);
+    raw::syscall(libc::SYS_mprotect, &[page, PAGE as u64, rx]);
+    if stored {
+        Ok(())
+    } else {
+        Err("code changed under us")
+    }
+}
+
+/// Replace the five bytes at `mov` with `new` in one locked `cmpxchg` on
+/// the 8-byte window around them (within a cache line: one atomic access,
+/// and no split lock). False when the window no longer holds what was read.
+fn store_in_window(mov: usize, new: &[u8; 5]) -> bool {
+    let Some(w) = window(mov) else {
+        return false;
+    };
+    let old = read8(w);
+    let mut next = old;
+    let off = mov - w;
+    next[off..off + 5].copy_from_slice(new);
+    let old = u64::from_le_bytes(old);
+    let next = u64::from_le_bytes(next);
+    let seen: u64;
+    // SAFETY: `w` is a writable (just made so) 8-byte window of our own
+    // process's code page inside one cache line; `lock cmpxchg` on it is
+    // atomic for other CPUs fetching from it.
+    unsafe {
+        core::arch::asm!(
+            "lock cmpxchg qword ptr [{w}], {next}",
+            w = in(reg) w,
+            next = in(reg) next,
+            inout("rax") old => seen,
+            options(nostack),
+        );
+    }
+    seen == old
+}
+
+/// Sites that passed the byte checks but could not be rewritten: not
+/// looked at again (a small ring; forgetting one costs one more look).
+static REFUSED: [AtomicUsize; 64] = [const { AtomicUsize::new(0) }; 64];
+static REFUSED_NEXT: AtomicUsize = AtomicUsize::new(0);
+
+fn refused(site: usize) -> bool {
+    REFUSED.iter().any(|r| r.load(Ordering::Relaxed) == site)
+}
+
+fn remember_refused(site: usize) {
+    let i = REFUSED_NEXT.fetch_add(1, Ordering::Relaxed) % REFUSED.len();
+    REFUSED[i].store(site, Ordering::Relaxed);
+}
+
+/// The process-wide rewrite lock (a spin lock: it is taken inside a signal
+/// handler, held for a few system calls, never while waiting on anything).
+static LOCKED: AtomicBool = AtomicBool::new(false);
+
+struct Lock;
+
+impl Lock {
+    fn take() -> Lock {
+        while LOCKED
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            raw::syscall(libc::SYS_sched_yield, &[]);
+        }
+        Lock
+    }
+}
+
+impl Drop for Lock {
+    fn drop(&mut self) {
+        LOCKED.store(false, Ordering::Release);
+    }
+}
+
+/// In a fork child: only the forking thread exists, so a lock another
+/// thread held at the fork is free now. What it guarded is whole: a stub
+/// is complete before it is counted, and the 8-byte store is atomic (a
+/// page left read-write-execute by an unfinished rewrite stays so).
+pub fn after_fork_in_child() {
+    LOCKED.store(false, Ordering::Release);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn site(before: u8, nr: u32) -> [u8; 8] {
+        let n = nr.to_le_bytes();
+        [before, 0xb8, n[0], n[1], n[2], n[3], 0x0f, 0x05]
+    }
+
+    #[test]
+    fn a_constant_number_before_syscall_is_a_candidate() {
+        assert_eq!(shape(&site(0xc3, 0), 0), Shape::Candidate);
+        assert_eq!(shape(&site(0x89, 257), 257), Shape::Candidate);
+    }
+
+    #[test]
+    fn a_different_number_a_rex_prefix_or_a_rewritten_site_is_not() {
+        assert_eq!(shape(&site(0xc3, 1), 0), Shape::No);
+        // `41 b8 imm32` is `mov $imm,%r8d`.
+        assert_eq!(shape(&site(0x41, 0), 0), Shape::No);
+        let mut done = site(0xc3, 0);
+        done[1] = JMP_REL32;
+        assert_eq!(shape(&done, 0), Shape::No);
+        let mut other = site(0xc3, 0);
+        other[7] = 0x0b;
+        assert_eq!(shape(&other, 0), Shape::No);
+    }
+
+    #[test]
+    fn the_window_stays_in_one_cache_line() {
+        assert_eq!(window(0x1000), Some(0x1000));
+        assert_eq!(window(0x1000 + 58), Some(0x1000 + 56));
+        assert_eq!(window(0x1000 + 59), Some(0x1000 + 56));
+        assert_eq!(window(0x1000 + 60), None);
+    }
+
+    #[test]
+    fn calls_that_move_stacks_or_need_the_signal_frame_keep_trapping() {
+        for nr in [
+            libc::SYS_rt_sigreturn,
+            libc::SYS_clone3,
+            libc::SYS_vfork,
+            libc::SYS_execve,
+            libc::SYS_exit_group,
+            libc::SYS_rt_sigprocmask,
+            libc::SYS_tgkill,
+        ] {
+            assert!(keeps_trapping(nr), "{nr}");
+        }
+        for nr in [libc::SYS_read, libc::SYS_openat, libc::SYS_newfstatat] {
+            assert!(!keeps_trapping(nr), "{nr}");
+        }
+    }
+
+    #[test]
+    fn the_entry_finds_an_xsave_area_on_this_machine() {
+        assert!(entry::init());
+        assert!(entry::ATOLL_XSAVE_BYTES.load(Ordering::Relaxed) >= 576 + 64);
+    }
+}

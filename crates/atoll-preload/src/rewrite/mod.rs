@@ -25,7 +25,11 @@
 //! * the five bytes lie in one cache line, so one locked 8-byte
 //!   `cmpxchg` replaces them at once: another thread running the same
 //!   code sees either the old `mov` or the new `jmp`, never a mix; a thread
-//!   already past the `mov` runs the untouched `syscall` and traps;
+//!   already past the `mov` runs the untouched `syscall` and traps. A `mov`
+//!   that crosses a line (about one site in sixteen) is rewritten only
+//!   while the process has a single thread: no other code runs then (this
+//!   thread's program handlers are deferred while atoll code runs, and no
+//!   thread can appear meanwhile), so two stores are as good as one;
 //! * the code is in a private, file-backed, read-and-execute mapping (a
 //!   library or program text): never a JIT's anonymous or writable code,
 //!   which it may rewrite or free; during the store the page is
@@ -151,7 +155,7 @@ pub fn on_trap(nr: i64, resume: usize) {
     };
     // The byte before the mov must be on the same page as the site, which
     // is mapped (it just ran); the window check keeps the mov on it too.
-    if mov % PAGE == 0 || window(mov).is_none() || refused(resume) {
+    if mov % PAGE == 0 || refused(resume) {
         return;
     }
     if shape(&read8(mov - 1), nr) != Shape::Candidate {
@@ -199,7 +203,11 @@ fn rewrite(mov: usize, resume: usize, nr: u32) -> Result<(), &'static str> {
     if raw::syscall(libc::SYS_mprotect, &[page, PAGE as u64, rwx]) != 0 {
         return Err("mprotect refused");
     }
-    let stored = store_in_window(mov, &jmp);
+    let stored = match window(mov) {
+        Some(w) => store_in_window(w, mov, &jmp),
+        None if single_threaded() => store_alone(mov, &jmp),
+        None => false,
+    };
     raw::syscall(libc::SYS_mprotect, &[page, PAGE as u64, rx]);
     if stored {
         Ok(())
@@ -209,12 +217,10 @@ fn rewrite(mov: usize, resume: usize, nr: u32) -> Result<(), &'static str> {
 }
 
 /// Replace the five bytes at `mov` with `new` in one locked `cmpxchg` on
-/// the 8-byte window around them (within a cache line: one atomic access,
-/// and no split lock). False when the window no longer holds what was read.
-fn store_in_window(mov: usize, new: &[u8; 5]) -> bool {
-    let Some(w) = window(mov) else {
-        return false;
-    };
+/// the 8-byte window `w` around them (within a cache line: one atomic
+/// access, and no split lock). False when the window no longer holds what
+/// was read.
+fn store_in_window(w: usize, mov: usize, new: &[u8; 5]) -> bool {
     let old = read8(w);
     let mut next = old;
     let off = mov - w;
@@ -235,6 +241,49 @@ fn store_in_window(mov: usize, new: &[u8; 5]) -> bool {
         );
     }
     seen == old
+}
+
+/// Replace the five bytes at `mov` with plain stores: only while no other
+/// thread exists (see the rules above).
+fn store_alone(mov: usize, new: &[u8; 5]) -> bool {
+    // SAFETY: `[mov, mov + 5)` is on the page just made writable; no other
+    // thread runs (checked by the caller), and this one runs atoll code.
+    unsafe { core::ptr::copy_nonoverlapping(new.as_ptr(), mov as *mut u8, 5) };
+    true
+}
+
+/// Does this process have one thread? Field 20 of `/proc/self/stat`
+/// (after the command name, which may hold spaces and parentheses).
+fn single_threaded() -> bool {
+    let path = b"/proc/self/stat\0";
+    let fd = raw::syscall(
+        libc::SYS_open,
+        &[
+            path.as_ptr() as u64,
+            (libc::O_RDONLY | libc::O_CLOEXEC) as u64,
+        ],
+    );
+    if fd < 0 {
+        return false;
+    }
+    let mut buf = [0u8; 1024];
+    let n = raw::syscall(
+        libc::SYS_read,
+        &[fd as u64, buf.as_mut_ptr() as u64, buf.len() as u64],
+    );
+    raw::syscall(libc::SYS_close, &[fd as u64]);
+    n > 0 && threads_in_stat(&buf[..n as usize]) == Some(1)
+}
+
+/// The thread count in a `/proc/PID/stat` line.
+pub fn threads_in_stat(stat: &[u8]) -> Option<u64> {
+    let after_name = stat.iter().rposition(|&b| b == b')')? + 1;
+    // Fields 3.. follow the name; the thread count is field 20.
+    let field = stat[after_name..]
+        .split(|&b| b == b' ')
+        .filter(|f| !f.is_empty())
+        .nth(20 - 3)?;
+    core::str::from_utf8(field).ok()?.parse().ok()
 }
 
 /// Sites that passed the byte checks but could not be rewritten: not
@@ -317,6 +366,18 @@ mod tests {
         assert_eq!(window(0x1000 + 58), Some(0x1000 + 56));
         assert_eq!(window(0x1000 + 59), Some(0x1000 + 56));
         assert_eq!(window(0x1000 + 60), None);
+    }
+
+    #[test]
+    fn the_thread_count_is_read_past_a_command_name_with_spaces() {
+        let line = b"42 (a b) c) S 1 42 42 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 3 0 99 1000 10";
+        assert_eq!(threads_in_stat(line), Some(3));
+        assert_eq!(threads_in_stat(b"garbage"), None);
+        let mut own = [0u8; 1024];
+        let s = std::fs::read("/proc/self/stat").unwrap();
+        own[..s.len()].copy_from_slice(&s);
+        let threads = threads_in_stat(&own[..s.len()]).unwrap();
+        assert!(threads >= 1);
     }
 
     #[test]

@@ -1,0 +1,214 @@
+/* System-call sites of the shape atoll rewrites (`mov $nr,%eax; syscall`,
+ * each preceded by a nop so that no REX byte stands before it), driven
+ * through their first trap and then many times more:
+ *   count PATH   - getpid and pread of PATH, 1000 times each, at two sites
+ *   regs         - vector registers, flags' neighbours and the red zone
+ *                  survive a rewritten site
+ *   threads PATH - four threads race through one pread site
+ *   fork PATH    - a fork child runs the parent's rewritten sites; then
+ *                  vfork + exec
+ *   alarm        - a SIGALRM storm (its handler makes system calls through
+ *                  a rewritten site) during reads of a pipe through one */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static long sys_getpid(void) {
+    long r;
+    asm volatile("nop\n\tmov $39, %%eax\n\tsyscall" : "=a"(r)::"rcx", "r11", "memory");
+    return r;
+}
+
+static long sys_pread(long fd, void *b, long n, long off) {
+    long r;
+    register long r10 asm("r10") = off;
+    asm volatile("nop\n\tmov $17, %%eax\n\tsyscall"
+                 : "=a"(r)
+                 : "D"(fd), "S"(b), "d"(n), "r"(r10)
+                 : "rcx", "r11", "memory");
+    return r;
+}
+
+static long sys_read(long fd, void *b, long n) {
+    long r;
+    asm volatile("nop\n\tmov $0, %%eax\n\tsyscall"
+                 : "=a"(r)
+                 : "D"(fd), "S"(b), "d"(n)
+                 : "rcx", "r11", "memory");
+    return r;
+}
+
+static int count(const char *path) {
+    long same = 0, bytes = 0;
+    int fd = open(path, O_RDONLY);
+    char b[8];
+    for (int i = 0; i < 1000; i++) same += sys_getpid() == getpid();
+    for (int i = 0; i < 1000; i++) bytes += sys_pread(fd, b, 4, 0);
+    printf("count getpid %ld pread %ld %.4s\n", same, bytes, b);
+    return 0;
+}
+
+/* Sixteen XMM registers and eight words of the red zone, set before the
+ * site and read after it; the site runs three times (trap, then direct). */
+static int regs(void) {
+    int bad = 0;
+    for (int round = 0; round < 3; round++) {
+        unsigned char in[256], out[256];
+        unsigned long zone_in = 0x1122334455667788UL + round, zone_out[4];
+        for (int i = 0; i < 256; i++) in[i] = (unsigned char)(i * 7 + round);
+        memset(out, 0, sizeof out);
+        long r;
+        asm volatile(
+            "movdqu 0(%[in]), %%xmm0\n\tmovdqu 16(%[in]), %%xmm1\n\t"
+            "movdqu 32(%[in]), %%xmm2\n\tmovdqu 48(%[in]), %%xmm3\n\t"
+            "movdqu 64(%[in]), %%xmm4\n\tmovdqu 80(%[in]), %%xmm5\n\t"
+            "movdqu 96(%[in]), %%xmm6\n\tmovdqu 112(%[in]), %%xmm7\n\t"
+            "movdqu 128(%[in]), %%xmm8\n\tmovdqu 144(%[in]), %%xmm9\n\t"
+            "movdqu 160(%[in]), %%xmm10\n\tmovdqu 176(%[in]), %%xmm11\n\t"
+            "movdqu 192(%[in]), %%xmm12\n\tmovdqu 208(%[in]), %%xmm13\n\t"
+            "movdqu 224(%[in]), %%xmm14\n\tmovdqu 240(%[in]), %%xmm15\n\t"
+            "mov %[z], -8(%%rsp)\n\tmov %[z], -64(%%rsp)\n\t"
+            "mov %[z], -120(%%rsp)\n\tmov %[z], -128(%%rsp)\n\t"
+            "nop\n\tmov $39, %%eax\n\tsyscall\n\t"
+            "mov -8(%%rsp), %%rcx\n\tmov %%rcx, 0(%[zo])\n\t"
+            "mov -64(%%rsp), %%rcx\n\tmov %%rcx, 8(%[zo])\n\t"
+            "mov -120(%%rsp), %%rcx\n\tmov %%rcx, 16(%[zo])\n\t"
+            "mov -128(%%rsp), %%rcx\n\tmov %%rcx, 24(%[zo])\n\t"
+            "movdqu %%xmm0, 0(%[out])\n\tmovdqu %%xmm1, 16(%[out])\n\t"
+            "movdqu %%xmm2, 32(%[out])\n\tmovdqu %%xmm3, 48(%[out])\n\t"
+            "movdqu %%xmm4, 64(%[out])\n\tmovdqu %%xmm5, 80(%[out])\n\t"
+            "movdqu %%xmm6, 96(%[out])\n\tmovdqu %%xmm7, 112(%[out])\n\t"
+            "movdqu %%xmm8, 128(%[out])\n\tmovdqu %%xmm9, 144(%[out])\n\t"
+            "movdqu %%xmm10, 160(%[out])\n\tmovdqu %%xmm11, 176(%[out])\n\t"
+            "movdqu %%xmm12, 192(%[out])\n\tmovdqu %%xmm13, 208(%[out])\n\t"
+            "movdqu %%xmm14, 224(%[out])\n\tmovdqu %%xmm15, 240(%[out])\n\t"
+            : "=a"(r)
+            : [in] "D"(in), [out] "S"(out), [z] "d"(zone_in), [zo] "b"(zone_out)
+            : "rcx", "r11", "memory", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5",
+              "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13",
+              "xmm14", "xmm15");
+        if (r != getpid()) bad++;
+        if (memcmp(in, out, sizeof in) != 0) bad++;
+        for (int i = 0; i < 4; i++)
+            if (zone_out[i] != zone_in) bad++;
+    }
+    printf("regs %s\n", bad ? "damaged" : "ok");
+    return 0;
+}
+
+static const char *race_path;
+static long race_bad;
+
+static void *racer(void *arg) {
+    (void)arg;
+    int fd = open(race_path, O_RDONLY);
+    long bad = 0;
+    for (int i = 0; i < 5000; i++) {
+        char b[8] = {0};
+        if (sys_pread(fd, b, 4, 0) != 4 || memcmp(b, "abcd", 4) != 0) bad++;
+        if (sys_getpid() != getpid()) bad++;
+    }
+    close(fd);
+    __atomic_add_fetch(&race_bad, bad, __ATOMIC_RELAXED);
+    return NULL;
+}
+
+static int threads(const char *path) {
+    pthread_t t[4];
+    race_path = path;
+    for (int i = 0; i < 4; i++) pthread_create(&t[i], NULL, racer, NULL);
+    for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
+    printf("threads bad %ld\n", race_bad);
+    return 0;
+}
+
+static int forks(const char *path) {
+    int fd = open(path, O_RDONLY);
+    char b[8] = {0};
+    for (int i = 0; i < 10; i++) sys_pread(fd, b, 4, 0);
+    fflush(stdout);
+    pid_t c = fork();
+    if (c == 0) {
+        long ok = 0;
+        for (int i = 0; i < 100; i++) ok += sys_pread(fd, b, 4, 0) == 4 && sys_getpid() == getpid();
+        _exit(ok == 100 ? 7 : 1);
+    }
+    int st;
+    waitpid(c, &st, 0);
+    printf("fork child %d\n", WEXITSTATUS(st));
+    fflush(stdout);
+    pid_t v = vfork();
+    if (v == 0) {
+        execl("/bin/echo", "echo", "vfork exec ok", (char *)NULL);
+        _exit(127);
+    }
+    waitpid(v, &st, 0);
+    printf("vfork status %d, parent still reads %ld\n", WEXITSTATUS(st), sys_pread(fd, b, 4, 0));
+    return 0;
+}
+
+static volatile long handled;
+
+static void on_alarm(int sig) {
+    (void)sig;
+    if (sys_getpid() > 0) handled++;
+}
+
+static int alarm_storm(void) {
+    int p[2];
+    if (pipe(p) != 0) return 1;
+    pid_t w = fork();
+    if (w == 0) {
+        close(p[0]);
+        char chunk[4096];
+        memset(chunk, 'x', sizeof chunk);
+        for (int i = 0; i < 256; i++) {
+            if (write(p[1], chunk, sizeof chunk) != sizeof chunk) _exit(1);
+            usleep(200);
+        }
+        _exit(0);
+    }
+    close(p[1]);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_alarm; /* no SA_RESTART: reads fail with EINTR */
+    sigaction(SIGALRM, &sa, NULL);
+    struct itimerval it = {{0, 300}, {0, 300}};
+    setitimer(ITIMER_REAL, &it, NULL);
+    long total = 0, intr = 0;
+    char b[1000];
+    for (;;) {
+        long n = sys_read(p[0], b, sizeof b);
+        if (n == -EINTR) {
+            intr++;
+            continue;
+        }
+        if (n <= 0) break;
+        total += n;
+    }
+    struct itimerval off = {{0, 0}, {0, 0}};
+    setitimer(ITIMER_REAL, &off, NULL);
+    int st;
+    waitpid(w, &st, 0);
+    printf("alarm bytes %ld writer %d handled %s\n", total, WEXITSTATUS(st),
+           handled > 0 ? "yes" : "no");
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc < 2) return 2;
+    if (!strcmp(argv[1], "count")) return count(argv[2]);
+    if (!strcmp(argv[1], "regs")) return regs();
+    if (!strcmp(argv[1], "threads")) return threads(argv[2]);
+    if (!strcmp(argv[1], "fork")) return forks(argv[2]);
+    if (!strcmp(argv[1], "alarm")) return alarm_storm();
+    return 2;
+}

@@ -28,7 +28,7 @@ use crate::selector::{AtollGuard, ALLOW};
 
 /// Bytes of the `XSAVE` area, plus alignment room (0: no `XSAVE`, the
 /// entry must not be used).
-static ATOLL_XSAVE_BYTES: AtomicU64 = AtomicU64::new(0);
+pub(super) static ATOLL_XSAVE_BYTES: AtomicU64 = AtomicU64::new(0);
 
 core::arch::global_asm!(
     ".text",

@@ -4,11 +4,12 @@
 //! atoll's entry directly, without a signal (~2.7 µs each here).
 //!
 //! The layout. A site is rewritten only when its number is a constant set
-//! just before it, the 7 bytes `b8 imm32 0f 05` (`mov $nr,%eax; syscall`),
-//! glibc's inline system calls. The `mov` (5 bytes) becomes `jmp rel32` to
-//! a stub of that site (`stubs`), which skips the red zone, sets EAX, calls
-//! the entry (`entry`) and jumps back past the `syscall`; the `syscall`
-//! bytes stay, so code that jumps straight to them with another number in
+//! shortly before it, `b8 imm32` (`mov $nr,%eax`) followed by at most a
+//! few argument moves (`decode`) and `0f 05` (`syscall`): glibc's inline
+//! system calls. The `mov` (5 bytes) becomes `jmp rel32` to a stub of that
+//! site (`stubs`), which runs a copy of the moves in between, skips the
+//! red zone, sets EAX, calls the entry (`entry`) and jumps back past the
+//! `syscall`; every byte but the `mov`'s stays, so code that jumps straight to them with another number in
 //! EAX (a tail shared by two paths) still traps and is still right. No
 //! page 0 is mapped (zpoline's `call *%rax` needs a nop sled at address 0,
 //! which only `CAP_SYS_RAWIO` or `vm.mmap_min_addr=0` allow, and which
@@ -21,7 +22,9 @@
 //!   `vfork`, `execve(at)`, `exit(_group)`, signals sent to oneself, masks,
 //!   `arch_prctl`, `prctl`, `seccomp` ([`keeps_trapping`]);
 //! * the byte before the `mov` is not a REX prefix (then it would be a
-//!   `mov` to R8D…R15D), and the immediate equals the trapped number;
+//!   `mov` to R8D…R15D), the immediate equals the trapped number, and the
+//!   bytes up to the `syscall` decode as instructions that neither name
+//!   RAX or RIP nor change the flow of control;
 //! * the five bytes lie in one cache line, so one locked 8-byte
 //!   `cmpxchg` replaces them at once: another thread running the same
 //!   code sees either the old `mov` or the new `jmp`, never a mix; a thread
@@ -51,6 +54,7 @@
 //! instance's `--syscall-sites` (`rewrite` by default), and
 //! `ATOLL_SYSCALL_REWRITE=off` for one program.
 
+mod decode;
 mod entry;
 mod maps;
 mod stubs;
@@ -68,8 +72,6 @@ static ENABLED: AtomicBool = AtomicBool::new(false);
 
 const PAGE: usize = 4096;
 const LINE: usize = 64;
-const MOV_EAX_IMM32: u8 = 0xb8;
-const SYSCALL: [u8; 2] = [0x0f, 0x05];
 const JMP_REL32: u8 = 0xe9;
 
 /// Switch rewriting on (or leave it off) for this process. Returns whether
@@ -112,27 +114,6 @@ pub const fn keeps_trapping(nr: i64) -> bool {
     )
 }
 
-/// What the bytes around a trapped site say, before any system call.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Shape {
-    /// `b8 imm32 0f 05` with the trapped number: a candidate.
-    Candidate,
-    /// Anything else (already rewritten, number from a register, REX…).
-    No,
-}
-
-/// Judge `bytes` = the 8 bytes from one before the `mov` to the end of the
-/// `syscall`, for a trap of `nr`.
-pub fn shape(bytes: &[u8; 8], nr: i64) -> Shape {
-    let rex = (0x40..=0x4f).contains(&bytes[0]);
-    let imm = u32::from_le_bytes([bytes[2], bytes[3], bytes[4], bytes[5]]);
-    if !rex && bytes[1] == MOV_EAX_IMM32 && bytes[6..8] == SYSCALL && imm as i64 == nr {
-        Shape::Candidate
-    } else {
-        Shape::No
-    }
-}
-
 /// The 8-byte window, inside the cache line of `mov`, that covers the five
 /// bytes `[mov, mov + 5)`; `None` when those cross a line.
 pub fn window(mov: usize) -> Option<usize> {
@@ -143,6 +124,41 @@ pub fn window(mov: usize) -> Option<usize> {
     Some(mov.min(line_end - 8))
 }
 
+/// Bytes read before a trapped `syscall`'s end: the `mov`, the moves after
+/// it, and the byte before it.
+const LOOK_BACK: usize = 1 + 5 + decode::MAX_GAP + 2;
+
+/// A candidate site: where its `mov` is, and the moves between it and the
+/// `syscall` (copied into the stub).
+struct Candidate {
+    mov: usize,
+    moved: [u8; decode::MAX_GAP],
+    moved_len: usize,
+}
+
+/// Look at the code before `resume` for a `mov $nr,%eax` this layout can
+/// rewrite. Reads only the page of the `syscall`, which just ran.
+fn candidate(resume: usize, nr: u32) -> Option<Candidate> {
+    let site_page = (resume - 2) & !(PAGE - 1);
+    let from = resume.saturating_sub(LOOK_BACK).max(site_page);
+    let mut code = [0u8; LOOK_BACK];
+    let len = resume - from;
+    // SAFETY: `[from, resume)` lies on the page of the `syscall` that just
+    // executed (and, for its last byte, on the page after), both mapped
+    // and readable: x86-64 has no execute-only pages without protection
+    // keys, which atoll does not use.
+    unsafe { core::ptr::copy_nonoverlapping(from as *const u8, code.as_mut_ptr(), len) };
+    let off = decode::find_mov(&code[..len], nr)?;
+    let between = &code[off + 5..len - 2];
+    let mut moved = [0u8; decode::MAX_GAP];
+    moved[..between.len()].copy_from_slice(between);
+    Some(Candidate {
+        mov: from + off,
+        moved,
+        moved_len: between.len(),
+    })
+}
+
 /// A trap of `nr` whose `syscall` instruction ends at `resume`: rewrite its
 /// site if the rules allow. Cheap when they do not (a few byte reads).
 /// Called by the SIGSYS handler with the selector at ALLOW.
@@ -150,50 +166,49 @@ pub fn on_trap(nr: i64, resume: usize) {
     if !enabled() || keeps_trapping(nr) || !(0..=u32::MAX as i64).contains(&nr) {
         return;
     }
-    let Some(mov) = resume.checked_sub(7) else {
-        return;
-    };
-    // The byte before the mov must be on the same page as the site, which
-    // is mapped (it just ran); the window check keeps the mov on it too.
-    if mov % PAGE == 0 || refused(resume) {
+    if resume < PAGE || refused(resume) {
         return;
     }
-    if shape(&read8(mov - 1), nr) != Shape::Candidate {
+    let nr = nr as u32;
+    if candidate(resume, nr).is_none() {
         return;
     }
     let _lock = Lock::take();
     // Another thread may have rewritten it meanwhile.
-    if shape(&read8(mov - 1), nr) != Shape::Candidate {
+    let Some(c) = candidate(resume, nr) else {
         return;
-    }
-    match rewrite(mov, resume, nr as u32) {
+    };
+    match rewrite(&c, resume, nr) {
         Ok(()) => {
             crate::stats::count_site();
-            sigsys::debug(&[b"rewrote site of"], &[nr, resume as i64]);
+            sigsys::debug(
+                &[b"rewrote site of"],
+                &[nr as i64, resume as i64, c.moved_len as i64],
+            );
         }
         Err(why) => {
             remember_refused(resume);
-            sigsys::debug(&[b"site kept trapping:", why.as_bytes()], &[nr]);
+            sigsys::debug(&[b"site kept trapping:", why.as_bytes()], &[nr as i64]);
         }
     }
 }
 
 /// Read 8 code bytes (the caller checked they lie on a mapped page).
 fn read8(at: usize) -> [u8; 8] {
-    // SAFETY: `[at, at + 8)` ends at the end of a `syscall` instruction
-    // that just executed and starts on the same page (checked by the
-    // caller), so it is mapped and readable (x86-64 has no execute-only
-    // pages without protection keys, which atoll does not use).
+    // SAFETY: `at` is a window of a candidate `mov` inside its cache line,
+    // on the page of the `syscall` that just ran (see `candidate`).
     unsafe { core::ptr::read_unaligned(at as *const [u8; 8]) }
 }
 
 /// Rewrite one candidate site. Caller holds the lock.
-fn rewrite(mov: usize, resume: usize, nr: u32) -> Result<(), &'static str> {
+fn rewrite(c: &Candidate, resume: usize, nr: u32) -> Result<(), &'static str> {
+    let mov = c.mov;
     let m = maps::mapping_of(mov).ok_or("no mapping")?;
     if !(m.read && m.exec && !m.write && m.private && m.inode != 0) || resume > m.end {
         return Err("not read-execute file-backed text");
     }
-    let stub = stubs::make(resume, nr, entry::address()).ok_or("no stub in reach")?;
+    let stub = stubs::make(resume, nr, entry::address(), &c.moved[..c.moved_len])
+        .ok_or("no stub in reach")?;
     let mut jmp = [0u8; 5];
     jmp[0] = JMP_REL32;
     jmp[1..].copy_from_slice(&stubs::rel32(mov + 5, stub).to_le_bytes());
@@ -212,7 +227,7 @@ fn rewrite(mov: usize, resume: usize, nr: u32) -> Result<(), &'static str> {
     if stored {
         Ok(())
     } else {
-        Err("code changed under us")
+        Err("code changed under us, or a mov across cache lines with threads")
     }
 }
 
@@ -335,30 +350,6 @@ pub fn after_fork_in_child() {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn site(before: u8, nr: u32) -> [u8; 8] {
-        let n = nr.to_le_bytes();
-        [before, 0xb8, n[0], n[1], n[2], n[3], 0x0f, 0x05]
-    }
-
-    #[test]
-    fn a_constant_number_before_syscall_is_a_candidate() {
-        assert_eq!(shape(&site(0xc3, 0), 0), Shape::Candidate);
-        assert_eq!(shape(&site(0x89, 257), 257), Shape::Candidate);
-    }
-
-    #[test]
-    fn a_different_number_a_rex_prefix_or_a_rewritten_site_is_not() {
-        assert_eq!(shape(&site(0xc3, 1), 0), Shape::No);
-        // `41 b8 imm32` is `mov $imm,%r8d`.
-        assert_eq!(shape(&site(0x41, 0), 0), Shape::No);
-        let mut done = site(0xc3, 0);
-        done[1] = JMP_REL32;
-        assert_eq!(shape(&done, 0), Shape::No);
-        let mut other = site(0xc3, 0);
-        other[7] = 0x0b;
-        assert_eq!(shape(&other, 0), Shape::No);
-    }
 
     #[test]
     fn the_window_stays_in_one_cache_line() {

@@ -8,7 +8,8 @@
 //!
 //! ```text
 //!  page + 0:        .quad atoll_rewritten_entry
-//!  stub (32 bytes): lea  -128(%rsp),%rsp     skip the red zone (SysV ABI)
+//!  stub (64 bytes): <the moves between the site's mov and its syscall>
+//!                   lea  -128(%rsp),%rsp     skip the red zone (SysV ABI)
 //!                   mov  $nr,%eax            what the site's mov did
 //!                   call *page+0(%rip)       the entry; returns RAX
 //!                   lea  128(%rsp),%rsp
@@ -31,12 +32,15 @@ use core::cell::UnsafeCell;
 
 use crate::raw;
 
-pub const STUB_BYTES: usize = 32;
+pub const STUB_BYTES: usize = 64;
 const PAGE: usize = 4096;
 /// The first slot of a page holds the entry's address.
 pub const PER_PAGE: usize = PAGE / STUB_BYTES - 1;
-/// Most stub pages per process (4064 stubs; past that, sites trap).
+/// Most stub pages per process (8064 stubs; past that, sites trap).
 const MAX_PAGES: usize = 128;
+/// Room for the copied moves (`decode::MAX_GAP`) before the fixed part.
+const FIXED_BYTES: usize = 29;
+const _: () = assert!(FIXED_BYTES + super::decode::MAX_GAP <= STUB_BYTES);
 /// Keep every rel32 comfortably in range.
 const REACH: usize = (1 << 31) - 2 * PAGE;
 
@@ -58,10 +62,14 @@ static TABLE: Table = Table(UnsafeCell::new(Pages {
     count: 0,
 }));
 
-/// The bytes of one stub at address `at` for system call `nr`, returning
-/// to `resume`; `slot` is the address of its page's entry slot.
-pub fn encode(at: usize, nr: u32, slot: usize, resume: usize) -> [u8; STUB_BYTES] {
-    let mut s = [0xccu8; STUB_BYTES]; // int3 padding
+/// The bytes of one stub at address `at` for system call `nr`, running
+/// `moved` first and returning to `resume`; `slot` is the address of its
+/// page's entry slot.
+pub fn encode(at: usize, nr: u32, slot: usize, resume: usize, moved: &[u8]) -> [u8; STUB_BYTES] {
+    let mut out = [0xccu8; STUB_BYTES]; // int3 padding
+    out[..moved.len()].copy_from_slice(moved);
+    let at = at + moved.len();
+    let s = &mut out[moved.len()..];
     s[..5].copy_from_slice(&[0x48, 0x8d, 0x64, 0x24, 0x80]);
     s[5] = 0xb8;
     s[6..10].copy_from_slice(&nr.to_le_bytes());
@@ -70,7 +78,7 @@ pub fn encode(at: usize, nr: u32, slot: usize, resume: usize) -> [u8; STUB_BYTES
     s[16..24].copy_from_slice(&[0x48, 0x8d, 0xa4, 0x24, 0x80, 0, 0, 0]);
     s[24] = 0xe9;
     s[25..29].copy_from_slice(&rel32(at + 29, resume).to_le_bytes());
-    s
+    out
 }
 
 /// `to - next_ip` as a rel32 (callers checked the reach).
@@ -85,7 +93,7 @@ pub fn within_reach(a: usize, b: usize) -> bool {
 /// A new stub for the site whose `syscall` ends at `resume`, for `nr`;
 /// its address, or `None` (no page in reach could be mapped or written,
 /// or the table is full). Caller holds the rewrite lock.
-pub fn make(resume: usize, nr: u32, entry: usize) -> Option<usize> {
+pub fn make(resume: usize, nr: u32, entry: usize, moved: &[u8]) -> Option<usize> {
     // SAFETY: the caller holds the rewrite lock, the table's only guard.
     let t = unsafe { &mut *TABLE.0.get() };
     let index =
@@ -104,7 +112,7 @@ pub fn make(resume: usize, nr: u32, entry: usize) -> Option<usize> {
         };
     let base = t.base[index];
     let at = base + STUB_BYTES * (1 + t.used[index]);
-    let bytes = encode(at, nr, base, resume);
+    let bytes = encode(at, nr, base, resume, moved);
     if !write_code(base, at, &bytes) {
         return None;
     }
@@ -176,7 +184,7 @@ mod tests {
     #[test]
     fn a_stub_sets_the_number_calls_the_entry_and_jumps_back() {
         let at = 0x7000_0020;
-        let s = encode(at, 0x1234, 0x7000_0000, 0x7100_0007);
+        let s = encode(at, 0x1234, 0x7000_0000, 0x7100_0007, &[]);
         assert_eq!(&s[..5], &[0x48, 0x8d, 0x64, 0x24, 0x80]);
         assert_eq!(s[5], 0xb8);
         assert_eq!(u32::from_le_bytes(s[6..10].try_into().unwrap()), 0x1234);
@@ -185,6 +193,19 @@ mod tests {
         let back = i32::from_le_bytes(s[25..29].try_into().unwrap());
         assert_eq!((at as i64 + 29 + back as i64) as usize, 0x7100_0007);
         assert!(s[29..].iter().all(|&b| b == 0xcc));
+    }
+
+    #[test]
+    fn moved_instructions_come_first_and_the_rest_shifts() {
+        let at = 0x7000_0040;
+        let moved = [0x4c, 0x89, 0xf7];
+        let s = encode(at, 257, 0x7000_0000, 0x7100_0007, &moved);
+        assert_eq!(&s[..3], &moved);
+        assert_eq!(s[3 + 5], 0xb8);
+        let disp = i32::from_le_bytes(s[3 + 12..3 + 16].try_into().unwrap());
+        assert_eq!((at as i64 + 3 + 16 + disp as i64) as usize, 0x7000_0000);
+        let back = i32::from_le_bytes(s[3 + 25..3 + 29].try_into().unwrap());
+        assert_eq!((at as i64 + 3 + 29 + back as i64) as usize, 0x7100_0007);
     }
 
     #[test]

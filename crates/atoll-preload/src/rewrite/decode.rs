@@ -38,7 +38,7 @@ pub fn movable_len(code: &[u8]) -> Option<usize> {
     i += 1;
     match op {
         // mov $imm,%reg (not RAX): imm32, or imm64 with REX.W.
-        0xb9..=0xbf | 0xb8 if !(op == 0xb8 && !rex_b) => {
+        0xb8..=0xbf if op != 0xb8 || rex_b => {
             let imm = if rex_w { 8 } else { 4 };
             (code.len() >= i + imm).then_some(i + imm)
         }

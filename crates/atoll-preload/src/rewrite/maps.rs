@@ -152,7 +152,8 @@ mod tests {
 
     #[test]
     fn this_test_binarys_text_is_found_file_backed_and_not_writable() {
-        let here = this_test_binarys_text_is_found_file_backed_and_not_writable as usize;
+        let here =
+            this_test_binarys_text_is_found_file_backed_and_not_writable as *const () as usize;
         let m = mapping_of(here).unwrap();
         assert!(m.start <= here && here < m.end);
         assert!(m.exec && !m.write && m.inode != 0);

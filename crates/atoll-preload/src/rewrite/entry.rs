@@ -5,11 +5,13 @@
 //! untouched, and so must the entry, although atoll's dispatch and the libc
 //! functions it calls use vector registers freely (glibc's `memcpy` picks
 //! AVX2 or AVX-512 at run time). So the entry saves the general registers
-//! that carry arguments, the flags, and the whole extended state with
-//! `XSAVE` (x87, SSE, AVX, AVX-512, whatever `XCR0` enables: the size comes
-//! from CPUID leaf 0xD), on the program's stack below the red zone, as the
-//! kernel does for a signal frame; then it runs the same routing as the
-//! SIGSYS handler, and restores everything but RAX.
+//! that carry arguments, the flags, and the extended state that compiled
+//! code and libc may touch with `XSAVE` (x87, SSE, AVX, AVX-512 opmasks and
+//! upper registers, as far as `XCR0` enables them; not AMX tiles, protection
+//! keys or other state that neither atoll nor libc changes, which would
+//! cost 8 KiB of stack more), on the program's stack below the red zone, as
+//! the kernel does for a signal frame; then it runs the same routing as
+//! the SIGSYS handler, and restores everything but RAX.
 //!
 //! ```text
 //!  stub: lea -128(%rsp) ─ mov $nr,%eax ─ call entry
@@ -29,6 +31,11 @@ use crate::selector::{AtollGuard, ALLOW};
 /// Bytes of the `XSAVE` area, plus alignment room (0: no `XSAVE`, the
 /// entry must not be used).
 pub(super) static ATOLL_XSAVE_BYTES: AtomicU64 = AtomicU64::new(0);
+/// The state components saved: `XCR0` ∩ [`SAVED_COMPONENTS`].
+static ATOLL_XSAVE_MASK: AtomicU64 = AtomicU64::new(0);
+
+/// x87, SSE, AVX, AVX-512 opmask, ZMM_Hi256, Hi16_ZMM (bits 0-2, 5-7).
+const SAVED_COMPONENTS: u64 = 0xe7;
 
 core::arch::global_asm!(
     ".text",
@@ -63,15 +70,15 @@ core::arch::global_asm!(
     "    mov qword ptr [rsp + 552], rax",
     "    mov qword ptr [rsp + 560], rax",
     "    mov qword ptr [rsp + 568], rax",
-    "    mov eax, -1",
-    "    mov edx, -1",
+    "    mov eax, dword ptr [rip + {xsave_mask}]",
+    "    xor edx, edx",
     "    xsave64 [rsp]",
     "    mov rdi, r11",
     "    lea rsi, [rbp - 48]",
     "    call {handler}",
     "    mov r11, rax",
-    "    mov eax, -1",
-    "    mov edx, -1",
+    "    mov eax, dword ptr [rip + {xsave_mask}]",
+    "    xor edx, edx",
     "    xrstor64 [rsp]",
     "    mov rax, r11",
     "    lea rsp, [rbp - 48]",
@@ -86,6 +93,7 @@ core::arch::global_asm!(
     "    ret",
     ".size atoll_rewritten_entry, .-atoll_rewritten_entry",
     xsave_bytes = sym ATOLL_XSAVE_BYTES,
+    xsave_mask = sym ATOLL_XSAVE_MASK,
     handler = sym rewritten_syscall,
 );
 
@@ -98,22 +106,45 @@ pub fn address() -> usize {
     atoll_rewritten_entry as *const () as usize
 }
 
-/// Find the `XSAVE` area's size; false when the CPU or the kernel does not
-/// offer `XSAVE` (then sites are never rewritten).
+/// Find which state to save and the size of its `XSAVE` area; false when
+/// the CPU or the kernel does not offer `XSAVE` (then sites are never
+/// rewritten).
 pub fn init() -> bool {
     use core::arch::x86_64::__cpuid_count;
-    let leaf1 = __cpuid_count(1, 0);
-    let osxsave = leaf1.ecx & (1 << 27) != 0;
+    let osxsave = __cpuid_count(1, 0).ecx & (1 << 27) != 0;
     if !osxsave {
         return false;
     }
-    // EBX of leaf 0xD, sub-leaf 0: bytes for the features XCR0 enables.
-    let size = __cpuid_count(0xd, 0).ebx as u64;
-    if size < 576 {
-        return false;
+    let mask = xcr0() & SAVED_COMPONENTS;
+    // The legacy area and the header (576 bytes), then each component at
+    // the offset CPUID leaf 0xD gives (standard, non-compacted form).
+    let mut end = 576u64;
+    for i in 2..64 {
+        if mask & (1 << i) != 0 {
+            let leaf = __cpuid_count(0xd, i);
+            end = end.max(leaf.ebx as u64 + leaf.eax as u64);
+        }
     }
-    ATOLL_XSAVE_BYTES.store(size + 64, Ordering::Relaxed);
+    ATOLL_XSAVE_MASK.store(mask, Ordering::Relaxed);
+    ATOLL_XSAVE_BYTES.store(end + 64, Ordering::Relaxed);
     true
+}
+
+/// The state components the kernel enabled (`XGETBV` of `XCR0`).
+fn xcr0() -> u64 {
+    let (lo, hi): (u32, u32);
+    // SAFETY: XGETBV with ECX = 0 reads XCR0; callers checked OSXSAVE,
+    // without which it would fault.
+    unsafe {
+        core::arch::asm!(
+            "xgetbv",
+            in("ecx") 0,
+            out("eax") lo,
+            out("edx") hi,
+            options(nomem, nostack, preserves_flags),
+        );
+    }
+    (hi as u64) << 32 | lo as u64
 }
 
 /// The routing behind the entry. Hot path for every rewritten site.

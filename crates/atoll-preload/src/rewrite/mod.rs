@@ -392,6 +392,8 @@ mod tests {
     #[test]
     fn the_entry_finds_an_xsave_area_on_this_machine() {
         assert!(entry::init());
-        assert!(entry::ATOLL_XSAVE_BYTES.load(Ordering::Relaxed) >= 576 + 64);
+        let bytes = entry::ATOLL_XSAVE_BYTES.load(Ordering::Relaxed);
+        // SSE at least; AVX-512 at most (no AMX tiles).
+        assert!((576 + 64..=2688 + 64).contains(&bytes), "{bytes}");
     }
 }

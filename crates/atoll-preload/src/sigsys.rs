@@ -306,6 +306,12 @@ pub fn handle_without_context(nr: i64, mut args: [u64; 6]) -> i64 {
             atoll_client::before_exit();
             raw::syscall6(nr, args)
         }
+        libc::SYS_execve | libc::SYS_execveat => {
+            // From a rewritten site: the thread's mask is the program's
+            // already (the SIGSYS handler's arm restores it first).
+            stats::flush();
+            general(nr, args)
+        }
         libc::SYS_pselect6 if args[5] != 0 => {
             // 6th argument: pointer to { const sigset_t *ss; size_t ss_len }.
             // SAFETY: the program passed this pointer to pselect6, which

@@ -19,8 +19,8 @@
 //! Rules (a site that breaks one keeps trapping, which is always right):
 //! * the number is not one whose call changes stack or control flow or
 //!   needs the signal frame: `rt_sigreturn`, `clone`, `clone3`, `fork`,
-//!   `vfork`, `execve(at)`, `exit(_group)`, signals sent to oneself, masks,
-//!   `arch_prctl`, `prctl`, `seccomp` ([`keeps_trapping`]);
+//!   `vfork`, `exit`, signals sent to oneself, masks, `arch_prctl`,
+//!   `prctl`, `seccomp` ([`keeps_trapping`]);
 //! * the byte before the `mov` is not a REX prefix (then it would be a
 //!   `mov` to R8D…R15D), the immediate equals the trapped number, and the
 //!   bytes up to the `syscall` decode as instructions that neither name
@@ -88,8 +88,10 @@ pub fn enabled() -> bool {
 
 /// System calls whose sites are never rewritten: they change the stack or
 /// the flow of control (the entry would return to a frame that is gone or
-/// not yet there), or their handling needs the SIGSYS frame
-/// (`sigsys::handle`'s arms with a context).
+/// not yet there: `rt_sigreturn`, a clone child on its new stack), or
+/// their handling needs the SIGSYS frame (`sigsys::handle`'s arms with a
+/// context). `execve` and `exit_group` may be rewritten: they return only
+/// when they fail, into the entry's frame, which is still there.
 pub const fn keeps_trapping(nr: i64) -> bool {
     matches!(
         nr,
@@ -98,10 +100,7 @@ pub const fn keeps_trapping(nr: i64) -> bool {
             | libc::SYS_clone3
             | libc::SYS_fork
             | libc::SYS_vfork
-            | libc::SYS_execve
-            | libc::SYS_execveat
             | libc::SYS_exit
-            | libc::SYS_exit_group
             | libc::SYS_rt_sigprocmask
             | libc::SYS_kill
             | libc::SYS_tkill
@@ -377,14 +376,19 @@ mod tests {
             libc::SYS_rt_sigreturn,
             libc::SYS_clone3,
             libc::SYS_vfork,
-            libc::SYS_execve,
-            libc::SYS_exit_group,
+            libc::SYS_exit,
             libc::SYS_rt_sigprocmask,
             libc::SYS_tgkill,
         ] {
             assert!(keeps_trapping(nr), "{nr}");
         }
-        for nr in [libc::SYS_read, libc::SYS_openat, libc::SYS_newfstatat] {
+        for nr in [
+            libc::SYS_read,
+            libc::SYS_openat,
+            libc::SYS_newfstatat,
+            libc::SYS_execve,
+            libc::SYS_exit_group,
+        ] {
             assert!(!keeps_trapping(nr), "{nr}");
         }
     }

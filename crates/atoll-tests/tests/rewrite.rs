@@ -160,6 +160,21 @@ fn a_signal_storm_during_rewritten_pipe_reads_loses_no_byte() {
     }
 }
 
+/// Code in anonymous writable memory (a JIT's) keeps trapping: the JIT may
+/// rewrite it, as the probe does, changing the number of its site.
+#[test]
+fn a_jits_code_is_never_rewritten() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = probe(dir.path());
+    let linux = on_linux(&bin, "jit");
+    assert_eq!(linux, "jit getpid 100 getppid 100\n");
+    let traps = dir.path().join("traps");
+    let out = in_atoll(&bin, "jit", &[], &[], &traps);
+    assert_eq!(text(&out.stdout), linux);
+    assert!(count(&traps, &libc::SYS_getpid.to_string()) >= 100);
+    assert!(count(&traps, &libc::SYS_getppid.to_string()) >= 100);
+}
+
 #[test]
 fn status_says_which_mode_the_instance_runs_and_why() {
     let rewrite = Booted::new(&["--servers", "1"]);

@@ -8,7 +8,10 @@
  *   fork PATH    - a fork child runs the parent's rewritten sites; then
  *                  vfork + exec
  *   alarm        - a SIGALRM storm (its handler makes system calls through
- *                  a rewritten site) during reads of a pipe through one */
+ *                  a rewritten site) during reads of a pipe through one
+ *   jit          - a site in anonymous read-write-execute memory (as a JIT
+ *                  makes) is never rewritten: changing its number there
+ *                  takes effect at once */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -16,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -202,6 +206,22 @@ static int alarm_storm(void) {
     return 0;
 }
 
+static int jit(void) {
+    unsigned char *code = mmap(NULL, 4096, PROT_READ | PROT_WRITE | PROT_EXEC,
+                               MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (code == MAP_FAILED) return 1;
+    /* nop; mov $39,%eax; syscall; ret */
+    unsigned char body[] = {0x90, 0xb8, 39, 0, 0, 0, 0x0f, 0x05, 0xc3};
+    memcpy(code, body, sizeof body);
+    long (*f)(void) = (long (*)(void))code;
+    long pids = 0, ppids = 0;
+    for (int i = 0; i < 100; i++) pids += f() == getpid();
+    code[2] = 110; /* getppid */
+    for (int i = 0; i < 100; i++) ppids += f() == getppid();
+    printf("jit getpid %ld getppid %ld\n", pids, ppids);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc < 2) return 2;
@@ -210,5 +230,6 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "threads")) return threads(argv[2]);
     if (!strcmp(argv[1], "fork")) return forks(argv[2]);
     if (!strcmp(argv[1], "alarm")) return alarm_storm();
+    if (!strcmp(argv[1], "jit")) return jit();
     return 2;
 }

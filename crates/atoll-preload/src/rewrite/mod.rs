@@ -32,7 +32,10 @@
 //!   that crosses a line (about one site in sixteen) is rewritten only
 //!   while the process has a single thread: no other code runs then (this
 //!   thread's program handlers are deferred while atoll code runs, and no
-//!   thread can appear meanwhile), so two stores are as good as one;
+//!   thread can appear meanwhile), so two stores are as good as one (a
+//!   process sharing memory without being a thread, `CLONE_VM` without
+//!   `CLONE_THREAD`, is not counted: glibc never makes one, and SUD does
+//!   not watch it anyway, see `sigsys::CloneKind::Unmonitored`);
 //! * the code is in a private, file-backed, read-and-execute mapping (a
 //!   library or program text): never a JIT's anonymous or writable code,
 //!   which it may rewrite or free; during the store the page is
@@ -206,27 +209,33 @@ fn rewrite(c: &Candidate, resume: usize, nr: u32) -> Result<(), &'static str> {
     if !(m.read && m.exec && !m.write && m.private && m.inode != 0) || resume > m.end {
         return Err("not read-execute file-backed text");
     }
-    let stub = stubs::make(resume, nr, entry::address(), &c.moved[..c.moved_len])
-        .ok_or("no stub in reach")?;
-    let mut jmp = [0u8; 5];
-    jmp[0] = JMP_REL32;
-    jmp[1..].copy_from_slice(&stubs::rel32(mov + 5, stub).to_le_bytes());
+    let window = window(mov);
+    if window.is_none() && !single_threaded() {
+        return Err("a mov across cache lines, and other threads");
+    }
     let page = (mov & !(PAGE - 1)) as u64;
     let rwx = (libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC) as u64;
     let rx = (libc::PROT_READ | libc::PROT_EXEC) as u64;
     if raw::syscall(libc::SYS_mprotect, &[page, PAGE as u64, rwx]) != 0 {
         return Err("mprotect refused");
     }
-    let stored = match window(mov) {
-        Some(w) => store_in_window(w, mov, &jmp),
-        None if single_threaded() => store_alone(mov, &jmp),
+    let stored = match stubs::make(resume, nr, entry::address(), &c.moved[..c.moved_len]) {
+        Some(stub) => {
+            let mut jmp = [0u8; 5];
+            jmp[0] = JMP_REL32;
+            jmp[1..].copy_from_slice(&stubs::rel32(mov + 5, stub).to_le_bytes());
+            match window {
+                Some(w) => store_in_window(w, mov, &jmp),
+                None => store_alone(mov, &jmp),
+            }
+        }
         None => false,
     };
     raw::syscall(libc::SYS_mprotect, &[page, PAGE as u64, rx]);
     if stored {
         Ok(())
     } else {
-        Err("code changed under us, or a mov across cache lines with threads")
+        Err("no stub in reach, or the code changed under us")
     }
 }
 

@@ -160,6 +160,23 @@ fn a_signal_storm_during_rewritten_pipe_reads_loses_no_byte() {
     }
 }
 
+/// Two paths share one `syscall` instruction: the one whose `mov $39,%eax`
+/// stands just before it is rewritten; the other jumps straight to the
+/// `syscall` with 110 in EAX and must still get `getppid`, every time
+/// (the `syscall` bytes are never changed, so it traps as before).
+#[test]
+fn a_path_that_jumps_straight_to_a_rewritten_syscall_keeps_its_number() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = probe(dir.path());
+    let linux = on_linux(&bin, "shared");
+    assert_eq!(linux, "shared getpid 100 getppid 100\n");
+    let traps = dir.path().join("traps");
+    let out = in_atoll(&bin, "shared", &[], &[], &traps);
+    assert_eq!(text(&out.stdout), linux);
+    assert!(count(&traps, &libc::SYS_getppid.to_string()) >= 100);
+    assert!(count(&traps, &libc::SYS_getpid.to_string()) <= 3);
+}
+
 /// Code in anonymous writable memory (a JIT's) keeps trapping: the JIT may
 /// rewrite it, as the probe does, changing the number of its site.
 #[test]

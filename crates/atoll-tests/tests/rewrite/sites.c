@@ -9,6 +9,9 @@
  *                  vfork + exec
  *   alarm        - a SIGALRM storm (its handler makes system calls through
  *                  a rewritten site) during reads of a pipe through one
+ *   shared       - two paths share one `syscall`: one sets EAX just before
+ *                  it (rewritten), the other jumps to it with another
+ *                  number (must keep its own number)
  *   jit          - a site in anonymous read-write-execute memory (as a JIT
  *                  makes) is never rewritten: changing its number there
  *                  takes effect at once */
@@ -206,6 +209,31 @@ static int alarm_storm(void) {
     return 0;
 }
 
+static long shared_site(int other) {
+    long r;
+    asm volatile("test %%edi, %%edi\n\t"
+                 "jz 2f\n\t"
+                 "mov $110, %%eax\n\t" /* getppid, straight to the syscall */
+                 "jmp 1f\n\t"
+                 "2: nop\n\t"
+                 "mov $39, %%eax\n\t" /* getpid: the rewritten site */
+                 "1: syscall"
+                 : "=a"(r)
+                 : "D"(other)
+                 : "rcx", "r11", "memory");
+    return r;
+}
+
+static int shared(void) {
+    long pids = 0, ppids = 0;
+    for (int i = 0; i < 100; i++) {
+        pids += shared_site(0) == getpid();
+        ppids += shared_site(1) == getppid();
+    }
+    printf("shared getpid %ld getppid %ld\n", pids, ppids);
+    return 0;
+}
+
 static int jit(void) {
     unsigned char *code = mmap(NULL, 4096, PROT_READ | PROT_WRITE | PROT_EXEC,
                                MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -231,5 +259,6 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "fork")) return forks(argv[2]);
     if (!strcmp(argv[1], "alarm")) return alarm_storm();
     if (!strcmp(argv[1], "jit")) return jit();
+    if (!strcmp(argv[1], "shared")) return shared();
     return 2;
 }

@@ -122,6 +122,7 @@ fn start() {
 /// Rewrite trapped sites in this process? `ATOLL_SYSCALL_REWRITE=off`
 /// says no for this program; otherwise a client follows its instance
 /// (`--syscall-sites`), and the self-test only when asked with `auto`.
+#[cfg_attr(test, allow(dead_code))]
 fn wants_rewriting(mode: Mode, setting: Option<&[u8]>) -> bool {
     match (setting, mode) {
         (Some(b"off"), _) => false,
@@ -148,3 +149,18 @@ extern "C" fn atoll_preload_init() {
 #[used]
 #[link_section = ".init_array"]
 static INIT: extern "C" fn() = atoll_preload_init;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn off_wins_and_the_self_test_rewrites_only_when_asked() {
+        assert!(!wants_rewriting(Mode::Client, Some(b"off")));
+        assert!(!wants_rewriting(Mode::SelfTest, Some(b"off")));
+        assert!(wants_rewriting(Mode::SelfTest, Some(b"auto")));
+        assert!(!wants_rewriting(Mode::SelfTest, None));
+        // No instance in this test binary: a client would ask it.
+        assert!(!wants_rewriting(Mode::Client, Some(b"auto")));
+    }
+}

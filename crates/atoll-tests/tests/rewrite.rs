@@ -160,6 +160,21 @@ fn a_signal_storm_during_rewritten_pipe_reads_loses_no_byte() {
     }
 }
 
+/// Threads rewrite fresh sites while the main thread forks: a child born
+/// while another thread held the rewrite lock starts with it free, and
+/// every child runs every site right (rewritten or not at its fork).
+#[test]
+fn forks_while_other_threads_rewrite_sites_leave_children_working() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = probe(dir.path());
+    let linux = on_linux(&bin, "forkrace");
+    assert_eq!(linux, "forkrace bad 0 children ok 20\n");
+    for _ in 0..5 {
+        let out = in_atoll(&bin, "forkrace", &[], &[], &dir.path().join("t"));
+        assert_eq!(text(&out.stdout), linux);
+    }
+}
+
 /// Two paths share one `syscall` instruction: the one whose `mov $39,%eax`
 /// stands just before it is rewritten; the other jumps straight to the
 /// `syscall` with 110 in EAX and must still get `getppid`, every time

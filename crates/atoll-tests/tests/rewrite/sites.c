@@ -12,6 +12,9 @@
  *   shared       - two paths share one `syscall`: one sets EAX just before
  *                  it (rewritten), the other jumps to it with another
  *                  number (must keep its own number)
+ *   forkrace     - threads rewrite 64 fresh sites while the main thread
+ *                  forks; each child runs all of them (a fork that lands
+ *                  while another thread holds the rewrite lock)
  *   jit          - a site in anonymous read-write-execute memory (as a JIT
  *                  makes) is never rewritten: changing its number there
  *                  takes effect at once */
@@ -234,6 +237,51 @@ static int shared(void) {
     return 0;
 }
 
+#define SITE(n)                                                              \
+    static __attribute__((noinline)) long site##n(void) {                    \
+        long r;                                                               \
+        asm volatile("nop\n\tmov $39, %%eax\n\tsyscall" : "=a"(r)::"rcx", "r11", \
+                     "memory");                                               \
+        return r;                                                             \
+    }
+#define SITES8(n) SITE(n##0) SITE(n##1) SITE(n##2) SITE(n##3) SITE(n##4) SITE(n##5) SITE(n##6) SITE(n##7)
+SITES8(1) SITES8(2) SITES8(3) SITES8(4) SITES8(5) SITES8(6) SITES8(7) SITES8(8)
+#define REF8(n) site##n##0, site##n##1, site##n##2, site##n##3, site##n##4, site##n##5, site##n##6, site##n##7
+static long (*const many[64])(void) = {REF8(1), REF8(2), REF8(3), REF8(4),
+                                       REF8(5), REF8(6), REF8(7), REF8(8)};
+
+static long race_bad_sites;
+
+static void *site_runner(void *arg) {
+    long first = (long)arg, bad = 0;
+    for (int round = 0; round < 50; round++)
+        for (int i = 0; i < 64; i++)
+            if (many[(i + first * 16) % 64]() != getpid()) bad++;
+    __atomic_add_fetch(&race_bad_sites, bad, __ATOMIC_RELAXED);
+    return NULL;
+}
+
+static int forkrace(void) {
+    pthread_t t[3];
+    for (long i = 0; i < 3; i++) pthread_create(&t[i], NULL, site_runner, (void *)i);
+    int children_ok = 0;
+    for (int k = 0; k < 20; k++) {
+        pid_t c = fork();
+        if (c == 0) {
+            long bad = 0;
+            for (int i = 0; i < 64; i++)
+                if (many[i]() != getpid()) bad++;
+            _exit(bad == 0 ? 0 : 1);
+        }
+        int st;
+        waitpid(c, &st, 0);
+        if (WIFEXITED(st) && WEXITSTATUS(st) == 0) children_ok++;
+    }
+    for (int i = 0; i < 3; i++) pthread_join(t[i], NULL);
+    printf("forkrace bad %ld children ok %d\n", race_bad_sites, children_ok);
+    return 0;
+}
+
 static int jit(void) {
     unsigned char *code = mmap(NULL, 4096, PROT_READ | PROT_WRITE | PROT_EXEC,
                                MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -260,5 +308,6 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "alarm")) return alarm_storm();
     if (!strcmp(argv[1], "jit")) return jit();
     if (!strcmp(argv[1], "shared")) return shared();
+    if (!strcmp(argv[1], "forkrace")) return forkrace();
     return 2;
 }

@@ -351,8 +351,13 @@ impl Drop for Lock {
 /// thread held at the fork is free now. What it guarded is whole: a stub
 /// is complete before it is counted, and the 8-byte store is atomic (a
 /// page left read-write-execute by an unfinished rewrite stays so).
+/// The refused sites are forgotten too: a `mov` across cache lines refused
+/// for the parent's threads may be rewritten in the child, alone.
 pub fn after_fork_in_child() {
     LOCKED.store(false, Ordering::Release);
+    for r in REFUSED.iter() {
+        r.store(0, Ordering::Relaxed);
+    }
 }
 
 #[cfg(test)]

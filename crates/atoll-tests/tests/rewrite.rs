@@ -76,15 +76,15 @@ fn a_trapping_site_traps_once_then_calls_atoll_directly() {
 
     let out = in_atoll(&bin, "count", &[], &[], &traps);
     assert_eq!(text(&out.stdout), linux);
-    // One trap per site (the probe's and glibc's getpid), and one more at
-    // most for a shell's own getpid.
+    // One trap per site (the probe's and glibc's getpid; the shell before
+    // its exec has sites of its own), against a thousand when trapping.
     assert!(
         count(&traps, &pread) <= 1,
         "{:?}",
         std::fs::read_to_string(&traps)
     );
     assert!(
-        count(&traps, &getpid) <= 3,
+        count(&traps, &getpid) <= 5,
         "{:?}",
         std::fs::read_to_string(&traps)
     );
@@ -189,7 +189,7 @@ fn a_path_that_jumps_straight_to_a_rewritten_syscall_keeps_its_number() {
     let out = in_atoll(&bin, "shared", &[], &[], &traps);
     assert_eq!(text(&out.stdout), linux);
     assert!(count(&traps, &libc::SYS_getppid.to_string()) >= 100);
-    assert!(count(&traps, &libc::SYS_getpid.to_string()) <= 3);
+    assert!(count(&traps, &libc::SYS_getpid.to_string()) <= 5);
 }
 
 /// Code in anonymous writable memory (a JIT's) keeps trapping: the JIT may

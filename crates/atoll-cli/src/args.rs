@@ -159,6 +159,13 @@ pub struct InstanceArgs {
     #[arg(long, value_name = "POLICY", default_value = "hashed",
           value_parser = ["hashed", "round-robin", "closest", "shortest-queue"])]
     pub fleet_policy: String,
+    /// What programs do with a `syscall` instruction that traps through
+    /// Syscall User Dispatch: `rewrite` it, the first time, into a call of
+    /// atoll's entry (no signal afterwards) where the site allows, or
+    /// `trap` every time
+    #[arg(long, value_name = "rewrite|trap", default_value = "rewrite",
+          value_parser = ["rewrite", "trap"])]
+    pub syscall_sites: String,
     /// Root directory for instance runtime directories [default:
     /// $XDG_RUNTIME_DIR/atoll or /tmp/atoll-$UID]
     #[arg(long, value_name = "DIR")]

@@ -122,6 +122,7 @@ impl SystemFactory for AtollFactory {
                 distribute: Vec::new(),
                 adaptive_dirs: false,
                 fs_policy: Default::default(),
+                syscall_sites: Default::default(),
                 // The largest trees (`--size full`, dense: 440 000 files)
                 // need more than the default one inode per 8 KiB; the
                 // tmpfs beside it has the host's default (half the RAM's

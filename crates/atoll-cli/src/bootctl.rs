@@ -129,6 +129,7 @@ mod tests {
             health: vec![],
             island: "copy".into(),
             fs_policy: Default::default(),
+            ..Default::default()
         };
         let (path, h) = fake_instance(t.path(), BootReply::Status(st));
         let got = status(&path).unwrap();

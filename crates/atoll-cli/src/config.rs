@@ -95,6 +95,11 @@ fn plan_with_cores(args: &InstanceArgs, cores: &[usize]) -> Result<Plan, UsageEr
                 ))
             })?,
             inodes: args.inodes,
+            syscall_sites: if args.syscall_sites == "trap" {
+                atoll_proto::boot::SyscallSites::Trap
+            } else {
+                atoll_proto::boot::SyscallSites::Rewrite
+            },
             runtime_root: args
                 .runtime_dir
                 .clone()

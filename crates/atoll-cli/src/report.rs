@@ -317,6 +317,13 @@ pub fn status_text(st: &InstanceStatus, rec: &InstanceRecord) -> String {
     );
     let _ = writeln!(out, "mount        {}", st.mount);
     let _ = writeln!(out, "island       {}", island(st));
+    if !st.syscall_sites.is_empty() {
+        let _ = writeln!(
+            out,
+            "syscalls     {}: {}",
+            st.syscall_sites, st.syscall_sites_why
+        );
+    }
     let _ = writeln!(
         out,
         "servers      {}  on cores {}",
@@ -622,6 +629,9 @@ pub fn status_json(st: &InstanceStatus, rec: &InstanceRecord) -> serde_json::Val
         "clients": st.clients,
         "lanes": st.lanes,
         "island": island(st),
+        // `rewrite` or `trap` (`--syscall-sites`), and why.
+        "syscall_sites": st.syscall_sites,
+        "syscall_sites_why": st.syscall_sites_why,
         "transfers": total_transfers(&st.servers),
         "client_transfers": client_transfers(st),
         "pool": pool_json(&st.servers),

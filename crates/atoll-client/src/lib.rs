@@ -118,6 +118,13 @@ pub(crate) enum Out {
     Rehost(walk::HostPath),
 }
 
+/// Do the instance's clients rewrite trapped system-call sites
+/// (`--syscall-sites`)? False when this process is no client.
+pub fn rewrites_syscall_sites() -> bool {
+    session::client()
+        .is_some_and(|c| c.info.syscall_sites == atoll_proto::boot::SyscallSites::Rewrite)
+}
+
 /// Join the instance named by `ATOLL_SOCKET` (or restore the session
 /// inherited across `execve`). Returns false when this process is not an
 /// atoll client; every later call then answers `Dispatch::Host`.

@@ -56,6 +56,12 @@ pub fn init() -> bool {
     catch_unwind(atoll_client::init).unwrap_or(false)
 }
 
+/// Does the instance want trapped sites rewritten (`--syscall-sites`)?
+#[cfg_attr(test, allow(dead_code))]
+pub fn rewrites_syscall_sites() -> bool {
+    mode() == Mode::Client && catch_unwind(atoll_client::rewrites_syscall_sites).unwrap_or(false)
+}
+
 /// Cheap pre-filter for the trap path (see `atoll_client::may_concern`).
 /// Hot path.
 #[inline]
@@ -156,6 +162,7 @@ pub fn fork_parent(prep: ForkPrep, child: i64) {
 }
 
 pub fn fork_child(prep: ForkPrep) {
+    crate::rewrite::after_fork_in_child();
     if let ForkPrep(Some(p)) = prep {
         let _ = catch_unwind(AssertUnwindSafe(|| atoll_client::fork_child(p)));
     }

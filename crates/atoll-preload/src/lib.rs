@@ -15,6 +15,8 @@
 //! * `selector` — the per-thread SUD selector byte, which doubles as the
 //!   "atoll code is running on this thread" flag; `region` finds our own
 //!   text (always allowed by SUD).
+//! * `rewrite` — sites whose `syscall` trapped are rewritten, the first
+//!   time, into calls of atoll's entry (no signal afterwards).
 //! * `client` — the single door to `atoll-client` (mode, dispatch, fork
 //!   hooks); `stats` counts traps; `raw` issues system calls from our text.
 //!
@@ -26,6 +28,7 @@
 mod client;
 mod raw;
 mod region;
+mod rewrite;
 mod selector;
 mod sigdefer;
 mod sigfix;
@@ -110,6 +113,23 @@ fn start() {
     if r == 0 && mode == Mode::Client {
         sigdefer::claim_faults();
     }
+    if r == 0 {
+        let on = rewrite::configure(wants_rewriting(mode, env(rewrite::ENV_REWRITE)));
+        sigsys::debug(&[b"rewriting trapped sites (1 = on)"], &[on as i64]);
+    }
+}
+
+/// Rewrite trapped sites in this process? `ATOLL_SYSCALL_REWRITE=off`
+/// says no for this program; otherwise a client follows its instance
+/// (`--syscall-sites`), and the self-test only when asked with `auto`.
+#[cfg_attr(test, allow(dead_code))]
+fn wants_rewriting(mode: Mode, setting: Option<&[u8]>) -> bool {
+    match (setting, mode) {
+        (Some(b"off"), _) => false,
+        (_, Mode::Client) => client::rewrites_syscall_sites(),
+        (Some(b"auto"), Mode::SelfTest) => true,
+        _ => false,
+    }
 }
 
 /// Is this process a program run by valgrind? Its core preload is then in
@@ -129,3 +149,18 @@ extern "C" fn atoll_preload_init() {
 #[used]
 #[link_section = ".init_array"]
 static INIT: extern "C" fn() = atoll_preload_init;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn off_wins_and_the_self_test_rewrites_only_when_asked() {
+        assert!(!wants_rewriting(Mode::Client, Some(b"off")));
+        assert!(!wants_rewriting(Mode::SelfTest, Some(b"off")));
+        assert!(wants_rewriting(Mode::SelfTest, Some(b"auto")));
+        assert!(!wants_rewriting(Mode::SelfTest, None));
+        // No instance in this test binary: a client would ask it.
+        assert!(!wants_rewriting(Mode::Client, Some(b"auto")));
+    }
+}

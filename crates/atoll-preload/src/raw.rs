@@ -152,6 +152,11 @@ impl<const N: usize> StackBuf<N> {
         self.len += n;
     }
 
+    /// Drop the last byte, if any.
+    pub fn pop(&mut self) {
+        self.len = self.len.saturating_sub(1);
+    }
+
     /// Append an unsigned number in decimal.
     pub fn push_u64(&mut self, mut v: u64) {
         let mut digits = [0u8; 20];

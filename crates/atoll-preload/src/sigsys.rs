@@ -35,6 +35,7 @@ use core::sync::atomic::{AtomicBool, Ordering};
 
 use crate::client::{self, Dispatch, ForkPrep, Mode};
 use crate::raw::{self, StackBuf};
+use crate::rewrite;
 use crate::selector::{self, AtollGuard, BLOCK};
 use crate::sigdefer;
 use crate::sigfix::{self, KSigaction, VirtualAction, KSIGSET_SIZE};
@@ -202,6 +203,8 @@ unsafe extern "C" fn on_sigsys(sig: libc::c_int, info: *mut libc::siginfo_t, ucv
     ];
     stats::count(nr);
     atoll_client::count_trap();
+    // The next run of this site may call atoll without a trap.
+    rewrite::on_trap(nr, uc.uc_mcontext.gregs[libc::REG_RIP as usize] as usize);
     let ret = handle(nr, args, uc);
     debug(&[b"trap"], &[nr, ret]);
     uc.uc_mcontext.gregs[libc::REG_RAX as usize] = ret;
@@ -252,10 +255,11 @@ unsafe fn foreign_sigsys(
     }
 }
 
-/// Route one trapped system call; returns the value for RAX.
-fn handle(nr: i64, mut args: [u64; 6], uc: &mut libc::ucontext_t) -> i64 {
+/// Route one trapped system call; returns the value for RAX. The arms
+/// here need the SIGSYS frame (`uc`, or the mask sigreturn restores), so
+/// their sites are never rewritten (`rewrite::keeps_trapping`).
+fn handle(nr: i64, args: [u64; 6], uc: &mut libc::ucontext_t) -> i64 {
     match nr {
-        libc::SYS_rt_sigaction => sig_action(args),
         libc::SYS_rt_sigprocmask => sigprocmask_in_context(args, uc),
         libc::SYS_kill
         | libc::SYS_tkill
@@ -284,14 +288,29 @@ fn handle(nr: i64, mut args: [u64; 6], uc: &mut libc::ucontext_t) -> i64 {
         libc::SYS_clone | libc::SYS_clone3 | libc::SYS_fork | libc::SYS_vfork => {
             clone_any(nr, args, uc)
         }
+        libc::SYS_execve | libc::SYS_execveat => {
+            stats::flush();
+            exec_with_program_mask(nr, args, uc)
+        }
+        _ => handle_without_context(nr, args),
+    }
+}
+
+/// Route a system call that needs no signal frame: from the SIGSYS
+/// handler, or from a rewritten site's entry (`rewrite`). Hot path.
+pub fn handle_without_context(nr: i64, mut args: [u64; 6]) -> i64 {
+    match nr {
+        libc::SYS_rt_sigaction => sig_action(args),
         libc::SYS_exit_group => {
             stats::flush();
             atoll_client::before_exit();
             raw::syscall6(nr, args)
         }
         libc::SYS_execve | libc::SYS_execveat => {
+            // From a rewritten site: the thread's mask is the program's
+            // already (the SIGSYS handler's arm restores it first).
             stats::flush();
-            exec_with_program_mask(nr, args, uc)
+            general(nr, args)
         }
         libc::SYS_pselect6 if args[5] != 0 => {
             // 6th argument: pointer to { const sigset_t *ss; size_t ss_len }.

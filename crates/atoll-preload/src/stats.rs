@@ -19,6 +19,10 @@ use crate::raw::{self, StackBuf};
 pub const SLOTS: usize = 512;
 
 static COUNTS: [AtomicU64; SLOTS] = [const { AtomicU64::new(0) }; SLOTS];
+/// Calls that went through rewritten sites (`rewrite`), and sites this
+/// process rewrote: written as `direct:N` and `sites:N` after the counts.
+static DIRECT: AtomicU64 = AtomicU64::new(0);
+static SITES: AtomicU64 = AtomicU64::new(0);
 
 /// NUL-terminated path from `ATOLL_TRAP_STATS`, copied at start-up so the
 /// exit path needs neither getenv nor malloc.
@@ -36,6 +40,17 @@ pub fn count(nr: i64) {
     COUNTS[slot].fetch_add(1, Ordering::Relaxed);
 }
 
+/// Count one call through a rewritten site. Hot path.
+#[inline]
+pub fn count_direct() {
+    DIRECT.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Count one site rewritten.
+pub fn count_site() {
+    SITES.fetch_add(1, Ordering::Relaxed);
+}
+
 /// Copy the counters into `out` (up to its length); returns how many slots
 /// were written.
 pub fn snapshot(out: &mut [u64]) -> usize {
@@ -51,6 +66,8 @@ pub fn reset() {
     for c in COUNTS.iter() {
         c.store(0, Ordering::Relaxed);
     }
+    DIRECT.store(0, Ordering::Relaxed);
+    SITES.store(0, Ordering::Relaxed);
 }
 
 /// Remember where to append stats. Called once from the constructor.
@@ -101,7 +118,20 @@ pub fn flush() {
     }
     let mut line = StackBuf::<8192>::default();
     let pid = raw::syscall(libc::SYS_getpid, &[]);
-    if !format_line(pid, &counts, &mut line) {
+    let direct = DIRECT.swap(0, Ordering::Relaxed);
+    let sites = SITES.swap(0, Ordering::Relaxed);
+    let mut any = format_line(pid, &counts, &mut line);
+    if direct + sites > 0 {
+        // Before the newline; readers skip tokens whose key is no number.
+        line.pop();
+        line.push(b" direct:");
+        line.push_u64(direct);
+        line.push(b" sites:");
+        line.push_u64(sites);
+        line.push(b"\n");
+        any = true;
+    }
+    if !any {
         return;
     }
     let path = core::ptr::addr_of!(PATH) as u64;

@@ -41,6 +41,7 @@ fn boot() -> Booted {
         distribute: vec![],
         adaptive_dirs: false,
         fs_policy: Default::default(),
+        syscall_sites: Default::default(),
         inodes: None,
         runtime_root: root.path().to_path_buf(),
     };

@@ -83,6 +83,40 @@ impl Island {
     }
 }
 
+/// What clients do with a `syscall` instruction that traps through
+/// Syscall User Dispatch (`atoll run --syscall-sites`).
+#[derive(Serialize, Deserialize, Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub enum SyscallSites {
+    /// Rewrite the site, the first time it traps, to call atoll directly
+    /// (when its number is a constant set just before it; others trap).
+    #[default]
+    Rewrite,
+    /// Every such call traps (a signal each time).
+    Trap,
+}
+
+impl SyscallSites {
+    /// The name `--syscall-sites` takes and `atoll status` shows.
+    pub fn name(self) -> &'static str {
+        match self {
+            SyscallSites::Rewrite => "rewrite",
+            SyscallSites::Trap => "trap",
+        }
+    }
+
+    /// Why the mode is what it is, for `atoll status`.
+    pub fn why(self) -> &'static str {
+        match self {
+            SyscallSites::Rewrite => {
+                "sites `mov $nr,%eax; syscall` jump to per-site stubs mapped near the code \
+                 (no page 0 needed); other sites, and programs run with \
+                 ATOLL_SYSCALL_REWRITE=off, trap"
+            }
+            SyscallSites::Trap => "--syscall-sites trap: every trapped call raises SIGSYS",
+        }
+    }
+}
+
 /// Techniques that can be switched off for ablation (Hare §5.4).
 #[derive(Serialize, Deserialize, Clone, Copy, PartialEq, Eq, Debug, Default)]
 pub struct Without {
@@ -123,6 +157,9 @@ pub struct InstanceInfo {
     /// object that may live on any: pipes, notification queues.
     #[serde(default)]
     pub fs_policy: atoll_names::Policy,
+    /// Whether clients rewrite trapped system-call sites.
+    #[serde(default)]
+    pub syscall_sites: SyscallSites,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug)]
@@ -258,6 +295,12 @@ pub struct InstanceStatus {
     /// The file-server fleet's policy (`InstanceInfo::fs_policy`).
     #[serde(default)]
     pub fs_policy: atoll_names::Policy,
+    /// What clients do with trapped system-call sites (`rewrite` or
+    /// `trap`, `--syscall-sites`) and why.
+    #[serde(default)]
+    pub syscall_sites: String,
+    #[serde(default)]
+    pub syscall_sites_why: String,
 }
 
 /// Largest bootstrap packet.

@@ -542,6 +542,8 @@ impl Boot {
             poll: format!("{:?}", self.p.info.poll).to_lowercase(),
             island: self.p.info.island.name().to_string(),
             fs_policy: self.p.info.fs_policy,
+            syscall_sites: self.p.info.syscall_sites.name().to_string(),
+            syscall_sites_why: self.p.info.syscall_sites.why().to_string(),
             sessions: self
                 .conns
                 .values()

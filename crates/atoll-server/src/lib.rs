@@ -76,6 +76,8 @@ pub struct InstanceConfig {
     /// Inode limit (`--inodes`); `None`: one per 8 KiB of `memory`, as
     /// tmpfs (`fs::limits`).
     pub inodes: Option<u64>,
+    /// What clients do with trapped system-call sites (`--syscall-sites`).
+    pub syscall_sites: atoll_proto::boot::SyscallSites,
     /// Parent directory for runtime directories (default `$XDG_RUNTIME_DIR/atoll`
     /// or `/tmp/atoll-$UID`).
     pub runtime_root: PathBuf,
@@ -180,6 +182,7 @@ impl Instance {
             without: config.without,
             distribute: config.distribute.clone(),
             fs_policy: config.fs_policy,
+            syscall_sites: config.syscall_sites,
             // Creation affinity (Hare §3.7.5) needs each server's socket.
             topology: Topology::from_sysfs(
                 &Topology::sysfs_root(),

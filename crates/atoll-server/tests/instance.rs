@@ -31,6 +31,7 @@ fn config(root: &Path, servers: usize) -> InstanceConfig {
         distribute: vec![],
         adaptive_dirs: false,
         fs_policy: Default::default(),
+        syscall_sites: Default::default(),
         inodes: None,
         runtime_root: root.to_path_buf(),
     }

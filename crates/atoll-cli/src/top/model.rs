@@ -360,6 +360,7 @@ mod tests {
             health: vec![],
             island: String::new(),
             fs_policy: Default::default(),
+            ..Default::default()
         }
     }
 

@@ -42,6 +42,7 @@ pub fn env_with(servers: usize) -> &'static Env {
             distribute: vec!["dist".to_string()],
             adaptive_dirs: false,
             fs_policy: Default::default(),
+            syscall_sites: Default::default(),
             inodes: None,
             runtime_root: dir.path().to_path_buf(),
         })

@@ -1,0 +1,171 @@
+//! The entry of rewritten sites: a function call that behaves like the
+//! `syscall` instruction it replaces.
+//!
+//! A `syscall` leaves every register but RAX (the result), RCX and R11
+//! untouched, and so must the entry, although atoll's dispatch and the libc
+//! functions it calls use vector registers freely (glibc's `memcpy` picks
+//! AVX2 or AVX-512 at run time). So the entry saves the general registers
+//! that carry arguments, the flags, and the extended state that compiled
+//! code and libc may touch with `XSAVE` (x87, SSE, AVX, AVX-512 opmasks and
+//! upper registers, as far as `XCR0` enables them; not AMX tiles, protection
+//! keys or other state that neither atoll nor libc changes, which would
+//! cost 8 KiB of stack more), on the program's stack below the red zone, as
+//! the kernel does for a signal frame; then it runs the same routing as
+//! the SIGSYS handler, and restores everything but RAX.
+//!
+//! ```text
+//!  stub: lea -128(%rsp) ─ mov $nr,%eax ─ call entry
+//!  atoll_rewritten_entry: save flags, args, XSAVE area ─ rewritten_syscall
+//!     ├─ selector was ALLOW (atoll's own libc call): the raw system call,
+//!     │  as SUD would have let it through
+//!     └─ AtollGuard ─ save errno ─ sigsys::handle_without_context ─ errno
+//!        back ─ guard drop (deferred program signals delivered there)
+//!  XRSTOR ─ restore args and flags ─ ret to the stub ─ jmp after the site
+//! ```
+
+use core::sync::atomic::{AtomicU64, Ordering};
+
+use crate::raw;
+use crate::selector::{AtollGuard, ALLOW};
+
+/// Bytes of the `XSAVE` area, plus alignment room (0: no `XSAVE`, the
+/// entry must not be used).
+pub(super) static ATOLL_XSAVE_BYTES: AtomicU64 = AtomicU64::new(0);
+/// The state components saved: `XCR0` ∩ [`SAVED_COMPONENTS`].
+static ATOLL_XSAVE_MASK: AtomicU64 = AtomicU64::new(0);
+
+/// x87, SSE, AVX, AVX-512 opmask, ZMM_Hi256, Hi16_ZMM (bits 0-2, 5-7).
+const SAVED_COMPONENTS: u64 = 0xe7;
+
+core::arch::global_asm!(
+    ".text",
+    ".globl atoll_rewritten_entry",
+    ".hidden atoll_rewritten_entry",
+    ".type atoll_rewritten_entry,@function",
+    ".p2align 4",
+    "atoll_rewritten_entry:",
+    "    pushfq",
+    "    push rbp",
+    "    mov rbp, rsp",
+    // The six arguments, as an array [rdi, rsi, rdx, r10, r8, r9] at rbp-48.
+    "    push r9",
+    "    push r8",
+    "    push r10",
+    "    push rdx",
+    "    push rsi",
+    "    push rdi",
+    "    cld",
+    "    mov r11, rax",
+    "    mov rcx, qword ptr [rip + {xsave_bytes}]",
+    "    sub rsp, rcx",
+    "    and rsp, -64",
+    // XRSTOR faults unless the XSAVE header's reserved bytes are zero,
+    // and XSAVE writes only its first word.
+    "    xor eax, eax",
+    "    mov qword ptr [rsp + 512], rax",
+    "    mov qword ptr [rsp + 520], rax",
+    "    mov qword ptr [rsp + 528], rax",
+    "    mov qword ptr [rsp + 536], rax",
+    "    mov qword ptr [rsp + 544], rax",
+    "    mov qword ptr [rsp + 552], rax",
+    "    mov qword ptr [rsp + 560], rax",
+    "    mov qword ptr [rsp + 568], rax",
+    "    mov eax, dword ptr [rip + {xsave_mask}]",
+    "    xor edx, edx",
+    "    xsave64 [rsp]",
+    "    mov rdi, r11",
+    "    lea rsi, [rbp - 48]",
+    "    call {handler}",
+    "    mov r11, rax",
+    "    mov eax, dword ptr [rip + {xsave_mask}]",
+    "    xor edx, edx",
+    "    xrstor64 [rsp]",
+    "    mov rax, r11",
+    "    lea rsp, [rbp - 48]",
+    "    pop rdi",
+    "    pop rsi",
+    "    pop rdx",
+    "    pop r10",
+    "    pop r8",
+    "    pop r9",
+    "    pop rbp",
+    "    popfq",
+    "    ret",
+    ".size atoll_rewritten_entry, .-atoll_rewritten_entry",
+    xsave_bytes = sym ATOLL_XSAVE_BYTES,
+    xsave_mask = sym ATOLL_XSAVE_MASK,
+    handler = sym rewritten_syscall,
+);
+
+extern "C" {
+    fn atoll_rewritten_entry();
+}
+
+/// Address the stubs call.
+pub fn address() -> usize {
+    atoll_rewritten_entry as *const () as usize
+}
+
+/// Find which state to save and the size of its `XSAVE` area; false when
+/// the CPU or the kernel does not offer `XSAVE` (then sites are never
+/// rewritten).
+pub fn init() -> bool {
+    use core::arch::x86_64::__cpuid_count;
+    let osxsave = __cpuid_count(1, 0).ecx & (1 << 27) != 0;
+    if !osxsave {
+        return false;
+    }
+    let mask = xcr0() & SAVED_COMPONENTS;
+    // The legacy area and the header (576 bytes), then each component at
+    // the offset CPUID leaf 0xD gives (standard, non-compacted form).
+    let mut end = 576u64;
+    for i in 2..64 {
+        if mask & (1 << i) != 0 {
+            let leaf = __cpuid_count(0xd, i);
+            end = end.max(leaf.ebx as u64 + leaf.eax as u64);
+        }
+    }
+    ATOLL_XSAVE_MASK.store(mask, Ordering::Relaxed);
+    ATOLL_XSAVE_BYTES.store(end + 64, Ordering::Relaxed);
+    true
+}
+
+/// The state components the kernel enabled (`XGETBV` of `XCR0`).
+fn xcr0() -> u64 {
+    let (lo, hi): (u32, u32);
+    // SAFETY: XGETBV with ECX = 0 reads XCR0; callers checked OSXSAVE,
+    // without which it would fault.
+    unsafe {
+        core::arch::asm!(
+            "xgetbv",
+            in("ecx") 0,
+            out("eax") lo,
+            out("edx") hi,
+            options(nomem, nostack, preserves_flags),
+        );
+    }
+    (hi as u64) << 32 | lo as u64
+}
+
+/// The routing behind the entry. Hot path for every rewritten site.
+///
+/// # Safety
+/// Called only by `atoll_rewritten_entry`, with a pointer to the six
+/// argument registers it saved.
+unsafe extern "C" fn rewritten_syscall(nr: i64, args: *const [u64; 6]) -> i64 {
+    // SAFETY: the entry passes its saved registers, alive until it returns.
+    let args = unsafe { *args };
+    // First thing, as in the SIGSYS handler.
+    let guard = AtollGuard::enter();
+    if guard.prev() == ALLOW {
+        // atoll's own code reached a rewritten site in libc: SUD would
+        // have let the call through.
+        return raw::syscall6(nr, args);
+    }
+    let saved_errno = raw::errno();
+    crate::stats::count_direct();
+    let ret = crate::sigsys::handle_without_context(nr, args);
+    raw::set_errno(saved_errno);
+    drop(guard);
+    ret
+}

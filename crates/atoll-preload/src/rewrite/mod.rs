@@ -1,0 +1,419 @@
+//! Lazy rewriting of trapped system-call sites (after zpoline and
+//! lazypoline): a `syscall` instruction that traps through Syscall User
+//! Dispatch is rewritten, the first time it traps, so that later runs call
+//! atoll's entry directly, without a signal (a call passed on to Linux:
+//! 973 ns trapped, 193 ns rewritten, 73 ns natively; docs/BENCHMARKS.md).
+//!
+//! The layout. A site is rewritten only when its number is a constant set
+//! shortly before it, `b8 imm32` (`mov $nr,%eax`) followed by at most a
+//! few argument moves (`decode`) and `0f 05` (`syscall`): glibc's inline
+//! system calls. The `mov` (5 bytes) becomes `jmp rel32` to a stub of that
+//! site (`stubs`), which runs a copy of the moves in between, skips the
+//! red zone, sets EAX, calls the entry (`entry`) and jumps back past the
+//! `syscall`; every byte but the `mov`'s stays, so code that jumps
+//! straight to the `syscall` with another number in EAX (a tail shared by
+//! two paths) still traps and is still right. No
+//! page 0 is mapped (zpoline's `call *%rax` needs a nop sled at address 0,
+//! which only `CAP_SYS_RAWIO` or `vm.mmap_min_addr=0` allow, and which
+//! makes NULL reads succeed), no number is out of a sled's range, and the
+//! `call` pushes below the red zone rather than into it.
+//!
+//! Rules (a site that breaks one keeps trapping, which is always right):
+//! * the number is not one whose call changes stack or control flow or
+//!   needs the signal frame: `rt_sigreturn`, `clone`, `clone3`, `fork`,
+//!   `vfork`, `exit`, signals sent to oneself, masks, `arch_prctl`,
+//!   `prctl`, `seccomp` ([`keeps_trapping`]);
+//! * the byte before the `mov` is not a REX prefix (then it would be a
+//!   `mov` to R8D…R15D), the immediate equals the trapped number, and the
+//!   bytes up to the `syscall` decode as instructions that neither name
+//!   RAX or RIP nor change the flow of control;
+//! * the five bytes lie in one cache line, so one locked 8-byte
+//!   `cmpxchg` replaces them at once: another thread running the same
+//!   code sees either the old `mov` or the new `jmp`, never a mix; a thread
+//!   already past the `mov` runs the untouched `syscall` and traps. A `mov`
+//!   that crosses a line (about one site in sixteen) is rewritten only
+//!   while the process has a single thread: no other code runs then (this
+//!   thread's program handlers are deferred while atoll code runs, and no
+//!   thread can appear meanwhile), so two stores are as good as one (a
+//!   process sharing memory without being a thread, `CLONE_VM` without
+//!   `CLONE_THREAD`, is not counted: glibc never makes one, and SUD does
+//!   not watch it anyway, see `sigsys::CloneKind::Unmonitored`);
+//! * the code is in a private, file-backed, read-and-execute mapping (a
+//!   library or program text): never a JIT's anonymous or writable code,
+//!   which it may rewrite or free; during the store the page is
+//!   read-write-execute (never non-executable, so no thread running it
+//!   faults) and goes back to read-execute; if `mprotect` fails (sealed
+//!   mappings, a W^X policy) the site keeps trapping.
+//!
+//! One process-wide lock serialises rewriting; only the SIGSYS handler
+//! takes it, with the selector at ALLOW, and a fork child, in which the
+//! holder may not exist, starts with it free ([`after_fork_in_child`]).
+//! Threads: a thread in the SIGSYS handler of a site that another thread
+//! rewrites returns past the `syscall` as before. Fork: the child inherits
+//! the rewritten text and the stubs. `execve`: a new image, nothing kept.
+//! Signals: the entry runs as atoll code (selector ALLOW) exactly as the
+//! SIGSYS handler did, so program signals that arrive meanwhile are
+//! deferred or run in host calls by `sigdefer`.
+//!
+//! Switched on per process by the constructor ([`configure`]): the
+//! instance's `--syscall-sites` (`rewrite` by default), and
+//! `ATOLL_SYSCALL_REWRITE=off` for one program.
+
+mod decode;
+mod entry;
+mod maps;
+mod stubs;
+
+use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use crate::raw;
+use crate::sigsys;
+
+/// `ATOLL_SYSCALL_REWRITE=auto|off`: `off` keeps every site trapping in
+/// this process (and the programs it starts); `auto` follows the instance.
+pub const ENV_REWRITE: &str = "ATOLL_SYSCALL_REWRITE";
+
+static ENABLED: AtomicBool = AtomicBool::new(false);
+
+const PAGE: usize = 4096;
+const LINE: usize = 64;
+const JMP_REL32: u8 = 0xe9;
+
+/// Switch rewriting on (or leave it off) for this process. Returns whether
+/// it is on: false also when the CPU lacks `XSAVE`.
+pub fn configure(want: bool) -> bool {
+    let on = want && entry::init();
+    ENABLED.store(on, Ordering::Relaxed);
+    on
+}
+
+pub fn enabled() -> bool {
+    ENABLED.load(Ordering::Relaxed)
+}
+
+/// System calls whose sites are never rewritten: they change the stack or
+/// the flow of control (the entry would return to a frame that is gone or
+/// not yet there: `rt_sigreturn`, a clone child on its new stack), or
+/// their handling needs the SIGSYS frame (`sigsys::handle`'s arms with a
+/// context). `execve` and `exit_group` may be rewritten: they return only
+/// when they fail, into the entry's frame, which is still there.
+pub const fn keeps_trapping(nr: i64) -> bool {
+    matches!(
+        nr,
+        libc::SYS_rt_sigreturn
+            | libc::SYS_clone
+            | libc::SYS_clone3
+            | libc::SYS_fork
+            | libc::SYS_vfork
+            | libc::SYS_exit
+            | libc::SYS_rt_sigprocmask
+            | libc::SYS_kill
+            | libc::SYS_tkill
+            | libc::SYS_tgkill
+            | libc::SYS_rt_sigqueueinfo
+            | libc::SYS_rt_tgsigqueueinfo
+            | libc::SYS_arch_prctl
+            | libc::SYS_prctl
+            | libc::SYS_seccomp
+    )
+}
+
+/// The 8-byte window, inside the cache line of `mov`, that covers the five
+/// bytes `[mov, mov + 5)`; `None` when those cross a line.
+pub fn window(mov: usize) -> Option<usize> {
+    let line_end = (mov / LINE + 1) * LINE;
+    if mov + 5 > line_end {
+        return None;
+    }
+    Some(mov.min(line_end - 8))
+}
+
+/// Bytes read before a trapped `syscall`'s end: the `mov`, the moves after
+/// it, and the byte before it.
+const LOOK_BACK: usize = 1 + 5 + decode::MAX_GAP + 2;
+
+/// A candidate site: where its `mov` is, and the moves between it and the
+/// `syscall` (copied into the stub).
+struct Candidate {
+    mov: usize,
+    moved: [u8; decode::MAX_GAP],
+    moved_len: usize,
+}
+
+/// Look at the code before `resume` for a `mov $nr,%eax` this layout can
+/// rewrite. Reads only the page of the `syscall`, which just ran.
+fn candidate(resume: usize, nr: u32) -> Option<Candidate> {
+    let site_page = (resume - 2) & !(PAGE - 1);
+    let from = resume.saturating_sub(LOOK_BACK).max(site_page);
+    let mut code = [0u8; LOOK_BACK];
+    let len = resume - from;
+    // SAFETY: `[from, resume)` lies on the page of the `syscall` that just
+    // executed (and, for its last byte, on the page after), both mapped
+    // and readable: x86-64 has no execute-only pages without protection
+    // keys, which atoll does not use.
+    unsafe { core::ptr::copy_nonoverlapping(from as *const u8, code.as_mut_ptr(), len) };
+    let off = decode::find_mov(&code[..len], nr)?;
+    let between = &code[off + 5..len - 2];
+    let mut moved = [0u8; decode::MAX_GAP];
+    moved[..between.len()].copy_from_slice(between);
+    Some(Candidate {
+        mov: from + off,
+        moved,
+        moved_len: between.len(),
+    })
+}
+
+/// A trap of `nr` whose `syscall` instruction ends at `resume`: rewrite its
+/// site if the rules allow. Cheap when they do not (a few byte reads).
+/// Called by the SIGSYS handler with the selector at ALLOW.
+pub fn on_trap(nr: i64, resume: usize) {
+    if !enabled() || keeps_trapping(nr) || !(0..=u32::MAX as i64).contains(&nr) {
+        return;
+    }
+    if resume < PAGE || refused(resume) {
+        return;
+    }
+    let nr = nr as u32;
+    if candidate(resume, nr).is_none() {
+        return;
+    }
+    let _lock = Lock::take();
+    // Another thread may have rewritten it meanwhile.
+    let Some(c) = candidate(resume, nr) else {
+        return;
+    };
+    match rewrite(&c, resume, nr) {
+        Ok(()) => {
+            crate::stats::count_site();
+            sigsys::debug(
+                &[b"rewrote site of"],
+                &[nr as i64, resume as i64, c.moved_len as i64],
+            );
+        }
+        Err(why) => {
+            remember_refused(resume);
+            sigsys::debug(&[b"site kept trapping:", why.as_bytes()], &[nr as i64]);
+        }
+    }
+}
+
+/// Read 8 code bytes (the caller checked they lie on a mapped page).
+fn read8(at: usize) -> [u8; 8] {
+    // SAFETY: `at` is a window of a candidate `mov` inside its cache line,
+    // on the page of the `syscall` that just ran (see `candidate`).
+    unsafe { core::ptr::read_unaligned(at as *const [u8; 8]) }
+}
+
+/// Rewrite one candidate site. Caller holds the lock.
+fn rewrite(c: &Candidate, resume: usize, nr: u32) -> Result<(), &'static str> {
+    let mov = c.mov;
+    let m = maps::mapping_of(mov).ok_or("no mapping")?;
+    if !(m.read && m.exec && !m.write && m.private && m.inode != 0) || resume > m.end {
+        return Err("not read-execute file-backed text");
+    }
+    let window = window(mov);
+    if window.is_none() && !single_threaded() {
+        return Err("a mov across cache lines, and other threads");
+    }
+    let page = (mov & !(PAGE - 1)) as u64;
+    let rwx = (libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC) as u64;
+    let rx = (libc::PROT_READ | libc::PROT_EXEC) as u64;
+    if raw::syscall(libc::SYS_mprotect, &[page, PAGE as u64, rwx]) != 0 {
+        return Err("mprotect refused");
+    }
+    let stored = match stubs::make(resume, nr, entry::address(), &c.moved[..c.moved_len]) {
+        Some(stub) => {
+            let mut jmp = [0u8; 5];
+            jmp[0] = JMP_REL32;
+            jmp[1..].copy_from_slice(&stubs::rel32(mov + 5, stub).to_le_bytes());
+            match window {
+                Some(w) => store_in_window(w, mov, &jmp),
+                None => store_alone(mov, &jmp),
+            }
+        }
+        None => false,
+    };
+    raw::syscall(libc::SYS_mprotect, &[page, PAGE as u64, rx]);
+    if stored {
+        Ok(())
+    } else {
+        Err("no stub in reach, or the code changed under us")
+    }
+}
+
+/// Replace the five bytes at `mov` with `new` in one locked `cmpxchg` on
+/// the 8-byte window `w` around them (within a cache line: one atomic
+/// access, and no split lock). False when the window no longer holds what
+/// was read.
+fn store_in_window(w: usize, mov: usize, new: &[u8; 5]) -> bool {
+    let old = read8(w);
+    let mut next = old;
+    let off = mov - w;
+    next[off..off + 5].copy_from_slice(new);
+    let old = u64::from_le_bytes(old);
+    let next = u64::from_le_bytes(next);
+    let seen: u64;
+    // SAFETY: `w` is a writable (just made so) 8-byte window of our own
+    // process's code page inside one cache line; `lock cmpxchg` on it is
+    // atomic for other CPUs fetching from it.
+    unsafe {
+        core::arch::asm!(
+            "lock cmpxchg qword ptr [{w}], {next}",
+            w = in(reg) w,
+            next = in(reg) next,
+            inout("rax") old => seen,
+            options(nostack),
+        );
+    }
+    seen == old
+}
+
+/// Replace the five bytes at `mov` with plain stores: only while no other
+/// thread exists (see the rules above).
+fn store_alone(mov: usize, new: &[u8; 5]) -> bool {
+    // SAFETY: `[mov, mov + 5)` is on the page just made writable; no other
+    // thread runs (checked by the caller), and this one runs atoll code.
+    unsafe { core::ptr::copy_nonoverlapping(new.as_ptr(), mov as *mut u8, 5) };
+    true
+}
+
+/// Does this process have one thread? Field 20 of `/proc/self/stat`
+/// (after the command name, which may hold spaces and parentheses).
+fn single_threaded() -> bool {
+    let path = b"/proc/self/stat\0";
+    let fd = raw::syscall(
+        libc::SYS_open,
+        &[
+            path.as_ptr() as u64,
+            (libc::O_RDONLY | libc::O_CLOEXEC) as u64,
+        ],
+    );
+    if fd < 0 {
+        return false;
+    }
+    let mut buf = [0u8; 1024];
+    let n = raw::syscall(
+        libc::SYS_read,
+        &[fd as u64, buf.as_mut_ptr() as u64, buf.len() as u64],
+    );
+    raw::syscall(libc::SYS_close, &[fd as u64]);
+    n > 0 && threads_in_stat(&buf[..n as usize]) == Some(1)
+}
+
+/// The thread count in a `/proc/PID/stat` line.
+pub fn threads_in_stat(stat: &[u8]) -> Option<u64> {
+    let after_name = stat.iter().rposition(|&b| b == b')')? + 1;
+    // Fields 3.. follow the name; the thread count is field 20.
+    let field = stat[after_name..]
+        .split(|&b| b == b' ')
+        .filter(|f| !f.is_empty())
+        .nth(20 - 3)?;
+    core::str::from_utf8(field).ok()?.parse().ok()
+}
+
+/// Sites that passed the byte checks but could not be rewritten: not
+/// looked at again (a small ring; forgetting one costs one more look).
+static REFUSED: [AtomicUsize; 64] = [const { AtomicUsize::new(0) }; 64];
+static REFUSED_NEXT: AtomicUsize = AtomicUsize::new(0);
+
+fn refused(site: usize) -> bool {
+    REFUSED.iter().any(|r| r.load(Ordering::Relaxed) == site)
+}
+
+fn remember_refused(site: usize) {
+    let i = REFUSED_NEXT.fetch_add(1, Ordering::Relaxed) % REFUSED.len();
+    REFUSED[i].store(site, Ordering::Relaxed);
+}
+
+/// The process-wide rewrite lock (a spin lock: it is taken inside a signal
+/// handler, held for a few system calls, never while waiting on anything).
+static LOCKED: AtomicBool = AtomicBool::new(false);
+
+struct Lock;
+
+impl Lock {
+    fn take() -> Lock {
+        while LOCKED
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            raw::syscall(libc::SYS_sched_yield, &[]);
+        }
+        Lock
+    }
+}
+
+impl Drop for Lock {
+    fn drop(&mut self) {
+        LOCKED.store(false, Ordering::Release);
+    }
+}
+
+/// In a fork child: only the forking thread exists, so a lock another
+/// thread held at the fork is free now. What it guarded is whole: a stub
+/// is complete before it is counted, and the 8-byte store is atomic (a
+/// page left read-write-execute by an unfinished rewrite stays so).
+/// The refused sites are forgotten too: a `mov` across cache lines refused
+/// for the parent's threads may be rewritten in the child, alone.
+pub fn after_fork_in_child() {
+    LOCKED.store(false, Ordering::Release);
+    for r in REFUSED.iter() {
+        r.store(0, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_window_stays_in_one_cache_line() {
+        assert_eq!(window(0x1000), Some(0x1000));
+        assert_eq!(window(0x1000 + 58), Some(0x1000 + 56));
+        assert_eq!(window(0x1000 + 59), Some(0x1000 + 56));
+        assert_eq!(window(0x1000 + 60), None);
+    }
+
+    #[test]
+    fn the_thread_count_is_read_past_a_command_name_with_spaces() {
+        let line = b"42 (a b) c) S 1 42 42 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 3 0 99 1000 10";
+        assert_eq!(threads_in_stat(line), Some(3));
+        assert_eq!(threads_in_stat(b"garbage"), None);
+        let mut own = [0u8; 1024];
+        let s = std::fs::read("/proc/self/stat").unwrap();
+        own[..s.len()].copy_from_slice(&s);
+        let threads = threads_in_stat(&own[..s.len()]).unwrap();
+        assert!(threads >= 1);
+    }
+
+    #[test]
+    fn calls_that_move_stacks_or_need_the_signal_frame_keep_trapping() {
+        for nr in [
+            libc::SYS_rt_sigreturn,
+            libc::SYS_clone3,
+            libc::SYS_vfork,
+            libc::SYS_exit,
+            libc::SYS_rt_sigprocmask,
+            libc::SYS_tgkill,
+        ] {
+            assert!(keeps_trapping(nr), "{nr}");
+        }
+        for nr in [
+            libc::SYS_read,
+            libc::SYS_openat,
+            libc::SYS_newfstatat,
+            libc::SYS_execve,
+            libc::SYS_exit_group,
+        ] {
+            assert!(!keeps_trapping(nr), "{nr}");
+        }
+    }
+
+    #[test]
+    fn the_entry_finds_an_xsave_area_on_this_machine() {
+        assert!(entry::init());
+        let bytes = entry::ATOLL_XSAVE_BYTES.load(Ordering::Relaxed);
+        // SSE at least; AVX-512 at most (no AMX tiles).
+        assert!((576 + 64..=2688 + 64).contains(&bytes), "{bytes}");
+    }
+}

@@ -1,0 +1,226 @@
+//! Lazy rewriting of trapped system-call sites (`--syscall-sites`): a
+//! probe whose own inline `mov $nr,%eax; syscall` sites would trap on
+//! every run (they have no libc wrapper) runs through its first trap, after
+//! which the site calls atoll directly. Each case compares the probe's
+//! output under atoll with the same probe on Linux, and the trap counts
+//! (`ATOLL_TRAP_STATS`) with `--syscall-sites trap`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use atoll_tests::{atoll, compile_probe, output_within, Booted};
+
+const LIMIT: std::time::Duration = std::time::Duration::from_secs(120);
+
+fn probe(dir: &Path) -> PathBuf {
+    compile_probe(dir, "sites", include_str!("rewrite/sites.c"))
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).to_string()
+}
+
+/// The probe's output on Linux, `mode` over a tmpfs file holding `abcd`.
+fn on_linux(bin: &Path, mode: &str) -> String {
+    let tmp = tempfile::tempdir_in("/dev/shm").unwrap();
+    let f = tmp.path().join("f");
+    std::fs::write(&f, "abcd").unwrap();
+    let out = Command::new(bin).arg(mode).arg(&f).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    text(&out.stdout)
+}
+
+/// The probe under `atoll run OPTS`, over `/atoll/f` holding `abcd`, with
+/// trap counts appended to `traps`.
+fn in_atoll(bin: &Path, mode: &str, opts: &[&str], env: &[(&str, &str)], traps: &Path) -> Output {
+    let _ = std::fs::remove_file(traps);
+    let mut cmd = atoll();
+    cmd.arg("run")
+        .args(opts)
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "printf abcd > /atoll/f && exec \"$0\" \"$1\" /atoll/f",
+        ])
+        .arg(bin)
+        .arg(mode)
+        .env("ATOLL_TRAP_STATS", traps)
+        .envs(env.iter().copied());
+    let out = output_within(cmd, LIMIT);
+    assert!(out.status.success(), "{mode}: {}", text(&out.stderr));
+    out
+}
+
+/// Sum of the counts of `key` (a system call number, or `direct`) over
+/// every line of a trap file.
+fn count(traps: &Path, key: &str) -> u64 {
+    let s = std::fs::read_to_string(traps).unwrap_or_default();
+    s.lines()
+        .flat_map(|l| l.split_whitespace().skip(1))
+        .filter_map(|f| f.split_once(':'))
+        .filter(|(k, _)| *k == key)
+        .map(|(_, n)| n.parse::<u64>().unwrap())
+        .sum()
+}
+
+#[test]
+fn a_trapping_site_traps_once_then_calls_atoll_directly() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = probe(dir.path());
+    let traps = dir.path().join("traps");
+    let linux = on_linux(&bin, "count");
+    assert_eq!(linux, "count getpid 1000 pread 4000 abcd\n");
+    let pread = libc::SYS_pread64.to_string();
+    let getpid = libc::SYS_getpid.to_string();
+
+    let out = in_atoll(&bin, "count", &[], &[], &traps);
+    assert_eq!(text(&out.stdout), linux);
+    // One trap per site (the probe's and glibc's getpid; the shell before
+    // its exec has sites of its own), against a thousand when trapping.
+    assert!(
+        count(&traps, &pread) <= 1,
+        "{:?}",
+        std::fs::read_to_string(&traps)
+    );
+    assert!(
+        count(&traps, &getpid) <= 5,
+        "{:?}",
+        std::fs::read_to_string(&traps)
+    );
+    assert!(count(&traps, "direct") >= 1998);
+
+    for (opts, env) in [
+        (&["--syscall-sites", "trap"][..], &[][..]),
+        (&[][..], &[("ATOLL_SYSCALL_REWRITE", "off")][..]),
+    ] {
+        let out = in_atoll(&bin, "count", opts, env, &traps);
+        assert_eq!(text(&out.stdout), linux, "{opts:?} {env:?}");
+        assert!(count(&traps, &pread) >= 1000, "{opts:?} {env:?}");
+        assert!(count(&traps, &getpid) >= 1000, "{opts:?} {env:?}");
+        assert_eq!(count(&traps, "direct"), 0, "{opts:?} {env:?}");
+    }
+}
+
+#[test]
+fn rewritten_sites_keep_vector_registers_and_the_red_zone() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = probe(dir.path());
+    assert_eq!(on_linux(&bin, "regs"), "regs ok\n");
+    let out = in_atoll(&bin, "regs", &[], &[], &dir.path().join("traps"));
+    assert_eq!(text(&out.stdout), "regs ok\n");
+    assert!(count(&dir.path().join("traps"), "direct") >= 2);
+}
+
+#[test]
+fn threads_racing_through_the_same_sites_read_what_linux_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = probe(dir.path());
+    let linux = on_linux(&bin, "threads");
+    assert_eq!(linux, "threads bad 0\n");
+    for _ in 0..5 {
+        let out = in_atoll(
+            &bin,
+            "threads",
+            &["--servers", "2"],
+            &[],
+            &dir.path().join("t"),
+        );
+        assert_eq!(text(&out.stdout), linux);
+    }
+}
+
+#[test]
+fn fork_children_and_vfork_exec_run_rewritten_code_as_on_linux() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = probe(dir.path());
+    let linux = on_linux(&bin, "fork");
+    assert!(linux.contains("fork child 7\nvfork exec ok\n"), "{linux}");
+    let traps = dir.path().join("traps");
+    let out = in_atoll(&bin, "fork", &[], &[], &traps);
+    assert_eq!(text(&out.stdout), linux);
+    assert!(count(&traps, "direct") > 100);
+}
+
+/// SIGALRM every 300 µs while the probe reads an atoll pipe through a
+/// rewritten `read` site; the handler's own `getpid` goes through another.
+/// Every byte arrives, the handler runs, reads cut short fail with `EINTR`
+/// (no `SA_RESTART`) and are issued again by the probe.
+#[test]
+fn a_signal_storm_during_rewritten_pipe_reads_loses_no_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = probe(dir.path());
+    let linux = on_linux(&bin, "alarm");
+    assert_eq!(linux, "alarm bytes 1048576 writer 0 handled yes\n");
+    let traps = dir.path().join("traps");
+    for _ in 0..3 {
+        let out = in_atoll(&bin, "alarm", &[], &[], &traps);
+        assert_eq!(text(&out.stdout), linux);
+        assert!(count(&traps, "direct") > 0);
+    }
+}
+
+/// Threads rewrite fresh sites while the main thread forks: a child born
+/// while another thread held the rewrite lock starts with it free, and
+/// every child runs every site right (rewritten or not at its fork).
+#[test]
+fn forks_while_other_threads_rewrite_sites_leave_children_working() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = probe(dir.path());
+    let linux = on_linux(&bin, "forkrace");
+    assert_eq!(linux, "forkrace bad 0 children ok 20\n");
+    for _ in 0..5 {
+        let out = in_atoll(&bin, "forkrace", &[], &[], &dir.path().join("t"));
+        assert_eq!(text(&out.stdout), linux);
+    }
+}
+
+/// Two paths share one `syscall` instruction: the one whose `mov $39,%eax`
+/// stands just before it is rewritten; the other jumps straight to the
+/// `syscall` with 110 in EAX and must still get `getppid`, every time
+/// (the `syscall` bytes are never changed, so it traps as before).
+#[test]
+fn a_path_that_jumps_straight_to_a_rewritten_syscall_keeps_its_number() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = probe(dir.path());
+    let linux = on_linux(&bin, "shared");
+    assert_eq!(linux, "shared getpid 100 getppid 100\n");
+    let traps = dir.path().join("traps");
+    let out = in_atoll(&bin, "shared", &[], &[], &traps);
+    assert_eq!(text(&out.stdout), linux);
+    assert!(count(&traps, &libc::SYS_getppid.to_string()) >= 100);
+    assert!(count(&traps, &libc::SYS_getpid.to_string()) <= 5);
+}
+
+/// Code in anonymous writable memory (a JIT's) keeps trapping: the JIT may
+/// rewrite it, as the probe does, changing the number of its site.
+#[test]
+fn a_jits_code_is_never_rewritten() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = probe(dir.path());
+    let linux = on_linux(&bin, "jit");
+    assert_eq!(linux, "jit getpid 100 getppid 100\n");
+    let traps = dir.path().join("traps");
+    let out = in_atoll(&bin, "jit", &[], &[], &traps);
+    assert_eq!(text(&out.stdout), linux);
+    assert!(count(&traps, &libc::SYS_getpid.to_string()) >= 100);
+    assert!(count(&traps, &libc::SYS_getppid.to_string()) >= 100);
+}
+
+#[test]
+fn status_says_which_mode_the_instance_runs_and_why() {
+    let rewrite = Booted::new(&["--servers", "1"]);
+    let st = rewrite.status();
+    assert_eq!(st["syscall_sites"], "rewrite", "{st}");
+    assert!(st["syscall_sites_why"].as_str().unwrap().contains("stubs"));
+    drop(rewrite);
+    let trap = Booted::new(&["--servers", "1", "--syscall-sites", "trap"]);
+    let st = trap.status();
+    assert_eq!(st["syscall_sites"], "trap", "{st}");
+    assert!(st["syscall_sites_why"]
+        .as_str()
+        .unwrap()
+        .contains("--syscall-sites trap"));
+    let text_status = atoll().args(["status", "--id", &trap.id]).output().unwrap();
+    assert!(text(&text_status.stdout).contains("syscalls     trap: "));
+}

@@ -732,7 +732,8 @@ fn running_programs_are_text_busy() {
 cd "$ROOT"
 cp /bin/sleep ./prog
 ./prog 2 &
-sleep 0.5
+# Until the child has become the program (its exec is done).
+until tr '\0' ' ' < /proc/$!/cmdline | grep -q '^\./prog 2'; do sleep 0.02; done
 echo x >> prog 2>&1 && echo "append ok" || echo "append refused"
 python3 -c '
 import os

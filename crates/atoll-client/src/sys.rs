@@ -831,21 +831,85 @@ pub fn zeroed<T: Copy>() -> T {
 /// The strings of a NULL-terminated array of C strings (argv/envp); a null
 /// array is empty. `EFAULT` for an unreadable element or string, `E2BIG`
 /// for a string longer than the kernel takes.
+///
+/// Read a page at a time, not an element at a time: the pointers of the
+/// array are consecutive, and so, as a rule, are the strings (the stack an
+/// `execve` left, or one environment block), so one fault-checked copy of
+/// the rest of a page answers for many of them (two system calls per
+/// variable were most of an `execve`'s own cost).
 pub fn user_str_array<'a>(ptr: *const *const libc::c_char) -> Result<Vec<&'a [u8]>, i32> {
     let mut out = Vec::new();
     if ptr.is_null() {
         return Ok(out);
     }
+    let (mut pointers, mut strings) = (PageRest::default(), PageRest::default());
     let mut at = ptr as u64;
     loop {
-        let s: u64 = get_user(at)?;
+        let s = match pointers.bytes(at, 8)? {
+            Some(b) => u64::from_ne_bytes(b.try_into().expect("8 bytes")),
+            // The element straddles a page end.
+            None => get_user(at)?,
+        };
         if s == 0 {
             break;
         }
-        out.push(user_cstr(s, MAX_ARG_STRLEN - 1, libc::E2BIG)?);
+        out.push(strings.cstr(s)?);
         at += 8;
     }
     Ok(out)
+}
+
+/// A fault-checked copy of program memory from some address to the end of
+/// its page: what [`user_str_array`] reads its elements and strings from.
+/// (On the heap: `execve` may be emulated on a small thread stack.)
+#[derive(Default)]
+struct PageRest {
+    buf: Vec<u8>,
+    base: u64,
+    len: usize,
+}
+
+impl PageRest {
+    fn holds(&self, at: u64) -> bool {
+        self.len > 0 && at >= self.base && at < self.base + self.len as u64
+    }
+
+    /// Copy from `at` to the end of its page.
+    fn fill(&mut self, at: u64) -> Result<(), i32> {
+        let want = (PAGE - at % PAGE) as usize;
+        self.buf.resize(PAGE as usize, 0);
+        copy_from_user(&mut self.buf[..want], at)?;
+        (self.base, self.len) = (at, want);
+        Ok(())
+    }
+
+    /// The `n` bytes at `at`, or `None` when they cross the page's end.
+    fn bytes(&mut self, at: u64, n: usize) -> Result<Option<&[u8]>, i32> {
+        if !self.holds(at) {
+            self.fill(at)?;
+        }
+        let off = (at - self.base) as usize;
+        Ok(self.buf[..self.len].get(off..off + n))
+    }
+
+    /// The string at `ptr`, as [`user_cstr`] gives it.
+    fn cstr<'a>(&mut self, ptr: u64) -> Result<&'a [u8], i32> {
+        if !in_user_space(ptr, 1) {
+            return Err(libc::EFAULT);
+        }
+        if !self.holds(ptr) {
+            self.fill(ptr)?;
+        }
+        let off = (ptr - self.base) as usize;
+        match self.buf[off..self.len].iter().position(|&b| b == 0) {
+            // SAFETY: the kernel just read these bytes of program memory
+            // without a fault; the program passed them as a string argument
+            // of the call we are emulating.
+            Some(n) => Ok(unsafe { core::slice::from_raw_parts(ptr as *const u8, n) }),
+            // It goes on past this page.
+            None => user_cstr(ptr, MAX_ARG_STRLEN - 1, libc::E2BIG),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -969,5 +1033,60 @@ mod tests {
         let mut buf = [1u8, 2, 3];
         let s = user_slice_mut(buf.as_mut_ptr() as u64, 3).unwrap();
         assert_eq!(s, &[1, 2, 3]);
+    }
+
+    #[test]
+    fn string_arrays_are_read_across_page_ends_and_bad_memory_is_efault() {
+        // Strings in the first two pages (one across their border), the
+        // arrays across the border of the second and the third.
+        let (s, m) = (
+            mapping(libc::PROT_READ | libc::PROT_WRITE),
+            mapping(libc::PROT_READ | libc::PROT_WRITE),
+        );
+        let put = |at: u64, bytes: &[u8]| {
+            // SAFETY: inside the pages mapped above.
+            unsafe { core::ptr::copy_nonoverlapping(bytes.as_ptr(), at as *mut u8, bytes.len()) }
+        };
+        let long = vec![b'x'; 100];
+        let (a, b, c) = (s + 10, s + PAGE - 50, s + PAGE + 200);
+        put(a, b"abc\0");
+        put(b, &long);
+        put(b + 100, b"\0");
+        put(c, b"tail\0");
+        let want: Vec<&[u8]> = vec![b"abc", &long, b"tail", b"abc"];
+        // Arrays whose elements end at the page's end, and straddle it.
+        for start in [m + PAGE - 16, m + PAGE - 12] {
+            for (k, p) in [a, b, c, a, 0].iter().enumerate() {
+                put(start + 8 * k as u64, &p.to_ne_bytes());
+            }
+            let got = user_str_array(start as *const *const libc::c_char).unwrap();
+            assert_eq!(got, want, "array at page end - {}", m + PAGE - start);
+        }
+        // An element, or a string, on a page that cannot be read.
+        let start = m + PAGE - 16;
+        put(start + 16, &[0; 8]);
+        put(start, &c.to_ne_bytes());
+        // SAFETY: the second page of the mapping above.
+        unsafe {
+            libc::mprotect(
+                (m + PAGE) as *mut libc::c_void,
+                PAGE as usize,
+                libc::PROT_NONE,
+            )
+        };
+        let array = start as *const *const libc::c_char;
+        assert_eq!(user_str_array(array), Err(libc::EFAULT));
+        let (first_page, second) = (m + PAGE - 48, m + PAGE - 40);
+        put(first_page, &a.to_ne_bytes());
+        put(first_page + 8, &(m + PAGE + 8).to_ne_bytes());
+        put(first_page + 16, &[0; 8]);
+        let array = first_page as *const *const libc::c_char;
+        assert_eq!(
+            user_str_array(array),
+            Err(libc::EFAULT),
+            "string unreadable"
+        );
+        put(second, &0u64.to_ne_bytes());
+        assert_eq!(user_str_array(array).unwrap(), vec![b"abc" as &[u8]]);
     }
 }

@@ -122,8 +122,13 @@ pub fn serve_frame_kept<S: BlockStore>(
                 tape::clear();
             }
             let served = catch_unwind(AssertUnwindSafe(|| {
-                if !is_posted(id) && fs.fault_due() {
-                    panic!("fault injected by {}", crate::fs::faults::ENV_FAULT_PANIC);
+                use crate::fs::faults::{self, Fault};
+                // Calls only: a posted request is never counted (`faults`).
+                let fault = if is_posted(id) { None } else { fs.fault_due() };
+                match fault {
+                    Some(Fault::Panic) => panic!("fault injected by {}", faults::ENV_FAULT_PANIC),
+                    Some(Fault::Hang) => faults::hang(),
+                    None => {}
                 }
                 let reply =
                     fs.handle_vouched(session, frame.cred, &frame.vouched, frame.req, scratch);

@@ -10,12 +10,39 @@
 //! victim: nobody would learn that one was lost, and what depends on it
 //! would be left half done.
 
-/// Environment variable naming the fault: `SERVER:REQUEST`.
+//!
+//! `ATOLL_FAULT_HANG=N:K` makes server `N` *wedge* on its `K`-th call
+//! instead: the handler never returns, as a server caught in an endless
+//! loop or a lost wake-up. A server process that wedges is found by the
+//! watchdog (the request it owes stays unanswered) and replaced (fos §3.5;
+//! `process`); a server thread stays wedged, its clients waiting.
+
+/// Environment variable naming the panic: `SERVER:REQUEST`.
 pub const ENV_FAULT_PANIC: &str = "ATOLL_FAULT_PANIC";
 
-/// The request (counting from 1) on which this server panics, if any.
-pub fn panic_at(server: usize) -> Option<u64> {
-    parse(&std::env::var(ENV_FAULT_PANIC).ok()?, server)
+/// Environment variable naming the wedge: `SERVER:REQUEST`.
+pub const ENV_FAULT_HANG: &str = "ATOLL_FAULT_HANG";
+
+/// What this server does on purpose on one call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    Panic,
+    Hang,
+}
+
+/// The call (counting from 1) on which this server fails, and how.
+pub fn planned(server: usize) -> Option<(u64, Fault)> {
+    let named = |var: &str| parse(&std::env::var(var).ok()?, server);
+    named(ENV_FAULT_PANIC)
+        .map(|k| (k, Fault::Panic))
+        .or_else(|| named(ENV_FAULT_HANG).map(|k| (k, Fault::Hang)))
+}
+
+/// Wedge the calling thread for good (`Fault::Hang`).
+pub fn hang() -> ! {
+    loop {
+        std::thread::sleep(std::time::Duration::from_secs(3600));
+    }
 }
 
 fn parse(v: &str, server: usize) -> Option<u64> {

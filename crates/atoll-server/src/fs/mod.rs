@@ -224,8 +224,8 @@ pub struct FileServer<S> {
     requests: u64,
     bad_requests: u64,
     /// Panic on this request, on purpose (`faults`).
-    panic_at: Option<u64>,
-    /// Calls counted for `panic_at`.
+    fault_at: Option<(u64, faults::Fault)>,
+    /// Calls counted for `fault_at`.
     calls_seen: u64,
     /// A request panicked half way: the state may be half changed, and
     /// what it had taken from shared pools (its tape so far) is here
@@ -352,7 +352,7 @@ impl<S: BlockStore> FileServer<S> {
             creating: affinity::Creating::default(),
             requests: 0,
             bad_requests: 0,
-            panic_at: faults::panic_at(cfg.index),
+            fault_at: faults::planned(cfg.index),
             calls_seen: 0,
             poisoned: None,
             ops: [(0, 0); OP_NAMES.len()],
@@ -571,8 +571,6 @@ impl<S: BlockStore> FileServer<S> {
 
     /// [`FileServer::handle`] for a request that carries attributes of
     /// inodes owned elsewhere (see `atoll_proto::Vouched`). Hot path.
-    /// Is this call the one `ATOLL_FAULT_PANIC` names? Counts calls, i.e.
-    /// requests somebody waits for (`faults`); the caller panics.
     /// A request panicked half way through (see `poisoned`).
     pub fn set_poisoned(&mut self, partial_tape: Vec<u64>) {
         self.poisoned = Some(partial_tape);
@@ -604,12 +602,13 @@ impl<S: BlockStore> FileServer<S> {
         self.acct.refund(&reserved);
     }
 
-    pub fn fault_due(&mut self) -> bool {
-        let Some(k) = self.panic_at else {
-            return false;
-        };
+    /// Is this call the one `ATOLL_FAULT_PANIC` (or `_HANG`) names? Counts
+    /// calls, i.e. requests somebody waits for (`faults`); the caller
+    /// panics (or wedges).
+    pub fn fault_due(&mut self) -> Option<faults::Fault> {
+        let (k, fault) = self.fault_at?;
         self.calls_seen += 1;
-        self.calls_seen == k
+        (self.calls_seen == k).then_some(fault)
     }
 
     pub fn handle_vouched<'o>(

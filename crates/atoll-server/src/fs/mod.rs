@@ -52,6 +52,7 @@
 //! Timestamps: mtime/ctime as Linux. atime follows `relatime` (updated by a
 //! read when older than mtime or ctime, or than a day).
 
+mod acl;
 mod adapt;
 mod affinity;
 mod attrs;
@@ -111,7 +112,7 @@ use inode::{Inode, MAX_EXTENTS, MAX_FILE_SIZE};
 pub use limits::Limits;
 use locks::Lock;
 use ops::{op_index, OP_NAMES};
-use perm::{check, kill_priv, Caller, MAY_EXEC, MAY_READ, MAY_WRITE};
+use perm::{check, kill_priv, may, Caller, MAY_EXEC, MAY_READ, MAY_WRITE};
 
 use crate::store::BlockStore;
 
@@ -776,7 +777,7 @@ impl<S: BlockStore> FileServer<S> {
         if d.ftype != FileType::Directory {
             return Err(Errno::ENOTDIR);
         }
-        check(d.ftype, d.perm, d.uid, d.gid, who, mask)
+        may(d, who, mask)
     }
 
     /// The shard of `dir` for adding an entry: not removed, not marked.

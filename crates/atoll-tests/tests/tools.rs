@@ -1,0 +1,138 @@
+//! Tools new users bring, run in the mount and compared with the same
+//! commands on a host directory (`assert_same`): copies that keep
+//! ownership, modes, hard links, extended attributes and POSIX ACLs
+//! (`rsync -aHAX`, `cp -a`, `tar --acls --xattrs`), the ACLs themselves
+//! (`setfacl`, `getfacl`, their effect on the mode and on access), and
+//! sqlite3 databases written by two processes at once.
+
+use atoll_tests::{assert_same, require};
+
+/// Shell function `show DIR`: every name under DIR in sorted order with
+/// its type, mode (with `ls`'s `+` for an ACL), link count and size (not
+/// for directories, whose sizes are the file system's own), then its
+/// ACL and its extended attributes, then which names are hard links of
+/// one another.
+const SHOW: &str = r#"
+show() (
+    cd "$1"
+    find . | sort | while read -r f; do
+        t=$(stat -c %F "$f")
+        case $t in directory) s=-;; *) s=$(stat -c %s "$f");; esac
+        echo "$(ls -ld "$f" | cut -c1-11) $(stat -c %h "$f") $s $f"
+        [ -L "$f" ] || getfacl -cp "$f" | grep -v '^$' | sed 's/^/    /'
+        getfattr -h -d -m '^user\.' "$f" 2>/dev/null | grep -v -e '^#' -e '^$' | sed 's/^/    xattr /'
+    done
+    find . -type f -links +1 -printf '%i %p\n' | sort -k2 |
+        awk '{g[$1] = g[$1] " " $2} END {for (i in g) print "linked:" g[i]}' | sort
+)
+"#;
+
+/// A tree with hard links, a FIFO, a symlink, user xattrs, access ACLs
+/// with named users and groups, and a default ACL.
+const TREE: &str = r#"
+mkdir -p src/d/e
+echo a > src/a; ln src/a src/a2; echo b > src/d/b; mkfifo src/p; ln -s ../a src/d/l
+chmod 640 src/d/b; chmod 1777 src/d/e
+setfattr -n user.k -v v1 src/a
+setfacl -m u:nobody:rwx,g:nogroup:r src/d/b
+setfacl -m u:nobody:r-x src/d
+setfacl -m g:nogroup:rw src/p
+setfacl -d -m g:nogroup:rx src/d/e
+"#;
+
+fn tools() {
+    for p in ["setfacl", "getfacl", "setfattr", "getfattr", "rsync", "tar"] {
+        require(p);
+    }
+}
+
+#[test]
+fn acls_set_read_and_follow_chmod_as_on_linux() {
+    tools();
+    let script = format!(
+        r#"
+        set -e
+        cd "$ROOT"
+        {SHOW}
+        {TREE}
+        show src
+        echo '-- chmod rewrites the ACL (mask, owner, other)'
+        chmod 604 src/d/b && getfacl -cp src/d/b
+        echo '-- an ACL that says no more than the mode is not kept'
+        setfacl -m u::rwx,g::r,o::- src/a && ls -l src/a | cut -c1-11 && getfattr -m - src/a | grep -c posix_acl || true
+        echo '-- a default ACL only on directories'
+        setfacl -d -m u:nobody:r src/a 2>&1 | sed 's/:.*:/:/' || true
+        echo '-- removal'
+        setfacl -b src/d/b && ls -l src/d/b | cut -c1-11
+        setfacl -k src/d/e && getfacl -cp src/d/e
+        "#
+    );
+    let out = assert_same(&[], &script, true);
+    eprintln!("{out}");
+    assert!(out.contains("user:nobody:rwx") && out.contains("default:group:nogroup:r-x"));
+}
+
+#[test]
+fn acls_decide_access_for_named_users_and_groups() {
+    tools();
+    require("setpriv");
+    // As `nobody` (uid and group 65534): its named entry grants read, the
+    // mask takes away write, a named entry of no permission denies what
+    // "other" would allow. Only root can switch users; elsewhere the
+    // script prints the same skip on both sides.
+    let script = r#"
+        cd "$ROOT"
+        [ "$(id -u)" = 0 ] || { echo not root; exit 0; }
+        chmod 755 .
+        as_nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }
+        echo secret > f; chmod 600 f
+        setfacl -m u:nobody:rw,m::r f
+        as_nobody cat f && echo read-ok
+        as_nobody sh -c 'echo x >> f' 2>/dev/null || echo write-denied
+        mkdir d && touch d/inside && chmod 755 d && setfacl -m u:nobody:- d
+        as_nobody ls d 2>/dev/null || echo list-denied
+        ls d
+        echo open > g; chmod 604 g; setfacl -m g:nogroup:-,m::rwx g
+        as_nobody cat g 2>/dev/null || echo group-entry-denies
+        as_nobody setfacl -m u:nobody:rwx f 2>/dev/null || echo not-owner
+        as_nobody getfacl -cp f
+        chmod 660 f; as_nobody sh -c 'echo x >> f' && echo mask-widened
+    "#;
+    let out = assert_same(&[], script, true);
+    eprintln!("{out}");
+    assert!(
+        out.contains("not root") || out.contains("mask-widened"),
+        "{out}"
+    );
+}
+
+#[test]
+fn rsync_cp_and_tar_keep_links_xattrs_and_acls_into_and_out_of_the_mount() {
+    tools();
+    // `$H` is a host directory in both runs: copies leave the mount and
+    // come back.
+    let script = format!(
+        r#"
+        set -e
+        cd "$ROOT"
+        {SHOW}
+        {TREE}
+        H=$(mktemp -d); trap 'rm -rf "$H"' EXIT
+        rsync -aHAX src/ r1/ && show r1
+        echo '-- out of the mount and back'
+        rsync -aHAX r1/ "$H/out/" && show "$H/out"
+        rm src/a2; ln src/d/b src/b3; echo more >> src/d/b; setfacl -m u:daemon:r src/a
+        rsync -aHAX --inplace --delete src/ "$H/out/" && show "$H/out"
+        rsync -aHAX --delete "$H/out/" r1/ && show r1
+        echo '-- cp -a'
+        cp -a src c1 && show c1
+        cp -a src "$H/c2" && show "$H/c2"
+        echo '-- tar'
+        tar --acls --xattrs --xattrs-include='user.*' -cf "$H/t.tar" -C src .
+        mkdir t && tar --acls --xattrs --xattrs-include='user.*' -xf "$H/t.tar" -C t && show t
+        "#
+    );
+    let out = assert_same(&[], &script, true);
+    eprintln!("{out}");
+    assert_eq!(out.matches("user:daemon:r--").count(), 4, "{out}");
+}

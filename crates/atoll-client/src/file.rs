@@ -372,11 +372,12 @@ pub fn open(
                 continue;
             }
         };
-        let path = (attr.ftype == FileType::Directory).then(|| {
+        // Kept for every type: `/proc/self/fd/N` names it (`proclink`).
+        let path = {
             let mut p = w.canon.clone();
             let _ = p.push_component(name);
-            p.as_bytes().to_vec()
-        });
+            Some(p.as_bytes().to_vec())
+        };
         // A FIFO's descriptor carries its ring (and its open may wait).
         let cookie = if attr.ftype == FileType::Fifo {
             crate::pipe::fifo_opened(c, lane, desc, flags, true)?

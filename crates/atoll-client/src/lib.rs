@@ -74,6 +74,7 @@ mod pipecopy;
 mod pipeepoll;
 mod pipeticket;
 mod procfd;
+mod proclink;
 mod procmounts;
 mod ring;
 mod session;
@@ -169,7 +170,11 @@ pub fn active() -> bool {
 pub(crate) fn path_concerns(c: &Client, dirfd: i64, ptr: u64) -> bool {
     match sys::user_path(ptr) {
         Ok([]) => fdtable::is_atoll(dirfd) || (dirfd == libc::AT_FDCWD as i64 && c.cwd().is_some()),
-        Ok(p) => walk::concerns(c, dirfd, p) || names_atoll_fd(p),
+        Ok(p) => {
+            walk::concerns(c, dirfd, p)
+                || names_atoll_fd(p)
+                || (p.starts_with(b"/proc/") && proclink::through(c, p, true).is_some())
+        }
         Err(libc::ENAMETOOLONG) => true,
         Err(_) => ptr == 0 && fdtable::is_atoll(dirfd),
     }
@@ -190,9 +195,12 @@ fn names_proc_table(ptr: u64) -> bool {
 }
 
 /// `/proc/self/exe` of an image started from the mount (see
-/// `exec::readlink_self_exe`).
-fn names_self_exe(ptr: u64) -> bool {
-    exec::started_from_atoll() && sys::user_path(ptr).is_ok_and(exec::is_self_exe)
+/// `exec::readlink_self_exe`), or a cwd or descriptor link of `/proc`
+/// that atoll answers (`proclink`).
+fn names_proc_link(c: &Client, ptr: u64) -> bool {
+    sys::user_path(ptr).is_ok_and(|p| {
+        (exec::started_from_atoll() && exec::is_self_exe(p)) || proclink::target(c, p).is_some()
+    })
 }
 
 /// System calls whose first argument is a descriptor they act on (and
@@ -276,8 +284,8 @@ fn concerns(nr: i64, a: &[u64; 6]) -> bool {
         SYS_newfstatat | SYS_statx | SYS_faccessat | SYS_faccessat2 | SYS_mkdirat
         | SYS_unlinkat | SYS_fchmodat | SYS_fchmodat2 | SYS_fchownat | SYS_utimensat
         | SYS_futimesat | SYS_mknodat => path_concerns(c, fdarg(a[0]), a[1]),
-        SYS_readlink => path_concerns(c, cwd(), a[0]) || names_self_exe(a[0]),
-        SYS_readlinkat => path_concerns(c, fdarg(a[0]), a[1]) || names_self_exe(a[1]),
+        SYS_readlink => path_concerns(c, cwd(), a[0]) || names_proc_link(c, a[0]),
+        SYS_readlinkat => path_concerns(c, fdarg(a[0]), a[1]) || names_proc_link(c, a[1]),
         SYS_rename | SYS_link => path_concerns(c, cwd(), a[0]) || path_concerns(c, cwd(), a[1]),
         SYS_renameat | SYS_renameat2 | SYS_linkat => {
             path_concerns(c, fdarg(a[0]), a[1]) || path_concerns(c, fdarg(a[2]), a[3])
@@ -340,6 +348,9 @@ pub fn dispatch(nr: i64, args: &[u64; 6]) -> Dispatch {
     };
     // Paths checked during this call are remembered for its duration only.
     sys::forget_paths();
+    // `/proc/self/cwd/…` and the like lead into the mount (`proclink`).
+    let proc_path = hostlink::rewrite_proc(c, nr, args);
+    let args = proc_path.as_ref().map_or(args, |(_, again)| again);
     let r = match run(c, nr, args) {
         Ok(Out::Done(v)) => Dispatch::Done(v),
         Ok(Out::Host) => Dispatch::Host,
@@ -918,6 +929,14 @@ fn run(c: &'static Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
                 .and_then(|path| exec::readlink_self_exe(path, buf, size))
             {
                 return r;
+            }
+            if let Some(t) = sys::user_path(p).ok().and_then(|path| proclink::target(c, path)) {
+                if size <= 0 {
+                    return err(libc::EINVAL);
+                }
+                let n = t.len().min(size as usize);
+                sys::copy_to_user(buf, &t[..n])?;
+                return Ok(Out::Done(n as i64));
             }
             if !path_concerns(c, d, p) {
                 return Ok(Out::Host);

@@ -639,13 +639,23 @@ impl Client {
     /// few hundred bytes per `chdir` is cheaper than reclamation here.
     // TODO(atoll): recycle cwd boxes with an epoch once chdir-heavy
     // workloads show up.
+    ///
+    /// Every atoll cwd gets its own removed kernel directory, named after
+    /// it, so other processes of the instance can read it back from
+    /// `/proc/PID/cwd` (`proclink`).
     pub fn set_cwd(&self, cwd: Option<Cwd>) {
-        let entering = cwd.is_some() && self.cwd().is_none();
+        if let Some(w) = &cwd {
+            self.void_kernel_cwd(&w.path);
+        }
         let p = cwd.map_or(core::ptr::null_mut(), |c| Box::into_raw(Box::new(c)));
         self.cwd.store(p, Ordering::Release);
-        if entering {
-            self.void_kernel_cwd();
-        }
+    }
+
+    /// The instance's runtime directory (where its boot socket is).
+    pub fn runtime_dir(&self) -> &str {
+        self.socket_path
+            .rsplit_once('/')
+            .map_or("/tmp", |(dir, _)| dir)
     }
 
     /// While the cwd is atoll's, the kernel's cwd is never used by atoll —
@@ -655,16 +665,16 @@ impl Client {
     /// Linux refuses to create anything in a removed directory (`ENOENT`),
     /// even for root, so such a program fails instead of writing host files
     /// in the program's name. Raw calls only (this runs inside `chdir`).
-    fn void_kernel_cwd(&self) {
-        let runtime = self
-            .socket_path
-            .rsplit_once('/')
-            .map_or("/tmp", |(dir, _)| dir);
+    /// Its name carries `atoll_cwd` (`proclink::void_name`).
+    fn void_kernel_cwd(&self, atoll_cwd: &[u8]) {
         // SAFETY: no arguments.
         let tid = unsafe { sys::sc(libc::SYS_gettid, 0, 0, 0, 0) };
         let stamp = sys::monotonic_ns();
-        for base in [runtime, "/tmp"] {
-            let mut path = format!("{base}/.void-{tid}-{stamp}").into_bytes();
+        let name = crate::proclink::void_name(tid, stamp, atoll_cwd);
+        for base in [self.runtime_dir(), "/tmp"] {
+            let mut path = base.as_bytes().to_vec();
+            path.push(b'/');
+            path.extend_from_slice(&name);
             path.push(0);
             let at = path.as_ptr() as u64;
             // SAFETY: NUL-terminated local path.

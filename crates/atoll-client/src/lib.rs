@@ -55,6 +55,7 @@ mod error;
 mod exec;
 mod fast;
 mod fdpath;
+mod fdpub;
 mod fdtable;
 mod file;
 mod forkgate;
@@ -930,7 +931,10 @@ fn run(c: &'static Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
             {
                 return r;
             }
-            if let Some(t) = sys::user_path(p).ok().and_then(|path| proclink::target(c, path)) {
+            if let Some(t) = sys::user_path(p)
+                .ok()
+                .and_then(|path| proclink::target(c, path))
+            {
                 if size <= 0 {
                     return err(libc::EINVAL);
                 }

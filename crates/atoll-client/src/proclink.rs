@@ -8,6 +8,8 @@
 //! * for the process itself (`self`, `thread-self` or its own pid) the
 //!   answer is the client's: the atoll cwd, and the path a descriptor was
 //!   opened by (`fdtable`);
+//! * for another process's descriptor, the path it published
+//!   (`fdpub`), when the kernel shows a placeholder there;
 //! * for another process, its cwd: every process of the instance names
 //!   the removed directory it leaves the kernel with its atoll cwd
 //!   (`void_name`), so any process of the same instance reads that
@@ -80,43 +82,24 @@ pub fn target(c: &Client, path: &[u8]) -> Option<Vec<u8>> {
         return crate::fdtable::get(fd).and_then(|d| d.path().map(<[u8]>::to_vec));
     }
     let rest = path.strip_prefix(b"/proc/")?;
-    let pid = rest.strip_suffix(b"/cwd")?;
+    let slash = rest.iter().position(|&b| b == b'/')?;
+    let (pid, entry) = (&rest[..slash], &rest[slash + 1..]);
     if pid.is_empty() || !pid.iter().all(u8::is_ascii_digit) {
         return None;
     }
-    other_cwd(c, path)
-}
-
-/// A path below one of these links (`/proc/self/cwd/x`, `/proc/PID/cwd/`,
-/// `/proc/self/fd/N/x`): the atoll path it reaches, when atoll answers
-/// for the link. The kernel would walk into the removed directory or the
-/// placeholder instead, and `hostlink` steps in only on `ENOENT`, which
-/// opening the removed directory itself does not give.
-///
-/// With `follow`, the cwd link itself too (`stat`, `opendir` of
-/// `/proc/self/cwd`); a descriptor's own link is reopened by `fdpath`.
-pub fn through(c: &Client, path: &[u8], follow: bool) -> Option<Vec<u8>> {
-    let rest = path.strip_prefix(b"/proc/")?;
-    let who = rest.iter().position(|&b| b == b'/')?;
-    let after = &rest[who + 1..];
-    let link_len = if after.starts_with(b"cwd/") || (follow && after == b"cwd") {
-        3
-    } else {
-        let n = after.strip_prefix(b"fd/")?;
-        3 + n.iter().position(|&b| b == b'/')?
-    };
-    let split = b"/proc/".len() + who + 1 + link_len;
-    let mut t = target(c, &path[..split])?;
-    if crate::path::mount_rest(&t, &c.mount).is_none() {
-        return None;
+    if entry == b"cwd" {
+        return other_cwd(c, path);
     }
-    t.extend_from_slice(&path[split..]);
-    Some(t)
+    let n: usize = core::str::from_utf8(entry.strip_prefix(b"fd/")?)
+        .ok()?
+        .parse()
+        .ok()?;
+    other_fd(pid, n)
 }
 
-/// Another process's atoll cwd, from the name of its kernel cwd.
-fn other_cwd(c: &Client, link: &[u8]) -> Option<Vec<u8>> {
-    let z = crate::path::PathBuf::from_bytes(link).ok()?;
+/// The kernel's link at `/proc/…` (`path` without its NUL).
+fn kernel_link(path: &[u8]) -> Option<Vec<u8>> {
+    let z = crate::path::PathBuf::from_bytes(path).ok()?;
     let mut buf = [0u8; sys::PATH_MAX];
     // SAFETY: a NUL-terminated local path and a local buffer of that size.
     let n = unsafe {
@@ -128,7 +111,85 @@ fn other_cwd(c: &Client, link: &[u8]) -> Option<Vec<u8>> {
             buf.len() as u64,
         )
     };
-    let kernel = buf.get(..usize::try_from(n).ok()?)?;
+    Some(buf.get(..usize::try_from(n).ok()?)?.to_vec())
+}
+
+/// How far past `PRIVATE_FD_MIN` another process's table is looked for
+/// (atoll's private descriptors sit just above it).
+const PRIVATE_SPAN: i32 = 64;
+
+/// Another process's descriptor `n`, when the kernel shows a placeholder:
+/// the path that process published (`fdpub`).
+fn other_fd(pid: &[u8], n: usize) -> Option<Vec<u8>> {
+    let pid = core::str::from_utf8(pid).ok()?;
+    let link = kernel_link(format!("/proc/{pid}/fd/{n}").as_bytes())?;
+    if !link.starts_with(b"/memfd:atoll-placeholder") {
+        return None;
+    }
+    let table_name = format!("/memfd:{}", crate::fdpub::NAME);
+    let min = crate::session::PRIVATE_FD_MIN;
+    let table = (min..min + PRIVATE_SPAN).find_map(|k| {
+        let p = format!("/proc/{pid}/fd/{k}");
+        kernel_link(p.as_bytes())?
+            .starts_with(table_name.as_bytes())
+            .then_some(p)
+    })?;
+    let z = crate::path::PathBuf::from_bytes(table.as_bytes()).ok()?;
+    // SAFETY: a NUL-terminated local path.
+    let fd = unsafe {
+        sys::sc(
+            libc::SYS_openat,
+            libc::AT_FDCWD as u64,
+            z.as_ptr() as u64,
+            (libc::O_RDONLY | libc::O_CLOEXEC) as u64,
+            0,
+        )
+    };
+    if fd < 0 {
+        return None;
+    }
+    let path = crate::fdpub::read_slot(fd as i32, n);
+    sys::close(fd as i32);
+    path
+}
+
+/// A path below one of these links (`/proc/self/cwd/x`, `/proc/PID/cwd/`,
+/// `/proc/self/fd/N/x`): the atoll path it reaches, when atoll answers
+/// for the link. The kernel would walk into the removed directory or the
+/// placeholder instead, and `hostlink` steps in only on `ENOENT`, which
+/// opening the removed directory itself does not give.
+///
+/// With `follow`, the cwd link itself too (`stat`, `opendir` of
+/// `/proc/self/cwd`), and another process's descriptor link; the
+/// process's own descriptors are reopened by `fdpath`.
+pub fn through(c: &Client, path: &[u8], follow: bool) -> Option<Vec<u8>> {
+    let rest = path.strip_prefix(b"/proc/")?;
+    let who = rest.iter().position(|&b| b == b'/')?;
+    let after = &rest[who + 1..];
+    let itself = crate::path::proc_self_entry(path).is_some();
+    let link_len = if after.starts_with(b"cwd/") || (follow && after == b"cwd") {
+        3
+    } else {
+        let n = after.strip_prefix(b"fd/")?;
+        match n.iter().position(|&b| b == b'/') {
+            Some(end) => 3 + end,
+            // Another process's descriptor: its file, by the path it was
+            // opened by (`cat /proc/PID/fd/N`).
+            None if follow && !itself => after.len(),
+            None => return None,
+        }
+    };
+    let split = b"/proc/".len() + who + 1 + link_len;
+    let mut t = target(c, &path[..split])?;
+    // Only into the mount: elsewhere the kernel's answer stands.
+    crate::path::mount_rest(&t, &c.mount)?;
+    t.extend_from_slice(&path[split..]);
+    Some(t)
+}
+
+/// Another process's atoll cwd, from the name of its kernel cwd.
+fn other_cwd(c: &Client, link: &[u8]) -> Option<Vec<u8>> {
+    let kernel = kernel_link(link)?;
     let removed = kernel.strip_suffix(b" (deleted)")?;
     let (dir, name) = removed.split_at(removed.iter().rposition(|&b| b == b'/')?);
     // Only this instance's directories: another instance's paths are

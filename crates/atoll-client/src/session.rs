@@ -695,7 +695,8 @@ impl Client {
         fd >= 0
             && (fd == self.socket_fd.load(Ordering::Relaxed)
                 || fd == self.template_fd.load(Ordering::Relaxed)
-                || fd == self.cache_fd.load(Ordering::Relaxed))
+                || fd == self.cache_fd.load(Ordering::Relaxed)
+                || fd == crate::fdpub::fd())
     }
 
     /// Move a private descriptor away from `fd` (the program wants that
@@ -707,6 +708,7 @@ impl Client {
                 slot.store(n, Ordering::Relaxed);
             }
         }
+        crate::fdpub::relocate(fd);
     }
 
     /// Take a free lane for one call (lock-free), creating one with

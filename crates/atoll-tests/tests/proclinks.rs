@@ -1,7 +1,8 @@
 //! `/proc/<pid>/cwd` and `/proc/<pid>/fd/N` in the mount, compared with
 //! a host directory: a process reads its own cwd and descriptors' paths,
 //! walks through them (`/proc/self/cwd/f`), and reads the cwd of another
-//! process of the instance (`pwdx`, `readlink`, `realpath`, `ls`).
+//! process of the instance and the paths of its descriptors (`pwdx`,
+//! `readlink`, `realpath`, `ls`, `cat /proc/PID/fd/N`).
 
 use atoll_tests::{assert_same, require};
 
@@ -35,7 +36,7 @@ fn another_process_of_the_instance_sees_a_cwd_in_the_mount() {
     // through /proc. Names with a `%` and a `-` check the encoding.
     let script = r#"
         cd "$ROOT"; mkdir -p 'sub/dir 100%-x'; echo hi > 'sub/dir 100%-x/file'
-        (cd 'sub/dir 100%-x' && exec sleep 30) &
+        (cd 'sub/dir 100%-x' && exec 7<file 8>"$ROOT/sub/out" && exec sleep 30) &
         pid=$!
         until [ "$(cat /proc/$pid/comm)" = sleep ]; do sleep 0.05; done
         readlink /proc/$pid/cwd | sed "s|$ROOT|R|"
@@ -44,8 +45,12 @@ fn another_process_of_the_instance_sees_a_cwd_in_the_mount() {
         ls /proc/$pid/cwd/
         cat /proc/$pid/cwd/file
         (cd /proc/$pid/cwd && pwd -P | sed "s|$ROOT|R|")
+        readlink /proc/$pid/fd/7 /proc/$pid/fd/8 | sed "s|$ROOT|R|"
+        ls -l /proc/$pid/fd/ | awk '$9 == 7 || $9 == 8 {print $9, $10, $11, $12}' | sed "s|$ROOT|R|"
+        cat /proc/$pid/fd/7; stat -L -c '%s %F' /proc/$pid/fd/7
         kill $pid
     "#;
     let out = assert_same(&[], script, true);
     assert!(out.contains("PID: R/sub/dir 100%-x\n"), "{out}");
+    assert!(out.contains("7 -> R/sub/dir 100%-x/file"), "{out}");
 }

@@ -90,7 +90,7 @@ fn parse(value: &[u8]) -> Result<Option<Vec<AclEntry>>, Errno> {
     if u32::from_le_bytes([value[0], value[1], value[2], value[3]]) != ACL_VERSION {
         return Err(Errno::EOPNOTSUPP);
     }
-    if (value.len() - HEADER) % ENTRY != 0 {
+    if !(value.len() - HEADER).is_multiple_of(ENTRY) {
         return Err(Errno::EINVAL);
     }
     let list: Vec<AclEntry> = entries(value).collect();

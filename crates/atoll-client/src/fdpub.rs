@@ -1,0 +1,203 @@
+//! Descriptor paths published for other processes of the instance, so
+//! that `ls -l /proc/PID/fd`, `lsof -p PID` and `readlink /proc/PID/fd/N`
+//! run by one of them show the atoll path, not the placeholder memfd.
+//!
+//! Each process keeps a table in a memfd of its own (`atoll-fds`, one of
+//! atoll's private descriptors): one slot of [`SLOT`] bytes per
+//! descriptor number below [`SLOTS`], `{seq: u32, len: u32, path}`,
+//! written when `fdtable::install` gives the number an atoll description
+//! and cleared when `fdtable::remove` takes it away. `seq` is odd while a
+//! slot is written (a seqlock: the reader retries, then gives up). The
+//! stores are plain memory writes through a shared mapping, made only by
+//! processes that hold atoll descriptors (the memfd is made at the first).
+//!
+//! A reader (`proclink`) opens the target's table through
+//! `/proc/PID/fd/K` (Linux lets a process open another's descriptors when
+//! it may read its `/proc` entries), and reads slot N only when the
+//! kernel says fd N is a placeholder. A forked child gets a copy of its
+//! own (`after_fork_child`); `execve` closes the table and the new image
+//! makes one again as it installs the descriptors it inherited.
+
+use core::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, Ordering};
+
+use crate::sys;
+
+/// Bytes per descriptor: sequence, length, path (longer paths are not
+/// published).
+pub const SLOT: usize = 512;
+/// Descriptor numbers published (higher ones are not).
+pub const SLOTS: usize = 4096;
+/// The memfd's name, as `/proc/PID/fd/K` shows it.
+pub const NAME: &str = "atoll-fds";
+const TABLE_BYTES: usize = SLOT * SLOTS;
+const HEADER: usize = 8;
+
+/// The table's descriptor (-1: none yet) and mapping.
+static FD: AtomicI32 = AtomicI32::new(-1);
+static MAP: AtomicPtr<u8> = AtomicPtr::new(core::ptr::null_mut());
+/// 0: no table, 1: being made, 2: made (or failed for good: `MAP` null).
+static STATE: AtomicU32 = AtomicU32::new(0);
+
+/// The table's descriptor number, if there is one (a private descriptor).
+pub fn fd() -> i32 {
+    FD.load(Ordering::Relaxed)
+}
+
+/// The program wants the table's number: move the table away.
+pub fn relocate(from: i32) {
+    if from >= 0 && FD.load(Ordering::Relaxed) == from {
+        FD.store(crate::session::to_high(from, from + 1), Ordering::Relaxed);
+    }
+}
+
+/// A new memfd holding the table, mapped; `None` if Linux refuses.
+fn make() -> Option<(i32, *mut u8)> {
+    let fd = rustix::fs::memfd_create(NAME, rustix::fs::MemfdFlags::CLOEXEC).ok()?;
+    rustix::fs::ftruncate(&fd, TABLE_BYTES as u64).ok()?;
+    let raw = crate::session::to_high(std::os::fd::IntoRawFd::into_raw_fd(fd), 0);
+    // SAFETY: a fresh shared mapping of our own memfd, never unmapped
+    // while `MAP` points at it (`after_fork_child` swaps it first).
+    let p = unsafe {
+        sys::syscall6(
+            libc::SYS_mmap,
+            [
+                0,
+                TABLE_BYTES as u64,
+                (libc::PROT_READ | libc::PROT_WRITE) as u64,
+                libc::MAP_SHARED as u64,
+                raw as u64,
+                0,
+            ],
+        )
+    };
+    if p < 0 {
+        sys::close(raw);
+        return None;
+    }
+    Some((raw, p as *mut u8))
+}
+
+/// The table's mapping, made on first use.
+fn table() -> Option<*mut u8> {
+    loop {
+        match STATE.load(Ordering::Acquire) {
+            2 => {
+                let p = MAP.load(Ordering::Acquire);
+                return (!p.is_null()).then_some(p);
+            }
+            0 if STATE
+                .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok() =>
+            {
+                if let Some((fd, p)) = make() {
+                    FD.store(fd, Ordering::Relaxed);
+                    MAP.store(p, Ordering::Release);
+                }
+                STATE.store(2, Ordering::Release);
+            }
+            _ => core::hint::spin_loop(),
+        }
+    }
+}
+
+/// Slot `fd` now names `path` (`None`: no atoll description).
+pub fn publish(fd: i32, path: Option<&[u8]>) {
+    let Ok(n) = usize::try_from(fd) else { return };
+    if n >= SLOTS {
+        return;
+    }
+    let path = path.filter(|p| p.len() <= SLOT - HEADER);
+    if path.is_none() && STATE.load(Ordering::Acquire) == 0 {
+        return; // nothing published yet: nothing to clear
+    }
+    let Some(base) = table() else { return };
+    // SAFETY: slot `n` lies inside the mapping (`n < SLOTS`), which lives
+    // for the process; the sequence word is 4-aligned (SLOT is).
+    unsafe {
+        let slot = base.add(n * SLOT);
+        let seq = &*(slot as *const AtomicU32);
+        let len = &*(slot.add(4) as *const AtomicU32);
+        let s = seq.load(Ordering::Relaxed);
+        seq.store(s | 1, Ordering::Release);
+        core::sync::atomic::fence(Ordering::Release);
+        let p = path.unwrap_or(&[]);
+        core::ptr::copy_nonoverlapping(p.as_ptr(), slot.add(HEADER), p.len());
+        len.store(p.len() as u32, Ordering::Relaxed);
+        seq.store((s | 1).wrapping_add(1), Ordering::Release);
+    }
+}
+
+/// In a forked child: the inherited mapping is the parent's table. Take
+/// a copy of our own under the same number.
+pub fn after_fork_child() {
+    let old = MAP.load(Ordering::Acquire);
+    if old.is_null() {
+        return;
+    }
+    let old_fd = FD.load(Ordering::Relaxed);
+    let Some((fd, p)) = make() else {
+        // No table of our own: publish nothing rather than into the parent's.
+        MAP.store(core::ptr::null_mut(), Ordering::Release);
+        return;
+    };
+    // SAFETY: both mappings are TABLE_BYTES long; the old one is the
+    // parent's table, which this child stops using here.
+    unsafe {
+        core::ptr::copy_nonoverlapping(old, p, TABLE_BYTES.min(SLOT * crate::fdtable::high_fd()));
+        sys::sc(libc::SYS_munmap, old as u64, TABLE_BYTES as u64, 0, 0);
+    }
+    MAP.store(p, Ordering::Release);
+    // Keep the number the program already knows as ours.
+    if old_fd >= 0 && sys::dup3(fd, old_fd, libc::O_CLOEXEC) == old_fd as i64 {
+        sys::close(fd);
+        FD.store(old_fd, Ordering::Relaxed);
+    } else {
+        FD.store(fd, Ordering::Relaxed);
+    }
+}
+
+/// `pread` into a local buffer.
+fn pread(fd: i32, buf: &mut [u8], off: u64) -> i64 {
+    // SAFETY: the kernel writes at most `buf.len()` bytes into `buf`.
+    unsafe {
+        sys::syscall6(
+            libc::SYS_pread64,
+            [
+                fd as u64,
+                buf.as_mut_ptr() as u64,
+                buf.len() as u64,
+                off,
+                0,
+                0,
+            ],
+        )
+    }
+}
+
+/// Another process's published path of descriptor `n`, read from its
+/// table (a descriptor of `/proc/PID/fd` opened by the caller).
+pub fn read_slot(table: i32, n: usize) -> Option<Vec<u8>> {
+    if n >= SLOTS {
+        return None;
+    }
+    let mut buf = [0u8; SLOT];
+    for _ in 0..3 {
+        let got = pread(table, &mut buf, (n * SLOT) as u64);
+        if got != SLOT as i64 {
+            return None;
+        }
+        let seq = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]);
+        let len = u32::from_le_bytes([buf[4], buf[5], buf[6], buf[7]]) as usize;
+        if seq & 1 == 1 || len > SLOT - HEADER {
+            continue;
+        }
+        // The slot may have changed while it was copied: read the
+        // sequence again.
+        let mut again = [0u8; 4];
+        if pread(table, &mut again, (n * SLOT) as u64) != 4 || again != buf[..4] {
+            continue;
+        }
+        return (len > 0).then(|| buf[HEADER..HEADER + len].to_vec());
+    }
+    None
+}

@@ -609,6 +609,7 @@ fn do_close_range(c: &Client, first: u64, last: u64, flags: u64) -> Result<Out> 
     let mut private: Vec<u32> = [&c.socket_fd, &c.template_fd, &c.cache_fd]
         .iter()
         .map(|f| f.load(Ordering::Relaxed))
+        .chain(core::iter::once(fdpub::fd()))
         .filter(|&f| f >= 0 && (first..=last).contains(&(f as u32)))
         .map(|f| f as u32)
         .collect();

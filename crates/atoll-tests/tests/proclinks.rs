@@ -49,8 +49,16 @@ fn another_process_of_the_instance_sees_a_cwd_in_the_mount() {
         ls -l /proc/$pid/fd/ | awk '$9 == 7 || $9 == 8 {print $9, $10, $11, $12}' | sed "s|$ROOT|R|"
         cat /proc/$pid/fd/7; stat -L -c '%s %F' /proc/$pid/fd/7
         kill $pid
+        # A process that closed every descriptor above 2 (close_range)
+        # still shows the file it opened afterwards.
+        python3 -c 'import os, time; os.open("sub/out", os.O_RDONLY); os.closerange(3, 1 << 20); os.open("sub/out", os.O_RDONLY); os.mkdir("ready"); time.sleep(30)' &
+        pid=$!
+        until [ -d ready ]; do sleep 0.05; done
+        readlink /proc/$pid/fd/3 | sed "s|$ROOT|R|"
+        kill $pid
     "#;
     let out = assert_same(&[], script, true);
     assert!(out.contains("PID: R/sub/dir 100%-x\n"), "{out}");
+    assert!(out.ends_with("R/sub/out\n"), "{out}");
     assert!(out.contains("7 -> R/sub/dir 100%-x/file"), "{out}");
 }

@@ -134,5 +134,5 @@ fn rsync_cp_and_tar_keep_links_xattrs_and_acls_into_and_out_of_the_mount() {
     );
     let out = assert_same(&[], &script, true);
     eprintln!("{out}");
-    assert_eq!(out.matches("user:daemon:r--").count(), 4, "{out}");
+    assert_eq!(out.matches("user:daemon:r--").count(), 5, "{out}");
 }

@@ -136,3 +136,43 @@ fn rsync_cp_and_tar_keep_links_xattrs_and_acls_into_and_out_of_the_mount() {
     eprintln!("{out}");
     assert_eq!(out.matches("user:daemon:r--").count(), 5, "{out}");
 }
+
+/// `script` in a tmpfs directory (`/dev/shm`) and in the mount print the
+/// same (for what tmpfs does its own way, unlike the host's disk).
+fn assert_same_as_tmpfs(script: &str) -> String {
+    let shm = tempfile::tempdir_in("/dev/shm").expect("tmpfs directory");
+    let host = std::process::Command::new("bash")
+        .args(["-c", script])
+        .env("ROOT", shm.path())
+        .env("LC_ALL", "C")
+        .output()
+        .expect("bash");
+    let want =
+        String::from_utf8_lossy(&host.stdout).replace(&*shm.path().to_string_lossy(), "$ROOT");
+    let out = atoll_tests::run_in_atoll(&[], script);
+    let got = String::from_utf8_lossy(&out.stdout).replace(atoll_tests::MOUNT, "$ROOT");
+    assert_eq!(
+        got,
+        want,
+        "atoll stderr:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    got
+}
+
+#[test]
+fn directory_sizes_are_tmpfs_sizes() {
+    // `du -b`, `ls -l` and `find -printf %s` count 40 bytes per directory
+    // and 20 per entry on tmpfs; they printed 4096 for every directory.
+    let out = assert_same_as_tmpfs(
+        r#"
+        cd "$ROOT"
+        mkdir -p a/b/c e; seq 1 2000 > a/n; touch a/x a/y e/1 e/2 e/3; ln -s n a/l
+        find . -printf '%s %y %p\n' | sort -k3
+        rm a/x; mv e/1 a/; rmdir a/b/c
+        find . -type d -printf '%s %p\n' | sort -k2
+        du -sb a e | sort -k2
+        "#,
+    );
+    assert!(out.contains("140 ./a\n"), "{out}");
+}

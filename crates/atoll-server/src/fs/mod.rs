@@ -705,6 +705,20 @@ impl<S: BlockStore> FileServer<S> {
         ino.owner() == self.cfg.index
     }
 
+    /// A directory's `st_size` as tmpfs gives it: 40 bytes, and 20 more
+    /// per entry (`BOGO_DIRENT_SIZE`), when all its entries are here;
+    /// otherwise (spread over servers, or its entries on another server)
+    /// the block size, as most disk file systems report.
+    fn dir_size(&self, ino: InodeId) -> u64 {
+        const BOGO_DIRENT_SIZE: u64 = 20;
+        match self.shards.get(&ino) {
+            Some(s) if ino.home() == self.cfg.index && !self.adapt.distributed(ino) => {
+                BOGO_DIRENT_SIZE * (2 + s.len() as u64)
+            }
+            _ => BS,
+        }
+    }
+
     /// The attributes `stat` reports.
     fn attr(&self, ino: InodeId) -> Result<Attr, Errno> {
         let i = self.inode(ino)?;
@@ -724,7 +738,7 @@ impl<S: BlockStore> FileServer<S> {
             }
         };
         let size = match i.ftype {
-            FileType::Directory => BS,
+            FileType::Directory => self.dir_size(ino),
             FileType::Symlink => i.target_len as u64,
             _ => i.size,
         };

@@ -29,7 +29,12 @@ pub const SLOT: usize = 512;
 pub const SLOTS: usize = 4096;
 /// The memfd's name, as `/proc/PID/fd/K` shows it.
 pub const NAME: &str = "atoll-fds";
-const TABLE_BYTES: usize = SLOT * SLOTS;
+/// After the slots: `{seq: u32, count: u32, fds: [i32; PRIVATE_MAX]}`,
+/// atoll's own descriptors, which a listing of `/proc/PID/fd` by another
+/// process of the instance leaves out (`procfd`).
+const PRIVATE_AT: usize = SLOT * SLOTS;
+const PRIVATE_MAX: usize = 8;
+const TABLE_BYTES: usize = PRIVATE_AT + 4096;
 const HEADER: usize = 8;
 
 /// The table's descriptor (-1: none yet) and mapping.
@@ -47,6 +52,10 @@ pub fn fd() -> i32 {
 pub fn relocate(from: i32) {
     if from >= 0 && FD.load(Ordering::Relaxed) == from {
         FD.store(crate::session::to_high(from, from + 1), Ordering::Relaxed);
+    }
+    let p = MAP.load(Ordering::Acquire);
+    if !p.is_null() {
+        publish_private(p);
     }
 }
 
@@ -100,6 +109,41 @@ fn table() -> Option<*mut u8> {
     }
 }
 
+/// Write the list of atoll's own descriptors (`Client::private_fds`)
+/// after the slots. Done at every `publish` and relocation, so it is
+/// fresh whenever a descriptor changes.
+fn publish_private(base: *mut u8) {
+    let Some(c) = crate::session::client() else {
+        return;
+    };
+    let fds = c.private_fds();
+    // SAFETY: the list lies inside the mapping (PRIVATE_AT + 8 + 4 *
+    // PRIVATE_MAX < TABLE_BYTES), 4-aligned.
+    unsafe {
+        let at = base.add(PRIVATE_AT);
+        let seq = &*(at as *const AtomicU32);
+        let s = seq.load(Ordering::Relaxed);
+        if fds.len() <= PRIVATE_MAX {
+            let count = &*(at.add(4) as *const AtomicU32);
+            // Unchanged (the common case): no store at all.
+            let same = count.load(Ordering::Relaxed) as usize == fds.len()
+                && fds.iter().enumerate().all(|(i, &f)| {
+                    (*(at.add(8 + 4 * i) as *const AtomicU32)).load(Ordering::Relaxed) == f as u32
+                });
+            if same {
+                return;
+            }
+            seq.store(s | 1, Ordering::Release);
+            core::sync::atomic::fence(Ordering::Release);
+            for (i, &f) in fds.iter().enumerate() {
+                (*(at.add(8 + 4 * i) as *const AtomicU32)).store(f as u32, Ordering::Relaxed);
+            }
+            count.store(fds.len() as u32, Ordering::Relaxed);
+            seq.store((s | 1).wrapping_add(1), Ordering::Release);
+        }
+    }
+}
+
 /// Slot `fd` now names `path` (`None`: no atoll description).
 pub fn publish(fd: i32, path: Option<&[u8]>) {
     let Ok(n) = usize::try_from(fd) else { return };
@@ -125,6 +169,7 @@ pub fn publish(fd: i32, path: Option<&[u8]>) {
         len.store(p.len() as u32, Ordering::Relaxed);
         seq.store((s | 1).wrapping_add(1), Ordering::Release);
     }
+    publish_private(base);
 }
 
 /// In a forked child: the inherited mapping is the parent's table. Take
@@ -154,6 +199,56 @@ pub fn after_fork_child() {
     } else {
         FD.store(fd, Ordering::Relaxed);
     }
+}
+
+/// How far past `PRIVATE_FD_MIN` another process's table is looked for
+/// (atoll's private descriptors sit just above it).
+const PRIVATE_SPAN: i32 = 64;
+
+/// Another process's table, opened through `/proc/PID/fd` (the caller
+/// closes it); `None` when it has none.
+pub fn open_table(pid: u32) -> Option<i32> {
+    let name = format!("/memfd:{NAME}");
+    let min = crate::session::PRIVATE_FD_MIN;
+    let table = (min..min + PRIVATE_SPAN).find_map(|k| {
+        let p = format!("/proc/{pid}/fd/{k}");
+        crate::proclink::kernel_link(p.as_bytes())?
+            .starts_with(name.as_bytes())
+            .then_some(p)
+    })?;
+    let z = crate::path::PathBuf::from_bytes(table.as_bytes()).ok()?;
+    // SAFETY: a NUL-terminated local path.
+    let fd = unsafe {
+        sys::sc(
+            libc::SYS_openat,
+            libc::AT_FDCWD as u64,
+            z.as_ptr() as u64,
+            (libc::O_RDONLY | libc::O_CLOEXEC) as u64,
+            0,
+        )
+    };
+    (fd >= 0).then_some(fd as i32)
+}
+
+/// Another process's own descriptors, from its table (-1: none).
+pub fn read_private(table: i32) -> Option<Vec<i32>> {
+    let mut buf = [0u8; 8 + 4 * PRIVATE_MAX];
+    for _ in 0..3 {
+        if pread(table, &mut buf, PRIVATE_AT as u64) != buf.len() as i64 {
+            return None;
+        }
+        let word = |i: usize| u32::from_le_bytes([buf[i], buf[i + 1], buf[i + 2], buf[i + 3]]);
+        let (seq, count) = (word(0), word(4) as usize);
+        if seq & 1 == 1 || count > PRIVATE_MAX {
+            continue;
+        }
+        let mut again = [0u8; 4];
+        if pread(table, &mut again, PRIVATE_AT as u64) != 4 || again != buf[..4] {
+            continue;
+        }
+        return Some((0..count).map(|i| word(8 + 4 * i) as i32).collect());
+    }
+    None
 }
 
 /// `pread` into a local buffer.

@@ -191,8 +191,11 @@ fn names_atoll_fd(path: &[u8]) -> bool {
 /// `/proc/self/mounts` and its relatives (see `procmounts`), or the
 /// process's own fd directory (see `procfd`).
 fn names_proc_table(ptr: u64) -> bool {
-    sys::user_path(ptr)
-        .is_ok_and(|p| procmounts::names_table(p).is_some() || procfd::names_fd_dir(p))
+    sys::user_path(ptr).is_ok_and(|p| {
+        procmounts::names_table(p).is_some()
+            || procfd::names_fd_dir(p)
+            || procfd::other_fd_dir(p).is_some()
+    })
 }
 
 /// `/proc/self/exe` of an image started from the mount (see
@@ -548,6 +551,30 @@ fn open_resolved(
         };
         procfd::mark(r, r >= 0);
         return Ok(Out::Done(r));
+    }
+    if resolve == 0 {
+        if let Some(pid) = procfd::other_fd_dir(path) {
+            // Another process's descriptors: without atoll's own, when it
+            // is a process of the instance (its table says which).
+            // SAFETY: the program's own path (checked) and flags.
+            let r = unsafe {
+                sys::sc(
+                    libc::SYS_openat,
+                    libc::AT_FDCWD as i64 as u64,
+                    ptr,
+                    flags as u64,
+                    mode as u64,
+                )
+            };
+            procfd::mark(r, false);
+            if let Some(t) = (r >= 0).then(|| fdpub::open_table(pid)).flatten() {
+                if let Some(list) = fdpub::read_private(t) {
+                    procfd::mark_other(r, &list);
+                }
+                sys::close(t);
+            }
+            return Ok(Out::Done(r));
+        }
     }
     if path.first() == Some(&b'/') && resolve & walk::RESOLVE_NO_MAGICLINKS == 0 {
         if let Some(o) = pipe::reopen(c, path, flags)? {

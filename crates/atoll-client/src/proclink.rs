@@ -98,7 +98,7 @@ pub fn target(c: &Client, path: &[u8]) -> Option<Vec<u8>> {
 }
 
 /// The kernel's link at `/proc/…` (`path` without its NUL).
-fn kernel_link(path: &[u8]) -> Option<Vec<u8>> {
+pub fn kernel_link(path: &[u8]) -> Option<Vec<u8>> {
     let z = crate::path::PathBuf::from_bytes(path).ok()?;
     let mut buf = [0u8; sys::PATH_MAX];
     // SAFETY: a NUL-terminated local path and a local buffer of that size.
@@ -114,10 +114,6 @@ fn kernel_link(path: &[u8]) -> Option<Vec<u8>> {
     Some(buf.get(..usize::try_from(n).ok()?)?.to_vec())
 }
 
-/// How far past `PRIVATE_FD_MIN` another process's table is looked for
-/// (atoll's private descriptors sit just above it).
-const PRIVATE_SPAN: i32 = 64;
-
 /// Another process's descriptor `n`, when the kernel shows a placeholder:
 /// the path that process published (`fdpub`).
 fn other_fd(pid: &[u8], n: usize) -> Option<Vec<u8>> {
@@ -126,30 +122,9 @@ fn other_fd(pid: &[u8], n: usize) -> Option<Vec<u8>> {
     if !link.starts_with(b"/memfd:atoll-placeholder") {
         return None;
     }
-    let table_name = format!("/memfd:{}", crate::fdpub::NAME);
-    let min = crate::session::PRIVATE_FD_MIN;
-    let table = (min..min + PRIVATE_SPAN).find_map(|k| {
-        let p = format!("/proc/{pid}/fd/{k}");
-        kernel_link(p.as_bytes())?
-            .starts_with(table_name.as_bytes())
-            .then_some(p)
-    })?;
-    let z = crate::path::PathBuf::from_bytes(table.as_bytes()).ok()?;
-    // SAFETY: a NUL-terminated local path.
-    let fd = unsafe {
-        sys::sc(
-            libc::SYS_openat,
-            libc::AT_FDCWD as u64,
-            z.as_ptr() as u64,
-            (libc::O_RDONLY | libc::O_CLOEXEC) as u64,
-            0,
-        )
-    };
-    if fd < 0 {
-        return None;
-    }
-    let path = crate::fdpub::read_slot(fd as i32, n);
-    sys::close(fd as i32);
+    let fd = crate::fdpub::open_table(pid.parse().ok()?)?;
+    let path = crate::fdpub::read_slot(fd, n);
+    sys::close(fd);
     path
 }
 

@@ -699,6 +699,18 @@ impl Client {
                 || fd == crate::fdpub::fd())
     }
 
+    /// atoll's own descriptors now (the session socket, the placeholder
+    /// template, the buffer cache, the published descriptor table).
+    /// -1 for one that is not open.
+    pub fn private_fds(&self) -> [i32; 4] {
+        [
+            self.socket_fd.load(Ordering::Relaxed),
+            self.template_fd.load(Ordering::Relaxed),
+            self.cache_fd.load(Ordering::Relaxed),
+            crate::fdpub::fd(),
+        ]
+    }
+
     /// Move a private descriptor away from `fd` (the program wants that
     /// number, e.g. `dup2(x, fd)`).
     pub fn relocate_private(&self, fd: i32) {

@@ -2,7 +2,8 @@
 //! a host directory: a process reads its own cwd and descriptors' paths,
 //! walks through them (`/proc/self/cwd/f`), and reads the cwd of another
 //! process of the instance and the paths of its descriptors (`pwdx`,
-//! `readlink`, `realpath`, `ls`, `cat /proc/PID/fd/N`).
+//! `readlink`, `realpath`, `ls`, `cat /proc/PID/fd/N`), without atoll's
+//! own descriptors in the listing.
 
 use atoll_tests::{assert_same, require};
 
@@ -48,6 +49,7 @@ fn another_process_of_the_instance_sees_a_cwd_in_the_mount() {
         readlink /proc/$pid/fd/7 /proc/$pid/fd/8 | sed "s|$ROOT|R|"
         ls -l /proc/$pid/fd/ | awk '$9 == 7 || $9 == 8 {print $9, $10, $11, $12}' | sed "s|$ROOT|R|"
         cat /proc/$pid/fd/7; stat -L -c '%s %F' /proc/$pid/fd/7
+        echo "high descriptors: $(ls /proc/$pid/fd | awk '$1 >= 512' | wc -l)"
         kill $pid
         # A process that closed every descriptor above 2 (close_range)
         # still shows the file it opened afterwards.

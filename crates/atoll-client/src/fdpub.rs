@@ -1,6 +1,7 @@
-//! Descriptor paths published for other processes of the instance, so
-//! that `ls -l /proc/PID/fd`, `lsof -p PID` and `readlink /proc/PID/fd/N`
-//! run by one of them show the atoll path, not the placeholder memfd.
+//! Descriptor paths and the cwd published for other processes of the
+//! instance, so that `ls -l /proc/PID/fd`, `lsof -p PID`, `pwdx PID` and
+//! `readlink /proc/PID/fd/N` run by one of them show the atoll path, not
+//! the placeholder memfd or the removed directory the kernel holds.
 //!
 //! Each process keeps a table in a memfd of its own (`atoll-fds`, one of
 //! atoll's private descriptors): one slot of [`SLOT`] bytes per
@@ -9,14 +10,17 @@
 //! and cleared when `fdtable::remove` takes it away. `seq` is odd while a
 //! slot is written (a seqlock: the reader retries, then gives up). The
 //! stores are plain memory writes through a shared mapping, made only by
-//! processes that hold atoll descriptors (the memfd is made at the first).
+//! processes that hold atoll descriptors or enter the mount (the memfd is
+//! made at the first; a `chdir` costs a copy of the path, no system
+//! call).
 //!
 //! A reader (`proclink`) opens the target's table through
 //! `/proc/PID/fd/K` (Linux lets a process open another's descriptors when
 //! it may read its `/proc` entries), and reads slot N only when the
-//! kernel says fd N is a placeholder. A forked child gets a copy of its
-//! own (`after_fork_child`); `execve` closes the table and the new image
-//! makes one again as it installs the descriptors it inherited.
+//! kernel says fd N is a placeholder. A forked child lets the parent's
+//! table go and makes its own at its next change (`after_fork_child`);
+//! `execve` closes the table and the new image makes one again as it
+//! restores its cwd and the descriptors it inherited.
 
 use core::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, Ordering};
 
@@ -34,7 +38,11 @@ pub const NAME: &str = "atoll-fds";
 /// process of the instance leaves out (`procfd`).
 const PRIVATE_AT: usize = SLOT * SLOTS;
 const PRIVATE_MAX: usize = 8;
-const TABLE_BYTES: usize = PRIVATE_AT + 4096;
+/// Then the atoll cwd: `{seq: u32, len: u32, path}` (empty: the cwd is
+/// on the host), for `/proc/PID/cwd` (`proclink`).
+const CWD_AT: usize = PRIVATE_AT + 4096;
+const CWD_MAX: usize = sys::PATH_MAX;
+const TABLE_BYTES: usize = CWD_AT + HEADER + CWD_MAX;
 const HEADER: usize = 8;
 
 /// The table's descriptor (-1: none yet) and mapping.
@@ -101,6 +109,7 @@ fn table() -> Option<*mut u8> {
                 if let Some((fd, p)) = make() {
                     FD.store(fd, Ordering::Relaxed);
                     MAP.store(p, Ordering::Release);
+                    fill(p);
                 }
                 STATE.store(2, Ordering::Release);
             }
@@ -144,6 +153,39 @@ fn publish_private(base: *mut u8) {
     }
 }
 
+/// Write `bytes` into the record at `at` (`{seq, len, bytes}`) under its
+/// sequence word.
+///
+/// # Safety
+/// `base + at` is a 4-aligned record inside the mapping with room for
+/// `bytes`.
+unsafe fn write_record(base: *mut u8, at: usize, bytes: &[u8]) {
+    // SAFETY: per the contract.
+    unsafe {
+        let rec = base.add(at);
+        let seq = &*(rec as *const AtomicU32);
+        let len = &*(rec.add(4) as *const AtomicU32);
+        let s = seq.load(Ordering::Relaxed);
+        seq.store(s | 1, Ordering::Release);
+        core::sync::atomic::fence(Ordering::Release);
+        core::ptr::copy_nonoverlapping(bytes.as_ptr(), rec.add(HEADER), bytes.len());
+        len.store(bytes.len() as u32, Ordering::Relaxed);
+        seq.store((s | 1).wrapping_add(1), Ordering::Release);
+    }
+}
+
+/// The process's atoll cwd is now `path` (`None`: a host directory).
+pub fn publish_cwd(path: Option<&[u8]>) {
+    let path = path.filter(|p| p.len() <= CWD_MAX);
+    if path.is_none() && STATE.load(Ordering::Acquire) == 0 {
+        return;
+    }
+    let Some(base) = table() else { return };
+    // SAFETY: the cwd record is inside the mapping with CWD_MAX bytes of
+    // room, 4-aligned.
+    unsafe { write_record(base, CWD_AT, path.unwrap_or(&[])) };
+}
+
 /// Slot `fd` now names `path` (`None`: no atoll description).
 pub fn publish(fd: i32, path: Option<&[u8]>) {
     let Ok(n) = usize::try_from(fd) else { return };
@@ -156,49 +198,52 @@ pub fn publish(fd: i32, path: Option<&[u8]>) {
     }
     let Some(base) = table() else { return };
     // SAFETY: slot `n` lies inside the mapping (`n < SLOTS`), which lives
-    // for the process; the sequence word is 4-aligned (SLOT is).
-    unsafe {
-        let slot = base.add(n * SLOT);
-        let seq = &*(slot as *const AtomicU32);
-        let len = &*(slot.add(4) as *const AtomicU32);
-        let s = seq.load(Ordering::Relaxed);
-        seq.store(s | 1, Ordering::Release);
-        core::sync::atomic::fence(Ordering::Release);
-        let p = path.unwrap_or(&[]);
-        core::ptr::copy_nonoverlapping(p.as_ptr(), slot.add(HEADER), p.len());
-        len.store(p.len() as u32, Ordering::Relaxed);
-        seq.store((s | 1).wrapping_add(1), Ordering::Release);
-    }
+    // for the process; it is 4-aligned (SLOT is) with SLOT - HEADER bytes
+    // of room.
+    unsafe { write_record(base, n * SLOT, path.unwrap_or(&[])) };
     publish_private(base);
 }
 
-/// In a forked child: the inherited mapping is the parent's table. Take
-/// a copy of our own under the same number.
+/// In a forked child: the inherited mapping and descriptor are the
+/// parent's table. Let go of both; the child makes a table of its own
+/// when it next publishes (`table`), filled with what it holds then. A
+/// fork that execs at once (the common case) makes none.
 pub fn after_fork_child() {
-    let old = MAP.load(Ordering::Acquire);
-    if old.is_null() {
-        return;
+    let old = MAP.swap(core::ptr::null_mut(), Ordering::AcqRel);
+    if !old.is_null() {
+        // SAFETY: the inherited mapping of the parent's table, no longer
+        // reachable through `MAP`.
+        unsafe { sys::sc(libc::SYS_munmap, old as u64, TABLE_BYTES as u64, 0, 0) };
     }
-    let old_fd = FD.load(Ordering::Relaxed);
-    let Some((fd, p)) = make() else {
-        // No table of our own: publish nothing rather than into the parent's.
-        MAP.store(core::ptr::null_mut(), Ordering::Release);
-        return;
-    };
-    // SAFETY: both mappings are TABLE_BYTES long; the old one is the
-    // parent's table, which this child stops using here.
-    unsafe {
-        core::ptr::copy_nonoverlapping(old, p, TABLE_BYTES.min(SLOT * crate::fdtable::high_fd()));
-        sys::sc(libc::SYS_munmap, old as u64, TABLE_BYTES as u64, 0, 0);
-    }
-    MAP.store(p, Ordering::Release);
-    // Keep the number the program already knows as ours.
-    if old_fd >= 0 && sys::dup3(fd, old_fd, libc::O_CLOEXEC) == old_fd as i64 {
+    let fd = FD.swap(-1, Ordering::Relaxed);
+    if fd >= 0 {
         sys::close(fd);
-        FD.store(old_fd, Ordering::Relaxed);
-    } else {
-        FD.store(fd, Ordering::Relaxed);
     }
+    STATE.store(0, Ordering::Release);
+}
+
+/// A new table's contents: the descriptors and the cwd the process has
+/// now (a forked child's first table).
+fn fill(base: *mut u8) {
+    for fd in crate::fdtable::fds() {
+        let Ok(n) = usize::try_from(fd) else { continue };
+        if n >= SLOTS {
+            continue;
+        }
+        if let Some(p) = crate::fdtable::get(fd as i64).and_then(|d| d.path().map(<[u8]>::to_vec)) {
+            if p.len() <= SLOT - HEADER {
+                // SAFETY: slot `n < SLOTS` inside the mapping, with room.
+                unsafe { write_record(base, n * SLOT, &p) };
+            }
+        }
+    }
+    if let Some(w) = crate::session::client().and_then(|c| c.cwd()) {
+        if w.path.len() <= CWD_MAX {
+            // SAFETY: the cwd record inside the mapping, with room.
+            unsafe { write_record(base, CWD_AT, &w.path) };
+        }
+    }
+    publish_private(base);
 }
 
 /// How far past `PRIVATE_FD_MIN` another process's table is looked for
@@ -275,21 +320,32 @@ pub fn read_slot(table: i32, n: usize) -> Option<Vec<u8>> {
     if n >= SLOTS {
         return None;
     }
-    let mut buf = [0u8; SLOT];
+    read_record(table, n * SLOT, SLOT)
+}
+
+/// Another process's published atoll cwd.
+pub fn read_cwd(table: i32) -> Option<Vec<u8>> {
+    read_record(table, CWD_AT, HEADER + CWD_MAX)
+}
+
+/// The bytes of the record of `room` bytes at `at`, read consistently
+/// (the sequence word even and unchanged around the copy); `None` when
+/// empty or always changing.
+fn read_record(table: i32, at: usize, room: usize) -> Option<Vec<u8>> {
+    let mut buf = vec![0u8; room];
     for _ in 0..3 {
-        let got = pread(table, &mut buf, (n * SLOT) as u64);
-        if got != SLOT as i64 {
+        if pread(table, &mut buf, at as u64) != room as i64 {
             return None;
         }
         let seq = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]);
         let len = u32::from_le_bytes([buf[4], buf[5], buf[6], buf[7]]) as usize;
-        if seq & 1 == 1 || len > SLOT - HEADER {
+        if seq & 1 == 1 || len > room - HEADER {
             continue;
         }
-        // The slot may have changed while it was copied: read the
+        // The record may have changed while it was copied: read the
         // sequence again.
         let mut again = [0u8; 4];
-        if pread(table, &mut again, (n * SLOT) as u64) != 4 || again != buf[..4] {
+        if pread(table, &mut again, at as u64) != 4 || again != buf[..4] {
             continue;
         }
         return (len > 0).then(|| buf[HEADER..HEADER + len].to_vec());

@@ -399,11 +399,6 @@ pub fn get(fd: i64) -> Option<DescRef> {
     }
 }
 
-/// One more than the highest atoll fd number ever installed.
-pub fn high_fd() -> usize {
-    HIGH_FD.load(Ordering::Acquire)
-}
-
 /// Make `fd` name the description `r` (consumed: the fd holds its
 /// reference). Returns the description `fd` named before, if any.
 pub fn install(fd: i32, r: DescRef) -> Option<DescRef> {

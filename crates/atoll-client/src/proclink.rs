@@ -10,13 +10,12 @@
 //!   opened by (`fdtable`);
 //! * for another process's descriptor, the path it published
 //!   (`fdpub`), when the kernel shows a placeholder there;
-//! * for another process, its cwd: every process of the instance names
-//!   the removed directory it leaves the kernel with its atoll cwd
-//!   (`void_name`), so any process of the same instance reads that
-//!   process's cwd back from the kernel's link (`pwdx`, `lsof`,
-//!   `readlink /proc/PID/cwd`). A fork inherits the kernel's cwd and so
-//!   the name, as it inherits the cwd. Processes outside the instance see
-//!   the encoded name under the runtime directory, marked `(deleted)`.
+//! * for another process, its cwd: each process publishes its atoll cwd
+//!   beside its descriptors (`fdpub`), and its kernel cwd is then a
+//!   removed directory of the instance's runtime directory named
+//!   `.void-…`, which tells a reader to look there (`pwdx`, `lsof`,
+//!   `readlink /proc/PID/cwd`). Processes outside the instance see the
+//!   removed directory.
 //!
 //! A path through one of these links (`ls /proc/self/cwd/`) reaches the
 //! mount as any host symlink into it does (`hostlink`), which asks here.
@@ -26,49 +25,6 @@ use crate::sys;
 
 /// Prefix of the kernel-side cwd directories (`Client::void_kernel_cwd`).
 pub const VOID_PREFIX: &str = ".void-";
-
-/// The name of the removed directory standing for atoll cwd `path` of
-/// thread `tid` at `stamp`: `.void-TID-STAMP-ENCODED`, where ENCODED is
-/// the path with `%` and `/` escaped (`%25`, `%2F`), or without the last
-/// part when the name would pass `NAME_MAX`.
-pub fn void_name(tid: i64, stamp: i64, path: &[u8]) -> Vec<u8> {
-    let mut name = format!("{VOID_PREFIX}{tid}-{stamp}").into_bytes();
-    let mut enc = Vec::with_capacity(path.len() + 8);
-    for &b in path {
-        match b {
-            b'%' => enc.extend_from_slice(b"%25"),
-            b'/' => enc.extend_from_slice(b"%2F"),
-            _ => enc.push(b),
-        }
-    }
-    if name.len() + 1 + enc.len() <= 255 {
-        name.push(b'-');
-        name.extend_from_slice(&enc);
-    }
-    name
-}
-
-/// The atoll cwd a removed directory's name stands for (see `void_name`).
-pub fn decode_void(name: &[u8]) -> Option<Vec<u8>> {
-    let rest = name.strip_prefix(VOID_PREFIX.as_bytes())?;
-    // TID-STAMP-ENCODED: the path starts after the second dash.
-    let mut dashes = rest.iter().enumerate().filter(|(_, &b)| b == b'-');
-    dashes.next()?;
-    let (at, _) = dashes.next()?;
-    let enc = &rest[at + 1..];
-    let mut out = Vec::with_capacity(enc.len());
-    let mut i = 0;
-    while i < enc.len() {
-        match &enc[i..] {
-            [b'%', b'2', b'5', ..] => (out.push(b'%'), i += 3),
-            [b'%', b'2', b'F', ..] => (out.push(b'/'), i += 3),
-            [b'%', ..] => return None,
-            [b, ..] => (out.push(*b), i += 1),
-            [] => unreachable!(),
-        };
-    }
-    out.starts_with(b"/").then_some(out)
-}
 
 /// What `/proc/<who>/<entry>` links to, when atoll knows better than the
 /// kernel; `None`: ask the kernel.
@@ -88,13 +44,13 @@ pub fn target(c: &Client, path: &[u8]) -> Option<Vec<u8>> {
         return None;
     }
     if entry == b"cwd" {
-        return other_cwd(c, path);
+        return other_cwd(c, path, core::str::from_utf8(pid).ok()?.parse().ok()?);
     }
     let n: usize = core::str::from_utf8(entry.strip_prefix(b"fd/")?)
         .ok()?
         .parse()
         .ok()?;
-    other_fd(pid, n)
+    other_fd(core::str::from_utf8(pid).ok()?.parse().ok()?, n)
 }
 
 /// The kernel's link at `/proc/…` (`path` without its NUL).
@@ -116,13 +72,12 @@ pub fn kernel_link(path: &[u8]) -> Option<Vec<u8>> {
 
 /// Another process's descriptor `n`, when the kernel shows a placeholder:
 /// the path that process published (`fdpub`).
-fn other_fd(pid: &[u8], n: usize) -> Option<Vec<u8>> {
-    let pid = core::str::from_utf8(pid).ok()?;
+fn other_fd(pid: u32, n: usize) -> Option<Vec<u8>> {
     let link = kernel_link(format!("/proc/{pid}/fd/{n}").as_bytes())?;
     if !link.starts_with(b"/memfd:atoll-placeholder") {
         return None;
     }
-    let fd = crate::fdpub::open_table(pid.parse().ok()?)?;
+    let fd = crate::fdpub::open_table(pid)?;
     let path = crate::fdpub::read_slot(fd, n);
     sys::close(fd);
     path
@@ -163,33 +118,17 @@ pub fn through(c: &Client, path: &[u8], follow: bool) -> Option<Vec<u8>> {
 }
 
 /// Another process's atoll cwd, from the name of its kernel cwd.
-fn other_cwd(c: &Client, link: &[u8]) -> Option<Vec<u8>> {
+fn other_cwd(c: &Client, link: &[u8], pid: u32) -> Option<Vec<u8>> {
     let kernel = kernel_link(link)?;
     let removed = kernel.strip_suffix(b" (deleted)")?;
     let (dir, name) = removed.split_at(removed.iter().rposition(|&b| b == b'/')?);
     // Only this instance's directories: another instance's paths are
     // another file system's.
-    if dir != c.runtime_dir().as_bytes() {
+    if dir != c.runtime_dir().as_bytes() || !name[1..].starts_with(VOID_PREFIX.as_bytes()) {
         return None;
     }
-    decode_void(&name[1..])
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn void_names_carry_the_cwd_and_give_it_back() {
-        for p in [&b"/atoll"[..], b"/atoll/a b/100%/x-y", b"/atoll/-/--"] {
-            let n = void_name(42, 7, p);
-            assert!(!n.contains(&b'/'), "{n:?}");
-            assert_eq!(decode_void(&n).as_deref(), Some(p));
-        }
-        let long = [b"/atoll/".as_slice(), &[b'x'; 250]].concat();
-        let n = void_name(42, 7, &long);
-        assert_eq!(n, b".void-42-7");
-        assert_eq!(decode_void(&n), None);
-        assert_eq!(decode_void(b".void-1-2-%2Fa%zz"), None);
-    }
+    let fd = crate::fdpub::open_table(pid)?;
+    let cwd = crate::fdpub::read_cwd(fd);
+    sys::close(fd);
+    cwd.filter(|p| p.starts_with(b"/"))
 }

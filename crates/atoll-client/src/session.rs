@@ -640,15 +640,16 @@ impl Client {
     // TODO(atoll): recycle cwd boxes with an epoch once chdir-heavy
     // workloads show up.
     ///
-    /// Every atoll cwd gets its own removed kernel directory, named after
-    /// it, so other processes of the instance can read it back from
-    /// `/proc/PID/cwd` (`proclink`).
+    /// The path is published for other processes of the instance, which
+    /// read it for `/proc/PID/cwd` (`fdpub`, `proclink`).
     pub fn set_cwd(&self, cwd: Option<Cwd>) {
-        if let Some(w) = &cwd {
-            self.void_kernel_cwd(&w.path);
-        }
+        let entering = cwd.is_some() && self.cwd().is_none();
+        crate::fdpub::publish_cwd(cwd.as_ref().map(|w| w.path.as_slice()));
         let p = cwd.map_or(core::ptr::null_mut(), |c| Box::into_raw(Box::new(c)));
         self.cwd.store(p, Ordering::Release);
+        if entering {
+            self.void_kernel_cwd();
+        }
     }
 
     /// The instance's runtime directory (where its boot socket is).
@@ -665,16 +666,15 @@ impl Client {
     /// Linux refuses to create anything in a removed directory (`ENOENT`),
     /// even for root, so such a program fails instead of writing host files
     /// in the program's name. Raw calls only (this runs inside `chdir`).
-    /// Its name carries `atoll_cwd` (`proclink::void_name`).
-    fn void_kernel_cwd(&self, atoll_cwd: &[u8]) {
+    /// Its name (`proclink::VOID_PREFIX`) tells other processes of the
+    /// instance that the cwd is atoll's.
+    fn void_kernel_cwd(&self) {
         // SAFETY: no arguments.
         let tid = unsafe { sys::sc(libc::SYS_gettid, 0, 0, 0, 0) };
         let stamp = sys::monotonic_ns();
-        let name = crate::proclink::void_name(tid, stamp, atoll_cwd);
         for base in [self.runtime_dir(), "/tmp"] {
-            let mut path = base.as_bytes().to_vec();
-            path.push(b'/');
-            path.extend_from_slice(&name);
+            let mut path =
+                format!("{base}/{}{tid}-{stamp}", crate::proclink::VOID_PREFIX).into_bytes();
             path.push(0);
             let at = path.as_ptr() as u64;
             // SAFETY: NUL-terminated local path.

@@ -51,6 +51,15 @@ fn another_process_of_the_instance_sees_a_cwd_in_the_mount() {
         cat /proc/$pid/fd/7; stat -L -c '%s %F' /proc/$pid/fd/7
         echo "high descriptors: $(ls /proc/$pid/fd | awk '$1 >= 512' | wc -l)"
         kill $pid
+        # The shell's own cwd, read by its children; one that moved on,
+        # and one that left the mount.
+        cd sub; readlink /proc/$$/cwd | sed "s|$ROOT|R|"
+        (cd 'dir 100%-x'; cd ..; cd 'dir 100%-x'; exec sleep 30) & a=$!
+        (cd /; exec sleep 30) & b=$!
+        until [ "$(cat /proc/$a/comm)$(cat /proc/$b/comm)" = sleepsleep ]; do sleep 0.05; done
+        readlink /proc/$a/cwd /proc/$b/cwd | sed "s|$ROOT|R|"
+        kill $a $b; cd ..
+
         # A process that closed every descriptor above 2 (close_range)
         # still shows the file it opened afterwards.
         python3 -c 'import os, time; os.open("sub/out", os.O_RDONLY); os.closerange(3, 1 << 20); os.open("sub/out", os.O_RDONLY); os.mkdir("ready"); time.sleep(30)' &

@@ -234,3 +234,74 @@ fn sqlite_rollback_journal_is_coherent_in_an_incoherent_island() {
     let out = assert_same(&["--island", "incoherent"], SQLITE_TWO_WRITERS, true);
     assert!(out.contains("delete (400, 39800, 200)"), "{out}");
 }
+
+#[test]
+fn git_gc_clone_worktree_and_stash_in_the_mount() {
+    require("git");
+    let out = assert_same(
+        &[],
+        r#"
+        set -e
+        export GIT_AUTHOR_NAME=a GIT_AUTHOR_EMAIL=a@b GIT_COMMITTER_NAME=a GIT_COMMITTER_EMAIL=a@b
+        export GIT_AUTHOR_DATE='2020-01-01T00:00:00Z' GIT_COMMITTER_DATE='2020-01-01T00:00:00Z'
+        export HOME="$ROOT" GIT_CONFIG_NOSYSTEM=1
+        cd "$ROOT" && git init -q -b main repo && cd repo
+        for d in $(seq 1 10); do mkdir d$d; for f in $(seq 1 20); do echo "$d $f" > d$d/f$f; done; done
+        git add -A && git commit -qm one
+        for d in $(seq 1 10); do echo more >> d$d/f1; done; git mv d1 e1; git rm -q d2/f2
+        git commit -qam two
+        git gc -q && git gc --aggressive --prune=now -q
+        git count-objects -v | grep -v size
+        git status --short; git log --oneline; git fsck --full 2>&1
+        cd "$ROOT" && git clone -q repo clone && git -C clone log --oneline && ls clone | wc -l
+        git clone -q --no-local repo clone2 && git -C clone2 fsck 2>&1
+        cd repo && git worktree add -q ../wt -b side && cd ../wt && echo x > newf
+        git add newf && git commit -qm side && git -C "$ROOT/repo" log --oneline side
+        git -C "$ROOT/repo" worktree list | awk '{print $1, $3}' | sed "s|$ROOT|R|"
+        git -C "$ROOT/repo" worktree remove ../wt
+        cd "$ROOT/repo" && git repack -adq && git prune && echo y >> e1/f1
+        git stash -q && git stash pop -q && git diff --stat
+        "#,
+        true,
+    );
+    assert!(out.contains("in-pack: 234"), "{out}");
+}
+
+#[test]
+fn cmake_configures_builds_and_installs_a_c_project_in_the_mount() {
+    require("cmake");
+    // cmake's checks (try-compile) make and rename many temporary
+    // directories and files.
+    assert_same(
+        &[],
+        r#"
+        set -e
+        cd "$ROOT" && mkdir -p proj/src && cd proj
+        cat > CMakeLists.txt <<'X'
+cmake_minimum_required(VERSION 3.10)
+project(demo C)
+include(CheckIncludeFile)
+include(CheckFunctionExists)
+check_include_file(unistd.h HAVE_UNISTD_H)
+check_function_exists(mmap HAVE_MMAP)
+configure_file(config.h.in config.h)
+add_library(shapes STATIC src/shapes.c)
+add_executable(demo src/main.c)
+target_include_directories(demo PRIVATE ${CMAKE_BINARY_DIR})
+target_link_libraries(demo shapes)
+install(TARGETS demo DESTINATION bin)
+X
+        printf '#cmakedefine HAVE_UNISTD_H 1\n#cmakedefine HAVE_MMAP 1\n' > config.h.in
+        echo 'int square(int x) { return x * x; }' > src/shapes.c
+        printf '#include <stdio.h>\n#include "config.h"\nint square(int);\nint main(void) { printf("%%d %%d\\n", square(7), HAVE_MMAP); return 0; }\n' > src/main.c
+        mkdir build && cd build
+        cmake -DCMAKE_INSTALL_PREFIX="$ROOT/inst" .. > cmake.log 2>&1 || { cat cmake.log; exit 1; }
+        make -j2 > make.log 2>&1 || { cat make.log; exit 1; }
+        ./demo && make install > /dev/null && "$ROOT/inst/bin/demo"
+        cat config.h
+        touch ../src/shapes.c && make 2>&1 | grep -c Building
+        cmake --build . --target clean && ls
+        "#,
+        true,
+    );
+}

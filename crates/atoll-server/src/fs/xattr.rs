@@ -1,5 +1,5 @@
-//! Extended attributes (`user.*`, `trusted.*`, and the POSIX ACLs of
-//! `super::acl` under `system.*`) of inodes owned here,
+//! Extended attributes (`user.*`, `trusted.*`, `security.*`, and the
+//! POSIX ACLs of `super::acl` under `system.*`) of inodes owned here,
 //! with Linux's permission rules (`xattr_permission`) and bounds: a value
 //! past `XATTR_SIZE_MAX` is `E2BIG`; one that fits no frame, or past the
 //! inode's space or the instance's share of memory (`limits`), `ENOSPC`.
@@ -30,6 +30,21 @@ impl<S: BlockStore> FileServer<S> {
         // Linux's VFS leaves `system.*` to the handler: an ACL is read by
         // anyone, set by its owner (`acl::set_acl`).
         if acl::is_acl(name) {
+            return if i.ftype == FileType::Symlink {
+                Err(Errno::EOPNOTSUPP)
+            } else {
+                Ok(())
+            };
+        }
+        // `security.*` on any type: read by anyone, written with
+        // `CAP_SYS_ADMIN` (`cap_inode_setxattr`), as tmpfs keeps them.
+        if let Some(rest) = name.strip_prefix(b"security.") {
+            if rest.is_empty() {
+                return Err(Errno::EINVAL);
+            }
+            if write && !who.has(Cred::CAP_SYS_ADMIN) {
+                return Err(Errno::EPERM);
+            }
             return Ok(());
         }
         if let Some(rest) = name.strip_prefix(b"trusted.") {

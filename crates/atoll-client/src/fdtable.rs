@@ -403,6 +403,8 @@ pub fn get(fd: i64) -> Option<DescRef> {
 /// reference). Returns the description `fd` named before, if any.
 pub fn install(fd: i32, r: DescRef) -> Option<DescRef> {
     debug_assert!((fd as usize) < MAX_FDS);
+    // Other processes of the instance read the path (`fdpub`).
+    crate::fdpub::publish(fd, r.path());
     let e = entry(r.slot);
     r.into_slot();
     ANY.store(true, Ordering::Relaxed);
@@ -428,6 +430,7 @@ pub fn remove(fd: i64) -> Option<DescRef> {
     if old == 0 {
         return None;
     }
+    crate::fdpub::publish(fd as i32, None);
     COUNT.fetch_sub(1, Ordering::Relaxed);
     Some(DescRef {
         slot: (old as u32 as usize) - 1,
@@ -450,6 +453,7 @@ pub fn fds() -> Vec<i32> {
 /// In a forked child: the threads that held offset locks (`lock_pos`)
 /// did not come along, so no offset is locked any more.
 pub fn after_fork_child() {
+    crate::fdpub::after_fork_child();
     let high = HIGH_SLOT.load(Ordering::Acquire).min(MAX_DESCS);
     for s in &DESCS[..high] {
         s.pos_owner.store(0, Ordering::Relaxed);

@@ -372,11 +372,12 @@ pub fn open(
                 continue;
             }
         };
-        let path = (attr.ftype == FileType::Directory).then(|| {
+        // Kept for every type: `/proc/self/fd/N` names it (`proclink`).
+        let path = {
             let mut p = w.canon.clone();
             let _ = p.push_component(name);
-            p.as_bytes().to_vec()
-        });
+            Some(p.as_bytes().to_vec())
+        };
         // A FIFO's descriptor carries its ring (and its open may wait).
         let cookie = if attr.ftype == FileType::Fifo {
             crate::pipe::fifo_opened(c, lane, desc, flags, true)?
@@ -895,6 +896,21 @@ fn lock_range(c: &Client, lane: &Lane, d: &DescRef, fl: &libc::flock) -> Result<
     Ok((start as u64, len as u64))
 }
 
+/// Take or release a lock (`set_lock_wait`). Locks are also synchronisation
+/// points of the incoherent emulation (`incoherent`), as NFS makes them:
+/// what was written goes back to the shared cache before a lock changes,
+/// and a lock taken drops the private copies, so its holder reads what the
+/// last holder wrote. Programs that share a file they keep open, and order
+/// their accesses by locks (sqlite's rollback journal), need no close.
+fn set_lock(c: &Client, lane: &Lane, desc: DescId, lock: LockSpec, wait: bool) -> Result<()> {
+    crate::incoherent::write_back(c);
+    set_lock_wait(c, lane, desc, lock, wait)?;
+    if lock.kind != libc::F_UNLCK as i16 {
+        crate::incoherent::invalidate(c);
+    }
+    Ok(())
+}
+
 /// Retry a lock request that answers `EAGAIN` (`F_SETLKW`, blocking
 /// `flock`): the server never blocks, so the client waits.
 fn set_lock_wait(c: &Client, lane: &Lane, desc: DescId, lock: LockSpec, wait: bool) -> Result<()> {
@@ -1012,7 +1028,7 @@ pub fn fcntl(c: &Client, lane: &Lane, fd: i64, d: &DescRef, cmd: i32, arg: u64) 
                     .store(true, core::sync::atomic::Ordering::Relaxed);
             }
             let wait = matches!(cmd, libc::F_SETLKW | libc::F_OFD_SETLKW);
-            set_lock_wait(c, lane, desc, lock, wait)?;
+            set_lock(c, lane, desc, lock, wait)?;
             Ok(Out::Done(0))
         }
         libc::F_GETOWN | libc::F_SETOWN | 10 | 11 | 15 | 16 => Ok(Out::Host),
@@ -1052,7 +1068,7 @@ pub fn flock(c: &Client, lane: &Lane, d: &DescRef, op: i32) -> Result<i64> {
         owner: LockOwner::Flock(desc),
         pid: std::process::id(),
     };
-    set_lock_wait(c, lane, desc, lock, op & libc::LOCK_NB == 0)?;
+    set_lock(c, lane, desc, lock, op & libc::LOCK_NB == 0)?;
     Ok(0)
 }
 

@@ -207,7 +207,28 @@ pub fn rewrite(c: &Client, nr: i64, args: &[u64; 6]) -> Option<(Box<PathBuf>, [u
     } else {
         base_of(dirfd)?
     };
-    let atoll = resolve_into_mount(&c.mount, &base, path.as_bytes(), follow_last, read_link)?;
+    // `/proc/PID/cwd` and `/proc/PID/fd/N` lead where atoll says.
+    let links = |p: &[u8]| crate::proclink::target(c, p).or_else(|| read_link(p));
+    let atoll = resolve_into_mount(&c.mount, &base, path.as_bytes(), follow_last, links)?;
+    let buf = Box::new(PathBuf::from_bytes(&atoll).ok()?);
+    let mut out = *args;
+    out[path_arg_idx] = buf.as_ptr() as u64;
+    if let Some(i) = dirfd_arg {
+        out[i] = libc::AT_FDCWD as u64;
+    }
+    Some((buf, out))
+}
+
+/// A call whose absolute path goes through `/proc/PID/cwd` or
+/// `/proc/PID/fd/N` into the mount (`proclink::through`), rewritten onto
+/// the atoll path before it runs.
+pub fn rewrite_proc(c: &Client, nr: i64, args: &[u64; 6]) -> Option<(Box<PathBuf>, [u64; 6])> {
+    let (dirfd_arg, path_arg_idx, follow_last) = path_arg(nr, args)?;
+    let path = sys::user_path(args[path_arg_idx]).ok()?;
+    if !path.starts_with(b"/proc/") {
+        return None;
+    }
+    let atoll = crate::proclink::through(c, path, follow_last)?;
     let buf = Box::new(PathBuf::from_bytes(&atoll).ok()?);
     let mut out = *args;
     out[path_arg_idx] = buf.as_ptr() as u64;

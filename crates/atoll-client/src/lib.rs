@@ -55,6 +55,7 @@ mod error;
 mod exec;
 mod fast;
 mod fdpath;
+mod fdpub;
 mod fdtable;
 mod file;
 mod forkgate;
@@ -74,6 +75,7 @@ mod pipecopy;
 mod pipeepoll;
 mod pipeticket;
 mod procfd;
+mod proclink;
 mod procmounts;
 mod ring;
 mod session;
@@ -176,7 +178,11 @@ pub fn active() -> bool {
 pub(crate) fn path_concerns(c: &Client, dirfd: i64, ptr: u64) -> bool {
     match sys::user_path(ptr) {
         Ok([]) => fdtable::is_atoll(dirfd) || (dirfd == libc::AT_FDCWD as i64 && c.cwd().is_some()),
-        Ok(p) => walk::concerns(c, dirfd, p) || names_atoll_fd(p),
+        Ok(p) => {
+            walk::concerns(c, dirfd, p)
+                || names_atoll_fd(p)
+                || (p.starts_with(b"/proc/") && proclink::through(c, p, true).is_some())
+        }
         Err(libc::ENAMETOOLONG) => true,
         Err(_) => ptr == 0 && fdtable::is_atoll(dirfd),
     }
@@ -192,14 +198,20 @@ fn names_atoll_fd(path: &[u8]) -> bool {
 /// `/proc/self/mounts` and its relatives (see `procmounts`), or the
 /// process's own fd directory (see `procfd`).
 fn names_proc_table(ptr: u64) -> bool {
-    sys::user_path(ptr)
-        .is_ok_and(|p| procmounts::names_table(p).is_some() || procfd::names_fd_dir(p))
+    sys::user_path(ptr).is_ok_and(|p| {
+        procmounts::names_table(p).is_some()
+            || procfd::names_fd_dir(p)
+            || procfd::other_fd_dir(p).is_some()
+    })
 }
 
 /// `/proc/self/exe` of an image started from the mount (see
-/// `exec::readlink_self_exe`).
-fn names_self_exe(ptr: u64) -> bool {
-    exec::started_from_atoll() && sys::user_path(ptr).is_ok_and(exec::is_self_exe)
+/// `exec::readlink_self_exe`), or a cwd or descriptor link of `/proc`
+/// that atoll answers (`proclink`).
+fn names_proc_link(c: &Client, ptr: u64) -> bool {
+    sys::user_path(ptr).is_ok_and(|p| {
+        (exec::started_from_atoll() && exec::is_self_exe(p)) || proclink::target(c, p).is_some()
+    })
 }
 
 /// System calls whose first argument is a descriptor they act on (and
@@ -283,8 +295,8 @@ fn concerns(nr: i64, a: &[u64; 6]) -> bool {
         SYS_newfstatat | SYS_statx | SYS_faccessat | SYS_faccessat2 | SYS_mkdirat
         | SYS_unlinkat | SYS_fchmodat | SYS_fchmodat2 | SYS_fchownat | SYS_utimensat
         | SYS_futimesat | SYS_mknodat => path_concerns(c, fdarg(a[0]), a[1]),
-        SYS_readlink => path_concerns(c, cwd(), a[0]) || names_self_exe(a[0]),
-        SYS_readlinkat => path_concerns(c, fdarg(a[0]), a[1]) || names_self_exe(a[1]),
+        SYS_readlink => path_concerns(c, cwd(), a[0]) || names_proc_link(c, a[0]),
+        SYS_readlinkat => path_concerns(c, fdarg(a[0]), a[1]) || names_proc_link(c, a[1]),
         SYS_rename | SYS_link => path_concerns(c, cwd(), a[0]) || path_concerns(c, cwd(), a[1]),
         SYS_renameat | SYS_renameat2 | SYS_linkat => {
             path_concerns(c, fdarg(a[0]), a[1]) || path_concerns(c, fdarg(a[2]), a[3])
@@ -347,6 +359,9 @@ pub fn dispatch(nr: i64, args: &[u64; 6]) -> Dispatch {
     };
     // Paths checked during this call are remembered for its duration only.
     sys::forget_paths();
+    // `/proc/self/cwd/…` and the like lead into the mount (`proclink`).
+    let proc_path = hostlink::rewrite_proc(c, nr, args);
+    let args = proc_path.as_ref().map_or(args, |(_, again)| again);
     let r = match run(c, nr, args) {
         Ok(Out::Done(v)) => Dispatch::Done(v),
         Ok(Out::Host) => Dispatch::Host,
@@ -544,6 +559,30 @@ fn open_resolved(
         procfd::mark(r, r >= 0);
         return Ok(Out::Done(r));
     }
+    if resolve == 0 {
+        if let Some(pid) = procfd::other_fd_dir(path) {
+            // Another process's descriptors: without atoll's own, when it
+            // is a process of the instance (its table says which).
+            // SAFETY: the program's own path (checked) and flags.
+            let r = unsafe {
+                sys::sc(
+                    libc::SYS_openat,
+                    libc::AT_FDCWD as i64 as u64,
+                    ptr,
+                    flags as u64,
+                    mode as u64,
+                )
+            };
+            procfd::mark(r, false);
+            if let Some(t) = (r >= 0).then(|| fdpub::open_table(pid)).flatten() {
+                if let Some(list) = fdpub::read_private(t) {
+                    procfd::mark_other(r, &list);
+                }
+                sys::close(t);
+            }
+            return Ok(Out::Done(r));
+        }
+    }
     if path.first() == Some(&b'/') && resolve & walk::RESOLVE_NO_MAGICLINKS == 0 {
         if let Some(o) = pipe::reopen(c, path, flags)? {
             return Ok(o);
@@ -604,6 +643,7 @@ fn do_close_range(c: &Client, first: u64, last: u64, flags: u64) -> Result<Out> 
     let mut private: Vec<u32> = [&c.socket_fd, &c.template_fd, &c.cache_fd]
         .iter()
         .map(|f| f.load(Ordering::Relaxed))
+        .chain(core::iter::once(fdpub::fd()))
         .filter(|&f| f >= 0 && (first..=last).contains(&(f as u32)))
         .map(|f| f as u32)
         .collect();
@@ -925,6 +965,17 @@ fn run(c: &'static Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
                 .and_then(|path| exec::readlink_self_exe(path, buf, size))
             {
                 return r;
+            }
+            if let Some(t) = sys::user_path(p)
+                .ok()
+                .and_then(|path| proclink::target(c, path))
+            {
+                if size <= 0 {
+                    return err(libc::EINVAL);
+                }
+                let n = t.len().min(size as usize);
+                sys::copy_to_user(buf, &t[..n])?;
+                return Ok(Out::Done(n as i64));
             }
             if !path_concerns(c, d, p) {
                 return Ok(Out::Host);

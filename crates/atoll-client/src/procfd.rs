@@ -10,7 +10,7 @@
 //! `getdents`/`getdents64` on it drop those entries from what the kernel
 //! returned. Cheap when unused: one bit per descriptor number.
 
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 
 use crate::session::Client;
 use crate::sys;
@@ -19,11 +19,39 @@ use crate::sys;
 const TRACKED: usize = 1024;
 
 static LISTINGS: [AtomicU64; TRACKED / 64] = [const { AtomicU64::new(0) }; TRACKED / 64];
+/// Listings of *another* atoll process's fd directory, and that process's
+/// own descriptors (as its published table says, `fdpub`) to leave out.
+static OTHERS: [AtomicU64; TRACKED / 64] = [const { AtomicU64::new(0) }; TRACKED / 64];
+static OTHERS_PRIVATE: [[AtomicI32; 4]; TRACKED] =
+    [const { [const { AtomicI32::new(-1) }; 4] }; TRACKED];
 
 /// Does `path` name this process's own fd directory?
 pub fn names_fd_dir(path: &[u8]) -> bool {
     let p = path.strip_suffix(b"/").unwrap_or(path);
     p == b"/dev/fd" || crate::path::proc_self_entry(p) == Some(b"fd")
+}
+
+/// `/proc/PID/fd` of another process: its pid.
+pub fn other_fd_dir(path: &[u8]) -> Option<u32> {
+    let p = path.strip_suffix(b"/").unwrap_or(path);
+    let pid = p.strip_prefix(b"/proc/")?.strip_suffix(b"/fd")?;
+    if pid.is_empty() || !pid.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let pid: u32 = core::str::from_utf8(pid).ok()?.parse().ok()?;
+    (pid != std::process::id()).then_some(pid)
+}
+
+/// `fd` lists another process's fd directory, whose own descriptors
+/// are `private`.
+pub fn mark_other(fd: i64, private: &[i32]) {
+    let Some((w, b)) = slot(fd) else { return };
+    let n = fd as usize;
+    for (i, cell) in OTHERS_PRIVATE[n].iter().enumerate() {
+        cell.store(private.get(i).copied().unwrap_or(-1), Ordering::Relaxed);
+    }
+    OTHERS[n / 64].fetch_or(b, Ordering::Relaxed);
+    w.fetch_or(b, Ordering::Release);
 }
 
 fn slot(fd: i64) -> Option<(&'static AtomicU64, u64)> {
@@ -40,6 +68,7 @@ pub fn is_listing(fd: i64) -> bool {
 /// `fd` now lists our fd directory (`true`) or is something else.
 pub fn mark(fd: i64, listing: bool) {
     if let Some((w, b)) = slot(fd) {
+        OTHERS[fd as usize / 64].fetch_and(!b, Ordering::Relaxed);
         if listing {
             w.fetch_or(b, Ordering::Relaxed);
         } else {
@@ -61,7 +90,19 @@ pub fn getdents(c: &Client, nr: i64, a: &[u64; 6]) -> i64 {
         let Ok(buf) = sys::user_slice_mut(a[1], n as usize) else {
             return n;
         };
-        let kept = drop_private(c, buf, nr == libc::SYS_getdents64);
+        let fd = a[0] as i32 as i64;
+        let other = slot(fd).and_then(|(_, b)| {
+            (OTHERS[fd as usize / 64].load(Ordering::Relaxed) & b != 0).then(|| {
+                OTHERS_PRIVATE[fd as usize]
+                    .each_ref()
+                    .map(|x| x.load(Ordering::Relaxed))
+            })
+        });
+        let private = |n: i32| match &other {
+            Some(list) => n >= 0 && list.contains(&n),
+            None => c.is_private_fd(n),
+        };
+        let kept = drop_private(buf, nr == libc::SYS_getdents64, private);
         if kept > 0 {
             return kept as i64;
         }
@@ -71,8 +112,8 @@ pub fn getdents(c: &Client, nr: i64, a: &[u64; 6]) -> i64 {
 }
 
 /// Compact the records of `buf` in place, dropping those whose name is
-/// one of atoll's descriptors. Returns the bytes kept.
-fn drop_private(c: &Client, buf: &mut [u8], is64: bool) -> usize {
+/// one of atoll's descriptors (`private`). Returns the bytes kept.
+fn drop_private(buf: &mut [u8], is64: bool, private: impl Fn(i32) -> bool) -> usize {
     // getdents64: ino u64, off i64, reclen u16, type u8, name.
     // getdents:   ino u64, off u64, reclen u16, name, …, type (last byte).
     let name_at = if is64 { 19 } else { 18 };
@@ -87,7 +128,7 @@ fn drop_private(c: &Client, buf: &mut [u8], is64: bool) -> usize {
         let ours = core::str::from_utf8(name)
             .ok()
             .and_then(|s| s.parse::<i32>().ok())
-            .is_some_and(|fd| c.is_private_fd(fd));
+            .is_some_and(&private);
         if !ours {
             buf.copy_within(read..read + reclen, write);
             write += reclen;

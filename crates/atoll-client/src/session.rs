@@ -639,13 +639,24 @@ impl Client {
     /// few hundred bytes per `chdir` is cheaper than reclamation here.
     // TODO(atoll): recycle cwd boxes with an epoch once chdir-heavy
     // workloads show up.
+    ///
+    /// The path is published for other processes of the instance, which
+    /// read it for `/proc/PID/cwd` (`fdpub`, `proclink`).
     pub fn set_cwd(&self, cwd: Option<Cwd>) {
         let entering = cwd.is_some() && self.cwd().is_none();
+        crate::fdpub::publish_cwd(cwd.as_ref().map(|w| w.path.as_slice()));
         let p = cwd.map_or(core::ptr::null_mut(), |c| Box::into_raw(Box::new(c)));
         self.cwd.store(p, Ordering::Release);
         if entering {
             self.void_kernel_cwd();
         }
+    }
+
+    /// The instance's runtime directory (where its boot socket is).
+    pub fn runtime_dir(&self) -> &str {
+        self.socket_path
+            .rsplit_once('/')
+            .map_or("/tmp", |(dir, _)| dir)
     }
 
     /// While the cwd is atoll's, the kernel's cwd is never used by atoll —
@@ -655,16 +666,15 @@ impl Client {
     /// Linux refuses to create anything in a removed directory (`ENOENT`),
     /// even for root, so such a program fails instead of writing host files
     /// in the program's name. Raw calls only (this runs inside `chdir`).
+    /// Its name (`proclink::VOID_PREFIX`) tells other processes of the
+    /// instance that the cwd is atoll's.
     fn void_kernel_cwd(&self) {
-        let runtime = self
-            .socket_path
-            .rsplit_once('/')
-            .map_or("/tmp", |(dir, _)| dir);
         // SAFETY: no arguments.
         let tid = unsafe { sys::sc(libc::SYS_gettid, 0, 0, 0, 0) };
         let stamp = sys::monotonic_ns();
-        for base in [runtime, "/tmp"] {
-            let mut path = format!("{base}/.void-{tid}-{stamp}").into_bytes();
+        for base in [self.runtime_dir(), "/tmp"] {
+            let mut path =
+                format!("{base}/{}{tid}-{stamp}", crate::proclink::VOID_PREFIX).into_bytes();
             path.push(0);
             let at = path.as_ptr() as u64;
             // SAFETY: NUL-terminated local path.
@@ -685,7 +695,20 @@ impl Client {
         fd >= 0
             && (fd == self.socket_fd.load(Ordering::Relaxed)
                 || fd == self.template_fd.load(Ordering::Relaxed)
-                || fd == self.cache_fd.load(Ordering::Relaxed))
+                || fd == self.cache_fd.load(Ordering::Relaxed)
+                || fd == crate::fdpub::fd())
+    }
+
+    /// atoll's own descriptors now (the session socket, the placeholder
+    /// template, the buffer cache, the published descriptor table).
+    /// -1 for one that is not open.
+    pub fn private_fds(&self) -> [i32; 4] {
+        [
+            self.socket_fd.load(Ordering::Relaxed),
+            self.template_fd.load(Ordering::Relaxed),
+            self.cache_fd.load(Ordering::Relaxed),
+            crate::fdpub::fd(),
+        ]
     }
 
     /// Move a private descriptor away from `fd` (the program wants that
@@ -697,6 +720,7 @@ impl Client {
                 slot.store(n, Ordering::Relaxed);
             }
         }
+        crate::fdpub::relocate(fd);
     }
 
     /// Take a free lane for one call (lock-free), creating one with

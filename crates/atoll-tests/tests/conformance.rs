@@ -291,7 +291,8 @@ fn pjdfstest_passes_in_atoll_as_on_tmpfs() {
 /// CPython's own tests of the file system, processes and signals.
 const CPYTHON_TESTS: &str = "test_os test_shutil test_tempfile test_glob test_pathlib \
      test_fileio test_posix test_io test_zipfile test_tarfile test_mmap test_fcntl test_stat \
-     test_signal test_subprocess";
+     test_signal test_subprocess test_fileinput test_zipimport test_py_compile test_importlib \
+     test_filecmp test_pty test_select";
 
 /// The tests `python3 -m test` reports failed (from its summary).
 fn cpython_failures(out: &str) -> std::collections::BTreeSet<String> {

@@ -39,7 +39,7 @@ impl<S: BlockStore> FileServer<S> {
                 return Err(Errno::ETXTBSY);
             }
             if !has_w {
-                check(i.ftype, i.perm, i.uid, i.gid, who, MAY_WRITE)?;
+                may(i, who, MAY_WRITE)?;
             }
         }
         let explicit = matches!(set.atime, TimeSet::Set(_)) || matches!(set.mtime, TimeSet::Set(_));
@@ -47,11 +47,7 @@ impl<S: BlockStore> FileServer<S> {
         if explicit && !who.owns(i.uid) {
             return Err(Errno::EPERM);
         }
-        if any_time
-            && !explicit
-            && !who.owns(i.uid)
-            && check(i.ftype, i.perm, i.uid, i.gid, who, MAY_WRITE).is_err()
-        {
+        if any_time && !explicit && !who.owns(i.uid) && may(i, who, MAY_WRITE).is_err() {
             return Err(Errno::EACCES);
         }
         let t = now();
@@ -72,6 +68,11 @@ impl<S: BlockStore> FileServer<S> {
                 p &= !libc::S_ISGID;
             }
             i.perm = p;
+            // The access ACL's owner, group-class and other entries are
+            // the mode's bits (`posix_acl_chmod`).
+            if let Some(a) = i.xattrs.get_mut(acl::ACL_ACCESS) {
+                *a = acl::chmod(a, p);
+            }
             changed = true;
         }
         if let Some(size) = set.size {
@@ -109,7 +110,7 @@ impl<S: BlockStore> FileServer<S> {
         }
         let i = self.inode(ino)?;
         if mask != 0 {
-            check(i.ftype, i.perm, i.uid, i.gid, who, mask)?;
+            may(i, who, mask)?;
         }
         Ok(Reply::Ok)
     }

@@ -52,6 +52,7 @@
 //! Timestamps: mtime/ctime as Linux. atime follows `relatime` (updated by a
 //! read when older than mtime or ctime, or than a day).
 
+mod acl;
 mod adapt;
 mod affinity;
 mod attrs;
@@ -111,7 +112,7 @@ use inode::{Inode, MAX_EXTENTS, MAX_FILE_SIZE};
 pub use limits::Limits;
 use locks::Lock;
 use ops::{op_index, OP_NAMES};
-use perm::{check, kill_priv, Caller, MAY_EXEC, MAY_READ, MAY_WRITE};
+use perm::{check, kill_priv, may, Caller, MAY_EXEC, MAY_READ, MAY_WRITE};
 
 use crate::store::BlockStore;
 
@@ -703,6 +704,20 @@ impl<S: BlockStore> FileServer<S> {
         ino.owner() == self.cfg.index
     }
 
+    /// A directory's `st_size` as tmpfs gives it: 40 bytes, and 20 more
+    /// per entry (`BOGO_DIRENT_SIZE`), when all its entries are here;
+    /// otherwise (spread over servers, or its entries on another server)
+    /// the block size, as most disk file systems report.
+    fn dir_size(&self, ino: InodeId) -> u64 {
+        const BOGO_DIRENT_SIZE: u64 = 20;
+        match self.shards.get(&ino) {
+            Some(s) if ino.home() == self.cfg.index && !self.adapt.distributed(ino) => {
+                BOGO_DIRENT_SIZE * (2 + s.len() as u64)
+            }
+            _ => BS,
+        }
+    }
+
     /// The attributes `stat` reports.
     fn attr(&self, ino: InodeId) -> Result<Attr, Errno> {
         let i = self.inode(ino)?;
@@ -722,7 +737,7 @@ impl<S: BlockStore> FileServer<S> {
             }
         };
         let size = match i.ftype {
-            FileType::Directory => BS,
+            FileType::Directory => self.dir_size(ino),
             FileType::Symlink => i.target_len as u64,
             _ => i.size,
         };
@@ -775,7 +790,7 @@ impl<S: BlockStore> FileServer<S> {
         if d.ftype != FileType::Directory {
             return Err(Errno::ENOTDIR);
         }
-        check(d.ftype, d.perm, d.uid, d.gid, who, mask)
+        may(d, who, mask)
     }
 
     /// The shard of `dir` for adding an entry: not removed, not marked.

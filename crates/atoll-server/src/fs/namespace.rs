@@ -175,7 +175,7 @@ impl<S: BlockStore> FileServer<S> {
                 mask |= MAY_WRITE; // O_TRUNC needs write permission (Linux)
             }
             if check_perm {
-                check(i.ftype, i.perm, i.uid, i.gid, who, mask)?;
+                may(i, who, mask)?;
             }
             if (wants_write || trunc) && i.runs > 0 {
                 return Err(Errno::ETXTBSY);
@@ -570,7 +570,7 @@ impl<S: BlockStore> FileServer<S> {
                     && !who.has(Cred::CAP_DAC_OVERRIDE)
                 {
                     let i = self.inode(d.ino)?;
-                    check(i.ftype, i.perm, i.uid, i.gid, who, MAY_WRITE)?;
+                    may(i, who, MAY_WRITE)?;
                 }
             }
             if let Some(s) = self.shards.get_mut(&olddir) {
@@ -614,7 +614,7 @@ impl<S: BlockStore> FileServer<S> {
         if cross && old.ftype == FileType::Directory && self.owns(old.ino) {
             // Its `..` changes: Linux wants write permission on it.
             let i = self.inode(old.ino)?;
-            check(i.ftype, i.perm, i.uid, i.gid, who, MAY_WRITE)?;
+            may(i, who, MAY_WRITE)?;
         }
         if let Some(s) = self.shards.get_mut(&olddir) {
             s.remove(oldname);

@@ -17,6 +17,9 @@ use std::rc::Rc;
 
 use atoll_proto::{Cred, Errno, FileType, InodeId, Vouched};
 
+use super::acl;
+use super::inode::Inode;
+
 pub const MAY_EXEC: u32 = 1;
 pub const MAY_WRITE: u32 = 2;
 pub const MAY_READ: u32 = 4;
@@ -60,15 +63,42 @@ pub fn check(
     who: &Caller,
     mask: u32,
 ) -> Result<(), Errno> {
+    check_with_acl(ftype, perm, uid, gid, None, who, mask)
+}
+
+/// `generic_permission` of an inode owned here, with its access ACL.
+pub fn may(i: &Inode, who: &Caller, mask: u32) -> Result<(), Errno> {
+    let acl = i.xattrs.get(acl::ACL_ACCESS).map(Vec::as_slice);
+    check_with_acl(i.ftype, i.perm, i.uid, i.gid, acl, who, mask)
+}
+
+/// `generic_permission` with the inode's access ACL, if it has one: as
+/// Linux's `acl_permission_check`, the owner goes by the mode, and the ACL
+/// decides for everyone else while the mode has group bits.
+fn check_with_acl(
+    ftype: FileType,
+    perm: u32,
+    uid: u32,
+    gid: u32,
+    acl: Option<&[u8]>,
+    who: &Caller,
+    mask: u32,
+) -> Result<(), Errno> {
     let mask = mask & 7;
-    let class = if who.uid == uid {
-        perm >> 6
-    } else if who.in_group(gid) {
-        perm >> 3
-    } else {
-        perm
-    } & 7;
-    if class & mask == mask {
+    let granted = match acl {
+        Some(acl) if who.uid != uid && perm & 0o070 != 0 => acl::permits(acl, gid, who, mask),
+        _ => {
+            let class = if who.uid == uid {
+                perm >> 6
+            } else if who.in_group(gid) {
+                perm >> 3
+            } else {
+                perm
+            } & 7;
+            class & mask == mask
+        }
+    };
+    if granted {
         return Ok(());
     }
     // The capability overrides, in the order of Linux's generic_permission.

@@ -7,7 +7,7 @@
 use atoll_proto::{Cred, Errno, FileType, InodeId, Reply, SessionId};
 
 use super::inode::{MAX_EXTENTS, MAX_FILE_SIZE};
-use super::perm::{check, kill_priv, Caller, MAY_WRITE};
+use super::perm::{kill_priv, may, Caller, MAY_WRITE};
 use super::{now, FileServer, BS, R};
 use crate::store::BlockStore;
 
@@ -44,7 +44,7 @@ impl<S: BlockStore> FileServer<S> {
             return Err(Errno::EFBIG);
         }
         if !has_w {
-            check(i.ftype, i.perm, i.uid, i.gid, who, MAY_WRITE)?;
+            may(i, who, MAY_WRITE)?;
         }
         let keep = mode & FALLOC_KEEP_SIZE != 0;
         let (first, last) = (offset / BS, (end - 1) / BS);

@@ -515,9 +515,15 @@ fn xattrs_honour_create_replace_and_namespaces() {
     );
     assert_eq!(set(&mut t, USER, "user.a", b"22", XATTR_REPLACE), Own::Ok);
     assert_eq!(
-        set(&mut t, USER, "security.x", b"", 0),
+        set(&mut t, USER, "system.x", b"", 0),
         Own::Err(Errno::ENOTSUP)
     );
+    // security.* as tmpfs keeps them: CAP_SYS_ADMIN writes.
+    assert_eq!(
+        set(&mut t, USER, "security.x", b"", 0),
+        Own::Err(Errno::EPERM)
+    );
+    assert_eq!(set(&mut t, ROOTC, "security.x", b"v", 0), Own::Ok);
     assert_eq!(
         set(&mut t, USER, "trusted.t", b"v", 0),
         Own::Err(Errno::EPERM)
@@ -547,13 +553,14 @@ fn xattrs_honour_create_replace_and_namespaces() {
     };
     assert_eq!(get(&mut t, "user.a"), Own::Bytes(b"22".to_vec()));
     assert_eq!(get(&mut t, "user.none"), Own::Err(Errno::ENODATA));
+    // security.* are listed to everyone, trusted.* only with CAP_SYS_ADMIN.
     assert_eq!(
         t.ok(S1, USER, Request::ListXattr { ino: f }),
-        Own::Bytes(b"user.a\0".to_vec())
+        Own::Bytes(b"security.x\0user.a\0".to_vec())
     );
     assert_eq!(
         t.ok(S1, ROOTC, Request::ListXattr { ino: f }),
-        Own::Bytes(b"trusted.t\0user.a\0".to_vec())
+        Own::Bytes(b"security.x\0trusted.t\0user.a\0".to_vec())
     );
     let rm = |t: &mut T| {
         t.call(

@@ -1,11 +1,13 @@
-//! Extended attributes (`user.*` and `trusted.*`) of inodes owned here,
+//! Extended attributes (`user.*`, `trusted.*`, `security.*`, and the
+//! POSIX ACLs of `super::acl` under `system.*`) of inodes owned here,
 //! with Linux's permission rules (`xattr_permission`) and bounds: a value
 //! past `XATTR_SIZE_MAX` is `E2BIG`; one that fits no frame, or past the
 //! inode's space or the instance's share of memory (`limits`), `ENOSPC`.
 
 use atoll_proto::{Cred, Errno, FileType, InodeId, Reply, MAX_XATTR_VALUE};
 
-use super::perm::{check, Caller, MAY_READ, MAY_WRITE};
+use super::acl;
+use super::perm::{may, Caller, MAY_READ, MAY_WRITE};
 use super::{limits, now, FileServer, R};
 use crate::store::BlockStore;
 
@@ -25,6 +27,26 @@ impl<S: BlockStore> FileServer<S> {
         }
         let i = self.inode(ino)?;
         let write = mask & MAY_WRITE != 0;
+        // Linux's VFS leaves `system.*` to the handler: an ACL is read by
+        // anyone, set by its owner (`acl::set_acl`).
+        if acl::is_acl(name) {
+            return if i.ftype == FileType::Symlink {
+                Err(Errno::EOPNOTSUPP)
+            } else {
+                Ok(())
+            };
+        }
+        // `security.*` on any type: read by anyone, written with
+        // `CAP_SYS_ADMIN` (`cap_inode_setxattr`), as tmpfs keeps them.
+        if let Some(rest) = name.strip_prefix(b"security.") {
+            if rest.is_empty() {
+                return Err(Errno::EINVAL);
+            }
+            if write && !who.has(Cred::CAP_SYS_ADMIN) {
+                return Err(Errno::EPERM);
+            }
+            return Ok(());
+        }
         if let Some(rest) = name.strip_prefix(b"trusted.") {
             if rest.is_empty() {
                 return Err(Errno::EINVAL);
@@ -50,7 +72,7 @@ impl<S: BlockStore> FileServer<S> {
         {
             return Err(Errno::EPERM);
         }
-        check(i.ftype, i.perm, i.uid, i.gid, who, mask)
+        may(i, who, mask)
     }
 
     pub(super) fn get_xattr<'o>(
@@ -80,6 +102,21 @@ impl<S: BlockStore> FileServer<S> {
             return Err(Errno::EINVAL);
         }
         self.xattr_check(who, ino, name, MAY_WRITE)?;
+        if acl::is_acl(name) {
+            return self.set_acl(who, ino, name, value);
+        }
+        self.store_xattr(ino, name, value, flags)
+    }
+
+    /// Set (or remove) an attribute once the caller may: bounds, the
+    /// xattr space of the inode and the instance (`limits`).
+    pub(super) fn store_xattr<'o>(
+        &mut self,
+        ino: InodeId,
+        name: &[u8],
+        value: Option<&[u8]>,
+        flags: u32,
+    ) -> R<'o> {
         // Linux refuses values past `XATTR_SIZE_MAX` before any file
         // system sees them; a value that fits no frame is one that does
         // not fit the inode's xattr space (as ext4 without `ea_inode`).

@@ -1,0 +1,354 @@
+//! Descriptor paths and the cwd published for other processes of the
+//! instance, so that `ls -l /proc/PID/fd`, `lsof -p PID`, `pwdx PID` and
+//! `readlink /proc/PID/fd/N` run by one of them show the atoll path, not
+//! the placeholder memfd or the removed directory the kernel holds.
+//!
+//! Each process keeps a table in a memfd of its own (`atoll-fds`, one of
+//! atoll's private descriptors): one slot of [`SLOT`] bytes per
+//! descriptor number below [`SLOTS`], `{seq: u32, len: u32, path}`,
+//! written when `fdtable::install` gives the number an atoll description
+//! and cleared when `fdtable::remove` takes it away. `seq` is odd while a
+//! slot is written (a seqlock: the reader retries, then gives up). The
+//! stores are plain memory writes through a shared mapping, made only by
+//! processes that hold atoll descriptors or enter the mount (the memfd is
+//! made at the first; a `chdir` costs a copy of the path, no system
+//! call).
+//!
+//! A reader (`proclink`) opens the target's table through
+//! `/proc/PID/fd/K` (Linux lets a process open another's descriptors when
+//! it may read its `/proc` entries), and reads slot N only when the
+//! kernel says fd N is a placeholder. A forked child lets the parent's
+//! table go and makes its own at its next change (`after_fork_child`);
+//! `execve` closes the table and the new image makes one again as it
+//! restores its cwd and the descriptors it inherited.
+
+use core::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, Ordering};
+
+use crate::sys;
+
+/// Bytes per descriptor: sequence, length, path (longer paths are not
+/// published).
+pub const SLOT: usize = 512;
+/// Descriptor numbers published (higher ones are not).
+pub const SLOTS: usize = 4096;
+/// The memfd's name, as `/proc/PID/fd/K` shows it.
+pub const NAME: &str = "atoll-fds";
+/// After the slots: `{seq: u32, count: u32, fds: [i32; PRIVATE_MAX]}`,
+/// atoll's own descriptors, which a listing of `/proc/PID/fd` by another
+/// process of the instance leaves out (`procfd`).
+const PRIVATE_AT: usize = SLOT * SLOTS;
+const PRIVATE_MAX: usize = 8;
+/// Then the atoll cwd: `{seq: u32, len: u32, path}` (empty: the cwd is
+/// on the host), for `/proc/PID/cwd` (`proclink`).
+const CWD_AT: usize = PRIVATE_AT + 4096;
+const CWD_MAX: usize = sys::PATH_MAX;
+const TABLE_BYTES: usize = CWD_AT + HEADER + CWD_MAX;
+const HEADER: usize = 8;
+
+/// The table's descriptor (-1: none yet) and mapping.
+static FD: AtomicI32 = AtomicI32::new(-1);
+static MAP: AtomicPtr<u8> = AtomicPtr::new(core::ptr::null_mut());
+/// 0: no table, 1: being made, 2: made (or failed for good: `MAP` null).
+static STATE: AtomicU32 = AtomicU32::new(0);
+
+/// The table's descriptor number, if there is one (a private descriptor).
+pub fn fd() -> i32 {
+    FD.load(Ordering::Relaxed)
+}
+
+/// The program wants the table's number: move the table away.
+pub fn relocate(from: i32) {
+    if from >= 0 && FD.load(Ordering::Relaxed) == from {
+        FD.store(crate::session::to_high(from, from + 1), Ordering::Relaxed);
+    }
+    let p = MAP.load(Ordering::Acquire);
+    if !p.is_null() {
+        publish_private(p);
+    }
+}
+
+/// A new memfd holding the table, mapped; `None` if Linux refuses.
+fn make() -> Option<(i32, *mut u8)> {
+    let fd = rustix::fs::memfd_create(NAME, rustix::fs::MemfdFlags::CLOEXEC).ok()?;
+    rustix::fs::ftruncate(&fd, TABLE_BYTES as u64).ok()?;
+    let raw = crate::session::to_high(std::os::fd::IntoRawFd::into_raw_fd(fd), 0);
+    // SAFETY: a fresh shared mapping of our own memfd, never unmapped
+    // while `MAP` points at it (`after_fork_child` swaps it first).
+    let p = unsafe {
+        sys::syscall6(
+            libc::SYS_mmap,
+            [
+                0,
+                TABLE_BYTES as u64,
+                (libc::PROT_READ | libc::PROT_WRITE) as u64,
+                libc::MAP_SHARED as u64,
+                raw as u64,
+                0,
+            ],
+        )
+    };
+    if p < 0 {
+        sys::close(raw);
+        return None;
+    }
+    Some((raw, p as *mut u8))
+}
+
+/// The table's mapping, made on first use.
+fn table() -> Option<*mut u8> {
+    loop {
+        match STATE.load(Ordering::Acquire) {
+            2 => {
+                let p = MAP.load(Ordering::Acquire);
+                return (!p.is_null()).then_some(p);
+            }
+            0 if STATE
+                .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok() =>
+            {
+                if let Some((fd, p)) = make() {
+                    FD.store(fd, Ordering::Relaxed);
+                    MAP.store(p, Ordering::Release);
+                    fill(p);
+                }
+                STATE.store(2, Ordering::Release);
+            }
+            _ => core::hint::spin_loop(),
+        }
+    }
+}
+
+/// Write the list of atoll's own descriptors (`Client::private_fds`)
+/// after the slots. Done at every `publish` and relocation, so it is
+/// fresh whenever a descriptor changes.
+fn publish_private(base: *mut u8) {
+    let Some(c) = crate::session::client() else {
+        return;
+    };
+    let fds = c.private_fds();
+    // SAFETY: the list lies inside the mapping (PRIVATE_AT + 8 + 4 *
+    // PRIVATE_MAX < TABLE_BYTES), 4-aligned.
+    unsafe {
+        let at = base.add(PRIVATE_AT);
+        let seq = &*(at as *const AtomicU32);
+        let s = seq.load(Ordering::Relaxed);
+        if fds.len() <= PRIVATE_MAX {
+            let count = &*(at.add(4) as *const AtomicU32);
+            // Unchanged (the common case): no store at all.
+            let same = count.load(Ordering::Relaxed) as usize == fds.len()
+                && fds.iter().enumerate().all(|(i, &f)| {
+                    (*(at.add(8 + 4 * i) as *const AtomicU32)).load(Ordering::Relaxed) == f as u32
+                });
+            if same {
+                return;
+            }
+            seq.store(s | 1, Ordering::Release);
+            core::sync::atomic::fence(Ordering::Release);
+            for (i, &f) in fds.iter().enumerate() {
+                (*(at.add(8 + 4 * i) as *const AtomicU32)).store(f as u32, Ordering::Relaxed);
+            }
+            count.store(fds.len() as u32, Ordering::Relaxed);
+            seq.store((s | 1).wrapping_add(1), Ordering::Release);
+        }
+    }
+}
+
+/// Write `bytes` into the record at `at` (`{seq, len, bytes}`) under its
+/// sequence word.
+///
+/// # Safety
+/// `base + at` is a 4-aligned record inside the mapping with room for
+/// `bytes`.
+unsafe fn write_record(base: *mut u8, at: usize, bytes: &[u8]) {
+    // SAFETY: per the contract.
+    unsafe {
+        let rec = base.add(at);
+        let seq = &*(rec as *const AtomicU32);
+        let len = &*(rec.add(4) as *const AtomicU32);
+        let s = seq.load(Ordering::Relaxed);
+        seq.store(s | 1, Ordering::Release);
+        core::sync::atomic::fence(Ordering::Release);
+        core::ptr::copy_nonoverlapping(bytes.as_ptr(), rec.add(HEADER), bytes.len());
+        len.store(bytes.len() as u32, Ordering::Relaxed);
+        seq.store((s | 1).wrapping_add(1), Ordering::Release);
+    }
+}
+
+/// The process's atoll cwd is now `path` (`None`: a host directory).
+pub fn publish_cwd(path: Option<&[u8]>) {
+    let path = path.filter(|p| p.len() <= CWD_MAX);
+    if path.is_none() && STATE.load(Ordering::Acquire) == 0 {
+        return;
+    }
+    let Some(base) = table() else { return };
+    // SAFETY: the cwd record is inside the mapping with CWD_MAX bytes of
+    // room, 4-aligned.
+    unsafe { write_record(base, CWD_AT, path.unwrap_or(&[])) };
+}
+
+/// Slot `fd` now names `path` (`None`: no atoll description).
+pub fn publish(fd: i32, path: Option<&[u8]>) {
+    let Ok(n) = usize::try_from(fd) else { return };
+    if n >= SLOTS {
+        return;
+    }
+    let path = path.filter(|p| p.len() <= SLOT - HEADER);
+    if path.is_none() && STATE.load(Ordering::Acquire) == 0 {
+        return; // nothing published yet: nothing to clear
+    }
+    let Some(base) = table() else { return };
+    // SAFETY: slot `n` lies inside the mapping (`n < SLOTS`), which lives
+    // for the process; it is 4-aligned (SLOT is) with SLOT - HEADER bytes
+    // of room.
+    unsafe { write_record(base, n * SLOT, path.unwrap_or(&[])) };
+    publish_private(base);
+}
+
+/// In a forked child: the inherited mapping and descriptor are the
+/// parent's table. Let go of both; the child makes a table of its own
+/// when it next publishes (`table`), filled with what it holds then. A
+/// fork that execs at once (the common case) makes none.
+pub fn after_fork_child() {
+    let old = MAP.swap(core::ptr::null_mut(), Ordering::AcqRel);
+    if !old.is_null() {
+        // SAFETY: the inherited mapping of the parent's table, no longer
+        // reachable through `MAP`.
+        unsafe { sys::sc(libc::SYS_munmap, old as u64, TABLE_BYTES as u64, 0, 0) };
+    }
+    let fd = FD.swap(-1, Ordering::Relaxed);
+    if fd >= 0 {
+        sys::close(fd);
+    }
+    STATE.store(0, Ordering::Release);
+}
+
+/// A new table's contents: the descriptors and the cwd the process has
+/// now (a forked child's first table).
+fn fill(base: *mut u8) {
+    for fd in crate::fdtable::fds() {
+        let Ok(n) = usize::try_from(fd) else { continue };
+        if n >= SLOTS {
+            continue;
+        }
+        if let Some(p) = crate::fdtable::get(fd as i64).and_then(|d| d.path().map(<[u8]>::to_vec)) {
+            if p.len() <= SLOT - HEADER {
+                // SAFETY: slot `n < SLOTS` inside the mapping, with room.
+                unsafe { write_record(base, n * SLOT, &p) };
+            }
+        }
+    }
+    if let Some(w) = crate::session::client().and_then(|c| c.cwd()) {
+        if w.path.len() <= CWD_MAX {
+            // SAFETY: the cwd record inside the mapping, with room.
+            unsafe { write_record(base, CWD_AT, &w.path) };
+        }
+    }
+    publish_private(base);
+}
+
+/// How far past `PRIVATE_FD_MIN` another process's table is looked for
+/// (atoll's private descriptors sit just above it).
+const PRIVATE_SPAN: i32 = 64;
+
+/// Another process's table, opened through `/proc/PID/fd` (the caller
+/// closes it); `None` when it has none.
+pub fn open_table(pid: u32) -> Option<i32> {
+    let name = format!("/memfd:{NAME}");
+    let min = crate::session::PRIVATE_FD_MIN;
+    let table = (min..min + PRIVATE_SPAN).find_map(|k| {
+        let p = format!("/proc/{pid}/fd/{k}");
+        crate::proclink::kernel_link(p.as_bytes())?
+            .starts_with(name.as_bytes())
+            .then_some(p)
+    })?;
+    let z = crate::path::PathBuf::from_bytes(table.as_bytes()).ok()?;
+    // SAFETY: a NUL-terminated local path.
+    let fd = unsafe {
+        sys::sc(
+            libc::SYS_openat,
+            libc::AT_FDCWD as u64,
+            z.as_ptr() as u64,
+            (libc::O_RDONLY | libc::O_CLOEXEC) as u64,
+            0,
+        )
+    };
+    (fd >= 0).then_some(fd as i32)
+}
+
+/// Another process's own descriptors, from its table (-1: none).
+pub fn read_private(table: i32) -> Option<Vec<i32>> {
+    let mut buf = [0u8; 8 + 4 * PRIVATE_MAX];
+    for _ in 0..3 {
+        if pread(table, &mut buf, PRIVATE_AT as u64) != buf.len() as i64 {
+            return None;
+        }
+        let word = |i: usize| u32::from_le_bytes([buf[i], buf[i + 1], buf[i + 2], buf[i + 3]]);
+        let (seq, count) = (word(0), word(4) as usize);
+        if seq & 1 == 1 || count > PRIVATE_MAX {
+            continue;
+        }
+        let mut again = [0u8; 4];
+        if pread(table, &mut again, PRIVATE_AT as u64) != 4 || again != buf[..4] {
+            continue;
+        }
+        return Some((0..count).map(|i| word(8 + 4 * i) as i32).collect());
+    }
+    None
+}
+
+/// `pread` into a local buffer.
+fn pread(fd: i32, buf: &mut [u8], off: u64) -> i64 {
+    // SAFETY: the kernel writes at most `buf.len()` bytes into `buf`.
+    unsafe {
+        sys::syscall6(
+            libc::SYS_pread64,
+            [
+                fd as u64,
+                buf.as_mut_ptr() as u64,
+                buf.len() as u64,
+                off,
+                0,
+                0,
+            ],
+        )
+    }
+}
+
+/// Another process's published path of descriptor `n`, read from its
+/// table (a descriptor of `/proc/PID/fd` opened by the caller).
+pub fn read_slot(table: i32, n: usize) -> Option<Vec<u8>> {
+    if n >= SLOTS {
+        return None;
+    }
+    read_record(table, n * SLOT, SLOT)
+}
+
+/// Another process's published atoll cwd.
+pub fn read_cwd(table: i32) -> Option<Vec<u8>> {
+    read_record(table, CWD_AT, HEADER + CWD_MAX)
+}
+
+/// The bytes of the record of `room` bytes at `at`, read consistently
+/// (the sequence word even and unchanged around the copy); `None` when
+/// empty or always changing.
+fn read_record(table: i32, at: usize, room: usize) -> Option<Vec<u8>> {
+    let mut buf = vec![0u8; room];
+    for _ in 0..3 {
+        if pread(table, &mut buf, at as u64) != room as i64 {
+            return None;
+        }
+        let seq = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]);
+        let len = u32::from_le_bytes([buf[4], buf[5], buf[6], buf[7]]) as usize;
+        if seq & 1 == 1 || len > room - HEADER {
+            continue;
+        }
+        // The record may have changed while it was copied: read the
+        // sequence again.
+        let mut again = [0u8; 4];
+        if pread(table, &mut again, at as u64) != 4 || again != buf[..4] {
+            continue;
+        }
+        return (len > 0).then(|| buf[HEADER..HEADER + len].to_vec());
+    }
+    None
+}

@@ -152,6 +152,11 @@ pub struct InstanceArgs {
     /// user.atoll.distributed -v 1|0 DIR` swaps one by hand either way
     #[arg(long, value_name = "on|off", default_value = "off", value_parser = ["on", "off"])]
     pub adaptive_dirs: String,
+    /// Run each file server as a process of its own, restarted by a
+    /// watchdog when it dies (fos §3.5); `off`: servers are threads of the
+    /// instance process (as with `--trace`)
+    #[arg(long, value_name = "on|off", default_value = "on", value_parser = ["on", "off"])]
+    pub server_processes: String,
     /// How the fleet of file servers (`/fs/server`) picks the member that
     /// holds a new pipe or notification queue (fos §3.3): `hashed` (by
     /// process), `round-robin`, `closest` (same socket), `shortest-queue`

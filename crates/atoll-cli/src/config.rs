@@ -87,6 +87,9 @@ fn plan_with_cores(args: &InstanceArgs, cores: &[usize]) -> Result<Plan, UsageEr
             without: without(&args.without),
             distribute,
             adaptive_dirs: args.adaptive_dirs == "on",
+            // The running executable, even if its file was replaced since.
+            server_exe: (args.server_processes == "on")
+                .then(|| std::path::PathBuf::from("/proc/self/exe")),
             fs_policy: atoll_names::Policy::parse(&args.fleet_policy).ok_or_else(|| {
                 UsageError(format!(
                     "--fleet-policy {}: say one of {}",

@@ -43,6 +43,7 @@ fn boot() -> Booted {
         fs_policy: Default::default(),
         inodes: None,
         runtime_root: root.path().to_path_buf(),
+        server_exe: None,
     };
     let instance = Instance::boot(config).expect("boot instance");
     Booted {

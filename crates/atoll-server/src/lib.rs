@@ -24,6 +24,7 @@ pub mod boot;
 pub mod fs;
 pub mod health;
 pub mod journal;
+pub mod process;
 pub mod server;
 pub mod store;
 mod sys;
@@ -45,7 +46,7 @@ use atoll_proto::topology::Topology;
 use atoll_proto::{Cred, ServerStats, BLOCK_SIZE, MAX_SERVERS};
 use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
 
-use boot::{BootParams, Servers, StopFlag};
+use boot::{BootParams, ServerLink, Servers, StopFlag};
 use fs::FsConfig;
 use server::{Admin, ServerParams};
 
@@ -79,6 +80,11 @@ pub struct InstanceConfig {
     /// Parent directory for runtime directories (default `$XDG_RUNTIME_DIR/atoll`
     /// or `/tmp/atoll-$UID`).
     pub runtime_root: PathBuf,
+    /// Run each file server as a process of its own, started from this
+    /// executable with [`process::SUBCOMMAND`] (`--server-processes`);
+    /// `None`: servers are threads of the instance process. A traced
+    /// instance (`boot_with(…, true)`) always uses threads.
+    pub server_exe: Option<PathBuf>,
 }
 
 /// A running instance: servers, boot thread, runtime directory.
@@ -93,6 +99,9 @@ pub struct Instance {
     info: InstanceInfo,
     servers: Arc<Servers>,
     server_threads: Vec<JoinHandle<std::io::Result<ServerStats>>>,
+    /// With server processes: the watchdog (`process::Watchdog`).
+    watchdog: Option<JoinHandle<()>>,
+    watch_quit: Arc<AtomicBool>,
     boot_thread: Option<JoinHandle<std::io::Result<()>>>,
     wake: OwnedFd,
     quit: Arc<AtomicBool>,
@@ -199,8 +208,10 @@ impl Instance {
         };
         // One pool for all servers, every block in its root until a server
         // claims it (`fs::blocks`, K42 §4.1.2).
-        let pool = Arc::new(atoll_msg::BlockPool::new(0, blocks as u32, n));
-        let mut admin = Vec::with_capacity(n);
+        let (pool_fd, pool) = atoll_msg::BlockPool::create(0, blocks as u32, n).map_err(cleanup)?;
+        let pool = Arc::new(pool);
+        let server_exe = config.server_exe.clone().filter(|_| !trace);
+        let mut links = Vec::with_capacity(n);
         let mut server_threads = Vec::with_capacity(n);
         let health = Arc::new(health::Health::new(
             &(0..n)
@@ -209,17 +220,18 @@ impl Instance {
         ));
         let journal_bytes = journal_bytes(cache_bytes, n);
         for i in 0..n {
-            let (tx, rx) = mpsc::channel();
-            let journal = match config.without.recovery {
-                true => None,
-                false => Some(Arc::new(
-                    journal::Journal::create(journal_bytes).map_err(cleanup)?.1,
-                )),
+            let (journal_fd, journal) = match config.without.recovery {
+                true => (None, None),
+                false => {
+                    let (fd, j) = journal::Journal::create(journal_bytes).map_err(cleanup)?;
+                    (Some(fd), Some(Arc::new(j)))
+                }
             };
-            admin.push(tx);
+            if let Some(j) = &journal {
+                health.set_journal(i, j.clone());
+            }
             let pin = config.server_cores.get(i).copied();
-            let params = ServerParams {
-                fs: FsConfig {
+            let fs = FsConfig {
                     index: i,
                     nservers: n,
                     first_block: 0,
@@ -228,7 +240,28 @@ impl Instance {
                     core: pin.map_or(-1, |c| c as i32),
                     track_lookups: !config.without.dir_cache,
                     limits,
-                },
+            };
+            if let Some(exe) = &server_exe {
+                let recipe = process::Recipe {
+                    exe: exe.clone(),
+                    fs,
+                    poll,
+                    pin,
+                    adaptive: config.adaptive_dirs,
+                    cache_fd: cache_fd.try_clone().map_err(cleanup)?,
+                    control_fd: control_fd.try_clone().map_err(cleanup)?,
+                    pool_fd: pool_fd.try_clone().map_err(cleanup)?,
+                    journal_fd,
+                };
+                links.push(ServerLink::Process(Arc::new(
+                    process::ServerProcess::new(recipe),
+                )));
+                continue;
+            }
+            let (tx, rx) = mpsc::channel();
+            links.push(ServerLink::Thread(tx));
+            let params = ServerParams {
+                fs,
                 poll,
                 pin,
                 cache_fd: cache_fd.try_clone().map_err(cleanup)?,
@@ -238,18 +271,35 @@ impl Instance {
                 adaptive: config.adaptive_dirs,
                 health: health.clone(),
                 journal,
+                process: false,
+                resume: false,
+                adopted: Vec::new(),
             };
             let h = std::thread::Builder::new()
                 .name(format!("atoll-fs{i}"))
-                .spawn(move || server::run(params, rx))
+                .spawn(move || server::run(params, server::Inbox::Thread(rx)))
                 .map_err(cleanup)?;
             server_threads.push(h);
         }
         let servers = Arc::new(Servers {
-            admin,
+            links,
             control,
             health,
         });
+        let watch_quit = Arc::new(AtomicBool::new(false));
+        let watchdog = match server_exe {
+            None => None,
+            Some(_) => Some(
+                start_watchdog(servers.clone(), pool.clone(), watch_quit.clone()).map_err(|e| {
+                    for i in 0..n {
+                        if let Some(p) = servers.process(i) {
+                            p.stop();
+                        }
+                    }
+                    cleanup(e)
+                })?,
+            ),
+        };
 
         let socket_path = runtime_dir.join("boot.sock");
         let listener = rustix::net::socket_with(
@@ -286,6 +336,8 @@ impl Instance {
             info,
             servers,
             server_threads,
+            watchdog,
+            watch_quit,
             boot_thread: Some(boot_thread),
             wake,
             quit,
@@ -355,6 +407,22 @@ impl Instance {
         if let Some(h) = self.boot_thread.take() {
             let _ = h.join();
         }
+        // No successor may start once the instance stops.
+        self.watch_quit.store(true, Ordering::Release);
+        if let Some(h) = self.watchdog.take() {
+            let _ = h.join();
+        }
+        if self.servers.process(0).is_some() {
+            return (0..self.servers.len())
+                .map(|i| {
+                    let stats = self.servers.process(i).and_then(|p| p.stop());
+                    stats.unwrap_or(ServerStats {
+                        server: i as u32,
+                        ..ServerStats::default()
+                    })
+                })
+                .collect();
+        }
         for i in 0..self.servers.len() {
             self.servers.post(i, Admin::Shutdown);
         }
@@ -378,5 +446,38 @@ impl Drop for Instance {
             self.stop_threads();
             let _ = std::fs::remove_dir_all(&self.runtime_dir);
         }
+    }
+}
+
+/// Start the watchdog thread, which starts every server process and
+/// restarts those that die (`process`); returns once all are serving.
+fn start_watchdog(
+    servers: Arc<Servers>,
+    pool: Arc<atoll_msg::BlockPool>,
+    quit: Arc<AtomicBool>,
+) -> std::io::Result<JoinHandle<()>> {
+    let (tx, rx) = mpsc::channel();
+    let dog = process::Watchdog {
+        servers,
+        pool,
+        quit,
+    };
+    let h = std::thread::Builder::new()
+        .name("atoll-watchdog".into())
+        .spawn(move || {
+            let started = dog.start_all();
+            let ok = started.is_ok();
+            let _ = tx.send(started);
+            if ok {
+                dog.watch();
+            }
+        })?;
+    match rx.recv() {
+        Ok(Ok(())) => Ok(h),
+        Ok(Err(e)) => {
+            let _ = h.join();
+            Err(std::io::Error::other(format!("file server processes: {e}")))
+        }
+        Err(_) => Err(std::io::Error::other("the watchdog died")),
     }
 }

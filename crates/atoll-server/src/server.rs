@@ -64,7 +64,35 @@ pub enum Admin {
     /// Scribble on the newest channel's request ring (`atoll chaos
     /// --corrupt-ring`): the defence against hostile clients, on purpose.
     CorruptRing,
+    /// Serve nothing for this many milliseconds (`atoll chaos --stall`,
+    /// told to a server process; a thread reads the shared `Health`).
+    Stall(u64),
     Shutdown,
+}
+
+/// Where a server's internal messages come from: the boot thread's
+/// channel (a server thread) or the instance's socket (a server process,
+/// `process`).
+pub enum Inbox {
+    Thread(Receiver<Admin>),
+    Process(crate::process::Mailbox),
+}
+
+impl Inbox {
+    fn try_recv(&mut self) -> Result<Admin, TryRecvError> {
+        match self {
+            Inbox::Thread(rx) => rx.try_recv(),
+            Inbox::Process(m) => m.try_recv(),
+        }
+    }
+
+    /// The server is serving: made afresh, or rebuilt in `Ok(time)`;
+    /// `Err`: it could not be rebuilt.
+    fn started(&mut self, rebuilt: Result<Option<std::time::Duration>, String>) {
+        if let Inbox::Process(m) = self {
+            m.started(rebuilt);
+        }
+    }
 }
 
 /// What a server thread needs to start.
@@ -87,6 +115,16 @@ pub struct ServerParams {
     /// Where the server keeps what it served, to be rebuilt from it
     /// (`journal`); `None`: `--without recovery`.
     pub journal: Option<Arc<Journal>>,
+    /// The server is a process of its own (`process`): it says in its
+    /// journal which request it is serving, so that a successor can
+    /// settle it.
+    pub process: bool,
+    /// Take over from a server process that died: rebuild from the
+    /// journal instead of starting afresh, and serve `adopted`.
+    pub resume: bool,
+    /// Channels the server starts with (a successor's: the instance
+    /// keeps every channel's memfd).
+    pub adopted: Vec<(SessionId, u32, Arc<ServerChannel>)>,
 }
 
 /// Decode one request frame, serve it, and encode the reply into
@@ -371,7 +409,7 @@ pub fn rebuild(
 
 /// Run a file server until `Admin::Shutdown` (or the boot side is gone).
 /// Returns its final statistics.
-pub fn run(params: ServerParams, admin: Receiver<Admin>) -> std::io::Result<ServerStats> {
+pub fn run(mut params: ServerParams, mut admin: Inbox) -> std::io::Result<ServerStats> {
     if let Some(core) = params.pin {
         let mut set = rustix::thread::CpuSet::new();
         set.set(core);
@@ -381,20 +419,44 @@ pub fn run(params: ServerParams, admin: Receiver<Admin>) -> std::io::Result<Serv
     }
     let index = params.fs.index;
     let control = std::rc::Rc::new(Control::map(std::os::fd::AsFd::as_fd(&params.control_fd))?);
+    let adopted = std::mem::take(&mut params.adopted);
     let journal = params.journal.as_deref();
-    if let Some(j) = journal {
-        j.clear();
-        tape::record();
-    }
-    let mut fs = Some(fresh_server(&params, &control)?);
-    if let Some(j) = journal {
-        tape::with_recorded(|t| j.append(Kind::Genesis, SessionId(0), t, b""));
-        params
-            .health
-            .set_journal(index, params.journal.clone().expect("journal"));
+    let mut fs = match (journal, params.resume) {
+        (Some(j), true) => {
+            let t0 = std::time::Instant::now();
+            match rebuild(&params, &control, j) {
+                Ok(fs) => {
+                    tape::record();
+                    admin.started(Ok(Some(t0.elapsed())));
+                    Some(fs)
+                }
+                Err(why) => {
+                    admin.started(Err(format!("not rebuilt: {why}")));
+                    return Err(std::io::Error::other(why));
+                }
+            }
+        }
+        _ => {
+            if let Some(j) = journal {
+                j.clear();
+                tape::record();
+            }
+            let fs = fresh_server(&params, &control)?;
+            if let Some(j) = journal {
+                tape::with_recorded(|t| j.append(Kind::Genesis, SessionId(0), t, b""));
+            }
+            admin.started(Ok(None));
+            Some(fs)
+        }
+    };
+    if let Some(j) = &params.journal {
+        params.health.set_journal(index, j.clone());
     }
     params.health.started(index);
     let mut chans: Vec<Chan> = Vec::new();
+    if let Some(server) = fs.as_mut() {
+        take_over(server, journal, &mut chans, adopted);
+    }
     let mut recorder = params.trace.as_ref().map(|s| Recorder::new(s.epoch));
     let mut owed: Option<(usize, u64)> = None;
     let ended = loop {
@@ -409,7 +471,7 @@ pub fn run(params: ServerParams, admin: Receiver<Admin>) -> std::io::Result<Serv
                 &params,
                 server,
                 &control,
-                &admin,
+                &mut admin,
                 &mut chans,
                 &mut recorder,
                 &mut owed,
@@ -445,6 +507,9 @@ pub fn run(params: ServerParams, admin: Receiver<Admin>) -> std::io::Result<Serv
                     answer_eio(&mut chans, idx, id);
                 }
                 params.health.restarted(index, &reason, t0.elapsed());
+                if let (true, Some(j)) = (params.process, journal) {
+                    j.note_rebuild(t0.elapsed().as_micros() as u64);
+                }
                 tracing::warn!(
                     "file server {index} rebuilt from its journal in {:?}",
                     t0.elapsed()
@@ -476,6 +541,67 @@ pub fn run(params: ServerParams, admin: Receiver<Admin>) -> std::io::Result<Serv
                 "file server {index} died: {reason}"
             )))
         }
+    }
+}
+
+/// A server that takes over from a process that died: serve the channels
+/// the instance kept (`adopted`), forget sessions that ended meanwhile,
+/// and settle the request the dead one was serving (`Journal::owe`): done
+/// and journaled, it is answered `EIO` as `run` answers what a dying
+/// thread owed; not journaled and still in its ring, it is served again
+/// (nothing of it survived); taken but not answered, `EIO` (a reply that
+/// did go out makes this one stale, and clients drop stale replies).
+fn take_over<S: BlockStore>(
+    fs: &mut FileServer<S>,
+    journal: Option<&Journal>,
+    chans: &mut Vec<Chan>,
+    adopted: Vec<(SessionId, u32, Arc<ServerChannel>)>,
+) {
+    if adopted.is_empty() && journal.and_then(|j| j.owed()).is_none() {
+        return;
+    }
+    for (session, lane, ch) in adopted {
+        // Idempotent: the session may have opened only just before.
+        kept(journal, Kind::Opened, session, || fs.session_opened(session));
+        // It no longer knows who cached what (`track`).
+        ch.raise_inbox_overflow();
+        chans.push(Chan {
+            session,
+            lane,
+            ch,
+            pending: None,
+            requests: 0,
+        });
+    }
+    for s in fs.open_sessions() {
+        if !chans.iter().any(|c| c.session == s) {
+            kept(journal, Kind::Closed, s, || fs.session_closed(s));
+        }
+    }
+    let Some((j, o)) = journal.and_then(|j| j.owed().map(|o| (j, o))) else {
+        return;
+    };
+    j.settle();
+    let Some(idx) = chans
+        .iter()
+        .position(|c| c.session == o.session && c.lane == o.lane)
+    else {
+        return;
+    };
+    let head = chans[idx]
+        .ch
+        .peek_request(|b| postcard::take_from_bytes::<u64>(b).ok().map(|(id, _)| id))
+        .ok()
+        .flatten()
+        .flatten();
+    if head == Some(o.id) {
+        if !o.journaled {
+            return; // served by the loop as if for the first time
+        }
+        let _ = chans[idx].ch.try_recv(|_| ());
+    }
+    if !is_posted(o.id) {
+        answer_eio(chans, idx, o.id);
     }
 }
 
@@ -572,6 +698,7 @@ fn on_admin<S: BlockStore>(
             let _ = tx.send(fs.dir_names(&dirs));
         }
         Admin::Crash => panic!("killed by atoll chaos"),
+        Admin::Stall(_) => {} // taken by the loop (`serve`)
         Admin::CorruptRing => {
             if let Some(c) = chans.last() {
                 c.ch.corrupt_request_ring();
@@ -602,6 +729,7 @@ fn serve_round<S: BlockStore>(
     index: usize,
     fs: &mut FileServer<S>,
     journal: Option<&Journal>,
+    owing: Option<&Journal>,
     chans: &mut Vec<Chan>,
     start: usize,
     bufs: &mut Bufs,
@@ -632,10 +760,16 @@ fn serve_round<S: BlockStore>(
                 }
             }
         }
-        let session = c.session;
+        let (session, lane) = (c.session, c.lane);
         let mut request_bytes = 0;
         let got = c.ch.try_recv(|bytes| {
             request_bytes = bytes.len();
+            if let Some(j) = owing {
+                // A successor settles it if this process dies now
+                // (`take_over`).
+                let id = postcard::take_from_bytes::<u64>(bytes).map_or(0, |(id, _)| id);
+                j.owe(session, lane, id);
+            }
             serve_frame_kept(
                 fs,
                 journal,
@@ -645,6 +779,11 @@ fn serve_round<S: BlockStore>(
                 &mut bufs.reply,
             )
         });
+        if matches!(got, Ok(Some(None))) {
+            if let Some(j) = owing {
+                j.settle(); // posted: nobody waits
+            }
+        }
         if matches!(got, Ok(Some(_))) {
             c.requests += 1;
             round.served += 1;
@@ -688,6 +827,12 @@ fn serve_round<S: BlockStore>(
                     Err(MsgError::Full) => c.pending = Some(bufs.reply[..len].to_vec()),
                     Err(_) => dead.push(idx),
                 }
+                if let Some(j) = owing {
+                    // A reply that waits for room dies with the process:
+                    // its client then waits until the session ends
+                    // (docs/ARCHITECTURE.md, "Fault containment").
+                    j.settle();
+                }
                 *owed = None;
             }
             Err(e) => {
@@ -718,7 +863,7 @@ fn serve<S: BlockStore>(
     params: &ServerParams,
     fs: &mut FileServer<S>,
     control: &Control,
-    admin: &Receiver<Admin>,
+    admin: &mut Inbox,
     chans: &mut Vec<Chan>,
     recorder: &mut Option<Recorder>,
     owed: &mut Option<(usize, u64)>,
@@ -754,6 +899,7 @@ fn serve<S: BlockStore>(
         admin_rings = rings;
         while admin_due {
             match admin.try_recv() {
+                Ok(Admin::Stall(millis)) => params.health.stall(index, millis),
                 Ok(msg) => {
                     if let Some(exit) = on_admin(msg, fs, journal, chans, &mut bufs) {
                         return exit;
@@ -763,7 +909,8 @@ fn serve<S: BlockStore>(
                 Err(TryRecvError::Empty) => admin_due = false,
             }
         }
-        let round = match serve_round(index, fs, journal, chans, start, &mut bufs, recorder, owed) {
+        let owing = journal.filter(|_| params.process);
+        let round = match serve_round(index, fs, journal, owing, chans, start, &mut bufs, recorder, owed) {
             Ok(r) => r,
             Err(exit) => return exit,
         };

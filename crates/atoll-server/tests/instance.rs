@@ -33,6 +33,7 @@ fn config(root: &Path, servers: usize) -> InstanceConfig {
         fs_policy: Default::default(),
         inodes: None,
         runtime_root: root.to_path_buf(),
+        server_exe: None,
     }
 }
 

@@ -131,7 +131,7 @@ const SETFL_MASK: u32 =
     (libc::O_APPEND | libc::O_NONBLOCK | libc::O_ASYNC | libc::O_DIRECT | libc::O_NOATIME) as u32;
 
 /// Static parameters of one file server.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct FsConfig {
     /// This server's index (owner id in inode and description ids).
     pub index: usize,
@@ -394,6 +394,11 @@ impl<S: BlockStore> FileServer<S> {
         self.sessions
             .entry(session)
             .or_insert_with(|| Session { groups: Vec::new() });
+    }
+
+    /// Sessions this server knows.
+    pub fn open_sessions(&self) -> Vec<SessionId> {
+        self.sessions.keys().copied().collect()
     }
 
     /// The session is gone (process exited or was killed): drop every

@@ -87,9 +87,7 @@ fn plan_with_cores(args: &InstanceArgs, cores: &[usize]) -> Result<Plan, UsageEr
             without: without(&args.without),
             distribute,
             adaptive_dirs: args.adaptive_dirs == "on",
-            // The running executable, even if its file was replaced since.
-            server_exe: (args.server_processes == "on")
-                .then(|| std::path::PathBuf::from("/proc/self/exe")),
+            server_exe: (args.server_processes == "on").then(server_exe),
             fs_policy: atoll_names::Policy::parse(&args.fleet_policy).ok_or_else(|| {
                 UsageError(format!(
                     "--fleet-policy {}: say one of {}",
@@ -338,4 +336,14 @@ mod tests {
         std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o777)).unwrap();
         assert!(ensure_runtime_root(&root).is_err());
     }
+}
+
+/// The executable server processes start from: this one, by its path (so
+/// that `ps` names them), or through `/proc/self/exe` if its file was
+/// replaced or removed since it started.
+pub fn server_exe() -> std::path::PathBuf {
+    std::env::current_exe()
+        .ok()
+        .filter(|p| p.is_file())
+        .unwrap_or_else(|| std::path::PathBuf::from("/proc/self/exe"))
 }

@@ -278,6 +278,8 @@ fn serve_child(sock: OwnedFd) -> std::io::Result<()> {
         }
     }
     let index = fs.index;
+    // `ps` and `top` show which server this is.
+    let _ = rustix::thread::set_name(&std::ffi::CString::new(format!("atoll-fs{index}")).unwrap_or_default());
     let cores: Vec<Option<usize>> = (0..fs.nservers)
         .map(|i| if i == index { pin } else { None })
         .collect();

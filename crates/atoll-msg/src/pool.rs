@@ -200,7 +200,13 @@ impl BlockPool {
             first,
             owner: Box::leak((0..blocks).map(|_| AtomicU8::new(FREE)).collect()),
             held: (0..servers)
-                .map(|_| leak((0..blocks.div_ceil(64)).map(|_| AtomicU64::new(0)).collect()))
+                .map(|_| {
+                    leak(
+                        (0..blocks.div_ceil(64))
+                            .map(|_| AtomicU64::new(0))
+                            .collect(),
+                    )
+                })
                 .collect(),
             root_free: Box::leak(Box::new(CachePadded::new(AtomicU64::new(blocks as u64)))),
             reps: Box::leak(

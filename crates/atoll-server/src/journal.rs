@@ -144,7 +144,9 @@ impl Journal {
     /// until [`Journal::settle`]. Hot path: four stores to a line the
     /// appends write anyway.
     pub fn owe(&self, session: SessionId, lane: u32, id: u64) {
-        self.log.word(W_OWED_SESSION).store(session.0, Ordering::Relaxed);
+        self.log
+            .word(W_OWED_SESSION)
+            .store(session.0, Ordering::Relaxed);
         self.log
             .word(W_OWED_LANE)
             .store(u64::from(lane), Ordering::Relaxed);

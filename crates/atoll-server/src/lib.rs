@@ -232,14 +232,14 @@ impl Instance {
             }
             let pin = config.server_cores.get(i).copied();
             let fs = FsConfig {
-                    index: i,
-                    nservers: n,
-                    first_block: 0,
-                    nblocks: blocks as u32,
-                    root_owner: owner,
-                    core: pin.map_or(-1, |c| c as i32),
-                    track_lookups: !config.without.dir_cache,
-                    limits,
+                index: i,
+                nservers: n,
+                first_block: 0,
+                nblocks: blocks as u32,
+                root_owner: owner,
+                core: pin.map_or(-1, |c| c as i32),
+                track_lookups: !config.without.dir_cache,
+                limits,
             };
             if let Some(exe) = &server_exe {
                 let recipe = process::Recipe {
@@ -253,9 +253,9 @@ impl Instance {
                     pool_fd: pool_fd.try_clone().map_err(cleanup)?,
                     journal_fd,
                 };
-                links.push(ServerLink::Process(Arc::new(
-                    process::ServerProcess::new(recipe),
-                )));
+                links.push(ServerLink::Process(Arc::new(process::ServerProcess::new(
+                    recipe,
+                ))));
                 continue;
             }
             let (tx, rx) = mpsc::channel();

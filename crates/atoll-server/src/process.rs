@@ -70,14 +70,28 @@ enum ToServer {
         resume: bool,
         instance_pid: u32,
     },
-    /// A channel (its memfd attached).
-    Channel { session: u64, lane: u32 },
+    /// A channel (its memfd attached); `closing`: its session ended, but
+    /// the predecessor may not have finished it (`server::take_over`).
+    Channel {
+        session: u64,
+        lane: u32,
+        #[serde(default)]
+        closing: bool,
+    },
     /// The channels to take over are all sent: serve.
     Begin,
     SessionClosed(u64),
-    RetireLanes { session: u64, before: u32 },
-    Stats { seq: u64 },
-    DirNames { seq: u64, dirs: Vec<(u64, Option<u64>)> },
+    RetireLanes {
+        session: u64,
+        before: u32,
+    },
+    Stats {
+        seq: u64,
+    },
+    DirNames {
+        seq: u64,
+        dirs: Vec<(u64, Option<u64>)>,
+    },
     Stall(u64),
     CorruptRing,
     Shutdown,
@@ -88,15 +102,28 @@ enum ToServer {
 enum FromServer {
     /// Serving: made afresh (`None`) or rebuilt in that many µs; or not.
     Started(Result<Option<u64>, String>),
-    Stats { seq: u64, stats: ServerStats },
-    DirNames { seq: u64, names: Vec<DirName> },
+    Stats {
+        seq: u64,
+        stats: ServerStats,
+    },
+    DirNames {
+        seq: u64,
+        names: Vec<DirName>,
+    },
     /// Final statistics, after `Shutdown`.
     Stopped(ServerStats),
     /// The server is down for good (it could not be rebuilt).
     Down(String),
+    /// The session ended here: what it sent before is served, what it
+    /// held released (so the instance may forget its channels).
+    Closed(u64),
 }
 
-fn send<T: Serialize>(sock: BorrowedFd<'_>, msg: &T, fds: &[BorrowedFd<'_>]) -> std::io::Result<()> {
+fn send<T: Serialize>(
+    sock: BorrowedFd<'_>,
+    msg: &T,
+    fds: &[BorrowedFd<'_>],
+) -> std::io::Result<()> {
     let bytes = postcard::to_allocvec(msg).map_err(std::io::Error::other)?;
     let mut space =
         vec![MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(fds.len().max(1)))];
@@ -151,10 +178,15 @@ pub struct Mailbox {
     /// Answers the loop owes the instance, sent at the next look.
     stats: Option<(u64, Receiver<ServerStats>)>,
     names: Option<(u64, Receiver<Vec<DirName>>)>,
+    /// A session whose end the loop was given; finished by the next look.
+    closing: Option<u64>,
 }
 
 impl Mailbox {
     fn flush_answers(&mut self) {
+        if let Some(s) = self.closing.take() {
+            let _ = send(self.sock.as_fd(), &FromServer::Closed(s), &[]);
+        }
         if let Some((seq, rx)) = self.stats.take() {
             match rx.try_recv() {
                 Ok(stats) => {
@@ -183,7 +215,7 @@ impl Mailbox {
                 Err(_) => return Err(TryRecvError::Disconnected),
             };
             return Ok(match msg {
-                ToServer::Channel { session, lane } => {
+                ToServer::Channel { session, lane, .. } => {
                     let Some(fd) = fds.pop() else { continue };
                     let Ok(ch) = ServerChannel::map(fd.as_fd()) else {
                         continue;
@@ -194,7 +226,10 @@ impl Mailbox {
                         channel: Arc::new(ch),
                     }
                 }
-                ToServer::SessionClosed(s) => Admin::SessionClosed(SessionId(s)),
+                ToServer::SessionClosed(s) => {
+                    self.closing = Some(s);
+                    Admin::SessionClosed(SessionId(s))
+                }
                 ToServer::RetireLanes { session, before } => Admin::RetireLanes {
                     session: SessionId(session),
                     before,
@@ -240,8 +275,18 @@ pub fn child_main() -> i32 {
 
 fn serve_child(sock: OwnedFd) -> std::io::Result<()> {
     let mut buf = vec![0u8; MAX_MESSAGE];
-    let Some((ToServer::Start { fs, poll, pin, adaptive, journal, resume, instance_pid }, fds)) =
-        recv::<ToServer>(sock.as_fd(), &mut buf, RecvFlags::empty())?
+    let Some((
+        ToServer::Start {
+            fs,
+            poll,
+            pin,
+            adaptive,
+            journal,
+            resume,
+            instance_pid,
+        },
+        fds,
+    )) = recv::<ToServer>(sock.as_fd(), &mut buf, RecvFlags::empty())?
     else {
         return Err(std::io::Error::other("no start message"));
     };
@@ -268,10 +313,22 @@ fn serve_child(sock: OwnedFd) -> std::io::Result<()> {
     loop {
         match recv::<ToServer>(sock.as_fd(), &mut buf, RecvFlags::empty())? {
             Some((ToServer::Begin, _)) => break,
-            Some((ToServer::Channel { session, lane }, mut fds)) => {
+            Some((
+                ToServer::Channel {
+                    session,
+                    lane,
+                    closing,
+                },
+                mut fds,
+            )) => {
                 if let Some(fd) = fds.pop() {
                     let ch = ServerChannel::map(fd.as_fd())?;
-                    adopted.push((SessionId(session), lane, Arc::new(ch)));
+                    adopted.push(crate::server::Adopted {
+                        session: SessionId(session),
+                        lane,
+                        channel: Arc::new(ch),
+                        closing,
+                    });
                 }
             }
             _ => {}
@@ -279,7 +336,9 @@ fn serve_child(sock: OwnedFd) -> std::io::Result<()> {
     }
     let index = fs.index;
     // `ps` and `top` show which server this is.
-    let _ = rustix::thread::set_name(&std::ffi::CString::new(format!("atoll-fs{index}")).unwrap_or_default());
+    let _ = rustix::thread::set_name(
+        &std::ffi::CString::new(format!("atoll-fs{index}")).unwrap_or_default(),
+    );
     let cores: Vec<Option<usize>> = (0..fs.nservers)
         .map(|i| if i == index { pin } else { None })
         .collect();
@@ -304,6 +363,7 @@ fn serve_child(sock: OwnedFd) -> std::io::Result<()> {
         buf,
         stats: None,
         names: None,
+        closing: None,
     };
     match crate::server::run(params, Inbox::Process(mailbox)) {
         Ok(stats) => {
@@ -339,11 +399,20 @@ pub struct ServerProcess {
     link: Mutex<Link>,
 }
 
+/// A channel of the server, kept for a successor.
+struct Kept {
+    session: SessionId,
+    lane: u32,
+    memfd: OwnedFd,
+    /// `SessionClosed` was sent, not yet confirmed (`FromServer::Closed`).
+    closing: bool,
+}
+
 struct Link {
     sock: Option<OwnedFd>,
     child: Option<std::process::Child>,
     started: Option<Instant>,
-    channels: Vec<(SessionId, u32, OwnedFd)>,
+    channels: Vec<Kept>,
     seq: u64,
     /// The last death was `atoll chaos --kill`.
     chaos_killed: bool,
@@ -407,16 +476,19 @@ impl ServerProcess {
             instance_pid: std::process::id(),
         };
         let sent = send(ours.as_fd(), &start, &fds).and_then(|()| {
-            for (s, lane, fd) in &link.channels {
+            for k in &link.channels {
                 let msg = ToServer::Channel {
-                    session: s.0,
-                    lane: *lane,
+                    session: k.session.0,
+                    lane: k.lane,
+                    closing: k.closing,
                 };
-                send(ours.as_fd(), &msg, &[fd.as_fd()])?;
+                send(ours.as_fd(), &msg, &[k.memfd.as_fd()])?;
             }
             send(ours.as_fd(), &ToServer::Begin, &[])
         });
         sent.map_err(|e| e.to_string())?;
+        // The successor finishes every session that was ending.
+        link.channels.retain(|k| !k.closing);
         link.sock = Some(ours);
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
@@ -438,7 +510,10 @@ impl ServerProcess {
             if left.is_zero() {
                 return Err("no answer".into());
             }
-            let mut pfd = [rustix::event::PollFd::new(sock, rustix::event::PollFlags::IN)];
+            let mut pfd = [rustix::event::PollFd::new(
+                sock,
+                rustix::event::PollFlags::IN,
+            )];
             let ts = rustix::event::Timespec {
                 tv_sec: left.as_secs() as i64,
                 tv_nsec: left.subsec_nanos() as i64,
@@ -449,6 +524,11 @@ impl ServerProcess {
                 Err(e) => return Err(e.to_string()),
             }
             match recv::<FromServer>(sock.as_fd(), &mut link.buf, RecvFlags::DONTWAIT) {
+                Ok(Some((FromServer::Closed(s), _))) => {
+                    let s = SessionId(s);
+                    link.channels.retain(|k| k.session != s);
+                    return Self::answer(link, deadline);
+                }
                 Ok(Some((msg, _))) => return Ok(msg),
                 Ok(None) => continue,
                 Err(e) => return Err(format!("the process is gone ({e})")),
@@ -472,12 +552,35 @@ impl ServerProcess {
         let msg = ToServer::Channel {
             session: session.0,
             lane,
+            closing: false,
         };
         // A process that just died gets it from the registry when its
         // successor starts.
         let _ = Self::tell(&link, &msg, &[fd]);
-        link.channels.push((session, lane, mine));
+        link.channels.push(Kept {
+            session,
+            lane,
+            memfd: mine,
+            closing: false,
+        });
         true
+    }
+
+    /// Forget the channels of sessions the server finished
+    /// (`FromServer::Closed`); other messages here are stale answers.
+    pub fn drain_confirmations(&self) {
+        let mut link = self.link();
+        let link = &mut *link;
+        let Some(sock) = link.sock.as_ref() else {
+            return;
+        };
+        while let Ok(Some((msg, _))) =
+            recv::<FromServer>(sock.as_fd(), &mut link.buf, RecvFlags::DONTWAIT)
+        {
+            if let FromServer::Closed(s) = msg {
+                link.channels.retain(|k| k.session != SessionId(s));
+            }
+        }
     }
 
     /// Forward an internal message (the ones with an answer wait for it).
@@ -485,12 +588,17 @@ impl ServerProcess {
         let mut link = self.link();
         let msg = match msg {
             Admin::SessionClosed(s) => {
-                link.channels.retain(|c| c.0 != s);
+                // Kept until the server confirms: what the session sent
+                // before it ended must still be served, by a successor if
+                // need be (`server::take_over`).
+                for k in link.channels.iter_mut().filter(|k| k.session == s) {
+                    k.closing = true;
+                }
                 ToServer::SessionClosed(s.0)
             }
             Admin::RetireLanes { session, before } => {
                 link.channels
-                    .retain(|c| c.0 != session || c.1 >= before);
+                    .retain(|k| k.session != session || k.lane >= before);
                 ToServer::RetireLanes {
                     session: session.0,
                     before,
@@ -636,6 +744,11 @@ impl Watchdog {
                 continue;
             }
             let _ = rustix::event::poll(&mut pfds, Some(&ts));
+            for i in 0..self.servers.len() {
+                if let Some(p) = self.servers.process(i) {
+                    p.drain_confirmations();
+                }
+            }
             let ended: Vec<usize> = pfds
                 .iter()
                 .zip(&pidfds)
@@ -659,7 +772,11 @@ impl Watchdog {
         };
         let t0 = Instant::now();
         let mut link = p.link();
-        let Some(status) = link.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) else {
+        let Some(status) = link
+            .child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
+        else {
             return;
         };
         link.child = None;
@@ -669,8 +786,12 @@ impl Watchdog {
             while let Ok(Some((msg, _))) =
                 recv::<FromServer>(sock.as_fd(), &mut link.buf, RecvFlags::DONTWAIT)
             {
-                if let FromServer::Down(why) = msg {
-                    said = Some(why);
+                match msg {
+                    FromServer::Down(why) => said = Some(why),
+                    FromServer::Closed(s) => {
+                        link.channels.retain(|k| k.session != SessionId(s));
+                    }
+                    _ => {}
                 }
             }
         }
@@ -710,8 +831,8 @@ impl Watchdog {
                 link.sock = None;
                 self.servers.health.mark_down(i, &reason);
                 self.servers.control.set_down(i);
-                for (_, _, fd) in link.channels.drain(..) {
-                    if let Ok(ch) = ServerChannel::map(fd.as_fd()) {
+                for k in link.channels.drain(..) {
+                    if let Ok(ch) = ServerChannel::map(k.memfd.as_fd()) {
                         ch.close();
                     }
                 }

@@ -124,7 +124,17 @@ pub struct ServerParams {
     pub resume: bool,
     /// Channels the server starts with (a successor's: the instance
     /// keeps every channel's memfd).
-    pub adopted: Vec<(SessionId, u32, Arc<ServerChannel>)>,
+    pub adopted: Vec<Adopted>,
+}
+
+/// A channel a successor takes over (`take_over`).
+pub struct Adopted {
+    pub session: SessionId,
+    pub lane: u32,
+    pub channel: Arc<ServerChannel>,
+    /// Its session ended, and the predecessor may have died before it
+    /// served what the session sent last and released what it held.
+    pub closing: bool,
 }
 
 /// Decode one request frame, serve it, and encode the reply into
@@ -555,14 +565,26 @@ fn take_over<S: BlockStore>(
     fs: &mut FileServer<S>,
     journal: Option<&Journal>,
     chans: &mut Vec<Chan>,
-    adopted: Vec<(SessionId, u32, Arc<ServerChannel>)>,
+    adopted: Vec<Adopted>,
 ) {
     if adopted.is_empty() && journal.and_then(|j| j.owed()).is_none() {
         return;
     }
-    for (session, lane, ch) in adopted {
+    let mut closing: Vec<SessionId> = Vec::new();
+    for Adopted {
+        session,
+        lane,
+        channel: ch,
+        closing: ended,
+    } in adopted
+    {
+        if ended && !closing.contains(&session) {
+            closing.push(session);
+        }
         // Idempotent: the session may have opened only just before.
-        kept(journal, Kind::Opened, session, || fs.session_opened(session));
+        kept(journal, Kind::Opened, session, || {
+            fs.session_opened(session)
+        });
         // It no longer knows who cached what (`track`).
         ch.raise_inbox_overflow();
         chans.push(Chan {
@@ -573,11 +595,26 @@ fn take_over<S: BlockStore>(
             requests: 0,
         });
     }
+    settle_owed(journal, chans);
+    // Finished as the predecessor would have (a second finish of one it
+    // did finish serves nothing: its rings were drained).
+    let mut bufs = Bufs {
+        scratch: Vec::with_capacity(MAX_FRAME),
+        reply: vec![0u8; MAX_FRAME],
+        notice: vec![0u8; MAX_FRAME],
+    };
+    for s in closing {
+        on_admin(Admin::SessionClosed(s), fs, journal, chans, &mut bufs);
+    }
     for s in fs.open_sessions() {
         if !chans.iter().any(|c| c.session == s) {
             kept(journal, Kind::Closed, s, || fs.session_closed(s));
         }
     }
+}
+
+/// Settle the request a dead predecessor was serving (`take_over`).
+fn settle_owed(journal: Option<&Journal>, chans: &mut [Chan]) {
     let Some((j, o)) = journal.and_then(|j| j.owed().map(|o| (j, o))) else {
         return;
     };
@@ -672,8 +709,17 @@ fn on_admin<S: BlockStore>(
             for c in chans.iter().filter(|c| c.session == s) {
                 for _ in 0..1024 {
                     let got = c.ch.try_recv(|bytes| {
+                        if let Some(j) = journal {
+                            // Not served twice by a successor (`take_over`).
+                            let id =
+                                postcard::take_from_bytes::<u64>(bytes).map_or(0, |(id, _)| id);
+                            j.owe(s, c.lane, id);
+                        }
                         serve_frame_kept(fs, journal, s, bytes, &mut bufs.scratch, &mut bufs.reply)
                     });
+                    if let Some(j) = journal {
+                        j.settle();
+                    }
                     if !matches!(got, Ok(Some(_))) {
                         break;
                     }
@@ -910,7 +956,9 @@ fn serve<S: BlockStore>(
             }
         }
         let owing = journal.filter(|_| params.process);
-        let round = match serve_round(index, fs, journal, owing, chans, start, &mut bufs, recorder, owed) {
+        let round = match serve_round(
+            index, fs, journal, owing, chans, start, &mut bufs, recorder, owed,
+        ) {
             Ok(r) => r,
             Err(exit) => return exit,
         };

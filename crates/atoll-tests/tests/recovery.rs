@@ -304,8 +304,11 @@ fn server_pid(inst: &Booted, server: usize) -> i32 {
 
 fn alive(pid: i32) -> bool {
     // A reaped process has no /proc entry; a zombie's state is Z.
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .is_ok_and(|s| s.rsplit(')').next().is_some_and(|r| !r.trim_start().starts_with('Z')))
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit(')')
+            .next()
+            .is_some_and(|r| !r.trim_start().starts_with('Z'))
+    })
 }
 
 /// Each file server is a process of its own (`atoll status` names it):

@@ -579,6 +579,32 @@ mod tests {
     }
 
     #[test]
+    fn a_mapped_pool_moves_the_same_words_and_a_dead_holders_rep_is_released() {
+        use std::os::fd::AsFd;
+        let (fd, pool) = BlockPool::create(10, 100, 2).unwrap();
+        let pool = Arc::new(pool);
+        let other = Arc::new(BlockPool::map(fd.as_fd()).unwrap());
+        assert_eq!((other.blocks(), other.servers()), (100, 2));
+        let mut a = BlockPool::rep(&pool, 0).unwrap();
+        let mut got = Vec::new();
+        assert_eq!(a.claim(30, &mut got), 30);
+        assert_eq!(other.root_free(), 70, "the other mapping sees the claim");
+        let mut b = BlockPool::rep(&other, 1).unwrap();
+        let mut theirs = Vec::new();
+        assert_eq!(b.claim(100, &mut theirs), 70, "never a block twice");
+        assert!(got.iter().all(|g| !theirs.contains(g)));
+        // Server 0's process dies holding its rep: its successor, in
+        // another mapping, may take it once released, and holds its blocks.
+        std::mem::forget(a);
+        assert!(BlockPool::rep(&other, 0).is_none());
+        other.release_rep(0);
+        let a2 = BlockPool::rep(&other, 0).unwrap();
+        assert!(a2.holds(got[0]));
+        let (plain, _) = crate::SharedRegion::create("not-a-pool", 4096).unwrap();
+        assert!(BlockPool::map(plain.as_fd()).is_err());
+    }
+
+    #[test]
     fn a_server_cannot_give_back_or_hold_another_servers_block() {
         let pool = Arc::new(BlockPool::new(0, 8, 2));
         let mut a = BlockPool::rep(&pool, 0).unwrap();

@@ -6,7 +6,7 @@
 //! files (100 directories of `N / 100`), timed inside the instance by
 //! this binary itself (`--create-probe`). Then the journaled server is
 //! killed (`atoll chaos --kill`: `SIGKILL` to its process, or a panic of
-//! its thread with `--server-processes off`), and the bench reads from
+//! its thread with `--without processes`), and the bench reads from
 //! `atoll status` how long its rebuild took (for a process: from the
 //! death until the successor serves), and checks that every file is
 //! still there.

@@ -152,11 +152,6 @@ pub struct InstanceArgs {
     /// user.atoll.distributed -v 1|0 DIR` swaps one by hand either way
     #[arg(long, value_name = "on|off", default_value = "off", value_parser = ["on", "off"])]
     pub adaptive_dirs: String,
-    /// Run each file server as a process of its own, restarted by a
-    /// watchdog when it dies (fos §3.5); `off`: servers are threads of the
-    /// instance process (as with `--trace`)
-    #[arg(long, value_name = "on|off", default_value = "on", value_parser = ["on", "off"])]
-    pub server_processes: String,
     /// How the fleet of file servers (`/fs/server`) picks the member that
     /// holds a new pipe or notification queue (fos §3.3): `hashed` (by
     /// process), `round-robin`, `closest` (same socket), `shortest-queue`
@@ -525,6 +520,9 @@ pub enum Technique {
     HybridFd,
     /// Server journals, from which a server that dies is rebuilt (fos §3.5)
     Recovery,
+    /// File servers as processes of their own, restarted by a watchdog
+    /// (fos §3.5); without it they are threads of the instance process
+    Processes,
 }
 
 /// Parse a size: plain bytes, or a number with a binary unit suffix

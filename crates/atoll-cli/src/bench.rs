@@ -122,7 +122,7 @@ impl SystemFactory for AtollFactory {
                 distribute: Vec::new(),
                 adaptive_dirs: false,
                 // As `atoll run` does (a traced run uses threads).
-                server_exe: Some(crate::config::server_exe()),
+                server_exe: (!w.processes).then(crate::config::server_exe),
                 fs_policy: Default::default(),
                 // The largest trees (`--size full`, dense: 440 000 files)
                 // need more than the default one inode per 8 KiB; the

@@ -87,7 +87,7 @@ fn plan_with_cores(args: &InstanceArgs, cores: &[usize]) -> Result<Plan, UsageEr
             without: without(&args.without),
             distribute,
             adaptive_dirs: args.adaptive_dirs == "on",
-            server_exe: (args.server_processes == "on").then(server_exe),
+            server_exe: (!args.without.contains(&Technique::Processes)).then(server_exe),
             fs_policy: atoll_names::Policy::parse(&args.fleet_policy).ok_or_else(|| {
                 UsageError(format!(
                     "--fleet-policy {}: say one of {}",
@@ -139,6 +139,7 @@ fn without(list: &[Technique]) -> Without {
             Technique::Affinity => w.affinity = true,
             Technique::HybridFd => w.hybrid_fd = true,
             Technique::Recovery => w.recovery = true,
+            Technique::Processes => w.processes = true,
         }
     }
     w

@@ -96,6 +96,10 @@ pub struct Without {
     /// Servers keep no journal, so one that dies stays down (fos §3.5).
     #[serde(default)]
     pub recovery: bool,
+    /// File servers are threads of the instance process, not processes
+    /// of their own (`atoll_server::process`).
+    #[serde(default)]
+    pub processes: bool,
 }
 
 /// What every client learns when it attaches.

@@ -81,7 +81,8 @@ pub struct InstanceConfig {
     /// or `/tmp/atoll-$UID`).
     pub runtime_root: PathBuf,
     /// Run each file server as a process of its own, started from this
-    /// executable with [`process::SUBCOMMAND`] (`--server-processes`);
+    /// executable with [`process::SUBCOMMAND`] (the default of `atoll`;
+    /// `--without processes` says `None`);
     /// `None`: servers are threads of the instance process. A traced
     /// instance (`boot_with(…, true)`) always uses threads.
     pub server_exe: Option<PathBuf>,

@@ -101,7 +101,7 @@ pub struct Instance {
     servers: Arc<Servers>,
     server_threads: Vec<JoinHandle<std::io::Result<ServerStats>>>,
     /// With server processes: the watchdog (`process::Watchdog`).
-    watchdog: Option<JoinHandle<()>>,
+    watchdog: Option<JoinHandle<Vec<Option<ServerStats>>>>,
     watch_quit: Arc<AtomicBool>,
     boot_thread: Option<JoinHandle<std::io::Result<()>>>,
     wake: OwnedFd,
@@ -254,9 +254,8 @@ impl Instance {
                     pool_fd: pool_fd.try_clone().map_err(cleanup)?,
                     journal_fd,
                 };
-                links.push(ServerLink::Process(Arc::new(process::ServerProcess::new(
-                    recipe,
-                ))));
+                let server = process::ServerProcess::new(recipe).map_err(cleanup)?;
+                links.push(ServerLink::Process(Arc::new(server)));
                 continue;
             }
             let (tx, rx) = mpsc::channel();
@@ -291,14 +290,8 @@ impl Instance {
         let watchdog = match server_exe {
             None => None,
             Some(_) => Some(
-                start_watchdog(servers.clone(), pool.clone(), watch_quit.clone()).map_err(|e| {
-                    for i in 0..n {
-                        if let Some(p) = servers.process(i) {
-                            p.stop();
-                        }
-                    }
-                    cleanup(e)
-                })?,
+                start_watchdog(servers.clone(), pool.clone(), watch_quit.clone())
+                    .map_err(cleanup)?,
             ),
         };
 
@@ -408,16 +401,14 @@ impl Instance {
         if let Some(h) = self.boot_thread.take() {
             let _ = h.join();
         }
-        // No successor may start once the instance stops.
+        // No successor may start once the instance stops; the watchdog
+        // stops the server processes and hands back their statistics.
         self.watch_quit.store(true, Ordering::Release);
         if let Some(h) = self.watchdog.take() {
-            let _ = h.join();
-        }
-        if self.servers.process(0).is_some() {
+            let stats = h.join().unwrap_or_default();
             return (0..self.servers.len())
                 .map(|i| {
-                    let stats = self.servers.process(i).and_then(|p| p.stop());
-                    stats.unwrap_or(ServerStats {
+                    stats.get(i).cloned().flatten().unwrap_or(ServerStats {
                         server: i as u32,
                         ..ServerStats::default()
                     })
@@ -456,7 +447,7 @@ fn start_watchdog(
     servers: Arc<Servers>,
     pool: Arc<atoll_msg::BlockPool>,
     quit: Arc<AtomicBool>,
-) -> std::io::Result<JoinHandle<()>> {
+) -> std::io::Result<JoinHandle<Vec<Option<ServerStats>>>> {
     let (tx, rx) = mpsc::channel();
     let dog = process::Watchdog {
         servers,
@@ -468,10 +459,15 @@ fn start_watchdog(
         .spawn(move || {
             let started = dog.start_all();
             let ok = started.is_ok();
-            let _ = tx.send(started);
-            if ok {
-                dog.watch();
+            if !ok {
+                dog.stop_all();
             }
+            let _ = tx.send(started);
+            if !ok {
+                return Vec::new();
+            }
+            dog.watch();
+            dog.stop_all()
         })?;
     match rx.recv() {
         Ok(Ok(())) => Ok(h),

@@ -396,6 +396,9 @@ pub struct Recipe {
 /// process, and the memfd of every channel it serves.
 pub struct ServerProcess {
     recipe: Recipe,
+    /// The control block, whose doorbell wakes the server to read its
+    /// socket (a sleeping server waits on the doorbell, not the socket).
+    control: atoll_msg::Control,
     link: Mutex<Link>,
 }
 
@@ -420,8 +423,9 @@ struct Link {
 }
 
 impl ServerProcess {
-    pub fn new(recipe: Recipe) -> ServerProcess {
-        ServerProcess {
+    pub fn new(recipe: Recipe) -> std::io::Result<ServerProcess> {
+        Ok(ServerProcess {
+            control: atoll_msg::Control::map(recipe.control_fd.as_fd())?,
             recipe,
             link: Mutex::new(Link {
                 sock: None,
@@ -432,7 +436,7 @@ impl ServerProcess {
                 chaos_killed: false,
                 buf: vec![0u8; MAX_MESSAGE],
             }),
-        }
+        })
     }
 
     fn link(&self) -> std::sync::MutexGuard<'_, Link> {
@@ -536,10 +540,14 @@ impl ServerProcess {
         }
     }
 
-    fn tell(link: &Link, msg: &ToServer, fds: &[BorrowedFd<'_>]) -> bool {
-        link.sock
+    /// Send `msg` and ring the server's doorbell so that it reads it.
+    fn tell(&self, link: &Link, msg: &ToServer, fds: &[BorrowedFd<'_>]) -> bool {
+        let sent = link
+            .sock
             .as_ref()
-            .is_some_and(|s| send(s.as_fd(), msg, fds).is_ok())
+            .is_some_and(|s| send(s.as_fd(), msg, fds).is_ok());
+        self.control.doorbell(self.recipe.fs.index).ring();
+        sent
     }
 
     /// Give the server a channel. `false`: nobody serves it (the server
@@ -556,7 +564,7 @@ impl ServerProcess {
         };
         // A process that just died gets it from the registry when its
         // successor starts.
-        let _ = Self::tell(&link, &msg, &[fd]);
+        let _ = self.tell(&link, &msg, &[fd]);
         link.channels.push(Kept {
             session,
             lane,
@@ -620,13 +628,13 @@ impl ServerProcess {
             Admin::Shutdown => ToServer::Shutdown,
             Admin::NewChannel { .. } => return, // `add_channel`
         };
-        let _ = Self::tell(&link, &msg, &[]);
+        let _ = self.tell(&link, &msg, &[]);
     }
 
     fn ask_stats(&self, link: &mut Link, tx: Sender<ServerStats>) {
         link.seq += 1;
         let seq = link.seq;
-        if !Self::tell(link, &ToServer::Stats { seq }, &[]) {
+        if !self.tell(link, &ToServer::Stats { seq }, &[]) {
             return;
         }
         let deadline = Instant::now() + ANSWER_TIMEOUT;
@@ -643,7 +651,7 @@ impl ServerProcess {
     fn ask_names(&self, link: &mut Link, dirs: Vec<(u64, Option<u64>)>, tx: Sender<Vec<DirName>>) {
         link.seq += 1;
         let seq = link.seq;
-        if !Self::tell(link, &ToServer::DirNames { seq, dirs }, &[]) {
+        if !self.tell(link, &ToServer::DirNames { seq, dirs }, &[]) {
             return;
         }
         let deadline = Instant::now() + ANSWER_TIMEOUT;
@@ -662,7 +670,7 @@ impl ServerProcess {
     pub fn stop(&self) -> Option<ServerStats> {
         let mut link = self.link();
         let mut stats = None;
-        if Self::tell(&link, &ToServer::Shutdown, &[]) {
+        if self.tell(&link, &ToServer::Shutdown, &[]) {
             let deadline = Instant::now() + ANSWER_TIMEOUT;
             while let Ok(msg) = Self::answer(&mut link, deadline) {
                 if let FromServer::Stopped(s) = msg {
@@ -717,6 +725,15 @@ impl Watchdog {
             self.servers.health.started_pid(i, p_pid(&link));
         }
         Ok(())
+    }
+
+    /// Stop every server process and return its final statistics. Done by
+    /// the watchdog thread itself: a server dies with the thread that
+    /// started it (`PR_SET_PDEATHSIG`).
+    pub fn stop_all(&self) -> Vec<Option<ServerStats>> {
+        (0..self.servers.len())
+            .map(|i| self.servers.process(i).and_then(|p| p.stop()))
+            .collect()
     }
 
     /// Watch until `quit`.

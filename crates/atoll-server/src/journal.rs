@@ -73,6 +73,9 @@ pub enum Kind {
     Request = 4,
     /// Notification events were pushed out (`inotify`).
     Flush = 5,
+    /// A successor dropped listed blocks that were not its own any more
+    /// (`FileServer::reconcile_blocks`).
+    Reconcile = 6,
 }
 
 impl Kind {
@@ -83,6 +86,7 @@ impl Kind {
             3 => Kind::Closed,
             4 => Kind::Request,
             5 => Kind::Flush,
+            6 => Kind::Reconcile,
             _ => return None,
         })
     }

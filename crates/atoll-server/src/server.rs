@@ -390,6 +390,7 @@ pub fn rebuild(
             Kind::Opened => fs.session_opened(r.session),
             Kind::Closed => fs.session_closed(r.session),
             Kind::Flush => fs.flush_events(),
+            Kind::Reconcile => fs.reconcile_blocks(),
             Kind::Request => {
                 if let Ok(frame) = decode::<RequestFrame<'_>>(&r.frame) {
                     fs.handle_vouched(
@@ -465,6 +466,11 @@ pub fn run(mut params: ServerParams, mut admin: Inbox) -> std::io::Result<Server
     params.health.started(index);
     let mut chans: Vec<Chan> = Vec::new();
     if let Some(server) = fs.as_mut() {
+        if params.resume {
+            kept(journal, Kind::Reconcile, SessionId(0), || {
+                server.reconcile_blocks()
+            });
+        }
         take_over(server, journal, &mut chans, adopted);
     }
     let mut recorder = params.trace.as_ref().map(|s| Recorder::new(s.epoch));

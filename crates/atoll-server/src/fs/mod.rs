@@ -601,6 +601,12 @@ impl<S: BlockStore> FileServer<S> {
         self.calls_seen = n;
     }
 
+    /// Forget listed blocks the pool says are not this server's any more
+    /// (`Cache::reconcile`; a successor of a killed server process).
+    pub fn reconcile_blocks(&mut self) {
+        self.cache.reconcile();
+    }
+
     /// Give back what a request that died half way had taken from the
     /// block pool and the gauges (`tape::taken` of its partial tape).
     pub fn give_back_taken(&mut self, partial_tape: &[u64]) {

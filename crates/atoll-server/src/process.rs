@@ -69,6 +69,9 @@ enum ToServer {
         journal: bool,
         resume: bool,
         instance_pid: u32,
+        /// The instance's hash keys: a replay must iterate the server's
+        /// maps as its predecessor did (`fs::seeded`).
+        hash_keys: (u64, u64),
     },
     /// A channel (its memfd attached); `closing`: its session ended, but
     /// the predecessor may not have finished it (`server::take_over`).
@@ -94,6 +97,8 @@ enum ToServer {
     },
     Stall(u64),
     CorruptRing,
+    /// `atoll chaos --kill`: send yourself `SIGKILL` at once.
+    Crash,
     Shutdown,
 }
 
@@ -246,6 +251,17 @@ impl Mailbox {
                 }
                 ToServer::Stall(ms) => Admin::Stall(ms),
                 ToServer::CorruptRing => Admin::CorruptRing,
+                ToServer::Crash => {
+                    // Read where a thread would panic (between requests,
+                    // `server::serve`), so the death is a real one but at
+                    // the point where a thread's is (see docs/ARCHITECTURE.md,
+                    // "Server processes", for a death inside a request).
+                    let _ = rustix::process::kill_process(
+                        rustix::process::getpid(),
+                        rustix::process::Signal::KILL,
+                    );
+                    continue;
+                }
                 ToServer::Shutdown => Admin::Shutdown,
                 ToServer::Start { .. } | ToServer::Begin => continue,
             });
@@ -284,12 +300,16 @@ fn serve_child(sock: OwnedFd) -> std::io::Result<()> {
             journal,
             resume,
             instance_pid,
+            hash_keys,
         },
         fds,
     )) = recv::<ToServer>(sock.as_fd(), &mut buf, RecvFlags::empty())?
     else {
         return Err(std::io::Error::other("no start message"));
     };
+    if !crate::fs::seeded::use_keys(hash_keys) {
+        return Err(std::io::Error::other("hash keys chosen before the start"));
+    }
     // Die with the instance (also if it died before this line).
     rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))?;
     if rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get() as u32) != instance_pid {
@@ -478,6 +498,7 @@ impl ServerProcess {
             journal: r.journal_fd.is_some(),
             resume,
             instance_pid: std::process::id(),
+            hash_keys: crate::fs::seeded::keys(),
         };
         let sent = send(ours.as_fd(), &start, &fds).and_then(|()| {
             for k in &link.channels {
@@ -615,11 +636,13 @@ impl ServerProcess {
             Admin::Stats(tx) => return self.ask_stats(&mut link, tx),
             Admin::DirNames(dirs, tx) => return self.ask_names(&mut link, dirs, tx),
             Admin::Crash => {
-                // SIGKILL: a real death, with no cleanup of its own.
-                let link = &mut *link;
-                if let Some(c) = link.child.as_mut() {
-                    link.chaos_killed = true;
-                    let _ = c.kill();
+                // SIGKILL, which the server sends itself when it reads
+                // this: a real death, with no cleanup of its own.
+                link.chaos_killed = true;
+                if !self.tell(&link, &ToServer::Crash, &[]) {
+                    if let Some(c) = link.child.as_mut() {
+                        let _ = c.kill();
+                    }
                 }
                 return;
             }

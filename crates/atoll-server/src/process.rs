@@ -97,8 +97,6 @@ enum ToServer {
     },
     Stall(u64),
     CorruptRing,
-    /// `atoll chaos --kill`: send yourself `SIGKILL` at once.
-    Crash,
     Shutdown,
 }
 
@@ -251,17 +249,6 @@ impl Mailbox {
                 }
                 ToServer::Stall(ms) => Admin::Stall(ms),
                 ToServer::CorruptRing => Admin::CorruptRing,
-                ToServer::Crash => {
-                    // Read where a thread would panic (between requests,
-                    // `server::serve`), so the death is a real one but at
-                    // the point where a thread's is (see docs/ARCHITECTURE.md,
-                    // "Server processes", for a death inside a request).
-                    let _ = rustix::process::kill_process(
-                        rustix::process::getpid(),
-                        rustix::process::Signal::KILL,
-                    );
-                    continue;
-                }
                 ToServer::Shutdown => Admin::Shutdown,
                 ToServer::Start { .. } | ToServer::Begin => continue,
             });
@@ -636,13 +623,12 @@ impl ServerProcess {
             Admin::Stats(tx) => return self.ask_stats(&mut link, tx),
             Admin::DirNames(dirs, tx) => return self.ask_names(&mut link, dirs, tx),
             Admin::Crash => {
-                // SIGKILL, which the server sends itself when it reads
-                // this: a real death, with no cleanup of its own.
+                // SIGKILL at whatever instruction the server is: a real
+                // death, with no cleanup of its own.
+                let link = &mut *link;
                 link.chaos_killed = true;
-                if !self.tell(&link, &ToServer::Crash, &[]) {
-                    if let Some(c) = link.child.as_mut() {
-                        let _ = c.kill();
-                    }
+                if let Some(c) = link.child.as_mut() {
+                    let _ = c.kill();
                 }
                 return;
             }

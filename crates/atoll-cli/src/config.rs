@@ -229,6 +229,16 @@ pub fn ensure_runtime_root(root: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// The executable server processes start from: this one, by its path (so
+/// that `ps` names them), or through `/proc/self/exe` if its file was
+/// replaced or removed since it started.
+pub fn server_exe() -> std::path::PathBuf {
+    std::env::current_exe()
+        .ok()
+        .filter(|p| p.is_file())
+        .unwrap_or_else(|| std::path::PathBuf::from("/proc/self/exe"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -337,14 +347,4 @@ mod tests {
         std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o777)).unwrap();
         assert!(ensure_runtime_root(&root).is_err());
     }
-}
-
-/// The executable server processes start from: this one, by its path (so
-/// that `ps` names them), or through `/proc/self/exe` if its file was
-/// replaced or removed since it started.
-pub fn server_exe() -> std::path::PathBuf {
-    std::env::current_exe()
-        .ok()
-        .filter(|p| p.is_file())
-        .unwrap_or_else(|| std::path::PathBuf::from("/proc/self/exe"))
 }

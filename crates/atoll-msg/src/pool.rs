@@ -443,7 +443,7 @@ impl PoolRep {
                         .fetch_add(1, Ordering::Relaxed);
                 } else {
                     self.record(i, true);
-                    saturating_dec(&pool.root_free);
+                    saturating_dec(pool.root_free);
                     out.push(pool.first + i as u32);
                     got += 1;
                 }
@@ -479,7 +479,7 @@ impl PoolRep {
         if ok {
             p.returned.fetch_add(1, Ordering::Relaxed);
         } else {
-            saturating_dec(&pool.root_free);
+            saturating_dec(pool.root_free);
             p.dropped.fetch_add(1, Ordering::Relaxed);
         }
         saturating_dec(&p.owned);

@@ -856,6 +856,7 @@ impl Watchdog {
                 }
                 link.sock = None;
                 self.servers.health.mark_down(i, &reason);
+                self.servers.health.started_pid(i, 0);
                 self.servers.control.set_down(i);
                 for k in link.channels.drain(..) {
                     if let Ok(ch) = ServerChannel::map(k.memfd.as_fd()) {

@@ -12,6 +12,9 @@
 //! down; the boot thread checks the mark after posting), so none is ever
 //! left open with nobody serving it.
 //!
+//! A server process that dies is noticed by the instance's watchdog
+//! (`crate::process`), which marks it here and starts a successor.
+//!
 //! With a journal (the default; `crate::journal`) a server that dies is
 //! not left down: it is rebuilt from its journal and goes on serving the
 //! same channels (`server::run`), so its clients see at most the one call

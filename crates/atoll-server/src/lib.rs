@@ -5,12 +5,15 @@
 //!   4 KiB blocks, lent to servers by one block pool);
 //! * [`fs`]: [`fs::FileServer`], one server's state and the POSIX semantics
 //!   of every request in `atoll-proto` (pure logic, no I/O);
-//! * [`server`]: the per-server thread: polls its channels (from
+//! * [`server`]: the per-server loop: polls its channels (from
 //!   `atoll-msg`), decodes frames, calls the file server, replies;
+//! * [`process`]: each server as a process of its own (the default of
+//!   `atoll`), and the watchdog that starts a successor when one dies;
 //! * `boot`: the boot thread serving `<runtime>/boot.sock` (sessions,
 //!   lanes, fork, status, stop — `atoll_proto::boot`);
 //! * this module: [`Instance`], which creates the runtime directory, the
-//!   buffer cache, the control block, the threads, and tears them down.
+//!   buffer cache, the control block, the block pool, the journals, the
+//!   server threads or processes, and tears them down.
 //!
 //! Relies on `atoll-msg` (rings, doorbells, shared regions) and
 //! `atoll-proto` (messages). Called by `atoll-cli` (`atoll run`/`boot`).
@@ -220,66 +223,25 @@ impl Instance {
                 .collect::<Vec<_>>(),
         ));
         let journal_bytes = journal_bytes(cache_bytes, n);
+        let ctx = ServerContext {
+            config: &config,
+            blocks: blocks as u32,
+            owner,
+            poll,
+            limits,
+            pool: &pool,
+            pool_fd: &pool_fd,
+            cache_fd: &cache_fd,
+            control_fd: &control_fd,
+            health: &health,
+            trace: &trace_sink,
+            server_exe: &server_exe,
+            journal_bytes,
+        };
         for i in 0..n {
-            let (journal_fd, journal) = match config.without.recovery {
-                true => (None, None),
-                false => {
-                    let (fd, j) = journal::Journal::create(journal_bytes).map_err(cleanup)?;
-                    (Some(fd), Some(Arc::new(j)))
-                }
-            };
-            if let Some(j) = &journal {
-                health.set_journal(i, j.clone());
-            }
-            let pin = config.server_cores.get(i).copied();
-            let fs = FsConfig {
-                index: i,
-                nservers: n,
-                first_block: 0,
-                nblocks: blocks as u32,
-                root_owner: owner,
-                core: pin.map_or(-1, |c| c as i32),
-                track_lookups: !config.without.dir_cache,
-                limits,
-            };
-            if let Some(exe) = &server_exe {
-                let recipe = process::Recipe {
-                    exe: exe.clone(),
-                    fs,
-                    poll,
-                    pin,
-                    adaptive: config.adaptive_dirs,
-                    cache_fd: cache_fd.try_clone().map_err(cleanup)?,
-                    control_fd: control_fd.try_clone().map_err(cleanup)?,
-                    pool_fd: pool_fd.try_clone().map_err(cleanup)?,
-                    journal_fd,
-                };
-                let server = process::ServerProcess::new(recipe).map_err(cleanup)?;
-                links.push(ServerLink::Process(Arc::new(server)));
-                continue;
-            }
-            let (tx, rx) = mpsc::channel();
-            links.push(ServerLink::Thread(tx));
-            let params = ServerParams {
-                fs,
-                poll,
-                pin,
-                cache_fd: cache_fd.try_clone().map_err(cleanup)?,
-                control_fd: control_fd.try_clone().map_err(cleanup)?,
-                pool: pool.clone(),
-                trace: trace_sink.clone(),
-                adaptive: config.adaptive_dirs,
-                health: health.clone(),
-                journal,
-                process: false,
-                resume: false,
-                adopted: Vec::new(),
-            };
-            let h = std::thread::Builder::new()
-                .name(format!("atoll-fs{i}"))
-                .spawn(move || server::run(params, server::Inbox::Thread(rx)))
-                .map_err(cleanup)?;
-            server_threads.push(h);
+            let (link, thread) = ctx.start(i).map_err(cleanup)?;
+            links.push(link);
+            server_threads.extend(thread);
         }
         let servers = Arc::new(Servers {
             links,
@@ -438,6 +400,89 @@ impl Drop for Instance {
             self.stop_threads();
             let _ = std::fs::remove_dir_all(&self.runtime_dir);
         }
+    }
+}
+
+/// What every file server of an instance is made from (`Instance::boot`).
+struct ServerContext<'a> {
+    config: &'a InstanceConfig,
+    blocks: u32,
+    owner: Cred,
+    poll: PollMode,
+    limits: fs::Limits,
+    pool: &'a Arc<atoll_msg::BlockPool>,
+    pool_fd: &'a OwnedFd,
+    cache_fd: &'a OwnedFd,
+    control_fd: &'a OwnedFd,
+    health: &'a Arc<health::Health>,
+    trace: &'a Option<Arc<trace::Sink>>,
+    server_exe: &'a Option<PathBuf>,
+    journal_bytes: usize,
+}
+
+type ServerThread = JoinHandle<std::io::Result<ServerStats>>;
+
+impl ServerContext<'_> {
+    /// Server `i`: its journal, then a process (started later by the
+    /// watchdog) or a thread (started now).
+    fn start(&self, i: usize) -> std::io::Result<(ServerLink, Option<ServerThread>)> {
+        let config = self.config;
+        let (journal_fd, journal) = match config.without.recovery {
+            true => (None, None),
+            false => {
+                let (fd, j) = journal::Journal::create(self.journal_bytes)?;
+                (Some(fd), Some(Arc::new(j)))
+            }
+        };
+        if let Some(j) = &journal {
+            self.health.set_journal(i, j.clone());
+        }
+        let pin = config.server_cores.get(i).copied();
+        let fs = FsConfig {
+            index: i,
+            nservers: config.servers,
+            first_block: 0,
+            nblocks: self.blocks,
+            root_owner: self.owner,
+            core: pin.map_or(-1, |c| c as i32),
+            track_lookups: !config.without.dir_cache,
+            limits: self.limits,
+        };
+        if let Some(exe) = self.server_exe {
+            let recipe = process::Recipe {
+                exe: exe.clone(),
+                fs,
+                poll: self.poll,
+                pin,
+                adaptive: config.adaptive_dirs,
+                cache_fd: self.cache_fd.try_clone()?,
+                control_fd: self.control_fd.try_clone()?,
+                pool_fd: self.pool_fd.try_clone()?,
+                journal_fd,
+            };
+            let server = process::ServerProcess::new(recipe)?;
+            return Ok((ServerLink::Process(Arc::new(server)), None));
+        }
+        let (tx, rx) = mpsc::channel();
+        let params = ServerParams {
+            fs,
+            poll: self.poll,
+            pin,
+            cache_fd: self.cache_fd.try_clone()?,
+            control_fd: self.control_fd.try_clone()?,
+            pool: self.pool.clone(),
+            trace: self.trace.clone(),
+            adaptive: config.adaptive_dirs,
+            health: self.health.clone(),
+            journal,
+            process: false,
+            resume: false,
+            adopted: Vec::new(),
+        };
+        let h = std::thread::Builder::new()
+            .name(format!("atoll-fs{i}"))
+            .spawn(move || server::run(params, server::Inbox::Thread(rx)))?;
+        Ok((ServerLink::Thread(tx), Some(h)))
     }
 }
 

@@ -1,4 +1,5 @@
-//! The server loop: one thread per file server.
+//! The server loop: one per file server, in a thread of the instance or
+//! in a process of its own (`process`).
 //!
 //! The thread owns a [`FileServer`] and the server ends of its channels
 //! (one per session lane). Each round it first drains internal messages

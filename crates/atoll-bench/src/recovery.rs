@@ -5,8 +5,11 @@
 //! default) and one `--without recovery`, run the same creation of `N`
 //! files (100 directories of `N / 100`), timed inside the instance by
 //! this binary itself (`--create-probe`). Then the journaled server is
-//! killed (`atoll chaos --kill`), and the bench reads from `atoll status`
-//! how long its rebuild took, and checks that every file is still there.
+//! killed (`atoll chaos --kill`: `SIGKILL` to its process, or a panic of
+//! its thread with `--without processes`), and the bench reads from
+//! `atoll status` how long its rebuild took (for a process: from the
+//! death until the successor serves), and checks that every file is
+//! still there.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -50,6 +53,9 @@ pub struct RecoveryResults {
     pub kill_to_up_ms: f64,
     /// Files found after the rebuild (must equal `inodes`).
     pub files_after: u64,
+    /// The server was a process of its own (killed by `SIGKILL`, its
+    /// successor a new process), not a thread.
+    pub process: bool,
 }
 
 const DIRS: u64 = 100;
@@ -154,6 +160,7 @@ pub fn run(inodes: u64) -> anyhow::Result<RecoveryResults> {
     let inst = Instance::boot(inodes, false)?;
     let secs: f64 = inst.probe("--create-probe", inodes)?.parse()?;
     let before = inst.health()?;
+    let pid_before = before["pid"].as_u64().unwrap_or(0);
     let t0 = Instant::now();
     let mut cmd = atoll()?;
     cmd.args(["chaos", "--id", &inst.id, "--kill", "server:0"]);
@@ -183,16 +190,22 @@ pub fn run(inodes: u64) -> anyhow::Result<RecoveryResults> {
         recovery_ms: h["recovery_us"].as_u64().unwrap_or(0) as f64 / 1000.0,
         kill_to_up_ms: kill_to_up.as_secs_f64() * 1000.0,
         files_after,
+        process: pid_before != 0 && h["pid"].as_u64().unwrap_or(0) != pid_before,
     })
 }
 
 /// The results as a table.
 pub fn table(r: &RecoveryResults) -> String {
     format!(
-        "recovery of a file server holding {} files (one server)\n\
+        "recovery of a file server holding {} files (one server, {})\n\
          {:<34}{:>14.0}\n{:<34}{:>14.0}\n{:<34}{:>14.2}\n\
          {:<34}{:>14}\n{:<34}{:>14}\n{:<34}{:>14.1}\n{:<34}{:>14.1}\n{:<34}{:>14}\n",
         r.inodes,
+        if r.process {
+            "a process killed by SIGKILL"
+        } else {
+            "a thread"
+        },
         "creates/s with journal",
         r.creates_per_s,
         "creates/s --without recovery",

@@ -133,9 +133,10 @@ pub fn parse_without(names: &[String]) -> anyhow::Result<atoll_proto::boot::With
             "affinity" | "creation_affinity" => &mut w.affinity,
             "hybrid_fd" => &mut w.hybrid_fd,
             "recovery" => &mut w.recovery,
+            "processes" => &mut w.processes,
             other => bail!(
                 "unknown technique {other:?}; known: dir-distribution, dir-cache, broadcast, \
-                 direct-cache, coalescing, affinity, hybrid-fd, recovery"
+                 direct-cache, coalescing, affinity, hybrid-fd, recovery, processes"
             ),
         };
         *flag = true;

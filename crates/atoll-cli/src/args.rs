@@ -534,6 +534,9 @@ pub enum Technique {
     HybridFd,
     /// Server journals, from which a server that dies is rebuilt (fos §3.5)
     Recovery,
+    /// File servers as processes of their own, restarted by a watchdog
+    /// (fos §3.5); without it they are threads of the instance process
+    Processes,
 }
 
 /// Parse a size: plain bytes, or a number with a binary unit suffix

@@ -121,6 +121,8 @@ impl SystemFactory for AtollFactory {
                 // ignores it with one server or `--without dir-distribution`.
                 distribute: Vec::new(),
                 adaptive_dirs: false,
+                // As `atoll run` does (a traced run uses threads).
+                server_exe: (!w.processes).then(crate::config::server_exe),
                 fs_policy: Default::default(),
                 syscall_sites: Default::default(),
                 // The largest trees (`--size full`, dense: 440 000 files)

@@ -87,6 +87,7 @@ fn plan_with_cores(args: &InstanceArgs, cores: &[usize]) -> Result<Plan, UsageEr
             without: without(&args.without),
             distribute,
             adaptive_dirs: args.adaptive_dirs == "on",
+            server_exe: (!args.without.contains(&Technique::Processes)).then(server_exe),
             fs_policy: atoll_names::Policy::parse(&args.fleet_policy).ok_or_else(|| {
                 UsageError(format!(
                     "--fleet-policy {}: say one of {}",
@@ -143,6 +144,7 @@ fn without(list: &[Technique]) -> Without {
             Technique::Affinity => w.affinity = true,
             Technique::HybridFd => w.hybrid_fd = true,
             Technique::Recovery => w.recovery = true,
+            Technique::Processes => w.processes = true,
         }
     }
     w
@@ -230,6 +232,16 @@ pub fn ensure_runtime_root(root: &Path) -> std::io::Result<()> {
         ));
     }
     Ok(())
+}
+
+/// The executable server processes start from: this one, by its path (so
+/// that `ps` names them), or through `/proc/self/exe` if its file was
+/// replaced or removed since it started.
+pub fn server_exe() -> std::path::PathBuf {
+    std::env::current_exe()
+        .ok()
+        .filter(|p| p.is_file())
+        .unwrap_or_else(|| std::path::PathBuf::from("/proc/self/exe"))
 }
 
 #[cfg(test)]

@@ -47,6 +47,12 @@ fn main() {
 
 fn real_main() -> i32 {
     init_logging();
+    // A file server process started by an instance (hidden: never typed).
+    if std::env::args_os().nth(1).as_deref()
+        == Some(std::ffi::OsStr::new(atoll_server::process::SUBCOMMAND))
+    {
+        return atoll_server::process::child_main();
+    }
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => return clap_error(e),

@@ -333,7 +333,7 @@ pub fn status_text(st: &InstanceStatus, rec: &InstanceRecord) -> String {
     for h in st
         .health
         .iter()
-        .filter(|h| h.state != "up" || h.restarts > 0)
+        .filter(|h| h.pid != 0 || h.state != "up" || h.restarts > 0)
     {
         let why = if h.reason.is_empty() {
             String::new()
@@ -347,7 +347,20 @@ pub fn status_text(st: &InstanceStatus, rec: &InstanceRecord) -> String {
                 h.recovery_us as f64 / 1000.0
             ),
         };
-        let _ = writeln!(out, "  server {}   {}{rebuilt}{why}", h.server, h.state);
+        // A server process: which one, and for how long (`process`).
+        let process = match h.pid {
+            0 => String::new(),
+            pid => format!(
+                ", pid {pid}, core {}, up {:.1} s",
+                h.core,
+                h.uptime_ms as f64 / 1000.0
+            ),
+        };
+        let _ = writeln!(
+            out,
+            "  server {}   {}{process}{rebuilt}{why}",
+            h.server, h.state
+        );
     }
     for (core, _, _, restarts) in sched_servers(rec).into_iter().filter(|s| s.3 > 0) {
         let _ = writeln!(
@@ -586,6 +599,8 @@ fn names_json(st: &InstanceStatus, rec: &InstanceRecord) -> serde_json::Value {
                 "core": h.core,
                 "state": h.state,
                 "restarts": h.restarts,
+                "pid": h.pid,
+                "uptime_ms": h.uptime_ms,
             })
         })
         .collect();

@@ -278,6 +278,13 @@ impl ServerChannel {
         self.req.try_recv(f)
     }
 
+    /// The next request, if one is there, lent to `f` but left in the
+    /// ring (a server taking over from one that died looks whether the
+    /// request it owed is still there).
+    pub fn peek_request<R>(&self, f: impl FnOnce(&[u8]) -> R) -> Result<Option<R>, MsgError> {
+        self.req.peek(f)
+    }
+
     /// Fault injection (`atoll chaos --corrupt-ring`): a frame header no
     /// client may write appears where the next request is due, so the
     /// server's next look finds the ring corrupt and drops the channel.

@@ -37,8 +37,9 @@
 //!
 //! So a corrupted owner map can lose blocks but never put one block in two
 //! servers' files; that would take corrupting a server's record too. Map
-//! and records live in the instance process's private memory: file servers
-//! are threads of that process, and no client maps them (clients map the
+//! and records live in a memfd of their own ([`BlockPool::create`],
+//! [`BlockPool::map`]), shared by the instance and its file servers, which
+//! may be processes of their own; no client maps it (clients map the
 //! cache and the control block, which they could scribble, Hare's single
 //! fault domain), unlike the gauges, whose scribbling costs at most a limit.
 //!
@@ -88,6 +89,7 @@ pub const POOL_MAX_SERVERS: usize = FREE as usize;
 /// One server's published counts (written by that server only, read by
 /// anyone; relaxed: they are statistics, not synchronisation).
 #[derive(Default)]
+#[repr(C)]
 struct Published {
     owned: AtomicU64,
     listed: AtomicU64,
@@ -118,40 +120,200 @@ pub struct RepCounts {
 }
 
 /// The root: one owner word per block and the count of free ones.
+///
+/// The words live in a shared mapping (`memory`, outside `loom`), so a
+/// server in another process moves the same words; the slices below point
+/// into it and never outlive it (private fields, handed out only as
+/// borrows of `self`).
 pub struct BlockPool {
     /// Block number of `owner[0]`.
     first: u32,
-    owner: Box<[AtomicU8]>,
+    owner: &'static [AtomicU8],
     /// Per server, one bit per block it holds: its own record, written by
     /// it alone, which a claimer checks so that a `FREE` scribbled over a
     /// held block is given back to its holder, never claimed.
-    held: Box<[Box<[AtomicU64]>]>,
-    root_free: CachePadded<AtomicU64>,
-    reps: Box<[CachePadded<Published>]>,
+    held: Box<[&'static [AtomicU64]]>,
+    root_free: &'static CachePadded<AtomicU64>,
+    reps: &'static [CachePadded<Published>],
+    /// The mapping the slices point into (declared last: dropped last).
+    #[cfg(not(loom))]
+    _memory: crate::SharedRegion,
+}
+
+/// `BlockPool` memory header: magic, first block, blocks, servers.
+#[cfg(not(loom))]
+const POOL_MAGIC: u64 = 0x6c6f_6f70_6c6c_6f74; // "tollpool"
+#[cfg(not(loom))]
+const POOL_HEADER: usize = 128;
+
+/// Where each part of a pool's memory starts, for `blocks` and `servers`.
+#[cfg(not(loom))]
+struct PoolLayout {
+    reps: usize,
+    held: usize,
+    owner: usize,
+    len: usize,
+}
+
+#[cfg(not(loom))]
+impl PoolLayout {
+    fn of(blocks: u32, servers: usize) -> PoolLayout {
+        let padded = std::mem::size_of::<CachePadded<AtomicU64>>();
+        let reps = POOL_HEADER + padded;
+        let held = reps + servers * std::mem::size_of::<CachePadded<Published>>();
+        let owner = held + servers * blocks.div_ceil(64) as usize * 8;
+        PoolLayout {
+            reps,
+            held,
+            owner,
+            len: owner + blocks as usize,
+        }
+    }
 }
 
 impl BlockPool {
     /// A pool of blocks `[first, first + blocks)`, all in the root, for
-    /// `servers` servers (at most [`POOL_MAX_SERVERS`]).
+    /// `servers` servers (at most [`POOL_MAX_SERVERS`]), in memory of its
+    /// own (see [`BlockPool::create`] for one to share).
     pub fn new(first: u32, blocks: u32, servers: usize) -> BlockPool {
+        #[cfg(not(loom))]
+        {
+            Self::create(first, blocks, servers)
+                .expect("memory for a block pool")
+                .1
+        }
+        #[cfg(loom)]
+        {
+            Self::on_heap(first, blocks, servers)
+        }
+    }
+
+    #[cfg(loom)]
+    fn on_heap(first: u32, blocks: u32, servers: usize) -> BlockPool {
         assert!(
             (1..=POOL_MAX_SERVERS).contains(&servers),
             "a pool serves 1 to {POOL_MAX_SERVERS} servers"
         );
+        // Models are short-lived: their pools are leaked.
+        let leak = |b: Box<[AtomicU64]>| -> &'static [AtomicU64] { Box::leak(b) };
         BlockPool {
             first,
-            owner: (0..blocks).map(|_| AtomicU8::new(FREE)).collect(),
+            owner: Box::leak((0..blocks).map(|_| AtomicU8::new(FREE)).collect()),
             held: (0..servers)
                 .map(|_| {
-                    (0..blocks.div_ceil(64))
-                        .map(|_| AtomicU64::new(0))
-                        .collect()
+                    leak(
+                        (0..blocks.div_ceil(64))
+                            .map(|_| AtomicU64::new(0))
+                            .collect(),
+                    )
                 })
                 .collect(),
-            root_free: CachePadded::new(AtomicU64::new(blocks as u64)),
-            reps: (0..servers)
-                .map(|_| CachePadded::new(Published::default()))
-                .collect(),
+            root_free: Box::leak(Box::new(CachePadded::new(AtomicU64::new(blocks as u64)))),
+            reps: Box::leak(
+                (0..servers)
+                    .map(|_| CachePadded::new(Published::default()))
+                    .collect(),
+            ),
+        }
+    }
+
+    /// A pool as [`BlockPool::new`] makes, in a memfd that other processes
+    /// map with [`BlockPool::map`] (the instance's file servers).
+    #[cfg(not(loom))]
+    pub fn create(
+        first: u32,
+        blocks: u32,
+        servers: usize,
+    ) -> std::io::Result<(std::os::fd::OwnedFd, BlockPool)> {
+        assert!(
+            (1..=POOL_MAX_SERVERS).contains(&servers),
+            "a pool serves 1 to {POOL_MAX_SERVERS} servers"
+        );
+        let layout = PoolLayout::of(blocks, servers);
+        let (fd, memory) = crate::SharedRegion::create("atoll-pool", layout.len)?;
+        let words = memory.as_ptr() as *mut u64;
+        // SAFETY: the fresh mapping is page aligned, zeroed and at least
+        // `layout.len` bytes; nobody else has it yet. The owner bytes
+        // `[layout.owner, layout.len)` lie inside it.
+        unsafe {
+            words.write_volatile(POOL_MAGIC);
+            words.add(1).write_volatile(u64::from(first));
+            words.add(2).write_volatile(u64::from(blocks));
+            words.add(3).write_volatile(servers as u64);
+            std::ptr::write_bytes(memory.as_ptr().add(layout.owner), FREE, blocks as usize);
+        }
+        let pool = Self::over(memory, first, blocks, servers);
+        pool.root_free.store(u64::from(blocks), Ordering::Release);
+        Ok((fd, pool))
+    }
+
+    /// The pool in the memfd `fd` made by [`BlockPool::create`].
+    #[cfg(not(loom))]
+    pub fn map(fd: std::os::fd::BorrowedFd<'_>) -> std::io::Result<BlockPool> {
+        let memory = crate::SharedRegion::map(fd)?;
+        let bad = || std::io::Error::new(std::io::ErrorKind::InvalidData, "not a block pool");
+        if memory.len() < POOL_HEADER {
+            return Err(bad());
+        }
+        let words = memory.as_ptr() as *const u64;
+        // SAFETY: the mapping holds the header (checked above) and is page
+        // aligned; the creator wrote it before handing out the memfd.
+        let head: [u64; 4] = unsafe { std::array::from_fn(|i| words.add(i).read_volatile()) };
+        let (blocks, servers) = (head[2], head[3] as usize);
+        if head[0] != POOL_MAGIC
+            || blocks > u64::from(u32::MAX)
+            || !(1..=POOL_MAX_SERVERS).contains(&servers)
+            || memory.len() < PoolLayout::of(blocks as u32, servers).len
+        {
+            return Err(bad());
+        }
+        Ok(Self::over(memory, head[1] as u32, blocks as u32, servers))
+    }
+
+    #[cfg(not(loom))]
+    fn over(memory: crate::SharedRegion, first: u32, blocks: u32, servers: usize) -> BlockPool {
+        let layout = PoolLayout::of(blocks, servers);
+        assert!(memory.len() >= layout.len);
+        let base = memory.as_ptr();
+        let words_per_server = blocks.div_ceil(64) as usize;
+        // SAFETY: every slice lies inside the mapping (`layout`, asserted
+        // above), at offsets aligned for its type (the mapping is page
+        // aligned; `PoolLayout` places padded parts at multiples of their
+        // alignment and the bit words at multiples of 8). All-zero bytes
+        // are valid for atomics, and the memory is only ever accessed
+        // through atomics. The `'static` is private: the slices live in
+        // `self` beside the mapping, which is dropped after them.
+        unsafe {
+            BlockPool {
+                first,
+                owner: std::slice::from_raw_parts(
+                    base.add(layout.owner) as *const AtomicU8,
+                    blocks as usize,
+                ),
+                held: (0..servers)
+                    .map(|s| {
+                        std::slice::from_raw_parts(
+                            (base.add(layout.held) as *const AtomicU64).add(s * words_per_server),
+                            words_per_server,
+                        )
+                    })
+                    .collect(),
+                root_free: &*(base.add(POOL_HEADER) as *const CachePadded<AtomicU64>),
+                reps: std::slice::from_raw_parts(
+                    base.add(layout.reps) as *const CachePadded<Published>,
+                    servers,
+                ),
+                _memory: memory,
+            }
+        }
+    }
+
+    /// Let a new representative of `server` be taken: the one it had lived
+    /// in a process that is gone (a file server process that died; its
+    /// successor takes over its words, `atoll_server::process`).
+    pub fn release_rep(&self, server: usize) {
+        if let Some(p) = self.reps.get(server) {
+            p.taken.store(false, Ordering::Release);
         }
     }
 
@@ -281,7 +443,7 @@ impl PoolRep {
                         .fetch_add(1, Ordering::Relaxed);
                 } else {
                     self.record(i, true);
-                    saturating_dec(&pool.root_free);
+                    saturating_dec(pool.root_free);
                     out.push(pool.first + i as u32);
                     got += 1;
                 }
@@ -317,7 +479,7 @@ impl PoolRep {
         if ok {
             p.returned.fetch_add(1, Ordering::Relaxed);
         } else {
-            saturating_dec(&pool.root_free);
+            saturating_dec(pool.root_free);
             p.dropped.fetch_add(1, Ordering::Relaxed);
         }
         saturating_dec(&p.owned);
@@ -414,6 +576,32 @@ mod tests {
         assert_eq!((c.owned, c.borrowed, c.returned), (15, 20, 5));
         assert_eq!(pool.root_free(), 35);
         assert!(!a.give_back(9) && !a.give_back(60), "out of range");
+    }
+
+    #[test]
+    fn a_mapped_pool_moves_the_same_words_and_a_dead_holders_rep_is_released() {
+        use std::os::fd::AsFd;
+        let (fd, pool) = BlockPool::create(10, 100, 2).unwrap();
+        let pool = Arc::new(pool);
+        let other = Arc::new(BlockPool::map(fd.as_fd()).unwrap());
+        assert_eq!((other.blocks(), other.servers()), (100, 2));
+        let mut a = BlockPool::rep(&pool, 0).unwrap();
+        let mut got = Vec::new();
+        assert_eq!(a.claim(30, &mut got), 30);
+        assert_eq!(other.root_free(), 70, "the other mapping sees the claim");
+        let mut b = BlockPool::rep(&other, 1).unwrap();
+        let mut theirs = Vec::new();
+        assert_eq!(b.claim(100, &mut theirs), 70, "never a block twice");
+        assert!(got.iter().all(|g| !theirs.contains(g)));
+        // Server 0's process dies holding its rep: its successor, in
+        // another mapping, may take it once released, and holds its blocks.
+        std::mem::forget(a);
+        assert!(BlockPool::rep(&other, 0).is_none());
+        other.release_rep(0);
+        let a2 = BlockPool::rep(&other, 0).unwrap();
+        assert!(a2.holds(got[0]));
+        let (plain, _) = crate::SharedRegion::create("not-a-pool", 4096).unwrap();
+        assert!(BlockPool::map(plain.as_fd()).is_err());
     }
 
     #[test]

@@ -463,6 +463,17 @@ impl Consumer {
         Ok(self.poll()?.map(|at| self.take(at, f)))
     }
 
+    /// Lend the next frame, if any, to `f` without releasing it.
+    pub(crate) fn peek<R>(&self, f: impl FnOnce(&[u8]) -> R) -> Result<Option<R>, MsgError> {
+        Ok(self.poll()?.map(|at| {
+            // SAFETY: as in `take`: `poll` checked the frame's bounds, and
+            // the producer does not write it until `tail` moves past it.
+            f(unsafe {
+                std::slice::from_raw_parts(self.mem.data.add(at.offset as usize), at.len as usize)
+            })
+        }))
+    }
+
     /// Fault injection: publish, where the next frame is due, a header
     /// whose length no frame can have — what a hostile producer could
     /// write — so the next [`Consumer::poll`] finds the ring corrupt.

@@ -44,6 +44,7 @@ fn boot() -> Booted {
         syscall_sites: Default::default(),
         inodes: None,
         runtime_root: root.path().to_path_buf(),
+        server_exe: None,
     };
     let instance = Instance::boot(config).expect("boot instance");
     Booted {

@@ -130,6 +130,10 @@ pub struct Without {
     /// Servers keep no journal, so one that dies stays down (fos §3.5).
     #[serde(default)]
     pub recovery: bool,
+    /// File servers are threads of the instance process, not processes
+    /// of their own (`atoll_server::process`).
+    #[serde(default)]
+    pub processes: bool,
 }
 
 /// What every client learns when it attaches.
@@ -217,8 +221,12 @@ pub struct ServerHealth {
     pub state: String,
     /// Core the server is pinned to (-1: none).
     pub core: i32,
-    /// Thread id of the server in the instance process.
+    /// Thread id of the server in the instance process (its process id
+    /// when servers are processes).
     pub tid: u32,
+    /// Process id of the server (0: a thread of the instance process).
+    #[serde(default)]
+    pub pid: u32,
     /// Milliseconds since the server started.
     pub uptime_ms: u64,
     /// Times the server was rebuilt from its journal.

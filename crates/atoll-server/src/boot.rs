@@ -32,25 +32,46 @@ use rustix::net::{RecvFlags, SendAncillaryBuffer, SendAncillaryMessage, SendFlag
 
 use crate::server::Admin;
 
-/// The server threads as the boot thread and the instance see them.
+/// How the instance reaches one file server.
+pub enum ServerLink {
+    /// A thread of the instance, through a channel.
+    Thread(Sender<Admin>),
+    /// A process of its own (`process`), through a socket.
+    Process(Arc<crate::process::ServerProcess>),
+}
+
+/// The file servers as the boot thread and the instance see them.
 pub struct Servers {
-    pub admin: Vec<Sender<Admin>>,
+    pub links: Vec<ServerLink>,
     pub control: Control,
     pub health: Arc<crate::health::Health>,
 }
 
 impl Servers {
+    /// Server `i`'s process, if servers are processes.
+    pub fn process(&self, i: usize) -> Option<&Arc<crate::process::ServerProcess>> {
+        match self.links.get(i) {
+            Some(ServerLink::Process(p)) => Some(p),
+            _ => None,
+        }
+    }
+
     /// Post an internal message to server `i` and ring its doorbell so a
     /// sleeping server wakes up to read it.
     pub fn post(&self, i: usize, msg: Admin) {
-        if let Some(tx) = self.admin.get(i) {
-            if let Err(std::sync::mpsc::SendError(Admin::NewChannel { channel, .. })) = tx.send(msg)
-            {
-                // Server `i` is gone: nobody will ever serve this channel.
-                channel.close();
+        match self.links.get(i) {
+            Some(ServerLink::Thread(tx)) => {
+                if let Err(std::sync::mpsc::SendError(Admin::NewChannel { channel, .. })) =
+                    tx.send(msg)
+                {
+                    // Server `i` is gone: nobody will ever serve this channel.
+                    channel.close();
+                }
             }
-            self.control.doorbell(i).ring();
+            Some(ServerLink::Process(p)) => p.post(msg),
+            None => return,
         }
+        self.control.doorbell(i).ring();
     }
 
     /// Give server `i` a new channel; closed at once if the server is
@@ -61,7 +82,15 @@ impl Servers {
         session: SessionId,
         lane: u32,
         channel: Arc<ServerChannel>,
+        memfd: BorrowedFd<'_>,
     ) {
+        if let Some(p) = self.process(i) {
+            if self.health.is_down(i) || !p.add_channel(session, lane, memfd) {
+                channel.close();
+            }
+            self.control.doorbell(i).ring();
+            return;
+        }
         self.post(
             i,
             Admin::NewChannel {
@@ -98,6 +127,9 @@ impl Servers {
             ChaosAction::CorruptRing { .. } => self.post(i, Admin::CorruptRing),
             ChaosAction::Stall { millis, .. } => {
                 self.health.stall(i, millis);
+                if self.process(i).is_some() {
+                    self.post(i, Admin::Stall(millis));
+                }
                 self.control.doorbell(i).ring();
             }
         }
@@ -105,11 +137,11 @@ impl Servers {
     }
 
     pub fn len(&self) -> usize {
-        self.admin.len()
+        self.links.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.admin.is_empty()
+        self.links.is_empty()
     }
 
     /// Statistics of every server (a server that does not answer within
@@ -369,7 +401,9 @@ impl Boot {
             chans.push(ch);
         }
         for (i, ch) in chans.into_iter().enumerate() {
-            self.p.servers.add_channel(i, session, lane, Arc::new(ch));
+            self.p
+                .servers
+                .add_channel(i, session, lane, Arc::new(ch), fds[i].as_fd());
         }
         Ok(fds)
     }

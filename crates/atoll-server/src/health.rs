@@ -12,6 +12,9 @@
 //! down; the boot thread checks the mark after posting), so none is ever
 //! left open with nobody serving it.
 //!
+//! A server process that dies is noticed by the instance's watchdog
+//! (`crate::process`), which marks it here and starts a successor.
+//!
 //! With a journal (the default; `crate::journal`) a server that dies is
 //! not left down: it is rebuilt from its journal and goes on serving the
 //! same channels (`server::run`), so its clients see at most the one call
@@ -36,6 +39,8 @@ struct One {
     /// Milliseconds since `started` until which the server stalls (0: not).
     stalled_until_ms: AtomicU64,
     tid: AtomicU32,
+    /// The server's process, when servers are processes (`process`).
+    pid: AtomicU32,
     core: i32,
     reason: Mutex<String>,
     restarts: AtomicU32,
@@ -55,6 +60,7 @@ impl Health {
                     down: AtomicBool::new(false),
                     stalled_until_ms: AtomicU64::new(0),
                     tid: AtomicU32::new(0),
+                    pid: AtomicU32::new(0),
                     core: c.map_or(-1, |c| c as i32),
                     reason: Mutex::new(String::new()),
                     restarts: AtomicU32::new(0),
@@ -78,6 +84,21 @@ impl Health {
                 Ordering::Relaxed,
             );
         }
+    }
+
+    /// Server `i` runs as process `pid` (`process`).
+    pub fn started_pid(&self, i: usize, pid: u32) {
+        if let Some(s) = self.servers.get(i) {
+            s.pid.store(pid, Ordering::Relaxed);
+            s.tid.store(pid, Ordering::Relaxed);
+        }
+    }
+
+    /// Server `i`'s journal, if it keeps one.
+    pub fn journal(&self, i: usize) -> Option<std::sync::Arc<crate::journal::Journal>> {
+        self.servers
+            .get(i)
+            .and_then(|s| s.journal.lock().ok().and_then(|j| j.clone()))
     }
 
     /// Server `i` keeps its journal in `journal` (for `atoll status`).
@@ -163,15 +184,25 @@ impl Health {
                     "up"
                 };
                 let journal = s.journal.lock().ok().and_then(|j| j.clone());
+                // A server process rebuilds itself after a panic, in its
+                // own process; its journal counts those rebuilds.
+                let (inner, inner_us) = match (s.pid.load(Ordering::Relaxed), &journal) {
+                    (0, _) | (_, None) => (0, 0),
+                    (_, Some(j)) => j.rebuilds(),
+                };
                 ServerHealth {
                     server: i as u32,
                     state: state.into(),
                     core: s.core,
                     tid: s.tid.load(Ordering::Relaxed),
+                    pid: s.pid.load(Ordering::Relaxed),
                     uptime_ms: now_ms.saturating_sub(s.since_ms.load(Ordering::Relaxed)),
-                    restarts: s.restarts.load(Ordering::SeqCst),
+                    restarts: s.restarts.load(Ordering::SeqCst) + inner as u32,
                     reason: s.reason.lock().map(|r| r.clone()).unwrap_or_default(),
-                    recovery_us: s.recovery_us.load(Ordering::Relaxed),
+                    recovery_us: match inner_us {
+                        0 => s.recovery_us.load(Ordering::Relaxed),
+                        us => us,
+                    },
                     journal_records: journal.as_ref().map_or(0, |j| j.records()),
                     journal_bytes: journal.as_ref().map_or(0, |j| j.used()),
                     recoverable: !down && journal.as_ref().is_some_and(|j| !j.full()),

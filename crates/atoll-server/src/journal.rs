@@ -12,6 +12,12 @@
 //!
 //! Records are 8-byte aligned, and a record's length word is written last
 //! (after its bytes), so a record cut short by a crash is never read.
+//! The header also says which request the server is serving, if any
+//! ([`Journal::owe`]): a server process killed in the middle of one leaves
+//! that word behind, and its successor answers the request `EIO` or
+//! serves it again, depending on whether it reached the journal
+//! (`process`).
+//!
 //! A journal that fills up stops (the server keeps serving, but can no
 //! longer be rebuilt: `atoll status` says so); snapshots that would let
 //! it start over are not built yet.
@@ -39,6 +45,16 @@ const W_USED: usize = 1;
 const W_FULL: usize = 2;
 /// Records appended.
 const W_RECORDS: usize = 3;
+/// The request being served (`Journal::owe`): session, lane, id, and a
+/// mark, 0 when none is owed, else 1 + the bytes used before it.
+const W_OWED_SESSION: usize = 4;
+const W_OWED_LANE: usize = 5;
+const W_OWED_ID: usize = 6;
+const W_OWED_MARK: usize = 7;
+/// Rebuilds done inside the server's own process, and the last one's
+/// microseconds (`atoll status` of a server process).
+const W_REBUILDS: usize = 8;
+const W_REBUILD_US: usize = 9;
 const HEADER: usize = LOG_WORDS * 8;
 /// `len:u32 kind:u8 pad:3 session:u64 tape_words:u32 frame_len:u32`.
 const RECORD_HEADER: usize = 24;
@@ -57,6 +73,9 @@ pub enum Kind {
     Request = 4,
     /// Notification events were pushed out (`inotify`).
     Flush = 5,
+    /// A successor dropped listed blocks that were not its own any more
+    /// (`FileServer::reconcile_blocks`).
+    Reconcile = 6,
 }
 
 impl Kind {
@@ -67,6 +86,7 @@ impl Kind {
             3 => Kind::Closed,
             4 => Kind::Request,
             5 => Kind::Flush,
+            6 => Kind::Reconcile,
             _ => return None,
         })
     }
@@ -86,6 +106,16 @@ pub struct Journal {
     log: LogRegion,
 }
 
+/// The request a server was serving when it stopped ([`Journal::owed`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Owed {
+    pub session: SessionId,
+    pub lane: u32,
+    pub id: u64,
+    /// It is in the journal (so the rebuilt server has done it).
+    pub journaled: bool,
+}
+
 impl Journal {
     /// A new, empty journal of `bytes` (a sparse memfd: pages cost memory
     /// only once written).
@@ -96,6 +126,68 @@ impl Journal {
         };
         j.log.word(W_MAGIC).store(MAGIC, Ordering::Release);
         Ok((fd, j))
+    }
+
+    /// The journal in the memfd `fd` (made by [`Journal::create`], in
+    /// another process: a server process maps its own).
+    pub fn map(fd: std::os::fd::BorrowedFd<'_>) -> std::io::Result<Journal> {
+        let region = SharedRegion::map(fd)?;
+        if region.len() < HEADER + 4096 {
+            return Err(std::io::Error::other("not a journal"));
+        }
+        let j = Journal {
+            log: LogRegion::new(region),
+        };
+        if j.log.word(W_MAGIC).load(Ordering::Acquire) != MAGIC {
+            return Err(std::io::Error::other("not a journal"));
+        }
+        Ok(j)
+    }
+
+    /// Request `id` of `session`'s lane `lane` is being served from now
+    /// until [`Journal::settle`]. Hot path: four stores to a line the
+    /// appends write anyway.
+    pub fn owe(&self, session: SessionId, lane: u32, id: u64) {
+        self.log
+            .word(W_OWED_SESSION)
+            .store(session.0, Ordering::Relaxed);
+        self.log
+            .word(W_OWED_LANE)
+            .store(u64::from(lane), Ordering::Relaxed);
+        self.log.word(W_OWED_ID).store(id, Ordering::Relaxed);
+        self.log
+            .word(W_OWED_MARK)
+            .store(self.used() + 1, Ordering::Release);
+    }
+
+    /// The request owed is answered (or needs no answer).
+    pub fn settle(&self) {
+        self.log.word(W_OWED_MARK).store(0, Ordering::Release);
+    }
+
+    /// The request the last server was serving when it stopped, if any.
+    pub fn owed(&self) -> Option<Owed> {
+        let mark = self.log.word(W_OWED_MARK).load(Ordering::Acquire);
+        (mark != 0).then(|| Owed {
+            session: SessionId(self.log.word(W_OWED_SESSION).load(Ordering::Relaxed)),
+            lane: self.log.word(W_OWED_LANE).load(Ordering::Relaxed) as u32,
+            id: self.log.word(W_OWED_ID).load(Ordering::Relaxed),
+            journaled: self.used() > mark - 1,
+        })
+    }
+
+    /// The server rebuilt itself in its own process, in `micros`.
+    pub fn note_rebuild(&self, micros: u64) {
+        self.log.word(W_REBUILD_US).store(micros, Ordering::Relaxed);
+        self.log.word(W_REBUILDS).fetch_add(1, Ordering::Release);
+    }
+
+    /// Rebuilds noted, and the last one's microseconds.
+    pub fn rebuilds(&self) -> (u64, u64) {
+        (
+            self.log.word(W_REBUILDS).load(Ordering::Acquire),
+            self.log.word(W_REBUILD_US).load(Ordering::Relaxed),
+        )
     }
 
     /// Bytes of records.
@@ -115,6 +207,7 @@ impl Journal {
 
     /// Start over empty (a server made afresh, with nothing to recover).
     pub fn clear(&self) {
+        self.settle();
         self.log.word(W_USED).store(0, Ordering::Release);
         self.log.word(W_RECORDS).store(0, Ordering::Relaxed);
         self.log.word(W_FULL).store(0, Ordering::Release);
@@ -239,5 +332,25 @@ mod tests {
         j.clear();
         assert!(j.append(Kind::Opened, SessionId(2), &[], b""));
         assert_eq!(j.read_all().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn the_request_owed_is_seen_by_another_mapping_with_whether_it_was_kept() {
+        use std::os::fd::AsFd;
+        let (fd, j) = Journal::create(HEADER + 8192).unwrap();
+        let other = Journal::map(fd.as_fd()).unwrap();
+        assert_eq!(other.owed(), None);
+        j.owe(SessionId(3), 1, 77);
+        let owed = other.owed().unwrap();
+        assert_eq!((owed.session, owed.lane, owed.id), (SessionId(3), 1, 77));
+        assert!(!owed.journaled, "nothing appended since");
+        j.append(Kind::Request, SessionId(3), &[], b"req");
+        assert!(other.owed().unwrap().journaled);
+        j.settle();
+        assert_eq!(other.owed(), None);
+        j.note_rebuild(12);
+        assert_eq!(other.rebuilds(), (1, 12));
+        let (plain, _) = SharedRegion::create("not-a-journal", HEADER + 8192).unwrap();
+        assert!(Journal::map(plain.as_fd()).is_err());
     }
 }

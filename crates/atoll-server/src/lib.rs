@@ -5,12 +5,15 @@
 //!   4 KiB blocks, lent to servers by one block pool);
 //! * [`fs`]: [`fs::FileServer`], one server's state and the POSIX semantics
 //!   of every request in `atoll-proto` (pure logic, no I/O);
-//! * [`server`]: the per-server thread: polls its channels (from
+//! * [`server`]: the per-server loop: polls its channels (from
 //!   `atoll-msg`), decodes frames, calls the file server, replies;
+//! * [`process`]: each server as a process of its own (the default of
+//!   `atoll`), and the watchdog that starts a successor when one dies;
 //! * `boot`: the boot thread serving `<runtime>/boot.sock` (sessions,
 //!   lanes, fork, status, stop — `atoll_proto::boot`);
 //! * this module: [`Instance`], which creates the runtime directory, the
-//!   buffer cache, the control block, the threads, and tears them down.
+//!   buffer cache, the control block, the block pool, the journals, the
+//!   server threads or processes, and tears them down.
 //!
 //! Relies on `atoll-msg` (rings, doorbells, shared regions) and
 //! `atoll-proto` (messages). Called by `atoll-cli` (`atoll run`/`boot`).
@@ -24,6 +27,7 @@ pub mod boot;
 pub mod fs;
 pub mod health;
 pub mod journal;
+pub mod process;
 pub mod server;
 pub mod store;
 mod sys;
@@ -45,7 +49,7 @@ use atoll_proto::topology::Topology;
 use atoll_proto::{Cred, ServerStats, BLOCK_SIZE, MAX_SERVERS};
 use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
 
-use boot::{BootParams, Servers, StopFlag};
+use boot::{BootParams, ServerLink, Servers, StopFlag};
 use fs::FsConfig;
 use server::{Admin, ServerParams};
 
@@ -81,6 +85,12 @@ pub struct InstanceConfig {
     /// Parent directory for runtime directories (default `$XDG_RUNTIME_DIR/atoll`
     /// or `/tmp/atoll-$UID`).
     pub runtime_root: PathBuf,
+    /// Run each file server as a process of its own, started from this
+    /// executable with [`process::SUBCOMMAND`] (the default of `atoll`;
+    /// `--without processes` says `None`);
+    /// `None`: servers are threads of the instance process. A traced
+    /// instance (`boot_with(…, true)`) always uses threads.
+    pub server_exe: Option<PathBuf>,
 }
 
 /// A running instance: servers, boot thread, runtime directory.
@@ -95,6 +105,9 @@ pub struct Instance {
     info: InstanceInfo,
     servers: Arc<Servers>,
     server_threads: Vec<JoinHandle<std::io::Result<ServerStats>>>,
+    /// With server processes: the watchdog (`process::Watchdog`).
+    watchdog: Option<JoinHandle<Vec<Option<ServerStats>>>>,
+    watch_quit: Arc<AtomicBool>,
     boot_thread: Option<JoinHandle<std::io::Result<()>>>,
     wake: OwnedFd,
     quit: Arc<AtomicBool>,
@@ -202,8 +215,10 @@ impl Instance {
         };
         // One pool for all servers, every block in its root until a server
         // claims it (`fs::blocks`, K42 §4.1.2).
-        let pool = Arc::new(atoll_msg::BlockPool::new(0, blocks as u32, n));
-        let mut admin = Vec::with_capacity(n);
+        let (pool_fd, pool) = atoll_msg::BlockPool::create(0, blocks as u32, n).map_err(cleanup)?;
+        let pool = Arc::new(pool);
+        let server_exe = config.server_exe.clone().filter(|_| !trace);
+        let mut links = Vec::with_capacity(n);
         let mut server_threads = Vec::with_capacity(n);
         let health = Arc::new(health::Health::new(
             &(0..n)
@@ -211,48 +226,39 @@ impl Instance {
                 .collect::<Vec<_>>(),
         ));
         let journal_bytes = journal_bytes(cache_bytes, n);
+        let ctx = ServerContext {
+            config: &config,
+            blocks: blocks as u32,
+            owner,
+            poll,
+            limits,
+            pool: &pool,
+            pool_fd: &pool_fd,
+            cache_fd: &cache_fd,
+            control_fd: &control_fd,
+            health: &health,
+            trace: &trace_sink,
+            server_exe: &server_exe,
+            journal_bytes,
+        };
         for i in 0..n {
-            let (tx, rx) = mpsc::channel();
-            let journal = match config.without.recovery {
-                true => None,
-                false => Some(Arc::new(
-                    journal::Journal::create(journal_bytes).map_err(cleanup)?.1,
-                )),
-            };
-            admin.push(tx);
-            let pin = config.server_cores.get(i).copied();
-            let params = ServerParams {
-                fs: FsConfig {
-                    index: i,
-                    nservers: n,
-                    first_block: 0,
-                    nblocks: blocks as u32,
-                    root_owner: owner,
-                    core: pin.map_or(-1, |c| c as i32),
-                    track_lookups: !config.without.dir_cache,
-                    limits,
-                },
-                poll,
-                pin,
-                cache_fd: cache_fd.try_clone().map_err(cleanup)?,
-                control_fd: control_fd.try_clone().map_err(cleanup)?,
-                pool: pool.clone(),
-                trace: trace_sink.clone(),
-                adaptive: config.adaptive_dirs,
-                health: health.clone(),
-                journal,
-            };
-            let h = std::thread::Builder::new()
-                .name(format!("atoll-fs{i}"))
-                .spawn(move || server::run(params, rx))
-                .map_err(cleanup)?;
-            server_threads.push(h);
+            let (link, thread) = ctx.start(i).map_err(cleanup)?;
+            links.push(link);
+            server_threads.extend(thread);
         }
         let servers = Arc::new(Servers {
-            admin,
+            links,
             control,
             health,
         });
+        let watch_quit = Arc::new(AtomicBool::new(false));
+        let watchdog = match server_exe {
+            None => None,
+            Some(_) => Some(
+                start_watchdog(servers.clone(), pool.clone(), watch_quit.clone())
+                    .map_err(cleanup)?,
+            ),
+        };
 
         let socket_path = runtime_dir.join("boot.sock");
         let listener = rustix::net::socket_with(
@@ -289,6 +295,8 @@ impl Instance {
             info,
             servers,
             server_threads,
+            watchdog,
+            watch_quit,
             boot_thread: Some(boot_thread),
             wake,
             quit,
@@ -358,6 +366,20 @@ impl Instance {
         if let Some(h) = self.boot_thread.take() {
             let _ = h.join();
         }
+        // No successor may start once the instance stops; the watchdog
+        // stops the server processes and hands back their statistics.
+        self.watch_quit.store(true, Ordering::Release);
+        if let Some(h) = self.watchdog.take() {
+            let stats = h.join().unwrap_or_default();
+            return (0..self.servers.len())
+                .map(|i| {
+                    stats.get(i).cloned().flatten().unwrap_or(ServerStats {
+                        server: i as u32,
+                        ..ServerStats::default()
+                    })
+                })
+                .collect();
+        }
         for i in 0..self.servers.len() {
             self.servers.post(i, Admin::Shutdown);
         }
@@ -381,5 +403,126 @@ impl Drop for Instance {
             self.stop_threads();
             let _ = std::fs::remove_dir_all(&self.runtime_dir);
         }
+    }
+}
+
+/// What every file server of an instance is made from (`Instance::boot`).
+struct ServerContext<'a> {
+    config: &'a InstanceConfig,
+    blocks: u32,
+    owner: Cred,
+    poll: PollMode,
+    limits: fs::Limits,
+    pool: &'a Arc<atoll_msg::BlockPool>,
+    pool_fd: &'a OwnedFd,
+    cache_fd: &'a OwnedFd,
+    control_fd: &'a OwnedFd,
+    health: &'a Arc<health::Health>,
+    trace: &'a Option<Arc<trace::Sink>>,
+    server_exe: &'a Option<PathBuf>,
+    journal_bytes: usize,
+}
+
+type ServerThread = JoinHandle<std::io::Result<ServerStats>>;
+
+impl ServerContext<'_> {
+    /// Server `i`: its journal, then a process (started later by the
+    /// watchdog) or a thread (started now).
+    fn start(&self, i: usize) -> std::io::Result<(ServerLink, Option<ServerThread>)> {
+        let config = self.config;
+        let (journal_fd, journal) = match config.without.recovery {
+            true => (None, None),
+            false => {
+                let (fd, j) = journal::Journal::create(self.journal_bytes)?;
+                (Some(fd), Some(Arc::new(j)))
+            }
+        };
+        if let Some(j) = &journal {
+            self.health.set_journal(i, j.clone());
+        }
+        let pin = config.server_cores.get(i).copied();
+        let fs = FsConfig {
+            index: i,
+            nservers: config.servers,
+            first_block: 0,
+            nblocks: self.blocks,
+            root_owner: self.owner,
+            core: pin.map_or(-1, |c| c as i32),
+            track_lookups: !config.without.dir_cache,
+            limits: self.limits,
+        };
+        if let Some(exe) = self.server_exe {
+            let recipe = process::Recipe {
+                exe: exe.clone(),
+                fs,
+                poll: self.poll,
+                pin,
+                adaptive: config.adaptive_dirs,
+                cache_fd: self.cache_fd.try_clone()?,
+                control_fd: self.control_fd.try_clone()?,
+                pool_fd: self.pool_fd.try_clone()?,
+                journal_fd,
+            };
+            let server = process::ServerProcess::new(recipe)?;
+            return Ok((ServerLink::Process(Arc::new(server)), None));
+        }
+        let (tx, rx) = mpsc::channel();
+        let params = ServerParams {
+            fs,
+            poll: self.poll,
+            pin,
+            cache_fd: self.cache_fd.try_clone()?,
+            control_fd: self.control_fd.try_clone()?,
+            pool: self.pool.clone(),
+            trace: self.trace.clone(),
+            adaptive: config.adaptive_dirs,
+            health: self.health.clone(),
+            journal,
+            process: false,
+            resume: false,
+            adopted: Vec::new(),
+        };
+        let h = std::thread::Builder::new()
+            .name(format!("atoll-fs{i}"))
+            .spawn(move || server::run(params, server::Inbox::Thread(rx)))?;
+        Ok((ServerLink::Thread(tx), Some(h)))
+    }
+}
+
+/// Start the watchdog thread, which starts every server process and
+/// restarts those that die (`process`); returns once all are serving.
+fn start_watchdog(
+    servers: Arc<Servers>,
+    pool: Arc<atoll_msg::BlockPool>,
+    quit: Arc<AtomicBool>,
+) -> std::io::Result<JoinHandle<Vec<Option<ServerStats>>>> {
+    let (tx, rx) = mpsc::channel();
+    let dog = process::Watchdog {
+        servers,
+        pool,
+        quit,
+    };
+    let h = std::thread::Builder::new()
+        .name("atoll-watchdog".into())
+        .spawn(move || {
+            let started = dog.start_all();
+            let ok = started.is_ok();
+            if !ok {
+                dog.stop_all();
+            }
+            let _ = tx.send(started);
+            if !ok {
+                return Vec::new();
+            }
+            dog.watch();
+            dog.stop_all()
+        })?;
+    match rx.recv() {
+        Ok(Ok(())) => Ok(h),
+        Ok(Err(e)) => {
+            let _ = h.join();
+            Err(std::io::Error::other(format!("file server processes: {e}")))
+        }
+        Err(_) => Err(std::io::Error::other("the watchdog died")),
     }
 }

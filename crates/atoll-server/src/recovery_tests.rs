@@ -46,6 +46,9 @@ fn params(journal: Arc<Journal>) -> (ServerParams, Rc<Control>) {
         adaptive: false,
         health: Arc::new(Health::new(&[None])),
         journal: Some(journal),
+        process: false,
+        resume: false,
+        adopted: Vec::new(),
     };
     let control = Rc::new(Control::map(control_fd.as_fd()).unwrap());
     (p, control)

@@ -1,4 +1,5 @@
-//! The server loop: one thread per file server.
+//! The server loop: one per file server, in a thread of the instance or
+//! in a process of its own (`process`).
 //!
 //! The thread owns a [`FileServer`] and the server ends of its channels
 //! (one per session lane). Each round it first drains internal messages
@@ -64,7 +65,35 @@ pub enum Admin {
     /// Scribble on the newest channel's request ring (`atoll chaos
     /// --corrupt-ring`): the defence against hostile clients, on purpose.
     CorruptRing,
+    /// Serve nothing for this many milliseconds (`atoll chaos --stall`,
+    /// told to a server process; a thread reads the shared `Health`).
+    Stall(u64),
     Shutdown,
+}
+
+/// Where a server's internal messages come from: the boot thread's
+/// channel (a server thread) or the instance's socket (a server process,
+/// `process`).
+pub enum Inbox {
+    Thread(Receiver<Admin>),
+    Process(crate::process::Mailbox),
+}
+
+impl Inbox {
+    fn try_recv(&mut self) -> Result<Admin, TryRecvError> {
+        match self {
+            Inbox::Thread(rx) => rx.try_recv(),
+            Inbox::Process(m) => m.try_recv(),
+        }
+    }
+
+    /// The server is serving: made afresh, or rebuilt in `Ok(time)`;
+    /// `Err`: it could not be rebuilt.
+    fn started(&mut self, rebuilt: Result<Option<std::time::Duration>, String>) {
+        if let Inbox::Process(m) = self {
+            m.started(rebuilt);
+        }
+    }
 }
 
 /// What a server thread needs to start.
@@ -87,6 +116,26 @@ pub struct ServerParams {
     /// Where the server keeps what it served, to be rebuilt from it
     /// (`journal`); `None`: `--without recovery`.
     pub journal: Option<Arc<Journal>>,
+    /// The server is a process of its own (`process`): it says in its
+    /// journal which request it is serving, so that a successor can
+    /// settle it.
+    pub process: bool,
+    /// Take over from a server process that died: rebuild from the
+    /// journal instead of starting afresh, and serve `adopted`.
+    pub resume: bool,
+    /// Channels the server starts with (a successor's: the instance
+    /// keeps every channel's memfd).
+    pub adopted: Vec<Adopted>,
+}
+
+/// A channel a successor takes over (`take_over`).
+pub struct Adopted {
+    pub session: SessionId,
+    pub lane: u32,
+    pub channel: Arc<ServerChannel>,
+    /// Its session ended, and the predecessor may have died before it
+    /// served what the session sent last and released what it held.
+    pub closing: bool,
 }
 
 /// Decode one request frame, serve it, and encode the reply into
@@ -347,6 +396,7 @@ pub fn rebuild(
             Kind::Opened => fs.session_opened(r.session),
             Kind::Closed => fs.session_closed(r.session),
             Kind::Flush => fs.flush_events(),
+            Kind::Reconcile => fs.reconcile_blocks(),
             Kind::Request => {
                 if let Ok(frame) = decode::<RequestFrame<'_>>(&r.frame) {
                     fs.handle_vouched(
@@ -376,7 +426,7 @@ pub fn rebuild(
 
 /// Run a file server until `Admin::Shutdown` (or the boot side is gone).
 /// Returns its final statistics.
-pub fn run(params: ServerParams, admin: Receiver<Admin>) -> std::io::Result<ServerStats> {
+pub fn run(mut params: ServerParams, mut admin: Inbox) -> std::io::Result<ServerStats> {
     if let Some(core) = params.pin {
         let mut set = rustix::thread::CpuSet::new();
         set.set(core);
@@ -386,20 +436,49 @@ pub fn run(params: ServerParams, admin: Receiver<Admin>) -> std::io::Result<Serv
     }
     let index = params.fs.index;
     let control = std::rc::Rc::new(Control::map(std::os::fd::AsFd::as_fd(&params.control_fd))?);
+    let adopted = std::mem::take(&mut params.adopted);
     let journal = params.journal.as_deref();
-    if let Some(j) = journal {
-        j.clear();
-        tape::record();
-    }
-    let mut fs = Some(fresh_server(&params, &control)?);
-    if let Some(j) = journal {
-        tape::with_recorded(|t| j.append(Kind::Genesis, SessionId(0), t, b""));
-        params
-            .health
-            .set_journal(index, params.journal.clone().expect("journal"));
+    let mut fs = match (journal, params.resume) {
+        (Some(j), true) => {
+            let t0 = std::time::Instant::now();
+            match rebuild(&params, &control, j) {
+                Ok(fs) => {
+                    tape::record();
+                    admin.started(Ok(Some(t0.elapsed())));
+                    Some(fs)
+                }
+                Err(why) => {
+                    admin.started(Err(format!("not rebuilt: {why}")));
+                    return Err(std::io::Error::other(why));
+                }
+            }
+        }
+        _ => {
+            if let Some(j) = journal {
+                j.clear();
+                tape::record();
+            }
+            let fs = fresh_server(&params, &control)?;
+            if let Some(j) = journal {
+                tape::with_recorded(|t| j.append(Kind::Genesis, SessionId(0), t, b""));
+            }
+            admin.started(Ok(None));
+            Some(fs)
+        }
+    };
+    if let Some(j) = &params.journal {
+        params.health.set_journal(index, j.clone());
     }
     params.health.started(index);
     let mut chans: Vec<Chan> = Vec::new();
+    if let Some(server) = fs.as_mut() {
+        if params.resume {
+            kept(journal, Kind::Reconcile, SessionId(0), || {
+                server.reconcile_blocks()
+            });
+        }
+        take_over(server, journal, &mut chans, adopted);
+    }
     let mut recorder = params.trace.as_ref().map(|s| Recorder::new(s.epoch));
     let mut owed: Option<(usize, u64)> = None;
     let ended = loop {
@@ -414,7 +493,7 @@ pub fn run(params: ServerParams, admin: Receiver<Admin>) -> std::io::Result<Serv
                 &params,
                 server,
                 &control,
-                &admin,
+                &mut admin,
                 &mut chans,
                 &mut recorder,
                 &mut owed,
@@ -450,6 +529,9 @@ pub fn run(params: ServerParams, admin: Receiver<Admin>) -> std::io::Result<Serv
                     answer_eio(&mut chans, idx, id);
                 }
                 params.health.restarted(index, &reason, t0.elapsed());
+                if let (true, Some(j)) = (params.process, journal) {
+                    j.note_rebuild(t0.elapsed().as_micros() as u64);
+                }
                 tracing::warn!(
                     "file server {index} rebuilt from its journal in {:?}",
                     t0.elapsed()
@@ -481,6 +563,94 @@ pub fn run(params: ServerParams, admin: Receiver<Admin>) -> std::io::Result<Serv
                 "file server {index} died: {reason}"
             )))
         }
+    }
+}
+
+/// A server that takes over from a process that died: serve the channels
+/// the instance kept (`adopted`), forget sessions that ended meanwhile,
+/// and settle the request the dead one was serving (`Journal::owe`): done
+/// and journaled, it is answered `EIO` as `run` answers what a dying
+/// thread owed; not journaled and still in its ring, it is served again
+/// (nothing of it survived); taken but not answered, `EIO` (a reply that
+/// did go out makes this one stale, and clients drop stale replies).
+fn take_over<S: BlockStore>(
+    fs: &mut FileServer<S>,
+    journal: Option<&Journal>,
+    chans: &mut Vec<Chan>,
+    adopted: Vec<Adopted>,
+) {
+    if adopted.is_empty() && journal.and_then(|j| j.owed()).is_none() {
+        return;
+    }
+    let mut closing: Vec<SessionId> = Vec::new();
+    for Adopted {
+        session,
+        lane,
+        channel: ch,
+        closing: ended,
+    } in adopted
+    {
+        if ended && !closing.contains(&session) {
+            closing.push(session);
+        }
+        // Idempotent: the session may have opened only just before.
+        kept(journal, Kind::Opened, session, || {
+            fs.session_opened(session)
+        });
+        // It no longer knows who cached what (`track`).
+        ch.raise_inbox_overflow();
+        chans.push(Chan {
+            session,
+            lane,
+            ch,
+            pending: None,
+            requests: 0,
+        });
+    }
+    settle_owed(journal, chans);
+    // Finished as the predecessor would have (a second finish of one it
+    // did finish serves nothing: its rings were drained).
+    let mut bufs = Bufs {
+        scratch: Vec::with_capacity(MAX_FRAME),
+        reply: vec![0u8; MAX_FRAME],
+        notice: vec![0u8; MAX_FRAME],
+    };
+    for s in closing {
+        on_admin(Admin::SessionClosed(s), fs, journal, chans, &mut bufs);
+    }
+    for s in fs.open_sessions() {
+        if !chans.iter().any(|c| c.session == s) {
+            kept(journal, Kind::Closed, s, || fs.session_closed(s));
+        }
+    }
+}
+
+/// Settle the request a dead predecessor was serving (`take_over`).
+fn settle_owed(journal: Option<&Journal>, chans: &mut [Chan]) {
+    let Some((j, o)) = journal.and_then(|j| j.owed().map(|o| (j, o))) else {
+        return;
+    };
+    j.settle();
+    let Some(idx) = chans
+        .iter()
+        .position(|c| c.session == o.session && c.lane == o.lane)
+    else {
+        return;
+    };
+    let head = chans[idx]
+        .ch
+        .peek_request(|b| postcard::take_from_bytes::<u64>(b).ok().map(|(id, _)| id))
+        .ok()
+        .flatten()
+        .flatten();
+    if head == Some(o.id) {
+        if !o.journaled {
+            return; // served by the loop as if for the first time
+        }
+        let _ = chans[idx].ch.try_recv(|_| ());
+    }
+    if !is_posted(o.id) {
+        answer_eio(chans, idx, o.id);
     }
 }
 
@@ -551,8 +721,17 @@ fn on_admin<S: BlockStore>(
             for c in chans.iter().filter(|c| c.session == s) {
                 for _ in 0..1024 {
                     let got = c.ch.try_recv(|bytes| {
+                        if let Some(j) = journal {
+                            // Not served twice by a successor (`take_over`).
+                            let id =
+                                postcard::take_from_bytes::<u64>(bytes).map_or(0, |(id, _)| id);
+                            j.owe(s, c.lane, id);
+                        }
                         serve_frame_kept(fs, journal, s, bytes, &mut bufs.scratch, &mut bufs.reply)
                     });
+                    if let Some(j) = journal {
+                        j.settle();
+                    }
                     if !matches!(got, Ok(Some(_))) {
                         break;
                     }
@@ -577,6 +756,7 @@ fn on_admin<S: BlockStore>(
             let _ = tx.send(fs.dir_names(&dirs));
         }
         Admin::Crash => panic!("killed by atoll chaos"),
+        Admin::Stall(_) => {} // taken by the loop (`serve`)
         Admin::CorruptRing => {
             if let Some(c) = chans.last() {
                 c.ch.corrupt_request_ring();
@@ -607,6 +787,7 @@ fn serve_round<S: BlockStore>(
     index: usize,
     fs: &mut FileServer<S>,
     journal: Option<&Journal>,
+    owing: Option<&Journal>,
     chans: &mut Vec<Chan>,
     start: usize,
     bufs: &mut Bufs,
@@ -637,10 +818,16 @@ fn serve_round<S: BlockStore>(
                 }
             }
         }
-        let session = c.session;
+        let (session, lane) = (c.session, c.lane);
         let mut request_bytes = 0;
         let got = c.ch.try_recv(|bytes| {
             request_bytes = bytes.len();
+            if let Some(j) = owing {
+                // A successor settles it if this process dies now
+                // (`take_over`).
+                let id = postcard::take_from_bytes::<u64>(bytes).map_or(0, |(id, _)| id);
+                j.owe(session, lane, id);
+            }
             serve_frame_kept(
                 fs,
                 journal,
@@ -650,6 +837,11 @@ fn serve_round<S: BlockStore>(
                 &mut bufs.reply,
             )
         });
+        if matches!(got, Ok(Some(None))) {
+            if let Some(j) = owing {
+                j.settle(); // posted: nobody waits
+            }
+        }
         if matches!(got, Ok(Some(_))) {
             c.requests += 1;
             round.served += 1;
@@ -693,6 +885,12 @@ fn serve_round<S: BlockStore>(
                     Err(MsgError::Full) => c.pending = Some(bufs.reply[..len].to_vec()),
                     Err(_) => dead.push(idx),
                 }
+                if let Some(j) = owing {
+                    // A reply that waits for room dies with the process:
+                    // its client then waits until the session ends
+                    // (docs/ARCHITECTURE.md, "Fault containment").
+                    j.settle();
+                }
                 *owed = None;
             }
             Err(e) => {
@@ -723,7 +921,7 @@ fn serve<S: BlockStore>(
     params: &ServerParams,
     fs: &mut FileServer<S>,
     control: &Control,
-    admin: &Receiver<Admin>,
+    admin: &mut Inbox,
     chans: &mut Vec<Chan>,
     recorder: &mut Option<Recorder>,
     owed: &mut Option<(usize, u64)>,
@@ -759,6 +957,7 @@ fn serve<S: BlockStore>(
         admin_rings = rings;
         while admin_due {
             match admin.try_recv() {
+                Ok(Admin::Stall(millis)) => params.health.stall(index, millis),
                 Ok(msg) => {
                     if let Some(exit) = on_admin(msg, fs, journal, chans, &mut bufs) {
                         return exit;
@@ -768,7 +967,10 @@ fn serve<S: BlockStore>(
                 Err(TryRecvError::Empty) => admin_due = false,
             }
         }
-        let round = match serve_round(index, fs, journal, chans, start, &mut bufs, recorder, owed) {
+        let owing = journal.filter(|_| params.process);
+        let round = match serve_round(
+            index, fs, journal, owing, chans, start, &mut bufs, recorder, owed,
+        ) {
             Ok(r) => r,
             Err(exit) => return exit,
         };
@@ -809,156 +1011,5 @@ fn serve<S: BlockStore>(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::store::MemStore;
-    use atoll_proto::{Cred, Request, ROOT};
-
-    fn fs() -> FileServer<MemStore> {
-        FileServer::new(
-            FsConfig {
-                index: 0,
-                nservers: 1,
-                first_block: 0,
-                nblocks: 4,
-                root_owner: Cred::default(),
-                core: -1,
-                track_lookups: true,
-                limits: crate::fs::Limits::for_memory(1 << 30),
-            },
-            MemStore::new(4),
-        )
-    }
-
-    #[test]
-    fn a_reply_owed_at_a_death_is_answered_eio() {
-        use std::os::fd::AsFd;
-        let (fd, server) = ServerChannel::create().unwrap();
-        let client = atoll_msg::ClientChannel::map(fd.as_fd()).unwrap();
-        let mut chans = vec![Chan {
-            session: SessionId(1),
-            lane: 0,
-            ch: Arc::new(server),
-            pending: None,
-            requests: 0,
-        }];
-        answer_eio(&mut chans, 0, 41);
-        answer_eio(&mut chans, 5, 42); // no such channel: nothing
-        let got = client
-            .recv(PollMode::Spin, |b| {
-                let r: ReplyFrame<'_> = decode(b).unwrap();
-                (r.id, matches!(r.reply, Reply::Err(Errno::EIO)))
-            })
-            .unwrap();
-        assert_eq!(got, (41, true));
-    }
-
-    #[test]
-    fn garbage_frames_get_eproto() {
-        let mut fs = fs();
-        let mut scratch = vec![];
-        let mut out = vec![0u8; MAX_FRAME];
-        // A readable id (varint 7) followed by nonsense.
-        let garbage = [7u8, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff];
-        let n = serve_frame(&mut fs, SessionId(1), &garbage, &mut scratch, &mut out).unwrap();
-        let reply: ReplyFrame = decode(&out[..n]).unwrap();
-        assert_eq!(reply.id, 7);
-        assert!(matches!(reply.reply, Reply::Err(Errno::EPROTO)));
-        // Not even an id: dropped, but counted.
-        assert!(serve_frame(&mut fs, SessionId(1), &[0xff; 12], &mut scratch, &mut out).is_none());
-        assert!(serve_frame(&mut fs, SessionId(1), &[], &mut scratch, &mut out).is_none());
-        assert_eq!(fs.stats().bad_requests, 3);
-    }
-
-    #[test]
-    fn well_formed_frames_are_served_and_echo_their_id() {
-        let mut fs = fs();
-        let mut scratch = vec![];
-        let mut out = vec![0u8; MAX_FRAME];
-        let mut inb = [0u8; MAX_FRAME];
-        let frame = RequestFrame {
-            id: 99,
-            cred: Cred::default(),
-            req: Request::Lookup {
-                dir: ROOT,
-                name: b".",
-            },
-            vouched: Default::default(),
-        };
-        let bytes = encode(&frame, &mut inb).unwrap().to_vec();
-        let n = serve_frame(&mut fs, SessionId(1), &bytes, &mut scratch, &mut out).unwrap();
-        let reply: ReplyFrame = decode(&out[..n]).unwrap();
-        assert_eq!(reply.id, 99);
-        assert!(matches!(reply.reply, Reply::Entry { ino: ROOT, .. }));
-    }
-
-    #[test]
-    fn posted_requests_are_served_without_a_reply() {
-        let mut fs = fs();
-        let mut scratch = vec![];
-        let mut out = vec![0u8; MAX_FRAME];
-        let mut inb = [0u8; MAX_FRAME];
-        let mk = |id| RequestFrame {
-            id,
-            cred: Cred::default(),
-            req: Request::MakeNode {
-                dir: ROOT,
-                name: b"d",
-                ftype: atoll_proto::FileType::Directory,
-                perm: 0o755,
-                rdev: 0,
-                target: b"",
-                home: 0,
-                distributed: false,
-            },
-            vouched: Default::default(),
-        };
-        let bytes = encode(&mk(atoll_proto::POSTED | 4), &mut inb)
-            .unwrap()
-            .to_vec();
-        assert!(serve_frame(&mut fs, SessionId(1), &bytes, &mut scratch, &mut out).is_none());
-        // It was served: the same creation, now answered, finds the entry.
-        let bytes = encode(&mk(5), &mut inb).unwrap().to_vec();
-        let n = serve_frame(&mut fs, SessionId(1), &bytes, &mut scratch, &mut out).unwrap();
-        let reply: ReplyFrame = decode(&out[..n]).unwrap();
-        assert!(
-            matches!(reply.reply, Reply::Err(Errno::EEXIST)),
-            "{reply:?}"
-        );
-        // Even a posted request that fails or does not decode stays silent.
-        let mut bad = encode(&mk(atoll_proto::POSTED | 6), &mut inb)
-            .unwrap()
-            .to_vec();
-        bad.truncate(bad.len() - 3);
-        assert!(serve_frame(&mut fs, SessionId(1), &bad, &mut scratch, &mut out).is_none());
-    }
-
-    #[test]
-    fn truncated_frames_of_every_length_never_panic() {
-        let mut fs = fs();
-        let mut scratch = vec![];
-        let mut out = vec![0u8; MAX_FRAME];
-        let mut inb = [0u8; MAX_FRAME];
-        let frame = RequestFrame {
-            id: 5,
-            cred: Cred::default(),
-            req: Request::Rename {
-                olddir: ROOT,
-                oldname: b"a",
-                newdir: ROOT,
-                newname: b"b",
-                flags: 0,
-            },
-            vouched: Default::default(),
-        };
-        let bytes = encode(&frame, &mut inb).unwrap().to_vec();
-        for cut in 0..bytes.len() {
-            let _ = serve_frame(&mut fs, SessionId(1), &bytes[..cut], &mut scratch, &mut out);
-        }
-        let mut flipped = bytes.clone();
-        for i in 0..flipped.len() {
-            flipped[i] ^= 0x5a;
-            let _ = serve_frame(&mut fs, SessionId(1), &flipped, &mut scratch, &mut out);
-        }
-    }
-}
+#[path = "server_tests.rs"]
+mod tests;

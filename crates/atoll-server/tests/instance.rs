@@ -34,6 +34,7 @@ fn config(root: &Path, servers: usize) -> InstanceConfig {
         syscall_sites: Default::default(),
         inodes: None,
         runtime_root: root.to_path_buf(),
+        server_exe: None,
     }
 }
 

@@ -294,3 +294,111 @@ fn a_full_journal_leaves_its_server_working_but_not_rebuildable() {
         "{out}"
     );
 }
+
+/// Server `server`'s process id in `atoll status --json`.
+fn server_pid(inst: &Booted, server: usize) -> i32 {
+    let pid = inst.status()["health"][server]["pid"].as_i64().unwrap_or(0);
+    assert!(pid > 0, "server {server} is not a process of its own");
+    pid as i32
+}
+
+fn alive(pid: i32) -> bool {
+    // A reaped process has no /proc entry; a zombie's state is Z.
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit(')')
+            .next()
+            .is_some_and(|r| !r.trim_start().starts_with('Z'))
+    })
+}
+
+/// Each file server is a process of its own (`atoll status` names it):
+/// `SIGKILL` to two of three, by pid, while four writers create, append
+/// and rename — a crash from outside, not `atoll chaos`. The watchdog
+/// starts successors on the same cores (new pids, a restart each, the
+/// signal as the reason); every step the writers saw succeed is in the
+/// tree afterwards, at most the calls in flight fail, only with `EIO`;
+/// and `atoll stop` leaves no server process behind.
+#[test]
+fn server_processes_killed_by_pid_lose_nothing_acknowledged() {
+    let inst = Booted::new(&["--servers", "3"]);
+    let ino = inst.distributed_dir_with_files();
+    let shard_only = if ino >> 56 == 2 { 1 } else { 2 };
+    let instance_pid = inst.status()["pid"].as_i64().unwrap() as i32;
+    let before: Vec<i32> = (0..3).map(|i| server_pid(&inst, i)).collect();
+    assert!(!before.contains(&instance_pid), "{before:?}");
+
+    let work = r#"
+        cd "$ROOT/d"
+        for w in 1 2 3 4; do
+          (
+            for i in $(seq 300); do
+              if echo "$w.$i" > "p$w-$i" && echo "$w.$i" >> "log$w" && mv "p$w-$i" "q$w-$i"; then
+                echo "ok $w $i"
+              else
+                echo "failed $w $i"
+              fi
+            done
+          ) 2>"/tmp/procs-$$-$w.err" &
+        done
+        wait
+        cat /tmp/procs-$$-*.err | grep -v 'Input/output error$' | sed 's/^/other error: /'
+        rm -f /tmp/procs-$$-*.err
+    "#;
+    let mut cmd = inst.command(work);
+    cmd.stdin(Stdio::null());
+    let started = Instant::now();
+    let runner = std::thread::spawn(move || output_within(cmd, RUN_LIMIT));
+    for (server, after) in [(shard_only, "q1-40"), (0, "q1-160")] {
+        wait_for(&inst, &format!(r#"test -e "$ROOT/d/{after}""#));
+        // A crash from outside: kill(1), not the instance's own chaos.
+        let killed = std::process::Command::new("kill")
+            .args(["-KILL", &before[server].to_string()])
+            .status()
+            .expect("kill");
+        assert!(killed.success());
+        let h = rebuilt(&inst, server, 1);
+        assert_eq!(h["state"], "up", "{h}");
+        assert!(h["reason"].as_str().unwrap().contains("signal 9"), "{h}");
+        let pid = h["pid"].as_i64().unwrap() as i32;
+        assert!(pid > 0 && pid != before[server], "a new process: {h}");
+        assert_eq!(h["core"], inst.status()["health"][server]["core"]);
+        assert!(!alive(before[server]), "the killed process is reaped");
+    }
+    let out = runner.join().expect("workload thread");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(started.elapsed() < RUN_LIMIT, "hung: {stdout}");
+    assert!(!stdout.contains("other error"), "only EIO: {stdout}");
+    let ok: Vec<(u32, u32)> = stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("ok "))
+        .map(|l| {
+            let (w, i) = l.split_once(' ').unwrap();
+            (w.parse().unwrap(), i.parse().unwrap())
+        })
+        .collect();
+    let failed = stdout.lines().filter(|l| l.starts_with("failed ")).count();
+    assert_eq!(ok.len() + failed, 1200, "every step reported: {stdout}");
+    assert!(failed <= 8, "{failed} steps failed: {stdout}");
+
+    let check = inst
+        .command(
+            r#"cd "$ROOT/d"; for f in q*; do printf '%s %s\n' "$f" "$(cat "$f")"; done;
+               for w in 1 2 3 4; do sed "s/^/log$w /" "log$w"; done;
+               n=0; for i in $(seq 90); do [ "$(cat "f$i")" = "x$i" ] && n=$((n+1)); done; echo "intact $n""#,
+        )
+        .output()
+        .expect("check");
+    let text = String::from_utf8_lossy(&check.stdout);
+    assert!(text.contains("intact 90"), "{text}");
+    for (w, i) in ok {
+        let renamed = format!("q{w}-{i} {w}.{i}");
+        assert!(text.lines().any(|l| l == renamed), "lost {renamed}");
+        let logged = format!("log{w} {w}.{i}");
+        assert!(text.lines().any(|l| l == logged), "lost {logged}");
+    }
+    let now: Vec<i32> = (0..3).map(|i| server_pid(&inst, i)).collect();
+    drop(inst);
+    for pid in now {
+        assert!(!alive(pid), "server process {pid} outlived its instance");
+    }
+}

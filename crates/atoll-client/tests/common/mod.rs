@@ -45,6 +45,7 @@ pub fn env_with(servers: usize) -> &'static Env {
             syscall_sites: Default::default(),
             inodes: None,
             runtime_root: dir.path().to_path_buf(),
+            server_exe: None,
         })
         .expect("boot instance");
         std::env::set_var(atoll_proto::boot::ENV_SOCKET, inst.socket_path());

@@ -253,6 +253,21 @@ impl<S: BlockStore> Cache<S> {
         }
     }
 
+    /// Drop from the list every block the pool no longer says is this
+    /// server's. A server process killed inside a request may have given
+    /// blocks back (`settle`) that its journal, which ends before that
+    /// request, still lists; a successor that kept them could claim one
+    /// from the root again and hand it out twice. Taped: a replay drops
+    /// the same ones.
+    pub fn reconcile(&mut self) {
+        let rep = &self.rep;
+        self.free
+            .retain(|&b| tape::flag(Tag::PoolHolds, || rep.holds(b)));
+        if !tape::replaying() {
+            self.rep.publish(self.free.len() as u64);
+        }
+    }
+
     /// Give `blocks` back to the root: what a request that died half way
     /// had claimed (`tape::taken`), which the rebuilt server never heard of.
     pub fn give_back(&mut self, blocks: &[u32]) {

@@ -80,7 +80,7 @@ pub const SHORT_TARGET: usize = 128;
 /// The limits of one instance. Defaults follow `--memory` so that the
 /// servers' metadata stays within a fixed share of it (see
 /// [`Limits::for_memory`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Limits {
     /// Inodes, and also names (`--inodes`).
     pub inodes: u64,

@@ -132,7 +132,7 @@ const SETFL_MASK: u32 =
     (libc::O_APPEND | libc::O_NONBLOCK | libc::O_ASYNC | libc::O_DIRECT | libc::O_NOATIME) as u32;
 
 /// Static parameters of one file server.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct FsConfig {
     /// This server's index (owner id in inode and description ids).
     pub index: usize,
@@ -397,6 +397,11 @@ impl<S: BlockStore> FileServer<S> {
             .or_insert_with(|| Session { groups: Vec::new() });
     }
 
+    /// Sessions this server knows.
+    pub fn open_sessions(&self) -> Vec<SessionId> {
+        self.sessions.keys().copied().collect()
+    }
+
     /// The session is gone (process exited or was killed): drop every
     /// reference it held and its POSIX locks, so nothing leaks.
     pub fn session_closed(&mut self, session: SessionId) {
@@ -593,6 +598,12 @@ impl<S: BlockStore> FileServer<S> {
 
     pub fn set_calls_seen(&mut self, n: u64) {
         self.calls_seen = n;
+    }
+
+    /// Forget listed blocks the pool says are not this server's any more
+    /// (`Cache::reconcile`; a successor of a killed server process).
+    pub fn reconcile_blocks(&mut self) {
+        self.cache.reconcile();
     }
 
     /// Give back what a request that died half way had taken from the

@@ -8,28 +8,48 @@
 //! differently. Every map of a server's state is built from one set of
 //! keys drawn once per process instead: still secret (a client cannot
 //! aim names at one bucket), but the same for the live server and its
-//! replay.
+//! replay. A server process that takes over from a dead one replays in
+//! another process, so the keys are the instance's, handed to every
+//! server process ([`use_keys`], `process`): keyed SipHash, since `std`
+//! lets no one choose `RandomState`'s keys.
 
 use std::collections::hash_map::RandomState;
 use std::collections::{HashMap, HashSet};
 use std::hash::BuildHasher;
 use std::sync::OnceLock;
 
+static KEYS: OnceLock<(u64, u64)> = OnceLock::new();
+
+/// This process's hash keys (drawn at first use unless set before).
+pub fn keys() -> (u64, u64) {
+    *KEYS.get_or_init(|| {
+        let random = RandomState::new();
+        (random.hash_one(0u64), random.hash_one(1u64))
+    })
+}
+
+/// Hash with `keys` in this process (a server process, before it builds
+/// any state); false if keys were already in use.
+pub fn use_keys(keys: (u64, u64)) -> bool {
+    KEYS.set(keys).is_ok()
+}
+
 /// The process's one set of hash keys.
-#[derive(Clone, Debug)]
-pub struct Seeded(RandomState);
+#[derive(Clone, Copy, Debug)]
+pub struct Seeded((u64, u64));
 
 impl Default for Seeded {
     fn default() -> Seeded {
-        static KEYS: OnceLock<RandomState> = OnceLock::new();
-        Seeded(KEYS.get_or_init(RandomState::new).clone())
+        Seeded(keys())
     }
 }
 
 impl BuildHasher for Seeded {
-    type Hasher = <RandomState as BuildHasher>::Hasher;
+    #[allow(deprecated)] // the one keyed SipHash `std` offers
+    type Hasher = std::hash::SipHasher;
+    #[allow(deprecated)]
     fn build_hasher(&self) -> Self::Hasher {
-        self.0.build_hasher()
+        std::hash::SipHasher::new_with_keys(self.0 .0, self.0 .1)
     }
 }
 

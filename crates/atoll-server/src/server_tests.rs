@@ -1,0 +1,245 @@
+//! Tests of the server loop's pieces (`server`).
+
+use super::*;
+use crate::store::MemStore;
+use atoll_proto::{Cred, Request, ROOT};
+
+fn fs() -> FileServer<MemStore> {
+    FileServer::new(
+        FsConfig {
+            index: 0,
+            nservers: 1,
+            first_block: 0,
+            nblocks: 4,
+            root_owner: Cred::default(),
+            core: -1,
+            track_lookups: true,
+            limits: crate::fs::Limits::for_memory(1 << 30),
+        },
+        MemStore::new(4),
+    )
+}
+
+#[test]
+fn a_reply_owed_at_a_death_is_answered_eio() {
+    use std::os::fd::AsFd;
+    let (fd, server) = ServerChannel::create().unwrap();
+    let client = atoll_msg::ClientChannel::map(fd.as_fd()).unwrap();
+    let mut chans = vec![Chan {
+        session: SessionId(1),
+        lane: 0,
+        ch: Arc::new(server),
+        pending: None,
+        requests: 0,
+    }];
+    answer_eio(&mut chans, 0, 41);
+    answer_eio(&mut chans, 5, 42); // no such channel: nothing
+    let got = client
+        .recv(PollMode::Spin, |b| {
+            let r: ReplyFrame<'_> = decode(b).unwrap();
+            (r.id, matches!(r.reply, Reply::Err(Errno::EIO)))
+        })
+        .unwrap();
+    assert_eq!(got, (41, true));
+}
+
+#[test]
+fn garbage_frames_get_eproto() {
+    let mut fs = fs();
+    let mut scratch = vec![];
+    let mut out = vec![0u8; MAX_FRAME];
+    // A readable id (varint 7) followed by nonsense.
+    let garbage = [7u8, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff];
+    let n = serve_frame(&mut fs, SessionId(1), &garbage, &mut scratch, &mut out).unwrap();
+    let reply: ReplyFrame = decode(&out[..n]).unwrap();
+    assert_eq!(reply.id, 7);
+    assert!(matches!(reply.reply, Reply::Err(Errno::EPROTO)));
+    // Not even an id: dropped, but counted.
+    assert!(serve_frame(&mut fs, SessionId(1), &[0xff; 12], &mut scratch, &mut out).is_none());
+    assert!(serve_frame(&mut fs, SessionId(1), &[], &mut scratch, &mut out).is_none());
+    assert_eq!(fs.stats().bad_requests, 3);
+}
+
+#[test]
+fn well_formed_frames_are_served_and_echo_their_id() {
+    let mut fs = fs();
+    let mut scratch = vec![];
+    let mut out = vec![0u8; MAX_FRAME];
+    let mut inb = [0u8; MAX_FRAME];
+    let frame = RequestFrame {
+        id: 99,
+        cred: Cred::default(),
+        req: Request::Lookup {
+            dir: ROOT,
+            name: b".",
+        },
+        vouched: Default::default(),
+    };
+    let bytes = encode(&frame, &mut inb).unwrap().to_vec();
+    let n = serve_frame(&mut fs, SessionId(1), &bytes, &mut scratch, &mut out).unwrap();
+    let reply: ReplyFrame = decode(&out[..n]).unwrap();
+    assert_eq!(reply.id, 99);
+    assert!(matches!(reply.reply, Reply::Entry { ino: ROOT, .. }));
+}
+
+#[test]
+fn posted_requests_are_served_without_a_reply() {
+    let mut fs = fs();
+    let mut scratch = vec![];
+    let mut out = vec![0u8; MAX_FRAME];
+    let mut inb = [0u8; MAX_FRAME];
+    let mk = |id| RequestFrame {
+        id,
+        cred: Cred::default(),
+        req: Request::MakeNode {
+            dir: ROOT,
+            name: b"d",
+            ftype: atoll_proto::FileType::Directory,
+            perm: 0o755,
+            rdev: 0,
+            target: b"",
+            home: 0,
+            distributed: false,
+        },
+        vouched: Default::default(),
+    };
+    let bytes = encode(&mk(atoll_proto::POSTED | 4), &mut inb)
+        .unwrap()
+        .to_vec();
+    assert!(serve_frame(&mut fs, SessionId(1), &bytes, &mut scratch, &mut out).is_none());
+    // It was served: the same creation, now answered, finds the entry.
+    let bytes = encode(&mk(5), &mut inb).unwrap().to_vec();
+    let n = serve_frame(&mut fs, SessionId(1), &bytes, &mut scratch, &mut out).unwrap();
+    let reply: ReplyFrame = decode(&out[..n]).unwrap();
+    assert!(
+        matches!(reply.reply, Reply::Err(Errno::EEXIST)),
+        "{reply:?}"
+    );
+    // Even a posted request that fails or does not decode stays silent.
+    let mut bad = encode(&mk(atoll_proto::POSTED | 6), &mut inb)
+        .unwrap()
+        .to_vec();
+    bad.truncate(bad.len() - 3);
+    assert!(serve_frame(&mut fs, SessionId(1), &bad, &mut scratch, &mut out).is_none());
+}
+
+#[test]
+fn truncated_frames_of_every_length_never_panic() {
+    let mut fs = fs();
+    let mut scratch = vec![];
+    let mut out = vec![0u8; MAX_FRAME];
+    let mut inb = [0u8; MAX_FRAME];
+    let frame = RequestFrame {
+        id: 5,
+        cred: Cred::default(),
+        req: Request::Rename {
+            olddir: ROOT,
+            oldname: b"a",
+            newdir: ROOT,
+            newname: b"b",
+            flags: 0,
+        },
+        vouched: Default::default(),
+    };
+    let bytes = encode(&frame, &mut inb).unwrap().to_vec();
+    for cut in 0..bytes.len() {
+        let _ = serve_frame(&mut fs, SessionId(1), &bytes[..cut], &mut scratch, &mut out);
+    }
+    let mut flipped = bytes.clone();
+    for i in 0..flipped.len() {
+        flipped[i] ^= 0x5a;
+        let _ = serve_frame(&mut fs, SessionId(1), &flipped, &mut scratch, &mut out);
+    }
+}
+
+/// A channel with a client end, served as `Chan` of session 1, lane 0.
+fn served_channel() -> (Vec<Chan>, atoll_msg::ClientChannel) {
+    use std::os::fd::AsFd;
+    let (fd, server) = ServerChannel::create().unwrap();
+    let client = atoll_msg::ClientChannel::map(fd.as_fd()).unwrap();
+    let chans = vec![Chan {
+        session: SessionId(1),
+        lane: 0,
+        ch: Arc::new(server),
+        pending: None,
+        requests: 0,
+    }];
+    (chans, client)
+}
+
+fn lookup_frame(id: u64) -> Vec<u8> {
+    let mut buf = [0u8; MAX_FRAME];
+    let frame = RequestFrame {
+        id,
+        cred: Cred::default(),
+        req: Request::Lookup {
+            dir: ROOT,
+            name: b".",
+        },
+        vouched: Default::default(),
+    };
+    encode(&frame, &mut buf).unwrap().to_vec()
+}
+
+/// The id and whether it is `EIO`, of the next reply, if any.
+fn next_reply(client: &atoll_msg::ClientChannel) -> Option<(u64, bool)> {
+    client
+        .try_recv(|b| {
+            let r: ReplyFrame<'_> = decode(b).unwrap();
+            (r.id, matches!(r.reply, Reply::Err(Errno::EIO)))
+        })
+        .unwrap()
+}
+
+#[test]
+fn a_successor_skips_and_fails_a_journaled_request_left_in_its_ring() {
+    let (_fd, journal) = Journal::create(1 << 16).unwrap();
+    let (mut chans, client) = served_channel();
+    client.send_unrung(&lookup_frame(7)).unwrap();
+    client.send_unrung(&lookup_frame(8)).unwrap();
+    // Killed after journaling request 7, before taking it from the ring.
+    journal.owe(SessionId(1), 0, 7);
+    journal.append(Kind::Request, SessionId(1), &[], b"7");
+    settle_owed(Some(&journal), &mut chans);
+    assert_eq!(next_reply(&client), Some((7, true)), "answered EIO");
+    assert_eq!(next_reply(&client), None);
+    let next = chans[0]
+        .ch
+        .try_recv(|b| postcard::take_from_bytes::<u64>(b).unwrap().0)
+        .unwrap();
+    assert_eq!(next, Some(8), "7 left the ring, 8 waits to be served");
+    assert_eq!(journal.owed(), None, "settled");
+}
+
+#[test]
+fn a_successor_serves_again_a_request_that_never_reached_the_journal() {
+    let (_fd, journal) = Journal::create(1 << 16).unwrap();
+    let (mut chans, client) = served_channel();
+    client.send_unrung(&lookup_frame(7)).unwrap();
+    journal.owe(SessionId(1), 0, 7);
+    settle_owed(Some(&journal), &mut chans);
+    assert_eq!(
+        next_reply(&client),
+        None,
+        "no answer yet: it is served anew"
+    );
+    let next = chans[0]
+        .ch
+        .try_recv(|b| postcard::take_from_bytes::<u64>(b).unwrap().0)
+        .unwrap();
+    assert_eq!(next, Some(7));
+}
+
+#[test]
+fn a_successor_fails_a_request_taken_but_not_answered() {
+    let (_fd, journal) = Journal::create(1 << 16).unwrap();
+    let (mut chans, client) = served_channel();
+    // Taken from the ring (nothing left there), never answered.
+    journal.owe(SessionId(1), 0, 9);
+    settle_owed(Some(&journal), &mut chans);
+    assert_eq!(next_reply(&client), Some((9, true)));
+    // A posted one owes nobody an answer.
+    journal.owe(SessionId(1), 0, atoll_proto::POSTED | 10);
+    settle_owed(Some(&journal), &mut chans);
+    assert_eq!(next_reply(&client), None);
+}

@@ -32,6 +32,7 @@ pub mod server;
 pub mod store;
 mod sys;
 pub mod trace;
+pub mod wedge;
 
 #[cfg(test)]
 mod recovery_tests;

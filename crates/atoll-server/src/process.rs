@@ -424,8 +424,9 @@ struct Link {
     started: Option<Instant>,
     channels: Vec<Kept>,
     seq: u64,
-    /// The last death was `atoll chaos --kill`.
-    chaos_killed: bool,
+    /// Why the instance killed the process itself (`atoll chaos --kill`, a
+    /// wedge), told as the reason of the death that follows.
+    killed_because: Option<String>,
     buf: Vec<u8>,
 }
 
@@ -440,7 +441,7 @@ impl ServerProcess {
                 started: None,
                 channels: Vec::new(),
                 seq: 0,
-                chaos_killed: false,
+                killed_because: None,
                 buf: vec![0u8; MAX_MESSAGE],
             }),
         })
@@ -626,7 +627,7 @@ impl ServerProcess {
                 // SIGKILL at whatever instruction the server is: a real
                 // death, with no cleanup of its own.
                 let link = &mut *link;
-                link.chaos_killed = true;
+                link.killed_because = Some("killed by atoll chaos".into());
                 if let Some(c) = link.child.as_mut() {
                     let _ = c.kill();
                 }
@@ -745,8 +746,37 @@ impl Watchdog {
             .collect()
     }
 
+    /// Kill server `i`'s process if it owes one request beyond the bound
+    /// (`wedge`): its death is then handled as any other.
+    fn kill_if_wedged(&self, i: usize, watch: &mut crate::wedge::WedgeWatch) {
+        let (Some(p), Some(j)) = (self.servers.process(i), self.servers.health.journal(i)) else {
+            return;
+        };
+        let owed = j.owed();
+        let Some(stuck) = watch.observe(i, owed.as_ref(), Instant::now()) else {
+            return;
+        };
+        let mut link = p.link();
+        if link.killed_because.is_some() {
+            return; // already on its way out
+        }
+        let id = owed.map_or(0, |o| o.id);
+        let why = format!(
+            "wedged: request {id} unanswered for {:.1} s; killed",
+            stuck.as_secs_f64()
+        );
+        tracing::error!("file server {i} {why}");
+        let link = &mut *link;
+        if let Some(c) = link.child.as_mut() {
+            link.killed_because = Some(why);
+            let _ = c.kill();
+        }
+    }
+
     /// Watch until `quit`.
     pub fn watch(&self) {
+        let mut wedges =
+            crate::wedge::WedgeWatch::new(self.servers.len(), crate::wedge::bound_from_env());
         while !self.quit.load(Ordering::Acquire) {
             let pidfds: Vec<(usize, OwnedFd)> = (0..self.servers.len())
                 .filter_map(|i| {
@@ -774,6 +804,7 @@ impl Watchdog {
                 if let Some(p) = self.servers.process(i) {
                     p.drain_confirmations();
                 }
+                self.kill_if_wedged(i, &mut wedges);
             }
             let ended: Vec<usize> = pfds
                 .iter()
@@ -787,6 +818,7 @@ impl Watchdog {
                     return;
                 }
                 self.recover(i);
+                wedges.forget(i);
             }
         }
     }
@@ -821,11 +853,10 @@ impl Watchdog {
                 }
             }
         }
-        let reason = if std::mem::take(&mut link.chaos_killed) {
-            "killed by atoll chaos".to_string()
-        } else {
-            describe(status)
-        };
+        let reason = link
+            .killed_because
+            .take()
+            .unwrap_or_else(|| describe(status));
         tracing::error!("file server {i} died: {reason}");
         let journal = self.servers.health.journal(i);
         let cannot = match (said, &journal) {

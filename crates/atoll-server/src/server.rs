@@ -37,7 +37,7 @@ use atoll_proto::{
 
 use crate::fs::{tape, FileServer, FsConfig};
 use crate::health::Health;
-use crate::journal::{Journal, Kind};
+use crate::journal::{Journal, Kind, Owed};
 use crate::store::BlockStore;
 use crate::sys::SharedStore;
 use crate::trace::{Recorder, Sink, TraceEvent};
@@ -442,8 +442,10 @@ pub fn run(mut params: ServerParams, mut admin: Inbox) -> std::io::Result<Server
         (Some(j), true) => {
             let t0 = std::time::Instant::now();
             match rebuild(&params, &control, j) {
-                Ok(fs) => {
+                Ok(mut fs) => {
                     tape::record();
+                    // Its predecessor met the injected fault already.
+                    fs.forget_planned_fault();
                     admin.started(Ok(Some(t0.elapsed())));
                     Some(fs)
                 }
@@ -472,12 +474,16 @@ pub fn run(mut params: ServerParams, mut admin: Inbox) -> std::io::Result<Server
     params.health.started(index);
     let mut chans: Vec<Chan> = Vec::new();
     if let Some(server) = fs.as_mut() {
+        // What the predecessor owed, read before this server appends
+        // anything: whether that request reached the journal is told by
+        // the journal's length at its death, not now.
+        let owed_at_death = journal.and_then(|j| j.owed());
         if params.resume {
             kept(journal, Kind::Reconcile, SessionId(0), || {
                 server.reconcile_blocks()
             });
         }
-        take_over(server, journal, &mut chans, adopted);
+        take_over(server, journal, owed_at_death, &mut chans, adopted);
     }
     let mut recorder = params.trace.as_ref().map(|s| Recorder::new(s.epoch));
     let mut owed: Option<(usize, u64)> = None;
@@ -576,10 +582,11 @@ pub fn run(mut params: ServerParams, mut admin: Inbox) -> std::io::Result<Server
 fn take_over<S: BlockStore>(
     fs: &mut FileServer<S>,
     journal: Option<&Journal>,
+    owed: Option<Owed>,
     chans: &mut Vec<Chan>,
     adopted: Vec<Adopted>,
 ) {
-    if adopted.is_empty() && journal.and_then(|j| j.owed()).is_none() {
+    if adopted.is_empty() && owed.is_none() {
         return;
     }
     let mut closing: Vec<SessionId> = Vec::new();
@@ -607,7 +614,7 @@ fn take_over<S: BlockStore>(
             requests: 0,
         });
     }
-    settle_owed(journal, chans);
+    settle_owed(journal, owed, chans);
     // Finished as the predecessor would have (a second finish of one it
     // did finish serves nothing: its rings were drained).
     let mut bufs = Bufs {
@@ -626,8 +633,8 @@ fn take_over<S: BlockStore>(
 }
 
 /// Settle the request a dead predecessor was serving (`take_over`).
-fn settle_owed(journal: Option<&Journal>, chans: &mut [Chan]) {
-    let Some((j, o)) = journal.and_then(|j| j.owed().map(|o| (j, o))) else {
+fn settle_owed(journal: Option<&Journal>, owed: Option<Owed>, chans: &mut [Chan]) {
+    let (Some(j), Some(o)) = (journal, owed) else {
         return;
     };
     j.settle();

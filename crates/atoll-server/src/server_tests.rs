@@ -200,7 +200,7 @@ fn a_successor_skips_and_fails_a_journaled_request_left_in_its_ring() {
     // Killed after journaling request 7, before taking it from the ring.
     journal.owe(SessionId(1), 0, 7);
     journal.append(Kind::Request, SessionId(1), &[], b"7");
-    settle_owed(Some(&journal), &mut chans);
+    settle_owed(Some(&journal), journal.owed(), &mut chans);
     assert_eq!(next_reply(&client), Some((7, true)), "answered EIO");
     assert_eq!(next_reply(&client), None);
     let next = chans[0]
@@ -217,7 +217,7 @@ fn a_successor_serves_again_a_request_that_never_reached_the_journal() {
     let (mut chans, client) = served_channel();
     client.send_unrung(&lookup_frame(7)).unwrap();
     journal.owe(SessionId(1), 0, 7);
-    settle_owed(Some(&journal), &mut chans);
+    settle_owed(Some(&journal), journal.owed(), &mut chans);
     assert_eq!(
         next_reply(&client),
         None,
@@ -236,10 +236,24 @@ fn a_successor_fails_a_request_taken_but_not_answered() {
     let (mut chans, client) = served_channel();
     // Taken from the ring (nothing left there), never answered.
     journal.owe(SessionId(1), 0, 9);
-    settle_owed(Some(&journal), &mut chans);
+    settle_owed(Some(&journal), journal.owed(), &mut chans);
     assert_eq!(next_reply(&client), Some((9, true)));
     // A posted one owes nobody an answer.
     journal.owe(SessionId(1), 0, atoll_proto::POSTED | 10);
-    settle_owed(Some(&journal), &mut chans);
+    settle_owed(Some(&journal), journal.owed(), &mut chans);
     assert_eq!(next_reply(&client), None);
+}
+
+#[test]
+fn what_a_successor_appends_before_settling_does_not_make_the_owed_request_journaled() {
+    let (_fd, journal) = Journal::create(1 << 16).unwrap();
+    let (mut chans, client) = served_channel();
+    client.send_unrung(&lookup_frame(7)).unwrap();
+    journal.owe(SessionId(1), 0, 7);
+    // Read at the death; then the successor keeps its own records.
+    let owed = journal.owed();
+    journal.append(Kind::Reconcile, SessionId(0), &[], b"");
+    journal.append(Kind::Opened, SessionId(1), &[], b"");
+    settle_owed(Some(&journal), owed, &mut chans);
+    assert_eq!(next_reply(&client), None, "served anew, not failed");
 }

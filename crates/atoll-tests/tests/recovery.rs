@@ -402,3 +402,38 @@ fn server_processes_killed_by_pid_lose_nothing_acknowledged() {
         assert!(!alive(pid), "server process {pid} outlived its instance");
     }
 }
+
+/// A server process that stops answering without dying (here: its 40th
+/// call never returns, `ATOLL_FAULT_HANG`) is found by the watchdog — one
+/// request owed beyond `ATOLL_WEDGE_MS` — killed and replaced. The wedge
+/// came before the call changed anything, so the successor serves that
+/// call again: the program sees no error at all, only a pause.
+#[test]
+fn a_wedged_server_process_is_replaced_and_its_clients_go_on() {
+    let inst = Booted::with_env(
+        &["--servers", "2", "--distribute", "all"],
+        &[("ATOLL_FAULT_HANG", "1:40"), ("ATOLL_WEDGE_MS", "1000")],
+    );
+    let before = server_pid(&inst, 1);
+    let script = r#"
+        cd "$ROOT" && mkdir d
+        for i in $(seq 150); do echo "x$i" > "d/f$i"; done
+        n=0; for i in $(seq 150); do [ "$(cat "d/f$i")" = "x$i" ] && n=$((n+1)); done
+        echo "intact $n"
+    "#;
+    let out = output_within(inst.command(script), RUN_LIMIT);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "intact 150\n");
+    let h = rebuilt(&inst, 1, 1);
+    assert_eq!(h["state"], "up", "{h}");
+    assert!(
+        h["reason"].as_str().unwrap().contains("wedged"),
+        "the watchdog found it wedged: {h}"
+    );
+    assert_ne!(h["pid"].as_i64().unwrap() as i32, before, "{h}");
+    assert!(!alive(before), "the wedged process is reaped");
+}

@@ -15,7 +15,8 @@
 //! instead: the handler never returns, as a server caught in an endless
 //! loop or a lost wake-up. A server process that wedges is found by the
 //! watchdog (the request it owes stays unanswered) and replaced (fos §3.5;
-//! `process`); a server thread stays wedged, its clients waiting.
+//! `process`, `wedge`); a server thread stays wedged, its clients waiting.
+//! A successor process does not repeat its predecessor's fault.
 
 /// Environment variable naming the panic: `SERVER:REQUEST`.
 pub const ENV_FAULT_PANIC: &str = "ATOLL_FAULT_PANIC";

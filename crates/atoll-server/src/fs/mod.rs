@@ -614,6 +614,12 @@ impl<S: BlockStore> FileServer<S> {
         self.acct.refund(&reserved);
     }
 
+    /// A successor of a server process that died: the fault planned for
+    /// the lost one happened (its call count is not kept across processes).
+    pub fn forget_planned_fault(&mut self) {
+        self.fault_at = None;
+    }
+
     /// Is this call the one `ATOLL_FAULT_PANIC` (or `_HANG`) names? Counts
     /// calls, i.e. requests somebody waits for (`faults`); the caller
     /// panics (or wedges).

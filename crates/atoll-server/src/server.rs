@@ -292,10 +292,28 @@ struct Chan {
     session: SessionId,
     lane: u32,
     ch: Arc<ServerChannel>,
-    /// A reply that did not fit in the reply ring yet.
+    /// A reply that did not fit in the reply ring yet; parked in the
+    /// channel's memory too (`Chan::park`).
     pending: Option<Vec<u8>>,
     /// Requests served from this channel (for `atoll top`).
     requests: u64,
+}
+
+impl Chan {
+    /// Keep `reply` until the reply ring has room: here, and in the
+    /// channel's parked slot, where a successor finds it if this process
+    /// dies first (`take_over`; fos §3.4, state a restart needs lives
+    /// outside the server).
+    fn park(&mut self, reply: &[u8]) {
+        self.ch.park_reply(reply);
+        self.pending = Some(reply.to_vec());
+    }
+
+    /// The parked reply went out.
+    fn unpark(&mut self) {
+        self.pending = None;
+        self.ch.unpark_reply();
+    }
 }
 
 /// The server's statistics plus what only the loop knows: how full its
@@ -606,11 +624,13 @@ fn take_over<S: BlockStore>(
         });
         // It no longer knows who cached what (`track`).
         ch.raise_inbox_overflow();
+        // A reply the predecessor parked goes out first (`Chan::park`).
+        let pending = ch.parked_reply();
         chans.push(Chan {
             session,
             lane,
             ch,
-            pending: None,
+            pending,
             requests: 0,
         });
     }
@@ -672,8 +692,24 @@ fn answer_eio(chans: &mut [Chan], idx: usize, id: u64) {
     let mut buf = [0u8; 64];
     if let Some(n) = error_reply(id, Errno::EIO, &mut buf) {
         if c.pending.is_none() && c.ch.try_reply(&buf[..n]).is_err() {
-            c.pending = Some(buf[..n].to_vec());
+            c.park(&buf[..n]);
         }
+    }
+}
+
+/// Send the reply `c` parked, if any. `Ok(false)` while the reply ring
+/// is still full: nothing more is served from `c` until it went out.
+fn deliver_parked(c: &mut Chan) -> Result<bool, MsgError> {
+    let Some(p) = &c.pending else {
+        return Ok(true);
+    };
+    match c.ch.try_reply(p) {
+        Ok(()) => {
+            c.unpark();
+            Ok(true)
+        }
+        Err(MsgError::Full) => Ok(false),
+        Err(e) => Err(e),
     }
 }
 
@@ -812,17 +848,15 @@ fn serve_round<S: BlockStore>(
         }
         let idx = (start + k) % n;
         let c = &mut chans[idx];
-        if let Some(p) = &c.pending {
-            match c.ch.try_reply(p) {
-                Ok(()) => c.pending = None,
-                Err(MsgError::Full) => {
-                    round.waiting_on_clients = true;
-                    continue;
-                }
-                Err(_) => {
-                    dead.push(idx);
-                    continue;
-                }
+        match deliver_parked(c) {
+            Ok(true) => {}
+            Ok(false) => {
+                round.waiting_on_clients = true;
+                continue;
+            }
+            Err(_) => {
+                dead.push(idx);
+                continue;
             }
         }
         let (session, lane) = (c.session, c.lane);
@@ -889,13 +923,14 @@ fn serve_round<S: BlockStore>(
                 let c = &mut chans[idx];
                 match c.ch.try_reply(&bufs.reply[..len]) {
                     Ok(()) => {}
-                    Err(MsgError::Full) => c.pending = Some(bufs.reply[..len].to_vec()),
+                    Err(MsgError::Full) => c.park(&bufs.reply[..len]),
                     Err(_) => dead.push(idx),
                 }
                 if let Some(j) = owing {
-                    // A reply that waits for room dies with the process:
-                    // its client then waits until the session ends
-                    // (docs/ARCHITECTURE.md, "Fault containment").
+                    // Settled only now: a reply that waits for room is
+                    // parked in the channel first, so from here on a
+                    // successor delivers it (`take_over`), and before
+                    // here it answers `EIO`.
                     j.settle();
                 }
                 *owed = None;

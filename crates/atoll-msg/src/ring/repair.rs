@@ -119,6 +119,12 @@ pub(super) fn recover_head(m: &RingMem, head: u32, tail: u32) -> u32 {
         }
         h = next;
     }
+    if head == 0 && tail == 0 {
+        // A ring whose indices never moved (a new channel) wrote no line
+        // outside the frames just walked; skipping the sweep leaves its
+        // pages untouched until used.
+        return h;
+    }
     let used = h.wrapping_sub(tail);
     let start = tail & m.mask();
     let mut line = 0;

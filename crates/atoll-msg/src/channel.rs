@@ -3,11 +3,12 @@
 //! Layout of the memfd ([`Channel::SIZE`] bytes):
 //!
 //! ```text
-//!  0      header { magic, closed, inbox_overflow }          128 B
+//!  0      header { magic, closed, inbox_overflow, parked }  128 B
 //!  128    request ring header  (client → server)            384 B
 //!  512    reply ring header    (server → client)            384 B
 //!  896    inbox ring header    (server → client, unasked)   384 B
-//!  4096   request data   64 KiB
+//!  4096   parked reply   12 KiB (one frame)
+//!  16384  request data   64 KiB
 //!         reply data     64 KiB
 //!         inbox data     64 KiB
 //! ```
@@ -20,6 +21,11 @@
 //! if it sleeps) → client `recv`. Server-initiated messages (directory-cache
 //! invalidations, Hare §3.6.2) go into the inbox with `notify`, which never
 //! waits; the client drains the inbox before trusting its cache. The channel
+//! A reply that finds the reply ring full waits in the *parked* slot
+//! ([`ServerChannel::park_reply`]) until there is room: it is in the
+//! channel's memory, not the server's, so a successor of a server process
+//! killed meanwhile still delivers it (fos §3.4: what a restarted server
+//! needs lives outside it). The channel
 //! ends when either side calls `close` (or the memfd's last mapping goes):
 //! waits then fail with `BrokenPipe` instead of hanging on a gone peer.
 
@@ -46,6 +52,9 @@ struct ChannelHeader {
     /// Set by the server when a `notify` found the inbox full; cleared by
     /// the client that then drops everything it cached.
     inbox_overflow: AtomicU32,
+    /// Written by the server only: 0 when no reply is parked, else 1 + the
+    /// parked reply's length (its bytes are in the parked slot).
+    parked: AtomicU32,
 }
 
 /// Sizes of a channel's shared memory file.
@@ -54,8 +63,12 @@ pub struct Channel;
 impl Channel {
     /// Bytes of each ring's data area (request, reply and inbox).
     pub const RING_BYTES: usize = 64 * 1024;
+    /// Offset of the parked reply (page aligned).
+    const PARKED: usize = 4096;
+    /// Bytes of the parked slot: the largest frame, in whole pages.
+    const PARKED_BYTES: usize = MAX_FRAME.div_ceil(4096) * 4096;
     /// Offset of the first data area (page aligned).
-    const DATA: usize = 4096;
+    const DATA: usize = Self::PARKED + Self::PARKED_BYTES;
     /// Total size of the memfd.
     pub const SIZE: usize = Self::DATA + 3 * Self::RING_BYTES;
     /// Largest frame a channel carries.
@@ -64,7 +77,7 @@ impl Channel {
 
 const HDR: usize = std::mem::size_of::<Padded<ChannelHeader>>();
 const RING_HDR: usize = std::mem::size_of::<RingShared>();
-const _: () = assert!(HDR + 3 * RING_HDR <= Channel::DATA);
+const _: () = assert!(HDR + 3 * RING_HDR <= Channel::PARKED);
 
 /// The three rings of a mapped channel, as raw parts.
 struct Parts {
@@ -123,6 +136,12 @@ impl Parts {
         let (s, d) = self.ring(i);
         // SAFETY: as in `producer`.
         unsafe { Consumer::new(s, d, Channel::RING_BYTES, MAX_FRAME) }
+    }
+
+    /// The parked slot (`Channel::PARKED_BYTES` bytes).
+    fn parked_slot(&self) -> *mut u8 {
+        // SAFETY: the slot lies inside the SIZE-byte mapping (see layout).
+        unsafe { self.region.as_ptr().add(Channel::PARKED) }
     }
 
     fn closed(&self) -> bool {
@@ -314,6 +333,50 @@ impl ServerChannel {
         Ok(())
     }
 
+    /// Keep `frame`, a reply that found the reply ring full (`try_reply`
+    /// said `Full`), in the channel's parked slot until it is delivered
+    /// ([`unpark_reply`](Self::unpark_reply)). One reply at a time: a
+    /// server serves nothing more from a channel whose reply waits.
+    pub fn park_reply(&self, frame: &[u8]) {
+        assert!(
+            frame.len() <= Channel::PARKED_BYTES,
+            "reply larger than a frame"
+        );
+        // SAFETY: the slot holds PARKED_BYTES bytes inside the mapping;
+        // only the server writes it, and `frame` is private memory.
+        unsafe {
+            std::ptr::copy_nonoverlapping(frame.as_ptr(), self.parts.parked_slot(), frame.len());
+        }
+        // Release: the bytes are in the slot before the mark says so.
+        self.parts
+            .header()
+            .parked
+            .store(frame.len() as u32 + 1, Ordering::Release);
+    }
+
+    /// The parked reply went out.
+    pub fn unpark_reply(&self) {
+        self.parts.header().parked.store(0, Ordering::Release);
+    }
+
+    /// The reply parked in this channel, if any: a server that takes over
+    /// the channel from a process that died delivers it. A reply killed
+    /// between going out and being unparked is delivered twice; its client
+    /// drops the second copy as a stale reply. A mark no reply can have
+    /// (the client may scribble on the header) reads as none.
+    pub fn parked_reply(&self) -> Option<Vec<u8>> {
+        let mark = self.parts.header().parked.load(Ordering::Acquire) as usize;
+        let len = mark.checked_sub(1)?;
+        if len > Channel::PARKED_BYTES {
+            return None;
+        }
+        let mut out = vec![0u8; len];
+        // SAFETY: `len <= PARKED_BYTES`, the slot's size, inside the
+        // mapping; a client scribbling on it only garbles its own reply.
+        unsafe { std::ptr::copy_nonoverlapping(self.parts.parked_slot(), out.as_mut_ptr(), len) };
+        Some(out)
+    }
+
     /// Enqueue a server-initiated message without waiting for the client.
     ///
     /// If the inbox is full the message is dropped, the channel's overflow
@@ -431,6 +494,31 @@ mod tests {
             sc.spawn(|| c.close());
             assert!(s.reply(&[1; 4000]).is_err());
         });
+    }
+
+    #[test]
+    fn a_parked_reply_is_seen_by_another_mapping_until_unparked() {
+        let (fd, server) = ServerChannel::create().unwrap();
+        let client = ClientChannel::map(fd.as_fd()).unwrap();
+        assert_eq!(server.parked_reply(), None);
+        let big = vec![7u8; MAX_FRAME];
+        server.park_reply(&big);
+        // A successor process maps the same memfd.
+        let successor = ServerChannel::map(fd.as_fd()).unwrap();
+        assert_eq!(successor.parked_reply().as_deref(), Some(&big[..]));
+        successor
+            .try_reply(&successor.parked_reply().unwrap())
+            .unwrap();
+        successor.unpark_reply();
+        assert_eq!(server.parked_reply(), None);
+        assert_eq!(client.try_recv(|b| b.to_vec()).unwrap(), Some(big));
+        // Scribbled by the client: read as nothing parked.
+        server
+            .parts
+            .header()
+            .parked
+            .store(u32::MAX, Ordering::Relaxed);
+        assert_eq!(successor.parked_reply(), None);
     }
 
     #[test]

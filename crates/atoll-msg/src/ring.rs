@@ -64,6 +64,9 @@ use crate::sync::{AtomicU32, Ordering};
 use crate::wait::{self, Backoff, Event};
 use crate::MsgError;
 
+#[cfg(not(loom))]
+mod repair;
+
 /// Frames start on cache-line boundaries.
 pub const FRAME_ALIGN: usize = 64;
 /// Bytes of frame header before the payload.
@@ -231,11 +234,16 @@ impl Producer {
         // SAFETY: forwarded contract.
         let mem = unsafe { RingMem::new(shared, data, cap, max_frame) };
         let head = mem.shared().head.load(Ordering::Relaxed);
-        let tail = mem.shared().tail.load(Ordering::Relaxed);
+        let tail = mem.shared().tail.load(Ordering::Acquire);
+        // An aligned index; a misaligned one (scribbled) is caught below.
+        let head = head & !(FRAME_ALIGN as u32 - 1);
+        // A predecessor killed between publishing a frame and storing
+        // `head` left `head` behind the ring's own words (`repair`).
+        #[cfg(not(loom))]
+        let head = repair::recover_head(&mem, head, tail);
         Producer {
             mem,
-            // An aligned index; a misaligned one (scribbled) is caught below.
-            head: PrivateU32::new(head & !(FRAME_ALIGN as u32 - 1)),
+            head: PrivateU32::new(head),
             cached_tail: PrivateU32::new(tail),
         }
     }
@@ -352,10 +360,15 @@ impl Consumer {
         // SAFETY: forwarded contract.
         let mem = unsafe { RingMem::new(shared, data, cap, max_frame) };
         let tail = mem.shared().tail.load(Ordering::Relaxed) & !(FRAME_ALIGN as u32 - 1);
-        Consumer {
+        let consumer = Consumer {
             mem,
             tail: PrivateU32::new(tail),
-        }
+        };
+        // A predecessor killed inside `take` left a frame half released
+        // (`repair`).
+        #[cfg(not(loom))]
+        consumer.finish_interrupted_release();
+        consumer
     }
 
     /// Bytes the producer has published and this end not yet released

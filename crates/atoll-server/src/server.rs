@@ -292,7 +292,8 @@ struct Chan {
     session: SessionId,
     lane: u32,
     ch: Arc<ServerChannel>,
-    /// A reply that did not fit in the reply ring yet.
+    /// A reply that did not fit in the reply ring yet; parked in the
+    /// channel's memory too (`Chan::park`).
     pending: Option<Vec<u8>>,
     /// Requests served from this channel (for `atoll top`).
     requests: u64,
@@ -572,111 +573,6 @@ pub fn run(mut params: ServerParams, mut admin: Inbox) -> std::io::Result<Server
     }
 }
 
-/// A server that takes over from a process that died: serve the channels
-/// the instance kept (`adopted`), forget sessions that ended meanwhile,
-/// and settle the request the dead one was serving (`Journal::owe`): done
-/// and journaled, it is answered `EIO` as `run` answers what a dying
-/// thread owed; not journaled and still in its ring, it is served again
-/// (nothing of it survived); taken but not answered, `EIO` (a reply that
-/// did go out makes this one stale, and clients drop stale replies).
-fn take_over<S: BlockStore>(
-    fs: &mut FileServer<S>,
-    journal: Option<&Journal>,
-    owed: Option<Owed>,
-    chans: &mut Vec<Chan>,
-    adopted: Vec<Adopted>,
-) {
-    if adopted.is_empty() && owed.is_none() {
-        return;
-    }
-    let mut closing: Vec<SessionId> = Vec::new();
-    for Adopted {
-        session,
-        lane,
-        channel: ch,
-        closing: ended,
-    } in adopted
-    {
-        if ended && !closing.contains(&session) {
-            closing.push(session);
-        }
-        // Idempotent: the session may have opened only just before.
-        kept(journal, Kind::Opened, session, || {
-            fs.session_opened(session)
-        });
-        // It no longer knows who cached what (`track`).
-        ch.raise_inbox_overflow();
-        chans.push(Chan {
-            session,
-            lane,
-            ch,
-            pending: None,
-            requests: 0,
-        });
-    }
-    settle_owed(journal, owed, chans);
-    // Finished as the predecessor would have (a second finish of one it
-    // did finish serves nothing: its rings were drained).
-    let mut bufs = Bufs {
-        scratch: Vec::with_capacity(MAX_FRAME),
-        reply: vec![0u8; MAX_FRAME],
-        notice: vec![0u8; MAX_FRAME],
-    };
-    for s in closing {
-        on_admin(Admin::SessionClosed(s), fs, journal, chans, &mut bufs);
-    }
-    for s in fs.open_sessions() {
-        if !chans.iter().any(|c| c.session == s) {
-            kept(journal, Kind::Closed, s, || fs.session_closed(s));
-        }
-    }
-}
-
-/// Settle the request a dead predecessor was serving (`take_over`).
-fn settle_owed(journal: Option<&Journal>, owed: Option<Owed>, chans: &mut [Chan]) {
-    let (Some(j), Some(o)) = (journal, owed) else {
-        return;
-    };
-    j.settle();
-    let Some(idx) = chans
-        .iter()
-        .position(|c| c.session == o.session && c.lane == o.lane)
-    else {
-        return;
-    };
-    let head = chans[idx]
-        .ch
-        .peek_request(|b| postcard::take_from_bytes::<u64>(b).ok().map(|(id, _)| id))
-        .ok()
-        .flatten()
-        .flatten();
-    if head == Some(o.id) {
-        if !o.journaled {
-            return; // served by the loop as if for the first time
-        }
-        let _ = chans[idx].ch.try_recv(|_| ());
-    }
-    if !is_posted(o.id) {
-        answer_eio(chans, idx, o.id);
-    }
-}
-
-/// Answer request `id` of channel `idx` with `EIO`: it was served, but the
-/// server died before its answer went out, so whether it took effect
-/// cannot be told from here (it did, if journaled; the client cannot
-/// know which).
-fn answer_eio(chans: &mut [Chan], idx: usize, id: u64) {
-    let Some(c) = chans.get_mut(idx) else {
-        return;
-    };
-    let mut buf = [0u8; 64];
-    if let Some(n) = error_reply(id, Errno::EIO, &mut buf) {
-        if c.pending.is_none() && c.ch.try_reply(&buf[..n]).is_err() {
-            c.pending = Some(buf[..n].to_vec());
-        }
-    }
-}
-
 /// What a panic said.
 fn panic_text(cause: &Box<dyn std::any::Any + Send>) -> String {
     cause
@@ -812,17 +708,15 @@ fn serve_round<S: BlockStore>(
         }
         let idx = (start + k) % n;
         let c = &mut chans[idx];
-        if let Some(p) = &c.pending {
-            match c.ch.try_reply(p) {
-                Ok(()) => c.pending = None,
-                Err(MsgError::Full) => {
-                    round.waiting_on_clients = true;
-                    continue;
-                }
-                Err(_) => {
-                    dead.push(idx);
-                    continue;
-                }
+        match deliver_parked(c) {
+            Ok(true) => {}
+            Ok(false) => {
+                round.waiting_on_clients = true;
+                continue;
+            }
+            Err(_) => {
+                dead.push(idx);
+                continue;
             }
         }
         let (session, lane) = (c.session, c.lane);
@@ -889,13 +783,14 @@ fn serve_round<S: BlockStore>(
                 let c = &mut chans[idx];
                 match c.ch.try_reply(&bufs.reply[..len]) {
                     Ok(()) => {}
-                    Err(MsgError::Full) => c.pending = Some(bufs.reply[..len].to_vec()),
+                    Err(MsgError::Full) => c.park(&bufs.reply[..len]),
                     Err(_) => dead.push(idx),
                 }
                 if let Some(j) = owing {
-                    // A reply that waits for room dies with the process:
-                    // its client then waits until the session ends
-                    // (docs/ARCHITECTURE.md, "Fault containment").
+                    // Settled only now: a reply that waits for room is
+                    // parked in the channel first, so from here on a
+                    // successor delivers it (`take_over`), and before
+                    // here it answers `EIO`.
                     j.settle();
                 }
                 *owed = None;
@@ -1016,6 +911,12 @@ fn serve<S: BlockStore>(
         }
     }
 }
+
+#[path = "takeover.rs"]
+mod takeover;
+#[cfg(test)]
+use takeover::settle_owed;
+use takeover::{answer_eio, deliver_parked, take_over};
 
 #[cfg(test)]
 #[path = "server_tests.rs"]

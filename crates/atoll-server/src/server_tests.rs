@@ -257,3 +257,81 @@ fn what_a_successor_appends_before_settling_does_not_make_the_owed_request_journ
     settle_owed(Some(&journal), owed, &mut chans);
     assert_eq!(next_reply(&client), None, "served anew, not failed");
 }
+
+/// A reply encoded for request `id` (a successful lookup of `/`).
+fn lookup_reply(id: u64) -> Vec<u8> {
+    let mut fs = fs();
+    let (mut scratch, mut out) = (Vec::new(), vec![0u8; MAX_FRAME]);
+    let len = serve_frame(
+        &mut fs,
+        SessionId(1),
+        &lookup_frame(id),
+        &mut scratch,
+        &mut out,
+    )
+    .expect("a lookup is answered");
+    out[..len].to_vec()
+}
+
+#[test]
+fn a_reply_parked_for_room_is_delivered_by_a_successor() {
+    use std::os::fd::AsFd;
+    let (_jfd, journal) = Journal::create(1 << 16).unwrap();
+    let (fd, server) = ServerChannel::create().unwrap();
+    let client = atoll_msg::ClientChannel::map(fd.as_fd()).unwrap();
+    let mut dying = Chan {
+        session: SessionId(1),
+        lane: 0,
+        ch: Arc::new(server),
+        pending: None,
+        requests: 0,
+    };
+    // The client sleeps on other work: its reply ring fills up.
+    let mut filler = 0u64;
+    while dying.ch.try_reply(&lookup_reply(filler)).is_ok() {
+        filler += 1;
+    }
+    // Request 500 served and journaled; its reply finds no room, is
+    // parked, and the process is killed before the client makes room.
+    journal.owe(SessionId(1), 0, 500);
+    journal.append(Kind::Request, SessionId(1), &[], b"500");
+    let parked = lookup_reply(500);
+    dying.park(&parked);
+    assert!(
+        matches!(deliver_parked(&mut dying), Ok(false)),
+        "still full"
+    );
+    drop(dying);
+
+    // The successor maps the same channel.
+    let mut fs = fs();
+    let mut chans = Vec::new();
+    let adopted = vec![Adopted {
+        session: SessionId(1),
+        lane: 0,
+        channel: Arc::new(ServerChannel::map(fd.as_fd()).unwrap()),
+        closing: false,
+    }];
+    take_over(&mut fs, Some(&journal), journal.owed(), &mut chans, adopted);
+    assert_eq!(chans[0].pending.as_deref(), Some(&parked[..]));
+    // The client drains what filled its ring; then the parked reply, the
+    // real answer and not `EIO`, reaches it, once.
+    for id in 0..filler {
+        assert_eq!(next_reply(&client), Some((id, false)));
+    }
+    assert!(matches!(deliver_parked(&mut chans[0]), Ok(true)));
+    assert_eq!(next_reply(&client), Some((500, false)));
+    assert_eq!(next_reply(&client), None, "no EIO after it");
+    assert_eq!(chans[0].ch.parked_reply(), None, "unparked");
+}
+
+#[test]
+fn an_eio_answer_that_finds_the_ring_full_is_parked_too() {
+    let (mut chans, _client) = served_channel();
+    while chans[0].ch.try_reply(&lookup_reply(1)).is_ok() {}
+    answer_eio(&mut chans, 0, 77);
+    let parked = chans[0].ch.parked_reply().expect("parked in the channel");
+    let r: ReplyFrame<'_> = decode(&parked).unwrap();
+    assert_eq!(r.id, 77);
+    assert!(matches!(r.reply, Reply::Err(Errno::EIO)));
+}

@@ -1,0 +1,150 @@
+//! Taking over from a server process that died (`server::run`): the
+//! channels the instance kept, the request the predecessor owed
+//! (`Journal::owe`) and the replies it parked in its channels
+//! (`ServerChannel::park_reply`; fos §3.4: what a restarted server needs
+//! lives outside it).
+
+use super::*;
+
+impl Chan {
+    /// Keep `reply` until the reply ring has room: here, and in the
+    /// channel's parked slot, where a successor finds it if this process
+    /// dies first (`take_over`; fos §3.4, state a restart needs lives
+    /// outside the server).
+    pub(super) fn park(&mut self, reply: &[u8]) {
+        self.ch.park_reply(reply);
+        self.pending = Some(reply.to_vec());
+    }
+
+    /// The parked reply went out.
+    pub(super) fn unpark(&mut self) {
+        self.pending = None;
+        self.ch.unpark_reply();
+    }
+}
+
+/// A server that takes over from a process that died: serve the channels
+/// the instance kept (`adopted`), forget sessions that ended meanwhile,
+/// and settle the request the dead one was serving (`Journal::owe`): done
+/// and journaled, it is answered `EIO` as `run` answers what a dying
+/// thread owed; not journaled and still in its ring, it is served again
+/// (nothing of it survived); taken but not answered, `EIO` (a reply that
+/// did go out makes this one stale, and clients drop stale replies) —
+/// unless its reply was parked in the channel, which then goes out
+/// instead. Every reply the dead one parked is delivered before the
+/// channel is served again (`deliver_parked`).
+pub(super) fn take_over<S: BlockStore>(
+    fs: &mut FileServer<S>,
+    journal: Option<&Journal>,
+    owed: Option<Owed>,
+    chans: &mut Vec<Chan>,
+    adopted: Vec<Adopted>,
+) {
+    if adopted.is_empty() && owed.is_none() {
+        return;
+    }
+    let mut closing: Vec<SessionId> = Vec::new();
+    for Adopted {
+        session,
+        lane,
+        channel: ch,
+        closing: ended,
+    } in adopted
+    {
+        if ended && !closing.contains(&session) {
+            closing.push(session);
+        }
+        // Idempotent: the session may have opened only just before.
+        kept(journal, Kind::Opened, session, || {
+            fs.session_opened(session)
+        });
+        // It no longer knows who cached what (`track`).
+        ch.raise_inbox_overflow();
+        // A reply the predecessor parked goes out first (`Chan::park`).
+        let pending = ch.parked_reply();
+        chans.push(Chan {
+            session,
+            lane,
+            ch,
+            pending,
+            requests: 0,
+        });
+    }
+    settle_owed(journal, owed, chans);
+    // Finished as the predecessor would have (a second finish of one it
+    // did finish serves nothing: its rings were drained).
+    let mut bufs = Bufs {
+        scratch: Vec::with_capacity(MAX_FRAME),
+        reply: vec![0u8; MAX_FRAME],
+        notice: vec![0u8; MAX_FRAME],
+    };
+    for s in closing {
+        on_admin(Admin::SessionClosed(s), fs, journal, chans, &mut bufs);
+    }
+    for s in fs.open_sessions() {
+        if !chans.iter().any(|c| c.session == s) {
+            kept(journal, Kind::Closed, s, || fs.session_closed(s));
+        }
+    }
+}
+
+/// Settle the request a dead predecessor was serving (`take_over`).
+pub(super) fn settle_owed(journal: Option<&Journal>, owed: Option<Owed>, chans: &mut [Chan]) {
+    let (Some(j), Some(o)) = (journal, owed) else {
+        return;
+    };
+    j.settle();
+    let Some(idx) = chans
+        .iter()
+        .position(|c| c.session == o.session && c.lane == o.lane)
+    else {
+        return;
+    };
+    let head = chans[idx]
+        .ch
+        .peek_request(|b| postcard::take_from_bytes::<u64>(b).ok().map(|(id, _)| id))
+        .ok()
+        .flatten()
+        .flatten();
+    if head == Some(o.id) {
+        if !o.journaled {
+            return; // served by the loop as if for the first time
+        }
+        let _ = chans[idx].ch.try_recv(|_| ());
+    }
+    if !is_posted(o.id) {
+        answer_eio(chans, idx, o.id);
+    }
+}
+
+/// Answer request `id` of channel `idx` with `EIO`: it was served, but the
+/// server died before its answer went out, so whether it took effect
+/// cannot be told from here (it did, if journaled; the client cannot
+/// know which).
+pub(super) fn answer_eio(chans: &mut [Chan], idx: usize, id: u64) {
+    let Some(c) = chans.get_mut(idx) else {
+        return;
+    };
+    let mut buf = [0u8; 64];
+    if let Some(n) = error_reply(id, Errno::EIO, &mut buf) {
+        if c.pending.is_none() && c.ch.try_reply(&buf[..n]).is_err() {
+            c.park(&buf[..n]);
+        }
+    }
+}
+
+/// Send the reply `c` parked, if any. `Ok(false)` while the reply ring
+/// is still full: nothing more is served from `c` until it went out.
+pub(super) fn deliver_parked(c: &mut Chan) -> Result<bool, MsgError> {
+    let Some(p) = &c.pending else {
+        return Ok(true);
+    };
+    match c.ch.try_reply(p) {
+        Ok(()) => {
+            c.unpark();
+            Ok(true)
+        }
+        Err(MsgError::Full) => Ok(false),
+        Err(e) => Err(e),
+    }
+}

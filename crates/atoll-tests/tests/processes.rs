@@ -592,6 +592,8 @@ fn fd_count(pid: u32) -> usize {
         .count()
 }
 
+/// Children of the instance process other than its own file servers
+/// (processes named `atoll-fsN`): programs it started and did not reap.
 fn child_count(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/task"))
         .unwrap()
@@ -600,6 +602,10 @@ fn child_count(pid: u32) -> usize {
             std::fs::read_to_string(t.path().join("children"))
                 .unwrap_or_default()
                 .split_whitespace()
+                .filter(|child| {
+                    let comm = std::fs::read_to_string(format!("/proc/{child}/comm"));
+                    !comm.is_ok_and(|c| c.starts_with("atoll-fs"))
+                })
                 .count()
         })
         .sum()

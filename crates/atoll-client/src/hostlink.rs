@@ -76,19 +76,7 @@ fn crosses_a_symlink(dirfd: i64, path: &PathBuf) -> bool {
 
 /// The host link `path` holds, if it is one.
 fn read_link(path: &[u8]) -> Option<Vec<u8>> {
-    let z = PathBuf::from_bytes(path).ok()?;
-    let mut buf = [0u8; sys::PATH_MAX];
-    // SAFETY: a NUL-terminated local path and a local buffer of that size.
-    let n = unsafe {
-        sys::sc(
-            libc::SYS_readlinkat,
-            libc::AT_FDCWD as u64,
-            z.as_ptr() as u64,
-            buf.as_mut_ptr() as u64,
-            buf.len() as u64,
-        )
-    };
-    (n > 0).then(|| buf[..n as usize].to_vec())
+    crate::proclink::kernel_link(path).filter(|l| !l.is_empty())
 }
 
 /// Where a relative path starts: the host cwd or the directory `dirfd`.

@@ -53,7 +53,8 @@ pub fn target(c: &Client, path: &[u8]) -> Option<Vec<u8>> {
     other_fd(core::str::from_utf8(pid).ok()?.parse().ok()?, n)
 }
 
-/// The kernel's link at `/proc/…` (`path` without its NUL).
+/// The kernel's link at `path` (without its NUL): `/proc/…` links, and
+/// host symlinks (`hostlink`).
 pub fn kernel_link(path: &[u8]) -> Option<Vec<u8>> {
     let z = crate::path::PathBuf::from_bytes(path).ok()?;
     let mut buf = [0u8; sys::PATH_MAX];

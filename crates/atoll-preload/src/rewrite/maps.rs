@@ -66,10 +66,9 @@ fn decimal(s: &[u8]) -> Option<u64> {
     })
 }
 
-/// The mapping that contains `addr`, or `None` (not mapped, or the file
-/// could not be read).
-pub fn mapping_of(addr: usize) -> Option<Mapping> {
-    let path = b"/proc/self/maps\0";
+/// Open `path` (NUL-terminated) for reading with a raw system call (the
+/// rewriter runs inside atoll's entry and may not re-enter it).
+pub fn open_read_only(path: &[u8]) -> Option<i64> {
     let fd = raw::syscall(
         libc::SYS_open,
         &[
@@ -77,9 +76,13 @@ pub fn mapping_of(addr: usize) -> Option<Mapping> {
             (libc::O_RDONLY | libc::O_CLOEXEC) as u64,
         ],
     );
-    if fd < 0 {
-        return None;
-    }
+    (fd >= 0).then_some(fd)
+}
+
+/// The mapping that contains `addr`, or `None` (not mapped, or the file
+/// could not be read).
+pub fn mapping_of(addr: usize) -> Option<Mapping> {
+    let fd = open_read_only(b"/proc/self/maps\0")?;
     let found = scan(fd as i32, addr);
     raw::syscall(libc::SYS_close, &[fd as u64]);
     found

@@ -280,17 +280,9 @@ fn store_alone(mov: usize, new: &[u8; 5]) -> bool {
 /// Does this process have one thread? Field 20 of `/proc/self/stat`
 /// (after the command name, which may hold spaces and parentheses).
 fn single_threaded() -> bool {
-    let path = b"/proc/self/stat\0";
-    let fd = raw::syscall(
-        libc::SYS_open,
-        &[
-            path.as_ptr() as u64,
-            (libc::O_RDONLY | libc::O_CLOEXEC) as u64,
-        ],
-    );
-    if fd < 0 {
+    let Some(fd) = maps::open_read_only(b"/proc/self/stat\0") else {
         return false;
-    }
+    };
     let mut buf = [0u8; 1024];
     let n = raw::syscall(
         libc::SYS_read,

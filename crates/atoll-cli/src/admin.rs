@@ -182,6 +182,23 @@ pub fn chaos(args: crate::args::ChaosArgs) -> Result<i32> {
     Ok(0)
 }
 
+/// `atoll scale`: run the file servers in N host processes, or let the
+/// instance choose.
+pub fn scale(args: crate::args::ScaleArgs) -> Result<i32> {
+    let rec = select(&args.select)?;
+    let hosts = match args.servers {
+        crate::args::ServerCount::Fixed(n) => Some(n as u32),
+        crate::args::ServerCount::Auto => None,
+    };
+    let (running, moved) = crate::bootctl::scale(&rec.socket, hosts)
+        .with_context(|| format!("instance {}", rec.id))?;
+    match hosts {
+        Some(_) => println!("{running} server process(es); {moved} file server(s) moved"),
+        None => println!("{running} server process(es) now; the count follows the load"),
+    }
+    Ok(0)
+}
+
 /// `atoll chaos --kill sched:N`: ask the scheduling server of core N to
 /// die (a word of the load table it watches), wake it with a connection,
 /// and wait until it was restarted.

@@ -86,6 +86,9 @@ pub enum Command {
     /// Inject a fault into a running instance: kill or stall a file server.
     #[command(after_help = CHAOS_AFTER_HELP)]
     Chaos(ChaosArgs),
+    /// Change how many processes run a running instance's file servers.
+    #[command(after_help = SCALE_AFTER_HELP)]
+    Scale(ScaleArgs),
     /// List the running instances of this user.
     List(ListArgs),
     /// Run the benchmark suite (see `atoll bench --help`).
@@ -108,9 +111,16 @@ pub enum Command {
 /// Options describing an instance (shared by `run` and `boot`).
 #[derive(Args, Debug, Clone)]
 pub struct InstanceArgs {
-    /// Number of file servers [default: number of usable cores]
-    #[arg(long, value_name = "N", value_parser = parse_servers)]
-    pub servers: Option<usize>,
+    /// Number of file server processes, or `auto` to follow the load
+    /// (`atoll scale` changes it later) [default: number of usable cores]
+    #[arg(long, value_name = "N|auto", value_parser = parse_server_count)]
+    pub servers: Option<ServerCount>,
+    /// Most file server processes `atoll scale` may reach: the instance
+    /// has this many file servers, which move between the processes
+    /// running [default: --servers, or the number of usable cores with
+    /// --servers auto]
+    #[arg(long, value_name = "M", value_parser = parse_servers)]
+    pub max_servers: Option<usize>,
     /// Where the instance's file system appears to programs; absolute, and
     /// must not exist on the host
     #[arg(long, value_name = "PATH", default_value = "/atoll", value_parser = parse_mount)]
@@ -314,6 +324,28 @@ channel's client gets EIO there, everyone else goes on. Examples:
   atoll chaos --id ID --kill server:1
   atoll chaos --id ID --stall server:0 --for 2s
   atoll chaos --id ID --corrupt-ring server:0";
+
+const SCALE_AFTER_HELP: &str = "\
+An instance has a fixed set of file servers (--max-servers at boot); each
+runs in one of the host processes, one per core. `atoll scale` starts or
+stops hosts and moves servers between them while programs run: a server
+that moves stops between two requests and is rebuilt from its journal in
+its new host, so programs only see a pause. `auto` lets the instance add a
+host when one is busy and remove one when all are idle. Examples:
+  id=$(atoll boot --servers 1 --max-servers 4)
+  atoll scale --id \"$id\" --servers 4
+  atoll scale --id \"$id\" --servers auto";
+
+#[derive(Args, Debug)]
+pub struct ScaleArgs {
+    #[command(flatten)]
+    pub select: SelectArgs,
+    /// Host processes to run the file servers in (1 up to the instance's
+    /// number of file servers), or
+    /// `auto` to follow the load
+    #[arg(long, value_name = "N|auto", value_parser = parse_server_count)]
+    pub servers: ServerCount,
+}
 
 #[derive(Args, Debug)]
 #[group(id = "fault", required = true, multiple = false)]
@@ -615,6 +647,22 @@ pub fn physical_memory() -> u64 {
 }
 
 /// `--servers`: 1 ..= `atoll_proto::MAX_SERVERS`.
+/// `--servers`: a count, or `auto`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ServerCount {
+    Fixed(usize),
+    Auto,
+}
+
+pub(crate) fn parse_server_count(s: &str) -> Result<ServerCount, String> {
+    if s.trim() == "auto" {
+        return Ok(ServerCount::Auto);
+    }
+    parse_servers(s)
+        .map(ServerCount::Fixed)
+        .map_err(|e| format!("{e} (or auto)"))
+}
+
 fn parse_servers(s: &str) -> Result<usize, String> {
     let n: usize = s
         .trim()
@@ -731,6 +779,9 @@ mod tests {
         assert_eq!(parse_servers("3"), Ok(3));
         assert!(parse_servers("65").is_err());
         assert!(parse_servers("x").is_err());
+        assert_eq!(parse_server_count("auto"), Ok(ServerCount::Auto));
+        assert_eq!(parse_server_count("2"), Ok(ServerCount::Fixed(2)));
+        assert!(parse_server_count("0").is_err());
     }
 
     #[test]
@@ -745,7 +796,7 @@ mod tests {
         let c = Cli::try_parse_from(["atoll", "run", "--servers", "2", "--", "ls", "-l"]).unwrap();
         let Command::Run(r) = c.command else { panic!() };
         assert_eq!(r.command, ["ls", "-l"]);
-        assert_eq!(r.instance.servers, Some(2));
+        assert_eq!(r.instance.servers, Some(ServerCount::Fixed(2)));
         let c = Cli::try_parse_from(["atoll", "run", "make", "-j8"]).unwrap();
         let Command::Run(r) = c.command else { panic!() };
         assert_eq!(r.command, ["make", "-j8"]);

@@ -104,6 +104,8 @@ impl SystemFactory for AtollFactory {
             traced,
             config: InstanceConfig {
                 servers,
+                hosts: 0,
+                auto_scale: false,
                 memory: bench_memory(),
                 mount,
                 poll: if split {

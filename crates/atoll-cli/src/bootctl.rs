@@ -75,6 +75,14 @@ pub fn chaos(socket: &Path, action: atoll_proto::boot::ChaosAction) -> io::Resul
     }
 }
 
+/// `atoll scale`: the hosts running afterwards, and servers moved.
+pub fn scale(socket: &Path, hosts: Option<u32>) -> io::Result<(u32, u32)> {
+    match request(socket, &BootRequest::Scale { hosts })? {
+        BootReply::Scaled { hosts, moved } => Ok((hosts, moved)),
+        other => Err(unexpected(other)),
+    }
+}
+
 fn unexpected(reply: BootReply) -> io::Error {
     match reply {
         BootReply::Error(msg) => io::Error::other(format!("the instance refused: {msg}")),

@@ -58,9 +58,25 @@ pub fn plan(args: &InstanceArgs) -> Result<Plan, UsageError> {
 }
 
 fn plan_with_cores(args: &InstanceArgs, cores: &[usize]) -> Result<Plan, UsageError> {
-    let servers = args
-        .servers
-        .unwrap_or(cores.len().min(atoll_proto::MAX_SERVERS));
+    let default = cores.len().min(atoll_proto::MAX_SERVERS);
+    let (hosts, auto_scale) = match args.servers {
+        Some(crate::args::ServerCount::Fixed(n)) => (Some(n), false),
+        Some(crate::args::ServerCount::Auto) => (None, true),
+        None => (None, false),
+    };
+    // The file servers are fixed for the instance's life; the processes
+    // running them can change (`atoll scale`, up to one per server).
+    let servers = match (args.max_servers, hosts) {
+        (Some(max), Some(n)) if max < n => {
+            return Err(UsageError(format!(
+                "--max-servers {max} is below --servers {n}"
+            )))
+        }
+        (Some(max), _) => max,
+        (None, Some(n)) => n,
+        (None, None) => default,
+    };
+    let hosts = hosts.unwrap_or(servers);
     let (server_cores, app_cores) = place(servers, args.split, cores)?;
     let poll = match (args.poll, args.split) {
         (Some(PollArg::Spin), _) | (None, true) => PollMode::Spin,
@@ -78,6 +94,8 @@ fn plan_with_cores(args: &InstanceArgs, cores: &[usize]) -> Result<Plan, UsageEr
     Ok(Plan {
         config: InstanceConfig {
             servers,
+            hosts,
+            auto_scale,
             memory: args.memory,
             mount: args.mount.clone(),
             poll,

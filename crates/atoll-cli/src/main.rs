@@ -65,6 +65,7 @@ fn real_main() -> i32 {
         Command::Status(a) => admin::status(a),
         Command::Stop(a) => admin::stop(a),
         Command::Chaos(a) => admin::chaos(a),
+        Command::Scale(a) => admin::scale(a),
         Command::List(a) => admin::list(a),
         Command::Bench(a) => bench::bench(a.args),
         Command::Top(a) => top::top(a),

@@ -347,19 +347,37 @@ pub fn status_text(st: &InstanceStatus, rec: &InstanceRecord) -> String {
                 h.recovery_us as f64 / 1000.0
             ),
         };
-        // A server process: which one, and for how long (`process`).
+        // A server process: which host, and for how long (`hosts`).
         let process = match h.pid {
             0 => String::new(),
             pid => format!(
-                ", pid {pid}, core {}, up {:.1} s",
+                ", host {} (pid {pid}), core {}, up {:.1} s{}",
+                h.host,
                 h.core,
-                h.uptime_ms as f64 / 1000.0
+                h.uptime_ms as f64 / 1000.0,
+                match h.moves {
+                    0 => String::new(),
+                    n => format!(", moved {n}×"),
+                }
             ),
         };
         let _ = writeln!(
             out,
             "  server {}   {}{process}{rebuilt}{why}",
             h.server, h.state
+        );
+    }
+    if st.scaling.hosts > 0 {
+        let _ = writeln!(
+            out,
+            "hosts        {} of at most {}, {}{}",
+            st.scaling.hosts,
+            st.scaling.max_hosts,
+            if st.scaling.auto { "auto" } else { "fixed" },
+            match st.scaling.changes {
+                0 => String::new(),
+                n => format!(", changed {n}×"),
+            }
         );
     }
     for (core, _, _, restarts) in sched_servers(rec).into_iter().filter(|s| s.3 > 0) {
@@ -653,6 +671,8 @@ pub fn status_json(st: &InstanceStatus, rec: &InstanceRecord) -> serde_json::Val
         "servers": servers_json(&st.servers),
         // Up, stalled or down (`atoll chaos`, fault containment).
         "health": st.health,
+        // Host processes running the servers (`atoll scale`).
+        "scaling": st.scaling,
         // Not in `servers_json`: `--stats-json` and the benchmarks take
         // differences of every number there, and inode ids are no counts.
         "hot_dirs": st

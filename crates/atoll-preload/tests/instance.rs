@@ -31,6 +31,8 @@ fn boot() -> Booted {
     let mount = format!("/atoll-preload-test-{}", std::process::id());
     let config = InstanceConfig {
         servers: 2,
+        hosts: 0,
+        auto_scale: false,
         memory: 64 << 20,
         mount: mount.clone(),
         poll: PollMode::Block,

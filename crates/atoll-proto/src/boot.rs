@@ -194,6 +194,10 @@ pub enum BootRequest {
     ChildPid { pid: u32 },
     /// Inject a fault (`atoll chaos`). Reply: `Done` or `Error`.
     Chaos(ChaosAction),
+    /// Run the file servers in this many host processes (`atoll scale`);
+    /// `None`: let the instance choose as the load changes (`auto`).
+    /// Reply: `Scaled` or `Error`.
+    Scale { hosts: Option<u32> },
 }
 
 /// A fault `atoll chaos` injects into a running instance, for tests of
@@ -245,6 +249,12 @@ pub struct ServerHealth {
     /// Can it be rebuilt if it dies? (A journal, not full.)
     #[serde(default)]
     pub recoverable: bool,
+    /// The host process it runs in (`atoll scale`; 0 for server threads).
+    #[serde(default)]
+    pub host: u32,
+    /// Times it moved to another host.
+    #[serde(default)]
+    pub moves: u32,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug)]
@@ -266,6 +276,11 @@ pub enum BootReply {
     /// A request without an answer of its own was carried out (`Chaos`).
     Done,
     Error(String),
+    /// The servers run in `hosts` hosts now; `moved` of them changed host.
+    Scaled {
+        hosts: u32,
+        moved: u32,
+    },
 }
 
 /// Snapshot for `atoll status`.
@@ -309,6 +324,23 @@ pub struct InstanceStatus {
     pub syscall_sites: String,
     #[serde(default)]
     pub syscall_sites_why: String,
+    /// How the file servers are hosted (`atoll scale`).
+    #[serde(default)]
+    pub scaling: Scaling,
+}
+
+/// How many host processes run the file servers, and who decides.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Scaling {
+    /// Host processes running now (0: servers are threads of the instance).
+    pub hosts: u32,
+    /// The most hosts there can be: one per server (`--max-servers`), at
+    /// most one per usable core.
+    pub max_hosts: u32,
+    /// `--servers auto`: the instance changes the count with the load.
+    pub auto: bool,
+    /// Times the count changed.
+    pub changes: u64,
 }
 
 /// Largest bootstrap packet.

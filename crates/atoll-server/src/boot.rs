@@ -45,6 +45,9 @@ pub struct Servers {
     pub links: Vec<ServerLink>,
     pub control: Control,
     pub health: Arc<crate::health::Health>,
+    /// Where `atoll scale` goes: the watchdog (`None`: server threads,
+    /// which do not move).
+    pub scaler: std::sync::Mutex<Option<std::sync::mpsc::Sender<crate::watchdog::ScaleRequest>>>,
 }
 
 impl Servers {
@@ -134,6 +137,29 @@ impl Servers {
             }
         }
         Ok(())
+    }
+
+    /// Run the servers in `hosts` host processes (`None`: automatically)
+    /// and wait until they do (`atoll scale`; `watchdog`). Returns the
+    /// hosts running and how many servers moved.
+    pub fn scale(&self, hosts: Option<usize>) -> Result<(usize, usize), String> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let sent = self
+            .scaler
+            .lock()
+            .map_err(|_| "the watchdog is gone".to_string())?
+            .as_ref()
+            .ok_or_else(|| {
+                "its file servers are threads of the instance (--without processes, or \
+                 --trace), which do not move between processes"
+                    .to_string()
+            })?
+            .send(crate::watchdog::ScaleRequest { hosts, reply: tx });
+        sent.map_err(|_| "the watchdog is gone".to_string())?;
+        // A move replays a journal, which takes about 2 s per million
+        // records; a generous bound, never a hang.
+        rx.recv_timeout(std::time::Duration::from_secs(600))
+            .map_err(|_| "the watchdog did not answer".to_string())?
     }
 
     pub fn len(&self) -> usize {
@@ -470,6 +496,17 @@ impl Boot {
             (BootRequest::Chaos(action), _) => self.p.servers.chaos(action).map(|()| {
                 self.reply(token, &BootReply::Done, &[]);
             }),
+            (BootRequest::Scale { hosts }, _) => self
+                .p
+                .servers
+                .scale(hosts.map(|h| h as usize))
+                .map(|(hosts, moved)| {
+                    let reply = BootReply::Scaled {
+                        hosts: hosts as u32,
+                        moved: moved as u32,
+                    };
+                    self.reply(token, &reply, &[]);
+                }),
         };
         if let Err(msg) = result {
             self.reply(token, &BootReply::Error(msg), &[]);
@@ -584,6 +621,15 @@ impl Boot {
                 .filter_map(|c| c.session.map(|s| (s.0, c.pid)))
                 .collect(),
             health: self.p.servers.health.report(),
+            scaling: {
+                let (hosts, auto, changes) = self.p.servers.health.scaling();
+                atoll_proto::boot::Scaling {
+                    hosts,
+                    max_hosts: self.p.servers.len() as u32,
+                    auto,
+                    changes,
+                }
+            },
         }
     }
 }

@@ -22,7 +22,7 @@
 //! rebuilt (`--without recovery`, a full journal, a replay that went
 //! differently) stays down as described above.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -32,6 +32,11 @@ use atoll_proto::boot::ServerHealth;
 pub struct Health {
     started: Instant,
     servers: Vec<One>,
+    /// Server hosts running now, whether `--servers auto` decides, and how
+    /// many times the count changed (`hosts`, `watchdog`).
+    hosts: AtomicU32,
+    auto: AtomicBool,
+    scalings: AtomicU64,
 }
 
 struct One {
@@ -41,7 +46,10 @@ struct One {
     tid: AtomicU32,
     /// The server's process, when servers are processes (`process`).
     pid: AtomicU32,
-    core: i32,
+    core: AtomicI32,
+    /// The host it runs in (`hosts`), and how many times it moved.
+    host: AtomicU32,
+    moves: AtomicU32,
     reason: Mutex<String>,
     restarts: AtomicU32,
     recovery_us: AtomicU64,
@@ -61,7 +69,9 @@ impl Health {
                     stalled_until_ms: AtomicU64::new(0),
                     tid: AtomicU32::new(0),
                     pid: AtomicU32::new(0),
-                    core: c.map_or(-1, |c| c as i32),
+                    core: AtomicI32::new(c.map_or(-1, |c| c as i32)),
+                    host: AtomicU32::new(0),
+                    moves: AtomicU32::new(0),
                     reason: Mutex::new(String::new()),
                     restarts: AtomicU32::new(0),
                     recovery_us: AtomicU64::new(0),
@@ -69,7 +79,43 @@ impl Health {
                     journal: Mutex::new(None),
                 })
                 .collect(),
+            hosts: AtomicU32::new(0),
+            auto: AtomicBool::new(false),
+            scalings: AtomicU64::new(0),
         }
+    }
+
+    /// Server `i` runs in host `host` (process `pid`, on `core`), having
+    /// moved there when `moved` (`watchdog`).
+    pub fn placed(&self, i: usize, host: usize, pid: u32, core: Option<usize>, moved: bool) {
+        if let Some(s) = self.servers.get(i) {
+            s.host.store(host as u32, Ordering::Relaxed);
+            s.core
+                .store(core.map_or(-1, |c| c as i32), Ordering::Relaxed);
+            self.started_pid(i, pid);
+            if moved {
+                s.moves.fetch_add(1, Ordering::Relaxed);
+                s.since_ms.store(self.now_ms(), Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// `hosts` hosts run now; `changed`: the count just changed.
+    pub fn set_hosts(&self, hosts: usize, auto: bool, changed: bool) {
+        self.hosts.store(hosts as u32, Ordering::Relaxed);
+        self.auto.store(auto, Ordering::Relaxed);
+        if changed {
+            self.scalings.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Hosts running, whether the count is automatic, and its changes.
+    pub fn scaling(&self) -> (u32, bool, u64) {
+        (
+            self.hosts.load(Ordering::Relaxed),
+            self.auto.load(Ordering::Relaxed),
+            self.scalings.load(Ordering::Relaxed),
+        )
     }
 
     fn now_ms(&self) -> u64 {
@@ -193,7 +239,9 @@ impl Health {
                 ServerHealth {
                     server: i as u32,
                     state: state.into(),
-                    core: s.core,
+                    core: s.core.load(Ordering::Relaxed),
+                    host: s.host.load(Ordering::Relaxed),
+                    moves: s.moves.load(Ordering::Relaxed),
                     tid: s.tid.load(Ordering::Relaxed),
                     pid: s.pid.load(Ordering::Relaxed),
                     uptime_ms: now_ms.saturating_sub(s.since_ms.load(Ordering::Relaxed)),

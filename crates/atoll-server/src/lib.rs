@@ -23,15 +23,18 @@
 //! requests (`fs::blocks`), so `ENOSPC` comes only when the instance's
 //! memory is all in use.
 
+pub mod autoscale;
 pub mod boot;
 pub mod fs;
 pub mod health;
+pub mod hosts;
 pub mod journal;
 pub mod process;
 pub mod server;
 pub mod store;
 mod sys;
 pub mod trace;
+pub mod watchdog;
 pub mod wedge;
 
 #[cfg(test)]
@@ -57,8 +60,15 @@ use server::{Admin, ServerParams};
 /// Everything needed to boot an instance.
 #[derive(Clone, Debug)]
 pub struct InstanceConfig {
-    /// Number of file servers (default: one per core).
+    /// Number of file servers (default: one per core): fixed for the
+    /// instance's life (`--max-servers`; `hosts`).
     pub servers: usize,
+    /// Host processes the servers run in at boot (`--servers`; `hosts`);
+    /// `atoll scale` changes it, up to `servers`. Ignored for server
+    /// threads. 0: one per server.
+    pub hosts: usize,
+    /// `--servers auto`: the host count follows the load (`autoscale`).
+    pub auto_scale: bool,
     /// Buffer cache size in bytes (rounded down to whole blocks).
     pub memory: u64,
     /// Absolute mount path (must not exist on the host).
@@ -247,18 +257,38 @@ impl Instance {
             links.push(link);
             server_threads.extend(thread);
         }
+        let (scale_tx, scale_rx) = mpsc::channel();
         let servers = Arc::new(Servers {
             links,
             control,
             health,
+            scaler: std::sync::Mutex::new(server_exe.is_some().then_some(scale_tx)),
         });
         let watch_quit = Arc::new(AtomicBool::new(false));
-        let watchdog = match server_exe {
+        let watchdog = match &server_exe {
             None => None,
-            Some(_) => Some(
-                start_watchdog(servers.clone(), pool.clone(), watch_quit.clone())
-                    .map_err(cleanup)?,
-            ),
+            Some(exe) => {
+                let plan = watchdog::HostPlan {
+                    exe: exe.clone(),
+                    cores: (0..n)
+                        .map(|i| config.server_cores.get(i).copied())
+                        .collect(),
+                    initial: match (config.auto_scale, config.hosts) {
+                        (true, _) => 1,
+                        (false, 0) => n,
+                        (false, h) => h.min(n),
+                    },
+                    auto: config.auto_scale,
+                };
+                let dog = watchdog::Watchdog::new(
+                    servers.clone(),
+                    pool.clone(),
+                    watch_quit.clone(),
+                    plan,
+                    scale_rx,
+                );
+                Some(start_watchdog(dog).map_err(cleanup)?)
+            }
         };
 
         let socket_path = runtime_dir.join("boot.sock");
@@ -457,7 +487,6 @@ impl ServerContext<'_> {
                 exe: exe.clone(),
                 fs,
                 poll: self.poll,
-                pin,
                 adaptive: config.adaptive_dirs,
                 cache_fd: self.cache_fd.try_clone()?,
                 control_fd: self.control_fd.try_clone()?,
@@ -490,19 +519,12 @@ impl ServerContext<'_> {
     }
 }
 
-/// Start the watchdog thread, which starts every server process and
-/// restarts those that die (`process`); returns once all are serving.
+/// Start the watchdog thread, which starts the server hosts and restarts
+/// those that die (`watchdog`); returns once all servers are serving.
 fn start_watchdog(
-    servers: Arc<Servers>,
-    pool: Arc<atoll_msg::BlockPool>,
-    quit: Arc<AtomicBool>,
+    mut dog: watchdog::Watchdog,
 ) -> std::io::Result<JoinHandle<Vec<Option<ServerStats>>>> {
     let (tx, rx) = mpsc::channel();
-    let dog = process::Watchdog {
-        servers,
-        pool,
-        quit,
-    };
     let h = std::thread::Builder::new()
         .name("atoll-watchdog".into())
         .spawn(move || {

@@ -27,7 +27,6 @@ use std::io::{IoSlice, IoSliceMut};
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender, TryRecvError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -42,6 +41,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::fs::FsConfig;
 use crate::health::Health;
+use crate::hosts::Host;
 use crate::journal::Journal;
 use crate::server::{Admin, Inbox, ServerParams};
 
@@ -122,7 +122,7 @@ enum FromServer {
     Closed(u64),
 }
 
-fn send<T: Serialize>(
+pub(crate) fn send<T: Serialize>(
     sock: BorrowedFd<'_>,
     msg: &T,
     fds: &[BorrowedFd<'_>],
@@ -140,7 +140,7 @@ fn send<T: Serialize>(
 
 /// One message with its descriptors; `Ok(None)`: nothing there now
 /// (`DONTWAIT`); `Err(BrokenPipe)` once the peer is gone.
-fn recv<T: for<'de> Deserialize<'de>>(
+pub(crate) fn recv<T: for<'de> Deserialize<'de>>(
     sock: BorrowedFd<'_>,
     buf: &mut [u8],
     flags: RecvFlags,
@@ -261,22 +261,24 @@ impl Mailbox {
     }
 }
 
-/// `atoll __fs-server`: run the file server whose socket is stdin.
+/// `atoll __fs-server`: run a host (`hosts`) whose socket is stdin.
 /// Returns the process's exit status.
 pub fn child_main() -> i32 {
     // SAFETY: stdin is this process's from its start, handed over by the
-    // instance (`spawn`); nothing else in the process owns it.
+    // instance (`Host::start`); nothing else in the process owns it.
     let sock = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(0) };
-    match serve_child(sock) {
+    match crate::hosts::host_main(sock) {
         Ok(()) => 0,
         Err(e) => {
-            tracing::error!("file server process: {e}");
+            tracing::error!("file server host: {e}");
             1
         }
     }
 }
 
-fn serve_child(sock: OwnedFd) -> std::io::Result<()> {
+/// Run the file server whose socket is `sock`, in a thread of its host,
+/// until it is told to stop (or moved away: the same thing here).
+pub(crate) fn serve_server(sock: OwnedFd) -> std::io::Result<()> {
     let mut buf = vec![0u8; MAX_MESSAGE];
     let Some((
         ToServer::Start {
@@ -286,7 +288,7 @@ fn serve_child(sock: OwnedFd) -> std::io::Result<()> {
             adaptive,
             journal,
             resume,
-            instance_pid,
+            instance_pid: _,
             hash_keys,
         },
         fds,
@@ -294,13 +296,10 @@ fn serve_child(sock: OwnedFd) -> std::io::Result<()> {
     else {
         return Err(std::io::Error::other("no start message"));
     };
-    if !crate::fs::seeded::use_keys(hash_keys) {
-        return Err(std::io::Error::other("hash keys chosen before the start"));
-    }
-    // Die with the instance (also if it died before this line).
-    rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))?;
-    if rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get() as u32) != instance_pid {
-        return Err(std::io::Error::other("the instance is gone"));
+    // The host took the instance's keys; a server hashing with others
+    // could not be replayed by a successor (`fs::seeded`).
+    if hash_keys != crate::fs::seeded::keys() {
+        return Err(std::io::Error::other("hash keys differ from the host's"));
     }
     let want = if journal { 4 } else { 3 };
     if fds.len() != want {
@@ -342,7 +341,7 @@ fn serve_child(sock: OwnedFd) -> std::io::Result<()> {
         }
     }
     let index = fs.index;
-    // `ps` and `top` show which server this is.
+    // `top -H` shows which server this thread is.
     let _ = rustix::thread::set_name(
         &std::ffi::CString::new(format!("atoll-fs{index}")).unwrap_or_default(),
     );
@@ -386,12 +385,11 @@ fn serve_child(sock: OwnedFd) -> std::io::Result<()> {
 
 // -------------------------------------------------------------- instance side
 
-/// What every process of one server is started with.
+/// What every start of one server is made from.
 pub struct Recipe {
     pub exe: PathBuf,
     pub fs: FsConfig,
     pub poll: PollMode,
-    pub pin: Option<usize>,
     pub adaptive: bool,
     pub cache_fd: OwnedFd,
     pub control_fd: OwnedFd,
@@ -399,8 +397,8 @@ pub struct Recipe {
     pub journal_fd: Option<OwnedFd>,
 }
 
-/// One file server process as the instance sees it: its socket, its
-/// process, and the memfd of every channel it serves.
+/// One file server as the instance sees it: its socket, the host it runs
+/// in (`hosts`), and the memfd of every channel it serves.
 pub struct ServerProcess {
     recipe: Recipe,
     /// The control block, whose doorbell wakes the server to read its
@@ -418,15 +416,11 @@ struct Kept {
     closing: bool,
 }
 
-struct Link {
+pub(crate) struct Link {
     sock: Option<OwnedFd>,
-    child: Option<std::process::Child>,
-    started: Option<Instant>,
+    pub(crate) host: Option<Arc<Host>>,
     channels: Vec<Kept>,
     seq: u64,
-    /// Why the instance killed the process itself (`atoll chaos --kill`, a
-    /// wedge), told as the reason of the death that follows.
-    killed_because: Option<String>,
     buf: Vec<u8>,
 }
 
@@ -437,28 +431,41 @@ impl ServerProcess {
             recipe,
             link: Mutex::new(Link {
                 sock: None,
-                child: None,
-                started: None,
+                host: None,
                 channels: Vec::new(),
                 seq: 0,
-                killed_because: None,
                 buf: vec![0u8; MAX_MESSAGE],
             }),
         })
     }
 
-    fn link(&self) -> std::sync::MutexGuard<'_, Link> {
+    pub(crate) fn link(&self) -> std::sync::MutexGuard<'_, Link> {
         self.link.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The server's process id (0: none running).
-    pub fn pid(&self) -> u32 {
-        self.link().child.as_ref().map_or(0, |c| c.id())
+    fn index(&self) -> usize {
+        self.recipe.fs.index
     }
 
-    /// Start a process (a successor when `resume`) and hand it every
-    /// channel; returns how long it took to rebuild, if it did.
-    fn spawn(&self, link: &mut Link, resume: bool) -> Result<Option<u64>, String> {
+    /// The process id of the server's host (0: none running).
+    pub fn pid(&self) -> u32 {
+        self.link().host.as_ref().map_or(0, |h| h.pid())
+    }
+
+    /// The host the server runs in.
+    pub fn host(&self) -> Option<Arc<Host>> {
+        self.link().host.clone()
+    }
+
+    /// Start the server in `host` (a successor, or a server that moved
+    /// there, when `resume`) and hand it every channel; returns how long
+    /// it took to rebuild, if it did.
+    pub(crate) fn spawn(
+        &self,
+        link: &mut Link,
+        host: &Arc<Host>,
+        resume: bool,
+    ) -> Result<Option<u64>, String> {
         let (ours, theirs) = rustix::net::socketpair(
             rustix::net::AddressFamily::UNIX,
             rustix::net::SocketType::SEQPACKET,
@@ -468,20 +475,17 @@ impl ServerProcess {
         .map_err(|e| e.to_string())?;
         let _ = rustix::net::sockopt::set_socket_send_buffer_size(&ours, MAX_MESSAGE);
         let _ = rustix::net::sockopt::set_socket_send_buffer_size(&theirs, MAX_MESSAGE);
-        let child = std::process::Command::new(&self.recipe.exe)
-            .arg(SUBCOMMAND)
-            .stdin(std::process::Stdio::from(theirs))
-            .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", self.recipe.exe.display()))?;
-        link.child = Some(child);
-        link.started = Some(Instant::now());
+        host.serve(theirs)?;
+        link.host = Some(host.clone());
         let r = &self.recipe;
         let mut fds = vec![r.cache_fd.as_fd(), r.control_fd.as_fd(), r.pool_fd.as_fd()];
         fds.extend(r.journal_fd.as_ref().map(|f| f.as_fd()));
+        let mut fs = r.fs.clone();
+        fs.core = host.core.map_or(-1, |c| c as i32);
         let start = ToServer::Start {
-            fs: r.fs.clone(),
+            fs,
             poll: r.poll,
-            pin: r.pin,
+            pin: host.core,
             adaptive: r.adaptive,
             journal: r.journal_fd.is_some(),
             resume,
@@ -513,7 +517,7 @@ impl ServerProcess {
         }
     }
 
-    /// The next message from the process, waiting until `deadline`.
+    /// The next message from the server, waiting until `deadline`.
     fn answer(link: &mut Link, deadline: Instant) -> Result<FromServer, String> {
         let Some(sock) = link.sock.as_ref() else {
             return Err("no process".into());
@@ -555,7 +559,7 @@ impl ServerProcess {
             .sock
             .as_ref()
             .is_some_and(|s| send(s.as_fd(), msg, fds).is_ok());
-        self.control.doorbell(self.recipe.fs.index).ring();
+        self.control.doorbell(self.index()).ring();
         sent
     }
 
@@ -571,8 +575,8 @@ impl ServerProcess {
             lane,
             closing: false,
         };
-        // A process that just died gets it from the registry when its
-        // successor starts.
+        // A server that just died, or is moving, gets it from the registry
+        // when it starts again.
         let _ = self.tell(&link, &msg, &[fd]);
         link.channels.push(Kept {
             session,
@@ -585,17 +589,21 @@ impl ServerProcess {
 
     /// Forget the channels of sessions the server finished
     /// (`FromServer::Closed`); other messages here are stale answers.
-    pub fn drain_confirmations(&self) {
+    /// `Some(why)` when the server said it is down for good, or its
+    /// socket closed (its thread ended while its host lives on).
+    pub fn drain_confirmations(&self) -> Option<String> {
         let mut link = self.link();
         let link = &mut *link;
-        let Some(sock) = link.sock.as_ref() else {
-            return;
-        };
-        while let Ok(Some((msg, _))) =
-            recv::<FromServer>(sock.as_fd(), &mut link.buf, RecvFlags::DONTWAIT)
-        {
-            if let FromServer::Closed(s) = msg {
-                link.channels.retain(|k| k.session != SessionId(s));
+        let sock = link.sock.as_ref()?;
+        loop {
+            match recv::<FromServer>(sock.as_fd(), &mut link.buf, RecvFlags::DONTWAIT) {
+                Ok(Some((FromServer::Closed(s), _))) => {
+                    link.channels.retain(|k| k.session != SessionId(s));
+                }
+                Ok(Some((FromServer::Down(why), _))) => return Some(why),
+                Ok(Some(_)) => {}
+                Ok(None) => return None,
+                Err(e) => return Some(format!("its thread ended ({e})")),
             }
         }
     }
@@ -625,11 +633,11 @@ impl ServerProcess {
             Admin::DirNames(dirs, tx) => return self.ask_names(&mut link, dirs, tx),
             Admin::Crash => {
                 // SIGKILL at whatever instruction the server is: a real
-                // death, with no cleanup of its own.
-                let link = &mut *link;
-                link.killed_because = Some("killed by atoll chaos".into());
-                if let Some(c) = link.child.as_mut() {
-                    let _ = c.kill();
+                // death, with no cleanup of its own. Its host is its fault
+                // domain, so the servers beside it die too (and are
+                // rebuilt with it).
+                if let Some(h) = &link.host {
+                    h.kill("killed by atoll chaos".into());
                 }
                 return;
             }
@@ -675,14 +683,15 @@ impl ServerProcess {
         }
     }
 
-    /// Ask the process to stop, wait for it (killing it if it does not
-    /// stop in time) and return its final statistics.
-    pub fn stop(&self) -> Option<ServerStats> {
-        let mut link = self.link();
+    /// Ask the server to stop, between two requests, and wait for its
+    /// final statistics (`None`: it did not answer in time). Its host
+    /// goes on; the channels stay with the instance, for a server that
+    /// takes over (a move, `watchdog`).
+    pub(crate) fn stop_in(&self, link: &mut Link) -> Option<ServerStats> {
         let mut stats = None;
-        if self.tell(&link, &ToServer::Shutdown, &[]) {
+        if self.tell(link, &ToServer::Shutdown, &[]) {
             let deadline = Instant::now() + ANSWER_TIMEOUT;
-            while let Ok(msg) = Self::answer(&mut link, deadline) {
+            while let Ok(msg) = Self::answer(link, deadline) {
                 if let FromServer::Stopped(s) = msg {
                     stats = Some(s);
                     break;
@@ -690,155 +699,13 @@ impl ServerProcess {
             }
         }
         link.sock = None;
-        if let Some(mut c) = link.child.take() {
-            let deadline = Instant::now() + ANSWER_TIMEOUT;
-            while matches!(c.try_wait(), Ok(None)) && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(2));
-            }
-            if matches!(c.try_wait(), Ok(None)) {
-                let _ = c.kill();
-            }
-            let _ = c.wait();
-        }
+        link.host = None;
         stats
     }
-}
 
-/// How a process ended, in words.
-fn describe(status: std::process::ExitStatus) -> String {
-    use std::os::unix::process::ExitStatusExt;
-    match (status.code(), status.signal()) {
-        (Some(code), _) => format!("its process exited with status {code}"),
-        (_, Some(sig)) => format!("its process was killed by signal {sig}"),
-        _ => "its process ended".into(),
-    }
-}
-
-/// The watchdog: starts every server process, then waits on their pidfds
-/// and starts a successor for each one that dies, until `quit`.
-pub struct Watchdog {
-    pub servers: Arc<crate::boot::Servers>,
-    pub pool: Arc<BlockPool>,
-    pub quit: Arc<AtomicBool>,
-}
-
-impl Watchdog {
-    /// Start the processes (from this thread, which lives as long as the
-    /// instance: `PR_SET_PDEATHSIG` follows the thread that forked).
-    pub fn start_all(&self) -> Result<(), String> {
-        for i in 0..self.servers.len() {
-            let Some(p) = self.servers.process(i) else {
-                continue;
-            };
-            let mut link = p.link();
-            p.spawn(&mut link, false)?;
-            self.servers.health.started_pid(i, p_pid(&link));
-        }
-        Ok(())
-    }
-
-    /// Stop every server process and return its final statistics. Done by
-    /// the watchdog thread itself: a server dies with the thread that
-    /// started it (`PR_SET_PDEATHSIG`).
-    pub fn stop_all(&self) -> Vec<Option<ServerStats>> {
-        (0..self.servers.len())
-            .map(|i| self.servers.process(i).and_then(|p| p.stop()))
-            .collect()
-    }
-
-    /// Kill server `i`'s process if it owes one request beyond the bound
-    /// (`wedge`): its death is then handled as any other.
-    fn kill_if_wedged(&self, i: usize, watch: &mut crate::wedge::WedgeWatch) {
-        let (Some(p), Some(j)) = (self.servers.process(i), self.servers.health.journal(i)) else {
-            return;
-        };
-        let owed = j.owed();
-        let Some(stuck) = watch.observe(i, owed.as_ref(), Instant::now()) else {
-            return;
-        };
-        let mut link = p.link();
-        if link.killed_because.is_some() {
-            return; // already on its way out
-        }
-        let id = owed.map_or(0, |o| o.id);
-        let why = format!(
-            "wedged: request {id} unanswered for {:.1} s; killed",
-            stuck.as_secs_f64()
-        );
-        tracing::error!("file server {i} {why}");
-        let link = &mut *link;
-        if let Some(c) = link.child.as_mut() {
-            link.killed_because = Some(why);
-            let _ = c.kill();
-        }
-    }
-
-    /// Watch until `quit`.
-    pub fn watch(&self) {
-        let mut wedges =
-            crate::wedge::WedgeWatch::new(self.servers.len(), crate::wedge::bound_from_env());
-        while !self.quit.load(Ordering::Acquire) {
-            let pidfds: Vec<(usize, OwnedFd)> = (0..self.servers.len())
-                .filter_map(|i| {
-                    let pid = self.servers.process(i)?.pid();
-                    let pid = rustix::process::Pid::from_raw(pid as i32)?;
-                    let fd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty())
-                        .ok()?;
-                    Some((i, fd))
-                })
-                .collect();
-            let mut pfds: Vec<_> = pidfds
-                .iter()
-                .map(|(_, fd)| rustix::event::PollFd::new(fd, rustix::event::PollFlags::IN))
-                .collect();
-            let ts = rustix::event::Timespec {
-                tv_sec: 0,
-                tv_nsec: 50_000_000,
-            };
-            if pfds.is_empty() {
-                std::thread::sleep(Duration::from_millis(50));
-                continue;
-            }
-            let _ = rustix::event::poll(&mut pfds, Some(&ts));
-            for i in 0..self.servers.len() {
-                if let Some(p) = self.servers.process(i) {
-                    p.drain_confirmations();
-                }
-                self.kill_if_wedged(i, &mut wedges);
-            }
-            let ended: Vec<usize> = pfds
-                .iter()
-                .zip(&pidfds)
-                .filter(|(p, _)| !p.revents().is_empty())
-                .map(|(_, (i, _))| *i)
-                .collect();
-            drop(pfds);
-            for i in ended {
-                if self.quit.load(Ordering::Acquire) {
-                    return;
-                }
-                self.recover(i);
-                wedges.forget(i);
-            }
-        }
-    }
-
-    /// Server `i`'s process ended: start a successor, or mark it down.
-    fn recover(&self, i: usize) {
-        let Some(p) = self.servers.process(i) else {
-            return;
-        };
-        let t0 = Instant::now();
-        let mut link = p.link();
-        let Some(status) = link
-            .child
-            .as_mut()
-            .and_then(|c| c.try_wait().ok().flatten())
-        else {
-            return;
-        };
-        link.child = None;
-        // What it said last, if anything (a server that gave up says why).
+    /// Forget the server's socket and host (they died); what it said last
+    /// before dying, if it said it is down for good.
+    pub(crate) fn forget_dead(&self, link: &mut Link) -> Option<String> {
         let mut said = None;
         if let Some(sock) = link.sock.take() {
             while let Ok(Some((msg, _))) =
@@ -853,52 +720,17 @@ impl Watchdog {
                 }
             }
         }
-        let reason = link
-            .killed_because
-            .take()
-            .unwrap_or_else(|| describe(status));
-        tracing::error!("file server {i} died: {reason}");
-        let journal = self.servers.health.journal(i);
-        let cannot = match (said, &journal) {
-            (Some(why), _) => Some(why),
-            (None, None) => Some("no journal (--without recovery)".to_string()),
-            (None, Some(j)) if j.full() => Some("its journal filled up".to_string()),
-            _ => None,
-        };
-        let outcome = match cannot {
-            Some(why) => Err(why),
-            None => {
-                self.pool.release_rep(i);
-                p.spawn(&mut link, true)
-            }
-        };
-        match outcome {
-            Ok(_) => {
-                self.servers.health.restarted(i, &reason, t0.elapsed());
-                self.servers.health.started_pid(i, p_pid(&link));
-                tracing::warn!("file server {i} restarted in {:?}", t0.elapsed());
-            }
-            Err(why) => {
-                let reason = format!("{reason}; not rebuilt: {why}");
-                tracing::error!("file server {i} is down: {reason}");
-                if let Some(mut c) = link.child.take() {
-                    let _ = c.kill();
-                    let _ = c.wait();
-                }
-                link.sock = None;
-                self.servers.health.mark_down(i, &reason);
-                self.servers.health.started_pid(i, 0);
-                self.servers.control.set_down(i);
-                for k in link.channels.drain(..) {
-                    if let Ok(ch) = ServerChannel::map(k.memfd.as_fd()) {
-                        ch.close();
-                    }
-                }
+        link.host = None;
+        said
+    }
+
+    /// Close every channel kept for the server: it is down for good, and
+    /// its clients get `EIO`.
+    pub(crate) fn close_channels(&self, link: &mut Link) {
+        for k in link.channels.drain(..) {
+            if let Ok(ch) = ServerChannel::map(k.memfd.as_fd()) {
+                ch.close();
             }
         }
     }
-}
-
-fn p_pid(link: &Link) -> u32 {
-    link.child.as_ref().map_or(0, |c| c.id())
 }

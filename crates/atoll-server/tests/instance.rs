@@ -21,6 +21,8 @@ use rustix::net::{
 fn config(root: &Path, servers: usize) -> InstanceConfig {
     InstanceConfig {
         servers,
+        hosts: 0,
+        auto_scale: false,
         memory: 64 * 4096,
         mount: "/atoll-test".into(),
         poll: PollMode::Block,

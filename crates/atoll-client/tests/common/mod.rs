@@ -32,6 +32,8 @@ pub fn env_with(servers: usize) -> &'static Env {
         let mount = format!("/atoll-client-test-{}", std::process::id());
         let inst = Instance::boot(InstanceConfig {
             servers,
+            hosts: 0,
+            auto_scale: false,
             memory: 64 << 20,
             mount: mount.clone(),
             poll: PollMode::Adaptive,

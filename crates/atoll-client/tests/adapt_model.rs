@@ -1,13 +1,17 @@
-//! Adaptive directories against a model (Hare §6.1.2): random sequences of
-//! create, mkdir, link, rename, unlink, rmdir and listing in two
-//! directories, interleaved with random swaps between centralized and
-//! distributed, on an in-process instance of three file servers, compared
-//! after every step with a map of names. What is compared is what programs
-//! see: each name listed exactly once, the errno of each call as Linux
-//! gives it, link counts of files, subdirectories and the two directories,
-//! hard links sharing an inode; a listing read part-way, then across a
-//! swap, returns every entry once. (Scaling the number of servers, which
-//! the same property should cover, does not exist yet.)
+//! Adaptive directories and the elastic server count against a model
+//! (Hare §6.1.2, §6.1.1): random sequences of create, mkdir, link, rename,
+//! unlink, rmdir and listing in two directories, interleaved with random
+//! swaps between centralized and distributed and random changes of the
+//! number of host processes the three file servers run in (`atoll
+//! scale`: servers move between hosts), on an in-process instance,
+//! compared after every step with a map of names. What is compared is
+//! what programs see: each name listed exactly once, the errno of each
+//! call as Linux gives it, link counts of files, subdirectories and the
+//! two directories, hard links sharing an inode; a listing read part-way,
+//! then across a swap or a move, returns every entry once.
+//!
+//! The server hosts are this test binary started again with the server
+//! subcommand (so it has its own `main`, not the test harness).
 
 mod common;
 use common::*;
@@ -46,6 +50,10 @@ enum Op {
     Swap(usize, bool),
     /// Read the first `u8` records of a listing, swap to `bool`, read on.
     ListAcrossSwap(usize, bool, u8),
+    /// Run the servers in this many hosts (1 to `SERVERS`).
+    Scale(usize),
+    /// Read the first `u8` records of a listing, scale, read on.
+    ListAcrossScale(usize, usize, u8),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -63,7 +71,9 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(a, x, b, y)| Op::Link(a, x, b, y)),
         1 => d.clone().prop_map(Op::Populate),
         3 => (d.clone(), any::<bool>()).prop_map(|(d, m)| Op::Swap(d, m)),
-        2 => (d, any::<bool>(), 0..40u8).prop_map(|(d, m, k)| Op::ListAcrossSwap(d, m, k)),
+        2 => (d.clone(), any::<bool>(), 0..40u8).prop_map(|(d, m, k)| Op::ListAcrossSwap(d, m, k)),
+        2 => (1..=SERVERS).prop_map(Op::Scale),
+        1 => (d, 1..=SERVERS, 0..40u8).prop_map(|(d, h, k)| Op::ListAcrossScale(d, h, k)),
     ]
 }
 
@@ -160,8 +170,23 @@ fn records(buf: &[u8], out: &mut Vec<String>) {
     }
 }
 
-/// A listing of `dir` with a swap to `to` after about `first` records.
-fn list_across_swap(dir: &std::ffi::CString, to: bool, first: usize) -> Vec<String> {
+/// Run the servers in `hosts` hosts; the servers' hosts must then be
+/// `hosts` distinct processes, and no server restarted.
+fn scale(hosts: usize) {
+    let inst = &env().instance;
+    let (running, _) = inst.scale(Some(hosts)).expect("scale");
+    assert_eq!(running, hosts);
+    let health = inst.health();
+    let pids: std::collections::BTreeSet<u32> = health.iter().map(|h| h.pid).collect();
+    assert_eq!(pids.len(), hosts, "{health:?}");
+    assert!(
+        health.iter().all(|h| h.state == "up" && h.restarts == 0),
+        "{health:?}"
+    );
+}
+
+/// A listing of `dir` with `change` done after about `first` records.
+fn list_across(dir: &std::ffi::CString, first: usize, change: impl Fn()) -> Vec<String> {
     let fd = open(dir, libc::O_RDONLY | libc::O_DIRECTORY, 0);
     assert!(fd >= 0, "opendir: {fd}");
     let mut names = Vec::new();
@@ -170,7 +195,7 @@ fn list_across_swap(dir: &std::ffi::CString, to: bool, first: usize) -> Vec<Stri
     let mut swapped = false;
     loop {
         if !swapped && names.len() >= first {
-            assert_eq!(swap(dir, to), 0, "swap during a listing");
+            change();
             swapped = true;
         }
         let args = [fd as u64, buf.as_mut_ptr() as u64, buf.len() as u64];
@@ -180,8 +205,8 @@ fn list_across_swap(dir: &std::ffi::CString, to: bool, first: usize) -> Vec<Stri
             break;
         }
         if n == 0 {
-            // At the end already: the end stays the end across a swap.
-            assert_eq!(swap(dir, to), 0, "swap at the end of a listing");
+            // At the end already: the end stays the end across a change.
+            change();
             swapped = true;
             continue;
         }
@@ -299,13 +324,27 @@ fn step(c: &Case, m: &mut Model, op: &Op) {
             assert_eq!(mode(&dir), if to { b"1" } else { b"0" }, "{op:?}");
         }
         Op::ListAcrossSwap(d, to, first) => {
-            let mut names = list_across_swap(&p(&c.dir(d)), to, first as usize);
+            let dir = p(&c.dir(d));
+            let mut names = list_across(&dir, first as usize, || {
+                assert_eq!(swap(&dir, to), 0, "swap during a listing");
+            });
             names.sort();
             let want: Vec<&String> = m.dirs[d].keys().collect();
             assert_eq!(
                 names.iter().collect::<Vec<_>>(),
                 want,
                 "{op:?}: a listing across a swap"
+            );
+        }
+        Op::Scale(hosts) => scale(hosts),
+        Op::ListAcrossScale(d, hosts, first) => {
+            let mut names = list_across(&p(&c.dir(d)), first as usize, || scale(hosts));
+            names.sort();
+            let want: Vec<&String> = m.dirs[d].keys().collect();
+            assert_eq!(
+                names.iter().collect::<Vec<_>>(),
+                want,
+                "{op:?}: a listing across a move"
             );
         }
     }
@@ -370,24 +409,62 @@ fn clean(c: &Case, m: &Model) {
 
 static CASES: AtomicU32 = AtomicU32::new(0);
 
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+/// One case: fresh directories, the operations, a comparison after each.
+fn case(ops: &[Op]) {
+    let c = Case {
+        base: format!("adapt{}", CASES.fetch_add(1, Ordering::Relaxed)),
+    };
+    assert_eq!(mkdir(&p(&c.base), 0o755), 0);
+    for d in 0..2 {
+        assert_eq!(mkdir(&p(&c.dir(d)), 0o755), 0);
+    }
+    let mut m = Model::default();
+    for op in ops {
+        step(&c, &mut m, op);
+        compare(&c, &m);
+    }
+    clean(&c, &m);
+}
 
-    #[test]
-    fn random_operations_across_random_swaps_match_the_model(
-        ops in prop::collection::vec(op(), 1..80),
-    ) {
-        let _ = env_with(SERVERS);
-        let c = Case { base: format!("adapt{}", CASES.fetch_add(1, Ordering::Relaxed)) };
-        assert_eq!(mkdir(&p(&c.base), 0o755), 0);
-        for d in 0..2 {
-            assert_eq!(mkdir(&p(&c.dir(d)), 0o755), 0);
+fn main() {
+    // A server host started by the instance below (`hosts`).
+    if std::env::args().nth(1).as_deref() == Some(atoll_server::process::SUBCOMMAND) {
+        std::process::exit(atoll_server::process::child_main());
+    }
+    let name = "random_operations_across_random_swaps_and_scalings_match_the_model";
+    if std::env::args().any(|a| a == "--list") {
+        println!("{name}: test");
+        return;
+    }
+    let exe = std::env::current_exe().expect("the test binary");
+    env_configured(SERVERS, |config| {
+        config.server_exe = Some(exe);
+        config.hosts = 1;
+    });
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(128);
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
+        cases,
+        // Outside the harness proptest knows no source file to keep
+        // failing cases beside; a failure prints its case.
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    });
+    match runner.run(&prop::collection::vec(op(), 1..80), |ops| {
+        case(&ops);
+        Ok(())
+    }) {
+        Ok(()) => {
+            let moves: u32 = env().instance.health().iter().map(|h| h.moves).sum();
+            // The property saw servers move (a scaling op per ~13 ops).
+            assert!(cases < 8 || moves > 0, "no server ever moved");
+            println!("test {name} ... ok ({cases} cases, {moves} moves)");
         }
-        let mut m = Model::default();
-        for op in &ops {
-            step(&c, &mut m, op);
-            compare(&c, &m);
+        Err(e) => {
+            println!("test {name} ... FAILED");
+            panic!("{e}");
         }
-        clean(&c, &m);
     }
 }

@@ -383,6 +383,18 @@ impl Instance {
     pub fn stats(&self) -> Vec<ServerStats> {
         self.servers.stats()
     }
+
+    /// Run the file servers in `hosts` host processes (`None`:
+    /// automatically); see `atoll scale` and [`hosts`]. Returns the hosts
+    /// running and how many servers moved.
+    pub fn scale(&self, hosts: Option<usize>) -> Result<(usize, usize), String> {
+        self.servers.scale(hosts)
+    }
+
+    /// Each file server's health: state, host, pid, core, moves.
+    pub fn health(&self) -> Vec<atoll_proto::boot::ServerHealth> {
+        self.servers.health.report()
+    }
     /// Stop servers, remove the runtime directory, release memory.
     pub fn shutdown(mut self) -> Vec<ServerStats> {
         let stats = self.stop_threads();

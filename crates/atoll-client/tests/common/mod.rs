@@ -12,7 +12,7 @@ use atoll_server::{Instance, InstanceConfig};
 
 pub struct Env {
     pub mount: String,
-    _instance: Instance,
+    pub instance: Instance,
     _dir: tempfile::TempDir,
 }
 
@@ -27,10 +27,16 @@ pub fn env() -> &'static Env {
 /// [`env`] with `servers` file servers, if this is the first call of the
 /// test binary (the instance is booted once).
 pub fn env_with(servers: usize) -> &'static Env {
+    env_configured(servers, |_| {})
+}
+
+/// [`env_with`], the configuration changed by `tweak` first (e.g. server
+/// processes started from the test binary itself).
+pub fn env_configured(servers: usize, tweak: impl FnOnce(&mut InstanceConfig)) -> &'static Env {
     ENV.get_or_init(|| {
         let dir = tempfile::tempdir().expect("tempdir");
         let mount = format!("/atoll-client-test-{}", std::process::id());
-        let inst = Instance::boot(InstanceConfig {
+        let mut config = InstanceConfig {
             servers,
             hosts: 0,
             auto_scale: false,
@@ -48,14 +54,15 @@ pub fn env_with(servers: usize) -> &'static Env {
             inodes: None,
             runtime_root: dir.path().to_path_buf(),
             server_exe: None,
-        })
-        .expect("boot instance");
+        };
+        tweak(&mut config);
+        let inst = Instance::boot(config).expect("boot instance");
         std::env::set_var(atoll_proto::boot::ENV_SOCKET, inst.socket_path());
         assert!(atoll_client::init(), "client attaches");
         assert!(atoll_client::active());
         Env {
             mount,
-            _instance: inst,
+            instance: inst,
             _dir: dir,
         }
     })

@@ -163,7 +163,7 @@ impl Gauge {
 }
 
 #[cfg(not(loom))]
-const CONTROL_MAGIC: u64 = u64::from_le_bytes(*b"ATOLLCT3");
+const CONTROL_MAGIC: u64 = u64::from_le_bytes(*b"ATOLLCT4");
 
 #[cfg(not(loom))]
 #[repr(C)]
@@ -193,7 +193,7 @@ pub struct Control {
 impl Control {
     /// Bytes of a control block for `servers` servers.
     pub const fn size(servers: usize) -> usize {
-        HEADER_BYTES + servers * (DOORBELL_BYTES + 2 * LOAD_BYTES) + GAUGES * GAUGE_BYTES
+        HEADER_BYTES + servers * (DOORBELL_BYTES + 3 * LOAD_BYTES) + GAUGES * GAUGE_BYTES
     }
 
     pub fn create(servers: usize) -> io::Result<(OwnedFd, Control)> {
@@ -274,7 +274,7 @@ impl Control {
     /// If `i >= GAUGES` (a caller bug, never peer input).
     pub fn gauge(&self, i: usize) -> &Gauge {
         assert!(i < GAUGES, "no gauge {i}");
-        let off = HEADER_BYTES + self.servers * (DOORBELL_BYTES + 2 * LOAD_BYTES) + i * GAUGE_BYTES;
+        let off = HEADER_BYTES + self.servers * (DOORBELL_BYTES + 3 * LOAD_BYTES) + i * GAUGE_BYTES;
         // SAFETY: as in `doorbell` (the gauges end the block, whose size
         // was checked); a Gauge is atomics only.
         unsafe { &(*(self.region.as_ptr().add(off) as *const Padded<Gauge>)).0 }
@@ -296,6 +296,28 @@ impl Control {
     /// Is server `server` known dead? (One relaxed load.)
     pub fn is_down(&self, server: usize) -> bool {
         server < self.servers && self.state_word(server).load(Ordering::Relaxed) != 0
+    }
+
+    fn beat_word(&self, server: usize) -> &AtomicU64 {
+        assert!(server < self.servers, "no server {server}");
+        let off =
+            HEADER_BYTES + self.servers * (DOORBELL_BYTES + 2 * LOAD_BYTES) + server * LOAD_BYTES;
+        // SAFETY: as in `doorbell` (the heartbeats follow the state words).
+        unsafe { &(*(self.region.as_ptr().add(off) as *const Padded<AtomicU64>)).0 }
+    }
+
+    /// Server side: one more turn of the server's loop (its heartbeat,
+    /// which a watchdog compares with the doorbell: rung but no turn
+    /// since means requests wait that nobody serves). One relaxed store
+    /// to a line only this server writes.
+    pub fn beat(&self, server: usize) {
+        let w = self.beat_word(server);
+        w.store(w.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
+    }
+
+    /// How many turns server `server`'s loop has made (wrapping).
+    pub fn beats(&self, server: usize) -> u64 {
+        self.beat_word(server).load(Ordering::Relaxed)
     }
 
     /// Server side: add to the published load counter.

@@ -279,6 +279,7 @@ impl Instance {
                         (false, h) => h.min(n),
                     },
                     auto: config.auto_scale,
+                    spinning: poll == PollMode::Spin,
                 };
                 let dog = watchdog::Watchdog::new(
                     servers.clone(),

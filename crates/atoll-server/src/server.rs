@@ -842,6 +842,8 @@ fn serve<S: BlockStore>(
     // Ring count at the last look at `admin` (off by one: look at once).
     let mut admin_rings = doorbell.rings().wrapping_sub(1);
     loop {
+        // The watchdog's sign of life (`wedge`): a turn of the loop.
+        control.beat(index);
         let stall_ms = params.health.stall_left_ms(index);
         if stall_ms > 0 {
             // Wedged on purpose (`atoll chaos --stall`): serve nothing.

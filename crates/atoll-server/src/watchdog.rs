@@ -38,6 +38,9 @@ pub struct HostPlan {
     pub initial: usize,
     /// `--servers auto`.
     pub auto: bool,
+    /// Servers spin instead of sleeping (`PollMode::Spin`): their clients
+    /// do not ring, so a server must beat all the time (`wedge`).
+    pub spinning: bool,
 }
 
 /// The watchdog's state.
@@ -126,12 +129,31 @@ impl Watchdog {
     /// Kill the host of server `i` if the server owes one request beyond
     /// the bound (`wedge`): its death is then handled as any other.
     fn kill_if_wedged(&self, i: usize, watch: &mut crate::wedge::WedgeWatch) {
-        let (Some(p), Some(j)) = (self.server(i), self.servers.health.journal(i)) else {
+        let Some(p) = self.server(i) else {
             return;
         };
-        let owed = j.owed();
-        let Some(stuck) = watch.observe(i, owed.as_ref(), Instant::now()) else {
+        let now = Instant::now();
+        let health = &self.servers.health;
+        if health.is_down(i) || health.stall_left_ms(i) > 0 {
+            watch.forget(i); // stalled on purpose, or not running
             return;
+        }
+        let owed = health.journal(i).and_then(|j| j.owed());
+        let control = &self.servers.control;
+        let (beats, rings) = (control.beats(i), control.doorbell(i).rings());
+        let owed_stuck = watch.observe(i, owed.as_ref(), now);
+        let idle_stuck = watch.observe_beats(i, beats, rings, self.plan.spinning, now);
+        let why = match (owed_stuck, idle_stuck) {
+            (Some(stuck), _) => format!(
+                "wedged: request {} unanswered for {:.1} s; killed",
+                owed.map_or(0, |o| o.id),
+                stuck.as_secs_f64()
+            ),
+            (None, Some(stuck)) => format!(
+                "wedged: requests waiting, no progress for {:.1} s; killed",
+                stuck.as_secs_f64()
+            ),
+            (None, None) => return,
         };
         let Some(host) = p.host() else {
             return;
@@ -139,11 +161,6 @@ impl Watchdog {
         if host.killed() {
             return; // already on its way out
         }
-        let id = owed.map_or(0, |o| o.id);
-        let why = format!(
-            "wedged: request {id} unanswered for {:.1} s; killed",
-            stuck.as_secs_f64()
-        );
         tracing::error!("file server {i} {why}");
         host.kill(why);
     }
@@ -156,8 +173,11 @@ impl Watchdog {
             while let Ok(req) = self.requests.try_recv() {
                 let r = self.scale_request(req.hosts);
                 let _ = req.reply.send(r);
+                wedges = crate::wedge::WedgeWatch::new(self.servers.len(), wedges.bound());
             }
-            self.consider_load();
+            if self.consider_load() {
+                wedges = crate::wedge::WedgeWatch::new(self.servers.len(), wedges.bound());
+            }
             let pidfds: Vec<OwnedFd> = self
                 .hosts
                 .iter()
@@ -423,17 +443,19 @@ impl Watchdog {
 
     /// `--servers auto`: look at how busy the hosts are and add or remove
     /// one (`autoscale`).
-    fn consider_load(&mut self) {
+    /// Whether servers moved (their wedge clocks start again).
+    fn consider_load(&mut self) -> bool {
         let max = self.max_hosts();
         let pids: Vec<u32> = self.hosts.iter().map(|h| h.pid()).collect();
         let Some(auto) = self.auto.as_mut() else {
-            return;
+            return false;
         };
         let Some(want) = auto.advise(&pids, pids.len(), max) else {
-            return;
+            return false;
         };
         if let Err(why) = self.scale_to(want) {
             tracing::warn!("automatic scaling to {want} hosts: {why}");
         }
+        true
     }
 }

@@ -8,9 +8,17 @@
 //! and cleared as it answers) is wedged — an endless loop, a lost wake-up
 //! inside a handler, `SIGSTOP`. The watchdog then kills it, and its
 //! successor settles that request as for any death (`EIO` if it was
-//! journaled, served again if not). A server idle between requests owes
-//! nothing and is never suspected; neither is one stalled on purpose
-//! (`atoll chaos --stall`), which waits outside any request.
+//! journaled, served again if not).
+//!
+//! A server can also be stuck *between* requests — stopped (`SIGSTOP`),
+//! or asleep through a lost wake-up — while requests wait in its rings:
+//! it owes nothing, yet nothing moves. Each server's loop beats once a
+//! turn (`Control::beat`), and clients ring its doorbell after each
+//! request, so "rung since the last beat, and no beat for longer than
+//! the bound" is that wedge (a spinning server, whose clients do not
+//! ring, must beat all the time). A server idle between requests is not
+//! rung and never suspected; neither is one stalled on purpose (`atoll
+//! chaos --stall`, which the watchdog knows of).
 
 use std::time::{Duration, Instant};
 
@@ -42,6 +50,9 @@ type OwedKey = (SessionId, u32, u64);
 pub struct WedgeWatch {
     bound: Duration,
     seen: Vec<Option<(OwedKey, Instant)>>,
+    /// Per server: its last beat count, the doorbell's count then, and
+    /// when that beat was first seen.
+    beats: Vec<Option<(u64, u32, Instant)>>,
 }
 
 impl WedgeWatch {
@@ -49,7 +60,42 @@ impl WedgeWatch {
         WedgeWatch {
             bound,
             seen: vec![None; servers],
+            beats: vec![None; servers],
         }
+    }
+
+    pub fn bound(&self) -> Duration {
+        self.bound
+    }
+
+    /// Server `i` has beaten `beats` times and its doorbell rung `rings`
+    /// times: `Some(how long)` once it was rung after its last beat and
+    /// has not beaten for longer than the bound (`spinning`: its clients
+    /// do not ring, so no beat for that long is enough).
+    pub fn observe_beats(
+        &mut self,
+        i: usize,
+        beats: u64,
+        rings: u32,
+        spinning: bool,
+        now: Instant,
+    ) -> Option<Duration> {
+        let slot = self.beats.get_mut(i)?;
+        match *slot {
+            Some((b, r, since)) if b == beats => {
+                let waiting = spinning || r != rings;
+                let stuck = now.duration_since(since);
+                if waiting && stuck >= self.bound {
+                    return Some(stuck);
+                }
+                if !waiting {
+                    // Idle and not rung: the clock starts at the next ring.
+                    *slot = Some((b, r, now));
+                }
+            }
+            _ => *slot = Some((beats, rings, now)),
+        }
+        None
     }
 
     /// Server `i` owes `owed` now: `Some(how long)` once the same request
@@ -73,6 +119,9 @@ impl WedgeWatch {
     /// Server `i` was replaced: what its predecessor owed is not its own.
     pub fn forget(&mut self, i: usize) {
         if let Some(slot) = self.seen.get_mut(i) {
+            *slot = None;
+        }
+        if let Some(slot) = self.beats.get_mut(i) {
             *slot = None;
         }
     }
@@ -112,5 +161,34 @@ mod tests {
         w.forget(0);
         assert_eq!(w.observe(0, Some(&owed(1)), at(500)), None);
         assert_eq!(w.observe(9, Some(&owed(1)), at(500)), None);
+    }
+
+    #[test]
+    fn rung_but_no_beat_beyond_the_bound_is_a_wedge_and_idle_is_not() {
+        let t = Instant::now();
+        let at = |ms: u64| t + Duration::from_millis(ms);
+        let mut w = WedgeWatch::new(2, Duration::from_millis(100));
+        // Idle: no beat, no ring, for a long time.
+        assert_eq!(w.observe_beats(0, 5, 9, false, at(0)), None);
+        assert_eq!(w.observe_beats(0, 5, 9, false, at(1000)), None);
+        // Rung at 1000 (seen at 1010), no beat since: wedged 100 ms later,
+        // counted from the last idle look, not from the beat long ago.
+        assert_eq!(w.observe_beats(0, 5, 10, false, at(1010)), None);
+        assert_eq!(w.observe_beats(0, 5, 11, false, at(1090)), None);
+        assert_eq!(
+            w.observe_beats(0, 5, 12, false, at(1100)),
+            Some(Duration::from_millis(100))
+        );
+        // Rung, and beating: busy, not wedged.
+        assert_eq!(w.observe_beats(1, 1, 1, false, at(0)), None);
+        assert_eq!(w.observe_beats(1, 2, 2, false, at(150)), None);
+        assert_eq!(w.observe_beats(1, 3, 3, false, at(300)), None);
+        // A spinning server must beat all the time.
+        w.forget(1);
+        assert_eq!(w.observe_beats(1, 7, 0, true, at(400)), None);
+        assert_eq!(
+            w.observe_beats(1, 7, 0, true, at(520)),
+            Some(Duration::from_millis(120))
+        );
     }
 }

@@ -437,3 +437,50 @@ fn a_wedged_server_process_is_replaced_and_its_clients_go_on() {
     assert_ne!(h["pid"].as_i64().unwrap() as i32, before, "{h}");
     assert!(!alive(before), "the wedged process is reaped");
 }
+
+/// A server process stopped between requests (`SIGSTOP`: it owes nothing,
+/// yet requests wait in its rings) is found by the watchdog — rung, and
+/// no turn of its loop beyond `ATOLL_WEDGE_MS` — killed and replaced; the
+/// requests that waited are served by the successor, so the program sees
+/// no error, only a pause. An idle server is never suspected.
+#[test]
+fn a_server_stopped_between_requests_is_replaced_and_its_clients_go_on() {
+    let inst = Booted::with_env(
+        &["--servers", "2", "--distribute", "all"],
+        &[("ATOLL_WEDGE_MS", "1000")],
+    );
+    let setup = inst
+        .command(r#"mkdir "$ROOT/d" && for i in $(seq 40); do echo "x$i" > "$ROOT/d/f$i"; done"#)
+        .status()
+        .unwrap();
+    assert!(setup.success());
+    // Idle well beyond the bound: nobody is replaced.
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(inst.status()["health"][1]["restarts"], 0);
+    let before = server_pid(&inst, 1);
+    let stopped = std::process::Command::new("kill")
+        .args(["-STOP", &before.to_string()])
+        .status()
+        .unwrap();
+    assert!(stopped.success());
+    let script = r#"
+        cd "$ROOT/d"
+        n=0; for i in $(seq 40); do [ "$(cat "f$i")" = "x$i" ] && n=$((n+1)); done
+        echo "intact $n"; ls | wc -l
+    "#;
+    let out = output_within(inst.command(script), RUN_LIMIT);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "intact 40\n40\n");
+    let h = rebuilt(&inst, 1, 1);
+    assert_eq!(h["state"], "up", "{h}");
+    assert!(
+        h["reason"].as_str().unwrap().contains("no progress"),
+        "the watchdog found it wedged between requests: {h}"
+    );
+    assert_ne!(h["pid"].as_i64().unwrap() as i32, before, "{h}");
+    assert!(!alive(before), "the stopped process is reaped");
+}

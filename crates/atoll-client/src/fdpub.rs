@@ -17,14 +17,25 @@
 //! A reader (`proclink`) opens the target's table through
 //! `/proc/PID/fd/K` (Linux lets a process open another's descriptors when
 //! it may read its `/proc` entries), and reads slot N only when the
-//! kernel says fd N is a placeholder. A forked child lets the parent's
-//! table go and makes its own at its next change (`after_fork_child`);
-//! `execve` closes the table and the new image makes one again as it
-//! restores its cwd and the descriptors it inherited.
+//! kernel says fd N is a placeholder.
+//!
+//! `fork`: the child inherits the memfd (the same table, not a copy), and
+//! right after the clone the table says exactly what the child holds. So
+//! parent and child both keep it, marked *shared*, and whichever of them
+//! changes a descriptor or its cwd first makes a table of its own, filled
+//! with what it holds, and lets the shared one go (`own_table`): a child
+//! that never changes anything keeps showing the parent's descriptors as
+//! of the fork, as Linux shows them, and no fork pays for a copy (the
+//! parent's first change after a fork does). The table lock (held across
+//! the clone by `forkgate`) keeps the parent's other threads from writing
+//! into the shared table after the clone, and from writing into a
+//! mapping being let go. `execve` closes the table and the new image
+//! makes one again as it restores its cwd and the descriptors it
+//! inherited.
 
-use core::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, Ordering};
 
-use crate::sys;
+use crate::sys::{self, SpinLock};
 
 /// Bytes per descriptor: sequence, length, path (longer paths are not
 /// published).
@@ -48,8 +59,18 @@ const HEADER: usize = 8;
 /// The table's descriptor (-1: none yet) and mapping.
 static FD: AtomicI32 = AtomicI32::new(-1);
 static MAP: AtomicPtr<u8> = AtomicPtr::new(core::ptr::null_mut());
-/// 0: no table, 1: being made, 2: made (or failed for good: `MAP` null).
+/// 0: no table, 2: made (or failed for good: `MAP` null).
 static STATE: AtomicU32 = AtomicU32::new(0);
+/// The table is also another process's (a fork since our last change):
+/// the next write makes our own first.
+static SHARED: AtomicBool = AtomicBool::new(false);
+/// Held by every writer of the table and across `fork` (`forkgate`).
+static LOCK: SpinLock = SpinLock::new();
+
+/// The lock `forkgate` holds across the clone.
+pub fn fork_lock() -> &'static SpinLock {
+    &LOCK
+}
 
 /// The table's descriptor number, if there is one (a private descriptor).
 pub fn fd() -> i32 {
@@ -58,6 +79,7 @@ pub fn fd() -> i32 {
 
 /// The program wants the table's number: move the table away.
 pub fn relocate(from: i32) {
+    let _held = LOCK.lock();
     if from >= 0 && FD.load(Ordering::Relaxed) == from {
         FD.store(crate::session::to_high(from, from + 1), Ordering::Relaxed);
     }
@@ -73,7 +95,7 @@ fn make() -> Option<(i32, *mut u8)> {
     rustix::fs::ftruncate(&fd, TABLE_BYTES as u64).ok()?;
     let raw = crate::session::to_high(std::os::fd::IntoRawFd::into_raw_fd(fd), 0);
     // SAFETY: a fresh shared mapping of our own memfd, never unmapped
-    // while `MAP` points at it (`after_fork_child` swaps it first).
+    // while `MAP` points at it (`own_table` swaps it first).
     let p = unsafe {
         sys::syscall6(
             libc::SYS_mmap,
@@ -94,28 +116,58 @@ fn make() -> Option<(i32, *mut u8)> {
     Some((raw, p as *mut u8))
 }
 
-/// The table's mapping, made on first use.
-fn table() -> Option<*mut u8> {
-    loop {
-        match STATE.load(Ordering::Acquire) {
-            2 => {
-                let p = MAP.load(Ordering::Acquire);
-                return (!p.is_null()).then_some(p);
-            }
-            0 if STATE
-                .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok() =>
-            {
-                if let Some((fd, p)) = make() {
-                    FD.store(fd, Ordering::Relaxed);
-                    MAP.store(p, Ordering::Release);
-                    fill(p);
-                }
-                STATE.store(2, Ordering::Release);
-            }
-            _ => core::hint::spin_loop(),
+/// Run `write` on the table (made on first use; made anew, our own,
+/// when it is still shared with a forked process), holding the table
+/// lock. Nothing runs when Linux refused us a table.
+fn with_table(write: impl FnOnce(*mut u8)) {
+    let _held = LOCK.lock();
+    if STATE.load(Ordering::Acquire) == 0 {
+        if let Some((fd, p)) = make() {
+            FD.store(fd, Ordering::Relaxed);
+            MAP.store(p, Ordering::Release);
+            fill(p);
         }
+        STATE.store(2, Ordering::Release);
+    } else if SHARED.swap(false, Ordering::AcqRel) {
+        own_table();
     }
+    let p = MAP.load(Ordering::Acquire);
+    if !p.is_null() {
+        write(p);
+    }
+}
+
+/// Replace the table shared with a forked process by one of our own,
+/// filled with what we hold (the caller holds the lock). If Linux refuses
+/// a new one, the shared one stays ours too: the other process then sees
+/// our changes, never a fault.
+fn own_table() {
+    let Some((fd, p)) = make() else { return };
+    fill(p);
+    let old = MAP.swap(p, Ordering::AcqRel);
+    let old_fd = FD.swap(fd, Ordering::Relaxed);
+    if !old.is_null() {
+        // SAFETY: our mapping of the shared table, no longer reachable
+        // through `MAP`; every writer holds the lock we hold, and readers
+        // of other processes read through their own descriptors.
+        unsafe { sys::sc(libc::SYS_munmap, old as u64, TABLE_BYTES as u64, 0, 0) };
+    }
+    if old_fd >= 0 {
+        sys::close(old_fd);
+    }
+}
+
+/// After a `fork` (in the parent and in the child, with the fork gate
+/// still held): the table is now both processes'.
+fn mark_shared() {
+    if !MAP.load(Ordering::Acquire).is_null() {
+        SHARED.store(true, Ordering::Release);
+    }
+}
+
+/// In the parent after a successful `fork`.
+pub fn after_fork_parent() {
+    mark_shared();
 }
 
 /// Write the list of atoll's own descriptors (`Client::private_fds`)
@@ -180,10 +232,9 @@ pub fn publish_cwd(path: Option<&[u8]>) {
     if path.is_none() && STATE.load(Ordering::Acquire) == 0 {
         return;
     }
-    let Some(base) = table() else { return };
     // SAFETY: the cwd record is inside the mapping with CWD_MAX bytes of
     // room, 4-aligned.
-    unsafe { write_record(base, CWD_AT, path.unwrap_or(&[])) };
+    with_table(|base| unsafe { write_record(base, CWD_AT, path.unwrap_or(&[])) });
 }
 
 /// Slot `fd` now names `path` (`None`: no atoll description).
@@ -196,30 +247,21 @@ pub fn publish(fd: i32, path: Option<&[u8]>) {
     if path.is_none() && STATE.load(Ordering::Acquire) == 0 {
         return; // nothing published yet: nothing to clear
     }
-    let Some(base) = table() else { return };
-    // SAFETY: slot `n` lies inside the mapping (`n < SLOTS`), which lives
-    // for the process; it is 4-aligned (SLOT is) with SLOT - HEADER bytes
-    // of room.
-    unsafe { write_record(base, n * SLOT, path.unwrap_or(&[])) };
-    publish_private(base);
+    with_table(|base| {
+        // SAFETY: slot `n` lies inside the mapping (`n < SLOTS`), which
+        // lives while we hold the lock; it is 4-aligned (SLOT is) with
+        // SLOT - HEADER bytes of room.
+        unsafe { write_record(base, n * SLOT, path.unwrap_or(&[])) };
+        publish_private(base);
+    });
 }
 
 /// In a forked child: the inherited mapping and descriptor are the
-/// parent's table. Let go of both; the child makes a table of its own
-/// when it next publishes (`table`), filled with what it holds then. A
-/// fork that execs at once (the common case) makes none.
+/// parent's table as of the fork, which is what the child holds. Keep
+/// showing it until the child's first change (`own_table`); a fork that
+/// execs at once (the common case) makes no table of its own.
 pub fn after_fork_child() {
-    let old = MAP.swap(core::ptr::null_mut(), Ordering::AcqRel);
-    if !old.is_null() {
-        // SAFETY: the inherited mapping of the parent's table, no longer
-        // reachable through `MAP`.
-        unsafe { sys::sc(libc::SYS_munmap, old as u64, TABLE_BYTES as u64, 0, 0) };
-    }
-    let fd = FD.swap(-1, Ordering::Relaxed);
-    if fd >= 0 {
-        sys::close(fd);
-    }
-    STATE.store(0, Ordering::Release);
+    mark_shared();
 }
 
 /// A new table's contents: the descriptors and the cwd the process has

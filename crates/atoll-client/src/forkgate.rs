@@ -18,7 +18,7 @@ use crate::sys::{SigBlock, SpinLock};
 
 /// Every process-local lock, taken (in this order, each held only briefly
 /// and never while another of them is taken) by [`ForkGate::close`].
-fn locks(c: &'static Client) -> [&'static SpinLock; 6] {
+fn locks(c: &'static Client) -> [&'static SpinLock; 7] {
     [
         &c.boot_lock,
         crate::mapping::fork_lock(),
@@ -26,13 +26,14 @@ fn locks(c: &'static Client) -> [&'static SpinLock; 6] {
         crate::pipeepoll::fork_lock(),
         crate::creds::fork_lock(),
         crate::copymap::fork_lock(),
+        crate::fdpub::fork_lock(),
     ]
 }
 
 /// The locks of [`locks`], held from just before a fork until the clone
 /// returned; dropped in the parent and in the child (its own copy).
 pub struct ForkGate {
-    held: [&'static SpinLock; 6],
+    held: [&'static SpinLock; 7],
     // Dropped after `Drop::drop` released the locks: signals stay blocked
     // until then.
     _signals: SigBlock,

@@ -1327,6 +1327,8 @@ pub fn fork_parent(prep: ForkPrep, child_pid: i64) {
     if child_pid > 0 {
         // Siblings start their execs from different cores (Hare §3.6.1).
         atoll_sched::placement::on_fork_parent();
+        // The child shows our descriptors as of now (under the gate).
+        fdpub::after_fork_parent();
     }
     drop(prep);
 }

@@ -73,3 +73,56 @@ fn another_process_of_the_instance_sees_a_cwd_in_the_mount() {
     assert!(out.ends_with("R/sub/out\n"), "{out}");
     assert!(out.contains("7 -> R/sub/dir 100%-x/file"), "{out}");
 }
+
+/// A forked child that has changed nothing since the fork shows the
+/// descriptors and cwd it inherited (the parent's as of the fork), even
+/// after the parent changes its own; the child's first change shows its
+/// own, and the parent's view never shows the child's.
+#[test]
+fn a_forked_child_shows_what_it_inherited_until_it_changes_something() {
+    let script = r#"
+        cd "$ROOT"; mkdir -p a/b; echo x > a/one; echo y > a/two
+        cd a/b
+        python3 - <<'PY' | sed "s|$ROOT|R|g"
+import os, sys, time
+one = os.open("../one", os.O_RDONLY)
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    os.read(r, 1)                      # no change until told
+    two = os.open("../two", os.O_RDONLY)
+    os.chdir("..")
+    os.write(w, bytes([two]))
+    time.sleep(30)
+    os._exit(0)
+def link(p):
+    try:
+        return os.readlink(p)
+    except OSError as e:
+        return "error " + str(e.errno)
+# The parent changes its own descriptors and cwd first.
+os.close(one)
+three = os.open("../two", os.O_RDONLY)
+os.chdir("/")
+print("child fd", one, link("/proc/%d/fd/%d" % (pid, one)))
+print("child cwd", link("/proc/%d/cwd" % pid))
+print("parent fd", one, link("/proc/self/fd/%d" % one))
+print("parent fd", three, link("/proc/%d/fd/%d" % (os.getpid(), three)))
+os.write(w, b"g")
+time.sleep(0.2)
+got = b""
+while not got:
+    got = os.read(r, 1)
+print("child fd", one, link("/proc/%d/fd/%d" % (pid, one)))
+print("child fd", got[0], link("/proc/%d/fd/%d" % (pid, got[0])))
+print("child cwd", link("/proc/%d/cwd" % pid))
+os.kill(pid, 9)
+os.waitpid(pid, 0)
+PY
+    "#;
+    let out = assert_same(&[], script, true);
+    assert!(out.contains("child fd 3 R/a/one\n"), "{out}");
+    assert!(out.contains("child cwd R/a/b\n"), "{out}");
+    assert!(out.contains("child fd 6 R/a/two\n"), "{out}");
+    assert!(out.ends_with("child cwd R/a\n"), "{out}");
+}

@@ -159,13 +159,15 @@ impl ExecPlan {
         self.exec_fd.as_ref().map(|f| f.as_raw_fd())
     }
 
-    /// Perform the exec in this process; returns only on failure (−errno).
+    /// Perform the exec in this process; returns only on failure (−errno,
+    /// or `-ERESTARTNOINTR` when a program signal waits: see
+    /// `intr::exec_syscall6`).
     pub fn exec(&self) -> i64 {
         // SAFETY: every pointer is owned by the plan and NUL-terminated;
         // on success the process image is replaced.
         unsafe {
             match self.exec_fd() {
-                Some(fd) => sys::syscall6(
+                Some(fd) => crate::intr::exec_syscall6(
                     libc::SYS_execveat,
                     [
                         fd as u64,
@@ -176,7 +178,7 @@ impl ExecPlan {
                         0,
                     ],
                 ),
-                None => sys::syscall6(
+                None => crate::intr::exec_syscall6(
                     libc::SYS_execveat,
                     [
                         self.dirfd as u64,

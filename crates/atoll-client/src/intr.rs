@@ -22,6 +22,9 @@ use std::sync::OnceLock;
 /// The kernel's internal "restart if the handler asked for it" code; never
 /// seen by a program (the interposition layer maps it).
 pub const ERESTARTSYS: i32 = 512;
+/// The kernel's internal "restart whatever the handler asked" code: the
+/// call runs again once the handlers ran (never `EINTR`).
+pub const ERESTARTNOINTR: i32 = 513;
 
 static PENDING: OnceLock<fn() -> bool> = OnceLock::new();
 
@@ -150,6 +153,29 @@ pub unsafe fn restartable_host_syscall6(nr: i64, args: [u64; 6]) -> i64 {
     let r = unsafe { host_syscall6(nr, args) };
     if r == -(libc::EINTR as i64) && pending() {
         -(ERESTARTSYS as i64)
+    } else {
+        r
+    }
+}
+
+/// `execve`/`execveat` as the last step of an exec atoll performs: a
+/// program signal deferred while atoll prepared the exec, or arriving on
+/// the way into the system call, would otherwise be lost with the old
+/// image, where Linux runs its handler before the call (or, once the
+/// call is under way, delivers it to the new image by its default
+/// action). So such a signal makes the exec fail with
+/// [`ERESTARTNOINTR`]: the caller lets go of what it prepared, the
+/// handlers run at the boundary as program code, and the exec is issued
+/// again. A signal that lands inside the system call stays the kernel's,
+/// as on Linux.
+///
+/// # Safety
+/// As the system call itself: pointer arguments must be valid for it.
+pub unsafe fn exec_syscall6(nr: i64, args: [u64; 6]) -> i64 {
+    // SAFETY: the caller's contract.
+    let r = unsafe { host_syscall6(nr, args) };
+    if r == -(libc::EINTR as i64) && pending() {
+        -(ERESTARTNOINTR as i64)
     } else {
         r
     }

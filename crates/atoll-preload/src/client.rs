@@ -78,22 +78,25 @@ pub fn may_concern(nr: i64, args: &[u64; 6]) -> bool {
 /// holds nothing any more, so program signals deferred meanwhile are
 /// delivered here (before a host call that could block, too), and a call
 /// that a signal cut short with `ERESTARTSYS` is issued again or fails
-/// with `EINTR`, by the handlers' `SA_RESTART` (see `sigdefer`).
+/// with `EINTR`, by the handlers' `SA_RESTART` (see `sigdefer`); one cut
+/// short with `ERESTARTNOINTR` (an exec) is always issued again.
 #[inline]
 pub fn dispatch(nr: i64, args: &[u64; 6]) -> Dispatch {
     if mode() != Mode::Client {
         return Dispatch::Host;
     }
     let restart_code = Dispatch::Done(-(atoll_client::intr::ERESTARTSYS as i64));
+    let always_restart = Dispatch::Done(-(atoll_client::intr::ERESTARTNOINTR as i64));
     loop {
         let r = catch_unwind(|| atoll_client::dispatch(nr, args))
             .unwrap_or(Dispatch::Done(-(libc::EIO as i64)));
         let interrupted = r == restart_code;
-        if !interrupted && !sigdefer::any_pending() {
+        let again = r == always_restart;
+        if !interrupted && !again && !sigdefer::any_pending() {
             return r;
         }
         let restart = sigdefer::deliver_pending(sigdefer::temporary_mask(nr, args));
-        match (interrupted, restart) {
+        match (interrupted || again, restart || again) {
             (true, true) => continue,
             (true, false) => return Dispatch::Done(-(libc::EINTR as i64)),
             (false, _) => return r,

@@ -39,7 +39,8 @@
 //!     the call's temporary one) back: the kernel delivers them into the
 //!     entry, now `BLOCK`, and the handlers run as program code
 //!  ERESTARTSYS: issued again when every delivered action had SA_RESTART,
-//!     else EINTR (man 7 signal)
+//!     else EINTR (man 7 signal); ERESTARTNOINTR (an exec atoll performs,
+//!     `intr::exec_syscall6`): issued again whatever the handlers asked
 //! ```
 //!
 //! A signal that arrives during short non-blocking atoll work is simply

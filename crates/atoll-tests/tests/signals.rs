@@ -610,3 +610,91 @@ fn cmake_configures_and_builds_a_c_project_with_atoll_pipes() {
     );
     assert!(o.status.success());
 }
+
+/// A one-shot timer (`SIGALRM`, caught) fires at a different moment of
+/// each of many `execve`s: before the call (the handler runs in the old
+/// image, then the new one runs), or once the call is under way (the new
+/// image dies of `SIGALRM`, whose action `execve` reset to the default).
+/// Never neither: a signal that arrives while atoll prepares an exec must
+/// not be lost with the old image.
+const EXEC_SIGNAL: &str = r#"
+#define _GNU_SOURCE
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static void on_alarm(int s) { (void)s; write(1, "h", 1); }
+
+int main(int argc, char **argv) {
+    if (argc > 2) { /* the new image */
+        usleep(20000);
+        write(1, "r", 1);
+        return 0;
+    }
+    int trials = atoi(argv[1]), lost = 0, handled = 0, killed = 0, other = 0;
+    for (int i = 0; i < trials; i++) {
+        int p[2];
+        if (pipe(p)) return 2;
+        pid_t pid = fork();
+        if (pid == 0) {
+            dup2(p[1], 1);
+            close(p[0]);
+            struct sigaction sa;
+            memset(&sa, 0, sizeof sa);
+            sa.sa_handler = on_alarm;
+            sigaction(SIGALRM, &sa, 0);
+            struct itimerval it = {{0, 0}, {0, 1 + (i * 37) % 4000}};
+            setitimer(ITIMER_REAL, &it, 0);
+            execl(argv[0], argv[0], "x", "again", (char *)0);
+            _exit(127);
+        }
+        close(p[1]);
+        char buf[16] = {0};
+        int n = 0, r;
+        while ((r = read(p[0], buf + n, sizeof buf - 1 - n)) > 0) n += r;
+        close(p[0]);
+        int st;
+        waitpid(pid, &st, 0);
+        if (WIFEXITED(st) && WEXITSTATUS(st) == 0 && !strcmp(buf, "hr")) handled++;
+        else if (WIFSIGNALED(st) && WTERMSIG(st) == SIGALRM && !strchr(buf, 'r')) killed++;
+        else if (WIFEXITED(st) && WEXITSTATUS(st) == 0 && !strcmp(buf, "r")) lost++;
+        else { other++; fprintf(stderr, "trial %d: '%s' status %#x\n", i, buf, st); }
+    }
+    printf("lost %d other %d\n", lost, other);
+    fprintf(stderr, "handled %d killed %d\n", handled, killed);
+    return 0;
+}
+"#;
+
+#[test]
+fn a_signal_arriving_while_atoll_prepares_an_exec_is_not_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = compile_probe(dir.path(), "execsignal", EXEC_SIGNAL);
+    let host = Command::new(&bin).arg("120").output().expect("probe");
+    assert_eq!(
+        text(&host.stdout),
+        "lost 0 other 0\n",
+        "{}",
+        text(&host.stderr)
+    );
+    // The program in the mount (its exec copies it out of the buffer
+    // cache: a long window), and on the host.
+    let script = format!(
+        "cp {0} \"$ROOT/execsignal\" && \"$ROOT/execsignal\" 120 && {0} 120",
+        bin.display()
+    );
+    for opts in [&[][..], &["--servers", "3", "--incoherent"][..]] {
+        let o = run_in_atoll(opts, &script);
+        assert_eq!(
+            text(&o.stdout),
+            "lost 0 other 0\nlost 0 other 0\n",
+            "stderr: {}",
+            text(&o.stderr)
+        );
+        assert!(o.status.success());
+    }
+}

@@ -33,34 +33,59 @@
 //! makes one again as it restores its cwd and the descriptors it
 //! inherited.
 
-use core::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, Ordering};
+use core::sync::atomic::{
+    AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+};
 
 use crate::sys::{self, SpinLock};
 
-/// Bytes per descriptor: sequence, length, path (longer paths are not
-/// published).
-pub const SLOT: usize = 512;
-/// Descriptor numbers published (higher ones are not).
-pub const SLOTS: usize = 4096;
 /// The memfd's name, as `/proc/PID/fd/K` shows it.
 pub const NAME: &str = "atoll-fds";
-/// After the slots: `{seq: u32, count: u32, fds: [i32; PRIVATE_MAX]}`,
-/// atoll's own descriptors, which a listing of `/proc/PID/fd` by another
-/// process of the instance leaves out (`procfd`).
-const PRIVATE_AT: usize = SLOT * SLOTS;
+/// `{seq: u32, count: u32, fds: [i32; PRIVATE_MAX]}`: atoll's own
+/// descriptors, which a listing of `/proc/PID/fd` by another process of
+/// the instance leaves out (`procfd`).
+const PRIVATE_AT: usize = 0;
 const PRIVATE_MAX: usize = 8;
 /// Then the atoll cwd: `{seq: u32, len: u32, path}` (empty: the cwd is
 /// on the host), for `/proc/PID/cwd` (`proclink`).
-const CWD_AT: usize = PRIVATE_AT + 4096;
+const CWD_AT: usize = 4096;
 const CWD_MAX: usize = sys::PATH_MAX;
-const TABLE_BYTES: usize = CWD_AT + HEADER + CWD_MAX;
+/// Then, page-aligned, [`LONG_RECORDS`] records of [`LONG_SLOT`] bytes for
+/// paths that do not fit a descriptor's slot (rare; a slot names the
+/// record it uses, [`IN_LONG`]). When all are taken a long path is not
+/// published.
+const LONG_AT: usize = (CWD_AT + HEADER + CWD_MAX).next_multiple_of(4096);
+const LONG_SLOT: usize = HEADER + sys::PATH_MAX;
+const LONG_RECORDS: usize = 64;
+/// Then one slot of [`SLOT`] bytes per descriptor number, `{seq, len,
+/// path}`, for as many numbers as the table has room for: it starts with
+/// [`FIRST_SLOTS`] and doubles (the memfd grows, the mapping moves) when
+/// a higher number is published, up to every number an atoll descriptor
+/// can have (`fdtable::MAX_FDS`). A reader finds a number past the end
+/// unpublished.
+const SLOTS_AT: usize = (LONG_AT + LONG_RECORDS * LONG_SLOT).next_multiple_of(4096);
+pub const SLOT: usize = 512;
+const FIRST_SLOTS: usize = 4096;
+pub const SLOTS: usize = crate::fdtable::MAX_FDS;
 const HEADER: usize = 8;
+/// A slot's length when its path is in a long record, whose index
+/// follows the header.
+const IN_LONG: u32 = u32::MAX;
+
+/// Bytes of a table with room for `slots` descriptor numbers.
+const fn table_bytes(slots: usize) -> usize {
+    SLOTS_AT + slots * SLOT
+}
 
 /// The table's descriptor (-1: none yet) and mapping.
 static FD: AtomicI32 = AtomicI32::new(-1);
 static MAP: AtomicPtr<u8> = AtomicPtr::new(core::ptr::null_mut());
 /// 0: no table, 2: made (or failed for good: `MAP` null).
 static STATE: AtomicU32 = AtomicU32::new(0);
+/// Descriptor numbers the table has room for (its size: `table_bytes`).
+static CAPACITY: AtomicUsize = AtomicUsize::new(0);
+/// Long records in use (bit i: record i), touched only under the lock.
+static LONG_USED: AtomicU64 = AtomicU64::new(0);
 /// The table is also another process's (a fork since our last change):
 /// the next write makes our own first.
 static SHARED: AtomicBool = AtomicBool::new(false);
@@ -89,10 +114,11 @@ pub fn relocate(from: i32) {
     }
 }
 
-/// A new memfd holding the table, mapped; `None` if Linux refuses.
-fn make() -> Option<(i32, *mut u8)> {
+/// A new memfd holding a table with room for `slots` numbers, mapped;
+/// `None` if Linux refuses.
+fn make(slots: usize) -> Option<(i32, *mut u8)> {
     let fd = rustix::fs::memfd_create(NAME, rustix::fs::MemfdFlags::CLOEXEC).ok()?;
-    rustix::fs::ftruncate(&fd, TABLE_BYTES as u64).ok()?;
+    rustix::fs::ftruncate(&fd, table_bytes(slots) as u64).ok()?;
     let raw = crate::session::to_high(std::os::fd::IntoRawFd::into_raw_fd(fd), 0);
     // SAFETY: a fresh shared mapping of our own memfd, never unmapped
     // while `MAP` points at it (`own_table` swaps it first).
@@ -101,7 +127,7 @@ fn make() -> Option<(i32, *mut u8)> {
             libc::SYS_mmap,
             [
                 0,
-                TABLE_BYTES as u64,
+                table_bytes(slots) as u64,
                 (libc::PROT_READ | libc::PROT_WRITE) as u64,
                 libc::MAP_SHARED as u64,
                 raw as u64,
@@ -117,19 +143,27 @@ fn make() -> Option<(i32, *mut u8)> {
 }
 
 /// Run `write` on the table (made on first use; made anew, our own,
-/// when it is still shared with a forked process), holding the table
-/// lock. Nothing runs when Linux refused us a table.
-fn with_table(write: impl FnOnce(*mut u8)) {
+/// when it is still shared with a forked process; grown to hold slot
+/// `slot`), holding the table lock. Nothing runs when Linux refused us a
+/// table, or room for `slot`.
+fn with_table(slot: Option<usize>, write: impl FnOnce(*mut u8)) {
     let _held = LOCK.lock();
+    let want = slot.map_or(FIRST_SLOTS, |n| room_for(n + 1));
     if STATE.load(Ordering::Acquire) == 0 {
-        if let Some((fd, p)) = make() {
+        let slots = want.max(FIRST_SLOTS);
+        if let Some((fd, p)) = make(slots) {
             FD.store(fd, Ordering::Relaxed);
+            CAPACITY.store(slots, Ordering::Relaxed);
+            LONG_USED.store(0, Ordering::Relaxed);
             MAP.store(p, Ordering::Release);
             fill(p);
         }
         STATE.store(2, Ordering::Release);
     } else if SHARED.swap(false, Ordering::AcqRel) {
-        own_table();
+        own_table(want);
+    }
+    if CAPACITY.load(Ordering::Relaxed) < want && !grow(want) {
+        return;
     }
     let p = MAP.load(Ordering::Acquire);
     if !p.is_null() {
@@ -137,20 +171,66 @@ fn with_table(write: impl FnOnce(*mut u8)) {
     }
 }
 
-/// Replace the table shared with a forked process by one of our own,
-/// filled with what we hold (the caller holds the lock). If Linux refuses
-/// a new one, the shared one stays ours too: the other process then sees
-/// our changes, never a fault.
-fn own_table() {
-    let Some((fd, p)) = make() else { return };
-    fill(p);
+/// Slots for a table that must hold `n` numbers: a power of two.
+fn room_for(n: usize) -> usize {
+    n.next_power_of_two().clamp(FIRST_SLOTS, SLOTS)
+}
+
+/// Give the table room for `slots` numbers (the caller holds the lock):
+/// the memfd grows and our mapping moves; readers of other processes read
+/// through their own descriptors and see the new end at once.
+fn grow(slots: usize) -> bool {
+    let (p, fd) = (MAP.load(Ordering::Acquire), FD.load(Ordering::Relaxed));
+    if p.is_null() || fd < 0 {
+        return false;
+    }
+    let old = table_bytes(CAPACITY.load(Ordering::Relaxed));
+    let new = table_bytes(slots);
+    // SAFETY: ftruncate of our own memfd takes no pointer.
+    if unsafe { sys::sc(libc::SYS_ftruncate, fd as u64, new as u64, 0, 0) } < 0 {
+        return false;
+    }
+    // SAFETY: our own mapping of the table, `old` bytes long; every writer
+    // holds the lock we hold, so nothing uses the old address meanwhile.
+    let moved = unsafe {
+        sys::syscall6(
+            libc::SYS_mremap,
+            [
+                p as u64,
+                old as u64,
+                new as u64,
+                libc::MREMAP_MAYMOVE as u64,
+                0,
+                0,
+            ],
+        )
+    };
+    if moved < 0 {
+        return false;
+    }
+    MAP.store(moved as *mut u8, Ordering::Release);
+    CAPACITY.store(slots, Ordering::Relaxed);
+    true
+}
+
+/// Replace the table shared with a forked process by one of our own with
+/// room for `want` numbers, filled with what we hold (the caller holds
+/// the lock). If Linux refuses a new one, the shared one stays ours too:
+/// the other process then sees our changes, never a fault.
+fn own_table(want: usize) {
+    let slots = want.max(CAPACITY.load(Ordering::Relaxed));
+    let Some((fd, p)) = make(slots) else { return };
+    let old_bytes = table_bytes(CAPACITY.load(Ordering::Relaxed));
+    CAPACITY.store(slots, Ordering::Relaxed);
+    LONG_USED.store(0, Ordering::Relaxed);
     let old = MAP.swap(p, Ordering::AcqRel);
+    fill(p);
     let old_fd = FD.swap(fd, Ordering::Relaxed);
     if !old.is_null() {
         // SAFETY: our mapping of the shared table, no longer reachable
         // through `MAP`; every writer holds the lock we hold, and readers
         // of other processes read through their own descriptors.
-        unsafe { sys::sc(libc::SYS_munmap, old as u64, TABLE_BYTES as u64, 0, 0) };
+        unsafe { sys::sc(libc::SYS_munmap, old as u64, old_bytes as u64, 0, 0) };
     }
     if old_fd >= 0 {
         sys::close(old_fd);
@@ -171,7 +251,7 @@ pub fn after_fork_parent() {
 }
 
 /// Write the list of atoll's own descriptors (`Client::private_fds`)
-/// after the slots. Done at every `publish` and relocation, so it is
+/// (its own record at the table's start). Done at every `publish` and relocation, so it is
 /// fresh whenever a descriptor changes.
 fn publish_private(base: *mut u8) {
     let Some(c) = crate::session::client() else {
@@ -179,7 +259,7 @@ fn publish_private(base: *mut u8) {
     };
     let fds = c.private_fds();
     // SAFETY: the list lies inside the mapping (PRIVATE_AT + 8 + 4 *
-    // PRIVATE_MAX < TABLE_BYTES), 4-aligned.
+    // PRIVATE_MAX < CWD_AT, inside every table), 4-aligned.
     unsafe {
         let at = base.add(PRIVATE_AT);
         let seq = &*(at as *const AtomicU32);
@@ -234,7 +314,9 @@ pub fn publish_cwd(path: Option<&[u8]>) {
     }
     // SAFETY: the cwd record is inside the mapping with CWD_MAX bytes of
     // room, 4-aligned.
-    with_table(|base| unsafe { write_record(base, CWD_AT, path.unwrap_or(&[])) });
+    with_table(None, |base| unsafe {
+        write_record(base, CWD_AT, path.unwrap_or(&[]))
+    });
 }
 
 /// Slot `fd` now names `path` (`None`: no atoll description).
@@ -243,17 +325,62 @@ pub fn publish(fd: i32, path: Option<&[u8]>) {
     if n >= SLOTS {
         return;
     }
-    let path = path.filter(|p| p.len() <= SLOT - HEADER);
-    if path.is_none() && STATE.load(Ordering::Acquire) == 0 {
-        return; // nothing published yet: nothing to clear
+    let path = path.filter(|p| p.len() <= LONG_SLOT - HEADER);
+    if path.is_none()
+        && (STATE.load(Ordering::Acquire) == 0 || n >= CAPACITY.load(Ordering::Relaxed))
+    {
+        return; // nothing published there yet: nothing to clear
     }
-    with_table(|base| {
-        // SAFETY: slot `n` lies inside the mapping (`n < SLOTS`), which
-        // lives while we hold the lock; it is 4-aligned (SLOT is) with
-        // SLOT - HEADER bytes of room.
-        unsafe { write_record(base, n * SLOT, path.unwrap_or(&[])) };
+    with_table(Some(n), |base| {
+        // SAFETY: the table has room for slot `n` (`with_table`), and
+        // lives while we hold the lock.
+        unsafe { write_slot(base, n, path.unwrap_or(&[])) };
         publish_private(base);
     });
+}
+
+/// Write descriptor `n`'s path: in its slot, or, too long for it, in a
+/// long record first and then the slot naming it (none free: the slot is
+/// left empty). A long record the slot named before is given back.
+///
+/// # Safety
+/// `base` is the table's mapping, with room for slot `n` (the caller
+/// holds the lock); `path` fits a long record.
+unsafe fn write_slot(base: *mut u8, n: usize, path: &[u8]) {
+    // SAFETY: slot `n` and every long record lie inside the mapping, each
+    // 4-aligned (SLOTS_AT, SLOT, LONG_AT and LONG_SLOT are multiples of
+    // 4), with the room the caller checked.
+    unsafe {
+        let at = SLOTS_AT + n * SLOT;
+        let rec = base.add(at);
+        let len = &*(rec.add(4) as *const AtomicU32);
+        let index = &*(rec.add(HEADER) as *const AtomicU32);
+        let held = (len.load(Ordering::Relaxed) == IN_LONG)
+            .then(|| index.load(Ordering::Relaxed) as usize)
+            .filter(|&i| i < LONG_RECORDS);
+        if path.len() <= SLOT - HEADER {
+            write_record(base, at, path);
+            if let Some(i) = held {
+                LONG_USED.fetch_and(!(1 << i), Ordering::Relaxed);
+            }
+            return;
+        }
+        let used = LONG_USED.load(Ordering::Relaxed);
+        let Some(i) = held.or_else(|| (used != u64::MAX).then(|| used.trailing_ones() as usize))
+        else {
+            write_record(base, at, &[]);
+            return;
+        };
+        LONG_USED.fetch_or(1 << i, Ordering::Relaxed);
+        write_record(base, LONG_AT + i * LONG_SLOT, path);
+        let seq = &*(rec as *const AtomicU32);
+        let s = seq.load(Ordering::Relaxed);
+        seq.store(s | 1, Ordering::Release);
+        core::sync::atomic::fence(Ordering::Release);
+        index.store(i as u32, Ordering::Relaxed);
+        len.store(IN_LONG, Ordering::Relaxed);
+        seq.store((s | 1).wrapping_add(1), Ordering::Release);
+    }
 }
 
 /// In a forked child: the inherited mapping and descriptor are the
@@ -272,10 +399,14 @@ fn fill(base: *mut u8) {
         if n >= SLOTS {
             continue;
         }
+        if n >= CAPACITY.load(Ordering::Relaxed) {
+            continue; // published when it next changes, after a grow
+        }
         if let Some(p) = crate::fdtable::get(fd as i64).and_then(|d| d.path().map(<[u8]>::to_vec)) {
-            if p.len() <= SLOT - HEADER {
-                // SAFETY: slot `n < SLOTS` inside the mapping, with room.
-                unsafe { write_record(base, n * SLOT, &p) };
+            if p.len() <= LONG_SLOT - HEADER {
+                // SAFETY: the table's mapping, with room for slot `n`; a
+                // path that fits a long record.
+                unsafe { write_slot(base, n, &p) };
             }
         }
     }
@@ -362,7 +493,28 @@ pub fn read_slot(table: i32, n: usize) -> Option<Vec<u8>> {
     if n >= SLOTS {
         return None;
     }
-    read_record(table, n * SLOT, SLOT)
+    let at = SLOTS_AT + n * SLOT;
+    for _ in 0..3 {
+        let mut head = [0u8; HEADER + 4];
+        if pread(table, &mut head, at as u64) != head.len() as i64 {
+            return None; // past the table's end: not published
+        }
+        let word = |i: usize| u32::from_le_bytes([head[i], head[i + 1], head[i + 2], head[i + 3]]);
+        if word(4) != IN_LONG {
+            return read_record(table, at, SLOT);
+        }
+        let index = word(HEADER) as usize;
+        if word(0) & 1 == 1 || index >= LONG_RECORDS {
+            continue;
+        }
+        let path = read_record(table, LONG_AT + index * LONG_SLOT, LONG_SLOT);
+        // Does the slot still name that record?
+        let mut again = [0u8; HEADER + 4];
+        if pread(table, &mut again, at as u64) == again.len() as i64 && again == head {
+            return path;
+        }
+    }
+    None
 }
 
 /// Another process's published atoll cwd.

@@ -126,3 +126,32 @@ PY
     assert!(out.contains("child fd 6 R/a/two\n"), "{out}");
     assert!(out.ends_with("child cwd R/a\n"), "{out}");
 }
+
+/// Another process reads the links of high descriptors (above 4096) and
+/// of files whose paths are long (over 1,000 bytes) as Linux shows them.
+#[test]
+fn high_descriptors_and_long_paths_are_seen_by_other_processes() {
+    let script = r#"
+        ulimit -n 10000 || exit 1
+        cd "$ROOT"
+        long=$(printf 'd%.0s' $(seq 200)); mkdir -p "$long/$long/$long/$long/$long/$long"
+        echo deep > "$long/$long/$long/$long/$long/$long/f"; echo short > s
+        python3 - "$long/$long/$long/$long/$long/$long/f" <<'PY' &
+import os, sys, time
+a = os.open("s", os.O_RDONLY); os.dup2(a, 5000); os.dup2(a, 9999)
+b = os.open(sys.argv[1], os.O_RDONLY); os.dup2(b, 4500)
+os.mkdir("ready"); time.sleep(30)
+PY
+        pid=$!
+        until [ -d ready ]; do sleep 0.05; done
+        for n in 3 4 4500 5000 9999; do
+            l=$(readlink /proc/$pid/fd/$n); r=${l#"$ROOT"}; echo "$n ${#r} $(basename "$l") $(cat /proc/$pid/fd/$n)"
+        done
+        kill $pid
+    "#;
+    let out = assert_same(&[], script, true);
+    assert!(out.contains("4500 "), "{out}");
+    assert!(out.contains(" f deep\n"), "{out}");
+    assert!(out.contains("9999 2 s short\n"), "{out}");
+    assert!(out.contains("4500 1208 f deep\n"), "{out}");
+}

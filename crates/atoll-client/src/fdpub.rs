@@ -9,10 +9,10 @@
 //! written when `fdtable::install` gives the number an atoll description
 //! and cleared when `fdtable::remove` takes it away. `seq` is odd while a
 //! slot is written (a seqlock: the reader retries, then gives up). The
-//! stores are plain memory writes through a shared mapping, made only by
-//! processes that hold atoll descriptors or enter the mount (the memfd is
-//! made at the first; a `chdir` costs a copy of the path, no system
-//! call).
+//! stores are plain memory writes through a shared mapping (a `chdir`
+//! costs a copy of the path, no system call). The memfd is made as each
+//! image starts (`publish_at_start`), with the list of atoll's own
+//! descriptors, which a listing by another process leaves out.
 //!
 //! A reader (`proclink`) opens the target's table through
 //! `/proc/PID/fd/K` (Linux lets a process open another's descriptors when
@@ -235,6 +235,15 @@ fn own_table(want: usize) {
     if old_fd >= 0 {
         sys::close(old_fd);
     }
+}
+
+/// At the start of an image: make the table now, with the list of
+/// atoll's own descriptors, so that another process listing
+/// `/proc/PID/fd` leaves them out even if this one never holds an atoll
+/// descriptor nor enters the mount (a memfd, a truncate and a mapping:
+/// a few microseconds per image; a fork shares it).
+pub fn publish_at_start() {
+    with_table(None, publish_private);
 }
 
 /// After a `fork` (in the parent and in the child, with the fork gate

@@ -164,6 +164,7 @@ pub fn init() -> bool {
     if let Some(st) = state {
         exec::restore(c, &st, inherited.is_some());
     }
+    fdpub::publish_at_start();
     pipe::init();
     counters::install_exit_report();
     true

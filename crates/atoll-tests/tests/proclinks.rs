@@ -155,3 +155,25 @@ PY
     assert!(out.contains("9999 2 s short\n"), "{out}");
     assert!(out.contains("4500 1208 f deep\n"), "{out}");
 }
+
+/// A process of the instance that never held an atoll descriptor nor
+/// entered the mount: another process lists its descriptors as Linux
+/// does, without atoll's own.
+#[test]
+fn descriptors_of_a_process_that_never_touched_the_mount_are_listed_as_on_linux() {
+    let script = r#"
+        cd /; exec 3</dev/null
+        sleep 30 &
+        pid=$!
+        until [ "$(cat /proc/$pid/comm)" = sleep ]; do sleep 0.05; done
+        ls /proc/$pid/fd | sort -n | tr '\n' ' '; echo
+        kill $pid
+    "#;
+    let out = assert_same(&[], script, true);
+    assert!(out.starts_with("0 1 2 3 "), "{out}");
+    assert!(
+        out.split_whitespace()
+            .all(|n| n.parse::<u32>().is_ok_and(|n| n < 512)),
+        "{out}"
+    );
+}

@@ -140,6 +140,12 @@ fn high_descriptors_and_long_paths_are_seen_by_other_processes() {
 import os, sys, time
 a = os.open("s", os.O_RDONLY); os.dup2(a, 5000); os.dup2(a, 9999)
 b = os.open(sys.argv[1], os.O_RDONLY); os.dup2(b, 4500)
+# Long paths come and go: their records are given back and taken again.
+for _ in range(3):
+    many = [os.open(sys.argv[1], os.O_RDONLY) for _ in range(60)]
+    for f in many:
+        os.close(f)
+many = [os.open(sys.argv[1], os.O_RDONLY) for _ in range(60)]
 os.mkdir("ready"); time.sleep(30)
 PY
         pid=$!
@@ -147,6 +153,7 @@ PY
         for n in 3 4 4500 5000 9999; do
             l=$(readlink /proc/$pid/fd/$n); r=${l#"$ROOT"}; echo "$n ${#r} $(basename "$l") $(cat /proc/$pid/fd/$n)"
         done
+        echo "long paths: $(for n in $(ls /proc/$pid/fd); do readlink /proc/$pid/fd/$n; done | grep -c '/f$')"
         kill $pid
     "#;
     let out = assert_same(&[], script, true);
@@ -154,6 +161,7 @@ PY
     assert!(out.contains(" f deep\n"), "{out}");
     assert!(out.contains("9999 2 s short\n"), "{out}");
     assert!(out.contains("4500 1208 f deep\n"), "{out}");
+    assert!(out.ends_with("long paths: 62\n"), "{out}");
 }
 
 /// A process of the instance that never held an atoll descriptor nor

@@ -452,50 +452,153 @@ pub fn read_id(
     off: Option<u64>,
 ) -> Result<usize> {
     let server = desc.server();
-    let direct = c.direct_data();
+    if !c.direct_data() {
+        // The bytes travel in messages (`ReadData`).
+        return match off {
+            Some(at) if buf.len() > DATA_CHUNK => read_data_window(c, lane, desc, buf, at),
+            _ => read_id_serial(c, lane, desc, buf, off),
+        };
+    }
     let mut done = 0usize;
     while done < buf.len() {
-        let want = (buf.len() - done).min(if direct { CHUNK } else { DATA_CHUNK });
+        let want = (buf.len() - done).min(CHUNK);
         let offset = off.map(|o| o + done as u64);
         let dst = &mut buf[done..done + want];
         let got = await_writers(|| {
-            if direct {
-                // Copy each extent as it is decoded (no allocation).
-                let mut ok = true;
-                let granted = lane.call_extents(
-                    c,
-                    server,
-                    Request::Read {
-                        desc,
-                        len: want as u64,
-                        offset,
-                    },
-                    |at, len, e| {
-                        let n = (len as usize).min(want);
-                        ok = crate::incoherent::copy_out(c, &e, at, &mut dst[..n]).is_some();
-                        ok
-                    },
-                )?;
-                Ok((granted.len as usize).min(want))
-            } else {
-                lane.call(
-                    c,
-                    server,
-                    Request::ReadData {
-                        desc,
-                        len: want as u32,
-                        offset,
-                    },
-                    |r| match r {
-                        Reply::Data(data) => {
-                            let n = data.len().min(want);
-                            dst[..n].copy_from_slice(&data[..n]);
-                            Ok(n)
-                        }
-                        _ => Err(Error::Protocol("ReadData")),
-                    },
-                )
+            // Copy each extent as it is decoded (no allocation).
+            let mut ok = true;
+            let granted = lane.call_extents(
+                c,
+                server,
+                Request::Read {
+                    desc,
+                    len: want as u64,
+                    offset,
+                },
+                |at, len, e| {
+                    let n = (len as usize).min(want);
+                    ok = crate::incoherent::copy_out(c, &e, at, &mut dst[..n]).is_some();
+                    ok
+                },
+            )?;
+            Ok((granted.len as usize).min(want))
+        })?;
+        done += got;
+        if got < want {
+            break;
+        }
+    }
+    Ok(done)
+}
+
+/// `ReadData` requests a read at a known offset keeps in flight at once.
+/// Their replies (8 KiB each) fit the reply ring together; a server that
+/// finds the ring full parks the next until the client takes one.
+const READ_WINDOW: usize = 4;
+
+/// A read of more than one `ReadData` at a known offset, where the bytes
+/// travel in messages (a copy island, also one whose servers are on
+/// another host): up to [`READ_WINDOW`] requests are sent before the first
+/// reply is awaited, so the read waits for one round trip per window
+/// instead of one per 8 KiB. Replies come in order on the lane; a short
+/// one (the end of the file) ends the read, and the replies still on
+/// their way are skipped by the lane's next call. Only at a known offset:
+/// a read at the server's offset must not move it past what it returns.
+fn read_data_window(
+    c: &Client,
+    lane: &Lane,
+    desc: DescId,
+    buf: &mut [u8],
+    off: u64,
+) -> Result<usize> {
+    let server = desc.server();
+    let chunks = buf.len().div_ceil(DATA_CHUNK);
+    let mut ids = [0u64; READ_WINDOW];
+    let (mut sent, mut next, mut sending) = (0usize, 0usize, true);
+    let mut failed = None;
+    while next < chunks {
+        while sending && sent < chunks && sent - next < READ_WINDOW {
+            let at = sent * DATA_CHUNK;
+            let req = Request::ReadData {
+                desc,
+                len: (buf.len() - at).min(DATA_CHUNK) as u32,
+                offset: Some(off + at as u64),
+            };
+            match lane.send(c, c.cred(), server, req) {
+                Ok(id) => {
+                    ids[sent % READ_WINDOW] = id;
+                    sent += 1;
+                }
+                Err(e) => {
+                    sending = false;
+                    failed = Some(e);
+                }
             }
+        }
+        if next == sent {
+            break; // nothing in flight: the send failed
+        }
+        let at = next * DATA_CHUNK;
+        let want = (buf.len() - at).min(DATA_CHUNK);
+        let dst = &mut buf[at..at + want];
+        let got = lane.recv(c, server, ids[next % READ_WINDOW], |r| match r {
+            Reply::Data(data) => {
+                let n = data.len().min(want);
+                dst[..n].copy_from_slice(&data[..n]);
+                Ok(n)
+            }
+            _ => Err(Error::Protocol("ReadData")),
+        });
+        match got {
+            Ok(n) if n == want => next += 1,
+            Ok(n) => return Ok(at + n),
+            // Bytes a writer is still copying in: the rest one request
+            // at a time, as any read waits for them (`await_writers`).
+            Err(Error::Errno(libc::EAGAIN)) => {
+                return match read_id_serial(c, lane, desc, &mut buf[at..], Some(off + at as u64)) {
+                    Ok(n) => Ok(at + n),
+                    Err(_) if at > 0 => Ok(at),
+                    Err(e) => Err(e),
+                };
+            }
+            Err(_) if at > 0 => return Ok(at),
+            Err(e) => return Err(e),
+        }
+    }
+    let done = (next * DATA_CHUNK).min(buf.len());
+    match failed {
+        Some(e) if done == 0 => Err(e),
+        _ => Ok(done),
+    }
+}
+
+/// `ReadData` one request at a time (at the server's offset, a single
+/// chunk, and the window's fallback).
+fn read_id_serial(
+    c: &Client,
+    lane: &Lane,
+    desc: DescId,
+    buf: &mut [u8],
+    off: Option<u64>,
+) -> Result<usize> {
+    let mut done = 0usize;
+    while done < buf.len() {
+        let want = (buf.len() - done).min(DATA_CHUNK);
+        let dst = &mut buf[done..done + want];
+        let req = || Request::ReadData {
+            desc,
+            len: want as u32,
+            offset: off.map(|o| o + done as u64),
+        };
+        let got = await_writers(|| {
+            lane.call(c, desc.server(), req(), |r| match r {
+                Reply::Data(data) => {
+                    let n = data.len().min(want);
+                    dst[..n].copy_from_slice(&data[..n]);
+                    Ok(n)
+                }
+                _ => Err(Error::Protocol("ReadData")),
+            })
         })?;
         done += got;
         if got < want {

@@ -222,3 +222,36 @@ print("ready", flush=True); sys.stdin.read()' $ROOT/z"#,
         "{clients:?}"
     );
 }
+
+/// Reads larger than one message in a copy island keep several requests
+/// in flight: one that ends at the end of the file part way through its
+/// window returns what is there, and the replies still on their way do
+/// not confuse the calls that follow on the same thread; a file growing
+/// under a reader, reads at every alignment, the same in every island.
+#[test]
+fn large_reads_across_the_end_of_a_file_are_the_same_in_every_island() {
+    let script = r#"
+        cd "$ROOT"
+        python3 - <<'PY'
+import os, hashlib
+data = bytes((i * 7 + i // 8191) & 255 for i in range(300000))
+fd = os.open("f", os.O_RDWR | os.O_CREAT, 0o644)
+os.write(fd, data[:100000])
+for off, n in [(50000, 70000), (0, 100000), (99999, 40000), (100000, 9000), (8191, 8193), (1, 65537)]:
+    got = os.pread(fd, n, off)
+    print(off, n, len(got), got == data[off:off + n][:len(got)], os.pread(fd, 10, 3) == data[3:13])
+os.write(fd, data[100000:])
+got = os.pread(fd, 300000, 0)
+print(len(got), hashlib.sha256(got).hexdigest() == hashlib.sha256(data).hexdigest())
+with open("f", "rb") as f:
+    print(sum(len(b) for b in iter(lambda: f.read(24577), b"")))
+PY
+    "#;
+    let outs = same_in_every_island(script);
+    assert!(
+        outs[0].contains("50000 70000 50000 True True\n"),
+        "{}",
+        outs[0]
+    );
+    assert!(outs[0].contains("300000 True\n300000\n"), "{}", outs[0]);
+}

@@ -102,7 +102,8 @@ pub struct Created {
 }
 
 /// Create `name` in `dir` with its inode on `local` and link it at the
-/// entry's server. `perm` has the umask applied. On `EEXIST` (or any
+/// entry's server. `perm` is the mode asked for (the server applies the
+/// umask, or the directory's default ACL). On `EEXIST` (or any
 /// failure of the link) nothing is left behind.
 #[allow(clippy::too_many_arguments)]
 pub fn create(
@@ -131,6 +132,8 @@ pub fn create(
             rdev,
             target,
             open,
+            umask: crate::ns::umask(c),
+            inherit: atoll_proto::Inherit::Unread,
         },
         |r| match r {
             Reply::Entry { ino, .. } => Ok(Created { ino, opened: None }),
@@ -211,7 +214,7 @@ pub fn create(
 /// `open` with `O_CREAT` under creation affinity: `Ok(None)` when the
 /// coalesced `Open` at the entry's server should do it (entry close by,
 /// affinity off, the name is known to exist, or it appeared meanwhile).
-/// `perm` has the umask applied.
+/// `perm` is the mode asked for.
 pub fn try_open(
     c: &Client,
     lane: &Lane,

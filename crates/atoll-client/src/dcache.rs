@@ -366,6 +366,7 @@ mod tests {
             uid: 1,
             gid: 2,
             epoch: 0,
+            default_acl: false,
         };
         dc.set_dir_attrs(dc.generation(), a);
         assert_eq!(dc.dir_attrs([&c].into_iter(), D), Some(a));

@@ -20,6 +20,11 @@
 //!   them: write and search permission, the sticky bit, the group and
 //!   set-group-id bit of new inodes. The attributes are kept in the lookup
 //!   cache beside the directory's entries.
+//! * **Default ACLs** ([`inherits_from`]): a new inode in a directory
+//!   with a default ACL inherits it (Linux's `posix_acl_create`); the
+//!   attributes say whether it has one, and only then does a creation
+//!   there read the ACL from the owner and carry it
+//!   (`atoll_proto::Inherit`, which says why that is fresh enough).
 //! * **Sticky victims** ([`sticky_retry`]): in a sticky directory a server
 //!   must know who owns the inode a name names; when another server owns
 //!   it the server answers `EPERM`, and the client asks once more with
@@ -35,9 +40,10 @@
 //!   an enqueue, not a round trip; later requests of the same lane are
 //!   served after them.
 //!
-//! The owner's notice on `chmod`/`chown` of a directory drops its cached
-//! entries, grant and attributes before the change returns, so each
-//! process asks once per directory while its mode and owner stay the same.
+//! The owner's notice on `chmod`/`chown` of a directory, or on a change of
+//! its ACLs, drops its cached entries, grant and attributes before the
+//! change returns, so each process asks once per directory while its mode,
+//! owner and ACLs stay the same.
 //! Ordinary directories are owned by the server holding their entries and
 //! cost nothing here.
 //!
@@ -46,7 +52,7 @@
 //! to one user, Hare's single fault domain); a name change without them in
 //! a directory the server does not own is refused (`EPROTO`).
 
-use atoll_proto::{Cred, FileType, InodeId, Reply, Request, Vouched};
+use atoll_proto::{Cred, FileType, Inherit, InodeId, Reply, Request, Vouched};
 
 use crate::error::{Error, Result};
 use crate::session::{Client, Lane};
@@ -103,6 +109,7 @@ impl Vouches {
             uid: 0,
             gid: 0,
             epoch: 0,
+            default_acl: false,
         };
         Vouches {
             items: [NONE; MAX_VOUCHED],
@@ -133,6 +140,7 @@ fn attrs_from_owner(c: &Client, lane: &Lane, ino: InodeId) -> Result<Vouched> {
             uid: a.uid,
             gid: a.gid,
             epoch: 0,
+            default_acl: a.default_acl,
         }),
         _ => Err(Error::Protocol("GetAttr")),
     })
@@ -177,6 +185,69 @@ fn dir_attrs(c: &Client, lane: &Lane, dir: InodeId) -> Result<Vouched> {
         dc.set_dir_attrs(gen, a);
     }
     Ok(a)
+}
+
+/// The directory whose default ACL creation request `req` must carry to
+/// a server that does not own it, going by the attributes `vouched` for
+/// it (no message when it has none). `None` for any other request, one
+/// that carries the ACL already, a symlink (which inherits nothing), or
+/// a server that owns the directory (no vouched attributes: it reads the
+/// ACL itself).
+pub fn inherits_from(req: &Request<'_>, vouched: &[Vouched]) -> Option<InodeId> {
+    let dir = match *req {
+        Request::Open {
+            dir,
+            flags,
+            inherit: Inherit::Unread,
+            ..
+        } if flags & libc::O_CREAT as u32 != 0 => dir,
+        Request::MakeNode {
+            dir,
+            ftype,
+            inherit: Inherit::Unread,
+            ..
+        }
+        | Request::CreateInode {
+            dir,
+            ftype,
+            inherit: Inherit::Unread,
+            ..
+        } if ftype != FileType::Symlink => dir,
+        _ => return None,
+    };
+    vouched
+        .iter()
+        .any(|v| v.ino == dir && v.default_acl)
+        .then_some(dir)
+}
+
+/// Give creation request `req` the default ACL `acl` of its directory.
+pub fn set_inherit<'a>(req: &mut Request<'a>, acl: &'a [u8]) {
+    if let Request::Open { inherit, .. }
+    | Request::MakeNode { inherit, .. }
+    | Request::CreateInode { inherit, .. } = req
+    {
+        *inherit = Inherit::Acl(acl);
+    }
+}
+
+/// The default ACL of directory `dir`, from its owner: empty if it has
+/// none (any more).
+pub fn default_acl(c: &Client, lane: &Lane, dir: InodeId) -> Result<Vec<u8>> {
+    let name = b"system.posix_acl_default";
+    let r = lane.call(
+        c,
+        dir.owner(),
+        Request::GetXattr { ino: dir, name },
+        |r| match r {
+            Reply::Xattr(v) => Ok(v.to_vec()),
+            _ => Err(Error::Protocol("GetXattr")),
+        },
+    );
+    match r {
+        Err(Error::Errno(e)) if e == libc::ENODATA => Ok(Vec::new()),
+        r => r,
+    }
 }
 
 /// Linux's `may_delete` for the name of `victim` in `dir`: write and search
@@ -398,5 +469,72 @@ pub fn after_change(c: &Client, lane: &Lane, change: &NameChange, deltas: [i32; 
                 },
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DIR: InodeId = InodeId(0x0100_0000_0000_0007);
+
+    fn attrs(default_acl: bool) -> Vouched {
+        Vouched {
+            ino: DIR,
+            perm: 0o755,
+            uid: 1,
+            gid: 1,
+            epoch: 0,
+            default_acl,
+        }
+    }
+
+    fn make(ftype: FileType) -> Request<'static> {
+        Request::MakeNode {
+            dir: DIR,
+            name: b"n",
+            ftype,
+            perm: 0o777,
+            rdev: 0,
+            target: b"t",
+            home: 0,
+            distributed: false,
+            umask: 0o022,
+            inherit: Inherit::Unread,
+        }
+    }
+
+    #[test]
+    fn only_creations_in_a_directory_with_a_default_acl_read_it() {
+        let with = [attrs(true)];
+        assert_eq!(inherits_from(&make(FileType::Directory), &with), Some(DIR));
+        assert_eq!(
+            inherits_from(&make(FileType::Directory), &[attrs(false)]),
+            None
+        );
+        // The owner is the server: nothing vouched, nothing to send.
+        assert_eq!(inherits_from(&make(FileType::Regular), &[]), None);
+        assert_eq!(inherits_from(&make(FileType::Symlink), &with), None);
+        let open = |flags: u32| Request::Open {
+            dir: DIR,
+            name: b"n",
+            flags,
+            perm: 0o666,
+            umask: 0o022,
+            inherit: Inherit::Unread,
+        };
+        assert_eq!(inherits_from(&open(libc::O_RDONLY as u32), &with), None);
+        let mut req = open(libc::O_CREAT as u32);
+        assert_eq!(inherits_from(&req, &with), Some(DIR));
+        // Once carried, it is not read again (a re-routed request).
+        set_inherit(&mut req, b"acl");
+        assert!(matches!(
+            req,
+            Request::Open {
+                inherit: Inherit::Acl(b"acl"),
+                ..
+            }
+        ));
+        assert_eq!(inherits_from(&req, &with), None);
     }
 }

@@ -169,15 +169,15 @@ fn tmpfile(c: &Client, lane: &Lane, mut w: Box<Walker<'_>>, flags: u32, mode: u3
     if acc != libc::O_WRONLY as u32 && acc != libc::O_RDWR as u32 {
         return err(libc::EINVAL);
     }
-    let perm = mode & 0o7777 & !crate::ns::umask(c);
     let open = flags & !(libc::O_TMPFILE as u32);
     let (desc, attr) = lane.call(
         c,
         dir.owner(),
         Request::CreateTmpfile {
             dir,
-            perm,
+            perm: mode & 0o7777,
             flags: open,
+            umask: crate::ns::umask(c),
         },
         |r| opened(r).ok_or(Error::Protocol("CreateTmpfile")),
     )?;
@@ -259,8 +259,7 @@ pub fn open(
         crate::dirperm::check_search(c, lane, w.dir, server)?;
         let umask = c.umask.load(core::sync::atomic::Ordering::Relaxed);
         let separate = if crate::uncoalesced::active(c) {
-            let perm = mode & 0o7777 & !umask;
-            crate::uncoalesced::open(c, &w, name, oflags, perm)?
+            crate::uncoalesced::open(c, &w, name, oflags, mode & 0o7777)?
         } else {
             None
         };
@@ -268,9 +267,7 @@ pub fn open(
         // another socket goes to this process's local server.
         let separate = match separate {
             Some(s) => Some(s),
-            None => {
-                crate::affinity::try_open(c, lane, w.dir, name, oflags, mode & 0o7777 & !umask)?
-            }
+            None => crate::affinity::try_open(c, lane, w.dir, name, oflags, mode & 0o7777)?,
         };
         enum R {
             Opened(DescId, atoll_proto::Attr),
@@ -294,6 +291,7 @@ pub fn open(
                     flags: oflags,
                     perm: mode & 0o7777,
                     umask,
+                    inherit: atoll_proto::Inherit::Unread,
                 },
                 |r| match r {
                     Reply::Opened {

@@ -63,7 +63,8 @@ fn want_distributed(c: &Client, w: &Walker, name: &[u8]) -> bool {
     false
 }
 
-/// `MakeNode` in the final component's entry server.
+/// `MakeNode` in the final component's entry server; `perm` is the mode
+/// asked for (the server applies the umask or the default ACL).
 #[allow(clippy::too_many_arguments)]
 fn make_node(
     c: &Client,
@@ -104,6 +105,8 @@ fn make_node(
                 target,
                 home,
                 distributed,
+                umask: umask(c),
+                inherit: atoll_proto::Inherit::Unread,
             },
             |r| match r {
                 Reply::Entry { ino, .. } => Ok(ino),
@@ -124,8 +127,16 @@ pub fn mkdir(c: &Client, lane: &Lane, dirfd: i64, path: &[u8], mode: u32) -> Res
     }
     let name = last.name.as_bytes();
     let dist = want_distributed(c, &w, name);
-    let perm = mode & 0o7777 & !umask(c);
-    make_node(c, &w, name, FileType::Directory, perm, 0, b"", dist)?;
+    make_node(
+        c,
+        &w,
+        name,
+        FileType::Directory,
+        mode & 0o7777,
+        0,
+        b"",
+        dist,
+    )?;
     Ok(Out::Done(0))
 }
 
@@ -142,12 +153,11 @@ pub fn mknod(c: &Client, lane: &Lane, dirfd: i64, path: &[u8], mode: u32, dev: u
         return err(libc::ENOENT);
     }
     let name = last.name.as_bytes();
-    let perm = mode & 0o7777 & !umask(c);
+    let perm = mode & 0o7777;
     let ftype = match mode & libc::S_IFMT {
         0 | libc::S_IFREG => {
             // A regular file: create (exclusively) and close at once.
-            let p = mode & 0o7777 & !umask(c);
-            if crate::affinity::try_make(c, lane, w.dir, name, FileType::Regular, p, 0, b"")?
+            if crate::affinity::try_make(c, lane, w.dir, name, FileType::Regular, perm, 0, b"")?
                 .is_some()
             {
                 return Ok(Out::Done(0));
@@ -167,6 +177,7 @@ pub fn mknod(c: &Client, lane: &Lane, dirfd: i64, path: &[u8], mode: u32, dev: u
                         flags: (libc::O_CREAT | libc::O_EXCL | libc::O_RDONLY) as u32,
                         perm: mode & 0o7777,
                         umask: umask(c),
+                        inherit: atoll_proto::Inherit::Unread,
                     },
                     |r| match r {
                         Reply::Opened { desc, .. } => Ok(desc),
@@ -186,7 +197,9 @@ pub fn mknod(c: &Client, lane: &Lane, dirfd: i64, path: &[u8], mode: u32, dev: u
 }
 
 /// The node a Unix socket's `bind` makes at `path` (mode `0777 & ~umask`,
-/// as Linux's `unix_bind`), remembering `address` for `getsockname`.
+/// as Linux's `unix_bind`, which then goes through `vfs_mknod` as any
+/// node: a default ACL of the directory masks it further), remembering
+/// `address` for `getsockname`.
 /// `Err(out)` when the path is not atoll's (`Host`) or leaves it (`Rehost`);
 /// an existing name is `EADDRINUSE`.
 pub fn make_socket(

@@ -366,11 +366,21 @@ impl Lane {
         let mut change = crate::dirperm::NameChange::of(&req, server);
         let mut outcome = (false, [0, 0]);
         let mut f = Some(f);
+        // The directory's default ACL, read once if a creation needs it.
+        let inherited = std::cell::OnceCell::<Vec<u8>>::new();
         let (mut server, mut vouches, mut req) = (server, None, req);
         for _ in 0..64 {
             let v = vouches
                 .as_ref()
                 .map_or(vouched, |v: &crate::dirperm::Vouches| v.as_slice());
+            if let Some(dir) = crate::dirperm::inherits_from(&req, v) {
+                if inherited.get().is_none() {
+                    let _ = inherited.set(crate::dirperm::default_acl(c, self, dir)?);
+                }
+                if let Some(acl) = inherited.get() {
+                    crate::dirperm::set_inherit(&mut req, acl);
+                }
+            }
             let id = self.send_vouched(c, c.cred(), v, server, req.clone())?;
             let r = self.recv(c, server, id, |r| {
                 outcome = change.outcome(&r);

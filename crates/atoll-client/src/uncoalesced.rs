@@ -85,6 +85,8 @@ fn make_regular(c: &Client, w: &Walker, name: &[u8], perm: u32) -> Result<InodeI
                 target: b"",
                 home: server as u8,
                 distributed: false,
+                umask: crate::ns::umask(c),
+                inherit: atoll_proto::Inherit::Unread,
             },
             |r| match r {
                 Reply::Entry { ino, .. } => Ok(ino),

@@ -277,6 +277,10 @@ pub struct Attr {
     pub mtime: Timespec,
     pub ctime: Timespec,
     pub btime: Timespec,
+    /// A directory with a default ACL (`system.posix_acl_default`): new
+    /// inodes in it inherit that ACL instead of taking the umask
+    /// ([`Request::Open`]'s `inherit`). Not part of `stat`.
+    pub default_acl: bool,
 }
 
 /// Caller credentials for Linux's permission checks: the fsuid and fsgid,
@@ -426,6 +430,37 @@ pub struct Vouched {
     /// name change is only ever served in the epoch the client names
     /// (what its `Subdirs` then carries).
     pub epoch: u32,
+    /// The directory has a default ACL ([`Attr::default_acl`]): a creation
+    /// in it carries that ACL (`inherit`), which the server applies.
+    pub default_acl: bool,
+}
+
+/// The default ACL of the directory a creation request makes an inode in,
+/// when the server that makes it does not own the directory (creation
+/// affinity, distributed directories, a directory whose entries live
+/// away from its inode): Linux's `posix_acl_create` needs it, and only
+/// the owner holds it.
+///
+/// The client learns that a directory has one from its attributes
+/// ([`Vouched::default_acl`], read from the owner like the rest of them)
+/// and only then reads the ACL from the owner (`GetXattr`) and sends it
+/// here, so creations in directories without one cost no message more.
+/// It is fresh enough: the owner's notice on setting or removing a
+/// directory's default ACL drops every client's cached attributes of it
+/// before `setxattr` returns (as for `chmod`), so a creation that starts
+/// after that sees the flag as it is now and reads the ACL afterwards.
+/// A creation racing a change may see either, as on Linux, where
+/// `posix_acl_create` reads the ACL once at some instant of the call.
+/// The server owning the directory ignores this and reads its own.
+#[derive(Serialize, Deserialize, Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Inherit<'a> {
+    /// The client did not look: right when the server owns the directory
+    /// or the vouched attributes say it has no default ACL. A server that
+    /// needs the ACL and got `Unread` answers `EPROTO`.
+    Unread,
+    /// The default ACL as the owner returned it (its xattr value); empty
+    /// if it had none any more.
+    Acl(#[serde(borrow)] &'a [u8]),
 }
 
 /// A request frame: the header every request carries plus the operation.
@@ -484,7 +519,9 @@ pub enum Request<'a> {
     /// ADD_MAP coalesced). A new inode is placed on this server. If the entry
     /// names an inode owned by another server the reply is `Entry` and the
     /// client follows with `OpenInode`; a symlink (without `O_NOFOLLOW`)
-    /// gives `Symlink`. → `Opened` | `Entry` | `Symlink`
+    /// gives `Symlink`. A new file's mode is `perm` less the umask, or,
+    /// when `dir` has a default ACL, masked by that ACL instead (Linux's
+    /// `posix_acl_create`; see [`Inherit`]). → `Opened` | `Entry` | `Symlink`
     Open {
         dir: InodeId,
         #[serde(borrow)]
@@ -492,13 +529,16 @@ pub enum Request<'a> {
         flags: u32,
         perm: u32,
         umask: u32,
+        #[serde(borrow)]
+        inherit: Inherit<'a>,
     },
     /// Create a directory, symlink, FIFO, socket or device node (Hare MKDIR,
     /// SYMLINK). The inode is placed on this server; for a directory `home`
     /// picks the server for its entries and `distributed` spreads them.
     /// `target` is a symlink's target, or the address a Unix socket was
     /// bound with (kept for `getsockname`); ignored for other types.
-    /// → `Entry`
+    /// The mode is `perm` less `umask`, or masked by `dir`'s default ACL
+    /// (as for `Open`); a symlink's is always `0777`. → `Entry`
     MakeNode {
         dir: InodeId,
         #[serde(borrow)]
@@ -510,6 +550,9 @@ pub enum Request<'a> {
         target: &'a [u8],
         home: u8,
         distributed: bool,
+        umask: u32,
+        #[serde(borrow)]
+        inherit: Inherit<'a>,
     },
     /// Add an entry for an existing inode (Hare ADD_MAP; hard links and the
     /// first half of a cross-server rename). With `replace`, an existing
@@ -915,13 +958,17 @@ pub enum Request<'a> {
     CreateInode {
         dir: InodeId,
         ftype: FileType,
-        /// Permission bits, umask already applied.
+        /// Permission bits as asked for; `umask` or `dir`'s default ACL
+        /// masks them (as for `Open`).
         perm: u32,
         rdev: u64,
         #[serde(borrow)]
         target: &'a [u8],
         /// Open flags, for `open` with `O_CREAT`.
         open: Option<u32>,
+        umask: u32,
+        #[serde(borrow)]
+        inherit: Inherit<'a>,
     },
     /// `ino.owner()`, usually posted. Second half: the entry `Link` added
     /// for a pending inode is its first link. A no-op when the inode is no
@@ -935,9 +982,11 @@ pub enum Request<'a> {
     /// `I_LINKABLE`) unless `flags` has `O_EXCL`. → `Opened`
     CreateTmpfile {
         dir: InodeId,
-        /// Permission bits, umask already applied.
+        /// Permission bits as asked for; `umask` or `dir`'s default ACL
+        /// (which this server, the owner, holds) masks them.
         perm: u32,
         flags: u32,
+        umask: u32,
     },
     /// Every server, from an image about to `execve`: the POSIX record
     /// locks this session holds now belong to session `to`, the one the
@@ -1637,6 +1686,7 @@ mod tests {
                 uid: 7,
                 gid: 8,
                 epoch: 0,
+                default_acl: false,
             }]),
         };
         let bytes = encode(&frame, &mut buf).unwrap().to_vec();

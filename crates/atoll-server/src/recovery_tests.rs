@@ -184,6 +184,7 @@ impl Live {
                         flags: (libc::O_CREAT | libc::O_RDWR) as u32,
                         perm: 0o644,
                         umask: 0o022,
+                        inherit: atoll_proto::Inherit::Unread,
                     },
                 );
                 if let Some(Reply::Opened { desc, attr, .. }) = r {
@@ -205,6 +206,8 @@ impl Live {
                         target: b"",
                         home: 0,
                         distributed: false,
+                        inherit: atoll_proto::Inherit::Unread,
+                        umask: 0,
                     },
                 );
                 if let Some(Reply::Entry { ino, .. }) = r {

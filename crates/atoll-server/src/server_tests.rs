@@ -100,6 +100,8 @@ fn posted_requests_are_served_without_a_reply() {
             target: b"",
             home: 0,
             distributed: false,
+            inherit: atoll_proto::Inherit::Unread,
+            umask: 0,
         },
         vouched: Default::default(),
     };

@@ -189,6 +189,7 @@ fn create(lane: &mut Lane, name: &[u8]) -> DescId {
             flags: (libc::O_CREAT | libc::O_RDWR) as u32,
             perm: 0o644,
             umask: 0o022,
+            inherit: atoll_proto::Inherit::Unread,
         },
         |r| match r {
             Reply::Opened {

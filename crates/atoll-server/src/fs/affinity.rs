@@ -31,7 +31,7 @@ use super::seeded::Map;
 use atoll_proto::{Cred, Errno, FileType, InodeId, Reply, SessionId, MAX_TARGET};
 
 use super::perm::{Caller, MAY_EXEC, MAY_WRITE};
-use super::{FileServer, R};
+use super::{FileServer, NewNode, R};
 use crate::store::BlockStore;
 
 /// Pending creations and their counters.
@@ -65,18 +65,21 @@ impl Creating {
 
 impl<S: BlockStore> FileServer<S> {
     /// `Request::CreateInode`.
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn create_inode<'o>(
         &mut self,
         session: SessionId,
         who: &Caller,
         dir: InodeId,
-        ftype: FileType,
-        perm: u32,
-        rdev: u64,
-        target: &[u8],
+        node: NewNode,
         open: Option<u32>,
     ) -> R<'o> {
+        let NewNode {
+            ftype,
+            perm,
+            rdev,
+            target,
+            ..
+        } = node;
         let perm = match ftype {
             // A directory placed here (the client's spreading of new
             // directories) keeps its entries here too: owner and home.
@@ -103,9 +106,12 @@ impl<S: BlockStore> FileServer<S> {
         // Checked here only when this server owns the directory; the
         // entry's server checks again at `Link`.
         self.dir_check(dir, who, MAY_WRITE | MAY_EXEC)?;
+        let from = self.inheritance(dir, who, ftype, node.inherit)?;
         // The name is admitted by the entry's server at `Link`.
         self.admit(super::limits::INODES, 1)?;
+        let perm = from.perm(ftype, perm, node.umask);
         let ino = self.new_inode(who, dir, ftype, perm, self.cfg.index, false);
+        self.inherit(ino, from)?;
         if ftype == FileType::Directory {
             // Its `..` is `dir`; freed with the inode if never adopted.
             let shard = super::dir::Shard::new(Some(dir), &self.acct.names);
@@ -233,6 +239,7 @@ mod tests {
         uid: USER.uid,
         gid: USER.gid,
         epoch: 0,
+        default_acl: false,
     };
 
     fn create(f: &mut FileServer<MemStore>, s: SessionId, open: Option<u32>) -> (InodeId, u64) {
@@ -248,6 +255,8 @@ mod tests {
                 rdev: 0,
                 target: b"",
                 open,
+                inherit: atoll_proto::Inherit::Unread,
+                umask: 0,
             },
             &mut out,
         );
@@ -368,6 +377,8 @@ mod tests {
                 rdev: 0,
                 target: b"",
                 open: Some(libc::O_RDONLY as u32),
+                inherit: atoll_proto::Inherit::Unread,
+                umask: 0,
             },
             &mut out,
         );
@@ -383,6 +394,8 @@ mod tests {
                 rdev: 0,
                 target: b"",
                 open: None,
+                inherit: atoll_proto::Inherit::Unread,
+                umask: 0,
             },
             &mut out,
         );

@@ -21,8 +21,10 @@ impl<S: BlockStore> FileServer<S> {
                 flags,
                 perm,
                 umask,
+                inherit,
             } => {
-                let r = self.open(session, who, dir, name, flags, perm & !umask, out);
+                let mode = (perm, umask, inherit);
+                let r = self.open(session, who, dir, name, flags, mode, out);
                 if let Ok(Reply::Opened { created, .. }) = &r {
                     self.coalesced.opened(*created);
                 }
@@ -37,9 +39,18 @@ impl<S: BlockStore> FileServer<S> {
                 target,
                 home,
                 distributed,
+                umask,
+                inherit,
             } => {
-                let r =
-                    self.make_node(who, dir, name, ftype, perm, rdev, target, home, distributed);
+                let node = NewNode {
+                    ftype,
+                    perm,
+                    umask,
+                    inherit,
+                    rdev,
+                    target,
+                };
+                let r = self.make_node(who, dir, name, node, home, distributed);
                 if r.is_ok() {
                     self.coalesced.made_node();
                 }
@@ -186,11 +197,26 @@ impl<S: BlockStore> FileServer<S> {
                 rdev,
                 target,
                 open,
-            } => self.create_inode(session, who, dir, ftype, perm, rdev, target, open),
-            Q::Adopt { ino } => self.adopt(session, ino),
-            Q::CreateTmpfile { dir, perm, flags } => {
-                self.create_tmpfile(session, who, dir, perm, flags)
+                umask,
+                inherit,
+            } => {
+                let node = NewNode {
+                    ftype,
+                    perm,
+                    umask,
+                    inherit,
+                    rdev,
+                    target,
+                };
+                self.create_inode(session, who, dir, node, open)
             }
+            Q::Adopt { ino } => self.adopt(session, ino),
+            Q::CreateTmpfile {
+                dir,
+                perm,
+                flags,
+                umask,
+            } => self.create_tmpfile(session, who, dir, perm, umask, flags),
             Q::PassLocks { to } => self.pass_locks(session, to),
             Q::Map { ino, to } => self.map_inode(session, ino, to),
             Q::Unmap { ino } => self.unmap_inode(session, ino),

@@ -103,6 +103,7 @@ fn create(fs: &mut FileServer<MemStore>, name: &[u8]) -> (InodeId, DescId) {
         flags,
         perm: 0o644,
         umask: 0,
+        inherit: atoll_proto::Inherit::Unread,
     };
     match fs.handle(S1, ME, req, &mut out) {
         Reply::Opened { desc, attr, .. } => (attr.ino, desc),
@@ -373,6 +374,8 @@ fn a_file_moved_out_of_a_watched_directory_no_longer_reports_to_it() {
         target: b"",
         home: 0,
         distributed: false,
+        inherit: atoll_proto::Inherit::Unread,
+        umask: 0,
     };
     let mut out = Vec::new();
     let other = match fs.handle(S1, ME, mk, &mut out) {

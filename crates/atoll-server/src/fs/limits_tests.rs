@@ -94,6 +94,7 @@ fn vouch(ino: InodeId) -> Vouched {
         uid: USER.uid,
         gid: USER.gid,
         epoch: 0,
+        default_acl: false,
     }
 }
 
@@ -116,6 +117,7 @@ fn create_in(dir: InodeId, name: &[u8]) -> Request<'_> {
         flags: CREAT | RW,
         perm: 0o644,
         umask: 0,
+        inherit: atoll_proto::Inherit::Unread,
     }
 }
 
@@ -129,6 +131,8 @@ fn node<'a>(name: &'a [u8], ftype: FileType, target: &'a [u8]) -> Request<'a> {
         target,
         home: 0,
         distributed: false,
+        inherit: atoll_proto::Inherit::Unread,
+        umask: 0,
     }
 }
 
@@ -270,6 +274,7 @@ fn open_descriptions_stop_at_enfile_and_recover_after_close() {
         flags: RW,
         perm: 0,
         umask: 0,
+        inherit: atoll_proto::Inherit::Unread,
     };
     assert!(matches!(s.call(open()), Got::Desc(_)));
     assert!(matches!(s.call(open()), Got::Desc(_)));
@@ -582,6 +587,8 @@ fn blocks_of_an_open_truncated_file_flow_to_another_server_only_after_close() {
         rdev: 0,
         target: b"",
         open: Some(RW),
+        inherit: atoll_proto::Inherit::Unread,
+        umask: 0,
     };
     let (_, b) = open_new(&mut s[1], placed);
     assert_eq!(fill_blocks(&mut s[1], b, 0), 32, "the parked 32 stay a's");

@@ -111,6 +111,7 @@ use dir::{check_name, is_dot, push_dirent, Shard};
 use inode::{Inode, MAX_EXTENTS, MAX_FILE_SIZE};
 pub use limits::Limits;
 use locks::Lock;
+use namespace::NewNode;
 use ops::{op_index, OP_NAMES};
 use perm::{check, kill_priv, may, Caller, MAY_EXEC, MAY_READ, MAY_WRITE};
 
@@ -772,6 +773,7 @@ impl<S: BlockStore> FileServer<S> {
             mtime: i.mtime,
             ctime: i.ctime,
             btime: i.btime,
+            default_acl: !i.xattrs.is_empty() && i.xattrs.contains_key(acl::ACL_DEFAULT),
         })
     }
 

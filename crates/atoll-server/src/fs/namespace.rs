@@ -2,6 +2,21 @@
 //! entries held here (Hare §3.4, §3.7).
 
 use super::*;
+use atoll_proto::Inherit;
+
+/// What a creation request asks a new inode to be (`MakeNode`,
+/// `CreateInode`): its type, the mode asked for with the caller's umask
+/// (which the parent's default ACL may replace, `acl`), and a device
+/// number or symlink target where the type has one.
+#[derive(Clone, Copy)]
+pub(super) struct NewNode<'r> {
+    pub ftype: FileType,
+    pub perm: u32,
+    pub umask: u32,
+    pub inherit: Inherit<'r>,
+    pub rdev: u64,
+    pub target: &'r [u8],
+}
 
 impl<S: BlockStore> FileServer<S> {
     pub(super) fn lookup<'o>(&self, who: &Caller, dir: InodeId, name: &[u8]) -> R<'o> {
@@ -47,7 +62,7 @@ impl<S: BlockStore> FileServer<S> {
         dir: InodeId,
         name: &[u8],
         flags: u32,
-        perm: u32,
+        (perm, umask, inherit): (u32, u32, Inherit),
         out: &'o mut Vec<u8>,
     ) -> R<'o> {
         let creat = flags & libc::O_CREAT as u32 != 0;
@@ -115,9 +130,12 @@ impl<S: BlockStore> FileServer<S> {
         if !self.acct.room(limits::DESCRIPTIONS, 1) {
             return Err(Errno::ENFILE);
         }
+        let from = self.inheritance(dir, who, FileType::Regular, inherit)?;
         self.admit(limits::INODES, 1)?;
         self.admit(limits::NAMES, 1)?;
-        let ino = self.new_inode(who, dir, FileType::Regular, perm & 0o7777, 0, false);
+        let perm = from.perm(FileType::Regular, perm & 0o7777, umask);
+        let ino = self.new_inode(who, dir, FileType::Regular, perm, 0, false);
+        self.inherit(ino, from)?;
         if let Some(s) = self.shards.get_mut(&dir) {
             s.insert(name, ino, FileType::Regular);
         }
@@ -215,19 +233,22 @@ impl<S: BlockStore> FileServer<S> {
         Ok((id, self.attr(ino)?))
     }
 
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn make_node<'o>(
         &mut self,
         who: &Caller,
         dir: InodeId,
         name: &[u8],
-        ftype: FileType,
-        perm: u32,
-        rdev: u64,
-        target: &[u8],
+        node: NewNode,
         home: u8,
         distributed: bool,
     ) -> R<'o> {
+        let NewNode {
+            ftype,
+            perm,
+            rdev,
+            target,
+            ..
+        } = node;
         check_name(name)?;
         if is_dot(name) {
             return Err(Errno::EEXIST);
@@ -263,9 +284,12 @@ impl<S: BlockStore> FileServer<S> {
             _ => perm & 0o7777,
         };
         self.creatable(dir)?;
+        let from = self.inheritance(dir, who, ftype, node.inherit)?;
         self.admit(limits::INODES, 1)?;
         self.admit(limits::NAMES, 1)?;
+        let perm = from.perm(ftype, perm, node.umask);
         let ino = self.new_inode(who, dir, ftype, perm, home, distributed);
+        self.inherit(ino, from)?;
         match ftype {
             FileType::Symlink | FileType::Socket => {
                 if let Err(e) = self.set_target(ino, target) {

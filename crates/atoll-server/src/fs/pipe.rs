@@ -498,6 +498,8 @@ mod tests {
                 target: b"",
                 home: 0,
                 distributed: false,
+                inherit: atoll_proto::Inherit::Unread,
+                umask: 0,
             },
             &mut out,
         );
@@ -520,6 +522,7 @@ mod tests {
                     flags: flags as u32,
                     perm: 0,
                     umask: 0,
+                    inherit: atoll_proto::Inherit::Unread,
                 },
                 &mut out,
             ) {
@@ -566,6 +569,7 @@ mod tests {
                 flags: flags as u32,
                 perm: 0,
                 umask: 0,
+                inherit: atoll_proto::Inherit::Unread,
             };
             let desc = match fs.handle(S1, ME, open, &mut out) {
                 Reply::Opened { desc, .. } => desc,

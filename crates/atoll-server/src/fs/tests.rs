@@ -7,6 +7,7 @@ use crate::store::MemStore;
 use atoll_proto::{entry_server, LockSpec, ModeInfo, StatFsInfo};
 use proptest::prelude::*;
 
+mod acl;
 mod data;
 mod descs;
 mod mapping;
@@ -168,6 +169,7 @@ impl T {
                 flags,
                 perm,
                 umask: 0o022,
+                inherit: atoll_proto::Inherit::Unread,
             },
         ) {
             Own::Opened(d, a, _) => Ok((d, a)),
@@ -194,6 +196,8 @@ impl T {
                 target: b"",
                 home: self.fs.index() as u8,
                 distributed: false,
+                inherit: atoll_proto::Inherit::Unread,
+                umask: 0,
             },
         ) {
             Own::Entry(ino, _) => Ok(ino),
@@ -217,6 +221,8 @@ impl T {
                 target: target.as_bytes(),
                 home: 0,
                 distributed: false,
+                inherit: atoll_proto::Inherit::Unread,
+                umask: 0,
             },
         ) {
             Own::Entry(ino, _) => ino,
@@ -398,6 +404,8 @@ fn requests_for_entries_of_another_server_get_exdev() {
             target: b"",
             home: 0,
             distributed: true,
+            inherit: atoll_proto::Inherit::Unread,
+            umask: 0,
         },
     );
     let Own::Entry(dist, _) = dist else {
@@ -430,6 +438,8 @@ fn distributed_directory_counts_subdirectories_reported_from_other_servers() {
             target: b"",
             home: 0,
             distributed: true,
+            inherit: atoll_proto::Inherit::Unread,
+            umask: 0,
         },
     );
     let Own::Entry(dist, _) = dist else {
@@ -609,6 +619,8 @@ fn make_node_creates_fifos_and_refuses_devices_for_users() {
                 target: b"",
                 home: 0,
                 distributed: false,
+                inherit: atoll_proto::Inherit::Unread,
+                umask: 0,
             },
         )
     };
@@ -816,6 +828,8 @@ fn directory_names_are_found_across_servers_in_rounds() {
             target: b"",
             home: 1,
             distributed: false,
+            inherit: atoll_proto::Inherit::Unread,
+            umask: 0,
         },
     ) {
         Own::Entry(ino, _) => ino,
@@ -837,6 +851,8 @@ fn directory_names_are_found_across_servers_in_rounds() {
             target: b"",
             home: 1,
             distributed: false,
+            inherit: atoll_proto::Inherit::Unread,
+            umask: 0,
         },
     ) {
         Own::Entry(ino, _) => ino,

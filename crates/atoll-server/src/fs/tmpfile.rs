@@ -7,7 +7,7 @@
 //! entry lives here too) unless it was made with `O_EXCL`, as Linux's
 //! `I_LINKABLE`. After that it is an ordinary file.
 
-use atoll_proto::{Errno, FileType, InodeId, Reply, SessionId};
+use atoll_proto::{Errno, FileType, Inherit, InodeId, Reply, SessionId};
 
 use super::perm::{Caller, MAY_EXEC, MAY_WRITE};
 use super::{FileServer, R};
@@ -22,6 +22,7 @@ impl<S: BlockStore> FileServer<S> {
         who: &Caller,
         dir: InodeId,
         perm: u32,
+        umask: u32,
         flags: u32,
     ) -> R<'o> {
         let acc = flags & libc::O_ACCMODE as u32;
@@ -32,14 +33,10 @@ impl<S: BlockStore> FileServer<S> {
             return Err(Errno::EPROTO); // the client asks the owner
         }
         self.dir_check(dir, who, MAY_WRITE | MAY_EXEC)?;
-        let ino = self.new_inode(
-            who,
-            dir,
-            FileType::Regular,
-            perm & 0o7777,
-            self.cfg.index,
-            false,
-        );
+        let from = self.inheritance(dir, who, FileType::Regular, Inherit::Unread)?;
+        let perm = from.perm(FileType::Regular, perm & 0o7777, umask);
+        let ino = self.new_inode(who, dir, FileType::Regular, perm, self.cfg.index, false);
+        self.inherit(ino, from)?;
         if let Some(i) = self.inodes.get_mut(&ino) {
             i.links = 0;
             i.linkable = flags & libc::O_EXCL as u32 == 0;

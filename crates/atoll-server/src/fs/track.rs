@@ -319,6 +319,7 @@ mod tests {
                     flags: (libc::O_CREAT | libc::O_RDWR) as u32,
                     perm: 0o644,
                     umask: 0,
+                    inherit: atoll_proto::Inherit::Unread,
                 },
                 &mut out,
             );

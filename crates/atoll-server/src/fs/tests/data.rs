@@ -87,6 +87,7 @@ fn symlinks_are_followed_by_the_client_and_refused_with_nofollow() {
             flags: 0,
             perm: 0,
             umask: 0,
+            inherit: atoll_proto::Inherit::Unread,
         },
     );
     assert_eq!(r, Own::Symlink(l, b"target/path".to_vec()));

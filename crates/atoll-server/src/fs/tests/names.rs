@@ -475,6 +475,8 @@ fn a_directory_replaced_by_rename_must_be_marked_when_its_entries_live_elsewhere
             target: b"",
             home,
             distributed,
+            inherit: atoll_proto::Inherit::Unread,
+            umask: 0,
         },
     ) {
         Own::Entry(ino, _) => ino,
@@ -532,6 +534,8 @@ fn a_directory_replaced_by_rename_must_be_marked_when_its_entries_live_elsewhere
                 target: b"",
                 home: 0,
                 distributed: false,
+                inherit: atoll_proto::Inherit::Unread,
+                umask: 0,
             }
         ),
         Errno::ENOENT,

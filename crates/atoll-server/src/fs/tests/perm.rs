@@ -199,6 +199,7 @@ pub(super) fn attrs_of(dir: InodeId, perm: u32, uid: u32, gid: u32) -> Vouched {
         uid,
         gid,
         epoch: 0,
+        default_acl: false,
     }
 }
 
@@ -212,6 +213,8 @@ fn make_node(dir: InodeId, name: &str, ftype: FileType) -> Request<'_> {
         target: b"x",
         home: 1,
         distributed: false,
+        inherit: atoll_proto::Inherit::Unread,
+        umask: 0,
     }
 }
 
@@ -231,6 +234,7 @@ fn create_req(dir: InodeId, name: &str, flags: u32) -> Request<'_> {
         flags: flags | CREAT,
         perm: 0o644,
         umask: 0,
+        inherit: atoll_proto::Inherit::Unread,
     }
 }
 
@@ -432,6 +436,7 @@ fn set_group_id_of_a_directory_owned_elsewhere_is_inherited() {
         flags: RW | CREAT,
         perm: 0o2775,
         umask: 0,
+        inherit: atoll_proto::Inherit::Unread,
     };
     let Own::Opened(_, fa, true) = t.callv(S1, OTHER, &shared, open) else {
         panic!("create refused")

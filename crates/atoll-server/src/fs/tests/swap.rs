@@ -28,6 +28,7 @@ fn vouch(d: InodeId, epoch: u32) -> [Vouched; 1] {
         uid: USER.uid,
         gid: USER.gid,
         epoch,
+        default_acl: false,
     }]
 }
 
@@ -177,6 +178,7 @@ fn swap_moves_entries_with_their_cookies_and_blocks_until_complete() {
         flags: RW | CREAT,
         perm: 0o644,
         umask: 0,
+        inherit: atoll_proto::Inherit::Unread,
     };
     // Routed by the epoch before the swap: told so; by this one: served.
     let stale = ts[1].callv(S1, USER, &vouch(d, 0), create.clone());

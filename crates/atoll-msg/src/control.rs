@@ -163,7 +163,7 @@ impl Gauge {
 }
 
 #[cfg(not(loom))]
-const CONTROL_MAGIC: u64 = u64::from_le_bytes(*b"ATOLLCT4");
+const CONTROL_MAGIC: u64 = u64::from_le_bytes(*b"ATOLLCT5");
 
 #[cfg(not(loom))]
 #[repr(C)]
@@ -180,6 +180,8 @@ const DOORBELL_BYTES: usize = std::mem::size_of::<Doorbell>();
 const LOAD_BYTES: usize = std::mem::size_of::<Padded<AtomicU64>>();
 #[cfg(not(loom))]
 const GAUGE_BYTES: usize = std::mem::size_of::<Padded<Gauge>>();
+#[cfg(not(loom))]
+const CHARGED_BYTES: usize = std::mem::size_of::<Padded<[AtomicU64; GAUGES]>>();
 
 /// Per-instance control block: one doorbell per server, published load,
 /// each server's state (down or not) and the instance-wide gauges.
@@ -193,7 +195,13 @@ pub struct Control {
 impl Control {
     /// Bytes of a control block for `servers` servers.
     pub const fn size(servers: usize) -> usize {
-        HEADER_BYTES + servers * (DOORBELL_BYTES + 3 * LOAD_BYTES) + GAUGES * GAUGE_BYTES
+        Self::gauges_at(servers) + GAUGES * GAUGE_BYTES
+    }
+
+    /// Where the gauges start: after each server's doorbell, load, state
+    /// and heartbeat words and its charges.
+    const fn gauges_at(servers: usize) -> usize {
+        HEADER_BYTES + servers * (DOORBELL_BYTES + 3 * LOAD_BYTES + CHARGED_BYTES)
     }
 
     pub fn create(servers: usize) -> io::Result<(OwnedFd, Control)> {
@@ -274,7 +282,7 @@ impl Control {
     /// If `i >= GAUGES` (a caller bug, never peer input).
     pub fn gauge(&self, i: usize) -> &Gauge {
         assert!(i < GAUGES, "no gauge {i}");
-        let off = HEADER_BYTES + self.servers * (DOORBELL_BYTES + 3 * LOAD_BYTES) + i * GAUGE_BYTES;
+        let off = Self::gauges_at(self.servers) + i * GAUGE_BYTES;
         // SAFETY: as in `doorbell` (the gauges end the block, whose size
         // was checked); a Gauge is atomics only.
         unsafe { &(*(self.region.as_ptr().add(off) as *const Padded<Gauge>)).0 }
@@ -313,6 +321,26 @@ impl Control {
     pub fn beat(&self, server: usize) {
         let w = self.beat_word(server);
         w.store(w.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
+    }
+
+    /// How much of gauge `i` server `server` has taken and not given
+    /// back: written by that server alone at each move of the gauge, so
+    /// that a successor of a server killed half way through a request
+    /// gives back what the lost request had reserved (`fs::limits`).
+    ///
+    /// # Panics
+    /// If `server` or `i` is out of range (a caller bug).
+    pub fn charged(&self, server: usize, i: usize) -> &AtomicU64 {
+        assert!(
+            server < self.servers && i < GAUGES,
+            "no charge {server}/{i}"
+        );
+        let off = HEADER_BYTES
+            + self.servers * (DOORBELL_BYTES + 3 * LOAD_BYTES)
+            + server * CHARGED_BYTES;
+        // SAFETY: as in `doorbell` (each server's charges follow the
+        // heartbeats, before the gauges); atomics only.
+        unsafe { &(*(self.region.as_ptr().add(off) as *const Padded<[AtomicU64; GAUGES]>)).0[i] }
     }
 
     /// How many turns server `server`'s loop has made (wrapping).

@@ -422,6 +422,15 @@ pub fn rebuild(
             ));
         }
     }
+    // What the lost server had reserved in a request it died in goes back
+    // to the instance's gauges (`fs::limits::Accounts`).
+    let given_back = fs.recharge();
+    if given_back.iter().any(|&n| n != 0) {
+        tracing::info!(
+            "file server {} rebuilt: gauges corrected by {given_back:?} (reservations of a request it died in)",
+            params.fs.index
+        );
+    }
     Ok(fs)
 }
 

@@ -45,6 +45,7 @@
 
 use std::cell::Cell;
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::seeded::Set;
 use std::rc::Rc;
@@ -157,11 +158,20 @@ impl Limits {
 /// Where a server finds the instance-wide gauges.
 pub trait Gauges {
     fn gauge(&self, i: usize) -> &Gauge;
+    /// How much of gauge `i` server `server` has charged, kept where the
+    /// server's death does not reach (`Control::charged`); `None` where
+    /// the gauges die with the server anyway.
+    fn charged(&self, _server: usize, _i: usize) -> Option<&AtomicU64> {
+        None
+    }
 }
 
 impl Gauges for Control {
     fn gauge(&self, i: usize) -> &Gauge {
         Control::gauge(self, i)
+    }
+    fn charged(&self, server: usize, i: usize) -> Option<&AtomicU64> {
+        (server < self.servers()).then(|| Control::charged(self, server, i))
     }
 }
 
@@ -182,8 +192,22 @@ impl Gauges for LocalGauges {
 }
 
 /// One server's side of the counts (module docs: reserve, then settle).
+///
+/// **Charges survive the server.** Every move this server makes on a
+/// gauge is mirrored in its own charge word of the control block
+/// (`Gauges::charged`), which only it writes. A server process killed
+/// half way through a request leaves the request's reservations in the
+/// gauges, and its successor never makes them (the request is not in the
+/// journal, or is replayed without taking anything); after the replay the
+/// successor compares its charges with what it holds and gives back or
+/// takes the difference ([`Accounts::recharge`]), so the gauges again
+/// equal the sum of what servers hold. (A thread that panics gives back
+/// its request's reservations from the request's partial tape instead,
+/// [`Accounts::refund`]; both keep the charge words in step.)
 pub struct Accounts {
     gauges: Rc<dyn Gauges>,
+    /// This server's index (its charge words).
+    server: usize,
     limits: [u64; RESOURCES.len()],
     /// What this server held at the last settle (charged to the gauges).
     accounted: [u64; RESOURCES.len()],
@@ -198,9 +222,10 @@ pub struct Accounts {
 }
 
 impl Accounts {
-    pub fn new(limits: &Limits, gauges: Rc<dyn Gauges>) -> Accounts {
+    pub fn new(limits: &Limits, gauges: Rc<dyn Gauges>, server: usize) -> Accounts {
         Accounts {
             gauges,
+            server,
             limits: limits.gauge_limits(),
             accounted: [0; RESOURCES.len()],
             reserved: [0; RESOURCES.len()],
@@ -231,7 +256,43 @@ impl Accounts {
             });
         }
         self.reserved[r] += n;
+        if !replaying {
+            self.charge(r, self.accounted[r] + self.reserved[r]);
+        }
         Ok(())
+    }
+
+    /// This server's charge word of gauge `r` now says `total`.
+    fn charge(&self, r: usize, total: u64) {
+        if let Some(w) = self.gauges.charged(self.server, r) {
+            w.store(total, Ordering::Relaxed);
+        }
+    }
+
+    /// After a rebuild from the journal (nothing reserved): bring each
+    /// gauge back to what this server holds, giving back what the lost
+    /// server had charged beyond it (reservations of a request it died in)
+    /// or taking what it holds beyond its charges; then charge exactly
+    /// that. Returns the units given back (minus those taken), per gauge.
+    pub fn recharge(&mut self, held: [u64; RESOURCES.len()]) -> [i64; RESOURCES.len()] {
+        let mut moved = [0i64; RESOURCES.len()];
+        for (r, now) in held.into_iter().enumerate() {
+            let Some(w) = self.gauges.charged(self.server, r) else {
+                continue;
+            };
+            let charged = w.load(Ordering::Relaxed);
+            let g = self.gauges.gauge(r);
+            if charged > now {
+                g.give(charged - now);
+            } else if charged < now {
+                g.force_take(now - charged);
+            }
+            moved[r] = charged as i64 - now as i64;
+            w.store(now, Ordering::Relaxed);
+            self.accounted[r] = now;
+            self.reserved[r] = 0;
+        }
+        moved
     }
 
     /// Whether `n` units of `r` would fit now (nothing reserved).
@@ -254,8 +315,10 @@ impl Accounts {
             let g = self.gauges.gauge(r);
             if !replaying && now > charged {
                 g.force_take(now - charged);
+                self.charge(r, now);
             } else if !replaying && now < charged {
                 g.give(charged - now);
+                self.charge(r, now);
             }
             self.accounted[r] = now;
             self.reserved[r] = 0;
@@ -270,6 +333,12 @@ impl Accounts {
         for &(r, n) in reserved {
             if r < RESOURCES.len() {
                 self.gauges.gauge(r).give(n);
+                if let Some(w) = self.gauges.charged(self.server, r) {
+                    w.store(
+                        w.load(Ordering::Relaxed).saturating_sub(n),
+                        Ordering::Relaxed,
+                    );
+                }
             }
         }
     }
@@ -389,6 +458,14 @@ impl<S: BlockStore> FileServer<S> {
         self.acct.admit(r, n, held)
     }
 
+    /// After a rebuild from the journal: the gauges and this server's
+    /// charges back to what it holds (`Accounts::recharge`). Returns the
+    /// units given back per gauge (taken, if negative).
+    pub fn recharge(&mut self) -> [i64; RESOURCES.len()] {
+        let held = self.held();
+        self.acct.recharge(held)
+    }
+
     /// After every request and every session's end (module docs).
     pub(super) fn settle(&mut self) {
         let held = self.held();
@@ -476,8 +553,8 @@ mod tests {
     fn reservations_settle_to_what_is_held() {
         let limits = Limits::with_inodes(1 << 20, 3);
         let g = Rc::new(LocalGauges::new(&limits));
-        let mut a = Accounts::new(&limits, g.clone());
-        let mut b = Accounts::new(&limits, g.clone());
+        let mut a = Accounts::new(&limits, g.clone(), 0);
+        let mut b = Accounts::new(&limits, g.clone(), 1);
         a.admit(INODES, 1, 0).unwrap();
         a.admit(INODES, 1, 0).unwrap();
         b.admit(INODES, 1, 0).unwrap();
@@ -494,6 +571,58 @@ mod tests {
             Err(Errno::ENFILE)
         );
         assert_eq!(a.admit(LOCKS, 1, limits.locks), Err(Errno::ENOLCK));
+    }
+
+    /// Gauges with charge words, as the control block keeps them.
+    struct ChargedGauges(LocalGauges, [[AtomicU64; RESOURCES.len()]; 2]);
+
+    impl Gauges for ChargedGauges {
+        fn gauge(&self, i: usize) -> &Gauge {
+            self.0.gauge(i)
+        }
+        fn charged(&self, server: usize, i: usize) -> Option<&AtomicU64> {
+            Some(&self.1[server][i])
+        }
+    }
+
+    #[test]
+    fn a_successor_gives_back_what_a_server_killed_mid_request_had_reserved() {
+        let limits = Limits::for_memory(1 << 20);
+        let g = Rc::new(ChargedGauges(LocalGauges::new(&limits), Default::default()));
+        let mut a = Accounts::new(&limits, g.clone(), 0);
+        let mut b = Accounts::new(&limits, g.clone(), 1);
+        a.admit(DESCRIPTIONS, 2, 0).unwrap();
+        a.settle([0, 0, 2, 0, 0]);
+        b.admit(DESCRIPTIONS, 1, 0).unwrap();
+        b.settle([0, 0, 1, 0, 0]);
+        // Server 0 reserves two more and dies before it settles (a kill
+        // in the middle of an `Open`): the gauge still counts them.
+        a.admit(DESCRIPTIONS, 1, 2).unwrap();
+        a.admit(INODES, 1, 0).unwrap();
+        drop(a);
+        assert_eq!(g.gauge(DESCRIPTIONS).used(), 4);
+        assert_eq!(g.gauge(INODES).used(), 1);
+        // Its successor rebuilt the two it held, nothing else.
+        let mut successor = Accounts::new(&limits, g.clone(), 0);
+        let moved = successor.recharge([0, 0, 2, 0, 0]);
+        assert_eq!(moved, [1, 0, 1, 0, 0]);
+        assert_eq!(
+            g.gauge(DESCRIPTIONS).used(),
+            3,
+            "2 of server 0, 1 of server 1"
+        );
+        assert_eq!(g.gauge(INODES).used(), 0);
+        // Server 1 is untouched, and the successor goes on from there.
+        successor.admit(DESCRIPTIONS, 1, 2).unwrap();
+        successor.settle([0, 0, 3, 0, 0]);
+        assert_eq!(g.gauge(DESCRIPTIONS).used(), 4);
+        assert_eq!(g.1[0][DESCRIPTIONS].load(Ordering::Relaxed), 3);
+        assert_eq!(g.1[1][DESCRIPTIONS].load(Ordering::Relaxed), 1);
+        // A thread's refund keeps its charges in step: nothing to recharge.
+        successor.admit(DESCRIPTIONS, 1, 3).unwrap();
+        successor.refund(&[(DESCRIPTIONS, 1)]);
+        assert_eq!(successor.recharge([0, 0, 3, 0, 0]), [0; RESOURCES.len()]);
+        assert_eq!(g.gauge(DESCRIPTIONS).used(), 4);
     }
 
     #[test]
@@ -515,7 +644,7 @@ mod tests {
     fn a_server_never_holds_more_than_the_limit_whatever_the_gauge_says() {
         let limits = Limits::with_inodes(1 << 20, 3);
         let g = Rc::new(LocalGauges::new(&limits));
-        let mut a = Accounts::new(&limits, g.clone());
+        let mut a = Accounts::new(&limits, g.clone(), 0);
         a.settle([3, 0, 0, 0, 0]);
         g.gauge(INODES).give(3); // scribbled to zero
         assert_eq!(a.admit(INODES, 1, 3), Err(Errno::ENOSPC));

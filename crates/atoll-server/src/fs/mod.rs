@@ -336,7 +336,7 @@ impl<S: BlockStore> FileServer<S> {
         cache: Cache<S>,
         gauges: Rc<dyn limits::Gauges>,
     ) -> FileServer<S> {
-        let acct = limits::Accounts::new(&cfg.limits, gauges);
+        let acct = limits::Accounts::new(&cfg.limits, gauges, cfg.index);
         let mut fs = FileServer {
             inodes: Map::default(),
             next_serial: 1,

@@ -539,7 +539,14 @@ fn read_data_window(
         let at = next * DATA_CHUNK;
         let want = (buf.len() - at).min(DATA_CHUNK);
         let dst = &mut buf[at..at + want];
-        let got = lane.recv(c, server, ids[next % READ_WINDOW], |r| copy_data(r, dst));
+        let got = lane.recv(c, server, ids[next % READ_WINDOW], |r| match r {
+            Reply::Data(data) => {
+                let n = data.len().min(want);
+                dst[..n].copy_from_slice(&data[..n]);
+                Ok(n)
+            }
+            _ => Err(Error::Protocol("ReadData")),
+        });
         match got {
             Ok(n) if n == want => next += 1,
             Ok(n) => return Ok(at + n),
@@ -563,18 +570,6 @@ fn read_data_window(
     }
 }
 
-/// A `ReadData` reply's bytes into `dst` (at most its length).
-fn copy_data(r: Reply<'_>, dst: &mut [u8]) -> Result<usize> {
-    match r {
-        Reply::Data(data) => {
-            let n = data.len().min(dst.len());
-            dst[..n].copy_from_slice(&data[..n]);
-            Ok(n)
-        }
-        _ => Err(Error::Protocol("ReadData")),
-    }
-}
-
 /// `ReadData` one request at a time (at the server's offset, a single
 /// chunk, and the window's fallback).
 fn read_id_serial(
@@ -593,8 +588,16 @@ fn read_id_serial(
             len: want as u32,
             offset: off.map(|o| o + done as u64),
         };
-        let got =
-            await_writers(|| lane.call(c, desc.server(), req(), |r| copy_data(r, &mut *dst)))?;
+        let got = await_writers(|| {
+            lane.call(c, desc.server(), req(), |r| match r {
+                Reply::Data(data) => {
+                    let n = data.len().min(want);
+                    dst[..n].copy_from_slice(&data[..n]);
+                    Ok(n)
+                }
+                _ => Err(Error::Protocol("ReadData")),
+            })
+        })?;
         done += got;
         if got < want {
             break;

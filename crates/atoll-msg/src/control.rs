@@ -52,13 +52,16 @@ use atoll_proto::boot::PollMode;
 /// ```
 ///
 /// A ring that lands while the server polls makes the next `wait` return at
-/// once. One server thread waits on a doorbell (`seen` is its private
-/// memory, kept in the shared block only to stay next to the word).
+/// once. One server thread waits on a doorbell; `seen`, which only it
+/// writes, is in the shared block so that the instance's watchdog can
+/// tell a server asleep or stopped with rings it never looked at
+/// ([`Doorbell::unseen`]).
 #[repr(C)]
 pub struct Doorbell {
     /// Rung by clients, slept on by the server.
     event: Padded<Event>,
-    /// Written by the waiting server only: the count it last returned with.
+    /// Written by the waiting server only: the count it last looked at (at
+    /// a turn's start, or returning from a wait). Read by the watchdog.
     seen: Padded<AtomicU32>,
 }
 
@@ -92,6 +95,27 @@ impl Doorbell {
     /// How many times the doorbell was rung (24 bits, wrapping).
     pub fn rings(&self) -> u32 {
         self.event.ticks()
+    }
+
+    /// Server side, at the start of each turn of its loop: it has read
+    /// `rings` (with [`rings`](Self::rings), before polling its channels),
+    /// so every request rung up to there is in this turn's poll. The next
+    /// [`wait`](Self::wait) then returns only for rings after it, and a
+    /// watchdog can tell rings the server never looked at ([`unseen`]).
+    ///
+    /// [`unseen`]: Self::unseen
+    #[inline]
+    pub fn mark_seen(&self, rings: u32) {
+        self.seen.store(rings, Ordering::Relaxed);
+    }
+
+    /// Rung since the server last looked (at a turn's start or when its
+    /// wait returned): requests may be waiting that it has not polled for.
+    /// A server that is merely busy looks again at its next turn, so only
+    /// this together with no heartbeat for a long time means it is stuck
+    /// (`atoll-server`'s `wedge`).
+    pub fn unseen(&self) -> bool {
+        self.rings() != self.seen.load(Ordering::Relaxed)
     }
 }
 
@@ -413,6 +437,20 @@ mod tests {
             });
         }
     }
+
+    #[test]
+    fn rings_the_server_has_not_looked_at_are_unseen() {
+        let (_fd, c) = Control::create(1).unwrap();
+        let d = c.doorbell(0);
+        assert!(!d.unseen(), "a fresh doorbell owes nothing");
+        d.ring();
+        assert!(d.unseen());
+        d.mark_seen(d.rings()); // a turn starts: this turn polls for it
+        assert!(!d.unseen());
+        d.ring();
+        d.wait(PollMode::Block); // returns at once, and has seen it
+        assert!(!d.unseen());
+    }
 }
 
 #[cfg(all(test, loom))]
@@ -421,9 +459,10 @@ mod loom_tests {
     use loom::sync::atomic::AtomicBool;
     use loom::sync::Arc;
 
-    /// A request enqueued before `ring` is seen by a server that polls, then
-    /// waits in Block mode (sleeping at once): the doorbell protocol loses
-    /// no request even when the ring lands between poll and wait.
+    /// A request enqueued before `ring` is seen by a server that notes the
+    /// ring count, polls, then waits in Block mode (sleeping at once): the
+    /// doorbell protocol loses no request even when the ring lands between
+    /// the note and the poll, or between poll and wait.
     #[test]
     fn loom_doorbell_loses_no_request() {
         loom::model(|| {
@@ -433,8 +472,12 @@ mod loom_tests {
                 c.1.store(true, Ordering::Relaxed); // the "request"
                 c.0.ring();
             });
-            // Server loop: poll, then wait.
-            while !s.1.load(Ordering::Relaxed) {
+            // Server loop: note the rings, poll, then wait.
+            loop {
+                s.0.mark_seen(s.0.rings());
+                if s.1.load(Ordering::Relaxed) {
+                    break;
+                }
                 s.0.wait(PollMode::Block);
             }
             t.join().unwrap();

@@ -865,6 +865,9 @@ fn serve<S: BlockStore>(
         // the channel's lock-free but not free `try_recv`. It still looks
         // now and then, to notice a boot side that is gone.
         let rings = doorbell.rings();
+        // Everything rung up to here is in this turn's polls: say so, for
+        // the watchdog (`wedge`: rings never looked at, and no beat).
+        doorbell.mark_seen(rings);
         let mut admin_due =
             rings != admin_rings || idle_rounds.is_multiple_of(SPIN_ROUNDS_BEFORE_YIELD);
         admin_rings = rings;

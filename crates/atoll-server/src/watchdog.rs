@@ -140,9 +140,9 @@ impl Watchdog {
         }
         let owed = health.journal(i).and_then(|j| j.owed());
         let control = &self.servers.control;
-        let (beats, rings) = (control.beats(i), control.doorbell(i).rings());
+        let (beats, unseen) = (control.beats(i), control.doorbell(i).unseen());
         let owed_stuck = watch.observe(i, owed.as_ref(), now);
-        let idle_stuck = watch.observe_beats(i, beats, rings, self.plan.spinning, now);
+        let idle_stuck = watch.observe_beats(i, beats, unseen, self.plan.spinning, now);
         let why = match (owed_stuck, idle_stuck) {
             (Some(stuck), _) => format!(
                 "wedged: request {} unanswered for {:.1} s; killed",

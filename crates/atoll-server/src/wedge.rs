@@ -13,12 +13,17 @@
 //! A server can also be stuck *between* requests — stopped (`SIGSTOP`),
 //! or asleep through a lost wake-up — while requests wait in its rings:
 //! it owes nothing, yet nothing moves. Each server's loop beats once a
-//! turn (`Control::beat`), and clients ring its doorbell after each
-//! request, so "rung since the last beat, and no beat for longer than
-//! the bound" is that wedge (a spinning server, whose clients do not
-//! ring, must beat all the time). A server idle between requests is not
-//! rung and never suspected; neither is one stalled on purpose (`atoll
-//! chaos --stall`, which the watchdog knows of).
+//! turn (`Control::beat`) and notes the doorbell's count it polls for
+//! (`Doorbell::mark_seen`), and clients ring its doorbell after each
+//! request, so "rung beyond what the server looked at, and no beat for
+//! longer than the bound" is that wedge (a spinning server, whose clients
+//! do not ring, must beat all the time). The server's own note matters:
+//! rings counted by the watchdog between a server's last beat and the
+//! watchdog's next look would otherwise pass for rings before the beat,
+//! and a client that rang once and then waits never rings again. A server
+//! idle between requests is not rung and never suspected; neither is one
+//! stalled on purpose (`atoll chaos --stall`, which the watchdog knows
+//! of).
 
 use std::time::{Duration, Instant};
 
@@ -50,9 +55,9 @@ type OwedKey = (SessionId, u32, u64);
 pub struct WedgeWatch {
     bound: Duration,
     seen: Vec<Option<(OwedKey, Instant)>>,
-    /// Per server: its last beat count, the doorbell's count then, and
-    /// when that beat was first seen.
-    beats: Vec<Option<(u64, u32, Instant)>>,
+    /// Per server: its last beat count, and since when it has had rings
+    /// it did not look at with that count (or when it was last idle).
+    beats: Vec<Option<(u64, Instant)>>,
 }
 
 impl WedgeWatch {
@@ -68,32 +73,33 @@ impl WedgeWatch {
         self.bound
     }
 
-    /// Server `i` has beaten `beats` times and its doorbell rung `rings`
-    /// times: `Some(how long)` once it was rung after its last beat and
-    /// has not beaten for longer than the bound (`spinning`: its clients
-    /// do not ring, so no beat for that long is enough).
+    /// Server `i` has beaten `beats` times, and `unseen`: its doorbell was
+    /// rung beyond the count it last looked at (`Doorbell::unseen`).
+    /// `Some(how long)` once it has had unseen rings and no beat for
+    /// longer than the bound (`spinning`: its clients do not ring, so no
+    /// beat for that long is enough).
     pub fn observe_beats(
         &mut self,
         i: usize,
         beats: u64,
-        rings: u32,
+        unseen: bool,
         spinning: bool,
         now: Instant,
     ) -> Option<Duration> {
         let slot = self.beats.get_mut(i)?;
         match *slot {
-            Some((b, r, since)) if b == beats => {
-                let waiting = spinning || r != rings;
+            Some((b, since)) if b == beats => {
+                let waiting = spinning || unseen;
                 let stuck = now.duration_since(since);
                 if waiting && stuck >= self.bound {
                     return Some(stuck);
                 }
                 if !waiting {
                     // Idle and not rung: the clock starts at the next ring.
-                    *slot = Some((b, r, now));
+                    *slot = Some((b, now));
                 }
             }
-            _ => *slot = Some((beats, rings, now)),
+            _ => *slot = Some((beats, now)),
         }
         None
     }
@@ -167,28 +173,38 @@ mod tests {
     fn rung_but_no_beat_beyond_the_bound_is_a_wedge_and_idle_is_not() {
         let t = Instant::now();
         let at = |ms: u64| t + Duration::from_millis(ms);
-        let mut w = WedgeWatch::new(2, Duration::from_millis(100));
+        let mut w = WedgeWatch::new(3, Duration::from_millis(100));
         // Idle: no beat, no ring, for a long time.
-        assert_eq!(w.observe_beats(0, 5, 9, false, at(0)), None);
-        assert_eq!(w.observe_beats(0, 5, 9, false, at(1000)), None);
+        assert_eq!(w.observe_beats(0, 5, false, false, at(0)), None);
+        assert_eq!(w.observe_beats(0, 5, false, false, at(1000)), None);
         // Rung at 1000 (seen at 1010), no beat since: wedged 100 ms later,
         // counted from the last idle look, not from the beat long ago.
-        assert_eq!(w.observe_beats(0, 5, 10, false, at(1010)), None);
-        assert_eq!(w.observe_beats(0, 5, 11, false, at(1090)), None);
+        assert_eq!(w.observe_beats(0, 5, true, false, at(1010)), None);
+        assert_eq!(w.observe_beats(0, 5, true, false, at(1090)), None);
         assert_eq!(
-            w.observe_beats(0, 5, 12, false, at(1100)),
+            w.observe_beats(0, 5, true, false, at(1100)),
             Some(Duration::from_millis(100))
         );
         // Rung, and beating: busy, not wedged.
-        assert_eq!(w.observe_beats(1, 1, 1, false, at(0)), None);
-        assert_eq!(w.observe_beats(1, 2, 2, false, at(150)), None);
-        assert_eq!(w.observe_beats(1, 3, 3, false, at(300)), None);
+        assert_eq!(w.observe_beats(1, 1, true, false, at(0)), None);
+        assert_eq!(w.observe_beats(1, 2, true, false, at(150)), None);
+        assert_eq!(w.observe_beats(1, 3, true, false, at(300)), None);
         // A spinning server must beat all the time.
         w.forget(1);
-        assert_eq!(w.observe_beats(1, 7, 0, true, at(400)), None);
+        assert_eq!(w.observe_beats(1, 7, false, true, at(400)), None);
         assert_eq!(
-            w.observe_beats(1, 7, 0, true, at(520)),
+            w.observe_beats(1, 7, false, true, at(520)),
             Some(Duration::from_millis(120))
+        );
+        // Stopped right after a beat, and rung before the watchdog's first
+        // look at that beat: the client that rang waits and never rings
+        // again, and the server still looked at nothing since.
+        assert_eq!(w.observe_beats(2, 40, false, false, at(0)), None);
+        assert_eq!(w.observe_beats(2, 41, true, false, at(50)), None);
+        assert_eq!(w.observe_beats(2, 41, true, false, at(100)), None);
+        assert_eq!(
+            w.observe_beats(2, 41, true, false, at(150)),
+            Some(Duration::from_millis(100))
         );
     }
 }

@@ -444,7 +444,6 @@ fn a_wedged_server_process_is_replaced_and_its_clients_go_on() {
 /// requests that waited are served by the successor, so the program sees
 /// no error, only a pause. An idle server is never suspected.
 #[test]
-#[ignore = "hangs in some runs beside the other recovery tests (the watchdog never finds the stopped server); passes alone: run with --ignored"]
 fn a_server_stopped_between_requests_is_replaced_and_its_clients_go_on() {
     let inst = Booted::with_env(
         &["--servers", "2", "--distribute", "all"],

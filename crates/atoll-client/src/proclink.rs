@@ -118,14 +118,25 @@ pub fn through(c: &Client, path: &[u8], follow: bool) -> Option<Vec<u8>> {
     Some(t)
 }
 
+/// Is `kernel` (what the kernel shows as a cwd) one of this instance's
+/// removed `.void-…` directories (`Client::void_kernel_cwd`)?
+pub fn is_instance_void(c: &Client, kernel: &[u8]) -> bool {
+    let Some(removed) = kernel.strip_suffix(b" (deleted)") else {
+        return false;
+    };
+    let Some(slash) = removed.iter().rposition(|&b| b == b'/') else {
+        return false;
+    };
+    let (dir, name) = removed.split_at(slash);
+    dir == c.runtime_dir().as_bytes() && name[1..].starts_with(VOID_PREFIX.as_bytes())
+}
+
 /// Another process's atoll cwd, from the name of its kernel cwd.
 fn other_cwd(c: &Client, link: &[u8], pid: u32) -> Option<Vec<u8>> {
     let kernel = kernel_link(link)?;
-    let removed = kernel.strip_suffix(b" (deleted)")?;
-    let (dir, name) = removed.split_at(removed.iter().rposition(|&b| b == b'/')?);
     // Only this instance's directories: another instance's paths are
     // another file system's.
-    if dir != c.runtime_dir().as_bytes() || !name[1..].starts_with(VOID_PREFIX.as_bytes()) {
+    if !is_instance_void(c, &kernel) {
         return None;
     }
     let fd = crate::fdpub::open_table(pid)?;

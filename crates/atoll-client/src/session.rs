@@ -679,6 +679,17 @@ impl Client {
     /// Its name (`proclink::VOID_PREFIX`) tells other processes of the
     /// instance that the cwd is atoll's.
     fn void_kernel_cwd(&self) {
+        // A program started with its cwd in the mount has its parent's
+        // removed directory as its kernel cwd already (fork and exec keep
+        // it): nothing can be created there either, and it names this
+        // instance for `/proc/PID/cwd` readers (`proclink`). Keeping it
+        // saves a process start the `mkdir`, the dearest of these calls
+        // on the host file system.
+        if crate::proclink::kernel_link(b"/proc/self/cwd")
+            .is_some_and(|k| crate::proclink::is_instance_void(self, &k))
+        {
+            return;
+        }
         // SAFETY: no arguments.
         let tid = unsafe { sys::sc(libc::SYS_gettid, 0, 0, 0, 0) };
         let stamp = sys::monotonic_ns();

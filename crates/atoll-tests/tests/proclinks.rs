@@ -185,3 +185,37 @@ fn descriptors_of_a_process_that_never_touched_the_mount_are_listed_as_on_linux(
         "{out}"
     );
 }
+
+/// A program started with its cwd in the mount keeps, as its kernel cwd,
+/// the removed directory its parent entered the mount with (fork and exec
+/// keep it) instead of making one of its own: the static `busybox`, which
+/// atoll does not interpose, shows the kernel's cwd, the same below a
+/// dynamic `bash` as beside it. Re-entering from a host directory makes
+/// the kernel's cwd a removed directory again, where nothing can be
+/// created.
+#[test]
+fn a_program_started_in_the_mount_keeps_its_parents_kernel_cwd() {
+    require("busybox");
+    let out = atoll_tests::run_in_atoll(
+        &["--servers", "2"],
+        r#"cd /atoll && mkdir d && cd d
+           busybox readlink /proc/self/cwd
+           bash -c 'busybox readlink /proc/self/cwd'
+           cd /tmp && cd /atoll/d && busybox readlink /proc/self/cwd
+           busybox touch x 2>/dev/null; echo "touch rc=$?""#,
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 4, "{text}");
+    assert!(
+        lines[0].contains("/.void-") && lines[0].ends_with(" (deleted)"),
+        "{text}"
+    );
+    assert_eq!(lines[1], lines[0], "a child made a directory of its own");
+    // Back from a host directory, the kernel's cwd is a removed one again.
+    assert!(
+        lines[2].contains("/.void-") && lines[2].ends_with(" (deleted)"),
+        "{text}"
+    );
+    assert_eq!(lines[3], "touch rc=1");
+}

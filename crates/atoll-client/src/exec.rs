@@ -733,11 +733,10 @@ fn hand_over(
         exe,
         locks: false,
     };
-    let (child, sock, _lane, lane_fds) = match c.fork_session() {
+    let (child, sock) = match c.fork_session() {
         Ok(x) => x,
         Err(_) => return Ok((None, st.encode())),
     };
-    drop(lane_fds);
     if let Some(ino) = text {
         // The new image runs `ino`: no one may write it meanwhile, and it
         // may not start while someone does (ETXTBSY, server `fs/text.rs`).

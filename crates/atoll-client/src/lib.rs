@@ -1287,8 +1287,6 @@ fn run(c: &'static Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
 pub struct ForkPrep {
     child: SessionId,
     socket: OwnedFd,
-    lane: u32,
-    lane_fds: Vec<OwnedFd>,
     /// Held until the clone returned, on both sides (see `forkgate`).
     _gate: forkgate::ForkGate,
 }
@@ -1299,7 +1297,7 @@ pub fn fork_prepare() -> core::result::Result<Option<ForkPrep>, i32> {
     let Some(c) = session::client() else {
         return Ok(None);
     };
-    let (child, socket, lane, lane_fds) = c.fork_session().map_err(|e| e.errno())?;
+    let (child, socket) = c.fork_session().map_err(|e| e.errno())?;
     let l = c.lane().map_err(|e| e.errno())?;
     // Shared descriptions keep their offsets on the server (Hare §3.5.1).
     hybrid::share_all(c, &l);
@@ -1315,8 +1313,6 @@ pub fn fork_prepare() -> core::result::Result<Option<ForkPrep>, i32> {
     Ok(Some(ForkPrep {
         child,
         socket,
-        lane,
-        lane_fds,
         _gate: forkgate::ForkGate::close(c),
     }))
 }
@@ -1346,12 +1342,10 @@ pub fn fork_child(prep: ForkPrep) {
     let ForkPrep {
         child,
         socket,
-        lane,
-        lane_fds,
         _gate,
     } = prep;
     let sock = session::to_high(socket.into_raw_fd(), 0);
-    let _ = c.adopt_child_session(child, sock, lane, lane_fds);
+    let _ = c.adopt_child_session(child, sock);
     drop(_gate);
     counters::forget();
 }

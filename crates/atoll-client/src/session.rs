@@ -4,7 +4,8 @@
 //!
 //! Life cycle (see `atoll_proto::boot`): `Attach` (or `Reattach` after
 //! `execve`) gives lane 0; a thread that finds every lane taken asks
-//! `NewLane`; `Fork` creates a child session before `fork`. The session
+//! `NewLane`; `Fork` creates a child session before `fork`, whose first
+//! call asks `NewLane` (or whose new image asks `Reattach`). The session
 //! socket *is* the session: closing its last copy releases everything.
 //!
 //! Lanes. A lane is one channel per server. A thread takes a free lane for
@@ -504,13 +505,19 @@ impl Session {
 
 impl Session {
     fn new(id: SessionId, lane0: Lane) -> Session {
-        let lanes: Vec<AtomicPtr<Lane>> = (0..MAX_LANES)
-            .map(|_| AtomicPtr::new(core::ptr::null_mut()))
-            .collect();
-        lanes[0].store(Box::into_raw(Box::new(lane0)), Ordering::Release);
+        let s = Session::without_lanes(id);
+        s.lanes[0].store(Box::into_raw(Box::new(lane0)), Ordering::Release);
+        s
+    }
+
+    /// A forked child's session: its first call asks for a lane
+    /// ([`Client::lane`]).
+    fn without_lanes(id: SessionId) -> Session {
         Session {
             id,
-            lanes,
+            lanes: (0..MAX_LANES)
+                .map(|_| AtomicPtr::new(core::ptr::null_mut()))
+                .collect(),
             dcache: DirCache::new(),
         }
     }
@@ -799,37 +806,32 @@ impl Client {
     }
 
     /// Create a child session for `fork` (the caller then shares every
-    /// description with it). Returns `(child id, child socket, lane fds)`.
-    pub fn fork_session(&self) -> Result<(SessionId, OwnedFd, u32, Vec<OwnedFd>)> {
+    /// description with it). Returns `(child id, child socket)`; the
+    /// child has no lane until it needs one.
+    pub fn fork_session(&self) -> Result<(SessionId, OwnedFd)> {
         let _g = self.boot_lock.lock();
         let sock = self.socket_fd.load(Ordering::Relaxed);
         // SAFETY: the session socket stays open while the client lives.
         let sock = unsafe { BorrowedFd::borrow_raw(sock) };
-        let (reply, mut fds) = boot_call(sock, &BootRequest::Fork)?;
-        let BootReply::Forked { child, lane } = reply else {
+        let (reply, fds) = boot_call(sock, &BootRequest::Fork)?;
+        let BootReply::Forked { child } = reply else {
             return Err(Error::Boot(format!("Fork answered {reply:?}")));
         };
-        if fds.is_empty() {
-            return Err(Error::Boot("Fork without socket".into()));
-        }
-        let socket = fds.remove(0);
-        Ok((child, socket, lane, fds))
+        let socket = fds
+            .into_iter()
+            .next()
+            .ok_or_else(|| Error::Boot("Fork without socket".into()))?;
+        Ok((child, socket))
     }
 
-    /// In a forked child: switch to the child session. The parent's lanes
-    /// are dropped from this process (their memory stays mapped in the
+    /// In a forked child: switch to the child session, which has no lane
+    /// until the child's first call asks for one. The parent's lanes are
+    /// dropped from this process (their memory stays mapped in the
     /// parent).
-    pub fn adopt_child_session(
-        &self,
-        id: SessionId,
-        socket: RawFd,
-        lane: u32,
-        fds: Vec<OwnedFd>,
-    ) -> Result<()> {
-        let lane0 = Lane::new(lane, fds)?;
+    pub fn adopt_child_session(&self, id: SessionId, socket: RawFd) -> Result<()> {
         let old_sock = self.socket_fd.swap(socket, Ordering::Relaxed);
         sys::close(old_sock);
-        let s = Box::into_raw(Box::new(Session::new(id, lane0)));
+        let s = Box::into_raw(Box::new(Session::without_lanes(id)));
         // The parent's Session (and its lanes) is leaked in the child: it is
         // small, and another thread's stale reference could not exist after
         // fork anyway.

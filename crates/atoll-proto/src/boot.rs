@@ -12,7 +12,9 @@
 //!  connect ──Attach──▶ session S, lane 0        (first atoll call of a process)
 //!     │  ──NewLane──▶ lane k                     (another thread needs channels)
 //!     │  ──Fork─────▶ child session C + socket   (before fork; parent shares
-//!     │                                           its descriptions with C)
+//!     │                                           its descriptions with C;
+//!     │                                           C's lanes come at its first
+//!     │                                           call, by NewLane or Reattach)
 //!     │  ──Reattach─▶ fresh lanes for S           (new program image after exec;
 //!     │                                           the old image's lanes retire)
 //!  close(socket) ─▶ servers drop everything S held (process exit or kill)
@@ -182,7 +184,11 @@ pub enum BootRequest {
     NewLane,
     /// Create a child session for a process about to be forked. The parent
     /// then sends `Request::Share` for each description it holds.
-    /// Reply fds: `[child's session socket, channel 0 … channel N-1]`.
+    /// Reply fds: `[child's session socket]`. The child has no lane yet:
+    /// it asks `NewLane` at its first call, or `Reattach` at its `execve`,
+    /// so a fork that only execs (a shell running a command) costs no
+    /// channels, and neither does an exec (whose new image's session is
+    /// made with `Fork`).
     Fork,
     /// Instance status (for `atoll status`). Any connection may ask.
     Status,
@@ -269,7 +275,6 @@ pub enum BootReply {
     },
     Forked {
         child: SessionId,
-        lane: u32,
     },
     Status(InstanceStatus),
     Stopping,

@@ -364,8 +364,8 @@ impl Boot {
             Conn {
                 fd,
                 session,
-                next_lane: if session.is_some() { 1 } else { 0 },
-                lanes: if session.is_some() { 1 } else { 0 },
+                next_lane: 0,
+                lanes: 0,
                 pid: 0,
             },
         );
@@ -565,17 +565,16 @@ impl Boot {
         )
         .map_err(|e| e.to_string())?;
         let child = self.new_session();
-        let chans = self.make_lane(child, 0).map_err(|e| e.to_string())?;
-        // The child's connection exists from now on; if the fork never
-        // happens the parent closes its copy and the session ends.
+        // No lane yet: the child asks for one at its first call, and most
+        // children exec first (`BootRequest::Fork`). The child's
+        // connection exists from now on; if the fork never happens the
+        // parent closes its copy and the session ends.
         self.register(ours, Some(child))
             .ok_or("cannot watch the child's connection")?;
-        let mut fds: Vec<BorrowedFd<'_>> = vec![theirs.as_fd()];
-        fds.extend(chans.iter().map(|f| f.as_fd()));
         send_packet(
             self.conn_fd(token)?,
-            &BootReply::Forked { child, lane: 0 },
-            &fds,
+            &BootReply::Forked { child },
+            &[theirs.as_fd()],
         )
         .map_err(|e| e.to_string())
     }

@@ -117,6 +117,9 @@ pub fn relocate(from: i32) {
 /// A new memfd holding a table with room for `slots` numbers, mapped;
 /// `None` if Linux refuses.
 fn make(slots: usize) -> Option<(i32, *mut u8)> {
+    if !fits_file_limit(table_bytes(slots)) {
+        return None;
+    }
     let fd = rustix::fs::memfd_create(NAME, rustix::fs::MemfdFlags::CLOEXEC).ok()?;
     rustix::fs::ftruncate(&fd, table_bytes(slots) as u64).ok()?;
     let raw = crate::session::to_high(std::os::fd::IntoRawFd::into_raw_fd(fd), 0);
@@ -148,10 +151,11 @@ fn make(slots: usize) -> Option<(i32, *mut u8)> {
 /// table, or room for `slot`.
 fn with_table(slot: Option<usize>, write: impl FnOnce(*mut u8)) {
     let _held = LOCK.lock();
+    let need = slot.map_or(0, |n| n + 1);
     let want = slot.map_or(FIRST_SLOTS, |n| room_for(n + 1));
     if STATE.load(Ordering::Acquire) == 0 {
-        let slots = want.max(FIRST_SLOTS);
-        if let Some((fd, p)) = make(slots) {
+        let slots = within_file_limit(want.max(FIRST_SLOTS));
+        if let Some((fd, p)) = (slots >= need).then(|| make(slots)).flatten() {
             FD.store(fd, Ordering::Relaxed);
             CAPACITY.store(slots, Ordering::Relaxed);
             LONG_USED.store(0, Ordering::Relaxed);
@@ -162,13 +166,45 @@ fn with_table(slot: Option<usize>, write: impl FnOnce(*mut u8)) {
     } else if SHARED.swap(false, Ordering::AcqRel) {
         own_table(want);
     }
-    if CAPACITY.load(Ordering::Relaxed) < want && !grow(want) {
+    if CAPACITY.load(Ordering::Relaxed) < need && !grow(want) {
         return;
     }
     let p = MAP.load(Ordering::Acquire);
     if !p.is_null() {
         write(p);
     }
+}
+
+/// Whether a table of `bytes` stays within the file-size limit
+/// (`RLIMIT_FSIZE`), which Linux applies to a memfd too: growing one past
+/// it raises `SIGXFSZ`, which would kill a program under `ulimit -f`
+/// that never wrote a file.
+fn fits_file_limit(bytes: usize) -> bool {
+    let mut lim = libc::rlimit64 {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: prlimit64 of this process, writing one rlimit64 on our stack.
+    let r = unsafe {
+        sys::sc(
+            libc::SYS_prlimit64,
+            0,
+            libc::RLIMIT_FSIZE as u64,
+            0,
+            &mut lim as *mut libc::rlimit64 as u64,
+        )
+    };
+    r < 0 || lim.rlim_cur == libc::RLIM64_INFINITY || bytes as u64 <= lim.rlim_cur
+}
+
+/// `slots`, halved until a table of that many fits the file-size limit
+/// (a smaller table under a small `ulimit -f`: descriptors past it are
+/// not published, and others see their placeholders).
+fn within_file_limit(mut slots: usize) -> usize {
+    while slots > 1 && !fits_file_limit(table_bytes(slots)) {
+        slots /= 2;
+    }
+    slots
 }
 
 /// Slots for a table that must hold `n` numbers: a power of two.
@@ -186,6 +222,9 @@ fn grow(slots: usize) -> bool {
     }
     let old = table_bytes(CAPACITY.load(Ordering::Relaxed));
     let new = table_bytes(slots);
+    if !fits_file_limit(new) {
+        return false;
+    }
     // SAFETY: ftruncate of our own memfd takes no pointer.
     if unsafe { sys::sc(libc::SYS_ftruncate, fd as u64, new as u64, 0, 0) } < 0 {
         return false;

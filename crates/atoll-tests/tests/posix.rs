@@ -826,3 +826,25 @@ PY
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A small file-size limit (`ulimit -f`) does not kill programs at start:
+/// the table a process publishes its descriptors in is a memfd, which the
+/// limit applies to, so atoll keeps it within the limit (a smaller table)
+/// instead of raising `SIGXFSZ` in a program that wrote nothing.
+#[test]
+fn programs_start_under_a_small_file_size_limit() {
+    let out = atoll_tests::run_in_atoll(
+        &["--servers", "2"],
+        r#"ulimit -f 64
+           cd /atoll && echo hi > small && cat small
+           bash -c 'exec 5</atoll/small; cat <&5; ls -l /proc/$$/fd/5 >/dev/null && echo listed'
+           /bin/true && echo "true rc=$?""#,
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "hi\nhi\nlisted\ntrue rc=0\n",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success());
+}

@@ -30,9 +30,6 @@ use crate::Out;
 /// Largest range one `Read`/`Write` reserves (the reply's extent list must
 /// fit one frame; contiguous files need one extent per run).
 const CHUNK: usize = 1 << 20;
-/// Largest payload of one `ReadData`/`WriteData` (a copy island, or the
-/// direct-cache ablation): with its header it fits a 12 KiB frame.
-const DATA_CHUNK: usize = 8192;
 
 /// Flags `open` keeps for `F_GETFL` (creation flags are dropped).
 pub(crate) fn status_flags(flags: u32) -> u32 {
@@ -452,10 +449,7 @@ pub fn read_id(
     let server = desc.server();
     if !c.direct_data() {
         // The bytes travel in messages (`ReadData`).
-        return match off {
-            Some(at) if buf.len() > DATA_CHUNK => read_data_window(c, lane, desc, buf, at),
-            _ => read_id_serial(c, lane, desc, buf, off),
-        };
+        return crate::msgdata::read(c, lane, desc, buf, off);
     }
     let mut done = 0usize;
     while done < buf.len() {
@@ -489,129 +483,12 @@ pub fn read_id(
     Ok(done)
 }
 
-/// `ReadData` requests a read at a known offset keeps in flight at once.
-/// Their replies (8 KiB each) fit the reply ring together; a server that
-/// finds the ring full parks the next until the client takes one.
-const READ_WINDOW: usize = 4;
-
-/// A read of more than one `ReadData` at a known offset, where the bytes
-/// travel in messages (a copy island, also one whose servers are on
-/// another host): up to [`READ_WINDOW`] requests are sent before the first
-/// reply is awaited, so the read waits for one round trip per window
-/// instead of one per 8 KiB. Replies come in order on the lane; a short
-/// one (the end of the file) ends the read, and the replies still on
-/// their way are skipped by the lane's next call. Only at a known offset:
-/// a read at the server's offset must not move it past what it returns.
-fn read_data_window(
-    c: &Client,
-    lane: &Lane,
-    desc: DescId,
-    buf: &mut [u8],
-    off: u64,
-) -> Result<usize> {
-    let server = desc.server();
-    let chunks = buf.len().div_ceil(DATA_CHUNK);
-    let mut ids = [0u64; READ_WINDOW];
-    let (mut sent, mut next, mut sending) = (0usize, 0usize, true);
-    let mut failed = None;
-    while next < chunks {
-        while sending && sent < chunks && sent - next < READ_WINDOW {
-            let at = sent * DATA_CHUNK;
-            let req = Request::ReadData {
-                desc,
-                len: (buf.len() - at).min(DATA_CHUNK) as u32,
-                offset: Some(off + at as u64),
-            };
-            match lane.send(c, c.cred(), server, req) {
-                Ok(id) => {
-                    ids[sent % READ_WINDOW] = id;
-                    sent += 1;
-                }
-                Err(e) => {
-                    sending = false;
-                    failed = Some(e);
-                }
-            }
-        }
-        if next == sent {
-            break; // nothing in flight: the send failed
-        }
-        let at = next * DATA_CHUNK;
-        let want = (buf.len() - at).min(DATA_CHUNK);
-        let dst = &mut buf[at..at + want];
-        let got = lane.recv(c, server, ids[next % READ_WINDOW], |r| match r {
-            Reply::Data(data) => {
-                let n = data.len().min(want);
-                dst[..n].copy_from_slice(&data[..n]);
-                Ok(n)
-            }
-            _ => Err(Error::Protocol("ReadData")),
-        });
-        match got {
-            Ok(n) if n == want => next += 1,
-            Ok(n) => return Ok(at + n),
-            // Bytes a writer is still copying in: the rest one request
-            // at a time, as any read waits for them (`await_writers`).
-            Err(Error::Errno(libc::EAGAIN)) => {
-                return match read_id_serial(c, lane, desc, &mut buf[at..], Some(off + at as u64)) {
-                    Ok(n) => Ok(at + n),
-                    Err(_) if at > 0 => Ok(at),
-                    Err(e) => Err(e),
-                };
-            }
-            Err(_) if at > 0 => return Ok(at),
-            Err(e) => return Err(e),
-        }
-    }
-    let done = (next * DATA_CHUNK).min(buf.len());
-    match failed {
-        Some(e) if done == 0 => Err(e),
-        _ => Ok(done),
-    }
-}
-
-/// `ReadData` one request at a time (at the server's offset, a single
-/// chunk, and the window's fallback).
-fn read_id_serial(
-    c: &Client,
-    lane: &Lane,
-    desc: DescId,
-    buf: &mut [u8],
-    off: Option<u64>,
-) -> Result<usize> {
-    let mut done = 0usize;
-    while done < buf.len() {
-        let want = (buf.len() - done).min(DATA_CHUNK);
-        let dst = &mut buf[done..done + want];
-        let req = || Request::ReadData {
-            desc,
-            len: want as u32,
-            offset: off.map(|o| o + done as u64),
-        };
-        let got = await_writers(|| {
-            lane.call(c, desc.server(), req(), |r| match r {
-                Reply::Data(data) => {
-                    let n = data.len().min(want);
-                    dst[..n].copy_from_slice(&data[..n]);
-                    Ok(n)
-                }
-                _ => Err(Error::Protocol("ReadData")),
-            })
-        })?;
-        done += got;
-        if got < want {
-            break;
-        }
-    }
-    Ok(done)
-}
-
 /// Run one read until the server stops answering `EAGAIN`, which for a
 /// regular file means that bytes it would return are still being copied
 /// in by a writer (server `fs/inflight.rs`): at most its patience (50 ms)
 /// unless the writer is done sooner, which is microseconds. Each attempt
 /// rings the server, which so serves the writer's `WriteDone`.
-fn await_writers<R>(mut read: impl FnMut() -> Result<R>) -> Result<R> {
+pub(crate) fn await_writers<R>(mut read: impl FnMut() -> Result<R>) -> Result<R> {
     let mut attempt = 0u32;
     loop {
         match read() {
@@ -652,25 +529,82 @@ pub fn write_desc(
     write_at(c, lane, d, src, off)
 }
 
-/// Write `src` at `off` (or at the server's offset): the data path.
+/// Write `src` at `off` (or at the server's offset): the data path, under
+/// the caller's file size limit. Where the server refuses a write at or
+/// past the limit (`EFBIG`), the writer gets `SIGXFSZ` too, as on Linux
+/// (`generic_write_check_limits`); a write that crosses it is short.
 fn write_at(c: &Client, lane: &Lane, d: &DescRef, src: &[u8], off: Option<u64>) -> Result<usize> {
+    let fsize = fsize_limit();
+    let r = if c.direct_data() {
+        write_shared(c, lane, d, src, off, fsize)
+    } else {
+        // The bytes travel in messages (`WriteData`).
+        crate::msgdata::write(c, lane, d.desc(), src, off, fsize)
+    };
+    if fsize.is_some() && matches!(r, Err(Error::Errno(libc::EFBIG))) {
+        raise_self(libc::SIGXFSZ);
+    }
+    r
+}
+
+/// The calling process's `RLIMIT_FSIZE`, `None` when unlimited. Asked on
+/// every write (one system call, no round trip): a program may lower it
+/// at any time, and the server applies it where it chooses the offset.
+fn fsize_limit() -> Option<u64> {
+    let mut rl = libc::rlimit64 {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `rl` is ours and outlives the call; no new limit is set.
+    let r = unsafe {
+        sys::sc(
+            libc::SYS_prlimit64,
+            0,
+            libc::RLIMIT_FSIZE as u64,
+            0,
+            &mut rl as *mut libc::rlimit64 as u64,
+        )
+    };
+    (r == 0 && rl.rlim_cur != libc::RLIM64_INFINITY).then_some(rl.rlim_cur)
+}
+
+/// Send `sig` to the calling thread, as the kernel does for `SIGXFSZ`.
+fn raise_self(sig: i32) {
+    // SAFETY: integer arguments; signals this very thread.
+    unsafe {
+        let pid = sys::sc(libc::SYS_getpid, 0, 0, 0, 0);
+        let tid = sys::sc(libc::SYS_gettid, 0, 0, 0, 0);
+        sys::sc(libc::SYS_tgkill, pid as u64, tid as u64, sig as u64, 0);
+    }
+}
+
+/// A write the client copies into the buffer-cache blocks the server
+/// names (Cosh *share*), at most [`CHUNK`] per `Write`.
+fn write_shared(
+    c: &Client,
+    lane: &Lane,
+    d: &DescRef,
+    src: &[u8],
+    off: Option<u64>,
+    fsize: Option<u64>,
+) -> Result<usize> {
     let desc = d.desc();
     let server = desc.server();
-    let direct = c.direct_data();
     let mut done = 0usize;
     while done < src.len() {
-        let want = (src.len() - done).min(if direct { CHUNK } else { DATA_CHUNK });
+        let want = (src.len() - done).min(CHUNK);
         let offset = off.map(|o| o + done as u64);
         let chunk = &src[done..done + want];
-        let r = if direct {
-            let mut covered = 0usize;
-            lane.call_extents(
+        let mut covered = 0usize;
+        let r = lane
+            .call_extents(
                 c,
                 server,
                 Request::Write {
                     desc,
                     len: want as u64,
                     offset,
+                    fsize,
                 },
                 |at, len, e| {
                     let n = (len as usize).min(want);
@@ -704,22 +638,7 @@ fn write_at(c: &Client, lane: &Lane, d: &DescRef, src: &[u8], off: Option<u64>) 
                     let _ = lane.call_ok(c, server, Request::InotifyModified { desc });
                 }
                 Ok(n)
-            })
-        } else {
-            lane.call(
-                c,
-                server,
-                Request::WriteData {
-                    desc,
-                    data: chunk,
-                    offset,
-                },
-                |r| match r {
-                    Reply::Written(n) => Ok((n as usize).min(want)),
-                    _ => Err(Error::Protocol("WriteData")),
-                },
-            )
-        };
+            });
         let got = match r {
             Ok(n) => n,
             // A partial write reports what was written (POSIX).

@@ -222,6 +222,7 @@ impl Live {
                             desc: d,
                             len: u64::from(len),
                             offset: Some(u64::from(at)),
+                            fsize: None,
                         },
                     );
                 }

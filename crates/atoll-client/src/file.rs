@@ -646,7 +646,11 @@ fn write_shared(
             Err(e) => return Err(e),
         };
         done += got;
-        if got < want {
+        // A grant ends short at the extents one reply can name, not only
+        // at a limit or a full pool: ask for the rest, which then fails
+        // if something did stop the write (Linux writes to tmpfs in full
+        // unless it fails).
+        if got == 0 {
             break;
         }
     }

@@ -511,3 +511,22 @@ fn chained_appends_land_one_after_another_at_the_end() {
     assert_eq!(&back[..4], b"head");
     assert_eq!(&back[4..], &data[..]);
 }
+
+#[test]
+fn pieces_after_the_session_s_chains_were_cut_are_skipped() {
+    // A successor answered a request EIO: its outcome is unknown to the
+    // client, so no later piece of the write may land.
+    let mut t = server(16);
+    let (d, ino) = t.create(ROOT, "f");
+    let data = vec![3u8; 8192];
+    assert_eq!(
+        piece(&mut t, d, (4, 0, false), &data, None, None),
+        Own::Written(8192)
+    );
+    t.fs.cut_chains(S1);
+    assert_eq!(
+        piece(&mut t, d, (4, 1, true), &data, None, None),
+        Own::Skipped
+    );
+    assert_eq!(t.stat(ino).unwrap().size, 8192);
+}

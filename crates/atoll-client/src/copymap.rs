@@ -206,6 +206,8 @@ fn write_back_piece(c: &Client, lane: &Lane, p: &Tracked, mut snap: Vec<u8>) -> 
                         desc: p.desc,
                         data: &page[lo..hi],
                         offset: Some(foff),
+                        fsize: None,
+                        chain: None,
                     },
                     |r| match r {
                         Reply::Written(_) => Ok(()),

@@ -66,6 +66,7 @@ mod inotify;
 pub mod intr;
 mod mapping;
 mod meta;
+mod msgdata;
 mod ns;
 mod partial;
 mod pastend;

@@ -758,11 +758,14 @@ pub enum Request<'a> {
     },
     /// Reserve a write of `len` bytes (allocating blocks, extending the
     /// size, honouring `O_APPEND`); the client then copies into the blocks.
+    /// `fsize`: the writer's `RLIMIT_FSIZE`, applied at the offset the
+    /// server chooses (short at the limit, `EFBIG` at or past it).
     /// → `Extents`
     Write {
         desc: DescId,
         len: u64,
         offset: Option<u64>,
+        fsize: Option<u64>,
     },
     /// Direct-cache ablation: data travels inside the messages. → `Data`
     ReadData {
@@ -770,12 +773,16 @@ pub enum Request<'a> {
         len: u32,
         offset: Option<u64>,
     },
-    /// → `Written`
+    /// `fsize` as for `Write`; `chain`: one piece of a larger write sent
+    /// with others in flight ([`Chain`]). → `Written`, or `Skipped` for a
+    /// piece of a chain that was already cut short.
     WriteData {
         desc: DescId,
         #[serde(borrow)]
         data: &'a [u8],
         offset: Option<u64>,
+        fsize: Option<u64>,
+        chain: Option<Chain>,
     },
     /// → `Offset` (Hare LSEEK; `SEEK_DATA`/`SEEK_HOLE` included)
     Seek {
@@ -1084,6 +1091,22 @@ pub enum Request<'a> {
         desc: DescId,
         size: u64,
     },
+}
+
+/// Where a `WriteData` stands in the write it is a piece of, when a client
+/// keeps several of them in flight (a copy island, a remote host: Cosh §5
+/// *copy*). A short write must have written exactly the prefix it reports
+/// (POSIX), yet pieces after a failing one are already on their way; so the
+/// server applies piece `seq` of chain `id` only if pieces `0..seq` were
+/// all written in full, in order, and answers the others `Skipped`. The
+/// chain's state lives in the server's session (`id` is unique within it)
+/// and is rebuilt by a journal replay like any other state.
+#[derive(Serialize, Deserialize, Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub struct Chain {
+    pub id: u64,
+    pub seq: u32,
+    /// The write's last piece: the server forgets the chain after it.
+    pub last: bool,
 }
 
 /// Data transfers of one server by Cosh mode (§5), for `atoll status`:
@@ -1548,6 +1571,9 @@ pub enum Reply<'a> {
     },
     /// `PipeState`: a pipe's state (copy island).
     PipeState(PipeStateInfo),
+    /// A `WriteData` piece not applied: an earlier piece of its [`Chain`]
+    /// failed or was short, so the write ended before it.
+    Skipped,
 }
 
 /// An entry of a directory: the old name of a rename across servers

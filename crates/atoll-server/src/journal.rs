@@ -76,6 +76,10 @@ pub enum Kind {
     /// A successor dropped listed blocks that were not its own any more
     /// (`FileServer::reconcile_blocks`).
     Reconcile = 6,
+    /// A successor answered a request of this session `EIO` (its outcome
+    /// died with its server): the session's write chains were cut
+    /// (`FileServer::cut_chains`).
+    CutChains = 7,
 }
 
 impl Kind {
@@ -87,6 +91,7 @@ impl Kind {
             4 => Kind::Request,
             5 => Kind::Flush,
             6 => Kind::Reconcile,
+            7 => Kind::CutChains,
             _ => return None,
         })
     }

@@ -159,6 +159,8 @@ impl Live {
                 watched,
             },
             Reply::Err(e) => Reply::Err(e),
+            Reply::Written(n) => Reply::Written(n),
+            Reply::Skipped => Reply::Skipped,
             _ => Reply::Ok,
         })
     }
@@ -222,6 +224,7 @@ impl Live {
                             desc: d,
                             len: u64::from(len),
                             offset: Some(u64::from(at)),
+                            fsize: None,
                         },
                     );
                 }
@@ -420,4 +423,52 @@ fn a_rebuilt_server_gives_back_what_a_request_it_died_in_had_reserved() {
     tape::off();
     let _rebuilt = rebuild(&p, &control, &live.journal).expect("the journal replays");
     assert_eq!(held(&control), before);
+}
+
+/// Write chains come back with the journal (`fs::chain`): a chain cut
+/// by a successor that answered a request `EIO` stays cut in a server
+/// rebuilt after it, and a chain opened after the cut goes on.
+#[test]
+fn write_chains_and_their_cuts_are_rebuilt_from_the_journal() {
+    let (mut live, p, control) = Live::boot(16 << 20);
+    live.apply(&Step::Create {
+        dir: 0,
+        name: 1,
+        session: 1,
+    });
+    let (d, _) = live.descs[0];
+    let data = [5u8; 100];
+    let piece = |id, seq| Request::WriteData {
+        desc: d,
+        data: &data,
+        offset: None,
+        fsize: None,
+        chain: Some(atoll_proto::Chain {
+            id,
+            seq,
+            last: false,
+        }),
+    };
+    assert!(matches!(
+        live.call(1, piece(1, 0)),
+        Some(Reply::Written(100))
+    ));
+    let s = SessionId(1);
+    tape::clear();
+    live.fs.as_mut().unwrap().cut_chains(s);
+    tape::with_recorded(|t| live.journal.append(Kind::CutChains, s, t, b""));
+    assert!(matches!(
+        live.call(1, piece(2, 0)),
+        Some(Reply::Written(100))
+    ));
+    live.fs = None;
+    tape::off();
+    let rebuilt = rebuild(&p, &control, &live.journal).expect("the journal replays");
+    live.fs = Some(rebuilt);
+    tape::record();
+    assert!(matches!(live.call(1, piece(1, 1)), Some(Reply::Skipped)));
+    assert!(matches!(
+        live.call(1, piece(2, 1)),
+        Some(Reply::Written(100))
+    ));
 }

@@ -398,6 +398,7 @@ pub fn rebuild(
             Kind::Closed => fs.session_closed(r.session),
             Kind::Flush => fs.flush_events(),
             Kind::Reconcile => fs.reconcile_blocks(),
+            Kind::CutChains => fs.cut_chains(r.session),
             Kind::Request => {
                 if let Ok(frame) = decode::<RequestFrame<'_>>(&r.frame) {
                     fs.handle_vouched(
@@ -542,6 +543,11 @@ pub fn run(mut params: ServerParams, mut admin: Inbox) -> std::io::Result<Server
                     c.ch.raise_inbox_overflow();
                 }
                 if let Some((idx, id)) = owed.take() {
+                    // Pieces of a write after one the client counts as
+                    // failed must not be written (`fs::chain`).
+                    if let Some(s) = chans.get(idx).map(|c| c.session) {
+                        kept(journal, Kind::CutChains, s, || rebuilt.cut_chains(s));
+                    }
                     answer_eio(&mut chans, idx, id);
                 }
                 params.health.restarted(index, &reason, t0.elapsed());

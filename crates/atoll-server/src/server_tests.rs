@@ -219,7 +219,8 @@ fn a_successor_serves_again_a_request_that_never_reached_the_journal() {
     let (mut chans, client) = served_channel();
     client.send_unrung(&lookup_frame(7)).unwrap();
     journal.owe(SessionId(1), 0, 7);
-    settle_owed(Some(&journal), journal.owed(), &mut chans);
+    let failed = settle_owed(Some(&journal), journal.owed(), &mut chans);
+    assert_eq!(failed, None, "nothing failed: chains go on");
     assert_eq!(
         next_reply(&client),
         None,
@@ -238,11 +239,14 @@ fn a_successor_fails_a_request_taken_but_not_answered() {
     let (mut chans, client) = served_channel();
     // Taken from the ring (nothing left there), never answered.
     journal.owe(SessionId(1), 0, 9);
-    settle_owed(Some(&journal), journal.owed(), &mut chans);
+    // Its session's write chains are then cut (`fs::chain`).
+    let failed = settle_owed(Some(&journal), journal.owed(), &mut chans);
+    assert_eq!(failed, Some(SessionId(1)));
     assert_eq!(next_reply(&client), Some((9, true)));
     // A posted one owes nobody an answer.
     journal.owe(SessionId(1), 0, atoll_proto::POSTED | 10);
-    settle_owed(Some(&journal), journal.owed(), &mut chans);
+    let failed = settle_owed(Some(&journal), journal.owed(), &mut chans);
+    assert_eq!(failed, None);
     assert_eq!(next_reply(&client), None);
 }
 

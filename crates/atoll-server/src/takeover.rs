@@ -70,7 +70,11 @@ pub(super) fn take_over<S: BlockStore>(
             requests: 0,
         });
     }
-    settle_owed(journal, owed, chans);
+    if let Some(s) = settle_owed(journal, owed, chans) {
+        // Pieces of a write after one the client counts as failed must
+        // not be written (`fs::chain`).
+        kept(journal, Kind::CutChains, s, || fs.cut_chains(s));
+    }
     // Finished as the predecessor would have (a second finish of one it
     // did finish serves nothing: its rings were drained).
     let mut bufs = Bufs {
@@ -88,18 +92,20 @@ pub(super) fn take_over<S: BlockStore>(
     }
 }
 
-/// Settle the request a dead predecessor was serving (`take_over`).
-pub(super) fn settle_owed(journal: Option<&Journal>, owed: Option<Owed>, chans: &mut [Chan]) {
+/// Settle the request a dead predecessor was serving (`take_over`). The
+/// session it answered `EIO`, if any.
+pub(super) fn settle_owed(
+    journal: Option<&Journal>,
+    owed: Option<Owed>,
+    chans: &mut [Chan],
+) -> Option<SessionId> {
     let (Some(j), Some(o)) = (journal, owed) else {
-        return;
+        return None;
     };
     j.settle();
-    let Some(idx) = chans
+    let idx = chans
         .iter()
-        .position(|c| c.session == o.session && c.lane == o.lane)
-    else {
-        return;
-    };
+        .position(|c| c.session == o.session && c.lane == o.lane)?;
     let head = chans[idx]
         .ch
         .peek_request(|b| postcard::take_from_bytes::<u64>(b).ok().map(|(id, _)| id))
@@ -108,13 +114,15 @@ pub(super) fn settle_owed(journal: Option<&Journal>, owed: Option<Owed>, chans: 
         .flatten();
     if head == Some(o.id) {
         if !o.journaled {
-            return; // served by the loop as if for the first time
+            return None; // served by the loop as if for the first time
         }
         let _ = chans[idx].ch.try_recv(|_| ());
     }
-    if !is_posted(o.id) {
-        answer_eio(chans, idx, o.id);
+    if is_posted(o.id) {
+        return None;
     }
+    answer_eio(chans, idx, o.id);
+    Some(o.session)
 }
 
 /// Answer request `id` of channel `idx` with `EIO`: it was served, but the

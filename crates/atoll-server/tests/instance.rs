@@ -226,6 +226,8 @@ fn client_attaches_does_io_and_its_death_releases_everything() {
             desc,
             data: b"shared bytes",
             offset: Some(0),
+            fsize: None,
+            chain: None,
         },
         |r| match r {
             Reply::Written(n) => n,
@@ -323,6 +325,8 @@ fn forked_child_keeps_shared_descriptions_until_it_exits() {
             desc,
             data: b"x",
             offset: None,
+            fsize: None,
+            chain: None,
         },
         |r| match r {
             Reply::Written(n) => n,

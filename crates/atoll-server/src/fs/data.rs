@@ -2,6 +2,7 @@
 //! copying between messages and buffer-cache blocks.
 
 use super::*;
+use atoll_proto::Chain;
 
 impl<S: BlockStore> FileServer<S> {
     /// Reserve a read: extents of `[off, off + len)` clipped at EOF.
@@ -53,7 +54,10 @@ impl<S: BlockStore> FileServer<S> {
 
     /// Reserve a write: allocate blocks, extend the size, honour
     /// `O_APPEND` atomically (the offset is chosen here, under the
-    /// server's serial order). Short if the pool runs dry part-way.
+    /// server's serial order). Short if the pool runs dry part-way, or at
+    /// the writer's file size limit `fsize` (`RLIMIT_FSIZE`: Linux's
+    /// `generic_write_check_limits`, checked here because only here is
+    /// the offset of an append or of the shared offset known).
     pub(super) fn write(
         &mut self,
         session: SessionId,
@@ -61,6 +65,7 @@ impl<S: BlockStore> FileServer<S> {
         desc: DescId,
         len: u64,
         offset: Option<u64>,
+        fsize: Option<u64>,
     ) -> Result<(u64, u64, Vec<Extent>), Errno> {
         let d = self.desc(session, desc)?;
         if !d.writable() {
@@ -84,12 +89,15 @@ impl<S: BlockStore> FileServer<S> {
         if len == 0 {
             return Ok((off, 0, vec![]));
         }
-        if off >= MAX_FILE_SIZE {
+        let limit = fsize.unwrap_or(u64::MAX);
+        // At or past the limit Linux also sends SIGXFSZ: the client does.
+        if off >= MAX_FILE_SIZE || off >= limit {
             return Err(Errno::EFBIG);
         }
         // One reply covers at most MAX_EXTENTS blocks; the client loops.
         let len = len
             .min(MAX_FILE_SIZE - off)
+            .min(limit - off)
             .min((MAX_EXTENTS as u64) * BS - off % BS);
         i.zero_past_eof(&mut self.cache, off);
         let first = off / BS;
@@ -190,12 +198,13 @@ impl<S: BlockStore> FileServer<S> {
         desc: DescId,
         len: u64,
         offset: Option<u64>,
+        fsize: Option<u64>,
     ) -> R<'o> {
         let before = self
             .descs
             .get(&desc)
             .and_then(|d| Some((d.ino, self.inodes.get(&d.ino)?.size)));
-        let (off, got, extents) = self.write(session, who, desc, len, offset)?;
+        let (off, got, extents) = self.write(session, who, desc, len, offset, fsize)?;
         self.transfers.count_share(got);
         let watched = got > 0 && self.desc_watched(desc);
         // The client copies after this reply: until it says it has, the
@@ -234,7 +243,9 @@ impl<S: BlockStore> FileServer<S> {
         Ok(Reply::Data(out))
     }
 
-    /// A write whose bytes travel in the request.
+    /// A write whose bytes travel in the request; a piece of a chain only
+    /// if the pieces before it were written in full (`chain`).
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn write_data<'o>(
         &mut self,
         session: SessionId,
@@ -242,11 +253,42 @@ impl<S: BlockStore> FileServer<S> {
         desc: DescId,
         data: &[u8],
         offset: Option<u64>,
+        fsize: Option<u64>,
+        chain: Option<Chain>,
     ) -> R<'o> {
+        let sent = data.len() as u64;
         let data = &data[..data.len().min(MAX_DATA)];
-        let (_, got, extents) = self.write(session, who, desc, data.len() as u64, offset)?;
-        self.copy_in(&extents, &data[..got as usize]);
+        let Some(c) = chain else {
+            let (_, got, extents) =
+                self.write(session, who, desc, data.len() as u64, offset, fsize)?;
+            return Ok(self.copied_in(&extents, data, got));
+        };
+        let admitted =
+            c.seq == 0 || (self.sessions.get(&session)).is_some_and(|s| s.chains.admits(c));
+        if !admitted {
+            return Ok(Reply::Skipped);
+        }
+        let r = self.write(session, who, desc, data.len() as u64, offset, fsize);
+        let full = matches!(r, Ok((_, got, _)) if got == sent);
+        if let Some(s) = self.sessions.get_mut(&session) {
+            s.chains.settle(c, full);
+        }
+        let (_, got, extents) = r?;
+        Ok(self.copied_in(&extents, data, got))
+    }
+
+    /// Copy a `WriteData`'s granted bytes into the blocks: its reply.
+    fn copied_in<'o>(&mut self, extents: &[Extent], data: &[u8], got: u64) -> Reply<'o> {
+        self.copy_in(extents, &data[..got as usize]);
         self.transfers.count_copy(got);
-        Ok(Reply::Written(got))
+        Reply::Written(got)
+    }
+
+    /// Close the session's write chains (`chain`: a request of it was
+    /// answered `EIO` after its server died).
+    pub fn cut_chains(&mut self, session: SessionId) {
+        if let Some(s) = self.sessions.get_mut(&session) {
+            s.chains.cut();
+        }
     }
 }

@@ -153,11 +153,20 @@ impl<S: BlockStore> FileServer<S> {
                 r
             }
             Q::Read { desc, len, offset } => self.read_extents(session, desc, len, offset),
-            Q::Write { desc, len, offset } => self.write_extents(session, who, desc, len, offset),
+            Q::Write {
+                desc,
+                len,
+                offset,
+                fsize,
+            } => self.write_extents(session, who, desc, len, offset, fsize),
             Q::ReadData { desc, len, offset } => self.read_data(session, desc, len, offset, out),
-            Q::WriteData { desc, data, offset } => {
-                self.write_data(session, who, desc, data, offset)
-            }
+            Q::WriteData {
+                desc,
+                data,
+                offset,
+                fsize,
+                chain,
+            } => self.write_data(session, who, desc, data, offset, fsize, chain),
             Q::Seek {
                 desc,
                 offset,

@@ -115,7 +115,17 @@ fn create(fs: &mut FileServer<MemStore>, name: &[u8]) -> (InodeId, DescId) {
 /// when the reply says the file is watched.
 fn write(fs: &mut FileServer<MemStore>, desc: DescId, len: u64, offset: Option<u64>) -> bool {
     let mut out = Vec::new();
-    let watched = match fs.handle(S1, ME, Request::Write { desc, len, offset }, &mut out) {
+    let watched = match fs.handle(
+        S1,
+        ME,
+        Request::Write {
+            desc,
+            len,
+            offset,
+            fsize: None,
+        },
+        &mut out,
+    ) {
         Reply::Extents { watched, .. } => watched,
         other => panic!("{other:?}"),
     };

@@ -57,6 +57,7 @@ mod adapt;
 mod affinity;
 mod attrs;
 mod blocks;
+mod chain;
 mod data;
 mod descs;
 mod dir;
@@ -186,6 +187,8 @@ struct Session {
     /// Supplementary group lists by number (`Cred::groups`): credentials
     /// are per thread, so threads of one session may differ.
     groups: Vec<Rc<[u32]>>,
+    /// Its write chains in flight (`chain`).
+    chains: chain::Chains,
 }
 
 /// The time now (taped: a replay sees the time the request first saw).
@@ -393,9 +396,10 @@ impl<S: BlockStore> FileServer<S> {
 
     /// A session got a channel to this server.
     pub fn session_opened(&mut self, session: SessionId) {
-        self.sessions
-            .entry(session)
-            .or_insert_with(|| Session { groups: Vec::new() });
+        self.sessions.entry(session).or_insert_with(|| Session {
+            groups: Vec::new(),
+            chains: chain::Chains::default(),
+        });
     }
 
     /// Sessions this server knows.

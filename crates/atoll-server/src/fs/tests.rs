@@ -39,6 +39,7 @@ enum Own {
     Bytes(Vec<u8>),
     Extents(u64, u64, Vec<Extent>),
     Written(u64),
+    Skipped,
     Offset(u64),
     Lock(Option<LockSpec>),
     StatFs(StatFsInfo),
@@ -100,6 +101,7 @@ fn own(r: Reply<'_>) -> Own {
         Reply::DirMode(m) => Own::Mode(m),
         Reply::Exported { data, next } => Own::Exported(data.to_vec(), next),
         Reply::PipeState(p) => Own::PipeState(p),
+        Reply::Skipped => Own::Skipped,
     }
 }
 
@@ -243,6 +245,8 @@ impl T {
                 desc: d,
                 data,
                 offset: off,
+                fsize: None,
+                chain: None,
             },
         ) {
             Own::Written(n) => Ok(n),

@@ -30,6 +30,7 @@ fn write_reserves_zeroed_blocks_the_client_fills() {
             desc: d,
             len: 5000,
             offset: Some(100),
+            fsize: None,
         },
     );
     let Own::Extents(off, len, ext) = r else {
@@ -326,6 +327,7 @@ fn enospc_when_cache_full_and_fs_stays_usable() {
             desc: d,
             len: 5 * 4096,
             offset: None,
+            fsize: None,
         },
     );
     assert!(matches!(r, Own::Extents(0, 16384, _)), "{r:?}");
@@ -390,4 +392,141 @@ fn names_longer_than_255_bytes_are_enametoolong() {
     );
     assert_eq!(t.lookup(ROOT, &long), Err(Errno::ENAMETOOLONG));
     t.create(ROOT, &"y".repeat(255));
+}
+
+/// One piece of a chained write (`fs::chain`).
+fn piece(
+    t: &mut T,
+    d: DescId,
+    c: (u64, u32, bool),
+    data: &[u8],
+    off: Option<u64>,
+    fsize: Option<u64>,
+) -> Own {
+    t.call(
+        S1,
+        USER,
+        Request::WriteData {
+            desc: d,
+            data,
+            offset: off,
+            fsize,
+            chain: Some(atoll_proto::Chain {
+                id: c.0,
+                seq: c.1,
+                last: c.2,
+            }),
+        },
+    )
+}
+
+#[test]
+fn a_chained_write_stops_at_enospc_and_later_pieces_are_skipped() {
+    // Four blocks: the first two pieces fit, the third finds no room.
+    let mut t = server(4);
+    let (d, ino) = t.create(ROOT, "big");
+    let data = vec![7u8; 4 * 8192];
+    let mut got = vec![];
+    for k in 0..4u32 {
+        let at = k as usize * 8192;
+        let off = Some(at as u64);
+        got.push(piece(
+            &mut t,
+            d,
+            (9, k, k == 3),
+            &data[at..at + 8192],
+            off,
+            None,
+        ));
+    }
+    assert_eq!(
+        got,
+        [
+            Own::Written(8192),
+            Own::Written(8192),
+            Own::Err(Errno::ENOSPC),
+            Own::Skipped
+        ]
+    );
+    assert_eq!(t.stat(ino).unwrap().size, 16384);
+}
+
+#[test]
+fn a_chained_write_is_short_at_the_file_size_limit_and_goes_no_further() {
+    let mut t = server(64);
+    let (d, ino) = t.create(ROOT, "f");
+    let data = vec![1u8; 8192];
+    // At the shared offset: each piece lands where the last one ended.
+    let lim = Some(10_001);
+    assert_eq!(
+        piece(&mut t, d, (1, 0, false), &data, None, lim),
+        Own::Written(8192)
+    );
+    assert_eq!(
+        piece(&mut t, d, (1, 1, false), &data, None, lim),
+        Own::Written(1809)
+    );
+    assert_eq!(
+        piece(&mut t, d, (1, 2, true), &data, None, lim),
+        Own::Skipped
+    );
+    assert_eq!(t.stat(ino).unwrap().size, 10_001);
+    // At or past the limit: EFBIG (the client raises SIGXFSZ).
+    assert_eq!(
+        piece(&mut t, d, (2, 0, true), &data, None, lim),
+        Own::Err(Errno::EFBIG)
+    );
+    // A new chain without the limit goes on from the shared offset.
+    assert_eq!(
+        piece(&mut t, d, (3, 0, false), &data, None, None),
+        Own::Written(8192)
+    );
+    assert_eq!(
+        piece(&mut t, d, (3, 1, true), &data[..5], None, None),
+        Own::Written(5)
+    );
+    assert_eq!(t.stat(ino).unwrap().size, 10_001 + 8192 + 5);
+}
+
+#[test]
+fn chained_appends_land_one_after_another_at_the_end() {
+    let mut t = server(64);
+    let (d1, _) = t.create(ROOT, "log");
+    t.write(S1, d1, b"head", None).unwrap();
+    let app = libc::O_WRONLY as u32 | libc::O_APPEND as u32;
+    let (a, _) = t.open_as(S1, USER, ROOT, "log", app, 0).unwrap();
+    let data: Vec<u8> = (0..20_000u32).map(|i| (i % 251) as u8).collect();
+    for (k, part) in data.chunks(8192).enumerate() {
+        let last = k == 2;
+        let r = piece(&mut t, a, (5, k as u32, last), part, Some(0), None);
+        assert_eq!(r, Own::Written(part.len() as u64));
+    }
+    let mut back = vec![];
+    while let Ok(b) = t.read(S1, d1, 8192, Some(back.len() as u64)) {
+        if b.is_empty() {
+            break;
+        }
+        back.extend_from_slice(&b);
+    }
+    assert_eq!(&back[..4], b"head");
+    assert_eq!(&back[4..], &data[..]);
+}
+
+#[test]
+fn pieces_after_the_session_s_chains_were_cut_are_skipped() {
+    // A successor answered a request EIO: its outcome is unknown to the
+    // client, so no later piece of the write may land.
+    let mut t = server(16);
+    let (d, ino) = t.create(ROOT, "f");
+    let data = vec![3u8; 8192];
+    assert_eq!(
+        piece(&mut t, d, (4, 0, false), &data, None, None),
+        Own::Written(8192)
+    );
+    t.fs.cut_chains(S1);
+    assert_eq!(
+        piece(&mut t, d, (4, 1, true), &data, None, None),
+        Own::Skipped
+    );
+    assert_eq!(t.stat(ino).unwrap().size, 8192);
 }

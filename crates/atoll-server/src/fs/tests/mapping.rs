@@ -20,6 +20,7 @@ fn write_blocks(
             desc: d,
             len: blocks * BS,
             offset: Some(off),
+            fsize: None,
         },
     ) {
         Own::Extents(_, _, e) => Ok(block_list(&e)),

@@ -1,0 +1,401 @@
+//! The read/write data path of descriptors (`read`, `write`, `pread64`,
+//! `pwrite64`, `readv`, `writev`, and the copy emulation's reads and
+//! writes of any descriptor). Where the client maps the buffer cache,
+//! `Read`/`Write` reserve a range at the server, which answers with the
+//! blocks backing it, and the client copies itself (Hare §3.3, Cosh
+//! *share*); otherwise the bytes travel in messages (`crate::msgdata`,
+//! Cosh §5 *copy*). Pipes and FIFOs go to `crate::pipe`.
+//!
+//! Hot path: no lock, no allocation (`Extents` replies are decoded in
+//! place, `fast`).
+
+use atoll_proto::{DescId, FileType, Request};
+
+use crate::error::{err, Error, Result};
+use crate::fdtable::{self, DescRef};
+use crate::session::Client;
+use crate::session::Lane;
+use crate::sys;
+
+/// Largest range one `Read`/`Write` reserves (the reply's extent list must
+/// fit one frame; contiguous files need one extent per run).
+const CHUNK: usize = 1 << 20;
+
+fn check_readable(d: &DescRef) -> Result<()> {
+    let f = d.flags();
+    if f & libc::O_PATH as u32 != 0 || f & libc::O_ACCMODE as u32 == libc::O_WRONLY as u32 {
+        return err(libc::EBADF);
+    }
+    if d.ftype() == FileType::Directory {
+        return err(libc::EISDIR);
+    }
+    Ok(())
+}
+
+pub(super) fn check_writable(d: &DescRef) -> Result<()> {
+    let f = d.flags();
+    if f & libc::O_PATH as u32 != 0 || f & libc::O_ACCMODE as u32 == libc::O_RDONLY as u32 {
+        return err(libc::EBADF);
+    }
+    Ok(())
+}
+
+/// Read into `buf` from the description (at `off`, or at the shared offset).
+/// Hot path.
+pub fn read_desc(
+    c: &Client,
+    lane: &Lane,
+    d: &DescRef,
+    buf: &mut [u8],
+    off: Option<u64>,
+) -> Result<usize> {
+    if d.ftype() == FileType::Fifo {
+        return match off {
+            Some(_) => err(libc::ESPIPE),
+            None => crate::pipe::read(c, d, buf),
+        };
+    }
+    check_readable(d)?;
+    if off.is_none() {
+        if let Some(r) = crate::hybrid::read(c, lane, d, buf) {
+            return r;
+        }
+    }
+    read_id(c, lane, d.desc(), buf, off)
+}
+
+/// Read from a server description without access checks (exec's loader).
+pub fn read_id(
+    c: &Client,
+    lane: &Lane,
+    desc: DescId,
+    buf: &mut [u8],
+    off: Option<u64>,
+) -> Result<usize> {
+    let server = desc.server();
+    if !c.direct_data() {
+        // The bytes travel in messages (`ReadData`).
+        return crate::msgdata::read(c, lane, desc, buf, off);
+    }
+    let mut done = 0usize;
+    while done < buf.len() {
+        let want = (buf.len() - done).min(CHUNK);
+        let offset = off.map(|o| o + done as u64);
+        let dst = &mut buf[done..done + want];
+        let got = await_writers(|| {
+            // Copy each extent as it is decoded (no allocation).
+            let mut ok = true;
+            let granted = lane.call_extents(
+                c,
+                server,
+                Request::Read {
+                    desc,
+                    len: want as u64,
+                    offset,
+                },
+                |at, len, e| {
+                    let n = (len as usize).min(want);
+                    ok = crate::incoherent::copy_out(c, &e, at, &mut dst[..n]).is_some();
+                    ok
+                },
+            )?;
+            Ok((granted.len as usize).min(want))
+        })?;
+        done += got;
+        if got < want {
+            break;
+        }
+    }
+    Ok(done)
+}
+
+/// Run one read until the server stops answering `EAGAIN`, which for a
+/// regular file means that bytes it would return are still being copied
+/// in by a writer (server `fs/inflight.rs`): at most its patience (50 ms)
+/// unless the writer is done sooner, which is microseconds. Each attempt
+/// rings the server, which so serves the writer's `WriteDone`.
+pub(crate) fn await_writers<R>(mut read: impl FnMut() -> Result<R>) -> Result<R> {
+    let mut attempt = 0u32;
+    loop {
+        match read() {
+            Err(Error::Errno(libc::EAGAIN)) if attempt < 2_000 => {
+                attempt += 1;
+                if attempt < 16 {
+                    // SAFETY: sched_yield takes no arguments.
+                    unsafe { sys::sc(libc::SYS_sched_yield, 0, 0, 0, 0) };
+                } else {
+                    sys::sleep_ns(50_000);
+                }
+            }
+            Err(Error::Errno(libc::EAGAIN)) => return err(libc::EIO),
+            r => return r,
+        }
+    }
+}
+
+/// Write `src` to the description. Hot path.
+pub fn write_desc(
+    c: &Client,
+    lane: &Lane,
+    d: &DescRef,
+    src: &[u8],
+    off: Option<u64>,
+) -> Result<usize> {
+    if d.ftype() == FileType::Fifo {
+        return match off {
+            Some(_) => err(libc::ESPIPE),
+            None => crate::pipe::write(c, d, src),
+        };
+    }
+    check_writable(d)?;
+    if off.is_none() && crate::hybrid::enabled(c) {
+        // Hybrid file descriptors choose the offset (Hare §3.5.1).
+        return crate::hybrid::write(c, lane, d, |o| write_at(c, lane, d, src, o));
+    }
+    write_at(c, lane, d, src, off)
+}
+
+/// Write `src` at `off` (or at the server's offset): the data path, under
+/// the caller's file size limit. Where the server refuses a write at or
+/// past the limit (`EFBIG`), the writer gets `SIGXFSZ` too, as on Linux
+/// (`generic_write_check_limits`); a write that crosses it is short.
+fn write_at(c: &Client, lane: &Lane, d: &DescRef, src: &[u8], off: Option<u64>) -> Result<usize> {
+    let fsize = fsize_limit();
+    let r = if c.direct_data() {
+        write_shared(c, lane, d, src, off, fsize)
+    } else {
+        // The bytes travel in messages (`WriteData`).
+        crate::msgdata::write(c, lane, d.desc(), src, off, fsize)
+    };
+    if fsize.is_some() && matches!(r, Err(Error::Errno(libc::EFBIG))) {
+        raise_self(libc::SIGXFSZ);
+    }
+    r
+}
+
+/// The calling process's `RLIMIT_FSIZE`, `None` when unlimited. Asked on
+/// every write (one system call, no round trip): a program may lower it
+/// at any time, and the server applies it where it chooses the offset.
+fn fsize_limit() -> Option<u64> {
+    let mut rl = libc::rlimit64 {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `rl` is ours and outlives the call; no new limit is set.
+    let r = unsafe {
+        sys::sc(
+            libc::SYS_prlimit64,
+            0,
+            libc::RLIMIT_FSIZE as u64,
+            0,
+            &mut rl as *mut libc::rlimit64 as u64,
+        )
+    };
+    (r == 0 && rl.rlim_cur != libc::RLIM64_INFINITY).then_some(rl.rlim_cur)
+}
+
+/// Send `sig` to the calling thread, as the kernel does for `SIGXFSZ`.
+fn raise_self(sig: i32) {
+    // SAFETY: integer arguments; signals this very thread.
+    unsafe {
+        let pid = sys::sc(libc::SYS_getpid, 0, 0, 0, 0);
+        let tid = sys::sc(libc::SYS_gettid, 0, 0, 0, 0);
+        sys::sc(libc::SYS_tgkill, pid as u64, tid as u64, sig as u64, 0);
+    }
+}
+
+/// A write the client copies into the buffer-cache blocks the server
+/// names (Cosh *share*), at most [`CHUNK`] per `Write`.
+fn write_shared(
+    c: &Client,
+    lane: &Lane,
+    d: &DescRef,
+    src: &[u8],
+    off: Option<u64>,
+    fsize: Option<u64>,
+) -> Result<usize> {
+    let desc = d.desc();
+    let server = desc.server();
+    let mut done = 0usize;
+    while done < src.len() {
+        let want = (src.len() - done).min(CHUNK);
+        let offset = off.map(|o| o + done as u64);
+        let chunk = &src[done..done + want];
+        let mut covered = 0usize;
+        let r = lane
+            .call_extents(
+                c,
+                server,
+                Request::Write {
+                    desc,
+                    len: want as u64,
+                    offset,
+                    fsize,
+                },
+                |at, len, e| {
+                    let n = (len as usize).min(want);
+                    match crate::incoherent::copy_in(c, &e, at, &chunk[..n]) {
+                        Some(k) => {
+                            covered += k;
+                            true
+                        }
+                        None => false,
+                    }
+                },
+            )
+            .and_then(|granted| {
+                let n = (granted.len as usize).min(want);
+                if covered != n {
+                    return err(libc::EIO);
+                }
+                if granted.pending {
+                    // The bytes are in: readers waiting for the new end of
+                    // the file may have them (server `fs/inflight.rs`).
+                    let done = Request::WriteDone {
+                        ino: d.ino(),
+                        offset: granted.offset,
+                        len: granted.len,
+                    };
+                    let _ = lane.post_quietly(c, server, done);
+                }
+                if granted.watched {
+                    // The bytes are in: now the watchers may look.
+                    crate::inotify::saw_watched(true);
+                    let _ = lane.call_ok(c, server, Request::InotifyModified { desc });
+                }
+                Ok(n)
+            });
+        let got = match r {
+            Ok(n) => n,
+            // A partial write reports what was written (POSIX).
+            Err(_) if done > 0 => break,
+            Err(e) => return Err(e),
+        };
+        done += got;
+        // A grant ends short at the extents one reply can name, not only
+        // at a limit or a full pool: ask for the rest, which then fails
+        // if something did stop the write (Linux writes to tmpfs in full
+        // unless it fails).
+        if got == 0 {
+            break;
+        }
+    }
+    Ok(done)
+}
+
+/// Read from any descriptor, atoll or host (copy emulation).
+pub fn any_read(
+    c: &Client,
+    lane: &Lane,
+    fd: i64,
+    buf: &mut [u8],
+    off: Option<u64>,
+) -> Result<usize> {
+    if let Some(d) = fdtable::get(fd) {
+        return read_desc(c, lane, &d, buf, off);
+    }
+    // SAFETY: `buf` is our own buffer of the given length.
+    let r = unsafe {
+        match off {
+            Some(o) => sys::sc(
+                libc::SYS_pread64,
+                fd as u64,
+                buf.as_mut_ptr() as u64,
+                buf.len() as u64,
+                o,
+            ),
+            None => sys::sc(
+                libc::SYS_read,
+                fd as u64,
+                buf.as_mut_ptr() as u64,
+                buf.len() as u64,
+                0,
+            ),
+        }
+    };
+    if r < 0 {
+        return err((-r) as i32);
+    }
+    Ok(r as usize)
+}
+
+/// Write to any descriptor, atoll or host (copy emulation).
+pub fn any_write(c: &Client, lane: &Lane, fd: i64, buf: &[u8], off: Option<u64>) -> Result<usize> {
+    if let Some(d) = fdtable::get(fd) {
+        return write_desc(c, lane, &d, buf, off);
+    }
+    // SAFETY: `buf` is our own buffer of the given length.
+    let r = unsafe {
+        match off {
+            Some(o) => sys::sc(
+                libc::SYS_pwrite64,
+                fd as u64,
+                buf.as_ptr() as u64,
+                buf.len() as u64,
+                o,
+            ),
+            None => sys::sc(
+                libc::SYS_write,
+                fd as u64,
+                buf.as_ptr() as u64,
+                buf.len() as u64,
+                0,
+            ),
+        }
+    };
+    if r < 0 {
+        return err((-r) as i32);
+    }
+    Ok(r as usize)
+}
+
+/// `readv`/`preadv` style: fill the iovecs in order, stop at a short read.
+pub fn readv(
+    c: &Client,
+    lane: &Lane,
+    d: &DescRef,
+    iov: u64,
+    cnt: u64,
+    off: Option<u64>,
+) -> Result<i64> {
+    if cnt > 1024 {
+        return err(libc::EINVAL);
+    }
+    let mut total = 0u64;
+    for v in sys::get_user_vec::<libc::iovec>(iov, cnt as usize)? {
+        let buf = sys::user_slice_mut(v.iov_base as u64, v.iov_len)?;
+        let n = read_desc(c, lane, d, buf, off.map(|o| o + total))?;
+        total += n as u64;
+        if n < v.iov_len {
+            break;
+        }
+    }
+    Ok(total as i64)
+}
+
+pub fn writev(
+    c: &Client,
+    lane: &Lane,
+    d: &DescRef,
+    iov: u64,
+    cnt: u64,
+    off: Option<u64>,
+) -> Result<i64> {
+    if cnt > 1024 {
+        return err(libc::EINVAL);
+    }
+    let mut total = 0u64;
+    for v in sys::get_user_vec::<libc::iovec>(iov, cnt as usize)? {
+        let buf = sys::user_slice(v.iov_base as u64, v.iov_len)?;
+        let n = match write_desc(c, lane, d, buf, off.map(|o| o + total)) {
+            Ok(n) => n,
+            Err(_) if total > 0 => break,
+            Err(e) => return Err(e),
+        };
+        total += n as u64;
+        if n < v.iov_len {
+            break;
+        }
+    }
+    Ok(total as i64)
+}

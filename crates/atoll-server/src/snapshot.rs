@@ -22,6 +22,12 @@ use crate::store::BlockStore;
 /// Record bytes after which a snapshot is taken (tests make it small).
 pub const ENV_SNAPSHOT_BYTES: &str = "ATOLL_SNAPSHOT_BYTES";
 
+/// Most record bytes between two snapshots by default, whatever the
+/// journal's size: what bounds a rebuild's replay (about 39,000 created
+/// files, some 200 ms of replay in `atoll bench recovery` on a busy
+/// two-CPU machine).
+const DEFAULT_AFTER: u64 = 8 << 20;
+
 /// When one server takes its snapshots.
 #[derive(Clone, Copy, Debug)]
 pub struct Schedule {
@@ -54,10 +60,11 @@ impl Schedule {
     }
 
     /// Is a snapshot due? Yes when the records since the last one pass the
-    /// threshold (by default a quarter of a half of the journal, and never
-    /// less than the last snapshot's size, so that snapshots cost at most
-    /// about as many bytes as the records they replace), and always when
-    /// the half has little room left, or ran out of it.
+    /// threshold (by default 8 MiB or a quarter of a half of the journal if
+    /// that is less, and never less than the last snapshot's size, so that
+    /// snapshots cost at most about as many bytes as the records they
+    /// replace), and always when the half has little room left, or ran
+    /// out of it.
     pub fn due(&self, journal: &Journal) -> bool {
         let since = journal.since_snapshot();
         if since == 0 || since < self.retry_at {
@@ -66,7 +73,7 @@ impl Schedule {
         let (_, last, _) = journal.snapshots();
         let after = self
             .fixed
-            .unwrap_or_else(|| (journal.half_bytes() / 4).max(last));
+            .unwrap_or_else(|| (journal.half_bytes() / 4).min(DEFAULT_AFTER).max(last));
         let margin = (4 * atoll_proto::MAX_FRAME as u64).min(journal.half_bytes() / 4);
         since >= after || journal.room() < margin || journal.full()
     }

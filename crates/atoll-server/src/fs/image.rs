@@ -48,6 +48,21 @@ macro_rules! state_fields {
         impl<S: BlockStore> FileServer<S> {
             /// The server's state, encoded (see the module docs).
             pub fn encode_state(&self) -> Result<Vec<u8>, String> {
+                // Every field is named here, in the image or as left out:
+                // a field added to the server and forgotten here would be
+                // lost by every rebuild from a snapshot, so it does not
+                // compile instead.
+                let FileServer {
+                    cfg: _,
+                    cache: _,
+                    fault_at: _,
+                    calls_seen: _,
+                    poisoned: _,
+                    last_op: _,
+                    acct: _,
+                    ops: _,
+                    $($field: _,)*
+                } = self;
                 let image = ImageRef {
                     $($field: &self.$field,)*
                     ops: &self.ops,

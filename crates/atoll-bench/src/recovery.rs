@@ -9,7 +9,9 @@
 //! its thread with `--without processes`), and the bench reads from
 //! `atoll status` how long its rebuild took (for a process: from the
 //! death until the successor serves), and checks that every file is
-//! still there.
+//! still there. The journal held at the kill is the newest snapshot of
+//! the server's state and the records after it (`ATOLL_SNAPSHOT_BYTES`
+//! in the environment sets how many record bytes come between two).
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -47,6 +49,12 @@ pub struct RecoveryResults {
     /// Records and bytes the server's journal held at the kill.
     pub journal_records: u64,
     pub journal_bytes: u64,
+    /// Snapshots of the server's state taken before the kill
+    /// (`atoll_server::snapshot`), the newest one's bytes, and how long it
+    /// took (encoding, committing, and going on from it).
+    pub snapshots: u64,
+    pub snapshot_bytes: u64,
+    pub snapshot_ms: f64,
     /// How long the rebuild took (replaying the journal), and how long
     /// from the kill until `atoll status` showed the server up again.
     pub recovery_ms: f64,
@@ -187,6 +195,9 @@ pub fn run(inodes: u64) -> anyhow::Result<RecoveryResults> {
         journal_cost_ratio: secs_without / secs,
         journal_records: before["journal_records"].as_u64().unwrap_or(0),
         journal_bytes: before["journal_bytes"].as_u64().unwrap_or(0),
+        snapshots: before["snapshots"].as_u64().unwrap_or(0),
+        snapshot_bytes: before["snapshot_bytes"].as_u64().unwrap_or(0),
+        snapshot_ms: before["snapshot_us"].as_u64().unwrap_or(0) as f64 / 1000.0,
         recovery_ms: h["recovery_us"].as_u64().unwrap_or(0) as f64 / 1000.0,
         kill_to_up_ms: kill_to_up.as_secs_f64() * 1000.0,
         files_after,
@@ -199,7 +210,8 @@ pub fn table(r: &RecoveryResults) -> String {
     format!(
         "recovery of a file server holding {} files (one server, {})\n\
          {:<34}{:>14.0}\n{:<34}{:>14.0}\n{:<34}{:>14.2}\n\
-         {:<34}{:>14}\n{:<34}{:>14}\n{:<34}{:>14.1}\n{:<34}{:>14.1}\n{:<34}{:>14}\n",
+         {:<34}{:>14}\n{:<34}{:>14}\n{:<34}{:>14}\n{:<34}{:>14}\n{:<34}{:>14.1}\n\
+         {:<34}{:>14.1}\n{:<34}{:>14.1}\n{:<34}{:>14}\n",
         r.inodes,
         if r.process {
             "a process killed by SIGKILL"
@@ -216,7 +228,13 @@ pub fn table(r: &RecoveryResults) -> String {
         r.journal_records,
         "journal bytes",
         r.journal_bytes,
-        "rebuild (replay) ms",
+        "snapshots taken",
+        r.snapshots,
+        "newest snapshot bytes",
+        r.snapshot_bytes,
+        "newest snapshot ms",
+        r.snapshot_ms,
+        "rebuild (snapshot + replay) ms",
         r.recovery_ms,
         "kill to up again ms",
         r.kill_to_up_ms,

@@ -247,11 +247,20 @@ pub struct ServerHealth {
     /// Microseconds the last rebuild took (replaying the journal).
     #[serde(default)]
     pub recovery_us: u64,
-    /// Records and bytes in the server's journal.
+    /// Records and bytes in the server's journal (its newest snapshot and
+    /// the records after it).
     #[serde(default)]
     pub journal_records: u64,
     #[serde(default)]
     pub journal_bytes: u64,
+    /// Snapshots of its state taken since boot, the newest one's bytes,
+    /// and microseconds the newest one took (`atoll_server::snapshot`).
+    #[serde(default)]
+    pub snapshots: u64,
+    #[serde(default)]
+    pub snapshot_bytes: u64,
+    #[serde(default)]
+    pub snapshot_us: u64,
     /// Can it be rebuilt if it dies? (A journal, not full.)
     #[serde(default)]
     pub recoverable: bool,

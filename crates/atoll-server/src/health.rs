@@ -236,6 +236,7 @@ impl Health {
                     (0, _) | (_, None) => (0, 0),
                     (_, Some(j)) => j.rebuilds(),
                 };
+                let snap = journal.as_ref().map_or((0, 0, 0), |j| j.snapshots());
                 ServerHealth {
                     server: i as u32,
                     state: state.into(),
@@ -253,6 +254,9 @@ impl Health {
                     },
                     journal_records: journal.as_ref().map_or(0, |j| j.records()),
                     journal_bytes: journal.as_ref().map_or(0, |j| j.used()),
+                    snapshots: snap.0,
+                    snapshot_bytes: snap.1,
+                    snapshot_us: snap.2,
                     recoverable: !down && journal.as_ref().is_some_and(|j| !j.full()),
                 }
             })

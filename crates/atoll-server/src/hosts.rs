@@ -139,6 +139,22 @@ impl Host {
         )
     }
 
+    /// Does it end within `wait`? A host killed by `SIGKILL` closes its
+    /// sockets before it can be reaped, so a server's closed socket may be
+    /// its host dying, not the server's thread ending.
+    pub fn ends_within(&self, wait: Duration) -> bool {
+        let deadline = Instant::now() + wait;
+        loop {
+            if matches!(lock(&self.child).try_wait(), Ok(Some(_))) {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
     /// Let it end (its servers are stopped already): its socket is shut,
     /// which a host takes as the end, then it is reaped (killed if it does
     /// not end within 5 s).

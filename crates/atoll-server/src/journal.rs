@@ -18,15 +18,29 @@
 //! serves it again, depending on whether it reached the journal
 //! (`process`).
 //!
-//! A journal that fills up stops (the server keeps serving, but can no
-//! longer be rebuilt: `atoll status` says so); snapshots that would let
-//! it start over are not built yet.
+//! The records since boot would grow without end, so the server also
+//! takes *snapshots* of its state (`crate::snapshot`): the space after the
+//! header is two halves, and each half holds one snapshot followed by the
+//! records appended after it (the first half starts with the `Genesis`
+//! record instead). A new snapshot is written into the half not in use,
+//! and only then does a release store of the generation word switch
+//! halves; so a server killed while writing one leaves the old half,
+//! snapshot and records, whole. A rebuild loads the active half's
+//! snapshot and replays only the records after it. A snapshot is checked
+//! by its length and a checksum seeded with its generation, so an old one
+//! left in a half is never taken for the new one.
+//!
+//! A half whose records no longer fit stops the journal (the server keeps
+//! serving, but can no longer be rebuilt: `atoll status` says so) until
+//! the next snapshot, which makes it whole again; the server takes one
+//! before that happens (`Journal::snapshot_due`).
 //!
 //! ```text
-//!   header (8 words)   record                       record …
-//!   ┌───────────────┬──────┬────┬───────┬──────────┬────────┬──────┐
-//!   │magic used full│ len  │kind│session│tape words│ frame  │ pad  │
-//!   └───────────────┴──────┴────┴───────┴──────────┴────────┴──────┘
+//!   header (32 words)  half 0                       half 1
+//!   ┌───────────────┬─────────────────────────────┬──────────────────────┐
+//!   │magic gen …    │ snapshot │ record record …  │ snapshot │ record …  │
+//!   └───────────────┴─────────────────────────────┴──────────────────────┘
+//!   record: │ len │kind│session│tape words│ frame │ pad │
 //! ```
 
 use std::os::fd::OwnedFd;
@@ -39,14 +53,14 @@ use crate::sys::{LogRegion, LOG_WORDS};
 
 const MAGIC: u64 = 0x6c61_6e72_756f_6a61; // "ajournal"
 const W_MAGIC: usize = 0;
-/// Bytes appended after the header.
-const W_USED: usize = 1;
-/// Non-zero once an append did not fit.
-const W_FULL: usize = 2;
-/// Records appended.
+/// Snapshots committed since boot; the active half is `gen & 1` (the
+/// first half, with the `Genesis` record, while it is 0). Stored last,
+/// with release, when a snapshot is committed.
+const W_GEN: usize = 1;
+/// Records appended to the active half.
 const W_RECORDS: usize = 3;
 /// The request being served (`Journal::owe`): session, lane, id, and a
-/// mark, 0 when none is owed, else 1 + the bytes used before it.
+/// mark, 0 when none is owed, else 1 + the bytes logged before it.
 const W_OWED_SESSION: usize = 4;
 const W_OWED_LANE: usize = 5;
 const W_OWED_ID: usize = 6;
@@ -55,6 +69,17 @@ const W_OWED_MARK: usize = 7;
 /// microseconds (`atoll status` of a server process).
 const W_REBUILDS: usize = 8;
 const W_REBUILD_US: usize = 9;
+/// Bytes of records appended since boot (never goes back: the owed mark
+/// compares with it across snapshots).
+const W_LOGGED: usize = 10;
+/// The last snapshot's bytes and microseconds (`atoll status`, benches).
+const W_SNAP_US: usize = 11;
+/// Per half `h`: record bytes after its snapshot, its snapshot's bytes,
+/// the snapshot's checksum, and non-zero once an append did not fit.
+const W_USED: [usize; 2] = [12, 13];
+const W_SNAP: [usize; 2] = [14, 15];
+const W_SUM: [usize; 2] = [16, 17];
+const W_FULL: [usize; 2] = [18, 19];
 const HEADER: usize = LOG_WORDS * 8;
 /// `len:u32 kind:u8 pad:3 session:u64 tape_words:u32 frame_len:u32`.
 const RECORD_HEADER: usize = 24;
@@ -162,7 +187,7 @@ impl Journal {
         self.log.word(W_OWED_ID).store(id, Ordering::Relaxed);
         self.log
             .word(W_OWED_MARK)
-            .store(self.used() + 1, Ordering::Release);
+            .store(self.logged() + 1, Ordering::Release);
     }
 
     /// The request owed is answered (or needs no answer).
@@ -177,7 +202,7 @@ impl Journal {
             session: SessionId(self.log.word(W_OWED_SESSION).load(Ordering::Relaxed)),
             lane: self.log.word(W_OWED_LANE).load(Ordering::Relaxed) as u32,
             id: self.log.word(W_OWED_ID).load(Ordering::Relaxed),
-            journaled: self.used() > mark - 1,
+            journaled: self.logged() > mark - 1,
         })
     }
 
@@ -195,38 +220,94 @@ impl Journal {
         )
     }
 
-    /// Bytes of records.
-    pub fn used(&self) -> u64 {
-        self.log.word(W_USED).load(Ordering::Acquire)
+    /// The half in use: `(generation, index)`.
+    fn active(&self) -> (u64, usize) {
+        let gen = self.log.word(W_GEN).load(Ordering::Acquire);
+        (gen, (gen & 1) as usize)
     }
 
-    /// Records appended.
+    /// Bytes in each half.
+    fn half_len(&self) -> usize {
+        ((self.log.len() - HEADER) / 2) & !7
+    }
+
+    fn half_start(&self, half: usize) -> usize {
+        HEADER + half * self.half_len()
+    }
+
+    /// Bytes in use: the active half's snapshot and records.
+    pub fn used(&self) -> u64 {
+        let (_, h) = self.active();
+        self.snap_span(h) + self.log.word(W_USED[h]).load(Ordering::Acquire)
+    }
+
+    /// Bytes half `h`'s snapshot takes, up to its first record.
+    fn snap_span(&self, h: usize) -> u64 {
+        self.log
+            .word(W_SNAP[h])
+            .load(Ordering::Relaxed)
+            .next_multiple_of(8)
+    }
+
+    /// Bytes of records appended since the last snapshot (since boot
+    /// before the first).
+    pub fn since_snapshot(&self) -> u64 {
+        let (_, h) = self.active();
+        self.log.word(W_USED[h]).load(Ordering::Acquire)
+    }
+
+    /// Bytes of records appended since boot.
+    fn logged(&self) -> u64 {
+        self.log.word(W_LOGGED).load(Ordering::Acquire)
+    }
+
+    /// Records appended since the last snapshot.
     pub fn records(&self) -> u64 {
         self.log.word(W_RECORDS).load(Ordering::Relaxed)
     }
 
-    /// Did an append not fit? (Then the journal is incomplete for good.)
+    /// Snapshots taken since boot, the last one's bytes and microseconds.
+    pub fn snapshots(&self) -> (u64, u64, u64) {
+        let (gen, h) = self.active();
+        (
+            gen,
+            self.log.word(W_SNAP[h]).load(Ordering::Relaxed),
+            self.log.word(W_SNAP_US).load(Ordering::Relaxed),
+        )
+    }
+
+    /// Did an append not fit since the last snapshot? (Then the journal
+    /// is incomplete until the next one.)
     pub fn full(&self) -> bool {
-        self.log.word(W_FULL).load(Ordering::Acquire) != 0
+        let (_, h) = self.active();
+        self.log.word(W_FULL[h]).load(Ordering::Acquire) != 0
     }
 
     /// Start over empty (a server made afresh, with nothing to recover).
     pub fn clear(&self) {
         self.settle();
-        self.log.word(W_USED).store(0, Ordering::Release);
+        for h in 0..2 {
+            self.log.word(W_USED[h]).store(0, Ordering::Relaxed);
+            self.log.word(W_SNAP[h]).store(0, Ordering::Relaxed);
+            self.log.word(W_FULL[h]).store(0, Ordering::Relaxed);
+        }
         self.log.word(W_RECORDS).store(0, Ordering::Relaxed);
-        self.log.word(W_FULL).store(0, Ordering::Release);
+        self.log.word(W_LOGGED).store(0, Ordering::Relaxed);
+        self.log.word(W_GEN).store(0, Ordering::Release);
     }
 
-    /// Append one record; false (and the journal marked full) if it does
-    /// not fit. Hot path: two copies and three stores.
+    /// Append one record; false (and the journal marked full until the
+    /// next snapshot) if it does not fit. Hot path: two copies and four
+    /// stores.
     pub fn append(&self, kind: Kind, session: SessionId, tape: &[u64], frame: &[u8]) -> bool {
         if self.full() {
             return false;
         }
+        let (_, h) = self.active();
         let body = RECORD_HEADER + tape.len() * 8 + frame.len();
         let len = body.next_multiple_of(8);
-        let at = HEADER + self.used() as usize;
+        let used = self.log.word(W_USED[h]).load(Ordering::Relaxed) as usize;
+        let at = self.half_start(h) + self.snap_span(h) as usize + used;
         let mut head = [0u8; RECORD_HEADER];
         head[0..4].copy_from_slice(&(len as u32).to_le_bytes());
         head[4] = kind as u8;
@@ -234,36 +315,155 @@ impl Journal {
         head[16..20].copy_from_slice(&(tape.len() as u32).to_le_bytes());
         head[20..24].copy_from_slice(&(frame.len() as u32).to_le_bytes());
         let mut words = [0u8; 8 * 16];
-        let mut ok = at + len <= self.log.len();
+        let mut ok = at + len <= self.half_start(h) + self.half_len();
         let mut off = at + RECORD_HEADER;
         for chunk in tape.chunks(16) {
+            if !ok {
+                break;
+            }
             for (i, w) in chunk.iter().enumerate() {
                 words[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
             }
-            ok = ok && self.log.write_at(off, &words[..chunk.len() * 8]);
+            ok = self.log.write_at(off, &words[..chunk.len() * 8]);
             off += chunk.len() * 8;
         }
         ok = ok && self.log.write_at(off, frame) && self.log.write_at(at, &head);
         if !ok {
-            self.log.word(W_FULL).store(1, Ordering::Release);
+            self.log.word(W_FULL[h]).store(1, Ordering::Release);
             return false;
         }
         // The record is complete before `used` covers it.
         self.log
-            .word(W_USED)
-            .store((at + len - HEADER) as u64, Ordering::Release);
+            .word(W_USED[h])
+            .store((used + len) as u64, Ordering::Release);
+        self.log
+            .word(W_LOGGED)
+            .fetch_add(len as u64, Ordering::Release);
         self.log.word(W_RECORDS).fetch_add(1, Ordering::Relaxed);
         true
     }
 
-    /// Every record, in order; `None` if the journal is not one (a record
-    /// that does not parse).
-    pub fn read_all(&self) -> Option<Vec<Record>> {
+    /// Room left for records in the active half.
+    pub fn room(&self) -> u64 {
+        (self.half_len() as u64).saturating_sub(self.used())
+    }
+
+    /// Largest snapshot a half takes: one that leaves at least half of it
+    /// to the records after it (a larger one would be followed by another
+    /// too soon to be worth its cost).
+    pub fn snapshot_room(&self) -> usize {
+        self.half_len() / 2
+    }
+
+    /// Bytes each half holds (snapshot and records).
+    pub fn half_bytes(&self) -> u64 {
+        self.half_len() as u64
+    }
+
+    /// Write `image` as the snapshot of the half not in use, with no
+    /// records after it yet, then make that half the active one: the state
+    /// it holds replaces every record before it. False (nothing changed)
+    /// if it does not fit [`Journal::snapshot_room`]. A crash at any point
+    /// before the generation's store leaves the old half in force, and the
+    /// new one is never read.
+    pub fn commit_snapshot(&self, image: &[u8]) -> bool {
+        let Some(next) = self.stage_snapshot(image) else {
+            return false;
+        };
+        // Everything `stage_snapshot` wrote is seen by whoever sees the
+        // new generation.
+        self.log.word(W_GEN).store(next, Ordering::Release);
+        self.log.word(W_RECORDS).store(0, Ordering::Relaxed);
+        true
+    }
+
+    /// Write `image` and its words into the half not in use; the
+    /// generation that commits it, or `None` if it does not fit. Until
+    /// that generation is stored nothing reads what this wrote.
+    fn stage_snapshot(&self, image: &[u8]) -> Option<u64> {
+        if image.is_empty() || image.len() > self.snapshot_room() {
+            return None;
+        }
+        let (gen, h) = self.active();
+        let (next, to) = (gen + 1, 1 - h);
+        if !self.log.write_at(self.half_start(to), image) {
+            return None;
+        }
+        self.log
+            .word(W_SNAP[to])
+            .store(image.len() as u64, Ordering::Relaxed);
+        self.log
+            .word(W_SUM[to])
+            .store(checksum(next, image), Ordering::Relaxed);
+        self.log.word(W_USED[to]).store(0, Ordering::Relaxed);
+        self.log.word(W_FULL[to]).store(0, Ordering::Relaxed);
+        Some(next)
+    }
+
+    /// A server killed while writing a snapshot: all of it written but
+    /// the generation (tests).
+    #[cfg(test)]
+    pub fn write_snapshot_uncommitted(&self, image: &[u8]) -> bool {
+        self.stage_snapshot(image).is_some()
+    }
+
+    /// Flip a byte of the active snapshot (tests of the checksum).
+    #[cfg(test)]
+    pub fn scribble_on_snapshot(&self, at: usize) {
+        let (_, h) = self.active();
+        let mut b = [0u8; 1];
+        self.log.read_at(self.half_start(h) + at, &mut b);
+        b[0] ^= 0x5a;
+        self.log.write_at(self.half_start(h) + at, &b);
+    }
+
+    /// The snapshot just committed took `micros`, from encoding to the
+    /// server going on from it.
+    pub fn note_snapshot(&self, micros: u64) {
+        self.log.word(W_SNAP_US).store(micros, Ordering::Relaxed);
+    }
+
+    /// The newest snapshot, if one was committed, and every record after
+    /// it, in order; `None` if the journal is not one (a snapshot whose
+    /// checksum is wrong, or a record that does not parse).
+    pub fn read(&self) -> Option<(Option<Vec<u8>>, Vec<Record>)> {
         if self.log.word(W_MAGIC).load(Ordering::Acquire) != MAGIC {
             return None;
         }
-        let end = HEADER + self.used() as usize;
-        let mut at = HEADER;
+        let (gen, h) = self.active();
+        let start = self.half_start(h);
+        let snap = self.log.word(W_SNAP[h]).load(Ordering::Relaxed) as usize;
+        let used = self.log.word(W_USED[h]).load(Ordering::Acquire) as usize;
+        let image = match gen {
+            0 => None,
+            _ => {
+                let mut image = vec![0u8; snap];
+                if snap == 0
+                    || snap > self.half_len()
+                    || !self.log.read_at(start, &mut image)
+                    || checksum(gen, &image) != self.log.word(W_SUM[h]).load(Ordering::Relaxed)
+                {
+                    return None;
+                }
+                Some(image)
+            }
+        };
+        let first = start + self.snap_span(h) as usize;
+        let records = self.records_in(first, first + used)?;
+        Some((image, records))
+    }
+
+    /// Every record since boot, with no snapshot taken (tests).
+    #[cfg(test)]
+    pub fn read_all(&self) -> Option<Vec<Record>> {
+        match self.read()? {
+            (None, records) => Some(records),
+            (Some(_), _) => None,
+        }
+    }
+
+    /// The records in bytes `[at, end)`.
+    fn records_in(&self, mut at: usize, end: usize) -> Option<Vec<Record>> {
         let mut out = Vec::new();
         while at < end {
             let mut head = [0u8; RECORD_HEADER];
@@ -299,6 +499,20 @@ impl Journal {
         }
         Some(out)
     }
+}
+
+/// A snapshot's checksum, seeded with its generation and length: a word
+/// at a time (a snapshot of 100,000 inodes is ten megabytes).
+fn checksum(gen: u64, bytes: &[u8]) -> u64 {
+    let mut h = 0x9e37_79b9_7f4a_7c15 ^ gen ^ ((bytes.len() as u64) << 32);
+    let mut words = bytes.chunks_exact(8);
+    for w in &mut words {
+        let w = u64::from_le_bytes(w.try_into().expect("8 bytes"));
+        h = (h.rotate_left(23) ^ w).wrapping_mul(0x0100_0000_01b3_a5a5);
+    }
+    let mut tail = [0u8; 8];
+    tail[..words.remainder().len()].copy_from_slice(words.remainder());
+    (h.rotate_left(23) ^ u64::from_le_bytes(tail)).wrapping_mul(0x0100_0000_01b3_a5a5)
 }
 
 #[cfg(test)]
@@ -357,5 +571,35 @@ mod tests {
         assert_eq!(other.rebuilds(), (1, 12));
         let (plain, _) = SharedRegion::create("not-a-journal", HEADER + 8192).unwrap();
         assert!(Journal::map(plain.as_fd()).is_err());
+    }
+
+    #[test]
+    fn a_snapshot_switches_halves_and_only_later_records_follow_it() {
+        let (_fd, j) = Journal::create(HEADER + 8192).unwrap();
+        assert!(j.append(Kind::Genesis, SessionId(0), &[1], b""));
+        assert!(j.append(Kind::Request, SessionId(1), &[], b"one"));
+        j.owe(SessionId(1), 0, 9);
+        assert!(j.commit_snapshot(b"state one"));
+        assert_eq!(j.snapshots().0, 1);
+        assert!(!j.owed().unwrap().journaled, "a snapshot is not a record");
+        assert!(j.append(Kind::Request, SessionId(1), &[7], b"two"));
+        assert!(j.owed().unwrap().journaled);
+        let (image, records) = j.read().unwrap();
+        assert_eq!(image.as_deref(), Some(&b"state one"[..]));
+        assert_eq!(records.len(), 1);
+        assert_eq!(records[0].frame, b"two");
+        // The next one goes back to the first half, over the records
+        // since boot, which it replaces.
+        assert!(j.commit_snapshot(b"state two, longer"));
+        let (image, records) = j.read().unwrap();
+        assert_eq!(image.as_deref(), Some(&b"state two, longer"[..]));
+        assert!(records.is_empty());
+        assert!(!j.commit_snapshot(&[1u8; 4000]), "more than half a half");
+        // A half that fills stops the journal until the next snapshot.
+        while j.append(Kind::Request, SessionId(1), &[], &[0u8; 500]) {}
+        assert!(j.full());
+        assert!(j.commit_snapshot(b"state three"));
+        assert!(!j.full());
+        assert_eq!(j.read().unwrap().1.len(), 0);
     }
 }

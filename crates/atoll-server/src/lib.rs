@@ -31,6 +31,7 @@ pub mod hosts;
 pub mod journal;
 pub mod process;
 pub mod server;
+pub mod snapshot;
 pub mod store;
 mod sys;
 pub mod trace;

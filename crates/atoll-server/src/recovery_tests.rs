@@ -21,7 +21,7 @@ use crate::server::{fresh_server, rebuild, serve_frame_kept, ServerParams};
 
 const BLOCKS: u32 = 256;
 
-fn params(journal: Arc<Journal>) -> (ServerParams, Rc<Control>) {
+pub(crate) fn params(journal: Arc<Journal>) -> (ServerParams, Rc<Control>) {
     let (cache_fd, _) = SharedRegion::create("atoll-test", BLOCKS as usize * BLOCK_SIZE).unwrap();
     let (control_fd, control) = Control::create(1).unwrap();
     let limits = Limits::for_memory(u64::from(BLOCKS) * BLOCK_SIZE as u64);
@@ -56,7 +56,7 @@ fn params(journal: Arc<Journal>) -> (ServerParams, Rc<Control>) {
 
 /// One step of a random history.
 #[derive(Clone, Debug)]
-enum Step {
+pub(crate) enum Step {
     Create { dir: u8, name: u8, session: u8 },
     Mkdir { dir: u8, name: u8 },
     Write { desc: u8, len: u16, at: u16 },
@@ -69,7 +69,7 @@ enum Step {
     EndSession { session: u8 },
 }
 
-fn step() -> impl Strategy<Value = Step> {
+pub(crate) fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
         (0..4u8, 0..6u8, 1..4u8).prop_map(|(dir, name, session)| Step::Create {
             dir,
@@ -94,9 +94,9 @@ fn step() -> impl Strategy<Value = Step> {
 
 /// A live server with a journal, fed requests as the server loop feeds
 /// them.
-struct Live {
-    fs: Option<crate::fs::FileServer<crate::sys::SharedStore>>,
-    journal: Arc<Journal>,
+pub(crate) struct Live {
+    pub(crate) fs: Option<crate::fs::FileServer<crate::sys::SharedStore>>,
+    pub(crate) journal: Arc<Journal>,
     dirs: Vec<InodeId>,
     files: Vec<InodeId>,
     descs: Vec<(atoll_proto::DescId, u8)>,
@@ -105,7 +105,7 @@ struct Live {
 
 impl Live {
     /// A fresh server with a journal of `bytes`, its creation recorded.
-    fn boot(bytes: usize) -> (Live, ServerParams, Rc<Control>) {
+    pub(crate) fn boot(bytes: usize) -> (Live, ServerParams, Rc<Control>) {
         let (_fd, journal) = Journal::create(bytes).unwrap();
         let journal = Arc::new(journal);
         let (p, control) = params(journal.clone());
@@ -173,7 +173,7 @@ impl Live {
         self.dirs[d as usize % self.dirs.len()]
     }
 
-    fn apply(&mut self, s: &Step) {
+    pub(crate) fn apply(&mut self, s: &Step) {
         match *s {
             Step::Create { dir, name, session } => {
                 let dir = self.dir(dir);

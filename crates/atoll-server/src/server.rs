@@ -376,20 +376,25 @@ pub fn rebuild(
     if journal.full() {
         return Err("its journal filled up".into());
     }
-    let records = journal
-        .read_all()
+    let (image, records) = journal
+        .read()
         .ok_or_else(|| "its journal does not parse".to_string())?;
     let mut records = records.into_iter();
-    let genesis = records
-        .next()
-        .filter(|r| r.kind == Kind::Genesis)
-        .ok_or_else(|| "its journal has no beginning".to_string())?;
-    tape::replay(genesis.tape);
-    let fs = fresh_server(params, control);
-    if !tape::replayed_exactly() {
-        return Err("its creation replayed differently".into());
-    }
-    let mut fs = fs.map_err(|e| e.to_string())?;
+    let mut fs = match image {
+        Some(image) => from_snapshot(params, control, &image)?,
+        None => {
+            let genesis = records
+                .next()
+                .filter(|r| r.kind == Kind::Genesis)
+                .ok_or_else(|| "its journal has no beginning".to_string())?;
+            tape::replay(genesis.tape);
+            let fs = fresh_server(params, control);
+            if !tape::replayed_exactly() {
+                return Err("its creation replayed differently".into());
+            }
+            fs.map_err(|e| e.to_string())?
+        }
+    };
     let mut scratch = Vec::with_capacity(MAX_FRAME);
     for (n, r) in records.enumerate() {
         tape::replay(r.tape);
@@ -432,6 +437,28 @@ pub fn rebuild(
             params.fs.index
         );
     }
+    Ok(fs)
+}
+
+/// A server holding the state of the snapshot `image` (`snapshot`).
+fn from_snapshot(
+    params: &ServerParams,
+    control: &std::rc::Rc<Control>,
+    image: &[u8],
+) -> Result<FileServer<SharedStore>, String> {
+    // The shell is made as a replay makes a server: it takes nothing from
+    // the pool and moves no gauge (what it would make is replaced, and
+    // what the snapshot holds is counted there already). Its tape is
+    // empty, so it asks the clock live, for a root it drops.
+    tape::replay(Vec::new());
+    let shell = fresh_server(params, control);
+    tape::off();
+    let mut fs = shell.map_err(|e| e.to_string())?;
+    fs.load_state(image)
+        .map_err(|e| format!("its snapshot does not decode: {e}"))?;
+    // The lost server delivered these (or their sessions are gone).
+    fs.take_notices();
+    fs.take_adapt_notices();
     Ok(fs)
 }
 
@@ -851,6 +878,7 @@ fn serve<S: BlockStore>(
         reply: vec![0u8; MAX_FRAME],
         notice: vec![0u8; MAX_FRAME],
     };
+    let mut snapshots = crate::snapshot::Schedule::from_env();
     let mut start = 0usize;
     let mut idle_rounds = 0u32;
     let mut served_last = 0u64;
@@ -898,6 +926,13 @@ fn serve<S: BlockStore>(
         };
         let (busy, served_now, waiting_on_clients) =
             (round.busy, round.served, round.waiting_on_clients);
+        if let Some(j) = journal {
+            // Between requests: none is half done, every invalidation is
+            // delivered (`snapshot`).
+            if snapshots.due(j) && !fs.has_notices() {
+                snapshots.take(fs, j, index);
+            }
+        }
         start = start.wrapping_add(1);
         // How many channels had a request this round: the queue the
         // fleet's `shortest-queue` policy compares (`atoll_names`). One

@@ -203,7 +203,7 @@ pub struct LogRegion {
 }
 
 /// Header words at the start of a [`LogRegion`].
-pub const LOG_WORDS: usize = 16;
+pub const LOG_WORDS: usize = 32;
 
 impl LogRegion {
     pub fn new(region: SharedRegion) -> LogRegion {

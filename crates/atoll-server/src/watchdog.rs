@@ -216,7 +216,15 @@ impl Watchdog {
             for i in 0..self.servers.len() {
                 let said = self.server(i).and_then(|p| p.drain_confirmations());
                 if let Some(why) = said {
-                    self.give_up(i, &why);
+                    // Its host dying closed the socket: the next turn
+                    // restarts the host, and the server with it.
+                    let host_died = self
+                        .server(i)
+                        .and_then(|p| p.host())
+                        .is_some_and(|h| h.ends_within(Duration::from_millis(500)));
+                    if !host_died {
+                        self.give_up(i, &why);
+                    }
                 }
                 self.kill_if_wedged(i, &mut wedges);
             }

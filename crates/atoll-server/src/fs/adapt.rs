@@ -69,7 +69,7 @@ use atoll_proto::{entry_server_in, pack_moved, parse_moved, AdaptStep, ModeInfo,
 pub mod policy;
 
 /// A directory's mode as this server knows it, kept once a swap touched it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct DirState {
     pub distributed: bool,
     pub epoch: u32,
@@ -77,7 +77,7 @@ pub struct DirState {
 }
 
 /// A swap under way (the directory is blocked here).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Swap {
     pub target: bool,
     pub epoch: u32,
@@ -89,7 +89,7 @@ pub struct Swap {
 }
 
 /// This server's records of adapted directories and its counters.
-#[derive(Default)]
+#[derive(Default, serde::Serialize, serde::Deserialize)]
 pub struct Adapt {
     pub dirs: Map<InodeId, DirState>,
     /// Swaps completed here as home server.

@@ -35,7 +35,7 @@ use super::{FileServer, NewNode, R};
 use crate::store::BlockStore;
 
 /// Pending creations and their counters.
-#[derive(Default)]
+#[derive(Default, serde::Serialize, serde::Deserialize)]
 pub struct Creating {
     /// Inodes created by `CreateInode` and not yet adopted, with their
     /// creating session.

@@ -141,6 +141,17 @@ impl<S: BlockStore> Cache<S> {
         &self.free
     }
 
+    /// The free list, for a snapshot (`fs::image`).
+    pub fn free_blocks(&self) -> Vec<u32> {
+        self.free.clone()
+    }
+
+    /// Take the free list of a snapshot: these blocks' owner words name
+    /// this server already (the lost server claimed them).
+    pub fn set_free_blocks(&mut self, free: Vec<u32>) {
+        self.free = free;
+    }
+
     /// Free blocks on this server's list right now.
     pub fn listed(&self) -> usize {
         self.free.len()

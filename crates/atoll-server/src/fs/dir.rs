@@ -34,14 +34,14 @@ use atoll_proto::{Errno, FileType, InodeId, MAX_NAME};
 /// First sequence number of an entry (1 and 2 are `.` and `..`).
 pub const FIRST_SEQ: u64 = 3;
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Dent {
     pub ino: InodeId,
     pub ftype: FileType,
     pub seq: u64,
 }
 
-#[derive(Debug)]
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub struct Shard {
     /// Parent directory, for `..` (recorded on the home server only).
     pub parent: Option<InodeId>,
@@ -58,8 +58,11 @@ pub struct Shard {
     /// their cookies when a swap moves them (Hare §6.1.2).
     pub stride: Option<(u64, u64)>,
     /// Entries in every shard of this server (`limits`): kept here, where
-    /// entries come and go, so no caller can forget it.
-    names: Rc<Cell<u64>>,
+    /// entries come and go, so no caller can forget it. Not in a
+    /// snapshot: relinked to the server's count when one is loaded
+    /// (`fs::image`).
+    #[serde(skip)]
+    pub(super) names: Rc<Cell<u64>>,
 }
 
 impl Drop for Shard {

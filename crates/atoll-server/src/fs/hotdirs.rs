@@ -36,7 +36,7 @@ pub const DECAY_EVERY: u32 = 1 << 14;
 /// Directories reported per server (the busiest of the slots).
 pub const REPORTED: usize = 8;
 
-#[derive(Clone, Copy, Default, Debug)]
+#[derive(Clone, Copy, Default, Debug, serde::Serialize, serde::Deserialize)]
 struct Slot {
     /// Zero when the slot is free (no directory has id 0).
     dir: u64,
@@ -47,7 +47,7 @@ struct Slot {
 }
 
 /// The sketch. Owned by one server thread, like the rest of its state.
-#[derive(Debug)]
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub struct HotDirs {
     slots: [Slot; SLOTS],
     until_decay: u32,

@@ -28,7 +28,7 @@ use super::*;
 pub(super) const PATIENCE: Duration = Duration::from_millis(50);
 
 /// One extending write whose bytes are not in yet.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub(super) struct InFlight {
     session: SessionId,
     ino: InodeId,
@@ -36,12 +36,13 @@ pub(super) struct InFlight {
     /// held data already, or a hole: both are valid to read meanwhile).
     start: u64,
     end: u64,
+    #[serde(with = "crate::fs::tape::instant_serde")]
     since: Instant,
 }
 
 /// Every extending write in flight at this server. Usually empty or a few
 /// entries (one per writer between its two messages), so a vector.
-#[derive(Default, Debug)]
+#[derive(Default, Debug, serde::Serialize, serde::Deserialize)]
 pub(super) struct Writes {
     inflight: Vec<InFlight>,
 }

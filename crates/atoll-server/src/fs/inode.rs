@@ -45,6 +45,7 @@ pub const MAX_EXTENTS: usize = 256;
 /// Largest file size (16 TiB, like ext4 with 4 KiB blocks).
 pub const MAX_FILE_SIZE: u64 = 1 << 44;
 
+#[derive(serde::Serialize, serde::Deserialize)]
 pub struct Inode {
     pub ftype: FileType,
     /// Permission bits, set-id and sticky (`0o7777`).

@@ -58,6 +58,7 @@ use crate::store::BlockStore;
 const STALL_LIMIT: u32 = 200_000;
 
 /// One queue owned here.
+#[derive(serde::Serialize, serde::Deserialize)]
 struct Queue {
     header: u32,
     data: Vec<u32>,
@@ -68,7 +69,7 @@ struct Queue {
 }
 
 /// One watch held here.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, serde::Serialize, serde::Deserialize)]
 struct Watch {
     queue: QueueRef,
     wd: i32,
@@ -76,7 +77,7 @@ struct Watch {
 }
 
 /// Notification state of one server.
-#[derive(Default)]
+#[derive(Default, serde::Serialize, serde::Deserialize)]
 pub(super) struct Notify {
     /// Queues owned here, by their inode.
     queues: Map<InodeId, Queue>,

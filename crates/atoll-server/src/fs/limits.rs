@@ -221,7 +221,38 @@ pub struct Accounts {
     pub xattr_bytes: u64,
 }
 
+/// What of [`Accounts`] is the server's state, for its snapshots
+/// (`fs::image`); the rest is the instance's gauges and this server's
+/// place in them, made again by whoever loads one.
+#[derive(serde::Serialize, serde::Deserialize)]
+pub struct AccountsImage {
+    accounted: [u64; RESOURCES.len()],
+    reserved: [u64; RESOURCES.len()],
+    names: u64,
+    lock_records: u64,
+    xattr_bytes: u64,
+}
+
 impl Accounts {
+    pub fn image(&self) -> AccountsImage {
+        AccountsImage {
+            accounted: self.accounted,
+            reserved: self.reserved,
+            names: self.names.get(),
+            lock_records: self.lock_records,
+            xattr_bytes: self.xattr_bytes,
+        }
+    }
+
+    /// Take the counts of `image`; the shards of the state it came with
+    /// must count in [`Accounts::names`].
+    pub fn restore(&mut self, image: AccountsImage) {
+        self.accounted = image.accounted;
+        self.reserved = image.reserved;
+        self.names.set(image.names);
+        self.lock_records = image.lock_records;
+        self.xattr_bytes = image.xattr_bytes;
+    }
     pub fn new(limits: &Limits, gauges: Rc<dyn Gauges>, server: usize) -> Accounts {
         Accounts {
             gauges,
@@ -365,6 +396,7 @@ impl Accounts {
 /// elsewhere) are kept for the last `cap` removals; a creation through a
 /// handle to a directory removed longer ago than that is not refused and
 /// leaves an entry no path reaches (counted, so still bounded).
+#[derive(serde::Serialize, serde::Deserialize)]
 pub struct RemovedDirs {
     owned: Set<InodeId>,
     others: Set<InodeId>,

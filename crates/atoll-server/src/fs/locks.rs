@@ -22,7 +22,7 @@ pub const UN: i16 = libc::F_UNLCK as i16;
 
 /// One held lock; `end` is inclusive, `u64::MAX` meaning "to end of file
 /// and beyond" (`len == 0`).
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Lock {
     pub kind: i16,
     pub start: u64,

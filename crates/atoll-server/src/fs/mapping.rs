@@ -42,7 +42,7 @@ use super::{FileServer, R};
 use crate::store::BlockStore;
 
 /// Mapping references per `(session, inode)`, for inodes owned here.
-#[derive(Default)]
+#[derive(Default, serde::Serialize, serde::Deserialize)]
 pub struct Mappings {
     refs: Map<(SessionId, InodeId), u32>,
 }

@@ -64,6 +64,7 @@ mod dir;
 mod dispatch;
 pub mod faults;
 mod hotdirs;
+mod image;
 mod inflight;
 mod inode;
 mod inotify;
@@ -159,6 +160,7 @@ pub struct FsConfig {
 /// references for other sessions; the last `Close` (or death of the last
 /// referencing session) destroys it, dropping its OFD/`flock` locks and
 /// possibly the unlinked inode.
+#[derive(serde::Serialize, serde::Deserialize)]
 struct Desc {
     ino: InodeId,
     flags: u32,
@@ -183,6 +185,7 @@ impl Desc {
     }
 }
 
+#[derive(serde::Serialize, serde::Deserialize)]
 struct Session {
     /// Supplementary group lists by number (`Cred::groups`): credentials
     /// are per thread, so threads of one session may differ.
@@ -274,7 +277,7 @@ pub struct FileServer<S> {
 /// (§3.7.4), and the messages that saved: an `Open` that found the name
 /// and opened its inode (LOOKUP + OPEN), an `Open` that created the file
 /// (CREATE inode + ADD_MAP + OPEN), a `MakeNode` (CREATE inode + ADD_MAP).
-#[derive(Default, Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Default, Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 struct Coalesced {
     opens: u64,
     creates: u64,
@@ -315,6 +318,7 @@ impl Coalesced {
 
 /// A provisional name `(dir, name)` → `ino` added by `session`'s `Link`
 /// (`previous: None`) or `Relink` (the inode it named before).
+#[derive(serde::Serialize, serde::Deserialize)]
 struct MoveLink {
     session: SessionId,
     dir: InodeId,

@@ -50,6 +50,7 @@ fn pipe_max_size() -> u64 {
 }
 
 /// One live ring.
+#[derive(serde::Serialize, serde::Deserialize)]
 struct Ring {
     header: u32,
     data: Vec<u32>,
@@ -58,7 +59,7 @@ struct Ring {
 }
 
 /// Every ring of this server, by FIFO inode, and the pipe counters.
-#[derive(Default)]
+#[derive(Default, serde::Serialize, serde::Deserialize)]
 pub(super) struct Pipes {
     rings: Map<InodeId, Ring>,
     /// Inodes of `pipe(2)` pipes (no name): not counted as inodes of the

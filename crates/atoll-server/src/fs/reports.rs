@@ -68,7 +68,7 @@ impl<S> FileServer<S> {
     }
 }
 
-#[derive(Default)]
+#[derive(Default, serde::Serialize, serde::Deserialize)]
 pub(super) struct ClientReports {
     /// Sums over every report since boot.
     pub(super) totals: ClientCounters,

@@ -108,6 +108,23 @@ fn base() -> Instant {
     *BASE.get_or_init(Instant::now)
 }
 
+/// An `Instant` of a server's state in a snapshot (`fs::image`): as the
+/// nanoseconds since this process's base instant, the unit the tape keeps
+/// monotonic time in, so a snapshot loaded in another process means what a
+/// replay there would have made of the same tape.
+pub mod instant_serde {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+    use std::time::{Duration, Instant};
+
+    pub fn serialize<S: Serializer>(t: &Instant, s: S) -> Result<S::Ok, S::Error> {
+        (t.saturating_duration_since(super::base()).as_nanos() as u64).serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Instant, D::Error> {
+        Ok(super::base() + Duration::from_nanos(u64::deserialize(d)?))
+    }
+}
+
 /// `Instant::now()`, taped.
 pub fn instant() -> Instant {
     let b = base();

@@ -21,7 +21,7 @@ use super::{FileServer, R};
 use crate::store::BlockStore;
 
 /// Which session runs which inode owned here.
-#[derive(Default)]
+#[derive(Default, serde::Serialize, serde::Deserialize)]
 pub struct Texts {
     refs: Map<(SessionId, InodeId), u32>,
 }

@@ -30,7 +30,7 @@ use atoll_proto::{InodeId, SessionId};
 /// One notice waiting for delivery: `(session, dir, name)`.
 pub type Pending = (SessionId, InodeId, Box<[u8]>);
 
-#[derive(Default)]
+#[derive(Default, serde::Serialize, serde::Deserialize)]
 pub struct Tracker {
     enabled: bool,
     /// dir → name → sessions that cached it.

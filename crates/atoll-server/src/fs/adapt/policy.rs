@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 use atoll_proto::{InodeId, SessionId};
 
 /// The policy's knobs (defaults measured on `atoll bench`, see docs).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Thresholds {
     pub window: Duration,
     pub hot_ops: u32,
@@ -104,18 +104,20 @@ impl Thresholds {
     }
 }
 
-#[derive(Debug)]
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 struct Heat {
+    #[serde(with = "crate::fs::tape::instant_serde")]
     start: Instant,
     ops: u32,
     sessions: Vec<SessionId>,
     cool: u32,
     /// Last swap or last request for one.
+    #[serde(with = "crate::fs::tape::instant_serde")]
     settled: Instant,
 }
 
 /// Per-directory heat of the directories homed here.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct Policy {
     pub on: bool,
     pub limits: Thresholds,

@@ -1,0 +1,225 @@
+//! A server rebuilt from a snapshot and the records after it equals the
+//! one it replaces; a snapshot cut short by a crash leaves the previous
+//! one in force; a journal too small for a history stays whole.
+
+use proptest::prelude::*;
+
+use super::Schedule;
+use crate::fs::tape;
+use crate::recovery_tests::{step, Live, Step};
+use crate::server::rebuild;
+
+/// Apply `steps` to a fresh server with a journal of `bytes`, taking a
+/// snapshot whenever `schedule` says one is due, as the server loop does
+/// between requests. Returns the live server's digest, the rebuilt
+/// server's, and how many snapshots were committed.
+fn run(steps: &[Step], bytes: usize, mut schedule: Schedule) -> (String, String, u64) {
+    let (mut live, p, control) = Live::boot(bytes);
+    for s in steps {
+        live.apply(s);
+        let fs = live.fs.as_mut().unwrap();
+        if schedule.due(&live.journal) {
+            tape::clear();
+            schedule.take(fs, &live.journal, 0);
+        }
+        assert!(!live.journal.full(), "the journal stopped");
+    }
+    let before = live.fs.as_ref().unwrap().state_digest();
+    let taken = live.journal.snapshots().0;
+    live.fs = None; // gives its share of the pool to the rebuilt server
+    tape::off();
+    let rebuilt = rebuild(&p, &control, &live.journal).expect("the journal replays");
+    (before, rebuilt.state_digest(), taken)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+    /// Snapshots every few records: the rebuilt server loads the newest
+    /// and replays the rest, and the state (free list and its order
+    /// included, which a map iterated in another order would change)
+    /// is the lost one's.
+    #[test]
+    fn a_snapshot_then_more_records_rebuilds_the_lost_state(
+        steps in proptest::collection::vec(step(), 1..150),
+        every in 200u64..4000,
+    ) {
+        let (live, rebuilt, _) = run(&steps, 16 << 20, Schedule::every(every));
+        prop_assert_eq!(live, rebuilt);
+    }
+}
+
+/// A fixed history that frees blocks in map order after snapshots
+/// (sessions that end, with descriptions of written files).
+fn churn(rounds: u8) -> Vec<Step> {
+    let mut v = Vec::new();
+    for r in 0..rounds {
+        let session = 1 + r % 3;
+        v.push(Step::Create {
+            dir: 0,
+            name: r % 5,
+            session,
+        });
+        v.push(Step::Write {
+            desc: 0,
+            len: 9000,
+            at: u16::from(r) * 7,
+        });
+        v.push(Step::Share {
+            desc: 0,
+            to: 1 + (r + 1) % 3,
+        });
+        if r % 4 == 3 {
+            v.push(Step::EndSession { session });
+        }
+        if r % 3 == 2 {
+            v.push(Step::Unlink {
+                dir: 0,
+                name: (r + 2) % 5,
+            });
+        }
+    }
+    v
+}
+
+#[test]
+fn snapshots_are_taken_and_the_rebuilt_state_is_exact() {
+    let (live, rebuilt, taken) = run(&churn(60), 16 << 20, Schedule::every(1500));
+    assert_eq!(live, rebuilt);
+    assert!(taken >= 5, "only {taken} snapshots");
+}
+
+/// A server killed while it wrote a snapshot: the new half holds a
+/// snapshot and words, but the generation was never stored. The rebuild
+/// takes the previous snapshot and every record after it.
+#[test]
+fn a_server_killed_mid_snapshot_recovers_from_the_previous_one() {
+    let (mut live, p, control) = Live::boot(1 << 20);
+    let mut schedule = Schedule::every(u64::MAX);
+    let history = churn(30);
+    let (first, rest) = history.split_at(history.len() / 2);
+    for s in first {
+        live.apply(s);
+    }
+    tape::clear();
+    assert!(schedule.take(live.fs.as_mut().unwrap(), &live.journal, 0));
+    for s in rest {
+        live.apply(s);
+    }
+    // Half a snapshot, then the kill: garbage where the new one goes.
+    let state = live.fs.as_ref().unwrap().encode_state().unwrap();
+    let torn: Vec<u8> = state[..state.len() / 2].iter().map(|b| !b).collect();
+    assert!(live.journal.write_snapshot_uncommitted(&torn));
+    assert_eq!(live.journal.snapshots().0, 1, "not committed");
+    let before = live.fs.as_ref().unwrap().state_digest();
+    live.fs = None;
+    tape::off();
+    let rebuilt = rebuild(&p, &control, &live.journal).expect("the old half replays");
+    assert_eq!(before, rebuilt.state_digest());
+}
+
+/// A snapshot whose bytes changed after its commit is refused, not
+/// loaded.
+#[test]
+fn a_scribbled_snapshot_is_refused() {
+    let (mut live, p, control) = Live::boot(1 << 20);
+    for s in churn(5) {
+        live.apply(&s);
+    }
+    tape::clear();
+    assert!(Schedule::every(1).take(live.fs.as_mut().unwrap(), &live.journal, 0));
+    live.journal.scribble_on_snapshot(3);
+    live.fs = None;
+    tape::off();
+    let err = rebuild(&p, &control, &live.journal).err().expect("refused");
+    assert!(err.contains("does not parse"), "{err}");
+}
+
+/// A history whose records are many times a small journal: without
+/// snapshots the journal fills (and the server can no longer be
+/// rebuilt); with them it stays whole, and the rebuild is exact.
+#[test]
+fn a_tiny_journal_keeps_its_server_recoverable() {
+    let steps = churn(250);
+    let bytes = 64 << 10;
+    let (mut unsnapped, _, _) = Live::boot(bytes);
+    for s in &steps {
+        unsnapped.apply(s);
+    }
+    assert!(
+        unsnapped.journal.full(),
+        "the history outgrows the journal: {} bytes",
+        unsnapped.journal.used()
+    );
+    unsnapped.fs = None;
+    tape::off();
+
+    let mut default = Schedule::every(u64::MAX);
+    default.fixed = None;
+    let (live, rebuilt, taken) = run(&steps, bytes, default);
+    assert_eq!(live, rebuilt);
+    assert!(taken >= 2, "only {taken} snapshots");
+}
+
+/// A state too large for a half of the journal is not snapshotted: the
+/// journal fills and stops, as it did before snapshots, and says so.
+#[test]
+fn a_state_too_large_for_its_journal_stops_it() {
+    let (mut live, _, _) = Live::boot(16 << 10);
+    let mut schedule = Schedule::every(u64::MAX);
+    schedule.fixed = None;
+    for r in 0..200u8 {
+        live.apply(&Step::Mkdir {
+            dir: r % 7,
+            name: r,
+        });
+        if schedule.due(&live.journal) {
+            tape::clear();
+            schedule.take(live.fs.as_mut().unwrap(), &live.journal, 0);
+        }
+    }
+    assert!(live.journal.full());
+    live.fs = None;
+    tape::off();
+}
+
+/// The hazard the live server's reload of its own snapshot is for: a map
+/// that grew large and shrank (descriptions of one session) has more
+/// buckets live than decoded, so the two iterate in different orders; the
+/// session's end then frees its files' blocks in that order, which the
+/// free list shows. Live and rebuilt must agree.
+#[test]
+fn a_snapshot_keeps_the_order_a_session_end_frees_blocks_in() {
+    let mut steps = Vec::new();
+    for name in 0..80u8 {
+        steps.push(Step::Create {
+            dir: 0,
+            name,
+            session: 2,
+        });
+    }
+    for desc in 0..80u8 {
+        steps.push(Step::Write {
+            desc,
+            len: 4000,
+            at: 0,
+        });
+    }
+    for _ in 12..80u8 {
+        steps.push(Step::Close { desc: 12 });
+    }
+    for name in 0..12u8 {
+        steps.push(Step::Unlink { dir: 0, name });
+    }
+    let (mut live, p, control) = Live::boot(16 << 20);
+    for s in &steps {
+        live.apply(s);
+    }
+    tape::clear();
+    assert!(Schedule::every(1).take(live.fs.as_mut().unwrap(), &live.journal, 0));
+    live.apply(&Step::EndSession { session: 2 });
+    let before = live.fs.as_ref().unwrap().state_digest();
+    live.fs = None;
+    tape::off();
+    let rebuilt = rebuild(&p, &control, &live.journal).expect("the journal replays");
+    assert_eq!(before, rebuilt.state_digest());
+}

@@ -32,8 +32,9 @@ use atoll_proto::Chain;
 /// correctly reported).
 const MAX_OPEN: usize = 64;
 
-/// The open chains of one session: `(id, piece expected next)`.
-#[derive(Default, Debug)]
+/// The open chains of one session: `(id, piece expected next)`. Part of
+/// the server's state, so in its snapshots (`fs::image`) too.
+#[derive(Default, Debug, serde::Serialize, serde::Deserialize)]
 pub(super) struct Chains {
     open: Vec<(u64, u32)>,
 }

@@ -367,6 +367,8 @@ mod tests {
             gid: 2,
             epoch: 0,
             default_acl: false,
+            access_acl: false,
+            verdict: None,
         };
         dc.set_dir_attrs(dc.generation(), a);
         assert_eq!(dc.dir_attrs([&c].into_iter(), D), Some(a));

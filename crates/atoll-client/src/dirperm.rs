@@ -20,6 +20,12 @@
 //!   them: write and search permission, the sticky bit, the group and
 //!   set-group-id bit of new inodes. The attributes are kept in the lookup
 //!   cache beside the directory's entries.
+//! * **Access ACLs**: when the attributes say the directory has an
+//!   extended access ACL (named entries or a mask), its mode does not say
+//!   who may write it, and only the owner holds the ACL; so the client
+//!   asks the owner (`Access`, `W_OK | X_OK`) and the request carries the
+//!   answer for the thread's credentials (`atoll_proto::Verdict`), kept
+//!   beside the attributes and asked again under other credentials.
 //! * **Default ACLs** ([`inherits_from`]): a new inode in a directory
 //!   with a default ACL inherits it (Linux's `posix_acl_create`); the
 //!   attributes say whether it has one, and only then does a creation
@@ -52,7 +58,7 @@
 //! to one user, Hare's single fault domain); a name change without them in
 //! a directory the server does not own is refused (`EPROTO`).
 
-use atoll_proto::{Cred, FileType, Inherit, InodeId, Reply, Request, Vouched};
+use atoll_proto::{Cred, FileType, Inherit, InodeId, Reply, Request, Verdict, Vouched};
 
 use crate::error::{Error, Result};
 use crate::session::{Client, Lane};
@@ -110,6 +116,8 @@ impl Vouches {
             gid: 0,
             epoch: 0,
             default_acl: false,
+            access_acl: false,
+            verdict: None,
         };
         Vouches {
             items: [NONE; MAX_VOUCHED],
@@ -141,6 +149,8 @@ fn attrs_from_owner(c: &Client, lane: &Lane, ino: InodeId) -> Result<Vouched> {
             gid: a.gid,
             epoch: 0,
             default_acl: a.default_acl,
+            access_acl: a.access_acl,
+            verdict: None,
         }),
         _ => Err(Error::Protocol("GetAttr")),
     })
@@ -170,21 +180,51 @@ pub fn vouch_dir(
 }
 
 /// The attributes of directory `dir` from its owner, kept in the lookup
-/// cache until the owner's notice drops them.
+/// cache until the owner's notice drops them. With an extended access
+/// ACL they carry the owner's verdict on write and search for the calling
+/// thread's credentials (`atoll_proto::Verdict`), kept beside them and
+/// asked again when the thread's credentials are not the ones it was made
+/// for (one per directory: threads switching back and forth ask again).
+/// Directories without one cost nothing more.
 fn dir_attrs(c: &Client, lane: &Lane, dir: InodeId) -> Result<Vouched> {
     let dc = c.dcache();
+    let cred = c.cred();
     let mut gen = 0;
+    let mut cached = None;
     if let Some(dc) = dc {
-        if let Some(a) = dc.dir_attrs(c.session().channels(), dir) {
-            return Ok(a);
+        cached = dc.dir_attrs(c.session().channels(), dir);
+        if let Some(a) = cached {
+            if !a.access_acl || a.verdict.is_some_and(|v| v.cred == cred) {
+                return Ok(a);
+            }
         }
         gen = dc.generation();
     }
-    let a = attrs_from_owner(c, lane, dir)?;
+    let mut a = match cached {
+        Some(a) => a,
+        None => attrs_from_owner(c, lane, dir)?,
+    };
+    if a.access_acl {
+        a.verdict = Some(Verdict {
+            cred,
+            granted: owner_grants_write_and_search(c, lane, dir)?,
+        });
+    }
     if let Some(dc) = dc {
         dc.set_dir_attrs(gen, a);
     }
     Ok(a)
+}
+
+/// Whether the owner of directory `dir`, which holds its access ACL, lets
+/// the caller write and search it (Linux's `posix_acl_permission` there).
+fn owner_grants_write_and_search(c: &Client, lane: &Lane, dir: InodeId) -> Result<bool> {
+    let mask = (libc::W_OK | libc::X_OK) as u32;
+    match lane.call_ok(c, dir.owner(), Request::Access { ino: dir, mask }) {
+        Ok(()) => Ok(true),
+        Err(Error::Errno(e)) if e == libc::EACCES => Ok(false),
+        Err(e) => Err(e),
+    }
 }
 
 /// The directory whose default ACL creation request `req` must carry to
@@ -283,8 +323,16 @@ pub fn check_creatable(c: &Client, lane: &Lane, dir: InodeId) -> Result<()> {
 }
 
 /// Write and search permission on a directory with attributes `a`, for
-/// `cred` (`CAP_DAC_OVERRIDE` passes).
+/// `cred` (`CAP_DAC_OVERRIDE` passes); with an extended access ACL the
+/// owner's verdict for `cred` decides ([`dir_attrs`] asked for it).
 fn may_write_and_search(a: &Vouched, cred: Cred) -> Result<()> {
+    if a.access_acl {
+        return match a.verdict {
+            Some(v) if v.cred == cred && v.granted => Ok(()),
+            Some(v) if v.cred == cred => Err(Error::Errno(libc::EACCES)),
+            _ => Err(Error::Protocol("no ACL verdict")),
+        };
+    }
     let class = if cred.uid == a.uid {
         a.perm >> 6
     } else if cred.gid == a.gid || in_supplementary_groups(a.gid) {
@@ -486,6 +534,8 @@ mod tests {
             gid: 1,
             epoch: 0,
             default_acl,
+            access_acl: false,
+            verdict: None,
         }
     }
 

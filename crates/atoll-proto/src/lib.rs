@@ -281,6 +281,10 @@ pub struct Attr {
     /// inodes in it inherit that ACL instead of taking the umask
     /// ([`Request::Open`]'s `inherit`). Not part of `stat`.
     pub default_acl: bool,
+    /// An extended access ACL (`system.posix_acl_access` with named
+    /// entries or a mask): it, not the mode alone, decides who may search
+    /// or write the inode ([`Vouched::verdict`]). Not part of `stat`.
+    pub access_acl: bool,
 }
 
 /// Caller credentials for Linux's permission checks: the fsuid and fsgid,
@@ -433,6 +437,33 @@ pub struct Vouched {
     /// The directory has a default ACL ([`Attr::default_acl`]): a creation
     /// in it carries that ACL (`inherit`), which the server applies.
     pub default_acl: bool,
+    /// The directory has an extended access ACL ([`Attr::access_acl`]):
+    /// the mode does not say who may write it, so a name change there
+    /// carries the owner's [`Verdict`] instead.
+    pub access_acl: bool,
+    /// With `access_acl`: whether the owner lets the caller write and
+    /// search the directory; `None` otherwise (or unasked).
+    pub verdict: Option<Verdict>,
+}
+
+/// The owner's answer to `Access` with `W_OK | X_OK` on a directory with
+/// an extended access ACL, for the credentials it was asked with.
+///
+/// Linux's `posix_acl_permission` needs the ACL, which only the
+/// directory's owner holds; rather than carry the ACL to every server
+/// holding the directory's names (Hare §3.4), the client asks the owner
+/// once per directory and credentials and vouches for its answer. It is
+/// bound to `cred`: a server takes it only for a request with the very
+/// same credentials (a thread that changed uid, gid, capabilities or
+/// supplementary groups asks again), and the client keeps it beside the
+/// directory's cached attributes, which the owner's notice on
+/// `chmod`/`chown`/`setfacl` drops before the change returns. Carried in
+/// the request frame, so a journal replay decides as the live server did.
+#[derive(Serialize, Deserialize, Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Verdict {
+    pub cred: Cred,
+    /// `W_OK | X_OK` granted.
+    pub granted: bool,
 }
 
 /// The default ACL of the directory a creation request makes an inode in,
@@ -1713,6 +1744,8 @@ mod tests {
                 gid: 8,
                 epoch: 0,
                 default_acl: false,
+                access_acl: false,
+                verdict: None,
             }]),
         };
         let bytes = encode(&frame, &mut buf).unwrap().to_vec();

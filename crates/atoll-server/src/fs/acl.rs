@@ -406,6 +406,7 @@ mod tests {
             gid,
             caps: 0,
             groups: groups.into(),
+            group_list: 0,
             vouched: &[],
         }
     }

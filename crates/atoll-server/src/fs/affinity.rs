@@ -240,6 +240,8 @@ mod tests {
         gid: USER.gid,
         epoch: 0,
         default_acl: false,
+        access_acl: false,
+        verdict: None,
     };
 
     fn create(f: &mut FileServer<MemStore>, s: SessionId, open: Option<u32>) -> (InodeId, u64) {

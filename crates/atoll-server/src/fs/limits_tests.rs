@@ -95,6 +95,8 @@ fn vouch(ino: InodeId) -> Vouched {
         gid: USER.gid,
         epoch: 0,
         default_acl: false,
+        access_acl: false,
+        verdict: None,
     }
 }
 

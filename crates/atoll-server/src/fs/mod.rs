@@ -115,7 +115,7 @@ pub use limits::Limits;
 use locks::Lock;
 use namespace::NewNode;
 use ops::{op_index, OP_NAMES};
-use perm::{check, kill_priv, may, Caller, MAY_EXEC, MAY_READ, MAY_WRITE};
+use perm::{acl_verdict, check, kill_priv, may, Caller, MAY_EXEC, MAY_READ, MAY_WRITE};
 
 use crate::store::BlockStore;
 
@@ -711,6 +711,7 @@ impl<S: BlockStore> FileServer<S> {
             gid: cred.gid,
             caps: cred.caps,
             groups,
+            group_list: cred.groups,
             vouched,
         }
     }
@@ -782,6 +783,8 @@ impl<S: BlockStore> FileServer<S> {
             ctime: i.ctime,
             btime: i.btime,
             default_acl: !i.xattrs.is_empty() && i.xattrs.contains_key(acl::ACL_DEFAULT),
+            // Kept only when it says more than the mode (`acl::set_acl`).
+            access_acl: !i.xattrs.is_empty() && i.xattrs.contains_key(acl::ACL_ACCESS),
         })
     }
 
@@ -808,6 +811,7 @@ impl<S: BlockStore> FileServer<S> {
             return match who.vouched_for(dir) {
                 // Routed by another mode epoch than this server's (`adapt`).
                 Some(v) if v.epoch != self.adapt.mode(dir).1 => Err(Errno::EMODE),
+                Some(v) if v.access_acl => acl_verdict(v, who, mask),
                 Some(v) => check(FileType::Directory, v.perm, v.uid, v.gid, who, mask),
                 None if mask & MAY_WRITE != 0 => Err(Errno::EPROTO),
                 None => Ok(()),

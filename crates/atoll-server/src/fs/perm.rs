@@ -33,6 +33,8 @@ pub struct Caller<'v> {
     /// Effective capabilities (`Cred::CAP_*` bits).
     pub caps: u32,
     pub groups: Rc<[u32]>,
+    /// The number the session gave `groups` (`Cred::groups`).
+    pub group_list: u32,
     pub vouched: &'v [Vouched],
 }
 
@@ -40,6 +42,15 @@ impl Caller<'_> {
     /// The attributes the request carries for `ino`, if any.
     pub fn vouched_for(&self, ino: InodeId) -> Option<&Vouched> {
         self.vouched.iter().find(|v| v.ino == ino)
+    }
+    /// The credentials the request frame carried.
+    pub fn cred(&self) -> Cred {
+        Cred {
+            uid: self.uid,
+            gid: self.gid,
+            caps: self.caps,
+            groups: self.group_list,
+        }
     }
     /// Does the caller hold capability `cap` (a `Cred::CAP_*` bit)?
     pub fn has(&self, cap: u32) -> bool {
@@ -120,6 +131,30 @@ fn check_with_acl(
     Err(Errno::EACCES)
 }
 
+/// `mask` on a directory owned elsewhere whose vouched attributes `v`
+/// say it has an extended access ACL. Only its owner can evaluate the ACL
+/// (`posix_acl_permission`), so the request carries the owner's verdict on
+/// write and search for the caller (`atoll_proto::Verdict`, which says why
+/// that is enough) and this takes it, for exactly the credentials it was
+/// made for. Search alone the client asked the owner for before sending
+/// (`Access`, Hare §3.7.1), as when nothing is vouched. A name change
+/// without a verdict for these credentials is a client error (`EPROTO`).
+pub fn acl_verdict(v: &Vouched, who: &Caller, mask: u32) -> Result<(), Errno> {
+    if mask & MAY_WRITE == 0 {
+        return Ok(());
+    }
+    match v.verdict {
+        Some(d) if d.cred == who.cred() && mask & !(MAY_WRITE | MAY_EXEC) == 0 => {
+            if d.granted {
+                Ok(())
+            } else {
+                Err(Errno::EACCES)
+            }
+        }
+        _ => Err(Errno::EPROTO),
+    }
+}
+
 /// Bits a data change (write, truncate) clears when done by a non-root
 /// caller: set-user-id always, set-group-id only with group execute (a
 /// set-group-id bit without it means mandatory locking, kept by Linux).
@@ -141,6 +176,7 @@ mod tests {
             gid,
             caps: Cred::of(uid, gid).caps,
             groups: groups.into(),
+            group_list: 0,
             vouched: &[],
         }
     }
@@ -194,6 +230,55 @@ mod tests {
         fowner.caps = Cred::CAP_FOWNER;
         assert!(fowner.owns(1));
         assert!(check(FileType::Regular, 0o000, 1, 1, &fowner, MAY_READ).is_err());
+    }
+
+    fn acl_dir(verdict: Option<atoll_proto::Verdict>) -> Vouched {
+        Vouched {
+            ino: InodeId(7),
+            perm: 0o755,
+            uid: 0,
+            gid: 0,
+            epoch: 0,
+            default_acl: false,
+            access_acl: true,
+            verdict,
+        }
+    }
+
+    #[test]
+    fn an_extended_acl_directory_is_decided_by_the_verdict_for_these_credentials() {
+        let nobody = who(65534, 65534, &[]);
+        let said = |granted| {
+            Some(atoll_proto::Verdict {
+                cred: nobody.cred(),
+                granted,
+            })
+        };
+        let wx = MAY_WRITE | MAY_EXEC;
+        // The mode (0755, owned by root) alone would refuse; the owner's
+        // ACL said yes.
+        let v = acl_dir(said(true));
+        assert_eq!(
+            check(FileType::Directory, v.perm, v.uid, v.gid, &nobody, wx),
+            Err(Errno::EACCES)
+        );
+        assert!(acl_verdict(&v, &nobody, wx).is_ok());
+        assert_eq!(
+            acl_verdict(&acl_dir(said(false)), &nobody, wx),
+            Err(Errno::EACCES)
+        );
+        // Search alone was asked of the owner before the request.
+        assert!(acl_verdict(&acl_dir(said(false)), &nobody, MAY_EXEC).is_ok());
+        // No verdict, or one made for other credentials: refused loudly.
+        assert_eq!(acl_verdict(&acl_dir(None), &nobody, wx), Err(Errno::EPROTO));
+        let mut grouped = nobody.clone();
+        grouped.group_list = 3; // after setgroups
+        assert_eq!(acl_verdict(&v, &grouped, wx), Err(Errno::EPROTO));
+        let root = who(0, 0, &[]);
+        assert_eq!(acl_verdict(&v, &root, wx), Err(Errno::EPROTO));
+        let mut dropped = nobody.clone();
+        dropped.caps = Cred::CAP_DAC_OVERRIDE;
+        assert_eq!(acl_verdict(&v, &dropped, wx), Err(Errno::EPROTO));
     }
 
     #[test]

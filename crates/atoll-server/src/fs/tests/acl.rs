@@ -219,6 +219,41 @@ fn attributes_say_whether_a_directory_has_a_default_acl() {
     assert!(!flag(&mut t));
 }
 
+#[test]
+fn attributes_say_whether_an_access_acl_says_more_than_the_mode() {
+    let mut t = server(16);
+    let d = t.mkdir(ROOT, "d");
+    let flag = |t: &mut T| match t.call(S1, USER, Request::GetAttr { ino: d }) {
+        Own::Attr(a) => a.access_acl,
+        other => panic!("{other:?}"),
+    };
+    let set = |t: &mut T, value: &[u8]| {
+        t.ok(
+            S1,
+            USER,
+            Request::SetXattr {
+                ino: d,
+                name: ACL_ACCESS,
+                value,
+                flags: 0,
+                via: None,
+            },
+        )
+    };
+    assert!(!flag(&mut t));
+    // No more than the mode: not kept, so nothing to ask the owner.
+    set(&mut t, &minimal());
+    assert!(!flag(&mut t));
+    set(&mut t, &with_named_user());
+    assert!(flag(&mut t));
+    assert!(!matches!(
+        t.call(S1, USER, Request::GetAttr { ino: d }),
+        Own::Attr(a) if a.default_acl
+    ));
+    set(&mut t, b"");
+    assert!(!flag(&mut t));
+}
+
 /// Server 1 of 2 makes inodes in a directory server 0 owns (a shard of a
 /// distributed directory): the ACL comes with the request.
 #[test]

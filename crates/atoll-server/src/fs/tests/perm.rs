@@ -200,6 +200,8 @@ pub(super) fn attrs_of(dir: InodeId, perm: u32, uid: u32, gid: u32) -> Vouched {
         gid,
         epoch: 0,
         default_acl: false,
+        access_acl: false,
+        verdict: None,
     }
 }
 
@@ -524,4 +526,66 @@ fn each_request_is_checked_with_the_group_list_it_names() {
         },
     );
     assert_eq!(refused, Errno::EINVAL);
+}
+
+#[test]
+fn extended_acl_of_a_directory_owned_elsewhere_is_decided_by_the_owners_verdict() {
+    let (mut t, dir, names) = shard_of_foreign_directory(3);
+    let (a, b) = (names[0].as_str(), names[1].as_str());
+    let acl_dir = |perm, who: Cred, granted| Vouched {
+        access_acl: true,
+        verdict: Some(atoll_proto::Verdict { cred: who, granted }),
+        ..attrs_of(dir, perm, 0, 0)
+    };
+    // `setfacl -m u:2000:rwx` on a root-owned 0755 directory: the mode
+    // (its group bits the mask) would refuse OTHER; the owner's ACL allows.
+    let allowed = [acl_dir(0o775, OTHER, true)];
+    assert!(matches!(
+        t.callv(S1, OTHER, &allowed, create_req(dir, a, RW)),
+        Own::Opened(_, _, true)
+    ));
+    assert!(matches!(
+        t.callv(S1, OTHER, &allowed, rename_req(dir, a, b)),
+        Own::Renamed(..)
+    ));
+    // `u:2000:r-x`: refused, though the mode's group class says rwx.
+    let denied = [acl_dir(0o775, OTHER, false)];
+    assert_eq!(
+        t.callv(S1, OTHER, &denied, unlink(dir, b)),
+        Own::Err(Errno::EACCES)
+    );
+    assert_eq!(
+        t.callv(S1, OTHER, &denied, make_node(dir, a, FileType::Directory)),
+        Own::Err(Errno::EACCES)
+    );
+    // A verdict made for other credentials, or none: a client error.
+    let third = Cred::of(3000, 3000);
+    assert_eq!(
+        t.callv(S1, third, &allowed, unlink(dir, b)),
+        Own::Err(Errno::EPROTO)
+    );
+    let mut regrouped = OTHER;
+    regrouped.groups = 1;
+    assert_eq!(
+        t.callv(S1, regrouped, &allowed, unlink(dir, b)),
+        Own::Err(Errno::EPROTO)
+    );
+    let unasked = [Vouched {
+        verdict: None,
+        ..allowed[0]
+    }];
+    assert_eq!(
+        t.callv(S1, OTHER, &unasked, unlink(dir, b)),
+        Own::Err(Errno::EPROTO)
+    );
+    // The sticky bit still applies on top of a granted verdict.
+    let sticky = [acl_dir(0o1775, third, true)];
+    assert_eq!(
+        t.callv(S1, third, &sticky, unlink(dir, b)),
+        Own::Err(Errno::EPERM)
+    );
+    assert!(matches!(
+        t.callv(S1, OTHER, &allowed, unlink(dir, b)),
+        Own::Unlinked(..)
+    ));
 }

@@ -29,6 +29,8 @@ fn vouch(d: InodeId, epoch: u32) -> [Vouched; 1] {
         gid: USER.gid,
         epoch,
         default_acl: false,
+        access_acl: false,
+        verdict: None,
     }]
 }
 

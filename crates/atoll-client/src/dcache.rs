@@ -72,14 +72,29 @@ pub struct DirCache {
     /// Mode, owner and group of directories, as their owners reported
     /// them; dropped with the directory's entries.
     attrs: UnsafeCell<HashMap<u64, Vouched>>,
+    /// The credentials everything here was asked with: a lookup or a
+    /// search grant made for one thread's credentials says nothing about
+    /// other ones (a process that searched a 0700 directory as root, then
+    /// `seteuid`s away, must be refused as Linux refuses it).
+    cred: UnsafeCell<Option<CredKey>>,
     hits: AtomicU64,
     misses: AtomicU64,
     invalidations: AtomicU64,
     flushes: AtomicU64,
 }
 
-// SAFETY: `map` and `attrs` are only touched by the holder of `held` (see
-// `Guard`).
+/// What decides a permission check: the file-system ids, capabilities
+/// and group list, and the real ids and permitted capabilities `access`
+/// checks with.
+type CredKey = (atoll_proto::Cred, u32, u32, u32);
+
+fn cred_key() -> CredKey {
+    let t = crate::creds::current();
+    (t.fs, t.ruid, t.rgid, t.permitted)
+}
+
+// SAFETY: `map`, `attrs` and `cred` are only touched by the holder of
+// `held` (see `Guard`).
 unsafe impl Sync for DirCache {}
 
 struct Guard<'a>(&'a DirCache);
@@ -101,6 +116,23 @@ impl Guard<'_> {
     fn attrs(&mut self) -> &mut HashMap<u64, Vouched> {
         // SAFETY: as for `map`: the guard proves this thread holds `held`.
         unsafe { &mut *self.0.attrs.get() }
+    }
+
+    /// Keep what is cached only for the credentials it was asked with:
+    /// a caller with others (after `set*id`, `setgroups`, `capset`, or a
+    /// thread whose credentials differ) starts from an empty cache. The
+    /// flush moves the generation, so an answer asked for under the old
+    /// credentials and still on its way is not kept either.
+    fn follow_cred(&mut self) {
+        let key = cred_key();
+        // SAFETY: as for `map`: the guard proves this thread holds `held`.
+        let cred = unsafe { &mut *self.0.cred.get() };
+        if *cred != Some(key) {
+            if cred.is_some() {
+                self.flush();
+            }
+            *cred = Some(key);
+        }
     }
 
     fn invalidate(&mut self, dir: InodeId, name: &[u8]) {
@@ -153,6 +185,7 @@ impl DirCache {
             gen: AtomicU64::new(0),
             map: UnsafeCell::new(HashMap::new()),
             attrs: UnsafeCell::new(HashMap::new()),
+            cred: UnsafeCell::new(None),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
             invalidations: AtomicU64::new(0),
@@ -161,10 +194,13 @@ impl DirCache {
     }
 
     fn try_lock(&self) -> Option<Guard<'_>> {
-        self.held
+        let mut g = self
+            .held
             .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
             .ok()
-            .map(|_| Guard(self))
+            .map(|_| Guard(self))?;
+        g.follow_cred();
+        Some(g)
     }
 
     /// The lock, for storing an answer asked for at generation `gen`:

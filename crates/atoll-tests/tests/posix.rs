@@ -848,3 +848,48 @@ fn programs_start_under_a_small_file_size_limit() {
     );
     assert!(out.status.success());
 }
+
+/// What a process looked up or was allowed to search as one user says
+/// nothing for another: after `seteuid` away from root, names in a 0700
+/// root directory it searched before are refused (`EACCES`), and back as
+/// root they are found again. Also `unlink` of a name that is not there
+/// is `ENOENT` even where the caller may not write (Linux looks the name
+/// up before it asks for write permission). One server, and three with
+/// the directory's names on servers that do not own it.
+#[test]
+fn cached_lookups_follow_credential_changes_and_unlink_looks_up_first() {
+    require("python3");
+    let script = r#"
+        cd "$ROOT"
+        python3 - <<'P'
+import os
+os.makedirs("p/q"); open("p/f", "w").close(); os.mkdir("ro"); os.chmod("p", 0o700)
+os.chmod("ro", 0o555)
+for n in ("p/f", "p/q"): os.stat(n)
+def probe(tag):
+    out = []
+    for n in ("p/f", "p/q", "p/q/.."):
+        try: os.stat(n); out.append(n + ":ok")
+        except OSError as e: out.append(n + ":" + str(e.errno))
+    for n in ("ro/none", "p/none"):
+        try: os.unlink(n); out.append(n + ":removed")
+        except OSError as e: out.append(n + ":" + str(e.errno))
+    print(tag, " ".join(out))
+probe("root")
+os.setegid(65534); os.seteuid(65534)
+probe("nobody")
+os.seteuid(0); os.setegid(0)
+probe("root-again")
+P
+    "#;
+    for opts in [
+        &["--servers", "1"][..],
+        &["--servers", "3", "--distribute", "all"][..],
+    ] {
+        let out = assert_same(opts, script, true);
+        assert!(
+            out.contains("nobody p/f:13 p/q:13 p/q/..:13 ro/none:2 p/none:13"),
+            "{out}"
+        );
+    }
+}

@@ -481,6 +481,14 @@ impl<S: BlockStore> FileServer<S> {
             return Err(Errno::ENOTEMPTY);
         }
         self.entry_here(dir, name)?;
+        if self.shards.get(&dir).and_then(|s| s.get(name)).is_none() {
+            // Linux looks the name up (search permission) before it asks
+            // for write permission to remove it (`may_delete`): a name
+            // that is not there is `ENOENT`, even where the caller may not
+            // write (`rm -f` in a read-only directory says nothing).
+            self.dir_check(dir, who, MAY_EXEC)?;
+            return Err(Errno::ENOENT);
+        }
         self.dir_check(dir, who, MAY_WRITE | MAY_EXEC)?;
         let d = self
             .shards

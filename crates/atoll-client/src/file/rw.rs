@@ -294,29 +294,18 @@ pub fn any_read(
     if let Some(d) = fdtable::get(fd) {
         return read_desc(c, lane, &d, buf, off);
     }
-    // SAFETY: `buf` is our own buffer of the given length.
-    let r = unsafe {
-        match off {
-            Some(o) => sys::sc(
-                libc::SYS_pread64,
-                fd as u64,
-                buf.as_mut_ptr() as u64,
-                buf.len() as u64,
-                o,
-            ),
-            None => sys::sc(
-                libc::SYS_read,
-                fd as u64,
-                buf.as_mut_ptr() as u64,
-                buf.len() as u64,
-                0,
-            ),
-        }
-    };
-    if r < 0 {
-        return err((-r) as i32);
+    // SAFETY: `buf` is our own buffer of the given length, written by
+    // the kernel.
+    unsafe {
+        host_io(
+            libc::SYS_read,
+            libc::SYS_pread64,
+            fd,
+            buf.as_mut_ptr(),
+            buf.len(),
+            off,
+        )
     }
-    Ok(r as usize)
 }
 
 /// Write to any descriptor, atoll or host (copy emulation).
@@ -324,25 +313,38 @@ pub fn any_write(c: &Client, lane: &Lane, fd: i64, buf: &[u8], off: Option<u64>)
     if let Some(d) = fdtable::get(fd) {
         return write_desc(c, lane, &d, buf, off);
     }
-    // SAFETY: `buf` is our own buffer of the given length.
-    let r = unsafe {
-        match off {
-            Some(o) => sys::sc(
-                libc::SYS_pwrite64,
-                fd as u64,
-                buf.as_ptr() as u64,
-                buf.len() as u64,
-                o,
-            ),
-            None => sys::sc(
-                libc::SYS_write,
-                fd as u64,
-                buf.as_ptr() as u64,
-                buf.len() as u64,
-                0,
-            ),
-        }
+    // SAFETY: `buf` is our own buffer of the given length, only read.
+    unsafe {
+        host_io(
+            libc::SYS_write,
+            libc::SYS_pwrite64,
+            fd,
+            buf.as_ptr() as *mut u8,
+            buf.len(),
+            off,
+        )
+    }
+}
+
+/// `plain(fd, buf, len)`, or `positioned(fd, buf, len, off)` with an
+/// offset, on a host descriptor.
+///
+/// # Safety
+/// `buf` must be valid for `len` bytes, writable if the call writes it.
+unsafe fn host_io(
+    plain: i64,
+    positioned: i64,
+    fd: i64,
+    buf: *mut u8,
+    len: usize,
+    off: Option<u64>,
+) -> Result<usize> {
+    let (nr, at) = match off {
+        Some(o) => (positioned, o),
+        None => (plain, 0),
     };
+    // SAFETY: the caller vouches for `buf` and `len`.
+    let r = unsafe { sys::sc(nr, fd as u64, buf as u64, len as u64, at) };
     if r < 0 {
         return err((-r) as i32);
     }

@@ -62,24 +62,12 @@ fn creates_and_renames_survive_kills_of_a_shard_server_and_the_root_server() {
     // An inode number names its owner in its top byte.
     let shard_only = if ino >> 56 == 2 { 1 } else { 2 };
 
-    let work = r#"
-        cd "$ROOT/d"
-        for w in 1 2 3 4; do
-          (
-            for i in $(seq 300); do
-              if echo "$w.$i" > "n$w-$i" && mv "n$w-$i" "m$w-$i"; then
-                echo "ok $w $i"
-              else
-                echo "failed $w $i"
-              fi
-            done
-          ) 2>"/tmp/recovery-$$-$w.err" &
-        done
-        wait
-        cat /tmp/recovery-$$-*.err | grep -v 'Input/output error$' | sed 's/^/other error: /'
-        rm -f /tmp/recovery-$$-*.err
-    "#;
-    let mut cmd = inst.command(work);
+    let work = four_workers(
+        r#"cd "$ROOT/d""#,
+        300,
+        r#"echo "$w.$i" > "n$w-$i" && mv "n$w-$i" "m$w-$i""#,
+    );
+    let mut cmd = inst.command(&work);
     cmd.stdin(Stdio::null());
     let started = Instant::now();
     let runner = std::thread::spawn(move || output_within(cmd, RUN_LIMIT));
@@ -91,22 +79,7 @@ fn creates_and_renames_survive_kills_of_a_shard_server_and_the_root_server() {
     wait_for(&inst, r#"test -e "$ROOT/d/m1-150""#);
     kill(&inst, 0);
     rebuilt(&inst, 0, 1);
-    let out = runner.join().expect("workload thread");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(started.elapsed() < RUN_LIMIT, "hung: {stdout}");
-    assert!(!stdout.contains("other error"), "only EIO: {stdout}");
-    let ok: Vec<(u32, u32)> = stdout
-        .lines()
-        .filter_map(|l| l.strip_prefix("ok "))
-        .map(|l| {
-            let (w, i) = l.split_once(' ').unwrap();
-            (w.parse().unwrap(), i.parse().unwrap())
-        })
-        .collect();
-    let failed = stdout.lines().filter(|l| l.starts_with("failed ")).count();
-    assert_eq!(ok.len() + failed, 1200, "every step reported: {stdout}");
-    // A kill fails at most what was in flight: a call per process.
-    assert!(failed <= 8, "{failed} steps failed: {stdout}");
+    let ok = acknowledged(runner, started, 1200);
 
     // Every acknowledged step is in the tree, and the first files too.
     let check = inst
@@ -290,24 +263,12 @@ fn a_tiny_journal_keeps_its_server_rebuildable_through_snapshots() {
 #[test]
 fn kills_between_snapshots_lose_nothing_acknowledged() {
     let inst = Booted::with_env(&["--servers", "2"], &[("ATOLL_SNAPSHOT_BYTES", "4096")]);
-    let work = r#"
-        mkdir -p "$ROOT/s"; cd "$ROOT/s"
-        for w in 1 2 3 4; do
-          (
-            for i in $(seq 250); do
-              if echo "$w.$i" > "n$w-$i" && echo "more $i" >> "n$w-$i" && mv "n$w-$i" "m$w-$i"; then
-                echo "ok $w $i"
-              else
-                echo "failed $w $i"
-              fi
-            done
-          ) 2>"/tmp/snapshots-$$-$w.err" &
-        done
-        wait
-        cat /tmp/snapshots-$$-*.err | grep -v 'Input/output error$' | sed 's/^/other error: /'
-        rm -f /tmp/snapshots-$$-*.err
-    "#;
-    let mut cmd = inst.command(work);
+    let work = four_workers(
+        r#"mkdir -p "$ROOT/s"; cd "$ROOT/s""#,
+        250,
+        r#"echo "$w.$i" > "n$w-$i" && echo "more $i" >> "n$w-$i" && mv "n$w-$i" "m$w-$i""#,
+    );
+    let mut cmd = inst.command(&work);
     cmd.stdin(Stdio::null());
     let started = Instant::now();
     let runner = std::thread::spawn(move || output_within(cmd, RUN_LIMIT));
@@ -317,21 +278,7 @@ fn kills_between_snapshots_lose_nothing_acknowledged() {
     wait_for(&inst, r#"test -e "$ROOT/s/m1-170""#);
     kill(&inst, 0);
     rebuilt(&inst, 0, 1);
-    let out = runner.join().expect("workload thread");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(started.elapsed() < RUN_LIMIT, "hung: {stdout}");
-    assert!(!stdout.contains("other error"), "only EIO: {stdout}");
-    let ok: Vec<(u32, u32)> = stdout
-        .lines()
-        .filter_map(|l| l.strip_prefix("ok "))
-        .map(|l| {
-            let (w, i) = l.split_once(' ').unwrap();
-            (w.parse().unwrap(), i.parse().unwrap())
-        })
-        .collect();
-    let failed = stdout.lines().filter(|l| l.starts_with("failed ")).count();
-    assert_eq!(ok.len() + failed, 1000, "every step reported: {stdout}");
-    assert!(failed <= 8, "{failed} steps failed: {stdout}");
+    let ok = acknowledged(runner, started, 1000);
     let check = inst
         .command(r#"cd "$ROOT/s"; for f in m*; do printf '%s %s\n' "$f" "$(cat "$f" | tr '\n' ' ')"; done"#)
         .output()
@@ -426,24 +373,12 @@ fn server_processes_killed_by_pid_lose_nothing_acknowledged() {
     let before: Vec<i32> = (0..3).map(|i| server_pid(&inst, i)).collect();
     assert!(!before.contains(&instance_pid), "{before:?}");
 
-    let work = r#"
-        cd "$ROOT/d"
-        for w in 1 2 3 4; do
-          (
-            for i in $(seq 300); do
-              if echo "$w.$i" > "p$w-$i" && echo "$w.$i" >> "log$w" && mv "p$w-$i" "q$w-$i"; then
-                echo "ok $w $i"
-              else
-                echo "failed $w $i"
-              fi
-            done
-          ) 2>"/tmp/procs-$$-$w.err" &
-        done
-        wait
-        cat /tmp/procs-$$-*.err | grep -v 'Input/output error$' | sed 's/^/other error: /'
-        rm -f /tmp/procs-$$-*.err
-    "#;
-    let mut cmd = inst.command(work);
+    let work = four_workers(
+        r#"cd "$ROOT/d""#,
+        300,
+        r#"echo "$w.$i" > "p$w-$i" && echo "$w.$i" >> "log$w" && mv "p$w-$i" "q$w-$i""#,
+    );
+    let mut cmd = inst.command(&work);
     cmd.stdin(Stdio::null());
     let started = Instant::now();
     let runner = std::thread::spawn(move || output_within(cmd, RUN_LIMIT));
@@ -463,21 +398,7 @@ fn server_processes_killed_by_pid_lose_nothing_acknowledged() {
         assert_eq!(h["core"], inst.status()["health"][server]["core"]);
         assert!(!alive(before[server]), "the killed process is reaped");
     }
-    let out = runner.join().expect("workload thread");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(started.elapsed() < RUN_LIMIT, "hung: {stdout}");
-    assert!(!stdout.contains("other error"), "only EIO: {stdout}");
-    let ok: Vec<(u32, u32)> = stdout
-        .lines()
-        .filter_map(|l| l.strip_prefix("ok "))
-        .map(|l| {
-            let (w, i) = l.split_once(' ').unwrap();
-            (w.parse().unwrap(), i.parse().unwrap())
-        })
-        .collect();
-    let failed = stdout.lines().filter(|l| l.starts_with("failed ")).count();
-    assert_eq!(ok.len() + failed, 1200, "every step reported: {stdout}");
-    assert!(failed <= 8, "{failed} steps failed: {stdout}");
+    let ok = acknowledged(runner, started, 1200);
 
     let check = inst
         .command(
@@ -582,4 +503,58 @@ fn a_server_stopped_between_requests_is_replaced_and_its_clients_go_on() {
     );
     assert_ne!(h["pid"].as_i64().unwrap() as i32, before, "{h}");
     assert!(!alive(before), "the stopped process is reaped");
+}
+
+/// Four processes each doing `steps` steps of `step` (a shell command
+/// using `$w` and `$i`) after `prelude`, reporting `ok w i` or
+/// `failed w i` per step; errors other than `EIO` are reported as
+/// `other error: …`. Each process's errors go to its own file, named
+/// after the shell, so concurrent tests do not mix them.
+fn four_workers(prelude: &str, steps: u32, step: &str) -> String {
+    format!(
+        r#"
+        {prelude}
+        for w in 1 2 3 4; do
+          (
+            for i in $(seq {steps}); do
+              if {step}; then
+                echo "ok $w $i"
+              else
+                echo "failed $w $i"
+              fi
+            done
+          ) 2>"/tmp/workers-$$-$w.err" &
+        done
+        wait
+        cat /tmp/workers-$$-*.err | grep -v 'Input/output error$' | sed 's/^/other error: /'
+        rm -f /tmp/workers-$$-*.err
+    "#
+    )
+}
+
+/// The steps a [`four_workers`] run reported done, once it ended: it did
+/// not hang, failed only with `EIO`, reported each of its `total` steps,
+/// and a kill failed at most what was in flight (a call per process, per
+/// kill).
+fn acknowledged(
+    runner: std::thread::JoinHandle<std::process::Output>,
+    started: Instant,
+    total: usize,
+) -> Vec<(u32, u32)> {
+    let out = runner.join().expect("workload thread");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(started.elapsed() < RUN_LIMIT, "hung: {stdout}");
+    assert!(!stdout.contains("other error"), "only EIO: {stdout}");
+    let ok: Vec<(u32, u32)> = stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("ok "))
+        .map(|l| {
+            let (w, i) = l.split_once(' ').unwrap();
+            (w.parse().unwrap(), i.parse().unwrap())
+        })
+        .collect();
+    let failed = stdout.lines().filter(|l| l.starts_with("failed ")).count();
+    assert_eq!(ok.len() + failed, total, "every step reported: {stdout}");
+    assert!(failed <= 8, "{failed} steps failed: {stdout}");
+    ok
 }

@@ -121,7 +121,12 @@ pub fn output_within(mut cmd: Command, limit: std::time::Duration) -> Output {
 
 /// Run `bash -c script` on a fresh host directory, `$ROOT` naming it.
 pub fn run_on_host(script: &str) -> (tempfile::TempDir, Output) {
-    let dir = tempfile::tempdir().expect("tempdir");
+    run_in_host_dir(tempfile::tempdir().expect("tempdir"), script)
+}
+
+/// Run `bash -c script` in `dir` (a fresh host directory, e.g. on a
+/// tmpfs), `$ROOT` naming it.
+pub fn run_in_host_dir(dir: tempfile::TempDir, script: &str) -> (tempfile::TempDir, Output) {
     let out = Command::new("bash")
         .args(["-c", script])
         .env("ROOT", dir.path())

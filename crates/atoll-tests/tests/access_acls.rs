@@ -10,7 +10,6 @@
 //! live on servers that do not own the directory (Hare §3.4).
 
 use std::path::Path;
-use std::process::{Command, Stdio};
 
 use atoll_tests::{normalized, require, run_in_atoll, MOUNT};
 
@@ -120,15 +119,7 @@ ls -l d d2 | awk 'NF > 2 {print $1, $3, $4, $NF}'
 /// Run `script` with `$ROOT` a fresh directory on a host tmpfs.
 fn on_host_tmpfs(script: &str) -> (i32, String, String) {
     let dir = tempfile::tempdir_in("/dev/shm").expect("tempdir on /dev/shm");
-    let out = Command::new("bash")
-        .args(["-c", script])
-        .env("ROOT", dir.path())
-        .env("LC_ALL", "C")
-        .env("TZ", "UTC")
-        .current_dir(dir.path())
-        .stdin(Stdio::null())
-        .output()
-        .expect("spawn bash");
+    let (dir, out) = atoll_tests::run_in_host_dir(dir, script);
     normalized(&out, dir.path())
 }
 

@@ -95,6 +95,11 @@ pub fn dispatch(nr: i64, args: &[u64; 6]) -> Dispatch {
         if !interrupted && !again && !sigdefer::any_pending() {
             return r;
         }
+        if sigdefer::delivers_into_frame() {
+            // The SIGSYS handler delivers them in the program's frame and
+            // restarts the call there, by its `syscall` instruction.
+            return r;
+        }
         let restart = sigdefer::deliver_pending(sigdefer::temporary_mask(nr, args));
         match (interrupted || again, restart || again) {
             (true, true) => continue,

@@ -180,6 +180,10 @@ thread_local! {
     };
     /// A host call is in progress on this thread (see [`host_call`]).
     static IN_HOST_CALL: AtomicBool = const { AtomicBool::new(false) };
+    /// The SIGSYS handler of a trapped call runs on this thread and will
+    /// deliver deferred signals into the program's own frame as it returns
+    /// (see [`FrameDelivery`]): the dispatch leaves them pending.
+    static FRAME_DELIVERY: AtomicBool = const { AtomicBool::new(false) };
 }
 
 /// Run `f` on this thread's pending set. Caller has every signal blocked.
@@ -500,6 +504,21 @@ unsafe extern "C" fn on_program_signal(
 /// # Safety
 /// Arguments as received by the entry.
 unsafe fn run_program_handler(sig: i32, info: *mut libc::siginfo_t, uc: *mut c_void) {
+    // The handler is program code: a trapped call it makes delivers on its
+    // own, and one interrupted here (a host call of the SIGSYS net) no
+    // longer waits for its frame. A handler that leaves with longjmp
+    // leaves the flag lowered, which is what program code needs.
+    let outer_frame = FRAME_DELIVERY.with(|f| f.swap(false, Ordering::Relaxed));
+    // SAFETY: the caller's contract.
+    unsafe { run_program_action(sig, info, uc) };
+    FRAME_DELIVERY.with(|f| f.store(outer_frame, Ordering::Relaxed));
+}
+
+/// The program's action for `sig`: ignore, default or its handler.
+///
+/// # Safety
+/// Arguments as received by the entry.
+unsafe fn run_program_action(sig: i32, info: *mut libc::siginfo_t, uc: *mut c_void) {
     let slot = &PROGRAM_ACTIONS[sig as usize];
     let action = slot.get();
     match action.handler {
@@ -547,18 +566,7 @@ pub fn deliver_pending(during: Option<u64>) -> bool {
     if n == 0 {
         return true;
     }
-    let pid = raw::syscall(libc::SYS_getpid, &[]) as u64;
-    let tid = raw::syscall(libc::SYS_gettid, &[]) as u64;
-    for d in &taken[..n] {
-        let r = raw::syscall(
-            libc::SYS_rt_tgsigqueueinfo,
-            &[pid, tid, d.sig as u64, d.info.as_ptr() as u64],
-        );
-        if r < 0 {
-            // Queue full (RLIMIT_SIGPENDING): the signal without its info.
-            raw::syscall(libc::SYS_tgkill, &[pid, tid, d.sig as u64]);
-        }
-    }
+    requeue(&taken[..n]);
     let restart = all_restart(&taken[..n]);
     let prev = selector::get();
     selector::set(BLOCK);
@@ -568,6 +576,122 @@ pub fn deliver_pending(during: Option<u64>) -> bool {
     selector::set(prev);
     restart
 }
+
+/// Queue `signals` to this thread again, each with its own siginfo (the
+/// sender's pid, uid, code and value stay as they came). Caller has every
+/// signal blocked.
+fn requeue(signals: &[Deferred]) {
+    let pid = raw::syscall(libc::SYS_getpid, &[]) as u64;
+    let tid = raw::syscall(libc::SYS_gettid, &[]) as u64;
+    for d in signals {
+        let r = raw::syscall(
+            libc::SYS_rt_tgsigqueueinfo,
+            &[pid, tid, d.sig as u64, d.info.as_ptr() as u64],
+        );
+        if r < 0 {
+            // Queue full (RLIMIT_SIGPENDING): the signal without its info.
+            raw::syscall(libc::SYS_tgkill, &[pid, tid, d.sig as u64]);
+        }
+    }
+}
+
+/// While alive, the SIGSYS handler of a trapped call delivers this
+/// thread's deferred signals into the program's own frame as it returns
+/// ([`deliver_into_frame`]), so the dispatch and the SIGSYS net leave them
+/// pending. Not for calls with a temporary mask (`ppoll`, `pselect6`,
+/// `epoll_pwait`): their mask must be in force while the handlers run, so
+/// they deliver at the end of the dispatch as before.
+pub struct FrameDelivery {
+    prev: bool,
+    _not_send: core::marker::PhantomData<*const ()>,
+}
+
+impl FrameDelivery {
+    pub fn enter() -> FrameDelivery {
+        let prev = FRAME_DELIVERY.with(|f| f.swap(true, Ordering::Relaxed));
+        FrameDelivery {
+            prev,
+            _not_send: core::marker::PhantomData,
+        }
+    }
+}
+
+impl Drop for FrameDelivery {
+    fn drop(&mut self) {
+        FRAME_DELIVERY.with(|f| f.store(self.prev, Ordering::Relaxed));
+    }
+}
+
+/// Does the SIGSYS handler deliver deferred signals into the program's
+/// frame for the call in progress (see [`FrameDelivery`])?
+#[inline]
+pub fn delivers_into_frame() -> bool {
+    FRAME_DELIVERY.with(|f| f.load(Ordering::Relaxed))
+}
+
+/// How a trapped call ends once its deferred signals are queued again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FrameEnd {
+    /// Return this value in RAX, after the `syscall` instruction.
+    Result(i64),
+    /// Point RIP back at the `syscall` instruction with RAX = the call's
+    /// number: the program issues the call again after the handlers.
+    Restart,
+}
+
+/// The end of a trapped call that returned `ret` while `signals` were
+/// deferred: Linux's `handle_signal` rules. `ERESTARTNOINTR` always
+/// restarts; `ERESTARTSYS` restarts when every handler asked for
+/// `SA_RESTART`, else it is `EINTR`; any other value is the result.
+pub fn frame_end(ret: i64, signals: &[Deferred]) -> FrameEnd {
+    let nointr = -(atoll_client::intr::ERESTARTNOINTR as i64);
+    let sys = -(atoll_client::intr::ERESTARTSYS as i64);
+    match ret {
+        r if r == nointr => FrameEnd::Restart,
+        r if r == sys && !signals.is_empty() && all_restart(signals) => FrameEnd::Restart,
+        r if r == sys => FrameEnd::Result(-(libc::EINTR as i64)),
+        r => FrameEnd::Result(r),
+    }
+}
+
+/// The end of the SIGSYS handler of trapped call `nr`, which returned
+/// `ret`: signals deferred meanwhile are delivered as Linux delivers them
+/// on the return from a system call, in the program's own frame. `uc`, the
+/// trap's frame, is the program's state: RAX (and, for a restart, RIP) is
+/// set here; the signals are queued again with their siginfo while every
+/// signal stays blocked, and the handler's `rt_sigreturn` puts back the
+/// program's registers and mask (`uc_sigmask`). The kernel then finds them
+/// pending on its way back to the program and builds their frames from
+/// the program's registers, FP state, mask and alternate stack, as for a
+/// real system call: the handler sees the program's RIP, RSP, RAX and
+/// callee-saved registers, and what it changes in `uc_mcontext` holds when
+/// it returns. Restarts are Linux's too: RIP back by the two bytes of the
+/// `syscall` instruction and RAX = `nr`, so the handler sees the frame of
+/// a restarted call and the program traps again after it.
+pub fn deliver_into_frame(uc: &mut libc::ucontext_t, nr: i64, ret: i64) {
+    let g = &mut uc.uc_mcontext.gregs;
+    let restart_code = ret == -(atoll_client::intr::ERESTARTSYS as i64)
+        || ret == -(atoll_client::intr::ERESTARTNOINTR as i64);
+    if !any_pending() && !restart_code {
+        g[libc::REG_RAX as usize] = ret;
+        return;
+    }
+    // Blocked until the handler's sigreturn installs `uc_sigmask`.
+    core::mem::forget(BlockAll::new());
+    let (taken, n) = with_pending(|s| s.take());
+    requeue(&taken[..n]);
+    match frame_end(ret, &taken[..n]) {
+        FrameEnd::Result(v) => g[libc::REG_RAX as usize] = v,
+        FrameEnd::Restart => {
+            g[libc::REG_RIP as usize] -= SYSCALL_INSN_BYTES;
+            g[libc::REG_RAX as usize] = nr;
+        }
+    }
+}
+
+/// Length of the `syscall` instruction (`0f 05`), as the kernel's restart
+/// (`regs->ip -= 2`) assumes.
+const SYSCALL_INSN_BYTES: i64 = 2;
 
 /// A blocking `wait4` for the program, issued so that a handler that
 /// leaves `wait` with `longjmp` never costs the program a child: `None`
@@ -708,6 +832,25 @@ mod tests {
             d(libc::SIGALRM, false)
         ]));
         assert!(all_restart(&[]));
+    }
+
+    #[test]
+    fn a_trapped_call_ends_as_linux_handle_signal_decides() {
+        let sys = -(atoll_client::intr::ERESTARTSYS as i64);
+        let nointr = -(atoll_client::intr::ERESTARTNOINTR as i64);
+        let eintr = FrameEnd::Result(-(libc::EINTR as i64));
+        let restarting = [d(libc::SIGALRM, true)];
+        let mixed = [d(libc::SIGALRM, true), d(libc::SIGUSR1, false)];
+        assert_eq!(frame_end(sys, &restarting), FrameEnd::Restart);
+        assert_eq!(frame_end(sys, &mixed), eintr);
+        assert_eq!(frame_end(sys, &[]), eintr);
+        assert_eq!(frame_end(nointr, &mixed), FrameEnd::Restart);
+        assert_eq!(frame_end(nointr, &[]), FrameEnd::Restart);
+        assert_eq!(frame_end(7, &mixed), FrameEnd::Result(7));
+        assert_eq!(
+            frame_end(-(libc::EAGAIN as i64), &restarting),
+            FrameEnd::Result(-11)
+        );
     }
 
     #[test]

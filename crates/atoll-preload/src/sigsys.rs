@@ -10,10 +10,12 @@
 //!     ├─ clone/clone3/fork/vfork                 → clone_* below
 //!     ├─ exit_group / execve                     → flush trap stats first
 //!     └─ anything else: may_concern? dispatch : raw syscall
-//!  (program signals deferred meanwhile are delivered at the end of the
-//!  dispatch, or at the guard's drop: `sigdefer`)
-//!  write RAX ─ restore errno ─ selector BLOCK ─ return through our own
-//!  rt_sigreturn stub (inside the allowed region, so it never traps)
+//!  write RAX; program signals deferred meanwhile are queued again, blocked
+//!  until the sigreturn (`sigdefer::deliver_into_frame`; a restart points
+//!  RIP back at the `syscall`) ─ restore errno ─ selector BLOCK ─ return
+//!  through our own rt_sigreturn stub (inside the allowed region, so it
+//!  never traps): the kernel restores the program's registers and mask and
+//!  delivers those signals in the program's own frame
 //! ```
 //!
 //! Clones with a new stack cannot return through this handler in the child
@@ -205,9 +207,16 @@ unsafe extern "C" fn on_sigsys(sig: libc::c_int, info: *mut libc::siginfo_t, ucv
     atoll_client::count_trap();
     // The next run of this site may call atoll without a trap.
     rewrite::on_trap(nr, uc.uc_mcontext.gregs[libc::REG_RIP as usize] as usize);
+    // Signals deferred meanwhile are delivered into the program's own
+    // frame as this handler returns (`sigdefer::deliver_into_frame`),
+    // except around a call whose temporary mask must be in force then.
+    let frame = sigdefer::temporary_mask(nr, &args)
+        .is_none()
+        .then(sigdefer::FrameDelivery::enter);
     let ret = handle(nr, args, uc);
+    drop(frame);
     debug(&[b"trap"], &[nr, ret]);
-    uc.uc_mcontext.gregs[libc::REG_RAX as usize] = ret;
+    sigdefer::deliver_into_frame(uc, nr, ret);
     raw::set_errno(saved_errno);
     drop(guard);
 }
@@ -421,6 +430,12 @@ fn general(nr: i64, args: [u64; 6]) -> i64 {
             Dispatch::Done(v) => return v,
             Dispatch::Host => {}
         }
+    }
+    if sigdefer::delivers_into_frame() && sigdefer::any_pending() {
+        // A signal came before the call began: as on Linux, its handler
+        // runs first, in a frame that points at the `syscall` instruction,
+        // and the program then issues the call (the trap's end restarts it).
+        return -(atoll_client::intr::ERESTARTNOINTR as i64);
     }
     // Nothing of atoll is held: a program handler interrupting the call
     // runs in it as program code (see `sigdefer`).

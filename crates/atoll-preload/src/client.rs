@@ -95,10 +95,17 @@ pub fn dispatch(nr: i64, args: &[u64; 6]) -> Dispatch {
         if !interrupted && !again && !sigdefer::any_pending() {
             return r;
         }
-        if sigdefer::delivers_into_frame() {
+        match sigdefer::frame_mode() {
             // The SIGSYS handler delivers them in the program's frame and
             // restarts the call there, by its `syscall` instruction.
-            return r;
+            sigdefer::FrameMode::Trap => return r,
+            // The wrapper delivers them in the program's frame as it
+            // returns: a call that ended, or one that will not restart.
+            sigdefer::FrameMode::Return if !interrupted && !again => return r,
+            sigdefer::FrameMode::Return if interrupted && !sigdefer::pending_would_restart() => {
+                return Dispatch::Done(-(libc::EINTR as i64))
+            }
+            _ => {}
         }
         let restart = sigdefer::deliver_pending(sigdefer::temporary_mask(nr, args));
         match (interrupted || again, restart || again) {

@@ -11,7 +11,8 @@
 //!   clone trampoline and the signal plumbing (`sigfix`) that keeps SIGSYS
 //!   deliverable, and `sigdefer`, which runs program handlers as program
 //!   code: at once, or deferred to the boundary when atoll code holds
-//!   something (the kernel's `-ERESTARTSYS` model).
+//!   something (the kernel's `-ERESTARTSYS` model), delivered there in the
+//!   program's own frame (`retframe` for a wrapper's return).
 //! * `selector` — the per-thread SUD selector byte, which doubles as the
 //!   "atoll code is running on this thread" flag; `region` finds our own
 //!   text (always allowed by SUD).
@@ -28,6 +29,7 @@
 mod client;
 mod raw;
 mod region;
+mod retframe;
 mod rewrite;
 mod selector;
 mod sigdefer;

@@ -104,7 +104,10 @@ impl Drop for AtollGuard {
         compiler_fence(Ordering::SeqCst);
         SELECTOR.with(|s| s.store(self.prev, Ordering::Relaxed));
         compiler_fence(Ordering::SeqCst);
-        if self.prev == BLOCK && sigdefer::any_pending() {
+        if self.prev == BLOCK
+            && sigdefer::any_pending()
+            && sigdefer::frame_mode() == sigdefer::FrameMode::None
+        {
             sigdefer::deliver_pending(None);
         }
     }

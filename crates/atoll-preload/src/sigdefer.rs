@@ -32,12 +32,18 @@
 //!     │  `intr::pending` and unwinds, releasing what it held:
 //!     │  ERESTARTSYS (pipe/FIFO read, write, open; F_SETLKW, flock;
 //!     │  socket calls) or EINTR (poll, select, epoll_wait)
-//!  boundary (the end of `client::dispatch`, the start of a host call, the
-//!  outermost guard's drop):
-//!     deliver: re-queued to this thread with rt_tgsigqueueinfo (same
-//!     siginfo) while every signal is blocked, then the program's mask (or
-//!     the call's temporary one) back: the kernel delivers them into the
-//!     entry, now `BLOCK`, and the handlers run as program code
+//!  boundary, in the program's frame (`FrameMode`):
+//!     a trapped call's SIGSYS handler (`deliver_into_frame`), a wrapper's
+//!     return (`retframe`): re-queued with rt_tgsigqueueinfo (same
+//!     siginfo), blocked until a sigreturn installs the program's
+//!     registers and mask; the kernel then delivers them into the entry,
+//!     now `BLOCK`, in frames built from the program's registers
+//!  boundary, in atoll's frame (the end of `client::dispatch`, the start
+//!  of a host call, the outermost guard's drop; restarts through a
+//!  wrapper, rewritten sites, temporary masks):
+//!     re-queued the same way while every signal is blocked, then the
+//!     program's mask (or the call's temporary one) back: delivered into
+//!     the entry, and the handlers run as program code
 //!  ERESTARTSYS: issued again when every delivered action had SA_RESTART,
 //!     else EINTR (man 7 signal); ERESTARTNOINTR (an exec atoll performs,
 //!     `intr::exec_syscall6`): issued again whatever the handlers asked
@@ -60,15 +66,14 @@
 //!
 //! Pending state is per thread, fixed-size, allocation-free: standard
 //! signals coalesce as in the kernel; real-time signals queue up to
-//! [`PENDING_SLOTS`]. Departures from Linux: a handler delivered after
-//! deferral, or run in a host call of the SIGSYS net, sees a ucontext
-//! inside libatoll, not the program's registers at its call; a signal that
-//! arrives while atoll waits for a server's reply is delivered when the
-//! reply comes.
+//! [`PENDING_SLOTS`]. Departures from Linux: a handler delivered at a
+//! wrapper's return sees the frame there, not inside libc's function; one
+//! delivered in atoll's frame, or run in a host call of the SIGSYS net,
+//! sees a ucontext inside libatoll (docs/COMPATIBILITY.md "Signals").
 
 use core::cell::UnsafeCell;
 use core::ffi::c_void;
-use core::sync::atomic::{compiler_fence, AtomicBool, AtomicU32, Ordering};
+use core::sync::atomic::{compiler_fence, AtomicBool, AtomicU32, AtomicU8, Ordering};
 
 use crate::raw;
 use crate::selector::{self, ALLOW, BLOCK};
@@ -141,6 +146,10 @@ impl PendingSet {
         true
     }
 
+    pub fn as_slice(&self) -> &[Deferred] {
+        &self.slots[..self.len]
+    }
+
     /// Empty the set, returning what it held.
     pub fn take(&mut self) -> ([Deferred; PENDING_SLOTS], usize) {
         let n = core::mem::replace(&mut self.len, 0);
@@ -180,10 +189,10 @@ thread_local! {
     };
     /// A host call is in progress on this thread (see [`host_call`]).
     static IN_HOST_CALL: AtomicBool = const { AtomicBool::new(false) };
-    /// The SIGSYS handler of a trapped call runs on this thread and will
-    /// deliver deferred signals into the program's own frame as it returns
-    /// (see [`FrameDelivery`]): the dispatch leaves them pending.
-    static FRAME_DELIVERY: AtomicBool = const { AtomicBool::new(false) };
+    /// Who delivers this thread's deferred signals into the program's own
+    /// frame for the call in progress, as a [`FrameMode`] (see
+    /// [`FrameDelivery`]).
+    static FRAME_DELIVERY: AtomicU8 = const { AtomicU8::new(FrameMode::None as u8) };
 }
 
 /// Run `f` on this thread's pending set. Caller has every signal blocked.
@@ -508,7 +517,7 @@ unsafe fn run_program_handler(sig: i32, info: *mut libc::siginfo_t, uc: *mut c_v
     // own, and one interrupted here (a host call of the SIGSYS net) no
     // longer waits for its frame. A handler that leaves with longjmp
     // leaves the flag lowered, which is what program code needs.
-    let outer_frame = FRAME_DELIVERY.with(|f| f.swap(false, Ordering::Relaxed));
+    let outer_frame = FRAME_DELIVERY.with(|f| f.swap(FrameMode::None as u8, Ordering::Relaxed));
     // SAFETY: the caller's contract.
     unsafe { run_program_action(sig, info, uc) };
     FRAME_DELIVERY.with(|f| f.store(outer_frame, Ordering::Relaxed));
@@ -595,20 +604,37 @@ fn requeue(signals: &[Deferred]) {
     }
 }
 
-/// While alive, the SIGSYS handler of a trapped call delivers this
-/// thread's deferred signals into the program's own frame as it returns
-/// ([`deliver_into_frame`]), so the dispatch and the SIGSYS net leave them
-/// pending. Not for calls with a temporary mask (`ppoll`, `pselect6`,
-/// `epoll_pwait`): their mask must be in force while the handlers run, so
-/// they deliver at the end of the dispatch as before.
+/// Who delivers deferred signals into the program's own frame for the
+/// call in progress on this thread.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum FrameMode {
+    /// Nobody: they are delivered at the end of the dispatch (as atoll
+    /// code's own frames).
+    None = 0,
+    /// The SIGSYS handler of a trapped call, as it returns
+    /// ([`deliver_into_frame`]); it also restarts the call, by pointing
+    /// RIP back at the `syscall` instruction.
+    Trap = 1,
+    /// A libc wrapper, at its return to the program (`retframe`); calls
+    /// that restart are issued again inside the dispatch, after the
+    /// handlers ran there.
+    Return = 2,
+}
+
+/// While alive, deferred signals of this thread are delivered into the
+/// program's own frame by the [`FrameMode`] given, so the dispatch and
+/// the SIGSYS net leave them pending. Not for calls with a temporary mask
+/// (`ppoll`, `pselect6`, `epoll_pwait`): their mask must be in force
+/// while the handlers run, so they deliver at the end of the dispatch.
 pub struct FrameDelivery {
-    prev: bool,
+    prev: u8,
     _not_send: core::marker::PhantomData<*const ()>,
 }
 
 impl FrameDelivery {
-    pub fn enter() -> FrameDelivery {
-        let prev = FRAME_DELIVERY.with(|f| f.swap(true, Ordering::Relaxed));
+    pub fn enter(mode: FrameMode) -> FrameDelivery {
+        let prev = FRAME_DELIVERY.with(|f| f.swap(mode as u8, Ordering::Relaxed));
         FrameDelivery {
             prev,
             _not_send: core::marker::PhantomData,
@@ -622,11 +648,22 @@ impl Drop for FrameDelivery {
     }
 }
 
-/// Does the SIGSYS handler deliver deferred signals into the program's
-/// frame for the call in progress (see [`FrameDelivery`])?
+/// Who delivers deferred signals for the call in progress (see
+/// [`FrameDelivery`]).
 #[inline]
-pub fn delivers_into_frame() -> bool {
-    FRAME_DELIVERY.with(|f| f.load(Ordering::Relaxed))
+pub fn frame_mode() -> FrameMode {
+    match FRAME_DELIVERY.with(|f| f.load(Ordering::Relaxed)) {
+        1 => FrameMode::Trap,
+        2 => FrameMode::Return,
+        _ => FrameMode::None,
+    }
+}
+
+/// Would the deferred signals of this thread let an interrupted call
+/// restart (see [`all_restart`])?
+pub fn pending_would_restart() -> bool {
+    let _all = BlockAll::new();
+    with_pending(|s| all_restart(s.as_slice()))
 }
 
 /// How a trapped call ends once its deferred signals are queued again.

@@ -37,6 +37,7 @@ use core::sync::atomic::{AtomicBool, Ordering};
 
 use crate::client::{self, Dispatch, ForkPrep, Mode};
 use crate::raw::{self, StackBuf};
+use crate::retframe;
 use crate::rewrite;
 use crate::selector::{self, AtollGuard, BLOCK};
 use crate::sigdefer;
@@ -194,6 +195,12 @@ unsafe extern "C" fn on_sigsys(sig: libc::c_int, info: *mut libc::siginfo_t, ucv
     // SAFETY: the kernel passes a valid ucontext for an SA_SIGINFO handler,
     // and nothing else references it while the handler runs.
     let uc = unsafe { &mut *(ucv as *mut libc::ucontext_t) };
+    if nr == retframe::GATE_NR && retframe::enter_program_frame(uc) {
+        // A wrapper's return with signals to deliver (`retframe`).
+        raw::set_errno(saved_errno);
+        drop(guard);
+        return;
+    }
     let g = &uc.uc_mcontext.gregs;
     let args = [
         g[libc::REG_RDI as usize] as u64,
@@ -212,7 +219,7 @@ unsafe extern "C" fn on_sigsys(sig: libc::c_int, info: *mut libc::siginfo_t, ucv
     // except around a call whose temporary mask must be in force then.
     let frame = sigdefer::temporary_mask(nr, &args)
         .is_none()
-        .then(sigdefer::FrameDelivery::enter);
+        .then(|| sigdefer::FrameDelivery::enter(sigdefer::FrameMode::Trap));
     let ret = handle(nr, args, uc);
     drop(frame);
     debug(&[b"trap"], &[nr, ret]);
@@ -431,7 +438,7 @@ fn general(nr: i64, args: [u64; 6]) -> i64 {
             Dispatch::Host => {}
         }
     }
-    if sigdefer::delivers_into_frame() && sigdefer::any_pending() {
+    if sigdefer::frame_mode() == sigdefer::FrameMode::Trap && sigdefer::any_pending() {
         // A signal came before the call began: as on Linux, its handler
         // runs first, in a frame that points at the `syscall` instruction,
         // and the program then issues the call (the trap's end restarts it).

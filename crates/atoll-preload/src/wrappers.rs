@@ -99,6 +99,8 @@ trait Ret {
     fn from_raw(v: i64) -> Self;
     /// Did the call fail (its errno then says why)?
     fn failed(&self) -> bool;
+    /// The value as RAX holds it when the function returns.
+    fn rax(&self) -> i64;
 }
 
 impl Ret for c_int {
@@ -114,6 +116,10 @@ impl Ret for c_int {
     #[inline]
     fn failed(&self) -> bool {
         *self == -1
+    }
+    #[inline]
+    fn rax(&self) -> i64 {
+        *self as i64
     }
 }
 
@@ -131,6 +137,10 @@ impl Ret for isize {
     fn failed(&self) -> bool {
         *self == -1
     }
+    #[inline]
+    fn rax(&self) -> i64 {
+        *self as i64
+    }
 }
 
 impl Ret for c_uint {
@@ -142,6 +152,10 @@ impl Ret for c_uint {
     #[inline]
     fn failed(&self) -> bool {
         false
+    }
+    #[inline]
+    fn rax(&self) -> i64 {
+        *self as i64
     }
 }
 
@@ -158,6 +172,10 @@ impl Ret for i64 {
     #[inline]
     fn failed(&self) -> bool {
         *self == -1
+    }
+    #[inline]
+    fn rax(&self) -> i64 {
+        *self as i64
     }
 }
 
@@ -219,10 +237,22 @@ macro_rules! wrap {
                 }
             };
             $( if $chk { return host(); } )?
-            let Some(_guard) = enter() else { return host() };
+            let Some(guard) = enter() else { return host() };
+            let frame = sigdefer::FrameDelivery::enter(sigdefer::FrameMode::Return);
             match client::dispatch(nr, &args) {
-                Dispatch::Host => through_host_link(nr, &args, sigdefer::host_call(host)),
-                Dispatch::Done(v) => <$r as Ret>::from_raw(v),
+                Dispatch::Host => {
+                    drop(frame);
+                    let r = through_host_link(nr, &args, sigdefer::host_call(host));
+                    drop(guard);
+                    r
+                }
+                Dispatch::Done(v) => {
+                    let r = <$r as Ret>::from_raw(v);
+                    // Signals deferred meanwhile: in the program's frame
+                    // at this return.
+                    crate::retframe::finish(guard, frame, r.rax());
+                    r
+                }
             }
         }
     )*};
@@ -253,10 +283,22 @@ macro_rules! wrap_va {
                     None => <$r as Ret>::from_raw(raw::syscall6(nr, args)),
                 }
             };
-            let Some(_guard) = enter() else { return host() };
+            let Some(guard) = enter() else { return host() };
+            let frame = sigdefer::FrameDelivery::enter(sigdefer::FrameMode::Return);
             match client::dispatch(nr, &args) {
-                Dispatch::Host => through_host_link(nr, &args, sigdefer::host_call(host)),
-                Dispatch::Done(v) => <$r as Ret>::from_raw(v),
+                Dispatch::Host => {
+                    drop(frame);
+                    let r = through_host_link(nr, &args, sigdefer::host_call(host));
+                    drop(guard);
+                    r
+                }
+                Dispatch::Done(v) => {
+                    let r = <$r as Ret>::from_raw(v);
+                    // Signals deferred meanwhile: in the program's frame
+                    // at this return.
+                    crate::retframe::finish(guard, frame, r.rax());
+                    r
+                }
             }
         }
     )*};

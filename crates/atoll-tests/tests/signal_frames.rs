@@ -39,7 +39,11 @@ fn same_on_host_and_atoll(bin: &std::path::Path, host_arg: &str, atoll_arg: &str
 /// it, with RAX = the call's number, when the call restarts), the
 /// program's RSP, RAX = `-EINTR`, callee-saved registers and mask, the
 /// sender's siginfo, the alternate stack; a handler that sets RAX or RIP
-/// changes what the program resumes with.
+/// changes what the program resumes with. Through libc's `read` (atoll's
+/// wrapper) the handler finds the call's return point and the program's
+/// callee-saved registers (Linux shows the frame inside libc's `read`,
+/// atoll the one at its return), and a RAX it sets is what `read`
+/// returns.
 #[test]
 fn a_trapped_call_interrupted_in_atoll_code_shows_its_handler_the_programs_frame() {
     let dir = tempfile::tempdir().unwrap();
@@ -54,6 +58,22 @@ fn a_trapped_call_interrupted_in_atoll_code_shows_its_handler_the_programs_frame
     assert!(out.contains("handler sets RAX: returned 4242;"), "{out}");
     assert!(out.contains("handler sets RIP: returned 55;"), "{out}");
     assert!(out.contains("on the alternate stack yes\n"), "{out}");
+    let libc_frame = "found the call's return point yes, callee-saved the program's, mask the \
+                      program's, siginfo code SI_QUEUE pid the sender's value 1234";
+    assert!(
+        out.contains(&format!(
+            "libc read without SA_RESTART: returned -1 EINTR; handler ran 1, {libc_frame}\n"
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains("libc read with SA_RESTART: returned 2; handler ran 1\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("libc read, handler sets RAX: returned 4242;"),
+        "{out}"
+    );
 }
 
 /// Record locks (`F_SETLKW`, `F_OFD_SETLKW`), `flock` and a FIFO open,

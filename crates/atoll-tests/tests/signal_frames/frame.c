@@ -1,8 +1,9 @@
 /* The frame a handler gets for a signal that arrives while atoll code
-   runs a trapped call (a blocking read of an atoll pipe through an
-   inline `syscall`): RIP, RSP, RAX, callee-saved registers, mask, the
-   sender's siginfo, the alternate stack, as Linux shows them on the
-   return from that system call; and what the handler writes into
+   runs a blocking read of an atoll pipe: through an inline `syscall`
+   (trapped), RIP, RSP, RAX, callee-saved registers, mask, the sender's
+   siginfo, the alternate stack, as Linux shows them on the return from
+   that system call; through libc's read (a wrapper), the call's return
+   point and the callee-saved registers; and what the handler writes into
    `uc_mcontext` (RAX, RIP) is what the program resumes with. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -48,6 +49,33 @@ asm(".text\n"
     "  pop %r15\n  pop %r14\n  pop %r13\n  pop %r12\n  pop %rbp\n  pop %rbx\n"
     "  ret\n"
     ".size probe_read, .-probe_read\n");
+
+/* plt_read(fd, buf, n): read() through libc (a PLT call), with the same
+   magic callee-saved registers; plt_rsp is the stack pointer at the call
+   (and after its return), plt_after the return address. */
+extern long plt_read(long fd, void *buf, long n);
+extern char plt_after[];
+unsigned long plt_rsp;
+asm(".text\n"
+    ".globl plt_read\n"
+    ".type plt_read,@function\n"
+    "plt_read:\n"
+    "  push %rbx\n  push %rbp\n  push %r12\n  push %r13\n  push %r14\n  push %r15\n"
+    "  sub $8, %rsp\n"
+    "  movabs $0x1111111111111111, %rbx\n"
+    "  movabs $0x2222222222222222, %rbp\n"
+    "  movabs $0x3333333333333333, %r12\n"
+    "  movabs $0x4444444444444444, %r13\n"
+    "  movabs $0x5555555555555555, %r14\n"
+    "  movabs $0x6666666666666666, %r15\n"
+    "  mov %rsp, plt_rsp(%rip)\n"
+    "  call read@PLT\n"
+    ".globl plt_after\n"
+    "plt_after:\n"
+    "  add $8, %rsp\n"
+    "  pop %r15\n  pop %r14\n  pop %r13\n  pop %r12\n  pop %rbp\n  pop %rbx\n"
+    "  ret\n"
+    ".size plt_read, .-plt_read\n");
 
 static int note_fd = -1;
 static volatile sig_atomic_t change; /* 1: RAX = 4242, 2: RIP = probe_skip */
@@ -143,6 +171,46 @@ static const char *callee_saved(void) {
     return memcmp(seen.saved, magic, sizeof magic) == 0 ? "the program's" : "other";
 }
 
+/* Linux shows the frame inside libc's read (its return address on top of
+   the stack), atoll the frame at read's return: both are the call's
+   return point, with the program's callee-saved registers. */
+static const char *return_point(void) {
+    if (seen.rip == (greg_t)plt_after && seen.rsp == (greg_t)plt_rsp) return "yes";
+    if (seen.rsp + 8 == (greg_t)plt_rsp && *(greg_t *)seen.rsp == (greg_t)plt_after) return "yes";
+    return "no";
+}
+
+static void libc_case(const char *name, int flags, int how, int feed, int notes_r) {
+    int rd[2];
+    char buf[8];
+    if (pipe(rd) != 0) exit(2);
+    install(flags);
+    change = how;
+    memset(&seen, 0, sizeof seen);
+    pid_t s = sender(notes_r, feed ? rd[1] : -1);
+    errno = 0;
+    long r = plt_read(rd[0], buf, sizeof buf);
+    int e = errno;
+    int st;
+    waitpid(s, &st, 0);
+    if (!feed) {
+        char c;
+        if (read(notes_r, &c, 1) != 1) exit(2);
+    }
+    printf("%s: returned %ld%s; handler ran %d", name, r, r < 0 && e == EINTR ? " EINTR" : "",
+           seen.runs);
+    if (!feed)
+        printf(", found the call's return point %s, callee-saved %s, mask %s, "
+               "siginfo code %s pid %s value %d",
+               return_point(), callee_saved(),
+               seen.usr2_blocked && !seen.usr1_blocked ? "the program's" : "other",
+               seen.code == SI_QUEUE ? "SI_QUEUE" : "other",
+               seen.pid == s ? "the sender's" : "other", seen.value);
+    printf("\n");
+    close(rd[0]);
+    close(rd[1]);
+}
+
 static void run_case(const char *name, int flags, int how, int feed, int notes_r) {
     int rd[2];
     char buf[8];
@@ -186,6 +254,9 @@ int main(void) {
     run_case("read with SA_RESTART", SA_RESTART, 0, 1, np[0]);
     run_case("handler sets RAX", 0, 1, 0, np[0]);
     run_case("handler sets RIP", 0, 2, 0, np[0]);
+    libc_case("libc read without SA_RESTART", 0, 0, 0, np[0]);
+    libc_case("libc read with SA_RESTART", SA_RESTART, 0, 1, np[0]);
+    libc_case("libc read, handler sets RAX", 0, 1, 0, np[0]);
     stack_t ss = { .ss_sp = altstack, .ss_size = sizeof altstack, .ss_flags = 0 };
     if (sigaltstack(&ss, NULL) != 0) { perror("sigaltstack"); return 2; }
     run_case("SA_ONSTACK read without SA_RESTART", SA_ONSTACK, 0, 0, np[0]);

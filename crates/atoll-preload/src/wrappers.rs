@@ -175,7 +175,7 @@ impl Ret for i64 {
     }
     #[inline]
     fn rax(&self) -> i64 {
-        *self as i64
+        *self
     }
 }
 

@@ -95,6 +95,9 @@ extern "C" {
 /// program reads it; errno is already set). With deferred signals, they
 /// are delivered in the program's frame at the return (never returns);
 /// otherwise the guard and the frame mode are dropped as usual.
+/// Hot path (every wrapper call atoll answers): one thread-local load
+/// when nothing is pending.
+#[inline]
 pub fn finish(guard: AtollGuard, frame: FrameDelivery, rax: i64) {
     if !sigdefer::any_pending() {
         // Mode first: a signal deferred since the look is delivered by the
@@ -103,6 +106,13 @@ pub fn finish(guard: AtollGuard, frame: FrameDelivery, rax: i64) {
         drop(guard);
         return;
     }
+    deliver_at_return(guard, frame, rax);
+}
+
+/// [`finish`] with signals pending.
+#[cold]
+#[inline(never)]
+fn deliver_at_return(guard: AtollGuard, frame: FrameDelivery, rax: i64) {
     let program = caller_frame();
     let gate = gate();
     let (Some(mut program), Some(gate)) = (program, gate) else {

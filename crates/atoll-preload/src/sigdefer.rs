@@ -633,8 +633,16 @@ pub struct FrameDelivery {
 }
 
 impl FrameDelivery {
+    /// Hot path (every wrapper call): a plain load and store, no locked
+    /// exchange; only this thread (and its signal entry, which restores
+    /// what it changes) touches the byte.
+    #[inline]
     pub fn enter(mode: FrameMode) -> FrameDelivery {
-        let prev = FRAME_DELIVERY.with(|f| f.swap(mode as u8, Ordering::Relaxed));
+        let prev = FRAME_DELIVERY.with(|f| {
+            let prev = f.load(Ordering::Relaxed);
+            f.store(mode as u8, Ordering::Relaxed);
+            prev
+        });
         FrameDelivery {
             prev,
             _not_send: core::marker::PhantomData,
@@ -643,6 +651,7 @@ impl FrameDelivery {
 }
 
 impl Drop for FrameDelivery {
+    #[inline]
     fn drop(&mut self) {
         FRAME_DELIVERY.with(|f| f.store(self.prev, Ordering::Relaxed));
     }

@@ -113,10 +113,13 @@ pub fn finish(guard: AtollGuard, frame: FrameDelivery, rax: i64) {
 #[cold]
 #[inline(never)]
 fn deliver_at_return(guard: AtollGuard, frame: FrameDelivery, rax: i64) {
+    // The program's errno, as the wrapper set it; the unwinder may touch it.
+    let errno = raw::errno();
     let program = caller_frame();
     let gate = gate();
     let (Some(mut program), Some(gate)) = (program, gate) else {
         // Delivered by the guard's drop, in atoll's frame, as before.
+        raw::set_errno(errno);
         drop(frame);
         drop(guard);
         return;
@@ -127,6 +130,7 @@ fn deliver_at_return(guard: AtollGuard, frame: FrameDelivery, rax: i64) {
     // still says the signals are ours, so the drop leaves them pending.
     drop(guard);
     drop(frame);
+    raw::set_errno(errno);
     // SAFETY: the gate's `syscall` traps; its SIGSYS handler sends the
     // thread to the program's return address with the program's stack
     // pointer, so nothing of this frame or its callers' is used again

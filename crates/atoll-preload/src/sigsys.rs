@@ -438,12 +438,6 @@ fn general(nr: i64, args: [u64; 6]) -> i64 {
             Dispatch::Host => {}
         }
     }
-    if sigdefer::frame_mode() == sigdefer::FrameMode::Trap && sigdefer::any_pending() {
-        // A signal came before the call began: as on Linux, its handler
-        // runs first, in a frame that points at the `syscall` instruction,
-        // and the program then issues the call (the trap's end restarts it).
-        return -(atoll_client::intr::ERESTARTNOINTR as i64);
-    }
     // Nothing of atoll is held: a program handler interrupting the call
     // runs in it as program code (see `sigdefer`).
     let r = sigdefer::host_call(|| match sigdefer::reaping_wait(nr, &args) {

@@ -88,8 +88,12 @@ pub fn dispatch(nr: i64, args: &[u64; 6]) -> Dispatch {
     let restart_code = Dispatch::Done(-(atoll_client::intr::ERESTARTSYS as i64));
     let always_restart = Dispatch::Done(-(atoll_client::intr::ERESTARTNOINTR as i64));
     loop {
-        let r = catch_unwind(|| atoll_client::dispatch(nr, args))
-            .unwrap_or(Dispatch::Done(-(libc::EIO as i64)));
+        // On atoll's own stack: the program's may be a small alternate
+        // signal stack or a goroutine's (see `stack`).
+        let r = crate::stack::run(|| {
+            catch_unwind(|| atoll_client::dispatch(nr, args))
+                .unwrap_or(Dispatch::Done(-(libc::EIO as i64)))
+        });
         let interrupted = r == restart_code;
         let again = r == always_restart;
         if !interrupted && !again && !sigdefer::any_pending() {

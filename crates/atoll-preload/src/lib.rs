@@ -19,7 +19,8 @@
 //! * `rewrite` — sites whose `syscall` trapped are rewritten, the first
 //!   time, into calls of atoll's entry (no signal afterwards).
 //! * `client` — the single door to `atoll-client` (mode, dispatch, fork
-//!   hooks); `stats` counts traps; `raw` issues system calls from our text.
+//!   hooks); `stack` runs the client's work on atoll's own stack; `stats`
+//!   counts traps; `raw` issues system calls from our text.
 //!
 //! Relies on: `atoll-client` (what a system call means for atoll), glibc's
 //! dynamic loader (`dlsym(RTLD_NEXT)`, `dl_iterate_phdr`), Linux ≥ 5.11 SUD.
@@ -37,6 +38,7 @@ mod selector;
 mod sigdefer;
 mod sigfix;
 mod sigsys;
+mod stack;
 mod stats;
 #[cfg(not(test))]
 mod wrappers;

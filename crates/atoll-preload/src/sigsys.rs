@@ -178,6 +178,17 @@ pub fn debug(parts: &[&[u8]], nums: &[i64]) {
 /// # Safety
 /// Only the kernel calls this, with a valid `siginfo_t` and `ucontext_t`.
 unsafe extern "C" fn on_sigsys(sig: libc::c_int, info: *mut libc::siginfo_t, ucv: *mut c_void) {
+    // The kernel put this frame on whatever stack the program was on (a
+    // goroutine's, an alternate signal stack): the rest runs on atoll's.
+    // SAFETY: the kernel's own arguments, passed on.
+    crate::stack::run(|| unsafe { on_sigsys_here(sig, info, ucv) });
+}
+
+/// The SIGSYS handler's work, on atoll's stack.
+///
+/// # Safety
+/// As [`on_sigsys`].
+unsafe fn on_sigsys_here(sig: libc::c_int, info: *mut libc::siginfo_t, ucv: *mut c_void) {
     // First thing, before anything that could issue a system call.
     let guard = AtollGuard::enter();
     let saved_errno = raw::errno();
@@ -437,6 +448,10 @@ fn general(nr: i64, args: [u64; 6]) -> i64 {
             Dispatch::Done(v) => return v,
             Dispatch::Host => {}
         }
+    }
+    if nr == libc::SYS_exit {
+        // The thread ends: its atoll stack goes with it.
+        crate::stack::exit_thread(args[0]);
     }
     // Nothing of atoll is held: a program handler interrupting the call
     // runs in it as program code (see `sigdefer`).

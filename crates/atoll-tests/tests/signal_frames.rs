@@ -106,3 +106,26 @@ fn unbounded_waits_are_interrupted_and_restarted_as_on_the_host() {
         "{out}"
     );
 }
+
+/// A system call costs the program no stack on Linux, so programs run
+/// handlers on small alternate stacks (CPython's `faulthandler`: 16 KiB)
+/// and threads on `PTHREAD_STACK_MIN`. atoll's work for their file calls
+/// runs on a stack of its own: on the program's, it overflowed the
+/// handler's 16 KiB into the memory below (CPython crashed at exit in
+/// its garbage collector after a signal with a wakeup fd).
+#[test]
+fn file_calls_from_small_stacks_fit_as_on_the_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = compile_probe(
+        dir.path(),
+        "smallstack",
+        include_str!("signal_frames/smallstack.c"),
+    );
+    let work = tempfile::tempdir_in("/dev/shm").unwrap();
+    let out = same_on_host_and_atoll(&bin, work.path().to_str().unwrap(), "\"$ROOT\"");
+    assert!(
+        out.contains("handler on a 16 KiB alternate stack: 4 of 4 calls\n"),
+        "{out}"
+    );
+    assert!(out.contains("-byte stack: 4 of 4 calls\n"), "{out}");
+}

@@ -758,6 +758,9 @@ fn passes_own_session(c: &Client, lane: &LazyLane, spawn: bool, text: Option<Ino
 /// new image `Reattach`es on it (its lanes are made then). A failed exec
 /// drops the copy; the session stays this image's.
 fn hand_over_own_session(c: &Client, exe: Option<Vec<u8>>) -> Result<(Option<OwnedFd>, String)> {
+    // Blocks this image still holds copies of go back first, as in
+    // `hand_over` (no server is asked).
+    crate::incoherent::write_back(c);
     let st = State {
         cwd: c.cwd().map(|w| (w.path.clone(), Some(w.ino.0))),
         fds: Vec::new(),

@@ -661,6 +661,7 @@ pub fn status_json(st: &InstanceStatus, rec: &InstanceRecord) -> serde_json::Val
         "socket": rec.socket,
         "clients": st.clients,
         "lanes": st.lanes,
+        "lanes_made": st.lanes_made,
         "island": island(st),
         // `rewrite` or `trap` (`--syscall-sites`), and why.
         "syscall_sites": st.syscall_sites,

@@ -65,6 +65,11 @@ static TABLE: Table = Table {
 /// Tracked pieces (a cheap gate for `munmap`, `close` and exit).
 static COUNT: AtomicUsize = AtomicUsize::new(0);
 
+/// Does this process track no copied mapping?
+pub fn is_empty() -> bool {
+    COUNT.load(Ordering::Acquire) == 0
+}
+
 /// The table's lock, for [`crate::forkgate`].
 pub fn fork_lock() -> &'static SpinLock {
     &TABLE.lock

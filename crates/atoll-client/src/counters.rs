@@ -121,6 +121,32 @@ pub fn report_now() {
     }
 }
 
+/// Before `execve` without a lane: the deltas since the last report
+/// (empty when there are none), for the new image to [`carry`]. Read, not
+/// taken: should the exec fail, this image still reports them.
+pub fn unreported() -> Vec<u64> {
+    let mut d = [0u64; 11];
+    for (i, c) in all().iter().enumerate() {
+        d[i] = c
+            .load(Ordering::Relaxed)
+            .saturating_sub(REPORTED[i].load(Ordering::Relaxed));
+    }
+    if d.iter().all(|&n| n == 0) {
+        return Vec::new();
+    }
+    d.to_vec()
+}
+
+/// In a new image: count what the old one left unreported (`unreported`),
+/// so it goes out with this image's next report. Extra entries (a newer
+/// sender) are ignored.
+pub fn carry(deltas: &[u64]) {
+    for (c, d) in all().iter().zip(deltas) {
+        c.fetch_add(*d, Ordering::Relaxed);
+        PENDING.fetch_add(*d, Ordering::Relaxed);
+    }
+}
+
 /// In a forked child: what the parent counted is the parent's to report.
 pub fn forget() {
     take();

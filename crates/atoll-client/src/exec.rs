@@ -45,7 +45,7 @@ use crate::error::{err, Error, Result};
 use crate::fdtable::{self, DescInfo};
 use crate::file;
 use crate::path::parse_shebang;
-use crate::session::{self, Client, Cwd, Lane};
+use crate::session::{self, Client, Cwd, Lane, LazyLane};
 use crate::state::{FdState, State};
 use crate::sys;
 use crate::walk::{NodeStep, Walker};
@@ -300,6 +300,7 @@ pub fn initial_state_env(cwd: &str) -> (String, String) {
         fds: Vec::new(),
         exe: None,
         locks: false,
+        counters: Vec::new(),
     };
     (ENV_STATE.to_string(), st.encode())
 }
@@ -319,7 +320,7 @@ enum Program {
 
 fn resolve_program(
     c: &Client,
-    lane: &Lane,
+    lane: &LazyLane,
     dirfd: i64,
     path: &[u8],
     flags: i32,
@@ -338,7 +339,11 @@ fn resolve_program(
             None => Ok(Program::Host(None)),
         };
     }
-    let Some(mut w) = Walker::start(c, lane, dirfd, path)? else {
+    // A host program takes no lane (the walker would give up at once).
+    if !crate::walk::concerns(c, dirfd, path) {
+        return Ok(Program::Host(None));
+    }
+    let Some(mut w) = Walker::start(c, lane.get()?, dirfd, path)? else {
         return Ok(Program::Host(None));
     };
     match w.node(follow)? {
@@ -430,7 +435,9 @@ fn prepare_inner(
         let env: Vec<Vec<u8>> = env.into_iter().map(<[u8]>::to_vec).collect();
         return build(path, &argv, &env, dirfd as i32, flags, None, None);
     };
-    let lane = c.lane()?;
+    // Taken when something needs a server: the exec of a host program by
+    // a child that touched nothing in the mount asks for no lane.
+    let lane = LazyLane::new(c);
     let mut argv = argv;
     let mut prog_path: Vec<u8> = path.to_vec();
     let mut dirfd = dirfd;
@@ -470,10 +477,11 @@ fn prepare_inner(
                 break;
             }
             Program::Atoll { ino, ftype } => {
-                let desc = open_program(c, &lane, ino, ftype)?;
+                let lane = lane.get()?;
+                let desc = open_program(c, lane, ino, ftype)?;
                 let r = (|| -> Result<Option<Shebang>> {
                     let mut head = [0u8; 256];
-                    let n = file::read_id(c, &lane, desc, &mut head, Some(0))?;
+                    let n = file::read_id(c, lane, desc, &mut head, Some(0))?;
                     if let Some((interp, arg)) = parse_shebang(&head[..n]) {
                         if n == head.len() && !head.contains(&b'\n') {
                             return err(libc::ENOEXEC);
@@ -483,7 +491,7 @@ fn prepare_inner(
                     if n == 0 {
                         return err(libc::ENOEXEC);
                     }
-                    exec_fd = Some(copy_to_memfd(c, &lane, desc, &prog_path)?);
+                    exec_fd = Some(copy_to_memfd(c, lane, desc, &prog_path)?);
                     text = Some(ino);
                     let abs = absolute(c, dirfd, &prog_path)?;
                     exe = Some(
@@ -514,7 +522,11 @@ fn prepare_inner(
             }
         }
     }
-    let (session_fd, state) = hand_over(c, &lane, exe, text)?;
+    let (session_fd, state) = if passes_own_session(c, &lane, spawn, text) {
+        hand_over_own_session(c, exe)?
+    } else {
+        hand_over(c, &lane, exe, text)?
+    };
     let mut env = rewrite_env(
         &env,
         c.preload.as_deref(),
@@ -716,15 +728,57 @@ fn absolute(c: &Client, dirfd: i64, path: &[u8]) -> Result<Vec<u8>> {
 
 /// Create the child session, share the surviving descriptions with it and
 /// serialise the state. Degrades to "no fds" if the instance refuses.
+/// May the new image run in this image's session as it is, instead of a
+/// child session made for it (`Fork`)? Only when the session holds
+/// nothing the new image must not inherit, which is what a forked child
+/// that only execs a host program has: no lane (it asked no server
+/// anything), no description (none open: no fd, mapping or copied mapping
+/// refers to one), no record or `flock` lock, no running atoll program
+/// (the text mark of `Exec`). And only for `execve` run here or on another
+/// core in place: `posix_spawn` keeps its session for the caller, a remote
+/// exec leaves the caller behind as the program's proxy with its own.
+/// Saves the `Fork` round trip with the boot thread and the end of the
+/// old session at exec (`SessionClosed` to every server).
+fn passes_own_session(c: &Client, lane: &LazyLane, spawn: bool, text: Option<InodeId>) -> bool {
+    !spawn
+        && text.is_none()
+        && lane.taken().is_none()
+        && c.has_no_lane()
+        && placement::exec_via() == placement::ExecVia::Place
+        && SELF_EXE.get().is_none()
+        && !c.posix_locks.load(Ordering::Relaxed)
+        && !c.any_locks.load(Ordering::Relaxed)
+        && fdtable::live_descs().is_empty()
+        && crate::mapping::is_empty()
+        && crate::copymap::is_empty()
+}
+
+/// The hand-over when the new image keeps this session
+/// ([`passes_own_session`]): the session socket survives exec, and the
+/// new image `Reattach`es on it (its lanes are made then). A failed exec
+/// drops the copy; the session stays this image's.
+fn hand_over_own_session(c: &Client, exe: Option<Vec<u8>>) -> Result<(Option<OwnedFd>, String)> {
+    // Blocks this image still holds copies of go back first, as in
+    // `hand_over` (no server is asked).
+    crate::incoherent::write_back(c);
+    let st = State {
+        cwd: c.cwd().map(|w| (w.path.clone(), Some(w.ino.0))),
+        fds: Vec::new(),
+        exe,
+        locks: false,
+        counters: crate::counters::unreported(),
+    };
+    Ok((Some(c.inheritable_socket()?), st.encode()))
+}
+
 fn hand_over(
     c: &Client,
-    lane: &Lane,
+    lane: &LazyLane,
     exe: Option<Vec<u8>>,
     text: Option<InodeId>,
 ) -> Result<(Option<OwnedFd>, String)> {
     // The new image finds the offsets on the servers (Hare §3.5.1).
     crate::hybrid::share_all(c, lane);
-    crate::counters::report(c, lane);
     crate::incoherent::write_back(c);
     crate::copymap::sync_all(c);
     let mut st = State {
@@ -732,6 +786,7 @@ fn hand_over(
         fds: Vec::new(),
         exe,
         locks: false,
+        counters: Vec::new(),
     };
     let (child, sock) = match c.fork_session() {
         Ok(x) => x,
@@ -740,11 +795,13 @@ fn hand_over(
     if let Some(ino) = text {
         // The new image runs `ino`: no one may write it meanwhile, and it
         // may not start while someone does (ETXTBSY, server `fs/text.rs`).
-        lane.call_ok(c, ino.owner(), Request::Exec { ino, to: child })?;
+        lane.get()?
+            .call_ok(c, ino.owner(), Request::Exec { ino, to: child })?;
     }
     if c.posix_locks.load(core::sync::atomic::Ordering::Relaxed) {
         // Record locks outlive execve (the process stays); the new image
         // runs in `child`, so they go to it before this session ends.
+        let lane = lane.get()?;
         for server in 0..c.nservers {
             let _ = lane.call_ok(c, server, Request::PassLocks { to: child });
         }
@@ -764,6 +821,7 @@ fn hand_over(
         };
         let desc = d.desc();
         if !shared.contains(&desc) {
+            let Ok(lane) = lane.get() else { continue };
             if lane
                 .call_ok(c, desc.server(), Request::Share { desc, to: child })
                 .is_err()
@@ -782,6 +840,13 @@ fn hand_over(
             placeholder: (dev, pino),
             path: d.path().map(<[u8]>::to_vec),
         });
+    }
+    // What this image counted goes to the servers with a lane it holds
+    // anyway, else to the new image (a lane just for it would cost a
+    // `NewLane` in every forked child that execs).
+    match lane.taken() {
+        Some(lane) => crate::counters::report(c, lane),
+        None => st.counters = crate::counters::unreported(),
     }
     // The child's socket must survive exec: no CLOEXEC, high number.
     let raw = sock.into_raw_fd();
@@ -808,6 +873,7 @@ pub fn restore(c: &Client, text: &str, with_session: bool) {
     if let Some(e) = &st.exe {
         let _ = SELF_EXE.set(e.clone());
     }
+    crate::counters::carry(&st.counters);
     if st.locks {
         c.posix_locks
             .store(true, core::sync::atomic::Ordering::Relaxed);

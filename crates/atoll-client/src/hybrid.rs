@@ -200,11 +200,14 @@ fn push(c: &Client, lane: &Lane, d: &DescRef) -> Result<()> {
 
 /// Before descriptions leave this process (`Share` at fork, the exec
 /// hand-over): move every local offset to its server.
-pub fn share_all(c: &Client, lane: &Lane) {
+/// Takes a lane only when there is an offset to move.
+pub fn share_all(c: &Client, lane: &crate::session::LazyLane) {
     for d in fdtable::local_descs() {
         let _g = d.lock_pos();
         if d.is_local() {
-            let _ = push(c, lane, &d);
+            if let Ok(lane) = lane.get() {
+                let _ = push(c, lane, &d);
+            }
         }
     }
 }

@@ -1299,18 +1299,21 @@ pub fn fork_prepare() -> core::result::Result<Option<ForkPrep>, i32> {
         return Ok(None);
     };
     let (child, socket) = c.fork_session().map_err(|e| e.errno())?;
-    let l = c.lane().map_err(|e| e.errno())?;
+    let held = session::LazyLane::holding(c, c.lane().map_err(|e| e.errno())?);
     // Shared descriptions keep their offsets on the server (Hare §3.5.1).
-    hybrid::share_all(c, &l);
+    hybrid::share_all(c, &held);
+    let Some(l) = held.taken() else {
+        return Err(libc::EIO);
+    };
     for desc in fdtable::live_descs() {
         // A description that fails to share (closed meanwhile) is simply
         // not usable in the child.
         let _ = l.call_ok(c, desc.server(), Request::Share { desc, to: child });
     }
     // The child's copy of our memory maps what we map.
-    mapping::share_with(c, &l, child);
-    copymap::share_with(c, &l, child);
-    drop(l);
+    mapping::share_with(c, l, child);
+    copymap::share_with(c, l, child);
+    drop(held);
     Ok(Some(ForkPrep {
         child,
         socket,

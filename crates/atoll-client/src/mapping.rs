@@ -92,6 +92,11 @@ static TABLE: Table = Table {
 /// Pieces tracked and the span of addresses they cover, read without the
 /// lock as a fast filter (every `munmap` of the process asks).
 static COUNT: AtomicUsize = AtomicUsize::new(0);
+
+/// Does this process map no atoll file?
+pub fn is_empty() -> bool {
+    COUNT.load(Ordering::Acquire) == 0
+}
 static LOW: AtomicU64 = AtomicU64::new(0);
 static HIGH: AtomicU64 = AtomicU64::new(0);
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);

@@ -481,6 +481,46 @@ impl Drop for LaneGuard {
     }
 }
 
+/// A lane taken at its first use, for a call that may need no server at
+/// all: a forked child's session has no lane yet (`Client::lane` would
+/// ask `NewLane`), and the `execve` of a host program with no atoll
+/// descriptor to hand over needs none.
+pub struct LazyLane<'c> {
+    c: &'c Client,
+    lane: std::cell::OnceCell<LaneGuard>,
+}
+
+impl<'c> LazyLane<'c> {
+    pub fn new(c: &'c Client) -> LazyLane<'c> {
+        LazyLane {
+            c,
+            lane: std::cell::OnceCell::new(),
+        }
+    }
+
+    /// One holding `lane` already.
+    pub fn holding(c: &'c Client, lane: LaneGuard) -> LazyLane<'c> {
+        LazyLane {
+            c,
+            lane: std::cell::OnceCell::from(lane),
+        }
+    }
+
+    /// The lane, taken now if it was not yet.
+    pub fn get(&self) -> Result<&Lane> {
+        if let Some(g) = self.lane.get() {
+            return Ok(g);
+        }
+        let g = self.c.lane()?;
+        Ok(self.lane.get_or_init(|| g))
+    }
+
+    /// The lane if one was taken already.
+    pub fn taken(&self) -> Option<&Lane> {
+        self.lane.get().map(|g| &**g)
+    }
+}
+
 /// One session: its id and its lanes. Replaced wholesale in a forked child.
 pub struct Session {
     pub id: SessionId,
@@ -822,6 +862,24 @@ impl Client {
             .next()
             .ok_or_else(|| Error::Boot("Fork without socket".into()))?;
         Ok((child, socket))
+    }
+
+    /// Has this image's session no lane (a forked child that has not
+    /// asked a server anything yet)?
+    pub fn has_no_lane(&self) -> bool {
+        self.session().lanes[0].load(Ordering::Acquire).is_null()
+    }
+
+    /// A copy of the session socket that survives `execve` (no
+    /// `FD_CLOEXEC`, at a high number), for a new image to `Reattach` on.
+    pub fn inheritable_socket(&self) -> Result<OwnedFd> {
+        let sock = self.socket_fd.load(Ordering::Relaxed);
+        let n = sys::fcntl_int(sock, libc::F_DUPFD, PRIVATE_FD_MIN as i64);
+        if n < 0 {
+            return Err(Error::Errno(-n as i32));
+        }
+        // SAFETY: `n` was just made by F_DUPFD and is owned by no one else.
+        Ok(unsafe { OwnedFd::from_raw_fd(n as i32) })
     }
 
     /// In a forked child: switch to the child session, which has no lane

@@ -3,8 +3,10 @@
 //! the program's `main`).
 //!
 //! ```text
-//! v1;c:<hex path>[:<hex ino>];f:<fd>:<desc>:<ino>:<flags>:<type>:<cookie>:<dev>:<pino>[:<hex path>];…
+//! v1;c:<hex path>[:<hex ino>];f:<fd>:<desc>:<ino>:<flags>:<type>:<cookie>:<dev>:<pino>[:<hex path>];…[;k:<n>:<n>…]
 //! ```
+//! `k` carries client counters the old image counted but did not report
+//! (it had no lane, and took none just for them; `counters`).
 //! Numbers are hexadecimal. `dev`/`pino` identify the placeholder memfd the
 //! fd was a dup of: the new image checks each fd still refers to it (fds
 //! closed by `FD_CLOEXEC` or replaced since vanish, and their descriptions
@@ -35,6 +37,9 @@ pub struct State {
     /// The process holds (or held) POSIX record locks, passed on to the
     /// new image's session.
     pub locks: bool,
+    /// Unreported client counter deltas (`counters::unreported`), for the
+    /// new image to report with its own.
+    pub counters: Vec<u64>,
 }
 
 fn hex(b: &[u8]) -> String {
@@ -84,6 +89,12 @@ impl State {
                 let _ = write!(s, ":{}", hex(p));
             }
         }
+        if !self.counters.is_empty() {
+            s.push_str(";k");
+            for n in &self.counters {
+                let _ = write!(s, ":{n:x}");
+            }
+        }
         s
     }
 
@@ -108,6 +119,7 @@ impl State {
                 }
                 "e" => st.exe = Some(unhex(f.next()?)?),
                 "l" => st.locks = true,
+                "k" => st.counters = f.map(num).collect::<Option<Vec<u64>>>()?,
                 "f" => {
                     let mut n = || f.next().and_then(num);
                     let fd = n()? as i32;
@@ -172,6 +184,7 @@ mod tests {
             ],
             exe: Some(b"/atoll/bin/prog".to_vec()),
             locks: true,
+            counters: vec![0, 7, 0x1_0000_0000],
         };
         let text = st.encode();
         assert!(!text.contains(' '), "env-safe text: {text}");
@@ -185,12 +198,14 @@ mod tests {
             fds: vec![],
             exe: None,
             locks: false,
+            counters: vec![],
         };
         assert_eq!(State::decode(&st.encode()), Some(st));
         assert_eq!(State::decode("v2;c:00"), None);
         assert_eq!(State::decode("v1;f:3:zz"), None);
         assert_eq!(State::decode("v1;c:0"), None);
         assert_eq!(State::decode("v1;q:1"), None);
+        assert_eq!(State::decode("v1;k:1:x"), None);
         assert_eq!(State::decode("v1"), Some(State::default()));
     }
 }

@@ -305,6 +305,10 @@ pub struct InstanceStatus {
     pub pid: u32,
     pub clients: u64,
     pub lanes: u64,
+    /// Lanes made since the instance started (`Attach`, `Reattach` and
+    /// `NewLane` each make one): what process starts cost in channels.
+    #[serde(default)]
+    pub lanes_made: u64,
     pub servers: Vec<crate::ServerStats>,
     /// Instance-wide bounded metadata: `(resource, used, limit)` (inodes,
     /// names, open descriptions, locks, xattr bytes).

@@ -14,6 +14,14 @@
 //! ends to the server threads (`Admin::NewChannel`, followed by a doorbell
 //! ring) *before* replying, so a client's first request always finds its
 //! channel registered.
+//!
+//! Every process start asks for a lane (`Attach`/`Reattach`), so channels
+//! are made ahead of need: the boot thread keeps [`SPARE_LANES`] lanes'
+//! worth of fresh channels and makes the next ones after it has replied,
+//! while the client goes on (`memfd_create`, `ftruncate` and `mmap` per
+//! channel leave the reply's path). A channel is never reused: one that
+//! served an ended session may still be mapped by a process that closed
+//! its session socket but lives on.
 
 use std::collections::HashMap;
 use std::io::IoSlice;
@@ -274,6 +282,10 @@ pub struct BootParams {
 const LISTENER: u64 = 0;
 const WAKE: u64 = 1;
 
+/// Lanes' worth of channels kept made ahead of need (module docs): one
+/// for the next process start and one for a `NewLane` beside it.
+const SPARE_LANES: usize = 2;
+
 struct Conn {
     fd: OwnedFd,
     session: Option<SessionId>,
@@ -289,6 +301,10 @@ struct Boot {
     conns: HashMap<u64, Conn>,
     next_token: u64,
     next_session: u64,
+    /// Fresh channels, not yet given to any session (module docs).
+    spare: Vec<(OwnedFd, ServerChannel)>,
+    /// Lanes made since the instance started (`atoll status`).
+    lanes_made: u64,
 }
 
 /// Run the boot thread until `quit` is set and the wake eventfd written.
@@ -312,7 +328,10 @@ pub fn run(p: BootParams) -> std::io::Result<()> {
         conns: HashMap::new(),
         next_token: 2,
         next_session: 1,
+        spare: Vec::new(),
+        lanes_made: 0,
     };
+    b.make_spare_channels();
     let mut events: Vec<epoll::Event> = Vec::with_capacity(64);
     let mut buf = vec![0u8; MAX_BOOT_PACKET];
     loop {
@@ -335,6 +354,8 @@ pub fn run(p: BootParams) -> std::io::Result<()> {
                 t => b.readable(t, flags, &mut buf),
             }
         }
+        // After the replies: the clients go on meanwhile.
+        b.make_spare_channels();
     }
 }
 
@@ -416,16 +437,37 @@ impl Boot {
         s
     }
 
+    /// Top the spare channels up to [`SPARE_LANES`] lanes' worth. A
+    /// failure (out of memory) is left for `make_lane` to report to the
+    /// client that needs the channel.
+    fn make_spare_channels(&mut self) {
+        let want = SPARE_LANES * self.p.servers.len();
+        while self.spare.len() < want {
+            match ServerChannel::create() {
+                Ok(ch) => self.spare.push(ch),
+                Err(e) => {
+                    tracing::debug!("boot: no spare channel: {e}");
+                    return;
+                }
+            }
+        }
+    }
+
     /// Channels of a new lane: server ends to the server threads, client
-    /// ends (memfds) returned for the reply.
-    fn make_lane(&self, session: SessionId, lane: u32) -> std::io::Result<Vec<OwnedFd>> {
+    /// ends (memfds) returned for the reply. Spare channels first, fresh
+    /// ones when they ran out.
+    fn make_lane(&mut self, session: SessionId, lane: u32) -> std::io::Result<Vec<OwnedFd>> {
         let mut fds = Vec::with_capacity(self.p.servers.len());
         let mut chans = Vec::with_capacity(self.p.servers.len());
         for _ in 0..self.p.servers.len() {
-            let (fd, ch) = ServerChannel::create()?;
+            let (fd, ch) = match self.spare.pop() {
+                Some(ch) => ch,
+                None => ServerChannel::create()?,
+            };
             fds.push(fd);
             chans.push(ch);
         }
+        self.lanes_made += 1;
         for (i, ch) in chans.into_iter().enumerate() {
             self.p
                 .servers
@@ -458,9 +500,10 @@ impl Boot {
                 self.attach(token, s)
             }
             (BootRequest::Reattach { .. }, Some(s)) => {
-                // The old program image's lanes retire.
+                // The old program image's lanes retire (a forked child
+                // that only execs had none: nothing to tell the servers).
                 let before = self.conns.get(&token).map_or(0, |c| c.next_lane);
-                for i in 0..self.p.servers.len() {
+                for i in (0..self.p.servers.len()).filter(|_| before > 0) {
                     self.p
                         .servers
                         .post(i, Admin::RetireLanes { session: s, before });
@@ -606,6 +649,7 @@ impl Boot {
             pid: std::process::id(),
             clients: self.conns.values().filter(|c| c.session.is_some()).count() as u64,
             lanes: self.conns.values().map(|c| c.lanes as u64).sum(),
+            lanes_made: self.lanes_made,
             dir_names: self.p.servers.dir_names(&servers),
             servers,
             limits: crate::fs::limits::usage(&self.p.servers.control),

@@ -12,7 +12,10 @@
 //! waits on its doorbell, which clients ring after each request and the
 //! boot thread rings after posting an internal message; a server in
 //! `PollMode::Spin` (dedicated core) never sleeps and simply polls again,
-//! and its clients skip the doorbell. Posted requests
+//! and its clients skip the doorbell. In `PollMode::Adaptive` it spins
+//! before sleeping only after serving a request (the next one of that
+//! client may follow); after internal messages alone it sleeps at once.
+//! Posted requests
 //! ([`atoll_proto::POSTED`]) are served without a reply.
 //!
 //! Defence: a frame that does not decode is answered `EPROTO` if its id can
@@ -882,6 +885,12 @@ fn serve<S: BlockStore>(
     let mut start = 0usize;
     let mut idle_rounds = 0u32;
     let mut served_last = 0u64;
+    // Whether a client request was served since the last wait. A wake for
+    // internal messages only (a process attaching, a session ending: every
+    // process start brings a few) announces no request, so the server
+    // sleeps again at once instead of spinning out the adaptive budget on
+    // a core the starting program needs.
+    let mut served_since_wait = false;
     // Ring count at the last look at `admin` (off by one: look at once).
     let mut admin_rings = doorbell.rings().wrapping_sub(1);
     loop {
@@ -943,6 +952,7 @@ fn serve<S: BlockStore>(
         }
         if busy {
             idle_rounds = 0;
+            served_since_wait = true;
         } else if waiting_on_clients {
             std::thread::yield_now();
         } else if fs.has_pending_events() {
@@ -962,7 +972,12 @@ fn serve<S: BlockStore>(
                 std::hint::spin_loop();
             }
         } else {
-            doorbell.wait(params.poll);
+            let mode = match params.poll {
+                PollMode::Adaptive if !served_since_wait => PollMode::Block,
+                mode => mode,
+            };
+            doorbell.wait(mode);
+            served_since_wait = false;
         }
     }
 }

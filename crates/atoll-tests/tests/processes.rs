@@ -12,7 +12,7 @@ use std::process::Stdio;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use atoll_tests::{assert_same, atoll, compile_probe, require, run_in_atoll};
+use atoll_tests::{assert_same, atoll, compile_probe, require, run_in_atoll, MOUNT};
 
 /// Remote exec through the scheduling servers, the caller staying behind
 /// as a proxy (`--exec-via spawn`): what the proxy tests below exercise.
@@ -164,6 +164,57 @@ fn an_exec_in_place_keeps_pid_and_parent_and_leaves_no_process() {
             assert_eq!(lines[6], "0", "{opts:?}: no process left behind: {text}");
         }
     }
+}
+
+/// Lanes the instance made (`atoll status --json`) while its shell ran
+/// `n` fork+exec+wait of `/bin/true` with its cwd in the mount.
+fn lanes_made_by(inst: &Booted, n: u32) -> u64 {
+    let before = inst.lanes_made();
+    let out = inst.exec(&format!(
+        "cd {MOUNT}; for i in $(seq {n}); do /bin/true; done; echo done"
+    ));
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "done\n");
+    inst.lanes_made() - before
+}
+
+/// A forked child that only execs a host program asks no server anything:
+/// the new image's `Reattach` makes the one lane of the start (a lane for
+/// the hand-over, `NewLane`, made it two).
+#[test]
+fn a_fork_that_only_execs_a_host_program_makes_one_lane() {
+    let inst = Booted::new();
+    let few = lanes_made_by(&inst, 2);
+    let many = lanes_made_by(&inst, 12);
+    assert_eq!(
+        many - few,
+        10,
+        "lanes per fork+exec ({few} for 2, {many} for 12)"
+    );
+}
+
+/// A forked child that execs in its own session (nothing in it to leave
+/// behind) or, holding something, in a child session (an inherited atoll
+/// fd, a lock, a failed exec first, an atoll program) runs as on Linux.
+#[test]
+fn programs_forked_from_a_shell_in_the_mount_see_the_same_files() {
+    assert_same(
+        &[],
+        r#"
+        cd "$ROOT"
+        echo one > f; printf '#!/bin/sh\necho script "$@"; cat f\n' > s.sh; chmod +x s.sh
+        for i in 1 2 3; do cat f; done
+        ( exec cat f )
+        /nonexistent/prog 2>/dev/null; echo "status $?"
+        (cat f; echo two >> f) ; cat f
+        exec 3< f; cat <&3; sh -c 'cat <&3' ; exec 3<&-
+        flock f -c 'cat f'
+        ./s.sh a b
+        cat f | wc -l
+        ls
+        "#,
+        true,
+    );
 }
 
 /// An affinity the program sets itself (`taskset`, `sched_setaffinity`) is
@@ -563,13 +614,22 @@ impl Booted {
             .expect("atoll exec")
     }
 
-    /// `(daemon pid, sessions, open descriptions)`.
-    fn usage(&self) -> (u32, u64, u64) {
+    fn status(&self) -> serde_json::Value {
         let out = atoll()
             .args(["status", "--id", &self.id, "--json"])
             .output()
             .expect("status");
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("status JSON");
+        serde_json::from_slice(&out.stdout).expect("status JSON")
+    }
+
+    /// Lanes made since the instance started.
+    fn lanes_made(&self) -> u64 {
+        self.status()["lanes_made"].as_u64().expect("lanes_made")
+    }
+
+    /// `(daemon pid, sessions, open descriptions)`.
+    fn usage(&self) -> (u32, u64, u64) {
+        let v = self.status();
         let servers = v["servers"].as_array().expect("servers");
         let sum = |k: &str| servers.iter().map(|s| s[k].as_u64().unwrap_or(0)).sum();
         (

@@ -140,7 +140,11 @@ mod tests {
         assert_eq!(NodePolicy::parse("rank:2"), Some(NodePolicy::Rank(2)));
         assert_eq!(NodePolicy::parse("rank:x"), None);
         assert_eq!(NodePolicy::parse("far"), None);
-        let env: Vec<&[u8]> = vec![b"A=1", b"ATOLL_NODE_PLACEMENTX=rank:1", b"ATOLL_NODE_PLACEMENT=rr"];
+        let env: Vec<&[u8]> = vec![
+            b"A=1",
+            b"ATOLL_NODE_PLACEMENTX=rank:1",
+            b"ATOLL_NODE_PLACEMENT=rr",
+        ];
         assert_eq!(policy_in_env(env), Some(NodePolicy::RoundRobin));
         assert_eq!(choose(NodePolicy::Rank(2), 0, 0, 3), Some(2));
         assert_eq!(choose(NodePolicy::Rank(0), 0, 0, 3), None);

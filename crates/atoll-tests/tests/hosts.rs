@@ -411,10 +411,18 @@ fn a_program_execd_on_one_host_runs_on_another_and_its_status_is_the_callers() {
     );
     assert_eq!(String::from_utf8_lossy(&got.stderr), "err\n");
     // Placed on the caller's own node, or left local: it stays on A.
-    let here = on(&c, 0, "ATOLL_NODE_PLACEMENT=rank:0 readlink /proc/self/ns/net");
+    let here = on(
+        &c,
+        0,
+        "ATOLL_NODE_PLACEMENT=rank:0 readlink /proc/self/ns/net",
+    );
     assert_eq!(text(&here), a);
     // From an edge to the first node (the servers' host) as well.
-    let b_to_a = on(&c, 1, "ATOLL_NODE_PLACEMENT=rank:0 readlink /proc/self/ns/net");
+    let b_to_a = on(
+        &c,
+        1,
+        "ATOLL_NODE_PLACEMENT=rank:0 readlink /proc/self/ns/net",
+    );
     assert_eq!(text(&b_to_a), a);
 }
 

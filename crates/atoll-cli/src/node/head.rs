@@ -138,8 +138,11 @@ fn pump(peer: Arc<Peer>) {
                         // Not an edge: the proxy of a program to start
                         // here (`spawn.rs`); the link is its alone.
                         Ok(NodeMsg::Spawn(req)) if snapshot.is_empty() => {
-                            if let Some(host) = &peer.spawner {
-                                super::spawn::serve(peer.link.clone(), req, host);
+                            match &peer.spawner {
+                                Some(host) if host.admits(&*peer.link) => {
+                                    super::spawn::serve(peer.link.clone(), req, host)
+                                }
+                                _ => {}
                             }
                             peer.link.close();
                             return;

@@ -225,6 +225,7 @@ fn offer_spawn(
         socket: socket.to_path_buf(),
         mount: mount.to_string(),
         preload,
+        peers: spawn::peer_addresses(peers),
     }))
 }
 

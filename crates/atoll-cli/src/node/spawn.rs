@@ -23,6 +23,7 @@
 
 use std::ffi::{OsStr, OsString};
 use std::io::{Read, Write};
+use std::net::{IpAddr, ToSocketAddrs};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
@@ -59,6 +60,36 @@ pub struct SpawnHost {
     pub socket: PathBuf,
     pub mount: String,
     pub preload: PathBuf,
+    /// Addresses of the image's hosts: only their proxies may start
+    /// programs here.
+    pub peers: Vec<IpAddr>,
+}
+
+impl SpawnHost {
+    /// Is the other end of `link` one of the image's hosts?
+    pub fn admits(&self, link: &dyn Link) -> bool {
+        let ok = link
+            .peer()
+            .parse::<std::net::SocketAddr>()
+            .is_ok_and(|a| self.peers.contains(&a.ip().to_canonical()));
+        if !ok {
+            tracing::warn!(
+                "node: spawn request from {}, not a peer: refused",
+                link.peer()
+            );
+        }
+        ok
+    }
+}
+
+/// The addresses `peers` (`host:port`) resolve to.
+pub fn peer_addresses(peers: &[String]) -> Vec<IpAddr> {
+    peers
+        .iter()
+        .filter_map(|p| p.to_socket_addrs().ok())
+        .flatten()
+        .map(|a| a.ip().to_canonical())
+        .collect()
 }
 
 /// Accept remote-spawn links on an edge (the first node takes them on its
@@ -78,7 +109,7 @@ pub fn accept(listener: Box<dyn Listener>, host: Arc<SpawnHost>, stop: &AtomicBo
             .name("node-spawn".into())
             .spawn(move || match link.recv(Some(LINGER)) {
                 Ok(Some(m)) => match wire::decode(&m) {
-                    Ok(NodeMsg::Spawn(req)) => serve(link, req, &host),
+                    Ok(NodeMsg::Spawn(req)) if host.admits(&*link) => serve(link, req, &host),
                     other => tracing::warn!("node: not a spawn request: {other:?}"),
                 },
                 other => tracing::info!("node: spawn link ended early: {other:?}"),

@@ -303,3 +303,84 @@ fn command(req: &SpawnRequest, host: &SpawnHost) -> std::io::Result<Command> {
     );
     Ok(cmd)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use atoll_transport::{Message, TransportError};
+
+    struct From(&'static str);
+
+    impl Link for From {
+        fn send(&self, _: Message) -> Result<(), TransportError> {
+            Ok(())
+        }
+        fn recv(&self, _: Option<Duration>) -> Result<Option<Message>, TransportError> {
+            Ok(None)
+        }
+        fn close(&self) {}
+        fn peer(&self) -> String {
+            self.0.to_string()
+        }
+        fn is_closed(&self) -> bool {
+            false
+        }
+    }
+
+    fn host() -> SpawnHost {
+        SpawnHost {
+            socket: "/run/n1/boot.sock".into(),
+            mount: "/atoll".into(),
+            preload: "/opt/atoll/libatoll_preload.so".into(),
+            peers: peer_addresses(&["10.231.0.1:7207".into(), "127.0.0.1:9".into()]),
+        }
+    }
+
+    #[test]
+    fn only_peers_may_start_programs() {
+        let h = host();
+        assert!(h.admits(&From("10.231.0.1:40000")));
+        assert!(h.admits(&From("[::ffff:127.0.0.1]:5")));
+        assert!(!h.admits(&From("10.231.0.9:40000")));
+        assert!(!h.admits(&From("garbage")));
+    }
+
+    #[test]
+    fn the_program_gets_this_nodes_socket_and_the_callers_atoll_cwd() {
+        let req = SpawnRequest {
+            path: b"/bin/true".to_vec(),
+            argv: vec![b"true".to_vec()],
+            envp: vec![
+                b"A=1".to_vec(),
+                b"ATOLL_SOCKET=/run/n0/boot.sock".to_vec(),
+                b"ATOLL_STATE=v1;c:00".to_vec(),
+                b"LD_PRELOAD=/x/libatoll_preload.so:/lib/other.so".to_vec(),
+            ],
+            cwd: b"/atoll/src".to_vec(),
+            uid: rustix::process::getuid().as_raw(),
+            gid: rustix::process::getgid().as_raw(),
+            ..Default::default()
+        };
+        let cmd = command(&req, &host()).unwrap();
+        let env: std::collections::HashMap<String, String> = cmd
+            .get_envs()
+            .filter_map(|(k, v)| Some((k.to_str()?.into(), v?.to_str()?.into())))
+            .collect();
+        assert_eq!(env["A"], "1");
+        assert_eq!(env["ATOLL_SOCKET"], "/run/n1/boot.sock");
+        assert_eq!(
+            env["LD_PRELOAD"],
+            "/opt/atoll/libatoll_preload.so:/lib/other.so"
+        );
+        assert_eq!(
+            env["ATOLL_STATE"],
+            atoll_client::initial_state_env("/atoll/src").1
+        );
+        assert_eq!(cmd.get_current_dir(), Some(Path::new("/")));
+        let no_argv = SpawnRequest {
+            argv: vec![],
+            ..req
+        };
+        assert!(command(&no_argv, &host()).is_err());
+    }
+}

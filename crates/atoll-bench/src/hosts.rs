@@ -302,6 +302,13 @@ pub struct HostsResults {
     /// (the directory's servers are the first host's).
     pub creates_one_host_per_s: f64,
     pub creates_all_hosts_per_s: f64,
+    /// One `fork` + `execve` + exit + `wait` of `/bin/true` from a shell
+    /// on the first host, the program on that host, mean µs.
+    pub local_spawn_us: f64,
+    /// The same with the program placed on the last host
+    /// (`ATOLL_NODE_PLACEMENT=rank:N`): the exec becomes the remote-spawn
+    /// proxy, which has the last node start it and relays its end.
+    pub remote_spawn_us: f64,
     pub notes: Vec<String>,
 }
 
@@ -524,6 +531,32 @@ fn creates_per_s(
     Ok((hosts.len() * files) as f64 / t0.elapsed().as_secs_f64())
 }
 
+/// Mean µs per `/bin/true` run `n` times in a loop by a shell on host 0,
+/// each exec placed by `policy` (`ATOLL_NODE_PLACEMENT`); best of 3.
+fn spawn_us(c: &Cluster, atoll: &Path, n: usize, policy: &str) -> anyhow::Result<f64> {
+    let script = format!(
+        "export ATOLL_NODE_PLACEMENT={policy}; s=$EPOCHREALTIME; \
+         for ((i = 0; i < {n}; i++)); do /bin/true; done; echo $s $EPOCHREALTIME"
+    );
+    let mut best = f64::INFINITY;
+    for _ in 0..3 {
+        let out = c.exec(atoll, 0, &script).output()?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        anyhow::ensure!(
+            out.status.success(),
+            "spawns: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let t: Vec<f64> = text
+            .split_whitespace()
+            .filter_map(|w| w.parse().ok())
+            .collect();
+        anyhow::ensure!(t.len() == 2, "spawns said: {text}");
+        best = best.min((t[1] - t[0]) * 1e6 / n as f64);
+    }
+    Ok(best)
+}
+
 /// Trials of each latency figure.
 const TRIALS: usize = 5;
 
@@ -587,8 +620,14 @@ pub fn main(n: usize, quick: bool, json: Option<&Path>) -> anyhow::Result<()> {
     r.creates_one_host_per_s = creates_per_s(&c, &atoll, &[0], files, "one")?;
     r.creates_all_hosts_per_s =
         creates_per_s(&c, &atoll, &(0..n).collect::<Vec<_>>(), files, "all")?;
+    let spawns = if quick { 20 } else { 200 };
+    r.local_spawn_us = spawn_us(&c, &atoll, spawns, "local")?;
+    r.remote_spawn_us = spawn_us(&c, &atoll, spawns, &format!("rank:{last}"))?;
     r.notes.push(format!(
         "host {last} to host 0 through both proxies; {iters} round trips per trial, best of {TRIALS}; {mib} MiB streams"
+    ));
+    r.notes.push(format!(
+        "spawns: {spawns} runs of /bin/true from a shell on host 0, best of 3; remote: placed on host {last}"
     ));
     println!("atoll across {n} hosts (network namespaces on one machine)");
     println!(
@@ -623,6 +662,14 @@ pub fn main(n: usize, quick: bool, json: Option<&Path>) -> anyhow::Result<()> {
     println!(
         "  creates, one dir, all {n} hosts    {:>10.0} /s",
         r.creates_all_hosts_per_s
+    );
+    println!(
+        "  spawn, program on host 0         {:>10.0} µs",
+        r.local_spawn_us
+    );
+    println!(
+        "  spawn, program on host {last}         {:>10.0} µs",
+        r.remote_spawn_us
     );
     drop(c);
     if let Some(p) = json {

@@ -53,6 +53,12 @@ fn real_main() -> i32 {
     {
         return atoll_server::process::child_main();
     }
+    // The proxy of a program exec'd on another host (hidden as well).
+    if std::env::args_os().nth(1).as_deref()
+        == Some(std::ffi::OsStr::new(atoll_sched::nodes::REMOTE_SPAWN))
+    {
+        return node::remote_spawn(std::env::args_os().skip(2).collect());
+    }
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => return clap_error(e),

@@ -1,6 +1,7 @@
 //! The few system calls the driver needs that have no safe wrapper in
-//! rustix: signal masks and `sigwaitinfo`, `fork`, `_exit`, and pointing
-//! stdio at another file. Every `unsafe` block of the crate lives here.
+//! rustix: signal masks and `sigwaitinfo`, `fork`, `_exit`, pointing
+//! stdio at another file, and setting up a program started for another
+//! host (`node::spawn`). Every `unsafe` block of the crate lives here.
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
@@ -14,15 +15,117 @@ pub const TERMINATING: [i32; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
 pub const SI_KERNEL: i32 = 0x80;
 
 fn terminating_set() -> libc::sigset_t {
+    signal_set(&TERMINATING)
+}
+
+fn signal_set(sigs: &[i32]) -> libc::sigset_t {
     // SAFETY: sigset_t is plain data; sigemptyset initialises it fully
     // before sigaddset reads it, and both only write into our local.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
-        for s in TERMINATING {
+        for &s in sigs {
             libc::sigaddset(&mut set, s);
         }
         set
+    }
+}
+
+/// Block `sigs` in the calling thread (and the threads it starts later),
+/// so that only [`wait_signal`] consumes them.
+pub fn block_signals(sigs: &[i32]) -> io::Result<()> {
+    let set = signal_set(sigs);
+    // SAFETY: an initialised set; the old mask is not requested.
+    let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+    if rc != 0 {
+        return Err(io::Error::from_raw_os_error(rc));
+    }
+    Ok(())
+}
+
+/// Wait for one of `sigs` (blocked in every thread).
+pub fn wait_signal(sigs: &[i32]) -> io::Result<i32> {
+    let set = signal_set(sigs);
+    loop {
+        // SAFETY: siginfo_t is plain data that sigwaitinfo fills in.
+        let rc = unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            libc::sigwaitinfo(&set, &mut info)
+        };
+        if rc >= 0 {
+            return Ok(rc);
+        }
+        let err = io::Error::last_os_error();
+        if err.kind() != io::ErrorKind::Interrupted {
+            return Err(err);
+        }
+    }
+}
+
+/// End the process killed by `sig`, as a program it stands for was, so
+/// that `wait` reports the same (no core file: the program dumped its own).
+pub fn die_by(sig: i32) -> ! {
+    let set = signal_set(&[sig]);
+    // SAFETY: plain system calls on local, initialised data; `exit` is the
+    // fallback for a signal whose default action does not terminate.
+    unsafe {
+        let none = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        libc::setrlimit(libc::RLIMIT_CORE, &none);
+        libc::signal(sig, libc::SIG_DFL);
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+        libc::kill(libc::getpid(), sig);
+        libc::_exit(128 + sig)
+    }
+}
+
+/// `kill(2)`; errors (the process already gone) are the caller's to ignore.
+pub fn kill(pid: i32, sig: i32) -> io::Result<()> {
+    // SAFETY: kill only reads its two integer arguments.
+    if unsafe { libc::kill(pid, sig) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Who a program started for another host's process runs as, and with
+/// which umask and limits (what its `execve` would have kept).
+pub struct ChildSetup {
+    /// `(uid, gid, supplementary groups)`, when it differs from ours.
+    pub user: Option<(u32, u32, Vec<u32>)>,
+    pub umask: u32,
+    pub rlimits: Vec<(u32, u64, u64)>,
+}
+
+/// Apply `setup` in the child of `cmd` between fork and exec.
+pub fn setup_child(cmd: &mut std::process::Command, setup: ChildSetup) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs between fork and exec and makes only
+    // system calls (setrlimit, umask, setgroups, setgid, setuid) on data
+    // prepared before the fork; it allocates nothing and takes no lock.
+    unsafe {
+        cmd.pre_exec(move || {
+            for &(res, soft, hard) in &setup.rlimits {
+                let lim = libc::rlimit {
+                    rlim_cur: soft,
+                    rlim_max: hard,
+                };
+                // A limit we may not raise stays ours (lower is allowed).
+                libc::setrlimit(res as _, &lim);
+            }
+            libc::umask(setup.umask as libc::mode_t);
+            if let Some((uid, gid, groups)) = &setup.user {
+                if libc::setgroups(groups.len(), groups.as_ptr()) != 0
+                    || libc::setgid(*gid) != 0
+                    || libc::setuid(*uid) != 0
+                {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
     }
 }
 

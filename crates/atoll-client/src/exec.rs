@@ -548,6 +548,16 @@ fn prepare_inner(
     if let Some(p) = proxy_of_self().filter(|_| !spawn) {
         env.push(env_kv(ENV_PROXY, &p.to_string()));
     }
+    // Another node's program: this process becomes its proxy instead.
+    if !spawn && exec_fd.is_none() {
+        let cursor = placement::peek_cursor();
+        if let Some((proxy, pargv)) =
+            crate::nodeplace::divert(&env, &c.socket_path, &prog_path, dirfd, &argv, cursor)
+        {
+            prog_path = proxy;
+            argv = pargv;
+        }
+    }
     let (path_bytes, dirfd, flags) = match &exec_fd {
         Some(fd) => (
             format!("/proc/self/fd/{}", fd.as_raw_fd()).into_bytes(),

@@ -67,6 +67,7 @@ pub mod intr;
 mod mapping;
 mod meta;
 mod msgdata;
+mod nodeplace;
 mod ns;
 mod partial;
 mod pastend;

@@ -12,6 +12,8 @@
 //!   file servers; `spawn` forks and configures the new program;
 //! * [`load`] — the per-core load table the servers publish in shared
 //!   memory (read by least-loaded placement, and the exec statistics);
+//! * [`nodes`] — placement across hosts (`atoll node`): the node file
+//!   and the policy that sends an exec to another node;
 //! * [`placement`] — policies (local, random, round-robin, least-loaded)
 //!   and the per-process cursor inherited across `fork`/`execve`;
 //! * [`proxy`] — the caller's side: hand the exec to a server, become the
@@ -33,6 +35,7 @@ pub mod args;
 pub mod creds;
 pub mod load;
 pub mod mirror;
+pub mod nodes;
 pub mod placement;
 pub mod proxy;
 mod raw;

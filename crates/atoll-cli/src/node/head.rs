@@ -34,6 +34,7 @@ use atoll_proto::boot::{BootReply, BootRequest, Island};
 use atoll_transport::{Link, Listener, Message};
 
 use super::seqpacket;
+use super::spawn::SpawnHost;
 use super::wire::{self, ChanId, ConnId, NodeMsg, HEAD_CONN};
 
 /// A real channel held for a remote lane.
@@ -51,6 +52,8 @@ type BootPacket = (u64, Vec<u8>);
 struct Peer {
     link: Arc<dyn Link>,
     boot_socket: PathBuf,
+    /// Programs started here for other hosts (`spawn.rs`), if offered.
+    spawner: Option<Arc<SpawnHost>>,
     control: OnceLock<Control>,
     chans: Mutex<HashMap<ChanId, Arc<RealChan>>>,
     /// Bumped whenever `chans` changes, so the pump re-reads it only then.
@@ -67,6 +70,7 @@ pub fn serve(
     servers: u32,
     id: String,
     mount: String,
+    spawner: Option<Arc<SpawnHost>>,
     stop: Arc<AtomicBool>,
 ) {
     let mut links: Vec<Arc<dyn Link>> = Vec::new();
@@ -83,6 +87,7 @@ pub fn serve(
         let peer = Arc::new(Peer {
             link,
             boot_socket: boot_socket.clone(),
+            spawner: spawner.clone(),
             control: OnceLock::new(),
             chans: Mutex::new(HashMap::new()),
             generation: AtomicU64::new(0),
@@ -130,6 +135,18 @@ fn pump(peer: Arc<Peer>) {
                 Ok(Some(m)) => {
                     busy = true;
                     match wire::decode(&m) {
+                        // Not an edge: the proxy of a program to start
+                        // here (`spawn.rs`); the link is its alone.
+                        Ok(NodeMsg::Spawn(req)) if snapshot.is_empty() => {
+                            match &peer.spawner {
+                                Some(host) if host.admits(&*peer.link) => {
+                                    super::spawn::serve(peer.link.clone(), req, host)
+                                }
+                                _ => {}
+                            }
+                            peer.link.close();
+                            return;
+                        }
                         Ok(msg) => incoming(&peer, m.id, msg),
                         Err(e) => {
                             tracing::warn!("node: {e}; dropping the peer");

@@ -8,13 +8,19 @@
 //! [`atoll_transport::Transport`] (TCP today). Nothing in a server or a
 //! client changes: to both, a remote program is an ordinary copy-island
 //! client. Files: `wire.rs` (the proxies' messages), `seqpacket.rs` (boot
-//! packets with descriptors), `rank.rs` (who is who).
+//! packets with descriptors), `rank.rs` (who is who); remote spawn (an
+//! `execve` placed on another host): `spawn.rs` (the node that runs the
+//! program), `remote.rs` (the proxy that stays with the caller).
 
 mod edge;
 mod head;
 mod rank;
+mod remote;
 mod seqpacket;
+mod spawn;
 mod wire;
+
+pub use remote::main as remote_spawn;
 
 use std::io::Write;
 use std::os::unix::fs::DirBuilderExt;
@@ -92,10 +98,12 @@ fn run_head(args: &NodeArgs, peers: &[String], term: Terminator) -> Result<i32> 
         instance.id().to_string(),
         info.mount.clone(),
     );
+    let runtime_dir = socket.parent().map(Path::to_path_buf).unwrap_or_default();
+    let spawner = offer_spawn(&runtime_dir, 0, peers, &socket, &mount);
     let s = stop.clone();
     let server = std::thread::Builder::new()
         .name("node-head".into())
-        .spawn(move || head::serve(listener, socket, servers, id, mount, s))?;
+        .spawn(move || head::serve(listener, socket, servers, id, mount, spawner, s))?;
     let signalled = term.stop_instance_on_signal(instance.socket_path().to_path_buf());
     ready(instance.id());
     if !signalled {
@@ -103,6 +111,7 @@ fn run_head(args: &NodeArgs, peers: &[String], term: Terminator) -> Result<i32> 
     }
     stop.store(true, Ordering::Relaxed);
     let _ = server.join();
+    let _ = std::fs::remove_file(runtime_dir.join(atoll_sched::nodes::NODE_FILE));
     drop(scheds);
     instance.shutdown();
     Ok(0)
@@ -159,6 +168,18 @@ fn run_edge(args: &NodeArgs, peers: &[String], me: usize, term: Terminator) -> R
     std::thread::Builder::new()
         .name("node-accept".into())
         .spawn(move || e.accept(listener))?;
+    // Programs other hosts place here arrive at this host's peer address.
+    if let Some(host) = offer_spawn(&dir, me, peers, &socket, &record.mount) {
+        match net.listen(&peers[me]) {
+            Ok(l) => {
+                let e = edge.clone();
+                std::thread::Builder::new()
+                    .name("node-spawn-accept".into())
+                    .spawn(move || spawn::accept(l, host, &e.gone))?;
+            }
+            Err(e) => tracing::warn!("no remote spawn here: cannot listen at {}: {e}", peers[me]),
+        }
+    }
     if term.stop_instance_on_signal(socket) {
         edge.end(None);
     }
@@ -172,6 +193,40 @@ fn run_edge(args: &NodeArgs, peers: &[String], me: usize, term: Terminator) -> R
         Some(why) => bail!("lost the first node: {why}"),
         None => Ok(0),
     }
+}
+
+/// Offer remote spawn: what programs started here for other hosts need,
+/// and the node file that lets this host's clients send theirs away
+/// (`atoll_sched::nodes`). `None` (a warning) without the client library.
+fn offer_spawn(
+    dir: &Path,
+    rank: usize,
+    peers: &[String],
+    socket: &Path,
+    mount: &str,
+) -> Option<Arc<spawn::SpawnHost>> {
+    let found = crate::launch::find_preload().and_then(|p| Ok((p, std::env::current_exe()?)));
+    let (preload, atoll) = match found {
+        Ok(f) => f,
+        Err(e) => {
+            tracing::warn!("no remote spawn: {e}");
+            return None;
+        }
+    };
+    let file = atoll_sched::nodes::NodeFile {
+        rank,
+        atoll,
+        peers: peers.to_vec(),
+    };
+    if let Err(e) = std::fs::write(dir.join(atoll_sched::nodes::NODE_FILE), file.encode()) {
+        tracing::warn!("no remote spawn from here: {e}");
+    }
+    Some(Arc::new(spawn::SpawnHost {
+        socket: socket.to_path_buf(),
+        mount: mount.to_string(),
+        preload,
+        peers: spawn::peer_addresses(peers),
+    }))
 }
 
 /// Connect to the first node, retrying while it is still starting.

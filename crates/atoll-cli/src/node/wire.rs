@@ -57,6 +57,42 @@ pub enum NodeMsg {
     /// Head → edge: the image stops on purpose (`atoll stop`, a signal to
     /// the first node): the edge ends too, as a stop, not a fault.
     Stopping,
+    /// Proxy → node, first message of a remote-spawn link (`spawn.rs`):
+    /// start this program here.
+    Spawn(SpawnRequest),
+    /// Node → proxy: the program runs, with this pid on its host.
+    Started { pid: i32 },
+    /// Node → proxy: the program could not be started (errno).
+    SpawnFailed { errno: i32 },
+    /// Proxy → node: bytes for the program's stdin; empty: end of input.
+    Stdin { bytes: Vec<u8> },
+    /// Node → proxy: bytes the program wrote on descriptor `fd` (1 or 2).
+    Output { fd: u8, bytes: Vec<u8> },
+    /// Proxy → node: a signal sent to the proxy, for the program.
+    Signal { sig: i32 },
+    /// Node → proxy: the program exited with `code`.
+    Exited { code: i32 },
+    /// Node → proxy: the program was killed by `sig`.
+    Killed { sig: i32 },
+}
+
+/// What `execve` carries to a program started on another node. Host
+/// descriptors cannot cross hosts: stdin, stdout and stderr are relayed
+/// (`Stdin`, `Output`); the atoll cwd is a path of the one image.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
+pub struct SpawnRequest {
+    pub path: Vec<u8>,
+    pub argv: Vec<Vec<u8>>,
+    /// The environment without the variables that tie a process to its
+    /// host's instance (socket, session, state, preload).
+    pub envp: Vec<Vec<u8>>,
+    pub cwd: Vec<u8>,
+    pub uid: u32,
+    pub gid: u32,
+    pub groups: Vec<u32>,
+    pub umask: u32,
+    /// `(resource, soft, hard)`.
+    pub rlimits: Vec<(u32, u64, u64)>,
 }
 
 /// Encode and queue `msg` with request id `id`.
@@ -117,6 +153,20 @@ mod tests {
             },
             NodeMsg::InboxOverflow { chan: 2 },
             NodeMsg::ChanClosed { chan: 3 },
+            NodeMsg::Spawn(SpawnRequest {
+                path: b"/bin/cat".to_vec(),
+                argv: vec![b"cat".to_vec()],
+                rlimits: vec![(7, 1024, 4096)],
+                ..Default::default()
+            }),
+            NodeMsg::Stdin { bytes: vec![1] },
+            NodeMsg::Output {
+                fd: 2,
+                bytes: vec![3],
+            },
+            NodeMsg::Signal { sig: 15 },
+            NodeMsg::Exited { code: 3 },
+            NodeMsg::Killed { sig: 9 },
         ];
         for m in all {
             let body = postcard::to_allocvec(&m).unwrap();

@@ -1,0 +1,191 @@
+//! Remote spawn, the caller's side: `atoll __remote-spawn ADDR PATH ARGV…`
+//! (fos §4.2 spawning; Hare §3.6.1's proxy, across hosts).
+//!
+//! A client whose `execve` is placed on another node execs this in its
+//! place (`atoll_client` `nodeplace`), so the proxy *is* the process that
+//! called `execve`: same pid, parent, process group and descriptor table
+//! (handed over by the client library as for any exec, atoll pipes
+//! included). It runs as an ordinary atoll client: it asks the node at
+//! ADDR to start the program (`spawn.rs`), then relays until it ends:
+//!
+//! * its stdin to the program's, read as soon as it can be read (a
+//!   program that reads only part of its input leaves less unread than on
+//!   Linux: COMPATIBILITY.md, "Across hosts");
+//! * the program's stdout and stderr to its own 1 and 2 (a terminal, a
+//!   host pipe or an atoll pipe alike);
+//! * the signals sent to it (`RELAYED`) to the program;
+//! * the program's end as its own: exit status, or death by the same
+//!   signal.
+//!
+//! The link ending first (the node or its host died) ends the proxy with
+//! status 127 and one line on stderr, within the link's silence bound
+//! (3 s, `atoll_transport::LinkOptions`).
+
+use std::ffi::OsString;
+use std::io::{Read, Write};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::sync::Arc;
+
+use atoll_transport::{Link, TcpTransport, Transport};
+
+use super::wire::{self, NodeMsg, SpawnRequest};
+use crate::sys;
+
+/// Signals a proxy passes on (terminal and job-control stops are not
+/// relayed: COMPATIBILITY.md, "Across hosts").
+const RELAYED: [i32; 8] = [
+    libc::SIGHUP,
+    libc::SIGINT,
+    libc::SIGQUIT,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+    libc::SIGALRM,
+    libc::SIGTERM,
+    libc::SIGWINCH,
+];
+/// Largest piece of stdin per message.
+const CHUNK: usize = 64 * 1024;
+/// Status of a proxy whose program could not be run or was lost, as a
+/// shell reports a command it cannot run.
+const LOST: i32 = 127;
+
+/// Entry point; `args` follow the subcommand: ADDR PATH ARGV….
+pub fn main(args: Vec<OsString>) -> i32 {
+    let mut it = args.into_iter();
+    let (Some(addr), Some(path)) = (it.next(), it.next()) else {
+        eprintln!("atoll: usage: atoll __remote-spawn ADDR PATH ARGV...");
+        return 2;
+    };
+    let argv: Vec<Vec<u8>> = it.map(OsStringExt::into_vec).collect();
+    let name = String::from_utf8_lossy(argv.first().map_or(path.as_bytes(), |a| a)).into_owned();
+    // Blocked before any thread starts, so only the relay thread sees them.
+    if let Err(e) = sys::block_signals(&RELAYED) {
+        eprintln!("atoll: {name}: cannot relay signals: {e}");
+        return LOST;
+    }
+    let addr = addr.to_string_lossy().into_owned();
+    match run(&addr, path.into_vec(), argv) {
+        Ok(never) => match never {},
+        Err(why) => {
+            eprintln!("atoll: {name}: {why}");
+            LOST
+        }
+    }
+}
+
+/// What the program inherits besides its stdio.
+fn request(path: Vec<u8>, argv: Vec<Vec<u8>>) -> SpawnRequest {
+    let cwd = std::env::current_dir()
+        .map(|d| d.into_os_string().into_vec())
+        .unwrap_or_else(|_| b"/".to_vec());
+    let envp = std::env::vars_os()
+        .map(|(k, v)| {
+            let mut e = k.into_vec();
+            e.push(b'=');
+            e.extend(v.into_vec());
+            e
+        })
+        .collect();
+    let umask = rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o022));
+    rustix::process::umask(umask);
+    SpawnRequest {
+        path,
+        argv,
+        envp,
+        cwd,
+        uid: rustix::process::getuid().as_raw(),
+        gid: rustix::process::getgid().as_raw(),
+        groups: rustix::process::getgroups()
+            .map(|g| g.iter().map(|g| g.as_raw()).collect())
+            .unwrap_or_default(),
+        umask: umask.bits(),
+        rlimits: atoll_sched::nodes::own_rlimits(),
+    }
+}
+
+fn run(addr: &str, path: Vec<u8>, argv: Vec<Vec<u8>>) -> Result<std::convert::Infallible, String> {
+    let req = request(path, argv);
+    let net = TcpTransport::new().map_err(|e| format!("no network: {e}"))?;
+    let link: Arc<dyn Link> = Arc::from(
+        net.connect(addr)
+            .map_err(|e| format!("cannot reach node {addr}: {e}"))?,
+    );
+    let lost = |e: atoll_transport::TransportError| format!("lost node {addr}: {e}");
+    wire::send(&*link, 0, &NodeMsg::Spawn(req)).map_err(lost)?;
+    loop {
+        let m = link.recv(None).map_err(lost)?;
+        match m.map(|m| wire::decode(&m)) {
+            // The first node greets every link as a peer first.
+            Some(Ok(NodeMsg::Hello { .. })) | None => continue,
+            Some(Ok(NodeMsg::Started { .. })) => break,
+            Some(Ok(NodeMsg::SpawnFailed { errno })) => {
+                return Err(std::io::Error::from_raw_os_error(errno).to_string())
+            }
+            other => return Err(format!("node {addr} answered {other:?}")),
+        }
+    }
+    let l = link.clone();
+    std::thread::spawn(move || relay_stdin(&*l));
+    let l = link.clone();
+    std::thread::spawn(move || relay_signals(&*l));
+    let mut stdout = std::io::stdout().lock();
+    let mut stderr = std::io::stderr().lock();
+    loop {
+        let Some(m) = link.recv(None).map_err(lost)? else {
+            continue;
+        };
+        match wire::decode(&m) {
+            Ok(NodeMsg::Output { fd, bytes }) => {
+                let wrote = if fd == 2 {
+                    stderr.write_all(&bytes)
+                } else {
+                    stdout.write_all(&bytes).and_then(|()| stdout.flush())
+                };
+                if let Err(e) = wrote {
+                    if e.raw_os_error() == Some(libc::EPIPE) {
+                        // No reader: the program would have died of it.
+                        link.close();
+                        sys::die_by(libc::SIGPIPE);
+                    }
+                }
+            }
+            Ok(NodeMsg::Exited { code }) => {
+                link.close();
+                std::process::exit(code)
+            }
+            Ok(NodeMsg::Killed { sig }) => {
+                link.close();
+                sys::die_by(sig)
+            }
+            Ok(_) => {}
+            Err(e) => return Err(lost(e)),
+        }
+    }
+}
+
+/// Our stdin to the program's, until end of input (then an empty
+/// `Stdin`). A closed or unreadable stdin is an empty one.
+fn relay_stdin(link: &dyn Link) {
+    let mut buf = vec![0u8; CHUNK];
+    let mut stdin = std::io::stdin();
+    loop {
+        let bytes = match stdin.read(&mut buf) {
+            Ok(n) => buf[..n].to_vec(),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => Vec::new(),
+        };
+        let end = bytes.is_empty();
+        if wire::send(link, 0, &NodeMsg::Stdin { bytes }).is_err() || end {
+            return;
+        }
+    }
+}
+
+/// Every relayed signal sent to us, to the program.
+fn relay_signals(link: &dyn Link) {
+    while let Ok(sig) = sys::wait_signal(&RELAYED) {
+        if wire::send(link, 0, &NodeMsg::Signal { sig }).is_err() {
+            return;
+        }
+    }
+}

@@ -1,0 +1,386 @@
+//! Remote spawn, the node's side (fos §4.2 spawning): a program exec'd on
+//! another host runs here, in this host's face of the image, while its
+//! proxy (`remote.rs`) stays on the caller's host.
+//!
+//! One transport link per program, opened by the proxy; its first message
+//! is a [`SpawnRequest`]. The node starts the program as a client of its
+//! own boot socket (edge or instance), with the caller's environment,
+//! atoll cwd, identity, umask and limits, in a process group of its own
+//! (signals reach it only through the relay), and stdio on pipes:
+//!
+//! ```text
+//!  proxy ──Spawn(req)──▶ node      spawns the program
+//!        ◀─Started{pid}─            (or SpawnFailed{errno})
+//!        ──Stdin{bytes}─▶           written to its stdin (empty: closed)
+//!        ◀─Output{fd}────           what it wrote on stdout / stderr
+//!        ──Signal{sig}──▶           kill(pid, sig)
+//!        ◀─Exited | Killed          once it ended and both pipes closed
+//! ```
+//!
+//! The link ending before that (the proxy's host died, the proxy was
+//! killed) kills the program, as a scheduling server kills a program whose
+//! proxy hung up (`atoll_sched::proxy`).
+
+use std::ffi::{OsStr, OsString};
+use std::io::{Read, Write};
+use std::net::{IpAddr, ToSocketAddrs};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use atoll_transport::{Link, Listener};
+
+use super::wire::{self, NodeMsg, SpawnRequest};
+use crate::sys;
+
+/// How long a finished spawn waits for its proxy to hang up (so the exit
+/// status is not dropped from the link's outbox by an early close).
+const LINGER: Duration = Duration::from_secs(5);
+/// Largest piece of output per message.
+const CHUNK: usize = 64 * 1024;
+
+/// Variables that tie a process to the caller's host: replaced here.
+const HOST_BOUND: [&str; 7] = [
+    "LD_PRELOAD",
+    "ATOLL_PRELOAD",
+    "ATOLL_SOCKET",
+    "ATOLL_SESSION_FD",
+    "ATOLL_STATE",
+    "ATOLL_PROXY_PID",
+    "ATOLL_AFFINITY",
+];
+
+/// What a node offers the programs it starts for other hosts.
+pub struct SpawnHost {
+    /// The boot socket programs attach to (the edge's, or the instance's).
+    pub socket: PathBuf,
+    pub mount: String,
+    pub preload: PathBuf,
+    /// Addresses of the image's hosts: only their proxies may start
+    /// programs here.
+    pub peers: Vec<IpAddr>,
+}
+
+impl SpawnHost {
+    /// Is the other end of `link` one of the image's hosts?
+    pub fn admits(&self, link: &dyn Link) -> bool {
+        let ok = link
+            .peer()
+            .parse::<std::net::SocketAddr>()
+            .is_ok_and(|a| self.peers.contains(&a.ip().to_canonical()));
+        if !ok {
+            tracing::warn!(
+                "node: spawn request from {}, not a peer: refused",
+                link.peer()
+            );
+        }
+        ok
+    }
+}
+
+/// The addresses `peers` (`host:port`) resolve to.
+pub fn peer_addresses(peers: &[String]) -> Vec<IpAddr> {
+    peers
+        .iter()
+        .filter_map(|p| p.to_socket_addrs().ok())
+        .flatten()
+        .map(|a| a.ip().to_canonical())
+        .collect()
+}
+
+/// Accept remote-spawn links on an edge (the first node takes them on its
+/// peer listener, `head.rs`) until `stop`.
+pub fn accept(listener: Box<dyn Listener>, host: Arc<SpawnHost>, stop: &AtomicBool) {
+    while !stop.load(Ordering::Relaxed) {
+        let link = match listener.accept(Some(Duration::from_millis(200))) {
+            Ok(Some(l)) => Arc::<dyn Link>::from(l),
+            Ok(None) => continue,
+            Err(e) => {
+                tracing::warn!("node: spawn accept: {e}");
+                continue;
+            }
+        };
+        let host = host.clone();
+        let _ = std::thread::Builder::new()
+            .name("node-spawn".into())
+            .spawn(move || match link.recv(Some(LINGER)) {
+                Ok(Some(m)) => match wire::decode(&m) {
+                    Ok(NodeMsg::Spawn(req)) if host.admits(&*link) => serve(link, req, &host),
+                    other => tracing::warn!("node: not a spawn request: {other:?}"),
+                },
+                other => tracing::info!("node: spawn link ended early: {other:?}"),
+            });
+    }
+}
+
+/// Run `req` here for the proxy at the other end of `link`, until the
+/// program ends or the link does.
+pub fn serve(link: Arc<dyn Link>, req: SpawnRequest, host: &SpawnHost) {
+    let spawned = command(&req, host).and_then(|mut c| c.spawn());
+    let mut child = match spawned {
+        Ok(c) => c,
+        Err(e) => {
+            let errno = e.raw_os_error().unwrap_or(libc::EIO);
+            let _ = wire::send(&*link, 0, &NodeMsg::SpawnFailed { errno });
+            linger(&*link);
+            return;
+        }
+    };
+    let pid = child.id() as i32;
+    let _ = wire::send(&*link, 0, &NodeMsg::Started { pid });
+    let (to_stdin, stdin_rx) = mpsc::channel::<Vec<u8>>();
+    if let Some(mut stdin) = child.stdin.take() {
+        std::thread::spawn(move || {
+            for bytes in stdin_rx {
+                if bytes.is_empty() || stdin.write_all(&bytes).is_err() {
+                    break;
+                }
+            }
+        });
+    }
+    let mut outputs = Vec::new();
+    let pipes: [(u8, Option<Box<dyn Read + Send>>); 2] = [
+        (1, child.stdout.take().map(|p| Box::new(p) as _)),
+        (2, child.stderr.take().map(|p| Box::new(p) as _)),
+    ];
+    for (fd, pipe) in pipes {
+        if let Some(pipe) = pipe {
+            let l = link.clone();
+            outputs.push(std::thread::spawn(move || relay_output(&*l, fd, pipe)));
+        }
+    }
+    // Set once the program is reaped: no signal may reach a reused pid.
+    let ended = Arc::new(AtomicBool::new(false));
+    let (e, l) = (ended.clone(), link.clone());
+    std::thread::spawn(move || {
+        let status = child.wait();
+        e.store(true, Ordering::Release);
+        // Everything it wrote goes before its status.
+        for o in outputs {
+            let _ = o.join();
+        }
+        let msg = match status {
+            Ok(s) => match s.signal() {
+                Some(sig) => NodeMsg::Killed { sig },
+                None => NodeMsg::Exited {
+                    code: s.code().unwrap_or(1),
+                },
+            },
+            Err(_) => NodeMsg::Killed { sig: libc::SIGKILL },
+        };
+        let _ = wire::send(&*l, 0, &msg);
+    });
+    loop {
+        match link.recv(None) {
+            Ok(Some(m)) => match wire::decode(&m) {
+                Ok(NodeMsg::Stdin { bytes }) => {
+                    let _ = to_stdin.send(bytes);
+                }
+                Ok(NodeMsg::Signal { sig }) if !ended.load(Ordering::Acquire) => {
+                    let _ = sys::kill(pid, sig);
+                }
+                _ => {}
+            },
+            Ok(None) => {}
+            // The proxy hung up (it ended after the status, or was killed,
+            // or its host is gone): nothing may outlive it.
+            Err(_) => {
+                if !ended.load(Ordering::Acquire) {
+                    let _ = sys::kill(pid, libc::SIGKILL);
+                }
+                return;
+            }
+        }
+    }
+}
+
+/// Send what `pipe` yields as `Output { fd }` until it closes.
+fn relay_output(link: &dyn Link, fd: u8, mut pipe: Box<dyn Read + Send>) {
+    let mut buf = vec![0u8; CHUNK];
+    loop {
+        match pipe.read(&mut buf) {
+            Ok(0) => return,
+            Ok(n) => {
+                let msg = NodeMsg::Output {
+                    fd,
+                    bytes: buf[..n].to_vec(),
+                };
+                if wire::send(link, 0, &msg).is_err() {
+                    return;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return,
+        }
+    }
+}
+
+/// Wait (bounded) until the proxy closes the link.
+fn linger(link: &dyn Link) {
+    let t = Instant::now();
+    while t.elapsed() < LINGER {
+        if link.recv(Some(LINGER - t.elapsed())).is_err() {
+            return;
+        }
+    }
+}
+
+fn os(b: &[u8]) -> &OsStr {
+    OsStr::from_bytes(b)
+}
+
+/// The program of `req` as a client of this node.
+fn command(req: &SpawnRequest, host: &SpawnHost) -> std::io::Result<Command> {
+    let Some((argv0, rest)) = req.argv.split_first() else {
+        return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
+    };
+    let mut cmd = Command::new(os(&req.path));
+    cmd.arg0(os(argv0)).args(rest.iter().map(|a| os(a)));
+    cmd.env_clear();
+    let mut other_preloads = Vec::new();
+    for e in &req.envp {
+        let Some(eq) = e.iter().position(|&b| b == b'=') else {
+            continue;
+        };
+        let (k, v) = (&e[..eq], &e[eq + 1..]);
+        if k == b"LD_PRELOAD" {
+            other_preloads.extend(
+                v.split(|&b| b == b':' || b == b' ')
+                    .filter(|p| !p.is_empty() && !p.ends_with(b"libatoll_preload.so"))
+                    .map(|p| os(p).to_os_string()),
+            );
+        }
+        if !HOST_BOUND.iter().any(|h| h.as_bytes() == k) {
+            cmd.env(os(k), os(v));
+        }
+    }
+    let mut preload = OsString::from(&host.preload);
+    for p in other_preloads {
+        preload.push(":");
+        preload.push(p);
+    }
+    cmd.env("LD_PRELOAD", preload)
+        .env(crate::launch::ENV_PRELOAD, &host.preload)
+        .env(atoll_proto::boot::ENV_SOCKET, &host.socket);
+    let cwd = Path::new(os(&req.cwd));
+    match crate::config::under_mount(&host.mount, cwd) {
+        // The kernel has no such directory: the client library starts
+        // there, as after an exec.
+        Some(_) => {
+            let (k, v) = atoll_client::initial_state_env(&String::from_utf8_lossy(&req.cwd));
+            cmd.env(k, v).current_dir("/");
+        }
+        None if cwd.is_dir() => {
+            cmd.current_dir(cwd);
+        }
+        None => {
+            cmd.current_dir("/");
+        }
+    }
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    sys::unblock_terminating_in_child(&mut cmd);
+    let (uid, gid) = (rustix::process::getuid(), rustix::process::getgid());
+    let user = (uid.as_raw() != req.uid || gid.as_raw() != req.gid)
+        .then(|| (req.uid, req.gid, req.groups.clone()));
+    if user.is_some() && !uid.is_root() {
+        // Only a node run by root can start programs for other users.
+        return Err(std::io::Error::from_raw_os_error(libc::EPERM));
+    }
+    sys::setup_child(
+        &mut cmd,
+        sys::ChildSetup {
+            user,
+            umask: req.umask,
+            rlimits: req.rlimits.clone(),
+        },
+    );
+    Ok(cmd)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use atoll_transport::{Message, TransportError};
+
+    struct From(&'static str);
+
+    impl Link for From {
+        fn send(&self, _: Message) -> Result<(), TransportError> {
+            Ok(())
+        }
+        fn recv(&self, _: Option<Duration>) -> Result<Option<Message>, TransportError> {
+            Ok(None)
+        }
+        fn close(&self) {}
+        fn peer(&self) -> String {
+            self.0.to_string()
+        }
+        fn is_closed(&self) -> bool {
+            false
+        }
+    }
+
+    fn host() -> SpawnHost {
+        SpawnHost {
+            socket: "/run/n1/boot.sock".into(),
+            mount: "/atoll".into(),
+            preload: "/opt/atoll/libatoll_preload.so".into(),
+            peers: peer_addresses(&["10.231.0.1:7207".into(), "127.0.0.1:9".into()]),
+        }
+    }
+
+    #[test]
+    fn only_peers_may_start_programs() {
+        let h = host();
+        assert!(h.admits(&From("10.231.0.1:40000")));
+        assert!(h.admits(&From("[::ffff:127.0.0.1]:5")));
+        assert!(!h.admits(&From("10.231.0.9:40000")));
+        assert!(!h.admits(&From("garbage")));
+    }
+
+    #[test]
+    fn the_program_gets_this_nodes_socket_and_the_callers_atoll_cwd() {
+        let req = SpawnRequest {
+            path: b"/bin/true".to_vec(),
+            argv: vec![b"true".to_vec()],
+            envp: vec![
+                b"A=1".to_vec(),
+                b"ATOLL_SOCKET=/run/n0/boot.sock".to_vec(),
+                b"ATOLL_STATE=v1;c:00".to_vec(),
+                b"LD_PRELOAD=/x/libatoll_preload.so:/lib/other.so".to_vec(),
+            ],
+            cwd: b"/atoll/src".to_vec(),
+            uid: rustix::process::getuid().as_raw(),
+            gid: rustix::process::getgid().as_raw(),
+            ..Default::default()
+        };
+        let cmd = command(&req, &host()).unwrap();
+        let env: std::collections::HashMap<String, String> = cmd
+            .get_envs()
+            .filter_map(|(k, v)| Some((k.to_str()?.into(), v?.to_str()?.into())))
+            .collect();
+        assert_eq!(env["A"], "1");
+        assert_eq!(env["ATOLL_SOCKET"], "/run/n1/boot.sock");
+        assert_eq!(
+            env["LD_PRELOAD"],
+            "/opt/atoll/libatoll_preload.so:/lib/other.so"
+        );
+        assert_eq!(
+            env["ATOLL_STATE"],
+            atoll_client::initial_state_env("/atoll/src").1
+        );
+        assert_eq!(cmd.get_current_dir(), Some(Path::new("/")));
+        let no_argv = SpawnRequest {
+            argv: vec![],
+            ..req
+        };
+        assert!(command(&no_argv, &host()).is_err());
+    }
+}

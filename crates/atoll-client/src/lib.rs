@@ -74,6 +74,7 @@ pub mod path;
 mod pipe;
 mod pipecopy;
 mod pipeepoll;
+mod pipesplit;
 mod pipeticket;
 mod procfd;
 mod proclink;

@@ -70,6 +70,7 @@ static ACTIVE: AtomicBool = AtomicBool::new(false);
 pub fn init() {
     let on = !matches!(std::env::var(ENV_PIPES).as_deref(), Ok("host"));
     ATOLL_PIPES.store(on, Ordering::Relaxed);
+    crate::pipesplit::init();
     for fd in fdtable::fds() {
         if fdtable::get(fd as i64).is_some_and(|d| d.ftype() == FileType::Fifo) {
             ACTIVE.store(true, Ordering::Relaxed);

@@ -41,13 +41,33 @@
 //! namespace before it starts or joins, and a copy the kernel refuses is
 //! left to the other side (writer) or to the ticket path (reader).
 
-use core::sync::atomic::Ordering;
+use core::sync::atomic::{AtomicBool, Ordering};
 
 use atoll_proto::pipe as hdr;
 
 use crate::pipeticket::{offered, pid_namespace, read_memory};
 use crate::ring::Ring;
 use crate::sys;
+
+/// Environment variable that switches splits on (`on`) in a process.
+/// Off by default: measured on a loaded 2-CPU machine, splits were 6–12 %
+/// slower than tickets alone (docs/BENCHMARKS.md, "Pipes with 1 MiB
+/// writes"); they are kept to be measured where both ends have a CPU.
+pub const ENV_SPLIT: &str = "ATOLL_PIPE_SPLIT";
+
+static ENABLED: AtomicBool = AtomicBool::new(false);
+
+/// Read [`ENV_SPLIT`]. Called by `pipe::init`. A process with splits off
+/// never posts its buffer nor starts a split, and joins none (a split
+/// needs the reader to start it), so ends with either setting mix.
+pub fn init() {
+    let on = matches!(std::env::var(ENV_SPLIT).as_deref(), Ok("on"));
+    ENABLED.store(on, Ordering::Relaxed);
+}
+
+fn enabled() -> bool {
+    ENABLED.load(Ordering::Relaxed)
+}
 
 const CHUNK: usize = hdr::SPLIT_CHUNK;
 /// Smallest split: below two chunks the other end has nothing to share.
@@ -98,7 +118,8 @@ pub fn busy(ring: &Ring) -> bool {
 /// the only one waiting. True if posted; after its sleep the reader must
 /// call [`claimed_after_sleep`] under the lock.
 pub fn post(ring: &Ring, buf: &mut [u8]) -> bool {
-    if buf.len() < SPLIT_MIN
+    if !enabled()
+        || buf.len() < SPLIT_MIN
         || ring.word(hdr::RBUF_STATE).load(Ordering::Relaxed) != hdr::RBUF_NONE
         || ring.word(hdr::RSLEEP).load(Ordering::SeqCst) != 0
         || ring.word(hdr::NO_TICKETS).load(Ordering::Relaxed) != 0
@@ -191,7 +212,8 @@ pub fn start_with_posted(ring: &Ring) {
 /// [`copy_as_reader`].
 pub fn start_with_ticket(ring: &Ring, buf: &mut [u8]) -> bool {
     let n = (offered(ring) as usize).min(buf.len()).min(SPLIT_MAX);
-    if n < SPLIT_MIN
+    if !enabled()
+        || n < SPLIT_MIN
         || ring.word(hdr::RBUF_STATE).load(Ordering::Acquire) != hdr::RBUF_NONE
         || ring.word64(hdr::TICKET_PIDNS).load(Ordering::Relaxed) != pid_namespace(my_pid())
     {

@@ -546,6 +546,8 @@ END"#,
 /// probe checks every byte itself; the checksums of what a lone reader got
 /// must equal those of the same program on a Linux pipe.
 const SPLIT: &str = include_str!("pipes/split.c");
+/// Splits are off by default (`atoll_client::pipesplit::ENV_SPLIT`).
+const SPLIT_SWITCH: &str = "ATOLL_PIPE_SPLIT";
 
 #[test]
 fn large_writes_to_waiting_readers_deliver_linux_s_bytes() {
@@ -555,7 +557,8 @@ fn large_writes_to_waiting_readers_deliver_linux_s_bytes() {
     let host = std::process::Command::new(&bin).output().unwrap();
     assert!(host.status.success(), "host: {}", text(&host.stdout));
     let mut cmd = atoll();
-    cmd.args(["run", "--memory", "256M", "--servers", "2"])
+    cmd.env(SPLIT_SWITCH, "on")
+        .args(["run", "--memory", "256M", "--servers", "2"])
         .args(PIPES)
         .arg("--")
         .arg(&bin);
@@ -579,7 +582,8 @@ fn a_writer_copies_into_a_waiting_reader_s_buffer() {
     let bin = compile_probe(dir.path(), "split", SPLIT);
     let json = dir.path().join("stats.json");
     let mut cmd = atoll();
-    cmd.args(["run", "--memory", "256M", "--servers", "2"])
+    cmd.env(SPLIT_SWITCH, "on")
+        .args(["run", "--memory", "256M", "--servers", "2"])
         .args(["--island", "coherent"])
         .args(PIPES)
         .arg("--stats-json")

@@ -75,6 +75,7 @@ pub mod path;
 mod pipe;
 mod pipecopy;
 mod pipeepoll;
+mod pipesplit;
 mod pipeticket;
 mod procfd;
 mod proclink;

@@ -50,6 +50,7 @@ use crate::error::{err, Error, Result};
 use crate::fdtable::{self, DescInfo, DescRef};
 use crate::file;
 use crate::intr;
+use crate::pipesplit as split;
 use crate::pipeticket as ticket;
 use crate::ring::Ring;
 use crate::session::{Client, Lane};
@@ -69,6 +70,7 @@ static ACTIVE: AtomicBool = AtomicBool::new(false);
 pub fn init() {
     let on = !matches!(std::env::var(ENV_PIPES).as_deref(), Ok("host"));
     ATOLL_PIPES.store(on, Ordering::Relaxed);
+    crate::pipesplit::init();
     for fd in fdtable::fds() {
         if fdtable::get(fd as i64).is_some_and(|d| d.ftype() == FileType::Fifo) {
             ACTIVE.store(true, Ordering::Relaxed);
@@ -359,8 +361,18 @@ fn bump(ring: &Ring, seq: usize, sleep: usize) -> bool {
     ring.word(sleep).load(Ordering::SeqCst) > 0
 }
 
+/// Whether a program buffer was checked whole (`sys::user_slice*`), or is
+/// checked only where this process copies it itself, the ring path: a
+/// ticket or split hands it to the kernel, which checks it in the copy
+/// (`sys::user_slice_mut_unchecked`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Checked {
+    Whole,
+    WhereCopied,
+}
+
 /// `read(2)` on a pipe end.
-pub fn read(c: &Client, d: &DescRef, buf: &mut [u8]) -> Result<usize> {
+pub fn read(c: &Client, d: &DescRef, buf: &mut [u8], checked: Checked) -> Result<usize> {
     let f = d.flags();
     if f & libc::O_PATH as u32 != 0 || f & libc::O_ACCMODE as u32 == libc::O_WRONLY as u32 {
         return err(libc::EBADF);
@@ -375,14 +387,34 @@ pub fn read(c: &Client, d: &DescRef, buf: &mut [u8]) -> Result<usize> {
     if buf.is_empty() {
         return Ok(0);
     }
+    // This call's buffer is posted for a writer to split into
+    // (`pipesplit`); a split that failed is not tried again in this call
+    // (the ticket path sorts out why).
+    let mut posted = false;
+    let mut may_split = true;
     loop {
         let sig = sys::SigBlock::new();
         ring.lock();
+        if core::mem::take(&mut posted) && split::claimed_after_sleep(&ring) {
+            ring.unlock();
+            drop(sig);
+            match read_split(&ring, buf) {
+                Some(r) => return r,
+                None => {
+                    may_split = false;
+                    continue;
+                }
+            }
+        }
         let head = ring.word64(hdr::HEAD).load(Ordering::Acquire);
         let tail = ring.word64(hdr::TAIL).load(Ordering::Acquire);
         let avail = head.wrapping_sub(tail).min(ring.capacity());
         if avail > 0 {
             let n = (avail as usize).min(buf.len());
+            if checked == Checked::WhereCopied && sys::check_writable(&mut buf[..n]).is_err() {
+                ring.unlock();
+                return err(libc::EFAULT);
+            }
             if !ring.copy_out(tail, &mut buf[..n]) {
                 ring.unlock();
                 return err(libc::EIO);
@@ -398,7 +430,24 @@ pub fn read(c: &Client, d: &DescRef, buf: &mut [u8]) -> Result<usize> {
             }
             return Ok(n);
         }
-        if ticket::offered(&ring) > 0 {
+        if ticket::offered(&ring) > 0 && split::busy(&ring) {
+            // Another reader's split: its bytes are not ours to take.
+        } else if ticket::offered(&ring) > 0 {
+            if may_split && split::start_with_ticket(&ring, buf) {
+                let wake = bump(&ring, hdr::WSEQ, hdr::WSLEEP);
+                ring.unlock();
+                drop(sig);
+                if wake {
+                    ring.wake(hdr::WSEQ, i32::MAX as u32);
+                }
+                match read_split(&ring, buf) {
+                    Some(r) => return r,
+                    None => {
+                        may_split = false;
+                        continue;
+                    }
+                }
+            }
             match ticket::take(&ring, buf) {
                 Ok(ticket::Take::Copied(n)) => {
                     let wake = bump(&ring, hdr::WSEQ, hdr::WSLEEP);
@@ -429,12 +478,51 @@ pub fn read(c: &Client, d: &DescRef, buf: &mut [u8]) -> Result<usize> {
             ring.unlock();
             return err(libc::EAGAIN);
         }
+        // A ticket taken whole but not yet retired does not stop the post:
+        // its writer's next write then finds this reader waiting.
+        posted = may_split && ticket::offered(&ring) == 0 && split::post(&ring, buf);
         let seen = ring.word(hdr::RSEQ).load(Ordering::Acquire);
         ring.word(hdr::RSLEEP).fetch_add(1, Ordering::AcqRel);
         ring.unlock();
         drop(sig);
-        sleep(&ring, hdr::RSEQ, hdr::RSLEEP, seen)?;
+        if let Err(e) = sleep(&ring, hdr::RSEQ, hdr::RSLEEP, seen) {
+            if !posted {
+                return Err(e);
+            }
+            // Take the buffer back, unless a writer is copying into it:
+            // then the bytes are ours (the signal stays pending).
+            let sig = sys::SigBlock::new();
+            ring.lock();
+            let claimed = split::claimed_after_sleep(&ring);
+            ring.unlock();
+            drop(sig);
+            return match claimed.then(|| read_split(&ring, buf)).flatten() {
+                Some(Ok(n)) => Ok(n),
+                _ => Err(e),
+            };
+        }
     }
+}
+
+/// Run this reader's part of a split (`pipesplit`) into `buf`: the bytes
+/// read, or `EFAULT` for a bad buffer, or `None` to look at the pipe again
+/// without splitting (the ticket path then finds why the copy failed).
+fn read_split(ring: &Ring, buf: &mut [u8]) -> Option<Result<usize>> {
+    match split::copy_as_reader(ring, buf) {
+        (0, r) if r == -(libc::EFAULT as i64) && !ticket::own_memory_ok(buf) => {
+            Some(err(libc::EFAULT))
+        }
+        (0, _) => None,
+        (n, _) => Some(Ok(n)),
+    }
+}
+
+/// Is a `len`-byte buffer for this pipe end checked only where it is
+/// copied ([`Checked::WhereCopied`])? Large buffers of ring pipes: their
+/// bytes mostly go by tickets and splits. Not in a copy island nor for a
+/// notification queue, whose paths copy the whole buffer themselves.
+fn check_where_copied(c: &Client, d: &DescRef, len: usize) -> bool {
+    len >= ticket::TICKET_MIN && !crate::pipecopy::active(c) && !crate::inotify::is_queue(d)
 }
 
 /// `EPIPE` with `SIGPIPE` when nothing was written (`raise`), else the
@@ -466,7 +554,7 @@ fn broken_pipe() -> Error {
 }
 
 /// `write(2)` on a pipe end.
-pub fn write(c: &Client, d: &DescRef, buf: &[u8]) -> Result<usize> {
+pub fn write(c: &Client, d: &DescRef, buf: &[u8], checked: Checked) -> Result<usize> {
     let f = d.flags();
     if f & libc::O_PATH as u32 != 0 || f & libc::O_ACCMODE as u32 == libc::O_RDONLY as u32 {
         return err(libc::EBADF);
@@ -503,12 +591,17 @@ pub fn write(c: &Client, d: &DescRef, buf: &[u8]) -> Result<usize> {
         } else {
             ring.limit().saturating_sub(head.wrapping_sub(tail)) as usize
         };
-        // A ticket only once the ring is full, as Linux blocks a writer
-        // only once the pipe's buffer is: what fits is in the pipe even
-        // if a signal then cuts the write (CPython's `test_io` counts on
-        // the reader finding those bytes).
-        if !posted && room == 0 && ticket::wanted(&ring, rest, nonblocking) {
-            let (taken, end) = match ticket::post_and_wait(&ring, sig, &buf[done..]) {
+        // A ticket once the ring is full, as Linux blocks a writer only
+        // once the pipe's buffer is, or on an empty ring, where a reader
+        // waiting with its buffer posted splits the copy with this writer
+        // (`pipesplit`) and a ring copy would only be a second copy. What
+        // fits is in the pipe even if a signal then cuts the write
+        // (CPython's `test_io` counts on the reader finding those bytes):
+        // a cut ticket puts what fits into the ring before returning.
+        let empty = head == tail;
+        if !posted && (room == 0 || empty) && ticket::wanted(&ring, rest, nonblocking) {
+            let with_reader = empty && split::reader_waiting(&ring);
+            let (taken, end) = match ticket::post_and_wait(&ring, sig, &buf[done..], with_reader) {
                 ticket::Outcome::Taken(n) => (n, None),
                 ticket::Outcome::Refused(n) => {
                     done += n;
@@ -516,7 +609,9 @@ pub fn write(c: &Client, d: &DescRef, buf: &[u8]) -> Result<usize> {
                 }
                 ticket::Outcome::Failed(n) => (n, Some(Error::Errno(libc::EFAULT))),
                 ticket::Outcome::NoReaders(n) => (n, Some(broken_pipe_if(n + done == 0))),
-                ticket::Outcome::Cut(n, e) => (n, Some(e)),
+                ticket::Outcome::Cut(n, e) => {
+                    (n + fill(&ring, &buf[done + n..], &e, checked), Some(e))
+                }
             };
             done += taken;
             return match end {
@@ -528,6 +623,15 @@ pub fn write(c: &Client, d: &DescRef, buf: &[u8]) -> Result<usize> {
         let need = if rest <= hdr::PIPE_BUF { rest } else { 1 };
         if room >= need {
             let n = room.min(rest);
+            if checked == Checked::WhereCopied && sys::check_readable(&buf[done..done + n]).is_err()
+            {
+                ring.unlock();
+                return if done > 0 {
+                    Ok(done)
+                } else {
+                    err(libc::EFAULT)
+                };
+            }
             if !ring.copy_in(head, &buf[done..done + n]) {
                 ring.unlock();
                 return err(libc::EIO);
@@ -567,6 +671,40 @@ pub fn write(c: &Client, d: &DescRef, buf: &[u8]) -> Result<usize> {
     }
 }
 
+/// After a signal cut a ticket: put what fits of `rest` into the ring
+/// without waiting, as a Linux writer would have before it slept (only
+/// for a program signal, not when the instance is gone). Bytes put.
+fn fill(ring: &Ring, rest: &[u8], cut: &Error, checked: Checked) -> usize {
+    if !matches!(cut, Error::Errno(e) if *e == intr::ERESTARTSYS || *e == libc::EINTR) {
+        return 0;
+    }
+    let cap = (ring.limit() as usize).min(rest.len());
+    if checked == Checked::WhereCopied && sys::check_readable(&rest[..cap]).is_err() {
+        return 0;
+    }
+    let sig = sys::SigBlock::new();
+    ring.lock();
+    let head = ring.word64(hdr::HEAD).load(Ordering::Acquire);
+    let tail = ring.word64(hdr::TAIL).load(Ordering::Acquire);
+    let room = ring.limit().saturating_sub(head.wrapping_sub(tail)) as usize;
+    let n = room.min(rest.len());
+    let readers = ring.word(hdr::READERS).load(Ordering::Acquire);
+    if n == 0 || readers == 0 || ticket::posted(ring) || !ring.copy_in(head, &rest[..n]) {
+        ring.unlock();
+        return 0;
+    }
+    ring.word64(hdr::HEAD)
+        .store(head + n as u64, Ordering::Release);
+    ring.word64(hdr::OPS).fetch_add(1, Ordering::Relaxed);
+    let wake = bump(ring, hdr::RSEQ, hdr::RSLEEP);
+    ring.unlock();
+    drop(sig);
+    if wake {
+        ring.wake(hdr::RSEQ, i32::MAX as u32);
+    }
+    n
+}
+
 /// `readv(2)`: fill the buffers in order; only the first read may block.
 fn readv(c: &Client, d: &DescRef, iov: u64, cnt: u64) -> Result<i64> {
     if cnt > 1024 {
@@ -579,11 +717,11 @@ fn readv(c: &Client, d: &DescRef, iov: u64, cnt: u64) -> Result<i64> {
         }
         let buf = sys::user_slice_mut(v.iov_base as u64, v.iov_len)?;
         let n = if total == 0 {
-            read(c, d, buf)?
+            read(c, d, buf, Checked::Whole)?
         } else {
             match avail(c, d) {
                 0 => break,
-                _ => read(c, d, buf)?,
+                _ => read(c, d, buf, Checked::Whole)?,
             }
         };
         total += n;
@@ -612,11 +750,16 @@ fn writev(c: &Client, d: &DescRef, iov: u64, cnt: u64) -> Result<i64> {
                 .copy_from_slice(sys::user_slice(v.iov_base as u64, v.iov_len)?);
             at += v.iov_len;
         }
-        return Ok(write(c, d, &small[..at])? as i64);
+        return Ok(write(c, d, &small[..at], Checked::Whole)? as i64);
     }
     let mut total = 0usize;
     for v in &vecs {
-        let n = match write(c, d, sys::user_slice(v.iov_base as u64, v.iov_len)?) {
+        let n = match write(
+            c,
+            d,
+            sys::user_slice(v.iov_base as u64, v.iov_len)?,
+            Checked::Whole,
+        ) {
             Ok(n) => n,
             Err(_) if total > 0 => break,
             Err(e) => return Err(e),
@@ -1018,12 +1161,22 @@ pub fn route(c: &Client, nr: i64, a: &[u64; 6]) -> Result<Option<Out>> {
             }
         }
         libc::SYS_read => on_pipe(&|d| {
-            let buf = sys::user_slice_mut(a[1], a[2] as usize)?;
-            Ok(Out::Done(read(c, d, buf)? as i64))
+            let len = a[2] as usize;
+            if check_where_copied(c, d, len) {
+                let buf = sys::user_slice_mut_unchecked(a[1], len)?;
+                return Ok(Out::Done(read(c, d, buf, Checked::WhereCopied)? as i64));
+            }
+            let buf = sys::user_slice_mut(a[1], len)?;
+            Ok(Out::Done(read(c, d, buf, Checked::Whole)? as i64))
         }),
         libc::SYS_write => on_pipe(&|d| {
-            let buf = sys::user_slice(a[1], a[2] as usize)?;
-            Ok(Out::Done(write(c, d, buf)? as i64))
+            let len = a[2] as usize;
+            if check_where_copied(c, d, len) {
+                let buf = sys::user_slice_unchecked(a[1], len)?;
+                return Ok(Out::Done(write(c, d, buf, Checked::WhereCopied)? as i64));
+            }
+            let buf = sys::user_slice(a[1], len)?;
+            Ok(Out::Done(write(c, d, buf, Checked::Whole)? as i64))
         }),
         libc::SYS_readv => on_pipe(&|d| Ok(Out::Done(readv(c, d, a[1], a[2])?))),
         libc::SYS_writev => on_pipe(&|d| Ok(Out::Done(writev(c, d, a[1], a[2])?))),

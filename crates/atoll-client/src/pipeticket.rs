@@ -76,8 +76,12 @@ pub fn posted(ring: &Ring) -> bool {
 
 /// A posted ticket whose writer no longer exists (killed while its
 /// ticket was refused or failed, so no reader retired it): retire it
-/// (caller holds the lock). True if it was.
+/// (caller holds the lock). True if it was. Not while a split of it runs:
+/// its reader ends that first (`pipesplit`).
 pub fn retire_orphan(ring: &Ring) -> bool {
+    if crate::pipesplit::busy(ring) {
+        return false;
+    }
     let pid = ring.word(hdr::TICKET_PID).load(Ordering::Relaxed);
     // SAFETY: signal 0 only checks that the process exists.
     let gone = pid != 0
@@ -116,8 +120,12 @@ fn retire(ring: &Ring) -> bool {
 
 /// Post `buf` as a ticket (the caller holds the lock, with signals blocked
 /// by `sig`, and checked [`wanted`] and that none is posted), then wait
-/// until it is taken or revoked.
-pub fn post_and_wait(ring: &Ring, sig: sys::SigBlock, buf: &[u8]) -> Outcome {
+/// until it is taken or revoked. `split`: the caller found the ring empty
+/// and one reader waiting with its buffer posted
+/// (`pipesplit::reader_waiting`): both ends copy at once. While a split
+/// of the ticket runs, this writer copies its part and then waits for the
+/// reader to end it (`pipesplit::writer_turn`) before anything else.
+pub fn post_and_wait(ring: &Ring, sig: sys::SigBlock, buf: &[u8], split: bool) -> Outcome {
     // SAFETY: getpid takes no arguments.
     let pid = unsafe { sys::sc(libc::SYS_getpid, 0, 0, 0, 0) } as u32;
     ring.word(hdr::TICKET_PID).store(pid, Ordering::Relaxed);
@@ -130,6 +138,9 @@ pub fn post_and_wait(ring: &Ring, sig: sys::SigBlock, buf: &[u8]) -> Outcome {
     ring.word64(hdr::TICKET_DONE).store(0, Ordering::Relaxed);
     ring.word(hdr::TICKET_STATE)
         .store(hdr::TICKET_ACTIVE, Ordering::Release);
+    if split {
+        crate::pipesplit::start_with_posted(ring);
+    }
     let wake = bump(ring, hdr::RSEQ, hdr::RSLEEP);
     ring.unlock();
     drop(sig);
@@ -139,6 +150,10 @@ pub fn post_and_wait(ring: &Ring, sig: sys::SigBlock, buf: &[u8]) -> Outcome {
     loop {
         let sig = sys::SigBlock::new();
         ring.lock();
+        if crate::pipesplit::busy(ring) {
+            crate::pipesplit::writer_turn(ring, sig, buf);
+            continue;
+        }
         let state = ring.word(hdr::TICKET_STATE).load(Ordering::Acquire);
         let taken = ring.word64(hdr::TICKET_DONE).load(Ordering::Acquire) as usize;
         let readers = ring.word(hdr::READERS).load(Ordering::Acquire);
@@ -164,9 +179,14 @@ pub fn post_and_wait(ring: &Ring, sig: sys::SigBlock, buf: &[u8]) -> Outcome {
         drop(sig);
         if let Err(e) = crate::pipe::sleep(ring, hdr::WSEQ, hdr::WSLEEP, seen) {
             // Take the ticket back: what a reader took until now is what
-            // was written.
+            // was written. Not while a reader copies from it: the loop
+            // waits for that split to end (the signal stays pending).
             let sig = sys::SigBlock::new();
             ring.lock();
+            if crate::pipesplit::busy(ring) {
+                ring.unlock();
+                continue;
+            }
             let taken = ring.word64(hdr::TICKET_DONE).load(Ordering::Acquire) as usize;
             let wake = retire(ring);
             ring.unlock();
@@ -237,7 +257,7 @@ pub fn take(ring: &Ring, buf: &mut [u8]) -> Result<Take> {
 /// The inode of this process's pid namespace (`/proc/self/ns/pid`; 0 if
 /// it cannot be read), looked up once per process id: a process id names
 /// a process only within its namespace. `pid` is this process's id.
-fn pid_namespace(pid: u32) -> u64 {
+pub(crate) fn pid_namespace(pid: u32) -> u64 {
     static FOR_PID: AtomicU32 = AtomicU32::new(0);
     static NS: AtomicU64 = AtomicU64::new(0);
     if FOR_PID.load(Ordering::Acquire) == pid {
@@ -263,7 +283,7 @@ fn pid_namespace(pid: u32) -> u64 {
 
 /// `process_vm_readv` of `dst.len()` bytes at `addr` in process `pid`:
 /// bytes copied, or −errno.
-fn read_memory(pid: u32, addr: u64, dst: &mut [u8]) -> i64 {
+pub(crate) fn read_memory(pid: u32, addr: u64, dst: &mut [u8]) -> i64 {
     let local = libc::iovec {
         iov_base: dst.as_mut_ptr().cast(),
         iov_len: dst.len(),
@@ -292,7 +312,7 @@ fn read_memory(pid: u32, addr: u64, dst: &mut [u8]) -> i64 {
 
 /// Can this process write `buf` (its read buffer)? The kernel reads the
 /// bytes onto themselves, failing with `EFAULT` if it cannot.
-fn own_memory_ok(buf: &mut [u8]) -> bool {
+pub(crate) fn own_memory_ok(buf: &mut [u8]) -> bool {
     // SAFETY: getpid takes no arguments.
     let me = unsafe { sys::sc(libc::SYS_getpid, 0, 0, 0, 0) } as u32;
     let at = buf.as_ptr() as u64;

@@ -192,7 +192,16 @@ impl Ring {
         r
     }
 
-    fn futex_wait_raw(&self, off: usize, seen: u32, timeout: Option<&libc::timespec>) -> i64 {
+    /// Sleep while the word at `off` equals `seen`, at most `timeout`,
+    /// without looking at deferred program signals: for waits that must
+    /// not be cut, such as a split whose other end still copies
+    /// (`pipesplit`). Returns 0 or −errno.
+    pub(crate) fn futex_wait_raw(
+        &self,
+        off: usize,
+        seen: u32,
+        timeout: Option<&libc::timespec>,
+    ) -> i64 {
         let w = self.word(off);
         let ts = timeout.map_or(0, |t| t as *const libc::timespec as u64);
         // SAFETY: FUTEX_WAIT reads the aligned shared word `w` and the

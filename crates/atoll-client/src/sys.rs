@@ -769,6 +769,55 @@ pub fn user_slice_mut<'a>(ptr: u64, len: usize) -> Result<&'a mut [u8], i32> {
     Ok(unsafe { core::slice::from_raw_parts_mut(ptr as *mut u8, len) })
 }
 
+/// A program buffer that is not checked here: only in the user range. For
+/// large pipe transfers, whose bytes the kernel copies (`process_vm_readv`
+/// and `_writev` check every page and answer `EFAULT`); the caller checks
+/// with [`check_writable`] any part it copies itself, before touching it.
+/// Probing a MiB page by page costs about as much as copying it.
+pub fn user_slice_mut_unchecked<'a>(ptr: u64, len: usize) -> Result<&'a mut [u8], i32> {
+    if len == 0 {
+        return Ok(&mut []);
+    }
+    if !in_user_space(ptr, len) {
+        return Err(libc::EFAULT);
+    }
+    // SAFETY: the program passed (ptr, len) as a buffer argument of a
+    // system call that writes it; this process touches no byte of it that
+    // `check_writable` did not check first, and hands the rest only to the
+    // kernel, which checks it.
+    Ok(unsafe { core::slice::from_raw_parts_mut(ptr as *mut u8, len) })
+}
+
+/// Read-only twin of [`user_slice_mut_unchecked`] ([`check_readable`]).
+pub fn user_slice_unchecked<'a>(ptr: u64, len: usize) -> Result<&'a [u8], i32> {
+    if len == 0 {
+        return Ok(&[]);
+    }
+    if !in_user_space(ptr, len) {
+        return Err(libc::EFAULT);
+    }
+    // SAFETY: as `user_slice_mut_unchecked`, for a buffer the call reads.
+    Ok(unsafe { core::slice::from_raw_parts(ptr as *const u8, len) })
+}
+
+/// `EFAULT` unless every page of `buf` (from an unchecked slice) can be
+/// written.
+pub fn check_writable(buf: &mut [u8]) -> Result<(), i32> {
+    if buf.is_empty() {
+        return Ok(());
+    }
+    probe(buf.as_ptr() as u64, buf.len(), true)
+}
+
+/// `EFAULT` unless every page of `buf` (from an unchecked slice) can be
+/// read.
+pub fn check_readable(buf: &[u8]) -> Result<(), i32> {
+    if buf.is_empty() {
+        return Ok(());
+    }
+    probe(buf.as_ptr() as u64, buf.len(), false)
+}
+
 /// Store a plain-old-data value at a program address.
 pub fn put_user<T: Copy>(ptr: u64, v: T) -> Result<(), i32> {
     // SAFETY: `v` is a live local of size_of::<T>() bytes; T is one of

@@ -86,6 +86,43 @@ pub const TICKET_REFUSED: u32 = 2;
 /// writer takes the ticket back and fails with `EFAULT` (or returns what
 /// was taken).
 pub const TICKET_FAILED: u32 = 3;
+/// A reader's buffer, for both ends to copy at once (`atoll-client`
+/// `pipesplit`): a blocking reader about to sleep on an empty pipe posts
+/// its thread id, pid namespace, buffer address and length; a writer of a
+/// large write that finds it posts its ticket and starts a *split*
+/// (or a reader that finds a ticket starts one with its own buffer). In a
+/// split the reader copies chunks of `SPLIT_CHUNK` bytes from the front
+/// with `process_vm_readv`, the writer from the back into the reader's
+/// buffer with `process_vm_writev`, claiming them from `SPLIT_CURSOR`.
+/// State and fields change only under the ring lock; the cursor and
+/// `SPLIT_WDONE` are atomics used outside it.
+pub const RBUF_PID: usize = 152;
+/// `u32`: [`RBUF_NONE`], [`RBUF_POSTED`] or [`RBUF_SPLIT`].
+pub const RBUF_STATE: usize = 156;
+/// `u64`: the reader's buffer.
+pub const RBUF_ADDR: usize = 160;
+/// `u32`: its length; in a split, the bytes the split moves.
+pub const RBUF_LEN: usize = 168;
+/// `u32` futex word: chunks the writer finished (bits 0-29), the writer
+/// gave up on its last claimed chunk (bit 30), the reader sleeps waiting
+/// for it (bit 31).
+pub const SPLIT_WDONE: usize = 172;
+/// `u64`: the inode of the reader's pid namespace.
+pub const RBUF_PIDNS: usize = 176;
+/// `u64`: claim cursor: the next chunk from the front (bits 0-23, the
+/// reader claims upwards), one past the last unclaimed chunk (bits 24-47,
+/// the writer claims downwards) and the split's generation (bits 48-63),
+/// so that a claim meant for an ended split fails.
+pub const SPLIT_CURSOR: usize = 184;
+/// No reader's buffer posted.
+pub const RBUF_NONE: u32 = 0;
+/// A reader sleeps with its buffer posted.
+pub const RBUF_POSTED: u32 = 1;
+/// Both ends copy into the posted buffer (the reader ends it).
+pub const RBUF_SPLIT: u32 = 2;
+/// Bytes per claim of a split.
+pub const SPLIT_CHUNK: usize = 128 * 1024;
+
 /// `u32` array of `NBLOCKS` data-block indices.
 pub const BLOCKS: usize = 192;
 /// Data blocks of a new pipe (64 KiB, Linux's default pipe size).

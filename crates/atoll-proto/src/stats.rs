@@ -180,6 +180,10 @@ pub struct ClientCounters {
     /// System calls that reached atoll through a trap rather than a libc
     /// wrapper (the slow entry path).
     pub traps: u64,
+    /// Bytes pipe writers copied straight into a waiting reader's buffer
+    /// while that reader copied the rest (a *split* of a ticket).
+    #[serde(default)]
+    pub pipe_split_bytes: u64,
 }
 
 /// What one session (a client process) asked of one server, and what its

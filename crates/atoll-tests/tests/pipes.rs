@@ -1,6 +1,7 @@
 //! Pipes and FIFOs as atoll objects (`atoll run --pipes atoll`): shell
 //! pipelines, POSIX semantics through a C probe, FIFOs in the mount,
-//! readiness (poll, select, epoll), make's jobserver, and a throughput and
+//! readiness (poll, select, epoll), make's jobserver, large writes to
+//! waiting readers (both ends copying at once), and a throughput and
 //! latency measurement against Linux pipes (`--ignored`).
 
 use std::process::Output;
@@ -537,4 +538,61 @@ END"#,
         "{}",
         text(&o.stderr)
     );
+}
+
+/// Large writes while readers wait (`pipes/split.c`): one reader with odd
+/// sizes and unaligned buffers, two readers, a reader killed while the
+/// writer may be copying into its buffer, a writer killed mid-write. The
+/// probe checks every byte itself; the checksums of what a lone reader got
+/// must equal those of the same program on a Linux pipe.
+const SPLIT: &str = include_str!("pipes/split.c");
+/// Splits are off by default (`atoll_client::pipesplit::ENV_SPLIT`).
+const SPLIT_SWITCH: &str = "ATOLL_PIPE_SPLIT";
+
+#[test]
+fn large_writes_to_waiting_readers_deliver_linux_s_bytes() {
+    require("cc");
+    let dir = tempfile::tempdir().unwrap();
+    let bin = compile_probe(dir.path(), "split", SPLIT);
+    let host = std::process::Command::new(&bin).output().unwrap();
+    assert!(host.status.success(), "host: {}", text(&host.stdout));
+    let mut cmd = atoll();
+    cmd.env(SPLIT_SWITCH, "on")
+        .args(["run", "--memory", "256M", "--servers", "2"])
+        .args(PIPES)
+        .arg("--")
+        .arg(&bin);
+    let out = atoll_tests::output_within(cmd, atoll_tests::RUN_LIMIT);
+    assert_eq!(
+        text(&out.stdout),
+        text(&host.stdout),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(out.status.success());
+}
+
+/// A writer that finds the reader waiting copies part of its bytes
+/// straight into the reader's buffer while the reader copies the rest
+/// (both ends at once); the bytes it copied are counted.
+#[test]
+fn a_writer_copies_into_a_waiting_reader_s_buffer() {
+    require("cc");
+    let dir = tempfile::tempdir().unwrap();
+    let bin = compile_probe(dir.path(), "split", SPLIT);
+    let json = dir.path().join("stats.json");
+    let mut cmd = atoll();
+    cmd.env(SPLIT_SWITCH, "on")
+        .args(["run", "--memory", "256M", "--servers", "2"])
+        .args(["--island", "coherent"])
+        .args(PIPES)
+        .arg("--stats-json")
+        .arg(&json)
+        .arg("--")
+        .arg(&bin);
+    let out = atoll_tests::output_within(cmd, atoll_tests::RUN_LIMIT);
+    assert!(out.status.success(), "{}", text(&out.stdout));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let split = v["counters"]["pipe.split_bytes"].as_u64().unwrap_or(0);
+    assert!(split > 0, "{}", v["counters"]);
 }

@@ -52,7 +52,7 @@ pub fn read_desc(
     if d.ftype() == FileType::Fifo {
         return match off {
             Some(_) => err(libc::ESPIPE),
-            None => crate::pipe::read(c, d, buf),
+            None => crate::pipe::read(c, d, buf, crate::pipe::Checked::Whole),
         };
     }
     check_readable(d)?;
@@ -144,7 +144,7 @@ pub fn write_desc(
     if d.ftype() == FileType::Fifo {
         return match off {
             Some(_) => err(libc::ESPIPE),
-            None => crate::pipe::write(c, d, src),
+            None => crate::pipe::write(c, d, src, crate::pipe::Checked::Whole),
         };
     }
     check_writable(d)?;

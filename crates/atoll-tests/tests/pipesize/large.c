@@ -201,9 +201,10 @@ static void cut_by_signal(void) {
 }
 
 /* A write whose buffer turns unreadable after 128 KiB: Linux writes those
- * bytes and returns their count; atoll checks a pipe write's buffer whole
- * and fails with EFAULT having written nothing (docs/COMPATIBILITY.md).
- * Either way the reader gets exactly what the write reported. */
+ * bytes and returns their count; so does atoll when the write goes by
+ * ticket, and a copy island checks a pipe write's buffer whole and fails
+ * with EFAULT having written nothing (docs/COMPATIBILITY.md). Either way
+ * the reader gets exactly what the write reported. */
 static void efault(void) {
     int p[2];
     long pg = sysconf(_SC_PAGESIZE);

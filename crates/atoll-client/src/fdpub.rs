@@ -5,8 +5,9 @@
 //!
 //! Each process keeps a table in a memfd of its own (`atoll-fds`, one of
 //! atoll's private descriptors): one slot of [`SLOT`] bytes per
-//! descriptor number below [`SLOTS`], `{seq: u32, len: u32, path}`,
-//! written when `fdtable::install` gives the number an atoll description
+//! descriptor number below [`SLOTS`], `{seq: u32, len: u32, ino: u64,
+//! path}` (the inode lets a reader find the file's current path,
+//! `fdname`), written when `fdtable::install` gives the number an atoll description
 //! and cleared when `fdtable::remove` takes it away. `seq` is odd while a
 //! slot is written (a seqlock: the reader retries, then gives up). The
 //! stores are plain memory writes through a shared mapping (a `chdir`
@@ -33,9 +34,9 @@
 //! makes one again as it restores its cwd and the descriptors it
 //! inherited.
 
-use core::sync::atomic::{
-    AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering,
-};
+use core::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicUsize, Ordering};
+
+use atoll_proto::InodeId;
 
 use crate::sys::{self, SpinLock};
 
@@ -50,27 +51,31 @@ const PRIVATE_MAX: usize = 8;
 /// on the host), for `/proc/PID/cwd` (`proclink`).
 const CWD_AT: usize = 4096;
 const CWD_MAX: usize = sys::PATH_MAX;
-/// Then, page-aligned, [`LONG_RECORDS`] records of [`LONG_SLOT`] bytes for
-/// paths that do not fit a descriptor's slot (rare; a slot names the
-/// record it uses, [`IN_LONG`]). When all are taken a long path is not
-/// published.
-const LONG_AT: usize = (CWD_AT + HEADER + CWD_MAX).next_multiple_of(4096);
-const LONG_SLOT: usize = HEADER + sys::PATH_MAX;
-const LONG_RECORDS: usize = 64;
 /// Then one slot of [`SLOT`] bytes per descriptor number, `{seq, len,
 /// path}`, for as many numbers as the table has room for: it starts with
 /// [`FIRST_SLOTS`] and doubles (the memfd grows, the mapping moves) when
 /// a higher number is published, up to every number an atoll descriptor
 /// can have (`fdtable::MAX_FDS`). A reader finds a number past the end
 /// unpublished.
-const SLOTS_AT: usize = (LONG_AT + LONG_RECORDS * LONG_SLOT).next_multiple_of(4096);
+const SLOTS_AT: usize = (CWD_AT + HEADER + CWD_MAX).next_multiple_of(4096);
 pub const SLOT: usize = 512;
 const FIRST_SLOTS: usize = 4096;
 pub const SLOTS: usize = crate::fdtable::MAX_FDS;
 const HEADER: usize = 8;
-/// A slot's length when its path is in a long record, whose index
-/// follows the header.
+/// A slot's payload: the inode id, then the path.
+const INO: usize = 8;
+/// A slot's length when its path does not fit it (rare): the payload is
+/// then in the descriptor's own long record of [`LONG_SLOT`] bytes, past
+/// the room for every slot ([`long_at`]). The memfd is sparse, so only
+/// the records written take memory; they are written with `pwrite`
+/// rather than mapped, so the mapping stays the size of the slots.
 const IN_LONG: u32 = u32::MAX;
+const LONG_SLOT: usize = HEADER + INO + sys::PATH_MAX;
+
+/// Where descriptor `n`'s long record lies.
+const fn long_at(n: usize) -> usize {
+    table_bytes(SLOTS) + n * LONG_SLOT
+}
 
 /// Bytes of a table with room for `slots` descriptor numbers.
 const fn table_bytes(slots: usize) -> usize {
@@ -84,8 +89,9 @@ static MAP: AtomicPtr<u8> = AtomicPtr::new(core::ptr::null_mut());
 static STATE: AtomicU32 = AtomicU32::new(0);
 /// Descriptor numbers the table has room for (its size: `table_bytes`).
 static CAPACITY: AtomicUsize = AtomicUsize::new(0);
-/// Long records in use (bit i: record i), touched only under the lock.
-static LONG_USED: AtomicU64 = AtomicU64::new(0);
+/// The memfd's size: the slots' room, and past it any long records
+/// written (touched only under the lock).
+static FILE_BYTES: AtomicUsize = AtomicUsize::new(0);
 /// The table is also another process's (a fork since our last change):
 /// the next write makes our own first.
 static SHARED: AtomicBool = AtomicBool::new(false);
@@ -158,7 +164,7 @@ fn with_table(slot: Option<usize>, write: impl FnOnce(*mut u8)) {
         if let Some((fd, p)) = (slots >= need).then(|| make(slots)).flatten() {
             FD.store(fd, Ordering::Relaxed);
             CAPACITY.store(slots, Ordering::Relaxed);
-            LONG_USED.store(0, Ordering::Relaxed);
+            FILE_BYTES.store(table_bytes(slots), Ordering::Relaxed);
             MAP.store(p, Ordering::Release);
             fill(p);
         }
@@ -222,11 +228,7 @@ fn grow(slots: usize) -> bool {
     }
     let old = table_bytes(CAPACITY.load(Ordering::Relaxed));
     let new = table_bytes(slots);
-    if !fits_file_limit(new) {
-        return false;
-    }
-    // SAFETY: ftruncate of our own memfd takes no pointer.
-    if unsafe { sys::sc(libc::SYS_ftruncate, fd as u64, new as u64, 0, 0) } < 0 {
+    if !extend_file(fd, new) {
         return false;
     }
     // SAFETY: our own mapping of the table, `old` bytes long; every writer
@@ -252,6 +254,23 @@ fn grow(slots: usize) -> bool {
     true
 }
 
+/// Make the memfd `fd` at least `bytes` long (never shorter: long
+/// records lie past the slots). The caller holds the lock.
+fn extend_file(fd: i32, bytes: usize) -> bool {
+    if FILE_BYTES.load(Ordering::Relaxed) >= bytes {
+        return true;
+    }
+    if !fits_file_limit(bytes) {
+        return false;
+    }
+    // SAFETY: ftruncate of our own memfd takes no pointer.
+    if unsafe { sys::sc(libc::SYS_ftruncate, fd as u64, bytes as u64, 0, 0) } < 0 {
+        return false;
+    }
+    FILE_BYTES.store(bytes, Ordering::Relaxed);
+    true
+}
+
 /// Replace the table shared with a forked process by one of our own with
 /// room for `want` numbers, filled with what we hold (the caller holds
 /// the lock). If Linux refuses a new one, the shared one stays ours too:
@@ -261,10 +280,10 @@ fn own_table(want: usize) {
     let Some((fd, p)) = make(slots) else { return };
     let old_bytes = table_bytes(CAPACITY.load(Ordering::Relaxed));
     CAPACITY.store(slots, Ordering::Relaxed);
-    LONG_USED.store(0, Ordering::Relaxed);
+    FILE_BYTES.store(table_bytes(slots), Ordering::Relaxed);
     let old = MAP.swap(p, Ordering::AcqRel);
-    fill(p);
     let old_fd = FD.swap(fd, Ordering::Relaxed);
+    fill(p);
     if !old.is_null() {
         // SAFETY: our mapping of the shared table, no longer reachable
         // through `MAP`; every writer holds the lock we hold, and readers
@@ -367,68 +386,90 @@ pub fn publish_cwd(path: Option<&[u8]>) {
     });
 }
 
-/// Slot `fd` now names `path` (`None`: no atoll description).
-pub fn publish(fd: i32, path: Option<&[u8]>) {
+/// Slot `fd` now names file `ino` by `path` (`None`: no atoll
+/// description).
+pub fn publish(fd: i32, file: Option<(&[u8], InodeId)>) {
     let Ok(n) = usize::try_from(fd) else { return };
     if n >= SLOTS {
         return;
     }
-    let path = path.filter(|p| p.len() <= LONG_SLOT - HEADER);
-    if path.is_none()
+    let file = file.filter(|(p, _)| p.len() <= sys::PATH_MAX);
+    if file.is_none()
         && (STATE.load(Ordering::Acquire) == 0 || n >= CAPACITY.load(Ordering::Relaxed))
     {
         return; // nothing published there yet: nothing to clear
     }
+    let payload = file.map(|(p, ino)| [&ino.0.to_le_bytes()[..], p].concat());
     with_table(Some(n), |base| {
         // SAFETY: the table has room for slot `n` (`with_table`), and
         // lives while we hold the lock.
-        unsafe { write_slot(base, n, path.unwrap_or(&[])) };
+        unsafe { write_slot(base, n, payload.as_deref().unwrap_or(&[])) };
         publish_private(base);
     });
 }
 
-/// Write descriptor `n`'s path: in its slot, or, too long for it, in a
-/// long record first and then the slot naming it (none free: the slot is
-/// left empty). A long record the slot named before is given back.
+/// Write descriptor `n`'s payload (inode id and path): in its slot, or,
+/// too long for it, in the descriptor's long record first and then the
+/// slot saying so (when Linux refuses the memfd the room, the slot is
+/// left empty).
 ///
 /// # Safety
 /// `base` is the table's mapping, with room for slot `n` (the caller
-/// holds the lock); `path` fits a long record.
-unsafe fn write_slot(base: *mut u8, n: usize, path: &[u8]) {
-    // SAFETY: slot `n` and every long record lie inside the mapping, each
-    // 4-aligned (SLOTS_AT, SLOT, LONG_AT and LONG_SLOT are multiples of
-    // 4), with the room the caller checked.
+/// holds the lock); `payload` fits a long record.
+unsafe fn write_slot(base: *mut u8, n: usize, payload: &[u8]) {
+    let at = SLOTS_AT + n * SLOT;
+    if payload.len() <= SLOT - HEADER {
+        // SAFETY: slot `n` lies inside the mapping, 4-aligned (SLOTS_AT
+        // and SLOT are multiples of 4), with room for the payload.
+        unsafe { write_record(base, at, payload) };
+        return;
+    }
+    let fd = FD.load(Ordering::Relaxed);
+    let long = long_at(n);
+    if fd < 0 || !extend_file(fd, long + LONG_SLOT) || !pwrite_record(fd, long, payload) {
+        // SAFETY: as above; an empty payload.
+        unsafe { write_record(base, at, &[]) };
+        return;
+    }
+    // SAFETY: as above; the slot's header words, 4-aligned.
     unsafe {
-        let at = SLOTS_AT + n * SLOT;
         let rec = base.add(at);
-        let len = &*(rec.add(4) as *const AtomicU32);
-        let index = &*(rec.add(HEADER) as *const AtomicU32);
-        let held = (len.load(Ordering::Relaxed) == IN_LONG)
-            .then(|| index.load(Ordering::Relaxed) as usize)
-            .filter(|&i| i < LONG_RECORDS);
-        if path.len() <= SLOT - HEADER {
-            write_record(base, at, path);
-            if let Some(i) = held {
-                LONG_USED.fetch_and(!(1 << i), Ordering::Relaxed);
-            }
-            return;
-        }
-        let used = LONG_USED.load(Ordering::Relaxed);
-        let Some(i) = held.or_else(|| (used != u64::MAX).then(|| used.trailing_ones() as usize))
-        else {
-            write_record(base, at, &[]);
-            return;
-        };
-        LONG_USED.fetch_or(1 << i, Ordering::Relaxed);
-        write_record(base, LONG_AT + i * LONG_SLOT, path);
         let seq = &*(rec as *const AtomicU32);
+        let len = &*(rec.add(4) as *const AtomicU32);
         let s = seq.load(Ordering::Relaxed);
         seq.store(s | 1, Ordering::Release);
         core::sync::atomic::fence(Ordering::Release);
-        index.store(i as u32, Ordering::Relaxed);
         len.store(IN_LONG, Ordering::Relaxed);
         seq.store((s | 1).wrapping_add(1), Ordering::Release);
     }
+}
+
+/// Write the record at `at` of the memfd `fd` (`{seq, len, payload}`)
+/// under its sequence word, through `pwrite`: the same protocol as
+/// `write_record`, for records past the mapping.
+fn pwrite_record(fd: i32, at: usize, payload: &[u8]) -> bool {
+    let mut seq = [0u8; 4];
+    if pread(fd, &mut seq, at as u64) != 4 {
+        return false;
+    }
+    let odd = u32::from_le_bytes(seq) | 1;
+    let mut body = (payload.len() as u32).to_le_bytes().to_vec();
+    body.extend_from_slice(payload);
+    pwrite(fd, &odd.to_le_bytes(), at as u64)
+        && pwrite(fd, &body, at as u64 + 4)
+        && pwrite(fd, &odd.wrapping_add(1).to_le_bytes(), at as u64)
+}
+
+/// `pwrite` of all of `buf`.
+fn pwrite(fd: i32, buf: &[u8], off: u64) -> bool {
+    // SAFETY: the kernel reads at most `buf.len()` bytes of `buf`.
+    let n = unsafe {
+        sys::syscall6(
+            libc::SYS_pwrite64,
+            [fd as u64, buf.as_ptr() as u64, buf.len() as u64, off, 0, 0],
+        )
+    };
+    n == buf.len() as i64
 }
 
 /// In a forked child: the inherited mapping and descriptor are the
@@ -450,12 +491,14 @@ fn fill(base: *mut u8) {
         if n >= CAPACITY.load(Ordering::Relaxed) {
             continue; // published when it next changes, after a grow
         }
-        if let Some(p) = crate::fdtable::get(fd as i64).and_then(|d| d.path().map(<[u8]>::to_vec)) {
-            if p.len() <= LONG_SLOT - HEADER {
-                // SAFETY: the table's mapping, with room for slot `n`; a
-                // path that fits a long record.
-                unsafe { write_slot(base, n, &p) };
-            }
+        let Some(d) = crate::fdtable::get(fd as i64) else {
+            continue;
+        };
+        if let Some(p) = d.path().filter(|p| p.len() <= sys::PATH_MAX) {
+            let payload = [&d.ino().0.to_le_bytes()[..], p].concat();
+            // SAFETY: the table's mapping, with room for slot `n`; a
+            // payload that fits a long record.
+            unsafe { write_slot(base, n, &payload) };
         }
     }
     if let Some(w) = crate::session::client().and_then(|c| c.cwd()) {
@@ -535,34 +578,41 @@ fn pread(fd: i32, buf: &mut [u8], off: u64) -> i64 {
     }
 }
 
-/// Another process's published path of descriptor `n`, read from its
-/// table (a descriptor of `/proc/PID/fd` opened by the caller).
-pub fn read_slot(table: i32, n: usize) -> Option<Vec<u8>> {
+/// Another process's published file of descriptor `n`: its path and
+/// inode, read from its table (a descriptor of `/proc/PID/fd` opened by
+/// the caller).
+pub fn read_slot(table: i32, n: usize) -> Option<(Vec<u8>, InodeId)> {
     if n >= SLOTS {
         return None;
     }
     let at = SLOTS_AT + n * SLOT;
     for _ in 0..3 {
-        let mut head = [0u8; HEADER + 4];
+        let mut head = [0u8; HEADER];
         if pread(table, &mut head, at as u64) != head.len() as i64 {
             return None; // past the table's end: not published
         }
-        let word = |i: usize| u32::from_le_bytes([head[i], head[i + 1], head[i + 2], head[i + 3]]);
-        if word(4) != IN_LONG {
-            return read_record(table, at, SLOT);
+        let len = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
+        if len != IN_LONG {
+            return split_payload(read_record(table, at, SLOT)?);
         }
-        let index = word(HEADER) as usize;
-        if word(0) & 1 == 1 || index >= LONG_RECORDS {
+        if head[0] & 1 == 1 {
             continue;
         }
-        let path = read_record(table, LONG_AT + index * LONG_SLOT, LONG_SLOT);
-        // Does the slot still name that record?
-        let mut again = [0u8; HEADER + 4];
+        let payload = read_record(table, long_at(n), LONG_SLOT);
+        // Does the slot still say so?
+        let mut again = [0u8; HEADER];
         if pread(table, &mut again, at as u64) == again.len() as i64 && again == head {
-            return path;
+            return split_payload(payload?);
         }
     }
     None
+}
+
+/// A slot's payload as `(path, inode)`.
+fn split_payload(mut payload: Vec<u8>) -> Option<(Vec<u8>, InodeId)> {
+    let ino = InodeId(u64::from_le_bytes(payload.get(..INO)?.try_into().ok()?));
+    payload.drain(..INO);
+    (!payload.is_empty()).then_some((payload, ino))
 }
 
 /// Another process's published atoll cwd.

@@ -404,7 +404,7 @@ pub fn get(fd: i64) -> Option<DescRef> {
 pub fn install(fd: i32, r: DescRef) -> Option<DescRef> {
     debug_assert!((fd as usize) < MAX_FDS);
     // Other processes of the instance read the path (`fdpub`).
-    crate::fdpub::publish(fd, r.path());
+    crate::fdpub::publish(fd, r.path().map(|p| (p, r.ino())));
     let e = entry(r.slot);
     r.into_slot();
     ANY.store(true, Ordering::Relaxed);

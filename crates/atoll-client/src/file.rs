@@ -186,7 +186,7 @@ fn tmpfile(c: &Client, lane: &Lane, mut w: Box<Walker<'_>>, flags: u32, mode: u3
         flags: status_flags(open),
         ftype: FileType::Regular,
         cookie: 0,
-        path: None,
+        path: Some(crate::fdname::tmpfile_path(w.canon.as_bytes(), attr.ino)),
     };
     Ok(Out::Done(new_fd(
         c,

@@ -54,6 +54,7 @@ mod dirperm;
 mod error;
 mod exec;
 mod fast;
+mod fdname;
 mod fdpath;
 mod fdpub;
 mod fdtable;
@@ -214,7 +215,7 @@ fn names_proc_table(ptr: u64) -> bool {
 /// that atoll answers (`proclink`).
 fn names_proc_link(c: &Client, ptr: u64) -> bool {
     sys::user_path(ptr).is_ok_and(|p| {
-        (exec::started_from_atoll() && exec::is_self_exe(p)) || proclink::target(c, p).is_some()
+        (exec::started_from_atoll() && exec::is_self_exe(p)) || proclink::answers(c, p)
     })
 }
 

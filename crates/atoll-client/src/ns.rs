@@ -63,6 +63,20 @@ fn want_distributed(c: &Client, w: &Walker, name: &[u8]) -> bool {
     false
 }
 
+/// Linux's `filename_create` for a name that may not end in a slash
+/// (anything but `mkdir`): given with one, the name is `EEXIST` when it
+/// exists and `ENOENT` otherwise; without one, nothing to check here.
+fn no_name_to_create(w: &Walker, name: &[u8], trailing_slash: bool) -> Result<()> {
+    if !trailing_slash {
+        return Ok(());
+    }
+    match w.lookup(w.dir, name) {
+        Ok(_) => err(libc::EEXIST),
+        Err(Error::Errno(e)) if e == libc::ENOENT => err(libc::ENOENT),
+        Err(e) => Err(e),
+    }
+}
+
 /// `MakeNode` in the final component's entry server; `perm` is the mode
 /// asked for (the server applies the umask or the default ACL).
 #[allow(clippy::too_many_arguments)]
@@ -80,10 +94,16 @@ fn make_node(
     // another socket goes to this process's local server; a new plain
     // directory to the server its name hashes to (`affinity`).
     if !distributed {
-        if let Some(ino) =
-            crate::affinity::try_make(c, w.lane, w.dir, name, ftype, perm, rdev, target)?
-        {
-            return Ok(ino);
+        // Placed elsewhere, the inode is made before its name is looked
+        // at: an existing name is `EEXIST` also where the caller may not
+        // write (Linux looks it up first, `filename_create`).
+        match crate::affinity::try_make(c, w.lane, w.dir, name, ftype, perm, rdev, target) {
+            Ok(Some(ino)) => return Ok(ino),
+            Ok(None) => {}
+            Err(Error::Errno(e)) if e == libc::EACCES && w.lookup(w.dir, name).is_ok() => {
+                return err(libc::EEXIST)
+            }
+            Err(e) => return Err(e),
         }
     }
     let server = crate::adapt::entry_server(c, w.dir, name);
@@ -149,10 +169,8 @@ pub fn mknod(c: &Client, lane: &Lane, dirfd: i64, path: &[u8], mode: u32, dev: u
     if last.kind != LastKind::Name {
         return err(libc::EEXIST);
     }
-    if last.trailing_slash {
-        return err(libc::ENOENT);
-    }
     let name = last.name.as_bytes();
+    no_name_to_create(&w, name, last.trailing_slash)?;
     let perm = mode & 0o7777;
     let ftype = match mode & libc::S_IFMT {
         0 | libc::S_IFREG => {
@@ -229,9 +247,10 @@ pub fn symlink(c: &Client, lane: &Lane, target: &[u8], dirfd: i64, path: &[u8]) 
         Ok(x) => x,
         Err(o) => return Ok(o),
     };
-    if last.kind != LastKind::Name || last.trailing_slash {
+    if last.kind != LastKind::Name {
         return err(libc::EEXIST);
     }
+    no_name_to_create(&w, last.name.as_bytes(), last.trailing_slash)?;
     if target.is_empty() {
         return err(libc::ENOENT);
     }
@@ -363,6 +382,8 @@ fn rmdir_at(c: &Client, lane: &Lane, w: &Walker, last: &Last) -> Result<Out> {
         attempts += 1;
         let (ino, ftype) = w.lookup(w.dir, name)?;
         if ftype != FileType::Directory {
+            // Permission to remove the name comes first (`may_delete`).
+            crate::dirperm::check_removable(c, lane, w.dir, ino)?;
             return err(libc::ENOTDIR);
         }
         if ino == ROOT {
@@ -380,7 +401,15 @@ fn rmdir_at(c: &Client, lane: &Lane, w: &Walker, last: &Last) -> Result<Out> {
             .map(|_| ())
         } else {
             crate::counters::bump(&crate::counters::THREE_PHASE_RMDIRS);
-            let marked = mark_dir(c, lane, ino)?;
+            let marked = match mark_dir(c, lane, ino) {
+                // Permission to remove the name comes before emptiness
+                // (`may_delete`), which the marks found first.
+                Err(Error::Errno(e)) if e == libc::ENOTEMPTY => {
+                    crate::dirperm::check_removable(c, lane, w.dir, ino)?;
+                    return err(e);
+                }
+                r => r?,
+            };
             let r = unlink_entry(c, lane, w.dir, name, UnlinkKind::Directory, Some(ino));
             finish_marks(c, lane, ino, &marked, r.is_ok());
             r.map(|_| ())
@@ -722,11 +751,18 @@ fn rename_attempt(
             }
         }
     }
-    if let (Some((_, ft2)), false) = (target, exchange) {
-        match (ft1 == FileType::Directory, ft2 == FileType::Directory) {
-            (true, false) => return err(libc::ENOTDIR),
-            (false, true) => return err(libc::EISDIR),
-            _ => {}
+    if let (Some((ino2, ft2)), false) = (target, exchange) {
+        let mismatch = match (ft1 == FileType::Directory, ft2 == FileType::Directory) {
+            (true, false) => Some(libc::ENOTDIR),
+            (false, true) => Some(libc::EISDIR),
+            _ => None,
+        };
+        if let Some(e) = mismatch {
+            // Linux asks whether both names may be removed (`may_delete`
+            // of each, `EACCES`, `EPERM`) before it compares their types.
+            crate::dirperm::check_removable(c, lane, dir1, ino1)?;
+            crate::dirperm::check_removable(c, lane, dir2, ino2)?;
+            return err(e);
         }
     }
     let srv1 = crate::adapt::entry_server(c, dir1, n1);
@@ -1225,13 +1261,20 @@ pub fn link(
     if last.kind != LastKind::Name {
         return err(libc::EEXIST);
     }
-    if ftype == FileType::Directory {
-        return err(libc::EPERM);
-    }
-    if last.trailing_slash {
-        return err(libc::ENOENT);
-    }
     let name = last.name.as_bytes();
+    if ftype == FileType::Directory || last.trailing_slash {
+        // Linux looks the new name up first (`filename_create`): an
+        // existing one is `EEXIST`, a missing one with a slash `ENOENT`;
+        // only then is a directory refused (`EPERM`).
+        match w.lookup(w.dir, name) {
+            Ok(_) => return err(libc::EEXIST),
+            Err(Error::Errno(e)) if e == libc::ENOENT && last.trailing_slash => {
+                return Err(e.into())
+            }
+            Err(Error::Errno(e)) if e == libc::ENOENT => return err(libc::EPERM),
+            Err(e) => return Err(e),
+        }
+    }
     for _ in 0..64 {
         match link_once(c, lane, &w, name, ino, ftype) {
             // The directory's mode changed under the link (`adapt`): its
@@ -1258,7 +1301,14 @@ fn link_once(
     let server = crate::adapt::entry_server(c, w.dir, name);
     let vouched = crate::dirperm::vouches_for(c, lane, w.dir, server)?;
     if ino.owner() != server {
-        crate::dirperm::check_creatable(c, lane, w.dir)?;
+        if let Err(e) = crate::dirperm::check_creatable(c, lane, w.dir) {
+            // Linux looks the new name up before it asks for write
+            // permission (`filename_create`): an existing one is `EEXIST`.
+            return match w.lookup(w.dir, name) {
+                Ok(_) => err(libc::EEXIST),
+                Err(_) => Err(e),
+            };
+        }
         lane.call(c, ino.owner(), Request::Ref { ino }, |_| Ok(()))?;
     }
     let r = crate::session::retry_marked(|| {

@@ -27,15 +27,17 @@ use crate::sys;
 pub const VOID_PREFIX: &str = ".void-";
 
 /// What `/proc/<who>/<entry>` links to, when atoll knows better than the
-/// kernel; `None`: ask the kernel.
+/// kernel; `None`: ask the kernel. A descriptor's link is its file's
+/// current path (`fdname`).
 pub fn target(c: &Client, path: &[u8]) -> Option<Vec<u8>> {
     if let Some(entry) = crate::path::proc_self_entry(path) {
         if entry == b"cwd" {
             return c.cwd().map(|w| w.path.clone());
         }
-        let n = entry.strip_prefix(b"fd/")?;
-        let fd: i64 = core::str::from_utf8(n).ok()?.parse().ok()?;
-        return crate::fdtable::get(fd).and_then(|d| d.path().map(<[u8]>::to_vec));
+        let d = own_fd(entry)?;
+        return d
+            .path()
+            .map(|opened| crate::fdname::current(c, opened, d.ino()));
     }
     let rest = path.strip_prefix(b"/proc/")?;
     let slash = rest.iter().position(|&b| b == b'/')?;
@@ -51,6 +53,23 @@ pub fn target(c: &Client, path: &[u8]) -> Option<Vec<u8>> {
         .parse()
         .ok()?;
     other_fd(core::str::from_utf8(pid).ok()?.parse().ok()?, n)
+}
+
+/// Does atoll answer for the link at `path` (`target` is `Some`)? For
+/// the process's own descriptors this asks no server.
+pub fn answers(c: &Client, path: &[u8]) -> bool {
+    match crate::path::proc_self_entry(path) {
+        Some(b"cwd") => c.cwd().is_some(),
+        Some(entry) => own_fd(entry).is_some_and(|d| d.path().is_some()),
+        None => target(c, path).is_some(),
+    }
+}
+
+/// The process's own atoll descriptor named by `fd/N`.
+fn own_fd(entry: &[u8]) -> Option<crate::fdtable::DescRef> {
+    let n = entry.strip_prefix(b"fd/")?;
+    let fd: i64 = core::str::from_utf8(n).ok()?.parse().ok()?;
+    crate::fdtable::get(fd)
 }
 
 /// The kernel's link at `path` (without its NUL): `/proc/…` links, and
@@ -79,9 +98,11 @@ fn other_fd(pid: u32, n: usize) -> Option<Vec<u8>> {
         return None;
     }
     let fd = crate::fdpub::open_table(pid)?;
-    let path = crate::fdpub::read_slot(fd, n);
+    let slot = crate::fdpub::read_slot(fd, n);
     sys::close(fd);
-    path
+    let (path, ino) = slot?;
+    let c = crate::session::client()?;
+    Some(crate::fdname::current(c, &path, ino))
 }
 
 /// A path below one of these links (`/proc/self/cwd/x`, `/proc/PID/cwd/`,

@@ -116,9 +116,32 @@ pub enum Reply<'a> {
     },
     /// `PipeState`: a pipe's state (copy island).
     PipeState(PipeStateInfo),
+    /// `Names`: entries naming an inode, packed by [`pack_name`].
+    Names(#[serde(borrow)] &'a [u8]),
     /// A `WriteData` piece not applied: an earlier piece of its [`Chain`]
     /// failed or was short, so the write ended before it.
     Skipped,
+}
+
+/// Append one entry naming an inode to `buf` (`dir:u64 len:u8 name`),
+/// for [`Reply::Names`].
+pub fn pack_name(buf: &mut Vec<u8>, dir: InodeId, name: &[u8]) {
+    let name = &name[..name.len().min(255)];
+    buf.extend_from_slice(&dir.0.to_le_bytes());
+    buf.push(name.len() as u8);
+    buf.extend_from_slice(name);
+}
+
+/// The entries of a [`Reply::Names`]: `(dir, name)`; stops at the first
+/// malformed record.
+pub fn parse_names(mut data: &[u8]) -> impl Iterator<Item = (InodeId, &[u8])> {
+    std::iter::from_fn(move || {
+        let dir = InodeId(u64::from_le_bytes(data.get(..8)?.try_into().ok()?));
+        let len = *data.get(8)? as usize;
+        let name = data.get(9..9 + len)?;
+        data = &data[9 + len..];
+        Some((dir, name))
+    })
 }
 
 /// An entry of a directory: the old name of a rename across servers

@@ -633,6 +633,14 @@ pub enum Request<'a> {
         desc: DescId,
         size: u64,
     },
+
+    // ---- names of an inode: sent to every server ----
+    /// The entries held here that name `ino`: its current names, for
+    /// `/proc/self/fd/N` of a file renamed since it was opened (a file's
+    /// names may live on any server, Hare §3.4). → `Names`
+    Names {
+        ino: InodeId,
+    },
 }
 
 /// Where a `WriteData` stands in the write it is a piece of, when a client

@@ -155,7 +155,25 @@ pub fn normalized(out: &Output, root: &Path) -> (i32, String, String) {
 /// and stdout (stderr too unless `compare_stderr` is false). Returns the
 /// atoll stdout for further assertions.
 pub fn assert_same(opts: &[&str], script: &str, compare_stderr: bool) -> String {
-    let (dir, host) = run_on_host(script);
+    let dir = tempfile::tempdir().expect("tempdir");
+    assert_same_in(dir, opts, script, compare_stderr)
+}
+
+/// [`assert_same`] with the host run on a tmpfs (`/dev/shm`), for what
+/// only tmpfs does as atoll does (`O_TMPFILE` names, `st_size` of
+/// directories).
+pub fn assert_same_on_tmpfs(opts: &[&str], script: &str, compare_stderr: bool) -> String {
+    let dir = tempfile::tempdir_in("/dev/shm").expect("tempdir on /dev/shm");
+    assert_same_in(dir, opts, script, compare_stderr)
+}
+
+fn assert_same_in(
+    dir: tempfile::TempDir,
+    opts: &[&str],
+    script: &str,
+    compare_stderr: bool,
+) -> String {
+    let (dir, host) = run_in_host_dir(dir, script);
     let host = normalized(&host, dir.path());
     let atoll = run_in_atoll(opts, script);
     let atoll = normalized(&atoll, Path::new(MOUNT));

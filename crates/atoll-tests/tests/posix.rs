@@ -3,7 +3,7 @@
 //! change inside a running process, FIFO opens racing writers, and programs
 //! that outlive their instance.
 
-use atoll_tests::{assert_same, atoll, output_within, require, RUN_LIMIT};
+use atoll_tests::{assert_same, assert_same_on_tmpfs, atoll, output_within, require, RUN_LIMIT};
 use std::process::{Command, Stdio};
 
 /// A listener and a client in two processes meet at a socket path of the
@@ -891,5 +891,87 @@ P
             out.contains("nobody p/f:13 p/q:13 p/q/..:13 ro/none:2 p/none:13"),
             "{out}"
         );
+    }
+}
+
+/// The order of Linux's checks in calls that change names, run by a user
+/// who may not write some directories: the names are looked up before
+/// write permission is asked for (a missing source is `ENOENT`, an
+/// existing name to create is `EEXIST`), a missing or non-directory
+/// component comes first (`ENOENT`, `ENOTDIR`), then another file system
+/// (`EXDEV`), and the type of what is replaced (`EISDIR`, `ENOTDIR`,
+/// `ENOTEMPTY`) only after permission. `rename`, `link`, `rmdir`,
+/// `mkdir`, `symlink`, `mkfifo`, `unlink` and `open(O_CREAT)`, on one
+/// server and on three with every directory spread over them.
+#[test]
+fn name_changes_check_in_linux_order_for_an_unprivileged_user() {
+    require("python3");
+    let script = r#"
+        cd "$ROOT"
+        python3 - <<'P'
+import os
+os.chmod(".", 0o755)
+os.makedirs("ro/dir"); os.makedirs("ro/full/x"); open("ro/file", "w").close()
+os.symlink("file", "ro/link"); os.makedirs("rw/dir"); os.makedirs("rw/full/x")
+open("rw/file", "w").close(); open("rw/notdir", "w").close(); os.mkdir("nx")
+open("nx/file", "w").close()
+for p in ("rw/file", "ro/file", "rw/notdir"): os.chown(p, 65534, 65534)
+os.chmod("rw", 0o777); os.chmod("ro", 0o555); os.chmod("nx", 0o666)
+os.setegid(65534); os.seteuid(65534)
+def t(name, f, *a):
+    try: f(*a); r = "ok"
+    except OSError as e: r = str(e.errno)
+    print(name, *a, r)
+for a, b in [("ro/missing", "ro/x"), ("ro/missing", "rw/x"), ("rw/missing", "ro/x"),
+             ("ro/file", "ro/x"), ("rw/file", "ro/x"), ("ro/file", "rw/x"),
+             ("rw/file", "nodir/x"), ("ro/file", "nodir/x"), ("rw/file", "rw/notdir/x"),
+             ("ro/file", "rw/notdir/x"), ("ro/missing", "rw/notdir/x"),
+             ("ro/missing", "nodir/x"), ("nodir/x", "ro/x"), ("rw/notdir/x", "ro/x"),
+             ("ro/dir", "ro/file"), ("ro/file", "ro/dir"), ("ro/dir", "ro/full"),
+             ("rw/dir", "rw/file"), ("rw/file", "rw/dir"), ("rw/dir", "rw/full"),
+             ("rw/dir", "ro/file"), ("rw/file", "ro/dir"), ("ro/dir", "rw/file"),
+             ("ro/missing", "/proc/x"), ("ro/file", "/proc/x"), ("nx/missing", "rw/x"),
+             ("nx/file", "rw/x"), ("rw/file", "nx/x"), ("rw/dir", "rw/dir/sub"),
+             ("ro/dir", "ro/dir/sub"), ("ro/file", "ro/file"), ("ro/missing/", "rw/x"),
+             ("ro/file/", "rw/x"), ("rw/file", "ro/new/"), ("ro/file", "ro/link")]:
+    t("rename", os.rename, a, b)
+for a, b in [("ro/missing", "rw/x"), ("rw/missing", "ro/x"), ("rw/file", "ro/x"),
+             ("rw/file", "ro/file"), ("rw/file", "ro/dir"), ("rw/file", "nodir/x"),
+             ("rw/file", "rw/notdir/x"), ("rw/dir", "rw/x"), ("rw/dir", "ro/x"),
+             ("rw/dir", "ro/file"), ("ro/missing", "ro/file"), ("rw/dir", "ro/new/"),
+             ("nx/file", "rw/x"), ("nx/missing", "ro/x"), ("rw/file", "nx/x")]:
+    t("link", os.link, a, b)
+for a in ("ro/missing", "ro/dir", "ro/file", "ro/full", "rw/file", "nodir/x",
+          "rw/notdir/x", "nx/missing", "ro/link", "ro/dir/.", "ro/dir/..", "rw/missing"):
+    t("rmdir", os.rmdir, a)
+for a in ("ro/file", "ro/dir", "ro/new", "nodir/x", "ro/link", "rw/notdir/x", "nx/file",
+          "nx/new", "ro/dir/", "ro/file/", "ro/new/", "ro/dir/.."):
+    t("mkdir", os.mkdir, a)
+for a in ("ro/file", "ro/dir", "ro/new", "nodir/x", "ro/link", "rw/notdir/x", "nx/file",
+          "ro/new/", "ro/file/"):
+    t("symlink", os.symlink, "target", a)
+    t("mkfifo", os.mkfifo, a)
+for a in ("ro/dir", "ro/file", "ro/missing", "rw/dir", "ro/file/", "ro/link/", "nx/missing",
+          "ro/dir/", "rw/notdir/x"):
+    t("unlink", os.unlink, a)
+for a in ("ro/file", "ro/new", "ro/dir", "ro/new/"):
+    t("open-excl", os.open, a, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    t("open-creat", os.open, a, os.O_CREAT | os.O_WRONLY)
+P
+    "#;
+    for opts in [
+        &["--servers", "1"][..],
+        &["--servers", "3", "--distribute", "all"][..],
+    ] {
+        let out = assert_same_on_tmpfs(opts, script, true);
+        // Both outcomes occur (not a vacuous comparison).
+        for line in [
+            "rename ro/missing ro/x 2\n",
+            "rename ro/file ro/x 13\n",
+            "mkdir ro/file 17\n",
+            "rename ro/missing /proc/x 18\n",
+        ] {
+            assert!(out.contains(line), "{line:?} missing in:\n{out}");
+        }
     }
 }

@@ -5,7 +5,7 @@
 //! `readlink`, `realpath`, `ls`, `cat /proc/PID/fd/N`), without atoll's
 //! own descriptors in the listing.
 
-use atoll_tests::{assert_same, require};
+use atoll_tests::{assert_same, assert_same_on_tmpfs, require};
 
 #[test]
 fn a_process_reads_its_own_cwd_and_descriptor_links() {
@@ -127,8 +127,59 @@ PY
     assert!(out.ends_with("child cwd R/a\n"), "{out}");
 }
 
+/// Descriptors of files renamed or removed since they were opened, read
+/// by the process itself (`readlink`, `os.path.realpath`) and by another
+/// process of the instance: the file's current path, also after a
+/// directory above it moved, and `… (deleted)` once it has no name (an
+/// `O_TMPFILE` file is `<dir>/#<inode> (deleted)`), as Linux shows them.
+/// One server, and three with every directory spread over them, where a
+/// file's names live on servers that do not own it.
+#[test]
+fn descriptor_links_follow_renames_and_removals() {
+    require("python3");
+    let script = r#"
+        cd "$ROOT"
+        python3 - <<'P' 2>&1 | sed "s|$ROOT|R|g"
+import os, subprocess, sys
+os.makedirs("a/b"); os.mkdir("t")
+def make(p): return os.open(p, os.O_CREAT | os.O_RDWR, 0o644)
+fds = {"kept": make("t/k")}
+fds["renamed"] = make("a/f"); os.rename("a/f", "a/g")
+fds["moved"] = make("a/b/m"); os.rename("a/b/m", "t/m2")
+fds["under-moved-dir"] = make("a/b/x"); os.rename("a", "A")
+fds["dir"] = os.open("A/b", os.O_RDONLY); os.rename("A/b", "A/c")
+fds["removed"] = make("t/r"); os.unlink("t/r")
+os.mkdir("gone"); fds["dir-removed"] = make("gone/y"); os.unlink("gone/y"); os.rmdir("gone")
+fds["replaced"] = make("t/o"); os.close(make("t/p")); os.rename("t/p", "t/o")
+fds["tmpfile"] = os.open("t", os.O_TMPFILE | os.O_RDWR, 0o600)
+ino = str(os.fstat(fds["tmpfile"]).st_ino)
+links = [f"/proc/{os.getpid()}/fd/{fd}" for fd in fds.values()]
+other = subprocess.run([sys.executable, "-c", "import os, sys\nfor a in sys.argv[1:]: print(os.readlink(a))", *links],
+                       capture_output=True, text=True).stdout.split("\n")
+def norm(p): return p.replace("/#" + ino + " ", "/#INO ")
+for (k, fd), o in zip(fds.items(), other):
+    l = norm(os.readlink(f"/proc/self/fd/{fd}"))
+    r = norm(os.path.realpath(f"/proc/self/fd/{fd}"))
+    print(k, "|", l, "|", r, "|", norm(o) == l)
+P
+    "#;
+    for opts in [
+        &["--servers", "1"][..],
+        &["--servers", "3", "--distribute", "all"],
+    ] {
+        let out = assert_same_on_tmpfs(opts, script, true);
+        assert!(out.contains("renamed | R/A/g | R/A/g | True\n"), "{out}");
+        assert!(
+            out.contains("under-moved-dir | R/A/c/x | R/A/c/x | True\n"),
+            "{out}"
+        );
+        assert!(out.contains("removed | R/t/r (deleted) |"), "{out}");
+    }
+}
+
 /// Another process reads the links of high descriptors (above 4096) and
-/// of files whose paths are long (over 1,000 bytes) as Linux shows them.
+/// of files whose paths are long (over 1,000 bytes), a hundred of them at
+/// once, as Linux shows them.
 #[test]
 fn high_descriptors_and_long_paths_are_seen_by_other_processes() {
     let script = r#"
@@ -140,12 +191,13 @@ fn high_descriptors_and_long_paths_are_seen_by_other_processes() {
 import os, sys, time
 a = os.open("s", os.O_RDONLY); os.dup2(a, 5000); os.dup2(a, 9999)
 b = os.open(sys.argv[1], os.O_RDONLY); os.dup2(b, 4500)
-# Long paths come and go: their records are given back and taken again.
+# Long paths come and go, more of them at once than the 64 records the
+# table once had room for.
 for _ in range(3):
-    many = [os.open(sys.argv[1], os.O_RDONLY) for _ in range(60)]
+    many = [os.open(sys.argv[1], os.O_RDONLY) for _ in range(100)]
     for f in many:
         os.close(f)
-many = [os.open(sys.argv[1], os.O_RDONLY) for _ in range(60)]
+many = [os.open(sys.argv[1], os.O_RDONLY) for _ in range(100)]
 os.mkdir("ready"); time.sleep(30)
 PY
         pid=$!
@@ -161,7 +213,7 @@ PY
     assert!(out.contains(" f deep\n"), "{out}");
     assert!(out.contains("9999 2 s short\n"), "{out}");
     assert!(out.contains("4500 1208 f deep\n"), "{out}");
-    assert!(out.ends_with("long paths: 62\n"), "{out}");
+    assert!(out.ends_with("long paths: 102\n"), "{out}");
 }
 
 /// A process of the instance that never held an atoll descriptor nor

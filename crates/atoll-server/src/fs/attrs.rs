@@ -125,6 +125,21 @@ impl<S: BlockStore> FileServer<S> {
         Ok(Reply::Target(out))
     }
 
+    /// `Request::Names`: every entry held here that names `ino`, packed
+    /// (`atoll_proto::pack_name`). A file's names may be in the shards of
+    /// any server (Hare §3.4), so the client asks each; nothing names a
+    /// file here that no shard lists, so the entries are the truth, never
+    /// a copy to keep up to date.
+    pub(super) fn names_of<'o>(&self, ino: InodeId, out: &'o mut Vec<u8>) -> R<'o> {
+        out.clear();
+        for (dir, shard) in self.shards.iter() {
+            for name in shard.naming(ino) {
+                atoll_proto::pack_name(out, *dir, name);
+            }
+        }
+        Ok(Reply::Names(out))
+    }
+
     pub(super) fn statfs<'o>(&self) -> R<'o> {
         // Block and file counts are instance-wide (`blocks`,
         // `limits`), so only server 0 reports them and the

@@ -100,6 +100,15 @@ impl Shard {
             .map(|(n, d)| (n.as_slice(), d.ino, format!("{:?}", d.ftype)))
     }
 
+    /// The names of the entries here that name `ino` (a scan: asked
+    /// only when a descriptor's recorded path no longer names its file).
+    pub fn naming(&self, ino: InodeId) -> impl Iterator<Item = &[u8]> {
+        self.by_name
+            .iter()
+            .filter(move |(_, d)| d.ino == ino)
+            .map(|(n, _)| n.as_slice())
+    }
+
     pub fn get(&self, name: &[u8]) -> Option<Dent> {
         self.by_name.get(name).copied()
     }

@@ -237,6 +237,7 @@ impl<S: BlockStore> FileServer<S> {
             Q::PipeWrite { desc, data } => self.pipe_write_copy(session, desc, data),
             Q::PipeState { desc } => self.pipe_state(session, desc),
             Q::PipeSetSize { desc, size } => self.pipe_set_size(session, who, desc, size),
+            Q::Names { ino } => self.names_of(ino, out),
         }
     }
 }

@@ -254,10 +254,14 @@ impl<S: BlockStore> FileServer<S> {
             return Err(Errno::EEXIST);
         }
         self.entry_here(dir, name)?;
-        self.dir_check(dir, who, MAY_WRITE | MAY_EXEC)?;
+        // Linux looks the name up (search permission) before it asks for
+        // write permission to create it: an existing name is `EEXIST`
+        // even where the caller may not write (`filename_create`).
+        self.dir_check(dir, who, MAY_EXEC)?;
         if self.shards.get(&dir).is_some_and(|s| s.get(name).is_some()) {
             return Err(Errno::EEXIST);
         }
+        self.dir_check(dir, who, MAY_WRITE | MAY_EXEC)?;
         let home = home as usize;
         let perm = match ftype {
             FileType::Directory => {
@@ -401,6 +405,12 @@ impl<S: BlockStore> FileServer<S> {
             return Err(Errno::EEXIST);
         }
         self.entry_here(dir, name)?;
+        // An existing new name is `EEXIST` before write permission is
+        // asked for, as for `MakeNode`.
+        self.dir_check(dir, who, MAY_EXEC)?;
+        if !replace && self.shards.get(&dir).is_some_and(|s| s.get(name).is_some()) {
+            return Err(Errno::EEXIST);
+        }
         self.dir_check(dir, who, MAY_WRITE | MAY_EXEC)?;
         if ftype == FileType::Directory {
             // As `Ref` (a move whose new name lives on the owner takes no
@@ -561,14 +571,25 @@ impl<S: BlockStore> FileServer<S> {
         }
         self.entry_here(olddir, oldname)?;
         self.entry_here(newdir, newname)?;
-        self.dir_check(olddir, who, MAY_WRITE | MAY_EXEC)?;
-        self.dir_check(newdir, who, MAY_WRITE | MAY_EXEC)?;
+        // Linux looks both names up (search permission) before it asks
+        // for write permission (`may_delete`, `may_create` in
+        // `vfs_rename`): a missing source is `ENOENT`, renaming a file
+        // onto itself succeeds, and `RENAME_NOREPLACE` onto an existing
+        // name is `EEXIST`, even where the caller may not write.
+        self.dir_check(olddir, who, MAY_EXEC)?;
+        self.dir_check(newdir, who, MAY_EXEC)?;
         let old = self
             .shards
             .get(&olddir)
             .and_then(|s| s.get(oldname))
             .ok_or(Errno::ENOENT)?;
         let target = self.shards.get(&newdir).and_then(|s| s.get(newname));
+        if target.is_some() && flags & RENAME_NOREPLACE != 0 {
+            return Err(Errno::EEXIST);
+        }
+        if target.is_none() && flags & RENAME_EXCHANGE != 0 {
+            return Err(Errno::ENOENT);
+        }
         // The new name of another session's cross-server move stays put
         // until that move settles: its undo must find it (otherwise a
         // directory would keep two names).
@@ -589,6 +610,8 @@ impl<S: BlockStore> FileServer<S> {
                 replaced: None,
             });
         }
+        self.dir_check(olddir, who, MAY_WRITE | MAY_EXEC)?;
+        self.dir_check(newdir, who, MAY_WRITE | MAY_EXEC)?;
         self.creatable(newdir)?;
         self.sticky_ok(olddir, old.ino, who)?;
         let cross = olddir != newdir;

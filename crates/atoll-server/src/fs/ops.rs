@@ -3,7 +3,7 @@
 
 use atoll_proto::Request;
 
-pub(super) const OP_NAMES: [&str; 64] = [
+pub(super) const OP_NAMES: [&str; 65] = [
     "SetGroups",
     "Lookup",
     "Open",
@@ -68,6 +68,7 @@ pub(super) const OP_NAMES: [&str; 64] = [
     "PipeWrite",
     "PipeState",
     "PipeSetSize",
+    "Names",
 ];
 
 /// Requests after which the server holds nothing it did not hold before,
@@ -87,6 +88,7 @@ pub fn changes_nothing(req: &Request<'_>) -> bool {
             | GetLock { .. }
             | StatFs { .. }
             | Stats { .. }
+            | Names { .. }
     )
 }
 
@@ -157,5 +159,6 @@ pub(super) fn op_index(req: &Request<'_>) -> usize {
         PipeWrite { .. } => 61,
         PipeState { .. } => 62,
         PipeSetSize { .. } => 63,
+        Names { .. } => 64,
     }
 }

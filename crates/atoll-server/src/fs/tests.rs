@@ -76,9 +76,11 @@ fn own(r: Reply<'_>) -> Own {
         } => Own::Renamed(moved, ftype, replaced),
         Reply::Dirents { data, end } => Own::Dirents(data.to_vec(), end),
         Reply::Attr(a) => Own::Attr(a),
-        Reply::Target(b) | Reply::Data(b) | Reply::Xattr(b) | Reply::XattrNames(b) => {
-            Own::Bytes(b.to_vec())
-        }
+        Reply::Target(b)
+        | Reply::Data(b)
+        | Reply::Xattr(b)
+        | Reply::XattrNames(b)
+        | Reply::Names(b) => Own::Bytes(b.to_vec()),
         Reply::Extents {
             offset,
             len,

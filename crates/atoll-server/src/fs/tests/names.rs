@@ -695,3 +695,39 @@ fn readdir_cookies_neither_lose_nor_duplicate_entries_across_changes() {
 }
 
 // ---------------------------------------------------------------- sessions
+
+/// `Names` lists every entry held here that names the inode, in whichever
+/// directory, and follows renames and removals.
+#[test]
+fn names_lists_the_entries_naming_an_inode() {
+    let mut t = server(8);
+    let a = t.mkdir(ROOT, "a");
+    let (_, f) = t.create(a, "f");
+    let link = Request::Link {
+        dir: ROOT,
+        name: b"g",
+        ino: f,
+        ftype: FileType::Regular,
+        replace: false,
+        moved_from: None,
+    };
+    assert_eq!(t.ok(S1, USER, link), Own::Linked(None));
+    let names = |t: &mut T, ino| match t.ok(S1, USER, Request::Names { ino }) {
+        Own::Bytes(b) => {
+            let mut v: Vec<(InodeId, Vec<u8>)> = atoll_proto::parse_names(&b)
+                .map(|(d, n)| (d, n.to_vec()))
+                .collect();
+            v.sort();
+            v
+        }
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        names(&mut t, f),
+        vec![(ROOT, b"g".to_vec()), (a, b"f".to_vec())]
+    );
+    t.rename(a, "f", ROOT, "h", 0).unwrap();
+    t.unlink(ROOT, "g", UnlinkKind::NonDirectory).unwrap();
+    assert_eq!(names(&mut t, f), vec![(ROOT, b"h".to_vec())]);
+    assert_eq!(names(&mut t, a), vec![(ROOT, b"a".to_vec())]);
+}

@@ -181,7 +181,7 @@ impl System for AtollSystem {
             cpus: self.app_cores.clone(),
         };
         let app_cores = (!self.app_cores.is_empty()).then_some(self.app_cores.as_slice());
-        self.scheds = crate::run::start_scheds(&instance, app_cores);
+        self.scheds = crate::run::start_scheds(&instance, app_cores, None);
         self.instance = Some(instance);
         Ok(target)
     }

@@ -53,6 +53,12 @@ fn real_main() -> i32 {
     {
         return atoll_server::process::child_main();
     }
+    // A scheduling server process (hidden as well).
+    if std::env::args_os().nth(1).as_deref()
+        == Some(std::ffi::OsStr::new(atoll_sched::process::SUBCOMMAND))
+    {
+        return atoll_sched::process::child_main();
+    }
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => return clap_error(e),

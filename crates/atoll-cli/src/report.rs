@@ -380,10 +380,26 @@ pub fn status_text(st: &InstanceStatus, rec: &InstanceRecord) -> String {
             }
         );
     }
-    for (core, _, _, restarts) in sched_servers(rec).into_iter().filter(|s| s.3 > 0) {
+    for s in sched_servers(rec)
+        .into_iter()
+        .filter(|s| s.pid != 0 || s.restarts > 0)
+    {
+        let process = match s.pid {
+            0 => String::new(),
+            pid => format!(
+                ", pid {pid}, core {}, up {:.1} s",
+                s.core,
+                s.uptime_ms as f64 / 1000.0
+            ),
+        };
+        let restarted = match s.restarts {
+            0 => String::new(),
+            n => format!(", restarted {n}×"),
+        };
         let _ = writeln!(
             out,
-            "  scheduling server of core {core}   up, restarted {restarts}×"
+            "  scheduling server of core {}   up{process}{restarted}",
+            s.core
         );
     }
     let up = st.health.iter().filter(|h| h.state == "up").count();
@@ -586,9 +602,20 @@ fn pool_json(servers: &[ServerStats]) -> serde_json::Value {
     })
 }
 
-/// The scheduling servers, from the load table in the instance's runtime
-/// directory: per core, programs running, execs placed, restarts.
-fn sched_servers(rec: &InstanceRecord) -> Vec<(usize, u64, u64, u64)> {
+/// One scheduling server, as the load table in the instance's runtime
+/// directory describes it.
+struct SchedServer {
+    core: usize,
+    running: u64,
+    execs: u64,
+    restarts: u64,
+    /// 0: a thread of the instance, or a process being restarted.
+    pid: u32,
+    uptime_ms: u64,
+}
+
+/// The scheduling servers of the instance of `rec`.
+fn sched_servers(rec: &InstanceRecord) -> Vec<SchedServer> {
     let Some(table) = rec
         .socket
         .parent()
@@ -596,9 +623,22 @@ fn sched_servers(rec: &InstanceRecord) -> Vec<(usize, u64, u64, u64)> {
     else {
         return Vec::new();
     };
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
     table
         .served()
-        .map(|c| (c, table.running(c), table.execs(c), table.restarts(c)))
+        .map(|c| SchedServer {
+            core: c,
+            running: table.running(c),
+            execs: table.execs(c),
+            restarts: table.restarts(c),
+            pid: table.pid(c),
+            uptime_ms: match table.started_ms(c) {
+                0 => 0,
+                t => now_ms.saturating_sub(t),
+            },
+        })
         .collect()
 }
 
@@ -624,13 +664,15 @@ fn names_json(st: &InstanceStatus, rec: &InstanceRecord) -> serde_json::Value {
         .collect();
     let sched: Vec<serde_json::Value> = sched_servers(rec)
         .into_iter()
-        .map(|(core, _, _, restarts)| {
+        .map(|s| {
             serde_json::json!({
-                "name": format!("/sched/core/{core}"),
-                "index": core,
-                "core": core,
+                "name": format!("/sched/core/{}", s.core),
+                "index": s.core,
+                "core": s.core,
                 "state": "up",
-                "restarts": restarts,
+                "restarts": s.restarts,
+                "pid": s.pid,
+                "uptime_ms": s.uptime_ms,
             })
         })
         .collect();
@@ -645,9 +687,10 @@ fn names_json(st: &InstanceStatus, rec: &InstanceRecord) -> serde_json::Value {
 pub fn status_json(st: &InstanceStatus, rec: &InstanceRecord) -> serde_json::Value {
     let sched: Vec<serde_json::Value> = sched_servers(rec)
         .into_iter()
-        .map(|(core, running, execs, restarts)| {
+        .map(|s| {
             serde_json::json!({
-                "core": core, "running": running, "execs": execs, "restarts": restarts
+                "core": s.core, "running": s.running, "execs": s.execs,
+                "restarts": s.restarts, "pid": s.pid, "uptime_ms": s.uptime_ms,
             })
         })
         .collect();

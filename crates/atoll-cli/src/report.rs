@@ -410,6 +410,18 @@ pub fn status_text(st: &InstanceStatus, rec: &InstanceRecord) -> String {
         st.health.len(),
         sched_servers(rec).len()
     );
+    // Every registered name and the generation it resolves to.
+    let names: Vec<String> = st
+        .health
+        .iter()
+        .map(|h| format!("/fs/server/{} @{}", h.server, h.generation))
+        .chain(
+            sched_servers(rec)
+                .iter()
+                .map(|s| format!("/sched/core/{} @{}", s.core, s.generation)),
+        )
+        .collect();
+    let _ = writeln!(out, "names        {}", names.join(", "));
     let journal: u64 = st.health.iter().map(|h| h.journal_bytes).sum();
     if st.health.iter().any(|h| h.journal_records > 0) {
         let unrecoverable: Vec<String> = st
@@ -612,6 +624,8 @@ struct SchedServer {
     /// 0: a thread of the instance, or a process being restarted.
     pid: u32,
     uptime_ms: u64,
+    /// Which incarnation serves `/sched/core/<core>`.
+    generation: u64,
 }
 
 /// The scheduling servers of the instance of `rec`.
@@ -634,6 +648,7 @@ fn sched_servers(rec: &InstanceRecord) -> Vec<SchedServer> {
             execs: table.execs(c),
             restarts: table.restarts(c),
             pid: table.pid(c),
+            generation: table.generation(c),
             uptime_ms: match table.started_ms(c) {
                 0 => 0,
                 t => now_ms.saturating_sub(t),
@@ -645,7 +660,8 @@ fn sched_servers(rec: &InstanceRecord) -> Vec<SchedServer> {
 /// The instance's fleets (fos §3.3): the file servers under `/fs/server`
 /// with the instance's policy, the scheduling servers under `/sched/core`
 /// (each process picks by its `--placement`, round robin by default),
-/// and each member's state and restarts.
+/// and each member's state, restarts, process and generation (which
+/// incarnation its name resolves to; clients re-bind when it changes).
 fn names_json(st: &InstanceStatus, rec: &InstanceRecord) -> serde_json::Value {
     let fs: Vec<serde_json::Value> = st
         .health
@@ -659,6 +675,7 @@ fn names_json(st: &InstanceStatus, rec: &InstanceRecord) -> serde_json::Value {
                 "restarts": h.restarts,
                 "pid": h.pid,
                 "uptime_ms": h.uptime_ms,
+                "generation": h.generation,
             })
         })
         .collect();
@@ -673,6 +690,7 @@ fn names_json(st: &InstanceStatus, rec: &InstanceRecord) -> serde_json::Value {
                 "restarts": s.restarts,
                 "pid": s.pid,
                 "uptime_ms": s.uptime_ms,
+                "generation": s.generation,
             })
         })
         .collect();
@@ -697,6 +715,9 @@ pub fn status_json(st: &InstanceStatus, rec: &InstanceRecord) -> serde_json::Val
     serde_json::json!({
         "names": names_json(st, rec),
         "sched": sched,
+        // Named counters summed over servers, client-reported ones too
+        // (`names.rebinds`, `dcache.hits`, …), as in `--stats-json`.
+        "counters": counters_total(&st.servers),
         "id": st.id,
         "pid": st.pid,
         "kind": rec.kind,

@@ -24,6 +24,9 @@ pub static OFFSETS_RECLAIMED: AtomicU64 = AtomicU64::new(0);
 /// System calls that reached atoll through the trap (counted by the
 /// preload library's SIGSYS handler).
 pub static TRAPS: AtomicU64 = AtomicU64::new(0);
+/// File-server names re-bound to a new generation of their member
+/// (`Client::bind_server`).
+pub static NAME_REBINDS: AtomicU64 = AtomicU64::new(0);
 
 /// Events since the last report that trigger a report on their own.
 const REPORT_EVERY: u64 = 4096;
@@ -34,9 +37,9 @@ static PENDING: AtomicU64 = AtomicU64::new(0);
 /// so `atoll top` sees live figures.
 static LAST_REPORT_SECS: AtomicU64 = AtomicU64::new(0);
 
-static REPORTED: [AtomicU64; 11] = [const { AtomicU64::new(0) }; 11];
+static REPORTED: [AtomicU64; 12] = [const { AtomicU64::new(0) }; 12];
 
-fn all() -> [&'static AtomicU64; 11] {
+fn all() -> [&'static AtomicU64; 12] {
     [
         &DCACHE_HITS,
         &DCACHE_MISSES,
@@ -49,6 +52,7 @@ fn all() -> [&'static AtomicU64; 11] {
         &UNCOALESCED_OPENS,
         &OFFSETS_RECLAIMED,
         &TRAPS,
+        &NAME_REBINDS,
     ]
 }
 
@@ -83,7 +87,7 @@ pub fn maybe_report(c: &Client, lane: &Lane) {
 fn take() -> ClientCounters {
     PENDING.store(0, Ordering::Relaxed);
     LAST_REPORT_SECS.store(coarse_secs(), Ordering::Relaxed);
-    let mut d = [0u64; 11];
+    let mut d = [0u64; 12];
     for (i, c) in all().iter().enumerate() {
         let now = c.load(Ordering::Relaxed);
         let before = REPORTED[i].swap(now, Ordering::Relaxed);
@@ -101,6 +105,7 @@ fn take() -> ClientCounters {
         uncoalesced_opens: d[8],
         offsets_reclaimed: d[9],
         traps: d[10],
+        name_rebinds: d[11],
     }
 }
 

@@ -180,6 +180,9 @@ pub struct ClientCounters {
     /// System calls that reached atoll through a trap rather than a libc
     /// wrapper (the slow entry path).
     pub traps: u64,
+    /// Names of file servers re-bound because their member restarted or
+    /// moved (a new generation, fos §3.3; `atoll_names::Bindings`).
+    pub name_rebinds: u64,
 }
 
 /// What one session (a client process) asked of one server, and what its

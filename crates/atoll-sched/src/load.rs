@@ -5,7 +5,7 @@
 //!
 //! Layout (native-endian `u64` words): `[MAGIC, ncores, cores[0..ncores]]`
 //! where `cores[k] = [running, execs, served, crash, restarts, pid,
-//! started]`: programs
+//! started, generation]`: programs
 //! the server of core `k` runs now, execs placed on core `k` so far (local
 //! ones are counted by the client that ran them), 1 when a scheduling
 //! server places programs on core `k` (the CPUs a program of the instance
@@ -13,7 +13,8 @@
 //! chaos --kill sched:k` asks the server to die, and how often it was
 //! restarted (`server`, `process`), and — for a server that is a process
 //! of its own — its pid and when it started (Unix time in ms; both 0
-//! while it is being restarted). Plain atomics: a reader may see a figure
+//! while it is being restarted), and which incarnation serves the name
+//! `/sched/core/k` (one more at every start or restart). Plain atomics: a reader may see a figure
 //! a little stale, which only makes a placement less than perfect.
 
 use std::os::fd::AsFd;
@@ -27,7 +28,7 @@ const MAGIC: u64 = 0x6174_6f6c_6c73_6364; // "atollscd"
 /// Most cores one table describes.
 pub const MAX_CORES: usize = 1024;
 const HEADER_WORDS: usize = 2;
-const WORDS_PER_CORE: usize = 7;
+const WORDS_PER_CORE: usize = 8;
 
 fn bytes_for(ncores: usize) -> usize {
     (HEADER_WORDS + WORDS_PER_CORE * ncores) * 8
@@ -202,6 +203,20 @@ impl LoadTable {
         }
     }
 
+    /// A new incarnation of the server of `core` serves from now on (its
+    /// name, `/sched/core/<core>`, resolves to it: fos §3.3).
+    pub fn advance_generation(&self, core: usize) {
+        if let Some(w) = self.core_word(core, 7) {
+            w.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    /// Which incarnation serves `core` (0: none started).
+    pub fn generation(&self, core: usize) -> u64 {
+        self.core_word(core, 7)
+            .map_or(0, |w| w.load(Ordering::Acquire))
+    }
+
     /// The process of the server of `core` (0: a thread, or restarting).
     pub fn pid(&self, core: usize) -> u32 {
         self.core_word(core, 5)
@@ -272,6 +287,9 @@ mod tests {
         assert!(s.take_crash(2) && !s.take_crash(2), "taken once");
         s.count_restart(2);
         assert_eq!(c.restarts(2), 1);
+        s.advance_generation(2);
+        s.advance_generation(2);
+        assert_eq!((c.generation(2), c.generation(0)), (2, 0));
         s.set_process(2, 4242, 17);
         assert_eq!((c.pid(2), c.started_ms(2)), (4242, 17));
         s.reset_running(2);

@@ -156,6 +156,7 @@ impl Ctx {
             .ok_or_else(|| std::io::Error::other("no pid"))?;
         let pidfd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty())?;
         self.table.set_process(m.core, child.id(), now_ms());
+        self.table.advance_generation(m.core);
         m.running = Some(Running {
             child,
             pidfd,

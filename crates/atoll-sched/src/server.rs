@@ -191,6 +191,7 @@ impl Scheds {
         let mut threads = Vec::new();
         for &core in cores {
             let listener = listen(runtime_dir, core)?;
+            table.advance_generation(core);
             let (table, stop, wake) = (table.clone(), stop.clone(), wake_r.clone());
             threads.push(
                 std::thread::Builder::new()
@@ -369,6 +370,7 @@ pub(crate) fn serve(
             Ok(false) => break,
             Err(_) => {
                 table.count_restart(core);
+                table.advance_generation(core);
                 eprintln!("atoll: scheduling server of core {core} died and was restarted");
             }
         }

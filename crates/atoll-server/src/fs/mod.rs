@@ -508,6 +508,7 @@ impl<S: BlockStore> FileServer<S> {
             ("hybrid_fd.offsets_reclaimed", k.offsets_reclaimed),
             ("coalescing.uncoalesced_opens", k.uncoalesced_opens),
             ("client.traps", k.traps),
+            ("names.rebinds", k.name_rebinds),
         ] {
             if n > 0 {
                 v.push((name.into(), n));

@@ -90,6 +90,7 @@ impl ClientReports {
         t.uncoalesced_opens += k.uncoalesced_opens;
         t.offsets_reclaimed += k.offsets_reclaimed;
         t.traps += k.traps;
+        t.name_rebinds += k.name_rebinds;
         let s = self.per_session.entry(session).or_default();
         s.0 += k.dcache_hits;
         s.1 += k.dcache_misses;

@@ -311,6 +311,10 @@ pub fn child_main() -> i32 {
     if rustix::process::getppid().map(|p| p.as_raw_nonzero().get()) != Some(parent) {
         return 1;
     }
+    // `ps` and `top` show which core's server this is.
+    let _ = rustix::thread::set_name(
+        &std::ffi::CString::new(format!("atoll-sched-{core}")).unwrap_or_default(),
+    );
     let Some(table) = LoadTable::open(&dir.join(crate::server::LOAD_FILE)) else {
         eprintln!("atoll: scheduling server of core {core}: no load table");
         return 1;

@@ -88,6 +88,7 @@ fn daemon(plan: Plan, ready: OwnedFd) -> i32 {
         Err(e) => return fail(format!("cannot set up signal handling: {e}")),
     };
     let config = plan.config;
+    let sched_exe = config.server_exe.clone();
     let instance = match std::panic::catch_unwind(move || Instance::boot(config)) {
         Ok(Ok(i)) => i,
         Ok(Err(e)) => return fail(format!("cannot boot the instance: {e}")),
@@ -102,7 +103,8 @@ fn daemon(plan: Plan, ready: OwnedFd) -> i32 {
     log_to(&instance.runtime_dir().join(LOG_FILE));
     // Programs it starts run in the daemon's session, not their proxies':
     // they get a session of their own (see `atoll_sched::server`).
-    let scheds = crate::run::start_scheds(&instance, plan.app_cores.as_deref());
+    let scheds =
+        crate::run::start_scheds(&instance, plan.app_cores.as_deref(), sched_exe.as_deref());
     let signalled = term.stop_instance_on_signal(instance.socket_path().to_path_buf());
     let _ = write!(ready, "ok {}", instance.id());
     drop(ready);
@@ -199,9 +201,10 @@ pub fn scale(args: crate::args::ScaleArgs) -> Result<i32> {
     Ok(0)
 }
 
-/// `atoll chaos --kill sched:N`: ask the scheduling server of core N to
-/// die (a word of the load table it watches), wake it with a connection,
-/// and wait until it was restarted.
+/// `atoll chaos --kill sched:N`: kill the scheduling server process of
+/// core N with `SIGKILL` (servers that are threads are asked to die
+/// through a word of the load table they watch, and woken with a
+/// connection), and wait until the watchdog restarted it.
 fn kill_sched(rec: &InstanceRecord, core: usize) -> Result<i32> {
     let dir = rec
         .socket
@@ -209,8 +212,16 @@ fn kill_sched(rec: &InstanceRecord, core: usize) -> Result<i32> {
         .ok_or_else(|| anyhow!("instance {} has no runtime directory", rec.id))?;
     let table = atoll_sched::LoadTable::open(&dir.join(atoll_sched::LOAD_FILE))
         .ok_or_else(|| anyhow!("instance {} runs no scheduling servers", rec.id))?;
+    if !table.served().any(|c| c == core) {
+        bail!(
+            "instance {} has no scheduling server on core {core}",
+            rec.id
+        );
+    }
     let before = table.restarts(core);
-    if !table.request_crash(core) {
+    let process = atoll_sched::process::kill(dir, &table, core)
+        .with_context(|| format!("cannot kill the scheduling server of core {core}"))?;
+    if !process && !table.request_crash(core) {
         bail!(
             "instance {} has no scheduling server on core {core}",
             rec.id
@@ -218,17 +229,22 @@ fn kill_sched(rec: &InstanceRecord, core: usize) -> Result<i32> {
     }
     let started = std::time::Instant::now();
     while table.restarts(core) == before {
-        // Any connection wakes the server's poll; it hangs up at once.
-        if let (Ok(sock), Ok(addr)) = (
-            rustix::net::socket_with(
-                rustix::net::AddressFamily::UNIX,
-                rustix::net::SocketType::SEQPACKET,
-                rustix::net::SocketFlags::CLOEXEC,
-                None,
-            ),
-            rustix::net::SocketAddrUnix::new(atoll_sched::proxy::socket_path(dir, core)),
-        ) {
-            let _ = rustix::net::connect(&sock, &addr);
+        if !table.served().any(|c| c == core) {
+            bail!("the scheduling server of core {core} could not be restarted");
+        }
+        // Any connection wakes a server thread's poll; it hangs up at once.
+        if !process {
+            if let (Ok(sock), Ok(addr)) = (
+                rustix::net::socket_with(
+                    rustix::net::AddressFamily::UNIX,
+                    rustix::net::SocketType::SEQPACKET,
+                    rustix::net::SocketFlags::CLOEXEC,
+                    None,
+                ),
+                rustix::net::SocketAddrUnix::new(atoll_sched::proxy::socket_path(dir, core)),
+            ) {
+                let _ = rustix::net::connect(&sock, &addr);
+            }
         }
         if started.elapsed() > Duration::from_secs(10) {
             bail!("the scheduling server of core {core} did not die within 10 s");

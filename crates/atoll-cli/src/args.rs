@@ -320,8 +320,12 @@ A killed server dies at once, as a crash would: every call that needs it
 fails with EIO (never hangs), every other call goes on, and `atoll status`
 shows it down. A stalled server serves nothing for the given time, then
 goes on; its clients wait. A corrupt ring is dropped by its server: that
-channel's client gets EIO there, everyone else goes on. Examples:
+channel's client gets EIO there, everyone else goes on. `--kill sched:N`
+sends SIGKILL to the scheduling server process of core N; its watchdog
+starts a new one on the same core (programs it had started with `--exec-via
+spawn` die with it). Examples:
   atoll chaos --id ID --kill server:1
+  atoll chaos --id ID --kill sched:0
   atoll chaos --id ID --stall server:0 --for 2s
   atoll chaos --id ID --corrupt-ring server:0";
 

@@ -181,7 +181,9 @@ impl System for AtollSystem {
             cpus: self.app_cores.clone(),
         };
         let app_cores = (!self.app_cores.is_empty()).then_some(self.app_cores.as_slice());
-        self.scheds = crate::run::start_scheds(&instance, app_cores);
+        // Processes when the file servers are (as `atoll run` decides).
+        let sched_exe = self.config.server_exe.as_deref();
+        self.scheds = crate::run::start_scheds(&instance, app_cores, sched_exe);
         self.instance = Some(instance);
         Ok(target)
     }

@@ -59,6 +59,12 @@ fn real_main() -> i32 {
     {
         return node::remote_spawn(std::env::args_os().skip(2).collect());
     }
+    // A scheduling server process (hidden as well).
+    if std::env::args_os().nth(1).as_deref()
+        == Some(std::ffi::OsStr::new(atoll_sched::process::SUBCOMMAND))
+    {
+        return atoll_sched::process::child_main();
+    }
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => return clap_error(e),

@@ -380,10 +380,26 @@ pub fn status_text(st: &InstanceStatus, rec: &InstanceRecord) -> String {
             }
         );
     }
-    for (core, _, _, restarts) in sched_servers(rec).into_iter().filter(|s| s.3 > 0) {
+    for s in sched_servers(rec)
+        .into_iter()
+        .filter(|s| s.pid != 0 || s.restarts > 0)
+    {
+        let process = match s.pid {
+            0 => String::new(),
+            pid => format!(
+                ", pid {pid}, core {}, up {:.1} s",
+                s.core,
+                s.uptime_ms as f64 / 1000.0
+            ),
+        };
+        let restarted = match s.restarts {
+            0 => String::new(),
+            n => format!(", restarted {n}×"),
+        };
         let _ = writeln!(
             out,
-            "  scheduling server of core {core}   up, restarted {restarts}×"
+            "  scheduling server of core {}   up{process}{restarted}",
+            s.core
         );
     }
     let up = st.health.iter().filter(|h| h.state == "up").count();
@@ -394,6 +410,18 @@ pub fn status_text(st: &InstanceStatus, rec: &InstanceRecord) -> String {
         st.health.len(),
         sched_servers(rec).len()
     );
+    // Every registered name and the generation it resolves to.
+    let names: Vec<String> = st
+        .health
+        .iter()
+        .map(|h| format!("/fs/server/{} @{}", h.server, h.generation))
+        .chain(
+            sched_servers(rec)
+                .iter()
+                .map(|s| format!("/sched/core/{} @{}", s.core, s.generation)),
+        )
+        .collect();
+    let _ = writeln!(out, "names        {}", names.join(", "));
     let journal: u64 = st.health.iter().map(|h| h.journal_bytes).sum();
     if st.health.iter().any(|h| h.journal_records > 0) {
         let unrecoverable: Vec<String> = st
@@ -586,9 +614,22 @@ fn pool_json(servers: &[ServerStats]) -> serde_json::Value {
     })
 }
 
-/// The scheduling servers, from the load table in the instance's runtime
-/// directory: per core, programs running, execs placed, restarts.
-fn sched_servers(rec: &InstanceRecord) -> Vec<(usize, u64, u64, u64)> {
+/// One scheduling server, as the load table in the instance's runtime
+/// directory describes it.
+struct SchedServer {
+    core: usize,
+    running: u64,
+    execs: u64,
+    restarts: u64,
+    /// 0: a thread of the instance, or a process being restarted.
+    pid: u32,
+    uptime_ms: u64,
+    /// Which incarnation serves `/sched/core/<core>`.
+    generation: u64,
+}
+
+/// The scheduling servers of the instance of `rec`.
+fn sched_servers(rec: &InstanceRecord) -> Vec<SchedServer> {
     let Some(table) = rec
         .socket
         .parent()
@@ -596,16 +637,31 @@ fn sched_servers(rec: &InstanceRecord) -> Vec<(usize, u64, u64, u64)> {
     else {
         return Vec::new();
     };
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
     table
         .served()
-        .map(|c| (c, table.running(c), table.execs(c), table.restarts(c)))
+        .map(|c| SchedServer {
+            core: c,
+            running: table.running(c),
+            execs: table.execs(c),
+            restarts: table.restarts(c),
+            pid: table.pid(c),
+            generation: table.generation(c),
+            uptime_ms: match table.started_ms(c) {
+                0 => 0,
+                t => now_ms.saturating_sub(t),
+            },
+        })
         .collect()
 }
 
 /// The instance's fleets (fos §3.3): the file servers under `/fs/server`
 /// with the instance's policy, the scheduling servers under `/sched/core`
 /// (each process picks by its `--placement`, round robin by default),
-/// and each member's state and restarts.
+/// and each member's state, restarts, process and generation (which
+/// incarnation its name resolves to; clients re-bind when it changes).
 fn names_json(st: &InstanceStatus, rec: &InstanceRecord) -> serde_json::Value {
     let fs: Vec<serde_json::Value> = st
         .health
@@ -619,18 +675,22 @@ fn names_json(st: &InstanceStatus, rec: &InstanceRecord) -> serde_json::Value {
                 "restarts": h.restarts,
                 "pid": h.pid,
                 "uptime_ms": h.uptime_ms,
+                "generation": h.generation,
             })
         })
         .collect();
     let sched: Vec<serde_json::Value> = sched_servers(rec)
         .into_iter()
-        .map(|(core, _, _, restarts)| {
+        .map(|s| {
             serde_json::json!({
-                "name": format!("/sched/core/{core}"),
-                "index": core,
-                "core": core,
+                "name": format!("/sched/core/{}", s.core),
+                "index": s.core,
+                "core": s.core,
                 "state": "up",
-                "restarts": restarts,
+                "restarts": s.restarts,
+                "pid": s.pid,
+                "uptime_ms": s.uptime_ms,
+                "generation": s.generation,
             })
         })
         .collect();
@@ -645,15 +705,19 @@ fn names_json(st: &InstanceStatus, rec: &InstanceRecord) -> serde_json::Value {
 pub fn status_json(st: &InstanceStatus, rec: &InstanceRecord) -> serde_json::Value {
     let sched: Vec<serde_json::Value> = sched_servers(rec)
         .into_iter()
-        .map(|(core, running, execs, restarts)| {
+        .map(|s| {
             serde_json::json!({
-                "core": core, "running": running, "execs": execs, "restarts": restarts
+                "core": s.core, "running": s.running, "execs": s.execs,
+                "restarts": s.restarts, "pid": s.pid, "uptime_ms": s.uptime_ms,
             })
         })
         .collect();
     serde_json::json!({
         "names": names_json(st, rec),
         "sched": sched,
+        // Named counters summed over servers, client-reported ones too
+        // (`names.rebinds`, `dcache.hits`, …), as in `--stats-json`.
+        "counters": counters_total(&st.servers),
         "id": st.id,
         "pid": st.pid,
         "kind": rec.kind,

@@ -153,7 +153,11 @@ pub fn run(args: RunArgs) -> Result<i32> {
         .context("cannot boot the instance")?;
     let trace = instance.trace();
     tracing::info!(id = instance.id(), "instance up");
-    let scheds = start_scheds(&instance, plan.app_cores.as_deref());
+    let scheds = start_scheds(
+        &instance,
+        plan.app_cores.as_deref(),
+        plan.config.server_exe.as_deref(),
+    );
     let outcome = drive(
         &term, &instance, &plan, &args, &dir, &imports, &exports, preload,
     );
@@ -232,14 +236,22 @@ fn drive(
     Ok(code)
 }
 
-/// Start the scheduling servers (one per program core, Hare §3.6). Without
-/// them every exec simply stays local, so a failure is only a warning.
+/// Start the scheduling servers (one per program core, Hare §3.6): as
+/// processes of `exe` when given (`--with processes`, the default), else
+/// as threads. Without them every exec simply stays local, so a failure
+/// is only a warning.
 pub fn start_scheds(
     instance: &Instance,
     app_cores: Option<&[usize]>,
+    exe: Option<&std::path::Path>,
 ) -> Option<atoll_sched::Scheds> {
     let cores = app_cores.map_or_else(config::usable_cores, <[usize]>::to_vec);
-    match atoll_sched::Scheds::start(instance.runtime_dir(), &cores) {
+    let dir = instance.runtime_dir();
+    let started = match exe {
+        Some(exe) => atoll_sched::Scheds::start_processes(dir, &cores, exe),
+        None => atoll_sched::Scheds::start(dir, &cores),
+    };
+    match started {
         Ok(s) => Some(s),
         Err(e) => {
             tracing::warn!("no scheduling servers, every exec stays local: {e}");

@@ -27,6 +27,9 @@ pub static TRAPS: AtomicU64 = AtomicU64::new(0);
 /// Bytes this process, as a pipe writer, copied into a reader's buffer
 /// (`pipesplit`); counted without triggering a report.
 pub static PIPE_SPLIT_BYTES: AtomicU64 = AtomicU64::new(0);
+/// File-server names re-bound to a new generation of their member
+/// (`Client::bind_server`).
+pub static NAME_REBINDS: AtomicU64 = AtomicU64::new(0);
 
 /// Events since the last report that trigger a report on their own.
 const REPORT_EVERY: u64 = 4096;
@@ -37,9 +40,9 @@ static PENDING: AtomicU64 = AtomicU64::new(0);
 /// so `atoll top` sees live figures.
 static LAST_REPORT_SECS: AtomicU64 = AtomicU64::new(0);
 
-static REPORTED: [AtomicU64; 12] = [const { AtomicU64::new(0) }; 12];
+static REPORTED: [AtomicU64; 13] = [const { AtomicU64::new(0) }; 13];
 
-fn all() -> [&'static AtomicU64; 12] {
+fn all() -> [&'static AtomicU64; 13] {
     [
         &DCACHE_HITS,
         &DCACHE_MISSES,
@@ -53,6 +56,7 @@ fn all() -> [&'static AtomicU64; 12] {
         &OFFSETS_RECLAIMED,
         &TRAPS,
         &PIPE_SPLIT_BYTES,
+        &NAME_REBINDS,
     ]
 }
 
@@ -87,7 +91,7 @@ pub fn maybe_report(c: &Client, lane: &Lane) {
 fn take() -> ClientCounters {
     PENDING.store(0, Ordering::Relaxed);
     LAST_REPORT_SECS.store(coarse_secs(), Ordering::Relaxed);
-    let mut d = [0u64; 12];
+    let mut d = [0u64; 13];
     for (i, c) in all().iter().enumerate() {
         let now = c.load(Ordering::Relaxed);
         let before = REPORTED[i].swap(now, Ordering::Relaxed);
@@ -106,6 +110,7 @@ fn take() -> ClientCounters {
         offsets_reclaimed: d[9],
         traps: d[10],
         pipe_split_bytes: d[11],
+        name_rebinds: d[12],
     }
 }
 

@@ -211,6 +211,16 @@ impl DirCache {
         (self.gen.load(Ordering::Acquire) == gen).then_some(g)
     }
 
+    /// Drop every cached answer unless another thread holds the cache now
+    /// (then the inbox-overflow flag a new server incarnation raises
+    /// flushes it at the next drain). A name re-bound to a new member
+    /// incarnation (`names`).
+    pub fn flush_if_free(&self) {
+        if let Some(mut g) = self.try_lock() {
+            g.flush();
+        }
+    }
+
     /// Apply waiting notices from `chans` if nobody else is at it (a lane
     /// being taken). Notices are never dropped: if the lock is busy they
     /// stay in their inbox for the next drain.

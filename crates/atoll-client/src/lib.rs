@@ -5,6 +5,8 @@
 //! * **this crate** turns one system call `(nr, [u64; 6])` into atoll
 //!   requests, or answers [`Dispatch::Host`] so Linux runs it unchanged;
 //!   * `session` — bootstrap (Attach/Reattach/NewLane/Fork), lanes, RPC;
+//!   * `names` — file servers reached by name (`/fs/server/<i>`), bound
+//!     once and re-bound when a member restarts or moves (fos §3.3);
 //!   * `walk` + `path` — path resolution one component at a time;
 //!   * `fdtable` — lock-free descriptor table over placeholder fds;
 //!   * `fdpath` — `/dev/fd/N`, `/proc/self/fd/N`, `/dev/stderr` reopen
@@ -69,6 +71,7 @@ mod mapping;
 mod meta;
 mod msgdata;
 mod nodeplace;
+mod names;
 mod ns;
 mod partial;
 mod pastend;

@@ -90,6 +90,24 @@ impl Lane {
         })
     }
 
+    /// The channel of this lane that reaches `/fs/server/<server>`, through
+    /// the process's name bindings (re-bound if the member restarted or
+    /// moved: `names`). For sending a request.
+    #[inline]
+    fn chan(&self, c: &Client, server: usize) -> Result<&ClientChannel> {
+        let slot = c.bind_server(server).ok_or(Error::Errno(libc::EINVAL))?;
+        self.chans.get(slot).ok_or(Error::Errno(libc::EINVAL))
+    }
+
+    /// The channel a request to `server` went out on, for its reply: the
+    /// same binding, not checked again (a re-bind between send and reply
+    /// is the next request's).
+    #[inline]
+    fn bound_chan(&self, c: &Client, server: usize) -> Result<&ClientChannel> {
+        let slot = c.bound_slot(server).ok_or(Error::Errno(libc::EINVAL))?;
+        self.chans.get(slot).ok_or(Error::Errno(libc::EINVAL))
+    }
+
     /// Register group list `set` with `server` through this lane's channel
     /// unless it went already: posted just before the request that names
     /// it, which the server then serves after it (a channel is served in
@@ -133,7 +151,7 @@ impl Lane {
         server: usize,
         req: Request<'_>,
     ) -> Result<u64> {
-        let chan = self.chans.get(server).ok_or(Error::Errno(libc::EINVAL))?;
+        let chan = self.chan(c, server)?;
         if matches!(req, Request::SetLock { .. }) && !c.any_locks.load(Ordering::Relaxed) {
             c.any_locks.store(true, Ordering::Relaxed);
         }
@@ -171,7 +189,7 @@ impl Lane {
     }
 
     fn post_frame(&self, c: &Client, server: usize, req: Request<'_>, ring: bool) -> Result<()> {
-        let chan = self.chans.get(server).ok_or(Error::Errno(libc::EINVAL))?;
+        let chan = self.chan(c, server)?;
         let cred = c.cred();
         self.send_groups(server, chan, cred.groups)?;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed) | atoll_proto::POSTED;
@@ -221,7 +239,7 @@ impl Lane {
         id: u64,
         f: impl FnOnce(Reply<'_>) -> Result<R>,
     ) -> Result<R> {
-        let chan = &self.chans[server];
+        let chan = self.bound_chan(c, server)?;
         let mut f = Some(f);
         loop {
             let out = chan.recv(c.poll, |bytes| -> Option<Result<R>> {
@@ -257,7 +275,7 @@ impl Lane {
     ) -> Result<Granted> {
         use crate::fast::{decode_extents, Decoded};
         let id = self.send(c, c.cred(), server, req)?;
-        let chan = &self.chans[server];
+        let chan = self.bound_chan(c, server)?;
         loop {
             let out = chan.recv(c.poll, |bytes| -> Option<Result<Granted>> {
                 match decode_extents(bytes, &mut on) {
@@ -599,20 +617,8 @@ pub struct Client {
     /// out: from then on `Close` waits for its reply, because releasing a
     /// lock must be ordered before whatever the program does next.
     pub any_locks: AtomicBool,
-}
-
-/// What the fleet of file servers looks like now, from the control block:
-/// which servers are up, and how many channels each served in its last
-/// round (its queue).
-struct ControlView<'a>(&'a Control);
-
-impl atoll_names::View for ControlView<'_> {
-    fn up(&self, member: u32) -> bool {
-        !self.0.is_down(member as usize)
-    }
-    fn queue(&self, member: u32) -> u64 {
-        self.0.load(member as usize)
-    }
+    /// This process's bindings of the file servers' names (`names`).
+    pub(crate) fs_names: crate::names::FsNames,
 }
 
 impl Client {
@@ -643,39 +649,6 @@ impl Client {
 
     pub fn session_id(&self) -> SessionId {
         self.session().id
-    }
-
-    /// The member of the file-server fleet (`/fs/server`, fos §3.3) that
-    /// takes a new object that may live anywhere (pipes, inotify queues, a
-    /// process's new files): picked by the instance's `--fleet-policy`
-    /// among the live servers (`preferred` is the caller's key for
-    /// `hashed`, the default: that server if it is alive, else the next
-    /// live one), so a dead server takes only what it held (fault
-    /// containment, server `health.rs`).
-    pub fn live_server(&self, preferred: usize) -> usize {
-        static TURN: AtomicU64 = AtomicU64::new(0);
-        // One instance per process image: its fleet is built once.
-        static FLEET: std::sync::OnceLock<atoll_names::Fleet> = std::sync::OnceLock::new();
-        let n = self.nservers.max(1);
-        let t = &self.info.topology;
-        let fleet = FLEET.get_or_init(|| {
-            let domains: Vec<Option<u32>> = (0..n)
-                .map(|s| t.server_domain.get(s).copied())
-                .map(|d| d.filter(|&d| d != atoll_proto::topology::UNKNOWN))
-                .collect();
-            atoll_names::Fleet::file_servers(n, &domains, self.info.fs_policy)
-        });
-        let caller = atoll_names::Caller {
-            key: preferred as u64,
-            turn: match self.info.fs_policy {
-                atoll_names::Policy::RoundRobin => TURN.fetch_add(1, Ordering::Relaxed),
-                _ => 0,
-            },
-            domain: Some(t.domain_of_cpu(rustix::thread::sched_getcpu())),
-        };
-        fleet
-            .pick(&caller, &ControlView(&self.control))
-            .map_or(preferred % n, |s| s as usize)
     }
 
     /// The credentials requests carry: the calling thread's (`creds`).
@@ -1059,6 +1032,7 @@ pub fn attach(
     };
     let control = Control::map(control_fd.as_fd())?;
     drop(control_fd);
+    let fs_names = crate::names::FsNames::resolve(&info, nservers, &control);
     let lane0 = Lane::new(lane, fds.collect())?;
 
     // The placeholder template: every atoll fd is a dup of it.
@@ -1095,6 +1069,7 @@ pub fn attach(
         cwd: AtomicPtr::new(core::ptr::null_mut()),
         posix_locks: AtomicBool::new(false),
         any_locks: AtomicBool::new(false),
+        fs_names,
         info,
     };
     let c = install(c);

@@ -13,6 +13,10 @@
 //!  header { magic, servers }          128 bytes
 //!  doorbell[servers]                  256 bytes each
 //!  load[servers]                      128 bytes each
+//!  state[servers]                     128 bytes each
+//!  heartbeat[servers]                 128 bytes each
+//!  generation[servers]                128 bytes each
+//!  charged[servers]                   GAUGES words each
 //!  gauge[GAUGES]                      128 bytes each
 //! ```
 //!
@@ -187,7 +191,7 @@ impl Gauge {
 }
 
 #[cfg(not(loom))]
-const CONTROL_MAGIC: u64 = u64::from_le_bytes(*b"ATOLLCT5");
+const CONTROL_MAGIC: u64 = u64::from_le_bytes(*b"ATOLLCT6");
 
 #[cfg(not(loom))]
 #[repr(C)]
@@ -222,10 +226,10 @@ impl Control {
         Self::gauges_at(servers) + GAUGES * GAUGE_BYTES
     }
 
-    /// Where the gauges start: after each server's doorbell, load, state
-    /// and heartbeat words and its charges.
+    /// Where the gauges start: after each server's doorbell, load, state,
+    /// heartbeat and generation words and its charges.
     const fn gauges_at(servers: usize) -> usize {
-        HEADER_BYTES + servers * (DOORBELL_BYTES + 3 * LOAD_BYTES + CHARGED_BYTES)
+        HEADER_BYTES + servers * (DOORBELL_BYTES + 4 * LOAD_BYTES + CHARGED_BYTES)
     }
 
     pub fn create(servers: usize) -> io::Result<(OwnedFd, Control)> {
@@ -360,11 +364,38 @@ impl Control {
             "no charge {server}/{i}"
         );
         let off = HEADER_BYTES
-            + self.servers * (DOORBELL_BYTES + 3 * LOAD_BYTES)
+            + self.servers * (DOORBELL_BYTES + 4 * LOAD_BYTES)
             + server * CHARGED_BYTES;
         // SAFETY: as in `doorbell` (each server's charges follow the
-        // heartbeats, before the gauges); atomics only.
+        // generations, before the gauges); atomics only.
         unsafe { &(*(self.region.as_ptr().add(off) as *const Padded<[AtomicU64; GAUGES]>)).0[i] }
+    }
+
+    fn generation_word(&self, server: usize) -> &AtomicU64 {
+        assert!(server < self.servers, "no server {server}");
+        let off =
+            HEADER_BYTES + self.servers * (DOORBELL_BYTES + 3 * LOAD_BYTES) + server * LOAD_BYTES;
+        // SAFETY: as in `doorbell` (the generations follow the heartbeats).
+        unsafe { &(*(self.region.as_ptr().add(off) as *const Padded<AtomicU64>)).0 }
+    }
+
+    /// Server side: a new incarnation of server `server` serves from now
+    /// on (a fresh start, a rebuild in place, a successor process, a move
+    /// to another host). The name `/fs/server/<server>` resolves to it
+    /// with this generation (fos §3.3); clients that bound the name at an
+    /// older one re-bind (`atoll_names::Bindings`). Returns the new one.
+    pub fn advance_generation(&self, server: usize) -> u64 {
+        self.generation_word(server).fetch_add(1, Ordering::AcqRel) + 1
+    }
+
+    /// The generation of server `server`'s incarnation (0: never started;
+    /// out of range reads as 0). One relaxed load of a line written only
+    /// when an incarnation starts: the client's per-call check.
+    pub fn generation(&self, server: usize) -> u64 {
+        if server >= self.servers {
+            return 0;
+        }
+        self.generation_word(server).load(Ordering::Acquire)
     }
 
     /// How many turns server `server`'s loop has made (wrapping).
@@ -411,6 +442,20 @@ mod tests {
         b.doorbell(1).ring();
         assert_eq!(a.doorbell(1).rings(), 1);
         assert_eq!(a.doorbell(0).rings(), 0);
+        // Generations sit between heartbeats and charges, apart from both.
+        a.beat(1);
+        a.charged(1, 0).store(7, Ordering::Relaxed);
+        assert_eq!(b.generation(1), 0, "never started");
+        assert_eq!(a.advance_generation(1), 1);
+        assert_eq!(a.advance_generation(1), 2);
+        assert_eq!(
+            (b.generation(1), b.generation(0), b.generation(9)),
+            (2, 0, 0)
+        );
+        assert_eq!(
+            (b.beats(1), b.charged(1, 0).load(Ordering::Relaxed)),
+            (1, 7)
+        );
     }
 
     #[test]

@@ -12,6 +12,10 @@
 //! This is the seam through which names of members on other hosts will
 //! resolve to a proxy.
 //!
+//! A client binds the names it reaches once ([`Bindings`]: name → its own
+//! lane slot, at the member's *generation*) and re-binds a member whose
+//! generation moved — it restarted, or moved to another process.
+//!
 //! ```
 //! use atoll_names::{Caller, Fleet, Policy, View};
 //!
@@ -211,6 +215,117 @@ impl Names {
     }
 }
 
+/// Which incarnation of each member serves now (by member index): a
+/// member that restarts, or moves to another process, serves under a
+/// new generation. 0: not started yet.
+pub trait Generations {
+    fn generation(&self, member: u32) -> u64;
+}
+
+/// A client's binding of a fleet's names to its own lanes (fos §3.3: a
+/// client reaches a service through its name, not a fixed address).
+/// Each member's name is resolved once to the lane slot that reaches it
+/// and cached with the member's generation; the hot path is one load of
+/// that generation and a compare. A member that restarted or moved is
+/// resolved again, once: exactly one caller sees [`Bound::Rebound`] and
+/// drops what it cached of the old incarnation.
+#[derive(Debug)]
+pub struct Bindings {
+    members: Vec<Binding>,
+}
+
+#[derive(Debug)]
+struct Binding {
+    /// The lane slot the member's name resolved to.
+    slot: u32,
+    /// The generation it was bound at.
+    generation: std::sync::atomic::AtomicU64,
+}
+
+/// What [`Bindings::bind`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bound {
+    /// The binding holds: use this slot.
+    Same(u32),
+    /// The member's incarnation changed from `from` to `to` since it was
+    /// bound: the slot (re-resolved) is still `slot`, but whatever the
+    /// caller cached of the old incarnation is to be dropped.
+    Rebound { slot: u32, from: u64, to: u64 },
+}
+
+impl Bound {
+    pub fn slot(self) -> u32 {
+        match self {
+            Bound::Same(s) | Bound::Rebound { slot: s, .. } => s,
+        }
+    }
+}
+
+impl Bindings {
+    /// Resolve every member of `fleet` (its member `i` reached through
+    /// lane slot `member.index`) at its current generation.
+    pub fn resolve(fleet: &Fleet, now: &impl Generations) -> Bindings {
+        Bindings {
+            members: fleet
+                .members
+                .iter()
+                .map(|m| Binding {
+                    slot: m.index,
+                    generation: std::sync::atomic::AtomicU64::new(now.generation(m.index)),
+                })
+                .collect(),
+        }
+    }
+
+    /// The slot of member `member`, re-resolving it if its generation
+    /// moved. `None` for a member the fleet does not have.
+    #[inline]
+    pub fn bind(&self, member: usize, now: &impl Generations) -> Option<Bound> {
+        use std::sync::atomic::Ordering;
+        let b = self.members.get(member)?;
+        let current = now.generation(b.slot);
+        let cached = b.generation.load(Ordering::Relaxed);
+        if current == cached {
+            return Some(Bound::Same(b.slot));
+        }
+        // Several threads may see the change: one wins the re-bind.
+        match b
+            .generation
+            .compare_exchange(cached, current, Ordering::AcqRel, Ordering::Relaxed)
+        {
+            Ok(_) => Some(Bound::Rebound {
+                slot: b.slot,
+                from: cached,
+                to: current,
+            }),
+            Err(_) => Some(Bound::Same(b.slot)),
+        }
+    }
+
+    /// The slot member `member` is bound to, without checking its
+    /// generation (the reply to a request sent through [`Bindings::bind`]).
+    #[inline]
+    pub fn slot(&self, member: usize) -> Option<u32> {
+        self.members.get(member).map(|b| b.slot)
+    }
+
+    /// The generation member `member` is bound at.
+    pub fn generation(&self, member: usize) -> Option<u64> {
+        use std::sync::atomic::Ordering;
+        self.members
+            .get(member)
+            .map(|b| b.generation.load(Ordering::Relaxed))
+    }
+
+    pub fn len(&self) -> usize {
+        self.members.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -227,6 +342,36 @@ mod tests {
         fn queue(&self, m: u32) -> u64 {
             self.queue[m as usize]
         }
+    }
+
+    struct Gens(Vec<u64>);
+    impl Generations for Gens {
+        fn generation(&self, m: u32) -> u64 {
+            self.0[m as usize]
+        }
+    }
+
+    #[test]
+    fn bindings_hold_until_a_member_restarts_then_rebind_once() {
+        let fleet = Fleet::file_servers(3, &[], Policy::Hashed);
+        let mut gens = Gens(vec![1, 1, 1]);
+        let b = Bindings::resolve(&fleet, &gens);
+        assert_eq!(b.len(), 3);
+        assert_eq!(b.bind(2, &gens), Some(Bound::Same(2)));
+        // Member 1 restarts (a new process, or moved to another host).
+        gens.0[1] = 2;
+        assert_eq!(
+            b.bind(1, &gens),
+            Some(Bound::Rebound {
+                slot: 1,
+                from: 1,
+                to: 2
+            })
+        );
+        assert_eq!(b.bind(1, &gens), Some(Bound::Same(1)), "re-bound once");
+        assert_eq!(b.generation(1), Some(2));
+        assert_eq!(b.bind(0, &gens), Some(Bound::Same(0)), "others untouched");
+        assert_eq!(b.bind(3, &gens), None, "not a member");
     }
 
     #[test]

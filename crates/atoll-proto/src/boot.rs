@@ -270,6 +270,11 @@ pub struct ServerHealth {
     /// Times it moved to another host.
     #[serde(default)]
     pub moves: u32,
+    /// Which incarnation serves `/fs/server/<server>` (fos §3.3): one
+    /// more for every start, rebuild, successor process and move; clients
+    /// re-bind the name when it changes (0: never started).
+    #[serde(default)]
+    pub generation: u64,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug)]

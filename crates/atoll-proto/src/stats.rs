@@ -184,6 +184,9 @@ pub struct ClientCounters {
     /// while that reader copied the rest (a *split* of a ticket).
     #[serde(default)]
     pub pipe_split_bytes: u64,
+    /// Names of file servers re-bound because their member restarted or
+    /// moved (a new generation, fos §3.3; `atoll_names::Bindings`).
+    pub name_rebinds: u64,
 }
 
 /// What one session (a client process) asked of one server, and what its

@@ -7,9 +7,11 @@
 //! * [`args`] — the exec's arguments and environment as a Cosh move;
 //! * [`creds`] — whose program an exec starts: the sender's identity as
 //!   the kernel reports it, and when the exec must stay local instead;
-//! * [`server`] — [`Scheds`]: one scheduling server thread per core,
-//!   pinned, started by the driver (`atoll run`/`atoll boot`) beside the
+//! * [`server`] — [`Scheds`]: one scheduling server per core (a process,
+//!   or a thread of the instance), pinned, started by the driver (`atoll run`/`atoll boot`) beside the
 //!   file servers; `spawn` forks and configures the new program;
+//! * [`process`] — servers as processes of their own (`atoll
+//!   __sched-server`) and the watchdog that restarts them;
 //! * [`load`] — the per-core load table the servers publish in shared
 //!   memory (read by least-loaded placement, and the exec statistics);
 //! * [`nodes`] — placement across hosts (`atoll node`): the node file
@@ -37,6 +39,7 @@ pub mod load;
 pub mod mirror;
 pub mod nodes;
 pub mod placement;
+pub mod process;
 pub mod proxy;
 mod raw;
 pub mod server;

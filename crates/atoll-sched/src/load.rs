@@ -4,13 +4,17 @@
 //! policies (random, round-robin) need only the number of cores.
 //!
 //! Layout (native-endian `u64` words): `[MAGIC, ncores, cores[0..ncores]]`
-//! where `cores[k] = [running, execs, served, crash, restarts]`: programs
+//! where `cores[k] = [running, execs, served, crash, restarts, pid,
+//! started, generation]`: programs
 //! the server of core `k` runs now, execs placed on core `k` so far (local
 //! ones are counted by the client that ran them), 1 when a scheduling
 //! server places programs on core `k` (the CPUs a program of the instance
 //! may run on, which `sched_getaffinity` reports to it), 1 while `atoll
 //! chaos --kill sched:k` asks the server to die, and how often it was
-//! restarted (`server`). Plain atomics: a reader may see a figure
+//! restarted (`server`, `process`), and — for a server that is a process
+//! of its own — its pid and when it started (Unix time in ms; both 0
+//! while it is being restarted), and which incarnation serves the name
+//! `/sched/core/k` (one more at every start or restart). Plain atomics: a reader may see a figure
 //! a little stale, which only makes a placement less than perfect.
 
 use std::os::fd::AsFd;
@@ -24,7 +28,7 @@ const MAGIC: u64 = 0x6174_6f6c_6c73_6364; // "atollscd"
 /// Most cores one table describes.
 pub const MAX_CORES: usize = 1024;
 const HEADER_WORDS: usize = 2;
-const WORDS_PER_CORE: usize = 5;
+const WORDS_PER_CORE: usize = 8;
 
 fn bytes_for(ncores: usize) -> usize {
     (HEADER_WORDS + WORDS_PER_CORE * ncores) * 8
@@ -190,6 +194,57 @@ impl LoadTable {
             .map_or(0, |w| w.load(Ordering::Relaxed))
     }
 
+    /// The server of `core` now runs as process `pid`, started at
+    /// `started_ms` (Unix time); `(0, 0)` while it is being restarted.
+    pub fn set_process(&self, core: usize, pid: u32, started_ms: u64) {
+        if let (Some(p), Some(t)) = (self.core_word(core, 5), self.core_word(core, 6)) {
+            t.store(started_ms, Ordering::Relaxed);
+            p.store(u64::from(pid), Ordering::Release);
+        }
+    }
+
+    /// A new incarnation of the server of `core` serves from now on (its
+    /// name, `/sched/core/<core>`, resolves to it: fos §3.3).
+    pub fn advance_generation(&self, core: usize) {
+        if let Some(w) = self.core_word(core, 7) {
+            w.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    /// Which incarnation serves `core` (0: none started).
+    pub fn generation(&self, core: usize) -> u64 {
+        self.core_word(core, 7)
+            .map_or(0, |w| w.load(Ordering::Acquire))
+    }
+
+    /// The process of the server of `core` (0: a thread, or restarting).
+    pub fn pid(&self, core: usize) -> u32 {
+        self.core_word(core, 5)
+            .map_or(0, |w| w.load(Ordering::Acquire) as u32)
+    }
+
+    /// When the process of the server of `core` started (Unix time, ms).
+    pub fn started_ms(&self, core: usize) -> u64 {
+        self.core_word(core, 6)
+            .map_or(0, |w| w.load(Ordering::Relaxed))
+    }
+
+    /// The server of `core` died with the programs it counted (its
+    /// successor counts afresh).
+    pub fn reset_running(&self, core: usize) {
+        if let Some(w) = self.core_word(core, 0) {
+            w.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// No server places programs on `core` any more (it could not be
+    /// restarted).
+    pub fn unserve(&self, core: usize) {
+        if let Some(w) = self.core_word(core, 2) {
+            w.store(0, Ordering::Relaxed);
+        }
+    }
+
     /// `execs` of every core.
     pub fn exec_counts(&self) -> Vec<u64> {
         (0..self.ncores).map(|k| self.execs(k)).collect()
@@ -232,6 +287,15 @@ mod tests {
         assert!(s.take_crash(2) && !s.take_crash(2), "taken once");
         s.count_restart(2);
         assert_eq!(c.restarts(2), 1);
+        s.advance_generation(2);
+        s.advance_generation(2);
+        assert_eq!((c.generation(2), c.generation(0)), (2, 0));
+        s.set_process(2, 4242, 17);
+        assert_eq!((c.pid(2), c.started_ms(2)), (4242, 17));
+        s.reset_running(2);
+        assert_eq!(c.running(2), 0);
+        s.unserve(2);
+        assert_eq!(c.served().collect::<Vec<_>>(), [0]);
         s.add_running(0, -5);
         assert_eq!(s.running(0), 0, "never below zero");
         assert_eq!(c.running(99), 0, "out of range reads as idle");

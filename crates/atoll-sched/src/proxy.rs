@@ -247,7 +247,10 @@ pub fn remote_exec(
             return restore(RemoteError::Fallback("refused by the server".into()))
         }
         Ok((other, _)) => return restore(RemoteError::Fallback(format!("unexpected {other:?}"))),
-        Err(e) => return restore(e.into()),
+        // The server took the exec and went away without an answer (its
+        // process died, `process`): the program may have started and been
+        // killed with it, so running it again here could do its work twice.
+        Err(_) => return restore(RemoteError::Exec(libc::EIO)),
     };
     drop(cwd);
     // The program stands in the group for us now.
@@ -393,7 +396,8 @@ fn become_proxy(conn: OwnedFd, p: Proxy) -> ! {
                 // status queued before it is still there to read.
                 Err(WireError::Io(rustix::io::Errno::CONNRESET)) => {}
                 // The server went away without a status: the instance is
-                // shutting down and killed the program.
+                // shutting down, or the server process died and the
+                // program with it (`process`).
                 Err(_) => die_by(libc::SIGKILL),
             }
         }

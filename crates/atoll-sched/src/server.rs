@@ -1,4 +1,6 @@
-//! Scheduling servers: one thread per core, pinned there, each serving
+//! Scheduling servers: one per core, pinned there — a process of its own
+//! (`Scheds::start_processes`, the default; see `process`) or a thread
+//! of the instance (`Scheds::start`) — each serving
 //! `<runtime dir>/sched-<core>.sock` (Hare §3.6.1). A server starts the
 //! programs proxies send it (`spawn`), waits for them through pidfds,
 //! relays the proxies' signals, returns exit statuses, and publishes its
@@ -43,6 +45,8 @@ pub struct Scheds {
     stop: Arc<AtomicBool>,
     wake_w: OwnedFd,
     threads: Vec<JoinHandle<()>>,
+    /// Server processes (`start_processes`) and their watchdog.
+    watchdog: Option<crate::process::Watchdog>,
     dir: PathBuf,
 }
 
@@ -176,39 +180,31 @@ fn mirror(j: &mut Job) {
 }
 
 impl Scheds {
-    /// Start one server per entry of `cores` (server `k` of the load table
-    /// runs on `cores[k]`... the table is indexed by core number, so it
-    /// spans `0..=max(cores)`).
+    /// Start one server thread per entry of `cores` (server `k` of the
+    /// load table runs on `cores[k]`... the table is indexed by core
+    /// number, so it spans `0..=max(cores)`).
     pub fn start(runtime_dir: &Path, cores: &[usize]) -> std::io::Result<Scheds> {
-        let n = cores.iter().copied().max().map_or(1, |m| m + 1);
-        let table = Arc::new(LoadTable::create(&runtime_dir.join(LOAD_FILE), n)?);
-        for &core in cores {
-            table.mark_served(core);
-        }
+        let table = Arc::new(create_table(runtime_dir, cores)?);
         let stop = Arc::new(AtomicBool::new(false));
         let (wake_r, wake_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
         let wake_r = Arc::new(wake_r);
         let mut threads = Vec::new();
         for &core in cores {
-            let path = socket_path(runtime_dir, core);
-            let _ = std::fs::remove_file(&path);
-            let listener = rustix::net::socket_with(
-                AddressFamily::UNIX,
-                SocketType::SEQPACKET,
-                SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
-                None,
-            )?;
-            // Every packet then carries its sender's pid, stamped by the
-            // kernel (accepted connections inherit the option): whose
-            // program an `Exec` starts is never taken from the request.
-            rustix::net::sockopt::set_socket_passcred(&listener, true)?;
-            rustix::net::bind(&listener, &SocketAddrUnix::new(&path)?)?;
-            rustix::net::listen(&listener, 128)?;
+            let listener = listen(runtime_dir, core)?;
+            table.advance_generation(core);
             let (table, stop, wake) = (table.clone(), stop.clone(), wake_r.clone());
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("atoll-sched-{core}"))
-                    .spawn(move || serve(core, listener, &table, &stop, &wake))?,
+                    .spawn(move || {
+                        serve(
+                            core,
+                            listener,
+                            &table,
+                            &|| stop.load(Ordering::SeqCst),
+                            &wake,
+                        )
+                    })?,
             );
         }
         Ok(Scheds {
@@ -217,6 +213,33 @@ impl Scheds {
             stop,
             wake_w,
             threads,
+            watchdog: None,
+            dir: runtime_dir.to_path_buf(),
+        })
+    }
+
+    /// Start one server *process* per entry of `cores` (`exe
+    /// __sched-server`, fos §3.5: servers as fault domains), each
+    /// restarted on its core by a watchdog when it dies (`process`).
+    pub fn start_processes(
+        runtime_dir: &Path,
+        cores: &[usize],
+        exe: &Path,
+    ) -> std::io::Result<Scheds> {
+        let table = Arc::new(create_table(runtime_dir, cores)?);
+        let mut listeners = Vec::new();
+        for &core in cores {
+            listeners.push((core, listen(runtime_dir, core)?));
+        }
+        let watchdog = crate::process::Watchdog::start(runtime_dir, exe, listeners, table.clone())?;
+        let (_, wake_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+        Ok(Scheds {
+            cores: cores.to_vec(),
+            table,
+            stop: Arc::new(AtomicBool::new(false)),
+            wake_w,
+            threads: Vec::new(),
+            watchdog: Some(watchdog),
             dir: runtime_dir.to_path_buf(),
         })
     }
@@ -246,6 +269,9 @@ impl Scheds {
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
+        if let Some(w) = self.watchdog.take() {
+            w.stop();
+        }
         for &c in &self.cores {
             let _ = std::fs::remove_file(socket_path(&self.dir, c));
         }
@@ -258,6 +284,37 @@ impl Drop for Scheds {
     }
 }
 
+/// The load table for servers on `cores`, each marked as served.
+fn create_table(runtime_dir: &Path, cores: &[usize]) -> std::io::Result<LoadTable> {
+    let n = cores.iter().copied().max().map_or(1, |m| m + 1);
+    let table = LoadTable::create(&runtime_dir.join(LOAD_FILE), n)?;
+    for &core in cores {
+        table.mark_served(core);
+    }
+    Ok(table)
+}
+
+/// The listening socket of the server of `core`. It belongs to the
+/// instance, not to the server: connections waiting in its backlog
+/// outlive a server process and are served by its successor.
+fn listen(runtime_dir: &Path, core: usize) -> std::io::Result<OwnedFd> {
+    let path = socket_path(runtime_dir, core);
+    let _ = std::fs::remove_file(&path);
+    let listener = rustix::net::socket_with(
+        AddressFamily::UNIX,
+        SocketType::SEQPACKET,
+        SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
+        None,
+    )?;
+    // Every packet then carries its sender's pid, stamped by the
+    // kernel (accepted connections inherit the option): whose
+    // program an `Exec` starts is never taken from the request.
+    rustix::net::sockopt::set_socket_passcred(&listener, true)?;
+    rustix::net::bind(&listener, &SocketAddrUnix::new(&path)?)?;
+    rustix::net::listen(&listener, 128)?;
+    Ok(listener)
+}
+
 fn pin(core: usize) {
     let mut set = rustix::thread::CpuSet::new();
     if core < rustix::thread::CpuSet::MAX_CPU {
@@ -266,7 +323,15 @@ fn pin(core: usize) {
     }
 }
 
-fn serve(core: usize, listener: OwnedFd, table: &LoadTable, stop: &AtomicBool, wake: &OwnedFd) {
+/// Serve core `core` until `stop()` says so (checked whenever `wake` or
+/// anything else wakes the loop).
+pub(crate) fn serve(
+    core: usize,
+    listener: OwnedFd,
+    table: &LoadTable,
+    stop: &dyn Fn() -> bool,
+    wake: &OwnedFd,
+) {
     pin(core);
     // Without our own identity no caller can be compared with it: every
     // exec is refused and runs locally.
@@ -278,12 +343,13 @@ fn serve(core: usize, listener: OwnedFd, table: &LoadTable, stop: &AtomicBool, w
     // Out of descriptors: new proxies wait in the backlog until a job ends
     // (polling the listener meanwhile would spin).
     let mut accept_paused = false;
-    while !stop.load(Ordering::SeqCst) {
-        // A server that dies (a bug, or `atoll chaos --kill sched:N`) is
-        // restarted on the spot (fos §3.5): its state is its jobs' and
-        // placed programs' descriptors, which live in this process, not in
+    while !stop() {
+        // A loop that dies (a bug, or `atoll chaos --kill sched:N` of a
+        // server thread) is restarted on the spot (fos §3.5): its state is
+        // its jobs' and placed programs' descriptors, which live outside
         // the loop, so the new loop takes them over and every proxy and
-        // program goes on.
+        // program goes on. (A server process killed from outside is
+        // restarted by its watchdog instead, `process`.)
         let round = catch_unwind(AssertUnwindSafe(|| {
             if table.take_crash(core) {
                 panic!("killed by atoll chaos");
@@ -304,6 +370,7 @@ fn serve(core: usize, listener: OwnedFd, table: &LoadTable, stop: &AtomicBool, w
             Ok(false) => break,
             Err(_) => {
                 table.count_restart(core);
+                table.advance_generation(core);
                 eprintln!("atoll: scheduling server of core {core} died and was restarted");
             }
         }

@@ -126,6 +126,9 @@ pub fn spawn(
     // SAFETY: both descriptors were just created and are ours.
     let (err_r, err_w) = unsafe { (OwnedFd::from_raw_fd(ep[0]), OwnedFd::from_raw_fd(ep[1])) };
 
+    // The program dies with its server (`process`): none runs on with
+    // nobody to reap it and tell its proxy.
+    let server = std::process::id() as i32;
     // SAFETY: the child only performs system calls on memory prepared
     // above (no allocation, no locks) and ends in execve or _exit.
     let pid = unsafe { libc::fork() };
@@ -142,6 +145,7 @@ pub fn spawn(
                 high,
                 &cpus,
                 &mut who,
+                server,
                 err_w.as_raw_fd(),
                 &path,
                 &argv_p,
@@ -193,6 +197,7 @@ unsafe fn child(
     high: i32,
     cpus: &libc::cpu_set_t,
     who: &mut Become<'_>,
+    server: i32,
     err_w: i32,
     path: &CString,
     argv: &[*const libc::c_char],
@@ -292,6 +297,13 @@ unsafe fn child(
         libc::syscall(libc::SYS_personality, spec.personality as libc::c_ulong);
         if become_caller(who, spec, path, program, dir).is_err() {
             fail(err_w, true);
+        }
+        // Killed with the server (kept across execve, except of set-id
+        // images; set after the identity changes, which clear it); a
+        // server already gone is checked after setting it.
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+        if libc::getppid() != server {
+            libc::_exit(127);
         }
         if program >= 0 {
             libc::syscall(

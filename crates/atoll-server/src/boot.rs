@@ -59,6 +59,16 @@ pub struct Servers {
 }
 
 impl Servers {
+    /// Each server's health, with the generation of the incarnation its
+    /// name resolves to (published in the control block by the server).
+    pub fn health_with_generations(&self) -> Vec<atoll_proto::boot::ServerHealth> {
+        let mut health = self.health.report();
+        for h in &mut health {
+            h.generation = self.control.generation(h.server as usize);
+        }
+        health
+    }
+
     /// Server `i`'s process, if servers are processes.
     pub fn process(&self, i: usize) -> Option<&Arc<crate::process::ServerProcess>> {
         match self.links.get(i) {
@@ -663,7 +673,7 @@ impl Boot {
                 .values()
                 .filter_map(|c| c.session.map(|s| (s.0, c.pid)))
                 .collect(),
-            health: self.p.servers.health.report(),
+            health: self.p.servers.health_with_generations(),
             scaling: {
                 let (hosts, auto, changes) = self.p.servers.health.scaling();
                 atoll_proto::boot::Scaling {

@@ -258,6 +258,8 @@ impl Health {
                     snapshot_bytes: snap.1,
                     snapshot_us: snap.2,
                     recoverable: !down && journal.as_ref().is_some_and(|j| !j.full()),
+                    // From the control block (`Servers::health`).
+                    generation: 0,
                 }
             })
             .collect()

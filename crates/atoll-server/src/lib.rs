@@ -395,7 +395,7 @@ impl Instance {
 
     /// Each file server's health: state, host, pid, core, moves.
     pub fn health(&self) -> Vec<atoll_proto::boot::ServerHealth> {
-        self.servers.health.report()
+        self.servers.health_with_generations()
     }
     /// Stop servers, remove the runtime directory, release memory.
     pub fn shutdown(mut self) -> Vec<ServerStats> {

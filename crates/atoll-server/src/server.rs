@@ -513,6 +513,9 @@ pub fn run(mut params: ServerParams, mut admin: Inbox) -> std::io::Result<Server
         params.health.set_journal(index, j.clone());
     }
     params.health.started(index);
+    // `/fs/server/<index>` now names this incarnation (fresh, successor
+    // process or moved); clients re-bind to it (fos §3.3).
+    control.advance_generation(index);
     let mut chans: Vec<Chan> = Vec::new();
     if let Some(server) = fs.as_mut() {
         // What the predecessor owed, read before this server appends
@@ -581,6 +584,7 @@ pub fn run(mut params: ServerParams, mut admin: Inbox) -> std::io::Result<Server
                     answer_eio(&mut chans, idx, id);
                 }
                 params.health.restarted(index, &reason, t0.elapsed());
+                control.advance_generation(index);
                 if let (true, Some(j)) = (params.process, journal) {
                     j.note_rebuild(t0.elapsed().as_micros() as u64);
                 }

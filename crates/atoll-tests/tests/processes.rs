@@ -652,8 +652,10 @@ fn fd_count(pid: u32) -> usize {
         .count()
 }
 
-/// Children of the instance process other than its own file servers
-/// (processes named `atoll-fsN`): programs it started and did not reap.
+/// Programs started for the instance and not reaped: children of the
+/// instance process other than its own file-server hosts (named
+/// `atoll-fs-hostH`) and scheduling servers (`atoll-sched-N`), and the
+/// children of those scheduling servers (the programs they spawned).
 fn child_count(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/task"))
         .unwrap()
@@ -662,11 +664,18 @@ fn child_count(pid: u32) -> usize {
             std::fs::read_to_string(t.path().join("children"))
                 .unwrap_or_default()
                 .split_whitespace()
-                .filter(|child| {
-                    let comm = std::fs::read_to_string(format!("/proc/{child}/comm"));
-                    !comm.is_ok_and(|c| c.starts_with("atoll-fs"))
+                .map(|child| {
+                    let comm =
+                        std::fs::read_to_string(format!("/proc/{child}/comm")).unwrap_or_default();
+                    if comm.starts_with("atoll-fs") {
+                        0
+                    } else if comm.starts_with("atoll-sched") {
+                        child.parse().map_or(0, child_count)
+                    } else {
+                        1
+                    }
                 })
-                .count()
+                .sum::<usize>()
         })
         .sum()
 }

@@ -168,9 +168,9 @@ fn a_pipeline_survives_server_kills() {
 }
 
 /// `make -j4` whose compiles are placed round robin on every core while
-/// the scheduling server of each core is killed: the servers restart on
-/// the spot with their running programs, the build's output is the
-/// host's, and `atoll status` shows the restarts.
+/// the scheduling server of each core is killed: the servers restart
+/// (placed programs are no server's children and run on), the build's
+/// output is the host's, and `atoll status` shows the restarts.
 #[test]
 fn a_placed_build_survives_scheduling_server_kills() {
     let project = atoll_tests::c_project_script(24);
@@ -221,6 +221,220 @@ fn a_placed_build_survives_scheduling_server_kills() {
     let bad = inst.chaos(&["--kill", "sched:999"]);
     assert_eq!(bad.status.code(), Some(1));
     assert_eq!(String::from_utf8_lossy(&bad.stderr).lines().count(), 1);
+}
+
+/// The scheduling servers in `atoll status --json`: `(core, pid)`.
+fn sched_pids(inst: &Booted) -> Vec<(u64, i32)> {
+    inst.status()["sched"]
+        .as_array()
+        .expect("scheduling servers in status")
+        .iter()
+        .map(|s| {
+            (
+                s["core"].as_u64().unwrap(),
+                s["pid"].as_i64().unwrap_or(0) as i32,
+            )
+        })
+        .collect()
+}
+
+/// The scheduling server of `core` once it was restarted `restarts`
+/// times and its successor is up.
+fn sched_restarted(inst: &Booted, core: u64, restarts: u64) -> serde_json::Value {
+    let started = Instant::now();
+    loop {
+        let st = inst.status();
+        let s = st["sched"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["core"] == core)
+            .cloned()
+            .expect("the core's server");
+        if s["restarts"].as_u64().unwrap_or(0) >= restarts && s["pid"].as_i64().unwrap_or(0) > 0 {
+            return s;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "scheduling server of core {core} not restarted: {s}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Each core's scheduling server is a process of its own (`atoll
+/// status` names it, as a file server process): `SIGKILL` to each, by
+/// pid, from outside, while `make -j4` places its compiles round robin.
+/// The watchdog starts a successor on the same core (a new pid, a
+/// restart each, the old one reaped); placed programs are not the
+/// server's and run on, so the build's output is the host's; and `atoll
+/// stop` leaves no scheduling server behind.
+#[test]
+fn scheduling_server_processes_killed_by_pid_are_restarted_on_their_cores() {
+    let project = atoll_tests::c_project_script(24);
+    let build = format!(
+        r#"cd "$BASE" && {project}
+        cd "$BASE/proj" && make -j4 >/dev/null && ./prog && ls"#
+    );
+    let host = tempfile::tempdir().unwrap();
+    let mut cmd = std::process::Command::new("bash");
+    cmd.args(["-c", &build]).env("BASE", host.path());
+    let want = output_within(cmd, RUN_LIMIT);
+    assert!(want.status.success());
+
+    let inst = Booted::new(&["--servers", "2"]);
+    let instance_pid = inst.status()["pid"].as_i64().unwrap() as i32;
+    let before = sched_pids(&inst);
+    assert!(!before.is_empty());
+    for &(_, pid) in &before {
+        assert!(
+            pid > 0 && pid != instance_pid,
+            "a process of its own: {before:?}"
+        );
+    }
+    let mut cmd = inst.command(&format!("BASE=$ROOT; {build}"));
+    cmd.stdin(Stdio::null());
+    let runner = std::thread::spawn(move || output_within(cmd, RUN_LIMIT));
+    wait_for(&inst, r#"ls "$ROOT/proj"/*.o >/dev/null 2>&1"#);
+    for &(core, pid) in &before {
+        let killed = std::process::Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status()
+            .expect("kill");
+        assert!(killed.success());
+        let s = sched_restarted(&inst, core, 1);
+        assert_ne!(s["pid"].as_i64().unwrap() as i32, pid, "a new process: {s}");
+        assert!(!alive(pid), "the killed server is reaped");
+    }
+    let got = runner.join().expect("build thread");
+    assert_eq!(
+        String::from_utf8_lossy(&got.stdout),
+        String::from_utf8_lossy(&want.stdout),
+        "{}",
+        String::from_utf8_lossy(&got.stderr)
+    );
+    assert!(got.status.success());
+    let text = atoll_tests::atoll()
+        .args(["status", "--id", &inst.id])
+        .output()
+        .expect("status");
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("scheduling server of core") && text.contains("restarted 1×"),
+        "{text}"
+    );
+    let now: Vec<i32> = sched_pids(&inst).into_iter().map(|(_, p)| p).collect();
+    drop(inst);
+    for pid in now {
+        assert!(!alive(pid), "scheduling server {pid} outlived its instance");
+    }
+}
+
+/// `atoll exec --exec-via spawn` of `bash -c SCRIPT` in `inst`: every
+/// program the script starts is spawned by a scheduling server, the
+/// script's shell staying behind as its proxy.
+fn spawned(inst: &Booted, script: &str) -> std::process::Command {
+    let mut cmd = atoll();
+    cmd.args(["exec", "--id", &inst.id, "--placement", "round-robin"])
+        .args(["--exec-via", "spawn", "--", "bash", "-c", script])
+        .env("ROOT", atoll_tests::MOUNT)
+        .stdin(Stdio::null());
+    cmd
+}
+
+/// Kill the scheduling server of every core with `atoll chaos`, each
+/// once its successor is up: a new process each time.
+fn kill_every_sched(inst: &Booted) {
+    for (core, pid) in sched_pids(inst) {
+        let restarts = inst.status()["sched"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["core"] == core)
+            .map_or(0, |s| s["restarts"].as_u64().unwrap());
+        kill_target(inst, &format!("sched:{core}"));
+        let s = sched_restarted(inst, core, restarts + 1);
+        assert_ne!(s["pid"].as_i64().unwrap() as i32, pid, "a new process: {s}");
+    }
+}
+
+/// `make -j4` whose every program is spawned by a scheduling server
+/// (`--exec-via spawn`) while each core's server process is killed: the
+/// programs a server ran die with it and their proxies end as killed
+/// (make reports it), an exec it took unanswered fails with `EIO`;
+/// nothing hangs, and run again (from clean) the build is the host's.
+#[test]
+fn a_spawned_build_survives_scheduling_server_process_kills() {
+    let project = atoll_tests::c_project_script(24);
+    let build = |base: &str| {
+        format!(
+            r#"cd "{base}" && {project}
+            cd "{base}/proj"
+            for try in 1 2 3 4 5 6; do
+              if make -j4 >/dev/null 2>make.err; then break; fi
+              grep -Eq 'Killed|Error 137|Input/output error' make.err || cat make.err
+              echo "build $try failed" >&2
+              rm -f ./*.o prog
+            done
+            ./prog; ls"#
+        )
+    };
+    let host = tempfile::tempdir().unwrap();
+    let mut cmd = std::process::Command::new("bash");
+    cmd.args(["-c", &build("$BASE")]).env("BASE", host.path());
+    let want = output_within(cmd, RUN_LIMIT);
+    assert!(want.status.success());
+
+    let inst = Booted::new(&["--servers", "2"]);
+    let runner = std::thread::spawn({
+        let cmd = spawned(&inst, &build("$ROOT"));
+        move || output_within(cmd, RUN_LIMIT)
+    });
+    wait_for(&inst, r#"ls "$ROOT/proj"/*.o >/dev/null 2>&1"#);
+    kill_every_sched(&inst);
+    let got = runner.join().expect("build thread");
+    assert_eq!(
+        String::from_utf8_lossy(&got.stdout),
+        String::from_utf8_lossy(&want.stdout),
+        "{}",
+        String::from_utf8_lossy(&got.stderr)
+    );
+    let text = String::from_utf8_lossy(&got.stdout);
+    assert!(text.contains("make.err"), "{text}");
+}
+
+/// A pipeline whose every stage is spawned by a scheduling server while
+/// each core's server process is killed: a run that lost a stage fails
+/// and says so (`pipefail`), never hangs, and a run that completes
+/// prints the host's digest.
+#[test]
+fn a_spawned_pipeline_survives_scheduling_server_process_kills() {
+    let pipeline = "seq 1 300000 | sed 's/$/ line/' | sort -k1,1n | md5sum";
+    let want = std::process::Command::new("bash")
+        .args(["-c", pipeline])
+        .output()
+        .unwrap();
+    let inst = Booted::new(&["--servers", "2"]);
+    let script = format!(
+        r#"set -o pipefail; touch "$ROOT/started"
+        for try in 1 2 3 4 5 6; do
+          if {pipeline} > "$ROOT/out"; then cat "$ROOT/out"; break; fi
+          echo "pipeline $try failed: $?" >&2
+        done"#
+    );
+    let runner = std::thread::spawn({
+        let cmd = spawned(&inst, &script);
+        move || output_within(cmd, RUN_LIMIT)
+    });
+    wait_for(&inst, r#"test -e "$ROOT/started""#);
+    kill_every_sched(&inst);
+    let got = runner.join().expect("pipeline thread");
+    assert_eq!(
+        got.stdout,
+        want.stdout,
+        "{}",
+        String::from_utf8_lossy(&got.stderr)
+    );
 }
 
 /// A journal many times smaller than what its server served stays whole:

@@ -87,9 +87,11 @@ fn run_head(args: &NodeArgs, peers: &[String], term: Terminator) -> Result<i32> 
     let listener = net
         .listen(&listen)
         .with_context(|| format!("cannot listen at {listen}"))?;
+    let sched_exe = plan.config.server_exe.clone();
     let instance = Instance::boot(plan.config).context("cannot boot the instance")?;
     InstanceRecord::for_self(&instance, "node", &[]).write()?;
-    let scheds = crate::run::start_scheds(&instance, plan.app_cores.as_deref());
+    let scheds =
+        crate::run::start_scheds(&instance, plan.app_cores.as_deref(), sched_exe.as_deref());
     let stop = Arc::new(AtomicBool::new(false));
     let info = instance.info();
     let (socket, servers, id, mount) = (

@@ -509,6 +509,7 @@ impl<S: BlockStore> FileServer<S> {
             ("coalescing.uncoalesced_opens", k.uncoalesced_opens),
             ("client.traps", k.traps),
             ("pipe.split_bytes", k.pipe_split_bytes),
+            ("names.rebinds", k.name_rebinds),
         ] {
             if n > 0 {
                 v.push((name.into(), n));

@@ -91,6 +91,7 @@ impl ClientReports {
         t.offsets_reclaimed += k.offsets_reclaimed;
         t.traps += k.traps;
         t.pipe_split_bytes += k.pipe_split_bytes;
+        t.name_rebinds += k.name_rebinds;
         let s = self.per_session.entry(session).or_default();
         s.0 += k.dcache_hits;
         s.1 += k.dcache_misses;

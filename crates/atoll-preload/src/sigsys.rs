@@ -288,6 +288,7 @@ unsafe fn foreign_sigsys(
 fn handle(nr: i64, args: [u64; 6], uc: &mut libc::ucontext_t) -> i64 {
     match nr {
         libc::SYS_rt_sigprocmask => sigprocmask_in_context(args, uc),
+        libc::SYS_sigaltstack => sigaltstack_in_context(args, uc),
         libc::SYS_kill
         | libc::SYS_tkill
         | libc::SYS_tgkill
@@ -439,6 +440,47 @@ fn exec_with_program_mask(nr: i64, args: [u64; 6], uc: &libc::ucontext_t) -> i64
         ],
     );
     ret
+}
+
+/// `sigaltstack` for the program, from this handler. Issued as it is, its
+/// change would be undone by the handler's sigreturn, which restores the
+/// alternate stack saved in the frame (`uc_stack`): a thread that set its
+/// stack through a trapped call (every Go thread) found it disabled when
+/// its next signal came. And the kernel would judge "on the alternate
+/// stack" by atoll's stack pointer. So the frame's `uc_stack`, saved with
+/// the program's stack pointer, is the setting the program sees, and a new
+/// setting the kernel accepts is written there too.
+fn sigaltstack_in_context(args: [u64; 6], uc: &mut libc::ucontext_t) -> i64 {
+    let (new, old) = (args[0], args[1]);
+    let current = uc.uc_stack;
+    let mut set = None;
+    if new != 0 {
+        let ss: libc::stack_t = match client::read_user(new) {
+            Ok(ss) => ss,
+            Err(e) => return -(e as i64),
+        };
+        if current.ss_flags & libc::SS_ONSTACK != 0 {
+            return -(libc::EPERM as i64);
+        }
+        let r = raw::syscall(libc::SYS_sigaltstack, &[&ss as *const _ as u64, 0]);
+        if r < 0 {
+            return r;
+        }
+        // What the kernel now holds (SS_DISABLE clears the address and
+        // size; SS_ONSTACK means 0).
+        let mut now: libc::stack_t = ss;
+        raw::syscall(libc::SYS_sigaltstack, &[0, &mut now as *mut _ as u64]);
+        set = Some(now);
+    }
+    if old != 0 {
+        if let Err(e) = client::write_user(old, current) {
+            return -(e as i64);
+        }
+    }
+    if let Some(now) = set {
+        uc.uc_stack = now;
+    }
+    0
 }
 
 /// Any system call without special plumbing. Hot path.

@@ -112,7 +112,8 @@ fn unbounded_waits_are_interrupted_and_restarted_as_on_the_host() {
 /// and threads on `PTHREAD_STACK_MIN`. atoll's work for their file calls
 /// runs on a stack of its own: on the program's, it overflowed the
 /// handler's 16 KiB into the memory below (CPython crashed at exit in
-/// its garbage collector after a signal with a wakeup fd).
+/// its garbage collector after a signal with a wakeup fd). And an
+/// alternate stack a thread sets with a trapped `sigaltstack` stays set.
 #[test]
 fn file_calls_from_small_stacks_fit_as_on_the_host() {
     let dir = tempfile::tempdir().unwrap();
@@ -128,4 +129,10 @@ fn file_calls_from_small_stacks_fit_as_on_the_host() {
         "{out}"
     );
     assert!(out.contains("-byte stack: 4 of 4 calls\n"), "{out}");
+    // A thread's alternate stack set through a trapped call stays set
+    // (the SIGSYS handler's sigreturn used to restore the old setting).
+    assert!(
+        out.contains("inline syscall in a thread: kept\nits handler ran on it: yes\n"),
+        "{out}"
+    );
 }

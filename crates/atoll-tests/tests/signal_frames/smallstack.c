@@ -59,6 +59,44 @@ static void on_signal(int sig) {
     file_calls("from-handler");
 }
 
+/* The handler of SIGUSR2 notes whether it runs on the alternate stack
+ * the thread set with an inline `syscall` (as Go's runtime does for each
+ * of its threads); such a call traps into atoll. */
+static char *own_alt;
+static volatile int on_own_alt = -1;
+
+static void on_usr2(int sig) {
+    char here;
+    (void)sig;
+    on_own_alt = &here >= own_alt && &here < own_alt + 65536;
+}
+
+static long inline_syscall2(long nr, long a, long b) {
+    long r;
+    __asm__ volatile("syscall" : "=a"(r) : "a"(nr), "D"(a), "S"(b) : "rcx", "r11", "memory");
+    return r;
+}
+
+static void *alt_thread_main(void *arg) {
+    (void)arg;
+    own_alt = guarded(65536);
+    stack_t ss = {.ss_sp = own_alt, .ss_size = 65536};
+    if (inline_syscall2(SYS_sigaltstack, (long)&ss, 0) != 0)
+        return NULL;
+    stack_t now;
+    inline_syscall2(SYS_sigaltstack, 0, (long)&now);
+    printf("alternate stack set by an inline syscall in a thread: %s\n",
+           (now.ss_flags & SS_DISABLE) == 0 && now.ss_sp == own_alt ? "kept" : "lost");
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_usr2;
+    sa.sa_flags = SA_ONSTACK;
+    sigaction(SIGUSR2, &sa, NULL);
+    raise(SIGUSR2);
+    printf("its handler ran on it: %s\n", on_own_alt == 1 ? "yes" : "no");
+    return NULL;
+}
+
 static void *thread_main(void *arg) {
     (void)arg;
     file_calls("from-thread");
@@ -92,5 +130,8 @@ int main(int argc, char **argv) {
     if (pthread_create(&t, &attr, thread_main, NULL) != 0 || pthread_join(t, NULL) != 0)
         return 2;
     printf("thread on a %zu-byte stack: %d of 4 calls\n", size, calls_ok);
+
+    if (pthread_create(&t, NULL, alt_thread_main, NULL) != 0 || pthread_join(t, NULL) != 0)
+        return 2;
     return 0;
 }

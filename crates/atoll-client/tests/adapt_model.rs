@@ -298,10 +298,12 @@ fn step(c: &Case, m: &mut Model, op: &Op) {
         Op::Link(a, x, b, y) => {
             let (from, to) = (c.path(a, &name(x)), c.path(b, &name(y)));
             let r = sc(libc::SYS_link, &[ptr(&from), ptr(&to)]);
+            // Linux's order: the source is looked up, then the new name
+            // created (EEXIST), and only then is a directory refused.
             let want = match (m.get(a, &name(x)), m.get(b, &name(y))) {
                 (None, _) => ENOENT,
-                (Some(Node::Dir { .. }), _) => -(libc::EPERM as i64),
                 (Some(_), Some(_)) => EEXIST,
+                (Some(Node::Dir { .. }), None) => -(libc::EPERM as i64),
                 (Some(Node::File(id)), None) => {
                     m.dirs[b].insert(name(y), Node::File(id));
                     0

@@ -193,6 +193,27 @@ fn through_host_link<R: Ret>(nr: i64, args: &[u64; 6], r: R) -> R {
     r
 }
 
+/// The wrappers' path once a call is offered to atoll: the client's
+/// answer, or the real function (`host`) as a host call; signals deferred
+/// meanwhile are delivered in the program's frame at this return.
+#[inline(always)]
+fn routed<R: Ret>(guard: AtollGuard, nr: i64, args: &[u64; 6], host: impl FnOnce() -> R) -> R {
+    let frame = sigdefer::FrameDelivery::enter(sigdefer::FrameMode::Return);
+    match client::dispatch(nr, args) {
+        Dispatch::Host => {
+            drop(frame);
+            let r = through_host_link(nr, args, sigdefer::host_call(host));
+            drop(guard);
+            r
+        }
+        Dispatch::Done(v) => {
+            let r = R::from_raw(v);
+            crate::retframe::finish(guard, frame, r.rax());
+            r
+        }
+    }
+}
+
 /// `Some(guard)` when this call should be offered to atoll.
 #[inline]
 fn enter() -> Option<AtollGuard> {
@@ -238,22 +259,7 @@ macro_rules! wrap {
             };
             $( if $chk { return host(); } )?
             let Some(guard) = enter() else { return host() };
-            let frame = sigdefer::FrameDelivery::enter(sigdefer::FrameMode::Return);
-            match client::dispatch(nr, &args) {
-                Dispatch::Host => {
-                    drop(frame);
-                    let r = through_host_link(nr, &args, sigdefer::host_call(host));
-                    drop(guard);
-                    r
-                }
-                Dispatch::Done(v) => {
-                    let r = <$r as Ret>::from_raw(v);
-                    // Signals deferred meanwhile: in the program's frame
-                    // at this return.
-                    crate::retframe::finish(guard, frame, r.rax());
-                    r
-                }
-            }
+            routed(guard, nr, &args, host)
         }
     )*};
 }
@@ -284,22 +290,7 @@ macro_rules! wrap_va {
                 }
             };
             let Some(guard) = enter() else { return host() };
-            let frame = sigdefer::FrameDelivery::enter(sigdefer::FrameMode::Return);
-            match client::dispatch(nr, &args) {
-                Dispatch::Host => {
-                    drop(frame);
-                    let r = through_host_link(nr, &args, sigdefer::host_call(host));
-                    drop(guard);
-                    r
-                }
-                Dispatch::Done(v) => {
-                    let r = <$r as Ret>::from_raw(v);
-                    // Signals deferred meanwhile: in the program's frame
-                    // at this return.
-                    crate::retframe::finish(guard, frame, r.rax());
-                    r
-                }
-            }
+            routed(guard, nr, &args, host)
         }
     )*};
 }

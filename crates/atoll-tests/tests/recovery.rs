@@ -50,6 +50,17 @@ fn wait_for(inst: &Booted, script: &str) {
     }
 }
 
+/// What `script` prints on the host, run by bash with `$BASE` a fresh
+/// temporary directory; it must succeed.
+fn on_the_host(script: &str) -> std::process::Output {
+    let host = tempfile::tempdir().unwrap();
+    let mut cmd = std::process::Command::new("bash");
+    cmd.args(["-c", script]).env("BASE", host.path());
+    let want = output_within(cmd, RUN_LIMIT);
+    assert!(want.status.success());
+    want
+}
+
 /// Four processes create and rename in one distributed directory on three
 /// servers while a server is killed twice: once one that holds only
 /// shards of it, once the root's. Every step is reported, at most the
@@ -113,11 +124,7 @@ fn a_parallel_build_survives_server_kills() {
         make -j4 >/dev/null 2>make.err || {{ grep -q 'Input/output error' make.err || cat make.err; make -j4 >/dev/null; }}
         ./prog; ls"#
     );
-    let host = tempfile::tempdir().unwrap();
-    let mut cmd = std::process::Command::new("bash");
-    cmd.args(["-c", &build]).env("BASE", host.path());
-    let want = output_within(cmd, RUN_LIMIT);
-    assert!(want.status.success());
+    let want = on_the_host(&build);
 
     let inst = Booted::new(&["--servers", "2"]);
     let mut cmd = inst.command(&format!("BASE=$ROOT; {build}"));
@@ -178,11 +185,7 @@ fn a_placed_build_survives_scheduling_server_kills() {
         r#"cd "$BASE" && {project}
         cd "$BASE/proj" && make -j4 >/dev/null && ./prog && ls"#
     );
-    let host = tempfile::tempdir().unwrap();
-    let mut cmd = std::process::Command::new("bash");
-    cmd.args(["-c", &build]).env("BASE", host.path());
-    let want = output_within(cmd, RUN_LIMIT);
-    assert!(want.status.success());
+    let want = on_the_host(&build);
 
     let inst = Booted::new(&["--servers", "2"]);
     let cores: Vec<u64> = inst.status()["sched"]
@@ -276,11 +279,7 @@ fn scheduling_server_processes_killed_by_pid_are_restarted_on_their_cores() {
         r#"cd "$BASE" && {project}
         cd "$BASE/proj" && make -j4 >/dev/null && ./prog && ls"#
     );
-    let host = tempfile::tempdir().unwrap();
-    let mut cmd = std::process::Command::new("bash");
-    cmd.args(["-c", &build]).env("BASE", host.path());
-    let want = output_within(cmd, RUN_LIMIT);
-    assert!(want.status.success());
+    let want = on_the_host(&build);
 
     let inst = Booted::new(&["--servers", "2"]);
     let instance_pid = inst.status()["pid"].as_i64().unwrap() as i32;
@@ -379,11 +378,7 @@ fn a_spawned_build_survives_scheduling_server_process_kills() {
             ./prog; ls"#
         )
     };
-    let host = tempfile::tempdir().unwrap();
-    let mut cmd = std::process::Command::new("bash");
-    cmd.args(["-c", &build("$BASE")]).env("BASE", host.path());
-    let want = output_within(cmd, RUN_LIMIT);
-    assert!(want.status.success());
+    let want = on_the_host(&build("$BASE"));
 
     let inst = Booted::new(&["--servers", "2"]);
     let runner = std::thread::spawn({

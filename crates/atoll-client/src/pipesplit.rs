@@ -514,28 +514,15 @@ fn abandon(ring: &Ring, reader: u32) {
 /// `process_vm_writev` of `src` to `addr` in process `pid`: bytes copied,
 /// or −errno.
 fn write_memory(pid: u32, addr: u64, src: &[u8]) -> i64 {
-    let local = libc::iovec {
-        iov_base: src.as_ptr() as *mut libc::c_void,
-        iov_len: src.len(),
-    };
-    let remote = libc::iovec {
-        iov_base: addr as *mut libc::c_void,
-        iov_len: src.len(),
-    };
     // SAFETY: the kernel only reads `src` (our bytes) and writes the other
-    // process's memory, checking the caller's right to; both iovecs are
-    // locals that outlive the call.
+    // process's memory.
     unsafe {
-        sys::syscall6(
+        crate::pipeticket::vm_copy(
             libc::SYS_process_vm_writev,
-            [
-                pid as u64,
-                &local as *const libc::iovec as u64,
-                1,
-                &remote as *const libc::iovec as u64,
-                1,
-                0,
-            ],
+            pid,
+            src.as_ptr() as *mut u8,
+            src.len(),
+            addr,
         )
     }
 }

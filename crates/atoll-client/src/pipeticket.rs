@@ -284,20 +284,39 @@ pub(crate) fn pid_namespace(pid: u32) -> u64 {
 /// `process_vm_readv` of `dst.len()` bytes at `addr` in process `pid`:
 /// bytes copied, or −errno.
 pub(crate) fn read_memory(pid: u32, addr: u64, dst: &mut [u8]) -> i64 {
+    // SAFETY: the kernel writes at most `dst.len()` bytes into `dst` (our
+    // buffer) and only reads the other process's memory.
+    unsafe {
+        vm_copy(
+            libc::SYS_process_vm_readv,
+            pid,
+            dst.as_mut_ptr(),
+            dst.len(),
+            addr,
+        )
+    }
+}
+
+/// One `process_vm_readv` or `process_vm_writev` (`nr`) between `len`
+/// bytes of ours at `local` and `addr` in process `pid`: bytes copied, or
+/// −errno. The kernel checks the caller's right to the other process.
+///
+/// # Safety
+/// `local` is valid for `len` bytes in the direction `nr` uses it.
+pub(crate) unsafe fn vm_copy(nr: i64, pid: u32, local: *mut u8, len: usize, addr: u64) -> i64 {
     let local = libc::iovec {
-        iov_base: dst.as_mut_ptr().cast(),
-        iov_len: dst.len(),
+        iov_base: local.cast(),
+        iov_len: len,
     };
     let remote = libc::iovec {
         iov_base: addr as *mut libc::c_void,
-        iov_len: dst.len(),
+        iov_len: len,
     };
-    // SAFETY: the kernel writes at most `dst.len()` bytes into `dst` (our
-    // buffer) and only reads the other process's memory, checking the
-    // caller's right to; both iovecs are locals that outlive the call.
+    // SAFETY: both iovecs are locals that outlive the call; the caller
+    // vouches for `local`.
     unsafe {
         sys::syscall6(
-            libc::SYS_process_vm_readv,
+            nr,
             [
                 pid as u64,
                 &local as *const libc::iovec as u64,

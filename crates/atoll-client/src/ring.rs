@@ -95,18 +95,19 @@ impl Ring {
         }
     }
 
-    /// Take the ring lock (Drepper's three-state futex mutex). The caller
-    /// blocks signals first, so a handler on this thread can never wait
-    /// for a lock its own thread holds. The holder's thread id goes to
-    /// `OWNER`: a waiter that sleeps long checks it and takes the lock
-    /// back from a holder killed in its critical section (the ring stays
-    /// consistent: `HEAD`/`TAIL` move only after the copy).
+    /// Take the ring lock: a futex mutex whose word holds the holder's
+    /// thread id (and [`hdr::LOCK_WAITERS`] while others sleep), as
+    /// Linux's PI futexes keep it. The caller blocks signals first, so a
+    /// handler on this thread can never wait for a lock its own thread
+    /// holds. A waiter that sleeps long looks whether the holder still
+    /// exists and takes the lock back from one killed in its critical
+    /// section (the ring stays consistent: `HEAD`/`TAIL` move only after
+    /// the copy).
     pub fn lock(&self) {
         let w = self.word(hdr::LOCK);
-        let me = || {
-            // SAFETY: gettid takes no arguments.
-            let tid = unsafe { sys::sc(libc::SYS_gettid, 0, 0, 0, 0) } as u32;
-            self.word(hdr::OWNER).store(tid, Ordering::Relaxed);
+        // SAFETY: gettid takes no arguments.
+        let me = unsafe { sys::sc(libc::SYS_gettid, 0, 0, 0, 0) } as u32;
+        let acquired = || {
             // The server changes the geometry only under the lock: what
             // is read now holds until `unlock`.
             if self.word(hdr::GEN).load(Ordering::Acquire) != self.gen.get() {
@@ -114,10 +115,10 @@ impl Ring {
             }
         };
         for _ in 0..100 {
-            if w.compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
+            if w.compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed)
                 .is_ok()
             {
-                return me();
+                return acquired();
             }
             core::hint::spin_loop();
         }
@@ -125,36 +126,55 @@ impl Ring {
             tv_sec: 0,
             tv_nsec: 50_000_000,
         };
-        while w.swap(2, Ordering::Acquire) != 0 {
-            if self.futex_wait_raw(hdr::LOCK, 2, Some(&patience)) == -(libc::ETIMEDOUT as i64) {
-                self.recover();
+        loop {
+            let held = w.load(Ordering::Relaxed);
+            if held == 0 {
+                // Others may sleep too: the unlock that follows ours must
+                // wake them.
+                if w.compare_exchange(
+                    0,
+                    me | hdr::LOCK_WAITERS,
+                    Ordering::Acquire,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+                {
+                    return acquired();
+                }
+                continue;
+            }
+            let asleep = held | hdr::LOCK_WAITERS;
+            if held != asleep
+                && w.compare_exchange(held, asleep, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_err()
+            {
+                continue;
+            }
+            if self.futex_wait_raw(hdr::LOCK, asleep, Some(&patience)) == -(libc::ETIMEDOUT as i64)
+            {
+                self.recover(asleep);
             }
         }
-        me()
     }
 
-    /// The lock was held for long: if its holder no longer exists, free it.
-    fn recover(&self) {
-        let owner = self.word(hdr::OWNER).load(Ordering::Relaxed);
-        if owner == 0 {
+    /// The lock word has read `held` for long: if its holder no longer
+    /// exists, free the lock and wake every sleeper to contend again.
+    fn recover(&self, held: u32) {
+        let holder = held & !hdr::LOCK_WAITERS;
+        if holder == 0 || holder_lives(holder) {
             return;
         }
-        // SAFETY: signal 0 only checks that the thread exists.
-        let r = unsafe { sys::sc(libc::SYS_kill, owner as u64, 0, 0, 0) };
-        if r == -(libc::ESRCH as i64)
-            && self
-                .word(hdr::OWNER)
-                .compare_exchange(owner, 0, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
+        if self
+            .word(hdr::LOCK)
+            .compare_exchange(held, 0, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
         {
-            self.word(hdr::LOCK).store(0, Ordering::Release);
+            self.wake(hdr::LOCK, u32::MAX);
         }
     }
 
     pub fn unlock(&self) {
-        self.word(hdr::OWNER).store(0, Ordering::Relaxed);
-        let w = self.word(hdr::LOCK);
-        if w.swap(0, Ordering::Release) == 2 {
+        if self.word(hdr::LOCK).swap(0, Ordering::Release) & hdr::LOCK_WAITERS != 0 {
             self.wake(hdr::LOCK, 1);
         }
     }
@@ -284,6 +304,74 @@ impl Ring {
     }
 }
 
+/// Does the thread (or server process) `id` that holds a ring lock still
+/// run? Gone, or a zombie (a process killed but not yet reaped holds
+/// nothing any more), means no.
+fn holder_lives(id: u32) -> bool {
+    // SAFETY: signal 0 only checks that the thread exists; Linux takes a
+    // thread id as well as a process id here.
+    if unsafe { sys::sc(libc::SYS_kill, id as u64, 0, 0, 0) } == -(libc::ESRCH as i64) {
+        return false;
+    }
+    // "/proc/<id>/stat": the state is the field after the last ')'.
+    let mut path = [0u8; 32];
+    let mut n = 0;
+    for &b in b"/proc/" {
+        path[n] = b;
+        n += 1;
+    }
+    let mut digits = [0u8; 10];
+    let (mut k, mut v) = (0, id);
+    loop {
+        digits[k] = b'0' + (v % 10) as u8;
+        k += 1;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    while k > 0 {
+        k -= 1;
+        path[n] = digits[k];
+        n += 1;
+    }
+    for &b in b"/stat\0" {
+        path[n] = b;
+        n += 1;
+    }
+    let mut stat = [0u8; 512];
+    // SAFETY: raw openat/read/close of a NUL-terminated local path into a
+    // local buffer; the descriptor is closed before returning.
+    let got = unsafe {
+        let fd = sys::sc(
+            libc::SYS_openat,
+            libc::AT_FDCWD as u64,
+            path.as_ptr() as u64,
+            (libc::O_RDONLY | libc::O_CLOEXEC) as u64,
+            0,
+        );
+        if fd < 0 {
+            // Unreadable (another pid namespace's view, no /proc): the
+            // signal said it exists.
+            return true;
+        }
+        let got = sys::sc(
+            libc::SYS_read,
+            fd as u64,
+            stat.as_mut_ptr() as u64,
+            stat.len() as u64,
+            0,
+        );
+        sys::sc(libc::SYS_close, fd as u64, 0, 0, 0);
+        got
+    };
+    let text = &stat[..got.max(0) as usize];
+    match text.iter().rposition(|&b| b == b')') {
+        Some(p) => !matches!(text.get(p + 2), Some(b'Z' | b'X')),
+        None => true,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -372,15 +460,41 @@ mod tests {
         let (_fd, cache) = setup();
         let r = Ring::at(&cache, 5).unwrap();
         r.lock();
+        // SAFETY: gettid takes no arguments.
+        let me = unsafe { libc::gettid() } as u32;
+        assert_eq!(
+            r.word(hdr::LOCK).load(Ordering::Relaxed),
+            me,
+            "the holder's id"
+        );
         r.unlock();
-        assert_eq!(r.word(hdr::OWNER).load(Ordering::Relaxed), 0);
+        assert_eq!(r.word(hdr::LOCK).load(Ordering::Relaxed), 0);
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let dead = child.id();
         child.wait().unwrap();
-        r.word(hdr::LOCK).store(1, Ordering::Relaxed);
-        r.word(hdr::OWNER).store(dead, Ordering::Relaxed);
+        r.word(hdr::LOCK).store(dead, Ordering::Relaxed);
         r.lock(); // returns only because the dead holder's lock is freed
-        assert_ne!(r.word(hdr::OWNER).load(Ordering::Relaxed), dead);
+        assert_eq!(
+            r.word(hdr::LOCK).load(Ordering::Relaxed) & !hdr::LOCK_WAITERS,
+            me
+        );
         r.unlock();
+    }
+
+    #[test]
+    fn a_zombie_holds_no_lock_but_a_live_process_does() {
+        let mut zombie = std::process::Command::new("true").spawn().unwrap();
+        let id = zombie.id();
+        // Not reaped yet: wait until it has exited.
+        while std::fs::read_to_string(format!("/proc/{id}/stat"))
+            .map(|s| !s.contains(") Z"))
+            .unwrap_or(false)
+        {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(!holder_lives(id), "a zombie");
+        zombie.wait().unwrap();
+        assert!(!holder_lives(id), "reaped");
+        assert!(holder_lives(std::process::id()), "this process");
     }
 }

@@ -23,8 +23,8 @@
 //!   each other, Hare §6.2.3: this word is how they agree).
 
 pub use crate::pipe::{
-    BLOCKS, DEFAULT_DATA_BLOCKS, HEAD, LOCK, MAX_DATA_BLOCKS, NBLOCKS, OWNER, READERS, RSEQ,
-    RSLEEP, TAIL, WRITERS,
+    BLOCKS, DEFAULT_DATA_BLOCKS, HEAD, LOCK, MAX_DATA_BLOCKS, NBLOCKS, READERS, RSEQ, RSLEEP, TAIL,
+    WRITERS,
 };
 
 /// `u64`: ring position + 1 of the last record appended (0: none).

@@ -17,8 +17,15 @@
 //! are used with atomic operations and as futex words (shared mappings of
 //! the same memfd, so non-private futexes meet across processes).
 
-/// Ring lock (0 free, 1 held, 2 held with sleepers). Held by clients only.
+/// Ring lock: 0 when free, else the holder's id (a client thread's tid, or
+/// a server's pid) with [`LOCK_WAITERS`] set while others sleep on it.
+/// Holding the id in the lock word itself leaves no moment where the lock
+/// is held but its holder unknown: a waiter that sleeps long takes the
+/// lock back from a holder that no longer exists (killed while holding).
 pub const LOCK: usize = 0;
+/// Bit of [`LOCK`] set while threads sleep on the lock (ids never reach
+/// it: Linux thread ids stay below 2^22).
+pub const LOCK_WAITERS: u32 = 1 << 31;
 /// Open descriptions that can read (maintained by the server).
 pub const READERS: usize = 4;
 /// Open descriptions that can write (maintained by the server).
@@ -44,9 +51,7 @@ pub const OPS: usize = 48;
 /// Sleepers on `RSEQ` / `WSEQ` (a waker skips the futex call when 0).
 pub const RSLEEP: usize = 56;
 pub const WSLEEP: usize = 60;
-/// Thread id of the lock holder (0 while free), so that waiters can take
-/// the lock back from a holder that was killed while holding it.
-pub const OWNER: usize = 64;
+/// (Offset 64 is unused: the lock holder's id lives in [`LOCK`].)
 /// Bytes the ring may hold, as set by `F_SETPIPE_SZ` (0: all of it).
 /// Writers honour it; positions wrap at the full capacity.
 pub const LIMIT: usize = 68;

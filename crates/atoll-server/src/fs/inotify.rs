@@ -840,16 +840,13 @@ impl<S: BlockStore> FileServer<S> {
             if !self.queue_alive(q) {
                 continue;
             }
-            if !self.cache.store.cas_u32(q.header, LOCK, 0, 1) {
+            if self.ring_try_lock(q.header).is_err() {
                 blocked.push(q);
                 kept.push_back((q, rec));
                 continue;
             }
-            self.cache.store.put_u32(q.header, OWNER, 0);
             let grew = self.put_record(q.header, &rec);
-            if self.cache.store.swap_u32(q.header, LOCK, 0) == 2 {
-                self.cache.store.wake(q.header, LOCK);
-            }
+            self.ring_unlock(q.header);
             // A merged record gives the reader nothing new to wake for.
             if grew {
                 let wake = self.cache.store.get_u32(q.header, RSLEEP) > 0;

@@ -66,17 +66,22 @@ impl<S: BlockStore> FileServer<S> {
         })
     }
 
-    /// Take the ring lock without waiting (`EAGAIN`: the client asks again).
+    /// Take the ring lock without waiting (`EAGAIN`: the client asks
+    /// again). The server's pid is the holder's id: clients take the lock
+    /// back if this process dies holding it.
     pub(super) fn ring_try_lock(&mut self, h: u32) -> Result<(), Errno> {
-        if !self.cache.store.cas_u32(h, hdr::LOCK, 0, 1) {
+        if !self
+            .cache
+            .store
+            .cas_u32(h, hdr::LOCK, 0, std::process::id())
+        {
             return Err(Errno::EAGAIN);
         }
-        self.cache.store.put_u32(h, hdr::OWNER, 0);
         Ok(())
     }
 
     pub(super) fn ring_unlock(&mut self, h: u32) {
-        if self.cache.store.swap_u32(h, hdr::LOCK, 0) == 2 {
+        if self.cache.store.swap_u32(h, hdr::LOCK, 0) & hdr::LOCK_WAITERS != 0 {
             self.cache.store.wake(h, hdr::LOCK);
         }
     }

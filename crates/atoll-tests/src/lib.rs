@@ -79,15 +79,39 @@ pub fn run_in_atoll(opts: &[&str], script: &str) -> Output {
 /// failure with a message instead of a test run that never ends.
 pub const RUN_LIMIT: std::time::Duration = std::time::Duration::from_secs(300);
 
-/// `cmd.output()`, but the child is killed (SIGKILL) and the test fails
-/// when it runs longer than `limit`.
+/// `cmd.output_bounded()`, but the command and everything it started are killed
+/// (SIGKILL) and the test fails when it runs longer than `limit`.
 pub fn output_within(mut cmd: Command, limit: std::time::Duration) -> Output {
+    bounded_output(&mut cmd, limit)
+}
+
+/// Longest any command of a test may take ([`OutputBounded`]): long
+/// enough for a whole conformance suite on a loaded machine, short enough
+/// that a hang fails the run in minutes instead of stopping it.
+pub const COMMAND_LIMIT: std::time::Duration = std::time::Duration::from_secs(900);
+
+/// `Command::output` that cannot hang a test run: every command a test
+/// runs (atoll's and the host's alike) goes through it.
+pub trait OutputBounded {
+    /// As `output()` with stdin `/dev/null`, but the command and
+    /// everything it started are killed and the test fails after
+    /// [`COMMAND_LIMIT`].
+    fn output_bounded(&mut self) -> std::io::Result<Output>;
+}
+
+impl OutputBounded for Command {
+    fn output_bounded(&mut self) -> std::io::Result<Output> {
+        Ok(bounded_output(self.stdin(Stdio::null()), COMMAND_LIMIT))
+    }
+}
+
+fn bounded_output(cmd: &mut Command, limit: std::time::Duration) -> Output {
     use std::io::Read;
     let mut child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("spawn atoll");
+        .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
     let mut out_pipe = child.stdout.take().expect("stdout");
     let mut err_pipe = child.stderr.take().expect("stderr");
     let out_reader = std::thread::spawn(move || {
@@ -106,7 +130,7 @@ pub fn output_within(mut cmd: Command, limit: std::time::Duration) -> Output {
             break status;
         }
         if start.elapsed() > limit {
-            let _ = child.kill();
+            kill_tree(child.id());
             let _ = child.wait();
             panic!("command did not finish within {limit:?}: {cmd:?}");
         }
@@ -116,6 +140,35 @@ pub fn output_within(mut cmd: Command, limit: std::time::Duration) -> Output {
         status,
         stdout: out_reader.join().unwrap_or_default(),
         stderr: err_reader.join().unwrap_or_default(),
+    }
+}
+
+/// SIGKILL `root` and every process descended from it (found through
+/// `/proc/*/stat`), so that nothing a hung command started keeps its
+/// output pipes open.
+fn kill_tree(root: u32) {
+    let parents: Vec<(u32, u32)> = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            let after = &stat[stat.rfind(')')? + 2..];
+            let ppid = after.split(' ').nth(1)?.parse().ok()?;
+            Some((pid, ppid))
+        })
+        .collect();
+    let mut doomed = vec![root];
+    let mut i = 0;
+    while i < doomed.len() {
+        let p = doomed[i];
+        doomed.extend(parents.iter().filter(|&&(_, pp)| pp == p).map(|&(c, _)| c));
+        i += 1;
+    }
+    for pid in doomed {
+        // SAFETY: kill takes plain integers.
+        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
     }
 }
 
@@ -134,7 +187,7 @@ pub fn run_in_host_dir(dir: tempfile::TempDir, script: &str) -> (tempfile::TempD
         .env("TZ", "UTC")
         .current_dir(dir.path())
         .stdin(Stdio::null())
-        .output()
+        .output_bounded()
         .expect("spawn bash");
     (dir, out)
 }
@@ -235,7 +288,7 @@ impl Booted {
     pub fn with_env(opts: &[&str], env: &[(&str, &str)]) -> Booted {
         let mut cmd = atoll();
         cmd.arg("boot").args(opts).envs(env.iter().copied());
-        let out = cmd.output().expect("atoll boot");
+        let out = cmd.output_bounded().expect("atoll boot");
         assert!(
             out.status.success(),
             "boot failed: {}",
@@ -260,7 +313,7 @@ impl Booted {
         atoll()
             .args(["chaos", "--id", &self.id])
             .args(args)
-            .output()
+            .output_bounded()
             .expect("atoll chaos")
     }
 
@@ -272,7 +325,7 @@ impl Booted {
                 r#"mkdir "$ROOT/d" && setfattr -n user.atoll.distributed -v 1 "$ROOT/d" &&
                for i in $(seq 90); do echo "x$i" > "$ROOT/d/f$i"; done; stat -c %i "$ROOT/d""#,
             )
-            .output()
+            .output_bounded()
             .expect("setup");
         assert!(setup.status.success());
         String::from_utf8_lossy(&setup.stdout)
@@ -285,7 +338,7 @@ impl Booted {
     pub fn status(&self) -> serde_json::Value {
         let out = atoll()
             .args(["status", "--id", &self.id, "--json"])
-            .output()
+            .output_bounded()
             .expect("status");
         assert!(
             out.status.success(),
@@ -331,4 +384,19 @@ prog: $(OBJS)
 EOF
 "#
     )
+}
+
+#[cfg(test)]
+mod bounded_tests {
+    use super::*;
+
+    /// A command that hangs, with a child of its own holding its output
+    /// open, fails the test after the limit instead of hanging it.
+    #[test]
+    #[should_panic(expected = "did not finish within")]
+    fn a_hung_command_and_its_children_are_killed_at_the_limit() {
+        let mut cmd = Command::new("bash");
+        cmd.args(["-c", "sleep 1000 & sleep 1000"]);
+        output_within(cmd, std::time::Duration::from_millis(500));
+    }
 }

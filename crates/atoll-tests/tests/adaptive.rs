@@ -3,6 +3,7 @@
 //! unlink and list in it loses, repeats and miscounts nothing, and no
 //! process acts on a stale lookup-cache entry.
 
+use atoll_tests::OutputBounded as _;
 use std::collections::BTreeSet;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Stdio};
@@ -193,7 +194,7 @@ fn survivors(log: &str) -> (BTreeSet<String>, BTreeSet<String>) {
 }
 
 fn run(inst: &Booted, script: &str) -> String {
-    let out = inst.command(script).output().expect("atoll exec");
+    let out = inst.command(script).output_bounded().expect("atoll exec");
     assert!(
         out.status.success(),
         "{script}: {}",
@@ -338,7 +339,7 @@ fn directory_swapped_forty_times_under_load_keeps_every_name_once() {
     assert_eq!(adapted, vec![ino]);
     let text = atoll_tests::atoll()
         .args(["status", "--id", &inst.id])
-        .output()
+        .output_bounded()
         .unwrap();
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(text.contains(&format!("distributed now: {ino}")), "{text}");

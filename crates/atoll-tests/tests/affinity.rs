@@ -8,6 +8,7 @@
 //! Programs run with `--placement local` so that `taskset`'s pinning is
 //! not replaced by a remote exec's.
 
+use atoll_tests::OutputBounded as _;
 use std::collections::BTreeMap;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
@@ -153,7 +154,7 @@ cd / && rmdir $ROOT/d && echo removed
 fn usage(id: &str) -> ((u64, u64, u64, u64), u64) {
     let out = atoll()
         .args(["status", "--id", id, "--json"])
-        .output()
+        .output_bounded()
         .expect("status");
     assert!(
         out.status.success(),
@@ -166,7 +167,7 @@ fn usage(id: &str) -> ((u64, u64, u64, u64), u64) {
     // The technique counters are in the text form (summed over servers).
     let text = atoll()
         .args(["status", "--id", id])
-        .output()
+        .output_bounded()
         .expect("status");
     let placed = String::from_utf8_lossy(&text.stdout)
         .lines()
@@ -197,7 +198,7 @@ fn creator_killed_mid_storm_leaks_nothing() {
             "all",
         ])
         .env("ATOLL_SYSFS_ROOT", sysfs.path())
-        .output()
+        .output_bounded()
         .expect("atoll boot");
     assert!(
         out.status.success(),
@@ -245,7 +246,7 @@ fn creator_killed_mid_storm_leaks_nothing() {
         libc::kill(pid, libc::SIGKILL);
     }
     let _ = child.wait();
-    let out = exec("rm -rf $ROOT/k").output().expect("cleanup");
+    let out = exec("rm -rf $ROOT/k").output_bounded().expect("cleanup");
     assert!(
         out.status.success(),
         "{}",
@@ -261,7 +262,7 @@ fn creator_killed_mid_storm_leaks_nothing() {
     }
     assert_eq!(now, baseline, "servers must return to baseline");
     let out = exec("echo alive > $ROOT/a && cat $ROOT/a && rm $ROOT/a")
-        .output()
+        .output_bounded()
         .expect("exec");
     assert_eq!(String::from_utf8_lossy(&out.stdout), "alive\n");
 }

@@ -4,6 +4,7 @@
 //! tells the truth before and after, and blocks freed on one server are
 //! reused by another.
 
+use atoll_tests::OutputBounded as _;
 use atoll_tests::{run_in_atoll, Booted};
 
 const MIB: u64 = 1 << 20;
@@ -22,7 +23,7 @@ impl Instance for Booted {
     /// Run `bash -c script` in the instance; its stdout, after checking it
     /// succeeded.
     fn exec(&self, script: &str) -> String {
-        let out = self.command(script).output().expect("atoll exec");
+        let out = self.command(script).output_bounded().expect("atoll exec");
         assert!(
             out.status.success(),
             "script failed: {script}\nstdout: {}\nstderr: {}",

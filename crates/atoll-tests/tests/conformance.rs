@@ -1,6 +1,7 @@
 //! POSIX as Linux gives it: hostile arguments get Linux's errors, and the
 //! pjdfstest conformance suite passes inside atoll as on tmpfs.
 
+use atoll_tests::OutputBounded as _;
 use std::path::Path;
 use std::process::Command;
 
@@ -8,7 +9,10 @@ use atoll_tests::{compile_probe, run_in_atoll};
 
 /// Run the bad-pointer probe in `dir` on the host: one line per call.
 fn efault_on_host(probe: &Path, dir: &Path) -> String {
-    let out = Command::new(probe).arg(dir).output().expect("run probe");
+    let out = Command::new(probe)
+        .arg(dir)
+        .output_bounded()
+        .expect("run probe");
     assert!(
         out.status.success(),
         "probe failed on the host: {:?}\n{}",
@@ -205,7 +209,7 @@ fn pjdfstest_passes_in_atoll_as_on_tmpfs() {
         .arg("-p")
         .arg(fs.dir.path())
         .env("NO_COLOR", "1")
-        .output()
+        .output_bounded()
         .expect("run pjdfstest");
     let (want, done) = outcomes(&String::from_utf8_lossy(&out.stdout));
     assert!(done && want.len() > 300, "reference run incomplete");
@@ -343,7 +347,7 @@ fn cpython_file_system_tests_pass_as_on_tmpfs() {
     let host = Command::new("bash")
         .args(["-c", &script])
         .env("ROOT", shm.path())
-        .output()
+        .output_bounded()
         .expect("bash");
     let host_out = String::from_utf8_lossy(&host.stdout).to_string();
     assert!(host_out.contains("Tests result:"), "tmpfs run: {host_out}");

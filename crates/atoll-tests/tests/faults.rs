@@ -6,6 +6,7 @@
 //! default, where it is rebuilt). A stalled server delays its
 //! clients and then serves them as if nothing happened.
 
+use atoll_tests::OutputBounded as _;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -90,7 +91,7 @@ fn a_killed_file_server_fails_only_the_calls_that_need_it() {
         .command(
             r#"n=0; for i in $(seq 90); do [ "$(cat "$ROOT/d/f$i" 2>/dev/null)" = "x$i" ] && n=$((n+1)); done; echo "intact $n"; echo alive"#,
         )
-        .output()
+        .output_bounded()
         .expect("check");
     let text = String::from_utf8_lossy(&check.stdout);
     let intact: usize = text
@@ -110,7 +111,7 @@ fn a_killed_file_server_fails_only_the_calls_that_need_it() {
             "--kill",
             &format!("server:{victim}"),
         ])
-        .output()
+        .output_bounded()
         .expect("chaos");
     assert_eq!(again.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&again.stderr).contains("already down"));
@@ -123,7 +124,7 @@ fn a_stalled_file_server_delays_its_clients_and_then_serves_them() {
     let inst = Booted::new(&["--servers", "2"]);
     let setup = inst
         .command(r#"echo before > "$ROOT/f""#)
-        .output()
+        .output_bounded()
         .expect("setup");
     assert!(setup.status.success());
     chaos(&inst, &["--stall", "server:0", "--for", "1500ms"]);
@@ -131,7 +132,7 @@ fn a_stalled_file_server_delays_its_clients_and_then_serves_them() {
     let t = Instant::now();
     let out = inst
         .command(r#"cat "$ROOT/f" && echo after >> "$ROOT/f" && cat "$ROOT/f""#)
-        .output()
+        .output_bounded()
         .expect("during the stall");
     assert!(
         out.status.success(),
@@ -162,7 +163,7 @@ fn chaos_rejects_bad_targets_with_one_line() {
         let out = atoll()
             .args(["chaos", "--id", &inst.id])
             .args(args)
-            .output()
+            .output_bounded()
             .expect("chaos");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{args:?} accepted");
@@ -182,7 +183,7 @@ fn a_corrupt_ring_costs_only_its_own_client() {
     let inst = Booted::new(&["--servers", "2"]);
     let setup = inst
         .command(r#"echo data > "$ROOT/f" && stat -c %i "$ROOT/f""#)
-        .output()
+        .output_bounded()
         .expect("setup");
     assert!(setup.status.success());
     let ino: u64 = String::from_utf8_lossy(&setup.stdout)
@@ -236,7 +237,7 @@ except OSError as e:
     assert_eq!(st["health"][owner as usize]["state"], "up");
     let after = inst
         .command(r#"cat "$ROOT/f""#)
-        .output()
+        .output_bounded()
         .expect("a new program");
     assert_eq!(String::from_utf8_lossy(&after.stdout), "data\n");
 }

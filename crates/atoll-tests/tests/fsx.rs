@@ -11,6 +11,7 @@
 //! seed, the first differing offset and the last operations; rerun with
 //! `target/release/fsx --seed S --trace …` to see every step.
 
+use atoll_tests::OutputBounded as _;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
@@ -188,7 +189,7 @@ fn reads_beside_an_extending_writer_never_see_unwritten_bytes() {
     atoll_tests::require("python3");
     let host = Command::new("bash")
         .args(["-c", APPEND_RACE, "race", "/dev/shm/atoll-append-race"])
-        .output()
+        .output_bounded()
         .expect("bash");
     let _ = std::fs::remove_file("/dev/shm/atoll-append-race");
     assert!(host.status.success(), "control on the host: {host:?}");

@@ -4,6 +4,7 @@
 //! two reach them through their proxies over TCP. Skipped, with a
 //! message, only where network namespaces cannot be made (not root).
 
+use atoll_tests::OutputBounded as _;
 use std::process::Output;
 use std::time::{Duration, Instant};
 
@@ -57,7 +58,7 @@ fn a_file_written_on_one_host_is_read_on_another() {
     );
     let want = std::process::Command::new("bash")
         .args(["-c", "seq 1 20000 | md5sum; seq 1 20000 | wc -c; echo tail"])
-        .output()
+        .output_bounded()
         .unwrap();
     assert_eq!(text(&got), text(&want));
     on(
@@ -310,7 +311,7 @@ fn nodes_launched_by_mpirun_are_one_image() {
     let seen = through(1, "md5sum < /atoll/from-rank-2; wc -l < /atoll/from-rank-2");
     let want = std::process::Command::new("bash")
         .args(["-c", "seq 1 5000 | md5sum; echo 5000"])
-        .output()
+        .output_bounded()
         .unwrap();
     assert_eq!(seen, text(&want));
     // `atoll stop` at the first node stops the image: every node ends as
@@ -322,7 +323,7 @@ fn nodes_launched_by_mpirun_are_one_image() {
         .arg(dir.path().join("r0"))
         .env_remove("ATOLL_SOCKET")
         .env_remove("LD_PRELOAD")
-        .output()
+        .output_bounded()
         .unwrap();
     assert!(
         stop.status.success(),
@@ -400,7 +401,7 @@ fn a_program_execd_on_one_host_runs_on_another_and_its_status_is_the_callers() {
     );
     let want_sum = std::process::Command::new("bash")
         .args(["-c", "seq 1 3000 | md5sum"])
-        .output()
+        .output_bounded()
         .unwrap();
     assert_eq!(
         text(&got),

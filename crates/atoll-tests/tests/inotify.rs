@@ -3,6 +3,7 @@
 //! tmpfs directory; a C probe compares the details of `inotify(7)` with
 //! tmpfs; one descriptor serves host or atoll paths, never both.
 
+use atoll_tests::OutputBounded as _;
 use std::process::{Command, Output, Stdio};
 
 use atoll_tests::{compile_probe, require, run_in_atoll, MOUNT};
@@ -27,7 +28,7 @@ fn run_on_tmpfs(script: &str) -> Output {
         .env("ROOT", dir.path())
         .env("LC_ALL", "C")
         .stdin(Stdio::null())
-        .output()
+        .output_bounded()
         .expect("spawn bash")
 }
 
@@ -122,7 +123,10 @@ fn probe_matches_tmpfs() {
     let dir = tempfile::tempdir().unwrap();
     let bin = compile_probe(dir.path(), "probe", include_str!("inotify/probe.c"));
     let shm = tempfile::tempdir_in("/dev/shm").expect("tmpfs directory");
-    let host = Command::new(&bin).arg(shm.path()).output().expect("probe");
+    let host = Command::new(&bin)
+        .arg(shm.path())
+        .output_bounded()
+        .expect("probe");
     let want = text(&host.stdout);
     assert!(
         host.status.success() && want.contains("overflows 1, last is overflow 1, its wd -1"),

@@ -2,6 +2,7 @@
 //! `syscall()`, libc-internal calls made by stdio, `opendir`, `realpath`,
 //! `nftw`, `posix_spawn`) still reach atoll through the safety net.
 
+use atoll_tests::OutputBounded as _;
 use atoll_tests::{atoll, compile_probe, MOUNT};
 
 const RAW_SYSCALLS: &str = r#"
@@ -159,7 +160,7 @@ fn run_probe(source: &str, name: &str) -> String {
         .args(["run", "--memory", "64M", "--"])
         .arg(&bin)
         .arg(MOUNT)
-        .output()
+        .output_bounded()
         .expect("spawn atoll");
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(
@@ -233,7 +234,7 @@ fn statvfs_remove_and_kill_answer_as_glibc_without_traps() {
         .arg(MOUNT)
         .arg(host_dir.path())
         .env("ATOLL_TRAP_STATS", &traps)
-        .output()
+        .output_bounded()
         .expect("spawn atoll");
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
@@ -255,7 +256,7 @@ fn statvfs_remove_and_kill_answer_as_glibc_without_traps() {
     let host_out = std::process::Command::new(&bin)
         .arg(host_dir.path())
         .arg(host_dir.path())
-        .output()
+        .output_bounded()
         .expect("probe on the host");
     let host_line = |s: &str| {
         s.lines()
@@ -307,7 +308,7 @@ fn directory_streams_behave_as_glibcs_without_traps() {
     let on_tmpfs = tempfile::tempdir_in("/dev/shm").unwrap();
     let host = std::process::Command::new(&bin)
         .arg(on_tmpfs.path())
-        .output()
+        .output_bounded()
         .expect("probe on tmpfs");
     let expected = String::from_utf8_lossy(&host.stdout).to_string();
     assert!(expected.contains("entries 3002"), "{expected}");
@@ -322,7 +323,7 @@ fn directory_streams_behave_as_glibcs_without_traps() {
             .args(["--", "bash", "-c", "mkdir /atoll/d && exec \"$0\" /atoll/d"])
             .arg(&bin)
             .env("ATOLL_TRAP_STATS", &traps)
-            .output()
+            .output_bounded()
             .expect("spawn atoll");
         assert_eq!(
             String::from_utf8_lossy(&out.stdout),

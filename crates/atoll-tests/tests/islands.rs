@@ -11,6 +11,7 @@
 //! (one offset), and a `make -j2` build. The whole suite runs in one island
 //! with `ATOLL_TEST_ISLAND=copy` (`make test-islands`).
 
+use atoll_tests::OutputBounded as _;
 use atoll_tests::{assert_same, compile_probe, require, run_in_atoll};
 
 const ISLANDS: [&str; 3] = ["coherent", "incoherent", "copy"];
@@ -182,7 +183,7 @@ fn a_copy_island_maps_no_buffer_cache_and_only_copies() {
     let b = atoll_tests::Booted::new(&["--servers", "2", "--island", "copy", "--memory", "64M"]);
     let out = b
         .command("seq 1 20000 > $ROOT/y && cat $ROOT/y | wc -c")
-        .output()
+        .output_bounded()
         .unwrap();
     assert!(out.status.success());
     let st = b.status();

@@ -3,6 +3,7 @@
 //! in every configuration, `df -i` agrees, the servers' memory stays within
 //! the documented bound, and the instance works again once files go.
 
+use atoll_tests::OutputBounded as _;
 use std::process::Command;
 
 use atoll_tests::Booted;
@@ -25,7 +26,7 @@ trait Instance {
 
 impl Instance for Booted {
     fn exec(&self, script: &str) -> (bool, String, String) {
-        let out = self.command(script).output().expect("atoll exec");
+        let out = self.command(script).output_bounded().expect("atoll exec");
         (
             out.status.success(),
             String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -154,7 +155,7 @@ fn status_shows_inodes_and_limits() {
     assert!(ok, "{err}");
     let out = Command::new(atoll_tests::atoll_bin())
         .args(["status", "--id", &inst.id])
-        .output()
+        .output_bounded()
         .expect("status");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(

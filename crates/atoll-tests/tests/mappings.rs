@@ -4,6 +4,7 @@
 //! blocks come back at the last unmap, exit or exec. Run with a cache small
 //! enough (`--memory 1M`) that other files take every free block.
 
+use atoll_tests::OutputBounded as _;
 use std::path::{Path, PathBuf};
 
 use atoll_tests::{atoll, compile_probe, run_in_atoll, MOUNT};
@@ -175,7 +176,7 @@ fn coherent_on_tmpfs(bin: &Path, scenario: &str) -> String {
         .arg(dir.path())
         .arg(scenario)
         .stdin(std::process::Stdio::null())
-        .output()
+        .output_bounded()
         .expect("run probe");
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(out.status.success(), "{scenario} on tmpfs: {stdout}");
@@ -268,7 +269,7 @@ fn blocks_retained_for_mappings_all_come_back() {
 fn retained_gauge(id: &str) -> u64 {
     let out = atoll()
         .args(["status", "--id", id])
-        .output()
+        .output_bounded()
         .expect("status");
     assert!(out.status.success(), "status failed");
     String::from_utf8_lossy(&out.stdout)
@@ -286,7 +287,7 @@ fn status_shows_blocks_retained_for_a_mapping_until_it_goes() {
     let bin = coherent_probe(dir.path());
     let out = atoll()
         .args(["boot", "--servers", "2", "--memory", "64M"])
-        .output()
+        .output_bounded()
         .expect("atoll boot");
     assert!(out.status.success(), "boot failed");
     let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
@@ -356,7 +357,7 @@ fn pages_past_the_end_fault_until_the_file_grows_as_on_tmpfs() {
     let shm = tempfile::tempdir_in("/dev/shm").expect("tmpfs directory");
     let host = std::process::Command::new(&bin)
         .arg(shm.path())
-        .output()
+        .output_bounded()
         .expect("probe");
     let want = String::from_utf8_lossy(&host.stdout).to_string();
     assert!(

@@ -5,6 +5,7 @@
 //! restarts and the generation each name resolves to; clients bind the
 //! names once and re-bind a member that restarted or moved.
 
+use atoll_tests::OutputBounded as _;
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -73,7 +74,7 @@ fn status_lists_fleets_members_policies_and_restarts() {
     // A bad policy is one line, before anything boots.
     let bad = atoll()
         .args(["boot", "--fleet-policy", "fastest"])
-        .output()
+        .output_bounded()
         .unwrap();
     assert_eq!(bad.status.code(), Some(2));
     assert_eq!(String::from_utf8_lossy(&bad.stderr).lines().count(), 1);
@@ -155,7 +156,7 @@ fn names_resolve_to_generations_that_move_with_restarts_and_moves() {
     // Two hosts down to one: server 1 moves into host 0.
     let scaled = atoll()
         .args(["scale", "--id", &inst.id, "--servers", "1"])
-        .output()
+        .output_bounded()
         .expect("atoll scale");
     assert!(
         scaled.status.success(),
@@ -166,7 +167,7 @@ fn names_resolve_to_generations_that_move_with_restarts_and_moves() {
     assert_eq!(generation_of(&gens, "/fs/server/0"), 1, "{gens:?}");
     let text = atoll()
         .args(["status", "--id", &inst.id])
-        .output()
+        .output_bounded()
         .expect("status");
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(text.contains("/fs/server/0 @1, /fs/server/1 @3"), "{text}");

@@ -4,6 +4,7 @@
 //! waiting readers (both ends copying at once), and a throughput and
 //! latency measurement against Linux pipes (`--ignored`).
 
+use atoll_tests::OutputBounded as _;
 use std::process::Output;
 
 use atoll_tests::{assert_same, atoll, compile_probe, require, run_in_atoll, MOUNT};
@@ -24,7 +25,7 @@ fn run_probe_in_atoll(opts: &[&str], source: &str, name: &str, args: &[&str]) ->
         .arg("--")
         .arg(&bin)
         .args(args)
-        .output()
+        .output_bounded()
         .expect("spawn atoll")
 }
 
@@ -327,7 +328,7 @@ fn the_probe_also_passes_on_host_pipes() {
     require("cc");
     let dir = tempfile::tempdir().unwrap();
     let bin = compile_probe(dir.path(), "pipeprobe", PROBE);
-    let out = std::process::Command::new(&bin).output().unwrap();
+    let out = std::process::Command::new(&bin).output_bounded().unwrap();
     assert!(out.status.success(), "{}", text(&out.stdout));
 }
 
@@ -362,7 +363,7 @@ fd = os.open("f", os.O_RDWR); os.write(fd, b"loop"); print(os.read(fd, 10).decod
             wait
             "#
         ))
-        .output()
+        .output_bounded()
         .unwrap();
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
@@ -407,7 +408,7 @@ fn pipe_counters_reach_the_statistics() {
             "-c",
             "head -c 100000 /dev/zero | cat > /dev/null",
         ])
-        .output()
+        .output_bounded()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
@@ -472,7 +473,7 @@ fn measure_pipe_throughput_and_latency() {
     let bin = compile_probe(dir.path(), "pipebench", BENCH);
     let host = std::process::Command::new(&bin)
         .args(["256", "20000"])
-        .output()
+        .output_bounded()
         .unwrap();
     println!("linux pipes:\n{}", text(&host.stdout));
     for mode in ["atoll", "host"] {
@@ -490,7 +491,7 @@ fn pipes_are_atoll_by_default_and_host_on_request() {
             .args(opts)
             .args(["--", "bash", "-c", "readlink /proc/self/fd/1 | cut -c1-5"])
             .env_remove("ATOLL_PIPES")
-            .output()
+            .output_bounded()
             .unwrap();
         assert!(out.status.success(), "{}", text(&out.stderr));
         text(&out.stdout)
@@ -554,7 +555,7 @@ fn large_writes_to_waiting_readers_deliver_linux_s_bytes() {
     require("cc");
     let dir = tempfile::tempdir().unwrap();
     let bin = compile_probe(dir.path(), "split", SPLIT);
-    let host = std::process::Command::new(&bin).output().unwrap();
+    let host = std::process::Command::new(&bin).output_bounded().unwrap();
     assert!(host.status.success(), "host: {}", text(&host.stdout));
     let mut cmd = atoll();
     cmd.env(SPLIT_SWITCH, "on")

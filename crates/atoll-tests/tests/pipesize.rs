@@ -8,6 +8,7 @@
 //! large write, readiness and `FIONREAD` while a writer is blocked, a
 //! write cut by a signal, a bad buffer, and a writer killed mid-transfer.
 
+use atoll_tests::OutputBounded as _;
 use atoll_tests::{atoll, compile_probe, require};
 
 const PROBE: &str = include_str!("pipesize/probe.c");
@@ -47,7 +48,10 @@ fn pipe_sizes_are_linux_s_on_the_host() {
     require("cc");
     let dir = tempfile::tempdir().unwrap();
     let bin = compile_probe(dir.path(), "pipesize", PROBE);
-    check(&std::process::Command::new(&bin).output().unwrap(), "host");
+    check(
+        &std::process::Command::new(&bin).output_bounded().unwrap(),
+        "host",
+    );
 }
 
 #[test]
@@ -69,7 +73,7 @@ fn atoll_pipes_grow_and_shrink_as_linux_s_in_every_island() {
             .args(["--pipes", "atoll", "--"])
             .arg(&bin)
             .arg(total)
-            .output()
+            .output_bounded()
             .expect("spawn atoll");
         check(&out, island);
     }
@@ -80,7 +84,7 @@ fn large_writes_behave_as_linux_s_on_the_host() {
     require("cc");
     let dir = tempfile::tempdir().unwrap();
     let bin = compile_probe(dir.path(), "large", LARGE);
-    let out = std::process::Command::new(&bin).output().unwrap();
+    let out = std::process::Command::new(&bin).output_bounded().unwrap();
     check_steps(&out, "host", &LARGE_STEPS);
 }
 
@@ -95,7 +99,7 @@ fn large_writes_to_atoll_pipes_behave_as_linux_s_in_every_island() {
             .args(["--memory", "256M", "--servers", "2", "--island", island])
             .args(["--pipes", "atoll", "--"])
             .arg(&bin)
-            .output()
+            .output_bounded()
             .expect("spawn atoll");
         check_steps(&out, island, &LARGE_STEPS);
     }
@@ -130,7 +134,7 @@ print(got, os.read(r, 1))
 "#;
     let host = std::process::Command::new("python3")
         .args(["-c", script])
-        .output()
+        .output_bounded()
         .unwrap();
     assert_eq!(text(&host.stdout), "cut\n[b'x'] b'y'\n");
     let mut cmd = atoll();

@@ -6,6 +6,7 @@
 //! is pinned to its core (`Cpus_allowed_list` in `/proc/self/status`), and
 //! `--stats-json` counts execs per core.
 
+use atoll_tests::OutputBounded as _;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Stdio;
@@ -597,7 +598,7 @@ impl Booted {
     fn new() -> Booted {
         let out = atoll()
             .args(["boot", "--memory", "64M"])
-            .output()
+            .output_bounded()
             .expect("atoll boot");
         assert!(out.status.success(), "{out:?}");
         Booted {
@@ -610,14 +611,14 @@ impl Booted {
             .args(["exec", "--id", &self.id, "--placement", "round-robin", "--"])
             .args(["bash", "-c", script])
             .stdin(Stdio::null())
-            .output()
+            .output_bounded()
             .expect("atoll exec")
     }
 
     fn status(&self) -> serde_json::Value {
         let out = atoll()
             .args(["status", "--id", &self.id, "--json"])
-            .output()
+            .output_bounded()
             .expect("status");
         serde_json::from_slice(&out.stdout).expect("status JSON")
     }

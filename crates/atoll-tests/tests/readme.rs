@@ -2,6 +2,7 @@
 //! says: every option the command accepts has a row, and every row names
 //! an option the command accepts.
 
+use atoll_tests::OutputBounded as _;
 use std::collections::BTreeSet;
 
 use atoll_tests::atoll;
@@ -23,7 +24,7 @@ fn long_options(text: &str, keep: impl Fn(&str) -> bool) -> BTreeSet<String> {
 fn readme_options_table_matches_run_help() {
     let out = atoll()
         .args(["run", "--help"])
-        .output()
+        .output_bounded()
         .expect("atoll run --help");
     let help = String::from_utf8_lossy(&out.stdout);
     let accepted: BTreeSet<String> = long_options(&help, |l| l.trim_start().starts_with("--"))
@@ -53,7 +54,7 @@ fn options_of(args: &[&str]) -> BTreeSet<String> {
     let out = atoll()
         .args(args)
         .arg("--help")
-        .output()
+        .output_bounded()
         .expect("atoll --help");
     let help = String::from_utf8_lossy(&out.stdout);
     long_options(&help, |l| {
@@ -78,7 +79,10 @@ fn readme_commands_table_matches_help() {
         .nth(1)
         .and_then(|rest| rest.split("\n\n").next())
         .expect("README has the commands table");
-    let out = atoll().arg("--help").output().expect("atoll --help");
+    let out = atoll()
+        .arg("--help")
+        .output_bounded()
+        .expect("atoll --help");
     let help = String::from_utf8_lossy(&out.stdout).to_string();
     let commands: BTreeSet<String> = help
         .split("Commands:")

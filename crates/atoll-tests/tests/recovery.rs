@@ -6,6 +6,7 @@
 //! nothing else), nothing hangs, every acknowledged change is there
 //! afterwards, and `atoll status` shows the restart.
 
+use atoll_tests::OutputBounded as _;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -98,7 +99,7 @@ fn creates_and_renames_survive_kills_of_a_shard_server_and_the_root_server() {
             r#"cd "$ROOT/d"; for f in m*; do printf '%s %s\n' "$f" "$(cat "$f")"; done;
                n=0; for i in $(seq 90); do [ "$(cat "f$i")" = "x$i" ] && n=$((n+1)); done; echo "intact $n""#,
         )
-        .output()
+        .output_bounded()
         .expect("check");
     let text = String::from_utf8_lossy(&check.stdout);
     assert!(text.contains("intact 90"), "{text}");
@@ -152,7 +153,7 @@ fn a_pipeline_survives_server_kills() {
     let script = r#"seq 1 300000 | sed 's/$/ line/' | sort -k1,1n | md5sum"#;
     let want = std::process::Command::new("bash")
         .args(["-c", script])
-        .output()
+        .output_bounded()
         .unwrap();
     let inst = Booted::new(&["--servers", "2"]);
     let mut cmd = inst.command(&format!(
@@ -315,7 +316,7 @@ fn scheduling_server_processes_killed_by_pid_are_restarted_on_their_cores() {
     assert!(got.status.success());
     let text = atoll_tests::atoll()
         .args(["status", "--id", &inst.id])
-        .output()
+        .output_bounded()
         .expect("status");
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(
@@ -407,7 +408,7 @@ fn a_spawned_pipeline_survives_scheduling_server_process_kills() {
     let pipeline = "seq 1 300000 | sed 's/$/ line/' | sort -k1,1n | md5sum";
     let want = std::process::Command::new("bash")
         .args(["-c", pipeline])
-        .output()
+        .output_bounded()
         .unwrap();
     let inst = Booted::new(&["--servers", "2"]);
     let script = format!(
@@ -444,7 +445,7 @@ fn a_tiny_journal_keeps_its_server_rebuildable_through_snapshots() {
         .command(
             r#"for i in $(seq 300); do echo "x$i" > "$ROOT/f$((i % 5))"; done; cat "$ROOT/f0""#,
         )
-        .output()
+        .output_bounded()
         .expect("fill");
     assert_eq!(String::from_utf8_lossy(&fill.stdout).trim(), "x300");
     let h = inst.status()["health"][0].clone();
@@ -457,7 +458,7 @@ fn a_tiny_journal_keeps_its_server_rebuildable_through_snapshots() {
     assert_eq!(h["state"], "up", "{h}");
     let after = inst
         .command(r#"for i in 0 1 2 3 4; do cat "$ROOT/f$i"; done"#)
-        .output()
+        .output_bounded()
         .unwrap();
     assert_eq!(
         String::from_utf8_lossy(&after.stdout),
@@ -490,7 +491,7 @@ fn kills_between_snapshots_lose_nothing_acknowledged() {
     let ok = acknowledged(runner, started, 1000);
     let check = inst
         .command(r#"cd "$ROOT/s"; for f in m*; do printf '%s %s\n' "$f" "$(cat "$f" | tr '\n' ' ')"; done"#)
-        .output()
+        .output_bounded()
         .expect("check");
     let text = String::from_utf8_lossy(&check.stdout);
     for (w, i) in ok {
@@ -513,13 +514,16 @@ fn a_journal_too_small_for_its_state_leaves_its_server_working_but_not_rebuildab
     let inst = Booted::with_env(&["--servers", "1"], &[("ATOLL_JOURNAL_BYTES", "16384")]);
     let fill = inst
         .command(r#"for i in $(seq 200); do echo "x$i" > "$ROOT/f$i"; done; cat "$ROOT/f200""#)
-        .output()
+        .output_bounded()
         .expect("fill");
     assert_eq!(String::from_utf8_lossy(&fill.stdout).trim(), "x200");
     let h = inst.status()["health"][0].clone();
     assert_eq!(h["state"], "up", "{h}");
     assert_eq!(h["recoverable"], false, "{h}");
-    let text = atoll().args(["status", "--id", &inst.id]).output().unwrap();
+    let text = atoll()
+        .args(["status", "--id", &inst.id])
+        .output_bounded()
+        .unwrap();
     assert!(
         String::from_utf8_lossy(&text.stdout).contains("not rebuilt if they die"),
         "{}",
@@ -541,7 +545,7 @@ fn a_journal_too_small_for_its_state_leaves_its_server_working_but_not_rebuildab
     );
     let after = inst
         .command(r#"cat "$ROOT/f1" 2>&1; echo "status $?""#)
-        .output()
+        .output_bounded()
         .unwrap();
     let out = String::from_utf8_lossy(&after.stdout);
     assert!(
@@ -615,7 +619,7 @@ fn server_processes_killed_by_pid_lose_nothing_acknowledged() {
                for w in 1 2 3 4; do sed "s/^/log$w /" "log$w"; done;
                n=0; for i in $(seq 90); do [ "$(cat "f$i")" = "x$i" ] && n=$((n+1)); done; echo "intact $n""#,
         )
-        .output()
+        .output_bounded()
         .expect("check");
     let text = String::from_utf8_lossy(&check.stdout);
     assert!(text.contains("intact 90"), "{text}");

@@ -5,6 +5,7 @@
 //! output under atoll with the same probe on Linux, and the trap counts
 //! (`ATOLL_TRAP_STATS`) with `--syscall-sites trap`.
 
+use atoll_tests::OutputBounded as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -25,7 +26,11 @@ fn on_linux(bin: &Path, mode: &str) -> String {
     let tmp = tempfile::tempdir_in("/dev/shm").unwrap();
     let f = tmp.path().join("f");
     std::fs::write(&f, "abcd").unwrap();
-    let out = Command::new(bin).arg(mode).arg(&f).output().unwrap();
+    let out = Command::new(bin)
+        .arg(mode)
+        .arg(&f)
+        .output_bounded()
+        .unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
     text(&out.stdout)
 }
@@ -221,6 +226,9 @@ fn status_says_which_mode_the_instance_runs_and_why() {
         .as_str()
         .unwrap()
         .contains("--syscall-sites trap"));
-    let text_status = atoll().args(["status", "--id", &trap.id]).output().unwrap();
+    let text_status = atoll()
+        .args(["status", "--id", &trap.id])
+        .output_bounded()
+        .unwrap();
     assert!(text(&text_status.stdout).contains("syscalls     trap: "));
 }

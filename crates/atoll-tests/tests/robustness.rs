@@ -1,6 +1,7 @@
 //! Robustness: clients killed mid-operation leak nothing, a full buffer
 //! cache gives ENOSPC and the file system stays usable.
 
+use atoll_tests::OutputBounded as _;
 use std::os::unix::process::CommandExt;
 use std::process::Stdio;
 use std::thread::sleep;
@@ -17,7 +18,7 @@ trait Instance {
 
 impl Instance for Booted {
     fn sh(&self, script: &str) -> String {
-        let out = self.command(script).output().expect("atoll exec");
+        let out = self.command(script).output_bounded().expect("atoll exec");
         assert!(
             out.status.success(),
             "{script}: {}",
@@ -135,7 +136,7 @@ fn bad_command_lines_get_one_line_errors() {
         &["run", "--no-such-option", "--", "true"],
         &["run"],
     ] {
-        let out = atoll().args(args).output().unwrap();
+        let out = atoll().args(args).output_bounded().unwrap();
         assert!(!out.status.success(), "{args:?} must fail");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!err.trim().is_empty(), "{args:?} must explain itself");

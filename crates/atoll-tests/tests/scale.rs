@@ -4,6 +4,7 @@
 //! it does on the host's file system, no call fails, every acknowledged
 //! change is there, and `atoll status` shows where each server runs now.
 
+use atoll_tests::OutputBounded as _;
 use std::collections::BTreeSet;
 use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
@@ -14,7 +15,7 @@ use atoll_tests::{atoll, output_within, run_on_host, Booted, RUN_LIMIT};
 fn scale(inst: &Booted, servers: &str) -> Output {
     atoll()
         .args(["scale", "--id", &inst.id, "--servers", servers])
-        .output()
+        .output_bounded()
         .expect("atoll scale")
 }
 
@@ -200,7 +201,7 @@ fn moves_keep_open_files_and_a_host_killed_after_a_move_recovers() {
         .command(
             r#"cat "$ROOT/d/f"; wc -l < "$ROOT/numbers"; echo new > "$ROOT/d/g"; cat "$ROOT/d/g""#,
         )
-        .output()
+        .output_bounded()
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&check.stdout), "kept\n20000\nnew\n");
 }
@@ -226,7 +227,7 @@ fn bad_counts_and_thread_servers_are_refused_in_one_line() {
     );
     let out = atoll()
         .args(["boot", "--servers", "3", "--max-servers", "2"])
-        .output()
+        .output_bounded()
         .unwrap();
     assert!(!out.status.success());
 }

@@ -6,6 +6,7 @@
 //! on the host (a tmpfs directory) and under `atoll run`, on one server
 //! and on 3 in incoherent mode, and must print the same.
 
+use atoll_tests::OutputBounded as _;
 use std::process::Command;
 
 use atoll_tests::{compile_probe, run_in_atoll};
@@ -17,7 +18,10 @@ fn text(b: &[u8]) -> String {
 /// Run `bin ARGS` on the host and under both instances; the outputs must
 /// be equal. Returns the host's output.
 fn same_on_host_and_atoll(bin: &std::path::Path, host_arg: &str, atoll_arg: &str) -> String {
-    let host = Command::new(bin).arg(host_arg).output().expect("probe");
+    let host = Command::new(bin)
+        .arg(host_arg)
+        .output_bounded()
+        .expect("probe");
     let host_out = text(&host.stdout);
     assert!(host.status.success(), "{host_out}{}", text(&host.stderr));
     let script = format!("timeout 120 {} {atoll_arg}", bin.display());

@@ -8,6 +8,7 @@
 //! print the same. Loops run 50 times with 3 servers in incoherent mode,
 //! each run under `timeout`, so a hang fails fast.
 
+use atoll_tests::OutputBounded as _;
 use std::process::Command;
 
 use atoll_tests::{assert_same, compile_probe, require, run_in_atoll};
@@ -431,7 +432,10 @@ int main(int argc, char **argv) {
 fn handlers_interrupting_atoll_code_run_as_program_code_as_on_the_host() {
     let dir = tempfile::tempdir().unwrap();
     let bin = compile_probe(dir.path(), "sigprobe", PROBE);
-    let host = Command::new(&bin).arg(dir.path()).output().expect("probe");
+    let host = Command::new(&bin)
+        .arg(dir.path())
+        .output_bounded()
+        .expect("probe");
     let host_out = text(&host.stdout);
     assert!(host_out.contains("pipe read without SA_RESTART: -1 EINTR, handler byte arrived"));
     assert!(host_out.contains("pipe read with SA_RESTART: 2 (restarted)"));
@@ -452,7 +456,10 @@ fn handlers_interrupting_atoll_code_run_as_program_code_as_on_the_host() {
 fn self_pipe_written_by_a_sigchld_handler_wakes_select_and_poll() {
     let dir = tempfile::tempdir().unwrap();
     let bin = compile_probe(dir.path(), "selfpipe", SELF_PIPE);
-    let host = Command::new(&bin).arg("50").output().expect("probe");
+    let host = Command::new(&bin)
+        .arg("50")
+        .output_bounded()
+        .expect("probe");
     assert_eq!(text(&host.stdout), "select woken 50/50, poll woken 50/50\n");
     // 50 runs of 10 rounds each, then one run of 50 rounds.
     let script = format!(
@@ -674,7 +681,10 @@ int main(int argc, char **argv) {
 fn a_signal_arriving_while_atoll_prepares_an_exec_is_not_lost() {
     let dir = tempfile::tempdir().unwrap();
     let bin = compile_probe(dir.path(), "execsignal", EXEC_SIGNAL);
-    let host = Command::new(&bin).arg("120").output().expect("probe");
+    let host = Command::new(&bin)
+        .arg("120")
+        .output_bounded()
+        .expect("probe");
     assert_eq!(
         text(&host.stdout),
         "lost 0 other 0\n",

@@ -8,6 +8,7 @@
 //! minutes) runs with `cargo test --release -p atoll-tests --test soak --
 //! --ignored`.
 
+use atoll_tests::OutputBounded as _;
 use std::collections::{HashMap, HashSet};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -124,7 +125,7 @@ fn soak(faults: usize, period: Duration, seed: u64) {
     );
     let listing = inst
         .command(r#"cd "$ROOT/d"; for f in m*; do printf '%s %s\n' "$f" "$(cat "$f")"; done"#)
-        .output()
+        .output_bounded()
         .expect("listing");
     let listed: HashMap<String, String> = String::from_utf8_lossy(&listing.stdout)
         .lines()

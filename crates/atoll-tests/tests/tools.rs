@@ -5,6 +5,7 @@
 //! (`setfacl`, `getfacl`, their effect on the mode and on access), and
 //! sqlite3 databases written by two processes at once.
 
+use atoll_tests::OutputBounded as _;
 use atoll_tests::{assert_same, require};
 
 /// Shell function `show DIR`: every name under DIR in sorted order with
@@ -149,7 +150,7 @@ fn assert_same_as_tmpfs(script: &str) -> String {
         .args(["-c", script])
         .env("ROOT", shm.path())
         .env("LC_ALL", "C")
-        .output()
+        .output_bounded()
         .expect("bash");
     let want =
         String::from_utf8_lossy(&host.stdout).replace(&*shm.path().to_string_lossy(), "$ROOT");

@@ -2,6 +2,7 @@
 //! pseudo-terminal both show the instance's servers and a busy client
 //! process by name, with non-zero rates.
 
+use atoll_tests::OutputBounded as _;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 
@@ -19,7 +20,7 @@ impl Busy {
     fn start() -> Busy {
         let out = atoll()
             .args(["boot", "--servers", "2", "--memory", "64M"])
-            .output()
+            .output_bounded()
             .expect("atoll boot");
         assert!(
             out.status.success(),
@@ -70,7 +71,7 @@ impl Drop for Busy {
             .args(["-KILL", "--", &format!("-{}", self.worker.id())])
             .status();
         let _ = self.worker.wait();
-        let _ = atoll().args(["stop", "--id", &self.id]).output();
+        let _ = atoll().args(["stop", "--id", &self.id]).output_bounded();
     }
 }
 
@@ -78,7 +79,7 @@ impl Drop for Busy {
 fn inode_in(id: &str, path: &str) -> u64 {
     let out = atoll()
         .args(["exec", "--id", id, "--", "stat", "-c", "%i", path])
-        .output()
+        .output_bounded()
         .unwrap();
     String::from_utf8_lossy(&out.stdout)
         .trim()
@@ -89,7 +90,7 @@ fn inode_in(id: &str, path: &str) -> u64 {
 fn status_json(id: &str) -> String {
     let out = atoll()
         .args(["status", "--id", id, "--json"])
-        .output()
+        .output_bounded()
         .unwrap();
     String::from_utf8_lossy(&out.stdout).into_owned()
 }

@@ -2,6 +2,7 @@
 //! messages as valid Chrome trace JSON (a track per server and per client
 //! lane), and `atoll trace summarize` reads it back.
 
+use atoll_tests::OutputBounded as _;
 use atoll_tests::{atoll, output_within, RUN_LIMIT};
 
 #[test]
@@ -99,7 +100,7 @@ fn an_unwritable_trace_path_is_a_usage_error_before_anything_runs() {
             "-c",
             "echo ran",
         ])
-        .output()
+        .output_bounded()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(out.stdout.is_empty(), "the command ran");
@@ -116,7 +117,7 @@ fn summarize_rejects_what_is_not_a_trace() {
     let out = atoll()
         .args(["trace", "summarize"])
         .arg(&f)
-        .output()
+        .output_bounded()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);

@@ -372,6 +372,26 @@ fn execs_on_every_host_are_placed_over_its_cores() {
     let usable = std::thread::available_parallelism().map_or(1, |n| n.get());
     assert_eq!(first.lines().count(), usable.min(6), "{first}");
     assert_eq!(last, first);
+    // Each node's scheduling servers are processes of their own (fos
+    // §3.5), not threads of the node: `atoll __sched-server CORE DIR PID`
+    // with DIR that node's instance directory.
+    for host in [0, 2] {
+        let dir = c
+            .socket(host)
+            .and_then(|s| s.parent().map(|d| d.to_path_buf()));
+        let dir = dir.expect("the node's instance directory");
+        let servers = std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+            .filter(|cmd| {
+                let words: Vec<&[u8]> = cmd.split(|&b| b == 0).collect();
+                words.get(1) == Some(&&b"__sched-server"[..])
+                    && words.get(3) == Some(&dir.as_os_str().as_encoded_bytes())
+            })
+            .count();
+        assert_eq!(servers, usable, "host {host}: scheduling server processes");
+    }
 }
 
 /// The network namespace a program on host `k` runs in, as it reports it

@@ -142,8 +142,19 @@ fn run_edge(args: &NodeArgs, peers: &[String], me: usize, term: Terminator) -> R
     let edge = edge::Edge::start(link, servers as usize)?;
     // This host's own scheduling servers (Hare §3.6.1): an `exec` of one of
     // its programs is placed on its cores, as on the first node. They live
-    // beside the boot socket, where clients look for them.
-    let scheds = match atoll_sched::Scheds::start(&dir, &config::usable_cores()) {
+    // beside the boot socket, where clients look for them, and run as
+    // processes of their own (fos §3.5) unless `--without processes`.
+    let cores = config::usable_cores();
+    let started = if args
+        .instance
+        .without
+        .contains(&crate::args::Technique::Processes)
+    {
+        atoll_sched::Scheds::start(&dir, &cores)
+    } else {
+        atoll_sched::Scheds::start_processes(&dir, &cores, &config::server_exe())
+    };
+    let scheds = match started {
         Ok(s) => Some(s),
         Err(e) => {
             tracing::warn!("no scheduling servers, every exec stays local: {e}");

@@ -100,25 +100,7 @@ fn is_self(pid: u64) -> bool {
 /// `/proc/self/task/<tid>` NUL-terminated into `buf` (no allocation);
 /// returns its length with the NUL.
 fn format_task_path(buf: &mut [u8; 40], tid: i32) -> usize {
-    const PREFIX: &[u8] = b"/proc/self/task/";
-    buf[..PREFIX.len()].copy_from_slice(PREFIX);
-    let mut digits = [0u8; 11];
-    let (mut v, mut k) = (tid.unsigned_abs(), 0);
-    loop {
-        digits[k] = b'0' + (v % 10) as u8;
-        k += 1;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
-    }
-    let mut n = PREFIX.len();
-    for d in digits[..k].iter().rev() {
-        buf[n] = *d;
-        n += 1;
-    }
-    buf[n] = 0;
-    n + 1
+    sys::proc_path(buf, b"/proc/self/task/", tid.unsigned_abs(), b"")
 }
 
 /// `sched_getaffinity(pid, len, mask)`. The kernel answers first (its

@@ -315,30 +315,7 @@ fn holder_lives(id: u32) -> bool {
     }
     // "/proc/<id>/stat": the state is the field after the last ')'.
     let mut path = [0u8; 32];
-    let mut n = 0;
-    for &b in b"/proc/" {
-        path[n] = b;
-        n += 1;
-    }
-    let mut digits = [0u8; 10];
-    let (mut k, mut v) = (0, id);
-    loop {
-        digits[k] = b'0' + (v % 10) as u8;
-        k += 1;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
-    }
-    while k > 0 {
-        k -= 1;
-        path[n] = digits[k];
-        n += 1;
-    }
-    for &b in b"/stat\0" {
-        path[n] = b;
-        n += 1;
-    }
+    sys::proc_path(&mut path, b"/proc/", id, b"/stat");
     let mut stat = [0u8; 512];
     // SAFETY: raw openat/read/close of a NUL-terminated local path into a
     // local buffer; the descriptor is closed before returning.

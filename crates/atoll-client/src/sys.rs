@@ -119,6 +119,35 @@ pub fn write_all(fd: i32, mut data: &[u8]) -> Result<(), i32> {
     Ok(())
 }
 
+/// `prefix`, `number` in decimal, `suffix` and a NUL into `buf`, without
+/// allocating (callers run inside the trap, e.g. for `/proc/<pid>/stat`);
+/// returns the length with the NUL. `buf` must have room for it.
+pub fn proc_path(buf: &mut [u8], prefix: &[u8], number: u32, suffix: &[u8]) -> usize {
+    let mut digits = [0u8; 10];
+    let (mut v, mut k) = (number, 0);
+    loop {
+        digits[k] = b'0' + (v % 10) as u8;
+        k += 1;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    let mut n = 0;
+    let reversed = digits[..k].iter().rev().copied();
+    for b in prefix
+        .iter()
+        .copied()
+        .chain(reversed)
+        .chain(suffix.iter().copied())
+    {
+        buf[n] = b;
+        n += 1;
+    }
+    buf[n] = 0;
+    n + 1
+}
+
 /// `CLOCK_MONOTONIC` in nanoseconds.
 pub fn monotonic_ns() -> i64 {
     let mut ts = libc::timespec {

@@ -79,7 +79,7 @@ pub fn run_in_atoll(opts: &[&str], script: &str) -> Output {
 /// failure with a message instead of a test run that never ends.
 pub const RUN_LIMIT: std::time::Duration = std::time::Duration::from_secs(300);
 
-/// `cmd.output_bounded()`, but the command and everything it started are killed
+/// `cmd.output()`, but the command and everything it started are killed
 /// (SIGKILL) and the test fails when it runs longer than `limit`.
 pub fn output_within(mut cmd: Command, limit: std::time::Duration) -> Output {
     bounded_output(&mut cmd, limit)

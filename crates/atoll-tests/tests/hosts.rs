@@ -226,6 +226,42 @@ fn a_program_built_with_make_on_one_host_runs_on_another() {
     assert_eq!(text(&a), "sum 36\n9\n");
 }
 
+/// fos §4.2 spawning for a real build: `make -j4` of a C project in the
+/// mount with every exec placed round robin over the three nodes
+/// (`ATOLL_NODE_PLACEMENT`). Its processes run on every host (each compile
+/// logs its network namespace), and its objects, program and output are
+/// the bytes of the same build in a host directory.
+#[test]
+fn make_j4_with_its_compiles_placed_on_every_host_matches_a_host_build() {
+    let Some(c) = cluster() else { return };
+    let tools = tempfile::tempdir().expect("tempdir");
+    let cc = tools.path().join("cc-logged");
+    std::fs::write(
+        &cc,
+        "#!/bin/sh\nreadlink /proc/self/ns/net >> hosts.log\nexec cc \"$@\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&cc, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let build = format!(
+        "{} make -j4 -s CC={} && ./prog && md5sum *.o prog",
+        atoll_tests::c_project_script(12),
+        cc.display()
+    );
+    let (_dir, host) = run_on_host(&format!("cd $ROOT && {build}"));
+    assert!(host.status.success(), "host build: {}", text(&host));
+    let placed = on(
+        &c,
+        0,
+        &format!("export ATOLL_NODE_PLACEMENT=round-robin; cd $ROOT && {build} && sort -u hosts.log | wc -l >&2"),
+    );
+    assert_eq!(text(&placed), text(&host));
+    assert_eq!(
+        String::from_utf8_lossy(&placed.stderr).trim(),
+        "3",
+        "compiles ran on every host"
+    );
+}
+
 /// `mpirun` launches the nodes (fos §4.2: launching hosts is the cluster
 /// tools' job): all three on this machine, told apart only by the rank
 /// Open MPI gives each (`OMPI_COMM_WORLD_RANK`) — every peer address is

@@ -352,6 +352,32 @@ fn resolve_program(
     }
 }
 
+/// A host program path that does not resolve fails as the kernel's
+/// `execve` would fail it, before the session hand-over an exec costs: a
+/// PATH search (`execvp`, `env`, shells) tries many such paths, each a
+/// sub-microsecond failure on Linux. Only errors of the walk itself, which
+/// do not depend on whose credentials check it, are answered here; the
+/// kernel decides everything else.
+fn host_path_resolves(dirfd: i64, path: &[u8]) -> Result<()> {
+    let Ok(cpath) = std::ffi::CString::new(path) else {
+        return Ok(());
+    };
+    // SAFETY: faccessat reads the NUL-terminated local path only.
+    let r = unsafe {
+        sys::sc(
+            libc::SYS_faccessat,
+            dirfd as u64,
+            cpath.as_ptr() as u64,
+            libc::F_OK as u64,
+            0,
+        )
+    };
+    match -r as i32 {
+        e @ (libc::ENOENT | libc::ENOTDIR | libc::ENAMETOOLONG | libc::ELOOP) => err(e),
+        _ => Ok(()),
+    }
+}
+
 /// Open an atoll program for reading after the exec permission check.
 fn open_program(c: &Client, lane: &Lane, ino: InodeId, ftype: FileType) -> Result<DescId> {
     if ftype == FileType::Symlink {
@@ -473,6 +499,9 @@ fn prepare_inner(
                 if let Some(p) = rewritten {
                     prog_path = p.as_bytes().to_vec();
                     dirfd = libc::AT_FDCWD as i64;
+                }
+                if flags == 0 {
+                    host_path_resolves(dirfd, &prog_path)?;
                 }
                 break;
             }

@@ -262,6 +262,67 @@ fn make_j4_with_its_compiles_placed_on_every_host_matches_a_host_build() {
     );
 }
 
+/// Hare's rename and rmdir races (`hare.rs`) with the racing processes on
+/// different hosts: the racing `rmdir`s and `rename`s are placed round
+/// robin over the nodes, so each runs on whichever host its turn gives.
+/// Each race has exactly one winner, losers get Linux's errors, nothing is
+/// lost or left behind, and the tree ends as the same script leaves it in a
+/// host directory.
+#[test]
+fn rename_and_rmdir_races_across_hosts_keep_hare_s_invariants() {
+    let Some(c) = cluster() else { return };
+    let script = r#"
+cd "$ROOT"
+R() { ATOLL_NODE_PLACEMENT=round-robin "$@"; }
+mkdir -p d/src/sub e x y
+for i in 1 2 3 4 5 6; do echo $i > d/src/f$i; echo $i > d/src/sub/g$i; done
+for round in $(seq 1 8); do
+  mkdir d/gone
+  for p in 1 2 3 4 5 6; do (R rmdir d/gone 2>e/$p && echo won > d/won$round.$p) & done
+  wait
+  ls d | grep -c "^won$round\."
+  [ -e d/gone ] && echo "gone survived"
+  cat e/* | grep -v 'No such file or directory' | sed 's/^/BAD /'
+done
+echo "rmdirs $SECONDS" >&2
+rm d/won*
+ren() { R python3 -I -S -c 'import os, sys
+try:
+    os.rename(sys.argv[1], sys.argv[2]); print("won")
+except OSError as e:
+    print(e.strerror)' "$1" "$2"; }
+for round in $(seq 1 8); do
+  ren d/src x/a$round > r1 & ren d/src y/b$round > r2 & wait
+  cat r1 r2 | sort | uniq -c | sed 's/^ *//'
+  ls -d x/a$round y/b$round 2>/dev/null | wc -l
+  mv x/a$round d/src 2>/dev/null || mv y/b$round d/src
+  [ -d d/src ] || echo "LOST round $round"
+done
+echo "renames $SECONDS" >&2
+rm -r e r1 r2
+find . | sort
+cat d/src/f* d/src/sub/g* | md5sum
+"#;
+    let (dir, host) = run_on_host(script);
+    let want = normalized(&host, dir.path()).1;
+    let spread =
+        "for i in 1 2 3 4 5 6 7 8 9; do readlink /proc/self/ns/net; done | sort -u | wc -l";
+    let placed = on(
+        &c,
+        0,
+        &format!("export ATOLL_NODE_PLACEMENT=round-robin; {spread} >&2; {script}"),
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&placed.stderr).trim(),
+        "3",
+        "execs on every host"
+    );
+    assert_eq!(text(&placed), want);
+    let rmdir_rounds = "1\n".repeat(8);
+    let renames = "1 No such file or directory\n1 won\n1\n".repeat(8);
+    assert!(want.starts_with(&(rmdir_rounds + &renames)), "{want}");
+}
+
 /// `mpirun` launches the nodes (fos §4.2: launching hosts is the cluster
 /// tools' job): all three on this machine, told apart only by the rank
 /// Open MPI gives each (`OMPI_COMM_WORLD_RANK`) — every peer address is
@@ -570,4 +631,12 @@ fn the_proxy_of_a_program_on_a_host_that_dies_fails_quickly() {
     assert_eq!(text(&out), "status 127\n", "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("lost node"), "{err}");
+}
+
+#[test]
+fn zz_scratch_timing() {
+    let Some(c) = cluster() else { return };
+    let s = r#"cd $ROOT; for p in rank:0 rank:1; do s=$(date +%s%N); ATOLL_NODE_PLACEMENT=$p python3 -I -S -c pass; m=$(date +%s%N); ATOLL_NODE_PLACEMENT=$p /bin/true; e=$(date +%s%N); echo "$p python $(( (m-s)/1000000 )) ms true $(( (e-m)/1000000 )) ms" >&2; done; ATOLL_NODE_PLACEMENT=rank:1 strace -f -c -o /tmp/strace.remote python3 -I -S -c pass; exit 1"#;
+    let out = output_within(c.exec(&atoll_bin(), 0, s), LIMIT);
+    panic!("{}", String::from_utf8_lossy(&out.stderr));
 }

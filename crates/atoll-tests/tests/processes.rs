@@ -218,6 +218,46 @@ fn programs_forked_from_a_shell_in_the_mount_see_the_same_files() {
     );
 }
 
+/// An `execve` that cannot start its program fails with Linux's error,
+/// whether the path is in the mount or on the host, however it fails: a
+/// missing file or directory, a file where a directory should be, a loop
+/// of symbolic links, a name too long, a file that is not executable, a
+/// directory, a PATH search that finds nothing (host paths that do not
+/// resolve are answered before the exec is prepared).
+#[test]
+fn execs_that_cannot_start_fail_as_on_linux() {
+    require("python3");
+    assert_same(
+        &["--servers", "2"],
+        r#"
+        cd "$ROOT"
+        mkdir d; echo x > d/f; ln -s loop1 loop2; ln -s loop2 loop1
+        H=$(mktemp -d); touch "$H/f"; ln -s "$H/a" "$H/b"; ln -s "$H/b" "$H/a"
+        H="$H" python3 - <<'EOF'
+import os
+h = os.environ["H"]
+cases = [
+    "/nonexistent/x", "/etc/passwd/x", "/etc/passwd", "/etc", "nosuch",
+    h + "/f", h + "/f/x", h + "/a", h + "/nonexistent",
+    "/" + "n" * 5000, "/usr/bin/" + "n" * 300, "/tmp/" + "x/" * 2100 + "y",
+    "d/f", "d", "loop1", "d/f/x", "d/nonexistent", "",
+]
+for i, p in enumerate(cases):
+    try:
+        os.execv(p, [p or "x"])
+    except OSError as e:
+        print(i, e.strerror)
+try:
+    os.execvp("no-such-command-anywhere", ["no-such-command-anywhere"])
+except OSError as e:
+    print("path search", e.strerror)
+EOF
+        rm -r "$H"
+        "#,
+        true,
+    );
+}
+
 /// An affinity the program sets itself (`taskset`, `sched_setaffinity`) is
 /// the program's: reported as set, kept across `execve`, and placement
 /// leaves the process where the program put it.

@@ -26,13 +26,14 @@
 //!
 //! While a handler runs on the program's stack, atoll's stack holds live
 //! frames (the kernel's frame of that signal, the entry's); a trap in the
-//! handler would be placed at the top of the kernel's alternate stack,
-//! over them. So the kernel's alternate stack is cut to the part below
-//! them for the handler's time (one `sigaltstack` call, issued once off
-//! atoll's stack, where the kernel allows it); the sigreturn of the
-//! signal's frame restores the whole stack from its `uc_stack`, and a trap
-//! arriving from outside atoll's stack does so too, should a handler have
-//! left with `longjmp`.
+//! handler would be placed at the top of the kernel's alternate stack, and
+//! a wrapper's work would start there (`stack::run`), over them. So both
+//! start below them for the handler's time (one `sigaltstack` call, issued
+//! off atoll's stack, where the kernel allows it, and
+//! `stack::set_free_top`); the sigreturn of the signal's frame restores
+//! the whole alternate stack from its `uc_stack`. Should a handler leave
+//! with `longjmp`, the next trap from program code outside it undoes the
+//! cut.
 
 use core::cell::Cell;
 
@@ -134,6 +135,10 @@ thread_local! {
     /// program's stack pointer here, not in its own frame (which is
     /// atoll's).
     static TRAP_SP: Cell<usize> = const { Cell::new(0) };
+    /// `(lowest, highest)` address of the program's alternate stack while
+    /// a handler that atoll runs there has the kernel's stack cut, or
+    /// `(0, 0)`.
+    static CUT_FOR: Cell<(usize, usize)> = const { Cell::new((0, 0)) };
 }
 
 /// Make atoll's stack this thread's alternate signal stack. Must run off
@@ -155,22 +160,34 @@ fn kernel_sigaltstack(lo: usize, size: usize) -> i64 {
     raw::syscall(libc::SYS_sigaltstack, &[&ss as *const _ as u64, 0])
 }
 
-/// In the SIGSYS handler (on atoll's stack): a trap from outside atoll's
-/// stack leaves with atoll's whole stack as the alternate stack (the
-/// sigreturn installs `uc_stack`): arms a thread that missed it, and
-/// undoes a cut left by a handler that never returned. Returns the
-/// program's stack pointer at the trap, for [`TrapScope`].
+/// In the SIGSYS handler (on atoll's stack): a trap from program code
+/// leaves with atoll's whole stack as the alternate stack (the sigreturn
+/// installs `uc_stack`), which arms a thread that missed it. Not a trap
+/// from atoll's stack (nested), nor one from a handler that atoll runs on
+/// the program's alternate stack (its cut holds); a cut left behind by a
+/// handler that left with `longjmp` is undone. Returns the program's stack
+/// pointer at the trap, for [`TrapScope`].
 pub fn on_trap(uc: &mut libc::ucontext_t) -> usize {
     let sp = uc.uc_mcontext.gregs[libc::REG_RSP as usize] as usize;
-    if let Some((lo, size)) = stack::region() {
-        if !(sp > lo && sp - lo <= size) {
-            uc.uc_stack = libc::stack_t {
-                ss_sp: lo as *mut libc::c_void,
-                ss_flags: 0,
-                ss_size: size,
-            };
-        }
+    let Some((lo, size)) = stack::region() else {
+        return sp;
+    };
+    if sp > lo && sp - lo <= size {
+        return sp;
     }
+    let (cut_lo, cut_hi) = CUT_FOR.get();
+    if cut_hi != 0 {
+        if sp > cut_lo && sp <= cut_hi {
+            return sp;
+        }
+        CUT_FOR.set((0, 0));
+        stack::set_free_top(0);
+    }
+    uc.uc_stack = libc::stack_t {
+        ss_sp: lo as *mut libc::c_void,
+        ss_flags: 0,
+        ss_size: size,
+    };
     sp
 }
 
@@ -256,15 +273,21 @@ pub unsafe fn run_program_handler(onstack: bool, uc: *mut libc::ucontext_t, run:
     if program.flags & SS_AUTODISARM != 0 {
         PROGRAM.set(ProgramStack::DISABLED);
     }
+    let outer_cut = CUT_FOR.replace((program.sp, program.sp + program.size));
+    let mut outer_free_top = None;
     // SAFETY: `top` is the end of the program's alternate stack, or below
     // the program's stack pointer on it: free for the handler, as Linux
     // would use it. Nothing of atoll lives there.
     unsafe {
         stack::run_at(top, |left| {
-            cut_kernel_stack(armed, left);
+            outer_free_top = cut_kernel_stack(armed, left);
             run();
         })
     };
+    if let Some(free_top) = outer_free_top {
+        stack::set_free_top(free_top);
+    }
+    CUT_FOR.set(outer_cut);
     if program.flags & SS_AUTODISARM != 0 {
         PROGRAM.set(program);
     }
@@ -272,16 +295,22 @@ pub unsafe fn run_program_handler(onstack: bool, uc: *mut libc::ucontext_t, run:
 }
 
 /// Off atoll's stack, with `left` the lowest live address on it: the
-/// kernel's alternate stack becomes the part below (see the module doc).
-fn cut_kernel_stack(armed: Option<(usize, usize)>, left: usize) {
-    let Some((lo, size)) = armed else { return };
+/// kernel's alternate stack, and where atoll's work starts, become the
+/// part below (see the module doc). Returns the previous start of work
+/// when it changed it.
+fn cut_kernel_stack(armed: Option<(usize, usize)>, left: usize) -> Option<usize> {
+    let (lo, size) = armed?;
     if !(left > lo && left - lo <= size) {
-        return;
+        return None;
     }
     let cut = (left - RED_ZONE) & !15;
-    if cut - lo >= MIN_SIGSTACK * 4 {
-        kernel_sigaltstack(lo, cut - lo);
+    // Room for a trap's frame and the client's work below it; a stack
+    // used up that far (handlers nested dozens deep) is left whole.
+    if cut - lo < size / 4 {
+        return None;
     }
+    kernel_sigaltstack(lo, cut - lo);
+    Some(stack::set_free_top(cut))
 }
 
 /// The program's alternate stack on this thread (tests).
@@ -314,21 +343,21 @@ mod tests {
         let off = ProgramStack::DISABLED;
         let on = off.set(&ss(0x10000, 0, 0x8000), 0x7000_0000).unwrap();
         assert_eq!((on.sp, on.size, on.flags), (0x10000, 0x8000, 0));
+        assert_eq!(off.set(&ss(0x10000, 0, 1024), 0).unwrap_err(), libc::ENOMEM);
         assert_eq!(
-            off.set(&ss(0x10000, 0, 1024), 0).unwrap_err(),
-            libc::ENOMEM
+            off.set(&ss(0x10000, 7, 0x8000), 0).unwrap_err(),
+            libc::EINVAL
         );
-        assert_eq!(off.set(&ss(0x10000, 7, 0x8000), 0).unwrap_err(), libc::EINVAL);
         // On the stack: no change.
         assert_eq!(
             on.set(&ss(0, libc::SS_DISABLE, 0), 0x17000).unwrap_err(),
             libc::EPERM
         );
-        let disabled = on.set(&ss(0x55, libc::SS_DISABLE, 99), 0x7000_0000).unwrap();
-        assert_eq!(disabled, ProgramStack::DISABLED);
-        let auto = off
-            .set(&ss(0x10000, SS_AUTODISARM, 0x8000), 0)
+        let disabled = on
+            .set(&ss(0x55, libc::SS_DISABLE, 99), 0x7000_0000)
             .unwrap();
+        assert_eq!(disabled, ProgramStack::DISABLED);
+        let auto = off.set(&ss(0x10000, SS_AUTODISARM, 0x8000), 0).unwrap();
         assert_eq!(auto.flags, SS_AUTODISARM);
         // SS_AUTODISARM: never "on" it, so it may change.
         assert!(auto.set(&ss(0, libc::SS_DISABLE, 0), 0x17000).is_ok());
@@ -363,15 +392,31 @@ mod tests {
         let mut mem = vec![0u8; 0x4000];
         let new = ss(mem.as_mut_ptr() as usize, 0, mem.len());
         let mut old = ss(1, 1, 1);
-        let r = sigaltstack([&new as *const _ as u64, &mut old as *mut _ as u64, 0, 0, 0, 0], 0);
+        let r = sigaltstack(
+            [
+                &new as *const _ as u64,
+                &mut old as *mut _ as u64,
+                0,
+                0,
+                0,
+                0,
+            ],
+            0,
+        );
         assert_eq!(r, 0);
         assert_eq!(old.ss_flags, libc::SS_DISABLE);
         let mut now = ss(1, 1, 1);
         sigaltstack([0, &mut now as *mut _ as u64, 0, 0, 0, 0], 0);
-        assert_eq!((now.ss_sp as usize, now.ss_size, now.ss_flags), (new.ss_sp as usize, new.ss_size, 0));
+        assert_eq!(
+            (now.ss_sp as usize, now.ss_size, now.ss_flags),
+            (new.ss_sp as usize, new.ss_size, 0)
+        );
         let mut kernel = ss(1, 1, 1);
         raw::syscall(libc::SYS_sigaltstack, &[0, &mut kernel as *mut _ as u64]);
-        assert_ne!(kernel.ss_sp as usize, new.ss_sp as usize, "the kernel never saw it");
+        assert_ne!(
+            kernel.ss_sp as usize, new.ss_sp as usize,
+            "the kernel never saw it"
+        );
         PROGRAM.set(ProgramStack::DISABLED);
     }
 }

@@ -19,10 +19,11 @@
 //! dispatch run on it. A call that comes while the thread already runs on it (a
 //! program handler's call during a host call atoll makes) stays there.
 //!
-//! What still lands on the program's stack: the kernel's SIGSYS frame of a
-//! trapped call (about 3 KiB with the extended state, as for any signal),
-//! a rewritten site's saved state (`rewrite::entry`) and the few frames
-//! before the switch. Unwinding stops at the switch: a debugger's
+//! The stack is also the thread's alternate signal stack (`altstack`), so
+//! the kernel's SIGSYS frame of a trapped call (about 3 KiB with the
+//! extended state) lands here too. What still lands on the program's
+//! stack: a rewritten site's saved state (`rewrite::entry`) and the few
+//! frames of a wrapper before the switch. Unwinding stops at the switch: a debugger's
 //! backtrace from inside the client ends there, and a panic is caught on
 //! the far side ([`crate::client`] wraps every call in `catch_unwind`).
 //!
@@ -48,6 +49,16 @@ thread_local! {
     /// Lowest address of this thread's stack mapping (its guard page), or
     /// 0 when it has none.
     static BASE: Cell<usize> = const { Cell::new(0) };
+    /// Where work coming from off the stack starts (0: at the top): below
+    /// atoll's live frames while a program handler runs elsewhere
+    /// (`altstack::run_program_handler`).
+    static FREE_TOP: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Make work that comes from off this thread's atoll stack start at
+/// `free_top` (0: at the top again). Returns the previous setting.
+pub fn set_free_top(free_top: usize) -> usize {
+    FREE_TOP.replace(free_top)
 }
 
 /// Run `f` on this thread's atoll stack (made on first use). Runs it on
@@ -62,11 +73,22 @@ pub fn run<F: FnOnce() -> R, R>(f: F) -> R {
     if here <= top && here > top - STACK_BYTES {
         return f();
     }
+    let start = match FREE_TOP.get() {
+        free if free > top - STACK_BYTES && free < top => free & !15,
+        _ => top,
+    };
     let mut slot: (Option<F>, Option<R>) = (Some(f), None);
-    // SAFETY: `top` is the 4096-aligned end of a fresh read-write mapping
-    // of STACK_BYTES that nothing else uses while this thread runs on it;
+    // SAFETY: `start` is the 4096-aligned end of a fresh read-write mapping
+    // of STACK_BYTES that nothing else uses while this thread runs on it,
+    // or a 16-aligned point in it below which nothing lives;
     // `slot` lives on the caller's stack until the call returns.
-    unsafe { call_on(top, trampoline::<F, R>, &mut slot as *mut _ as *mut c_void) };
+    unsafe {
+        call_on(
+            start,
+            trampoline::<F, R>,
+            &mut slot as *mut _ as *mut c_void,
+        )
+    };
     slot.1
         .expect("the closure ran on the atoll stack and stored its result")
 }
@@ -90,8 +112,15 @@ pub unsafe fn run_at<F: FnOnce(usize) -> R, R>(top: usize, f: F) -> R {
     let mut slot: (Option<F>, Option<R>) = (Some(f), None);
     // SAFETY: the caller's contract on `top`; `slot` lives on this stack
     // until the call returns.
-    unsafe { call_on(top, trampoline_at::<F, R>, &mut slot as *mut _ as *mut c_void) };
-    slot.1.expect("the closure ran on the given stack and stored its result")
+    unsafe {
+        call_on(
+            top,
+            trampoline_at::<F, R>,
+            &mut slot as *mut _ as *mut c_void,
+        )
+    };
+    slot.1
+        .expect("the closure ran on the given stack and stored its result")
 }
 
 /// End this thread (`exit(2)` with `status`), giving its stack back.

@@ -183,6 +183,9 @@ pub fn on_trap(uc: &mut libc::ucontext_t) -> usize {
         CUT_FOR.set((0, 0));
         stack::set_free_top(0);
     }
+    // Program code outside any handler atoll runs: no trap is in progress
+    // (a handler that left one with `longjmp` left its mark behind).
+    TRAP_SP.set(0);
     uc.uc_stack = libc::stack_t {
         ss_sp: lo as *mut libc::c_void,
         ss_flags: 0,
@@ -192,8 +195,8 @@ pub fn on_trap(uc: &mut libc::ucontext_t) -> usize {
 }
 
 /// While alive, handlers run inside this trap see `sp` as the program's
-/// stack pointer (outermost trap from program code wins: a nested trap
-/// comes from a handler on atoll's stack or the program's own).
+/// stack pointer, unless `sp` is on atoll's stack (a trap from a handler
+/// running there keeps the one of the trap it runs in).
 pub struct TrapScope {
     prev: usize,
 }

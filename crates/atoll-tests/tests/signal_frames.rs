@@ -142,7 +142,9 @@ fn file_calls_from_small_stacks_fit_as_on_the_host() {
 /// reported back unchanged through libc and through raw calls, with the
 /// kernel's errors; disabled in a new thread, inherited by a fork child;
 /// an `SA_ONSTACK` handler runs on it, sees it in its `ucontext` and as
-/// `SS_ONSTACK`, cannot change it there, and makes a trapped raw call.
+/// `SS_ONSTACK`, cannot change it there, and makes a trapped raw call and
+/// a libc call (whose work runs on atoll's stack, below the signal's
+/// frame there).
 /// And raw calls on a 1536-byte stack over an inaccessible page, as on
 /// Linux: each traps, and its SIGSYS frame (larger than that stack) must
 /// not land there.
@@ -161,7 +163,8 @@ fn a_programs_alternate_stack_is_its_own_and_traps_cost_its_stack_nothing() {
         a raw call reports: ours\n\
         too small: -12; unknown flags: -22\n\
         SA_ONSTACK handler ran 1: on the program's stack yes, its ucontext shows it yes, \
-        sigaltstack inside says SS_ONSTACK, a change inside -1, raw call inside ok\n\
+        sigaltstack inside says SS_ONSTACK, a change inside -1, raw call inside ok, \
+        libc call inside ok\n\
         after the handler: ours\n\
         raw calls on a 1536-byte stack with the program's stack set: 3 of 3\n\
         thread: alternate stack disabled; raw calls on a 1536-byte stack: 3 of 3\n\

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <ucontext.h>
@@ -91,7 +92,7 @@ static int calls_on_a_tiny_stack(void) {
 /* --- a handler on the program's alternate stack --- */
 
 static char *alt;
-static volatile int h_ran, h_on_alt, h_uc_stack, h_calls;
+static volatile int h_ran, h_on_alt, h_uc_stack, h_calls, h_libc;
 static volatile long h_flags, h_eperm;
 
 static void on_usr1(int sig, siginfo_t *info, void *ucv) {
@@ -109,6 +110,10 @@ static void on_usr1(int sig, siginfo_t *info, void *ucv) {
     stack_t off = {.ss_flags = SS_DISABLE};
     h_eperm = raw2(nr_sigaltstack, (long)&off, 0);
     h_calls = raw2(nr_getppid, 0, 0) == getppid();
+    /* A libc call (atoll's wrapper, whose work runs on atoll's stack),
+     * then the signal's own frame must still be intact for its return. */
+    struct stat st;
+    h_libc = stat("/", &st) == 0 && S_ISDIR(st.st_mode);
 }
 
 static void *thread_main(void *arg) {
@@ -149,10 +154,11 @@ int main(void) {
     sigaction(SIGUSR1, &sa, NULL);
     raw3(nr_tgkill, getpid(), gettid(), SIGUSR1);
     printf("SA_ONSTACK handler ran %d: on the program's stack %s, its ucontext shows it %s, "
-           "sigaltstack inside says %s, a change inside %ld, raw call inside %s\n",
+           "sigaltstack inside says %s, a change inside %ld, raw call inside %s, libc call "
+           "inside %s\n",
            h_ran, h_on_alt ? "yes" : "no", h_uc_stack ? "yes" : "no",
            h_flags == SS_ONSTACK ? "SS_ONSTACK" : "something else", h_eperm,
-           h_calls ? "ok" : "failed");
+           h_calls ? "ok" : "failed", h_libc ? "ok" : "failed");
     memset(&s, 0, sizeof s);
     sigaltstack(NULL, &s);
     printf("after the handler: %s\n", state(&s, alt));

@@ -227,7 +227,7 @@ fn a_dynamically_linked_go_program_runs_as_on_the_host() {
         // Go's build cache lives under $HOME unless told otherwise.
         build.env("GOCACHE", dir.path().join("cache"));
     }
-    let built = build.output().expect("run go build");
+    let built = build.output_bounded().expect("run go build");
     assert!(built.status.success(), "{}", text(&built.stderr));
     let elf = std::fs::read(&bin).unwrap();
     assert!(
@@ -236,7 +236,7 @@ fn a_dynamically_linked_go_program_runs_as_on_the_host() {
     );
 
     let host_dir = tempfile::tempdir_in("/dev/shm").unwrap();
-    let host = Command::new(&bin).arg(host_dir.path()).output().unwrap();
+    let host = Command::new(&bin).arg(host_dir.path()).output_bounded().unwrap();
     let host_out = text(&host.stdout);
     assert!(host.status.success(), "{host_out}{}", text(&host.stderr));
     assert!(host_out.contains("\n1600 <nil> "), "{host_out}");

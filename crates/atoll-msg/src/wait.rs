@@ -113,6 +113,38 @@ impl Event {
     }
 }
 
+/// A `sched_yield` that kept the core from us longer than this gave it to
+/// other work (a timeslice, milliseconds), not just to our peer.
+const COSTLY_YIELD_NS: u64 = 200_000;
+/// After such a yield, a thread sleeps at once instead of yielding for
+/// this long.
+const COSTLY_HOLD_NS: u64 = 50_000_000;
+
+#[cfg(not(loom))]
+std::thread_local! {
+    /// Until when (`now_ns`) this thread's yields are known to be costly.
+    static YIELDS_COSTLY_UNTIL: core::cell::Cell<u64> = const { core::cell::Cell::new(0) };
+}
+
+/// Are this thread's yields known to cost a timeslice right now?
+fn yields_costly(now: u64) -> bool {
+    #[cfg(not(loom))]
+    return YIELDS_COSTLY_UNTIL.with(|c| now < c.get());
+    #[cfg(loom)]
+    {
+        let _ = now;
+        false
+    }
+}
+
+fn note_costly_yield(now: u64) {
+    let until = now + COSTLY_HOLD_NS;
+    #[cfg(not(loom))]
+    YIELDS_COSTLY_UNTIL.with(|c| c.set(until));
+    #[cfg(loom)]
+    let _ = until;
+}
+
 /// Spin until `ready()`; false if `budget_ns` ran out first.
 #[inline]
 fn spin(budget_ns: u64, ready: &impl Fn() -> bool) -> bool {
@@ -132,10 +164,22 @@ fn spin(budget_ns: u64, ready: &impl Fn() -> bool) -> bool {
         // may be queued behind us (a server pinned to the client's core, or
         // the client its server just answered): spinning out the whole
         // budget would only delay it. On a core of our own `sched_yield`
-        // returns at once (~0.2 µs per 64 polls).
+        // returns at once (~0.2 µs per 64 polls). On an oversubscribed
+        // machine a yield puts us behind every other runnable task for a
+        // timeslice, while a sleeper is woken with preemption: once a
+        // yield has cost that, sleep instead of yielding for a while.
         if i & 63 == 0 {
+            let before = sync::now_ns();
+            if yields_costly(before) {
+                return false;
+            }
             sync::yield_now();
-            if sync::now_ns().wrapping_sub(start) >= budget_ns {
+            let after = sync::now_ns();
+            if after.wrapping_sub(before) >= COSTLY_YIELD_NS {
+                note_costly_yield(after);
+                return false;
+            }
+            if after.wrapping_sub(start) >= budget_ns {
                 return false;
             }
         }
@@ -222,5 +266,32 @@ mod loom_tests {
             }
             t.join().unwrap();
         });
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// One costly yield makes the thread sleep instead of yielding for the
+    /// hold time, and only its own thread.
+    #[test]
+    fn a_costly_yield_holds_yields_off_for_a_while_on_its_thread() {
+        let now = 1_000_000_000;
+        assert!(!yields_costly(now));
+        note_costly_yield(now);
+        assert!(yields_costly(now + 1));
+        assert!(yields_costly(now + COSTLY_HOLD_NS - 1));
+        assert!(!yields_costly(now + COSTLY_HOLD_NS));
+        std::thread::spawn(move || assert!(!yields_costly(now + 1)))
+            .join()
+            .unwrap();
+    }
+
+    /// A wait whose condition holds at once returns without spinning.
+    #[test]
+    fn a_ready_condition_ends_the_spin_at_once() {
+        assert!(spin(ADAPTIVE_SPIN_NS, &|| true));
+        assert!(!spin(1, &|| false), "a spent budget ends it");
     }
 }

@@ -236,7 +236,10 @@ fn a_dynamically_linked_go_program_runs_as_on_the_host() {
     );
 
     let host_dir = tempfile::tempdir_in("/dev/shm").unwrap();
-    let host = Command::new(&bin).arg(host_dir.path()).output_bounded().unwrap();
+    let host = Command::new(&bin)
+        .arg(host_dir.path())
+        .output_bounded()
+        .unwrap();
     let host_out = text(&host.stdout);
     assert!(host.status.success(), "{host_out}{}", text(&host.stderr));
     assert!(host_out.contains("\n1600 <nil> "), "{host_out}");

@@ -182,10 +182,14 @@ pub fn serve_frame_kept<S: BlockStore>(
                     Some(Fault::Hang) => faults::hang(),
                     None => {}
                 }
+                let kill = !is_posted(id) && fs.kill_due(&frame.req);
                 let reply =
                     fs.handle_vouched(session, frame.cred, &frame.vouched, frame.req, scratch);
                 if let Some(j) = keep {
                     tape::with_recorded(|t| j.append(Kind::Request, session, t, bytes));
+                }
+                if kill {
+                    faults::kill_self(); // done and journaled, not answered
                 }
                 if is_posted(id) {
                     return Ok(None); // nobody waits for this reply

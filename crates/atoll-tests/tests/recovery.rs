@@ -714,6 +714,38 @@ fn a_server_stopped_between_requests_is_replaced_and_its_clients_go_on() {
     assert!(!alive(before), "the stopped process is reaped");
 }
 
+/// A server process killed after a fork's `Share` took effect and
+/// before its answer went out (`ATOLL_FAULT_KILL`: the window a `kill`
+/// from outside hit about one run in six of the pipeline above): the
+/// successor answers `EIO`, the client sends the `Share` again, and the
+/// server, told how many references the child held before it, counts it
+/// once. The child reads through the description it inherited, as on
+/// Linux (it had none: `cat: -: Bad file descriptor`).
+#[test]
+fn a_fork_whose_share_outlived_its_killed_server_keeps_its_descriptions() {
+    let inst = Booted::with_env(&["--servers", "1"], &[("ATOLL_FAULT_KILL", "0:Share")]);
+    let script = r#"
+        cd "$BASE" && echo hello > f && exec 3< f
+        ( cat <&3 )
+        exec 3<&-
+        printf 'b\na\n' | sort
+    "#;
+    let want = on_the_host(script);
+    let out = output_within(
+        inst.command(&format!(r#"BASE="$ROOT"; {script}"#)),
+        RUN_LIMIT,
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&want.stdout),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success());
+    let h = rebuilt(&inst, 0, 1);
+    assert_eq!(h["state"], "up", "{h}");
+}
+
 /// Four processes each doing `steps` steps of `step` (a shell command
 /// using `$w` and `$i`) after `prelude`, reporting `ok w i` or
 /// `failed w i` per step; errors other than `EIO` are reported as

@@ -17,12 +17,23 @@
 //! watchdog (the request it owes stays unanswered) and replaced (fos §3.5;
 //! `process`, `wedge`); a server thread stays wedged, its clients waiting.
 //! A successor process does not repeat its predecessor's fault.
+//!
+//! `ATOLL_FAULT_KILL=N:OP` makes server `N`'s process kill itself
+//! (`SIGKILL`) on its first call named `OP` (as `atoll status` names
+//! operations, e.g. `Share`) right after the call reached the journal and
+//! before its reply went out: the window in which the successor can only
+//! answer `EIO` although the call took effect (`server::take_over`), which
+//! a `kill` from outside hits only by chance. For server processes (the
+//! default); a server thread would take its whole instance with it.
 
 /// Environment variable naming the panic: `SERVER:REQUEST`.
 pub const ENV_FAULT_PANIC: &str = "ATOLL_FAULT_PANIC";
 
 /// Environment variable naming the wedge: `SERVER:REQUEST`.
 pub const ENV_FAULT_HANG: &str = "ATOLL_FAULT_HANG";
+
+/// Environment variable naming the kill: `SERVER:OPERATION`.
+pub const ENV_FAULT_KILL: &str = "ATOLL_FAULT_KILL";
 
 /// What this server does on purpose on one call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,6 +48,26 @@ pub fn planned(server: usize) -> Option<(u64, Fault)> {
     named(ENV_FAULT_PANIC)
         .map(|k| (k, Fault::Panic))
         .or_else(|| named(ENV_FAULT_HANG).map(|k| (k, Fault::Hang)))
+}
+
+/// The operation (index in `ops::OP_NAMES`) after whose first call this
+/// server's process kills itself (`ENV_FAULT_KILL`).
+pub fn planned_kill(server: usize) -> Option<usize> {
+    let v = std::env::var(ENV_FAULT_KILL).ok()?;
+    let (s, op) = v.split_once(':')?;
+    if s.trim().parse::<usize>().ok()? != server {
+        return None;
+    }
+    super::ops::OP_NAMES.iter().position(|n| *n == op.trim())
+}
+
+/// End this process as `SIGKILL` from outside would (`ENV_FAULT_KILL`).
+pub fn kill_self() -> ! {
+    // SAFETY: plain system calls on this process; no memory is involved.
+    unsafe {
+        libc::kill(libc::getpid(), libc::SIGKILL);
+    }
+    hang() // the signal is not caught; this is never reached
 }
 
 /// Wedge the calling thread for good (`Fault::Hang`).

@@ -49,6 +49,7 @@ pub(crate) fn params(journal: Arc<Journal>) -> (ServerParams, Rc<Control>) {
         process: false,
         resume: false,
         adopted: Vec::new(),
+        ended: Vec::new(),
     };
     let control = Rc::new(Control::map(control_fd.as_fd()).unwrap());
     (p, control)

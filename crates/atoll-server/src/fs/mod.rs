@@ -235,9 +235,9 @@ pub struct FileServer<S> {
     fault_at: Option<(u64, faults::Fault)>,
     /// Calls counted for `fault_at`.
     calls_seen: u64,
-    /// Kill this process after the first call of this operation reached
-    /// the journal (`faults::ENV_FAULT_KILL`).
-    kill_after: Option<usize>,
+    /// Kill this process after this operation's call reached the journal
+    /// (`faults::ENV_FAULT_KILL`): the operation, and its calls to go.
+    kill_after: Option<(usize, u64)>,
     /// A request panicked half way: the state may be half changed, and
     /// what it had taken from shared pools (its tape so far) is here
     /// until the server is rebuilt (`crate::server`).
@@ -637,9 +637,20 @@ impl<S: BlockStore> FileServer<S> {
     }
 
     /// Is `req` the call after which this process kills itself
-    /// (`faults::ENV_FAULT_KILL`)?
-    pub fn kill_due(&self, req: &Request<'_>) -> bool {
-        self.kill_after.is_some_and(|op| op == op_index(req))
+    /// (`faults::ENV_FAULT_KILL`)? Counts the operation's calls.
+    pub fn kill_due(&mut self, req: &Request<'_>) -> bool {
+        let Some((op, left)) = self.kill_after.as_mut() else {
+            return false;
+        };
+        if *op != op_index(req) {
+            return false;
+        }
+        *left -= 1;
+        if *left > 0 {
+            return false;
+        }
+        self.kill_after = None; // once
+        true
     }
 
     /// Is this call the one `ATOLL_FAULT_PANIC` (or `_HANG`) names? Counts

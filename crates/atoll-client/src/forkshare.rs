@@ -57,7 +57,17 @@ impl Ledger {
     pub fn share(&mut self, c: &Client, lane: &Lane, desc: DescId) -> Result<()> {
         let to = self.to;
         let held = count(&mut self.descs, desc);
-        again(|| lane.call_ok(c, desc.server(), Request::Share { desc, to, held: *held }))?;
+        again(|| {
+            lane.call_ok(
+                c,
+                desc.server(),
+                Request::Share {
+                    desc,
+                    to,
+                    held: *held,
+                },
+            )
+        })?;
         *held += 1;
         Ok(())
     }

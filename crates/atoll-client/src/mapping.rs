@@ -293,11 +293,15 @@ pub fn track(
         return err(libc::ENOMEM);
     }
     let me = c.session_id();
-    if let Err(e) = lane.call_ok(c, ino.owner(), Request::Map {
+    if let Err(e) = lane.call_ok(
+        c,
+        ino.owner(),
+        Request::Map {
             ino,
             to: me,
             held: None,
-        }) {
+        },
+    ) {
         with(|t| t.carve(start, end, &mut Vec::new()));
         return Err(e);
     }

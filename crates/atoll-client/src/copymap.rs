@@ -27,7 +27,7 @@
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicUsize, Ordering};
 
-use atoll_proto::{DescId, InodeId, Reply, Request, SessionId};
+use atoll_proto::{DescId, InodeId, Reply, Request};
 
 use crate::error::{err, Error, Result};
 use crate::fdtable::DescRef;
@@ -345,7 +345,7 @@ pub fn before_mremap(c: &Client, addr: u64, len: u64) {
 
 /// Fork: the child's copy of the memory writes back through the same
 /// descriptions, which it gets a reference to. Called before the fork.
-pub fn share_with(c: &Client, lane: &Lane, child: SessionId) {
+pub fn share_with(c: &Client, lane: &Lane, given: &mut crate::forkshare::Ledger) {
     if COUNT.load(Ordering::Acquire) == 0 {
         return;
     }
@@ -353,7 +353,7 @@ pub fn share_with(c: &Client, lane: &Lane, child: SessionId) {
     descs.sort_unstable_by_key(|d| d.0);
     descs.dedup();
     for desc in descs {
-        let _ = lane.call_ok(c, desc.server(), Request::Share { desc, to: child });
+        let _ = given.share(c, lane, desc);
     }
 }
 

@@ -847,6 +847,8 @@ fn hand_over(
         st.locks = true;
     }
     let mut shared: Vec<DescId> = Vec::new();
+    // Each reference goes again if its server dies on it (`forkshare`).
+    let mut given = crate::forkshare::Ledger::new(child);
     for fd in fdtable::fds() {
         let fdflags = sys::fcntl_int(fd, libc::F_GETFD, 0);
         if fdflags < 0 || fdflags & libc::FD_CLOEXEC as i64 != 0 {
@@ -861,10 +863,7 @@ fn hand_over(
         let desc = d.desc();
         if !shared.contains(&desc) {
             let Ok(lane) = lane.get() else { continue };
-            if lane
-                .call_ok(c, desc.server(), Request::Share { desc, to: child })
-                .is_err()
-            {
+            if given.share(c, lane, desc).is_err() {
                 continue;
             }
             shared.push(desc);

@@ -179,19 +179,22 @@ fn push(c: &Client, lane: &Lane, d: &DescRef) -> Result<()> {
     counters::bump(&counters::OFFSETS_SHARED);
     let desc = d.desc();
     let pos = d.pos().load(Ordering::Relaxed);
-    let r = lane.call(
-        c,
-        desc.server(),
-        Request::Seek {
-            desc,
-            offset: pos as i64,
-            whence: libc::SEEK_SET as u32,
-        },
-        |r| match r {
-            Reply::Offset(_) => Ok(()),
-            _ => Err(Error::Protocol("Seek")),
-        },
-    );
+    // Absolute, so it may go again after a server died on it (`forkshare`).
+    let r = crate::forkshare::again(|| {
+        lane.call(
+            c,
+            desc.server(),
+            Request::Seek {
+                desc,
+                offset: pos as i64,
+                whence: libc::SEEK_SET as u32,
+            },
+            |r| match r {
+                Reply::Offset(_) => Ok(()),
+                _ => Err(Error::Protocol("Seek")),
+            },
+        )
+    });
     // Even if the push failed (the description died meanwhile) the local
     // copy must not be trusted by a sharer: from now on the server rules.
     d.set_shared();

@@ -62,6 +62,7 @@ mod fdpub;
 mod fdtable;
 mod file;
 mod forkgate;
+mod forkshare;
 pub mod hostlink;
 mod hybrid;
 mod incoherent;
@@ -1311,14 +1312,16 @@ pub fn fork_prepare() -> core::result::Result<Option<ForkPrep>, i32> {
     let Some(l) = held.taken() else {
         return Err(libc::EIO);
     };
+    // Each reference goes again if its server dies on it (`forkshare`).
+    let mut given = forkshare::Ledger::new(child);
     for desc in fdtable::live_descs() {
         // A description that fails to share (closed meanwhile) is simply
         // not usable in the child.
-        let _ = l.call_ok(c, desc.server(), Request::Share { desc, to: child });
+        let _ = given.share(c, l, desc);
     }
     // The child's copy of our memory maps what we map.
-    mapping::share_with(c, l, child);
-    copymap::share_with(c, l, child);
+    mapping::share_with(c, l, &mut given);
+    copymap::share_with(c, l, &mut given);
     drop(held);
     Ok(Some(ForkPrep {
         child,

@@ -38,7 +38,7 @@
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use atoll_proto::{InodeId, Request, SessionId};
+use atoll_proto::{InodeId, Request};
 
 use crate::error::{err, Result};
 use crate::session::{Client, Lane};
@@ -293,7 +293,15 @@ pub fn track(
         return err(libc::ENOMEM);
     }
     let me = c.session_id();
-    if let Err(e) = lane.call_ok(c, ino.owner(), Request::Map { ino, to: me }) {
+    if let Err(e) = lane.call_ok(
+        c,
+        ino.owner(),
+        Request::Map {
+            ino,
+            to: me,
+            held: None,
+        },
+    ) {
         with(|t| t.carve(start, end, &mut Vec::new()));
         return Err(e);
     }
@@ -349,7 +357,7 @@ pub fn host_fixed(c: &Client, a: &[u64; 6]) -> Result<Out> {
 
 /// Fork: the child session maps what this process maps (the child gets a
 /// copy of the table with its memory). Called before the fork.
-pub fn share_with(c: &Client, lane: &Lane, child: SessionId) {
+pub fn share_with(c: &Client, lane: &Lane, given: &mut crate::forkshare::Ledger) {
     if COUNT.load(Ordering::Acquire) == 0 {
         return;
     }
@@ -362,7 +370,7 @@ pub fn share_with(c: &Client, lane: &Lane, child: SessionId) {
         }
     });
     for (_, ino) in maps {
-        let _ = lane.call_ok(c, ino.owner(), Request::Map { ino, to: child });
+        let _ = given.map(c, lane, ino);
     }
 }
 

@@ -337,11 +337,17 @@ pub enum Request<'a> {
         desc: DescId,
         flags: u32,
     },
-    /// Another reference to the description for session `to` (fork,
-    /// descriptor passing; Hare DUP). → `Ok`
+    /// Another reference to the description for session `to` (fork, the
+    /// `execve` hand-over; Hare DUP), which holds `held` references to it
+    /// before this one. Idempotent, so a client may send it again after a
+    /// server died and its successor answered `EIO` (applied or not,
+    /// fos §3.5): `to` holding `held` gets one more, holding `held + 1`
+    /// already is `Ok` without change, holding anything else is `ESTALE`.
+    /// → `Ok`
     Share {
         desc: DescId,
         to: SessionId,
+        held: u32,
     },
     /// Drop this session's reference (Hare CLOSE). Also releases the
     /// POSIX locks owned by `Process(session)` on the inode (Linux close
@@ -565,10 +571,14 @@ pub enum Request<'a> {
     /// truncate or hole punch are zeroed and retained at their offsets
     /// until the last unmap (a page still maps them; a later write there
     /// lands in the same block). `MapBlocks` needs such a reference.
-    /// → `Ok`
+    /// `held: Some(n)` (a fork's child): `to` holds `n` references to
+    /// `ino` before this one, which makes it idempotent as `Share` is
+    /// (`n + 1` already: `Ok` without change; anything else: `ESTALE`);
+    /// `None` adds one unconditionally (the caller's own `mmap`). → `Ok`
     Map {
         ino: InodeId,
         to: SessionId,
+        held: Option<u32>,
     },
     /// The process unmapped the last range it mapped of `ino` (`munmap`,
     /// `mremap`, a `MAP_FIXED` mapping over it): drops one reference of the

@@ -525,6 +525,7 @@ impl ServerContext<'_> {
             process: false,
             resume: false,
             adopted: Vec::new(),
+            ended: Vec::new(),
         };
         let h = std::thread::Builder::new()
             .name(format!("atoll-fs{i}"))

@@ -81,6 +81,9 @@ enum ToServer {
         #[serde(default)]
         closing: bool,
     },
+    /// A session with no channel here ended, unconfirmed (`Link::ended`);
+    /// sent to a successor before `Begin`.
+    Ended(u64),
     /// The channels to take over are all sent: serve.
     Begin,
     SessionClosed(u64),
@@ -250,7 +253,7 @@ impl Mailbox {
                 ToServer::Stall(ms) => Admin::Stall(ms),
                 ToServer::CorruptRing => Admin::CorruptRing,
                 ToServer::Shutdown => Admin::Shutdown,
-                ToServer::Start { .. } | ToServer::Begin => continue,
+                ToServer::Start { .. } | ToServer::Begin | ToServer::Ended(_) => continue,
             });
         }
     }
@@ -316,9 +319,11 @@ pub(crate) fn serve_server(sock: OwnedFd) -> std::io::Result<()> {
         None => None,
     };
     let mut adopted = Vec::new();
+    let mut ended = Vec::new();
     loop {
         match recv::<ToServer>(sock.as_fd(), &mut buf, RecvFlags::empty())? {
             Some((ToServer::Begin, _)) => break,
+            Some((ToServer::Ended(s), _)) => ended.push(SessionId(s)),
             Some((
                 ToServer::Channel {
                     session,
@@ -362,6 +367,7 @@ pub(crate) fn serve_server(sock: OwnedFd) -> std::io::Result<()> {
         process: true,
         resume,
         adopted,
+        ended,
     };
     let answer = sock.try_clone()?;
     let mailbox = Mailbox {
@@ -420,8 +426,20 @@ pub(crate) struct Link {
     sock: Option<OwnedFd>,
     pub(crate) host: Option<Arc<Host>>,
     channels: Vec<Kept>,
+    /// Sessions with no channel here whose `SessionClosed` was sent, not
+    /// yet confirmed: a successor finishes them (`server::take_over`),
+    /// and only them — a session with no channel may be alive.
+    ended: Vec<SessionId>,
     seq: u64,
     buf: Vec<u8>,
+}
+
+impl Link {
+    /// The server finished session `s` (`FromServer::Closed`).
+    fn confirmed(&mut self, s: SessionId) {
+        self.channels.retain(|k| k.session != s);
+        self.ended.retain(|e| *e != s);
+    }
 }
 
 impl ServerProcess {
@@ -433,6 +451,7 @@ impl ServerProcess {
                 sock: None,
                 host: None,
                 channels: Vec::new(),
+                ended: Vec::new(),
                 seq: 0,
                 buf: vec![0u8; MAX_MESSAGE],
             }),
@@ -501,11 +520,15 @@ impl ServerProcess {
                 };
                 send(ours.as_fd(), &msg, &[k.memfd.as_fd()])?;
             }
+            for s in &link.ended {
+                send(ours.as_fd(), &ToServer::Ended(s.0), &[])?;
+            }
             send(ours.as_fd(), &ToServer::Begin, &[])
         });
         sent.map_err(|e| e.to_string())?;
         // The successor finishes every session that was ending.
         link.channels.retain(|k| !k.closing);
+        link.ended.clear();
         link.sock = Some(ours);
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
@@ -542,8 +565,7 @@ impl ServerProcess {
             }
             match recv::<FromServer>(sock.as_fd(), &mut link.buf, RecvFlags::DONTWAIT) {
                 Ok(Some((FromServer::Closed(s), _))) => {
-                    let s = SessionId(s);
-                    link.channels.retain(|k| k.session != s);
+                    link.confirmed(SessionId(s));
                     return Self::answer(link, deadline);
                 }
                 Ok(Some((msg, _))) => return Ok(msg),
@@ -598,7 +620,9 @@ impl ServerProcess {
         loop {
             match recv::<FromServer>(sock.as_fd(), &mut link.buf, RecvFlags::DONTWAIT) {
                 Ok(Some((FromServer::Closed(s), _))) => {
+                    // As `Link::confirmed` (the socket borrows `link`).
                     link.channels.retain(|k| k.session != SessionId(s));
+                    link.ended.retain(|e| *e != SessionId(s));
                 }
                 Ok(Some((FromServer::Down(why), _))) => return Some(why),
                 Ok(Some(_)) => {}
@@ -616,8 +640,13 @@ impl ServerProcess {
                 // Kept until the server confirms: what the session sent
                 // before it ended must still be served, by a successor if
                 // need be (`server::take_over`).
+                let mut had_channels = false;
                 for k in link.channels.iter_mut().filter(|k| k.session == s) {
                     k.closing = true;
+                    had_channels = true;
+                }
+                if !had_channels {
+                    link.ended.push(s);
                 }
                 ToServer::SessionClosed(s.0)
             }
@@ -713,9 +742,7 @@ impl ServerProcess {
             {
                 match msg {
                     FromServer::Down(why) => said = Some(why),
-                    FromServer::Closed(s) => {
-                        link.channels.retain(|k| k.session != SessionId(s));
-                    }
+                    FromServer::Closed(s) => link.confirmed(SessionId(s)),
                     _ => {}
                 }
             }

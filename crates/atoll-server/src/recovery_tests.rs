@@ -49,6 +49,7 @@ pub(crate) fn params(journal: Arc<Journal>) -> (ServerParams, Rc<Control>) {
         process: false,
         resume: false,
         adopted: Vec::new(),
+        ended: Vec::new(),
     };
     let control = Rc::new(Control::map(control_fd.as_fd()).unwrap());
     (p, control)
@@ -282,11 +283,13 @@ impl Live {
             }
             Step::Share { desc, to } => {
                 if let Some(&(d, session)) = self.descs.get(desc as usize) {
+                    let held = self.descs.iter().filter(|&&e| e == (d, to)).count() as u32;
                     let r = self.call(
                         session,
                         Request::Share {
                             desc: d,
                             to: SessionId(u64::from(to)),
+                            held,
                         },
                     );
                     if matches!(r, Some(Reply::Ok)) {
@@ -471,4 +474,62 @@ fn write_chains_and_their_cuts_are_rebuilt_from_the_journal() {
         live.call(1, piece(2, 1)),
         Some(Reply::Written(100))
     ));
+}
+
+/// A `Share` is idempotent across a server's death (fos §3.5): the one
+/// the dead server applied and journaled, then sent again by a client
+/// its successor answered `EIO`, counts once in the rebuilt server; one
+/// that never reached the journal is applied by the retry.
+#[test]
+fn a_share_sent_again_after_a_rebuild_counts_once() {
+    let (mut live, p, control) = Live::boot(1 << 20);
+    live.apply(&Step::Create {
+        dir: 0,
+        name: 1,
+        session: 1,
+    });
+    let (d, _) = live.descs[0];
+    let share = |to: u64| Request::Share {
+        desc: d,
+        to: SessionId(to),
+        held: 0,
+    };
+    // Applied and journaled; its answer died with the server.
+    assert!(matches!(live.call(1, share(2)), Some(Reply::Ok)));
+    live.fs = None;
+    tape::off();
+    live.fs = Some(rebuild(&p, &control, &live.journal).expect("the journal replays"));
+    tape::record();
+    // Both sent again by their clients: session 2's is already there,
+    // session 3's (lost before the journal) is applied now.
+    assert!(matches!(live.call(1, share(2)), Some(Reply::Ok)));
+    assert!(matches!(live.call(1, share(3)), Some(Reply::Ok)));
+    assert!(matches!(live.call(1, share(3)), Some(Reply::Ok)));
+    // A count the sender does not expect is refused, not guessed at.
+    let stale = Request::Share {
+        desc: d,
+        to: SessionId(2),
+        held: 5,
+    };
+    assert!(matches!(
+        live.call(1, stale),
+        Some(Reply::Err(atoll_proto::Errno::ESTALE))
+    ));
+    // One reference each: the first close of either ends its hold.
+    let close = Request::Close { desc: d };
+    for s in [1u8, 2, 3] {
+        assert!(matches!(live.call(s, close.clone()), Some(Reply::Ok)));
+    }
+    for s in [2u8, 3] {
+        assert!(matches!(
+            live.call(s, close.clone()),
+            Some(Reply::Err(atoll_proto::Errno::EBADF))
+        ));
+    }
+    // And the same again in a server rebuilt from all of it.
+    let before = live.fs.as_ref().unwrap().state_digest();
+    live.fs = None;
+    tape::off();
+    let rebuilt = rebuild(&p, &control, &live.journal).expect("the journal replays");
+    assert_eq!(before, rebuilt.state_digest());
 }

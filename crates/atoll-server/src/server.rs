@@ -129,6 +129,10 @@ pub struct ServerParams {
     /// Channels the server starts with (a successor's: the instance
     /// keeps every channel's memfd).
     pub adopted: Vec<Adopted>,
+    /// Sessions with no channel here that ended while no server process
+    /// heard of it (a successor's: the instance keeps them until the
+    /// server confirms, as channels' `closing`).
+    pub ended: Vec<SessionId>,
 }
 
 /// A channel a successor takes over (`take_over`).
@@ -182,10 +186,14 @@ pub fn serve_frame_kept<S: BlockStore>(
                     Some(Fault::Hang) => faults::hang(),
                     None => {}
                 }
+                let kill = !is_posted(id) && fs.kill_due(&frame.req);
                 let reply =
                     fs.handle_vouched(session, frame.cred, &frame.vouched, frame.req, scratch);
                 if let Some(j) = keep {
                     tape::with_recorded(|t| j.append(Kind::Request, session, t, bytes));
+                }
+                if kill {
+                    faults::kill_self(); // done and journaled, not answered
                 }
                 if is_posted(id) {
                     return Ok(None); // nobody waits for this reply
@@ -478,6 +486,7 @@ pub fn run(mut params: ServerParams, mut admin: Inbox) -> std::io::Result<Server
     let index = params.fs.index;
     let control = std::rc::Rc::new(Control::map(std::os::fd::AsFd::as_fd(&params.control_fd))?);
     let adopted = std::mem::take(&mut params.adopted);
+    let ended = std::mem::take(&mut params.ended);
     let journal = params.journal.as_deref();
     let mut fs = match (journal, params.resume) {
         (Some(j), true) => {
@@ -527,7 +536,7 @@ pub fn run(mut params: ServerParams, mut admin: Inbox) -> std::io::Result<Server
                 server.reconcile_blocks()
             });
         }
-        take_over(server, journal, owed_at_death, &mut chans, adopted);
+        take_over(server, journal, owed_at_death, &mut chans, adopted, ended);
     }
     let mut recorder = params.trace.as_ref().map(|s| Recorder::new(s.epoch));
     let mut owed: Option<(usize, u64)> = None;

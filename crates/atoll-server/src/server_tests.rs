@@ -318,7 +318,14 @@ fn a_reply_parked_for_room_is_delivered_by_a_successor() {
         channel: Arc::new(ServerChannel::map(fd.as_fd()).unwrap()),
         closing: false,
     }];
-    take_over(&mut fs, Some(&journal), journal.owed(), &mut chans, adopted);
+    take_over(
+        &mut fs,
+        Some(&journal),
+        journal.owed(),
+        &mut chans,
+        adopted,
+        Vec::new(),
+    );
     assert_eq!(chans[0].pending.as_deref(), Some(&parked[..]));
     // The client drains what filled its ring; then the parked reply, the
     // real answer and not `EIO`, reaches it, once.
@@ -340,4 +347,52 @@ fn an_eio_answer_that_finds_the_ring_full_is_parked_too() {
     let r: ReplyFrame<'_> = decode(&parked).unwrap();
     assert_eq!(r.id, 77);
     assert!(matches!(r.reply, Reply::Err(Errno::EIO)));
+}
+
+/// A successor finishes only the sessions the instance says ended
+/// (`take_over`'s `ended`): a session with no channel here — a forked
+/// child before its first call — keeps what its parent shared with it.
+/// (Every channel-less session was closed before: a pipe the parent then
+/// closed was freed under the child, `sort: fstat ENOENT`.)
+#[test]
+fn a_successor_keeps_a_session_without_channels_unless_it_ended() {
+    use std::os::fd::AsFd;
+    let (s1, s2, s3) = (SessionId(1), SessionId(2), SessionId(3));
+    let mut fs = fs();
+    let mut out = Vec::new();
+    let open = Request::Open {
+        dir: ROOT,
+        name: b"f",
+        flags: (libc::O_CREAT | libc::O_RDWR) as u32,
+        perm: 0o644,
+        umask: 0,
+        inherit: atoll_proto::Inherit::Unread,
+    };
+    let Reply::Opened { desc, .. } = fs.handle(s1, Cred::default(), open, &mut out) else {
+        panic!("open");
+    };
+    for to in [s2, s3] {
+        let share = Request::Share { desc, to, held: 0 };
+        assert!(matches!(
+            fs.handle(s1, Cred::default(), share, &mut out),
+            Reply::Ok
+        ));
+    }
+    // Only the parent has a channel here; the instance says s3 ended.
+    let (fd, _) = ServerChannel::create().unwrap();
+    let adopted = vec![Adopted {
+        session: s1,
+        lane: 0,
+        channel: Arc::new(ServerChannel::map(fd.as_fd()).unwrap()),
+        closing: false,
+    }];
+    let mut chans = Vec::new();
+    take_over(&mut fs, None, None, &mut chans, adopted, vec![s3]);
+    let mut closed = |s| {
+        let close = Request::Close { desc };
+        matches!(fs.handle(s, Cred::default(), close, &mut out), Reply::Ok)
+    };
+    assert!(closed(s1));
+    assert!(closed(s2), "the child still holds its reference");
+    assert!(!closed(s3), "the ended session's went with it");
 }

@@ -24,8 +24,9 @@ impl Chan {
 }
 
 /// A server that takes over from a process that died: serve the channels
-/// the instance kept (`adopted`), forget sessions that ended meanwhile,
-/// and settle the request the dead one was serving (`Journal::owe`): done
+/// the instance kept (`adopted`), finish sessions that ended meanwhile
+/// (`adopted` ones marked closing, and `ended`: those with no channel
+/// here), and settle the request the dead one was serving (`Journal::owe`): done
 /// and journaled, it is answered `EIO` as `run` answers what a dying
 /// thread owed; not journaled and still in its ring, it is served again
 /// (nothing of it survived); taken but not answered, `EIO` (a reply that
@@ -39,8 +40,9 @@ pub(super) fn take_over<S: BlockStore>(
     owed: Option<Owed>,
     chans: &mut Vec<Chan>,
     adopted: Vec<Adopted>,
+    ended: Vec<SessionId>,
 ) {
-    if adopted.is_empty() && owed.is_none() {
+    if adopted.is_empty() && owed.is_none() && ended.is_empty() {
         return;
     }
     let mut closing: Vec<SessionId> = Vec::new();
@@ -85,8 +87,13 @@ pub(super) fn take_over<S: BlockStore>(
     for s in closing {
         on_admin(Admin::SessionClosed(s), fs, journal, chans, &mut bufs);
     }
-    for s in fs.open_sessions() {
-        if !chans.iter().any(|c| c.session == s) {
+    // Only sessions the instance says ended: one with no channel here may
+    // live on — a forked child before its first call holds what its
+    // parent's `Share` and `Map` gave it, and nothing else (closing it
+    // freed a pipe its parent then closed: `sort: fstat ENOENT`).
+    let open = fs.open_sessions();
+    for s in ended {
+        if open.contains(&s) && !chans.iter().any(|c| c.session == s) {
             kept(journal, Kind::Closed, s, || fs.session_closed(s));
         }
     }

@@ -301,9 +301,15 @@ fn forked_child_keeps_shared_descriptions_until_it_exits() {
     };
     assert_eq!(fds.len(), 1, "the child's socket, and no lane yet");
     let child_sock = fds.remove(0);
-    lane.call(0, Request::Share { desc, to: child }, |r| {
-        assert!(matches!(r, Reply::Ok))
-    });
+    lane.call(
+        0,
+        Request::Share {
+            desc,
+            to: child,
+            held: 0,
+        },
+        |r| assert!(matches!(r, Reply::Ok)),
+    );
     // The parent exits; the child still holds the description.
     drop(lane);
     drop(sock);

@@ -718,6 +718,68 @@ fn a_server_stopped_between_requests_is_replaced_and_its_clients_go_on() {
     assert!(!alive(before), "the stopped process is reaped");
 }
 
+/// A server process killed after a fork's `Share` took effect and
+/// before its answer went out (`ATOLL_FAULT_KILL`: the window a `kill`
+/// from outside hit about one run in six of the pipeline above): the
+/// successor answers `EIO`, the client sends the `Share` again, and the
+/// server, told how many references the child held before it, counts it
+/// once. The child reads through the description it inherited, as on
+/// Linux (it had none: `cat: -: Bad file descriptor`).
+#[test]
+fn a_fork_whose_share_outlived_its_killed_server_keeps_its_descriptions() {
+    let inst = Booted::with_env(&["--servers", "1"], &[("ATOLL_FAULT_KILL", "0:Share")]);
+    let script = r#"
+        cd "$BASE" && echo hello > f && exec 3< f
+        ( cat <&3 )
+        exec 3<&-
+        printf 'b\na\n' | sort
+    "#;
+    let want = on_the_host(script);
+    let out = output_within(
+        inst.command(&format!(r#"BASE="$ROOT"; {script}"#)),
+        RUN_LIMIT,
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&want.stdout),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success());
+    let h = rebuilt(&inst, 0, 1);
+    assert_eq!(h["state"], "up", "{h}");
+}
+
+/// A server process killed between a fork's `Share`s and the child's
+/// first call (here: after the second of two `Share`s reached the
+/// journal): the child has no channel to the server yet, and its
+/// successor must not take it for a session that ended — the child still
+/// reads through both descriptions it inherited. (It closed the child's
+/// session: the first description was gone, `Bad file descriptor`.)
+#[test]
+fn a_child_without_channels_keeps_its_descriptions_across_a_server_kill() {
+    let inst = Booted::with_env(&["--servers", "1"], &[("ATOLL_FAULT_KILL", "0:Share:2")]);
+    let script = r#"
+        cd "$BASE" && echo one > a && echo two > b && exec 3< a 4< b
+        ( cat <&3; cat <&4 )
+        exec 3<&- 4<&-
+    "#;
+    let want = on_the_host(script);
+    let out = output_within(
+        inst.command(&format!(r#"BASE="$ROOT"; {script}"#)),
+        RUN_LIMIT,
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&want.stdout),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success());
+    let h = rebuilt(&inst, 0, 1);
+    assert_eq!(h["state"], "up", "{h}");
+}
+
 /// Four processes each doing `steps` steps of `step` (a shell command
 /// using `$w` and `$i`) after `prelude`, reporting `ok w i` or
 /// `failed w i` per step; errors other than `EIO` are reported as

@@ -127,10 +127,27 @@ impl<S: BlockStore> FileServer<S> {
         Ok(Reply::Ok)
     }
 
-    /// Another session references the description (fork, descriptor passing).
-    pub(super) fn share<'o>(&mut self, session: SessionId, desc: DescId, to: SessionId) -> R<'o> {
+    /// Another session references the description (fork, the `execve`
+    /// hand-over). `held` is what the sender knows `to` holds before this
+    /// one: a retry of a `Share` its server applied before it died (the
+    /// successor answered `EIO`, fos §3.5) finds `held + 1` and changes
+    /// nothing, so references are never counted twice.
+    pub(super) fn share<'o>(
+        &mut self,
+        session: SessionId,
+        desc: DescId,
+        to: SessionId,
+        held: u32,
+    ) -> R<'o> {
         let d = self.desc_mut(session, desc)?;
-        *d.refs.entry(to).or_insert(0) += 1;
+        let n = d.refs.get(&to).copied().unwrap_or(0);
+        if n == held.saturating_add(1) {
+            return Ok(Reply::Ok); // applied already
+        }
+        if n != held {
+            return Err(Errno::ESTALE);
+        }
+        d.refs.insert(to, n + 1);
         self.session_opened(to);
         Ok(Reply::Ok)
     }

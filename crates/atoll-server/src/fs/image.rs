@@ -56,6 +56,7 @@ macro_rules! state_fields {
                     cfg: _,
                     cache: _,
                     fault_at: _,
+                    kill_after: _,
                     calls_seen: _,
                     poisoned: _,
                     last_op: _,

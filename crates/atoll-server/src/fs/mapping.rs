@@ -53,6 +53,11 @@ impl Mappings {
         self.refs.contains_key(&(session, ino))
     }
 
+    /// How many references `session` holds to `ino`.
+    fn count(&self, session: SessionId, ino: InodeId) -> u32 {
+        self.refs.get(&(session, ino)).copied().unwrap_or(0)
+    }
+
     /// One more reference; true when it is the inode's first from this
     /// session.
     fn add(&mut self, session: SessionId, ino: InodeId) -> bool {
@@ -88,12 +93,14 @@ impl Mappings {
 }
 
 impl<S: BlockStore> FileServer<S> {
-    /// `Request::Map`: `session` (or, at fork, its child `to`) maps `ino`.
+    /// `Request::Map`: `session` (or, at fork, its child `to`, which holds
+    /// `held` references before this one) maps `ino`.
     pub(super) fn map_inode<'o>(
         &mut self,
         session: SessionId,
         ino: InodeId,
         to: SessionId,
+        held: Option<u32>,
     ) -> R<'o> {
         let i = self.inodes.get(&ino).ok_or(Errno::ENOENT)?;
         if i.ftype != FileType::Regular {
@@ -110,6 +117,17 @@ impl<S: BlockStore> FileServer<S> {
         };
         if !entitled {
             return Err(Errno::EBADF);
+        }
+        if let Some(held) = held {
+            // Idempotent, as `Share` is: a retry after the server that
+            // applied it died changes nothing (fos §3.5).
+            let n = self.maps.count(to, ino);
+            if n == held.saturating_add(1) {
+                return Ok(Reply::Ok);
+            }
+            if n != held {
+                return Err(Errno::ESTALE);
+            }
         }
         if to != session {
             self.session_opened(to);

@@ -235,6 +235,9 @@ pub struct FileServer<S> {
     fault_at: Option<(u64, faults::Fault)>,
     /// Calls counted for `fault_at`.
     calls_seen: u64,
+    /// Kill this process after this operation's call reached the journal
+    /// (`faults::ENV_FAULT_KILL`): the operation, and its calls to go.
+    kill_after: Option<(usize, u64)>,
     /// A request panicked half way: the state may be half changed, and
     /// what it had taken from shared pools (its tape so far) is here
     /// until the server is rebuilt (`crate::server`).
@@ -363,6 +366,7 @@ impl<S: BlockStore> FileServer<S> {
             bad_requests: 0,
             fault_at: faults::planned(cfg.index),
             calls_seen: 0,
+            kill_after: faults::planned_kill(cfg.index),
             poisoned: None,
             ops: [(0, 0); OP_NAMES.len()],
             track: track::Tracker::new(cfg.track_lookups, cfg.limits.tracked),
@@ -629,6 +633,24 @@ impl<S: BlockStore> FileServer<S> {
     /// the lost one happened (its call count is not kept across processes).
     pub fn forget_planned_fault(&mut self) {
         self.fault_at = None;
+        self.kill_after = None;
+    }
+
+    /// Is `req` the call after which this process kills itself
+    /// (`faults::ENV_FAULT_KILL`)? Counts the operation's calls.
+    pub fn kill_due(&mut self, req: &Request<'_>) -> bool {
+        let Some((op, left)) = self.kill_after.as_mut() else {
+            return false;
+        };
+        if *op != op_index(req) {
+            return false;
+        }
+        *left -= 1;
+        if *left > 0 {
+            return false;
+        }
+        self.kill_after = None; // once
+        true
     }
 
     /// Is this call the one `ATOLL_FAULT_PANIC` (or `_HANG`) names? Counts

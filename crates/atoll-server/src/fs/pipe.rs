@@ -470,7 +470,16 @@ mod tests {
         let (_, r, w, h) = pipe(&mut fs, S1);
         let mut out = Vec::new();
         assert!(matches!(
-            fs.handle(S1, ME, Request::Share { desc: w, to: S2 }, &mut out),
+            fs.handle(
+                S1,
+                ME,
+                Request::Share {
+                    desc: w,
+                    to: S2,
+                    held: 0
+                },
+                &mut out
+            ),
             Reply::Ok
         ));
         fs.handle(S1, ME, Request::Close { desc: w }, &mut out);

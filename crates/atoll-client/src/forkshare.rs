@@ -1,0 +1,144 @@
+//! What a `fork` (and the `execve` hand-over) gives the new session on the
+//! servers: a reference to every description (`Request::Share`) and every
+//! mapping (`Request::Map`), sent so that each may go again.
+//!
+//! A server killed while it serves one of them leaves its successor
+//! unable to say whether it took effect: the successor answers `EIO`
+//! (server `takeover.rs`; fos §3.5). Ignored, a reference the dead server
+//! never applied is missing in the child, and the description dies with
+//! the parent's last close (seen: `sort: fstat ENOENT` in a pipeline whose
+//! server was killed). Sent blindly again, one it did apply would count
+//! twice. So each carries the count the new session holds before it
+//! (`held`, kept here in a [`Ledger`]; the session is new, so the count
+//! starts at 0 and only this process adds to it), which makes it
+//! idempotent on the server, and an `EIO` sends it again.
+
+use atoll_proto::{DescId, InodeId, Request, SessionId};
+
+use crate::error::{Error, Result};
+use crate::session::{Client, Lane};
+
+/// Sends of one request at most: each `EIO` means a server died while
+/// serving it, so a bound keeps a server that dies on every try from
+/// holding the fork forever.
+const ATTEMPTS: usize = 4;
+
+/// Run `call` again while a server answers `EIO`; only for requests that
+/// are idempotent (a `Share` or `Map` with `held`, an absolute `Seek`).
+pub fn again<R>(mut call: impl FnMut() -> Result<R>) -> Result<R> {
+    let mut tries = 1;
+    loop {
+        match call() {
+            Err(Error::Errno(libc::EIO)) if tries < ATTEMPTS => tries += 1,
+            r => return r,
+        }
+    }
+}
+
+/// References given to one new session so far, by description and by
+/// mapped inode.
+pub struct Ledger {
+    to: SessionId,
+    descs: Vec<(DescId, u32)>,
+    maps: Vec<(InodeId, u32)>,
+}
+
+impl Ledger {
+    /// Nothing given yet to `to` (a session just made by `Fork`).
+    pub fn new(to: SessionId) -> Ledger {
+        Ledger {
+            to,
+            descs: Vec::new(),
+            maps: Vec::new(),
+        }
+    }
+
+    /// One more reference to `desc` for the new session.
+    pub fn share(&mut self, c: &Client, lane: &Lane, desc: DescId) -> Result<()> {
+        let to = self.to;
+        let held = count(&mut self.descs, desc);
+        again(|| {
+            lane.call_ok(
+                c,
+                desc.server(),
+                Request::Share {
+                    desc,
+                    to,
+                    held: *held,
+                },
+            )
+        })?;
+        *held += 1;
+        Ok(())
+    }
+
+    /// One more mapping reference to `ino` for the new session.
+    pub fn map(&mut self, c: &Client, lane: &Lane, ino: InodeId) -> Result<()> {
+        let to = self.to;
+        let held = count(&mut self.maps, ino);
+        let req = || Request::Map {
+            ino,
+            to,
+            held: Some(*held),
+        };
+        again(|| lane.call_ok(c, ino.owner(), req()))?;
+        *held += 1;
+        Ok(())
+    }
+}
+
+/// The count kept for `key`, 0 if none yet.
+fn count<K: PartialEq + Copy>(v: &mut Vec<(K, u32)>, key: K) -> &mut u32 {
+    let i = match v.iter().position(|e| e.0 == key) {
+        Some(i) => i,
+        None => {
+            v.push((key, 0));
+            v.len() - 1
+        }
+    };
+    &mut v[i].1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn again_repeats_only_eio_and_only_so_often() {
+        let mut n = 0;
+        let r: Result<()> = again(|| {
+            n += 1;
+            Err(Error::Errno(libc::EIO))
+        });
+        assert!(matches!(r, Err(Error::Errno(libc::EIO))));
+        assert_eq!(n, ATTEMPTS);
+        let mut n = 0;
+        let r = again(|| {
+            n += 1;
+            if n < 3 {
+                Err(Error::Errno(libc::EIO))
+            } else {
+                Ok(n)
+            }
+        });
+        assert!(matches!(r, Ok(3)));
+        let mut n = 0;
+        let r: Result<()> = again(|| {
+            n += 1;
+            Err(Error::Errno(libc::EBADF))
+        });
+        assert!(matches!(r, Err(Error::Errno(libc::EBADF))));
+        assert_eq!(n, 1);
+    }
+
+    #[test]
+    fn counts_are_kept_per_key() {
+        let mut v: Vec<(u32, u32)> = Vec::new();
+        *count(&mut v, 7) += 1;
+        *count(&mut v, 7) += 1;
+        *count(&mut v, 8) += 1;
+        assert_eq!(*count(&mut v, 7), 2);
+        assert_eq!(*count(&mut v, 8), 1);
+        assert_eq!(*count(&mut v, 9), 0);
+    }
+}

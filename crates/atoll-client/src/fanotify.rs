@@ -386,6 +386,8 @@ pub fn host_has_marks(info: &str) -> bool {
 /// An event read out of the ring, before it becomes bytes.
 struct Event {
     mask: u64,
+    /// The process that made the change (0: not known).
+    pid: u32,
     /// The object (descriptor mode, `FAN_REPORT_FID`).
     object: Option<(InodeId, Vec<u8>)>,
     /// Info records: `(type, inode, name)`.
@@ -408,6 +410,7 @@ impl Event {
         self.mask & FAN_Q_OVERFLOW == 0
             && o.mask & FAN_Q_OVERFLOW == 0
             && self.mask & FAN_ONDIR == o.mask & FAN_ONDIR
+            && self.pid == o.pid
             && self.object.as_ref().map(|o| o.0) == o.object.as_ref().map(|o| o.0)
             && self.infos == o.infos
     }
@@ -425,6 +428,7 @@ fn event_of(g: &Group, wd: i32, mask: u32, object: InodeId, name: &[u8]) -> Opti
         let mask = FAN_Q_OVERFLOW;
         return Some(Event {
             mask,
+            pid: 0,
             object: None,
             infos: Vec::new(),
         });
@@ -443,6 +447,7 @@ fn event_of(g: &Group, wd: i32, mask: u32, object: InodeId, name: &[u8]) -> Opti
     let fid_mode = g.flags & (FAN_REPORT_FID | FAN_REPORT_DIR_FID) != 0;
     let mut e = Event {
         mask: ev | if ondir && fid_mode { FAN_ONDIR } else { 0 },
+        pid: 0,
         object: None,
         infos: Vec::new(),
     };
@@ -544,15 +549,17 @@ fn take_events(
         if !ring.copy_out(tail + done + EVENT_HEADER as u64, &mut body) {
             return err(libc::EIO);
         }
-        let (object, name) = if wd == -1 {
-            (InodeId(0), &[][..])
+        let (object, pid, name) = if wd == -1 {
+            (InodeId(0), 0, &[][..])
         } else {
-            let id = u64::from_le_bytes(body[..OBJECT_LEN].try_into().unwrap_or_default());
+            let id = u64::from_le_bytes(body[..8].try_into().unwrap_or_default());
+            let pid = u32::from_le_bytes(body[8..OBJECT_LEN].try_into().unwrap_or_default());
             let name = &body[OBJECT_LEN..];
             let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
-            (InodeId(id), &name[..end])
+            (InodeId(id), pid, &name[..end])
         };
-        if let Some(e) = event_of(g, wd, mask, object, name) {
+        if let Some(mut e) = event_of(g, wd, mask, object, name) {
+            e.pid = pid;
             if let Some(old) = events.iter_mut().find(|o| o.merges_with(&e)) {
                 old.mask |= e.mask;
             } else if size + e.len() > room {
@@ -587,9 +594,7 @@ fn write_events(c: &Client, g: &Group, events: Vec<Event>, buf: &mut [u8]) -> Re
         out.extend_from_slice(&(METADATA_LEN as u16).to_le_bytes());
         out.extend_from_slice(&e.mask.to_le_bytes());
         out.extend_from_slice(&fd.to_le_bytes());
-        // Servers do not know which process made a change: 0 (see
-        // docs/COMPATIBILITY.md).
-        out.extend_from_slice(&0i32.to_le_bytes());
+        out.extend_from_slice(&e.pid.to_le_bytes());
         for (t, ino, name) in &e.infos {
             let len = info_len(name);
             let start = out.len();

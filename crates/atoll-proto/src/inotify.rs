@@ -82,8 +82,8 @@ pub const WATCH_FANOTIFY: u32 = 0x0800_0000;
 pub const ALL_INODES: crate::InodeId = crate::InodeId(u64::MAX);
 
 /// Bytes a fanotify record holds between the header and the name: the
-/// object's inode id.
-pub const OBJECT_LEN: usize = 8;
+/// object's inode id and the pid of the process that made the change.
+pub const OBJECT_LEN: usize = 12;
 
 /// Length of the record for an event with `name` (empty: none): the
 /// header, then the name with its NUL padded to a multiple of 16 bytes,
@@ -112,15 +112,22 @@ pub fn encode(out: &mut Vec<u8>, wd: i32, mask: u32, cookie: u32, name: &[u8]) {
 }
 
 /// Append the record of one event for a fanotify mark: as [`encode`], with
-/// the inode the event is about before the name (the length field counts
-/// both).
-pub fn encode_object(out: &mut Vec<u8>, wd: i32, mask: u32, cookie: u32, object: u64, name: &[u8]) {
+/// the inode the event is about and the changer's pid before the name
+/// (the length field counts them).
+pub fn encode_object(
+    out: &mut Vec<u8>,
+    (wd, mask, cookie): (i32, u32, u32),
+    object: u64,
+    pid: u32,
+    name: &[u8],
+) {
     let len = OBJECT_LEN + name_field_len(name);
     out.extend_from_slice(&wd.to_le_bytes());
     out.extend_from_slice(&mask.to_le_bytes());
     out.extend_from_slice(&cookie.to_le_bytes());
     out.extend_from_slice(&(len as u32).to_le_bytes());
     out.extend_from_slice(&object.to_le_bytes());
+    out.extend_from_slice(&pid.to_le_bytes());
     out.extend_from_slice(name);
     out.resize(out.len() + len - OBJECT_LEN - name.len(), 0);
 }

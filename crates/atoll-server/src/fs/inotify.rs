@@ -96,6 +96,10 @@ pub(super) struct Notify {
     names_key: Option<(u64, u64, usize)>,
     /// Records not yet in their ring (its lock was held), in order.
     pending: VecDeque<(QueueRef, Vec<u8>)>,
+    /// The pid the request being served came from (`RequestFrame::pid`;
+    /// 0 outside requests): fanotify records carry it.
+    #[serde(skip)]
+    requester: u32,
     /// Rename cookies handed out here.
     cookies: u32,
     /// Passes of `flush` that found a ring locked since records last went
@@ -833,7 +837,8 @@ impl<S: BlockStore> FileServer<S> {
         for w in hits {
             let mut rec = Vec::with_capacity(record_len(name) + OBJECT_LEN);
             if w.mask & WATCH_FANOTIFY != 0 {
-                encode_object(&mut rec, w.wd, mask, cookie, object.0, name);
+                let pid = self.notify.requester;
+                encode_object(&mut rec, (w.wd, mask, cookie), object.0, pid, name);
             } else {
                 encode(&mut rec, w.wd, mask, cookie, name);
             }
@@ -1023,6 +1028,11 @@ impl<S: BlockStore> FileServer<S> {
     /// Serve what `has_pending_events` reported.
     pub fn flush_events(&mut self) {
         self.notify_tick();
+    }
+
+    /// The process the next request comes from (`RequestFrame::pid`).
+    pub fn set_requester(&mut self, pid: u32) {
+        self.notify.requester = pid;
     }
 
     /// A write the client made through a mapping or its own copy.

@@ -3,7 +3,7 @@
  * directory; the parent then reads the events and prints them in a form
  * that compares across file systems (file handles by their order of first
  * appearance, "dir" for the marked directory's; descriptors by the name
- * they reach). In "mount" mode (a filesystem mark) only events about the
+ * they reach; the writer's pid as "child"). In "mount" mode (a filesystem mark) only events about the
  * directory and the child's file are printed: others may share the file
  * system.
  *
@@ -102,6 +102,7 @@ static void print_event(struct fanotify_event_metadata *e) {
     } else if (e->fd != FAN_NOFD) {
         printf(" fd=%d", e->fd);
     }
+    printf(" pid=%s", e->pid == child ? "child" : e->pid == 0 ? "0" : "other");
     char *p = (char *)e + e->metadata_len, *end = (char *)e + e->event_len;
     while (p < end) {
         struct fanotify_event_info_fid *fid = (void *)p;

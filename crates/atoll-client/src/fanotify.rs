@@ -7,7 +7,8 @@
 //! as `inotify_add_watch` does; the group's flags come from the kernel's
 //! `fdinfo`. A mark is a watch (`InotifyAddWatch`, then `InotifyRegister`
 //! with every server that sees the inode change) whose mask carries
-//! [`WATCH_FANOTIFY`]: its records also name the inode the event is about.
+//! [`WATCH_FANOTIFY`]: its records also name the inode the event is about
+//! and the process whose request made it (`RequestFrame::pid`).
 //! A mount or filesystem mark watches [`ALL_INODES`] on every server.
 //!
 //! `read` turns records into `struct fanotify_event_metadata` (and info

@@ -458,6 +458,7 @@ pub fn null_rtt_ns(socket: &Path, iters: u32) -> Result<f64, String> {
         let frame = RequestFrame {
             id,
             cred: Cred::default(),
+            pid: 0,
             req: Request::SetGroups {
                 set: 0,
                 groups: vec![],

@@ -92,7 +92,7 @@ pub fn add_watch(c: &Client, fd: i64, path: u64, mask: u32) -> Result<Out> {
     )?;
     let queue = match queue {
         Some(q) => q,
-        None => convert_host_queue(c, &lane, fd)?,
+        None => convert_host_queue(c, &lane, fd, Kind::Inotify)?,
     };
     let desc = queue.desc();
     let (wd, mask, qref, replaced) = lane.call(
@@ -174,11 +174,19 @@ fn unregister(c: &Client, lane: &Lane, queue: QueueRef, ino: InodeId, wd: i32) {
     }
 }
 
-/// Turn host inotify descriptor `fd`, which watches nothing yet, into an
-/// atoll queue at the same number. `EXDEV` if it already watches host
-/// paths (one queue cannot mix both, see the module docs); `EINVAL` if
-/// it is not an inotify descriptor, as Linux.
-fn convert_host_queue(c: &Client, lane: &Lane, fd: i64) -> Result<DescRef> {
+/// Which host descriptor becomes an atoll queue.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Inotify,
+    /// A fanotify group (`fanotify.rs`).
+    Fanotify,
+}
+
+/// Turn host inotify (or fanotify) descriptor `fd`, which watches nothing
+/// yet, into an atoll queue at the same number. `EXDEV` if it already
+/// watches host paths (one queue cannot mix both, see the module docs);
+/// `EINVAL` if it is not a descriptor of that kind, as Linux.
+pub(crate) fn convert_host_queue(c: &Client, lane: &Lane, fd: i64, kind: Kind) -> Result<DescRef> {
     // A notification queue is a ring in the buffer cache, which a process
     // of a copy island does not map: watches of atoll paths there answer
     // `ENOSPC`, the error on which watchers (`tail -f`) fall back to
@@ -188,12 +196,20 @@ fn convert_host_queue(c: &Client, lane: &Lane, fd: i64) -> Result<DescRef> {
     }
     let link =
         std::fs::read_link(format!("/proc/self/fd/{fd}")).map_err(|_| Error::Errno(libc::EBADF))?;
-    if link.as_os_str().as_encoded_bytes() != b"anon_inode:inotify" {
+    let want: &[u8] = match kind {
+        Kind::Inotify => b"anon_inode:inotify",
+        Kind::Fanotify => b"anon_inode:[fanotify]",
+    };
+    if link.as_os_str().as_encoded_bytes() != want {
         return err(libc::EINVAL);
     }
     let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}"))
         .map_err(|_| Error::Errno(libc::EBADF))?;
-    if info.lines().any(|l| l.starts_with("inotify wd:")) {
+    let marked = match kind {
+        Kind::Inotify => info.lines().any(|l| l.starts_with("inotify wd:")),
+        Kind::Fanotify => crate::fanotify::host_has_marks(&info),
+    };
+    if marked {
         return err(libc::EXDEV);
     }
     let status = sys::fcntl_int(fd as i32, libc::F_GETFL, 0);
@@ -222,7 +238,13 @@ fn convert_host_queue(c: &Client, lane: &Lane, fd: i64) -> Result<DescRef> {
         ino,
         flags: libc::O_RDONLY as u32 | nonblock,
         ftype: FileType::Fifo,
-        cookie: (header as u64 + 1) | QUEUE_COOKIE,
+        cookie: (header as u64 + 1)
+            | QUEUE_COOKIE
+            | if kind == Kind::Fanotify {
+                crate::fanotify::FAN_COOKIE
+            } else {
+                0
+            },
         path: None,
     };
     let tmp = file::new_fd(c, info, true)?;
@@ -290,13 +312,4 @@ fn copy_records(ring: &Ring, head: u64, tail: u64, buf: &mut [u8]) -> Result<usi
         return err(libc::EINVAL); // the next event does not fit
     }
     Ok(done)
-}
-
-/// `fanotify_mark` naming an atoll path: the mount cannot report to
-/// fanotify (Linux's answer for such file systems).
-pub fn fanotify_mark(c: &Client, dirfd: i64, path: u64) -> Result<Out> {
-    if path == 0 && fdtable::is_atoll(dirfd) || path != 0 && crate::path_concerns(c, dirfd, path) {
-        return err(libc::ENODEV);
-    }
-    Ok(Out::Host)
 }

@@ -55,6 +55,7 @@ mod dcache;
 mod dirperm;
 mod error;
 mod exec;
+mod fanotify;
 mod fast;
 mod fdname;
 mod fdpath;
@@ -266,7 +267,7 @@ fn on_descriptor(nr: i64) -> bool {
     )
 }
 
-fn fdarg(v: u64) -> i64 {
+pub(crate) fn fdarg(v: u64) -> i64 {
     v as i32 as i64
 }
 
@@ -342,7 +343,8 @@ fn concerns(nr: i64, a: &[u64; 6]) -> bool {
         SYS_poll | SYS_ppoll => fdtable::any(),
         SYS_inotify_add_watch => at(0) || path_concerns(c, cwd(), a[1]),
         SYS_inotify_rm_watch => at(0),
-        SYS_fanotify_mark => path_concerns(c, fdarg(a[3]), a[4]) || (a[4] == 0 && at(3)),
+        SYS_fanotify_mark => path_concerns(c, fdarg(a[3]), a[4]) || (a[4] == 0 && at(3)) || at(0),
+        SYS_name_to_handle_at => path_concerns(c, fdarg(a[0]), a[1]),
         SYS_epoll_ctl => at(2),
         SYS_bind | SYS_connect | SYS_sendto | SYS_sendmsg | SYS_getsockname | SYS_getpeername
         | SYS_accept | SYS_accept4 | SYS_recvfrom | SYS_recvmsg => unixsock::may_concern(c, nr, a),
@@ -390,6 +392,8 @@ fn rehost(nr: i64, a: &[u64; 6], p: &PathBuf) -> i64 {
         | SYS_mkdirat | SYS_unlinkat | SYS_readlinkat | SYS_fchmodat | SYS_fchmodat2
         | SYS_fchownat | SYS_utimensat | SYS_futimesat | SYS_mknodat => (1, Some(0)),
         SYS_symlink | SYS_inotify_add_watch => (1, None),
+        SYS_name_to_handle_at => (1, Some(0)),
+        SYS_fanotify_mark => (4, Some(3)),
         SYS_symlinkat => (2, Some(1)),
         _ => (0, None),
     };
@@ -719,7 +723,8 @@ fn run(c: &'static Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
         SYS_sched_setaffinity => cpus::setaffinity(a),
         SYS_inotify_add_watch => inotify::add_watch(c, fd0, a[1], a[2] as u32),
         SYS_inotify_rm_watch => inotify::rm_watch(c, fd0, a[1] as i32),
-        SYS_fanotify_mark => inotify::fanotify_mark(c, fdarg(a[3]), a[4]),
+        SYS_fanotify_mark => fanotify::mark(c, a),
+        SYS_name_to_handle_at => fanotify::name_to_handle(c, a),
         // io_uring submits file operations the kernel runs without a system
         // call atoll could see (on placeholder descriptors, or on host paths
         // in the program's name). Answer as a kernel built without it, so

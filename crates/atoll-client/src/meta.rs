@@ -274,6 +274,10 @@ pub fn statfs(c: &Client, lane: &Lane) -> Result<libc::statfs> {
     // glibc's `struct statfs` (the libc crate keeps it in private spare
     // words), inside `st`.
     unsafe { core::ptr::addr_of_mut!(st.f_frsize).add(1).write(ST_VALID) };
+    // A file system id, as tmpfs has one (fanotify's info records carry
+    // it, and Linux refuses `FAN_REPORT_FID` marks where it is zero).
+    // SAFETY: `fsid_t` is two `int`s (`__val`), private in the libc crate.
+    unsafe { (core::ptr::addr_of_mut!(st.f_fsid) as *mut [i32; 2]).write(crate::fanotify::FSID) };
     Ok(st)
 }
 

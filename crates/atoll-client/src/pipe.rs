@@ -100,7 +100,8 @@ fn cookie(header: u32) -> u64 {
 
 /// The ring of a FIFO description (its header block is in the cookie).
 pub(crate) fn ring(c: &Client, d: &DescRef) -> Result<Ring> {
-    let h = d.cookie().load(Ordering::Relaxed) & !crate::inotify::QUEUE_COOKIE;
+    let h = d.cookie().load(Ordering::Relaxed)
+        & !(crate::inotify::QUEUE_COOKIE | crate::fanotify::FAN_COOKIE);
     if h == 0 || h > u32::MAX as u64 {
         return err(libc::EIO);
     }
@@ -381,6 +382,9 @@ pub fn read(c: &Client, d: &DescRef, buf: &mut [u8], checked: Checked) -> Result
         return crate::pipecopy::read(c, d, buf);
     }
     let ring = ring(c, d)?;
+    if crate::fanotify::is_group(d) {
+        return crate::fanotify::read(c, d, &ring, buf);
+    }
     if crate::inotify::is_queue(d) {
         return crate::inotify::read(c, d, &ring, buf);
     }

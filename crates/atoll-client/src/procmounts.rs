@@ -53,7 +53,7 @@ pub fn open(c: &Client, path: &[u8], flags: u32) -> Result<Option<Out>> {
         let _ = writeln!(
             text,
             "{} {parent} {major}:{minor} / {mount} rw,relatime - atoll atoll rw",
-            0x0a70_0000u32 | (std::process::id() & 0xffff),
+            mount_id(),
         );
     } else {
         let _ = writeln!(text, "atoll {mount} atoll rw,relatime 0 0");
@@ -91,4 +91,10 @@ fn root_mount_id(text: &[u8]) -> Option<u64> {
         let _root = f.next()?;
         (f.next()? == b"/").then(|| core::str::from_utf8(id).ok()?.parse().ok())?
     })
+}
+
+/// The mount id of the atoll mount in this process's `mountinfo` (and
+/// what `name_to_handle_at` answers).
+pub fn mount_id() -> i32 {
+    (0x0a70_0000u32 | (std::process::id() & 0xffff)) as i32
 }

@@ -120,6 +120,7 @@ impl Lane {
         let frame = RequestFrame {
             id: self.next_id.fetch_add(1, Ordering::Relaxed) | atoll_proto::POSTED,
             cred: Cred::default(),
+            pid: 0,
             req: Request::SetGroups { set, groups },
             vouched: Cow::Borrowed(&[]),
         };
@@ -160,6 +161,7 @@ impl Lane {
         let frame = RequestFrame {
             id,
             cred,
+            pid: crate::sys::self_pid() as u32,
             req,
             vouched: Cow::Borrowed(vouched),
         };
@@ -196,6 +198,7 @@ impl Lane {
         let frame = RequestFrame {
             id,
             cred,
+            pid: crate::sys::self_pid() as u32,
             req,
             vouched: Cow::Borrowed(&[]),
         };

@@ -361,7 +361,7 @@ pub fn init_pid() {
     PID.store(getpid(), core::sync::atomic::Ordering::Relaxed);
 }
 
-fn self_pid() -> u64 {
+pub(crate) fn self_pid() -> u64 {
     match PID.load(core::sync::atomic::Ordering::Relaxed) {
         p if p > 0 => p as u64,
         _ => getpid() as u64,

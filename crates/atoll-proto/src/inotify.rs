@@ -69,6 +69,22 @@ pub const IN_ONESHOT: u32 = 0x8000_0000;
 /// Every event a watch may ask for.
 pub const IN_ALL_EVENTS: u32 = 0x0000_0fff;
 
+/// Bit of a watch's mask (beside the `IN_*` bits, unused by Linux): the
+/// watch is a `fanotify` mark, whose records carry the inode the event is
+/// about ([`encode_object`]), since a fanotify reader reports that object
+/// (a descriptor of it, or its file handle), not only a watch and a name.
+pub const WATCH_FANOTIFY: u32 = 0x0800_0000;
+
+/// The key of a watch of every inode of the mount (`fanotify`'s
+/// `FAN_MARK_MOUNT`/`FAN_MARK_FILESYSTEM`): events on objects and
+/// directory-entry events, each once, never an event on a child as seen
+/// by its directory. No inode has this id (its server bits are all set).
+pub const ALL_INODES: crate::InodeId = crate::InodeId(u64::MAX);
+
+/// Bytes a fanotify record holds between the header and the name: the
+/// object's inode id and the pid of the process that made the change.
+pub const OBJECT_LEN: usize = 12;
+
 /// Length of the record for an event with `name` (empty: none): the
 /// header, then the name with its NUL padded to a multiple of 16 bytes,
 /// as Linux's `copy_event_to_user` pads it.
@@ -93,6 +109,27 @@ pub fn encode(out: &mut Vec<u8>, wd: i32, mask: u32, cookie: u32, name: &[u8]) {
     out.extend_from_slice(&(len as u32).to_le_bytes());
     out.extend_from_slice(name);
     out.resize(out.len() + len - name.len(), 0);
+}
+
+/// Append the record of one event for a fanotify mark: as [`encode`], with
+/// the inode the event is about and the changer's pid before the name
+/// (the length field counts them).
+pub fn encode_object(
+    out: &mut Vec<u8>,
+    (wd, mask, cookie): (i32, u32, u32),
+    object: u64,
+    pid: u32,
+    name: &[u8],
+) {
+    let len = OBJECT_LEN + name_field_len(name);
+    out.extend_from_slice(&wd.to_le_bytes());
+    out.extend_from_slice(&mask.to_le_bytes());
+    out.extend_from_slice(&cookie.to_le_bytes());
+    out.extend_from_slice(&(len as u32).to_le_bytes());
+    out.extend_from_slice(&object.to_le_bytes());
+    out.extend_from_slice(&pid.to_le_bytes());
+    out.extend_from_slice(name);
+    out.resize(out.len() + len - OBJECT_LEN - name.len(), 0);
 }
 
 /// `(wd, mask, cookie, name length field)` of a record header.

@@ -153,6 +153,7 @@ mod tests {
         let frame = RequestFrame {
             id: 42,
             cred: Cred::of(1000, 1000),
+            pid: 0,
             req: Request::Lookup {
                 dir: ROOT,
                 name: b"hello",

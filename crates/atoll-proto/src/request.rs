@@ -11,6 +11,9 @@ pub struct RequestFrame<'a> {
     /// Chosen by the client; echoed in the reply.
     pub id: u64,
     pub cred: Cred,
+    /// The sending process (its pid as it sees it; 0: not said): the
+    /// `pid` fanotify reports with the changes the request makes.
+    pub pid: u32,
     #[serde(borrow)]
     pub req: Request<'a>,
     /// Attributes of inodes owned by other servers that this request's

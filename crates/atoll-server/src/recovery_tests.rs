@@ -132,6 +132,7 @@ impl Live {
         let frame = RequestFrame {
             id: self.next_id,
             cred: Cred::default(),
+            pid: 0,
             req,
             vouched: Default::default(),
         };

@@ -187,8 +187,10 @@ pub fn serve_frame_kept<S: BlockStore>(
                     None => {}
                 }
                 let kill = !is_posted(id) && fs.kill_due(&frame.req);
+                fs.set_requester(frame.pid);
                 let reply =
                     fs.handle_vouched(session, frame.cred, &frame.vouched, frame.req, scratch);
+                fs.set_requester(0);
                 if let Some(j) = keep {
                     tape::with_recorded(|t| j.append(Kind::Request, session, t, bytes));
                 }
@@ -417,6 +419,7 @@ pub fn rebuild(
             Kind::CutChains => fs.cut_chains(r.session),
             Kind::Request => {
                 if let Ok(frame) = decode::<RequestFrame<'_>>(&r.frame) {
+                    fs.set_requester(frame.pid);
                     fs.handle_vouched(
                         r.session,
                         frame.cred,
@@ -424,6 +427,7 @@ pub fn rebuild(
                         frame.req,
                         &mut scratch,
                     );
+                    fs.set_requester(0);
                 }
                 // Its invalidations were delivered by the lost server.
                 fs.take_notices();

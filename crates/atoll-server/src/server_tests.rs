@@ -69,6 +69,7 @@ fn well_formed_frames_are_served_and_echo_their_id() {
     let frame = RequestFrame {
         id: 99,
         cred: Cred::default(),
+        pid: 0,
         req: Request::Lookup {
             dir: ROOT,
             name: b".",
@@ -91,6 +92,7 @@ fn posted_requests_are_served_without_a_reply() {
     let mk = |id| RequestFrame {
         id,
         cred: Cred::default(),
+        pid: 0,
         req: Request::MakeNode {
             dir: ROOT,
             name: b"d",
@@ -134,6 +136,7 @@ fn truncated_frames_of_every_length_never_panic() {
     let frame = RequestFrame {
         id: 5,
         cred: Cred::default(),
+        pid: 0,
         req: Request::Rename {
             olddir: ROOT,
             oldname: b"a",
@@ -174,6 +177,7 @@ fn lookup_frame(id: u64) -> Vec<u8> {
     let frame = RequestFrame {
         id,
         cred: Cred::default(),
+        pid: 0,
         req: Request::Lookup {
             dir: ROOT,
             name: b".",

@@ -103,6 +103,7 @@ impl Lane {
                 rustix::process::geteuid().as_raw(),
                 rustix::process::getegid().as_raw(),
             ),
+            pid: 0,
             req,
             vouched: Default::default(),
         };

@@ -96,6 +96,10 @@ pub(super) struct Notify {
     names_key: Option<(u64, u64, usize)>,
     /// Records not yet in their ring (its lock was held), in order.
     pending: VecDeque<(QueueRef, Vec<u8>)>,
+    /// The pid the request being served came from (`RequestFrame::pid`;
+    /// 0 outside requests): fanotify records carry it.
+    #[serde(skip)]
+    requester: u32,
     /// Rename cookies handed out here.
     cookies: u32,
     /// Passes of `flush` that found a ring locked since records last went
@@ -422,7 +426,7 @@ impl<S: BlockStore> FileServer<S> {
         if mask & IN_ALL_EVENTS == 0 || mask & IN_MASK_ADD != 0 && mask & IN_MASK_CREATE != 0 {
             return Err(Errno::EINVAL);
         }
-        let keep = mask & (IN_ALL_EVENTS | IN_ONESHOT | IN_EXCL_UNLINK);
+        let keep = mask & (IN_ALL_EVENTS | IN_ONESHOT | IN_EXCL_UNLINK | WATCH_FANOTIFY);
         let mut replaced = 0;
         let (wd, mask) = match q.wds.get(&ino) {
             Some(&(wd, old)) if old & IN_ONESHOT != 0 => {
@@ -473,9 +477,12 @@ impl<S: BlockStore> FileServer<S> {
             header: q.header,
             id: q.id,
         };
-        let mut rec = Vec::new();
-        encode(&mut rec, wd, IN_IGNORED, 0, b"");
-        self.append(queue, rec);
+        // fanotify has no event for a mark removed.
+        if mask & WATCH_FANOTIFY == 0 {
+            let mut rec = Vec::new();
+            encode(&mut rec, wd, IN_IGNORED, 0, b"");
+            self.append(queue, rec);
+        }
         Ok(Reply::Watch {
             wd,
             ino,
@@ -702,7 +709,7 @@ impl<S: BlockStore> FileServer<S> {
         }
         // The parent's watch first, then the inode's, as Linux queues them.
         for (dir, name) in names {
-            self.emit(dir, mask | isdir(ftype), 0, &name);
+            self.emit_about(dir, ino, mask | isdir(ftype), 0, &name);
         }
         self.emit(ino, mask | isdir(ftype), 0, b"");
     }
@@ -754,6 +761,7 @@ impl<S: BlockStore> FileServer<S> {
     /// per write (`InotifyModified`) and waiting closes.
     pub(super) fn watched(&self, ino: InodeId) -> bool {
         self.notify.watches.contains_key(&ino)
+            || self.notify.watches.contains_key(&ALL_INODES)
             || self
                 .notify
                 .watches
@@ -781,13 +789,17 @@ impl<S: BlockStore> FileServer<S> {
     /// `ino` is being freed: `IN_DELETE_SELF`, then `IN_IGNORED` for each
     /// of its watches, which go.
     pub(super) fn notify_freed(&mut self, ino: InodeId, ftype: FileType) {
-        if !self.notify.watches.contains_key(&ino) {
+        if !self.notify.watches.contains_key(&ino) && !self.notify.watches.contains_key(&ALL_INODES)
+        {
             return;
         }
         let _ = ftype; // Linux sets no `IN_ISDIR` on `IN_DELETE_SELF`
         self.emit(ino, IN_DELETE_SELF, 0, b"");
         // Before the parent's `IN_DELETE`, as Linux orders them.
         for w in self.notify.remove_inode(ino) {
+            if w.mask & WATCH_FANOTIFY != 0 {
+                continue; // fanotify has no event for a mark gone
+            }
             let mut rec = Vec::new();
             encode(&mut rec, w.wd, IN_IGNORED, 0, b"");
             self.append(w.queue, rec);
@@ -795,19 +807,41 @@ impl<S: BlockStore> FileServer<S> {
         }
     }
 
-    /// Append an event to every watch of `watched` that asked for it.
+    /// Append an event to every watch of `watched` that asked for it: an
+    /// event on `watched` itself, or (with a name) on an entry of it.
     fn emit(&mut self, watched: InodeId, mask: u32, cookie: u32, name: &[u8]) {
-        let Some(list) = self.notify.watches.get(&watched) else {
-            return;
-        };
-        let hits: Vec<Watch> = list
-            .iter()
-            .filter(|w| w.mask & mask & IN_ALL_EVENTS != 0)
-            .copied()
-            .collect();
+        self.emit_about(watched, watched, mask, cookie, name);
+    }
+
+    /// [`Self::emit`] of an event about inode `object`: `watched` itself,
+    /// or a child of directory `watched` that changed (named `name`).
+    /// fanotify marks' records carry `object`; watches of the whole mount
+    /// ([`ALL_INODES`]) take the event once: the one on the object itself,
+    /// or, for an entry made, removed or moved, the one on its directory.
+    fn emit_about(
+        &mut self,
+        watched: InodeId,
+        object: InodeId,
+        mask: u32,
+        cookie: u32,
+        name: &[u8],
+    ) {
+        let dirent = IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO;
+        let on_object = name.is_empty() || mask & dirent != 0;
+        let mut hits: Vec<Watch> = Vec::new();
+        for (key, asked) in [(watched, true), (ALL_INODES, on_object)] {
+            if let Some(list) = self.notify.watches.get(&key).filter(|_| asked) {
+                hits.extend(list.iter().filter(|w| w.mask & mask & IN_ALL_EVENTS != 0));
+            }
+        }
         for w in hits {
-            let mut rec = Vec::with_capacity(record_len(name));
-            encode(&mut rec, w.wd, mask, cookie, name);
+            let mut rec = Vec::with_capacity(record_len(name) + OBJECT_LEN);
+            if w.mask & WATCH_FANOTIFY != 0 {
+                let pid = self.notify.requester;
+                encode_object(&mut rec, (w.wd, mask, cookie), object.0, pid, name);
+            } else {
+                encode(&mut rec, w.wd, mask, cookie, name);
+            }
             self.append(w.queue, rec);
             if w.mask & IN_ONESHOT != 0 {
                 let mut rec = Vec::new();
@@ -882,7 +916,7 @@ impl<S: BlockStore> FileServer<S> {
             self.ring_read(h, last - 1, &mut hd);
             let (_, _, _, len) = decode_header(&hd);
             // A scribbled length must not make this server allocate much.
-            let len = (len as usize).min(EVENT_HEADER + atoll_proto::MAX_NAME);
+            let len = (len as usize).min(EVENT_HEADER + OBJECT_LEN + atoll_proto::MAX_NAME);
             last_rec.resize(EVENT_HEADER + len, 0);
             self.ring_read(h, last - 1, &mut last_rec);
         }
@@ -994,6 +1028,11 @@ impl<S: BlockStore> FileServer<S> {
     /// Serve what `has_pending_events` reported.
     pub fn flush_events(&mut self) {
         self.notify_tick();
+    }
+
+    /// The process the next request comes from (`RequestFrame::pid`).
+    pub fn set_requester(&mut self, pid: u32) {
+        self.notify.requester = pid;
     }
 
     /// A write the client made through a mapping or its own copy.

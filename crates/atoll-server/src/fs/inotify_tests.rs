@@ -518,3 +518,51 @@ fn a_change_by_a_path_whose_entry_is_held_elsewhere_reports_to_that_directory() 
     ok(&mut fs, S1, xattr);
     assert_eq!(events(&mut fs), [(wd, IN_ATTRIB, b"there".to_vec())]);
 }
+
+/// A fanotify watch of the whole mount (`ALL_INODES`) beside one of the
+/// root directory: the mount watch takes each event once (the creation on
+/// the directory, the write on the file, never the write as the directory
+/// sees it), and fanotify records name the object and the request's pid.
+#[test]
+fn mount_watch_takes_each_event_once_with_object_and_pid() {
+    let mut fs = server();
+    let (q, qref) = queue(&mut fs, S2);
+    let events = IN_CREATE | IN_MODIFY | WATCH_FANOTIFY;
+    let (all, _) = watch(&mut fs, S2, q, ALL_INODES, events).unwrap();
+    let (dir, _) = watch(&mut fs, S2, q, ROOT, events).unwrap();
+    fs.set_requester(77);
+    let (ino, desc) = create(&mut fs, b"f");
+    write(&mut fs, desc, 3, Some(0));
+    fs.set_requester(0);
+    // (wd, mask, object, pid, name) of every record.
+    let mut got = Vec::new();
+    let h = qref.header;
+    let (head, mut tail) = (
+        fs.cache.store.get_u64(h, HEAD),
+        fs.cache.store.get_u64(h, TAIL),
+    );
+    while tail < head {
+        let mut hd = [0u8; EVENT_HEADER];
+        fs.ring_read(h, tail, &mut hd);
+        let (wd, mask, _, len) = decode_header(&hd);
+        let mut body = vec![0u8; len as usize];
+        fs.ring_read(h, tail + EVENT_HEADER as u64, &mut body);
+        let object = u64::from_le_bytes(body[..8].try_into().unwrap());
+        let pid = u32::from_le_bytes(body[8..OBJECT_LEN].try_into().unwrap());
+        let mut name = body[OBJECT_LEN..].to_vec();
+        while name.last() == Some(&0) {
+            name.pop();
+        }
+        got.push((wd, mask, object, pid, name));
+        tail += (EVENT_HEADER + len as usize) as u64;
+    }
+    assert_eq!(
+        got,
+        vec![
+            (dir, IN_CREATE, ROOT.0, 77, b"f".to_vec()),
+            (all, IN_CREATE, ROOT.0, 77, b"f".to_vec()),
+            (dir, IN_MODIFY, ino.0, 77, b"f".to_vec()),
+            (all, IN_MODIFY, ino.0, 77, Vec::new()),
+        ]
+    );
+}

@@ -1,0 +1,43 @@
+//! fanotify on atoll paths: a C probe marks a directory (and, in one
+//! mode, the whole mount) while a child process creates, writes, chmods,
+//! renames and deletes in it; the events the parent then reads, their
+//! descriptors and their file-handle and name records match what Linux
+//! gives on a tmpfs directory.
+
+use atoll_tests::OutputBounded as _;
+use std::process::Command;
+
+use atoll_tests::{compile_probe, run_in_atoll, MOUNT};
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).to_string()
+}
+
+/// Descriptor mode, `FAN_REPORT_FID`, `FAN_REPORT_DFID_NAME` (alone and
+/// with `FAN_REPORT_FID`) on a directory mark, and a filesystem mark: the
+/// same events (merged as Linux merges them), descriptors and records as
+/// on tmpfs, with entries and inodes spread over two servers.
+#[test]
+fn probe_matches_tmpfs() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = compile_probe(dir.path(), "probe", include_str!("fanotify/probe.c"));
+    for mode in ["fd", "fid", "dfid_name", "fid_dfid_name", "mount"] {
+        let shm = tempfile::tempdir_in("/dev/shm").expect("tmpfs directory");
+        let host = Command::new(&bin)
+            .args([mode, &format!("{}/w", shm.path().display())])
+            .output_bounded()
+            .expect("probe");
+        let want = text(&host.stdout);
+        assert!(
+            host.status.success(),
+            "{mode}: {want}{}",
+            text(&host.stderr)
+        );
+        assert!(want.contains("CLOSE_WRITE"), "{mode}: {want}");
+        let out = run_in_atoll(
+            &["--servers", "2"],
+            &format!("{} {mode} {MOUNT}/w", bin.display()),
+        );
+        assert_eq!(text(&out.stdout), want, "{mode}: {}", text(&out.stderr));
+    }
+}

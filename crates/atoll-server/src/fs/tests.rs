@@ -112,6 +112,12 @@ struct T {
     out: Vec<u8>,
 }
 
+/// `Request::Map` of `ino` into session `to`; `held`: the references `to`
+/// held before (a fork's share), `None` for a process's own `mmap`.
+fn map_req(ino: InodeId, to: SessionId, held: Option<u32>) -> Request<'static> {
+    Request::Map { ino, to, held }
+}
+
 fn server(blocks: u32) -> T {
     server_n(0, 1, blocks)
 }

@@ -363,15 +363,7 @@ fn map_blocks_fills_holes_when_asked() {
         },
     )
     .unwrap();
-    t.ok(
-        S1,
-        USER,
-        Request::Map {
-            ino,
-            to: S1,
-            held: None,
-        },
-    );
+    t.ok(S1, USER, map_req(ino, S1, None));
     let map = |t: &mut T, allocate| {
         t.ok(
             S1,

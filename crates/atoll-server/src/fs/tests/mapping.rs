@@ -57,15 +57,7 @@ fn mapped_blocks(t: &mut T, s: SessionId, ino: InodeId) -> Vec<u32> {
 fn mapped_file(t: &mut T, name: &str, blocks: u64) -> (DescId, InodeId, Vec<u32>) {
     let (d, ino) = t.create(ROOT, name);
     write_blocks(t, S1, d, 0, blocks).unwrap();
-    t.ok(
-        S1,
-        USER,
-        Request::Map {
-            ino,
-            to: S1,
-            held: None,
-        },
-    );
+    t.ok(S1, USER, map_req(ino, S1, None));
     let b = mapped_blocks(t, S1, ino);
     assert_eq!(b.len() as u64, blocks);
     (d, ino, b)
@@ -163,15 +155,7 @@ fn blocks_cut_by_truncate_or_punch_while_mapped_stay_at_their_offsets_and_go_to_
 fn retained_blocks_are_freed_after_the_last_unmap_of_any_session() {
     let mut t = server(8);
     let (d, ino, _) = mapped_file(&mut t, "m", 4);
-    t.ok(
-        S1,
-        USER,
-        Request::Map {
-            ino,
-            to: S2,
-            held: Some(0),
-        },
-    ); // a forked child
+    t.ok(S1, USER, map_req(ino, S2, Some(0))); // a forked child
     truncate(&mut t, ino, 0);
     assert_eq!(retained(&t), 4);
     t.ok(S1, USER, Request::Unmap { ino });
@@ -189,15 +173,7 @@ fn a_shared_mapping_of_holes_gets_retained_blocks_that_a_write_fills() {
     let mut t = server(8);
     let (d, ino) = t.create(ROOT, "m");
     truncate(&mut t, ino, 2 * BS);
-    t.ok(
-        S1,
-        USER,
-        Request::Map {
-            ino,
-            to: S1,
-            held: None,
-        },
-    );
+    t.ok(S1, USER, map_req(ino, S1, None));
     // Two holes and one page past the end, as `mmap` of 3 pages asks: the
     // page past the end is not the file's (the client makes it fault).
     let req = Request::MapBlocks {
@@ -247,15 +223,7 @@ fn a_dead_session_releases_its_mappings() {
 fn a_forked_child_holds_the_mapping_after_its_parent_unmaps() {
     let mut t = server(8);
     let (d, ino, held) = mapped_file(&mut t, "m", 2);
-    t.ok(
-        S1,
-        USER,
-        Request::Map {
-            ino,
-            to: S2,
-            held: Some(0),
-        },
-    );
+    t.ok(S1, USER, map_req(ino, S2, Some(0)));
     t.close(S1, d);
     t.unlink(ROOT, "m", UnlinkKind::NonDirectory).unwrap();
     t.ok(S1, USER, Request::Unmap { ino });
@@ -280,51 +248,13 @@ fn mapping_needs_an_open_description_or_a_mapping_to_pass_on() {
     };
     assert_eq!(t.err(S1, USER, blocks()), Errno::EBADF);
     // S2 has no descriptor of it, S1 maps nothing it could pass on.
-    assert_eq!(
-        t.err(
-            S2,
-            USER,
-            Request::Map {
-                ino,
-                to: S2,
-                held: None
-            }
-        ),
-        Errno::EBADF
-    );
-    assert_eq!(
-        t.err(
-            S1,
-            USER,
-            Request::Map {
-                ino,
-                to: S3,
-                held: Some(0)
-            }
-        ),
-        Errno::EBADF
-    );
+    assert_eq!(t.err(S2, USER, map_req(ino, S2, None)), Errno::EBADF);
+    assert_eq!(t.err(S1, USER, map_req(ino, S3, Some(0))), Errno::EBADF);
     assert_eq!(t.err(S1, USER, Request::Unmap { ino }), Errno::EINVAL);
-    t.ok(
-        S1,
-        USER,
-        Request::Map {
-            ino,
-            to: S1,
-            held: None,
-        },
-    );
+    t.ok(S1, USER, map_req(ino, S1, None));
     t.ok(S1, USER, blocks());
     // References count: two maps, two unmaps.
-    t.ok(
-        S1,
-        USER,
-        Request::Map {
-            ino,
-            to: S1,
-            held: None,
-        },
-    );
+    t.ok(S1, USER, map_req(ino, S1, None));
     t.close(S1, d);
     t.unlink(ROOT, "m", UnlinkKind::NonDirectory).unwrap();
     t.ok(S1, USER, Request::Unmap { ino });

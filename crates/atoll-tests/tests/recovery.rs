@@ -734,20 +734,7 @@ fn a_fork_whose_share_outlived_its_killed_server_keeps_its_descriptions() {
         exec 3<&-
         printf 'b\na\n' | sort
     "#;
-    let want = on_the_host(script);
-    let out = output_within(
-        inst.command(&format!(r#"BASE="$ROOT"; {script}"#)),
-        RUN_LIMIT,
-    );
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&want.stdout),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success());
-    let h = rebuilt(&inst, 0, 1);
-    assert_eq!(h["state"], "up", "{h}");
+    runs_as_on_the_host_across_a_kill_of_server_0(&inst, script);
 }
 
 /// A server process killed between a fork's `Share`s and the child's
@@ -764,6 +751,13 @@ fn a_child_without_channels_keeps_its_descriptions_across_a_server_kill() {
         ( cat <&3; cat <&4 )
         exec 3<&- 4<&-
     "#;
+    runs_as_on_the_host_across_a_kill_of_server_0(&inst, script);
+}
+
+/// `script` (with `$BASE` its directory) prints in `inst` what it prints
+/// on the host, though server 0 is killed on the way (`ATOLL_FAULT_KILL`),
+/// and server 0 was rebuilt once and is up.
+fn runs_as_on_the_host_across_a_kill_of_server_0(inst: &Booted, script: &str) {
     let want = on_the_host(script);
     let out = output_within(
         inst.command(&format!(r#"BASE="$ROOT"; {script}"#)),
@@ -776,7 +770,7 @@ fn a_child_without_channels_keeps_its_descriptions_across_a_server_kill() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(out.status.success());
-    let h = rebuilt(&inst, 0, 1);
+    let h = rebuilt(inst, 0, 1);
     assert_eq!(h["state"], "up", "{h}");
 }
 

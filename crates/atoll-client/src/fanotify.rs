@@ -512,15 +512,7 @@ pub fn read(c: &Client, d: &DescRef, ring: &Ring, buf: &mut [u8]) -> Result<usiz
             }
             return write_events(c, &g, events, buf);
         }
-        if d.flags() & libc::O_NONBLOCK as u32 != 0 {
-            ring.unlock();
-            return err(libc::EAGAIN);
-        }
-        let seen = ring.word(ino_hdr::RSEQ).load(Ordering::Acquire);
-        ring.word(ino_hdr::RSLEEP).fetch_add(1, Ordering::AcqRel);
-        ring.unlock();
-        drop(sig);
-        crate::pipe::sleep(ring, ino_hdr::RSEQ, ino_hdr::RSLEEP, seen)?;
+        crate::inotify::wait_for_records(ring, d.flags(), sig)?;
     }
 }
 

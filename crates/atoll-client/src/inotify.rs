@@ -274,16 +274,23 @@ pub fn read(c: &Client, d: &DescRef, ring: &Ring, buf: &mut [u8]) -> Result<usiz
             ring.unlock();
             return r;
         }
-        if d.flags() & libc::O_NONBLOCK as u32 != 0 {
-            ring.unlock();
-            return err(libc::EAGAIN);
-        }
-        let seen = ring.word(ino_hdr::RSEQ).load(Ordering::Acquire);
-        ring.word(ino_hdr::RSLEEP).fetch_add(1, Ordering::AcqRel);
-        ring.unlock();
-        drop(sig);
-        crate::pipe::sleep(ring, ino_hdr::RSEQ, ino_hdr::RSLEEP, seen)?;
+        wait_for_records(ring, d.flags(), sig)?;
     }
+}
+
+/// A queue with nothing to read (its ring lock held, signals blocked by
+/// `sig`): `EAGAIN` for a non-blocking descriptor, else release both and
+/// sleep until a server appends (inotify and fanotify alike).
+pub(crate) fn wait_for_records(ring: &Ring, flags: u32, sig: sys::SigBlock) -> Result<()> {
+    if flags & libc::O_NONBLOCK as u32 != 0 {
+        ring.unlock();
+        return err(libc::EAGAIN);
+    }
+    let seen = ring.word(ino_hdr::RSEQ).load(Ordering::Acquire);
+    ring.word(ino_hdr::RSLEEP).fetch_add(1, Ordering::AcqRel);
+    ring.unlock();
+    drop(sig);
+    crate::pipe::sleep(ring, ino_hdr::RSEQ, ino_hdr::RSLEEP, seen)
 }
 
 /// Copy the whole records in `[tail, head)` that fit `buf` (lock held).

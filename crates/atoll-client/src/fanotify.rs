@@ -195,15 +195,7 @@ pub fn mark(c: &Client, a: &[u64; 6]) -> Result<Out> {
     let key = if kind != 0 { ALL_INODES } else { ino };
     let path = mark_path(c, dirfd, path);
     if action == FAN_MARK_ADD {
-        // Linux asks for read permission on the marked object.
-        lane.call_ok(
-            c,
-            ino.owner(),
-            Request::Access {
-                ino,
-                mask: libc::R_OK as u32,
-            },
-        )?;
+        crate::inotify::check_readable(c, &lane, ino)?;
         let old = g
             .marks
             .values()

@@ -81,15 +81,7 @@ pub fn add_watch(c: &Client, fd: i64, path: u64, mask: u32) -> Result<Out> {
     if mask & IN_ONLYDIR != 0 && ftype != FileType::Directory {
         return err(libc::ENOTDIR);
     }
-    // Linux asks for read permission on the watched inode.
-    lane.call_ok(
-        c,
-        ino.owner(),
-        Request::Access {
-            ino,
-            mask: libc::R_OK as u32,
-        },
-    )?;
+    check_readable(c, &lane, ino)?;
     let queue = match queue {
         Some(q) => q,
         None => convert_host_queue(c, &lane, fd, Kind::Inotify)?,
@@ -276,6 +268,20 @@ pub fn read(c: &Client, d: &DescRef, ring: &Ring, buf: &mut [u8]) -> Result<usiz
         }
         wait_for_records(ring, d.flags(), sig)?;
     }
+}
+
+/// Linux asks for read permission on the object an inotify watch or a
+/// fanotify mark is set on.
+pub(crate) fn check_readable(c: &Client, lane: &Lane, ino: InodeId) -> Result<()> {
+    lane.call_ok(
+        c,
+        ino.owner(),
+        Request::Access {
+            ino,
+            mask: libc::R_OK as u32,
+        },
+    )?;
+    Ok(())
 }
 
 /// A queue with nothing to read (its ring lock held, signals blocked by

@@ -118,6 +118,12 @@ fn map_req(ino: InodeId, to: SessionId, held: Option<u32>) -> Request<'static> {
     Request::Map { ino, to, held }
 }
 
+/// `Request::Share` of `desc` with session `to`, which held `held`
+/// references to it before (a fork's share).
+fn share_req(desc: DescId, to: SessionId, held: u32) -> Request<'static> {
+    Request::Share { desc, to, held }
+}
+
 fn server(blocks: u32) -> T {
     server_n(0, 1, blocks)
 }

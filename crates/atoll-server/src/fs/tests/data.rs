@@ -40,15 +40,7 @@ fn write_reserves_zeroed_blocks_the_client_fills() {
     assert_eq!(ext.len(), 1, "two fresh contiguous blocks merge: {ext:?}");
     // Another process (sharing the description) reads meanwhile: until the
     // writer says its bytes are in, the new end is not readable.
-    t.ok(
-        S1,
-        USER,
-        Request::Share {
-            desc: d,
-            to: S2,
-            held: 0,
-        },
-    );
+    t.ok(S1, USER, share_req(d, S2, 0));
     assert_eq!(t.read(S2, d, 200, Some(0)).unwrap_err(), RETRY);
     let ino = t.fs.descs[&d].ino;
     let done = || Request::WriteDone {

@@ -59,24 +59,8 @@ fn share_gives_another_session_a_counted_reference() {
         Err(Errno::EBADF),
         "not S2's description"
     );
-    t.ok(
-        S1,
-        USER,
-        Request::Share {
-            desc: d,
-            to: S2,
-            held: 0,
-        },
-    );
-    t.ok(
-        S1,
-        USER,
-        Request::Share {
-            desc: d,
-            to: S2,
-            held: 1,
-        },
-    );
+    t.ok(S1, USER, share_req(d, S2, 0));
+    t.ok(S1, USER, share_req(d, S2, 1));
     t.write(S1, d, b"abc", None).unwrap();
     // The offset is shared: S2 continues where S1 stopped.
     t.write(S2, d, b"def", None).unwrap();

@@ -171,15 +171,7 @@ fn unlinked_open_file_lives_until_last_close() {
     let mut t = server(8);
     let (d, f) = t.create(ROOT, "tmp");
     t.write(S1, d, b"still here", None).unwrap();
-    t.ok(
-        S1,
-        USER,
-        Request::Share {
-            desc: d,
-            to: S2,
-            held: 0,
-        },
-    );
+    t.ok(S1, USER, share_req(d, S2, 0));
     let r = t.unlink(ROOT, "tmp", UnlinkKind::NonDirectory).unwrap();
     assert_eq!(r, Own::Unlinked(f, FileType::Regular, true));
     assert_eq!(t.lookup(ROOT, "tmp"), Err(Errno::ENOENT));

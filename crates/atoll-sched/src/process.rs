@@ -28,6 +28,7 @@
 
 use std::cell::Cell;
 use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -151,6 +152,10 @@ impl Ctx {
             // Holding the instance's stdout (a pipe a reader waits on to
             // end) is not a server's business; stderr carries its reports.
             .stdout(Stdio::null())
+            // A group of its own: `kill -TERM -PGID`, GNU `timeout` or a
+            // terminal's ^C aimed at the job must not stop the servers
+            // under it (the instance stops them, and they die with it).
+            .process_group(0)
             .spawn()?;
         let pid = rustix::process::Pid::from_raw(child.id() as i32)
             .ok_or_else(|| std::io::Error::other("no pid"))?;

@@ -32,6 +32,7 @@
 //! before and nothing on their side changes with a move.
 
 use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::process::CommandExt as _;
 use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -82,6 +83,10 @@ impl Host {
         let child = std::process::Command::new(exe)
             .arg(crate::process::SUBCOMMAND)
             .stdin(std::process::Stdio::from(theirs))
+            // A group of its own: a signal aimed at the job's process
+            // group (`timeout`, ^C) is not aimed at its file servers,
+            // which die with the instance (`PR_SET_PDEATHSIG`).
+            .process_group(0)
             .spawn()
             .map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
         let host = Host {

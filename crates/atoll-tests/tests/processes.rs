@@ -629,6 +629,40 @@ fn interrupt_of_the_process_group_stops_the_whole_tree() {
     );
 }
 
+#[test]
+fn a_signal_to_the_job_s_process_group_does_not_reach_atoll_s_servers() {
+    // GNU `timeout` (like a shell's `kill -TERM -PGID`) signals the whole
+    // process group it leads. atoll's file and scheduling servers are not
+    // part of the job: a program that ignores the signal goes on with the
+    // same servers, none stopped, found dead and restarted.
+    let script = r#"
+        trap "" TERM
+        servers() { pgrep -P $PPID -f '__(fs|sched)-server' | sort | tr '\n' ' '; }
+        before=$(servers)
+        sleep 3
+        echo data > "$ROOT/f" && cat "$ROOT/f"
+        [ -n "$before" ] && [ "$before" = "$(servers)" ] && echo same servers
+    "#;
+    let out = std::process::Command::new("timeout")
+        .args(["-s", "TERM", "1"])
+        .arg(atoll_tests::atoll_bin())
+        .args(["run", "--memory", "64M", "--servers", "2", "--"])
+        .args(["bash", "-c", script])
+        .env("ROOT", MOUNT)
+        .env_remove("LD_PRELOAD")
+        .env_remove("ATOLL_SOCKET")
+        .output_bounded()
+        .expect("timeout atoll run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(124), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "data\nsame servers\n",
+        "{stderr}"
+    );
+    assert!(!stderr.contains("restarted"), "{stderr}");
+}
+
 /// A detached instance, stopped on drop.
 struct Booted {
     id: String,

@@ -508,6 +508,7 @@ fn a_program_execd_on_one_host_runs_on_another_and_its_status_is_the_callers() {
         r#"
         export ATOLL_NODE_PLACEMENT=rank:2
         readlink /proc/self/ns/net
+        (cd /usr/bin && ./readlink /proc/self/ns/net)
         sh -c 'echo out; echo err >&2; exit 7'; echo "status $?"
         seq 1 3000 | md5sum
         cd $ROOT && mkdir -p there && cd there && /bin/sh -c 'pwd; echo made-on-c > f'
@@ -521,7 +522,7 @@ fn a_program_execd_on_one_host_runs_on_another_and_its_status_is_the_callers() {
     assert_eq!(
         text(&got),
         format!(
-            "{cc}out\nstatus 7\n{}/atoll/there\nmade-on-c\n",
+            "{cc}{cc}out\nstatus 7\n{}/atoll/there\nmade-on-c\n",
             text(&want_sum)
         )
     );

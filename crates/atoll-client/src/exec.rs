@@ -577,8 +577,11 @@ fn prepare_inner(
     if let Some(p) = proxy_of_self().filter(|_| !spawn) {
         env.push(env_kv(ENV_PROXY, &p.to_string()));
     }
-    // Another node's program: this process becomes its proxy instead.
-    if !spawn && exec_fd.is_none() {
+    // Another node's program: this process (or the spawned child) becomes
+    // its proxy instead. A spawn's relative path stays local: the child
+    // may change directory (`posix_spawn_file_actions_addchdir_np`) before
+    // it execs, so this process's cwd does not say what the path names.
+    if exec_fd.is_none() && (!spawn || prog_path.first() == Some(&b'/')) {
         let cursor = placement::peek_cursor();
         if let Some((proxy, pargv)) =
             crate::nodeplace::divert(&env, &c.socket_path, &prog_path, dirfd, &argv, cursor)

@@ -509,6 +509,7 @@ fn a_program_execd_on_one_host_runs_on_another_and_its_status_is_the_callers() {
         export ATOLL_NODE_PLACEMENT=rank:2
         readlink /proc/self/ns/net
         (cd /usr/bin && ./readlink /proc/self/ns/net)
+        ATOLL_NODE_PLACEMENT=rank:0 /usr/bin/python3 -I -S -c 'import os; pid = os.posix_spawn("/usr/bin/readlink", ["readlink", "/proc/self/ns/net"], dict(os.environ, ATOLL_NODE_PLACEMENT="rank:2")); print("spawned", os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))'
         sh -c 'echo out; echo err >&2; exit 7'; echo "status $?"
         seq 1 3000 | md5sum
         cd $ROOT && mkdir -p there && cd there && /bin/sh -c 'pwd; echo made-on-c > f'
@@ -522,7 +523,7 @@ fn a_program_execd_on_one_host_runs_on_another_and_its_status_is_the_callers() {
     assert_eq!(
         text(&got),
         format!(
-            "{cc}{cc}out\nstatus 7\n{}/atoll/there\nmade-on-c\n",
+            "{cc}{cc}{cc}spawned 0\nout\nstatus 7\n{}/atoll/there\nmade-on-c\n",
             text(&want_sum)
         )
     );

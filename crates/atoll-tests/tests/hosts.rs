@@ -593,6 +593,49 @@ fn a_remote_program_killed_by_a_signal_reports_it() {
     assert_eq!(text(&got), format!("{cc}status 143\nstatus 138\n{cc}"));
 }
 
+/// A remote program's stdio is flow-controlled as a pipe is: a writer
+/// faster than its reader is held back instead of queued without bound in
+/// another host's memory, both ways.
+#[test]
+fn a_fast_writer_to_or_from_a_remote_program_is_held_back() {
+    let Some(c) = cluster() else { return };
+    // Python counts what it managed to write in about two seconds, with
+    // its reader asleep for four; the count goes to stderr.
+    let writer = r#"/usr/bin/python3 -I -S -c 'import os, sys, time
+t, n, b = time.time(), 0, b"x" * 65536
+while time.time() - t < 2: n += os.write(1, b)
+sys.stderr.write("%d\n" % n)'"#;
+    let got = on(
+        &c,
+        0,
+        &format!(
+            r#"
+            R=ATOLL_NODE_PLACEMENT
+            # Into a remote program that does not read yet.
+            {writer} 2>$ROOT/n1 | env $R=rank:2 sh -c 'sleep 4; cat > /dev/null'
+            # Out of a remote program whose reader does not read yet.
+            env $R=rank:2 {writer} 2>$ROOT/n2 | (sleep 4; cat > /dev/null)
+            cat $ROOT/n1 $ROOT/n2
+            "#
+        ),
+    );
+    let counts: Vec<u64> = text(&got)
+        .lines()
+        .map(|l| {
+            l.trim()
+                .parse()
+                .unwrap_or_else(|_| panic!("not a count: {}", text(&got)))
+        })
+        .collect();
+    assert_eq!(counts.len(), 2, "{}", text(&got));
+    eprintln!("written ahead of the reader: {counts:?} bytes");
+    // Linux holds such a writer at a pipe's 64 KiB; the relay adds its
+    // window (256 KiB) and the socket buffers between the hosts.
+    for n in counts {
+        assert!(n < 32 << 20, "{n} bytes written ahead of the reader");
+    }
+}
+
 /// The host running a remote program dies: its proxy ends with status 127
 /// and one line on stderr within the link's silence bound, never hangs.
 #[test]

@@ -18,6 +18,7 @@ mod rank;
 mod remote;
 mod seqpacket;
 mod spawn;
+mod window;
 mod wire;
 
 pub use remote::main as remote_spawn;

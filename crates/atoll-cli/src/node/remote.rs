@@ -8,7 +8,8 @@
 //! included). It runs as an ordinary atoll client: it asks the node at
 //! ADDR to start the program (`spawn.rs`), then relays until it ends:
 //!
-//! * its stdin to the program's, read as soon as it can be read (a
+//! * its stdin to the program's, read as soon as it can be read and at
+//!   most a window (`window.rs`) ahead of what the program's pipe took (a
 //!   program that reads only part of its input leaves less unread than on
 //!   Linux: COMPATIBILITY.md, "Across hosts");
 //! * the program's stdout and stderr to its own 1 and 2 (a terminal, a
@@ -28,6 +29,7 @@ use std::sync::Arc;
 
 use atoll_transport::{Link, TcpTransport, Transport};
 
+use super::window::{Window, WINDOW};
 use super::wire::{self, NodeMsg, SpawnRequest};
 use crate::sys;
 
@@ -124,17 +126,24 @@ fn run(addr: &str, path: Vec<u8>, argv: Vec<Vec<u8>>) -> Result<std::convert::In
             other => return Err(format!("node {addr} answered {other:?}")),
         }
     }
-    let l = link.clone();
-    std::thread::spawn(move || relay_stdin(&*l));
+    let stdin_window = Arc::new(Window::new(WINDOW));
+    let (l, w) = (link.clone(), stdin_window.clone());
+    std::thread::spawn(move || relay_stdin(&*l, &w));
     let l = link.clone();
     std::thread::spawn(move || relay_signals(&*l));
     let mut stdout = std::io::stdout().lock();
     let mut stderr = std::io::stderr().lock();
     loop {
-        let Some(m) = link.recv(None).map_err(lost)? else {
-            continue;
+        let m = match link.recv(None) {
+            Ok(Some(m)) => m,
+            Ok(None) => continue,
+            Err(e) => {
+                stdin_window.close();
+                return Err(lost(e));
+            }
         };
         match wire::decode(&m) {
+            Ok(NodeMsg::StdinTaken { bytes }) => stdin_window.release(bytes),
             Ok(NodeMsg::Output { fd, bytes }) => {
                 let wrote = if fd == 2 {
                     stderr.write_all(&bytes)
@@ -148,6 +157,12 @@ fn run(addr: &str, path: Vec<u8>, argv: Vec<Vec<u8>>) -> Result<std::convert::In
                         sys::die_by(libc::SIGPIPE);
                     }
                 }
+                // Written out (or lost to an error the program would
+                // not see either): the node may send that much more.
+                let taken = NodeMsg::OutputTaken {
+                    bytes: bytes.len() as u64,
+                };
+                wire::send(&*link, 0, &taken).map_err(lost)?;
             }
             Ok(NodeMsg::Exited { code }) => {
                 link.close();
@@ -164,16 +179,26 @@ fn run(addr: &str, path: Vec<u8>, argv: Vec<Vec<u8>>) -> Result<std::convert::In
 }
 
 /// Our stdin to the program's, until end of input (then an empty
-/// `Stdin`). A closed or unreadable stdin is an empty one.
-fn relay_stdin(link: &dyn Link) {
+/// `Stdin`), at most a window ahead of what the node wrote to the
+/// program. A closed or unreadable stdin is an empty one.
+fn relay_stdin(link: &dyn Link, window: &Window) {
     let mut buf = vec![0u8; CHUNK];
     let mut stdin = std::io::stdin();
     loop {
+        // Room first: what is read is gone from our stdin.
+        if !window.acquire(CHUNK as u64) {
+            return;
+        }
         let bytes = match stdin.read(&mut buf) {
             Ok(n) => buf[..n].to_vec(),
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {
+                window.release(CHUNK as u64);
+                continue;
+            }
             Err(_) => Vec::new(),
         };
+        // Count what was read, not what room was asked for.
+        window.release(CHUNK as u64 - bytes.len() as u64);
         let end = bytes.is_empty();
         if wire::send(link, 0, &NodeMsg::Stdin { bytes }).is_err() || end {
             return;

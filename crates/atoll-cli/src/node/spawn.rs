@@ -12,7 +12,9 @@
 //!  proxy ──Spawn(req)──▶ node      spawns the program
 //!        ◀─Started{pid}─            (or SpawnFailed{errno})
 //!        ──Stdin{bytes}─▶           written to its stdin (empty: closed)
+//!        ◀─StdinTaken────           ... and counted off the proxy's window
 //!        ◀─Output{fd}────           what it wrote on stdout / stderr
+//!        ──OutputTaken──▶           ... once the proxy wrote it out
 //!        ──Signal{sig}──▶           kill(pid, sig)
 //!        ◀─Exited | Killed          once it ended and both pipes closed
 //! ```
@@ -34,6 +36,7 @@ use std::time::{Duration, Instant};
 
 use atoll_transport::{Link, Listener};
 
+use super::window::{Window, WINDOW};
 use super::wire::{self, NodeMsg, SpawnRequest};
 use crate::sys;
 
@@ -133,15 +136,29 @@ pub fn serve(link: Arc<dyn Link>, req: SpawnRequest, host: &SpawnHost) {
     let pid = child.id() as i32;
     let _ = wire::send(&*link, 0, &NodeMsg::Started { pid });
     let (to_stdin, stdin_rx) = mpsc::channel::<Vec<u8>>();
-    if let Some(mut stdin) = child.stdin.take() {
-        std::thread::spawn(move || {
-            for bytes in stdin_rx {
-                if bytes.is_empty() || stdin.write_all(&bytes).is_err() {
-                    break;
-                }
+    let mut stdin = child.stdin.take();
+    let l = link.clone();
+    std::thread::spawn(move || {
+        for bytes in stdin_rx {
+            if bytes.is_empty() {
+                break; // end of input: the program's stdin closes
             }
-        });
-    }
+            // A program that closed its stdin drops the rest, as Linux
+            // would fail the writer; each piece is reported taken so the
+            // proxy's window moves on (`window.rs`).
+            if stdin.as_mut().is_some_and(|s| s.write_all(&bytes).is_err()) {
+                stdin = None;
+            }
+            let taken = NodeMsg::StdinTaken {
+                bytes: bytes.len() as u64,
+            };
+            if wire::send(&*l, 0, &taken).is_err() {
+                break;
+            }
+        }
+    });
+    // What the program wrote and the proxy has not yet written out.
+    let output_window = Arc::new(Window::new(WINDOW));
     let mut outputs = Vec::new();
     let pipes: [(u8, Option<Box<dyn Read + Send>>); 2] = [
         (1, child.stdout.take().map(|p| Box::new(p) as _)),
@@ -149,8 +166,8 @@ pub fn serve(link: Arc<dyn Link>, req: SpawnRequest, host: &SpawnHost) {
     ];
     for (fd, pipe) in pipes {
         if let Some(pipe) = pipe {
-            let l = link.clone();
-            outputs.push(std::thread::spawn(move || relay_output(&*l, fd, pipe)));
+            let (l, w) = (link.clone(), output_window.clone());
+            outputs.push(std::thread::spawn(move || relay_output(&*l, &w, fd, pipe)));
         }
     }
     // Set once the program is reaped: no signal may reach a reused pid.
@@ -183,12 +200,14 @@ pub fn serve(link: Arc<dyn Link>, req: SpawnRequest, host: &SpawnHost) {
                 Ok(NodeMsg::Signal { sig }) if !ended.load(Ordering::Acquire) => {
                     let _ = sys::kill(pid, sig);
                 }
+                Ok(NodeMsg::OutputTaken { bytes }) => output_window.release(bytes),
                 _ => {}
             },
             Ok(None) => {}
             // The proxy hung up (it ended after the status, or was killed,
             // or its host is gone): nothing may outlive it.
             Err(_) => {
+                output_window.close();
                 if !ended.load(Ordering::Acquire) {
                     let _ = sys::kill(pid, libc::SIGKILL);
                 }
@@ -198,13 +217,18 @@ pub fn serve(link: Arc<dyn Link>, req: SpawnRequest, host: &SpawnHost) {
     }
 }
 
-/// Send what `pipe` yields as `Output { fd }` until it closes.
-fn relay_output(link: &dyn Link, fd: u8, mut pipe: Box<dyn Read + Send>) {
+/// Send what `pipe` yields as `Output { fd }` until it closes, at most a
+/// window ahead of what the proxy wrote out: a program writing faster
+/// than the proxy's reader takes it blocks on its pipe, as on Linux.
+fn relay_output(link: &dyn Link, window: &Window, fd: u8, mut pipe: Box<dyn Read + Send>) {
     let mut buf = vec![0u8; CHUNK];
     loop {
         match pipe.read(&mut buf) {
             Ok(0) => return,
             Ok(n) => {
+                if !window.acquire(n as u64) {
+                    return;
+                }
                 let msg = NodeMsg::Output {
                     fd,
                     bytes: buf[..n].to_vec(),

@@ -74,6 +74,13 @@ pub enum NodeMsg {
     Exited { code: i32 },
     /// Node → proxy: the program was killed by `sig`.
     Killed { sig: i32 },
+    /// Node → proxy: `bytes` of `Stdin` were written to the program (or
+    /// dropped: it closed its stdin); the proxy may send as many more
+    /// (`window.rs`).
+    StdinTaken { bytes: u64 },
+    /// Proxy → node: `bytes` of `Output` were written to the proxy's
+    /// descriptors; the node may send as many more.
+    OutputTaken { bytes: u64 },
 }
 
 /// What `execve` carries to a program started on another node. Host
@@ -167,6 +174,8 @@ mod tests {
             NodeMsg::Signal { sig: 15 },
             NodeMsg::Exited { code: 3 },
             NodeMsg::Killed { sig: 9 },
+            NodeMsg::StdinTaken { bytes: 5 },
+            NodeMsg::OutputTaken { bytes: 6 },
         ];
         for m in all {
             let body = postcard::to_allocvec(&m).unwrap();

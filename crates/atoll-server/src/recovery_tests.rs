@@ -534,3 +534,79 @@ fn a_share_sent_again_after_a_rebuild_counts_once() {
     let rebuilt = rebuild(&p, &control, &live.journal).expect("the journal replays");
     assert_eq!(before, rebuilt.state_digest());
 }
+
+/// A process's own `Map` and an exec hand-over's `Exec` are idempotent
+/// across a server's death as `Share` is (fos §3.5): applied and
+/// journaled by the dead server, then sent again by clients its successor
+/// answered `EIO`, each counts once in the rebuilt server. The file is
+/// writable again once its one runner ended, and it goes with the one
+/// `Unmap` of its one mapping, its close and unlink.
+#[test]
+fn a_map_and_an_exec_sent_again_after_a_rebuild_count_once() {
+    use atoll_proto::Errno;
+    let (mut live, p, control) = Live::boot(1 << 20);
+    live.apply(&Step::Create {
+        dir: 0,
+        name: 1,
+        session: 1,
+    });
+    let (d, _) = live.descs[0];
+    let ino = live.files[0];
+    let map = || Request::Map {
+        ino,
+        to: SessionId(1),
+        mapping: 1,
+    };
+    let exec = || Request::Exec {
+        ino,
+        to: SessionId(2),
+    };
+    assert!(matches!(live.call(1, map()), Some(Reply::Ok)));
+    assert!(matches!(
+        live.call(1, Request::Close { desc: d }),
+        Some(Reply::Ok)
+    ));
+    assert!(matches!(live.call(1, exec()), Some(Reply::Ok)));
+    // Both answers died with the server; its successor replays both.
+    live.fs = None;
+    tape::off();
+    live.fs = Some(rebuild(&p, &control, &live.journal).expect("the journal replays"));
+    tape::record();
+    assert!(matches!(live.call(1, map()), Some(Reply::Ok)));
+    assert!(matches!(live.call(1, exec()), Some(Reply::Ok)));
+    let open_for_writing = || Request::Open {
+        dir: ROOT,
+        name: b"n1",
+        flags: libc::O_WRONLY as u32,
+        perm: 0,
+        umask: 0o022,
+        inherit: atoll_proto::Inherit::Unread,
+    };
+    assert!(matches!(
+        live.call(3, open_for_writing()),
+        Some(Reply::Err(Errno::ETXTBSY))
+    ));
+    live.apply(&Step::EndSession { session: 2 });
+    let Some(Reply::Opened { desc: w, .. }) = live.call(3, open_for_writing()) else {
+        panic!("the one runner ended: writable again")
+    };
+    assert!(matches!(
+        live.call(3, Request::Close { desc: w }),
+        Some(Reply::Ok)
+    ));
+    live.apply(&Step::Unlink { dir: 0, name: 1 });
+    let stat = || Request::GetAttr { ino };
+    assert!(matches!(live.call(1, stat()), Some(Reply::Ok)), "mapped");
+    let unmap = Request::Unmap { ino, mapping: 1 };
+    assert!(matches!(live.call(1, unmap), Some(Reply::Ok)));
+    assert!(matches!(
+        live.call(1, stat()),
+        Some(Reply::Err(Errno::ENOENT))
+    ));
+    // And the same in a server rebuilt from all of it.
+    let before = live.fs.as_ref().unwrap().state_digest();
+    live.fs = None;
+    tape::off();
+    let rebuilt = rebuild(&p, &control, &live.journal).expect("the journal replays");
+    assert_eq!(before, rebuilt.state_digest());
+}

@@ -58,16 +58,58 @@ pub(crate) fn params(journal: Arc<Journal>) -> (ServerParams, Rc<Control>) {
 /// One step of a random history.
 #[derive(Clone, Debug)]
 pub(crate) enum Step {
-    Create { dir: u8, name: u8, session: u8 },
-    Mkdir { dir: u8, name: u8 },
-    Write { desc: u8, len: u16, at: u16 },
-    Truncate { file: u8, size: u16 },
-    Rename { from: (u8, u8), to: (u8, u8) },
-    Unlink { dir: u8, name: u8 },
-    Close { desc: u8 },
-    Share { desc: u8, to: u8 },
-    Xattr { file: u8, len: u8 },
-    EndSession { session: u8 },
+    Create {
+        dir: u8,
+        name: u8,
+        session: u8,
+    },
+    Mkdir {
+        dir: u8,
+        name: u8,
+    },
+    Write {
+        desc: u8,
+        len: u16,
+        at: u16,
+    },
+    Truncate {
+        file: u8,
+        size: u16,
+    },
+    Rename {
+        from: (u8, u8),
+        to: (u8, u8),
+    },
+    Unlink {
+        dir: u8,
+        name: u8,
+    },
+    Close {
+        desc: u8,
+    },
+    Share {
+        desc: u8,
+        to: u8,
+    },
+    Xattr {
+        file: u8,
+        len: u8,
+    },
+    EndSession {
+        session: u8,
+    },
+    /// `Map` (`unmap`: `Unmap`) of a file as one of `session`'s mappings.
+    Map {
+        file: u8,
+        session: u8,
+        mapping: u8,
+        unmap: bool,
+    },
+    /// `Exec` of a file by session `to`.
+    Exec {
+        file: u8,
+        to: u8,
+    },
 }
 
 pub(crate) fn step() -> impl Strategy<Value = Step> {
@@ -90,6 +132,15 @@ pub(crate) fn step() -> impl Strategy<Value = Step> {
         (0..8u8, 1..4u8).prop_map(|(desc, to)| Step::Share { desc, to }),
         (0..8u8, 0..200u8).prop_map(|(file, len)| Step::Xattr { file, len }),
         (1..4u8).prop_map(|session| Step::EndSession { session }),
+        (0..8u8, 1..4u8, 0..3u8, any::<bool>()).prop_map(|(file, session, mapping, unmap)| {
+            Step::Map {
+                file,
+                session,
+                mapping,
+                unmap,
+            }
+        }),
+        (0..8u8, 1..4u8).prop_map(|(file, to)| Step::Exec { file, to }),
     ]
 }
 
@@ -311,6 +362,32 @@ impl Live {
                             via: None,
                         },
                     );
+                }
+            }
+            Step::Map {
+                file,
+                session,
+                mapping,
+                unmap,
+            } => {
+                if let Some(&ino) = self.files.get(file as usize) {
+                    let mapping = u64::from(mapping);
+                    let req = if unmap {
+                        Request::Unmap { ino, mapping }
+                    } else {
+                        Request::Map {
+                            ino,
+                            to: SessionId(u64::from(session)),
+                            mapping,
+                        }
+                    };
+                    self.call(session, req);
+                }
+            }
+            Step::Exec { file, to } => {
+                if let Some(&ino) = self.files.get(file as usize) {
+                    let to = SessionId(u64::from(to));
+                    self.call(1, Request::Exec { ino, to });
                 }
             }
             Step::EndSession { session } => {

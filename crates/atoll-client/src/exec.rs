@@ -834,18 +834,23 @@ fn hand_over(
         Ok(x) => x,
         Err(_) => return Ok((None, st.encode())),
     };
+    // `Exec` and `PassLocks` to the new session are idempotent (a mark
+    // set once, locks moved once), so each goes again when its server dies
+    // on it (`forkshare::again`).
     if let Some(ino) = text {
         // The new image runs `ino`: no one may write it meanwhile, and it
         // may not start while someone does (ETXTBSY, server `fs/text.rs`).
-        lane.get()?
-            .call_ok(c, ino.owner(), Request::Exec { ino, to: child })?;
+        let lane = lane.get()?;
+        let exec = || Request::Exec { ino, to: child };
+        crate::forkshare::again(|| lane.call_ok(c, ino.owner(), exec()))?;
     }
     if c.posix_locks.load(core::sync::atomic::Ordering::Relaxed) {
         // Record locks outlive execve (the process stays); the new image
         // runs in `child`, so they go to it before this session ends.
         let lane = lane.get()?;
         for server in 0..c.nservers {
-            let _ = lane.call_ok(c, server, Request::PassLocks { to: child });
+            let pass = || Request::PassLocks { to: child };
+            let _ = crate::forkshare::again(|| lane.call_ok(c, server, pass()));
         }
         st.locks = true;
     }

@@ -884,42 +884,46 @@ pub(crate) fn map_runs(
     let mut pos = off;
     let end = off + map_len;
     while pos < end {
-        let got = lane.call(
-            c,
-            ino.owner(),
-            Request::MapBlocks {
-                ino,
-                offset: pos,
-                len: end - pos,
-                allocate,
-            },
-            |r| match r {
-                Reply::Extents { len, extents, .. } => {
-                    for e in extents.iter() {
-                        if e.file_offset < pos || e.file_offset % BLOCK_SIZE as u64 != 0 {
-                            return err(libc::EIO);
-                        }
-                        let run = e.len.div_ceil(BLOCK_SIZE as u64) * BLOCK_SIZE as u64;
-                        let run = run.min(end - e.file_offset);
-                        let at = base + (e.file_offset - off);
-                        if e.block == cache::HOLE {
-                            // A shared mapping's hole gets its block when a
-                            // page of it is first touched (`pastend`), as a
-                            // page cache fills on a fault; a private one
-                            // reads the reservation's zeros.
-                            if shared {
-                                crate::pastend::map_past_end(c, at, run, prot, true)?;
+        // `MapBlocks` backs holes once and then shows the same blocks: it
+        // goes again when its server dies on it (`forkshare::again`).
+        let got = crate::forkshare::again(|| {
+            lane.call(
+                c,
+                ino.owner(),
+                Request::MapBlocks {
+                    ino,
+                    offset: pos,
+                    len: end - pos,
+                    allocate,
+                },
+                |r| match r {
+                    Reply::Extents { len, extents, .. } => {
+                        for e in extents.iter() {
+                            if e.file_offset < pos || e.file_offset % BLOCK_SIZE as u64 != 0 {
+                                return err(libc::EIO);
                             }
-                            continue;
+                            let run = e.len.div_ceil(BLOCK_SIZE as u64) * BLOCK_SIZE as u64;
+                            let run = run.min(end - e.file_offset);
+                            let at = base + (e.file_offset - off);
+                            if e.block == cache::HOLE {
+                                // A shared mapping's hole gets its block when a
+                                // page of it is first touched (`pastend`), as a
+                                // page cache fills on a fault; a private one
+                                // reads the reservation's zeros.
+                                if shared {
+                                    crate::pastend::map_past_end(c, at, run, prot, true)?;
+                                }
+                                continue;
+                            }
+                            let at_block = e.block as u64 * BLOCK_SIZE as u64;
+                            map_cache(c, at, run, prot, shared, at_block)?;
                         }
-                        let at_block = e.block as u64 * BLOCK_SIZE as u64;
-                        map_cache(c, at, run, prot, shared, at_block)?;
+                        Ok(len)
                     }
-                    Ok(len)
-                }
-                _ => Err(Error::Protocol("MapBlocks")),
-            },
-        )?;
+                    _ => Err(Error::Protocol("MapBlocks")),
+                },
+            )
+        })?;
         if got == 0 {
             // Past the end of the file: touching these pages faults, as on
             // Linux, until the file grows (`pastend`).

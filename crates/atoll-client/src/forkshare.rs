@@ -8,10 +8,12 @@
 //! never applied is missing in the child, and the description dies with
 //! the parent's last close (seen: `sort: fstat ENOENT` in a pipeline whose
 //! server was killed). Sent blindly again, one it did apply would count
-//! twice. So each carries the count the new session holds before it
-//! (`held`, kept here in a [`Ledger`]; the session is new, so the count
-//! starts at 0 and only this process adds to it), which makes it
-//! idempotent on the server, and an `EIO` sends it again.
+//! twice. So each is made idempotent on the server, and an `EIO` sends it
+//! again ([`again`]): a `Share` carries the count the new session holds
+//! before it (`held`, kept here in a [`Ledger`]; the session is new, so
+//! the count starts at 0 and only this process adds to it), a `Map` the
+//! id of the mapping it gives (the child inherits the ids with the
+//! mappings, `mapping.rs`, whose own `Map`s and `Unmap`s go again too).
 
 use atoll_proto::{DescId, InodeId, Request, SessionId};
 
@@ -24,7 +26,9 @@ use crate::session::{Client, Lane};
 const ATTEMPTS: usize = 4;
 
 /// Run `call` again while a server answers `EIO`; only for requests that
-/// are idempotent (a `Share` or `Map` with `held`, an absolute `Seek`).
+/// are idempotent (a `Share` with `held`, a `Map` or `Unmap` naming its
+/// mapping, an `Exec` or `PassLocks` to a new session, an absolute
+/// `Seek`, a `Read` at a given offset, `MapBlocks`).
 pub fn again<R>(mut call: impl FnMut() -> Result<R>) -> Result<R> {
     let mut tries = 1;
     loop {
@@ -35,12 +39,21 @@ pub fn again<R>(mut call: impl FnMut() -> Result<R>) -> Result<R> {
     }
 }
 
-/// References given to one new session so far, by description and by
-/// mapped inode.
+/// [`again`] when `idempotent`, else `call` once (a read at the
+/// description's own offset moves it: sent again, it would skip bytes).
+pub fn again_if<R>(idempotent: bool, call: impl FnMut() -> Result<R>) -> Result<R> {
+    if idempotent {
+        again(call)
+    } else {
+        let mut call = call;
+        call()
+    }
+}
+
+/// References given to one new session so far, by description.
 pub struct Ledger {
     to: SessionId,
     descs: Vec<(DescId, u32)>,
-    maps: Vec<(InodeId, u32)>,
 }
 
 impl Ledger {
@@ -49,7 +62,6 @@ impl Ledger {
         Ledger {
             to,
             descs: Vec::new(),
-            maps: Vec::new(),
         }
     }
 
@@ -72,18 +84,12 @@ impl Ledger {
         Ok(())
     }
 
-    /// One more mapping reference to `ino` for the new session.
-    pub fn map(&mut self, c: &Client, lane: &Lane, ino: InodeId) -> Result<()> {
+    /// The new session's reference to `ino` for mapping `mapping` (one of
+    /// this process's, which the child inherits).
+    pub fn map(&self, c: &Client, lane: &Lane, ino: InodeId, mapping: u64) -> Result<()> {
         let to = self.to;
-        let held = count(&mut self.maps, ino);
-        let req = || Request::Map {
-            ino,
-            to,
-            held: Some(*held),
-        };
-        again(|| lane.call_ok(c, ino.owner(), req()))?;
-        *held += 1;
-        Ok(())
+        let req = || Request::Map { ino, to, mapping };
+        again(|| lane.call_ok(c, ino.owner(), req()))
     }
 }
 

@@ -7,9 +7,12 @@
 //! (`Request::Map`/`Unmap`, server `fs/mapping.rs`) and gives no block of a
 //! mapped inode to another file. This module keeps the client's half:
 //!
-//! * every `mmap` call of an atoll file is one *mapping*, with an id, one
-//!   `Map` at the owner (sent before any block is asked for) and one or
-//!   more *pieces* `[start, end)` of address space;
+//! * every `mmap` call of an atoll file is one *mapping*, with an id
+//!   (unique in the process; a forked child inherits them), one `Map` at
+//!   the owner naming it (sent before any block is asked for) and one or
+//!   more *pieces* `[start, end)` of address space. The id makes `Map` and
+//!   `Unmap` idempotent, so each goes again when its server dies on it
+//!   (`forkshare::again`);
 //! * `munmap`, `mremap` and a `MAP_FIXED` mapping placed over a piece cut,
 //!   move or drop pieces *after* the kernel did; the mapping's last piece
 //!   gone, its `Unmap` goes to the owner. Never before: a block must not
@@ -41,6 +44,7 @@ use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use atoll_proto::{InodeId, Request};
 
 use crate::error::{err, Result};
+use crate::forkshare::again;
 use crate::session::{Client, Lane};
 use crate::sys::{self, SpinLock};
 use crate::Out;
@@ -247,15 +251,16 @@ pub fn pieces_of(ino: InodeId) -> Vec<(u64, u64, u64, i32, bool)> {
 }
 
 /// Tell the owners that these mappings are gone (after the kernel removed
-/// their last pages). A failed message leaves the reference held until
-/// the session ends.
+/// their last pages). An `Unmap` names its mapping, so one whose server
+/// died on it goes again (`again`); a failed message leaves the reference
+/// held until the session ends.
 fn release(c: &Client, gone: &[(u64, InodeId)]) {
     if gone.is_empty() {
         return;
     }
     if let Ok(lane) = c.lane() {
-        for &(_, ino) in gone {
-            let _ = lane.call_ok(c, ino.owner(), Request::Unmap { ino });
+        for &(mapping, ino) in gone {
+            let _ = again(|| lane.call_ok(c, ino.owner(), Request::Unmap { ino, mapping }));
         }
     }
 }
@@ -293,15 +298,14 @@ pub fn track(
         return err(libc::ENOMEM);
     }
     let me = c.session_id();
-    if let Err(e) = lane.call_ok(
-        c,
-        ino.owner(),
-        Request::Map {
-            ino,
-            to: me,
-            held: None,
-        },
-    ) {
+    // Named by its id, the `Map` may go again when its server dies on it
+    // (the successor applies it only if the dead one had not).
+    let map = || Request::Map {
+        ino,
+        to: me,
+        mapping: id,
+    };
+    if let Err(e) = again(|| lane.call_ok(c, ino.owner(), map())) {
         with(|t| t.carve(start, end, &mut Vec::new()));
         return Err(e);
     }
@@ -369,8 +373,8 @@ pub fn share_with(c: &Client, lane: &Lane, given: &mut crate::forkshare::Ledger)
             }
         }
     });
-    for (_, ino) in maps {
-        let _ = given.map(c, lane, ino);
+    for (mapping, ino) in maps {
+        let _ = given.map(c, lane, ino, mapping);
     }
 }
 

@@ -558,7 +558,10 @@ pub enum Request<'a> {
     /// session `to` (the new image's) runs it. While any session does,
     /// opening it for writing and truncating it give `ETXTBSY`; and it
     /// cannot start while a description has it open for writing (Linux's
-    /// `deny_write_access`). Ends with the session. → `Ok`
+    /// `deny_write_access`). Ends with the session. A mark, not a count:
+    /// sent again after the server that applied it died, it changes
+    /// nothing (and is not refused for a writer that its first send
+    /// already kept out). → `Ok`
     Exec {
         ino: InodeId,
         to: SessionId,
@@ -574,21 +577,26 @@ pub enum Request<'a> {
     /// truncate or hole punch are zeroed and retained at their offsets
     /// until the last unmap (a page still maps them; a later write there
     /// lands in the same block). `MapBlocks` needs such a reference.
-    /// `held: Some(n)` (a fork's child): `to` holds `n` references to
-    /// `ino` before this one, which makes it idempotent as `Share` is
-    /// (`n + 1` already: `Ok` without change; anything else: `ESTALE`);
-    /// `None` adds one unconditionally (the caller's own `mmap`). → `Ok`
+    /// Each reference is named by `mapping`, the number the process gave
+    /// that `mmap` call (unique in the process, and so in its session and
+    /// in a forked child's, which inherits the numbers with the mappings):
+    /// a `Map` of a mapping `to` already holds changes nothing, so one
+    /// sent again after the server that applied it died counts once
+    /// (fos §3.5). → `Ok`
     Map {
         ino: InodeId,
         to: SessionId,
-        held: Option<u32>,
+        mapping: u64,
     },
-    /// The process unmapped the last range it mapped of `ino` (`munmap`,
-    /// `mremap`, a `MAP_FIXED` mapping over it): drops one reference of the
-    /// caller's session. A session's death drops all of them, so `exit`,
-    /// `execve` (a new session) and `SIGKILL` need no message. → `Ok`
+    /// The process unmapped the last range of mapping `mapping` of `ino`
+    /// (`munmap`, `mremap`, a `MAP_FIXED` mapping over it): drops that
+    /// reference of the caller's session; one it does not hold (gone
+    /// already: a resend) changes nothing. A session's death drops all of
+    /// them, so `exit`, `execve` (a new session) and `SIGKILL` need no
+    /// message. → `Ok`
     Unmap {
         ino: InodeId,
+        mapping: u64,
     },
     /// Owner of a distributed directory: `delta` subdirectories were added
     /// (or, negative, removed) among its entries on another server; kept

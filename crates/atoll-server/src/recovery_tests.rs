@@ -58,16 +58,58 @@ pub(crate) fn params(journal: Arc<Journal>) -> (ServerParams, Rc<Control>) {
 /// One step of a random history.
 #[derive(Clone, Debug)]
 pub(crate) enum Step {
-    Create { dir: u8, name: u8, session: u8 },
-    Mkdir { dir: u8, name: u8 },
-    Write { desc: u8, len: u16, at: u16 },
-    Truncate { file: u8, size: u16 },
-    Rename { from: (u8, u8), to: (u8, u8) },
-    Unlink { dir: u8, name: u8 },
-    Close { desc: u8 },
-    Share { desc: u8, to: u8 },
-    Xattr { file: u8, len: u8 },
-    EndSession { session: u8 },
+    Create {
+        dir: u8,
+        name: u8,
+        session: u8,
+    },
+    Mkdir {
+        dir: u8,
+        name: u8,
+    },
+    Write {
+        desc: u8,
+        len: u16,
+        at: u16,
+    },
+    Truncate {
+        file: u8,
+        size: u16,
+    },
+    Rename {
+        from: (u8, u8),
+        to: (u8, u8),
+    },
+    Unlink {
+        dir: u8,
+        name: u8,
+    },
+    Close {
+        desc: u8,
+    },
+    Share {
+        desc: u8,
+        to: u8,
+    },
+    Xattr {
+        file: u8,
+        len: u8,
+    },
+    EndSession {
+        session: u8,
+    },
+    /// `Map` (`unmap`: `Unmap`) of a file as one of `session`'s mappings.
+    Map {
+        file: u8,
+        session: u8,
+        mapping: u8,
+        unmap: bool,
+    },
+    /// `Exec` of a file by session `to`.
+    Exec {
+        file: u8,
+        to: u8,
+    },
 }
 
 pub(crate) fn step() -> impl Strategy<Value = Step> {
@@ -90,6 +132,15 @@ pub(crate) fn step() -> impl Strategy<Value = Step> {
         (0..8u8, 1..4u8).prop_map(|(desc, to)| Step::Share { desc, to }),
         (0..8u8, 0..200u8).prop_map(|(file, len)| Step::Xattr { file, len }),
         (1..4u8).prop_map(|session| Step::EndSession { session }),
+        (0..8u8, 1..4u8, 0..3u8, any::<bool>()).prop_map(|(file, session, mapping, unmap)| {
+            Step::Map {
+                file,
+                session,
+                mapping,
+                unmap,
+            }
+        }),
+        (0..8u8, 1..4u8).prop_map(|(file, to)| Step::Exec { file, to }),
     ]
 }
 
@@ -313,6 +364,32 @@ impl Live {
                     );
                 }
             }
+            Step::Map {
+                file,
+                session,
+                mapping,
+                unmap,
+            } => {
+                if let Some(&ino) = self.files.get(file as usize) {
+                    let mapping = u64::from(mapping);
+                    let req = if unmap {
+                        Request::Unmap { ino, mapping }
+                    } else {
+                        Request::Map {
+                            ino,
+                            to: SessionId(u64::from(session)),
+                            mapping,
+                        }
+                    };
+                    self.call(session, req);
+                }
+            }
+            Step::Exec { file, to } => {
+                if let Some(&ino) = self.files.get(file as usize) {
+                    let to = SessionId(u64::from(to));
+                    self.call(1, Request::Exec { ino, to });
+                }
+            }
             Step::EndSession { session } => {
                 let s = SessionId(u64::from(session));
                 tape::clear();
@@ -528,6 +605,82 @@ fn a_share_sent_again_after_a_rebuild_counts_once() {
         ));
     }
     // And the same again in a server rebuilt from all of it.
+    let before = live.fs.as_ref().unwrap().state_digest();
+    live.fs = None;
+    tape::off();
+    let rebuilt = rebuild(&p, &control, &live.journal).expect("the journal replays");
+    assert_eq!(before, rebuilt.state_digest());
+}
+
+/// A process's own `Map` and an exec hand-over's `Exec` are idempotent
+/// across a server's death as `Share` is (fos §3.5): applied and
+/// journaled by the dead server, then sent again by clients its successor
+/// answered `EIO`, each counts once in the rebuilt server. The file is
+/// writable again once its one runner ended, and it goes with the one
+/// `Unmap` of its one mapping, its close and unlink.
+#[test]
+fn a_map_and_an_exec_sent_again_after_a_rebuild_count_once() {
+    use atoll_proto::Errno;
+    let (mut live, p, control) = Live::boot(1 << 20);
+    live.apply(&Step::Create {
+        dir: 0,
+        name: 1,
+        session: 1,
+    });
+    let (d, _) = live.descs[0];
+    let ino = live.files[0];
+    let map = || Request::Map {
+        ino,
+        to: SessionId(1),
+        mapping: 1,
+    };
+    let exec = || Request::Exec {
+        ino,
+        to: SessionId(2),
+    };
+    assert!(matches!(live.call(1, map()), Some(Reply::Ok)));
+    assert!(matches!(
+        live.call(1, Request::Close { desc: d }),
+        Some(Reply::Ok)
+    ));
+    assert!(matches!(live.call(1, exec()), Some(Reply::Ok)));
+    // Both answers died with the server; its successor replays both.
+    live.fs = None;
+    tape::off();
+    live.fs = Some(rebuild(&p, &control, &live.journal).expect("the journal replays"));
+    tape::record();
+    assert!(matches!(live.call(1, map()), Some(Reply::Ok)));
+    assert!(matches!(live.call(1, exec()), Some(Reply::Ok)));
+    let open_for_writing = || Request::Open {
+        dir: ROOT,
+        name: b"n1",
+        flags: libc::O_WRONLY as u32,
+        perm: 0,
+        umask: 0o022,
+        inherit: atoll_proto::Inherit::Unread,
+    };
+    assert!(matches!(
+        live.call(3, open_for_writing()),
+        Some(Reply::Err(Errno::ETXTBSY))
+    ));
+    live.apply(&Step::EndSession { session: 2 });
+    let Some(Reply::Opened { desc: w, .. }) = live.call(3, open_for_writing()) else {
+        panic!("the one runner ended: writable again")
+    };
+    assert!(matches!(
+        live.call(3, Request::Close { desc: w }),
+        Some(Reply::Ok)
+    ));
+    live.apply(&Step::Unlink { dir: 0, name: 1 });
+    let stat = || Request::GetAttr { ino };
+    assert!(matches!(live.call(1, stat()), Some(Reply::Ok)), "mapped");
+    let unmap = Request::Unmap { ino, mapping: 1 };
+    assert!(matches!(live.call(1, unmap), Some(Reply::Ok)));
+    assert!(matches!(
+        live.call(1, stat()),
+        Some(Reply::Err(Errno::ENOENT))
+    ));
+    // And the same in a server rebuilt from all of it.
     let before = live.fs.as_ref().unwrap().state_digest();
     live.fs = None;
     tape::off();

@@ -85,20 +85,24 @@ pub fn read_id(
         let got = await_writers(|| {
             // Copy each extent as it is decoded (no allocation).
             let mut ok = true;
-            let granted = lane.call_extents(
-                c,
-                server,
-                Request::Read {
-                    desc,
-                    len: want as u64,
-                    offset,
-                },
-                |at, len, e| {
-                    let n = (len as usize).min(want);
-                    ok = crate::incoherent::copy_out(c, &e, at, &mut dst[..n]).is_some();
-                    ok
-                },
-            )?;
+            // A read at a given offset changes nothing a second one would
+            // not: it goes again when its server dies on it (`forkshare`).
+            let granted = crate::forkshare::again_if(offset.is_some(), || {
+                lane.call_extents(
+                    c,
+                    server,
+                    Request::Read {
+                        desc,
+                        len: want as u64,
+                        offset,
+                    },
+                    |at, len, e| {
+                        let n = (len as usize).min(want);
+                        ok = crate::incoherent::copy_out(c, &e, at, &mut dst[..n]).is_some();
+                        ok
+                    },
+                )
+            })?;
             Ok((granted.len as usize).min(want))
         })?;
         done += got;

@@ -11,11 +11,20 @@
 //! per session:
 //!
 //! ```text
-//!  Map{to: self} ─▶ refs(session, ino) += 1 ─▶ Inode::maps += 1 (first)
-//!  Map{to: child} (fork; the caller must hold one itself)
-//!  Unmap / session death ─▶ refs −= 1 (all) ─▶ Inode::maps −= 1 (last)
+//!  Map{to: self, mapping} ─▶ refs(session, ino) ∪= {mapping} ─▶ Inode::maps += 1 (first)
+//!  Map{to: child, mapping} (fork; the caller must hold one itself)
+//!  Unmap{mapping} / session death ─▶ refs ∖= {mapping} (all) ─▶ Inode::maps −= 1 (last)
 //!        └── Inode::maps == 0: retained blocks released, inode maybe freed
 //! ```
+//!
+//! A reference is the client's number for one `mmap` call (its
+//! *mapping*), not a count: the same `Map` or `Unmap` applied twice is
+//! applied once. A server killed after journaling one and before its
+//! answer leaves its successor answering `EIO`, and the client sends it
+//! again (client `forkshare::again`; fos §3.5): the successor, rebuilt
+//! from the journal, holds the mapping already (or, for an `Unmap`, no
+//! longer) and changes nothing, so no reference counts twice and none is
+//! lost, whichever side of the journal the death fell.
 //!
 //! The client sends `Map` before it asks for blocks (`MapBlocks` answers
 //! `EBADF` without a reference, so no block reaches a mapping unheld), one
@@ -41,10 +50,11 @@ use atoll_proto::{Errno, FileType, InodeId, Reply, SessionId};
 use super::{FileServer, R};
 use crate::store::BlockStore;
 
-/// Mapping references per `(session, inode)`, for inodes owned here.
+/// Mapping references per `(session, inode)`, for inodes owned here: the
+/// client's numbers of the mappings that hold them.
 #[derive(Default, serde::Serialize, serde::Deserialize)]
 pub struct Mappings {
-    refs: Map<(SessionId, InodeId), u32>,
+    refs: Map<(SessionId, InodeId), Vec<u64>>,
 }
 
 impl Mappings {
@@ -53,28 +63,34 @@ impl Mappings {
         self.refs.contains_key(&(session, ino))
     }
 
-    /// How many references `session` holds to `ino`.
-    fn count(&self, session: SessionId, ino: InodeId) -> u32 {
-        self.refs.get(&(session, ino)).copied().unwrap_or(0)
+    /// Does `session` hold `ino` for its mapping `mapping`?
+    fn has(&self, session: SessionId, ino: InodeId, mapping: u64) -> bool {
+        self.refs
+            .get(&(session, ino))
+            .is_some_and(|held| held.contains(&mapping))
     }
 
-    /// One more reference; true when it is the inode's first from this
-    /// session.
-    fn add(&mut self, session: SessionId, ino: InodeId) -> bool {
-        let n = self.refs.entry((session, ino)).or_insert(0);
-        *n += 1;
-        *n == 1
+    /// Add `mapping` (not held yet) to `session`'s references to `ino`;
+    /// true when it is the session's first of the inode.
+    fn add(&mut self, session: SessionId, ino: InodeId, mapping: u64) -> bool {
+        let held = self.refs.entry((session, ino)).or_default();
+        held.push(mapping);
+        held.len() == 1
     }
 
-    /// One reference less; true when the session's last one went.
-    fn remove(&mut self, session: SessionId, ino: InodeId) -> Result<bool, Errno> {
-        let n = self.refs.get_mut(&(session, ino)).ok_or(Errno::EINVAL)?;
-        *n -= 1;
-        if *n == 0 {
+    /// Drop `mapping` from `session`'s references to `ino`, if held (an
+    /// `Unmap` sent again finds it gone); true when the session's last
+    /// one of the inode went.
+    fn remove(&mut self, session: SessionId, ino: InodeId, mapping: u64) -> bool {
+        let Some(held) = self.refs.get_mut(&(session, ino)) else {
+            return false;
+        };
+        held.retain(|&m| m != mapping);
+        if held.is_empty() {
             self.refs.remove(&(session, ino));
-            return Ok(true);
+            return true;
         }
-        Ok(false)
+        false
     }
 
     /// Forget every reference of `session`; the inodes it mapped.
@@ -93,18 +109,24 @@ impl Mappings {
 }
 
 impl<S: BlockStore> FileServer<S> {
-    /// `Request::Map`: `session` (or, at fork, its child `to`, which holds
-    /// `held` references before this one) maps `ino`.
+    /// `Request::Map`: `session` (or, at fork, its child `to`) maps `ino`
+    /// as its mapping `mapping`.
     pub(super) fn map_inode<'o>(
         &mut self,
         session: SessionId,
         ino: InodeId,
         to: SessionId,
-        held: Option<u32>,
+        mapping: u64,
     ) -> R<'o> {
         let i = self.inodes.get(&ino).ok_or(Errno::ENOENT)?;
         if i.ftype != FileType::Regular {
             return Err(Errno::ENODEV);
+        }
+        if self.maps.has(to, ino, mapping) {
+            // Sent again (its answer died with the server that applied
+            // it): answered as then, even if the descriptor that entitled
+            // it has been closed since.
+            return Ok(Reply::Ok);
         }
         // `mmap` needs a descriptor, and a child inherits only what its
         // parent maps: no session pins blocks of a file it never opened.
@@ -118,21 +140,10 @@ impl<S: BlockStore> FileServer<S> {
         if !entitled {
             return Err(Errno::EBADF);
         }
-        if let Some(held) = held {
-            // Idempotent, as `Share` is: a retry after the server that
-            // applied it died changes nothing (fos §3.5).
-            let n = self.maps.count(to, ino);
-            if n == held.saturating_add(1) {
-                return Ok(Reply::Ok);
-            }
-            if n != held {
-                return Err(Errno::ESTALE);
-            }
-        }
         if to != session {
             self.session_opened(to);
         }
-        if self.maps.add(to, ino) {
+        if self.maps.add(to, ino, mapping) {
             if let Some(i) = self.inodes.get_mut(&ino) {
                 i.maps += 1;
             }
@@ -141,8 +152,13 @@ impl<S: BlockStore> FileServer<S> {
     }
 
     /// `Request::Unmap`.
-    pub(super) fn unmap_inode<'o>(&mut self, session: SessionId, ino: InodeId) -> R<'o> {
-        if self.maps.remove(session, ino)? {
+    pub(super) fn unmap_inode<'o>(
+        &mut self,
+        session: SessionId,
+        ino: InodeId,
+        mapping: u64,
+    ) -> R<'o> {
+        if self.maps.remove(session, ino, mapping) {
             self.mapping_gone(ino);
         }
         Ok(Reply::Ok)

@@ -112,10 +112,15 @@ struct T {
     out: Vec<u8>,
 }
 
-/// `Request::Map` of `ino` into session `to`; `held`: the references `to`
-/// held before (a fork's share), `None` for a process's own `mmap`.
-fn map_req(ino: InodeId, to: SessionId, held: Option<u32>) -> Request<'static> {
-    Request::Map { ino, to, held }
+/// `Request::Map` of `ino` into session `to` as the client's mapping
+/// `mapping` (a process's own `mmap`, or one a forked child inherits).
+fn map_req(ino: InodeId, to: SessionId, mapping: u64) -> Request<'static> {
+    Request::Map { ino, to, mapping }
+}
+
+/// `Request::Unmap` of the caller's mapping `mapping` of `ino`.
+fn unmap_req(ino: InodeId, mapping: u64) -> Request<'static> {
+    Request::Unmap { ino, mapping }
 }
 
 /// `Request::Share` of `desc` with session `to`, which held `held`

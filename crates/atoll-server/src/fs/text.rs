@@ -9,11 +9,17 @@
 //! mappings (`mapping`):
 //!
 //! ```text
-//!  Exec{ino, to} ─▶ refs(to, ino) += 1 ─▶ Inode::runs += 1 (first)
-//!  session `to` ends (exit, next exec, kill) ─▶ refs gone ─▶ runs −= 1
+//!  Exec{ino, to} ─▶ runs ∪= {(to, ino)} ─▶ Inode::runs += 1 (first)
+//!  session `to` ends (exit, next exec, kill) ─▶ marks gone ─▶ runs −= 1
 //! ```
+//!
+//! `to` is the session made for the new image, sent one `Exec` only; the
+//! mark is set once, so an `Exec` sent again — its answer was lost with a
+//! server killed after journaling it (fos §3.5) — finds it set and changes
+//! nothing. It is not refused then either: the writer that would make it
+//! `ETXTBSY` could not open since the first send.
 
-use super::seeded::Map;
+use super::seeded::Set;
 
 use atoll_proto::{Errno, FileType, InodeId, Reply, SessionId};
 
@@ -23,7 +29,7 @@ use crate::store::BlockStore;
 /// Which session runs which inode owned here.
 #[derive(Default, serde::Serialize, serde::Deserialize)]
 pub struct Texts {
-    refs: Map<(SessionId, InodeId), u32>,
+    runs: Set<(SessionId, InodeId)>,
 }
 
 impl<S: BlockStore> FileServer<S> {
@@ -32,15 +38,15 @@ impl<S: BlockStore> FileServer<S> {
         if self.inode(ino)?.ftype != FileType::Regular {
             return Err(Errno::EACCES);
         }
+        if self.texts.runs.contains(&(to, ino)) {
+            return Ok(Reply::Ok); // sent again: applied before a death
+        }
         if self.descs.values().any(|d| d.ino == ino && d.writable()) {
             return Err(Errno::ETXTBSY);
         }
-        let n = self.texts.refs.entry((to, ino)).or_insert(0);
-        *n += 1;
-        if *n == 1 {
-            if let Some(i) = self.inodes.get_mut(&ino) {
-                i.runs += 1;
-            }
+        self.texts.runs.insert((to, ino));
+        if let Some(i) = self.inodes.get_mut(&ino) {
+            i.runs += 1;
         }
         self.session_opened(to);
         Ok(Reply::Ok)
@@ -50,13 +56,13 @@ impl<S: BlockStore> FileServer<S> {
     pub(super) fn drop_texts(&mut self, session: SessionId) {
         let gone: Vec<InodeId> = self
             .texts
-            .refs
-            .keys()
+            .runs
+            .iter()
             .filter(|(s, _)| *s == session)
             .map(|(_, ino)| *ino)
             .collect();
         for ino in gone {
-            self.texts.refs.remove(&(session, ino));
+            self.texts.runs.remove(&(session, ino));
             if let Some(i) = self.inodes.get_mut(&ino) {
                 i.runs = i.runs.saturating_sub(1);
             }

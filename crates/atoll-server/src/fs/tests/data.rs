@@ -355,7 +355,7 @@ fn map_blocks_fills_holes_when_asked() {
         },
     )
     .unwrap();
-    t.ok(S1, USER, map_req(ino, S1, None));
+    t.ok(S1, USER, map_req(ino, S1, 1));
     let map = |t: &mut T, allocate| {
         t.ok(
             S1,

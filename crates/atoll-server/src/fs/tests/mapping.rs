@@ -57,7 +57,7 @@ fn mapped_blocks(t: &mut T, s: SessionId, ino: InodeId) -> Vec<u32> {
 fn mapped_file(t: &mut T, name: &str, blocks: u64) -> (DescId, InodeId, Vec<u32>) {
     let (d, ino) = t.create(ROOT, name);
     write_blocks(t, S1, d, 0, blocks).unwrap();
-    t.ok(S1, USER, map_req(ino, S1, None));
+    t.ok(S1, USER, map_req(ino, S1, 1));
     let b = mapped_blocks(t, S1, ino);
     assert_eq!(b.len() as u64, blocks);
     (d, ino, b)
@@ -96,7 +96,7 @@ fn blocks_of_a_mapped_file_are_not_reused_after_unlink_and_close() {
     let others = fill_cache(&mut t);
     assert_eq!(others.len(), 6);
     assert!(disjoint(&held, &others));
-    t.ok(S1, USER, Request::Unmap { ino });
+    t.ok(S1, USER, unmap_req(ino, 1));
     assert_eq!(t.stat(ino), Err(Errno::ENOENT));
     assert_eq!(t.stats().blocks_used, 6);
 }
@@ -147,7 +147,7 @@ fn blocks_cut_by_truncate_or_punch_while_mapped_stay_at_their_offsets_and_go_to_
     assert_eq!(regrown, held);
     assert_eq!(retained(&t), 0);
     assert_eq!(t.stat(ino).unwrap().blocks, 4 * BS / 512);
-    t.ok(S1, USER, Request::Unmap { ino });
+    t.ok(S1, USER, unmap_req(ino, 1));
     assert_eq!(t.stats().blocks_used, 10, "data stays");
 }
 
@@ -155,10 +155,10 @@ fn blocks_cut_by_truncate_or_punch_while_mapped_stay_at_their_offsets_and_go_to_
 fn retained_blocks_are_freed_after_the_last_unmap_of_any_session() {
     let mut t = server(8);
     let (d, ino, _) = mapped_file(&mut t, "m", 4);
-    t.ok(S1, USER, map_req(ino, S2, Some(0))); // a forked child
+    t.ok(S1, USER, map_req(ino, S2, 1)); // a forked child
     truncate(&mut t, ino, 0);
     assert_eq!(retained(&t), 4);
-    t.ok(S1, USER, Request::Unmap { ino });
+    t.ok(S1, USER, unmap_req(ino, 1));
     assert_eq!(t.stats().blocks_used, 4, "the child still maps them");
     t.fs.session_closed(S2);
     assert_eq!(retained(&t), 0);
@@ -173,7 +173,7 @@ fn a_shared_mapping_of_holes_gets_retained_blocks_that_a_write_fills() {
     let mut t = server(8);
     let (d, ino) = t.create(ROOT, "m");
     truncate(&mut t, ino, 2 * BS);
-    t.ok(S1, USER, map_req(ino, S1, None));
+    t.ok(S1, USER, map_req(ino, S1, 1));
     // Two holes and one page past the end, as `mmap` of 3 pages asks: the
     // page past the end is not the file's (the client makes it fault).
     let req = Request::MapBlocks {
@@ -201,7 +201,7 @@ fn a_shared_mapping_of_holes_gets_retained_blocks_that_a_write_fills() {
     };
     assert_eq!(t.err(S1, USER, huge), Errno::ENOMEM);
     assert_eq!(t.stats().blocks_used, 2);
-    t.ok(S1, USER, Request::Unmap { ino });
+    t.ok(S1, USER, unmap_req(ino, 1));
     t.close(S1, d);
     assert_eq!(t.stats().blocks_used, 1, "only the written block stays");
     assert_eq!(t.stat(ino).unwrap().blocks, BS / 512);
@@ -223,10 +223,10 @@ fn a_dead_session_releases_its_mappings() {
 fn a_forked_child_holds_the_mapping_after_its_parent_unmaps() {
     let mut t = server(8);
     let (d, ino, held) = mapped_file(&mut t, "m", 2);
-    t.ok(S1, USER, map_req(ino, S2, Some(0)));
+    t.ok(S1, USER, map_req(ino, S2, 1));
     t.close(S1, d);
     t.unlink(ROOT, "m", UnlinkKind::NonDirectory).unwrap();
-    t.ok(S1, USER, Request::Unmap { ino });
+    t.ok(S1, USER, unmap_req(ino, 1));
     assert_eq!(t.stats().blocks_used, 2);
     assert!(disjoint(&held, &fill_cache(&mut t)));
     t.fs.session_closed(S2);
@@ -248,17 +248,47 @@ fn mapping_needs_an_open_description_or_a_mapping_to_pass_on() {
     };
     assert_eq!(t.err(S1, USER, blocks()), Errno::EBADF);
     // S2 has no descriptor of it, S1 maps nothing it could pass on.
-    assert_eq!(t.err(S2, USER, map_req(ino, S2, None)), Errno::EBADF);
-    assert_eq!(t.err(S1, USER, map_req(ino, S3, Some(0))), Errno::EBADF);
-    assert_eq!(t.err(S1, USER, Request::Unmap { ino }), Errno::EINVAL);
-    t.ok(S1, USER, map_req(ino, S1, None));
+    assert_eq!(t.err(S2, USER, map_req(ino, S2, 1)), Errno::EBADF);
+    assert_eq!(t.err(S1, USER, map_req(ino, S3, 1)), Errno::EBADF);
+    t.ok(S1, USER, map_req(ino, S1, 1));
     t.ok(S1, USER, blocks());
-    // References count: two maps, two unmaps.
-    t.ok(S1, USER, map_req(ino, S1, None));
+    // References count: two mappings, two unmaps.
+    t.ok(S1, USER, map_req(ino, S1, 2));
     t.close(S1, d);
     t.unlink(ROOT, "m", UnlinkKind::NonDirectory).unwrap();
-    t.ok(S1, USER, Request::Unmap { ino });
+    t.ok(S1, USER, unmap_req(ino, 1));
     assert_eq!(t.stats().blocks_used, 1);
-    t.ok(S1, USER, Request::Unmap { ino });
+    t.ok(S1, USER, unmap_req(ino, 2));
     assert_eq!(t.stats().blocks_used, 0);
+}
+
+/// A `Map` or `Unmap` sent again (its server died after applying it, and
+/// the client got `EIO`; fos §3.5) changes nothing: a mapping counts once
+/// however often it is named, and an unmap drops only its own mapping.
+#[test]
+fn a_mapping_named_twice_counts_once_and_unmaps_once() {
+    let mut t = server(8);
+    let (d, ino, held) = mapped_file(&mut t, "m", 2);
+    t.ok(S1, USER, map_req(ino, S1, 1)); // mapping 1 again
+    t.ok(S1, USER, map_req(ino, S1, 2));
+    t.ok(S1, USER, map_req(ino, S2, 1)); // a forked child's, twice
+    t.ok(S1, USER, map_req(ino, S2, 1));
+    t.close(S1, d);
+    t.unlink(ROOT, "m", UnlinkKind::NonDirectory).unwrap();
+    // Unmapping one mapping twice keeps the other; one never made (or
+    // already gone) changes nothing.
+    t.ok(S1, USER, unmap_req(ino, 1));
+    t.ok(S1, USER, unmap_req(ino, 1));
+    t.ok(S1, USER, unmap_req(ino, 7));
+    assert_eq!(
+        t.stats().blocks_used,
+        2,
+        "mapping 2 and the child's hold it"
+    );
+    assert!(disjoint(&held, &fill_cache(&mut t)));
+    t.ok(S1, USER, unmap_req(ino, 2));
+    t.ok(S1, USER, unmap_req(ino, 2));
+    assert!(t.stat(ino).is_ok(), "the child's mapping keeps the inode");
+    t.fs.session_closed(S2);
+    assert_eq!(t.stat(ino), Err(Errno::ENOENT));
 }

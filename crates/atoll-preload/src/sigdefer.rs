@@ -518,8 +518,15 @@ unsafe fn run_program_handler(sig: i32, info: *mut libc::siginfo_t, uc: *mut c_v
     // longer waits for its frame. A handler that leaves with longjmp
     // leaves the flag lowered, which is what program code needs.
     let outer_frame = FRAME_DELIVERY.with(|f| f.swap(FrameMode::None as u8, Ordering::Relaxed));
-    // SAFETY: the caller's contract.
-    unsafe { run_program_action(sig, info, uc) };
+    // The kernel delivered an SA_ONSTACK action on atoll's stack: the
+    // handler runs on the program's own alternate stack (`altstack`).
+    let onstack = PROGRAM_ACTIONS[sig as usize].get().flags & libc::SA_ONSTACK as u64 != 0;
+    // SAFETY: the caller's contract; the kernel's ucontext of this signal.
+    unsafe {
+        crate::altstack::run_program_handler(onstack, uc.cast(), || {
+            run_program_action(sig, info, uc)
+        })
+    };
     FRAME_DELIVERY.with(|f| f.store(outer_frame, Ordering::Relaxed));
 }
 

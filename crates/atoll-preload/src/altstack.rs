@@ -151,6 +151,18 @@ pub fn arm() -> i64 {
     kernel_sigaltstack(lo, size)
 }
 
+/// Give the kernel back the alternate stack a signal frame saved
+/// (`uc_stack`), as its sigreturn would. Must run off that stack.
+fn set_kernel_stack(saved: &libc::stack_t) {
+    let ss = libc::stack_t {
+        ss_sp: saved.ss_sp,
+        // SS_ONSTACK in a saved stack only says where the thread was.
+        ss_flags: saved.ss_flags & !libc::SS_ONSTACK,
+        ss_size: saved.ss_size,
+    };
+    raw::syscall(libc::SYS_sigaltstack, &[&ss as *const _ as u64, 0]);
+}
+
 fn kernel_sigaltstack(lo: usize, size: usize) -> i64 {
     let ss = libc::stack_t {
         ss_sp: lo as *mut libc::c_void,
@@ -277,17 +289,51 @@ pub unsafe fn run_program_handler(onstack: bool, uc: *mut libc::ucontext_t, run:
         PROGRAM.set(ProgramStack::DISABLED);
     }
     let outer_cut = CUT_FOR.replace((program.sp, program.sp + program.size));
-    let mut outer_free_top = None;
+    // The kernel puts an `SA_ONSTACK` frame at the top of the alternate
+    // stack unless the thread's stack pointer is already on it. So while
+    // the thread runs off atoll's stack, or on atoll's above the kernel's
+    // alternate stack, that stack must lie wholly below atoll's live
+    // frames, and it covers them again before the thread comes back. Both
+    // changes are made on the program's stack with every signal blocked:
+    // a signal let in before the cut put its frame over this very
+    // delivery (CPython's test_signal crashed so, 3 runs in 3: its SIGALRM
+    // came at the page fault of the handler's first push on a fresh
+    // alternate stack), and one let in after the handler, back on atoll's
+    // stack above the cut, pushed its frame below the stack pointer, into
+    // the cut part, where the next trap's frame went too.
+    let handler_mask = block_signals();
+    let mut cut = Cut::NoRoom;
+    let mut run = Some(run);
     // SAFETY: `top` is the end of the program's alternate stack, or below
     // the program's stack pointer on it: free for the handler, as Linux
     // would use it. Nothing of atoll lives there.
     unsafe {
         stack::run_at(top, |left| {
-            outer_free_top = cut_kernel_stack(armed, left);
-            run();
+            cut = cut_kernel_stack(armed, left);
+            if cut == Cut::NoRoom {
+                return;
+            }
+            set_signal_mask(handler_mask);
+            if let Some(run) = run.take() {
+                run();
+            }
+            // Blocked until this delivery's sigreturn, which installs the
+            // program's mask (and `uc_stack`).
+            block_signals();
+            if cut != Cut::NotNeeded {
+                set_kernel_stack(&kernel_view);
+            }
         })
     };
-    if let Some(free_top) = outer_free_top {
+    if let Some(run) = run.take() {
+        // No room below atoll's frames for the kernel's alternate stack:
+        // the handler runs here, on atoll's stack, where nested frames go
+        // below it, rather than on the program's with frames landing over
+        // this delivery.
+        set_signal_mask(handler_mask);
+        run();
+    }
+    if let Cut::Made { free_top } = cut {
         stack::set_free_top(free_top);
     }
     CUT_FOR.set(outer_cut);
@@ -297,23 +343,71 @@ pub unsafe fn run_program_handler(onstack: bool, uc: *mut libc::ucontext_t, run:
     frame.uc_stack = kernel_view;
 }
 
+/// What [`cut_kernel_stack`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Cut {
+    /// The kernel's alternate stack and atoll's work now start below
+    /// atoll's live frames; `free_top` is where work started before.
+    Made { free_top: usize },
+    /// This delivery is not on atoll's stack (the thread's alternate stack
+    /// is not armed, or it has no atoll stack): nothing of atoll is in the
+    /// kernel's way.
+    NotNeeded,
+    /// Too little of atoll's stack is left below its live frames, or the
+    /// kernel refused the smaller stack: the kernel's alternate stack
+    /// still covers those frames.
+    NoRoom,
+}
+
 /// Off atoll's stack, with `left` the lowest live address on it: the
 /// kernel's alternate stack, and where atoll's work starts, become the
-/// part below (see the module doc). Returns the previous start of work
-/// when it changed it.
-fn cut_kernel_stack(armed: Option<(usize, usize)>, left: usize) -> Option<usize> {
-    let (lo, size) = armed?;
+/// part below (see the module doc). Signals are blocked (the caller).
+fn cut_kernel_stack(armed: Option<(usize, usize)>, left: usize) -> Cut {
+    let Some((lo, size)) = armed else {
+        return Cut::NotNeeded;
+    };
     if !(left > lo && left - lo <= size) {
-        return None;
+        return Cut::NotNeeded;
     }
     let cut = (left - RED_ZONE) & !15;
     // Room for a trap's frame and the client's work below it; a stack
-    // used up that far (handlers nested dozens deep) is left whole.
-    if cut - lo < size / 4 {
-        return None;
+    // used up that far (handlers nested dozens deep) is not cut.
+    if cut - lo < size / 4 || kernel_sigaltstack(lo, cut - lo) != 0 {
+        return Cut::NoRoom;
     }
-    kernel_sigaltstack(lo, cut - lo);
-    Some(stack::set_free_top(cut))
+    Cut::Made {
+        free_top: stack::set_free_top(cut),
+    }
+}
+
+/// Block every signal but SIGSYS (which Syscall User Dispatch forces
+/// anyway, and which atoll's own code never raises). Returns the mask
+/// before.
+fn block_signals() -> u64 {
+    let all = crate::sigfix::strip_sigsys(u64::MAX);
+    let mut old = 0u64;
+    raw::syscall(
+        libc::SYS_rt_sigprocmask,
+        &[
+            libc::SIG_BLOCK as u64,
+            &all as *const u64 as u64,
+            &mut old as *mut u64 as u64,
+            crate::sigfix::KSIGSET_SIZE,
+        ],
+    );
+    old
+}
+
+fn set_signal_mask(mask: u64) {
+    raw::syscall(
+        libc::SYS_rt_sigprocmask,
+        &[
+            libc::SIG_SETMASK as u64,
+            &mask as *const u64 as u64,
+            0,
+            crate::sigfix::KSIGSET_SIZE,
+        ],
+    );
 }
 
 /// The program's alternate stack on this thread (tests).

@@ -31,9 +31,19 @@
 //! start below them for the handler's time (one `sigaltstack` call, issued
 //! off atoll's stack, where the kernel allows it, and
 //! `stack::set_free_top`); the sigreturn of the signal's frame restores
-//! the whole alternate stack from its `uc_stack`. Should a handler leave
-//! with `longjmp`, the next trap from program code outside it undoes the
-//! cut.
+//! the whole alternate stack from its `uc_stack`, and the entry gives it
+//! back before it returns to atoll's stack. Should a handler leave with
+//! `longjmp`, the next trap from program code outside it undoes the cut.
+//!
+//! The kernel writes an `SA_ONSTACK` frame at the top of the alternate
+//! stack whenever the thread's stack pointer is not on it. So no signal
+//! may come while live frames of atoll lie inside the kernel's alternate
+//! stack and the thread runs off it, nor before an entry has recorded
+//! where the program was (a handler started at the top of the program's
+//! alternate stack, not knowing one ran there already): the SIGSYS handler
+//! and the entry of program handlers are installed with every other
+//! signal blocked, and let them in only where that holds (`sigsys`,
+//! `sigdefer::entry_action`, [`run_program_handler`]).
 
 use core::cell::Cell;
 
@@ -230,6 +240,12 @@ impl Drop for TrapScope {
     }
 }
 
+/// Is a handler that atoll runs on the program's alternate stack in
+/// progress on this thread (or one that left it with `longjmp`)?
+pub fn handler_on_program_stack() -> bool {
+    CUT_FOR.get().1 != 0
+}
+
 /// A trapped `sigaltstack(new, old)` by a program at stack pointer `sp`:
 /// the program's own stack, read and set as the kernel would. The old
 /// value is written only when the call succeeds, as the kernel does.
@@ -258,16 +274,25 @@ pub fn sigaltstack(args: [u64; 6], sp: usize) -> i64 {
 
 /// Run a program handler for a signal whose action has `SA_ONSTACK`
 /// (`onstack`), delivered into atoll's entry with frame `uc`, where Linux
-/// would have run it: on the program's alternate stack when it has one.
-/// `run` calls the handler.
+/// would have run it: on the program's alternate stack when it has one,
+/// with `handler_mask` as the thread's mask. `run` calls the handler.
+/// Signals stay blocked after it until the delivery's sigreturn.
 ///
 /// # Safety
 /// `uc` is the kernel's ucontext of the signal being handled; `run` does
 /// not unwind.
-pub unsafe fn run_program_handler(onstack: bool, uc: *mut libc::ucontext_t, run: impl FnOnce()) {
+pub unsafe fn run_program_handler(
+    onstack: bool,
+    uc: *mut libc::ucontext_t,
+    handler_mask: u64,
+    run: impl FnOnce(),
+) {
     let program = PROGRAM.get();
     if !onstack || !program.enabled() || uc.is_null() {
-        return run();
+        crate::sigdefer::set_thread_mask(handler_mask);
+        run();
+        crate::sigdefer::block_until_sigreturn();
+        return;
     }
     // SAFETY: the caller's ucontext, alive for the whole delivery.
     let frame = unsafe { &mut *uc };
@@ -294,14 +319,15 @@ pub unsafe fn run_program_handler(onstack: bool, uc: *mut libc::ucontext_t, run:
     // the thread runs off atoll's stack, or on atoll's above the kernel's
     // alternate stack, that stack must lie wholly below atoll's live
     // frames, and it covers them again before the thread comes back. Both
-    // changes are made on the program's stack with every signal blocked:
-    // a signal let in before the cut put its frame over this very
+    // changes are made on the program's stack with every signal blocked
+    // (the entry runs so, `sigdefer::entry_action`; the handler's own mask
+    // holds only while it runs): a signal let in before the cut put its
+    // frame over this very
     // delivery (CPython's test_signal crashed so, 3 runs in 3: its SIGALRM
     // came at the page fault of the handler's first push on a fresh
     // alternate stack), and one let in after the handler, back on atoll's
     // stack above the cut, pushed its frame below the stack pointer, into
     // the cut part, where the next trap's frame went too.
-    let handler_mask = block_signals();
     let mut cut = Cut::NoRoom;
     let mut run = Some(run);
     // SAFETY: `top` is the end of the program's alternate stack, or below
@@ -313,13 +339,13 @@ pub unsafe fn run_program_handler(onstack: bool, uc: *mut libc::ucontext_t, run:
             if cut == Cut::NoRoom {
                 return;
             }
-            set_signal_mask(handler_mask);
+            crate::sigdefer::set_thread_mask(handler_mask);
             if let Some(run) = run.take() {
                 run();
             }
             // Blocked until this delivery's sigreturn, which installs the
             // program's mask (and `uc_stack`).
-            block_signals();
+            crate::sigdefer::block_until_sigreturn();
             if cut != Cut::NotNeeded {
                 set_kernel_stack(&kernel_view);
             }
@@ -330,7 +356,7 @@ pub unsafe fn run_program_handler(onstack: bool, uc: *mut libc::ucontext_t, run:
         // the handler runs here, on atoll's stack, where nested frames go
         // below it, rather than on the program's with frames landing over
         // this delivery.
-        set_signal_mask(handler_mask);
+        crate::sigdefer::set_thread_mask(handler_mask);
         run();
     }
     if let Cut::Made { free_top } = cut {
@@ -378,36 +404,6 @@ fn cut_kernel_stack(armed: Option<(usize, usize)>, left: usize) -> Cut {
     Cut::Made {
         free_top: stack::set_free_top(cut),
     }
-}
-
-/// Block every signal but SIGSYS (which Syscall User Dispatch forces
-/// anyway, and which atoll's own code never raises). Returns the mask
-/// before.
-fn block_signals() -> u64 {
-    let all = crate::sigfix::strip_sigsys(u64::MAX);
-    let mut old = 0u64;
-    raw::syscall(
-        libc::SYS_rt_sigprocmask,
-        &[
-            libc::SIG_BLOCK as u64,
-            &all as *const u64 as u64,
-            &mut old as *mut u64 as u64,
-            crate::sigfix::KSIGSET_SIZE,
-        ],
-    );
-    old
-}
-
-fn set_signal_mask(mask: u64) {
-    raw::syscall(
-        libc::SYS_rt_sigprocmask,
-        &[
-            libc::SIG_SETMASK as u64,
-            &mask as *const u64 as u64,
-            0,
-            crate::sigfix::KSIGSET_SIZE,
-        ],
-    );
 }
 
 /// The program's alternate stack on this thread (tests).

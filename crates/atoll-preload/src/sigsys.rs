@@ -33,6 +33,8 @@
 //! ONSTACK because the frame must not land on the program's stack (a
 //! goroutine's is a few KiB): the kernel's alternate stack of every thread
 //! is atoll's own, and the program's `sigaltstack` is virtual (`altstack`).
+//! Mask: every other signal, until the handler has noted the program's
+//! stack pointer (then the program's mask at the trap, `on_sigsys_here`).
 
 use core::ffi::c_void;
 use core::sync::atomic::{AtomicBool, Ordering};
@@ -143,7 +145,9 @@ pub fn install() -> i64 {
         flags: (libc::SA_SIGINFO | libc::SA_NODEFER | libc::SA_ONSTACK) as u64
             | sigfix::SA_RESTORER,
         restorer: restorer(),
-        mask: 0,
+        // Every other signal waits until the handler knows the program's
+        // stack pointer (see `on_sigsys_here`).
+        mask: sigfix::strip_sigsys(u64::MAX),
     };
     raw::syscall(
         libc::SYS_rt_sigaction,
@@ -200,6 +204,8 @@ unsafe fn on_sigsys_here(sig: libc::c_int, info: *mut libc::siginfo_t, ucv: *mut
     // SAFETY: the kernel passes a valid siginfo for an SA_SIGINFO handler.
     let code = unsafe { (*info).si_code };
     if code != SYS_USER_DISPATCH {
+        // SAFETY: the kernel's ucontext of this signal.
+        sigdefer::set_thread_mask(unsafe { sigdefer::frame_mask(ucv.cast()) });
         // SAFETY: forwarding the kernel's own arguments.
         unsafe { foreign_sigsys(sig, info, ucv, guard.prev()) };
         raw::set_errno(saved_errno);
@@ -211,11 +217,17 @@ unsafe fn on_sigsys_here(sig: libc::c_int, info: *mut libc::siginfo_t, ucv: *mut
     // SAFETY: the kernel passes a valid ucontext for an SA_SIGINFO handler,
     // and nothing else references it while the handler runs.
     let uc = unsafe { &mut *(ucv as *mut libc::ucontext_t) };
-    let _program_sp = altstack::TrapScope::enter(altstack::on_trap(uc));
+    let program_sp = altstack::TrapScope::enter(altstack::on_trap(uc));
+    // Delivered with every other signal blocked: a signal let in before
+    // `TrapScope` found no sign of where the program was, and when the
+    // trap came from a handler on the program's alternate stack, its own
+    // handler started at that stack's top, over the live one. From here
+    // atoll's work runs with the program's mask at the trap.
+    // SAFETY: the kernel's ucontext of this signal.
+    sigdefer::set_thread_mask(unsafe { sigdefer::frame_mask(uc) });
     if nr == retframe::GATE_NR && retframe::enter_program_frame(uc) {
         // A wrapper's return with signals to deliver (`retframe`).
-        raw::set_errno(saved_errno);
-        drop(guard);
+        leave_trap(saved_errno, guard, program_sp);
         return;
     }
     let g = &uc.uc_mcontext.gregs;
@@ -241,8 +253,21 @@ unsafe fn on_sigsys_here(sig: libc::c_int, info: *mut libc::siginfo_t, ucv: *mut
     drop(frame);
     debug(&[b"trap"], &[nr, ret]);
     sigdefer::deliver_into_frame(uc, nr, ret);
+    leave_trap(saved_errno, guard, program_sp);
+}
+
+/// The end of a trap's handling: errno back, the program's selector, and
+/// the end of `TrapScope`. When the trap came from a handler atoll runs on
+/// the program's alternate stack, signals wait for the sigreturn, as on
+/// the way in: from the end of `TrapScope` on, a new handler would not
+/// know where that one is.
+fn leave_trap(saved_errno: i32, guard: AtollGuard, program_sp: altstack::TrapScope) {
+    if altstack::handler_on_program_stack() {
+        sigdefer::block_until_sigreturn();
+    }
     raw::set_errno(saved_errno);
     drop(guard);
+    drop(program_sp);
 }
 
 /// A SIGSYS that SUD did not raise (seccomp, `kill`): give it to the

@@ -176,6 +176,30 @@ fn a_programs_alternate_stack_is_its_own_and_traps_cost_its_stack_nothing() {
     assert_eq!(out, expected);
 }
 
+/// Signals raced against each other while a thread runs its handlers on
+/// its own alternate stack and makes trapped calls (CPython's
+/// `test_stress_delivery_simultaneous` crashed with SIGSEGV so): a timer
+/// of a few microseconds against a signal the thread sends itself, a
+/// handler with `SA_NODEFER` that raises its signal again inside (nested
+/// on the alternate stack), a handler without `SA_ONSTACK`, and another
+/// thread signalling whenever the last one was handled; the alternate
+/// stack's pages are given back before each round, so a handler's first
+/// push faults and the kernel delivers what is pending right there. Each
+/// handler must run where Linux runs it and each trapped call succeed;
+/// a signal frame written over a live one crashed the probe.
+#[test]
+fn signals_raced_against_handlers_on_the_programs_alternate_stack_run_as_on_the_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = compile_probe(dir.path(), "storm", include_str!("signal_frames/storm.c"));
+    let out = same_on_host_and_atoll(&bin, "", "");
+    assert_eq!(
+        out,
+        "2000 rounds: SIGUSR1 handled twice each yes, nested once each yes, SIGALRM once each \
+         yes, SIGUSR2 and SIGURG handled yes\n\
+         handlers with SA_ONSTACK off their alternate stack: 0; trapped calls failed: 0\n"
+    );
+}
+
 /// The `go` command: on PATH (Debian's golang-go, which CI installs), or
 /// the upstream tarball's place.
 fn go_command() -> std::path::PathBuf {

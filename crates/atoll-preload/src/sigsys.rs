@@ -933,6 +933,9 @@ unsafe extern "C" fn clone_child(block: *mut CloneBlock) {
             if r != 0 {
                 debug(&[b"arming the thread's alternate stack failed"], &[r]);
             }
+            // A rewritten site's entry finds this thread's stack at the
+            // offset the first thread found, or moves no more.
+            crate::stack::check_entry_offset();
             let r = selector::enable_sud();
             if r != 0 {
                 debug(&[b"enable SUD in thread failed"], &[r]);

@@ -21,11 +21,15 @@
 //!
 //! The stack is also the thread's alternate signal stack (`altstack`), so
 //! the kernel's SIGSYS frame of a trapped call (about 3 KiB with the
-//! extended state) lands here too. What still lands on the program's
-//! stack: a rewritten site's saved state (`rewrite::entry`) and the few
-//! frames of a wrapper before the switch. Unwinding stops at the switch: a debugger's
-//! backtrace from inside the client ends there, and a panic is caught on
-//! the far side ([`crate::client`] wraps every call in `catch_unwind`).
+//! extended state) lands here too, and a rewritten site's entry moves here
+//! before it saves the extended state (`rewrite::entry`, through
+//! [`ENTRY_TOP_OFFSET`]). What still lands on the program's stack: the few
+//! frames of a wrapper before the switch, and a rewritten site's saved
+//! state while a program handler runs on the program's alternate stack
+//! (the entry then stays there, whose handler budgets for it). Unwinding
+//! stops at the switch: a debugger's backtrace from inside the client ends
+//! there, and a panic is caught on the far side ([`crate::client`] wraps
+//! every call in `catch_unwind`).
 //!
 //! Limits: the stack is found through the thread's TLS block, so two
 //! threads that share one (a raw `clone(CLONE_VM)` without `CLONE_SETTLS`
@@ -34,11 +38,12 @@
 
 use core::cell::Cell;
 use core::ffi::c_void;
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::raw;
 
 /// Usable bytes of a thread's atoll stack.
-const STACK_BYTES: usize = 256 * 1024;
+pub(crate) const STACK_BYTES: usize = 256 * 1024;
 /// The inaccessible page below it: an overflow faults instead of writing
 /// into the next mapping.
 const GUARD_BYTES: usize = 4096;
@@ -53,12 +58,70 @@ thread_local! {
     /// atoll's live frames while a program handler runs elsewhere
     /// (`altstack::run_program_handler`).
     static FREE_TOP: Cell<usize> = const { Cell::new(0) };
+    /// Where a rewritten site's entry moves the stack pointer before it
+    /// saves anything, or 0 where it stays on the program's stack: this
+    /// stack's top, while it is mapped and no program handler runs on the
+    /// program's alternate stack (a signal that came during the entry's
+    /// first instructions would not know where that handler is). Read by
+    /// the entry's assembly at [`ENTRY_TOP_OFFSET`] from the thread pointer.
+    static ENTRY_TOP: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Offset of [`ENTRY_TOP`] from the thread pointer (`%fs:0`), the same in
+/// every thread while libatoll's TLS is in the static TLS block (it is
+/// loaded at start, with `LD_PRELOAD`); 0 when unknown, and the entry then
+/// never moves. Checked again in every thread the clone trampoline starts.
+pub static ENTRY_TOP_OFFSET: AtomicU64 = AtomicU64::new(0);
+
+/// Find [`ENTRY_TOP_OFFSET`] on this thread, or, when a thread finds
+/// another offset than the one known (TLS not static), give up on it for
+/// good: 0.
+pub fn check_entry_offset() {
+    let here = ENTRY_TOP.with(|c| c as *const Cell<usize> as u64);
+    let offset = here.wrapping_sub(thread_pointer());
+    let known = ENTRY_TOP_OFFSET.load(Ordering::Relaxed);
+    let next = match known {
+        0 if !REFUSED.load(Ordering::Relaxed) => offset,
+        k if k == offset => k,
+        _ => {
+            REFUSED.store(true, Ordering::Relaxed);
+            0
+        }
+    };
+    ENTRY_TOP_OFFSET.store(next, Ordering::Relaxed);
+}
+
+/// A thread found another offset: the entry never moves again.
+static REFUSED: AtomicBool = AtomicBool::new(false);
+
+/// The thread pointer: the TCB's pointer to itself at `%fs:0`.
+fn thread_pointer() -> u64 {
+    let tp: u64;
+    // SAFETY: on x86-64 Linux `%fs:0` holds the thread pointer (the TCB
+    // points to itself, as the TLS ABI requires); a plain load.
+    unsafe {
+        core::arch::asm!("mov {}, qword ptr fs:[0]", out(reg) tp, options(nostack, readonly, preserves_flags))
+    };
+    tp
 }
 
 /// Make work that comes from off this thread's atoll stack start at
 /// `free_top` (0: at the top again). Returns the previous setting.
 pub fn set_free_top(free_top: usize) -> usize {
-    FREE_TOP.replace(free_top)
+    let prev = FREE_TOP.replace(free_top);
+    publish_entry_top();
+    prev
+}
+
+/// Keep [`ENTRY_TOP`] in step with the stack and [`FREE_TOP`].
+fn publish_entry_top() {
+    let base = BASE.get();
+    let top = if base == 0 || FREE_TOP.get() != 0 {
+        0
+    } else {
+        base + GUARD_BYTES + STACK_BYTES
+    };
+    ENTRY_TOP.set(top);
 }
 
 /// Run `f` on this thread's atoll stack (made on first use). Runs it on
@@ -171,6 +234,7 @@ fn release() {
     let base = BASE.get();
     if base != 0 {
         BASE.set(0);
+        publish_entry_top();
         raw::syscall(
             libc::SYS_munmap,
             &[base as u64, (GUARD_BYTES + STACK_BYTES) as u64],
@@ -184,6 +248,7 @@ fn top() -> Option<usize> {
     if base == 0 {
         base = map_stack()?;
         BASE.set(base);
+        publish_entry_top();
     }
     Some(base + GUARD_BYTES + STACK_BYTES)
 }

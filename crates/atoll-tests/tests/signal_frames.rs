@@ -151,7 +151,8 @@ fn file_calls_from_small_stacks_fit_as_on_the_host() {
 /// frame there).
 /// And raw calls on a 1536-byte stack over an inaccessible page, as on
 /// Linux: each traps, and its SIGSYS frame (larger than that stack) must
-/// not land there.
+/// not land there; nor the extended state that a rewritten site's entry
+/// saves (libc calls on a 640-byte stack).
 #[test]
 fn a_programs_alternate_stack_is_its_own_and_traps_cost_its_stack_nothing() {
     let dir = tempfile::tempdir().unwrap();
@@ -163,6 +164,7 @@ fn a_programs_alternate_stack_is_its_own_and_traps_cost_its_stack_nothing() {
     let out = same_on_host_and_atoll(&bin, "", "");
     let expected = "at start: disabled\n\
         raw calls on a 1536-byte stack: 3 of 3\n\
+        libc calls on a 640-byte stack: 50 of 50\n\
         set by a raw call (0), libc reports: ours\n\
         a raw call reports: ours\n\
         too small: -12; unknown flags: -22\n\

@@ -89,6 +89,36 @@ static int calls_on_a_tiny_stack(void) {
     return tiny_ok;
 }
 
+/* libc functions whose `syscall` sites atoll rewrites (after their first
+ * trap) into calls of its entry, which saves the extended state, on a
+ * stack as small as a goroutine may have left. */
+#define LIBC_TINY_SIZE 640
+
+static void libc_tiny_main(void) {
+    for (int i = 0; i < 50; i++) {
+        if (getppid() == tiny_ppid)
+            tiny_ok++;
+        sched_yield();
+    }
+}
+
+static int libc_calls_on_a_tiny_stack(void) {
+    static char *tiny;
+    if (!tiny)
+        tiny = guarded(4096);
+    tiny_ppid = getppid();
+    sched_yield();
+    ucontext_t ctx;
+    getcontext(&ctx);
+    ctx.uc_stack.ss_sp = tiny;
+    ctx.uc_stack.ss_size = LIBC_TINY_SIZE;
+    ctx.uc_link = &tiny_back;
+    makecontext(&ctx, libc_tiny_main, 0);
+    tiny_ok = 0;
+    swapcontext(&tiny_back, &ctx);
+    return tiny_ok;
+}
+
 /* --- a handler on the program's alternate stack --- */
 
 static char *alt;
@@ -131,6 +161,8 @@ int main(void) {
     sigaltstack(NULL, &s);
     printf("at start: %s\n", state(&s, NULL));
     printf("raw calls on a %d-byte stack: %d of 3\n", TINY_SIZE, calls_on_a_tiny_stack());
+    printf("libc calls on a %d-byte stack: %d of 50\n", LIBC_TINY_SIZE,
+           libc_calls_on_a_tiny_stack());
 
     alt = guarded(ALT_SIZE);
     stack_t ss = {.ss_sp = alt, .ss_size = ALT_SIZE};

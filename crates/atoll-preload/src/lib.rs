@@ -20,13 +20,16 @@
 //!   time, into calls of atoll's entry (no signal afterwards).
 //! * `client` — the single door to `atoll-client` (mode, dispatch, fork
 //!   hooks); `stack` runs the client's work on atoll's own stack; `stats`
-//!   counts traps; `raw` issues system calls from our text.
+//!   counts traps; `raw` issues system calls from our text; `altstack`
+//!   makes atoll's stack the kernel's alternate signal stack (SIGSYS
+//!   frames land there) and keeps the program's `sigaltstack` virtual.
 //!
 //! Relies on: `atoll-client` (what a system call means for atoll), glibc's
 //! dynamic loader (`dlsym(RTLD_NEXT)`, `dl_iterate_phdr`), Linux ≥ 5.11 SUD.
 //! Called by: every process started by `atoll run`, through `LD_PRELOAD`;
 //! the constructor below runs before `main`.
 
+mod altstack;
 mod client;
 mod raw;
 mod region;
@@ -113,6 +116,11 @@ fn start() {
     if r != 0 {
         sigsys::debug(&[b"installing the SIGSYS handler failed; SUD off"], &[r]);
         return;
+    }
+    // SIGSYS frames go to atoll's stack, not the program's (`altstack`).
+    let r = altstack::arm();
+    if r != 0 {
+        sigsys::debug(&[b"arming atoll's alternate signal stack failed"], &[r]);
     }
     let r = selector::enable_sud();
     sigsys::debug(&[b"SUD enabled (0 = ok)"], &[r, mode as i64]);

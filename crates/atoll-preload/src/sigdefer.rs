@@ -310,8 +310,12 @@ pub fn is_synchronous_fault(sig: i32, si_code: i32) -> bool {
 }
 
 /// The action the kernel gets for a program's handler: our entry, the
-/// program's mask (minus SIGSYS) and flags, but no `SA_RESETHAND` (the
-/// entry resets when the handler runs). `SA_RESTART` stays: host calls
+/// program's flags but `SA_RESETHAND` (the entry resets when the handler
+/// runs), and every signal but SIGSYS blocked: the entry sets the
+/// handler's own mask ([`handler_mask`]) once it knows where the handler
+/// runs (`altstack`); a second signal delivered on top of the first, in
+/// the same return to user mode, would not know that a handler already
+/// ran on the program's alternate stack. `SA_RESTART` stays: host calls
 /// interrupted by a handler restart in the kernel as for any program.
 pub fn entry_action(program: KSigaction, entry: usize, restorer: usize) -> KSigaction {
     KSigaction {
@@ -320,8 +324,44 @@ pub fn entry_action(program: KSigaction, entry: usize, restorer: usize) -> KSiga
             | libc::SA_SIGINFO as u64
             | sigfix::SA_RESTORER,
         restorer,
-        mask: sigfix::strip_sigsys(program.mask),
+        mask: sigfix::strip_sigsys(u64::MAX),
     }
+}
+
+/// The mask a program handler runs with, as the kernel would have set it:
+/// the interrupted mask (`uc_sigmask`), the action's mask, and the signal
+/// itself unless `SA_NODEFER`; never SIGSYS.
+pub fn handler_mask(interrupted: u64, action: &KSigaction, sig: i32) -> u64 {
+    let own = if action.flags & libc::SA_NODEFER as u64 != 0 {
+        0
+    } else {
+        sigfix::bit(sig)
+    };
+    sigfix::strip_sigsys(interrupted | action.mask | own)
+}
+
+/// The mask a signal frame restores (the first word of `uc_sigmask`).
+///
+/// # Safety
+/// `uc` is null or the kernel's ucontext of a signal being handled.
+pub unsafe fn frame_mask(uc: *const libc::ucontext_t) -> u64 {
+    if uc.is_null() {
+        return 0;
+    }
+    // SAFETY: the caller's ucontext; the kernel's 64-signal mask is the
+    // first word of `uc_sigmask`.
+    unsafe { *(&(*uc).uc_sigmask as *const libc::sigset_t).cast::<u64>() }
+}
+
+/// Block every signal but SIGSYS until the sigreturn of the signal being
+/// handled, which installs the mask its frame saved.
+pub fn block_until_sigreturn() {
+    core::mem::forget(BlockAll::new());
+}
+
+/// Set this thread's mask (SIGSYS always stays deliverable).
+pub fn set_thread_mask(mask: u64) {
+    set_mask(mask);
 }
 
 /// Is the action a function (not `SIG_DFL`/`SIG_IGN`)?
@@ -518,8 +558,18 @@ unsafe fn run_program_handler(sig: i32, info: *mut libc::siginfo_t, uc: *mut c_v
     // longer waits for its frame. A handler that leaves with longjmp
     // leaves the flag lowered, which is what program code needs.
     let outer_frame = FRAME_DELIVERY.with(|f| f.swap(FrameMode::None as u8, Ordering::Relaxed));
-    // SAFETY: the caller's contract.
-    unsafe { run_program_action(sig, info, uc) };
+    let action = PROGRAM_ACTIONS[sig as usize].get();
+    // SAFETY: the caller's contract; the kernel's ucontext of this signal.
+    let mask = handler_mask(unsafe { frame_mask(uc.cast()) }, &action, sig);
+    // The kernel delivered an SA_ONSTACK action on atoll's stack: the
+    // handler runs on the program's own alternate stack (`altstack`).
+    let onstack = action.flags & libc::SA_ONSTACK as u64 != 0;
+    // SAFETY: the caller's contract; the kernel's ucontext of this signal.
+    unsafe {
+        crate::altstack::run_program_handler(onstack, uc.cast(), mask, || {
+            run_program_action(sig, info, uc)
+        })
+    };
     FRAME_DELIVERY.with(|f| f.store(outer_frame, Ordering::Relaxed));
 }
 
@@ -911,7 +961,8 @@ mod tests {
         let k = entry_action(program, 0x4000, 0x5000);
         assert_eq!(k.handler, 0x4000);
         assert_eq!(k.restorer, 0x5000);
-        assert_eq!(k.mask, sigfix::bit(libc::SIGINT));
+        // Every signal but SIGSYS: the entry sets the handler's mask.
+        assert_eq!(k.mask, sigfix::strip_sigsys(u64::MAX));
         assert_eq!(k.flags & libc::SA_RESETHAND as u64, 0);
         let kept =
             (libc::SA_RESTART | libc::SA_NODEFER | libc::SA_ONSTACK | libc::SA_SIGINFO) as u64;

@@ -27,14 +27,19 @@
 //! clone child paths find `fn`/`arg` either on the new stack (`clone`) or
 //! in registers the kernel preserves (`clone3`: RDX, R8), so both work.
 //!
-//! Handler flags: `SA_SIGINFO | SA_RESTORER | SA_NODEFER`. NODEFER because
-//! a program signal handler that runs nested inside ours may trap again,
-//! and a SIGSYS forced while blocked kills the process. No `SA_ONSTACK`:
-//! the client may need more stack than a program's alternate stack has.
+//! Handler flags: `SA_SIGINFO | SA_RESTORER | SA_NODEFER | SA_ONSTACK`.
+//! NODEFER because a program signal handler that runs nested inside ours
+//! may trap again, and a SIGSYS forced while blocked kills the process.
+//! ONSTACK because the frame must not land on the program's stack (a
+//! goroutine's is a few KiB): the kernel's alternate stack of every thread
+//! is atoll's own, and the program's `sigaltstack` is virtual (`altstack`).
+//! Mask: every other signal, until the handler has noted the program's
+//! stack pointer (then the program's mask at the trap, `on_sigsys_here`).
 
 use core::ffi::c_void;
 use core::sync::atomic::{AtomicBool, Ordering};
 
+use crate::altstack;
 use crate::client::{self, Dispatch, ForkPrep, Mode};
 use crate::raw::{self, StackBuf};
 use crate::retframe;
@@ -137,9 +142,12 @@ pub fn restorer() -> usize {
 pub fn install() -> i64 {
     let act = KSigaction {
         handler: on_sigsys as *const () as usize,
-        flags: (libc::SA_SIGINFO | libc::SA_NODEFER) as u64 | sigfix::SA_RESTORER,
+        flags: (libc::SA_SIGINFO | libc::SA_NODEFER | libc::SA_ONSTACK) as u64
+            | sigfix::SA_RESTORER,
         restorer: restorer(),
-        mask: 0,
+        // Every other signal waits until the handler knows the program's
+        // stack pointer (see `on_sigsys_here`).
+        mask: sigfix::strip_sigsys(u64::MAX),
     };
     raw::syscall(
         libc::SYS_rt_sigaction,
@@ -178,8 +186,9 @@ pub fn debug(parts: &[&[u8]], nums: &[i64]) {
 /// # Safety
 /// Only the kernel calls this, with a valid `siginfo_t` and `ucontext_t`.
 unsafe extern "C" fn on_sigsys(sig: libc::c_int, info: *mut libc::siginfo_t, ucv: *mut c_void) {
-    // The kernel put this frame on whatever stack the program was on (a
-    // goroutine's, an alternate signal stack): the rest runs on atoll's.
+    // The kernel put this frame on atoll's stack, the thread's alternate
+    // signal stack (`altstack`); on whatever stack the program was on for
+    // a thread not armed yet: the rest runs on atoll's.
     // SAFETY: the kernel's own arguments, passed on.
     crate::stack::run(|| unsafe { on_sigsys_here(sig, info, ucv) });
 }
@@ -195,6 +204,8 @@ unsafe fn on_sigsys_here(sig: libc::c_int, info: *mut libc::siginfo_t, ucv: *mut
     // SAFETY: the kernel passes a valid siginfo for an SA_SIGINFO handler.
     let code = unsafe { (*info).si_code };
     if code != SYS_USER_DISPATCH {
+        // SAFETY: the kernel's ucontext of this signal.
+        sigdefer::set_thread_mask(unsafe { sigdefer::frame_mask(ucv.cast()) });
         // SAFETY: forwarding the kernel's own arguments.
         unsafe { foreign_sigsys(sig, info, ucv, guard.prev()) };
         raw::set_errno(saved_errno);
@@ -206,10 +217,17 @@ unsafe fn on_sigsys_here(sig: libc::c_int, info: *mut libc::siginfo_t, ucv: *mut
     // SAFETY: the kernel passes a valid ucontext for an SA_SIGINFO handler,
     // and nothing else references it while the handler runs.
     let uc = unsafe { &mut *(ucv as *mut libc::ucontext_t) };
+    let program_sp = altstack::TrapScope::enter(altstack::on_trap(uc));
+    // Delivered with every other signal blocked: a signal let in before
+    // `TrapScope` found no sign of where the program was, and when the
+    // trap came from a handler on the program's alternate stack, its own
+    // handler started at that stack's top, over the live one. From here
+    // atoll's work runs with the program's mask at the trap.
+    // SAFETY: the kernel's ucontext of this signal.
+    sigdefer::set_thread_mask(unsafe { sigdefer::frame_mask(uc) });
     if nr == retframe::GATE_NR && retframe::enter_program_frame(uc) {
         // A wrapper's return with signals to deliver (`retframe`).
-        raw::set_errno(saved_errno);
-        drop(guard);
+        leave_trap(saved_errno, guard, program_sp);
         return;
     }
     let g = &uc.uc_mcontext.gregs;
@@ -235,8 +253,21 @@ unsafe fn on_sigsys_here(sig: libc::c_int, info: *mut libc::siginfo_t, ucv: *mut
     drop(frame);
     debug(&[b"trap"], &[nr, ret]);
     sigdefer::deliver_into_frame(uc, nr, ret);
+    leave_trap(saved_errno, guard, program_sp);
+}
+
+/// The end of a trap's handling: errno back, the program's selector, and
+/// the end of `TrapScope`. When the trap came from a handler atoll runs on
+/// the program's alternate stack, signals wait for the sigreturn, as on
+/// the way in: from the end of `TrapScope` on, a new handler would not
+/// know where that one is.
+fn leave_trap(saved_errno: i32, guard: AtollGuard, program_sp: altstack::TrapScope) {
+    if altstack::handler_on_program_stack() {
+        sigdefer::block_until_sigreturn();
+    }
     raw::set_errno(saved_errno);
     drop(guard);
+    drop(program_sp);
 }
 
 /// A SIGSYS that SUD did not raise (seccomp, `kill`): give it to the
@@ -288,7 +319,9 @@ unsafe fn foreign_sigsys(
 fn handle(nr: i64, args: [u64; 6], uc: &mut libc::ucontext_t) -> i64 {
     match nr {
         libc::SYS_rt_sigprocmask => sigprocmask_in_context(args, uc),
-        libc::SYS_sigaltstack => sigaltstack_in_context(args, uc),
+        libc::SYS_sigaltstack => {
+            altstack::sigaltstack(args, uc.uc_mcontext.gregs[libc::REG_RSP as usize] as usize)
+        }
         libc::SYS_kill
         | libc::SYS_tkill
         | libc::SYS_tgkill
@@ -329,6 +362,9 @@ fn handle(nr: i64, args: [u64; 6], uc: &mut libc::ucontext_t) -> i64 {
 pub fn handle_without_context(nr: i64, mut args: [u64; 6]) -> i64 {
     match nr {
         libc::SYS_rt_sigaction => sig_action(args),
+        // Never the kernel's (atoll's stack); its sites keep trapping, so
+        // this comes only from an unknown caller's stack pointer.
+        libc::SYS_sigaltstack => altstack::sigaltstack(args, 0),
         libc::SYS_exit_group => {
             stats::flush();
             atoll_client::before_exit();
@@ -440,47 +476,6 @@ fn exec_with_program_mask(nr: i64, args: [u64; 6], uc: &libc::ucontext_t) -> i64
         ],
     );
     ret
-}
-
-/// `sigaltstack` for the program, from this handler. Issued as it is, its
-/// change would be undone by the handler's sigreturn, which restores the
-/// alternate stack saved in the frame (`uc_stack`): a thread that set its
-/// stack through a trapped call (every Go thread) found it disabled when
-/// its next signal came. And the kernel would judge "on the alternate
-/// stack" by atoll's stack pointer. So the frame's `uc_stack`, saved with
-/// the program's stack pointer, is the setting the program sees, and a new
-/// setting the kernel accepts is written there too.
-fn sigaltstack_in_context(args: [u64; 6], uc: &mut libc::ucontext_t) -> i64 {
-    let (new, old) = (args[0], args[1]);
-    let current = uc.uc_stack;
-    let mut set = None;
-    if new != 0 {
-        let ss: libc::stack_t = match client::read_user(new) {
-            Ok(ss) => ss,
-            Err(e) => return -(e as i64),
-        };
-        if current.ss_flags & libc::SS_ONSTACK != 0 {
-            return -(libc::EPERM as i64);
-        }
-        let r = raw::syscall(libc::SYS_sigaltstack, &[&ss as *const _ as u64, 0]);
-        if r < 0 {
-            return r;
-        }
-        // What the kernel now holds (SS_DISABLE clears the address and
-        // size; SS_ONSTACK means 0).
-        let mut now: libc::stack_t = ss;
-        raw::syscall(libc::SYS_sigaltstack, &[0, &mut now as *mut _ as u64]);
-        set = Some(now);
-    }
-    if old != 0 {
-        if let Err(e) = client::write_user(old, current) {
-            return -(e as i64);
-        }
-    }
-    if let Some(now) = set {
-        uc.uc_stack = now;
-    }
-    0
 }
 
 /// Any system call without special plumbing. Hot path.
@@ -932,6 +927,15 @@ unsafe extern "C" fn clone_child(block: *mut CloneBlock) {
         CloneKind::Thread => {
             // Fresh TLS: this thread's selector starts at BLOCK.
             let g = AtollGuard::enter();
+            // Its SIGSYS frames go to atoll's stack from the first trap
+            // (the kernel gives a new thread no alternate stack).
+            let r = altstack::arm();
+            if r != 0 {
+                debug(&[b"arming the thread's alternate stack failed"], &[r]);
+            }
+            // A rewritten site's entry finds this thread's stack at the
+            // offset the first thread found, or moves no more.
+            crate::stack::check_entry_offset();
             let r = selector::enable_sud();
             if r != 0 {
                 debug(&[b"enable SUD in thread failed"], &[r]);

@@ -19,12 +19,17 @@
 //! dispatch run on it. A call that comes while the thread already runs on it (a
 //! program handler's call during a host call atoll makes) stays there.
 //!
-//! What still lands on the program's stack: the kernel's SIGSYS frame of a
-//! trapped call (about 3 KiB with the extended state, as for any signal),
-//! a rewritten site's saved state (`rewrite::entry`) and the few frames
-//! before the switch. Unwinding stops at the switch: a debugger's
-//! backtrace from inside the client ends there, and a panic is caught on
-//! the far side ([`crate::client`] wraps every call in `catch_unwind`).
+//! The stack is also the thread's alternate signal stack (`altstack`), so
+//! the kernel's SIGSYS frame of a trapped call (about 3 KiB with the
+//! extended state) lands here too, and a rewritten site's entry moves here
+//! before it saves the extended state (`rewrite::entry`, through
+//! [`ENTRY_TOP_OFFSET`]). What still lands on the program's stack: the few
+//! frames of a wrapper before the switch, and a rewritten site's saved
+//! state while a program handler runs on the program's alternate stack
+//! (the entry then stays there, whose handler budgets for it). Unwinding
+//! stops at the switch: a debugger's backtrace from inside the client ends
+//! there, and a panic is caught on the far side ([`crate::client`] wraps
+//! every call in `catch_unwind`).
 //!
 //! Limits: the stack is found through the thread's TLS block, so two
 //! threads that share one (a raw `clone(CLONE_VM)` without `CLONE_SETTLS`
@@ -33,11 +38,12 @@
 
 use core::cell::Cell;
 use core::ffi::c_void;
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::raw;
 
 /// Usable bytes of a thread's atoll stack.
-const STACK_BYTES: usize = 256 * 1024;
+pub(crate) const STACK_BYTES: usize = 256 * 1024;
 /// The inaccessible page below it: an overflow faults instead of writing
 /// into the next mapping.
 const GUARD_BYTES: usize = 4096;
@@ -48,6 +54,74 @@ thread_local! {
     /// Lowest address of this thread's stack mapping (its guard page), or
     /// 0 when it has none.
     static BASE: Cell<usize> = const { Cell::new(0) };
+    /// Where work coming from off the stack starts (0: at the top): below
+    /// atoll's live frames while a program handler runs elsewhere
+    /// (`altstack::run_program_handler`).
+    static FREE_TOP: Cell<usize> = const { Cell::new(0) };
+    /// Where a rewritten site's entry moves the stack pointer before it
+    /// saves anything, or 0 where it stays on the program's stack: this
+    /// stack's top, while it is mapped and no program handler runs on the
+    /// program's alternate stack (a signal that came during the entry's
+    /// first instructions would not know where that handler is). Read by
+    /// the entry's assembly at [`ENTRY_TOP_OFFSET`] from the thread pointer.
+    static ENTRY_TOP: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Offset of [`ENTRY_TOP`] from the thread pointer (`%fs:0`), the same in
+/// every thread while libatoll's TLS is in the static TLS block (it is
+/// loaded at start, with `LD_PRELOAD`); 0 when unknown, and the entry then
+/// never moves. Checked again in every thread the clone trampoline starts.
+pub static ENTRY_TOP_OFFSET: AtomicU64 = AtomicU64::new(0);
+
+/// Find [`ENTRY_TOP_OFFSET`] on this thread, or, when a thread finds
+/// another offset than the one known (TLS not static), give up on it for
+/// good: 0.
+pub fn check_entry_offset() {
+    let here = ENTRY_TOP.with(|c| c as *const Cell<usize> as u64);
+    let offset = here.wrapping_sub(thread_pointer());
+    let known = ENTRY_TOP_OFFSET.load(Ordering::Relaxed);
+    let next = match known {
+        0 if !REFUSED.load(Ordering::Relaxed) => offset,
+        k if k == offset => k,
+        _ => {
+            REFUSED.store(true, Ordering::Relaxed);
+            0
+        }
+    };
+    ENTRY_TOP_OFFSET.store(next, Ordering::Relaxed);
+}
+
+/// A thread found another offset: the entry never moves again.
+static REFUSED: AtomicBool = AtomicBool::new(false);
+
+/// The thread pointer: the TCB's pointer to itself at `%fs:0`.
+fn thread_pointer() -> u64 {
+    let tp: u64;
+    // SAFETY: on x86-64 Linux `%fs:0` holds the thread pointer (the TCB
+    // points to itself, as the TLS ABI requires); a plain load.
+    unsafe {
+        core::arch::asm!("mov {}, qword ptr fs:[0]", out(reg) tp, options(nostack, readonly, preserves_flags))
+    };
+    tp
+}
+
+/// Make work that comes from off this thread's atoll stack start at
+/// `free_top` (0: at the top again). Returns the previous setting.
+pub fn set_free_top(free_top: usize) -> usize {
+    let prev = FREE_TOP.replace(free_top);
+    publish_entry_top();
+    prev
+}
+
+/// Keep [`ENTRY_TOP`] in step with the stack and [`FREE_TOP`].
+fn publish_entry_top() {
+    let base = BASE.get();
+    let top = if base == 0 || FREE_TOP.get() != 0 {
+        0
+    } else {
+        base + GUARD_BYTES + STACK_BYTES
+    };
+    ENTRY_TOP.set(top);
 }
 
 /// Run `f` on this thread's atoll stack (made on first use). Runs it on
@@ -62,13 +136,54 @@ pub fn run<F: FnOnce() -> R, R>(f: F) -> R {
     if here <= top && here > top - STACK_BYTES {
         return f();
     }
+    let start = match FREE_TOP.get() {
+        free if free > top - STACK_BYTES && free < top => free & !15,
+        _ => top,
+    };
     let mut slot: (Option<F>, Option<R>) = (Some(f), None);
-    // SAFETY: `top` is the 4096-aligned end of a fresh read-write mapping
-    // of STACK_BYTES that nothing else uses while this thread runs on it;
+    // SAFETY: `start` is the 4096-aligned end of a fresh read-write mapping
+    // of STACK_BYTES that nothing else uses while this thread runs on it,
+    // or a 16-aligned point in it below which nothing lives;
     // `slot` lives on the caller's stack until the call returns.
-    unsafe { call_on(top, trampoline::<F, R>, &mut slot as *mut _ as *mut c_void) };
+    unsafe {
+        call_on(
+            start,
+            trampoline::<F, R>,
+            &mut slot as *mut _ as *mut c_void,
+        )
+    };
     slot.1
         .expect("the closure ran on the atoll stack and stored its result")
+}
+
+/// This thread's atoll stack as `(lowest usable address, usable bytes)`,
+/// mapped first if needed (the guard page below is left out): the region
+/// the kernel gets as the thread's alternate signal stack (`altstack`).
+pub fn region() -> Option<(usize, usize)> {
+    top().map(|top| (top - STACK_BYTES, STACK_BYTES))
+}
+
+/// Run `f` with the stack pointer at `top` (16-byte aligned, the end of
+/// memory that `f` may use), then come back. `f` gets the stack pointer
+/// this thread left: everything from it up stays live while `f` runs.
+/// `f` must not unwind.
+///
+/// # Safety
+/// `top` is the aligned end of writable memory large enough for `f`,
+/// which nothing live on this thread lies in below `top`.
+pub unsafe fn run_at<F: FnOnce(usize) -> R, R>(top: usize, f: F) -> R {
+    let mut slot: (Option<F>, Option<R>) = (Some(f), None);
+    // SAFETY: the caller's contract on `top`; `slot` lives on this stack
+    // until the call returns.
+    unsafe {
+        call_on(
+            top,
+            trampoline_at::<F, R>,
+            &mut slot as *mut _ as *mut c_void,
+        )
+    };
+    slot.1
+        .expect("the closure ran on the given stack and stored its result")
 }
 
 /// End this thread (`exit(2)` with `status`), giving its stack back.
@@ -82,6 +197,15 @@ pub fn exit_thread(status: u64) -> ! {
     } else {
         (GUARD_BYTES + STACK_BYTES) as u64
     };
+    // The stack is also the thread's alternate signal stack (`altstack`):
+    // a signal delivered between the unmapping and the exit would find
+    // its frame's memory gone and kill the process. A dying thread needs
+    // no signals (process-wide ones go to another thread).
+    let all = u64::MAX;
+    raw::syscall(
+        libc::SYS_rt_sigprocmask,
+        &[libc::SIG_SETMASK as u64, &all as *const u64 as u64, 0, 8],
+    );
     // SAFETY: munmap of this thread's own stack mapping (or of nothing:
     // a zero length fails harmlessly), then exit; nothing touches memory
     // after the first `syscall`, and the thread never returns.
@@ -110,6 +234,7 @@ fn release() {
     let base = BASE.get();
     if base != 0 {
         BASE.set(0);
+        publish_entry_top();
         raw::syscall(
             libc::SYS_munmap,
             &[base as u64, (GUARD_BYTES + STACK_BYTES) as u64],
@@ -123,6 +248,7 @@ fn top() -> Option<usize> {
     if base == 0 {
         base = map_stack()?;
         BASE.set(base);
+        publish_entry_top();
     }
     Some(base + GUARD_BYTES + STACK_BYTES)
 }
@@ -158,7 +284,7 @@ fn map_stack() -> Option<usize> {
 ///
 /// # Safety
 /// `slot` points to a live `(Option<F>, Option<R>)` holding the closure.
-unsafe extern "C" fn trampoline<F: FnOnce() -> R, R>(slot: *mut c_void) {
+unsafe extern "C" fn trampoline<F: FnOnce() -> R, R>(slot: *mut c_void, _left: usize) {
     // SAFETY: the caller passes the slot `run` made, alive until we return.
     let slot = unsafe { &mut *(slot as *mut (Option<F>, Option<R>)) };
     if let Some(f) = slot.0.take() {
@@ -166,27 +292,42 @@ unsafe extern "C" fn trampoline<F: FnOnce() -> R, R>(slot: *mut c_void) {
     }
 }
 
-/// Call `f(arg)` with the stack pointer at `top`, then come back to this
-/// stack.
+/// Run the closure in `slot` (a `(Option<F>, Option<R>)`) with the stack
+/// pointer left behind, and store its result there.
+///
+/// # Safety
+/// `slot` points to a live `(Option<F>, Option<R>)` holding the closure.
+unsafe extern "C" fn trampoline_at<F: FnOnce(usize) -> R, R>(slot: *mut c_void, left: usize) {
+    // SAFETY: the caller passes the slot `run_at` made, alive until we return.
+    let slot = unsafe { &mut *(slot as *mut (Option<F>, Option<R>)) };
+    if let Some(f) = slot.0.take() {
+        slot.1 = Some(f(left));
+    }
+}
+
+/// Call `f(arg, sp)` with the stack pointer at `top`, where `sp` is the
+/// stack pointer this stack is left with, then come back to this stack.
 ///
 /// # Safety
 /// `top` is the 16-byte aligned end of writable memory large enough for
 /// `f`, used by nothing else meanwhile; `f` does not unwind.
 #[inline(never)]
-unsafe fn call_on(top: usize, f: unsafe extern "C" fn(*mut c_void), arg: *mut c_void) {
+unsafe fn call_on(top: usize, f: unsafe extern "C" fn(*mut c_void, usize), arg: *mut c_void) {
     // SAFETY: R12 is callee-saved, so it still holds our stack pointer when
     // `f` returns; `out("r12")` keeps the inputs out of it. The call sees
-    // an aligned stack (`top` is page-aligned) and may clobber what the C
-    // ABI lets it.
+    // an aligned stack (`top` is 16-byte aligned) and may clobber what the
+    // C ABI lets it.
     unsafe {
         core::arch::asm!(
             "mov r12, rsp",
+            "mov rsi, rsp",
             "mov rsp, {top}",
             "call {f}",
             "mov rsp, r12",
             top = in(reg) top,
             f = in(reg) f,
             in("rdi") arg,
+            out("rsi") _,
             out("r12") _,
             clobber_abi("C"),
         );

@@ -140,3 +140,140 @@ fn file_calls_from_small_stacks_fit_as_on_the_host() {
         "{out}"
     );
 }
+
+/// A program's own alternate signal stack under atoll (Go's runtime sets
+/// one per thread with a raw `sigaltstack` and checks what it reads back):
+/// reported back unchanged through libc and through raw calls, with the
+/// kernel's errors; disabled in a new thread, inherited by a fork child;
+/// an `SA_ONSTACK` handler runs on it, sees it in its `ucontext` and as
+/// `SS_ONSTACK`, cannot change it there, and makes a trapped raw call and
+/// a libc call (whose work runs on atoll's stack, below the signal's
+/// frame there).
+/// And raw calls on a 1536-byte stack over an inaccessible page, as on
+/// Linux: each traps, and its SIGSYS frame (larger than that stack) must
+/// not land there; nor the extended state that a rewritten site's entry
+/// saves (libc calls on a 640-byte stack).
+#[test]
+fn a_programs_alternate_stack_is_its_own_and_traps_cost_its_stack_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = compile_probe(
+        dir.path(),
+        "altstack",
+        include_str!("signal_frames/altstack.c"),
+    );
+    let out = same_on_host_and_atoll(&bin, "", "");
+    let expected = "at start: disabled\n\
+        raw calls on a 1536-byte stack: 3 of 3\n\
+        libc calls on a 640-byte stack: 50 of 50\n\
+        set by a raw call (0), libc reports: ours\n\
+        a raw call reports: ours\n\
+        too small: -12; unknown flags: -22\n\
+        SA_ONSTACK handler ran 1: on the program's stack yes, its ucontext shows it yes, \
+        sigaltstack inside says SS_ONSTACK, a change inside -1, raw call inside ok, \
+        libc call inside ok\n\
+        after the handler: ours\n\
+        raw calls on a 1536-byte stack with the program's stack set: 3 of 3\n\
+        thread: alternate stack disabled; raw calls on a 1536-byte stack: 3 of 3\n\
+        fork child: inherited it, 3 of 3 raw calls\n";
+    assert_eq!(out, expected);
+}
+
+/// Signals raced against each other while a thread runs its handlers on
+/// its own alternate stack and makes trapped calls (CPython's
+/// `test_stress_delivery_simultaneous` crashed with SIGSEGV so): a timer
+/// of a few microseconds against a signal the thread sends itself, a
+/// handler with `SA_NODEFER` that raises its signal again inside (nested
+/// on the alternate stack), a handler without `SA_ONSTACK`, and another
+/// thread signalling whenever the last one was handled; the alternate
+/// stack's pages are given back before each round, so a handler's first
+/// push faults and the kernel delivers what is pending right there. Each
+/// handler must run where Linux runs it and each trapped call succeed;
+/// a signal frame written over a live one crashed the probe.
+#[test]
+fn signals_raced_against_handlers_on_the_programs_alternate_stack_run_as_on_the_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = compile_probe(dir.path(), "storm", include_str!("signal_frames/storm.c"));
+    let out = same_on_host_and_atoll(&bin, "", "");
+    assert_eq!(
+        out,
+        "2000 rounds: SIGUSR1 handled twice each yes, nested once each yes, SIGALRM once each \
+         yes, SIGUSR2 and SIGURG handled yes\n\
+         handlers with SA_ONSTACK off their alternate stack: 0; trapped calls failed: 0\n"
+    );
+}
+
+/// The `go` command: on PATH (Debian's golang-go, which CI installs), or
+/// the upstream tarball's place.
+fn go_command() -> std::path::PathBuf {
+    let on_path = std::env::var_os("PATH").and_then(|p| {
+        std::env::split_paths(&p)
+            .map(|d| d.join("go"))
+            .find(|g| g.is_file())
+    });
+    let upstream = std::path::PathBuf::from("/usr/local/go/bin/go");
+    match on_path {
+        Some(go) => go,
+        None if upstream.is_file() => upstream,
+        None => {
+            atoll_tests::require("go");
+            unreachable!()
+        }
+    }
+}
+
+/// A dynamically linked Go program (issue 11): its goroutines make their
+/// system calls with their own `syscall` instructions on stacks of a few
+/// KiB, each trapping into atoll; the SIGSYS frames used to overrun those
+/// stacks (`unexpected return pc`, `signal arrived on non-Go stack`).
+/// Eight goroutines write and read 200 files each in the mount on two
+/// servers while the runtime preempts a busy goroutine with SIGURG and
+/// the program signals itself; the output must be the host's.
+#[test]
+fn a_dynamically_linked_go_program_runs_as_on_the_host() {
+    let go = go_command();
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    std::fs::write(
+        src.join("main.go"),
+        include_str!("signal_frames/gofiles/main.go"),
+    )
+    .unwrap();
+    std::fs::write(src.join("go.mod"), "module gofiles\n\ngo 1.18\n").unwrap();
+    let bin = dir.path().join("gofiles");
+    let mut build = Command::new(&go);
+    build
+        .arg("build")
+        .arg("-o")
+        .arg(&bin)
+        .arg(".")
+        .current_dir(&src)
+        .env("CGO_ENABLED", "1");
+    if std::env::var_os("HOME").is_none() {
+        // Go's build cache lives under $HOME unless told otherwise.
+        build.env("GOCACHE", dir.path().join("cache"));
+    }
+    let built = build.output_bounded().expect("run go build");
+    assert!(built.status.success(), "{}", text(&built.stderr));
+    let elf = std::fs::read(&bin).unwrap();
+    assert!(
+        elf.windows(10).any(|w| w == b"ld-linux-x".as_slice()),
+        "the Go program must be dynamically linked (it imports net)"
+    );
+
+    let host_dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let host = Command::new(&bin)
+        .arg(host_dir.path())
+        .output_bounded()
+        .unwrap();
+    let host_out = text(&host.stdout);
+    assert!(host.status.success(), "{host_out}{}", text(&host.stderr));
+    assert!(host_out.contains("\n1600 <nil> "), "{host_out}");
+    let script = format!(
+        "mkdir \"$ROOT/go\" && timeout 120 {} \"$ROOT/go\"",
+        bin.display()
+    );
+    let o = run_in_atoll(&["--servers", "2"], &script);
+    assert_eq!(text(&o.stdout), host_out, "stderr: {}", text(&o.stderr));
+    assert!(o.status.success());
+}

@@ -9,18 +9,27 @@
 //! code and libc may touch with `XSAVE` (x87, SSE, AVX, AVX-512 opmasks and
 //! upper registers, as far as `XCR0` enables them; not AMX tiles, protection
 //! keys or other state that neither atoll nor libc changes, which would
-//! cost 8 KiB of stack more), on the program's stack below the red zone, as
-//! the kernel does for a signal frame; then it runs the same routing as
-//! the SIGSYS handler, and restores everything but RAX.
+//! cost 8 KiB of stack more); then it runs the same routing as the SIGSYS
+//! handler, and restores everything but RAX. The state (up to 2.7 KiB with
+//! AVX-512) and the routing's frames go on atoll's own stack (`stack`):
+//! the entry moves there after saving the argument registers and flags
+//! (72 bytes below the program's red zone), as a system call costs the
+//! program no stack on Linux and a Go goroutine's may have less than 1 KiB
+//! left (Go's runtime makes calls through such sites). Where it does not
+//! move (no atoll stack yet, or a program handler running on the program's
+//! alternate stack, see `stack::ENTRY_TOP`), the state goes on the
+//! program's stack below the red zone, as the kernel's signal frame would.
 //!
 //! ```text
 //!  stub: lea -128(%rsp) ─ mov $nr,%eax ─ call entry
-//!  atoll_rewritten_entry: save flags, args, XSAVE area ─ rewritten_syscall
+//!  atoll_rewritten_entry: save flags, args ─ move to atoll's stack ─
+//!     XSAVE area ─ rewritten_syscall
 //!     ├─ selector was ALLOW (atoll's own libc call): the raw system call,
 //!     │  as SUD would have let it through
 //!     └─ AtollGuard ─ save errno ─ sigsys::handle_without_context ─ errno
 //!        back ─ guard drop (deferred program signals delivered there)
-//!  XRSTOR ─ restore args and flags ─ ret to the stub ─ jmp after the site
+//!  XRSTOR ─ back to the program's stack ─ restore args and flags ─ ret to
+//!  the stub ─ jmp after the site
 //! ```
 
 use core::sync::atomic::{AtomicU64, Ordering};
@@ -56,6 +65,22 @@ core::arch::global_asm!(
     "    push rdi",
     "    cld",
     "    mov r11, rax",
+    // Onto atoll's stack (its top in `stack::ENTRY_TOP`, a thread-local at
+    // a fixed offset from the thread pointer), unless that is unknown or 0,
+    // or this already runs there (top - rsp below its size). RBP keeps the
+    // program's frame: the way back is `lea rsp, [rbp - 48]`.
+    "    mov rcx, qword ptr [rip + {entry_top_offset}]",
+    "    test rcx, rcx",
+    "    jz 2f",
+    "    mov rcx, qword ptr fs:[rcx]",
+    "    test rcx, rcx",
+    "    jz 2f",
+    "    mov rdx, rcx",
+    "    sub rdx, rsp",
+    "    cmp rdx, {stack_bytes}",
+    "    jb 2f",
+    "    mov rsp, rcx",
+    "2:",
     "    mov rcx, qword ptr [rip + {xsave_bytes}]",
     "    sub rsp, rcx",
     "    and rsp, -64",
@@ -93,6 +118,8 @@ core::arch::global_asm!(
     "    ret",
     ".size atoll_rewritten_entry, .-atoll_rewritten_entry",
     xsave_bytes = sym ATOLL_XSAVE_BYTES,
+    entry_top_offset = sym crate::stack::ENTRY_TOP_OFFSET,
+    stack_bytes = const crate::stack::STACK_BYTES,
     xsave_mask = sym ATOLL_XSAVE_MASK,
     handler = sym rewritten_syscall,
 );
@@ -127,6 +154,7 @@ pub fn init() -> bool {
     }
     ATOLL_XSAVE_MASK.store(mask, Ordering::Relaxed);
     ATOLL_XSAVE_BYTES.store(end + 64, Ordering::Relaxed);
+    crate::stack::check_entry_offset();
     true
 }
 

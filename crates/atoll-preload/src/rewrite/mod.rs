@@ -107,6 +107,7 @@ pub const fn keeps_trapping(nr: i64) -> bool {
             | libc::SYS_vfork
             | libc::SYS_exit
             | libc::SYS_rt_sigprocmask
+            | libc::SYS_sigaltstack
             | libc::SYS_kill
             | libc::SYS_tkill
             | libc::SYS_tgkill
@@ -386,6 +387,7 @@ mod tests {
             libc::SYS_vfork,
             libc::SYS_exit,
             libc::SYS_rt_sigprocmask,
+            libc::SYS_sigaltstack,
             libc::SYS_tgkill,
         ] {
             assert!(keeps_trapping(nr), "{nr}");

@@ -37,7 +37,7 @@
 //!   thread can appear meanwhile), so two stores are as good as one (a
 //!   process sharing memory without being a thread, `CLONE_VM` without
 //!   `CLONE_THREAD`, is not counted: glibc never makes one, and SUD does
-//!   not watch it anyway, see `sigsys::CloneKind::Unmonitored`);
+//!   not watch it anyway, see `sigsys::clone::CloneKind::Unmonitored`);
 //! * the code is in a private, file-backed, read-and-execute mapping (a
 //!   library or program text): never a JIT's anonymous or writable code,
 //!   which it may rewrite or free; during the store the page is

@@ -412,11 +412,7 @@ mod tests {
         ] {
             assert!(keeps_trapping(nr), "{nr}");
         }
-        for nr in [
-            libc::SYS_read,
-            libc::SYS_openat,
-            libc::SYS_newfstatat,
-        ] {
+        for nr in [libc::SYS_read, libc::SYS_openat, libc::SYS_newfstatat] {
             assert!(!keeps_trapping(nr) && !ends_the_image(nr), "{nr}");
         }
         for nr in [libc::SYS_execve, libc::SYS_execveat, libc::SYS_exit_group] {

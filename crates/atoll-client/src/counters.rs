@@ -130,7 +130,11 @@ pub fn report(c: &Client, lane: &Lane) {
 /// closed session left in its channels before it drops them
 /// (`Admin::SessionClosed`), so the report arrives without a round trip
 /// or a wake-up of its own. Before, every process start paid one of each
-/// as it exited (docs/BENCHMARKS.md, "Start-up cost per process").
+/// as it exited (docs/BENCHMARKS.md, "Start-up cost per process"). A
+/// process without a lane (a new image or forked child that asked no
+/// server anything) sends it on its session socket instead of asking for
+/// a lane: the boot thread hands it to server 0 ahead of the
+/// `SessionClosed` the exit causes.
 fn report_at_exit() {
     let Some(c) = crate::session::client() else {
         return;
@@ -139,7 +143,9 @@ fn report_at_exit() {
     if k == ClientCounters::default() {
         return;
     }
-    if let Ok(lane) = c.lane() {
+    if !c.holds_lane() {
+        c.post_counters(k);
+    } else if let Ok(lane) = c.lane() {
         let _ = lane.post_quietly(c, 0, Request::ClientCounters(k));
     }
 }

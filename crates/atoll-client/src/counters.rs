@@ -125,12 +125,28 @@ pub fn report(c: &Client, lane: &Lane) {
     }
 }
 
-/// Report with a lane of its own (process exit).
-pub fn report_now() {
-    if let Some(c) = crate::session::client() {
-        if let Ok(lane) = c.lane() {
-            report(c, &lane);
-        }
+/// Report at process exit, posted without ringing server 0's doorbell:
+/// the session closes as the process ends, and a server serves what a
+/// closed session left in its channels before it drops them
+/// (`Admin::SessionClosed`), so the report arrives without a round trip
+/// or a wake-up of its own. Before, every process start paid one of each
+/// as it exited (docs/BENCHMARKS.md, "Start-up cost per process"). A
+/// process without a lane (a new image or forked child that asked no
+/// server anything) sends it on its session socket instead of asking for
+/// a lane: the boot thread hands it to server 0 ahead of the
+/// `SessionClosed` the exit causes.
+fn report_at_exit() {
+    let Some(c) = crate::session::client() else {
+        return;
+    };
+    let k = take();
+    if k == ClientCounters::default() {
+        return;
+    }
+    if !c.holds_lane() {
+        c.post_counters(k);
+    } else if let Ok(lane) = c.lane() {
+        let _ = lane.post_quietly(c, 0, Request::ClientCounters(k));
     }
 }
 
@@ -170,7 +186,7 @@ extern "C" fn at_exit() {
         crate::incoherent::write_back(c);
         crate::copymap::sync_all(c);
     }
-    report_now();
+    report_at_exit();
 }
 
 /// Report at `exit` (once per image).

@@ -926,7 +926,9 @@ pub fn restore(c: &Client, text: &str, with_session: bool) {
         c.any_locks
             .store(true, core::sync::atomic::Ordering::Relaxed);
     }
-    let Ok(lane) = c.lane() else { return };
+    // Taken only when something below asks a server: the new image has no
+    // lane yet (`Reattach`), and most images a shell starts need none.
+    let lane = LazyLane::new(c);
     if let Some((path, ino)) = &st.cwd {
         match ino {
             Some(i) => c.set_cwd(Some(Cwd {
@@ -934,7 +936,8 @@ pub fn restore(c: &Client, text: &str, with_session: bool) {
                 path: path.clone(),
             })),
             None => {
-                if let Ok(Some(mut w)) = Walker::start(c, &lane, libc::AT_FDCWD as i64, path) {
+                let Ok(l) = lane.get() else { return };
+                if let Ok(Some(mut w)) = Walker::start(c, l, libc::AT_FDCWD as i64, path) {
                     if let Ok(NodeStep::Node {
                         ino,
                         ftype: FileType::Directory,
@@ -991,7 +994,9 @@ pub fn restore(c: &Client, text: &str, with_session: bool) {
     for (d, r) in descs {
         if r.is_none() {
             let desc = DescId(d);
-            let _ = lane.call_ok(c, desc.server(), Request::Close { desc });
+            if let Ok(l) = lane.get() {
+                let _ = l.call_ok(c, desc.server(), Request::Close { desc });
+            }
         }
     }
 }

@@ -2,10 +2,11 @@
 //! session socket, the mapped buffer cache and control block, and the pool
 //! of *lanes* through which requests travel.
 //!
-//! Life cycle (see `atoll_proto::boot`): `Attach` (or `Reattach` after
-//! `execve`) gives lane 0; a thread that finds every lane taken asks
-//! `NewLane`; `Fork` creates a child session before `fork`, whose first
-//! call asks `NewLane` (or whose new image asks `Reattach`). The session
+//! Life cycle (see `atoll_proto::boot`): `Attach` gives lane 0;
+//! `Reattach` after `execve` gives none, so the new image's first call
+//! asks `NewLane`, as does a thread that finds every lane taken; `Fork`
+//! creates a child session before `fork`, whose first call asks `NewLane`
+//! (or whose new image asks `Reattach`). The session
 //! socket *is* the session: closing its last copy releases everything.
 //!
 //! Lanes. A lane is one channel per server. A thread takes a free lane for
@@ -821,6 +822,23 @@ impl Client {
         }))
     }
 
+    /// Does this process hold a lane (is its first lane made)? A new image
+    /// or a forked child holds none until its first call.
+    pub fn holds_lane(&self) -> bool {
+        !self.session().lanes[0].load(Ordering::Acquire).is_null()
+    }
+
+    /// Report client counters on the session socket, for server 0 through
+    /// the boot thread (`BootRequest::Counters`): at exit, by a process
+    /// that holds no lane, instead of asking one for them.
+    pub fn post_counters(&self, k: atoll_proto::ClientCounters) {
+        let _g = self.boot_lock.lock();
+        let sock = self.socket_fd.load(Ordering::Relaxed);
+        // SAFETY: the session socket stays open while the client lives.
+        let sock = unsafe { BorrowedFd::borrow_raw(sock) };
+        boot_post(sock, &BootRequest::Counters(k));
+    }
+
     /// Create a child session for `fork` (the caller then shares every
     /// description with it). Returns `(child id, child socket)`; the
     /// child has no lane until it needs one.
@@ -933,7 +951,8 @@ pub fn to_high(fd: RawFd, min: i32) -> RawFd {
 /// One bootstrap exchange: send `req`, receive the reply and its fds.
 /// Send a boot request that has no reply (e.g. `ChildPid`); best effort.
 pub fn boot_post(sock: BorrowedFd<'_>, req: &BootRequest) {
-    let mut buf = [0u8; 64];
+    // Room for the largest, `Counters` (13 varints of up to 10 bytes).
+    let mut buf = [0u8; 256];
     if let Ok(bytes) = postcard::to_slice(req, &mut buf) {
         let mut space: [MaybeUninit<u8>; 0] = [];
         let mut ctl = SendAncillaryBuffer::new(&mut space);
@@ -1017,9 +1036,11 @@ pub fn attach(
     };
     let nservers = info.servers as usize;
     // A copy island's process gets no buffer-cache descriptor and maps
-    // nothing of it (Cosh §3): its data travels in messages.
+    // nothing of it (Cosh §3): its data travels in messages. A new image
+    // (`Reattach`) gets no lane: its first call asks `NewLane`.
     let maps_cache = info.island.maps_cache();
-    let expected = usize::from(maps_cache) + 1 + nservers;
+    let channels = if lane.is_some() { nservers } else { 0 };
+    let expected = usize::from(maps_cache) + 1 + channels;
     if fds.len() != expected {
         return Err(Error::Boot(format!(
             "attach sent {} fds for {nservers} servers",
@@ -1036,7 +1057,10 @@ pub fn attach(
     let control = Control::map(control_fd.as_fd())?;
     drop(control_fd);
     let fs_names = crate::names::FsNames::resolve(&info, nservers, &control);
-    let lane0 = Lane::new(lane, fds.collect())?;
+    let session = match lane {
+        Some(lane) => Session::new(session, Lane::new(lane, fds.collect())?),
+        None => Session::without_lanes(session),
+    };
 
     // The placeholder template: every atoll fd is a dup of it.
     let template = rustix::fs::memfd_create("atoll-placeholder", rustix::fs::MemfdFlags::CLOEXEC)?;
@@ -1066,7 +1090,7 @@ pub fn attach(
         socket_fd: AtomicI32::new(sock_fd),
         template_fd: AtomicI32::new(template_fd),
         cache_fd: AtomicI32::new(cache_fd),
-        session: AtomicPtr::new(Box::into_raw(Box::new(Session::new(session, lane0)))),
+        session: AtomicPtr::new(Box::into_raw(Box::new(session))),
         boot_lock: SpinLock::new(),
         umask: AtomicU32::new(um.as_raw_mode()),
         cwd: AtomicPtr::new(core::ptr::null_mut()),

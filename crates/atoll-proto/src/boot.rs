@@ -175,9 +175,12 @@ pub enum BootRequest {
     /// in a `copy` island the buffer cache memfd is left out (the client
     /// never maps it): `[control memfd, channel 0 … channel N-1]`.
     Attach { pid: u32 },
-    /// First packet on an inherited connection after `execve`: same session,
-    /// fresh lanes; lanes handed out before are retired.
-    /// Reply fds: as `Attach`.
+    /// First packet on an inherited connection after `execve`: same session;
+    /// lanes handed out before are retired, and the new image gets none
+    /// (`Attached::lane` is `None`): it asks `NewLane` at its first call, so
+    /// an image that never asks a server anything (a shell's `/bin/true`)
+    /// costs no channels.
+    /// Reply fds: as `Attach` without the channels.
     Reattach { pid: u32 },
     /// Another lane (one channel per server) for another thread.
     /// Reply fds: `[channel 0 … channel N-1]`.
@@ -204,6 +207,10 @@ pub enum BootRequest {
     /// `None`: let the instance choose as the load changes (`auto`).
     /// Reply: `Scaled` or `Error`.
     Scale { hosts: Option<u32> },
+    /// A process without a lane reports its client counters as it exits,
+    /// for server 0 (`Request::ClientCounters`), instead of asking a lane
+    /// for them. No reply.
+    Counters(crate::ClientCounters),
 }
 
 /// A fault `atoll chaos` injects into a running instance, for tests of
@@ -281,7 +288,8 @@ pub struct ServerHealth {
 pub enum BootReply {
     Attached {
         session: SessionId,
-        lane: u32,
+        /// Lane 0 for `Attach`; `None` for `Reattach` (no channels sent).
+        lane: Option<u32>,
         info: InstanceInfo,
     },
     Lane {

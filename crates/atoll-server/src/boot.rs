@@ -15,9 +15,11 @@
 //! ring) *before* replying, so a client's first request always finds its
 //! channel registered.
 //!
-//! Every process start asks for a lane (`Attach`/`Reattach`), so channels
-//! are made ahead of need: the boot thread keeps [`SPARE_LANES`] lanes'
-//! worth of fresh channels and makes the next ones after it has replied,
+//! The first process gets a lane with `Attach`; a new image after
+//! `execve` (`Reattach`) and a forked child get none until their first
+//! call asks `NewLane`, so a start that asks no server anything costs no
+//! channels. Channels are made ahead of need: the boot thread keeps
+//! [`SPARE_LANES`] lanes' worth of fresh channels and makes the next ones after it has replied,
 //! while the client goes on (`memfd_create`, `ftruncate` and `mmap` per
 //! channel leave the reply's path). A channel is never reused: one that
 //! served an ended session may still be mapped by a process that closed
@@ -502,12 +504,19 @@ impl Boot {
             (BootRequest::Attach { .. }, Some(_)) => {
                 Err("this connection already has a session".to_string())
             }
-            (BootRequest::Attach { .. }, None) | (BootRequest::Reattach { .. }, None) => {
+            (BootRequest::Attach { .. }, None) => {
                 let s = self.new_session();
                 if let Some(c) = self.conns.get_mut(&token) {
                     c.session = Some(s);
                 }
-                self.attach(token, s)
+                self.attach(token, s, true)
+            }
+            (BootRequest::Reattach { .. }, None) => {
+                let s = self.new_session();
+                if let Some(c) = self.conns.get_mut(&token) {
+                    c.session = Some(s);
+                }
+                self.attach(token, s, false)
             }
             (BootRequest::Reattach { .. }, Some(s)) => {
                 // The old program image's lanes retire (a forked child
@@ -521,8 +530,15 @@ impl Boot {
                 if let Some(c) = self.conns.get_mut(&token) {
                     c.lanes = 0;
                 }
-                self.attach(token, s)
+                self.attach(token, s, false)
             }
+            (BootRequest::Counters(k), Some(s)) => {
+                // Ahead of the `SessionClosed` the process's exit causes:
+                // server 0's internal messages keep their order.
+                self.p.servers.post(0, Admin::ClientCounters(s, k));
+                return;
+            }
+            (BootRequest::Counters(_), None) => return,
             (BootRequest::NewLane, Some(s)) => {
                 let lane = self.take_lane(token);
                 match self.make_lane(s, lane) {
@@ -587,12 +603,20 @@ impl Boot {
         }
     }
 
-    fn attach(&mut self, token: u64, s: SessionId) -> Result<(), String> {
+    /// Answer `Attach` (`with_lane`: lane 0 comes with it) or `Reattach`
+    /// (no lane: a new image asks `NewLane` when it first needs one, and
+    /// most images a shell starts never do).
+    fn attach(&mut self, token: u64, s: SessionId, with_lane: bool) -> Result<(), String> {
         if let (Some(sink), Some(c)) = (&self.p.trace, self.conns.get(&token)) {
             sink.session_pid(s.0, c.pid);
         }
-        let lane = self.take_lane(token);
-        let chans = self.make_lane(s, lane).map_err(|e| e.to_string())?;
+        let (lane, chans) = if with_lane {
+            let lane = self.take_lane(token);
+            let chans = self.make_lane(s, lane).map_err(|e| e.to_string())?;
+            (Some(lane), chans)
+        } else {
+            (None, Vec::new())
+        };
         // A copy island never sees the buffer cache (Cosh §3): its clients
         // get no descriptor of it to map.
         let mut fds: Vec<BorrowedFd<'_>> = Vec::with_capacity(2 + chans.len());

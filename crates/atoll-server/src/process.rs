@@ -91,6 +91,7 @@ enum ToServer {
         session: u64,
         before: u32,
     },
+    ClientCounters(u64, atoll_proto::ClientCounters),
     Stats {
         seq: u64,
     },
@@ -240,6 +241,7 @@ impl Mailbox {
                     session: SessionId(session),
                     before,
                 },
+                ToServer::ClientCounters(s, k) => Admin::ClientCounters(SessionId(s), k),
                 ToServer::Stats { seq } => {
                     let (tx, rx) = std::sync::mpsc::channel();
                     self.stats = Some((seq, rx));
@@ -658,6 +660,7 @@ impl ServerProcess {
                     before,
                 }
             }
+            Admin::ClientCounters(s, k) => ToServer::ClientCounters(s.0, k),
             Admin::Stats(tx) => return self.ask_stats(&mut link, tx),
             Admin::DirNames(dirs, tx) => return self.ask_names(&mut link, dirs, tx),
             Admin::Crash => {

@@ -61,6 +61,9 @@ pub enum Admin {
         before: u32,
     },
     Stats(Sender<ServerStats>),
+    /// Client counters a process without a lane reported as it exited
+    /// (`BootRequest::Counters`); server 0 only.
+    ClientCounters(SessionId, atoll_proto::ClientCounters),
     /// Names of directories (`FileServer::dir_names`), for `atoll status`.
     DirNames(Vec<(u64, Option<u64>)>, Sender<Vec<atoll_proto::DirName>>),
     /// Die at once, as a crash would (`atoll chaos --kill`; `health`).
@@ -717,6 +720,7 @@ fn on_admin<S: BlockStore>(
         Admin::Stats(tx) => {
             let _ = tx.send(stats_with_load(fs, chans));
         }
+        Admin::ClientCounters(s, k) => fs.client_reported(s, &k),
         Admin::DirNames(dirs, tx) => {
             let _ = tx.send(fs.dir_names(&dirs));
         }

@@ -150,7 +150,7 @@ fn attach(path: &Path) -> (OwnedFd, SessionId, Vec<OwnedFd>, Lane) {
     else {
         panic!("{reply:?}")
     };
-    assert_eq!(lane, 0);
+    assert_eq!(lane, Some(0));
     assert_eq!(fds.len(), 2 + info.servers as usize);
     let lane = Lane::new(&fds[1], &fds[2..]);
     (sock, session, fds, lane)
@@ -316,7 +316,8 @@ fn forked_child_keeps_shared_descriptions_until_it_exits() {
     drop(sock);
     let s = eventually(&path, |s| s.clients == 1);
     assert_eq!(descs(&s), 1);
-    // The child reattaches after exec: its first lane, same session.
+    // The child reattaches after exec: same session, no lane yet (the
+    // cache and control memfds only); its first lane comes with `NewLane`.
     let (reply, cfds) = ask(&child_sock, &BootRequest::Reattach { pid: 1 });
     let BootReply::Attached {
         session, lane: l, ..
@@ -324,8 +325,11 @@ fn forked_child_keeps_shared_descriptions_until_it_exits() {
     else {
         panic!("{reply:?}")
     };
-    assert_eq!((session, l), (child, 0));
-    let mut clane = Lane::new(&cfds[1], &cfds[2..]);
+    assert_eq!((session, l), (child, None));
+    assert_eq!(cfds.len(), 2, "cache and control, no channel");
+    let (reply, lane0) = ask(&child_sock, &BootRequest::NewLane);
+    assert!(matches!(reply, BootReply::Lane { lane: 0 }), "{reply:?}");
+    let mut clane = Lane::new(&cfds[1], &lane0);
     let n = clane.call(
         0,
         Request::WriteData {

@@ -232,3 +232,63 @@ fn status_says_which_mode_the_instance_runs_and_why() {
         .unwrap();
     assert!(text(&text_status.stdout).contains("syscalls     trap: "));
 }
+
+/// Forked children that exec at once, as a shell's do.
+const FORK_EXEC: &str = r#"
+#include <stdio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+int main(void) {
+    int ok = 0;
+    for (int i = 0; i < 5; i++) {
+        pid_t p = fork();
+        if (p == 0) {
+            execl("/bin/true", "true", (char *)0);
+            _exit(127);
+        }
+        int st = 0;
+        if (p > 0 && waitpid(p, &st, 0) == p && WIFEXITED(st) && WEXITSTATUS(st) == 0)
+            ok++;
+    }
+    printf("forkexec ok %d\n", ok);
+    return 0;
+}
+"#;
+
+/// `execve` ends the image when it succeeds, so its site is left trapping
+/// (`rewrite::ends_the_image`): a forked child whose only trap is its
+/// `execve` rewrites no site (before, each child read `/proc/self/maps` and
+/// rewrote its fresh copy of the site), and the children still run as on
+/// Linux.
+#[test]
+fn a_forked_child_that_only_execs_rewrites_no_site() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = compile_probe(dir.path(), "forkexec", FORK_EXEC);
+    let linux = Command::new(&bin).output_bounded().unwrap();
+    assert_eq!(text(&linux.stdout), "forkexec ok 5\n");
+    let traps = dir.path().join("traps");
+    let mut cmd = atoll();
+    cmd.args(["run", "--"])
+        .arg(&bin)
+        .env("ATOLL_TRAP_STATS", &traps);
+    let out = output_within(cmd, LIMIT);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), text(&linux.stdout));
+    // Each child's image writes its line as it execs: `execve` counted
+    // once, and no `sites:N` (written only when N > 0).
+    let stats = std::fs::read_to_string(&traps).unwrap();
+    let execve = format!("{}:", libc::SYS_execve);
+    let children: Vec<&str> = stats
+        .lines()
+        .filter(|l| l.split_whitespace().any(|f| f.starts_with(&execve)))
+        .collect();
+    assert_eq!(children.len(), 5, "{stats}");
+    for line in children {
+        let sites = line
+            .split_whitespace()
+            .filter_map(|f| f.strip_prefix("sites:"))
+            .map(|n| n.parse::<u64>().unwrap())
+            .sum::<u64>();
+        assert_eq!(sites, 0, "{stats}");
+    }
+}

@@ -23,6 +23,9 @@
 //!   needs the signal frame: `rt_sigreturn`, `clone`, `clone3`, `fork`,
 //!   `vfork`, `exit`, signals sent to oneself, masks, `arch_prctl`,
 //!   `prctl`, `seccomp` ([`keeps_trapping`]);
+//! * nor one that ends the image when it succeeds, `execve`, `execveat`,
+//!   `exit_group` ([`ends_the_image`]): its site runs once, so rewriting
+//!   it would cost more than the trap it saves;
 //! * the byte before the `mov` is not a REX prefix (then it would be a
 //!   `mov` to R8D…R15D), the immediate equals the trapped number, and the
 //!   bytes up to the `syscall` decode as instructions that neither name
@@ -95,8 +98,9 @@ pub fn enabled() -> bool {
 /// the flow of control (the entry would return to a frame that is gone or
 /// not yet there: `rt_sigreturn`, a clone child on its new stack), or
 /// their handling needs the SIGSYS frame (`sigsys::handle`'s arms with a
-/// context). `execve` and `exit_group` may be rewritten: they return only
-/// when they fail, into the entry's frame, which is still there.
+/// context). `execve` and `exit_group` could be rewritten (they return
+/// only when they fail, into the entry's frame, which is still there) but
+/// are not worth it: see [`ends_the_image`].
 pub const fn keeps_trapping(nr: i64) -> bool {
     matches!(
         nr,
@@ -116,6 +120,20 @@ pub const fn keeps_trapping(nr: i64) -> bool {
             | libc::SYS_arch_prctl
             | libc::SYS_prctl
             | libc::SYS_seccomp
+    )
+}
+
+/// Calls that end the program image when they succeed. Their site runs
+/// once per image, so rewriting it (a read of `/proc/self/maps`, four
+/// `mprotect`s: about 100 µs of CPU) costs far more than the ~1 µs trap it
+/// saves; it was paid by every forked child that execs (a shell's, too),
+/// whose `execve` site is fresh in each child since the parent never
+/// execs. A PATH search's failed attempts each still trap, about a
+/// microsecond apiece (docs/BENCHMARKS.md, "Start-up cost per process").
+pub const fn ends_the_image(nr: i64) -> bool {
+    matches!(
+        nr,
+        libc::SYS_execve | libc::SYS_execveat | libc::SYS_exit_group
     )
 }
 
@@ -168,7 +186,11 @@ fn candidate(resume: usize, nr: u32) -> Option<Candidate> {
 /// site if the rules allow. Cheap when they do not (a few byte reads).
 /// Called by the SIGSYS handler with the selector at ALLOW.
 pub fn on_trap(nr: i64, resume: usize) {
-    if !enabled() || keeps_trapping(nr) || !(0..=u32::MAX as i64).contains(&nr) {
+    if !enabled()
+        || keeps_trapping(nr)
+        || ends_the_image(nr)
+        || !(0..=u32::MAX as i64).contains(&nr)
+    {
         return;
     }
     if resume < PAGE || refused(resume) {
@@ -392,14 +414,11 @@ mod tests {
         ] {
             assert!(keeps_trapping(nr), "{nr}");
         }
-        for nr in [
-            libc::SYS_read,
-            libc::SYS_openat,
-            libc::SYS_newfstatat,
-            libc::SYS_execve,
-            libc::SYS_exit_group,
-        ] {
-            assert!(!keeps_trapping(nr), "{nr}");
+        for nr in [libc::SYS_read, libc::SYS_openat, libc::SYS_newfstatat] {
+            assert!(!keeps_trapping(nr) && !ends_the_image(nr), "{nr}");
+        }
+        for nr in [libc::SYS_execve, libc::SYS_execveat, libc::SYS_exit_group] {
+            assert!(!keeps_trapping(nr) && ends_the_image(nr), "{nr}");
         }
     }
 

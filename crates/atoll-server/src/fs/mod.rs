@@ -415,6 +415,12 @@ impl<S: BlockStore> FileServer<S> {
         self.sessions.keys().copied().collect()
     }
 
+    /// What a session's process reported about itself without a lane, as
+    /// it exited (`BootRequest::Counters`, forwarded by the boot thread).
+    pub fn client_reported(&mut self, session: SessionId, k: &atoll_proto::ClientCounters) {
+        self.client_counters.add(session, k);
+    }
+
     /// The session is gone (process exited or was killed): drop every
     /// reference it held and its POSIX locks, so nothing leaks.
     pub fn session_closed(&mut self, session: SessionId) {

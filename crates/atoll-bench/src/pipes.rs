@@ -25,6 +25,10 @@ pub struct PipeResults {
     pub atoll_pipe: Option<f64>,
     /// Why the atoll pipe was not measured, if it was not.
     pub atoll_skipped: Option<String>,
+    /// The atoll pipe with both ends copying at once
+    /// (`ATOLL_PIPE_SPLIT=on`, off by default), for comparison: it pays
+    /// when the CPUs are free (docs/BENCHMARKS.md).
+    pub atoll_split: Option<f64>,
 }
 
 /// How a writer puts a chunk into the pipe.
@@ -160,10 +164,14 @@ unsafe fn write_chunk(how: Writer, wr: i32, data: &[u8]) -> bool {
 
 /// The atoll pipe: this very measurement, run by `atoll run` (default
 /// options but 2 servers) as `atoll bench transfer --pipe-probe`, which
-/// prints its bytes per second.
-fn atoll_pipe(chunk: usize, total: u64, repeat: usize) -> Result<f64, String> {
+/// prints its bytes per second; `split`: with `ATOLL_PIPE_SPLIT=on`.
+fn atoll_pipe(chunk: usize, total: u64, repeat: usize, split: bool) -> Result<f64, String> {
     let exe = std::env::current_exe().map_err(|e| format!("no atoll binary: {e}"))?;
-    let out = Command::new(&exe)
+    let mut cmd = Command::new(&exe);
+    if split {
+        cmd.env("ATOLL_PIPE_SPLIT", "on");
+    }
+    let out = cmd
         .args(["run", "--servers", "2", "--"])
         .arg(&exe)
         .args([
@@ -189,7 +197,7 @@ fn atoll_pipe(chunk: usize, total: u64, repeat: usize) -> Result<f64, String> {
         .map_err(|_| format!("unexpected probe output {text:?}"))
 }
 
-/// The three measurements.
+/// The measurements: Linux, vmsplice, atoll (default and split).
 pub fn run(quick: bool) -> std::io::Result<PipeResults> {
     let chunk = 1 << 20;
     let (total, repeat) = if quick {
@@ -199,7 +207,12 @@ pub fn run(quick: bool) -> std::io::Result<PipeResults> {
     };
     let linux_pipe = measure(false, chunk, total, repeat)?;
     let vmsplice = measure(true, chunk, total, repeat).ok();
-    let (atoll_pipe, atoll_skipped) = match atoll_pipe(chunk, total, repeat) {
+    let default = atoll_pipe(chunk, total, repeat, false);
+    let atoll_split = default
+        .as_ref()
+        .ok()
+        .and_then(|_| atoll_pipe(chunk, total, repeat, true).ok());
+    let (atoll_pipe, atoll_skipped) = match default {
         Ok(v) => (Some(v), None),
         Err(e) => (None, Some(e)),
     };
@@ -210,6 +223,7 @@ pub fn run(quick: bool) -> std::io::Result<PipeResults> {
         vmsplice,
         atoll_pipe,
         atoll_skipped,
+        atoll_split,
     })
 }
 
@@ -261,6 +275,15 @@ pub fn table(r: &PipeResults) -> String {
                 gbs(v),
                 v / r.linux_pipe
             );
+            if let Some(split) = r.atoll_split {
+                let _ = writeln!(
+                    out,
+                    "  {:<12} {:>12} {:>9.2}x  (ATOLL_PIPE_SPLIT=on, not the default)",
+                    "atoll split",
+                    gbs(split),
+                    split / r.linux_pipe
+                );
+            }
             let _ = writeln!(
                 out,
                 "  target: atoll ≥ 2× Linux: {}",
@@ -322,9 +345,12 @@ mod tests {
             vmsplice: Some(4e9),
             atoll_pipe: Some(3e9),
             atoll_skipped: None,
+            atoll_split: Some(9e9),
         };
         let t = table(&r);
         assert!(t.contains("1.50x") && t.contains("MISSED"), "{t}");
+        // The split is shown beside the default, not judged.
+        assert!(t.contains("atoll split") && t.contains("4.50x"), "{t}");
         let r = PipeResults {
             atoll_pipe: None,
             atoll_skipped: Some("no instance".into()),

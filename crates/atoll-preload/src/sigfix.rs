@@ -30,6 +30,40 @@ pub struct KSigaction {
 /// Size of the kernel's sigset on x86-64.
 pub const KSIGSET_SIZE: u64 = 8;
 
+/// Run the program's handler of `action` (neither `SIG_IGN` nor
+/// `SIG_DFL`) the way it was installed: with `info` and the context for
+/// `SA_SIGINFO`, with the signal number alone otherwise.
+///
+/// # Safety
+/// `action` is one the program installed; `info` and `uc` are what the
+/// kernel gave the signal's entry.
+pub unsafe fn call_handler(
+    action: &KSigaction,
+    sig: i32,
+    info: *mut libc::siginfo_t,
+    uc: *mut core::ffi::c_void,
+) {
+    if action.flags & libc::SA_SIGINFO as u64 != 0 {
+        // SAFETY: the program installed it as an SA_SIGINFO handler.
+        let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut core::ffi::c_void) =
+            unsafe { core::mem::transmute(action.handler) };
+        f(sig, info, uc);
+    } else {
+        // SAFETY: the program installed it as a plain handler.
+        let f: extern "C" fn(libc::c_int) = unsafe { core::mem::transmute(action.handler) };
+        f(sig);
+    }
+}
+
+/// Send `sig` to this very thread: with its action reset to the default
+/// beforehand, the kernel takes the default action for real once the
+/// current handler returns.
+pub fn raise_here(sig: i32) {
+    let pid = crate::raw::syscall(libc::SYS_getpid, &[]);
+    let tid = crate::raw::syscall(libc::SYS_gettid, &[]);
+    crate::raw::syscall(libc::SYS_tgkill, &[pid as u64, tid as u64, sig as u64]);
+}
+
 pub const SA_RESTORER: u64 = 0x0400_0000;
 
 /// Bit of `sig` in a kernel sigset.

@@ -589,26 +589,17 @@ unsafe fn run_program_action(sig: i32, info: *mut libc::siginfo_t, uc: *mut c_vo
             // The program reset the action while the signal was on its
             // way: take the default action for real (after sigreturn).
             kernel_sigaction(sig, Some(&KSigaction::default()), None);
-            let pid = raw::syscall(libc::SYS_getpid, &[]);
-            let tid = raw::syscall(libc::SYS_gettid, &[]);
-            raw::syscall(libc::SYS_tgkill, &[pid as u64, tid as u64, sig as u64]);
+            sigfix::raise_here(sig);
         }
-        h => {
+        _ => {
             if action.flags & libc::SA_RESETHAND as u64 != 0 {
                 slot.set(KSigaction::default());
                 kernel_sigaction(sig, Some(&KSigaction::default()), None);
             }
             compiler_fence(Ordering::SeqCst);
-            if action.flags & libc::SA_SIGINFO as u64 != 0 {
-                // SAFETY: the program installed `h` as an SA_SIGINFO handler.
-                let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut c_void) =
-                    unsafe { core::mem::transmute(h) };
-                f(sig, info, uc);
-            } else {
-                // SAFETY: the program installed `h` as a plain handler.
-                let f: extern "C" fn(libc::c_int) = unsafe { core::mem::transmute(h) };
-                f(sig);
-            }
+            // SAFETY: the program installed this action; the caller's
+            // contract gives `info` and `uc`.
+            unsafe { sigfix::call_handler(&action, sig, info, uc) };
         }
     }
 }

@@ -238,23 +238,14 @@ unsafe fn foreign_sigsys(
                 libc::SYS_rt_sigaction,
                 &[sig as u64, &dfl as *const _ as u64, 0, KSIGSET_SIZE],
             );
-            let pid = raw::syscall(libc::SYS_getpid, &[]);
-            let tid = raw::syscall(libc::SYS_gettid, &[]);
-            raw::syscall(libc::SYS_tgkill, &[pid as u64, tid as u64, sig as u64]);
+            sigfix::raise_here(sig);
         }
-        h => {
+        _ => {
             // The program's handler runs as program code.
             selector::set(prev_selector);
-            if v.flags & libc::SA_SIGINFO as u64 != 0 {
-                // SAFETY: the program installed `h` as an SA_SIGINFO handler.
-                let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut c_void) =
-                    unsafe { core::mem::transmute(h) };
-                f(sig, info, ucv);
-            } else {
-                // SAFETY: the program installed `h` as a plain handler.
-                let f: extern "C" fn(libc::c_int) = unsafe { core::mem::transmute(h) };
-                f(sig);
-            }
+            // SAFETY: the program installed this action; the caller's
+            // contract gives `info` and `ucv`.
+            unsafe { sigfix::call_handler(&v, sig, info, ucv) };
             selector::set(selector::ALLOW);
         }
     }

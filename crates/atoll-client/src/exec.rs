@@ -163,6 +163,9 @@ impl ExecPlan {
     /// or `-ERESTARTNOINTR` when a program signal waits: see
     /// `intr::exec_syscall6`).
     pub fn exec(&self) -> i64 {
+        // No pipe writer may copy into the new program (lifted if the
+        // exec returns).
+        let _quiesced = crate::pipesplit::quiesce_for_exec();
         // SAFETY: every pointer is owned by the plan and NUL-terminated;
         // on success the process image is replaced.
         unsafe {

@@ -66,6 +66,7 @@ mod forkgate;
 mod forkshare;
 pub mod hostlink;
 mod hybrid;
+mod imagetag;
 mod incoherent;
 mod inotify;
 pub mod intr;
@@ -1355,8 +1356,10 @@ pub fn fork_child(prep: ForkPrep) {
     let Some(c) = session::client() else {
         return;
     };
-    // Offsets locked by threads that did not come along are free here.
+    // Offsets locked by threads that did not come along are free here,
+    // and their pipe reads are not ours to withdraw.
     fdtable::after_fork_child();
+    pipesplit::forget_after_fork();
     let ForkPrep {
         child,
         socket,

@@ -395,7 +395,8 @@ pub fn read(c: &Client, d: &DescRef, buf: &mut [u8], checked: Checked) -> Result
     // (`pipesplit`); a split that failed is not tried again in this call
     // (the ticket path sorts out why).
     let mut posted = false;
-    let mut may_split = true;
+    let reading = split::Reading::new(&ring, buf.len());
+    let mut may_split = reading.may_split();
     loop {
         let sig = sys::SigBlock::new();
         ring.lock();

@@ -40,29 +40,44 @@
 //! Rights: as a ticket's, both ways: each side checks the other's pid
 //! namespace before it starts or joins, and a copy the kernel refuses is
 //! left to the other side (writer) or to the ticket path (reader).
+//!
+//! Identity: each end is named by an id *and* its image tag
+//! (`imagetag`). The reader's copies read the writer's tag in the same
+//! call as the bytes, and "is the other end gone" asks the tag, so a
+//! process that another thread's `execve` turned into a new program counts
+//! as gone. The writer's copies into the reader cannot be checked that
+//! way, so a process about to `execve` withdraws every buffer its threads
+//! posted and waits for the writer's chunks in flight
+//! ([`quiesce_for_exec`]): no byte of a pipe is ever written into the new
+//! program.
 
 use core::sync::atomic::{AtomicBool, Ordering};
 
 use atoll_proto::pipe as hdr;
 
-use crate::pipeticket::{offered, pid_namespace, read_memory};
+mod execguard;
+use crate::ring::exec_pending;
+pub use execguard::{forget_after_fork, quiesce_for_exec, Reading};
+
+use crate::imagetag::{self, Tag};
+use crate::pipeticket::{offered, pid_namespace, writer_tag};
 use crate::ring::Ring;
 use crate::sys;
 
-/// Environment variable that switches splits on (`on`) in a process.
-/// Off by default: measured on a loaded 2-CPU machine, splits were 6–12 %
-/// slower than tickets alone (docs/BENCHMARKS.md, "Pipes with 1 MiB
-/// writes"); they are kept to be measured where both ends have a CPU.
+/// Environment variable that switches splits off (`off`) in a process.
+/// On by default: on two free CPUs a split moves 1 MiB writes at about
+/// 1.8× the speed of tickets alone (docs/BENCHMARKS.md, "Pipes with 1 MiB
+/// writes"); where the CPUs are busy it costs 6–12 %.
 pub const ENV_SPLIT: &str = "ATOLL_PIPE_SPLIT";
 
-static ENABLED: AtomicBool = AtomicBool::new(false);
+static ENABLED: AtomicBool = AtomicBool::new(true);
 
 /// Read [`ENV_SPLIT`]. Called by `pipe::init`. A process with splits off
 /// never posts its buffer nor starts a split, and joins none (a split
 /// needs the reader to start it), so ends with either setting mix.
 pub fn init() {
-    let on = matches!(std::env::var(ENV_SPLIT).as_deref(), Ok("on"));
-    ENABLED.store(on, Ordering::Relaxed);
+    let off = matches!(std::env::var(ENV_SPLIT).as_deref(), Ok("off"));
+    ENABLED.store(!off, Ordering::Relaxed);
 }
 
 fn enabled() -> bool {
@@ -95,13 +110,21 @@ fn my_pid() -> u32 {
     unsafe { sys::sc(libc::SYS_getpid, 0, 0, 0, 0) as u32 }
 }
 
-/// Is the memory of process or thread `pid` gone (the process exited or
-/// was killed, a zombie included, or the thread ended)? A one-byte read at
-/// `addr` answers `ESRCH` then; `kill(pid, 0)` would still find a zombie
-/// that its parent has not reaped.
-fn gone(pid: u32, addr: u64) -> bool {
-    let mut byte = [0u8; 1];
-    read_memory(pid, addr, &mut byte) == -(libc::ESRCH as i64)
+/// Is the tagged image of process or thread `pid` gone (the process
+/// exited or was killed, a zombie included, the thread ended, or the
+/// process runs another program)? A read of its tag answers that;
+/// `kill(pid, 0)` would still find a zombie that its parent has not
+/// reaped, and a process that changed programs.
+fn gone(pid: u32, tag: Tag) -> bool {
+    imagetag::image_gone(pid, tag) == Some(true)
+}
+
+/// The image tag the posted reader published with its buffer.
+fn reader_tag(ring: &Ring) -> Tag {
+    Tag {
+        at: ring.word64(hdr::RBUF_TAG_AT).load(Ordering::Relaxed),
+        value: ring.word64(hdr::RBUF_TAG).load(Ordering::Relaxed),
+    }
 }
 
 fn patience() -> libc::timespec {
@@ -120,6 +143,7 @@ pub fn busy(ring: &Ring) -> bool {
 pub fn post(ring: &Ring, buf: &mut [u8]) -> bool {
     if !enabled()
         || buf.len() < SPLIT_MIN
+        || exec_pending()
         || ring.word(hdr::RBUF_STATE).load(Ordering::Relaxed) != hdr::RBUF_NONE
         || ring.word(hdr::RSLEEP).load(Ordering::SeqCst) != 0
         || ring.word(hdr::NO_TICKETS).load(Ordering::Relaxed) != 0
@@ -134,13 +158,18 @@ pub fn post(ring: &Ring, buf: &mut [u8]) -> bool {
 
 /// Publish the reader's buffer. The thread id, not the process id, names
 /// the reader: `process_vm_writev` takes either, and a thread that is gone
-/// (killed, or ended by another thread's `execve`, which replaces the
-/// memory the buffer was in) fails the writer's copies with `ESRCH`
-/// instead of writing into what now lives at that address.
+/// (killed, or ended by another thread's `execve`) fails the writer's
+/// copies with `ESRCH`. (The leader's id passes to the thread that calls
+/// `execve`; [`quiesce_for_exec`] keeps the writer out of that one.)
 fn publish_buffer(ring: &Ring, buf: &mut [u8]) {
     // SAFETY: gettid takes no arguments.
     let tid = unsafe { sys::sc(libc::SYS_gettid, 0, 0, 0, 0) } as u32;
+    let tag = imagetag::this_image();
     ring.word(hdr::RBUF_PID).store(tid, Ordering::Relaxed);
+    ring.word64(hdr::RBUF_TAG_AT)
+        .store(tag.at, Ordering::Relaxed);
+    ring.word64(hdr::RBUF_TAG)
+        .store(tag.value, Ordering::Relaxed);
     ring.word64(hdr::RBUF_PIDNS)
         .store(pid_namespace(my_pid()), Ordering::Relaxed);
     ring.word64(hdr::RBUF_ADDR)
@@ -214,6 +243,7 @@ pub fn start_with_ticket(ring: &Ring, buf: &mut [u8]) -> bool {
     let n = (offered(ring) as usize).min(buf.len()).min(SPLIT_MAX);
     if !enabled()
         || n < SPLIT_MIN
+        || exec_pending()
         || ring.word(hdr::RBUF_STATE).load(Ordering::Acquire) != hdr::RBUF_NONE
         || ring.word64(hdr::TICKET_PIDNS).load(Ordering::Relaxed) != pid_namespace(my_pid())
     {
@@ -291,7 +321,7 @@ enum WriterEnd {
 
 /// The reader waits until the writer finished the `claimed` chunks it
 /// took (at most one is still being copied), gave up, or is gone.
-fn wait_for_writer(ring: &Ring, writer: u32, src: u64, claimed: u32) -> WriterEnd {
+fn wait_for_writer(ring: &Ring, writer: u32, tag: Tag, claimed: u32) -> WriterEnd {
     let word = ring.word(hdr::SPLIT_WDONE);
     let mut spins = 0;
     loop {
@@ -312,7 +342,7 @@ fn wait_for_writer(ring: &Ring, writer: u32, src: u64, claimed: u32) -> WriterEn
             continue;
         }
         let r = ring.futex_wait_raw(hdr::SPLIT_WDONE, seen, Some(&patience()));
-        if r == -(libc::ETIMEDOUT as i64) && gone(writer, src) {
+        if r == -(libc::ETIMEDOUT as i64) && gone(writer, tag) {
             return WriterEnd::Gone;
         }
     }
@@ -328,11 +358,12 @@ pub fn copy_as_reader(ring: &Ring, buf: &mut [u8]) -> (usize, i64) {
     // Stable while the split runs: only its reader ends it.
     let n = (ring.word(hdr::RBUF_LEN).load(Ordering::Acquire) as usize).min(buf.len());
     let writer = ring.word(hdr::TICKET_PID).load(Ordering::Relaxed);
+    let tag = writer_tag(ring);
     let src = ring.word64(hdr::TICKET_ADDR).load(Ordering::Relaxed)
         + ring.word64(hdr::TICKET_DONE).load(Ordering::Acquire);
     let pull = |k: u32, buf: &mut [u8]| -> i64 {
         let (a, b) = chunk(k, n);
-        match read_memory(writer, src + a as u64, &mut buf[a..b]) {
+        match imagetag::read_tagged(writer, tag, src + a as u64, &mut buf[a..b]) {
             r if r == (b - a) as i64 => 0,
             r if r < 0 => r,
             _ => -(libc::EFAULT as i64),
@@ -353,7 +384,7 @@ pub fn copy_as_reader(ring: &Ring, buf: &mut [u8]) -> (usize, i64) {
     let meet = cursor_now(ring).1;
     // Even after a failed copy the writer may still be writing into `buf`:
     // wait for it before returning.
-    let writer_end = wait_for_writer(ring, writer, src, chunks - meet.min(chunks));
+    let writer_end = wait_for_writer(ring, writer, tag, chunks - meet.min(chunks));
     let mut bytes = chunk(front, n).0;
     if failure == 0 {
         match writer_end {
@@ -472,7 +503,7 @@ pub fn writer_turn(ring: &Ring, sig: sys::SigBlock, ticket: &[u8]) {
         return copy_as_writer(ring, job);
     }
     let reader = ring.word(hdr::RBUF_PID).load(Ordering::Relaxed);
-    let at = ring.word64(hdr::RBUF_ADDR).load(Ordering::Relaxed);
+    let tag = reader_tag(ring);
     let seen = ring.word(hdr::WSEQ).load(Ordering::Acquire);
     ring.unlock();
     drop(sig);
@@ -488,7 +519,7 @@ pub fn writer_turn(ring: &Ring, sig: sys::SigBlock, ticket: &[u8]) {
     ring.word(hdr::WSLEEP).fetch_add(1, Ordering::SeqCst);
     let r = ring.futex_wait_raw(hdr::WSEQ, seen, Some(&patience()));
     ring.word(hdr::WSLEEP).fetch_sub(1, Ordering::AcqRel);
-    if r == -(libc::ETIMEDOUT as i64) && gone(reader, at) {
+    if r == -(libc::ETIMEDOUT as i64) && gone(reader, tag) {
         abandon(ring, reader);
     }
 }

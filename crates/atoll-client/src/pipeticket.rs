@@ -27,7 +27,10 @@
 //! bad address: `EFAULT`). A writer killed mid-transfer leaves a ticket
 //! whose process is gone: the reader's `process_vm_readv` fails with
 //! `ESRCH`, the reader retires the ticket and sees what the ring says
-//! (end of file once no writer is left). A reader never returns bytes it
+//! (end of file once no writer is left). So does a writer whose thread
+//! another thread's `execve` ended: its process id names the new program,
+//! whose image tag differs (`imagetag`), so no byte of the new program is
+//! ever read as the pipe's. A reader never returns bytes it
 //! did not copy, and the ticket changes only under the ring lock, so what
 //! was delivered is exactly `TICKET_DONE`. (The process id could be
 //! reused between the writer's death and the reader's look only after the
@@ -83,13 +86,27 @@ pub fn retire_orphan(ring: &Ring) -> bool {
         return false;
     }
     let pid = ring.word(hdr::TICKET_PID).load(Ordering::Relaxed);
-    // SAFETY: signal 0 only checks that the process exists.
+    // The tag says whether the image that posted is gone (its process
+    // may live on in a new program); where we may not read its memory,
+    // whether the process exists at all.
     let gone = pid != 0
-        && unsafe { sys::sc(libc::SYS_kill, pid as u64, 0, 0, 0) } == -(libc::ESRCH as i64);
+        && crate::imagetag::image_gone(pid, writer_tag(ring)).unwrap_or_else(|| {
+            // SAFETY: signal 0 only checks that the process exists.
+            let r = unsafe { sys::sc(libc::SYS_kill, pid as u64, 0, 0, 0) };
+            r == -(libc::ESRCH as i64)
+        });
     if gone {
         retire(ring);
     }
     gone
+}
+
+/// The image tag the ticket's writer posted with it (`imagetag`).
+pub(crate) fn writer_tag(ring: &Ring) -> crate::imagetag::Tag {
+    crate::imagetag::Tag {
+        at: ring.word64(hdr::TICKET_TAG_AT).load(Ordering::Relaxed),
+        value: ring.word64(hdr::TICKET_TAG).load(Ordering::Relaxed),
+    }
 }
 
 /// Bytes an active ticket still offers (0 without one).
@@ -131,6 +148,11 @@ pub fn post_and_wait(ring: &Ring, sig: sys::SigBlock, buf: &[u8], split: bool) -
     ring.word(hdr::TICKET_PID).store(pid, Ordering::Relaxed);
     ring.word64(hdr::TICKET_PIDNS)
         .store(pid_namespace(pid), Ordering::Relaxed);
+    let tag = crate::imagetag::this_image();
+    ring.word64(hdr::TICKET_TAG_AT)
+        .store(tag.at, Ordering::Relaxed);
+    ring.word64(hdr::TICKET_TAG)
+        .store(tag.value, Ordering::Relaxed);
     ring.word64(hdr::TICKET_ADDR)
         .store(buf.as_ptr() as u64, Ordering::Relaxed);
     ring.word64(hdr::TICKET_LEN)
@@ -219,7 +241,7 @@ pub fn take(ring: &Ring, buf: &mut [u8]) -> Result<Take> {
     // SAFETY: getpid takes no arguments.
     let me = unsafe { sys::sc(libc::SYS_getpid, 0, 0, 0, 0) } as u32;
     let r = if ring.word64(hdr::TICKET_PIDNS).load(Ordering::Relaxed) == pid_namespace(me) {
-        read_memory(pid, addr + done, &mut buf[..n])
+        crate::imagetag::read_tagged(pid, writer_tag(ring), addr + done, &mut buf[..n])
     } else {
         -(libc::EPERM as i64)
     };
@@ -240,7 +262,8 @@ pub fn take(ring: &Ring, buf: &mut [u8]) -> Result<Take> {
             ring.word(hdr::NO_TICKETS).store(1, Ordering::Relaxed);
             hdr::TICKET_REFUSED
         }
-        // The writer died with its ticket posted: nobody will retire it.
+        // The writer died with its ticket posted (or its process runs
+        // another program now): nobody will retire it.
         libc::ESRCH => {
             retire(ring);
             return Ok(Take::Again);

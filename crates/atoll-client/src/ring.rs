@@ -18,6 +18,9 @@ use atoll_proto::BLOCK_SIZE;
 use crate::intr;
 use crate::sys;
 
+mod execfence;
+pub use execfence::{exec_pending, forget_after_fork, ExecFence};
+
 /// One pipe's ring (header + data blocks), validated. The block list is
 /// read from the header each time it is used; `nblocks` and `gen` are the
 /// geometry as last read, checked again under the lock (`lock`), since the
@@ -107,6 +110,8 @@ impl Ring {
         let w = self.word(hdr::LOCK);
         // SAFETY: gettid takes no arguments.
         let me = unsafe { sys::sc(libc::SYS_gettid, 0, 0, 0, 0) } as u32;
+        // Not while another thread of ours is about to `execve`.
+        execfence::enter(me);
         let acquired = || {
             // The server changes the geometry only under the lock: what
             // is read now holds until `unlock`.
@@ -161,7 +166,12 @@ impl Ring {
     /// exists, free the lock and wake every sleeper to contend again.
     fn recover(&self, held: u32) {
         let holder = held & !hdr::LOCK_WAITERS;
-        if holder == 0 || holder_lives(holder) {
+        // A lock that seems held by this very thread was held by the
+        // thread whose id it took over at an `execve` (the fence keeps
+        // atoll's own `execve` from leaving one; a raw one may).
+        // SAFETY: gettid takes no arguments.
+        let me = unsafe { sys::sc(libc::SYS_gettid, 0, 0, 0, 0) } as u32;
+        if holder == 0 || (holder != me && holder_lives(holder)) {
             return;
         }
         if self
@@ -174,7 +184,9 @@ impl Ring {
     }
 
     pub fn unlock(&self) {
-        if self.word(hdr::LOCK).swap(0, Ordering::Release) & hdr::LOCK_WAITERS != 0 {
+        let waiters = self.word(hdr::LOCK).swap(0, Ordering::Release) & hdr::LOCK_WAITERS != 0;
+        execfence::leave();
+        if waiters {
             self.wake(hdr::LOCK, 1);
         }
     }

@@ -128,12 +128,24 @@ pub const RBUF_SPLIT: u32 = 2;
 /// Bytes per claim of a split.
 pub const SPLIT_CHUNK: usize = 128 * 1024;
 
+/// `u64` pairs: where the ticket's writer keeps its image tag, and the
+/// tag (`TICKET_TAG_AT`, `TICKET_TAG`); the same for the posted reader
+/// (`RBUF_TAG_AT`, `RBUF_TAG`). A process id names a process across its
+/// `execve`, and a thread id may then name the new program's thread: the
+/// other end reads the tag in the same `process_vm_readv` as the bytes
+/// (one call reads one address space) and counts a different tag as a
+/// process that is gone (client `imagetag`).
+pub const TICKET_TAG_AT: usize = 192;
+pub const TICKET_TAG: usize = 200;
+pub const RBUF_TAG_AT: usize = 208;
+pub const RBUF_TAG: usize = 216;
+
 /// `u32` array of `NBLOCKS` data-block indices.
-pub const BLOCKS: usize = 192;
+pub const BLOCKS: usize = 224;
 /// Data blocks of a new pipe (64 KiB, Linux's default pipe size).
 pub const DEFAULT_DATA_BLOCKS: usize = 16;
 /// Most data blocks of one pipe: as many as the header block has room for
-/// (976 blocks, 3904 KiB).
+/// (968 blocks, 3872 KiB).
 pub const MAX_DATA_BLOCKS: usize = (crate::BLOCK_SIZE - BLOCKS) / 4;
 /// Writes up to this size are atomic (POSIX `PIPE_BUF` on Linux).
 pub const PIPE_BUF: usize = 4096;

@@ -547,8 +547,11 @@ END"#,
 /// probe checks every byte itself; the checksums of what a lone reader got
 /// must equal those of the same program on a Linux pipe.
 const SPLIT: &str = include_str!("pipes/split.c");
-/// Splits are off by default (`atoll_client::pipesplit::ENV_SPLIT`).
+/// Splits are on by default (`atoll_client::pipesplit::ENV_SPLIT`).
 const SPLIT_SWITCH: &str = "ATOLL_PIPE_SPLIT";
+/// Another thread's `execve` while the main thread reads 1 MiB blocks
+/// from a large writer (`pipes/exec_split.c`).
+const EXEC_SPLIT: &str = include_str!("pipes/exec_split.c");
 
 #[test]
 fn large_writes_to_waiting_readers_deliver_linux_s_bytes() {
@@ -558,8 +561,7 @@ fn large_writes_to_waiting_readers_deliver_linux_s_bytes() {
     let host = std::process::Command::new(&bin).output_bounded().unwrap();
     assert!(host.status.success(), "host: {}", text(&host.stdout));
     let mut cmd = atoll();
-    cmd.env(SPLIT_SWITCH, "on")
-        .args(["run", "--memory", "256M", "--servers", "2"])
+    cmd.args(["run", "--memory", "256M", "--servers", "2"])
         .args(PIPES)
         .arg("--")
         .arg(&bin);
@@ -583,8 +585,7 @@ fn a_writer_copies_into_a_waiting_reader_s_buffer() {
     let bin = compile_probe(dir.path(), "split", SPLIT);
     let json = dir.path().join("stats.json");
     let mut cmd = atoll();
-    cmd.env(SPLIT_SWITCH, "on")
-        .args(["run", "--memory", "256M", "--servers", "2"])
+    cmd.args(["run", "--memory", "256M", "--servers", "2"])
         .args(["--island", "coherent"])
         .args(PIPES)
         .arg("--stats-json")
@@ -596,4 +597,37 @@ fn a_writer_copies_into_a_waiting_reader_s_buffer() {
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let split = v["counters"]["pipe.split_bytes"].as_u64().unwrap_or(0);
     assert!(split > 0, "{}", v["counters"]);
+}
+
+/// A process whose main thread reads large blocks (a split or a ticket in
+/// flight) while another of its threads calls `execve`: the new program
+/// reads the rest of the writer's stream as a suffix checked byte for
+/// byte, and the writer finishes, as on Linux. The main thread's id passes
+/// to the new program, so a ring lock or split it held must not seem
+/// held by the new program (before: every round could hang for good),
+/// and no writer may copy into the new program's memory. With splits on
+/// (the default) and off.
+#[test]
+fn an_execve_while_the_main_thread_reads_a_large_write_leaves_the_pipe_to_the_new_program() {
+    require("cc");
+    let dir = tempfile::tempdir().unwrap();
+    let bin = compile_probe(dir.path(), "exec_split", EXEC_SPLIT);
+    let host = std::process::Command::new(&bin).output_bounded().unwrap();
+    assert!(host.status.success(), "host: {}", text(&host.stderr));
+    for splits in ["on", "off"] {
+        let mut cmd = atoll();
+        cmd.env(SPLIT_SWITCH, splits)
+            .args(["run", "--servers", "2"])
+            .args(PIPES)
+            .arg("--")
+            .arg(&bin);
+        let out = atoll_tests::output_within(cmd, std::time::Duration::from_secs(150));
+        assert_eq!(
+            text(&out.stdout),
+            text(&host.stdout),
+            "splits {splits}: {}",
+            text(&out.stderr)
+        );
+        assert!(out.status.success(), "splits {splits}");
+    }
 }

@@ -135,7 +135,7 @@ pub fn report(c: &Client, lane: &Lane) {
 /// server anything) sends it on its session socket instead of asking for
 /// a lane: the boot thread hands it to server 0 ahead of the
 /// `SessionClosed` the exit causes.
-fn report_at_exit() {
+pub(crate) fn report_at_exit() {
     let Some(c) = crate::session::client() else {
         return;
     };

@@ -1381,6 +1381,9 @@ pub fn before_exit() {
         incoherent::write_back(c);
         copymap::sync_all(c);
     }
+    // `_exit` runs no `atexit` handler: its counters go out here (after
+    // `exit`, the handler took them and this finds none).
+    counters::report_at_exit();
 }
 
 /// The session id (tests and `--stats`).

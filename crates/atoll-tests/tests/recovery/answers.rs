@@ -66,11 +66,13 @@ fn a_rename_whose_server_was_killed_before_answering_succeeds() {
 /// the close said (closes of regular files are posted otherwise).
 #[test]
 fn a_close_whose_server_was_killed_before_answering_succeeds() {
-    answered_across_a_kill(
-        "Close",
-        &[],
-        r#"cd "$BASE" && python3 -c 'import os; os.mknod("f", 0o100640)' && stat -c '%a %s' f && rm f"#,
+    let probe = tempfile::tempdir().unwrap();
+    let mknod = compile_probe(probe.path(), "mknod", include_str!("mknod.c"));
+    let script = format!(
+        r#"cd "$BASE" && {} f && stat -c '%a %s' f && rm f"#,
+        mknod.display()
     );
+    answered_across_a_kill("Close", &[], &script);
 }
 
 /// A `chmod`.

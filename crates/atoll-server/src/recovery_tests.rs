@@ -730,7 +730,7 @@ fn killed_before_replying(
 #[test]
 fn the_reply_a_dead_server_owed_is_the_one_its_replay_computes() {
     let (mut live, p, control) = Live::boot(1 << 20);
-    let mut owed = |live: &mut Live, req: Request<'_>| {
+    let owed = |live: &mut Live, req: Request<'_>| {
         let (lost, answer) = killed_before_replying(live, &p, &control, req);
         assert_eq!(answer.as_deref(), Some(&lost[..]));
         lost

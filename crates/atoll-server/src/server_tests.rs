@@ -360,6 +360,7 @@ fn a_successor_answers_a_journaled_request_with_the_reply_its_replay_computed() 
     assert_eq!(failed, None, "nothing failed: chains go on");
     assert_eq!(next_reply(&client), Some((9, false)));
     assert_eq!(next_reply(&client), None, "once");
+    assert_eq!(journal.owed(), None, "settled once answered");
     // Killed after journaling and before taking it from the ring.
     client.send_unrung(&lookup_frame(10)).unwrap();
     client.send_unrung(&lookup_frame(11)).unwrap();

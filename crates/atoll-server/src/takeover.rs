@@ -105,6 +105,15 @@ pub(super) fn take_over<S: BlockStore>(
 /// one stale, and clients drop stale replies (an older id than the call
 /// they wait for); one parked in the channel goes out instead. The
 /// session it answered `EIO`, if any.
+///
+/// Settled in the journal only once answered (or parked): a successor
+/// killed before that leaves the request owed to the next one, which
+/// answers it again (a second answer is stale) rather than not at all.
+/// By then this one's own records (`Reconcile`, `Opened`) make the
+/// request look journaled; the next one then finds no record of it
+/// unless it was, and answers `EIO`, as it should for one taken and not
+/// journaled. One to serve again is settled at once: the loop owes it
+/// anew when it takes it.
 pub(super) fn settle_owed(
     journal: Option<&Journal>,
     owed: Option<Owed>,
@@ -114,7 +123,13 @@ pub(super) fn settle_owed(
     let (Some(j), Some(o)) = (journal, owed) else {
         return None;
     };
+    let failed = answer_owed(o, answer, chans);
     j.settle();
+    failed
+}
+
+/// [`settle_owed`] but for the journal's mark.
+fn answer_owed(o: Owed, answer: Option<&[u8]>, chans: &mut [Chan]) -> Option<SessionId> {
     let idx = chans
         .iter()
         .position(|c| c.session == o.session && c.lane == o.lane)?;

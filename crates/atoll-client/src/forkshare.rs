@@ -2,9 +2,11 @@
 //! servers: a reference to every description (`Request::Share`) and every
 //! mapping (`Request::Map`), sent so that each may go again.
 //!
-//! A server killed while it serves one of them leaves its successor
-//! unable to say whether it took effect: the successor answers `EIO`
-//! (server `takeover.rs`; fos §3.5). Ignored, a reference the dead server
+//! A server killed while it serves one of them, before the request
+//! reached its journal (else the successor sends the reply its replay
+//! computes), or a server thread whose loop died after it, leaves its
+//! successor unable to give the answer: it answers `EIO` (server
+//! `takeover.rs`; fos §3.5). Ignored, a reference the dead server
 //! never applied is missing in the child, and the description dies with
 //! the parent's last close (seen: `sort: fstat ENOENT` in a pipeline whose
 //! server was killed). Sent blindly again, one it did apply would count

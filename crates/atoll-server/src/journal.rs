@@ -14,9 +14,9 @@
 //! (after its bytes), so a record cut short by a crash is never read.
 //! The header also says which request the server is serving, if any
 //! ([`Journal::owe`]): a server process killed in the middle of one leaves
-//! that word behind, and its successor answers the request `EIO` or
-//! serves it again, depending on whether it reached the journal
-//! (`process`).
+//! that word behind, and its successor answers the request with the reply
+//! the replay of its record computes if it reached the journal, and else
+//! serves it again or answers `EIO` (`server::take_over`).
 //!
 //! The records since boot would grow without end, so the server also
 //! takes *snapshots* of its state (`crate::snapshot`): the space after the
@@ -129,6 +129,9 @@ pub struct Record {
     pub session: SessionId,
     pub tape: Vec<u64>,
     pub frame: Vec<u8>,
+    /// Bytes of records appended since boot before this one (compared
+    /// with [`Owed::began`]: is it the request that was owed?).
+    pub at: u64,
 }
 
 /// One server's journal.
@@ -144,6 +147,9 @@ pub struct Owed {
     pub id: u64,
     /// It is in the journal (so the rebuilt server has done it).
     pub journaled: bool,
+    /// Bytes of records appended since boot when it began: its record,
+    /// if journaled, is the first one at or after this ([`Record::at`]).
+    pub began: u64,
 }
 
 impl Journal {
@@ -203,6 +209,7 @@ impl Journal {
             lane: self.log.word(W_OWED_LANE).load(Ordering::Relaxed) as u32,
             id: self.log.word(W_OWED_ID).load(Ordering::Relaxed),
             journaled: self.logged() > mark - 1,
+            began: mark - 1,
         })
     }
 
@@ -332,13 +339,17 @@ impl Journal {
             self.log.word(W_FULL[h]).store(1, Ordering::Release);
             return false;
         }
-        // The record is complete before `used` covers it.
-        self.log
-            .word(W_USED[h])
-            .store((used + len) as u64, Ordering::Release);
+        // The record is complete before `used` covers it. `logged` goes
+        // first: a process killed between the two leaves a request owed
+        // as journaled whose record is not read, which its successor
+        // answers `EIO` (it cannot replay it); the other way round, it
+        // would be replayed *and* served again.
         self.log
             .word(W_LOGGED)
             .fetch_add(len as u64, Ordering::Release);
+        self.log
+            .word(W_USED[h])
+            .store((used + len) as u64, Ordering::Release);
         self.log.word(W_RECORDS).fetch_add(1, Ordering::Relaxed);
         true
     }
@@ -449,7 +460,9 @@ impl Journal {
             }
         };
         let first = start + self.snap_span(h) as usize;
-        let records = self.records_in(first, first + used)?;
+        // What was appended since boot before this half's first record.
+        let before = self.logged().saturating_sub(used as u64);
+        let records = self.records_in(first, first + used, before)?;
         Some((image, records))
     }
 
@@ -462,9 +475,11 @@ impl Journal {
         }
     }
 
-    /// The records in bytes `[at, end)`.
-    fn records_in(&self, mut at: usize, end: usize) -> Option<Vec<Record>> {
+    /// The records in bytes `[at, end)`, the first of them appended after
+    /// `before` bytes of records since boot.
+    fn records_in(&self, mut at: usize, end: usize, before: u64) -> Option<Vec<Record>> {
         let mut out = Vec::new();
+        let first = at;
         while at < end {
             let mut head = [0u8; RECORD_HEADER];
             if !self.log.read_at(at, &mut head) {
@@ -494,6 +509,7 @@ impl Journal {
                 session,
                 tape,
                 frame,
+                at: before + (at - first) as u64,
             });
             at += len;
         }
@@ -535,7 +551,8 @@ mod tests {
                 kind: Kind::Request,
                 session: SessionId(7),
                 tape: vec![],
-                frame: b"abc".to_vec()
+                frame: b"abc".to_vec(),
+                at: 40, // after the first: 24 bytes of header, two words
             }
         );
         assert_eq!(all[2].tape, tape);

@@ -17,7 +17,7 @@ use proptest::prelude::*;
 use crate::fs::{tape, FsConfig, Limits};
 use crate::health::Health;
 use crate::journal::{Journal, Kind};
-use crate::server::{fresh_server, rebuild, serve_frame_kept, ServerParams};
+use crate::server::{fresh_server, rebuild, rebuild_answering, serve_frame_kept, ServerParams};
 
 const BLOCKS: u32 = 256;
 
@@ -176,6 +176,31 @@ impl Live {
     }
 
     fn call(&mut self, session: u8, req: Request<'_>) -> Option<Reply<'static>> {
+        let out = self.call_encoded(session, req)?;
+        let reply: ReplyFrame<'_> = decode(&out).unwrap();
+        Some(match reply.reply {
+            Reply::Entry { ino, ftype } => Reply::Entry { ino, ftype },
+            Reply::Opened {
+                desc,
+                attr,
+                created,
+                watched,
+            } => Reply::Opened {
+                desc,
+                attr,
+                created,
+                watched,
+            },
+            Reply::Err(e) => Reply::Err(e),
+            Reply::Written(n) => Reply::Written(n),
+            Reply::Skipped => Reply::Skipped,
+            _ => Reply::Ok,
+        })
+    }
+
+    /// Serve `req` from `session` (journaled) and return its reply frame
+    /// as encoded; `None` if none goes out.
+    fn call_encoded(&mut self, session: u8, req: Request<'_>) -> Option<Vec<u8>> {
         let mut inb = vec![0u8; MAX_FRAME];
         let mut out = vec![0u8; MAX_FRAME];
         let mut scratch = Vec::new();
@@ -197,25 +222,8 @@ impl Live {
             &mut scratch,
             &mut out,
         )?;
-        let reply: ReplyFrame<'_> = decode(&out[..n]).unwrap();
-        Some(match reply.reply {
-            Reply::Entry { ino, ftype } => Reply::Entry { ino, ftype },
-            Reply::Opened {
-                desc,
-                attr,
-                created,
-                watched,
-            } => Reply::Opened {
-                desc,
-                attr,
-                created,
-                watched,
-            },
-            Reply::Err(e) => Reply::Err(e),
-            Reply::Written(n) => Reply::Written(n),
-            Reply::Skipped => Reply::Skipped,
-            _ => Reply::Ok,
-        })
+        out.truncate(n);
+        Some(out)
     }
 
     fn name(n: u8) -> Vec<u8> {
@@ -686,4 +694,132 @@ fn a_map_and_an_exec_sent_again_after_a_rebuild_count_once() {
     tape::off();
     let rebuilt = rebuild(&p, &control, &live.journal).expect("the journal replays");
     assert_eq!(before, rebuilt.state_digest());
+}
+
+/// Serve `req` from session 1 as a server process that is killed right
+/// after the request reached the journal and before its reply went out
+/// (`Journal::owe` unsettled), then rebuild. The reply it would have
+/// sent, and the one its successor's replay computed for it.
+fn killed_before_replying(
+    live: &mut Live,
+    p: &ServerParams,
+    control: &Rc<Control>,
+    req: Request<'_>,
+) -> (Vec<u8>, Option<Vec<u8>>) {
+    live.journal.owe(SessionId(1), 0, live.next_id + 1);
+    let lost = live.call_encoded(1, req).expect("a call is answered");
+    live.fs = None;
+    tape::off();
+    let owed = live.journal.owed();
+    assert!(owed.is_some_and(|o| o.journaled));
+    let (rebuilt, answer) =
+        rebuild_answering(p, control, &live.journal, owed).expect("the journal replays");
+    live.journal.settle();
+    live.fs = Some(rebuilt);
+    tape::record();
+    (lost, answer)
+}
+
+/// The reply a dead server owed is the one the replay of its record
+/// computes (fos §3.5, `rebuild_answering`), byte for byte: a creating
+/// open (description and inode numbers, timestamps), writes (the blocks
+/// a `Write` granted), a read at the description's offset (bytes read
+/// from the buffer cache again), a chmod, a rename, an unlink and the
+/// close that frees the file. A request owed that never reached the
+/// journal gets none (it is served again).
+#[test]
+fn the_reply_a_dead_server_owed_is_the_one_its_replay_computes() {
+    let (mut live, p, control) = Live::boot(1 << 20);
+    let owed = |live: &mut Live, req: Request<'_>| {
+        let (lost, answer) = killed_before_replying(live, &p, &control, req);
+        assert_eq!(answer.as_deref(), Some(&lost[..]));
+        lost
+    };
+    let open = Request::Open {
+        dir: ROOT,
+        name: b"a",
+        flags: (libc::O_CREAT | libc::O_RDWR) as u32,
+        perm: 0o644,
+        umask: 0o022,
+        inherit: atoll_proto::Inherit::Unread,
+    };
+    let opened = owed(&mut live, open);
+    let Ok(ReplyFrame {
+        reply: Reply::Opened { desc, attr, .. },
+        ..
+    }) = decode::<ReplyFrame<'_>>(&opened)
+    else {
+        panic!("created")
+    };
+    let data = Request::WriteData {
+        desc,
+        data: b"hello, world",
+        offset: None,
+        fsize: None,
+        chain: None,
+    };
+    owed(&mut live, data);
+    let grant = Request::Write {
+        desc,
+        len: 3 * BLOCK_SIZE as u64,
+        offset: None,
+        fsize: None,
+    };
+    let granted = owed(&mut live, grant);
+    assert!(matches!(
+        decode::<ReplyFrame<'_>>(&granted).map(|f| f.reply),
+        Ok(Reply::Extents { .. })
+    ));
+    let rewind = Request::Seek {
+        desc,
+        offset: 0,
+        whence: libc::SEEK_SET as u32,
+    };
+    owed(&mut live, rewind);
+    let read = owed(
+        &mut live,
+        Request::ReadData {
+            desc,
+            len: 5,
+            offset: None,
+        },
+    );
+    assert!(matches!(
+        decode::<ReplyFrame<'_>>(&read).map(|f| f.reply),
+        Ok(Reply::Data(b"hello"))
+    ));
+    let chmod = Request::SetAttr {
+        ino: attr.ino,
+        set: SetAttr {
+            perm: Some(0o600),
+            ..SetAttr::NONE
+        },
+        via: None,
+    };
+    owed(&mut live, chmod);
+    let rename = Request::Rename {
+        olddir: ROOT,
+        oldname: b"a",
+        newdir: ROOT,
+        newname: b"b",
+        flags: 0,
+    };
+    owed(&mut live, rename);
+    let unlink = Request::Unlink {
+        dir: ROOT,
+        name: b"b",
+        kind: UnlinkKind::NonDirectory,
+        expect: None,
+    };
+    owed(&mut live, unlink);
+    owed(&mut live, Request::Close { desc });
+    // Owed, but it died before its record was kept: nothing to answer.
+    live.journal.owe(SessionId(1), 0, live.next_id + 1);
+    live.fs = None;
+    tape::off();
+    let owed = live.journal.owed();
+    assert!(owed.is_some_and(|o| !o.journaled));
+    let (_, answer) =
+        rebuild_answering(&p, &control, &live.journal, owed).expect("the journal replays");
+    assert_eq!(answer, None);
 }

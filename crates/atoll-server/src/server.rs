@@ -380,106 +380,6 @@ fn kept(journal: Option<&Journal>, kind: Kind, session: SessionId, change: impl 
     }
 }
 
-/// A new server in the place of one that died: every record of its
-/// journal replayed, in order, with its tape (fos §3.5). The result is the
-/// lost server's state as of its last acknowledged operation, block for
-/// block; an `Err` says why it cannot be trusted.
-pub fn rebuild(
-    params: &ServerParams,
-    control: &std::rc::Rc<Control>,
-    journal: &Journal,
-) -> Result<FileServer<SharedStore>, String> {
-    if journal.full() {
-        return Err("its journal filled up".into());
-    }
-    let (image, records) = journal
-        .read()
-        .ok_or_else(|| "its journal does not parse".to_string())?;
-    let mut records = records.into_iter();
-    let mut fs = match image {
-        Some(image) => from_snapshot(params, control, &image)?,
-        None => {
-            let genesis = records
-                .next()
-                .filter(|r| r.kind == Kind::Genesis)
-                .ok_or_else(|| "its journal has no beginning".to_string())?;
-            tape::replay(genesis.tape);
-            let fs = fresh_server(params, control);
-            if !tape::replayed_exactly() {
-                return Err("its creation replayed differently".into());
-            }
-            fs.map_err(|e| e.to_string())?
-        }
-    };
-    let mut scratch = Vec::with_capacity(MAX_FRAME);
-    for (n, r) in records.enumerate() {
-        tape::replay(r.tape);
-        let replayed = catch_unwind(AssertUnwindSafe(|| match r.kind {
-            Kind::Opened => fs.session_opened(r.session),
-            Kind::Closed => fs.session_closed(r.session),
-            Kind::Flush => fs.flush_events(),
-            Kind::Reconcile => fs.reconcile_blocks(),
-            Kind::CutChains => fs.cut_chains(r.session),
-            Kind::Request => {
-                if let Ok(frame) = decode::<RequestFrame<'_>>(&r.frame) {
-                    fs.set_requester(frame.pid);
-                    fs.handle_vouched(
-                        r.session,
-                        frame.cred,
-                        &frame.vouched,
-                        frame.req,
-                        &mut scratch,
-                    );
-                    fs.set_requester(0);
-                }
-                // Its invalidations were delivered by the lost server.
-                fs.take_notices();
-                fs.take_adapt_notices();
-            }
-            Kind::Genesis => panic!("a second beginning"),
-        }));
-        if replayed.is_err() || !tape::replayed_exactly() {
-            tape::off();
-            return Err(format!(
-                "record {} of its journal replayed differently",
-                n + 1
-            ));
-        }
-    }
-    // What the lost server had reserved in a request it died in goes back
-    // to the instance's gauges (`fs::limits::Accounts`).
-    let given_back = fs.recharge();
-    if given_back.iter().any(|&n| n != 0) {
-        tracing::info!(
-            "file server {} rebuilt: gauges corrected by {given_back:?} (reservations of a request it died in)",
-            params.fs.index
-        );
-    }
-    Ok(fs)
-}
-
-/// A server holding the state of the snapshot `image` (`snapshot`).
-fn from_snapshot(
-    params: &ServerParams,
-    control: &std::rc::Rc<Control>,
-    image: &[u8],
-) -> Result<FileServer<SharedStore>, String> {
-    // The shell is made as a replay makes a server: it takes nothing from
-    // the pool and moves no gauge (what it would make is replaced, and
-    // what the snapshot holds is counted there already). Its tape is
-    // empty, so it asks the clock live, for a root it drops.
-    tape::replay(Vec::new());
-    let shell = fresh_server(params, control);
-    tape::off();
-    let mut fs = shell.map_err(|e| e.to_string())?;
-    fs.load_state(image)
-        .map_err(|e| format!("its snapshot does not decode: {e}"))?;
-    // The lost server delivered these (or their sessions are gone).
-    fs.take_notices();
-    fs.take_adapt_notices();
-    Ok(fs)
-}
-
 /// Run a file server until `Admin::Shutdown` (or the boot side is gone).
 /// Returns its final statistics.
 pub fn run(mut params: ServerParams, mut admin: Inbox) -> std::io::Result<ServerStats> {
@@ -495,11 +395,18 @@ pub fn run(mut params: ServerParams, mut admin: Inbox) -> std::io::Result<Server
     let adopted = std::mem::take(&mut params.adopted);
     let ended = std::mem::take(&mut params.ended);
     let journal = params.journal.as_deref();
+    // What the predecessor owed, read before this server appends
+    // anything: whether that request reached the journal is told by the
+    // journal's length at its death, not now.
+    let owed_at_death = journal.filter(|_| params.resume).and_then(|j| j.owed());
+    // The reply its replay computes for that request (`rebuilding`).
+    let mut owed_answer = None;
     let mut fs = match (journal, params.resume) {
         (Some(j), true) => {
             let t0 = std::time::Instant::now();
-            match rebuild(&params, &control, j) {
-                Ok(mut fs) => {
+            match rebuild_answering(&params, &control, j, owed_at_death) {
+                Ok((mut fs, answer)) => {
+                    owed_answer = answer;
                     tape::record();
                     // Its predecessor met the injected fault already.
                     fs.forget_planned_fault();
@@ -534,16 +441,13 @@ pub fn run(mut params: ServerParams, mut admin: Inbox) -> std::io::Result<Server
     control.advance_generation(index);
     let mut chans: Vec<Chan> = Vec::new();
     if let Some(server) = fs.as_mut() {
-        // What the predecessor owed, read before this server appends
-        // anything: whether that request reached the journal is told by
-        // the journal's length at its death, not now.
-        let owed_at_death = journal.and_then(|j| j.owed());
         if params.resume {
             kept(journal, Kind::Reconcile, SessionId(0), || {
                 server.reconcile_blocks()
             });
         }
-        take_over(server, journal, owed_at_death, &mut chans, adopted, ended);
+        let owed = (owed_at_death, owed_answer);
+        take_over(server, journal, owed, &mut chans, adopted, ended);
     }
     let mut recorder = params.trace.as_ref().map(|s| Recorder::new(s.epoch));
     let mut owed: Option<(usize, u64)> = None;
@@ -1002,6 +906,10 @@ fn serve<S: BlockStore>(
         }
     }
 }
+
+#[path = "rebuild.rs"]
+mod rebuilding;
+pub use rebuilding::{rebuild, rebuild_answering};
 
 #[path = "takeover.rs"]
 mod takeover;

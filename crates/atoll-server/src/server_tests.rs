@@ -206,7 +206,7 @@ fn a_successor_skips_and_fails_a_journaled_request_left_in_its_ring() {
     // Killed after journaling request 7, before taking it from the ring.
     journal.owe(SessionId(1), 0, 7);
     journal.append(Kind::Request, SessionId(1), &[], b"7");
-    settle_owed(Some(&journal), journal.owed(), &mut chans);
+    settle_owed(Some(&journal), journal.owed(), None, &mut chans);
     assert_eq!(next_reply(&client), Some((7, true)), "answered EIO");
     assert_eq!(next_reply(&client), None);
     let next = chans[0]
@@ -223,7 +223,7 @@ fn a_successor_serves_again_a_request_that_never_reached_the_journal() {
     let (mut chans, client) = served_channel();
     client.send_unrung(&lookup_frame(7)).unwrap();
     journal.owe(SessionId(1), 0, 7);
-    let failed = settle_owed(Some(&journal), journal.owed(), &mut chans);
+    let failed = settle_owed(Some(&journal), journal.owed(), None, &mut chans);
     assert_eq!(failed, None, "nothing failed: chains go on");
     assert_eq!(
         next_reply(&client),
@@ -244,12 +244,12 @@ fn a_successor_fails_a_request_taken_but_not_answered() {
     // Taken from the ring (nothing left there), never answered.
     journal.owe(SessionId(1), 0, 9);
     // Its session's write chains are then cut (`fs::chain`).
-    let failed = settle_owed(Some(&journal), journal.owed(), &mut chans);
+    let failed = settle_owed(Some(&journal), journal.owed(), None, &mut chans);
     assert_eq!(failed, Some(SessionId(1)));
     assert_eq!(next_reply(&client), Some((9, true)));
     // A posted one owes nobody an answer.
     journal.owe(SessionId(1), 0, atoll_proto::POSTED | 10);
-    let failed = settle_owed(Some(&journal), journal.owed(), &mut chans);
+    let failed = settle_owed(Some(&journal), journal.owed(), None, &mut chans);
     assert_eq!(failed, None);
     assert_eq!(next_reply(&client), None);
 }
@@ -264,7 +264,7 @@ fn what_a_successor_appends_before_settling_does_not_make_the_owed_request_journ
     let owed = journal.owed();
     journal.append(Kind::Reconcile, SessionId(0), &[], b"");
     journal.append(Kind::Opened, SessionId(1), &[], b"");
-    settle_owed(Some(&journal), owed, &mut chans);
+    settle_owed(Some(&journal), owed, None, &mut chans);
     assert_eq!(next_reply(&client), None, "served anew, not failed");
 }
 
@@ -322,10 +322,11 @@ fn a_reply_parked_for_room_is_delivered_by_a_successor() {
         channel: Arc::new(ServerChannel::map(fd.as_fd()).unwrap()),
         closing: false,
     }];
+    // Its replay computed the same reply again (`rebuild_answering`).
     take_over(
         &mut fs,
         Some(&journal),
-        journal.owed(),
+        (journal.owed(), Some(parked.clone())),
         &mut chans,
         adopted,
         Vec::new(),
@@ -340,6 +341,45 @@ fn a_reply_parked_for_room_is_delivered_by_a_successor() {
     assert_eq!(next_reply(&client), Some((500, false)));
     assert_eq!(next_reply(&client), None, "no EIO after it");
     assert_eq!(chans[0].ch.parked_reply(), None, "unparked");
+}
+
+/// A journaled request its server died serving gets the reply the replay
+/// of its record computed instead of `EIO`, whether it was taken from the
+/// ring or not, and its session's write chains go on; one that never
+/// reached the journal is still failed (taken) or served anew (not
+/// taken), with or without a reply at hand.
+#[test]
+fn a_successor_answers_a_journaled_request_with_the_reply_its_replay_computed() {
+    let (_fd, journal) = Journal::create(1 << 16).unwrap();
+    let (mut chans, client) = served_channel();
+    // Taken from the ring, journaled, never answered.
+    journal.owe(SessionId(1), 0, 9);
+    journal.append(Kind::Request, SessionId(1), &[], b"9");
+    let reply = lookup_reply(9);
+    let failed = settle_owed(Some(&journal), journal.owed(), Some(&reply), &mut chans);
+    assert_eq!(failed, None, "nothing failed: chains go on");
+    assert_eq!(next_reply(&client), Some((9, false)));
+    assert_eq!(next_reply(&client), None, "once");
+    assert_eq!(journal.owed(), None, "settled once answered");
+    // Killed after journaling and before taking it from the ring.
+    client.send_unrung(&lookup_frame(10)).unwrap();
+    client.send_unrung(&lookup_frame(11)).unwrap();
+    journal.owe(SessionId(1), 0, 10);
+    journal.append(Kind::Request, SessionId(1), &[], b"10");
+    let reply = lookup_reply(10);
+    settle_owed(Some(&journal), journal.owed(), Some(&reply), &mut chans);
+    assert_eq!(next_reply(&client), Some((10, false)));
+    let next = chans[0]
+        .ch
+        .try_recv(|b| postcard::take_from_bytes::<u64>(b).unwrap().0)
+        .unwrap();
+    assert_eq!(next, Some(11), "10 left the ring, 11 waits to be served");
+    // Not journaled: a reply at hand is not this request's.
+    journal.owe(SessionId(1), 0, 12);
+    let stray = lookup_reply(12);
+    let failed = settle_owed(Some(&journal), journal.owed(), Some(&stray), &mut chans);
+    assert_eq!(failed, Some(SessionId(1)));
+    assert_eq!(next_reply(&client), Some((12, true)));
 }
 
 #[test]
@@ -391,7 +431,7 @@ fn a_successor_keeps_a_session_without_channels_unless_it_ended() {
         closing: false,
     }];
     let mut chans = Vec::new();
-    take_over(&mut fs, None, None, &mut chans, adopted, vec![s3]);
+    take_over(&mut fs, None, (None, None), &mut chans, adopted, vec![s3]);
     let mut closed = |s| {
         let close = Request::Close { desc };
         matches!(fs.handle(s, Cred::default(), close, &mut out), Reply::Ok)

@@ -26,18 +26,15 @@ impl Chan {
 /// A server that takes over from a process that died: serve the channels
 /// the instance kept (`adopted`), finish sessions that ended meanwhile
 /// (`adopted` ones marked closing, and `ended`: those with no channel
-/// here), and settle the request the dead one was serving (`Journal::owe`): done
-/// and journaled, it is answered `EIO` as `run` answers what a dying
-/// thread owed; not journaled and still in its ring, it is served again
-/// (nothing of it survived); taken but not answered, `EIO` (a reply that
-/// did go out makes this one stale, and clients drop stale replies) —
-/// unless its reply was parked in the channel, which then goes out
-/// instead. Every reply the dead one parked is delivered before the
-/// channel is served again (`deliver_parked`).
+/// here), and settle the request the dead one was serving
+/// (`Journal::owe`), with the reply the replay of its record computed, if
+/// any (`rebuild_answering`): see [`settle_owed`]. Every reply the dead
+/// one parked is delivered before the channel is served again
+/// (`deliver_parked`).
 pub(super) fn take_over<S: BlockStore>(
     fs: &mut FileServer<S>,
     journal: Option<&Journal>,
-    owed: Option<Owed>,
+    (owed, answer): (Option<Owed>, Option<Vec<u8>>),
     chans: &mut Vec<Chan>,
     adopted: Vec<Adopted>,
     ended: Vec<SessionId>,
@@ -72,7 +69,7 @@ pub(super) fn take_over<S: BlockStore>(
             requests: 0,
         });
     }
-    if let Some(s) = settle_owed(journal, owed, chans) {
+    if let Some(s) = settle_owed(journal, owed, answer.as_deref(), chans) {
         // Pieces of a write after one the client counts as failed must
         // not be written (`fs::chain`).
         kept(journal, Kind::CutChains, s, || fs.cut_chains(s));
@@ -99,17 +96,40 @@ pub(super) fn take_over<S: BlockStore>(
     }
 }
 
-/// Settle the request a dead predecessor was serving (`take_over`). The
+/// Settle the request a dead predecessor was serving (`take_over`):
+/// done and journaled, it gets `answer`, the reply the replay of its
+/// record computed (the one the dead server would have sent: module docs
+/// of `rebuilding`), or `EIO` without one; not journaled and still in its
+/// ring, it is served again (nothing of it survived); taken but not
+/// journaled, `EIO`. A reply that did go out before the death makes this
+/// one stale, and clients drop stale replies (an older id than the call
+/// they wait for); one parked in the channel goes out instead. The
 /// session it answered `EIO`, if any.
+///
+/// Settled in the journal only once answered (or parked): a successor
+/// killed before that leaves the request owed to the next one, which
+/// answers it again (a second answer is stale) rather than not at all.
+/// By then this one's own records (`Reconcile`, `Opened`) make the
+/// request look journaled; the next one then finds no record of it
+/// unless it was, and answers `EIO`, as it should for one taken and not
+/// journaled. One to serve again is settled at once: the loop owes it
+/// anew when it takes it.
 pub(super) fn settle_owed(
     journal: Option<&Journal>,
     owed: Option<Owed>,
+    answer: Option<&[u8]>,
     chans: &mut [Chan],
 ) -> Option<SessionId> {
     let (Some(j), Some(o)) = (journal, owed) else {
         return None;
     };
+    let failed = answer_owed(o, answer, chans);
     j.settle();
+    failed
+}
+
+/// [`settle_owed`] but for the journal's mark.
+fn answer_owed(o: Owed, answer: Option<&[u8]>, chans: &mut [Chan]) -> Option<SessionId> {
     let idx = chans
         .iter()
         .position(|c| c.session == o.session && c.lane == o.lane)?;
@@ -128,8 +148,24 @@ pub(super) fn settle_owed(
     if is_posted(o.id) {
         return None;
     }
+    if let Some(reply) = answer.filter(|_| o.journaled) {
+        answer_with(chans, idx, reply);
+        return None; // answered as the dead server would have: chains go on
+    }
     answer_eio(chans, idx, o.id);
     Some(o.session)
+}
+
+/// Send `reply` on channel `idx`, parked if the ring is full, unless a
+/// reply is parked there already (then it is this request's own, which
+/// the dead server parked before it died: `deliver_parked` sends it).
+fn answer_with(chans: &mut [Chan], idx: usize, reply: &[u8]) {
+    let Some(c) = chans.get_mut(idx) else {
+        return;
+    };
+    if c.pending.is_none() && c.ch.try_reply(reply).is_err() {
+        c.park(reply);
+    }
 }
 
 /// Answer request `id` of channel `idx` with `EIO`: it was served, but the
@@ -137,14 +173,9 @@ pub(super) fn settle_owed(
 /// cannot be told from here (it did, if journaled; the client cannot
 /// know which).
 pub(super) fn answer_eio(chans: &mut [Chan], idx: usize, id: u64) {
-    let Some(c) = chans.get_mut(idx) else {
-        return;
-    };
     let mut buf = [0u8; 64];
     if let Some(n) = error_reply(id, Errno::EIO, &mut buf) {
-        if c.pending.is_none() && c.ch.try_reply(&buf[..n]).is_err() {
-            c.park(&buf[..n]);
-        }
+        answer_with(chans, idx, &buf[..n]);
     }
 }
 

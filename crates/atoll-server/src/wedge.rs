@@ -143,6 +143,7 @@ mod tests {
             lane: 1,
             id,
             journaled: false,
+            began: 0,
         }
     }
 

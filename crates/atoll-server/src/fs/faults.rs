@@ -21,9 +21,10 @@
 //! `ATOLL_FAULT_KILL=N:OP[:K]` makes server `N`'s process kill itself
 //! (`SIGKILL`) on its `K`-th (default: first) call named `OP` (as
 //! `atoll status` names operations, e.g. `Share`) right after the call reached the journal and
-//! before its reply went out: the window in which the successor can only
-//! answer `EIO` although the call took effect (`server::take_over`), which
-//! a `kill` from outside hits only by chance. For server processes (the
+//! before its reply went out: the window in which the successor answers
+//! with the reply the replay of the call's record computes
+//! (`server::rebuild_answering`, `server::take_over`), which a `kill` from
+//! outside hits only by chance. For server processes (the
 //! default); a server thread would take its whole instance with it.
 
 /// Environment variable naming the panic: `SERVER:REQUEST`.

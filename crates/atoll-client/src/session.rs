@@ -960,12 +960,27 @@ pub fn boot_post(sock: BorrowedFd<'_>, req: &BootRequest) {
     }
 }
 
+/// The length of the reply waiting on the boot socket (waiting for it),
+/// without taking it: a reply is tens of bytes, and a buffer of the
+/// largest packet cost a 64 KiB clear per call (a `Fork` in the parent, a
+/// `Reattach` in every new image). The peek takes no descriptors (no
+/// control buffer: the kernel drops its copies and keeps them queued).
+fn reply_len(sock: BorrowedFd<'_>) -> Result<usize> {
+    let mut none = RecvAncillaryBuffer::default();
+    loop {
+        match rustix::net::recvmsg(sock, &mut [], &mut none, RecvFlags::PEEK | RecvFlags::TRUNC) {
+            Err(rustix::io::Errno::INTR) => continue,
+            other => return Ok(other?.bytes),
+        }
+    }
+}
+
 pub fn boot_call(sock: BorrowedFd<'_>, req: &BootRequest) -> Result<(BootReply, Vec<OwnedFd>)> {
     let bytes = postcard::to_allocvec(req).map_err(|e| Error::Boot(e.to_string()))?;
     let mut space: [MaybeUninit<u8>; 0] = [];
     let mut ctl = SendAncillaryBuffer::new(&mut space);
     rustix::net::sendmsg(sock, &[IoSlice::new(&bytes)], &mut ctl, SendFlags::empty())?;
-    let mut buf = vec![0u8; MAX_BOOT_PACKET];
+    let mut buf = vec![0u8; reply_len(sock)?.clamp(1, MAX_BOOT_PACKET)];
     let mut space = vec![MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(80))];
     let mut rctl = RecvAncillaryBuffer::new(&mut space);
     let got = loop {

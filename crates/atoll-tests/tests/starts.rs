@@ -2,9 +2,16 @@
 //! on a core (Hare §3.6.1, `--exec-via place`): the load table is mapped
 //! once by the forking parent and inherited (`client/src/loadmap.rs`),
 //! and the chosen core's scheduling server hears of the exec by one
-//! datagram (`sched/src/proxy.rs`, `place_self`).
+//! datagram (`sched/src/proxy.rs`, `place_self`). And what an image
+//! holds: the placeholder template is made at the first atoll descriptor
+//! (`client/src/session.rs`, `Client::template`), not at every start.
 
-use atoll_tests::run_in_atoll;
+use std::io::{BufRead, BufReader, Write};
+use std::process::Stdio;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use atoll_tests::{assert_same, atoll, run_in_atoll, MOUNT};
 
 fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
@@ -57,4 +64,79 @@ fn forked_children_place_their_execs_through_the_inherited_table() {
     }
     assert_eq!(lines[1].trim(), "4", "{text}");
     assert_eq!(lines[2], "subshell exec ok", "{text}");
+}
+
+/// How many of `pid`'s descriptors are atoll placeholders (the template
+/// and its dups), as the host sees them.
+fn placeholders(pid: &str) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .expect("the shell's descriptors")
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter(|l| l.to_string_lossy().starts_with("/memfd:atoll-placeholder"))
+        .count()
+}
+
+/// A shell that has opened nothing in the mount holds no placeholder
+/// template; its first atoll descriptor makes it (then the template and
+/// the descriptor, a dup of it). Seen from the host, while the shell waits.
+/// (Its cwd in the mount is no descriptor of its own.)
+#[test]
+fn the_placeholder_template_is_made_at_the_first_atoll_descriptor() {
+    let mut cmd = atoll();
+    cmd.args(["run", "--memory", "256M", "--"])
+        .args([
+            "bash",
+            "-c",
+            r#"cd "$ROOT"; echo "$$"; read -r _; exec 3> f; echo opened; read -r _"#,
+        ])
+        .env("ROOT", MOUNT)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped());
+    let mut child = cmd.spawn().expect("atoll run");
+    let mut stdin = child.stdin.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            if tx.send(line.unwrap_or_default()).is_err() {
+                break;
+            }
+        }
+    });
+    // Bounded: a hang fails the test instead of stalling the run.
+    let next = || rx.recv_timeout(Duration::from_secs(120)).ok();
+    let pid = next().expect("the shell's pid");
+    let before = placeholders(&pid);
+    writeln!(stdin).unwrap();
+    assert_eq!(next().as_deref(), Some("opened"));
+    let after = placeholders(&pid);
+    writeln!(stdin).unwrap();
+    let st = child.wait().unwrap();
+    assert!(st.success(), "{st}");
+    assert_eq!(
+        (before, after),
+        (0, 2),
+        "placeholders before and after `exec 3> f`"
+    );
+}
+
+/// A template made late is one of atoll's own descriptors like the
+/// others: another process's listing of the shell's descriptors leaves it
+/// out, after an open, in a forked subshell and in an exec'd shell.
+#[test]
+fn a_late_template_is_left_out_of_descriptor_listings() {
+    assert_same(
+        &[],
+        r#"
+        cd "$ROOT"; echo x > f
+        # Into a file, not a pipe: the shell would hold the pipe's ends.
+        list() { ls "/proc/$1/fd" > list.txt; echo $(sort -n list.txt); }
+        list $$
+        exec 3< f
+        list $$; cat <&3
+        ( exec 4< f; list $BASHPID )
+        bash -c 'exec 5< f; ls /proc/$$/fd > list.txt; echo $(sort -n list.txt); cat <&5'
+        "#,
+        false,
+    );
 }

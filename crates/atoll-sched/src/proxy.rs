@@ -147,8 +147,8 @@ pub fn place_path(runtime_dir: &Path, core: usize) -> std::path::PathBuf {
 /// One datagram, not a connection: the message has no reply, and a
 /// connection cost a `connect` here and an `accept`, a poll slot and a
 /// `close` in the server for every exec. A server that is not there
-/// (restarting) or whose queue is full is an error: the caller then execs
-/// where it is, unplaced.
+/// (restarting), or whose queue stays full (`wire::PLACED_WAIT`), is an
+/// error: the caller then execs where it is, unplaced.
 pub fn place_self(runtime_dir: &Path, core: usize) -> Result<(), RemoteError> {
     let sock = rustix::net::socket_with(
         AddressFamily::UNIX,

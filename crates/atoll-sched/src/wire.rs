@@ -179,19 +179,31 @@ pub fn send<T: Serialize>(
     }
 }
 
+/// Longest a `Placed` waits for room in a server's queue, which holds
+/// only `net.unix.max_dgram_qlen` (10 by default) datagrams: a burst of
+/// execs (`make -j`) waits for the server to take them, a server that
+/// takes nothing (stopped, stuck) costs each exec this much, once.
+pub const PLACED_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// Send `Placed` to the datagram socket at `to` from `sock`, an unbound
-/// `SOCK_DGRAM` Unix socket. Never waits: a server whose queue is full
-/// (or that is not there) is an error, and the caller execs where it is.
+/// `SOCK_DGRAM` Unix socket. A server that is not there is an error at
+/// once, one whose queue stays full for [`PLACED_WAIT`] an error then;
+/// either way the caller execs where it is.
 pub fn send_placed(sock: impl AsFd, to: &rustix::net::SocketAddrUnix) -> Result<(), WireError> {
     let bytes = postcard::to_allocvec(&ToServer::Placed)?;
+    let mut flags = SendFlags::NOSIGNAL | SendFlags::DONTWAIT;
     loop {
-        match rustix::net::sendto(
-            sock.as_fd(),
-            &bytes,
-            SendFlags::NOSIGNAL | SendFlags::DONTWAIT,
-            to,
-        ) {
+        match rustix::net::sendto(sock.as_fd(), &bytes, flags, to) {
             Err(rustix::io::Errno::INTR) => continue,
+            // The queue is full: wait for room, bounded.
+            Err(rustix::io::Errno::AGAIN) if flags.contains(SendFlags::DONTWAIT) => {
+                rustix::net::sockopt::set_socket_timeout(
+                    sock.as_fd(),
+                    rustix::net::sockopt::Timeout::Send,
+                    Some(PLACED_WAIT),
+                )?;
+                flags = SendFlags::NOSIGNAL;
+            }
             r => {
                 r?;
                 return Ok(());
@@ -341,18 +353,14 @@ mod tests {
         let path = std::env::temp_dir().join(format!("atoll-wire-place-{}", std::process::id()));
         let _ = std::fs::remove_file(&path);
         let addr = rustix::net::SocketAddrUnix::new(&path).unwrap();
-        let dgram = || {
-            rustix::net::socket_with(
-                AddressFamily::UNIX,
-                SocketType::DGRAM,
-                SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
-                None,
-            )
-            .unwrap()
+        // The server's end never blocks; the sender's does, as in
+        // `place_self`.
+        let dgram = |flags| {
+            rustix::net::socket_with(AddressFamily::UNIX, SocketType::DGRAM, flags, None).unwrap()
         };
-        let sender = dgram();
+        let sender = dgram(SocketFlags::CLOEXEC);
         assert!(send_placed(&sender, &addr).is_err(), "no server yet");
-        let server = dgram();
+        let server = dgram(SocketFlags::CLOEXEC | SocketFlags::NONBLOCK);
         rustix::net::sockopt::set_socket_passcred(&server, true).unwrap();
         rustix::net::bind(&server, &addr).unwrap();
         assert_eq!(recv_placed(&server), Err(rustix::io::Errno::AGAIN));
@@ -378,6 +386,17 @@ mod tests {
         assert_eq!(recv_placed(&server), Ok(None), "another message");
         assert_eq!(recv_placed(&server), Ok(None), "garbage, truncated");
         assert_eq!(recv_placed(&server), Err(rustix::io::Errno::AGAIN));
+
+        // A queue that stays full: each further `Placed` waits, bounded,
+        // then fails; one taken makes room for the next.
+        let mut queued = 0;
+        while send_placed(&sender, &addr).is_ok() {
+            queued += 1;
+            assert!(queued < 10_000, "the queue never filled");
+        }
+        assert!(queued > 0);
+        assert_eq!(recv_placed(&server), Ok(Some(std::process::id() as i32)));
+        send_placed(&sender, &addr).unwrap();
         let _ = std::fs::remove_file(&path);
     }
 }

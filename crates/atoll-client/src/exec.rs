@@ -623,11 +623,11 @@ pub fn execute(plan: &ExecPlan) -> i64 {
     let Some(dir) = std::path::Path::new(&c.socket_path).parent() else {
         return plan.exec();
     };
-    let Some(table) = atoll_sched::LoadTable::open(&dir.join(atoll_sched::LOAD_FILE)) else {
+    let Some(table) = crate::loadmap::get(dir) else {
         return plan.exec();
     };
     let here = placement::pinned_core();
-    let core = match placement::choose(policy, plan.cursor, &table, here) {
+    let core = match placement::choose(policy, plan.cursor, table, here) {
         Some(k) if Some(k) != here => k,
         other => {
             if let Some(k) = other {

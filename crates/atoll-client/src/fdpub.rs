@@ -304,6 +304,12 @@ pub fn publish_at_start() {
     with_table(None, publish_private);
 }
 
+/// Publish the list of atoll's own descriptors again: one was made
+/// after the image started (`Client::template`).
+pub fn publish_private_fds() {
+    with_table(None, publish_private);
+}
+
 /// After a `fork` (in the parent and in the child, with the fork gate
 /// still held): the table is now both processes'.
 fn mark_shared() {

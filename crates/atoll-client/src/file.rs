@@ -57,11 +57,14 @@ pub fn new_fd(c: &Client, info: DescInfo, cloexec: bool) -> Result<i64> {
     } else {
         libc::F_DUPFD
     };
-    let fd = sys::fcntl_int(
-        c.template_fd.load(core::sync::atomic::Ordering::Relaxed),
-        cmd,
-        0,
-    );
+    let template = match c.template() {
+        Ok(t) => t,
+        Err(e) => {
+            drop(r);
+            return Err(e);
+        }
+    };
+    let fd = sys::fcntl_int(template, cmd, 0);
     if fd < 0 {
         drop(r);
         return err((-fd) as i32);

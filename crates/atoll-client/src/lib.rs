@@ -70,6 +70,7 @@ mod imagetag;
 mod incoherent;
 mod inotify;
 pub mod intr;
+mod loadmap;
 mod mapping;
 mod meta;
 mod msgdata;
@@ -1311,6 +1312,10 @@ pub fn fork_prepare() -> core::result::Result<Option<ForkPrep>, i32> {
     let Some(c) = session::client() else {
         return Ok(None);
     };
+    // The child's `execve` finds the load table mapped (`loadmap`).
+    if let Some(dir) = std::path::Path::new(&c.socket_path).parent() {
+        loadmap::map_for_children(dir);
+    }
     let (child, socket) = c.fork_session().map_err(|e| e.errno())?;
     let held = session::LazyLane::holding(c, c.lane().map_err(|e| e.errno())?);
     // Shared descriptions keep their offsets on the server (Hare §3.5.1).

@@ -608,6 +608,8 @@ pub struct Client {
     pub preload: Option<String>,
     /// Private descriptors (relocatable when a program `dup2`s onto them).
     pub socket_fd: AtomicI32,
+    /// The placeholder template, -1 until the first atoll descriptor
+    /// ([`Client::template`]).
     pub template_fd: AtomicI32,
     pub cache_fd: AtomicI32,
     session: AtomicPtr<Session>,
@@ -733,6 +735,32 @@ impl Client {
             }
             return;
         }
+    }
+
+    /// The placeholder template: every atoll fd is a dup of it. Made at
+    /// the first atoll descriptor, not as the image starts: most images
+    /// (a shell's `/bin/true`, `cat` of a host file) never hold one, and a
+    /// memfd per image was a `memfd_create`, a move to a high number and
+    /// the memfd's teardown at exit. Made under the descriptor table's
+    /// lock, which a `fork` holds across the clone (`forkgate`), so a child
+    /// never inherits a template it does not know of; then published with
+    /// atoll's other own descriptors (`fdpub`).
+    pub fn template(&self) -> Result<i32> {
+        let fd = self.template_fd.load(Ordering::Acquire);
+        if fd >= 0 {
+            return Ok(fd);
+        }
+        {
+            let _held = crate::fdpub::fork_lock().lock();
+            if self.template_fd.load(Ordering::Acquire) < 0 {
+                let made =
+                    rustix::fs::memfd_create("atoll-placeholder", rustix::fs::MemfdFlags::CLOEXEC)?;
+                self.template_fd
+                    .store(to_high(made.into_raw_fd(), 0), Ordering::Release);
+            }
+        }
+        crate::fdpub::publish_private_fds();
+        Ok(self.template_fd.load(Ordering::Acquire))
     }
 
     /// Is `fd` one of atoll's private descriptors?
@@ -960,12 +988,27 @@ pub fn boot_post(sock: BorrowedFd<'_>, req: &BootRequest) {
     }
 }
 
+/// The length of the reply waiting on the boot socket (waiting for it),
+/// without taking it: a reply is tens of bytes, and a buffer of the
+/// largest packet cost a 64 KiB clear per call (a `Fork` in the parent, a
+/// `Reattach` in every new image). The peek takes no descriptors (no
+/// control buffer: the kernel drops its copies and keeps them queued).
+fn reply_len(sock: BorrowedFd<'_>) -> Result<usize> {
+    let mut none = RecvAncillaryBuffer::default();
+    loop {
+        match rustix::net::recvmsg(sock, &mut [], &mut none, RecvFlags::PEEK | RecvFlags::TRUNC) {
+            Err(rustix::io::Errno::INTR) => continue,
+            other => return Ok(other?.bytes),
+        }
+    }
+}
+
 pub fn boot_call(sock: BorrowedFd<'_>, req: &BootRequest) -> Result<(BootReply, Vec<OwnedFd>)> {
     let bytes = postcard::to_allocvec(req).map_err(|e| Error::Boot(e.to_string()))?;
     let mut space: [MaybeUninit<u8>; 0] = [];
     let mut ctl = SendAncillaryBuffer::new(&mut space);
     rustix::net::sendmsg(sock, &[IoSlice::new(&bytes)], &mut ctl, SendFlags::empty())?;
-    let mut buf = vec![0u8; MAX_BOOT_PACKET];
+    let mut buf = vec![0u8; reply_len(sock)?.clamp(1, MAX_BOOT_PACKET)];
     let mut space = vec![MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(80))];
     let mut rctl = RecvAncillaryBuffer::new(&mut space);
     let got = loop {
@@ -1062,9 +1105,6 @@ pub fn attach(
         None => Session::without_lanes(session),
     };
 
-    // The placeholder template: every atoll fd is a dup of it.
-    let template = rustix::fs::memfd_create("atoll-placeholder", rustix::fs::MemfdFlags::CLOEXEC)?;
-    let template_fd = to_high(template.into_raw_fd(), 0);
     let cache_fd = cache_fd.map_or(-1, |fd| to_high(fd.into_raw_fd(), 0));
     let sock_fd = to_high(sock.into_raw_fd(), 0);
 
@@ -1088,7 +1128,7 @@ pub fn attach(
         socket_path: socket_path.to_string(),
         preload,
         socket_fd: AtomicI32::new(sock_fd),
-        template_fd: AtomicI32::new(template_fd),
+        template_fd: AtomicI32::new(-1),
         cache_fd: AtomicI32::new(cache_fd),
         session: AtomicPtr::new(Box::into_raw(Box::new(session))),
         boot_lock: SpinLock::new(),

@@ -20,7 +20,7 @@ use atoll_proto::{FileType, InodeId, Reply, Request, ROOT};
 
 use crate::error::{err, Error, Result};
 use crate::fdtable;
-use crate::path::{is_dot, is_dotdot, mount_rest, next_component, Canon, PathBuf, MAX_PATH};
+use crate::path::{is_dot, is_dotdot, mount_rest, next_component, Canon, Comp, PathBuf, MAX_PATH};
 use crate::session::{Client, Lane};
 
 /// Linux's limit on symlinks followed in one resolution.
@@ -177,14 +177,29 @@ fn entering_mount(c: &Client, dirfd: i64, path: &[u8]) -> Option<PathBuf> {
     let name = c.mount.rsplit(|&b| b == b'/').next()?;
     let mut pos = 0;
     while let Some(comp) = next_component(path, pos) {
-        if &path[comp.start..comp.end] == name && is_mount_parent(c, dirfd, &path[..comp.start]) {
-            let mut abs = PathBuf::from_bytes(&c.mount).ok()?;
-            abs.push_bytes(&path[comp.end..]).ok()?;
-            return Some(abs);
+        if &path[comp.start..comp.end] == name {
+            if let Some(abs) = entered_through(c, dirfd, path, comp) {
+                return Some(abs);
+            }
         }
         pos = comp.end;
     }
     None
+}
+
+/// [`entering_mount`] at component `comp` of `path`, which has the
+/// mount's name. Apart, so that the scan of every other host path (every
+/// `execve` of a host program asks) keeps a small stack frame: this one
+/// holds three path buffers, which the compiler probes page by page on
+/// entry, a page fault each on a fresh stack.
+#[inline(never)]
+fn entered_through(c: &Client, dirfd: i64, path: &[u8], comp: Comp) -> Option<PathBuf> {
+    if !is_mount_parent(c, dirfd, &path[..comp.start]) {
+        return None;
+    }
+    let mut abs = PathBuf::from_bytes(&c.mount).ok()?;
+    abs.push_bytes(&path[comp.end..]).ok()?;
+    Some(abs)
 }
 
 /// `(st_dev, st_ino)` of host path `path` (relative to `dirfd`), if it

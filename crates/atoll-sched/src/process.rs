@@ -207,6 +207,7 @@ impl Ctx {
     fn give_up(&self, m: &mut Member, why: &str) {
         self.table.unserve(m.core);
         let _ = std::fs::remove_file(socket_path(&self.dir, m.core));
+        let _ = std::fs::remove_file(crate::proxy::place_path(&self.dir, m.core));
         m.listener = None;
         eprintln!(
             "atoll: scheduling server of core {} {why}; given up",
@@ -327,6 +328,8 @@ pub fn child_main() -> i32 {
     // SAFETY: the watchdog made our stdin the core's listening socket and
     // nothing else in this process owns descriptor 0.
     let listener = unsafe { OwnedFd::from_raw_fd(0) };
+    // Ours, not the instance's: bound anew by each server process.
+    let place = crate::server::bind_place(&dir, core).ok();
     let stopping = Cell::new(false);
     let stop = || {
         let mut info = [0u8; 128];
@@ -335,7 +338,7 @@ pub fn child_main() -> i32 {
         }
         stopping.get()
     };
-    crate::server::serve(core, listener, &table, &stop, &term);
+    crate::server::serve(core, listener, place, &table, &stop, &term);
     0
 }
 

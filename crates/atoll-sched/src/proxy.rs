@@ -132,14 +132,32 @@ fn inheritable_fds(skip: i32) -> Result<Vec<i32>, RemoteError> {
     Ok(out)
 }
 
+/// The datagram socket of the scheduling server of `core`, where
+/// processes placed there in place say so (`ToServer::Placed`).
+pub fn place_path(runtime_dir: &Path, core: usize) -> std::path::PathBuf {
+    runtime_dir.join(format!("sched-{core}.place"))
+}
+
 /// Move this thread (about to `execve`, which keeps only it) to `core`
 /// after telling that core's scheduling server, which counts the process
 /// as running there until it ends (`ToServer::Placed`; the kernel stamps
 /// our pid on the message). The caller then execs in place: its pid,
 /// parent, process group and tracer stay, as without atoll.
+///
+/// One datagram, not a connection: the message has no reply, and a
+/// connection cost a `connect` here and an `accept`, a poll slot and a
+/// `close` in the server for every exec. A server that is not there
+/// (restarting), or whose queue stays full (`wire::PLACED_WAIT`), is an
+/// error: the caller then execs where it is, unplaced.
 pub fn place_self(runtime_dir: &Path, core: usize) -> Result<(), RemoteError> {
-    let conn = connect(runtime_dir, core)?;
-    wire::send(&conn, &ToServer::Placed, &[])?;
+    let sock = rustix::net::socket_with(
+        AddressFamily::UNIX,
+        SocketType::DGRAM,
+        SocketFlags::CLOEXEC,
+        None,
+    )?;
+    let to = SocketAddrUnix::new(place_path(runtime_dir, core))?;
+    wire::send_placed(&sock, &to)?;
     let mut set = rustix::thread::CpuSet::new();
     set.set(core);
     rustix::thread::sched_setaffinity(None, &set)?;

@@ -1,7 +1,8 @@
 //! Scheduling servers: one per core, pinned there — a process of its own
 //! (`Scheds::start_processes`, the default; see `process`) or a thread
 //! of the instance (`Scheds::start`) — each serving
-//! `<runtime dir>/sched-<core>.sock` (Hare §3.6.1). A server starts the
+//! `<runtime dir>/sched-<core>.sock` and the `Placed` datagrams of
+//! `<runtime dir>/sched-<core>.place` (Hare §3.6.1). A server starts the
 //! programs proxies send it (`spawn`), waits for them through pidfds,
 //! relays the proxies' signals, returns exit statuses, and publishes its
 //! load in the [`LoadTable`].
@@ -31,7 +32,7 @@ use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
 use crate::creds;
 use crate::load::LoadTable;
 use crate::mirror::{Action, Mirror, ProgEvent};
-use crate::proxy::socket_path;
+use crate::proxy::{place_path, socket_path};
 use crate::spawn;
 use crate::wire::{self, ToProxy, ToServer, WireError};
 
@@ -191,6 +192,7 @@ impl Scheds {
         let mut threads = Vec::new();
         for &core in cores {
             let listener = listen(runtime_dir, core)?;
+            let place = bind_place(runtime_dir, core)?;
             table.advance_generation(core);
             let (table, stop, wake) = (table.clone(), stop.clone(), wake_r.clone());
             threads.push(
@@ -200,6 +202,7 @@ impl Scheds {
                         serve(
                             core,
                             listener,
+                            Some(place),
                             &table,
                             &|| stop.load(Ordering::SeqCst),
                             &wake,
@@ -274,6 +277,7 @@ impl Scheds {
         }
         for &c in &self.cores {
             let _ = std::fs::remove_file(socket_path(&self.dir, c));
+            let _ = std::fs::remove_file(place_path(&self.dir, c));
         }
     }
 }
@@ -315,6 +319,25 @@ fn listen(runtime_dir: &Path, core: usize) -> std::io::Result<OwnedFd> {
     Ok(listener)
 }
 
+/// The datagram socket of the server of `core` for `Placed` messages
+/// (`proxy::place_self`), the sender's pid stamped on each by the kernel.
+/// Bound by the server's own process (`process::child_main`) or, for
+/// server threads, by the instance: a datagram sent while no server holds
+/// it is refused at once, and that exec stays where it is.
+pub(crate) fn bind_place(runtime_dir: &Path, core: usize) -> std::io::Result<OwnedFd> {
+    let path = place_path(runtime_dir, core);
+    let _ = std::fs::remove_file(&path);
+    let sock = rustix::net::socket_with(
+        AddressFamily::UNIX,
+        SocketType::DGRAM,
+        SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
+        None,
+    )?;
+    rustix::net::sockopt::set_socket_passcred(&sock, true)?;
+    rustix::net::bind(&sock, &SocketAddrUnix::new(&path)?)?;
+    Ok(sock)
+}
+
 fn pin(core: usize) {
     let mut set = rustix::thread::CpuSet::new();
     if core < rustix::thread::CpuSet::MAX_CPU {
@@ -328,6 +351,7 @@ fn pin(core: usize) {
 pub(crate) fn serve(
     core: usize,
     listener: OwnedFd,
+    place: Option<OwnedFd>,
     table: &LoadTable,
     stop: &dyn Fn() -> bool,
     wake: &OwnedFd,
@@ -357,6 +381,7 @@ pub(crate) fn serve(
             serve_round(
                 core,
                 &listener,
+                place.as_ref(),
                 table,
                 wake,
                 me.as_ref(),
@@ -398,6 +423,7 @@ pub(crate) fn serve(
 fn serve_round(
     core: usize,
     listener: &OwnedFd,
+    place: Option<&OwnedFd>,
     table: &LoadTable,
     wake: &OwnedFd,
     me: Option<&creds::Server>,
@@ -405,7 +431,7 @@ fn serve_round(
     placed: &mut Vec<OwnedFd>,
     accept_paused: &mut bool,
 ) -> bool {
-    let mut pfds = Vec::with_capacity(2 + 2 * jobs.len() + placed.len());
+    let mut pfds = Vec::with_capacity(3 + 2 * jobs.len() + placed.len());
     let listen_flags = if *accept_paused {
         PollFlags::empty()
     } else {
@@ -413,6 +439,12 @@ fn serve_round(
     };
     pfds.push(PollFd::new(listener, listen_flags));
     pfds.push(PollFd::new(wake, PollFlags::IN));
+    // The place socket, or the wake pipe again asking for nothing: the
+    // jobs start at the same index either way.
+    match place {
+        Some(sock) => pfds.push(PollFd::new(sock, PollFlags::IN)),
+        None => pfds.push(PollFd::new(wake, PollFlags::empty())),
+    }
     for j in jobs.iter() {
         pfds.push(PollFd::new(&j.conn, PollFlags::IN));
         if let Some((_, pidfd)) = &j.prog {
@@ -436,7 +468,7 @@ fn serve_round(
     // Walk the jobs in poll order; collect finished ones. (A job may
     // add a placed program: only those polled are looked at below.)
     let polled_placed = placed.len();
-    let mut i = 2;
+    let mut i = 3;
     let mut done = Vec::new();
     for (idx, j) in jobs.iter_mut().enumerate() {
         let conn_ready = ready[i];
@@ -459,6 +491,11 @@ fn serve_round(
     for k in ended.into_iter().rev() {
         placed.swap_remove(k);
         table.add_running(core, -1);
+    }
+    if ready[2] {
+        if let Some(sock) = place {
+            drain_placements(core, sock, table, placed);
+        }
     }
     if !done.is_empty() {
         *accept_paused = false;
@@ -528,6 +565,37 @@ fn reap(core: usize, j: &mut Job, table: &LoadTable) {
     j.finished = true;
 }
 
+/// Most `Placed` datagrams taken in one round, so that a flood of them
+/// cannot keep the server from its proxies and programs.
+const PLACED_PER_ROUND: usize = 256;
+
+/// Take the `Placed` datagrams queued on `sock`.
+fn drain_placements(core: usize, sock: &OwnedFd, table: &LoadTable, placed: &mut Vec<OwnedFd>) {
+    for _ in 0..PLACED_PER_ROUND {
+        match wire::recv_placed(sock) {
+            Ok(Some(sender)) => on_placed(core, table, sender, placed),
+            Ok(None) => {}
+            Err(_) => return,
+        }
+    }
+}
+
+/// Process `sender` moved itself to this core and execs here in place.
+/// Only the process itself can say so (its pid is the kernel's stamp); it
+/// needs nothing more from us. Counted whether or not it still runs: a
+/// short program may have ended before this message is read (then it runs
+/// here no more, and there is nothing to watch).
+fn on_placed(core: usize, table: &LoadTable, sender: i32, placed: &mut Vec<OwnedFd>) {
+    table.count_exec(core);
+    let pidfd = rustix::process::Pid::from_raw(sender).and_then(|pid| {
+        rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()
+    });
+    if let Some(pidfd) = pidfd {
+        table.add_running(core, 1);
+        placed.push(pidfd);
+    }
+}
+
 /// Handle one message from the proxy. False when the job is over.
 fn on_message(
     core: usize,
@@ -538,19 +606,7 @@ fn on_message(
 ) -> bool {
     match wire::recv_from::<ToServer>(&j.conn) {
         Ok((ToServer::Placed, _, Some(sender))) if j.prog.is_none() && !j.finished => {
-            // Only the process itself can say so (its pid is the kernel's
-            // stamp); it needs nothing more from us.
-            // Counted whether or not it still runs: a short program may
-            // have ended before this message is read (then it runs here no
-            // more, and there is nothing to watch).
-            table.count_exec(core);
-            let pidfd = rustix::process::Pid::from_raw(sender).and_then(|pid| {
-                rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()
-            });
-            if let Some(pidfd) = pidfd {
-                table.add_running(core, 1);
-                placed.push(pidfd);
-            }
+            on_placed(core, table, sender, placed);
             false
         }
         Ok((ToServer::Exec(mut spec), fds, sender)) if j.prog.is_none() && !j.finished => {

@@ -19,6 +19,11 @@
 //!       ◀─Exited{code} | Killed{sig}      then both sides close
 //! proxy hangs up early ──▶ server SIGKILLs the program (the proxy was killed)
 //! ```
+//!
+//! A process that moves itself to a core and execs in place (`--exec-via
+//! place`) sends one `Placed` datagram to `<runtime dir>/sched-<core>.place`
+//! instead ([`send_placed`], [`recv_placed`]): no connection to make and
+//! accept for a message that has no reply.
 
 use std::io::{IoSlice, IoSliceMut};
 use std::mem::MaybeUninit;
@@ -174,6 +179,75 @@ pub fn send<T: Serialize>(
     }
 }
 
+/// Longest a `Placed` waits for room in a server's queue, which holds
+/// only `net.unix.max_dgram_qlen` (10 by default) datagrams: a burst of
+/// execs (`make -j`) waits for the server to take them, a server that
+/// takes nothing (stopped, stuck) costs each exec this much, once.
+pub const PLACED_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Send `Placed` to the datagram socket at `to` from `sock`, an unbound
+/// `SOCK_DGRAM` Unix socket. A server that is not there is an error at
+/// once, one whose queue stays full for [`PLACED_WAIT`] an error then;
+/// either way the caller execs where it is.
+pub fn send_placed(sock: impl AsFd, to: &rustix::net::SocketAddrUnix) -> Result<(), WireError> {
+    let bytes = postcard::to_allocvec(&ToServer::Placed)?;
+    let mut flags = SendFlags::NOSIGNAL | SendFlags::DONTWAIT;
+    loop {
+        match rustix::net::sendto(sock.as_fd(), &bytes, flags, to) {
+            Err(rustix::io::Errno::INTR) => continue,
+            // The queue is full: wait for room, bounded.
+            Err(rustix::io::Errno::AGAIN) if flags.contains(SendFlags::DONTWAIT) => {
+                rustix::net::sockopt::set_socket_timeout(
+                    sock.as_fd(),
+                    rustix::net::sockopt::Timeout::Send,
+                    Some(PLACED_WAIT),
+                )?;
+                flags = SendFlags::NOSIGNAL;
+            }
+            r => {
+                r?;
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// One datagram from a server's `Placed` socket, without waiting:
+/// `Ok(Some(pid))` for a `Placed` with the sender's pid as the kernel
+/// stamped it, `Ok(None)` for anything else (dropped, descriptors that
+/// came with it closed), `Err` when none is queued.
+pub fn recv_placed(sock: impl AsFd) -> Result<Option<i32>, rustix::io::Errno> {
+    let mut buf = [0u8; 16];
+    let mut space =
+        [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS), ScmCredentials(1))];
+    let mut anc = RecvAncillaryBuffer::new(&mut space);
+    let got = loop {
+        match rustix::net::recvmsg(
+            sock.as_fd(),
+            &mut [IoSliceMut::new(&mut buf)],
+            &mut anc,
+            RecvFlags::CMSG_CLOEXEC | RecvFlags::DONTWAIT,
+        ) {
+            Err(rustix::io::Errno::INTR) => continue,
+            r => break r?,
+        }
+    };
+    let mut sender = None;
+    for m in anc.drain() {
+        match m {
+            // Nothing is passed this way: closed on drop.
+            RecvAncillaryMessage::ScmRights(it) => it.for_each(drop),
+            RecvAncillaryMessage::ScmCredentials(c) => {
+                sender = Some(c.pid.as_raw_nonzero().get()).filter(|&p| p > 0)
+            }
+            _ => {}
+        }
+    }
+    let placed = !got.flags.contains(rustix::net::ReturnFlags::TRUNC)
+        && postcard::from_bytes::<ToServer>(&buf[..got.bytes]).ok() == Some(ToServer::Placed);
+    Ok(sender.filter(|_| placed))
+}
+
 /// Receive one message and the descriptors that came with it (close-on-exec).
 pub fn recv<T: for<'de> Deserialize<'de>>(sock: impl AsFd) -> Result<(T, Vec<OwnedFd>), WireError> {
     recv_from(sock).map(|(m, fds, _)| (m, fds))
@@ -268,5 +342,61 @@ mod tests {
         .unwrap();
         rustix::io::write(&a, &[0xff, 0xff, 0xff, 0xff, 0xff]).unwrap();
         assert!(matches!(recv::<ToServer>(&b), Err(WireError::Decode(_))));
+    }
+
+    /// `Placed` goes as one datagram to a bound socket, no connection:
+    /// the receiver gets our pid as the kernel stamps it; anything else
+    /// that arrives there is dropped (with any descriptor it carried),
+    /// and an empty queue or a missing server is an error, not a wait.
+    #[test]
+    fn placed_datagrams_carry_the_senders_pid() {
+        let path = std::env::temp_dir().join(format!("atoll-wire-place-{}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let addr = rustix::net::SocketAddrUnix::new(&path).unwrap();
+        // The server's end never blocks; the sender's does, as in
+        // `place_self`.
+        let dgram = |flags| {
+            rustix::net::socket_with(AddressFamily::UNIX, SocketType::DGRAM, flags, None).unwrap()
+        };
+        let sender = dgram(SocketFlags::CLOEXEC);
+        assert!(send_placed(&sender, &addr).is_err(), "no server yet");
+        let server = dgram(SocketFlags::CLOEXEC | SocketFlags::NONBLOCK);
+        rustix::net::sockopt::set_socket_passcred(&server, true).unwrap();
+        rustix::net::bind(&server, &addr).unwrap();
+        assert_eq!(recv_placed(&server), Err(rustix::io::Errno::AGAIN));
+
+        send_placed(&sender, &addr).unwrap();
+        assert_eq!(recv_placed(&server), Ok(Some(std::process::id() as i32)));
+
+        let (r, _w) = rustix::pipe::pipe().unwrap();
+        let mut space = vec![MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(1))];
+        let mut anc = SendAncillaryBuffer::new(&mut space);
+        let fds = [r.as_fd()];
+        assert!(anc.push(SendAncillaryMessage::ScmRights(&fds)));
+        let signal = postcard::to_allocvec(&ToServer::Signal(9)).unwrap();
+        rustix::net::sendmsg_addr(
+            &sender,
+            &addr,
+            &[IoSlice::new(&signal)],
+            &mut anc,
+            SendFlags::empty(),
+        )
+        .unwrap();
+        rustix::net::sendto(&sender, &[0xff; 40], SendFlags::empty(), &addr).unwrap();
+        assert_eq!(recv_placed(&server), Ok(None), "another message");
+        assert_eq!(recv_placed(&server), Ok(None), "garbage, truncated");
+        assert_eq!(recv_placed(&server), Err(rustix::io::Errno::AGAIN));
+
+        // A queue that stays full: each further `Placed` waits, bounded,
+        // then fails; one taken makes room for the next.
+        let mut queued = 0;
+        while send_placed(&sender, &addr).is_ok() {
+            queued += 1;
+            assert!(queued < 10_000, "the queue never filled");
+        }
+        assert!(queued > 0);
+        assert_eq!(recv_placed(&server), Ok(Some(std::process::id() as i32)));
+        send_placed(&sender, &addr).unwrap();
+        let _ = std::fs::remove_file(&path);
     }
 }

@@ -717,9 +717,14 @@ pub fn send_packet(
     msg: &BootReply,
     fds: &[BorrowedFd<'_>],
 ) -> std::io::Result<()> {
-    let mut buf = vec![0u8; MAX_BOOT_PACKET];
-    let bytes = postcard::to_slice(msg, &mut buf)
+    // Encoded to its own size: a buffer of the largest packet was zeroed
+    // for every reply (two per process start: `Fork` and `Reattach`).
+    let bytes = postcard::to_allocvec(msg)
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+    if bytes.len() > MAX_BOOT_PACKET {
+        return Err(std::io::Error::other("boot reply larger than a packet"));
+    }
+    let bytes = bytes.as_slice();
     let mut space =
         vec![MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(fds.len().max(1)))];
     let mut anc = SendAncillaryBuffer::new(&mut space);

@@ -189,15 +189,22 @@ pub fn serve_frame_kept<S: BlockStore>(
                     Some(Fault::Hang) => faults::hang(),
                     None => {}
                 }
-                let kill = !is_posted(id) && fs.kill_due(&frame.req);
+                let kill = if is_posted(id) {
+                    None
+                } else {
+                    fs.kill_due(&frame.req)
+                };
                 fs.set_requester(frame.pid);
                 let reply =
                     fs.handle_vouched(session, frame.cred, &frame.vouched, frame.req, scratch);
                 fs.set_requester(0);
+                if kill == Some(faults::KillPhase::Handled) {
+                    faults::kill_self(); // done, not journaled, still in its ring
+                }
                 if let Some(j) = keep {
                     tape::with_recorded(|t| j.append(Kind::Request, session, t, bytes));
                 }
-                if kill {
+                if kill == Some(faults::KillPhase::Journaled) {
                     faults::kill_self(); // done and journaled, not answered
                 }
                 if is_posted(id) {
@@ -716,6 +723,10 @@ fn serve_round<S: BlockStore>(
         if matches!(got, Ok(Some(_))) {
             c.requests += 1;
             round.served += 1;
+            if fs.kill_due_taken() {
+                // Out of its ring, not answered (`faults::KillPhase`).
+                crate::fs::faults::kill_self();
+            }
         }
         match got {
             Ok(None) => {}

@@ -417,12 +417,13 @@ fn a_successor_answers_a_journaled_request_with_the_reply_its_replay_computed() 
         .try_recv(|b| postcard::take_from_bytes::<u64>(b).unwrap().0)
         .unwrap();
     assert_eq!(next, Some(11), "10 left the ring, 11 waits to be served");
-    // Not journaled: a reply at hand is not this request's.
+    // Not journaled: a reply at hand is not this request's; the request
+    // was not applied.
     journal.owe(SessionId(1), 0, 12);
     let stray = lookup_reply(12);
     let failed = settle_owed(Some(&journal), journal.owed(), Some(&stray), &mut chans);
-    assert_eq!(failed, Some(SessionId(1)));
-    assert_eq!(next_reply(&client), Some((12, true)));
+    assert_eq!(failed, None);
+    assert_eq!(next_answer(&client), Some((12, Some(Errno::NOT_APPLIED))));
 }
 
 #[test]

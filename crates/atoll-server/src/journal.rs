@@ -16,7 +16,9 @@
 //! ([`Journal::owe`]): a server process killed in the middle of one leaves
 //! that word behind, and its successor answers the request with the reply
 //! the replay of its record computes if it reached the journal, and else
-//! serves it again or answers `EIO` (`server::take_over`).
+//! serves it again (still in its ring) or answers it "not applied" (taken:
+//! the client sends it again), `EIO` only where it cannot tell
+//! (`server::take_over`).
 //!
 //! The records since boot would grow without end, so the server also
 //! takes *snapshots* of its state (`crate::snapshot`): the space after the

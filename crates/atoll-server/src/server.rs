@@ -367,7 +367,10 @@ pub(crate) fn fresh_server(
     let cache = SharedRegion::map(std::os::fd::AsFd::as_fd(&params.cache_fd))?;
     let rep = atoll_msg::BlockPool::rep(&params.pool, index)
         .ok_or_else(|| std::io::Error::other("server without a share of the block pool"))?;
-    let cache = crate::fs::Cache::new(rep, SharedStore::new(cache));
+    let mut cache = crate::fs::Cache::new(rep, SharedStore::new(cache));
+    if let Some(j) = params.journal.as_ref().filter(|_| params.process) {
+        cache.note_claims_in(j.clone());
+    }
     // The instance-wide metadata counts live in the control block
     // (`fs::limits`), shared with the other servers.
     let mut fs = FileServer::with_gauges(params.fs.clone(), cache, control.clone());

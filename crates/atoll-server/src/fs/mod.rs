@@ -636,6 +636,13 @@ impl<S: BlockStore> FileServer<S> {
         self.acct.refund(&reserved);
     }
 
+    /// Give back to the pool `blocks` a request that died before its
+    /// record had claimed (`Journal::claimed_unjournaled`), unless they are
+    /// no longer this server's or are listed free here.
+    pub fn give_back_blocks(&mut self, blocks: &[u32]) {
+        self.cache.give_back(blocks);
+    }
+
     /// A successor of a server process that died: the fault planned for
     /// the lost one happened (its call count is not kept across processes).
     pub fn forget_planned_fault(&mut self) {

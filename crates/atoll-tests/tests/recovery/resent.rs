@@ -6,8 +6,10 @@
 //! record), it serves it again; out of its ring (`taken`: a call that
 //! changes nothing, `Lookup` or `GetAttr`, is never journaled) it answers
 //! "not applied" and the client sends the call again. Each program below
-//! goes on as on the host — the `taken` ones failed with `Input/output
-//! error` when the successor answered `EIO` — and leaves nothing held.
+//! goes on as on the host — the `stat` whose `Lookup` was taken failed
+//! with `Input/output error` when the successor answered `EIO`, and a
+//! `write` served again left its first serving's blocks held — and leaves
+//! nothing held.
 
 use super::*;
 
@@ -36,8 +38,10 @@ fn a_lookup_whose_server_was_killed_after_taking_it_is_sent_again() {
     );
 }
 
-/// An `fstat` (`cat`'s of the file it reads) whose `GetAttr` was taken
-/// and not answered.
+/// The first `GetAttr` the program causes, taken and not answered. (The
+/// `EIO` a successor answered it before lands on a call whose failure the
+/// client gets over, so this one passed then too: it shows only that the
+/// resend changes nothing else.)
 #[test]
 fn a_getattr_whose_server_was_killed_after_taking_it_is_sent_again() {
     resent_across_a_kill(

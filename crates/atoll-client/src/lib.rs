@@ -88,6 +88,7 @@ mod pipeticket;
 mod procfd;
 mod proclink;
 mod procmounts;
+mod resend;
 mod ring;
 mod session;
 pub mod state;

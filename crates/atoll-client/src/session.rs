@@ -235,8 +235,21 @@ impl Lane {
 
     /// Wait for the reply to request `id` from `server` and hand it to `f`
     /// in place (borrowed names and data stay in the ring). Replies of
-    /// older, abandoned requests are skipped.
+    /// older, abandoned requests are skipped. A request its server's
+    /// successor did not apply fails with `EIO` here: only the call paths
+    /// below send one again (`resend`).
     pub fn recv<R>(
+        &self,
+        c: &Client,
+        server: usize,
+        id: u64,
+        f: impl FnOnce(Reply<'_>) -> Result<R>,
+    ) -> Result<R> {
+        crate::resend::to_eio(self.answer(c, server, id, f))
+    }
+
+    /// [`Lane::recv`], but "not applied" is left as it is.
+    fn answer<R>(
         &self,
         c: &Client,
         server: usize,
@@ -277,12 +290,23 @@ impl Lane {
         req: Request<'_>,
         mut on: impl FnMut(u64, u64, Extent) -> bool,
     ) -> Result<Granted> {
+        crate::resend::resending(&req, || self.extents_once(c, server, req.clone(), &mut on))
+    }
+
+    /// One send of [`Lane::call_extents`].
+    fn extents_once(
+        &self,
+        c: &Client,
+        server: usize,
+        req: Request<'_>,
+        on: &mut impl FnMut(u64, u64, Extent) -> bool,
+    ) -> Result<Granted> {
         use crate::fast::{decode_extents, Decoded};
         let id = self.send(c, c.cred(), server, req)?;
         let chan = self.bound_chan(c, server)?;
         loop {
             let out = chan.recv(c.poll, |bytes| -> Option<Result<Granted>> {
-                match decode_extents(bytes, &mut on) {
+                match decode_extents(bytes, &mut *on) {
                     Decoded::Extents {
                         id: got,
                         offset,
@@ -342,18 +366,22 @@ impl Lane {
         req: Request<'_>,
         f: impl FnOnce(Reply<'_>) -> Result<R>,
     ) -> Result<R> {
+        let mut f = Some(f);
         let Some(route) = crate::adapt::route(&req) else {
-            let id = self.send(c, cred, server, req)?;
-            return self.recv(c, server, id, f);
+            return crate::resend::resending(&req, || {
+                let id = self.send(c, cred, server, req.clone())?;
+                self.answer(c, server, id, |r| (f.take().expect("called once"))(r))
+            });
         };
         // A request about one name goes again, to the name's server under
         // the mode its home server reports, if the first answered `EMODE`
         // (adaptive directories, `adapt`).
-        let mut f = Some(f);
         let (mut server, mut req) = (server, req);
         for _ in 0..64 {
-            let id = self.send(c, cred, server, req.clone())?;
-            let r = self.recv(c, server, id, |r| (f.take().expect("called once"))(r));
+            let r = crate::resend::resending(&req, || {
+                let id = self.send(c, cred, server, req.clone())?;
+                self.answer(c, server, id, |r| (f.take().expect("called once"))(r))
+            });
             match r {
                 Err(Error::Errno(e)) if e == crate::adapt::EMODE => {
                     // Nothing new about the mode and the same server: the
@@ -404,10 +432,12 @@ impl Lane {
                     crate::dirperm::set_inherit(&mut req, acl);
                 }
             }
-            let id = self.send_vouched(c, c.cred(), v, server, req.clone())?;
-            let r = self.recv(c, server, id, |r| {
-                outcome = change.outcome(&r);
-                (f.take().expect("called once"))(r)
+            let r = crate::resend::resending(&req, || {
+                let id = self.send_vouched(c, c.cred(), v, server, req.clone())?;
+                self.answer(c, server, id, |r| {
+                    outcome = change.outcome(&r);
+                    (f.take().expect("called once"))(r)
+                })
             });
             match (r, route) {
                 // Sent by a stale idea of the directory's mode: again, to

@@ -56,6 +56,12 @@ impl Errno {
     /// The client asks the directory's home server for the mode
     /// ([`Request::DirMode`]) and sends the request again.
     pub const EMODE: Errno = Errno(4000);
+    /// atoll's own, never returned to a program: the server that took the
+    /// request died before the request reached its journal, and its
+    /// successor, rebuilt from that journal, holds nothing of it (fos
+    /// §3.5). The client sends the request again (a bounded number of
+    /// times, then `EIO`) where a second send is the first one's twin.
+    pub const NOT_APPLIED: Errno = Errno(4001);
 }
 
 /// Identity of an inode: `owner:8 | home:8 | flags:8 | serial:40`.

@@ -16,7 +16,9 @@
 //! ([`Journal::owe`]): a server process killed in the middle of one leaves
 //! that word behind, and its successor answers the request with the reply
 //! the replay of its record computes if it reached the journal, and else
-//! serves it again or answers `EIO` (`server::take_over`).
+//! serves it again (still in its ring) or answers it "not applied" (taken:
+//! the client sends it again), `EIO` only where it cannot tell
+//! (`server::take_over`).
 //!
 //! The records since boot would grow without end, so the server also
 //! takes *snapshots* of its state (`crate::snapshot`): the space after the
@@ -81,6 +83,10 @@ const W_SNAP: [usize; 2] = [14, 15];
 const W_SUM: [usize; 2] = [16, 17];
 const W_FULL: [usize; 2] = [18, 19];
 const HEADER: usize = LOG_WORDS * 8;
+/// Blocks a claim note holds at most ([`Journal::note_claimed`]).
+const CLAIM_NOTE_BLOCKS: usize = 4096;
+/// A claim note: `mark:u64 count:u64 sum:u64` then `count` blocks (u32).
+const CLAIM_NOTE_BYTES: usize = 24 + CLAIM_NOTE_BLOCKS * 4;
 /// `len:u32 kind:u8 pad:3 session:u64 tape_words:u32 frame_len:u32`.
 const RECORD_HEADER: usize = 24;
 
@@ -105,6 +111,19 @@ pub enum Kind {
     /// died with its server): the session's write chains were cut
     /// (`FileServer::cut_chains`).
     CutChains = 7,
+}
+
+/// The sum of a claim note with no blocks yet, for request `mark`.
+fn note_start(mark: u64) -> u64 {
+    0xcbf2_9ce4_8422_2325 ^ mark
+}
+
+/// A claim note's sum `h` once `blocks` are added (FNV-1a).
+fn note_fold(mut h: u64, blocks: &[u32]) -> u64 {
+    for &b in blocks {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
 }
 
 impl Kind {
@@ -211,6 +230,96 @@ impl Journal {
             journaled: self.logged() > mark - 1,
             began: mark - 1,
         })
+    }
+
+    /// Where the active half's claim note lives: its last bytes, which
+    /// records reach last (`None` in a journal too small for one).
+    fn claim_note_at(&self) -> Option<usize> {
+        let (_, h) = self.active();
+        let len = self.half_len();
+        (len >= 4 * CLAIM_NOTE_BYTES).then(|| self.half_start(h) + len - CLAIM_NOTE_BYTES)
+    }
+
+    /// The request being served ([`Journal::owe`]) claimed `blocks` from
+    /// the block pool. Noted outside the server, so that the successor of
+    /// a process killed before that request reached the journal gives
+    /// them back ([`Journal::claimed_unjournaled`]): the server rebuilt
+    /// from the journal never heard of them, and they would stay with it,
+    /// unused. Only while the half has room for the note past its
+    /// records (a note is never written over one); checked by a sum that
+    /// covers the owed mark, so a note of another request, or one a
+    /// record of this request began to overwrite, is not taken.
+    pub fn note_claimed(&self, blocks: &[u32]) {
+        let mark = self.log.word(W_OWED_MARK).load(Ordering::Relaxed);
+        let Some(at) = self.claim_note_at() else {
+            return;
+        };
+        if mark == 0 || self.room() < 2 * CLAIM_NOTE_BYTES as u64 {
+            return;
+        }
+        let (count, sum) = match self.read_note_head(at) {
+            Some((m, count, sum)) if m == mark => (count, sum),
+            _ => (0, note_start(mark)),
+        };
+        let total = count + blocks.len();
+        if total > CLAIM_NOTE_BLOCKS {
+            return; // the blocks of this claim stay with the server, as before
+        }
+        let bytes: Vec<u8> = blocks.iter().flat_map(|b| b.to_le_bytes()).collect();
+        let sum = note_fold(sum, blocks);
+        let mut head = [0u8; 24];
+        head[0..8].copy_from_slice(&mark.to_le_bytes());
+        head[8..16].copy_from_slice(&(total as u64).to_le_bytes());
+        head[16..24].copy_from_slice(&sum.to_le_bytes());
+        // The blocks first: a process killed in between leaves the old
+        // head, which covers only the blocks before.
+        if self.log.write_at(at + 24 + count * 4, &bytes) {
+            let _ = self.log.write_at(at, &head);
+        }
+    }
+
+    /// The note's `(mark, count, sum)`, if it reads.
+    fn read_note_head(&self, at: usize) -> Option<(u64, usize, u64)> {
+        let mut head = [0u8; 24];
+        if !self.log.read_at(at, &mut head) {
+            return None;
+        }
+        let word = |i: usize| u64::from_le_bytes(head[i * 8..i * 8 + 8].try_into().expect("8"));
+        let count = usize::try_from(word(1)).ok()?;
+        (count <= CLAIM_NOTE_BLOCKS).then(|| (word(0), count, word(2)))
+    }
+
+    /// The blocks `owed`, a request that did not reach the journal,
+    /// claimed from the pool before its process died
+    /// ([`Journal::note_claimed`]); empty for one that did, or without a
+    /// note that checks.
+    pub fn claimed_unjournaled(&self, owed: &Owed) -> Vec<u32> {
+        let Some(at) = self.claim_note_at().filter(|_| !owed.journaled) else {
+            return Vec::new();
+        };
+        let mark = owed.began + 1;
+        let Some((m, count, sum)) = self.read_note_head(at).filter(|h| h.0 == mark) else {
+            return Vec::new();
+        };
+        let mut bytes = vec![0u8; count * 4];
+        if !self.log.read_at(at + 24, &mut bytes) {
+            return Vec::new();
+        }
+        let blocks: Vec<u32> = bytes
+            .chunks_exact(4)
+            .map(|b| u32::from_le_bytes(b.try_into().expect("4")))
+            .collect();
+        if note_fold(note_start(m), &blocks) != sum {
+            return Vec::new();
+        }
+        blocks
+    }
+
+    /// Forget the claim note (its blocks were given back).
+    pub fn clear_claim_note(&self) {
+        if let Some(at) = self.claim_note_at() {
+            let _ = self.log.write_at(at, &[0u8; 24]);
+        }
     }
 
     /// The server rebuilt itself in its own process, in `micros`.
@@ -618,5 +727,34 @@ mod tests {
         assert!(j.commit_snapshot(b"state three"));
         assert!(!j.full());
         assert_eq!(j.read().unwrap().1.len(), 0);
+    }
+
+    #[test]
+    fn the_claims_of_a_request_killed_before_its_record_are_noted_for_its_successor() {
+        let (_fd, j) = Journal::create(1 << 20).unwrap();
+        assert!(j.append(Kind::Genesis, SessionId(0), &[], b""));
+        j.note_claimed(&[1, 2]);
+        j.owe(SessionId(1), 0, 9);
+        j.note_claimed(&[5, 6, 7]);
+        j.note_claimed(&[8]);
+        let owed = j.owed().unwrap();
+        assert_eq!(j.claimed_unjournaled(&owed), vec![5, 6, 7, 8]);
+        // Once journaled, its replay knows them: nothing to give back.
+        assert!(j.append(Kind::Request, SessionId(1), &[], b"req"));
+        assert!(j.claimed_unjournaled(&j.owed().unwrap()).is_empty());
+        // The next request starts a note of its own.
+        j.settle();
+        j.owe(SessionId(1), 0, 10);
+        assert!(j.claimed_unjournaled(&j.owed().unwrap()).is_empty());
+        j.note_claimed(&[3]);
+        let owed = j.owed().unwrap();
+        assert_eq!(j.claimed_unjournaled(&owed), vec![3]);
+        j.clear_claim_note();
+        assert!(j.claimed_unjournaled(&owed).is_empty());
+        // A note a record began to overwrite does not check.
+        j.note_claimed(&[4]);
+        let at = j.claim_note_at().unwrap();
+        assert!(j.log.write_at(at + 24, &[0xff; 4]));
+        assert!(j.claimed_unjournaled(&owed).is_empty());
     }
 }

@@ -66,6 +66,9 @@ pub fn rebuild_answering(
             fs.map_err(|e| e.to_string())?
         }
     };
+    // What the owed request claimed from the pool before its process
+    // died, if it never reached the journal: the replay never hears of it.
+    let claimed = owed.map_or_else(Vec::new, |o| journal.claimed_unjournaled(&o));
     let owed = owed.filter(|o| o.journaled && !is_posted(o.id));
     let mut answer: Option<Vec<u8>> = None;
     let mut scratch = Vec::with_capacity(MAX_FRAME);
@@ -114,6 +117,17 @@ pub fn rebuild_answering(
                 n + 1
             ));
         }
+    }
+    // What a request the lost server died in before its record had
+    // claimed from the pool goes back to it (the replay never claimed it).
+    if !claimed.is_empty() {
+        fs.give_back_blocks(&claimed);
+        journal.clear_claim_note();
+        tracing::info!(
+            "file server {} rebuilt: {} blocks a request it died in had claimed given back",
+            params.fs.index,
+            claimed.len()
+        );
     }
     // What the lost server had reserved in a request it died in goes back
     // to the instance's gauges (`fs::limits::Accounts`).

@@ -823,3 +823,54 @@ fn the_reply_a_dead_server_owed_is_the_one_its_replay_computes() {
         rebuild_answering(&p, &control, &live.journal, owed).expect("the journal replays");
     assert_eq!(answer, None);
 }
+
+/// A request that changes nothing is never journaled: a server killed
+/// after taking it leaves it owed and not journaled, which its successor
+/// answers "not applied" (`takeover`), and the client's second send gets
+/// from the rebuilt server the reply the dead one would have sent, byte
+/// for byte (ids aside: the second send has its own).
+#[test]
+fn a_request_that_changes_nothing_sent_again_after_a_rebuild_is_answered_as_before() {
+    let (mut live, p, control) = Live::boot(1 << 20);
+    live.apply(&Step::Create {
+        dir: 0,
+        name: 1,
+        session: 1,
+    });
+    let name = Live::name(1);
+    let lookup = Request::Lookup {
+        dir: ROOT,
+        name: &name,
+    };
+    let body = |frame: &[u8]| {
+        let (_, rest) = postcard::take_from_bytes::<u64>(frame).unwrap();
+        rest.to_vec()
+    };
+    live.journal.owe(SessionId(1), 0, live.next_id + 1);
+    let lost = live.call_encoded(1, lookup.clone()).expect("answered");
+    let Ok(ReplyFrame {
+        reply: Reply::Entry { ino, .. },
+        ..
+    }) = decode::<ReplyFrame<'_>>(&lost)
+    else {
+        panic!("found")
+    };
+    let lost_attr = live.call_encoded(1, Request::GetAttr { ino }).unwrap();
+    live.fs = None;
+    tape::off();
+    let owed = live.journal.owed();
+    assert!(
+        owed.is_some_and(|o| !o.journaled),
+        "never journaled: {owed:?}"
+    );
+    let (rebuilt, answer) =
+        rebuild_answering(&p, &control, &live.journal, owed).expect("the journal replays");
+    assert_eq!(answer, None, "nothing to answer from: it is not applied");
+    live.journal.settle();
+    live.fs = Some(rebuilt);
+    tape::record();
+    let again = live.call_encoded(1, lookup).expect("answered");
+    assert_eq!(body(&again), body(&lost));
+    let again_attr = live.call_encoded(1, Request::GetAttr { ino }).unwrap();
+    assert_eq!(body(&again_attr), body(&lost_attr));
+}

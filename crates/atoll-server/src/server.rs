@@ -189,15 +189,22 @@ pub fn serve_frame_kept<S: BlockStore>(
                     Some(Fault::Hang) => faults::hang(),
                     None => {}
                 }
-                let kill = !is_posted(id) && fs.kill_due(&frame.req);
+                let kill = if is_posted(id) {
+                    None
+                } else {
+                    fs.kill_due(&frame.req)
+                };
                 fs.set_requester(frame.pid);
                 let reply =
                     fs.handle_vouched(session, frame.cred, &frame.vouched, frame.req, scratch);
                 fs.set_requester(0);
+                if kill == Some(faults::KillPhase::Handled) {
+                    faults::kill_self(); // done, not journaled, still in its ring
+                }
                 if let Some(j) = keep {
                     tape::with_recorded(|t| j.append(Kind::Request, session, t, bytes));
                 }
-                if kill {
+                if kill == Some(faults::KillPhase::Journaled) {
                     faults::kill_self(); // done and journaled, not answered
                 }
                 if is_posted(id) {
@@ -360,7 +367,10 @@ pub(crate) fn fresh_server(
     let cache = SharedRegion::map(std::os::fd::AsFd::as_fd(&params.cache_fd))?;
     let rep = atoll_msg::BlockPool::rep(&params.pool, index)
         .ok_or_else(|| std::io::Error::other("server without a share of the block pool"))?;
-    let cache = crate::fs::Cache::new(rep, SharedStore::new(cache));
+    let mut cache = crate::fs::Cache::new(rep, SharedStore::new(cache));
+    if let Some(j) = params.journal.as_ref().filter(|_| params.process) {
+        cache.note_claims_in(j.clone());
+    }
     // The instance-wide metadata counts live in the control block
     // (`fs::limits`), shared with the other servers.
     let mut fs = FileServer::with_gauges(params.fs.clone(), cache, control.clone());
@@ -716,6 +726,10 @@ fn serve_round<S: BlockStore>(
         if matches!(got, Ok(Some(_))) {
             c.requests += 1;
             round.served += 1;
+            if fs.kill_due_taken() {
+                // Out of its ring, not answered (`faults::KillPhase`).
+                crate::fs::faults::kill_self();
+            }
         }
         match got {
             Ok(None) => {}

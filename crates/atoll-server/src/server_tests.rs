@@ -237,21 +237,64 @@ fn a_successor_serves_again_a_request_that_never_reached_the_journal() {
     assert_eq!(next, Some(7));
 }
 
+/// The id and the errno, if it is an error, of the next reply, if any.
+fn next_answer(client: &atoll_msg::ClientChannel) -> Option<(u64, Option<Errno>)> {
+    client
+        .try_recv(|b| {
+            let r: ReplyFrame<'_> = decode(b).unwrap();
+            let errno = match r.reply {
+                Reply::Err(e) => Some(e),
+                _ => None,
+            };
+            (r.id, errno)
+        })
+        .unwrap()
+}
+
 #[test]
-fn a_successor_fails_a_request_taken_but_not_answered() {
+fn a_successor_answers_not_applied_to_a_request_taken_but_never_journaled() {
     let (_fd, journal) = Journal::create(1 << 16).unwrap();
     let (mut chans, client) = served_channel();
-    // Taken from the ring (nothing left there), never answered.
+    // Taken from the ring (nothing left there), in no record, never
+    // answered: a `Lookup` killed between its frame's release and its reply.
     journal.owe(SessionId(1), 0, 9);
-    // Its session's write chains are then cut (`fs::chain`).
     let failed = settle_owed(Some(&journal), journal.owed(), None, &mut chans);
-    assert_eq!(failed, Some(SessionId(1)));
-    assert_eq!(next_reply(&client), Some((9, true)));
+    assert_eq!(failed, None, "nothing failed: chains go on");
+    assert_eq!(
+        next_answer(&client),
+        Some((9, Some(Errno::NOT_APPLIED))),
+        "the client is told to send it again"
+    );
+    assert_eq!(next_answer(&client), None);
+    assert_eq!(journal.owed(), None, "settled");
     // A posted one owes nobody an answer.
     journal.owe(SessionId(1), 0, atoll_proto::POSTED | 10);
     let failed = settle_owed(Some(&journal), journal.owed(), None, &mut chans);
     assert_eq!(failed, None);
-    assert_eq!(next_reply(&client), None);
+    assert_eq!(next_answer(&client), None);
+}
+
+#[test]
+fn a_successor_fails_a_request_taken_when_it_cannot_tell_whether_it_was_applied() {
+    let (_fd, journal) = Journal::create(1 << 16).unwrap();
+    let (mut chans, client) = served_channel();
+    // Journaled (as far as the header says) with no reply from its
+    // replay: a record counted but not readable, or a successor's own
+    // records after a successor died settling it. Its chains are cut.
+    journal.owe(SessionId(1), 0, 9);
+    journal.append(Kind::Opened, SessionId(1), &[], b"");
+    let failed = settle_owed(Some(&journal), journal.owed(), None, &mut chans);
+    assert_eq!(failed, Some(SessionId(1)));
+    assert_eq!(next_answer(&client), Some((9, Some(Errno::EIO))));
+    // Not journaled, but the journal was full: a request served then is
+    // in no record though it took effect.
+    let (_fd, small) = Journal::create(1).unwrap();
+    while small.append(Kind::Opened, SessionId(1), &[], &[0u8; 512]) {}
+    assert!(small.full());
+    small.owe(SessionId(1), 0, 11);
+    let failed = settle_owed(Some(&small), small.owed(), None, &mut chans);
+    assert_eq!(failed, Some(SessionId(1)));
+    assert_eq!(next_answer(&client), Some((11, Some(Errno::EIO))));
 }
 
 #[test]
@@ -374,12 +417,13 @@ fn a_successor_answers_a_journaled_request_with_the_reply_its_replay_computed() 
         .try_recv(|b| postcard::take_from_bytes::<u64>(b).unwrap().0)
         .unwrap();
     assert_eq!(next, Some(11), "10 left the ring, 11 waits to be served");
-    // Not journaled: a reply at hand is not this request's.
+    // Not journaled: a reply at hand is not this request's; the request
+    // was not applied.
     journal.owe(SessionId(1), 0, 12);
     let stray = lookup_reply(12);
     let failed = settle_owed(Some(&journal), journal.owed(), Some(&stray), &mut chans);
-    assert_eq!(failed, Some(SessionId(1)));
-    assert_eq!(next_reply(&client), Some((12, true)));
+    assert_eq!(failed, None);
+    assert_eq!(next_answer(&client), Some((12, Some(Errno::NOT_APPLIED))));
 }
 
 #[test]

@@ -101,7 +101,8 @@ pub(super) fn take_over<S: BlockStore>(
 /// record computed (the one the dead server would have sent: module docs
 /// of `rebuilding`), or `EIO` without one; not journaled and still in its
 /// ring, it is served again (nothing of it survived); taken but not
-/// journaled, `EIO`. A reply that did go out before the death makes this
+/// journaled, "not applied" ([`answer_not_applied`]), and its client
+/// sends it again. A reply that did go out before the death makes this
 /// one stale, and clients drop stale replies (an older id than the call
 /// they wait for); one parked in the channel goes out instead. The
 /// session it answered `EIO`, if any.
@@ -123,13 +124,22 @@ pub(super) fn settle_owed(
     let (Some(j), Some(o)) = (journal, owed) else {
         return None;
     };
-    let failed = answer_owed(o, answer, chans);
+    // A request served while the journal was full is in no record though
+    // it took effect: only a journal that took every record can say
+    // "not applied" (a full one refuses the rebuild anyway).
+    let failed = answer_owed(o, answer, !j.full(), chans);
     j.settle();
     failed
 }
 
-/// [`settle_owed`] but for the journal's mark.
-fn answer_owed(o: Owed, answer: Option<&[u8]>, chans: &mut [Chan]) -> Option<SessionId> {
+/// [`settle_owed`] but for the journal's mark; `complete`: every request
+/// served went into the journal.
+fn answer_owed(
+    o: Owed,
+    answer: Option<&[u8]>,
+    complete: bool,
+    chans: &mut [Chan],
+) -> Option<SessionId> {
     let idx = chans
         .iter()
         .position(|c| c.session == o.session && c.lane == o.lane)?;
@@ -152,8 +162,32 @@ fn answer_owed(o: Owed, answer: Option<&[u8]>, chans: &mut [Chan]) -> Option<Ses
         answer_with(chans, idx, reply);
         return None; // answered as the dead server would have: chains go on
     }
+    if !o.journaled && complete {
+        // Taken from the ring (the frame is gone: `head` is another) and
+        // in no record: the rebuilt server holds nothing of it.
+        answer_not_applied(chans, idx, o.id);
+        return None; // sent again, not failed: chains go on
+    }
     answer_eio(chans, idx, o.id);
     Some(o.session)
+}
+
+/// Answer request `id` of channel `idx` "not applied"
+/// (`Errno::NOT_APPLIED`): its server took it and died before it reached
+/// the journal, so the successor, rebuilt from that journal, holds
+/// nothing of it — none of its changes to the server's state; what it
+/// took from the block pool and the gauges goes back (`recharge`), and
+/// what it wrote to the buffer cache, a second send writes again. In
+/// practice such a request changes nothing (`fs::changes_nothing`: never
+/// journaled): one that changes something reaches the journal before its
+/// frame leaves the ring (`serve_round`), and is served again or answered
+/// from its record. The client sends it again (fos §3.5: a fault is
+/// invisible wherever it can be).
+pub(super) fn answer_not_applied(chans: &mut [Chan], idx: usize, id: u64) {
+    let mut buf = [0u8; 64];
+    if let Some(n) = error_reply(id, Errno::NOT_APPLIED, &mut buf) {
+        answer_with(chans, idx, &buf[..n]);
+    }
 }
 
 /// Send `reply` on channel `idx`, parked if the ring is full, unless a

@@ -14,6 +14,8 @@ use atoll_tests::{atoll, compile_probe, output_within, Booted, RUN_LIMIT};
 
 #[path = "recovery/answers.rs"]
 mod answers;
+#[path = "recovery/resent.rs"]
+mod resent;
 
 fn kill(inst: &Booted, server: usize) {
     kill_target(inst, &format!("server:{server}"));

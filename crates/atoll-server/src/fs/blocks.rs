@@ -73,6 +73,10 @@ pub struct Cache<S> {
     rep: PoolRep,
     high: usize,
     batch: usize,
+    /// Where claims are noted while a request is served (a server
+    /// process: `Journal::note_claimed`), so its successor gives back
+    /// what a request killed before its record had claimed.
+    claims: Option<std::sync::Arc<crate::journal::Journal>>,
 }
 
 impl<S: BlockStore> Cache<S> {
@@ -86,7 +90,14 @@ impl<S: BlockStore> Cache<S> {
             rep,
             high,
             batch,
+            claims: None,
         }
+    }
+
+    /// Note every claim from the pool in `journal` from now on
+    /// (`Journal::note_claimed`; a server process).
+    pub fn note_claims_in(&mut self, journal: std::sync::Arc<crate::journal::Journal>) {
+        self.claims = Some(journal);
     }
 
     /// A pool of its own over blocks `[first, first + n)` (a server alone,
@@ -198,6 +209,9 @@ impl<S: BlockStore> Cache<S> {
             } else {
                 for &b in &got {
                     tape::value(Tag::PoolBlock, || u64::from(b));
+                }
+                if let Some(j) = &self.claims {
+                    j.note_claimed(&got);
                 }
             }
             // Reversed so that `pop` hands out ascending blocks, which

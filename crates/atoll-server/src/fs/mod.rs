@@ -235,9 +235,10 @@ pub struct FileServer<S> {
     fault_at: Option<(u64, faults::Fault)>,
     /// Calls counted for `fault_at`.
     calls_seen: u64,
-    /// Kill this process after this operation's call reached the journal
-    /// (`faults::ENV_FAULT_KILL`): the operation, and its calls to go.
-    kill_after: Option<(usize, u64)>,
+    /// Kill this process in a call of this operation
+    /// (`faults::ENV_FAULT_KILL`); armed once its calls to go are 0 and
+    /// it waits for its phase (`kill_due`, `kill_due_taken`).
+    kill_after: Option<faults::KillPlan>,
     /// A request panicked half way: the state may be half changed, and
     /// what it had taken from shared pools (its tape so far) is here
     /// until the server is rebuilt (`crate::server`).
@@ -635,6 +636,13 @@ impl<S: BlockStore> FileServer<S> {
         self.acct.refund(&reserved);
     }
 
+    /// Give back to the pool `blocks` a request that died before its
+    /// record had claimed (`Journal::claimed_unjournaled`), unless they are
+    /// no longer this server's or are listed free here.
+    pub fn give_back_blocks(&mut self, blocks: &[u32]) {
+        self.cache.give_back(blocks);
+    }
+
     /// A successor of a server process that died: the fault planned for
     /// the lost one happened (its call count is not kept across processes).
     pub fn forget_planned_fault(&mut self) {
@@ -642,21 +650,36 @@ impl<S: BlockStore> FileServer<S> {
         self.kill_after = None;
     }
 
-    /// Is `req` the call after which this process kills itself
-    /// (`faults::ENV_FAULT_KILL`)? Counts the operation's calls.
-    pub fn kill_due(&mut self, req: &Request<'_>) -> bool {
-        let Some((op, left)) = self.kill_after.as_mut() else {
-            return false;
-        };
-        if *op != op_index(req) {
-            return false;
+    /// Is `req` the call in which this process kills itself
+    /// (`faults::ENV_FAULT_KILL`), and where? Counts the operation's
+    /// calls. A kill at `KillPhase::Taken` stays armed until the loop
+    /// asks [`FileServer::kill_due_taken`].
+    pub fn kill_due(&mut self, req: &Request<'_>) -> Option<faults::KillPhase> {
+        let plan = self.kill_after.as_mut()?;
+        if plan.left == 0 || plan.op != op_index(req) {
+            return None;
         }
-        *left -= 1;
-        if *left > 0 {
-            return false;
+        plan.left -= 1;
+        if plan.left > 0 {
+            return None;
         }
-        self.kill_after = None; // once
-        true
+        let phase = plan.phase;
+        if phase != faults::KillPhase::Taken {
+            self.kill_after = None; // once
+        }
+        Some(phase)
+    }
+
+    /// Is a kill armed for the call just served, now that its frame left
+    /// its ring (`faults::KillPhase::Taken`)?
+    pub fn kill_due_taken(&mut self) -> bool {
+        let armed = self
+            .kill_after
+            .is_some_and(|p| p.left == 0 && p.phase == faults::KillPhase::Taken);
+        if armed {
+            self.kill_after = None; // once
+        }
+        armed
     }
 
     /// Is this call the one `ATOLL_FAULT_PANIC` (or `_HANG`) names? Counts

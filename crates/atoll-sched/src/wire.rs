@@ -218,58 +218,34 @@ pub fn send_placed(sock: impl AsFd, to: &rustix::net::SocketAddrUnix) -> Result<
 /// came with it closed), `Err` when none is queued.
 pub fn recv_placed(sock: impl AsFd) -> Result<Option<i32>, rustix::io::Errno> {
     let mut buf = [0u8; 16];
+    // Nothing is passed this way: descriptors are closed on drop.
+    let got = receive(sock, &mut buf, RecvFlags::DONTWAIT)?;
+    let placed = !got.truncated
+        && postcard::from_bytes::<ToServer>(&buf[..got.bytes]).ok() == Some(ToServer::Placed);
+    Ok(got.sender.filter(|_| placed))
+}
+
+/// What one `recvmsg` brought: its length, whether it was cut, the
+/// descriptors (close-on-exec) and the sender's pid, if the kernel
+/// stamped one (`SCM_CREDENTIALS`, on a socket with `SO_PASSCRED`).
+struct Received {
+    bytes: usize,
+    truncated: bool,
+    fds: Vec<OwnedFd>,
+    sender: Option<i32>,
+}
+
+/// One `recvmsg` into `buf` with its ancillary data, retried on `EINTR`.
+fn receive(sock: impl AsFd, buf: &mut [u8], flags: RecvFlags) -> rustix::io::Result<Received> {
     let mut space =
         [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS), ScmCredentials(1))];
     let mut anc = RecvAncillaryBuffer::new(&mut space);
     let got = loop {
         match rustix::net::recvmsg(
             sock.as_fd(),
-            &mut [IoSliceMut::new(&mut buf)],
+            &mut [IoSliceMut::new(buf)],
             &mut anc,
-            RecvFlags::CMSG_CLOEXEC | RecvFlags::DONTWAIT,
-        ) {
-            Err(rustix::io::Errno::INTR) => continue,
-            r => break r?,
-        }
-    };
-    let mut sender = None;
-    for m in anc.drain() {
-        match m {
-            // Nothing is passed this way: closed on drop.
-            RecvAncillaryMessage::ScmRights(it) => it.for_each(drop),
-            RecvAncillaryMessage::ScmCredentials(c) => {
-                sender = Some(c.pid.as_raw_nonzero().get()).filter(|&p| p > 0)
-            }
-            _ => {}
-        }
-    }
-    let placed = !got.flags.contains(rustix::net::ReturnFlags::TRUNC)
-        && postcard::from_bytes::<ToServer>(&buf[..got.bytes]).ok() == Some(ToServer::Placed);
-    Ok(sender.filter(|_| placed))
-}
-
-/// Receive one message and the descriptors that came with it (close-on-exec).
-pub fn recv<T: for<'de> Deserialize<'de>>(sock: impl AsFd) -> Result<(T, Vec<OwnedFd>), WireError> {
-    recv_from(sock).map(|(m, fds, _)| (m, fds))
-}
-
-/// [`recv`], plus the sender's pid as the kernel attached it
-/// (`SCM_CREDENTIALS`, on a socket with `SO_PASSCRED`).
-pub fn recv_from<T: for<'de> Deserialize<'de>>(
-    sock: impl AsFd,
-) -> Result<(T, Vec<OwnedFd>, Option<i32>), WireError> {
-    let mut buf = vec![0u8; MAX_PACKET];
-    let mut space = vec![
-        MaybeUninit::<u8>::uninit();
-        rustix::cmsg_space!(ScmRights(MAX_FDS), ScmCredentials(1))
-    ];
-    let mut anc = RecvAncillaryBuffer::new(&mut space);
-    let got = loop {
-        match rustix::net::recvmsg(
-            sock.as_fd(),
-            &mut [IoSliceMut::new(&mut buf)],
-            &mut anc,
-            RecvFlags::CMSG_CLOEXEC,
+            flags | RecvFlags::CMSG_CLOEXEC,
         ) {
             Err(rustix::io::Errno::INTR) => continue,
             r => break r?,
@@ -286,13 +262,37 @@ pub fn recv_from<T: for<'de> Deserialize<'de>>(
             _ => {}
         }
     }
+    Ok(Received {
+        bytes: got.bytes,
+        truncated: got.flags.contains(rustix::net::ReturnFlags::TRUNC),
+        fds,
+        sender,
+    })
+}
+
+/// Receive one message and the descriptors that came with it (close-on-exec).
+pub fn recv<T: for<'de> Deserialize<'de>>(sock: impl AsFd) -> Result<(T, Vec<OwnedFd>), WireError> {
+    recv_from(sock).map(|(m, fds, _)| (m, fds))
+}
+
+/// [`recv`], plus the sender's pid as the kernel attached it
+/// (`SCM_CREDENTIALS`, on a socket with `SO_PASSCRED`).
+pub fn recv_from<T: for<'de> Deserialize<'de>>(
+    sock: impl AsFd,
+) -> Result<(T, Vec<OwnedFd>, Option<i32>), WireError> {
+    let mut buf = vec![0u8; MAX_PACKET];
+    let got = receive(sock, &mut buf, RecvFlags::empty())?;
     if got.bytes == 0 {
         return Err(WireError::Closed);
     }
-    if got.flags.contains(rustix::net::ReturnFlags::TRUNC) {
+    if got.truncated {
         return Err(WireError::TooLarge);
     }
-    Ok((postcard::from_bytes(&buf[..got.bytes])?, fds, sender))
+    Ok((
+        postcard::from_bytes(&buf[..got.bytes])?,
+        got.fds,
+        got.sender,
+    ))
 }
 
 #[cfg(test)]

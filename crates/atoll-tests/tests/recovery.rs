@@ -868,6 +868,20 @@ fn runs_as_on_the_host_across_a_kill_of_server_0(inst: &Booted, script: &str) {
     runs_as_on_the_host_across_a_kill(inst, 0, "$ROOT", script);
 }
 
+/// `script` prints in an instance of two servers (with `opts` besides)
+/// what it prints on the host, in `$ROOT` (on server 0), though server 0
+/// is killed at `phase` (`ATOLL_FAULT_KILL`'s `handled`, `journaled` or
+/// `taken`) of its first call named `op`; server 0 was rebuilt, and
+/// nothing is held once the script is done.
+fn survives_a_kill_at(op: &str, phase: &str, opts: &[&str], script: &str) {
+    let mut args = vec!["--servers", "2"];
+    args.extend_from_slice(opts);
+    let kill = format!("0:{op}:1:{phase}");
+    let inst = Booted::with_env(&args, &[("ATOLL_FAULT_KILL", &kill)]);
+    runs_as_on_the_host_across_a_kill_of_server_0(&inst, script);
+    nothing_held(&inst);
+}
+
 /// `script` prints in `inst`, with `$BASE` set to `base` there, what it
 /// prints on the host, though server `server` is killed on the way
 /// (`ATOLL_FAULT_KILL`), and that server was rebuilt once and is up.

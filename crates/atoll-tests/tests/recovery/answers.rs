@@ -8,16 +8,10 @@
 
 use super::*;
 
-/// `script` prints in an instance of two servers (with `opts` besides)
-/// what it prints on the host, in `$ROOT` (on server 0), though server 0
-/// is killed after its first call named `op` reached the journal; server
-/// 0 was rebuilt, and nothing is held once the script is done.
+/// Server 0 is killed after its first call named `op` reached the
+/// journal and before the answer went out.
 fn answered_across_a_kill(op: &str, opts: &[&str], script: &str) {
-    let mut args = vec!["--servers", "2"];
-    args.extend_from_slice(opts);
-    let inst = Booted::with_env(&args, &[("ATOLL_FAULT_KILL", &format!("0:{op}"))]);
-    runs_as_on_the_host_across_a_kill_of_server_0(&inst, script);
-    nothing_held(&inst);
+    survives_a_kill_at(op, "journaled", opts, script);
 }
 
 /// An `open(O_CREAT)` of a new file: the description it made and the

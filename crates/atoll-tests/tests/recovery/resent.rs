@@ -13,24 +13,11 @@
 
 use super::*;
 
-/// `script` prints in an instance of two servers what it prints on the
-/// host, in `$ROOT` (on server 0), though server 0 is killed at `phase`
-/// of its first call named `op`; server 0 was rebuilt, and nothing is
-/// held once the script is done.
-fn resent_across_a_kill(op: &str, phase: &str, opts: &[&str], script: &str) {
-    let mut args = vec!["--servers", "2"];
-    args.extend_from_slice(opts);
-    let kill = format!("0:{op}:1:{phase}");
-    let inst = Booted::with_env(&args, &[("ATOLL_FAULT_KILL", &kill)]);
-    runs_as_on_the_host_across_a_kill_of_server_0(&inst, script);
-    nothing_held(&inst);
-}
-
 /// A `stat` whose `Lookup` was taken and not answered: sent again, it
 /// finds the file.
 #[test]
 fn a_lookup_whose_server_was_killed_after_taking_it_is_sent_again() {
-    resent_across_a_kill(
+    survives_a_kill_at(
         "Lookup",
         "taken",
         &[],
@@ -44,7 +31,7 @@ fn a_lookup_whose_server_was_killed_after_taking_it_is_sent_again() {
 /// resend changes nothing else.)
 #[test]
 fn a_getattr_whose_server_was_killed_after_taking_it_is_sent_again() {
-    resent_across_a_kill(
+    survives_a_kill_at(
         "GetAttr",
         "taken",
         &[],
@@ -85,7 +72,7 @@ fn calls_whose_server_was_killed_before_their_record_succeed_and_leak_nothing() 
     for phase in ["handled", "taken"] {
         for (op, script) in calls {
             eprintln!("{op} killed at {phase}");
-            resent_across_a_kill(op, phase, &[], script);
+            survives_a_kill_at(op, phase, &[], script);
         }
     }
 }
@@ -100,7 +87,7 @@ fn a_write_whose_server_was_killed_before_its_record_succeeds_and_leaks_nothing(
     let script = r#"cd "$BASE" && echo written > f && cat f && stat -c %s f && rm f"#;
     for phase in ["handled", "taken"] {
         eprintln!("Write killed at {phase}");
-        resent_across_a_kill("Write", phase, &[], script);
-        resent_across_a_kill("WriteData", phase, &["--island", "copy"], script);
+        survives_a_kill_at("Write", phase, &[], script);
+        survives_a_kill_at("WriteData", phase, &["--island", "copy"], script);
     }
 }

@@ -30,6 +30,12 @@ pub static PIPE_SPLIT_BYTES: AtomicU64 = AtomicU64::new(0);
 /// File-server names re-bound to a new generation of their member
 /// (`Client::bind_server`).
 pub static NAME_REBINDS: AtomicU64 = AtomicU64::new(0);
+/// Threads bound by their round trips moved to try another core, and
+/// given their affinity back (`msgbound`).
+pub static MSGBOUND_MOVES: AtomicU64 = AtomicU64::new(0);
+pub static MSGBOUND_RETURNS: AtomicU64 = AtomicU64::new(0);
+/// Moves undone because the thread's requests got slower.
+pub static MSGBOUND_UNDONE: AtomicU64 = AtomicU64::new(0);
 
 /// Events since the last report that trigger a report on their own.
 const REPORT_EVERY: u64 = 4096;
@@ -41,7 +47,7 @@ static PENDING: AtomicU64 = AtomicU64::new(0);
 static LAST_REPORT_SECS: AtomicU64 = AtomicU64::new(0);
 
 /// How many counters [`all`] lists.
-const COUNTERS: usize = 13;
+const COUNTERS: usize = 16;
 
 static REPORTED: [AtomicU64; COUNTERS] = [const { AtomicU64::new(0) }; COUNTERS];
 
@@ -60,6 +66,9 @@ fn all() -> [&'static AtomicU64; COUNTERS] {
         &TRAPS,
         &PIPE_SPLIT_BYTES,
         &NAME_REBINDS,
+        &MSGBOUND_MOVES,
+        &MSGBOUND_RETURNS,
+        &MSGBOUND_UNDONE,
     ]
 }
 
@@ -114,6 +123,9 @@ fn take() -> ClientCounters {
         traps: d[10],
         pipe_split_bytes: d[11],
         name_rebinds: d[12],
+        msgbound_moves: d[13],
+        msgbound_returns: d[14],
+        msgbound_undone: d[15],
     }
 }
 

@@ -64,7 +64,7 @@ pub fn setaffinity(a: &[u64; 6]) -> Result<Out> {
 }
 
 /// The instance's load table, mapped once per process.
-fn table(c: &Client) -> Option<&'static LoadTable> {
+pub(crate) fn table(c: &Client) -> Option<&'static LoadTable> {
     static TABLE: OnceLock<Option<LoadTable>> = OnceLock::new();
     TABLE
         .get_or_init(|| {

@@ -611,6 +611,8 @@ fn prepare_inner(
 /// staying behind as its proxy (`--exec-via spawn`). Returns only on
 /// failure (−errno).
 pub fn execute(plan: &ExecPlan) -> i64 {
+    // The new image starts with the affinity and slice the program left.
+    crate::msgbound::before_exec();
     let policy = placement::policy();
     // Local placement, or an affinity the program chose (`taskset`): the
     // program runs where it is.

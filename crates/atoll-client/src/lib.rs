@@ -73,6 +73,7 @@ pub mod intr;
 mod loadmap;
 mod mapping;
 mod meta;
+mod msgbound;
 mod msgdata;
 mod names;
 mod nodeplace;
@@ -160,6 +161,7 @@ pub fn init() -> bool {
     sys::init_pid();
     atoll_sched::placement::init_from_env();
     cpus::init_from_env();
+    msgbound::init_from_env();
     exec::init_proxy_parent();
     // Stale values must not reach programs started behind our back.
     std::env::remove_var(ENV_SESSION_FD);

@@ -225,6 +225,7 @@ impl Lane {
         server: usize,
         bytes: &[u8],
     ) -> Result<()> {
+        crate::msgbound::sending(c, server);
         if c.poll == PollMode::Spin {
             chan.send_unrung(bytes)?;
         } else {
@@ -258,6 +259,7 @@ impl Lane {
     ) -> Result<R> {
         let chan = self.bound_chan(c, server)?;
         let mut f = Some(f);
+        let since = crate::msgbound::waiting();
         loop {
             let out = chan.recv(c.poll, |bytes| -> Option<Result<R>> {
                 let frame: ReplyFrame<'_> = match atoll_proto::decode(bytes) {
@@ -276,6 +278,7 @@ impl Lane {
                 })
             })?;
             if let Some(r) = out {
+                crate::msgbound::replied(since);
                 return r;
             }
         }
@@ -304,6 +307,7 @@ impl Lane {
         use crate::fast::{decode_extents, Decoded};
         let id = self.send(c, c.cred(), server, req)?;
         let chan = self.bound_chan(c, server)?;
+        let since = crate::msgbound::waiting();
         loop {
             let out = chan.recv(c.poll, |bytes| -> Option<Result<Granted>> {
                 match decode_extents(bytes, &mut *on) {
@@ -342,6 +346,7 @@ impl Lane {
                 }
             })?;
             if let Some(r) = out {
+                crate::msgbound::replied(since);
                 return r;
             }
         }

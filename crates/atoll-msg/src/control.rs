@@ -13,7 +13,7 @@
 //!  header { magic, servers }          128 bytes
 //!  doorbell[servers]                  256 bytes each
 //!  load[servers]                      128 bytes each
-//!  state[servers]                     128 bytes each
+//!  state[servers]                     128 bytes each (down; core + 1)
 //!  heartbeat[servers]                 128 bytes each
 //!  generation[servers]                128 bytes each
 //!  charged[servers]                   GAUGES words each
@@ -191,7 +191,7 @@ impl Gauge {
 }
 
 #[cfg(not(loom))]
-const CONTROL_MAGIC: u64 = u64::from_le_bytes(*b"ATOLLCT6");
+const CONTROL_MAGIC: u64 = u64::from_le_bytes(*b"ATOLLCT7");
 
 #[cfg(not(loom))]
 #[repr(C)]
@@ -334,6 +334,37 @@ impl Control {
         server < self.servers && self.state_word(server).load(Ordering::Relaxed) != 0
     }
 
+    /// The word beside server `server`'s state word, on the same line
+    /// (written once per incarnation, so sharing the line costs nothing):
+    /// the core the server runs on, plus one; 0 when unknown.
+    fn core_word(&self, server: usize) -> &AtomicU64 {
+        let state: *const AtomicU64 = self.state_word(server);
+        // SAFETY: the state word starts a `Padded` line of LOAD_BYTES
+        // (128) bytes inside the block, so the next 8-byte-aligned word is
+        // in bounds and no other field's; it is only used as an atomic.
+        unsafe { &*state.add(1) }
+    }
+
+    /// Server side: this incarnation of `server` runs on `core` (`None`:
+    /// not pinned to one), so that a client can keep off that core
+    /// (`atoll_client::msgbound`).
+    pub fn set_core(&self, server: usize, core: Option<usize>) {
+        let v = core.map_or(0, |k| k as u64 + 1);
+        self.core_word(server).store(v, Ordering::Relaxed);
+    }
+
+    /// The core server `server` runs on, if it is pinned to one and
+    /// published it (out of range reads as unknown). One relaxed load.
+    pub fn core(&self, server: usize) -> Option<usize> {
+        if server >= self.servers {
+            return None;
+        }
+        match self.core_word(server).load(Ordering::Relaxed) {
+            0 => None,
+            v => Some((v - 1) as usize),
+        }
+    }
+
     fn beat_word(&self, server: usize) -> &AtomicU64 {
         assert!(server < self.servers, "no server {server}");
         let off =
@@ -456,6 +487,26 @@ mod tests {
             (b.beats(1), b.charged(1, 0).load(Ordering::Relaxed)),
             (1, 7)
         );
+    }
+
+    #[test]
+    fn a_server_core_sits_beside_its_state_without_disturbing_it() {
+        let (fd, a) = Control::create(3).unwrap();
+        let b = Control::map(fd.as_fd()).unwrap();
+        assert_eq!(b.core(1), None, "not published yet");
+        a.set_core(1, Some(0));
+        a.set_core(2, Some(5));
+        assert_eq!(
+            (b.core(0), b.core(1), b.core(2), b.core(3)),
+            (None, Some(0), Some(5), None)
+        );
+        assert!(!b.is_down(1) && !b.is_down(2));
+        a.set_down(1);
+        assert!(b.is_down(1) && !b.is_down(2));
+        assert_eq!(b.core(1), Some(0), "down leaves the core as it was");
+        a.set_core(2, None);
+        assert_eq!(b.core(2), None);
+        assert_eq!(b.load(1), 0);
     }
 
     #[test]

@@ -187,6 +187,17 @@ pub struct ClientCounters {
     /// Names of file servers re-bound because their member restarted or
     /// moved (a new generation, fos §3.3; `atoll_names::Bindings`).
     pub name_rebinds: u64,
+    /// Times a thread bound by its round trips tried another core (off
+    /// the core of the server it talks to, or onto it; client
+    /// `msgbound`), and times one got its affinity back.
+    #[serde(default)]
+    pub msgbound_moves: u64,
+    #[serde(default)]
+    pub msgbound_returns: u64,
+    /// Of those moves, the ones undone because the thread's requests got
+    /// slower.
+    #[serde(default)]
+    pub msgbound_undone: u64,
 }
 
 /// What one session (a client process) asked of one server, and what its

@@ -446,6 +446,9 @@ pub fn run(mut params: ServerParams, mut admin: Inbox) -> std::io::Result<Server
         params.health.set_journal(index, j.clone());
     }
     params.health.started(index);
+    // Where this incarnation runs, for clients keeping off its core
+    // (client `msgbound`); published before the name moves on.
+    control.set_core(index, pinned_core());
     // `/fs/server/<index>` now names this incarnation (fresh, successor
     // process or moved); clients re-bind to it (fos §3.3).
     control.advance_generation(index);
@@ -553,6 +556,14 @@ pub fn run(mut params: ServerParams, mut admin: Inbox) -> std::io::Result<Server
 }
 
 /// What a panic said.
+/// The one CPU this thread may run on, if its affinity is one CPU.
+fn pinned_core() -> Option<usize> {
+    let set = rustix::thread::sched_getaffinity(None).ok()?;
+    let mut cpus = (0..rustix::thread::CpuSet::MAX_CPU).filter(|&k| set.is_set(k));
+    let first = cpus.next()?;
+    cpus.next().is_none().then_some(first)
+}
+
 fn panic_text(cause: &Box<dyn std::any::Any + Send>) -> String {
     cause
         .downcast_ref::<&str>()

@@ -521,6 +521,9 @@ impl<S: BlockStore> FileServer<S> {
             ("client.traps", k.traps),
             ("pipe.split_bytes", k.pipe_split_bytes),
             ("names.rebinds", k.name_rebinds),
+            ("msgbound.moves", k.msgbound_moves),
+            ("msgbound.returns", k.msgbound_returns),
+            ("msgbound.undone", k.msgbound_undone),
         ] {
             if n > 0 {
                 v.push((name.into(), n));

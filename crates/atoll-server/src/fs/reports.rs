@@ -92,6 +92,9 @@ impl ClientReports {
         t.traps += k.traps;
         t.pipe_split_bytes += k.pipe_split_bytes;
         t.name_rebinds += k.name_rebinds;
+        t.msgbound_moves += k.msgbound_moves;
+        t.msgbound_returns += k.msgbound_returns;
+        t.msgbound_undone += k.msgbound_undone;
         let s = self.per_session.entry(session).or_default();
         s.0 += k.dcache_hits;
         s.1 += k.dcache_misses;

@@ -77,19 +77,25 @@ pub fn table(r: &Results) -> String {
     );
     let _ = writeln!(
         out,
-        "{:<12} {:>8} {:>28} {:>10} {:>9} {:>9}",
+        "{:<16} {:>8} {:>28} {:>10} {:>9} {:>9}",
         "variant", "size", "cycles", "ns", "vs Cosh", "vs copy"
     );
     for row in &r.rows {
+        // Each set-up against its own copy.
+        let copy_variant = if row.variant.pooled() {
+            Variant::PoolCopy
+        } else {
+            Variant::Copy
+        };
         let copy = r
             .rows
             .iter()
-            .find(|c| c.variant == Variant::Copy && c.size == row.size)
+            .find(|c| c.variant == copy_variant && c.size == row.size)
             .map(|c| c.cycles.median);
         let vs_copy = copy.map_or_else(|| "-".into(), |c| format!("{:.2}x", row.cycles.median / c));
         let _ = writeln!(
             out,
-            "{:<12} {:>8} {:>28} {:>10.0} {:>8.2}x {:>9}",
+            "{:<16} {:>8} {:>28} {:>10.0} {:>8.2}x {:>9}",
             row.variant.name(),
             size(row.size),
             stat(&row.cycles),

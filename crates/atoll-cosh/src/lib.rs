@@ -100,7 +100,9 @@
 
 pub mod bench;
 pub mod block;
+pub mod chan;
 mod domain;
+pub mod pool;
 pub mod rights;
 pub mod sys;
 pub mod ticket;
@@ -108,7 +110,8 @@ pub mod ticket;
 pub use block::{BlockManager, Config, Stats, DEFAULT_REMAP_THRESHOLD};
 pub use domain::{Agg, Cosh, DomainId, Received};
 pub use rights::{Mode, Rights, Strength};
-pub use ticket::{recv_parcel, send_parcel, Parcel, Ticket};
+pub use pool::{Pool, PoolDomain, PoolRef};
+pub use ticket::{recv_parcel, send_parcel, Parcel, PoolTicket, Ticket};
 
 /// What can go wrong.
 #[derive(Debug, thiserror::Error)]
@@ -131,5 +134,7 @@ pub enum CoshError {
     Io(#[from] std::io::Error),
 }
 
+#[cfg(test)]
+mod pool_tests;
 #[cfg(test)]
 mod tests;

@@ -27,6 +27,7 @@ fn strong_share_of(fd: OwnedFd, len: u64) -> Parcel {
         },
         blocks: vec![Carried::Fd(fd)],
         inline: Vec::new(),
+        inline_block: None,
     }
 }
 

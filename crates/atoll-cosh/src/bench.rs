@@ -35,6 +35,8 @@
 
 use std::time::Instant;
 
+pub mod steps;
+
 use serde::Serialize;
 
 use std::sync::Arc;
@@ -50,6 +52,8 @@ use crate::{
 #[derive(Clone, Debug)]
 pub struct Config {
     pub sizes: Vec<usize>,
+    /// Which variants (all by default).
+    pub variants: Vec<Variant>,
     /// Round trips per batch, for the smallest size (fewer for larger
     /// sizes, so every size moves about the same number of bytes).
     pub iters: usize,
@@ -61,6 +65,7 @@ impl Config {
     pub fn full() -> Config {
         Config {
             sizes: (12..=22).step_by(1).map(|s| 1usize << s).collect(),
+            variants: Variant::ALL.to_vec(),
             iters: 2000,
             repeat: 7,
         }
@@ -70,6 +75,7 @@ impl Config {
     pub fn quick() -> Config {
         Config {
             sizes: vec![4 << 10, 64 << 10, 1 << 20],
+            variants: Variant::ALL.to_vec(),
             iters: 100,
             repeat: 3,
         }
@@ -119,6 +125,15 @@ impl Variant {
             self,
             Variant::PoolMove | Variant::PoolShare | Variant::PoolCopy | Variant::PoolMoveCopy
         )
+    }
+
+    /// The variant called `name` (as printed, or with dashes for the
+    /// spaces and no comma: `pool-move-copy`).
+    pub fn named(name: &str) -> Option<Variant> {
+        let plain = |s: &str| s.replace(',', "").replace(' ', "-");
+        Variant::ALL
+            .into_iter()
+            .find(|v| v.name() == name || plain(v.name()) == name)
     }
 
     pub fn name(self) -> &'static str {
@@ -186,6 +201,12 @@ pub struct Results {
     /// slows a batch down).
     pub remap_wins_from: Option<usize>,
     pub default_threshold: usize,
+    /// Where a pooled hop's cycles go, for each pooled variant measured,
+    /// at the smallest and the largest size.
+    pub steps: Vec<steps::Steps>,
+    /// One-way cycles of a ticket on the polled channel alone (0 if no
+    /// pooled variant was measured).
+    pub channel_cycles: f64,
 }
 
 fn cosh(threshold: usize) -> Cosh {
@@ -368,7 +389,13 @@ struct PoolSide<'a> {
 }
 
 impl PoolSide<'_> {
-    fn new<'a>(v: Variant, pool: &Arc<Pool>, me: PoolDomain, peer: PoolDomain, end: End<'a>) -> PoolSide<'a> {
+    fn new<'a>(
+        v: Variant,
+        pool: &Arc<Pool>,
+        me: PoolDomain,
+        peer: PoolDomain,
+        end: End<'a>,
+    ) -> PoolSide<'a> {
         let (mode, strength) = v.mode();
         let mut c = Cosh::with_pool(
             CoshConfig {
@@ -458,7 +485,7 @@ fn measure_pooled(
 /// running.
 pub fn run(cfg: &Config) -> Result<Results, CoshError> {
     let mut rows = Vec::new();
-    for v in Variant::ALL {
+    for &v in &cfg.variants {
         for &size in &cfg.sizes {
             let (cycles, ns) = measure(v, size, cfg.iters_for(size), cfg.repeat)?;
             rows.push(Row {
@@ -480,12 +507,27 @@ pub fn run(cfg: &Config) -> Result<Results, CoshError> {
     let remap_wins_from = cfg.sizes.iter().copied().find(|&s| {
         matches!((fastest(Variant::MoveRemap, s), fastest(Variant::MoveCopy, s)), (Some(r), Some(c)) if r < c)
     });
+    let mut step_rows = Vec::new();
+    let mut channel_cycles = 0.0;
+    if cfg.variants.iter().any(|v| v.pooled()) {
+        channel_cycles = steps::channel_one_way(cfg.iters)?;
+        let (small, large) = (cfg.sizes.iter().min(), cfg.sizes.iter().max());
+        let mut sizes: Vec<usize> = small.into_iter().chain(large).copied().collect();
+        sizes.dedup();
+        for &v in cfg.variants.iter().filter(|v| v.pooled()) {
+            for &size in &sizes {
+                step_rows.push(steps::pool_steps(v, size, 2 * cfg.iters_for(size))?);
+            }
+        }
+    }
     Ok(Results {
         repeat: cfg.repeat,
         rows,
         tsc_ghz: if tn > 0.0 { tc / tn } else { 0.0 },
         remap_wins_from,
         default_threshold: crate::DEFAULT_REMAP_THRESHOLD,
+        steps: step_rows,
+        channel_cycles,
     })
 }
 

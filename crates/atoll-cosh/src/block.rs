@@ -30,6 +30,7 @@
 //! more, so a block whose only holder is the table is free.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -43,6 +44,36 @@ use crate::{CoshError, DomainId};
 
 /// Identifies a block within one block manager.
 pub type BlockId = u64;
+
+/// A hash map keyed by our own small integer ids (blocks, domains): no
+/// peer chooses them, so the keyed SipHash of `HashMap`'s default, a
+/// guard against chosen keys, buys nothing and costs a noticeable part of
+/// a transfer (`atoll bench transfer`'s step costs).
+pub(crate) type IdMap<K, V> = HashMap<K, V, BuildHasherDefault<IdHasher>>;
+
+/// Multiply-rotate hashing of integers (as rustc's FxHash).
+#[derive(Default, Clone, Copy)]
+pub(crate) struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(b as u64);
+        }
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.write_u64(n as u64);
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
+}
 
 /// Sizes and policy of a block manager.
 #[derive(Clone, Copy, Debug)]
@@ -205,9 +236,9 @@ struct Free {
 pub struct BlockManager {
     cfg: Config,
     next: BlockId,
-    blocks: HashMap<BlockId, Arc<Block>>,
+    blocks: IdMap<BlockId, Arc<Block>>,
     /// Mappings, per domain and block. A domain maps a block at most once.
-    maps: HashMap<(DomainId, BlockId), Map>,
+    maps: IdMap<(DomainId, BlockId), Map>,
     /// Freed blocks ready for reuse, with a mapping their last holder had (kept, so reuse costs neither `mmap` nor page faults).
     /// Their bytes are stale: they are zeroed when handed out.
     free: Vec<Free>,
@@ -226,6 +257,14 @@ pub struct BlockManager {
 
 /// Hidden pool mappings kept per process.
 const HIDDEN_MAPS: usize = 64;
+/// Longest pool mapping hidden rather than unmapped. `mprotect` walks
+/// every page the mapping has touched, twice per hop (hide here, show
+/// there), while `munmap` plus a fresh `mmap` costs about the same at any
+/// size when the pages are not touched again (measured on the 2-CPU VM:
+/// an `mprotect` pair ~3,400 cycles at 4 KiB, ~11,000 at 64 KiB with
+/// every page touched, ~73,000 at 1 MiB; `munmap` + `mmap` + one fault
+/// ~17,000–19,000 at every size).
+const HIDE_MAX: usize = 64 * 1024;
 
 impl BlockManager {
     pub fn new(cfg: Config) -> BlockManager {
@@ -234,8 +273,8 @@ impl BlockManager {
         BlockManager {
             cfg: Config { block_size, ..cfg },
             next: 1,
-            blocks: HashMap::new(),
-            maps: HashMap::new(),
+            blocks: IdMap::default(),
+            maps: IdMap::default(),
             free: Vec::new(),
             used_units: 0,
             stats: Stats::default(),
@@ -283,7 +322,7 @@ impl BlockManager {
     }
 
     fn hide(&mut self, r: PoolRef, mut m: Map) {
-        if m.hide().is_err() {
+        if m.len() > HIDE_MAX || m.hide().is_err() {
             return; // dropped: unmapped
         }
         if self.hidden.len() >= HIDDEN_MAPS {

@@ -19,7 +19,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
-use crate::block::{Block, BlockId, BlockManager, Config, Stats};
+use crate::block::{Block, BlockId, BlockManager, Config, IdMap, Stats};
 use crate::rights::{Mode, Rights, Strength};
 use crate::ticket::{Carried, Parcel, Part, Ticket};
 use crate::CoshError;
@@ -71,7 +71,7 @@ struct Uses {
 struct DomainState {
     slots: Vec<(u32, Option<AggState>)>,
     free_slots: Vec<u32>,
-    uses: HashMap<BlockId, Uses>,
+    uses: IdMap<BlockId, Uses>,
     /// Transfers addressed to this domain, with their source.
     inbox: VecDeque<(DomainId, Parcel)>,
 }
@@ -944,7 +944,7 @@ fn overlapping(chunks: &[Chunk], b: BlockId) -> bool {
     r.windows(2).any(|w| w[1].0 < w[0].1)
 }
 
-fn count(uses: &mut HashMap<BlockId, Uses>, b: BlockId, r: Rights, delta: i32) {
+fn count(uses: &mut IdMap<BlockId, Uses>, b: BlockId, r: Rights, delta: i32) {
     let u = uses.entry(b).or_default();
     match r {
         Rights::Rw => u.rw = u.rw.checked_add_signed(delta).expect("use count"),

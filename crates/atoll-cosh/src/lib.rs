@@ -109,8 +109,8 @@ pub mod ticket;
 
 pub use block::{BlockManager, Config, Stats, DEFAULT_REMAP_THRESHOLD};
 pub use domain::{Agg, Cosh, DomainId, Received};
-pub use rights::{Mode, Rights, Strength};
 pub use pool::{Pool, PoolDomain, PoolRef};
+pub use rights::{Mode, Rights, Strength};
 pub use ticket::{recv_parcel, send_parcel, Parcel, PoolTicket, Ticket};
 
 /// What can go wrong.

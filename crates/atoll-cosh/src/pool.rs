@@ -39,7 +39,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 
-use crate::sys::{self, Map};
+use crate::sys::{self, Words};
 use crate::CoshError;
 
 /// A domain's number in a pool (from 1; 0 means "none" in the header).
@@ -66,7 +66,7 @@ const FIXED_WORDS: usize = 16;
 #[derive(Debug)]
 pub struct Pool {
     fd: OwnedFd,
-    header: Map,
+    header: Words,
     units: usize,
     unit: usize,
     /// Offsets (in `u32` words) of the arrays in the header.
@@ -92,7 +92,7 @@ impl Pool {
         let data_off = header_len as u64;
         let total = header_len + units * unit;
         let fd = sys::memfd(total)?;
-        let header = Map::new(fd.as_fd(), header_len, true)?;
+        let header = Words::new(fd.as_fd(), header_len)?;
         let pool = Pool {
             fd,
             header,
@@ -119,7 +119,8 @@ impl Pool {
     }
 
     fn used(&self) -> &[AtomicU64] {
-        self.header.atomics64(self.used_at * 4, self.units.div_ceil(64))
+        self.header
+            .atomics64(self.used_at * 4, self.units.div_ceil(64))
     }
 
     fn run(&self) -> &[AtomicU32] {
@@ -283,9 +284,9 @@ impl Pool {
     /// ours. A range that is not a whole block of the pool in flight to
     /// `me` is refused, and nothing changes.
     pub fn claim(&self, r: PoolRef, me: PoolDomain) -> Result<PoolRef, CoshError> {
-        let (start, n) = self
-            .units_of(r)
-            .ok_or(CoshError::Protocol("a ticket names a range outside the pool"))?;
+        let (start, n) = self.units_of(r).ok_or(CoshError::Protocol(
+            "a ticket names a range outside the pool",
+        ))?;
         if self.run()[start].load(Ordering::Acquire) != n as u32 {
             return Err(CoshError::Protocol("a ticket names no block of the pool"));
         }
@@ -346,7 +347,11 @@ mod tests {
             Err(CoshError::OutOfMemory { wanted: 5, free: 4 })
         ));
         p.release(a);
-        assert_eq!(p.alloc(1).unwrap(), a, "first fit hands the range out again");
+        assert_eq!(
+            p.alloc(1).unwrap(),
+            a,
+            "first fit hands the range out again"
+        );
         p.release(a);
         p.release(b);
         assert_eq!(p.free_units(), 8);

@@ -125,7 +125,10 @@ fn a_ticket_naming_memory_it_was_not_sent_is_refused_and_maps_nothing() {
         // The pool's header, before the data.
         PoolRef { off: 0, len: PAGE },
         // Past the end, straddling the end, misaligned, empty, wrapping.
-        PoolRef { off: end, len: PAGE },
+        PoolRef {
+            off: end,
+            len: PAGE,
+        },
         PoolRef {
             off: end - PAGE,
             len: 2 * PAGE,
@@ -136,7 +139,7 @@ fn a_ticket_naming_memory_it_was_not_sent_is_refused_and_maps_nothing() {
         },
         PoolRef { off: r.off, len: 0 },
         PoolRef {
-            off: u64::MAX & !(PAGE - 1),
+            off: !(PAGE - 1),
             len: PAGE,
         },
         // A free range.
@@ -151,7 +154,9 @@ fn a_ticket_naming_memory_it_was_not_sent_is_refused_and_maps_nothing() {
         assert_eq!(b.0.stats().mappings, 0, "{h:?}: nothing mapped");
     }
     // Sent to someone else: not ours to take.
-    let p = a.0.attach_transfer_pooled(secret, Mode::Share, Strength::Strong).unwrap();
+    let p =
+        a.0.attach_transfer_pooled(secret, Mode::Share, Strength::Strong)
+            .unwrap();
     let t = a.0.send_pooled(p, a.2).unwrap();
     assert!(b.0.recv_pooled(b.1, t.clone()).is_err());
     assert_eq!(b.0.stats().mappings, 0);
@@ -178,11 +183,10 @@ fn a_ticket_naming_memory_it_was_not_sent_is_refused_and_maps_nothing() {
 fn a_pool_block_cannot_leave_by_descriptor() {
     let (_pool, [mut a, _]) = pair(0, 4);
     let x = a.0.alloc(a.1, PAGE as usize).unwrap();
-    let p = a.0.attach_transfer(x, Mode::Move, Strength::Strong).unwrap();
+    let p =
+        a.0.attach_transfer(x, Mode::Move, Strength::Strong)
+            .unwrap();
     let (s, _r) = std::os::unix::net::UnixStream::pair().unwrap();
-    assert!(matches!(
-        send_parcel(&s, &p),
-        Err(CoshError::Protocol(_))
-    ));
+    assert!(matches!(send_parcel(&s, &p), Err(CoshError::Protocol(_))));
     a.0.discard(p);
 }

@@ -216,7 +216,9 @@ impl Map {
         }
         // SAFETY: as in `set_writable`; no slice of the range outlives the
         // `&mut self` we hold.
-        unsafe { rustix::mm::mprotect(self.ptr.as_ptr().cast(), self.len, MprotectFlags::empty())? };
+        unsafe {
+            rustix::mm::mprotect(self.ptr.as_ptr().cast(), self.len, MprotectFlags::empty())?
+        };
         self.writable = false;
         self.hidden = true;
         Ok(())
@@ -295,6 +297,32 @@ impl Map {
         assert!(off.checked_add(len).is_some_and(|e| e <= self.len));
         // SAFETY: in bounds of a live writable mapping we hold `&mut` to.
         unsafe { std::ptr::write_bytes(self.ptr.as_ptr().add(off), 0, len) }
+    }
+}
+
+/// A writable shared mapping reached only through atomic words (the
+/// pool's header), so it can be shared between threads as well as
+/// processes.
+#[derive(Debug)]
+pub struct Words(Map);
+
+// SAFETY: the only access `&Words` gives is `atomics32`/`atomics64`, and
+// atomics may be used from any number of threads at once; the mapping
+// itself changes only on drop, which needs ownership.
+unsafe impl Sync for Words {}
+
+impl Words {
+    /// Map `len` bytes of `fd` from offset 0, read/write.
+    pub fn new(fd: BorrowedFd<'_>, len: usize) -> std::io::Result<Words> {
+        Ok(Words(Map::new(fd, len, true)?))
+    }
+
+    pub fn atomics32(&self, off: usize, n: usize) -> &[AtomicU32] {
+        self.0.atomics32(off, n)
+    }
+
+    pub fn atomics64(&self, off: usize, n: usize) -> &[AtomicU64] {
+        self.0.atomics64(off, n)
     }
 }
 

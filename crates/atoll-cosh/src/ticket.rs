@@ -62,6 +62,7 @@ impl Ticket {
     /// The parts agree with each other and with the blocks and bytes that
     /// came with the ticket (a peer is not trusted to be consistent).
     pub(crate) fn check(&self, blocks: usize, inline: usize) -> Result<(), CoshError> {
+        const OVERFLOW: CoshError = CoshError::Protocol("a ticket's lengths overflow");
         let mut total = 0u64;
         let mut inl = 0u64;
         for p in &self.parts {
@@ -78,11 +79,11 @@ impl Ticket {
                     {
                         return Err(CoshError::Protocol("a ticket part is outside its block"));
                     }
-                    total += len;
+                    total = total.checked_add(len).ok_or(OVERFLOW)?;
                 }
                 Part::Inline { len } => {
-                    inl += len;
-                    total += len;
+                    inl = inl.checked_add(len).ok_or(OVERFLOW)?;
+                    total = total.checked_add(len).ok_or(OVERFLOW)?;
                 }
             }
         }
@@ -182,7 +183,9 @@ pub fn send_parcel(sock: &UnixStream, parcel: &Parcel) -> Result<(), CoshError> 
     head.extend_from_slice(&(t.len() as u32).to_le_bytes());
     head.extend_from_slice(&t);
     if parcel.pooled() {
-        return Err(CoshError::Protocol("a pool block cannot travel by descriptor"));
+        return Err(CoshError::Protocol(
+            "a pool block cannot travel by descriptor",
+        ));
     }
     let fds = parcel.descriptors();
     if fds.len() > sys::MAX_FDS {
@@ -297,5 +300,13 @@ mod tests {
             len: 60,
         };
         assert!(wrap.check(1, 40).is_err(), "an overflowing part");
+        let huge = Ticket {
+            mode: Mode::Copy,
+            strength: Strength::Strong,
+            len: 1,
+            parts: vec![Part::Inline { len: u64::MAX }, Part::Inline { len: 2 }],
+            inline_len: 1,
+        };
+        assert!(huge.check(0, 1).is_err(), "lengths that wrap around");
     }
 }

@@ -135,9 +135,7 @@ fn move_takes_the_senders_view() {
     let d = c.domain();
     let mut buf = Vec::new();
     end.recv(&mut buf).unwrap();
-    let got = c
-        .recv_pooled(d, PoolTicket::decode(&buf).unwrap())
-        .unwrap();
+    let got = c.recv_pooled(d, PoolTicket::decode(&buf).unwrap()).unwrap();
     assert_eq!(c.rights(got.agg).unwrap(), Rights::Rw);
     assert_eq!(c.to_vec(got.agg).unwrap(), vec![0xcd; LEN]);
     c.write(got.agg, 0, b"mine").unwrap();

@@ -304,13 +304,29 @@ impl BlockManager {
     }
 
     fn map_range(&mut self, r: PoolRef, writable: bool) -> Result<Map, CoshError> {
+        self.map_range_for(r, writable, false)
+    }
+
+    /// A mapping of pool range `r`; with `filling`, the caller is about to
+    /// write all of it, so a new mapping is populated at once.
+    fn map_range_for(
+        &mut self,
+        r: PoolRef,
+        writable: bool,
+        filling: bool,
+    ) -> Result<Map, CoshError> {
         if let Some(i) = self.hidden.iter().rposition(|(h, _)| *h == r) {
             let (_, mut m) = self.hidden.swap_remove(i);
             m.set_writable(writable)?;
             return Ok(m);
         }
         let (pool, _) = self.pool.as_ref().expect("a pool block without a pool");
-        Ok(Map::new_at(pool.fd(), r.off, r.len as usize, writable)?)
+        let len = r.len as usize;
+        Ok(if filling && writable {
+            Map::new_populated(pool.fd(), r.off, len)?
+        } else {
+            Map::new_at(pool.fd(), r.off, len, writable)?
+        })
     }
 
     /// `m`, a mapping of `b`, is no longer used: unmapped, or for a pool
@@ -338,7 +354,7 @@ impl BlockManager {
     pub(crate) fn alloc_detached(&mut self, len: usize) -> Result<(Arc<Block>, Map), CoshError> {
         let (pool, _) = self.pool.as_ref().ok_or(CoshError::Protocol("no pool"))?;
         let r = pool.alloc(len)?;
-        let mut map = match self.map_range(r, true) {
+        let mut map = match self.map_range_for(r, true, true) {
             Ok(m) => m,
             Err(e) => {
                 self.pool.as_ref().expect("checked").0.release(r);

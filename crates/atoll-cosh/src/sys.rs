@@ -120,6 +120,23 @@ impl Map {
         len: usize,
         writable: bool,
     ) -> std::io::Result<Map> {
+        Map::new_with(fd, off, len, writable, MapFlags::SHARED)
+    }
+
+    /// [`Map::new_at`], read/write, with every page mapped at once
+    /// (`MAP_POPULATE`): for a range about to be written whole, one batch
+    /// of page-table work instead of a fault per page.
+    pub fn new_populated(fd: BorrowedFd<'_>, off: u64, len: usize) -> std::io::Result<Map> {
+        Map::new_with(fd, off, len, true, MapFlags::SHARED | MapFlags::POPULATE)
+    }
+
+    fn new_with(
+        fd: BorrowedFd<'_>,
+        off: u64,
+        len: usize,
+        writable: bool,
+        flags: MapFlags,
+    ) -> std::io::Result<Map> {
         let prot = if writable {
             ProtFlags::READ | ProtFlags::WRITE
         } else {
@@ -131,9 +148,7 @@ impl Map {
         // pool's bounds checked by `pool` for a pool range), so no access
         // through the mapping can reach past the end of the file (no
         // SIGBUS).
-        let p = unsafe {
-            rustix::mm::mmap(std::ptr::null_mut(), len, prot, MapFlags::SHARED, fd, off)?
-        };
+        let p = unsafe { rustix::mm::mmap(std::ptr::null_mut(), len, prot, flags, fd, off)? };
         Ok(Map {
             ptr: NonNull::new(p.cast()).expect("mmap never returns null on success"),
             len,

@@ -8,9 +8,11 @@
 //! ```text
 //!   header: magic, units, lock, next domain id,
 //!           used bitmap (a bit per unit),
-//!           per unit: run (units of the block starting here, 0 if none),
-//!                     refs (processes holding the block),
-//!                     to (pool domain the block is in flight to, 0 if none)
+//!           per unit, one 16-byte record (so a transfer touches one
+//!           cache line of the header per block):
+//!             run (units of the block starting here, 0 if none),
+//!             refs (processes holding the block),
+//!             to (pool domain the block is in flight to, 0 if none)
 //!   data:   units × page
 //! ```
 //!
@@ -61,6 +63,11 @@ const W_NEXT_DOMAIN: usize = 3;
 const W_UNITS: usize = 4;
 /// `u32` words before the bitmap (the magic takes the first two).
 const FIXED_WORDS: usize = 16;
+/// A unit's record: `u32` words, and the index of each field.
+const REC_WORDS: usize = 4;
+const RUN: usize = 0;
+const REFS: usize = 1;
+const TO: usize = 2;
 
 /// The pool, as one process sees it.
 #[derive(Debug)]
@@ -71,9 +78,8 @@ pub struct Pool {
     unit: usize,
     /// Offsets (in `u32` words) of the arrays in the header.
     used_at: usize,
-    run_at: usize,
-    refs_at: usize,
-    to_at: usize,
+    /// Where the per-unit records start.
+    rec_at: usize,
     data_off: u64,
 }
 
@@ -85,10 +91,8 @@ impl Pool {
         let units = bytes.div_ceil(unit).max(1);
         let used_words32 = units.div_ceil(64) * 2;
         let used_at = FIXED_WORDS;
-        let run_at = used_at + used_words32;
-        let refs_at = run_at + units;
-        let to_at = refs_at + units;
-        let header_len = ((to_at + units) * 4).div_ceil(unit) * unit;
+        let rec_at = (used_at + used_words32).div_ceil(REC_WORDS) * REC_WORDS;
+        let header_len = ((rec_at + units * REC_WORDS) * 4).div_ceil(unit) * unit;
         let data_off = header_len as u64;
         let total = header_len + units * unit;
         let fd = sys::memfd(total)?;
@@ -99,9 +103,7 @@ impl Pool {
             units,
             unit,
             used_at,
-            run_at,
-            refs_at,
-            to_at,
+            rec_at,
             data_off,
         };
         pool.words(W_UNITS, 1)[0].store(units as u32, Ordering::Relaxed);
@@ -123,16 +125,9 @@ impl Pool {
             .atomics64(self.used_at * 4, self.units.div_ceil(64))
     }
 
-    fn run(&self) -> &[AtomicU32] {
-        self.words(self.run_at, self.units)
-    }
-
-    fn refs(&self) -> &[AtomicU32] {
-        self.words(self.refs_at, self.units)
-    }
-
-    fn to(&self) -> &[AtomicU32] {
-        self.words(self.to_at, self.units)
+    /// Field `field` (`RUN`, `REFS`, `TO`) of unit `i`'s record.
+    fn rec(&self, i: usize, field: usize) -> &AtomicU32 {
+        &self.words(self.rec_at + i * REC_WORDS + field, 1)[0]
     }
 
     /// The memfd, for mapping blocks.
@@ -214,9 +209,9 @@ impl Pool {
                 if run == n {
                     let start = i + 1 - n;
                     self.set_used(start, n, true);
-                    self.run()[start].store(n as u32, Ordering::Relaxed);
-                    self.refs()[start].store(1, Ordering::Relaxed);
-                    self.to()[start].store(0, Ordering::Relaxed);
+                    self.rec(start, RUN).store(n as u32, Ordering::Relaxed);
+                    self.rec(start, REFS).store(1, Ordering::Relaxed);
+                    self.rec(start, TO).store(0, Ordering::Relaxed);
                     return Ok(self.range(start, n));
                 }
             }
@@ -262,18 +257,19 @@ impl Pool {
         let (start, n) = self
             .units_of(r)
             .ok_or(CoshError::Protocol("not a pool block"))?;
-        if to == 0 || self.run()[start].load(Ordering::Acquire) != n as u32 {
+        if to == 0 || self.rec(start, RUN).load(Ordering::Acquire) != n as u32 {
             return Err(CoshError::Protocol("not a pool block"));
         }
         if extra_ref {
-            self.refs()[start].fetch_add(1, Ordering::AcqRel);
+            self.rec(start, REFS).fetch_add(1, Ordering::AcqRel);
         }
-        if self.to()[start]
+        if self
+            .rec(start, TO)
             .compare_exchange(0, to, Ordering::AcqRel, Ordering::Acquire)
             .is_err()
         {
             if extra_ref {
-                self.refs()[start].fetch_sub(1, Ordering::AcqRel);
+                self.rec(start, REFS).fetch_sub(1, Ordering::AcqRel);
             }
             return Err(CoshError::Protocol("a pool block is already in flight"));
         }
@@ -287,11 +283,12 @@ impl Pool {
         let (start, n) = self.units_of(r).ok_or(CoshError::Protocol(
             "a ticket names a range outside the pool",
         ))?;
-        if self.run()[start].load(Ordering::Acquire) != n as u32 {
+        if self.rec(start, RUN).load(Ordering::Acquire) != n as u32 {
             return Err(CoshError::Protocol("a ticket names no block of the pool"));
         }
         if me == 0
-            || self.to()[start]
+            || self
+                .rec(start, TO)
                 .compare_exchange(me, 0, Ordering::AcqRel, Ordering::Acquire)
                 .is_err()
         {
@@ -306,12 +303,12 @@ impl Pool {
             debug_assert!(false, "releasing a range outside the pool");
             return;
         };
-        if self.refs()[start].fetch_sub(1, Ordering::AcqRel) != 1 {
+        if self.rec(start, REFS).fetch_sub(1, Ordering::AcqRel) != 1 {
             return;
         }
         let _g = self.lock();
-        self.run()[start].store(0, Ordering::Relaxed);
-        self.to()[start].store(0, Ordering::Relaxed);
+        self.rec(start, RUN).store(0, Ordering::Relaxed);
+        self.rec(start, TO).store(0, Ordering::Relaxed);
         self.set_used(start, n, false);
     }
 }

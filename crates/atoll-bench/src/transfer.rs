@@ -133,8 +133,8 @@ pub fn table(r: &Results) -> String {
         let _ = writeln!(out);
         let _ = writeln!(
             out,
-            "Where a pool hop goes (cycles per hop, mean; the steps timed one by one in one \
-             process, the channel between the two pinned processes):"
+            "Where a pool hop goes (cycles, median over the hops; the steps timed one by one \
+             in one process, the channel between the two pinned processes):"
         );
         let _ = writeln!(out, "  polled channel, one way: {:.0}", r.channel_cycles);
         for s in &r.steps {

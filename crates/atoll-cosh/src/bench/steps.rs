@@ -9,12 +9,14 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use super::{pattern, pin_child, Pinned, Variant};
+use super::{pattern, pin_child, Pinned, Stat, Variant};
 use crate::chan::Channel;
 use crate::sys::{self, fork_domain, Exit};
 use crate::{Config as CoshConfig, Cosh, CoshError, DomainId, Pool, PoolDomain, PoolTicket};
 
-/// One step and its cycles per hop.
+/// One step and its cycles per hop: the median over the hops (a hop
+/// preempted half way would otherwise weigh on a mean for millions of
+/// cycles).
 #[derive(Clone, Debug, Serialize)]
 pub struct Step {
     pub name: &'static str,
@@ -66,7 +68,7 @@ pub fn pool_steps(v: Variant, size: usize, hops: usize) -> Result<Steps, CoshErr
     let mut a = sides[0].c.alloc(sides[0].d, size)?;
     sides[0].c.write(a, 0, &want)?;
     let warmup = hops.div_ceil(10).max(2);
-    let mut total = [0u64; STEP_NAMES.len()];
+    let mut samples: [Vec<f64>; STEP_NAMES.len()] = Default::default();
     for i in 0..warmup + hops {
         let (left, right) = sides.split_at_mut(1);
         let (from, to) = if i % 2 == 0 {
@@ -87,11 +89,11 @@ pub fn pool_steps(v: Variant, size: usize, hops: usize) -> Result<Steps, CoshErr
         let c5 = sys::rdtsc();
         a = got.agg;
         if i >= warmup {
-            for (t, d) in total
+            for (s, d) in samples
                 .iter_mut()
                 .zip([c1 - c0, c2 - c1, c3 - c2, c4 - c3, c5 - c4])
             {
-                *t += d;
+                s.push(d as f64);
             }
         }
     }
@@ -108,17 +110,18 @@ pub fn pool_steps(v: Variant, size: usize, hops: usize) -> Result<Steps, CoshErr
         size,
         steps: STEP_NAMES
             .iter()
-            .zip(total)
-            .map(|(&name, t)| Step {
+            .zip(samples.iter_mut())
+            .map(|(&name, s)| Step {
                 name,
-                cycles: t as f64 / hops as f64,
+                cycles: Stat::of(s).median,
             })
             .collect(),
     })
 }
 
 /// One-way cycles of a ticket-sized message on the polled channel between
-/// two processes on different CPUs: half a round trip.
+/// two processes on different CPUs: half a round trip, the median over
+/// the rounds.
 pub fn channel_one_way(rounds: usize) -> Result<f64, CoshError> {
     let chan = Channel::new()?;
     let parent = std::process::id() as i32;
@@ -139,15 +142,16 @@ pub fn channel_one_way(rounds: usize) -> Result<f64, CoshError> {
     let msg = [7u8; 32];
     let mut buf = Vec::new();
     let warmup = rounds / 10;
-    let mut start = sys::rdtsc();
+    let mut halves = Vec::with_capacity(rounds);
     for i in 0..rounds {
-        if i == warmup {
-            start = sys::rdtsc();
-        }
+        let start = sys::rdtsc();
         end.send(&msg)?;
         end.recv(&mut buf)?;
+        if i >= warmup {
+            halves.push((sys::rdtsc() - start) as f64 / 2.0);
+        }
     }
-    let cycles = (sys::rdtsc() - start) as f64 / (2 * (rounds - warmup)) as f64;
+    let cycles = Stat::of(&mut halves).median;
     drop(pinned);
     if child.wait()? != Exit::Code(0) {
         return Err(CoshError::Protocol("the channel's peer failed"));

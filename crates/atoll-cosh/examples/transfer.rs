@@ -1,5 +1,5 @@
 //! `atoll bench transfer` without the pipe measurements, for profiling
-//! one variant: `transfer VARIANT SIZE [REPEAT]`, e.g.
+//! one variant: `transfer VARIANT SIZE [REPEAT [ITERS]]`, e.g.
 //! `perf record -g target/release/examples/transfer pool-move 4096`.
 
 use atoll_cosh::bench::{self, Variant};
@@ -10,7 +10,7 @@ fn main() {
         args.get(1).and_then(|n| Variant::named(n)),
         args.get(2).and_then(|s| s.parse().ok()),
     ) else {
-        eprintln!("usage: transfer VARIANT SIZE [REPEAT]");
+        eprintln!("usage: transfer VARIANT SIZE [REPEAT [ITERS]]");
         std::process::exit(2);
     };
     let repeat = args.get(3).and_then(|r| r.parse().ok()).unwrap_or(7);
@@ -19,7 +19,15 @@ fn main() {
         variants: vec![v],
         ..bench::Config::full()
     };
-    let cfg = bench::Config { repeat, ..cfg };
+    let iters = args
+        .get(4)
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(cfg.iters);
+    let cfg = bench::Config {
+        repeat,
+        iters,
+        ..cfg
+    };
     match bench::run(&cfg) {
         Ok(r) => {
             for s in &r.steps {

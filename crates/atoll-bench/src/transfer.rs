@@ -3,11 +3,12 @@
 //! receiver and printed beside the paper's numbers.
 //!
 //! The paper measured on a 3.2 GHz Core i7-965 under Barrelfish, where each
-//! transfer was two RPCs to a user-level block manager (~6,000 cycles) and
-//! remapping beat copying above ~8 KB; here a transfer is one message on a
-//! Unix socket each way, with the descriptors or the bytes, and the
-//! mappings are Linux's. Only the shapes compare: the fixed cost, how each
-//! mode grows with size, and where remapping starts to pay.
+//! transfer was two RPCs to a user-level block manager (~6,000 cycles) over
+//! polled shared-memory channels, and remapping beat copying above ~8 KB.
+//! Here two set-ups: the socket rows carry the blocks' descriptors or the
+//! bytes on a Unix socket (a block per memfd); the pool rows name blocks of
+//! one pool both processes map, by offset, on a polled shared-memory
+//! channel — Cosh's own arrangement. The mappings are Linux's.
 
 use std::fmt::Write;
 

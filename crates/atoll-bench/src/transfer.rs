@@ -3,11 +3,12 @@
 //! receiver and printed beside the paper's numbers.
 //!
 //! The paper measured on a 3.2 GHz Core i7-965 under Barrelfish, where each
-//! transfer was two RPCs to a user-level block manager (~6,000 cycles) and
-//! remapping beat copying above ~8 KB; here a transfer is one message on a
-//! Unix socket each way, with the descriptors or the bytes, and the
-//! mappings are Linux's. Only the shapes compare: the fixed cost, how each
-//! mode grows with size, and where remapping starts to pay.
+//! transfer was two RPCs to a user-level block manager (~6,000 cycles) over
+//! polled shared-memory channels, and remapping beat copying above ~8 KB.
+//! Here two set-ups: the socket rows carry the blocks' descriptors or the
+//! bytes on a Unix socket (a block per memfd); the pool rows name blocks of
+//! one pool both processes map, by offset, on a polled shared-memory
+//! channel — Cosh's own arrangement. The mappings are Linux's.
 
 use std::fmt::Write;
 
@@ -27,6 +28,10 @@ pub struct TransferArgs {
     /// Aggregate sizes in bytes (default: powers of two, 4 KiB to 4 MiB).
     #[arg(long, value_delimiter = ',')]
     pub sizes: Vec<usize>,
+    /// Only these variants (names as printed, spaces as dashes, no comma:
+    /// `pool-move,pool-move-copy`; default: all).
+    #[arg(long, value_delimiter = ',')]
+    pub variants: Vec<String>,
     /// Batches of every measurement (default: 7, or 3 with `--quick`).
     #[arg(long)]
     pub repeat: Option<usize>,
@@ -37,7 +42,7 @@ pub struct TransferArgs {
 }
 
 /// The configuration `args` ask for.
-pub fn config(args: &TransferArgs, quick: bool) -> tb::Config {
+pub fn config(args: &TransferArgs, quick: bool) -> anyhow::Result<tb::Config> {
     let mut cfg = if quick || args.quick {
         tb::Config::quick()
     } else {
@@ -49,7 +54,14 @@ pub fn config(args: &TransferArgs, quick: bool) -> tb::Config {
     if let Some(r) = args.repeat {
         cfg.repeat = r.max(1);
     }
-    cfg
+    if !args.variants.is_empty() {
+        cfg.variants = args
+            .variants
+            .iter()
+            .map(|n| Variant::named(n).ok_or_else(|| anyhow::anyhow!("no variant called {n:?}")))
+            .collect::<anyhow::Result<_>>()?;
+    }
+    Ok(cfg)
 }
 
 fn size(bytes: usize) -> String {
@@ -77,19 +89,25 @@ pub fn table(r: &Results) -> String {
     );
     let _ = writeln!(
         out,
-        "{:<12} {:>8} {:>28} {:>10} {:>9} {:>9}",
+        "{:<16} {:>8} {:>28} {:>10} {:>9} {:>9}",
         "variant", "size", "cycles", "ns", "vs Cosh", "vs copy"
     );
     for row in &r.rows {
+        // Each set-up against its own copy.
+        let copy_variant = if row.variant.pooled() {
+            Variant::PoolCopy
+        } else {
+            Variant::Copy
+        };
         let copy = r
             .rows
             .iter()
-            .find(|c| c.variant == Variant::Copy && c.size == row.size)
+            .find(|c| c.variant == copy_variant && c.size == row.size)
             .map(|c| c.cycles.median);
         let vs_copy = copy.map_or_else(|| "-".into(), |c| format!("{:.2}x", row.cycles.median / c));
         let _ = writeln!(
             out,
-            "{:<12} {:>8} {:>28} {:>10.0} {:>8.2}x {:>9}",
+            "{:<16} {:>8} {:>28} {:>10.0} {:>8.2}x {:>9}",
             row.variant.name(),
             size(row.size),
             stat(&row.cycles),
@@ -112,6 +130,31 @@ pub fn table(r: &Results) -> String {
         size(COSH_REMAP_WINS_ABOVE),
         size(r.default_threshold)
     );
+    if !r.steps.is_empty() {
+        let _ = writeln!(out);
+        let _ = writeln!(
+            out,
+            "Where a pool hop goes (cycles, median over the hops; the steps timed one by one \
+             in one process, the channel between the two pinned processes):"
+        );
+        let _ = writeln!(out, "  polled channel, one way: {:.0}", r.channel_cycles);
+        for s in &r.steps {
+            let total: f64 = s.steps.iter().map(|x| x.cycles).sum();
+            let steps: Vec<String> = s
+                .steps
+                .iter()
+                .map(|x| format!("{} {:.0}", x.name, x.cycles))
+                .collect();
+            let _ = writeln!(
+                out,
+                "  {:<16} {:>8}: {:.0} = {}",
+                s.variant.name(),
+                size(s.size),
+                total,
+                steps.join(", ")
+            );
+        }
+    }
     out
 }
 
@@ -124,7 +167,7 @@ pub fn main(
     if let Some(spec) = &args.pipe_probe {
         return crate::pipes::probe(spec);
     }
-    let cfg = config(args, quick);
+    let cfg = config(args, quick)?;
     let r = tb::run(&cfg).map_err(|e| anyhow::anyhow!("atoll bench transfer: {e}"))?;
     print!("{}", table(&r));
     // Cosh's users: a pipe's bytes, Linux's way and atoll's, same run.
@@ -168,16 +211,28 @@ mod tests {
             quick: true,
             sizes: vec![],
             repeat: None,
+            variants: vec![],
             pipe_probe: None,
         };
-        assert_eq!(config(&args, false).repeat, 3);
+        assert_eq!(config(&args, false).unwrap().repeat, 3);
         let args = TransferArgs {
             sizes: vec![0, 8192],
             repeat: Some(0),
             ..args
         };
-        let c = config(&args, false);
+        let c = config(&args, false).unwrap();
         assert_eq!(c.sizes, vec![8192]);
         assert_eq!(c.repeat, 1);
+        let args = TransferArgs {
+            variants: vec!["pool-move-copy".into(), "pool share".into()],
+            ..args
+        };
+        let c = config(&args, false).unwrap();
+        assert_eq!(c.variants, vec![Variant::PoolMoveCopy, Variant::PoolShare]);
+        let args = TransferArgs {
+            variants: vec!["teleport".into()],
+            ..args
+        };
+        assert!(config(&args, false).is_err());
     }
 }

@@ -30,18 +30,50 @@
 //! more, so a block whose only holder is the table is free.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use serde::Serialize;
 
+use crate::pool::{Pool, PoolDomain, PoolRef};
 use crate::rights::{Mode, Strength};
 use crate::sys::{self, Map};
 use crate::{CoshError, DomainId};
 
 /// Identifies a block within one block manager.
 pub type BlockId = u64;
+
+/// A hash map keyed by our own small integer ids (blocks, domains): no
+/// peer chooses them, so the keyed SipHash of `HashMap`'s default, a
+/// guard against chosen keys, buys nothing and costs a noticeable part of
+/// a transfer (`atoll bench transfer`'s step costs).
+pub(crate) type IdMap<K, V> = HashMap<K, V, BuildHasherDefault<IdHasher>>;
+
+/// Multiply-rotate hashing of integers (as rustc's FxHash).
+#[derive(Default, Clone, Copy)]
+pub(crate) struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(b as u64);
+        }
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.write_u64(n as u64);
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
+}
 
 /// Sizes and policy of a block manager.
 #[derive(Clone, Copy, Debug)]
@@ -78,11 +110,21 @@ impl Default for Config {
     }
 }
 
-/// One memfd-backed block.
+/// Where a block's bytes live.
+#[derive(Debug)]
+pub enum Backing {
+    /// A memfd of its own (sealable; its descriptor travels).
+    Memfd(OwnedFd),
+    /// A range of the pool shared by the domains of the instance
+    /// (`crate::pool`); its offset travels.
+    Pool(PoolRef),
+}
+
+/// One block: a memfd of its own or a range of the shared pool.
 #[derive(Debug)]
 pub struct Block {
     id: BlockId,
-    fd: OwnedFd,
+    backing: Backing,
     len: usize,
     /// `F_SEAL_WRITE` applied: read-only for every process, for ever.
     sealed: AtomicBool,
@@ -93,6 +135,9 @@ pub struct Block {
     exported: AtomicBool,
     /// The descriptor came from another process.
     imported: bool,
+    /// A pool block whose reference went to another process with a move
+    /// (`Pool::send`): letting go of it here frees nothing.
+    handed_over: AtomicBool,
 }
 
 impl Block {
@@ -105,8 +150,22 @@ impl Block {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
-    pub fn fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
+    /// The block's own memfd; `None` for a pool block.
+    pub fn fd(&self) -> Option<BorrowedFd<'_>> {
+        match &self.backing {
+            Backing::Memfd(fd) => Some(fd.as_fd()),
+            Backing::Pool(_) => None,
+        }
+    }
+    /// The block's range of the shared pool; `None` for a memfd block.
+    pub fn pool_range(&self) -> Option<PoolRef> {
+        match self.backing {
+            Backing::Pool(r) => Some(r),
+            Backing::Memfd(_) => None,
+        }
+    }
+    pub(crate) fn mark_handed_over(&self) {
+        self.handed_over.store(true, Ordering::Relaxed);
     }
     pub fn sealed(&self) -> bool {
         self.sealed.load(Ordering::Relaxed)
@@ -177,16 +236,35 @@ struct Free {
 pub struct BlockManager {
     cfg: Config,
     next: BlockId,
-    blocks: HashMap<BlockId, Arc<Block>>,
+    blocks: IdMap<BlockId, Arc<Block>>,
     /// Mappings, per domain and block. A domain maps a block at most once.
-    maps: HashMap<(DomainId, BlockId), Map>,
+    maps: IdMap<(DomainId, BlockId), Map>,
     /// Freed blocks ready for reuse, with a mapping their last holder had (kept, so reuse costs neither `mmap` nor page faults).
     /// Their bytes are stale: they are zeroed when handed out.
     free: Vec<Free>,
     /// Units of our pool handed out (not imported).
     used_units: usize,
     stats: Stats,
+    /// The pool shared with other processes, and our number in it: blocks
+    /// are allocated there when present.
+    pool: Option<(Arc<Pool>, PoolDomain)>,
+    /// Mappings of pool ranges no domain uses now, hidden (`PROT_NONE`),
+    /// most recent last: the same range comes back often (a moved block
+    /// returns; first fit hands a freed range out again), and giving a
+    /// kept mapping back is one `mprotect`, not an `mmap` and page faults.
+    hidden: Vec<(PoolRef, Map)>,
 }
+
+/// Hidden pool mappings kept per process.
+const HIDDEN_MAPS: usize = 64;
+/// Longest pool mapping hidden rather than unmapped. `mprotect` walks
+/// every page the mapping has touched, twice per hop (hide here, show
+/// there), while `munmap` plus a fresh `mmap` costs about the same at any
+/// size when the pages are not touched again (measured on the 2-CPU VM:
+/// an `mprotect` pair ~3,400 cycles at 4 KiB, ~11,000 at 64 KiB with
+/// every page touched, ~73,000 at 1 MiB; `munmap` + `mmap` + one fault
+/// ~17,000–19,000 at every size).
+const HIDE_MAX: usize = 64 * 1024;
 
 impl BlockManager {
     pub fn new(cfg: Config) -> BlockManager {
@@ -195,12 +273,133 @@ impl BlockManager {
         BlockManager {
             cfg: Config { block_size, ..cfg },
             next: 1,
-            blocks: HashMap::new(),
-            maps: HashMap::new(),
+            blocks: IdMap::default(),
+            maps: IdMap::default(),
             free: Vec::new(),
             used_units: 0,
             stats: Stats::default(),
+            pool: None,
+            hidden: Vec::new(),
         }
+    }
+
+    /// A manager whose blocks are ranges of `pool`, in which this process
+    /// is domain `me`.
+    pub fn with_pool(cfg: Config, pool: Arc<Pool>, me: PoolDomain) -> BlockManager {
+        let mut m = BlockManager::new(cfg);
+        m.pool = Some((pool, me));
+        m
+    }
+
+    pub fn pool(&self) -> Option<&(Arc<Pool>, PoolDomain)> {
+        self.pool.as_ref()
+    }
+
+    /// A mapping of `b`, made or taken from the hidden ones.
+    fn map_block(&mut self, b: &Block, writable: bool) -> Result<Map, CoshError> {
+        match &b.backing {
+            Backing::Memfd(fd) => Ok(Map::new(fd.as_fd(), b.len, writable)?),
+            Backing::Pool(r) => self.map_range(*r, writable),
+        }
+    }
+
+    fn map_range(&mut self, r: PoolRef, writable: bool) -> Result<Map, CoshError> {
+        self.map_range_for(r, writable, false)
+    }
+
+    /// A mapping of pool range `r`; with `filling`, the caller is about to
+    /// write all of it, so a new mapping is populated at once.
+    fn map_range_for(
+        &mut self,
+        r: PoolRef,
+        writable: bool,
+        filling: bool,
+    ) -> Result<Map, CoshError> {
+        if let Some(i) = self.hidden.iter().rposition(|(h, _)| *h == r) {
+            let (_, mut m) = self.hidden.swap_remove(i);
+            m.set_writable(writable)?;
+            return Ok(m);
+        }
+        let (pool, _) = self.pool.as_ref().expect("a pool block without a pool");
+        let len = r.len as usize;
+        Ok(if filling && writable {
+            Map::new_populated(pool.fd(), r.off, len)?
+        } else {
+            Map::new_at(pool.fd(), r.off, len, writable)?
+        })
+    }
+
+    /// `m`, a mapping of `b`, is no longer used: unmapped, or for a pool
+    /// block hidden for reuse.
+    fn unmap_block(&mut self, b: &Block, m: Map) {
+        if let Backing::Pool(r) = b.backing {
+            self.hide(r, m);
+        }
+    }
+
+    fn hide(&mut self, r: PoolRef, mut m: Map) {
+        if m.len() > HIDE_MAX || m.hide().is_err() {
+            return; // dropped: unmapped
+        }
+        if self.hidden.len() >= HIDDEN_MAPS {
+            self.hidden.remove(0);
+        }
+        self.hidden.push((r, m));
+    }
+
+    /// A fresh pool block of at least `len` bytes, in the table but mapped
+    /// in no domain, with a writable mapping for the caller to fill
+    /// `0..len` of (the rest is zeroed here): a copy's destination. Give
+    /// the mapping back with [`BlockManager::park`].
+    pub(crate) fn alloc_detached(&mut self, len: usize) -> Result<(Arc<Block>, Map), CoshError> {
+        let (pool, _) = self.pool.as_ref().ok_or(CoshError::Protocol("no pool"))?;
+        let r = pool.alloc(len)?;
+        let mut map = match self.map_range_for(r, true, true) {
+            Ok(m) => m,
+            Err(e) => {
+                self.pool.as_ref().expect("checked").0.release(r);
+                return Err(e);
+            }
+        };
+        map.zero(len, r.len as usize - len);
+        self.stats.created += 1;
+        let b = self.insert(Backing::Pool(r), r.len as usize, false, false);
+        Ok((b, map))
+    }
+
+    /// Give back a mapping from [`BlockManager::alloc_detached`].
+    pub(crate) fn park(&mut self, b: &Block, m: Map) {
+        self.unmap_block(b, m);
+    }
+
+    /// Adopt pool block `r`, sent to us by another pool domain: the
+    /// header must agree (`Pool::claim`), else nothing is mapped.
+    pub fn adopt(&mut self, r: PoolRef) -> Result<Arc<Block>, CoshError> {
+        let (pool, me) = self
+            .pool
+            .as_ref()
+            .ok_or(CoshError::Protocol("a pool ticket, and no pool"))?;
+        let r = pool.claim(r, *me)?;
+        Ok(self.insert(Backing::Pool(r), r.len as usize, false, false))
+    }
+
+    /// Put `b`'s reference in flight to pool domain `to` (see
+    /// `Pool::send`); a move's or a copy's reference travels.
+    pub(crate) fn send_pool_block(
+        &mut self,
+        b: &Block,
+        to: PoolDomain,
+        share: bool,
+    ) -> Result<PoolRef, CoshError> {
+        let r = b
+            .pool_range()
+            .ok_or(CoshError::Protocol("a block outside the pool"))?;
+        let (pool, _) = self.pool.as_ref().ok_or(CoshError::Protocol("no pool"))?;
+        pool.send(r, to, share)?;
+        if !share {
+            b.mark_handed_over();
+        }
+        Ok(r)
     }
 
     pub fn config(&self) -> &Config {
@@ -224,6 +423,13 @@ impl BlockManager {
         len: usize,
         prefix: &[u8],
     ) -> Result<Arc<Block>, CoshError> {
+        if self.pool.is_some() {
+            let (b, mut map) = self.alloc_detached(len.max(prefix.len()))?;
+            map.write(0, prefix);
+            map.zero(prefix.len(), len.max(prefix.len()) - prefix.len());
+            self.maps.insert((d, b.id), map);
+            return Ok(b);
+        }
         let units = self.units(len.max(prefix.len()).max(1));
         if self.used_units + units > self.cfg.capacity_blocks {
             return Err(CoshError::OutOfMemory {
@@ -259,22 +465,23 @@ impl BlockManager {
         };
         map.write(0, prefix);
         self.used_units += units;
-        let b = self.insert(fd, len, false, false);
+        let b = self.insert(Backing::Memfd(fd), len, false, false);
         self.maps.insert((d, b.id), map);
         Ok(b)
     }
 
-    fn insert(&mut self, fd: OwnedFd, len: usize, imported: bool, sealed: bool) -> Arc<Block> {
+    fn insert(&mut self, backing: Backing, len: usize, imported: bool, sealed: bool) -> Arc<Block> {
         let id = self.next;
         self.next += 1;
         let b = Arc::new(Block {
             id,
-            fd,
+            backing,
             len,
             sealed: AtomicBool::new(sealed),
             shared: AtomicBool::new(sealed),
             exported: AtomicBool::new(false),
             imported,
+            handed_over: AtomicBool::new(false),
         });
         self.blocks.insert(id, b.clone());
         b
@@ -310,7 +517,7 @@ impl BlockManager {
                 "a strong share of a block that is not write-sealed",
             ));
         }
-        Ok(self.insert(fd, len, true, sealed))
+        Ok(self.insert(Backing::Memfd(fd), len, true, sealed))
     }
 
     /// Seal `b` against writes everywhere (strong share, Cosh §3.3). Every
@@ -318,12 +525,20 @@ impl BlockManager {
     /// seal while any shared mapping exists, read-only ones included, and
     /// a mapping made before the seal could be `mprotect`ed writable after
     /// it. `Ok(false)`: another process still maps it; copy instead.
+    ///
+    /// A pool block cannot be sealed (a seal covers the whole memfd): it is
+    /// marked shared, and the transfer's rights bring every mapping of it
+    /// here down to read-only (`sync_map`); see `pool` for whom that binds.
     pub fn seal(&mut self, b: &Block) -> Result<bool, CoshError> {
+        let Some(fd) = b.fd() else {
+            b.mark_shared();
+            return Ok(true);
+        };
         if b.sealed() {
             return Ok(true);
         }
         self.maps.retain(|(_, id), _| *id != b.id);
-        match sys::seal_write(b.fd()) {
+        match sys::seal_write(fd) {
             Ok(()) => {
                 b.sealed.store(true, Ordering::Relaxed);
                 b.mark_shared();
@@ -376,11 +591,14 @@ impl BlockManager {
             m.set_writable(want == Rights::Rw)?;
             return Ok(());
         }
-        self.maps.remove(&key);
+        if let Some(m) = self.maps.remove(&key) {
+            self.unmap_block(b, m);
+        }
         if want > Rights::None {
             let writable = want == Rights::Rw;
             debug_assert!(!(writable && b.sealed()));
-            self.maps.insert(key, Map::new(b.fd(), b.len, writable)?);
+            let m = self.map_block(b, writable)?;
+            self.maps.insert(key, m);
         }
         Ok(())
     }
@@ -413,9 +631,19 @@ impl BlockManager {
         let mut kept = None;
         for k in keys {
             let m = self.maps.remove(&k).expect("listed");
-            if kept.is_none() && !block.sealed() {
+            if block.pool_range().is_some() {
+                self.unmap_block(&block, m);
+            } else if kept.is_none() && !block.sealed() {
                 kept = Some(m);
             }
+        }
+        if let Some(r) = block.pool_range() {
+            // The pool recycles its ranges; ours goes back unless a move
+            // took the reference to another process.
+            if !block.handed_over.load(Ordering::Relaxed) {
+                self.pool.as_ref().expect("a pool block").0.release(r);
+            }
+            return;
         }
         if !block.imported {
             self.used_units -= self.units(block.len);
@@ -427,9 +655,12 @@ impl BlockManager {
             && !block.sealed()
             && !block.exported.load(Ordering::Relaxed)
             && self.free.len() < self.cfg.recycle;
+        let Backing::Memfd(fd) = block.backing else {
+            unreachable!("pool blocks returned above");
+        };
         if reusable {
             self.free.push(Free {
-                fd: block.fd,
+                fd,
                 len: block.len,
                 map: kept,
             });

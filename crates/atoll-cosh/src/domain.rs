@@ -19,10 +19,12 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
-use crate::block::{Block, BlockId, BlockManager, Config, Stats};
+use crate::block::{Block, BlockId, BlockManager, Config, IdMap, Stats};
 use crate::rights::{Mode, Rights, Strength};
 use crate::ticket::{Carried, Parcel, Part, Ticket};
 use crate::CoshError;
+
+mod pooled;
 
 /// A protection domain (a process; in tests, several in one process, each
 /// with mappings of its own).
@@ -69,7 +71,7 @@ struct Uses {
 struct DomainState {
     slots: Vec<(u32, Option<AggState>)>,
     free_slots: Vec<u32>,
-    uses: HashMap<BlockId, Uses>,
+    uses: IdMap<BlockId, Uses>,
     /// Transfers addressed to this domain, with their source.
     inbox: VecDeque<(DomainId, Parcel)>,
 }
@@ -521,6 +523,29 @@ impl Cosh {
         mode: Mode,
         strength: Strength,
     ) -> Result<Parcel, CoshError> {
+        self.attach(a, mode, strength, false)
+    }
+
+    /// [`Cosh::attach_transfer`] for a receiver in the same pool
+    /// (`crate::pool`): the copied bytes go once into a fresh pool block
+    /// that travels with the parcel ([`Parcel::inline_block`]) instead of
+    /// being carried. Send it with [`Cosh::send_pooled`].
+    pub fn attach_transfer_pooled(
+        &mut self,
+        a: Agg,
+        mode: Mode,
+        strength: Strength,
+    ) -> Result<Parcel, CoshError> {
+        self.attach(a, mode, strength, true)
+    }
+
+    fn attach(
+        &mut self,
+        a: Agg,
+        mode: Mode,
+        strength: Strength,
+        into_pool: bool,
+    ) -> Result<Parcel, CoshError> {
         let st = self.state(a)?;
         if st.rights < mode.requires() {
             return Err(CoshError::Rights {
@@ -572,46 +597,21 @@ impl Cosh {
         }
 
         // Copy what is copied before anything is unmapped.
-        let mut inline = Vec::new();
-        let mut parts = Vec::with_capacity(chunks.len());
-        let mut need_map = Vec::new();
-        for c in &chunks {
-            if copy.contains(&c.block.id()) && self.mgr.mapping(a.domain, c.block.id()).is_none() {
-                need_map.push(c.block.clone());
-            }
-        }
-        for b in need_map {
-            let want = self.needed(a.domain, b.id());
-            self.mgr.sync_map(a.domain, &b, want, false)?;
-        }
-        for c in &chunks {
-            let id = c.block.id();
-            if let Some(i) = remap.iter().position(|b| b.id() == id) {
-                parts.push(Part::Remap {
-                    block: i as u16,
-                    block_len: c.block.len() as u64,
-                    sealed: c.block.sealed(),
-                    off: c.off as u64,
-                    len: c.len as u64,
-                });
-            } else {
-                let m = self.mgr.mapping(a.domain, id).expect("mapped above");
-                inline.extend_from_slice(m.bytes(c.off, c.len));
-                match parts.last_mut() {
-                    Some(Part::Inline { len }) => *len += c.len as u64,
-                    _ => parts.push(Part::Inline { len: c.len as u64 }),
-                }
-            }
-        }
+        let (parts, inline, inline_block) =
+            self.describe(a.domain, &chunks, &remap, &copy, into_pool)?;
+        let inline_len: u64 = parts
+            .iter()
+            .map(|p| match p {
+                Part::Inline { len } => *len,
+                Part::Remap { .. } => 0,
+            })
+            .sum();
 
         // Our copies of the chunks would keep blocks alive past release.
         drop(chunks);
 
         // Downgrade the sender (Cosh §3.2 step 2).
-        {
-            let s = self.mgr.stats_mut();
-            s.copied_bytes += inline.len() as u64;
-        }
+        self.mgr.stats_mut().copied_bytes += inline_len;
         for b in &remap {
             let units = self.mgr.count_units(b.len());
             let s = self.mgr.stats_mut();
@@ -665,11 +665,76 @@ impl Cosh {
                 strength,
                 len: len as u64,
                 parts,
-                inline_len: inline.len() as u64,
+                inline_len,
             },
             blocks: remap.into_iter().map(Carried::Local).collect(),
             inline,
+            inline_block: inline_block.map(Carried::Local),
         })
+    }
+
+    /// The parts of a transfer of `chunks` of domain `d`: `remap`'s blocks
+    /// by index, the others' bytes copied — into a vector, or with
+    /// `into_pool` into one fresh pool block.
+    #[allow(clippy::type_complexity)]
+    fn describe(
+        &mut self,
+        d: DomainId,
+        chunks: &[Chunk],
+        remap: &[Arc<Block>],
+        copy: &[BlockId],
+        into_pool: bool,
+    ) -> Result<(Vec<Part>, Vec<u8>, Option<Arc<Block>>), CoshError> {
+        let mut need_map = Vec::new();
+        for c in chunks {
+            if copy.contains(&c.block.id()) && self.mgr.mapping(d, c.block.id()).is_none() {
+                need_map.push(c.block.clone());
+            }
+        }
+        for b in need_map {
+            let want = self.needed(d, b.id());
+            self.mgr.sync_map(d, &b, want, false)?;
+        }
+        let copied: usize = chunks
+            .iter()
+            .filter(|c| copy.contains(&c.block.id()))
+            .map(|c| c.len)
+            .sum();
+        let mut sink = if into_pool && copied > 0 {
+            Some(self.mgr.alloc_detached(copied)?)
+        } else {
+            None
+        };
+        let (mut inline, mut at) = (Vec::new(), 0usize);
+        let mut parts = Vec::with_capacity(chunks.len());
+        for c in chunks {
+            let id = c.block.id();
+            if let Some(i) = remap.iter().position(|b| b.id() == id) {
+                parts.push(Part::Remap {
+                    block: i as u16,
+                    block_len: c.block.len() as u64,
+                    sealed: c.block.sealed(),
+                    off: c.off as u64,
+                    len: c.len as u64,
+                });
+            } else {
+                let m = self.mgr.mapping(d, id).expect("mapped above");
+                match &mut sink {
+                    Some((_, dst)) => dst.write(at, m.bytes(c.off, c.len)),
+                    None => inline.extend_from_slice(m.bytes(c.off, c.len)),
+                }
+                at += c.len;
+                match parts.last_mut() {
+                    Some(Part::Inline { len }) => *len += c.len as u64,
+                    _ => parts.push(Part::Inline { len: c.len as u64 }),
+                }
+            }
+        }
+        let block = sink.map(|(b, m)| {
+            self.mgr.park(&b, m);
+            b
+        });
+        Ok((parts, inline, block))
     }
 
     /// Finish a transfer in `d` (Cosh §5 `attach_recv`): map the remapped
@@ -677,9 +742,16 @@ impl Cosh {
     /// fresh block, and make the aggregate.
     pub fn attach_recv(&mut self, d: DomainId, parcel: Parcel) -> Result<Received, CoshError> {
         self.dom(d)?;
-        let mut check = parcel
-            .ticket
-            .check(parcel.blocks.len(), parcel.inline.len());
+        let copied = match &parcel.inline_block {
+            None => Ok(parcel.inline.len()),
+            Some(Carried::Local(b))
+                if parcel.inline.is_empty() && parcel.ticket.inline_len <= b.len() as u64 =>
+            {
+                Ok(parcel.ticket.inline_len as usize)
+            }
+            Some(_) => Err(CoshError::Protocol("a copy's block is not as announced")),
+        };
+        let mut check = copied.and_then(|n| parcel.ticket.check(parcel.blocks.len(), n));
         if check.is_ok() && parcel.ticket.mode == Mode::Copy && !parcel.blocks.is_empty() {
             check = Err(CoshError::Protocol("a copy transfer carried blocks"));
         }
@@ -692,6 +764,7 @@ impl Cosh {
             ticket,
             blocks,
             inline,
+            inline_block,
         } = parcel;
         let gains = ticket.mode.gains();
         let strong_share = ticket.mode == Mode::Share && ticket.strength == Strength::Strong;
@@ -718,10 +791,11 @@ impl Cosh {
             }
             held.push(b);
         }
-        let fresh = if inline.is_empty() {
-            None
-        } else {
-            Some(self.mgr.alloc(d, inline.len(), &inline)?)
+        let fresh = match inline_block {
+            Some(Carried::Local(b)) => Some(b),
+            Some(Carried::Fd(_)) => unreachable!("checked above"),
+            None if inline.is_empty() => None,
+            None => Some(self.mgr.alloc(d, inline.len(), &inline)?),
         };
         let mut chunks = Vec::with_capacity(ticket.parts.len());
         let mut at = 0usize;
@@ -797,7 +871,7 @@ impl Cosh {
 
     /// Drop a parcel that will not be received, giving its blocks back.
     pub fn discard(&mut self, parcel: Parcel) {
-        for c in parcel.blocks {
+        for c in parcel.blocks.into_iter().chain(parcel.inline_block) {
             if let Carried::Local(b) = c {
                 self.mgr.release(b);
             }
@@ -870,7 +944,7 @@ fn overlapping(chunks: &[Chunk], b: BlockId) -> bool {
     r.windows(2).any(|w| w[1].0 < w[0].1)
 }
 
-fn count(uses: &mut HashMap<BlockId, Uses>, b: BlockId, r: Rights, delta: i32) {
+fn count(uses: &mut IdMap<BlockId, Uses>, b: BlockId, r: Rights, delta: i32) {
     let u = uses.entry(b).or_default();
     match r {
         Rights::Rw => u.rw = u.rw.checked_add_signed(delta).expect("use count"),

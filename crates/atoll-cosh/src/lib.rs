@@ -44,6 +44,14 @@
 //! The [`BlockManager`] under it all owns the pool, hands out blocks,
 //! maps them into domains and counts them ([`Stats`], for `atoll status`).
 //!
+//! Processes of one instance can instead share one block [`Pool`] (Cosh
+//! §4's single physical pool): [`Cosh::with_pool`] allocates every block
+//! there, and a transfer names blocks by pool offset ([`PoolTicket`],
+//! [`Cosh::attach_transfer_pooled`], [`Cosh::send_pooled`],
+//! [`Cosh::recv_pooled`]), carried by any channel — the benchmark's is a
+//! polled shared-memory one ([`chan`]). No descriptor travels; the pool's
+//! header decides what a ticket may claim.
+//!
 //! # Example
 //!
 //! ```
@@ -79,15 +87,22 @@
 //!   client library).
 //! * `ticket` — [`Ticket`], [`Parcel`]: a transfer in flight, and its wire
 //!   format between processes.
-//! * `block` — [`BlockManager`]: the pool, mappings, seals, [`Stats`].
+//! * `block` — [`BlockManager`]: blocks, mappings, seals, [`Stats`].
+//! * `pool` — [`Pool`]: the block pool shared between processes, its
+//!   allocator and who holds which block.
+//! * `chan` — a polled shared-memory channel for tickets.
 //! * `rights` — [`Rights`], [`Mode`], [`Strength`]: Table 1.
 //! * `sys` — memfds, seals, mappings, descriptor passing, `fork`, the TSC:
 //!   the crate's only `unsafe`.
 //! * `bench` — the measurements of Cosh §6, run by `atoll bench transfer`.
 //!
-//! There is no lock-free code here, so no `loom` model: a [`Cosh`] is
-//! used by one thread at a time (`&mut self`), and between processes the
-//! kernel orders everything (the socket, the seals, the mappings).
+//! A [`Cosh`] is used by one thread at a time (`&mut self`). Between
+//! processes, the socket path is ordered by the kernel (the socket, the
+//! seals, the mappings); the pool's header and the polled channel are
+//! protocols of atomics in shared memory (a spin lock around allocation,
+//! compare-and-swap claims, a publication flag with a futex), tested
+//! between forked processes (`tests/pool.rs`, the benchmark's checks) but
+//! not yet under `loom`.
 //!
 //! Where this departs from Cosh: blocks are one memfd per allocation
 //! rather than fixed 16 KiB blocks (see `block`); relatedness is by shared
@@ -100,15 +115,18 @@
 
 pub mod bench;
 pub mod block;
+pub mod chan;
 mod domain;
+pub mod pool;
 pub mod rights;
 pub mod sys;
 pub mod ticket;
 
 pub use block::{BlockManager, Config, Stats, DEFAULT_REMAP_THRESHOLD};
 pub use domain::{Agg, Cosh, DomainId, Received};
+pub use pool::{Pool, PoolDomain, PoolRef};
 pub use rights::{Mode, Rights, Strength};
-pub use ticket::{recv_parcel, send_parcel, Parcel, Ticket};
+pub use ticket::{recv_parcel, send_parcel, Parcel, PoolTicket, Ticket};
 
 /// What can go wrong.
 #[derive(Debug, thiserror::Error)]
@@ -131,5 +149,7 @@ pub enum CoshError {
     Io(#[from] std::io::Error),
 }
 
+#[cfg(test)]
+mod pool_tests;
 #[cfg(test)]
 mod tests;

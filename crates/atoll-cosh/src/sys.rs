@@ -30,6 +30,8 @@ use std::mem::MaybeUninit;
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, AtomicU64};
+use std::time::Duration;
 
 use rustix::fs::{MemfdFlags, SealFlags};
 use rustix::mm::{MapFlags, MprotectFlags, ProtFlags};
@@ -96,6 +98,8 @@ pub struct Map {
     ptr: NonNull<u8>,
     len: usize,
     writable: bool,
+    /// `PROT_NONE`: kept for reuse, not accessible (see [`Map::hide`]).
+    hidden: bool,
 }
 
 // SAFETY: a `Map` is a plain address range; which thread touches it does
@@ -105,21 +109,51 @@ unsafe impl Send for Map {}
 impl Map {
     /// Map `len` bytes of `fd` from offset 0, shared.
     pub fn new(fd: BorrowedFd<'_>, len: usize, writable: bool) -> std::io::Result<Map> {
+        Map::new_at(fd, 0, len, writable)
+    }
+
+    /// Map `len` bytes of `fd` from the page-aligned `off`, shared (a
+    /// block of the shared pool, `crate::pool`).
+    pub fn new_at(
+        fd: BorrowedFd<'_>,
+        off: u64,
+        len: usize,
+        writable: bool,
+    ) -> std::io::Result<Map> {
+        Map::new_with(fd, off, len, writable, MapFlags::SHARED)
+    }
+
+    /// [`Map::new_at`], read/write, with every page mapped at once
+    /// (`MAP_POPULATE`): for a range about to be written whole, one batch
+    /// of page-table work instead of a fault per page.
+    pub fn new_populated(fd: BorrowedFd<'_>, off: u64, len: usize) -> std::io::Result<Map> {
+        Map::new_with(fd, off, len, true, MapFlags::SHARED | MapFlags::POPULATE)
+    }
+
+    fn new_with(
+        fd: BorrowedFd<'_>,
+        off: u64,
+        len: usize,
+        writable: bool,
+        flags: MapFlags,
+    ) -> std::io::Result<Map> {
         let prot = if writable {
             ProtFlags::READ | ProtFlags::WRITE
         } else {
             ProtFlags::READ
         };
         // SAFETY: a new mapping at an address the kernel chooses overlaps
-        // nothing of ours; `len` is the block's length, which its seals
-        // keep fixed, so no access through the mapping can reach past the
-        // end of the file (no SIGBUS).
-        let p =
-            unsafe { rustix::mm::mmap(std::ptr::null_mut(), len, prot, MapFlags::SHARED, fd, 0)? };
+        // nothing of ours; `off + len` lies inside the file, whose size its
+        // seals keep fixed (the block's length for a block of its own, the
+        // pool's bounds checked by `pool` for a pool range), so no access
+        // through the mapping can reach past the end of the file (no
+        // SIGBUS).
+        let p = unsafe { rustix::mm::mmap(std::ptr::null_mut(), len, prot, flags, fd, off)? };
         Ok(Map {
             ptr: NonNull::new(p.cast()).expect("mmap never returns null on success"),
             len,
             writable,
+            hidden: false,
         })
     }
 
@@ -140,6 +174,7 @@ impl Map {
     /// Panics when the range is outside the mapping (callers check chunk
     /// bounds against the block when the chunk is made).
     pub fn bytes(&self, off: usize, len: usize) -> &[u8] {
+        assert!(!self.hidden, "read through a hidden mapping");
         assert!(off.checked_add(len).is_some_and(|e| e <= self.len));
         // SAFETY: in bounds (checked above) of a live mapping that lives as
         // long as `self`. Other domains may hold the same pages: a block is
@@ -169,7 +204,7 @@ impl Map {
     /// Make the mapping writable or read-only in place (`mprotect`).
     /// Making a mapping of a write-sealed block writable fails (`EACCES`).
     pub fn set_writable(&mut self, writable: bool) -> std::io::Result<()> {
-        if writable == self.writable {
+        if writable == self.writable && !self.hidden {
             return Ok(());
         }
         let flags = if writable {
@@ -182,7 +217,93 @@ impl Map {
         // `self`, which we hold mutably.
         unsafe { rustix::mm::mprotect(self.ptr.as_ptr().cast(), self.len, flags)? };
         self.writable = writable;
+        self.hidden = false;
         Ok(())
+    }
+
+    /// Take every access away (`PROT_NONE`) but keep the mapping, so the
+    /// range can be given back with [`Map::set_writable`] — one `mprotect`
+    /// instead of an `munmap` now and an `mmap` plus page faults later.
+    /// A hidden mapping faults on any access, as an unmapped range would.
+    pub fn hide(&mut self) -> std::io::Result<()> {
+        if self.hidden {
+            return Ok(());
+        }
+        // SAFETY: as in `set_writable`; no slice of the range outlives the
+        // `&mut self` we hold.
+        unsafe {
+            rustix::mm::mprotect(self.ptr.as_ptr().cast(), self.len, MprotectFlags::empty())?
+        };
+        self.writable = false;
+        self.hidden = true;
+        Ok(())
+    }
+
+    pub fn hidden(&self) -> bool {
+        self.hidden
+    }
+
+    /// `n` atomic words at byte `off` of a writable mapping (the pool's
+    /// header, the channel's mailboxes), shared with every process that
+    /// maps the same pages.
+    pub fn atomics32(&self, off: usize, n: usize) -> &[AtomicU32] {
+        self.atomics(off, n)
+    }
+
+    pub fn atomics64(&self, off: usize, n: usize) -> &[AtomicU64] {
+        self.atomics(off, n)
+    }
+
+    fn atomics<T>(&self, off: usize, n: usize) -> &[T] {
+        let size = std::mem::size_of::<T>();
+        assert!(self.writable && !self.hidden);
+        assert!(off.is_multiple_of(size));
+        assert!(n
+            .checked_mul(size)
+            .and_then(|b| b.checked_add(off))
+            .is_some_and(|e| e <= self.len));
+        // SAFETY: only instantiated with `AtomicU32`/`AtomicU64`, which
+        // have the size and alignment of the plain integers and may be
+        // accessed from several threads (and processes) at once; the range
+        // is in bounds and aligned (the mapping is page-aligned, `off` a
+        // multiple of the size), and lives as long as `&self`; every
+        // access to these words goes through atomics.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().add(off).cast::<T>(), n) }
+    }
+
+    /// A shared anonymous mapping of `len` bytes, read/write, zeroed,
+    /// inherited by `fork` (the polled channel's memory).
+    pub fn shared_anon(len: usize) -> std::io::Result<Map> {
+        // SAFETY: a new mapping at an address the kernel chooses.
+        let p = unsafe {
+            rustix::mm::mmap_anonymous(
+                std::ptr::null_mut(),
+                len,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::SHARED,
+            )?
+        };
+        Ok(Map {
+            ptr: NonNull::new(p.cast()).expect("mmap never returns null on success"),
+            len,
+            writable: true,
+            hidden: false,
+        })
+    }
+
+    /// Copy `data` to `off` through a shared reference: for memory whose
+    /// writers are ordered by a protocol of atomics (the channel's slots).
+    /// Panics if out of bounds or read-only.
+    pub fn write_shared(&self, off: usize, data: &[u8]) {
+        assert!(self.writable && !self.hidden);
+        assert!(off.checked_add(data.len()).is_some_and(|e| e <= self.len));
+        // SAFETY: in bounds of a live writable mapping; the caller's
+        // protocol gives this process the range alone until it publishes
+        // it with a release store (a peer breaking it only garbles plain
+        // bytes, which the reader decodes and checks).
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.as_ptr().add(off), data.len())
+        }
     }
 
     /// Zero `off..off + len`. Panics if out of bounds or read-only.
@@ -191,6 +312,32 @@ impl Map {
         assert!(off.checked_add(len).is_some_and(|e| e <= self.len));
         // SAFETY: in bounds of a live writable mapping we hold `&mut` to.
         unsafe { std::ptr::write_bytes(self.ptr.as_ptr().add(off), 0, len) }
+    }
+}
+
+/// A writable shared mapping reached only through atomic words (the
+/// pool's header), so it can be shared between threads as well as
+/// processes.
+#[derive(Debug)]
+pub struct Words(Map);
+
+// SAFETY: the only access `&Words` gives is `atomics32`/`atomics64`, and
+// atomics may be used from any number of threads at once; the mapping
+// itself changes only on drop, which needs ownership.
+unsafe impl Sync for Words {}
+
+impl Words {
+    /// Map `len` bytes of `fd` from offset 0, read/write.
+    pub fn new(fd: BorrowedFd<'_>, len: usize) -> std::io::Result<Words> {
+        Ok(Words(Map::new(fd, len, true)?))
+    }
+
+    pub fn atomics32(&self, off: usize, n: usize) -> &[AtomicU32] {
+        self.0.atomics32(off, n)
+    }
+
+    pub fn atomics64(&self, off: usize, n: usize) -> &[AtomicU64] {
+        self.0.atomics64(off, n)
     }
 }
 
@@ -346,6 +493,72 @@ impl Child {
             Exit::Code(libc::WEXITSTATUS(status))
         })
     }
+}
+
+/// Sleep while `*word == expected` (or until `timeout`, or a spurious
+/// wake-up): `FUTEX_WAIT` on memory shared between processes.
+pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: `word` is a live, aligned 32-bit word; the kernel only reads
+    // it and `ts`. Not FUTEX_PRIVATE: the waker is another process.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT,
+            expected,
+            &ts as *const libc::timespec,
+        )
+    };
+}
+
+/// Wake every process sleeping in [`futex_wait`] on `word`.
+pub fn futex_wake(word: &AtomicU32) {
+    // SAFETY: as in `futex_wait`; FUTEX_WAKE reads nothing but the address.
+    unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX) };
+}
+
+/// The CPUs this process may run on.
+pub fn allowed_cpus() -> Vec<usize> {
+    match rustix::thread::sched_getaffinity(None) {
+        Ok(set) => (0..rustix::thread::CpuSet::MAX_CPU)
+            .filter(|&c| set.is_set(c))
+            .collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// Run this thread on `cpus` only.
+pub fn pin_to(cpus: &[usize]) -> std::io::Result<()> {
+    let mut set = rustix::thread::CpuSet::new();
+    for &c in cpus {
+        set.set(c);
+    }
+    Ok(rustix::thread::sched_setaffinity(None, &set)?)
+}
+
+/// Whether process `pid`, a child of ours, has ended (without reaping it).
+pub fn child_ended(pid: i32) -> bool {
+    // SAFETY: `info` is a valid out pointer; WNOWAIT leaves the child to
+    // `Child::wait`.
+    unsafe {
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        let r = libc::waitid(
+            libc::P_PID,
+            pid as libc::id_t,
+            &mut info,
+            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+        );
+        r != 0 || info.si_pid() != 0
+    }
+}
+
+/// Our parent's process id.
+pub fn parent_pid() -> i32 {
+    rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get())
 }
 
 /// The time-stamp counter (cycles at the nominal frequency).

@@ -19,6 +19,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::block::Block;
+use crate::pool::PoolRef;
 use crate::rights::{Mode, Strength};
 use crate::sys;
 use crate::CoshError;
@@ -61,6 +62,7 @@ impl Ticket {
     /// The parts agree with each other and with the blocks and bytes that
     /// came with the ticket (a peer is not trusted to be consistent).
     pub(crate) fn check(&self, blocks: usize, inline: usize) -> Result<(), CoshError> {
+        const OVERFLOW: CoshError = CoshError::Protocol("a ticket's lengths overflow");
         let mut total = 0u64;
         let mut inl = 0u64;
         for p in &self.parts {
@@ -77,11 +79,11 @@ impl Ticket {
                     {
                         return Err(CoshError::Protocol("a ticket part is outside its block"));
                     }
-                    total += len;
+                    total = total.checked_add(len).ok_or(OVERFLOW)?;
                 }
                 Part::Inline { len } => {
-                    inl += len;
-                    total += len;
+                    inl = inl.checked_add(len).ok_or(OVERFLOW)?;
+                    total = total.checked_add(len).ok_or(OVERFLOW)?;
                 }
             }
         }
@@ -107,6 +109,31 @@ pub struct Parcel {
     pub ticket: Ticket,
     pub blocks: Vec<Carried>,
     pub inline: Vec<u8>,
+    /// Between domains of one pool, the copied bytes are not carried but
+    /// written once into a fresh pool block, which travels instead of
+    /// `inline` (then empty): [`crate::Cosh::attach_transfer_pooled`].
+    pub inline_block: Option<Carried>,
+}
+
+/// A parcel between domains of one pool (`crate::pool`), as it travels:
+/// the ticket, and the pool blocks by offset — the remapped ones in the
+/// ticket's order, and the one holding the copied bytes. No descriptor
+/// and no byte of data travels.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolTicket {
+    pub ticket: Ticket,
+    pub blocks: Vec<PoolRef>,
+    pub inline_block: Option<PoolRef>,
+}
+
+impl PoolTicket {
+    pub fn encode(&self) -> Vec<u8> {
+        postcard::to_stdvec(self).expect("a ticket always encodes")
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<PoolTicket, CoshError> {
+        postcard::from_bytes(bytes).map_err(|_| CoshError::Protocol("malformed ticket"))
+    }
 }
 
 impl Parcel {
@@ -114,13 +141,17 @@ impl Parcel {
     /// carry with `SCM_RIGHTS` inside a message of the caller's own (Cosh
     /// §5: a ticket names an aggregate inside an ordinary message). Blocks
     /// handed out so stay out of the sender's pool for good.
+    ///
+    /// Panics on a block of the shared pool, which has no descriptor of its
+    /// own ([`Parcel::pooled`] says whether there is one; such parcels
+    /// travel with [`crate::Cosh::send_pooled`]).
     pub fn descriptors(&self) -> Vec<BorrowedFd<'_>> {
         self.blocks
             .iter()
             .map(|b| match b {
                 Carried::Local(b) => {
                     b.mark_exported();
-                    b.fd()
+                    b.fd().expect("a pool block travels by its offset")
                 }
                 Carried::Fd(fd) => std::os::fd::AsFd::as_fd(fd),
             })
@@ -134,7 +165,14 @@ impl Parcel {
             ticket,
             blocks: fds.into_iter().map(Carried::Fd).collect(),
             inline,
+            inline_block: None,
         }
+    }
+
+    /// Whether any block of the parcel is a range of the shared pool.
+    pub fn pooled(&self) -> bool {
+        let pool = |c: &Carried| matches!(c, Carried::Local(b) if b.pool_range().is_some());
+        self.blocks.iter().any(pool) || self.inline_block.is_some()
     }
 }
 
@@ -144,6 +182,11 @@ pub fn send_parcel(sock: &UnixStream, parcel: &Parcel) -> Result<(), CoshError> 
     let mut head = Vec::with_capacity(4 + t.len());
     head.extend_from_slice(&(t.len() as u32).to_le_bytes());
     head.extend_from_slice(&t);
+    if parcel.pooled() {
+        return Err(CoshError::Protocol(
+            "a pool block cannot travel by descriptor",
+        ));
+    }
     let fds = parcel.descriptors();
     if fds.len() > sys::MAX_FDS {
         return Err(CoshError::Protocol("too many blocks for one message"));
@@ -177,5 +220,93 @@ pub fn recv_parcel(sock: &UnixStream) -> Result<Parcel, CoshError> {
         ticket,
         blocks: fds.into_iter().map(Carried::Fd).collect(),
         inline,
+        inline_block: None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ticket() -> PoolTicket {
+        PoolTicket {
+            ticket: Ticket {
+                mode: Mode::Move,
+                strength: Strength::Strong,
+                len: 100,
+                parts: vec![
+                    Part::Remap {
+                        block: 0,
+                        block_len: 4096,
+                        sealed: false,
+                        off: 10,
+                        len: 60,
+                    },
+                    Part::Inline { len: 40 },
+                ],
+                inline_len: 40,
+            },
+            blocks: vec![PoolRef {
+                off: 1 << 20,
+                len: 4096,
+            }],
+            inline_block: Some(PoolRef {
+                off: 2 << 20,
+                len: 4096,
+            }),
+        }
+    }
+
+    #[test]
+    fn a_pool_ticket_round_trips_and_is_small() {
+        let t = ticket();
+        let bytes = t.encode();
+        assert!(bytes.len() < 64, "{} bytes", bytes.len());
+        assert_eq!(PoolTicket::decode(&bytes).unwrap(), t);
+    }
+
+    #[test]
+    fn a_truncated_or_garbled_pool_ticket_is_an_error() {
+        let bytes = ticket().encode();
+        for n in 0..bytes.len() {
+            assert!(PoolTicket::decode(&bytes[..n]).is_err(), "cut at {n}");
+        }
+        let mut bad = bytes.clone();
+        bad[0] = 0xff; // no such mode
+        assert!(PoolTicket::decode(&bad).is_err());
+    }
+
+    #[test]
+    fn parts_must_agree_with_the_blocks_and_bytes_carried() {
+        let t = ticket().ticket;
+        t.check(1, 40).unwrap();
+        assert!(t.check(0, 40).is_err(), "a part names a block not carried");
+        assert!(t.check(1, 39).is_err(), "fewer copied bytes than announced");
+        let mut past = t.clone();
+        past.parts[0] = Part::Remap {
+            block: 0,
+            block_len: 4096,
+            sealed: false,
+            off: 4090,
+            len: 60,
+        };
+        assert!(past.check(1, 40).is_err(), "a part past its block");
+        let mut wrap = t;
+        wrap.parts[0] = Part::Remap {
+            block: 0,
+            block_len: 4096,
+            sealed: false,
+            off: u64::MAX,
+            len: 60,
+        };
+        assert!(wrap.check(1, 40).is_err(), "an overflowing part");
+        let huge = Ticket {
+            mode: Mode::Copy,
+            strength: Strength::Strong,
+            len: 1,
+            parts: vec![Part::Inline { len: u64::MAX }, Part::Inline { len: 2 }],
+            inline_len: 1,
+        };
+        assert!(huge.check(0, 1).is_err(), "lengths that wrap around");
+    }
 }

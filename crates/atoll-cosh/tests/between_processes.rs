@@ -27,6 +27,7 @@ fn strong_share_of(fd: OwnedFd, len: u64) -> Parcel {
         },
         blocks: vec![Carried::Fd(fd)],
         inline: Vec::new(),
+        inline_block: None,
     }
 }
 
@@ -34,6 +35,7 @@ fn strong_share_of(fd: OwnedFd, len: u64) -> Parcel {
 fn every_variant_round_trips_between_processes_and_forged_shares_are_refused() {
     let r = bench::run(&bench::Config {
         sizes: vec![4096, 64 << 10],
+        variants: Variant::ALL.to_vec(),
         iters: 5,
         repeat: 1,
     })

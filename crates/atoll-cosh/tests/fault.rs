@@ -53,6 +53,7 @@ fn receiver(sock: std::os::unix::net::UnixStream, strong: bool) -> i32 {
         .next()
         .expect("one block")
         .fd()
+        .expect("a block of its own")
         .as_raw_fd();
     // SAFETY: `ptr..ptr + LEN` is one whole mapping of ours (offset 0 of a
     // page-aligned block); asking for write permission touches no memory.

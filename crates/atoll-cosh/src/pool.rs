@@ -1,0 +1,471 @@
+//! The block pool shared by the domains of one instance (Cosh §4: one
+//! block manager owns one physical pool and every buffer is a range of
+//! it).
+//!
+//! One memfd, made before the domains fork and held by all of them, with
+//! a header and then the data, in page units:
+//!
+//! ```text
+//!   header: magic, units, lock, next domain id,
+//!           used bitmap (a bit per unit),
+//!           per unit, one 16-byte record (so a transfer touches one
+//!           cache line of the header per block):
+//!             run (units of the block starting here, 0 if none),
+//!             refs (processes holding the block),
+//!             to (pool domain the block is in flight to, 0 if none)
+//!   data:   units × page
+//! ```
+//!
+//! A transfer between pool domains names blocks by their offset in the
+//! memfd ([`PoolRef`]); no descriptor travels. The sender marks the block
+//! in flight to the receiver ([`Pool::send`]); the receiver takes it only
+//! if the header agrees ([`Pool::claim`]): the range starts a block of
+//! exactly that length, inside the pool, in flight to it. So a malformed
+//! or hostile ticket gets an error, never a mapping of memory other than
+//! the block it was sent.
+//!
+//! Trust: every pool domain holds the memfd read/write and the header is
+//! shared memory, as Cosh's domains trust their one block manager. A
+//! process that ignores the library can map any range writable; the
+//! mappings the library makes follow the rights (a read-only view faults
+//! on a write, a moved-away view on any access). Peers that do not trust
+//! each other use blocks of their own, sealed (`block`, `ticket`).
+//!
+//! Allocation is first fit over the bitmap under a spin lock held for a
+//! few hundred instructions; a freed range is usually handed out again at
+//! the same offset, which lets domains keep their mappings of it (see
+//! `BlockManager`'s mapping cache).
+
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use serde::{Deserialize, Serialize};
+
+use crate::sys::{self, Words};
+use crate::CoshError;
+
+/// A domain's number in a pool (from 1; 0 means "none" in the header).
+pub type PoolDomain = u32;
+
+/// A block of the pool: its offset in the memfd and its length, both
+/// whole pages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct PoolRef {
+    pub off: u64,
+    pub len: u64,
+}
+
+const MAGIC: u64 = 0x6174_6f6c_6c50_6f6f; // "atollPoo"
+
+/// Word indices of the fixed header fields (in `u32` words).
+const W_LOCK: usize = 2;
+const W_NEXT_DOMAIN: usize = 3;
+const W_UNITS: usize = 4;
+/// `u32` words before the bitmap (the magic takes the first two).
+const FIXED_WORDS: usize = 16;
+/// A unit's record: `u32` words, and the index of each field.
+const REC_WORDS: usize = 4;
+const RUN: usize = 0;
+const REFS: usize = 1;
+const TO: usize = 2;
+
+/// The pool, as one process sees it.
+#[derive(Debug)]
+pub struct Pool {
+    fd: OwnedFd,
+    header: Words,
+    units: usize,
+    unit: usize,
+    /// Offsets (in `u32` words) of the arrays in the header.
+    used_at: usize,
+    /// Where the per-unit records start.
+    rec_at: usize,
+    data_off: u64,
+}
+
+impl Pool {
+    /// A new pool of at least `bytes` of data, zero-filled and sparse
+    /// (pages cost memory only once written).
+    pub fn create(bytes: usize) -> Result<Pool, CoshError> {
+        let unit = sys::page_size();
+        let units = bytes.div_ceil(unit).max(1);
+        let used_words32 = units.div_ceil(64) * 2;
+        let used_at = FIXED_WORDS;
+        let rec_at = (used_at + used_words32).div_ceil(REC_WORDS) * REC_WORDS;
+        let header_len = ((rec_at + units * REC_WORDS) * 4).div_ceil(unit) * unit;
+        let data_off = header_len as u64;
+        let total = header_len + units * unit;
+        let fd = sys::memfd(total)?;
+        let header = Words::new(fd.as_fd(), header_len)?;
+        let pool = Pool {
+            fd,
+            header,
+            units,
+            unit,
+            used_at,
+            rec_at,
+            data_off,
+        };
+        pool.words(W_UNITS, 1)[0].store(units as u32, Ordering::Relaxed);
+        pool.words(W_NEXT_DOMAIN, 1)[0].store(1, Ordering::Relaxed);
+        pool.magic().store(MAGIC, Ordering::Release);
+        Ok(pool)
+    }
+
+    fn words(&self, at: usize, n: usize) -> &[AtomicU32] {
+        self.header.atomics32(at * 4, n)
+    }
+
+    fn magic(&self) -> &AtomicU64 {
+        &self.header.atomics64(0, 1)[0]
+    }
+
+    fn used(&self) -> &[AtomicU64] {
+        self.header
+            .atomics64(self.used_at * 4, self.units.div_ceil(64))
+    }
+
+    /// Field `field` (`RUN`, `REFS`, `TO`) of unit `i`'s record.
+    fn rec(&self, i: usize, field: usize) -> &AtomicU32 {
+        &self.words(self.rec_at + i * REC_WORDS + field, 1)[0]
+    }
+
+    /// The memfd, for mapping blocks.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    /// The allocation unit (the page size).
+    pub fn unit(&self) -> usize {
+        self.unit
+    }
+
+    /// A number for a new domain of the pool.
+    pub fn join(&self) -> PoolDomain {
+        self.words(W_NEXT_DOMAIN, 1)[0].fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Units not handed out.
+    pub fn free_units(&self) -> usize {
+        let _g = self.lock();
+        let used: u32 = self
+            .used()
+            .iter()
+            .map(|w| w.load(Ordering::Relaxed).count_ones())
+            .sum();
+        self.units - used as usize
+    }
+
+    fn lock(&self) -> PoolLock<'_> {
+        let l = &self.words(W_LOCK, 1)[0];
+        let mut spins = 0u32;
+        while l
+            .compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            spins += 1;
+            if spins < 64 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+        PoolLock(l)
+    }
+
+    fn is_used(&self, i: usize) -> bool {
+        self.used()[i / 64].load(Ordering::Relaxed) & (1 << (i % 64)) != 0
+    }
+
+    fn set_used(&self, from: usize, n: usize, on: bool) {
+        for i in from..from + n {
+            let bit = 1u64 << (i % 64);
+            let w = &self.used()[i / 64];
+            if on {
+                w.fetch_or(bit, Ordering::Relaxed);
+            } else {
+                w.fetch_and(!bit, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// A fresh block of at least `len` bytes (whole pages) held once, by
+    /// the caller. Its bytes are whatever its last holder left: the block
+    /// manager zeroes what it does not overwrite.
+    pub fn alloc(&self, len: usize) -> Result<PoolRef, CoshError> {
+        let n = len.max(1).div_ceil(self.unit);
+        let _g = self.lock();
+        let (mut i, mut run) = (0usize, 0usize);
+        while i < self.units {
+            if run == 0 && i.is_multiple_of(64) && self.used()[i / 64].load(Ordering::Relaxed) == !0
+            {
+                i += 64;
+                continue;
+            }
+            if self.is_used(i) {
+                run = 0;
+            } else {
+                run += 1;
+                if run == n {
+                    let start = i + 1 - n;
+                    self.set_used(start, n, true);
+                    self.rec(start, RUN).store(n as u32, Ordering::Relaxed);
+                    self.rec(start, REFS).store(1, Ordering::Relaxed);
+                    self.rec(start, TO).store(0, Ordering::Relaxed);
+                    return Ok(self.range(start, n));
+                }
+            }
+            i += 1;
+        }
+        Err(CoshError::OutOfMemory {
+            wanted: n,
+            free: self.units - self.used_count(),
+        })
+    }
+
+    fn used_count(&self) -> usize {
+        self.used()
+            .iter()
+            .map(|w| w.load(Ordering::Relaxed).count_ones() as usize)
+            .sum()
+    }
+
+    fn range(&self, start: usize, n: usize) -> PoolRef {
+        PoolRef {
+            off: self.data_off + (start * self.unit) as u64,
+            len: (n * self.unit) as u64,
+        }
+    }
+
+    /// The first unit and the unit count of `r`, if it names whole units
+    /// inside the data area (says nothing of whether a block is there).
+    fn units_of(&self, r: PoolRef) -> Option<(usize, usize)> {
+        let unit = self.unit as u64;
+        let rel = r.off.checked_sub(self.data_off)?;
+        if !rel.is_multiple_of(unit) || r.len == 0 || !r.len.is_multiple_of(unit) {
+            return None;
+        }
+        let (start, n) = ((rel / unit) as usize, (r.len / unit) as usize);
+        (start.checked_add(n)? <= self.units).then_some((start, n))
+    }
+
+    /// Put our reference to block `r` in flight to `to`; with
+    /// `extra_ref`, add a reference for the receiver and keep ours (a
+    /// share), else ours travels (a move, or a fresh copy). Fails if the
+    /// block is already in flight.
+    pub fn send(&self, r: PoolRef, to: PoolDomain, extra_ref: bool) -> Result<(), CoshError> {
+        let (start, n) = self
+            .units_of(r)
+            .ok_or(CoshError::Protocol("not a pool block"))?;
+        if to == 0 || self.rec(start, RUN).load(Ordering::Acquire) != n as u32 {
+            return Err(CoshError::Protocol("not a pool block"));
+        }
+        if extra_ref {
+            self.rec(start, REFS).fetch_add(1, Ordering::AcqRel);
+        }
+        if self
+            .rec(start, TO)
+            .compare_exchange(0, to, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            if extra_ref {
+                self.rec(start, REFS).fetch_sub(1, Ordering::AcqRel);
+            }
+            return Err(CoshError::Protocol("a pool block is already in flight"));
+        }
+        Ok(())
+    }
+
+    /// Take block `r`, sent to `me`: the reference in flight becomes
+    /// ours. A range that is not a whole block of the pool in flight to
+    /// `me` is refused, and nothing changes.
+    pub fn claim(&self, r: PoolRef, me: PoolDomain) -> Result<PoolRef, CoshError> {
+        let (start, n) = self.units_of(r).ok_or(CoshError::Protocol(
+            "a ticket names a range outside the pool",
+        ))?;
+        if self.rec(start, RUN).load(Ordering::Acquire) != n as u32 {
+            return Err(CoshError::Protocol("a ticket names no block of the pool"));
+        }
+        if me == 0
+            || self
+                .rec(start, TO)
+                .compare_exchange(me, 0, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+        {
+            return Err(CoshError::Protocol("a ticket names a block not sent to us"));
+        }
+        Ok(r)
+    }
+
+    /// Let go of our reference to `r`; the last one frees the block.
+    pub fn release(&self, r: PoolRef) {
+        let Some((start, n)) = self.units_of(r) else {
+            debug_assert!(false, "releasing a range outside the pool");
+            return;
+        };
+        if self.rec(start, REFS).fetch_sub(1, Ordering::AcqRel) != 1 {
+            return;
+        }
+        let _g = self.lock();
+        self.rec(start, RUN).store(0, Ordering::Relaxed);
+        self.rec(start, TO).store(0, Ordering::Relaxed);
+        self.set_used(start, n, false);
+    }
+}
+
+/// The pool's spin lock, held.
+struct PoolLock<'a>(&'a AtomicU32);
+
+impl Drop for PoolLock<'_> {
+    fn drop(&mut self) {
+        self.0.store(0, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pool(pages: usize) -> Pool {
+        Pool::create(pages * sys::page_size()).unwrap()
+    }
+
+    #[test]
+    fn first_fit_reuses_a_freed_range_and_refuses_when_full() {
+        let p = pool(8);
+        let page = p.unit() as u64;
+        let a = p.alloc(1).unwrap();
+        let b = p.alloc(3 * page as usize).unwrap();
+        assert_eq!(b.off, a.off + page);
+        assert_eq!(b.len, 3 * page);
+        assert_eq!(p.free_units(), 4);
+        assert!(matches!(
+            p.alloc(5 * page as usize),
+            Err(CoshError::OutOfMemory { wanted: 5, free: 4 })
+        ));
+        p.release(a);
+        assert_eq!(
+            p.alloc(1).unwrap(),
+            a,
+            "first fit hands the range out again"
+        );
+        p.release(a);
+        p.release(b);
+        assert_eq!(p.free_units(), 8);
+        assert_eq!(p.alloc(8 * page as usize).unwrap().off, a.off);
+    }
+
+    #[test]
+    fn the_last_reference_frees() {
+        let p = pool(2);
+        let a = p.alloc(1).unwrap();
+        p.send(a, 7, true).unwrap();
+        p.claim(a, 7).unwrap();
+        p.release(a);
+        assert_eq!(p.free_units(), 1, "the receiver still holds it");
+        p.release(a);
+        assert_eq!(p.free_units(), 2);
+    }
+
+    #[test]
+    fn a_claim_takes_only_a_whole_block_in_flight_to_us() {
+        let p = pool(8);
+        let page = p.unit() as u64;
+        let a = p.alloc(2 * page as usize).unwrap();
+        // Not sent yet.
+        assert!(p.claim(a, 2).is_err());
+        p.send(a, 2, false).unwrap();
+        // Sent to someone else, twice, or a second time while in flight.
+        assert!(p.claim(a, 3).is_err());
+        assert!(p.send(a, 3, false).is_err());
+        // A part of it, more than it, or a range beside it.
+        let part = PoolRef {
+            off: a.off,
+            len: page,
+        };
+        let more = PoolRef {
+            off: a.off,
+            len: 3 * page,
+        };
+        let inner = PoolRef {
+            off: a.off + page,
+            len: page,
+        };
+        for r in [part, more, inner] {
+            assert!(p.claim(r, 2).is_err(), "{r:?}");
+        }
+        // Outside the data: the header, past the end, misaligned, empty,
+        // overflowing.
+        let hostile = [
+            PoolRef { off: 0, len: page },
+            PoolRef {
+                off: a.off + 8 * page,
+                len: page,
+            },
+            PoolRef {
+                off: a.off + 1,
+                len: page,
+            },
+            PoolRef { off: a.off, len: 0 },
+            PoolRef {
+                off: u64::MAX - page + 1,
+                len: page,
+            },
+            PoolRef {
+                off: a.off,
+                len: u64::MAX - page + 1,
+            },
+        ];
+        for r in hostile {
+            assert!(p.claim(r, 2).is_err(), "{r:?}");
+            assert!(p.send(r, 2, true).is_err(), "{r:?}");
+        }
+        // None of that took it: the right claim works once.
+        assert_eq!(p.claim(a, 2).unwrap(), a);
+        assert!(p.claim(a, 2).is_err(), "claimed twice");
+        p.release(a);
+        assert_eq!(p.free_units(), 8);
+        // A freed block is no block.
+        assert!(p.send(a, 2, false).is_err());
+    }
+
+    #[test]
+    fn domains_get_distinct_numbers() {
+        let p = pool(1);
+        let (a, b) = (p.join(), p.join());
+        assert!(a != 0 && b != 0 && a != b);
+    }
+
+    mod prop {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            /// Live blocks never overlap and always lie in the data area;
+            /// freeing everything gives the whole pool back.
+            #[test]
+            fn blocks_never_overlap(ops in proptest::collection::vec((0usize..4, 1usize..5), 1..60)) {
+                let p = pool(16);
+                let page = p.unit();
+                let mut live: Vec<PoolRef> = Vec::new();
+                for (op, pages) in ops {
+                    if op == 0 && !live.is_empty() {
+                        p.release(live.swap_remove(pages % live.len()));
+                        continue;
+                    }
+                    if let Ok(r) = p.alloc(pages * page) {
+                        prop_assert!(p.units_of(r).is_some());
+                        for o in &live {
+                            prop_assert!(r.off + r.len <= o.off || o.off + o.len <= r.off);
+                        }
+                        live.push(r);
+                    }
+                }
+                for r in live.drain(..) {
+                    p.release(r);
+                }
+                prop_assert_eq!(p.free_units(), 16);
+            }
+        }
+    }
+}

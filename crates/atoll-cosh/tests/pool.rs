@@ -1,0 +1,192 @@
+//! Transfers between two processes that share a block pool, over the
+//! polled channel (`atoll_cosh::pool`, `atoll_cosh::chan`):
+//!
+//! * a strong share: the receiver's view is read-only, so a store into it
+//!   kills the receiver with SIGSEGV, and the sender's bytes are
+//!   unchanged;
+//! * a strong move: the sender's view is gone (hidden), so a read through
+//!   a pointer it kept kills it with SIGSEGV, and the receiver has the
+//!   bytes read/write;
+//! * the channel carries messages in order, and a dead peer is an error,
+//!   not a hang.
+//!
+//! Unlike a share of a sealed memfd (`tests/fault.rs`), a pool share is
+//! enforced by the mappings the library makes, not by a seal: a process
+//! that ignores the library could `mprotect` its view writable. Pool
+//! domains trust each other's library, as Cosh's trust their block
+//! manager (docs/ARCHITECTURE.md, "Cosh transfers").
+//!
+//! One `#[test]` in this file: it forks, which wants no other test thread
+//! running at the time.
+
+use std::sync::Arc;
+
+use atoll_cosh::chan::Channel;
+use atoll_cosh::sys::{self, fork_domain, Exit};
+use atoll_cosh::{Config, Cosh, Mode, Pool, PoolDomain, PoolTicket, Rights, Strength};
+
+const LEN: usize = 16 * 1024;
+
+fn cosh(pool: &Arc<Pool>, me: PoolDomain) -> Cosh {
+    Cosh::with_pool(
+        Config {
+            remap_threshold: 0,
+            ..Config::default()
+        },
+        pool.clone(),
+        me,
+    )
+}
+
+/// A strong share to a forked receiver that then writes what it got.
+fn share_faults_a_writing_receiver() {
+    let pool = Arc::new(Pool::create(1 << 20).unwrap());
+    let (ours, theirs) = (pool.join(), pool.join());
+    let chan = Channel::new().unwrap();
+    let parent = std::process::id() as i32;
+    let child = fork_domain(|_| {
+        let end = chan.end(false, || sys::parent_pid() == parent);
+        let mut c = cosh(&pool, theirs);
+        let d = c.domain();
+        let mut buf = Vec::new();
+        let Ok(t) = end.recv(&mut buf).and_then(|()| PoolTicket::decode(&buf)) else {
+            return 2;
+        };
+        let Ok(got) = c.recv_pooled(d, t) else {
+            return 3;
+        };
+        if c.rights(got.agg).ok() != Some(Rights::Ro) || c.write(got.agg, 0, b"x").is_ok() {
+            return 4;
+        }
+        let Ok(ranges) = c.iter(got.agg, 0) else {
+            return 5;
+        };
+        if ranges.len() != 1 || ranges[0] != [0xab; LEN] {
+            return 6;
+        }
+        let ptr = ranges[0].as_ptr() as *mut u8;
+        // SAFETY: deliberately a store to memory we were given read-only:
+        // the mapping is read-only, so this faults and the process dies
+        // with SIGSEGV (the point of the test).
+        unsafe { std::ptr::write_volatile(ptr, 0x55) };
+        0
+    })
+    .unwrap();
+    let pid = child.pid;
+    let end = chan.end(true, move || !sys::child_ended(pid));
+    let mut c = cosh(&pool, ours);
+    let d = c.domain();
+    let x = c.alloc(d, LEN).unwrap();
+    c.write(x, 0, &[0xab; LEN]).unwrap();
+    let p = c
+        .attach_transfer_pooled(x, Mode::Share, Strength::Strong)
+        .unwrap();
+    assert_eq!(p.blocks.len(), 1, "remapped, not copied");
+    let t = c.send_pooled(p, theirs).unwrap();
+    end.send(&t.encode()).unwrap();
+    assert_eq!(
+        child.wait().unwrap(),
+        Exit::Signal(libc::SIGSEGV),
+        "the receiver's write must fault"
+    );
+    assert!(c.write(x, 0, b"y").is_err(), "the sender kept read-only");
+    assert_eq!(c.to_vec(x).unwrap(), vec![0xab; LEN], "unchanged");
+}
+
+/// A strong move from a forked sender that then reads through a pointer
+/// into what it gave away.
+fn move_takes_the_senders_view() {
+    let pool = Arc::new(Pool::create(1 << 20).unwrap());
+    let (ours, theirs) = (pool.join(), pool.join());
+    let chan = Channel::new().unwrap();
+    let parent = std::process::id() as i32;
+    let child = fork_domain(|_| {
+        let end = chan.end(false, || sys::parent_pid() == parent);
+        let mut c = cosh(&pool, theirs);
+        let d = c.domain();
+        let Ok(x) = c.alloc(d, LEN) else { return 2 };
+        if c.write(x, 0, &[0xcd; LEN]).is_err() {
+            return 3;
+        }
+        let Ok(ptr) = c.iter(x, 0).map(|r| r[0].as_ptr()) else {
+            return 4;
+        };
+        let sent = c
+            .attach_transfer_pooled(x, Mode::Move, Strength::Strong)
+            .and_then(|p| c.send_pooled(p, ours))
+            .and_then(|t| end.send(&t.encode()));
+        if sent.is_err() {
+            return 5;
+        }
+        // Wait for the receiver's word that it has the bytes.
+        let mut buf = Vec::new();
+        if end.recv(&mut buf).is_err() {
+            return 6;
+        }
+        // SAFETY: deliberately a read of memory we moved away: the view
+        // is hidden (`PROT_NONE`), so this faults (the point of the test).
+        unsafe { std::ptr::read_volatile(ptr) };
+        0
+    })
+    .unwrap();
+    let pid = child.pid;
+    let end = chan.end(true, move || !sys::child_ended(pid));
+    let mut c = cosh(&pool, ours);
+    let d = c.domain();
+    let mut buf = Vec::new();
+    end.recv(&mut buf).unwrap();
+    let got = c.recv_pooled(d, PoolTicket::decode(&buf).unwrap()).unwrap();
+    assert_eq!(c.rights(got.agg).unwrap(), Rights::Rw);
+    assert_eq!(c.to_vec(got.agg).unwrap(), vec![0xcd; LEN]);
+    c.write(got.agg, 0, b"mine").unwrap();
+    end.send(b"got it").unwrap();
+    assert_eq!(
+        child.wait().unwrap(),
+        Exit::Signal(libc::SIGSEGV),
+        "the sender's read must fault"
+    );
+}
+
+fn channel_carries_messages_in_order() {
+    let ch = Channel::new().unwrap();
+    let parent = std::process::id() as i32;
+    let child = fork_domain(|_| {
+        let end = ch.end(false, || sys::parent_pid() == parent);
+        let mut buf = Vec::new();
+        for _ in 0..1000 {
+            if end.recv(&mut buf).is_err() || end.send(&buf).is_err() {
+                return 1;
+            }
+        }
+        0
+    })
+    .unwrap();
+    let pid = child.pid;
+    let end = ch.end(true, move || !sys::child_ended(pid));
+    let mut buf = Vec::new();
+    for i in 0..1000u32 {
+        let msg = i.to_le_bytes().repeat(1 + i as usize % 50);
+        end.send(&msg).unwrap();
+        end.recv(&mut buf).unwrap();
+        assert_eq!(buf, msg);
+    }
+    assert_eq!(child.wait().unwrap(), Exit::Code(0));
+}
+
+fn a_dead_peer_is_an_error_not_a_hang() {
+    let ch = Channel::new().unwrap();
+    let child = fork_domain(|_| 0).unwrap();
+    let pid = child.pid;
+    let end = ch.end(true, move || !sys::child_ended(pid));
+    let mut buf = Vec::new();
+    assert!(end.recv(&mut buf).is_err());
+    child.wait().unwrap();
+}
+
+#[test]
+fn pool_transfers_between_processes_enforce_the_rights() {
+    share_faults_a_writing_receiver();
+    move_takes_the_senders_view();
+    channel_carries_messages_in_order();
+    a_dead_peer_is_an_error_not_a_hang();
+}

@@ -281,6 +281,7 @@ fn start_link(
         reader: Mutex::new(Reader {
             buf: Vec::with_capacity(64 * 1024),
             start: 0,
+            chunk: vec![0; 64 * 1024].into_boxed_slice(),
             last_heard: Instant::now(),
             dead_after: options.dead_after,
         }),
@@ -296,6 +297,10 @@ struct Reader {
     /// Bytes read and not yet handed out; a frame starts at `start`.
     buf: Vec<u8>,
     start: usize,
+    /// What one `read` fills, kept between reads: zeroing 64 KiB for every
+    /// read (most of which find nothing or a few dozen bytes) cost more
+    /// than the read itself.
+    chunk: Box<[u8]>,
     last_heard: Instant,
     dead_after: Duration,
 }
@@ -326,13 +331,12 @@ impl Reader {
             self.buf.drain(..self.start);
             self.start = 0;
         }
-        let mut chunk = [0u8; 64 * 1024];
         let sock = socket2::SockRef::from(shared.wr.get_ref());
         loop {
-            match (&*sock).read(&mut chunk) {
+            match (&*sock).read(&mut self.chunk) {
                 Ok(0) => return Err(TransportError::Closed(shared.peer.clone())),
                 Ok(n) => {
-                    self.buf.extend_from_slice(&chunk[..n]);
+                    self.buf.extend_from_slice(&self.chunk[..n]);
                     self.last_heard = Instant::now();
                     return Ok(true);
                 }

@@ -207,7 +207,7 @@ impl Shared {
     /// Hot path (every message of a lone caller).
     fn write_now(&self, out: &mut Vec<u8>) -> Result<(), TransportError> {
         while !out.is_empty() {
-            match (&mut &*self.wr.get_ref()).write(out) {
+            match (&mut self.wr.get_ref()).write(out) {
                 Ok(0) => {
                     self.end(format!("write to {}: closed", self.peer));
                     return Err(TransportError::Closed(self.peer.clone()));

@@ -192,13 +192,13 @@ fn pump(peer: Arc<Peer>) {
             snapshot = chans.iter().map(|(k, v)| (*k, v.clone())).collect();
             seen_generation = generation;
         }
-        // Every reply found in one pass leaves in one write.
-        let mut batch = Vec::new();
-        let mut still_due = false;
-        for (id, rc) in &snapshot {
-            outgoing(&peer, *id, rc, &mut batch);
-            still_due |= rc.due.load(Ordering::Relaxed);
-        }
+        // Everything found in one pass leaves in one write (`Outgoing`).
+        let mut out = Outgoing::default();
+        out.gather(&peer, &snapshot);
+        let still_due = snapshot
+            .iter()
+            .any(|(_, rc)| rc.due.load(Ordering::Relaxed));
+        let batch = out.into_batch();
         if !batch.is_empty() {
             let _ = peer.link.send_all(&batch);
         }
@@ -287,14 +287,46 @@ fn incoming(peer: &Arc<Peer>, id: u64, msg: NodeMsg) -> bool {
     }
 }
 
-/// Collect in `batch` what real channel `id` has for its client.
-fn outgoing(peer: &Peer, id: ChanId, rc: &RealChan, batch: &mut Vec<Message>) {
+/// What the real channels have for the edge, gathered in one pass and
+/// sent as one batch, in this order: a server puts its invalidations in
+/// the inboxes *before* it replies (the client drains its inbox before it
+/// trusts its cache, Hare §3.6.2), so every inbox message written before a
+/// reply seen in this pass is sent ahead of that reply; a channel's end
+/// follows its last reply.
+#[derive(Default)]
+struct Outgoing {
+    replies: Vec<Message>,
+    notices: Vec<Message>,
+    closed: Vec<Message>,
+}
+
+impl Outgoing {
+    /// Replies first (reading them makes the inbox messages written before
+    /// them visible), then inboxes and ends.
+    fn gather(&mut self, peer: &Peer, snapshot: &[(ChanId, Arc<RealChan>)]) {
+        for (id, rc) in snapshot {
+            take_replies(*id, rc, &mut self.replies);
+        }
+        for (id, rc) in snapshot {
+            take_notices(peer, *id, rc, &mut self.notices, &mut self.closed);
+        }
+    }
+
+    fn into_batch(mut self) -> Vec<Message> {
+        self.notices.append(&mut self.replies);
+        self.notices.append(&mut self.closed);
+        self.notices
+    }
+}
+
+/// The replies real channel `id` has for its client.
+fn take_replies(id: ChanId, rc: &RealChan, replies: &mut Vec<Message>) {
     loop {
         match rc.chan.try_recv(|b| b.to_vec()) {
             Ok(Some(frame)) => {
                 rc.due.store(false, Ordering::Relaxed);
                 let rid = rc.last_id.load(Ordering::Relaxed);
-                batch.push(wire::message(rid, &NodeMsg::Reply { chan: id, frame }));
+                replies.push(wire::message(rid, &NodeMsg::Reply { chan: id, frame }));
             }
             Ok(None) => break,
             Err(_) => {
@@ -303,15 +335,25 @@ fn outgoing(peer: &Peer, id: ChanId, rc: &RealChan, batch: &mut Vec<Message>) {
             }
         }
     }
+}
+
+/// The inbox messages of real channel `id`, and its end if it ended.
+fn take_notices(
+    peer: &Peer,
+    id: ChanId,
+    rc: &RealChan,
+    notices: &mut Vec<Message>,
+    closed: &mut Vec<Message>,
+) {
     let _ = rc.chan.drain_inbox(|b| {
         let msg = NodeMsg::Inbox {
             chan: id,
             frame: b.to_vec(),
         };
-        batch.push(wire::message(0, &msg));
+        notices.push(wire::message(0, &msg));
     });
     if rc.chan.take_inbox_overflow() {
-        batch.push(wire::message(0, &NodeMsg::InboxOverflow { chan: id }));
+        notices.push(wire::message(0, &NodeMsg::InboxOverflow { chan: id }));
     }
     if rc.chan.is_closed() {
         rc.due.store(false, Ordering::Relaxed);
@@ -322,7 +364,7 @@ fn outgoing(peer: &Peer, id: ChanId, rc: &RealChan, batch: &mut Vec<Message>) {
             .remove(&id);
         if removed.is_some() {
             peer.generation.fetch_add(1, Ordering::AcqRel);
-            batch.push(wire::message(0, &NodeMsg::ChanClosed { chan: id }));
+            closed.push(wire::message(0, &NodeMsg::ChanClosed { chan: id }));
         }
     }
 }
@@ -471,4 +513,78 @@ fn reply(
 /// A `BootReply::Error` packet.
 pub fn error_packet(why: &str) -> Vec<u8> {
     postcard::to_allocvec(&BootReply::Error(why.to_string())).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use atoll_msg::ServerChannel;
+    use atoll_transport::{TcpTransport, Transport};
+
+    /// A peer whose link goes nowhere useful, and one real channel in it
+    /// with the server's end.
+    fn peer_with_channel(net: &TcpTransport) -> (Arc<Peer>, ChanId, ServerChannel) {
+        let listener = net.listen("127.0.0.1:0").unwrap();
+        let link = Arc::<dyn Link>::from(net.connect(&listener.local_addr()).unwrap());
+        let peer = Arc::new(Peer {
+            link,
+            boot_socket: PathBuf::new(),
+            spawner: None,
+            control: OnceLock::new(),
+            chans: Mutex::new(HashMap::new()),
+            generation: AtomicU64::new(0),
+            conns: Mutex::new(HashMap::new()),
+            next_chan: AtomicU64::new(1),
+            next_conn: AtomicU64::new(1),
+        });
+        let (fd, server_end) = ServerChannel::create().unwrap();
+        let chan = ClientChannel::map(fd.as_fd()).unwrap();
+        let rc = Arc::new(RealChan {
+            chan,
+            server: 0,
+            last_id: AtomicU64::new(7),
+            due: AtomicBool::new(true),
+        });
+        peer.chans.lock().unwrap().insert(5, rc);
+        (peer, 5, server_end)
+    }
+
+    fn kinds(batch: &[Message]) -> Vec<&'static str> {
+        batch
+            .iter()
+            .map(|m| match wire::decode(m).unwrap() {
+                NodeMsg::Reply { .. } => "reply",
+                NodeMsg::Inbox { .. } => "inbox",
+                NodeMsg::ChanClosed { .. } => "closed",
+                _ => "other",
+            })
+            .collect()
+    }
+
+    /// A server writes an invalidation, then its reply, then the channel
+    /// ends: the edge must get them in that order (its program drains the
+    /// inbox before trusting its cache once the reply is there, and a
+    /// channel closed first would lose the reply).
+    #[test]
+    fn inbox_messages_leave_before_the_reply_after_them_and_the_end_last() {
+        let net = TcpTransport::new().unwrap();
+        let (peer, id, server) = peer_with_channel(&net);
+        server.notify(b"invalidate").unwrap();
+        server.reply(b"answer").unwrap();
+        server.close();
+        let snapshot: Vec<_> = peer
+            .chans
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| (*k, v.clone()))
+            .collect();
+        let mut out = Outgoing::default();
+        out.gather(&peer, &snapshot);
+        let batch = out.into_batch();
+        assert_eq!(kinds(&batch), ["inbox", "reply", "closed"]);
+        assert_eq!(batch[1].id, 7, "a reply carries its request's id");
+        assert!(!snapshot[0].1.due.load(Ordering::Relaxed));
+        assert!(peer.chans.lock().unwrap().get(&id).is_none());
+    }
 }

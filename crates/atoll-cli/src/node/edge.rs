@@ -16,8 +16,10 @@
 //! A program's calls are synchronous (one outstanding per lane), so the
 //! request after a reply usually comes at once: the dispatcher, awake
 //! anyway, takes it, and the forwarders (which sleep without spinning)
-//! carry the rest. Per message that is one wake-up on this side, the
-//! dispatcher's for the reply, as for a TCP echo's client.
+//! carry the rest. On a call's path that is one wake-up on this side, the
+//! dispatcher's for the reply, as for a TCP echo's client; the program's
+//! ring still wakes the sleeping forwarder (a futex doorbell and a socket
+//! cannot be slept on together), which then finds the ring empty.
 //!
 //! Ownership: the request rings of server `i`'s channels are consumed
 //! under the lock of its channel list (`per_server[i]`), by forwarder `i`

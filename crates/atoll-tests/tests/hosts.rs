@@ -675,3 +675,95 @@ fn the_proxy_of_a_program_on_a_host_that_dies_fails_quickly() {
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("lost node"), "{err}");
 }
+
+/// Stall every file server of the first node for `secs` seconds
+/// (`atoll chaos --stall`): a call of a remote program then waits at the
+/// first node's proxy with its reply due, past the proxy's reply spin.
+fn stall_servers(c: &Cluster, secs: u32) {
+    for server in 0..2 {
+        let out = std::process::Command::new("ip")
+            .args(["netns", "exec", c.namespace(0)])
+            .arg(atoll_bin())
+            .args(["chaos", "--runtime-dir"])
+            .arg(&c.dirs[0])
+            .args(["--stall", &format!("server:{server}")])
+            .args(["--for", &format!("{secs}s")])
+            .env_remove("ATOLL_SOCKET")
+            .env_remove("LD_PRELOAD")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "chaos: {out:?}");
+    }
+}
+
+/// A program on host `host` that reads a file until a call fails, then
+/// says so on stderr and exits with 3.
+fn reader_until_failure(c: &Cluster, host: usize) -> std::process::Child {
+    on(c, host, "echo hi > $ROOT/r");
+    let mut busy = c
+        .exec(
+            &atoll_bin(),
+            host,
+            "while read -r l < $ROOT/r; do :; done; echo stopped >&2; exit 3",
+        )
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        busy.try_wait().unwrap().is_none(),
+        "the reader failed early"
+    );
+    busy
+}
+
+/// The reader's end within 5 s of `since`: it failed with `EIO`.
+fn fails_with_eio_within_5s(mut busy: std::process::Child, since: Instant) {
+    let status = loop {
+        if let Some(s) = busy.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            since.elapsed() < Duration::from_secs(5),
+            "a call waiting for a stalled server hangs after a node died"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(busy.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(3), "{err}");
+    assert!(err.contains("Input/output error"), "{err}");
+}
+
+/// The first node's proxy waits for a reply it forwarded (spinning, then
+/// polling between sleeps on the link); the first node dying then must
+/// still fail the remote program's call with `EIO`, not leave it waiting.
+#[test]
+fn a_call_waiting_at_the_first_node_fails_with_eio_when_that_node_dies() {
+    let Some(mut c) = cluster() else { return };
+    let busy = reader_until_failure(&c, 2);
+    stall_servers(&c, 30);
+    // Past the proxy's reply spin: the call waits in its slow polls.
+    std::thread::sleep(Duration::from_millis(300));
+    c.kill(0);
+    fails_with_eio_within_5s(busy, Instant::now());
+}
+
+/// The same wait, with the program's own node dying: its call fails with
+/// `EIO`, and the first node's proxy, still owed the reply, drops that
+/// peer and serves the other hosts once the servers answer again.
+#[test]
+fn a_call_waiting_at_the_first_node_fails_with_eio_when_its_own_node_dies() {
+    let Some(mut c) = cluster() else { return };
+    let busy = reader_until_failure(&c, 2);
+    stall_servers(&c, 2);
+    std::thread::sleep(Duration::from_millis(300));
+    c.kill(2);
+    fails_with_eio_within_5s(busy, Instant::now());
+    // After the stall, B's calls go through as before, and the first
+    // node still takes C back.
+    assert_eq!(text(&on(&c, 1, "cat $ROOT/r")), "hi\n");
+    c.restart_node(&atoll_bin(), 2).expect("node C rejoins");
+    assert_eq!(text(&on(&c, 2, "cat $ROOT/r")), "hi\n");
+}

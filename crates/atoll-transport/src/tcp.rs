@@ -20,17 +20,21 @@
 //! heartbeat.
 //!
 //! Receiving: the thread in [`Link::recv`] reads the socket itself and
-//! sleeps in `ppoll` (one wake-up per message, as a blocking `read`). It
+//! sleeps in `ppoll` (one wake-up per message, as a blocking `read`); the
+//! network thread's reactor watches the socket only for room to write, so
+//! it is not woken by what arrives. It
 //! ends the link on end of stream, an error, a malformed header or
 //! `dead_after` of silence; a failed write ends it too. Either way the
 //! socket is shut down and the link's `closed` flag is set, which every
 //! call checks first.
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc as std_mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
 
@@ -96,7 +100,7 @@ impl Transport for TcpTransport {
             loop {
                 tokio::select! {
                     got = listener.accept() => {
-                        let link = got.map(|(s, peer)| start_link(&handle, s, peer.to_string(), options));
+                        let link = got.and_then(|(s, peer)| start_link(&handle, s, peer.to_string(), options));
                         if tx.send(link.map_err(TransportError::from)).is_err() {
                             return;
                         }
@@ -124,7 +128,7 @@ impl Transport for TcpTransport {
             stream,
             addr.to_string(),
             self.options,
-        )))
+        )?))
     }
 }
 
@@ -169,8 +173,12 @@ struct Shared {
     why: Mutex<Option<String>>,
     /// Tells both tasks to stop.
     stop: Notify,
-    /// The socket's write side; `try_write` works from any thread.
-    wr: tokio::net::tcp::OwnedWriteHalf,
+    /// The socket, registered with the network thread's reactor for
+    /// *writability only*: a reactor that also watched for input would wake
+    /// the network thread for every message received, a second wake-up
+    /// beside the reader's and a CPU taken from it on a small machine.
+    /// Writes work from any thread (the socket is non-blocking).
+    wr: AsyncFd<std::net::TcpStream>,
     /// Encoded frames not written yet, in order. Whoever finds it empty
     /// writes; whoever leaves bytes in it tells the writer task (`flush`).
     outbox: Mutex<Vec<u8>>,
@@ -188,7 +196,7 @@ impl Shared {
         drop(w);
         if !self.closed.swap(true, Ordering::AcqRel) {
             // The peer sees the end now, not when the last handle goes.
-            let _ = socket2::SockRef::from(self.wr.as_ref()).shutdown(std::net::Shutdown::Both);
+            let _ = socket2::SockRef::from(self.wr.get_ref()).shutdown(std::net::Shutdown::Both);
         }
         self.stop.notify_waiters();
         // A task not waiting yet still sees the stop (stored permit).
@@ -199,7 +207,7 @@ impl Shared {
     /// Hot path (every message of a lone caller).
     fn write_now(&self, out: &mut Vec<u8>) -> Result<(), TransportError> {
         while !out.is_empty() {
-            match self.wr.as_ref().try_write(out) {
+            match (&mut self.wr.get_ref()).write(out) {
                 Ok(0) => {
                     self.end(format!("write to {}: closed", self.peer));
                     return Err(TransportError::Closed(self.peer.clone()));
@@ -248,11 +256,16 @@ fn start_link(
     stream: TcpStream,
     peer: String,
     options: LinkOptions,
-) -> TcpLink {
+) -> std::io::Result<TcpLink> {
     let _ = stream.set_nodelay(true);
-    // The read half stays inside the write half's stream: `Reader` reads
-    // the same socket directly.
-    let (_rd, wr) = stream.into_split();
+    // `Reader` reads the socket directly; the reactor only waits for room
+    // to write (see `Shared::wr`).
+    let _in_runtime = rt.enter();
+    // SAFETY: the `TcpStream` owns its descriptor and is never replaced or
+    // closed while the `AsyncFd` holds it (it closes when the `AsyncFd`
+    // drops), so the registered descriptor stays this socket.
+    let wr = unsafe { AsyncFd::register_with_interest(stream.into_std()?, Interest::WRITABLE) }
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
     let shared = Arc::new(Shared {
         peer,
         closed: AtomicBool::new(false),
@@ -264,15 +277,16 @@ fn start_link(
         writes: AtomicU64::new(0),
     });
     rt.spawn(write_task(shared.clone(), options.dead_after / 4));
-    TcpLink {
+    Ok(TcpLink {
         reader: Mutex::new(Reader {
             buf: Vec::with_capacity(64 * 1024),
             start: 0,
+            chunk: vec![0; 64 * 1024].into_boxed_slice(),
             last_heard: Instant::now(),
             dead_after: options.dead_after,
         }),
         shared,
-    }
+    })
 }
 
 /// The receiving side of a link, used by the thread in [`Link::recv`]
@@ -283,6 +297,10 @@ struct Reader {
     /// Bytes read and not yet handed out; a frame starts at `start`.
     buf: Vec<u8>,
     start: usize,
+    /// What one `read` fills, kept between reads: zeroing 64 KiB for every
+    /// read (most of which find nothing or a few dozen bytes) cost more
+    /// than the read itself.
+    chunk: Box<[u8]>,
     last_heard: Instant,
     dead_after: Duration,
 }
@@ -313,13 +331,12 @@ impl Reader {
             self.buf.drain(..self.start);
             self.start = 0;
         }
-        let mut chunk = [0u8; 64 * 1024];
-        let sock = socket2::SockRef::from(shared.wr.as_ref());
+        let sock = socket2::SockRef::from(shared.wr.get_ref());
         loop {
-            match (&*sock).read(&mut chunk) {
+            match (&*sock).read(&mut self.chunk) {
                 Ok(0) => return Err(TransportError::Closed(shared.peer.clone())),
                 Ok(n) => {
-                    self.buf.extend_from_slice(&chunk[..n]);
+                    self.buf.extend_from_slice(&self.chunk[..n]);
                     self.last_heard = Instant::now();
                     return Ok(true);
                 }
@@ -369,7 +386,7 @@ impl Reader {
 fn wait_readable(shared: &Shared, limit: Duration) {
     use std::os::fd::AsRawFd;
     let mut p = libc::pollfd {
-        fd: shared.wr.as_ref().as_raw_fd(),
+        fd: shared.wr.get_ref().as_raw_fd(),
         events: libc::POLLIN | libc::POLLRDHUP,
         revents: 0,
     };
@@ -417,12 +434,15 @@ async fn write_task(shared: Arc<Shared>, heartbeat: Duration) {
                 }
             }
             tokio::select! {
-                r = shared.wr.as_ref().writable() => {
-                    if let Err(e) = r {
+                r = shared.wr.writable() => match r {
+                    // Forget the readiness before the next try: a write that
+                    // then finds the socket full waits for the next edge.
+                    Ok(mut ready) => ready.clear_ready(),
+                    Err(e) => {
                         shared.end(format!("write to {}: {e}", shared.peer));
                         return;
                     }
-                }
+                },
                 _ = shared.stop.notified() => return,
             }
         }

@@ -15,6 +15,15 @@
 //!                              and inbox (it cannot sleep on all of them)
 //! ```
 //!
+//! Waiting: a request costs the pump one wake-up, as a TCP echo costs its
+//! server one: with no reply due the pump sleeps in `ppoll` on the link
+//! (and polls the inboxes each millisecond), so an incoming request wakes
+//! it at once. Having forwarded a request, it polls for the reply,
+//! yielding between polls, for [`REPLY_SPIN`]: a server answers a typical
+//! call well within that, and the reply leaves as soon as it is in the
+//! ring, never after a sleep. A reply still due after that (a slow call)
+//! is polled for between sleeps on the link of 50 µs growing to 1 ms.
+//!
 //! Ownership: the pump alone sends on and polls the real channels; a conn
 //! worker alone uses its boot connection and registers (and at its end
 //! closes) the channels its replies brought. When a peer's link ends,
@@ -27,7 +36,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use atoll_msg::{ClientChannel, Control};
 use atoll_proto::boot::{BootReply, BootRequest, Island};
@@ -43,6 +52,8 @@ struct RealChan {
     server: usize,
     /// Request id of the last `Request` forwarded on it (echoed in replies).
     last_id: AtomicU64,
+    /// A request was forwarded on it and no reply has come since (pump only).
+    due: AtomicBool,
 }
 
 /// A boot packet for a conn worker, with its request id.
@@ -116,24 +127,32 @@ pub fn serve(
     }
 }
 
-/// How many empty rounds the pump spins (yielding) before it sleeps.
-const SPIN_ROUNDS: u32 = 2000;
+/// How long the pump polls (yielding) for the reply to a request it
+/// forwarded before it sleeps between polls: about two sleep/wake
+/// hand-offs on a slow virtual machine, as a client's adaptive wait
+/// (`atoll_msg::wait::ADAPTIVE_SPIN_NS`).
+pub const REPLY_SPIN: Duration = Duration::from_micros(100);
+
+/// How long a pump with no reply due sleeps on the link before it looks
+/// at the inboxes (server-initiated messages) again.
+const INBOX_POLL: Duration = Duration::from_millis(1);
 
 /// The pump of one peer: incoming messages to conn workers and real
 /// channels, replies and inbox messages of real channels to the link.
 fn pump(peer: Arc<Peer>) {
     let mut snapshot: Vec<(ChanId, Arc<RealChan>)> = Vec::new();
     let mut seen_generation = u64::MAX;
-    let mut idle: u32 = 0;
+    let mut last_forward = Instant::now();
+    let mut reply_due = false;
+    // Polls since the reply spin ended with a reply still due.
+    let mut slow_polls: u32 = 0;
     'outer: loop {
-        let mut busy = false;
         // Incoming: a sleep here ends as soon as a message arrives; only a
-        // server's reply waits for the next poll (see `idle_wait`).
-        let mut wait = Some(idle_wait(idle));
+        // server's reply waits for the next poll (see `link_wait`).
+        let mut wait = Some(link_wait(reply_due, last_forward.elapsed(), slow_polls));
         loop {
             match peer.link.recv(wait) {
                 Ok(Some(m)) => {
-                    busy = true;
                     match wire::decode(&m) {
                         // Not an edge: the proxy of a program to start
                         // here (`spawn.rs`); the link is its alone.
@@ -147,7 +166,12 @@ fn pump(peer: Arc<Peer>) {
                             peer.link.close();
                             return;
                         }
-                        Ok(msg) => incoming(&peer, m.id, msg),
+                        Ok(msg) => {
+                            if incoming(&peer, m.id, msg) {
+                                last_forward = Instant::now();
+                                slow_polls = 0;
+                            }
+                        }
                         Err(e) => {
                             tracing::warn!("node: {e}; dropping the peer");
                             break 'outer;
@@ -168,18 +192,22 @@ fn pump(peer: Arc<Peer>) {
             snapshot = chans.iter().map(|(k, v)| (*k, v.clone())).collect();
             seen_generation = generation;
         }
-        // Every reply found in one pass leaves in one write.
-        let mut batch = Vec::new();
-        for (id, rc) in &snapshot {
-            outgoing(&peer, *id, rc, &mut batch);
-        }
+        // Everything found in one pass leaves in one write (`Outgoing`).
+        let mut out = Outgoing::default();
+        out.gather(&peer, &snapshot);
+        let still_due = snapshot
+            .iter()
+            .any(|(_, rc)| rc.due.load(Ordering::Relaxed));
+        let batch = out.into_batch();
         if !batch.is_empty() {
-            busy = true;
             let _ = peer.link.send_all(&batch);
         }
-        idle = if busy { 0 } else { idle.saturating_add(1) };
-        if idle > 0 && idle < SPIN_ROUNDS {
+        reply_due = still_due;
+        if reply_due && last_forward.elapsed() < REPLY_SPIN {
+            // The server may need this core to answer.
             std::thread::yield_now();
+        } else if reply_due {
+            slow_polls = slow_polls.saturating_add(1);
         }
     }
     // The peer is gone: its boot connections close (their workers end when
@@ -188,17 +216,24 @@ fn pump(peer: Arc<Peer>) {
     peer.conns.lock().unwrap_or_else(|e| e.into_inner()).clear();
 }
 
-/// How long an idle pump waits for the link before it polls its channels
-/// again: not at all while spinning, then 50 µs growing to 1 ms.
-fn idle_wait(idle: u32) -> Duration {
-    if idle < SPIN_ROUNDS {
+/// How long the pump waits for the link before it polls its channels
+/// again: not at all while a reply is due and was asked for less than
+/// [`REPLY_SPIN`] ago; then 50 µs, growing (every 64 polls) to 1 ms; with
+/// no reply due, [`INBOX_POLL`].
+fn link_wait(reply_due: bool, since_forward: Duration, slow_polls: u32) -> Duration {
+    if !reply_due {
+        return INBOX_POLL;
+    }
+    if since_forward < REPLY_SPIN {
         return Duration::ZERO;
     }
-    let steps = ((idle - SPIN_ROUNDS) / 64).min(5);
-    Duration::from_micros(50 << steps).min(Duration::from_millis(1))
+    let steps = (slow_polls / 64).min(5);
+    Duration::from_micros(50 << steps).min(INBOX_POLL)
 }
 
-fn incoming(peer: &Arc<Peer>, id: u64, msg: NodeMsg) {
+/// Serve one message of the edge; true if it was a request now on its way
+/// to a server.
+fn incoming(peer: &Arc<Peer>, id: u64, msg: NodeMsg) -> bool {
     match msg {
         NodeMsg::Boot { conn, packet } => {
             let mut conns = peer.conns.lock().unwrap_or_else(|e| e.into_inner());
@@ -208,7 +243,7 @@ fn incoming(peer: &Arc<Peer>, id: u64, msg: NodeMsg) {
                     Err(e) => {
                         let packet = error_packet(&format!("cannot reach the instance: {e}"));
                         reply(peer, id, conn, packet, vec![], None);
-                        return;
+                        return false;
                     }
                 };
                 slot.insert(start_worker(peer.clone(), conn, sock, Vec::new()));
@@ -216,12 +251,14 @@ fn incoming(peer: &Arc<Peer>, id: u64, msg: NodeMsg) {
             if let Some(tx) = conns.get(&conn) {
                 let _ = tx.send((id, packet));
             }
+            false
         }
         NodeMsg::ConnClosed { conn } => {
             peer.conns
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .remove(&conn);
+            false
         }
         NodeMsg::Request { chan, frame } => {
             let rc = peer
@@ -233,6 +270,7 @@ fn incoming(peer: &Arc<Peer>, id: u64, msg: NodeMsg) {
             let sent = match (rc, peer.control.get()) {
                 (Some(rc), Some(control)) => {
                     rc.last_id.store(id, Ordering::Relaxed);
+                    rc.due.store(true, Ordering::Relaxed);
                     rc.chan.send(&frame, control.doorbell(rc.server)).is_ok()
                 }
                 _ => false,
@@ -240,18 +278,55 @@ fn incoming(peer: &Arc<Peer>, id: u64, msg: NodeMsg) {
             if !sent {
                 let _ = wire::send(&*peer.link, id, &NodeMsg::ChanClosed { chan });
             }
+            sent
         }
-        other => tracing::warn!("node: unexpected {other:?} from an edge"),
+        other => {
+            tracing::warn!("node: unexpected {other:?} from an edge");
+            false
+        }
     }
 }
 
-/// Collect in `batch` what real channel `id` has for its client.
-fn outgoing(peer: &Peer, id: ChanId, rc: &RealChan, batch: &mut Vec<Message>) {
+/// What the real channels have for the edge, gathered in one pass and
+/// sent as one batch, in this order: a server puts its invalidations in
+/// the inboxes *before* it replies (the client drains its inbox before it
+/// trusts its cache, Hare §3.6.2), so every inbox message written before a
+/// reply seen in this pass is sent ahead of that reply; a channel's end
+/// follows its last reply.
+#[derive(Default)]
+struct Outgoing {
+    replies: Vec<Message>,
+    notices: Vec<Message>,
+    closed: Vec<Message>,
+}
+
+impl Outgoing {
+    /// Replies first (reading them makes the inbox messages written before
+    /// them visible), then inboxes and ends.
+    fn gather(&mut self, peer: &Peer, snapshot: &[(ChanId, Arc<RealChan>)]) {
+        for (id, rc) in snapshot {
+            take_replies(*id, rc, &mut self.replies);
+        }
+        for (id, rc) in snapshot {
+            take_notices(peer, *id, rc, &mut self.notices, &mut self.closed);
+        }
+    }
+
+    fn into_batch(mut self) -> Vec<Message> {
+        self.notices.append(&mut self.replies);
+        self.notices.append(&mut self.closed);
+        self.notices
+    }
+}
+
+/// The replies real channel `id` has for its client.
+fn take_replies(id: ChanId, rc: &RealChan, replies: &mut Vec<Message>) {
     loop {
         match rc.chan.try_recv(|b| b.to_vec()) {
             Ok(Some(frame)) => {
+                rc.due.store(false, Ordering::Relaxed);
                 let rid = rc.last_id.load(Ordering::Relaxed);
-                batch.push(wire::message(rid, &NodeMsg::Reply { chan: id, frame }));
+                replies.push(wire::message(rid, &NodeMsg::Reply { chan: id, frame }));
             }
             Ok(None) => break,
             Err(_) => {
@@ -260,17 +335,28 @@ fn outgoing(peer: &Peer, id: ChanId, rc: &RealChan, batch: &mut Vec<Message>) {
             }
         }
     }
+}
+
+/// The inbox messages of real channel `id`, and its end if it ended.
+fn take_notices(
+    peer: &Peer,
+    id: ChanId,
+    rc: &RealChan,
+    notices: &mut Vec<Message>,
+    closed: &mut Vec<Message>,
+) {
     let _ = rc.chan.drain_inbox(|b| {
         let msg = NodeMsg::Inbox {
             chan: id,
             frame: b.to_vec(),
         };
-        batch.push(wire::message(0, &msg));
+        notices.push(wire::message(0, &msg));
     });
     if rc.chan.take_inbox_overflow() {
-        batch.push(wire::message(0, &NodeMsg::InboxOverflow { chan: id }));
+        notices.push(wire::message(0, &NodeMsg::InboxOverflow { chan: id }));
     }
     if rc.chan.is_closed() {
+        rc.due.store(false, Ordering::Relaxed);
         let removed = peer
             .chans
             .lock()
@@ -278,7 +364,7 @@ fn outgoing(peer: &Peer, id: ChanId, rc: &RealChan, batch: &mut Vec<Message>) {
             .remove(&id);
         if removed.is_some() {
             peer.generation.fetch_add(1, Ordering::AcqRel);
-            batch.push(wire::message(0, &NodeMsg::ChanClosed { chan: id }));
+            closed.push(wire::message(0, &NodeMsg::ChanClosed { chan: id }));
         }
     }
 }
@@ -397,6 +483,7 @@ fn adopt(
                     chan,
                     server,
                     last_id: AtomicU64::new(0),
+                    due: AtomicBool::new(false),
                 }),
             );
             channels.push(id);
@@ -426,4 +513,78 @@ fn reply(
 /// A `BootReply::Error` packet.
 pub fn error_packet(why: &str) -> Vec<u8> {
     postcard::to_allocvec(&BootReply::Error(why.to_string())).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use atoll_msg::ServerChannel;
+    use atoll_transport::{TcpTransport, Transport};
+
+    /// A peer whose link goes nowhere useful, and one real channel in it
+    /// with the server's end.
+    fn peer_with_channel(net: &TcpTransport) -> (Arc<Peer>, ChanId, ServerChannel) {
+        let listener = net.listen("127.0.0.1:0").unwrap();
+        let link = Arc::<dyn Link>::from(net.connect(&listener.local_addr()).unwrap());
+        let peer = Arc::new(Peer {
+            link,
+            boot_socket: PathBuf::new(),
+            spawner: None,
+            control: OnceLock::new(),
+            chans: Mutex::new(HashMap::new()),
+            generation: AtomicU64::new(0),
+            conns: Mutex::new(HashMap::new()),
+            next_chan: AtomicU64::new(1),
+            next_conn: AtomicU64::new(1),
+        });
+        let (fd, server_end) = ServerChannel::create().unwrap();
+        let chan = ClientChannel::map(fd.as_fd()).unwrap();
+        let rc = Arc::new(RealChan {
+            chan,
+            server: 0,
+            last_id: AtomicU64::new(7),
+            due: AtomicBool::new(true),
+        });
+        peer.chans.lock().unwrap().insert(5, rc);
+        (peer, 5, server_end)
+    }
+
+    fn kinds(batch: &[Message]) -> Vec<&'static str> {
+        batch
+            .iter()
+            .map(|m| match wire::decode(m).unwrap() {
+                NodeMsg::Reply { .. } => "reply",
+                NodeMsg::Inbox { .. } => "inbox",
+                NodeMsg::ChanClosed { .. } => "closed",
+                _ => "other",
+            })
+            .collect()
+    }
+
+    /// A server writes an invalidation, then its reply, then the channel
+    /// ends: the edge must get them in that order (its program drains the
+    /// inbox before trusting its cache once the reply is there, and a
+    /// channel closed first would lose the reply).
+    #[test]
+    fn inbox_messages_leave_before_the_reply_after_them_and_the_end_last() {
+        let net = TcpTransport::new().unwrap();
+        let (peer, id, server) = peer_with_channel(&net);
+        server.notify(b"invalidate").unwrap();
+        server.reply(b"answer").unwrap();
+        server.close();
+        let snapshot: Vec<_> = peer
+            .chans
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| (*k, v.clone()))
+            .collect();
+        let mut out = Outgoing::default();
+        out.gather(&peer, &snapshot);
+        let batch = out.into_batch();
+        assert_eq!(kinds(&batch), ["inbox", "reply", "closed"]);
+        assert_eq!(batch[1].id, 7, "a reply carries its request's id");
+        assert!(!snapshot[0].1.due.load(Ordering::Relaxed));
+        assert!(peer.chans.lock().unwrap().get(&id).is_none());
+    }
 }

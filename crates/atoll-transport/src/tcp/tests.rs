@@ -50,6 +50,56 @@ fn messages_arrive_in_order_with_their_ids_both_ways() {
     assert_eq!(a.recv(Some(Duration::from_millis(10))).unwrap(), None);
 }
 
+/// Times the network thread went to sleep and was woken so far.
+fn wake_ups(tid: i32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap()
+}
+
+/// The reader of a link reads the socket itself, so a message received
+/// must not wake the network thread as well (a second wake-up per message,
+/// and a CPU taken from the reader on a small machine): it watches the
+/// socket only for room to write.
+#[test]
+fn receiving_messages_does_not_wake_the_network_thread() {
+    let net = TcpTransport::new().unwrap();
+    // SAFETY: gettid has no preconditions.
+    let tid = net.run(async { unsafe { libc::gettid() } }).unwrap();
+    let (a, b, _l) = pair(&net);
+    // Each message arrives on its own: the receiver has taken the one
+    // before it and answered before the next is sent.
+    let round = |i: u64| {
+        a.send(Message {
+            id: i,
+            body: vec![1; 64],
+        })
+        .unwrap();
+        assert_eq!(b.recv(WAIT).unwrap().unwrap().id, i);
+        b.send(Message {
+            id: i,
+            body: vec![2; 64],
+        })
+        .unwrap();
+        assert_eq!(a.recv(WAIT).unwrap().unwrap().id, i);
+    };
+    round(0);
+    let before = wake_ups(tid);
+    for i in 1..=200 {
+        round(i);
+    }
+    let woken = wake_ups(tid) - before;
+    // Heartbeats and timers may wake it a few times; 400 messages were
+    // received.
+    assert!(
+        woken < 40,
+        "network thread woken {woken} times for 400 messages"
+    );
+}
+
 /// A link to a plain socket the test reads, with the link's write count.
 fn raw_pair(net: &TcpTransport) -> (TcpLink, std::net::TcpStream) {
     let raw = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -58,7 +108,7 @@ fn raw_pair(net: &TcpTransport) -> (TcpLink, std::net::TcpStream) {
         .run(async move { TcpStream::connect(addr).await })
         .unwrap()
         .unwrap();
-    let link = start_link(&net.runtime, stream, "test".into(), LinkOptions::default());
+    let link = start_link(&net.runtime, stream, "test".into(), LinkOptions::default()).unwrap();
     let (s, _) = raw.accept().unwrap();
     (link, s)
 }

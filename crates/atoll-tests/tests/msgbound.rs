@@ -16,8 +16,12 @@ use atoll_tests::{atoll, compile_probe, output_within, MOUNT, RUN_LIMIT};
 
 const BUSY: &str = include_str!("msgbound/busy.c");
 
+/// The CPUs this process may run on, which the instance places programs
+/// on (not `available_parallelism`, which also counts cgroup quotas).
 fn cpus() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let list = line(&status, "Cpus_allowed_list:");
+    cpu_list(list).len()
 }
 
 /// Run the probe as the first exec of a 2-server instance, placed on

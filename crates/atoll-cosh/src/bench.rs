@@ -217,6 +217,18 @@ fn cosh(threshold: usize) -> Cosh {
     })
 }
 
+/// A `Cosh` of domain `me` on `pool`, with `v`'s remap threshold.
+fn pooled_cosh(v: Variant, pool: &Arc<Pool>, me: PoolDomain) -> Cosh {
+    Cosh::with_pool(
+        CoshConfig {
+            remap_threshold: v.threshold(),
+            ..CoshConfig::default()
+        },
+        pool.clone(),
+        me,
+    )
+}
+
 /// Receive one aggregate, checking it came as agreed (as Cosh §5's pipe
 /// checks its transfers).
 fn hop(
@@ -397,14 +409,7 @@ impl PoolSide<'_> {
         end: End<'a>,
     ) -> PoolSide<'a> {
         let (mode, strength) = v.mode();
-        let mut c = Cosh::with_pool(
-            CoshConfig {
-                remap_threshold: v.threshold(),
-                ..CoshConfig::default()
-            },
-            pool.clone(),
-            me,
-        );
+        let mut c = pooled_cosh(v, pool, me);
         let d = c.domain();
         PoolSide {
             c,

@@ -128,8 +128,8 @@ struct Sample {
     hold_ns: Cell<i64>,
 }
 
-std::thread_local! {
-    static SAMPLE: Sample = const {
+impl Sample {
+    const fn new() -> Sample {
         Sample {
             sent: Cell::new(0),
             beside: Cell::new(0),
@@ -142,7 +142,11 @@ std::thread_local! {
             hold_until: Cell::new(0),
             hold_ns: Cell::new(FIRST_HOLD_NS),
         }
-    };
+    }
+}
+
+std::thread_local! {
+    static SAMPLE: Sample = const { Sample::new() };
 }
 
 /// One finished window as the rule sees it.
@@ -423,18 +427,7 @@ mod tests {
 
     #[test]
     fn the_vote_finds_the_core_most_requests_went_to() {
-        let s = Sample {
-            sent: Cell::new(0),
-            beside: Cell::new(0),
-            core: Cell::new(0),
-            margin: Cell::new(0),
-            since: Cell::new(0),
-            waited: Cell::new(0),
-            before: Cell::new(None),
-            moved_from_ns: Cell::new(0),
-            hold_until: Cell::new(0),
-            hold_ns: Cell::new(FIRST_HOLD_NS),
-        };
+        let s = Sample::new();
         for core in [2, 1, 2, 2, 0, 2, 2, 1, 2] {
             vote(&s, core);
         }

@@ -12,7 +12,7 @@ use serde::Serialize;
 use super::{pattern, pin_child, Pinned, Stat, Variant};
 use crate::chan::Channel;
 use crate::sys::{self, fork_domain, Exit};
-use crate::{Config as CoshConfig, Cosh, CoshError, DomainId, Pool, PoolDomain, PoolTicket};
+use crate::{Cosh, CoshError, DomainId, Pool, PoolDomain, PoolTicket};
 
 /// One step and its cycles per hop: the median over the hops (a hop
 /// preempted half way would otherwise weigh on a mean for millions of
@@ -51,14 +51,7 @@ struct Side {
 pub fn pool_steps(v: Variant, size: usize, hops: usize) -> Result<Steps, CoshError> {
     let pool = Arc::new(Pool::create(3 * size + (1 << 20))?);
     let side = |me: PoolDomain| {
-        let mut c = Cosh::with_pool(
-            CoshConfig {
-                remap_threshold: v.threshold(),
-                ..CoshConfig::default()
-            },
-            pool.clone(),
-            me,
-        );
+        let mut c = super::pooled_cosh(v, &pool, me);
         let d = c.domain();
         Side { c, d, me }
     };

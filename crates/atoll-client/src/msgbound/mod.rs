@@ -126,6 +126,9 @@ struct Sample {
     /// No new move before this time; the hold after the next failure.
     hold_until: Cell<i64>,
     hold_ns: Cell<i64>,
+    /// Not pinned and not moved: the thread only counts its requests,
+    /// and looks again at each window's end whether it got pinned.
+    idle: Cell<bool>,
 }
 
 impl Sample {
@@ -141,6 +144,7 @@ impl Sample {
             moved_from_ns: Cell::new(0),
             hold_until: Cell::new(0),
             hold_ns: Cell::new(FIRST_HOLD_NS),
+            idle: Cell::new(false),
         }
     }
 }
@@ -211,9 +215,10 @@ fn judge(w: Window, moved_from: Option<i64>, held: bool) -> Verdict {
 /// then costs nothing.
 #[inline]
 pub fn waiting() -> i64 {
-    match mode() {
-        MODE_OFF => 0,
-        _ => sys::monotonic_ns(),
+    let idle = mode() == MODE_OFF || SAMPLE.try_with(|s| s.idle.get()).unwrap_or(true);
+    match idle {
+        true => 0,
+        false => sys::monotonic_ns(),
     }
 }
 
@@ -235,6 +240,16 @@ pub fn sending(c: &Client, server: usize) {
         return;
     };
     let _ = SAMPLE.try_with(|s| {
+        if s.idle.get() {
+            let n = s.sent.get() + 1;
+            s.sent.set(if n < WINDOW { n } else { 0 });
+            if n >= WINDOW && !crate::cpus::own_affinity() && affinity::pinned() {
+                // Placed since: sample from the next window on.
+                s.idle.set(false);
+                s.since.set(0);
+            }
+            return;
+        }
         let cpu = rustix::thread::sched_getcpu();
         if core == cpu {
             s.beside.set(s.beside.get() + 1);
@@ -251,7 +266,17 @@ pub fn sending(c: &Client, server: usize) {
         let waited = s.waited.replace(0);
         let majority = (s.margin.replace(0) > 0).then(|| s.core.get());
         s.sent.set(0);
-        if began == 0 || crate::cpus::own_affinity() {
+        if began == 0 {
+            return;
+        }
+        // A thread Linux may run anywhere is left to Linux: pinning it
+        // could only take away the balancer's freedom to dodge other work
+        // (measured: PostMark beside two CPU hogs, unpinned, 24–25 s left
+        // alone and 30–36 s moved). A pinned one has no such freedom to
+        // lose. Until it is pinned it samples nothing; nor does a thread
+        // whose affinity is the program's own.
+        if crate::cpus::own_affinity() || (s.before.get().is_none() && !affinity::pinned()) {
+            s.idle.set(true);
             return;
         }
         let took = (now - began).max(1);
@@ -284,13 +309,6 @@ fn vote(s: &Sample, core: usize) {
 
 fn act(c: &Client, s: &Sample, w: Window, now: i64) {
     let moved_from = s.before.get().map(|_| s.moved_from_ns.get());
-    // A thread Linux may run anywhere is left to Linux: pinning it could
-    // only take away the balancer's freedom to dodge other work (measured:
-    // PostMark beside two CPU hogs, unpinned, 24–25 s left alone and
-    // 30–36 s moved). A pinned one has no such freedom to lose.
-    if moved_from.is_none() && !affinity::pinned() {
-        return;
-    }
     match judge(w, moved_from, now < s.hold_until.get()) {
         Verdict::Stay => {}
         Verdict::Keep => s.hold_ns.set(FIRST_HOLD_NS),
@@ -354,6 +372,7 @@ pub fn before_exec() {
         s.beside.set(0);
         s.waited.set(0);
         s.margin.set(0);
+        s.idle.set(false);
     });
 }
 

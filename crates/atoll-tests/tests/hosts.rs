@@ -160,38 +160,13 @@ fn a_killed_node_fails_its_calls_with_eio_quickly_the_others_go_on_and_it_rejoin
 #[test]
 fn when_the_first_node_dies_the_other_hosts_fail_with_eio_and_their_nodes_exit() {
     let Some(mut c) = cluster() else { return };
-    on(&c, 1, "echo hi > $ROOT/f");
-    let mut busy = c
-        .exec(
-            &atoll_bin(),
-            1,
-            "while read -r l < $ROOT/f; do :; done; echo stopped >&2; exit 3",
-        )
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
-    assert!(
-        busy.try_wait().unwrap().is_none(),
-        "the program on B failed early"
-    );
+    let busy = reader_until_failure(&c, 1);
     c.kill(0);
-    let killed = Instant::now();
-    let status = loop {
-        if let Some(s) = busy.try_wait().unwrap() {
-            break s;
-        }
-        assert!(
-            killed.elapsed() < Duration::from_secs(5),
-            "a call hangs after the servers' host died"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    let mut err = String::new();
-    std::io::Read::read_to_string(busy.stderr.as_mut().unwrap(), &mut err).unwrap();
-    assert_eq!(status.code(), Some(3), "{err}");
-    assert!(err.contains("Input/output error"), "{err}");
+    fails_with_eio_within_5s(
+        busy,
+        Instant::now(),
+        "a call hangs after the servers' host died",
+    );
     // Both other nodes notice and exit with an error, within the bound.
     for k in [1, 2] {
         let status = c.wait_node(k, Duration::from_secs(5));

@@ -74,6 +74,23 @@ struct Peer {
     next_conn: AtomicU64,
 }
 
+impl Peer {
+    /// A peer that has no channels or boot connections yet.
+    fn new(link: Arc<dyn Link>, boot_socket: PathBuf, spawner: Option<Arc<SpawnHost>>) -> Peer {
+        Peer {
+            link,
+            boot_socket,
+            spawner,
+            control: OnceLock::new(),
+            chans: Mutex::new(HashMap::new()),
+            generation: AtomicU64::new(0),
+            conns: Mutex::new(HashMap::new()),
+            next_chan: AtomicU64::new(1),
+            next_conn: AtomicU64::new(1),
+        }
+    }
+}
+
 /// Accept peers until `stop`; each gets a pump thread.
 pub fn serve(
     listener: Box<dyn Listener>,
@@ -95,17 +112,7 @@ pub fn serve(
             }
         };
         tracing::info!("node: peer {} joined", link.peer());
-        let peer = Arc::new(Peer {
-            link,
-            boot_socket: boot_socket.clone(),
-            spawner: spawner.clone(),
-            control: OnceLock::new(),
-            chans: Mutex::new(HashMap::new()),
-            generation: AtomicU64::new(0),
-            conns: Mutex::new(HashMap::new()),
-            next_chan: AtomicU64::new(1),
-            next_conn: AtomicU64::new(1),
-        });
+        let peer = Arc::new(Peer::new(link, boot_socket.clone(), spawner.clone()));
         links.retain(|l| !l.is_closed());
         links.push(peer.link.clone());
         let hello = NodeMsg::Hello {
@@ -526,17 +533,7 @@ mod tests {
     fn peer_with_channel(net: &TcpTransport) -> (Arc<Peer>, ChanId, ServerChannel) {
         let listener = net.listen("127.0.0.1:0").unwrap();
         let link = Arc::<dyn Link>::from(net.connect(&listener.local_addr()).unwrap());
-        let peer = Arc::new(Peer {
-            link,
-            boot_socket: PathBuf::new(),
-            spawner: None,
-            control: OnceLock::new(),
-            chans: Mutex::new(HashMap::new()),
-            generation: AtomicU64::new(0),
-            conns: Mutex::new(HashMap::new()),
-            next_chan: AtomicU64::new(1),
-            next_conn: AtomicU64::new(1),
-        });
+        let peer = Arc::new(Peer::new(link, PathBuf::new(), None));
         let (fd, server_end) = ServerChannel::create().unwrap();
         let chan = ClientChannel::map(fd.as_fd()).unwrap();
         let rc = Arc::new(RealChan {

@@ -1361,6 +1361,7 @@ pub fn fork_parent(prep: ForkPrep, child_pid: i64) {
 pub fn fork_child(prep: ForkPrep) {
     // Program memory is reached through our pid, which just changed.
     sys::init_pid();
+    cpus::after_fork_child();
     let Some(c) = session::client() else {
         return;
     };

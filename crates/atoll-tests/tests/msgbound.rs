@@ -25,12 +25,12 @@ fn cpus() -> usize {
 }
 
 /// Run the probe as the first exec of a 2-server instance, placed on
-/// `core`; its output and the instance's counters.
-fn busy(mode: &str, core: usize, own: bool) -> (String, serde_json::Value) {
+/// `core`, with the probe's option `how` ("", "own" or "helper"); its
+/// output and the instance's counters.
+fn busy(mode: &str, core: usize, how: &str) -> (String, serde_json::Value) {
     let dir = tempfile::tempdir().unwrap();
     let bin = compile_probe(dir.path(), "busy", BUSY);
     let json = dir.path().join("stats.json");
-    let own = if own { " own" } else { "" };
     let mut cmd = atoll();
     cmd.args(["run", "--memory", "64M", "--servers", "2", "--stats-json"])
         .arg(&json)
@@ -39,7 +39,7 @@ fn busy(mode: &str, core: usize, own: bool) -> (String, serde_json::Value) {
             "sh",
             "-c",
             &format!(
-                "{}exec {} $ROOT/f{own}",
+                "{}exec {} $ROOT/f {how}",
                 "/bin/true; ".repeat(core),
                 bin.display()
             ),
@@ -82,7 +82,7 @@ fn a_thread_busy_with_the_server_on_its_core_moves_off_that_core() {
         eprintln!("one CPU: nowhere to move to");
         return;
     }
-    let (out, stats) = busy("always", 0, false);
+    let (out, stats) = busy("always", 0, "");
     let allowed = cpu_list(line(&out, "kernel "));
     assert!(!allowed.is_empty() && !allowed.contains(&0), "{out}");
     // The program still sees every core of the instance.
@@ -96,7 +96,7 @@ fn a_thread_busy_with_a_server_on_another_core_moves_onto_that_core() {
     if cpus() < 2 {
         return;
     }
-    let (out, stats) = busy("always", 1, false);
+    let (out, stats) = busy("always", 1, "");
     assert_eq!(cpu_list(line(&out, "kernel ")), [0], "{out}");
     assert_eq!(line(&out, "seen "), cpus().to_string(), "{out}");
     let moves = stats["counters"]["msgbound.moves"].as_u64().unwrap_or(0);
@@ -109,7 +109,7 @@ fn with_moves_off_the_thread_stays_where_it_was_placed() {
         return;
     }
     for core in [0, 1] {
-        let (out, stats) = busy("off", core, false);
+        let (out, stats) = busy("off", core, "");
         assert_eq!(cpu_list(line(&out, "kernel ")), [core], "{out}");
         assert_eq!(line(&out, "seen "), cpus().to_string(), "{out}");
         assert_eq!(stats["counters"]["msgbound.moves"].as_u64(), None);
@@ -121,9 +121,26 @@ fn an_affinity_the_program_chose_is_left_alone() {
     if cpus() < 2 {
         return;
     }
-    let (out, stats) = busy("always", 0, true);
+    let (out, stats) = busy("always", 0, "own");
     assert_eq!(cpu_list(line(&out, "kernel ")), [0], "{out}");
     // Its own affinity is what it sees.
     assert_eq!(line(&out, "seen "), "1", "{out}");
     assert_eq!(stats["counters"]["msgbound.moves"].as_u64(), None);
+}
+
+#[test]
+fn a_helper_thread_pinned_by_the_program_leaves_the_other_threads_to_atoll() {
+    if cpus() < 2 {
+        return;
+    }
+    // Affinity is per thread: the helper's pin is the program's (it sees
+    // its one CPU), while the main thread, and the child it forks, stay
+    // atoll's to move off server 0's core and see every core.
+    let (out, stats) = busy("always", 0, "helper");
+    assert_eq!(line(&out, "helper seen "), "1", "{out}");
+    let allowed = cpu_list(line(&out, "kernel "));
+    assert!(!allowed.is_empty() && !allowed.contains(&0), "{out}");
+    assert_eq!(line(&out, "seen "), cpus().to_string(), "{out}");
+    let moves = stats["counters"]["msgbound.moves"].as_u64().unwrap_or(0);
+    assert!(moves >= 1, "{}", stats["counters"]);
 }

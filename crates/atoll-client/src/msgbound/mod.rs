@@ -361,6 +361,13 @@ fn give_back(s: &Sample) -> bool {
     true
 }
 
+/// Has this thread been moved (its affinity is `msgbound`'s now)?
+pub fn moved() -> bool {
+    SAMPLE
+        .try_with(|s| s.before.get().is_some())
+        .unwrap_or(false)
+}
+
 /// Before this thread `execve`s: undo a move, so that the new image,
 /// which samples afresh, starts as the program left it (and placement
 /// pins it where policy says).

@@ -292,3 +292,51 @@ fn a_forked_child_that_only_execs_rewrites_no_site() {
         assert_eq!(sites, 0, "{stats}");
     }
 }
+
+/// A site whose number is set by `xor %eax,%eax` (glibc's `read`): two
+/// bytes hold no `jmp rel32`, so the `xor` jumps to the padding after the
+/// function's `ret`, which jumps to the stub. It traps once; a path that
+/// jumps straight to its `syscall` with another number keeps trapping and
+/// keeps its number.
+#[test]
+fn a_read_site_set_by_a_two_byte_xor_traps_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = probe(dir.path());
+    let linux = on_linux(&bin, "short");
+    assert_eq!(linux, "short read 4000 abcd getppid 100\n");
+    let traps = dir.path().join("traps");
+    let out = in_atoll(&bin, "short", &["--servers", "2"], &[], &traps);
+    assert_eq!(text(&out.stdout), linux);
+    let all = std::fs::read_to_string(&traps).unwrap_or_default();
+    assert!(count(&traps, &libc::SYS_read.to_string()) <= 3, "{all}");
+    assert!(
+        count(&traps, &libc::SYS_getppid.to_string()) >= 100,
+        "{all}"
+    );
+    assert!(count(&traps, "direct") >= 999, "{all}");
+
+    let out = in_atoll(&bin, "short", &["--syscall-sites", "trap"], &[], &traps);
+    assert_eq!(text(&out.stdout), linux);
+    assert!(count(&traps, &libc::SYS_read.to_string()) >= 1000);
+}
+
+/// stdio reads through glibc's own `read`, which has no PLT entry, on its
+/// multi-threaded (cancellable) path: four threads, 4000 unbuffered
+/// `fgetc` each, trap at most once per site instead of once per byte.
+#[test]
+fn stdio_reads_from_threads_go_through_rewritten_read_sites() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = probe(dir.path());
+    let linux = on_linux(&bin, "stdio");
+    assert_eq!(linux, "stdio ends 2000\n");
+    let traps = dir.path().join("traps");
+    for _ in 0..3 {
+        let out = in_atoll(&bin, "stdio", &["--servers", "2"], &[], &traps);
+        assert_eq!(text(&out.stdout), linux);
+        let all = std::fs::read_to_string(&traps).unwrap_or_default();
+        // Each of the four threads may meet the site before the first
+        // rewrite is in; the shell before the exec has sites of its own.
+        assert!(count(&traps, &libc::SYS_read.to_string()) <= 8, "{all}");
+        assert!(count(&traps, "direct") >= 4000, "{all}");
+    }
+}

@@ -58,6 +58,11 @@
 //! SIGSYS handler did, so program signals that arrive meanwhile are
 //! deferred or run in host calls by `sigdefer`.
 //!
+//! Short sites (`short`): glibc's `read` sets its number with the two-byte
+//! `xor %eax,%eax`, too short for a `jmp rel32`; its `xor` becomes a `jmp
+//! rel8` to dead alignment padding after the function's next `ret`, where
+//! a `jmp rel32` to the site's stub is written first.
+//!
 //! Switched on per process by the constructor ([`configure`]): the
 //! instance's `--syscall-sites` (`rewrite` by default), and
 //! `ATOLL_SYSCALL_REWRITE=off` for one program.
@@ -65,6 +70,7 @@
 mod decode;
 mod entry;
 mod maps;
+mod short;
 mod stubs;
 
 use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -81,6 +87,7 @@ static ENABLED: AtomicBool = AtomicBool::new(false);
 const PAGE: usize = 4096;
 const LINE: usize = 64;
 const JMP_REL32: u8 = 0xe9;
+const JMP_REL8: u8 = 0xeb;
 
 /// Switch rewriting on (or leave it off) for this process. Returns whether
 /// it is on: false also when the CPU lacks `XSAVE`.
@@ -198,6 +205,7 @@ pub fn on_trap(nr: i64, resume: usize) {
     }
     let nr = nr as u32;
     if candidate(resume, nr).is_none() {
+        on_short_trap(resume, nr);
         return;
     }
     let _lock = Lock::take();
@@ -218,6 +226,108 @@ pub fn on_trap(nr: i64, resume: usize) {
             sigsys::debug(&[b"site kept trapping:", why.as_bytes()], &[nr as i64]);
         }
     }
+}
+
+/// A site set by `xor %eax,%eax` (`short`): its `xor` becomes a `jmp
+/// rel8` to a `jmp rel32` in the dead padding after the function's next
+/// `ret`, which leads to the site's stub.
+fn on_short_trap(resume: usize, nr: u32) {
+    if short_candidate(resume, nr).is_none() {
+        return;
+    }
+    let _lock = Lock::take();
+    // Another thread may have rewritten it meanwhile.
+    let Some(pad) = short_candidate(resume, nr) else {
+        return;
+    };
+    match rewrite_short(resume, pad, nr) {
+        Ok(()) => {
+            crate::stats::count_site();
+            sigsys::debug(&[b"rewrote short site of"], &[nr as i64, resume as i64]);
+        }
+        Err(why) => {
+            remember_refused(resume);
+            sigsys::debug(&[b"site kept trapping:", why.as_bytes()], &[nr as i64]);
+        }
+    }
+}
+
+/// The padding address for a short site ending at `resume`, if the bytes
+/// around it allow one. Reads only the page of the `syscall`, which just
+/// ran: a site or padding across a page boundary keeps trapping.
+fn short_candidate(resume: usize, nr: u32) -> Option<usize> {
+    let syscall = resume - 2;
+    let page = syscall & !(PAGE - 1);
+    if syscall < page + 3 || resume >= page + PAGE {
+        return None;
+    }
+    let mut before = [0u8; 3];
+    // SAFETY: the three bytes before the `syscall` lie in its page, which
+    // the trapped thread just executed, so it is mapped and readable.
+    unsafe { core::ptr::copy_nonoverlapping((syscall - 3) as *const u8, before.as_mut_ptr(), 3) };
+    if !short::is_xor_site(&before, nr) {
+        return None;
+    }
+    let len = short::LOOK_AHEAD.min(page + PAGE - resume);
+    let mut after = [0u8; short::LOOK_AHEAD];
+    // SAFETY: `resume..resume + len` lies in the same page, as above.
+    unsafe { core::ptr::copy_nonoverlapping(resume as *const u8, after.as_mut_ptr(), len) };
+    short::find_padding(&after[..len], resume).map(|at| resume + at)
+}
+
+/// Rewrite a short site: the padding's `jmp rel32` first (dead code, so a
+/// plain store), then the `xor` by one locked `cmpxchg` in its cache line
+/// (or plain stores while single-threaded, as for a `mov` across lines).
+fn rewrite_short(resume: usize, pad: usize, nr: u32) -> Result<(), &'static str> {
+    let xor = resume - 4;
+    let m = maps::mapping_of(xor).ok_or("no mapping")?;
+    if !(m.read && m.exec && !m.write && m.private && m.inode != 0) || pad + 5 > m.end {
+        return Err("not read-execute file-backed text");
+    }
+    let window = short_window(xor);
+    if window.is_none() && !single_threaded() {
+        return Err("an xor across cache lines, and other threads");
+    }
+    let page = (xor & !(PAGE - 1)) as u64;
+    let rwx = (libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC) as u64;
+    let rx = (libc::PROT_READ | libc::PROT_EXEC) as u64;
+    if raw::syscall(libc::SYS_mprotect, &[page, PAGE as u64, rwx]) != 0 {
+        return Err("mprotect refused");
+    }
+    let stored = match stubs::make(resume, nr, entry::address(), &[]) {
+        Some(stub) => {
+            let mut far = [0u8; 5];
+            far[0] = JMP_REL32;
+            far[1..].copy_from_slice(&stubs::rel32(pad + 5, stub).to_le_bytes());
+            // SAFETY: `pad..pad + 5` is dead padding in the page made
+            // writable above (`short::find_padding`, `short_candidate`).
+            unsafe { core::ptr::copy_nonoverlapping(far.as_ptr(), pad as *mut u8, 5) };
+            let near = [JMP_REL8, (pad - (xor + 2)) as u8];
+            match window {
+                Some(w) => store_bytes_in_window(w, xor, &near),
+                None => {
+                    // SAFETY: one thread (checked above), and the page is
+                    // writable until the mprotect below.
+                    unsafe { core::ptr::copy_nonoverlapping(near.as_ptr(), xor as *mut u8, 2) };
+                    true
+                }
+            }
+        }
+        None => false,
+    };
+    raw::syscall(libc::SYS_mprotect, &[page, PAGE as u64, rx]);
+    if stored {
+        Ok(())
+    } else {
+        Err("no stub in reach, or the code changed under us")
+    }
+}
+
+/// The 8-byte window, inside one cache line, that holds the two bytes at
+/// `at`, if one does.
+fn short_window(at: usize) -> Option<usize> {
+    let line_end = (at / LINE + 1) * LINE;
+    (at + 2 <= line_end).then(|| at.min(line_end - 8))
 }
 
 /// Read 8 code bytes (the caller checked they lie on a mapped page).
@@ -269,10 +379,16 @@ fn rewrite(c: &Candidate, resume: usize, nr: u32) -> Result<(), &'static str> {
 /// access, and no split lock). False when the window no longer holds what
 /// was read.
 fn store_in_window(w: usize, mov: usize, new: &[u8; 5]) -> bool {
+    store_bytes_in_window(w, mov, new)
+}
+
+/// Replace the bytes at `at` with `new` (all inside the window `w`) in one
+/// locked `cmpxchg`, as [`store_in_window`].
+fn store_bytes_in_window(w: usize, at: usize, new: &[u8]) -> bool {
     let old = read8(w);
     let mut next = old;
-    let off = mov - w;
-    next[off..off + 5].copy_from_slice(new);
+    let off = at - w;
+    next[off..off + new.len()].copy_from_slice(new);
     let old = u64::from_le_bytes(old);
     let next = u64::from_le_bytes(next);
     let seen: u64;

@@ -17,7 +17,12 @@
  *                  while another thread holds the rewrite lock)
  *   jit          - a site in anonymous read-write-execute memory (as a JIT
  *                  makes) is never rewritten: changing its number there
- *                  takes effect at once */
+ *                  takes effect at once
+ *   short PATH   - a `xor %eax,%eax; syscall` read site (glibc's `read`
+ *                  shape) read 1000 times; another path jumps straight to
+ *                  its `syscall` with getppid's number (must keep it)
+ *   stdio PATH   - unbuffered `fgetc` from four threads: glibc's own
+ *                  `read` (no PLT entry), on its multi-threaded path */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -298,6 +303,64 @@ static int jit(void) {
     return 0;
 }
 
+/* read(fd, buf, n) set by a two-byte xor, with compiler-style padding
+ * after its ret; short_getppid jumps straight to its syscall. */
+long short_read(long fd, void *buf, long n);
+long short_getppid(void);
+__asm__(".text\n"
+        ".p2align 4\n"
+        "short_read:\n"
+        "  nop\n"
+        "  xor %eax,%eax\n"
+        "short_read_syscall:\n"
+        "  syscall\n"
+        "  ret\n"
+        ".p2align 4\n"
+        "short_getppid:\n"
+        "  mov $110,%eax\n"
+        "  jmp short_read_syscall\n");
+
+static int short_site(const char *path) {
+    int fd = open(path, O_RDONLY);
+    long bytes = 0, ppids = 0;
+    char b[8] = {0};
+    for (int i = 0; i < 1000; i++) {
+        lseek(fd, 0, SEEK_SET);
+        bytes += short_read(fd, b, 4);
+    }
+    for (int i = 0; i < 100; i++) ppids += short_getppid() == getppid();
+    printf("short read %ld %.4s getppid %ld\n", bytes, b, ppids);
+    return 0;
+}
+
+static const char *stdio_path;
+static void *stdio_reader(void *arg) {
+    long *got = arg;
+    FILE *f = fopen(stdio_path, "r");
+    if (!f) return NULL;
+    setvbuf(f, NULL, _IONBF, 0);
+    for (int i = 0; i < 250; i++) {
+        rewind(f);
+        for (int c; (c = fgetc(f)) != EOF;) *got += c == 'a' || c == 'd';
+    }
+    fclose(f);
+    return NULL;
+}
+
+static int stdio_threads(const char *path) {
+    stdio_path = path;
+    pthread_t t[4];
+    long got[4] = {0};
+    for (int i = 0; i < 4; i++) pthread_create(&t[i], NULL, stdio_reader, &got[i]);
+    long sum = 0;
+    for (int i = 0; i < 4; i++) {
+        pthread_join(t[i], NULL);
+        sum += got[i];
+    }
+    printf("stdio ends %ld\n", sum);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc < 2) return 2;
@@ -309,5 +372,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "jit")) return jit();
     if (!strcmp(argv[1], "shared")) return shared();
     if (!strcmp(argv[1], "forkrace")) return forkrace();
+    if (!strcmp(argv[1], "short")) return short_site(argv[2]);
+    if (!strcmp(argv[1], "stdio")) return stdio_threads(argv[2]);
     return 2;
 }

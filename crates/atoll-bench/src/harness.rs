@@ -61,6 +61,9 @@ pub struct Outcome {
     /// SIGSYS traps counted by the preload library, if it wrote any:
     /// system call number → count, summed over all processes.
     pub traps: Option<BTreeMap<u64, u64>>,
+    /// Sites rewritten (`sites:N`), summed over all processes: each one
+    /// trapped exactly once, its warm-up, before it called atoll directly.
+    pub trap_sites: Option<u64>,
 }
 
 impl Outcome {
@@ -307,14 +310,15 @@ fn run_measured(
     }
     let reports: Vec<WorkerReport> = reports.into_iter().flatten().collect();
     let ops = reports.iter().map(|r| r.ops).sum();
-    let traps = trap_file
-        .and_then(|f| std::fs::read_to_string(f).ok())
-        .map(|s| parse_traps(&s));
+    let trap_text = trap_file.and_then(|f| std::fs::read_to_string(f).ok());
+    let traps = trap_text.as_deref().map(parse_traps);
+    let trap_sites = trap_text.as_deref().map(parse_trap_sites);
     Ok(Outcome {
         ops,
         elapsed,
         reports,
         traps,
+        trap_sites,
     })
 }
 
@@ -341,6 +345,16 @@ pub fn parse_traps(s: &str) -> BTreeMap<u64, u64> {
         }
     }
     m
+}
+
+/// Sites rewritten (`sites:N` of each line of a trap-statistics file),
+/// summed: the traps that were a site's first run, before its rewrite.
+pub fn parse_trap_sites(s: &str) -> u64 {
+    s.lines()
+        .flat_map(|l| l.split_whitespace().skip(1))
+        .filter_map(|f| f.strip_prefix("sites:"))
+        .filter_map(|n| n.parse::<u64>().ok())
+        .sum()
 }
 
 /// Per-process start-up cost: `spawns` runs of `/bin/true` without and
@@ -377,6 +391,10 @@ mod tests {
         let m = parse_traps(s);
         assert_eq!(m.values().sum::<u64>(), 17);
         assert_eq!(m[&257], 12);
+        let with_sites = "123 0:3 257:2 direct:50 sites:4\n124 39:1 sites:1\n";
+        assert_eq!(parse_traps(with_sites).values().sum::<u64>(), 6);
+        assert_eq!(parse_trap_sites(with_sites), 5);
+        assert_eq!(parse_trap_sites(s), 0);
     }
 
     #[test]

@@ -269,7 +269,7 @@ fn workload(h: &mut String, rep: &Report, w: &str) -> anyhow::Result<()> {
         "<section class=\"workload\" id=\"workload-{0}\" data-workload=\"{0}\">\n<h3>{0}</h3>\n\
          <table>\n<tr><th>system</th><th>P</th><th>ops</th><th>seconds</th><th>ops/s</th>\
          <th>×tmpfs</th><th>×FUSE</th><th>speedup over P=1</th><th>messages/op</th>\
-         <th>traps/op</th></tr>\n",
+         <th>traps/op</th><th>after warm-up</th></tr>\n",
         esc(w)
     );
     for r in &rows {
@@ -287,7 +287,8 @@ fn workload(h: &mut String, rep: &Report, w: &str) -> anyhow::Result<()> {
             h,
             "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{:.3}</td>\
              <td class=\"n\">{:.0}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
-             <td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
+             <td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
+             <td class=\"n\">{}</td></tr>",
             esc(&r.system),
             r.procs,
             r.ops,
@@ -297,7 +298,8 @@ fn workload(h: &mut String, rep: &Report, w: &str) -> anyhow::Result<()> {
             opt(ratio_vs(&rep.results, r, "fuse"), 2),
             opt(r.speedup_vs_p1, 2),
             opt(r.messages_per_op, 2),
-            opt(r.traps_per_op, 2)
+            opt(r.traps_per_op, 2),
+            opt(r.steady_traps_per_op, 2)
         );
     }
     h.push_str("</table>\n<div class=\"charts\">\n");

@@ -774,6 +774,10 @@ fn measure(
             r.detail = out.detail();
             r.traps = out.traps.as_ref().map(|m| m.values().sum());
             r.traps_per_op = r.traps.map(|t| t as f64 / out.ops.max(1) as f64);
+            r.steady_traps_per_op = r
+                .traps
+                .zip(out.trap_sites)
+                .map(|(t, sites)| t.saturating_sub(sites) as f64 / out.ops.max(1) as f64);
             r.traps_by_syscall = out.traps.clone();
             if let (Some(b), Some(a)) = (before, sys.counters()) {
                 let d = systems::counter_delta(&b, &a);

@@ -340,3 +340,23 @@ fn stdio_reads_from_threads_go_through_rewritten_read_sites() {
         assert!(count(&traps, "direct") >= 4000, "{all}");
     }
 }
+
+/// A site whose `syscall` runs from one page into the next, after a site
+/// on the first page was rewritten: that rewrite's `mprotect` split the
+/// page off as a mapping of its own, so the `syscall` lies in the next
+/// mapping (of the same file). It is still rewritten: one trap, not 1000.
+#[test]
+fn a_site_whose_syscall_crosses_into_a_split_off_page_traps_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = probe(dir.path());
+    let linux = on_linux(&bin, "cross");
+    assert_eq!(linux, "cross getppid 10 getpid 1000\n");
+    let traps = dir.path().join("traps");
+    let out = in_atoll(&bin, "cross", &[], &[], &traps);
+    assert_eq!(text(&out.stdout), linux);
+    let all = std::fs::read_to_string(&traps).unwrap_or_default();
+    // The probe's site and glibc's `getpid` (the shell's own before its
+    // exec may add a few).
+    assert!(count(&traps, &libc::SYS_getpid.to_string()) <= 5, "{all}");
+    assert!(count(&traps, "direct") >= 1000, "{all}");
+}

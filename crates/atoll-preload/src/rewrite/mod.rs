@@ -223,7 +223,10 @@ pub fn on_trap(nr: i64, resume: usize) {
         }
         Err(why) => {
             remember_refused(resume);
-            sigsys::debug(&[b"site kept trapping:", why.as_bytes()], &[nr as i64]);
+            sigsys::debug(
+                &[b"site kept trapping:", why.as_bytes()],
+                &[nr as i64, resume as i64],
+            );
         }
     }
 }
@@ -247,7 +250,10 @@ fn on_short_trap(resume: usize, nr: u32) {
         }
         Err(why) => {
             remember_refused(resume);
-            sigsys::debug(&[b"site kept trapping:", why.as_bytes()], &[nr as i64]);
+            sigsys::debug(
+                &[b"site kept trapping:", why.as_bytes()],
+                &[nr as i64, resume as i64],
+            );
         }
     }
 }
@@ -281,7 +287,7 @@ fn short_candidate(resume: usize, nr: u32) -> Option<usize> {
 fn rewrite_short(resume: usize, pad: usize, nr: u32) -> Result<(), &'static str> {
     let xor = resume - 4;
     let m = maps::mapping_of(xor).ok_or("no mapping")?;
-    if !(m.read && m.exec && !m.write && m.private && m.inode != 0) || pad + 5 > m.end {
+    if !is_text(&m) || pad + 5 > m.end {
         return Err("not read-execute file-backed text");
     }
     let window = short_window(xor);
@@ -323,6 +329,12 @@ fn rewrite_short(resume: usize, pad: usize, nr: u32) -> Result<(), &'static str>
     }
 }
 
+/// Program or library text: a private, file-backed, read-execute mapping
+/// (never a JIT's anonymous or writable code).
+fn is_text(m: &maps::Mapping) -> bool {
+    m.read && m.exec && !m.write && m.private && m.inode != 0
+}
+
 /// The 8-byte window, inside one cache line, that holds the two bytes at
 /// `at`, if one does.
 fn short_window(at: usize) -> Option<usize> {
@@ -341,8 +353,17 @@ fn read8(at: usize) -> [u8; 8] {
 fn rewrite(c: &Candidate, resume: usize, nr: u32) -> Result<(), &'static str> {
     let mov = c.mov;
     let m = maps::mapping_of(mov).ok_or("no mapping")?;
-    if !(m.read && m.exec && !m.write && m.private && m.inode != 0) || resume > m.end {
+    if !is_text(&m) {
         return Err("not read-execute file-backed text");
+    }
+    if resume > m.end {
+        // The `syscall` runs on into the next page, which an earlier
+        // rewrite may have split off as a mapping of its own (each
+        // `mprotect` of one page makes one): the same file's text too?
+        let next = maps::mapping_of(resume - 1).ok_or("no mapping")?;
+        if !is_text(&next) || next.inode != m.inode || next.start != m.end {
+            return Err("the syscall is in another mapping");
+        }
     }
     let window = window(mov);
     if window.is_none() && !single_threaded() {

@@ -22,7 +22,10 @@
  *                  shape) read 1000 times; another path jumps straight to
  *                  its `syscall` with getppid's number (must keep it)
  *   stdio PATH   - unbuffered `fgetc` from four threads: glibc's own
- *                  `read` (no PLT entry), on its multi-threaded path */
+ *                  `read` (no PLT entry), on its multi-threaded path
+ *   cross        - a getpid site whose `syscall` crosses a page boundary,
+ *                  run after a site on the first page was rewritten (whose
+ *                  `mprotect` split that page off as a mapping of its own) */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -333,6 +336,35 @@ static int short_site(const char *path) {
     return 0;
 }
 
+/* Page A starts with a getppid site; the getpid site's `mov` ends page A
+ * and its `syscall` runs from A's last byte into page B. */
+long page_a_getppid(void);
+long cross_getpid(void);
+__asm__(".text\n"
+        ".p2align 12\n"
+        "page_a_getppid:\n"
+        "  nop\n"
+        "  mov $110,%eax\n"
+        "  syscall\n"
+        "  ret\n"
+        "  .skip 4096 - 9 - 7, 0xcc\n"
+        "cross_getpid:\n"
+        "  nop\n"
+        "  mov $39,%eax\n"
+        "  syscall\n"
+        "  ret\n");
+
+static int cross(void) {
+    long ppids = 0, pids = 0;
+    /* volatile: the compiler may assume a function's address aligned */
+    volatile unsigned long at = (unsigned long)cross_getpid;
+    if ((at + 7) % 4096 != 0) return 3;
+    for (int i = 0; i < 10; i++) ppids += page_a_getppid() == getppid();
+    for (int i = 0; i < 1000; i++) pids += cross_getpid() == getpid();
+    printf("cross getppid %ld getpid %ld\n", ppids, pids);
+    return 0;
+}
+
 static const char *stdio_path;
 static void *stdio_reader(void *arg) {
     long *got = arg;
@@ -374,5 +406,6 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "forkrace")) return forkrace();
     if (!strcmp(argv[1], "short")) return short_site(argv[2]);
     if (!strcmp(argv[1], "stdio")) return stdio_threads(argv[2]);
+    if (!strcmp(argv[1], "cross")) return cross();
     return 2;
 }

@@ -294,34 +294,25 @@ fn rewrite_short(resume: usize, pad: usize, nr: u32) -> Result<(), &'static str>
     if window.is_none() && !single_threaded() {
         return Err("an xor across cache lines, and other threads");
     }
-    let page = (xor & !(PAGE - 1)) as u64;
-    let rwx = (libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC) as u64;
-    let rx = (libc::PROT_READ | libc::PROT_EXEC) as u64;
-    if raw::syscall(libc::SYS_mprotect, &[page, PAGE as u64, rwx]) != 0 {
-        return Err("mprotect refused");
-    }
-    let stored = match stubs::make(resume, nr, entry::address(), &[]) {
-        Some(stub) => {
-            let mut far = [0u8; 5];
-            far[0] = JMP_REL32;
-            far[1..].copy_from_slice(&stubs::rel32(pad + 5, stub).to_le_bytes());
-            // SAFETY: `pad..pad + 5` is dead padding in the page made
-            // writable above (`short::find_padding`, `short_candidate`).
-            unsafe { core::ptr::copy_nonoverlapping(far.as_ptr(), pad as *mut u8, 5) };
-            let near = [JMP_REL8, (pad - (xor + 2)) as u8];
-            match window {
-                Some(w) => store_bytes_in_window(w, xor, &near),
-                None => {
-                    // SAFETY: one thread (checked above), and the page is
-                    // writable until the mprotect below.
-                    unsafe { core::ptr::copy_nonoverlapping(near.as_ptr(), xor as *mut u8, 2) };
-                    true
-                }
+    let stored = with_page_writable(xor, || {
+        let Some(stub) = stubs::make(resume, nr, entry::address(), &[]) else {
+            return false;
+        };
+        let far = jmp_rel32(pad + 5, stub);
+        // SAFETY: `pad..pad + 5` is dead padding on the page made writable
+        // for this closure (`short::find_padding`, `short_candidate`).
+        unsafe { core::ptr::copy_nonoverlapping(far.as_ptr(), pad as *mut u8, 5) };
+        let near = [JMP_REL8, (pad - (xor + 2)) as u8];
+        match window {
+            Some(w) => store_bytes_in_window(w, xor, &near),
+            None => {
+                // SAFETY: one thread (checked above), and the page is
+                // writable for this closure.
+                unsafe { core::ptr::copy_nonoverlapping(near.as_ptr(), xor as *mut u8, 2) };
+                true
             }
         }
-        None => false,
-    };
-    raw::syscall(libc::SYS_mprotect, &[page, PAGE as u64, rx]);
+    })?;
     if stored {
         Ok(())
     } else {
@@ -369,30 +360,46 @@ fn rewrite(c: &Candidate, resume: usize, nr: u32) -> Result<(), &'static str> {
     if window.is_none() && !single_threaded() {
         return Err("a mov across cache lines, and other threads");
     }
-    let page = (mov & !(PAGE - 1)) as u64;
-    let rwx = (libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC) as u64;
-    let rx = (libc::PROT_READ | libc::PROT_EXEC) as u64;
-    if raw::syscall(libc::SYS_mprotect, &[page, PAGE as u64, rwx]) != 0 {
-        return Err("mprotect refused");
-    }
-    let stored = match stubs::make(resume, nr, entry::address(), &c.moved[..c.moved_len]) {
-        Some(stub) => {
-            let mut jmp = [0u8; 5];
-            jmp[0] = JMP_REL32;
-            jmp[1..].copy_from_slice(&stubs::rel32(mov + 5, stub).to_le_bytes());
-            match window {
-                Some(w) => store_in_window(w, mov, &jmp),
-                None => store_alone(mov, &jmp),
-            }
+    let stored = with_page_writable(mov, || {
+        let Some(stub) = stubs::make(resume, nr, entry::address(), &c.moved[..c.moved_len]) else {
+            return false;
+        };
+        let jmp = jmp_rel32(mov + 5, stub);
+        match window {
+            Some(w) => store_in_window(w, mov, &jmp),
+            None => store_alone(mov, &jmp),
         }
-        None => false,
-    };
-    raw::syscall(libc::SYS_mprotect, &[page, PAGE as u64, rx]);
+    })?;
     if stored {
         Ok(())
     } else {
         Err("no stub in reach, or the code changed under us")
     }
+}
+
+/// Run `store` with the page of `at` briefly read-write-execute (never
+/// non-executable, so threads running it do not fault), then make it
+/// read-execute again; what `store` says, or an error if the page cannot
+/// be made writable (sealed mappings, a W^X policy).
+fn with_page_writable(at: usize, store: impl FnOnce() -> bool) -> Result<bool, &'static str> {
+    let page = (at & !(PAGE - 1)) as u64;
+    let rwx = (libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC) as u64;
+    let rx = (libc::PROT_READ | libc::PROT_EXEC) as u64;
+    if raw::syscall(libc::SYS_mprotect, &[page, PAGE as u64, rwx]) != 0 {
+        return Err("mprotect refused");
+    }
+    let stored = store();
+    raw::syscall(libc::SYS_mprotect, &[page, PAGE as u64, rx]);
+    Ok(stored)
+}
+
+/// `jmp rel32` to `to`, for an instruction whose next one is at `next_ip`
+/// (the caller checked the reach).
+fn jmp_rel32(next_ip: usize, to: usize) -> [u8; 5] {
+    let mut jmp = [0u8; 5];
+    jmp[0] = JMP_REL32;
+    jmp[1..].copy_from_slice(&stubs::rel32(next_ip, to).to_le_bytes());
+    jmp
 }
 
 /// Replace the five bytes at `mov` with `new` in one locked `cmpxchg` on

@@ -11,18 +11,25 @@
 //!                                    │ maps each channel fd (ClientChannel),
 //!  link ◀──BootReply{channels}───────┘ names it ChanId
 //!  link ──Request{chan}──▶ pump ──frame──▶ real channel ──▶ server
-//!  link ◀──Reply/Inbox{chan}── pump polls every real channel's reply ring
-//!                              and inbox (it cannot sleep on all of them)
+//!  link ◀──Reply{chan}──────── pump polls the reply rings of the calls
+//!                              it forwarded, for REPLY_SPIN
+//!  link ◀──Inbox/Reply/ChanClosed── watcher sleeps on every inbox (and
+//!                              the reply rings of slow calls) at once
 //! ```
 //!
 //! Waiting: a request costs the pump one wake-up, as a TCP echo costs its
-//! server one: with no reply due the pump sleeps in `ppoll` on the link
-//! (and polls the inboxes each millisecond), so an incoming request wakes
-//! it at once. Having forwarded a request, it polls for the reply,
-//! yielding between polls, for [`REPLY_SPIN`]: a server answers a typical
-//! call well within that, and the reply leaves as soon as it is in the
-//! ring, never after a sleep. A reply still due after that (a slow call)
-//! is polled for between sleeps on the link of 50 µs growing to 1 ms.
+//! server one: the pump sleeps in `ppoll` on the link, so an incoming
+//! request wakes it at once. Having forwarded a request, it polls for the
+//! reply, yielding between polls, for [`REPLY_SPIN`]: a server answers a
+//! typical call well within that, and the reply leaves as soon as it is
+//! in the ring, never after a sleep. What a server sends unasked — lookup
+//! invalidations, an inbox overflow, a channel's end — and the replies of
+//! slow calls (a read of an empty pipe answered when a writer fills it)
+//! wake the peer's *watcher*, which sleeps on all those futex words at
+//! once (`atoll_msg::watch`, `futex_waitv`), so they leave at once too,
+//! not at a poll (fos §3.2: the proxy delivers as the local messaging
+//! does). Pump and watcher take the rings under one lock (`Peer::gather`),
+//! so each ring has one consumer and a pass's order holds.
 //!
 //! Ownership: the pump alone sends on and polls the real channels; a conn
 //! worker alone uses its boot connection and registers (and at its end
@@ -38,6 +45,7 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use atoll_msg::watch::{self, Bell};
 use atoll_msg::{ClientChannel, Control};
 use atoll_proto::boot::{BootReply, BootRequest, Island};
 use atoll_transport::{Link, Listener, Message};
@@ -52,8 +60,10 @@ struct RealChan {
     server: usize,
     /// Request id of the last `Request` forwarded on it (echoed in replies).
     last_id: AtomicU64,
-    /// A request was forwarded on it and no reply has come since (pump only).
+    /// A request was forwarded on it and no reply has come since.
     due: AtomicBool,
+    /// The pump stopped spinning for that reply: the watcher waits for it.
+    slow: AtomicBool,
 }
 
 /// A boot packet for a conn worker, with its request id.
@@ -69,6 +79,12 @@ struct Peer {
     chans: Mutex<HashMap<ChanId, Arc<RealChan>>>,
     /// Bumped whenever `chans` changes, so the pump re-reads it only then.
     generation: AtomicU64,
+    /// Held while taking frames from the real channels and sending them:
+    /// pump and watcher both do, and a ring has one consumer.
+    gather: Mutex<()>,
+    /// Wakes the watcher: channels were added, a slow call was handed to
+    /// it, or the link ended.
+    bell: Bell,
     conns: Mutex<HashMap<ConnId, Sender<BootPacket>>>,
     next_chan: AtomicU64,
     next_conn: AtomicU64,
@@ -84,6 +100,8 @@ impl Peer {
             control: OnceLock::new(),
             chans: Mutex::new(HashMap::new()),
             generation: AtomicU64::new(0),
+            gather: Mutex::new(()),
+            bell: Bell::default(),
             conns: Mutex::new(HashMap::new()),
             next_chan: AtomicU64::new(1),
             next_conn: AtomicU64::new(1),
@@ -101,6 +119,8 @@ pub fn serve(
     spawner: Option<Arc<SpawnHost>>,
     stop: Arc<AtomicBool>,
 ) {
+    atoll_server::process_counters::publish("node.notices_relayed", &NOTICES_RELAYED);
+    atoll_server::process_counters::publish("node.notices_after_timer", &NOTICES_AFTER_TIMER);
     let mut links: Vec<Arc<dyn Link>> = Vec::new();
     while !stop.load(Ordering::Relaxed) {
         let link = match listener.accept(Some(Duration::from_millis(200))) {
@@ -123,9 +143,13 @@ pub fn serve(
         if wire::send(&*peer.link, 0, &hello).is_err() {
             continue;
         }
+        let watched = peer.clone();
         let _ = std::thread::Builder::new()
             .name("node-pump".into())
             .spawn(move || pump(peer));
+        let _ = std::thread::Builder::new()
+            .name("node-watch".into())
+            .spawn(move || watch_notices(watched));
     }
     // A deliberate stop: every edge ends as stopped, not as lost (a
     // launcher such as `mpirun` then sees every rank succeed).
@@ -140,9 +164,22 @@ pub fn serve(
 /// (`atoll_msg::wait::ADAPTIVE_SPIN_NS`).
 pub const REPLY_SPIN: Duration = Duration::from_micros(100);
 
-/// How long a pump with no reply due sleeps on the link before it looks
-/// at the inboxes (server-initiated messages) again.
-const INBOX_POLL: Duration = Duration::from_millis(1);
+/// How long the watcher sleeps before it looks at every channel anyway:
+/// the poll for channels past what one `futex_waitv` watches
+/// ([`watch::MAX_WATCHED`] words: more than a hundred remote lanes of one
+/// peer) — the only messages that can still wait for a timer.
+const OVERFLOW_POLL: Duration = Duration::from_millis(1);
+
+/// How long a watcher that watches every channel sleeps at most (a bound,
+/// not a poll: every message it relays wakes it).
+const IDLE_WATCH: Duration = Duration::from_secs(1);
+
+/// What the head proxies relayed that a server sent unasked, for `atoll
+/// status --json` (`counters`).
+pub static NOTICES_RELAYED: AtomicU64 = AtomicU64::new(0);
+/// Of those, how many were found by a pass that a timer started, not a
+/// wake-up (each waited for that timer).
+pub static NOTICES_AFTER_TIMER: AtomicU64 = AtomicU64::new(0);
 
 /// The pump of one peer: incoming messages to conn workers and real
 /// channels, replies and inbox messages of real channels to the link.
@@ -151,12 +188,11 @@ fn pump(peer: Arc<Peer>) {
     let mut seen_generation = u64::MAX;
     let mut last_forward = Instant::now();
     let mut reply_due = false;
-    // Polls since the reply spin ended with a reply still due.
-    let mut slow_polls: u32 = 0;
     'outer: loop {
-        // Incoming: a sleep here ends as soon as a message arrives; only a
-        // server's reply waits for the next poll (see `link_wait`).
-        let mut wait = Some(link_wait(reply_due, last_forward.elapsed(), slow_polls));
+        // Incoming: a sleep here ends as soon as a message arrives; a reply
+        // or notice arriving meanwhile wakes the watcher instead.
+        let mut wait = link_wait(reply_due, last_forward.elapsed());
+        let mut forwarded = false;
         loop {
             match peer.link.recv(wait) {
                 Ok(Some(m)) => {
@@ -176,7 +212,7 @@ fn pump(peer: Arc<Peer>) {
                         Ok(msg) => {
                             if incoming(&peer, m.id, msg) {
                                 last_forward = Instant::now();
-                                slow_polls = 0;
+                                forwarded = true;
                             }
                         }
                         Err(e) => {
@@ -199,43 +235,92 @@ fn pump(peer: Arc<Peer>) {
             snapshot = chans.iter().map(|(k, v)| (*k, v.clone())).collect();
             seen_generation = generation;
         }
-        // Everything found in one pass leaves in one write (`Outgoing`).
-        let mut out = Outgoing::default();
-        out.gather(&peer, &snapshot);
-        let still_due = snapshot
-            .iter()
-            .any(|(_, rc)| rc.due.load(Ordering::Relaxed));
-        let batch = out.into_batch();
-        if !batch.is_empty() {
-            let _ = peer.link.send_all(&batch);
+        if !reply_due && !forwarded {
+            // Woken for something that asks no reply (a boot packet, a
+            // channel's end): nothing to wait for here.
+            continue;
         }
-        reply_due = still_due;
+        reply_due = relay_pass(&peer, &snapshot, false);
         if reply_due && last_forward.elapsed() < REPLY_SPIN {
             // The server may need this core to answer.
             std::thread::yield_now();
         } else if reply_due {
-            slow_polls = slow_polls.saturating_add(1);
+            // Slow calls: their replies wake the watcher, not a poll here.
+            for (_, rc) in &snapshot {
+                if rc.due.load(Ordering::Relaxed) {
+                    rc.slow.store(true, Ordering::Release);
+                }
+            }
+            peer.bell.ring();
+            reply_due = false;
         }
     }
     // The peer is gone: its boot connections close (their workers end when
     // their senders go), so the servers drop its sessions.
     peer.link.close();
+    peer.bell.ring();
     peer.conns.lock().unwrap_or_else(|e| e.into_inner()).clear();
+}
+
+/// One pass over `snapshot` under the gather lock: everything found
+/// leaves in one write (`Outgoing`). `after_timer`: no wake-up started
+/// the pass (its notices waited for a timer). True if a reply is still
+/// due on some channel.
+fn relay_pass(peer: &Peer, snapshot: &[(ChanId, Arc<RealChan>)], after_timer: bool) -> bool {
+    let _held = peer.gather.lock().unwrap_or_else(|e| e.into_inner());
+    let mut out = Outgoing::default();
+    out.gather(peer, snapshot);
+    let notices = out.notices.len() as u64;
+    if notices > 0 {
+        NOTICES_RELAYED.fetch_add(notices, Ordering::Relaxed);
+        if after_timer {
+            NOTICES_AFTER_TIMER.fetch_add(notices, Ordering::Relaxed);
+        }
+    }
+    let batch = out.into_batch();
+    if !batch.is_empty() {
+        let _ = peer.link.send_all(&batch);
+    }
+    snapshot
+        .iter()
+        .any(|(_, rc)| rc.due.load(Ordering::Relaxed))
 }
 
 /// How long the pump waits for the link before it polls its channels
 /// again: not at all while a reply is due and was asked for less than
-/// [`REPLY_SPIN`] ago; then 50 µs, growing (every 64 polls) to 1 ms; with
-/// no reply due, [`INBOX_POLL`].
-fn link_wait(reply_due: bool, since_forward: Duration, slow_polls: u32) -> Duration {
-    if !reply_due {
-        return INBOX_POLL;
+/// [`REPLY_SPIN`] ago; otherwise until a message comes (`None`: the
+/// link's silence bound still ends a dead peer's link).
+fn link_wait(reply_due: bool, since_forward: Duration) -> Option<Duration> {
+    (reply_due && since_forward < REPLY_SPIN).then_some(Duration::ZERO)
+}
+
+/// The watcher of one peer: sleeps until a server sends something unasked
+/// on one of the peer's real channels (or answers a slow call, or the
+/// bell rings), then relays everything there is. Ends with the link.
+fn watch_notices(peer: Arc<Peer>) {
+    let mut snapshot: Vec<(ChanId, Arc<RealChan>)> = Vec::new();
+    let mut seen_generation = u64::MAX;
+    let mut woken = true;
+    while !peer.link.is_closed() {
+        let rings = peer.bell.rings();
+        let generation = peer.generation.load(Ordering::Acquire);
+        if generation != seen_generation {
+            let chans = peer.chans.lock().unwrap_or_else(|e| e.into_inner());
+            snapshot = chans.iter().map(|(k, v)| (*k, v.clone())).collect();
+            seen_generation = generation;
+        }
+        relay_pass(&peer, &snapshot, !woken);
+        let watched: Vec<watch::Watched<'_>> = snapshot
+            .iter()
+            .map(|(_, rc)| (&rc.chan, rc.slow.load(Ordering::Acquire)))
+            .collect();
+        let limit = if watch::words(&watched) > watch::MAX_WATCHED {
+            OVERFLOW_POLL
+        } else {
+            IDLE_WATCH
+        };
+        woken = watch::wait_for_notices(&watched, &peer.bell, rings, limit);
     }
-    if since_forward < REPLY_SPIN {
-        return Duration::ZERO;
-    }
-    let steps = (slow_polls / 64).min(5);
-    Duration::from_micros(50 << steps).min(INBOX_POLL)
 }
 
 /// Serve one message of the edge; true if it was a request now on its way
@@ -332,6 +417,7 @@ fn take_replies(id: ChanId, rc: &RealChan, replies: &mut Vec<Message>) {
         match rc.chan.try_recv(|b| b.to_vec()) {
             Ok(Some(frame)) => {
                 rc.due.store(false, Ordering::Relaxed);
+                rc.slow.store(false, Ordering::Relaxed);
                 let rid = rc.last_id.load(Ordering::Relaxed);
                 replies.push(wire::message(rid, &NodeMsg::Reply { chan: id, frame }));
             }
@@ -364,6 +450,7 @@ fn take_notices(
     }
     if rc.chan.is_closed() {
         rc.due.store(false, Ordering::Relaxed);
+        rc.slow.store(false, Ordering::Relaxed);
         let removed = peer
             .chans
             .lock()
@@ -449,6 +536,7 @@ fn conn_worker(
     }
     drop(chans);
     peer.generation.fetch_add(1, Ordering::AcqRel);
+    peer.bell.ring();
 }
 
 /// Take the descriptors of a boot reply: map the channels (in server
@@ -491,12 +579,14 @@ fn adopt(
                     server,
                     last_id: AtomicU64::new(0),
                     due: AtomicBool::new(false),
+                    slow: AtomicBool::new(false),
                 }),
             );
             channels.push(id);
         }
     }
     peer.generation.fetch_add(1, Ordering::AcqRel);
+    peer.bell.ring();
     Ok((channels, child_sock))
 }
 
@@ -541,6 +631,7 @@ mod tests {
             server: 0,
             last_id: AtomicU64::new(7),
             due: AtomicBool::new(true),
+            slow: AtomicBool::new(false),
         });
         peer.chans.lock().unwrap().insert(5, rc);
         (peer, 5, server_end)

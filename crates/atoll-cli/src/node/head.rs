@@ -11,10 +11,9 @@
 //!                                    │ maps each channel fd (ClientChannel),
 //!  link ◀──BootReply{channels}───────┘ names it ChanId
 //!  link ──Request{chan}──▶ pump ──frame──▶ real channel ──▶ server
-//!  link ◀──Reply{chan}──────── pump polls the reply rings of the calls
-//!                              it forwarded, for REPLY_SPIN
-//!  link ◀──Inbox/Reply/ChanClosed── watcher sleeps on every inbox (and
-//!                              the reply rings of slow calls) at once
+//!  link ◀──Reply{chan}──────── pump polls the reply rings while replies
+//!                              are owed
+//!  link ◀──Inbox/ChanClosed──── watcher sleeps on every inbox at once
 //! ```
 //!
 //! Waiting: a request costs the pump one wake-up, as a TCP echo costs its
@@ -22,13 +21,13 @@
 //! request wakes it at once. Having forwarded a request, it polls for the
 //! reply, yielding between polls, for [`REPLY_SPIN`]: a server answers a
 //! typical call well within that, and the reply leaves as soon as it is
-//! in the ring, never after a sleep. What a server sends unasked — lookup
-//! invalidations, an inbox overflow, a channel's end — and the replies of
-//! slow calls (a read of an empty pipe answered when a writer fills it)
-//! wake the peer's *watcher*, which sleeps on all those futex words at
-//! once (`atoll_msg::watch`, `futex_waitv`), so they leave at once too,
-//! not at a poll (fos §3.2: the proxy delivers as the local messaging
-//! does). Pump and watcher take the rings under one lock (`Peer::gather`),
+//! in the ring, never after a sleep. A reply still owed after that (a slow
+//! call) is polled for between sleeps on the link of 50 µs growing to
+//! 1 ms (see `link_wait` for why not slept on). What a server sends
+//! unasked — lookup invalidations, an inbox overflow, a channel's end —
+//! wakes the peer's *watcher*, which sleeps on every inbox's futex word at
+//! once (`atoll_msg::watch`, `futex_waitv`), so it leaves at once, not at
+//! a poll (fos §3.2: the proxy delivers as the local messaging does). Pump and watcher take the rings under one lock (`Peer::gather`),
 //! so each ring has one consumer and a pass's order holds.
 //!
 //! Ownership: the pump alone sends on and polls the real channels; a conn
@@ -40,7 +39,7 @@
 use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -60,10 +59,10 @@ struct RealChan {
     server: usize,
     /// Request id of the last `Request` forwarded on it (echoed in replies).
     last_id: AtomicU64,
-    /// A request was forwarded on it and no reply has come since.
-    due: AtomicBool,
-    /// The pump stopped spinning for that reply: the watcher waits for it.
-    slow: AtomicBool,
+    /// Replies owed: calls forwarded on it (posted requests get none) less
+    /// replies taken. A program may have several calls in flight on one
+    /// channel (reads ahead), so one reply does not settle the rest.
+    owed: AtomicU32,
 }
 
 /// A boot packet for a conn worker, with its request id.
@@ -82,8 +81,7 @@ struct Peer {
     /// Held while taking frames from the real channels and sending them:
     /// pump and watcher both do, and a ring has one consumer.
     gather: Mutex<()>,
-    /// Wakes the watcher: channels were added, a slow call was handed to
-    /// it, or the link ended.
+    /// Wakes the watcher: channels were added or ended, or the link ended.
     bell: Bell,
     conns: Mutex<HashMap<ConnId, Sender<BootPacket>>>,
     next_chan: AtomicU64,
@@ -188,11 +186,15 @@ fn pump(peer: Arc<Peer>) {
     let mut seen_generation = u64::MAX;
     let mut last_forward = Instant::now();
     let mut reply_due = false;
+    // Polls since the reply spin ended with a reply still due.
+    let mut slow_polls: u32 = 0;
     'outer: loop {
-        // Incoming: a sleep here ends as soon as a message arrives; a reply
-        // or notice arriving meanwhile wakes the watcher instead.
-        let mut wait = link_wait(reply_due, last_forward.elapsed());
-        let mut forwarded = false;
+        // Incoming: a sleep here ends as soon as a message arrives; only a
+        // slow call's reply waits for the next poll (see `link_wait`);
+        // what a server sends unasked wakes the watcher.
+        let mut wait = link_wait(reply_due, last_forward.elapsed(), slow_polls);
+        let timed = wait.is_some_and(|w| !w.is_zero());
+        let mut heard = false;
         loop {
             match peer.link.recv(wait) {
                 Ok(Some(m)) => {
@@ -212,8 +214,9 @@ fn pump(peer: Arc<Peer>) {
                         Ok(msg) => {
                             if incoming(&peer, m.id, msg) {
                                 last_forward = Instant::now();
-                                forwarded = true;
+                                slow_polls = 0;
                             }
+                            heard = true;
                         }
                         Err(e) => {
                             tracing::warn!("node: {e}; dropping the peer");
@@ -235,24 +238,17 @@ fn pump(peer: Arc<Peer>) {
             snapshot = chans.iter().map(|(k, v)| (*k, v.clone())).collect();
             seen_generation = generation;
         }
-        if !reply_due && !forwarded {
-            // Woken for something that asks no reply (a boot packet, a
-            // channel's end): nothing to wait for here.
+        if !reply_due && !heard {
             continue;
         }
-        reply_due = relay_pass(&peer, &snapshot, false);
+        // A pass that only a poll's timer started (nothing came on the
+        // link): its inbox messages, if any, waited for that timer.
+        reply_due = relay_pass(&peer, &snapshot, timed && !heard);
         if reply_due && last_forward.elapsed() < REPLY_SPIN {
             // The server may need this core to answer.
             std::thread::yield_now();
         } else if reply_due {
-            // Slow calls: their replies wake the watcher, not a poll here.
-            for (_, rc) in &snapshot {
-                if rc.due.load(Ordering::Relaxed) {
-                    rc.slow.store(true, Ordering::Release);
-                }
-            }
-            peer.bell.ring();
-            reply_due = false;
+            slow_polls = slow_polls.saturating_add(1);
         }
     }
     // The peer is gone: its boot connections close (their workers end when
@@ -265,7 +261,7 @@ fn pump(peer: Arc<Peer>) {
 /// One pass over `snapshot` under the gather lock: everything found
 /// leaves in one write (`Outgoing`). `after_timer`: no wake-up started
 /// the pass (its notices waited for a timer). True if a reply is still
-/// due on some channel.
+/// owed on some channel.
 fn relay_pass(peer: &Peer, snapshot: &[(ChanId, Arc<RealChan>)], after_timer: bool) -> bool {
     let _held = peer.gather.lock().unwrap_or_else(|e| e.into_inner());
     let mut out = Outgoing::default();
@@ -283,20 +279,35 @@ fn relay_pass(peer: &Peer, snapshot: &[(ChanId, Arc<RealChan>)], after_timer: bo
     }
     snapshot
         .iter()
-        .any(|(_, rc)| rc.due.load(Ordering::Relaxed))
+        .any(|(_, rc)| rc.owed.load(Ordering::Acquire) > 0)
 }
 
 /// How long the pump waits for the link before it polls its channels
 /// again: not at all while a reply is due and was asked for less than
-/// [`REPLY_SPIN`] ago; otherwise until a message comes (`None`: the
-/// link's silence bound still ends a dead peer's link).
-fn link_wait(reply_due: bool, since_forward: Duration) -> Option<Duration> {
-    (reply_due && since_forward < REPLY_SPIN).then_some(Duration::ZERO)
+/// [`REPLY_SPIN`] ago; then 50 µs, growing (every 64 polls) to 1 ms; with
+/// no reply due, until a message comes (`None`: the link's silence bound
+/// still ends a dead peer's link), as the watcher relays the rest.
+///
+/// Why a slow call's reply is polled for and not slept on (the watcher
+/// could): on two CPUs shared with the servers and other programs, a
+/// pump that hands a reply over to another thread after its spin waits
+/// for that thread to be scheduled, a time slice or more under load;
+/// measured, remote writes of 8 KiB calls four in flight dropped from
+/// 32 to 2 MB/s that way.
+fn link_wait(reply_due: bool, since_forward: Duration, slow_polls: u32) -> Option<Duration> {
+    if !reply_due {
+        return None;
+    }
+    if since_forward < REPLY_SPIN {
+        return Some(Duration::ZERO);
+    }
+    let steps = (slow_polls / 64).min(5);
+    Some(Duration::from_micros(50 << steps).min(Duration::from_millis(1)))
 }
 
 /// The watcher of one peer: sleeps until a server sends something unasked
-/// on one of the peer's real channels (or answers a slow call, or the
-/// bell rings), then relays everything there is. Ends with the link.
+/// on one of the peer's real channels (or the bell rings), then relays
+/// everything there is. Ends with the link.
 fn watch_notices(peer: Arc<Peer>) {
     let mut snapshot: Vec<(ChanId, Arc<RealChan>)> = Vec::new();
     let mut seen_generation = u64::MAX;
@@ -310,10 +321,8 @@ fn watch_notices(peer: Arc<Peer>) {
             seen_generation = generation;
         }
         relay_pass(&peer, &snapshot, !woken);
-        let watched: Vec<watch::Watched<'_>> = snapshot
-            .iter()
-            .map(|(_, rc)| (&rc.chan, rc.slow.load(Ordering::Acquire)))
-            .collect();
+        let watched: Vec<watch::Watched<'_>> =
+            snapshot.iter().map(|(_, rc)| (&rc.chan, false)).collect();
         let limit = if watch::words(&watched) > watch::MAX_WATCHED {
             OVERFLOW_POLL
         } else {
@@ -323,8 +332,8 @@ fn watch_notices(peer: Arc<Peer>) {
     }
 }
 
-/// Serve one message of the edge; true if it was a request now on its way
-/// to a server.
+/// Serve one message of the edge; true if it was a call now on its way to
+/// a server (a reply is owed).
 fn incoming(peer: &Arc<Peer>, id: u64, msg: NodeMsg) -> bool {
     match msg {
         NodeMsg::Boot { conn, packet } => {
@@ -353,6 +362,12 @@ fn incoming(peer: &Arc<Peer>, id: u64, msg: NodeMsg) -> bool {
             false
         }
         NodeMsg::Request { chan, frame } => {
+            // A request's id leads its frame; a posted one is answered by
+            // nobody (unreadable: counted as a call, so it is watched).
+            let call = !matches!(
+                postcard::take_from_bytes::<u64>(&frame),
+                Ok((rid, _)) if atoll_proto::is_posted(rid)
+            );
             let rc = peer
                 .chans
                 .lock()
@@ -362,15 +377,22 @@ fn incoming(peer: &Arc<Peer>, id: u64, msg: NodeMsg) -> bool {
             let sent = match (rc, peer.control.get()) {
                 (Some(rc), Some(control)) => {
                     rc.last_id.store(id, Ordering::Relaxed);
-                    rc.due.store(true, Ordering::Relaxed);
-                    rc.chan.send(&frame, control.doorbell(rc.server)).is_ok()
+                    // Counted before the server can answer it.
+                    if call {
+                        rc.owed.fetch_add(1, Ordering::AcqRel);
+                    }
+                    let sent = rc.chan.send(&frame, control.doorbell(rc.server)).is_ok();
+                    if !sent && call {
+                        settle_one(&rc);
+                    }
+                    sent
                 }
                 _ => false,
             };
             if !sent {
                 let _ = wire::send(&*peer.link, id, &NodeMsg::ChanClosed { chan });
             }
-            sent
+            sent && call
         }
         other => {
             tracing::warn!("node: unexpected {other:?} from an edge");
@@ -411,13 +433,21 @@ impl Outgoing {
     }
 }
 
+/// One reply owed on `rc` came (or its call was never sent).
+fn settle_one(rc: &RealChan) {
+    let _ = rc
+        .owed
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+            Some(n.saturating_sub(1))
+        });
+}
+
 /// The replies real channel `id` has for its client.
 fn take_replies(id: ChanId, rc: &RealChan, replies: &mut Vec<Message>) {
     loop {
         match rc.chan.try_recv(|b| b.to_vec()) {
             Ok(Some(frame)) => {
-                rc.due.store(false, Ordering::Relaxed);
-                rc.slow.store(false, Ordering::Relaxed);
+                settle_one(rc);
                 let rid = rc.last_id.load(Ordering::Relaxed);
                 replies.push(wire::message(rid, &NodeMsg::Reply { chan: id, frame }));
             }
@@ -449,8 +479,7 @@ fn take_notices(
         notices.push(wire::message(0, &NodeMsg::InboxOverflow { chan: id }));
     }
     if rc.chan.is_closed() {
-        rc.due.store(false, Ordering::Relaxed);
-        rc.slow.store(false, Ordering::Relaxed);
+        rc.owed.store(0, Ordering::Release);
         let removed = peer
             .chans
             .lock()
@@ -578,8 +607,7 @@ fn adopt(
                     chan,
                     server,
                     last_id: AtomicU64::new(0),
-                    due: AtomicBool::new(false),
-                    slow: AtomicBool::new(false),
+                    owed: AtomicU32::new(0),
                 }),
             );
             channels.push(id);
@@ -630,8 +658,7 @@ mod tests {
             chan,
             server: 0,
             last_id: AtomicU64::new(7),
-            due: AtomicBool::new(true),
-            slow: AtomicBool::new(false),
+            owed: AtomicU32::new(1),
         });
         peer.chans.lock().unwrap().insert(5, rc);
         (peer, 5, server_end)
@@ -672,7 +699,7 @@ mod tests {
         let batch = out.into_batch();
         assert_eq!(kinds(&batch), ["inbox", "reply", "closed"]);
         assert_eq!(batch[1].id, 7, "a reply carries its request's id");
-        assert!(!snapshot[0].1.due.load(Ordering::Relaxed));
+        assert_eq!(snapshot[0].1.owed.load(Ordering::Relaxed), 0);
         assert!(peer.chans.lock().unwrap().get(&id).is_none());
     }
 }

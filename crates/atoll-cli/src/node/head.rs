@@ -27,14 +27,16 @@
 //! unasked — lookup invalidations, an inbox overflow, a channel's end —
 //! wakes the peer's *watcher*, which sleeps on every inbox's futex word at
 //! once (`atoll_msg::watch`, `futex_waitv`), so it leaves at once, not at
-//! a poll (fos §3.2: the proxy delivers as the local messaging does). Pump and watcher take the rings under one lock (`Peer::gather`),
-//! so each ring has one consumer and a pass's order holds.
+//! a poll (fos §3.2: the proxy delivers as the local messaging does).
 //!
-//! Ownership: the pump alone sends on and polls the real channels; a conn
-//! worker alone uses its boot connection and registers (and at its end
-//! closes) the channels its replies brought. When a peer's link ends,
-//! every conn worker of it ends and its boot connections close, so the
-//! servers drop those sessions as they would for processes that died.
+//! Ownership: the pump alone sends on the real channels; pump and
+//! watcher take their replies and inbox messages, under one lock
+//! (`Peer::gather`), so each ring has one consumer and a pass's order
+//! holds; a conn worker alone uses its boot connection and registers (and
+//! at its end closes) the channels its replies brought. When a peer's
+//! link ends, every conn worker of it ends and its boot connections
+//! close, so the servers drop those sessions as they would for processes
+//! that died.
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
@@ -164,8 +166,8 @@ pub const REPLY_SPIN: Duration = Duration::from_micros(100);
 
 /// How long the watcher sleeps before it looks at every channel anyway:
 /// the poll for channels past what one `futex_waitv` watches
-/// ([`watch::MAX_WATCHED`] words: more than a hundred remote lanes of one
-/// peer) — the only messages that can still wait for a timer.
+/// ([`watch::MAX_WATCHED`] channels of one peer: over sixty remote lanes
+/// with two servers), whose unasked messages alone still wait for a timer.
 const OVERFLOW_POLL: Duration = Duration::from_millis(1);
 
 /// How long a watcher that watches every channel sleeps at most (a bound,
@@ -363,7 +365,8 @@ fn incoming(peer: &Arc<Peer>, id: u64, msg: NodeMsg) -> bool {
         }
         NodeMsg::Request { chan, frame } => {
             // A request's id leads its frame; a posted one is answered by
-            // nobody (unreadable: counted as a call, so it is watched).
+            // nobody (an unreadable id counts as a call: the pump then
+            // polls for a reply that may not come, as for a slow call).
             let call = !matches!(
                 postcard::take_from_bytes::<u64>(&frame),
                 Ok((rid, _)) if atoll_proto::is_posted(rid)

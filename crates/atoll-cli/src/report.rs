@@ -178,6 +178,16 @@ fn counters_total(servers: &[ServerStats]) -> BTreeMap<&str, u64> {
     m
 }
 
+/// The servers' counters and those of the instance's process
+/// (`InstanceStatus::process_counters`).
+fn all_counters(st: &InstanceStatus) -> BTreeMap<&str, u64> {
+    let mut m = counters_total(&st.servers);
+    for (name, n) in &st.process_counters {
+        *m.entry(name.as_str()).or_insert(0) += n;
+    }
+    m
+}
+
 fn core(c: i32) -> String {
     if c < 0 {
         "-".into()
@@ -717,7 +727,7 @@ pub fn status_json(st: &InstanceStatus, rec: &InstanceRecord) -> serde_json::Val
         "sched": sched,
         // Named counters summed over servers, client-reported ones too
         // (`names.rebinds`, `dcache.hits`, …), as in `--stats-json`.
-        "counters": counters_total(&st.servers),
+        "counters": all_counters(st),
         "id": st.id,
         "pid": st.pid,
         "kind": rec.kind,

@@ -156,6 +156,27 @@ impl Parts {
         let (reply, _) = self.ring(1);
         // SAFETY: valid ring header inside the mapping.
         unsafe { (*reply).event.notify() };
+        // A proxy relaying the channel to another host sleeps on the inbox
+        // (`watch`), not on the reply ring: the end must wake it too.
+        self.wake_inbox_watcher();
+    }
+
+    /// Wake whoever sleeps on the inbox's event (a proxy's watcher, see
+    /// [`crate::watch`]; a program never does). One locked instruction
+    /// unless someone sleeps.
+    fn wake_inbox_watcher(&self) {
+        let (inbox, _) = self.ring(2);
+        // SAFETY: valid ring header inside the mapping.
+        unsafe { (*inbox).event.notify() };
+    }
+
+    /// The inbox's futex word, for [`crate::watch`].
+    #[cfg(not(loom))]
+    pub(crate) fn inbox_event(&self) -> &crate::wait::Event {
+        let (inbox, _) = self.ring(2);
+        // SAFETY: valid ring header inside the mapping, which lives as
+        // long as `self`.
+        unsafe { &(*inbox).event }
     }
 }
 
@@ -242,6 +263,33 @@ impl ClientChannel {
     /// would have invalidated (e.g. flush its whole directory cache).
     pub fn take_inbox_overflow(&self) -> bool {
         self.parts.header().inbox_overflow.swap(0, Ordering::AcqRel) != 0
+    }
+
+    /// Has the server left anything for this end that no reply carries:
+    /// an inbox message, an overflow, or the channel's end? Does not
+    /// consume anything (for [`crate::watch`]).
+    pub fn has_notices(&self) -> bool {
+        self.inbox.has_frame()
+            || self.parts.header().inbox_overflow.load(Ordering::Acquire) != 0
+            || self.ended()
+    }
+
+    /// Is a reply waiting? Consumes nothing (for [`crate::watch`]).
+    pub fn has_reply(&self) -> bool {
+        self.rep.has_frame()
+    }
+
+    #[cfg(not(loom))]
+    pub(crate) fn inbox_event(&self) -> &crate::wait::Event {
+        self.parts.inbox_event()
+    }
+
+    #[cfg(not(loom))]
+    pub(crate) fn reply_event(&self) -> &crate::wait::Event {
+        let (reply, _) = self.parts.ring(1);
+        // SAFETY: valid ring header inside the mapping, which lives as
+        // long as `self`.
+        unsafe { &(*reply).event }
     }
 
     /// End the channel: every wait on it, on either side, fails with
@@ -383,8 +431,14 @@ impl ServerChannel {
     /// flag is raised (see [`ClientChannel::take_inbox_overflow`]) and
     /// `Err(Full)` is returned: a server never blocks on a client that is
     /// not draining (it may itself be waiting for this server's reply).
+    ///
+    /// A program reads its inbox before its next call and never sleeps on
+    /// it, but a proxy relaying the channel to another host does
+    /// ([`crate::watch`]): the message wakes it, so it leaves at once, not
+    /// at the proxy's next poll (fos §3.2). Costs one locked instruction
+    /// when nobody sleeps.
     pub fn notify(&self, frame: &[u8]) -> Result<(), MsgError> {
-        match self.inbox.try_send(frame) {
+        let sent = match self.inbox.try_send(frame) {
             Err(MsgError::Full) => {
                 self.parts
                     .header()
@@ -393,7 +447,11 @@ impl ServerChannel {
                 Err(MsgError::Full)
             }
             other => other,
+        };
+        if !matches!(sent, Err(MsgError::TooLarge(_))) {
+            self.parts.wake_inbox_watcher();
         }
+        sent
     }
 
     /// Tell the client it missed messages: it drops everything it
@@ -406,6 +464,7 @@ impl ServerChannel {
             .header()
             .inbox_overflow
             .store(1, Ordering::Release);
+        self.parts.wake_inbox_watcher();
     }
 
     /// End the channel (see [`ClientChannel::close`]).

@@ -112,6 +112,8 @@ mod region;
 mod ring;
 mod sync;
 mod wait;
+#[cfg(not(loom))]
+pub mod watch;
 
 pub use atoll_proto::boot::PollMode;
 pub use atoll_proto::MAX_FRAME;

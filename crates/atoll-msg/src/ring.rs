@@ -471,6 +471,11 @@ impl Consumer {
         m.seq_word(tail & m.mask()).load(PrivateOrdering::Acquire) == seq_of(tail)
     }
 
+    /// Is a frame (or wrap marker) waiting? Consumes nothing.
+    pub(crate) fn has_frame(&self) -> bool {
+        self.ready_at(self.tail.load(PrivateOrdering::Relaxed))
+    }
+
     /// The next frame, lent to `f`, if there is one.
     pub(crate) fn try_recv<R>(&self, f: impl FnOnce(&[u8]) -> R) -> Result<Option<R>, MsgError> {
         Ok(self.poll()?.map(|at| self.take(at, f)))

@@ -100,6 +100,33 @@ impl Event {
         self.0.load(Ordering::Relaxed) & SLEEPER_MASK
     }
 
+    /// All-zero: no sleeper, no notification yet.
+    #[cfg(not(loom))]
+    pub(crate) const fn quiet() -> Self {
+        Event(AtomicU32::new(0))
+    }
+
+    /// Step A alone, for a waiter on many events (`watch`): the value to
+    /// sleep on.
+    #[cfg(not(loom))]
+    pub(crate) fn announce(&self) -> u32 {
+        self.0
+            .fetch_add(SLEEPER, Ordering::AcqRel)
+            .wrapping_add(SLEEPER)
+    }
+
+    /// Take back an [`announce`](Self::announce) after the sleep.
+    #[cfg(not(loom))]
+    pub(crate) fn withdraw(&self) {
+        self.0.fetch_sub(SLEEPER, Ordering::AcqRel);
+    }
+
+    /// The futex word itself.
+    #[cfg(not(loom))]
+    pub(crate) fn word(&self) -> &AtomicU32 {
+        &self.0
+    }
+
     /// Waiter: announce, re-check, sleep (steps A, B).
     pub(crate) fn sleep_unless(&self, ready: impl Fn() -> bool) {
         let v = self

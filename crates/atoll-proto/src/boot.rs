@@ -358,6 +358,10 @@ pub struct InstanceStatus {
     /// How the file servers are hosted (`atoll scale`).
     #[serde(default)]
     pub scaling: Scaling,
+    /// Named counters of what runs in the instance's process beside the
+    /// servers (`node.*`: the head proxy of `atoll node`).
+    #[serde(default)]
+    pub process_counters: Vec<(String, u64)>,
 }
 
 /// How many host processes run the file servers, and who decides.

@@ -698,6 +698,7 @@ impl Boot {
                 .filter_map(|c| c.session.map(|s| (s.0, c.pid)))
                 .collect(),
             health: self.p.servers.health_with_generations(),
+            process_counters: crate::process_counters::snapshot(),
             scaling: {
                 let (hosts, auto, changes) = self.p.servers.health.scaling();
                 atoll_proto::boot::Scaling {

@@ -30,6 +30,7 @@ pub mod health;
 pub mod hosts;
 pub mod journal;
 pub mod process;
+pub mod process_counters;
 pub mod server;
 pub mod snapshot;
 pub mod store;

@@ -728,3 +728,76 @@ fn a_call_waiting_at_the_first_node_fails_with_eio_when_its_own_node_dies() {
     c.restart_node(&atoll_bin(), 2).expect("node C rejoins");
     assert_eq!(text(&on(&c, 2, "cat $ROOT/r")), "hi\n");
 }
+
+/// Named counters of node `k`'s instance (`atoll status --json`).
+fn node_counters(c: &Cluster, k: usize) -> serde_json::Value {
+    let out = std::process::Command::new("ip")
+        .args(["netns", "exec", c.namespace(k)])
+        .arg(atoll_bin())
+        .args(["status", "--json", "--runtime-dir"])
+        .arg(&c.dirs[k])
+        .env_remove("ATOLL_SOCKET")
+        .env_remove("LD_PRELOAD")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "status: {out:?}");
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    status["counters"].clone()
+}
+
+/// Invalidations a server sends to a program on another host while that
+/// program owes no call (it sleeps in a host pipe) wake the first node's
+/// proxy and leave at once: none is found by a pass a timer started (the
+/// proxy used to look at the inboxes only every millisecond when no reply
+/// was due). The program then sees the removal as on tmpfs.
+#[test]
+fn invalidations_for_an_idle_remote_program_leave_without_waiting_for_a_timer() {
+    use std::io::{BufRead, Write};
+    let Some(c) = cluster() else { return };
+    on(
+        &c,
+        0,
+        "mkdir -p $ROOT/d && for i in $(seq 1 20); do echo $i > $ROOT/d/f$i; done",
+    );
+    let fifo = tempfile::tempdir().unwrap();
+    let go = fifo.path().join("go");
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&go)
+        .status()
+        .unwrap()
+        .success());
+    // Host B caches the 20 names, says so, then waits in a host fifo.
+    let script = format!(
+        "for i in $(seq 1 20); do [ -e $ROOT/d/f$i ] || echo missing $i; done; echo cached; \
+         read -r x < {go}; n=0; for i in $(seq 1 20); do [ -e $ROOT/d/f$i ] && n=$((n+1)); done; \
+         echo left $n",
+        go = go.display()
+    );
+    let mut b = c
+        .exec(&atoll_bin(), 1, &script)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(b.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "cached");
+    let before = node_counters(&c, 0);
+    // Host C removes them: each removal invalidates B's cached name.
+    on(&c, 2, "rm $ROOT/d/f*");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&go)
+        .unwrap()
+        .write_all(b"go\n")
+        .unwrap();
+    assert_eq!(lines.next().unwrap().unwrap(), "left 0");
+    assert!(b.wait().unwrap().success());
+    let after = node_counters(&c, 0);
+    let count = |v: &serde_json::Value, name: &str| v[name].as_u64().unwrap_or(0);
+    let relayed = count(&after, "node.notices_relayed") - count(&before, "node.notices_relayed");
+    assert!(relayed > 0, "notices relayed: {after}");
+    assert_eq!(
+        count(&after, "node.notices_after_timer"),
+        0,
+        "notices that waited for a timer: {after}"
+    );
+}

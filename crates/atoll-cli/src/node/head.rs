@@ -11,33 +11,42 @@
 //!                                    │ maps each channel fd (ClientChannel),
 //!  link ◀──BootReply{channels}───────┘ names it ChanId
 //!  link ──Request{chan}──▶ pump ──frame──▶ real channel ──▶ server
-//!  link ◀──Reply/Inbox{chan}── pump polls every real channel's reply ring
-//!                              and inbox (it cannot sleep on all of them)
+//!  link ◀──Reply{chan}──────── pump polls the reply rings while replies
+//!                              are owed
+//!  link ◀──Inbox/ChanClosed──── watcher sleeps on every inbox at once
 //! ```
 //!
 //! Waiting: a request costs the pump one wake-up, as a TCP echo costs its
-//! server one: with no reply due the pump sleeps in `ppoll` on the link
-//! (and polls the inboxes each millisecond), so an incoming request wakes
-//! it at once. Having forwarded a request, it polls for the reply,
-//! yielding between polls, for [`REPLY_SPIN`]: a server answers a typical
-//! call well within that, and the reply leaves as soon as it is in the
-//! ring, never after a sleep. A reply still due after that (a slow call)
-//! is polled for between sleeps on the link of 50 µs growing to 1 ms.
+//! server one: the pump sleeps in `ppoll` on the link, so an incoming
+//! request wakes it at once. Having forwarded a request, it polls for the
+//! reply, yielding between polls, for [`REPLY_SPIN`]: a server answers a
+//! typical call well within that, and the reply leaves as soon as it is
+//! in the ring, never after a sleep. A reply still owed after that (a slow
+//! call) is polled for between sleeps on the link of 50 µs growing to
+//! 1 ms (see `link_wait` for why not slept on). What a server sends
+//! unasked — lookup invalidations, an inbox overflow, a channel's end —
+//! wakes the peer's *watcher*, which sleeps on every inbox's futex word at
+//! once (`atoll_msg::watch`, `futex_waitv`), so it leaves at once, not at
+//! a poll (fos §3.2: the proxy delivers as the local messaging does).
 //!
-//! Ownership: the pump alone sends on and polls the real channels; a conn
-//! worker alone uses its boot connection and registers (and at its end
-//! closes) the channels its replies brought. When a peer's link ends,
-//! every conn worker of it ends and its boot connections close, so the
-//! servers drop those sessions as they would for processes that died.
+//! Ownership: the pump alone sends on the real channels; pump and
+//! watcher take their replies and inbox messages, under one lock
+//! (`Peer::gather`), so each ring has one consumer and a pass's order
+//! holds; a conn worker alone uses its boot connection and registers (and
+//! at its end closes) the channels its replies brought. When a peer's
+//! link ends, every conn worker of it ends and its boot connections
+//! close, so the servers drop those sessions as they would for processes
+//! that died.
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use atoll_msg::watch::{self, Bell};
 use atoll_msg::{ClientChannel, Control};
 use atoll_proto::boot::{BootReply, BootRequest, Island};
 use atoll_transport::{Link, Listener, Message};
@@ -52,8 +61,10 @@ struct RealChan {
     server: usize,
     /// Request id of the last `Request` forwarded on it (echoed in replies).
     last_id: AtomicU64,
-    /// A request was forwarded on it and no reply has come since (pump only).
-    due: AtomicBool,
+    /// Replies owed: calls forwarded on it (posted requests get none) less
+    /// replies taken. A program may have several calls in flight on one
+    /// channel (reads ahead), so one reply does not settle the rest.
+    owed: AtomicU32,
 }
 
 /// A boot packet for a conn worker, with its request id.
@@ -69,6 +80,11 @@ struct Peer {
     chans: Mutex<HashMap<ChanId, Arc<RealChan>>>,
     /// Bumped whenever `chans` changes, so the pump re-reads it only then.
     generation: AtomicU64,
+    /// Held while taking frames from the real channels and sending them:
+    /// pump and watcher both do, and a ring has one consumer.
+    gather: Mutex<()>,
+    /// Wakes the watcher: channels were added or ended, or the link ended.
+    bell: Bell,
     conns: Mutex<HashMap<ConnId, Sender<BootPacket>>>,
     next_chan: AtomicU64,
     next_conn: AtomicU64,
@@ -84,6 +100,8 @@ impl Peer {
             control: OnceLock::new(),
             chans: Mutex::new(HashMap::new()),
             generation: AtomicU64::new(0),
+            gather: Mutex::new(()),
+            bell: Bell::default(),
             conns: Mutex::new(HashMap::new()),
             next_chan: AtomicU64::new(1),
             next_conn: AtomicU64::new(1),
@@ -101,6 +119,8 @@ pub fn serve(
     spawner: Option<Arc<SpawnHost>>,
     stop: Arc<AtomicBool>,
 ) {
+    atoll_server::process_counters::publish("node.notices_relayed", &NOTICES_RELAYED);
+    atoll_server::process_counters::publish("node.notices_after_timer", &NOTICES_AFTER_TIMER);
     let mut links: Vec<Arc<dyn Link>> = Vec::new();
     while !stop.load(Ordering::Relaxed) {
         let link = match listener.accept(Some(Duration::from_millis(200))) {
@@ -123,9 +143,13 @@ pub fn serve(
         if wire::send(&*peer.link, 0, &hello).is_err() {
             continue;
         }
+        let watched = peer.clone();
         let _ = std::thread::Builder::new()
             .name("node-pump".into())
             .spawn(move || pump(peer));
+        let _ = std::thread::Builder::new()
+            .name("node-watch".into())
+            .spawn(move || watch_notices(watched));
     }
     // A deliberate stop: every edge ends as stopped, not as lost (a
     // launcher such as `mpirun` then sees every rank succeed).
@@ -140,9 +164,22 @@ pub fn serve(
 /// (`atoll_msg::wait::ADAPTIVE_SPIN_NS`).
 pub const REPLY_SPIN: Duration = Duration::from_micros(100);
 
-/// How long a pump with no reply due sleeps on the link before it looks
-/// at the inboxes (server-initiated messages) again.
-const INBOX_POLL: Duration = Duration::from_millis(1);
+/// How long the watcher sleeps before it looks at every channel anyway:
+/// the poll for channels past what one `futex_waitv` watches
+/// ([`watch::MAX_WATCHED`] channels of one peer: over sixty remote lanes
+/// with two servers), whose unasked messages alone still wait for a timer.
+const OVERFLOW_POLL: Duration = Duration::from_millis(1);
+
+/// How long a watcher that watches every channel sleeps at most (a bound,
+/// not a poll: every message it relays wakes it).
+const IDLE_WATCH: Duration = Duration::from_secs(1);
+
+/// What the head proxies relayed that a server sent unasked, for `atoll
+/// status --json` (`counters`).
+pub static NOTICES_RELAYED: AtomicU64 = AtomicU64::new(0);
+/// Of those, how many were found by a pass that a timer started, not a
+/// wake-up (each waited for that timer).
+pub static NOTICES_AFTER_TIMER: AtomicU64 = AtomicU64::new(0);
 
 /// The pump of one peer: incoming messages to conn workers and real
 /// channels, replies and inbox messages of real channels to the link.
@@ -155,8 +192,11 @@ fn pump(peer: Arc<Peer>) {
     let mut slow_polls: u32 = 0;
     'outer: loop {
         // Incoming: a sleep here ends as soon as a message arrives; only a
-        // server's reply waits for the next poll (see `link_wait`).
-        let mut wait = Some(link_wait(reply_due, last_forward.elapsed(), slow_polls));
+        // slow call's reply waits for the next poll (see `link_wait`);
+        // what a server sends unasked wakes the watcher.
+        let mut wait = link_wait(reply_due, last_forward.elapsed(), slow_polls);
+        let timed = wait.is_some_and(|w| !w.is_zero());
+        let mut heard = false;
         loop {
             match peer.link.recv(wait) {
                 Ok(Some(m)) => {
@@ -178,6 +218,7 @@ fn pump(peer: Arc<Peer>) {
                                 last_forward = Instant::now();
                                 slow_polls = 0;
                             }
+                            heard = true;
                         }
                         Err(e) => {
                             tracing::warn!("node: {e}; dropping the peer");
@@ -199,17 +240,12 @@ fn pump(peer: Arc<Peer>) {
             snapshot = chans.iter().map(|(k, v)| (*k, v.clone())).collect();
             seen_generation = generation;
         }
-        // Everything found in one pass leaves in one write (`Outgoing`).
-        let mut out = Outgoing::default();
-        out.gather(&peer, &snapshot);
-        let still_due = snapshot
-            .iter()
-            .any(|(_, rc)| rc.due.load(Ordering::Relaxed));
-        let batch = out.into_batch();
-        if !batch.is_empty() {
-            let _ = peer.link.send_all(&batch);
+        if !reply_due && !heard {
+            continue;
         }
-        reply_due = still_due;
+        // A pass that only a poll's timer started (nothing came on the
+        // link): its inbox messages, if any, waited for that timer.
+        reply_due = relay_pass(&peer, &snapshot, timed && !heard);
         if reply_due && last_forward.elapsed() < REPLY_SPIN {
             // The server may need this core to answer.
             std::thread::yield_now();
@@ -220,26 +256,86 @@ fn pump(peer: Arc<Peer>) {
     // The peer is gone: its boot connections close (their workers end when
     // their senders go), so the servers drop its sessions.
     peer.link.close();
+    peer.bell.ring();
     peer.conns.lock().unwrap_or_else(|e| e.into_inner()).clear();
+}
+
+/// One pass over `snapshot` under the gather lock: everything found
+/// leaves in one write (`Outgoing`). `after_timer`: no wake-up started
+/// the pass (its notices waited for a timer). True if a reply is still
+/// owed on some channel.
+fn relay_pass(peer: &Peer, snapshot: &[(ChanId, Arc<RealChan>)], after_timer: bool) -> bool {
+    let _held = peer.gather.lock().unwrap_or_else(|e| e.into_inner());
+    let mut out = Outgoing::default();
+    out.gather(peer, snapshot);
+    let notices = out.notices.len() as u64;
+    if notices > 0 {
+        NOTICES_RELAYED.fetch_add(notices, Ordering::Relaxed);
+        if after_timer {
+            NOTICES_AFTER_TIMER.fetch_add(notices, Ordering::Relaxed);
+        }
+    }
+    let batch = out.into_batch();
+    if !batch.is_empty() {
+        let _ = peer.link.send_all(&batch);
+    }
+    snapshot
+        .iter()
+        .any(|(_, rc)| rc.owed.load(Ordering::Acquire) > 0)
 }
 
 /// How long the pump waits for the link before it polls its channels
 /// again: not at all while a reply is due and was asked for less than
 /// [`REPLY_SPIN`] ago; then 50 µs, growing (every 64 polls) to 1 ms; with
-/// no reply due, [`INBOX_POLL`].
-fn link_wait(reply_due: bool, since_forward: Duration, slow_polls: u32) -> Duration {
+/// no reply due, until a message comes (`None`: the link's silence bound
+/// still ends a dead peer's link), as the watcher relays the rest.
+///
+/// Why a slow call's reply is polled for and not slept on (the watcher
+/// could): on two CPUs shared with the servers and other programs, a
+/// pump that hands a reply over to another thread after its spin waits
+/// for that thread to be scheduled, a time slice or more under load;
+/// measured, remote writes of 8 KiB calls four in flight dropped from
+/// 32 to 2 MB/s that way.
+fn link_wait(reply_due: bool, since_forward: Duration, slow_polls: u32) -> Option<Duration> {
     if !reply_due {
-        return INBOX_POLL;
+        return None;
     }
     if since_forward < REPLY_SPIN {
-        return Duration::ZERO;
+        return Some(Duration::ZERO);
     }
     let steps = (slow_polls / 64).min(5);
-    Duration::from_micros(50 << steps).min(INBOX_POLL)
+    Some(Duration::from_micros(50 << steps).min(Duration::from_millis(1)))
 }
 
-/// Serve one message of the edge; true if it was a request now on its way
-/// to a server.
+/// The watcher of one peer: sleeps until a server sends something unasked
+/// on one of the peer's real channels (or the bell rings), then relays
+/// everything there is. Ends with the link.
+fn watch_notices(peer: Arc<Peer>) {
+    let mut snapshot: Vec<(ChanId, Arc<RealChan>)> = Vec::new();
+    let mut seen_generation = u64::MAX;
+    let mut woken = true;
+    while !peer.link.is_closed() {
+        let rings = peer.bell.rings();
+        let generation = peer.generation.load(Ordering::Acquire);
+        if generation != seen_generation {
+            let chans = peer.chans.lock().unwrap_or_else(|e| e.into_inner());
+            snapshot = chans.iter().map(|(k, v)| (*k, v.clone())).collect();
+            seen_generation = generation;
+        }
+        relay_pass(&peer, &snapshot, !woken);
+        let watched: Vec<watch::Watched<'_>> =
+            snapshot.iter().map(|(_, rc)| (&rc.chan, false)).collect();
+        let limit = if watch::words(&watched) > watch::MAX_WATCHED {
+            OVERFLOW_POLL
+        } else {
+            IDLE_WATCH
+        };
+        woken = watch::wait_for_notices(&watched, &peer.bell, rings, limit);
+    }
+}
+
+/// Serve one message of the edge; true if it was a call now on its way to
+/// a server (a reply is owed).
 fn incoming(peer: &Arc<Peer>, id: u64, msg: NodeMsg) -> bool {
     match msg {
         NodeMsg::Boot { conn, packet } => {
@@ -268,6 +364,13 @@ fn incoming(peer: &Arc<Peer>, id: u64, msg: NodeMsg) -> bool {
             false
         }
         NodeMsg::Request { chan, frame } => {
+            // A request's id leads its frame; a posted one is answered by
+            // nobody (an unreadable id counts as a call: the pump then
+            // polls for a reply that may not come, as for a slow call).
+            let call = !matches!(
+                postcard::take_from_bytes::<u64>(&frame),
+                Ok((rid, _)) if atoll_proto::is_posted(rid)
+            );
             let rc = peer
                 .chans
                 .lock()
@@ -277,15 +380,22 @@ fn incoming(peer: &Arc<Peer>, id: u64, msg: NodeMsg) -> bool {
             let sent = match (rc, peer.control.get()) {
                 (Some(rc), Some(control)) => {
                     rc.last_id.store(id, Ordering::Relaxed);
-                    rc.due.store(true, Ordering::Relaxed);
-                    rc.chan.send(&frame, control.doorbell(rc.server)).is_ok()
+                    // Counted before the server can answer it.
+                    if call {
+                        rc.owed.fetch_add(1, Ordering::AcqRel);
+                    }
+                    let sent = rc.chan.send(&frame, control.doorbell(rc.server)).is_ok();
+                    if !sent && call {
+                        settle_one(&rc);
+                    }
+                    sent
                 }
                 _ => false,
             };
             if !sent {
                 let _ = wire::send(&*peer.link, id, &NodeMsg::ChanClosed { chan });
             }
-            sent
+            sent && call
         }
         other => {
             tracing::warn!("node: unexpected {other:?} from an edge");
@@ -326,12 +436,21 @@ impl Outgoing {
     }
 }
 
+/// One reply owed on `rc` came (or its call was never sent).
+fn settle_one(rc: &RealChan) {
+    let _ = rc
+        .owed
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+            Some(n.saturating_sub(1))
+        });
+}
+
 /// The replies real channel `id` has for its client.
 fn take_replies(id: ChanId, rc: &RealChan, replies: &mut Vec<Message>) {
     loop {
         match rc.chan.try_recv(|b| b.to_vec()) {
             Ok(Some(frame)) => {
-                rc.due.store(false, Ordering::Relaxed);
+                settle_one(rc);
                 let rid = rc.last_id.load(Ordering::Relaxed);
                 replies.push(wire::message(rid, &NodeMsg::Reply { chan: id, frame }));
             }
@@ -363,7 +482,7 @@ fn take_notices(
         notices.push(wire::message(0, &NodeMsg::InboxOverflow { chan: id }));
     }
     if rc.chan.is_closed() {
-        rc.due.store(false, Ordering::Relaxed);
+        rc.owed.store(0, Ordering::Release);
         let removed = peer
             .chans
             .lock()
@@ -449,6 +568,7 @@ fn conn_worker(
     }
     drop(chans);
     peer.generation.fetch_add(1, Ordering::AcqRel);
+    peer.bell.ring();
 }
 
 /// Take the descriptors of a boot reply: map the channels (in server
@@ -490,13 +610,14 @@ fn adopt(
                     chan,
                     server,
                     last_id: AtomicU64::new(0),
-                    due: AtomicBool::new(false),
+                    owed: AtomicU32::new(0),
                 }),
             );
             channels.push(id);
         }
     }
     peer.generation.fetch_add(1, Ordering::AcqRel);
+    peer.bell.ring();
     Ok((channels, child_sock))
 }
 
@@ -540,7 +661,7 @@ mod tests {
             chan,
             server: 0,
             last_id: AtomicU64::new(7),
-            due: AtomicBool::new(true),
+            owed: AtomicU32::new(1),
         });
         peer.chans.lock().unwrap().insert(5, rc);
         (peer, 5, server_end)
@@ -581,7 +702,7 @@ mod tests {
         let batch = out.into_batch();
         assert_eq!(kinds(&batch), ["inbox", "reply", "closed"]);
         assert_eq!(batch[1].id, 7, "a reply carries its request's id");
-        assert!(!snapshot[0].1.due.load(Ordering::Relaxed));
+        assert_eq!(snapshot[0].1.owed.load(Ordering::Relaxed), 0);
         assert!(peer.chans.lock().unwrap().get(&id).is_none());
     }
 }

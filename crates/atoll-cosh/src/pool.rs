@@ -12,7 +12,9 @@
 //!           cache line of the header per block):
 //!             run (units of the block starting here, 0 if none),
 //!             refs (processes holding the block),
-//!             to (pool domain the block is in flight to, 0 if none)
+//!             to (pool domain the block is in flight to, 0 if none),
+//!             view (process id of a sender whose view of the block is
+//!                   still to go, 0 if none: see `Pool::send`)
 //!   data:   units × page
 //! ```
 //!
@@ -68,6 +70,11 @@ const REC_WORDS: usize = 4;
 const RUN: usize = 0;
 const REFS: usize = 1;
 const TO: usize = 2;
+const VIEW: usize = 3;
+
+/// Spins of a wait on the header before it asks whether the process it
+/// waits for still exists (then it yields between looks).
+const SPINS: u32 = 64;
 
 /// The pool, as one process sees it.
 #[derive(Debug)]
@@ -212,6 +219,7 @@ impl Pool {
                     self.rec(start, RUN).store(n as u32, Ordering::Relaxed);
                     self.rec(start, REFS).store(1, Ordering::Relaxed);
                     self.rec(start, TO).store(0, Ordering::Relaxed);
+                    self.rec(start, VIEW).store(0, Ordering::Relaxed);
                     return Ok(self.range(start, n));
                 }
             }
@@ -253,7 +261,19 @@ impl Pool {
     /// `extra_ref`, add a reference for the receiver and keep ours (a
     /// share), else ours travels (a move, or a fresh copy). Fails if the
     /// block is already in flight.
-    pub fn send(&self, r: PoolRef, to: PoolDomain, extra_ref: bool) -> Result<(), CoshError> {
+    ///
+    /// `viewer` (0 if none) is the sending process when it still maps the
+    /// block and will hide its view only once the ticket has left, so
+    /// the two sides' system calls overlap; it calls [`Pool::revoked`]
+    /// then, and the receiver waits for that ([`Pool::wait_revoked`])
+    /// before it hands the block to its program.
+    pub fn send(
+        &self,
+        r: PoolRef,
+        to: PoolDomain,
+        extra_ref: bool,
+        viewer: u32,
+    ) -> Result<(), CoshError> {
         let (start, n) = self
             .units_of(r)
             .ok_or(CoshError::Protocol("not a pool block"))?;
@@ -273,7 +293,52 @@ impl Pool {
             }
             return Err(CoshError::Protocol("a pool block is already in flight"));
         }
+        // The ticket that names the block leaves after this store, so
+        // the receiver, which claims only what a ticket names, sees it.
+        self.rec(start, VIEW).store(viewer, Ordering::Release);
         Ok(())
+    }
+
+    /// The sender `viewer` no longer maps block `r` (see [`Pool::send`]).
+    pub fn revoked(&self, r: PoolRef, viewer: u32) {
+        if let Some((start, _)) = self.units_of(r) {
+            // Only our own mark: a block freed and sent again by another
+            // process after an error keeps that one's.
+            let _ = self.rec(start, VIEW).compare_exchange(
+                viewer,
+                0,
+                Ordering::Release,
+                Ordering::Relaxed,
+            );
+        }
+    }
+
+    /// Wait until no sender maps block `r`, which we claimed: its sender
+    /// hid its view ([`Pool::revoked`]) or died (a process that is gone
+    /// maps nothing). A strong move gives the receiver a block no other
+    /// process can reach (Cosh §3.3); this is the last step of that.
+    pub fn wait_revoked(&self, r: PoolRef) {
+        let Some((start, _)) = self.units_of(r) else {
+            return;
+        };
+        let view = self.rec(start, VIEW);
+        let mut spins = 0u32;
+        loop {
+            let viewer = view.load(Ordering::Acquire);
+            if viewer == 0 {
+                return;
+            }
+            spins += 1;
+            if spins < SPINS {
+                std::hint::spin_loop();
+                continue;
+            }
+            if sys::task_gone(viewer) {
+                let _ = view.compare_exchange(viewer, 0, Ordering::AcqRel, Ordering::Relaxed);
+                return;
+            }
+            std::thread::yield_now();
+        }
     }
 
     /// Take block `r`, sent to `me`: the reference in flight becomes
@@ -359,7 +424,7 @@ mod tests {
     fn the_last_reference_frees() {
         let p = pool(2);
         let a = p.alloc(1).unwrap();
-        p.send(a, 7, true).unwrap();
+        p.send(a, 7, true, 0).unwrap();
         p.claim(a, 7).unwrap();
         p.release(a);
         assert_eq!(p.free_units(), 1, "the receiver still holds it");
@@ -374,10 +439,10 @@ mod tests {
         let a = p.alloc(2 * page as usize).unwrap();
         // Not sent yet.
         assert!(p.claim(a, 2).is_err());
-        p.send(a, 2, false).unwrap();
+        p.send(a, 2, false, 0).unwrap();
         // Sent to someone else, twice, or a second time while in flight.
         assert!(p.claim(a, 3).is_err());
-        assert!(p.send(a, 3, false).is_err());
+        assert!(p.send(a, 3, false, 0).is_err());
         // A part of it, more than it, or a range beside it.
         let part = PoolRef {
             off: a.off,
@@ -418,7 +483,7 @@ mod tests {
         ];
         for r in hostile {
             assert!(p.claim(r, 2).is_err(), "{r:?}");
-            assert!(p.send(r, 2, true).is_err(), "{r:?}");
+            assert!(p.send(r, 2, true, 0).is_err(), "{r:?}");
         }
         // None of that took it: the right claim works once.
         assert_eq!(p.claim(a, 2).unwrap(), a);
@@ -426,7 +491,7 @@ mod tests {
         p.release(a);
         assert_eq!(p.free_units(), 8);
         // A freed block is no block.
-        assert!(p.send(a, 2, false).is_err());
+        assert!(p.send(a, 2, false, 0).is_err());
     }
 
     #[test]

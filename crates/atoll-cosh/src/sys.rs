@@ -556,6 +556,38 @@ pub fn child_ended(pid: i32) -> bool {
     }
 }
 
+/// Whether the process or thread `id` is gone: no such id, or a zombie
+/// (which maps nothing and holds nothing any more). Used by waiters on
+/// the pool's header, which another process may have left mid-way.
+pub fn task_gone(id: u32) -> bool {
+    // SAFETY: signal 0 only checks that the task exists; Linux takes a
+    // thread id as well as a process id here.
+    if unsafe { libc::kill(id as libc::pid_t, 0) } != 0
+        && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+    {
+        return true;
+    }
+    // "/proc/<id>/stat": the state is the field after the last ')'.
+    let Ok(stat) = std::fs::read(format!("/proc/{id}/stat")) else {
+        return false; // no /proc to look at: the signal said it exists
+    };
+    let state = stat
+        .iter()
+        .rposition(|&c| c == b')')
+        .and_then(|i| stat.get(i + 2));
+    matches!(state, Some(b'Z' | b'X'))
+}
+
+/// Our process id (not cached: a forked child has its own).
+pub fn pid() -> u32 {
+    rustix::process::getpid().as_raw_nonzero().get() as u32
+}
+
+/// The calling thread's id.
+pub fn tid() -> u32 {
+    rustix::thread::gettid().as_raw_nonzero().get() as u32
+}
+
 /// Our parent's process id.
 pub fn parent_pid() -> i32 {
     rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get())

@@ -6,7 +6,8 @@
 //!   unchanged;
 //! * a strong move: the sender's view is gone (hidden), so a read through
 //!   a pointer it kept kills it with SIGSEGV, and the receiver has the
-//!   bytes read/write;
+//!   bytes read/write — also when the sender hides its view only after
+//!   the ticket left (`transfer_pooled`);
 //! * the channel carries messages in order, and a dead peer is an error,
 //!   not a hang.
 //!
@@ -94,8 +95,9 @@ fn share_faults_a_writing_receiver() {
 }
 
 /// A strong move from a forked sender that then reads through a pointer
-/// into what it gave away.
-fn move_takes_the_senders_view() {
+/// into what it gave away; `overlapped`: by `transfer_pooled`, which
+/// hides the sender's view after the ticket left.
+fn move_takes_the_senders_view(overlapped: bool) {
     let pool = Arc::new(Pool::create(1 << 20).unwrap());
     let (ours, theirs) = (pool.join(), pool.join());
     let chan = Channel::new().unwrap();
@@ -111,10 +113,15 @@ fn move_takes_the_senders_view() {
         let Ok(ptr) = c.iter(x, 0).map(|r| r[0].as_ptr()) else {
             return 4;
         };
-        let sent = c
-            .attach_transfer_pooled(x, Mode::Move, Strength::Strong)
-            .and_then(|p| c.send_pooled(p, ours))
-            .and_then(|t| end.send(&t.encode()));
+        let sent = if overlapped {
+            c.transfer_pooled(x, Mode::Move, Strength::Strong, ours, |t| {
+                end.send(&t.encode())
+            })
+        } else {
+            c.attach_transfer_pooled(x, Mode::Move, Strength::Strong)
+                .and_then(|p| c.send_pooled(p, ours))
+                .and_then(|t| end.send(&t.encode()))
+        };
         if sent.is_err() {
             return 5;
         }
@@ -186,7 +193,8 @@ fn a_dead_peer_is_an_error_not_a_hang() {
 #[test]
 fn pool_transfers_between_processes_enforce_the_rights() {
     share_faults_a_writing_receiver();
-    move_takes_the_senders_view();
+    move_takes_the_senders_view(false);
+    move_takes_the_senders_view(true);
     channel_carries_messages_in_order();
     a_dead_peer_is_an_error_not_a_hang();
 }

@@ -6,7 +6,9 @@
 //! a header and then the data, in page units:
 //!
 //! ```text
-//!   header: magic, units, lock, next domain id,
+//!   header: magic, units, lock (its holder's thread id, 0 if free),
+//!           next domain id, the range the lock's holder is changing
+//!           (first unit, units; 0 units if none),
 //!           used bitmap (a bit per unit),
 //!           per unit, one 16-byte record (so a transfer touches one
 //!           cache line of the header per block):
@@ -37,6 +39,20 @@
 //! few hundred instructions; a freed range is usually handed out again at
 //! the same offset, which lets domains keep their mappings of it (see
 //! `BlockManager`'s mapping cache).
+//!
+//! A process may die holding the lock (killed inside `alloc`): the lock
+//! word names the holding thread, and a waiter that finds that thread
+//! gone takes the lock back (as the client's ring locks do). Before it
+//! changes anything, a holder writes down the range it is about to
+//! allocate or free; whichever it was, a holder that died leaves nobody
+//! holding that range (an allocation not yet returned, a block whose last
+//! reference went), so the one that takes the lock back frees the range
+//! whole and the header is consistent again.
+//!
+//! A freed block of at least [`PUNCH_MIN`] is given back to the kernel
+//! (`fallocate(PUNCH_HOLE)`) before its range is marked free, so a pool
+//! that once held a large transfer does not keep the memory; smaller
+//! blocks keep their pages, which the next holder reuses.
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -63,6 +79,9 @@ const MAGIC: u64 = 0x6174_6f6c_6c50_6f6f; // "atollPoo"
 const W_LOCK: usize = 2;
 const W_NEXT_DOMAIN: usize = 3;
 const W_UNITS: usize = 4;
+/// The range the lock's holder is changing: first unit, units (0: none).
+const W_FIX_START: usize = 5;
+const W_FIX_UNITS: usize = 6;
 /// `u32` words before the bitmap (the magic takes the first two).
 const FIXED_WORDS: usize = 16;
 /// A unit's record: `u32` words, and the index of each field.
@@ -75,6 +94,13 @@ const VIEW: usize = 3;
 /// Spins of a wait on the header before it asks whether the process it
 /// waits for still exists (then it yields between looks).
 const SPINS: u32 = 64;
+
+/// The smallest freed block whose pages go back to the kernel at once.
+/// Smaller ones are reused hot (a hop's blocks are a few pages); a punched
+/// range costs its next holder a page fault per page, which a block this
+/// long pays anyway when it is mapped afresh (views longer than 64 KiB are
+/// unmapped, not hidden: `BlockManager`).
+pub const PUNCH_MIN: usize = 1 << 20;
 
 /// The pool, as one process sees it.
 #[derive(Debug)]
@@ -163,21 +189,68 @@ impl Pool {
         self.units - used as usize
     }
 
+    /// Take the pool's lock; from a holder that is gone, take it back
+    /// and undo what it left half done.
     fn lock(&self) -> PoolLock<'_> {
         let l = &self.words(W_LOCK, 1)[0];
+        let me = sys::tid();
         let mut spins = 0u32;
-        while l
-            .compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            spins += 1;
-            if spins < 64 {
+        loop {
+            let holder = match l.compare_exchange_weak(0, me, Ordering::Acquire, Ordering::Relaxed)
+            {
+                Ok(_) => break,
+                Err(holder) => holder,
+            };
+            spins = spins.wrapping_add(1);
+            if spins < SPINS {
                 std::hint::spin_loop();
-            } else {
-                std::thread::yield_now();
+                continue;
             }
+            // A holder runs a few hundred instructions; one we waited
+            // this long for was preempted, or is gone.
+            if holder != 0
+                && spins.is_multiple_of(SPINS)
+                && sys::task_gone(holder)
+                && l.compare_exchange(holder, me, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+            {
+                self.repair();
+                break;
+            }
+            std::thread::yield_now();
         }
         PoolLock(l)
+    }
+
+    /// Under the lock taken back from a dead holder: free the range it
+    /// was changing, if any (see the module's comment).
+    fn repair(&self) {
+        let units = self.words(W_FIX_UNITS, 1)[0].load(Ordering::Relaxed) as usize;
+        let start = self.words(W_FIX_START, 1)[0].load(Ordering::Relaxed) as usize;
+        if units != 0
+            && start
+                .checked_add(units)
+                .is_some_and(|end| end <= self.units)
+        {
+            self.free_range(start, units);
+        }
+        self.words(W_FIX_UNITS, 1)[0].store(0, Ordering::Relaxed);
+    }
+
+    /// Under the lock: note that `start..start + n` is being changed
+    /// (`Some`), or that nothing is (`None`).
+    fn changing(&self, range: Option<(usize, usize)>) {
+        let (start, n) = range.unwrap_or((0, 0));
+        self.words(W_FIX_START, 1)[0].store(start as u32, Ordering::Relaxed);
+        self.words(W_FIX_UNITS, 1)[0].store(n as u32, Ordering::Relaxed);
+    }
+
+    /// Under the lock: units `start..start + n` hold no block.
+    fn free_range(&self, start: usize, n: usize) {
+        for f in [RUN, REFS, TO, VIEW] {
+            self.rec(start, f).store(0, Ordering::Relaxed);
+        }
+        self.set_used(start, n, false);
     }
 
     fn is_used(&self, i: usize) -> bool {
@@ -200,8 +273,49 @@ impl Pool {
     /// the caller. Its bytes are whatever its last holder left: the block
     /// manager zeroes what it does not overwrite.
     pub fn alloc(&self, len: usize) -> Result<PoolRef, CoshError> {
+        self.alloc_inner(len, None)
+    }
+
+    /// [`Pool::alloc`], calling `inside` half way through the critical
+    /// section (the range noted, some of its bits set): for a test to
+    /// kill the process there and check that the others recover.
+    #[doc(hidden)]
+    pub fn alloc_stopping_inside(
+        &self,
+        len: usize,
+        inside: &dyn Fn(),
+    ) -> Result<PoolRef, CoshError> {
+        self.alloc_inner(len, Some(inside))
+    }
+
+    fn alloc_inner(&self, len: usize, inside: Option<&dyn Fn()>) -> Result<PoolRef, CoshError> {
         let n = len.max(1).div_ceil(self.unit);
         let _g = self.lock();
+        let Some(start) = self.first_fit(n) else {
+            return Err(CoshError::OutOfMemory {
+                wanted: n,
+                free: self.units - self.used_count(),
+            });
+        };
+        // Noted first: a holder that dies from here on leaves the range
+        // to be freed by the next one (`repair`).
+        self.changing(Some((start, n)));
+        self.set_used(start, n.div_ceil(2), true);
+        if let Some(inside) = inside {
+            inside();
+        }
+        self.set_used(start, n, true);
+        self.rec(start, RUN).store(n as u32, Ordering::Relaxed);
+        self.rec(start, REFS).store(1, Ordering::Relaxed);
+        self.rec(start, TO).store(0, Ordering::Relaxed);
+        self.rec(start, VIEW).store(0, Ordering::Relaxed);
+        self.changing(None);
+        Ok(self.range(start, n))
+    }
+
+    /// Under the lock: the first unit of the first `n` free units in a
+    /// row.
+    fn first_fit(&self, n: usize) -> Option<usize> {
         let (mut i, mut run) = (0usize, 0usize);
         while i < self.units {
             if run == 0 && i.is_multiple_of(64) && self.used()[i / 64].load(Ordering::Relaxed) == !0
@@ -214,21 +328,12 @@ impl Pool {
             } else {
                 run += 1;
                 if run == n {
-                    let start = i + 1 - n;
-                    self.set_used(start, n, true);
-                    self.rec(start, RUN).store(n as u32, Ordering::Relaxed);
-                    self.rec(start, REFS).store(1, Ordering::Relaxed);
-                    self.rec(start, TO).store(0, Ordering::Relaxed);
-                    self.rec(start, VIEW).store(0, Ordering::Relaxed);
-                    return Ok(self.range(start, n));
+                    return Some(i + 1 - n);
                 }
             }
             i += 1;
         }
-        Err(CoshError::OutOfMemory {
-            wanted: n,
-            free: self.units - self.used_count(),
-        })
+        None
     }
 
     fn used_count(&self) -> usize {
@@ -371,10 +476,15 @@ impl Pool {
         if self.rec(start, REFS).fetch_sub(1, Ordering::AcqRel) != 1 {
             return;
         }
+        // Nobody holds the block and its range is not free yet, so no one
+        // can be using these pages.
+        if r.len as usize >= PUNCH_MIN {
+            let _ = sys::punch_range(self.fd(), r.off, r.len);
+        }
         let _g = self.lock();
-        self.rec(start, RUN).store(0, Ordering::Relaxed);
-        self.rec(start, TO).store(0, Ordering::Relaxed);
-        self.set_used(start, n, false);
+        self.changing(Some((start, n)));
+        self.free_range(start, n);
+        self.changing(None);
     }
 }
 

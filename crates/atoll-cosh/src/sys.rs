@@ -91,6 +91,18 @@ pub fn punch(fd: BorrowedFd<'_>, len: usize) -> std::io::Result<()> {
     )?)
 }
 
+/// Give back the pages of `len` bytes at `off` of a memfd: they read as
+/// zeros afterwards and cost no memory until written again.
+pub fn punch_range(fd: BorrowedFd<'_>, off: u64, len: u64) -> std::io::Result<()> {
+    use rustix::fs::FallocateFlags;
+    Ok(rustix::fs::fallocate(
+        fd,
+        FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE,
+        off,
+        len,
+    )?)
+}
+
 /// A shared mapping of a whole block into this process, read-only or
 /// read/write; unmapped on drop.
 #[derive(Debug)]

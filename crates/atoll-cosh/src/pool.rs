@@ -49,17 +49,30 @@
 //! reference went), so the one that takes the lock back frees the range
 //! whole and the header is consistent again.
 //!
-//! A freed block of at least [`PUNCH_MIN`] is given back to the kernel
-//! (`fallocate(PUNCH_HOLE)`) before its range is marked free, so a pool
-//! that once held a large transfer does not keep the memory; smaller
-//! blocks keep their pages, which the next holder reuses.
+//! Free memory goes back to the kernel in batches: when a block of at
+//! least [`PUNCH_MIN`] is freed and no give-back ran in the last
+//! [`GIVE_BACK_EVERY`], every free run of at least `PUNCH_MIN` is punched
+//! out of the memfd (`fallocate(PUNCH_HOLE)`), so a pool that once held a
+//! large transfer does not keep the memory. Not at every large free: a
+//! punched range costs its next holder a fresh zeroed page per page, and
+//! a sender that copies megabytes in a loop reuses one range every hop
+//! (punching it each time made a 1 MiB pool copy eight times slower).
+//! Small blocks keep their pages, which the next holder reuses hot. A
+//! range freed within `GIVE_BACK_EVERY` of a give-back stays until the
+//! next large free after that.
 
+use crate::sync::{self, AtomicU32, AtomicU64, Ordering};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 
-use crate::sys::{self, Words};
+/// Under loom the header is model memory (`sync::model`), so the model
+/// checks this very code.
+#[cfg(loom)]
+use crate::sync::model::Mem as Header;
+use crate::sys;
+#[cfg(not(loom))]
+use crate::sys::Words as Header;
 use crate::CoshError;
 
 /// A domain's number in a pool (from 1; 0 means "none" in the header).
@@ -82,6 +95,8 @@ const W_UNITS: usize = 4;
 /// The range the lock's holder is changing: first unit, units (0: none).
 const W_FIX_START: usize = 5;
 const W_FIX_UNITS: usize = 6;
+/// When free memory last went back to the kernel (`now_ms`; 0: never).
+const W_GAVE_BACK_AT: usize = 7;
 /// `u32` words before the bitmap (the magic takes the first two).
 const FIXED_WORDS: usize = 16;
 /// A unit's record: `u32` words, and the index of each field.
@@ -93,20 +108,22 @@ const VIEW: usize = 3;
 
 /// Spins of a wait on the header before it asks whether the process it
 /// waits for still exists (then it yields between looks).
+#[cfg(not(loom))]
 const SPINS: u32 = 64;
+#[cfg(loom)]
+const SPINS: u32 = 2;
 
-/// The smallest freed block whose pages go back to the kernel at once.
-/// Smaller ones are reused hot (a hop's blocks are a few pages); a punched
-/// range costs its next holder a page fault per page, which a block this
-/// long pays anyway when it is mapped afresh (views longer than 64 KiB are
-/// unmapped, not hidden: `BlockManager`).
+/// The shortest free run given back to the kernel, and the shortest
+/// freed block that starts a give-back (see the module's comment).
 pub const PUNCH_MIN: usize = 1 << 20;
+/// At most one give-back per this many milliseconds.
+pub const GIVE_BACK_EVERY: u32 = 100;
 
 /// The pool, as one process sees it.
 #[derive(Debug)]
 pub struct Pool {
     fd: OwnedFd,
-    header: Words,
+    header: Header,
     units: usize,
     unit: usize,
     /// Offsets (in `u32` words) of the arrays in the header.
@@ -129,7 +146,12 @@ impl Pool {
         let data_off = header_len as u64;
         let total = header_len + units * unit;
         let fd = sys::memfd(total)?;
-        let header = Words::new(fd.as_fd(), header_len)?;
+        #[cfg(not(loom))]
+        let header = Header::new(fd.as_fd(), header_len)?;
+        // The model's memory holds only the words in use: every word is a
+        // loom object the checker follows.
+        #[cfg(loom)]
+        let header = Header::new((rec_at + units * REC_WORDS) * 4);
         let pool = Pool {
             fd,
             header,
@@ -203,7 +225,7 @@ impl Pool {
             };
             spins = spins.wrapping_add(1);
             if spins < SPINS {
-                std::hint::spin_loop();
+                sync::spin_loop();
                 continue;
             }
             // A holder runs a few hundred instructions; one we waited
@@ -217,7 +239,7 @@ impl Pool {
                 self.repair();
                 break;
             }
-            std::thread::yield_now();
+            sync::yield_now();
         }
         PoolLock(l)
     }
@@ -385,6 +407,20 @@ impl Pool {
         if to == 0 || self.rec(start, RUN).load(Ordering::Acquire) != n as u32 {
             return Err(CoshError::Protocol("not a pool block"));
         }
+        const IN_FLIGHT: CoshError = CoshError::Protocol("a pool block is already in flight");
+        // The mark goes first: once `to` is set, a receiver may claim the
+        // block (even one that did not wait for the ticket) and must see
+        // that it has to wait. A block whose last sender has not let go
+        // of its view yet cannot be sent on (its receiver waits for that
+        // before it has the block).
+        let view = self.rec(start, VIEW);
+        if viewer != 0
+            && view
+                .compare_exchange(0, viewer, Ordering::AcqRel, Ordering::Relaxed)
+                .is_err()
+        {
+            return Err(IN_FLIGHT);
+        }
         if extra_ref {
             self.rec(start, REFS).fetch_add(1, Ordering::AcqRel);
         }
@@ -396,11 +432,11 @@ impl Pool {
             if extra_ref {
                 self.rec(start, REFS).fetch_sub(1, Ordering::AcqRel);
             }
-            return Err(CoshError::Protocol("a pool block is already in flight"));
+            if viewer != 0 {
+                let _ = view.compare_exchange(viewer, 0, Ordering::AcqRel, Ordering::Relaxed);
+            }
+            return Err(IN_FLIGHT);
         }
-        // The ticket that names the block leaves after this store, so
-        // the receiver, which claims only what a ticket names, sees it.
-        self.rec(start, VIEW).store(viewer, Ordering::Release);
         Ok(())
     }
 
@@ -435,14 +471,14 @@ impl Pool {
             }
             spins += 1;
             if spins < SPINS {
-                std::hint::spin_loop();
+                sync::spin_loop();
                 continue;
             }
             if sys::task_gone(viewer) {
                 let _ = view.compare_exchange(viewer, 0, Ordering::AcqRel, Ordering::Relaxed);
                 return;
             }
-            std::thread::yield_now();
+            sync::yield_now();
         }
     }
 
@@ -476,15 +512,38 @@ impl Pool {
         if self.rec(start, REFS).fetch_sub(1, Ordering::AcqRel) != 1 {
             return;
         }
-        // Nobody holds the block and its range is not free yet, so no one
-        // can be using these pages.
-        if r.len as usize >= PUNCH_MIN {
-            let _ = sys::punch_range(self.fd(), r.off, r.len);
-        }
         let _g = self.lock();
         self.changing(Some((start, n)));
         self.free_range(start, n);
         self.changing(None);
+        if r.len as usize >= PUNCH_MIN {
+            let now = sys::now_ms().max(1);
+            let at = &self.words(W_GAVE_BACK_AT, 1)[0];
+            let last = at.load(Ordering::Relaxed);
+            if last == 0 || now.wrapping_sub(last) >= GIVE_BACK_EVERY {
+                at.store(now, Ordering::Relaxed);
+                self.give_back_free();
+            }
+        }
+    }
+
+    /// Under the lock: punch every free run of at least [`PUNCH_MIN`] out
+    /// of the memfd. Free units belong to nobody, and the lock keeps them
+    /// free meanwhile; the header does not change, so a holder that dies
+    /// here leaves it consistent.
+    fn give_back_free(&self) {
+        let min = PUNCH_MIN.div_ceil(self.unit);
+        let mut run_start = 0;
+        for i in 0..=self.units {
+            if i < self.units && !self.is_used(i) {
+                continue;
+            }
+            if i - run_start >= min {
+                let r = self.range(run_start, i - run_start);
+                let _ = sys::punch_range(self.fd(), r.off, r.len);
+            }
+            run_start = i + 1;
+        }
     }
 }
 

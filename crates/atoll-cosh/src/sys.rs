@@ -319,6 +319,12 @@ impl Map {
     }
 
     /// Zero `off..off + len`. Panics if out of bounds or read-only.
+    /// Append `len` bytes at `off` to `out` (a copy, as `bytes`, of
+    /// memory another process may write).
+    pub fn read_shared(&self, off: usize, len: usize, out: &mut Vec<u8>) {
+        out.extend_from_slice(self.bytes(off, len));
+    }
+
     pub fn zero(&mut self, off: usize, len: usize) {
         assert!(self.writable, "zeroing a read-only mapping");
         assert!(off.checked_add(len).is_some_and(|e| e <= self.len));
@@ -588,6 +594,13 @@ pub fn task_gone(id: u32) -> bool {
         .rposition(|&c| c == b')')
         .and_then(|i| stat.get(i + 2));
     matches!(state, Some(b'Z' | b'X'))
+}
+
+/// Milliseconds of the monotonic clock, which every process of the
+/// machine reads alike (wraps after 49 days: compare with `wrapping_sub`).
+pub fn now_ms() -> u32 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    (t.tv_sec as u64 * 1000 + t.tv_nsec as u64 / 1_000_000) as u32
 }
 
 /// Our process id (not cached: a forked child has its own).

@@ -75,7 +75,9 @@ impl Cosh {
     /// strong move still never leaves the block reachable from both
     /// programs, and its two `mprotect`s run side by side rather than one
     /// after the other on the hop's critical path. Our views go whatever
-    /// happens, errors included.
+    /// happens, errors included. `deliver` must not receive the transfer
+    /// itself on this thread: that receive would wait for the hide that
+    /// follows `deliver`.
     pub fn transfer_pooled(
         &mut self,
         a: crate::Agg,

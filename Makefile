@@ -44,10 +44,12 @@ test-islands: build
 
 # Model-check the ring protocol and the block pool's claims (atoll-msg's
 # synchronisation has loom twins) and the clustered objects' quiescence
-# counters and mediator gate (atoll-co).
+# counters and mediator gate (atoll-co), and Cosh's shared pool header and
+# polled channel (atoll-cosh).
 loom:
 	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom $(CARGO) test --release -p atoll-msg --lib loom
 	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom $(CARGO) test --release -p atoll-co --lib loom
+	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom $(CARGO) test --release -p atoll-cosh --lib loom
 
 pjdfstest:
 	@$(PJDFSTEST) --version 2>/dev/null | grep -qxF 'pjdfstest $(PJDFSTEST_VERSION)' || \

@@ -135,7 +135,8 @@ pub fn table(r: &Results) -> String {
         let _ = writeln!(
             out,
             "Where a pool hop goes (cycles, median over the hops; the steps timed one by one \
-             in one process, the channel between the two pinned processes):"
+             in one process, the channel between the two pinned processes; between two \
+             processes the sender's hide runs beside the receiver's steps):"
         );
         let _ = writeln!(out, "  polled channel, one way: {:.0}", r.channel_cycles);
         for s in &r.steps {

@@ -396,6 +396,8 @@ struct PoolSide<'a> {
     peer: PoolDomain,
     end: End<'a>,
     buf: Vec<u8>,
+    /// The ticket being sent.
+    out: Vec<u8>,
     mode: Mode,
     strength: Strength,
 }
@@ -417,6 +419,7 @@ impl PoolSide<'_> {
             peer,
             end,
             buf: Vec::new(),
+            out: Vec::new(),
             mode,
             strength,
         }
@@ -424,9 +427,12 @@ impl PoolSide<'_> {
 
     /// Transfer `a` to the peer and drop our reference to it.
     fn send(&mut self, a: Agg) -> Result<(), CoshError> {
-        let p = self.c.attach_transfer_pooled(a, self.mode, self.strength)?;
-        let t = self.c.send_pooled(p, self.peer)?;
-        self.end.send(&t.encode())?;
+        let (end, out) = (&self.end, &mut self.out);
+        self.c
+            .transfer_pooled(a, self.mode, self.strength, self.peer, |t| {
+                t.encode_into(out);
+                end.send(out)
+            })?;
         self.c.decref(a)
     }
 

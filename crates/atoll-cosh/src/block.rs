@@ -253,6 +253,9 @@ pub struct BlockManager {
     /// returns; first fit hands a freed range out again), and giving a
     /// kept mapping back is one `mprotect`, not an `mmap` and page faults.
     hidden: Vec<(PoolRef, Map)>,
+    /// While a pooled transfer is under way (`defer_hides`), the views it
+    /// lets go of: hidden once its ticket has left (`hide_deferred`).
+    deferred: Option<Vec<(PoolRef, Map)>>,
 }
 
 /// Hidden pool mappings kept per process.
@@ -280,6 +283,7 @@ impl BlockManager {
             stats: Stats::default(),
             pool: None,
             hidden: Vec::new(),
+            deferred: None,
         }
     }
 
@@ -338,6 +342,10 @@ impl BlockManager {
     }
 
     fn hide(&mut self, r: PoolRef, mut m: Map) {
+        if let Some(later) = self.deferred.as_mut() {
+            later.push((r, m));
+            return;
+        }
         if m.len() > HIDE_MAX || m.hide().is_err() {
             return; // dropped: unmapped
         }
@@ -345,6 +353,25 @@ impl BlockManager {
             self.hidden.remove(0);
         }
         self.hidden.push((r, m));
+    }
+
+    /// From now on keep the views let go of mapped, until
+    /// [`BlockManager::hide_deferred`]: a transfer sends its ticket first
+    /// and hides the sender's views while the receiver maps its own.
+    pub(crate) fn defer_hides(&mut self) {
+        self.deferred = Some(Vec::new());
+    }
+
+    /// Hide (or unmap) the views kept since [`BlockManager::defer_hides`],
+    /// and stop keeping them; returns their ranges.
+    pub(crate) fn hide_deferred(&mut self) -> Vec<PoolRef> {
+        let later = self.deferred.take().unwrap_or_default();
+        let mut ranges = Vec::with_capacity(later.len());
+        for (r, m) in later {
+            ranges.push(r);
+            self.hide(r, m);
+        }
+        ranges
     }
 
     /// A fresh pool block of at least `len` bytes, in the table but mapped
@@ -395,7 +422,15 @@ impl BlockManager {
             .pool_range()
             .ok_or(CoshError::Protocol("a block outside the pool"))?;
         let (pool, _) = self.pool.as_ref().ok_or(CoshError::Protocol("no pool"))?;
-        pool.send(r, to, share)?;
+        // A view we still hold travels with a mark the receiver waits on
+        // (`Pool::wait_revoked`) until `hide_deferred` has hidden it.
+        let deferred = self.deferred.as_ref();
+        let viewer = if deferred.is_some_and(|v| v.iter().any(|(h, _)| *h == r)) {
+            sys::pid()
+        } else {
+            0
+        };
+        pool.send(r, to, share, viewer)?;
         if !share {
             b.mark_handed_over();
         }

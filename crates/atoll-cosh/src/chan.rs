@@ -22,20 +22,30 @@
 //! also wakes every [`NAP`] to ask whether its peer is still alive, so a
 //! dead peer gives an error instead of a hang.
 
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use crate::sys::{self, Map};
+#[cfg(loom)]
+use crate::sync::model::Mem;
+use crate::sync::{self, AtomicU32, Ordering};
+#[cfg(not(loom))]
+use crate::sys::{self, Map as Mem};
 use crate::CoshError;
 
 /// Polling rounds (each a `pause`) before a wait goes to sleep: a few
 /// tens of microseconds, far longer than a hop between two cores that
 /// both run, far shorter than a time slice.
+#[cfg(not(loom))]
 pub const SPINS: u32 = 1 << 13;
+#[cfg(loom)]
+pub const SPINS: u32 = 2;
 /// How long a sleeper waits before checking its peer.
 pub const NAP: Duration = Duration::from_millis(20);
 
+#[cfg(not(loom))]
 const SLOT: usize = 4096;
+/// Under loom, slots of two cache lines: every word is a loom object.
+#[cfg(loom)]
+const SLOT: usize = 128;
 const DATA: usize = 64;
 /// The longest message.
 pub const MAX_MESSAGE: usize = SLOT - DATA;
@@ -43,13 +53,13 @@ pub const MAX_MESSAGE: usize = SLOT - DATA;
 /// The memory of a channel; [`Channel::end`] gives each side its view.
 #[derive(Debug)]
 pub struct Channel {
-    mem: Map,
+    mem: Mem,
 }
 
 /// One side of a channel: sends into one mailbox, receives from the
 /// other.
 pub struct End<'a> {
-    mem: &'a Map,
+    mem: &'a Mem,
     tx: usize,
     rx: usize,
     peer_alive: Box<dyn Fn() -> bool + 'a>,
@@ -57,9 +67,11 @@ pub struct End<'a> {
 
 impl Channel {
     pub fn new() -> Result<Channel, CoshError> {
-        Ok(Channel {
-            mem: Map::shared_anon(2 * SLOT)?,
-        })
+        #[cfg(not(loom))]
+        let mem = Mem::shared_anon(2 * SLOT)?;
+        #[cfg(loom)]
+        let mem = Mem::new(2 * SLOT);
+        Ok(Channel { mem })
     }
 
     /// Side `first` (true in one process, false in the other), with a
@@ -96,13 +108,13 @@ impl End<'_> {
             if w[0].load(Ordering::Acquire) == want {
                 return Ok(());
             }
-            std::hint::spin_loop();
+            sync::spin_loop();
         }
         loop {
             w[1].fetch_add(1, Ordering::SeqCst);
             let now = w[0].load(Ordering::SeqCst);
             if now != want {
-                sys::futex_wait(&w[0], now, NAP);
+                sleep_on(&w[0], now);
             }
             w[1].fetch_sub(1, Ordering::SeqCst);
             if w[0].load(Ordering::Acquire) == want {
@@ -118,7 +130,7 @@ impl End<'_> {
         let w = self.words(slot);
         w[0].store(v, Ordering::SeqCst);
         if w[1].load(Ordering::SeqCst) > 0 {
-            sys::futex_wake(&w[0]);
+            wake(&w[0]);
         }
     }
 
@@ -142,10 +154,31 @@ impl End<'_> {
             return Err(CoshError::Protocol("a message too long for the channel"));
         }
         buf.clear();
-        buf.extend_from_slice(self.mem.bytes(self.rx + DATA, len));
+        self.mem.read_shared(self.rx + DATA, len, buf);
         self.set_full(self.rx, 0);
         Ok(())
     }
+}
+
+/// Sleep while `word` holds `now` (at most [`NAP`]). Under loom, a yield:
+/// the model has no futex, and a waiter that yields and looks again is
+/// what a woken one does.
+fn sleep_on(word: &AtomicU32, now: u32) {
+    #[cfg(not(loom))]
+    sys::futex_wait(word, now, NAP);
+    #[cfg(loom)]
+    {
+        let _ = (word, now, NAP);
+        sync::yield_now();
+    }
+}
+
+/// Wake the processes asleep on `word`.
+fn wake(word: &AtomicU32) {
+    #[cfg(not(loom))]
+    sys::futex_wake(word);
+    #[cfg(loom)]
+    let _ = word;
 }
 
 #[cfg(test)]

@@ -6,13 +6,17 @@
 //! a header and then the data, in page units:
 //!
 //! ```text
-//!   header: magic, units, lock, next domain id,
+//!   header: magic, units, lock (its holder's thread id, 0 if free),
+//!           next domain id, the range the lock's holder is changing
+//!           (first unit, units; 0 units if none),
 //!           used bitmap (a bit per unit),
 //!           per unit, one 16-byte record (so a transfer touches one
 //!           cache line of the header per block):
 //!             run (units of the block starting here, 0 if none),
 //!             refs (processes holding the block),
-//!             to (pool domain the block is in flight to, 0 if none)
+//!             to (pool domain the block is in flight to, 0 if none),
+//!             view (process id of a sender whose view of the block is
+//!                   still to go, 0 if none: see `Pool::send`)
 //!   data:   units × page
 //! ```
 //!
@@ -35,13 +39,40 @@
 //! few hundred instructions; a freed range is usually handed out again at
 //! the same offset, which lets domains keep their mappings of it (see
 //! `BlockManager`'s mapping cache).
+//!
+//! A process may die holding the lock (killed inside `alloc`): the lock
+//! word names the holding thread, and a waiter that finds that thread
+//! gone takes the lock back (as the client's ring locks do). Before it
+//! changes anything, a holder writes down the range it is about to
+//! allocate or free; whichever it was, a holder that died leaves nobody
+//! holding that range (an allocation not yet returned, a block whose last
+//! reference went), so the one that takes the lock back frees the range
+//! whole and the header is consistent again.
+//!
+//! Free memory goes back to the kernel in batches: when a block of at
+//! least [`PUNCH_MIN`] is freed and no give-back ran in the last
+//! [`GIVE_BACK_EVERY`], every free run of at least `PUNCH_MIN` is punched
+//! out of the memfd (`fallocate(PUNCH_HOLE)`), so a pool that once held a
+//! large transfer does not keep the memory. Not at every large free: a
+//! punched range costs its next holder a fresh zeroed page per page, and
+//! a sender that copies megabytes in a loop reuses one range every hop
+//! (punching it each time made a 1 MiB pool copy eight times slower).
+//! Small blocks keep their pages, which the next holder reuses hot. A
+//! range freed within `GIVE_BACK_EVERY` of a give-back stays until the
+//! next large free after that.
 
+use crate::sync::{self, AtomicU32, AtomicU64, Ordering};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 
-use crate::sys::{self, Words};
+/// Under loom the header is model memory (`sync::model`), so the model
+/// checks this very code.
+#[cfg(loom)]
+use crate::sync::model::Mem as Header;
+use crate::sys;
+#[cfg(not(loom))]
+use crate::sys::Words as Header;
 use crate::CoshError;
 
 /// A domain's number in a pool (from 1; 0 means "none" in the header).
@@ -61,6 +92,11 @@ const MAGIC: u64 = 0x6174_6f6c_6c50_6f6f; // "atollPoo"
 const W_LOCK: usize = 2;
 const W_NEXT_DOMAIN: usize = 3;
 const W_UNITS: usize = 4;
+/// The range the lock's holder is changing: first unit, units (0: none).
+const W_FIX_START: usize = 5;
+const W_FIX_UNITS: usize = 6;
+/// When free memory last went back to the kernel (`now_ms`; 0: never).
+const W_GAVE_BACK_AT: usize = 7;
 /// `u32` words before the bitmap (the magic takes the first two).
 const FIXED_WORDS: usize = 16;
 /// A unit's record: `u32` words, and the index of each field.
@@ -68,12 +104,26 @@ const REC_WORDS: usize = 4;
 const RUN: usize = 0;
 const REFS: usize = 1;
 const TO: usize = 2;
+const VIEW: usize = 3;
+
+/// Spins of a wait on the header before it asks whether the process it
+/// waits for still exists (then it yields between looks).
+#[cfg(not(loom))]
+const SPINS: u32 = 64;
+#[cfg(loom)]
+const SPINS: u32 = 2;
+
+/// The shortest free run given back to the kernel, and the shortest
+/// freed block that starts a give-back (see the module's comment).
+pub const PUNCH_MIN: usize = 1 << 20;
+/// At most one give-back per this many milliseconds.
+pub const GIVE_BACK_EVERY: u32 = 100;
 
 /// The pool, as one process sees it.
 #[derive(Debug)]
 pub struct Pool {
     fd: OwnedFd,
-    header: Words,
+    header: Header,
     units: usize,
     unit: usize,
     /// Offsets (in `u32` words) of the arrays in the header.
@@ -96,7 +146,12 @@ impl Pool {
         let data_off = header_len as u64;
         let total = header_len + units * unit;
         let fd = sys::memfd(total)?;
-        let header = Words::new(fd.as_fd(), header_len)?;
+        #[cfg(not(loom))]
+        let header = Header::new(fd.as_fd(), header_len)?;
+        // The model's memory holds only the words in use: every word is a
+        // loom object the checker follows.
+        #[cfg(loom)]
+        let header = Header::new((rec_at + units * REC_WORDS) * 4);
         let pool = Pool {
             fd,
             header,
@@ -156,21 +211,68 @@ impl Pool {
         self.units - used as usize
     }
 
+    /// Take the pool's lock; from a holder that is gone, take it back
+    /// and undo what it left half done.
     fn lock(&self) -> PoolLock<'_> {
         let l = &self.words(W_LOCK, 1)[0];
+        let me = sys::tid();
         let mut spins = 0u32;
-        while l
-            .compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            spins += 1;
-            if spins < 64 {
-                std::hint::spin_loop();
-            } else {
-                std::thread::yield_now();
+        loop {
+            let holder = match l.compare_exchange_weak(0, me, Ordering::Acquire, Ordering::Relaxed)
+            {
+                Ok(_) => break,
+                Err(holder) => holder,
+            };
+            spins = spins.wrapping_add(1);
+            if spins < SPINS {
+                sync::spin_loop();
+                continue;
             }
+            // A holder runs a few hundred instructions; one we waited
+            // this long for was preempted, or is gone.
+            if holder != 0
+                && spins.is_multiple_of(SPINS)
+                && sys::task_gone(holder)
+                && l.compare_exchange(holder, me, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+            {
+                self.repair();
+                break;
+            }
+            sync::yield_now();
         }
         PoolLock(l)
+    }
+
+    /// Under the lock taken back from a dead holder: free the range it
+    /// was changing, if any (see the module's comment).
+    fn repair(&self) {
+        let units = self.words(W_FIX_UNITS, 1)[0].load(Ordering::Relaxed) as usize;
+        let start = self.words(W_FIX_START, 1)[0].load(Ordering::Relaxed) as usize;
+        if units != 0
+            && start
+                .checked_add(units)
+                .is_some_and(|end| end <= self.units)
+        {
+            self.free_range(start, units);
+        }
+        self.words(W_FIX_UNITS, 1)[0].store(0, Ordering::Relaxed);
+    }
+
+    /// Under the lock: note that `start..start + n` is being changed
+    /// (`Some`), or that nothing is (`None`).
+    fn changing(&self, range: Option<(usize, usize)>) {
+        let (start, n) = range.unwrap_or((0, 0));
+        self.words(W_FIX_START, 1)[0].store(start as u32, Ordering::Relaxed);
+        self.words(W_FIX_UNITS, 1)[0].store(n as u32, Ordering::Relaxed);
+    }
+
+    /// Under the lock: units `start..start + n` hold no block.
+    fn free_range(&self, start: usize, n: usize) {
+        for f in [RUN, REFS, TO, VIEW] {
+            self.rec(start, f).store(0, Ordering::Relaxed);
+        }
+        self.set_used(start, n, false);
     }
 
     fn is_used(&self, i: usize) -> bool {
@@ -193,8 +295,49 @@ impl Pool {
     /// the caller. Its bytes are whatever its last holder left: the block
     /// manager zeroes what it does not overwrite.
     pub fn alloc(&self, len: usize) -> Result<PoolRef, CoshError> {
+        self.alloc_inner(len, None)
+    }
+
+    /// [`Pool::alloc`], calling `inside` half way through the critical
+    /// section (the range noted, some of its bits set): for a test to
+    /// kill the process there and check that the others recover.
+    #[doc(hidden)]
+    pub fn alloc_stopping_inside(
+        &self,
+        len: usize,
+        inside: &dyn Fn(),
+    ) -> Result<PoolRef, CoshError> {
+        self.alloc_inner(len, Some(inside))
+    }
+
+    fn alloc_inner(&self, len: usize, inside: Option<&dyn Fn()>) -> Result<PoolRef, CoshError> {
         let n = len.max(1).div_ceil(self.unit);
         let _g = self.lock();
+        let Some(start) = self.first_fit(n) else {
+            return Err(CoshError::OutOfMemory {
+                wanted: n,
+                free: self.units - self.used_count(),
+            });
+        };
+        // Noted first: a holder that dies from here on leaves the range
+        // to be freed by the next one (`repair`).
+        self.changing(Some((start, n)));
+        self.set_used(start, n.div_ceil(2), true);
+        if let Some(inside) = inside {
+            inside();
+        }
+        self.set_used(start, n, true);
+        self.rec(start, RUN).store(n as u32, Ordering::Relaxed);
+        self.rec(start, REFS).store(1, Ordering::Relaxed);
+        self.rec(start, TO).store(0, Ordering::Relaxed);
+        self.rec(start, VIEW).store(0, Ordering::Relaxed);
+        self.changing(None);
+        Ok(self.range(start, n))
+    }
+
+    /// Under the lock: the first unit of the first `n` free units in a
+    /// row.
+    fn first_fit(&self, n: usize) -> Option<usize> {
         let (mut i, mut run) = (0usize, 0usize);
         while i < self.units {
             if run == 0 && i.is_multiple_of(64) && self.used()[i / 64].load(Ordering::Relaxed) == !0
@@ -207,20 +350,12 @@ impl Pool {
             } else {
                 run += 1;
                 if run == n {
-                    let start = i + 1 - n;
-                    self.set_used(start, n, true);
-                    self.rec(start, RUN).store(n as u32, Ordering::Relaxed);
-                    self.rec(start, REFS).store(1, Ordering::Relaxed);
-                    self.rec(start, TO).store(0, Ordering::Relaxed);
-                    return Ok(self.range(start, n));
+                    return Some(i + 1 - n);
                 }
             }
             i += 1;
         }
-        Err(CoshError::OutOfMemory {
-            wanted: n,
-            free: self.units - self.used_count(),
-        })
+        None
     }
 
     fn used_count(&self) -> usize {
@@ -253,12 +388,38 @@ impl Pool {
     /// `extra_ref`, add a reference for the receiver and keep ours (a
     /// share), else ours travels (a move, or a fresh copy). Fails if the
     /// block is already in flight.
-    pub fn send(&self, r: PoolRef, to: PoolDomain, extra_ref: bool) -> Result<(), CoshError> {
+    ///
+    /// `viewer` (0 if none) is the sending process when it still maps the
+    /// block and will hide its view only once the ticket has left, so
+    /// the two sides' system calls overlap; it calls [`Pool::revoked`]
+    /// then, and the receiver waits for that ([`Pool::wait_revoked`])
+    /// before it hands the block to its program.
+    pub fn send(
+        &self,
+        r: PoolRef,
+        to: PoolDomain,
+        extra_ref: bool,
+        viewer: u32,
+    ) -> Result<(), CoshError> {
         let (start, n) = self
             .units_of(r)
             .ok_or(CoshError::Protocol("not a pool block"))?;
         if to == 0 || self.rec(start, RUN).load(Ordering::Acquire) != n as u32 {
             return Err(CoshError::Protocol("not a pool block"));
+        }
+        const IN_FLIGHT: CoshError = CoshError::Protocol("a pool block is already in flight");
+        // The mark goes first: once `to` is set, a receiver may claim the
+        // block (even one that did not wait for the ticket) and must see
+        // that it has to wait. A block whose last sender has not let go
+        // of its view yet cannot be sent on (its receiver waits for that
+        // before it has the block).
+        let view = self.rec(start, VIEW);
+        if viewer != 0
+            && view
+                .compare_exchange(0, viewer, Ordering::AcqRel, Ordering::Relaxed)
+                .is_err()
+        {
+            return Err(IN_FLIGHT);
         }
         if extra_ref {
             self.rec(start, REFS).fetch_add(1, Ordering::AcqRel);
@@ -271,9 +432,59 @@ impl Pool {
             if extra_ref {
                 self.rec(start, REFS).fetch_sub(1, Ordering::AcqRel);
             }
-            return Err(CoshError::Protocol("a pool block is already in flight"));
+            if viewer != 0 {
+                let _ = view.compare_exchange(viewer, 0, Ordering::AcqRel, Ordering::Relaxed);
+            }
+            return Err(IN_FLIGHT);
         }
         Ok(())
+    }
+
+    /// The sender `viewer` no longer maps block `r` (see [`Pool::send`]).
+    pub fn revoked(&self, r: PoolRef, viewer: u32) {
+        if let Some((start, _)) = self.units_of(r) {
+            // Only our own mark: a block freed and sent again by another
+            // process after an error keeps that one's.
+            let _ = self.rec(start, VIEW).compare_exchange(
+                viewer,
+                0,
+                Ordering::Release,
+                Ordering::Relaxed,
+            );
+        }
+    }
+
+    /// Wait until no sender maps block `r`, which we claimed: its sender
+    /// hid its view ([`Pool::revoked`]) or died (a process that is gone
+    /// maps nothing). A strong move gives the receiver a block no other
+    /// process can reach (Cosh §3.3); this is the last step of that.
+    pub fn wait_revoked(&self, r: PoolRef) {
+        let Some((start, _)) = self.units_of(r) else {
+            return;
+        };
+        let view = self.rec(start, VIEW);
+        let mut spins = 0u32;
+        loop {
+            let viewer = view.load(Ordering::Acquire);
+            if viewer == 0 {
+                return;
+            }
+            // The sender's hide takes a microsecond or two, so spin as
+            // long as a channel wait does before asking about its process
+            // (a `kill` and a read of /proc, tens of microseconds: after
+            // 64 spins, 0.75% of 4 KiB hops paid it); one this late was
+            // preempted or died, and is asked about now and then.
+            spins = spins.wrapping_add(1);
+            if spins < crate::chan::SPINS {
+                sync::spin_loop();
+                continue;
+            }
+            if spins.is_multiple_of(SPINS) && sys::task_gone(viewer) {
+                let _ = view.compare_exchange(viewer, 0, Ordering::AcqRel, Ordering::Relaxed);
+                return;
+            }
+            sync::yield_now();
+        }
     }
 
     /// Take block `r`, sent to `me`: the reference in flight becomes
@@ -307,9 +518,37 @@ impl Pool {
             return;
         }
         let _g = self.lock();
-        self.rec(start, RUN).store(0, Ordering::Relaxed);
-        self.rec(start, TO).store(0, Ordering::Relaxed);
-        self.set_used(start, n, false);
+        self.changing(Some((start, n)));
+        self.free_range(start, n);
+        self.changing(None);
+        if r.len as usize >= PUNCH_MIN {
+            let now = sys::now_ms().max(1);
+            let at = &self.words(W_GAVE_BACK_AT, 1)[0];
+            let last = at.load(Ordering::Relaxed);
+            if last == 0 || now.wrapping_sub(last) >= GIVE_BACK_EVERY {
+                at.store(now, Ordering::Relaxed);
+                self.give_back_free();
+            }
+        }
+    }
+
+    /// Under the lock: punch every free run of at least [`PUNCH_MIN`] out
+    /// of the memfd. Free units belong to nobody, and the lock keeps them
+    /// free meanwhile; the header does not change, so a holder that dies
+    /// here leaves it consistent.
+    fn give_back_free(&self) {
+        let min = PUNCH_MIN.div_ceil(self.unit);
+        let mut run_start = 0;
+        for i in 0..=self.units {
+            if i < self.units && !self.is_used(i) {
+                continue;
+            }
+            if i - run_start >= min {
+                let r = self.range(run_start, i - run_start);
+                let _ = sys::punch_range(self.fd(), r.off, r.len);
+            }
+            run_start = i + 1;
+        }
     }
 }
 
@@ -359,7 +598,7 @@ mod tests {
     fn the_last_reference_frees() {
         let p = pool(2);
         let a = p.alloc(1).unwrap();
-        p.send(a, 7, true).unwrap();
+        p.send(a, 7, true, 0).unwrap();
         p.claim(a, 7).unwrap();
         p.release(a);
         assert_eq!(p.free_units(), 1, "the receiver still holds it");
@@ -374,10 +613,10 @@ mod tests {
         let a = p.alloc(2 * page as usize).unwrap();
         // Not sent yet.
         assert!(p.claim(a, 2).is_err());
-        p.send(a, 2, false).unwrap();
+        p.send(a, 2, false, 0).unwrap();
         // Sent to someone else, twice, or a second time while in flight.
         assert!(p.claim(a, 3).is_err());
-        assert!(p.send(a, 3, false).is_err());
+        assert!(p.send(a, 3, false, 0).is_err());
         // A part of it, more than it, or a range beside it.
         let part = PoolRef {
             off: a.off,
@@ -418,7 +657,7 @@ mod tests {
         ];
         for r in hostile {
             assert!(p.claim(r, 2).is_err(), "{r:?}");
-            assert!(p.send(r, 2, true).is_err(), "{r:?}");
+            assert!(p.send(r, 2, true, 0).is_err(), "{r:?}");
         }
         // None of that took it: the right claim works once.
         assert_eq!(p.claim(a, 2).unwrap(), a);
@@ -426,7 +665,7 @@ mod tests {
         p.release(a);
         assert_eq!(p.free_units(), 8);
         // A freed block is no block.
-        assert!(p.send(a, 2, false).is_err());
+        assert!(p.send(a, 2, false, 0).is_err());
     }
 
     #[test]

@@ -91,6 +91,18 @@ pub fn punch(fd: BorrowedFd<'_>, len: usize) -> std::io::Result<()> {
     )?)
 }
 
+/// Give back the pages of `len` bytes at `off` of a memfd: they read as
+/// zeros afterwards and cost no memory until written again.
+pub fn punch_range(fd: BorrowedFd<'_>, off: u64, len: u64) -> std::io::Result<()> {
+    use rustix::fs::FallocateFlags;
+    Ok(rustix::fs::fallocate(
+        fd,
+        FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE,
+        off,
+        len,
+    )?)
+}
+
 /// A shared mapping of a whole block into this process, read-only or
 /// read/write; unmapped on drop.
 #[derive(Debug)]
@@ -307,6 +319,12 @@ impl Map {
     }
 
     /// Zero `off..off + len`. Panics if out of bounds or read-only.
+    /// Append `len` bytes at `off` to `out` (a copy, as `bytes`, of
+    /// memory another process may write).
+    pub fn read_shared(&self, off: usize, len: usize, out: &mut Vec<u8>) {
+        out.extend_from_slice(self.bytes(off, len));
+    }
+
     pub fn zero(&mut self, off: usize, len: usize) {
         assert!(self.writable, "zeroing a read-only mapping");
         assert!(off.checked_add(len).is_some_and(|e| e <= self.len));
@@ -554,6 +572,45 @@ pub fn child_ended(pid: i32) -> bool {
         );
         r != 0 || info.si_pid() != 0
     }
+}
+
+/// Whether the process or thread `id` is gone: no such id, or a zombie
+/// (which maps nothing and holds nothing any more). Used by waiters on
+/// the pool's header, which another process may have left mid-way.
+pub fn task_gone(id: u32) -> bool {
+    // SAFETY: signal 0 only checks that the task exists; Linux takes a
+    // thread id as well as a process id here.
+    if unsafe { libc::kill(id as libc::pid_t, 0) } != 0
+        && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+    {
+        return true;
+    }
+    // "/proc/<id>/stat": the state is the field after the last ')'.
+    let Ok(stat) = std::fs::read(format!("/proc/{id}/stat")) else {
+        return false; // no /proc to look at: the signal said it exists
+    };
+    let state = stat
+        .iter()
+        .rposition(|&c| c == b')')
+        .and_then(|i| stat.get(i + 2));
+    matches!(state, Some(b'Z' | b'X'))
+}
+
+/// Milliseconds of the monotonic clock, which every process of the
+/// machine reads alike (wraps after 49 days: compare with `wrapping_sub`).
+pub fn now_ms() -> u32 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    (t.tv_sec as u64 * 1000 + t.tv_nsec as u64 / 1_000_000) as u32
+}
+
+/// Our process id (not cached: a forked child has its own).
+pub fn pid() -> u32 {
+    rustix::process::getpid().as_raw_nonzero().get() as u32
+}
+
+/// The calling thread's id.
+pub fn tid() -> u32 {
+    rustix::thread::gettid().as_raw_nonzero().get() as u32
 }
 
 /// Our parent's process id.

@@ -24,6 +24,8 @@ use crate::rights::{Mode, Strength};
 use crate::sys;
 use crate::CoshError;
 
+mod wire;
+
 /// Where the bytes of one piece of the aggregate are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Part {
@@ -127,12 +129,21 @@ pub struct PoolTicket {
 }
 
 impl PoolTicket {
+    /// The ticket in its fixed wire layout (`wire`).
     pub fn encode(&self) -> Vec<u8> {
-        postcard::to_stdvec(self).expect("a ticket always encodes")
+        let mut out = Vec::new();
+        self.encode_into(&mut out);
+        out
+    }
+
+    /// [`PoolTicket::encode`] into `out` (cleared first), for a sender
+    /// that keeps one buffer.
+    pub fn encode_into(&self, out: &mut Vec<u8>) {
+        wire::encode(self, out)
     }
 
     pub fn decode(bytes: &[u8]) -> Result<PoolTicket, CoshError> {
-        postcard::from_bytes(bytes).map_err(|_| CoshError::Protocol("malformed ticket"))
+        wire::decode(bytes)
     }
 }
 
@@ -258,11 +269,18 @@ mod tests {
     }
 
     #[test]
-    fn a_pool_ticket_round_trips_and_is_small() {
+    fn a_pool_ticket_round_trips_and_fits_the_channel() {
         let t = ticket();
         let bytes = t.encode();
-        assert!(bytes.len() < 64, "{} bytes", bytes.len());
+        // Head, two parts, a block and the inline block.
+        assert_eq!(bytes.len(), 24 + 2 * 32 + 2 * 16);
         assert_eq!(PoolTicket::decode(&bytes).unwrap(), t);
+        let mut no_inline = t;
+        no_inline.inline_block = None;
+        no_inline.ticket.parts.pop();
+        let bytes = no_inline.encode();
+        assert_eq!(bytes.len(), 24 + 32 + 16);
+        assert_eq!(PoolTicket::decode(&bytes).unwrap(), no_inline);
     }
 
     #[test]
@@ -271,9 +289,28 @@ mod tests {
         for n in 0..bytes.len() {
             assert!(PoolTicket::decode(&bytes[..n]).is_err(), "cut at {n}");
         }
-        let mut bad = bytes.clone();
-        bad[0] = 0xff; // no such mode
-        assert!(PoolTicket::decode(&bad).is_err());
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert!(PoolTicket::decode(&longer).is_err(), "a byte too many");
+        // No such mode, strength or part; a flag that is not 0 or 1; a
+        // pad that is not zero; counts that do not match the length.
+        for (at, v) in [
+            (0, 0xff),
+            (1, 2),
+            (24, 2),
+            (6, 2),
+            (7, 1),
+            (24 + 1, 2),
+            (24 + 4, 1),
+            (24 + 32 + 1, 1),
+            (24 + 32 + 16, 1),
+            (2, 3),
+            (4, 0),
+        ] {
+            let mut bad = bytes.clone();
+            bad[at] = v;
+            assert!(PoolTicket::decode(&bad).is_err(), "byte {at} = {v}");
+        }
     }
 
     #[test]

@@ -66,6 +66,42 @@ impl Cosh {
         r
     }
 
+    /// Transfer `a` to pool domain `to` and hand its ticket to `deliver`
+    /// (which sends it by any channel): [`Cosh::attach_transfer_pooled`]
+    /// and [`Cosh::send_pooled`] in one, with the sender's views hidden
+    /// *after* the ticket left instead of before. The receiver makes its
+    /// view meanwhile, on its own CPU, and waits until ours are gone
+    /// before its program gets the block (`Pool::wait_revoked`), so a
+    /// strong move still never leaves the block reachable from both
+    /// programs, and its two `mprotect`s run side by side rather than one
+    /// after the other on the hop's critical path. Our views go whatever
+    /// happens, errors included. `deliver` must not receive the transfer
+    /// itself on this thread: that receive would wait for the hide that
+    /// follows `deliver`.
+    pub fn transfer_pooled(
+        &mut self,
+        a: crate::Agg,
+        mode: crate::Mode,
+        strength: crate::Strength,
+        to: PoolDomain,
+        deliver: impl FnOnce(&PoolTicket) -> Result<(), CoshError>,
+    ) -> Result<(), CoshError> {
+        self.mgr.defer_hides();
+        let sent = self
+            .attach_transfer_pooled(a, mode, strength)
+            .and_then(|p| self.send_pooled(p, to))
+            .and_then(|t| deliver(&t));
+        let hidden = self.mgr.hide_deferred();
+        if !hidden.is_empty() {
+            let (pool, _) = self.mgr.pool().expect("pool blocks have a pool");
+            let me = crate::sys::pid();
+            for r in hidden {
+                pool.revoked(r, me);
+            }
+        }
+        sent
+    }
+
     /// Finish a transfer that arrived as `t` in domain `d`: claim every
     /// block the ticket names (refused unless each is a whole pool block
     /// sent to us), then as [`Cosh::attach_recv`]. On any error, what was
@@ -93,6 +129,12 @@ impl Cosh {
             self.discard(parcel(claimed, inline_block));
             return Err(e);
         }
-        self.attach_recv(d, parcel(claimed, inline_block))
+        let got = self.attach_recv(d, parcel(claimed, inline_block))?;
+        // A sender using `transfer_pooled` may still be hiding its views.
+        let (pool, _) = self.mgr.pool().expect("claimed from a pool");
+        for &r in t.blocks.iter().chain(&t.inline_block) {
+            pool.wait_revoked(r);
+        }
+        Ok(got)
     }
 }

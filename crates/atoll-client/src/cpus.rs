@@ -112,10 +112,13 @@ fn is_atolls_mask(mask: &CpuSet) -> bool {
     let Some(table) = crate::session::client().and_then(table) else {
         return false;
     };
-    let served: Vec<usize> = table.served().filter(|&k| k < CpuSet::MAX_CPU).collect();
-    let in_mask = served.iter().filter(|&&k| mask.is_set(k)).count();
-    let outside = mask.count() as usize != in_mask;
-    !outside && (in_mask == 1 || in_mask + 1 == served.len())
+    let (mut served, mut in_mask) = (0, 0);
+    for k in table.served().filter(|&k| k < CpuSet::MAX_CPU) {
+        served += 1;
+        in_mask += usize::from(mask.is_set(k));
+    }
+    // Nothing outside the served cores, and one of them or all but one.
+    mask.count() as usize == in_mask && (in_mask == 1 || in_mask + 1 == served)
 }
 
 /// Record that the program set the affinity of thread `tid` of this

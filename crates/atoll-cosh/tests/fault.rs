@@ -13,10 +13,12 @@
 //! One `#[test]` in this file: it forks, which wants no other test thread
 //! running at the time.
 
+mod common;
+
 use std::os::fd::AsRawFd;
 
 use atoll_cosh::sys::{fork_domain, Exit};
-use atoll_cosh::{recv_parcel, send_parcel, Config, Cosh, Mode, Rights, Strength};
+use atoll_cosh::{recv_parcel, send_parcel, Config, Cosh, Mode, Strength};
 
 const LEN: usize = 16 * 1024;
 
@@ -37,16 +39,10 @@ fn receiver(sock: std::os::unix::net::UnixStream, strong: bool) -> i32 {
     let Ok(got) = c.attach_recv(d, p) else {
         return 3;
     };
-    if c.rights(got.agg).ok() != Some(Rights::Ro) || c.write(got.agg, 0, b"x").is_ok() {
-        return 4;
-    }
-    let Ok(ranges) = c.iter(got.agg, 0) else {
-        return 5;
+    let ptr = match common::read_only_share_of(&mut c, got.agg, 0xab, LEN) {
+        Ok(ptr) => ptr,
+        Err(code) => return code,
     };
-    if ranges.len() != 1 || ranges[0] != [0xab; LEN] {
-        return 6;
-    }
-    let ptr = ranges[0].as_ptr() as *mut u8;
     let fd = c
         .manager()
         .blocks()

@@ -23,11 +23,13 @@
 //! One `#[test]` in this file: it forks, which wants no other test thread
 //! running at the time.
 
+mod common;
+
 use std::sync::Arc;
 
 use atoll_cosh::chan::Channel;
 use atoll_cosh::sys::{self, fork_domain, Exit};
-use atoll_cosh::{Config, Cosh, Mode, Pool, PoolDomain, PoolTicket, Rights, Strength};
+use atoll_cosh::{Agg, Config, Cosh, Mode, Pool, PoolDomain, PoolTicket, Rights, Strength};
 
 const LEN: usize = 16 * 1024;
 
@@ -40,6 +42,15 @@ fn cosh(pool: &Arc<Pool>, me: PoolDomain) -> Cosh {
         pool.clone(),
         me,
     )
+}
+
+/// In a forked sender: a block of `LEN` bytes of `byte` in this domain,
+/// or the exit code naming the step that failed.
+fn filled_block(c: &mut Cosh, byte: u8) -> Result<Agg, i32> {
+    let d = c.domain();
+    let x = c.alloc(d, LEN).map_err(|_| 2)?;
+    c.write(x, 0, &[byte; LEN]).map_err(|_| 3)?;
+    Ok(x)
 }
 
 /// A strong share to a forked receiver that then writes what it got.
@@ -59,16 +70,10 @@ fn share_faults_a_writing_receiver() {
         let Ok(got) = c.recv_pooled(d, t) else {
             return 3;
         };
-        if c.rights(got.agg).ok() != Some(Rights::Ro) || c.write(got.agg, 0, b"x").is_ok() {
-            return 4;
-        }
-        let Ok(ranges) = c.iter(got.agg, 0) else {
-            return 5;
+        let ptr = match common::read_only_share_of(&mut c, got.agg, 0xab, LEN) {
+            Ok(ptr) => ptr,
+            Err(code) => return code,
         };
-        if ranges.len() != 1 || ranges[0] != [0xab; LEN] {
-            return 6;
-        }
-        let ptr = ranges[0].as_ptr() as *mut u8;
         // SAFETY: deliberately a store to memory we were given read-only:
         // the mapping is read-only, so this faults and the process dies
         // with SIGSEGV (the point of the test).
@@ -108,11 +113,10 @@ fn move_takes_the_senders_view(overlapped: bool) {
     let child = fork_domain(|_| {
         let end = chan.end(false, || sys::parent_pid() == parent);
         let mut c = cosh(&pool, theirs);
-        let d = c.domain();
-        let Ok(x) = c.alloc(d, LEN) else { return 2 };
-        if c.write(x, 0, &[0xcd; LEN]).is_err() {
-            return 3;
-        }
+        let x = match filled_block(&mut c, 0xcd) {
+            Ok(x) => x,
+            Err(code) => return code,
+        };
         let Ok(ptr) = c.iter(x, 0).map(|r| r[0].as_ptr()) else {
             return 4;
         };
@@ -252,11 +256,10 @@ fn a_sender_killed_before_hiding_its_view_does_not_hang_the_receiver() {
     let child = fork_domain(|_| {
         let end = chan.end(false, || sys::parent_pid() == parent);
         let mut c = cosh(&pool, theirs);
-        let d = c.domain();
-        let Ok(x) = c.alloc(d, LEN) else { return 2 };
-        if c.write(x, 0, &[0x3c; LEN]).is_err() {
-            return 3;
-        }
+        let x = match filled_block(&mut c, 0x3c) {
+            Ok(x) => x,
+            Err(code) => return code,
+        };
         let _ = c.transfer_pooled(x, Mode::Move, Strength::Strong, ours, |t| {
             end.send(&t.encode())?;
             loop {

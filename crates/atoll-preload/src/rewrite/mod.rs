@@ -204,49 +204,43 @@ pub fn on_trap(nr: i64, resume: usize) {
         return;
     }
     let nr = nr as u32;
-    if candidate(resume, nr).is_none() {
-        on_short_trap(resume, nr);
-        return;
-    }
-    let _lock = Lock::take();
-    // Another thread may have rewritten it meanwhile.
-    let Some(c) = candidate(resume, nr) else {
-        return;
-    };
-    match rewrite(&c, resume, nr) {
-        Ok(()) => {
-            crate::stats::count_site();
-            sigsys::debug(
-                &[b"rewrote site of"],
-                &[nr as i64, resume as i64, c.moved_len as i64],
-            );
-        }
-        Err(why) => {
-            remember_refused(resume);
-            sigsys::debug(
-                &[b"site kept trapping:", why.as_bytes()],
-                &[nr as i64, resume as i64],
-            );
-        }
+    if candidate(resume, nr).is_some() {
+        rewrite_locked(
+            resume,
+            nr,
+            || candidate(resume, nr),
+            |c| rewrite(&c, resume, nr),
+        );
+    } else if short_candidate(resume, nr).is_some() {
+        // Set by `xor %eax,%eax` (`short`): the `xor` becomes a `jmp rel8`
+        // to a `jmp rel32` in the dead padding after the function's next
+        // `ret`, which leads to the site's stub.
+        rewrite_locked(
+            resume,
+            nr,
+            || short_candidate(resume, nr),
+            |pad| rewrite_short(resume, pad, nr),
+        );
     }
 }
 
-/// A site set by `xor %eax,%eax` (`short`): its `xor` becomes a `jmp
-/// rel8` to a `jmp rel32` in the dead padding after the function's next
-/// `ret`, which leads to the site's stub.
-fn on_short_trap(resume: usize, nr: u32) {
-    if short_candidate(resume, nr).is_none() {
-        return;
-    }
+/// Under the rewrite lock, find the site again (another thread may have
+/// rewritten it meanwhile) and rewrite it; count it, or remember that it
+/// keeps trapping.
+fn rewrite_locked<C>(
+    resume: usize,
+    nr: u32,
+    find: impl FnOnce() -> Option<C>,
+    apply: impl FnOnce(C) -> Result<(), &'static str>,
+) {
     let _lock = Lock::take();
-    // Another thread may have rewritten it meanwhile.
-    let Some(pad) = short_candidate(resume, nr) else {
+    let Some(site) = find() else {
         return;
     };
-    match rewrite_short(resume, pad, nr) {
+    match apply(site) {
         Ok(()) => {
             crate::stats::count_site();
-            sigsys::debug(&[b"rewrote short site of"], &[nr as i64, resume as i64]);
+            sigsys::debug(&[b"rewrote site of"], &[nr as i64, resume as i64]);
         }
         Err(why) => {
             remember_refused(resume);
@@ -304,13 +298,8 @@ fn rewrite_short(resume: usize, pad: usize, nr: u32) -> Result<(), &'static str>
         unsafe { core::ptr::copy_nonoverlapping(far.as_ptr(), pad as *mut u8, 5) };
         let near = [JMP_REL8, (pad - (xor + 2)) as u8];
         match window {
-            Some(w) => store_bytes_in_window(w, xor, &near),
-            None => {
-                // SAFETY: one thread (checked above), and the page is
-                // writable for this closure.
-                unsafe { core::ptr::copy_nonoverlapping(near.as_ptr(), xor as *mut u8, 2) };
-                true
-            }
+            Some(w) => store_in_window(w, xor, &near),
+            None => store_alone(xor, &near),
         }
     })?;
     if stored {
@@ -402,17 +391,10 @@ fn jmp_rel32(next_ip: usize, to: usize) -> [u8; 5] {
     jmp
 }
 
-/// Replace the five bytes at `mov` with `new` in one locked `cmpxchg` on
-/// the 8-byte window `w` around them (within a cache line: one atomic
-/// access, and no split lock). False when the window no longer holds what
-/// was read.
-fn store_in_window(w: usize, mov: usize, new: &[u8; 5]) -> bool {
-    store_bytes_in_window(w, mov, new)
-}
-
-/// Replace the bytes at `at` with `new` (all inside the window `w`) in one
-/// locked `cmpxchg`, as [`store_in_window`].
-fn store_bytes_in_window(w: usize, at: usize, new: &[u8]) -> bool {
+/// Replace the bytes at `at` with `new` (all inside the 8-byte window `w`,
+/// within a cache line: one atomic access, and no split lock) in one
+/// locked `cmpxchg`. False when the window no longer holds what was read.
+fn store_in_window(w: usize, at: usize, new: &[u8]) -> bool {
     let old = read8(w);
     let mut next = old;
     let off = at - w;
@@ -435,12 +417,13 @@ fn store_bytes_in_window(w: usize, at: usize, new: &[u8]) -> bool {
     seen == old
 }
 
-/// Replace the five bytes at `mov` with plain stores: only while no other
+/// Replace the bytes at `at` with plain stores: only while no other
 /// thread exists (see the rules above).
-fn store_alone(mov: usize, new: &[u8; 5]) -> bool {
-    // SAFETY: `[mov, mov + 5)` is on the page just made writable; no other
-    // thread runs (checked by the caller), and this one runs atoll code.
-    unsafe { core::ptr::copy_nonoverlapping(new.as_ptr(), mov as *mut u8, 5) };
+fn store_alone(at: usize, new: &[u8]) -> bool {
+    // SAFETY: `[at, at + new.len())` is on the page just made writable; no
+    // other thread runs (checked by the caller), and this one runs atoll
+    // code.
+    unsafe { core::ptr::copy_nonoverlapping(new.as_ptr(), at as *mut u8, new.len()) };
     true
 }
 

@@ -124,8 +124,11 @@ pub fn table(r: &Results) -> String {
     );
     let _ = writeln!(
         out,
-        "Remapping a move beat copying it from: {} (Cosh: above ~{}); default remap threshold: {}",
+        "Remapping a move beat copying it from: {} by socket, {} in the pool (Cosh: above ~{}); \
+         default remap threshold: {}",
         r.remap_wins_from
+            .map_or_else(|| "no size measured".into(), size),
+        r.pool_remap_wins_from
             .map_or_else(|| "no size measured".into(), size),
         size(COSH_REMAP_WINS_ABOVE),
         size(r.default_threshold)

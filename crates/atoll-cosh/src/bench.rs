@@ -26,9 +26,13 @@
 //!
 //! * **pool move**, **pool share**: strong, every size remapped (the
 //!   sender's view hidden or made read-only, the receiver's view made);
-//! * **pool copy**: strong copy, the bytes written once into a fresh pool
-//!   block that moves to the receiver;
-//! * **pool move, copy**: a move by copying, for the crossover.
+//! * **pool copy**: strong copy: up to `Config::pool_inline_max` bytes
+//!   travel in the ticket's message and the receiver copies them into a
+//!   block it kept from its own frees (no system call on either side);
+//!   more are written once into a fresh pool block that moves;
+//! * **pool move, copy**: a move by copying, for the crossover with
+//!   **pool move** (a strong move with the default threshold is this
+//!   below 16 KiB and **pool move** above).
 //!
 //! Every figure is the median of `repeat` batches with the range; cycles
 //! are TSC ticks (`rdtsc`), which tick at the nominal frequency.
@@ -200,6 +204,8 @@ pub struct Results {
     /// by the fastest batch of each (load on a shared machine only ever
     /// slows a batch down).
     pub remap_wins_from: Option<usize>,
+    /// The same between **pool move** and **pool move, copy**.
+    pub pool_remap_wins_from: Option<usize>,
     pub default_threshold: usize,
     /// Where a pooled hop's cycles go, for each pooled variant measured,
     /// at the smallest and the largest size.
@@ -515,9 +521,14 @@ pub fn run(cfg: &Config) -> Result<Results, CoshError> {
             .find(|r| r.variant == v && r.size == s)
             .map(|r| r.cycles.min)
     };
-    let remap_wins_from = cfg.sizes.iter().copied().find(|&s| {
-        matches!((fastest(Variant::MoveRemap, s), fastest(Variant::MoveCopy, s)), (Some(r), Some(c)) if r < c)
-    });
+    let wins_from = |remap: Variant, copy: Variant| {
+        cfg.sizes
+            .iter()
+            .copied()
+            .find(|&s| matches!((fastest(remap, s), fastest(copy, s)), (Some(r), Some(c)) if r < c))
+    };
+    let remap_wins_from = wins_from(Variant::MoveRemap, Variant::MoveCopy);
+    let pool_remap_wins_from = wins_from(Variant::PoolMove, Variant::PoolMoveCopy);
     let mut step_rows = Vec::new();
     let mut channel_cycles = 0.0;
     if cfg.variants.iter().any(|v| v.pooled()) {
@@ -536,6 +547,7 @@ pub fn run(cfg: &Config) -> Result<Results, CoshError> {
         rows,
         tsc_ghz: if tn > 0.0 { tc / tn } else { 0.0 },
         remap_wins_from,
+        pool_remap_wins_from,
         default_threshold: crate::DEFAULT_REMAP_THRESHOLD,
         steps: step_rows,
         channel_cycles,

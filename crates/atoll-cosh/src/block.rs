@@ -90,6 +90,18 @@ pub struct Config {
     /// Freed blocks kept for reuse (with a mapping), saving
     /// `memfd_create`, `mmap` and page faults; zeroed when reused.
     pub recycle: usize,
+    /// Between domains of one pool, copied bytes up to this many travel in
+    /// the ticket's message and are copied out of it by the receiver;
+    /// more go once into a fresh pool block that changes hands (Cosh §6:
+    /// a copy through the message channel wins for small transfers). The
+    /// channel must carry tickets this long (`chan::MAX_MESSAGE`).
+    pub pool_inline_max: usize,
+    /// Bytes of freed pool blocks a process keeps mapped read/write for
+    /// its next allocations instead of giving them back to the pool: a
+    /// block it held alone, reused by itself, costs no `mprotect`, no
+    /// `mmap` and no pool lock. [`BlockManager::give_back_kept`] returns
+    /// them.
+    pub pool_keep_bytes: usize,
 }
 
 /// Measured with `atoll bench transfer` (docs/BENCHMARKS.md): a remapped
@@ -99,6 +111,10 @@ pub struct Config {
 /// 16 KiB on — Cosh §6 found the same crossover (~8 KB).
 pub const DEFAULT_REMAP_THRESHOLD: usize = 16 * 1024;
 
+/// Copied bytes carried in a pool ticket's message by default: a copy
+/// below the remap threshold then never needs a block to change hands.
+pub const DEFAULT_POOL_INLINE_MAX: usize = DEFAULT_REMAP_THRESHOLD;
+
 impl Default for Config {
     fn default() -> Config {
         Config {
@@ -106,6 +122,8 @@ impl Default for Config {
             capacity_blocks: 64 * 1024, // 1 GiB of 16 KiB units
             remap_threshold: DEFAULT_REMAP_THRESHOLD,
             recycle: 64,
+            pool_inline_max: DEFAULT_POOL_INLINE_MAX,
+            pool_keep_bytes: 256 * 1024,
         }
     }
 }
@@ -222,6 +240,10 @@ pub struct Stats {
     /// Blocks reused from the free list / made with `memfd_create`.
     pub recycled: u64,
     pub created: u64,
+    /// Bytes of pool blocks freed here and kept mapped for the next
+    /// allocations (`Config::pool_keep_bytes`): held in the pool, used by
+    /// no aggregate.
+    pub kept_bytes: usize,
 }
 
 #[derive(Debug)]
@@ -256,6 +278,13 @@ pub struct BlockManager {
     /// While a pooled transfer is under way (`defer_hides`), the views it
     /// lets go of: hidden once its ticket has left (`hide_deferred`).
     deferred: Option<Vec<(PoolRef, Map)>>,
+    /// Pool blocks freed here that only this process ever held, kept with
+    /// their read/write mapping (most recent last) instead of going back
+    /// to the pool: the next allocation of that size takes one without a
+    /// system call or the pool's lock. They stay ours in the pool's
+    /// header, so no other domain can be handed a range we still map.
+    kept: Vec<(PoolRef, Map)>,
+    kept_bytes: usize,
 }
 
 /// Hidden pool mappings kept per process.
@@ -284,6 +313,8 @@ impl BlockManager {
             pool: None,
             hidden: Vec::new(),
             deferred: None,
+            kept: Vec::new(),
+            kept_bytes: 0,
         }
     }
 
@@ -380,7 +411,24 @@ impl BlockManager {
     /// the mapping back with [`BlockManager::park`].
     pub(crate) fn alloc_detached(&mut self, len: usize) -> Result<(Arc<Block>, Map), CoshError> {
         let (pool, _) = self.pool.as_ref().ok_or(CoshError::Protocol("no pool"))?;
-        let r = pool.alloc(len)?;
+        let whole = (len.max(1).div_ceil(pool.unit()) * pool.unit()) as u64;
+        if let Some(i) = self.kept.iter().rposition(|(r, _)| r.len == whole) {
+            let (r, mut map) = self.kept.swap_remove(i);
+            self.kept_bytes -= r.len as usize;
+            // Our own bytes, but a receiver of this block must not read
+            // what an earlier aggregate held (Cosh §3.3).
+            map.zero(len, r.len as usize - len);
+            self.stats.recycled += 1;
+            let b = self.insert(Backing::Pool(r), r.len as usize, false, false);
+            return Ok((b, map));
+        }
+        let r = match pool.alloc(len) {
+            Err(CoshError::OutOfMemory { .. }) if !self.kept.is_empty() => {
+                self.give_back_kept();
+                self.pool.as_ref().expect("checked").0.alloc(len)?
+            }
+            other => other?,
+        };
         let mut map = match self.map_range_for(r, true, true) {
             Ok(m) => m,
             Err(e) => {
@@ -663,6 +711,14 @@ impl BlockManager {
             .filter(|(_, b)| *b == id)
             .copied()
             .collect();
+        if let ([key], Some(r)) = (keys.as_slice(), block.pool_range()) {
+            if self.keeps(&block, r, &self.maps[key]) {
+                let m = self.maps.remove(key).expect("listed");
+                self.kept_bytes += r.len as usize;
+                self.kept.push((r, m));
+                return;
+            }
+        }
         let mut kept = None;
         for k in keys {
             let m = self.maps.remove(&k).expect("listed");
@@ -702,6 +758,38 @@ impl BlockManager {
         }
     }
 
+    /// Whether freed pool block `b` (range `r`, mapped once, by `m`) is
+    /// kept for our next allocation: only if no other domain ever held it
+    /// (never shared, not handed over: our reference is its only one),
+    /// our view is read/write, and the keep is not full. A process keeps
+    /// at most 1/64 of the pool, so that what it keeps brings another's
+    /// `OutOfMemory` little nearer (its own gives the keep back first).
+    fn keeps(&self, b: &Block, r: PoolRef, m: &Map) -> bool {
+        let Some((pool, _)) = self.pool.as_ref() else {
+            return false;
+        };
+        let room = self.cfg.pool_keep_bytes.min(pool.data_bytes() / 64);
+        !b.handed_over.load(Ordering::Relaxed)
+            && !b.shared()
+            && !b.sealed()
+            && m.writable()
+            && !m.hidden()
+            && self.kept_bytes + r.len as usize <= room
+    }
+
+    /// Give every kept pool block back to the pool, unmapped first so that
+    /// no view of ours outlives our hold on the range.
+    pub fn give_back_kept(&mut self) {
+        let Some((pool, _)) = self.pool.as_ref() else {
+            return;
+        };
+        for (r, m) in self.kept.drain(..) {
+            drop(m);
+            pool.release(r);
+        }
+        self.kept_bytes = 0;
+    }
+
     /// Count a transfer sent.
     pub(crate) fn count_transfer(&mut self, mode: Mode, strength: Strength) {
         let i = Mode::ALL.iter().position(|&m| m == mode).expect("mode");
@@ -738,6 +826,7 @@ impl BlockManager {
                 s.private_blocks += u;
             }
         }
+        s.kept_bytes = self.kept_bytes;
         s.mappings = self.maps.len();
         let mut mapped: Vec<BlockId> = self.maps.keys().map(|&(_, b)| b).collect();
         mapped.sort_unstable();
@@ -758,5 +847,12 @@ impl BlockManager {
     /// Every mapping: domain, block, writable.
     pub fn mappings(&self) -> impl Iterator<Item = (DomainId, BlockId, bool)> + '_ {
         self.maps.iter().map(|(&(d, b), m)| (d, b, m.writable()))
+    }
+}
+
+impl Drop for BlockManager {
+    /// Kept pool blocks are ours alone: the pool gets them back.
+    fn drop(&mut self) {
+        self.give_back_kept();
     }
 }

@@ -41,8 +41,10 @@ pub const SPINS: u32 = 2;
 /// How long a sleeper waits before checking its peer.
 pub const NAP: Duration = Duration::from_millis(20);
 
+/// Room for a ticket carrying `block::DEFAULT_POOL_INLINE_MAX` copied
+/// bytes, and its head.
 #[cfg(not(loom))]
-const SLOT: usize = 4096;
+const SLOT: usize = 5 * 4096;
 /// Under loom, slots of two cache lines: every word is a loom object.
 #[cfg(loom)]
 const SLOT: usize = 128;

@@ -110,6 +110,12 @@ impl Cosh {
         &self.mgr
     }
 
+    /// Give the pool blocks this process keeps for its next allocations
+    /// back to the pool (`Config::pool_keep_bytes`).
+    pub fn give_back_kept(&mut self) {
+        self.mgr.give_back_kept();
+    }
+
     pub fn set_remap_threshold(&mut self, bytes: usize) {
         self.mgr.set_remap_threshold(bytes);
     }
@@ -527,9 +533,11 @@ impl Cosh {
     }
 
     /// [`Cosh::attach_transfer`] for a receiver in the same pool
-    /// (`crate::pool`): the copied bytes go once into a fresh pool block
-    /// that travels with the parcel ([`Parcel::inline_block`]) instead of
-    /// being carried. Send it with [`Cosh::send_pooled`].
+    /// (`crate::pool`): more copied bytes than
+    /// [`Config::pool_inline_max`](crate::block::Config::pool_inline_max)
+    /// go once into a fresh pool block that travels with the parcel
+    /// ([`Parcel::inline_block`]) instead of being carried; fewer travel
+    /// in the ticket. Send it with [`Cosh::send_pooled`].
     pub fn attach_transfer_pooled(
         &mut self,
         a: Agg,
@@ -700,7 +708,9 @@ impl Cosh {
             .filter(|c| copy.contains(&c.block.id()))
             .map(|c| c.len)
             .sum();
-        let mut sink = if into_pool && copied > 0 {
+        // Few bytes travel in the message itself (a copy out of it costs
+        // less than the two `mprotect`s that hand a pool block over).
+        let mut sink = if into_pool && copied > self.mgr.config().pool_inline_max {
             Some(self.mgr.alloc_detached(copied)?)
         } else {
             None

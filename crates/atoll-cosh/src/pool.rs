@@ -195,6 +195,11 @@ impl Pool {
         self.unit
     }
 
+    /// Bytes of the pool's data area (every unit).
+    pub fn data_bytes(&self) -> usize {
+        self.units * self.unit
+    }
+
     /// A number for a new domain of the pool.
     pub fn join(&self) -> PoolDomain {
         self.words(W_NEXT_DOMAIN, 1)[0].fetch_add(1, Ordering::Relaxed)

@@ -71,6 +71,8 @@ fn every_mode_round_trips_through_the_pool_and_frees_it() {
             b.0.audit().unwrap();
             a.0.decref(x).unwrap();
             b.0.decref(got.agg).unwrap();
+            a.0.give_back_kept();
+            b.0.give_back_kept();
             assert_eq!(pool.free_units(), free, "{mode:?}: every block freed");
         }
     }
@@ -108,6 +110,7 @@ fn forged(r: PoolRef, len: u64) -> PoolTicket {
         },
         blocks: vec![r],
         inline_block: None,
+        inline: Vec::new(),
     }
 }
 
@@ -174,6 +177,8 @@ fn a_ticket_naming_memory_it_was_not_sent_is_refused_and_maps_nothing() {
     twice.blocks.push(twice.blocks[0]);
     assert!(a.0.recv_pooled(a.1, twice).is_err());
     a.0.decref(secret).unwrap();
+    a.0.give_back_kept();
+    b.0.give_back_kept();
     assert_eq!(pool.free_units(), free + 1, "nothing leaked");
     a.0.audit().unwrap();
     b.0.audit().unwrap();
@@ -189,4 +194,90 @@ fn a_pool_block_cannot_leave_by_descriptor() {
     let (s, _r) = std::os::unix::net::UnixStream::pair().unwrap();
     assert!(matches!(send_parcel(&s, &p), Err(CoshError::Protocol(_))));
     a.0.discard(p);
+}
+
+#[test]
+fn a_small_copy_travels_in_its_ticket_and_a_large_one_in_a_pool_block() {
+    let inline_max = Config::default().pool_inline_max;
+    for (len, in_ticket) in [(PAGE as usize, true), (4 * inline_max, false)] {
+        let (pool, [mut a, mut b]) = pair(0, 1024);
+        let free = pool.free_units();
+        let x = a.0.alloc(a.1, len).unwrap();
+        let bytes: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+        a.0.write(x, 0, &bytes).unwrap();
+        let p =
+            a.0.attach_transfer_pooled(x, Mode::Copy, Strength::Strong)
+                .unwrap();
+        let t = a.0.send_pooled(p, b.2).unwrap();
+        assert_eq!(t.inline_block.is_none(), in_ticket, "{len} bytes");
+        assert_eq!(t.inline.len(), if in_ticket { len } else { 0 });
+        let t = PoolTicket::decode(&t.encode()).unwrap();
+        let got = b.0.recv_pooled(b.1, t).unwrap();
+        // The sender's later stores never reach the receiver's copy.
+        a.0.write(x, 0, b"later").unwrap();
+        assert_eq!(b.0.to_vec(got.agg).unwrap(), bytes, "{len} bytes");
+        assert_eq!(b.0.rights(got.agg).unwrap(), Rights::Rw);
+        a.0.decref(x).unwrap();
+        b.0.decref(got.agg).unwrap();
+        a.0.audit().unwrap();
+        b.0.audit().unwrap();
+        drop((a, b));
+        assert_eq!(pool.free_units(), free, "dropped managers give back");
+    }
+}
+
+#[test]
+fn a_block_freed_by_its_only_holder_is_kept_mapped_and_handed_out_zeroed() {
+    let (pool, [mut a, _b]) = pair(0, 1024);
+    let free = pool.free_units();
+    let x = a.0.alloc(a.1, 2 * PAGE as usize).unwrap();
+    a.0.write(x, 0, &[0xee; 2 * PAGE as usize]).unwrap();
+    a.0.decref(x).unwrap();
+    let s = a.0.stats();
+    assert_eq!(s.kept_bytes, 2 * PAGE as usize);
+    assert_eq!(s.mappings, 0, "no aggregate's mapping");
+    assert_eq!(pool.free_units(), free - 2, "still ours in the pool");
+    let recycled = s.recycled;
+    let y = a.0.alloc(a.1, PAGE as usize + 1).unwrap();
+    assert_eq!(a.0.stats().recycled, recycled + 1, "the kept block");
+    assert_eq!(a.0.stats().kept_bytes, 0);
+    assert_eq!(a.0.to_vec(y).unwrap(), vec![0; PAGE as usize + 1]);
+    // The whole block is zeroed, not just the aggregate's bytes: whoever
+    // it goes to next (a move remaps all of it) sees nothing of ours.
+    let m = a.0.manager();
+    let block = m.blocks().next().unwrap();
+    assert_eq!(block.len(), 2 * PAGE as usize);
+    let view = m.mapping(a.1, block.id()).unwrap();
+    assert!(view.bytes(0, 2 * PAGE as usize).iter().all(|&b| b == 0));
+    a.0.decref(y).unwrap();
+    a.0.give_back_kept();
+    assert_eq!(pool.free_units(), free);
+    a.0.audit().unwrap();
+}
+
+#[test]
+fn shared_and_moved_away_blocks_are_not_kept_and_a_full_pool_takes_the_keep_back() {
+    let (pool, [mut a, mut b]) = pair(0, 1024);
+    let x = a.0.alloc(a.1, PAGE as usize).unwrap();
+    let got = hand(&mut a, &mut b, x, Mode::Share).unwrap();
+    a.0.decref(x).unwrap();
+    b.0.decref(got.agg).unwrap();
+    assert_eq!((a.0.stats().kept_bytes, b.0.stats().kept_bytes), (0, 0));
+    let x = a.0.alloc(a.1, PAGE as usize).unwrap();
+    let got = hand(&mut a, &mut b, x, Mode::Move).unwrap();
+    a.0.decref(x).unwrap();
+    assert_eq!(a.0.stats().kept_bytes, 0, "moved away: not ours");
+    b.0.decref(got.agg).unwrap();
+    assert_eq!(b.0.stats().kept_bytes, PAGE as usize, "now b's alone");
+    // Everything else allocated: b's next allocation of another size
+    // takes its keep back instead of failing.
+    let rest = pool.free_units();
+    let hog = a.0.alloc(a.1, rest * PAGE as usize).unwrap();
+    let y = b.0.alloc(b.1, 16 * PAGE as usize);
+    assert!(y.is_err(), "the pool is full");
+    assert_eq!(b.0.stats().kept_bytes, 0, "given back on the way");
+    a.0.decref(hog).unwrap();
+    a.0.give_back_kept();
+    let y = b.0.alloc(b.1, 16 * PAGE as usize).unwrap();
+    b.0.decref(y).unwrap();
 }

@@ -10,6 +10,7 @@ fn cosh(threshold: usize) -> (Cosh, DomainId, DomainId) {
         capacity_blocks: 1024,
         remap_threshold: threshold,
         recycle: 4,
+        ..Config::default()
     });
     let (a, b) = (c.domain(), c.domain());
     (c, a, b)

@@ -119,13 +119,16 @@ pub struct Parcel {
 
 /// A parcel between domains of one pool (`crate::pool`), as it travels:
 /// the ticket, and the pool blocks by offset — the remapped ones in the
-/// ticket's order, and the one holding the copied bytes. No descriptor
-/// and no byte of data travels.
+/// ticket's order, and the one holding the copied bytes, unless they are
+/// few enough to travel in the message itself (`inline`, at most
+/// [`crate::block::Config::pool_inline_max`]). No descriptor travels.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PoolTicket {
     pub ticket: Ticket,
     pub blocks: Vec<PoolRef>,
     pub inline_block: Option<PoolRef>,
+    /// The copied bytes, when no `inline_block` holds them.
+    pub inline: Vec<u8>,
 }
 
 impl PoolTicket {
@@ -265,6 +268,7 @@ mod tests {
                 off: 2 << 20,
                 len: 4096,
             }),
+            inline: Vec::new(),
         }
     }
 
@@ -278,9 +282,30 @@ mod tests {
         let mut no_inline = t;
         no_inline.inline_block = None;
         no_inline.ticket.parts.pop();
+        no_inline.ticket.inline_len = 0;
         let bytes = no_inline.encode();
         assert_eq!(bytes.len(), 24 + 32 + 16);
         assert_eq!(PoolTicket::decode(&bytes).unwrap(), no_inline);
+    }
+
+    #[test]
+    fn copied_bytes_travel_after_the_blocks_and_must_be_all_there() {
+        let mut t = ticket();
+        t.inline_block = None;
+        t.inline = (0..40).collect();
+        let bytes = t.encode();
+        assert_eq!(bytes.len(), 24 + 2 * 32 + 16 + 40);
+        assert_eq!(PoolTicket::decode(&bytes).unwrap(), t);
+        for n in [bytes.len() - 1, 24 + 2 * 32 + 16] {
+            assert!(PoolTicket::decode(&bytes[..n]).is_err(), "cut at {n}");
+        }
+        let mut longer = bytes.clone();
+        longer.push(7);
+        assert!(PoolTicket::decode(&longer).is_err(), "a byte too many");
+        // A length that would wrap the sum is refused, not trusted.
+        let mut huge = bytes;
+        huge[16..24].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert!(PoolTicket::decode(&huge).is_err());
     }
 
     #[test]

@@ -148,6 +148,7 @@ fn run(ops: Vec<Op>, threshold: usize) -> Result<(), TestCaseError> {
         capacity_blocks: 4096,
         remap_threshold: threshold,
         recycle: 4,
+        ..Config::default()
     });
     let doms: Vec<DomainId> = (0..DOMAINS).map(|_| cosh.domain()).collect();
     let capacity = cosh.stats().free_blocks;

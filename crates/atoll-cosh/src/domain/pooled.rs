@@ -32,7 +32,11 @@ impl Cosh {
     /// domain `to`: each block's reference goes in flight to it (a share
     /// adds one for the receiver and keeps ours), and the ticket to send
     /// by any channel comes back. Every block must be a pool block.
-    pub fn send_pooled(&mut self, parcel: Parcel, to: PoolDomain) -> Result<PoolTicket, CoshError> {
+    pub fn send_pooled(
+        &mut self,
+        mut parcel: Parcel,
+        to: PoolDomain,
+    ) -> Result<PoolTicket, CoshError> {
         let all_pool = parcel
             .blocks
             .iter()
@@ -43,7 +47,8 @@ impl Cosh {
             return Err(CoshError::Protocol("a block outside the pool"));
         }
         let share = parcel.ticket.mode == crate::Mode::Share;
-        let mut sent = || -> Result<PoolTicket, CoshError> {
+        let inline = std::mem::take(&mut parcel.inline);
+        let sent = || -> Result<PoolTicket, CoshError> {
             let mut blocks = Vec::with_capacity(parcel.blocks.len());
             for c in &parcel.blocks {
                 let Carried::Local(b) = c else {
@@ -59,6 +64,7 @@ impl Cosh {
                 ticket: parcel.ticket.clone(),
                 blocks,
                 inline_block,
+                inline,
             })
         };
         let r = sent();
@@ -106,8 +112,9 @@ impl Cosh {
     /// block the ticket names (refused unless each is a whole pool block
     /// sent to us), then as [`Cosh::attach_recv`]. On any error, what was
     /// claimed is let go and nothing stays mapped.
-    pub fn recv_pooled(&mut self, d: DomainId, t: PoolTicket) -> Result<Received, CoshError> {
+    pub fn recv_pooled(&mut self, d: DomainId, mut t: PoolTicket) -> Result<Received, CoshError> {
         self.dom(d)?;
+        let inline = std::mem::take(&mut t.inline);
         let mut claimed = Vec::with_capacity(t.blocks.len());
         let mut inline_block = None;
         let mut claim_all = || -> Result<(), CoshError> {
@@ -122,7 +129,7 @@ impl Cosh {
         let parcel = |blocks, inline_block| Parcel {
             ticket: t.ticket.clone(),
             blocks,
-            inline: Vec::new(),
+            inline,
             inline_block,
         };
         if let Err(e) = claim_all() {

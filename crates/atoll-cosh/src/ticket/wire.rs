@@ -11,6 +11,7 @@
 //!   parts:  u8 0 (remap), u8 sealed, u16 block, u64 block_len, u64 off, u64 len
 //!        or u8 1 (inline), 7 × u8 0,          u64 len, 16 × u8 0
 //!   blocks: u64 off, u64 len            (then the inline block, if any)
+//!   the copied bytes, inline_len of them, when there is no inline block
 //! ```
 //!
 //! Decoding trusts nothing: the counts must account for every byte, and
@@ -32,7 +33,16 @@ pub(super) fn encode(t: &PoolTicket, out: &mut Vec<u8>) {
     let k = &t.ticket;
     out.clear();
     let blocks = t.blocks.len() + usize::from(t.inline_block.is_some());
-    out.reserve(HEAD + k.parts.len() * PART + blocks * BLOCK);
+    debug_assert!(
+        t.inline.len() as u64
+            == if t.inline_block.is_some() {
+                0
+            } else {
+                k.inline_len
+            },
+        "the copied bytes travel in the message or in the inline block"
+    );
+    out.reserve(HEAD + k.parts.len() * PART + blocks * BLOCK + t.inline.len());
     out.push(match k.mode {
         Mode::Move => 0,
         Mode::Share => 1,
@@ -75,6 +85,7 @@ pub(super) fn encode(t: &PoolTicket, out: &mut Vec<u8>) {
         out.extend_from_slice(&r.off.to_le_bytes());
         out.extend_from_slice(&r.len.to_le_bytes());
     }
+    out.extend_from_slice(&t.inline);
 }
 
 fn u16_at(b: &[u8], at: usize) -> u16 {
@@ -107,7 +118,10 @@ pub(super) fn decode(b: &[u8]) -> Result<PoolTicket, CoshError> {
         _ => return Err(MALFORMED),
     };
     let all_blocks = blocks + usize::from(has_inline_block);
-    if b.len() != HEAD + parts * PART + all_blocks * BLOCK {
+    let fixed = HEAD + parts * PART + all_blocks * BLOCK;
+    let inline_len = u64_at(b, 16);
+    let carried = if has_inline_block { 0 } else { inline_len };
+    if b.len() < fixed || (b.len() - fixed) as u64 != carried {
         return Err(MALFORMED);
     }
     let mut ticket = Ticket {
@@ -115,7 +129,7 @@ pub(super) fn decode(b: &[u8]) -> Result<PoolTicket, CoshError> {
         strength,
         len: u64_at(b, 8),
         parts: Vec::with_capacity(parts),
-        inline_len: u64_at(b, 16),
+        inline_len,
     };
     for p in b[HEAD..HEAD + parts * PART].chunks_exact(PART) {
         ticket.parts.push(match p[0] {
@@ -130,7 +144,7 @@ pub(super) fn decode(b: &[u8]) -> Result<PoolTicket, CoshError> {
             _ => return Err(MALFORMED),
         });
     }
-    let mut refs = b[HEAD + parts * PART..]
+    let mut refs = b[HEAD + parts * PART..fixed]
         .chunks_exact(BLOCK)
         .map(|r| PoolRef {
             off: u64_at(r, 0),
@@ -142,5 +156,6 @@ pub(super) fn decode(b: &[u8]) -> Result<PoolTicket, CoshError> {
         ticket,
         blocks,
         inline_block,
+        inline: b[fixed..].to_vec(),
     })
 }

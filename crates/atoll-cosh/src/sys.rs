@@ -603,9 +603,61 @@ pub fn now_ms() -> u32 {
     (t.tv_sec as u64 * 1000 + t.tv_nsec as u64 / 1_000_000) as u32
 }
 
-/// Our process id (not cached: a forked child has its own).
+/// Our process id. A transfer names its sender by it (`Pool::send`'s
+/// viewer, `Pool::revoked`), so it is asked for on every hop: it is kept
+/// in a page the kernel zeroes in a forked child (`MADV_WIPEONFORK`),
+/// which then asks again — however it was forked, raw `clone` included,
+/// where an atfork handler would not run.
 pub fn pid() -> u32 {
+    let Some(cell) = pid_cell() else {
+        return getpid();
+    };
+    match cell.load(std::sync::atomic::Ordering::Relaxed) {
+        0 => {
+            let p = getpid();
+            cell.store(p, std::sync::atomic::Ordering::Relaxed);
+            p
+        }
+        p => p,
+    }
+}
+
+fn getpid() -> u32 {
     rustix::process::getpid().as_raw_nonzero().get() as u32
+}
+
+/// The word of [`pid`]'s page, or `None` where the kernel cannot wipe a
+/// page on fork (before Linux 4.14): then every call asks.
+fn pid_cell() -> Option<&'static AtomicU32> {
+    static CELL: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    let addr = (*CELL.get_or_init(|| {
+        let len = page_size();
+        // SAFETY: a fresh private anonymous mapping, never unmapped (it
+        // lives as long as the process); `madvise` changes only what a
+        // fork copies of it.
+        unsafe {
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            if p == libc::MAP_FAILED {
+                return None;
+            }
+            if libc::madvise(p, len, libc::MADV_WIPEONFORK) != 0 {
+                libc::munmap(p, len);
+                return None;
+            }
+            Some(p as usize)
+        }
+    }))?;
+    // SAFETY: `addr` is the start of a live, page-aligned, zero-filled
+    // mapping that is never unmapped; a `u32` there is aligned, and every
+    // access to it is atomic.
+    Some(unsafe { &*(addr as *const AtomicU32) })
 }
 
 /// The calling thread's id.
@@ -658,5 +710,33 @@ mod tests {
         m.write(10, b"abc");
         punch(fd.as_fd(), page_size()).unwrap();
         assert_eq!(m.bytes(10, 3), &[0, 0, 0]);
+    }
+
+    #[test]
+    fn a_forked_child_does_not_answer_its_parents_cached_pid() {
+        let parent = pid();
+        assert_eq!(parent, getpid());
+        assert_eq!(pid(), parent, "cached");
+        for via_raw_syscall in [false, true] {
+            let child = if via_raw_syscall {
+                // SAFETY: a raw fork (no atfork handlers); the child only
+                // compares two numbers and exits.
+                unsafe { libc::syscall(libc::SYS_fork) as i32 }
+            } else {
+                // SAFETY: as above, through libc.
+                unsafe { libc::fork() }
+            };
+            if child == 0 {
+                let ok = pid() == getpid() && pid() != parent;
+                // SAFETY: leave the child at once, running no destructor.
+                unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+            }
+            let mut status = 0;
+            // SAFETY: reaping our own child.
+            assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
+            assert!(libc::WIFEXITED(status), "raw {via_raw_syscall}");
+            assert_eq!(libc::WEXITSTATUS(status), 0, "raw {via_raw_syscall}");
+        }
+        assert_eq!(pid(), parent);
     }
 }

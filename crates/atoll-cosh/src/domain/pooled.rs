@@ -48,6 +48,8 @@ impl Cosh {
         }
         let share = parcel.ticket.mode == crate::Mode::Share;
         let inline = std::mem::take(&mut parcel.inline);
+        // Taken, not cloned: `discard` below needs only the blocks.
+        let parts = std::mem::take(&mut parcel.ticket.parts);
         let sent = || -> Result<PoolTicket, CoshError> {
             let mut blocks = Vec::with_capacity(parcel.blocks.len());
             for c in &parcel.blocks {
@@ -61,7 +63,10 @@ impl Cosh {
                 _ => None,
             };
             Ok(PoolTicket {
-                ticket: parcel.ticket.clone(),
+                ticket: crate::ticket::Ticket {
+                    parts,
+                    ..parcel.ticket.clone()
+                },
                 blocks,
                 inline_block,
                 inline,
@@ -126,8 +131,12 @@ impl Cosh {
             }
             Ok(())
         };
+        let ticket = crate::ticket::Ticket {
+            parts: std::mem::take(&mut t.ticket.parts),
+            ..t.ticket.clone()
+        };
         let parcel = |blocks, inline_block| Parcel {
-            ticket: t.ticket.clone(),
+            ticket,
             blocks,
             inline,
             inline_block,

@@ -67,6 +67,7 @@ use super::*;
 use atoll_proto::{entry_server_in, pack_moved, parse_moved, AdaptStep, ModeInfo, SwappedDir};
 
 pub mod policy;
+pub mod spare;
 
 /// A directory's mode as this server knows it, kept once a swap touched it.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]

@@ -43,6 +43,8 @@ pub enum Tag {
     GaugeRoom = 8,
     /// A word of a block that clients change (pipe headers).
     StoreWord = 9,
+    /// Whether the machine had a CPU to spare (`adapt::spare`).
+    SpareCpu = 10,
 }
 
 enum Mode {

@@ -11,6 +11,10 @@
 //! * **hot** — a window with at least `hot_ops` requests from at least
 //!   `hot_sessions` sessions (contention) while the directory holds at
 //!   least `min_entries` entries (size): ask for distributed;
+//!   — and only if the machine had a CPU to spare over the last window
+//!   (`spare_cpu`, [`super::spare`]): where every CPU is busy, spreading
+//!   the work over servers runs nothing in parallel and costs context
+//!   switches;
 //! * **cool** — `cool_windows` windows in a row under `cool_ops` requests,
 //!   or fewer than `min_entries / 2` entries: ask for centralized.
 //!
@@ -28,7 +32,9 @@
 //! that make a directory hot without a machine big enough to reach the
 //! defaults, and for measuring other levels ([`Thresholds::parse`]).
 
+use super::spare::CpuMeter;
 use crate::fs::seeded::Map;
+use crate::fs::tape::{self, Tag};
 use std::time::{Duration, Instant};
 
 use atoll_proto::{InodeId, SessionId};
@@ -43,6 +49,8 @@ pub struct Thresholds {
     pub cool_ops: u32,
     pub cool_windows: u32,
     pub dwell: Duration,
+    /// Ask for distribution only when a CPU was to spare.
+    pub spare_cpu: bool,
 }
 
 impl Default for Thresholds {
@@ -55,13 +63,15 @@ impl Default for Thresholds {
             cool_ops: 100,
             cool_windows: 20,
             dwell: Duration::from_secs(2),
+            spare_cpu: true,
         }
     }
 }
 
 /// Environment variable overriding [`Thresholds`]: `key=value` pairs
 /// separated by commas; keys `window_ms`, `hot_ops`, `hot_sessions`,
-/// `min_entries`, `cool_ops`, `cool_windows`, `dwell_ms`.
+/// `min_entries`, `cool_ops`, `cool_windows`, `dwell_ms`, `spare_cpu`
+/// (0 or 1).
 pub const ENV_ADAPT_POLICY: &str = "ATOLL_ADAPT_POLICY";
 
 impl Thresholds {
@@ -97,6 +107,7 @@ impl Thresholds {
                 "cool_ops" => t.cool_ops = small(n)?,
                 "cool_windows" => t.cool_windows = small(n)?,
                 "dwell_ms" => t.dwell = Duration::from_millis(n),
+                "spare_cpu" if n <= 1 => t.spare_cpu = n == 1,
                 other => return Err(format!("unknown or zero {other:?}")),
             }
         }
@@ -114,6 +125,9 @@ struct Heat {
     /// Last swap or last request for one.
     #[serde(with = "crate::fs::tape::instant_serde")]
     settled: Instant,
+    /// This window was hot, but no CPU was to spare: not asked again
+    /// before the next window.
+    declined: bool,
 }
 
 /// Per-directory heat of the directories homed here.
@@ -122,6 +136,9 @@ pub struct Policy {
     pub on: bool,
     pub limits: Thresholds,
     heat: Map<InodeId, Heat>,
+    /// Read only live: its answers are on the request's tape.
+    #[serde(skip)]
+    meter: CpuMeter,
 }
 
 impl Policy {
@@ -142,6 +159,7 @@ impl Policy {
             sessions: vec![],
             cool: 0,
             settled: now.checked_sub(t.dwell).unwrap_or(now),
+            declined: false,
         });
         h.ops += 1;
         if h.sessions.len() < t.hot_sessions as usize && !h.sessions.contains(&session) {
@@ -150,7 +168,7 @@ impl Policy {
         if now.duration_since(h.start) < t.window {
             // Hot is decided as soon as the window has seen enough.
             let hot = h.ops >= t.hot_ops && h.sessions.len() >= t.hot_sessions as usize;
-            if !hot || distributed || entries < t.min_entries {
+            if !hot || distributed || entries < t.min_entries || h.declined {
                 return None;
             }
         } else {
@@ -165,6 +183,7 @@ impl Policy {
             h.start = now;
             h.ops = 0;
             h.sessions.clear();
+            h.declined = false;
             let cool = h.cool >= t.cool_windows || entries < t.min_entries / 2;
             if !distributed || !cool {
                 return None;
@@ -172,6 +191,13 @@ impl Policy {
         }
         if now.duration_since(h.settled) < t.dwell {
             return None;
+        }
+        if !distributed && t.spare_cpu {
+            let meter = &mut self.meter;
+            if !tape::flag(Tag::SpareCpu, || meter.spare(now)) {
+                h.declined = true;
+                return None;
+            }
         }
         h.settled = now;
         Some(!distributed)
@@ -208,6 +234,7 @@ mod tests {
             cool_ops: 1,
             cool_windows: 3,
             dwell: Duration::from_millis(50),
+            spare_cpu: false,
         };
         p
     }
@@ -230,6 +257,50 @@ mod tests {
         assert!((0..20).all(|_| q.observe(d, false, 10, SessionId(1), t0).is_none()));
         let mut r = small();
         assert!((0..20u64).all(|i| r.observe(d, false, 2, SessionId(i), t0).is_none()));
+    }
+
+    #[test]
+    fn a_hot_directory_is_spread_only_when_a_cpu_was_to_spare() {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        // Two CPUs; each reading advances 200 ticks, IDLE of them idle.
+        static TICKS: AtomicU64 = AtomicU64::new(0);
+        static IDLE_TOTAL: AtomicU64 = AtomicU64::new(0);
+        static IDLE: AtomicU64 = AtomicU64::new(0);
+        fn read() -> Option<(super::super::spare::CpuTimes, u64)> {
+            let all = TICKS.fetch_add(200, Ordering::Relaxed) + 200;
+            let idle = IDLE_TOTAL.fetch_add(IDLE.load(Ordering::Relaxed), Ordering::Relaxed)
+                + IDLE.load(Ordering::Relaxed);
+            Some(((all, idle), 2))
+        }
+        let d = InodeId(79);
+        let t0 = Instant::now();
+        // Hot windows of 10 ms, one request every 100 µs from 2 sessions.
+        let run = |p: &mut Policy, idle: u64| {
+            IDLE.store(idle, Ordering::Relaxed);
+            let mut asked = vec![];
+            for i in 0..1000u64 {
+                let at = t0 + Duration::from_micros(i * 100);
+                if let Some(m) = p.observe(d, false, 10, SessionId(i % 2), at) {
+                    asked.push((i / 100, m));
+                }
+            }
+            asked
+        };
+        let mut busy = small();
+        busy.limits.spare_cpu = true;
+        busy.meter = CpuMeter::with_reader(read);
+        assert_eq!(run(&mut busy, 20), vec![], "every CPU busy: never spread");
+        let mut idle = small();
+        idle.limits.spare_cpu = true;
+        idle.meter = CpuMeter::with_reader(read);
+        let asked = run(&mut idle, 150);
+        // The first hot window only takes a reading; a later one asks
+        // (and, no swap following here, again after each dwell).
+        assert!(!asked.is_empty() && asked[0].0 >= 1, "{asked:?}");
+        assert!(asked.iter().all(|&(_, m)| m), "{asked:?}");
+        assert!(Thresholds::parse("spare_cpu=0").is_ok_and(|t| !t.spare_cpu));
+        assert!(Thresholds::parse("spare_cpu=2").is_err());
+        assert!(Thresholds::default().spare_cpu);
     }
 
     #[test]

@@ -315,6 +315,8 @@ fn policy_asks_the_busy_session_to_spread_a_big_contended_directory() {
         hot_sessions: 2,
         min_entries: 4,
         window: std::time::Duration::from_secs(60),
+        // The CPU question has its own test (`fs/adapt/policy.rs`).
+        spare_cpu: false,
         ..Default::default()
     };
     let d = t.mkdir(ROOT, "d");

@@ -128,6 +128,76 @@ pub fn setattr(
     )
 }
 
+/// `SetAttr` of a regular file named by a descriptor, the reply unread:
+/// *posted* (one enqueue, no round trip) when nothing can tell, else
+/// [`setattr`]. `tar` sets times, owner and mode of every file it makes
+/// this way, three calls in a row, each of which used to wait for the
+/// server.
+///
+/// Posting is invisible when both hold:
+/// * **It cannot fail.** The server refuses a `SetAttr` only for
+///   permission (`fs::attrs`: EPERM, EACCES) or a size change; with
+///   `CAP_FOWNER` (mode, times) and `CAP_CHOWN` (owner), which root holds,
+///   and no size, it succeeds, as Linux's `notify_change` does. The inode
+///   lives while the descriptor does.
+/// * **Nobody learns of it out of order.** Every fact it changes lives at
+///   the owner server and is read only by a request there; the server
+///   serves posted frames at the head of every ring before any request
+///   that waits, once the count this call raises moved
+///   (`atoll_server::server::posted` has the argument). Not for a
+///   directory (its change drops other clients' cached lookups before the
+///   reply, Hare §3.7.1), nor through a path (`via`: watchers of its
+///   directory), nor where the server forbids it (an inotify watch held
+///   there, read without a request; a node's edge, whose control block
+///   the servers do not read).
+///
+/// Hot path (`tar xf`: three per file).
+pub fn setattr_fd(
+    c: &Client,
+    lane: &Lane,
+    ino: InodeId,
+    ftype: FileType,
+    set: SetAttr,
+) -> Result<()> {
+    let server = ino.owner();
+    if may_post(c, ftype, set, server)
+        && lane
+            .post_quietly(
+                c,
+                server,
+                Request::SetAttr {
+                    ino,
+                    set,
+                    via: None,
+                },
+            )
+            .is_ok()
+    {
+        // After the frame is in the ring, before the call returns.
+        c.control.count_posted_attrs(server);
+        return Ok(());
+    }
+    setattr(c, lane, ino, None, set).map(|_| ())
+}
+
+/// [`setattr_fd`]'s test: would the server certainly accept `set`, and
+/// may it be posted to `server`?
+fn may_post(c: &Client, ftype: FileType, set: SetAttr, server: usize) -> bool {
+    use atoll_proto::Cred;
+    let caps = c.cred().caps;
+    let needs = Cred::CAP_FOWNER
+        | if set.uid.is_some() || set.gid.is_some() {
+            Cred::CAP_CHOWN
+        } else {
+            0
+        };
+    ftype == FileType::Regular
+        && set.size.is_none()
+        && caps & needs == needs
+        && c.control.posted_attrs_allowed(server)
+        && !c.control.is_down(server)
+}
+
 /// Fill a kernel `struct stat` exactly as Linux would for this inode.
 pub fn to_stat(a: &Attr) -> libc::stat {
     let mut st: libc::stat = sys::zeroed();

@@ -1005,10 +1005,7 @@ fn run(c: &'static Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
         SYS_chmod => on_entry(c, cwd, a[0], true, false, |l, ino, _, via| {
             setattr(c, l, ino, via, chmod_set(a[1]))
         }),
-        SYS_fchmod => on_fd(c, fd0, |l, d| {
-            meta::setattr_fd(c, l, d.ino(), d.ftype(), chmod_set(a[1]))?;
-            done(0)
-        }),
+        SYS_fchmod => on_fd(c, fd0, |l, d| setattr(c, l, d.ino(), None, chmod_set(a[1]))),
         SYS_fchmodat | SYS_fchmodat2 => {
             let fl = if nr == SYS_fchmodat2 { a[3] as i32 } else { 0 };
             if fl & !(AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH) != 0 {
@@ -1035,8 +1032,7 @@ fn run(c: &'static Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
             setattr(c, l, ino, via, chown_set(a[1], a[2]))
         }),
         SYS_fchown => on_fd(c, fd0, |l, d| {
-            meta::setattr_fd(c, l, d.ino(), d.ftype(), chown_set(a[1], a[2]))?;
-            done(0)
+            setattr(c, l, d.ino(), None, chown_set(a[1], a[2]))
         }),
         SYS_fchownat => {
             let fl = a[4] as i32;
@@ -1119,14 +1115,7 @@ fn run(c: &'static Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
                 a[1],
                 fl & AT_SYMLINK_NOFOLLOW == 0,
                 a[1] == 0 || fl & AT_EMPTY_PATH != 0,
-                |l, ino, ft, via| match via {
-                    // The descriptor itself (`futimens`).
-                    None if a[1] == 0 => {
-                        meta::setattr_fd(c, l, ino, ft, times_set(times))?;
-                        done(0)
-                    }
-                    _ => setattr(c, l, ino, via, times_set(times)),
-                },
+                |l, ino, _, via| setattr(c, l, ino, via, times_set(times)),
             )
         }
         SYS_futimesat => {

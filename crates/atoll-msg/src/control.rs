@@ -229,7 +229,7 @@ impl Control {
     /// Where the gauges start: after each server's doorbell, load, state,
     /// heartbeat and generation words and its charges.
     const fn gauges_at(servers: usize) -> usize {
-        HEADER_BYTES + servers * (DOORBELL_BYTES + 5 * LOAD_BYTES + CHARGED_BYTES)
+        HEADER_BYTES + servers * (DOORBELL_BYTES + 4 * LOAD_BYTES + CHARGED_BYTES)
     }
 
     pub fn create(servers: usize) -> io::Result<(OwnedFd, Control)> {
@@ -395,10 +395,10 @@ impl Control {
             "no charge {server}/{i}"
         );
         let off = HEADER_BYTES
-            + self.servers * (DOORBELL_BYTES + 5 * LOAD_BYTES)
+            + self.servers * (DOORBELL_BYTES + 4 * LOAD_BYTES)
             + server * CHARGED_BYTES;
         // SAFETY: as in `doorbell` (each server's charges follow the
-        // posted-attribute words, before the gauges); atomics only.
+        // generations, before the gauges); atomics only.
         unsafe { &(*(self.region.as_ptr().add(off) as *const Padded<[AtomicU64; GAUGES]>)).0[i] }
     }
 
@@ -437,54 +437,6 @@ impl Control {
     /// Server side: add to the published load counter.
     pub fn add_load(&self, server: usize, delta: u64) {
         self.load_word(server).fetch_add(delta, Ordering::Relaxed);
-    }
-
-    /// Server `server`'s count of posted attribute changes (`SetAttr`
-    /// sent without waiting for the reply), each counted by its client
-    /// after the frame is in the ring and before the call returns; the
-    /// next word on the line is [`Control::no_posted_attrs`]'s flag.
-    fn posted_attrs_word(&self, server: usize) -> &AtomicU64 {
-        assert!(server < self.servers, "no server {server}");
-        let off =
-            HEADER_BYTES + self.servers * (DOORBELL_BYTES + 4 * LOAD_BYTES) + server * LOAD_BYTES;
-        // SAFETY: as in `doorbell` (these words follow the generations).
-        unsafe { &(*(self.region.as_ptr().add(off) as *const Padded<AtomicU64>)).0 }
-    }
-
-    fn no_posted_attrs_word(&self, server: usize) -> &AtomicU64 {
-        let count: *const AtomicU64 = self.posted_attrs_word(server);
-        // SAFETY: as in `core_word`: the count starts a `Padded` line of
-        // LOAD_BYTES bytes, so the next word is in bounds and only this
-        // flag's; it is only used as an atomic.
-        unsafe { &*count.add(1) }
-    }
-
-    /// Client side: a posted `SetAttr` to `server` is in its ring. Release:
-    /// a server that reads the new count (acquire) sees the frame.
-    pub fn count_posted_attrs(&self, server: usize) {
-        self.posted_attrs_word(server)
-            .fetch_add(1, Ordering::Release);
-    }
-
-    /// Server side: how many posted attribute changes clients counted.
-    pub fn posted_attrs(&self, server: usize) -> u64 {
-        self.posted_attrs_word(server).load(Ordering::Acquire)
-    }
-
-    /// Server side: from now on clients must wait for `server`'s answer
-    /// to every `SetAttr` (an inotify watch is held there, whose queue its
-    /// reader reads without asking the server; or the clients reach the
-    /// server through a node proxy, whose own control block this is).
-    /// Release, before the reply that made it so.
-    pub fn forbid_posted_attrs(&self, server: usize) {
-        self.no_posted_attrs_word(server)
-            .store(1, Ordering::Release);
-    }
-
-    /// Client side: may a `SetAttr` to `server` be posted? One acquire
-    /// load, on the line the count is on.
-    pub fn posted_attrs_allowed(&self, server: usize) -> bool {
-        server < self.servers && self.no_posted_attrs_word(server).load(Ordering::Acquire) == 0
     }
 }
 

@@ -687,7 +687,6 @@ fn serve_round<S: BlockStore>(
     bufs: &mut Bufs,
     recorder: &mut Option<Recorder>,
     owed: &mut Option<(usize, u64)>,
-    (control, posted_seen): (&Control, &mut u64),
 ) -> Result<Round, Exit> {
     let mut round = Round::default();
     let n = chans.len();
@@ -711,19 +710,94 @@ fn serve_round<S: BlockStore>(
                 continue;
             }
         }
-        let mut at = Serving {
-            index,
-            control,
-            journal,
-            owing,
-            bufs: &mut *bufs,
-            recorder: &mut *recorder,
-            owed: &mut *owed,
-            round: &mut round,
-            dead: &mut dead,
-        };
-        posted::drain_before(&mut at, fs, posted_seen, chans, idx);
-        serve_chan(&mut at, fs, chans, idx);
+        let (session, lane) = (c.session, c.lane);
+        let mut request_bytes = 0;
+        let got = c.ch.try_recv(|bytes| {
+            request_bytes = bytes.len();
+            if let Some(j) = owing {
+                // A successor settles it if this process dies now
+                // (`take_over`).
+                let id = postcard::take_from_bytes::<u64>(bytes).map_or(0, |(id, _)| id);
+                j.owe(session, lane, id);
+            }
+            serve_frame_kept(
+                fs,
+                journal,
+                session,
+                bytes,
+                &mut bufs.scratch,
+                &mut bufs.reply,
+            )
+        });
+        if matches!(got, Ok(Some(None))) {
+            if let Some(j) = owing {
+                j.settle(); // posted: nobody waits
+            }
+        }
+        if matches!(got, Ok(Some(_))) {
+            c.requests += 1;
+            round.served += 1;
+            if fs.kill_due_taken() {
+                // Out of its ring, not answered (`faults::KillPhase`).
+                crate::fs::faults::kill_self();
+            }
+        }
+        match got {
+            Ok(None) => {}
+            Ok(Some(reply)) => {
+                round.busy = true;
+                // Served (and journaled) but not yet answered: if the
+                // loop dies before the answer goes out, the rebuilt
+                // server answers `EIO` for it (`run`).
+                *owed = reply.and_then(|len| {
+                    postcard::take_from_bytes::<u64>(&bufs.reply[..len])
+                        .ok()
+                        .map(|(id, _)| (idx, id))
+                });
+                // Even a posted request can invalidate cached lookups.
+                let invalidations = if fs.has_notices() {
+                    deliver_notices(fs, chans, &mut bufs.notice)
+                } else {
+                    0
+                };
+                if let Some(rec) = recorder.as_mut() {
+                    let reply_bytes = reply.unwrap_or(0);
+                    record(
+                        rec,
+                        fs,
+                        &chans[idx],
+                        index,
+                        request_bytes,
+                        reply_bytes,
+                        invalidations,
+                    );
+                }
+                let Some(len) = reply else {
+                    continue;
+                };
+                let c = &mut chans[idx];
+                match c.ch.try_reply(&bufs.reply[..len]) {
+                    Ok(()) => {}
+                    Err(MsgError::Full) => c.park(&bufs.reply[..len]),
+                    Err(_) => dead.push(idx),
+                }
+                if let Some(j) = owing {
+                    // Settled only now: a reply that waits for room is
+                    // parked in the channel first, so from here on a
+                    // successor delivers it (`take_over`), and before
+                    // here it answers `EIO`.
+                    j.settle();
+                }
+                *owed = None;
+            }
+            Err(e) => {
+                tracing::warn!("server {index}: dropping a channel of {session:?}: {e}");
+                if matches!(e, MsgError::Corrupt(_)) {
+                    fs.count_bad_request();
+                }
+                dead.push(idx);
+            }
+        }
     }
     if fs.is_poisoned() {
         return Err(Exit::Poisoned);
@@ -738,123 +812,6 @@ fn serve_round<S: BlockStore>(
         }
     }
     Ok(round)
-}
-
-/// What serving one request needs besides the file server and the
-/// channels (one round's state: [`serve_round`]).
-struct Serving<'a> {
-    index: usize,
-    control: &'a Control,
-    journal: Option<&'a Journal>,
-    owing: Option<&'a Journal>,
-    bufs: &'a mut Bufs,
-    recorder: &'a mut Option<Recorder>,
-    owed: &'a mut Option<(usize, u64)>,
-    round: &'a mut Round,
-    dead: &'a mut Vec<usize>,
-}
-
-/// Serve the request at the head of channel `idx`, if there is one, and
-/// send its reply (parked if the ring is full).
-fn serve_chan<S: BlockStore>(
-    at: &mut Serving<'_>,
-    fs: &mut FileServer<S>,
-    chans: &mut [Chan],
-    idx: usize,
-) {
-    let c = &mut chans[idx];
-    let (session, lane) = (c.session, c.lane);
-    let mut request_bytes = 0;
-    let got = c.ch.try_recv(|bytes| {
-        request_bytes = bytes.len();
-        if let Some(j) = at.owing {
-            // A successor settles it if this process dies now
-            // (`take_over`).
-            let id = postcard::take_from_bytes::<u64>(bytes).map_or(0, |(id, _)| id);
-            j.owe(session, lane, id);
-        }
-        serve_frame_kept(
-            fs,
-            at.journal,
-            session,
-            bytes,
-            &mut at.bufs.scratch,
-            &mut at.bufs.reply,
-        )
-    });
-    if matches!(got, Ok(Some(None))) {
-        if let Some(j) = at.owing {
-            j.settle(); // posted: nobody waits
-        }
-    }
-    if matches!(got, Ok(Some(_))) {
-        c.requests += 1;
-        at.round.served += 1;
-        if fs.kill_due_taken() {
-            // Out of its ring, not answered (`faults::KillPhase`).
-            crate::fs::faults::kill_self();
-        }
-    }
-    match got {
-        Ok(None) => {}
-        Ok(Some(reply)) => {
-            at.round.busy = true;
-            // Served (and journaled) but not yet answered: if the
-            // loop dies before the answer goes out, the rebuilt
-            // server answers `EIO` for it (`run`).
-            *at.owed = reply.and_then(|len| {
-                postcard::take_from_bytes::<u64>(&at.bufs.reply[..len])
-                    .ok()
-                    .map(|(id, _)| (idx, id))
-            });
-            // Even a posted request can invalidate cached lookups.
-            let invalidations = if fs.has_notices() {
-                deliver_notices(fs, chans, &mut at.bufs.notice)
-            } else {
-                0
-            };
-            if let Some(rec) = at.recorder.as_mut() {
-                let reply_bytes = reply.unwrap_or(0);
-                record(
-                    rec,
-                    fs,
-                    &chans[idx],
-                    at.index,
-                    request_bytes,
-                    reply_bytes,
-                    invalidations,
-                );
-            }
-            let Some(len) = reply else {
-                return;
-            };
-            posted::forbid_if_watched(at, fs);
-            let c = &mut chans[idx];
-            match c.ch.try_reply(&at.bufs.reply[..len]) {
-                Ok(()) => {}
-                Err(MsgError::Full) => c.park(&at.bufs.reply[..len]),
-                Err(_) => at.dead.push(idx),
-            }
-            if let Some(j) = at.owing {
-                // Settled only now: a reply that waits for room is
-                // parked in the channel first, so from here on a
-                // successor delivers it (`take_over`), and before
-                // here it answers `EIO`.
-                j.settle();
-            }
-            *at.owed = None;
-        }
-        Err(e) => {
-            tracing::warn!(
-                "server {}: dropping a channel of {session:?}: {e}",
-                at.index
-            );
-            if matches!(e, MsgError::Corrupt(_)) {
-                fs.count_bad_request();
-            }
-            at.dead.push(idx);
-        }
-    }
 }
 
 fn serve<S: BlockStore>(
@@ -884,10 +841,6 @@ fn serve<S: BlockStore>(
     // sleeps again at once instead of spinning out the adaptive budget on
     // a core the starting program needs.
     let mut served_since_wait = false;
-    // Posted attribute changes drained for (`posted`): one less than
-    // counted, so that the first request that waits drains what a
-    // predecessor left in the rings.
-    let mut posted_seen = control.posted_attrs(index).wrapping_sub(1);
     // Ring count at the last look at `admin` (off by one: look at once).
     let mut admin_rings = doorbell.rings().wrapping_sub(1);
     loop {
@@ -925,16 +878,7 @@ fn serve<S: BlockStore>(
         }
         let owing = journal.filter(|_| params.process);
         let round = match serve_round(
-            index,
-            fs,
-            journal,
-            owing,
-            chans,
-            start,
-            &mut bufs,
-            recorder,
-            owed,
-            (control, &mut posted_seen),
+            index, fs, journal, owing, chans, start, &mut bufs, recorder, owed,
         ) {
             Ok(r) => r,
             Err(exit) => return exit,
@@ -997,9 +941,6 @@ pub use rebuilding::{rebuild, rebuild_answering};
 
 #[path = "takeover.rs"]
 mod takeover;
-
-#[path = "posted.rs"]
-mod posted;
 #[cfg(test)]
 use takeover::settle_owed;
 use takeover::{answer_eio, deliver_parked, take_over};

@@ -94,13 +94,6 @@ impl Edge {
     /// `link`, and start the forwarders and the dispatcher.
     pub fn start(link: Arc<dyn Link>, servers: usize) -> std::io::Result<Arc<Edge>> {
         let (control_fd, control) = Control::create(servers)?;
-        // A `SetAttr` posted here would be counted in this block, which
-        // the servers (on the head) never read: its ordering before a
-        // later request of another process could not be kept (see
-        // `atoll_client::meta::setattr`). Programs here always wait.
-        for i in 0..servers {
-            control.forbid_posted_attrs(i);
-        }
         let edge = Arc::new(Edge {
             link,
             control_fd,

@@ -1019,12 +1019,6 @@ impl<S: BlockStore> FileServer<S> {
         }
     }
 
-    /// Is any watch held here? (Clients then wait for every `SetAttr`:
-    /// `server::posted`.)
-    pub fn holds_watches(&self) -> bool {
-        !self.notify.watches.is_empty()
-    }
-
     /// Records waiting for a ring lock (the server loop then polls instead
     /// of sleeping on its doorbell).
     pub fn has_pending_events(&self) -> bool {

@@ -1,8 +1,9 @@
 //! Attribute changes on a descriptor (`futimens`, `fchown`, `fchmod`, as
-//! `tar` makes every file) are posted when they cannot fail
-//! (`atoll_client::meta::setattr_fd`); another process must still see
-//! each one as soon as the call returned, as on Linux
-//! (`atoll_server::server::posted`).
+//! `tar` makes every file): another process must see each one as soon as
+//! the call returned, as on Linux, by `stat` and in its inotify queue.
+//! Guards any attempt to make these calls cheaper (docs/ARCHITECTURE.md,
+//! "Attribute calls that tar makes"): posting them without the server's
+//! drain rule failed the first test, without the watch flag the second.
 
 use atoll_tests::{assert_same, compile_probe, require};
 
@@ -17,7 +18,7 @@ fn every_attribute_change_on_a_descriptor_is_seen_by_another_process_once_return
     let probe = compile_probe(
         dir.path(),
         "observer",
-        include_str!("attrs_posted/observer.c"),
+        include_str!("attrs_visible/observer.c"),
     );
     let script = format!(
         "mkdir \"$ROOT/d\" && {} \"$ROOT/d\" 400; echo status $?",
@@ -39,7 +40,7 @@ fn every_attribute_change_is_queued_for_a_watcher_once_returned() {
     let probe = compile_probe(
         dir.path(),
         "observer",
-        include_str!("attrs_posted/observer.c"),
+        include_str!("attrs_visible/observer.c"),
     );
     let script = format!(
         "mkdir \"$ROOT/d\" && {} \"$ROOT/d\" 150 inotify; echo status $?",

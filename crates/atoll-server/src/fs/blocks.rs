@@ -32,6 +32,9 @@
 //!   mappings (`Inode::pinned`) and by pipe rings are not on the list:
 //!   they stay this server's until freed, and no other server can claim
 //!   them, since their owner words name this server.
+//! * **Zeroing ahead**: a server with nothing to serve zeroes listed
+//!   blocks ([`Cache::prezero_one`]) so that `alloc` need not, on a
+//!   writer's time; which block `alloc` takes never depends on it.
 //! * **Validation**: before a listed block goes to an inode its owner word
 //!   must still name this server (and the server's own record hold it); a
 //!   block whose word says otherwise is dropped (counted, never used or

@@ -903,6 +903,9 @@ fn serve<S: BlockStore>(
         if busy {
             idle_rounds = 0;
             served_since_wait = true;
+        } else if !waiting_on_clients && !fs.has_pending_events() && fs.prezero_one() {
+            // Nothing to serve: zero a free block now rather than in the
+            // `Write` that will need it, then look at the rings again.
         } else if waiting_on_clients {
             std::thread::yield_now();
         } else if fs.has_pending_events() {

@@ -610,7 +610,10 @@ fn open_object(c: &Client, lane: &Lane, g: &Group, ino: InodeId, path: &[u8]) ->
         | libc::O_APPEND
         | libc::O_DSYNC
         | libc::O_SYNC) as u32;
-    let flags = libc::O_RDONLY as u32 | (g.event_flags & keep & !(libc::O_CLOEXEC as u32));
+    // Its open, reads and close make no events (Linux's `FMODE_NONOTIFY`).
+    let flags = libc::O_RDONLY as u32
+        | (g.event_flags & keep & !(libc::O_CLOEXEC as u32))
+        | atoll_proto::inotify::OPEN_NONOTIFY;
     let Ok((desc, attr)) = file::open_inode_via(c, lane, ino, flags, None) else {
         return FAN_NOFD;
     };

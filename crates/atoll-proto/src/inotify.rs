@@ -75,6 +75,12 @@ pub const IN_ALL_EVENTS: u32 = 0x0000_0fff;
 /// (a descriptor of it, or its file handle), not only a watch and a name.
 pub const WATCH_FANOTIFY: u32 = 0x0800_0000;
 
+/// Open flag (beside the `O_*` bits, unused by Linux's `open`): a
+/// description that produces no events, as Linux's `FMODE_NONOTIFY`
+/// marks the descriptors a fanotify reader gets with its events (their
+/// opens, reads and closes must not make events of their own).
+pub const OPEN_NONOTIFY: u32 = 0x0400_0000;
+
 /// The key of a watch of every inode of the mount (`fanotify`'s
 /// `FAN_MARK_MOUNT`/`FAN_MARK_FILESYSTEM`): events on objects and
 /// directory-entry events, each once, never an event on a child as seen

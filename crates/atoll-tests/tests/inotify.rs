@@ -140,6 +140,32 @@ fn probe_matches_tmpfs() {
     }
 }
 
+/// Opens, reads and closes: `IN_OPEN`, `IN_ACCESS` (`read`, `pread`,
+/// `readv` once, `sendfile`, `getdents`; none at end of file; identical
+/// events merged), `IN_CLOSE_NOWRITE`, `IN_OPEN` before the `IN_MODIFY` of
+/// `O_TRUNC`, nothing for `O_PATH`, a watch added after the open, another
+/// process's reads, and `fstat`, `write` and `lseek` of the descriptor:
+/// the probe's transcript equals tmpfs's.
+#[test]
+fn open_read_close_events_match_tmpfs() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = compile_probe(dir.path(), "access", include_str!("inotify/access.c"));
+    let shm = tempfile::tempdir_in("/dev/shm").expect("tmpfs directory");
+    let host = Command::new(&bin)
+        .arg(shm.path())
+        .output_bounded()
+        .expect("probe");
+    let want = text(&host.stdout);
+    assert!(
+        host.status.success() && want.contains("W1 ACCESS|ISDIR sub"),
+        "{want}"
+    );
+    for shape in SHAPES {
+        let out = run_in_atoll(shape, &format!("{} {MOUNT}", bin.display()));
+        assert_eq!(text(&out.stdout), want, "{shape:?}: {}", text(&out.stderr));
+    }
+}
+
 /// A host inotify descriptor becomes an atoll queue at its first atoll
 /// watch; one that watches host paths refuses atoll paths and the other
 /// way round (`EXDEV`); so does a fanotify group (`fanotify.rs`).

@@ -81,6 +81,19 @@ pub const WATCH_FANOTIFY: u32 = 0x0800_0000;
 /// opens, reads and closes must not make events of their own).
 pub const OPEN_NONOTIFY: u32 = 0x0400_0000;
 
+/// Open flag: a program opened to be run (`execve`), Linux's
+/// `__FMODE_EXEC` (no `O_*` flag has this bit): its open is also
+/// [`FS_OPEN_EXEC`].
+pub const OPEN_EXEC: u32 = 0x20;
+
+/// Event bit of an open to run a program (Linux's `FS_OPEN_EXEC`, which
+/// fanotify reports as `FAN_OPEN_EXEC`; inotify has none: records for
+/// inotify watches go without it). Only fanotify marks ask for it.
+pub const FS_OPEN_EXEC: u32 = 0x0000_1000;
+
+/// Every event bit a watch's mask may hold.
+pub const WATCH_EVENTS: u32 = IN_ALL_EVENTS | FS_OPEN_EXEC;
+
 /// The key of a watch of every inode of the mount (`fanotify`'s
 /// `FAN_MARK_MOUNT`/`FAN_MARK_FILESYSTEM`): events on objects and
 /// directory-entry events, each once, never an event on a child as seen

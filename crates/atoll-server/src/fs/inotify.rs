@@ -432,10 +432,13 @@ impl<S: BlockStore> FileServer<S> {
     ) -> R<'o> {
         let qino = self.queue_of(session, desc)?;
         let q = self.notify.queues.get_mut(&qino).ok_or(Errno::EINVAL)?;
-        if mask & IN_ALL_EVENTS == 0 || mask & IN_MASK_ADD != 0 && mask & IN_MASK_CREATE != 0 {
+        if mask & WATCH_EVENTS == 0 || mask & IN_MASK_ADD != 0 && mask & IN_MASK_CREATE != 0 {
             return Err(Errno::EINVAL);
         }
-        let keep = mask & (IN_ALL_EVENTS | IN_ONESHOT | IN_EXCL_UNLINK | WATCH_FANOTIFY);
+        let mut keep = mask & (IN_ALL_EVENTS | IN_ONESHOT | IN_EXCL_UNLINK | WATCH_FANOTIFY);
+        if mask & WATCH_FANOTIFY != 0 {
+            keep |= mask & FS_OPEN_EXEC; // inotify has no such event
+        }
         let mut replaced = 0;
         let (wd, mask) = match q.wds.get(&ino) {
             Some(&(wd, old)) if old & IN_ONESHOT != 0 => {
@@ -796,7 +799,12 @@ impl<S: BlockStore> FileServer<S> {
             return;
         }
         let (ino, via) = (d.ino, d.via.clone());
-        self.emit_changed_via(ino, IN_OPEN, via.clone());
+        let exec = if d.flags & OPEN_EXEC != 0 {
+            FS_OPEN_EXEC
+        } else {
+            0
+        };
+        self.emit_changed_via(ino, IN_OPEN | exec, via.clone());
         if truncated {
             self.emit_changed_via(ino, IN_MODIFY, via);
         }
@@ -866,7 +874,7 @@ impl<S: BlockStore> FileServer<S> {
         let mut hits: Vec<Watch> = Vec::new();
         for (key, asked) in [(watched, true), (ALL_INODES, on_object)] {
             if let Some(list) = self.notify.watches.get(&key).filter(|_| asked) {
-                hits.extend(list.iter().filter(|w| w.mask & mask & IN_ALL_EVENTS != 0));
+                hits.extend(list.iter().filter(|w| w.mask & mask & WATCH_EVENTS != 0));
             }
         }
         for w in hits {
@@ -875,7 +883,7 @@ impl<S: BlockStore> FileServer<S> {
                 let pid = self.notify.requester;
                 encode_object(&mut rec, (w.wd, mask, cookie), object.0, pid, name);
             } else {
-                encode(&mut rec, w.wd, mask, cookie, name);
+                encode(&mut rec, w.wd, mask & !FS_OPEN_EXEC, cookie, name);
             }
             self.append(w.queue, rec);
             if w.mask & IN_ONESHOT != 0 {

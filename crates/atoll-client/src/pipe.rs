@@ -1209,6 +1209,9 @@ pub fn route(c: &Client, nr: i64, a: &[u64; 6]) -> Result<Option<Out>> {
         }),
         libc::SYS_fcntl if matches!(a[1] as i32, libc::F_GETPIPE_SZ | libc::F_SETPIPE_SZ) => {
             on_pipe(&|d| {
+                if crate::inotify::is_queue(d) {
+                    return err(libc::EBADF); // not a pipe (its ring never grows)
+                }
                 if a[1] as i32 == libc::F_GETPIPE_SZ {
                     let size = if crate::pipecopy::active(c) {
                         crate::pipecopy::state(c, d)?.limit

@@ -17,6 +17,8 @@
 //!   appends only while it matches the watch it holds;
 //! * [`DEAD`]: set by the owner when the last description of the queue
 //!   closed; servers then drop their watches of it;
+//! * [`FIRED`]: the `IN_ONESHOT` watches that fired, so that one server
+//!   reports such a watch of a directory, which every server holds;
 //! * [`HOLDERS`]: one bit per server that holds watches of the queue; the
 //!   owner frees the blocks only once it is zero, so no server ever writes
 //!   into a block that was given to another file (servers never message
@@ -35,6 +37,17 @@ pub const QUEUE_ID: usize = 80;
 pub const DEAD: usize = 88;
 /// `u64`: bit `s` set while server `s` holds watches of this queue.
 pub const HOLDERS: usize = 96;
+
+/// Bit array (`u32` words) of the `IN_ONESHOT` watches of the queue that
+/// fired, by watch descriptor: a directory's watch is held by every
+/// server, and the one that sets the bit (compare-and-swap) is the one
+/// that reports; the others drop their copy unheard. At the end of the
+/// header block, past the block list a queue's ring (which never grows)
+/// uses.
+pub const FIRED: usize = crate::BLOCK_SIZE - FIRED_BITS / 8;
+/// Watch descriptors [`FIRED`] covers (a later one fires on each server).
+pub const FIRED_BITS: usize = 4096;
+const _: () = assert!(BLOCKS + 4 * DATA_BLOCKS <= FIRED);
 
 /// Data blocks of a queue: 64 KiB, about 2000 events with short names
 /// (Linux bounds a queue by events, 16384 by default).

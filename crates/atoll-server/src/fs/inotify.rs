@@ -47,7 +47,9 @@ use std::collections::VecDeque;
 use super::seeded::Map;
 
 use atoll_proto::inotify::{self as ino_hdr, *};
-use atoll_proto::{DescId, Errno, FileType, InodeId, QueueRef, Reply, Request, SessionId};
+use atoll_proto::{
+    DescId, Errno, FileType, InodeId, QueueRef, Reply, Request, SessionId, BLOCK_SIZE,
+};
 
 use super::perm::Caller;
 use super::{FileServer, R};
@@ -395,6 +397,9 @@ impl<S: BlockStore> FileServer<S> {
         st.put_u32(header, READERS, 1);
         st.put_u32(header, WRITERS, 1);
         st.put_u64(header, QUEUE_ID, ino.0);
+        for k in (FIRED..BLOCK_SIZE).step_by(4) {
+            st.put_u32(header, k, 0);
+        }
         self.notify.queues.insert(
             ino,
             Queue {
@@ -885,6 +890,12 @@ impl<S: BlockStore> FileServer<S> {
             } else {
                 encode(&mut rec, w.wd, mask & !FS_OPEN_EXEC, cookie, name);
             }
+            if w.mask & IN_ONESHOT != 0 && !self.oneshot_fires(w) {
+                // Another server reported it: this copy goes unheard.
+                self.notify.remove(watched, w.queue, w.wd);
+                self.hold(w.queue);
+                continue;
+            }
             self.append(w.queue, rec);
             if w.mask & IN_ONESHOT != 0 {
                 let mut rec = Vec::new();
@@ -947,6 +958,29 @@ impl<S: BlockStore> FileServer<S> {
     /// The process the next request comes from (`RequestFrame::pid`).
     pub fn set_requester(&mut self, pid: u32) {
         self.notify.requester = pid;
+    }
+
+    /// May this server report `IN_ONESHOT` watch `w`? Only the first
+    /// server to set its bit in the queue's `FIRED` array does, so a
+    /// directory's watch fires once (Linux) though every server holds it.
+    fn oneshot_fires(&mut self, w: Watch) -> bool {
+        let Ok(wd) = usize::try_from(w.wd) else {
+            return true;
+        };
+        if wd >= FIRED_BITS || !self.queue_alive(w.queue) {
+            return true;
+        }
+        let (off, bit) = (FIRED + 4 * (wd / 32), 1u32 << (wd % 32));
+        let st = &mut self.cache.store;
+        loop {
+            let v = st.get_u32(w.queue.header, off);
+            if v & bit != 0 {
+                return false;
+            }
+            if st.cas_u32(w.queue.header, off, v, v | bit) {
+                return true;
+            }
+        }
     }
 
     /// A read or `getdents` through `desc` returned bytes (`IN_ACCESS`).

@@ -5,7 +5,7 @@
  * at end of file; identical events merged), IN_CLOSE_NOWRITE, the order
  * of IN_OPEN and the IN_MODIFY of O_TRUNC, O_PATH (no events), a watch
  * added after the open, a read by another process, and fstat, lseek and
- * write of the inotify descriptor. */
+ * write, and F_GETPIPE_SZ of the inotify descriptor. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
@@ -160,6 +160,9 @@ int main(int argc, char **argv) {
     errno = 0;
     off_t at = lseek(fd, 5, SEEK_SET);
     printf("lseek: %ld %s\n", (long)at, strerror(errno));
+    errno = 0;
+    int psz = fcntl(fd, F_GETPIPE_SZ);
+    printf("F_GETPIPE_SZ: %d %s\n", psz, strerror(errno));
     close(fd);
     return 0;
 }

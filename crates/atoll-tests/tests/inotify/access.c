@@ -4,8 +4,8 @@
  * Covers IN_OPEN, IN_ACCESS (read, pread, readv, sendfile, getdents; not
  * at end of file; identical events merged), IN_CLOSE_NOWRITE, the order
  * of IN_OPEN and the IN_MODIFY of O_TRUNC, O_PATH (no events), a watch
- * added after the open, a read by another process, and fstat, lseek and
- * write, and F_GETPIPE_SZ of the inotify descriptor. */
+ * added after the open, a read by another process, and fstat, lseek,
+ * write and F_GETPIPE_SZ of the inotify descriptor. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>

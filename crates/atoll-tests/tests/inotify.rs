@@ -310,3 +310,42 @@ print("%.2f us/write" % best)'
     let host = run_on_tmpfs(script);
     println!("tmpfs:\n{}", text(&host.stdout));
 }
+
+/// What a watcher costs readers: best-of-five mean of 20 000 `pread`s of
+/// 64 bytes and of 2 000 opens and closes from Python, with no watcher,
+/// while `inotifywait -m` watches the directory for every event (each
+/// read then posts `InotifyAccessed`), and after it left.
+#[test]
+#[ignore = "measurement: cargo test --release -p atoll-tests --test inotify -- --ignored --nocapture"]
+fn measure_read_cost_of_a_watcher() {
+    require("inotifywait");
+    let script = r#"
+        cd "$ROOT"; mkdir d; head -c 4096 /dev/zero > d/f
+        R='import os,time
+fd=os.open("d/f",os.O_RDONLY)
+best=1e9
+for r in range(5):
+    t=time.perf_counter()
+    for _ in range(20000): os.pread(fd,64,0)
+    best=min(best,(time.perf_counter()-t)/20000*1e6)
+bo=1e9
+for r in range(5):
+    t=time.perf_counter()
+    for _ in range(2000): os.close(os.open("d/f",os.O_RDONLY))
+    bo=min(bo,(time.perf_counter()-t)/2000*1e6)
+print("%.2f us/pread, %.2f us/open+close" % (best,bo))'
+        echo -n "no watcher: "; python3 -c "$R"
+        inotifywait -m d > /dev/null 2> setup & P=$!
+        until grep -q established setup; do sleep 0.02; done
+        echo -n "inotifywait -m on the directory: "; python3 -c "$R"
+        kill $P; wait $P 2>/dev/null
+        echo -n "after the watcher left: "; python3 -c "$R"
+    "#;
+    for shape in [&["--servers", "2"][..], &[]] {
+        let out = run_in_atoll(shape, script);
+        println!("{shape:?}:\n{}", text(&out.stdout));
+        assert!(out.status.success(), "{}", text(&out.stderr));
+    }
+    let host = run_on_tmpfs(script);
+    println!("tmpfs:\n{}", text(&host.stdout));
+}

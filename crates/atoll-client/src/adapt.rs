@@ -398,7 +398,8 @@ impl Merge {
         let (recs, limit, cookie) = (&mut self.recs, &mut self.limit, self.cookie);
         let r = id.and_then(|id| {
             lane.recv(c, s, id, |r| match r {
-                Reply::Dirents { data, end } => {
+                Reply::Dirents { data, end, watched } => {
+                    crate::inotify::saw_dir_watched(watched);
                     let mut pos = 0;
                     let mut last = None;
                     while pos + 19 <= data.len() {

@@ -63,7 +63,8 @@ pub fn getdents(
         // Every reply is collected, even after the buffer is full, so none
         // is left behind in a ring.
         let r = lane.recv(c, server, id, |r| match r {
-            Reply::Dirents { data, end } => {
+            Reply::Dirents { data, end, watched } => {
+                crate::inotify::saw_dir_watched(watched);
                 if stop {
                     return Ok(());
                 }

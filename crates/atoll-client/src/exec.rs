@@ -397,7 +397,9 @@ fn open_program(c: &Client, lane: &Lane, ino: InodeId, ftype: FileType) -> Resul
             mask: libc::X_OK as u32,
         },
     )?;
-    let (desc, _) = file::open_inode(c, lane, ino, libc::O_RDONLY as u32)?;
+    // Reported as an open to run (`FAN_OPEN_EXEC`), as Linux's `execve`.
+    let flags = libc::O_RDONLY as u32 | atoll_proto::inotify::OPEN_EXEC;
+    let (desc, _) = file::open_inode(c, lane, ino, flags)?;
     Ok(desc)
 }
 
@@ -523,7 +525,9 @@ fn prepare_inner(
                     if n == 0 {
                         return err(libc::ENOEXEC);
                     }
-                    exec_fd = Some(copy_to_memfd(c, lane, desc, &prog_path)?);
+                    // One `IN_ACCESS` for the copy, as for one read.
+                    let copy = || copy_to_memfd(c, lane, desc, &prog_path);
+                    exec_fd = Some(crate::inotify::one_access(c, lane, copy)?);
                     text = Some(ino);
                     let abs = absolute(c, dirfd, &prog_path)?;
                     exe = Some(

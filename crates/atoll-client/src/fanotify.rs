@@ -270,7 +270,7 @@ fn mark_path(c: &Client, dirfd: i64, path: u64) -> Vec<u8> {
 /// descriptor; the servers that see the inode change hold the watch.
 fn set_mark(c: &Client, lane: &Lane, group: &DescRef, mark: Mark, nservers: usize) -> Result<Out> {
     let desc = group.desc();
-    let events = (mark.mask as u32 & ino_hdr::IN_ALL_EVENTS) | WATCH_FANOTIFY;
+    let events = (mark.mask as u32 & ino_hdr::WATCH_EVENTS) | WATCH_FANOTIFY;
     let req = Request::InotifyAddWatch {
         desc,
         ino: mark.key,
@@ -428,7 +428,7 @@ fn event_of(g: &Group, wd: i32, mask: u32, object: InodeId, name: &[u8]) -> Opti
     }
     let m = g.marks.get(&wd)?;
     let ondir = mask & ino_hdr::IN_ISDIR != 0;
-    let ev = (mask & ino_hdr::IN_ALL_EVENTS) as u64 & m.mask;
+    let ev = (mask & ino_hdr::WATCH_EVENTS) as u64 & m.mask;
     let dirent = ev & DIRENT_EVENTS != 0;
     let on_child = !name.is_empty() && !dirent;
     if ev == 0 || ondir && m.mask & FAN_ONDIR == 0 {
@@ -610,7 +610,10 @@ fn open_object(c: &Client, lane: &Lane, g: &Group, ino: InodeId, path: &[u8]) ->
         | libc::O_APPEND
         | libc::O_DSYNC
         | libc::O_SYNC) as u32;
-    let flags = libc::O_RDONLY as u32 | (g.event_flags & keep & !(libc::O_CLOEXEC as u32));
+    // Its open, reads and close make no events (Linux's `FMODE_NONOTIFY`).
+    let flags = libc::O_RDONLY as u32
+        | (g.event_flags & keep & !(libc::O_CLOEXEC as u32))
+        | atoll_proto::inotify::OPEN_NONOTIFY;
     let Ok((desc, attr)) = file::open_inode_via(c, lane, ino, flags, None) else {
         return FAN_NOFD;
     };

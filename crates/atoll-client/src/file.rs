@@ -209,6 +209,8 @@ pub fn open(
     mode: u32,
     resolve: u64,
 ) -> Result<Out> {
+    // Not flags a program may pass (`atoll_proto::inotify`).
+    let flags = flags & !(atoll_proto::inotify::OPEN_NONOTIFY | atoll_proto::inotify::OPEN_EXEC);
     let Some(mut w) = Walker::start_restricted(c, lane, dirfd, path, resolve)? else {
         return Ok(Out::Host);
     };

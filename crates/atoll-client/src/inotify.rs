@@ -44,6 +44,16 @@ pub fn is_queue(d: &DescRef) -> bool {
     d.ftype() == FileType::Fifo && d.cookie().load(Ordering::Relaxed) & QUEUE_COOKIE != 0
 }
 
+/// Is `ino` the inode of a queue this process holds? Its `fstat` shows
+/// Linux's anonymous inode (`lib.rs`); queue inodes are never named, so
+/// only a descriptor of one reaches it. Asked only of inodes with no link.
+pub fn is_queue_inode(ino: InodeId) -> bool {
+    fdtable::fds()
+        .into_iter()
+        .filter_map(|fd| fdtable::get(fd as i64))
+        .any(|d| is_queue(&d) && d.ino() == ino)
+}
+
 /// Set once a server said that a file this process opened or wrote may
 /// be watched: from then on its closes and write reports wait for the
 /// server (a round trip), so the events are queued before the call
@@ -60,6 +70,78 @@ pub fn saw_watched(watched: bool) {
 /// May files of this process be watched? (Closes then wait.)
 pub fn watched_seen() -> bool {
     WATCHED.load(Ordering::Relaxed)
+}
+
+std::thread_local! {
+    /// Reads of the call under way, when it gathers them into one
+    /// `IN_ACCESS` ([`one_access`]): how deep, and the description read
+    /// through that a reply said is watched.
+    static GATHER: core::cell::Cell<(u32, Option<atoll_proto::DescId>)> =
+        const { core::cell::Cell::new((0, None)) };
+    /// A `ReadDir` reply of the `getdents` under way said `watched`.
+    static DIR_WATCHED: core::cell::Cell<bool> = const { core::cell::Cell::new(false) };
+}
+
+/// Report that a read through `desc`, whose reply said the file is
+/// watched, returned bytes (`IN_ACCESS`). A round trip, so the event is
+/// queued before the call returns, as on Linux; inside [`one_access`]
+/// noted and sent once at its end.
+pub fn accessed(c: &Client, lane: &Lane, desc: atoll_proto::DescId) {
+    saw_watched(true);
+    let gathering = GATHER.with(|g| {
+        let (depth, _) = g.get();
+        if depth > 0 {
+            g.set((depth, Some(desc)));
+        }
+        depth > 0
+    });
+    if !gathering {
+        let _ = lane.call_ok(c, desc.server(), Request::InotifyAccessed { desc });
+    }
+}
+
+/// Run `f`, one call of the program that may read several times
+/// (`readv`'s buffers, a copy's chunks): its reads make one `IN_ACCESS`,
+/// as Linux reports once per call (`fsnotify_access`).
+pub fn one_access<R>(c: &Client, lane: &Lane, f: impl FnOnce() -> R) -> R {
+    GATHER.with(|g| {
+        let (depth, d) = g.get();
+        g.set((depth + 1, d));
+    });
+    let r = f();
+    let desc = GATHER.with(|g| {
+        let (depth, d) = g.get();
+        let depth = depth.saturating_sub(1);
+        g.set((depth, if depth == 0 { None } else { d }));
+        if depth == 0 {
+            d
+        } else {
+            None
+        }
+    });
+    if let Some(desc) = desc {
+        accessed(c, lane, desc);
+    }
+    r
+}
+
+/// Note a `ReadDir` reply's `watched` flag (see [`dir_listed`]).
+pub fn saw_dir_watched(watched: bool) {
+    if watched {
+        DIR_WATCHED.with(|w| w.set(true));
+    }
+}
+
+/// Around one `getdents`: `f` lists, then, if a `ReadDir` reply said the
+/// directory is watched, its read is reported (`IN_ACCESS`, which Linux's
+/// `iterate_dir` reports for every call, even one at the end).
+pub fn dir_listed<R>(c: &Client, lane: &Lane, d: &DescRef, f: impl FnOnce() -> R) -> R {
+    DIR_WATCHED.with(|w| w.set(false));
+    let r = f();
+    if DIR_WATCHED.with(|w| w.replace(false)) {
+        accessed(c, lane, d.desc());
+    }
+    r
 }
 
 /// `inotify_add_watch(fd, path, mask)`.

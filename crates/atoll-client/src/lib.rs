@@ -488,14 +488,25 @@ fn on_fd(
 #[inline(never)]
 fn stat_out(c: &Client, lane: &session::Lane, ino: atoll_proto::InodeId, buf: u64) -> Result<Out> {
     let a = meta::getattr(c, lane, ino)?;
-    sys::put_user(buf, meta::to_stat(&a))?;
+    let mut st = meta::to_stat(&a);
+    if a.nlink == 0 && inotify::is_queue_inode(ino) {
+        // Linux's anonymous inode: mode 0600 of no file type, one link.
+        st.st_mode = 0o600;
+        st.st_nlink = 1;
+    }
+    sys::put_user(buf, st)?;
     done(0)
 }
 
 #[inline(never)]
 fn statx_out(c: &Client, lane: &session::Lane, ino: atoll_proto::InodeId, buf: u64) -> Result<Out> {
     let a = meta::getattr(c, lane, ino)?;
-    sys::put_user(buf, meta::to_statx(&a))?;
+    let mut x = meta::to_statx(&a);
+    if a.nlink == 0 && inotify::is_queue_inode(ino) {
+        x.stx_mode = 0o600;
+        x.stx_nlink = 1;
+    }
+    sys::put_user(buf, x)?;
     done(0)
 }
 
@@ -1251,14 +1262,20 @@ fn run(c: &'static Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
                 return Ok(Out::Host);
             }
             let lane = c.lane()?;
-            done(file::copy(c, &lane, fd0, a[1], fdarg(a[2]), a[3], a[4])?)
+            let n = crate::inotify::one_access(c, &lane, || {
+                file::copy(c, &lane, fd0, a[1], fdarg(a[2]), a[3], a[4])
+            })?;
+            done(n)
         }
         SYS_sendfile => {
             if !fdtable::is_atoll(fd0) && !fdtable::is_atoll(fdarg(a[1])) {
                 return Ok(Out::Host);
             }
             let lane = c.lane()?;
-            done(file::copy(c, &lane, fdarg(a[1]), a[2], fd0, 0, a[3])?)
+            let n = crate::inotify::one_access(c, &lane, || {
+                file::copy(c, &lane, fdarg(a[1]), a[2], fd0, 0, a[3])
+            })?;
+            done(n)
         }
         SYS_poll | SYS_ppoll => {
             if !fdtable::any() {

@@ -1386,6 +1386,11 @@ pub fn getdents64(c: &Client, lane: &Lane, d: &DescRef, buf: &mut [u8]) -> Resul
     if d.flags() & libc::O_PATH as u32 != 0 {
         return err(libc::EBADF);
     }
+    crate::inotify::dir_listed(c, lane, d, || list(c, lane, d, buf))
+}
+
+/// [`getdents64`] past its checks.
+fn list(c: &Client, lane: &Lane, d: &DescRef, buf: &mut [u8]) -> Result<i64> {
     let dir = d.ino();
     let cookie = d.cookie().load(core::sync::atomic::Ordering::Relaxed);
     let max_bytes = buf.len().min(u32::MAX as usize) as u32;
@@ -1484,7 +1489,8 @@ fn read_dir_chunk(
             epoch: crate::adapt::epoch(dir),
         },
         |r| match r {
-            Reply::Dirents { data, end } => {
+            Reply::Dirents { data, end, watched } => {
+                crate::inotify::saw_dir_watched(watched);
                 if data.is_empty() {
                     if !end {
                         return err(libc::EINVAL);

@@ -1197,14 +1197,21 @@ pub fn route(c: &Client, nr: i64, a: &[u64; 6]) -> Result<Option<Out>> {
         | libc::SYS_preadv
         | libc::SYS_pwritev
         | libc::SYS_preadv2
-        | libc::SYS_pwritev2
-        | libc::SYS_lseek => on_pipe(&|_| err(libc::ESPIPE)),
+        | libc::SYS_pwritev2 => on_pipe(&|_| err(libc::ESPIPE)),
+        // A notification queue seeks nowhere, as Linux's `noop_llseek`.
+        libc::SYS_lseek => on_pipe(&|d| match crate::inotify::is_queue(d) {
+            true => Ok(Out::Done(0)),
+            false => err(libc::ESPIPE),
+        }),
         libc::SYS_ioctl if a[1] == libc::FIONREAD => on_pipe(&|d| {
             sys::put_user(a[2], avail(c, d) as i32)?;
             Ok(Out::Done(0))
         }),
         libc::SYS_fcntl if matches!(a[1] as i32, libc::F_GETPIPE_SZ | libc::F_SETPIPE_SZ) => {
             on_pipe(&|d| {
+                if crate::inotify::is_queue(d) {
+                    return err(libc::EBADF); // not a pipe (its ring never grows)
+                }
                 if a[1] as i32 == libc::F_GETPIPE_SZ {
                     let size = if crate::pipecopy::active(c) {
                         crate::pipecopy::state(c, d)?.limit

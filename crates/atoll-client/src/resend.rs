@@ -54,6 +54,7 @@ pub fn resendable(req: &Request<'_>) -> bool {
             | InotifyRmWatch { .. }
             | InotifyRegister { .. }
             | InotifyModified { .. }
+            | InotifyAccessed { .. }
     )
 }
 

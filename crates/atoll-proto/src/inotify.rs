@@ -17,6 +17,8 @@
 //!   appends only while it matches the watch it holds;
 //! * [`DEAD`]: set by the owner when the last description of the queue
 //!   closed; servers then drop their watches of it;
+//! * [`FIRED`]: the `IN_ONESHOT` watches that fired, so that one server
+//!   reports such a watch of a directory, which every server holds;
 //! * [`HOLDERS`]: one bit per server that holds watches of the queue; the
 //!   owner frees the blocks only once it is zero, so no server ever writes
 //!   into a block that was given to another file (servers never message
@@ -35,6 +37,17 @@ pub const QUEUE_ID: usize = 80;
 pub const DEAD: usize = 88;
 /// `u64`: bit `s` set while server `s` holds watches of this queue.
 pub const HOLDERS: usize = 96;
+
+/// Bit array (`u32` words) of the `IN_ONESHOT` watches of the queue that
+/// fired, by watch descriptor: a directory's watch is held by every
+/// server, and the one that sets the bit (compare-and-swap) is the one
+/// that reports; the others drop their copy unheard. At the end of the
+/// header block, past the block list a queue's ring (which never grows)
+/// uses.
+pub const FIRED: usize = crate::BLOCK_SIZE - FIRED_BITS / 8;
+/// Watch descriptors [`FIRED`] covers (a later one fires on each server).
+pub const FIRED_BITS: usize = 4096;
+const _: () = assert!(BLOCKS + 4 * DATA_BLOCKS <= FIRED);
 
 /// Data blocks of a queue: 64 KiB, about 2000 events with short names
 /// (Linux bounds a queue by events, 16384 by default).
@@ -74,6 +87,25 @@ pub const IN_ALL_EVENTS: u32 = 0x0000_0fff;
 /// about ([`encode_object`]), since a fanotify reader reports that object
 /// (a descriptor of it, or its file handle), not only a watch and a name.
 pub const WATCH_FANOTIFY: u32 = 0x0800_0000;
+
+/// Open flag (beside the `O_*` bits, unused by Linux's `open`): a
+/// description that produces no events, as Linux's `FMODE_NONOTIFY`
+/// marks the descriptors a fanotify reader gets with its events (their
+/// opens, reads and closes must not make events of their own).
+pub const OPEN_NONOTIFY: u32 = 0x0400_0000;
+
+/// Open flag: a program opened to be run (`execve`), Linux's
+/// `__FMODE_EXEC` (no `O_*` flag has this bit): its open is also
+/// [`FS_OPEN_EXEC`].
+pub const OPEN_EXEC: u32 = 0x20;
+
+/// Event bit of an open to run a program (Linux's `FS_OPEN_EXEC`, which
+/// fanotify reports as `FAN_OPEN_EXEC`; inotify has none: records for
+/// inotify watches go without it). Only fanotify marks ask for it.
+pub const FS_OPEN_EXEC: u32 = 0x0000_1000;
+
+/// Every event bit a watch's mask may hold.
+pub const WATCH_EVENTS: u32 = IN_ALL_EVENTS | FS_OPEN_EXEC;
 
 /// The key of a watch of every inode of the mount (`fanotify`'s
 /// `FAN_MARK_MOUNT`/`FAN_MARK_FILESYSTEM`): events on objects and

@@ -48,6 +48,9 @@ pub enum Reply<'a> {
         #[serde(borrow)]
         data: &'a [u8],
         end: bool,
+        /// The directory may be watched (`inotify`) at this server: the
+        /// client posts `InotifyAccessed` once its `getdents` returns.
+        watched: bool,
     },
     Attr(Attr),
     Target(#[serde(borrow)] &'a [u8]),
@@ -58,9 +61,10 @@ pub enum Reply<'a> {
         offset: u64,
         len: u64,
         extents: Vec<Extent>,
-        /// For `Write`: the file is watched (`inotify`) at this server, so
-        /// the client posts `InotifyModified` once the bytes are in (an
-        /// event sent now could be read before the data is there).
+        /// The file is watched (`inotify`) at this server, so the client
+        /// posts, once the bytes are copied, `InotifyModified` for a
+        /// `Write` (an event sent now could be read before the data is
+        /// there) or `InotifyAccessed` for a `Read` (once per call).
         watched: bool,
         /// For `Write`: the write extends the file. Until the client posts
         /// `WriteDone` (the bytes are in), reads of the new part wait, as

@@ -433,6 +433,13 @@ pub enum Request<'a> {
     InotifyModified {
         desc: DescId,
     },
+    /// `desc.server()`, posted after a read or `getdents` through `desc`
+    /// returned bytes, when a reply of that call said `watched`: the file
+    /// was read (`IN_ACCESS`, once per call as Linux's `fsnotify_access`).
+    /// → `Ok`
+    InotifyAccessed {
+        desc: DescId,
+    },
     /// `dir.owner()`, posted after a name change in `dir` whose entry
     /// another server holds: mtime and ctime to now, as Linux sets them on
     /// the parent of a name created, removed or moved. Reports no event

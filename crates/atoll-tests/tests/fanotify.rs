@@ -41,3 +41,31 @@ fn probe_matches_tmpfs() {
         assert_eq!(text(&out.stdout), want, "{mode}: {}", text(&out.stderr));
     }
 }
+
+/// `FAN_OPEN`, `FAN_ACCESS`, `FAN_CLOSE_NOWRITE` and `FAN_OPEN_EXEC` of a
+/// directory mark while another process reads a file, lists the directory
+/// and runs a program in it: the same merged events and descriptors as on
+/// tmpfs, and the reader's reads through those descriptors make none.
+#[test]
+fn opens_reads_closes_and_execs_match_tmpfs() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = compile_probe(dir.path(), "access", include_str!("fanotify/access.c"));
+    let shm = tempfile::tempdir_in("/dev/shm").expect("tmpfs directory");
+    let host = Command::new(&bin)
+        .args([&format!("{}/w", shm.path().display()), "/bin/true"])
+        .output_bounded()
+        .expect("probe");
+    let want = text(&host.stdout);
+    assert!(
+        host.status.success() && want.contains("OPEN_EXEC /prog"),
+        "{want}{}",
+        text(&host.stderr)
+    );
+    for shape in [
+        &["--servers", "2"][..],
+        &["--servers", "3", "--distribute", "all"],
+    ] {
+        let out = run_in_atoll(shape, &format!("{} {MOUNT}/w /bin/true", bin.display()));
+        assert_eq!(text(&out.stdout), want, "{shape:?}: {}", text(&out.stderr));
+    }
+}

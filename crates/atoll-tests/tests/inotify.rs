@@ -110,6 +110,44 @@ fn inotifywait_sees_the_events_tmpfs_gives() {
     }
 }
 
+/// `inotifywait -m` with every event while a program in the directory
+/// runs, `cat` and `head` read it and `ls` lists the directory: the opens,
+/// reads and closes tmpfs reports.
+#[test]
+fn inotifywait_sees_exec_cat_ls_as_tmpfs() {
+    require("inotifywait");
+    let script = r#"
+        set -e
+        d="$ROOT/x"
+        mkdir "$d"
+        cp /bin/true "$d/prog"
+        inotifywait -m --format '%e %f' "$d" > "$ROOT/ev" 2> "$ROOT/setup" &
+        w=$!
+        until grep -q 'Watches established' "$ROOT/setup"; do sleep 0.02; done
+        "$d/prog"
+        cat "$d/prog" > /dev/null
+        ls "$d" > /dev/null
+        head -c 1 "$d/prog" > /dev/null
+        touch "$d/zz-end"
+        for i in $(seq 1 1000); do grep -q 'CLOSE_WRITE,CLOSE zz-end' "$ROOT/ev" && break; sleep 0.02; done
+        kill $w
+        # Identical events merge only while unread: whether two reads make
+        # one line or two depends on when inotifywait read (on Linux too).
+        uniq "$ROOT/ev"
+    "#;
+    let host = run_on_tmpfs(script);
+    let want = text(&host.stdout);
+    assert!(
+        want.starts_with("OPEN prog\nACCESS prog\n"),
+        "tmpfs run: {want}{}",
+        text(&host.stderr)
+    );
+    for shape in SHAPES {
+        let out = run_in_atoll(shape, script);
+        assert_eq!(text(&out.stdout), want, "{shape:?}: {}", text(&out.stderr));
+    }
+}
+
 /// Record layout and padding, rename cookies, `IN_ONESHOT`, `IN_MASK_ADD`,
 /// `IN_MASK_CREATE`, `inotify_rm_watch`, `IN_DELETE_SELF` then
 /// `IN_IGNORED`, `EINVAL` for a short buffer, `FIONREAD`, `EAGAIN`,
@@ -136,6 +174,32 @@ fn probe_matches_tmpfs() {
         let mut opts = shape.to_vec();
         opts.extend(["--memory", "256M"]);
         let out = run_in_atoll(&opts, &format!("{} {MOUNT}", bin.display()));
+        assert_eq!(text(&out.stdout), want, "{shape:?}: {}", text(&out.stderr));
+    }
+}
+
+/// Opens, reads and closes: `IN_OPEN`, `IN_ACCESS` (`read`, `pread`,
+/// `readv` once, `sendfile`, `getdents`; none at end of file; identical
+/// events merged), `IN_CLOSE_NOWRITE`, `IN_OPEN` before the `IN_MODIFY` of
+/// `O_TRUNC`, nothing for `O_PATH`, a watch added after the open, another
+/// process's reads, and `fstat`, `write` and `lseek` of the descriptor:
+/// the probe's transcript equals tmpfs's.
+#[test]
+fn open_read_close_events_match_tmpfs() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = compile_probe(dir.path(), "access", include_str!("inotify/access.c"));
+    let shm = tempfile::tempdir_in("/dev/shm").expect("tmpfs directory");
+    let host = Command::new(&bin)
+        .arg(shm.path())
+        .output_bounded()
+        .expect("probe");
+    let want = text(&host.stdout);
+    assert!(
+        host.status.success() && want.contains("W1 ACCESS|ISDIR sub"),
+        "{want}"
+    );
+    for shape in SHAPES {
+        let out = run_in_atoll(shape, &format!("{} {MOUNT}", bin.display()));
         assert_eq!(text(&out.stdout), want, "{shape:?}: {}", text(&out.stderr));
     }
 }
@@ -239,6 +303,45 @@ print("%.2f us/write" % best)'
         &["--servers", "2"][..],
         &["--servers", "3", "--distribute", "all"],
     ] {
+        let out = run_in_atoll(shape, script);
+        println!("{shape:?}:\n{}", text(&out.stdout));
+        assert!(out.status.success(), "{}", text(&out.stderr));
+    }
+    let host = run_on_tmpfs(script);
+    println!("tmpfs:\n{}", text(&host.stdout));
+}
+
+/// What a watcher costs readers: best-of-five mean of 20 000 `pread`s of
+/// 64 bytes and of 2 000 opens and closes from Python, with no watcher,
+/// while `inotifywait -m` watches the directory for every event (each
+/// read then posts `InotifyAccessed`), and after it left.
+#[test]
+#[ignore = "measurement: cargo test --release -p atoll-tests --test inotify -- --ignored --nocapture"]
+fn measure_read_cost_of_a_watcher() {
+    require("inotifywait");
+    let script = r#"
+        cd "$ROOT"; mkdir d; head -c 4096 /dev/zero > d/f
+        R='import os,time
+fd=os.open("d/f",os.O_RDONLY)
+best=1e9
+for r in range(5):
+    t=time.perf_counter()
+    for _ in range(20000): os.pread(fd,64,0)
+    best=min(best,(time.perf_counter()-t)/20000*1e6)
+bo=1e9
+for r in range(5):
+    t=time.perf_counter()
+    for _ in range(2000): os.close(os.open("d/f",os.O_RDONLY))
+    bo=min(bo,(time.perf_counter()-t)/2000*1e6)
+print("%.2f us/pread, %.2f us/open+close" % (best,bo))'
+        echo -n "no watcher: "; python3 -c "$R"
+        inotifywait -m d > /dev/null 2> setup & P=$!
+        until grep -q established setup; do sleep 0.02; done
+        echo -n "inotifywait -m on the directory: "; python3 -c "$R"
+        kill $P; wait $P 2>/dev/null
+        echo -n "after the watcher left: "; python3 -c "$R"
+    "#;
+    for shape in [&["--servers", "2"][..], &[]] {
         let out = run_in_atoll(shape, script);
         println!("{shape:?}:\n{}", text(&out.stdout));
         assert!(out.status.success(), "{}", text(&out.stderr));

@@ -78,6 +78,7 @@ pub fn read_id(
         return crate::msgdata::read(c, lane, desc, buf, off);
     }
     let mut done = 0usize;
+    let mut watched = false;
     while done < buf.len() {
         let want = (buf.len() - done).min(CHUNK);
         let offset = off.map(|o| o + done as u64);
@@ -103,12 +104,17 @@ pub fn read_id(
                     },
                 )
             })?;
+            watched |= granted.watched;
             Ok((granted.len as usize).min(want))
         })?;
         done += got;
         if got < want {
             break;
         }
+    }
+    if watched && done > 0 {
+        // The bytes are copied: one `IN_ACCESS` for the call.
+        crate::inotify::accessed(c, lane, desc);
     }
     Ok(done)
 }
@@ -367,16 +373,19 @@ pub fn readv(
     if cnt > 1024 {
         return err(libc::EINVAL);
     }
-    let mut total = 0u64;
-    for v in sys::get_user_vec::<libc::iovec>(iov, cnt as usize)? {
-        let buf = sys::user_slice_mut(v.iov_base as u64, v.iov_len)?;
-        let n = read_desc(c, lane, d, buf, off.map(|o| o + total))?;
-        total += n as u64;
-        if n < v.iov_len {
-            break;
+    let iovs = sys::get_user_vec::<libc::iovec>(iov, cnt as usize)?;
+    crate::inotify::one_access(c, lane, || {
+        let mut total = 0u64;
+        for v in iovs {
+            let buf = sys::user_slice_mut(v.iov_base as u64, v.iov_len)?;
+            let n = read_desc(c, lane, d, buf, off.map(|o| o + total))?;
+            total += n as u64;
+            if n < v.iov_len {
+                break;
+            }
         }
-    }
-    Ok(total as i64)
+        Ok(total as i64)
+    })
 }
 
 pub fn writev(

@@ -185,7 +185,7 @@ impl<S: BlockStore> FileServer<S> {
             offset: off,
             len: got,
             extents,
-            watched: false,
+            watched: got > 0 && self.desc_watched(desc),
             pending: false,
         })
     }
@@ -240,6 +240,14 @@ impl<S: BlockStore> FileServer<S> {
         out.resize(got as usize, 0);
         self.copy_out(&extents, out);
         self.transfers.count_copy(got);
+        // The bytes are in the reply: the read is reported here, per
+        // request (the client's copy path, `msgdata`, has no second step).
+        if got > 0 && self.desc_watched(desc) {
+            if let Some(d) = self.descs.get(&desc) {
+                let (ino, via) = (d.ino, d.via.clone());
+                self.emit_changed_via(ino, atoll_proto::inotify::IN_ACCESS, via);
+            }
+        }
         Ok(Reply::Data(out))
     }
 

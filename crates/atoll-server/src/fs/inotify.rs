@@ -47,12 +47,16 @@ use std::collections::VecDeque;
 use super::seeded::Map;
 
 use atoll_proto::inotify::{self as ino_hdr, *};
-use atoll_proto::BLOCK_SIZE;
-use atoll_proto::{DescId, Errno, FileType, InodeId, QueueRef, Reply, Request, SessionId};
+use atoll_proto::{
+    DescId, Errno, FileType, InodeId, QueueRef, Reply, Request, SessionId, BLOCK_SIZE,
+};
 
 use super::perm::Caller;
 use super::{FileServer, R};
 use crate::store::BlockStore;
+
+mod access;
+mod ring;
 
 /// See `Notify::stalls`.
 const STALL_LIMIT: u32 = 200_000;
@@ -102,6 +106,11 @@ pub(super) struct Notify {
     requester: u32,
     /// Rename cookies handed out here.
     cookies: u32,
+    /// The open being served truncated a non-empty file: its `IN_MODIFY`
+    /// follows the `IN_OPEN` (`notify_after`), as Linux truncates after
+    /// `do_dentry_open` reported the open.
+    #[serde(skip)]
+    pub(super) truncated: bool,
     /// Passes of `flush` that found a ring locked since records last went
     /// in: past [`STALL_LIMIT`] the lock's holder is taken to be dead (a
     /// reader killed inside its copy) and the records are dropped as an
@@ -189,6 +198,8 @@ pub(super) enum Plan {
         dir: InodeId,
         name: Vec<u8>,
     },
+    /// An open of an existing inode (or an unnamed new one): `IN_OPEN`.
+    Opened,
     Link {
         dir: InodeId,
         name: Vec<u8>,
@@ -241,6 +252,7 @@ impl Plan {
                 dir: *dir,
                 name: name.to_vec(),
             },
+            Q::Open { .. } | Q::OpenInode { .. } | Q::CreateTmpfile { .. } => Plan::Opened,
             Q::MakeNode { dir, name, .. } => Plan::Create {
                 dir: *dir,
                 name: name.to_vec(),
@@ -386,6 +398,9 @@ impl<S: BlockStore> FileServer<S> {
         st.put_u32(header, READERS, 1);
         st.put_u32(header, WRITERS, 1);
         st.put_u64(header, QUEUE_ID, ino.0);
+        for k in (FIRED..BLOCK_SIZE).step_by(4) {
+            st.put_u32(header, k, 0);
+        }
         self.notify.queues.insert(
             ino,
             Queue {
@@ -423,10 +438,13 @@ impl<S: BlockStore> FileServer<S> {
     ) -> R<'o> {
         let qino = self.queue_of(session, desc)?;
         let q = self.notify.queues.get_mut(&qino).ok_or(Errno::EINVAL)?;
-        if mask & IN_ALL_EVENTS == 0 || mask & IN_MASK_ADD != 0 && mask & IN_MASK_CREATE != 0 {
+        if mask & WATCH_EVENTS == 0 || mask & IN_MASK_ADD != 0 && mask & IN_MASK_CREATE != 0 {
             return Err(Errno::EINVAL);
         }
-        let keep = mask & (IN_ALL_EVENTS | IN_ONESHOT | IN_EXCL_UNLINK | WATCH_FANOTIFY);
+        let mut keep = mask & (IN_ALL_EVENTS | IN_ONESHOT | IN_EXCL_UNLINK | WATCH_FANOTIFY);
+        if mask & WATCH_FANOTIFY != 0 {
+            keep |= mask & FS_OPEN_EXEC; // inotify has no such event
+        }
         let mut replaced = 0;
         let (wd, mask) = match q.wds.get(&ino) {
             Some(&(wd, old)) if old & IN_ONESHOT != 0 => {
@@ -585,13 +603,18 @@ impl<S: BlockStore> FileServer<S> {
             (
                 Plan::OpenCreate { dir, name },
                 Reply::Opened {
-                    created: true,
+                    created,
                     attr,
+                    desc,
                     ..
                 },
             ) => {
-                self.emit(dir, IN_CREATE | isdir(attr.ftype), 0, &name);
+                if *created {
+                    self.emit(dir, IN_CREATE | isdir(attr.ftype), 0, &name);
+                }
+                self.notify_opened(*desc);
             }
+            (Plan::Opened, Reply::Opened { desc, .. }) => self.notify_opened(*desc),
             (Plan::Create { dir, name }, Reply::Entry { ftype, .. }) => {
                 self.emit(dir, IN_CREATE | isdir(*ftype), 0, &name);
             }
@@ -748,7 +771,7 @@ impl<S: BlockStore> FileServer<S> {
     /// when it was opened through an entry held elsewhere.
     pub(super) fn desc_watched(&self, desc: DescId) -> bool {
         self.descs.get(&desc).is_some_and(|d| {
-            self.watched(d.ino)
+            d.flags & (OPEN_NONOTIFY | libc::O_PATH as u32) == 0 && self.watched(d.ino)
                 || d.via
                     .as_ref()
                     .is_some_and(|(dir, _)| self.notify.watches.contains_key(dir))
@@ -767,23 +790,6 @@ impl<S: BlockStore> FileServer<S> {
                 .watches
                 .keys()
                 .any(|d| self.shards.contains_key(d))
-    }
-
-    /// A description of `ino` died: `IN_CLOSE_WRITE` if it could write.
-    pub(super) fn notify_closed(
-        &mut self,
-        ino: InodeId,
-        wrote: bool,
-        via: Option<(InodeId, Box<[u8]>)>,
-    ) {
-        if wrote
-            && self
-                .inodes
-                .get(&ino)
-                .is_some_and(|i| i.ftype == FileType::Regular)
-        {
-            self.emit_changed_via(ino, IN_CLOSE_WRITE, via);
-        }
     }
 
     /// `ino` is being freed: `IN_DELETE_SELF`, then `IN_IGNORED` for each
@@ -831,7 +837,7 @@ impl<S: BlockStore> FileServer<S> {
         let mut hits: Vec<Watch> = Vec::new();
         for (key, asked) in [(watched, true), (ALL_INODES, on_object)] {
             if let Some(list) = self.notify.watches.get(&key).filter(|_| asked) {
-                hits.extend(list.iter().filter(|w| w.mask & mask & IN_ALL_EVENTS != 0));
+                hits.extend(list.iter().filter(|w| w.mask & mask & WATCH_EVENTS != 0));
             }
         }
         for w in hits {
@@ -840,7 +846,13 @@ impl<S: BlockStore> FileServer<S> {
                 let pid = self.notify.requester;
                 encode_object(&mut rec, (w.wd, mask, cookie), object.0, pid, name);
             } else {
-                encode(&mut rec, w.wd, mask, cookie, name);
+                encode(&mut rec, w.wd, mask & !FS_OPEN_EXEC, cookie, name);
+            }
+            if w.mask & IN_ONESHOT != 0 && !self.oneshot_fires(w) {
+                // Another server reported it: this copy goes unheard.
+                self.notify.remove(watched, w.queue, w.wd);
+                self.hold(w.queue);
+                continue;
             }
             self.append(w.queue, rec);
             if w.mask & IN_ONESHOT != 0 {
@@ -850,135 +862,6 @@ impl<S: BlockStore> FileServer<S> {
                 self.notify.remove(watched, w.queue, w.wd);
                 self.hold(w.queue);
             }
-        }
-    }
-
-    /// Queue `rec` for `queue`, behind anything still pending, and push
-    /// what can go in now.
-    fn append(&mut self, queue: QueueRef, rec: Vec<u8>) {
-        self.notify.pending.push_back((queue, rec));
-        self.flush();
-    }
-
-    /// Put pending records into their rings, in order, never waiting: a
-    /// ring whose lock a client holds keeps its records (and those of
-    /// later events for it) for the next call.
-    pub(super) fn flush(&mut self) {
-        let mut blocked: Vec<QueueRef> = Vec::new();
-        let mut kept = VecDeque::new();
-        while let Some((q, rec)) = self.notify.pending.pop_front() {
-            if blocked.contains(&q) {
-                kept.push_back((q, rec));
-                continue;
-            }
-            if !self.queue_alive(q) {
-                continue;
-            }
-            if self.ring_try_lock(q.header).is_err() {
-                blocked.push(q);
-                kept.push_back((q, rec));
-                continue;
-            }
-            let grew = self.put_record(q.header, &rec);
-            self.ring_unlock(q.header);
-            // A merged record gives the reader nothing new to wake for.
-            if grew {
-                let wake = self.cache.store.get_u32(q.header, RSLEEP) > 0;
-                self.cache.store.add_u32(q.header, RSEQ, 1, wake);
-            }
-        }
-        if blocked.is_empty() {
-            self.notify.stalls = 0;
-        } else {
-            self.notify.stalls += 1;
-            if self.notify.stalls > STALL_LIMIT {
-                self.notify.overflowed += kept.len() as u64;
-                kept.clear();
-                self.notify.stalls = 0;
-            }
-        }
-        self.notify.pending = kept;
-    }
-
-    /// Copy one record into the ring (lock held): merged with an identical
-    /// last unread record, or replaced by `IN_Q_OVERFLOW` when the ring
-    /// has no room for it and the overflow record (Linux's
-    /// `fsnotify_add_event` with `max_events`). Whether the ring grew.
-    fn put_record(&mut self, h: u32, rec: &[u8]) -> bool {
-        let st = &self.cache.store;
-        let head = st.get_u64(h, HEAD);
-        let tail = st.get_u64(h, TAIL);
-        let cap = (st.get_u32(h, NBLOCKS) as u64).min(MAX_DATA_BLOCKS as u64) * BLOCK_SIZE as u64;
-        let last = st.get_u64(h, LAST);
-        let mut last_rec = Vec::new();
-        if last > tail && last <= head {
-            let mut hd = [0u8; EVENT_HEADER];
-            self.ring_read(h, last - 1, &mut hd);
-            let (_, _, _, len) = decode_header(&hd);
-            // A scribbled length must not make this server allocate much.
-            let len = (len as usize).min(EVENT_HEADER + OBJECT_LEN + atoll_proto::MAX_NAME);
-            last_rec.resize(EVENT_HEADER + len, 0);
-            self.ring_read(h, last - 1, &mut last_rec);
-        }
-        if last_rec == rec {
-            self.notify.merged += 1;
-            return false;
-        }
-        let used = head.wrapping_sub(tail);
-        let mut overflow = Vec::new();
-        let rec = if used + (rec.len() + EVENT_HEADER) as u64 <= cap {
-            rec
-        } else {
-            self.notify.overflowed += 1;
-            encode(&mut overflow, -1, IN_Q_OVERFLOW, 0, b"");
-            if last_rec == overflow || used + EVENT_HEADER as u64 > cap {
-                return false;
-            }
-            &overflow
-        };
-        self.ring_write(h, head, rec);
-        let st = &mut self.cache.store;
-        st.put_u64(h, LAST, head + 1);
-        st.put_u64(h, HEAD, head + rec.len() as u64);
-        self.notify.appended += 1;
-        true
-    }
-
-    fn ring_span(
-        &self,
-        h: u32,
-        pos: u64,
-        len: usize,
-        mut f: impl FnMut(&Self, u32, usize, std::ops::Range<usize>),
-    ) {
-        let st = &self.cache.store;
-        let nblocks = (st.get_u32(h, NBLOCKS) as usize).clamp(1, MAX_DATA_BLOCKS);
-        let cap = (nblocks * BLOCK_SIZE) as u64;
-        let mut done = 0usize;
-        while done < len {
-            let at = ((pos + done as u64) % cap) as usize;
-            let (blk, off) = (at / BLOCK_SIZE, at % BLOCK_SIZE);
-            let n = (BLOCK_SIZE - off).min(len - done);
-            let b = st.get_u32(h, BLOCKS + 4 * blk);
-            f(self, b, off, done..done + n);
-            done += n;
-        }
-    }
-
-    fn ring_read(&self, h: u32, pos: u64, buf: &mut [u8]) {
-        let len = buf.len();
-        let mut parts = Vec::new();
-        self.ring_span(h, pos, len, |_, b, off, r| parts.push((b, off, r)));
-        for (b, off, r) in parts {
-            self.cache.store.read(b, off, &mut buf[r]);
-        }
-    }
-
-    fn ring_write(&mut self, h: u32, pos: u64, data: &[u8]) {
-        let mut parts = Vec::new();
-        self.ring_span(h, pos, data.len(), |_, b, off, r| parts.push((b, off, r)));
-        for (b, off, r) in parts {
-            self.cache.store.write(b, off, &data[r]);
         }
     }
 
@@ -1033,14 +916,6 @@ impl<S: BlockStore> FileServer<S> {
     /// The process the next request comes from (`RequestFrame::pid`).
     pub fn set_requester(&mut self, pid: u32) {
         self.notify.requester = pid;
-    }
-
-    /// A write the client made through a mapping or its own copy.
-    pub(super) fn inotify_modified<'o>(&mut self, session: SessionId, desc: DescId) -> R<'o> {
-        let d = self.desc(session, desc)?;
-        let (ino, via) = (d.ino, d.via.clone());
-        self.emit_changed_via(ino, atoll_proto::inotify::IN_MODIFY, via);
-        Ok(Reply::Ok)
     }
 }
 

@@ -3,7 +3,7 @@
 use super::*;
 use crate::fs::FsConfig;
 use crate::store::MemStore;
-use atoll_proto::{Cred, Request, SetAttr, ROOT};
+use atoll_proto::{Cred, Request, SetAttr, BLOCK_SIZE, ROOT};
 
 const S1: SessionId = SessionId(1);
 const S2: SessionId = SessionId(2);
@@ -185,6 +185,7 @@ fn directory_watch_sees_create_modify_attrib_close_move_delete() {
         masks,
         [
             IN_CREATE,
+            IN_OPEN,
             IN_MODIFY,
             IN_CLOSE_WRITE,
             IN_ATTRIB,
@@ -195,9 +196,77 @@ fn directory_watch_sees_create_modify_attrib_close_move_delete() {
     );
     assert!(ev.iter().all(|e| e.0 == wd));
     assert_eq!(ev[0].3, b"log");
-    assert_eq!(ev[5].3, b"old");
-    assert_ne!(ev[4].2, 0);
-    assert_eq!(ev[4].2, ev[5].2, "one cookie for both halves of a rename");
+    assert_eq!(ev[6].3, b"old");
+    assert_ne!(ev[5].2, 0);
+    assert_eq!(ev[5].2, ev[6].2, "one cookie for both halves of a rename");
+}
+
+/// Open `ino` by inode with `flags` (`OpenInode`).
+fn open_ino(fs: &mut FileServer<MemStore>, ino: InodeId, flags: u32) -> DescId {
+    let mut out = Vec::new();
+    let req = Request::OpenInode {
+        ino,
+        flags,
+        via: None,
+    };
+    match fs.handle(S1, ME, req, &mut out) {
+        Reply::Opened { desc, .. } => desc,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A client's read: `Read`, then (the bytes copied) `InotifyAccessed`
+/// when the reply says the file is watched.
+fn read(fs: &mut FileServer<MemStore>, desc: DescId, len: u64) -> bool {
+    let mut out = Vec::new();
+    let req = Request::Read {
+        desc,
+        len,
+        offset: Some(0),
+    };
+    let watched = match fs.handle(S1, ME, req, &mut out) {
+        Reply::Extents { watched, .. } => watched,
+        other => panic!("{other:?}"),
+    };
+    if watched {
+        ok(fs, S1, Request::InotifyAccessed { desc });
+    }
+    watched
+}
+
+#[test]
+fn opens_reads_and_closes_are_reported_but_not_o_path_or_a_fanotify_readers() {
+    let mut fs = server();
+    let (f, d) = create(&mut fs, b"f");
+    let set = SetAttr {
+        size: Some(5),
+        ..SetAttr::NONE
+    };
+    let req = Request::SetAttr {
+        ino: f,
+        set,
+        via: None,
+    };
+    ok(&mut fs, S1, req);
+    ok(&mut fs, S1, Request::Close { desc: d });
+    let (q, qr) = queue(&mut fs, S1);
+    let (wd, _) = watch(&mut fs, S1, q, f, IN_ALL_EVENTS).unwrap();
+    let r = open_ino(&mut fs, f, libc::O_RDONLY as u32);
+    assert!(read(&mut fs, r, 5));
+    assert!(read(&mut fs, r, 5));
+    ok(&mut fs, S1, Request::Close { desc: r });
+    for flags in [libc::O_PATH as u32, libc::O_RDONLY as u32 | OPEN_NONOTIFY] {
+        let quiet = open_ino(&mut fs, f, flags);
+        if flags & OPEN_NONOTIFY != 0 {
+            assert!(!read(&mut fs, quiet, 5), "a fanotify reader's reads");
+        }
+        ok(&mut fs, S1, Request::Close { desc: quiet });
+    }
+    let ev = drain(&mut fs, qr.header);
+    let masks: Vec<u32> = ev.iter().map(|e| e.1).collect();
+    // The second read's event is merged with the first, as Linux merges.
+    assert_eq!(masks, [IN_OPEN, IN_ACCESS, IN_CLOSE_NOWRITE]);
+    assert!(ev.iter().all(|e| e.0 == wd));
 }
 
 #[test]

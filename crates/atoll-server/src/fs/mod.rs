@@ -730,6 +730,8 @@ impl<S: BlockStore> FileServer<S> {
             if let (Some(plan), Ok(reply)) = (plan, &r) {
                 self.notify_after(plan, reply);
             }
+            // Left by an open no plan covered (reported nowhere).
+            self.notify.truncated = false;
             self.notify_tick();
         }
         if let Some(dir) = watched {
@@ -1050,7 +1052,7 @@ impl<S: BlockStore> FileServer<S> {
                 i.release_deferred(&mut self.cache);
             }
         }
-        self.notify_closed(d.ino, d.writable(), d.via.clone());
+        self.notify_closed(d.ino, (d.flags, d.writable()), d.via.clone());
         self.queue_closed(d.ino);
         self.pipe_released(d.ino, d.flags);
         self.maybe_free(d.ino);

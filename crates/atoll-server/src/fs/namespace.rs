@@ -199,8 +199,8 @@ impl<S: BlockStore> FileServer<S> {
                 return Err(Errno::ETXTBSY);
             }
             if trunc && i.ftype == FileType::Regular {
-                if i.size > 0 {
-                    self.emit_changed(ino, atoll_proto::inotify::IN_MODIFY);
+                if i.size > 0 && self.notify.busy() {
+                    self.notify.truncated = true; // reported after `IN_OPEN`
                 }
                 let i = self.inodes.get_mut(&ino).ok_or(Errno::ENOENT)?;
                 i.truncate(&mut self.cache, 0);
@@ -816,6 +816,7 @@ impl<S: BlockStore> FileServer<S> {
         Ok(Reply::Dirents {
             data: out,
             end: !full,
+            watched: self.watched(dir),
         })
     }
 

@@ -3,7 +3,7 @@
 
 use atoll_proto::Request;
 
-pub(super) const OP_NAMES: [&str; 65] = [
+pub(super) const OP_NAMES: [&str; 66] = [
     "SetGroups",
     "Lookup",
     "Open",
@@ -69,6 +69,7 @@ pub(super) const OP_NAMES: [&str; 65] = [
     "PipeState",
     "PipeSetSize",
     "Names",
+    "InotifyAccessed",
 ];
 
 /// Requests after which the server holds nothing it did not hold before,
@@ -160,5 +161,6 @@ pub(super) fn op_index(req: &Request<'_>) -> usize {
         PipeState { .. } => 62,
         PipeSetSize { .. } => 63,
         Names { .. } => 64,
+        InotifyAccessed { .. } => 65,
     }
 }

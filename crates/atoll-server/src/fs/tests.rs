@@ -74,7 +74,7 @@ fn own(r: Reply<'_>) -> Own {
             ftype,
             replaced,
         } => Own::Renamed(moved, ftype, replaced),
-        Reply::Dirents { data, end } => Own::Dirents(data.to_vec(), end),
+        Reply::Dirents { data, end, .. } => Own::Dirents(data.to_vec(), end),
         Reply::Attr(a) => Own::Attr(a),
         Reply::Target(b)
         | Reply::Data(b)

@@ -4,7 +4,7 @@
  * IN_MASK_ADD, IN_MASK_CREATE, inotify_rm_watch and IN_IGNORED,
  * IN_DELETE_SELF, EINVAL for a short buffer, FIONREAD, EAGAIN, poll,
  * epoll, a blocking read woken by another process and one interrupted by
- * a signal, and IN_Q_OVERFLOW. */
+ * a signal, IN_ONESHOT on a directory, and IN_Q_OVERFLOW. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -232,6 +232,24 @@ int main(int argc, char **argv) {
     errno = 0;
     ssize_t ir = read(fd, buf, sizeof buf);
     printf("interrupted read: %zd %s\n", ir, strerror(errno));
+
+    /* IN_ONESHOT on a directory whose entries several servers hold:
+     * one event, then IN_IGNORED. */
+    char osdir[4200];
+    snprintf(osdir, sizeof osdir, "%s/oneshot", argv[1]);
+    mkdir(osdir, 0755);
+    int osq = inotify_init1(0);
+    inotify_add_watch(osq, osdir, IN_CREATE | IN_ONESHOT);
+    for (int i = 0; i < 12; i++) {
+        char name[4300];
+        snprintf(name, sizeof name, "%s/f%d", osdir, i);
+        close(open(name, O_WRONLY | O_CREAT, 0644));
+        unlink(name);
+    }
+    int oneshots = drain(osq, "oneshot directory watch, 12 creations");
+    printf("events: %d\n", oneshots);
+    close(osq);
+    rmdir(osdir);
 
     /* Overflow: a reader that does not read. */
     char other[4200];

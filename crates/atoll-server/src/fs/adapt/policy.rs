@@ -28,7 +28,7 @@
 //! that make a directory hot without a machine big enough to reach the
 //! defaults, and for measuring other levels ([`Thresholds::parse`]).
 
-use crate::fs::seeded::Map;
+use crate::fs::ordered::Map;
 use std::time::{Duration, Instant};
 
 use atoll_proto::{InodeId, SessionId};

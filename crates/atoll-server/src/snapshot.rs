@@ -97,6 +97,7 @@ impl Schedule {
                 return false;
             }
         };
+        let encoded = t0.elapsed();
         if image.len() > journal.snapshot_room() {
             self.retry_at = journal.since_snapshot().saturating_mul(2);
             tracing::warn!(
@@ -117,7 +118,7 @@ impl Schedule {
         // exactly (`fs::image`; `snapshot_tests` replays against it).
         journal.note_snapshot(t0.elapsed().as_micros() as u64);
         tracing::debug!(
-            "file server {index}: snapshot of {} bytes in {:?}",
+            "file server {index}: snapshot of {} bytes in {:?} (encoding {encoded:?})",
             image.len(),
             t0.elapsed()
         );

@@ -253,11 +253,12 @@ fn a_state_too_large_for_its_journal_stops_it() {
     tape::off();
 }
 
-/// The hazard the live server's reload of its own snapshot is for: a map
-/// that grew large and shrank (descriptions of one session) has more
-/// buckets live than decoded, so the two iterate in different orders; the
-/// session's end then frees its files' blocks in that order, which the
-/// free list shows. Live and rebuilt must agree.
+/// The hazard that made a live server reload its own snapshot while its
+/// maps were hash maps: a map that grew large and shrank (descriptions of
+/// one session) had more buckets live than decoded, so the two iterated
+/// in different orders; the session's end then frees its files' blocks in
+/// that order, which the free list shows. Live (keeping its own state)
+/// and rebuilt must agree.
 #[test]
 fn a_snapshot_keeps_the_order_a_session_end_frees_blocks_in() {
     let mut steps = Vec::new();

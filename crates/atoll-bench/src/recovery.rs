@@ -51,7 +51,8 @@ pub struct RecoveryResults {
     pub journal_bytes: u64,
     /// Snapshots of the server's state taken before the kill
     /// (`atoll_server::snapshot`), the newest one's bytes, and how long it
-    /// took (encoding, committing, and going on from it).
+    /// took (encoding and committing it: the pause of its server, which
+    /// goes on from its own state).
     pub snapshots: u64,
     pub snapshot_bytes: u64,
     pub snapshot_ms: f64,

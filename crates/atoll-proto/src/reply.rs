@@ -160,7 +160,7 @@ pub struct EntryName<'a> {
 
 /// A notification queue as the servers that append to it know it: its
 /// header block and its identity (`inotify::QUEUE_ID`).
-#[derive(Serialize, Deserialize, Clone, Copy, PartialEq, Eq, Hash, Debug)]
+#[derive(Serialize, Deserialize, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
 pub struct QueueRef {
     pub header: u32,
     pub id: u64,

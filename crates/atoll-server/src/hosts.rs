@@ -46,13 +46,7 @@ use crate::process::{recv, send};
 #[derive(Serialize, Deserialize, Debug)]
 enum ToHost {
     /// First message.
-    Start {
-        index: usize,
-        instance_pid: u32,
-        /// The instance's hash keys (`fs::seeded`), the same for every
-        /// server of every host.
-        hash_keys: (u64, u64),
-    },
+    Start { index: usize, instance_pid: u32 },
     /// Run a server; its socket is attached (`process::serve_server`).
     Serve,
 }
@@ -100,7 +94,6 @@ impl Host {
         let start = ToHost::Start {
             index,
             instance_pid: std::process::id(),
-            hash_keys: crate::fs::seeded::keys(),
         };
         if let Err(e) = send(host.sock.as_fd(), &start, &[]) {
             host.kill("could not be started".into());
@@ -206,16 +199,12 @@ pub fn host_main(sock: OwnedFd) -> std::io::Result<()> {
         ToHost::Start {
             index,
             instance_pid,
-            hash_keys,
         },
         _,
     )) = recv(sock.as_fd(), &mut buf, RecvFlags::empty())?
     else {
         return Err(std::io::Error::other("no start message"));
     };
-    if !crate::fs::seeded::use_keys(hash_keys) {
-        return Err(std::io::Error::other("hash keys chosen before the start"));
-    }
     // Die with the instance (also if it died before this line).
     rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))?;
     if rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get() as u32) != instance_pid {

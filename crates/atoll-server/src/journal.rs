@@ -537,8 +537,8 @@ impl Journal {
         self.log.write_at(self.half_start(h) + at, &b);
     }
 
-    /// The snapshot just committed took `micros`, from encoding to the
-    /// server going on from it.
+    /// The snapshot just committed took `micros`, from the start of its
+    /// encoding to its commit: how long its server stopped for it.
     pub fn note_snapshot(&self, micros: u64) {
         self.log.word(W_SNAP_US).store(micros, Ordering::Relaxed);
     }

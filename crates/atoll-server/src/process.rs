@@ -69,9 +69,6 @@ enum ToServer {
         journal: bool,
         resume: bool,
         instance_pid: u32,
-        /// The instance's hash keys: a replay must iterate the server's
-        /// maps as its predecessor did (`fs::seeded`).
-        hash_keys: (u64, u64),
     },
     /// A channel (its memfd attached); `closing`: its session ended, but
     /// the predecessor may not have finished it (`server::take_over`).
@@ -294,18 +291,12 @@ pub(crate) fn serve_server(sock: OwnedFd) -> std::io::Result<()> {
             journal,
             resume,
             instance_pid: _,
-            hash_keys,
         },
         fds,
     )) = recv::<ToServer>(sock.as_fd(), &mut buf, RecvFlags::empty())?
     else {
         return Err(std::io::Error::other("no start message"));
     };
-    // The host took the instance's keys; a server hashing with others
-    // could not be replayed by a successor (`fs::seeded`).
-    if hash_keys != crate::fs::seeded::keys() {
-        return Err(std::io::Error::other("hash keys differ from the host's"));
-    }
     let want = if journal { 4 } else { 3 };
     if fds.len() != want {
         return Err(std::io::Error::other("start without its descriptors"));
@@ -511,7 +502,6 @@ impl ServerProcess {
             journal: r.journal_fd.is_some(),
             resume,
             instance_pid: std::process::id(),
-            hash_keys: crate::fs::seeded::keys(),
         };
         let sent = send(ours.as_fd(), &start, &fds).and_then(|()| {
             for k in &link.channels {

@@ -44,6 +44,19 @@ pub fn rebuild_answering(
     journal: &Journal,
     owed: Option<Owed>,
 ) -> Result<(FileServer<SharedStore>, Option<Vec<u8>>), String> {
+    rebuild_showing(params, control, journal, owed, None)
+}
+
+/// [`rebuild_answering`], handing `replies` the reply (an encoded
+/// `ReplyFrame`) its replay computed for every request record after the
+/// snapshot it started from: tests compare them with the live server's.
+pub(crate) fn rebuild_showing(
+    params: &ServerParams,
+    control: &std::rc::Rc<Control>,
+    journal: &Journal,
+    owed: Option<Owed>,
+    mut replies: Option<&mut dyn FnMut(u64, Vec<u8>)>,
+) -> Result<(FileServer<SharedStore>, Option<Vec<u8>>), String> {
     if journal.full() {
         return Err("its journal filled up".into());
     }
@@ -98,8 +111,15 @@ pub fn rebuild_answering(
                     // sure.
                     let owed_here = owed
                         .is_some_and(|o| r.at >= o.began && r.session == o.session && id == o.id);
-                    if owed_here && answer.is_none() {
-                        answer = encoded_reply(id, reply);
+                    let owed_here = owed_here && answer.is_none();
+                    if owed_here || replies.is_some() {
+                        let bytes = encoded_reply(id, reply);
+                        if let (Some(show), Some(b)) = (replies.as_mut(), &bytes) {
+                            show(id, b.clone());
+                        }
+                        if owed_here {
+                            answer = bytes;
+                        }
                     }
                 }
                 // Its invalidations were delivered by the lost server

@@ -153,6 +153,9 @@ pub(crate) struct Live {
     files: Vec<InodeId>,
     descs: Vec<(atoll_proto::DescId, u8)>,
     next_id: u64,
+    /// Every reply frame that went out, with its request's id, as encoded
+    /// (`snapshot_tests` compares them with a successor's replay).
+    pub(crate) replies: Vec<(u64, Vec<u8>)>,
 }
 
 impl Live {
@@ -171,6 +174,7 @@ impl Live {
             files: vec![],
             descs: vec![],
             next_id: 0,
+            replies: Vec::new(),
         };
         (live, p, control)
     }
@@ -223,6 +227,7 @@ impl Live {
             &mut out,
         )?;
         out.truncate(n);
+        self.replies.push((self.next_id, out.clone()));
         Some(out)
     }
 

@@ -937,6 +937,8 @@ fn serve<S: BlockStore>(
 
 #[path = "rebuild.rs"]
 mod rebuilding;
+#[cfg(test)]
+pub(crate) use rebuilding::rebuild_showing;
 pub use rebuilding::{rebuild, rebuild_answering};
 
 #[path = "takeover.rs"]

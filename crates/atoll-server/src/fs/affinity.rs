@@ -26,7 +26,7 @@
 //! `Adopt` posted on another lane arrived) consumes the pending name, and
 //! the `Adopt` that follows is a no-op.
 
-use super::seeded::Map;
+use super::ordered::Map;
 
 use atoll_proto::{Cred, Errno, FileType, InodeId, Reply, SessionId, MAX_TARGET};
 

@@ -26,7 +26,7 @@
 use std::cell::Cell;
 use std::collections::BTreeMap;
 
-use super::seeded::Map;
+use super::ordered::Map;
 use std::rc::Rc;
 
 use atoll_proto::{Errno, FileType, InodeId, MAX_NAME};

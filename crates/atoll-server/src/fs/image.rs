@@ -8,20 +8,25 @@
 //! the buffer cache and the instance's gauges, the fault it is to meet,
 //! the request it served last (for traces).
 //!
-//! **Iteration order.** Maps of the state iterate in an order that depends
-//! on their history (`seeded`), and a decoded map has another history
-//! than the live one it was encoded from. So a server that takes a
-//! snapshot goes on from the state the snapshot decodes to
-//! ([`FileServer::load_state`] of its own bytes): it and any successor
-//! that loads the snapshot then hold maps built by the same inserts, in
-//! the same order, with the same keys, and every later replay takes the
-//! branches the live server took.
+//! **Exactness.** A state and the state its bytes decode to must take
+//! the same branches on every later request, or a successor's replay of
+//! the records after a snapshot would part from what the live server did
+//! (and the live server does not reload its snapshot: `crate::snapshot`).
+//! So everything here encodes losslessly and decodes to an equal value:
+//! maps and sets are ordered by key (`ordered`), so a decoded one iterates
+//! as the live one whatever either's history; instants are nanoseconds on
+//! the tape's clock (`tape::instant_serde`); what is left out of a type
+//! (`serde(skip)`) is either shared bookkeeping made again on load (a
+//! shard's count of names, the accounts' own) or empty between requests,
+//! when snapshots are taken (the requester's pid). `snapshot_tests` checks
+//! it: a successor rebuilt from snapshots taken at random points encodes
+//! to the live server's bytes and answers further requests alike.
 
 use serde::{Deserialize, Serialize};
 
 use atoll_proto::{DescId, InodeId, SessionId, Transfers};
 
-use super::seeded::Map;
+use super::ordered::Map;
 use super::*;
 
 /// Declares the fields of a server's state that a snapshot holds, once,
@@ -71,6 +76,22 @@ macro_rules! state_fields {
                     acct: self.acct.image(),
                 };
                 postcard::to_stdvec(&image).map_err(|e| e.to_string())
+            }
+
+            /// [`FileServer::encode_state`] without the time each kind
+            /// of request took (which a replay measures anew: the one
+            /// part of the state that is a measure, not a result), for
+            /// tests that compare a server with its successor.
+            #[cfg(test)]
+            pub fn encode_state_untimed(&self) -> Vec<u8> {
+                let ops: Vec<(u64, u64)> = self.ops.iter().map(|&(n, _)| (n, 0)).collect();
+                let image = ImageRef {
+                    $($field: &self.$field,)*
+                    ops: &ops,
+                    free: self.cache.free_blocks(),
+                    acct: self.acct.image(),
+                };
+                postcard::to_stdvec(&image).expect("a state encodes")
             }
 
             /// Replace the server's state by the one `bytes` encode.

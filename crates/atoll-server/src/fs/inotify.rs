@@ -44,7 +44,7 @@
 
 use std::collections::VecDeque;
 
-use super::seeded::Map;
+use super::ordered::Map;
 
 use atoll_proto::inotify::{self as ino_hdr, *};
 use atoll_proto::{

@@ -47,7 +47,7 @@ use std::cell::Cell;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::seeded::Set;
+use super::ordered::Set;
 use std::rc::Rc;
 
 use atoll_msg::{Control, Gauge, GAUGES};

@@ -43,7 +43,7 @@
 //! (zeroed, retained) block: loads see zeros, stores are never file data
 //! (an extension zeroes them, the last unmap frees the block).
 
-use super::seeded::Map;
+use super::ordered::Map;
 
 use atoll_proto::{Errno, FileType, InodeId, Reply, SessionId};
 

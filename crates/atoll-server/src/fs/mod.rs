@@ -74,13 +74,13 @@ mod mapping;
 mod namespace;
 mod ops;
 pub use ops::changes_nothing;
+pub(crate) mod ordered;
 mod perm;
 mod pipe;
 mod pipecopy;
 mod protocols;
 mod reports;
 mod retain;
-pub(crate) mod seeded;
 mod space;
 pub mod tape;
 pub use hotdirs::name_dirs;
@@ -97,7 +97,7 @@ mod limits_tests;
 #[cfg(test)]
 mod tests;
 
-use seeded::Map;
+use ordered::Map;
 use std::rc::Rc;
 use std::time::Instant;
 

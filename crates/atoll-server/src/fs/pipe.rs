@@ -23,7 +23,7 @@
 
 use std::ops::Range;
 
-use super::seeded::{Map, Set};
+use super::ordered::{Map, Set};
 
 use atoll_proto::pipe as hdr;
 use atoll_proto::{Cred, DescId, Errno, FileType, InodeId, Reply, SessionId, BLOCK_SIZE};

@@ -4,7 +4,7 @@
 //! shows per process (lookup-cache hits and misses, traps). Forgotten with
 //! the session.
 
-use super::seeded::Map;
+use super::ordered::Map;
 use std::time::Instant;
 
 use atoll_proto::{ClientCounters, SessionId};

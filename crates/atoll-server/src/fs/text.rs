@@ -19,7 +19,7 @@
 //! nothing. It is not refused then either: the writer that would make it
 //! `ETXTBSY` could not open since the first send.
 
-use super::seeded::Set;
+use super::ordered::Set;
 
 use atoll_proto::{Errno, FileType, InodeId, Reply, SessionId};
 

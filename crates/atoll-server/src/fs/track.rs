@@ -23,7 +23,7 @@
 
 use std::collections::VecDeque;
 
-use super::seeded::Map;
+use super::ordered::Map;
 
 use atoll_proto::{InodeId, SessionId};
 

@@ -33,7 +33,7 @@
 //! defaults, and for measuring other levels ([`Thresholds::parse`]).
 
 use super::spare::CpuMeter;
-use crate::fs::seeded::Map;
+use crate::fs::ordered::Map;
 use crate::fs::tape::{self, Tag};
 use std::time::{Duration, Instant};
 

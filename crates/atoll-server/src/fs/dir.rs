@@ -45,7 +45,9 @@ pub struct Dent {
 pub struct Shard {
     /// Parent directory, for `..` (recorded on the home server only).
     pub parent: Option<InodeId>,
+    #[serde(deserialize_with = "super::ordered::bulk")]
     by_name: Map<Vec<u8>, Dent>,
+    #[serde(deserialize_with = "super::ordered::bulk")]
     by_seq: BTreeMap<u64, Vec<u8>>,
     next_seq: u64,
     /// Phase 1 of rmdir happened; creations wait.

@@ -33,7 +33,7 @@ use super::*;
 /// as the borrowed form that encodes and the owned form that decodes
 /// (postcard encodes `&T` as `T`, so the two read alike).
 macro_rules! state_fields {
-    ($($field:ident: $ty:ty),* $(,)?) => {
+    ($($(#[$decode:meta])* $field:ident: $ty:ty),* $(,)?) => {
         #[derive(Serialize)]
         struct ImageRef<'a> {
             $($field: &'a $ty,)*
@@ -44,7 +44,7 @@ macro_rules! state_fields {
 
         #[derive(Deserialize)]
         struct Image {
-            $($field: $ty,)*
+            $($(#[$decode])* $field: $ty,)*
             ops: Vec<(u64, u64)>,
             free: Vec<u32>,
             acct: limits::AccountsImage,
@@ -115,6 +115,7 @@ macro_rules! state_fields {
 }
 
 state_fields! {
+    #[serde(deserialize_with = "super::ordered::bulk")]
     inodes: Map<InodeId, Inode>,
     next_serial: u64,
     shards: Map<InodeId, Shard>,

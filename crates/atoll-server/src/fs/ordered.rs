@@ -22,6 +22,42 @@ pub type Map<K, V> = std::collections::BTreeMap<K, V>;
 /// A set of server state (see the module docs).
 pub type Set<K> = std::collections::BTreeSet<K>;
 
+/// Decode a map whose entries were encoded in key order (every [`Map`]
+/// encodes so) by building the tree in bulk: the entries are collected,
+/// then `BTreeMap`'s `FromIterator` — which finds them sorted in one pass
+/// and builds the tree bottom up — instead of inserting them one by one,
+/// a root-to-leaf walk each. For the largest maps of a snapshot (inodes,
+/// the names of a big directory), whose decoding a rebuild waits for.
+/// Entries out of order or repeated are still taken (sorted, the last of
+/// equal keys kept), as one-by-one insertion would.
+pub fn bulk<'de, D, K, V>(d: D) -> Result<Map<K, V>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    K: serde::Deserialize<'de> + Ord,
+    V: serde::Deserialize<'de>,
+{
+    struct Entries<K, V>(std::marker::PhantomData<(K, V)>);
+    impl<'de, K, V> serde::de::Visitor<'de> for Entries<K, V>
+    where
+        K: serde::Deserialize<'de> + Ord,
+        V: serde::Deserialize<'de>,
+    {
+        type Value = Map<K, V>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a map")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, mut a: A) -> Result<Map<K, V>, A::Error> {
+            // The hint comes from the bytes: trust it only so far.
+            let mut entries = Vec::with_capacity(a.size_hint().unwrap_or(0).min(1 << 16));
+            while let Some(e) = a.next_entry()? {
+                entries.push(e);
+            }
+            Ok(entries.into_iter().collect())
+        }
+    }
+    d.deserialize_map(Entries(std::marker::PhantomData))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -41,5 +77,33 @@ mod tests {
             built.insert(key(i), i);
         }
         assert!(grown.values().eq(built.values()));
+    }
+
+    #[derive(serde::Serialize, serde::Deserialize, PartialEq, Debug)]
+    struct Held {
+        #[serde(deserialize_with = "bulk")]
+        m: Map<u64, String>,
+    }
+
+    /// A map decoded in bulk equals the one encoded, and entries out of
+    /// order or repeated (bytes no server wrote) decode as one-by-one
+    /// insertion would.
+    #[test]
+    fn a_bulk_decoded_map_is_the_encoded_one() {
+        let m: Map<u64, String> = (0..5000u64).map(|i| (i * 7, format!("v{i}"))).collect();
+        let held = Held { m };
+        let bytes = postcard::to_stdvec(&held).unwrap();
+        assert_eq!(postcard::from_bytes::<Held>(&bytes).unwrap(), held);
+        #[derive(serde::Serialize)]
+        struct Raw {
+            m: Vec<(u64, String)>,
+        }
+        // postcard encodes a map as a sequence of pairs.
+        let raw = Raw {
+            m: vec![(3, "a".into()), (1, "b".into()), (3, "c".into())],
+        };
+        let got: Held = postcard::from_bytes(&postcard::to_stdvec(&raw).unwrap()).unwrap();
+        let want: Map<u64, String> = [(1, "b".to_string()), (3, "c".to_string())].into();
+        assert_eq!(got.m, want);
     }
 }

@@ -158,21 +158,31 @@ fn inotifywait_sees_exec_cat_ls_as_tmpfs() {
 /// owner to the directory's watchers through the entry the client named.
 #[test]
 fn probe_matches_tmpfs() {
+    transcript_matches_tmpfs(
+        "probe",
+        include_str!("inotify/probe.c"),
+        "overflows 1, last is overflow 1, its wd -1",
+        &["--memory", "256M"],
+    );
+}
+
+/// Compile probe `name` from `src`, run it on a tmpfs directory (its
+/// transcript must say `marker`, proof that it got through) and in the
+/// mount in every one of [`SHAPES`] with `extra` options: the same
+/// transcript each time.
+fn transcript_matches_tmpfs(name: &str, src: &str, marker: &str, extra: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
-    let bin = compile_probe(dir.path(), "probe", include_str!("inotify/probe.c"));
+    let bin = compile_probe(dir.path(), name, src);
     let shm = tempfile::tempdir_in("/dev/shm").expect("tmpfs directory");
     let host = Command::new(&bin)
         .arg(shm.path())
         .output_bounded()
         .expect("probe");
     let want = text(&host.stdout);
-    assert!(
-        host.status.success() && want.contains("overflows 1, last is overflow 1, its wd -1"),
-        "{want}"
-    );
+    assert!(host.status.success() && want.contains(marker), "{want}");
     for shape in SHAPES {
         let mut opts = shape.to_vec();
-        opts.extend(["--memory", "256M"]);
+        opts.extend(extra);
         let out = run_in_atoll(&opts, &format!("{} {MOUNT}", bin.display()));
         assert_eq!(text(&out.stdout), want, "{shape:?}: {}", text(&out.stderr));
     }
@@ -186,22 +196,12 @@ fn probe_matches_tmpfs() {
 /// the probe's transcript equals tmpfs's.
 #[test]
 fn open_read_close_events_match_tmpfs() {
-    let dir = tempfile::tempdir().unwrap();
-    let bin = compile_probe(dir.path(), "access", include_str!("inotify/access.c"));
-    let shm = tempfile::tempdir_in("/dev/shm").expect("tmpfs directory");
-    let host = Command::new(&bin)
-        .arg(shm.path())
-        .output_bounded()
-        .expect("probe");
-    let want = text(&host.stdout);
-    assert!(
-        host.status.success() && want.contains("W1 ACCESS|ISDIR sub"),
-        "{want}"
+    transcript_matches_tmpfs(
+        "access",
+        include_str!("inotify/access.c"),
+        "W1 ACCESS|ISDIR sub",
+        &[],
     );
-    for shape in SHAPES {
-        let out = run_in_atoll(shape, &format!("{} {MOUNT}", bin.display()));
-        assert_eq!(text(&out.stdout), want, "{shape:?}: {}", text(&out.stderr));
-    }
 }
 
 /// A host inotify descriptor becomes an atoll queue at its first atoll

@@ -15,7 +15,7 @@
 //! aborts the program), so every call is wrapped in `catch_unwind` and a
 //! panic becomes `EIO` for that one system call.
 
-use core::sync::atomic::{AtomicU8, Ordering};
+use core::sync::atomic::{AtomicI64, AtomicU8, Ordering};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 pub use atoll_client::Dispatch;
@@ -35,6 +35,19 @@ pub enum Mode {
 }
 
 static MODE: AtomicU8 = AtomicU8::new(Mode::Off as u8);
+
+/// Fault injection for tests (`ENV_PANIC_ON`): the client panics while
+/// dispatching this system call number, so a test can check that the
+/// panic unwinds to `catch_unwind` and becomes `EIO`. -1: never.
+static PANIC_ON: AtomicI64 = AtomicI64::new(-1);
+
+/// Set `PANIC_ON` from the environment's `ENV_PANIC_ON` value.
+pub fn set_panic_on(value: &[u8]) {
+    let nr = core::str::from_utf8(value)
+        .ok()
+        .and_then(|s| s.parse::<i64>().ok());
+    PANIC_ON.store(nr.unwrap_or(-1), Ordering::Relaxed);
+}
 
 #[inline]
 pub fn mode() -> Mode {
@@ -91,8 +104,13 @@ pub fn dispatch(nr: i64, args: &[u64; 6]) -> Dispatch {
         // On atoll's own stack: the program's may be a small alternate
         // signal stack or a goroutine's (see `stack`).
         let r = crate::stack::run(|| {
-            catch_unwind(|| atoll_client::dispatch(nr, args))
-                .unwrap_or(Dispatch::Done(-(libc::EIO as i64)))
+            catch_unwind(|| {
+                if nr == PANIC_ON.load(Ordering::Relaxed) {
+                    panic!("atoll: injected panic in system call {nr}");
+                }
+                atoll_client::dispatch(nr, args)
+            })
+            .unwrap_or(Dispatch::Done(-(libc::EIO as i64)))
         });
         let interrupted = r == restart_code;
         let again = r == always_restart;

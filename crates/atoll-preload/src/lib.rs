@@ -56,6 +56,9 @@ pub const ENV_SELFTEST: &str = "ATOLL_SUD_SELFTEST";
 pub const ENV_TRAP_STATS: &str = "ATOLL_TRAP_STATS";
 /// `ATOLL_DEBUG=1`: log traps and set-up to stderr.
 pub const ENV_DEBUG: &str = "ATOLL_DEBUG";
+/// Fault injection for tests: a system call number whose dispatch panics
+/// inside the client (it must become `EIO`, the program going on).
+pub const ENV_PANIC_ON: &str = "ATOLL_CLIENT_PANIC_ON";
 
 /// Read an environment variable without allocating.
 #[cfg_attr(test, allow(dead_code))]
@@ -98,6 +101,9 @@ fn start() {
     }
     if let Some(path) = env(ENV_TRAP_STATS) {
         stats::set_path(path);
+    }
+    if let Some(nr) = env(ENV_PANIC_ON) {
+        client::set_panic_on(nr);
     }
     client::set_mode(mode);
     if under_valgrind() {

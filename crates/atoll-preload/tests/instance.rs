@@ -179,3 +179,30 @@ fn bench_start_up_and_call_costs() {
         .env("ATOLL_SOCKET", &socket);
     println!("Client: {}", stdout(&run(c)).trim());
 }
+
+/// A panic inside the client becomes `EIO` for that one call, and the
+/// program goes on: the unwinder linked into libatoll (`build.rs`) must
+/// carry the panic back to the `catch_unwind` around the dispatch.
+#[test]
+fn a_panic_inside_the_client_fails_that_call_with_eio_and_the_program_goes_on() {
+    let b = boot();
+    let o = client_bash(
+        &b,
+        r#"mkdir $M/d 2>/dev/null; echo "mkdir $?"
+python3 -c 'import os, sys
+try:
+    os.mkdir(sys.argv[1])
+except OSError as e:
+    print("errno", e.errno)' $M/d
+echo kept > $M/f && cat $M/f"#,
+        // mkdir(2) on x86-64.
+        &[("ATOLL_CLIENT_PANIC_ON", "83")],
+    );
+    let out = stdout(&o);
+    assert_eq!(out, "mkdir 1\nerrno 5\nkept\n", "stderr: {}", stderr(&o));
+    assert!(
+        stderr(&o).contains("injected panic in system call 83"),
+        "{}",
+        stderr(&o)
+    );
+}

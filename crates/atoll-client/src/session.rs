@@ -2,8 +2,8 @@
 //! session socket, the mapped buffer cache and control block, and the pool
 //! of *lanes* through which requests travel.
 //!
-//! Life cycle (see `atoll_proto::boot`): `Attach` gives lane 0;
-//! `Reattach` after `execve` gives none, so the new image's first call
+//! Life cycle (see `atoll_proto::boot`): neither `AttachLazily` nor
+//! `Reattach` (after `execve`) gives a lane, so a process's first call
 //! asks `NewLane`, as does a thread that finds every lane taken; `Fork`
 //! creates a child session before `fork`, whose first call asks `NewLane`
 //! (or whose new image asks `Reattach`). The session
@@ -1077,7 +1077,7 @@ pub fn boot_call(sock: BorrowedFd<'_>, req: &BootRequest) -> Result<(BootReply, 
 /// Connect (or reattach) and build the process's [`Client`].
 ///
 /// `inherited`: the session socket kept across `execve` (Reattach), else a
-/// new connection to `socket_path` (Attach).
+/// new connection to `socket_path` (AttachLazily).
 pub fn attach(
     socket_path: &str,
     inherited: Option<RawFd>,
@@ -1100,7 +1100,7 @@ pub fn attach(
             )?;
             let addr = rustix::net::SocketAddrUnix::new(socket_path)?;
             rustix::net::connect(&s, &addr)?;
-            (s, BootRequest::Attach { pid })
+            (s, BootRequest::AttachLazily { pid })
         }
     };
     let (reply, fds) = boot_call(sock.as_fd(), &req)?;
@@ -1114,8 +1114,8 @@ pub fn attach(
     };
     let nservers = info.servers as usize;
     // A copy island's process gets no buffer-cache descriptor and maps
-    // nothing of it (Cosh §3): its data travels in messages. A new image
-    // (`Reattach`) gets no lane: its first call asks `NewLane`.
+    // nothing of it (Cosh §3): its data travels in messages. No lane comes
+    // with the session: the first call asks `NewLane`.
     let maps_cache = info.island.maps_cache();
     let channels = if lane.is_some() { nservers } else { 0 };
     let expected = usize::from(maps_cache) + 1 + channels;

@@ -211,6 +211,13 @@ pub enum BootRequest {
     /// for server 0 (`Request::ClientCounters`), instead of asking a lane
     /// for them. No reply.
     Counters(crate::ClientCounters),
+    /// `Attach` without a lane: what a starting program's client sends.
+    /// It asks `NewLane` at its first call, as a new image does after
+    /// `Reattach`, so a program that never asks a server anything (a
+    /// build's `/bin/true`, `test`, `echo`) costs no channels, and its end
+    /// wakes no server. Reply: `Attached` with `lane: None`; fds as
+    /// `Reattach`.
+    AttachLazily { pid: u32 },
 }
 
 /// A fault `atoll chaos` injects into a running instance, for tests of

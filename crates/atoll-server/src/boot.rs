@@ -15,10 +15,14 @@
 //! ring) *before* replying, so a client's first request always finds its
 //! channel registered.
 //!
-//! The first process gets a lane with `Attach`; a new image after
-//! `execve` (`Reattach`) and a forked child get none until their first
-//! call asks `NewLane`, so a start that asks no server anything costs no
-//! channels. Channels are made ahead of need: the boot thread keeps
+//! A program's client attaches without a lane (`AttachLazily`; `Attach`,
+//! which gives lane 0, is for tools that speak to servers at once); a new
+//! image after `execve` (`Reattach`) and a forked child get none either
+//! until their first call asks `NewLane`, so a start that asks no server
+//! anything costs no channels. A session no server can have heard of (an
+//! attached process that never took a lane) ends without waking the
+//! servers: only server 0, if the process reported counters, is told,
+//! with the counters (`Conn::servers_know`). Channels are made ahead of need: the boot thread keeps
 //! [`SPARE_LANES`] lanes' worth of fresh channels and makes the next ones after it has replied,
 //! while the client goes on (`memfd_create`, `ftruncate` and `mmap` per
 //! channel leave the reply's path). A channel is never reused: one that
@@ -305,6 +309,14 @@ struct Conn {
     lanes: u32,
     /// The process the session belongs to, as it said (monitoring only).
     pid: u32,
+    /// May servers hold state of the session, so must hear that it
+    /// ended? A lane (requests) or a birth by `Fork` (the parent shares
+    /// its descriptions with the child through its own lanes) says yes.
+    servers_know: bool,
+    /// Counters the process reported as it exited (`BootRequest::Counters`),
+    /// held until the connection closes and then posted to server 0 just
+    /// ahead of `SessionClosed`: one wake-up of server 0 for both.
+    counters: Option<atoll_proto::ClientCounters>,
 }
 
 struct Boot {
@@ -400,6 +412,10 @@ impl Boot {
                 next_lane: 0,
                 lanes: 0,
                 pid: 0,
+                // A child made by `Fork` is known to every server the
+                // parent shares its descriptions with.
+                servers_know: session.is_some(),
+                counters: None,
             },
         );
         Some(token)
@@ -408,8 +424,18 @@ impl Boot {
     fn close(&mut self, token: u64) {
         if let Some(c) = self.conns.remove(&token) {
             let _ = epoll::delete(&self.epoll, &c.fd);
-            if let Some(s) = c.session {
+            let Some(s) = c.session else {
+                return;
+            };
+            // Server 0's internal messages keep their order: the counters
+            // arrive before the session's end, which forgets them.
+            if let Some(k) = c.counters {
+                self.p.servers.post(0, Admin::ClientCounters(s, k));
+            }
+            if c.servers_know {
                 self.p.servers.session_closed(s);
+            } else if c.counters.is_some() {
+                self.p.servers.post(0, Admin::SessionClosed(s));
             }
         }
     }
@@ -491,9 +517,9 @@ impl Boot {
     fn serve(&mut self, token: u64, req: BootRequest) {
         let session = self.conns.get(&token).and_then(|c| c.session);
         match req {
-            BootRequest::Attach { pid } | BootRequest::Reattach { pid } => {
-                self.learn_pid(token, pid)
-            }
+            BootRequest::Attach { pid }
+            | BootRequest::AttachLazily { pid }
+            | BootRequest::Reattach { pid } => self.learn_pid(token, pid),
             BootRequest::ChildPid { pid } => {
                 self.learn_pid(token, pid);
                 return;
@@ -501,7 +527,7 @@ impl Boot {
             _ => {}
         }
         let result = match (req, session) {
-            (BootRequest::Attach { .. }, Some(_)) => {
+            (BootRequest::Attach { .. } | BootRequest::AttachLazily { .. }, Some(_)) => {
                 Err("this connection already has a session".to_string())
             }
             (BootRequest::Attach { .. }, None) => {
@@ -510,6 +536,13 @@ impl Boot {
                     c.session = Some(s);
                 }
                 self.attach(token, s, true)
+            }
+            (BootRequest::AttachLazily { .. }, None) => {
+                let s = self.new_session();
+                if let Some(c) = self.conns.get_mut(&token) {
+                    c.session = Some(s);
+                }
+                self.attach(token, s, false)
             }
             (BootRequest::Reattach { .. }, None) => {
                 let s = self.new_session();
@@ -532,10 +565,11 @@ impl Boot {
                 }
                 self.attach(token, s, false)
             }
-            (BootRequest::Counters(k), Some(s)) => {
-                // Ahead of the `SessionClosed` the process's exit causes:
-                // server 0's internal messages keep their order.
-                self.p.servers.post(0, Admin::ClientCounters(s, k));
+            (BootRequest::Counters(k), Some(_)) => {
+                // Posted with the `SessionClosed` the process's exit causes.
+                if let Some(c) = self.conns.get_mut(&token) {
+                    c.counters = Some(k);
+                }
                 return;
             }
             (BootRequest::Counters(_), None) => return,
@@ -594,6 +628,7 @@ impl Boot {
     fn take_lane(&mut self, token: u64) -> u32 {
         match self.conns.get_mut(&token) {
             Some(c) => {
+                c.servers_know = true;
                 let lane = c.next_lane;
                 c.next_lane += 1;
                 c.lanes += 1;

@@ -372,3 +372,55 @@ fn stop_request_wakes_the_owner() {
     ));
     inst.shutdown();
 }
+
+/// Server 0's count of traps that processes reported.
+fn reported_traps(s: &InstanceStatus) -> u64 {
+    s.servers
+        .iter()
+        .flat_map(|x| x.counters.iter())
+        .filter(|(name, _)| name == "client.traps")
+        .map(|(_, n)| n)
+        .sum()
+}
+
+/// A program's client attaches lazily: no lane, so no channel is made or
+/// mapped by any server for a process that never asks one anything, and
+/// the counters it reports as it exits still reach server 0 when its
+/// connection closes (with the session's end, in one post).
+#[test]
+fn a_lazy_attach_takes_no_lane_and_its_exit_counters_reach_server_0() {
+    let tmp = tempfile::tempdir().unwrap();
+    let inst = Instance::boot(config(tmp.path(), 3)).unwrap();
+    let path = inst.socket_path().to_path_buf();
+    let before = status(&path);
+    let sock = connect(&path);
+    let (reply, fds) = ask(
+        &sock,
+        &BootRequest::AttachLazily {
+            pid: std::process::id(),
+        },
+    );
+    let BootReply::Attached { lane, .. } = reply else {
+        panic!("{reply:?}")
+    };
+    assert_eq!(lane, None);
+    assert_eq!(fds.len(), 2, "the buffer cache and the control block only");
+    let counters = atoll_proto::ClientCounters {
+        traps: 7,
+        ..Default::default()
+    };
+    let bytes = postcard::to_allocvec(&BootRequest::Counters(counters)).unwrap();
+    rustix::net::send(&sock, &bytes, rustix::net::SendFlags::NOSIGNAL).unwrap();
+    assert_eq!(status(&path).lanes_made, before.lanes_made);
+    drop(sock);
+    let after = eventually(&path, |s| reported_traps(s) == reported_traps(&before) + 7);
+    assert_eq!(after.lanes_made, before.lanes_made);
+    // A second attach on the same connection is refused, lazily or not.
+    let sock = connect(&path);
+    ask(&sock, &BootRequest::AttachLazily { pid: 1 });
+    assert!(matches!(
+        ask(&sock, &BootRequest::Attach { pid: 1 }).0,
+        BootReply::Error(_)
+    ));
+    inst.shutdown();
+}

@@ -65,8 +65,29 @@ pub fn set_mode(m: Mode) {
 /// Join the instance if this process belongs to one. Called once by the
 /// constructor, under an `AtollGuard`.
 pub fn init() -> bool {
+    report_panics_in_one_line();
     atoll_client::intr::set_pending_hook(crate::sigdefer::client_pending_hook);
     catch_unwind(atoll_client::init).unwrap_or(false)
+}
+
+/// A panic inside the client is told in one line on stderr, written by a
+/// raw system call; the call then fails with `EIO` (`dispatch`). The
+/// standard hook would take stderr's lock, which the interrupted program
+/// may hold, and with `RUST_BACKTRACE` set it walks the stack through
+/// frames with no unwind tables (a trapped or rewritten site, the switch
+/// to atoll's stack), where the walk can fault. The hook is this library's
+/// own: a Rust program's panics go through its own standard library.
+fn report_panics_in_one_line() {
+    std::panic::set_hook(Box::new(|info| {
+        use core::fmt::Write;
+        let mut line = crate::raw::StackBuf::<512>::default();
+        let _ = write!(
+            line,
+            "atoll: internal error, the call fails with EIO: {info}"
+        );
+        line.push(b"\n");
+        crate::raw::write_all(2, line.as_bytes());
+    }));
 }
 
 /// Does the instance want trapped sites rewritten (`--syscall-sites`)?

@@ -140,6 +140,15 @@ impl<const N: usize> Default for StackBuf<N> {
     }
 }
 
+/// Formatting into the buffer (truncating, never failing), for messages
+/// written where nothing may allocate or take a lock.
+impl<const N: usize> core::fmt::Write for StackBuf<N> {
+    fn write_str(&mut self, s: &str) -> core::fmt::Result {
+        self.push(s.as_bytes());
+        Ok(())
+    }
+}
+
 impl<const N: usize> StackBuf<N> {
     pub fn as_bytes(&self) -> &[u8] {
         &self.buf[..self.len]

@@ -136,26 +136,55 @@ pub fn address() -> usize {
 /// Find which state to save and the size of its `XSAVE` area; false when
 /// the CPU or the kernel does not offer `XSAVE` (then sites are never
 /// rewritten).
+///
+/// This runs as every program starts, and in a virtual machine each
+/// `CPUID` is a trap to the hypervisor (several µs here): the `OSXSAVE`
+/// bit comes from glibc's copy of leaf 1 when glibc offers it, and the
+/// area's size from one leaf 0xD query, sub-leaf 0, whose `EBX` is the
+/// size for every component `XCR0` enables, a bound on the components
+/// saved here (asking the offset of each one cost four more traps).
 pub fn init() -> bool {
     use core::arch::x86_64::__cpuid_count;
-    let osxsave = __cpuid_count(1, 0).ecx & (1 << 27) != 0;
-    if !osxsave {
+    let osxsave = leaf1_ecx_from_glibc().unwrap_or_else(|| __cpuid_count(1, 0).ecx) & (1 << 27);
+    if osxsave == 0 {
         return false;
     }
     let mask = xcr0() & SAVED_COMPONENTS;
-    // The legacy area and the header (576 bytes), then each component at
-    // the offset CPUID leaf 0xD gives (standard, non-compacted form).
-    let mut end = 576u64;
-    for i in 2..64 {
-        if mask & (1 << i) != 0 {
-            let leaf = __cpuid_count(0xd, i);
-            end = end.max(leaf.ebx as u64 + leaf.eax as u64);
-        }
-    }
+    // At least the legacy area and the header (576 bytes).
+    let end = (__cpuid_count(0xd, 0).ebx as u64).max(576);
     ATOLL_XSAVE_MASK.store(mask, Ordering::Relaxed);
     ATOLL_XSAVE_BYTES.store(end + 64, Ordering::Relaxed);
     crate::stack::check_entry_offset();
     true
+}
+
+/// `ECX` of `CPUID` leaf 1 as glibc read it at start-up
+/// (`__x86_get_cpuid_feature_leaf`, glibc 2.33 and later), found at run
+/// time so that an older glibc still loads the library.
+fn leaf1_ecx_from_glibc() -> Option<u32> {
+    /// glibc's `struct cpuid_feature`: the registers `CPUID` returned,
+    /// then which of their features are usable.
+    #[repr(C)]
+    struct CpuidFeature {
+        cpuid: [u32; 4],
+        active: [u32; 4],
+    }
+    /// `CPUID_INDEX_1` in `<sys/platform/x86.h>`.
+    const CPUID_INDEX_1: u32 = 0;
+    // SAFETY: dlsym with a NUL-terminated name; a null result is checked.
+    let sym = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"__x86_get_cpuid_feature_leaf".as_ptr()) };
+    if sym.is_null() {
+        return None;
+    }
+    // SAFETY: the symbol is glibc's `const struct cpuid_feature
+    // *__x86_get_cpuid_feature_leaf(unsigned int)`, which returns a
+    // pointer to static data (a zeroed entry for an unknown index).
+    let leaf = unsafe {
+        let get: extern "C" fn(u32) -> *const CpuidFeature = core::mem::transmute(sym);
+        get(CPUID_INDEX_1).as_ref()?.cpuid
+    };
+    // eax, ebx, ecx, edx; a zeroed leaf (not filled in) says nothing.
+    (leaf[0] != 0).then_some(leaf[2])
 }
 
 /// The state components the kernel enabled (`XGETBV` of `XCR0`).
@@ -196,4 +225,35 @@ unsafe extern "C" fn rewritten_syscall(nr: i64, args: *const [u64; 6]) -> i64 {
     raw::set_errno(saved_errno);
     drop(guard);
     ret
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::arch::x86_64::__cpuid_count;
+
+    #[test]
+    fn glibc_leaf_1_is_the_cpu_s_and_the_area_holds_every_component_saved() {
+        if let Some(ecx) = leaf1_ecx_from_glibc() {
+            // glibc may clear bits it does not use; OSXSAVE is one it reads.
+            let cpu = __cpuid_count(1, 0).ecx;
+            assert_eq!(ecx & (1 << 27), cpu & (1 << 27));
+        }
+        if !init() {
+            return; // no XSAVE: sites are never rewritten
+        }
+        let mask = ATOLL_XSAVE_MASK.load(Ordering::Relaxed);
+        let bytes = ATOLL_XSAVE_BYTES.load(Ordering::Relaxed);
+        // Each saved component ends inside the area (standard form).
+        for i in 2..64 {
+            if mask & (1 << i) != 0 {
+                let leaf = __cpuid_count(0xd, i);
+                assert!(
+                    u64::from(leaf.ebx + leaf.eax) + 64 <= bytes,
+                    "component {i}"
+                );
+            }
+        }
+        assert!(bytes >= 576 + 64);
+    }
 }

@@ -736,6 +736,7 @@ pub fn status_json(st: &InstanceStatus, rec: &InstanceRecord) -> serde_json::Val
         "clients": st.clients,
         "lanes": st.lanes,
         "lanes_made": st.lanes_made,
+        "images_handed_over": st.images_handed_over,
         "island": island(st),
         // `rewrite` or `trap` (`--syscall-sites`), and why.
         "syscall_sites": st.syscall_sites,

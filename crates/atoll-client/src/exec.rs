@@ -39,14 +39,14 @@ use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
 use std::sync::atomic::{AtomicI32, Ordering};
 
 use atoll_proto::boot::{ENV_SESSION_FD, ENV_SOCKET, ENV_STATE};
-use atoll_proto::{DescId, FileType, InodeId, Request};
+use atoll_proto::{DescId, FileType, InodeId, Request, SessionId};
 
 use crate::error::{err, Error, Result};
 use crate::fdtable::{self, DescInfo};
 use crate::file;
 use crate::path::parse_shebang;
 use crate::session::{self, Client, Cwd, Lane, LazyLane};
-use crate::state::{FdState, State};
+use crate::state::{Attached, CarriedFd, FdState, State};
 use crate::sys;
 use crate::walk::{NodeStep, Walker};
 
@@ -135,9 +135,9 @@ pub struct ExecPlan {
     flags: i32,
     /// The program image copied into a memfd (atoll ELF).
     exec_fd: Option<OwnedFd>,
-    /// The child session's socket (non-CLOEXEC); dropping the plan closes
-    /// this process's copy.
-    _session: Option<OwnedFd>,
+    /// The session's socket and the instance descriptors handed over with
+    /// it (non-CLOEXEC); dropping the plan closes this process's copies.
+    _handed_over: Vec<OwnedFd>,
     /// Placement cursor of this exec (`atoll_sched::placement`).
     cursor: u64,
 }
@@ -208,7 +208,7 @@ fn build(
     dirfd: i32,
     flags: i32,
     exec_fd: Option<OwnedFd>,
-    session: Option<OwnedFd>,
+    handed_over: Vec<OwnedFd>,
 ) -> Result<ExecPlan> {
     let argv_c: Vec<CString> = argv.iter().map(|a| cstring(a)).collect::<Result<_>>()?;
     let envp_c: Vec<CString> = envp.iter().map(|a| cstring(a)).collect::<Result<_>>()?;
@@ -225,7 +225,7 @@ fn build(
         dirfd,
         flags,
         exec_fd,
-        _session: session,
+        _handed_over: handed_over,
         cursor: placement::peek_cursor(),
     })
 }
@@ -304,6 +304,7 @@ pub fn initial_state_env(cwd: &str) -> (String, String) {
         exe: None,
         locks: false,
         counters: Vec::new(),
+        attached: None,
     };
     (ENV_STATE.to_string(), st.encode())
 }
@@ -464,7 +465,7 @@ fn prepare_inner(
     let env = sys::user_str_array(envp)?;
     let Some(c) = session::client() else {
         let env: Vec<Vec<u8>> = env.into_iter().map(<[u8]>::to_vec).collect();
-        return build(path, &argv, &env, dirfd as i32, flags, None, None);
+        return build(path, &argv, &env, dirfd as i32, flags, None, Vec::new());
     };
     // Taken when something needs a server: the exec of a host program by
     // a child that touched nothing in the mount asks for no lane.
@@ -558,7 +559,7 @@ fn prepare_inner(
             }
         }
     }
-    let (session_fd, state) = if passes_own_session(c, &lane, spawn, text) {
+    let handed = if passes_own_session(c, &lane, spawn, text) {
         hand_over_own_session(c, exe)?
     } else {
         hand_over(c, &lane, exe, text)?
@@ -567,8 +568,8 @@ fn prepare_inner(
         &env,
         c.preload.as_deref(),
         &c.socket_path,
-        session_fd.as_ref().map(|f| f.as_raw_fd()),
-        &state,
+        handed.socket.as_ref().map(|f| f.as_raw_fd()),
+        &handed.state,
     );
     // The new image inherits the placement policy and cursor (Hare §3.6.1).
     let key = placement::ENV_PLACEMENT.as_bytes();
@@ -605,7 +606,66 @@ fn prepare_inner(
         ),
         None => (prog_path, dirfd as i32, flags),
     };
-    build(&path_bytes, &argv, &env, dirfd, flags, exec_fd, session_fd)
+    let kept = handed.socket.into_iter().chain(handed.carried).collect();
+    build(&path_bytes, &argv, &env, dirfd, flags, exec_fd, kept)
+}
+
+/// What an exec hands to the new image.
+struct HandOver {
+    /// The session socket, left open across the exec (`ENV_SESSION_FD`);
+    /// `None` when no session could be made for the new image.
+    socket: Option<OwnedFd>,
+    /// `ATOLL_STATE`.
+    state: String,
+    /// The instance's descriptors left open for the new image
+    /// (`State::attached`).
+    carried: Vec<OwnedFd>,
+}
+
+impl HandOver {
+    /// Hand over `session` on `socket` with `st`, and with it the
+    /// instance's descriptors, so that the new image joins without a round
+    /// trip to the boot thread (`BootRequest::Reattached`). Without them
+    /// (no descriptor left, an error) it asks `Reattach` as before.
+    fn new(c: &Client, socket: OwnedFd, session: SessionId, mut st: State) -> HandOver {
+        let mut carried = Vec::new();
+        st.attached = carry_instance(c, session, &mut carried);
+        HandOver {
+            socket: Some(socket),
+            state: st.encode(),
+            carried,
+        }
+    }
+}
+
+/// The buffer cache's and control block's descriptors, duplicated without
+/// `FD_CLOEXEC` into `kept`, and what the new image needs besides them.
+fn carry_instance(c: &Client, session: SessionId, kept: &mut Vec<OwnedFd>) -> Option<Attached> {
+    let mut inheritable = |fd: i32| -> Option<CarriedFd> {
+        let (dev, ino, _) = sys::fstat_id(fd).ok()?;
+        let n = sys::fcntl_int(fd, libc::F_DUPFD, session::PRIVATE_FD_MIN as i64);
+        if n < 0 {
+            return None;
+        }
+        // SAFETY: `n` was just made by F_DUPFD and is owned by no one else.
+        kept.push(unsafe { OwnedFd::from_raw_fd(n as i32) });
+        Some(CarriedFd {
+            fd: n as i32,
+            dev,
+            ino,
+        })
+    };
+    let control = inheritable(c.control_fd.load(Ordering::Relaxed))?;
+    let cache = match c.info.island.maps_cache() {
+        true => Some(inheritable(c.cache_fd.load(Ordering::Relaxed))?),
+        false => None,
+    };
+    Some(Attached {
+        session: session.0,
+        cache,
+        control,
+        info: postcard::to_allocvec(&c.info).ok()?,
+    })
 }
 
 /// Perform `execve` of a prepared plan where the placement policy says
@@ -808,7 +868,7 @@ fn passes_own_session(c: &Client, lane: &LazyLane, spawn: bool, text: Option<Ino
 /// ([`passes_own_session`]): the session socket survives exec, and the
 /// new image `Reattach`es on it (its lanes are made then). A failed exec
 /// drops the copy; the session stays this image's.
-fn hand_over_own_session(c: &Client, exe: Option<Vec<u8>>) -> Result<(Option<OwnedFd>, String)> {
+fn hand_over_own_session(c: &Client, exe: Option<Vec<u8>>) -> Result<HandOver> {
     // Blocks this image still holds copies of go back first, as in
     // `hand_over` (no server is asked).
     crate::incoherent::write_back(c);
@@ -818,8 +878,10 @@ fn hand_over_own_session(c: &Client, exe: Option<Vec<u8>>) -> Result<(Option<Own
         exe,
         locks: false,
         counters: crate::counters::unreported(),
+        attached: None,
     };
-    Ok((Some(c.inheritable_socket()?), st.encode()))
+    let socket = c.inheritable_socket()?;
+    Ok(HandOver::new(c, socket, c.session().id, st))
 }
 
 fn hand_over(
@@ -827,7 +889,7 @@ fn hand_over(
     lane: &LazyLane,
     exe: Option<Vec<u8>>,
     text: Option<InodeId>,
-) -> Result<(Option<OwnedFd>, String)> {
+) -> Result<HandOver> {
     // The new image finds the offsets on the servers (Hare §3.5.1).
     crate::hybrid::share_all(c, lane);
     crate::incoherent::write_back(c);
@@ -838,10 +900,17 @@ fn hand_over(
         exe,
         locks: false,
         counters: Vec::new(),
+        attached: None,
     };
     let (child, sock) = match c.fork_session() {
         Ok(x) => x,
-        Err(_) => return Ok((None, st.encode())),
+        Err(_) => {
+            return Ok(HandOver {
+                socket: None,
+                state: st.encode(),
+                carried: Vec::new(),
+            })
+        }
     };
     // `Exec` and `PassLocks` to the new session are idempotent (a mark
     // set once, locks moved once), so each goes again when its server dies
@@ -915,7 +984,7 @@ fn hand_over(
     };
     // SAFETY: `keep` is a descriptor we own (just created).
     let owned = unsafe { OwnedFd::from_raw_fd(keep) };
-    Ok((Some(owned), st.encode()))
+    Ok(HandOver::new(c, owned, child, st))
 }
 
 /// In a new image: restore the cwd and the descriptor table from

@@ -158,6 +158,12 @@ pub fn init() -> bool {
             sys::fstat_id(fd).is_ok_and(|(_, _, mode)| mode & libc::S_IFMT == libc::S_IFSOCK)
         });
     let state = std::env::var(ENV_STATE).ok();
+    // The session an exec handed over whole, joined without a round trip.
+    let carried = state
+        .as_deref()
+        .and_then(state::State::decode)
+        .and_then(|st| st.attached)
+        .filter(|_| inherited.is_some());
     sys::init_pid();
     atoll_sched::placement::init_from_env();
     cpus::init_from_env();
@@ -167,9 +173,9 @@ pub fn init() -> bool {
     std::env::remove_var(ENV_SESSION_FD);
     std::env::remove_var(ENV_STATE);
     fdtable::set_closer(file::closer);
-    let c = match session::attach(&sock, inherited, preload.clone()) {
+    let c = match session::attach(&sock, inherited, preload.clone(), carried) {
         Ok(c) => c,
-        Err(_) if inherited.is_some() => match session::attach(&sock, None, preload) {
+        Err(_) if inherited.is_some() => match session::attach(&sock, None, preload, None) {
             Ok(c) => c,
             Err(_) => return false,
         },
@@ -669,10 +675,9 @@ fn do_close_range(c: &Client, first: u64, last: u64, flags: u64) -> Result<Out> 
         first.min(u32::MAX as u64) as u32,
         last.min(u32::MAX as u64) as u32,
     );
-    let mut private: Vec<u32> = [&c.socket_fd, &c.template_fd, &c.cache_fd]
-        .iter()
-        .map(|f| f.load(Ordering::Relaxed))
-        .chain(core::iter::once(fdpub::fd()))
+    let mut private: Vec<u32> = c
+        .private_fds()
+        .into_iter()
         .filter(|&f| f >= 0 && (first..=last).contains(&(f as u32)))
         .map(|f| f as u32)
         .collect();

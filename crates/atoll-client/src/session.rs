@@ -647,6 +647,8 @@ pub struct Client {
     /// ([`Client::template`]).
     pub template_fd: AtomicI32,
     pub cache_fd: AtomicI32,
+    /// The control block's memfd, kept for an exec to hand over.
+    pub control_fd: AtomicI32,
     session: AtomicPtr<Session>,
     pub boot_lock: SpinLock,
     pub umask: AtomicU32,
@@ -804,17 +806,19 @@ impl Client {
             && (fd == self.socket_fd.load(Ordering::Relaxed)
                 || fd == self.template_fd.load(Ordering::Relaxed)
                 || fd == self.cache_fd.load(Ordering::Relaxed)
+                || fd == self.control_fd.load(Ordering::Relaxed)
                 || fd == crate::fdpub::fd())
     }
 
     /// atoll's own descriptors now (the session socket, the placeholder
-    /// template, the buffer cache, the published descriptor table).
-    /// -1 for one that is not open.
-    pub fn private_fds(&self) -> [i32; 4] {
+    /// template, the buffer cache, the control block, the published
+    /// descriptor table). -1 for one that is not open.
+    pub fn private_fds(&self) -> [i32; 5] {
         [
             self.socket_fd.load(Ordering::Relaxed),
             self.template_fd.load(Ordering::Relaxed),
             self.cache_fd.load(Ordering::Relaxed),
+            self.control_fd.load(Ordering::Relaxed),
             crate::fdpub::fd(),
         ]
     }
@@ -822,7 +826,12 @@ impl Client {
     /// Move a private descriptor away from `fd` (the program wants that
     /// number, e.g. `dup2(x, fd)`).
     pub fn relocate_private(&self, fd: i32) {
-        for slot in [&self.socket_fd, &self.template_fd, &self.cache_fd] {
+        for slot in [
+            &self.socket_fd,
+            &self.template_fd,
+            &self.cache_fd,
+            &self.control_fd,
+        ] {
             if slot.load(Ordering::Relaxed) == fd {
                 let n = to_high(fd, fd + 1);
                 slot.store(n, Ordering::Relaxed);
@@ -1077,11 +1086,16 @@ pub fn boot_call(sock: BorrowedFd<'_>, req: &BootRequest) -> Result<(BootReply, 
 /// Connect (or reattach) and build the process's [`Client`].
 ///
 /// `inherited`: the session socket kept across `execve` (Reattach), else a
-/// new connection to `socket_path` (AttachLazily).
+/// new connection to `socket_path` (AttachLazily). `carried`: what the old
+/// image handed over with the socket (`state::Attached`), so the new image
+/// joins at once and tells the boot thread without waiting
+/// (`Reattached`); anything wrong with it, and the ordinary `Reattach`
+/// round trip is made instead.
 pub fn attach(
     socket_path: &str,
     inherited: Option<RawFd>,
     preload: Option<String>,
+    carried: Option<crate::state::Attached>,
 ) -> Result<&'static Client> {
     let pid = rustix::process::getpid().as_raw_nonzero().get() as u32;
     let (sock, req) = match inherited {
@@ -1089,6 +1103,11 @@ pub fn attach(
             // SAFETY: the environment told us this descriptor is our
             // session socket; we take ownership of it.
             let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+            if let Some(joined) = carried.and_then(Joined::take) {
+                boot_post(fd.as_fd(), &BootRequest::Reattached { pid });
+                let lane = Session::without_lanes(SessionId(joined.session));
+                return build(socket_path, fd, preload, joined.info, joined.fds, lane);
+            }
             (fd, BootRequest::Reattach { pid })
         }
         None => {
@@ -1128,19 +1147,90 @@ pub fn attach(
     let mut fds = fds.into_iter();
     let cache_fd = if maps_cache { fds.next() } else { None };
     let control_fd = fds.next().expect("checked length");
-    let cache = match &cache_fd {
-        Some(fd) => SharedRegion::map(fd.as_fd())?,
-        None => SharedRegion::none(),
-    };
-    let control = Control::map(control_fd.as_fd())?;
-    drop(control_fd);
-    let fs_names = crate::names::FsNames::resolve(&info, nservers, &control);
     let session = match lane {
         Some(lane) => Session::new(session, Lane::new(lane, fds.collect())?),
         None => Session::without_lanes(session),
     };
+    let instance = InstanceFds {
+        cache: cache_fd,
+        control: control_fd,
+    };
+    build(socket_path, sock, preload, info, instance, session)
+}
 
-    let cache_fd = cache_fd.map_or(-1, |fd| to_high(fd.into_raw_fd(), 0));
+/// The instance's descriptors a process maps.
+struct InstanceFds {
+    /// `None` in a copy island.
+    cache: Option<OwnedFd>,
+    control: OwnedFd,
+}
+
+/// A session handed over by the old image, checked.
+struct Joined {
+    session: u64,
+    info: InstanceInfo,
+    fds: InstanceFds,
+}
+
+impl Joined {
+    /// Take the carried descriptors if they are what the old image said:
+    /// each is open at its number, in atoll's range, on the file recorded
+    /// (device and inode), and the buffer cache has the size the instance
+    /// information gives. Each one found is owned (closed if unused) from
+    /// here on; one that is not what was recorded is left alone.
+    fn take(a: crate::state::Attached) -> Option<Joined> {
+        let own = |c: &crate::state::CarriedFd| {
+            let same = sys::fstat_id(c.fd).is_ok_and(|(dev, ino, _)| (dev, ino) == (c.dev, c.ino));
+            (c.fd >= PRIVATE_FD_MIN && same)
+                // SAFETY: the old image made this descriptor for us, it
+                // still refers to the file it recorded, and no one else in
+                // this image knows of it.
+                .then(|| unsafe { OwnedFd::from_raw_fd(c.fd) })
+        };
+        let control = own(&a.control);
+        let cache = a.cache.as_ref().map(own);
+        let control = control?;
+        let info: InstanceInfo = postcard::from_bytes(&a.info).ok()?;
+        let cache = match (cache, info.island.maps_cache()) {
+            (Some(Some(fd)), true) => {
+                let size = rustix::fs::fstat(&fd).ok()?.st_size as u64;
+                if size != info.cache_bytes {
+                    return None;
+                }
+                Some(fd)
+            }
+            (None, false) => None,
+            _ => return None,
+        };
+        Some(Joined {
+            session: a.session,
+            info,
+            fds: InstanceFds { cache, control },
+        })
+    }
+}
+
+/// The process's [`Client`], from its session socket, the instance's
+/// information and descriptors, and its session.
+fn build(
+    socket_path: &str,
+    sock: OwnedFd,
+    preload: Option<String>,
+    info: InstanceInfo,
+    fds: InstanceFds,
+    session: Session,
+) -> Result<&'static Client> {
+    let nservers = info.servers as usize;
+    let cache = match &fds.cache {
+        Some(fd) => SharedRegion::map(fd.as_fd())?,
+        None => SharedRegion::none(),
+    };
+    let control = Control::map(fds.control.as_fd())?;
+    let fs_names = crate::names::FsNames::resolve(&info, nservers, &control);
+
+    let cache_fd = fds.cache.map_or(-1, |fd| to_high(fd.into_raw_fd(), 0));
+    // Kept (not closed once mapped) so that an exec can hand it over.
+    let control_fd = to_high(fds.control.into_raw_fd(), 0);
     let sock_fd = to_high(sock.into_raw_fd(), 0);
 
     let mount = info.mount.trim_end_matches('/').as_bytes().to_vec();
@@ -1165,6 +1255,7 @@ pub fn attach(
         socket_fd: AtomicI32::new(sock_fd),
         template_fd: AtomicI32::new(-1),
         cache_fd: AtomicI32::new(cache_fd),
+        control_fd: AtomicI32::new(control_fd),
         session: AtomicPtr::new(Box::into_raw(Box::new(session))),
         boot_lock: SpinLock::new(),
         umask: AtomicU32::new(um.as_raw_mode()),

@@ -7,6 +7,10 @@
 //! ```
 //! `k` carries client counters the old image counted but did not report
 //! (it had no lane, and took none just for them; `counters`).
+//! `a:<session>:<cache fd>:<dev>:<ino>:<control fd>:<dev>:<ino>:<hex info>`
+//! hands the new image its session without a round trip to the boot thread
+//! (`Attached`; the cache's three fields are empty in a copy island, which
+//! maps no cache).
 //! Numbers are hexadecimal. `dev`/`pino` identify the placeholder memfd the
 //! fd was a dup of: the new image checks each fd still refers to it (fds
 //! closed by `FD_CLOEXEC` or replaced since vanish, and their descriptions
@@ -40,6 +44,30 @@ pub struct State {
     /// Unreported client counter deltas (`counters::unreported`), for the
     /// new image to report with its own.
     pub counters: Vec<u64>,
+    /// The session the new image runs in, handed over whole.
+    pub attached: Option<Attached>,
+}
+
+/// What a new image needs to join its session at once (`BootRequest::
+/// Reattached`): inherited descriptors of the buffer cache and of the
+/// control block, and what the boot thread would have answered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Attached {
+    pub session: u64,
+    /// `None` in a copy island (its processes never map the cache).
+    pub cache: Option<CarriedFd>,
+    pub control: CarriedFd,
+    /// `InstanceInfo`, postcard-encoded.
+    pub info: Vec<u8>,
+}
+
+/// A descriptor left open across `execve`, and the file it refers to, so
+/// the new image takes only that file at that number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CarriedFd {
+    pub fd: i32,
+    pub dev: u64,
+    pub ino: u64,
 }
 
 fn hex(b: &[u8]) -> String {
@@ -95,6 +123,17 @@ impl State {
                 let _ = write!(s, ":{n:x}");
             }
         }
+        if let Some(a) = &self.attached {
+            let fd = |c: &CarriedFd| format!("{:x}:{:x}:{:x}", c.fd, c.dev, c.ino);
+            let cache = a.cache.as_ref().map(fd).unwrap_or_else(|| "::".into());
+            let _ = write!(
+                s,
+                ";a:{:x}:{cache}:{}:{}",
+                a.session,
+                fd(&a.control),
+                hex(&a.info)
+            );
+        }
         s
     }
 
@@ -120,6 +159,29 @@ impl State {
                 "e" => st.exe = Some(unhex(f.next()?)?),
                 "l" => st.locks = true,
                 "k" => st.counters = f.map(num).collect::<Option<Vec<u64>>>()?,
+                "a" => {
+                    let session = num(f.next()?)?;
+                    let mut carried = |empty_ok: bool| -> Option<Option<CarriedFd>> {
+                        let (fd, dev, ino) = (f.next()?, f.next()?, f.next()?);
+                        if empty_ok && fd.is_empty() && dev.is_empty() && ino.is_empty() {
+                            return Some(None);
+                        }
+                        Some(Some(CarriedFd {
+                            fd: i32::try_from(num(fd)?).ok()?,
+                            dev: num(dev)?,
+                            ino: num(ino)?,
+                        }))
+                    };
+                    let cache = carried(true)?;
+                    let control = carried(false)??;
+                    let info = unhex(f.next()?)?;
+                    st.attached = Some(Attached {
+                        session,
+                        cache,
+                        control,
+                        info,
+                    });
+                }
                 "f" => {
                     let mut n = || f.next().and_then(num);
                     let fd = n()? as i32;
@@ -185,6 +247,20 @@ mod tests {
             exe: Some(b"/atoll/bin/prog".to_vec()),
             locks: true,
             counters: vec![0, 7, 0x1_0000_0000],
+            attached: Some(Attached {
+                session: 0x2a,
+                cache: Some(CarriedFd {
+                    fd: 900,
+                    dev: 12,
+                    ino: 77,
+                }),
+                control: CarriedFd {
+                    fd: 903,
+                    dev: 12,
+                    ino: 78,
+                },
+                info: vec![0, 1, 0xfe],
+            }),
         };
         let text = st.encode();
         assert!(!text.contains(' '), "env-safe text: {text}");
@@ -199,8 +275,26 @@ mod tests {
             exe: None,
             locks: false,
             counters: vec![],
+            // A copy island's hand-over: no cache descriptor.
+            attached: Some(Attached {
+                session: 1,
+                cache: None,
+                control: CarriedFd {
+                    fd: 901,
+                    dev: 1,
+                    ino: 2,
+                },
+                info: vec![],
+            }),
         };
         assert_eq!(State::decode(&st.encode()), Some(st));
+        assert_eq!(State::decode("v1;a:1:::"), None, "no control descriptor");
+        assert_eq!(State::decode("v1;a:1:384:1:2:385:1:2:0"), None, "odd hex");
+        assert_eq!(
+            State::decode("v1;a:1:384::2:385:1:2:"),
+            None,
+            "half a cache"
+        );
         assert_eq!(State::decode("v2;c:00"), None);
         assert_eq!(State::decode("v1;f:3:zz"), None);
         assert_eq!(State::decode("v1;c:0"), None);

@@ -218,6 +218,13 @@ pub enum BootRequest {
     /// wakes no server. Reply: `Attached` with `lane: None`; fds as
     /// `Reattach`.
     AttachLazily { pid: u32 },
+    /// `Reattach` whose reply the new image does not need: the exec handed
+    /// it the buffer cache's and control block's descriptors and the
+    /// session's id and instance information along with the socket
+    /// (`ENV_STATE`), so it goes on without waiting for the boot thread.
+    /// The boot thread retires the old image's lanes and learns the pid,
+    /// as for `Reattach`. No reply.
+    Reattached { pid: u32 },
 }
 
 /// A fault `atoll chaos` injects into a running instance, for tests of
@@ -329,6 +336,10 @@ pub struct InstanceStatus {
     /// `NewLane` each make one): what process starts cost in channels.
     #[serde(default)]
     pub lanes_made: u64,
+    /// New program images that joined the session an exec handed them
+    /// without waiting for the boot thread (`Reattached`), since start.
+    #[serde(default)]
+    pub images_handed_over: u64,
     pub servers: Vec<crate::ServerStats>,
     /// Instance-wide bounded metadata: `(resource, used, limit)` (inodes,
     /// names, open descriptions, locks, xattr bytes).

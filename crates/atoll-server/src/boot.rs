@@ -329,6 +329,8 @@ struct Boot {
     spare: Vec<(OwnedFd, ServerChannel)>,
     /// Lanes made since the instance started (`atoll status`).
     lanes_made: u64,
+    /// `Reattached` images since the instance started (`atoll status`).
+    images_handed_over: u64,
 }
 
 /// Run the boot thread until `quit` is set and the wake eventfd written.
@@ -354,6 +356,7 @@ pub fn run(p: BootParams) -> std::io::Result<()> {
         next_session: 1,
         spare: Vec::new(),
         lanes_made: 0,
+        images_handed_over: 0,
     };
     b.make_spare_channels();
     let mut events: Vec<epoll::Event> = Vec::with_capacity(64);
@@ -519,7 +522,8 @@ impl Boot {
         match req {
             BootRequest::Attach { pid }
             | BootRequest::AttachLazily { pid }
-            | BootRequest::Reattach { pid } => self.learn_pid(token, pid),
+            | BootRequest::Reattach { pid }
+            | BootRequest::Reattached { pid } => self.learn_pid(token, pid),
             BootRequest::ChildPid { pid } => {
                 self.learn_pid(token, pid);
                 return;
@@ -552,19 +556,18 @@ impl Boot {
                 self.attach(token, s, false)
             }
             (BootRequest::Reattach { .. }, Some(s)) => {
-                // The old program image's lanes retire (a forked child
-                // that only execs had none: nothing to tell the servers).
-                let before = self.conns.get(&token).map_or(0, |c| c.next_lane);
-                for i in (0..self.p.servers.len()).filter(|_| before > 0) {
-                    self.p
-                        .servers
-                        .post(i, Admin::RetireLanes { session: s, before });
-                }
-                if let Some(c) = self.conns.get_mut(&token) {
-                    c.lanes = 0;
-                }
+                self.retire_image_lanes(token, s);
                 self.attach(token, s, false)
             }
+            (BootRequest::Reattached { .. }, Some(s)) => {
+                self.retire_image_lanes(token, s);
+                self.images_handed_over += 1;
+                return;
+            }
+            // A new image that thinks it has a session on a connection
+            // that has none: nothing to answer; its first `NewLane` is
+            // refused.
+            (BootRequest::Reattached { .. }, None) => return,
             (BootRequest::Counters(k), Some(_)) => {
                 // Posted with the `SessionClosed` the process's exit causes.
                 if let Some(c) = self.conns.get_mut(&token) {
@@ -613,6 +616,21 @@ impl Boot {
         };
         if let Err(msg) = result {
             self.reply(token, &BootReply::Error(msg), &[]);
+        }
+    }
+
+    /// A new program image took over `s` (`Reattach`, `Reattached`): the
+    /// old image's lanes retire (a forked child that only execs had none:
+    /// nothing to tell the servers).
+    fn retire_image_lanes(&mut self, token: u64, s: SessionId) {
+        let before = self.conns.get(&token).map_or(0, |c| c.next_lane);
+        for i in (0..self.p.servers.len()).filter(|_| before > 0) {
+            self.p
+                .servers
+                .post(i, Admin::RetireLanes { session: s, before });
+        }
+        if let Some(c) = self.conns.get_mut(&token) {
+            c.lanes = 0;
         }
     }
 
@@ -719,6 +737,7 @@ impl Boot {
             clients: self.conns.values().filter(|c| c.session.is_some()).count() as u64,
             lanes: self.conns.values().map(|c| c.lanes as u64).sum(),
             lanes_made: self.lanes_made,
+            images_handed_over: self.images_handed_over,
             dir_names: self.p.servers.dir_names(&servers),
             servers,
             limits: crate::fs::limits::usage(&self.p.servers.control),

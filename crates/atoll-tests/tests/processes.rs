@@ -210,6 +210,29 @@ fn a_fork_that_only_execs_a_host_program_makes_no_lane() {
     assert!(traps >= 14, "traps reported: {traps}");
 }
 
+/// An exec hands the new image its session whole (the socket, the buffer
+/// cache's and control block's descriptors, the instance information), so
+/// the image joins without a round trip to the boot thread
+/// (`BootRequest::Reattached`): both when a forked child that holds
+/// nothing execs in its own session and when one holding an atoll
+/// descriptor (`cat < f`: its stdin is an atoll file) execs in a child
+/// session. The programs run as usual meanwhile.
+#[test]
+fn an_exec_hands_the_new_image_its_session_without_a_round_trip() {
+    let inst = Booted::new();
+    let handed = |st: &serde_json::Value| st["images_handed_over"].as_u64().expect("counter");
+    let before = handed(&inst.status());
+    let out = inst.exec(&format!(
+        "cd {MOUNT}; for i in $(seq 6); do /bin/true; done; \
+         for i in $(seq 6); do echo $i > f$i; cat < f$i > /dev/null; done; cat f1 f6"
+    ));
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "1\n6\n");
+    // 6 `true` and 7 `cat`.
+    let joined = handed(&inst.status()) - before;
+    assert!(joined >= 12, "images handed over: {joined}");
+}
+
 /// A forked child that execs in its own session (nothing in it to leave
 /// behind) or, holding something, in a child session (an inherited atoll
 /// fd, a lock, a failed exec first, an atoll program) runs as on Linux.

@@ -46,7 +46,7 @@ pub const NAME: &str = "atoll-fds";
 /// descriptors, which a listing of `/proc/PID/fd` by another process of
 /// the instance leaves out (`procfd`).
 const PRIVATE_AT: usize = 0;
-const PRIVATE_MAX: usize = 8;
+pub(crate) const PRIVATE_MAX: usize = 8;
 /// Then the atoll cwd: `{seq: u32, len: u32, path}` (empty: the cwd is
 /// on the host), for `/proc/PID/cwd` (`proclink`).
 const CWD_AT: usize = 4096;

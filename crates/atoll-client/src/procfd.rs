@@ -1,7 +1,7 @@
 //! `/proc/self/fd` as the program should see it.
 //!
 //! atoll keeps a few descriptors of its own in every process (the session
-//! socket, the placeholder template, the buffer cache; `Client::
+//! socket, the placeholder template, the buffer cache, the control block; `Client::
 //! is_private_fd`). They are the library's, not the program's: a program
 //! that lists its descriptors through `/proc/self/fd` (closing them all
 //! before an exec, or checking which were inherited, as CPython's
@@ -22,8 +22,8 @@ static LISTINGS: [AtomicU64; TRACKED / 64] = [const { AtomicU64::new(0) }; TRACK
 /// Listings of *another* atoll process's fd directory, and that process's
 /// own descriptors (as its published table says, `fdpub`) to leave out.
 static OTHERS: [AtomicU64; TRACKED / 64] = [const { AtomicU64::new(0) }; TRACKED / 64];
-static OTHERS_PRIVATE: [[AtomicI32; 4]; TRACKED] =
-    [const { [const { AtomicI32::new(-1) }; 4] }; TRACKED];
+static OTHERS_PRIVATE: [[AtomicI32; crate::fdpub::PRIVATE_MAX]; TRACKED] =
+    [const { [const { AtomicI32::new(-1) }; crate::fdpub::PRIVATE_MAX] }; TRACKED];
 
 /// Does `path` name this process's own fd directory?
 pub fn names_fd_dir(path: &[u8]) -> bool {

@@ -227,6 +227,20 @@ pub enum BootRequest {
     Reattached { pid: u32 },
 }
 
+impl BootRequest {
+    /// Does the boot thread answer this request? `ChildPid`, `Counters`
+    /// and `Reattached` are posts: a relay that waited for their answer
+    /// would wait for ever.
+    pub fn is_answered(&self) -> bool {
+        !matches!(
+            self,
+            BootRequest::ChildPid { .. }
+                | BootRequest::Counters(_)
+                | BootRequest::Reattached { .. }
+        )
+    }
+}
+
 /// A fault `atoll chaos` injects into a running instance, for tests of
 /// fault containment (fos §3.5: plan for failure).
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]

@@ -164,7 +164,9 @@ impl Edge {
             }
             let request = postcard::from_bytes::<BootRequest>(&packet);
             match request {
-                Ok(BootRequest::ChildPid { .. }) => {
+                // Posts (`ChildPid`, `Counters`, `Reattached`): no answer to
+                // wait for.
+                Ok(ref r) if !r.is_answered() => {
                     let _ =
                         wire::send(&*self.link, self.next_id(), &NodeMsg::Boot { conn, packet });
                     continue;

@@ -520,7 +520,7 @@ fn conn_worker(
 ) {
     while let Ok((id, packet)) = rx.recv() {
         let request = postcard::from_bytes::<BootRequest>(&packet);
-        let answered = !matches!(request, Ok(BootRequest::ChildPid { .. }));
+        let answered = request.as_ref().map_or(true, BootRequest::is_answered);
         if let Err(e) = seqpacket::send(sock.as_fd(), &packet, &[]) {
             if answered {
                 reply(&peer, id, conn, error_packet(&e.to_string()), vec![], None);

@@ -1417,6 +1417,17 @@ pub fn before_exit() {
     counters::report_at_exit();
 }
 
+/// As the process exits, after its exit report: does it hold nothing that
+/// a later system call could concern (no atoll descriptor, mapping or
+/// private copy of file data)? Then what remains of `exit` (stdio's flush
+/// of host descriptors, `exit_group`) may go straight to Linux.
+pub fn nothing_left_at_exit() -> bool {
+    session::client().is_some()
+        && fdtable::fds().is_empty()
+        && mapping::is_empty()
+        && copymap::is_empty()
+}
+
 /// The session id (tests and `--stats`).
 pub fn session_id() -> Option<SessionId> {
     session::client().map(|c| c.session_id())

@@ -90,6 +90,12 @@ fn report_panics_in_one_line() {
     }));
 }
 
+/// Is nothing of atoll left in this process as it exits (see
+/// `atoll_client::nothing_left_at_exit`)? A panic says no.
+pub fn nothing_left_at_exit() -> bool {
+    catch_unwind(atoll_client::nothing_left_at_exit).unwrap_or(false)
+}
+
 /// Does the instance want trapped sites rewritten (`--syscall-sites`)?
 #[cfg_attr(test, allow(dead_code))]
 pub fn rewrites_syscall_sites() -> bool {

@@ -206,3 +206,36 @@ echo kept > $M/f && cat $M/f"#,
         stderr(&o)
     );
 }
+
+/// A program that ends with `exit` holding nothing of atoll lets its last
+/// system calls through to Linux (`leave_quietly`): its `exit_group` does
+/// not trap, while one holding an atoll descriptor keeps trapping, so the
+/// flush of its stdio buffer into the mount is still atoll's.
+#[test]
+fn a_program_that_holds_nothing_of_atoll_exits_without_a_trap() {
+    let b = boot();
+    let dir = tempfile::tempdir().unwrap();
+    let stats = dir.path().join("traps");
+    let traps_of = |script: &str| -> (String, String) {
+        let _ = std::fs::remove_file(&stats);
+        let o = client_bash(&b, script, &[("ATOLL_TRAP_STATS", stats.to_str().unwrap())]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        (
+            stdout(&o),
+            std::fs::read_to_string(&stats).unwrap_or_default(),
+        )
+    };
+    let exit_group = format!(" {}:", libc::SYS_exit_group);
+    // bash's line goes out at its exec; `true`'s would come at its exit.
+    let (_, lines) = traps_of("cd $M && exec /bin/true");
+    assert!(!lines.contains(&exit_group), "{lines}");
+    // Unflushed stdio bytes for an atoll file, written at exit.
+    let (out, lines) = traps_of(
+        r#"cd $M && python3 -c 'import sys; sys.stdout.write("kept")' > out && exec cat out"#,
+    );
+    assert_eq!(out, "kept");
+    assert!(
+        lines.contains(&exit_group),
+        "exits holding atoll descriptors: {lines}"
+    );
+}

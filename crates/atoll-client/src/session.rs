@@ -649,6 +649,9 @@ pub struct Client {
     pub cache_fd: AtomicI32,
     /// The control block's memfd, kept for an exec to hand over.
     pub control_fd: AtomicI32,
+    /// A forked child that has not yet named its process to the boot
+    /// thread (`BootRequest::ChildPid`, sent with its first `NewLane`).
+    pid_untold: AtomicBool,
     session: AtomicPtr<Session>,
     pub boot_lock: SpinLock,
     pub umask: AtomicU32,
@@ -880,6 +883,10 @@ impl Client {
         let sock = self.socket_fd.load(Ordering::Relaxed);
         // SAFETY: the session socket stays open while the client lives.
         let sock = unsafe { BorrowedFd::borrow_raw(sock) };
+        if self.pid_untold.swap(false, Ordering::Relaxed) {
+            let pid = std::process::id();
+            boot_post(sock, &BootRequest::ChildPid { pid });
+        }
         let (reply, fds) = boot_call(sock, &BootRequest::NewLane)?;
         let BootReply::Lane { lane } = reply else {
             return Err(Error::Boot(format!("NewLane answered {reply:?}")));
@@ -960,15 +967,11 @@ impl Client {
         // small, and another thread's stale reference could not exist after
         // fork anyway.
         self.session.store(s, Ordering::Release);
-        // SAFETY: `socket` was just installed as this client's session
-        // socket and stays open while the client lives.
-        let sock = unsafe { BorrowedFd::borrow_raw(socket) };
-        boot_post(
-            sock,
-            &BootRequest::ChildPid {
-                pid: std::process::id(),
-            },
-        );
+        // The child names its process when it first asks for a lane
+        // (`new_lane`); a child that only execs names it in its new image's
+        // `Reattached`, and one that asks nothing needs no name: a post
+        // less per fork, and a wake-up less of the boot thread.
+        self.pid_untold.store(true, Ordering::Relaxed);
         Ok(())
     }
 }
@@ -1256,6 +1259,7 @@ fn build(
         template_fd: AtomicI32::new(-1),
         cache_fd: AtomicI32::new(cache_fd),
         control_fd: AtomicI32::new(control_fd),
+        pid_untold: AtomicBool::new(false),
         session: AtomicPtr::new(Box::into_raw(Box::new(session))),
         boot_lock: SpinLock::new(),
         umask: AtomicU32::new(um.as_raw_mode()),

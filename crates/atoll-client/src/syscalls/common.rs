@@ -9,6 +9,7 @@
 
 use atoll_proto::{SetAttr, TimeSet};
 
+use super::{Dir, PathArg};
 use crate::error::{err, Error, Result};
 use crate::meta::{self, Target};
 use crate::path::PathBuf;
@@ -64,20 +65,12 @@ pub(crate) fn fdarg(v: u64) -> i64 {
     v as i32 as i64
 }
 
-/// Run a path call on Linux with the path rewritten (it left atoll).
-#[allow(non_upper_case_globals)]
+/// Run a path call on Linux with the path rewritten (it left atoll): the
+/// path argument its row names (`Concerns::path`; a call naming two, such
+/// as `rename`, rewrites its own), relative to the cwd.
 pub(crate) fn rehost(nr: i64, a: &[u64; 6], p: &PathBuf) -> i64 {
-    use libc::*;
-    let (pi, di) = match nr {
-        SYS_openat | SYS_openat2 | SYS_newfstatat | SYS_statx | SYS_faccessat | SYS_faccessat2
-        | SYS_mkdirat | SYS_unlinkat | SYS_readlinkat | SYS_fchmodat | SYS_fchmodat2
-        | SYS_fchownat | SYS_utimensat | SYS_futimesat | SYS_mknodat => (1, Some(0)),
-        SYS_symlink | SYS_inotify_add_watch => (1, None),
-        SYS_name_to_handle_at => (1, Some(0)),
-        SYS_fanotify_mark => (4, Some(3)),
-        SYS_symlinkat => (2, Some(1)),
-        _ => (0, None),
-    };
+    use libc::AT_FDCWD;
+    let (pi, di) = rehosted_args(nr);
     let mut b = *a;
     b[pi] = p.as_ptr() as u64;
     if let Some(d) = di {
@@ -87,6 +80,22 @@ pub(crate) fn rehost(nr: i64, a: &[u64; 6], p: &PathBuf) -> i64 {
     // our NUL-terminated buffer, which outlives the call. It may block (a
     // host FIFO): restarted for SA_RESTART handlers (see `intr`).
     unsafe { intr::restartable_host_syscall6(nr, b) }
+}
+
+/// Which argument of call `nr` a rewritten path replaces, and which dirfd
+/// argument becomes `AT_FDCWD` with it.
+fn rehosted_args(nr: i64) -> (usize, Option<usize>) {
+    match super::lookup(nr).and_then(|call| call.concerns.path()) {
+        Some(PathArg {
+            dir: Dir::Arg(d),
+            path,
+        }) => (path as usize, Some(d as usize)),
+        Some(PathArg {
+            dir: Dir::Cwd,
+            path,
+        }) => (path as usize, None),
+        None => (0, None),
+    }
 }
 
 pub(crate) fn done(v: i64) -> Result<Out> {
@@ -263,4 +272,54 @@ pub(crate) fn offset(v: u64) -> Result<u64> {
         return err(libc::EINVAL);
     }
     Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rehosted_args;
+    use libc::*;
+
+    #[test]
+    fn a_path_leaving_atoll_goes_back_in_the_argument_each_call_names() {
+        for nr in [
+            SYS_openat,
+            SYS_openat2,
+            SYS_newfstatat,
+            SYS_statx,
+            SYS_faccessat,
+            SYS_faccessat2,
+            SYS_mkdirat,
+            SYS_unlinkat,
+            SYS_readlinkat,
+            SYS_fchmodat,
+            SYS_fchmodat2,
+            SYS_fchownat,
+            SYS_utimensat,
+            SYS_futimesat,
+            SYS_mknodat,
+            SYS_name_to_handle_at,
+        ] {
+            assert_eq!(rehosted_args(nr), (1, Some(0)), "{nr}");
+        }
+        assert_eq!(rehosted_args(SYS_symlink), (1, None));
+        assert_eq!(rehosted_args(SYS_inotify_add_watch), (1, None));
+        assert_eq!(rehosted_args(SYS_fanotify_mark), (4, Some(3)));
+        assert_eq!(rehosted_args(SYS_symlinkat), (2, Some(1)));
+        for nr in [
+            SYS_open,
+            SYS_creat,
+            SYS_stat,
+            SYS_lstat,
+            SYS_access,
+            SYS_mkdir,
+            SYS_unlink,
+            SYS_readlink,
+            SYS_chdir,
+            SYS_getxattr,
+            SYS_truncate,
+            SYS_execve,
+        ] {
+            assert_eq!(rehosted_args(nr), (0, None), "{nr}");
+        }
+    }
 }

@@ -6,7 +6,7 @@
 
 use libc::{SYS_getdents64, AT_FDCWD};
 
-use super::common::{done, fdarg, on_fd, path_concerns};
+use super::common::{done, fdarg, on_fd};
 use crate::error::Result;
 use crate::session::Client;
 use crate::{fdtable, ns, procfd, sys, walk, Out};
@@ -45,11 +45,6 @@ pub(super) fn chdir(c: &'static Client, _: i64, a: &[u64; 6]) -> Result<Out> {
     ns::chdir(c, &lane, p)
 }
 
-/// `chdir`: into the mount, or out of it.
-pub(super) fn chdir_concerns(c: &Client, _: i64, a: &[u64; 6]) -> bool {
-    c.cwd().is_some() || path_concerns(c, AT_FDCWD as i64, a[0])
-}
-
 pub(super) fn fchdir(c: &'static Client, _: i64, a: &[u64; 6]) -> Result<Out> {
     ns::fchdir(c, fdarg(a[0]))
 }
@@ -63,7 +58,7 @@ pub(super) fn getcwd(c: &'static Client, _: i64, a: &[u64; 6]) -> Result<Out> {
     ns::getcwd(c, a[0], a[1])
 }
 
-/// `getcwd`: while the cwd is in atoll.
+/// `getcwd`, and `chdir` out of the mount: while the cwd is in atoll.
 pub(super) fn in_atoll_cwd(c: &Client, _: i64, _: &[u64; 6]) -> bool {
     c.cwd().is_some()
 }

@@ -78,6 +78,9 @@ pub(crate) enum Concerns {
     Always,
     /// A path under the mount (or reaching it: `..`, `/proc/self/cwd`).
     Path(PathArg),
+    /// A path, or the call's own test (in words: when it holds), e.g.
+    /// `open` of a `/proc` table atoll serves.
+    PathOr(PathArg, Test, &'static str),
     /// Either of two paths (`rename`, `link`).
     Paths(PathArg, PathArg),
     /// The descriptor the call acts on, in its first argument. On one of
@@ -145,10 +148,22 @@ pub(crate) fn concerns(nr: i64, a: &[u64; 6]) -> bool {
     match call.concerns {
         Concerns::Always => true,
         Concerns::Path(p) => path_arg_concerns(c, p, a),
+        Concerns::PathOr(p, test, _) => path_arg_concerns(c, p, a) || test(c, nr, a),
         Concerns::Paths(p, q) => path_arg_concerns(c, p, a) || path_arg_concerns(c, q, a),
         Concerns::OnFd => at(0) || c.is_private_fd(a[0] as i32),
         Concerns::Fds(i, j) => at(i) || at(j),
         Concerns::By(test, _) => test(c, nr, a),
+    }
+}
+
+impl Concerns {
+    /// The one path argument the call names, if it names one: where a
+    /// path that left atoll is put back for Linux (`common::rehost`).
+    pub(crate) fn path(self) -> Option<PathArg> {
+        match self {
+            Concerns::Path(p) | Concerns::PathOr(p, ..) => Some(p),
+            _ => None,
+        }
     }
 }
 
@@ -181,13 +196,13 @@ pub(crate) fn run(c: &'static Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
 }
 
 /// One row as the documentation shows it.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Row {
     pub nr: i64,
     pub name: &'static str,
     pub support: Support,
     /// When the call is atoll's, in words (`"path a0"`, `"fd a0"`, …).
-    pub when: &'static str,
+    pub when: String,
 }
 
 /// Every call atoll has a row for, by number.
@@ -202,30 +217,20 @@ pub fn rows() -> impl Iterator<Item = Row> {
     })
 }
 
-fn describe(call: &Call) -> &'static str {
-    use Dir::{Arg, Cwd};
+fn describe(call: &Call) -> String {
+    let path = |p: PathArg| match p.dir {
+        Dir::Cwd => format!("path a{}", p.path),
+        Dir::Arg(d) => format!("dirfd a{d} + path a{}", p.path),
+    };
     match call.concerns {
-        Concerns::Always => "always",
-        Concerns::Path(PathArg { dir: Cwd, path: 0 }) => "path a0",
-        Concerns::Path(PathArg { dir: Cwd, path: 1 }) => "path a1",
-        Concerns::Path(PathArg {
-            dir: Arg(0),
-            path: 1,
-        }) => "dirfd a0 + path a1",
-        Concerns::Path(PathArg {
-            dir: Arg(1),
-            path: 2,
-        }) => "dirfd a1 + path a2",
-        Concerns::Path(_) => "a path argument",
-        Concerns::Paths(PathArg { dir: Cwd, .. }, _) => "path a0 or a1",
-        Concerns::Paths(..) => "dirfd a0 + path a1, or dirfd a2 + path a3",
-        Concerns::OnFd => "fd a0",
-        Concerns::Fds(0, 1) => "fd a0 or a1",
-        Concerns::Fds(0, 2) => "fd a0 or a2",
-        Concerns::Fds(2, 2) => "fd a2",
-        Concerns::Fds(0, 0) => "fd a0",
-        Concerns::Fds(..) => "a descriptor argument",
-        Concerns::By(_, when) => when,
+        Concerns::Always => "always".into(),
+        Concerns::Path(p) => path(p),
+        Concerns::PathOr(p, _, when) => format!("{}, or {when}", path(p)),
+        Concerns::Paths(p, q) => format!("{}, or {}", path(p), path(q)),
+        Concerns::OnFd => "fd a0".into(),
+        Concerns::Fds(i, j) if i == j => format!("fd a{i}"),
+        Concerns::Fds(i, j) => format!("fd a{i} or a{j}"),
+        Concerns::By(_, when) => when.into(),
     }
 }
 

@@ -111,14 +111,14 @@ pub(super) fn readlink(c: &'static Client, nr: i64, a: &[u64; 6]) -> Result<Out>
     ns::readlink(c, &lane, d, p, buf, size)
 }
 
-/// `readlink`: its path, or a `/proc` link atoll answers.
+/// `readlink` of a `/proc` link atoll answers (besides its path).
 pub(super) fn readlink_concerns(c: &Client, _: i64, a: &[u64; 6]) -> bool {
-    path_concerns(c, CWD, a[0]) || names_proc_link(c, a[0])
+    names_proc_link(c, a[0])
 }
 
 /// `readlinkat`: as `readlink`'s.
 pub(super) fn readlinkat_concerns(c: &Client, _: i64, a: &[u64; 6]) -> bool {
-    path_concerns(c, fdarg(a[0]), a[1]) || names_proc_link(c, a[1])
+    names_proc_link(c, a[1])
 }
 
 pub(super) fn mknod(c: &'static Client, _: i64, a: &[u64; 6]) -> Result<Out> {

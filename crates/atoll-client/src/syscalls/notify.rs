@@ -2,9 +2,7 @@
 //! `name_to_handle_at`. The queues are `inotify`'s and `fanotify`'s; these
 //! only pick the calls out.
 
-use libc::AT_FDCWD;
-
-use super::common::{fdarg, path_concerns};
+use super::common::fdarg;
 use crate::error::Result;
 use crate::session::Client;
 use crate::{fanotify, fdtable, inotify, Out};
@@ -13,9 +11,9 @@ pub(super) fn inotify_add_watch(c: &'static Client, _: i64, a: &[u64; 6]) -> Res
     inotify::add_watch(c, fdarg(a[0]), a[1], a[2] as u32)
 }
 
-/// `inotify_add_watch`: on an atoll queue, or of an atoll path.
-pub(super) fn add_watch_concerns(c: &Client, _: i64, a: &[u64; 6]) -> bool {
-    fdtable::is_atoll(fdarg(a[0])) || path_concerns(c, AT_FDCWD as i64, a[1])
+/// `inotify_add_watch` on an atoll queue (besides an atoll path).
+pub(super) fn add_watch_concerns(_: &Client, _: i64, a: &[u64; 6]) -> bool {
+    fdtable::is_atoll(fdarg(a[0]))
 }
 
 pub(super) fn inotify_rm_watch(c: &'static Client, _: i64, a: &[u64; 6]) -> Result<Out> {
@@ -26,11 +24,11 @@ pub(super) fn fanotify_mark(c: &'static Client, _: i64, a: &[u64; 6]) -> Result<
     fanotify::mark(c, a)
 }
 
-/// `fanotify_mark(fd, flags, mask, dirfd, path)`: on an atoll group, or of
-/// an atoll path (or dirfd alone, with no path).
-pub(super) fn mark_concerns(c: &Client, _: i64, a: &[u64; 6]) -> bool {
+/// `fanotify_mark(fd, flags, mask, dirfd, path)` on an atoll group, or of
+/// an atoll dirfd alone, with no path (besides an atoll path).
+pub(super) fn mark_concerns(_: &Client, _: i64, a: &[u64; 6]) -> bool {
     let at = |i: usize| fdtable::is_atoll(fdarg(a[i]));
-    path_concerns(c, fdarg(a[3]), a[4]) || (a[4] == 0 && at(3)) || at(0)
+    (a[4] == 0 && at(3)) || at(0)
 }
 
 pub(super) fn name_to_handle_at(c: &'static Client, _: i64, a: &[u64; 6]) -> Result<Out> {

@@ -8,7 +8,7 @@
 
 use libc::{AT_FDCWD, EAGAIN, EINVAL, O_CREAT, O_TMPFILE, O_TRUNC, O_WRONLY};
 
-use super::common::{fdarg, names_proc_table, path_concerns};
+use super::common::{fdarg, names_proc_table};
 use crate::error::{err, Result};
 use crate::session::Client;
 use crate::{fdpath, fdpub, fdtable, file, pipe, procfd, procmounts, sys, walk, Out};
@@ -65,19 +65,20 @@ pub(super) fn openat2(c: &'static Client, _: i64, a: &[u64; 6]) -> Result<Out> {
     )
 }
 
-/// `open`: its path, or a `/proc` table atoll answers.
-pub(super) fn open_concerns(c: &Client, _: i64, a: &[u64; 6]) -> bool {
-    path_concerns(c, CWD, a[0]) || names_proc_table(a[0])
+/// `open` of a `/proc` table atoll answers (besides its path).
+pub(super) fn open_concerns(_: &Client, _: i64, a: &[u64; 6]) -> bool {
+    names_proc_table(a[0])
 }
 
 /// `openat`: as `open`'s.
-pub(super) fn openat_concerns(c: &Client, _: i64, a: &[u64; 6]) -> bool {
-    path_concerns(c, fdarg(a[0]), a[1]) || names_proc_table(a[1])
+pub(super) fn openat_concerns(_: &Client, _: i64, a: &[u64; 6]) -> bool {
+    names_proc_table(a[1])
 }
 
-/// `openat2`: `RESOLVE_IN_ROOT` starts even an absolute path at the dirfd.
-pub(super) fn openat2_concerns(c: &Client, _: i64, a: &[u64; 6]) -> bool {
-    path_concerns(c, fdarg(a[0]), a[1]) || fdtable::is_atoll(fdarg(a[0]))
+/// `openat2` on an atoll dirfd: `RESOLVE_IN_ROOT` starts even an absolute
+/// path there.
+pub(super) fn openat2_concerns(_: &Client, _: i64, a: &[u64; 6]) -> bool {
+    fdtable::is_atoll(fdarg(a[0]))
 }
 
 /// Open-style entry: cheap check, then the walk.

@@ -71,6 +71,14 @@ const fn by(t: super::Test, when: &'static str) -> Concerns {
     Concerns::By(t, when)
 }
 
+/// The path in `p`, or the call's own test `t` (`when`: in words).
+const fn path_or(p: Concerns, t: super::Test, when: &'static str) -> Concerns {
+    match p {
+        Concerns::Path(p) => Concerns::PathOr(p, t, when),
+        _ => panic!("path_or takes a path"),
+    }
+}
+
 const MAKES_PIPES: Concerns = by(poll::pipe_concerns, "atoll makes the pipes");
 const HOLDS_PIPES: Concerns = by(
     poll::pipe_concerns,
@@ -89,14 +97,14 @@ const HOST_CRED: &str = "Linux changes the credentials; atoll reads them again f
 const ROWS: &[Row] = &[
     // Opening (`open.rs`).
     row(SYS_open, "open", open::open,
-        by(open::open_concerns, "path a0, or a `/proc` table atoll serves"),
+        path_or(path(0), open::open_concerns, "a `/proc` table atoll serves"),
         Full),
     row(SYS_creat, "creat", open::creat, path(0), Full),
     row(SYS_openat, "openat", open::openat,
-        by(open::openat_concerns, "dirfd a0 + path a1, or a `/proc` table atoll serves"),
+        path_or(path_at(0, 1), open::openat_concerns, "a `/proc` table atoll serves"),
         Full),
     row(SYS_openat2, "openat2", open::openat2,
-        by(open::openat2_concerns, "dirfd a0 + path a1, or fd a0"),
+        path_or(path_at(0, 1), open::openat2_concerns, "fd a0"),
         Partial("RESOLVE_CACHED is always EAGAIN")),
     // Names (`names.rs`).
     row(SYS_mkdir, "mkdir", names::mkdir, path(0), Full),
@@ -117,10 +125,10 @@ const ROWS: &[Row] = &[
     row(SYS_symlink, "symlink", names::symlink, path(1), Full),
     row(SYS_symlinkat, "symlinkat", names::symlinkat, path_at(1, 2), Full),
     row(SYS_readlink, "readlink", names::readlink,
-        by(names::readlink_concerns, "path a0, or a `/proc` link atoll answers"),
+        path_or(path(0), names::readlink_concerns, "a `/proc` link atoll answers"),
         Full),
     row(SYS_readlinkat, "readlinkat", names::readlink,
-        by(names::readlinkat_concerns, "dirfd a0 + path a1, or a `/proc` link atoll answers"),
+        path_or(path_at(0, 1), names::readlinkat_concerns, "a `/proc` link atoll answers"),
         Full),
     row(SYS_mknod, "mknod", names::mknod, path(0), Full),
     row(SYS_mknodat, "mknodat", names::mknodat, path_at(0, 1), Full),
@@ -132,7 +140,7 @@ const ROWS: &[Row] = &[
         by(dirs::getdents_concerns, "fd a0, or a listing of `/proc/self/fd`"),
         Partial("a buffer only partly accessible is EFAULT")),
     row(SYS_chdir, "chdir", dirs::chdir,
-        by(dirs::chdir_concerns, "path a0, or the cwd is atoll's"),
+        path_or(path(0), dirs::in_atoll_cwd, "the cwd is atoll's"),
         Full),
     row(SYS_fchdir, "fchdir", dirs::fchdir,
         by(dirs::fchdir_concerns, "fd a0, or the cwd is atoll's"),
@@ -257,12 +265,12 @@ const ROWS: &[Row] = &[
         Refused(ENOSYS, "the kernel would run file operations atoll never sees")),
     // Notification (`notify.rs`).
     row(SYS_inotify_add_watch, "inotify_add_watch", notify::inotify_add_watch,
-        by(notify::add_watch_concerns, "fd a0, or path a1"),
+        path_or(path(1), notify::add_watch_concerns, "fd a0"),
         Partial("no IN_UNMOUNT; one descriptor watches host or atoll paths, not both (EXDEV)")),
     row(SYS_inotify_rm_watch, "inotify_rm_watch", notify::inotify_rm_watch,
         Concerns::Fds(0, 0), Full),
     row(SYS_fanotify_mark, "fanotify_mark", notify::fanotify_mark,
-        by(notify::mark_concerns, "fd a0, or dirfd a3 + path a4"),
+        path_or(path_at(3, 4), notify::mark_concerns, "fd a0, or dirfd a3 alone"),
         Partial("permission events, ignore masks, FAN_MARK_EVICTABLE: EOPNOTSUPP; \
                  host and atoll marks not mixed")),
     row(SYS_name_to_handle_at, "name_to_handle_at", notify::name_to_handle_at, path_at(0, 1),

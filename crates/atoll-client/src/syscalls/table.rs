@@ -13,8 +13,8 @@ use super::Support::{Full, Host, Partial, Refused};
 use super::{attrs, data, dirs, fds, memory, names, notify, open, poll, process, sockets, xattrs};
 use super::{Call, Concerns, Handler, PathArg, Support, SLOTS};
 
-const fn row(nr: i64, name: &'static str, run: Handler, concerns: Concerns, s: Support) -> Row {
-    Row {
+const fn row(nr: i64, name: &'static str, run: Handler, concerns: Concerns, s: Support) -> Entry {
+    Entry {
         nr,
         call: Call {
             run,
@@ -27,13 +27,14 @@ const fn row(nr: i64, name: &'static str, run: Handler, concerns: Concerns, s: S
 }
 
 /// A call the pipe layer answers first (see `pipe::route`).
-const fn piped(r: Row) -> Row {
+const fn piped(r: Entry) -> Entry {
     let mut r = r;
     r.call.pipe = true;
     r
 }
 
-pub(super) struct Row {
+/// One call's number and row, as written in [`ROWS`].
+pub(super) struct Entry {
     nr: i64,
     call: Call,
 }
@@ -94,7 +95,7 @@ const ST_DEV: &str = "st_dev is atoll's fixed device; a distributed directory's 
 const HOST_CRED: &str = "Linux changes the credentials; atoll reads them again for its requests";
 
 #[rustfmt::skip]
-const ROWS: &[Row] = &[
+const ROWS: &[Entry] = &[
     // Opening (`open.rs`).
     row(SYS_open, "open", open::open,
         path_or(path(0), open::open_concerns, "a `/proc` table atoll serves"),

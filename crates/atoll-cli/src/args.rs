@@ -103,6 +103,9 @@ pub enum Command {
     Man(ManArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(CompletionsArgs),
+    /// Print the system calls atoll looks at, with what a program gets from
+    /// each (Markdown: docs/SYSCALLS.md).
+    Syscalls,
     /// Internal: one benchmark worker process.
     #[command(hide = true, disable_help_flag = true)]
     BenchWorker(PassThrough),

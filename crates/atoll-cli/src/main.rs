@@ -91,6 +91,12 @@ fn real_main() -> i32 {
         Command::Completions(a) => {
             docgen::write_completions(a.shell, &mut std::io::stdout().lock()).map(|()| 0)
         }
+        Command::Syscalls => {
+            let page = docgen::syscalls_page();
+            std::io::Write::write_all(&mut std::io::stdout().lock(), page.as_bytes())
+                .map(|()| 0)
+                .map_err(Into::into)
+        }
         Command::BenchWorker(a) => bench::worker(a.args),
     };
     match result {

@@ -164,23 +164,6 @@ impl Default for SentSets {
     }
 }
 
-/// System calls after which the kernel's credentials may differ.
-pub fn changes_credentials(nr: i64) -> bool {
-    matches!(
-        nr,
-        libc::SYS_setuid
-            | libc::SYS_setgid
-            | libc::SYS_setreuid
-            | libc::SYS_setregid
-            | libc::SYS_setresuid
-            | libc::SYS_setresgid
-            | libc::SYS_setfsuid
-            | libc::SYS_setfsgid
-            | libc::SYS_setgroups
-            | libc::SYS_capset
-    )
-}
-
 /// Run credential call `nr` on Linux, then take over what it changed.
 pub fn change(_c: &Client, nr: i64, a: &[u64; 6]) -> i64 {
     // SAFETY: the program's own call with its own arguments; the kernel

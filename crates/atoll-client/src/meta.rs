@@ -398,8 +398,8 @@ fn on_xattr_target(
     run: impl Fn(&Lane, InodeId, Option<&Entry>) -> Result<Out>,
 ) -> Result<Out> {
     match fd {
-        Some(fd) => crate::on_fd(c, fd, |l, d| run(l, d.ino(), None)),
-        None => crate::on_entry(
+        Some(fd) => crate::syscalls::common::on_fd(c, fd, |l, d| run(l, d.ino(), None)),
+        None => crate::syscalls::common::on_entry(
             c,
             libc::AT_FDCWD as i64,
             path,

@@ -1,0 +1,72 @@
+//! Processes and credentials: `execve`, `execveat`, `umask`, the
+//! credential setters, `getppid`, CPU affinity, and calls atoll refuses.
+//!
+//! Most of these run on Linux; atoll looks so that its own copy of what
+//! they change (the umask its creates apply, the credentials its requests
+//! carry) stays right.
+
+use std::sync::atomic::Ordering;
+
+use libc::{c_char, SYS_execve, SYS_umask, AT_FDCWD, ENOSYS};
+
+use super::common::{done, fdarg};
+use crate::error::{err, Result};
+use crate::session::Client;
+use crate::{cpus, creds, exec, sys, Out};
+
+/// `execve`, `execveat`: atoll prepares the image (it may live in the
+/// mount, and the session goes across, see `exec`).
+pub(super) fn execve(_: &'static Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
+    let (d, p, argv, envp, fl) = if nr == SYS_execve {
+        (AT_FDCWD as i64, a[0], a[1], a[2], 0)
+    } else {
+        (fdarg(a[0]), a[1], a[2], a[3], a[4] as i32)
+    };
+    let path = sys::user_path(p)?;
+    let plan = exec::prepare_execat(
+        d,
+        path,
+        argv as *const *const c_char,
+        envp as *const *const c_char,
+        fl,
+    )?;
+    done(exec::execute(&plan))
+}
+
+pub(super) fn umask(c: &'static Client, _: i64, a: &[u64; 6]) -> Result<Out> {
+    // SAFETY: integer argument.
+    let old = unsafe { sys::sc(SYS_umask, a[0], 0, 0, 0) };
+    c.umask.store(a[0] as u32 & 0o777, Ordering::Relaxed);
+    done(old)
+}
+
+/// `setuid` and the other setters: Linux changes them, atoll reads them.
+pub(super) fn credentials(c: &'static Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
+    done(creds::change(c, nr, a))
+}
+
+pub(super) fn getppid(_: &'static Client, _: i64, _: &[u64; 6]) -> Result<Out> {
+    done(exec::proxy_getppid())
+}
+
+/// `getppid`: in a proxied image (`--exec-via spawn`).
+pub(super) fn getppid_concerns(_: &Client, _: i64, _: &[u64; 6]) -> bool {
+    exec::proxy_of_self().is_some()
+}
+
+pub(super) fn sched_getaffinity(c: &'static Client, _: i64, a: &[u64; 6]) -> Result<Out> {
+    cpus::getaffinity(c, a)
+}
+
+pub(super) fn sched_setaffinity(_: &'static Client, _: i64, a: &[u64; 6]) -> Result<Out> {
+    cpus::setaffinity(a)
+}
+
+/// io_uring submits file operations the kernel runs without a system call
+/// atoll could see (on placeholder descriptors, or on host paths in the
+/// program's name). Answer as a kernel built without it, so programs fall
+/// back to ordinary calls (liburing, Python, Rust runtimes all do on
+/// ENOSYS).
+pub(super) fn refuse_enosys(_: &'static Client, _: i64, _: &[u64; 6]) -> Result<Out> {
+    err(ENOSYS)
+}

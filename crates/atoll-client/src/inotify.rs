@@ -293,12 +293,19 @@ pub(crate) fn convert_host_queue(c: &Client, lane: &Lane, fd: i64, kind: Kind) -
     }
     let nonblock = status as u32 & libc::O_NONBLOCK as u32;
     let cloexec = fdflags as i32 & libc::FD_CLOEXEC != 0;
+    let max_events = match kind {
+        Kind::Inotify => max_queued_events("inotify"),
+        Kind::Fanotify => crate::fanotify::max_events(&info),
+    };
     // Spread queues over servers by process, as pipes.
     let server = c.live_server(std::process::id() as usize % c.nservers.max(1));
     let (ino, desc, header) = lane.call(
         c,
         server,
-        Request::InotifyInit { flags: nonblock },
+        Request::InotifyInit {
+            flags: nonblock,
+            max_events,
+        },
         |r| match r {
             Reply::Pipe {
                 ino, read, header, ..
@@ -331,6 +338,23 @@ pub(crate) fn convert_host_queue(c: &Client, lane: &Lane, fd: i64, kind: Kind) -
         .ok_or(Error::Errno(libc::EBADF))
 }
 
+/// Linux's limit on a queue's events (`/proc/sys/fs/{kind}/
+/// max_queued_events`), read when the queue is made, as Linux reads it
+/// when the group is made.
+pub(crate) fn max_queued_events(kind: &str) -> u32 {
+    std::fs::read_to_string(format!("/proc/sys/fs/{kind}/max_queued_events"))
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(ino_hdr::DEFAULT_MAX_EVENTS)
+}
+
+/// `records` records were read (lock held): the queue holds fewer.
+pub(crate) fn consumed(ring: &Ring, records: u32) {
+    let w = ring.word(ino_hdr::COUNT);
+    let left = w.load(Ordering::Acquire).saturating_sub(records);
+    w.store(left, Ordering::Release);
+}
+
 /// `read(2)` on a queue: whole records only, as Linux's `inotify_read`.
 pub fn read(c: &Client, d: &DescRef, ring: &Ring, buf: &mut [u8]) -> Result<usize> {
     let _ = c;
@@ -341,12 +365,13 @@ pub fn read(c: &Client, d: &DescRef, ring: &Ring, buf: &mut [u8]) -> Result<usiz
         let tail = ring.word64(ino_hdr::TAIL).load(Ordering::Acquire);
         if head != tail {
             let r = copy_records(ring, head, tail, buf);
-            if let Ok(n) = r {
+            if let Ok((n, records)) = r {
                 ring.word64(ino_hdr::TAIL)
                     .store(tail + n as u64, Ordering::Release);
+                consumed(ring, records);
             }
             ring.unlock();
-            return r;
+            return r.map(|(n, _)| n);
         }
         wait_for_records(ring, d.flags(), sig)?;
     }
@@ -381,10 +406,11 @@ pub(crate) fn wait_for_records(ring: &Ring, flags: u32, sig: sys::SigBlock) -> R
     crate::pipe::sleep(ring, ino_hdr::RSEQ, ino_hdr::RSLEEP, seen)
 }
 
-/// Copy the whole records in `[tail, head)` that fit `buf` (lock held).
-fn copy_records(ring: &Ring, head: u64, tail: u64, buf: &mut [u8]) -> Result<usize> {
+/// Copy the whole records in `[tail, head)` that fit `buf` (lock held):
+/// the bytes and records copied.
+fn copy_records(ring: &Ring, head: u64, tail: u64, buf: &mut [u8]) -> Result<(usize, u32)> {
     let avail = head.wrapping_sub(tail).min(ring.capacity());
-    let mut done = 0usize;
+    let (mut done, mut records) = (0usize, 0u32);
     while (done as u64) < avail {
         let mut h = [0u8; EVENT_HEADER];
         if !ring.copy_out(tail + done as u64, &mut h) {
@@ -402,9 +428,10 @@ fn copy_records(ring: &Ring, head: u64, tail: u64, buf: &mut [u8]) -> Result<usi
             return err(libc::EIO);
         }
         done += n;
+        records += 1;
     }
     if done == 0 {
         return err(libc::EINVAL); // the next event does not fit
     }
-    Ok(done)
+    Ok((done, records))
 }

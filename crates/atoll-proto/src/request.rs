@@ -395,10 +395,12 @@ pub enum Request<'a> {
     // ---- change notification (inotify; layout in [`inotify`]) ----
     /// Any server (the client picks one). Create a notification queue: an
     /// anonymous inode, its ring and one read-only description (`flags &
-    /// O_NONBLOCK`) referenced by this session. → `Pipe` with `read` and
-    /// `write` both the description
+    /// O_NONBLOCK`) referenced by this session, holding at most
+    /// `max_events` records (`inotify::MAX_EVENTS`). → `Pipe` with `read`
+    /// and `write` both the description
     InotifyInit {
         flags: u32,
+        max_events: u32,
     },
     /// `desc.server()`, the queue's owner. Give `ino` its watch descriptor
     /// in the queue behind `desc` (one inode, one descriptor) and work out

@@ -152,7 +152,9 @@ fn inotifywait_sees_exec_cat_ls_as_tmpfs() {
 /// `IN_MASK_CREATE`, `inotify_rm_watch`, `IN_DELETE_SELF` then
 /// `IN_IGNORED`, `EINVAL` for a short buffer, `FIONREAD`, `EAGAIN`,
 /// `poll`/`epoll`, blocking reads woken by another process and cut by a
-/// signal, `IN_Q_OVERFLOW`: the probe's transcript equals tmpfs's, also
+/// signal, `IN_Q_OVERFLOW` after `max_queued_events` records (not a
+/// ring's bytes: the ring grows), once while unread, with an event after
+/// it once a read made room: the probe's transcript equals tmpfs's, also
 /// in distributed directories, where a `chmod` or `truncate` by path of a
 /// file renamed to a name another server holds is reported by the file's
 /// owner to the directory's watchers through the entry the client named.
@@ -161,7 +163,7 @@ fn probe_matches_tmpfs() {
     transcript_matches_tmpfs(
         "probe",
         include_str!("inotify/probe.c"),
-        "overflows 1, last is overflow 1, its wd -1",
+        "overflows 1, at 16385, its wd -1",
         &["--memory", "256M"],
     );
 }

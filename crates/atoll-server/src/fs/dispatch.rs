@@ -181,7 +181,9 @@ impl<S: BlockStore> FileServer<S> {
             Q::Stats => Ok(Reply::Stats(self.stats())),
             Q::Pipe { flags } => self.pipe_create(session, who, flags),
             Q::PipeHeader { desc } => self.pipe_header(session, desc),
-            Q::InotifyInit { flags } => self.inotify_init(session, who, flags),
+            Q::InotifyInit { flags, max_events } => {
+                self.inotify_init(session, who, flags, max_events)
+            }
             Q::InotifyAddWatch { desc, ino, mask } => {
                 self.inotify_add_watch(session, desc, ino, mask)
             }

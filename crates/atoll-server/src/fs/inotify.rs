@@ -98,6 +98,10 @@ pub(super) struct Notify {
     /// from (`names_key`); rebuilt when that moved.
     names: Map<InodeId, Vec<(InodeId, Vec<u8>)>>,
     names_key: Option<(u64, u64, usize)>,
+    /// Blocks of this server's lent to rings it grew (`ring::grow`), by
+    /// queue: given back once the queue is dead and nobody writes to it.
+    #[serde(default)]
+    lent: Map<QueueRef, Vec<u32>>,
     /// Records not yet in their ring (its lock was held), in order.
     pending: VecDeque<(QueueRef, Vec<u8>)>,
     /// The pid the request being served came from (`RequestFrame::pid`;
@@ -126,7 +130,10 @@ impl Notify {
     /// Does anything here need looking at after a request? Hot path: one
     /// branch when nobody uses inotify.
     pub(super) fn busy(&self) -> bool {
-        !(self.watches.is_empty() && self.pending.is_empty() && self.dying.is_empty())
+        !(self.watches.is_empty()
+            && self.pending.is_empty()
+            && self.dying.is_empty()
+            && self.lent.is_empty())
     }
 
     /// Record watch `w` of `ino`, replacing one with its queue and `wd`.
@@ -364,6 +371,7 @@ impl<S: BlockStore> FileServer<S> {
         session: SessionId,
         who: &Caller,
         flags: u32,
+        max_events: u32,
     ) -> R<'o> {
         if flags & !(libc::O_NONBLOCK | libc::O_CLOEXEC) as u32 != 0 {
             return Err(Errno::EINVAL);
@@ -401,6 +409,7 @@ impl<S: BlockStore> FileServer<S> {
         for k in (FIRED..BLOCK_SIZE).step_by(4) {
             st.put_u32(header, k, 0);
         }
+        st.put_u32(header, MAX_EVENTS, max_events);
         self.notify.queues.insert(
             ino,
             Queue {
@@ -540,13 +549,19 @@ impl<S: BlockStore> FileServer<S> {
     /// never lose each other's bits.
     fn hold(&mut self, queue: QueueRef) {
         let held = self.notify.held.contains_key(&queue);
+        self.set_bit(queue.header, HOLDERS, held);
+    }
+
+    /// Set or clear this server's bit in the `u64` bit set at `word` of
+    /// header `h` (`HOLDERS`, `LENDERS`).
+    fn set_bit(&mut self, h: u32, word: usize, on: bool) {
         let bit = self.cfg.index;
-        let (off, b) = (HOLDERS + 4 * (bit / 32), 1u32 << (bit % 32));
+        let (off, b) = (word + 4 * (bit / 32), 1u32 << (bit % 32));
         let st = &mut self.cache.store;
         loop {
-            let v = st.get_u32(queue.header, off);
-            let want = if held { v | b } else { v & !b };
-            if v == want || st.cas_u32(queue.header, off, v, want) {
+            let v = st.get_u32(h, off);
+            let want = if on { v | b } else { v & !b };
+            if v == want || st.cas_u32(h, off, v, want) {
                 break;
             }
         }
@@ -888,10 +903,12 @@ impl<S: BlockStore> FileServer<S> {
                 self.hold(q);
             }
         }
+        self.return_lent();
         let mut k = 0;
         while k < self.notify.dying.len() {
             let h = self.notify.dying[k].header;
-            if self.cache.store.get_u64(h, HOLDERS) == 0 {
+            let st = &self.cache.store;
+            if st.get_u64(h, HOLDERS) == 0 && st.get_u64(h, LENDERS) == 0 {
                 let q = self.notify.dying.swap_remove(k);
                 self.cache.store.put_u64(q.header, QUEUE_ID, 0);
                 self.cache.release(q.header);
@@ -899,6 +916,25 @@ impl<S: BlockStore> FileServer<S> {
             } else {
                 k += 1;
             }
+        }
+    }
+
+    /// Give back the blocks lent to rings of dead queues that no server
+    /// writes to any more (`HOLDERS` zero): the owner frees the header
+    /// once every lender has (`LENDERS` zero).
+    fn return_lent(&mut self) {
+        if self.notify.lent.is_empty() {
+            return;
+        }
+        let done: Vec<QueueRef> = (self.notify.lent.keys())
+            .filter(|q| !self.queue_alive(**q) && self.cache.store.get_u64(q.header, HOLDERS) == 0)
+            .copied()
+            .collect();
+        for q in done {
+            if let Some(blocks) = self.notify.lent.remove(&q) {
+                self.cache.release_all(blocks);
+            }
+            self.set_bit(q.header, LENDERS, false);
         }
     }
 

@@ -54,6 +54,72 @@ pub fn is_queue_inode(ino: InodeId) -> bool {
         .any(|d| is_queue(&d) && d.ino() == ino)
 }
 
+/// Run `f` on a kernel inotify descriptor made for the purpose.
+fn with_kernel_queue<T>(f: impl FnOnce(i32) -> Option<T>) -> Option<T> {
+    // SAFETY: integer arguments only.
+    let k = unsafe { sys::sc(libc::SYS_inotify_init1, libc::IN_CLOEXEC as u64, 0, 0, 0) };
+    if k < 0 {
+        return None;
+    }
+    let r = f(k as i32);
+    sys::close(k as i32);
+    r
+}
+
+/// `fstat` of a queue: Linux shows the inode of the anonymous-inode file
+/// system every inotify and fanotify descriptor shares (its device, inode
+/// number, owner, times), so take it from the kernel's own. Without a
+/// descriptor to spare (`EMFILE`), what can be said without one: mode
+/// `0600` of no file type, one link.
+pub fn anon_stat(st: &mut libc::stat) {
+    let kernel = with_kernel_queue(|k| {
+        let mut s = core::mem::MaybeUninit::<libc::stat>::zeroed();
+        // SAFETY: `s` is a properly sized local buffer the kernel fills.
+        let r = unsafe { sys::sc(libc::SYS_fstat, k as u64, s.as_mut_ptr() as u64, 0, 0) };
+        // SAFETY: zeroed, then filled by the kernel on success.
+        (r == 0).then(|| unsafe { s.assume_init() })
+    });
+    match kernel {
+        Some(s) => *st = s,
+        None => {
+            st.st_mode = 0o600;
+            st.st_nlink = 1;
+        }
+    }
+}
+
+/// [`anon_stat`] for `statx`.
+pub fn anon_statx(x: &mut libc::statx) {
+    let kernel = with_kernel_queue(|k| {
+        let mut s = core::mem::MaybeUninit::<libc::statx>::zeroed();
+        let mask = libc::STATX_BASIC_STATS | libc::STATX_BTIME;
+        // SAFETY: an empty NUL-terminated path of ours and a properly
+        // sized local buffer the kernel fills.
+        let r = unsafe {
+            sys::syscall6(
+                libc::SYS_statx,
+                [
+                    k as u64,
+                    c"".as_ptr() as u64,
+                    libc::AT_EMPTY_PATH as u64,
+                    mask as u64,
+                    s.as_mut_ptr() as u64,
+                    0,
+                ],
+            )
+        };
+        // SAFETY: zeroed, then filled by the kernel on success.
+        (r == 0).then(|| unsafe { s.assume_init() })
+    });
+    match kernel {
+        Some(s) => *x = s,
+        None => {
+            x.stx_mode = 0o600;
+            x.stx_nlink = 1;
+        }
+    }
+}
+
 /// Set once a server said that a file this process opened or wrote may
 /// be watched: from then on its closes and write reports wait for the
 /// server (a round trip), so the events are queued before the call

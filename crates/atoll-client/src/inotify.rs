@@ -35,6 +35,8 @@ use crate::ring::Ring;
 use crate::session::{Client, Lane};
 use crate::{file, sys, Out};
 
+mod unmount;
+
 /// Marks a pipe cookie as a notification queue's (`pipe::cookie` holds
 /// the header block + 1 in the low 32 bits).
 pub const QUEUE_COOKIE: u64 = 1 << 40;
@@ -252,7 +254,9 @@ pub fn add_watch(c: &Client, fd: i64, path: u64, mask: u32) -> Result<Out> {
     )?;
     if replaced != 0 {
         unregister(c, &lane, qref, ino, replaced);
+        unmount::removed(queue.ino(), replaced);
     }
+    unmount::added(queue.ino(), wd, ftype == FileType::Directory);
     for server in watch_servers(c, ino, ftype) {
         lane.call_ok(
             c,
@@ -299,6 +303,7 @@ pub fn rm_watch(c: &Client, fd: i64, wd: i32) -> Result<Out> {
         },
     )?;
     unregister(c, &lane, qref, ino, wd);
+    unmount::removed(queue.ino(), wd);
     Ok(Out::Done(0))
 }
 
@@ -427,14 +432,18 @@ pub fn read(c: &Client, d: &DescRef, ring: &Ring, buf: &mut [u8]) -> Result<usiz
     loop {
         let sig = sys::SigBlock::new();
         ring.lock();
-        let head = ring.word64(ino_hdr::HEAD).load(Ordering::Acquire);
         let tail = ring.word64(ino_hdr::TAIL).load(Ordering::Acquire);
+        let mut head = ring.word64(ino_hdr::HEAD).load(Ordering::Acquire);
+        if head == tail && unmount::report(d.ino(), ring) {
+            head = ring.word64(ino_hdr::HEAD).load(Ordering::Acquire);
+        }
         if head != tail {
             let r = copy_records(ring, head, tail, buf);
             if let Ok((n, records)) = r {
                 ring.word64(ino_hdr::TAIL)
                     .store(tail + n as u64, Ordering::Release);
                 consumed(ring, records);
+                unmount::read(d.ino(), &buf[..n]);
             }
             ring.unlock();
             return r.map(|(n, _)| n);
@@ -459,17 +468,25 @@ pub(crate) fn check_readable(c: &Client, lane: &Lane, ino: InodeId) -> Result<()
 
 /// A queue with nothing to read (its ring lock held, signals blocked by
 /// `sig`): `EAGAIN` for a non-blocking descriptor, else release both and
-/// sleep until a server appends (inotify and fanotify alike).
+/// sleep until a server appends (inotify and fanotify alike); once the
+/// instance is gone, until a signal, as Linux's after an unmount.
 pub(crate) fn wait_for_records(ring: &Ring, flags: u32, sig: sys::SigBlock) -> Result<()> {
     if flags & libc::O_NONBLOCK as u32 != 0 {
         ring.unlock();
         return err(libc::EAGAIN);
     }
+    if atoll_msg::liveness::peers_gone() {
+        return unmount::sleep(ring, sig);
+    }
     let seen = ring.word(ino_hdr::RSEQ).load(Ordering::Acquire);
     ring.word(ino_hdr::RSLEEP).fetch_add(1, Ordering::AcqRel);
     ring.unlock();
     drop(sig);
-    crate::pipe::sleep(ring, ino_hdr::RSEQ, ino_hdr::RSLEEP, seen)
+    match crate::pipe::sleep(ring, ino_hdr::RSEQ, ino_hdr::RSLEEP, seen) {
+        // The instance went while this slept: look again (`unmount`).
+        Err(Error::Errno(libc::EIO)) if atoll_msg::liveness::peers_gone() => Ok(()),
+        r => r,
+    }
 }
 
 /// Copy the whole records in `[tail, head)` that fit `buf` (lock held):

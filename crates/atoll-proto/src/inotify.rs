@@ -65,6 +65,9 @@ pub const LENDERS: usize = FIRED - 24;
 /// `max_queued_events` when the queue was made; `u32::MAX` for
 /// `FAN_UNLIMITED_QUEUE`). Stamped by the owner at creation.
 pub const MAX_EVENTS: usize = FIRED - 16;
+/// `u32`: 1 once a reader appended the `IN_UNMOUNT` records of a queue
+/// whose instance is gone (client `inotify/unmount.rs`).
+pub const UNMOUNTED: usize = FIRED - 12;
 /// `u64`: ring position + 1 of the `IN_Q_OVERFLOW` record appended last
 /// (unread while above `TAIL`): Linux queues one overflow event at a
 /// time, never a second while the first waits.

@@ -351,3 +351,93 @@ print("%.2f us/pread, %.2f us/open+close" % (best,bo))'
     let host = run_on_tmpfs(script);
     println!("tmpfs:\n{}", text(&host.stdout));
 }
+
+/// What Linux gives the `unmount` probe when its tmpfs is unmounted: the
+/// change made before, then `IN_UNMOUNT` and `IN_IGNORED` for each watch,
+/// the newest first, `IN_ISDIR` on directories'.
+const UNMOUNT_TRANSCRIPT: &str = "wds 1 2 3\n\
+    wd 1 mask 0x4 len 16\n\
+    wd 2 mask 0x4 len 0\n\
+    wd 3 mask 0x40002000 len 0\n\
+    wd 3 mask 0x8000 len 0\n\
+    wd 2 mask 0x2000 len 0\n\
+    wd 2 mask 0x8000 len 0\n\
+    wd 1 mask 0x40002000 len 0\n\
+    wd 1 mask 0x8000 len 0\n\
+    done\n";
+
+/// Wait up to `secs` for `path` to exist.
+fn appeared(path: &std::path::Path, secs: u64) -> bool {
+    for _ in 0..secs * 20 {
+        if path.exists() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    false
+}
+
+/// A watcher that outlives its instance (its `atoll run` killed) reads
+/// what a watcher of an unmounted tmpfs reads: the events queued before,
+/// then `IN_UNMOUNT` and `IN_IGNORED` for each watch. Where the test may
+/// mount, the transcript is checked against Linux's too.
+#[test]
+fn a_watcher_outliving_its_instance_reads_in_unmount() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = compile_probe(dir.path(), "unmount", include_str!("inotify/unmount.c"));
+    let mnt = tempfile::tempdir().unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "none"])
+        .arg(mnt.path())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if mounted {
+        let ready = dir.path().join("host-ready");
+        let probe = Command::new(&bin)
+            .arg(mnt.path())
+            .arg(&ready)
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("probe");
+        assert!(appeared(&ready, 20), "the probe never got ready");
+        let umount = Command::new("umount").arg("-l").arg(mnt.path()).status();
+        assert!(umount.is_ok_and(|s| s.success()));
+        let out = probe.wait_with_output().unwrap();
+        assert_eq!(text(&out.stdout), UNMOUNT_TRANSCRIPT, "Linux");
+    }
+    let ready = dir.path().join("ready");
+    let report = dir.path().join("report");
+    let mut run = atoll_tests::atoll()
+        .args([
+            "run",
+            "--memory",
+            "64M",
+            "--servers",
+            "2",
+            "--",
+            "bash",
+            "-c",
+        ])
+        .arg(format!(
+            "({} {MOUNT} {} > {}.tmp; mv {}.tmp {}) & wait",
+            bin.display(),
+            ready.display(),
+            report.display(),
+            report.display(),
+            report.display()
+        ))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn atoll");
+    assert!(appeared(&ready, 60), "the probe never got ready");
+    run.kill().expect("kill atoll run"); // SIGKILL: nothing is cleaned up
+    run.wait().unwrap();
+    assert!(appeared(&report, 20), "the probe never finished reading");
+    assert_eq!(
+        std::fs::read_to_string(&report).unwrap(),
+        UNMOUNT_TRANSCRIPT
+    );
+}

@@ -146,6 +146,9 @@ std::thread_local! {
     /// through that a reply said is watched.
     static GATHER: core::cell::Cell<(u32, Option<atoll_proto::DescId>)> =
         const { core::cell::Cell::new((0, None)) };
+    /// A read of the [`one_access`] call under way was sent to report
+    /// itself (`reports_read`).
+    static DATA_REPORTED: core::cell::Cell<bool> = const { core::cell::Cell::new(false) };
     /// A `ReadDir` reply of the `getdents` under way said `watched`.
     static DIR_WATCHED: core::cell::Cell<bool> = const { core::cell::Cell::new(false) };
 }
@@ -182,6 +185,7 @@ pub fn one_access<R>(c: &Client, lane: &Lane, f: impl FnOnce() -> R) -> R {
         let depth = depth.saturating_sub(1);
         g.set((depth, if depth == 0 { None } else { d }));
         if depth == 0 {
+            DATA_REPORTED.with(|r| r.set(false));
             d
         } else {
             None
@@ -191,6 +195,14 @@ pub fn one_access<R>(c: &Client, lane: &Lane, f: impl FnOnce() -> R) -> R {
         accessed(c, lane, desc);
     }
     r
+}
+
+/// Should the `ReadData` requests of this read report it (their first
+/// one, `msgdata`)? Yes, unless the call gathers reads ([`one_access`])
+/// and an earlier read of it already did.
+pub fn reports_read() -> bool {
+    let gathering = GATHER.with(|g| g.get().0 > 0);
+    !gathering || !DATA_REPORTED.with(|r| r.replace(true))
 }
 
 /// Note a `ReadDir` reply's `watched` flag (see [`dir_listed`]).

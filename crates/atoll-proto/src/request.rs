@@ -312,11 +312,15 @@ pub enum Request<'a> {
         offset: Option<u64>,
         fsize: Option<u64>,
     },
-    /// Direct-cache ablation: data travels inside the messages. → `Data`
+    /// Direct-cache ablation: data travels inside the messages. `report`:
+    /// the first request of the program's call, which reports the read
+    /// (`IN_ACCESS`, once per call as Linux's `fsnotify_access`) if it
+    /// returns bytes. → `Data`
     ReadData {
         desc: DescId,
         len: u32,
         offset: Option<u64>,
+        report: bool,
     },
     /// `fsize` as for `Write`; `chain`: one piece of a larger write sent
     /// with others in flight ([`Chain`]). → `Written`, or `Skipped` for a

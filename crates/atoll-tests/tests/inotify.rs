@@ -441,3 +441,43 @@ fn a_watcher_outliving_its_instance_reads_in_unmount() {
         UNMOUNT_TRANSCRIPT
     );
 }
+
+/// With `--without direct-cache` a read's bytes come in many messages; a
+/// read of 16 MiB is still one `IN_ACCESS`, as on tmpfs, even for a
+/// watcher that reads its queue while the messages are served (each
+/// message used to report, merged only while unread).
+#[test]
+fn one_read_in_many_messages_is_one_access() {
+    require("inotifywait");
+    let script = r#"
+        set -e
+        d="$ROOT/x"
+        mkdir "$d"
+        head -c 16M /dev/zero > "$d/f"
+        inotifywait -m -e access,create --format '%e %f' "$d" > "$ROOT/ev" 2> "$ROOT/setup" &
+        w=$!
+        until grep -q 'Watches established' "$ROOT/setup"; do sleep 0.02; done
+        for k in 1 2 3; do
+            dd if="$d/f" of=/dev/null bs=16M count=1 status=none
+            touch "$d/end$k"
+        done
+        for i in $(seq 1 1000); do grep -q 'CREATE end3' "$ROOT/ev" && break; sleep 0.02; done
+        kill $w
+        cat "$ROOT/ev"
+    "#;
+    let host = run_on_tmpfs(script);
+    let want = text(&host.stdout);
+    assert_eq!(
+        want,
+        "ACCESS f\nCREATE end1\nACCESS f\nCREATE end2\nACCESS f\nCREATE end3\n",
+        "tmpfs run: {}",
+        text(&host.stderr)
+    );
+    for shape in [
+        &["--servers", "2", "--without", "direct-cache"][..],
+        &["--without", "direct-cache"],
+    ] {
+        let out = run_in_atoll(shape, script);
+        assert_eq!(text(&out.stdout), want, "{shape:?}: {}", text(&out.stderr));
+    }
+}

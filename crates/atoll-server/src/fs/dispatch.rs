@@ -159,7 +159,12 @@ impl<S: BlockStore> FileServer<S> {
                 offset,
                 fsize,
             } => self.write_extents(session, who, desc, len, offset, fsize),
-            Q::ReadData { desc, len, offset } => self.read_data(session, desc, len, offset, out),
+            Q::ReadData {
+                desc,
+                len,
+                offset,
+                report,
+            } => self.read_data(session, desc, (len, offset), report, out),
             Q::WriteData {
                 desc,
                 data,

@@ -108,6 +108,9 @@ pub(super) struct Notify {
     /// 0 outside requests): fanotify records carry it.
     #[serde(skip)]
     requester: u32,
+    /// The session and pid [`FileServer::note_requester`] saw last.
+    #[serde(skip)]
+    last_requester: Option<(SessionId, u32)>,
     /// Rename cookies handed out here.
     cookies: u32,
     /// The open being served truncated a non-empty file: its `IN_MODIFY`
@@ -952,6 +955,18 @@ impl<S: BlockStore> FileServer<S> {
     /// The process the next request comes from (`RequestFrame::pid`).
     pub fn set_requester(&mut self, pid: u32) {
         self.notify.requester = pid;
+    }
+
+    /// Remember the process of `session` (`Session::pid`), for what is
+    /// done in its name when it dies. Hot path: one comparison per request
+    /// unless the session or its pid changed.
+    pub(super) fn note_requester(&mut self, session: SessionId) {
+        let pid = self.notify.requester;
+        if pid == 0 || self.notify.last_requester == Some((session, pid)) {
+            return;
+        }
+        self.notify.last_requester = Some((session, pid));
+        self.note_session_pid(session, pid);
     }
 }
 

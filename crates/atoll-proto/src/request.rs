@@ -446,6 +446,16 @@ pub enum Request<'a> {
     InotifyAccessed {
         desc: DescId,
     },
+    /// `desc.server()`, after the `Link` of a file made and opened by
+    /// creation affinity (`CreateInode` with `open`, whose reply said
+    /// `watched`): `desc` was opened through entry `via`, held on another
+    /// server; report its open (`IN_OPEN`, after the `IN_CREATE` the
+    /// `Link` reported, Linux's order). → `Ok`
+    InotifyNamed {
+        desc: DescId,
+        #[serde(borrow)]
+        via: EntryName<'a>,
+    },
     /// `dir.owner()`, posted after a name change in `dir` whose entry
     /// another server holds: mtime and ctime to now, as Linux sets them on
     /// the parent of a name created, removed or moved. Reports no event

@@ -6,7 +6,7 @@
 use atoll_tests::OutputBounded as _;
 use std::process::{Command, Output, Stdio};
 
-use atoll_tests::{compile_probe, require, run_in_atoll, MOUNT};
+use atoll_tests::{compile_probe, output_within, require, run_in_atoll, MOUNT, RUN_LIMIT};
 
 /// Instance shapes: several servers (a directory's entries on its home
 /// server, files anywhere), entries spread over three servers, defaults.
@@ -480,4 +480,75 @@ fn one_read_in_many_messages_is_one_access() {
         let out = run_in_atoll(shape, script);
         assert_eq!(text(&out.stdout), want, "{shape:?}: {}", text(&out.stderr));
     }
+}
+
+/// A sysfs tree describing two sockets, cpu0 on 0 and cpu1 on 1 (as in
+/// `affinity.rs`): a process pinned to the socket a directory's entries
+/// are not on makes its files by creation affinity (Hare §3.7.5).
+fn two_sockets() -> tempfile::TempDir {
+    let t = tempfile::tempdir().expect("tempdir");
+    for cpu in 0..2 {
+        let d = t
+            .path()
+            .join(format!("devices/system/cpu/cpu{cpu}/topology"));
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("physical_package_id"), format!("{cpu}\n")).unwrap();
+    }
+    t
+}
+
+/// Files made from each socket of a fake two-socket machine, so that one
+/// of them is placed by creation affinity (its inode on the creator's
+/// server, its entry on the other), and a hard link: the events tmpfs
+/// gives — `IN_OPEN` after `IN_CREATE` and the `IN_MODIFY` and
+/// `IN_CLOSE_WRITE` of the affinity file's first descriptor, and no
+/// `IN_ATTRIB` to the directory for a link (Linux reports a link count
+/// to watches of the inode only).
+#[test]
+fn creation_affinity_and_links_report_as_tmpfs() {
+    require("inotifywait");
+    require("taskset");
+    let script = r#"
+        set -e
+        d="$ROOT/x"
+        mkdir "$d"
+        inotifywait -m --format '%e %f' "$d" > "$EV/ev" 2> "$EV/setup" &
+        w=$!
+        until grep -q 'Watches established' "$EV/setup"; do sleep 0.02; done
+        taskset -c 0 bash -c "echo a > $d/f0"
+        taskset -c 1 bash -c "echo a > $d/f1"
+        ln "$d/f0" "$d/l0"
+        ln "$d/f1" "$d/l1"
+        mkdir "$d/zz-end"
+        for i in $(seq 1 1000); do grep -q 'zz-end' "$EV/ev" && break; sleep 0.02; done
+        kill $w
+        cat "$EV/ev"
+    "#;
+    let ev = tempfile::tempdir().unwrap();
+    let host = run_on_tmpfs(&script.replace("$EV", &ev.path().display().to_string()));
+    let want = text(&host.stdout);
+    assert!(
+        want.contains("OPEN f1\nMODIFY f1\nCLOSE_WRITE,CLOSE f1\nCREATE l0\nCREATE l1\n"),
+        "tmpfs run: {want}{}",
+        text(&host.stderr)
+    );
+    let sysfs = two_sockets();
+    let ev = tempfile::tempdir().unwrap();
+    let mut cmd = atoll_tests::atoll();
+    cmd.args([
+        "run",
+        "--memory",
+        "256M",
+        "--placement",
+        "local",
+        "--servers",
+        "2",
+    ])
+    .args(["--", "bash", "-c", script])
+    .env("ROOT", MOUNT)
+    .env("EV", ev.path())
+    .env("ATOLL_SYSFS_ROOT", sysfs.path())
+    .stdin(Stdio::null());
+    let out = output_within(cmd, RUN_LIMIT);
+    assert_eq!(text(&out.stdout), want, "{}", text(&out.stderr));
 }

@@ -195,6 +195,7 @@ impl<S: BlockStore> FileServer<S> {
             Q::InotifyRmWatch { desc, wd } => self.inotify_rm_watch(session, desc, wd),
             Q::InotifyModified { desc } => self.inotify_modified(session, desc),
             Q::InotifyAccessed { desc } => self.inotify_accessed(session, desc),
+            Q::InotifyNamed { desc, via } => self.inotify_named(session, desc, via),
             Q::WriteDone { ino, offset, len } => self.write_done(session, ino, offset, len),
             Q::InotifyRegister {
                 queue,

@@ -656,13 +656,17 @@ impl<S: BlockStore> FileServer<S> {
                     }
                     None => {
                         self.emit(dir, IN_CREATE | isdir(ftype), 0, &name);
-                        // A hard link changes the file's link count
-                        // (`IN_ATTRIB`, as Linux). Directories cannot be
-                        // hard-linked: their `Link` without a move names
-                        // a directory just made on another server
-                        // (placement), which Linux reports as a creation only.
-                        if ftype != FileType::Directory {
-                            self.emit_changed(ino, IN_ATTRIB);
+                        // A hard link changes the file's link count:
+                        // `IN_ATTRIB` to watches of the inode itself, not
+                        // to its directories' (Linux's
+                        // `fsnotify_link_count`). Reported where the inode
+                        // lives: a `Link` of an inode owned elsewhere is a
+                        // new file placed there by creation affinity (or
+                        // a directory), which Linux reports as a creation
+                        // only, or a hard link whose count its owner
+                        // changed (`Ref`).
+                        if ftype != FileType::Directory && ino.owner() == self.cfg.index {
+                            self.emit(ino, IN_ATTRIB, 0, b"");
                         }
                     }
                 }
@@ -794,6 +798,11 @@ impl<S: BlockStore> FileServer<S> {
                     .as_ref()
                     .is_some_and(|(dir, _)| self.notify.watches.contains_key(dir))
         })
+    }
+
+    /// Is directory `dir` watched (every server holds its watches)?
+    pub(super) fn dir_watched(&self, dir: InodeId) -> bool {
+        self.notify.watches.contains_key(&dir)
     }
 
     /// Would a change of `ino` (owned here) reach a watch held here? Over

@@ -618,11 +618,10 @@ impl<S: BlockStore> FileServer<S> {
                         self.emit_move((olddir, &oldname), (dir, &name), ino, ftype)
                     }
                     None => {
-                        self.emit(dir, IN_CREATE | isdir(ftype), 0, &name);
                         // A hard link changes the file's link count:
                         // `IN_ATTRIB` to watches of the inode itself, not
-                        // to its directories' (Linux's
-                        // `fsnotify_link_count`). Reported where the inode
+                        // to its directories', before the `IN_CREATE`
+                        // (Linux's `fsnotify_link`). Reported where the inode
                         // lives: a `Link` of an inode owned elsewhere is a
                         // new file placed there by creation affinity (or
                         // a directory), which Linux reports as a creation
@@ -631,6 +630,7 @@ impl<S: BlockStore> FileServer<S> {
                         if ftype != FileType::Directory && ino.owner() == self.cfg.index {
                             self.emit(ino, IN_ATTRIB, 0, b"");
                         }
+                        self.emit(dir, IN_CREATE | isdir(ftype), 0, &name);
                     }
                 }
             }

@@ -217,6 +217,35 @@ fn directory_watch_sees_create_modify_attrib_close_move_delete() {
     assert_eq!(ev[5].2, ev[6].2, "one cookie for both halves of a rename");
 }
 
+#[test]
+fn a_link_is_attrib_to_the_inode_watch_then_create_to_the_directory() {
+    let mut fs = server();
+    let (q, qr) = queue(&mut fs, S1);
+    let (f, d) = create(&mut fs, b"a");
+    ok(&mut fs, S1, Request::Close { desc: d });
+    let (dwd, _) = watch(&mut fs, S1, q, ROOT, IN_ALL_EVENTS).unwrap();
+    let (fwd, _) = watch(&mut fs, S1, q, f, IN_ATTRIB).unwrap();
+    let req = Request::Link {
+        dir: ROOT,
+        name: b"b",
+        ino: f,
+        ftype: FileType::Regular,
+        replace: false,
+        moved_from: None,
+    };
+    ok(&mut fs, S1, req);
+    // Linux's `fsnotify_link`: the link count on the inode, then the
+    // name; nothing about the count to the directory.
+    let ev = drain(&mut fs, qr.header);
+    assert_eq!(
+        ev,
+        [
+            (fwd, IN_ATTRIB, 0, vec![]),
+            (dwd, IN_CREATE, 0, b"b".to_vec())
+        ]
+    );
+}
+
 /// Open `ino` by inode with `flags` (`OpenInode`).
 fn open_ino(fs: &mut FileServer<MemStore>, ino: InodeId, flags: u32) -> DescId {
     let mut out = Vec::new();

@@ -136,15 +136,25 @@ pub fn create(
             inherit: atoll_proto::Inherit::Unread,
         },
         |r| match r {
-            Reply::Entry { ino, .. } => Ok(Created { ino, opened: None }),
-            r => crate::file::opened(r)
-                .map(|(desc, attr)| Created {
-                    ino: attr.ino,
-                    opened: Some((desc, attr)),
-                })
-                .ok_or(Error::Protocol("CreateInode")),
+            Reply::Entry { ino, .. } => Ok((Created { ino, opened: None }, false)),
+            r => {
+                let watched = matches!(r, Reply::Opened { watched: true, .. });
+                crate::file::opened(r)
+                    .map(|(desc, attr)| {
+                        let opened = Some((desc, attr));
+                        (
+                            Created {
+                                ino: attr.ino,
+                                opened,
+                            },
+                            watched,
+                        )
+                    })
+                    .ok_or(Error::Protocol("CreateInode"))
+            }
         },
     )?;
+    let (made, watched) = made;
     // The first link before the name exists (see the module docs). Posted:
     // later requests to `local` on this lane come after it, and one on
     // another lane finds the inode pending, which behaves as linked.
@@ -204,6 +214,13 @@ pub fn create(
                 if lane.post(c, entry, done).is_err() {
                     let _ = lane.call_ok(c, entry, Request::MoveDone { dir, name });
                 }
+            }
+            if let (Some((desc, _)), true) = (made.opened, watched) {
+                // The open is reported now, after the creation the `Link`
+                // reported; a round trip, so it is queued before `open`
+                // returns, as on Linux.
+                let via = atoll_proto::EntryName { dir, name };
+                let _ = lane.call_ok(c, local, Request::InotifyNamed { desc, via });
             }
             Ok(made)
         }

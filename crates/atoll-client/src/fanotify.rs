@@ -84,6 +84,7 @@ const FAN_REPORT_DIR_FID: u32 = 0x400;
 const FAN_REPORT_NAME: u32 = 0x800;
 const FAN_REPORT_TARGET_FID: u32 = 0x1000;
 const FAN_REPORT_PIDFD: u32 = 0x80;
+const FAN_UNLIMITED_QUEUE: u32 = 0x10;
 
 const INFO_FID: u8 = 1;
 const INFO_DFID_NAME: u8 = 2;
@@ -367,6 +368,22 @@ fn init_flags(fd: i64) -> Result<(u32, u32)> {
     Ok((flags, event_flags))
 }
 
+/// The events group `fdinfo` may queue: none but memory bounds a group
+/// made with `FAN_UNLIMITED_QUEUE`, else Linux's `max_queued_events`.
+pub fn max_events(info: &str) -> u32 {
+    let flags = info
+        .lines()
+        .find_map(|l| l.strip_prefix("fanotify flags:"))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|w| u32::from_str_radix(w, 16).ok())
+        .unwrap_or(0);
+    if flags & FAN_UNLIMITED_QUEUE != 0 {
+        u32::MAX
+    } else {
+        inotify::max_queued_events("fanotify")
+    }
+}
+
 /// Does host descriptor `fd`'s `fdinfo` show marks?
 pub fn host_has_marks(info: &str) -> bool {
     info.lines().any(|l| {
@@ -492,13 +509,14 @@ pub fn read(c: &Client, d: &DescRef, ring: &Ring, buf: &mut [u8]) -> Result<usiz
         let tail = ring.word64(ino_hdr::TAIL).load(Ordering::Acquire);
         if head != tail {
             let r = take_events(&g, ring, head, tail, buf.len());
-            if let Ok((_, used)) = &r {
+            if let Ok((_, used, records)) = &r {
                 ring.word64(ino_hdr::TAIL)
                     .store(tail + *used, Ordering::Release);
+                inotify::consumed(ring, *records);
             }
             ring.unlock();
             drop(sig);
-            let (events, _) = r?;
+            let (events, _, _) = r?;
             if events.is_empty() {
                 continue; // every record was for events nobody asked for
             }
@@ -509,16 +527,16 @@ pub fn read(c: &Client, d: &DescRef, ring: &Ring, buf: &mut [u8]) -> Result<usiz
 }
 
 /// The events of the records in `[tail, head)` whose bytes fit `room`
-/// (lock held), and how many ring bytes they used.
+/// (lock held), and how many ring bytes and records they used.
 fn take_events(
     g: &Group,
     ring: &Ring,
     head: u64,
     tail: u64,
     room: usize,
-) -> Result<(Vec<Event>, u64)> {
+) -> Result<(Vec<Event>, u64, u32)> {
     let avail = head.wrapping_sub(tail).min(ring.capacity());
-    let (mut done, mut size) = (0u64, 0usize);
+    let (mut done, mut size, mut records) = (0u64, 0usize, 0u32);
     let mut events: Vec<Event> = Vec::new();
     while done < avail {
         let mut h = [0u8; EVENT_HEADER];
@@ -558,8 +576,9 @@ fn take_events(
             }
         }
         done += n;
+        records += 1;
     }
-    Ok((events, done))
+    Ok((events, done, records))
 }
 
 /// Copy `events` into `buf` (opening their descriptors in descriptor

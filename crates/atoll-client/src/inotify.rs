@@ -35,6 +35,8 @@ use crate::ring::Ring;
 use crate::session::{Client, Lane};
 use crate::{file, sys, Out};
 
+mod unmount;
+
 /// Marks a pipe cookie as a notification queue's (`pipe::cookie` holds
 /// the header block + 1 in the low 32 bits).
 pub const QUEUE_COOKIE: u64 = 1 << 40;
@@ -52,6 +54,72 @@ pub fn is_queue_inode(ino: InodeId) -> bool {
         .into_iter()
         .filter_map(|fd| fdtable::get(fd as i64))
         .any(|d| is_queue(&d) && d.ino() == ino)
+}
+
+/// Run `f` on a kernel inotify descriptor made for the purpose.
+fn with_kernel_queue<T>(f: impl FnOnce(i32) -> Option<T>) -> Option<T> {
+    // SAFETY: integer arguments only.
+    let k = unsafe { sys::sc(libc::SYS_inotify_init1, libc::IN_CLOEXEC as u64, 0, 0, 0) };
+    if k < 0 {
+        return None;
+    }
+    let r = f(k as i32);
+    sys::close(k as i32);
+    r
+}
+
+/// `fstat` of a queue: Linux shows the inode of the anonymous-inode file
+/// system every inotify and fanotify descriptor shares (its device, inode
+/// number, owner, times), so take it from the kernel's own. Without a
+/// descriptor to spare (`EMFILE`), what can be said without one: mode
+/// `0600` of no file type, one link.
+pub fn anon_stat(st: &mut libc::stat) {
+    let kernel = with_kernel_queue(|k| {
+        let mut s = core::mem::MaybeUninit::<libc::stat>::zeroed();
+        // SAFETY: `s` is a properly sized local buffer the kernel fills.
+        let r = unsafe { sys::sc(libc::SYS_fstat, k as u64, s.as_mut_ptr() as u64, 0, 0) };
+        // SAFETY: zeroed, then filled by the kernel on success.
+        (r == 0).then(|| unsafe { s.assume_init() })
+    });
+    match kernel {
+        Some(s) => *st = s,
+        None => {
+            st.st_mode = 0o600;
+            st.st_nlink = 1;
+        }
+    }
+}
+
+/// [`anon_stat`] for `statx`.
+pub fn anon_statx(x: &mut libc::statx) {
+    let kernel = with_kernel_queue(|k| {
+        let mut s = core::mem::MaybeUninit::<libc::statx>::zeroed();
+        let mask = libc::STATX_BASIC_STATS | libc::STATX_BTIME;
+        // SAFETY: an empty NUL-terminated path of ours and a properly
+        // sized local buffer the kernel fills.
+        let r = unsafe {
+            sys::syscall6(
+                libc::SYS_statx,
+                [
+                    k as u64,
+                    c"".as_ptr() as u64,
+                    libc::AT_EMPTY_PATH as u64,
+                    mask as u64,
+                    s.as_mut_ptr() as u64,
+                    0,
+                ],
+            )
+        };
+        // SAFETY: zeroed, then filled by the kernel on success.
+        (r == 0).then(|| unsafe { s.assume_init() })
+    });
+    match kernel {
+        Some(s) => *x = s,
+        None => {
+            x.stx_mode = 0o600;
+            x.stx_nlink = 1;
+        }
+    }
 }
 
 /// Set once a server said that a file this process opened or wrote may
@@ -78,6 +146,9 @@ std::thread_local! {
     /// through that a reply said is watched.
     static GATHER: core::cell::Cell<(u32, Option<atoll_proto::DescId>)> =
         const { core::cell::Cell::new((0, None)) };
+    /// A read of the [`one_access`] call under way was sent to report
+    /// itself (`reports_read`).
+    static DATA_REPORTED: core::cell::Cell<bool> = const { core::cell::Cell::new(false) };
     /// A `ReadDir` reply of the `getdents` under way said `watched`.
     static DIR_WATCHED: core::cell::Cell<bool> = const { core::cell::Cell::new(false) };
 }
@@ -114,6 +185,7 @@ pub fn one_access<R>(c: &Client, lane: &Lane, f: impl FnOnce() -> R) -> R {
         let depth = depth.saturating_sub(1);
         g.set((depth, if depth == 0 { None } else { d }));
         if depth == 0 {
+            DATA_REPORTED.with(|r| r.set(false));
             d
         } else {
             None
@@ -123,6 +195,14 @@ pub fn one_access<R>(c: &Client, lane: &Lane, f: impl FnOnce() -> R) -> R {
         accessed(c, lane, desc);
     }
     r
+}
+
+/// Should the `ReadData` requests of this read report it (their first
+/// one, `msgdata`)? Yes, unless the call gathers reads ([`one_access`])
+/// and an earlier read of it already did.
+pub fn reports_read() -> bool {
+    let gathering = GATHER.with(|g| g.get().0 > 0);
+    !gathering || !DATA_REPORTED.with(|r| r.replace(true))
 }
 
 /// Note a `ReadDir` reply's `watched` flag (see [`dir_listed`]).
@@ -186,7 +266,9 @@ pub fn add_watch(c: &Client, fd: i64, path: u64, mask: u32) -> Result<Out> {
     )?;
     if replaced != 0 {
         unregister(c, &lane, qref, ino, replaced);
+        unmount::removed(queue.ino(), replaced);
     }
+    unmount::added(queue.ino(), wd, ftype == FileType::Directory);
     for server in watch_servers(c, ino, ftype) {
         lane.call_ok(
             c,
@@ -233,6 +315,7 @@ pub fn rm_watch(c: &Client, fd: i64, wd: i32) -> Result<Out> {
         },
     )?;
     unregister(c, &lane, qref, ino, wd);
+    unmount::removed(queue.ino(), wd);
     Ok(Out::Done(0))
 }
 
@@ -293,12 +376,19 @@ pub(crate) fn convert_host_queue(c: &Client, lane: &Lane, fd: i64, kind: Kind) -
     }
     let nonblock = status as u32 & libc::O_NONBLOCK as u32;
     let cloexec = fdflags as i32 & libc::FD_CLOEXEC != 0;
+    let max_events = match kind {
+        Kind::Inotify => max_queued_events("inotify"),
+        Kind::Fanotify => crate::fanotify::max_events(&info),
+    };
     // Spread queues over servers by process, as pipes.
     let server = c.live_server(std::process::id() as usize % c.nservers.max(1));
     let (ino, desc, header) = lane.call(
         c,
         server,
-        Request::InotifyInit { flags: nonblock },
+        Request::InotifyInit {
+            flags: nonblock,
+            max_events,
+        },
         |r| match r {
             Reply::Pipe {
                 ino, read, header, ..
@@ -331,22 +421,44 @@ pub(crate) fn convert_host_queue(c: &Client, lane: &Lane, fd: i64, kind: Kind) -
         .ok_or(Error::Errno(libc::EBADF))
 }
 
+/// Linux's limit on a queue's events (`/proc/sys/fs/{kind}/
+/// max_queued_events`), read when the queue is made, as Linux reads it
+/// when the group is made.
+pub(crate) fn max_queued_events(kind: &str) -> u32 {
+    std::fs::read_to_string(format!("/proc/sys/fs/{kind}/max_queued_events"))
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(ino_hdr::DEFAULT_MAX_EVENTS)
+}
+
+/// `records` records were read (lock held): the queue holds fewer.
+pub(crate) fn consumed(ring: &Ring, records: u32) {
+    let w = ring.word(ino_hdr::COUNT);
+    let left = w.load(Ordering::Acquire).saturating_sub(records);
+    w.store(left, Ordering::Release);
+}
+
 /// `read(2)` on a queue: whole records only, as Linux's `inotify_read`.
 pub fn read(c: &Client, d: &DescRef, ring: &Ring, buf: &mut [u8]) -> Result<usize> {
     let _ = c;
     loop {
         let sig = sys::SigBlock::new();
         ring.lock();
-        let head = ring.word64(ino_hdr::HEAD).load(Ordering::Acquire);
         let tail = ring.word64(ino_hdr::TAIL).load(Ordering::Acquire);
+        let mut head = ring.word64(ino_hdr::HEAD).load(Ordering::Acquire);
+        if head == tail && unmount::report(d.ino(), ring) {
+            head = ring.word64(ino_hdr::HEAD).load(Ordering::Acquire);
+        }
         if head != tail {
             let r = copy_records(ring, head, tail, buf);
-            if let Ok(n) = r {
+            if let Ok((n, records)) = r {
                 ring.word64(ino_hdr::TAIL)
                     .store(tail + n as u64, Ordering::Release);
+                consumed(ring, records);
+                unmount::read(d.ino(), &buf[..n]);
             }
             ring.unlock();
-            return r;
+            return r.map(|(n, _)| n);
         }
         wait_for_records(ring, d.flags(), sig)?;
     }
@@ -368,23 +480,32 @@ pub(crate) fn check_readable(c: &Client, lane: &Lane, ino: InodeId) -> Result<()
 
 /// A queue with nothing to read (its ring lock held, signals blocked by
 /// `sig`): `EAGAIN` for a non-blocking descriptor, else release both and
-/// sleep until a server appends (inotify and fanotify alike).
+/// sleep until a server appends (inotify and fanotify alike); once the
+/// instance is gone, until a signal, as Linux's after an unmount.
 pub(crate) fn wait_for_records(ring: &Ring, flags: u32, sig: sys::SigBlock) -> Result<()> {
     if flags & libc::O_NONBLOCK as u32 != 0 {
         ring.unlock();
         return err(libc::EAGAIN);
     }
+    if atoll_msg::liveness::peers_gone() {
+        return unmount::sleep(ring, sig);
+    }
     let seen = ring.word(ino_hdr::RSEQ).load(Ordering::Acquire);
     ring.word(ino_hdr::RSLEEP).fetch_add(1, Ordering::AcqRel);
     ring.unlock();
     drop(sig);
-    crate::pipe::sleep(ring, ino_hdr::RSEQ, ino_hdr::RSLEEP, seen)
+    match crate::pipe::sleep(ring, ino_hdr::RSEQ, ino_hdr::RSLEEP, seen) {
+        // The instance went while this slept: look again (`unmount`).
+        Err(Error::Errno(libc::EIO)) if atoll_msg::liveness::peers_gone() => Ok(()),
+        r => r,
+    }
 }
 
-/// Copy the whole records in `[tail, head)` that fit `buf` (lock held).
-fn copy_records(ring: &Ring, head: u64, tail: u64, buf: &mut [u8]) -> Result<usize> {
+/// Copy the whole records in `[tail, head)` that fit `buf` (lock held):
+/// the bytes and records copied.
+fn copy_records(ring: &Ring, head: u64, tail: u64, buf: &mut [u8]) -> Result<(usize, u32)> {
     let avail = head.wrapping_sub(tail).min(ring.capacity());
-    let mut done = 0usize;
+    let (mut done, mut records) = (0usize, 0u32);
     while (done as u64) < avail {
         let mut h = [0u8; EVENT_HEADER];
         if !ring.copy_out(tail + done as u64, &mut h) {
@@ -402,9 +523,10 @@ fn copy_records(ring: &Ring, head: u64, tail: u64, buf: &mut [u8]) -> Result<usi
             return err(libc::EIO);
         }
         done += n;
+        records += 1;
     }
     if done == 0 {
         return err(libc::EINVAL); // the next event does not fit
     }
-    Ok(done)
+    Ok((done, records))
 }

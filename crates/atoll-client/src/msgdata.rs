@@ -68,9 +68,11 @@ pub(crate) fn read(
     buf: &mut [u8],
     off: Option<u64>,
 ) -> Result<usize> {
+    // One `IN_ACCESS` per call of the program (`inotify::reports_read`).
+    let report = crate::inotify::reports_read();
     match off {
-        Some(at) if buf.len() > DATA_CHUNK => read_data_window(c, lane, desc, buf, at),
-        _ => read_id_serial(c, lane, desc, buf, off),
+        Some(at) if buf.len() > DATA_CHUNK => read_data_window(c, lane, desc, buf, at, report),
+        _ => read_id_serial(c, lane, desc, buf, off, report),
     }
 }
 
@@ -87,6 +89,7 @@ fn read_data_window(
     desc: DescId,
     buf: &mut [u8],
     off: u64,
+    report: bool,
 ) -> Result<usize> {
     let server = desc.server();
     let chunks = buf.len().div_ceil(DATA_CHUNK);
@@ -100,6 +103,7 @@ fn read_data_window(
                 desc,
                 len: (buf.len() - at).min(DATA_CHUNK) as u32,
                 offset: Some(off + at as u64),
+                report: report && sent == 0,
             };
             match lane.send(c, c.cred(), server, req) {
                 Ok(id) => {
@@ -125,7 +129,9 @@ fn read_data_window(
             // Bytes a writer is still copying in: the rest one request
             // at a time, as any read waits for them (`await_writers`).
             Err(Error::Errno(libc::EAGAIN)) => {
-                return match read_id_serial(c, lane, desc, &mut buf[at..], Some(off + at as u64)) {
+                let report = report && at == 0;
+                let rest = &mut buf[at..];
+                return match read_id_serial(c, lane, desc, rest, Some(off + at as u64), report) {
                     Ok(n) => Ok(at + n),
                     Err(_) if at > 0 => Ok(at),
                     Err(e) => Err(e),
@@ -150,6 +156,7 @@ fn read_id_serial(
     desc: DescId,
     buf: &mut [u8],
     off: Option<u64>,
+    report: bool,
 ) -> Result<usize> {
     let mut done = 0usize;
     while done < buf.len() {
@@ -159,6 +166,7 @@ fn read_id_serial(
             desc,
             len: want as u32,
             offset: off.map(|o| o + done as u64),
+            report: report && done == 0,
         };
         let got =
             await_writers(|| lane.call(c, desc.server(), req(), |r| copy_data(r, &mut *dst)))?;

@@ -55,6 +55,7 @@ pub fn resendable(req: &Request<'_>) -> bool {
             | InotifyRegister { .. }
             | InotifyModified { .. }
             | InotifyAccessed { .. }
+            | InotifyNamed { .. }
     )
 }
 

@@ -22,11 +22,18 @@
 //! * [`HOLDERS`]: one bit per server that holds watches of the queue; the
 //!   owner frees the blocks only once it is zero, so no server ever writes
 //!   into a block that was given to another file (servers never message
-//!   each other, Hare §6.2.3: this word is how they agree).
+//!   each other, Hare §6.2.3: this word is how they agree);
+//! * [`COUNT`], [`MAX_EVENTS`], [`OVERFLOW_AT`]: the queue is bounded by
+//!   events, as Linux's (`max_queued_events`), not by bytes: records
+//!   unread, the limit, and where the unread `IN_Q_OVERFLOW` is;
+//! * [`LENDERS`]: one bit per server that grew the ring with blocks of its
+//!   own (the ring grows on demand, as far as [`MAX_QUEUE_BLOCKS`]); each
+//!   frees its blocks once the queue is dead and [`HOLDERS`] is zero, and
+//!   the owner frees the header only once this is zero too.
 
 pub use crate::pipe::{
-    BLOCKS, DEFAULT_DATA_BLOCKS, HEAD, LOCK, MAX_DATA_BLOCKS, NBLOCKS, READERS, RSEQ, RSLEEP, TAIL,
-    WRITERS,
+    BLOCKS, DEFAULT_DATA_BLOCKS, GEN, HEAD, LOCK, MAX_DATA_BLOCKS, NBLOCKS, READERS, RSEQ, RSLEEP,
+    TAIL, WRITERS,
 };
 
 /// `u64`: ring position + 1 of the last record appended (0: none).
@@ -38,20 +45,45 @@ pub const DEAD: usize = 88;
 /// `u64`: bit `s` set while server `s` holds watches of this queue.
 pub const HOLDERS: usize = 96;
 
+/// `u32`: records in the ring not yet read (an `IN_Q_OVERFLOW` counts,
+/// as in Linux's `q_len`). Writers add, the reader subtracts, both under
+/// the ring lock.
+pub const COUNT: usize = 92;
+
 /// Bit array (`u32` words) of the `IN_ONESHOT` watches of the queue that
 /// fired, by watch descriptor: a directory's watch is held by every
 /// server, and the one that sets the bit (compare-and-swap) is the one
 /// that reports; the others drop their copy unheard. At the end of the
-/// header block, past the block list a queue's ring (which never grows)
-/// uses.
+/// header block, past the block list and the queue's own words.
 pub const FIRED: usize = crate::BLOCK_SIZE - FIRED_BITS / 8;
 /// Watch descriptors [`FIRED`] covers (a later one fires on each server).
 pub const FIRED_BITS: usize = 4096;
-const _: () = assert!(BLOCKS + 4 * DATA_BLOCKS <= FIRED);
 
-/// Data blocks of a queue: 64 KiB, about 2000 events with short names
-/// (Linux bounds a queue by events, 16384 by default).
+/// `u64`: bit `s` set while server `s` has lent blocks to the ring.
+pub const LENDERS: usize = FIRED - 24;
+/// `u32`: most records the queue holds before `IN_Q_OVERFLOW` (Linux's
+/// `max_queued_events` when the queue was made; `u32::MAX` for
+/// `FAN_UNLIMITED_QUEUE`). Stamped by the owner at creation.
+pub const MAX_EVENTS: usize = FIRED - 16;
+/// `u32`: 1 once a reader appended the `IN_UNMOUNT` records of a queue
+/// whose instance is gone (client `inotify/unmount.rs`).
+pub const UNMOUNTED: usize = FIRED - 12;
+/// `u64`: ring position + 1 of the `IN_Q_OVERFLOW` record appended last
+/// (unread while above `TAIL`): Linux queues one overflow event at a
+/// time, never a second while the first waits.
+pub const OVERFLOW_AT: usize = FIRED - 8;
+
+/// Data blocks a queue's ring may grow to: as many as its header has room
+/// for between the block list and the queue's own words (834 blocks,
+/// 3336 KiB: 16384 records of names up to 191 bytes, 175 for fanotify's).
+pub const MAX_QUEUE_BLOCKS: usize = (LENDERS - BLOCKS) / 4;
+const _: () = assert!(MAX_QUEUE_BLOCKS <= MAX_DATA_BLOCKS);
+
+/// Data blocks of a new queue: 64 KiB, grown when more records wait.
 pub const DATA_BLOCKS: usize = DEFAULT_DATA_BLOCKS;
+
+/// Linux's default `max_queued_events` (inotify and fanotify alike).
+pub const DEFAULT_MAX_EVENTS: u32 = 16384;
 
 /// Size of `struct inotify_event` without its name.
 pub const EVENT_HEADER: usize = 16;

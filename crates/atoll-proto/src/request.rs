@@ -312,11 +312,15 @@ pub enum Request<'a> {
         offset: Option<u64>,
         fsize: Option<u64>,
     },
-    /// Direct-cache ablation: data travels inside the messages. → `Data`
+    /// Direct-cache ablation: data travels inside the messages. `report`:
+    /// the first request of the program's call, which reports the read
+    /// (`IN_ACCESS`, once per call as Linux's `fsnotify_access`) if it
+    /// returns bytes. → `Data`
     ReadData {
         desc: DescId,
         len: u32,
         offset: Option<u64>,
+        report: bool,
     },
     /// `fsize` as for `Write`; `chain`: one piece of a larger write sent
     /// with others in flight ([`Chain`]). → `Written`, or `Skipped` for a
@@ -395,10 +399,12 @@ pub enum Request<'a> {
     // ---- change notification (inotify; layout in [`inotify`]) ----
     /// Any server (the client picks one). Create a notification queue: an
     /// anonymous inode, its ring and one read-only description (`flags &
-    /// O_NONBLOCK`) referenced by this session. → `Pipe` with `read` and
-    /// `write` both the description
+    /// O_NONBLOCK`) referenced by this session, holding at most
+    /// `max_events` records (`inotify::MAX_EVENTS`). → `Pipe` with `read`
+    /// and `write` both the description
     InotifyInit {
         flags: u32,
+        max_events: u32,
     },
     /// `desc.server()`, the queue's owner. Give `ino` its watch descriptor
     /// in the queue behind `desc` (one inode, one descriptor) and work out
@@ -439,6 +445,16 @@ pub enum Request<'a> {
     /// → `Ok`
     InotifyAccessed {
         desc: DescId,
+    },
+    /// `desc.server()`, after the `Link` of a file made and opened by
+    /// creation affinity (`CreateInode` with `open`, whose reply said
+    /// `watched`): `desc` was opened through entry `via`, held on another
+    /// server; report its open (`IN_OPEN`, after the `IN_CREATE` the
+    /// `Link` reported, Linux's order). → `Ok`
+    InotifyNamed {
+        desc: DescId,
+        #[serde(borrow)]
+        via: EntryName<'a>,
     },
     /// `dir.owner()`, posted after a name change in `dir` whose entry
     /// another server holds: mtime and ctime to now, as Linux sets them on

@@ -787,6 +787,7 @@ fn the_reply_a_dead_server_owed_is_the_one_its_replay_computes() {
             desc,
             len: 5,
             offset: None,
+            report: true,
         },
     );
     assert!(matches!(

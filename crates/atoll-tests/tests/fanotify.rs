@@ -69,3 +69,51 @@ fn opens_reads_closes_and_execs_match_tmpfs() {
         assert_eq!(text(&out.stdout), want, "{shape:?}: {}", text(&out.stderr));
     }
 }
+
+/// A group's queue holds `max_queued_events` events, then one
+/// `FAN_Q_OVERFLOW`; a `FAN_UNLIMITED_QUEUE` group's holds them all: the
+/// counts tmpfs gives, with entries spread over three servers (each
+/// writes into the rings, which grow).
+#[test]
+fn queue_sizes_match_tmpfs() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = compile_probe(dir.path(), "overflow", include_str!("fanotify/overflow.c"));
+    let shm = tempfile::tempdir_in("/dev/shm").expect("tmpfs directory");
+    let host = Command::new(&bin)
+        .arg(shm.path())
+        .output_bounded()
+        .expect("probe");
+    let want = text(&host.stdout);
+    assert!(
+        host.status.success() && want.contains("overflows 1"),
+        "{want}{}",
+        text(&host.stderr)
+    );
+    let shape = ["--servers", "3", "--distribute", "all"];
+    let out = run_in_atoll(&shape, &format!("{} {MOUNT}", bin.display()));
+    assert_eq!(text(&out.stdout), want, "{}", text(&out.stderr));
+}
+
+/// A child killed with a file open for writing: the `FAN_CLOSE_WRITE`
+/// its death makes carries its pid, as on tmpfs (the servers close what a
+/// dead session held in its process's name).
+#[test]
+fn a_close_at_death_names_the_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = compile_probe(dir.path(), "death", include_str!("fanotify/death.c"));
+    let shm = tempfile::tempdir_in("/dev/shm").expect("tmpfs directory");
+    let host = Command::new(&bin)
+        .arg(shm.path())
+        .output_bounded()
+        .expect("probe");
+    let want = text(&host.stdout);
+    assert!(
+        host.status.success() && want.contains("pid is the child's: 1"),
+        "{want}{}",
+        text(&host.stderr)
+    );
+    for shape in [&["--servers", "2"][..], &[]] {
+        let out = run_in_atoll(shape, &format!("{} {MOUNT}", bin.display()));
+        assert_eq!(text(&out.stdout), want, "{shape:?}: {}", text(&out.stderr));
+    }
+}

@@ -6,7 +6,7 @@
 use atoll_tests::OutputBounded as _;
 use std::process::{Command, Output, Stdio};
 
-use atoll_tests::{compile_probe, require, run_in_atoll, MOUNT};
+use atoll_tests::{compile_probe, output_within, require, run_in_atoll, MOUNT, RUN_LIMIT};
 
 /// Instance shapes: several servers (a directory's entries on its home
 /// server, files anywhere), entries spread over three servers, defaults.
@@ -152,7 +152,9 @@ fn inotifywait_sees_exec_cat_ls_as_tmpfs() {
 /// `IN_MASK_CREATE`, `inotify_rm_watch`, `IN_DELETE_SELF` then
 /// `IN_IGNORED`, `EINVAL` for a short buffer, `FIONREAD`, `EAGAIN`,
 /// `poll`/`epoll`, blocking reads woken by another process and cut by a
-/// signal, `IN_Q_OVERFLOW`: the probe's transcript equals tmpfs's, also
+/// signal, `IN_Q_OVERFLOW` after `max_queued_events` records (not a
+/// ring's bytes: the ring grows), once while unread, with an event after
+/// it once a read made room: the probe's transcript equals tmpfs's, also
 /// in distributed directories, where a `chmod` or `truncate` by path of a
 /// file renamed to a name another server holds is reported by the file's
 /// owner to the directory's watchers through the entry the client named.
@@ -161,7 +163,7 @@ fn probe_matches_tmpfs() {
     transcript_matches_tmpfs(
         "probe",
         include_str!("inotify/probe.c"),
-        "overflows 1, last is overflow 1, its wd -1",
+        "overflows 1, at 16385, its wd -1",
         &["--memory", "256M"],
     );
 }
@@ -348,4 +350,205 @@ print("%.2f us/pread, %.2f us/open+close" % (best,bo))'
     }
     let host = run_on_tmpfs(script);
     println!("tmpfs:\n{}", text(&host.stdout));
+}
+
+/// What Linux gives the `unmount` probe when its tmpfs is unmounted: the
+/// change made before, then `IN_UNMOUNT` and `IN_IGNORED` for each watch,
+/// the newest first, `IN_ISDIR` on directories'.
+const UNMOUNT_TRANSCRIPT: &str = "wds 1 2 3\n\
+    wd 1 mask 0x4 len 16\n\
+    wd 2 mask 0x4 len 0\n\
+    wd 3 mask 0x40002000 len 0\n\
+    wd 3 mask 0x8000 len 0\n\
+    wd 2 mask 0x2000 len 0\n\
+    wd 2 mask 0x8000 len 0\n\
+    wd 1 mask 0x40002000 len 0\n\
+    wd 1 mask 0x8000 len 0\n\
+    done\n";
+
+/// Wait up to `secs` for `path` to exist.
+fn appeared(path: &std::path::Path, secs: u64) -> bool {
+    for _ in 0..secs * 20 {
+        if path.exists() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    false
+}
+
+/// A watcher that outlives its instance (its `atoll run` killed) reads
+/// what a watcher of an unmounted tmpfs reads: the events queued before,
+/// then `IN_UNMOUNT` and `IN_IGNORED` for each watch. Where the test may
+/// mount, the transcript is checked against Linux's too.
+#[test]
+fn a_watcher_outliving_its_instance_reads_in_unmount() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = compile_probe(dir.path(), "unmount", include_str!("inotify/unmount.c"));
+    let mnt = tempfile::tempdir().unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "none"])
+        .arg(mnt.path())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if mounted {
+        let ready = dir.path().join("host-ready");
+        let probe = Command::new(&bin)
+            .arg(mnt.path())
+            .arg(&ready)
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("probe");
+        assert!(appeared(&ready, 20), "the probe never got ready");
+        let umount = Command::new("umount").arg("-l").arg(mnt.path()).status();
+        assert!(umount.is_ok_and(|s| s.success()));
+        let out = probe.wait_with_output().unwrap();
+        assert_eq!(text(&out.stdout), UNMOUNT_TRANSCRIPT, "Linux");
+    }
+    let ready = dir.path().join("ready");
+    let report = dir.path().join("report");
+    let mut run = atoll_tests::atoll()
+        .args([
+            "run",
+            "--memory",
+            "64M",
+            "--servers",
+            "2",
+            "--",
+            "bash",
+            "-c",
+        ])
+        .arg(format!(
+            "({} {MOUNT} {} > {}.tmp; mv {}.tmp {}) & wait",
+            bin.display(),
+            ready.display(),
+            report.display(),
+            report.display(),
+            report.display()
+        ))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn atoll");
+    assert!(appeared(&ready, 60), "the probe never got ready");
+    run.kill().expect("kill atoll run"); // SIGKILL: nothing is cleaned up
+    run.wait().unwrap();
+    assert!(appeared(&report, 20), "the probe never finished reading");
+    assert_eq!(
+        std::fs::read_to_string(&report).unwrap(),
+        UNMOUNT_TRANSCRIPT
+    );
+}
+
+/// With `--without direct-cache` a read's bytes come in many messages; a
+/// read of 16 MiB is still one `IN_ACCESS`, as on tmpfs, even for a
+/// watcher that reads its queue while the messages are served (each
+/// message used to report, merged only while unread).
+#[test]
+fn one_read_in_many_messages_is_one_access() {
+    require("inotifywait");
+    let script = r#"
+        set -e
+        d="$ROOT/x"
+        mkdir "$d"
+        head -c 16M /dev/zero > "$d/f"
+        inotifywait -m -e access,create --format '%e %f' "$d" > "$ROOT/ev" 2> "$ROOT/setup" &
+        w=$!
+        until grep -q 'Watches established' "$ROOT/setup"; do sleep 0.02; done
+        for k in 1 2 3; do
+            dd if="$d/f" of=/dev/null bs=16M count=1 status=none
+            touch "$d/end$k"
+        done
+        for i in $(seq 1 1000); do grep -q 'CREATE end3' "$ROOT/ev" && break; sleep 0.02; done
+        kill $w
+        cat "$ROOT/ev"
+    "#;
+    let host = run_on_tmpfs(script);
+    let want = text(&host.stdout);
+    assert_eq!(
+        want,
+        "ACCESS f\nCREATE end1\nACCESS f\nCREATE end2\nACCESS f\nCREATE end3\n",
+        "tmpfs run: {}",
+        text(&host.stderr)
+    );
+    for shape in [
+        &["--servers", "2", "--without", "direct-cache"][..],
+        &["--without", "direct-cache"],
+    ] {
+        let out = run_in_atoll(shape, script);
+        assert_eq!(text(&out.stdout), want, "{shape:?}: {}", text(&out.stderr));
+    }
+}
+
+/// A sysfs tree describing two sockets, cpu0 on 0 and cpu1 on 1 (as in
+/// `affinity.rs`): a process pinned to the socket a directory's entries
+/// are not on makes its files by creation affinity (Hare §3.7.5).
+fn two_sockets() -> tempfile::TempDir {
+    let t = tempfile::tempdir().expect("tempdir");
+    for cpu in 0..2 {
+        let d = t
+            .path()
+            .join(format!("devices/system/cpu/cpu{cpu}/topology"));
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("physical_package_id"), format!("{cpu}\n")).unwrap();
+    }
+    t
+}
+
+/// Files made from each socket of a fake two-socket machine, so that one
+/// of them is placed by creation affinity (its inode on the creator's
+/// server, its entry on the other), and a hard link: the events tmpfs
+/// gives — `IN_OPEN` after `IN_CREATE` and the `IN_MODIFY` and
+/// `IN_CLOSE_WRITE` of the affinity file's first descriptor, and no
+/// `IN_ATTRIB` to the directory for a link (Linux reports a link count
+/// to watches of the inode only).
+#[test]
+fn creation_affinity_and_links_report_as_tmpfs() {
+    require("inotifywait");
+    require("taskset");
+    let script = r#"
+        set -e
+        d="$ROOT/x"
+        mkdir "$d"
+        inotifywait -m --format '%e %f' "$d" > "$EV/ev" 2> "$EV/setup" &
+        w=$!
+        until grep -q 'Watches established' "$EV/setup"; do sleep 0.02; done
+        taskset -c 0 bash -c "echo a > $d/f0"
+        taskset -c 1 bash -c "echo a > $d/f1"
+        ln "$d/f0" "$d/l0"
+        ln "$d/f1" "$d/l1"
+        mkdir "$d/zz-end"
+        for i in $(seq 1 1000); do grep -q 'zz-end' "$EV/ev" && break; sleep 0.02; done
+        kill $w
+        cat "$EV/ev"
+    "#;
+    let ev = tempfile::tempdir().unwrap();
+    let host = run_on_tmpfs(&script.replace("$EV", &ev.path().display().to_string()));
+    let want = text(&host.stdout);
+    assert!(
+        want.contains("OPEN f1\nMODIFY f1\nCLOSE_WRITE,CLOSE f1\nCREATE l0\nCREATE l1\n"),
+        "tmpfs run: {want}{}",
+        text(&host.stderr)
+    );
+    let sysfs = two_sockets();
+    let ev = tempfile::tempdir().unwrap();
+    let mut cmd = atoll_tests::atoll();
+    cmd.args([
+        "run",
+        "--memory",
+        "256M",
+        "--placement",
+        "local",
+        "--servers",
+        "2",
+    ])
+    .args(["--", "bash", "-c", script])
+    .env("ROOT", MOUNT)
+    .env("EV", ev.path())
+    .env("ATOLL_SYSFS_ROOT", sysfs.path())
+    .stdin(Stdio::null());
+    let out = output_within(cmd, RUN_LIMIT);
+    assert_eq!(text(&out.stdout), want, "{}", text(&out.stderr));
 }

@@ -180,9 +180,7 @@ pub(crate) fn stat_out(
     let a = meta::getattr(c, lane, ino)?;
     let mut st = meta::to_stat(&a);
     if a.nlink == 0 && inotify::is_queue_inode(ino) {
-        // Linux's anonymous inode: mode 0600 of no file type, one link.
-        st.st_mode = 0o600;
-        st.st_nlink = 1;
+        inotify::anon_stat(&mut st);
     }
     sys::put_user(buf, st)?;
     done(0)
@@ -198,8 +196,7 @@ pub(crate) fn statx_out(
     let a = meta::getattr(c, lane, ino)?;
     let mut x = meta::to_statx(&a);
     if a.nlink == 0 && inotify::is_queue_inode(ino) {
-        x.stx_mode = 0o600;
-        x.stx_nlink = 1;
+        inotify::anon_statx(&mut x);
     }
     sys::put_user(buf, x)?;
     done(0)

@@ -7,7 +7,6 @@
 //! private descriptors (session socket, template, buffer cache, published
 //! table) answer `EBADF` as if they were not there.
 
-
 use libc::{EBADF, EINVAL, F_DUPFD, O_CLOEXEC};
 
 use super::common::{done, fdarg, on_fd};

@@ -143,7 +143,10 @@ impl<S: BlockStore> FileServer<S> {
                     desc,
                     attr,
                     created: true,
-                    watched: self.watched(attr.ino),
+                    // Every server holds a directory's watches: its
+                    // watchers hear of this open once the name exists
+                    // (`InotifyNamed`).
+                    watched: self.watched(attr.ino) || self.dir_watched(dir),
                 })
             }
             Err(e) => {

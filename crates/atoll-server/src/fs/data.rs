@@ -230,8 +230,8 @@ impl<S: BlockStore> FileServer<S> {
         &mut self,
         session: SessionId,
         desc: DescId,
-        len: u32,
-        offset: Option<u64>,
+        (len, offset): (u32, Option<u64>),
+        report: bool,
         out: &'o mut Vec<u8>,
     ) -> R<'o> {
         let len = (len as usize).min(MAX_DATA) as u64;
@@ -240,9 +240,11 @@ impl<S: BlockStore> FileServer<S> {
         out.resize(got as usize, 0);
         self.copy_out(&extents, out);
         self.transfers.count_copy(got);
-        // The bytes are in the reply: the read is reported here, per
-        // request (the client's copy path, `msgdata`, has no second step).
-        if got > 0 && self.desc_watched(desc) {
+        // The bytes are in the reply: the read is reported here (the
+        // client's copy path, `msgdata`, has no second step), by the first
+        // request of the call only, so a call makes one `IN_ACCESS`
+        // however many messages carry its bytes.
+        if report && got > 0 && self.desc_watched(desc) {
             if let Some(d) = self.descs.get(&desc) {
                 let (ino, via) = (d.ino, d.via.clone());
                 self.emit_changed_via(ino, atoll_proto::inotify::IN_ACCESS, via);

@@ -159,7 +159,12 @@ impl<S: BlockStore> FileServer<S> {
                 offset,
                 fsize,
             } => self.write_extents(session, who, desc, len, offset, fsize),
-            Q::ReadData { desc, len, offset } => self.read_data(session, desc, len, offset, out),
+            Q::ReadData {
+                desc,
+                len,
+                offset,
+                report,
+            } => self.read_data(session, desc, (len, offset), report, out),
             Q::WriteData {
                 desc,
                 data,
@@ -181,13 +186,16 @@ impl<S: BlockStore> FileServer<S> {
             Q::Stats => Ok(Reply::Stats(self.stats())),
             Q::Pipe { flags } => self.pipe_create(session, who, flags),
             Q::PipeHeader { desc } => self.pipe_header(session, desc),
-            Q::InotifyInit { flags } => self.inotify_init(session, who, flags),
+            Q::InotifyInit { flags, max_events } => {
+                self.inotify_init(session, who, flags, max_events)
+            }
             Q::InotifyAddWatch { desc, ino, mask } => {
                 self.inotify_add_watch(session, desc, ino, mask)
             }
             Q::InotifyRmWatch { desc, wd } => self.inotify_rm_watch(session, desc, wd),
             Q::InotifyModified { desc } => self.inotify_modified(session, desc),
             Q::InotifyAccessed { desc } => self.inotify_accessed(session, desc),
+            Q::InotifyNamed { desc, via } => self.inotify_named(session, desc, via),
             Q::WriteDone { ino, offset, len } => self.write_done(session, ino, offset, len),
             Q::InotifyRegister {
                 queue,

@@ -56,6 +56,7 @@ use super::{FileServer, R};
 use crate::store::BlockStore;
 
 mod access;
+mod life;
 mod ring;
 
 /// See `Notify::stalls`.
@@ -98,12 +99,19 @@ pub(super) struct Notify {
     /// from (`names_key`); rebuilt when that moved.
     names: Map<InodeId, Vec<(InodeId, Vec<u8>)>>,
     names_key: Option<(u64, u64, usize)>,
+    /// Blocks of this server's lent to rings it grew (`ring::grow`), by
+    /// queue: given back once the queue is dead and nobody writes to it.
+    #[serde(default)]
+    lent: Map<QueueRef, Vec<u32>>,
     /// Records not yet in their ring (its lock was held), in order.
     pending: VecDeque<(QueueRef, Vec<u8>)>,
     /// The pid the request being served came from (`RequestFrame::pid`;
     /// 0 outside requests): fanotify records carry it.
     #[serde(skip)]
     requester: u32,
+    /// The session and pid [`FileServer::note_requester`] saw last.
+    #[serde(skip)]
+    last_requester: Option<(SessionId, u32)>,
     /// Rename cookies handed out here.
     cookies: u32,
     /// The open being served truncated a non-empty file: its `IN_MODIFY`
@@ -126,7 +134,10 @@ impl Notify {
     /// Does anything here need looking at after a request? Hot path: one
     /// branch when nobody uses inotify.
     pub(super) fn busy(&self) -> bool {
-        !(self.watches.is_empty() && self.pending.is_empty() && self.dying.is_empty())
+        !(self.watches.is_empty()
+            && self.pending.is_empty()
+            && self.dying.is_empty()
+            && self.lent.is_empty())
     }
 
     /// Record watch `w` of `ino`, replacing one with its queue and `wd`.
@@ -364,6 +375,7 @@ impl<S: BlockStore> FileServer<S> {
         session: SessionId,
         who: &Caller,
         flags: u32,
+        max_events: u32,
     ) -> R<'o> {
         if flags & !(libc::O_NONBLOCK | libc::O_CLOEXEC) as u32 != 0 {
             return Err(Errno::EINVAL);
@@ -401,6 +413,7 @@ impl<S: BlockStore> FileServer<S> {
         for k in (FIRED..BLOCK_SIZE).step_by(4) {
             st.put_u32(header, k, 0);
         }
+        st.put_u32(header, MAX_EVENTS, max_events);
         self.notify.queues.insert(
             ino,
             Queue {
@@ -529,38 +542,6 @@ impl<S: BlockStore> FileServer<S> {
         Ok(Reply::Ok)
     }
 
-    fn queue_alive(&self, q: QueueRef) -> bool {
-        let st = &self.cache.store;
-        st.get_u64(q.header, QUEUE_ID) == q.id && st.get_u32(q.header, DEAD) == 0
-    }
-
-    /// Keep this server's bit in the queue's `HOLDERS` equal to whether
-    /// it holds watches of the queue. Servers update the word with
-    /// compare-and-swap loops of the low and high halves, so two servers
-    /// never lose each other's bits.
-    fn hold(&mut self, queue: QueueRef) {
-        let held = self.notify.held.contains_key(&queue);
-        let bit = self.cfg.index;
-        let (off, b) = (HOLDERS + 4 * (bit / 32), 1u32 << (bit % 32));
-        let st = &mut self.cache.store;
-        loop {
-            let v = st.get_u32(queue.header, off);
-            let want = if held { v | b } else { v & !b };
-            if v == want || st.cas_u32(queue.header, off, v, want) {
-                break;
-            }
-        }
-    }
-
-    /// The last description of a queue owned here is gone: mark it dead
-    /// and keep its blocks until no server holds watches of it.
-    pub(super) fn queue_closed(&mut self, ino: InodeId) {
-        if let Some(q) = self.notify.queues.remove(&ino) {
-            self.cache.store.put_u32(q.header, DEAD, 1);
-            self.notify.dying.push(q);
-        }
-    }
-
     // ---------------------------------------------------------------
     // events
 
@@ -637,15 +618,19 @@ impl<S: BlockStore> FileServer<S> {
                         self.emit_move((olddir, &oldname), (dir, &name), ino, ftype)
                     }
                     None => {
-                        self.emit(dir, IN_CREATE | isdir(ftype), 0, &name);
-                        // A hard link changes the file's link count
-                        // (`IN_ATTRIB`, as Linux). Directories cannot be
-                        // hard-linked: their `Link` without a move names
-                        // a directory just made on another server
-                        // (placement), which Linux reports as a creation only.
-                        if ftype != FileType::Directory {
-                            self.emit_changed(ino, IN_ATTRIB);
+                        // A hard link changes the file's link count:
+                        // `IN_ATTRIB` to watches of the inode itself, not
+                        // to its directories', before the `IN_CREATE`
+                        // (Linux's `fsnotify_link`). Reported where the inode
+                        // lives: a `Link` of an inode owned elsewhere is a
+                        // new file placed there by creation affinity (or
+                        // a directory), which Linux reports as a creation
+                        // only, or a hard link whose count its owner
+                        // changed (`Ref`).
+                        if ftype != FileType::Directory && ino.owner() == self.cfg.index {
+                            self.emit(ino, IN_ATTRIB, 0, b"");
                         }
+                        self.emit(dir, IN_CREATE | isdir(ftype), 0, &name);
                     }
                 }
             }
@@ -778,6 +763,11 @@ impl<S: BlockStore> FileServer<S> {
         })
     }
 
+    /// Is directory `dir` watched (every server holds its watches)?
+    pub(super) fn dir_watched(&self, dir: InodeId) -> bool {
+        self.notify.watches.contains_key(&dir)
+    }
+
     /// Would a change of `ino` (owned here) reach a watch held here? Over
     /// all watched directories held here, not only those naming it: cheap
     /// and never stale, and a false yes costs the client one round trip
@@ -865,57 +855,21 @@ impl<S: BlockStore> FileServer<S> {
         }
     }
 
-    /// After every request (and when idle with records pending): push
-    /// pending records, drop watches of dead queues, free dead queues'
-    /// blocks once no server holds watches of them.
-    pub(super) fn notify_tick(&mut self) {
-        if !self.notify.pending.is_empty() {
-            self.flush();
-        }
-        // One look per queue with watches here (not per watch).
-        let dead: Vec<QueueRef> = (self.notify.held.keys())
-            .filter(|q| !self.queue_alive(**q))
-            .copied()
-            .collect();
-        if !dead.is_empty() {
-            self.notify.watches.retain(|_, l| {
-                l.retain(|w| !dead.contains(&w.queue));
-                !l.is_empty()
-            });
-            for q in dead {
-                self.notify.held.remove(&q);
-                self.notify.names_key = None;
-                self.hold(q);
-            }
-        }
-        let mut k = 0;
-        while k < self.notify.dying.len() {
-            let h = self.notify.dying[k].header;
-            if self.cache.store.get_u64(h, HOLDERS) == 0 {
-                let q = self.notify.dying.swap_remove(k);
-                self.cache.store.put_u64(q.header, QUEUE_ID, 0);
-                self.cache.release(q.header);
-                self.cache.release_all(q.data);
-            } else {
-                k += 1;
-            }
-        }
-    }
-
-    /// Records waiting for a ring lock (the server loop then polls instead
-    /// of sleeping on its doorbell).
-    pub fn has_pending_events(&self) -> bool {
-        !self.notify.pending.is_empty()
-    }
-
-    /// Serve what `has_pending_events` reported.
-    pub fn flush_events(&mut self) {
-        self.notify_tick();
-    }
-
     /// The process the next request comes from (`RequestFrame::pid`).
     pub fn set_requester(&mut self, pid: u32) {
         self.notify.requester = pid;
+    }
+
+    /// Remember the process of `session` (`Session::pid`), for what is
+    /// done in its name when it dies. Hot path: one comparison per request
+    /// unless the session or its pid changed.
+    pub(super) fn note_requester(&mut self, session: SessionId) {
+        let pid = self.notify.requester;
+        if pid == 0 || self.notify.last_requester == Some((session, pid)) {
+            return;
+        }
+        self.notify.last_requester = Some((session, pid));
+        self.note_session_pid(session, pid);
     }
 }
 

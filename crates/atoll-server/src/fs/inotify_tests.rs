@@ -27,8 +27,17 @@ fn server() -> FileServer<MemStore> {
 
 /// A queue: (its description, its header, its ref).
 fn queue(fs: &mut FileServer<MemStore>, s: SessionId) -> (DescId, QueueRef) {
+    queue_of(fs, s, DEFAULT_MAX_EVENTS)
+}
+
+/// A queue of at most `max_events` records.
+fn queue_of(fs: &mut FileServer<MemStore>, s: SessionId, max_events: u32) -> (DescId, QueueRef) {
     let mut out = Vec::new();
-    match fs.handle(s, ME, Request::InotifyInit { flags: 0 }, &mut out) {
+    let req = Request::InotifyInit {
+        flags: 0,
+        max_events,
+    };
+    match fs.handle(s, ME, req, &mut out) {
         Reply::Pipe {
             read, header, ino, ..
         } => (read, QueueRef { header, id: ino.0 }),
@@ -75,10 +84,15 @@ fn watch(
 
 /// Every record in the ring, consumed: (wd, mask, cookie, name).
 fn drain(fs: &mut FileServer<MemStore>, h: u32) -> Vec<(i32, u32, u32, Vec<u8>)> {
+    drain_some(fs, h, usize::MAX)
+}
+
+/// The first `n` records in the ring, consumed as a reader does.
+fn drain_some(fs: &mut FileServer<MemStore>, h: u32, n: usize) -> Vec<(i32, u32, u32, Vec<u8>)> {
     let mut v = Vec::new();
     let head = fs.cache.store.get_u64(h, HEAD);
     let mut tail = fs.cache.store.get_u64(h, TAIL);
-    while tail < head {
+    while tail < head && v.len() < n {
         let mut hd = [0u8; EVENT_HEADER];
         fs.ring_read(h, tail, &mut hd);
         let (wd, mask, cookie, len) = decode_header(&hd);
@@ -91,6 +105,8 @@ fn drain(fs: &mut FileServer<MemStore>, h: u32) -> Vec<(i32, u32, u32, Vec<u8>)>
         tail += (EVENT_HEADER + len as usize) as u64;
     }
     fs.cache.store.put_u64(h, TAIL, tail);
+    let count = fs.cache.store.get_u32(h, COUNT);
+    fs.cache.store.put_u32(h, COUNT, count - v.len() as u32);
     v
 }
 
@@ -199,6 +215,35 @@ fn directory_watch_sees_create_modify_attrib_close_move_delete() {
     assert_eq!(ev[6].3, b"old");
     assert_ne!(ev[5].2, 0);
     assert_eq!(ev[5].2, ev[6].2, "one cookie for both halves of a rename");
+}
+
+#[test]
+fn a_link_is_attrib_to_the_inode_watch_then_create_to_the_directory() {
+    let mut fs = server();
+    let (q, qr) = queue(&mut fs, S1);
+    let (f, d) = create(&mut fs, b"a");
+    ok(&mut fs, S1, Request::Close { desc: d });
+    let (dwd, _) = watch(&mut fs, S1, q, ROOT, IN_ALL_EVENTS).unwrap();
+    let (fwd, _) = watch(&mut fs, S1, q, f, IN_ATTRIB).unwrap();
+    let req = Request::Link {
+        dir: ROOT,
+        name: b"b",
+        ino: f,
+        ftype: FileType::Regular,
+        replace: false,
+        moved_from: None,
+    };
+    ok(&mut fs, S1, req);
+    // Linux's `fsnotify_link`: the link count on the inode, then the
+    // name; nothing about the count to the directory.
+    let ev = drain(&mut fs, qr.header);
+    assert_eq!(
+        ev,
+        [
+            (fwd, IN_ATTRIB, 0, vec![]),
+            (dwd, IN_CREATE, 0, b"b".to_vec())
+        ]
+    );
 }
 
 /// Open `ino` by inode with `flags` (`OpenInode`).
@@ -342,21 +387,81 @@ fn delete_self_then_ignored_when_the_inode_goes() {
 }
 
 #[test]
-fn a_full_ring_ends_with_one_overflow_record() {
+fn a_full_queue_takes_one_overflow_record_until_it_is_read() {
     let mut fs = server();
-    let (q, qr) = queue(&mut fs, S1);
+    let (q, qr) = queue_of(&mut fs, S1, 100);
     watch(&mut fs, S1, q, ROOT, IN_CREATE).unwrap();
-    for k in 0..4000 {
+    for k in 0..150 {
+        create(&mut fs, format!("file-{k}").as_bytes());
+    }
+    // As Linux's `fsnotify_add_event`: `max_events` records, then one
+    // overflow (counted too).
+    assert_eq!(fs.cache.store.get_u32(qr.header, COUNT), 101);
+    let first = drain_some(&mut fs, qr.header, 2);
+    assert_eq!(first[0].3, b"file-0");
+    // Room for one: it goes in after the unread overflow, which is not
+    // queued again while it waits.
+    for k in 150..160 {
         create(&mut fs, format!("file-{k}").as_bytes());
     }
     let ev = drain(&mut fs, qr.header);
-    let cap = DATA_BLOCKS * BLOCK_SIZE;
-    assert!(ev.len() < 4000 && ev.len() > cap / 48);
-    assert_eq!(ev.last().unwrap(), &(-1, IN_Q_OVERFLOW, 0, vec![]));
-    assert_eq!(ev.iter().filter(|e| e.1 == IN_Q_OVERFLOW).count(), 1);
-    // Room again: events flow again.
+    assert_eq!(ev.len(), 98 + 1 + 1);
+    assert_eq!(ev[97].3, b"file-99");
+    assert_eq!(ev[98], (-1, IN_Q_OVERFLOW, 0, vec![]));
+    assert_eq!(ev[99].3, b"file-150");
+    assert_eq!(fs.cache.store.get_u32(qr.header, COUNT), 0);
+    // Read: events flow again.
     create(&mut fs, b"after");
     assert_eq!(drain(&mut fs, qr.header)[0].3, b"after");
+}
+
+#[test]
+fn a_ring_grows_to_hold_its_events_and_gives_the_blocks_back() {
+    let mut fs = server();
+    let free = fs.cache.statfs().1;
+    let (q, qr) = queue(&mut fs, S2);
+    watch(&mut fs, S2, q, ROOT, IN_CREATE).unwrap();
+    let n = 3 * DATA_BLOCKS * BLOCK_SIZE / 32;
+    for k in 0..n {
+        create(&mut fs, format!("f{k}").as_bytes());
+    }
+    let h = qr.header;
+    assert!(fs.cache.store.get_u32(h, NBLOCKS) as usize > 2 * DATA_BLOCKS);
+    assert_ne!(fs.cache.store.get_u32(h, GEN), 0);
+    assert_eq!(fs.cache.store.get_u64(h, LENDERS), 1);
+    let ev = drain(&mut fs, h);
+    assert_eq!(ev.len(), n);
+    assert!(ev
+        .iter()
+        .enumerate()
+        .all(|(k, e)| e.3 == format!("f{k}").as_bytes()));
+    fs.session_closed(S2);
+    create(&mut fs, b"x");
+    assert!(fs.notify.lent.is_empty() && fs.notify.dying.is_empty());
+    assert_eq!(fs.cache.statfs().1, free);
+}
+
+#[test]
+fn lent_blocks_wait_until_no_server_writes_to_the_dead_queue() {
+    let mut fs = server();
+    let free = fs.cache.statfs().1;
+    let (q, qr) = queue(&mut fs, S2);
+    watch(&mut fs, S2, q, ROOT, IN_CREATE).unwrap();
+    for k in 0..DATA_BLOCKS * BLOCK_SIZE / 32 + 1 {
+        create(&mut fs, format!("f{k}").as_bytes());
+    }
+    assert!(!fs.notify.lent.is_empty());
+    // Server 5 still writes into it.
+    let holders = fs.cache.store.get_u32(qr.header, HOLDERS);
+    fs.cache.store.put_u32(qr.header, HOLDERS, holders | 1 << 5);
+    fs.session_closed(S2);
+    create(&mut fs, b"x");
+    assert!(!fs.notify.lent.is_empty());
+    assert_eq!(fs.notify.dying.len(), 1);
+    fs.cache.store.put_u32(qr.header, HOLDERS, 0); // server 5 let go
+    create(&mut fs, b"y");
+    assert!(fs.notify.lent.is_empty() && fs.notify.dying.is_empty());
+    assert_eq!(fs.cache.statfs().1, free);
 }
 
 #[test]

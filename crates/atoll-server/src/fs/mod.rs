@@ -192,6 +192,11 @@ struct Session {
     groups: Vec<Rc<[u32]>>,
     /// Its write chains in flight (`chain`).
     chains: chain::Chains,
+    /// The process whose requests come on it (`RequestFrame::pid`): what
+    /// it leaves open is closed in its name when it dies (fanotify
+    /// records the closer's pid, as Linux the exiting task's).
+    #[serde(default)]
+    pid: u32,
 }
 
 /// The time now (taped: a replay sees the time the request first saw).
@@ -408,7 +413,15 @@ impl<S: BlockStore> FileServer<S> {
         self.sessions.entry(session).or_insert_with(|| Session {
             groups: Vec::new(),
             chains: chain::Chains::default(),
+            pid: 0,
         });
+    }
+
+    /// `session`'s requests come from process `pid`.
+    fn note_session_pid(&mut self, session: SessionId, pid: u32) {
+        if let Some(s) = self.sessions.get_mut(&session) {
+            s.pid = pid;
+        }
     }
 
     /// Sessions this server knows.
@@ -425,7 +438,8 @@ impl<S: BlockStore> FileServer<S> {
     /// The session is gone (process exited or was killed): drop every
     /// reference it held and its POSIX locks, so nothing leaks.
     pub fn session_closed(&mut self, session: SessionId) {
-        self.sessions.remove(&session);
+        let pid = self.sessions.remove(&session).map_or(0, |s| s.pid);
+        self.set_requester(pid);
         self.client_counters.forget(session);
         self.session_transfers.remove(&session);
         self.abandon_creations(session);
@@ -443,6 +457,7 @@ impl<S: BlockStore> FileServer<S> {
                 }
             }
         }
+        self.set_requester(0);
         let owner = LockOwner::Process(session.0);
         for inode in self.inodes.values_mut() {
             if !inode.locks.is_empty() {
@@ -706,6 +721,7 @@ impl<S: BlockStore> FileServer<S> {
         let op = op_index(&req);
         let coalesced_before = self.coalesced.total();
         let who = self.caller(session, cred, vouched);
+        self.note_requester(session);
         self.hot.record(&req);
         let watched = self
             .adapt

@@ -3,7 +3,7 @@
 
 use atoll_proto::Request;
 
-pub(super) const OP_NAMES: [&str; 66] = [
+pub(super) const OP_NAMES: [&str; 67] = [
     "SetGroups",
     "Lookup",
     "Open",
@@ -70,6 +70,7 @@ pub(super) const OP_NAMES: [&str; 66] = [
     "PipeSetSize",
     "Names",
     "InotifyAccessed",
+    "InotifyNamed",
 ];
 
 /// Requests after which the server holds nothing it did not hold before,
@@ -162,5 +163,6 @@ pub(super) fn op_index(req: &Request<'_>) -> usize {
         PipeSetSize { .. } => 63,
         Names { .. } => 64,
         InotifyAccessed { .. } => 65,
+        InotifyNamed { .. } => 66,
     }
 }

@@ -287,6 +287,7 @@ impl T {
                 desc: d,
                 len,
                 offset: off,
+                report: true,
             },
         ) {
             Own::Bytes(b) => Ok(b),

@@ -154,6 +154,22 @@ int main(int argc, char **argv) {
     fstat(fd, &st);
     printf("fstat: mode %o size %ld nlink %ld\n", st.st_mode, (long)st.st_size,
            (long)st.st_nlink);
+    /* Every inotify descriptor shows the one anonymous inode. */
+    int fresh = inotify_init1(IN_CLOEXEC);
+    struct stat fs;
+    fstat(fresh, &fs);
+    printf("fstat as a new descriptor's: dev %d ino %d owner %d times %d blksize %d\n",
+           st.st_dev == fs.st_dev, st.st_ino == fs.st_ino,
+           st.st_uid == fs.st_uid && st.st_gid == fs.st_gid,
+           st.st_mtim.tv_sec == fs.st_mtim.tv_sec && st.st_ctim.tv_sec == fs.st_ctim.tv_sec,
+           st.st_blksize == fs.st_blksize);
+    struct statx sx, fx;
+    statx(fd, "", AT_EMPTY_PATH, STATX_BASIC_STATS, &sx);
+    statx(fresh, "", AT_EMPTY_PATH, STATX_BASIC_STATS, &fx);
+    printf("statx as a new descriptor's: dev %d ino %d mode %o nlink %u\n",
+           sx.stx_dev_major == fx.stx_dev_major && sx.stx_dev_minor == fx.stx_dev_minor,
+           sx.stx_ino == fx.stx_ino, sx.stx_mode, sx.stx_nlink);
+    close(fresh);
     errno = 0;
     ssize_t w = write(fd, "x", 1);
     printf("write: %zd %s\n", w, strerror(errno));

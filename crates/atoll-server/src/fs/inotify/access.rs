@@ -79,6 +79,23 @@ impl<S: BlockStore> FileServer<S> {
     }
 
     /// A read or `getdents` through `desc` returned bytes (`IN_ACCESS`).
+    /// `Request::InotifyNamed`: a description made by creation affinity
+    /// was opened through `via`, whose `Link` another server just
+    /// reported; its later changes go to that directory's watchers too.
+    pub(in crate::fs) fn inotify_named<'o>(
+        &mut self,
+        session: SessionId,
+        desc: DescId,
+        via: atoll_proto::EntryName<'_>,
+    ) -> R<'o> {
+        self.desc(session, desc)?;
+        if let Some(d) = self.descs.get_mut(&desc) {
+            d.via.get_or_insert_with(|| (via.dir, via.name.into()));
+        }
+        self.notify_opened(desc);
+        Ok(Reply::Ok)
+    }
+
     pub(in crate::fs) fn inotify_accessed<'o>(
         &mut self,
         session: SessionId,

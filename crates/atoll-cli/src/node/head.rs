@@ -65,6 +65,10 @@ struct RealChan {
     /// replies taken. A program may have several calls in flight on one
     /// channel (reads ahead), so one reply does not settle the rest.
     owed: AtomicU32,
+    /// A reply is owed past the pump's spin (a slow call): the watcher
+    /// sleeps on the reply ring too, so the reply leaves as soon as it is
+    /// written instead of at the pump's next poll (up to 1 ms later).
+    slow: AtomicBool,
 }
 
 /// A boot packet for a conn worker, with its request id.
@@ -190,11 +194,25 @@ fn pump(peer: Arc<Peer>) {
     let mut reply_due = false;
     // Polls since the reply spin ended with a reply still due.
     let mut slow_polls: u32 = 0;
+    let next_spin = Duration::from_micros(super::tune::get("head_next_us", 0));
+    let reply_spin = Duration::from_micros(super::tune::get(
+        "head_reply_us",
+        REPLY_SPIN.as_micros() as u64,
+    ));
+    // When the last reply due left (the next request may follow at once).
+    let mut settled: Option<Instant> = None;
+    let mut yielder = super::tune::Yielder::default();
     'outer: loop {
         // Incoming: a sleep here ends as soon as a message arrives; only a
         // slow call's reply waits for the next poll (see `link_wait`);
         // what a server sends unasked wakes the watcher.
-        let mut wait = link_wait(reply_due, last_forward.elapsed(), slow_polls);
+        let awaiting_next =
+            !reply_due && settled.is_some_and(|t| t.elapsed() < next_spin) && yielder.may_poll();
+        let mut wait = if awaiting_next {
+            Some(Duration::ZERO)
+        } else {
+            link_wait(reply_due, last_forward.elapsed(), slow_polls, reply_spin)
+        };
         let timed = wait.is_some_and(|w| !w.is_zero());
         let mut heard = false;
         loop {
@@ -241,15 +259,26 @@ fn pump(peer: Arc<Peer>) {
             seen_generation = generation;
         }
         if !reply_due && !heard {
+            if awaiting_next {
+                yielder.yield_now();
+            } else {
+                settled = None;
+            }
             continue;
         }
         // A pass that only a poll's timer started (nothing came on the
         // link): its inbox messages, if any, waited for that timer.
         reply_due = relay_pass(&peer, &snapshot, timed && !heard);
-        if reply_due && last_forward.elapsed() < REPLY_SPIN {
+        if !reply_due {
+            settled = Some(Instant::now());
+        }
+        if reply_due && last_forward.elapsed() < reply_spin {
             // The server may need this core to answer.
             std::thread::yield_now();
         } else if reply_due {
+            if slow_polls == 0 {
+                mark_slow(&peer, &snapshot);
+            }
             slow_polls = slow_polls.saturating_add(1);
         }
     }
@@ -258,6 +287,21 @@ fn pump(peer: Arc<Peer>) {
     peer.link.close();
     peer.bell.ring();
     peer.conns.lock().unwrap_or_else(|e| e.into_inner()).clear();
+}
+
+/// The pump stops spinning for the replies still owed: have the watcher
+/// sleep on their rings as well (the pump still polls for them, less and
+/// less often: whichever finds a reply first sends it).
+fn mark_slow(peer: &Peer, snapshot: &[(ChanId, Arc<RealChan>)]) {
+    let mut marked = false;
+    for (_, rc) in snapshot {
+        if rc.owed.load(Ordering::Acquire) > 0 && !rc.slow.swap(true, Ordering::AcqRel) {
+            marked = true;
+        }
+    }
+    if marked {
+        peer.bell.ring();
+    }
 }
 
 /// One pass over `snapshot` under the gather lock: everything found
@@ -296,11 +340,16 @@ fn relay_pass(peer: &Peer, snapshot: &[(ChanId, Arc<RealChan>)], after_timer: bo
 /// for that thread to be scheduled, a time slice or more under load;
 /// measured, remote writes of 8 KiB calls four in flight dropped from
 /// 32 to 2 MB/s that way.
-fn link_wait(reply_due: bool, since_forward: Duration, slow_polls: u32) -> Option<Duration> {
+fn link_wait(
+    reply_due: bool,
+    since_forward: Duration,
+    slow_polls: u32,
+    reply_spin: Duration,
+) -> Option<Duration> {
     if !reply_due {
         return None;
     }
-    if since_forward < REPLY_SPIN {
+    if since_forward < reply_spin {
         return Some(Duration::ZERO);
     }
     let steps = (slow_polls / 64).min(5);
@@ -323,8 +372,10 @@ fn watch_notices(peer: Arc<Peer>) {
             seen_generation = generation;
         }
         relay_pass(&peer, &snapshot, !woken);
-        let watched: Vec<watch::Watched<'_>> =
-            snapshot.iter().map(|(_, rc)| (&rc.chan, false)).collect();
+        let watched: Vec<watch::Watched<'_>> = snapshot
+            .iter()
+            .map(|(_, rc)| (&rc.chan, rc.slow.load(Ordering::Acquire)))
+            .collect();
         let limit = if watch::words(&watched) > watch::MAX_WATCHED {
             OVERFLOW_POLL
         } else {
@@ -438,11 +489,16 @@ impl Outgoing {
 
 /// One reply owed on `rc` came (or its call was never sent).
 fn settle_one(rc: &RealChan) {
-    let _ = rc
+    let before = rc
         .owed
         .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
             Some(n.saturating_sub(1))
         });
+    if before.unwrap_or(0) <= 1 {
+        // Nothing owed: the watcher need not wake for this ring's next
+        // reply (it stops watching it when it next looks).
+        rc.slow.store(false, Ordering::Release);
+    }
 }
 
 /// The replies real channel `id` has for its client.
@@ -611,6 +667,7 @@ fn adopt(
                     server,
                     last_id: AtomicU64::new(0),
                     owed: AtomicU32::new(0),
+                    slow: AtomicBool::new(false),
                 }),
             );
             channels.push(id);
@@ -662,6 +719,7 @@ mod tests {
             server: 0,
             last_id: AtomicU64::new(7),
             owed: AtomicU32::new(1),
+            slow: AtomicBool::new(false),
         });
         peer.chans.lock().unwrap().insert(5, rc);
         (peer, 5, server_end)

@@ -18,6 +18,7 @@ mod rank;
 mod remote;
 mod seqpacket;
 mod spawn;
+mod tune;
 mod window;
 mod wire;
 

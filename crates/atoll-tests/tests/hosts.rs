@@ -847,3 +847,40 @@ fn an_invalidation_reaches_a_remote_program_before_the_reply_written_after_it() 
         on(&c, 0, "rm -rf $ROOT/ord");
     }
 }
+
+/// A call the first node's proxy stops spinning for (its server stalled)
+/// has its reply relayed by the proxy's watcher, woken by the reply itself,
+/// rather than left to the pump's next poll, up to 1 ms later: the count
+/// of replies the watcher relayed moves. (The pump still polls too and
+/// may find one first, hence three stalls, each ending with a call owed.)
+#[test]
+fn the_reply_of_a_call_past_the_proxy_s_spin_is_relayed_when_it_is_written() {
+    let Some(c) = cluster() else { return };
+    on(&c, 2, "echo hi > $ROOT/r");
+    let flags = tempfile::tempdir().unwrap();
+    let before = node_counters(&c, 0);
+    for round in 0..3 {
+        // Reads back to back until told to stop: one is owed when the
+        // servers stall, and is answered when they go on.
+        let stop = flags.path().join(format!("stop{round}"));
+        let script = format!(
+            "while [ ! -e {stop} ]; do read -r l < $ROOT/r; done; echo $l",
+            stop = stop.display()
+        );
+        let reader = c
+            .exec(&atoll_bin(), 2, &script)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        stall_servers(&c, 1);
+        std::thread::sleep(Duration::from_millis(1500));
+        std::fs::write(&stop, b"").unwrap();
+        let out = reader.wait_with_output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "hi\n");
+    }
+    let after = node_counters(&c, 0);
+    let count = |v: &serde_json::Value| v["node.replies_watched"].as_u64().unwrap_or(0);
+    assert!(count(&after) > count(&before), "replies watched: {after}");
+}

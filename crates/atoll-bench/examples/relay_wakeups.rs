@@ -3,6 +3,7 @@
 //!
 //! ```sh
 //! sudo target/release/examples/relay_wakeups target/release/atoll 20000
+//! sudo target/release/examples/relay_wakeups target/release/atoll idle
 //! ```
 //!
 //! Starts three nodes in network namespaces (as the bench does), makes
@@ -13,6 +14,11 @@
 //! was switched out while runnable (yields, preemption) and its CPU time
 //! per call. Counts, not times: they move far less with the machine's
 //! load than the round trip does.
+//!
+//! `idle`: instead, one remote program on each of the other hosts that
+//! has made calls and then sleeps, and the CPU time every thread used
+//! over 10 s (an idle image must stay idle: no polling while nothing is
+//! owed).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -114,9 +120,13 @@ fn snapshot() -> BTreeMap<String, Counts> {
 fn main() -> Result<(), String> {
     let args: Vec<String> = std::env::args().collect();
     let atoll = PathBuf::from(args.get(1).ok_or("usage: relay_wakeups ATOLL [CALLS]")?);
+    let idle = args.get(2).is_some_and(|a| a == "idle");
     let calls: u32 = args.get(2).and_then(|n| n.parse().ok()).unwrap_or(20_000);
     let mut c = Cluster::new(3)?;
     c.start_nodes(&atoll, &["--servers", "2", "--memory", "512M"])?;
+    if idle {
+        return idle_cpu(&c, &atoll);
+    }
     let socket = c.socket(2).ok_or("node 2 has no boot socket")?;
     null_rtt_ns(&socket, 2_000)?;
     let before = snapshot();
@@ -155,6 +165,52 @@ fn main() -> Result<(), String> {
             w as f64 / n,
             k as f64 * tick_us / n
         );
+    }
+    Ok(())
+}
+
+/// CPU time per thread over 10 s with an idle remote program on hosts 1
+/// and 2 (each made calls, then sleeps).
+fn idle_cpu(c: &Cluster, atoll: &std::path::Path) -> Result<(), String> {
+    let mut sleepers = Vec::new();
+    for k in [1, 2] {
+        let child = c
+            .exec(
+                atoll,
+                k,
+                "ls $ROOT > /dev/null; echo x > $ROOT/idle$$; sleep 13",
+            )
+            .spawn()
+            .map_err(|e| e.to_string())?;
+        sleepers.push(child);
+    }
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let before = snapshot();
+    std::thread::sleep(std::time::Duration::from_secs(10));
+    let after = snapshot();
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!(
+        "idle, 10 s; load {}",
+        load.split_whitespace().next().unwrap_or("?")
+    );
+    let mut per_process: BTreeMap<String, u64> = BTreeMap::new();
+    for (name, a) in &after {
+        let b = before.get(name).copied().unwrap_or_default();
+        let process = name.split('/').next().unwrap_or("?").to_string();
+        *per_process.entry(process).or_default() += a.ticks - b.ticks;
+        if a.sleeps > b.sleeps || a.ticks > b.ticks {
+            println!(
+                "{name:<28} sleeps {:>6} CPU {:.2} s",
+                a.sleeps - b.sleeps,
+                (a.ticks - b.ticks) as f64 / 100.0
+            );
+        }
+    }
+    for (p, t) in per_process {
+        println!("{p:<28} CPU {:.2} s", t as f64 / 100.0);
+    }
+    for mut s in sleepers {
+        let _ = s.wait();
     }
     Ok(())
 }

@@ -347,13 +347,12 @@ impl Edge {
     /// `futex_wake` for it, no wake-up here for a request already gone).
     fn forward(self: Arc<Edge>, i: usize) {
         let doorbell = self.control.doorbell(i);
-        let park = super::tune::get("park", 1) != 0;
         while !self.gone.load(Ordering::Relaxed) {
             if self.forward_queued(i) {
                 continue;
             }
             let rings = self.park.rings();
-            if park && self.hot.load(Ordering::Acquire) {
+            if self.hot.load(Ordering::Acquire) {
                 // Bounded: a lost ring would only delay a request to the
                 // next doorbell poll.
                 watch::wait_for_notices(&[], &self.park, rings, PARK_LIMIT);
@@ -377,24 +376,16 @@ impl Edge {
     /// cores of their own and never sleep). Outside them it sleeps in
     /// `ppoll` on the link, so an idle node stays idle.
     fn dispatch(self: Arc<Edge>) {
-        let reply_wait = Duration::from_micros(super::tune::get(
-            "edge_reply_us",
-            REPLY_WAIT.as_micros() as u64,
-        ));
-        let next_spin = Duration::from_micros(super::tune::get(
-            "edge_next_us",
-            NEXT_REQUEST_SPIN.as_micros() as u64,
-        ));
         // When the dispatcher last sent or delivered something; `None`
         // while it sleeps on the link.
         let mut active: Option<Instant> = None;
-        let mut yielder = super::tune::Yielder::default();
-        let polls = super::tune::get("costly", 1) == 0;
+        let mut yielder = super::yielder::Yielder::default();
         loop {
-            let hot = (polls || yielder.may_poll())
+            let hot = yielder.may_poll()
                 && active.is_some_and(|t| {
                     let idle = t.elapsed();
-                    idle < next_spin || (idle < reply_wait && self.owed.load(Ordering::Acquire) > 0)
+                    idle < NEXT_REQUEST_SPIN
+                        || (idle < REPLY_WAIT && self.owed.load(Ordering::Acquire) > 0)
                 });
             if !hot {
                 if active.take().is_some() {

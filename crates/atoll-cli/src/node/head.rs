@@ -209,25 +209,11 @@ fn pump(peer: Arc<Peer>) {
     let mut reply_due = false;
     // Polls since the reply spin ended with a reply still due.
     let mut slow_polls: u32 = 0;
-    let next_spin = Duration::from_micros(super::tune::get("head_next_us", 0));
-    let reply_spin = Duration::from_micros(super::tune::get(
-        "head_reply_us",
-        REPLY_SPIN.as_micros() as u64,
-    ));
-    // When the last reply due left (the next request may follow at once).
-    let mut settled: Option<Instant> = None;
-    let mut yielder = super::tune::Yielder::default();
     'outer: loop {
         // Incoming: a sleep here ends as soon as a message arrives; only a
         // slow call's reply waits for the next poll (see `link_wait`);
         // what a server sends unasked wakes the watcher.
-        let awaiting_next =
-            !reply_due && settled.is_some_and(|t| t.elapsed() < next_spin) && yielder.may_poll();
-        let mut wait = if awaiting_next {
-            Some(Duration::ZERO)
-        } else {
-            link_wait(reply_due, last_forward.elapsed(), slow_polls, reply_spin)
-        };
+        let mut wait = link_wait(reply_due, last_forward.elapsed(), slow_polls);
         let timed = wait.is_some_and(|w| !w.is_zero());
         let mut heard = false;
         loop {
@@ -274,20 +260,12 @@ fn pump(peer: Arc<Peer>) {
             seen_generation = generation;
         }
         if !reply_due && !heard {
-            if awaiting_next {
-                yielder.yield_now();
-            } else {
-                settled = None;
-            }
             continue;
         }
         // A pass that only a poll's timer started (nothing came on the
         // link): its inbox messages, if any, waited for that timer.
         reply_due = relay_pass(&peer, &snapshot, timed && !heard, false);
-        if !reply_due {
-            settled = Some(Instant::now());
-        }
-        if reply_due && last_forward.elapsed() < reply_spin {
+        if reply_due && last_forward.elapsed() < REPLY_SPIN {
             // The server may need this core to answer.
             std::thread::yield_now();
         } else if reply_due {
@@ -365,16 +343,11 @@ fn relay_pass(
 /// be scheduled, a time slice or more under load; measured, remote writes
 /// of 8 KiB calls four in flight dropped from 32 to 2 MB/s when the
 /// watcher alone took them. Whichever finds the reply first sends it.
-fn link_wait(
-    reply_due: bool,
-    since_forward: Duration,
-    slow_polls: u32,
-    reply_spin: Duration,
-) -> Option<Duration> {
+fn link_wait(reply_due: bool, since_forward: Duration, slow_polls: u32) -> Option<Duration> {
     if !reply_due {
         return None;
     }
-    if since_forward < reply_spin {
+    if since_forward < REPLY_SPIN {
         return Some(Duration::ZERO);
     }
     let steps = (slow_polls / SLOW_POLL_STEP).min(5);

@@ -18,9 +18,9 @@ mod rank;
 mod remote;
 mod seqpacket;
 mod spawn;
-mod tune;
 mod window;
 mod wire;
+mod yielder;
 
 pub use remote::main as remote_spawn;
 

@@ -1,29 +1,5 @@
-//! Temporary knobs for measuring the relay's waiting (`ATOLL_RELAY_EXP`,
-//! `key=value,…`); removed once the choices are made.
-
-use std::sync::OnceLock;
-
-fn table() -> &'static Vec<(String, u64)> {
-    static T: OnceLock<Vec<(String, u64)>> = OnceLock::new();
-    T.get_or_init(|| {
-        std::env::var("ATOLL_RELAY_EXP")
-            .unwrap_or_default()
-            .split(',')
-            .filter_map(|kv| {
-                let (k, v) = kv.split_once('=')?;
-                Some((k.trim().to_string(), v.trim().parse().ok()?))
-            })
-            .collect()
-    })
-}
-
-pub fn get(key: &str, default: u64) -> u64 {
-    table()
-        .iter()
-        .find(|(k, _)| k == key)
-        .map(|(_, v)| *v)
-        .unwrap_or(default)
-}
+//! Polling that yields between polls, for a proxy thread that waits for
+//! something it knows is coming soon (the edge's dispatcher).
 
 use std::time::{Duration, Instant};
 

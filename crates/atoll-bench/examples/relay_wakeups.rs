@@ -197,12 +197,13 @@ fn idle_cpu(c: &Cluster, atoll: &std::path::Path) -> Result<(), String> {
     for (name, a) in &after {
         let b = before.get(name).copied().unwrap_or_default();
         let process = name.split('/').next().unwrap_or("?").to_string();
-        *per_process.entry(process).or_default() += a.ticks - b.ticks;
-        if a.sleeps > b.sleeps || a.ticks > b.ticks {
+        let ticks = a.ticks.saturating_sub(b.ticks);
+        *per_process.entry(process).or_default() += ticks;
+        if a.sleeps > b.sleeps || ticks > 0 {
             println!(
                 "{name:<28} sleeps {:>6} CPU {:.2} s",
-                a.sleeps - b.sleeps,
-                (a.ticks - b.ticks) as f64 / 100.0
+                a.sleeps.saturating_sub(b.sleeps),
+                ticks as f64 / 100.0
             );
         }
     }

@@ -10,19 +10,23 @@
 //!                            would) ──Request{chan}──▶ link
 //!  program ◀──reply ring / inbox── dispatcher ◀──Reply/Inbox{chan}── link
 //!  program ──next request──▶ dispatcher, polling for it right after a
-//!                            reply ──Request{chan}──▶ link
+//!                            reply ──Request{chan}──▶ link, then polling
+//!                            the link for the reply while one is owed
 //! ```
 //!
 //! A program's calls are synchronous (one outstanding per lane), so the
-//! request after a reply usually comes at once: the dispatcher, awake
-//! anyway, takes it, and the forwarders carry the rest (a first call,
-//! calls of other lanes). On a call's path that is one wake-up on this
-//! side, the dispatcher's for the reply, as for a TCP echo's client. A
-//! forwarder waits as a server does, spinning briefly before it sleeps
-//! (measured against sleeping at once: 58.7 against 64.8 µs per remote
-//! call, docs/BENCHMARKS.md); a program's ring wakes one that sleeps (a
-//! futex doorbell and a socket cannot be slept on together), even when
-//! the dispatcher took the request.
+//! request after a reply usually comes at once, and its reply one round
+//! trip later: the dispatcher, awake anyway, takes the request and then
+//! polls the link for the reply (`dispatch`), and the forwarders carry
+//! the rest (a first call, calls of other lanes). On the path of a
+//! program calling back to back that is no wake-up on this side, where a
+//! TCP echo's client pays one (docs/BENCHMARKS.md, "One wake-up per remote
+//! call"). A forwarder waits as a server does, spinning briefly before it
+//! sleeps (measured against sleeping at once: 58.7 against 64.8 µs per
+//! remote call); while the dispatcher polls, the forwarders sleep on a
+//! bell of their own instead of the doorbells (a futex doorbell and a
+//! socket cannot be slept on together), so a program's ring then wakes
+//! nobody.
 //!
 //! Ownership: the request rings of server `i`'s channels are consumed
 //! under the lock of its channel list (`per_server[i]`), by forwarder `i`

@@ -21,8 +21,12 @@ pub struct Yielder {
 impl Yielder {
     /// May the caller poll (and yield) now rather than sleep?
     pub fn may_poll(&mut self) -> bool {
+        self.may_poll_at(Instant::now())
+    }
+
+    fn may_poll_at(&mut self, now: Instant) -> bool {
         match self.costly_until {
-            Some(t) if Instant::now() < t => false,
+            Some(t) if now < t => false,
             Some(_) => {
                 self.costly_until = None;
                 true
@@ -35,9 +39,37 @@ impl Yielder {
     pub fn yield_now(&mut self) {
         let before = Instant::now();
         std::thread::yield_now();
-        let after = Instant::now();
+        self.yielded(before, Instant::now());
+    }
+
+    /// A yield from `before` to `after`: note it if it was costly.
+    fn yielded(&mut self, before: Instant, after: Instant) {
         if after - before >= COSTLY_YIELD {
             self.costly_until = Some(after + COSTLY_HOLD);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A cheap yield keeps polling allowed; a costly one stops it for
+    /// `COSTLY_HOLD`, after which polling is allowed again.
+    #[test]
+    fn a_costly_yield_holds_polling_off_for_a_while() {
+        let mut y = Yielder::default();
+        let t0 = Instant::now();
+        y.yielded(t0, t0 + COSTLY_YIELD / 2);
+        assert!(y.may_poll_at(t0 + COSTLY_YIELD));
+        let after = t0 + COSTLY_YIELD;
+        y.yielded(t0, after);
+        assert!(!y.may_poll_at(after));
+        assert!(!y.may_poll_at(after + COSTLY_HOLD / 2));
+        assert!(y.may_poll_at(after + COSTLY_HOLD));
+        assert!(
+            y.may_poll_at(after + COSTLY_HOLD / 2),
+            "the hold was cleared"
+        );
     }
 }

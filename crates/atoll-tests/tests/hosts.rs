@@ -801,3 +801,86 @@ fn invalidations_for_an_idle_remote_program_leave_without_waiting_for_a_timer() 
         "notices that waited for a timer: {after}"
     );
 }
+
+/// On one host, a program renames names that a reader has cached (the
+/// inodes live on, so a stale lookup still finds one) and, once each `mv`
+/// returned, tells the reader through a host fifo; a third
+/// program makes calls back to back all the while, so the far host's proxy
+/// polls rather than sleeps. The server writes each invalidation before
+/// the reply of the `mv` that caused it, and both cross the same link, so
+/// the reader must find every name gone (a reply relayed ahead of an
+/// invalidation written before it, or one lost, leaves a stale name,
+/// checked to show when the edge drops invalidations); a lost reply
+/// would hang a program (the transcript's time limit). Run as
+/// on a host tmpfs: the transcripts must be equal.
+const ORDER: &str = r#"
+n=60
+mkdir -p $ROOT/ord && : > $ROOT/ord/busy
+for i in $(seq 1 $n); do echo $i > $ROOT/ord/f$i; done
+t=$(mktemp -d /tmp/atoll-order.XXXXXX); mkfifo $t/a $t/b
+( while [ ! -e $t/stop ]; do : < $ROOT/ord/busy; done ) &
+busy=$!
+(
+  exec 3<$t/a 4>$t/b
+  for i in $(seq 1 $n); do
+    [ -e $ROOT/ord/f$i ] || echo "missing before mv: $i"
+    echo cached >&4
+    read -r x <&3
+    [ -e $ROOT/ord/f$i ] && echo "stale after mv: $i"
+  done
+  exit 0
+) &
+reader=$!
+exec 3>$t/a 4<$t/b
+for i in $(seq 1 $n); do read -r x <&4; mv $ROOT/ord/f$i $ROOT/ord/g$i; echo moved >&3; done
+wait $reader; touch $t/stop; wait $busy; rm -rf $t
+ls $ROOT/ord | wc -l; echo done
+"#;
+
+#[test]
+fn an_invalidation_reaches_a_remote_program_before_the_reply_written_after_it() {
+    let Some(c) = cluster() else { return };
+    for host in [1, 2] {
+        let got = on(&c, host, ORDER);
+        let (dir, want) = run_on_host(ORDER);
+        assert_eq!(text(&got), normalized(&want, dir.path()).1, "host {host}");
+        on(&c, 0, "rm -rf $ROOT/ord");
+    }
+}
+
+/// A call the first node's proxy stops spinning for (its server stalled)
+/// has its reply relayed by the proxy's watcher, woken by the reply itself,
+/// rather than left to the pump's next poll, up to 1 ms later: the count
+/// of replies the watcher relayed moves. (The pump still polls too and
+/// may find one first, hence three stalls, each ending with a call owed.)
+#[test]
+fn the_reply_of_a_call_past_the_proxy_s_spin_is_relayed_when_it_is_written() {
+    let Some(c) = cluster() else { return };
+    on(&c, 2, "echo hi > $ROOT/r");
+    let flags = tempfile::tempdir().unwrap();
+    let before = node_counters(&c, 0);
+    for round in 0..3 {
+        // Reads back to back until told to stop: one is owed when the
+        // servers stall, and is answered when they go on.
+        let stop = flags.path().join(format!("stop{round}"));
+        let script = format!(
+            "while [ ! -e {stop} ]; do read -r l < $ROOT/r; done; echo $l",
+            stop = stop.display()
+        );
+        let reader = c
+            .exec(&atoll_bin(), 2, &script)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        stall_servers(&c, 1);
+        std::thread::sleep(Duration::from_millis(1500));
+        std::fs::write(&stop, b"").unwrap();
+        let out = reader.wait_with_output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "hi\n");
+    }
+    let after = node_counters(&c, 0);
+    let count = |v: &serde_json::Value| v["node.replies_watched"].as_u64().unwrap_or(0);
+    assert!(count(&after) > count(&before), "replies watched: {after}");
+}

@@ -10,19 +10,23 @@
 //!                            would) ──Request{chan}──▶ link
 //!  program ◀──reply ring / inbox── dispatcher ◀──Reply/Inbox{chan}── link
 //!  program ──next request──▶ dispatcher, polling for it right after a
-//!                            reply ──Request{chan}──▶ link
+//!                            reply ──Request{chan}──▶ link, then polling
+//!                            the link for the reply while one is owed
 //! ```
 //!
 //! A program's calls are synchronous (one outstanding per lane), so the
-//! request after a reply usually comes at once: the dispatcher, awake
-//! anyway, takes it, and the forwarders carry the rest (a first call,
-//! calls of other lanes). On a call's path that is one wake-up on this
-//! side, the dispatcher's for the reply, as for a TCP echo's client. A
-//! forwarder waits as a server does, spinning briefly before it sleeps
-//! (measured against sleeping at once: 58.7 against 64.8 µs per remote
-//! call, docs/BENCHMARKS.md); a program's ring wakes one that sleeps (a
-//! futex doorbell and a socket cannot be slept on together), even when
-//! the dispatcher took the request.
+//! request after a reply usually comes at once, and its reply one round
+//! trip later: the dispatcher, awake anyway, takes the request and then
+//! polls the link for the reply (`dispatch`), and the forwarders carry
+//! the rest (a first call, calls of other lanes). On the path of a
+//! program calling back to back that is no wake-up on this side, where a
+//! TCP echo's client pays one (docs/BENCHMARKS.md, "One wake-up per remote
+//! call"). A forwarder waits as a server does, spinning briefly before it
+//! sleeps (measured against sleeping at once: 58.7 against 64.8 µs per
+//! remote call); while the dispatcher polls, the forwarders sleep on a
+//! bell of their own instead of the doorbells (a futex doorbell and a
+//! socket cannot be slept on together), so a program's ring then wakes
+//! nobody.
 //!
 //! Ownership: the request rings of server `i`'s channels are consumed
 //! under the lock of its channel list (`per_server[i]`), by forwarder `i`
@@ -35,11 +39,12 @@
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use atoll_msg::watch::{self, Bell};
 use atoll_msg::{Control, ServerChannel};
 use atoll_proto::boot::{BootReply, BootRequest, PollMode};
 use atoll_transport::{Link, Message};
@@ -52,11 +57,31 @@ use super::wire::{self, ChanId, ConnId, NodeMsg};
 const BOOT_CALL_LIMIT: Duration = Duration::from_secs(30);
 
 /// How long the dispatcher polls for the request that follows a reply
-/// (`Edge::await_next_request`): a program's next call after the one just
+/// (`Edge::dispatch`): a program's next call after the one just
 /// answered, when it makes calls back to back, comes within a few
 /// microseconds; the bound keeps a program that computes between calls
 /// from holding a core.
 const NEXT_REQUEST_SPIN: Duration = Duration::from_micros(50);
+
+/// How long the dispatcher polls the link for a reply owed after the last
+/// call it saw leave: a round trip through both proxies and a server
+/// (25–60 µs on a quiet 2-CPU guest, docs/BENCHMARKS.md) with room for a
+/// loaded machine; a slower call's reply wakes it from `ppoll`.
+const REPLY_WAIT: Duration = Duration::from_micros(200);
+
+/// How long a parked forwarder sleeps at most before it looks at its
+/// doorbell again (a bound, not a poll: the dispatcher rings `park` when
+/// it stops polling).
+const PARK_LIMIT: Duration = Duration::from_millis(100);
+
+/// A request frame that expects a reply (its id, which leads the frame,
+/// is not a posted one; an unreadable id counts as a call).
+fn is_call(frame: &[u8]) -> bool {
+    !matches!(
+        postcard::take_from_bytes::<u64>(frame),
+        Ok((rid, _)) if atoll_proto::is_posted(rid)
+    )
+}
 
 /// What the dispatcher did with a message of the head.
 enum Handled {
@@ -83,6 +108,16 @@ pub struct Edge {
     conns: Mutex<HashMap<ConnId, Arc<OwnedFd>>>,
     next_id: AtomicU64,
     next_conn: AtomicU64,
+    /// Replies owed: calls sent to the head (posted requests get none)
+    /// less replies received. Only a hint for the dispatcher's waiting (a
+    /// call whose channel closed is never answered; the wait is bounded).
+    owed: AtomicU32,
+    /// The dispatcher polls the request rings itself (`dispatch`): the
+    /// forwarders then sleep on `park`, not on the doorbells, so that a
+    /// program's ring costs it no wake-up system call.
+    hot: AtomicBool,
+    /// Rung when the dispatcher stops polling (or the edge ends).
+    park: Bell,
     /// The link is gone or the node was asked to stop.
     pub gone: AtomicBool,
     /// Why it ended: `None` when asked to (`atoll stop`, a signal).
@@ -104,6 +139,9 @@ impl Edge {
             conns: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             next_conn: AtomicU64::new(1),
+            owed: AtomicU32::new(0),
+            hot: AtomicBool::new(false),
+            park: Bell::default(),
             gone: AtomicBool::new(false),
             lost: Mutex::new(None),
         });
@@ -278,11 +316,13 @@ impl Edge {
     /// Hot path (every remote system call).
     fn forward_queued(&self, i: usize) -> bool {
         let mut batch = Vec::new();
+        let mut calls = 0;
         let mut list = self.per_server[i].lock().unwrap_or_else(|e| e.into_inner());
         for (chan, sc) in list.iter() {
             loop {
                 match sc.try_recv(|b| b.to_vec()) {
                     Ok(Some(frame)) => {
+                        calls += u32::from(is_call(&frame));
                         let msg = NodeMsg::Request { chan: *chan, frame };
                         batch.push(wire::message(self.next_id(), &msg));
                     }
@@ -300,79 +340,115 @@ impl Edge {
         if batch.is_empty() {
             return false;
         }
+        // Counted before the head can answer.
+        self.owed.fetch_add(calls, Ordering::AcqRel);
         let _ = self.link.send_all(&batch);
         true
     }
 
     /// Forwarder of server `i`: wait on doorbell `i` as server `i` would,
-    /// then send every queued request over the link (the request that
-    /// follows a reply is usually taken by the dispatcher, which is awake
-    /// then: `await_next_request`).
+    /// then send every queued request over the link. While the dispatcher
+    /// polls the request rings itself (`hot`), sleep on `park` instead, so
+    /// that the program's ring finds no sleeper on the doorbell (no
+    /// `futex_wake` for it, no wake-up here for a request already gone).
     fn forward(self: Arc<Edge>, i: usize) {
         let doorbell = self.control.doorbell(i);
         while !self.gone.load(Ordering::Relaxed) {
-            if !self.forward_queued(i) {
+            if self.forward_queued(i) {
+                continue;
+            }
+            let rings = self.park.rings();
+            if self.hot.load(Ordering::Acquire) {
+                // Bounded: a lost ring would only delay a request to the
+                // next doorbell poll.
+                watch::wait_for_notices(&[], &self.park, rings, PARK_LIMIT);
+            } else {
                 doorbell.wait(PollMode::Adaptive);
             }
         }
     }
 
-    /// The dispatcher, having put a reply in its ring: a lane has one call
-    /// outstanding, so its program's next request typically follows at
-    /// once. Poll the request rings for it (yielding, for at most
-    /// [`NEXT_REQUEST_SPIN`]) and send it from here, so that it leaves
-    /// without waking a forwarder; messages from the head that come
-    /// meanwhile are handled as usual. False if the link ended.
-    fn await_next_request(&self) -> bool {
-        let start = Instant::now();
+    /// The head's messages to the programs of this node, and while a call
+    /// is in flight or was just answered, the programs' requests too.
+    ///
+    /// A lane has one call outstanding, so after a reply its program's
+    /// next request typically follows at once, and after a request its
+    /// reply comes within a round trip. In those two windows
+    /// ([`NEXT_REQUEST_SPIN`] after a reply, [`REPLY_WAIT`] after a call
+    /// while a reply is owed) the dispatcher polls both the request rings
+    /// and the link, yielding between polls: the request leaves without a
+    /// forwarder's wake-up and the reply is taken without the dispatcher's
+    /// own (a TCP echo's client pays that one; fos §3.2's proxies have
+    /// cores of their own and never sleep). Outside them it sleeps in
+    /// `ppoll` on the link, so an idle node stays idle.
+    fn dispatch(self: Arc<Edge>) {
+        // When the dispatcher last sent or delivered something; `None`
+        // while it sleeps on the link.
+        let mut active: Option<Instant> = None;
+        let mut yielder = super::yielder::Yielder::default();
         loop {
-            let mut sent = false;
-            for i in 0..self.per_server.len() {
-                sent |= self.forward_queued(i);
+            let hot = yielder.may_poll()
+                && active.is_some_and(|t| {
+                    let idle = t.elapsed();
+                    idle < NEXT_REQUEST_SPIN
+                        || (idle < REPLY_WAIT && self.owed.load(Ordering::Acquire) > 0)
+                });
+            if !hot {
+                if active.take().is_some() {
+                    self.cool();
+                }
+                let m = match self.link.recv(None) {
+                    Ok(Some(m)) => m,
+                    Ok(None) => continue,
+                    Err(e) => {
+                        self.end(Some(e.to_string()));
+                        return;
+                    }
+                };
+                match self.handle(m) {
+                    Handled::Reply => {
+                        active = Some(Instant::now());
+                        self.hot.store(true, Ordering::Release);
+                    }
+                    Handled::Other => {}
+                    Handled::End => return,
+                }
+                continue;
             }
-            if sent {
-                return true;
+            let mut did = false;
+            for i in 0..self.per_server.len() {
+                did |= self.forward_queued(i);
             }
             match self.link.recv(Some(Duration::ZERO)) {
-                Ok(Some(m)) => {
-                    if let Handled::End = self.handle(m) {
-                        return false;
-                    }
-                }
+                Ok(Some(m)) => match self.handle(m) {
+                    Handled::End => return,
+                    Handled::Reply => did = true,
+                    Handled::Other => {}
+                },
                 Ok(None) => {}
-                Err(e) => {
-                    self.end(Some(e.to_string()));
-                    return false;
-                }
-            }
-            if start.elapsed() >= NEXT_REQUEST_SPIN || self.gone.load(Ordering::Relaxed) {
-                return true;
-            }
-            std::thread::yield_now();
-        }
-    }
-
-    /// The head's messages to the programs of this node.
-    fn dispatch(self: Arc<Edge>) {
-        loop {
-            let m = match self.link.recv(None) {
-                Ok(Some(m)) => m,
-                Ok(None) => continue,
                 Err(e) => {
                     self.end(Some(e.to_string()));
                     return;
                 }
-            };
-            match self.handle(m) {
-                Handled::Reply => {
-                    if !self.await_next_request() {
-                        return;
-                    }
-                }
-                Handled::Other => {}
-                Handled::End => return,
+            }
+            if self.gone.load(Ordering::Relaxed) {
+                return;
+            }
+            if did {
+                active = Some(Instant::now());
+            } else {
+                // The server, the head or the program may need this core.
+                yielder.yield_now();
             }
         }
+    }
+
+    /// The dispatcher stops polling the request rings: the forwarders
+    /// take them again. A request put in a ring meanwhile is not lost: a
+    /// forwarder polls once it is back, and its doorbell's count moved.
+    fn cool(&self) {
+        self.hot.store(false, Ordering::Release);
+        self.park.ring();
     }
 
     /// One message of the head.
@@ -403,6 +479,11 @@ impl Edge {
                 }
             }
             NodeMsg::Reply { chan, frame } => {
+                let _ = self
+                    .owed
+                    .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                        Some(n.saturating_sub(1))
+                    });
                 if let Some(sc) = chan_of(chan) {
                     let _ = sc.reply(&frame);
                 }
@@ -464,5 +545,6 @@ impl Edge {
         for i in 0..self.per_server.len() {
             self.control.doorbell(i).ring();
         }
+        self.cool();
     }
 }

@@ -12,7 +12,7 @@
 //!  link ◀──BootReply{channels}───────┘ names it ChanId
 //!  link ──Request{chan}──▶ pump ──frame──▶ real channel ──▶ server
 //!  link ◀──Reply{chan}──────── pump polls the reply rings while replies
-//!                              are owed
+//!                              are owed (watcher too, for slow calls)
 //!  link ◀──Inbox/ChanClosed──── watcher sleeps on every inbox at once
 //! ```
 //!
@@ -23,7 +23,9 @@
 //! typical call well within that, and the reply leaves as soon as it is
 //! in the ring, never after a sleep. A reply still owed after that (a slow
 //! call) is polled for between sleeps on the link of 50 µs growing to
-//! 1 ms (see `link_wait` for why not slept on). What a server sends
+//! 1 ms (see `link_wait` for why not only slept on), and once the sleeps
+//! grow (a call slower than about 3 ms) the watcher sleeps on its reply
+//! ring too, so it leaves when written, not at the next poll. What a server sends
 //! unasked — lookup invalidations, an inbox overflow, a channel's end —
 //! wakes the peer's *watcher*, which sleeps on every inbox's futex word at
 //! once (`atoll_msg::watch`, `futex_waitv`), so it leaves at once, not at
@@ -65,6 +67,10 @@ struct RealChan {
     /// replies taken. A program may have several calls in flight on one
     /// channel (reads ahead), so one reply does not settle the rest.
     owed: AtomicU32,
+    /// A reply is owed past the pump's spin (a slow call): the watcher
+    /// sleeps on the reply ring too, so the reply leaves as soon as it is
+    /// written instead of at the pump's next poll (up to 1 ms later).
+    slow: AtomicBool,
 }
 
 /// A boot packet for a conn worker, with its request id.
@@ -121,6 +127,7 @@ pub fn serve(
 ) {
     atoll_server::process_counters::publish("node.notices_relayed", &NOTICES_RELAYED);
     atoll_server::process_counters::publish("node.notices_after_timer", &NOTICES_AFTER_TIMER);
+    atoll_server::process_counters::publish("node.replies_watched", &REPLIES_WATCHED);
     let mut links: Vec<Arc<dyn Link>> = Vec::new();
     while !stop.load(Ordering::Relaxed) {
         let link = match listener.accept(Some(Duration::from_millis(200))) {
@@ -164,6 +171,15 @@ pub fn serve(
 /// (`atoll_msg::wait::ADAPTIVE_SPIN_NS`).
 pub const REPLY_SPIN: Duration = Duration::from_micros(100);
 
+/// Polls of a slow call's reply between two steps of the pump's sleep
+/// (50 µs, doubling to 1 ms). At the first step (a call slower than about
+/// 3 ms), the watcher starts sleeping on the reply rings still owed
+/// (`mark_slow`): the pump's polls would then leave a reply up to 100 µs
+/// to 1 ms late, and a wake-up of the watcher costs less than that. Not at
+/// once: under load many calls outlast the pump's spin, and two wake-ups
+/// of the watcher per call (the bell, the reply) would take CPU from them.
+const SLOW_POLL_STEP: u32 = 64;
+
 /// How long the watcher sleeps before it looks at every channel anyway:
 /// the poll for channels past what one `futex_waitv` watches
 /// ([`watch::MAX_WATCHED`] channels of one peer: over sixty remote lanes
@@ -180,6 +196,9 @@ pub static NOTICES_RELAYED: AtomicU64 = AtomicU64::new(0);
 /// Of those, how many were found by a pass that a timer started, not a
 /// wake-up (each waited for that timer).
 pub static NOTICES_AFTER_TIMER: AtomicU64 = AtomicU64::new(0);
+/// Replies the watcher relayed (woken by the reply of a slow call) before
+/// the pump's next poll found them.
+pub static REPLIES_WATCHED: AtomicU64 = AtomicU64::new(0);
 
 /// The pump of one peer: incoming messages to conn workers and real
 /// channels, replies and inbox messages of real channels to the link.
@@ -245,11 +264,14 @@ fn pump(peer: Arc<Peer>) {
         }
         // A pass that only a poll's timer started (nothing came on the
         // link): its inbox messages, if any, waited for that timer.
-        reply_due = relay_pass(&peer, &snapshot, timed && !heard);
+        reply_due = relay_pass(&peer, &snapshot, timed && !heard, false);
         if reply_due && last_forward.elapsed() < REPLY_SPIN {
             // The server may need this core to answer.
             std::thread::yield_now();
         } else if reply_due {
+            if slow_polls == SLOW_POLL_STEP {
+                mark_slow(&peer, &snapshot);
+            }
             slow_polls = slow_polls.saturating_add(1);
         }
     }
@@ -260,14 +282,37 @@ fn pump(peer: Arc<Peer>) {
     peer.conns.lock().unwrap_or_else(|e| e.into_inner()).clear();
 }
 
+/// The pump stops spinning for the replies still owed: have the watcher
+/// sleep on their rings as well (the pump still polls for them, less and
+/// less often: whichever finds a reply first sends it).
+fn mark_slow(peer: &Peer, snapshot: &[(ChanId, Arc<RealChan>)]) {
+    let mut marked = false;
+    for (_, rc) in snapshot {
+        if rc.owed.load(Ordering::Acquire) > 0 && !rc.slow.swap(true, Ordering::AcqRel) {
+            marked = true;
+        }
+    }
+    if marked {
+        peer.bell.ring();
+    }
+}
+
 /// One pass over `snapshot` under the gather lock: everything found
 /// leaves in one write (`Outgoing`). `after_timer`: no wake-up started
-/// the pass (its notices waited for a timer). True if a reply is still
-/// owed on some channel.
-fn relay_pass(peer: &Peer, snapshot: &[(ChanId, Arc<RealChan>)], after_timer: bool) -> bool {
+/// the pass (its notices waited for a timer); `watcher`: the watcher's
+/// pass (not the pump's). True if a reply is still owed on some channel.
+fn relay_pass(
+    peer: &Peer,
+    snapshot: &[(ChanId, Arc<RealChan>)],
+    after_timer: bool,
+    watcher: bool,
+) -> bool {
     let _held = peer.gather.lock().unwrap_or_else(|e| e.into_inner());
     let mut out = Outgoing::default();
     out.gather(peer, snapshot);
+    if watcher && !out.replies.is_empty() {
+        REPLIES_WATCHED.fetch_add(out.replies.len() as u64, Ordering::Relaxed);
+    }
     let notices = out.notices.len() as u64;
     if notices > 0 {
         NOTICES_RELAYED.fetch_add(notices, Ordering::Relaxed);
@@ -286,16 +331,18 @@ fn relay_pass(peer: &Peer, snapshot: &[(ChanId, Arc<RealChan>)], after_timer: bo
 
 /// How long the pump waits for the link before it polls its channels
 /// again: not at all while a reply is due and was asked for less than
-/// [`REPLY_SPIN`] ago; then 50 µs, growing (every 64 polls) to 1 ms; with
-/// no reply due, until a message comes (`None`: the link's silence bound
-/// still ends a dead peer's link), as the watcher relays the rest.
+/// [`REPLY_SPIN`] ago; then 50 µs, growing (every [`SLOW_POLL_STEP`]
+/// polls) to 1 ms; with no reply due, until a message comes (`None`: the
+/// link's silence bound still ends a dead peer's link), as the watcher
+/// relays the rest.
 ///
-/// Why a slow call's reply is polled for and not slept on (the watcher
-/// could): on two CPUs shared with the servers and other programs, a
-/// pump that hands a reply over to another thread after its spin waits
-/// for that thread to be scheduled, a time slice or more under load;
-/// measured, remote writes of 8 KiB calls four in flight dropped from
-/// 32 to 2 MB/s that way.
+/// Why a slow call's reply is still polled for, not only slept on by the
+/// watcher (which does so from the first step on, `mark_slow`): on two
+/// CPUs shared with the servers and other programs, a pump that hands a
+/// reply over to another thread after its spin waits for that thread to
+/// be scheduled, a time slice or more under load; measured, remote writes
+/// of 8 KiB calls four in flight dropped from 32 to 2 MB/s when the
+/// watcher alone took them. Whichever finds the reply first sends it.
 fn link_wait(reply_due: bool, since_forward: Duration, slow_polls: u32) -> Option<Duration> {
     if !reply_due {
         return None;
@@ -303,7 +350,7 @@ fn link_wait(reply_due: bool, since_forward: Duration, slow_polls: u32) -> Optio
     if since_forward < REPLY_SPIN {
         return Some(Duration::ZERO);
     }
-    let steps = (slow_polls / 64).min(5);
+    let steps = (slow_polls / SLOW_POLL_STEP).min(5);
     Some(Duration::from_micros(50 << steps).min(Duration::from_millis(1)))
 }
 
@@ -322,9 +369,11 @@ fn watch_notices(peer: Arc<Peer>) {
             snapshot = chans.iter().map(|(k, v)| (*k, v.clone())).collect();
             seen_generation = generation;
         }
-        relay_pass(&peer, &snapshot, !woken);
-        let watched: Vec<watch::Watched<'_>> =
-            snapshot.iter().map(|(_, rc)| (&rc.chan, false)).collect();
+        relay_pass(&peer, &snapshot, !woken, true);
+        let watched: Vec<watch::Watched<'_>> = snapshot
+            .iter()
+            .map(|(_, rc)| (&rc.chan, rc.slow.load(Ordering::Acquire)))
+            .collect();
         let limit = if watch::words(&watched) > watch::MAX_WATCHED {
             OVERFLOW_POLL
         } else {
@@ -438,11 +487,16 @@ impl Outgoing {
 
 /// One reply owed on `rc` came (or its call was never sent).
 fn settle_one(rc: &RealChan) {
-    let _ = rc
+    let before = rc
         .owed
         .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
             Some(n.saturating_sub(1))
         });
+    if before.unwrap_or(0) <= 1 {
+        // Nothing owed: the watcher need not wake for this ring's next
+        // reply (it stops watching it when it next looks).
+        rc.slow.store(false, Ordering::Release);
+    }
 }
 
 /// The replies real channel `id` has for its client.
@@ -611,6 +665,7 @@ fn adopt(
                     server,
                     last_id: AtomicU64::new(0),
                     owed: AtomicU32::new(0),
+                    slow: AtomicBool::new(false),
                 }),
             );
             channels.push(id);
@@ -662,6 +717,7 @@ mod tests {
             server: 0,
             last_id: AtomicU64::new(7),
             owed: AtomicU32::new(1),
+            slow: AtomicBool::new(false),
         });
         peer.chans.lock().unwrap().insert(5, rc);
         (peer, 5, server_end)

@@ -20,6 +20,7 @@ mod seqpacket;
 mod spawn;
 mod window;
 mod wire;
+mod yielder;
 
 pub use remote::main as remote_spawn;
 

@@ -1,0 +1,312 @@
+//! What an exec hands to the new image: the cwd, the descriptor table,
+//! the locks and counters (`ATOLL_STATE`), and the session itself, its own
+//! or a child's (`passes_own_session`), with the instance's descriptors so
+//! that the new image joins without waiting (`BootRequest::Reattached`);
+//! and, in the new image, putting it back (`restore`).
+
+use super::*;
+
+/// What an exec hands to the new image.
+pub(super) struct HandOver {
+    /// The session socket, left open across the exec (`ENV_SESSION_FD`);
+    /// `None` when no session could be made for the new image.
+    pub(super) socket: Option<OwnedFd>,
+    /// `ATOLL_STATE`.
+    pub(super) state: String,
+    /// The instance's descriptors left open for the new image
+    /// (`State::attached`).
+    pub(super) carried: Vec<OwnedFd>,
+}
+
+impl HandOver {
+    /// Hand over `session` on `socket` with `st`, and with it the
+    /// instance's descriptors, so that the new image joins without a round
+    /// trip to the boot thread (`BootRequest::Reattached`). Without them
+    /// (no descriptor left, an error) it asks `Reattach` as before.
+    fn new(c: &Client, socket: OwnedFd, session: SessionId, mut st: State) -> HandOver {
+        let mut carried = Vec::new();
+        st.attached = carry_instance(c, session, &mut carried);
+        HandOver {
+            socket: Some(socket),
+            state: st.encode(),
+            carried,
+        }
+    }
+}
+
+/// The buffer cache's and control block's descriptors, duplicated without
+/// `FD_CLOEXEC` into `kept`, and what the new image needs besides them.
+fn carry_instance(c: &Client, session: SessionId, kept: &mut Vec<OwnedFd>) -> Option<Attached> {
+    let mut inheritable = |fd: i32| -> Option<CarriedFd> {
+        let (dev, ino, _) = sys::fstat_id(fd).ok()?;
+        let n = sys::fcntl_int(fd, libc::F_DUPFD, session::PRIVATE_FD_MIN as i64);
+        if n < 0 {
+            return None;
+        }
+        // SAFETY: `n` was just made by F_DUPFD and is owned by no one else.
+        kept.push(unsafe { OwnedFd::from_raw_fd(n as i32) });
+        Some(CarriedFd {
+            fd: n as i32,
+            dev,
+            ino,
+        })
+    };
+    let control = inheritable(c.control_fd.load(Ordering::Relaxed))?;
+    let cache = match c.info.island.maps_cache() {
+        true => Some(inheritable(c.cache_fd.load(Ordering::Relaxed))?),
+        false => None,
+    };
+    Some(Attached {
+        session: session.0,
+        cache,
+        control,
+        info: postcard::to_allocvec(&c.info).ok()?,
+    })
+}
+
+/// Create the child session, share the surviving descriptions with it and
+/// serialise the state. Degrades to "no fds" if the instance refuses.
+/// May the new image run in this image's session as it is, instead of a
+/// child session made for it (`Fork`)? Only when the session holds
+/// nothing the new image must not inherit, which is what a forked child
+/// that only execs a host program has: no lane (it asked no server
+/// anything), no description (none open: no fd, mapping or copied mapping
+/// refers to one), no record or `flock` lock, no running atoll program
+/// (the text mark of `Exec`). And only for `execve` run here or on another
+/// core in place: `posix_spawn` keeps its session for the caller, a remote
+/// exec leaves the caller behind as the program's proxy with its own.
+/// Saves the `Fork` round trip with the boot thread and the end of the
+/// old session at exec (`SessionClosed` to every server).
+pub(super) fn passes_own_session(
+    c: &Client,
+    lane: &LazyLane,
+    spawn: bool,
+    text: Option<InodeId>,
+) -> bool {
+    !spawn
+        && text.is_none()
+        && lane.taken().is_none()
+        && c.has_no_lane()
+        && placement::exec_via() == placement::ExecVia::Place
+        && SELF_EXE.get().is_none()
+        && !c.posix_locks.load(Ordering::Relaxed)
+        && !c.any_locks.load(Ordering::Relaxed)
+        && fdtable::live_descs().is_empty()
+        && crate::mapping::is_empty()
+        && crate::copymap::is_empty()
+}
+
+/// The hand-over when the new image keeps this session
+/// ([`passes_own_session`]): the session socket survives exec, and the
+/// new image `Reattach`es on it (its lanes are made then). A failed exec
+/// drops the copy; the session stays this image's.
+pub(super) fn hand_over_own_session(c: &Client, exe: Option<Vec<u8>>) -> Result<HandOver> {
+    // Blocks this image still holds copies of go back first, as in
+    // `hand_over` (no server is asked).
+    crate::incoherent::write_back(c);
+    let st = State {
+        cwd: c.cwd().map(|w| (w.path.clone(), Some(w.ino.0))),
+        fds: Vec::new(),
+        exe,
+        locks: false,
+        counters: crate::counters::unreported(),
+        attached: None,
+    };
+    let socket = c.inheritable_socket()?;
+    Ok(HandOver::new(c, socket, c.session().id, st))
+}
+
+pub(super) fn hand_over(
+    c: &Client,
+    lane: &LazyLane,
+    exe: Option<Vec<u8>>,
+    text: Option<InodeId>,
+) -> Result<HandOver> {
+    // The new image finds the offsets on the servers (Hare §3.5.1).
+    crate::hybrid::share_all(c, lane);
+    crate::incoherent::write_back(c);
+    crate::copymap::sync_all(c);
+    let mut st = State {
+        cwd: c.cwd().map(|w| (w.path.clone(), Some(w.ino.0))),
+        fds: Vec::new(),
+        exe,
+        locks: false,
+        counters: Vec::new(),
+        attached: None,
+    };
+    let (child, sock) = match c.fork_session() {
+        Ok(x) => x,
+        Err(_) => {
+            return Ok(HandOver {
+                socket: None,
+                state: st.encode(),
+                carried: Vec::new(),
+            })
+        }
+    };
+    // `Exec` and `PassLocks` to the new session are idempotent (a mark
+    // set once, locks moved once), so each goes again when its server dies
+    // on it (`forkshare::again`).
+    if let Some(ino) = text {
+        // The new image runs `ino`: no one may write it meanwhile, and it
+        // may not start while someone does (ETXTBSY, server `fs/text.rs`).
+        let lane = lane.get()?;
+        let exec = || Request::Exec { ino, to: child };
+        crate::forkshare::again(|| lane.call_ok(c, ino.owner(), exec()))?;
+    }
+    if c.posix_locks.load(core::sync::atomic::Ordering::Relaxed) {
+        // Record locks outlive execve (the process stays); the new image
+        // runs in `child`, so they go to it before this session ends.
+        let lane = lane.get()?;
+        for server in 0..c.nservers {
+            let pass = || Request::PassLocks { to: child };
+            let _ = crate::forkshare::again(|| lane.call_ok(c, server, pass()));
+        }
+        st.locks = true;
+    }
+    let mut shared: Vec<DescId> = Vec::new();
+    // Each reference goes again if its server dies on it (`forkshare`).
+    let mut given = crate::forkshare::Ledger::new(child);
+    for fd in fdtable::fds() {
+        let fdflags = sys::fcntl_int(fd, libc::F_GETFD, 0);
+        if fdflags < 0 || fdflags & libc::FD_CLOEXEC as i64 != 0 {
+            continue;
+        }
+        let Some(d) = fdtable::get(fd as i64) else {
+            continue;
+        };
+        let Ok((dev, pino, _)) = sys::fstat_id(fd) else {
+            continue;
+        };
+        let desc = d.desc();
+        if !shared.contains(&desc) {
+            let Ok(lane) = lane.get() else { continue };
+            if given.share(c, lane, desc).is_err() {
+                continue;
+            }
+            shared.push(desc);
+        }
+        st.fds.push(FdState {
+            fd,
+            desc: desc.0,
+            ino: d.ino().0,
+            flags: d.flags(),
+            ftype: fdtable::ftype_code(d.ftype()),
+            cookie: d.cookie().load(core::sync::atomic::Ordering::Relaxed),
+            placeholder: (dev, pino),
+            path: d.path().map(<[u8]>::to_vec),
+        });
+    }
+    // What this image counted goes to the servers with a lane it holds
+    // anyway, else to the new image (a lane just for it would cost a
+    // `NewLane` in every forked child that execs).
+    match lane.taken() {
+        Some(lane) => crate::counters::report(c, lane),
+        None => st.counters = crate::counters::unreported(),
+    }
+    // The child's socket must survive exec: no CLOEXEC, high number.
+    let raw = sock.into_raw_fd();
+    let n = sys::fcntl_int(raw, libc::F_DUPFD, session::PRIVATE_FD_MIN as i64);
+    let keep = if n >= 0 {
+        sys::close(raw);
+        n as i32
+    } else {
+        sys::fcntl_int(raw, libc::F_SETFD, 0);
+        raw
+    };
+    // SAFETY: `keep` is a descriptor we own (just created).
+    let owned = unsafe { OwnedFd::from_raw_fd(keep) };
+    Ok(HandOver::new(c, owned, child, st))
+}
+
+/// In a new image: restore the cwd and the descriptor table from
+/// `ATOLL_STATE` (only fds that are still our placeholders survive; the
+/// other descriptions are closed at the server).
+pub fn restore(c: &Client, text: &str, with_session: bool) {
+    let Some(st) = State::decode(text) else {
+        return;
+    };
+    if let Some(e) = &st.exe {
+        let _ = SELF_EXE.set(e.clone());
+    }
+    crate::counters::carry(&st.counters);
+    if st.locks {
+        c.posix_locks
+            .store(true, core::sync::atomic::Ordering::Relaxed);
+        c.any_locks
+            .store(true, core::sync::atomic::Ordering::Relaxed);
+    }
+    // Taken only when something below asks a server: the new image has no
+    // lane yet (`Reattach`), and most images a shell starts need none.
+    let lane = LazyLane::new(c);
+    if let Some((path, ino)) = &st.cwd {
+        match ino {
+            Some(i) => c.set_cwd(Some(Cwd {
+                ino: InodeId(*i),
+                path: path.clone(),
+            })),
+            None => {
+                let Ok(l) = lane.get() else { return };
+                if let Ok(Some(mut w)) = Walker::start(c, l, libc::AT_FDCWD as i64, path) {
+                    if let Ok(NodeStep::Node {
+                        ino,
+                        ftype: FileType::Directory,
+                        ..
+                    }) = w.node(true)
+                    {
+                        c.set_cwd(Some(Cwd {
+                            ino,
+                            path: w.canon.as_bytes().to_vec(),
+                        }));
+                    }
+                }
+            }
+        }
+    }
+    if !with_session {
+        return;
+    }
+    let mut descs: Vec<(u64, Option<fdtable::DescRef>)> = Vec::new();
+    for f in &st.fds {
+        let alive = (f.fd as usize) < fdtable::MAX_FDS
+            && !c.is_private_fd(f.fd)
+            && sys::fstat_id(f.fd).map(|(d, i, _)| (d, i)) == Ok(f.placeholder);
+        let pos = match descs.iter().position(|(d, _)| *d == f.desc) {
+            Some(p) => p,
+            None => {
+                descs.push((f.desc, None));
+                descs.len() - 1
+            }
+        };
+        if !alive {
+            continue;
+        }
+        let r = match &descs[pos].1 {
+            Some(r) => r.clone_ref(),
+            None => {
+                let Some(r) = fdtable::alloc(DescInfo {
+                    desc: DescId(f.desc),
+                    ino: InodeId(f.ino),
+                    flags: f.flags,
+                    ftype: fdtable::ftype_from_code(f.ftype),
+                    cookie: f.cookie,
+                    path: f.path.clone(),
+                }) else {
+                    continue;
+                };
+                descs[pos].1 = Some(r.clone_ref());
+                r
+            }
+        };
+        drop(fdtable::install(f.fd, r));
+    }
+    // Descriptions with no surviving fd: release the share at the server.
+    for (d, r) in descs {
+        if r.is_none() {
+            let desc = DescId(d);
+            if let Ok(l) = lane.get() {
+                let _ = l.call_ok(c, desc.server(), Request::Close { desc });
+            }
+        }
+    }
+}

@@ -1,0 +1,283 @@
+//! Joining the instance: the bootstrap exchanges on the session socket
+//! (`atoll_proto::boot`), `attach` (a new connection, an inherited socket,
+//! or a session an exec handed over whole), and the building of the
+//! process's [`Client`] from what the instance sent.
+
+use std::io::{IoSlice, IoSliceMut};
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, BorrowedFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32};
+
+use atoll_msg::{Control, SharedRegion};
+use atoll_proto::boot::{BootReply, BootRequest, InstanceInfo, MAX_BOOT_PACKET};
+use atoll_proto::SessionId;
+use rustix::net::{
+    RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer, SendFlags,
+};
+
+use super::{install, Client, Lane, Session, PRIVATE_FD_MIN};
+use crate::error::{Error, Result};
+use crate::sys::{self, SpinLock};
+
+/// Move `fd` to a number ≥ max(min, PRIVATE_FD_MIN) with `FD_CLOEXEC`,
+/// closing the original. Falls back to the original number when the limit
+/// on open files forbids high numbers.
+pub fn to_high(fd: RawFd, min: i32) -> RawFd {
+    let n = sys::fcntl_int(fd, libc::F_DUPFD_CLOEXEC, min.max(PRIVATE_FD_MIN) as i64);
+    if n < 0 {
+        return fd;
+    }
+    sys::close(fd);
+    n as RawFd
+}
+
+/// One bootstrap exchange: send `req`, receive the reply and its fds.
+/// Send a boot request that has no reply (e.g. `ChildPid`); best effort.
+pub fn boot_post(sock: BorrowedFd<'_>, req: &BootRequest) {
+    // Room for the largest, `Counters` (13 varints of up to 10 bytes).
+    let mut buf = [0u8; 256];
+    if let Ok(bytes) = postcard::to_slice(req, &mut buf) {
+        let mut space: [MaybeUninit<u8>; 0] = [];
+        let mut ctl = SendAncillaryBuffer::new(&mut space);
+        let _ = rustix::net::sendmsg(sock, &[IoSlice::new(bytes)], &mut ctl, SendFlags::NOSIGNAL);
+    }
+}
+
+/// The length of the reply waiting on the boot socket (waiting for it),
+/// without taking it: a reply is tens of bytes, and a buffer of the
+/// largest packet cost a 64 KiB clear per call (a `Fork` in the parent, a
+/// `Reattach` in every new image). The peek takes no descriptors (no
+/// control buffer: the kernel drops its copies and keeps them queued).
+fn reply_len(sock: BorrowedFd<'_>) -> Result<usize> {
+    let mut none = RecvAncillaryBuffer::default();
+    loop {
+        match rustix::net::recvmsg(sock, &mut [], &mut none, RecvFlags::PEEK | RecvFlags::TRUNC) {
+            Err(rustix::io::Errno::INTR) => continue,
+            other => return Ok(other?.bytes),
+        }
+    }
+}
+
+pub fn boot_call(sock: BorrowedFd<'_>, req: &BootRequest) -> Result<(BootReply, Vec<OwnedFd>)> {
+    let bytes = postcard::to_allocvec(req).map_err(|e| Error::Boot(e.to_string()))?;
+    let mut space: [MaybeUninit<u8>; 0] = [];
+    let mut ctl = SendAncillaryBuffer::new(&mut space);
+    rustix::net::sendmsg(sock, &[IoSlice::new(&bytes)], &mut ctl, SendFlags::empty())?;
+    let mut buf = vec![0u8; reply_len(sock)?.clamp(1, MAX_BOOT_PACKET)];
+    let mut space = vec![MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(80))];
+    let mut rctl = RecvAncillaryBuffer::new(&mut space);
+    let got = loop {
+        match rustix::net::recvmsg(
+            sock,
+            &mut [IoSliceMut::new(&mut buf)],
+            &mut rctl,
+            RecvFlags::CMSG_CLOEXEC,
+        ) {
+            Err(rustix::io::Errno::INTR) => continue,
+            other => break other?,
+        }
+    };
+    if got.bytes == 0 {
+        return Err(Error::Boot("instance closed the session socket".into()));
+    }
+    let mut fds = Vec::new();
+    for msg in rctl.drain() {
+        if let RecvAncillaryMessage::ScmRights(it) = msg {
+            fds.extend(it);
+        }
+    }
+    let reply: BootReply =
+        postcard::from_bytes(&buf[..got.bytes]).map_err(|e| Error::Boot(e.to_string()))?;
+    if let BootReply::Error(e) = reply {
+        return Err(Error::Boot(e));
+    }
+    Ok((reply, fds))
+}
+
+/// Connect (or reattach) and build the process's [`Client`].
+///
+/// `inherited`: the session socket kept across `execve` (Reattach), else a
+/// new connection to `socket_path` (AttachLazily). `carried`: what the old
+/// image handed over with the socket (`state::Attached`), so the new image
+/// joins at once and tells the boot thread without waiting
+/// (`Reattached`); anything wrong with it, and the ordinary `Reattach`
+/// round trip is made instead.
+pub fn attach(
+    socket_path: &str,
+    inherited: Option<RawFd>,
+    preload: Option<String>,
+    carried: Option<crate::state::Attached>,
+) -> Result<&'static Client> {
+    let pid = rustix::process::getpid().as_raw_nonzero().get() as u32;
+    let (sock, req) = match inherited {
+        Some(fd) => {
+            // SAFETY: the environment told us this descriptor is our
+            // session socket; we take ownership of it.
+            let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+            if let Some(joined) = carried.and_then(Joined::take) {
+                boot_post(fd.as_fd(), &BootRequest::Reattached { pid });
+                let lane = Session::without_lanes(SessionId(joined.session));
+                return build(socket_path, fd, preload, joined.info, joined.fds, lane);
+            }
+            (fd, BootRequest::Reattach { pid })
+        }
+        None => {
+            let s = rustix::net::socket_with(
+                rustix::net::AddressFamily::UNIX,
+                rustix::net::SocketType::SEQPACKET,
+                rustix::net::SocketFlags::CLOEXEC,
+                None,
+            )?;
+            let addr = rustix::net::SocketAddrUnix::new(socket_path)?;
+            rustix::net::connect(&s, &addr)?;
+            (s, BootRequest::AttachLazily { pid })
+        }
+    };
+    let (reply, fds) = boot_call(sock.as_fd(), &req)?;
+    let BootReply::Attached {
+        session,
+        lane,
+        info,
+    } = reply
+    else {
+        return Err(Error::Boot(format!("attach answered {reply:?}")));
+    };
+    let nservers = info.servers as usize;
+    // A copy island's process gets no buffer-cache descriptor and maps
+    // nothing of it (Cosh §3): its data travels in messages. No lane comes
+    // with the session: the first call asks `NewLane`.
+    let maps_cache = info.island.maps_cache();
+    let channels = if lane.is_some() { nservers } else { 0 };
+    let expected = usize::from(maps_cache) + 1 + channels;
+    if fds.len() != expected {
+        return Err(Error::Boot(format!(
+            "attach sent {} fds for {nservers} servers",
+            fds.len()
+        )));
+    }
+    let mut fds = fds.into_iter();
+    let cache_fd = if maps_cache { fds.next() } else { None };
+    let control_fd = fds.next().expect("checked length");
+    let session = match lane {
+        Some(lane) => Session::new(session, Lane::new(lane, fds.collect())?),
+        None => Session::without_lanes(session),
+    };
+    let instance = InstanceFds {
+        cache: cache_fd,
+        control: control_fd,
+    };
+    build(socket_path, sock, preload, info, instance, session)
+}
+
+/// The instance's descriptors a process maps.
+struct InstanceFds {
+    /// `None` in a copy island.
+    cache: Option<OwnedFd>,
+    control: OwnedFd,
+}
+
+/// A session handed over by the old image, checked.
+struct Joined {
+    session: u64,
+    info: InstanceInfo,
+    fds: InstanceFds,
+}
+
+impl Joined {
+    /// Take the carried descriptors if they are what the old image said:
+    /// each is open at its number, in atoll's range, on the file recorded
+    /// (device and inode), and the buffer cache has the size the instance
+    /// information gives. Each one found is owned (closed if unused) from
+    /// here on; one that is not what was recorded is left alone.
+    fn take(a: crate::state::Attached) -> Option<Joined> {
+        let own = |c: &crate::state::CarriedFd| {
+            let same = sys::fstat_id(c.fd).is_ok_and(|(dev, ino, _)| (dev, ino) == (c.dev, c.ino));
+            (c.fd >= PRIVATE_FD_MIN && same)
+                // SAFETY: the old image made this descriptor for us, it
+                // still refers to the file it recorded, and no one else in
+                // this image knows of it.
+                .then(|| unsafe { OwnedFd::from_raw_fd(c.fd) })
+        };
+        let control = own(&a.control);
+        let cache = a.cache.as_ref().map(own);
+        let control = control?;
+        let info: InstanceInfo = postcard::from_bytes(&a.info).ok()?;
+        let cache = match (cache, info.island.maps_cache()) {
+            (Some(Some(fd)), true) => {
+                let size = rustix::fs::fstat(&fd).ok()?.st_size as u64;
+                if size != info.cache_bytes {
+                    return None;
+                }
+                Some(fd)
+            }
+            (None, false) => None,
+            _ => return None,
+        };
+        Some(Joined {
+            session: a.session,
+            info,
+            fds: InstanceFds { cache, control },
+        })
+    }
+}
+
+/// The process's [`Client`], from its session socket, the instance's
+/// information and descriptors, and its session.
+fn build(
+    socket_path: &str,
+    sock: OwnedFd,
+    preload: Option<String>,
+    info: InstanceInfo,
+    fds: InstanceFds,
+    session: Session,
+) -> Result<&'static Client> {
+    let nservers = info.servers as usize;
+    let cache = match &fds.cache {
+        Some(fd) => SharedRegion::map(fd.as_fd())?,
+        None => SharedRegion::none(),
+    };
+    let control = Control::map(fds.control.as_fd())?;
+    let fs_names = crate::names::FsNames::resolve(&info, nservers, &control);
+
+    let cache_fd = fds.cache.map_or(-1, |fd| to_high(fd.into_raw_fd(), 0));
+    // Kept (not closed once mapped) so that an exec can hand it over.
+    let control_fd = to_high(fds.control.into_raw_fd(), 0);
+    let sock_fd = to_high(sock.into_raw_fd(), 0);
+
+    let mount = info.mount.trim_end_matches('/').as_bytes().to_vec();
+    let mount_parent = match mount.iter().rposition(|&c| c == b'/') {
+        Some(0) | None => b"/".to_vec(),
+        Some(i) => mount[..i].to_vec(),
+    };
+    // Read the umask without a window: this runs before the program's
+    // own threads exist (constructor) or in a fresh image.
+    let um = rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o022));
+    rustix::process::umask(um);
+
+    let c = Client {
+        nservers,
+        mount,
+        mount_parent,
+        poll: info.poll,
+        cache,
+        control,
+        socket_path: socket_path.to_string(),
+        preload,
+        socket_fd: AtomicI32::new(sock_fd),
+        template_fd: AtomicI32::new(-1),
+        cache_fd: AtomicI32::new(cache_fd),
+        control_fd: AtomicI32::new(control_fd),
+        pid_untold: AtomicBool::new(false),
+        session: AtomicPtr::new(Box::into_raw(Box::new(session))),
+        boot_lock: SpinLock::new(),
+        umask: AtomicU32::new(um.as_raw_mode()),
+        cwd: AtomicPtr::new(core::ptr::null_mut()),
+        posix_locks: AtomicBool::new(false),
+        any_locks: AtomicBool::new(false),
+        fs_names,
+        info,
+    };
+    let c = install(c);
+    crate::creds::refresh();
+    Ok(c)
+}

@@ -5,12 +5,39 @@
 //! gives on a tmpfs directory.
 
 use atoll_tests::OutputBounded as _;
+use std::path::Path;
 use std::process::Command;
 
 use atoll_tests::{compile_probe, run_in_atoll, MOUNT};
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).to_string()
+}
+
+/// Run probe `bin` on a tmpfs directory with `args` (`{dir}` in one names
+/// that directory), check it succeeds and prints `marker`, then run it in
+/// atoll in each of `shapes` (`{dir}` naming the mount) and compare.
+fn assert_probe_as_on_tmpfs(bin: &Path, args: &[&str], marker: &str, shapes: &[&[&str]]) {
+    let shm = tempfile::tempdir_in("/dev/shm").expect("tmpfs directory");
+    let on = |dir: &str| -> Vec<String> { args.iter().map(|a| a.replace("{dir}", dir)).collect() };
+    let host = Command::new(bin)
+        .args(on(&shm.path().display().to_string()))
+        .output_bounded()
+        .expect("probe");
+    let want = text(&host.stdout);
+    assert!(
+        host.status.success() && want.contains(marker),
+        "{want}{}",
+        text(&host.stderr)
+    );
+    let line = std::iter::once(bin.display().to_string())
+        .chain(on(MOUNT))
+        .collect::<Vec<_>>()
+        .join(" ");
+    for shape in shapes {
+        let out = run_in_atoll(shape, &line);
+        assert_eq!(text(&out.stdout), want, "{shape:?}: {}", text(&out.stderr));
+    }
 }
 
 /// Descriptor mode, `FAN_REPORT_FID`, `FAN_REPORT_DFID_NAME` (alone and
@@ -50,24 +77,15 @@ fn probe_matches_tmpfs() {
 fn opens_reads_closes_and_execs_match_tmpfs() {
     let dir = tempfile::tempdir().unwrap();
     let bin = compile_probe(dir.path(), "access", include_str!("fanotify/access.c"));
-    let shm = tempfile::tempdir_in("/dev/shm").expect("tmpfs directory");
-    let host = Command::new(&bin)
-        .args([&format!("{}/w", shm.path().display()), "/bin/true"])
-        .output_bounded()
-        .expect("probe");
-    let want = text(&host.stdout);
-    assert!(
-        host.status.success() && want.contains("OPEN_EXEC /prog"),
-        "{want}{}",
-        text(&host.stderr)
+    assert_probe_as_on_tmpfs(
+        &bin,
+        &["{dir}/w", "/bin/true"],
+        "OPEN_EXEC /prog",
+        &[
+            &["--servers", "2"],
+            &["--servers", "3", "--distribute", "all"],
+        ],
     );
-    for shape in [
-        &["--servers", "2"][..],
-        &["--servers", "3", "--distribute", "all"],
-    ] {
-        let out = run_in_atoll(shape, &format!("{} {MOUNT}/w /bin/true", bin.display()));
-        assert_eq!(text(&out.stdout), want, "{shape:?}: {}", text(&out.stderr));
-    }
 }
 
 /// A group's queue holds `max_queued_events` events, then one
@@ -78,20 +96,12 @@ fn opens_reads_closes_and_execs_match_tmpfs() {
 fn queue_sizes_match_tmpfs() {
     let dir = tempfile::tempdir().unwrap();
     let bin = compile_probe(dir.path(), "overflow", include_str!("fanotify/overflow.c"));
-    let shm = tempfile::tempdir_in("/dev/shm").expect("tmpfs directory");
-    let host = Command::new(&bin)
-        .arg(shm.path())
-        .output_bounded()
-        .expect("probe");
-    let want = text(&host.stdout);
-    assert!(
-        host.status.success() && want.contains("overflows 1"),
-        "{want}{}",
-        text(&host.stderr)
+    assert_probe_as_on_tmpfs(
+        &bin,
+        &["{dir}"],
+        "overflows 1",
+        &[&["--servers", "3", "--distribute", "all"]],
     );
-    let shape = ["--servers", "3", "--distribute", "all"];
-    let out = run_in_atoll(&shape, &format!("{} {MOUNT}", bin.display()));
-    assert_eq!(text(&out.stdout), want, "{}", text(&out.stderr));
 }
 
 /// A child killed with a file open for writing: the `FAN_CLOSE_WRITE`
@@ -101,19 +111,10 @@ fn queue_sizes_match_tmpfs() {
 fn a_close_at_death_names_the_process() {
     let dir = tempfile::tempdir().unwrap();
     let bin = compile_probe(dir.path(), "death", include_str!("fanotify/death.c"));
-    let shm = tempfile::tempdir_in("/dev/shm").expect("tmpfs directory");
-    let host = Command::new(&bin)
-        .arg(shm.path())
-        .output_bounded()
-        .expect("probe");
-    let want = text(&host.stdout);
-    assert!(
-        host.status.success() && want.contains("pid is the child's: 1"),
-        "{want}{}",
-        text(&host.stderr)
+    assert_probe_as_on_tmpfs(
+        &bin,
+        &["{dir}"],
+        "pid is the child's: 1",
+        &[&["--servers", "2"], &[]],
     );
-    for shape in [&["--servers", "2"][..], &[]] {
-        let out = run_in_atoll(shape, &format!("{} {MOUNT}", bin.display()));
-        assert_eq!(text(&out.stdout), want, "{shape:?}: {}", text(&out.stderr));
-    }
 }

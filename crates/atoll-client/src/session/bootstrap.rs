@@ -186,9 +186,10 @@ struct Joined {
 impl Joined {
     /// Take the carried descriptors if they are what the old image said:
     /// each is open at its number, in atoll's range, on the file recorded
-    /// (device and inode), and the buffer cache has the size the instance
-    /// information gives. Each one found is owned (closed if unused) from
-    /// here on; one that is not what was recorded is left alone.
+    /// (device and inode: the very memfd the old image had mapped, so its
+    /// size needs no check of its own). Each one found is owned (closed if
+    /// unused) from here on; one that is not what was recorded is left
+    /// alone.
     fn take(a: crate::state::Attached) -> Option<Joined> {
         let own = |c: &crate::state::CarriedFd| {
             let same = sys::fstat_id(c.fd).is_ok_and(|(dev, ino, _)| (dev, ino) == (c.dev, c.ino));
@@ -203,13 +204,7 @@ impl Joined {
         let control = control?;
         let info: InstanceInfo = postcard::from_bytes(&a.info).ok()?;
         let cache = match (cache, info.island.maps_cache()) {
-            (Some(Some(fd)), true) => {
-                let size = rustix::fs::fstat(&fd).ok()?.st_size as u64;
-                if size != info.cache_bytes {
-                    return None;
-                }
-                Some(fd)
-            }
+            (Some(Some(fd)), true) => Some(fd),
             (None, false) => None,
             _ => return None,
         };

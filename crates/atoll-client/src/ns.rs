@@ -1059,14 +1059,17 @@ fn cross_server_rename(
             return Ok(()); // `Link` counts it there
         }
         crate::session::retry_marked(|| {
-            lane.call(c, ino.owner(), Request::Ref { ino }, |_| Ok(()))
-                .map_err(|e| match e {
-                    // An owner predating waits answered EPERM.
-                    Error::Errno(x) if x == libc::EPERM && is_dir(ftype) => {
-                        Error::Errno(libc::EAGAIN)
-                    }
-                    e => e,
-                })
+            lane.call(
+                c,
+                ino.owner(),
+                Request::Ref { ino, link: false },
+                |_| Ok(()),
+            )
+            .map_err(|e| match e {
+                // An owner predating waits answered EPERM.
+                Error::Errno(x) if x == libc::EPERM && is_dir(ftype) => Error::Errno(libc::EAGAIN),
+                e => e,
+            })
         })
     };
     let drop_ref = |ino: InodeId, server: usize| {
@@ -1309,7 +1312,7 @@ fn link_once(
                 Err(_) => Err(e),
             };
         }
-        lane.call(c, ino.owner(), Request::Ref { ino }, |_| Ok(()))?;
+        lane.call(c, ino.owner(), Request::Ref { ino, link: true }, |_| Ok(()))?;
     }
     let r = crate::session::retry_marked(|| {
         lane.call_vouched(

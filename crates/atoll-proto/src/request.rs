@@ -217,6 +217,10 @@ pub enum Request<'a> {
     /// dies before its matching `Unref`. → `Attr`
     Ref {
         ino: InodeId,
+        /// A hard link's count rather than a move's first step: the owner
+        /// reports `IN_ATTRIB` to the inode's watches and the mount's
+        /// marks, as Linux's `fsnotify_link_count` (a rename reports none).
+        link: bool,
     },
     /// Link count −1; frees the inode when unreferenced (Hare DESTROY).
     /// → `Ok`

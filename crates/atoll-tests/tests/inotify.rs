@@ -524,11 +524,56 @@ fn creation_affinity_and_links_report_as_tmpfs() {
         kill $w
         cat "$EV/ev"
     "#;
+    let (want, out) = on_tmpfs_and_with_creation_affinity(script);
+    assert!(
+        want.contains("OPEN f1\nMODIFY f1\nCLOSE_WRITE,CLOSE f1\nCREATE l0\nCREATE l1\n"),
+        "tmpfs run: {want}"
+    );
+    assert_eq!(text(&out.stdout), want, "{}", text(&out.stderr));
+}
+
+/// A hard link made where the file's owner is another server (`f1`,
+/// placed on server 1 by creation affinity, linked in a directory whose
+/// entries server 0 holds) reports `IN_ATTRIB` to watches of the file
+/// itself, as one on the same server (`f0`) and as Linux (the link
+/// count, `fsnotify_link_count`).
+#[test]
+fn a_hard_link_across_servers_reports_attrib_to_the_file() {
+    require("inotifywait");
+    require("taskset");
+    let script = r#"
+        set -e
+        d="$ROOT/x"
+        mkdir "$d"
+        taskset -c 0 bash -c "echo a > $d/f0"
+        taskset -c 1 bash -c "echo a > $d/f1"
+        touch "$d/end"
+        inotifywait -m -e attrib,create,delete_self --format '%w %e' "$d/f0" "$d/f1" "$d/end" > "$EV/ev" 2> "$EV/setup" &
+        w=$!
+        until grep -q 'Watches established' "$EV/setup"; do sleep 0.02; done
+        ln "$d/f0" "$d/l0"
+        ln "$d/f1" "$d/l1"
+        chmod 600 "$d/end"
+        for i in $(seq 1 1000); do grep -q 'end ATTRIB' "$EV/ev" && break; sleep 0.02; done
+        kill $w
+        sed 's|.*/||' "$EV/ev"
+    "#;
+    let (want, out) = on_tmpfs_and_with_creation_affinity(script);
+    assert_eq!(want, "f0 ATTRIB\nf1 ATTRIB\nend ATTRIB\n", "tmpfs run");
+    assert_eq!(text(&out.stdout), want, "{}", text(&out.stderr));
+}
+
+/// Runs `script` on a tmpfs, then in atoll with two servers and
+/// creation affinity on a machine of two sockets (`taskset -c 1` places a
+/// new file's inode on server 1); `$ROOT` is the directory to work in and
+/// `$EV` a host directory for the watcher's files. Returns tmpfs's
+/// stdout and atoll's whole output.
+fn on_tmpfs_and_with_creation_affinity(script: &str) -> (String, Output) {
     let ev = tempfile::tempdir().unwrap();
     let host = run_on_tmpfs(&script.replace("$EV", &ev.path().display().to_string()));
     let want = text(&host.stdout);
     assert!(
-        want.contains("OPEN f1\nMODIFY f1\nCLOSE_WRITE,CLOSE f1\nCREATE l0\nCREATE l1\n"),
+        host.status.success(),
         "tmpfs run: {want}{}",
         text(&host.stderr)
     );
@@ -549,6 +594,5 @@ fn creation_affinity_and_links_report_as_tmpfs() {
     .env("EV", ev.path())
     .env("ATOLL_SYSFS_ROOT", sysfs.path())
     .stdin(Stdio::null());
-    let out = output_within(cmd, RUN_LIMIT);
-    assert_eq!(text(&out.stdout), want, "{}", text(&out.stderr));
+    (want, output_within(cmd, RUN_LIMIT))
 }

@@ -116,7 +116,7 @@ impl<S: BlockStore> FileServer<S> {
             Q::SetAttr { ino, set, .. } => self.set_attr(session, who, ino, set),
             Q::Access { ino, mask } => self.access(who, ino, mask),
             Q::ReadLink { ino } => self.read_link(ino, out),
-            Q::Ref { ino } => self.add_ref(session, ino),
+            Q::Ref { ino, .. } => self.add_ref(session, ino),
             Q::Unref { ino, .. } => self.drop_ref(session, ino),
             Q::OpenInode { ino, flags, via } => self.open_inode_via(session, who, ino, flags, via),
             Q::GetXattr { ino, name } => self.get_xattr(who, ino, name, out),

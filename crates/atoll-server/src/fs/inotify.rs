@@ -239,6 +239,11 @@ pub(super) enum Plan {
     Wrote {
         ino: InodeId,
     },
+    /// The owner's half of a hard link whose entry another server holds:
+    /// the link count changed (`Ref { link: true }`).
+    LinkCounted {
+        ino: InodeId,
+    },
     /// The owner's half of an unlink whose entry another server removed.
     Unreffed {
         ino: InodeId,
@@ -283,6 +288,7 @@ impl Plan {
                 ino: *ino,
                 from: moved_from.map(|m| (m.dir, m.name.to_vec())),
             },
+            Q::Ref { ino, link: true } => Plan::LinkCounted { ino: *ino },
             Q::Unlink {
                 dir,
                 name,
@@ -633,6 +639,13 @@ impl<S: BlockStore> FileServer<S> {
                         self.emit(dir, IN_CREATE | isdir(ftype), 0, &name);
                     }
                 }
+            }
+            // A hard link whose entry another server holds: its owner
+            // reports the count to the inode's watches and the mount's
+            // marks (Linux's `fsnotify_link_count`), before the entry's
+            // server reports `IN_CREATE`, since the client sends `Ref` first.
+            (Plan::LinkCounted { ino }, Reply::Attr(attr)) if attr.ftype != FileType::Directory => {
+                self.emit(ino, IN_ATTRIB, 0, b"");
             }
             // The second half of a rename across servers was reported
             // with its first (`Link` with `moved_from`).

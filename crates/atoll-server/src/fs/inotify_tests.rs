@@ -651,7 +651,14 @@ fn a_change_by_a_path_whose_entry_is_held_elsewhere_reports_to_that_directory() 
     };
     // Keep the inode alive (as the new entry's `Ref` does) while its
     // entry here goes.
-    ok(&mut fs, S1, Request::Ref { ino: f });
+    ok(
+        &mut fs,
+        S1,
+        Request::Ref {
+            ino: f,
+            link: false,
+        },
+    );
     assert!(matches!(
         fs.handle(S1, ME, unlink, &mut out),
         Reply::Unlinked { .. }

@@ -90,14 +90,38 @@ fn hard_links_count_and_survive_unlink_of_one_name() {
     let (d, _) = t.open_as(S1, USER, ROOT, "g", 0, 0).unwrap();
     assert_eq!(t.read(S1, d, 10, None).unwrap(), b"shared");
     // Cross-server style reference counting through Ref/Unref.
-    t.ok(S1, USER, Request::Ref { ino: f });
+    t.ok(
+        S1,
+        USER,
+        Request::Ref {
+            ino: f,
+            link: false,
+        },
+    );
     assert_eq!(t.stat(f).unwrap().nlink, 2);
     t.ok(S1, USER, Request::Unref { ino: f, via: None });
     let dir = t.mkdir(ROOT, "dir");
     // A directory being moved across servers has two names for a moment,
     // never three: a second move waits (EAGAIN) for the first.
-    t.ok(S1, USER, Request::Ref { ino: dir });
-    assert_eq!(t.err(S2, USER, Request::Ref { ino: dir }), RETRY);
+    t.ok(
+        S1,
+        USER,
+        Request::Ref {
+            ino: dir,
+            link: false,
+        },
+    );
+    assert_eq!(
+        t.err(
+            S2,
+            USER,
+            Request::Ref {
+                ino: dir,
+                link: false
+            }
+        ),
+        RETRY
+    );
     t.ok(
         S1,
         USER,
@@ -107,7 +131,14 @@ fn hard_links_count_and_survive_unlink_of_one_name() {
         },
     );
     assert!(t.stat(dir).is_ok(), "the directory keeps its one name");
-    t.ok(S2, USER, Request::Ref { ino: dir });
+    t.ok(
+        S2,
+        USER,
+        Request::Ref {
+            ino: dir,
+            link: false,
+        },
+    );
     t.ok(
         S2,
         USER,
@@ -348,7 +379,14 @@ fn moves_and_rmdirs_of_one_directory_exclude_each_other() {
     };
     // A move whose new name lives on another server holds a `Ref` here:
     // an rmdir waits, whether it marks or is one Unlink.
-    t.ok(S1, USER, Request::Ref { ino: d });
+    t.ok(
+        S1,
+        USER,
+        Request::Ref {
+            ino: d,
+            link: false,
+        },
+    );
     assert_eq!(
         t.err(S2, USER, Request::MarkRmdir { dir: d, epoch: 0 }),
         RETRY
@@ -386,7 +424,17 @@ fn moves_and_rmdirs_of_one_directory_exclude_each_other() {
     // The move is done: the rmdir goes ahead under the new name.
     t.ok(S2, USER, Request::MarkRmdir { dir: d, epoch: 0 });
     // A marked directory cannot start a move; the mover waits.
-    assert_eq!(t.err(S1, USER, Request::Ref { ino: d }), RETRY);
+    assert_eq!(
+        t.err(
+            S1,
+            USER,
+            Request::Ref {
+                ino: d,
+                link: false
+            }
+        ),
+        RETRY
+    );
     let link_back = || Request::Link {
         dir: a,
         name: b"d",
@@ -406,7 +454,17 @@ fn moves_and_rmdirs_of_one_directory_exclude_each_other() {
         },
     );
     // ... and after the commit learns it is gone.
-    assert_eq!(t.err(S1, USER, Request::Ref { ino: d }), Errno::ENOENT);
+    assert_eq!(
+        t.err(
+            S1,
+            USER,
+            Request::Ref {
+                ino: d,
+                link: false
+            }
+        ),
+        Errno::ENOENT
+    );
     assert_eq!(t.err(S1, USER, link_back()), Errno::ENOENT);
 }
 
@@ -432,13 +490,44 @@ fn unfinished_directory_moves_are_undone_when_the_session_dies() {
     assert_eq!(t.lookup(b, "d"), Err(Errno::ENOENT));
     assert_eq!(t.lookup(a, "d"), Ok(d));
     assert_eq!(t.lookup(d, "f"), Ok(f));
-    t.ok(S1, USER, Request::Ref { ino: d }); // one name again: not RETRY
+    t.ok(
+        S1,
+        USER,
+        Request::Ref {
+            ino: d,
+            link: false,
+        },
+    ); // one name again: not RETRY
     t.ok(S1, USER, Request::Unref { ino: d, via: None });
     // Died after `Ref` only: the owner drops the extra link.
-    t.ok(S2, USER, Request::Ref { ino: d });
-    assert_eq!(t.err(S1, USER, Request::Ref { ino: d }), RETRY);
+    t.ok(
+        S2,
+        USER,
+        Request::Ref {
+            ino: d,
+            link: false,
+        },
+    );
+    assert_eq!(
+        t.err(
+            S1,
+            USER,
+            Request::Ref {
+                ino: d,
+                link: false
+            }
+        ),
+        RETRY
+    );
     t.fs.session_closed(S2);
-    t.ok(S1, USER, Request::Ref { ino: d });
+    t.ok(
+        S1,
+        USER,
+        Request::Ref {
+            ino: d,
+            link: false,
+        },
+    );
     t.ok(S1, USER, Request::Unref { ino: d, via: None });
     // A finished move (`MoveDone`) survives its session.
     t.ok(S2, USER, link(b"e"));

@@ -127,6 +127,7 @@ pub fn create(
         vouched.as_slice(),
         Request::CreateInode {
             dir,
+            name,
             ftype,
             perm,
             rdev,

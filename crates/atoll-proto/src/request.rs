@@ -542,6 +542,11 @@ pub enum Request<'a> {
     /// directories. → `Opened` (with `open`) | `Entry`
     CreateInode {
         dir: InodeId,
+        /// The name the client then links it under in `dir`: a description
+        /// opened here was opened through that entry, so a watch of `dir`
+        /// added later hears of its changes and close (`inotify`).
+        #[serde(borrow)]
+        name: &'a [u8],
         ftype: FileType,
         /// Permission bits as asked for; `umask` or `dir`'s default ACL
         /// masks them (as for `Open`).

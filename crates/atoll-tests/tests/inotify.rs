@@ -563,6 +563,40 @@ fn a_hard_link_across_servers_reports_attrib_to_the_file() {
     assert_eq!(text(&out.stdout), want, "{}", text(&out.stderr));
 }
 
+/// A file placed by creation affinity (its inode on server 1, its entry
+/// on server 0) while its directory was not watched: a watch of the
+/// directory added later hears of that first descriptor's write and
+/// close, as on tmpfs (a description opened by name reports through its
+/// entry whoever watches when).
+#[test]
+fn a_watch_added_after_an_affinity_create_hears_that_descriptor() {
+    require("inotifywait");
+    require("taskset");
+    let script = r#"
+        set -e
+        d="$ROOT/x"
+        mkdir "$d"
+        taskset -c 1 bash -c "exec 3> $d/f1; until [ -e $EV/go ]; do sleep 0.02; done; echo a >&3" &
+        p=$!
+        until [ -e "$d/f1" ]; do sleep 0.02; done
+        inotifywait -m --format '%e %f' "$d" > "$EV/ev" 2> "$EV/setup" &
+        w=$!
+        until grep -q 'Watches established' "$EV/setup"; do sleep 0.02; done
+        touch "$EV/go"
+        wait $p
+        mkdir "$d/zz-end"
+        for i in $(seq 1 1000); do grep -q 'zz-end' "$EV/ev" && break; sleep 0.02; done
+        kill $w
+        cat "$EV/ev"
+    "#;
+    let (want, out) = on_tmpfs_and_with_creation_affinity(script);
+    assert_eq!(
+        want, "MODIFY f1\nCLOSE_WRITE,CLOSE f1\nCREATE,ISDIR zz-end\n",
+        "tmpfs run"
+    );
+    assert_eq!(text(&out.stdout), want, "{}", text(&out.stderr));
+}
+
 /// Runs `script` on a tmpfs, then in atoll with two servers and
 /// creation affinity on a machine of two sockets (`taskset -c 1` places a
 /// new file's inode on server 1); `$ROOT` is the directory to work in and

@@ -69,7 +69,7 @@ impl<S: BlockStore> FileServer<S> {
         &mut self,
         session: SessionId,
         who: &Caller,
-        dir: InodeId,
+        (dir, name): (InodeId, &[u8]),
         node: NewNode,
         open: Option<u32>,
     ) -> R<'o> {
@@ -139,6 +139,11 @@ impl<S: BlockStore> FileServer<S> {
         match self.open_inode(session, who, ino, flags, false) {
             Ok((desc, attr)) => {
                 self.creating.placements += 1;
+                // Opened through the entry the client links next, as a
+                // description opened by name (Linux's file keeps its dentry).
+                if let Some(d) = self.descs.get_mut(&desc) {
+                    d.via = Some((dir, name.into()));
+                }
                 Ok(Reply::Opened {
                     desc,
                     attr,
@@ -255,6 +260,7 @@ mod tests {
             &[ROOT_ATTRS],
             Request::CreateInode {
                 dir: ROOT,
+                name: b"placed",
                 ftype: FileType::Regular,
                 perm: 0o644,
                 rdev: 0,
@@ -377,6 +383,7 @@ mod tests {
             &[ROOT_ATTRS],
             Request::CreateInode {
                 dir: ROOT,
+                name: b"placed",
                 ftype: FileType::Directory,
                 perm: 0o755,
                 rdev: 0,
@@ -394,6 +401,7 @@ mod tests {
             &[ROOT_ATTRS],
             Request::CreateInode {
                 dir: ROOT,
+                name: b"placed",
                 ftype: FileType::Directory,
                 perm: 0o755,
                 rdev: 0,

@@ -210,6 +210,7 @@ impl<S: BlockStore> FileServer<S> {
             }
             Q::CreateInode {
                 dir,
+                name,
                 ftype,
                 perm,
                 rdev,
@@ -226,7 +227,7 @@ impl<S: BlockStore> FileServer<S> {
                     rdev,
                     target,
                 };
-                self.create_inode(session, who, dir, node, open)
+                self.create_inode(session, who, (dir, name), node, open)
             }
             Q::Adopt { ino } => self.adopt(session, ino),
             Q::CreateTmpfile {

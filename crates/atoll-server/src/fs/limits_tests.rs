@@ -584,6 +584,7 @@ fn blocks_of_an_open_truncated_file_flow_to_another_server_only_after_close() {
     assert_eq!(s[0].call(falloc(a, 3, whole)), Got::Ok);
     let placed = Request::CreateInode {
         dir: ROOT,
+        name: b"placed",
         ftype: FileType::Regular,
         perm: 0o644,
         rdev: 0,

@@ -330,6 +330,7 @@ fn a_placed_inode_inherits_the_acl_the_request_carries() {
         &[attrs],
         Request::CreateInode {
             dir: ROOT,
+            name: b"placed",
             ftype: FileType::Regular,
             perm: 0o666,
             rdev: 0,

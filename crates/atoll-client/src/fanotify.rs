@@ -130,6 +130,57 @@ fn groups() -> std::sync::MutexGuard<'static, BTreeMap<u64, Group>> {
     GROUPS.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// The groups among `queues`, whose descriptors survive an `execve`
+/// (`ATOLL_STATE`): the new image reads them as the old one did.
+pub(crate) fn carry(queues: &[u64]) -> Vec<crate::state::GroupState> {
+    groups()
+        .iter()
+        .filter(|(q, _)| queues.contains(q))
+        .map(|(&queue, g)| crate::state::GroupState {
+            queue,
+            flags: g.flags,
+            event_flags: g.event_flags,
+            marks: g
+                .marks
+                .iter()
+                .map(|(&wd, m)| crate::state::MarkState {
+                    wd,
+                    key: m.key.0,
+                    ftype: fdtable::ftype_code(m.ftype),
+                    mask: m.mask,
+                    path: m.path.clone(),
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+/// In a new image: the groups the old one carried.
+pub(crate) fn restore(list: &[crate::state::GroupState]) {
+    let mut all = groups();
+    for g in list {
+        let marks = g
+            .marks
+            .iter()
+            .map(|m| {
+                let mark = Mark {
+                    key: InodeId(m.key),
+                    ftype: fdtable::ftype_from_code(m.ftype),
+                    mask: m.mask,
+                    path: m.path.clone(),
+                };
+                (m.wd, mark)
+            })
+            .collect();
+        let group = Group {
+            flags: g.flags,
+            event_flags: g.event_flags,
+            marks,
+        };
+        all.insert(g.queue, group);
+    }
+}
+
 /// Is this description a fanotify group?
 pub fn is_group(d: &DescRef) -> bool {
     inotify::is_queue(d) && d.cookie().load(Ordering::Relaxed) & FAN_COOKIE != 0

@@ -35,7 +35,7 @@ use crate::ring::Ring;
 use crate::session::{Client, Lane};
 use crate::{file, sys, Out};
 
-mod unmount;
+pub(crate) mod unmount;
 
 /// Marks a pipe cookie as a notification queue's (`pipe::cookie` holds
 /// the header block + 1 in the low 32 bits).

@@ -11,6 +11,12 @@
 //! hands the new image its session without a round trip to the boot thread
 //! (`Attached`; the cache's three fields are empty in a copy island, which
 //! maps no cache).
+//! `w:<queue>:<wd>:<dir>` is a watch of a notification queue whose
+//! descriptor survives (what `IN_UNMOUNT` names when the instance goes);
+//! `g:<queue>:<flags>:<event flags>` a fanotify group and
+//! `m:<queue>:<wd>:<ino>:<type>:<mask>:<hex path>` one of its marks (what
+//! its reader needs to turn records into events): the servers do not
+//! keep these, the process does, and `execve` keeps the process.
 //! Numbers are hexadecimal. `dev`/`pino` identify the placeholder memfd the
 //! fd was a dup of: the new image checks each fd still refers to it (fds
 //! closed by `FD_CLOEXEC` or replaced since vanish, and their descriptions
@@ -46,6 +52,37 @@ pub struct State {
     pub counters: Vec<u64>,
     /// The session the new image runs in, handed over whole.
     pub attached: Option<Attached>,
+    /// Watches of the queues whose descriptors survive.
+    pub watches: Vec<WatchState>,
+    /// fanotify groups among those queues, with their marks.
+    pub groups: Vec<GroupState>,
+}
+
+/// A watch of a notification queue, as `inotify::unmount` keeps it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WatchState {
+    pub queue: u64,
+    pub wd: i32,
+    pub dir: bool,
+}
+
+/// A fanotify group as its reader keeps it (`fanotify::Group`).
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct GroupState {
+    pub queue: u64,
+    pub flags: u32,
+    pub event_flags: u32,
+    pub marks: Vec<MarkState>,
+}
+
+/// One mark of a group (`fanotify::Mark`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MarkState {
+    pub wd: i32,
+    pub key: u64,
+    pub ftype: u32,
+    pub mask: u64,
+    pub path: Vec<u8>,
 }
 
 /// What a new image needs to join its session at once (`BootRequest::
@@ -123,6 +160,24 @@ impl State {
                 let _ = write!(s, ":{n:x}");
             }
         }
+        for w in &self.watches {
+            let _ = write!(s, ";w:{:x}:{:x}:{:x}", w.queue, w.wd, w.dir as u8);
+        }
+        for g in &self.groups {
+            let _ = write!(s, ";g:{:x}:{:x}:{:x}", g.queue, g.flags, g.event_flags);
+            for m in &g.marks {
+                let _ = write!(
+                    s,
+                    ";m:{:x}:{:x}:{:x}:{:x}:{:x}:{}",
+                    g.queue,
+                    m.wd,
+                    m.key,
+                    m.ftype,
+                    m.mask,
+                    hex(&m.path)
+                );
+            }
+        }
         if let Some(a) = &self.attached {
             let fd = |c: &CarriedFd| format!("{:x}:{:x}:{:x}", c.fd, c.dev, c.ino);
             let cache = a.cache.as_ref().map(fd).unwrap_or_else(|| "::".into());
@@ -157,6 +212,37 @@ impl State {
                     st.cwd = Some((path, ino));
                 }
                 "e" => st.exe = Some(unhex(f.next()?)?),
+                "w" => {
+                    let mut n = || f.next().and_then(num);
+                    st.watches.push(WatchState {
+                        queue: n()?,
+                        wd: i32::try_from(n()?).ok()?,
+                        dir: n()? != 0,
+                    });
+                }
+                "g" => {
+                    let mut n = || f.next().and_then(num);
+                    st.groups.push(GroupState {
+                        queue: n()?,
+                        flags: u32::try_from(n()?).ok()?,
+                        event_flags: u32::try_from(n()?).ok()?,
+                        marks: Vec::new(),
+                    });
+                }
+                "m" => {
+                    let mut n = || f.next().and_then(num);
+                    let queue = n()?;
+                    let mark = MarkState {
+                        wd: i32::try_from(n()?).ok()?,
+                        key: n()?,
+                        ftype: u32::try_from(n()?).ok()?,
+                        mask: n()?,
+                        path: unhex(f.next()?)?,
+                    };
+                    // A mark follows its group's `g`.
+                    let g = st.groups.iter_mut().rfind(|g| g.queue == queue)?;
+                    g.marks.push(mark);
+                }
                 "l" => st.locks = true,
                 "k" => st.counters = f.map(num).collect::<Option<Vec<u64>>>()?,
                 "a" => {
@@ -261,6 +347,30 @@ mod tests {
                 },
                 info: vec![0, 1, 0xfe],
             }),
+            watches: vec![
+                WatchState {
+                    queue: 0x0100_0000_0000_0009,
+                    wd: 1,
+                    dir: true,
+                },
+                WatchState {
+                    queue: 0x0100_0000_0000_0009,
+                    wd: 2,
+                    dir: false,
+                },
+            ],
+            groups: vec![GroupState {
+                queue: 0x0100_0000_0000_000a,
+                flags: 0x200,
+                event_flags: 0o2,
+                marks: vec![MarkState {
+                    wd: 1,
+                    key: 0x0100_0000_0000_0001,
+                    ftype: 2,
+                    mask: 0x4000_0008,
+                    path: b"/atoll/a b".to_vec(),
+                }],
+            }],
         };
         let text = st.encode();
         assert!(!text.contains(' '), "env-safe text: {text}");
@@ -286,6 +396,7 @@ mod tests {
                 },
                 info: vec![],
             }),
+            ..State::default()
         };
         assert_eq!(State::decode(&st.encode()), Some(st));
         assert_eq!(State::decode("v1;a:1:::"), None, "no control descriptor");
@@ -300,6 +411,12 @@ mod tests {
         assert_eq!(State::decode("v1;c:0"), None);
         assert_eq!(State::decode("v1;q:1"), None);
         assert_eq!(State::decode("v1;k:1:x"), None);
+        assert_eq!(
+            State::decode("v1;m:a:1:1:2:8:00"),
+            None,
+            "a mark before its group"
+        );
+        assert_eq!(State::decode("v1;w:a:1"), None, "half a watch");
         assert_eq!(State::decode("v1"), Some(State::default()));
     }
 }

@@ -88,6 +88,25 @@ fn opens_reads_closes_and_execs_match_tmpfs() {
     );
 }
 
+/// A group and its marks belong to the process, so they outlive
+/// `execve` when the group's descriptor does: the new image reads the
+/// changes it makes as events of the marks the old one made, in
+/// descriptor mode and with names (`FAN_REPORT_DFID_NAME`), as on tmpfs.
+#[test]
+fn groups_and_marks_outlive_exec_as_on_tmpfs() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = compile_probe(dir.path(), "exec", include_str!("fanotify/exec.c"));
+    assert_probe_as_on_tmpfs(
+        &bin,
+        &["{dir}/w"],
+        "CREATE|DELETE|ONDIR d",
+        &[
+            &["--servers", "2"],
+            &["--servers", "3", "--distribute", "all"],
+        ],
+    );
+}
+
 /// A group's queue holds `max_queued_events` events, then one
 /// `FAN_Q_OVERFLOW`; a `FAN_UNLIMITED_QUEUE` group's holds them all: the
 /// counts tmpfs gives, with entries spread over three servers (each

@@ -383,6 +383,17 @@ fn appeared(path: &std::path::Path, secs: u64) -> bool {
 /// mount, the transcript is checked against Linux's too.
 #[test]
 fn a_watcher_outliving_its_instance_reads_in_unmount() {
+    watcher_outliving_its_instance(&[]);
+}
+
+/// The same when the watches were made by the image before an `execve`
+/// (the queue's descriptor survives it): they are the process's.
+#[test]
+fn watches_made_before_an_exec_read_in_unmount() {
+    watcher_outliving_its_instance(&["exec"]);
+}
+
+fn watcher_outliving_its_instance(mode: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
     let bin = compile_probe(dir.path(), "unmount", include_str!("inotify/unmount.c"));
     let mnt = tempfile::tempdir().unwrap();
@@ -397,6 +408,7 @@ fn a_watcher_outliving_its_instance_reads_in_unmount() {
         let probe = Command::new(&bin)
             .arg(mnt.path())
             .arg(&ready)
+            .args(mode)
             .stdout(Stdio::piped())
             .spawn()
             .expect("probe");
@@ -420,9 +432,10 @@ fn a_watcher_outliving_its_instance_reads_in_unmount() {
             "-c",
         ])
         .arg(format!(
-            "({} {MOUNT} {} > {}.tmp; mv {}.tmp {}) & wait",
+            "({} {MOUNT} {} {} > {}.tmp; mv {}.tmp {}) & wait",
             bin.display(),
             ready.display(),
+            mode.join(" "),
             report.display(),
             report.display(),
             report.display()

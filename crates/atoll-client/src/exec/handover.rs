@@ -111,6 +111,7 @@ pub(super) fn hand_over_own_session(c: &Client, exe: Option<Vec<u8>>) -> Result<
         locks: false,
         counters: crate::counters::unreported(),
         attached: None,
+        ..State::default()
     };
     let socket = c.inheritable_socket()?;
     Ok(HandOver::new(c, socket, c.session().id, st))
@@ -133,6 +134,7 @@ pub(super) fn hand_over(
         locks: false,
         counters: Vec::new(),
         attached: None,
+        ..State::default()
     };
     let (child, sock) = match c.fork_session() {
         Ok(x) => x,
@@ -197,6 +199,11 @@ pub(super) fn hand_over(
             path: d.path().map(<[u8]>::to_vec),
         });
     }
+    // What the process knows of its queues beyond the servers: the
+    // watches `IN_UNMOUNT` names, a fanotify group's flags and marks.
+    let queues: Vec<u64> = st.fds.iter().map(|f| f.ino).collect();
+    st.watches = crate::inotify::unmount::carry(&queues);
+    st.groups = crate::fanotify::carry(&queues);
     // What this image counted goes to the servers with a lane it holds
     // anyway, else to the new image (a lane just for it would cost a
     // `NewLane` in every forked child that execs).
@@ -267,6 +274,7 @@ pub fn restore(c: &Client, text: &str, with_session: bool) {
         return;
     }
     let mut descs: Vec<(u64, Option<fdtable::DescRef>)> = Vec::new();
+    let mut alive_inodes: Vec<u64> = Vec::new();
     for f in &st.fds {
         let alive = (f.fd as usize) < fdtable::MAX_FDS
             && !c.is_private_fd(f.fd)
@@ -281,6 +289,7 @@ pub fn restore(c: &Client, text: &str, with_session: bool) {
         if !alive {
             continue;
         }
+        alive_inodes.push(f.ino);
         let r = match &descs[pos].1 {
             Some(r) => r.clone_ref(),
             None => {
@@ -300,6 +309,21 @@ pub fn restore(c: &Client, text: &str, with_session: bool) {
         };
         drop(fdtable::install(f.fd, r));
     }
+    let kept = |q: &u64| alive_inodes.contains(q);
+    let watches: Vec<_> = st
+        .watches
+        .iter()
+        .filter(|w| kept(&w.queue))
+        .cloned()
+        .collect();
+    crate::inotify::unmount::restore(&watches);
+    let groups: Vec<_> = st
+        .groups
+        .iter()
+        .filter(|g| kept(&g.queue))
+        .cloned()
+        .collect();
+    crate::fanotify::restore(&groups);
     // Descriptions with no surviving fd: release the share at the server.
     for (d, r) in descs {
         if r.is_none() {

@@ -309,6 +309,7 @@ pub fn initial_state_env(cwd: &str) -> (String, String) {
         locks: false,
         counters: Vec::new(),
         attached: None,
+        ..State::default()
     };
     (ENV_STATE.to_string(), st.encode())
 }

@@ -7,7 +7,8 @@
 //! gone (its other atoll calls fail with `EIO`, `session::instance_gone`).
 //!
 //! The reader knows the queue's watches from the calls that made and
-//! removed them in this process (and its forks' parents): the owner
+//! removed them in this process (its forks' parents, and the images
+//! before an `execve`, `carry`): the owner
 //! server, which hands out watch descriptors, is gone. Watches whose
 //! `IN_IGNORED` is already queued or was read are left out. Linux reports
 //! the watched inodes newest first; here the watches go newest first.
@@ -28,6 +29,28 @@ static WATCHES: Mutex<BTreeMap<u64, BTreeMap<i32, bool>>> = Mutex::new(BTreeMap:
 
 fn watches() -> std::sync::MutexGuard<'static, BTreeMap<u64, BTreeMap<i32, bool>>> {
     WATCHES.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The watches of `queues`, whose descriptors survive an `execve`
+/// (`ATOLL_STATE`): the new image is the same process, and its reader
+/// must still name them when the instance goes.
+pub(crate) fn carry(queues: &[u64]) -> Vec<crate::state::WatchState> {
+    let all = watches();
+    let mut out = Vec::new();
+    for (&queue, list) in all.iter().filter(|(q, _)| queues.contains(q)) {
+        for (&wd, &dir) in list {
+            out.push(crate::state::WatchState { queue, wd, dir });
+        }
+    }
+    out
+}
+
+/// In a new image: the watches the old one carried.
+pub(crate) fn restore(list: &[crate::state::WatchState]) {
+    let mut all = watches();
+    for w in list {
+        all.entry(w.queue).or_default().insert(w.wd, w.dir);
+    }
 }
 
 /// Watch `wd` of `queue` was made (or changed).

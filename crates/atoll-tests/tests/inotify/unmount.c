@@ -2,16 +2,25 @@
  * subdirectory, changes the file, says it is ready (creates READY), then
  * prints every event it reads until each watch got IN_IGNORED. The test
  * then unmounts the tmpfs (Linux) or kills the instance (atoll).
- * Usage: unmount DIR READY */
+ * Usage: unmount DIR READY [exec]
+ * With `exec`, the probe execs itself after making the watches, and the
+ * new image (`unmount DIR READY read FD`) reads: the watches are the
+ * process's, whichever image it runs. */
 #define _GNU_SOURCE
 #include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
 #include <stdio.h>
 #include <sys/inotify.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+static int read_all(int q, const char *ready);
+
 int main(int argc, char **argv) {
-    if (argc != 3)
+    if (argc == 5 && !strcmp(argv[3], "read"))
+        return read_all(atoi(argv[4]), argv[2]);
+    if (argc != 3 && !(argc == 4 && !strcmp(argv[3], "exec")))
         return 2;
     char dir[4096], file[4200], sub[4200];
     snprintf(dir, sizeof dir, "%s/w", argv[1]);
@@ -27,7 +36,19 @@ int main(int argc, char **argv) {
     printf("wds %d %d %d\n", w1, w2, w3);
     chmod(file, 0600);
     fflush(stdout);
-    close(open(argv[2], O_WRONLY | O_CREAT, 0644));
+    if (argc == 4) {
+        char fd[16];
+        snprintf(fd, sizeof fd, "%d", q);
+        execl("/proc/self/exe", argv[0], argv[1], argv[2], "read", fd, (char *)NULL);
+        perror("exec");
+        return 1;
+    }
+    return read_all(q, argv[2]);
+}
+
+/* Say READY, then print every event until each watch got IN_IGNORED. */
+static int read_all(int q, const char *ready) {
+    close(open(ready, O_WRONLY | O_CREAT, 0644));
     char buf[4096] __attribute__((aligned(8)));
     int ignored = 0;
     while (ignored < 3) {

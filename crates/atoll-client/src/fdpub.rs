@@ -12,8 +12,12 @@
 //! slot is written (a seqlock: the reader retries, then gives up). The
 //! stores are plain memory writes through a shared mapping (a `chdir`
 //! costs a copy of the path, no system call). The memfd is made as each
-//! image starts (`publish_at_start`), with the list of atoll's own
-//! descriptors, which a listing by another process leaves out.
+//! image starts (`publish_at_start`), holding only the list of atoll's own
+//! descriptors, which a listing by another process leaves out, written
+//! with `pwrite`; it is sized and mapped when the process first publishes
+//! a descriptor or an atoll cwd. Most images never do (a shell's `true`,
+//! a compiler reading host files), and a 2 MiB shared mapping, its page
+//! fault and its unmapping at exit cost about as much as the memfd itself.
 //!
 //! A reader (`proclink`) opens the target's table through
 //! `/proc/PID/fd/K` (Linux lets a process open another's descriptors when
@@ -85,8 +89,16 @@ const fn table_bytes(slots: usize) -> usize {
 /// The table's descriptor (-1: none yet) and mapping.
 static FD: AtomicI32 = AtomicI32::new(-1);
 static MAP: AtomicPtr<u8> = AtomicPtr::new(core::ptr::null_mut());
-/// 0: no table, 2: made (or failed for good: `MAP` null).
-static STATE: AtomicU32 = AtomicU32::new(0);
+/// [`NONE`], [`FILE_ONLY`] or [`MAPPED`].
+static STATE: AtomicU32 = AtomicU32::new(NONE);
+/// No table yet.
+const NONE: u32 = 0;
+/// The memfd holds the list of atoll's own descriptors only (written with
+/// `pwrite`, `FD` set, `MAP` null, `CAPACITY` 0): a reader finds every
+/// slot and the cwd past its end, unpublished.
+const FILE_ONLY: u32 = 1;
+/// Sized and mapped (or failed for good: `MAP` null).
+const MAPPED: u32 = 2;
 /// Descriptor numbers the table has room for (its size: `table_bytes`).
 static CAPACITY: AtomicUsize = AtomicUsize::new(0);
 /// The memfd's size: the slots' room, and past it any long records
@@ -117,6 +129,8 @@ pub fn relocate(from: i32) {
     let p = MAP.load(Ordering::Acquire);
     if !p.is_null() {
         publish_private(p);
+    } else if STATE.load(Ordering::Acquire) == FILE_ONLY {
+        pwrite_private(FD.load(Ordering::Relaxed), false);
     }
 }
 
@@ -129,6 +143,15 @@ fn make(slots: usize) -> Option<(i32, *mut u8)> {
     let fd = rustix::fs::memfd_create(NAME, rustix::fs::MemfdFlags::CLOEXEC).ok()?;
     rustix::fs::ftruncate(&fd, table_bytes(slots) as u64).ok()?;
     let raw = crate::session::to_high(std::os::fd::IntoRawFd::into_raw_fd(fd), 0);
+    let Some(p) = map(raw, table_bytes(slots)) else {
+        sys::close(raw);
+        return None;
+    };
+    Some((raw, p))
+}
+
+/// A shared mapping of the first `bytes` of our table `fd`.
+fn map(fd: i32, bytes: usize) -> Option<*mut u8> {
     // SAFETY: a fresh shared mapping of our own memfd, never unmapped
     // while `MAP` points at it (`own_table` swaps it first).
     let p = unsafe {
@@ -136,19 +159,31 @@ fn make(slots: usize) -> Option<(i32, *mut u8)> {
             libc::SYS_mmap,
             [
                 0,
-                table_bytes(slots) as u64,
+                bytes as u64,
                 (libc::PROT_READ | libc::PROT_WRITE) as u64,
                 libc::MAP_SHARED as u64,
-                raw as u64,
+                fd as u64,
                 0,
             ],
         )
     };
-    if p < 0 {
-        sys::close(raw);
-        return None;
+    (p >= 0).then_some(p as *mut u8)
+}
+
+/// Size and map the table made by `publish_at_start` (the caller holds
+/// the lock), with room for `want` numbers, and fill it; its list of
+/// atoll's own descriptors, already in the file, stays.
+fn map_file(want: usize) {
+    let fd = FD.load(Ordering::Relaxed);
+    let slots = within_file_limit(want);
+    if extend_file(fd, table_bytes(slots)) {
+        if let Some(p) = map(fd, table_bytes(slots)) {
+            CAPACITY.store(slots, Ordering::Relaxed);
+            MAP.store(p, Ordering::Release);
+            fill(p);
+        }
     }
-    Some((raw, p as *mut u8))
+    STATE.store(MAPPED, Ordering::Release);
 }
 
 /// Run `write` on the table (made on first use; made anew, our own,
@@ -159,7 +194,8 @@ fn with_table(slot: Option<usize>, write: impl FnOnce(*mut u8)) {
     let _held = LOCK.lock();
     let need = slot.map_or(0, |n| n + 1);
     let want = slot.map_or(FIRST_SLOTS, |n| room_for(n + 1));
-    if STATE.load(Ordering::Acquire) == 0 {
+    let state = STATE.load(Ordering::Acquire);
+    if state == NONE {
         let slots = within_file_limit(want.max(FIRST_SLOTS));
         if let Some((fd, p)) = (slots >= need).then(|| make(slots)).flatten() {
             FD.store(fd, Ordering::Relaxed);
@@ -168,9 +204,11 @@ fn with_table(slot: Option<usize>, write: impl FnOnce(*mut u8)) {
             MAP.store(p, Ordering::Release);
             fill(p);
         }
-        STATE.store(2, Ordering::Release);
+        STATE.store(MAPPED, Ordering::Release);
     } else if SHARED.swap(false, Ordering::AcqRel) {
         own_table(want);
+    } else if state == FILE_ONLY {
+        map_file(want.max(FIRST_SLOTS));
     }
     if CAPACITY.load(Ordering::Relaxed) < need && !grow(want) {
         return;
@@ -283,6 +321,7 @@ fn own_table(want: usize) {
     FILE_BYTES.store(table_bytes(slots), Ordering::Relaxed);
     let old = MAP.swap(p, Ordering::AcqRel);
     let old_fd = FD.swap(fd, Ordering::Relaxed);
+    STATE.store(MAPPED, Ordering::Release);
     fill(p);
     if !old.is_null() {
         // SAFETY: our mapping of the shared table, no longer reachable
@@ -298,22 +337,50 @@ fn own_table(want: usize) {
 /// At the start of an image: make the table now, with the list of
 /// atoll's own descriptors, so that another process listing
 /// `/proc/PID/fd` leaves them out even if this one never holds an atoll
-/// descriptor nor enters the mount (a memfd, a truncate and a mapping:
-/// a few microseconds per image; a fork shares it).
+/// descriptor nor enters the mount. Only the memfd and the list, written
+/// with `pwrite` (`FILE_ONLY`); a fork shares it. Already made (the image
+/// restored descriptors or a cwd it inherited): the list is published
+/// there.
 pub fn publish_at_start() {
-    with_table(None, publish_private);
+    if STATE.load(Ordering::Acquire) != NONE {
+        with_table(None, publish_private);
+        return;
+    }
+    // Once per image, from the constructor (the lock still keeps a
+    // table made meanwhile from being made twice).
+    let _held = LOCK.lock();
+    let private = 8 + 4 * PRIVATE_MAX;
+    if fits_file_limit(private) {
+        if let Ok(fd) = rustix::fs::memfd_create(NAME, rustix::fs::MemfdFlags::CLOEXEC) {
+            let raw = crate::session::to_high(std::os::fd::IntoRawFd::into_raw_fd(fd), 0);
+            FD.store(raw, Ordering::Relaxed);
+            FILE_BYTES.store(private, Ordering::Relaxed);
+            STATE.store(FILE_ONLY, Ordering::Release);
+            pwrite_private(raw, true);
+            return;
+        }
+    }
+    STATE.store(MAPPED, Ordering::Release); // refused: none, for good
 }
 
 /// Publish the list of atoll's own descriptors again: one was made
 /// after the image started (`Client::template`).
 pub fn publish_private_fds() {
+    {
+        let _held = LOCK.lock();
+        let fd = FD.load(Ordering::Relaxed);
+        if STATE.load(Ordering::Acquire) == FILE_ONLY && !SHARED.load(Ordering::Acquire) {
+            pwrite_private(fd, false);
+            return;
+        }
+    }
     with_table(None, publish_private);
 }
 
 /// After a `fork` (in the parent and in the child, with the fork gate
 /// still held): the table is now both processes'.
 fn mark_shared() {
-    if !MAP.load(Ordering::Acquire).is_null() {
+    if FD.load(Ordering::Relaxed) >= 0 {
         SHARED.store(true, Ordering::Release);
     }
 }
@@ -358,6 +425,45 @@ fn publish_private(base: *mut u8) {
     }
 }
 
+/// Write the list of atoll's own descriptors into a table not mapped
+/// (`FILE_ONLY`; the caller holds the lock), under its sequence word as
+/// `publish_private` does: odd, then the list, then even again, each its
+/// own `pwrite`, so that a reader never takes a half-written list.
+/// A new, empty file (`fresh`) takes the odd word and the list in one
+/// `pwrite`: a reader finds it too short, or odd, until the even word.
+fn pwrite_private(fd: i32, fresh: bool) {
+    let Some(c) = crate::session::client() else {
+        return;
+    };
+    let fds = c.private_fds();
+    if fd < 0 || fds.len() > PRIVATE_MAX {
+        return;
+    }
+    let at = PRIVATE_AT as u64;
+    let mut seq = [0u8; 4];
+    let odd = if fresh {
+        1
+    } else if pread(fd, &mut seq, at) == 4 {
+        u32::from_le_bytes(seq) | 1
+    } else {
+        return;
+    };
+    let mut rec = [0u8; 8 + 4 * PRIVATE_MAX];
+    rec[..4].copy_from_slice(&odd.to_le_bytes());
+    rec[4..8].copy_from_slice(&(fds.len() as u32).to_le_bytes());
+    for (i, &f) in fds.iter().enumerate() {
+        rec[8 + 4 * i..12 + 4 * i].copy_from_slice(&f.to_le_bytes());
+    }
+    let written = if fresh {
+        pwrite(fd, &rec, at)
+    } else {
+        pwrite(fd, &rec[..4], at) && pwrite(fd, &rec[4..], at + 4)
+    };
+    if written {
+        pwrite(fd, &odd.wrapping_add(1).to_le_bytes(), at);
+    }
+}
+
 /// Write `bytes` into the record at `at` (`{seq, len, bytes}`) under its
 /// sequence word.
 ///
@@ -382,7 +488,7 @@ unsafe fn write_record(base: *mut u8, at: usize, bytes: &[u8]) {
 /// The process's atoll cwd is now `path` (`None`: a host directory).
 pub fn publish_cwd(path: Option<&[u8]>) {
     let path = path.filter(|p| p.len() <= CWD_MAX);
-    if path.is_none() && STATE.load(Ordering::Acquire) == 0 {
+    if path.is_none() && STATE.load(Ordering::Acquire) != MAPPED {
         return;
     }
     // SAFETY: the cwd record is inside the mapping with CWD_MAX bytes of
@@ -401,7 +507,7 @@ pub fn publish(fd: i32, file: Option<(&[u8], InodeId)>) {
     }
     let file = file.filter(|(p, _)| p.len() <= sys::PATH_MAX);
     if file.is_none()
-        && (STATE.load(Ordering::Acquire) == 0 || n >= CAPACITY.load(Ordering::Relaxed))
+        && (STATE.load(Ordering::Acquire) == NONE || n >= CAPACITY.load(Ordering::Relaxed))
     {
         return; // nothing published there yet: nothing to clear
     }

@@ -84,7 +84,15 @@ const SLOT0: DescSlot = DescSlot::new();
 #[allow(clippy::declare_interior_mutable_const)]
 const FD0: AtomicU64 = AtomicU64::new(0);
 
+// The two tables (1.6 MiB of zeros) go in a section of their own, which
+// libatoll's link puts after all the other zero-initialised statics
+// (`atoll-preload/build.rs`): left among them, they spread the few small
+// ones every process touches as it starts over as many pages, each a
+// zero-page fault and a page to free at exit. Only an all-zero initial
+// value may go there (it is never stored in the file).
+#[cfg_attr(target_os = "linux", link_section = ".bss.atoll_tables")]
 static DESCS: [DescSlot; MAX_DESCS] = [SLOT0; MAX_DESCS];
+#[cfg_attr(target_os = "linux", link_section = ".bss.atoll_tables")]
 static FDS: [AtomicU64; MAX_FDS] = [FD0; MAX_FDS];
 /// Number of atoll fds (fast "is there any?" for poll/select).
 static COUNT: AtomicUsize = AtomicUsize::new(0);

@@ -87,6 +87,8 @@ struct Table {
 // SAFETY: `len` and `pieces` are only touched under `lock`.
 unsafe impl Sync for Table {}
 
+// With the other big zero-initialised tables (see `fdtable::DESCS`).
+#[cfg_attr(target_os = "linux", link_section = ".bss.atoll_tables")]
 static TABLE: Table = Table {
     lock: SpinLock::new(),
     len: UnsafeCell::new(0),

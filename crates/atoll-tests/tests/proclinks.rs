@@ -271,3 +271,24 @@ fn a_program_started_in_the_mount_keeps_its_parents_kernel_cwd() {
     );
     assert_eq!(lines[3], "touch rc=1");
 }
+
+/// The table a process publishes its descriptors and cwd in is mapped
+/// only once there is something to publish: a process that never held an
+/// atoll descriptor nor entered the mount has the memfd (with the list of
+/// atoll's own descriptors, which the listing above relies on) but no
+/// mapping of it; one that entered the mount has both.
+#[test]
+fn the_descriptor_table_is_mapped_only_by_a_process_that_publishes() {
+    let out = atoll_tests::run_in_atoll(
+        &[],
+        r#"(cd /; exec sleep 30) & host=$!
+           (cd /atoll; exec sleep 30) & mount=$!
+           until [ "$(cat /proc/$host/comm)$(cat /proc/$mount/comm)" = sleepsleep ]; do sleep 0.05; done
+           for p in $host $mount; do
+               echo "maps $(grep -c 'memfd:atoll-fds' /proc/$p/maps)"
+           done
+           kill $host $mount"#,
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(text, "maps 0\nmaps 1\n", "{text}");
+}

@@ -272,7 +272,9 @@ fn build(
         fs_names,
         info,
     };
+    // The credentials are not read here: each thread reads its own on its
+    // first atoll call (`creds::current`), and a process that makes none
+    // (most of those a build starts) saves the ten system calls.
     let c = install(c);
-    crate::creds::refresh();
     Ok(c)
 }

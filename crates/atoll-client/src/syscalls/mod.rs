@@ -4,10 +4,10 @@
 //! Layer map:
 //! * [`table`] — the rows: for each call atoll looks at, its name, its
 //!   handler, which arguments make it atoll's ([`Concerns`]), whether the
-//!   pipe layer looks first, and its [`Support`] level with a note. The
-//!   rows are folded into a 512-entry array at compile time, so finding a
-//!   call is one bounds check and one load; a number twice is a build
-//!   error.
+//!   pipe layer looks first, and its [`Support`] level with a note. A
+//!   512-entry index of bytes is built from the rows at compile time, so
+//!   finding a call is one bounds check and two loads; a number twice is
+//!   a build error.
 //! * the families, one module each, a small handler per call:
 //!   `open` (open, creat, openat, openat2), `names` (mkdir, unlink,
 //!   rename, link, symlink, readlink, mknod), `dirs` (getdents, cwd),
@@ -22,7 +22,7 @@
 //!
 //! Who calls it: [`crate::may_concern`] asks [`concerns`] (cheap, no lane,
 //! no allocation), [`crate::dispatch`] asks [`run`]. Both are on the path
-//! of every trapped system call (hot): one table load each. Calls with no
+//! of every trapped system call (hot): two table loads each. Calls with no
 //! row go to Linux unchanged; `docs/SYSCALLS.md` is generated from the
 //! rows (`atoll syscalls`), so "what does atoll do with `openat2`?" has
 //! one answer.
@@ -125,14 +125,22 @@ pub(crate) struct Call {
 /// System-call numbers the table covers (x86-64 ends at 462 in Linux 6.10).
 pub(crate) const SLOTS: usize = 512;
 
-/// The table proper: [`table::ROWS`] by number, `None` where atoll has no
-/// row (such calls are Linux's).
-static CALLS: [Option<Call>; SLOTS] = table::by_number();
+/// The rows, and for each number its row's place plus one (0: no row, the
+/// call is Linux's). Two tables rather than one array of 512 optional
+/// rows: every row holds pointers (its handler, its test, its words),
+/// which the dynamic loader writes as each process starts (a relative
+/// relocation each), so each page of them is a copy-on-write fault and a
+/// private page in every process atoll starts. 512 slots of rows took 11
+/// pages; the rows alone take 3, and the index, a byte per number and no
+/// pointer, stays in the file's read-only pages, shared.
+static CALLS: [Call; table::COUNT] = table::calls();
+static INDEX: [u8; SLOTS] = table::by_number();
 
-/// The row of call `nr`. Hot: one bounds check and one load.
+/// The row of call `nr`. Hot: one bounds check and two loads.
 #[inline(always)]
 pub(crate) fn lookup(nr: i64) -> Option<&'static Call> {
-    CALLS.get(usize::try_from(nr).ok()?)?.as_ref()
+    let at = *INDEX.get(usize::try_from(nr).ok()?)?;
+    CALLS.get(usize::from(at).checked_sub(1)?)
 }
 
 /// Does call `nr` with arguments `a` concern atoll? (For `may_concern`:
@@ -207,9 +215,9 @@ pub struct Row {
 
 /// Every call atoll has a row for, by number.
 pub fn rows() -> impl Iterator<Item = Row> {
-    CALLS.iter().enumerate().filter_map(|(nr, call)| {
-        call.as_ref().map(|call| Row {
-            nr: nr as i64,
+    (0..SLOTS as i64).filter_map(|nr| {
+        lookup(nr).map(|call| Row {
+            nr,
             name: call.name,
             support: call.support,
             when: describe(call),

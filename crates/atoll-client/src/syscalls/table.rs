@@ -305,19 +305,34 @@ const ROWS: &[Entry] = &[
     row(SYS_recvfrom, "recvfrom", sockets::socket, SOCKET_NAME, Full),
     row(SYS_recvmsg, "recvmsg", sockets::socket, SOCKET_NAME, Full),];
 
-/// [`ROWS`] by number, checked at build time: a number twice, or one past
-/// the table, stops the build.
-pub(super) const fn by_number() -> [Option<Call>; SLOTS] {
-    let mut t: [Option<Call>; SLOTS] = [None; SLOTS];
+/// How many rows there are.
+pub(super) const COUNT: usize = ROWS.len();
+
+/// The rows as an array, in the order written.
+pub(super) const fn calls() -> [Call; COUNT] {
+    let mut t = [ROWS[0].call; COUNT];
     let mut i = 0;
-    while i < ROWS.len() {
+    while i < COUNT {
+        t[i] = ROWS[i].call;
+        i += 1;
+    }
+    t
+}
+
+/// For each system-call number, its row's place in [`calls`] plus one
+/// (0: no row); a number twice, or past the table, is a build error.
+pub(super) const fn by_number() -> [u8; SLOTS] {
+    assert!(COUNT < u8::MAX as usize, "more rows than a byte numbers");
+    let mut t = [0u8; SLOTS];
+    let mut i = 0;
+    while i < COUNT {
         let nr = ROWS[i].nr;
         assert!(
             nr >= 0 && (nr as usize) < SLOTS,
             "system call past the table"
         );
-        assert!(t[nr as usize].is_none(), "system call with two rows");
-        t[nr as usize] = Some(ROWS[i].call);
+        assert!(t[nr as usize] == 0, "system call with two rows");
+        t[nr as usize] = (i + 1) as u8;
         i += 1;
     }
     t

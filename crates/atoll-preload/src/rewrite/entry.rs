@@ -32,7 +32,7 @@
 //!  the stub ─ jmp after the site
 //! ```
 
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
 use crate::raw;
 use crate::selector::{AtollGuard, ALLOW};
@@ -131,6 +131,25 @@ extern "C" {
 /// Address the stubs call.
 pub fn address() -> usize {
     atoll_rewritten_entry as *const () as usize
+}
+
+/// Whether the entry knows what to save (`init`, run the first time it is
+/// asked; the caller holds the rewrite lock, so it runs once): false when
+/// the CPU or the kernel does not offer `XSAVE`.
+pub fn ready() -> bool {
+    const UNKNOWN: u8 = 0;
+    const READY: u8 = 1;
+    const NEVER: u8 = 2;
+    static STATE: AtomicU8 = AtomicU8::new(UNKNOWN);
+    match STATE.load(Ordering::Acquire) {
+        READY => true,
+        NEVER => false,
+        _ => {
+            let ok = init();
+            STATE.store(if ok { READY } else { NEVER }, Ordering::Release);
+            ok
+        }
+    }
 }
 
 /// Find which state to save and the size of its `XSAVE` area; false when

@@ -90,11 +90,14 @@ const JMP_REL32: u8 = 0xe9;
 const JMP_REL8: u8 = 0xeb;
 
 /// Switch rewriting on (or leave it off) for this process. Returns whether
-/// it is on: false also when the CPU lacks `XSAVE`.
+/// it is on. What the entry saves (`entry::init`, a `CPUID`, a trap to the
+/// hypervisor in a virtual machine) is found when the first site is about
+/// to be rewritten, not here: a program none of whose sites trap (`true`,
+/// most short-lived helpers of a build) never asks; a CPU without `XSAVE`
+/// switches rewriting off then.
 pub fn configure(want: bool) -> bool {
-    let on = want && entry::init();
-    ENABLED.store(on, Ordering::Relaxed);
-    on
+    ENABLED.store(want, Ordering::Relaxed);
+    want
 }
 
 pub fn enabled() -> bool {
@@ -234,6 +237,10 @@ fn rewrite_locked<C>(
     apply: impl FnOnce(C) -> Result<(), &'static str>,
 ) {
     let _lock = Lock::take();
+    if !entry::ready() {
+        ENABLED.store(false, Ordering::Relaxed);
+        return;
+    }
     let Some(site) = find() else {
         return;
     };

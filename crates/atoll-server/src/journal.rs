@@ -859,6 +859,44 @@ mod tests {
         assert_eq!(j.read().unwrap().1.len(), 0);
     }
 
+    /// A forked snapshot: the child writes the state at the fork point
+    /// into the other half; records appended meanwhile follow it at the
+    /// commit, and only they. Until the commit the old half, with every
+    /// record, is what a reader gets; a commit after the journal moved
+    /// on is refused.
+    #[test]
+    fn a_forked_snapshot_takes_the_records_appended_after_its_fork() {
+        let (_fd, j) = Journal::create(HEADER + 8192).unwrap();
+        assert!(j.append(Kind::Genesis, SessionId(0), &[1], b""));
+        assert!(j.append(Kind::Request, SessionId(1), &[], b"before"));
+        let at = j.fork_point();
+        assert!(j.append(Kind::Request, SessionId(1), &[2], b"during one"));
+        let sum = j.write_forked(at, b"state at the fork").unwrap();
+        assert!(j.append(Kind::Request, SessionId(1), &[], b"during two"));
+        let (image, records) = j.read().unwrap();
+        assert_eq!(image, None, "not committed: the old half");
+        assert_eq!(records.len(), 4);
+        let logged = j.logged();
+        assert_eq!(j.commit_forked(at, 17, sum), Ok(()));
+        let (image, records) = j.read().unwrap();
+        assert_eq!(image.as_deref(), Some(&b"state at the fork"[..]));
+        let frames: Vec<&[u8]> = records.iter().map(|r| &r.frame[..]).collect();
+        assert_eq!(frames, [&b"during one"[..], b"during two"]);
+        assert_eq!(records[0].tape, vec![2]);
+        assert_eq!(j.records(), 2);
+        assert_eq!(j.logged(), logged, "bytes since boot do not move");
+        assert_eq!(records[1].at + 40, logged, "a record's place since boot");
+        assert!(j.append(Kind::Request, SessionId(1), &[], b"after"));
+        assert_eq!(j.read().unwrap().1.len(), 3);
+        // A fork whose journal moved on (a snapshot committed since) is
+        // not committed.
+        let stale = j.fork_point();
+        let sum = j.write_forked(stale, b"stale").unwrap();
+        assert!(j.commit_snapshot(b"inline"));
+        assert!(j.commit_forked(stale, 5, sum).is_err());
+        assert_eq!(j.read().unwrap().0.as_deref(), Some(&b"inline"[..]));
+    }
+
     #[test]
     fn the_claims_of_a_request_killed_before_its_record_are_noted_for_its_successor() {
         let (_fd, j) = Journal::create(1 << 20).unwrap();

@@ -50,6 +50,12 @@ const DEFAULT_AFTER: u64 = 8 << 20;
 /// abandoned (a hung child: one whose panic hook waits on a lock).
 const CHILD_LIMIT: Duration = Duration::from_secs(30);
 
+/// Longest a server whose journal is about to fill waits for its child
+/// before it kills it and encodes inline: well under the default bound
+/// after which a server that does not turn its loop counts as wedged
+/// (`wedge::DEFAULT_BOUND`, 10 s).
+const URGENT_WAIT: Duration = Duration::from_secs(5);
+
 /// Forked snapshots that fail in a row before a server encodes inline.
 const FAILURES_BEFORE_INLINE: u32 = 3;
 
@@ -191,7 +197,7 @@ impl Schedule {
     fn finish(&mut self, journal: &Journal, index: usize) {
         let p = self.pending.as_mut().expect("pending");
         let verdict = if urgent(journal) {
-            Some(p.wait(CHILD_LIMIT.saturating_sub(p.started.elapsed())))
+            Some(p.wait(URGENT_WAIT))
         } else if p.started.elapsed() > CHILD_LIMIT {
             p.kill();
             Some(Err(Failed::Child(format!(
@@ -259,17 +265,20 @@ impl Schedule {
             self.failed(journal, index, why);
             return false;
         }
-        let pause = p.fork_us + t0.elapsed().as_micros() as u64;
+        let copy_us = t0.elapsed().as_micros() as u64;
+        let pause = p.fork_us + copy_us;
         journal.note_snapshot(Mode::Forked as u64, pause, v.encode_us);
         self.retry_at = 0;
         self.fork_after = 0;
         self.failures = 0;
         tracing::debug!(
             "file server {index}: forked snapshot of {} bytes in {:?} \
-             (encoding {} µs; the server stopped {pause} µs)",
+             (encoding {} µs; the server stopped {} µs for the fork, {copy_us} µs \
+             for the commit)",
             v.len,
             p.started.elapsed(),
-            v.encode_us
+            v.encode_us,
+            p.fork_us
         );
         true
     }

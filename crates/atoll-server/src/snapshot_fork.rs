@@ -96,7 +96,15 @@ impl Pending {
         let name = std::ffi::CString::new(format!("{CHILD_NAME}{index}"))
             .map_err(std::io::Error::other)?;
         let pid = crate::sys::fork_worker(&name, || {
-            // The child: see the module docs for what it may touch.
+            // The child: see the module docs for what it may touch. It
+            // inherits its server's pinning to one core; it may run on
+            // any, so that the server keeps its own (the kernel keeps
+            // only the CPUs the process may use of the full set).
+            let mut anywhere = rustix::thread::CpuSet::new();
+            for cpu in 0..rustix::thread::CpuSet::MAX_CPU {
+                anywhere.set(cpu);
+            }
+            let _ = rustix::thread::sched_setaffinity(None, &anywhere);
             let t0 = Instant::now();
             let (code, len, sum) = match fs.encode_state() {
                 Err(_) => (EXIT_NO_ENCODE, 0, 0),

@@ -56,6 +56,11 @@ pub struct RecoveryResults {
     pub snapshots: u64,
     pub snapshot_bytes: u64,
     pub snapshot_ms: f64,
+    /// How it was taken ("forked": `snapshot_ms` is the server's pause,
+    /// the fork and the copy of the records appended meanwhile; "inline":
+    /// the whole encoding), and how long its encoding took.
+    pub snapshot_mode: String,
+    pub snapshot_encode_ms: f64,
     /// How long the rebuild took (replaying the journal), and how long
     /// from the kill until `atoll status` showed the server up again.
     pub recovery_ms: f64,
@@ -199,6 +204,8 @@ pub fn run(inodes: u64) -> anyhow::Result<RecoveryResults> {
         snapshots: before["snapshots"].as_u64().unwrap_or(0),
         snapshot_bytes: before["snapshot_bytes"].as_u64().unwrap_or(0),
         snapshot_ms: before["snapshot_us"].as_u64().unwrap_or(0) as f64 / 1000.0,
+        snapshot_mode: before["snapshot_mode"].as_str().unwrap_or("").to_string(),
+        snapshot_encode_ms: before["snapshot_encode_us"].as_u64().unwrap_or(0) as f64 / 1000.0,
         recovery_ms: h["recovery_us"].as_u64().unwrap_or(0) as f64 / 1000.0,
         kill_to_up_ms: kill_to_up.as_secs_f64() * 1000.0,
         files_after,
@@ -212,7 +219,7 @@ pub fn table(r: &RecoveryResults) -> String {
         "recovery of a file server holding {} files (one server, {})\n\
          {:<34}{:>14.0}\n{:<34}{:>14.0}\n{:<34}{:>14.2}\n\
          {:<34}{:>14}\n{:<34}{:>14}\n{:<34}{:>14}\n{:<34}{:>14}\n{:<34}{:>14.1}\n\
-         {:<34}{:>14.1}\n{:<34}{:>14.1}\n{:<34}{:>14}\n",
+         {:<34}{:>14.1}\n{:<34}{:>14.1}\n{:<34}{:>14.1}\n{:<34}{:>14}\n",
         r.inodes,
         if r.process {
             "a process killed by SIGKILL"
@@ -233,8 +240,10 @@ pub fn table(r: &RecoveryResults) -> String {
         r.snapshots,
         "newest snapshot bytes",
         r.snapshot_bytes,
-        "newest snapshot ms",
+        format!("newest snapshot pause ms ({})", r.snapshot_mode),
         r.snapshot_ms,
+        "newest snapshot encoding ms",
+        r.snapshot_encode_ms,
         "rebuild (snapshot + replay) ms",
         r.recovery_ms,
         "kill to up again ms",

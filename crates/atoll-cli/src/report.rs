@@ -454,6 +454,31 @@ pub fn status_text(st: &InstanceStatus, rec: &InstanceRecord) -> String {
             }
         );
     }
+    // How each server takes its snapshots, and what the newest cost it
+    // (`atoll_server::snapshot`): a forked one stops it for the fork only.
+    let snaps: Vec<String> = st
+        .health
+        .iter()
+        .filter(|h| h.snapshots > 0)
+        .map(|h| {
+            format!(
+                "server {}: {} {}, newest {}, paused {:.1} ms, encoded in {:.1} ms",
+                h.server,
+                h.snapshots,
+                if h.snapshot_mode.is_empty() {
+                    "taken"
+                } else {
+                    &h.snapshot_mode
+                },
+                human_bytes(h.snapshot_bytes),
+                h.snapshot_us as f64 / 1000.0,
+                h.snapshot_encode_us as f64 / 1000.0
+            )
+        })
+        .collect();
+    if !snaps.is_empty() {
+        let _ = writeln!(out, "snapshots    {}", snaps.join("; "));
+    }
     let _ = writeln!(out, "clients      {}  ({} lanes)", st.clients, st.lanes);
     let _ = writeln!(out, "open files   {open}");
     let _ = writeln!(

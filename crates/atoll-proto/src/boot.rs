@@ -296,6 +296,15 @@ pub struct ServerHealth {
     pub snapshot_bytes: u64,
     #[serde(default)]
     pub snapshot_us: u64,
+    /// How its snapshots are taken: "forked" (a child process encodes
+    /// them while it serves; `snapshot_us` is then its pause, the fork
+    /// and the copy of the records appended meanwhile) or "inline" (it
+    /// encodes them itself); empty before the first.
+    #[serde(default)]
+    pub snapshot_mode: String,
+    /// Microseconds the newest snapshot's encoding took.
+    #[serde(default)]
+    pub snapshot_encode_us: u64,
     /// Can it be rebuilt if it dies? (A journal, not full.)
     #[serde(default)]
     pub recoverable: bool,

@@ -237,6 +237,7 @@ impl Health {
                     (_, Some(j)) => j.rebuilds(),
                 };
                 let snap = journal.as_ref().map_or((0, 0, 0), |j| j.snapshots());
+                let (how, encode_us) = journal.as_ref().map_or((0, 0), |j| j.snapshot_how());
                 ServerHealth {
                     server: i as u32,
                     state: state.into(),
@@ -257,6 +258,8 @@ impl Health {
                     snapshots: snap.0,
                     snapshot_bytes: snap.1,
                     snapshot_us: snap.2,
+                    snapshot_mode: crate::snapshot::Mode::name(how).into(),
+                    snapshot_encode_us: encode_us,
                     recoverable: !down && journal.as_ref().is_some_and(|j| !j.full()),
                     // From the control block (`Servers::health`).
                     generation: 0,

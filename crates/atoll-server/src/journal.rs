@@ -82,6 +82,15 @@ const W_USED: [usize; 2] = [12, 13];
 const W_SNAP: [usize; 2] = [14, 15];
 const W_SUM: [usize; 2] = [16, 17];
 const W_FULL: [usize; 2] = [18, 19];
+/// The pid of a child encoding a snapshot while its server serves
+/// (`snapshot`: forked), 0 when none: a successor makes sure it is gone
+/// before it writes the half that child writes.
+const W_CHILD: usize = 20;
+/// How the last snapshot was taken (`snapshot::Mode`, 0 before the
+/// first) and the microseconds its encoding took (with its copy into the
+/// journal); `W_SNAP_US` is how long its server stopped for it.
+const W_SNAP_MODE: usize = 21;
+const W_SNAP_ENCODE_US: usize = 22;
 const HEADER: usize = LOG_WORDS * 8;
 /// Blocks a claim note holds at most ([`Journal::note_claimed`]).
 const CLAIM_NOTE_BLOCKS: usize = 4096;
@@ -151,6 +160,15 @@ pub struct Record {
     /// Bytes of records appended since boot before this one (compared
     /// with [`Owed::began`]: is it the request that was owed?).
     pub at: u64,
+}
+
+/// Where a forked snapshot began ([`Journal::fork_point`]): the
+/// generation then, and the bytes and records of the active half.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ForkPoint {
+    gen: u64,
+    used: u64,
+    records: u64,
 }
 
 /// One server's journal.
@@ -520,6 +538,104 @@ impl Journal {
         Some(next)
     }
 
+    /// Where a snapshot encoded by a forked child starts (`snapshot`):
+    /// the state at this instant is the snapshot, the records the parent
+    /// appends from here on follow it at the commit.
+    pub fn fork_point(&self) -> ForkPoint {
+        let (gen, h) = self.active();
+        ForkPoint {
+            gen,
+            used: self.log.word(W_USED[h]).load(Ordering::Acquire),
+            records: self.records(),
+        }
+    }
+
+    /// The child's part of a forked snapshot: write `image`, the state at
+    /// `at`, where the half not in use at `at` keeps its snapshot, and
+    /// return its checksum; `None` if it does not fit
+    /// [`Journal::snapshot_room`]. Writes nothing but those bytes: the
+    /// words that describe them are the parent's to write, at the commit.
+    pub fn write_forked(&self, at: ForkPoint, image: &[u8]) -> Option<u64> {
+        if image.is_empty() || image.len() > self.snapshot_room() {
+            return None;
+        }
+        let to = 1 - (at.gen & 1) as usize;
+        self.log
+            .write_at(self.half_start(to), image)
+            .then(|| checksum(at.gen + 1, image))
+    }
+
+    /// The parent's part: the child wrote `len` bytes summing to `sum`
+    /// ([`Journal::write_forked`]); copy the records appended since `at`
+    /// after them, then commit as [`Journal::commit_snapshot`] does, with
+    /// the generation's release store last. So a server killed at any
+    /// point leaves the old half (its snapshot and every record) in
+    /// force, or the new one (the state at `at` and every record since),
+    /// which replays to the same state. Refused, nothing changed, if the
+    /// journal moved on since `at` (another snapshot, a record that did
+    /// not fit) or the records do not fit after the snapshot.
+    pub fn commit_forked(&self, at: ForkPoint, len: usize, sum: u64) -> Result<(), &'static str> {
+        let (gen, h) = self.active();
+        if gen != at.gen {
+            return Err("another snapshot was committed since its fork");
+        }
+        if self.full() {
+            return Err("a record did not fit since its fork");
+        }
+        if len == 0 || len > self.snapshot_room() {
+            return Err("it does not fit");
+        }
+        let to = 1 - h;
+        let used = self.log.word(W_USED[h]).load(Ordering::Acquire);
+        let Some(tail) = used.checked_sub(at.used) else {
+            return Err("the journal went back since its fork");
+        };
+        let (span, tail) = (len.next_multiple_of(8), tail as usize);
+        if span + tail > self.half_len() {
+            return Err("the records since its fork do not fit after it");
+        }
+        let from = self.half_start(h) + self.snap_span(h) as usize + at.used as usize;
+        let dst = self.half_start(to) + span;
+        let mut buf = vec![0u8; tail.min(1 << 16)];
+        let mut done = 0;
+        while done < tail {
+            let n = (tail - done).min(buf.len());
+            if !self.log.read_at(from + done, &mut buf[..n])
+                || !self.log.write_at(dst + done, &buf[..n])
+            {
+                return Err("the records since its fork do not copy");
+            }
+            done += n;
+        }
+        self.log
+            .word(W_SNAP[to])
+            .store(len as u64, Ordering::Relaxed);
+        self.log.word(W_SUM[to]).store(sum, Ordering::Relaxed);
+        self.log
+            .word(W_USED[to])
+            .store(tail as u64, Ordering::Relaxed);
+        self.log.word(W_FULL[to]).store(0, Ordering::Relaxed);
+        // Everything above is seen by whoever sees the new generation.
+        self.log.word(W_GEN).store(at.gen + 1, Ordering::Release);
+        self.log
+            .word(W_RECORDS)
+            .store(self.records().saturating_sub(at.records), Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// A child encoding a snapshot for this journal's server is `pid`
+    /// (0: none any more).
+    pub fn set_child(&self, pid: u32) {
+        self.log
+            .word(W_CHILD)
+            .store(u64::from(pid), Ordering::Release);
+    }
+
+    /// The child last recorded by [`Journal::set_child`] (0: none).
+    pub fn child(&self) -> u32 {
+        self.log.word(W_CHILD).load(Ordering::Acquire) as u32
+    }
+
     /// A server killed while writing a snapshot: all of it written but
     /// the generation (tests).
     #[cfg(test)]
@@ -537,10 +653,24 @@ impl Journal {
         self.log.write_at(self.half_start(h) + at, &b);
     }
 
-    /// The snapshot just committed took `micros`, from the start of its
-    /// encoding to its commit: how long its server stopped for it.
-    pub fn note_snapshot(&self, micros: u64) {
-        self.log.word(W_SNAP_US).store(micros, Ordering::Relaxed);
+    /// The snapshot just committed was taken the way `mode` says
+    /// (`snapshot::Mode`), its server stopped `pause_us` for it, and its
+    /// encoding took `encode_us`.
+    pub fn note_snapshot(&self, mode: u64, pause_us: u64, encode_us: u64) {
+        self.log.word(W_SNAP_US).store(pause_us, Ordering::Relaxed);
+        self.log
+            .word(W_SNAP_ENCODE_US)
+            .store(encode_us, Ordering::Relaxed);
+        self.log.word(W_SNAP_MODE).store(mode, Ordering::Relaxed);
+    }
+
+    /// How the last snapshot was taken (0: none yet) and its encoding's
+    /// microseconds ([`Journal::note_snapshot`]).
+    pub fn snapshot_how(&self) -> (u64, u64) {
+        (
+            self.log.word(W_SNAP_MODE).load(Ordering::Relaxed),
+            self.log.word(W_SNAP_ENCODE_US).load(Ordering::Relaxed),
+        )
     }
 
     /// The newest snapshot, if one was committed, and every record after
@@ -727,6 +857,44 @@ mod tests {
         assert!(j.commit_snapshot(b"state three"));
         assert!(!j.full());
         assert_eq!(j.read().unwrap().1.len(), 0);
+    }
+
+    /// A forked snapshot: the child writes the state at the fork point
+    /// into the other half; records appended meanwhile follow it at the
+    /// commit, and only they. Until the commit the old half, with every
+    /// record, is what a reader gets; a commit after the journal moved
+    /// on is refused.
+    #[test]
+    fn a_forked_snapshot_takes_the_records_appended_after_its_fork() {
+        let (_fd, j) = Journal::create(HEADER + 8192).unwrap();
+        assert!(j.append(Kind::Genesis, SessionId(0), &[1], b""));
+        assert!(j.append(Kind::Request, SessionId(1), &[], b"before"));
+        let at = j.fork_point();
+        assert!(j.append(Kind::Request, SessionId(1), &[2], b"during one"));
+        let sum = j.write_forked(at, b"state at the fork").unwrap();
+        assert!(j.append(Kind::Request, SessionId(1), &[], b"during two"));
+        let (image, records) = j.read().unwrap();
+        assert_eq!(image, None, "not committed: the old half");
+        assert_eq!(records.len(), 4);
+        let logged = j.logged();
+        assert_eq!(j.commit_forked(at, 17, sum), Ok(()));
+        let (image, records) = j.read().unwrap();
+        assert_eq!(image.as_deref(), Some(&b"state at the fork"[..]));
+        let frames: Vec<&[u8]> = records.iter().map(|r| &r.frame[..]).collect();
+        assert_eq!(frames, [&b"during one"[..], b"during two"]);
+        assert_eq!(records[0].tape, vec![2]);
+        assert_eq!(j.records(), 2);
+        assert_eq!(j.logged(), logged, "bytes since boot do not move");
+        assert_eq!(records[1].at + 40, logged, "a record's place since boot");
+        assert!(j.append(Kind::Request, SessionId(1), &[], b"after"));
+        assert_eq!(j.read().unwrap().1.len(), 3);
+        // A fork whose journal moved on (a snapshot committed since) is
+        // not committed.
+        let stale = j.fork_point();
+        let sum = j.write_forked(stale, b"stale").unwrap();
+        assert!(j.commit_snapshot(b"inline"));
+        assert!(j.commit_forked(stale, 5, sum).is_err());
+        assert_eq!(j.read().unwrap().0.as_deref(), Some(&b"inline"[..]));
     }
 
     #[test]

@@ -409,6 +409,12 @@ pub fn run(mut params: ServerParams, mut admin: Inbox) -> std::io::Result<Server
     // anything: whether that request reached the journal is told by the
     // journal's length at its death, not now.
     let owed_at_death = journal.filter(|_| params.resume).and_then(|j| j.owed());
+    // A predecessor process killed while a forked child encoded its
+    // snapshot: that child must be gone before this server writes the
+    // half it writes (`snapshot`).
+    if let (true, Some(j)) = (params.process, journal) {
+        crate::snapshot::end_stray(j);
+    }
     // The reply its replay computes for that request (`rebuilding`).
     let mut owed_answer = None;
     let mut fs = match (journal, params.resume) {
@@ -831,7 +837,9 @@ fn serve<S: BlockStore>(
         reply: vec![0u8; MAX_FRAME],
         notice: vec![0u8; MAX_FRAME],
     };
-    let mut snapshots = crate::snapshot::Schedule::from_env();
+    // A server process forks to encode its snapshots; a server thread
+    // (of the multi-threaded instance) encodes them itself (`snapshot`).
+    let mut snapshots = crate::snapshot::Schedule::from_env(params.process);
     let mut start = 0usize;
     let mut idle_rounds = 0u32;
     let mut served_last = 0u64;
@@ -886,11 +894,10 @@ fn serve<S: BlockStore>(
         let (busy, served_now, waiting_on_clients) =
             (round.busy, round.served, round.waiting_on_clients);
         if let Some(j) = journal {
-            // Between requests: none is half done, every invalidation is
-            // delivered (`snapshot`).
-            if snapshots.due(j) && !fs.has_notices() {
-                snapshots.take(fs, j, index);
-            }
+            // Between requests: none is half done; a snapshot starts only
+            // when every invalidation is delivered too (`snapshot`).
+            let quiet = !fs.has_notices();
+            snapshots.between_requests(fs, j, index, quiet, &|| doorbell.ring());
         }
         start = start.wrapping_add(1);
         // How many channels had a request this round: the queue the

@@ -18,12 +18,13 @@ fn run(steps: &[Step], bytes: usize, mut schedule: Schedule) -> (String, String,
     for s in steps {
         live.apply(s);
         let fs = live.fs.as_mut().unwrap();
-        if schedule.due(&live.journal) {
-            tape::clear();
-            schedule.take(fs, &live.journal, 0);
-        }
+        tape::clear();
+        schedule.between_requests(fs, &live.journal, 0, true, &|| {});
         assert!(!live.journal.full(), "the journal stopped");
     }
+    // A child still at work finishes (its snapshot committed with the
+    // records since its fork after it).
+    schedule.settle(&live.journal);
     let before = live.fs.as_ref().unwrap().state_digest();
     let taken = live.journal.snapshots().0;
     live.fs = None; // gives its share of the pool to the rebuilt server
@@ -44,6 +45,21 @@ proptest! {
         every in 200u64..4000,
     ) {
         let (live, rebuilt, _) = run(&steps, 16 << 20, Schedule::every(every));
+        prop_assert_eq!(live, rebuilt);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(16))]
+    /// The same with forked snapshots, committed whenever their children
+    /// happen to be done (and the half waiting for them when short of
+    /// room): the records appended meanwhile follow each snapshot.
+    #[test]
+    fn forked_snapshots_rebuild_the_lost_state(
+        steps in proptest::collection::vec(step(), 1..150),
+        every in 200u64..4000,
+    ) {
+        let (live, rebuilt, _) = run(&steps, 16 << 20, Schedule::forked_every(every));
         prop_assert_eq!(live, rebuilt);
     }
 }
@@ -117,6 +133,208 @@ proptest! {
         let (live, successor, _) = live_and_successor(&steps, &at);
         prop_assert_eq!(live, successor);
     }
+}
+
+/// Apply `steps` to a fresh server; after step `i`, when `at[i]` and no
+/// child is at work, fork one to encode the state (record N), go on
+/// serving (records N+1.. appended while it encodes), and commit its
+/// snapshot `lag[i]` steps later, as a server whose child is done then.
+/// At the end the last child is committed if `finish`, else abandoned
+/// (its server stopped). Returns what the live server showed (replies
+/// since the newest committed snapshot's fork), what a successor rebuilt
+/// from the journal shows, and the snapshots committed.
+fn live_and_successor_forked(
+    steps: &[Step],
+    at: &[bool],
+    lag: &[u8],
+    finish: bool,
+) -> (Seen, Seen, u64) {
+    let (mut live, p, control) = Live::boot(16 << 20);
+    let mut schedule = Schedule::forked_every(1);
+    // The step a child's commit is due after, and the replies before its
+    // fork (which its snapshot replaces).
+    let mut child: Option<(usize, usize)> = None;
+    for (i, s) in steps.iter().enumerate() {
+        live.apply(s);
+        tape::clear();
+        if let Some((due, replies)) = child {
+            if i >= due {
+                assert!(schedule.settle(&live.journal), "committed");
+                live.replies.drain(..replies);
+                child = None;
+            }
+        }
+        if child.is_none() && at.get(i).copied().unwrap_or(false) {
+            assert!(schedule.fork(live.fs.as_ref().unwrap(), &live.journal));
+            let lag = usize::from(lag.get(i).copied().unwrap_or(0));
+            child = Some((i + lag, live.replies.len()));
+        }
+    }
+    if let Some((_, replies)) = child {
+        if finish {
+            assert!(schedule.settle(&live.journal), "committed");
+            live.replies.drain(..replies);
+        } else {
+            schedule.abandon();
+        }
+    }
+    let fs = live.fs.as_ref().unwrap();
+    let lost = Seen {
+        state: fs.encode_state_untimed(),
+        digest: fs.state_digest(),
+        replies: std::mem::take(&mut live.replies),
+    };
+    let taken = live.journal.snapshots().0;
+    live.fs = None;
+    tape::off();
+    let mut replies = Vec::new();
+    let (successor, _) = rebuild_showing(
+        &p,
+        &control,
+        &live.journal,
+        None,
+        Some(&mut |id, bytes| replies.push((id, bytes))),
+    )
+    .expect("the journal replays");
+    let rebuilt = Seen {
+        state: successor.encode_state_untimed(),
+        digest: successor.state_digest(),
+        replies,
+    };
+    (lost, rebuilt, taken)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+    /// Snapshots encoded by forked children from the state at one record
+    /// while later records are appended, committed some steps later (or
+    /// the last one abandoned): a successor holds the live server's state
+    /// byte for byte and its replay answers as the live server did.
+    #[test]
+    fn a_successor_of_a_server_with_forked_snapshots_answers_alike(
+        steps in proptest::collection::vec(step(), 1..200),
+        at in proptest::collection::vec(proptest::bool::weighted(0.1), 0..200),
+        lag in proptest::collection::vec(0u8..12, 0..200),
+        finish in proptest::bool::ANY,
+    ) {
+        let (live, successor, _) = live_and_successor_forked(&steps, &at, &lag, finish);
+        prop_assert_eq!(live, successor);
+    }
+}
+
+#[test]
+fn forked_snapshots_are_committed_with_the_records_after_their_fork() {
+    let steps = churn(40);
+    let at: Vec<bool> = (0..steps.len()).map(|i| i % 17 == 3).collect();
+    let lag = vec![5u8; steps.len()];
+    let (live, successor, taken) = live_and_successor_forked(&steps, &at, &lag, true);
+    assert!(taken >= 5, "only {taken} snapshots");
+    assert!(
+        !successor.replies.is_empty(),
+        "records followed the last one"
+    );
+    assert_eq!(live, successor);
+}
+
+/// A child that fails (here: its snapshot is larger than the journal
+/// takes) changes nothing: the old half stays in force, and the server
+/// says it did not fit.
+#[test]
+fn a_forked_snapshot_too_large_is_abandoned_and_the_old_half_stays() {
+    let (mut live, p, control) = Live::boot(16 << 10);
+    let mut r = 0u8;
+    while live.fs.as_ref().unwrap().encode_state().unwrap().len() <= live.journal.snapshot_room() {
+        live.apply(&Step::Mkdir {
+            dir: r % 7,
+            name: r,
+        });
+        r += 1;
+    }
+    assert!(!live.journal.full(), "the records still fit");
+    let mut schedule = Schedule::forked_every(1);
+    tape::clear();
+    assert!(schedule.fork(live.fs.as_ref().unwrap(), &live.journal));
+    assert!(!schedule.settle(&live.journal), "does not fit");
+    assert_eq!(live.journal.snapshots().0, 0);
+    assert_eq!(live.journal.child(), 0, "reaped and forgotten");
+    let before = live.fs.as_ref().unwrap().state_digest();
+    live.fs = None;
+    tape::off();
+    let rebuilt = rebuild(&p, &control, &live.journal).expect("the journal replays");
+    assert_eq!(before, rebuilt.state_digest());
+}
+
+/// A successor finds the pid of its predecessor's snapshot child in the
+/// journal: it kills that child before it serves, but leaves alone a
+/// process that is not one (a pid reused since).
+#[test]
+fn a_successor_ends_a_stray_snapshot_child_and_only_such_a_child() {
+    use crate::sys::{fork_worker, reap_worker};
+    let (_fd, journal) = crate::journal::Journal::create(1 << 20).unwrap();
+    let sleep = || loop {
+        std::thread::sleep(std::time::Duration::from_secs(1));
+    };
+    let stray = fork_worker(c"atoll-snap0", sleep).unwrap();
+    journal.set_child(stray);
+    super::end_stray(&journal);
+    assert_eq!(journal.child(), 0);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let status = loop {
+        if let Some(s) = reap_worker(stray).unwrap() {
+            break s;
+        }
+        assert!(std::time::Instant::now() < deadline, "the stray lives on");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    };
+    assert_eq!(status, -libc::SIGKILL);
+
+    let other = fork_worker(c"not-a-snapshot", sleep).unwrap();
+    journal.set_child(other);
+    super::end_stray(&journal);
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    assert_eq!(reap_worker(other).unwrap(), None, "left alone");
+    let _ = rustix::process::kill_process(
+        rustix::process::Pid::from_raw(other as i32).unwrap(),
+        rustix::process::Signal::KILL,
+    );
+    while reap_worker(other).unwrap().is_none() {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+/// A snapshot child dies with the thread that forked it (a server thread
+/// that ends, or the host process killed): it never outlives its server
+/// to write into a half a successor uses.
+#[test]
+fn a_snapshot_child_dies_with_the_thread_that_forked_it() {
+    use crate::sys::{fork_worker, reap_worker};
+    let pid = std::thread::spawn(|| {
+        let (rx, tx) = rustix::pipe::pipe().unwrap();
+        let pid = fork_worker(c"atoll-snap9", || {
+            // The child's work begins once its death signal is set.
+            let _ = rustix::io::write(&tx, b"!");
+            loop {
+                std::thread::sleep(std::time::Duration::from_secs(1));
+            }
+        })
+        .unwrap();
+        // The thread ends once the child runs (one that ends before the
+        // child's `prctl` leaves it to its successor's check and to the
+        // kill a stopping server does: `snapshot_fork`).
+        assert_eq!(rustix::io::read(&rx, &mut [0u8; 1]).unwrap(), 1);
+        pid
+    })
+    .join()
+    .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let status = loop {
+        if let Some(s) = reap_worker(pid).unwrap() {
+            break s;
+        }
+        assert!(std::time::Instant::now() < deadline, "the child lives on");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    };
+    assert_eq!(status, -libc::SIGKILL);
 }
 
 /// A fixed history that frees blocks in map order after snapshots

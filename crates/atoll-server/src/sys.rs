@@ -287,6 +287,82 @@ pub fn random_bytes(buf: &mut [u8]) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Fork the calling thread into a child process that runs `work` and
+/// ends with `_exit(work())`: a copy-on-write image of this process at
+/// this instant (`crate::snapshot`: a server's state encoded off its
+/// request path, fos §3.5). Returns the child's pid in the parent.
+///
+/// Only the calling thread exists in the child; locks other threads held
+/// at the fork stay held there for good. glibc's `fork` re-initialises
+/// malloc's locks in the child, so `work` may allocate; it must touch
+/// nothing else another thread may hold (no `tracing`, no stdio, no
+/// `OnceLock` not yet initialised), and a panic in it (whose hook writes
+/// to stderr) may hang the child: the parent bounds how long it waits.
+/// The child never returns into the caller's code, runs no destructors
+/// and no `atexit` handlers (`_exit`), and is sent `SIGKILL` when the
+/// forking thread ends (`PR_SET_PDEATHSIG`: the *thread*, which is what
+/// a server moved off its host or killed with its host is).
+pub fn fork_worker(name: &std::ffi::CStr, work: impl FnOnce() -> i32) -> std::io::Result<u32> {
+    let parent = rustix::process::getpid();
+    // The child is born with the thread's name (`comm`), so it bears
+    // `name` from its first instruction: a successor that finds its pid
+    // in the journal checks it is this child before it kills it
+    // (`snapshot`), whatever the child managed to do.
+    let own = rustix::thread::name().ok();
+    let _ = rustix::thread::set_name(name);
+    // SAFETY: `fork` in a multi-threaded process: the child runs only the
+    // code below, which keeps to the rules of the doc comment above, and
+    // leaves by `_exit` without returning into the caller.
+    let pid = unsafe { libc::fork() };
+    match pid {
+        0 => {
+            // Die with the forking thread, also if it died before this
+            // line (then the parent pid changed: reparented).
+            let orphan = rustix::process::set_parent_process_death_signal(Some(
+                rustix::process::Signal::KILL,
+            ))
+            .is_err()
+                || rustix::process::getppid() != Some(parent);
+            let code = if orphan {
+                3
+            } else {
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)).unwrap_or(101)
+            };
+            // SAFETY: ends this child process at once, running no
+            // destructor or `atexit` handler (which could take locks of
+            // threads that do not exist here).
+            unsafe { libc::_exit(code) }
+        }
+        pid => {
+            // errno before the name's `prctl` can change it.
+            let forked = match pid {
+                -1 => Err(std::io::Error::last_os_error()),
+                pid => Ok(pid as u32),
+            };
+            if let Some(own) = own {
+                let _ = rustix::thread::set_name(&own);
+            }
+            forked
+        }
+    }
+}
+
+/// A child [`fork_worker`] made, if it ended (reaped, without waiting):
+/// `Some(status code)`, or `Some(-signal)` if a signal ended it.
+pub fn reap_worker(pid: u32) -> std::io::Result<Option<i32>> {
+    let mut status = 0i32;
+    // SAFETY: `waitpid` of one child of this process, writing only
+    // `status`.
+    let r = unsafe { libc::waitpid(pid as i32, &mut status, libc::WNOHANG) };
+    match r {
+        0 => Ok(None),
+        -1 => Err(std::io::Error::last_os_error()),
+        _ if libc::WIFEXITED(status) => Ok(Some(libc::WEXITSTATUS(status))),
+        _ if libc::WIFSIGNALED(status) => Ok(Some(-libc::WTERMSIG(status))),
+        _ => Ok(Some(-1)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

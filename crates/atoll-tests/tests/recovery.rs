@@ -955,3 +955,39 @@ fn acknowledged(
     assert!(failed <= 8, "{failed} steps failed: {stdout}");
     ok
 }
+
+/// A server process takes its snapshots by forking a child that encodes
+/// them while it serves; a server thread (`--without processes`) encodes
+/// them itself. `atoll status` says which, and the files written across
+/// many snapshots of either kind are all there after a kill.
+#[test]
+fn server_processes_fork_their_snapshots_and_server_threads_encode_them_inline() {
+    for (args, mode) in [
+        (&["--servers", "1"][..], "forked"),
+        (&["--servers", "1", "--without", "processes"][..], "inline"),
+    ] {
+        let inst = Booted::with_env(args, &[("ATOLL_SNAPSHOT_BYTES", "4096")]);
+        let fill = inst
+            .command(r#"for i in $(seq 300); do echo "x$i" > "$ROOT/f$i"; done; cat "$ROOT/f300""#)
+            .output_bounded()
+            .expect("fill");
+        assert_eq!(String::from_utf8_lossy(&fill.stdout).trim(), "x300");
+        let h = inst.status()["health"][0].clone();
+        assert!(h["snapshots"].as_u64().unwrap() >= 3, "{h}");
+        assert_eq!(h["snapshot_mode"], mode, "{h}");
+        let text = atoll()
+            .args(["status", "--id", &inst.id])
+            .output_bounded()
+            .unwrap();
+        let text = String::from_utf8_lossy(&text.stdout);
+        assert!(text.contains(&format!(" {mode}, newest ")), "{text}");
+        kill(&inst, 0);
+        let h = rebuilt(&inst, 0, 1);
+        assert_eq!(h["state"], "up", "{h}");
+        let after = inst
+            .command(r#"n=0; for i in $(seq 300); do [ "$(cat "$ROOT/f$i")" = "x$i" ] && n=$((n+1)); done; echo $n"#)
+            .output_bounded()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&after.stdout).trim(), "300");
+    }
+}

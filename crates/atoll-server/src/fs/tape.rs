@@ -110,6 +110,14 @@ fn base() -> Instant {
     *BASE.get_or_init(Instant::now)
 }
 
+/// Initialise the base instant now, if it is not: a child forked to
+/// encode a snapshot (`snapshot_fork`) reads it, and must not be the one
+/// to initialise it (another thread of its parent may have been doing so
+/// at the fork, holding the `OnceLock`'s lock for good in the child).
+pub fn ready_for_fork() {
+    base();
+}
+
 /// An `Instant` of a server's state in a snapshot (`fs::image`): as the
 /// nanoseconds since this process's base instant, the unit the tape keeps
 /// monotonic time in, so a snapshot loaded in another process means what a

@@ -72,6 +72,23 @@ pub fn words(chans: &[Watched<'_>]) -> usize {
     chans.iter().map(|(_, r)| 1 + usize::from(*r)).sum()
 }
 
+/// How many of `chans`, from the first, [`wait_for_notices`] watches:
+/// as many as fit in [`MAX_WATCHED`] words. The rest are seen only when
+/// the caller looks anyway (its timeout, another wake-up).
+pub fn watched_prefix(chans: &[Watched<'_>]) -> usize {
+    let mut watched = 0;
+    let mut used = 0;
+    for (_, replies) in chans {
+        let need = 1 + usize::from(*replies);
+        if used + need > MAX_WATCHED {
+            break;
+        }
+        used += need;
+        watched += 1;
+    }
+    watched
+}
+
 /// Sleep until one of `chans` has notices ([`ClientChannel::has_notices`])
 /// or, where asked, a reply; `bell` rang since it showed `rings_seen`; or
 /// `timeout` passed. Channels past the first [`MAX_WATCHED`] words are
@@ -83,17 +100,7 @@ pub fn wait_for_notices(
     rings_seen: u32,
     timeout: Duration,
 ) -> bool {
-    let mut watched = 0;
-    let mut used = 0;
-    for (_, replies) in chans {
-        let need = 1 + usize::from(*replies);
-        if used + need > MAX_WATCHED {
-            break;
-        }
-        used += need;
-        watched += 1;
-    }
-    let chans = &chans[..watched];
+    let chans = &chans[..watched_prefix(chans)];
     let ready = || {
         bell.rings() != rings_seen
             || chans
@@ -163,6 +170,19 @@ mod tests {
     fn pair() -> (ClientChannel, ServerChannel) {
         let (fd, server) = ServerChannel::create().unwrap();
         (ClientChannel::map(fd.as_fd()).unwrap(), server)
+    }
+
+    /// One word per channel, two with its replies, 127 in all: the
+    /// channels past that are not watched (the head proxy counts their
+    /// notices as waiting for a timer).
+    #[test]
+    fn the_watched_prefix_fits_in_the_words_of_one_wait() {
+        let pairs: Vec<_> = (0..MAX_WATCHED + 1).map(|_| pair()).collect();
+        let plain: Vec<Watched<'_>> = pairs.iter().map(|(c, _)| (c, false)).collect();
+        assert_eq!(watched_prefix(&plain), MAX_WATCHED);
+        let replies: Vec<Watched<'_>> = pairs.iter().map(|(c, _)| (c, true)).collect();
+        assert_eq!(watched_prefix(&replies), MAX_WATCHED / 2);
+        assert_eq!(watched_prefix(&replies[..3]), 3);
     }
 
     #[test]

@@ -209,6 +209,12 @@ impl Cluster {
             .find(|p| p.exists())
     }
 
+    /// The process id of node `k`, while it runs (`ip netns exec` runs
+    /// the node in its own process).
+    pub fn node_pid(&self, k: usize) -> Option<u32> {
+        self.nodes[k].as_ref().map(Child::id)
+    }
+
     /// Kill node `k` at once (SIGKILL), as a host that crashes.
     pub fn kill(&mut self, k: usize) {
         if let Some(mut c) = self.nodes[k].take() {

@@ -802,6 +802,72 @@ fn invalidations_for_an_idle_remote_program_leave_without_waiting_for_a_timer() 
     );
 }
 
+/// CPU time (user and system, every thread) node `k`'s process used so
+/// far, in clock ticks.
+fn node_cpu_ticks(c: &Cluster, k: usize) -> u64 {
+    let pid = c.node_pid(k).expect("node runs");
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the command's closing parenthesis: utime is the 12th,
+    // stime the 13th.
+    let rest: Vec<&str> = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
+    rest[11].parse::<u64>().unwrap() + rest[12].parse::<u64>().unwrap()
+}
+
+/// An image whose remote programs made calls and now sleep stays idle:
+/// the proxies poll only within a round trip of a call (the head's pump
+/// for the next request and for a reply, the edge's dispatcher), never
+/// while nothing is owed. A CPU-time bound with a wide margin, not a
+/// timing: an idle node uses about 0.01 s in 10 s (docs/BENCHMARKS.md),
+/// while a thread that kept polling would take its share of a core over
+/// the 5 s (about 0.8 s even beside a dozen runnable tasks on two CPUs).
+#[test]
+fn nodes_whose_remote_programs_sleep_stay_idle() {
+    use std::io::BufRead;
+    let Some(c) = cluster() else { return };
+    on(&c, 0, "echo x > $ROOT/idle");
+    let fifos = tempfile::tempdir().unwrap();
+    let mut sleepers = Vec::new();
+    for host in [1, 2] {
+        let go = fifos.path().join(format!("go{host}"));
+        assert!(std::process::Command::new("mkfifo")
+            .arg(&go)
+            .status()
+            .unwrap()
+            .success());
+        // Calls back to back, then a wait in a host fifo (no call owed).
+        let script = format!(
+            "for i in $(seq 1 200); do read -r l < $ROOT/idle; done; ls $ROOT > /dev/null; \
+             echo ready; read -r x < {go}",
+            go = go.display()
+        );
+        let mut child = c
+            .exec(&atoll_bin(), host, &script)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        assert_eq!(lines.next().unwrap().unwrap(), "ready");
+        sleepers.push((go, child));
+    }
+    let before: Vec<u64> = (0..3).map(|k| node_cpu_ticks(&c, k)).collect();
+    std::thread::sleep(Duration::from_secs(5));
+    let after: Vec<u64> = (0..3).map(|k| node_cpu_ticks(&c, k)).collect();
+    for (go, mut child) in sleepers {
+        std::fs::write(&go, b"go\n").unwrap();
+        assert!(child.wait().unwrap().success());
+    }
+    for k in 0..3 {
+        // `/proc` counts CPU time in USER_HZ ticks, 100 a second.
+        let used = (after[k] - before[k]) as f64 / 100.0;
+        assert!(used <= 0.25, "node {k} used {used:.2} s of CPU in 5 s idle");
+    }
+}
+
 /// On one host, a program renames names that a reader has cached (the
 /// inodes live on, so a stale lookup still finds one) and, once each `mv`
 /// returned, tells the reader through a host fifo; a third

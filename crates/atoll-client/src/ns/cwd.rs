@@ -1,0 +1,87 @@
+//! The working directory: `chdir`, `fchdir`, `getcwd`.
+
+use super::*;
+
+/// `chdir(path)`.
+#[inline(never)]
+pub fn chdir(c: &Client, lane: &Lane, path: &[u8]) -> Result<Out> {
+    let Some(mut w) = Walker::start(c, lane, libc::AT_FDCWD as i64, path)? else {
+        if c.cwd().is_none() {
+            return Ok(Out::Host);
+        }
+        return host_chdir(c, path.as_ptr() as u64, false);
+    };
+    match w.node(true)? {
+        NodeStep::Host(p) => host_chdir(c, p.as_ptr() as u64, true),
+        NodeStep::Node { ino, ftype, .. } => {
+            if ftype != FileType::Directory {
+                return err(libc::ENOTDIR);
+            }
+            lane.call_ok(
+                c,
+                ino.owner(),
+                Request::Access {
+                    ino,
+                    mask: libc::X_OK as u32,
+                },
+            )?;
+            c.set_cwd(Some(Cwd {
+                ino,
+                path: w.canon.as_bytes().to_vec(),
+            }));
+            Ok(Out::Done(0))
+        }
+    }
+}
+
+/// Leave atoll for a host directory: the kernel's chdir decides.
+pub(super) fn host_chdir(c: &Client, ptr: u64, _rehosted: bool) -> Result<Out> {
+    // `ptr` may point at the program's own string: it was validated as a
+    // NUL-terminated path by the caller.
+    // SAFETY: a NUL-terminated path (program's or ours).
+    let r = unsafe { sys::sc(libc::SYS_chdir, ptr, 0, 0, 0) };
+    if r == 0 {
+        c.set_cwd(None);
+    }
+    Ok(Out::Done(r))
+}
+
+/// `fchdir(fd)`.
+pub fn fchdir(c: &Client, fd: i64) -> Result<Out> {
+    if let Some(d) = fdtable::get(fd) {
+        if d.ftype() != FileType::Directory {
+            return err(libc::ENOTDIR);
+        }
+        let path = d
+            .path()
+            .map(<[u8]>::to_vec)
+            .unwrap_or_else(|| c.mount.clone());
+        c.set_cwd(Some(Cwd { ino: d.ino(), path }));
+        return Ok(Out::Done(0));
+    }
+    if c.cwd().is_none() {
+        return Ok(Out::Host);
+    }
+    // SAFETY: integer argument.
+    let r = unsafe { sys::sc(libc::SYS_fchdir, fd as u64, 0, 0, 0) };
+    if r == 0 {
+        c.set_cwd(None);
+    }
+    Ok(Out::Done(r))
+}
+
+/// `getcwd(buf, size)` while the cwd is atoll's (raw syscall convention:
+/// returns the length including the NUL).
+pub fn getcwd(c: &Client, buf: u64, size: u64) -> Result<Out> {
+    let Some(cwd) = c.cwd() else {
+        return Ok(Out::Host);
+    };
+    let n = cwd.path.len() + 1;
+    if (size as usize) < n {
+        return err(libc::ERANGE);
+    }
+    let out = sys::user_slice_mut(buf, n)?;
+    out[..n - 1].copy_from_slice(&cwd.path);
+    out[n - 1] = 0;
+    Ok(Out::Done(n as i64))
+}

@@ -7,7 +7,8 @@ use proptest::prelude::*;
 use super::Schedule;
 use crate::fs::tape;
 use crate::recovery_tests::{step, Live, Step};
-use crate::server::{rebuild, rebuild_showing};
+use crate::server::{rebuild, rebuild_showing, ServerParams};
+use atoll_msg::Control;
 
 /// Apply `steps` to a fresh server with a journal of `bytes`, taking a
 /// snapshot whenever `schedule` says one is due, as the server loop does
@@ -76,6 +77,39 @@ struct Seen {
     replies: Vec<(u64, Vec<u8>)>,
 }
 
+/// What `live` shows of itself, then what a successor rebuilt from its
+/// journal shows, and how many snapshots the journal committed.
+fn lost_and_rebuilt(
+    live: &mut Live,
+    p: &ServerParams,
+    control: &std::rc::Rc<Control>,
+) -> (Seen, Seen, u64) {
+    let fs = live.fs.as_ref().unwrap();
+    let lost = Seen {
+        state: fs.encode_state_untimed(),
+        digest: fs.state_digest(),
+        replies: std::mem::take(&mut live.replies),
+    };
+    let taken = live.journal.snapshots().0;
+    live.fs = None; // gives its share of the pool to the successor
+    tape::off();
+    let mut replies = Vec::new();
+    let (successor, _) = rebuild_showing(
+        p,
+        control,
+        &live.journal,
+        None,
+        Some(&mut |id, bytes| replies.push((id, bytes))),
+    )
+    .expect("the journal replays");
+    let rebuilt = Seen {
+        state: successor.encode_state_untimed(),
+        digest: successor.state_digest(),
+        replies,
+    };
+    (lost, rebuilt, taken)
+}
+
 /// Apply `steps` to a fresh server, taking a snapshot after step `i`
 /// whenever `at[i]` (a server takes one between two requests), and going
 /// on from its own state, as the server loop does. Then drop it and
@@ -92,30 +126,7 @@ fn live_and_successor(steps: &[Step], at: &[bool]) -> (Seen, Seen, u64) {
             live.replies.clear();
         }
     }
-    let fs = live.fs.as_ref().unwrap();
-    let lost = Seen {
-        state: fs.encode_state_untimed(),
-        digest: fs.state_digest(),
-        replies: std::mem::take(&mut live.replies),
-    };
-    let taken = live.journal.snapshots().0;
-    live.fs = None; // gives its share of the pool to the successor
-    tape::off();
-    let mut replies = Vec::new();
-    let (successor, _) = rebuild_showing(
-        &p,
-        &control,
-        &live.journal,
-        None,
-        Some(&mut |id, bytes| replies.push((id, bytes))),
-    )
-    .expect("the journal replays");
-    let rebuilt = Seen {
-        state: successor.encode_state_untimed(),
-        digest: successor.state_digest(),
-        replies,
-    };
-    (lost, rebuilt, taken)
+    lost_and_rebuilt(&mut live, &p, &control)
 }
 
 proptest! {
@@ -178,30 +189,7 @@ fn live_and_successor_forked(
             schedule.abandon();
         }
     }
-    let fs = live.fs.as_ref().unwrap();
-    let lost = Seen {
-        state: fs.encode_state_untimed(),
-        digest: fs.state_digest(),
-        replies: std::mem::take(&mut live.replies),
-    };
-    let taken = live.journal.snapshots().0;
-    live.fs = None;
-    tape::off();
-    let mut replies = Vec::new();
-    let (successor, _) = rebuild_showing(
-        &p,
-        &control,
-        &live.journal,
-        None,
-        Some(&mut |id, bytes| replies.push((id, bytes))),
-    )
-    .expect("the journal replays");
-    let rebuilt = Seen {
-        state: successor.encode_state_untimed(),
-        digest: successor.state_digest(),
-        replies,
-    };
-    (lost, rebuilt, taken)
+    lost_and_rebuilt(&mut live, &p, &control)
 }
 
 proptest! {

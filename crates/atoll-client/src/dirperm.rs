@@ -498,13 +498,21 @@ impl NameChange {
 }
 
 /// Tell the owners of the directories a name change touched: mtime and
-/// ctime to now, and the change in their number of subdirectories (see
-/// the module notes). Posted and best effort: a directory removed
-/// meanwhile has nothing left to keep.
+/// ctime to the time it was answered, and the change in their number of
+/// subdirectories (see the module notes). Posted and best effort: a
+/// directory removed meanwhile has nothing left to keep. The time is
+/// taken here, before this call returns, so that anything another process
+/// does to the directory after learning of the change is later, and wins
+/// however the posts are ordered (`Request::Touched`).
 pub fn after_change(c: &Client, lane: &Lane, change: &NameChange, deltas: [i32; 2]) {
+    let now = rustix::time::clock_gettime(rustix::time::ClockId::Realtime);
+    let at = atoll_proto::Timespec {
+        sec: now.tv_sec,
+        nsec: now.tv_nsec as u32,
+    };
     for (d, delta) in change.dirs.into_iter().zip(deltas) {
         let Some(d) = d else { continue };
-        let _ = lane.post(c, d.owner(), Request::Touched { dir: d });
+        let _ = lane.post(c, d.owner(), Request::Touched { dir: d, at });
         if delta != 0 && crate::adapt::distributed(d) {
             let epoch = crate::adapt::epoch(d);
             let _ = lane.post(

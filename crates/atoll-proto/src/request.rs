@@ -461,11 +461,15 @@ pub enum Request<'a> {
         via: EntryName<'a>,
     },
     /// `dir.owner()`, posted after a name change in `dir` whose entry
-    /// another server holds: mtime and ctime to now, as Linux sets them on
-    /// the parent of a name created, removed or moved. Reports no event
+    /// another server holds: mtime and ctime to `at`, the client's clock
+    /// when the change was answered, as Linux sets them on the parent of a
+    /// name created, removed or moved. Posted, so it may be served after a
+    /// `utimensat` another process made once it saw the change: the server
+    /// keeps the later of the two (`Inode::mtime_set`). Reports no event
     /// (the entry's server reported the change itself). → `Attr`
     Touched {
         dir: InodeId,
+        at: Timespec,
     },
     /// `ino.owner()`, posted after the client copied the bytes of a
     /// `Write` whose reply said `pending` (it extended the file): reads of

@@ -78,6 +78,7 @@ impl<S: BlockStore> FileServer<S> {
         if let Some(size) = set.size {
             i.truncate(&mut self.cache, size);
             i.mtime = t;
+            i.mtime_set = t;
             if !who.has(Cred::CAP_FSETID) {
                 i.perm = kill_priv(i.perm);
             }
@@ -89,6 +90,9 @@ impl<S: BlockStore> FileServer<S> {
                 TimeSet::Now => *slot = t,
                 TimeSet::Set(ts) => *slot = ts,
             }
+        }
+        if set.mtime != TimeSet::Omit {
+            i.mtime_set = t;
         }
         if changed || any_time {
             i.ctime = t;
@@ -102,6 +106,32 @@ impl<S: BlockStore> FileServer<S> {
             self.track.dir_access_changed(ino, sessions);
         }
         Ok(Reply::Attr(self.attr(ino)?))
+    }
+
+    /// `Touched`: a name in `dir` changed at `at` on another server (the
+    /// client's clock when that server answered). mtime and ctime become
+    /// `at` unless something wrote mtime here after it — the request is
+    /// posted, so a `utimensat` that another process made once it saw the
+    /// change (rsync's generator fixing a directory's time after its
+    /// receiver filled it) may be served first and must win, as on Linux
+    /// where the change came first. `at` is no later than this server's
+    /// now, so a client cannot date a directory it may only write into.
+    pub(super) fn touched<'o>(&mut self, who: &Caller, dir: InodeId, at: Timespec) -> R<'o> {
+        let i = self.inode(dir)?;
+        if !who.owns(i.uid) && may(i, who, MAY_WRITE).is_err() {
+            return Err(Errno::EACCES);
+        }
+        let t = now();
+        let at = if older(t, at) { t } else { at };
+        let i = self.inodes.get_mut(&dir).ok_or(Errno::ENOENT)?;
+        if !older(at, i.mtime_set) {
+            i.mtime = at;
+            i.mtime_set = at;
+        }
+        if older(i.ctime, at) {
+            i.ctime = at;
+        }
+        Ok(Reply::Attr(self.attr(dir)?))
     }
 
     pub(super) fn access<'o>(&self, who: &Caller, ino: InodeId, mask: u32) -> R<'o> {

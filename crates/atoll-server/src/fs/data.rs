@@ -110,9 +110,7 @@ impl<S: BlockStore> FileServer<S> {
         if off + got > i.size {
             i.size = off + got;
         }
-        let t = now();
-        i.mtime = t;
-        i.ctime = t;
+        i.modified(now());
         if !who.has(Cred::CAP_FSETID) && i.perm & (libc::S_ISUID | libc::S_ISGID) != 0 {
             i.perm = kill_priv(i.perm);
         }

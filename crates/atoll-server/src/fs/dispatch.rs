@@ -106,13 +106,7 @@ impl<S: BlockStore> FileServer<S> {
             Q::RenameLock { acquire } => self.rename_lock(session, acquire),
             Q::MoveDone { dir, name } => self.move_done(session, dir, name),
             Q::GetAttr { ino } => Ok(Reply::Attr(self.attr(ino)?)),
-            Q::Touched { dir } => {
-                let set = SetAttr {
-                    mtime: atoll_proto::TimeSet::Now,
-                    ..SetAttr::NONE
-                };
-                self.set_attr(session, who, dir, set)
-            }
+            Q::Touched { dir, at } => self.touched(who, dir, at),
             Q::SetAttr { ino, set, .. } => self.set_attr(session, who, ino, set),
             Q::Access { ino, mask } => self.access(who, ino, mask),
             Q::ReadLink { ino } => self.read_link(ino, out),

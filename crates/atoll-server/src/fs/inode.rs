@@ -60,6 +60,12 @@ pub struct Inode {
     pub mtime: Timespec,
     pub ctime: Timespec,
     pub btime: Timespec,
+    /// When `mtime` was last written, by this server's clock: a change
+    /// here, an explicit `utimensat` (whose time may be any), or a
+    /// `Touched` (the time of a change another server made). A `Touched`
+    /// older than this lost the race to a later write and leaves `mtime`.
+    #[serde(default)]
+    pub mtime_set: Timespec,
     pub blocks: BTreeMap<u64, u32>,
     /// Symlink or socket target, when short (`limits::set_target`).
     pub target: Vec<u8>,
@@ -99,6 +105,7 @@ impl Inode {
             mtime: now,
             ctime: now,
             btime: now,
+            mtime_set: now,
             blocks: BTreeMap::new(),
             target: Vec::new(),
             target_len: 0,
@@ -111,6 +118,13 @@ impl Inode {
             retained: BTreeSet::new(),
             locks: Vec::new(),
         }
+    }
+
+    /// A change made here at `t`: contents (or entries) and status.
+    pub fn modified(&mut self, t: Timespec) {
+        self.mtime = t;
+        self.mtime_set = t;
+        self.ctime = t;
     }
 
     /// Give up block `b`. Never while mapped: a mapped inode retains its

@@ -916,9 +916,7 @@ impl<S: BlockStore> FileServer<S> {
     /// `mtime`/`ctime` of a directory whose entries changed, if owned here.
     fn touch_dir(&mut self, dir: InodeId) {
         if let Some(d) = self.inodes.get_mut(&dir) {
-            let t = now();
-            d.mtime = t;
-            d.ctime = t;
+            d.modified(now());
         }
     }
 

@@ -204,9 +204,7 @@ impl<S: BlockStore> FileServer<S> {
                 }
                 let i = self.inodes.get_mut(&ino).ok_or(Errno::ENOENT)?;
                 i.truncate(&mut self.cache, 0);
-                let t = now();
-                i.mtime = t;
-                i.ctime = t;
+                i.modified(now());
                 if !who.has(Cred::CAP_FSETID) {
                     i.perm = kill_priv(i.perm);
                 }

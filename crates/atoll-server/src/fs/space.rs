@@ -64,17 +64,20 @@ impl<S: BlockStore> FileServer<S> {
                 if mode & FALLOC_ZERO_RANGE != 0 {
                     i.zero_range(&mut self.cache, offset, len);
                     i.mtime = t;
+                    i.mtime_set = t;
                 } else {
                     i.ensure(&mut self.cache, first, last);
                 }
                 if !keep && end > i.size {
                     i.truncate(&mut self.cache, end);
                     i.mtime = t;
+                    i.mtime_set = t;
                 }
             }
             FALLOC_PUNCH_HOLE if keep => {
                 i.punch(&mut self.cache, offset, len);
                 i.mtime = t;
+                i.mtime_set = t;
             }
             _ => return Err(Errno::EOPNOTSUPP),
         }

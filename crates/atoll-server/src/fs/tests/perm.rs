@@ -471,6 +471,45 @@ fn utimens_now_needs_write_access_and_explicit_times_need_ownership() {
     assert_eq!(a.mtime, Timespec { sec: 5, nsec: 6 });
 }
 
+/// `Touched` is posted, so it can reach a directory's owner after a
+/// `utimensat` that another process made once the change was done: the
+/// explicit time stays. One that is not overtaken dates the directory at
+/// the change; an older one than the last `Touched` does not go back;
+/// one from the future is today.
+#[test]
+fn a_late_touched_never_undoes_a_later_time_set() {
+    let mut t = server(8);
+    let d = t.mkdir(ROOT, "d");
+    let touched = |at: Timespec| Request::Touched { dir: d, at };
+    let ts = |sec| Timespec { sec, nsec: 0 };
+    let change_at = t.stat(d).unwrap().ctime;
+    let explicit = SetAttr {
+        mtime: TimeSet::Set(ts(5)),
+        ..SetAttr::NONE
+    };
+    t.setattr(ROOTC, d, explicit).unwrap();
+    t.ok(S1, ROOTC, touched(change_at));
+    assert_eq!(t.stat(d).unwrap().mtime, ts(5), "the later utimensat wins");
+
+    // A nanosecond after the set: before this server's next now.
+    let set_at = t.stat(d).unwrap().ctime;
+    let ns = set_at.sec as i128 * 1_000_000_000 + i128::from(set_at.nsec) + 1;
+    let after = Timespec {
+        sec: (ns / 1_000_000_000) as i64,
+        nsec: (ns % 1_000_000_000) as u32,
+    };
+    let now = ts(after.sec + 1000);
+    t.ok(S1, ROOTC, touched(after));
+    let a = t.stat(d).unwrap();
+    assert_eq!((a.mtime, a.ctime), (after, after), "a change after the set");
+    t.ok(S1, ROOTC, touched(change_at));
+    assert_eq!(t.stat(d).unwrap().mtime, after, "never backwards");
+    t.ok(S1, ROOTC, touched(now));
+    let a = t.stat(d).unwrap();
+    assert!(a.mtime.sec < now.sec && a.mtime.sec >= after.sec, "{a:?}");
+    assert_eq!(t.err(S1, OTHER, touched(now)), Errno::EACCES);
+}
+
 // ---------------------------------------------------------------- xattrs
 
 /// Credentials are per thread: one session registers several group lists

@@ -301,6 +301,9 @@ pub struct HostsResults {
     /// `dd` of a file through the last host's node, MiB/s.
     pub remote_write_mib_s: f64,
     pub remote_read_mib_s: f64,
+    /// The first 16 MiB of that file read again by the process that has
+    /// just read them: its copies answer (client `rcache.rs`), MiB/s.
+    pub remote_reread_mib_s: f64,
     /// One-way TCP stream between the same namespaces, MiB/s.
     pub tcp_mib_s: f64,
     /// Files created per second in one distributed directory by a program
@@ -540,6 +543,27 @@ fn creates_per_s(
 
 /// Mean µs per `/bin/true` run `n` times in a loop by a shell on host 0,
 /// each exec placed by `policy` (`ATOLL_NODE_PLACEMENT`); best of 3.
+/// `mib` MiB of `$ROOT/big` read twice by one process on host `k`, 1 MiB
+/// at a time: the second pass's rate.
+fn reread_mib_s(c: &Cluster, atoll: &Path, k: usize, mib: usize) -> anyhow::Result<f64> {
+    let script = format!(
+        "python3 -c 'import os, time\n\
+         fd = os.open(\"/atoll/big\", os.O_RDONLY)\n\
+         def once():\n    for i in range({mib}): os.pread(fd, 1 << 20, i << 20)\n\
+         once(); t = time.perf_counter(); once(); print({mib} / (time.perf_counter() - t))'"
+    );
+    let out = c.exec(atoll, k, &script).output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "reading again: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.trim()
+        .parse()
+        .map_err(|_| anyhow::anyhow!("reading again said: {text}"))
+}
+
 fn spawn_us(c: &Cluster, atoll: &Path, n: usize, policy: &str) -> anyhow::Result<f64> {
     let script = format!(
         "export ATOLL_NODE_PLACEMENT={policy}; s=$EPOCHREALTIME; \
@@ -610,6 +634,7 @@ pub fn main(n: usize, quick: bool, json: Option<&Path>) -> anyhow::Result<()> {
         "dd if=/dev/zero of=$ROOT/big bs=1M count={mib} 2>&1"
     ))?;
     r.remote_read_mib_s = dd("dd if=$ROOT/big of=/dev/null bs=1M 2>&1".to_string())?;
+    r.remote_reread_mib_s = reread_mib_s(&c, &atoll, last, mib.min(16))?;
     r.tcp_mib_s = tcp_stream_mib_s(&far, &near, &addr(0), mib)?;
     let files = if quick { 500 } else { 5_000 };
     let spread = c
@@ -657,6 +682,10 @@ pub fn main(n: usize, quick: bool, json: Option<&Path>) -> anyhow::Result<()> {
     println!(
         "  remote read                      {:>10.0} MiB/s",
         r.remote_read_mib_s
+    );
+    println!(
+        "  remote read again, same process  {:>10.0} MiB/s",
+        r.remote_reread_mib_s
     );
     println!(
         "  raw TCP stream                   {:>10.0} MiB/s",

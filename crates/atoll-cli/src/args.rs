@@ -576,6 +576,9 @@ pub enum Technique {
     /// File servers as processes of their own, restarted by a watchdog
     /// (fos §3.5); without it they are threads of the instance process
     Processes,
+    /// Copies of the data a program on another host read, kept with
+    /// close-to-open consistency (fos §3.2); without it every read crosses
+    RemoteCopies,
 }
 
 /// Parse a size: plain bytes, or a number with a binary unit suffix

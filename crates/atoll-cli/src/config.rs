@@ -163,6 +163,7 @@ fn without(list: &[Technique]) -> Without {
             Technique::HybridFd => w.hybrid_fd = true,
             Technique::Recovery => w.recovery = true,
             Technique::Processes => w.processes = true,
+            Technique::RemoteCopies => w.remote_copies = true,
         }
     }
     w

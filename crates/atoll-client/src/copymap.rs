@@ -133,7 +133,7 @@ pub fn mmap(
     // The file's bytes, copied into the fresh (still writable) memory
     // through the checked user-copy path; past the end, zeros.
     let mut data = vec![0u8; map_len as usize];
-    if let Err(e) = crate::file::read_id(c, lane, d.desc(), &mut data, Some(off)) {
+    if let Err(e) = crate::file::read_at(c, lane, d, &mut data, Some(off)) {
         return undo(e);
     }
     if let Err(e) = sys::copy_to_user(base as u64, &data) {

@@ -18,11 +18,12 @@ use crate::sys::{SigBlock, SpinLock};
 
 /// Every process-local lock, taken (in this order, each held only briefly
 /// and never while another of them is taken) by [`ForkGate::close`].
-fn locks(c: &'static Client) -> [&'static SpinLock; 7] {
+fn locks(c: &'static Client) -> [&'static SpinLock; 8] {
     [
         &c.boot_lock,
         crate::mapping::fork_lock(),
         crate::incoherent::fork_lock(),
+        crate::rcache::fork_lock(),
         crate::pipeepoll::fork_lock(),
         crate::creds::fork_lock(),
         crate::copymap::fork_lock(),
@@ -33,7 +34,7 @@ fn locks(c: &'static Client) -> [&'static SpinLock; 7] {
 /// The locks of [`locks`], held from just before a fork until the clone
 /// returned; dropped in the parent and in the child (its own copy).
 pub struct ForkGate {
-    held: [&'static SpinLock; 7],
+    held: [&'static SpinLock; 8],
     // Dropped after `Drop::drop` released the locks: signals stay blocked
     // until then.
     _signals: SigBlock,

@@ -97,7 +97,7 @@ pub fn read(c: &Client, lane: &Lane, d: &DescRef, buf: &mut [u8]) -> Option<Resu
     }
     counters::bump(&counters::LOCAL_OFFSET_OPS);
     let at = d.pos().load(Ordering::Relaxed);
-    let r = file::read_id(c, lane, d.desc(), buf, Some(at));
+    let r = file::read_at(c, lane, d, buf, Some(at));
     if let Ok(n) = r {
         d.pos().store(at + n as u64, Ordering::Relaxed);
     }

@@ -95,6 +95,7 @@ mod pipeticket;
 mod procfd;
 mod proclink;
 mod procmounts;
+mod rcache;
 mod resend;
 mod ring;
 mod session;

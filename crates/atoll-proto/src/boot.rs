@@ -136,6 +136,10 @@ pub struct Without {
     /// of their own (`atoll_server::process`).
     #[serde(default)]
     pub processes: bool,
+    /// Programs on other hosts than the servers keep no copies of the
+    /// data they read (client `rcache.rs`): every read crosses.
+    #[serde(default)]
+    pub remote_copies: bool,
 }
 
 /// What every client learns when it attaches.
@@ -166,6 +170,11 @@ pub struct InstanceInfo {
     /// Whether clients rewrite trapped system-call sites.
     #[serde(default)]
     pub syscall_sites: SyscallSites,
+    /// The client attached through a node's proxy, on another host than
+    /// the file servers: it keeps copies of the data it reads, with
+    /// close-to-open consistency (client `rcache.rs`). Set by the proxy.
+    #[serde(default)]
+    pub remote: bool,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug)]

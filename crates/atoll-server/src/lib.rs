@@ -209,6 +209,7 @@ impl Instance {
             distribute: config.distribute.clone(),
             fs_policy: config.fs_policy,
             syscall_sites: config.syscall_sites,
+            remote: false,
             // Creation affinity (Hare §3.7.5) needs each server's socket.
             topology: Topology::from_sysfs(
                 &Topology::sysfs_root(),

@@ -13,6 +13,9 @@ use atoll_tests::{atoll_bin, normalized, output_within, run_on_host};
 
 const LIMIT: Duration = Duration::from_secs(120);
 
+#[path = "hosts/cache.rs"]
+mod cache;
+
 /// Three hosts with their nodes up, or `None` (skip) without namespaces.
 fn cluster() -> Option<Cluster> {
     let mut c = match Cluster::new(3) {

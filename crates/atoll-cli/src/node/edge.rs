@@ -274,7 +274,16 @@ impl Edge {
         else {
             return seqpacket::send(sock, &error_packet("lost the first node"), &[]);
         };
-        let reply = postcard::from_bytes::<BootReply>(&packet).ok();
+        let mut reply = postcard::from_bytes::<BootReply>(&packet).ok();
+        // The program is on another host than the servers: it keeps
+        // copies of what it reads (client `rcache.rs`).
+        if let Some(BootReply::Attached { info, .. }) = &mut reply {
+            info.remote = true;
+        }
+        let packet = match &reply {
+            Some(r @ BootReply::Attached { .. }) => postcard::to_allocvec(r).unwrap_or(packet),
+            _ => packet,
+        };
         let mut fds: Vec<OwnedFd> = Vec::new();
         if let Some(BootReply::Attached { .. }) = reply {
             fds.push(rustix::io::fcntl_dupfd_cloexec(&self.control_fd, 0)?);

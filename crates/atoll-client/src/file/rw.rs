@@ -61,6 +61,23 @@ pub fn read_desc(
             return r;
         }
     }
+    read_at(c, lane, d, buf, off)
+}
+
+/// Read from `d` at `off` (or at the server's offset): a remote process
+/// answers what it holds copies of from memory (`rcache`).
+pub fn read_at(
+    c: &Client,
+    lane: &Lane,
+    d: &DescRef,
+    buf: &mut [u8],
+    off: Option<u64>,
+) -> Result<usize> {
+    if let Some(at) = off {
+        if let Some(r) = crate::rcache::read(c, lane, d.ino(), d.desc(), buf, at) {
+            return r;
+        }
+    }
     read_id(c, lane, d.desc(), buf, off)
 }
 

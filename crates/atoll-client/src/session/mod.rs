@@ -152,6 +152,7 @@ impl Lane {
         req: Request<'_>,
     ) -> Result<u64> {
         let chan = self.chan(c, server)?;
+        crate::rcache::sending(c, &req);
         if matches!(req, Request::SetLock { .. }) && !c.any_locks.load(Ordering::Relaxed) {
             c.any_locks.store(true, Ordering::Relaxed);
         }
@@ -191,6 +192,7 @@ impl Lane {
 
     fn post_frame(&self, c: &Client, server: usize, req: Request<'_>, ring: bool) -> Result<()> {
         let chan = self.chan(c, server)?;
+        crate::rcache::sending(c, &req);
         let cred = c.cred();
         self.send_groups(server, chan, cred.groups)?;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed) | atoll_proto::POSTED;
@@ -272,7 +274,10 @@ impl Lane {
                 }
                 Some(match frame.reply {
                     Reply::Err(e) => Err(e.into()),
-                    r => (f.take().expect("reply handled once"))(r),
+                    r => {
+                        crate::rcache::replied(c, &r);
+                        (f.take().expect("reply handled once"))(r)
+                    }
                 })
             })?;
             if let Some(r) = out {

@@ -1,0 +1,112 @@
+//! A remote program's copies of file data (client `rcache.rs`): reads it
+//! repeats are answered from memory, and what close-to-open promises
+//! holds — an open sees every write closed before it, a program reads
+//! its own writes, a lock drops the copies, and a file's last partial
+//! chunk is always asked again, so a growing file is followed.
+
+use super::{cluster, on, text, LIMIT};
+use atoll_tests::output_within;
+
+/// The reader on host C (no servers there). Each step waits for a flag
+/// file that host A makes after changing `data` in place.
+const READER: &str = r#"
+import fcntl, os, sys, time
+root = os.environ["ROOT"]
+path = root + "/data"
+def flag(name):
+    open(root + "/" + name, "w").close()
+def wait_for(name):
+    deadline = time.time() + 60
+    while not os.path.exists(root + "/" + name):
+        if time.time() > deadline:
+            sys.exit("no " + name)
+        time.sleep(0.02)
+def first(fd, n=4):
+    return os.pread(fd, n, 0).decode()
+fd = os.open(path, os.O_RDONLY)
+whole = os.pread(fd, 40000, 0)
+print("read", len(whole), whole[:4].decode())
+print("again", os.pread(fd, 40000, 0) == whole)
+flag("read-1")
+wait_for("rewrote-2")
+print("kept open", first(fd))
+fd2 = os.open(path, os.O_RDONLY)
+print("reopened", first(fd2), "and the first descriptor now", first(fd))
+w = os.open(path, os.O_RDWR)
+os.pwrite(w, b"mine", 0)
+print("own write", first(fd))
+flag("wrote-own")
+wait_for("rewrote-3")
+print("before the lock", first(fd))
+fcntl.lockf(w, fcntl.LOCK_SH)
+print("under the lock", first(fd))
+fcntl.lockf(w, fcntl.LOCK_UN)
+flag("locked")
+wait_for("appended")
+tail = os.pread(fd, 200, 32768)
+print("past the last whole chunk", len(tail), tail[-4:].decode())
+"#;
+
+/// A file of 4 whole chunks (8 KiB) and a partial one, on host A.
+const WRITE_A: &str = "python3 -c 'import sys; sys.stdout.write(\"A\" * 32868)' > $ROOT/data";
+
+fn rewrite(letter: char) -> String {
+    format!(
+        "python3 -c 'import os; fd = os.open(\"/atoll/data\", os.O_WRONLY); \
+         os.pwrite(fd, b\"{letter}\" * 32868, 0); os.close(fd)'"
+    )
+}
+
+fn wait_then(flag: &str, then: &str) -> String {
+    format!("while [ ! -e $ROOT/{flag} ]; do sleep 0.02; done; {then}")
+}
+
+#[test]
+fn a_remote_reader_keeps_copies_with_close_to_open_consistency() {
+    let Some(c) = cluster() else { return };
+    on(&c, 0, WRITE_A);
+    let script = format!("python3 -c '{}'", READER.replace('\'', "'\\''"));
+    let reader = c.exec(&atoll_tests::atoll_bin(), 2, &script);
+    let reader = std::thread::spawn(move || output_within(reader, LIMIT));
+    on(
+        &c,
+        0,
+        &wait_then(
+            "read-1",
+            &format!("{} && : > $ROOT/rewrote-2", rewrite('B')),
+        ),
+    );
+    on(
+        &c,
+        0,
+        &wait_then(
+            "wrote-own",
+            &format!("{} && : > $ROOT/rewrote-3", rewrite('C')),
+        ),
+    );
+    on(
+        &c,
+        0,
+        &wait_then("locked", "printf TAIL >> $ROOT/data && : > $ROOT/appended"),
+    );
+    let out = reader.join().expect("reader thread");
+    assert!(
+        out.status.success(),
+        "reader: {}\n{}",
+        text(&out),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        text(&out),
+        "read 32868 AAAA\n\
+         again True\n\
+         kept open AAAA\n\
+         reopened BBBB and the first descriptor now BBBB\n\
+         own write mine\n\
+         before the lock mine\n\
+         under the lock CCCC\n\
+         past the last whole chunk 104 TAIL\n",
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -56,6 +56,9 @@ use crate::sys::SpinLock;
 /// (the common reader reads each file once; the bound keeps a long-lived
 /// process from growing without limit).
 const LIMIT_BYTES: usize = 32 << 20;
+/// Files whose stamps one process remembers; past this all are forgotten
+/// (a process that opens millions of files keeps no list of them).
+const LIMIT_FILES: usize = 16384;
 
 type Chunk = Box<[u8; DATA_CHUNK]>;
 
@@ -106,6 +109,11 @@ impl Copies {
             }
             Some(_) => {}
             None if open => {
+                if self.files.len() >= LIMIT_FILES {
+                    self.files.clear();
+                    self.bytes = 0;
+                    self.generation += 1;
+                }
                 self.files.insert(
                     ino,
                     File {
@@ -359,6 +367,22 @@ mod tests {
         assert_eq!(m.bytes, LIMIT_BYTES);
         m.keep(F, t, n, &chunk(3));
         assert_eq!(m.bytes, 0, "one past the bound drops all");
+    }
+
+    #[test]
+    fn the_files_remembered_are_bounded_and_forgetting_voids_fetches() {
+        let mut m = Copies::default();
+        m.saw(F, stamp(1, 1), true);
+        let t = m.ticket(F).unwrap();
+        for i in 1..LIMIT_FILES as u64 {
+            m.saw(InodeId(F.0 + i), stamp(1, 1), true);
+        }
+        assert_eq!(m.files.len(), LIMIT_FILES);
+        m.saw(InodeId(F.0 + LIMIT_FILES as u64), stamp(1, 1), true);
+        assert_eq!(m.files.len(), 1, "forgotten, then the new one");
+        m.saw(F, stamp(1, 1), true);
+        m.keep(F, t, 0, &chunk(1));
+        assert_eq!(m.copy_out(F, 0, &mut [0u8; 4]), 0, "a fetch from before");
     }
 
     #[test]

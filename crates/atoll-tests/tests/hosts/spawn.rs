@@ -6,6 +6,8 @@ use std::time::{Duration, Instant};
 use atoll_tests::OutputBounded as _;
 use atoll_tests::{atoll_bin, normalized, run_on_host};
 
+use atoll_bench::hosts::Cluster;
+
 use super::{cluster, on, text, LIMIT};
 
 /// The network namespace a program on host `k` runs in, as it reports it
@@ -193,4 +195,178 @@ fn the_proxy_of_a_program_on_a_host_that_dies_fails_quickly() {
     assert_eq!(text(&out), "status 127\n", "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("lost node"), "{err}");
+}
+
+/// What a shell on host A does with descriptors it opened on the mount
+/// while a program runs on host C (`$1`: where that program runs; empty:
+/// here). fd 3 reads a file through one shared offset, fd 4 appends to a
+/// log, fd 5 is a pipe's write end and fd 6 another's read end (stdio
+/// stays the relay's: `/dev/null` here).
+const INHERITED: &str = r#"
+printf 'one\ntwo\nthree\nfour\n' > $ROOT/f
+printf 'log\n' > $ROOT/log
+run() { env ${1:+ATOLL_NODE_PLACEMENT=$1} "${@:2}"; }
+exec 3<$ROOT/f 4>>$ROOT/log
+read -r a <&3; echo "A read $a"
+echo "A before" >&4
+run "$1" sh -c 'readlink /proc/self/ns/net > $ROOT/where
+  read -r b <&3; echo "C read $b" >&4; echo "C wrote" >&4' </dev/null >/dev/null
+read -r a <&3; echo "A read $a"
+echo "A after" >&4
+exec 3<&- 4>&-
+cat $ROOT/log
+{ run "$1" sh -c 'echo "through fd 5" >&5; echo "not through stdout"' 5>&1 >/dev/null; } | cat
+echo from-a | { run "$1" sh -c 'read -r x <&6; echo "C got $x"' 6<&0 </dev/null; }
+run "$1" sh -c 'echo 3 >&3' 2>/dev/null; echo "closed 3: $?"
+"#;
+
+/// fos §4.2 spawning: a program placed on another host inherits the
+/// caller's atoll descriptors as a local exec does: the same open
+/// descriptions (shared offset, `O_APPEND`), pipes included; the
+/// transcript is a local exec's on tmpfs.
+#[test]
+fn a_remote_program_inherits_the_callers_atoll_descriptors_as_on_tmpfs() {
+    let Some(c) = cluster() else { return };
+    let (dir, host) = run_on_host(&format!("set -- ''\n{INHERITED}"));
+    assert!(host.status.success(), "{host:?}");
+    let (_, want, _) = normalized(&host, dir.path());
+    assert!(want.contains("C read two"), "{want}");
+    let cc = text(&on(&c, 2, NET_MARKER));
+    // From the servers' host, and from an edge (B's program on C).
+    for host in [0, 1] {
+        let got = on(&c, host, &format!("set -- rank:2\n{INHERITED}"));
+        let err = String::from_utf8_lossy(&got.stderr);
+        assert_eq!(text(&got), want, "host {host}: {err}");
+        assert_eq!(text(&on(&c, host, "cat $ROOT/where")), cc, "ran on C");
+    }
+    // A host descriptor other than stdio cannot cross: the program finds
+    // its number closed, as after `FD_CLOEXEC`.
+    let host_fd = on(
+        &c,
+        0,
+        "exec 7</etc/hostname; env ATOLL_NODE_PLACEMENT=rank:2 sh -c 'cat <&7' 2>/dev/null; echo $?",
+    );
+    assert_eq!(text(&host_fd), "2\n");
+}
+
+/// Open descriptions on the first node's file servers (`atoll status`).
+fn open_descriptions(c: &Cluster) -> u64 {
+    let out = std::process::Command::new(atoll_bin())
+        .args(["status", "--json", "--runtime-dir"])
+        .arg(&c.dirs[0])
+        .env_remove("ATOLL_SOCKET")
+        .env_remove("LD_PRELOAD")
+        .output_bounded()
+        .unwrap();
+    assert!(out.status.success(), "status: {out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let servers = v["servers"].as_array().expect("servers");
+    servers
+        .iter()
+        .map(|s| s["open_descriptions"].as_u64().expect("open_descriptions"))
+        .sum()
+}
+
+/// Wait (bounded) until the first node's servers hold `want` open
+/// descriptions; the count last seen.
+fn settles_at(c: &Cluster, want: u64) -> u64 {
+    let t = Instant::now();
+    loop {
+        let n = open_descriptions(c);
+        if n == want || t.elapsed() > LIMIT {
+            return n;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A program on C holding descriptions opened for it alone (`6<` …,
+/// files on either server), which asks no server anything of its own
+/// (a host cwd, stdio relayed): the servers know its session only by the
+/// references. Returns the shell on A running it, the shell's stdout from
+/// the program's `up` on, the pid of its proxy and its own (on C).
+fn holder(c: &Cluster) -> (std::process::Child, impl std::io::BufRead, i32, i32) {
+    use std::io::BufRead;
+    let script = "cd /; env ATOLL_NODE_PLACEMENT=rank:2 sh -c 'echo up $$; exec sleep 1000' \\
+        6<$ROOT/g 7<$ROOT/g1 8<$ROOT/g2 9<$ROOT/g3 10<$ROOT/g4 11<$ROOT/g5 &
+        echo $!; wait $!; echo \"status $?\"";
+    let mut shell = c
+        .exec(&atoll_bin(), 0, script)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(shell.stdout.take().unwrap());
+    let (mut proxy, mut program) = (None, None);
+    while proxy.is_none() || program.is_none() {
+        let mut line = String::new();
+        assert!(out.read_line(&mut line).unwrap() > 0, "the holder ended");
+        match line.trim().strip_prefix("up ") {
+            Some(p) => program = p.parse::<i32>().ok(),
+            None => proxy = line.trim().parse::<i32>().ok(),
+        }
+    }
+    (shell, out, proxy.unwrap(), program.unwrap())
+}
+
+/// The rest of a holder's output once its shell ended.
+fn rest(mut shell: std::process::Child, mut out: impl std::io::BufRead) -> String {
+    let mut s = String::new();
+    out.read_to_string(&mut s).unwrap();
+    let _ = shell.wait();
+    s
+}
+
+/// `kill -SIG pid`.
+fn signal(pid: i32, sig: &str) {
+    let st = std::process::Command::new("kill")
+        .args([format!("-{sig}"), pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success(), "kill -{sig} {pid}");
+}
+
+/// The description a remote program inherited goes when nothing holds it
+/// any more, however the program ends: it exits (having never used it,
+/// so its session made no call of its own), it is killed through its
+/// proxy, its proxy is killed, its host dies.
+#[test]
+fn an_inherited_description_is_released_however_the_remote_program_ends() {
+    let Some(mut c) = cluster() else { return };
+    // Files on either server (names are spread over them).
+    on(
+        &c,
+        0,
+        "for f in g g1 g2 g3 g4 g5; do echo $f > $ROOT/$f; done",
+    );
+    let base = open_descriptions(&c);
+    // Exits at once (from a host cwd, so that its client asks no server
+    // anything: the servers know its session only by the reference), and
+    // after reading it.
+    on(
+        &c,
+        0,
+        "cd /; env ATOLL_NODE_PLACEMENT=rank:2 sh -c 'exit 0' 6<$ROOT/g 7<$ROOT/g1 8<$ROOT/g2 9<$ROOT/g3 10<$ROOT/g4 11<$ROOT/g5
+        env ATOLL_NODE_PLACEMENT=rank:2 sh -c 'cat <&6' 6<$ROOT/g",
+    );
+    assert_eq!(settles_at(&c, base), base, "after exits");
+    // Killed by a signal the proxy relays.
+    let (shell, out, proxy, _) = holder(&c);
+    assert!(open_descriptions(&c) > base, "held while it runs");
+    signal(proxy, "TERM");
+    assert_eq!(rest(shell, out), "status 143\n");
+    assert_eq!(settles_at(&c, base), base, "after a relayed kill");
+    // Its proxy is killed: the node kills the program.
+    let (shell, out, proxy, _) = holder(&c);
+    signal(proxy, "KILL");
+    assert_eq!(rest(shell, out), "status 137\n");
+    assert_eq!(settles_at(&c, base), base, "after the proxy was killed");
+    // Its host dies: the first node ends that host's sessions.
+    let (shell, out, _, program) = holder(&c);
+    c.kill(2);
+    assert_eq!(rest(shell, out), "status 127\n");
+    // A killed node leaves its programs behind (their calls fail): this
+    // one ends here.
+    signal(program, "KILL");
+    assert_eq!(settles_at(&c, base), base, "after the node died");
 }

@@ -200,8 +200,8 @@ fn the_proxy_of_a_program_on_a_host_that_dies_fails_quickly() {
 /// What a shell on host A does with descriptors it opened on the mount
 /// while a program runs on host C (`$1`: where that program runs; empty:
 /// here). fd 3 reads a file through one shared offset, fd 4 appends to a
-/// log, fd 5 is a pipe's write end and fd 6 another's read end (stdio
-/// stays the relay's: `/dev/null` here).
+/// log, fd 5 is a pipe's write end and fd 6 another's read end, fd 7 a
+/// FIFO's write end (stdio stays the relay's: `/dev/null` here).
 const INHERITED: &str = r#"
 printf 'one\ntwo\nthree\nfour\n' > $ROOT/f
 printf 'log\n' > $ROOT/log
@@ -218,11 +218,17 @@ cat $ROOT/log
 { run "$1" sh -c 'echo "through fd 5" >&5; echo "not through stdout"' 5>&1 >/dev/null; } | cat
 echo from-a | { run "$1" sh -c 'read -r x <&6; echo "C got $x"' 6<&0 </dev/null; }
 run "$1" sh -c 'echo 3 >&3' 2>/dev/null; echo "closed 3: $?"
+rm -f $ROOT/fifo; mkfifo $ROOT/fifo
+cat $ROOT/fifo > $ROOT/from-fifo & r=$!
+exec 7>$ROOT/fifo
+run "$1" sh -c 'echo "through the fifo" >&7' </dev/null
+exec 7>&-
+wait $r; cat $ROOT/from-fifo
 "#;
 
 /// fos §4.2 spawning: a program placed on another host inherits the
 /// caller's atoll descriptors as a local exec does: the same open
-/// descriptions (shared offset, `O_APPEND`), pipes included; the
+/// descriptions (shared offset, `O_APPEND`), pipes and FIFOs included; the
 /// transcript is a local exec's on tmpfs.
 #[test]
 fn a_remote_program_inherits_the_callers_atoll_descriptors_as_on_tmpfs() {

@@ -237,13 +237,15 @@ fn a_remote_program_inherits_the_callers_atoll_descriptors_as_on_tmpfs() {
     assert!(host.status.success(), "{host:?}");
     let (_, want, _) = normalized(&host, dir.path());
     assert!(want.contains("C read two"), "{want}");
-    let cc = text(&on(&c, 2, NET_MARKER));
-    // From the servers' host, and from an edge (B's program on C).
-    for host in [0, 1] {
-        let got = on(&c, host, &format!("set -- rank:2\n{INHERITED}"));
+    let (a, cc) = (text(&on(&c, 0, NET_MARKER)), text(&on(&c, 2, NET_MARKER)));
+    // From the servers' host to an edge, from an edge to an edge (B's
+    // program on C), and from an edge to the servers' host.
+    for (host, rank, there) in [(0, 2, &cc), (1, 2, &cc), (1, 0, &a)] {
+        let got = on(&c, host, &format!("set -- rank:{rank}\n{INHERITED}"));
         let err = String::from_utf8_lossy(&got.stderr);
-        assert_eq!(text(&got), want, "host {host}: {err}");
-        assert_eq!(text(&on(&c, host, "cat $ROOT/where")), cc, "ran on C");
+        assert_eq!(text(&got), want, "host {host} to {rank}: {err}");
+        let ran = text(&on(&c, host, "cat $ROOT/where"));
+        assert_eq!(&ran, there, "host {host}: ran on node {rank}");
     }
     // A host descriptor other than stdio cannot cross: the program finds
     // its number closed, as after `FD_CLOEXEC`.

@@ -443,4 +443,55 @@ mod tests {
         };
         assert!(command(&no_argv, &host(), None).is_err());
     }
+
+    /// With inherited descriptors the program gets the session made for it
+    /// and the exec hand-over's state naming them on the placeholder, its
+    /// atoll cwd included.
+    #[test]
+    fn the_program_joins_the_session_made_for_its_descriptors() {
+        let (session, _peer) = rustix::net::socketpair(
+            rustix::net::AddressFamily::UNIX,
+            rustix::net::SocketType::SEQPACKET,
+            rustix::net::SocketFlags::CLOEXEC,
+            None,
+        )
+        .unwrap();
+        let placeholder =
+            rustix::fs::memfd_create("atoll-placeholder", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+        let st = rustix::fs::fstat(&placeholder).unwrap();
+        let fds = vec![super::super::wire::InheritedFd {
+            fd: 3,
+            desc: 5,
+            ino: 6,
+            flags: libc::O_APPEND as u32,
+            ftype: 1,
+            ..Default::default()
+        }];
+        let inh = Inherited {
+            session,
+            placeholder,
+            fds: fds.clone(),
+        };
+        let req = SpawnRequest {
+            path: b"/bin/true".to_vec(),
+            argv: vec![b"true".to_vec()],
+            cwd: b"/atoll/src".to_vec(),
+            uid: rustix::process::getuid().as_raw(),
+            gid: rustix::process::getgid().as_raw(),
+            fds,
+            ..Default::default()
+        };
+        let cmd = command(&req, &host(), Some(&inh)).unwrap();
+        let env: std::collections::HashMap<String, String> = cmd
+            .get_envs()
+            .filter_map(|(k, v)| Some((k.to_str()?.into(), v?.to_str()?.into())))
+            .collect();
+        let (_, targets, sock) = inh.numbers();
+        assert_eq!(targets, vec![3]);
+        assert_eq!(env["ATOLL_SESSION_FD"], sock.to_string());
+        assert_eq!(
+            env["ATOLL_STATE"],
+            inherit::state_text(Some(b"/atoll/src"), &inh.fds, (st.st_dev, st.st_ino))
+        );
+    }
 }

@@ -318,6 +318,11 @@ pub struct HostsResults {
     /// (`ATOLL_NODE_PLACEMENT=rank:N`): the exec becomes the remote-spawn
     /// proxy, which has the last node start it and relays its end.
     pub remote_spawn_us: f64,
+    /// The same remote spawn with three atoll descriptors inherited
+    /// (`3<` a file, `4>>` another, `5<` a directory): the node makes the
+    /// program's session first and the proxy shares the descriptions
+    /// with it (`Session`, `Shared`) before it starts.
+    pub remote_spawn_fds_us: f64,
     pub notes: Vec<String>,
 }
 
@@ -541,8 +546,6 @@ fn creates_per_s(
     Ok((hosts.len() * files) as f64 / t0.elapsed().as_secs_f64())
 }
 
-/// Mean µs per `/bin/true` run `n` times in a loop by a shell on host 0,
-/// each exec placed by `policy` (`ATOLL_NODE_PLACEMENT`); best of 3.
 /// `mib` MiB of `$ROOT/big` read twice by one process on host `k`, 1 MiB
 /// at a time: the second pass's rate.
 fn reread_mib_s(c: &Cluster, atoll: &Path, k: usize, mib: usize) -> anyhow::Result<f64> {
@@ -564,10 +567,18 @@ fn reread_mib_s(c: &Cluster, atoll: &Path, k: usize, mib: usize) -> anyhow::Resu
         .map_err(|_| anyhow::anyhow!("reading again said: {text}"))
 }
 
-fn spawn_us(c: &Cluster, atoll: &Path, n: usize, policy: &str) -> anyhow::Result<f64> {
+/// Mean µs per `/bin/true` run `n` times in a loop by a shell on host 0,
+/// each exec placed by `policy` (`ATOLL_NODE_PLACEMENT`); best of 3.
+fn spawn_us(
+    c: &Cluster,
+    atoll: &Path,
+    n: usize,
+    policy: &str,
+    redirs: &str,
+) -> anyhow::Result<f64> {
     let script = format!(
         "export ATOLL_NODE_PLACEMENT={policy}; s=$EPOCHREALTIME; \
-         for ((i = 0; i < {n}; i++)); do /bin/true; done; echo $s $EPOCHREALTIME"
+         for ((i = 0; i < {n}; i++)); do /bin/true {redirs}; done; echo $s $EPOCHREALTIME"
     );
     let mut best = f64::INFINITY;
     for _ in 0..3 {
@@ -653,13 +664,22 @@ pub fn main(n: usize, quick: bool, json: Option<&Path>) -> anyhow::Result<()> {
     r.creates_all_hosts_per_s =
         creates_per_s(&c, &atoll, &(0..n).collect::<Vec<_>>(), files, "all")?;
     let spawns = if quick { 20 } else { 200 };
-    r.local_spawn_us = spawn_us(&c, &atoll, spawns, "local")?;
-    r.remote_spawn_us = spawn_us(&c, &atoll, spawns, &format!("rank:{last}"))?;
+    r.local_spawn_us = spawn_us(&c, &atoll, spawns, "local", "")?;
+    r.remote_spawn_us = spawn_us(&c, &atoll, spawns, &format!("rank:{last}"), "")?;
+    let made = c.exec(&atoll, 0, "echo in > $ROOT/spawn-in").output()?;
+    anyhow::ensure!(made.status.success(), "spawn-in: {made:?}");
+    r.remote_spawn_fds_us = spawn_us(
+        &c,
+        &atoll,
+        spawns,
+        &format!("rank:{last}"),
+        "3<$ROOT/spawn-in 4>>$ROOT/spawn-out 5<$ROOT",
+    )?;
     r.notes.push(format!(
         "host {last} to host 0 through both proxies; {iters} round trips per trial, best of {TRIALS}; {mib} MiB streams"
     ));
     r.notes.push(format!(
-        "spawns: {spawns} runs of /bin/true from a shell on host 0, best of 3; remote: placed on host {last}"
+        "spawns: {spawns} runs of /bin/true from a shell on host 0, best of 3; remote: placed on host {last}; fds: with 3<file 4>>file 5<dir"
     ));
     println!("atoll across {n} hosts (network namespaces on one machine)");
     println!(
@@ -706,6 +726,10 @@ pub fn main(n: usize, quick: bool, json: Option<&Path>) -> anyhow::Result<()> {
     println!(
         "  spawn, program on host {last}         {:>10.0} µs",
         r.remote_spawn_us
+    );
+    println!(
+        "  the same, 3 atoll fds inherited  {:>10.0} µs",
+        r.remote_spawn_fds_us
     );
     drop(c);
     if let Some(p) = json {

@@ -1,7 +1,9 @@
 //! The few system calls the driver needs that have no safe wrapper in
 //! rustix: signal masks and `sigwaitinfo`, `fork`, `_exit`, pointing
-//! stdio at another file, and setting up a program started for another
-//! host (`node::spawn`). Every `unsafe` block of the crate lives here.
+//! stdio at another file, setting up a program started for another host
+//! (`node::spawn`), and the preload library's two exports a remote
+//! spawn's proxy calls (`node::remote`). Every `unsafe` block of the
+//! crate lives here.
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
@@ -224,6 +226,86 @@ pub fn redirect(fd: BorrowedFd<'_>, target: i32) -> io::Result<()> {
 /// Number of threads of this process (from /proc), if known.
 pub fn thread_count() -> Option<usize> {
     std::fs::read_dir("/proc/self/task").ok().map(|d| d.count())
+}
+
+/// In the child `cmd` starts: each number of `targets` a duplicate of
+/// `placeholder`, and `keep` (the session socket) left open across exec,
+/// at the numbers they have here (`node::inherit`). `placeholder` and
+/// `keep` are above every target, so no duplicate lands on either.
+pub fn inherit_in_child(
+    cmd: &mut std::process::Command,
+    placeholder: i32,
+    targets: Vec<i32>,
+    keep: i32,
+) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs between fork and exec (after std has put
+    // stdio in place) and makes only dup2 and fcntl calls on numbers
+    // prepared before the fork; it allocates nothing and takes no lock.
+    // A target may be where std keeps its exec-error pipe in the child:
+    // an exec failure then reads as an exit with status 1.
+    unsafe {
+        cmd.pre_exec(move || {
+            for &t in &targets {
+                if libc::dup2(placeholder, t) < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            if libc::fcntl(keep, libc::F_SETFD, 0) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// The address of `name` in the process (the preload library's exports:
+/// `atoll_preload` `remote.rs`), if it is loaded.
+fn preload_symbol(name: &std::ffi::CStr) -> Option<*mut libc::c_void> {
+    // SAFETY: dlsym with a NUL-terminated name; a null result is checked.
+    let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
+    (!p.is_null()).then_some(p)
+}
+
+/// The atoll descriptors a program exec'd from this process would
+/// inherit, as the preload library describes them (`ATOLL_STATE` text);
+/// `None` when this process runs without it.
+pub fn preload_inheritable_fds() -> Option<String> {
+    type F = unsafe extern "C" fn(*mut u8, usize) -> isize;
+    let p = preload_symbol(c"atoll_inheritable_fds")?;
+    // SAFETY: the preload library exports this symbol with exactly this
+    // prototype.
+    let f: F = unsafe { std::mem::transmute::<*mut libc::c_void, F>(p) };
+    let mut buf = vec![0u8; 4096];
+    loop {
+        // SAFETY: `buf` has `buf.len()` writable bytes.
+        let n = unsafe { f(buf.as_mut_ptr(), buf.len()) };
+        if n < 0 {
+            return None;
+        }
+        if n as usize <= buf.len() {
+            buf.truncate(n as usize);
+            return String::from_utf8(buf).ok();
+        }
+        buf.resize(n as usize, 0);
+    }
+}
+
+/// Have the preload library give session `to` a reference to the
+/// description of each of `fds`; the ones it gave.
+pub fn preload_share_fds(to: u64, fds: &[i32]) -> Vec<i32> {
+    type F = unsafe extern "C" fn(u64, *mut i32, usize) -> isize;
+    let Some(p) = preload_symbol(c"atoll_share_fds") else {
+        return Vec::new();
+    };
+    // SAFETY: the preload library exports this symbol with exactly this
+    // prototype.
+    let f: F = unsafe { std::mem::transmute::<*mut libc::c_void, F>(p) };
+    let mut v = fds.to_vec();
+    // SAFETY: `v` has `v.len()` writable descriptors.
+    let n = unsafe { f(to, v.as_mut_ptr(), v.len()) };
+    v.truncate(n.max(0) as usize);
+    v
 }
 
 #[cfg(test)]

@@ -21,6 +21,8 @@
 //!   * `file` (data, fds), `meta` (attributes, xattrs), `ns` (names,
 //!     directories, cwd), `exec` + `state` (exec hand-over);
 //!   * `partial` — `read`/`write` with a partly accessible buffer;
+//!   * `remotefds` — the descriptors a program started on another node
+//!     inherits (described and shared by its proxy);
 //!   * `dcache` — directory-lookup cache fed by server invalidations
 //!     (Hare §3.7.2);
 //!   * `mapping` — which address ranges map which atoll file, so owners
@@ -96,6 +98,7 @@ mod procfd;
 mod proclink;
 mod procmounts;
 mod rcache;
+pub mod remotefds;
 mod resend;
 mod ring;
 mod session;

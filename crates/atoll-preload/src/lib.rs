@@ -33,6 +33,7 @@ mod altstack;
 mod client;
 mod raw;
 mod region;
+mod remote;
 // Its entry, `finish`, is the wrappers' (not built for unit tests).
 #[cfg_attr(test, allow(dead_code))]
 mod retframe;

@@ -14,6 +14,7 @@
 
 mod edge;
 mod head;
+mod inherit;
 mod rank;
 mod remote;
 mod seqpacket;

@@ -18,6 +18,11 @@
 //! * the program's end as its own: exit status, or death by the same
 //!   signal.
 //!
+//! Its other atoll descriptors (not `FD_CLOEXEC`) the program inherits as
+//! they are, same descriptions (`inherit.rs`): the proxy keeps its own
+//! references until it ends, as the caller's process would hold them
+//! across a local exec.
+//!
 //! The link ending first (the node or its host died) ends the proxy with
 //! status 127 and one line on stderr, within the link's silence bound
 //! (3 s, `atoll_transport::LinkOptions`).
@@ -29,6 +34,7 @@ use std::sync::Arc;
 
 use atoll_transport::{Link, TcpTransport, Transport};
 
+use super::inherit;
 use super::window::{Window, WINDOW};
 use super::wire::{self, NodeMsg, SpawnRequest};
 use crate::sys;
@@ -75,7 +81,8 @@ pub fn main(args: Vec<OsString>) -> i32 {
     }
 }
 
-/// What the program inherits besides its stdio.
+/// What the program inherits besides its stdio: environment, cwd,
+/// identity, limits, atoll descriptors.
 fn request(path: Vec<u8>, argv: Vec<Vec<u8>>) -> SpawnRequest {
     let cwd = std::env::current_dir()
         .map(|d| d.into_os_string().into_vec())
@@ -102,11 +109,15 @@ fn request(path: Vec<u8>, argv: Vec<Vec<u8>>) -> SpawnRequest {
             .unwrap_or_default(),
         umask: umask.bits(),
         rlimits: atoll_sched::nodes::own_rlimits(),
+        fds: sys::preload_inheritable_fds()
+            .map(|t| inherit::from_state_text(&t))
+            .unwrap_or_default(),
     }
 }
 
 fn run(addr: &str, path: Vec<u8>, argv: Vec<Vec<u8>>) -> Result<std::convert::Infallible, String> {
     let req = request(path, argv);
+    let asked: Vec<i32> = req.fds.iter().map(|f| f.fd).collect();
     let net = TcpTransport::new().map_err(|e| format!("no network: {e}"))?;
     let link: Arc<dyn Link> = Arc::from(
         net.connect(addr)
@@ -119,6 +130,11 @@ fn run(addr: &str, path: Vec<u8>, argv: Vec<Vec<u8>>) -> Result<std::convert::In
         match m.map(|m| wire::decode(&m)) {
             // The first node greets every link as a peer first.
             Some(Ok(NodeMsg::Hello { .. })) | None => continue,
+            // The program's session is made: it gets our descriptions.
+            Some(Ok(NodeMsg::Session { id })) => {
+                let fds = sys::preload_share_fds(id, &asked);
+                wire::send(&*link, 0, &NodeMsg::Shared { fds }).map_err(lost)?;
+            }
             Some(Ok(NodeMsg::Started { .. })) => break,
             Some(Ok(NodeMsg::SpawnFailed { errno })) => {
                 return Err(std::io::Error::from_raw_os_error(errno).to_string())

@@ -6,10 +6,13 @@
 //! is a [`SpawnRequest`]. The node starts the program as a client of its
 //! own boot socket (edge or instance), with the caller's environment,
 //! atoll cwd, identity, umask and limits, in a process group of its own
-//! (signals reach it only through the relay), and stdio on pipes:
+//! (signals reach it only through the relay), the caller's atoll
+//! descriptors (`inherit.rs`), and stdio on pipes:
 //!
 //! ```text
-//!  proxy ──Spawn(req)──▶ node      spawns the program
+//!  proxy ──Spawn(req)──▶ node      (Session / Shared first, if it
+//!                                   carries atoll descriptors)
+//!                                  spawns the program
 //!        ◀─Started{pid}─            (or SpawnFailed{errno})
 //!        ──Stdin{bytes}─▶           written to its stdin (empty: closed)
 //!        ◀─StdinTaken────           ... and counted off the proxy's window
@@ -36,6 +39,7 @@ use std::time::{Duration, Instant};
 
 use atoll_transport::{Link, Listener};
 
+use super::inherit::{self, Inherited, Refused};
 use super::window::{Window, WINDOW};
 use super::wire::{self, NodeMsg, SpawnRequest};
 use crate::sys;
@@ -123,7 +127,19 @@ pub fn accept(listener: Box<dyn Listener>, host: Arc<SpawnHost>, stop: &AtomicBo
 /// Run `req` here for the proxy at the other end of `link`, until the
 /// program ends or the link does.
 pub fn serve(link: Arc<dyn Link>, req: SpawnRequest, host: &SpawnHost) {
-    let spawned = command(&req, host).and_then(|mut c| c.spawn());
+    let inherited = match inherit::prepare(&*link, &host.socket, &req.fds) {
+        Ok(i) => i,
+        Err(Refused::Lost) => return,
+        Err(Refused::Malformed(errno)) => {
+            let _ = wire::send(&*link, 0, &NodeMsg::SpawnFailed { errno });
+            linger(&*link);
+            return;
+        }
+    };
+    let spawned = command(&req, host, inherited.as_ref()).and_then(|mut c| c.spawn());
+    // The program holds its session and descriptors now (or, not started,
+    // never will: the session ends here, and its references with it).
+    drop(inherited);
     let mut child = match spawned {
         Ok(c) => c,
         Err(e) => {
@@ -257,8 +273,13 @@ fn os(b: &[u8]) -> &OsStr {
     OsStr::from_bytes(b)
 }
 
-/// The program of `req` as a client of this node.
-fn command(req: &SpawnRequest, host: &SpawnHost) -> std::io::Result<Command> {
+/// The program of `req` as a client of this node, in the session of
+/// `inherited` with its descriptors if there are any.
+fn command(
+    req: &SpawnRequest,
+    host: &SpawnHost,
+    inherited: Option<&Inherited>,
+) -> std::io::Result<Command> {
     let Some((argv0, rest)) = req.argv.split_first() else {
         return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
     };
@@ -291,12 +312,12 @@ fn command(req: &SpawnRequest, host: &SpawnHost) -> std::io::Result<Command> {
         .env(crate::launch::ENV_PRELOAD, &host.preload)
         .env(atoll_proto::boot::ENV_SOCKET, &host.socket);
     let cwd = Path::new(os(&req.cwd));
-    match crate::config::under_mount(&host.mount, cwd) {
+    let atoll_cwd = crate::config::under_mount(&host.mount, cwd).map(|_| &req.cwd[..]);
+    match atoll_cwd {
         // The kernel has no such directory: the client library starts
         // there, as after an exec.
         Some(_) => {
-            let (k, v) = atoll_client::initial_state_env(&String::from_utf8_lossy(&req.cwd));
-            cmd.env(k, v).current_dir("/");
+            cmd.current_dir("/");
         }
         None if cwd.is_dir() => {
             cmd.current_dir(cwd);
@@ -304,6 +325,21 @@ fn command(req: &SpawnRequest, host: &SpawnHost) -> std::io::Result<Command> {
         None => {
             cmd.current_dir("/");
         }
+    }
+    match (inherited, atoll_cwd) {
+        // The program joins the session made for it as a new image joins
+        // after `execve`, and takes its descriptors as such an image does.
+        (Some(inh), _) => {
+            let (placeholder, targets, session) = inh.numbers();
+            cmd.env(atoll_proto::boot::ENV_STATE, inh.state(atoll_cwd)?)
+                .env(atoll_proto::boot::ENV_SESSION_FD, session.to_string());
+            sys::inherit_in_child(&mut cmd, placeholder, targets, session);
+        }
+        (None, Some(c)) => {
+            let (k, v) = atoll_client::initial_state_env(&String::from_utf8_lossy(c));
+            cmd.env(k, v);
+        }
+        (None, None) => {}
     }
     cmd.stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -385,7 +421,7 @@ mod tests {
             gid: rustix::process::getgid().as_raw(),
             ..Default::default()
         };
-        let cmd = command(&req, &host()).unwrap();
+        let cmd = command(&req, &host(), None).unwrap();
         let env: std::collections::HashMap<String, String> = cmd
             .get_envs()
             .filter_map(|(k, v)| Some((k.to_str()?.into(), v?.to_str()?.into())))
@@ -405,6 +441,57 @@ mod tests {
             argv: vec![],
             ..req
         };
-        assert!(command(&no_argv, &host()).is_err());
+        assert!(command(&no_argv, &host(), None).is_err());
+    }
+
+    /// With inherited descriptors the program gets the session made for it
+    /// and the exec hand-over's state naming them on the placeholder, its
+    /// atoll cwd included.
+    #[test]
+    fn the_program_joins_the_session_made_for_its_descriptors() {
+        let (session, _peer) = rustix::net::socketpair(
+            rustix::net::AddressFamily::UNIX,
+            rustix::net::SocketType::SEQPACKET,
+            rustix::net::SocketFlags::CLOEXEC,
+            None,
+        )
+        .unwrap();
+        let placeholder =
+            rustix::fs::memfd_create("atoll-placeholder", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+        let st = rustix::fs::fstat(&placeholder).unwrap();
+        let fds = vec![super::super::wire::InheritedFd {
+            fd: 3,
+            desc: 5,
+            ino: 6,
+            flags: libc::O_APPEND as u32,
+            ftype: 1,
+            ..Default::default()
+        }];
+        let inh = Inherited {
+            session,
+            placeholder,
+            fds: fds.clone(),
+        };
+        let req = SpawnRequest {
+            path: b"/bin/true".to_vec(),
+            argv: vec![b"true".to_vec()],
+            cwd: b"/atoll/src".to_vec(),
+            uid: rustix::process::getuid().as_raw(),
+            gid: rustix::process::getgid().as_raw(),
+            fds,
+            ..Default::default()
+        };
+        let cmd = command(&req, &host(), Some(&inh)).unwrap();
+        let env: std::collections::HashMap<String, String> = cmd
+            .get_envs()
+            .filter_map(|(k, v)| Some((k.to_str()?.into(), v?.to_str()?.into())))
+            .collect();
+        let (_, targets, sock) = inh.numbers();
+        assert_eq!(targets, vec![3]);
+        assert_eq!(env["ATOLL_SESSION_FD"], sock.to_string());
+        assert_eq!(
+            env["ATOLL_STATE"],
+            inherit::state_text(Some(b"/atoll/src"), &inh.fds, (st.st_dev, st.st_ino))
+        );
     }
 }

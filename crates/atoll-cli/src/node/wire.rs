@@ -77,6 +77,12 @@ pub enum NodeMsg {
     /// Proxy → node, first message of a remote-spawn link (`spawn.rs`):
     /// start this program here.
     Spawn(SpawnRequest),
+    /// Node → proxy: the program's session is made (`inherit.rs`): give
+    /// it a reference to the description of each inherited descriptor.
+    Session { id: u64 },
+    /// Proxy → node: the descriptors whose description the session now
+    /// holds (those the program gets).
+    Shared { fds: Vec<i32> },
     /// Node → proxy: the program runs, with this pid on its host.
     Started { pid: i32 },
     /// Node → proxy: the program could not be started (errno).
@@ -109,7 +115,9 @@ pub enum NodeMsg {
 
 /// What `execve` carries to a program started on another node. Host
 /// descriptors cannot cross hosts: stdin, stdout and stderr are relayed
-/// (`Stdin`, `Output`); the atoll cwd is a path of the one image.
+/// (`Stdin`, `Output`), any other is closed, as `FD_CLOEXEC` would; atoll
+/// descriptors are no host objects and go as such (`fds`); the atoll cwd
+/// is a path of the one image.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
 pub struct SpawnRequest {
     pub path: Vec<u8>,
@@ -124,6 +132,27 @@ pub struct SpawnRequest {
     pub umask: u32,
     /// `(resource, soft, hard)`.
     pub rlimits: Vec<(u32, u64, u64)>,
+    /// The caller's inheritable atoll descriptors other than stdio.
+    pub fds: Vec<InheritedFd>,
+}
+
+/// An atoll descriptor a remote program inherits at its number: what the
+/// exec hand-over carries for it (`atoll_client::state::FdState`) but the
+/// placeholder, which the node makes (`inherit.rs`).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
+pub struct InheritedFd {
+    pub fd: i32,
+    /// The server's open description (`DescId`).
+    pub desc: u64,
+    pub ino: u64,
+    /// Open flags (`O_APPEND`, `O_NONBLOCK`, access mode, …).
+    pub flags: u32,
+    /// `fdtable::ftype_code` of the file type.
+    pub ftype: u32,
+    /// Directory position (readdir cookie).
+    pub cookie: u64,
+    /// A directory's path.
+    pub path: Option<Vec<u8>>,
 }
 
 /// Byte strings (ring frames, boot packets, stdio) as one run of bytes,
@@ -239,6 +268,8 @@ mod tests {
                 fd: 2,
                 bytes: vec![3],
             },
+            NodeMsg::Session { id: 0x2a },
+            NodeMsg::Shared { fds: vec![3, 4] },
             NodeMsg::Signal { sig: 15 },
             NodeMsg::Exited { code: 3 },
             NodeMsg::Killed { sig: 9 },

@@ -298,6 +298,13 @@ pub fn getxattr(
             Err(e) => return Err(e),
         }
     }
+    if name == crate::ns::XATTR_WIDTH {
+        match crate::adapt::mode_width(c, lane, ino) {
+            Ok(w) => return copy_sized(w.to_string().as_bytes(), buf, size),
+            Err(Error::Errno(e)) if e == libc::ENODATA => {}
+            Err(e) => return Err(e),
+        }
+    }
     lane.call(
         c,
         ino.owner(),

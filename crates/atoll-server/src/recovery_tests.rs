@@ -273,7 +273,7 @@ impl Live {
                         rdev: 0,
                         target: b"",
                         home: 0,
-                        distributed: false,
+                        spread: 0,
                         inherit: atoll_proto::Inherit::Unread,
                         umask: 0,
                     },

@@ -957,7 +957,7 @@ impl<S: BlockStore> FileServer<S> {
         ftype: FileType,
         mut perm: u32,
         home: usize,
-        distributed: bool,
+        spread: usize,
     ) -> InodeId {
         let mut gid = who.gid;
         if let Some((dir_perm, _, dir_gid)) = self.dir_attrs(dir, who) {
@@ -975,13 +975,19 @@ impl<S: BlockStore> FileServer<S> {
         }
         let serial = self.next_serial;
         self.next_serial += 1;
-        let dist = ftype == FileType::Directory && distributed;
+        let dist = ftype == FileType::Directory && spread > 0;
         let home = if ftype == FileType::Directory {
             home
         } else {
             self.cfg.index
         };
-        let ino = InodeId::new(self.cfg.index, home, dist, serial);
+        // A distributed directory records its width (the member count the
+        // client saw): members that join later take none of its names, so
+        // no route to them changes (Hare §6.1.1; `InodeId::width`).
+        let ino = match dist {
+            true => InodeId::spread(self.cfg.index, home, spread, serial),
+            false => InodeId::new(self.cfg.index, home, false, serial),
+        };
         self.inodes
             .insert(ino, Inode::new(ftype, perm, who.uid, gid, now()));
         ino

@@ -114,7 +114,7 @@ pub fn width(c: &Client, dir: InodeId) -> usize {
     match known(dir) {
         Some((w, _)) => w,
         None if dir.is_distributed() => match dir.width() {
-            0 => c.nservers,
+            0 => c.members(),
             w => w,
         },
         None => 0,
@@ -241,7 +241,7 @@ fn run_swap(c: &Client, lane: &Lane, dir: InodeId, target: bool, resume: bool) -
     let begin = AdaptStep::Begin {
         distributed: target,
         resume,
-        width: c.nservers as u32,
+        width: c.members() as u32,
     };
     let info = lane.call(c, home, Request::Adapt { dir, step: begin }, |r| match r {
         Reply::DirMode(m) => Ok(m),
@@ -254,7 +254,7 @@ fn run_swap(c: &Client, lane: &Lane, dir: InodeId, target: bool, resume: bool) -
     let (epoch, target, width) = (info.epoch, info.distributed, info.route_width());
     // Every member blocks and completes, so each knows the epoch; entries
     // move only between servers of the old and the new width.
-    let others: Vec<usize> = (0..c.nservers).filter(|&s| s != home).collect();
+    let others: Vec<usize> = (0..c.members()).filter(|&s| s != home).collect();
     let step = |step| Request::Adapt { dir, step };
     let moved = (|| {
         for &s in &others {
@@ -266,7 +266,7 @@ fn run_swap(c: &Client, lane: &Lane, dir: InodeId, target: bool, resume: bool) -
             };
             lane.call_ok(c, s, step(b))?;
         }
-        for s in 0..c.nservers {
+        for s in 0..c.members() {
             transfer_from(c, lane, dir, s, epoch, width)?;
         }
         Ok(())
@@ -297,7 +297,7 @@ fn transfer_from(
     epoch: u32,
     width: usize,
 ) -> Result<()> {
-    let n = c.nservers.max(width);
+    let n = c.members().max(width);
     let mut after = 0u64;
     loop {
         let export = AdaptStep::Export { epoch, after };

@@ -36,7 +36,7 @@ use crate::session::{Client, Lane};
 /// The server that should hold a new inode whose entry `(dir, name)`
 /// lives on `entry`, if not `entry` itself.
 pub fn placement(c: &Client, dir: InodeId, name: &[u8]) -> Option<usize> {
-    if c.info.without.affinity || c.nservers < 2 {
+    if c.info.without.affinity || c.members() < 2 {
         return None;
     }
     let t = &c.info.topology;
@@ -77,7 +77,7 @@ pub fn placement(c: &Client, dir: InodeId, name: &[u8]) -> Option<usize> {
 /// commit) instead of one `Unlink`; everything done inside the directory
 /// costs what it did, since its inode and entries share a server.
 pub fn directory_home(c: &Client, dir: InodeId, name: &[u8]) -> Option<usize> {
-    if c.info.without.affinity || c.nservers < 2 || crate::adapt::distributed(dir) {
+    if c.info.without.affinity || c.members() < 2 || crate::adapt::distributed(dir) {
         return None;
     }
     // Only where servers have cores of their own (`--split`, or any
@@ -90,7 +90,7 @@ pub fn directory_home(c: &Client, dir: InodeId, name: &[u8]) -> Option<usize> {
     if c.info.poll != atoll_proto::boot::PollMode::Spin {
         return None;
     }
-    let home = (name_hash(dir, name) % c.nservers as u64) as usize;
+    let home = (name_hash(dir, name) % c.members() as u64) as usize;
     (home != crate::adapt::entry_server(c, dir, name)).then_some(home)
 }
 

@@ -243,8 +243,8 @@ const ST_VALID: i64 = 0x0020;
 pub fn statfs(c: &Client, lane: &Lane) -> Result<libc::statfs> {
     // A dead server's share is gone with it (fault containment): the
     // others still answer for theirs.
-    let mut ids = Vec::with_capacity(c.nservers);
-    for s in (0..c.nservers).filter(|&s| !c.control.is_down(s)) {
+    let mut ids = Vec::with_capacity(c.members());
+    for s in (0..c.members()).filter(|&s| !c.control.is_down(s)) {
         ids.push((s, lane.send(c, c.cred(), s, Request::StatFs)?));
     }
     let mut total = atoll_proto::StatFsInfo::default();

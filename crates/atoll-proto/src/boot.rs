@@ -218,6 +218,13 @@ pub enum BootRequest {
     /// wakes no server. Reply: `Attached` with `lane: None`; fds as
     /// `Reattach`.
     AttachLazily { pid: u32 },
+    /// A channel of lane `lane` (one this session was given) to file
+    /// server `server`, a member that joined after the lane was made
+    /// (Hare §6.1.1): a lane asks at its first request to the member, so
+    /// lanes of processes that never reach it cost nothing. Refused for a
+    /// server that is not a member yet, so a lane never sends to one that
+    /// is not ready. Reply: `Lane { lane }`; fds: `[channel]`.
+    Channel { lane: u32, server: u32 },
     /// `Reattach` whose reply the new image does not need: the exec handed
     /// it the buffer cache's and control block's descriptors and the
     /// session's id and instance information along with the socket
@@ -311,6 +318,9 @@ pub struct ServerHealth {
     /// The host process it runs in (`atoll scale`; 0 for server threads).
     #[serde(default)]
     pub host: u32,
+    /// It joined while the instance ran (Hare §6.1.1), not at boot.
+    #[serde(default)]
+    pub joined: bool,
     /// Times it moved to another host.
     #[serde(default)]
     pub moves: u32,
@@ -335,7 +345,9 @@ pub enum BootReply {
     Forked {
         child: SessionId,
     },
-    Status(InstanceStatus),
+    /// Boxed: far larger than the other replies (postcard encodes it the
+    /// same way).
+    Status(Box<InstanceStatus>),
     Stopping,
     /// A request without an answer of its own was carried out (`Chaos`).
     Done,
@@ -408,6 +420,17 @@ pub struct InstanceStatus {
 /// How many host processes run the file servers, and who decides.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
 pub struct Scaling {
+    /// File servers that are members now (servers `0..members`): the
+    /// boot count, and more as servers join (`atoll scale` past it).
+    #[serde(default)]
+    pub members: u32,
+    /// Members that joined while the instance ran (not at boot).
+    #[serde(default)]
+    pub joined: Vec<u32>,
+    /// The most members there may be (`atoll_proto::MAX_SERVERS`, or the
+    /// boot count where servers cannot join: threads, `--split`).
+    #[serde(default)]
+    pub room: u32,
     /// Host processes running now (0: servers are threads of the instance).
     pub hosts: u32,
     /// The most hosts there can be: one per server (`--max-servers`), at

@@ -44,7 +44,7 @@ pub(crate) fn params(journal: Arc<Journal>) -> (ServerParams, Rc<Control>) {
         pool: Arc::new(atoll_msg::BlockPool::new(0, BLOCKS, 1)),
         trace: None,
         adaptive: false,
-        health: Arc::new(Health::new(&[None])),
+        health: Arc::new(Health::new(&[None], 1)),
         journal: Some(journal),
         process: false,
         resume: false,

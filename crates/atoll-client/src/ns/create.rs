@@ -51,7 +51,7 @@ pub(super) fn make_node(
                 target,
                 home,
                 // Spread over every member there is now (`InodeId::spread`).
-                spread: if distributed { c.nservers as u8 } else { 0 },
+                spread: if distributed { c.members() as u8 } else { 0 },
                 umask: umask(c),
                 inherit: atoll_proto::Inherit::Unread,
             },

@@ -67,7 +67,7 @@ pub fn umask(c: &Client) -> u32 {
 /// user.atoll.distributed -v 1`, `adapt`) and under a `--distribute`
 /// path.
 fn want_distributed(c: &Client, w: &Walker, name: &[u8]) -> bool {
-    if c.info.without.dir_distribution || c.nservers < 2 {
+    if c.info.without.dir_distribution || c.members() < 2 {
         return false;
     }
     if crate::adapt::distributed(w.dir) {

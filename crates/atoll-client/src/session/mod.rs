@@ -50,7 +50,14 @@ pub const PRIVATE_FD_MIN: i32 = 900;
 /// One channel per server, taken by one thread for one call.
 pub struct Lane {
     busy: AtomicBool,
-    chans: Vec<ClientChannel>,
+    /// The lane's number in its session (what the boot thread knows it by).
+    index: u32,
+    /// One channel per server slot (the control block's room): those of
+    /// the members when the lane was made, and one to each member that
+    /// joined since, made at the lane's first request to it
+    /// ([`Lane::chan`]). Set once each; read by other threads too
+    /// (`Session::channels`).
+    chans: Box<[std::sync::OnceLock<ClientChannel>]>,
     buf: UnsafeCell<Vec<u8>>,
     next_id: AtomicU64,
     /// Group lists already registered through this lane (`creds`).
@@ -74,14 +81,17 @@ pub struct Granted {
 }
 
 impl Lane {
-    fn new(_index: u32, fds: Vec<OwnedFd>) -> Result<Lane> {
-        let mut chans = Vec::with_capacity(fds.len());
-        for fd in fds {
-            chans.push(ClientChannel::map(fd.as_fd())?);
+    fn new(index: u32, fds: Vec<OwnedFd>, room: usize) -> Result<Lane> {
+        let chans: Box<[std::sync::OnceLock<ClientChannel>]> = (0..room.max(fds.len()))
+            .map(|_| std::sync::OnceLock::new())
+            .collect();
+        for (slot, fd) in fds.into_iter().enumerate() {
+            let _ = chans[slot].set(ClientChannel::map(fd.as_fd())?);
             // The mapping keeps the channel alive; the fd is closed here.
         }
         Ok(Lane {
             busy: AtomicBool::new(false),
+            index,
             chans,
             buf: UnsafeCell::new(vec![0u8; MAX_FRAME]),
             next_id: AtomicU64::new(1),
@@ -95,7 +105,30 @@ impl Lane {
     #[inline]
     fn chan(&self, c: &Client, server: usize) -> Result<&ClientChannel> {
         let slot = c.bind_server(server).ok_or(Error::Errno(libc::EINVAL))?;
-        self.chans.get(slot).ok_or(Error::Errno(libc::EINVAL))
+        let cell = self.chans.get(slot).ok_or(Error::Errno(libc::EINVAL))?;
+        match cell.get() {
+            Some(ch) => Ok(ch),
+            None => self.join_chan(c, slot, cell),
+        }
+    }
+
+    /// A channel to member `slot`, which joined after this lane was made
+    /// (Hare §6.1.1): asked of the boot thread at the lane's first request
+    /// to it, and only once the control block counts it a member, so the
+    /// lane never sends to a server that is not ready. Only the lane's
+    /// holder sets it (a lane serves one thread at a time).
+    #[cold]
+    fn join_chan<'l>(
+        &'l self,
+        c: &Client,
+        slot: usize,
+        cell: &'l std::sync::OnceLock<ClientChannel>,
+    ) -> Result<&'l ClientChannel> {
+        if slot >= c.members() {
+            return Err(Error::Errno(libc::EINVAL));
+        }
+        let ch = c.channel_to(self.index, slot)?;
+        Ok(cell.get_or_init(|| ch))
     }
 
     /// The channel a request to `server` went out on, for its reply: the
@@ -104,7 +137,10 @@ impl Lane {
     #[inline]
     fn bound_chan(&self, c: &Client, server: usize) -> Result<&ClientChannel> {
         let slot = c.bound_slot(server).ok_or(Error::Errno(libc::EINVAL))?;
-        self.chans.get(slot).ok_or(Error::Errno(libc::EINVAL))
+        self.chans
+            .get(slot)
+            .and_then(|ch| ch.get())
+            .ok_or(Error::Errno(libc::EINVAL))
     }
 
     /// Register group list `set` with `server` through this lane's channel
@@ -483,9 +519,9 @@ impl Lane {
     /// on); without a cache they are dropped to keep the inbox from filling.
     fn drain(&self, c: &Client) {
         match c.dcache() {
-            Some(dc) => dc.drain(self.chans.iter()),
+            Some(dc) => dc.drain(self.chans.iter().filter_map(|ch| ch.get())),
             None => {
-                for ch in &self.chans {
+                for ch in self.chans.iter().filter_map(|ch| ch.get()) {
                     let _ = ch.drain_inbox(|bytes| {
                         if let Ok(atoll_proto::Notice::Adapt { dir, distributed }) =
                             atoll_proto::decode(bytes)
@@ -594,7 +630,7 @@ impl Session {
             .map(|l| l.load(Ordering::Acquire))
             .take_while(|p| !p.is_null())
             // SAFETY: lanes are leaked boxes, never freed.
-            .flat_map(|p| unsafe { &*p }.chans.iter())
+            .flat_map(|p| unsafe { &*p }.chans.iter().filter_map(|ch| ch.get()))
     }
 }
 
@@ -629,7 +665,6 @@ pub struct Cwd {
 /// (`&'static`), created by `init`.
 pub struct Client {
     pub info: InstanceInfo,
-    pub nservers: usize,
     pub mount: Vec<u8>,
     /// The mount's parent directory (`..` from the mount root leads there).
     pub mount_parent: Vec<u8>,
@@ -889,7 +924,7 @@ impl Client {
         let BootReply::Lane { lane } = reply else {
             return Err(Error::Boot(format!("NewLane answered {reply:?}")));
         };
-        let l = Lane::new(lane, fds)?;
+        let l = Lane::new(lane, fds, self.control.servers())?;
         l.busy.store(true, Ordering::Relaxed);
         let p = Box::into_raw(Box::new(l));
         slot.store(p, Ordering::Release);
@@ -897,6 +932,33 @@ impl Client {
         Ok(Some(LaneGuard {
             lane: unsafe { &*p },
         }))
+    }
+
+    /// The file servers that are members now: servers `0..members` (the
+    /// boot count, and more as servers join the running instance, Hare
+    /// §6.1.1). One acquire load of a word written only as members join.
+    /// New inodes and directories may go to any of them; a distributed
+    /// directory's names go by the width it records (`adapt::width`).
+    #[inline]
+    pub fn members(&self) -> usize {
+        self.control.members()
+    }
+
+    /// A channel of lane `lane` to member `server` (`BootRequest::Channel`).
+    fn channel_to(&self, lane: u32, server: usize) -> Result<ClientChannel> {
+        let _g = self.boot_lock.lock();
+        let sock = self.socket_fd.load(Ordering::Relaxed);
+        // SAFETY: the session socket stays open while the client lives.
+        let sock = unsafe { BorrowedFd::borrow_raw(sock) };
+        let req = BootRequest::Channel {
+            lane,
+            server: server as u32,
+        };
+        let (reply, fds) = boot_call(sock, &req)?;
+        match (reply, fds.as_slice()) {
+            (BootReply::Lane { lane: l }, [fd]) if l == lane => Ok(ClientChannel::map(fd.as_fd())?),
+            (r, _) => Err(Error::Boot(format!("Channel answered {r:?}"))),
+        }
     }
 
     /// Does this process hold a lane (is its first lane made)? A new image

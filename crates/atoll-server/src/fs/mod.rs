@@ -139,6 +139,8 @@ const SETFL_MASK: u32 =
 pub struct FsConfig {
     /// This server's index (owner id in inode and description ids).
     pub index: usize,
+    /// Members of the instance: at boot, then as the server loop sees
+    /// servers join (`FileServer::set_members`).
     pub nservers: usize,
     /// Blocks `[first_block, first_block + nblocks)` of a pool of its own
     /// (`FileServer::new`); an instance's servers share one pool instead.
@@ -338,6 +340,17 @@ struct MoveLink {
 
 impl<S: BlockStore> FileServer<S> {
     /// A server with gauges of its own (alone, or in tests).
+    /// Servers `0..n` are the instance's members now (they only grow:
+    /// `atoll_msg::Control::members`). What this server checks a new
+    /// directory's home against; a distributed directory routes by the
+    /// width it records, never by this.
+    #[inline]
+    pub fn set_members(&mut self, n: usize) {
+        if n > self.cfg.nservers {
+            self.cfg.nservers = n;
+        }
+    }
+
     pub fn new(cfg: FsConfig, store: S) -> FileServer<S> {
         let gauges = Rc::new(limits::LocalGauges::new(&cfg.limits));
         let cache = Cache::private(cfg.first_block, cfg.nblocks, store);

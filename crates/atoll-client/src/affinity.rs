@@ -45,14 +45,18 @@ pub fn placement(c: &Client, dir: InodeId, name: &[u8]) -> Option<usize> {
     if t.near(entry, domain) {
         return None;
     }
-    let n = t.local_servers(domain).count();
+    // The topology covers every slot the instance has room for; only
+    // members take inodes.
+    let members = c.members();
+    let local = || t.local_servers(domain).filter(move |&s| s < members);
+    let n = local().count();
     if n == 0 {
         return None;
     }
     // One designated server per process, spread by pid (Hare §3.7.5: "to
     // avoid all clients storing files on the same local server").
     let k = std::process::id() as usize % n;
-    t.local_servers(domain)
+    local()
         .nth(k)
         .map(|s| c.live_server(s))
         .filter(|&s| s != entry)

@@ -127,9 +127,10 @@ impl Client {
             },
             domain: Some(t.domain_of_cpu(rustix::thread::sched_getcpu())),
         };
+        // Among the members only: the fleet names every slot of the room.
         self.fs_names
             .fleet
-            .pick(&caller, &ControlView(&self.control))
+            .pick_within(&caller, &ControlView(&self.control), n)
             .map_or(preferred % n, |s| s as usize)
     }
 }

@@ -362,7 +362,8 @@ impl BlockPool {
         Some(PoolRep {
             pool: pool.clone(),
             me: server as u8,
-            cursor: (pool.blocks() as usize * server / pool.reps.len().max(1)) as u32,
+            // Spread over the members (not the room), as at boot.
+            cursor: (pool.blocks() as usize * server / pool.members()) as u32,
         })
     }
 

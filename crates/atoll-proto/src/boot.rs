@@ -145,6 +145,8 @@ pub struct InstanceInfo {
     pub id: String,
     /// Absolute mount path, e.g. `/atoll`.
     pub mount: String,
+    /// File servers at boot. More may join while the instance runs: the
+    /// members now are `atoll_msg::Control::members`.
     pub servers: u32,
     /// Bytes in the shared buffer cache (a multiple of the block size).
     pub cache_bytes: u64,
@@ -171,7 +173,8 @@ pub struct InstanceInfo {
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub enum BootRequest {
     /// First packet on a new connection: create a session for process `pid`.
-    /// Reply fds: `[buffer cache memfd, control memfd, channel 0 … channel N-1]`;
+    /// Reply fds: `[buffer cache memfd, control memfd, channel 0 … channel N-1]`
+    /// for the N members at that moment;
     /// in a `copy` island the buffer cache memfd is left out (the client
     /// never maps it): `[control memfd, channel 0 … channel N-1]`.
     Attach { pid: u32 },
@@ -182,8 +185,9 @@ pub enum BootRequest {
     /// costs no channels.
     /// Reply fds: as `Attach` without the channels.
     Reattach { pid: u32 },
-    /// Another lane (one channel per server) for another thread.
-    /// Reply fds: `[channel 0 … channel N-1]`.
+    /// Another lane (one channel per member) for another thread.
+    /// Reply fds: `[channel 0 … channel N-1]` (the members now; a member
+    /// that joins later gets its channel with `Channel`).
     NewLane,
     /// Create a child session for a process about to be forked. The parent
     /// then sends `Request::Share` for each description it holds.

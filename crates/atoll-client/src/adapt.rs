@@ -238,10 +238,14 @@ pub fn swap(c: &Client, lane: &Lane, dir: InodeId, target: bool) -> Result<()> {
 /// One swap of `dir` to `target`, as coordinator (K42 ch. 6 phases).
 fn run_swap(c: &Client, lane: &Lane, dir: InodeId, target: bool, resume: bool) -> Result<()> {
     let home = dir.home();
+    // One count for the whole swap: a member that joins meanwhile is not
+    // blocked, so it must not be asked to export either (it holds none of
+    // the directory's names, and the swap routes none to it).
+    let members = c.members();
     let begin = AdaptStep::Begin {
         distributed: target,
         resume,
-        width: c.members() as u32,
+        width: members as u32,
     };
     let info = lane.call(c, home, Request::Adapt { dir, step: begin }, |r| match r {
         Reply::DirMode(m) => Ok(m),
@@ -254,7 +258,7 @@ fn run_swap(c: &Client, lane: &Lane, dir: InodeId, target: bool, resume: bool) -
     let (epoch, target, width) = (info.epoch, info.distributed, info.route_width());
     // Every member blocks and completes, so each knows the epoch; entries
     // move only between servers of the old and the new width.
-    let others: Vec<usize> = (0..c.members()).filter(|&s| s != home).collect();
+    let others: Vec<usize> = (0..members).filter(|&s| s != home).collect();
     let step = |step| Request::Adapt { dir, step };
     let moved = (|| {
         for &s in &others {
@@ -266,7 +270,7 @@ fn run_swap(c: &Client, lane: &Lane, dir: InodeId, target: bool, resume: bool) -
             };
             lane.call_ok(c, s, step(b))?;
         }
-        for s in 0..c.members() {
+        for s in 0..members {
             transfer_from(c, lane, dir, s, epoch, width)?;
         }
         Ok(())

@@ -118,10 +118,10 @@ pub struct InstanceArgs {
     /// (`atoll scale` changes it later) [default: number of usable cores]
     #[arg(long, value_name = "N|auto", value_parser = parse_server_count)]
     pub servers: Option<ServerCount>,
-    /// Most file server processes `atoll scale` may reach: the instance
-    /// has this many file servers, which move between the processes
-    /// running [default: --servers, or the number of usable cores with
-    /// --servers auto]
+    /// The instance has this many file servers from boot, which move
+    /// between the processes running, and `atoll scale` may reach no
+    /// more [default: --servers (or the usable cores with --servers auto),
+    /// and servers join when `atoll scale` asks for more processes]
     #[arg(long, value_name = "M", value_parser = parse_servers)]
     pub max_servers: Option<usize>,
     /// Where the instance's file system appears to programs; absolute, and
@@ -333,13 +333,16 @@ spawn` die with it). Examples:
   atoll chaos --id ID --corrupt-ring server:0";
 
 const SCALE_AFTER_HELP: &str = "\
-An instance has a fixed set of file servers (--max-servers at boot); each
-runs in one of the host processes, one per core. `atoll scale` starts or
-stops hosts and moves servers between them while programs run: a server
+An instance starts with a set of file servers (--servers, or --max-servers);
+each runs in one of the host processes, one per core. `atoll scale` starts
+or stops hosts and moves servers between them while programs run: a server
 that moves stops between two requests and is rebuilt from its journal in
-its new host, so programs only see a pause. `auto` lets the instance add a
-host when one is busy and remove one when all are idle. Examples:
-  id=$(atoll boot --servers 1 --max-servers 4)
+its new host, so programs only see a pause. Asked for more hosts than
+there are servers, new servers join (unless --max-servers capped the set):
+they take new files and directories, never existing ones, and stay
+members when the hosts go again. `auto` lets the instance add a host when
+one is busy and remove one when all are idle. Examples:
+  id=$(atoll boot --servers 1)
   atoll scale --id \"$id\" --servers 4
   atoll scale --id \"$id\" --servers auto";
 

@@ -106,6 +106,7 @@ impl SystemFactory for AtollFactory {
                 servers,
                 hosts: 0,
                 auto_scale: false,
+                room: 0,
                 memory: bench_memory(),
                 mount,
                 poll: if split {

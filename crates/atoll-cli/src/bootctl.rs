@@ -56,7 +56,7 @@ pub fn request(socket: &Path, req: &BootRequest) -> io::Result<BootReply> {
 
 pub fn status(socket: &Path) -> io::Result<InstanceStatus> {
     match request(socket, &BootRequest::Status)? {
-        BootReply::Status(s) => Ok(s),
+        BootReply::Status(s) => Ok(*s),
         other => Err(unexpected(other)),
     }
 }
@@ -139,7 +139,7 @@ mod tests {
             fs_policy: Default::default(),
             ..Default::default()
         };
-        let (path, h) = fake_instance(t.path(), BootReply::Status(st));
+        let (path, h) = fake_instance(t.path(), BootReply::Status(Box::new(st)));
         let got = status(&path).unwrap();
         assert_eq!((got.id.as_str(), got.pid, got.clients), ("abc", 42, 3));
         assert_eq!(got.limits, vec![("inodes".to_string(), 1, 2)]);

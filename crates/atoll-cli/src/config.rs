@@ -96,6 +96,8 @@ fn plan_with_cores(args: &InstanceArgs, cores: &[usize]) -> Result<Plan, UsageEr
             servers,
             hosts,
             auto_scale,
+            // `--max-servers` caps the set; without it servers may join.
+            room: args.max_servers.map_or(0, |_| servers),
             memory: args.memory,
             mount: args.mount.clone(),
             poll,

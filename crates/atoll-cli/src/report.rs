@@ -371,10 +371,31 @@ pub fn status_text(st: &InstanceStatus, rec: &InstanceRecord) -> String {
                 }
             ),
         };
+        let process = match h.joined {
+            true => format!("{process}, joined while running"),
+            false => process,
+        };
         let _ = writeln!(
             out,
             "  server {}   {}{process}{rebuilt}{why}",
             h.server, h.state
+        );
+    }
+    if st.scaling.members > 0 {
+        let joined = match st.scaling.joined.as_slice() {
+            [] => String::new(),
+            j => format!(
+                "; joined while running: {}",
+                j.iter()
+                    .map(|s| s.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
+        };
+        let _ = writeln!(
+            out,
+            "members      {} file servers, room for {}{joined}",
+            st.scaling.members, st.scaling.room
         );
     }
     if st.scaling.hosts > 0 {

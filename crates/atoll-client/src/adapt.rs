@@ -2,8 +2,10 @@
 //! side and the design are in `atoll-server`'s `fs/adapt.rs`).
 //!
 //! * **What the client believes.** A directory's mode is its id's flag
-//!   (epoch 0) until the client learns otherwise: [`MODES`] caches
-//!   `(distributed, epoch)` of directories whose home server said so.
+//!   and width (epoch 0) until the client learns otherwise: [`MODES`]
+//!   caches `(width, epoch)` of directories whose home server said so
+//!   (width 0: centralized; a distributed directory's names are spread over
+//!   servers `0..width`, the member count when it became distributed).
 //!   It is only a cache: every server checks each request against the
 //!   mode it knows and answers a stale one `EMODE`, so a lost or torn
 //!   slot costs one more round trip, never a wrong answer. With no
@@ -67,8 +69,9 @@ fn slot(dir: InodeId) -> &'static Slot {
     &MODES[(atoll_proto::name_hash(dir, b"") % SLOTS as u64) as usize]
 }
 
-/// The mode learnt for `dir`, if any: `(distributed, epoch)`.
-pub fn known(dir: InodeId) -> Option<(bool, u32)> {
+/// The mode learnt for `dir`, if any: `(width, epoch)` (width 0:
+/// centralized).
+pub fn known(dir: InodeId) -> Option<(usize, u32)> {
     if !ANY.load(Ordering::Relaxed) {
         return None;
     }
@@ -76,11 +79,12 @@ pub fn known(dir: InodeId) -> Option<(bool, u32)> {
     let k1 = s.key.load(Ordering::Acquire);
     let v = s.val.load(Ordering::Acquire);
     let k2 = s.key.load(Ordering::Acquire);
-    (k1 == dir.0 && k2 == dir.0).then_some((v & 1 != 0, (v >> 1) as u32))
+    (k1 == dir.0 && k2 == dir.0).then_some(((v & 0xff) as usize, (v >> 8) as u32))
 }
 
-/// Remember `dir`'s mode (an older epoch never replaces a newer one).
-pub fn learn(dir: InodeId, distributed: bool, epoch: u32) {
+/// Remember `dir`'s mode, `width` servers (0: centralized; an older epoch
+/// never replaces a newer one).
+pub fn learn(dir: InodeId, width: usize, epoch: u32) {
     if epoch == 0 && known(dir).is_none() {
         return; // the id says it already
     }
@@ -91,7 +95,7 @@ pub fn learn(dir: InodeId, distributed: bool, epoch: u32) {
     let s = slot(dir);
     s.key.store(0, Ordering::Release);
     s.val.store(
-        ((epoch as u64) << 1) | distributed as u64,
+        ((epoch as u64) << 8) | width.min(0xff) as u64,
         Ordering::Release,
     );
     s.key.store(dir.0, Ordering::Release);
@@ -99,7 +103,22 @@ pub fn learn(dir: InodeId, distributed: bool, epoch: u32) {
 
 /// Is `dir` distributed, as far as this process knows?
 pub fn distributed(dir: InodeId) -> bool {
-    known(dir).map_or(dir.is_distributed(), |m| m.0)
+    known(dir).map_or(dir.is_distributed(), |m| m.0 > 0)
+}
+
+/// How many servers `dir`'s names are spread over, as far as this process
+/// knows (0: centralized): the width the id or the last swap recorded,
+/// never today's member count, so members that joined since change no
+/// route (Hare §6.1.1). An id without one (made by hand) counts `members`.
+pub fn width(c: &Client, dir: InodeId) -> usize {
+    match known(dir) {
+        Some((w, _)) => w,
+        None if dir.is_distributed() => match dir.width() {
+            0 => c.members(),
+            w => w,
+        },
+        None => 0,
+    }
 }
 
 /// The mode epoch this process routes `dir` by.
@@ -114,7 +133,7 @@ pub fn adapted_spread(dir: InodeId) -> bool {
 
 /// Server holding entry `name` of `dir` (Hare §3.4, under the mode known).
 pub fn entry_server(c: &Client, dir: InodeId, name: &[u8]) -> usize {
-    entry_server_in(dir, distributed(dir), name, c.nservers)
+    entry_server_in(dir, width(c, dir), name)
 }
 
 /// `req`, sent to `from`, made fit to go to `to` instead: a new
@@ -156,7 +175,7 @@ pub fn refresh(c: &Client, lane: &Lane, dir: InodeId) -> Result<bool> {
     loop {
         let info = mode_of(c, lane, dir)?;
         if !info.swapping {
-            learn(dir, info.distributed, info.epoch);
+            learn(dir, info.route_width(), info.epoch);
             return Ok(waited || info.epoch != before);
         }
         waited = true;
@@ -188,6 +207,12 @@ pub fn mode_value(c: &Client, lane: &Lane, dir: InodeId) -> Result<bool> {
     Ok(distributed(dir))
 }
 
+/// `getxattr(dir, "user.atoll.width")`: servers its names spread over now.
+pub fn mode_width(c: &Client, lane: &Lane, dir: InodeId) -> Result<usize> {
+    refresh(c, lane, dir)?;
+    Ok(width(c, dir))
+}
+
 /// Swap `dir` to `target` (`setxattr(dir, "user.atoll.distributed", "1"|"0")`,
 /// or a policy's `Notice::Adapt`). A swap another process coordinates, or
 /// that something under way refuses (`EBUSY`), is tried again a few times.
@@ -213,20 +238,27 @@ pub fn swap(c: &Client, lane: &Lane, dir: InodeId, target: bool) -> Result<()> {
 /// One swap of `dir` to `target`, as coordinator (K42 ch. 6 phases).
 fn run_swap(c: &Client, lane: &Lane, dir: InodeId, target: bool, resume: bool) -> Result<()> {
     let home = dir.home();
+    // One count for the whole swap: a member that joins meanwhile is not
+    // blocked, so it must not be asked to export either (it holds none of
+    // the directory's names, and the swap routes none to it).
+    let members = c.members();
     let begin = AdaptStep::Begin {
         distributed: target,
         resume,
+        width: members as u32,
     };
     let info = lane.call(c, home, Request::Adapt { dir, step: begin }, |r| match r {
         Reply::DirMode(m) => Ok(m),
         _ => Err(Error::Protocol("Adapt::Begin")),
     })?;
     if !info.swapping {
-        learn(dir, info.distributed, info.epoch);
+        learn(dir, info.route_width(), info.epoch);
         return Ok(()); // already in that mode
     }
-    let (epoch, target) = (info.epoch, info.distributed);
-    let others: Vec<usize> = (0..c.nservers).filter(|&s| s != home).collect();
+    let (epoch, target, width) = (info.epoch, info.distributed, info.route_width());
+    // Every member blocks and completes, so each knows the epoch; entries
+    // move only between servers of the old and the new width.
+    let others: Vec<usize> = (0..members).filter(|&s| s != home).collect();
     let step = |step| Request::Adapt { dir, step };
     let moved = (|| {
         for &s in &others {
@@ -234,11 +266,12 @@ fn run_swap(c: &Client, lane: &Lane, dir: InodeId, target: bool, resume: bool) -
                 epoch,
                 distributed: target,
                 base_seq: info.base_seq,
+                width: width as u32,
             };
             lane.call_ok(c, s, step(b))?;
         }
-        for s in 0..c.nservers {
-            transfer_from(c, lane, dir, s, epoch, target)?;
+        for s in 0..members {
+            transfer_from(c, lane, dir, s, epoch, width)?;
         }
         Ok(())
     })();
@@ -255,7 +288,7 @@ fn run_swap(c: &Client, lane: &Lane, dir: InodeId, target: bool, resume: bool) -
     for s in others.iter().copied().chain([home]) {
         lane.call_ok(c, s, step(AdaptStep::Complete { epoch }))?;
     }
-    learn(dir, target, epoch);
+    learn(dir, width, epoch);
     Ok(())
 }
 
@@ -266,9 +299,9 @@ fn transfer_from(
     dir: InodeId,
     from: usize,
     epoch: u32,
-    target: bool,
+    width: usize,
 ) -> Result<()> {
-    let n = c.nservers;
+    let n = c.members().max(width);
     let mut after = 0u64;
     loop {
         let export = AdaptStep::Export { epoch, after };
@@ -276,7 +309,7 @@ fn transfer_from(
         let next = lane.call(c, from, Request::Adapt { dir, step: export }, |r| match r {
             Reply::Exported { data, next } => {
                 for (seq, ino, ftype, name) in parse_moved(data) {
-                    let to = entry_server_in(dir, target, name, n);
+                    let to = entry_server_in(dir, width, name);
                     let buf = &mut per[to];
                     buf.reserve(moved_len(name));
                     atoll_proto::pack_moved(buf, seq, ino, ftype, name);
@@ -345,8 +378,11 @@ pub fn getdents(
         failure: None,
         cookie,
     };
-    let mut sent = Vec::with_capacity(c.nservers);
-    for s in 0..c.nservers {
+    // Only the servers of its width hold entries (a member that joined
+    // after the swap knows nothing of the directory).
+    let n = width(c, dir).max(1);
+    let mut sent = Vec::with_capacity(n);
+    for s in 0..n {
         let req = Request::ReadDir {
             dir,
             cookie,
@@ -436,13 +472,15 @@ mod tests {
         let dir = InodeId::new(1, 1, false, 4242);
         assert!(!distributed(dir));
         assert_eq!(epoch(dir), 0);
-        learn(dir, true, 3);
-        assert_eq!(known(dir), Some((true, 3)));
+        learn(dir, 3, 3);
+        assert_eq!(known(dir), Some((3, 3)));
         assert!(adapted_spread(dir));
-        learn(dir, false, 2);
-        assert_eq!(known(dir), Some((true, 3)), "a stale answer is ignored");
-        learn(dir, false, 4);
+        learn(dir, 0, 2);
+        assert_eq!(known(dir), Some((3, 3)), "a stale answer is ignored");
+        learn(dir, 0, 4);
         assert!(!distributed(dir));
+        learn(dir, 64, 5);
+        assert_eq!(known(dir), Some((64, 5)), "the width survives the cache");
         let other = InodeId::new(1, 1, false, 4243);
         assert_eq!(known(other), None);
     }

@@ -36,7 +36,7 @@ use crate::session::{Client, Lane};
 /// The server that should hold a new inode whose entry `(dir, name)`
 /// lives on `entry`, if not `entry` itself.
 pub fn placement(c: &Client, dir: InodeId, name: &[u8]) -> Option<usize> {
-    if c.info.without.affinity || c.nservers < 2 {
+    if c.info.without.affinity || c.members() < 2 {
         return None;
     }
     let t = &c.info.topology;
@@ -45,14 +45,18 @@ pub fn placement(c: &Client, dir: InodeId, name: &[u8]) -> Option<usize> {
     if t.near(entry, domain) {
         return None;
     }
-    let n = t.local_servers(domain).count();
+    // The topology covers every slot the instance has room for; only
+    // members take inodes.
+    let members = c.members();
+    let local = || t.local_servers(domain).filter(move |&s| s < members);
+    let n = local().count();
     if n == 0 {
         return None;
     }
     // One designated server per process, spread by pid (Hare §3.7.5: "to
     // avoid all clients storing files on the same local server").
     let k = std::process::id() as usize % n;
-    t.local_servers(domain)
+    local()
         .nth(k)
         .map(|s| c.live_server(s))
         .filter(|&s| s != entry)
@@ -77,7 +81,7 @@ pub fn placement(c: &Client, dir: InodeId, name: &[u8]) -> Option<usize> {
 /// commit) instead of one `Unlink`; everything done inside the directory
 /// costs what it did, since its inode and entries share a server.
 pub fn directory_home(c: &Client, dir: InodeId, name: &[u8]) -> Option<usize> {
-    if c.info.without.affinity || c.nservers < 2 || crate::adapt::distributed(dir) {
+    if c.info.without.affinity || c.members() < 2 || crate::adapt::distributed(dir) {
         return None;
     }
     // Only where servers have cores of their own (`--split`, or any
@@ -90,7 +94,7 @@ pub fn directory_home(c: &Client, dir: InodeId, name: &[u8]) -> Option<usize> {
     if c.info.poll != atoll_proto::boot::PollMode::Spin {
         return None;
     }
-    let home = (name_hash(dir, name) % c.nservers as u64) as usize;
+    let home = (name_hash(dir, name) % c.members() as u64) as usize;
     (home != crate::adapt::entry_server(c, dir, name)).then_some(home)
 }
 

@@ -35,7 +35,8 @@ pub fn getdents(
     buf: &mut [u8],
     order: impl Fn(usize) -> usize,
 ) -> Result<(usize, u64)> {
-    let n = c.nservers;
+    // The servers of the directory's width (`adapt::width`).
+    let n = crate::adapt::width(c, dir).max(1);
     let first = (cookie >> SRV_SHIFT) as usize;
     if first >= n {
         return Ok((0, cookie));

@@ -556,7 +556,7 @@ mod tests {
             rdev: 0,
             target: b"t",
             home: 0,
-            distributed: false,
+            spread: 0,
             umask: 0o022,
             inherit: Inherit::Unread,
         }

@@ -259,7 +259,7 @@ pub fn mark(c: &Client, a: &[u64; 6]) -> Result<Out> {
             mask: old | mask,
             path,
         };
-        set_mark(c, &lane, &group, mark, c.nservers.max(1))
+        set_mark(c, &lane, &group, mark, c.members().max(1))
     } else {
         let Some((wd, m)) = g.marks.iter().find(|(_, m)| m.key == key) else {
             return err(libc::ENOENT);
@@ -273,7 +273,7 @@ pub fn mark(c: &Client, a: &[u64; 6]) -> Result<Out> {
             mask: left,
             ..m.clone()
         };
-        set_mark(c, &lane, &group, mark, c.nservers.max(1))
+        set_mark(c, &lane, &group, mark, c.members().max(1))
     }
 }
 
@@ -363,7 +363,7 @@ fn remove_mark(c: &Client, lane: &Lane, group: &DescRef, wd: i32) -> Result<()> 
             _ => Err(Error::Protocol("InotifyRmWatch")),
         },
     )?;
-    for server in 0..c.nservers.max(1) {
+    for server in 0..c.members().max(1) {
         let req = Request::InotifyRegister {
             queue: qref,
             ino,

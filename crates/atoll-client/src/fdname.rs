@@ -61,7 +61,7 @@ fn still_names(c: &Client, lane: &Lane, path: &[u8], ino: InodeId) -> bool {
 
 /// One entry naming `ino`, from whichever server holds it.
 fn a_name(c: &Client, lane: &Lane, ino: InodeId) -> Option<(InodeId, Vec<u8>)> {
-    (0..c.nservers).find_map(|s| {
+    (0..c.members()).find_map(|s| {
         lane.call(c, s, Request::Names { ino }, |r| match r {
             Reply::Names(data) => Ok(atoll_proto::parse_names(data)
                 .next()

@@ -289,7 +289,7 @@ pub fn add_watch(c: &Client, fd: i64, path: u64, mask: u32) -> Result<Out> {
 /// any of them).
 fn watch_servers(c: &Client, ino: InodeId, ftype: FileType) -> Vec<usize> {
     if ftype == FileType::Directory {
-        (0..c.nservers.max(1)).collect()
+        (0..c.members().max(1)).collect()
     } else {
         vec![ino.owner()]
     }
@@ -320,7 +320,7 @@ pub fn rm_watch(c: &Client, fd: i64, wd: i32) -> Result<Out> {
 }
 
 fn unregister(c: &Client, lane: &Lane, queue: QueueRef, ino: InodeId, wd: i32) {
-    for server in 0..c.nservers.max(1) {
+    for server in 0..c.members().max(1) {
         let req = Request::InotifyRegister {
             queue,
             ino,
@@ -381,7 +381,7 @@ pub(crate) fn convert_host_queue(c: &Client, lane: &Lane, fd: i64, kind: Kind) -
         Kind::Fanotify => crate::fanotify::max_events(&info),
     };
     // Spread queues over servers by process, as pipes.
-    let server = c.live_server(std::process::id() as usize % c.nservers.max(1));
+    let server = c.live_server(std::process::id() as usize % c.members().max(1));
     let (ino, desc, header) = lane.call(
         c,
         server,

@@ -243,8 +243,8 @@ const ST_VALID: i64 = 0x0020;
 pub fn statfs(c: &Client, lane: &Lane) -> Result<libc::statfs> {
     // A dead server's share is gone with it (fault containment): the
     // others still answer for theirs.
-    let mut ids = Vec::with_capacity(c.nservers);
-    for s in (0..c.nservers).filter(|&s| !c.control.is_down(s)) {
+    let mut ids = Vec::with_capacity(c.members());
+    for s in (0..c.members()).filter(|&s| !c.control.is_down(s)) {
         ids.push((s, lane.send(c, c.cred(), s, Request::StatFs)?));
     }
     let mut total = atoll_proto::StatFsInfo::default();
@@ -294,6 +294,13 @@ pub fn getxattr(
     if name == crate::ns::XATTR_DISTRIBUTED {
         match crate::adapt::mode_value(c, lane, ino) {
             Ok(d) => return copy_sized(if d { b"1" } else { b"0" }, buf, size),
+            Err(Error::Errno(e)) if e == libc::ENODATA => {}
+            Err(e) => return Err(e),
+        }
+    }
+    if name == crate::ns::XATTR_WIDTH {
+        match crate::adapt::mode_width(c, lane, ino) {
+            Ok(w) => return copy_sized(w.to_string().as_bytes(), buf, size),
             Err(Error::Errno(e)) if e == libc::ENODATA => {}
             Err(e) => return Err(e),
         }

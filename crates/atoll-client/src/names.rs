@@ -54,8 +54,10 @@ impl FsNames {
 pub struct ControlView<'a>(pub &'a Control);
 
 impl View for ControlView<'_> {
+    /// A server is up when it is a member (it may not have joined yet:
+    /// the fleet names every slot of the room) and not down.
     fn up(&self, member: u32) -> bool {
-        !self.0.is_down(member as usize)
+        (member as usize) < self.0.members() && !self.0.is_down(member as usize)
     }
     fn queue(&self, member: u32) -> u64 {
         self.0.load(member as usize)
@@ -81,6 +83,9 @@ impl Client {
             .bind(server, &ControlView(&self.control))?
         {
             Bound::Same(slot) => Some(slot as usize),
+            // A member bound before it joined starts its first
+            // incarnation: nothing was cached from it.
+            Bound::Rebound { slot, from: 0, .. } => Some(slot as usize),
             Bound::Rebound { slot, .. } => {
                 counters::bump(&counters::NAME_REBINDS);
                 if let Some(dc) = self.dcache() {
@@ -112,7 +117,7 @@ impl Client {
     /// containment, server `health.rs`).
     pub fn live_server(&self, preferred: usize) -> usize {
         static TURN: AtomicU64 = AtomicU64::new(0);
-        let n = self.nservers.max(1);
+        let n = self.members();
         let t = &self.info.topology;
         let caller = Caller {
             key: preferred as u64,
@@ -122,9 +127,10 @@ impl Client {
             },
             domain: Some(t.domain_of_cpu(rustix::thread::sched_getcpu())),
         };
+        // Among the members only: the fleet names every slot of the room.
         self.fs_names
             .fleet
-            .pick(&caller, &ControlView(&self.control))
+            .pick_within(&caller, &ControlView(&self.control), n)
             .map_or(preferred % n, |s| s as usize)
     }
 }

@@ -127,7 +127,7 @@ pub fn pipe2(c: &Client, fds: u64, flags: u32) -> Result<Out> {
     let lane = c.lane()?;
     // Spread pipes over servers by process, keeping one process's pipes
     // (a shell's pipeline) together.
-    let server = c.live_server(std::process::id() as usize % c.nservers.max(1));
+    let server = c.live_server(std::process::id() as usize % c.members().max(1));
     let made = lane.call(
         c,
         server,

@@ -84,7 +84,7 @@ fn make_regular(c: &Client, w: &Walker, name: &[u8], perm: u32) -> Result<InodeI
                 rdev: 0,
                 target: b"",
                 home: server as u8,
-                distributed: false,
+                spread: 0,
                 umask: crate::ns::umask(c),
                 inherit: atoll_proto::Inherit::Unread,
             },

@@ -161,7 +161,7 @@ fn node_of(c: &Client, addr: &[u8]) -> Option<InodeId> {
     }
     let ino = u64::from_str_radix(core::str::from_utf8(ino).ok()?, 16).ok()?;
     let ino = InodeId(ino);
-    (ino.owner() < c.nservers).then_some(ino)
+    (ino.owner() < c.members()).then_some(ino)
 }
 
 /// Does system call `nr` name a socket address that atoll must serve (or

@@ -10,7 +10,7 @@
 //! Layout (every part on its own cache lines):
 //!
 //! ```text
-//!  header { magic, servers }          128 bytes
+//!  header { magic, servers, members } 128 bytes
 //!  doorbell[servers]                  256 bytes each
 //!  load[servers]                      128 bytes each
 //!  state[servers]                     128 bytes each (down; core + 1)
@@ -19,6 +19,14 @@
 //!  charged[servers]                   GAUGES words each
 //!  gauge[GAUGES]                      128 bytes each
 //! ```
+//!
+//! `servers` is the room: the block is made for every server the instance
+//! may ever have (`atoll_proto::MAX_SERVERS` unless told fewer), about
+//! 900 bytes each. `members` is how many of them serve now (servers
+//! `0..members`): it only grows, published with a release store as a
+//! server joins and read with acquire, so a client that sees a member
+//! also sees everything the instance made for it before publishing
+//! (Hare §6.1.1; "Elastic server count" in ARCHITECTURE).
 //!
 //! Gauges are the instance-wide counts of metadata that every server may
 //! create (inodes, names, …): servers never message each other (Hare
@@ -191,13 +199,16 @@ impl Gauge {
 }
 
 #[cfg(not(loom))]
-const CONTROL_MAGIC: u64 = u64::from_le_bytes(*b"ATOLLCT7");
+const CONTROL_MAGIC: u64 = u64::from_le_bytes(*b"ATOLLCT8");
 
 #[cfg(not(loom))]
 #[repr(C)]
 struct ControlHeader {
     magic: u64,
     servers: u64,
+    /// Written as a plain word at creation; afterwards only through
+    /// [`Control::publish_members`] (an atomic, see `members_word`).
+    members: u64,
 }
 
 #[cfg(not(loom))]
@@ -233,7 +244,13 @@ impl Control {
     }
 
     pub fn create(servers: usize) -> io::Result<(OwnedFd, Control)> {
-        if servers == 0 || servers > atoll_proto::MAX_SERVERS {
+        Self::create_with_room(servers, servers)
+    }
+
+    /// A control block for `members` servers now and room for `servers`
+    /// (the module docs).
+    pub fn create_with_room(members: usize, servers: usize) -> io::Result<(OwnedFd, Control)> {
+        if servers == 0 || servers > atoll_proto::MAX_SERVERS || !(1..=servers).contains(&members) {
             return Err(io::Error::from(io::ErrorKind::InvalidInput));
         }
         let (fd, region) = SharedRegion::create("atoll-control", Self::size(servers))?;
@@ -246,6 +263,7 @@ impl Control {
                 ControlHeader {
                     magic: CONTROL_MAGIC,
                     servers: servers as u64,
+                    members: members as u64,
                 },
             );
         }
@@ -271,8 +289,31 @@ impl Control {
         Ok(Control { region, servers })
     }
 
+    /// Servers the block has room for (see [`Control::members`]).
     pub fn servers(&self) -> usize {
         self.servers
+    }
+
+    fn members_word(&self) -> &AtomicU64 {
+        // SAFETY: the header's third word, inside the block (its size was
+        // checked at create/map), 8-aligned; only used as an atomic after
+        // creation.
+        unsafe { &*(self.region.as_ptr() as *const AtomicU64).add(2) }
+    }
+
+    /// Servers `0..members` are the instance's members now (at least 1,
+    /// at most [`Control::servers`]). Acquire: whatever the instance made
+    /// for a member before publishing it is visible.
+    pub fn members(&self) -> usize {
+        (self.members_word().load(Ordering::Acquire) as usize).clamp(1, self.servers)
+    }
+
+    /// Instance side: servers `0..n` are members from now on. The count
+    /// only grows (a member whose inodes live on cannot go; leaving is a
+    /// host's matter). Release: pairs with [`Control::members`].
+    pub fn publish_members(&self, n: usize) {
+        self.members_word()
+            .fetch_max(n.min(self.servers) as u64, Ordering::AcqRel);
     }
 
     /// # Panics
@@ -453,6 +494,41 @@ impl std::fmt::Debug for Control {
 mod tests {
     use super::*;
     use std::os::fd::AsFd;
+
+    /// The member count is one word every mapping sees: it only grows,
+    /// stays within the room, and a member's words past the boot count
+    /// are there from the start (a joining server needs no new block).
+    /// A reader that sees the count also sees what was written for the
+    /// member before it was published (release/acquire).
+    #[test]
+    fn members_are_published_to_every_mapping_and_only_grow() {
+        let (fd, a) = Control::create_with_room(1, 8).unwrap();
+        let b = Control::map(fd.as_fd()).unwrap();
+        assert_eq!((b.members(), b.servers()), (1, 8));
+        assert!(Control::create_with_room(9, 8).is_err());
+        assert!(Control::create_with_room(0, 8).is_err());
+        b.publish_load(5, 7);
+        a.publish_members(6);
+        a.publish_members(2);
+        assert_eq!(b.members(), 6, "a smaller count is ignored");
+        a.publish_members(100);
+        assert_eq!(b.members(), 8, "never past the room");
+        assert_eq!(a.load(5), 7);
+        let (fd, c) = Control::create_with_room(1, 4).unwrap();
+        let c = std::sync::Arc::new(c);
+        let reader = {
+            let d = Control::map(fd.as_fd()).unwrap();
+            std::thread::spawn(move || {
+                while d.members() < 3 {
+                    std::hint::spin_loop();
+                }
+                d.generation(2)
+            })
+        };
+        c.advance_generation(2);
+        c.publish_members(3);
+        assert_eq!(reader.join().unwrap(), 1, "made before it was published");
+    }
 
     #[test]
     fn control_maps_with_the_same_servers_and_load_words() {

@@ -134,6 +134,17 @@ pub struct BlockPool {
     /// held block is given back to its holder, never claimed.
     held: Box<[&'static [AtomicU64]]>,
     root_free: &'static CachePadded<AtomicU64>,
+    /// Servers that are members now (`0..members`), published by the
+    /// instance as servers join (release; readers acquire). The pool has
+    /// room (`reps`, `held`) for more: a server joins without the pool
+    /// being made again (Hare §6.1.1). Loops over servers stop here, so a
+    /// slot no member uses is never touched (its memory, sparse in the
+    /// memfd, is never made).
+    members: &'static AtomicU64,
+    /// The member count at boot, fixed for the pool's life: what the
+    /// watermarks are sized by, so a server's free-list decisions replay
+    /// the same after members join (`atoll_server::fs::blocks`).
+    boot_members: usize,
     reps: &'static [CachePadded<Published>],
     /// The mapping the slices point into (declared last: dropped last).
     #[cfg(not(loom))]
@@ -209,6 +220,8 @@ impl BlockPool {
                 })
                 .collect(),
             root_free: Box::leak(Box::new(CachePadded::new(AtomicU64::new(blocks as u64)))),
+            members: Box::leak(Box::new(AtomicU64::new(servers as u64))),
+            boot_members: servers,
             reps: Box::leak(
                 (0..servers)
                     .map(|_| CachePadded::new(Published::default()))
@@ -225,8 +238,22 @@ impl BlockPool {
         blocks: u32,
         servers: usize,
     ) -> std::io::Result<(std::os::fd::OwnedFd, BlockPool)> {
+        Self::create_with_room(first, blocks, servers, servers)
+    }
+
+    /// [`BlockPool::create`] for `members` servers now and room for up to
+    /// `servers`, who join with [`BlockPool::publish_members`]. The room
+    /// costs `servers × blocks / 8` bytes of the memfd (records) plus 128
+    /// per server, made only as members use it.
+    #[cfg(not(loom))]
+    pub fn create_with_room(
+        first: u32,
+        blocks: u32,
+        members: usize,
+        servers: usize,
+    ) -> std::io::Result<(std::os::fd::OwnedFd, BlockPool)> {
         assert!(
-            (1..=POOL_MAX_SERVERS).contains(&servers),
+            (1..=POOL_MAX_SERVERS).contains(&servers) && (1..=servers).contains(&members),
             "a pool serves 1 to {POOL_MAX_SERVERS} servers"
         );
         let layout = PoolLayout::of(blocks, servers);
@@ -240,6 +267,8 @@ impl BlockPool {
             words.add(1).write_volatile(u64::from(first));
             words.add(2).write_volatile(u64::from(blocks));
             words.add(3).write_volatile(servers as u64);
+            words.add(4).write_volatile(members as u64);
+            words.add(5).write_volatile(members as u64);
             std::ptr::write_bytes(memory.as_ptr().add(layout.owner), FREE, blocks as usize);
         }
         let pool = Self::over(memory, first, blocks, servers);
@@ -258,11 +287,12 @@ impl BlockPool {
         let words = memory.as_ptr() as *const u64;
         // SAFETY: the mapping holds the header (checked above) and is page
         // aligned; the creator wrote it before handing out the memfd.
-        let head: [u64; 4] = unsafe { std::array::from_fn(|i| words.add(i).read_volatile()) };
+        let head: [u64; 5] = unsafe { std::array::from_fn(|i| words.add(i).read_volatile()) };
         let (blocks, servers) = (head[2], head[3] as usize);
         if head[0] != POOL_MAGIC
             || blocks > u64::from(u32::MAX)
             || !(1..=POOL_MAX_SERVERS).contains(&servers)
+            || !(1..=servers as u64).contains(&head[4])
             || memory.len() < PoolLayout::of(blocks as u32, servers).len
         {
             return Err(bad());
@@ -281,7 +311,8 @@ impl BlockPool {
         // aligned; `PoolLayout` places padded parts at multiples of their
         // alignment and the bit words at multiples of 8). All-zero bytes
         // are valid for atomics, and the memory is only ever accessed
-        // through atomics. The `'static` is private: the slices live in
+        // through atomics (header words 4 and 5, within the 128-byte
+        // header, included). The `'static` is private: the slices live in
         // `self` beside the mapping, which is dropped after them.
         unsafe {
             BlockPool {
@@ -299,6 +330,9 @@ impl BlockPool {
                     })
                     .collect(),
                 root_free: &*(base.add(POOL_HEADER) as *const CachePadded<AtomicU64>),
+                // Header words 4 and 5 (checked or written by the caller).
+                boot_members: (base as *const u64).add(4).read_volatile() as usize,
+                members: &*(base as *const AtomicU64).add(5),
                 reps: std::slice::from_raw_parts(
                     base.add(layout.reps) as *const CachePadded<Published>,
                     servers,
@@ -320,14 +354,16 @@ impl BlockPool {
     /// The representative of `server`: `None` if there is no such server
     /// or it already has one (each server's words are moved by one rep).
     pub fn rep(pool: &Arc<BlockPool>, server: usize) -> Option<PoolRep> {
-        let p = pool.reps.get(server)?;
+        // Only a member's: one that has not joined has no rep yet.
+        let p = pool.reps.get(server).filter(|_| server < pool.members())?;
         if p.taken.swap(true, Ordering::AcqRel) {
             return None;
         }
         Some(PoolRep {
             pool: pool.clone(),
             me: server as u8,
-            cursor: (pool.blocks() as usize * server / pool.reps.len().max(1)) as u32,
+            // Spread over the members (not the room), as at boot.
+            cursor: (pool.blocks() as usize * server / pool.members()) as u32,
         })
     }
 
@@ -336,9 +372,27 @@ impl BlockPool {
         self.owner.len() as u64
     }
 
-    /// Servers the pool serves.
+    /// Servers the pool has room for.
     pub fn servers(&self) -> usize {
         self.reps.len()
+    }
+
+    /// Servers that are members now (`0..members`; see the field).
+    pub fn members(&self) -> usize {
+        (self.members.load(Ordering::Acquire) as usize).clamp(1, self.reps.len())
+    }
+
+    /// The member count at boot (fixed).
+    pub fn boot_members(&self) -> usize {
+        self.boot_members
+    }
+
+    /// Servers `0..n` are members from now on (the count only grows):
+    /// published before the new members' representatives are taken, with
+    /// release, so that a claimer that sees a member checks its record.
+    pub fn publish_members(&self, n: usize) {
+        self.members
+            .fetch_max(n.min(self.reps.len()) as u64, Ordering::AcqRel);
     }
 
     /// Blocks in the root now (no server owns them).
@@ -364,7 +418,7 @@ impl BlockPool {
     /// Free blocks instance-wide: the root plus every server's free list
     /// (what `statfs` reports).
     pub fn free_blocks(&self) -> u64 {
-        let listed: u64 = (0..self.servers()).map(|s| self.counts(s).listed).sum();
+        let listed: u64 = (0..self.members()).map(|s| self.counts(s).listed).sum();
         self.root_free().saturating_add(listed).min(self.blocks())
     }
 
@@ -379,7 +433,7 @@ impl BlockPool {
 
     /// Another server than `me` whose record holds the block at `index`.
     fn recorded_holder(&self, me: usize, index: usize) -> Option<usize> {
-        (0..self.servers()).find(|&s| s != me && self.records(s, index))
+        (0..self.members()).find(|&s| s != me && self.records(s, index))
     }
 
     /// Overwrite the owner word of `block` (tests of a scribbled map).
@@ -556,6 +610,41 @@ impl Drop for PoolRep {
 mod tests {
     use super::*;
     use std::collections::HashSet;
+
+    /// A pool with room for more servers than are members: a server that
+    /// has not joined gets no representative; once the count is published
+    /// it does, its free list counts, and a scribbled `FREE` over one of
+    /// its blocks goes back to it (its record is checked). The count only
+    /// grows, and the boot count (the watermarks' base) stays.
+    #[test]
+    fn members_join_a_pool_made_with_room() {
+        let (fd, pool) = BlockPool::create_with_room(0, 64, 1, 4).unwrap();
+        let pool = Arc::new(pool);
+        assert_eq!(
+            (pool.members(), pool.servers(), pool.boot_members()),
+            (1, 4, 1)
+        );
+        assert!(BlockPool::rep(&pool, 2).is_none(), "not a member yet");
+        let mut a = BlockPool::rep(&pool, 0).unwrap();
+        pool.publish_members(3);
+        pool.publish_members(2);
+        assert_eq!(pool.members(), 3, "the count only grows");
+        let seen = BlockPool::map(std::os::fd::AsFd::as_fd(&fd)).unwrap();
+        assert_eq!((seen.members(), seen.boot_members()), (3, 1), "shared");
+        let mut c = BlockPool::rep(&pool, 2).unwrap();
+        let mut got = Vec::new();
+        assert_eq!(c.claim(4, &mut got), 4);
+        c.publish(4);
+        assert_eq!(pool.free_blocks(), 64);
+        // Scribble FREE over the joined member's block: another claimer
+        // must hand it back to it rather than use it.
+        pool.scribble(got[0], FREE);
+        let mut b = Vec::new();
+        while a.claim(1, &mut b) == 1 {}
+        assert!(!b.contains(&got[0]));
+        assert!(c.holds(got[0]));
+        assert_eq!(pool.counts(0).repaired, 1);
+    }
 
     #[test]
     fn claims_never_exceed_the_root_and_counts_follow() {

@@ -164,7 +164,15 @@ impl Fleet {
     /// The member that serves `caller` now: by the fleet's policy among
     /// the members that are up; `None` when none is.
     pub fn pick(&self, caller: &Caller, view: &impl View) -> Option<u32> {
-        let n = self.members.len();
+        self.pick_within(caller, view, usize::MAX)
+    }
+
+    /// [`Fleet::pick`] among the first `limit` members only: a fleet named
+    /// for every slot an instance has room for, of which the first
+    /// `limit` have joined (the file servers, Hare §6.1.1), deals among
+    /// those as a fleet of `limit` would.
+    pub fn pick_within(&self, caller: &Caller, view: &impl View, limit: usize) -> Option<u32> {
+        let n = self.members.len().min(limit);
         if n == 0 {
             return None;
         }
@@ -329,6 +337,33 @@ impl Bindings {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A fleet with room for 8 whose first 3 are members deals round-robin
+    /// and hashes over those 3, as a fleet of 3 does.
+    #[test]
+    fn picking_within_the_first_members_deals_as_a_smaller_fleet() {
+        struct AllUp;
+        impl View for AllUp {
+            fn up(&self, _: u32) -> bool {
+                true
+            }
+            fn queue(&self, _: u32) -> u64 {
+                0
+            }
+        }
+        let room = Fleet::file_servers(8, &[], Policy::RoundRobin);
+        let three = Fleet::file_servers(3, &[], Policy::RoundRobin);
+        for turn in 0..12 {
+            let c = Caller {
+                key: turn * 7,
+                turn,
+                domain: None,
+            };
+            let got = room.pick_within(&c, &AllUp, 3);
+            assert_eq!(got, three.pick(&c, &AllUp));
+            assert!(got.unwrap() < 3);
+        }
+    }
     use proptest::prelude::*;
 
     struct Fixed {

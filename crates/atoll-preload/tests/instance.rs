@@ -33,6 +33,7 @@ fn boot() -> Booted {
         servers: 2,
         hosts: 0,
         auto_scale: false,
+        room: 0,
         memory: 64 << 20,
         mount: mount.clone(),
         poll: PollMode::Block,

@@ -149,6 +149,8 @@ pub struct InstanceInfo {
     pub id: String,
     /// Absolute mount path, e.g. `/atoll`.
     pub mount: String,
+    /// File servers at boot. More may join while the instance runs: the
+    /// members now are `atoll_msg::Control::members`.
     pub servers: u32,
     /// Bytes in the shared buffer cache (a multiple of the block size).
     pub cache_bytes: u64,
@@ -180,7 +182,8 @@ pub struct InstanceInfo {
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub enum BootRequest {
     /// First packet on a new connection: create a session for process `pid`.
-    /// Reply fds: `[buffer cache memfd, control memfd, channel 0 … channel N-1]`;
+    /// Reply fds: `[buffer cache memfd, control memfd, channel 0 … channel N-1]`
+    /// for the N members at that moment;
     /// in a `copy` island the buffer cache memfd is left out (the client
     /// never maps it): `[control memfd, channel 0 … channel N-1]`.
     Attach { pid: u32 },
@@ -191,8 +194,9 @@ pub enum BootRequest {
     /// costs no channels.
     /// Reply fds: as `Attach` without the channels.
     Reattach { pid: u32 },
-    /// Another lane (one channel per server) for another thread.
-    /// Reply fds: `[channel 0 … channel N-1]`.
+    /// Another lane (one channel per member) for another thread.
+    /// Reply fds: `[channel 0 … channel N-1]` (the members now; a member
+    /// that joins later gets its channel with `Channel`).
     NewLane,
     /// Create a child session for a process about to be forked. The parent
     /// then sends `Request::Share` for each description it holds.
@@ -227,6 +231,13 @@ pub enum BootRequest {
     /// wakes no server. Reply: `Attached` with `lane: None`; fds as
     /// `Reattach`.
     AttachLazily { pid: u32 },
+    /// A channel of lane `lane` (one this session was given) to file
+    /// server `server`, a member that joined after the lane was made
+    /// (Hare §6.1.1): a lane asks at its first request to the member, so
+    /// lanes of processes that never reach it cost nothing. Refused for a
+    /// server that is not a member yet, so a lane never sends to one that
+    /// is not ready. Reply: `Lane { lane }`; fds: `[channel]`.
+    Channel { lane: u32, server: u32 },
     /// `Reattach` whose reply the new image does not need: the exec handed
     /// it the buffer cache's and control block's descriptors and the
     /// session's id and instance information along with the socket
@@ -320,6 +331,9 @@ pub struct ServerHealth {
     /// The host process it runs in (`atoll scale`; 0 for server threads).
     #[serde(default)]
     pub host: u32,
+    /// It joined while the instance ran (Hare §6.1.1), not at boot.
+    #[serde(default)]
+    pub joined: bool,
     /// Times it moved to another host.
     #[serde(default)]
     pub moves: u32,
@@ -344,7 +358,9 @@ pub enum BootReply {
     Forked {
         child: SessionId,
     },
-    Status(InstanceStatus),
+    /// Boxed: far larger than the other replies (postcard encodes it the
+    /// same way).
+    Status(Box<InstanceStatus>),
     Stopping,
     /// A request without an answer of its own was carried out (`Chaos`).
     Done,
@@ -417,6 +433,17 @@ pub struct InstanceStatus {
 /// How many host processes run the file servers, and who decides.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
 pub struct Scaling {
+    /// File servers that are members now (servers `0..members`): the
+    /// boot count, and more as servers join (`atoll scale` past it).
+    #[serde(default)]
+    pub members: u32,
+    /// Members that joined while the instance ran (not at boot).
+    #[serde(default)]
+    pub joined: Vec<u32>,
+    /// The most members there may be (`atoll_proto::MAX_SERVERS`, or the
+    /// boot count where servers cannot join: threads, `--split`).
+    #[serde(default)]
+    pub room: u32,
     /// Host processes running now (0: servers are threads of the instance).
     pub hosts: u32,
     /// The most hosts there can be: one per server (`--max-servers`), at

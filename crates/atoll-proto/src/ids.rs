@@ -71,6 +71,12 @@ impl Errno {
 /// * `home` — for a directory, the server holding its entries (unless the
 ///   directory is distributed); equal to `owner` for other inodes;
 /// * flags bit 0 — the directory is distributed (Hare §3.4);
+/// * flags bits 1‥7 — its *width*: how many servers its names are spread
+///   over, the member count when it was made (0: not recorded, the caller's
+///   count is used). The set of servers can grow while the instance runs
+///   (Hare §6.1.1, "Elastic server count" in ARCHITECTURE): recording the
+///   width keeps `hash(dir, name) % width`, and so every cached lookup and
+///   cookie, right when members join;
 /// * `serial` — unique per owner for the life of the instance, never reused.
 ///
 /// The id never changes, not even on rename, so a client may cache it.
@@ -79,6 +85,8 @@ pub struct InodeId(pub u64);
 
 impl InodeId {
     const DISTRIBUTED: u64 = 1;
+    /// Largest width the flag byte can record (7 bits).
+    pub const MAX_WIDTH: usize = 127;
 
     pub fn new(owner: usize, home: usize, distributed: bool, serial: u64) -> Self {
         debug_assert!(owner < MAX_SERVERS && home < MAX_SERVERS && serial < (1 << 40));
@@ -101,6 +109,17 @@ impl InodeId {
     pub fn is_distributed(self) -> bool {
         (self.0 >> 40) & Self::DISTRIBUTED != 0
     }
+    /// A distributed directory whose names are spread over servers
+    /// `0..width` for its whole life.
+    pub fn spread(owner: usize, home: usize, width: usize, serial: u64) -> Self {
+        debug_assert!((1..=Self::MAX_WIDTH).contains(&width) && home < width);
+        let id = Self::new(owner, home, true, serial);
+        InodeId(id.0 | ((width.min(Self::MAX_WIDTH) as u64) << 41))
+    }
+    /// The width recorded in the id (0: none; see the type's docs).
+    pub fn width(self) -> usize {
+        ((self.0 >> 41) & 0x7f) as usize
+    }
     pub fn serial(self) -> u64 {
         self.0 & ((1 << 40) - 1)
     }
@@ -109,10 +128,16 @@ impl InodeId {
 /// The root directory: owned by and homed on server 0, serial 1.
 pub const ROOT: InodeId = InodeId(1);
 
-/// Server holding the entry `name` of directory `dir` (Hare §3.4).
-pub fn entry_server(dir: InodeId, name: &[u8], nservers: usize) -> usize {
-    if dir.is_distributed() && nservers > 1 {
-        (name_hash(dir, name) % nservers as u64) as usize
+/// Server holding the entry `name` of directory `dir` (Hare §3.4): a
+/// distributed directory spreads over the width its id records, or over
+/// `members` when it records none (ids made by hand, in tests).
+pub fn entry_server(dir: InodeId, name: &[u8], members: usize) -> usize {
+    let width = match dir.width() {
+        0 => members,
+        w => w,
+    };
+    if dir.is_distributed() && width > 1 {
+        (name_hash(dir, name) % width as u64) as usize
     } else {
         dir.home()
     }
@@ -209,11 +234,12 @@ impl FileType {
     }
 }
 
-/// Entry server of `name` in `dir` when the directory's mode is
-/// `distributed` (which may differ from its id's flag after a swap).
-pub fn entry_server_in(dir: InodeId, distributed: bool, name: &[u8], nservers: usize) -> usize {
-    if distributed && nservers > 1 && name != b"." && name != b".." {
-        (name_hash(dir, name) % nservers as u64) as usize
+/// Entry server of `name` in `dir` when the directory's mode spreads its
+/// names over `width` servers (0 or 1: all at home), which may differ from
+/// its id's after a swap (`ModeInfo::width`).
+pub fn entry_server_in(dir: InodeId, width: usize, name: &[u8]) -> usize {
+    if width > 1 && name != b"." && name != b".." {
+        (name_hash(dir, name) % width as u64) as usize
     } else {
         dir.home()
     }

@@ -107,6 +107,34 @@ mod tests {
     }
 
     #[test]
+    fn a_recorded_width_routes_whatever_the_member_count() {
+        let d = InodeId::spread(3, 1, 2, 99);
+        assert!(d.is_distributed());
+        assert_eq!((d.owner(), d.home(), d.width(), d.serial()), (3, 1, 2, 99));
+        assert_eq!(InodeId::new(3, 1, true, 99).width(), 0);
+        let wide = InodeId::spread(0, 0, InodeId::MAX_WIDTH, 1);
+        assert_eq!(wide.width(), InodeId::MAX_WIDTH);
+        assert_eq!(wide.serial(), 1);
+        // Names of a width-2 directory stay on servers 0 and 1 however
+        // many members there are, and both are used.
+        let mut seen = std::collections::HashSet::new();
+        for i in 0..64 {
+            let name = format!("f{i}");
+            let at = entry_server(d, name.as_bytes(), 1);
+            assert_eq!(at, entry_server(d, name.as_bytes(), 64));
+            assert_eq!(at, entry_server_in(d, 2, name.as_bytes()));
+            seen.insert(at);
+        }
+        assert_eq!(seen, [0, 1].into_iter().collect());
+        // Without a recorded width the caller's count spreads it.
+        let old = InodeId::new(3, 1, true, 99);
+        let over: std::collections::HashSet<_> = (0..64)
+            .map(|i| entry_server(old, format!("f{i}").as_bytes(), 8))
+            .collect();
+        assert!(over.len() > 2);
+    }
+
+    #[test]
     fn entry_server_uses_home_unless_distributed() {
         let dir = InodeId::new(1, 3, false, 7);
         for name in [&b"a"[..], b"bb", b"ccc"] {
@@ -139,10 +167,10 @@ mod tests {
             "a cut record is dropped"
         );
         let dir = InodeId::new(1, 2, false, 7);
-        assert_eq!(entry_server_in(dir, false, b"x", 4), 2);
-        assert_eq!(entry_server_in(dir, true, b"..", 4), 2);
+        assert_eq!(entry_server_in(dir, 0, b"x"), 2);
+        assert_eq!(entry_server_in(dir, 4, b".."), 2);
         let spread: std::collections::HashSet<_> = (0..64)
-            .map(|i| entry_server_in(dir, true, format!("f{i}").as_bytes(), 4))
+            .map(|i| entry_server_in(dir, 4, format!("f{i}").as_bytes()))
             .collect();
         assert_eq!(spread.len(), 4);
     }

@@ -94,7 +94,12 @@ pub enum Request<'a> {
         #[serde(borrow)]
         target: &'a [u8],
         home: u8,
-        distributed: bool,
+        /// A new directory's width: 0, a plain one; `w`, distributed over
+        /// servers `0..w` for its whole life (the member count the client
+        /// saw; recorded in the id, `InodeId::spread`). Chosen by the
+        /// client, so a replay of the journal makes the same id whatever
+        /// the member count then.
+        spread: u8,
         umask: u32,
         #[serde(borrow)]
         inherit: Inherit<'a>,

@@ -73,7 +73,15 @@ pub enum AdaptStep<'a> {
     /// Home server: start a swap to `distributed` (or, `resume`, take over
     /// one whose coordinator died). Blocks the directory here. → `DirMode`
     /// with the new epoch, `swapping` and the swap's `base_seq`
-    Begin { distributed: bool, resume: bool },
+    /// `width`: the servers a directory made distributed spreads over
+    /// (the coordinator's member count; in the request so that a replay
+    /// of the journal decides the same).
+    Begin {
+        distributed: bool,
+        resume: bool,
+        #[serde(default)]
+        width: u32,
+    },
     /// Every other server: block the directory (namespace requests on it
     /// answer `EMODE`) and drop cached lookups of its entries. `EBUSY` if
     /// a cross-server move holds a provisional name in it. → `Ok`
@@ -81,6 +89,9 @@ pub enum AdaptStep<'a> {
         epoch: u32,
         distributed: bool,
         base_seq: u64,
+        /// Servers the names spread over when `distributed` (the home
+        /// server chose it at `Begin`: the member count then).
+        width: u32,
     },
     /// Any server: entries held here that belong elsewhere under the new
     /// mode, in cookie order after `after` ([`pack_moved`]). → `Exported`
@@ -112,6 +123,21 @@ pub struct ModeInfo {
     pub orphaned: bool,
     /// Cookies of entries made after the swap start here (`Begin`).
     pub base_seq: u64,
+    /// Servers `0..width` hold its names when `distributed`: the member
+    /// count when it became distributed, by its id or a swap (fixed until
+    /// the next swap, so members that join later change no route).
+    pub width: u32,
+}
+
+impl ModeInfo {
+    /// The width names are routed by (0: centralized).
+    pub fn route_width(&self) -> usize {
+        if self.distributed {
+            self.width.max(1) as usize
+        } else {
+            0
+        }
+    }
 }
 
 /// Append one moved entry to `buf` (`seq:u64 ino:u64 type:u8 len:u8 name`).

@@ -55,8 +55,14 @@ pub enum ServerLink {
 }
 
 /// The file servers as the boot thread and the instance see them.
+///
+/// `links` has a slot for every server the instance may ever have (the
+/// control block's room); servers `0..control.members()` have theirs set.
+/// A server that joins while the instance runs (`watchdog`, Hare §6.1.1)
+/// gets its link set once, before the member count that includes it is
+/// published, so whoever reads the count finds the link.
 pub struct Servers {
-    pub links: Vec<ServerLink>,
+    pub links: Vec<std::sync::OnceLock<ServerLink>>,
     pub control: Control,
     pub health: Arc<crate::health::Health>,
     /// Where `atoll scale` goes: the watchdog (`None`: server threads,
@@ -75,9 +81,14 @@ impl Servers {
         health
     }
 
+    /// Server `i`'s link, if it is a member.
+    pub fn link(&self, i: usize) -> Option<&ServerLink> {
+        self.links.get(i).and_then(|l| l.get())
+    }
+
     /// Server `i`'s process, if servers are processes.
     pub fn process(&self, i: usize) -> Option<&Arc<crate::process::ServerProcess>> {
-        match self.links.get(i) {
+        match self.link(i) {
             Some(ServerLink::Process(p)) => Some(p),
             _ => None,
         }
@@ -86,7 +97,7 @@ impl Servers {
     /// Post an internal message to server `i` and ring its doorbell so a
     /// sleeping server wakes up to read it.
     pub fn post(&self, i: usize, msg: Admin) {
-        match self.links.get(i) {
+        match self.link(i) {
             Some(ServerLink::Thread(tx)) => {
                 if let Err(std::sync::mpsc::SendError(Admin::NewChannel { channel, .. })) =
                     tx.send(msg)
@@ -186,12 +197,19 @@ impl Servers {
             .map_err(|_| "the watchdog did not answer".to_string())?
     }
 
+    /// The members: servers `0..len` (the published count, which only
+    /// grows as servers join).
     pub fn len(&self) -> usize {
-        self.links.len()
+        self.control.members()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.links.is_empty()
+        false
+    }
+
+    /// The most servers the instance may have (its room).
+    pub fn room(&self) -> usize {
+        self.links.len()
     }
 
     /// Statistics of every server (a server that does not answer within
@@ -517,6 +535,32 @@ impl Boot {
         Ok(fds)
     }
 
+    /// A channel of this session's lane `lane` to member `server`, which
+    /// joined after the lane was made (`BootRequest::Channel`). Registered
+    /// with the server before the reply, as a lane's channels are.
+    fn join_channel(
+        &mut self,
+        token: u64,
+        s: SessionId,
+        lane: u32,
+        server: u32,
+    ) -> Result<(), String> {
+        let i = server as usize;
+        let given = self.conns.get(&token).map_or(0, |c| c.next_lane);
+        if lane >= given {
+            return Err(format!("lane {lane} is not this session's"));
+        }
+        if i >= self.p.servers.len() {
+            return Err(format!("file server {server} is not a member"));
+        }
+        let (fd, ch) = ServerChannel::create().map_err(|e| e.to_string())?;
+        self.p
+            .servers
+            .add_channel(i, s, lane, Arc::new(ch), fd.as_fd());
+        self.reply(token, &BootReply::Lane { lane }, &[fd]);
+        Ok(())
+    }
+
     fn serve(&mut self, token: u64, req: BootRequest) {
         let session = self.conns.get(&token).and_then(|c| c.session);
         match req {
@@ -586,11 +630,15 @@ impl Boot {
                     Err(e) => Err(e.to_string()),
                 }
             }
+            (BootRequest::Channel { lane, server }, Some(s)) => {
+                self.join_channel(token, s, lane, server)
+            }
+            (BootRequest::Channel { .. }, None) => Err("attach first".to_string()),
             (BootRequest::Fork, Some(_)) => self.fork(token),
             (BootRequest::NewLane | BootRequest::Fork, None) => Err("attach first".to_string()),
             (BootRequest::Status, _) => {
                 let st = self.status();
-                self.reply(token, &BootReply::Status(st), &[]);
+                self.reply(token, &BootReply::Status(Box::new(st)), &[]);
                 Ok(())
             }
             (BootRequest::ChildPid { .. }, _) => return, // answered above
@@ -755,11 +803,15 @@ impl Boot {
             process_counters: crate::process_counters::snapshot(),
             scaling: {
                 let (hosts, auto, changes) = self.p.servers.health.scaling();
+                let servers = &self.p.servers;
                 atoll_proto::boot::Scaling {
                     hosts,
-                    max_hosts: self.p.servers.len() as u32,
+                    max_hosts: servers.room() as u32,
                     auto,
                     changes,
+                    members: servers.len() as u32,
+                    joined: servers.health.joined(),
+                    room: servers.room() as u32,
                 }
             },
         }

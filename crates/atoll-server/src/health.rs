@@ -37,6 +37,8 @@ pub struct Health {
     hosts: AtomicU32,
     auto: AtomicBool,
     scalings: AtomicU64,
+    /// Servers `0..members` are members (`servers` has room for more).
+    members: AtomicU32,
 }
 
 struct One {
@@ -56,10 +58,14 @@ struct One {
     /// Milliseconds since `started` when the server last (re)started.
     since_ms: AtomicU64,
     journal: Mutex<Option<std::sync::Arc<crate::journal::Journal>>>,
+    /// Joined while the instance ran (Hare §6.1.1), not at boot.
+    joined: AtomicBool,
 }
 
 impl Health {
-    pub fn new(cores: &[Option<usize>]) -> Health {
+    /// Health of `members` servers, with room for one per entry of
+    /// `cores` (the core each would be pinned to).
+    pub fn new(cores: &[Option<usize>], members: usize) -> Health {
         Health {
             started: Instant::now(),
             servers: cores
@@ -77,12 +83,32 @@ impl Health {
                     recovery_us: AtomicU64::new(0),
                     since_ms: AtomicU64::new(0),
                     journal: Mutex::new(None),
+                    joined: AtomicBool::new(false),
                 })
                 .collect(),
             hosts: AtomicU32::new(0),
             auto: AtomicBool::new(false),
             scalings: AtomicU64::new(0),
+            members: AtomicU32::new(members.min(cores.len()) as u32),
         }
+    }
+
+    /// Server `i` joined the running instance: reported from now on.
+    pub fn joined_now(&self, i: usize) {
+        if let Some(s) = self.servers.get(i) {
+            s.joined.store(true, Ordering::Relaxed);
+            s.since_ms.store(self.now_ms(), Ordering::Relaxed);
+            self.members.fetch_max(i as u32 + 1, Ordering::AcqRel);
+        }
+    }
+
+    /// The members that joined while the instance ran.
+    pub fn joined(&self) -> Vec<u32> {
+        let n = self.members.load(Ordering::Acquire) as usize;
+        (0..n)
+            .filter(|&i| self.servers[i].joined.load(Ordering::Relaxed))
+            .map(|i| i as u32)
+            .collect()
     }
 
     /// Server `i` runs in host `host` (process `pid`, on `core`), having
@@ -217,8 +243,10 @@ impl Health {
     /// What `atoll status` shows.
     pub fn report(&self) -> Vec<ServerHealth> {
         let now_ms = self.now_ms();
+        let members = self.members.load(Ordering::Acquire) as usize;
         self.servers
             .iter()
+            .take(members)
             .enumerate()
             .map(|(i, s)| {
                 let down = s.down.load(Ordering::SeqCst);
@@ -243,6 +271,7 @@ impl Health {
                     state: state.into(),
                     core: s.core.load(Ordering::Relaxed),
                     host: s.host.load(Ordering::Relaxed),
+                    joined: s.joined.load(Ordering::Relaxed),
                     moves: s.moves.load(Ordering::Relaxed),
                     tid: s.tid.load(Ordering::Relaxed),
                     pid: s.pid.load(Ordering::Relaxed),
@@ -275,7 +304,7 @@ mod tests {
 
     #[test]
     fn a_server_is_up_until_marked_down_and_stalls_only_for_a_while() {
-        let h = Health::new(&[Some(0), None]);
+        let h = Health::new(&[Some(0), None], 2);
         assert!(!h.is_down(0) && !h.is_down(1));
         h.stall(1, 60_000);
         assert!(h.stall_left_ms(1) > 0);

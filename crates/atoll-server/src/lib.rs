@@ -71,6 +71,10 @@ pub struct InstanceConfig {
     pub hosts: usize,
     /// `--servers auto`: the host count follows the load (`autoscale`).
     pub auto_scale: bool,
+    /// The most servers the instance may ever have (`--max-servers`): 0,
+    /// as many as `atoll_proto::MAX_SERVERS` where servers can join a
+    /// running instance (`room_for`).
+    pub room: usize,
     /// Buffer cache size in bytes (rounded down to whole blocks).
     pub memory: u64,
     /// Absolute mount path (must not exist on the host).
@@ -190,7 +194,20 @@ impl Instance {
         let (cache_fd, region) =
             SharedRegion::create("atoll-cache", cache_bytes as usize).map_err(cleanup)?;
         drop(region); // each server maps its own view
-        let (control_fd, control) = Control::create(n).map_err(cleanup)?;
+        let server_exe = config.server_exe.clone().filter(|_| !trace);
+        let room = room_for(&config, server_exe.is_some());
+        // Each slot past the boot members costs the control block about
+        // 900 bytes and the pool's records `blocks / 8` bytes of a sparse
+        // memfd, made only as a member uses them.
+        let (control_fd, control) = Control::create_with_room(n, room).map_err(cleanup)?;
+        // The core each server would be pinned to, for the room: a server
+        // that joins takes the core its index wraps to (`hosts`).
+        let cores: Vec<Option<usize>> = (0..room)
+            .map(|i| match config.server_cores.is_empty() {
+                true => None,
+                false => Some(config.server_cores[i % config.server_cores.len()]),
+            })
+            .collect();
         let limits = match config.inodes {
             Some(i) => fs::Limits::with_inodes(cache_bytes, i),
             None => fs::Limits::for_memory(cache_bytes),
@@ -211,12 +228,8 @@ impl Instance {
             syscall_sites: config.syscall_sites,
             remote: false,
             // Creation affinity (Hare §3.7.5) needs each server's socket.
-            topology: Topology::from_sysfs(
-                &Topology::sysfs_root(),
-                &(0..n)
-                    .map(|i| config.server_cores.get(i).copied())
-                    .collect::<Vec<_>>(),
-            ),
+            // For the room: a member that joins has a domain too.
+            topology: Topology::from_sysfs(&Topology::sysfs_root(), &cores),
         };
         let owner = Cred::of(
             rustix::process::geteuid().as_raw(),
@@ -229,35 +242,32 @@ impl Instance {
         };
         // One pool for all servers, every block in its root until a server
         // claims it (`fs::blocks`, K42 §4.1.2).
-        let (pool_fd, pool) = atoll_msg::BlockPool::create(0, blocks as u32, n).map_err(cleanup)?;
+        let (pool_fd, pool) =
+            atoll_msg::BlockPool::create_with_room(0, blocks as u32, n, room).map_err(cleanup)?;
         let pool = Arc::new(pool);
-        let server_exe = config.server_exe.clone().filter(|_| !trace);
-        let mut links = Vec::with_capacity(n);
+        let links: Vec<_> = (0..room).map(|_| std::sync::OnceLock::new()).collect();
         let mut server_threads = Vec::with_capacity(n);
-        let health = Arc::new(health::Health::new(
-            &(0..n)
-                .map(|i| config.server_cores.get(i).copied())
-                .collect::<Vec<_>>(),
-        ));
+        let health = Arc::new(health::Health::new(&cores, n));
         let journal_bytes = journal_bytes(cache_bytes, n);
-        let ctx = ServerContext {
-            config: &config,
+        let ctx = ServerMaker {
+            config: config.clone(),
             blocks: blocks as u32,
             owner,
             poll,
             limits,
-            pool: &pool,
-            pool_fd: &pool_fd,
-            cache_fd: &cache_fd,
-            control_fd: &control_fd,
-            health: &health,
-            trace: &trace_sink,
-            server_exe: &server_exe,
+            pool: pool.clone(),
+            pool_fd,
+            cache_fd: cache_fd.try_clone().map_err(cleanup)?,
+            control_fd: control_fd.try_clone().map_err(cleanup)?,
+            health: health.clone(),
+            trace: trace_sink.clone(),
+            server_exe: server_exe.clone(),
             journal_bytes,
+            cores: cores.clone(),
         };
-        for i in 0..n {
-            let (link, thread) = ctx.start(i).map_err(cleanup)?;
-            links.push(link);
+        for (i, slot) in links.iter().enumerate().take(n) {
+            let (link, thread) = ctx.start(i, n).map_err(cleanup)?;
+            let _ = slot.set(link);
             server_threads.extend(thread);
         }
         let (scale_tx, scale_rx) = mpsc::channel();
@@ -273,9 +283,7 @@ impl Instance {
             Some(exe) => {
                 let plan = watchdog::HostPlan {
                     exe: exe.clone(),
-                    cores: (0..n)
-                        .map(|i| config.server_cores.get(i).copied())
-                        .collect(),
+                    cores: cores.clone(),
                     initial: match (config.auto_scale, config.hosts) {
                         (true, _) => 1,
                         (false, 0) => n,
@@ -290,7 +298,8 @@ impl Instance {
                     watch_quit.clone(),
                     plan,
                     scale_rx,
-                );
+                )
+                .joining_with(Box::new(ctx));
                 Some(start_watchdog(dog).map_err(cleanup)?)
             }
         };
@@ -453,30 +462,51 @@ impl Drop for Instance {
     }
 }
 
-/// What every file server of an instance is made from (`Instance::boot`).
-struct ServerContext<'a> {
-    config: &'a InstanceConfig,
+/// How many servers an instance may ever have (its room): `--max-servers`
+/// when given; otherwise `atoll_proto::MAX_SERVERS` when servers are
+/// processes the watchdog can start more of (Hare §6.1.1, `watchdog`
+/// joins them), and the boot count for server threads, which do not
+/// scale, and with `--split`, whose cores are reserved at boot.
+fn room_for(config: &InstanceConfig, processes: bool) -> usize {
+    match config.room {
+        0 if processes && !config.split => MAX_SERVERS,
+        0 => config.servers,
+        r => r.clamp(config.servers, MAX_SERVERS),
+    }
+}
+
+/// What every file server of an instance is made from (`Instance::boot`),
+/// kept by the watchdog to make the servers that join later.
+pub struct ServerMaker {
+    config: InstanceConfig,
     blocks: u32,
     owner: Cred,
     poll: PollMode,
     limits: fs::Limits,
-    pool: &'a Arc<atoll_msg::BlockPool>,
-    pool_fd: &'a OwnedFd,
-    cache_fd: &'a OwnedFd,
-    control_fd: &'a OwnedFd,
-    health: &'a Arc<health::Health>,
-    trace: &'a Option<Arc<trace::Sink>>,
-    server_exe: &'a Option<PathBuf>,
+    pool: Arc<atoll_msg::BlockPool>,
+    pool_fd: OwnedFd,
+    cache_fd: OwnedFd,
+    control_fd: OwnedFd,
+    health: Arc<health::Health>,
+    trace: Option<Arc<trace::Sink>>,
+    server_exe: Option<PathBuf>,
     journal_bytes: usize,
+    /// The core of each server slot (the room).
+    cores: Vec<Option<usize>>,
 }
 
 type ServerThread = JoinHandle<std::io::Result<ServerStats>>;
 
-impl ServerContext<'_> {
-    /// Server `i`: its journal, then a process (started later by the
-    /// watchdog) or a thread (started now).
-    fn start(&self, i: usize) -> std::io::Result<(ServerLink, Option<ServerThread>)> {
-        let config = self.config;
+impl ServerMaker {
+    /// Server `i`, one of `members`: its journal, then a process (started
+    /// later by the watchdog) or a thread (started now). A server that
+    /// joins gets its journal here, when it joins, as one made at boot.
+    pub fn start(
+        &self,
+        i: usize,
+        members: usize,
+    ) -> std::io::Result<(ServerLink, Option<ServerThread>)> {
+        let config = &self.config;
         let (journal_fd, journal) = match config.without.recovery {
             true => (None, None),
             false => {
@@ -487,10 +517,10 @@ impl ServerContext<'_> {
         if let Some(j) = &journal {
             self.health.set_journal(i, j.clone());
         }
-        let pin = config.server_cores.get(i).copied();
+        let pin = self.cores.get(i).copied().flatten();
         let fs = FsConfig {
             index: i,
-            nservers: config.servers,
+            nservers: members,
             first_block: 0,
             nblocks: self.blocks,
             root_owner: self.owner,
@@ -498,7 +528,7 @@ impl ServerContext<'_> {
             track_lookups: !config.without.dir_cache,
             limits: self.limits,
         };
-        if let Some(exe) = self.server_exe {
+        if let Some(exe) = &self.server_exe {
             let recipe = process::Recipe {
                 exe: exe.clone(),
                 fs,

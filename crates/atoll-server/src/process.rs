@@ -343,9 +343,10 @@ pub(crate) fn serve_server(sock: OwnedFd) -> std::io::Result<()> {
     let _ = rustix::thread::set_name(
         &std::ffi::CString::new(format!("atoll-fs{index}")).unwrap_or_default(),
     );
-    let cores: Vec<Option<usize>> = (0..fs.nservers)
+    let cores: Vec<Option<usize>> = (0..fs.nservers.max(index + 1))
         .map(|i| if i == index { pin } else { None })
         .collect();
+    let members = cores.len();
     let params = ServerParams {
         pool: Arc::new(BlockPool::map(pool_fd.as_fd())?),
         fs,
@@ -355,7 +356,7 @@ pub(crate) fn serve_server(sock: OwnedFd) -> std::io::Result<()> {
         control_fd,
         trace: None,
         adaptive,
-        health: Arc::new(Health::new(&cores)),
+        health: Arc::new(Health::new(&cores, members)),
         journal,
         process: true,
         resume,

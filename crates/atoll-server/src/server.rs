@@ -854,6 +854,10 @@ fn serve<S: BlockStore>(
     loop {
         // The watchdog's sign of life (`wedge`): a turn of the loop.
         control.beat(index);
+        // Servers that joined since (Hare §6.1.1): new directories may be
+        // homed on them. One acquire load on a line written only as
+        // members join.
+        fs.set_members(control.members());
         let stall_ms = params.health.stall_left_ms(index);
         if stall_ms > 0 {
             // Wedged on purpose (`atoll chaos --stall`): serve nothing.

@@ -101,7 +101,7 @@ fn posted_requests_are_served_without_a_reply() {
             rdev: 0,
             target: b"",
             home: 0,
-            distributed: false,
+            spread: 0,
             inherit: atoll_proto::Inherit::Unread,
             umask: 0,
         },

@@ -52,6 +52,8 @@ pub struct Watchdog {
     pub requests: Receiver<ScaleRequest>,
     hosts: Vec<Arc<Host>>,
     auto: Option<crate::autoscale::AutoScale>,
+    /// Makes the servers that join (`join`; none: the set is fixed).
+    maker: Option<Box<crate::ServerMaker>>,
 }
 
 impl Watchdog {
@@ -71,16 +73,29 @@ impl Watchdog {
             requests,
             hosts: Vec::new(),
             auto,
+            maker: None,
         }
+    }
+
+    /// Let servers join past the boot members, made by `maker`.
+    pub fn joining_with(mut self, maker: Box<crate::ServerMaker>) -> Watchdog {
+        self.maker = Some(maker);
+        self
     }
 
     fn server(&self, i: usize) -> Option<&Arc<ServerProcess>> {
         self.servers.process(i)
     }
 
-    /// The most hosts: one per server, and one per core given.
+    /// The most hosts: one per server the instance may have (its room:
+    /// servers join when there are more hosts than members), and one per
+    /// core given.
     fn max_hosts(&self) -> usize {
-        self.servers.len().min(self.plan.cores.len()).max(1)
+        let servers = match self.maker {
+            Some(_) => self.servers.room(),
+            None => self.servers.len(),
+        };
+        servers.min(self.plan.cores.len()).max(1)
     }
 
     /// Start the hosts and a server in each (from this thread, which lives
@@ -361,15 +376,30 @@ impl Watchdog {
             let host = Host::start(&self.plan.exe, h, self.plan.cores[h])?;
             self.hosts.push(Arc::new(host));
         }
+        // More hosts than members: servers join, one per host short
+        // (Hare §6.1.1), so every host has one to run.
+        let members = self.servers.len();
+        let joining = self.make_members(n)?;
         // A server that is down (no host) stays where it is, counted on a
-        // host that goes on.
-        let now: Vec<usize> = (0..self.servers.len())
-            .map(|i| self.server(i).and_then(|p| p.host()).map_or(0, |h| h.index))
+        // host that goes on. One that joins has none yet.
+        let now: Vec<usize> = (0..members + joining)
+            .map(|i| match i < members {
+                true => self.server(i).and_then(|p| p.host()).map_or(0, |h| h.index),
+                false => usize::MAX,
+            })
             .collect();
         let next = rebalance(&now, n);
         let mut moved = 0;
         let mut failed = None;
-        for i in 0..self.servers.len() {
+        // In order, stopping at the first that fails: members are always
+        // `0..count`.
+        for (i, &h) in next.iter().enumerate().skip(members) {
+            if let Err(why) = self.join(i, &self.hosts[h].clone(), members + joining) {
+                failed = Some(why);
+                break;
+            }
+        }
+        for i in 0..members {
             if next[i] == now[i] || self.servers.health.is_down(i) {
                 continue;
             }
@@ -405,6 +435,54 @@ impl Watchdog {
             Some(why) => Err(why),
             None => Ok(moved),
         }
+    }
+
+    /// Make the servers that join so that `hosts` hosts each have one:
+    /// their journals and links (`ServerMaker`), and their pool
+    /// representatives' room, before any of them starts. Returns how many
+    /// join (0 when the members suffice or the set is fixed).
+    fn make_members(&mut self, hosts: usize) -> Result<usize, String> {
+        let members = self.servers.len();
+        let Some(maker) = self.maker.as_ref() else {
+            return Ok(0);
+        };
+        let want = hosts.min(self.servers.room());
+        for i in members..want {
+            if self.servers.link(i).is_some() {
+                continue; // made for a join that failed to start it
+            }
+            let (link, _) = maker
+                .start(i, want)
+                .map_err(|e| format!("file server {i} could not join: {e}"))?;
+            let _ = self.servers.links[i].set(link);
+        }
+        // The pool first: a joining server takes its representative as
+        // it starts; clients learn of it only from the control block,
+        // published once it serves (`join`).
+        self.pool.publish_members(want.max(members));
+        Ok(want.saturating_sub(members))
+    }
+
+    /// Start server `i`, which joins the instance (one of `members` from
+    /// now on), in `host`: a fresh server, with nothing to replay, that
+    /// serves only what is made after it joins (ids name their owner, and
+    /// a distributed directory keeps the width it was made with). Once it
+    /// serves, the control block publishes the members that include it:
+    /// from then on clients may place new inodes and directories on it,
+    /// and each lane makes a channel to it at its first request there
+    /// (`BootRequest::Channel`). A joined member stays one (its inodes
+    /// live on); scaling down only stops hosts.
+    fn join(&self, i: usize, host: &Arc<Host>, members: usize) -> Result<(), String> {
+        let p = self.server(i).ok_or("no such server")?;
+        let mut link = p.link();
+        p.spawn(&mut link, host, false)?;
+        drop(link);
+        let health = &self.servers.health;
+        health.placed(i, host.index, host.pid(), host.core, false);
+        health.joined_now(i);
+        self.servers.control.publish_members((i + 1).min(members));
+        tracing::info!("file server {i} joined in host {}", host.index);
+        Ok(())
     }
 
     /// Move server `i` into `to`: it stops between two requests, and a
@@ -453,7 +531,9 @@ impl Watchdog {
     /// one (`autoscale`).
     /// Whether servers moved (their wedge clocks start again).
     fn consider_load(&mut self) -> bool {
-        let max = self.max_hosts();
+        // Within the members: servers join only when asked (`atoll
+        // scale N`), never for a burst of load, since a member stays.
+        let max = self.servers.len().min(self.plan.cores.len()).max(1);
         let pids: Vec<u32> = self.hosts.iter().map(|h| h.pid()).collect();
         let Some(auto) = self.auto.as_mut() else {
             return false;

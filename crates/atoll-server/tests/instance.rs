@@ -23,6 +23,7 @@ fn config(root: &Path, servers: usize) -> InstanceConfig {
         servers,
         hosts: 0,
         auto_scale: false,
+        room: 0,
         memory: 64 * 4096,
         mount: "/atoll-test".into(),
         poll: PollMode::Block,
@@ -159,7 +160,7 @@ fn attach(path: &Path) -> (OwnedFd, SessionId, Vec<OwnedFd>, Lane) {
 fn status(path: &Path) -> InstanceStatus {
     let sock = connect(path);
     match ask(&sock, &BootRequest::Status).0 {
-        BootReply::Status(s) => s,
+        BootReply::Status(s) => *s,
         other => panic!("{other:?}"),
     }
 }

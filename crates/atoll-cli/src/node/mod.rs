@@ -84,6 +84,10 @@ fn run_head(args: &NodeArgs, peers: &[String], term: Terminator) -> Result<i32> 
         _ => return Err(UsageError("a node's instance is a copy island".into()).into()),
     }
     plan.config.island = Island::Copy;
+    // The other nodes' edges mirror a control block of the boot members
+    // (`edge::Edge::start`): no server may join, or their processes could
+    // not reach it.
+    plan.config.room = plan.config.servers;
     config::ensure_runtime_root(&plan.config.runtime_root)?;
     let listen = args.listen.clone().unwrap_or_else(|| peers[0].clone());
     let net = TcpTransport::new()?;

@@ -160,7 +160,7 @@ pub(super) fn hand_over(
         // Record locks outlive execve (the process stays); the new image
         // runs in `child`, so they go to it before this session ends.
         let lane = lane.get()?;
-        for server in 0..c.nservers {
+        for server in 0..c.members() {
             let pass = || Request::PassLocks { to: child };
             let _ = crate::forkshare::again(|| lane.call_ok(c, server, pass()));
         }

@@ -50,7 +50,8 @@ pub(super) fn make_node(
                 rdev,
                 target,
                 home,
-                distributed,
+                // Spread over every member there is now (`InodeId::spread`).
+                spread: if distributed { c.members() as u8 } else { 0 },
                 umask: umask(c),
                 inherit: atoll_proto::Inherit::Unread,
             },

@@ -25,7 +25,8 @@ pub(super) fn list(c: &Client, lane: &Lane, d: &DescRef, buf: &mut [u8]) -> Resu
     let dir = d.ino();
     let cookie = d.cookie().load(core::sync::atomic::Ordering::Relaxed);
     let max_bytes = buf.len().min(u32::MAX as usize) as u32;
-    if !dir.is_distributed() || c.nservers < 2 {
+    let width = crate::adapt::width(c, dir);
+    if !dir.is_distributed() || width < 2 {
         return getdents_adaptive(c, lane, d, cookie, buf);
     }
     if crate::bcast::enabled(c) {
@@ -37,7 +38,7 @@ pub(super) fn list(c: &Client, lane: &Lane, d: &DescRef, buf: &mut [u8]) -> Resu
     }
     let mut si = (cookie >> SRV_SHIFT) as usize;
     let mut sc = cookie & SRV_MASK;
-    while si < c.nservers {
+    while si < width {
         // Visit servers in a fixed order, the home server first so `.` and
         // `..` come first.
         let server = order(c, dir, si);
@@ -70,7 +71,7 @@ pub(super) fn getdents_adaptive(
     let dir = d.ino();
     let max_bytes = buf.len().min(u32::MAX as usize) as u32;
     for _ in 0..64 {
-        let r = if crate::adapt::adapted_spread(dir) && c.nservers > 1 {
+        let r = if crate::adapt::adapted_spread(dir) && crate::adapt::width(c, dir) > 1 {
             crate::adapt::getdents(c, lane, dir, cookie, buf).map(|(n, nx)| (n, Some(nx)))
         } else {
             read_dir_chunk(c, lane, dir, dir.home(), cookie, max_bytes, buf, None)
@@ -91,9 +92,10 @@ pub(super) fn getdents_adaptive(
     err(libc::EAGAIN)
 }
 
-/// The `i`-th server visited when reading distributed directory `dir`.
+/// The `i`-th server visited when reading distributed directory `dir`
+/// (of its width's servers).
 pub(super) fn order(c: &Client, dir: InodeId, i: usize) -> usize {
-    (dir.home() + i) % c.nservers
+    (dir.home() + i) % crate::adapt::width(c, dir).max(1)
 }
 
 /// One `ReadDir` into `buf`; with `tag = Some(i)` rewrite every `d_off`

@@ -36,6 +36,10 @@ pub use rename::*;
 
 /// xattr a directory may carry to make its new subdirectories distributed.
 pub const XATTR_DISTRIBUTED: &[u8] = b"user.atoll.distributed";
+/// `getxattr` of it on a directory: how many servers its names are spread
+/// over (`0`: centralized), the width recorded when it became distributed
+/// (`adapt::width`). Read only; not listed.
+pub const XATTR_WIDTH: &[u8] = b"user.atoll.width";
 
 /// Resolve up to the final component. `Ok(Err(out))` when the path is not
 /// atoll's (or leaves atoll).
@@ -63,7 +67,7 @@ pub fn umask(c: &Client) -> u32 {
 /// user.atoll.distributed -v 1`, `adapt`) and under a `--distribute`
 /// path.
 fn want_distributed(c: &Client, w: &Walker, name: &[u8]) -> bool {
-    if c.info.without.dir_distribution || c.nservers < 2 {
+    if c.info.without.dir_distribution || c.members() < 2 {
         return false;
     }
     if crate::adapt::distributed(w.dir) {

@@ -88,9 +88,12 @@ pub fn rmdir(c: &Client, lane: &Lane, path: &[u8]) -> Result<Out> {
 /// never outlives the directory.
 pub(super) fn mark_servers(c: &Client, ino: InodeId) -> Vec<usize> {
     let mut v = vec![ino.home()];
-    if crate::adapt::distributed(ino) && c.nservers > 1 {
-        v.extend((0..c.nservers).filter(|&s| s != ino.home()));
-    } else if ino.owner() != ino.home() {
+    let width = crate::adapt::width(c, ino);
+    if width > 1 {
+        // Servers of its width (members that joined since hold none).
+        v.extend((0..width).filter(|&s| s != ino.home()));
+    }
+    if !v.contains(&ino.owner()) {
         v.push(ino.owner());
     }
     v

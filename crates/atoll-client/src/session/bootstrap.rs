@@ -142,24 +142,24 @@ pub fn attach(
     else {
         return Err(Error::Boot(format!("attach answered {reply:?}")));
     };
-    let nservers = info.servers as usize;
     // A copy island's process gets no buffer-cache descriptor and maps
     // nothing of it (Cosh §3): its data travels in messages. No lane comes
     // with the session: the first call asks `NewLane`.
     let maps_cache = info.island.maps_cache();
-    let channels = if lane.is_some() { nservers } else { 0 };
-    let expected = usize::from(maps_cache) + 1 + channels;
-    if fds.len() != expected {
-        return Err(Error::Boot(format!(
-            "attach sent {} fds for {nservers} servers",
-            fds.len()
-        )));
+    // One channel per member at the attach (members may have joined
+    // since boot: `info.servers` is the boot count).
+    let fixed = usize::from(maps_cache) + 1;
+    if fds.len() < fixed || (lane.is_none() && fds.len() != fixed) {
+        return Err(Error::Boot(format!("attach sent {} fds", fds.len())));
     }
     let mut fds = fds.into_iter();
     let cache_fd = if maps_cache { fds.next() } else { None };
     let control_fd = fds.next().expect("checked length");
     let session = match lane {
-        Some(lane) => Session::new(session, Lane::new(lane, fds.collect())?),
+        Some(lane) => Session::new(
+            session,
+            Lane::new(lane, fds.collect(), atoll_proto::MAX_SERVERS)?,
+        ),
         None => Session::without_lanes(session),
     };
     let instance = InstanceFds {
@@ -226,13 +226,13 @@ fn build(
     fds: InstanceFds,
     session: Session,
 ) -> Result<&'static Client> {
-    let nservers = info.servers as usize;
     let cache = match &fds.cache {
         Some(fd) => SharedRegion::map(fd.as_fd())?,
         None => SharedRegion::none(),
     };
     let control = Control::map(fds.control.as_fd())?;
-    let fs_names = crate::names::FsNames::resolve(&info, nservers, &control);
+    // Every slot of the room: a member that joins later has its name too.
+    let fs_names = crate::names::FsNames::resolve(&info, control.servers(), &control);
 
     let cache_fd = fds.cache.map_or(-1, |fd| to_high(fd.into_raw_fd(), 0));
     // Kept (not closed once mapped) so that an exec can hand it over.
@@ -250,7 +250,6 @@ fn build(
     rustix::process::umask(um);
 
     let c = Client {
-        nservers,
         mount,
         mount_parent,
         poll: info.poll,

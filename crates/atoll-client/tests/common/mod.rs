@@ -40,6 +40,7 @@ pub fn env_configured(servers: usize, tweak: impl FnOnce(&mut InstanceConfig)) -
             servers,
             hosts: 0,
             auto_scale: false,
+            room: 0,
             memory: 64 << 20,
             mount: mount.clone(),
             poll: PollMode::Adaptive,

@@ -75,12 +75,21 @@ pub struct DirState {
     pub distributed: bool,
     pub epoch: u32,
     pub swap: Option<Swap>,
+    /// Servers its names spread over while `distributed` (the member
+    /// count at the swap that spread it; `ModeInfo::width`).
+    #[serde(default)]
+    pub width: u32,
 }
 
 /// A swap under way (the directory is blocked here).
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Swap {
     pub target: bool,
+    /// Width of the target mode when `target` is distributed: the member
+    /// count when the swap began, so a swap reaches members that joined
+    /// since the directory was last spread.
+    #[serde(default)]
+    pub width: u32,
     pub epoch: u32,
     pub coordinator: SessionId,
     pub base_seq: u64,
@@ -117,6 +126,18 @@ impl Adapt {
     /// Is `dir` distributed now (for `nlink` and `Subdirs`)?
     pub fn distributed(&self, dir: InodeId) -> bool {
         self.mode(dir).0
+    }
+
+    /// The width `dir`'s names are routed by now (0: centralized);
+    /// `members` for a distributed id that records none (tests' ids).
+    pub fn width(&self, dir: InodeId, members: usize) -> usize {
+        let recorded = |w: usize| if w == 0 { members } else { w };
+        match self.dirs.get(&dir) {
+            Some(d) if d.distributed => recorded(d.width as usize),
+            Some(_) => 0,
+            None if dir.is_distributed() => recorded(dir.width()),
+            None => 0,
+        }
     }
 
     /// A request about the whole of `dir` routed by `epoch`: `EMODE` if
@@ -223,7 +244,7 @@ impl<S: BlockStore> FileServer<S> {
         // Distributed, the home shard holds about 1/N of the entries.
         let here = self.shards.get(&dir).map_or(0, |s| s.len());
         let entries = if distributed {
-            here * self.cfg.nservers
+            here * self.adapt.width(dir, self.cfg.nservers).max(1)
         } else {
             here
         };
@@ -246,12 +267,13 @@ impl<S: BlockStore> FileServer<S> {
     /// directory (the client refreshes its idea of the mode), `EXDEV` for
     /// a plain routing error.
     pub(super) fn entry_here(&self, dir: InodeId, name: &[u8]) -> Result<(), Errno> {
-        let (distributed, _, blocked) = self.adapt.mode(dir);
+        let (_, _, blocked) = self.adapt.mode(dir);
         let adapted = self.adapt.dirs.contains_key(&dir);
         if blocked {
             return Err(Errno::EMODE);
         }
-        if entry_server_in(dir, distributed, name, self.cfg.nservers) == self.cfg.index {
+        let width = self.adapt.width(dir, self.cfg.nservers);
+        if entry_server_in(dir, width, name) == self.cfg.index {
             Ok(())
         } else if adapted {
             Err(Errno::EMODE)
@@ -277,7 +299,7 @@ impl<S: BlockStore> FileServer<S> {
         let marked = self.shards.get(&child).is_some_and(|s| s.marked);
         // With one server every entry of a spread directory is here too:
         // this server's emptiness check is the whole answer.
-        let spread = st.distributed && self.cfg.nservers > 1;
+        let spread = st.distributed && st.width != 1 && self.cfg.nservers > 1;
         if st.swap.is_some() || (spread && !marked) {
             return Err(Errno::EMODE);
         }
@@ -308,20 +330,24 @@ impl<S: BlockStore> FileServer<S> {
                 swap: Some(s),
                 epoch,
                 distributed,
+                width,
             }) => ModeInfo {
                 distributed: *distributed,
                 epoch: *epoch,
                 swapping: true,
                 orphaned: s.orphaned,
                 base_seq: s.base_seq,
+                width: *width,
             },
             Some(d) => ModeInfo {
                 distributed: d.distributed,
                 epoch: d.epoch,
+                width: d.width,
                 ..ModeInfo::default()
             },
             None => ModeInfo {
                 distributed: dir.is_distributed(),
+                width: self.adapt.width(dir, self.cfg.nservers) as u32,
                 ..ModeInfo::default()
             },
         }
@@ -343,12 +369,14 @@ impl<S: BlockStore> FileServer<S> {
             AdaptStep::Begin {
                 distributed,
                 resume,
-            } => self.adapt_begin(session, who, dir, distributed, resume),
+                width,
+            } => self.adapt_begin(session, who, dir, (distributed, width), resume),
             AdaptStep::Block {
                 epoch,
                 distributed,
                 base_seq,
-            } => self.adapt_block(session, dir, epoch, distributed, base_seq),
+                width,
+            } => self.adapt_block(session, dir, epoch, (distributed, width), base_seq),
             AdaptStep::Export { epoch, after } => self.adapt_export(dir, epoch, after, out),
             AdaptStep::Import { epoch, data } => self.adapt_import(dir, epoch, data),
             AdaptStep::Complete { epoch } => self.adapt_complete(dir, epoch),
@@ -363,7 +391,7 @@ impl<S: BlockStore> FileServer<S> {
         session: SessionId,
         who: &Caller,
         dir: InodeId,
-        target: bool,
+        (target, width): (bool, u32),
         resume: bool,
     ) -> R<'o> {
         if dir.home() != self.cfg.index {
@@ -394,6 +422,7 @@ impl<S: BlockStore> FileServer<S> {
                     swapping: true,
                     orphaned: false,
                     base_seq: s.base_seq,
+                    width: s.width,
                 };
                 return Ok(Reply::DirMode(info));
             }
@@ -410,7 +439,14 @@ impl<S: BlockStore> FileServer<S> {
             .shards
             .get(&dir)
             .map_or(dir::FIRST_SEQ, |s| s.next_cookie());
-        self.block_here(session, dir, epoch + 1, target, base_seq);
+        // Spread over every member the coordinator saw (Hare §6.1.1): this
+        // is how a directory made before members joined reaches them. At
+        // least the home server; never past the ids' room.
+        let width = match target {
+            true => width.clamp(dir.home() as u32 + 1, InodeId::MAX_WIDTH as u32),
+            false => 0,
+        };
+        self.block_here(session, dir, epoch + 1, (target, width), base_seq);
         self.adapt.begun += 1;
         Ok(Reply::DirMode(ModeInfo {
             distributed: target,
@@ -418,6 +454,7 @@ impl<S: BlockStore> FileServer<S> {
             swapping: true,
             orphaned: false,
             base_seq,
+            width,
         }))
     }
 
@@ -437,17 +474,20 @@ impl<S: BlockStore> FileServer<S> {
         session: SessionId,
         dir: InodeId,
         epoch: u32,
-        target: bool,
+        (target, width): (bool, u32),
         base: u64,
     ) {
         let (distributed, old, _) = self.adapt.mode(dir);
+        let now = self.adapt.width(dir, self.cfg.nservers) as u32;
         let st = self.adapt.dirs.entry(dir).or_insert(DirState {
             distributed,
             epoch: old,
             swap: None,
+            width: now,
         });
         st.swap = Some(Swap {
             target,
+            width,
             epoch,
             coordinator: session,
             base_seq: base,
@@ -465,7 +505,7 @@ impl<S: BlockStore> FileServer<S> {
         session: SessionId,
         dir: InodeId,
         epoch: u32,
-        target: bool,
+        target: (bool, u32),
         base: u64,
     ) -> R<'o> {
         if let Some(s) = self.adapt.dirs.get_mut(&dir).and_then(|d| d.swap.as_mut()) {
@@ -513,11 +553,11 @@ impl<S: BlockStore> FileServer<S> {
                 false => Err(Errno::EINVAL),
             };
         };
-        let (n, here) = (self.cfg.nservers, self.cfg.index);
+        let (width, here) = (swap.route_width(), self.cfg.index);
         let mut next = None;
         if let Some(s) = self.shards.get(&dir) {
             for (seq, name, d) in s.after(after) {
-                if entry_server_in(dir, swap.target, name, n) == here {
+                if entry_server_in(dir, width, name) == here {
                     continue;
                 }
                 if out.len() + atoll_proto::moved_len(name) > MAX_DIRENTS {
@@ -562,7 +602,7 @@ impl<S: BlockStore> FileServer<S> {
                 false => Err(Errno::EINVAL),
             };
         };
-        let (n, here) = (self.cfg.nservers, self.cfg.index);
+        let (width, here) = (swap.route_width(), self.cfg.index);
         let owner = self.owns(dir);
         let names = &self.acct.names;
         let s = self
@@ -572,14 +612,15 @@ impl<S: BlockStore> FileServer<S> {
         let total = s.subdirs;
         let gone: Vec<Vec<u8>> = s
             .after(0)
-            .filter(|(_, name, _)| entry_server_in(dir, swap.target, name, n) != here)
+            .filter(|(_, name, _)| entry_server_in(dir, width, name) != here)
             .map(|(_, name, _)| name.to_vec())
             .collect();
         for name in &gone {
             s.remove(name);
         }
         if swap.target {
-            s.stride = Some((n as u64, here as u64));
+            // Cookies stride by the width; a member past it holds none.
+            s.stride = (here < width).then_some((width as u64, here as u64));
             s.raise_cookies(swap.base_seq);
             if owner {
                 s.subdirs = total;
@@ -590,6 +631,7 @@ impl<S: BlockStore> FileServer<S> {
         }
         let st = self.adapt.dirs.get_mut(&dir).expect("swap_of found it");
         st.distributed = swap.target;
+        st.width = swap.width;
         st.epoch = epoch;
         st.swap = None;
         if dir.home() == here {
@@ -615,5 +657,15 @@ impl<S: BlockStore> FileServer<S> {
             self.adapt.cancelled += 1;
         }
         Ok(Reply::Ok)
+    }
+}
+
+impl Swap {
+    /// The width the swap routes names by (0: to centralized).
+    pub fn route_width(&self) -> usize {
+        match self.target {
+            true => self.width.max(1) as usize,
+            false => 0,
+        }
     }
 }

@@ -110,7 +110,7 @@ impl<S: BlockStore> FileServer<S> {
         // The name is admitted by the entry's server at `Link`.
         self.admit(super::limits::INODES, 1)?;
         let perm = from.perm(ftype, perm, node.umask);
-        let ino = self.new_inode(who, dir, ftype, perm, self.cfg.index, false);
+        let ino = self.new_inode(who, dir, ftype, perm, self.cfg.index, 0);
         self.inherit(ino, from)?;
         if ftype == FileType::Directory {
             // Its `..` is `dir`; freed with the inode if never adopted.

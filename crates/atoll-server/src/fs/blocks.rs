@@ -94,7 +94,9 @@ impl<S: BlockStore> Cache<S> {
     /// The representative of `rep`'s server, starting empty (everything is
     /// in the root until claimed).
     pub fn new(rep: PoolRep, store: S) -> Cache<S> {
-        let (high, batch) = watermarks(rep.pool().blocks(), rep.pool().servers());
+        // Sized by the boot member count, fixed for the instance's life, so
+        // a replay keeps the same lists after members joined.
+        let (high, batch) = watermarks(rep.pool().blocks(), rep.pool().boot_members());
         Cache {
             free: Vec::new(),
             store,
@@ -185,7 +187,7 @@ impl<S: BlockStore> Cache<S> {
     pub fn statfs(&self) -> (u64, u64) {
         let pool = self.rep.pool();
         // This server's list as it is now, not as last published.
-        let others: u64 = (0..pool.servers())
+        let others: u64 = (0..pool.members())
             .filter(|&s| s != self.rep.server())
             .map(|s| pool.counts(s).listed)
             .sum();

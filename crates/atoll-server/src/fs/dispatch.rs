@@ -38,7 +38,7 @@ impl<S: BlockStore> FileServer<S> {
                 rdev,
                 target,
                 home,
-                distributed,
+                spread,
                 umask,
                 inherit,
             } => {
@@ -50,7 +50,7 @@ impl<S: BlockStore> FileServer<S> {
                     rdev,
                     target,
                 };
-                let r = self.make_node(who, dir, name, node, home, distributed);
+                let r = self.make_node(who, dir, name, node, home, spread);
                 if r.is_ok() {
                     self.coalesced.made_node();
                 }

@@ -390,7 +390,7 @@ impl<S: BlockStore> FileServer<S> {
         if !self.cache.reserve(1 + ino_hdr::DATA_BLOCKS) {
             return Err(Errno::ENOMEM);
         }
-        let ino = self.new_inode(who, InodeId(0), FileType::Regular, 0o600, 0, false);
+        let ino = self.new_inode(who, InodeId(0), FileType::Regular, 0o600, 0, 0);
         if let Some(i) = self.inodes.get_mut(&ino) {
             i.links = 0; // anonymous: lives while its description does
         }

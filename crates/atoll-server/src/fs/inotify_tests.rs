@@ -557,7 +557,7 @@ fn a_file_moved_out_of_a_watched_directory_no_longer_reports_to_it() {
         rdev: 0,
         target: b"",
         home: 0,
-        distributed: false,
+        spread: 0,
         inherit: atoll_proto::Inherit::Unread,
         umask: 0,
     };

@@ -132,7 +132,7 @@ fn node<'a>(name: &'a [u8], ftype: FileType, target: &'a [u8]) -> Request<'a> {
         rdev: 0,
         target,
         home: 0,
-        distributed: false,
+        spread: 0,
         inherit: atoll_proto::Inherit::Unread,
         umask: 0,
     }
@@ -159,8 +159,8 @@ fn limits(inodes: u64) -> Limits {
 fn inode_limit_holds_across_servers_and_recovers_after_unlink() {
     let mut s = servers(2, 64, limits(8));
     let mut dist = node(b"d", FileType::Directory, b"");
-    if let Request::MakeNode { distributed, .. } = &mut dist {
-        *distributed = true;
+    if let Request::MakeNode { spread, .. } = &mut dist {
+        *spread = 2;
     }
     let Got::Ino(d) = s[0].call(dist) else {
         panic!("mkdir")

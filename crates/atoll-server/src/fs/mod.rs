@@ -82,6 +82,7 @@ mod protocols;
 mod reports;
 mod retain;
 mod space;
+mod stats;
 pub mod tape;
 pub use hotdirs::name_dirs;
 pub use reports::{op_name, LastOp};
@@ -139,6 +140,8 @@ const SETFL_MASK: u32 =
 pub struct FsConfig {
     /// This server's index (owner id in inode and description ids).
     pub index: usize,
+    /// Members of the instance: at boot, then as the server loop sees
+    /// servers join (`FileServer::set_members`).
     pub nservers: usize,
     /// Blocks `[first_block, first_block + nblocks)` of a pool of its own
     /// (`FileServer::new`); an instance's servers share one pool instead.
@@ -338,6 +341,17 @@ struct MoveLink {
 
 impl<S: BlockStore> FileServer<S> {
     /// A server with gauges of its own (alone, or in tests).
+    /// Servers `0..n` are the instance's members now (they only grow:
+    /// `atoll_msg::Control::members`). What this server checks a new
+    /// directory's home against; a distributed directory routes by the
+    /// width it records, never by this.
+    #[inline]
+    pub fn set_members(&mut self, n: usize) {
+        if n > self.cfg.nservers {
+            self.cfg.nservers = n;
+        }
+    }
+
     pub fn new(cfg: FsConfig, store: S) -> FileServer<S> {
         let gauges = Rc::new(limits::LocalGauges::new(&cfg.limits));
         let cache = Cache::private(cfg.first_block, cfg.nblocks, store);
@@ -480,114 +494,6 @@ impl<S: BlockStore> FileServer<S> {
     /// A frame that could not be decoded (counted for `atoll status`).
     pub fn count_bad_request(&mut self) {
         self.bad_requests += 1;
-    }
-
-    pub fn stats(&self) -> ServerStats {
-        ServerStats {
-            server: self.cfg.index as u32,
-            core: self.cfg.core,
-            sessions: self.sessions.len() as u64,
-            inodes: self.inodes.len() as u64,
-            open_descriptions: self.descs.len() as u64,
-            requests: self.requests,
-            bad_requests: self.bad_requests,
-            ops: OP_NAMES
-                .iter()
-                .zip(self.ops.iter())
-                .filter(|(_, (n, _))| *n > 0)
-                .map(|(name, (n, ns))| (name.to_string(), *n, *ns))
-                .collect(),
-            counters: self.counters(),
-            mode_swaps: self.adapt.swaps,
-            adapted_dirs: self.adapt.adapted(self.cfg.index),
-            swapped_dirs: self.adapt.swapped_dirs(self.cfg.index),
-            pipes: self.pipe_stats().0,
-            pipe_bytes: self.pipe_stats().1,
-            pipe_ops: self.pipe_stats().2,
-            transfers: Box::new(self.transfers),
-            // The server loop adds what only it knows (rings, sessions).
-            ..self.cache.stats()
-        }
-    }
-
-    /// Named counters of the Hare techniques (see `ServerStats::counters`).
-    fn counters(&self) -> Vec<(String, u64)> {
-        let t = &self.track;
-        let k = &self.client_counters.totals;
-        let mut v: Vec<(String, u64)> = Vec::new();
-        if t.enabled() {
-            v.push(("dcache.lookups_tracked".into(), t.recorded));
-            v.push(("dcache.invalidations_sent".into(), t.invalidations));
-            v.push(("dcache.changes_invalidating".into(), t.changes_invalidating));
-            v.push(("dcache.names_tracked".into(), t.tracked()));
-            v.push(("dcache.records_evicted".into(), t.evicted));
-        }
-        for (name, n) in [
-            ("dcache.hits", k.dcache_hits),
-            ("dcache.misses", k.dcache_misses),
-            ("dcache.invalidations_applied", k.dcache_invalidations),
-            ("dcache.flushes", k.dcache_flushes),
-            ("broadcasts", k.broadcasts),
-            ("rmdir.three_phase", k.three_phase_rmdirs),
-            ("hybrid_fd.local_ops", k.local_offset_ops),
-            ("hybrid_fd.offsets_shared", k.offsets_shared),
-            ("hybrid_fd.offsets_reclaimed", k.offsets_reclaimed),
-            ("coalescing.uncoalesced_opens", k.uncoalesced_opens),
-            ("client.traps", k.traps),
-            ("pipe.split_bytes", k.pipe_split_bytes),
-            ("names.rebinds", k.name_rebinds),
-            ("msgbound.moves", k.msgbound_moves),
-            ("msgbound.returns", k.msgbound_returns),
-            ("msgbound.undone", k.msgbound_undone),
-        ] {
-            if n > 0 {
-                v.push((name.into(), n));
-            }
-        }
-        for (name, n) in self
-            .coalesced
-            .counters()
-            .into_iter()
-            .chain(self.adapt.counters())
-        {
-            if n > 0 {
-                v.push((name.into(), n));
-            }
-        }
-        for (name, n) in self.creating.counters() {
-            if n > 0 {
-                v.push((name.into(), n));
-            }
-        }
-        for (name, n) in self.notify.counters() {
-            if n > 0 {
-                v.push((name.into(), n));
-            }
-        }
-        // Namespace operations in flight right now (gauges, not counts):
-        // a value that stays up on an idle instance is a stuck operation.
-        let moving = self
-            .inodes
-            .values()
-            .filter(|i| i.ftype == FileType::Directory && i.links > 1)
-            .count() as u64;
-        // Blocks kept only for mappings (`retain`): back to zero once the
-        // last mapping of every file is gone.
-        let retained = self.inodes.values().map(|i| i.retained.len() as u64).sum();
-        for (name, n) in [
-            ("mappings.retained_blocks", retained),
-            ("in_flight.rmdir_marks", self.marks.len() as u64),
-            ("in_flight.move_refs", self.move_refs.len() as u64),
-            ("in_flight.move_links", self.move_links.len() as u64),
-            ("in_flight.directories_moving", moving),
-            ("in_flight.rename_lock", self.rename_lock.is_some() as u64),
-            ("in_flight.extending_writes", self.writes.len() as u64),
-        ] {
-            if n > 0 {
-                v.push((name.into(), n));
-            }
-        }
-        v
     }
 
     /// Directory-cache invalidations to deliver before the reply to the
@@ -955,7 +861,7 @@ impl<S: BlockStore> FileServer<S> {
         ftype: FileType,
         mut perm: u32,
         home: usize,
-        distributed: bool,
+        spread: usize,
     ) -> InodeId {
         let mut gid = who.gid;
         if let Some((dir_perm, _, dir_gid)) = self.dir_attrs(dir, who) {
@@ -973,13 +879,19 @@ impl<S: BlockStore> FileServer<S> {
         }
         let serial = self.next_serial;
         self.next_serial += 1;
-        let dist = ftype == FileType::Directory && distributed;
+        let dist = ftype == FileType::Directory && spread > 0;
         let home = if ftype == FileType::Directory {
             home
         } else {
             self.cfg.index
         };
-        let ino = InodeId::new(self.cfg.index, home, dist, serial);
+        // A distributed directory records its width (the member count the
+        // client saw): members that join later take none of its names, so
+        // no route to them changes (Hare §6.1.1; `InodeId::width`).
+        let ino = match dist {
+            true => InodeId::spread(self.cfg.index, home, spread, serial),
+            false => InodeId::new(self.cfg.index, home, false, serial),
+        };
         self.inodes
             .insert(ino, Inode::new(ftype, perm, who.uid, gid, now()));
         ino

@@ -134,7 +134,7 @@ impl<S: BlockStore> FileServer<S> {
         self.admit(limits::INODES, 1)?;
         self.admit(limits::NAMES, 1)?;
         let perm = from.perm(FileType::Regular, perm & 0o7777, umask);
-        let ino = self.new_inode(who, dir, FileType::Regular, perm, 0, false);
+        let ino = self.new_inode(who, dir, FileType::Regular, perm, 0, 0);
         self.inherit(ino, from)?;
         if let Some(s) = self.shards.get_mut(&dir) {
             s.insert(name, ino, FileType::Regular);
@@ -238,7 +238,7 @@ impl<S: BlockStore> FileServer<S> {
         name: &[u8],
         node: NewNode,
         home: u8,
-        distributed: bool,
+        spread: u8,
     ) -> R<'o> {
         let NewNode {
             ftype,
@@ -263,7 +263,12 @@ impl<S: BlockStore> FileServer<S> {
         let home = home as usize;
         let perm = match ftype {
             FileType::Directory => {
-                if home >= self.cfg.nservers.min(MAX_SERVERS) {
+                // A home among the members, and a width that holds it.
+                let spread = spread as usize;
+                if home >= self.cfg.nservers.min(MAX_SERVERS)
+                    || spread > MAX_SERVERS
+                    || (spread != 0 && home >= spread)
+                {
                     return Err(Errno::EINVAL);
                 }
                 perm & 0o1777
@@ -290,7 +295,7 @@ impl<S: BlockStore> FileServer<S> {
         self.admit(limits::INODES, 1)?;
         self.admit(limits::NAMES, 1)?;
         let perm = from.perm(ftype, perm, node.umask);
-        let ino = self.new_inode(who, dir, ftype, perm, home, distributed);
+        let ino = self.new_inode(who, dir, ftype, perm, home, spread as usize);
         self.inherit(ino, from)?;
         match ftype {
             FileType::Symlink | FileType::Socket => {

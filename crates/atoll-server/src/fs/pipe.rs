@@ -118,7 +118,7 @@ impl<S: BlockStore> FileServer<S> {
             return Err(Errno::EINVAL);
         }
         let nb = flags & libc::O_NONBLOCK as u32;
-        let ino = self.new_inode(who, InodeId(0), FileType::Fifo, 0o600, 0, false);
+        let ino = self.new_inode(who, InodeId(0), FileType::Fifo, 0o600, 0, 0);
         if let Some(i) = self.inodes.get_mut(&ino) {
             i.links = 0; // anonymous: lives while a description does
         }
@@ -507,7 +507,7 @@ mod tests {
                 rdev: 0,
                 target: b"",
                 home: 0,
-                distributed: false,
+                spread: 0,
                 inherit: atoll_proto::Inherit::Unread,
                 umask: 0,
             },

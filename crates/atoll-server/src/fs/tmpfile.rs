@@ -35,7 +35,7 @@ impl<S: BlockStore> FileServer<S> {
         self.dir_check(dir, who, MAY_WRITE | MAY_EXEC)?;
         let from = self.inheritance(dir, who, FileType::Regular, Inherit::Unread)?;
         let perm = from.perm(FileType::Regular, perm & 0o7777, umask);
-        let ino = self.new_inode(who, dir, FileType::Regular, perm, self.cfg.index, false);
+        let ino = self.new_inode(who, dir, FileType::Regular, perm, self.cfg.index, 0);
         self.inherit(ino, from)?;
         if let Some(i) = self.inodes.get_mut(&ino) {
             i.links = 0;

@@ -90,7 +90,7 @@ fn make(dir: InodeId, name: &str, ftype: FileType, perm: u32, umask: u32) -> Req
         rdev: 0,
         target: b"t",
         home: 0,
-        distributed: false,
+        spread: 0,
         umask,
         inherit: Inherit::Unread,
     }
@@ -305,7 +305,7 @@ fn a_server_not_owning_the_directory_applies_the_acl_the_request_carries() {
         rdev: 0,
         target: b"",
         home: 1,
-        distributed: false,
+        spread: 0,
         umask: 0o022,
         inherit: Inherit::Acl(&default),
     };

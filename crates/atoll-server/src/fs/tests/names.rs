@@ -563,7 +563,7 @@ fn a_directory_replaced_by_rename_must_be_marked_when_its_entries_live_elsewhere
             rdev: 0,
             target: b"",
             home,
-            distributed,
+            spread: if distributed { 2 } else { 0 },
             inherit: atoll_proto::Inherit::Unread,
             umask: 0,
         },
@@ -622,7 +622,7 @@ fn a_directory_replaced_by_rename_must_be_marked_when_its_entries_live_elsewhere
                 rdev: 0,
                 target: b"",
                 home: 0,
-                distributed: false,
+                spread: 0,
                 inherit: atoll_proto::Inherit::Unread,
                 umask: 0,
             }

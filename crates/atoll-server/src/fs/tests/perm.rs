@@ -214,7 +214,7 @@ fn make_node(dir: InodeId, name: &str, ftype: FileType) -> Request<'_> {
         rdev: 0,
         target: b"x",
         home: 1,
-        distributed: false,
+        spread: 0,
         inherit: atoll_proto::Inherit::Unread,
         umask: 0,
     }

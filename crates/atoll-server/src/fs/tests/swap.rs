@@ -64,6 +64,7 @@ fn finish_swap(ts: &mut [T], dir: InodeId, info: ModeInfo) {
             epoch,
             distributed: info.distributed,
             base_seq: info.base_seq,
+            width: info.width,
         };
         assert_eq!(step(t, S2, dir, b), Own::Ok);
     }
@@ -77,7 +78,7 @@ fn finish_swap(ts: &mut [T], dir: InodeId, info: ModeInfo) {
             panic!("one export holds them all")
         };
         for (seq, ino, ftype, name) in parse_moved(&data) {
-            let to = entry_server_in(dir, info.distributed, name, N);
+            let to = entry_server_in(dir, info.route_width(), name);
             assert_ne!(to, from, "only misplaced entries are exported");
             let mut one = vec![];
             atoll_proto::pack_moved(&mut one, seq, ino, ftype, name);
@@ -109,6 +110,7 @@ fn swap_moves_entries_with_their_cookies_and_blocks_until_complete() {
     let begin = AdaptStep::Begin {
         distributed: true,
         resume: false,
+        width: N as u32,
     };
     let Own::Mode(info) = step(&mut ts[0], S2, d, begin) else {
         panic!()
@@ -137,7 +139,7 @@ fn swap_moves_entries_with_their_cookies_and_blocks_until_complete() {
     assert_eq!(listing(&mut ts, d, 1), before);
     for i in 0..30 {
         let name = format!("f{i}");
-        let at = entry_server_in(d, true, name.as_bytes(), N);
+        let at = entry_server_in(d, N, name.as_bytes());
         for (s, t) in ts.iter_mut().enumerate() {
             let r = t.call(
                 S1,
@@ -172,7 +174,7 @@ fn swap_moves_entries_with_their_cookies_and_blocks_until_complete() {
     // A new entry on another server gets a cookie of its own residue.
     let name = (0..100)
         .map(|i| format!("n{i}"))
-        .find(|n| entry_server_in(d, true, n.as_bytes(), N) == 1)
+        .find(|n| entry_server_in(d, N, n.as_bytes()) == 1)
         .unwrap();
     let create = Request::Open {
         dir: d,
@@ -197,6 +199,7 @@ fn swap_moves_entries_with_their_cookies_and_blocks_until_complete() {
     let begin = AdaptStep::Begin {
         distributed: false,
         resume: false,
+        width: N as u32,
     };
     let Own::Mode(back) = step(&mut ts[0], S2, d, begin) else {
         panic!()
@@ -230,6 +233,7 @@ fn orphaned_swap_is_resumed_by_another_session_and_cancel_keeps_the_mode() {
     let begin = |resume| AdaptStep::Begin {
         distributed: true,
         resume,
+        width: N as u32,
     };
     let Own::Mode(info) = step(&mut ts[0], S2, d, begin(false)) else {
         panic!()
@@ -266,6 +270,7 @@ fn a_marked_directory_does_not_swap_and_a_spread_one_is_not_removed_by_one_unlin
     let begin = AdaptStep::Begin {
         distributed: true,
         resume: false,
+        width: N as u32,
     };
     assert_eq!(step(&mut ts[0], S2, d, begin), Own::Err(Errno::EBUSY));
     ts[0].ok(
@@ -364,4 +369,100 @@ fn policy_asks_the_busy_session_to_spread_a_big_contended_directory() {
         );
     }
     assert_eq!(t.fs.take_adapt_notices(), vec![]);
+}
+
+/// A swap spreads over the width the coordinator gives at `Begin` (its
+/// member count), not over the servers there are: here 2 of 3, as when a
+/// third member joined after the swap began (Hare §6.1.1). The third
+/// holds none of the names and the mode reports the width.
+#[test]
+fn a_swap_spreads_over_the_width_it_began_with() {
+    let mut ts = servers();
+    let d = ts[0].mkdir(ROOT, "d");
+    for i in 0..40 {
+        ts[0].create(d, &format!("f{i}"));
+    }
+    let before = listing(&mut ts[..1], d, 0);
+    let begin = AdaptStep::Begin {
+        distributed: true,
+        resume: false,
+        width: 2,
+    };
+    let Own::Mode(info) = step(&mut ts[0], S2, d, begin) else {
+        panic!()
+    };
+    assert_eq!((info.width, info.route_width()), (2, 2));
+    finish_swap(&mut ts, d, info);
+    let now = mode(&mut ts[0], d);
+    assert!(now.distributed && now.width == 2 && now.epoch == 1);
+    assert_eq!(listing(&mut ts, d, 1), before, "every name stays");
+    assert!(
+        listing(&mut ts[2..], d, 1).is_empty(),
+        "none past the width"
+    );
+    assert!(
+        !listing(&mut ts[1..2], d, 1).is_empty(),
+        "the width is used"
+    );
+    for i in 0..40 {
+        let name = format!("f{i}");
+        let at = entry_server_in(d, 2, name.as_bytes());
+        assert!(at < 2);
+        let r = ts[at].call(
+            S1,
+            USER,
+            Request::Lookup {
+                dir: d,
+                name: name.as_bytes(),
+            },
+        );
+        assert!(matches!(r, Own::Entry(..)), "{name} on {at}: {r:?}");
+    }
+}
+
+/// A directory made distributed records the width the client asked for
+/// in its id, and its home server reports it as its mode.
+#[test]
+fn a_distributed_directory_records_its_width_in_its_id() {
+    let mut ts = servers();
+    let made = ts[0].call(
+        S1,
+        USER,
+        Request::MakeNode {
+            dir: ROOT,
+            name: b"w",
+            ftype: FileType::Directory,
+            perm: 0o755,
+            rdev: 0,
+            target: b"",
+            home: 0,
+            spread: 2,
+            inherit: atoll_proto::Inherit::Unread,
+            umask: 0,
+        },
+    );
+    let Own::Entry(w, _) = made else {
+        panic!("{made:?}")
+    };
+    assert!(w.is_distributed() && w.width() == 2);
+    let m = mode(&mut ts[0], w);
+    assert_eq!((m.distributed, m.width, m.route_width()), (true, 2, 2));
+    // A width that does not hold the home is refused.
+    let bad = ts[0].call(
+        S1,
+        USER,
+        Request::MakeNode {
+            dir: ROOT,
+            name: b"bad",
+            ftype: FileType::Directory,
+            perm: 0o755,
+            rdev: 0,
+            target: b"",
+            home: 2,
+            spread: 2,
+            inherit: atoll_proto::Inherit::Unread,
+            umask: 0,
+        },
+    );
+    assert_eq!(bad, Own::Err(Errno::EINVAL));
 }

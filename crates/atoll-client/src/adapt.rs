@@ -55,6 +55,8 @@ const EMPTY: Slot = Slot {
     val: AtomicU64::new(0),
 };
 /// Modes learnt from home servers, by hash of the directory id.
+// With the other big zero tables after `.bss` (`fdtable::DESCS` says why).
+#[cfg_attr(target_os = "linux", link_section = ".bss.atoll_tables")]
 static MODES: [Slot; SLOTS] = [EMPTY; SLOTS];
 /// Set once any directory's mode was learnt (routing's fast path).
 static ANY: AtomicBool = AtomicBool::new(false);

@@ -347,20 +347,25 @@ pub fn publish_at_start() {
         return;
     }
     // Once per image, from the constructor (the lock still keeps a
-    // table made meanwhile from being made twice).
-    let _held = LOCK.lock();
+    // table made meanwhile from being made twice). Taken without blocking
+    // signals, as `LOCK.lock()` would (two system calls per start): no
+    // handler that could take it runs yet, the image's program having
+    // installed none (`execve` reset them) and atoll's own SIGSYS
+    // handler coming after the client's start.
+    LOCK.acquire_raw();
     let private = 8 + 4 * PRIVATE_MAX;
+    let mut state = MAPPED; // refused: none, for good
     if fits_file_limit(private) {
         if let Ok(fd) = rustix::fs::memfd_create(NAME, rustix::fs::MemfdFlags::CLOEXEC) {
             let raw = crate::session::to_high(std::os::fd::IntoRawFd::into_raw_fd(fd), 0);
             FD.store(raw, Ordering::Relaxed);
             FILE_BYTES.store(private, Ordering::Relaxed);
-            STATE.store(FILE_ONLY, Ordering::Release);
+            state = FILE_ONLY;
             pwrite_private(raw, true);
-            return;
         }
     }
-    STATE.store(MAPPED, Ordering::Release); // refused: none, for good
+    STATE.store(state, Ordering::Release);
+    LOCK.release_raw();
 }
 
 /// Publish the list of atoll's own descriptors again: one was made
@@ -429,8 +434,8 @@ fn publish_private(base: *mut u8) {
 /// (`FILE_ONLY`; the caller holds the lock), under its sequence word as
 /// `publish_private` does: odd, then the list, then even again, each its
 /// own `pwrite`, so that a reader never takes a half-written list.
-/// A new, empty file (`fresh`) takes the odd word and the list in one
-/// `pwrite`: a reader finds it too short, or odd, until the even word.
+/// A new, empty file (`fresh`) takes the even word and the list in one
+/// `pwrite`: a reader finds it empty until the whole record is there.
 fn pwrite_private(fd: i32, fresh: bool) {
     let Some(c) = crate::session::client() else {
         return;
@@ -440,26 +445,26 @@ fn pwrite_private(fd: i32, fresh: bool) {
         return;
     }
     let at = PRIVATE_AT as u64;
-    let mut seq = [0u8; 4];
-    let odd = if fresh {
-        1
-    } else if pread(fd, &mut seq, at) == 4 {
-        u32::from_le_bytes(seq) | 1
-    } else {
-        return;
-    };
     let mut rec = [0u8; 8 + 4 * PRIVATE_MAX];
-    rec[..4].copy_from_slice(&odd.to_le_bytes());
     rec[4..8].copy_from_slice(&(fds.len() as u32).to_le_bytes());
     for (i, &f) in fds.iter().enumerate() {
         rec[8 + 4 * i..12 + 4 * i].copy_from_slice(&f.to_le_bytes());
     }
-    let written = if fresh {
-        pwrite(fd, &rec, at)
-    } else {
-        pwrite(fd, &rec[..4], at) && pwrite(fd, &rec[4..], at + 4)
-    };
-    if written {
+    if fresh {
+        // A fresh memfd is empty until one `pwrite` lands whole (its size
+        // is set once the bytes are copied): a reader finds no list or all
+        // of it, so the record goes at once with an even `seq`.
+        rec[..4].copy_from_slice(&2u32.to_le_bytes());
+        pwrite(fd, &rec, at);
+        return;
+    }
+    let mut seq = [0u8; 4];
+    if pread(fd, &mut seq, at) != 4 {
+        return;
+    }
+    let odd = u32::from_le_bytes(seq) | 1;
+    rec[..4].copy_from_slice(&odd.to_le_bytes());
+    if pwrite(fd, &rec[..4], at) && pwrite(fd, &rec[4..], at + 4) {
         pwrite(fd, &odd.wrapping_add(1).to_le_bytes(), at);
     }
 }

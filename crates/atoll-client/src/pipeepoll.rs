@@ -29,6 +29,8 @@ struct Watch {
 const MAX_WATCHES: usize = 256;
 static WATCH_LOCK: sys::SpinLock = sys::SpinLock::new();
 static WATCH_COUNT: AtomicU32 = AtomicU32::new(0);
+// With the other big zero tables after `.bss` (`fdtable::DESCS` says why).
+#[cfg_attr(target_os = "linux", link_section = ".bss.atoll_tables")]
 static mut WATCHES: [Option<Watch>; MAX_WATCHES] = [const { None }; MAX_WATCHES];
 
 /// The watch table's lock, for [`crate::forkgate`].

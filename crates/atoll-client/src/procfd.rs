@@ -22,8 +22,13 @@ static LISTINGS: [AtomicU64; TRACKED / 64] = [const { AtomicU64::new(0) }; TRACK
 /// Listings of *another* atoll process's fd directory, and that process's
 /// own descriptors (as its published table says, `fdpub`) to leave out.
 static OTHERS: [AtomicU64; TRACKED / 64] = [const { AtomicU64::new(0) }; TRACKED / 64];
+/// Each number stored plus one (0: none), so that the table starts all
+/// zero and lies with the other big zero tables after `.bss`
+/// (`fdtable::DESCS` says why): with -1 for none it was 32 KiB of `.data`
+/// between the few statics the loader relocates.
+#[cfg_attr(target_os = "linux", link_section = ".bss.atoll_tables")]
 static OTHERS_PRIVATE: [[AtomicI32; crate::fdpub::PRIVATE_MAX]; TRACKED] =
-    [const { [const { AtomicI32::new(-1) }; crate::fdpub::PRIVATE_MAX] }; TRACKED];
+    [const { [const { AtomicI32::new(0) }; crate::fdpub::PRIVATE_MAX] }; TRACKED];
 
 /// Does `path` name this process's own fd directory?
 pub fn names_fd_dir(path: &[u8]) -> bool {
@@ -48,7 +53,7 @@ pub fn mark_other(fd: i64, private: &[i32]) {
     let Some((w, b)) = slot(fd) else { return };
     let n = fd as usize;
     for (i, cell) in OTHERS_PRIVATE[n].iter().enumerate() {
-        cell.store(private.get(i).copied().unwrap_or(-1), Ordering::Relaxed);
+        cell.store(private.get(i).map_or(0, |&f| f + 1), Ordering::Relaxed);
     }
     OTHERS[n / 64].fetch_or(b, Ordering::Relaxed);
     w.fetch_or(b, Ordering::Release);
@@ -95,7 +100,7 @@ pub fn getdents(c: &Client, nr: i64, a: &[u64; 6]) -> i64 {
             (OTHERS[fd as usize / 64].load(Ordering::Relaxed) & b != 0).then(|| {
                 OTHERS_PRIVATE[fd as usize]
                     .each_ref()
-                    .map(|x| x.load(Ordering::Relaxed))
+                    .map(|x| x.load(Ordering::Relaxed) - 1)
             })
         });
         let private = |n: i32| match &other {

@@ -84,6 +84,11 @@ pub fn dup3(old: i32, new: i32, flags: i32) -> i64 {
 
 /// `fstat(fd)` into a local buffer: `(st_dev, st_ino, st_mode)`.
 pub fn fstat_id(fd: i32) -> Result<(u64, u64, u32), i32> {
+    fstat(fd).map(|st| (st.st_dev, st.st_ino, st.st_mode))
+}
+
+/// `fstat` of a host descriptor.
+pub fn fstat(fd: i32) -> Result<libc::stat, i32> {
     let mut st = core::mem::MaybeUninit::<libc::stat>::zeroed();
     // SAFETY: `st` is a properly sized local buffer the kernel fills.
     let r = unsafe { sc(libc::SYS_fstat, fd as u64, st.as_mut_ptr() as u64, 0, 0) };
@@ -91,8 +96,7 @@ pub fn fstat_id(fd: i32) -> Result<(u64, u64, u32), i32> {
         return Err((-r) as i32);
     }
     // SAFETY: the kernel wrote the whole struct (and it was zeroed before).
-    let st = unsafe { st.assume_init() };
-    Ok((st.st_dev, st.st_ino, st.st_mode))
+    Ok(unsafe { st.assume_init() })
 }
 
 /// Write all of `data` to a host descriptor (used for memfd copies).

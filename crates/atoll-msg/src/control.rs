@@ -271,7 +271,17 @@ impl Control {
     }
 
     pub fn map(fd: BorrowedFd<'_>) -> io::Result<Control> {
-        let region = SharedRegion::map(fd)?;
+        Self::check(SharedRegion::map(fd)?)
+    }
+
+    /// [`map`](Self::map) for a caller that has just read the file's size
+    /// with its own `fstat` of `fd` ([`SharedRegion::map_sized`]).
+    pub fn map_sized(fd: BorrowedFd<'_>, size: i64) -> io::Result<Control> {
+        Self::check(SharedRegion::map_sized(fd, size)?)
+    }
+
+    /// The mapped `region`, if it is a control block.
+    fn check(region: SharedRegion) -> io::Result<Control> {
         let bad = || io::Error::new(io::ErrorKind::InvalidData, "not an atoll control block");
         if region.len() < HEADER_BYTES {
             return Err(bad());

@@ -48,8 +48,15 @@ impl SharedRegion {
     /// read with `fstat`.
     pub fn map(fd: BorrowedFd<'_>) -> io::Result<SharedRegion> {
         let st = rustix::fs::fstat(fd)?;
-        let len =
-            usize::try_from(st.st_size).map_err(|_| io::Error::from(io::ErrorKind::InvalidData))?;
+        Self::map_sized(fd, st.st_size)
+    }
+
+    /// Map an existing shared memory file whose size the caller has just
+    /// read with its own `fstat` of `fd` (a new image checking the
+    /// descriptors its old image handed over already has it: one system
+    /// call less per start).
+    pub fn map_sized(fd: BorrowedFd<'_>, size: i64) -> io::Result<SharedRegion> {
+        let len = usize::try_from(size).map_err(|_| io::Error::from(io::ErrorKind::InvalidData))?;
         if len == 0 {
             return Err(io::Error::from(io::ErrorKind::InvalidData));
         }

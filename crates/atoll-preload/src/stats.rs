@@ -18,6 +18,8 @@ use crate::raw::{self, StackBuf};
 /// the last slot.
 pub const SLOTS: usize = 512;
 
+// With the other big zero tables after `.bss` (`fdtable::DESCS` says why).
+#[cfg_attr(target_os = "linux", link_section = ".bss.atoll_tables")]
 static COUNTS: [AtomicU64; SLOTS] = [const { AtomicU64::new(0) }; SLOTS];
 /// Calls that went through rewritten sites (`rewrite`), and sites this
 /// process rewrote: written as `direct:N` and `sites:N` after the counts.

@@ -210,6 +210,73 @@ fn a_fork_that_only_execs_a_host_program_makes_no_lane() {
     assert!(traps >= 14, "traps reported: {traps}");
 }
 
+/// A program that traps 50 times (`--syscall-sites trap`, `syscall()`
+/// from libc's text), then spawns `spawns` children of `/bin/true` with
+/// `posix_spawn`: the traps the instance's clients reported in all.
+fn traps_with_spawns(spawns: u32) -> u64 {
+    require("cc");
+    let dir = tempfile::tempdir().unwrap();
+    let probe = compile_probe(
+        dir.path(),
+        "trapspawn",
+        r#"
+        #include <spawn.h>
+        #include <stdlib.h>
+        #include <sys/syscall.h>
+        #include <sys/wait.h>
+        #include <unistd.h>
+        extern char **environ;
+        int main(int argc, char **argv) {
+            for (int i = 0; i < 50; i++) syscall(SYS_getppid);
+            char *args[] = {"/bin/true", 0};
+            for (int i = 0; i < atoi(argv[1]); i++) {
+                pid_t p;
+                int st;
+                if (posix_spawn(&p, "/bin/true", 0, 0, args, environ) || waitpid(p, &st, 0) != p)
+                    return 1;
+            }
+            return 0;
+        }
+        "#,
+    );
+    let json = dir.path().join("stats.json");
+    let mut cmd = atoll();
+    cmd.args([
+        "run",
+        "--memory",
+        "64M",
+        "--syscall-sites",
+        "trap",
+        "--stats-json",
+    ])
+    .arg(&json)
+    .arg("--")
+    .arg(&probe)
+    .arg(spawns.to_string())
+    .stdin(Stdio::null());
+    let out = atoll_tests::output_within(cmd, atoll_tests::RUN_LIMIT);
+    assert!(out.status.success(), "{out:?}");
+    let stats: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    stats["counters"]["client.traps"].as_u64().unwrap_or(0)
+}
+
+/// What a process counted (its traps) it reports itself as it exits when
+/// it spawns children: a `posix_spawn`ed child does not report the
+/// spawner's counts again (it did, once per child: four spawns after 50
+/// traps reported about 200 more than no spawn). The children's own and
+/// the `waitpid`s add a few.
+#[test]
+fn a_spawned_child_does_not_report_its_spawner_s_counters() {
+    let alone = traps_with_spawns(0);
+    let spawning = traps_with_spawns(4);
+    assert!(alone >= 50, "the 50 traps reported: {alone}");
+    assert!(
+        spawning < alone + 50,
+        "traps reported: {alone} without spawns, {spawning} with 4"
+    );
+}
+
 /// An exec hands the new image its session whole (the socket, the buffer
 /// cache's and control block's descriptors, the instance information), so
 /// the image joins without a round trip to the boot thread

@@ -140,3 +140,76 @@ fn a_late_template_is_left_out_of_descriptor_listings() {
         false,
     );
 }
+
+/// atoll's own descriptors of `pid` as the host sees them (numbers from
+/// atoll's range on, 900: the session socket and the instance's memfds),
+/// each with its link and whether it is close-on-exec.
+fn instance_fds(pid: &str) -> Vec<(String, bool)> {
+    let mut fds = Vec::new();
+    for e in std::fs::read_dir(format!("/proc/{pid}/fd")).expect("the shell's descriptors") {
+        let e = e.unwrap();
+        let n: i32 = e.file_name().to_string_lossy().parse().unwrap();
+        let Ok(link) = std::fs::read_link(e.path()) else {
+            continue;
+        };
+        let link = link.to_string_lossy().into_owned();
+        if n < 900 || !(link.starts_with("socket:") || link.starts_with("/memfd:atoll-")) {
+            continue;
+        }
+        let info = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{n}")).unwrap();
+        let flags = info
+            .lines()
+            .find_map(|l| l.strip_prefix("flags:"))
+            .map(|f| u32::from_str_radix(f.trim(), 8).unwrap())
+            .expect("fdinfo has flags");
+        fds.push((link, flags & libc::O_CLOEXEC as u32 != 0));
+    }
+    fds
+}
+
+/// The session socket and the instance's descriptors that an old image
+/// hands over, open across its `execve`, the new image keeps where they
+/// are and makes close-on-exec again: a program that later runs without
+/// libatoll inherits none of them. Seen from the host, in a shell started
+/// by `atoll run` and in the shell it becomes by `exec` (same process).
+#[test]
+fn an_exec_s_new_image_keeps_the_instance_descriptors_close_on_exec() {
+    let mut cmd = atoll();
+    cmd.args(["run", "--memory", "64M", "--"])
+        .args([
+            "bash",
+            "-c",
+            r#"echo "$$"; read -r _; exec bash -c 'echo again; read -r _'"#,
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped());
+    let mut child = cmd.spawn().expect("atoll run");
+    let mut stdin = child.stdin.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            if tx.send(line.unwrap_or_default()).is_err() {
+                break;
+            }
+        }
+    });
+    // Bounded: a hang fails the test instead of stalling the run.
+    let next = || rx.recv_timeout(Duration::from_secs(120)).ok();
+    let pid = next().expect("the shell's pid");
+    let first = instance_fds(&pid);
+    writeln!(stdin).unwrap();
+    assert_eq!(next().as_deref(), Some("again"));
+    let exec_d = instance_fds(&pid);
+    writeln!(stdin).unwrap();
+    let st = child.wait().unwrap();
+    assert!(st.success(), "{st}");
+    for (image, fds) in [("started", &first), ("exec'd", &exec_d)] {
+        let has = |p: &str| fds.iter().any(|(l, _)| l.starts_with(p));
+        assert!(
+            has("socket:") && has("/memfd:atoll-control"),
+            "{image}: {fds:?}"
+        );
+        assert!(fds.iter().all(|&(_, cloexec)| cloexec), "{image}: {fds:?}");
+    }
+}

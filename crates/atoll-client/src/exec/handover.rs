@@ -122,6 +122,7 @@ pub(super) fn hand_over(
     lane: &LazyLane,
     exe: Option<Vec<u8>>,
     text: Option<InodeId>,
+    spawn: bool,
 ) -> Result<HandOver> {
     // The new image finds the offsets on the servers (Hare §3.5.1).
     crate::hybrid::share_all(c, lane);
@@ -206,9 +207,13 @@ pub(super) fn hand_over(
     st.groups = crate::fanotify::carry(&queues);
     // What this image counted goes to the servers with a lane it holds
     // anyway, else to the new image (a lane just for it would cost a
-    // `NewLane` in every forked child that execs).
+    // `NewLane` in every forked child that execs). A spawning image goes
+    // on and reports its own as it exits: handed to each child too, the
+    // same events were counted once more per spawn, and each child's exit
+    // cost a report of its own.
     match lane.taken() {
         Some(lane) => crate::counters::report(c, lane),
+        None if spawn => {}
         None => st.counters = crate::counters::unreported(),
     }
     // The child's socket must survive exec: no CLOEXEC, high number.

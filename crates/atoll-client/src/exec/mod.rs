@@ -567,7 +567,7 @@ fn prepare_inner(
     let handed = if passes_own_session(c, &lane, spawn, text) {
         hand_over_own_session(c, exe)?
     } else {
-        hand_over(c, &lane, exe, text)?
+        hand_over(c, &lane, exe, text, spawn)?
     };
     let mut env = rewrite_env(
         &env,

@@ -58,6 +58,8 @@ const FREE: Slot = Slot {
     tid: AtomicU32::new(0),
     pid: AtomicU32::new(0),
 };
+// With the other big zero tables after `.bss` (`fdtable::DESCS` says why).
+#[cfg_attr(target_os = "linux", link_section = ".bss.atoll_tables")]
 static READING: [Slot; SLOTS] = [FREE; SLOTS];
 
 /// A reading thread's slot, held for the length of one `read` that may

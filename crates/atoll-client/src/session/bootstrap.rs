@@ -31,6 +31,17 @@ pub fn to_high(fd: RawFd, min: i32) -> RawFd {
     n as RawFd
 }
 
+/// Keep `fd` as atoll's with `FD_CLOEXEC`: where it is when it already
+/// lies in atoll's range (what an old image hands over, left open across
+/// the exec, is there: one `fcntl` instead of a `dup` and a `close`),
+/// else moved there ([`to_high`]).
+fn keep_high(fd: RawFd) -> RawFd {
+    if fd >= PRIVATE_FD_MIN && sys::fcntl_int(fd, libc::F_SETFD, libc::FD_CLOEXEC as i64) == 0 {
+        return fd;
+    }
+    to_high(fd, 0)
+}
+
 /// One bootstrap exchange: send `req`, receive the reply and its fds.
 /// Send a boot request that has no reply (e.g. `ChildPid`); best effort.
 pub fn boot_post(sock: BorrowedFd<'_>, req: &BootRequest) {
@@ -108,7 +119,8 @@ pub fn attach(
     preload: Option<String>,
     carried: Option<crate::state::Attached>,
 ) -> Result<&'static Client> {
-    let pid = rustix::process::getpid().as_raw_nonzero().get() as u32;
+    // Read once at start (`sys::init_pid`).
+    let pid = sys::self_pid() as u32;
     let (sock, req) = match inherited {
         Some(fd) => {
             // SAFETY: the environment told us this descriptor is our
@@ -163,17 +175,18 @@ pub fn attach(
         None => Session::without_lanes(session),
     };
     let instance = InstanceFds {
-        cache: cache_fd,
-        control: control_fd,
+        cache: cache_fd.map(|fd| (fd, None)),
+        control: (control_fd, None),
     };
     build(socket_path, sock, preload, info, instance, session)
 }
 
-/// The instance's descriptors a process maps.
+/// The instance's descriptors a process maps, each with its size when
+/// it has just been read (`Joined::take`), so mapping it asks no `fstat`.
 struct InstanceFds {
     /// `None` in a copy island.
-    cache: Option<OwnedFd>,
-    control: OwnedFd,
+    cache: Option<(OwnedFd, Option<i64>)>,
+    control: (OwnedFd, Option<i64>),
 }
 
 /// A session handed over by the old image, checked.
@@ -192,12 +205,13 @@ impl Joined {
     /// alone.
     fn take(a: crate::state::Attached) -> Option<Joined> {
         let own = |c: &crate::state::CarriedFd| {
-            let same = sys::fstat_id(c.fd).is_ok_and(|(dev, ino, _)| (dev, ino) == (c.dev, c.ino));
+            let st = sys::fstat(c.fd).ok()?;
+            let same = (st.st_dev, st.st_ino) == (c.dev, c.ino);
             (c.fd >= PRIVATE_FD_MIN && same)
                 // SAFETY: the old image made this descriptor for us, it
                 // still refers to the file it recorded, and no one else in
                 // this image knows of it.
-                .then(|| unsafe { OwnedFd::from_raw_fd(c.fd) })
+                .then(|| (unsafe { OwnedFd::from_raw_fd(c.fd) }, Some(st.st_size)))
         };
         let control = own(&a.control);
         let cache = a.cache.as_ref().map(own);
@@ -227,17 +241,21 @@ fn build(
     session: Session,
 ) -> Result<&'static Client> {
     let cache = match &fds.cache {
-        Some(fd) => SharedRegion::map(fd.as_fd())?,
+        Some((fd, Some(size))) => SharedRegion::map_sized(fd.as_fd(), *size)?,
+        Some((fd, None)) => SharedRegion::map(fd.as_fd())?,
         None => SharedRegion::none(),
     };
-    let control = Control::map(fds.control.as_fd())?;
+    let control = match &fds.control {
+        (fd, Some(size)) => Control::map_sized(fd.as_fd(), *size)?,
+        (fd, None) => Control::map(fd.as_fd())?,
+    };
     // Every slot of the room: a member that joins later has its name too.
     let fs_names = crate::names::FsNames::resolve(&info, control.servers(), &control);
 
-    let cache_fd = fds.cache.map_or(-1, |fd| to_high(fd.into_raw_fd(), 0));
+    let cache_fd = fds.cache.map_or(-1, |(fd, _)| keep_high(fd.into_raw_fd()));
     // Kept (not closed once mapped) so that an exec can hand it over.
-    let control_fd = to_high(fds.control.into_raw_fd(), 0);
-    let sock_fd = to_high(sock.into_raw_fd(), 0);
+    let control_fd = keep_high(fds.control.0.into_raw_fd());
+    let sock_fd = keep_high(sock.into_raw_fd());
 
     let mount = info.mount.trim_end_matches('/').as_bytes().to_vec();
     let mount_parent = match mount.iter().rposition(|&c| c == b'/') {

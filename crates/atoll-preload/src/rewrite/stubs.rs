@@ -56,6 +56,8 @@ struct Table(UnsafeCell<Pages>);
 // process-wide rewrite lock (see `rewrite::Lock`).
 unsafe impl Sync for Table {}
 
+// With the other big zero tables after `.bss` (`fdtable::DESCS` says why).
+#[cfg_attr(target_os = "linux", link_section = ".bss.atoll_tables")]
 static TABLE: Table = Table(UnsafeCell::new(Pages {
     base: [0; MAX_PAGES],
     used: [0; MAX_PAGES],

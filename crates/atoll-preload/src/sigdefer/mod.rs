@@ -393,10 +393,17 @@ fn always_entry(sig: i32) -> bool {
 /// Take the kernel's `SIGBUS` disposition (at start, in client mode): the
 /// one inherited becomes the program's view (`SIG_IGN` survives `execve`
 /// on Linux; a handler cannot).
+///
+/// One `rt_sigaction` that installs the entry and reads the old action:
+/// `execve` leaves no flags on an action (Linux clears them, `SIG_IGN`'s
+/// too), so the entry made from the default is the one the inherited
+/// action would give; should the flags differ after all, it is set again.
 pub fn claim_faults() {
     let sig = libc::SIGBUS;
+    let (entry, restorer) = (entry_address(), sigsys::restorer());
+    let assumed = entry_action(KSigaction::default(), entry, restorer);
     let mut current = KSigaction::default();
-    if kernel_sigaction(sig, None, Some(&mut current)) < 0 {
+    if kernel_sigaction(sig, Some(&assumed), Some(&mut current)) < 0 {
         return;
     }
     let program = if current.handler == libc::SIG_IGN {
@@ -405,8 +412,10 @@ pub fn claim_faults() {
         KSigaction::default()
     };
     PROGRAM_ACTIONS[sig as usize].set(program);
-    let kernel = entry_action(program, entry_address(), sigsys::restorer());
-    kernel_sigaction(sig, Some(&kernel), None);
+    let kernel = entry_action(program, entry, restorer);
+    if kernel.flags != assumed.flags {
+        kernel_sigaction(sig, Some(&kernel), None);
+    }
 }
 
 /// A synchronous `SIGBUS` that atoll may resolve (see [`always_entry`]).

@@ -36,6 +36,10 @@ pub static MSGBOUND_MOVES: AtomicU64 = AtomicU64::new(0);
 pub static MSGBOUND_RETURNS: AtomicU64 = AtomicU64::new(0);
 /// Moves undone because the thread's requests got slower.
 pub static MSGBOUND_UNDONE: AtomicU64 = AtomicU64::new(0);
+/// Reads answered wholly from a remote process's copies, and reads that
+/// fetched (`rcache`).
+pub static REMOTE_COPY_HITS: AtomicU64 = AtomicU64::new(0);
+pub static REMOTE_COPY_FETCHES: AtomicU64 = AtomicU64::new(0);
 
 /// Events since the last report that trigger a report on their own.
 const REPORT_EVERY: u64 = 4096;
@@ -47,7 +51,7 @@ static PENDING: AtomicU64 = AtomicU64::new(0);
 static LAST_REPORT_SECS: AtomicU64 = AtomicU64::new(0);
 
 /// How many counters [`all`] lists.
-const COUNTERS: usize = 16;
+const COUNTERS: usize = 18;
 
 static REPORTED: [AtomicU64; COUNTERS] = [const { AtomicU64::new(0) }; COUNTERS];
 
@@ -69,6 +73,8 @@ fn all() -> [&'static AtomicU64; COUNTERS] {
         &MSGBOUND_MOVES,
         &MSGBOUND_RETURNS,
         &MSGBOUND_UNDONE,
+        &REMOTE_COPY_HITS,
+        &REMOTE_COPY_FETCHES,
     ]
 }
 
@@ -126,6 +132,8 @@ fn take() -> ClientCounters {
         msgbound_moves: d[13],
         msgbound_returns: d[14],
         msgbound_undone: d[15],
+        remote_copy_hits: d[16],
+        remote_copy_fetches: d[17],
     }
 }
 
@@ -158,7 +166,16 @@ pub(crate) fn report_at_exit() {
     if !c.holds_lane() {
         c.post_counters(k);
     } else if let Ok(lane) = c.lane() {
-        let _ = lane.post_quietly(c, 0, Request::ClientCounters(k));
+        if c.info.remote {
+            // Through a node's proxy the frame and the session's end take
+            // different paths to the first node (a forwarder relays the
+            // ring, the connection's thread its end), so a posted report
+            // could be dropped with the channel: wait for the answer. A
+            // proxy that is gone fails the call at once (`EIO`).
+            let _ = lane.call_ok(c, 0, Request::ClientCounters(k));
+        } else {
+            let _ = lane.post_quietly(c, 0, Request::ClientCounters(k));
+        }
     }
 }
 

@@ -268,8 +268,10 @@ pub fn read(
     let ticket = with(|m| m.ticket(ino))?;
     let mut done = with(|m| m.copy_out(ino, at, buf));
     if done == buf.len() {
+        crate::counters::bump(&crate::counters::REMOTE_COPY_HITS);
         return Some(Ok(done));
     }
+    crate::counters::bump(&crate::counters::REMOTE_COPY_FETCHES);
     // Fetch from the first chunk not held to the end of the read, whole
     // chunks, in one windowed read (`msgdata`).
     let chunk = DATA_CHUNK as u64;

@@ -224,6 +224,13 @@ pub struct ClientCounters {
     /// slower.
     #[serde(default)]
     pub msgbound_undone: u64,
+    /// Reads a program on another host than the servers answered wholly
+    /// from its copies of remote data, and reads that fetched (client
+    /// `rcache`).
+    #[serde(default)]
+    pub remote_copy_hits: u64,
+    #[serde(default)]
+    pub remote_copy_fetches: u64,
 }
 
 /// What one session (a client process) asked of one server, and what its

@@ -95,6 +95,8 @@ impl ClientReports {
         t.msgbound_moves += k.msgbound_moves;
         t.msgbound_returns += k.msgbound_returns;
         t.msgbound_undone += k.msgbound_undone;
+        t.remote_copy_hits += k.remote_copy_hits;
+        t.remote_copy_fetches += k.remote_copy_fetches;
         let s = self.per_session.entry(session).or_default();
         s.0 += k.dcache_hits;
         s.1 += k.dcache_misses;

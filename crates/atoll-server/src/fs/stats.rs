@@ -62,6 +62,8 @@ impl<S: BlockStore> FileServer<S> {
             ("msgbound.moves", k.msgbound_moves),
             ("msgbound.returns", k.msgbound_returns),
             ("msgbound.undone", k.msgbound_undone),
+            ("remote_copies.hits", k.remote_copy_hits),
+            ("remote_copies.fetches", k.remote_copy_fetches),
         ] {
             if n > 0 {
                 v.push((name.into(), n));

@@ -4,7 +4,7 @@
 //! its own writes, a lock drops the copies, and a file's last partial
 //! chunk is always asked again, so a growing file is followed.
 
-use super::{cluster, on, text, LIMIT};
+use super::{cluster, node_counters, on, text, LIMIT};
 use atoll_tests::output_within;
 
 /// The reader on host C (no servers there). Each step waits for a flag
@@ -109,4 +109,24 @@ fn a_remote_reader_keeps_copies_with_close_to_open_consistency() {
         "stderr: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // The reader's counters reach the first node's status shortly after
+    // it exits (posted at exit): reads from copies ("again", "kept open",
+    // "before the lock") and reads that fetched.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let counted = |k: &serde_json::Value, name: &str| k[name].as_u64().unwrap_or(0);
+    loop {
+        let k = node_counters(&c, 0);
+        let (hits, fetches) = (
+            counted(&k, "remote_copies.hits"),
+            counted(&k, "remote_copies.fetches"),
+        );
+        if hits >= 2 && fetches >= 4 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "remote copy counters not reported: hits {hits}, fetches {fetches}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
 }

@@ -267,13 +267,16 @@ fn fifo_wait(c: &Client, lane: &Lane, desc: DescId, flags: u32) -> Result<u64> {
                 Ok(cookie(header))
             };
         }
+        // The partner is looked for before the signal (Linux's
+        // `wait_event_interruptible`): the caller closes the new
+        // description on this error, and closing the last end of a FIFO
+        // whose writers came and went would drop what they wrote.
+        if intr::pending() {
+            return err(intr::ERESTARTSYS);
+        }
         let r = ring.futex_wait(seq, s, None);
         if r == -(libc::EIO as i64) {
             return err(libc::EIO);
-        }
-        // The caller closes the new description on this error.
-        if intr::pending() {
-            return err(intr::ERESTARTSYS);
         }
     }
 }

@@ -36,6 +36,15 @@ pub fn active(c: &Client) -> bool {
 /// `Err(ERESTARTSYS)` when a deferred program signal waits (the caller
 /// unwinds, as from a futex sleep).
 pub(crate) fn pause(attempt: u32) -> Result<()> {
+    backoff(attempt);
+    if intr::pending() {
+        return err(intr::ERESTARTSYS);
+    }
+    Ok(())
+}
+
+/// The sleep of [`pause`], without looking for a signal.
+fn backoff(attempt: u32) {
     if attempt < 16 {
         // SAFETY: sched_yield takes no arguments.
         unsafe { sys::sc(libc::SYS_sched_yield, 0, 0, 0, 0) };
@@ -43,10 +52,6 @@ pub(crate) fn pause(attempt: u32) -> Result<()> {
         let shift = (attempt - 16).min(6);
         sys::sleep_ns((20_000u64 << shift).min(1_000_000));
     }
-    if intr::pending() {
-        return err(intr::ERESTARTSYS);
-    }
-    Ok(())
 }
 
 /// The state of the pipe behind `d`, from its server.
@@ -246,7 +251,13 @@ pub fn wait_partner(
         if nb {
             return if reader { Ok(()) } else { err(libc::ENXIO) };
         }
-        pause(attempt)?;
+        // The partner is looked for before the signal, as Linux's
+        // `wait_event_interruptible`: giving up an open whose partner came
+        // and went would close the last end and drop what it wrote.
+        if intr::pending() {
+            return err(intr::ERESTARTSYS);
+        }
+        backoff(attempt);
         attempt = attempt.saturating_add(1);
     }
 }

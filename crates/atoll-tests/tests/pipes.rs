@@ -375,6 +375,30 @@ fd = os.open("f", os.O_RDWR); os.write(fd, b"loop"); print(os.read(fd, 10).decod
     assert!(stdout.contains("w1 w2 w3"), "{stdout}");
 }
 
+/// A reader waiting in a FIFO's open whose writer opens, writes, closes
+/// and exits (its `SIGCHLD` reaching the reader's shell) still opens and
+/// reads what was written: as Linux, the partner is looked for before the
+/// signal, so the open never gives up the last end and drops the data.
+#[test]
+fn a_fifo_reader_whose_writer_came_and_went_before_a_signal_reads_its_data() {
+    let out = assert_same(
+        PIPES,
+        r#"
+        cd "$ROOT"
+        mkfifo f
+        for k in $(seq 1 40); do
+            ( echo "w$k" > f ) &
+            exec 3< f
+            cat <&3
+            exec 3<&-
+            wait
+        done | tail -n 3
+        "#,
+        true,
+    );
+    assert!(out.contains("w40"), "{out}");
+}
+
 #[test]
 fn make_j4_with_an_atoll_jobserver_matches_a_host_build() {
     require("make");

@@ -8,7 +8,7 @@
 //! time (`echo oops > /dev/stderr`, `sed 'w/dev/stdout'`, `tee /dev/fd/3`).
 //! For an atoll fd the kernel only knows the placeholder memfd behind the
 //! number, so without this the bytes would land in the placeholder and be
-//! lost. Pipe ends have their own reopen (`pipe::reopen`, FIFO open rules);
+//! lost. Pipe ends have their own reopen (`pipefifo::reopen`, FIFO open rules);
 //! this covers regular files, directories and the rest.
 
 use atoll_proto::FileType;
@@ -22,7 +22,7 @@ use crate::Out;
 /// `open(path, flags)` where `path` names one of this process's atoll
 /// descriptors that is not a pipe end; `None`: not such a path.
 pub fn reopen(c: &Client, path: &[u8], flags: u32) -> Result<Option<Out>> {
-    let Some(d) = crate::pipe::fd_path(path).and_then(fdtable::get) else {
+    let Some(d) = crate::pipefifo::fd_path(path).and_then(fdtable::get) else {
         return Ok(None);
     };
     if d.ftype() == FileType::Fifo {

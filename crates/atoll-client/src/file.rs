@@ -382,7 +382,7 @@ pub fn open(
         };
         // A FIFO's descriptor carries its ring (and its open may wait).
         let cookie = if attr.ftype == FileType::Fifo {
-            crate::pipe::fifo_opened(c, lane, desc, flags, true)?
+            crate::pipefifo::fifo_opened(c, lane, desc, flags, true)?
         } else {
             0
         };

@@ -93,6 +93,8 @@ pub mod path;
 mod pipe;
 mod pipecopy;
 mod pipeepoll;
+mod pipefifo;
+mod pipepoll;
 mod pipesplit;
 mod pipeticket;
 mod procfd;

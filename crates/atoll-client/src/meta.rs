@@ -83,7 +83,7 @@ pub fn resolve(
         // file, also when it has no name (`O_TMPFILE`, an unlinked file):
         // following it reaches the inode itself (`linkat(…,
         // AT_SYMLINK_FOLLOW)` gives such a file its name).
-        if let Some(d) = crate::pipe::fd_path(path).and_then(fdtable::get) {
+        if let Some(d) = crate::pipefifo::fd_path(path).and_then(fdtable::get) {
             return Ok(Target::Node {
                 ino: d.ino(),
                 ftype: d.ftype(),

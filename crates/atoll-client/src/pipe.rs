@@ -34,8 +34,9 @@
 //! doubling up to 8 ms) carrying the program's signal mask; a set whose only
 //! waitable member is one pipe sleeps on that pipe's futex instead. Cost: a
 //! wake-up on the pipe is noticed up to 8 ms late in a mixed set, and a
-//! long mixed wait makes ~125 host polls per second. epoll watches of pipe
-//! ends are kept in `pipeepoll`.
+//! long mixed wait makes ~125 host polls per second (`pipepoll`). epoll
+//! watches of pipe ends are kept in `pipeepoll`; FIFO opens and `/dev/fd/N`
+//! reopens are `pipefifo`'s.
 //!
 //! Mode: `pipe` and `pipe2` create atoll pipes unless `ATOLL_PIPES=host`
 //! (from `atoll run --pipes host`), which keeps them host pipes. FIFOs in
@@ -53,7 +54,7 @@ use crate::intr;
 use crate::pipesplit as split;
 use crate::pipeticket as ticket;
 use crate::ring::Ring;
-use crate::session::{Client, Lane};
+use crate::session::Client;
 use crate::sys;
 use crate::Out;
 
@@ -63,7 +64,7 @@ pub const ENV_PIPES: &str = "ATOLL_PIPES";
 static ATOLL_PIPES: AtomicBool = AtomicBool::new(false);
 /// Set once this process holds (or held) a pipe end: only then do reads,
 /// writes and readiness calls look for pipes.
-static ACTIVE: AtomicBool = AtomicBool::new(false);
+pub(crate) static ACTIVE: AtomicBool = AtomicBool::new(false);
 
 /// Read the mode from the environment and notice pipe ends inherited
 /// across `exec`. Called by `init`.
@@ -94,7 +95,7 @@ pub fn active() -> bool {
     ACTIVE.load(Ordering::Relaxed)
 }
 
-fn cookie(header: u32) -> u64 {
+pub(crate) fn cookie(header: u32) -> u64 {
     header as u64 + 1
 }
 
@@ -188,156 +189,6 @@ pub fn pipe2(c: &Client, fds: u64, flags: u32) -> Result<Out> {
     Ok(Out::Done(0))
 }
 
-/// After `Open`/`OpenInode` of a FIFO answered `Opened`: fetch its ring
-/// and apply Linux's open rules. Returns the cookie for the descriptor.
-/// * `O_RDONLY` waits until a writer has opened (not with `O_NONBLOCK`);
-/// * `O_WRONLY` waits for a reader; with `O_NONBLOCK` and no reader, `ENXIO`;
-/// * `O_RDWR` never waits.
-///
-/// An anonymous pipe reopened through `/dev/fd/N` (`named` false) never
-/// waits (Linux's `fifo_open` checks `is_pipe`). On error the description
-/// is closed here.
-pub fn fifo_opened(c: &Client, lane: &Lane, desc: DescId, flags: u32, named: bool) -> Result<u64> {
-    if flags & libc::O_PATH as u32 != 0 {
-        return Ok(0);
-    }
-    let r = fifo_wait(
-        c,
-        lane,
-        desc,
-        if named { flags } else { libc::O_RDWR as u32 },
-    );
-    if r.is_err() {
-        let _ = lane.call_ok(c, desc.server(), Request::Close { desc });
-    }
-    r
-}
-
-fn fifo_wait(c: &Client, lane: &Lane, desc: DescId, flags: u32) -> Result<u64> {
-    let (header, seen_opens) =
-        lane.call(
-            c,
-            desc.server(),
-            Request::PipeHeader { desc },
-            |r| match r {
-                Reply::Pipe {
-                    header,
-                    partner_opens,
-                    ..
-                } => Ok((header, partner_opens)),
-                _ => Err(Error::Protocol("PipeHeader")),
-            },
-        )?;
-    ACTIVE.store(true, Ordering::Relaxed);
-    let nb = flags & libc::O_NONBLOCK as u32 != 0;
-    if crate::pipecopy::active(c) {
-        let acc = flags & libc::O_ACCMODE as u32;
-        if acc != libc::O_RDONLY as u32 && acc != libc::O_WRONLY as u32 {
-            return Ok(cookie(header));
-        }
-        if let Some(seen) = seen_opens {
-            let reader = acc == libc::O_RDONLY as u32;
-            crate::pipecopy::wait_partner(c, desc, reader, seen, nb)?;
-        }
-        return Ok(cookie(header));
-    }
-    let ring = Ring::at(&c.cache, header).ok_or(Error::Errno(libc::EIO))?;
-    let (count, opens, seq) = match flags & libc::O_ACCMODE as u32 {
-        a if a == libc::O_RDONLY as u32 => (hdr::WRITERS, hdr::WOPENS, hdr::RSEQ),
-        a if a == libc::O_WRONLY as u32 => (hdr::READERS, hdr::ROPENS, hdr::WSEQ),
-        _ => return Ok(cookie(header)),
-    };
-    // The server decided as it counted this end: with a partner open then,
-    // never wait; otherwise wait for a partner, or for the partner-open
-    // count to move on from `seen` (one opened, and maybe closed, since).
-    let Some(seen) = seen_opens else {
-        return Ok(cookie(header));
-    };
-    loop {
-        let s = ring.word(seq).load(Ordering::Acquire);
-        if ring.word(count).load(Ordering::Acquire) > 0
-            || ring.word(opens).load(Ordering::Acquire) != seen
-        {
-            return Ok(cookie(header));
-        }
-        if nb {
-            return if count == hdr::READERS {
-                err(libc::ENXIO)
-            } else {
-                Ok(cookie(header))
-            };
-        }
-        // The partner is looked for before the signal (Linux's
-        // `wait_event_interruptible`): the caller closes the new
-        // description on this error, and closing the last end of a FIFO
-        // whose writers came and went would drop what they wrote.
-        if intr::pending() {
-            return err(intr::ERESTARTSYS);
-        }
-        let r = ring.futex_wait(seq, s, None);
-        if r == -(libc::EIO as i64) {
-            return err(libc::EIO);
-        }
-    }
-}
-
-/// The descriptor number a `/dev/fd/N`-style path names: `/dev/fd/N`,
-/// `/proc/self/fd/N`, `/proc/<own pid>/fd/N`, `/dev/stdin|stdout|stderr`.
-pub(crate) fn fd_path(path: &[u8]) -> Option<i64> {
-    let num = |s: &[u8]| -> Option<i64> {
-        if s.is_empty() || s.len() > 9 || !s.iter().all(u8::is_ascii_digit) {
-            return None;
-        }
-        core::str::from_utf8(s).ok()?.parse().ok()
-    };
-    match path {
-        b"/dev/stdin" => return Some(0),
-        b"/dev/stdout" => return Some(1),
-        b"/dev/stderr" => return Some(2),
-        _ => {}
-    }
-    if let Some(n) = path.strip_prefix(b"/dev/fd/") {
-        return num(n);
-    }
-    let rest = path.strip_prefix(b"/proc/")?;
-    let slash = rest.iter().position(|&b| b == b'/')?;
-    let (who, tail) = rest.split_at(slash);
-    let me = who == b"self" || num(who) == Some(std::process::id() as i64);
-    if !me {
-        return None;
-    }
-    num(tail.strip_prefix(b"/fd/")?)
-}
-
-/// `open("/dev/fd/N")` (and the other spellings) of a pipe end: as Linux,
-/// a new description of the same pipe with the requested access (what
-/// bash's process substitution and `/dev/stdin` rely on). `None`: not a
-/// pipe end, carry on.
-pub fn reopen(c: &Client, path: &[u8], flags: u32) -> Result<Option<Out>> {
-    if !active() {
-        return Ok(None);
-    }
-    let Some(d) = fd_path(path).and_then(pipe_fd) else {
-        return Ok(None);
-    };
-    let ino = d.ino();
-    let lane = c.lane()?;
-    let keep = flags & !((libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC | libc::O_CLOEXEC) as u32);
-    let (desc, _) = file::open_inode(c, &lane, ino, keep)?;
-    let cookie = fifo_opened(c, &lane, desc, keep, false)?;
-    drop(lane);
-    let info = DescInfo {
-        desc,
-        ino,
-        flags: keep | libc::O_LARGEFILE as u32,
-        ftype: FileType::Fifo,
-        cookie,
-        path: None,
-    };
-    let cloexec = flags & libc::O_CLOEXEC as u32 != 0;
-    Ok(Some(Out::Done(file::new_fd(c, info, cloexec)?)))
-}
-
 // ---------------------------------------------------------------------------
 // Data
 
@@ -360,7 +211,7 @@ pub(crate) fn sleep(ring: &Ring, seq: usize, sleep: usize, seen: u32) -> Result<
 /// whether anyone sleeps on it.
 fn bump(ring: &Ring, seq: usize, sleep: usize) -> bool {
     // SeqCst pairs with a poller, which announces itself without the lock
-    // (see `poll_loop`): either it sees the bump or this sees the sleeper.
+    // (see `pipepoll::poll_loop`): either it sees the bump or this sees the sleeper.
     ring.word(seq).fetch_add(1, Ordering::SeqCst);
     ring.word(sleep).load(Ordering::SeqCst) > 0
 }
@@ -799,331 +650,6 @@ fn avail(c: &Client, d: &DescRef) -> usize {
 }
 
 // ---------------------------------------------------------------------------
-// Readiness
-
-/// `poll` events of a pipe end now (level-triggered, as Linux's
-/// `pipe_poll`): readable with data or without writers (`POLLHUP`),
-/// writable with `PIPE_BUF` bytes of room, `POLLERR` without readers.
-pub(crate) fn pipe_events(c: &Client, d: &DescRef) -> i16 {
-    if crate::pipecopy::active(c) {
-        return crate::pipecopy::events(c, d);
-    }
-    let Ok(r) = ring(c, d) else {
-        return libc::POLLERR;
-    };
-    let f = d.flags() & libc::O_ACCMODE as u32;
-    let head = r.word64(hdr::HEAD).load(Ordering::Acquire);
-    let tail = r.word64(hdr::TAIL).load(Ordering::Acquire);
-    let used = head.wrapping_sub(tail).min(r.capacity());
-    let mut ev = 0i16;
-    if f != libc::O_WRONLY as u32 {
-        if used > 0 || ticket::offered(&r) > 0 {
-            ev |= libc::POLLIN | libc::POLLRDNORM;
-        }
-        if r.word(hdr::WRITERS).load(Ordering::Acquire) == 0 {
-            ev |= libc::POLLHUP;
-        }
-    }
-    if f != libc::O_RDONLY as u32 {
-        if !ticket::posted(&r) && r.limit().saturating_sub(used) >= hdr::PIPE_BUF as u64 {
-            ev |= libc::POLLOUT | libc::POLLWRNORM;
-        }
-        if r.word(hdr::READERS).load(Ordering::Acquire) == 0 {
-            ev |= libc::POLLERR;
-        }
-    }
-    ev
-}
-
-/// Events of any atoll descriptor: regular files and directories are
-/// always ready (Linux); pipes as [`pipe_events`]. `None` for host fds.
-fn atoll_events(c: &Client, fd: i32) -> Option<i16> {
-    let d = fdtable::get(fd as i64)?;
-    Some(if d.ftype() == FileType::Fifo {
-        pipe_events(c, &d)
-    } else {
-        libc::POLLIN | libc::POLLOUT | libc::POLLRDNORM | libc::POLLWRNORM
-    })
-}
-
-/// Wait word that moves when a pipe end's readiness may change.
-fn wait_word(c: &Client, fd: i32, events: i16) -> Option<(Ring, usize)> {
-    let d = pipe_fd(fd as i64)?;
-    let r = ring(c, &d).ok()?;
-    let f = d.flags() & libc::O_ACCMODE as u32;
-    let word = if events & (libc::POLLOUT | libc::POLLWRNORM) != 0 && f != libc::O_RDONLY as u32 {
-        hdr::WSEQ
-    } else {
-        hdr::RSEQ
-    };
-    Some((r, word))
-}
-
-pub(crate) const NS: i64 = 1_000_000_000;
-
-pub(crate) fn ts(ns: i64) -> libc::timespec {
-    libc::timespec {
-        tv_sec: ns / NS,
-        tv_nsec: ns % NS,
-    }
-}
-
-/// The core of every readiness call: `fds` is our own pollfd array.
-/// Atoll entries are evaluated here, host entries by `ppoll` with `mask`
-/// (the program's, or none). `timeout_ns` < 0 waits forever.
-fn poll_loop(
-    c: &Client,
-    fds: &mut [libc::pollfd],
-    timeout_ns: i64,
-    mask: Option<u64>,
-) -> Result<i64> {
-    let deadline = (timeout_ns >= 0).then(|| sys::monotonic_ns().saturating_add(timeout_ns));
-    let mut host: Vec<libc::pollfd> = fds.to_vec();
-    let mut atoll_rev: Vec<Option<i16>> = vec![None; fds.len()];
-    let mut slice: i64 = 1_000_000;
-    loop {
-        // A deferred program signal ends the wait (readiness calls never
-        // restart); its handler runs at the boundary.
-        if intr::pending() {
-            return err(libc::EINTR);
-        }
-        let mut ready = 0i64;
-        let mut pipes = 0usize;
-        let mut hosts = 0usize;
-        for (i, p) in fds.iter().enumerate() {
-            host[i] = *p;
-            atoll_rev[i] = None;
-            if p.fd < 0 {
-                continue;
-            }
-            if let Some(ev) = atoll_events(c, p.fd) {
-                if pipe_fd(p.fd as i64).is_some() {
-                    pipes += 1;
-                }
-                let want = p.events | libc::POLLHUP | libc::POLLERR;
-                let rev = ev & want;
-                atoll_rev[i] = Some(rev);
-                if rev != 0 {
-                    ready += 1;
-                }
-                host[i].fd = -1;
-            } else {
-                hosts += 1;
-            }
-        }
-        let left = deadline.map(|d| (d - sys::monotonic_ns()).max(0));
-        let expired = left == Some(0);
-        // One pipe and nothing else to wait for: sleep on its futex.
-        if ready == 0 && !expired && pipes == 1 && hosts == 0 && mask.is_none() {
-            let i = (0..fds.len())
-                .find(|&i| atoll_rev[i].is_some())
-                .unwrap_or(0);
-            if let Some((r, word)) = wait_word(c, fds[i].fd, fds[i].events) {
-                // Count as a sleeper first (so the other side wakes us),
-                // then read the word, then re-check: a change after the
-                // check moves the word and the futex does not sleep.
-                let sleeper = if word == hdr::RSEQ {
-                    hdr::RSLEEP
-                } else {
-                    hdr::WSLEEP
-                };
-                r.word(sleeper).fetch_add(1, Ordering::SeqCst);
-                let seen = r.word(word).load(Ordering::SeqCst);
-                let mut w = 0;
-                if atoll_events(c, fds[i].fd).unwrap_or(0)
-                    & (fds[i].events | libc::POLLHUP | libc::POLLERR)
-                    == 0
-                {
-                    let t = left.map(ts);
-                    w = r.futex_wait(word, seen, t.as_ref());
-                }
-                r.word(sleeper).fetch_sub(1, Ordering::AcqRel);
-                if w == -(libc::EIO as i64) {
-                    return err(libc::EIO);
-                }
-                // EINTR: the loop's first check unwinds for a deferred
-                // program signal; atoll's own handlers do not end the wait.
-                continue;
-            }
-        }
-        let wait = if ready > 0 || expired {
-            0
-        } else if pipes == 0 {
-            left.unwrap_or(-1)
-        } else {
-            left.map_or(slice, |l| l.min(slice))
-        };
-        let t = ts(wait.max(0));
-        let tp = if wait < 0 { 0 } else { &t as *const _ as u64 };
-        // SAFETY: `host` is our own pollfd array; `tp` is null or our
-        // local timespec; `mask` is the program's sigset pointer/size
-        // pair as it passed them.
-        let r = unsafe {
-            let (m, msz) = match mask {
-                Some(p) => (p, 8),
-                None => (0, 0),
-            };
-            intr::host_syscall6(
-                libc::SYS_ppoll,
-                [host.as_mut_ptr() as u64, host.len() as u64, tp, m, msz, 0],
-            )
-        };
-        if r == -(libc::EINTR as i64) {
-            continue; // see the futex case above
-        }
-        if r < 0 {
-            return err((-r) as i32);
-        }
-        let total = r + ready;
-        if total > 0 || expired || (wait >= 0 && pipes == 0) {
-            for (i, p) in fds.iter_mut().enumerate() {
-                p.revents = match atoll_rev[i] {
-                    Some(rev) => rev,
-                    None => host[i].revents,
-                };
-            }
-            return Ok(total);
-        }
-        slice = (slice * 2).min(8_000_000);
-    }
-}
-
-/// `poll`/`ppoll` when the process may hold pipe ends.
-fn poll(c: &Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
-    let (fds, nfds) = (a[0], a[1]);
-    if nfds > 1 << 20 {
-        return err(libc::EINVAL);
-    }
-    let mut v: Vec<libc::pollfd> = sys::get_user_vec(fds, nfds as usize)?;
-    if !v.iter().any(|p| pipe_fd(p.fd as i64).is_some()) {
-        return Ok(Out::Host); // file::poll handles regular atoll files
-    }
-    let (timeout, mask) = if nr == libc::SYS_poll {
-        let t = a[2] as i32;
-        (if t < 0 { -1 } else { t as i64 * 1_000_000 }, None)
-    } else {
-        let t = if a[2] == 0 {
-            -1
-        } else {
-            let t: libc::timespec = sys::get_user(a[2])?;
-            t.tv_sec * NS + t.tv_nsec
-        };
-        (t, (a[3] != 0).then_some(a[3]))
-    };
-    let n = poll_loop(c, &mut v, timeout, mask)?;
-    sys::put_user_slice(fds, &v)?;
-    Ok(Out::Done(n))
-}
-
-/// `select`/`pselect6` when a set names a pipe end: translated to poll.
-fn select(c: &Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
-    let n = a[0] as i32;
-    if !(0..=1024).contains(&n) {
-        return if n < 0 {
-            err(libc::EINVAL)
-        } else {
-            Ok(Out::Host)
-        };
-    }
-    let words = (n as usize).div_ceil(64);
-    let load = |p: u64| -> Result<[u64; 16]> {
-        let mut s = [0u64; 16];
-        if p != 0 {
-            for (k, w) in s.iter_mut().enumerate().take(words) {
-                *w = sys::get_user(p + 8 * k as u64)?;
-            }
-        }
-        Ok(s)
-    };
-    let (rs, ws, es) = (load(a[1])?, load(a[2])?, load(a[3])?);
-    let has = |s: &[u64; 16], fd: usize| s[fd / 64] >> (fd % 64) & 1 != 0;
-    let mut v: Vec<libc::pollfd> = Vec::new();
-    let mut any_pipe = false;
-    for fd in 0..n as usize {
-        let mut ev = 0i16;
-        if has(&rs, fd) {
-            ev |= libc::POLLIN;
-        }
-        if has(&ws, fd) {
-            ev |= libc::POLLOUT;
-        }
-        if has(&es, fd) {
-            ev |= libc::POLLPRI;
-        }
-        if ev != 0 {
-            any_pipe |= pipe_fd(fd as i64).is_some();
-            v.push(libc::pollfd {
-                fd: fd as i32,
-                events: ev,
-                revents: 0,
-            });
-        }
-    }
-    if !any_pipe {
-        return Ok(Out::Host);
-    }
-    let (timeout, mask) = if nr == libc::SYS_select {
-        let t = if a[4] == 0 {
-            -1
-        } else {
-            let t: libc::timeval = sys::get_user(a[4])?;
-            if t.tv_sec < 0 || t.tv_usec < 0 {
-                return err(libc::EINVAL);
-            }
-            t.tv_sec * NS + t.tv_usec * 1000
-        };
-        (t, None)
-    } else {
-        let t = if a[4] == 0 {
-            -1
-        } else {
-            let t: libc::timespec = sys::get_user(a[4])?;
-            t.tv_sec * NS + t.tv_nsec
-        };
-        // pselect6's sixth argument: { const sigset_t *ss; size_t len; }.
-        let mask = if a[5] != 0 {
-            let m: [u64; 2] = sys::get_user(a[5])?;
-            (m[0] != 0).then_some(m[0])
-        } else {
-            None
-        };
-        (t, mask)
-    };
-    poll_loop(c, &mut v, timeout, mask)?;
-    let (mut ro, mut wo, mut eo) = ([0u64; 16], [0u64; 16], [0u64; 16]);
-    let mut count = 0i64;
-    for p in &v {
-        if p.revents & libc::POLLNVAL != 0 {
-            return err(libc::EBADF);
-        }
-        let fd = p.fd as usize;
-        let set = |s: &mut [u64; 16]| s[fd / 64] |= 1 << (fd % 64);
-        if p.events & libc::POLLIN != 0
-            && p.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0
-        {
-            set(&mut ro);
-            count += 1;
-        }
-        if p.events & libc::POLLOUT != 0 && p.revents & (libc::POLLOUT | libc::POLLERR) != 0 {
-            set(&mut wo);
-            count += 1;
-        }
-        if p.events & libc::POLLPRI != 0 && p.revents & libc::POLLPRI != 0 {
-            set(&mut eo);
-            count += 1;
-        }
-    }
-    for (p, s) in [(a[1], &ro), (a[2], &wo), (a[3], &eo)] {
-        if p != 0 {
-            for (k, w) in s.iter().enumerate().take(words) {
-                sys::put_user(p + 8 * k as u64, *w)?;
-            }
-        }
-    }
-    Ok(Out::Done(count))
-}
-
-// ---------------------------------------------------------------------------
 // Routing
 
 /// Calls that need the pipe layer, before the generic atoll handling.
@@ -1156,7 +682,7 @@ pub fn route(c: &Client, nr: i64, a: &[u64; 6]) -> Result<Option<Out>> {
             let Some(d) = sys::user_path(ptr)
                 .ok()
                 .filter(|_| !nofollow)
-                .and_then(fd_path)
+                .and_then(crate::pipefifo::fd_path)
                 .and_then(pipe_fd)
             else {
                 return Ok(None);
@@ -1228,11 +754,11 @@ pub fn route(c: &Client, nr: i64, a: &[u64; 6]) -> Result<Option<Out>> {
                 Ok(Out::Done(n as i64))
             })
         }
-        libc::SYS_poll | libc::SYS_ppoll => match poll(c, nr, a)? {
+        libc::SYS_poll | libc::SYS_ppoll => match crate::pipepoll::poll(c, nr, a)? {
             Out::Host => Ok(None),
             o => Ok(Some(o)),
         },
-        libc::SYS_select | libc::SYS_pselect6 => match select(c, nr, a)? {
+        libc::SYS_select | libc::SYS_pselect6 => match crate::pipepoll::select(c, nr, a)? {
             Out::Host => Ok(None),
             o => Ok(Some(o)),
         },
@@ -1258,25 +784,5 @@ pub fn may_concern(nr: i64) -> bool {
         SYS_pipe | SYS_pipe2 => enabled(),
         SYS_select | SYS_pselect6 | SYS_epoll_wait | SYS_epoll_pwait | SYS_epoll_pwait2 => active(),
         _ => false,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::fd_path;
-
-    #[test]
-    fn fd_paths_name_descriptors_of_this_process_only() {
-        assert_eq!(fd_path(b"/dev/fd/63"), Some(63));
-        assert_eq!(fd_path(b"/dev/stdin"), Some(0));
-        assert_eq!(fd_path(b"/dev/stderr"), Some(2));
-        assert_eq!(fd_path(b"/proc/self/fd/7"), Some(7));
-        let me = format!("/proc/{}/fd/5", std::process::id());
-        assert_eq!(fd_path(me.as_bytes()), Some(5));
-        assert_eq!(fd_path(b"/proc/1/fd/5"), None);
-        assert_eq!(fd_path(b"/dev/fd/"), None);
-        assert_eq!(fd_path(b"/dev/fd/1x"), None);
-        assert_eq!(fd_path(b"/proc/self/fdinfo/3"), None);
-        assert_eq!(fd_path(b"/atoll/dev/fd/3"), None);
     }
 }

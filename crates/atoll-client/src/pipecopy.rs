@@ -174,7 +174,7 @@ pub fn write(c: &Client, d: &DescRef, buf: &[u8], broken: impl Fn() -> Error) ->
     }
 }
 
-/// `poll` events of a pipe end, as `pipe::pipe_events` reads them from a
+/// `poll` events of a pipe end, as `pipepoll::pipe_events` reads them from a
 /// mapped ring.
 pub fn events(c: &Client, d: &DescRef) -> i16 {
     let Ok(s) = state(c, d) else {
@@ -229,7 +229,7 @@ pub fn set_size(c: &Client, d: &DescRef, want: u64) -> Result<u64> {
 
 /// A FIFO opened for reading (`reader`) or writing waits for a partner:
 /// until the other side's count is above 0 or its open count moved on
-/// from `seen` (as `pipe::fifo_wait` does on the mapped header).
+/// from `seen` (as `pipefifo::fifo_wait` does on the mapped header).
 pub fn wait_partner(
     c: &Client,
     desc: atoll_proto::DescId,

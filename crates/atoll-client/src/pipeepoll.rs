@@ -12,7 +12,8 @@ use atoll_proto::pipe as hdr;
 
 use crate::error::{err, Result};
 use crate::intr;
-use crate::pipe::{pipe_events, pipe_fd, ring, ts, NS};
+use crate::pipe::{pipe_fd, ring};
+use crate::pipepoll::{pipe_events, ts, NS};
 use crate::session::Client;
 use crate::sys;
 use crate::Out;

@@ -128,7 +128,7 @@ fn reader_tag(ring: &Ring) -> Tag {
 }
 
 fn patience() -> libc::timespec {
-    crate::pipe::ts(PATIENCE_NS)
+    crate::pipepoll::ts(PATIENCE_NS)
 }
 
 /// Is a split running (only its reader takes from the ticket)?

@@ -15,7 +15,7 @@ use crate::meta::{self, Target};
 use crate::path::PathBuf;
 use crate::session::{self, Client};
 use crate::{
-    exec, fdtable, incoherent, inotify, intr, pastend, pipe, procfd, proclink, procmounts, sys,
+    exec, fdtable, incoherent, inotify, intr, pastend, pipefifo, procfd, proclink, procmounts, sys,
     walk, Out,
 };
 
@@ -37,7 +37,7 @@ pub(crate) fn path_concerns(c: &Client, dirfd: i64, ptr: u64) -> bool {
 /// descriptor: outside the mount, but opening it reopens an atoll file
 /// (see `fdpath`).
 pub(crate) fn names_atoll_fd(path: &[u8]) -> bool {
-    path.first() == Some(&b'/') && pipe::fd_path(path).is_some_and(fdtable::is_atoll)
+    path.first() == Some(&b'/') && pipefifo::fd_path(path).is_some_and(fdtable::is_atoll)
 }
 
 /// `/proc/self/mounts` and its relatives (see `procmounts`), or the

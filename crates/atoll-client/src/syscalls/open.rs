@@ -3,7 +3,7 @@
 //! Before the walk, an open may name something atoll answers outside the
 //! mount: `/proc/self/mounts` and its relatives (`procmounts`), the
 //! process's own fd directory or another's (`procfd`), or `/dev/fd/N` of
-//! an atoll descriptor or pipe (`fdpath`, `pipe::reopen`), which reopens
+//! an atoll descriptor or pipe (`fdpath`, `pipefifo::reopen`), which reopens
 //! it as Linux's magic links do.
 
 use libc::{AT_FDCWD, EAGAIN, EINVAL, O_CREAT, O_TMPFILE, O_TRUNC, O_WRONLY};
@@ -11,7 +11,7 @@ use libc::{AT_FDCWD, EAGAIN, EINVAL, O_CREAT, O_TMPFILE, O_TRUNC, O_WRONLY};
 use super::common::{fdarg, names_proc_table};
 use crate::error::{err, Result};
 use crate::session::Client;
-use crate::{fdpath, fdpub, fdtable, file, pipe, procfd, procmounts, sys, walk, Out};
+use crate::{fdpath, fdpub, fdtable, file, pipefifo, procfd, procmounts, sys, walk, Out};
 
 const CWD: i64 = AT_FDCWD as i64;
 
@@ -139,7 +139,7 @@ fn open_resolved(
         }
     }
     if path.first() == Some(&b'/') && resolve & walk::RESOLVE_NO_MAGICLINKS == 0 {
-        if let Some(o) = pipe::reopen(c, path, flags)? {
+        if let Some(o) = pipefifo::reopen(c, path, flags)? {
             return Ok(o);
         }
         if let Some(o) = fdpath::reopen(c, path, flags)? {

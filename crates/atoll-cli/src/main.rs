@@ -26,6 +26,7 @@ mod bench;
 mod bootctl;
 mod config;
 mod docgen;
+mod foreign;
 mod launch;
 mod node;
 mod registry;
@@ -58,6 +59,13 @@ fn real_main() -> i32 {
         == Some(std::ffi::OsStr::new(atoll_sched::nodes::REMOTE_SPAWN))
     {
         return node::remote_spawn(std::env::args_os().skip(2).collect());
+    }
+    // A program that cannot load the client library, behind relays of its
+    // atoll descriptors (hidden as well).
+    if std::env::args_os().nth(1).as_deref()
+        == Some(std::ffi::OsStr::new(atoll_proto::boot::FOREIGN))
+    {
+        return foreign::main(std::env::args_os().skip(2).collect());
     }
     // A scheduling server process (hidden as well).
     if std::env::args_os().nth(1).as_deref()

@@ -72,6 +72,15 @@ impl InstanceRecord {
         let tmp = self.runtime_dir.join(".instance.json.tmp");
         let json = serde_json::to_vec_pretty(self).map_err(io::Error::other)?;
         std::fs::write(&tmp, json)?;
+        // Clients run this executable for programs that cannot load the
+        // client library (`atoll __foreign`, client `exec/foreign.rs`).
+        if let Ok(exe) = std::env::current_exe() {
+            let link = self.runtime_dir.join(atoll_proto::boot::EXE_LINK);
+            if std::fs::read_link(&link).ok().as_deref() != Some(exe.as_path()) {
+                let _ = std::fs::remove_file(&link);
+                std::os::unix::fs::symlink(&exe, &link)?;
+            }
+        }
         std::fs::rename(&tmp, self.runtime_dir.join(RECORD))
     }
 

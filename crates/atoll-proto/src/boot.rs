@@ -37,6 +37,13 @@ pub const ENV_SESSION_FD: &str = "ATOLL_SESSION_FD";
 /// Environment variable carrying the client state across `execve`
 /// (descriptor table and cwd), written by the client library itself.
 pub const ENV_STATE: &str = "ATOLL_STATE";
+/// The hidden `atoll` subcommand that runs a program unable to load the
+/// client library (a statically linked image) behind relays of the atoll
+/// descriptors it inherits: `atoll __foreign FDS PATH ARGV…`.
+pub const FOREIGN: &str = "__foreign";
+/// Link to the `atoll` executable in an instance's runtime directory (what
+/// a client runs for [`FOREIGN`]).
+pub const EXE_LINK: &str = "atoll";
 
 /// How a waiting side waits for a message (Popcorn ch. 5, fos §3.2).
 #[derive(Serialize, Deserialize, Clone, Copy, PartialEq, Eq, Debug, Default)]

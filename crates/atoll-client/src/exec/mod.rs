@@ -58,6 +58,7 @@ pub const ENV_PRELOAD: &str = "ATOLL_PRELOAD";
 /// (its proxy): see the module comment.
 pub const ENV_PROXY: &str = "ATOLL_PROXY_PID";
 
+mod foreign;
 mod handover;
 pub use handover::restore;
 use handover::{hand_over, hand_over_own_session, passes_own_session};
@@ -590,11 +591,39 @@ fn prepare_inner(
     if let Some(p) = proxy_of_self().filter(|_| !spawn) {
         env.push(env_kv(ENV_PROXY, &p.to_string()));
     }
+    // A statically linked image cannot load the client: it runs behind
+    // relays of the atoll descriptors it would inherit (`foreign`).
+    let mut relay_image = None;
+    let inherits = foreign::inherited();
+    if !inherits.is_empty() && (exec_fd.is_some() || dirfd == libc::AT_FDCWD as i64) {
+        let image = match &exec_fd {
+            Some(fd) if foreign::is_static(fd.as_raw_fd()) => {
+                // The relay starts the program from our memfd, which it
+                // inherits.
+                sys::fcntl_int(fd.as_raw_fd(), libc::F_SETFD, 0);
+                Some(format!("/proc/self/fd/{}", fd.as_raw_fd()).into_bytes())
+            }
+            None if foreign::is_static_at(dirfd, &prog_path) => Some(prog_path.clone()),
+            _ => None,
+        };
+        if let Some((relay, rargv)) =
+            image.and_then(|i| foreign::divert(&c.socket_path, &i, &argv, &inherits))
+        {
+            prog_path = relay;
+            argv = rargv;
+            flags = 0;
+            relay_image = exec_fd.take();
+            // The relay's pipes to the program are kernel pipes.
+            let key = crate::pipe::ENV_PIPES.as_bytes();
+            env.retain(|e| !(e.starts_with(key) && e.get(key.len()) == Some(&b'=')));
+            env.push(env_kv(crate::pipe::ENV_PIPES, "host"));
+        }
+    }
     // Another node's program: this process (or the spawned child) becomes
     // its proxy instead. A spawn's relative path stays local: the child
     // may change directory (`posix_spawn_file_actions_addchdir_np`) before
     // it execs, so this process's cwd does not say what the path names.
-    if exec_fd.is_none() && (!spawn || prog_path.first() == Some(&b'/')) {
+    if exec_fd.is_none() && relay_image.is_none() && (!spawn || prog_path.first() == Some(&b'/')) {
         let cursor = placement::peek_cursor();
         if let Some((proxy, pargv)) =
             crate::nodeplace::divert(&env, &c.socket_path, &prog_path, dirfd, &argv, cursor)
@@ -611,7 +640,12 @@ fn prepare_inner(
         ),
         None => (prog_path, dirfd as i32, flags),
     };
-    let kept = handed.socket.into_iter().chain(handed.carried).collect();
+    let kept = handed
+        .socket
+        .into_iter()
+        .chain(handed.carried)
+        .chain(relay_image)
+        .collect();
     build(&path_bytes, &argv, &env, dirfd, flags, exec_fd, kept)
 }
 

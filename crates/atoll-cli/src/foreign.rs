@@ -1,0 +1,302 @@
+//! Programs that cannot load the client library: `atoll __foreign FDS
+//! PATH ARGV…`.
+//!
+//! atoll enters a program through `LD_PRELOAD`; a statically linked image
+//! has no dynamic loader, so it never runs the client and sees atoll
+//! descriptors as what the kernel holds for them: placeholders. Its
+//! output into an atoll pipe or file would vanish and its input would be
+//! empty. So a client whose `execve` names such an image while it holds
+//! atoll descriptors the image would inherit (client `exec/foreign.rs`)
+//! execs this in its place instead. Like a remote spawn's proxy
+//! (`node/remote.rs`), the relay *is* the process that called `execve`:
+//! same pid, parent, process group and descriptor table (handed over as
+//! for any exec). It runs as an ordinary atoll client and:
+//!
+//! * gives the program a host pipe (a socket pair for a descriptor open
+//!   for reading and writing) at each number in FDS, and copies between
+//!   it and its own atoll descriptor: what the program writes goes to the
+//!   atoll pipe or file (at its shared offset), what the atoll side holds
+//!   is the program's to read; a descriptor that is neither (a directory)
+//!   is closed in the program;
+//! * passes the signals sent to it (`RELAYED`) to the program;
+//! * ends as the program ended, once everything the program wrote has
+//!   reached its atoll descriptor (so a parent that `wait`s and then reads
+//!   the file or pipe finds all of it, as on Linux).
+//!
+//! The program itself still cannot name paths in the mount
+//! (COMPATIBILITY.md).
+
+use std::ffi::OsString;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+
+use crate::sys;
+
+/// Signals a relay passes on to its program (terminal and job-control
+/// stops are not relayed: COMPATIBILITY.md).
+const RELAYED: [i32; 8] = [
+    libc::SIGHUP,
+    libc::SIGINT,
+    libc::SIGQUIT,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+    libc::SIGALRM,
+    libc::SIGTERM,
+    libc::SIGWINCH,
+];
+/// Status when the program cannot be started, as a shell reports a
+/// command it cannot run.
+const CANNOT_RUN: i32 = 127;
+/// Largest piece copied at once.
+const CHUNK: usize = 64 * 1024;
+
+/// How one inherited descriptor reaches the program.
+enum Relay {
+    /// The program reads: atoll descriptor → host pipe.
+    In { atoll: i32, host: OwnedFd },
+    /// The program writes: host pipe → atoll descriptor.
+    Out { atoll: i32, host: OwnedFd },
+    /// Both (a socket pair): two copies, one each way.
+    Both { atoll: i32, host: OwnedFd },
+}
+
+/// Entry point; `args` follow the subcommand: FDS PATH ARGV….
+pub fn main(args: Vec<OsString>) -> i32 {
+    let mut args = args.into_iter();
+    let (Some(fds), Some(path)) = (args.next(), args.next()) else {
+        eprintln!("atoll: usage: atoll __foreign FDS PATH ARGV…");
+        return 2;
+    };
+    let argv: Vec<OsString> = args.collect();
+    let Some(fds) = parse_fds(&fds.to_string_lossy()) else {
+        eprintln!("atoll: __foreign: bad descriptor list {fds:?}");
+        return 2;
+    };
+    match run(&fds, path, argv) {
+        Ok(never) => match never {},
+        Err(e) => {
+            eprintln!("atoll: {e}");
+            CANNOT_RUN
+        }
+    }
+}
+
+/// `"0,1,5"` → `[0, 1, 5]`; `"-"` → none.
+fn parse_fds(s: &str) -> Option<Vec<i32>> {
+    if s == "-" {
+        return Some(Vec::new());
+    }
+    s.split(',')
+        .map(|f| f.parse::<i32>().ok().filter(|&n| n >= 0))
+        .collect()
+}
+
+fn run(
+    fds: &[i32],
+    path: OsString,
+    argv: Vec<OsString>,
+) -> Result<std::convert::Infallible, String> {
+    // A write into a pipe whose reader left must come back as EPIPE here,
+    // to be passed on by closing the program's end.
+    // SAFETY: setting a disposition to SIG_IGN.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+    let mut relays = Vec::new();
+    let mut program_ends: Vec<(i32, Option<OwnedFd>)> = Vec::new();
+    for &fd in fds {
+        // SAFETY: F_GETFL takes no argument; an atoll descriptor answers
+        // with its description's flags (the client library).
+        let fl = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+        let dir = is_directory(fd);
+        if fl < 0 || dir {
+            program_ends.push((fd, None));
+            continue;
+        }
+        match fl & libc::O_ACCMODE {
+            libc::O_RDONLY => {
+                let (r, w) = host_pipe()?;
+                relays.push(Relay::In { atoll: fd, host: w });
+                program_ends.push((fd, Some(r)));
+            }
+            libc::O_WRONLY => {
+                let (r, w) = host_pipe()?;
+                relays.push(Relay::Out { atoll: fd, host: r });
+                program_ends.push((fd, Some(w)));
+            }
+            _ => {
+                let (mine, theirs) = std::os::unix::net::UnixStream::pair()
+                    .map_err(|e| format!("cannot relay descriptor {fd}: {e}"))?;
+                relays.push(Relay::Both {
+                    atoll: fd,
+                    host: mine.into(),
+                });
+                program_ends.push((fd, Some(theirs.into())));
+            }
+        }
+    }
+    let child = spawn(&path, argv, program_ends)?;
+    let pid = child.id() as i32;
+    sys::block_signals(&RELAYED).map_err(|e| e.to_string())?;
+    std::thread::spawn(move || {
+        while let Ok(sig) = sys::wait_signal(&RELAYED) {
+            // SAFETY: a signal to our own child, which we have not reaped
+            // while this thread runs (the process ends at its reaping).
+            unsafe { libc::kill(pid, sig) };
+        }
+    });
+    let mut outputs = Vec::new();
+    for r in relays {
+        match r {
+            Relay::In { atoll, host } => {
+                std::thread::spawn(move || copy_in(atoll, host));
+            }
+            Relay::Out { atoll, host } => {
+                outputs.push(std::thread::spawn(move || copy_out(host, atoll)));
+            }
+            Relay::Both { atoll, host } => {
+                let reader = host.try_clone().map_err(|e| e.to_string())?;
+                std::thread::spawn(move || copy_in(atoll, host));
+                outputs.push(std::thread::spawn(move || copy_out(reader, atoll)));
+            }
+        }
+    }
+    let status = wait(child)?;
+    // Everything the program (and whatever it left holding its ends)
+    // wrote reaches the atoll side before its parent learns of the end.
+    for t in outputs {
+        let _ = t.join();
+    }
+    match (status.code(), status.signal()) {
+        (Some(code), _) => std::process::exit(code),
+        (None, Some(sig)) => sys::die_by(sig),
+        _ => std::process::exit(CANNOT_RUN),
+    }
+}
+
+/// Is `fd` a directory (nothing to copy: the program gets it closed)?
+fn is_directory(fd: i32) -> bool {
+    // SAFETY: fstat fills a local struct; an atoll descriptor answers
+    // through the client library.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    (unsafe { libc::fstat(fd, &mut st) }) == 0 && st.st_mode & libc::S_IFMT == libc::S_IFDIR
+}
+
+/// A host pipe `(read end, write end)`, both close-on-exec (the program's
+/// end is moved to its number in the child). The relay runs with
+/// `ATOLL_PIPES=host`, so `pipe2` makes a kernel pipe, as the program
+/// needs.
+fn host_pipe() -> Result<(OwnedFd, OwnedFd), String> {
+    let mut p = [0i32; 2];
+    // SAFETY: pipe2 fills the two-element array.
+    if unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(format!(
+            "cannot make a pipe: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    // SAFETY: two new descriptors this process owns alone.
+    Ok(unsafe { (OwnedFd::from_raw_fd(p[0]), OwnedFd::from_raw_fd(p[1])) })
+}
+
+/// Start the program with its ends at their numbers (and the directories
+/// among the inherited descriptors closed).
+fn spawn(
+    path: &OsString,
+    argv: Vec<OsString>,
+    ends: Vec<(i32, Option<OwnedFd>)>,
+) -> Result<std::process::Child, String> {
+    let mut cmd = std::process::Command::new(path);
+    let mut args = argv.into_iter();
+    if let Some(arg0) = args.next() {
+        cmd.arg0(arg0);
+    }
+    cmd.args(args);
+    let moves: Vec<(i32, i32)> = ends
+        .iter()
+        .map(|(fd, end)| (*fd, end.as_ref().map_or(-1, AsRawFd::as_raw_fd)))
+        .collect();
+    // SAFETY: only dup2/close/signal between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            for &(fd, from) in &moves {
+                if from < 0 {
+                    libc::close(fd);
+                } else if libc::dup2(from, fd) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+    let child = cmd
+        .spawn()
+        .map_err(|e| format!("{}: {e}", path.to_string_lossy()))?;
+    // Our copies of the program's ends go, so its end of file is its own.
+    drop(ends);
+    Ok(child)
+}
+
+/// Reap the program (its status, whatever signals interrupt the wait).
+fn wait(mut child: std::process::Child) -> Result<std::process::ExitStatus, String> {
+    child.wait().map_err(|e| e.to_string())
+}
+
+/// Atoll descriptor `atoll` → the program's end, until end of file there
+/// or the program's end is closed.
+fn copy_in(atoll: i32, host: OwnedFd) {
+    // SAFETY: the descriptor is the relay's for its whole life; the File
+    // is forgotten, never closed here.
+    let mut src = std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(atoll) });
+    let mut dst = std::fs::File::from(host);
+    let mut buf = vec![0u8; CHUNK];
+    loop {
+        match src.read(&mut buf) {
+            Ok(n) if n > 0 && dst.write_all(&buf[..n]).is_ok() => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            _ => break,
+        }
+    }
+    // A socket pair's end stays open for the other direction: the program
+    // sees end of file only once this direction is shut down. (A pipe
+    // answers ENOTSOCK and closes as `dst` drops.)
+    // SAFETY: shutdown of a descriptor this function owns.
+    unsafe { libc::shutdown(dst.as_raw_fd(), libc::SHUT_WR) };
+}
+
+/// The program's end → atoll descriptor `atoll`, until every writer of
+/// the host end is gone. A failed write (the atoll pipe's reader left)
+/// closes the host end, so the program's next write fails as it would.
+fn copy_out(host: OwnedFd, atoll: i32) {
+    // SAFETY: as in `copy_in`.
+    let mut dst = std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(atoll) });
+    let mut src = std::fs::File::from(host);
+    let mut buf = vec![0u8; CHUNK];
+    loop {
+        match src.read(&mut buf) {
+            Ok(0) => return,
+            Ok(n) => {
+                if dst.write_all(&buf[..n]).is_err() {
+                    return;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_fds;
+
+    #[test]
+    fn descriptor_lists_parse_or_are_refused() {
+        assert_eq!(parse_fds("0,1,2"), Some(vec![0, 1, 2]));
+        assert_eq!(parse_fds("7"), Some(vec![7]));
+        assert_eq!(parse_fds("-"), Some(vec![]));
+        assert_eq!(parse_fds("1,x"), None);
+        assert_eq!(parse_fds("-3"), None);
+        assert_eq!(parse_fds(""), None);
+    }
+}

@@ -1,0 +1,197 @@
+//! Images that cannot load the client library (statically linked: no
+//! `PT_INTERP`, so no dynamic loader runs `LD_PRELOAD`).
+//!
+//! Such a program would inherit atoll descriptors as bare placeholders:
+//! what it writes to an atoll pipe or file would vanish, what it reads
+//! would be empty. So when the new image is one and it would inherit
+//! atoll descriptors (no `FD_CLOEXEC`), the exec runs `atoll __foreign
+//! FDS PATH ARGV…` in its place (the CLI's `foreign.rs`): an ordinary
+//! atoll client, in this very process, that starts the program with host
+//! pipes at those numbers and copies between them and the atoll
+//! descriptors, and ends as the program ends. An image that inherits no
+//! atoll descriptor runs as it is.
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+use atoll_proto::boot::{EXE_LINK, FOREIGN};
+
+use crate::fdtable;
+use crate::sys;
+
+/// Most program headers looked at (a real image has about a dozen).
+const MAX_PHDRS: usize = 64;
+/// `PT_INTERP`: the image names its dynamic loader.
+const PT_INTERP: u32 = 3;
+
+/// Atoll descriptors a new image would inherit (no `FD_CLOEXEC`).
+pub(super) fn inherited() -> Vec<i32> {
+    fdtable::fds()
+        .into_iter()
+        .filter(|&fd| {
+            // SAFETY: F_GETFD takes no argument.
+            let r = unsafe { sys::sc(libc::SYS_fcntl, fd as u64, libc::F_GETFD as u64, 0, 0) };
+            r >= 0 && r & libc::FD_CLOEXEC as i64 == 0
+        })
+        .collect()
+}
+
+/// Is the host file at `path` (relative to `dirfd`) a statically linked
+/// ELF image? Anything unreadable or not ELF (a `#!` script, whose
+/// interpreter the kernel runs) is not.
+pub(super) fn is_static_at(dirfd: i64, path: &[u8]) -> bool {
+    let Ok(cpath) = std::ffi::CString::new(path) else {
+        return false;
+    };
+    // SAFETY: openat reads the NUL-terminated local path.
+    let fd = unsafe {
+        sys::sc(
+            libc::SYS_openat,
+            dirfd as u64,
+            cpath.as_ptr() as u64,
+            (libc::O_RDONLY | libc::O_CLOEXEC) as u64,
+            0,
+        )
+    };
+    if fd < 0 {
+        return false;
+    }
+    // SAFETY: a new descriptor this function owns alone.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    is_static(fd.as_raw_fd())
+}
+
+/// Is the image in `fd` a statically linked 64-bit ELF image?
+pub(super) fn is_static(fd: i32) -> bool {
+    let mut head = [0u8; 64];
+    if pread(fd, &mut head, 0) != head.len() {
+        return false;
+    }
+    let Some(phdrs) = program_headers(&head) else {
+        return false;
+    };
+    let (off, size, count) = phdrs;
+    let mut table = vec![0u8; size * count];
+    if pread(fd, &mut table, off) != table.len() {
+        return false;
+    }
+    !table
+        .chunks_exact(size)
+        .any(|ph| u32::from_le_bytes([ph[0], ph[1], ph[2], ph[3]]) == PT_INTERP)
+}
+
+/// `(offset, entry size, count)` of the program header table of a 64-bit
+/// little-endian ELF header, `None` for anything else.
+fn program_headers(head: &[u8; 64]) -> Option<(u64, usize, usize)> {
+    if &head[..4] != b"\x7fELF" || head[4] != 2 || head[5] != 1 {
+        return None;
+    }
+    let u16_at = |i: usize| u16::from_le_bytes([head[i], head[i + 1]]) as usize;
+    let mut off = [0u8; 8];
+    off.copy_from_slice(&head[32..40]);
+    let (size, count) = (u16_at(54), u16_at(56));
+    (size >= 4 && (1..=MAX_PHDRS).contains(&count)).then_some((
+        u64::from_le_bytes(off),
+        size,
+        count,
+    ))
+}
+
+fn pread(fd: i32, buf: &mut [u8], off: u64) -> usize {
+    // SAFETY: the kernel writes at most `buf.len()` bytes into `buf`.
+    let n = unsafe {
+        sys::sc(
+            libc::SYS_pread64,
+            fd as u64,
+            buf.as_mut_ptr() as u64,
+            buf.len() as u64,
+            off,
+        )
+    };
+    n.max(0) as usize
+}
+
+/// The relay's `(path, argv)` for the image at `path` given `argv`, which
+/// would inherit the atoll descriptors `fds`: `atoll __foreign FDS PATH
+/// ARGV…`, through the instance's link to its executable.
+pub(super) fn divert(
+    socket_path: &str,
+    path: &[u8],
+    argv: &[Vec<u8>],
+    fds: &[i32],
+) -> Option<(Vec<u8>, Vec<Vec<u8>>)> {
+    let dir = std::path::Path::new(socket_path).parent()?;
+    let atoll = dir.join(EXE_LINK).into_os_string().into_encoded_bytes();
+    let list = fds.iter().map(i32::to_string).collect::<Vec<_>>().join(",");
+    let mut out = vec![
+        atoll.clone(),
+        FOREIGN.as_bytes().to_vec(),
+        list.into_bytes(),
+        path.to_vec(),
+    ];
+    out.extend(argv.iter().cloned());
+    Some((atoll, out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header(class: u8, phoff: u64, size: u16, count: u16) -> [u8; 64] {
+        let mut h = [0u8; 64];
+        h[..4].copy_from_slice(b"\x7fELF");
+        h[4] = class;
+        h[5] = 1;
+        h[32..40].copy_from_slice(&phoff.to_le_bytes());
+        h[54..56].copy_from_slice(&size.to_le_bytes());
+        h[56..58].copy_from_slice(&count.to_le_bytes());
+        h
+    }
+
+    #[test]
+    fn only_sane_64_bit_elf_headers_name_a_table() {
+        assert_eq!(program_headers(&header(2, 64, 56, 13)), Some((64, 56, 13)));
+        assert_eq!(program_headers(&header(1, 64, 56, 13)), None);
+        assert_eq!(program_headers(&header(2, 64, 56, 0)), None);
+        assert_eq!(program_headers(&header(2, 64, 56, 1000)), None);
+        let mut script = [0u8; 64];
+        script[..2].copy_from_slice(b"#!");
+        assert_eq!(program_headers(&script), None);
+    }
+
+    #[test]
+    fn this_test_binary_is_dynamic_and_a_script_is_not_static() {
+        let me = std::fs::read_link("/proc/self/exe").unwrap();
+        let path = me.as_os_str().as_encoded_bytes();
+        assert!(!is_static_at(libc::AT_FDCWD as i64, path));
+        assert!(!is_static_at(libc::AT_FDCWD as i64, b"/nonexistent/prog"));
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("s");
+        std::fs::write(&script, "#!/bin/sh\necho hi\n").unwrap();
+        let p = script.as_os_str().as_encoded_bytes();
+        assert!(!is_static_at(libc::AT_FDCWD as i64, p));
+    }
+
+    #[test]
+    fn the_relay_runs_the_instance_s_atoll_with_the_descriptor_list() {
+        let (path, argv) = divert(
+            "/run/atoll/abc/boot.sock",
+            b"/bin/prog",
+            &[b"prog".to_vec(), b"-x".to_vec()],
+            &[0, 1, 5],
+        )
+        .unwrap();
+        assert_eq!(path, b"/run/atoll/abc/atoll");
+        let argv: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
+        assert_eq!(
+            argv,
+            [
+                &b"/run/atoll/abc/atoll"[..],
+                b"__foreign",
+                b"0,1,5",
+                b"/bin/prog",
+                b"prog",
+                b"-x"
+            ]
+        );
+    }
+}

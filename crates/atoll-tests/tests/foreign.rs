@@ -1,0 +1,62 @@
+//! Programs that cannot load the client library (statically linked, here
+//! busybox) in pipelines and redirections of the mount: they run behind
+//! relays of the atoll descriptors they inherit (the CLI's `foreign.rs`,
+//! client `exec/foreign.rs`), so their input, output, exit status and
+//! signals are what they are on a host directory. (They still cannot
+//! open paths in the mount themselves: COMPATIBILITY.md.)
+
+use atoll_tests::{assert_same, require};
+
+/// Instances with more servers than this machine has cores.
+const OPTS: &[&str] = &["--servers", "3"];
+
+#[test]
+fn a_static_program_reads_and_writes_atoll_pipes_and_files_as_on_the_host() {
+    require("busybox");
+    let out = assert_same(
+        OPTS,
+        r#"
+        set -e
+        cd "$ROOT"
+        seq 1 2000 > nums
+        busybox sort -rn < nums | head -3
+        busybox cat < nums | busybox wc -l
+        seq 1 5 | busybox tac | tr '\n' ' '; echo
+        busybox cat < nums > copy; cmp nums copy && echo same
+        busybox echo appended >> copy; tail -1 copy; wc -l < copy
+        head -c 3000000 /dev/zero | busybox wc -c
+        echo rw > rw; busybox cat <> rw
+        cat nums nums | busybox head -2
+        "#,
+        true,
+    );
+    assert!(out.contains("2000\n1999\n1998\n"), "{out}");
+    assert!(
+        out.contains("same\nappended\n2001\n3000000\nrw\n1\n2\n"),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_static_program_s_exit_status_and_signals_are_its_own() {
+    require("busybox");
+    let out = assert_same(
+        OPTS,
+        r#"
+        cd "$ROOT"
+        busybox sh -c 'echo out; exit 3' | cat; echo "status ${PIPESTATUS[0]}"
+        busybox sh -c 'kill -TERM $$' | cat; echo "status ${PIPESTATUS[0]}"
+        yes | busybox head -c 5 | wc -c
+        busybox sleep 10 > slept & p=$!
+        sleep 0.5
+        kill -TERM $p; wait $p; echo "killed $?"
+        busybox sh -c 'echo first; echo second >&2' > both 2>&1; sort both
+        "#,
+        true,
+    );
+    assert!(
+        out.contains("out\nstatus 3\nstatus 143\n5\nkilled 143\n"),
+        "{out}"
+    );
+    assert!(out.contains("first\nsecond\n"), "{out}");
+}

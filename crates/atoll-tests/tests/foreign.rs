@@ -60,3 +60,39 @@ fn a_static_program_s_exit_status_and_signals_are_its_own() {
     );
     assert!(out.contains("first\nsecond\n"), "{out}");
 }
+
+/// A set-user-ID program (run by another user than its owner, so the
+/// loader ignores `LD_PRELOAD` paths) reads and writes the atoll pipes it
+/// inherits, behind the same relay.
+#[test]
+fn a_set_user_id_program_keeps_its_atoll_pipes() {
+    // SAFETY: geteuid has no arguments and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root to make a set-user-ID copy owned by nobody");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cat = dir.path().join("suidcat");
+    std::fs::copy("/bin/cat", &cat).expect("copy cat");
+    let nobody = std::process::Command::new("chown")
+        .arg("nobody")
+        .arg(&cat)
+        .status()
+        .expect("chown");
+    assert!(nobody.success());
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&cat, std::fs::Permissions::from_mode(0o4755)).unwrap();
+    let out = assert_same(
+        OPTS,
+        &format!(
+            r#"
+            cd "$ROOT"
+            seq 1 300 | {cat} | tail -2
+            seq 1 5 > five; {cat} < five > copy; cat copy | wc -l
+            "#,
+            cat = cat.display()
+        ),
+        true,
+    );
+    assert_eq!(out, "299\n300\n5\n");
+}

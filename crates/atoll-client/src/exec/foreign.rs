@@ -1,5 +1,7 @@
-//! Images that cannot load the client library (statically linked: no
-//! `PT_INTERP`, so no dynamic loader runs `LD_PRELOAD`).
+//! Images that cannot load the client library: statically linked (no
+//! `PT_INTERP`, so no dynamic loader runs `LD_PRELOAD`), or run in
+//! secure-execution mode (set-user-ID, set-group-ID, file capabilities),
+//! where the loader ignores a preload path.
 //!
 //! Such a program would inherit atoll descriptors as bare placeholders:
 //! what it writes to an atoll pipe or file would vanish, what it reads
@@ -35,10 +37,13 @@ pub(super) fn inherited() -> Vec<i32> {
         .collect()
 }
 
-/// Is the host file at `path` (relative to `dirfd`) a statically linked
-/// ELF image? Anything unreadable or not ELF (a `#!` script, whose
-/// interpreter the kernel runs) is not.
-pub(super) fn is_static_at(dirfd: i64, path: &[u8]) -> bool {
+/// Would the host file at `path` (relative to `dirfd`) run without the
+/// client library? A statically linked ELF image, or one that runs in
+/// secure-execution mode (`AT_SECURE`: set-user-ID or set-group-ID to
+/// someone else, file capabilities), where the loader ignores our
+/// `LD_PRELOAD` path. Anything unreadable or not ELF (a `#!` script, whose
+/// interpreter the kernel runs) is taken to load it.
+pub(super) fn cannot_load_client_at(dirfd: i64, path: &[u8]) -> bool {
     let Ok(cpath) = std::ffi::CString::new(path) else {
         return false;
     };
@@ -57,7 +62,41 @@ pub(super) fn is_static_at(dirfd: i64, path: &[u8]) -> bool {
     }
     // SAFETY: a new descriptor this function owns alone.
     let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
-    is_static(fd.as_raw_fd())
+    is_static(fd.as_raw_fd()) || runs_secure(fd.as_raw_fd())
+}
+
+/// Does executing the image in `fd` give the process `AT_SECURE` (the
+/// kernel's `bprm->secureexec`): a set-user-ID bit for an owner other than
+/// our real user, a set-group-ID bit (with group execute) for a group
+/// other than our real group, or file capabilities?
+fn runs_secure(fd: i32) -> bool {
+    let Ok(st) = rustix::fs::fstat(
+        // SAFETY: `fd` is open for the duration of this call.
+        unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) },
+    ) else {
+        return false;
+    };
+    let (uid, gid) = (rustix::process::getuid(), rustix::process::getgid());
+    let mode = st.st_mode;
+    if mode & libc::S_ISUID != 0 && st.st_uid != uid.as_raw() {
+        return true;
+    }
+    if mode & (libc::S_ISGID | libc::S_IXGRP) == libc::S_ISGID | libc::S_IXGRP
+        && st.st_gid != gid.as_raw()
+    {
+        return true;
+    }
+    // SAFETY: a size query (no buffer) of an attribute of an open file.
+    let caps = unsafe {
+        sys::sc(
+            libc::SYS_fgetxattr,
+            fd as u64,
+            c"security.capability".as_ptr() as u64,
+            0,
+            0,
+        )
+    };
+    caps > 0
 }
 
 /// Is the image in `fd` a statically linked 64-bit ELF image?
@@ -162,13 +201,16 @@ mod tests {
     fn this_test_binary_is_dynamic_and_a_script_is_not_static() {
         let me = std::fs::read_link("/proc/self/exe").unwrap();
         let path = me.as_os_str().as_encoded_bytes();
-        assert!(!is_static_at(libc::AT_FDCWD as i64, path));
-        assert!(!is_static_at(libc::AT_FDCWD as i64, b"/nonexistent/prog"));
+        assert!(!cannot_load_client_at(libc::AT_FDCWD as i64, path));
+        assert!(!cannot_load_client_at(
+            libc::AT_FDCWD as i64,
+            b"/nonexistent/prog"
+        ));
         let dir = tempfile::tempdir().unwrap();
         let script = dir.path().join("s");
         std::fs::write(&script, "#!/bin/sh\necho hi\n").unwrap();
         let p = script.as_os_str().as_encoded_bytes();
-        assert!(!is_static_at(libc::AT_FDCWD as i64, p));
+        assert!(!cannot_load_client_at(libc::AT_FDCWD as i64, p));
     }
 
     #[test]

@@ -591,8 +591,9 @@ fn prepare_inner(
     if let Some(p) = proxy_of_self().filter(|_| !spawn) {
         env.push(env_kv(ENV_PROXY, &p.to_string()));
     }
-    // A statically linked image cannot load the client: it runs behind
-    // relays of the atoll descriptors it would inherit (`foreign`).
+    // An image that cannot load the client (statically linked, or run
+    // set-user-ID) runs behind relays of the atoll descriptors it would
+    // inherit (`foreign`).
     let mut relay_image = None;
     let inherits = foreign::inherited();
     if !inherits.is_empty() && (exec_fd.is_some() || dirfd == libc::AT_FDCWD as i64) {
@@ -603,7 +604,7 @@ fn prepare_inner(
                 sys::fcntl_int(fd.as_raw_fd(), libc::F_SETFD, 0);
                 Some(format!("/proc/self/fd/{}", fd.as_raw_fd()).into_bytes())
             }
-            None if foreign::is_static_at(dirfd, &prog_path) => Some(prog_path.clone()),
+            None if foreign::cannot_load_client_at(dirfd, &prog_path) => Some(prog_path.clone()),
             _ => None,
         };
         if let Some((relay, rargv)) =

@@ -18,10 +18,12 @@
 //!   atoll pipe or file (at its shared offset), what the atoll side holds
 //!   is the program's to read; a descriptor that is neither (a directory)
 //!   is closed in the program;
-//! * passes the signals sent to it (`RELAYED`) to the program;
+//! * passes the signals sent to it (`sys::RELAYED_SIGNALS`) to the program;
 //! * ends as the program ended, once everything the program wrote has
 //!   reached its atoll descriptor (so a parent that `wait`s and then reads
-//!   the file or pipe finds all of it, as on Linux).
+//!   the file or pipe finds all of it, as on Linux); what a process the
+//!   program left running still writes there, a child of the relay copies
+//!   on.
 //!
 //! The program itself still cannot name paths in the mount
 //! (COMPATIBILITY.md).
@@ -30,21 +32,10 @@ use std::ffi::OsString;
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::sync::Arc;
 
 use crate::sys;
 
-/// Signals a relay passes on to its program (terminal and job-control
-/// stops are not relayed: COMPATIBILITY.md).
-const RELAYED: [i32; 8] = [
-    libc::SIGHUP,
-    libc::SIGINT,
-    libc::SIGQUIT,
-    libc::SIGUSR1,
-    libc::SIGUSR2,
-    libc::SIGALRM,
-    libc::SIGTERM,
-    libc::SIGWINCH,
-];
 /// Status when the program cannot be started, as a shell reports a
 /// command it cannot run.
 const CANNOT_RUN: i32 = 127;
@@ -134,37 +125,50 @@ fn run(
             }
         }
     }
+    // Blocked before the program exists, so none is lost or kills the
+    // relay in between; the program starts with none blocked.
+    sys::block_signals(&sys::RELAYED_SIGNALS).map_err(|e| e.to_string())?;
     let child = spawn(&path, argv, program_ends)?;
     let pid = child.id() as i32;
-    sys::block_signals(&RELAYED).map_err(|e| e.to_string())?;
     std::thread::spawn(move || {
-        while let Ok(sig) = sys::wait_signal(&RELAYED) {
+        while let Ok(sig) = sys::wait_signal(&sys::RELAYED_SIGNALS) {
             // SAFETY: a signal to our own child, which we have not reaped
             // while this thread runs (the process ends at its reaping).
             unsafe { libc::kill(pid, sig) };
         }
     });
+    // Closed when the program has ended: every copy out sees it at once.
+    let (ended, program_ended) = host_pipe()?;
+    let ended = Arc::new(ended);
     let mut outputs = Vec::new();
     for r in relays {
+        let out = |host: OwnedFd, atoll: i32| {
+            let ended = ended.clone();
+            std::thread::spawn(move || (copy_out(host, atoll, Some(&ended)), atoll))
+        };
         match r {
             Relay::In { atoll, host } => {
                 std::thread::spawn(move || copy_in(atoll, host));
             }
-            Relay::Out { atoll, host } => {
-                outputs.push(std::thread::spawn(move || copy_out(host, atoll)));
-            }
+            Relay::Out { atoll, host } => outputs.push(out(host, atoll)),
             Relay::Both { atoll, host } => {
                 let reader = host.try_clone().map_err(|e| e.to_string())?;
                 std::thread::spawn(move || copy_in(atoll, host));
-                outputs.push(std::thread::spawn(move || copy_out(reader, atoll)));
+                outputs.push(out(reader, atoll));
             }
         }
     }
     let status = wait(child)?;
-    // Everything the program (and whatever it left holding its ends)
-    // wrote reaches the atoll side before its parent learns of the end.
-    for t in outputs {
-        let _ = t.join();
+    // Everything the program wrote reaches the atoll side before its
+    // parent learns of the end.
+    drop(program_ended);
+    let rest: Vec<(OwnedFd, i32)> = outputs
+        .into_iter()
+        .filter_map(|t| t.join().ok())
+        .filter_map(|(host, atoll)| host.map(|h| (h, atoll)))
+        .collect();
+    if !rest.is_empty() {
+        hand_off(rest);
     }
     match (status.code(), status.signal()) {
         (Some(code), _) => std::process::exit(code),
@@ -215,7 +219,7 @@ fn spawn(
         .iter()
         .map(|(fd, end)| (*fd, end.as_ref().map_or(-1, AsRawFd::as_raw_fd)))
         .collect();
-    // SAFETY: only dup2/close/signal between fork and exec.
+    // SAFETY: only dup2/close/signal/sigmask calls between fork and exec.
     unsafe {
         cmd.pre_exec(move || {
             for &(fd, from) in &moves {
@@ -226,6 +230,9 @@ fn spawn(
                 }
             }
             libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+            let mut none: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut none);
+            libc::pthread_sigmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
             Ok(())
         });
     }
@@ -267,22 +274,90 @@ fn copy_in(atoll: i32, host: OwnedFd) {
 /// The program's end → atoll descriptor `atoll`, until every writer of
 /// the host end is gone. A failed write (the atoll pipe's reader left)
 /// closes the host end, so the program's next write fails as it would.
-fn copy_out(host: OwnedFd, atoll: i32) {
+///
+/// Once the program has ended (`ended`, the read end of a pipe whose
+/// writer the relay closes then, or `None` for no such end), everything it
+/// wrote is in the pipe: that is copied, and if another process still
+/// holds the program's end (something it started in the background) the
+/// end comes back, for [`hand_off`], instead of keeping the parent
+/// waiting.
+fn copy_out(host: OwnedFd, atoll: i32, ended: Option<&OwnedFd>) -> Option<OwnedFd> {
     // SAFETY: as in `copy_in`.
     let mut dst = std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(atoll) });
-    let mut src = std::fs::File::from(host);
     let mut buf = vec![0u8; CHUNK];
+    let mut draining = false;
     loop {
-        match src.read(&mut buf) {
-            Ok(0) => return,
-            Ok(n) => {
-                if dst.write_all(&buf[..n]).is_err() {
-                    return;
+        if !draining && !wait_readable(&host, ended) {
+            draining = true;
+            set_nonblocking(&host, true);
+            continue;
+        }
+        // SAFETY: reading into a local buffer of its length.
+        let n = unsafe { libc::read(host.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        match n {
+            0 => return None,
+            n if n > 0 => {
+                if dst.write_all(&buf[..n as usize]).is_err() {
+                    return None;
                 }
             }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) => return,
+            _ => match std::io::Error::last_os_error().raw_os_error() {
+                Some(libc::EINTR) => {}
+                Some(libc::EAGAIN) if draining => {
+                    set_nonblocking(&host, false);
+                    return Some(host);
+                }
+                _ => return None,
+            },
         }
+    }
+}
+
+/// Sleep until `fd` can be read (true) or `ended` says the program ended
+/// (false).
+fn wait_readable(fd: &OwnedFd, ended: Option<&OwnedFd>) -> bool {
+    let mut p = [fd, ended.unwrap_or(fd)].map(|f| libc::pollfd {
+        fd: f.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    });
+    loop {
+        // SAFETY: two local pollfds.
+        if unsafe { libc::poll(p.as_mut_ptr(), 2, -1) } > 0 {
+            return p[0].revents != 0 || ended.is_none();
+        }
+    }
+}
+
+fn set_nonblocking(fd: &OwnedFd, on: bool) {
+    // SAFETY: flag changes of a host pipe this relay owns.
+    unsafe {
+        let fl = libc::fcntl(fd.as_raw_fd(), libc::F_GETFL);
+        let fl = if on {
+            fl | libc::O_NONBLOCK
+        } else {
+            fl & !libc::O_NONBLOCK
+        };
+        libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, fl);
+    }
+}
+
+/// The program ended, but something it started still holds its ends:
+/// a child of the relay copies the rest (as Linux would deliver it) while
+/// the relay ends now, as the program did.
+fn hand_off(rest: Vec<(OwnedFd, i32)>) {
+    // SAFETY: fork of this process (the client library gives the child a
+    // session of its own); the child only copies and exits.
+    match unsafe { libc::fork() } {
+        0 => {
+            std::thread::scope(|s| {
+                for (host, atoll) in rest {
+                    s.spawn(move || copy_out(host, atoll, None));
+                }
+            });
+            std::process::exit(0);
+        }
+        _ => drop(rest),
     }
 }
 

@@ -45,6 +45,20 @@ pub fn block_signals(sigs: &[i32]) -> io::Result<()> {
     Ok(())
 }
 
+/// Signals a stand-in for a program (a remote spawn's proxy, the relay of
+/// a program that cannot load the client) passes on to it; terminal and
+/// job-control stops are not (COMPATIBILITY.md).
+pub const RELAYED_SIGNALS: [i32; 8] = [
+    libc::SIGHUP,
+    libc::SIGINT,
+    libc::SIGQUIT,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+    libc::SIGALRM,
+    libc::SIGTERM,
+    libc::SIGWINCH,
+];
+
 /// Wait for one of `sigs` (blocked in every thread).
 pub fn wait_signal(sigs: &[i32]) -> io::Result<i32> {
     let set = signal_set(sigs);

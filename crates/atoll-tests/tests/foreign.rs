@@ -51,6 +51,9 @@ fn a_static_program_s_exit_status_and_signals_are_its_own() {
         sleep 0.5
         kill -TERM $p; wait $p; echo "killed $?"
         busybox sh -c 'echo first; echo second >&2' > both 2>&1; sort both
+        # what it leaves running writes on after its parent went on
+        busybox sh -c '(sleep 1; echo late) &' > later; cat later; echo went-on
+        sleep 2; cat later
         "#,
         true,
     );
@@ -58,7 +61,7 @@ fn a_static_program_s_exit_status_and_signals_are_its_own() {
         out.contains("out\nstatus 3\nstatus 143\n5\nkilled 143\n"),
         "{out}"
     );
-    assert!(out.contains("first\nsecond\n"), "{out}");
+    assert!(out.contains("first\nsecond\nwent-on\nlate\n"), "{out}");
 }
 
 /// A set-user-ID program (run by another user than its owner, so the

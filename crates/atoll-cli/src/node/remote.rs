@@ -14,7 +14,7 @@
 //!   Linux: COMPATIBILITY.md, "Across hosts");
 //! * the program's stdout and stderr to its own 1 and 2 (a terminal, a
 //!   host pipe or an atoll pipe alike);
-//! * the signals sent to it (`RELAYED`) to the program;
+//! * the signals sent to it (`sys::RELAYED_SIGNALS`) to the program;
 //! * the program's end as its own: exit status, or death by the same
 //!   signal.
 //!
@@ -39,18 +39,6 @@ use super::window::{Window, WINDOW};
 use super::wire::{self, NodeMsg, SpawnRequest};
 use crate::sys;
 
-/// Signals a proxy passes on (terminal and job-control stops are not
-/// relayed: COMPATIBILITY.md, "Across hosts").
-const RELAYED: [i32; 8] = [
-    libc::SIGHUP,
-    libc::SIGINT,
-    libc::SIGQUIT,
-    libc::SIGUSR1,
-    libc::SIGUSR2,
-    libc::SIGALRM,
-    libc::SIGTERM,
-    libc::SIGWINCH,
-];
 /// Largest piece of stdin per message.
 const CHUNK: usize = 64 * 1024;
 /// Status of a proxy whose program could not be run or was lost, as a
@@ -67,7 +55,7 @@ pub fn main(args: Vec<OsString>) -> i32 {
     let argv: Vec<Vec<u8>> = it.map(OsStringExt::into_vec).collect();
     let name = String::from_utf8_lossy(argv.first().map_or(path.as_bytes(), |a| a)).into_owned();
     // Blocked before any thread starts, so only the relay thread sees them.
-    if let Err(e) = sys::block_signals(&RELAYED) {
+    if let Err(e) = sys::block_signals(&sys::RELAYED_SIGNALS) {
         eprintln!("atoll: {name}: cannot relay signals: {e}");
         return LOST;
     }
@@ -224,7 +212,7 @@ fn relay_stdin(link: &dyn Link, window: &Window) {
 
 /// Every relayed signal sent to us, to the program.
 fn relay_signals(link: &dyn Link) {
-    while let Ok(sig) = sys::wait_signal(&RELAYED) {
+    while let Ok(sig) = sys::wait_signal(&sys::RELAYED_SIGNALS) {
         if wire::send(link, 0, &NodeMsg::Signal { sig }).is_err() {
             return;
         }

@@ -99,3 +99,27 @@ fn a_set_user_id_program_keeps_its_atoll_pipes() {
     );
     assert_eq!(out, "299\n300\n5\n");
 }
+
+/// A program that cannot load the client gets none of atoll's own
+/// descriptors (session socket, control block, buffer cache), with or
+/// without a relay, and a dynamic program it starts is an atoll client
+/// again.
+#[test]
+fn a_static_program_gets_no_atoll_internals_and_its_dynamic_children_see_the_mount() {
+    require("busybox");
+    let out = atoll_tests::run_in_atoll(
+        OPTS,
+        r#"
+        echo hi > /atoll/f
+        busybox ls -l /proc/self/fd | grep -c -e memfd:atoll -e socket:
+        busybox ls -l /proc/self/fd | cat | grep -c -e memfd:atoll -e socket:
+        busybox sh -c '/bin/cat /atoll/f; /bin/cat /atoll/f | /bin/cat'
+        "#,
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "0\n0\nhi\nhi\n",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -565,6 +565,32 @@ fn prepare_inner(
             }
         }
     }
+    // An image that cannot load the client (statically linked, or run in
+    // secure execution) takes nothing of atoll across the exec: with atoll
+    // descriptors to inherit it runs behind a relay (below), else as it
+    // is, with no session and no private descriptor handed over.
+    let foreign_image = match &exec_fd {
+        Some(fd) => foreign::is_static(fd.as_raw_fd()),
+        None => dirfd == libc::AT_FDCWD as i64 && foreign::cannot_load_client_at(dirfd, &prog_path),
+    };
+    let inherits = if foreign_image {
+        foreign::inherited()
+    } else {
+        Vec::new()
+    };
+    if foreign_image && inherits.is_empty() && exec_fd.is_none() {
+        // A dynamic program it starts attaches anew (`ATOLL_SOCKET`).
+        let env = rewrite_env(&env, c.preload.as_deref(), &c.socket_path, None, "");
+        return build(
+            &prog_path,
+            &argv,
+            &env,
+            dirfd as i32,
+            flags,
+            None,
+            Vec::new(),
+        );
+    }
     let handed = if passes_own_session(c, &lane, spawn, text) {
         hand_over_own_session(c, exe)?
     } else {
@@ -591,21 +617,17 @@ fn prepare_inner(
     if let Some(p) = proxy_of_self().filter(|_| !spawn) {
         env.push(env_kv(ENV_PROXY, &p.to_string()));
     }
-    // An image that cannot load the client (statically linked, or run
-    // set-user-ID) runs behind relays of the atoll descriptors it would
-    // inherit (`foreign`).
+    // The relay of an image that cannot load the client (`foreign`).
     let mut relay_image = None;
-    let inherits = foreign::inherited();
-    if !inherits.is_empty() && (exec_fd.is_some() || dirfd == libc::AT_FDCWD as i64) {
+    if foreign_image && !inherits.is_empty() {
         let image = match &exec_fd {
-            Some(fd) if foreign::is_static(fd.as_raw_fd()) => {
+            Some(fd) => {
                 // The relay starts the program from our memfd, which it
                 // inherits.
                 sys::fcntl_int(fd.as_raw_fd(), libc::F_SETFD, 0);
                 Some(format!("/proc/self/fd/{}", fd.as_raw_fd()).into_bytes())
             }
-            None if foreign::cannot_load_client_at(dirfd, &prog_path) => Some(prog_path.clone()),
-            _ => None,
+            None => Some(prog_path.clone()),
         };
         if let Some((relay, rargv)) =
             image.and_then(|i| foreign::divert(&c.socket_path, &i, &argv, &inherits))

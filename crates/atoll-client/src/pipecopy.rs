@@ -239,6 +239,12 @@ pub fn wait_partner(
 ) -> Result<()> {
     let mut attempt = 0u32;
     loop {
+        // The signal is looked at before the partner, and acted on after:
+        // as Linux's `wait_event_interruptible`, a partner that opened
+        // before the signal came is always seen (a state read before a
+        // writer came, went and its end raised `SIGCHLD` would otherwise
+        // give up the open, close the last end and drop what it wrote).
+        let interrupted = intr::pending();
         let s = state_of(c, desc)?;
         let (count, opens) = if reader {
             (s.writers, s.wopens)
@@ -251,10 +257,7 @@ pub fn wait_partner(
         if nb {
             return if reader { Ok(()) } else { err(libc::ENXIO) };
         }
-        // The partner is looked for before the signal, as Linux's
-        // `wait_event_interruptible`: giving up an open whose partner came
-        // and went would close the last end and drop what it wrote.
-        if intr::pending() {
+        if interrupted {
             return err(intr::ERESTARTSYS);
         }
         backoff(attempt);

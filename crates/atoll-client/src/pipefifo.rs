@@ -85,6 +85,11 @@ fn fifo_wait(c: &Client, lane: &Lane, desc: DescId, flags: u32) -> Result<u64> {
         return Ok(cookie(header));
     };
     loop {
+        // The signal is looked at before the partner and acted on after
+        // (Linux's `wait_event_interruptible`): the caller closes the new
+        // description on this error, and closing the last end of a FIFO
+        // whose writers came and went would drop what they wrote.
+        let interrupted = intr::pending();
         let s = ring.word(seq).load(Ordering::Acquire);
         if ring.word(count).load(Ordering::Acquire) > 0
             || ring.word(opens).load(Ordering::Acquire) != seen
@@ -98,11 +103,7 @@ fn fifo_wait(c: &Client, lane: &Lane, desc: DescId, flags: u32) -> Result<u64> {
                 Ok(cookie(header))
             };
         }
-        // The partner is looked for before the signal (Linux's
-        // `wait_event_interruptible`): the caller closes the new
-        // description on this error, and closing the last end of a FIFO
-        // whose writers came and went would drop what they wrote.
-        if intr::pending() {
+        if interrupted {
             return err(intr::ERESTARTSYS);
         }
         let r = ring.futex_wait(seq, s, None);

@@ -59,8 +59,8 @@ pub const ENV_PRELOAD: &str = "ATOLL_PRELOAD";
 pub const ENV_PROXY: &str = "ATOLL_PROXY_PID";
 
 mod handover;
-pub use handover::restore;
 use handover::{hand_over, hand_over_own_session, passes_own_session};
+pub use handover::{prime, restore};
 
 /// The proxy this process stands for (0: none).
 static PROXY: AtomicI32 = AtomicI32::new(0);

@@ -7,8 +7,6 @@
 
 use std::os::fd::{IntoRawFd, OwnedFd};
 
-use atoll_proto::SessionId;
-
 use crate::{
     copymap, counters, cpus, fdpub, fdtable, forkgate, forkshare, hybrid, loadmap, mapping,
     pipesplit, session, sys,
@@ -16,7 +14,7 @@ use crate::{
 
 /// State carried from `fork_prepare` to `fork_parent`/`fork_child`.
 pub struct ForkPrep {
-    child: SessionId,
+    child: session::ChildSession,
     socket: OwnedFd,
     /// Held until the clone returned, on both sides (see `forkgate`).
     _gate: forkgate::ForkGate,
@@ -28,7 +26,9 @@ pub fn fork_prepare() -> core::result::Result<Option<ForkPrep>, i32> {
     let Some(c) = session::client() else {
         return Ok(None);
     };
-    // The child's `execve` finds the load table mapped (`loadmap`).
+    // The child's `execve` finds what it hands over of the instance read
+    // (`exec::prime`) and the load table mapped (`loadmap`).
+    crate::exec::prime(c);
     if let Some(dir) = std::path::Path::new(&c.socket_path).parent() {
         loadmap::map_for_children(dir);
     }
@@ -41,6 +41,8 @@ pub fn fork_prepare() -> core::result::Result<Option<ForkPrep>, i32> {
     };
     // Each reference goes again if its server dies on it (`forkshare`).
     let mut given = forkshare::Ledger::new(child);
+    // The child's own `Session`, made here where the heap is ours alone.
+    let child = session::ChildSession::new(child);
     for desc in fdtable::live_descs() {
         // A description that fails to share (closed meanwhile) is simply
         // not usable in the child.

@@ -108,9 +108,14 @@ pub struct CarriedFd {
 }
 
 fn hex(b: &[u8]) -> String {
+    // By table, not `write!` per byte: the state of every exec is
+    // encoded here (the instance's information alone is a few hundred
+    // bytes), in forked children that then exec at once.
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut s = String::with_capacity(b.len() * 2);
-    for x in b {
-        let _ = write!(s, "{x:02x}");
+    for &x in b {
+        s.push(char::from(DIGITS[usize::from(x >> 4)]));
+        s.push(char::from(DIGITS[usize::from(x & 15)]));
     }
     s
 }
@@ -303,6 +308,16 @@ impl State {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hex_is_two_lower_case_digits_per_byte_and_round_trips() {
+        let all: Vec<u8> = (0..=255).collect();
+        let text = hex(&all);
+        let by_format: String = all.iter().map(|x| format!("{x:02x}")).collect();
+        assert_eq!(text, by_format);
+        assert_eq!(unhex(&text), Some(all));
+        assert_eq!(hex(&[]), "");
+    }
 
     #[test]
     fn state_round_trips_through_text() {

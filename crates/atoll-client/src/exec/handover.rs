@@ -34,11 +34,49 @@ impl HandOver {
     }
 }
 
+/// What an image hands over of its instance besides the descriptors
+/// themselves: the files its control block and buffer cache descriptors
+/// refer to (device, inode), and `InstanceInfo` encoded. None of it
+/// changes in an image (the descriptors are made once, at attach), so it
+/// is read once: by the parent before its first fork ([`prime`]), so that
+/// its forked children, most of which exec at once, find it in the memory
+/// they inherit instead of two `fstat`s and the encoding each.
+struct Carried {
+    control: (i32, u64, u64),
+    cache: Option<(i32, u64, u64)>,
+    info: Vec<u8>,
+}
+
+static CARRIED: std::sync::OnceLock<Option<Carried>> = std::sync::OnceLock::new();
+
+fn carried(c: &Client) -> Option<&'static Carried> {
+    CARRIED
+        .get_or_init(|| {
+            let id = |fd: i32| sys::fstat_id(fd).ok().map(|(dev, ino, _)| (fd, dev, ino));
+            let control = id(c.control_fd.load(Ordering::Relaxed))?;
+            let cache = match c.info.island.maps_cache() {
+                true => Some(id(c.cache_fd.load(Ordering::Relaxed))?),
+                false => None,
+            };
+            Some(Carried {
+                control,
+                cache,
+                info: postcard::to_allocvec(&c.info).ok()?,
+            })
+        })
+        .as_ref()
+}
+
+/// Before a fork: read what [`carry_instance`] needs, once per image.
+pub fn prime(c: &Client) {
+    let _ = carried(c);
+}
+
 /// The buffer cache's and control block's descriptors, duplicated without
 /// `FD_CLOEXEC` into `kept`, and what the new image needs besides them.
 fn carry_instance(c: &Client, session: SessionId, kept: &mut Vec<OwnedFd>) -> Option<Attached> {
-    let mut inheritable = |fd: i32| -> Option<CarriedFd> {
-        let (dev, ino, _) = sys::fstat_id(fd).ok()?;
+    let known = carried(c)?;
+    let mut inheritable = |(fd, dev, ino): (i32, u64, u64)| -> Option<CarriedFd> {
         let n = sys::fcntl_int(fd, libc::F_DUPFD, session::PRIVATE_FD_MIN as i64);
         if n < 0 {
             return None;
@@ -51,16 +89,16 @@ fn carry_instance(c: &Client, session: SessionId, kept: &mut Vec<OwnedFd>) -> Op
             ino,
         })
     };
-    let control = inheritable(c.control_fd.load(Ordering::Relaxed))?;
-    let cache = match c.info.island.maps_cache() {
-        true => Some(inheritable(c.cache_fd.load(Ordering::Relaxed))?),
-        false => None,
+    let control = inheritable(known.control)?;
+    let cache = match known.cache {
+        Some(k) => Some(inheritable(k)?),
+        None => None,
     };
     Some(Attached {
         session: session.0,
         cache,
         control,
-        info: postcard::to_allocvec(&c.info).ok()?,
+        info: known.info.clone(),
     })
 }
 

@@ -60,8 +60,8 @@ pub const ENV_PROXY: &str = "ATOLL_PROXY_PID";
 
 mod foreign;
 mod handover;
-pub use handover::restore;
 use handover::{hand_over, hand_over_own_session, passes_own_session};
+pub use handover::{prime, restore};
 
 /// The proxy this process stands for (0: none).
 static PROXY: AtomicI32 = AtomicI32::new(0);

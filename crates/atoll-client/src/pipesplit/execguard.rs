@@ -128,8 +128,12 @@ impl Drop for Reading<'_> {
 
 /// In a forked child: the parent's readers did not come along.
 pub fn forget_after_fork() {
+    // Read before written: a store to a free slot would copy its page in
+    // the child for nothing (a write fault per page of the table).
     for s in &READING {
-        s.ring.store(0, Ordering::Relaxed);
+        if s.ring.load(Ordering::Relaxed) != 0 {
+            s.ring.store(0, Ordering::Relaxed);
+        }
     }
     crate::ring::forget_after_fork();
 }

@@ -92,6 +92,58 @@ impl Session {
     }
 }
 
+/// A forked child's [`Session`], made by the parent before the clone
+/// ([`ChildSession::new`]) and adopted by the child
+/// ([`Client::adopt_child_session`]). Made in the child, its allocation
+/// (a kilobyte of lane slots and the directory cache) made glibc's
+/// `malloc` consolidate its free lists, writing to heap pages the child
+/// shares with its parent: about four page copies in every forked child,
+/// most of which only exec. The parent keeps its copy, unused, for its
+/// next fork ([`SPARE`]): freed after the clone, it was written (the
+/// allocator's lists) while the child still shared those pages.
+pub struct ChildSession(Option<Box<Session>>);
+
+/// The parent's copy of its last child's [`Session`], never touched by
+/// the parent itself, made into the next child's.
+static SPARE: AtomicPtr<Session> = AtomicPtr::new(core::ptr::null_mut());
+
+impl ChildSession {
+    pub fn new(id: SessionId) -> ChildSession {
+        let spare = SPARE.swap(core::ptr::null_mut(), Ordering::AcqRel);
+        let s = if spare.is_null() {
+            Box::new(Session::without_lanes(id))
+        } else {
+            // SAFETY: `SPARE` holds only boxes leaked by `Drop` below, and
+            // the swap made this one ours alone.
+            let mut s = unsafe { Box::from_raw(spare) };
+            s.id = id;
+            s
+        };
+        ChildSession(Some(s))
+    }
+
+    /// The child's session, as a leaked box (the child's, for good).
+    fn into_raw(mut self) -> *mut Session {
+        self.0.take().map_or(core::ptr::null_mut(), Box::into_raw)
+    }
+}
+
+impl Drop for ChildSession {
+    /// In the parent (or a child without a client): kept for the next
+    /// fork. Only a session no child ever used comes here: lanes empty,
+    /// directory cache empty.
+    fn drop(&mut self) {
+        if let Some(s) = self.0.take() {
+            let p = Box::into_raw(s);
+            let old = SPARE.swap(p, Ordering::AcqRel);
+            if !old.is_null() {
+                // SAFETY: as in `new`: a box leaked here, now ours alone.
+                drop(unsafe { Box::from_raw(old) });
+            }
+        }
+    }
+}
+
 /// The current working directory when it is inside atoll.
 pub struct Cwd {
     pub ino: InodeId,
@@ -457,10 +509,10 @@ impl Client {
     /// until the child's first call asks for one. The parent's lanes are
     /// dropped from this process (their memory stays mapped in the
     /// parent).
-    pub fn adopt_child_session(&self, id: SessionId, socket: RawFd) -> Result<()> {
+    pub fn adopt_child_session(&self, child: ChildSession, socket: RawFd) -> Result<()> {
         let old_sock = self.socket_fd.swap(socket, Ordering::Relaxed);
         sys::close(old_sock);
-        let s = Box::into_raw(Box::new(Session::without_lanes(id)));
+        let s = child.into_raw();
         // The parent's Session (and its lanes) is leaked in the child: it is
         // small, and another thread's stale reference could not exist after
         // fork anyway.
@@ -507,4 +559,29 @@ fn instance_gone() -> bool {
     // SAFETY: one pollfd on our stack, timeout 0.
     let r = unsafe { sys::sc(libc::SYS_poll, &mut p as *mut libc::pollfd as u64, 1, 0, 0) };
     r == 1 && p.revents & (libc::POLLHUP | libc::POLLRDHUP | libc::POLLERR) != 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_childs_session_is_made_once_and_given_again_fresh() {
+        // The only test of this process that forks nothing but makes
+        // child sessions: `SPARE` is its own.
+        let first = ChildSession::new(SessionId(7));
+        let p = first.0.as_deref().map(|s| s as *const Session);
+        drop(first);
+        let again = ChildSession::new(SessionId(9));
+        let s = again.0.as_deref().expect("a session");
+        assert_eq!(Some(s as *const Session), p, "the spare is reused");
+        assert_eq!(s.id, SessionId(9));
+        assert!(s.lanes.iter().all(|l| l.load(Ordering::Relaxed).is_null()));
+        // Adopted (`into_raw`), it is no longer the parent's spare.
+        let raw = again.into_raw();
+        assert!(!raw.is_null());
+        assert!(SPARE.load(Ordering::Relaxed).is_null());
+        // SAFETY: leaked by `into_raw` just above, ours alone.
+        drop(unsafe { Box::from_raw(raw) });
+    }
 }

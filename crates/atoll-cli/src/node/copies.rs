@@ -48,7 +48,9 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use atoll_proto::{Attr, DescId, InodeId, Reply, ReplyFrame, Request, RequestFrame, Timespec};
+use atoll_proto::{
+    Attr, DescId, FileType, InodeId, Reply, ReplyFrame, Request, RequestFrame, Timespec,
+};
 
 use super::wire::{ChanId, ConnId};
 
@@ -395,7 +397,9 @@ impl Copies {
             None => {}
         }
         match f.reply {
-            Reply::Opened { desc, attr, .. } => {
+            // Only regular files have data to keep (directories, FIFOs
+            // and devices would only fill the tables).
+            Reply::Opened { desc, attr, .. } if attr.ftype == FileType::Regular => {
                 let stamp = Stamp::of(&attr);
                 self.saw(attr.ino, stamp, true);
                 if self.descs.len() >= LIMIT_ENTRIES {

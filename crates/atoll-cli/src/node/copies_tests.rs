@@ -1,7 +1,7 @@
 //! The node's copies without an edge: frames in, verdicts out.
 
 use super::*;
-use atoll_proto::{Cred, FileType};
+use atoll_proto::Cred;
 
 const F: InodeId = InodeId(0x0100_0000_0000_0009);
 const G: InodeId = InodeId(0x0100_0000_0000_000a);
@@ -147,6 +147,15 @@ fn only_the_process_that_opened_a_description_is_answered_through_it() {
     assert_eq!(answered(&mut m, P1, D, 0, 4), Some(vec![1; 4]));
     m.conn_closed(P1);
     assert_eq!(answered(&mut m, P1, D, 0, 4), None);
+}
+
+#[test]
+fn only_regular_files_are_known() {
+    let mut m = Copies::new(LIMIT_BYTES);
+    let mut dir = attr(F, 4096, 1);
+    dir.ftype = FileType::Directory;
+    opened(&mut m, P1, D, dir);
+    assert!(m.descs.is_empty() && m.files.is_empty());
 }
 
 #[test]

@@ -32,8 +32,11 @@
 //! under the lock of its channel list (`per_server[i]`), by forwarder `i`
 //! or the dispatcher, which send what they took before letting go of it
 //! (a channel's frames leave in ring order); the dispatcher alone produces
-//! into reply rings and inboxes; a conn thread alone uses its boot connection and closes its
-//! session's channels when the program side closes it. When the link to
+//! into inboxes, and into a reply ring it and the holder of that list's
+//! lock answering a read from the node's copies (`copies.rs`) produce
+//! under the channel's `replying` lock, the latter only while no reply is
+//! owed on the channel; a conn thread alone uses its boot connection and
+//! closes its session's channels when the program side closes it. When the link to
 //! the head ends, every channel is closed and every boot connection shut
 //! down, so the programs' calls fail with `EIO` instead of waiting.
 

@@ -304,6 +304,10 @@ pub struct HostsResults {
     /// The first 16 MiB of that file read again by the process that has
     /// just read them: its copies answer (client `rcache.rs`), MiB/s.
     pub remote_reread_mib_s: f64,
+    /// The same 16 MiB read by a *second* program on that host, which
+    /// holds no copies of its own: the node's proxy answers from the
+    /// chunks it relayed to the earlier programs (`node/copies.rs`), MiB/s.
+    pub node_reread_mib_s: f64,
     /// One-way TCP stream between the same namespaces, MiB/s.
     pub tcp_mib_s: f64,
     /// Files created per second in one distributed directory by a program
@@ -567,6 +571,29 @@ fn reread_mib_s(c: &Cluster, atoll: &Path, k: usize, mib: usize) -> anyhow::Resu
         .map_err(|_| anyhow::anyhow!("reading again said: {text}"))
 }
 
+/// MiB/s of a new program on host `k` reading the first `mib` MiB of
+/// `/atoll/big` once (what earlier programs there read): its own copies
+/// are empty, so each chunk comes from the node or crosses.
+fn node_reread_mib_s(c: &Cluster, atoll: &Path, k: usize, mib: usize) -> anyhow::Result<f64> {
+    let script = format!(
+        "python3 -c 'import os, time\n\
+         fd = os.open(\"/atoll/big\", os.O_RDONLY)\n\
+         t = time.perf_counter()\n\
+         for i in range({mib}): os.pread(fd, 1 << 20, i << 20)\n\
+         print({mib} / (time.perf_counter() - t))'"
+    );
+    let out = c.exec(atoll, k, &script).output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "a second program reading: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.trim()
+        .parse()
+        .map_err(|_| anyhow::anyhow!("a second program reading said: {text}"))
+}
+
 /// Mean µs per `/bin/true` run `n` times in a loop by a shell on host 0,
 /// each exec placed by `policy` (`ATOLL_NODE_PLACEMENT`); best of 3.
 fn spawn_us(
@@ -604,13 +631,17 @@ const TRIALS: usize = 5;
 
 /// `atoll bench --hosts N`: boot N hosts, measure between the last host
 /// and the first (the servers' host), print a table, write JSON `hosts`.
-pub fn main(n: usize, quick: bool, json: Option<&Path>) -> anyhow::Result<()> {
+pub fn main(n: usize, quick: bool, without: &[String], json: Option<&Path>) -> anyhow::Result<()> {
     anyhow::ensure!(n >= 2, "--hosts needs at least 2 hosts");
     let atoll = std::env::current_exe()?;
     let mut c = Cluster::new(n).map_err(|e| {
         anyhow::anyhow!("cannot make network namespaces (root and `ip` needed): {e}")
     })?;
-    c.start_nodes(&atoll, &["--servers", "2", "--memory", "512M"])
+    let mut opts = vec!["--servers", "2", "--memory", "512M"];
+    for w in without {
+        opts.extend(["--without", w.as_str()]);
+    }
+    c.start_nodes(&atoll, &opts)
         .map_err(|e| anyhow::anyhow!(e))?;
     let last = n - 1;
     let (iters, mib) = if quick { (2_000, 16) } else { (20_000, 128) };
@@ -646,6 +677,7 @@ pub fn main(n: usize, quick: bool, json: Option<&Path>) -> anyhow::Result<()> {
     ))?;
     r.remote_read_mib_s = dd("dd if=$ROOT/big of=/dev/null bs=1M 2>&1".to_string())?;
     r.remote_reread_mib_s = reread_mib_s(&c, &atoll, last, mib.min(16))?;
+    r.node_reread_mib_s = node_reread_mib_s(&c, &atoll, last, mib.min(16))?;
     r.tcp_mib_s = tcp_stream_mib_s(&far, &near, &addr(0), mib)?;
     let files = if quick { 500 } else { 5_000 };
     let spread = c
@@ -675,6 +707,9 @@ pub fn main(n: usize, quick: bool, json: Option<&Path>) -> anyhow::Result<()> {
         &format!("rank:{last}"),
         "3<$ROOT/spawn-in 4>>$ROOT/spawn-out 5<$ROOT",
     )?;
+    if !without.is_empty() {
+        r.notes.push(format!("without {}", without.join(",")));
+    }
     r.notes.push(format!(
         "host {last} to host 0 through both proxies; {iters} round trips per trial, best of {TRIALS}; {mib} MiB streams"
     ));
@@ -706,6 +741,10 @@ pub fn main(n: usize, quick: bool, json: Option<&Path>) -> anyhow::Result<()> {
     println!(
         "  remote read again, same process  {:>10.0} MiB/s",
         r.remote_reread_mib_s
+    );
+    println!(
+        "  read again, another process      {:>10.0} MiB/s",
+        r.node_reread_mib_s
     );
     println!(
         "  raw TCP stream                   {:>10.0} MiB/s",

@@ -94,7 +94,8 @@ pub struct BenchArgs {
     pub servers: Vec<usize>,
     /// Switch a technique off in the atoll systems (Hare §5.4):
     /// dir-distribution, dir-cache, broadcast, direct-cache, coalescing,
-    /// affinity, hybrid-fd.
+    /// affinity, hybrid-fd (with `--hosts`: any `atoll node` takes, e.g.
+    /// remote-copies, node-copies).
     #[arg(long = "without", value_name = "TECHNIQUE", value_delimiter = ',')]
     pub without: Vec<String>,
     /// Also run every atoll configuration once per technique with that
@@ -347,7 +348,7 @@ pub fn main_from_cli(args: BenchArgs, atoll: &mut dyn SystemFactory) -> anyhow::
         if args.report.is_some() {
             return Err(html::UsageError("--report is not for --hosts".into()).into());
         }
-        return hosts::main(n, args.quick, args.json.as_deref());
+        return hosts::main(n, args.quick, &args.without, args.json.as_deref());
     }
     // Before any benchmark: a report that cannot be written should not
     // cost a whole run to find out.

@@ -582,6 +582,10 @@ pub enum Technique {
     /// Copies of the data a program on another host read, kept with
     /// close-to-open consistency (fos §3.2); without it every read crosses
     RemoteCopies,
+    /// Copies of remote data kept by a node's proxy for all the programs
+    /// of that node, with the same close-to-open consistency; without it
+    /// a second program's read crosses the network again
+    NodeCopies,
 }
 
 /// Parse a size: plain bytes, or a number with a binary unit suffix

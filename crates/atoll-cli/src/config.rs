@@ -166,6 +166,7 @@ fn without(list: &[Technique]) -> Without {
             Technique::Recovery => w.recovery = true,
             Technique::Processes => w.processes = true,
             Technique::RemoteCopies => w.remote_copies = true,
+            Technique::NodeCopies => w.node_copies = true,
         }
     }
     w

@@ -147,6 +147,11 @@ pub struct Without {
     /// data they read (client `rcache.rs`): every read crosses.
     #[serde(default)]
     pub remote_copies: bool,
+    /// The proxy of each node keeps no copies shared by that node's
+    /// programs (`atoll node`'s edge, `node/copies.rs`): a read a program's
+    /// own copies miss always crosses.
+    #[serde(default)]
+    pub node_copies: bool,
 }
 
 /// What every client learns when it attaches.

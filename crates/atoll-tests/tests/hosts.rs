@@ -20,6 +20,11 @@ mod spawn;
 
 /// Three hosts with their nodes up, or `None` (skip) without namespaces.
 fn cluster() -> Option<Cluster> {
+    cluster_with(&[])
+}
+
+/// [`cluster`], the first node also given `opts`.
+fn cluster_with(opts: &[&str]) -> Option<Cluster> {
     let mut c = match Cluster::new(3) {
         Ok(c) => c,
         Err(why) => {
@@ -27,8 +32,9 @@ fn cluster() -> Option<Cluster> {
             return None;
         }
     };
-    c.start_nodes(&atoll_bin(), &["--servers", "2", "--memory", "128M"])
-        .expect("nodes start");
+    let mut all = vec!["--servers", "2", "--memory", "128M"];
+    all.extend_from_slice(opts);
+    c.start_nodes(&atoll_bin(), &all).expect("nodes start");
     Some(c)
 }
 

@@ -32,8 +32,11 @@
 //! under the lock of its channel list (`per_server[i]`), by forwarder `i`
 //! or the dispatcher, which send what they took before letting go of it
 //! (a channel's frames leave in ring order); the dispatcher alone produces
-//! into reply rings and inboxes; a conn thread alone uses its boot connection and closes its
-//! session's channels when the program side closes it. When the link to
+//! into inboxes, and into a reply ring it and the holder of that list's
+//! lock answering a read from the node's copies (`copies.rs`) produce
+//! under the channel's `replying` lock, the latter only while no reply is
+//! owed on the channel; a conn thread alone uses its boot connection and
+//! closes its session's channels when the program side closes it. When the link to
 //! the head ends, every channel is closed and every boot connection shut
 //! down, so the programs' calls fail with `EIO` instead of waiting.
 
@@ -49,6 +52,7 @@ use atoll_msg::{Control, ServerChannel};
 use atoll_proto::boot::{BootReply, BootRequest, PollMode};
 use atoll_transport::{Link, Message};
 
+use super::copies::{NodeCopies, Verdict};
 use super::head::error_packet;
 use super::seqpacket;
 use super::wire::{self, ChanId, ConnId, NodeMsg};
@@ -92,16 +96,27 @@ enum Handled {
     End,
 }
 
-/// A local channel, by the id of the real one it stands for.
-type LocalChan = (ChanId, Arc<ServerChannel>);
+/// A local channel: the real one it stands for, and the process (boot
+/// connection) it belongs to.
+struct LocalChan {
+    id: ChanId,
+    conn: ConnId,
+    sc: ServerChannel,
+    /// Replies owed on this channel (calls sent less replies relayed): a
+    /// read answered by the node's copies must not pass one.
+    owed: AtomicU32,
+    /// Held while a reply is put in the ring: the dispatcher and a thread
+    /// answering from the node's copies both produce into it.
+    replying: Mutex<()>,
+}
 
 pub struct Edge {
     link: Arc<dyn Link>,
     control_fd: OwnedFd,
     control: Control,
-    chans: Mutex<HashMap<ChanId, Arc<ServerChannel>>>,
+    chans: Mutex<HashMap<ChanId, Arc<LocalChan>>>,
     /// Per server: the local channels forwarder `i` polls.
-    per_server: Vec<Mutex<Vec<LocalChan>>>,
+    per_server: Vec<Mutex<Vec<Arc<LocalChan>>>>,
     /// Boot calls waiting for the head's answer, by request id.
     waiters: Mutex<HashMap<u64, Sender<NodeMsg>>>,
     /// Program-side boot connections, shut down when the head is lost.
@@ -122,6 +137,8 @@ pub struct Edge {
     pub gone: AtomicBool,
     /// Why it ended: `None` when asked to (`atoll stop`, a signal).
     pub lost: Mutex<Option<String>>,
+    /// Copies of remote data shared by this node's programs.
+    copies: NodeCopies,
 }
 
 impl Edge {
@@ -144,6 +161,7 @@ impl Edge {
             park: Bell::default(),
             gone: AtomicBool::new(false),
             lost: Mutex::new(None),
+            copies: NodeCopies::default(),
         });
         for i in 0..servers {
             let e = edge.clone();
@@ -219,7 +237,7 @@ impl Edge {
                 _ => {}
             }
             let answer = self.boot_call(conn, packet);
-            if let Err(e) = self.answer(sock.as_fd(), answer, &mut owned) {
+            if let Err(e) = self.answer(conn, sock.as_fd(), answer, &mut owned) {
                 tracing::info!("node: boot connection {conn}: {e}");
                 break;
             }
@@ -231,10 +249,13 @@ impl Edge {
             .remove(&conn);
         let mut chans = self.chans.lock().unwrap_or_else(|e| e.into_inner());
         for c in owned {
-            if let Some(sc) = chans.remove(&c) {
-                sc.close();
+            if let Some(lc) = chans.remove(&c) {
+                lc.sc.close();
+                self.copies.with(|m| m.chan_closed(c));
             }
         }
+        drop(chans);
+        self.copies.with(|m| m.conn_closed(conn));
     }
 
     /// Send a boot packet to the head and wait for its answer.
@@ -261,6 +282,7 @@ impl Edge {
     /// id, and for a fork the child's end of a fresh connection.
     fn answer(
         self: &Arc<Edge>,
+        conn: ConnId,
         sock: BorrowedFd<'_>,
         answer: Option<NodeMsg>,
         owned: &mut Vec<ChanId>,
@@ -279,9 +301,18 @@ impl Edge {
         // copies of what it reads (client `rcache.rs`).
         if let Some(BootReply::Attached { info, .. }) = &mut reply {
             info.remote = true;
+            // The instance's switches, as every program learns them.
+            self.copies.set_on(!info.without.node_copies);
+        }
+        // `atoll status` at this node: its own counters beside the
+        // instance's.
+        if let Some(BootReply::Status(st)) = &mut reply {
+            st.process_counters.extend(self.copies.counters());
         }
         let packet = match &reply {
-            Some(r @ BootReply::Attached { .. }) => postcard::to_allocvec(r).unwrap_or(packet),
+            Some(r @ (BootReply::Attached { .. } | BootReply::Status(_))) => {
+                postcard::to_allocvec(r).unwrap_or(packet)
+            }
             _ => packet,
         };
         let mut fds: Vec<OwnedFd> = Vec::new();
@@ -289,22 +320,28 @@ impl Edge {
             fds.push(rustix::io::fcntl_dupfd_cloexec(&self.control_fd, 0)?);
         }
         let mut child_end = None;
+        let mut owner = conn;
         if let (Some(BootReply::Forked { .. }), Some(child)) = (&reply, child) {
+            owner = child;
             let (ours, theirs) = seqpacket::pair()?;
             fds.push(theirs);
             child_end = Some((child, ours));
         }
         for (server, &chan) in channels.iter().enumerate() {
             let (fd, sc) = ServerChannel::create()?;
-            let sc = Arc::new(sc);
+            let lc = Arc::new(LocalChan {
+                id: chan,
+                conn: owner,
+                sc,
+                owed: AtomicU32::new(0),
+                replying: Mutex::new(()),
+            });
             self.chans
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .insert(chan, sc.clone());
+                .insert(chan, lc.clone());
             if let Some(list) = self.per_server.get(server) {
-                list.lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push((chan, sc));
+                list.lock().unwrap_or_else(|e| e.into_inner()).push(lc);
             }
             fds.push(fd);
         }
@@ -327,31 +364,66 @@ impl Edge {
         let mut batch = Vec::new();
         let mut calls = 0;
         let mut list = self.per_server[i].lock().unwrap_or_else(|e| e.into_inner());
-        for (chan, sc) in list.iter() {
+        let copies = self.copies.on();
+        for lc in list.iter() {
             loop {
-                match sc.try_recv(|b| b.to_vec()) {
+                match lc.sc.try_recv(|b| b.to_vec()) {
                     Ok(Some(frame)) => {
-                        calls += u32::from(is_call(&frame));
-                        let msg = NodeMsg::Request { chan: *chan, frame };
+                        if copies && self.answered_here(lc, &frame) {
+                            continue;
+                        }
+                        let call = is_call(&frame);
+                        calls += u32::from(call);
+                        lc.owed.fetch_add(u32::from(call), Ordering::AcqRel);
+                        let msg = NodeMsg::Request { chan: lc.id, frame };
                         batch.push(wire::message(self.next_id(), &msg));
                     }
                     Ok(None) => break,
                     Err(_) => {
                         // A scribbled ring: drop the channel, as a server
                         // would.
-                        sc.close();
+                        lc.sc.close();
                         break;
                     }
                 }
             }
         }
-        list.retain(|(_, sc)| !sc.is_closed());
+        list.retain(|lc| !lc.sc.is_closed());
         if batch.is_empty() {
             return false;
         }
         // Counted before the head can answer.
         self.owed.fetch_add(calls, Ordering::AcqRel);
         let _ = self.link.send_all(&batch);
+        true
+    }
+
+    /// A request about to leave: the node's copies see it (a change drops
+    /// chunks, a read may be answered). True if it was answered here, its
+    /// reply put in the ring. Called under the channel's server list lock.
+    fn answered_here(&self, lc: &LocalChan, frame: &[u8]) -> bool {
+        // Nothing owed on the channel: an answer cannot pass a reply (the
+        // dispatcher lowers `owed` once a reply is in the ring; only this
+        // lock's holder raises it).
+        let may_answer = lc.owed.load(Ordering::Acquire) == 0;
+        let mut fetched = false;
+        let verdict = self
+            .copies
+            .with(|m| m.request(lc.conn, lc.id, frame, may_answer, &mut fetched));
+        if fetched {
+            self.copies.fetches.fetch_add(1, Ordering::Relaxed);
+        }
+        let Verdict::Answer(reply) = verdict else {
+            return false;
+        };
+        let _g = lc.replying.lock().unwrap_or_else(|e| e.into_inner());
+        // A full ring (the program has not taken earlier answers yet):
+        // the read crosses instead of waiting here.
+        if lc.sc.try_reply(&reply).is_err() {
+            self.copies.fetches.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        self.copies.hits.fetch_add(1, Ordering::Relaxed);
         true
     }
 
@@ -493,24 +565,34 @@ impl Edge {
                     .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
                         Some(n.saturating_sub(1))
                     });
-                if let Some(sc) = chan_of(chan) {
-                    let _ = sc.reply(&frame);
+                if let Some(lc) = chan_of(chan) {
+                    if self.copies.on() {
+                        self.copies.with(|m| m.reply(lc.conn, chan, &frame));
+                    }
+                    let _g = lc.replying.lock().unwrap_or_else(|e| e.into_inner());
+                    let _ = lc.sc.reply(&frame);
+                    let _ = lc
+                        .owed
+                        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                            Some(n.saturating_sub(1))
+                        });
                 }
                 return Handled::Reply;
             }
             NodeMsg::Inbox { chan, frame } => {
-                if let Some(sc) = chan_of(chan) {
-                    let _ = sc.notify(&frame);
+                if let Some(lc) = chan_of(chan) {
+                    let _ = lc.sc.notify(&frame);
                 }
             }
             NodeMsg::InboxOverflow { chan } => {
-                if let Some(sc) = chan_of(chan) {
-                    sc.raise_inbox_overflow();
+                if let Some(lc) = chan_of(chan) {
+                    lc.sc.raise_inbox_overflow();
                 }
             }
             NodeMsg::ChanClosed { chan } => {
-                if let Some(sc) = chan_of(chan) {
-                    sc.close();
+                if let Some(lc) = chan_of(chan) {
+                    lc.sc.close();
+                    self.copies.with(|m| m.chan_closed(chan));
                 }
             }
             NodeMsg::Stopping => {
@@ -531,13 +613,13 @@ impl Edge {
         tracing::info!("node: ending: {lost:?}");
         *self.lost.lock().unwrap_or_else(|e| e.into_inner()) = lost;
         self.link.close();
-        for sc in self
+        for lc in self
             .chans
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .values()
         {
-            sc.close();
+            lc.sc.close();
         }
         self.waiters
             .lock()

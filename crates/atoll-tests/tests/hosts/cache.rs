@@ -130,3 +130,98 @@ fn a_remote_reader_keeps_copies_with_close_to_open_consistency() {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }
+
+/// A file of ten whole chunks (8 KiB) and a partial one, bytes `seed`..
+fn pattern(seed: u8) -> String {
+    format!(
+        "python3 -c 'import sys; sys.stdout.buffer.write(bytes((i * 7 + {seed}) % 251 for i in range(82020)))'"
+    )
+}
+
+/// A program that opens the file itself (a descriptor inherited across
+/// `execve` is read as usual, not from copies).
+const READ_SHARED: &str = "md5sum $ROOT/shared | cut -d' ' -f1";
+
+/// The md5 sum `pattern(seed)` has, computed on this host.
+fn pattern_sum(seed: u8) -> String {
+    let out = std::process::Command::new("bash")
+        .args(["-c", &format!("{} | md5sum | cut -d' ' -f1", pattern(seed))])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    text(&out)
+}
+
+fn copies_counters(c: &atoll_bench::hosts::Cluster, k: usize) -> (u64, u64, u64) {
+    let n = node_counters(c, k);
+    let get = |name: &str| n[name].as_u64().unwrap_or(0);
+    (
+        get("node_copies.hits"),
+        get("node_copies.fetches"),
+        get("node_copies.bytes"),
+    )
+}
+
+/// Two programs on host C read the same file: the second is answered by
+/// C's node (its proxy's copies, `node/copies.rs`) instead of the first
+/// host's servers, with the file's bytes. Another host then rewrites the
+/// file in place; a program on C that opens it afterwards reads the new
+/// bytes (close-to-open), though the node held the old ones.
+#[test]
+fn programs_of_one_node_share_its_copies_with_close_to_open_consistency() {
+    let Some(c) = cluster() else { return };
+    on(&c, 0, &format!("{} > $ROOT/shared", pattern(1)));
+    let (h0, f0, _) = copies_counters(&c, 2);
+    let first = on(&c, 2, READ_SHARED);
+    assert_eq!(text(&first), pattern_sum(1));
+    let (h1, f1, held) = copies_counters(&c, 2);
+    assert_eq!(h1, h0, "a file nobody on C read before: nothing to answer");
+    assert!(
+        f1 >= f0 + 10,
+        "the first reader's chunks crossed: {f0} → {f1}"
+    );
+    assert!(
+        held >= 10 * 8192,
+        "the node keeps its ten whole chunks: {held}"
+    );
+    let second = on(&c, 2, READ_SHARED);
+    assert_eq!(text(&second), pattern_sum(1));
+    let (h2, f2, _) = copies_counters(&c, 2);
+    assert!(
+        h2 >= h1 + 10,
+        "the second reader's ten whole chunks come from the node: hits {h1} → {h2}"
+    );
+    // Only the partial last chunk (never kept) crossed again.
+    assert!(f2 - f1 < f1 - f0, "fetches {f0} → {f1} → {f2}");
+    // B rewrites the file in place (same size) and closes it.
+    on(
+        &c,
+        1,
+        &format!(
+            "{} > /tmp/new && python3 -c 'import os; fd = os.open(\"/atoll/shared\", os.O_WRONLY); \
+             os.pwrite(fd, open(\"/tmp/new\", \"rb\").read(), 0); os.close(fd)'",
+            pattern(2)
+        ),
+    );
+    let after = on(&c, 2, READ_SHARED);
+    assert_eq!(text(&after), pattern_sum(2), "C read the old bytes");
+    let again = on(&c, 2, READ_SHARED);
+    assert_eq!(text(&again), pattern_sum(2));
+    let (h3, _, _) = copies_counters(&c, 2);
+    assert!(h3 >= h2 + 10, "the new bytes are shared too: {h2} → {h3}");
+}
+
+/// `--without node-copies`: the same two readers, and nothing is answered
+/// by the node or kept there; the bytes are the file's.
+#[test]
+fn without_node_copies_every_read_a_program_misses_crosses() {
+    let Some(c) = super::cluster_with(&["--without", "node-copies"]) else {
+        return;
+    };
+    on(&c, 0, &format!("{} > $ROOT/shared", pattern(3)));
+    for _ in 0..2 {
+        let got = on(&c, 2, READ_SHARED);
+        assert_eq!(text(&got), pattern_sum(3));
+    }
+    assert_eq!(copies_counters(&c, 2), (0, 0, 0));
+}

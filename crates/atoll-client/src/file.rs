@@ -85,14 +85,14 @@ pub fn close_desc(c: &Client, desc: DescId, ino: InodeId) {
 }
 
 /// `Close`, *posted* (no round trip: nobody reads its reply) when `post`
-/// and the process never took a lock, whose release must be ordered before
-/// the program's next step.
-fn close_desc_as(c: &Client, desc: DescId, _ino: InodeId, post: bool) {
+/// and the process took no lock on the inode (`lockmarks`): a lock's
+/// release must be ordered before the program's next step.
+fn close_desc_as(c: &Client, desc: DescId, ino: InodeId, post: bool) {
     // Close-to-open (Hare §3.3.1): data goes back before the description.
     crate::incoherent::write_back(c);
     if let Ok(lane) = c.lane() {
         let req = Request::Close { desc };
-        if post && !c.any_locks.load(core::sync::atomic::Ordering::Relaxed) {
+        if post && !c.lock_marks.may_hold_any(ino) {
             let _ = lane.post(c, desc.server(), req);
         } else {
             let _ = lane.call_ok(c, desc.server(), req);
@@ -453,8 +453,7 @@ pub fn lseek(c: &Client, lane: &Lane, d: &DescRef, offset: i64, whence: u32) -> 
 /// any close of a descriptor for it (the server expects an explicit
 /// whole-file unlock with the process owner).
 fn drop_posix_locks(c: &Client, lane: &Lane, d: &DescRef) {
-    if !c.posix_locks.load(core::sync::atomic::Ordering::Relaxed) || d.ftype() != FileType::Regular
-    {
+    if d.ftype() != FileType::Regular || !c.lock_marks.may_hold_posix(d.ino()) {
         return;
     }
     let desc = d.desc();
@@ -554,7 +553,12 @@ fn lock_range(c: &Client, lane: &Lane, d: &DescRef, fl: &libc::flock) -> Result<
 /// and a lock taken drops the private copies, so its holder reads what the
 /// last holder wrote. Programs that share a file they keep open, and order
 /// their accesses by locks (sqlite's rollback journal), need no close.
-fn set_lock(c: &Client, lane: &Lane, desc: DescId, lock: LockSpec, wait: bool) -> Result<()> {
+fn set_lock(c: &Client, lane: &Lane, d: &DescRef, lock: LockSpec, wait: bool) -> Result<()> {
+    let desc = d.desc();
+    // Marked before the request goes out: a close racing with it on
+    // another thread must not skip the release (`lockmarks`).
+    c.lock_marks
+        .mark(d.ino(), matches!(lock.owner, LockOwner::Process(_)));
     crate::incoherent::write_back(c);
     set_lock_wait(c, lane, desc, lock, wait)?;
     if lock.kind != libc::F_UNLCK as i16 {
@@ -680,7 +684,7 @@ pub fn fcntl(c: &Client, lane: &Lane, fd: i64, d: &DescRef, cmd: i32, arg: u64) 
                     .store(true, core::sync::atomic::Ordering::Relaxed);
             }
             let wait = matches!(cmd, libc::F_SETLKW | libc::F_OFD_SETLKW);
-            set_lock(c, lane, desc, lock, wait)?;
+            set_lock(c, lane, d, lock, wait)?;
             Ok(Out::Done(0))
         }
         libc::F_GETOWN | libc::F_SETOWN | 10 | 11 | 15 | 16 => Ok(Out::Host),
@@ -720,7 +724,7 @@ pub fn flock(c: &Client, lane: &Lane, d: &DescRef, op: i32) -> Result<i64> {
         owner: LockOwner::Flock(desc),
         pid: std::process::id(),
     };
-    set_lock(c, lane, desc, lock, op & libc::LOCK_NB == 0)?;
+    set_lock(c, lane, d, lock, op & libc::LOCK_NB == 0)?;
     Ok(0)
 }
 

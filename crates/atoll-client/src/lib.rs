@@ -80,6 +80,7 @@ mod incoherent;
 mod inotify;
 pub mod intr;
 mod loadmap;
+mod lockmarks;
 mod mapping;
 mod meta;
 mod msgbound;

@@ -285,6 +285,7 @@ pub fn restore(c: &Client, text: &str, with_session: bool) {
             .store(true, core::sync::atomic::Ordering::Relaxed);
         c.any_locks
             .store(true, core::sync::atomic::Ordering::Relaxed);
+        c.lock_marks.mark_all();
     }
     // Taken only when something below asks a server: the new image has no
     // lane yet (`Reattach`), and most images a shell starts need none.

@@ -286,6 +286,7 @@ fn build(
         cwd: AtomicPtr::new(core::ptr::null_mut()),
         posix_locks: AtomicBool::new(false),
         any_locks: AtomicBool::new(false),
+        lock_marks: crate::lockmarks::LockMarks::new(),
         fs_names,
         info,
     };

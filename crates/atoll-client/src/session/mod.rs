@@ -179,13 +179,15 @@ pub struct Client {
     pub boot_lock: SpinLock,
     pub umask: AtomicU32,
     cwd: AtomicPtr<Cwd>,
-    /// Set once the process takes a POSIX record lock, so that `close`
-    /// only sends the release-all unlock when it may matter.
+    /// Set once the process takes a POSIX record lock: `execve` then
+    /// passes its locks to the new image (`exec::handover`).
     pub posix_locks: AtomicBool,
     /// Set once any lock request (`SetLock`: record, OFD or `flock`) went
-    /// out: from then on `Close` waits for its reply, because releasing a
-    /// lock must be ordered before whatever the program does next.
+    /// out: `execve` then keeps no session of its own.
     pub any_locks: AtomicBool,
+    /// The inodes those locks may be on (`lockmarks`): `close` unlocks and
+    /// waits only for them.
+    pub lock_marks: crate::lockmarks::LockMarks,
     /// This process's bindings of the file servers' names (`names`).
     pub(crate) fs_names: crate::names::FsNames,
 }

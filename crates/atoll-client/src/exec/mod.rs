@@ -579,8 +579,20 @@ fn prepare_inner(
         Vec::new()
     };
     if foreign_image && inherits.is_empty() && exec_fd.is_none() {
-        // A dynamic program it starts attaches anew (`ATOLL_SOCKET`).
-        let env = rewrite_env(&env, c.preload.as_deref(), &c.socket_path, None, "");
+        // A dynamic program it starts attaches anew (`ATOLL_SOCKET`) in
+        // this cwd: so does the program a launcher such as valgrind (a
+        // static image) runs with our `LD_PRELOAD`.
+        let st = State {
+            cwd: c.cwd().map(|w| (w.path.clone(), Some(w.ino.0))),
+            ..State::default()
+        };
+        let env = rewrite_env(
+            &env,
+            c.preload.as_deref(),
+            &c.socket_path,
+            None,
+            &st.encode(),
+        );
         return build(
             &prog_path,
             &argv,

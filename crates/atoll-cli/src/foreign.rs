@@ -128,7 +128,7 @@ fn run(
     // Blocked before the program exists, so none is lost or kills the
     // relay in between; the program starts with none blocked.
     sys::block_signals(&sys::RELAYED_SIGNALS).map_err(|e| e.to_string())?;
-    let child = spawn(&path, argv, program_ends)?;
+    let mut child = spawn(&path, argv, program_ends)?;
     let pid = child.id() as i32;
     std::thread::spawn(move || {
         while let Ok(sig) = sys::wait_signal(&sys::RELAYED_SIGNALS) {
@@ -158,7 +158,7 @@ fn run(
             }
         }
     }
-    let status = wait(child)?;
+    let status = child.wait().map_err(|e| e.to_string())?;
     // Everything the program wrote reaches the atoll side before its
     // parent learns of the end.
     drop(program_ended);
@@ -242,11 +242,6 @@ fn spawn(
     // Our copies of the program's ends go, so its end of file is its own.
     drop(ends);
     Ok(child)
-}
-
-/// Reap the program (its status, whatever signals interrupt the wait).
-fn wait(mut child: std::process::Child) -> Result<std::process::ExitStatus, String> {
-    child.wait().map_err(|e| e.to_string())
 }
 
 /// Atoll descriptor `atoll` → the program's end, until end of file there

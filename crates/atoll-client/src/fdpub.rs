@@ -459,7 +459,7 @@ fn pwrite_private(fd: i32, fresh: bool) {
         return;
     }
     let mut seq = [0u8; 4];
-    if pread(fd, &mut seq, at) != 4 {
+    if sys::pread(fd, &mut seq, at) != 4 {
         return;
     }
     let odd = u32::from_le_bytes(seq) | 1;
@@ -566,7 +566,7 @@ unsafe fn write_slot(base: *mut u8, n: usize, payload: &[u8]) {
 /// `write_record`, for records past the mapping.
 fn pwrite_record(fd: i32, at: usize, payload: &[u8]) -> bool {
     let mut seq = [0u8; 4];
-    if pread(fd, &mut seq, at as u64) != 4 {
+    if sys::pread(fd, &mut seq, at as u64) != 4 {
         return false;
     }
     let odd = u32::from_le_bytes(seq) | 1;
@@ -660,7 +660,7 @@ pub fn open_table(pid: u32) -> Option<i32> {
 pub fn read_private(table: i32) -> Option<Vec<i32>> {
     let mut buf = [0u8; 8 + 4 * PRIVATE_MAX];
     for _ in 0..3 {
-        if pread(table, &mut buf, PRIVATE_AT as u64) != buf.len() as i64 {
+        if sys::pread(table, &mut buf, PRIVATE_AT as u64) != buf.len() as i64 {
             return None;
         }
         let word = |i: usize| u32::from_le_bytes([buf[i], buf[i + 1], buf[i + 2], buf[i + 3]]);
@@ -669,30 +669,12 @@ pub fn read_private(table: i32) -> Option<Vec<i32>> {
             continue;
         }
         let mut again = [0u8; 4];
-        if pread(table, &mut again, PRIVATE_AT as u64) != 4 || again != buf[..4] {
+        if sys::pread(table, &mut again, PRIVATE_AT as u64) != 4 || again != buf[..4] {
             continue;
         }
         return Some((0..count).map(|i| word(8 + 4 * i) as i32).collect());
     }
     None
-}
-
-/// `pread` into a local buffer.
-fn pread(fd: i32, buf: &mut [u8], off: u64) -> i64 {
-    // SAFETY: the kernel writes at most `buf.len()` bytes into `buf`.
-    unsafe {
-        sys::syscall6(
-            libc::SYS_pread64,
-            [
-                fd as u64,
-                buf.as_mut_ptr() as u64,
-                buf.len() as u64,
-                off,
-                0,
-                0,
-            ],
-        )
-    }
 }
 
 /// Another process's published file of descriptor `n`: its path and
@@ -705,7 +687,7 @@ pub fn read_slot(table: i32, n: usize) -> Option<(Vec<u8>, InodeId)> {
     let at = SLOTS_AT + n * SLOT;
     for _ in 0..3 {
         let mut head = [0u8; HEADER];
-        if pread(table, &mut head, at as u64) != head.len() as i64 {
+        if sys::pread(table, &mut head, at as u64) != head.len() as i64 {
             return None; // past the table's end: not published
         }
         let len = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
@@ -718,7 +700,7 @@ pub fn read_slot(table: i32, n: usize) -> Option<(Vec<u8>, InodeId)> {
         let payload = read_record(table, long_at(n), LONG_SLOT);
         // Does the slot still say so?
         let mut again = [0u8; HEADER];
-        if pread(table, &mut again, at as u64) == again.len() as i64 && again == head {
+        if sys::pread(table, &mut again, at as u64) == again.len() as i64 && again == head {
             return split_payload(payload?);
         }
     }
@@ -743,7 +725,7 @@ pub fn read_cwd(table: i32) -> Option<Vec<u8>> {
 fn read_record(table: i32, at: usize, room: usize) -> Option<Vec<u8>> {
     let mut buf = vec![0u8; room];
     for _ in 0..3 {
-        if pread(table, &mut buf, at as u64) != room as i64 {
+        if sys::pread(table, &mut buf, at as u64) != room as i64 {
             return None;
         }
         let seq = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]);
@@ -754,7 +736,7 @@ fn read_record(table: i32, at: usize, room: usize) -> Option<Vec<u8>> {
         // The record may have changed while it was copied: read the
         // sequence again.
         let mut again = [0u8; 4];
-        if pread(table, &mut again, at as u64) != 4 || again != buf[..4] {
+        if sys::pread(table, &mut again, at as u64) != 4 || again != buf[..4] {
             continue;
         }
         return (len > 0).then(|| buf[HEADER..HEADER + len].to_vec());

@@ -87,6 +87,20 @@ pub fn fstat_id(fd: i32) -> Result<(u64, u64, u32), i32> {
     fstat(fd).map(|st| (st.st_dev, st.st_ino, st.st_mode))
 }
 
+/// `pread` of a host descriptor into a local buffer: bytes read, or −errno.
+pub fn pread(fd: i32, buf: &mut [u8], off: u64) -> i64 {
+    // SAFETY: the kernel writes at most `buf.len()` bytes into `buf`.
+    unsafe {
+        sc(
+            libc::SYS_pread64,
+            fd as u64,
+            buf.as_mut_ptr() as u64,
+            buf.len() as u64,
+            off,
+        )
+    }
+}
+
 /// `fstat` of a host descriptor.
 pub fn fstat(fd: i32) -> Result<libc::stat, i32> {
     let mut st = core::mem::MaybeUninit::<libc::stat>::zeroed();

@@ -70,10 +70,7 @@ pub(super) fn cannot_load_client_at(dirfd: i64, path: &[u8]) -> bool {
 /// our real user, a set-group-ID bit (with group execute) for a group
 /// other than our real group, or file capabilities?
 fn runs_secure(fd: i32) -> bool {
-    let Ok(st) = rustix::fs::fstat(
-        // SAFETY: `fd` is open for the duration of this call.
-        unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) },
-    ) else {
+    let Ok(st) = sys::fstat(fd) else {
         return false;
     };
     let (uid, gid) = (rustix::process::getuid(), rustix::process::getgid());
@@ -102,7 +99,7 @@ fn runs_secure(fd: i32) -> bool {
 /// Is the image in `fd` a statically linked 64-bit ELF image?
 pub(super) fn is_static(fd: i32) -> bool {
     let mut head = [0u8; 64];
-    if pread(fd, &mut head, 0) != head.len() {
+    if sys::pread(fd, &mut head, 0) != head.len() as i64 {
         return false;
     }
     let Some(phdrs) = program_headers(&head) else {
@@ -110,7 +107,7 @@ pub(super) fn is_static(fd: i32) -> bool {
     };
     let (off, size, count) = phdrs;
     let mut table = vec![0u8; size * count];
-    if pread(fd, &mut table, off) != table.len() {
+    if sys::pread(fd, &mut table, off) != table.len() as i64 {
         return false;
     }
     !table
@@ -133,20 +130,6 @@ fn program_headers(head: &[u8; 64]) -> Option<(u64, usize, usize)> {
         size,
         count,
     ))
-}
-
-fn pread(fd: i32, buf: &mut [u8], off: u64) -> usize {
-    // SAFETY: the kernel writes at most `buf.len()` bytes into `buf`.
-    let n = unsafe {
-        sys::sc(
-            libc::SYS_pread64,
-            fd as u64,
-            buf.as_mut_ptr() as u64,
-            buf.len() as u64,
-            off,
-        )
-    };
-    n.max(0) as usize
 }
 
 /// The relay's `(path, argv)` for the image at `path` given `argv`, which

@@ -48,5 +48,5 @@ pub mod wire;
 
 pub use load::LoadTable;
 pub use placement::{ExecVia, Policy, ENV_PLACEMENT};
-pub use proxy::{place_self, remote_exec, Image, RemoteError};
+pub use proxy::{place_self, remote_exec, Image, PlaceError, RemoteError};
 pub use server::{Scheds, LOAD_FILE};

@@ -146,22 +146,37 @@ pub fn place_path(runtime_dir: &Path, core: usize) -> std::path::PathBuf {
 ///
 /// One datagram, not a connection: the message has no reply, and a
 /// connection cost a `connect` here and an `accept`, a poll slot and a
-/// `close` in the server for every exec. A server that is not there
-/// (restarting), or whose queue stays full (`wire::PLACED_WAIT`), is an
-/// error: the caller then execs where it is, unplaced.
-pub fn place_self(runtime_dir: &Path, core: usize) -> Result<(), RemoteError> {
-    let sock = rustix::net::socket_with(
-        AddressFamily::UNIX,
-        SocketType::DGRAM,
-        SocketFlags::CLOEXEC,
-        None,
-    )?;
-    let to = SocketAddrUnix::new(place_path(runtime_dir, core))?;
-    wire::send_placed(&sock, &to)?;
+/// `close` in the server for every exec. The move comes first: where a
+/// program runs is the policy's choice, not its server's health, so a
+/// server that is not there (restarting, or not yet up when the first
+/// program starts) or whose queue stays full (`wire::PLACED_WAIT`) only
+/// misses the count — an error, which the caller records in the load
+/// table instead. An error before the move means it did not happen.
+pub fn place_self(runtime_dir: &Path, core: usize) -> Result<(), PlaceError> {
     let mut set = rustix::thread::CpuSet::new();
     set.set(core);
-    rustix::thread::sched_setaffinity(None, &set)?;
-    Ok(())
+    rustix::thread::sched_setaffinity(None, &set).map_err(|e| PlaceError::NotMoved(e.into()))?;
+    let told = || -> Result<(), RemoteError> {
+        let sock = rustix::net::socket_with(
+            AddressFamily::UNIX,
+            SocketType::DGRAM,
+            SocketFlags::CLOEXEC,
+            None,
+        )?;
+        let to = SocketAddrUnix::new(place_path(runtime_dir, core))?;
+        wire::send_placed(&sock, &to)?;
+        Ok(())
+    };
+    told().map_err(PlaceError::Uncounted)
+}
+
+/// Why [`place_self`] did not do all of its work.
+#[derive(Debug)]
+pub enum PlaceError {
+    /// The thread stays where it was.
+    NotMoved(RemoteError),
+    /// The thread moved, but the core's scheduling server was not told.
+    Uncounted(RemoteError),
 }
 
 /// Run `image` on `core` through its scheduling server and become its

@@ -68,6 +68,29 @@ fn forked_children_place_their_execs_through_the_inherited_table() {
 
 /// How many of `pid`'s descriptors are atoll placeholders (the template
 /// and its dups), as the host sees them.
+/// A placed exec moves to its core even when that core's scheduling
+/// server does not hear of it (restarting, or not yet up when the first
+/// program starts): where a program runs is the policy's choice. The
+/// shell's first exec is placed on core 0 and `rm` (one fork) moves the
+/// cursor on, so the last exec goes to core 1, whose server's datagram
+/// socket the script removed.
+#[test]
+fn a_placed_exec_moves_even_when_its_core_s_server_does_not_hear_of_it() {
+    if cores() < 2 {
+        return;
+    }
+    let text = run_ok(
+        &["--placement", "round-robin", "--servers", "2"],
+        r#"rm "${ATOLL_SOCKET%/*}/sched-1.place"
+        exec grep Cpus_allowed_list: /proc/self/status"#,
+    );
+    assert_eq!(
+        text.split_whitespace().nth(1),
+        Some("1"),
+        "the exec stayed where the shell was: {text}"
+    );
+}
+
 fn placeholders(pid: &str) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd"))
         .expect("the shell's descriptors")

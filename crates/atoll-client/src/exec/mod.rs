@@ -737,8 +737,12 @@ pub fn execute(plan: &ExecPlan) -> i64 {
         // Move to the chosen core and exec in place: pid, parent, group
         // and tracer stay, as without atoll; the core's scheduling server
         // counts the process there until it ends.
-        if atoll_sched::place_self(dir, core).is_err() {
-            table.count_exec(here.unwrap_or(core));
+        match atoll_sched::place_self(dir, core) {
+            Ok(()) => {}
+            Err(atoll_sched::PlaceError::Uncounted(_)) => table.count_exec(core),
+            Err(atoll_sched::PlaceError::NotMoved(_)) => {
+                table.count_exec(here.unwrap_or_else(rustix::thread::sched_getcpu))
+            }
         }
         return plan.exec();
     }

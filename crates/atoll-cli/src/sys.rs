@@ -20,7 +20,8 @@ fn terminating_set() -> libc::sigset_t {
     signal_set(&TERMINATING)
 }
 
-fn signal_set(sigs: &[i32]) -> libc::sigset_t {
+/// A signal set holding `sigs`.
+pub fn signal_set(sigs: &[i32]) -> libc::sigset_t {
     // SAFETY: sigset_t is plain data; sigemptyset initialises it fully
     // before sigaddset reads it, and both only write into our local.
     unsafe {
@@ -94,6 +95,48 @@ pub fn die_by(sig: i32) -> ! {
         libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
         libc::kill(libc::getpid(), sig);
         libc::_exit(128 + sig)
+    }
+}
+
+/// A change of a child's state, as `waitid` reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChildChange {
+    Exited(i32),
+    Killed(i32),
+    Stopped(i32),
+    Continued,
+}
+
+/// Wait for the next change of child `pid`: its end (which reaps it), a
+/// stop or a continue (job control).
+pub fn wait_change(pid: i32) -> io::Result<ChildChange> {
+    loop {
+        // SAFETY: siginfo_t is plain data that waitid fills in; the
+        // accessors read the fields of the SIGCHLD layout it wrote.
+        let (rc, code, status) = unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            let rc = libc::waitid(
+                libc::P_PID,
+                pid as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WSTOPPED | libc::WCONTINUED,
+            );
+            (rc, info.si_code, info.si_status())
+        };
+        if rc != 0 {
+            let err = io::Error::last_os_error();
+            if err.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(err);
+        }
+        return Ok(match code {
+            libc::CLD_EXITED => ChildChange::Exited(status),
+            libc::CLD_KILLED | libc::CLD_DUMPED => ChildChange::Killed(status),
+            libc::CLD_STOPPED | libc::CLD_TRAPPED => ChildChange::Stopped(status),
+            libc::CLD_CONTINUED => ChildChange::Continued,
+            _ => continue,
+        });
     }
 }
 

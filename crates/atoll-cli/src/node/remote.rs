@@ -14,7 +14,12 @@
 //!   Linux: COMPATIBILITY.md, "Across hosts");
 //! * the program's stdout and stderr to its own 1 and 2 (a terminal, a
 //!   host pipe or an atoll pipe alike);
-//! * the signals sent to it (`sys::RELAYED_SIGNALS`) to the program;
+//! * the signals sent to it (`sys::RELAYED_SIGNALS`) to the program, and
+//!   job control both ways: SIGTSTP, SIGTTIN, SIGTTOU and SIGCONT sent to
+//!   it go to the program, and when the program stops (by those or
+//!   anything else on its host) the node says so and the proxy stops with
+//!   the same signal, so its parent's `waitpid(WUNTRACED)` sees the job
+//!   stop and `fg`/`bg` (a SIGCONT to the proxy) go on to the program;
 //! * the program's end as its own: exit status, or death by the same
 //!   signal.
 //!
@@ -39,6 +44,16 @@ use super::window::{Window, WINDOW};
 use super::wire::{self, NodeMsg, SpawnRequest};
 use crate::sys;
 
+/// Job-control signals the proxy passes on besides `sys::RELAYED_SIGNALS`.
+const JOB_SIGNALS: [i32; 4] = [libc::SIGTSTP, libc::SIGTTIN, libc::SIGTTOU, libc::SIGCONT];
+
+/// Every signal the proxy passes on to its program.
+fn relayed() -> Vec<i32> {
+    let mut v = sys::RELAYED_SIGNALS.to_vec();
+    v.extend(JOB_SIGNALS);
+    v
+}
+
 /// Largest piece of stdin per message.
 const CHUNK: usize = 64 * 1024;
 /// Status of a proxy whose program could not be run or was lost, as a
@@ -55,7 +70,7 @@ pub fn main(args: Vec<OsString>) -> i32 {
     let argv: Vec<Vec<u8>> = it.map(OsStringExt::into_vec).collect();
     let name = String::from_utf8_lossy(argv.first().map_or(path.as_bytes(), |a| a)).into_owned();
     // Blocked before any thread starts, so only the relay thread sees them.
-    if let Err(e) = sys::block_signals(&sys::RELAYED_SIGNALS) {
+    if let Err(e) = sys::block_signals(&relayed()) {
         eprintln!("atoll: {name}: cannot relay signals: {e}");
         return LOST;
     }
@@ -137,16 +152,34 @@ fn run(addr: &str, path: Vec<u8>, argv: Vec<Vec<u8>>) -> Result<std::convert::In
     std::thread::spawn(move || relay_signals(&*l));
     let mut stdout = std::io::stdout().lock();
     let mut stderr = std::io::stderr().lock();
+    // Messages read ahead while deciding whether to stop.
+    let mut ahead = std::collections::VecDeque::new();
     loop {
-        let m = match link.recv(None) {
-            Ok(Some(m)) => m,
-            Ok(None) => continue,
-            Err(e) => {
-                stdin_window.close();
-                return Err(lost(e));
-            }
+        let m = match ahead.pop_front() {
+            Some(m) => m,
+            None => match link.recv(None) {
+                Ok(Some(m)) => m,
+                Ok(None) => continue,
+                Err(e) => {
+                    stdin_window.close();
+                    return Err(lost(e));
+                }
+            },
         };
         match wire::decode(&m) {
+            Ok(NodeMsg::Stopped { sig }) => {
+                // Only the net state counts: a `Continued` already behind
+                // it (a stop and a continue in quick succession) cancels it.
+                while let Ok(Some(next)) = link.recv(Some(std::time::Duration::ZERO)) {
+                    ahead.push_back(next);
+                }
+                let continued = ahead
+                    .iter()
+                    .any(|m| matches!(wire::decode(m), Ok(NodeMsg::Continued)));
+                if !continued {
+                    stop_as(sig);
+                }
+            }
             Ok(NodeMsg::StdinTaken { bytes }) => stdin_window.release(bytes),
             Ok(NodeMsg::Output { fd, bytes }) => {
                 let wrote = if fd == 2 {
@@ -210,9 +243,50 @@ fn relay_stdin(link: &dyn Link, window: &Window) {
     }
 }
 
+/// Stop the way the program stopped, so our parent's `waitpid` reports
+/// the same `WSTOPSIG` (bash prints "Stopped" for SIGTSTP, "Stopped
+/// (signal)" for SIGSTOP). Linux discards SIGTSTP, SIGTTIN and SIGTTOU in
+/// an orphaned process group, but the program did stop: then SIGSTOP.
+fn stop_as(sig: i32) {
+    let tty_stop = matches!(sig, libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU);
+    if !tty_stop || orphaned_group() {
+        let _ = sys::kill(std::process::id() as i32, libc::SIGSTOP);
+        return;
+    }
+    // Raised at this thread while blocked (so the relay thread, which
+    // waits for process-wide ones, does not take it), with its default
+    // action, and delivered by the unblock: the whole process stops here
+    // until a SIGCONT, which the relay thread then passes on.
+    let one = sys::signal_set(&[sig]);
+    // SAFETY: plain system calls on an initialised signal set.
+    unsafe {
+        libc::signal(sig, libc::SIG_DFL);
+        libc::syscall(
+            libc::SYS_tgkill,
+            libc::getpid(),
+            libc::syscall(libc::SYS_gettid),
+            sig,
+        );
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &one, std::ptr::null_mut());
+        libc::pthread_sigmask(libc::SIG_BLOCK, &one, std::ptr::null_mut());
+    }
+}
+
+/// Is our process group orphaned (POSIX: no member has a parent in
+/// another group of the same session)? Only our parent is looked at: a
+/// remote program's proxy is a job's process, as the caller was.
+fn orphaned_group() -> bool {
+    // SAFETY: plain system calls on integers.
+    unsafe {
+        let ppid = libc::getppid();
+        !(libc::getsid(ppid) == libc::getsid(0) && libc::getpgid(ppid) != libc::getpgrp())
+    }
+}
+
 /// Every relayed signal sent to us, to the program.
 fn relay_signals(link: &dyn Link) {
-    while let Ok(sig) = sys::wait_signal(&sys::RELAYED_SIGNALS) {
+    let relayed = relayed();
+    while let Ok(sig) = sys::wait_signal(&relayed) {
         if wire::send(link, 0, &NodeMsg::Signal { sig }).is_err() {
             return;
         }

@@ -19,6 +19,7 @@
 //!        ◀─Output{fd}────           what it wrote on stdout / stderr
 //!        ──OutputTaken──▶           ... once the proxy wrote it out
 //!        ──Signal{sig}──▶           kill(pid, sig)
+//!        ◀─Stopped{sig} / Continued  job control: it stopped or went on
 //!        ◀─Exited | Killed          once it ended and both pipes closed
 //! ```
 //!
@@ -30,7 +31,7 @@ use std::ffi::{OsStr, OsString};
 use std::io::{Read, Write};
 use std::net::{IpAddr, ToSocketAddrs};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -190,22 +191,30 @@ pub fn serve(link: Arc<dyn Link>, req: SpawnRequest, host: &SpawnHost) {
     let ended = Arc::new(AtomicBool::new(false));
     let (e, l) = (ended.clone(), link.clone());
     std::thread::spawn(move || {
-        let status = child.wait();
+        // Stops and continues go to the proxy as they happen (job control
+        // across hosts: the proxy stops alike); `waitid` reports a stop
+        // only while the program is still stopped.
+        let end = loop {
+            match sys::wait_change(pid) {
+                Ok(sys::ChildChange::Stopped(sig)) => {
+                    let _ = wire::send(&*l, 0, &NodeMsg::Stopped { sig });
+                }
+                Ok(sys::ChildChange::Continued) => {
+                    let _ = wire::send(&*l, 0, &NodeMsg::Continued);
+                }
+                Ok(sys::ChildChange::Exited(code)) => break NodeMsg::Exited { code },
+                Ok(sys::ChildChange::Killed(sig)) => break NodeMsg::Killed { sig },
+                Err(_) => break NodeMsg::Killed { sig: libc::SIGKILL },
+            }
+        };
+        // Reaped by `waitid`: `child` must not be waited for again.
+        drop(child);
         e.store(true, Ordering::Release);
         // Everything it wrote goes before its status.
         for o in outputs {
             let _ = o.join();
         }
-        let msg = match status {
-            Ok(s) => match s.signal() {
-                Some(sig) => NodeMsg::Killed { sig },
-                None => NodeMsg::Exited {
-                    code: s.code().unwrap_or(1),
-                },
-            },
-            Err(_) => NodeMsg::Killed { sig: libc::SIGKILL },
-        };
-        let _ = wire::send(&*l, 0, &msg);
+        let _ = wire::send(&*l, 0, &end);
     });
     loop {
         match link.recv(None) {

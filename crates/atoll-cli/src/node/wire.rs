@@ -111,6 +111,11 @@ pub enum NodeMsg {
     /// Proxy → node: `bytes` of `Output` were written to the proxy's
     /// descriptors; the node may send as many more.
     OutputTaken { bytes: u64 },
+    /// Node → proxy: the program stopped, by `sig` (job control: the
+    /// proxy stops alike, so its parent sees the job stop).
+    Stopped { sig: i32 },
+    /// Node → proxy: the program continued.
+    Continued,
 }
 
 /// What `execve` carries to a program started on another node. Host
@@ -275,6 +280,8 @@ mod tests {
             NodeMsg::Killed { sig: 9 },
             NodeMsg::StdinTaken { bytes: 5 },
             NodeMsg::OutputTaken { bytes: 6 },
+            NodeMsg::Stopped { sig: 20 },
+            NodeMsg::Continued,
         ];
         for m in all {
             let body = postcard::to_allocvec(&m).unwrap();

@@ -114,6 +114,56 @@ fn a_remote_program_killed_by_a_signal_reports_it() {
     assert_eq!(text(&got), format!("{cc}status 143\nstatus 138\n{cc}"));
 }
 
+/// Job control across hosts: a stop sent to the proxy (^Z is SIGTSTP to
+/// the foreground job) stops the program on its host, and the proxy stops
+/// with it (the same signal: bash's `jobs` says "Stopped", not "Stopped
+/// (signal)"); a SIGCONT to the proxy (`fg`, `bg`) continues both. States
+/// are read from `/proc` (the hosts share one pid namespace).
+#[test]
+fn a_stop_and_continue_of_a_remote_program_s_proxy_reach_the_program() {
+    let Some(c) = cluster() else { return };
+    let got = on(
+        &c,
+        0,
+        r#"
+        set -m
+        state() { read -r _ _ s _ < /proc/$1/stat; echo $s; }
+        # Until process $1's state is (=) or is not (!=) $3, for 10 s.
+        settle() {
+            local i=0
+            until [ "$(state $1)" $2 "$3" ]; do
+                i=$((i+1)); [ $i -gt 1000 ] && { echo "never $2 $3: $1"; return; }
+                sleep 0.01
+            done
+        }
+        env ATOLL_NODE_PLACEMENT=rank:2 sh -c 'echo $$ > $ROOT/pid; exec sleep 30' & p=$!
+        until [ -s $ROOT/pid ]; do :; done; read q < $ROOT/pid
+        kill -TSTP $p
+        settle $p = T; settle $q = T
+        echo "stopped: proxy $(state $p) program $(state $q)"
+        jobs -l | grep -o 'Stopped.*env' | sed 's/ *env//'
+        kill -CONT $p
+        settle $q != T; settle $p != T
+        echo "continued: program $(state $q)"
+        # The program stopped on its host (not through the proxy): the
+        # proxy stops alike, by SIGSTOP.
+        kill -STOP $q
+        settle $p = T
+        echo "stopped there: proxy $(state $p)"
+        jobs -l | grep -o 'Stopped.*env' | sed 's/ *env//'
+        kill -CONT $p
+        settle $q != T
+        echo "continued: program $(state $q)"
+        kill -TERM $p; wait $p; echo "status $?"
+        "#,
+    );
+    assert_eq!(
+        text(&got),
+        "stopped: proxy T program T\nStopped\ncontinued: program S\n\
+         stopped there: proxy T\nStopped (signal)\ncontinued: program S\nstatus 143\n"
+    );
+}
+
 /// A remote program's stdio is flow-controlled as a pipe is: a writer
 /// faster than its reader is held back instead of queued without bound in
 /// another host's memory, both ways.

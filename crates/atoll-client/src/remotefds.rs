@@ -99,6 +99,11 @@ pub fn share_with(to: u64, fds: &[i32]) -> Vec<i32> {
 /// template, instance memfds).
 pub const FD_LIMIT: i32 = session::PRIVATE_FD_MIN;
 
+/// Is a carried type code ([`inheritable`]'s `ftype`) a pipe's or FIFO's?
+pub fn is_pipe_code(code: u32) -> bool {
+    fdtable::ftype_from_code(code) == atoll_proto::FileType::Fifo
+}
+
 /// The node's side: a session for a program it is about to start, made
 /// on the boot socket at `socket_path`. Made as a forked child's is
 /// (`Fork` on a connection attached for the purpose, which then ends

@@ -24,9 +24,11 @@
 //!   signal.
 //!
 //! Its other atoll descriptors (not `FD_CLOEXEC`) the program inherits as
-//! they are, same descriptions (`inherit.rs`): the proxy keeps its own
-//! references until it ends, as the caller's process would hold them
-//! across a local exec.
+//! they are, same descriptions (`inherit.rs`). Once it runs, the proxy
+//! closes its own pipe and FIFO ends (the program's close is then the
+//! last, as after a local exec) and keeps its files' references until it
+//! ends, as the caller's process would hold its record locks across a
+//! local exec.
 //!
 //! The link ending first (the node or its host died) ends the proxy with
 //! status 127 and one line on stderr, within the link's silence bound
@@ -121,6 +123,13 @@ fn request(path: Vec<u8>, argv: Vec<Vec<u8>>) -> SpawnRequest {
 fn run(addr: &str, path: Vec<u8>, argv: Vec<Vec<u8>>) -> Result<std::convert::Infallible, String> {
     let req = request(path, argv);
     let asked: Vec<i32> = req.fds.iter().map(|f| f.fd).collect();
+    let pipe_ends: Vec<i32> = req
+        .fds
+        .iter()
+        .filter(|f| atoll_client::remotefds::is_pipe_code(f.ftype))
+        .map(|f| f.fd)
+        .collect();
+    let mut shared = Vec::new();
     let net = TcpTransport::new().map_err(|e| format!("no network: {e}"))?;
     let link: Arc<dyn Link> = Arc::from(
         net.connect(addr)
@@ -136,6 +145,7 @@ fn run(addr: &str, path: Vec<u8>, argv: Vec<Vec<u8>>) -> Result<std::convert::In
             // The program's session is made: it gets our descriptions.
             Some(Ok(NodeMsg::Session { id })) => {
                 let fds = sys::preload_share_fds(id, &asked);
+                shared.clone_from(&fds);
                 wire::send(&*link, 0, &NodeMsg::Shared { fds }).map_err(lost)?;
             }
             Some(Ok(NodeMsg::Started { .. })) => break,
@@ -144,6 +154,17 @@ fn run(addr: &str, path: Vec<u8>, argv: Vec<Vec<u8>>) -> Result<std::convert::In
             }
             other => return Err(format!("node {addr} answered {other:?}")),
         }
+    }
+    // The program holds its own reference to each shared description now.
+    // Pipe and FIFO ends are let go here, so that the program's close of
+    // one is the last, as after a local exec: its reader sees end of file
+    // then, not when the program ends. Files stay open here: a close
+    // would release the record locks this process holds, which survive
+    // an exec on Linux.
+    for fd in pipe_ends.iter().filter(|fd| shared.contains(fd)) {
+        // SAFETY: closing a descriptor of ours that nothing here uses
+        // again (the client library sends the description's release).
+        unsafe { libc::close(*fd) };
     }
     let stdin_window = Arc::new(Window::new(WINDOW));
     let (l, w) = (link.clone(), stdin_window.clone());

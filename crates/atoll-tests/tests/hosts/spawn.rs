@@ -164,6 +164,26 @@ fn a_stop_and_continue_of_a_remote_program_s_proxy_reach_the_program() {
     );
 }
 
+/// An atoll pipe's write end a remote program inherited (not its stdout)
+/// and closes: its reader sees end of file then, while the program still
+/// runs, as after a local exec (the proxy lets its own ends go once the
+/// program holds them).
+#[test]
+fn a_pipe_end_a_remote_program_closes_is_closed() {
+    let Some(c) = cluster() else { return };
+    let got = on(
+        &c,
+        0,
+        r#"
+        { env ATOLL_NODE_PLACEMENT=rank:2 sh -c 'echo $$ > $ROOT/pid; echo hi >&7; exec 7>&-; exec sleep 30' 7>&1 >/dev/null 2>&1 & } | cat
+        read q < $ROOT/pid
+        if [ -e /proc/$q ]; then echo "end of file while it runs"; else echo "end of file after it ended"; fi
+        kill $q
+        "#,
+    );
+    assert_eq!(text(&got), "hi\nend of file while it runs\n");
+}
+
 /// A remote program's stdio is flow-controlled as a pipe is: a writer
 /// faster than its reader is held back instead of queued without bound in
 /// another host's memory, both ways.

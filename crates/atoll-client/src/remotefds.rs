@@ -14,7 +14,9 @@
 //! exit, a kill, its node's death: the head closes the sessions of a lost
 //! peer).
 //!
-//! Not carried: stdio (relayed as bytes by the proxy, whatever it is),
+//! Stdio is carried too when it is an atoll file or pipe (the program
+//! then reads and writes it as the caller would, sharing its offset; a
+//! host stdin or stdout is relayed as bytes by the proxy). Not carried:
 //! `FD_CLOEXEC` descriptors (a local exec closes them too), the client's
 //! own private descriptors, and notification queues (`inotify`,
 //! `fanotify`: their watches live in the process, not on the servers).
@@ -38,7 +40,7 @@ pub fn inheritable() -> Option<String> {
     crate::hybrid::share_all(c, &lane);
     let mut st = State::default();
     for fd in fdtable::fds() {
-        if fd < 3 || c.is_private_fd(fd) {
+        if c.is_private_fd(fd) {
             continue;
         }
         let fdflags = sys::fcntl_int(fd, libc::F_GETFD, 0);

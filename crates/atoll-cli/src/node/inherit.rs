@@ -52,12 +52,12 @@ pub enum Refused {
     Lost,
 }
 
-/// Refuse a list no proxy would send: numbers of stdio (relayed), of the
-/// client's own range or beyond, one number twice, no description.
+/// Refuse a list no proxy would send: numbers of the client's own range
+/// or beyond, one number twice, no description.
 pub fn check(fds: &[InheritedFd]) -> Result<(), Refused> {
     for (i, f) in fds.iter().enumerate() {
         let bad =
-            !(3..FD_LIMIT).contains(&f.fd) || f.desc == 0 || fds[..i].iter().any(|g| g.fd == f.fd);
+            !(0..FD_LIMIT).contains(&f.fd) || f.desc == 0 || fds[..i].iter().any(|g| g.fd == f.fd);
         if bad {
             return Err(Refused::Malformed(libc::EINVAL));
         }
@@ -172,14 +172,14 @@ pub fn state_text(cwd: Option<&[u8]>, fds: &[InheritedFd], placeholder: (u64, u6
 
 /// The proxy's side: its inheritable descriptors, as the spawn request
 /// carries them (`text` from `atoll_client::remotefds::inheritable`);
-/// stdio and anything malformed left out.
+/// anything malformed left out.
 pub fn from_state_text(text: &str) -> Vec<InheritedFd> {
     let Some(st) = State::decode(text) else {
         return Vec::new();
     };
     st.fds
         .into_iter()
-        .filter(|f| (3..FD_LIMIT).contains(&f.fd))
+        .filter(|f| (0..FD_LIMIT).contains(&f.fd))
         .map(|f| InheritedFd {
             fd: f.fd,
             desc: f.desc,
@@ -259,7 +259,7 @@ mod tests {
             check(&v)
         };
         let einval = Err(Refused::Malformed(libc::EINVAL));
-        assert_eq!(bad(&|v| v[0].fd = 1), einval, "stdio is relayed");
+        assert_eq!(bad(&|v| v[0].fd = 1), Ok(()), "atoll stdio is inherited");
         assert_eq!(bad(&|v| v[0].fd = -1), einval);
         assert_eq!(bad(&|v| v[1].fd = FD_LIMIT), einval, "client's own");
         assert_eq!(bad(&|v| v[2].fd = 3), einval, "a number twice");
@@ -270,7 +270,7 @@ mod tests {
     /// What the node puts in `ATOLL_STATE` is what the exec hand-over
     /// would: the client's own parser reads back every descriptor, on the
     /// node's placeholder, and the cwd; the proxy's side reads the text
-    /// the preload library gives, leaving out stdio and garbage.
+    /// the preload library gives, stdio included, leaving out garbage.
     #[test]
     fn the_programs_state_is_the_exec_hand_overs() {
         let text = state_text(Some(b"/atoll/src"), &fds(), (12, 3456));
@@ -286,7 +286,7 @@ mod tests {
         let mut with_stdio = fds();
         with_stdio[0].fd = 0;
         let text = state_text(None, &with_stdio, (0, 0));
-        assert_eq!(from_state_text(&text), fds()[1..].to_vec());
+        assert_eq!(from_state_text(&text), with_stdio);
         assert_eq!(from_state_text("v1;f:3:zz"), vec![]);
         assert_eq!(from_state_text(""), vec![]);
     }

@@ -8,6 +8,9 @@
 //! included). It runs as an ordinary atoll client: it asks the node at
 //! ADDR to start the program (`spawn.rs`), then relays until it ends:
 //!
+//! * stdin, stdout and stderr that are atoll files or pipes are no host
+//!   objects: the program inherits them as descriptors (`inherit.rs`), as
+//!   it would after a local exec, and the proxy relays only host ones:
 //! * its stdin to the program's, read as soon as it can be read and at
 //!   most a window (`window.rs`) ahead of what the program's pipe took (a
 //!   program that reads only part of its input leaves less unread than on
@@ -36,6 +39,7 @@
 
 use std::ffi::OsString;
 use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::sync::Arc;
 
@@ -161,14 +165,27 @@ fn run(addr: &str, path: Vec<u8>, argv: Vec<Vec<u8>>) -> Result<std::convert::In
     // then, not when the program ends. Files stay open here: a close
     // would release the record locks this process holds, which survive
     // an exec on Linux.
-    for fd in pipe_ends.iter().filter(|fd| shared.contains(fd)) {
-        // SAFETY: closing a descriptor of ours that nothing here uses
-        // again (the client library sends the description's release).
-        unsafe { libc::close(*fd) };
+    let null = std::fs::File::open("/dev/null").ok();
+    for &fd in pipe_ends.iter().filter(|fd| shared.contains(fd)) {
+        // SAFETY: a descriptor of ours that nothing here uses again (the
+        // client library sends the description's release); stdio numbers
+        // get /dev/null instead of a hole later opens would fill.
+        unsafe {
+            match &null {
+                Some(n) if fd < 3 => libc::dup2(n.as_raw_fd(), fd),
+                _ => libc::close(fd),
+            };
+        }
     }
+    drop(null);
     let stdin_window = Arc::new(Window::new(WINDOW));
-    let (l, w) = (link.clone(), stdin_window.clone());
-    std::thread::spawn(move || relay_stdin(&*l, &w));
+    if shared.contains(&0) {
+        // The program reads the caller's atoll stdin itself.
+        let _ = wire::send(&*link, 0, &NodeMsg::Stdin { bytes: Vec::new() });
+    } else {
+        let (l, w) = (link.clone(), stdin_window.clone());
+        std::thread::spawn(move || relay_stdin(&*l, &w));
+    }
     let l = link.clone();
     std::thread::spawn(move || relay_signals(&*l));
     let mut stdout = std::io::stdout().lock();

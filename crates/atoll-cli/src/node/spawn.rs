@@ -350,9 +350,20 @@ fn command(
         }
         (None, None) => {}
     }
-    cmd.stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+    // Stdio that is an atoll file or pipe is inherited as that
+    // description (put in place over these after std's setup); the rest
+    // is relayed through pipes.
+    let passed = |fd: i32| inherited.is_some_and(|i| i.fds.iter().any(|f| f.fd == fd));
+    let stdio = |fd: i32| {
+        if passed(fd) {
+            Stdio::null()
+        } else {
+            Stdio::piped()
+        }
+    };
+    cmd.stdin(stdio(0))
+        .stdout(stdio(1))
+        .stderr(stdio(2))
         .process_group(0);
     sys::unblock_terminating_in_child(&mut cmd);
     let (uid, gid) = (rustix::process::getuid(), rustix::process::getgid());

@@ -294,6 +294,10 @@ exec 7>$ROOT/fifo
 run "$1" sh -c 'echo "through the fifo" >&7' </dev/null
 exec 7>&-
 wait $r; cat $ROOT/from-fifo
+printf '1\n2\n3\n4\n5\n6\n' > $ROOT/lines
+while read -r l; do echo "A $l"; run "$1" sh -c 'read -r x; echo "C $x"'; done < $ROOT/lines
+run "$1" sh -c 'echo out; echo err >&2; echo "C wrote" >> $ROOT/o' > $ROOT/o 2>&1; cat $ROOT/o
+printf 'x\ny\n' | run "$1" sh -c 'read -r x; echo "C $x"; echo "C to a pipe"' | { cat; echo end; }
 "#;
 
 /// fos §4.2 spawning: a program placed on another host inherits the

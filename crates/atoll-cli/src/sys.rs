@@ -316,6 +316,22 @@ pub fn inherit_in_child(
     }
 }
 
+/// In `cmd`'s child, make stderr a duplicate of stdout (after std has put
+/// stdio in place).
+pub fn stderr_to_stdout_in_child(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs between fork and exec and makes one dup2
+    // call; it allocates nothing and takes no lock.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::dup2(1, 2) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 /// The address of `name` in the process (the preload library's exports:
 /// `atoll_preload` `remote.rs`), if it is loaded.
 fn preload_symbol(name: &std::ffi::CStr) -> Option<*mut libc::c_void> {

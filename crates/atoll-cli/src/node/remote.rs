@@ -10,13 +10,17 @@
 //!
 //! * stdin, stdout and stderr that are atoll files or pipes are no host
 //!   objects: the program inherits them as descriptors (`inherit.rs`), as
-//!   it would after a local exec, and the proxy relays only host ones:
-//! * its stdin to the program's, read as soon as it can be read and at
+//!   it would after a local exec, so it reads only what it needs and its
+//!   writes keep their order with every other writer of the file (a relay
+//!   would read ahead, and land its writes late, measured 2–4× faster on
+//!   21 MB but wrong). The proxy relays host stdio:
+//! * a host stdin to the program's, read as soon as it can be read and at
 //!   most a window (`window.rs`) ahead of what the program's pipe took (a
 //!   program that reads only part of its input leaves less unread than on
 //!   Linux: COMPATIBILITY.md, "Across hosts");
 //! * the program's stdout and stderr to its own 1 and 2 (a terminal, a
-//!   host pipe or an atoll pipe alike);
+//!   host file or pipe; one pipe for both when they are one description,
+//!   as `2>&1` makes them, so their order holds);
 //! * the signals sent to it (`sys::RELAYED_SIGNALS`) to the program, and
 //!   job control both ways: SIGTSTP, SIGTTIN, SIGTTOU and SIGCONT sent to
 //!   it go to the program, and when the program stops (by those or
@@ -106,7 +110,12 @@ fn request(path: Vec<u8>, argv: Vec<Vec<u8>>) -> SpawnRequest {
         .collect();
     let umask = rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o022));
     rustix::process::umask(umask);
+    let fds: Vec<wire::InheritedFd> = sys::preload_inheritable_fds()
+        .map(|t| inherit::from_state_text(&t))
+        .unwrap_or_default();
+    let stderr_is_stdout = one_description(&fds, 1, 2);
     SpawnRequest {
+        stderr_is_stdout,
         path,
         argv,
         envp,
@@ -118,9 +127,25 @@ fn request(path: Vec<u8>, argv: Vec<Vec<u8>>) -> SpawnRequest {
             .unwrap_or_default(),
         umask: umask.bits(),
         rlimits: atoll_sched::nodes::own_rlimits(),
-        fds: sys::preload_inheritable_fds()
-            .map(|t| inherit::from_state_text(&t))
-            .unwrap_or_default(),
+        fds,
+    }
+}
+
+/// Are host descriptors `a` and `b` of this process, both relayed, one
+/// open description (as the kernel says: `kcmp`)? Atoll ones are passed
+/// as their descriptions, which keeps that by itself.
+fn one_description(atoll: &[wire::InheritedFd], a: i32, b: i32) -> bool {
+    let passed = |fd: i32| atoll.iter().any(|f| f.fd == fd);
+    match (passed(a), passed(b)) {
+        (false, false) => {
+            let pid = std::process::id();
+            // SAFETY: kcmp only compares two descriptors of our own process.
+            let same = unsafe {
+                libc::syscall(libc::SYS_kcmp, pid, pid, 0 /* KCMP_FILE */, a, b)
+            };
+            same == 0
+        }
+        _ => false,
     }
 }
 

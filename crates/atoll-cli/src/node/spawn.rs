@@ -365,6 +365,12 @@ fn command(
         .stdout(stdio(1))
         .stderr(stdio(2))
         .process_group(0);
+    if req.stderr_is_stdout {
+        // One pipe for both, as the caller's `2>&1`: the relay keeps the
+        // order of what the program writes to either.
+        cmd.stderr(Stdio::null());
+        sys::stderr_to_stdout_in_child(&mut cmd);
+    }
     sys::unblock_terminating_in_child(&mut cmd);
     let (uid, gid) = (rustix::process::getuid(), rustix::process::getgid());
     let user = (uid.as_raw() != req.uid || gid.as_raw() != req.gid)

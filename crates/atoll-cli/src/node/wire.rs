@@ -137,8 +137,12 @@ pub struct SpawnRequest {
     pub umask: u32,
     /// `(resource, soft, hard)`.
     pub rlimits: Vec<(u32, u64, u64)>,
-    /// The caller's inheritable atoll descriptors other than stdio.
+    /// The caller's inheritable atoll descriptors, stdio included.
     pub fds: Vec<InheritedFd>,
+    /// The caller's stdout and stderr are one host open description
+    /// (`2>&1`), relayed: the program gets one pipe for both, so the relay
+    /// keeps their order.
+    pub stderr_is_stdout: bool,
 }
 
 /// An atoll descriptor a remote program inherits at its number: what the

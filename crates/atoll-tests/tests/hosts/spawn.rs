@@ -298,6 +298,7 @@ printf '1\n2\n3\n4\n5\n6\n' > $ROOT/lines
 while read -r l; do echo "A $l"; run "$1" sh -c 'read -r x; echo "C $x"'; done < $ROOT/lines
 run "$1" sh -c 'echo out; echo err >&2; echo "C wrote" >> $ROOT/o' > $ROOT/o 2>&1; cat $ROOT/o
 printf 'x\ny\n' | run "$1" sh -c 'read -r x; echo "C $x"; echo "C to a pipe"' | { cat; echo end; }
+run "$1" sh -c 'for i in 1 2 3 4 5 6; do echo o$i; echo e$i >&2; done' 2>&1
 "#;
 
 /// fos §4.2 spawning: a program placed on another host inherits the

@@ -106,8 +106,50 @@ struct LocalChan {
     /// read answered by the node's copies must not pass one.
     owed: AtomicU32,
     /// Held while a reply is put in the ring: the dispatcher and a thread
-    /// answering from the node's copies both produce into it.
-    replying: Mutex<()>,
+    /// answering from the node's copies both produce into it. It guards
+    /// the answers waiting for owed replies too.
+    replying: Mutex<Held>,
+}
+
+/// Answers from the node's copies to reads that came while replies were
+/// owed on the channel: each goes into the ring right after the last of
+/// those replies, so it passes none (a lane's replies come in order) and
+/// the read need not cross.
+#[derive(Default)]
+struct Held {
+    /// Relayed replies put in the ring so far.
+    delivered: u64,
+    /// `(delivered count after which it goes, answer)`, in request order.
+    answers: std::collections::VecDeque<(u64, Vec<u8>)>,
+}
+
+impl Held {
+    /// Must an answer to a request that comes while `owed` replies are
+    /// owed wait? Also behind answers already waiting.
+    fn must_wait(&self, owed: u64) -> bool {
+        owed > 0 || !self.answers.is_empty()
+    }
+
+    /// Keep `answer` until the `owed` replies before it are in the ring.
+    fn hold(&mut self, owed: u64, answer: Vec<u8>) {
+        let after = self.delivered + owed;
+        self.answers.push_back((after, answer));
+    }
+
+    /// A relayed reply went into the ring: the answers now due, in order.
+    fn replied(&mut self) -> Vec<Vec<u8>> {
+        self.delivered += 1;
+        let mut due = Vec::new();
+        while let Some((after, _)) = self.answers.front() {
+            if *after > self.delivered {
+                break;
+            }
+            if let Some((_, a)) = self.answers.pop_front() {
+                due.push(a);
+            }
+        }
+        due
+    }
 }
 
 pub struct Edge {
@@ -334,7 +376,7 @@ impl Edge {
                 conn: owner,
                 sc,
                 owed: AtomicU32::new(0),
-                replying: Mutex::new(()),
+                replying: Mutex::new(Held::default()),
             });
             self.chans
                 .lock()
@@ -399,26 +441,32 @@ impl Edge {
     }
 
     /// A request about to leave: the node's copies see it (a change drops
-    /// chunks, a read may be answered). True if it was answered here, its
-    /// reply put in the ring. Called under the channel's server list lock.
+    /// chunks, a read may be answered). True if it was answered here: its
+    /// reply put in the ring, or held until the replies owed before it
+    /// are (`Held`). Called under the channel's server list lock.
     fn answered_here(&self, lc: &LocalChan, frame: &[u8]) -> bool {
-        // Nothing owed on the channel: an answer cannot pass a reply (the
-        // dispatcher lowers `owed` once a reply is in the ring; only this
-        // lock's holder raises it).
-        let may_answer = lc.owed.load(Ordering::Acquire) == 0;
         let mut fetched = false;
         let verdict = self
             .copies
-            .with(|m| m.request(lc.conn, lc.id, frame, may_answer, &mut fetched));
+            .with(|m| m.request(lc.conn, lc.id, frame, true, &mut fetched));
         if fetched {
             self.copies.fetches.fetch_add(1, Ordering::Relaxed);
         }
         let Verdict::Answer(reply) = verdict else {
             return false;
         };
-        let _g = lc.replying.lock().unwrap_or_else(|e| e.into_inner());
-        // A full ring (the program has not taken earlier answers yet):
-        // the read crosses instead of waiting here.
+        let mut held = lc.replying.lock().unwrap_or_else(|e| e.into_inner());
+        // Exact here: the dispatcher lowers `owed` under this lock, and
+        // only the list lock's holder (the caller) raises it.
+        let owed = u64::from(lc.owed.load(Ordering::Acquire));
+        if held.must_wait(owed) {
+            held.hold(owed, reply);
+            self.copies.hits.fetch_add(1, Ordering::Relaxed);
+            return true;
+        }
+        // A full ring with nothing owed (the program has not taken
+        // earlier answers yet): the read crosses instead of waiting here,
+        // as nothing would come to put a held answer in the ring.
         if lc.sc.try_reply(&reply).is_err() {
             self.copies.fetches.fetch_add(1, Ordering::Relaxed);
             return false;
@@ -569,13 +617,17 @@ impl Edge {
                     if self.copies.on() {
                         self.copies.with(|m| m.reply(lc.conn, chan, &frame));
                     }
-                    let _g = lc.replying.lock().unwrap_or_else(|e| e.into_inner());
+                    let mut held = lc.replying.lock().unwrap_or_else(|e| e.into_inner());
                     let _ = lc.sc.reply(&frame);
                     let _ = lc
                         .owed
                         .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
                             Some(n.saturating_sub(1))
                         });
+                    // Answers held for this reply follow it at once.
+                    for answer in held.replied() {
+                        let _ = lc.sc.reply(&answer);
+                    }
                 }
                 return Handled::Reply;
             }
@@ -637,5 +689,35 @@ impl Edge {
             self.control.doorbell(i).ring();
         }
         self.cool();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Held;
+
+    /// Answers held behind owed replies go right after the last of them,
+    /// in request order, and a request answered while answers wait waits
+    /// too (a lane's replies come in order).
+    #[test]
+    fn held_answers_follow_the_replies_owed_before_them() {
+        let mut h = Held::default();
+        assert!(!h.must_wait(0));
+        // Two calls crossed; a read answered here comes third.
+        assert!(h.must_wait(2));
+        h.hold(2, b"A".to_vec());
+        assert!(h.replied().is_empty());
+        // One reply still owed; a later read is answered here too, and
+        // one with nothing owed must still wait behind A.
+        h.hold(1, b"B".to_vec());
+        assert!(h.must_wait(0));
+        assert_eq!(h.replied(), vec![b"A".to_vec(), b"B".to_vec()]);
+        assert!(!h.must_wait(0));
+        // One call crossed, then two answers; a second call crossed after
+        // them: its reply (the second) must not release anything more.
+        h.hold(1, b"C".to_vec());
+        h.hold(1, b"D".to_vec());
+        assert_eq!(h.replied(), vec![b"C".to_vec(), b"D".to_vec()]);
+        assert!(h.replied().is_empty());
     }
 }

@@ -188,11 +188,9 @@ fn programs_of_one_node_share_its_copies_with_close_to_open_consistency() {
     assert_eq!(text(&second), pattern_sum(1));
     let (h2, f2, _) = copies_counters(&c, 2);
     // The second reader's whole chunks come from the node. Not every one
-    // need: a read that finds a reply owed on its channel, or the
-    // program's reply ring full, crosses rather than pass that reply
-    // (`edge.rs` `answered_here`), which on a loaded machine costs a
-    // batch of four. So: answered here, and fewer crossings than the
-    // first reader, whose every chunk crossed.
+    // need: a read that finds the program's reply ring full with nothing
+    // owed crosses (`edge.rs` `answered_here`). So: answered here, and
+    // fewer crossings than the first reader, whose every chunk crossed.
     assert!(
         h2 > h1,
         "the second reader's chunks come from the node: hits {h1} → {h2}"

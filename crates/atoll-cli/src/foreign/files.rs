@@ -50,6 +50,11 @@ enum Entry {
 pub struct Files {
     next: u64,
     entries: HashMap<u64, Entry>,
+    /// Files open for writing by normalized path: written back before the
+    /// path is opened or looked at again (a descriptor replaced by `dup2`
+    /// or left open by a process is not closed with a call the filter
+    /// sees).
+    writers: HashMap<Vec<u8>, Vec<u64>>,
 }
 
 fn errno() -> i32 {
@@ -129,7 +134,14 @@ impl Files {
                 self.entries.insert(key, Entry::Dir { st, list });
                 Ok(memfd)
             }
-            libc::S_IFREG => self.open_file(key, memfd, a, abs, st, flags),
+            libc::S_IFREG => {
+                self.sync(&norm);
+                let fd = self.open_file(key, memfd, a, abs, st, flags)?;
+                if flags & libc::O_ACCMODE != libc::O_RDONLY {
+                    self.writers.entry(norm).or_default().push(key);
+                }
+                Ok(fd)
+            }
             _ => Err(libc::ENXIO),
         }
     }
@@ -266,6 +278,13 @@ impl Files {
                 let _ = f.write_all_at(&data, 0);
                 let _ = f.set_len(data.len() as u64);
             }
+        }
+    }
+
+    /// Write back the files open for writing at (normalized) `path`.
+    pub fn sync(&self, path: &[u8]) {
+        for &k in self.writers.get(path).into_iter().flatten() {
+            self.write_back(k);
         }
     }
 

@@ -60,6 +60,8 @@ pub const FILTERED: &[i64] = &[
     libc::SYS_getcwd,
     libc::SYS_getdents64,
     libc::SYS_close,
+    libc::SYS_dup2,
+    libc::SYS_dup3,
     libc::SYS_execve,
     libc::SYS_execveat,
     // Path calls not served: refused in the mount, run by the kernel
@@ -330,8 +332,11 @@ impl Supervisor {
                 }
                 _ => Kernel,
             },
-            SYS_close => {
-                if let Some(k) = self.paths.desc_key(n.pid, a[0]) {
+            // `dup2`/`dup3` close their target silently: the same
+            // write-back as `close`.
+            SYS_close | SYS_dup2 | SYS_dup3 => {
+                let fd = if n.nr == SYS_close { a[0] } else { a[1] };
+                if let Some(k) = self.paths.desc_key(n.pid, fd) {
                     self.files.write_back(k);
                 }
                 Kernel
@@ -438,7 +443,10 @@ impl Supervisor {
     ) -> Result<Answer, i32> {
         let st = match self.place(n, dirfd, ptr, flags & libc::AT_EMPTY_PATH != 0)? {
             Place::Kernel => return Ok(Kernel),
-            Place::Here(p) => files::stat_path(&p, flags & libc::AT_SYMLINK_NOFOLLOW != 0)?,
+            Place::Here(p) => {
+                self.files.sync(&paths::normalize(&p));
+                files::stat_path(&p, flags & libc::AT_SYMLINK_NOFOLLOW != 0)?
+            }
             Place::Desc(k) => self.files.fstat(k, n.pid, dirfd as i32)?,
         };
         self.put(n, buf, seccomp::bytes_of(&st))
@@ -449,7 +457,10 @@ impl Supervisor {
         let flags = a[2] as i32;
         let (path, desc) = match self.place(n, a[0], a[1], flags & libc::AT_EMPTY_PATH != 0)? {
             Place::Kernel => return Ok(Kernel),
-            Place::Here(p) => (p, None),
+            Place::Here(p) => {
+                self.files.sync(&paths::normalize(&p));
+                (p, None)
+            }
             Place::Desc(k) => (
                 self.files.path_of(&self.paths, k).ok_or(libc::EBADF)?,
                 Some(k),

@@ -230,3 +230,66 @@ fn stat_by_a_static_program_reports_as_on_tmpfs() {
     );
     assert!(out.starts_with("5 regular file 644\n"), "{out}");
 }
+
+/// Bad pointers in a static program's path calls get `EFAULT` from the
+/// relay as from Linux, whether the path or the result buffer is bad, and
+/// a relative name from its cwd in the mount is the mount's.
+#[test]
+fn a_static_program_s_bad_pointers_are_efault_as_on_the_host() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let src = dir.path().join("bad.c");
+    std::fs::write(
+        &src,
+        r#"
+        #include <errno.h>
+        #include <fcntl.h>
+        #include <stdio.h>
+        #include <string.h>
+        #include <unistd.h>
+        #include <sys/stat.h>
+        static void show(const char *what, long r) {
+            printf("%s %ld %s\n", what, r, r < 0 ? strerror(errno) : "");
+        }
+        int main(int argc, char **argv) {
+            struct stat st;
+            char buf[64];
+            show("stat-bad-path", stat((const char *)8, &st));
+            show("stat-bad-buf", stat(argv[1], (struct stat *)8));
+            show("open-bad-path", open((const char *)8, O_RDONLY));
+            show("mkdir-bad-path", mkdir((const char *)8, 0755));
+            show("chdir", chdir(argv[1]));
+            show("getcwd-bad-buf", (long)syscall(79, (char *)8, 4096));
+            show("getcwd-short", (long)syscall(79, buf, 2));
+            int fd = open("made", O_CREAT | O_WRONLY, 0644);
+            show("write", write(fd, "hi\n", 3));
+            show("close", close(fd));
+            show("stat-rel", stat("made", &st));
+            printf("size %ld\n", (long)st.st_size);
+            return 0;
+        }
+        "#,
+    )
+    .expect("write probe");
+    let bin = dir.path().join("bad");
+    let ok = std::process::Command::new("cc")
+        .args(["-O1", "-static", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .status()
+        .expect("run cc");
+    assert!(ok.success(), "static probe failed to compile");
+    let out = atoll_tests::assert_same_on_tmpfs(
+        TWO,
+        &format!(
+            r#"
+            mkdir "$ROOT/d"
+            {bin} "$ROOT/d"
+            cat "$ROOT/d/made"
+            "#,
+            bin = bin.display()
+        ),
+        true,
+    );
+    assert!(out.starts_with("stat-bad-path -1 Bad address\n"), "{out}");
+    assert!(out.ends_with("size 3\nhi\n"), "{out}");
+}

@@ -110,17 +110,23 @@ impl Files {
         let c = cstr(abs)?;
         let norm = paths::normalize(abs);
         let inside = paths::under(&p.mount, &norm);
-        // Never block the supervisor (a FIFO's open would); a FIFO is
-        // refused below anyway.
-        let extra = if inside { libc::O_NONBLOCK } else { 0 };
+        // Never block the supervisor (a FIFO's open would): a FIFO in the
+        // mount is refused below, a host one (reached from a tracked cwd)
+        // gets its blocking mode back.
         // SAFETY: open of a NUL-terminated path.
-        let a = unsafe { libc::open(c.as_ptr(), flags | libc::O_CLOEXEC | extra, mode) };
+        let a = unsafe { libc::open(c.as_ptr(), flags | libc::O_CLOEXEC | libc::O_NONBLOCK, mode) };
         if a < 0 {
             return Err(errno());
         }
         // SAFETY: a new descriptor this function owns.
         let a = unsafe { OwnedFd::from_raw_fd(a) };
         if !inside {
+            if flags & libc::O_NONBLOCK == 0 {
+                // SAFETY: flag change of a host descriptor this function owns.
+                let fl = unsafe { libc::fcntl(a.as_raw_fd(), libc::F_GETFL) };
+                // SAFETY: as above.
+                unsafe { libc::fcntl(a.as_raw_fd(), libc::F_SETFL, fl & !libc::O_NONBLOCK) };
+            }
             return Ok(a);
         }
         let st = fstat_fd(a.as_raw_fd())?;

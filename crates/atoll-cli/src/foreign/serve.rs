@@ -82,6 +82,7 @@ pub const FILTERED: &[i64] = &[
     libc::SYS_inotify_add_watch,
     libc::SYS_chroot,
     libc::SYS_fchmodat2,
+    libc::SYS_bind,
 ];
 
 /// Path calls the relay does not perform: `(call, dirfd argument or
@@ -352,6 +353,9 @@ impl Supervisor {
                 Place::Kernel => Kernel,
                 _ => Done(Err(EACCES)),
             },
+            // A socket name made by a relative path from a tracked cwd
+            // would be a host file in the kernel's cwd.
+            SYS_bind => self.bind(n)?,
             nr => match UNSERVED.iter().find(|u| u.0 == nr) {
                 Some(&(_, dirfd, path)) => {
                     let d = dirfd.map_or(CWD, |k| a[k]);
@@ -531,6 +535,28 @@ impl Supervisor {
         };
         let nofollow = a[3] as i32 & libc::AT_SYMLINK_NOFOLLOW;
         Ok(Done(calls::utimens(&path, times, nofollow)))
+    }
+
+    fn bind(&mut self, n: &Notif) -> Result<Answer, i32> {
+        let (addr, len) = (n.args[1], n.args[2] as usize);
+        let family_len = std::mem::size_of::<libc::sa_family_t>();
+        let max = std::mem::size_of::<libc::sockaddr_un>();
+        if addr == 0 || len <= family_len || len > max {
+            return Ok(Kernel);
+        }
+        let mut sa = vec![0u8; len];
+        seccomp::read_mem(n.pid, addr, &mut sa)?;
+        let family = u16::from_ne_bytes([sa[0], sa[1]]);
+        let name = &sa[family_len..];
+        // Abstract names (a leading NUL) are no file.
+        if family != libc::AF_UNIX as u16 || name[0] == 0 {
+            return Ok(Kernel);
+        }
+        let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+        match self.paths.place(n.pid, CWD, &name[..end], false)? {
+            Place::Kernel => Ok(Kernel),
+            _ => Ok(Done(Err(libc::EOPNOTSUPP))),
+        }
     }
 
     fn chdir(&mut self, n: &Notif) -> Result<Answer, i32> {

@@ -5,9 +5,10 @@
 //! has no dynamic loader, so it never runs the client and sees atoll
 //! descriptors as what the kernel holds for them: placeholders. Its
 //! output into an atoll pipe or file would vanish and its input would be
-//! empty. So a client whose `execve` names such an image while it holds
-//! atoll descriptors the image would inherit (client `exec/foreign.rs`)
-//! execs this in its place instead. Like a remote spawn's proxy
+//! empty, and it could not name paths in the mount. So a client whose
+//! `execve` names a static image, or a secure-execution one while it
+//! holds atoll descriptors the image would inherit (client
+//! `exec/foreign.rs`), execs this in its place instead. Like a remote spawn's proxy
 //! (`node/remote.rs`), the relay *is* the process that called `execve`:
 //! same pid, parent, process group and descriptor table (handed over as
 //! for any exec). It runs as an ordinary atoll client and:

@@ -85,6 +85,19 @@ pub const FILTERED: &[i64] = &[
     libc::SYS_bind,
 ];
 
+/// Calls on the cwd or on descriptors, not paths
+/// (`Supervisor::cwd_or_descriptor`).
+const CWD_AND_DESCRIPTORS: &[i64] = &[
+    libc::SYS_fstat,
+    libc::SYS_chdir,
+    libc::SYS_fchdir,
+    libc::SYS_getcwd,
+    libc::SYS_getdents64,
+    libc::SYS_close,
+    libc::SYS_dup2,
+    libc::SYS_dup3,
+];
+
 /// Path calls the relay does not perform: `(call, dirfd argument or
 /// none, path argument)`. In the mount they fail with `EOPNOTSUPP`.
 const UNSERVED: &[(i64, Option<usize>, usize)] = &[
@@ -248,13 +261,6 @@ impl Supervisor {
             SYS_stat => self.stat(n, CWD, a[0], a[1], 0)?,
             SYS_lstat => self.stat(n, CWD, a[0], a[1], AT_SYMLINK_NOFOLLOW)?,
             SYS_newfstatat => self.stat(n, a[0], a[1], a[2], i(3))?,
-            SYS_fstat => match self.paths.desc_key(n.pid, a[0]) {
-                Some(k) => {
-                    let st = self.files.fstat(k, n.pid, i(0))?;
-                    self.put(n, a[1], seccomp::bytes_of(&st))?
-                }
-                None => Kernel,
-            },
             SYS_statx => self.statx(n)?,
             SYS_access => self.path_op(n, CWD, a[0], 0, |p| calls::access(p, i(1), 0))?,
             SYS_faccessat => self.path_op(n, a[0], a[1], 0, |p| calls::access(p, i(2), 0))?,
@@ -301,6 +307,48 @@ impl Supervisor {
                 }
                 _ => Kernel,
             },
+            // Programs stored in the mount are not run from here: the
+            // kernel cannot read them, and a relative name from a tracked
+            // cwd must not run a host file of the same name.
+            SYS_execve => match self.place(n, CWD, a[0], false)? {
+                Place::Kernel => Kernel,
+                _ => Done(Err(EACCES)),
+            },
+            SYS_execveat => match self.place(n, a[0], a[1], i(4) & AT_EMPTY_PATH != 0)? {
+                Place::Kernel => Kernel,
+                _ => Done(Err(EACCES)),
+            },
+            // A socket name made by a relative path from a tracked cwd
+            // would be a host file in the kernel's cwd.
+            SYS_bind => self.bind(n)?,
+            nr if CWD_AND_DESCRIPTORS.contains(&nr) => self.cwd_or_descriptor(n)?,
+            nr => match UNSERVED.iter().find(|u| u.0 == nr) {
+                Some(&(_, dirfd, path)) => {
+                    let d = dirfd.map_or(CWD, |k| a[k]);
+                    match self.place(n, d, a[path], false)? {
+                        Place::Kernel => Kernel,
+                        _ => Done(Err(EOPNOTSUPP)),
+                    }
+                }
+                None => Kernel,
+            },
+        })
+    }
+
+    /// The calls on the cwd and on descriptors (the relay's memfds).
+    #[allow(non_upper_case_globals)] // libc spells call numbers in lower case
+    fn cwd_or_descriptor(&mut self, n: &Notif) -> Result<Answer, i32> {
+        let a = n.args;
+        let i = |k: usize| a[k] as i32;
+        use libc::*;
+        Ok(match n.nr {
+            SYS_fstat => match self.paths.desc_key(n.pid, a[0]) {
+                Some(k) => {
+                    let st = self.files.fstat(k, n.pid, i(0))?;
+                    self.put(n, a[1], seccomp::bytes_of(&st))?
+                }
+                None => Kernel,
+            },
             SYS_chdir => self.chdir(n)?,
             SYS_fchdir => match self.paths.desc_key(n.pid, a[0]) {
                 Some(k) if self.files.is_dir(k) => {
@@ -342,30 +390,7 @@ impl Supervisor {
                 }
                 Kernel
             }
-            // Programs stored in the mount are not run from here: the
-            // kernel cannot read them, and a relative name from a tracked
-            // cwd must not run a host file of the same name.
-            SYS_execve => match self.place(n, CWD, a[0], false)? {
-                Place::Kernel => Kernel,
-                _ => Done(Err(EACCES)),
-            },
-            SYS_execveat => match self.place(n, a[0], a[1], i(4) & AT_EMPTY_PATH != 0)? {
-                Place::Kernel => Kernel,
-                _ => Done(Err(EACCES)),
-            },
-            // A socket name made by a relative path from a tracked cwd
-            // would be a host file in the kernel's cwd.
-            SYS_bind => self.bind(n)?,
-            nr => match UNSERVED.iter().find(|u| u.0 == nr) {
-                Some(&(_, dirfd, path)) => {
-                    let d = dirfd.map_or(CWD, |k| a[k]);
-                    match self.place(n, d, a[path], false)? {
-                        Place::Kernel => Kernel,
-                        _ => Done(Err(EOPNOTSUPP)),
-                    }
-                }
-                None => Kernel,
-            },
+            _ => Kernel,
         })
     }
 

@@ -2,8 +2,10 @@
 //! busybox) in pipelines and redirections of the mount: they run behind
 //! relays of the atoll descriptors they inherit (the CLI's `foreign.rs`,
 //! client `exec/foreign.rs`), so their input, output, exit status and
-//! signals are what they are on a host directory. (They still cannot
-//! open paths in the mount themselves: COMPATIBILITY.md.)
+//! signals are what they are on a host directory. They also name paths in
+//! the mount themselves: the relay's seccomp supervisor serves them (CLI
+//! `foreign/`), so `busybox cat`, `ls`, `mkdir`, `rm -r`, `cp`, `stat`
+//! and a static shell's `cd` there behave as on a tmpfs directory.
 
 use atoll_tests::{assert_same, require};
 
@@ -122,4 +124,172 @@ fn a_static_program_gets_no_atoll_internals_and_its_dynamic_children_see_the_mou
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// Two servers: a static program's paths reach both through the relay.
+const TWO: &[&str] = &["--servers", "2"];
+
+#[test]
+fn a_static_program_reads_and_lists_files_in_the_mount() {
+    require("busybox");
+    let out = atoll_tests::assert_same_on_tmpfs(
+        TWO,
+        r#"
+        cd "$ROOT"
+        mkdir d d/sub; printf abc > d/a; seq 1 100 > d/b; ln -s a d/link
+        busybox cat "$ROOT/d/b" | tail -1
+        busybox cat "$ROOT/d/a" "$ROOT/d/link"; echo
+        busybox ls -a "$ROOT/d" | tr '\n' ' '; echo
+        busybox ls -la "$ROOT/d" | awk '$1 ~ /^[-l]/ {print $1, $5, $9, $10, $11}'
+        busybox readlink "$ROOT/d/link"
+        busybox wc -c "$ROOT/d/b"
+        cd d && busybox cat b | busybox head -2 && busybox ls
+        busybox find "$ROOT/d" | sort
+        "#,
+        true,
+    );
+    assert!(
+        out.starts_with("100\nabcabc\n. .. a b link sub \n"),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_static_program_makes_and_removes_directories_and_files_in_the_mount() {
+    require("busybox");
+    let out = atoll_tests::assert_same_on_tmpfs(
+        TWO,
+        r#"
+        cd "$ROOT"
+        busybox mkdir -p "$ROOT/x/y/z" && ls -R x
+        busybox touch "$ROOT/x/y/f"; echo data > x/y/g
+        busybox mv "$ROOT/x/y/g" "$ROOT/x/h"; ls x x/y
+        busybox rmdir "$ROOT/x/y/z"; busybox rmdir "$ROOT/x"; echo "rmdir $?"
+        busybox rm -r "$ROOT/x"; ls; echo "left: $(ls | wc -l)"
+        busybox mkdir "$ROOT/e"; busybox mkdir "$ROOT/e"; echo "again $?"
+        "#,
+        true,
+    );
+    assert!(out.contains("rmdir 1\n"), "{out}");
+    assert!(out.contains("left: 0\nagain 1\n"), "{out}");
+}
+
+#[test]
+fn a_file_a_static_program_copies_into_the_mount_reads_back_in_a_normal_program() {
+    require("busybox");
+    let out = atoll_tests::assert_same_on_tmpfs(
+        TWO,
+        r#"
+        s=$(mktemp); seq 1 5000 > "$s"
+        busybox cp "$s" "$ROOT/c"; rm -f "$s"
+        wc -l < "$ROOT/c"; md5sum < "$ROOT/c"
+        busybox cp "$ROOT/c" "$ROOT/c2"; cmp "$ROOT/c" "$ROOT/c2" && echo same
+        echo more >> "$ROOT/c2"; busybox tail -1 "$ROOT/c2"
+        busybox sh -c "echo appended >> $ROOT/c2"; tail -2 "$ROOT/c2"
+        "#,
+        true,
+    );
+    assert!(out.starts_with("5000\n"), "{out}");
+    assert!(out.ends_with("same\nmore\nmore\nappended\n"), "{out}");
+}
+
+/// A static shell's `cd` into the mount is the relay's to track: a file it
+/// then creates by a relative name is in the mount (a dynamic program sees
+/// it) and nothing appears in the host directory it started from.
+#[test]
+fn a_static_shell_cds_into_the_mount_and_creates_nothing_on_the_host() {
+    require("busybox");
+    let out = atoll_tests::assert_same_on_tmpfs(
+        TWO,
+        r#"
+        h=$(mktemp -d); cd "$h"
+        mkdir "$ROOT/d"
+        busybox sh -c "cd $ROOT/d && echo x > f && pwd && busybox cat f && busybox ls"
+        cat "$ROOT/d/f"
+        echo "host: $(ls -A "$h" | wc -l)"; rm -rf "$h"
+        "#,
+        true,
+    );
+    assert_eq!(out, "$ROOT/d\nx\nf\nx\nhost: 0\n");
+}
+
+#[test]
+fn stat_by_a_static_program_reports_as_on_tmpfs() {
+    require("busybox");
+    let out = atoll_tests::assert_same_on_tmpfs(
+        TWO,
+        r#"
+        cd "$ROOT"
+        printf 12345 > f; mkdir d
+        busybox stat -c '%s %F %a' "$ROOT/f" "$ROOT/d"
+        busybox stat "$ROOT/missing"; echo "status $?"
+        busybox test -e "$ROOT/f" && echo exists
+        busybox test -e "$ROOT/missing" || echo missing
+        "#,
+        true,
+    );
+    assert!(out.starts_with("5 regular file 644\n"), "{out}");
+}
+
+/// Bad pointers in a static program's path calls get `EFAULT` from the
+/// relay as from Linux, whether the path or the result buffer is bad, and
+/// a relative name from its cwd in the mount is the mount's.
+#[test]
+fn a_static_program_s_bad_pointers_are_efault_as_on_the_host() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let src = dir.path().join("bad.c");
+    std::fs::write(
+        &src,
+        r#"
+        #include <errno.h>
+        #include <fcntl.h>
+        #include <stdio.h>
+        #include <string.h>
+        #include <unistd.h>
+        #include <sys/stat.h>
+        static void show(const char *what, long r) {
+            printf("%s %ld %s\n", what, r, r < 0 ? strerror(errno) : "");
+        }
+        int main(int argc, char **argv) {
+            struct stat st;
+            char buf[64];
+            show("stat-bad-path", stat((const char *)8, &st));
+            show("stat-bad-buf", stat(argv[1], (struct stat *)8));
+            show("open-bad-path", open((const char *)8, O_RDONLY));
+            show("mkdir-bad-path", mkdir((const char *)8, 0755));
+            show("chdir", chdir(argv[1]));
+            show("getcwd-bad-buf", (long)syscall(79, (char *)8, 4096));
+            show("getcwd-short", (long)syscall(79, buf, 2));
+            int fd = open("made", O_CREAT | O_WRONLY, 0644);
+            show("write", write(fd, "hi\n", 3));
+            show("close", close(fd));
+            show("stat-rel", stat("made", &st));
+            printf("size %ld\n", (long)st.st_size);
+            return 0;
+        }
+        "#,
+    )
+    .expect("write probe");
+    let bin = dir.path().join("bad");
+    let ok = std::process::Command::new("cc")
+        .args(["-O1", "-static", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .status()
+        .expect("run cc");
+    assert!(ok.success(), "static probe failed to compile");
+    let out = atoll_tests::assert_same_on_tmpfs(
+        TWO,
+        &format!(
+            r#"
+            mkdir "$ROOT/d"
+            {bin} "$ROOT/d"
+            cat "$ROOT/d/made"
+            "#,
+            bin = bin.display()
+        ),
+        true,
+    );
+    assert!(out.starts_with("stat-bad-path -1 Bad address\n"), "{out}");
+    assert!(out.ends_with("size 3\nhi\n"), "{out}");
 }

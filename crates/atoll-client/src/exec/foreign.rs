@@ -10,8 +10,11 @@
 //! FDS PATH ARGV…` in its place (the CLI's `foreign.rs`): an ordinary
 //! atoll client, in this very process, that starts the program with host
 //! pipes at those numbers and copies between them and the atoll
-//! descriptors, and ends as the program ends. An image that inherits no
-//! atoll descriptor runs as it is.
+//! descriptors, and ends as the program ends. A statically linked image
+//! always runs behind the relay, which also serves the paths it names in
+//! the mount (a seccomp user-notification filter, CLI `foreign/`); a
+//! secure-execution image that inherits no atoll descriptor runs as it
+//! is (the filter needs `no_new_privs`, which would drop its privileges).
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
@@ -37,15 +40,33 @@ pub(super) fn inherited() -> Vec<i32> {
         .collect()
 }
 
+/// Why an image cannot load the client library.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Foreign {
+    /// Statically linked, running with the caller's privileges: the
+    /// relay may filter its system calls and serve its mount paths.
+    Static,
+    /// Secure execution (`AT_SECURE`): the relay only copies its
+    /// descriptors, since a filter would cost it its privileges.
+    Secure,
+}
+
 /// Would the host file at `path` (relative to `dirfd`) run without the
 /// client library? A statically linked ELF image, or one that runs in
 /// secure-execution mode (`AT_SECURE`: set-user-ID or set-group-ID to
 /// someone else, file capabilities), where the loader ignores our
 /// `LD_PRELOAD` path. Anything unreadable or not ELF (a `#!` script, whose
 /// interpreter the kernel runs) is taken to load it.
+#[cfg(test)]
 pub(super) fn cannot_load_client_at(dirfd: i64, path: &[u8]) -> bool {
+    foreign_at(dirfd, path).is_some()
+}
+
+/// As [`cannot_load_client_at`], saying why; secure execution wins over
+/// static linking.
+pub(super) fn foreign_at(dirfd: i64, path: &[u8]) -> Option<Foreign> {
     let Ok(cpath) = std::ffi::CString::new(path) else {
-        return false;
+        return None;
     };
     // SAFETY: openat reads the NUL-terminated local path.
     let fd = unsafe {
@@ -58,11 +79,15 @@ pub(super) fn cannot_load_client_at(dirfd: i64, path: &[u8]) -> bool {
         )
     };
     if fd < 0 {
-        return false;
+        return None;
     }
     // SAFETY: a new descriptor this function owns alone.
     let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
-    is_static(fd.as_raw_fd()) || runs_secure(fd.as_raw_fd())
+    if runs_secure(fd.as_raw_fd()) {
+        Some(Foreign::Secure)
+    } else {
+        is_static(fd.as_raw_fd()).then_some(Foreign::Static)
+    }
 }
 
 /// Does executing the image in `fd` give the process `AT_SECURE` (the
@@ -133,21 +158,28 @@ fn program_headers(head: &[u8; 64]) -> Option<(u64, usize, usize)> {
 }
 
 /// The relay's `(path, argv)` for the image at `path` given `argv`, which
-/// would inherit the atoll descriptors `fds`: `atoll __foreign FDS PATH
-/// ARGV…`, through the instance's link to its executable.
+/// would inherit the atoll descriptors `fds`: `atoll __foreign FDS MOUNT
+/// PATH ARGV…`, through the instance's link to its executable. `mount` is
+/// the mount whose paths the relay serves (`-`: none, only descriptors).
 pub(super) fn divert(
     socket_path: &str,
+    mount: Option<&[u8]>,
     path: &[u8],
     argv: &[Vec<u8>],
     fds: &[i32],
 ) -> Option<(Vec<u8>, Vec<Vec<u8>>)> {
     let dir = std::path::Path::new(socket_path).parent()?;
     let atoll = dir.join(EXE_LINK).into_os_string().into_encoded_bytes();
-    let list = fds.iter().map(i32::to_string).collect::<Vec<_>>().join(",");
+    let list = if fds.is_empty() {
+        "-".to_string()
+    } else {
+        fds.iter().map(i32::to_string).collect::<Vec<_>>().join(",")
+    };
     let mut out = vec![
         atoll.clone(),
         FOREIGN.as_bytes().to_vec(),
         list.into_bytes(),
+        mount.unwrap_or(b"-").to_vec(),
         path.to_vec(),
     ];
     out.extend(argv.iter().cloned());
@@ -197,9 +229,16 @@ mod tests {
     }
 
     #[test]
+    fn a_relay_with_no_descriptors_serves_paths_and_a_secure_one_does_not() {
+        let (_, argv) = divert("/r/boot.sock", None, b"/p", &[b"p".to_vec()], &[]).unwrap();
+        assert_eq!(argv[2..4], [b"-".to_vec(), b"-".to_vec()]);
+    }
+
+    #[test]
     fn the_relay_runs_the_instance_s_atoll_with_the_descriptor_list() {
         let (path, argv) = divert(
             "/run/atoll/abc/boot.sock",
+            Some(b"/atoll"),
             b"/bin/prog",
             &[b"prog".to_vec(), b"-x".to_vec()],
             &[0, 1, 5],
@@ -213,6 +252,7 @@ mod tests {
                 &b"/run/atoll/abc/atoll"[..],
                 b"__foreign",
                 b"0,1,5",
+                b"/atoll",
                 b"/bin/prog",
                 b"prog",
                 b"-x"

@@ -566,22 +566,29 @@ fn prepare_inner(
         }
     }
     // An image that cannot load the client (statically linked, or run in
-    // secure execution) takes nothing of atoll across the exec: with atoll
-    // descriptors to inherit it runs behind a relay (below), else as it
-    // is, with no session and no private descriptor handed over.
+    // secure execution) takes nothing of atoll across the exec. A static
+    // one runs behind a relay (below) that copies the atoll descriptors it
+    // inherits and serves the paths it names in the mount; a secure one
+    // only when it inherits atoll descriptors, else as it is, with no
+    // session and no private descriptor handed over.
     let foreign_image = match &exec_fd {
-        Some(fd) => foreign::is_static(fd.as_raw_fd()),
-        None => dirfd == libc::AT_FDCWD as i64 && foreign::cannot_load_client_at(dirfd, &prog_path),
+        Some(fd) => foreign::is_static(fd.as_raw_fd()).then_some(foreign::Foreign::Static),
+        None if dirfd == libc::AT_FDCWD as i64 => foreign::foreign_at(dirfd, &prog_path),
+        None => None,
     };
-    let inherits = if foreign_image {
+    let inherits = if foreign_image.is_some() {
         foreign::inherited()
     } else {
         Vec::new()
     };
-    if foreign_image && inherits.is_empty() && exec_fd.is_none() {
+    let relayed = match foreign_image {
+        Some(foreign::Foreign::Static) => true,
+        Some(foreign::Foreign::Secure) => !inherits.is_empty(),
+        None => false,
+    };
+    if foreign_image.is_some() && !relayed && exec_fd.is_none() {
         // A dynamic program it starts attaches anew (`ATOLL_SOCKET`) in
-        // this cwd: so does the program a launcher such as valgrind (a
-        // static image) runs with our `LD_PRELOAD`.
+        // this cwd.
         let st = State {
             cwd: c.cwd().map(|w| (w.path.clone(), Some(w.ino.0))),
             ..State::default()
@@ -631,7 +638,8 @@ fn prepare_inner(
     }
     // The relay of an image that cannot load the client (`foreign`).
     let mut relay_image = None;
-    if foreign_image && !inherits.is_empty() {
+    if relayed {
+        let serves = (foreign_image == Some(foreign::Foreign::Static)).then_some(&c.mount[..]);
         let image = match &exec_fd {
             Some(fd) => {
                 // The relay starts the program from our memfd, which it
@@ -642,7 +650,7 @@ fn prepare_inner(
             None => Some(prog_path.clone()),
         };
         if let Some((relay, rargv)) =
-            image.and_then(|i| foreign::divert(&c.socket_path, &i, &argv, &inherits))
+            image.and_then(|i| foreign::divert(&c.socket_path, serves, &i, &argv, &inherits))
         {
             prog_path = relay;
             argv = rargv;

@@ -1,13 +1,14 @@
 //! Programs that cannot load the client library: `atoll __foreign FDS
-//! PATH ARGV…`.
+//! MOUNT PATH ARGV…`.
 //!
 //! atoll enters a program through `LD_PRELOAD`; a statically linked image
 //! has no dynamic loader, so it never runs the client and sees atoll
 //! descriptors as what the kernel holds for them: placeholders. Its
 //! output into an atoll pipe or file would vanish and its input would be
-//! empty. So a client whose `execve` names such an image while it holds
-//! atoll descriptors the image would inherit (client `exec/foreign.rs`)
-//! execs this in its place instead. Like a remote spawn's proxy
+//! empty, and it could not name paths in the mount. So a client whose
+//! `execve` names a static image, or a secure-execution one while it
+//! holds atoll descriptors the image would inherit (client
+//! `exec/foreign.rs`), execs this in its place instead. Like a remote spawn's proxy
 //! (`node/remote.rs`), the relay *is* the process that called `execve`:
 //! same pid, parent, process group and descriptor table (handed over as
 //! for any exec). It runs as an ordinary atoll client and:
@@ -25,8 +26,20 @@
 //!   program left running still writes there, a child of the relay copies
 //!   on.
 //!
-//! The program itself still cannot name paths in the mount
-//! (COMPATIBILITY.md).
+//! With MOUNT (a static image; `-` for a secure-execution one, which a
+//! filter would strip of its privileges) the program also runs under a
+//! seccomp user-notification filter, and a supervisor thread serves the
+//! paths it and its descendants name in the mount:
+//!
+//! * `seccomp.rs`: the raw calls (filter, notifications, memory);
+//! * `paths.rs`: where a path leads, and the tracked cwds;
+//! * `files.rs`: the memfds given out for files and directories;
+//! * `serve.rs`: the handler of each filtered call.
+
+mod files;
+mod paths;
+mod seccomp;
+mod serve;
 
 use std::ffi::OsString;
 use std::io::{Read, Write};
@@ -52,19 +65,20 @@ enum Relay {
     Both { atoll: i32, host: OwnedFd },
 }
 
-/// Entry point; `args` follow the subcommand: FDS PATH ARGV….
+/// Entry point; `args` follow the subcommand: FDS MOUNT PATH ARGV….
 pub fn main(args: Vec<OsString>) -> i32 {
     let mut args = args.into_iter();
-    let (Some(fds), Some(path)) = (args.next(), args.next()) else {
-        eprintln!("atoll: usage: atoll __foreign FDS PATH ARGV…");
+    let (Some(fds), Some(mount), Some(path)) = (args.next(), args.next(), args.next()) else {
+        eprintln!("atoll: usage: atoll __foreign FDS MOUNT PATH ARGV…");
         return 2;
     };
+    let mount = (mount != "-").then(|| mount.into_encoded_bytes());
     let argv: Vec<OsString> = args.collect();
     let Some(fds) = parse_fds(&fds.to_string_lossy()) else {
         eprintln!("atoll: __foreign: bad descriptor list {fds:?}");
         return 2;
     };
-    match run(&fds, path, argv) {
+    match run(&fds, mount, path, argv) {
         Ok(never) => match never {},
         Err(e) => {
             eprintln!("atoll: {e}");
@@ -85,6 +99,7 @@ fn parse_fds(s: &str) -> Option<Vec<i32>> {
 
 fn run(
     fds: &[i32],
+    mount: Option<Vec<u8>>,
     path: OsString,
     argv: Vec<OsString>,
 ) -> Result<std::convert::Infallible, String> {
@@ -128,7 +143,7 @@ fn run(
     // Blocked before the program exists, so none is lost or kills the
     // relay in between; the program starts with none blocked.
     sys::block_signals(&sys::RELAYED_SIGNALS).map_err(|e| e.to_string())?;
-    let mut child = spawn(&path, argv, program_ends)?;
+    let (mut child, supervisor) = spawn(&path, argv, program_ends, mount)?;
     let pid = child.id() as i32;
     std::thread::spawn(move || {
         while let Ok(sig) = sys::wait_signal(&sys::RELAYED_SIGNALS) {
@@ -167,8 +182,11 @@ fn run(
         .filter_map(|t| t.join().ok())
         .filter_map(|(host, atoll)| host.map(|h| (h, atoll)))
         .collect();
-    if !rest.is_empty() {
-        hand_off(rest);
+    // The files it wrote reach the mount too; what it left running still
+    // needs a supervisor.
+    let supervisor = supervisor.and_then(Running::stop);
+    if !rest.is_empty() || supervisor.is_some() {
+        hand_off(rest, supervisor);
     }
     match (status.code(), status.signal()) {
         (Some(code), _) => std::process::exit(code),
@@ -202,14 +220,52 @@ fn host_pipe() -> Result<(OwnedFd, OwnedFd), String> {
     Ok(unsafe { (OwnedFd::from_raw_fd(p[0]), OwnedFd::from_raw_fd(p[1])) })
 }
 
+/// The supervisor thread, and how to stop it.
+struct Running {
+    thread: std::thread::JoinHandle<Option<serve::Supervisor>>,
+    stop: OwnedFd,
+}
+
+impl Running {
+    /// Stop serving (between two notifications) and write back what the
+    /// program wrote; the supervisor comes back if processes still run
+    /// under the filter.
+    fn stop(self) -> Option<serve::Supervisor> {
+        drop(self.stop);
+        let s = self.thread.join().ok()??;
+        s.files.write_back_all();
+        s.in_use().then_some(s)
+    }
+}
+
 /// Start the program with its ends at their numbers (and the directories
-/// among the inherited descriptors closed).
+/// among the inherited descriptors closed); with `mount`, under the
+/// filter, with a supervisor thread serving it.
 fn spawn(
     path: &OsString,
     argv: Vec<OsString>,
     ends: Vec<(i32, Option<OwnedFd>)>,
-) -> Result<std::process::Child, String> {
+    mount: Option<Vec<u8>>,
+) -> Result<(std::process::Child, Option<Running>), String> {
     let mut cmd = std::process::Command::new(path);
+    // Where the program starts, as the relay's client knows it: a cwd in
+    // the mount is the supervisor's to track, and a dynamic program it
+    // starts attaches anew there (`ATOLL_STATE`).
+    let start = std::env::current_dir()
+        .map(|d| d.into_os_string().into_encoded_bytes())
+        .unwrap_or_default();
+    let filter = match &mount {
+        Some(m) => {
+            if paths::under(m, &start) {
+                let (k, v) = atoll_client::initial_state_env(&String::from_utf8_lossy(&start));
+                cmd.env(k, v);
+            }
+            let (mine, theirs) = std::os::unix::net::UnixStream::pair()
+                .map_err(|e| format!("cannot pass the filter: {e}"))?;
+            Some((seccomp::program(serve::FILTERED), mine, theirs))
+        }
+        None => None,
+    };
     let mut args = argv.into_iter();
     if let Some(arg0) = args.next() {
         cmd.arg0(arg0);
@@ -219,7 +275,35 @@ fn spawn(
         .iter()
         .map(|(fd, end)| (*fd, end.as_ref().map_or(-1, AsRawFd::as_raw_fd)))
         .collect();
-    // SAFETY: only dup2/close/signal/sigmask calls between fork and exec.
+    let prog = filter
+        .as_ref()
+        .map(|(p, _, theirs)| (p.clone(), theirs.as_raw_fd()));
+    // The supervisor starts before the child: its exec is the first call
+    // the filter holds, and `spawn` returns only once that is done.
+    let running = match (&filter, mount) {
+        (Some((_, mine, _)), Some(mount)) => {
+            let mine = mine.try_clone().map_err(|e| e.to_string())?;
+            let (stop_r, stop_w) = host_pipe()?;
+            let start = start.clone();
+            let thread = std::thread::spawn(move || {
+                let listener = seccomp::receive_listener(mine.as_raw_fd()).ok()?;
+                let mut sup = serve::Supervisor {
+                    listener,
+                    paths: paths::Paths::new(mount, &start),
+                    files: files::Files::default(),
+                };
+                sup.serve(&stop_r);
+                Some(sup)
+            });
+            Some(Running {
+                thread,
+                stop: stop_w,
+            })
+        }
+        _ => None,
+    };
+    // SAFETY: only dup2/close/signal/sigmask/prctl/seccomp/sendmsg calls
+    // between fork and exec, on memory prepared before the fork.
     unsafe {
         cmd.pre_exec(move || {
             for &(fd, from) in &moves {
@@ -233,6 +317,11 @@ fn spawn(
             let mut none: libc::sigset_t = std::mem::zeroed();
             libc::sigemptyset(&mut none);
             libc::pthread_sigmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+            // Last: from here on the program's path calls wait for the
+            // supervisor (exec itself is not filtered).
+            if let Some((p, to)) = &prog {
+                seccomp::install_and_send(p, *to)?;
+            }
             Ok(())
         });
     }
@@ -241,7 +330,8 @@ fn spawn(
         .map_err(|e| format!("{}: {e}", path.to_string_lossy()))?;
     // Our copies of the program's ends go, so its end of file is its own.
     drop(ends);
-    Ok(child)
+    drop(filter);
+    Ok((child, running))
 }
 
 /// Atoll descriptor `atoll` → the program's end, until end of file there
@@ -337,22 +427,34 @@ fn set_nonblocking(fd: &OwnedFd, on: bool) {
     }
 }
 
-/// The program ended, but something it started still holds its ends:
-/// a child of the relay copies the rest (as Linux would deliver it) while
-/// the relay ends now, as the program did.
-fn hand_off(rest: Vec<(OwnedFd, i32)>) {
+/// The program ended, but something it started still holds its ends or
+/// runs under its filter: a child of the relay copies the rest (as Linux
+/// would deliver it) and serves the filter until no process is left under
+/// it, while the relay ends now, as the program did.
+fn hand_off(rest: Vec<(OwnedFd, i32)>, supervisor: Option<serve::Supervisor>) {
     // SAFETY: fork of this process (the client library gives the child a
-    // session of its own); the child only copies and exits.
+    // session of its own); the child only copies, serves and exits. The
+    // supervisor thread was joined first, so only the child serves.
     match unsafe { libc::fork() } {
         0 => {
             std::thread::scope(|s| {
                 for (host, atoll) in rest {
                     s.spawn(move || copy_out(host, atoll, None));
                 }
+                if let Some(mut sup) = supervisor {
+                    s.spawn(move || {
+                        // Never readable: served until the listener hangs up.
+                        let Ok((stop, _keep)) = host_pipe() else {
+                            return;
+                        };
+                        sup.serve(&stop);
+                        sup.files.write_back_all();
+                    });
+                }
             });
             std::process::exit(0);
         }
-        _ => drop(rest),
+        _ => drop((rest, supervisor)),
     }
 }
 

@@ -52,6 +52,9 @@ pub enum ServerLink {
     Thread(Sender<Admin>),
     /// A process of its own (`process`), through a socket.
     Process(Arc<crate::process::ServerProcess>),
+    /// A member served on another node, through the proxy that stands
+    /// for it here (`remote`, `atoll node --servers-here`).
+    Remote(Arc<dyn crate::remote::RemoteMember>),
 }
 
 /// The file servers as the boot thread and the instance see them.
@@ -107,6 +110,8 @@ impl Servers {
                 }
             }
             Some(ServerLink::Process(p)) => p.post(msg),
+            // Its proxy rings no local doorbell but its own.
+            Some(ServerLink::Remote(r)) => return r.post(msg),
             None => return,
         }
         self.control.doorbell(i).ring();
@@ -122,6 +127,9 @@ impl Servers {
         channel: Arc<ServerChannel>,
         memfd: BorrowedFd<'_>,
     ) {
+        if let Some(ServerLink::Remote(r)) = self.link(i) {
+            return r.add_channel(session, lane, channel);
+        }
         if let Some(p) = self.process(i) {
             if self.health.is_down(i) || !p.add_channel(session, lane, memfd) {
                 channel.close();

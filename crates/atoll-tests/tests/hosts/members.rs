@@ -194,3 +194,67 @@ fn a_program_working_on_its_own_nodes_member_sends_nothing_through_the_first_nod
         "C's reads did not go through the first node's stub"
     );
 }
+
+/// Lookup-cache invalidations of a remote member reach every client that
+/// cached its names: a program on the first host (through the member's
+/// stub) and one on the member's own host (its channel is the member's
+/// own) each walk twenty paths through directories of host B's member,
+/// host C renames those directories, and both then find the old paths
+/// gone and the new ones there, as on tmpfs (a walk through a stale
+/// cached name would still find the old path, whose directory lives on).
+#[test]
+fn a_remote_members_invalidations_reach_programs_on_every_host() {
+    use std::io::{BufRead, Write};
+    let Some(c) = spread() else { return };
+    let made = on(
+        &c,
+        1,
+        "mkdir $ROOT/d && for i in $(seq 1 20); do mkdir $ROOT/d/s$i && echo $i > $ROOT/d/s$i/x; \
+         done && echo $(( $(stat -c %i $ROOT/d) >> 56 ))",
+    );
+    assert_eq!(text(&made), "2\n");
+    let fifos = tempfile::tempdir().unwrap();
+    let mut cachers = Vec::new();
+    for host in [0, 1] {
+        let go = fifos.path().join(format!("go{host}"));
+        assert!(std::process::Command::new("mkfifo")
+            .arg(&go)
+            .status()
+            .unwrap()
+            .success());
+        let script = format!(
+            "for i in $(seq 1 20); do [ -e $ROOT/d/s$i/x ] || echo missing $i; done; echo cached; \
+             read -r x < {go}; old=0; new=0; for i in $(seq 1 20); do \
+             [ -e $ROOT/d/s$i/x ] && old=$((old+1)); [ -e $ROOT/d/m$i/x ] && new=$((new+1)); \
+             done; echo old $old new $new",
+            go = go.display()
+        );
+        let mut p = c
+            .exec(&atoll_bin(), host, &script)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = std::io::BufReader::new(p.stdout.take().unwrap()).lines();
+        assert_eq!(lines.next().unwrap().unwrap(), "cached", "host {host}");
+        cachers.push((host, go, p, lines));
+    }
+    on(
+        &c,
+        2,
+        "for i in $(seq 1 20); do mv $ROOT/d/s$i $ROOT/d/m$i; done",
+    );
+    for (host, go, mut p, mut lines) in cachers {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&go)
+            .unwrap()
+            .write_all(b"go\n")
+            .unwrap();
+        assert_eq!(
+            lines.next().unwrap().unwrap(),
+            "old 0 new 20",
+            "host {host}"
+        );
+        assert!(p.wait().unwrap().success());
+    }
+}

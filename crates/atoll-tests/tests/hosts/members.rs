@@ -188,6 +188,24 @@ fn a_program_working_on_its_own_nodes_member_sends_nothing_through_the_first_nod
                 mv f1 g1 && rm f2 && ls | wc -l";
     assert_eq!(text(&on(&c, 1, work)), "1000141\n50\n");
     assert_eq!(forwarded().unwrap_or(0), before, "B's own calls crossed");
+    // Its pipes too are its node's member's: eight shells, whose pids
+    // would spread them over all four members by the fleet's hash.
+    let pipes = |s: &serde_json::Value| -> Vec<u64> {
+        let all = s["servers"].as_array().expect("servers");
+        all.iter()
+            .map(|m| m["pipes"].as_u64().unwrap_or(0))
+            .collect()
+    };
+    let before_pipes = pipes(&status(&c, 0));
+    let piped = "for i in $(seq 1 8); do bash -c 'seq 1 1000 | wc -l'; done | sort -u";
+    assert_eq!(text(&on(&c, 1, piped)), "1000\n");
+    let after_pipes = pipes(&status(&c, 0));
+    for (m, (a, b)) in after_pipes.iter().zip(&before_pipes).enumerate() {
+        match m {
+            2 => assert!(a >= &(b + 8), "member 2 made {} pipes", a - b),
+            _ => assert_eq!(a, b, "member {m} made pipes for host B"),
+        }
+    }
     assert_eq!(text(&on(&c, 2, "wc -c < $ROOT/work/big")), "1000000\n");
     assert!(
         forwarded().is_some_and(|n| n > before),

@@ -80,6 +80,13 @@ impl Servers {
         let mut health = self.health.report();
         for h in &mut health {
             h.generation = self.control.generation(h.server as usize);
+            // A member served on another node is down while its node is
+            // unreachable (its calls fail with `EIO`).
+            if let Some(ServerLink::Remote(r)) = self.link(h.server as usize) {
+                if !r.reachable() {
+                    h.state = "down".into();
+                }
+            }
         }
         health
     }

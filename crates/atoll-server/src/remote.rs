@@ -37,6 +37,9 @@ pub trait RemoteMember: Send + Sync {
     /// one the member cannot take is dropped, which answers a question
     /// with nothing (its sender goes).
     fn post(&self, msg: Admin);
+    /// Whether its node is reachable now (`atoll status` reports the
+    /// member down otherwise).
+    fn reachable(&self) -> bool;
 }
 
 /// A member served here for an instance booted on another node: one

@@ -307,6 +307,12 @@ impl MemberStub {
 }
 
 impl RemoteMember for MemberStub {
+    fn reachable(&self) -> bool {
+        lock(&self.node.link)
+            .as_ref()
+            .is_some_and(|l| !l.is_closed())
+    }
+
     fn add_channel(&self, session: SessionId, lane: u32, channel: Arc<ServerChannel>) {
         if lock(&self.node.link).is_none() {
             // The node is not (or no longer) there: `EIO` at once.

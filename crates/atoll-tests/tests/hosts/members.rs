@@ -133,6 +133,7 @@ fn rename_and_rmdir_across_members_on_different_hosts_match_tmpfs() {
 #[test]
 fn a_killed_host_fails_calls_on_its_members_names_with_eio_and_the_rest_goes_on() {
     let Some(mut c) = spread() else { return };
+    let state = |c: &Cluster, m: usize| status(c, 0)["health"][m]["state"].clone();
     on(&c, 1, "echo on-b > $ROOT/b-file");
     on(&c, 2, "echo on-c > $ROOT/c-file");
     on(&c, 0, "echo on-a > $ROOT/a-file");
@@ -165,6 +166,9 @@ fn a_killed_host_fails_calls_on_its_members_names_with_eio_and_the_rest_goes_on(
     }
     let out = on(&c, 0, "echo more >> $ROOT/c-file && cat $ROOT/c-file");
     assert_eq!(text(&out), "on-c\nmore\n");
+    // The first node reports B's member down, C's up.
+    assert_eq!(state(&c, 2), "down");
+    assert_eq!(state(&c, 3), "up");
     let gone = on(&c, 2, "cat $ROOT/b-file 2>&1; echo $?");
     assert!(
         text(&gone).contains("Input/output error"),

@@ -167,3 +167,60 @@ impl Drop for LoneMember {
 fn dup(fd: &OwnedFd) -> std::io::Result<OwnedFd> {
     fd.as_fd().try_clone_to_owned()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use atoll_msg::ClientChannel;
+    use atoll_proto::{Reply, ReplyFrame, Request, RequestFrame};
+
+    /// One call on `chan` to the member: the id of the reply's frame.
+    fn call(m: &LoneMember, chan: &ClientChannel, control: &Control, id: u64) -> Reply<'static> {
+        let frame = RequestFrame {
+            id,
+            cred: Cred::default(),
+            pid: 0,
+            req: Request::SetGroups {
+                set: 0,
+                groups: vec![],
+            },
+            vouched: std::borrow::Cow::Borrowed(&[]),
+        };
+        let mut buf = vec![0u8; 1024];
+        let bytes = atoll_proto::encode(&frame, &mut buf).unwrap();
+        chan.send(bytes, control.doorbell(m.index)).unwrap();
+        chan.recv(PollMode::Adaptive, |b| {
+            let f = atoll_proto::decode::<ReplyFrame<'_>>(b).unwrap();
+            assert_eq!(f.id, id);
+            match f.reply {
+                Reply::Ok => Reply::Ok,
+                other => panic!("{other:?}"),
+            }
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn a_lone_member_serves_as_its_index_in_the_doorbells_it_is_given() {
+        // The control block of a node's programs (its edge's), which the
+        // member shares: a program rings doorbell 2 there.
+        let (fd, programs) = Control::create(4).unwrap();
+        let m = LoneMember::start(2, 4, 1 << 20, PollMode::Adaptive, Some(fd.as_fd())).unwrap();
+        let (chan_fd, sc) = ServerChannel::create().unwrap();
+        let chan = ClientChannel::map(chan_fd.as_fd()).unwrap();
+        m.add_channel(SessionId(7), 0, Arc::new(sc));
+        for id in 1..=3 {
+            assert!(matches!(call(&m, &chan, &programs, id), Reply::Ok));
+        }
+        let st = m.stats().expect("the member answers");
+        assert_eq!(st.server, 2);
+        assert!(st.requests >= 3, "{st:?}");
+        // It serves no root: server 0, on the first node, holds it.
+        assert_eq!(st.inodes, 0, "{st:?}");
+    }
+
+    #[test]
+    fn a_member_out_of_the_fleet_is_refused() {
+        assert!(LoneMember::start(4, 4, 1 << 20, PollMode::Adaptive, None).is_err());
+    }
+}

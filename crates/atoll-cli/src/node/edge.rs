@@ -335,6 +335,9 @@ impl Edge {
         // instance's.
         if let Some(BootReply::Status(st)) = &mut reply {
             st.process_counters.extend(self.copies.counters());
+            if let Some(host) = self.locals.get() {
+                st.process_counters.extend(host.counters());
+            }
         }
         let packet = match &reply {
             Some(r @ (BootReply::Attached { .. } | BootReply::Status(_))) => {

@@ -103,6 +103,8 @@ pub struct MemberStub {
 /// node nothing.
 struct StubChan {
     id: ChanId,
+    session: u64,
+    lane: u32,
     chan: Arc<ServerChannel>,
     /// `MemberChannel` to send before its first request; `None` once sent.
     announce: Option<NodeMsg>,
@@ -266,28 +268,8 @@ impl MemberStub {
             let mut frames = 0u64;
             let mut chans = lock(&self.chans);
             chans.retain(|sc| !sc.chan.is_closed());
-            for StubChan {
-                id,
-                chan: ch,
-                announce,
-            } in chans.iter_mut()
-            {
-                loop {
-                    match ch.try_recv(|b| b.to_vec()) {
-                        Ok(Some(frame)) => {
-                            if let Some(made) = announce.take() {
-                                batch.push(wire::message(0, &made));
-                            }
-                            frames += 1;
-                            batch.push(wire::message(0, &NodeMsg::Request { chan: *id, frame }))
-                        }
-                        Ok(None) => break,
-                        Err(_) => {
-                            ch.close();
-                            break;
-                        }
-                    }
-                }
+            for sc in chans.iter_mut() {
+                frames += sc.drain(&mut batch);
             }
             if batch.is_empty() {
                 continue;
@@ -302,6 +284,60 @@ impl MemberStub {
                     sc.chan.close();
                 }
             }
+        }
+    }
+}
+
+impl StubChan {
+    /// Move the requests waiting in this channel into `batch`, told to
+    /// the node first if they are its first; how many.
+    fn drain(&mut self, batch: &mut Vec<Message>) -> u64 {
+        let mut frames = 0;
+        loop {
+            match self.chan.try_recv(|b| b.to_vec()) {
+                Ok(Some(frame)) => {
+                    if let Some(made) = self.announce.take() {
+                        batch.push(wire::message(0, &made));
+                    }
+                    frames += 1;
+                    let chan = self.id;
+                    batch.push(wire::message(0, &NodeMsg::Request { chan, frame }));
+                }
+                Ok(None) => return frames,
+                Err(_) => {
+                    self.chan.close();
+                    return frames;
+                }
+            }
+        }
+    }
+}
+
+impl MemberStub {
+    /// Forget the channels `gone` picks (a session's end, retired lanes):
+    /// neither the instance nor the server closes them, they are dropped.
+    /// With `serve`, what they still hold leaves first (a server serves
+    /// what a dead session queued); then `then`, on the same link, so the
+    /// node's member sees it after those requests.
+    fn drop_chans(&self, gone: impl Fn(&StubChan) -> bool, serve: bool, then: NodeMsg) {
+        let mut batch = Vec::new();
+        let mut frames = 0;
+        let mut chans = lock(&self.chans);
+        chans.retain_mut(|sc| {
+            if !gone(sc) {
+                return true;
+            }
+            if serve {
+                frames += sc.drain(&mut batch);
+            }
+            lock(&self.node.chans).remove(&sc.id);
+            false
+        });
+        MEMBER_REQUESTS.fetch_add(frames, Ordering::Relaxed);
+        batch.push(wire::message(0, &then));
+        let link = lock(&self.node.link).clone();
+        if let Some(l) = link {
+            let _ = l.send_all(&batch);
         }
     }
 }
@@ -329,6 +365,8 @@ impl RemoteMember for MemberStub {
         });
         lock(&self.chans).push(StubChan {
             id,
+            session: session.0,
+            lane,
             chan: channel,
             announce,
         });
@@ -338,23 +376,19 @@ impl RemoteMember for MemberStub {
         let member = self.index as u32;
         match msg {
             Admin::SessionClosed(s) => {
-                self.node.send(
-                    0,
-                    &NodeMsg::SessionEnded {
-                        member,
-                        session: s.0,
-                    },
-                );
+                let session = s.0;
+                let end = NodeMsg::SessionEnded { member, session };
+                self.drop_chans(|c| c.session == session, true, end);
             }
             Admin::RetireLanes { session, before } => {
-                self.node.send(
-                    0,
-                    &NodeMsg::RetireLanes {
-                        member,
-                        session: session.0,
-                        before,
-                    },
-                );
+                // A server drops retired lanes' channels unserved.
+                let session = session.0;
+                let end = NodeMsg::RetireLanes {
+                    member,
+                    session,
+                    before,
+                };
+                self.drop_chans(|c| c.session == session && c.lane < before, false, end);
             }
             Admin::Stats(tx) => {
                 let id = self.node.next_id.fetch_add(1, Ordering::Relaxed);
@@ -394,6 +428,8 @@ pub struct MemberHost {
 struct HostChan {
     /// Position in `MemberHost::members`.
     member: usize,
+    session: u64,
+    lane: u32,
     chan: ClientChannel,
 }
 
@@ -423,6 +459,14 @@ impl MemberHost {
             .name("node-members-watch".into())
             .spawn(move || h.watch())?;
         Ok(host)
+    }
+
+    /// What `atoll status` at this node adds (`edge.rs`): the channels
+    /// its members hold for clients of other nodes now (a session's end
+    /// drops them).
+    pub fn counters(&self) -> Vec<(String, u64)> {
+        let n = lock(&self.chans).len() as u64;
+        vec![("node.member_channels".to_string(), n)]
     }
 
     /// Give member `index` a channel of a program of this node (its
@@ -487,6 +531,8 @@ impl MemberHost {
                     lone.add_channel(SessionId(session), lane, Arc::new(sc));
                     Some(HostChan {
                         member: pos,
+                        session,
+                        lane,
                         chan: cc,
                     })
                 });
@@ -514,8 +560,9 @@ impl MemberHost {
                 }
             }
             NodeMsg::SessionEnded { member, session } => {
-                if let Some((_, lone)) = self.member(member) {
+                if let Some((pos, lone)) = self.member(member) {
                     lone.post(Admin::SessionClosed(SessionId(session)));
+                    self.forget(|hc| hc.member == pos && hc.session == session);
                 }
             }
             NodeMsg::RetireLanes {
@@ -523,11 +570,15 @@ impl MemberHost {
                 session,
                 before,
             } => {
-                if let Some((_, lone)) = self.member(member) {
+                if let Some((pos, lone)) = self.member(member) {
                     lone.post(Admin::RetireLanes {
                         session: SessionId(session),
                         before,
                     });
+                    let retired = |hc: &HostChan| {
+                        hc.member == pos && hc.session == session && hc.lane < before
+                    };
+                    self.forget(retired);
                 }
             }
             NodeMsg::MemberStats { member } => {
@@ -542,6 +593,19 @@ impl MemberHost {
                     });
             }
             other => tracing::warn!("node: unexpected {other:?} on the member link"),
+        }
+    }
+
+    /// Drop the channels `gone` picks: their member dropped them (a
+    /// server closes no channel of a session that ended; it serves what
+    /// the session queued and forgets it), and so does the first node.
+    fn forget(&self, gone: impl Fn(&HostChan) -> bool) {
+        let mut chans = lock(&self.chans);
+        let before = chans.len();
+        chans.retain(|_, hc| !gone(hc));
+        if chans.len() != before {
+            self.generation.fetch_add(1, Ordering::AcqRel);
+            self.bell.ring();
         }
     }
 

@@ -280,3 +280,37 @@ fn a_remote_members_invalidations_reach_programs_on_every_host() {
         assert!(p.wait().unwrap().success());
     }
 }
+
+/// A remote member's channels for programs of other hosts go when those
+/// programs end: neither the instance nor a server closes a dead
+/// session's channels, so the member's node drops them at the session's
+/// end (each is a shared-memory ring pair), and the first node's stub too.
+#[test]
+fn a_members_channels_for_other_hosts_programs_go_when_those_programs_end() {
+    let Some(c) = spread() else { return };
+    on(&c, 1, "mkdir $ROOT/b && echo hi > $ROOT/b/f");
+    let channels = || {
+        status(&c, 1)["counters"]["node.member_channels"]
+            .as_u64()
+            .expect("node.member_channels at B")
+    };
+    let before = channels();
+    // Twenty programs on the first host and twenty on C, each a session
+    // with a lane whose channel to member 2 crosses to B.
+    for host in [0, 2] {
+        let out = on(
+            &c,
+            host,
+            "for i in $(seq 1 20); do cat $ROOT/b/f; done | sort | uniq -c",
+        );
+        assert_eq!(text(&out).trim(), "20 hi");
+    }
+    // Sessions end as their connections close, a moment after each exit.
+    let t = Instant::now();
+    let mut now = channels();
+    while now > before && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(50));
+        now = channels();
+    }
+    assert_eq!(now, before, "channels of programs that ended are kept at B");
+}

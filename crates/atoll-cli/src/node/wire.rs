@@ -35,33 +35,6 @@ pub enum NodeMsg {
         /// group of that many after the first node's.
         per_node: u32,
     },
-    /// Node → head, first message of a link that carries the traffic of
-    /// the members node `rank` serves (`members.rs`). On that link the
-    /// head sends `MemberChannel`, `Request`, `SessionEnded`,
-    /// `RetireLanes` and `MemberStats`; the node answers with `Reply`,
-    /// `Inbox`, `InboxOverflow`, `ChanClosed` and `StatsReply`.
-    ServeMembers { rank: u32 },
-    /// Head → member node: a session's lane got a channel to `member`.
-    MemberChannel {
-        chan: ChanId,
-        member: u32,
-        session: u64,
-        lane: u32,
-    },
-    /// Head → member node: a session ended (`member` releases it).
-    SessionEnded { member: u32, session: u64 },
-    /// Head → member node: the session's lanes below `before` retired.
-    RetireLanes {
-        member: u32,
-        session: u64,
-        before: u32,
-    },
-    /// Head → member node: `member`'s statistics, for `atoll status`.
-    MemberStats { member: u32 },
-    /// Member node → head: the answer (same transport id).
-    StatsReply {
-        stats: Option<atoll_proto::ServerStats>,
-    },
     /// Edge → head: a packet a program sent on boot connection `conn`.
     Boot {
         conn: ConnId,
@@ -142,6 +115,34 @@ pub enum NodeMsg {
     /// Proxy → node: `bytes` of `Output` were written to the proxy's
     /// descriptors; the node may send as many more.
     OutputTaken { bytes: u64 },
+    // Last, so that the messages before keep their wire form.
+    /// Node → head, first message of a link that carries the traffic of
+    /// the members node `rank` serves (`members.rs`). On that link the
+    /// head sends `MemberChannel`, `Request`, `SessionEnded`,
+    /// `RetireLanes` and `MemberStats`; the node answers with `Reply`,
+    /// `Inbox`, `InboxOverflow`, `ChanClosed` and `StatsReply`.
+    ServeMembers { rank: u32 },
+    /// Head → member node: a session's lane got a channel to `member`.
+    MemberChannel {
+        chan: ChanId,
+        member: u32,
+        session: u64,
+        lane: u32,
+    },
+    /// Head → member node: a session ended (`member` releases it).
+    SessionEnded { member: u32, session: u64 },
+    /// Head → member node: the session's lanes below `before` retired.
+    RetireLanes {
+        member: u32,
+        session: u64,
+        before: u32,
+    },
+    /// Head → member node: `member`'s statistics, for `atoll status`.
+    MemberStats { member: u32 },
+    /// Member node → head: the answer (same transport id).
+    StatsReply {
+        stats: Option<atoll_proto::ServerStats>,
+    },
 }
 
 /// What `execve` carries to a program started on another node. Host

@@ -288,6 +288,8 @@ pub fn enter(ns: &str) -> std::io::Result<()> {
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct HostsResults {
     pub hosts: usize,
+    /// File servers on each node but the first (`--servers-here`).
+    pub servers_here: u32,
     /// A null request (`SetGroups` with no groups) from the last host to a
     /// file server on the first, through both proxies: mean round trip.
     pub remote_rtt_ns: f64,
@@ -631,7 +633,13 @@ const TRIALS: usize = 5;
 
 /// `atoll bench --hosts N`: boot N hosts, measure between the last host
 /// and the first (the servers' host), print a table, write JSON `hosts`.
-pub fn main(n: usize, quick: bool, without: &[String], json: Option<&Path>) -> anyhow::Result<()> {
+pub fn main(
+    n: usize,
+    quick: bool,
+    without: &[String],
+    servers_here: u32,
+    json: Option<&Path>,
+) -> anyhow::Result<()> {
     anyhow::ensure!(n >= 2, "--hosts needs at least 2 hosts");
     let atoll = std::env::current_exe()?;
     let mut c = Cluster::new(n).map_err(|e| {
@@ -640,6 +648,10 @@ pub fn main(n: usize, quick: bool, without: &[String], json: Option<&Path>) -> a
     let mut opts = vec!["--servers", "2", "--memory", "512M"];
     for w in without {
         opts.extend(["--without", w.as_str()]);
+    }
+    let here = servers_here.to_string();
+    if servers_here > 0 {
+        opts.extend(["--servers-here", here.as_str()]);
     }
     c.start_nodes(&atoll, &opts)
         .map_err(|e| anyhow::anyhow!(e))?;
@@ -651,6 +663,7 @@ pub fn main(n: usize, quick: bool, without: &[String], json: Option<&Path>) -> a
     let (far, near) = (c.namespace(last).to_string(), c.namespace(0).to_string());
     let mut r = HostsResults {
         hosts: n,
+        servers_here,
         ..HostsResults::default()
     };
     r.remote_rtt_ns = best(|| null_rtt_ns(&socket, iters)).map_err(|e| anyhow::anyhow!(e))?;
@@ -716,7 +729,11 @@ pub fn main(n: usize, quick: bool, without: &[String], json: Option<&Path>) -> a
     r.notes.push(format!(
         "spawns: {spawns} runs of /bin/true from a shell on host 0, best of 3; remote: placed on host {last}; fds: with 3<file 4>>file 5<dir"
     ));
-    println!("atoll across {n} hosts (network namespaces on one machine)");
+    println!(
+        "atoll across {n} hosts (network namespaces on one machine), {} file servers on each \
+         other node",
+        r.servers_here
+    );
     println!(
         "  null round trip, remote server   {:>10.1} µs",
         r.remote_rtt_ns / 1e3

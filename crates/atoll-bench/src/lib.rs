@@ -133,6 +133,10 @@ pub struct BenchArgs {
     /// `hosts`).
     #[arg(long, value_name = "N")]
     pub hosts: Option<usize>,
+    /// With `--hosts`: file servers on every node but the first (`atoll
+    /// node --servers-here N`); 0, all on the first.
+    #[arg(long, value_name = "N", default_value_t = 0, requires = "hosts")]
+    pub servers_here: u32,
     /// Seconds after which one phase of one run is abandoned.
     #[arg(long, default_value_t = 900)]
     pub timeout: u64,
@@ -348,7 +352,8 @@ pub fn main_from_cli(args: BenchArgs, atoll: &mut dyn SystemFactory) -> anyhow::
         if args.report.is_some() {
             return Err(html::UsageError("--report is not for --hosts".into()).into());
         }
-        return hosts::main(n, args.quick, &args.without, args.json.as_deref());
+        let here = args.servers_here;
+        return hosts::main(n, args.quick, &args.without, here, args.json.as_deref());
     }
     // Before any benchmark: a report that cannot be written should not
     // cost a whole run to find out.

@@ -268,6 +268,12 @@ pub struct NodeArgs {
     /// launcher's environment, else from this host's addresses]
     #[arg(long, value_name = "N")]
     pub rank: Option<usize>,
+    /// File servers each node but the first runs as members of the one
+    /// fleet (given to the first node; the others follow it): a
+    /// program's new files and directories stay on its node's members
+    /// [default: 0, every file server on the first node]
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub servers_here: u32,
     /// The instance the first node boots (the others take its shape)
     #[command(flatten)]
     pub instance: InstanceArgs,

@@ -39,8 +39,11 @@ pub fn placement(c: &Client, dir: InodeId, name: &[u8]) -> Option<usize> {
     if c.info.without.affinity || c.members() < 2 {
         return None;
     }
-    let t = &c.info.topology;
     let entry = crate::adapt::entry_server(c, dir, name);
+    if let Some(node) = node_members(c) {
+        return node_placement(node, entry);
+    }
+    let t = &c.info.topology;
     let domain = t.domain_of_cpu(rustix::thread::sched_getcpu());
     if t.near(entry, domain) {
         return None;
@@ -60,6 +63,24 @@ pub fn placement(c: &Client, dir: InodeId, name: &[u8]) -> Option<usize> {
         .nth(k)
         .map(|s| c.live_server(s))
         .filter(|&s| s != entry)
+}
+
+/// The members served on this process's node, when the instance spans
+/// nodes (`InstanceInfo::node_members`): creation affinity across hosts
+/// (fos §3.2) replaces the socket's, as crossing the network costs far
+/// more than crossing sockets.
+fn node_members(c: &Client) -> Option<&[u32]> {
+    Some(c.info.node_members.as_slice()).filter(|m| !m.is_empty())
+}
+
+/// The node's member that takes a new inode whose entry is on `entry`:
+/// none (the coalesced path) when the entry is on the node already, else
+/// one per process, spread by pid as the designated local server is.
+fn node_placement(node: &[u32], entry: usize) -> Option<usize> {
+    if node.contains(&(entry as u32)) {
+        return None;
+    }
+    Some(node[std::process::id() as usize % node.len()] as usize)
 }
 
 /// The server a new plain directory `(dir, name)` should live on (inode
@@ -83,6 +104,12 @@ pub fn placement(c: &Client, dir: InodeId, name: &[u8]) -> Option<usize> {
 pub fn directory_home(c: &Client, dir: InodeId, name: &[u8]) -> Option<usize> {
     if c.info.without.affinity || c.members() < 2 || crate::adapt::distributed(dir) {
         return None;
+    }
+    // Across hosts the tree a program makes stays on its node, as its
+    // files do: spread over the node's members, never over the network.
+    if let Some(node) = node_members(c) {
+        let home = node[(name_hash(dir, name) % node.len() as u64) as usize] as usize;
+        return (home != crate::adapt::entry_server(c, dir, name)).then_some(home);
     }
     // Only where servers have cores of their own (`--split`, or any
     // spinning servers). Where they timeshare cores with the programs, a

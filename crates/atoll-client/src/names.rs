@@ -117,6 +117,16 @@ impl Client {
     /// containment, server `health.rs`).
     pub fn live_server(&self, preferred: usize) -> usize {
         static TURN: AtomicU64 = AtomicU64::new(0);
+        // Across hosts, a pipe or queue goes to a member of the caller's
+        // node (creation affinity, fos §3.2): its bytes never cross the
+        // network between two programs of one host.
+        let node = &self.info.node_members;
+        if !node.is_empty() {
+            let k = preferred % node.len();
+            let up = |&&m: &&u32| !self.control.is_down(m as usize);
+            let after = node[k..].iter().chain(&node[..k]).find(up);
+            return *after.unwrap_or(&node[k]) as usize;
+        }
         let n = self.members();
         let t = &self.info.topology;
         let caller = Caller {

@@ -189,6 +189,12 @@ pub struct InstanceInfo {
     /// close-to-open consistency (client `rcache.rs`). Set by the proxy.
     #[serde(default)]
     pub remote: bool,
+    /// The members served on the client's own node, in an instance whose
+    /// members are spread over nodes (`atoll node --servers-here`): new
+    /// files and plain directories go there (creation affinity across
+    /// hosts). Empty: every member is near.
+    #[serde(default)]
+    pub node_members: Vec<u32>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug)]

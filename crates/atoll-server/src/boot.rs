@@ -52,6 +52,9 @@ pub enum ServerLink {
     Thread(Sender<Admin>),
     /// A process of its own (`process`), through a socket.
     Process(Arc<crate::process::ServerProcess>),
+    /// A member served on another node, through the proxy that stands
+    /// for it here (`remote`, `atoll node --servers-here`).
+    Remote(Arc<dyn crate::remote::RemoteMember>),
 }
 
 /// The file servers as the boot thread and the instance see them.
@@ -77,6 +80,13 @@ impl Servers {
         let mut health = self.health.report();
         for h in &mut health {
             h.generation = self.control.generation(h.server as usize);
+            // A member served on another node is down while its node is
+            // unreachable (its calls fail with `EIO`).
+            if let Some(ServerLink::Remote(r)) = self.link(h.server as usize) {
+                if !r.reachable() {
+                    h.state = "down".into();
+                }
+            }
         }
         health
     }
@@ -107,6 +117,8 @@ impl Servers {
                 }
             }
             Some(ServerLink::Process(p)) => p.post(msg),
+            // Its proxy rings no local doorbell but its own.
+            Some(ServerLink::Remote(r)) => return r.post(msg),
             None => return,
         }
         self.control.doorbell(i).ring();
@@ -122,6 +134,9 @@ impl Servers {
         channel: Arc<ServerChannel>,
         memfd: BorrowedFd<'_>,
     ) {
+        if let Some(ServerLink::Remote(r)) = self.link(i) {
+            return r.add_channel(session, lane, channel);
+        }
         if let Some(p) = self.process(i) {
             if self.health.is_down(i) || !p.add_channel(session, lane, memfd) {
                 channel.close();

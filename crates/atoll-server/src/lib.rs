@@ -31,6 +31,7 @@ pub mod hosts;
 pub mod journal;
 pub mod process;
 pub mod process_counters;
+pub mod remote;
 pub mod server;
 pub mod snapshot;
 pub mod store;
@@ -126,6 +127,9 @@ pub struct Instance {
     watchdog: Option<JoinHandle<Vec<Option<ServerStats>>>>,
     watch_quit: Arc<AtomicBool>,
     boot_thread: Option<JoinHandle<std::io::Result<()>>>,
+    /// The control block, for proxies standing for remote members
+    /// (`control_fd`).
+    control_fd: OwnedFd,
     wake: OwnedFd,
     quit: Arc<AtomicBool>,
     stop: Arc<StopFlag>,
@@ -160,16 +164,44 @@ impl Instance {
     /// [`trace`]; the recorded events are in [`Instance::trace`] once the
     /// instance is shut down).
     pub fn boot_with(config: InstanceConfig, trace: bool) -> std::io::Result<Instance> {
+        Self::boot_members(config, trace, Vec::new())
+    }
+
+    /// Boot with members `config.servers..` served on other nodes
+    /// (`remote`, `atoll node --servers-here`): one each of `remotes`, in
+    /// order. Its own servers are threads then (a watchdog of processes
+    /// would deal the remote members to hosts it cannot start), and no
+    /// member joins later (the other nodes' proxies mirror the count).
+    pub fn boot_spanning(
+        mut config: InstanceConfig,
+        remotes: Vec<Arc<dyn remote::RemoteMember>>,
+    ) -> std::io::Result<Instance> {
+        if !remotes.is_empty() {
+            config.server_exe = None;
+            config.room = config.servers + remotes.len();
+        }
+        Self::boot_members(config, false, remotes)
+    }
+
+    fn boot_members(
+        config: InstanceConfig,
+        trace: bool,
+        remotes: Vec<Arc<dyn remote::RemoteMember>>,
+    ) -> std::io::Result<Instance> {
         let trace_sink = trace.then(|| Arc::new(trace::Sink::new()));
-        let n = config.servers;
-        if n == 0 || n > MAX_SERVERS {
+        let local = config.servers;
+        // Every member, here and on other nodes: the width and placement
+        // hash of the one namespace.
+        let n = local + remotes.len();
+        let spanning = !remotes.is_empty();
+        if local == 0 || n > MAX_SERVERS {
             return Err(invalid("servers must be between 1 and 64"));
         }
         let blocks = config.memory / BLOCK_SIZE as u64;
         if blocks < n as u64 || blocks >= u32::MAX as u64 {
             return Err(invalid("memory must hold at least one block per server"));
         }
-        if !config.server_cores.is_empty() && config.server_cores.len() != n {
+        if !config.server_cores.is_empty() && config.server_cores.len() != local {
             return Err(invalid("server_cores must name one core per server"));
         }
         let mut rnd = [0u8; 4];
@@ -195,7 +227,7 @@ impl Instance {
             SharedRegion::create("atoll-cache", cache_bytes as usize).map_err(cleanup)?;
         drop(region); // each server maps its own view
         let server_exe = config.server_exe.clone().filter(|_| !trace);
-        let room = room_for(&config, server_exe.is_some());
+        let room = room_for(&config, server_exe.is_some()).max(n);
         // Each slot past the boot members costs the control block about
         // 900 bytes and the pool's records `blocks / 8` bytes of a sparse
         // memfd, made only as a member uses them.
@@ -227,6 +259,12 @@ impl Instance {
             fs_policy: config.fs_policy,
             syscall_sites: config.syscall_sites,
             remote: false,
+            // A program of this node places its new files on this node's
+            // members once others serve elsewhere.
+            node_members: match spanning {
+                true => (0..local as u32).collect(),
+                false => Vec::new(),
+            },
             // Creation affinity (Hare §3.7.5) needs each server's socket.
             // For the room: a member that joins has a domain too.
             topology: Topology::from_sysfs(&Topology::sysfs_root(), &cores),
@@ -265,10 +303,13 @@ impl Instance {
             journal_bytes,
             cores: cores.clone(),
         };
-        for (i, slot) in links.iter().enumerate().take(n) {
+        for (i, slot) in links.iter().enumerate().take(local) {
             let (link, thread) = ctx.start(i, n).map_err(cleanup)?;
             let _ = slot.set(link);
             server_threads.extend(thread);
+        }
+        for (slot, r) in links.iter().skip(local).zip(remotes) {
+            let _ = slot.set(ServerLink::Remote(r));
         }
         let (scale_tx, scale_rx) = mpsc::channel();
         let servers = Arc::new(Servers {
@@ -317,6 +358,7 @@ impl Instance {
         let wake = rustix::event::eventfd(0, rustix::event::EventfdFlags::CLOEXEC)?;
         let quit = Arc::new(AtomicBool::new(false));
         let stop = Arc::new(StopFlag::default());
+        let control_dup = control_fd.try_clone()?;
         let params = BootParams {
             listener,
             wake: wake.try_clone()?,
@@ -342,6 +384,7 @@ impl Instance {
             watchdog,
             watch_quit,
             boot_thread: Some(boot_thread),
+            control_fd: control_dup,
             wake,
             quit,
             stop,
@@ -379,6 +422,12 @@ impl Instance {
     }
     pub fn runtime_dir(&self) -> &Path {
         &self.runtime_dir
+    }
+    /// A descriptor of the control block (doorbells, member count), for
+    /// a proxy that waits on a remote member's doorbell as its server
+    /// would (`remote`).
+    pub fn control_fd(&self) -> std::io::Result<OwnedFd> {
+        self.control_fd.try_clone()
     }
     pub fn info(&self) -> &InstanceInfo {
         &self.info

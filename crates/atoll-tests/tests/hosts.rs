@@ -15,6 +15,8 @@ const LIMIT: Duration = Duration::from_secs(120);
 
 #[path = "hosts/cache.rs"]
 mod cache;
+#[path = "hosts/members.rs"]
+mod members;
 #[path = "hosts/spawn.rs"]
 mod spawn;
 

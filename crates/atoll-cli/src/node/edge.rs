@@ -44,16 +44,18 @@ use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Sender};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use atoll_msg::watch::{self, Bell};
 use atoll_msg::{Control, ServerChannel};
 use atoll_proto::boot::{BootReply, BootRequest, PollMode};
+use atoll_proto::SessionId;
 use atoll_transport::{Link, Message};
 
 use super::copies::{NodeCopies, Verdict};
 use super::head::error_packet;
+use super::members::MemberHost;
 use super::seqpacket;
 use super::wire::{self, ChanId, ConnId, NodeMsg};
 
@@ -154,6 +156,14 @@ impl Held {
 
 pub struct Edge {
     link: Arc<dyn Link>,
+    /// The members this node serves (`members.rs`), for its programs'
+    /// creation affinity.
+    node_members: Vec<u32>,
+    /// Those members, once started: a program's channels to them are
+    /// given to them directly.
+    pub locals: OnceLock<Arc<MemberHost>>,
+    /// The session of each boot connection, as its replies named it.
+    sessions: Mutex<HashMap<ConnId, SessionId>>,
     control_fd: OwnedFd,
     control: Control,
     chans: Mutex<HashMap<ChanId, Arc<LocalChan>>>,
@@ -186,9 +196,20 @@ pub struct Edge {
 impl Edge {
     /// Set up the local face of an instance of `servers` servers behind
     /// `link`, and start the forwarders and the dispatcher.
-    pub fn start(link: Arc<dyn Link>, servers: usize) -> std::io::Result<Arc<Edge>> {
+    pub fn start(
+        link: Arc<dyn Link>,
+        servers: usize,
+        node_members: Vec<u32>,
+    ) -> std::io::Result<Arc<Edge>> {
         let (control_fd, control) = Control::create(servers)?;
+        // This node's own members wait on their doorbells themselves.
+        let forwarded: Vec<usize> = (0..servers)
+            .filter(|&i| !node_members.contains(&(i as u32)))
+            .collect();
         let edge = Arc::new(Edge {
+            node_members,
+            locals: OnceLock::new(),
+            sessions: Mutex::new(HashMap::new()),
             link,
             control_fd,
             control,
@@ -205,7 +226,7 @@ impl Edge {
             lost: Mutex::new(None),
             copies: NodeCopies::default(),
         });
-        for i in 0..servers {
+        for i in forwarded {
             let e = edge.clone();
             std::thread::Builder::new()
                 .name(format!("node-fwd-{i}"))
@@ -285,6 +306,10 @@ impl Edge {
             }
         }
         let _ = wire::send(&*self.link, 0, &NodeMsg::ConnClosed { conn });
+        self.sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&conn);
         self.conns
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -343,6 +368,8 @@ impl Edge {
         // copies of what it reads (client `rcache.rs`).
         if let Some(BootReply::Attached { info, .. }) = &mut reply {
             info.remote = true;
+            // New files and directories stay on this node's members.
+            info.node_members = self.node_members.clone();
             // The instance's switches, as every program learns them.
             self.copies.set_on(!info.without.node_copies);
         }
@@ -350,12 +377,23 @@ impl Edge {
         // instance's.
         if let Some(BootReply::Status(st)) = &mut reply {
             st.process_counters.extend(self.copies.counters());
+            if let Some(host) = self.locals.get() {
+                st.process_counters.extend(host.counters());
+            }
         }
         let packet = match &reply {
             Some(r @ (BootReply::Attached { .. } | BootReply::Status(_))) => {
                 postcard::to_allocvec(r).unwrap_or(packet)
             }
             _ => packet,
+        };
+        // A whole lane's channels to this node's own members go to them
+        // directly (`members.rs`): such calls never leave the host.
+        let direct = match (self.learn_session(conn, child, &reply), self.locals.get()) {
+            (Some(lane), Some(host)) if channels.len() == self.per_server.len() => {
+                Some((lane, host))
+            }
+            _ => None,
         };
         let mut fds: Vec<OwnedFd> = Vec::new();
         if let Some(BootReply::Attached { .. }) = reply {
@@ -371,6 +409,13 @@ impl Edge {
         }
         for (server, &chan) in channels.iter().enumerate() {
             let (fd, sc) = ServerChannel::create()?;
+            if let Some(((session, lane), host)) = direct {
+                if self.node_members.contains(&(server as u32)) {
+                    host.serve_direct(server, session, lane, Arc::new(sc));
+                    fds.push(fd);
+                    continue;
+                }
+            }
             let lc = Arc::new(LocalChan {
                 id: chan,
                 conn: owner,
@@ -395,6 +440,38 @@ impl Edge {
         }
         let borrowed: Vec<BorrowedFd<'_>> = fds.iter().map(|f| f.as_fd()).collect();
         seqpacket::send(sock, &packet, &borrowed)
+    }
+
+    /// The control block this node's programs map: its own members wait
+    /// on their doorbells in it (`members.rs`).
+    pub fn control_fd(&self) -> BorrowedFd<'_> {
+        self.control_fd.as_fd()
+    }
+
+    /// The session and lane a boot reply's channels belong to, learning
+    /// each connection's session as the replies name it (`Attached`, and
+    /// `Forked` for the child's connection).
+    fn learn_session(
+        &self,
+        conn: ConnId,
+        child: Option<ConnId>,
+        reply: &Option<BootReply>,
+    ) -> Option<(SessionId, u32)> {
+        let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        match reply {
+            Some(BootReply::Attached { session, lane, .. }) => {
+                sessions.insert(conn, *session);
+                lane.map(|l| (*session, l))
+            }
+            Some(BootReply::Forked { child: s }) => {
+                if let Some(c) = child {
+                    sessions.insert(c, *s);
+                }
+                None
+            }
+            Some(BootReply::Lane { lane }) => sessions.get(&conn).map(|s| (*s, *lane)),
+            _ => None,
+        }
     }
 
     /// Send every request queued on server `i`'s channels, in one write;

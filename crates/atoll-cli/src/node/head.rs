@@ -53,6 +53,7 @@ use atoll_msg::{ClientChannel, Control};
 use atoll_proto::boot::{BootReply, BootRequest, Island};
 use atoll_transport::{Link, Listener, Message};
 
+use super::members::Stubs;
 use super::seqpacket;
 use super::spawn::SpawnHost;
 use super::wire::{self, ChanId, ConnId, NodeMsg, HEAD_CONN};
@@ -85,6 +86,8 @@ struct Peer {
     boot_socket: PathBuf,
     /// Programs started here for other hosts (`spawn.rs`), if offered.
     spawner: Option<Arc<SpawnHost>>,
+    /// The stand-ins of members other nodes serve (`members.rs`), if any.
+    stubs: Option<Arc<Stubs>>,
     control: OnceLock<Control>,
     chans: Mutex<HashMap<ChanId, Arc<RealChan>>>,
     /// Bumped whenever `chans` changes, so the pump re-reads it only then.
@@ -106,6 +109,7 @@ impl Peer {
             link,
             boot_socket,
             spawner,
+            stubs: None,
             control: OnceLock::new(),
             chans: Mutex::new(HashMap::new()),
             generation: AtomicU64::new(0),
@@ -122,10 +126,9 @@ impl Peer {
 pub fn serve(
     listener: Box<dyn Listener>,
     boot_socket: PathBuf,
-    servers: u32,
-    id: String,
-    mount: String,
+    hello: NodeMsg,
     spawner: Option<Arc<SpawnHost>>,
+    stubs: Option<Arc<Stubs>>,
     stop: Arc<AtomicBool>,
 ) {
     atoll_server::process_counters::publish("node.notices_relayed", &NOTICES_RELAYED);
@@ -142,14 +145,11 @@ pub fn serve(
             }
         };
         tracing::info!("node: peer {} joined", link.peer());
-        let peer = Arc::new(Peer::new(link, boot_socket.clone(), spawner.clone()));
+        let mut peer = Peer::new(link, boot_socket.clone(), spawner.clone());
+        peer.stubs = stubs.clone();
+        let peer = Arc::new(peer);
         links.retain(|l| !l.is_closed());
         links.push(peer.link.clone());
-        let hello = NodeMsg::Hello {
-            servers,
-            id: id.clone(),
-            mount: mount.clone(),
-        };
         if wire::send(&*peer.link, 0, &hello).is_err() {
             continue;
         }
@@ -234,6 +234,16 @@ fn pump(peer: Arc<Peer>) {
                                 _ => {}
                             }
                             peer.link.close();
+                            return;
+                        }
+                        // Not an edge either: the link of the members
+                        // another node serves (`members.rs`).
+                        Ok(NodeMsg::ServeMembers { rank }) if snapshot.is_empty() => {
+                            if let Some(stubs) = &peer.stubs {
+                                stubs.serve(rank as usize, peer.link.clone());
+                            }
+                            peer.link.close();
+                            peer.bell.ring();
                             return;
                         }
                         Ok(msg) => {

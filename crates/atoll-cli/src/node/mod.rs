@@ -16,6 +16,7 @@ mod copies;
 mod edge;
 mod head;
 mod inherit;
+mod members;
 mod rank;
 mod remote;
 mod seqpacket;
@@ -89,6 +90,19 @@ fn run_head(args: &NodeArgs, peers: &[String], term: Terminator) -> Result<i32> 
     // (`edge::Edge::start`): no server may join, or their processes could
     // not reach it.
     plan.config.room = plan.config.servers;
+    // Members the other nodes serve (`members.rs`), after this node's.
+    let per_node = args.servers_here as usize;
+    let stubs = (per_node > 0 && peers.len() > 1)
+        .then(|| members::Stubs::new(plan.config.servers, peers.len(), per_node));
+    if plan.config.servers + (peers.len() - 1) * per_node > atoll_proto::MAX_SERVERS {
+        return Err(UsageError(format!(
+            "{} servers here and {per_node} on each of {} other nodes are more than {}",
+            plan.config.servers,
+            peers.len() - 1,
+            atoll_proto::MAX_SERVERS
+        ))
+        .into());
+    }
     config::ensure_runtime_root(&plan.config.runtime_root)?;
     let listen = args.listen.clone().unwrap_or_else(|| peers[0].clone());
     let net = TcpTransport::new()?;
@@ -96,7 +110,12 @@ fn run_head(args: &NodeArgs, peers: &[String], term: Terminator) -> Result<i32> 
         .listen(&listen)
         .with_context(|| format!("cannot listen at {listen}"))?;
     let sched_exe = plan.config.server_exe.clone();
-    let instance = Instance::boot(plan.config).context("cannot boot the instance")?;
+    let remotes = stubs.as_ref().map_or(Vec::new(), |s| s.remote_members());
+    let instance =
+        Instance::boot_spanning(plan.config, remotes).context("cannot boot the instance")?;
+    if let Some(s) = &stubs {
+        s.start(members::control_of(&instance)?)?;
+    }
     InstanceRecord::for_self(&instance, "node", &[]).write()?;
     let scheds =
         crate::run::start_scheds(&instance, plan.app_cores.as_deref(), sched_exe.as_deref());
@@ -111,9 +130,18 @@ fn run_head(args: &NodeArgs, peers: &[String], term: Terminator) -> Result<i32> 
     let runtime_dir = socket.parent().map(Path::to_path_buf).unwrap_or_default();
     let spawner = offer_spawn(&runtime_dir, 0, peers, &socket, &mount);
     let s = stop.clone();
+    let hello = wire::NodeMsg::Hello {
+        servers,
+        id,
+        mount,
+        per_node: match stubs {
+            Some(_) => per_node as u32,
+            None => 0,
+        },
+    };
     let server = std::thread::Builder::new()
         .name("node-head".into())
-        .spawn(move || head::serve(listener, socket, servers, id, mount, spawner, s))?;
+        .spawn(move || head::serve(listener, socket, hello, spawner, stubs, s))?;
     let signalled = term.stop_instance_on_signal(instance.socket_path().to_path_buf());
     ready(instance.id());
     if !signalled {
@@ -133,8 +161,22 @@ fn run_edge(args: &NodeArgs, peers: &[String], me: usize, term: Terminator) -> R
     let hello = link
         .recv(Some(JOIN_LIMIT))?
         .ok_or_else(|| anyhow!("the first node said nothing"))?;
-    let wire::NodeMsg::Hello { servers, id, mount } = wire::decode(&hello)? else {
+    let wire::NodeMsg::Hello {
+        servers,
+        id,
+        mount,
+        per_node,
+    } = wire::decode(&hello)?
+    else {
         bail!("the first node did not start with Hello");
+    };
+    // This node's members of the fleet, if the first node asked for them.
+    let node_members: Vec<u32> = match per_node {
+        0 => Vec::new(),
+        n => members::members_of(me, servers as usize, peers.len(), n as usize)
+            .into_iter()
+            .map(|i| i as u32)
+            .collect(),
     };
     let id = format!("{id}-n{me}");
     let root = config::runtime_root(&args.instance.runtime_dir);
@@ -147,7 +189,19 @@ fn run_edge(args: &NodeArgs, peers: &[String], me: usize, term: Terminator) -> R
     let _cleanup = RemoveOnDrop(dir.clone());
     let socket = dir.join("boot.sock");
     let listener = listen_unix(&socket)?;
-    let edge = edge::Edge::start(link, servers as usize)?;
+    let edge = edge::Edge::start(link, servers as usize, node_members.clone())?;
+    let served = serve_members(
+        args,
+        peers,
+        me,
+        servers as usize,
+        &node_members,
+        &edge,
+        &net,
+    )?;
+    if let Some(host) = &served {
+        let _ = edge.locals.set(host.clone());
+    }
     // This host's own scheduling servers (Hare §3.6.1): an `exec` of one of
     // its programs is placed on its cores, as on the first node. They live
     // beside the boot socket, where clients look for them, and run as
@@ -209,11 +263,48 @@ fn run_edge(args: &NodeArgs, peers: &[String], me: usize, term: Terminator) -> R
         std::thread::sleep(Duration::from_millis(50));
     }
     drop(scheds);
+    drop(served);
     let lost = edge.lost.lock().unwrap_or_else(|e| e.into_inner()).take();
     match lost {
         Some(why) => bail!("lost the first node: {why}"),
         None => Ok(0),
     }
+}
+
+/// Start this node's members (`--servers-here` at the first node; Hello
+/// says how many) and the second link that carries their traffic.
+fn serve_members(
+    args: &NodeArgs,
+    peers: &[String],
+    me: usize,
+    members: usize,
+    mine: &[u32],
+    edge: &edge::Edge,
+    net: &TcpTransport,
+) -> Result<Option<Arc<members::MemberHost>>> {
+    if mine.is_empty() {
+        return Ok(None);
+    }
+    let plan = config::plan(&args.instance)?;
+    // The edge's control block: its programs ring the members' doorbells
+    // there, and the members wait on them.
+    let lone = mine
+        .iter()
+        .map(|&i| {
+            atoll_server::remote::LoneMember::start(
+                i as usize,
+                members,
+                plan.config.memory,
+                plan.config.poll,
+                Some(edge.control_fd()),
+            )
+        })
+        .collect::<std::io::Result<Vec<_>>>()
+        .context("cannot start this node's file servers")?;
+    let link = join(net, &peers[0])?;
+    wire::send(&*link, 0, &wire::NodeMsg::ServeMembers { rank: me as u32 })?;
+    tracing::info!("node {me} serves members {mine:?}");
+    Ok(Some(members::MemberHost::start(link, lone)?))
 }
 
 /// Offer remote spawn: what programs started here for other hosts need,

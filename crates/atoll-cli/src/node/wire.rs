@@ -30,6 +30,10 @@ pub enum NodeMsg {
         servers: u32,
         id: String,
         mount: String,
+        /// Members each other node serves (`--servers-here`; 0: every
+        /// member is on the first node). Node `k`'s are the `k - 1`th
+        /// group of that many after the first node's.
+        per_node: u32,
     },
     /// Edge → head: a packet a program sent on boot connection `conn`.
     Boot {
@@ -116,6 +120,34 @@ pub enum NodeMsg {
     Stopped { sig: i32 },
     /// Node → proxy: the program continued.
     Continued,
+    // Last, so that the messages before keep their wire form.
+    /// Node → head, first message of a link that carries the traffic of
+    /// the members node `rank` serves (`members.rs`). On that link the
+    /// head sends `MemberChannel`, `Request`, `SessionEnded`,
+    /// `RetireLanes` and `MemberStats`; the node answers with `Reply`,
+    /// `Inbox`, `InboxOverflow`, `ChanClosed` and `StatsReply`.
+    ServeMembers { rank: u32 },
+    /// Head → member node: a session's lane got a channel to `member`.
+    MemberChannel {
+        chan: ChanId,
+        member: u32,
+        session: u64,
+        lane: u32,
+    },
+    /// Head → member node: a session ended (`member` releases it).
+    SessionEnded { member: u32, session: u64 },
+    /// Head → member node: the session's lanes below `before` retired.
+    RetireLanes {
+        member: u32,
+        session: u64,
+        before: u32,
+    },
+    /// Head → member node: `member`'s statistics, for `atoll status`.
+    MemberStats { member: u32 },
+    /// Member node → head: the answer (same transport id).
+    StatsReply {
+        stats: Option<atoll_proto::ServerStats>,
+    },
 }
 
 /// What `execve` carries to a program started on another node. Host
@@ -240,6 +272,30 @@ mod tests {
                 servers: 2,
                 id: "x".into(),
                 mount: "/atoll".into(),
+                per_node: 1,
+            },
+            NodeMsg::ServeMembers { rank: 2 },
+            NodeMsg::MemberChannel {
+                chan: 3,
+                member: 2,
+                session: 7,
+                lane: 1,
+            },
+            NodeMsg::SessionEnded {
+                member: 2,
+                session: 7,
+            },
+            NodeMsg::RetireLanes {
+                member: 2,
+                session: 7,
+                before: 2,
+            },
+            NodeMsg::MemberStats { member: 2 },
+            NodeMsg::StatsReply {
+                stats: Some(atoll_proto::ServerStats {
+                    server: 2,
+                    ..Default::default()
+                }),
             },
             NodeMsg::Boot {
                 conn: 1,

@@ -31,7 +31,9 @@ use crate::Out;
 mod rw;
 pub(crate) use rw::await_writers;
 use rw::check_writable;
-pub use rw::{any_read, any_write, read_at, read_desc, read_id, readv, write_desc, writev};
+pub use rw::{
+    any_read, any_write, read_at, read_desc, read_id, read_where_copied, readv, write_desc, writev,
+};
 
 /// Flags `open` keeps for `F_GETFL` (creation flags are dropped).
 pub(crate) fn status_flags(flags: u32) -> u32 {

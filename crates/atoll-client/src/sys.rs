@@ -245,7 +245,7 @@ pub struct SpinLock {
 
 pub struct SpinGuard<'a> {
     lock: &'a SpinLock,
-    _sig: SigBlock,
+    _sig: Option<SigBlock>,
 }
 
 impl SpinLock {
@@ -259,7 +259,26 @@ impl SpinLock {
         self.acquire_raw();
         SpinGuard {
             lock: self,
-            _sig: sig,
+            _sig: Some(sig),
+        }
+    }
+
+    /// [`SpinLock::lock`] for a lock only atoll code takes, without the
+    /// two `rt_sigprocmask` calls when program signals are deferred on
+    /// this thread (`intr::signals_deferred`): no program handler then
+    /// runs before the call returns to the program, so none can spin on
+    /// the lock while this thread holds it. atoll's own handlers (the
+    /// `SIGSYS` net, the deferral entry) take no such lock, and a fork
+    /// takes it with every signal blocked (`forkgate`). Elsewhere (no
+    /// interposition layer, a host call) the mask is taken as by `lock`.
+    pub fn lock_in_call(&self) -> SpinGuard<'_> {
+        if !crate::intr::signals_deferred() {
+            return self.lock();
+        }
+        self.acquire_raw();
+        SpinGuard {
+            lock: self,
+            _sig: None,
         }
     }
 }

@@ -232,6 +232,19 @@ int main(int argc, char **argv)
     V("pread-tail-ro-none", pread(fd, rwro + page, 65536, 0));
     V("pread-tail-ro-eof", pread(fd, rwro + page, 65536, 24));
     V("read-dir", read(dfd, bad, 12));
+    /* getdents64 into a large buffer: EFAULT when no record can be
+     * written, the records that fit when only its tail is unmapped (the
+     * directory holds "." and ".."), and the listing goes on from there. */
+    T("getdents64-big", syscall(SYS_getdents64, dfd, bad, 65536));
+    int lfd = open("d", O_RDONLY | O_DIRECTORY);
+    V("getdents64-tail", syscall(SYS_getdents64, lfd, two + page - 1024, 65536) > 0 ? 1 : -1);
+    V("getdents64-tail-end", syscall(SYS_getdents64, lfd, two + page - 1024, 65536));
+    close(lfd);
+    lfd = open("d", O_RDONLY | O_DIRECTORY);
+    V("getdents64-first-only", syscall(SYS_getdents64, lfd, two + page - 30, 65536) > 0 ? 1 : -1);
+    V("getdents64-second", syscall(SYS_getdents64, lfd, two + page - 1024, 65536) > 0 ? 1 : -1);
+    V("getdents64-then-end", syscall(SYS_getdents64, lfd, two + page - 1024, 65536));
+    close(lfd);
     T("fcntl-getlk", fcntl(fd, F_GETLK, bad));
     T("fcntl-setlk", fcntl(fd, F_SETLK, bad));
     T("ioctl-fionread", ioctl(fd, FIONREAD, bad));

@@ -104,6 +104,32 @@ pub fn read(c: &Client, lane: &Lane, d: &DescRef, buf: &mut [u8]) -> Option<Resu
     Some(r)
 }
 
+/// `f(offset)` at the description's own offset, advanced by what `f`
+/// read: `None` (nothing done) when the offset lives at the server, so
+/// the caller reads there. Holds the offset lock throughout.
+pub fn read_at_local_offset(
+    c: &Client,
+    d: &DescRef,
+    f: impl FnOnce(u64) -> Result<usize>,
+) -> Option<Result<usize>> {
+    if !enabled(c) {
+        return None;
+    }
+    let _g = d.lock_pos();
+    // A shared offset is left to the caller's `read`, which also counts
+    // towards taking it back (`try_reclaim`): once per call.
+    if !d.is_local() {
+        return None;
+    }
+    counters::bump(&counters::LOCAL_OFFSET_OPS);
+    let at = d.pos().load(Ordering::Relaxed);
+    let r = f(at);
+    if let Ok(n) = r {
+        d.pos().store(at + n as u64, Ordering::Relaxed);
+    }
+    Some(r)
+}
+
 /// `write` at the description's offset through `f(offset)`, `None`
 /// meaning the server's offset (shared, or `O_APPEND`, which must stay
 /// atomic at the server). Holds the offset lock throughout.

@@ -40,6 +40,24 @@ pub fn pending() -> bool {
     PENDING.get().is_some_and(|h| h())
 }
 
+static DEFERRING: OnceLock<fn() -> bool> = OnceLock::new();
+
+/// Install the question "would a program signal arriving now on this
+/// thread be deferred?" (once per process image).
+pub fn set_deferring_hook(hook: fn() -> bool) {
+    let _ = DEFERRING.set(hook);
+}
+
+/// Would a program signal that arrives now on this thread be deferred
+/// (atoll code runs, not a host call)? Its handler then cannot run before
+/// this call returns to the program, so a process-local lock that only
+/// atoll code takes needs no signal mask (`sys::SpinLock::lock_in_call`).
+/// `false` without the interposition layer.
+#[inline]
+pub fn signals_deferred() -> bool {
+    DEFERRING.get().is_some_and(|h| h())
+}
+
 /// The futex word this thread is about to sleep on (0: none).
 ///
 /// Closes the gap between a wait's look at [`pending`] and its futex

@@ -245,7 +245,7 @@ pub struct SpinLock {
 
 pub struct SpinGuard<'a> {
     lock: &'a SpinLock,
-    _sig: SigBlock,
+    _sig: Option<SigBlock>,
 }
 
 impl SpinLock {
@@ -259,7 +259,26 @@ impl SpinLock {
         self.acquire_raw();
         SpinGuard {
             lock: self,
-            _sig: sig,
+            _sig: Some(sig),
+        }
+    }
+
+    /// [`SpinLock::lock`] for a lock only atoll code takes, without the
+    /// two `rt_sigprocmask` calls when program signals are deferred on
+    /// this thread (`intr::signals_deferred`): no program handler then
+    /// runs before the call returns to the program, so none can spin on
+    /// the lock while this thread holds it. atoll's own handlers (the
+    /// `SIGSYS` net, the deferral entry) take no such lock, and a fork
+    /// takes it with every signal blocked (`forkgate`). Elsewhere (no
+    /// interposition layer, a host call) the mask is taken as by `lock`.
+    pub fn lock_in_call(&self) -> SpinGuard<'_> {
+        if !crate::intr::signals_deferred() {
+            return self.lock();
+        }
+        self.acquire_raw();
+        SpinGuard {
+            lock: self,
+            _sig: None,
         }
     }
 }
@@ -846,6 +865,17 @@ pub fn check_writable(buf: &mut [u8]) -> Result<(), i32> {
         return Ok(());
     }
     probe(buf.as_ptr() as u64, buf.len(), true)
+}
+
+/// [`check_writable`] without mapping what a file now covers of an atoll
+/// mapping's pages past its end (`pastend`, which sends messages): for a
+/// caller inside a receive, which answers `EFAULT` by going the careful
+/// way afterwards.
+pub fn check_writable_as_is(buf: &mut [u8]) -> Result<(), i32> {
+    if buf.is_empty() {
+        return Ok(());
+    }
+    probe_once(buf.as_ptr() as u64, buf.len(), true)
 }
 
 /// `EFAULT` unless every page of `buf` (from an unchecked slice) can be

@@ -238,6 +238,13 @@ impl ClientChannel {
         self.req.send(frame, || self.ended())
     }
 
+    /// Has the server taken every request sent on this channel? It
+    /// releases a request only once it has served it (or put it aside),
+    /// so whatever serving it published is visible after a `true`.
+    pub fn requests_taken(&self) -> bool {
+        self.req.all_taken()
+    }
+
     /// Wait for the next reply and hand its bytes to `f` in place.
     /// Hot path (every remote system call).
     pub fn recv<R>(&self, mode: PollMode, f: impl FnOnce(&[u8]) -> R) -> Result<R, MsgError> {

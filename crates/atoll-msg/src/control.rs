@@ -12,7 +12,7 @@
 //! ```text
 //!  header { magic, servers, members } 128 bytes
 //!  doorbell[servers]                  256 bytes each
-//!  load[servers]                      128 bytes each
+//!  load[servers]                      128 bytes each (load; published space)
 //!  state[servers]                     128 bytes each (down; core + 1)
 //!  heartbeat[servers]                 128 bytes each
 //!  generation[servers]                128 bytes each
@@ -134,6 +134,14 @@ impl Doorbell {
 /// Number of gauges in a control block (users name them by index).
 #[cfg(not(loom))]
 pub const GAUGES: usize = 8;
+
+/// The gauge of inodes (the file server's `limits::INODES`).
+#[cfg(not(loom))]
+pub const GAUGE_INODES: usize = 0;
+
+/// The gauge of names (the file server's `limits::NAMES`).
+#[cfg(not(loom))]
+pub const GAUGE_NAMES: usize = 1;
 
 /// An instance-wide count with a limit: `used` only moves through
 /// [`Gauge::try_take`] (refused past `limit`) and [`Gauge::give`].
@@ -353,6 +361,60 @@ impl Control {
     /// Server side: publish a new load value.
     pub fn publish_load(&self, server: usize, value: u64) {
         self.load_word(server).store(value, Ordering::Relaxed);
+    }
+
+    /// Words `1 + k` of server `server`'s load line (k < 2): the space it
+    /// publishes ([`Control::publish_space`]). The line is written only by
+    /// that server, and rarely read (placement, `statfs`), so the words
+    /// share it as the core word shares the state line.
+    fn space_words(&self, server: usize) -> [&AtomicU64; 2] {
+        let load: *const AtomicU64 = self.load_word(server);
+        // SAFETY: the load word starts a `Padded` line of LOAD_BYTES (128)
+        // bytes inside the block, so the next two 8-byte-aligned words are
+        // in bounds and no other field's; they are only used as atomics.
+        unsafe { [&*load.add(1), &*load.add(2)] }
+    }
+
+    /// Server side, after each request: the block pool holds `blocks`
+    /// blocks, and this server's share of the free ones is `free_delta`
+    /// (its free list, less what it has taken from the pool's root and
+    /// not given back). The root starts with every block, so the pool's
+    /// free blocks are `blocks + Σ free_delta` over the members — what
+    /// `statfs` reports — and a client sums them without a message.
+    pub fn publish_space(&self, server: usize, blocks: u64, free_delta: i64) {
+        let [b, d] = self.space_words(server);
+        if d.load(Ordering::Relaxed) != free_delta as u64 {
+            d.store(free_delta as u64, Ordering::Relaxed);
+        }
+        if b.load(Ordering::Relaxed) != blocks {
+            b.store(blocks, Ordering::Relaxed);
+        }
+    }
+
+    /// What `server` last published with [`Control::publish_space`]:
+    /// `None` before it published (out of range too).
+    pub fn space(&self, server: usize) -> Option<(u64, i64)> {
+        if server >= self.servers {
+            return None;
+        }
+        let [b, d] = self.space_words(server);
+        match b.load(Ordering::Relaxed) {
+            0 => None,
+            blocks => Some((blocks, d.load(Ordering::Relaxed) as i64)),
+        }
+    }
+
+    /// `(files, free files)` as the gauges count them now: the inode
+    /// limit, less the inodes or names in use, whichever is more (each
+    /// name needs an inode's worth on tmpfs too). What the file server's
+    /// `StatFs` answers (its `limits::Accounts::files`).
+    pub fn files(&self) -> (u64, u64) {
+        let used = self
+            .gauge(GAUGE_INODES)
+            .used()
+            .max(self.gauge(GAUGE_NAMES).used());
+        let total = self.gauge(GAUGE_INODES).limit();
+        (total, total.saturating_sub(used))
     }
 
     /// Gauge number `i` (see [`GAUGES`]); zero limit and use until set.
@@ -593,6 +655,28 @@ mod tests {
         a.set_core(2, None);
         assert_eq!(b.core(2), None);
         assert_eq!(b.load(1), 0);
+    }
+
+    #[test]
+    fn published_space_sits_beside_the_load_without_disturbing_it() {
+        let (fd, a) = Control::create(3).unwrap();
+        let b = Control::map(fd.as_fd()).unwrap();
+        assert_eq!(b.space(1), None, "not published yet");
+        a.publish_load(1, 7);
+        a.publish_space(1, 4096, -12);
+        a.publish_space(2, 4096, 30);
+        assert_eq!(
+            (b.space(0), b.space(1), b.space(2), b.space(3)),
+            (None, Some((4096, -12)), Some((4096, 30)), None)
+        );
+        assert_eq!((b.load(1), b.load(2)), (7, 0));
+        a.publish_load(1, 8);
+        assert_eq!(b.space(1), Some((4096, -12)));
+        a.gauge(GAUGE_INODES).set_limit(100);
+        a.gauge(GAUGE_NAMES).set_limit(100);
+        assert!(a.gauge(GAUGE_INODES).try_take(3));
+        assert!(a.gauge(GAUGE_NAMES).try_take(5));
+        assert_eq!(b.files(), (100, 95), "the more of inodes and names");
     }
 
     #[test]

@@ -124,7 +124,7 @@ pub use channel::{Channel, ClientChannel, ServerChannel};
 pub use control::Control;
 pub use control::Doorbell;
 #[cfg(not(loom))]
-pub use control::{Gauge, GAUGES};
+pub use control::{Gauge, GAUGES, GAUGE_INODES, GAUGE_NAMES};
 pub use pool::{BlockPool, PoolRep, RepCounts, POOL_MAX_SERVERS};
 #[cfg(not(loom))]
 pub use region::SharedRegion;

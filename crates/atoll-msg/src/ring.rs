@@ -253,6 +253,13 @@ impl Producer {
         self.mem.max_frame as usize
     }
 
+    /// Has the consumer released every frame sent so far? Acquire: what
+    /// it did before releasing the last one (it releases a frame only
+    /// after handling it, `Consumer::take`) is visible to the caller.
+    pub(crate) fn all_taken(&self) -> bool {
+        self.mem.shared().tail.load(Ordering::Acquire) == self.head.load(PrivateOrdering::Relaxed)
+    }
+
     /// Put `frame` in the ring if there is room now.
     /// Hot path (every request and reply): no allocation, no system call.
     pub(crate) fn try_send(&self, frame: &[u8]) -> Result<(), MsgError> {

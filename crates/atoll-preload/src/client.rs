@@ -67,6 +67,7 @@ pub fn set_mode(m: Mode) {
 pub fn init() -> bool {
     report_panics_in_one_line();
     atoll_client::intr::set_pending_hook(crate::sigdefer::client_pending_hook);
+    atoll_client::intr::set_deferring_hook(crate::sigdefer::client_defers_hook);
     catch_unwind(atoll_client::init).unwrap_or(false)
 }
 

@@ -241,3 +241,101 @@ fn new_directories_spread_over_servers_with_their_own_cores_unless_affinity_is_o
         assert!(kept.iter().all(|&p| p == (0, 0)), "{opts:?}: {kept:?}");
     }
 }
+
+/// `statvfs` reads what the servers publish in the control block (no
+/// `StatFs` message wakes them) and still counts exactly: in one process
+/// with three servers and every directory distributed, each create, write
+/// and unlink shows at once in the free inodes and blocks, `df` in
+/// another process agrees, and the servers received no `StatFs`.
+#[test]
+fn statvfs_counts_creates_writes_and_unlinks_without_a_message() {
+    atoll_tests::require("python3");
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("s.json");
+    let j = json.to_string_lossy().to_string();
+    let script = r#"
+        set -e
+        mkdir "$ROOT/d" && cd "$ROOT/d"
+        python3 - <<'PY'
+import os
+def counts():
+    s = os.statvfs(".")
+    return (s.f_blocks, s.f_bfree, s.f_bavail, s.f_files, s.f_ffree)
+b0, free0, avail0, files0, ffree0 = counts()
+print("start", b0, free0, avail0, files0, ffree0)
+for i in range(60):
+    os.close(os.open("f%d" % i, os.O_CREAT | os.O_WRONLY, 0o644))
+b, free, avail, files, ffree = counts()
+print("created", free0 - free, ffree0 - ffree)
+for i in range(60):
+    fd = os.open("f%d" % i, os.O_WRONLY)
+    os.write(fd, b"x" * (3 * 4096))
+    os.close(fd)
+b, free, avail, files, ffree = counts()
+print("written", free0 - free, ffree0 - ffree, free == avail, b == b0, files == files0)
+for i in range(20):
+    os.unlink("f%d" % i)
+b, free, avail, files, ffree = counts()
+print("unlinked", free0 - free, ffree0 - ffree)
+PY
+        df -B4096 --output=used,iused "$ROOT"
+    "#;
+    let out = run_in_atoll(
+        &[
+            "--servers",
+            "3",
+            "--distribute",
+            "all",
+            "--memory",
+            "64M",
+            "--stats-json",
+            &j,
+        ],
+        script,
+    );
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = |tag: &str| -> Vec<u64> {
+        let l = text
+            .lines()
+            .find(|l| l.starts_with(tag))
+            .unwrap_or_else(|| panic!("no {tag} in {text}"));
+        numbers(l)
+    };
+    let start = line("start");
+    assert_eq!(start[0], BLOCKS, "the whole --memory: {text}");
+    assert_eq!(start[1], start[2], "{text}");
+    assert_eq!(line("created"), [0, 60], "60 inodes, no blocks: {text}");
+    assert_eq!(
+        text.lines()
+            .find(|l| l.starts_with("written"))
+            .map(|l| l.split_whitespace().skip(3).collect::<Vec<_>>()),
+        Some(vec!["True", "True", "True"]),
+        "{text}"
+    );
+    assert_eq!(line("written"), [180, 60], "three blocks each: {text}");
+    assert_eq!(line("unlinked"), [120, 40], "{text}");
+    // `df` (another process; no pipeline, whose ring would take blocks):
+    // the same blocks, and the inodes in use are the 40 files, the
+    // directory and the root.
+    let df = numbers(text.lines().last().unwrap_or_default());
+    assert_eq!(df, [120, 42], "{text}");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let ops = |op: &str| -> u64 {
+        v["servers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|s| s["ops"].as_array().cloned().unwrap_or_default())
+            .filter(|o| o["op"] == op)
+            .map(|o| o["count"].as_u64().unwrap_or(0))
+            .sum()
+    };
+    assert!(ops("Unlink") >= 20, "the servers' counts are real: {v}");
+    assert_eq!(ops("StatFs"), 0, "{v}");
+}

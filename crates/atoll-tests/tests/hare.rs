@@ -120,6 +120,46 @@ echo done
     }
 }
 
+/// `mkdir` of a name the process's lookup cache holds answers `EEXIST`
+/// without asking a server, and never from a stale entry: a long-lived
+/// process makes an existing directory again (`EEXIST`, cached), other
+/// processes remove it, move it away or put a file there, and its next
+/// `mkdir` sees each change at once.
+#[test]
+fn mkdir_of_a_cached_name_is_never_stale() {
+    atoll_tests::require("python3");
+    let script = r#"
+cd "$ROOT"
+mkdir d
+python3 - <<'PY'
+import os, subprocess
+def mk(p):
+    try:
+        os.mkdir(p)
+        return "made"
+    except OSError as e:
+        return os.strerror(e.errno)
+for i in range(20):
+    os.stat("d")
+    a = mk("d")
+    subprocess.run(["rmdir", "d"], check=True)
+    b = mk("d")
+    c = mk("d/")
+    subprocess.run(["mv", "d", "e"], check=True)
+    d = mk("d")
+    subprocess.run(["rmdir", "d"], check=True)
+    subprocess.run(["touch", "d"], check=True)
+    f = mk("d")
+    os.unlink("d"); os.rmdir("e")
+    g = mk("d")
+    print(i, a, b, c, d, f, g)
+PY
+"#;
+    for opts in MODES {
+        assert_same(opts, script, true);
+    }
+}
+
 /// Readers of a name that is replaced by rename over and over never find
 /// it missing, cross-server renames included.
 #[test]

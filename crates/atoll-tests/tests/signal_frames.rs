@@ -277,3 +277,26 @@ fn a_dynamically_linked_go_program_runs_as_on_the_host() {
     assert_eq!(text(&o.stdout), host_out, "stderr: {}", text(&o.stderr));
     assert!(o.status.success());
 }
+
+/// Handlers that open and close files, run by signals landing while two
+/// threads open, duplicate and close files (libc calls and trapped raw
+/// ones): atoll takes its descriptor table's lock there without a signal
+/// mask, relying on the deferral of program signals inside its calls; a
+/// handler run while the lock was held would spin for ever (the probe
+/// then times out). Every call succeeds, as on the host.
+#[test]
+fn handlers_that_open_files_interrupting_opens_and_closes_run_as_on_the_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = compile_probe(
+        dir.path(),
+        "openstorm",
+        include_str!("signal_frames/openstorm.c"),
+    );
+    let host_dir = dir.path().join("host");
+    std::fs::create_dir(&host_dir).unwrap();
+    let out = same_on_host_and_atoll(&bin, &host_dir.to_string_lossy(), "\"$ROOT\"");
+    assert_eq!(
+        out, "calls ok\nhandlers' calls ok\nhandlers ran: yes\n",
+        "the host"
+    );
+}

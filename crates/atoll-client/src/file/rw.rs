@@ -89,11 +89,61 @@ pub fn read_id(
     buf: &mut [u8],
     off: Option<u64>,
 ) -> Result<usize> {
-    let server = desc.server();
     if !c.direct_data() {
         // The bytes travel in messages (`ReadData`).
         return crate::msgdata::read(c, lane, desc, buf, off);
     }
+    read_extents(c, lane, desc, buf, off, false)
+}
+
+/// `read`/`pread64` into a program buffer nobody has probed yet: only the
+/// bytes the reply grants are probed, after the reply and before they are
+/// copied, as Linux faults only on the bytes it copies (a 64 KiB buffer at
+/// a 4 KiB file costs one page's probe, not sixteen). `None` where this
+/// cannot be done without side effects the program could see (the shared
+/// server offset, which a `Read` would move before the probe; a remote
+/// copy cache or message data, which copy elsewhere; a range of several
+/// `Read`s): the caller then probes the whole buffer first. `EFAULT` when
+/// the granted bytes are not all writable; nothing has then been copied
+/// nor any offset moved, so the caller answers the old way (a partial
+/// read, `partial`).
+pub fn read_where_copied(
+    c: &Client,
+    lane: &Lane,
+    d: &DescRef,
+    buf: &mut [u8],
+    off: Option<u64>,
+) -> Option<Result<usize>> {
+    if d.ftype() != FileType::Regular
+        || !c.direct_data()
+        || crate::rcache::active(c)
+        || buf.len() > CHUNK
+    {
+        return None;
+    }
+    if let Err(e) = check_readable(d) {
+        return Some(Err(e));
+    }
+    let mut at_local = |at| read_extents(c, lane, d.desc(), buf, Some(at), true);
+    match off {
+        Some(at) => Some(at_local(at)),
+        None => crate::hybrid::read_at_local_offset(c, d, at_local),
+    }
+}
+
+/// The `Read` loop of [`read_id`] over the mapped buffer cache. With
+/// `probe`, `buf` is unchecked program memory: each reply's granted
+/// length is probed writable before any byte of it is copied (`EFAULT`
+/// if not).
+fn read_extents(
+    c: &Client,
+    lane: &Lane,
+    desc: DescId,
+    buf: &mut [u8],
+    off: Option<u64>,
+    probe: bool,
+) -> Result<usize> {
+    let server = desc.server();
     let mut done = 0usize;
     let mut watched = false;
     while done < buf.len() {
@@ -103,9 +153,11 @@ pub fn read_id(
         let got = await_writers(|| {
             // Copy each extent as it is decoded (no allocation).
             let mut ok = true;
+            let mut fault = false;
             // A read at a given offset changes nothing a second one would
             // not: it goes again when its server dies on it (`forkshare`).
             let granted = crate::forkshare::again_if(offset.is_some(), || {
+                let mut probed = !probe;
                 lane.call_extents(
                     c,
                     server,
@@ -116,11 +168,25 @@ pub fn read_id(
                     },
                     |at, len, e| {
                         let n = (len as usize).min(want);
-                        ok = crate::incoherent::copy_out(c, &e, at, &mut dst[..n]).is_some();
+                        if !probed {
+                            // Every extent of the reply carries its whole
+                            // length: probe it once, before the first copy.
+                            // No `pastend` resolution here (it would send
+                            // from inside this receive): its buffer faults
+                            // and the caller takes the careful way.
+                            probed = true;
+                            fault = sys::check_writable_as_is(&mut dst[..n]).is_err();
+                        }
+                        ok = !fault
+                            && crate::incoherent::copy_out(c, &e, at, &mut dst[..n]).is_some();
                         ok
                     },
                 )
-            })?;
+            });
+            if fault {
+                return err(libc::EFAULT);
+            }
+            let granted = granted?;
             watched |= granted.watched;
             Ok((granted.len as usize).min(want))
         })?;

@@ -73,6 +73,16 @@ pub fn mkdir(c: &Client, lane: &Lane, dirfd: i64, path: &[u8], mode: u32) -> Res
         return err(libc::EEXIST);
     }
     let name = last.name.as_bytes();
+    // A name this session's lookup cache holds exists now (a removal's
+    // invalidation reaches the cache before the removal's reply, `dcache`):
+    // `EEXIST` without a message, as Linux answers it before it checks
+    // write permission on the directory. fs_mark's `mkdir` of its existing
+    // directory before every file was one message in six.
+    if let Some(dc) = c.dcache() {
+        if dc.get(c.session().channels(), w.dir, name).is_some() {
+            return err(libc::EEXIST);
+        }
+    }
     let dist = want_distributed(c, &w, name);
     make_node(
         c,

@@ -100,6 +100,16 @@ impl Lane {
             .ok_or(Error::Errno(libc::EINVAL))
     }
 
+    /// Has every server taken every request this lane sent it (posted
+    /// ones too)? A lane's requests are served in order, so state the
+    /// servers publish after each request then reflects all of them.
+    pub fn requests_taken(&self) -> bool {
+        self.chans
+            .iter()
+            .filter_map(|ch| ch.get())
+            .all(|ch| ch.requests_taken())
+    }
+
     /// Register group list `set` with `server` through this lane's channel
     /// unless it went already: posted just before the request that names
     /// it, which the server then serves after it (a channel is served in

@@ -752,6 +752,14 @@ pub fn client_pending_hook() -> bool {
     any_pending()
 }
 
+/// The client's other question: would [`on_program_signal`] defer a
+/// program signal arriving now on this thread? Exactly its own test: atoll
+/// code runs (`ALLOW`) outside a host call. (A synchronous fault is the
+/// exception there, but a fault in atoll code is a bug either way.)
+pub fn client_defers_hook() -> bool {
+    selector::get() == ALLOW && !in_host_call()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -195,6 +195,17 @@ impl<S: BlockStore> Cache<S> {
         (pool.blocks(), free.min(pool.blocks()))
     }
 
+    /// `(blocks, share)`: the pool's blocks, and this server's share of
+    /// the free ones — its list now, less what it took from the root and
+    /// has not given back. The root starts with every block and moves
+    /// only by claims and returns, so [`Cache::statfs`]'s free count is
+    /// `blocks + Σ share` over the members (`Control::publish_space`).
+    pub fn space(&self) -> (u64, i64) {
+        let c = self.rep.counts();
+        let share = self.free.len() as i64 - c.borrowed as i64 + c.returned as i64;
+        (self.pool().blocks(), share)
+    }
+
     /// Claim from the root until the list holds `n` blocks; whether it
     /// does (it may hold more or fewer either way).
     ///
@@ -500,6 +511,34 @@ mod tests {
         let c = b.counts();
         assert_eq!(c.borrowed, theirs as u64);
         assert!(a.counts().returned >= 1000 - a.batch as u64);
+    }
+
+    /// What the servers publish for `statfs` (`Cache::space`) sums to
+    /// what a server's `statfs` answers, through claims by both, frees,
+    /// and returns to the root.
+    #[test]
+    fn published_shares_sum_to_statfs() {
+        let (_pool, mut a, mut b) = pair(1000);
+        let sum = |a: &Cache<_>, b: &Cache<_>| {
+            let ((blocks, sa), (_, sb)) = (a.space(), b.space());
+            (blocks, (blocks as i64 + sa + sb) as u64)
+        };
+        assert_eq!(sum(&a, &b), (1000, 1000));
+        let mut mine = Vec::new();
+        for _ in 0..700 {
+            mine.push(a.take().unwrap());
+        }
+        let theirs: Vec<u32> = (0..200).map(|_| b.take().unwrap()).collect();
+        a.settle();
+        b.settle();
+        assert_eq!(sum(&a, &b), a.statfs());
+        assert_eq!(sum(&a, &b), (1000, 100));
+        a.release_all(mine.drain(..));
+        b.release_all(theirs);
+        a.settle();
+        b.settle();
+        assert_eq!(sum(&a, &b), (1000, 1000));
+        assert_eq!(sum(&a, &b), b.statfs());
     }
 
     #[test]

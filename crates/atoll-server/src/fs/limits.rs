@@ -58,8 +58,8 @@ use super::FileServer;
 use crate::store::BlockStore;
 
 /// Gauge indices (in the control block) of the instance-wide counts.
-pub const INODES: usize = 0;
-pub const NAMES: usize = 1;
+pub const INODES: usize = atoll_msg::GAUGE_INODES;
+pub const NAMES: usize = atoll_msg::GAUGE_NAMES;
 pub const DESCRIPTIONS: usize = 2;
 pub const LOCKS: usize = 3;
 pub const XATTR_BYTES: usize = 4;
@@ -164,6 +164,9 @@ pub trait Gauges {
     fn charged(&self, _server: usize, _i: usize) -> Option<&AtomicU64> {
         None
     }
+    /// Publish server `server`'s share of the free blocks where clients
+    /// read it (`Control::publish_space`); nowhere for private gauges.
+    fn publish_space(&self, _server: usize, _blocks: u64, _free_delta: i64) {}
 }
 
 impl Gauges for Control {
@@ -172,6 +175,11 @@ impl Gauges for Control {
     }
     fn charged(&self, server: usize, i: usize) -> Option<&AtomicU64> {
         (server < self.servers()).then(|| Control::charged(self, server, i))
+    }
+    fn publish_space(&self, server: usize, blocks: u64, free_delta: i64) {
+        if server < self.servers() {
+            Control::publish_space(self, server, blocks, free_delta);
+        }
     }
 }
 
@@ -374,6 +382,12 @@ impl Accounts {
         }
     }
 
+    /// Publish this server's share of the free blocks
+    /// (`Gauges::publish_space`), so that `statfs` needs no message.
+    pub fn publish_space(&self, blocks: u64, free_delta: i64) {
+        self.gauges.publish_space(self.server, blocks, free_delta);
+    }
+
     pub fn files(&self) -> (u64, u64) {
         let used = self
             .gauges
@@ -504,6 +518,13 @@ impl<S: BlockStore> FileServer<S> {
         self.acct.settle(held);
         // The buffer cache settles the same way (`blocks`).
         self.cache.settle();
+        // Before the reply: a client's `statfs` after this request reads
+        // what it did (`Control::publish_space`). A replay publishes
+        // nothing until it is done, as `settle` above.
+        if !super::tape::replaying() {
+            let (blocks, free_delta) = self.cache.space();
+            self.acct.publish_space(blocks, free_delta);
+        }
     }
 
     /// Remember that directory `dir` was removed (`RemovedDirs`): an

@@ -216,7 +216,35 @@ int main(int argc, char **argv)
     V("read-eof", (lseek(fd, 0, SEEK_END), read(fd, bad, 12)));
     V("pwrite-partial", pwrite(fd, edge, 12, 20));
     V("size-after", lseek(fd, 0, SEEK_END));
+    /* A large buffer whose tail is unmapped or read-only but lies beyond
+     * the end of the file: Linux copies only the file's 24 bytes, so the
+     * read is whole (no EFAULT); with the bad part within those bytes it
+     * is short. */
+    char *rwro = mmap(NULL, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    mprotect(rwro + page, page, PROT_READ);
+    V("pread-tail-unmapped", pread(fd, two + page - 64, 65536, 0));
+    V("read-tail-unmapped", (lseek(fd, 0, SEEK_SET), read(fd, two + page - 64, 65536)));
+    V("read-tail-unmapped-pos", lseek(fd, 0, SEEK_CUR));
+    V("pread-tail-ro", pread(fd, rwro + page - 32, 4096, 0));
+    V("pread-tail-ro-short", pread(fd, rwro + page - 8, 4096, 0));
+    V("read-tail-ro-short", (lseek(fd, 4, SEEK_SET), read(fd, rwro + page - 8, 65536)));
+    V("read-tail-ro-short-pos", lseek(fd, 0, SEEK_CUR));
+    V("pread-tail-ro-none", pread(fd, rwro + page, 65536, 0));
+    V("pread-tail-ro-eof", pread(fd, rwro + page, 65536, 24));
     V("read-dir", read(dfd, bad, 12));
+    /* getdents64 into a large buffer: EFAULT when no record can be
+     * written, the records that fit when only its tail is unmapped (the
+     * directory holds "." and ".."), and the listing goes on from there. */
+    T("getdents64-big", syscall(SYS_getdents64, dfd, bad, 65536));
+    int lfd = open("d", O_RDONLY | O_DIRECTORY);
+    V("getdents64-tail", syscall(SYS_getdents64, lfd, two + page - 1024, 65536) > 0 ? 1 : -1);
+    V("getdents64-tail-end", syscall(SYS_getdents64, lfd, two + page - 1024, 65536));
+    close(lfd);
+    lfd = open("d", O_RDONLY | O_DIRECTORY);
+    V("getdents64-first-only", syscall(SYS_getdents64, lfd, two + page - 30, 65536) > 0 ? 1 : -1);
+    V("getdents64-second", syscall(SYS_getdents64, lfd, two + page - 1024, 65536) > 0 ? 1 : -1);
+    V("getdents64-then-end", syscall(SYS_getdents64, lfd, two + page - 1024, 65536));
+    close(lfd);
     T("fcntl-getlk", fcntl(fd, F_GETLK, bad));
     T("fcntl-setlk", fcntl(fd, F_SETLK, bad));
     T("ioctl-fionread", ioctl(fd, FIONREAD, bad));

@@ -66,6 +66,28 @@ fn a_static_program_s_exit_status_and_signals_are_its_own() {
     assert!(out.contains("first\nsecond\nwent-on\nlate\n"), "{out}");
 }
 
+/// `kill -KILL` of a static program's pid reaches its relay (the caller's
+/// process), which cannot pass it on: the program dies with it, as on
+/// the host.
+#[test]
+fn a_static_program_killed_with_sigkill_is_gone() {
+    require("busybox");
+    let out = assert_same(
+        OPTS,
+        r#"
+        cd "$ROOT"
+        busybox sh -c 'echo $$ > pid; exec busybox sleep 30' & p=$!
+        until [ -s pid ]; do :; done; read q < pid
+        { kill -KILL $p; wait $p; s=$?; } 2>/dev/null; echo "status $s"
+        running() { [ -e /proc/$1 ] && ! grep -q '^State:.*Z' /proc/$1/status 2>/dev/null; }
+        i=0; while running $q && [ $i -lt 250 ]; do sleep 0.02; i=$((i+1)); done
+        if running $q; then echo "program runs on"; kill -KILL $q; else echo "program gone"; fi
+        "#,
+        true,
+    );
+    assert_eq!(out, "status 137\nprogram gone\n");
+}
+
 /// A set-user-ID program (run by another user than its owner, so the
 /// loader ignores `LD_PRELOAD` paths) reads and writes the atoll pipes it
 /// inherits, behind the same relay.

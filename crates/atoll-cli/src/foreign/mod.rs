@@ -19,7 +19,9 @@
 //!   atoll pipe or file (at its shared offset), what the atoll side holds
 //!   is the program's to read; a descriptor that is neither (a directory)
 //!   is closed in the program;
-//! * passes the signals sent to it (`sys::RELAYED_SIGNALS`) to the program;
+//! * passes the signals sent to it (`sys::RELAYED_SIGNALS`) to the program,
+//!   and takes it along when killed by one it cannot pass on (SIGKILL:
+//!   the program's parent-death signal);
 //! * ends as the program ended, once everything the program wrote has
 //!   reached its atoll descriptor (so a parent that `wait`s and then reads
 //!   the file or pipe finds all of it, as on Linux); what a process the
@@ -302,10 +304,18 @@ fn spawn(
         }
         _ => None,
     };
+    let relay = std::process::id() as libc::pid_t;
     // SAFETY: only dup2/close/signal/sigmask/prctl/seccomp/sendmsg calls
     // between fork and exec, on memory prepared before the fork.
     unsafe {
         cmd.pre_exec(move || {
+            // The relay stands for the program: a SIGKILL meant for the
+            // program reaches the relay (the caller's pid), which cannot
+            // pass it on, so the program dies with it.
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+            if libc::getppid() != relay {
+                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+            }
             for &(fd, from) in &moves {
                 if from < 0 {
                     libc::close(fd);

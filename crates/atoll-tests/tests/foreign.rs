@@ -88,6 +88,33 @@ fn a_static_program_killed_with_sigkill_is_gone() {
     assert_eq!(out, "status 137\nprogram gone\n");
 }
 
+/// A static program killed in the middle of its path calls in the mount
+/// (the relay's supervisor may be serving one: it checks the call is
+/// still valid and drops an answer to a dead thread): the relay ends with
+/// its status at once, ten times over, and nothing is left waiting.
+#[test]
+fn a_static_program_killed_during_its_calls_in_the_mount_ends_at_once() {
+    require("busybox");
+    let out = assert_same(
+        OPTS,
+        r#"
+        cd "$ROOT"
+        mkdir -p d; echo x > d/f
+        for round in 1 2 3 4 5 6 7 8 9 10; do
+            rm -f pid
+            busybox sh -c 'echo $$ > pid; while :; do busybox stat d/f > /dev/null; cat d/f > /dev/null; done' & p=$!
+            until [ -s pid ]; do :; done; read q < pid
+            sleep 0.0$round
+            { kill -KILL $q; wait $p; s=$?; } 2>/dev/null
+            echo "round $round: $s"
+        done
+        cat d/f
+        "#,
+        true,
+    );
+    assert!(out.ends_with("round 10: 137\nx\n"), "{out}");
+}
+
 /// A set-user-ID program (run by another user than its owner, so the
 /// loader ignores `LD_PRELOAD` paths) reads and writes the atoll pipes it
 /// inherits, behind the same relay.

@@ -113,7 +113,7 @@ mod uncoalesced;
 mod unixsock;
 mod walk;
 
-use atoll_proto::boot::{ENV_SESSION_FD, ENV_SOCKET, ENV_STATE};
+use atoll_proto::boot::{ENV_FOREIGN_CWD, ENV_SESSION_FD, ENV_SOCKET, ENV_STATE};
 use atoll_proto::SessionId;
 
 pub use error::Error;
@@ -170,7 +170,10 @@ pub fn init() -> bool {
         .filter(|&fd| {
             sys::fstat_id(fd).is_ok_and(|(_, _, mode)| mode & libc::S_IFMT == libc::S_IFSOCK)
         });
-    let state = std::env::var(ENV_STATE).ok();
+    let mut state = std::env::var(ENV_STATE).ok();
+    if inherited.is_none() {
+        state = exec::foreign_cwd(state, std::env::var_os(ENV_FOREIGN_CWD));
+    }
     // The session an exec handed over whole, joined without a round trip.
     let carried = state
         .as_deref()

@@ -115,6 +115,25 @@ fn a_static_program_killed_during_its_calls_in_the_mount_ends_at_once() {
     assert!(out.ends_with("round 10: 137\nx\n"), "{out}");
 }
 
+/// A dynamic program a static shell starts after `cd` (into the mount,
+/// and back out to the host) starts in that directory, as on the host:
+/// the relay leaves the cwd it tracks for the exec'ing process, and the
+/// new image's client starts there.
+#[test]
+fn a_dynamic_program_started_by_a_static_shell_after_cd_starts_there() {
+    require("busybox");
+    let out = assert_same(
+        OPTS,
+        r#"
+        cd "$ROOT"
+        mkdir -p d/e; echo in-e > d/e/f
+        busybox sh -c 'cd d/e && /bin/pwd && /bin/ls && /bin/cat f && cd .. && /bin/ls && cd /usr && /bin/pwd'
+        "#,
+        true,
+    );
+    assert!(out.ends_with("/d/e\nf\nin-e\ne\n/usr\n"), "{out}");
+}
+
 /// A set-user-ID program (run by another user than its owner, so the
 /// loader ignores `LD_PRELOAD` paths) reads and writes the atoll pipes it
 /// inherits, behind the same relay.

@@ -236,7 +236,11 @@ impl Running {
         drop(self.stop);
         let s = self.thread.join().ok()??;
         s.files.write_back_all();
-        s.in_use().then_some(s)
+        if s.in_use() {
+            return Some(s);
+        }
+        s.finish();
+        None
     }
 }
 
@@ -256,6 +260,19 @@ fn spawn(
     let start = std::env::current_dir()
         .map(|d| d.into_os_string().into_encoded_bytes())
         .unwrap_or_default();
+    // Where the supervisor leaves the cwd it tracks for a process that
+    // execs a host program (a dynamic one starts there: `ENV_FOREIGN_CWD`).
+    let cwd_handoff = mount.as_ref().and_then(|_| {
+        let sock = std::env::var_os(atoll_proto::boot::ENV_SOCKET)?;
+        let dir = std::path::Path::new(&sock)
+            .parent()?
+            .join(format!("foreign-{}", std::process::id()));
+        std::fs::create_dir(&dir).ok()?;
+        Some(dir)
+    });
+    if let Some(dir) = &cwd_handoff {
+        cmd.env(atoll_proto::boot::ENV_FOREIGN_CWD, dir);
+    }
     let filter = match &mount {
         Some(m) => {
             if paths::under(m, &start) {
@@ -293,6 +310,7 @@ fn spawn(
                     listener,
                     paths: paths::Paths::new(mount, &start),
                     files: files::Files::default(),
+                    cwd_handoff,
                 };
                 sup.serve(&stop_r);
                 Some(sup)
@@ -459,6 +477,7 @@ fn hand_off(rest: Vec<(OwnedFd, i32)>, supervisor: Option<serve::Supervisor>) {
                         };
                         sup.serve(&stop);
                         sup.files.write_back_all();
+                        sup.finish();
                     });
                 }
             });

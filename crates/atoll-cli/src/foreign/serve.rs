@@ -138,6 +138,8 @@ pub struct Supervisor {
     pub listener: OwnedFd,
     pub paths: Paths,
     pub files: Files,
+    /// `ENV_FOREIGN_CWD`'s directory, if it could be made.
+    pub cwd_handoff: Option<std::path::PathBuf>,
 }
 
 fn errno() -> i32 {
@@ -179,6 +181,29 @@ impl Supervisor {
             } else if p[0].revents & (libc::POLLHUP | libc::POLLERR) != 0 {
                 return;
             }
+        }
+    }
+
+    /// A host program about to be exec'd: a dynamic one attaches anew,
+    /// and its client library starts in the cwd left here for its pid
+    /// (the one this supervisor tracks, or none: the kernel's), not the
+    /// one the program's environment named when it started.
+    fn exec_on_host(&mut self, n: &Notif) -> Answer {
+        if let Some(dir) = &self.cwd_handoff {
+            let pid = self.paths.group(n.pid);
+            let cwd = match self.paths.cwd(n.pid) {
+                Cwd::Tracked(c) => c,
+                Cwd::Host => Vec::new(),
+            };
+            let _ = std::fs::write(dir.join(pid.to_string()), cwd);
+        }
+        Kernel
+    }
+
+    /// Serving is over for good: the cwd hand-offs go.
+    pub fn finish(&self) {
+        if let Some(dir) = &self.cwd_handoff {
+            let _ = std::fs::remove_dir_all(dir);
         }
     }
 
@@ -311,11 +336,11 @@ impl Supervisor {
             // kernel cannot read them, and a relative name from a tracked
             // cwd must not run a host file of the same name.
             SYS_execve => match self.place(n, CWD, a[0], false)? {
-                Place::Kernel => Kernel,
+                Place::Kernel => self.exec_on_host(n),
                 _ => Done(Err(EACCES)),
             },
             SYS_execveat => match self.place(n, a[0], a[1], i(4) & AT_EMPTY_PATH != 0)? {
-                Place::Kernel => Kernel,
+                Place::Kernel => self.exec_on_host(n),
                 _ => Done(Err(EACCES)),
             },
             // A socket name made by a relative path from a tracked cwd

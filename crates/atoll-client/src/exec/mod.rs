@@ -315,6 +315,25 @@ pub fn initial_state_env(cwd: &str) -> (String, String) {
     (ENV_STATE.to_string(), st.encode())
 }
 
+/// A process started by a static program (its relay's supervisor left
+/// the cwd it tracks for this pid in `dir`, `ENV_FOREIGN_CWD`): that cwd
+/// in place of the one `state` (the program's environment at its start)
+/// names; an empty file means the kernel's cwd. Only for a fresh attach:
+/// an exec hand-over from a client carries its own cwd.
+pub fn foreign_cwd(state: Option<String>, dir: Option<std::ffi::OsString>) -> Option<String> {
+    let Some(dir) = dir else {
+        return state;
+    };
+    let file = std::path::Path::new(&dir).join(std::process::id().to_string());
+    let Ok(cwd) = std::fs::read(&file) else {
+        return state;
+    };
+    let _ = std::fs::remove_file(&file);
+    let mut st = state.as_deref().and_then(State::decode).unwrap_or_default();
+    st.cwd = (!cwd.is_empty()).then_some((cwd, None));
+    Some(st.encode())
+}
+
 /// `(interpreter, optional argument)` of a `#!` line.
 type Shebang = (Vec<u8>, Option<Vec<u8>>);
 

@@ -134,6 +134,23 @@ fn a_dynamic_program_started_by_a_static_shell_after_cd_starts_there() {
     assert!(out.ends_with("/d/e\nf\nin-e\ne\n/usr\n"), "{out}");
 }
 
+/// Files and directories a static program makes in the mount take its own
+/// umask, as on the host (the relay that makes them has the caller's).
+#[test]
+fn a_static_program_s_creations_take_its_umask() {
+    require("busybox");
+    let out = assert_same(
+        OPTS,
+        r#"
+        cd "$ROOT"
+        busybox sh -c 'umask 077; echo x > f1; mkdir d1; umask 027; echo y > f2; mkdir d2'
+        stat -c '%a %n' f1 d1 f2 d2
+        "#,
+        true,
+    );
+    assert_eq!(out, "600 f1\n700 d1\n640 f2\n750 d2\n");
+}
+
 /// A set-user-ID program (run by another user than its owner, so the
 /// loader ignores `LD_PRELOAD` paths) reads and writes the atoll pipes it
 /// inherits, behind the same relay.

@@ -298,6 +298,14 @@ fn proc_field(pid: i32, file: &str, key: &str) -> Option<i32> {
         .and_then(|v| v.trim().parse().ok())
 }
 
+/// The umask of thread `tid`'s process (`/proc/TID/status`, octal).
+pub fn umask_of(tid: i32) -> Option<u32> {
+    let s = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
+    s.lines()
+        .find_map(|l| l.strip_prefix("Umask:"))
+        .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
+}
+
 /// `"/memfd:atoll-relay:PID:KEY (deleted)"` → `KEY` when PID is `me`.
 pub fn parse_memfd_name(link: &[u8], me: i32) -> Option<u64> {
     let rest = link.strip_prefix(b"/memfd:")?;

@@ -142,6 +142,21 @@ pub struct Supervisor {
     pub cwd_handoff: Option<std::path::PathBuf>,
 }
 
+/// May call `n` create a file or directory (so the program's umask
+/// applies)?
+fn creates(n: &Notif) -> bool {
+    let flags = |k: usize| {
+        let f = n.args[k] as i32;
+        f & libc::O_CREAT != 0 || f & libc::O_TMPFILE == libc::O_TMPFILE
+    };
+    match n.nr {
+        libc::SYS_open => flags(1),
+        libc::SYS_openat => flags(2),
+        libc::SYS_creat | libc::SYS_openat2 | libc::SYS_mkdir | libc::SYS_mkdirat => true,
+        _ => false,
+    }
+}
+
 fn errno() -> i32 {
     std::io::Error::last_os_error()
         .raw_os_error()
@@ -234,11 +249,24 @@ impl Supervisor {
     }
 
     /// Errors of the program's own making (`EFAULT`, …) are answers too.
+    /// What the relay creates for the program takes the program's umask,
+    /// not the relay's (the supervisor is the only thread of the relay
+    /// that makes files, so the process-wide umask may change around it).
     fn answer(&mut self, n: &Notif) -> Answer {
-        match self.dispatch(n) {
+        let restore = creates(n)
+            .then(|| paths::umask_of(n.pid))
+            .flatten()
+            // SAFETY: umask only sets the process's creation mask.
+            .map(|m| unsafe { libc::umask(m as libc::mode_t) });
+        let a = match self.dispatch(n) {
             Ok(a) => a,
             Err(e) => Done(Err(e)),
+        };
+        if let Some(prev) = restore {
+            // SAFETY: as above, putting the relay's own mask back.
+            unsafe { libc::umask(prev) };
         }
+        a
     }
 
     /// The thread still waits for this answer (checked after reading its

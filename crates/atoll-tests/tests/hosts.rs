@@ -134,21 +134,10 @@ fn a_killed_node_fails_its_calls_with_eio_quickly_the_others_go_on_and_it_rejoin
     // A program on C that keeps making calls until one fails (builtins
     // only: a program started after the node died would find no instance
     // to attach to and see the host's file system instead).
-    let mut busy = c.exec(
-        &atoll_bin(),
+    let busy = busy_on(
+        &c,
         2,
         "while echo x > $ROOT/c-busy && read -r l < $ROOT/c-busy; do :; done; echo stopped >&2; exit 3",
-    );
-    let mut busy = busy
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    // Let it run for a while: it must be working, not failing at once.
-    std::thread::sleep(Duration::from_millis(500));
-    assert!(
-        busy.try_wait().unwrap().is_none(),
-        "the program on C failed early"
     );
     c.kill(2);
     fails_with_eio_within_5s(busy, Instant::now(), "a call through the killed node hangs");
@@ -509,6 +498,24 @@ const WAITING_HANGS: &str = "a call waiting for a stalled server hangs after a n
 
 /// A busy program's end within 5 s of `since` (`hang`: what it means if
 /// it does not end): it failed with `EIO`, said so and exited with 3.
+/// A program on `host` running `script`, which makes calls until one
+/// fails; checked to be still working after half a second, not failing
+/// at once.
+fn busy_on(c: &Cluster, host: usize, script: &str) -> std::process::Child {
+    let mut busy = c
+        .exec(&atoll_bin(), host, script)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        busy.try_wait().unwrap().is_none(),
+        "the program on host {host} failed early"
+    );
+    busy
+}
+
 fn fails_with_eio_within_5s(mut busy: std::process::Child, since: Instant, hang: &str) {
     let status = loop {
         if let Some(s) = busy.try_wait().unwrap() {

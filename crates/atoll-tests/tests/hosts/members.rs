@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use atoll_bench::hosts::Cluster;
 use atoll_tests::{atoll_bin, normalized, run_on_host};
 
-use super::{cluster_with, fails_with_eio_within_5s, on, text};
+use super::{busy_on, cluster_with, fails_with_eio_within_5s, on, text};
 
 fn spread() -> Option<Cluster> {
     cluster_with(&["--servers-here", "1"])
@@ -138,20 +138,10 @@ fn a_killed_host_fails_calls_on_its_members_names_with_eio_and_the_rest_goes_on(
     on(&c, 2, "echo on-c > $ROOT/c-file");
     on(&c, 0, "echo on-a > $ROOT/a-file");
     // A program on the first host that reads B's file until a read fails.
-    let mut busy = c.exec(
-        &atoll_bin(),
+    let busy = busy_on(
+        &c,
         0,
         "while read -r l < $ROOT/b-file; do :; done; echo stopped >&2; exit 3",
-    );
-    let mut busy = busy
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
-    assert!(
-        busy.try_wait().unwrap().is_none(),
-        "the reader failed early"
     );
     c.kill(1);
     fails_with_eio_within_5s(

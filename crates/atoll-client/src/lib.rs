@@ -163,6 +163,8 @@ pub fn init() -> bool {
     let Ok(sock) = std::env::var(ENV_SOCKET) else {
         return false;
     };
+    // The loader is done with the libraries an exec copied from the mount.
+    exec::libs::at_start();
     let preload = std::env::var(ENV_PRELOAD).ok();
     let inherited = std::env::var(ENV_SESSION_FD)
         .ok()

@@ -31,8 +31,6 @@
 //! `execve`s; a forked child is a new process with its real parent. If the
 //! proxy is already gone (killed; the server is about to kill the program
 //! too), the real parent (the scheduling server) is the answer.
-// TODO(atoll): POSIX record locks of the process are not carried over to
-// the new image's session (Linux keeps them across execve).
 
 use std::ffi::{CStr, CString};
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
@@ -60,6 +58,7 @@ pub const ENV_PROXY: &str = "ATOLL_PROXY_PID";
 
 mod foreign;
 mod handover;
+pub mod libs;
 use handover::{hand_over, hand_over_own_session, passes_own_session};
 pub use handover::{prime, restore};
 
@@ -145,6 +144,8 @@ pub struct ExecPlan {
     _handed_over: Vec<OwnedFd>,
     /// Placement cursor of this exec (`atoll_sched::placement`).
     cursor: u64,
+    /// Copies of the libraries the new image's loader finds in the mount.
+    libs: Option<libs::MountLibs>,
 }
 
 impl ExecPlan {
@@ -162,6 +163,15 @@ impl ExecPlan {
     /// AT_EMPTY_PATH)`), if the program is an atoll file.
     pub fn exec_fd(&self) -> Option<i32> {
         self.exec_fd.as_ref().map(|f| f.as_raw_fd())
+    }
+
+    /// The program was started from this plan by another process
+    /// (`posix_spawn`): what it inherits for its loader is its own to
+    /// remove (`libs`).
+    pub fn started(&self) {
+        if let Some(l) = &self.libs {
+            l.started();
+        }
     }
 
     /// Perform the exec in this process; returns only on failure (−errno,
@@ -232,6 +242,7 @@ fn build(
         exec_fd,
         _handed_over: handed_over,
         cursor: placement::peek_cursor(),
+        libs: None,
     })
 }
 
@@ -629,6 +640,27 @@ fn prepare_inner(
             Vec::new(),
         );
     }
+    // Libraries the new image's loader would look for in the mount.
+    let mount_libs = match &exec_fd {
+        Some(fd) => libs::prepare(
+            c,
+            &lane,
+            libs::Image::Copy {
+                fd: fd.as_raw_fd(),
+                path: exe.as_deref().unwrap_or(&prog_path),
+            },
+            &env,
+        ),
+        None => libs::prepare(
+            c,
+            &lane,
+            libs::Image::Host {
+                dirfd,
+                path: &prog_path,
+            },
+            &env,
+        ),
+    };
     let handed = if passes_own_session(c, &lane, spawn, text) {
         hand_over_own_session(c, exe)?
     } else {
@@ -641,6 +673,12 @@ fn prepare_inner(
         handed.socket.as_ref().map(|f| f.as_raw_fd()),
         &handed.state,
     );
+    env.retain(|e| !env_is(e, libs::ENV_LIBS));
+    if let Some(l) = &mount_libs {
+        let own = libs::llp_of(&env.iter().map(|e| &e[..]).collect::<Vec<_>>()).map(<[u8]>::to_vec);
+        env.retain(|e| !env_is(e, "LD_LIBRARY_PATH"));
+        env.extend(l.env(own.as_deref()));
+    }
     // The new image inherits the placement policy and cursor (Hare §3.6.1).
     let key = placement::ENV_PLACEMENT.as_bytes();
     env.retain(|e| !(e.starts_with(key) && e.get(key.len()) == Some(&b'=')));
@@ -685,7 +723,11 @@ fn prepare_inner(
     // its proxy instead. A spawn's relative path stays local: the child
     // may change directory (`posix_spawn_file_actions_addchdir_np`) before
     // it execs, so this process's cwd does not say what the path names.
-    if exec_fd.is_none() && relay_image.is_none() && (!spawn || prog_path.first() == Some(&b'/')) {
+    if exec_fd.is_none()
+        && relay_image.is_none()
+        && mount_libs.is_none()
+        && (!spawn || prog_path.first() == Some(&b'/'))
+    {
         let cursor = placement::peek_cursor();
         if let Some((proxy, pargv)) =
             crate::nodeplace::divert(&env, &c.socket_path, &prog_path, dirfd, &argv, cursor)
@@ -708,7 +750,9 @@ fn prepare_inner(
         .chain(handed.carried)
         .chain(relay_image)
         .collect();
-    build(&path_bytes, &argv, &env, dirfd, flags, exec_fd, kept)
+    let mut plan = build(&path_bytes, &argv, &env, dirfd, flags, exec_fd, kept)?;
+    plan.libs = mount_libs;
+    Ok(plan)
 }
 
 /// Perform `execve` of a prepared plan where the placement policy says
@@ -771,6 +815,11 @@ pub fn execute(plan: &ExecPlan) -> i64 {
                 table.count_exec(here.unwrap_or_else(rustix::thread::sched_getcpu))
             }
         }
+        return plan.exec();
+    }
+    if plan.libs.is_some() {
+        // Its libraries' copies are this process's descriptors.
+        table.count_exec(here.unwrap_or_else(rustix::thread::sched_getcpu));
         return plan.exec();
     }
     // The program stands for this process (or for the proxy this process

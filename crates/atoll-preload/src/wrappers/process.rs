@@ -393,6 +393,9 @@ unsafe fn spawn_common(
     };
     // SAFETY: the plan owns `run`, argv and envp until it drops below.
     let r = unsafe { f(pid, run.as_ptr(), actions, attr, plan.argv(), plan.envp()) };
+    if r == 0 {
+        plan.started();
+    }
     drop(plan);
     r
 }

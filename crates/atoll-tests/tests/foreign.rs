@@ -378,3 +378,32 @@ fn a_static_program_s_bad_pointers_are_efault_as_on_the_host() {
     assert!(out.starts_with("stat-bad-path -1 Bad address\n"), "{out}");
     assert!(out.ends_with("size 3\nhi\n"), "{out}");
 }
+
+#[test]
+fn a_static_program_reads_and_writes_fifos_in_the_mount() {
+    require("busybox");
+    // Each open waits for the other end, as on Linux (no sleeps needed):
+    // a static reader, a static writer, both static, a write larger than
+    // a pipe, a writer whose children write through the same open, and a
+    // read-write open that reads back what it wrote.
+    let out = atoll_tests::assert_same_on_tmpfs(
+        TWO,
+        r#"
+        cd "$ROOT"
+        mkfifo f
+        busybox cat f > got & seq 1 3 > f; wait; cat got
+        cat f > got & busybox sh -c '{ echo from-static; echo second; } > f'; wait; cat got
+        busybox cat f | busybox wc -c & busybox sh -c 'busybox head -c 300000 /dev/zero > f'; wait
+        busybox sh -c 'cat f' > got & busybox sh -c 'exec > f; echo parent; busybox sh -c "echo child"; echo after'; wait; cat got
+        busybox sh -c 'exec 3<>f; echo both >&3; read x <&3; echo "read back $x"'
+        busybox stat -c '%F %s' f
+        "#,
+        false,
+    );
+    assert!(
+        out.starts_with(
+            "1\n2\n3\nfrom-static\nsecond\n300000\nparent\nchild\nafter\nread back both\n"
+        ),
+        "{out}"
+    );
+}

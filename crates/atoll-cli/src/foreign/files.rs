@@ -95,6 +95,11 @@ pub fn stat_path(p: &[u8], nofollow: bool) -> Result<libc::stat, i32> {
     Ok(st)
 }
 
+/// Is there a FIFO at `p` (`nofollow`: not through a final symlink)?
+pub fn is_fifo(p: &[u8], nofollow: bool) -> bool {
+    stat_path(p, nofollow).is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFIFO)
+}
+
 impl Files {
     /// Open `abs` as the program asked (`flags`, `mode`), through the
     /// relay's client: the descriptor to install in the program. Outside
@@ -111,8 +116,8 @@ impl Files {
         let norm = paths::normalize(abs);
         let inside = paths::under(&p.mount, &norm);
         // Never block the supervisor (a FIFO's open would): a FIFO in the
-        // mount is refused below, a host one (reached from a tracked cwd)
-        // gets its blocking mode back.
+        // mount is opened by a thread of its own (`fifo`, before this), a
+        // host one (reached from a tracked cwd) gets its blocking mode back.
         // SAFETY: open of a NUL-terminated path.
         let a = unsafe { libc::open(c.as_ptr(), flags | libc::O_CLOEXEC | libc::O_NONBLOCK, mode) };
         if a < 0 {

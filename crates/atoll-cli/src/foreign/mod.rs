@@ -36,8 +36,10 @@
 //! * `seccomp.rs`: the raw calls (filter, notifications, memory);
 //! * `paths.rs`: where a path leads, and the tracked cwds;
 //! * `files.rs`: the memfds given out for files and directories;
+//! * `fifo.rs`: FIFOs, opened from a thread of their own;
 //! * `serve.rs`: the handler of each filtered call.
 
+mod fifo;
 mod files;
 mod paths;
 mod seccomp;
@@ -145,6 +147,10 @@ fn run(
     // Blocked before the program exists, so none is lost or kills the
     // relay in between; the program starts with none blocked.
     sys::block_signals(&sys::RELAYED_SIGNALS).map_err(|e| e.to_string())?;
+    // Closed when the program has ended: every copy out sees it at once.
+    let (ended, program_ended) = host_pipe()?;
+    let ended = Arc::new(ended);
+    fifo::set_ended(ended.clone());
     let (mut child, supervisor) = spawn(&path, argv, program_ends, mount)?;
     let pid = child.id() as i32;
     std::thread::spawn(move || {
@@ -154,9 +160,6 @@ fn run(
             unsafe { libc::kill(pid, sig) };
         }
     });
-    // Closed when the program has ended: every copy out sees it at once.
-    let (ended, program_ended) = host_pipe()?;
-    let ended = Arc::new(ended);
     let mut outputs = Vec::new();
     for r in relays {
         let out = |host: OwnedFd, atoll: i32| {
@@ -181,6 +184,7 @@ fn run(
     drop(program_ended);
     let rest: Vec<(OwnedFd, i32)> = outputs
         .into_iter()
+        .chain(fifo::take_writers())
         .filter_map(|t| t.join().ok())
         .filter_map(|(host, atoll)| host.map(|h| (h, atoll)))
         .collect();

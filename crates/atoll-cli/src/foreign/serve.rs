@@ -129,6 +129,8 @@ enum Answer {
     Done(Result<i64, i32>),
     /// A new descriptor in the program (close-on-exec or not).
     Fd(OwnedFd, bool),
+    /// Another thread answers (`fifo`).
+    Later,
 }
 
 use Answer::{Done, Kernel};
@@ -245,6 +247,7 @@ impl Supervisor {
                     seccomp::respond(&self.listener, n.id, r);
                 }
             }
+            Answer::Later => {}
         }
     }
 
@@ -507,6 +510,10 @@ impl Supervisor {
         mode: u32,
     ) -> Result<Answer, i32> {
         Ok(match self.place(n, dirfd, ptr, false)? {
+            Place::Here(p) if files::is_fifo(&p, flags & libc::O_NOFOLLOW != 0) => {
+                super::fifo::open(&self.listener, n.id, &p, flags)?;
+                Answer::Later
+            }
             Place::Here(p) => {
                 let fd = self.files.open(&mut self.paths, &p, flags, mode)?;
                 Answer::Fd(fd, flags & libc::O_CLOEXEC != 0)

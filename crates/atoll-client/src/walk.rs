@@ -429,6 +429,25 @@ impl<'a> Walker<'a> {
         Ok(p)
     }
 
+    /// Where the host path a walk left the mount by (`leave`) enters the
+    /// mount again (Linux walks it physically; `entering_mount`), go on
+    /// walking there: true. False for a host path that stays the host's.
+    fn reenter(&mut self, host: &PathBuf) -> Result<bool> {
+        let Some(abs) = entering_mount(self.c, libc::AT_FDCWD as i64, host.as_bytes()) else {
+            return Ok(false);
+        };
+        let Some(rest) = mount_rest(abs.as_bytes(), &self.c.mount) else {
+            return Ok(false);
+        };
+        self.dir = ROOT;
+        self.canon.clear();
+        self.canon.push_bytes(&self.c.mount)?;
+        self.rem.clear();
+        self.rem.push_bytes(rest)?;
+        self.pos = 0;
+        Ok(true)
+    }
+
     /// Continue the walk in a symlink's target; `rest_from` is where the
     /// unresolved rest of the current path starts. `Some(host path)` when
     /// the target is an absolute host path.
@@ -548,7 +567,12 @@ impl<'a> Walker<'a> {
             }
             if is_dotdot(n) {
                 if self.dir == ROOT && !self.confined_at_start() {
-                    return Ok(Step::Host(self.leave(self.pos)?));
+                    let host = self.leave(self.pos)?;
+                    // `/atoll/../atoll/d`: the rest comes back in.
+                    if !self.reenter(&host)? {
+                        return Ok(Step::Host(host));
+                    }
+                    continue;
                 }
                 self.dotdot()?;
                 continue;

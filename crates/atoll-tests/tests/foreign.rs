@@ -230,6 +230,7 @@ fn a_static_program_reads_and_lists_files_in_the_mount() {
         busybox wc -c "$ROOT/d/b"
         cd d && busybox cat b | busybox head -2 && busybox ls
         busybox find "$ROOT/d" | sort
+        busybox ls -a "$ROOT" | head -2; busybox stat -c '%F' "$ROOT/.." "$ROOT/../$(basename "$ROOT")/d"
         "#,
         true,
     );

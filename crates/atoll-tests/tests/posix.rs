@@ -366,7 +366,8 @@ with open("{report}", "w") as m:
 
 /// Walks that enter the mount from a host directory land in atoll, as
 /// they would if the mount were a Linux mount: from a host cwd (`cd /`,
-/// `../atoll`), from a host directory fd, through `..` in an absolute path.
+/// `../atoll`), from a host directory fd, through `..` in an absolute path,
+/// and back in after leaving it (`/atoll/../atoll/x`).
 #[test]
 fn paths_that_enter_the_mount_from_host_directories_land_in_atoll() {
     require("python3");
@@ -387,11 +388,13 @@ print(sorted(os.listdir("/atoll")))
 '
         cd / && cd atoll/rs && pwd && ls
         [ ! -e /tmp/atoll ] && echo "nothing on the host"
+        cat /atoll/../atoll/rs/inc/f && cd inc && cat ../../../atoll/rs/inc/f
+        stat -c %F /atoll/rs/../../atoll/made && touch /atoll/../atoll/made/g && ls /atoll/made
         "#,
     );
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
-        "rs\nhi\nhi\nhi\nb'hi\\n'\n['made', 'rs']\n/atoll/rs\ninc\nnothing on the host\n",
+        "rs\nhi\nhi\nhi\nb'hi\\n'\n['made', 'rs']\n/atoll/rs\ninc\nnothing on the host\nhi\nhi\ndirectory\ng\n",
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );

@@ -175,7 +175,9 @@ impl Paths {
             });
         }
         if path[0] == b'/' {
-            return Ok(if under(&self.mount, &normalize(path)) {
+            // `/atoll/..` leaves the mount, but the kernel, which does not
+            // know `/atoll`, could not walk it: the relay's client does.
+            return Ok(if passes_through(&self.mount, path) {
                 Place::Here(path.to_vec())
             } else {
                 Place::Kernel
@@ -267,6 +269,31 @@ pub fn normalize(path: &[u8]) -> Vec<u8> {
     out
 }
 
+/// Does the absolute `path` end in the mount, or walk through it on the
+/// way (`/atoll/..`, `/atoll/../tmp/x`), lexically?
+pub fn passes_through(mount: &[u8], path: &[u8]) -> bool {
+    let mut at = b"/".to_vec();
+    for c in path.split(|&b| b == b'/') {
+        match c {
+            b"" | b"." => continue,
+            b".." => {
+                let cut = at.iter().rposition(|&b| b == b'/').unwrap_or(0);
+                at.truncate(cut.max(1));
+            }
+            c => {
+                if at.last() != Some(&b'/') {
+                    at.push(b'/');
+                }
+                at.extend_from_slice(c);
+            }
+        }
+        if under(mount, &at) {
+            return true;
+        }
+    }
+    false
+}
+
 fn contains(hay: &[u8], needle: &[u8]) -> bool {
     hay.windows(needle.len()).any(|w| w == needle)
 }
@@ -319,6 +346,28 @@ pub fn parse_memfd_name(link: &[u8], me: i32) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn paths_through_the_mount_are_the_relay_s_even_when_they_leave_it() {
+        for p in [
+            "/atoll",
+            "/atoll/x",
+            "/atoll/..",
+            "/atoll/../tmp/x",
+            "//atoll/./a/../..",
+        ] {
+            assert!(passes_through(b"/atoll", p.as_bytes()), "{p}");
+        }
+        for p in [
+            "/",
+            "/tmp/atoll",
+            "/atollx/..",
+            "/tmp/../bin",
+            "/x/../atollx",
+        ] {
+            assert!(!passes_through(b"/atoll", p.as_bytes()), "{p}");
+        }
+    }
+
     use super::*;
 
     #[test]

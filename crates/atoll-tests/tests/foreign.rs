@@ -408,3 +408,51 @@ fn a_static_program_reads_and_writes_fifos_in_the_mount() {
         "{out}"
     );
 }
+
+#[test]
+fn a_static_program_s_threads_list_directories_and_open_files_in_the_mount() {
+    require("cc");
+    // Go programs (the `go` command itself) make their calls from any
+    // thread: a thread that is not the process's first one lists a
+    // directory of the mount and reads a file opened by another thread.
+    let out = atoll_tests::assert_same_on_tmpfs(
+        TWO,
+        r#"
+        set -e
+        cd "$ROOT"
+        mkdir d; echo one > d/a; echo two > d/b
+        cat > t.c <<'X'
+#include <dirent.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <fcntl.h>
+#include <unistd.h>
+static int fd;
+static void *list(void *dir) {
+    DIR *d = opendir(dir);
+    if (!d) { perror("opendir"); return 0; }
+    struct dirent *e; int n = 0;
+    while ((e = readdir(d))) if (e->d_name[0] != '.') n++;
+    printf("entries %d\n", n);
+    closedir(d);
+    char b[16] = {0};
+    if (pread(fd, b, sizeof b - 1, 0) < 0) perror("pread");
+    printf("read %s", b);
+    return 0;
+}
+int main(int c, char **v) {
+    fd = open(v[2], O_RDONLY);
+    pthread_t t;
+    pthread_create(&t, 0, list, v[1]);
+    pthread_join(t, 0);
+    return 0;
+}
+X
+        cc -static -pthread -o t t.c
+        ./t d d/b
+        "#,
+        false,
+    );
+    assert_eq!(out, "entries 2\nread two\n");
+}

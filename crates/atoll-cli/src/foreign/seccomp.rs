@@ -325,16 +325,27 @@ pub fn bytes_of<T: Copy>(v: &T) -> &[u8] {
     unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), std::mem::size_of::<T>()) }
 }
 
-/// A duplicate of descriptor `fd` of process `pid` (same open file
-/// description: its offset is the program's), through a pidfd.
-pub fn take_fd(pid: i32, fd: i32) -> Result<OwnedFd, i32> {
+/// A duplicate of descriptor `fd` of thread `tid`'s process (same open
+/// file description: its offset is the program's), through a pidfd.
+pub fn take_fd(tid: i32, fd: i32) -> Result<OwnedFd, i32> {
     let errno = || {
         io::Error::last_os_error()
             .raw_os_error()
             .unwrap_or(libc::EIO)
     };
-    // SAFETY: pidfd_open of a pid, no pointers.
-    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    let open = |pid: i32| {
+        // SAFETY: pidfd_open of a pid, no pointers.
+        unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) }
+    };
+    // A notification names the calling thread; a pidfd needs its process
+    // (the thread group's leader) unless the thread is that leader.
+    let mut pidfd = open(tid);
+    if pidfd < 0 {
+        match thread_group(tid) {
+            Some(tgid) if tgid != tid => pidfd = open(tgid),
+            _ => {}
+        }
+    }
     if pidfd < 0 {
         return Err(errno());
     }
@@ -347,6 +358,14 @@ pub fn take_fd(pid: i32, fd: i32) -> Result<OwnedFd, i32> {
     }
     // SAFETY: a new descriptor (close-on-exec) this function owns.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// The process (thread group) of thread `tid`.
+fn thread_group(tid: i32) -> Option<i32> {
+    let s = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
+    s.lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))
+        .and_then(|v| v.trim().parse().ok())
 }
 
 #[cfg(test)]
@@ -363,6 +382,25 @@ mod tests {
             assert_eq!(i + 1 + ins.jt as usize, notify, "{i}");
             assert_eq!(ins.jf, 0);
         }
+    }
+
+    #[test]
+    fn a_descriptor_is_taken_from_any_thread_of_its_process() {
+        let me = std::process::id() as i32;
+        let file = std::fs::File::open("/proc/self/status").unwrap();
+        let fd = file.as_raw_fd();
+        let tid = std::thread::scope(|s| {
+            s.spawn(|| {
+                // SAFETY: gettid takes no arguments.
+                let tid = unsafe { libc::syscall(libc::SYS_gettid) } as i32;
+                assert_ne!(tid, me);
+                take_fd(tid, fd).map(drop)
+            })
+            .join()
+            .unwrap()
+        });
+        assert_eq!(tid, Ok(()));
+        assert!(take_fd(me, fd).is_ok());
     }
 
     #[test]

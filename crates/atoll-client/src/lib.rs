@@ -117,8 +117,10 @@ use atoll_proto::boot::{ENV_FOREIGN_CWD, ENV_SESSION_FD, ENV_SOCKET, ENV_STATE};
 use atoll_proto::SessionId;
 
 pub use error::Error;
+pub use exec::libs::{remove_named as exec_libs_remove, ENV_LIBS};
 pub use exec::{
     initial_state_env, prepare_exec, prepare_execat, rewrite_env, ExecPlan, ENV_PRELOAD,
+    LOADER_ENV_PREFIX,
 };
 pub use fork::{fork_child, fork_parent, fork_prepare, ForkPrep};
 pub use meta::{ATOLL_DEV, ATOLL_DEV_MAJOR, ATOLL_DEV_MINOR};

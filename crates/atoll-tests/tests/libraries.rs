@@ -146,3 +146,33 @@ X
     assert!(out.contains("100% tests passed"), "{out}");
     assert!(out.contains("25\n"), "{out}");
 }
+
+#[test]
+fn ldd_and_the_loader_run_as_a_program_see_programs_and_libraries_of_the_mount() {
+    require("cc");
+    require("ldd");
+    // `ldd` runs the loader twice (`--verify`, then with
+    // `LD_TRACE_LOADED_OBJECTS=1`) and reads what it prints through a
+    // pipe; the loader prints before any client could start.
+    let script = format!(
+        "{PROJECT}{}",
+        r#"
+# Where each library came from (a copy's name, the loader's order aside:
+# the preloaded client brings the loader in earlier).
+copy() { grep -v -e libatoll -e linux-vdso | sed -e 's/ (0x[0-9a-f]*)$//' -e 's#=> .*/libs-[0-9-]*/#=> COPY/#' -e "s#=> $ROOT/bin/\.\./lib/one/#=> COPY/#" -e "s#=> $ROOT/bin/\.\./lib/#=> COPY/#" -e "s#=> $ROOT/lib/one/#=> COPY/#" -e "s#=> $ROOT/lib/#=> COPY/#" | sort; }
+ldd bin/runpath | copy
+ldd bin/plain | copy
+ldd /bin/true | grep -c 'libc.so.6 => '
+x=$(LD_TRACE_LOADED_OBJECTS=1 bin/rpath); echo "$x" | copy
+/lib64/ld-linux-x86-64.so.2 bin/runpath
+/lib64/ld-linux-x86-64.so.2 --verify bin/runpath; echo "verify: $?"
+/lib64/ld-linux-x86-64.so.2 --list bin/runpath | copy
+echo "left: $(left)"
+"#
+    );
+    let out = assert_same_on_tmpfs(&[], &script, false);
+    assert!(out.contains("libtwo.so => COPY/libtwo.so"), "{out}");
+    assert!(out.contains("libtwo.so => not found"), "{out}");
+    assert!(out.contains("verify: 0"), "{out}");
+    assert!(out.contains("left: 0"), "{out}");
+}

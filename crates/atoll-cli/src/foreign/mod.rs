@@ -48,6 +48,7 @@ mod serve;
 use std::ffi::OsString;
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStringExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::sync::Arc;
 
@@ -179,6 +180,15 @@ fn run(
         }
     }
     let status = child.wait().map_err(|e| e.to_string())?;
+    // Copies of libraries named for the program's loader are gone with it.
+    let libs = format!(
+        "{}{}",
+        atoll_client::LOADER_ENV_PREFIX,
+        atoll_client::ENV_LIBS
+    );
+    if let Some(v) = std::env::var_os(libs) {
+        atoll_client::exec_libs_remove(v.as_encoded_bytes());
+    }
     // Everything the program wrote reaches the atoll side before its
     // parent learns of the end.
     drop(program_ended);
@@ -289,6 +299,15 @@ fn spawn(
         }
         None => None,
     };
+    // The loader's variables the exec hid from the relay's own loader
+    // (`ldd`'s `LD_TRACE_LOADED_OBJECTS`) are the program's again.
+    for (k, v) in std::env::vars_os() {
+        let k = k.into_vec();
+        if let Some(name) = k.strip_prefix(atoll_client::LOADER_ENV_PREFIX.as_bytes()) {
+            cmd.env(OsString::from_vec(name.to_vec()), v);
+            cmd.env_remove(OsString::from_vec(k));
+        }
+    }
     let mut args = argv.into_iter();
     if let Some(arg0) = args.next() {
         cmd.arg0(arg0);

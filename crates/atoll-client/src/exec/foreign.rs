@@ -49,6 +49,59 @@ pub(super) enum Foreign {
     /// Secure execution (`AT_SECURE`): the relay only copies its
     /// descriptors, since a filter would cost it its privileges.
     Secure,
+    /// A dynamic image asked to list its libraries
+    /// (`LD_TRACE_LOADED_OBJECTS`, what `ldd` sets): its loader prints
+    /// the list and exits before the client could start, so the relay
+    /// gives it host pipes for the atoll descriptors it writes to.
+    Traced,
+}
+
+/// The loader's own variables, which the relay (itself dynamic) must not
+/// obey: passed to it renamed with [`LOADER_ENV_PREFIX`], given back to
+/// the program under their names.
+const LOADER_VARS: &[&str] = &[
+    "LD_TRACE_LOADED_OBJECTS",
+    "LD_DEBUG",
+    "LD_DEBUG_OUTPUT",
+    "LD_AUDIT",
+    "LD_PROFILE",
+    "LD_PROFILE_OUTPUT",
+    "LD_SHOW_AUXV",
+    "LD_VERBOSE",
+    "LD_WARN",
+    "LD_BIND_NOT",
+    // Not the loader's, but for the program's loader only: the copies of
+    // its libraries (`libs`), which the relay's own start would remove.
+    super::libs::ENV_LIBS,
+];
+
+/// Prefix of a loader variable hidden from the relay (`atoll __foreign`).
+pub const LOADER_ENV_PREFIX: &str = "ATOLL_LOADER_";
+
+/// Does the environment ask the loader to list libraries instead of
+/// running the program?
+pub(super) fn traces_loading(env: &[&[u8]]) -> bool {
+    env.iter().any(|e| {
+        e.strip_prefix(b"LD_TRACE_LOADED_OBJECTS=")
+            .is_some_and(|v| !v.is_empty())
+    })
+}
+
+/// Is this process a relay (`atoll __foreign …`), starting its program?
+pub(super) fn in_relay() -> bool {
+    std::env::args_os().nth(1).as_deref() == Some(std::ffi::OsStr::new(FOREIGN))
+}
+
+/// The environment of a relay: the loader's variables renamed.
+pub(super) fn hide_loader_vars(env: &mut [Vec<u8>]) {
+    for e in env.iter_mut() {
+        let name_end = e.iter().position(|&b| b == b'=').unwrap_or(e.len());
+        if LOADER_VARS.iter().any(|v| v.as_bytes() == &e[..name_end]) {
+            let mut renamed = LOADER_ENV_PREFIX.as_bytes().to_vec();
+            renamed.extend_from_slice(e);
+            *e = renamed;
+        }
+    }
 }
 
 /// Would the host file at `path` (relative to `dirfd`) run without the
@@ -135,9 +188,12 @@ pub(super) fn is_static(fd: i32) -> bool {
     if sys::pread(fd, &mut table, off) != table.len() as i64 {
         return false;
     }
-    !table
+    let interp = table
         .chunks_exact(size)
-        .any(|ph| u32::from_le_bytes([ph[0], ph[1], ph[2], ph[3]]) == PT_INTERP)
+        .any(|ph| u32::from_le_bytes([ph[0], ph[1], ph[2], ph[3]]) == PT_INTERP);
+    // The dynamic loader names no interpreter either, but it has a name
+    // of its own and loads `LD_PRELOAD` (`rtld`).
+    !interp && super::libs::read_dynamic(fd).is_none_or(|d| d.soname.is_none())
 }
 
 /// `(offset, entry size, count)` of the program header table of a 64-bit
@@ -189,6 +245,30 @@ pub(super) fn divert(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_loader_s_variables_are_hidden_from_the_relay_only() {
+        let mut env = vec![
+            b"LD_TRACE_LOADED_OBJECTS=1".to_vec(),
+            b"LD_PRELOAD=/l.so".to_vec(),
+            b"LD_DEBUGX=1".to_vec(),
+            b"LD_DEBUG=libs".to_vec(),
+        ];
+        assert!(traces_loading(
+            &env.iter().map(|e| &e[..]).collect::<Vec<_>>()
+        ));
+        hide_loader_vars(&mut env);
+        assert_eq!(
+            env,
+            [
+                b"ATOLL_LOADER_LD_TRACE_LOADED_OBJECTS=1".to_vec(),
+                b"LD_PRELOAD=/l.so".to_vec(),
+                b"LD_DEBUGX=1".to_vec(),
+                b"ATOLL_LOADER_LD_DEBUG=libs".to_vec(),
+            ]
+        );
+        assert!(!traces_loading(&[b"LD_TRACE_LOADED_OBJECTS="]));
+    }
 
     fn header(class: u8, phoff: u64, size: u16, count: u16) -> [u8; 64] {
         let mut h = [0u8; 64];

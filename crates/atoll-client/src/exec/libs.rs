@@ -62,6 +62,7 @@ const DT_NULL: u64 = 0;
 const DT_NEEDED: u64 = 1;
 const DT_STRTAB: u64 = 5;
 const DT_STRSZ: u64 = 10;
+const DT_SONAME: u64 = 14;
 const DT_RPATH: u64 = 15;
 const DT_RUNPATH: u64 = 29;
 
@@ -71,6 +72,8 @@ pub struct Dynamic {
     pub needed: Vec<Vec<u8>>,
     pub rpath: Option<Vec<u8>>,
     pub runpath: Option<Vec<u8>>,
+    /// `DT_SONAME`: a shared object's own name (the loader has one).
+    pub soname: Option<Vec<u8>>,
 }
 
 impl Dynamic {
@@ -132,7 +135,7 @@ pub fn read_dynamic(fd: i32) -> Option<Dynamic> {
     let entries = read_exact_at(fd, size - size % 16, off)?;
     let (mut strtab, mut strsz) = (None, 0u64);
     let mut needed = Vec::new();
-    let (mut rpath, mut runpath) = (None, None);
+    let (mut rpath, mut runpath, mut soname) = (None, None, None);
     for e in entries.chunks_exact(16) {
         let (tag, val) = (u64_at(e, 0), u64_at(e, 8));
         match tag {
@@ -142,6 +145,7 @@ pub fn read_dynamic(fd: i32) -> Option<Dynamic> {
             DT_STRSZ => strsz = val,
             DT_RPATH => rpath = Some(val),
             DT_RUNPATH => runpath = Some(val),
+            DT_SONAME => soname = Some(val),
             _ => {}
         }
     }
@@ -162,6 +166,7 @@ pub fn read_dynamic(fd: i32) -> Option<Dynamic> {
         needed: needed.into_iter().filter_map(string).collect(),
         rpath: rpath.and_then(string),
         runpath: runpath.and_then(string),
+        soname: soname.and_then(string),
     })
 }
 
@@ -569,6 +574,14 @@ pub fn at_start() {
     }
 }
 
+/// The directory of links an [`ENV_LIBS`] value names, removed (by a
+/// relay whose program never starts a client: `ldd`'s listing).
+pub fn remove_named(value: &[u8]) {
+    if let Some(dir) = value.splitn(3, |&b| b == b';').nth(2) {
+        remove_dir(dir);
+    }
+}
+
 fn is_memfd(fd: i32) -> bool {
     let link = format!("/proc/self/fd/{fd}");
     std::fs::read_link(link).is_ok_and(|p| p.as_os_str().as_encoded_bytes().starts_with(b"/memfd:"))
@@ -604,6 +617,7 @@ mod tests {
             needed: needed.iter().map(|n| n.as_bytes().to_vec()).collect(),
             rpath: rpath.map(|r| r.as_bytes().to_vec()),
             runpath: runpath.map(|r| r.as_bytes().to_vec()),
+            soname: None,
         }
     }
 

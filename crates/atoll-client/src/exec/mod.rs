@@ -57,8 +57,10 @@ pub const ENV_PRELOAD: &str = "ATOLL_PRELOAD";
 pub const ENV_PROXY: &str = "ATOLL_PROXY_PID";
 
 mod foreign;
+pub use foreign::LOADER_ENV_PREFIX;
 mod handover;
 pub mod libs;
+mod rtld;
 use handover::{hand_over, hand_over_own_session, passes_own_session};
 pub use handover::{prime, restore};
 
@@ -146,6 +148,9 @@ pub struct ExecPlan {
     cursor: u64,
     /// Copies of the libraries the new image's loader finds in the mount.
     libs: Option<libs::MountLibs>,
+    /// The new image inherits copies of mount files (libraries, or the
+    /// program the loader runs): it must start from this process.
+    copies_inherited: bool,
 }
 
 impl ExecPlan {
@@ -243,6 +248,7 @@ fn build(
         _handed_over: handed_over,
         cursor: placement::peek_cursor(),
         libs: None,
+        copies_inherited: false,
     })
 }
 
@@ -601,11 +607,21 @@ fn prepare_inner(
     // inherits and serves the paths it names in the mount; a secure one
     // only when it inherits atoll descriptors, else as it is, with no
     // session and no private descriptor handed over.
-    let foreign_image = match &exec_fd {
+    let mut foreign_image = match &exec_fd {
         Some(fd) => foreign::is_static(fd.as_raw_fd()).then_some(foreign::Foreign::Static),
         None if dirfd == libc::AT_FDCWD as i64 => foreign::foreign_at(dirfd, &prog_path),
         None => None,
     };
+    // The loader run as a program (`ldd`): a program of the mount it is
+    // to load is handed to it as a copy.
+    let loaded = match (&foreign_image, &exec_fd) {
+        (None, None) if rtld::named_like_loader(&prog_path) => loaded_program(c, &lane, &mut argv)?,
+        _ => None,
+    };
+    let lists = loaded.as_ref().is_some_and(|l| l.2 == rtld::Mode::Lists);
+    if foreign_image.is_none() && (lists || foreign::traces_loading(&env)) && !foreign::in_relay() {
+        foreign_image = Some(foreign::Foreign::Traced);
+    }
     let inherits = if foreign_image.is_some() {
         foreign::inherited()
     } else {
@@ -614,6 +630,9 @@ fn prepare_inner(
     let relayed = match foreign_image {
         Some(foreign::Foreign::Static) => true,
         Some(foreign::Foreign::Secure) => !inherits.is_empty(),
+        // The relay also removes the copies of its libraries, which a
+        // listing loader never starts a client to do.
+        Some(foreign::Foreign::Traced) => true,
         None => false,
     };
     if foreign_image.is_some() && !relayed && exec_fd.is_none() {
@@ -641,8 +660,8 @@ fn prepare_inner(
         );
     }
     // Libraries the new image's loader would look for in the mount.
-    let mount_libs = match &exec_fd {
-        Some(fd) => libs::prepare(
+    let mount_libs = match (&exec_fd, &loaded) {
+        (Some(fd), _) => libs::prepare(
             c,
             &lane,
             libs::Image::Copy {
@@ -651,7 +670,17 @@ fn prepare_inner(
             },
             &env,
         ),
-        None => libs::prepare(
+        (None, Some((_, _, rtld::Mode::Verifies))) => None,
+        (None, Some((fd, path, _))) => libs::prepare(
+            c,
+            &lane,
+            libs::Image::Copy {
+                fd: fd.as_raw_fd(),
+                path,
+            },
+            &env,
+        ),
+        (None, None) => libs::prepare(
             c,
             &lane,
             libs::Image::Host {
@@ -713,6 +742,7 @@ fn prepare_inner(
             argv = rargv;
             flags = 0;
             relay_image = exec_fd.take();
+            foreign::hide_loader_vars(&mut env);
             // The relay's pipes to the program are kernel pipes.
             let key = crate::pipe::ENV_PIPES.as_bytes();
             env.retain(|e| !(e.starts_with(key) && e.get(key.len()) == Some(&b'=')));
@@ -726,6 +756,7 @@ fn prepare_inner(
     if exec_fd.is_none()
         && relay_image.is_none()
         && mount_libs.is_none()
+        && loaded.is_none()
         && (!spawn || prog_path.first() == Some(&b'/'))
     {
         let cursor = placement::peek_cursor();
@@ -744,15 +775,54 @@ fn prepare_inner(
         ),
         None => (prog_path, dirfd as i32, flags),
     };
+    let copied_program = loaded.is_some();
     let kept = handed
         .socket
         .into_iter()
         .chain(handed.carried)
         .chain(relay_image)
+        .chain(loaded.map(|(fd, _, _)| fd))
         .collect();
     let mut plan = build(&path_bytes, &argv, &env, dirfd, flags, exec_fd, kept)?;
+    plan.copies_inherited = mount_libs.is_some() || copied_program;
     plan.libs = mount_libs;
     Ok(plan)
+}
+
+/// For the loader run as a program: the program of the mount it is to
+/// load, copied into a memfd it inherits and put in its place in `argv`
+/// (`rtld`), with its absolute path. `None` when the program is the
+/// host's (the loader opens it itself).
+fn loaded_program(
+    c: &Client,
+    lane: &LazyLane,
+    argv: &mut Vec<Vec<u8>>,
+) -> Result<Option<(OwnedFd, Vec<u8>, rtld::Mode)>> {
+    let Some((at, mode)) = rtld::program_arg(argv) else {
+        return Ok(None);
+    };
+    let path = argv[at].clone();
+    let Ok(Program::Atoll { ino, ftype }) =
+        resolve_program(c, lane, libc::AT_FDCWD as i64, &path, 0)
+    else {
+        return Ok(None);
+    };
+    if ftype != FileType::Regular {
+        return Ok(None);
+    }
+    let lane = lane.get()?;
+    // The loader only reads the program (a program it runs must also be
+    // executable for it, which it checks itself on the copy's mode).
+    let (desc, _) = file::open_inode(c, lane, ino, libc::O_RDONLY as u32)?;
+    let copy = copy_to_memfd(c, lane, desc, &path);
+    let _ = lane.call_ok(c, desc.server(), Request::Close { desc });
+    let copy = copy?;
+    sys::fcntl_int(copy.as_raw_fd(), libc::F_SETFD, 0);
+    let name = format!("/proc/self/fd/{}", copy.as_raw_fd()).into_bytes();
+    *argv = rtld::substitute(argv, at, mode == rtld::Mode::Runs, &name);
+    let abs = absolute(c, libc::AT_FDCWD as i64, &path)?;
+    let abs = crate::path::normalize_abs(&abs).map_or(abs, |p| p.as_bytes().to_vec());
+    Ok(Some((copy, abs, mode)))
 }
 
 /// Perform `execve` of a prepared plan where the placement policy says
@@ -817,8 +887,8 @@ pub fn execute(plan: &ExecPlan) -> i64 {
         }
         return plan.exec();
     }
-    if plan.libs.is_some() {
-        // Its libraries' copies are this process's descriptors.
+    if plan.copies_inherited {
+        // The copies it inherits are this process's descriptors.
         table.count_exec(here.unwrap_or_else(rustix::thread::sched_getcpu));
         return plan.exec();
     }

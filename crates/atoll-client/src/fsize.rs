@@ -82,6 +82,14 @@ fn ask() -> Option<u64> {
     (r == 0 && rl.rlim_cur != libc::RLIM64_INFINITY).then_some(rl.rlim_cur)
 }
 
+/// In a fork child (one thread): a thread that did not come along may
+/// have held the lock at the fork, and its change of the limit may or may
+/// not have reached the child's copy. Free the lock and ask again.
+pub fn after_fork_child() {
+    LOCK.release_raw();
+    KEPT.store(UNKNOWN, Ordering::Release);
+}
+
 /// Does this `setrlimit` (`a[0]` the resource) or `prlimit64` (`a[1]`,
 /// with a new limit in `a[2]`) possibly set `RLIMIT_FSIZE`? Any process id
 /// counts: a thread id of this process names it too, and forgetting is

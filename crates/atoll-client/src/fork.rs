@@ -8,7 +8,7 @@
 use std::os::fd::{IntoRawFd, OwnedFd};
 
 use crate::{
-    copymap, counters, cpus, fdpub, fdtable, forkgate, forkshare, hybrid, loadmap, mapping,
+    copymap, counters, cpus, fdpub, fdtable, forkgate, forkshare, fsize, hybrid, loadmap, mapping,
     pipesplit, session, sys,
 };
 
@@ -76,6 +76,7 @@ pub fn fork_parent(prep: ForkPrep, child_pid: i64) {
 pub fn fork_child(prep: ForkPrep) {
     // Program memory is reached through our pid, which just changed.
     sys::init_pid();
+    fsize::after_fork_child();
     cpus::after_fork_child();
     let Some(c) = session::client() else {
         return;

@@ -73,6 +73,7 @@ mod file;
 mod fork;
 mod forkgate;
 mod forkshare;
+mod fsize;
 pub mod hostlink;
 mod hybrid;
 mod imagetag;

@@ -159,7 +159,8 @@ fn read_id_serial(
     report: bool,
 ) -> Result<usize> {
     let mut done = 0usize;
-    while done < buf.len() {
+    // At least one `ReadData`, also of no bytes: it moves the atime.
+    loop {
         let want = (buf.len() - done).min(DATA_CHUNK);
         let dst = &mut buf[done..done + want];
         let req = || Request::ReadData {
@@ -171,7 +172,7 @@ fn read_id_serial(
         let got =
             await_writers(|| lane.call(c, desc.server(), req(), |r| copy_data(r, &mut *dst)))?;
         done += got;
-        if got < want {
+        if got < want || done == buf.len() {
             break;
         }
     }

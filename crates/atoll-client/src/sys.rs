@@ -390,6 +390,14 @@ pub fn init_pid() {
     PID.store(getpid(), core::sync::atomic::Ordering::Relaxed);
 }
 
+/// Is the caller a `CLONE_VM` child (vfork, `posix_spawn`) running in
+/// its parent's memory? Its statics are the parent's, so nothing it
+/// learns about its own process may be stored in them.
+pub(crate) fn in_parent_memory() -> bool {
+    let known = PID.load(core::sync::atomic::Ordering::Relaxed);
+    known > 0 && getpid() != known
+}
+
 pub(crate) fn self_pid() -> u64 {
     match PID.load(core::sync::atomic::Ordering::Relaxed) {
         p if p > 0 => p as u64,

@@ -146,7 +146,9 @@ fn read_extents(
     let server = desc.server();
     let mut done = 0usize;
     let mut watched = false;
-    while done < buf.len() {
+    // At least one `Read`, also of no bytes: every read moves the atime
+    // (relatime) on Linux, which only the server keeps.
+    loop {
         let want = (buf.len() - done).min(CHUNK);
         let offset = off.map(|o| o + done as u64);
         let dst = &mut buf[done..done + want];
@@ -191,7 +193,7 @@ fn read_extents(
             Ok((granted.len as usize).min(want))
         })?;
         done += got;
-        if got < want {
+        if got < want || done == buf.len() {
             break;
         }
     }
@@ -253,7 +255,7 @@ pub fn write_desc(
 /// past the limit (`EFBIG`), the writer gets `SIGXFSZ` too, as on Linux
 /// (`generic_write_check_limits`); a write that crosses it is short.
 fn write_at(c: &Client, lane: &Lane, d: &DescRef, src: &[u8], off: Option<u64>) -> Result<usize> {
-    let fsize = fsize_limit();
+    let fsize = crate::fsize::limit();
     let r = if c.direct_data() {
         write_shared(c, lane, d, src, off, fsize)
     } else {
@@ -264,27 +266,6 @@ fn write_at(c: &Client, lane: &Lane, d: &DescRef, src: &[u8], off: Option<u64>) 
         raise_self(libc::SIGXFSZ);
     }
     r
-}
-
-/// The calling process's `RLIMIT_FSIZE`, `None` when unlimited. Asked on
-/// every write (one system call, no round trip): a program may lower it
-/// at any time, and the server applies it where it chooses the offset.
-fn fsize_limit() -> Option<u64> {
-    let mut rl = libc::rlimit64 {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: `rl` is ours and outlives the call; no new limit is set.
-    let r = unsafe {
-        sys::sc(
-            libc::SYS_prlimit64,
-            0,
-            libc::RLIMIT_FSIZE as u64,
-            0,
-            &mut rl as *mut libc::rlimit64 as u64,
-        )
-    };
-    (r == 0 && rl.rlim_cur != libc::RLIM64_INFINITY).then_some(rl.rlim_cur)
 }
 
 /// Send `sig` to the calling thread, as the kernel does for `SIGXFSZ`.

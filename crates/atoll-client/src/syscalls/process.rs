@@ -40,6 +40,12 @@ pub(super) fn umask(c: &'static Client, _: i64, a: &[u64; 6]) -> Result<Out> {
     done(old)
 }
 
+/// `setrlimit`, `prlimit64`: Linux changes the limit; atoll forgets the
+/// file size limit it keeps for writes (`fsize`).
+pub(super) fn rlimit(_: &'static Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
+    done(crate::fsize::set(nr, a))
+}
+
 /// `setuid` and the other setters: Linux changes them, atoll reads them.
 pub(super) fn credentials(c: &'static Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
     done(creds::change(c, nr, a))

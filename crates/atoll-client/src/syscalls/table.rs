@@ -244,6 +244,10 @@ const ROWS: &[Entry] = &[
         Partial("--exec-via spawn: a new process, its caller a proxy")),
     row(SYS_umask, "umask", process::umask, ALWAYS,
         Host("atoll keeps the mask for the files it creates")),
+    row(SYS_setrlimit, "setrlimit", process::rlimit, ALWAYS,
+        Host("atoll keeps RLIMIT_FSIZE for its writes")),
+    row(SYS_prlimit64, "prlimit64", process::rlimit, ALWAYS,
+        Host("atoll keeps its own RLIMIT_FSIZE for its writes; another process's change is seen at exec")),
     // After these the kernel's credentials may differ.
     row(SYS_setuid, "setuid", process::credentials, ALWAYS, Host(HOST_CRED)),
     row(SYS_setgid, "setgid", process::credentials, ALWAYS, Host(HOST_CRED)),

@@ -36,8 +36,10 @@ impl<S: BlockStore> FileServer<S> {
             inflight::ReadLimit::Upto(end) => want = end.saturating_sub(off).min(want),
         }
         let (extents, got) = i.extents(off, want);
-        if got > 0 && !noatime {
-            // relatime
+        if !noatime {
+            // relatime. Every read counts, also one that returns nothing
+            // (at or past the end, or of no bytes): tmpfs's read calls
+            // `file_accessed` whatever it copied.
             let t = now();
             if !older(i.mtime, i.atime) || !older(i.ctime, i.atime) || t.sec - i.atime.sec > 86_400
             {

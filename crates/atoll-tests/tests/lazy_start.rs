@@ -194,3 +194,36 @@ fn a_grandchild_of_a_process_that_never_touched_atoll_writes_to_an_inherited_pip
     let text = run(&format!("{} | cat", bin.display()));
     assert_eq!(text, "from the grandchild\nfrom its parent\n");
 }
+
+/// `vfork` before any atoll call: the child (which shares the parent's
+/// memory until it execs) starts a shell that writes a file in the mount,
+/// and the parent's own first atoll call, after the child's exec, reads
+/// it back.
+#[test]
+fn the_first_atoll_call_after_a_vfork_in_child_and_parent() {
+    let (_dir, bin) = probe(
+        "vforker",
+        r#"
+        int main(void) {
+            pid_t p = vfork();
+            if (p == 0) {
+                execl("/bin/sh", "sh", "-c", "echo from the child > /atoll/v", (char *)0);
+                _exit(127);
+            }
+            int st;
+            if (waitpid(p, &st, 0) != p || !WIFEXITED(st) || WEXITSTATUS(st)) return 1;
+            char b[64] = {0};
+            int fd = open("/atoll/v", O_RDONLY);
+            if (fd < 0 || read(fd, b, sizeof b - 1) <= 0) { perror("read"); return 1; }
+            close(fd);
+            printf("parent read: %s", b);
+            count_maps("parent");
+            return 0;
+        }"#,
+    );
+    let text = run(&bin.display().to_string());
+    assert_eq!(
+        text,
+        "parent read: from the child\nparent: cache 1 control 1\n"
+    );
+}

@@ -108,12 +108,18 @@ pub fn maybe_report(c: &Client, lane: &Lane) {
 /// Take the deltas since the last report.
 fn take() -> ClientCounters {
     PENDING.store(0, Ordering::Relaxed);
-    LAST_REPORT_SECS.store(coarse_secs(), Ordering::Relaxed);
     let mut d = [0u64; COUNTERS];
     for (i, c) in all().iter().enumerate() {
         let now = c.load(Ordering::Relaxed);
         let before = REPORTED[i].swap(now, Ordering::Relaxed);
         d[i] = now.saturating_sub(before);
+    }
+    // The clock only when there is something to report: the exit of an
+    // image that counted nothing (most of those a shell starts) then
+    // reads no clock, whose first use sets up rustix's vDSO (a symbol
+    // lookup in the loader, a handful of page faults).
+    if d.iter().any(|&n| n != 0) {
+        LAST_REPORT_SECS.store(coarse_secs(), Ordering::Relaxed);
     }
     ClientCounters {
         dcache_hits: d[0],

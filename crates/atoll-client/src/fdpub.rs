@@ -126,6 +126,9 @@ pub fn relocate(from: i32) {
     if from >= 0 && FD.load(Ordering::Relaxed) == from {
         FD.store(crate::session::to_high(from, from + 1), Ordering::Relaxed);
     }
+    // An image whose list its environment gave (`publish_at_start`): the
+    // list no longer matches it, so it is published from now on.
+    make_file_only();
     let p = MAP.load(Ordering::Acquire);
     if !p.is_null() {
         publish_private(p);
@@ -344,9 +347,22 @@ fn own_table(want: usize) {
 /// with `pwrite` (`FILE_ONLY`); a fork shares it. Already made (the image
 /// restored descriptors or a cwd it inherited): the list is published
 /// there.
-pub fn publish_at_start() {
+///
+/// `named_by_environ`: atoll's own descriptors are exactly those the
+/// image's initial environment names (an exec's hand-over: the session
+/// socket in `ATOLL_SESSION_FD`, the cache and the control block in
+/// `ATOLL_STATE`, each kept at its number). Then no table is made: a
+/// reader finds the list in `/proc/PID/environ` (`envfds`), and the image
+/// saves the memfd (`prlimit64`, `memfd_create`, a move, `pwrite`, and
+/// the inode's teardown at exit), most images never making a table
+/// otherwise. The first change of that list ([`relocate`], the template)
+/// makes the table.
+pub fn publish_at_start(named_by_environ: bool) {
     if STATE.load(Ordering::Acquire) != NONE {
         with_table(None, publish_private);
+        return;
+    }
+    if named_by_environ {
         return;
     }
     // Once per image, from the constructor (the lock still keeps a
@@ -356,6 +372,16 @@ pub fn publish_at_start() {
     // installed none (`execve` reset them) and atoll's own SIGSYS
     // handler coming after the client's start.
     LOCK.acquire_raw();
+    make_file_only();
+    LOCK.release_raw();
+}
+
+/// Make the table holding only the list of atoll's own descriptors
+/// (`FILE_ONLY`), unless there is one. Under `LOCK`.
+fn make_file_only() {
+    if STATE.load(Ordering::Acquire) != NONE {
+        return;
+    }
     let private = 8 + 4 * PRIVATE_MAX;
     let mut state = MAPPED; // refused: none, for good
     if fits_file_limit(private) {
@@ -368,7 +394,20 @@ pub fn publish_at_start() {
         }
     }
     STATE.store(state, Ordering::Release);
-    LOCK.release_raw();
+}
+
+/// Another process's own descriptors: from its table, or, when it has
+/// none, from its initial environment (`publish_at_start`). `None`: not
+/// a process of an instance that says which.
+pub fn private_of(pid: u32) -> Option<Vec<i32>> {
+    match open_table(pid) {
+        Some(t) => {
+            let list = read_private(t);
+            sys::close(t);
+            list
+        }
+        None => crate::envfds::private_of(pid),
+    }
 }
 
 /// Publish the list of atoll's own descriptors again: one was made

@@ -119,7 +119,7 @@ fn whole(b: u32) -> Extent {
 fn copy_of<'m>(c: &Client, m: &'m mut HashMap<u32, Copy>, b: u32) -> Option<&'m mut Copy> {
     if let std::collections::hash_map::Entry::Vacant(v) = m.entry(b) {
         let mut data = Box::new([0u8; BLOCK_SIZE]);
-        cache::copy_out_one(&c.cache, &whole(b), 0, &mut data[..])?;
+        cache::copy_out_one(c.cache(), &whole(b), 0, &mut data[..])?;
         v.insert(Copy {
             data,
             dirty: Box::new([0; BLOCK_SIZE / 64]),
@@ -161,7 +161,7 @@ fn pieces(
 /// `cache::copy_out_one`, through private copies when incoherent.
 pub fn copy_out(c: &Client, e: &Extent, start: u64, dst: &mut [u8]) -> Option<usize> {
     if !active(c) || e.block == HOLE {
-        return cache::copy_out_one(&c.cache, e, start, dst);
+        return cache::copy_out_one(c.cache(), e, start, dst);
     }
     let len = dst.len();
     with(|m| {
@@ -178,7 +178,7 @@ pub fn copy_out(c: &Client, e: &Extent, start: u64, dst: &mut [u8]) -> Option<us
 /// `cache::copy_in_one`, into private copies when incoherent.
 pub fn copy_in(c: &Client, e: &Extent, start: u64, src: &[u8]) -> Option<usize> {
     if !active(c) || e.block == HOLE {
-        return cache::copy_in_one(&c.cache, e, start, src);
+        return cache::copy_in_one(c.cache(), e, start, src);
     }
     with(|m| {
         pieces(e, start, src.len(), |b, off, at, n| {
@@ -210,7 +210,7 @@ fn write_back_locked(c: &Client, m: &mut HashMap<u32, Copy>) {
         }
         let e = whole(*b);
         for (lo, hi) in cp.runs() {
-            let _ = cache::copy_in_one(&c.cache, &e, lo as u64, &cp.data[lo..hi]);
+            let _ = cache::copy_in_one(c.cache(), &e, lo as u64, &cp.data[lo..hi]);
         }
         cp.dirty.fill(0);
         cp.any_dirty = false;

@@ -60,6 +60,7 @@ mod copymap;
 mod creds;
 mod dcache;
 mod dirperm;
+mod envfds;
 mod error;
 mod exec;
 mod exitclose;
@@ -185,6 +186,11 @@ pub fn init() -> bool {
         .and_then(state::State::decode)
         .and_then(|st| st.attached)
         .filter(|_| inherited.is_some());
+    // atoll's own descriptors as the environment names them (`envfds`).
+    let named = carried.as_ref().map(|a| {
+        let cache = a.cache.map_or(-1, |k| k.fd);
+        (inherited.unwrap_or(-1), cache, a.control.fd)
+    });
     sys::init_pid();
     atoll_sched::placement::init_from_env();
     cpus::init_from_env();
@@ -205,7 +211,8 @@ pub fn init() -> bool {
     if let Some(st) = state {
         exec::restore(c, &st, inherited.is_some());
     }
-    fdpub::publish_at_start();
+    let now = c.private_fds();
+    fdpub::publish_at_start(named == Some((now[0], now[2], now[3])) && now[1] < 0 && now[4] < 0);
     pipe::init();
     counters::install_exit_report();
     true

@@ -259,7 +259,7 @@ pub fn statfs(c: &Client, lane: &Lane) -> Result<libc::statfs> {
 /// calls (posted `Close`s too) as the answers to messages sent after them
 /// would.
 fn published_space(c: &Client, lane: &Lane) -> Option<atoll_proto::StatFsInfo> {
-    let ctl = &c.control;
+    let ctl = c.control();
     if c.info.remote || !drained(lane) {
         return None;
     }
@@ -303,7 +303,7 @@ fn asked_space(c: &Client, lane: &Lane) -> Result<atoll_proto::StatFsInfo> {
     // A dead server's share is gone with it (fault containment): the
     // others still answer for theirs.
     let mut ids = Vec::with_capacity(c.members());
-    for s in (0..c.members()).filter(|&s| !c.control.is_down(s)) {
+    for s in (0..c.members()).filter(|&s| !c.control().is_down(s)) {
         ids.push((s, lane.send(c, c.cred(), s, Request::StatFs)?));
     }
     let mut total = atoll_proto::StatFsInfo::default();

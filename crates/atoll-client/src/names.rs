@@ -78,9 +78,9 @@ impl Client {
     #[inline]
     pub fn bind_server(&self, server: usize) -> Option<usize> {
         match self
-            .fs_names
+            .fs_names()
             .bindings
-            .bind(server, &ControlView(&self.control))?
+            .bind(server, &ControlView(self.control()))?
         {
             Bound::Same(slot) => Some(slot as usize),
             // A member bound before it joined starts its first
@@ -100,12 +100,12 @@ impl Client {
     /// (for the reply to a request sent through [`Client::bind_server`]).
     #[inline]
     pub fn bound_slot(&self, server: usize) -> Option<usize> {
-        self.fs_names.bindings.slot(server).map(|s| s as usize)
+        self.fs_names().bindings.slot(server).map(|s| s as usize)
     }
 
     /// The generation `/fs/server/<server>` is bound at in this process.
     pub fn bound_generation(&self, server: usize) -> Option<u64> {
-        self.fs_names.bindings.generation(server)
+        self.fs_names().bindings.generation(server)
     }
 
     /// The member of the file-server fleet (`/fs/server`, fos §3.3) that
@@ -123,7 +123,7 @@ impl Client {
         let node = &self.info.node_members;
         if !node.is_empty() {
             let k = preferred % node.len();
-            let up = |&&m: &&u32| !self.control.is_down(m as usize);
+            let up = |&&m: &&u32| !self.control().is_down(m as usize);
             let after = node[k..].iter().chain(&node[..k]).find(up);
             return *after.unwrap_or(&node[k]) as usize;
         }
@@ -138,9 +138,9 @@ impl Client {
             domain: Some(t.domain_of_cpu(rustix::thread::sched_getcpu())),
         };
         // Among the members only: the fleet names every slot of the room.
-        self.fs_names
+        self.fs_names()
             .fleet
-            .pick_within(&caller, &ControlView(&self.control), n)
+            .pick_within(&caller, &ControlView(self.control()), n)
             .map_or(preferred % n, |s| s as usize)
     }
 }

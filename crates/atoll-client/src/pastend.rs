@@ -40,7 +40,7 @@ pub fn map_past_end(c: &Client, at: u64, len: u64, prot: i32, shared: bool) -> R
     if len == 0 {
         return Ok(());
     }
-    let beyond = (c.cache.len() as u64).div_ceil(PAGE) * PAGE;
+    let beyond = (c.cache_len() as u64).div_ceil(PAGE) * PAGE;
     crate::file::map_cache(c, at, len.div_ceil(PAGE) * PAGE, prot, shared, beyond)
 }
 

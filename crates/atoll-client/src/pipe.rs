@@ -106,7 +106,7 @@ pub(crate) fn ring(c: &Client, d: &DescRef) -> Result<Ring> {
     if h == 0 || h > u32::MAX as u64 {
         return err(libc::EIO);
     }
-    Ring::at(&c.cache, (h - 1) as u32).ok_or(Error::Errno(libc::EIO))
+    Ring::at(c.cache(), (h - 1) as u32).ok_or(Error::Errno(libc::EIO))
 }
 
 /// The pipe end behind `fd`, if `fd` is one.

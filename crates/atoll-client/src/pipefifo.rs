@@ -72,7 +72,7 @@ fn fifo_wait(c: &Client, lane: &Lane, desc: DescId, flags: u32) -> Result<u64> {
         }
         return Ok(cookie(header));
     }
-    let ring = Ring::at(&c.cache, header).ok_or(Error::Errno(libc::EIO))?;
+    let ring = Ring::at(c.cache(), header).ok_or(Error::Errno(libc::EIO))?;
     let (count, opens, seq) = match flags & libc::O_ACCMODE as u32 {
         a if a == libc::O_RDONLY as u32 => (hdr::WRITERS, hdr::WOPENS, hdr::RSEQ),
         a if a == libc::O_WRONLY as u32 => (hdr::READERS, hdr::ROPENS, hdr::WSEQ),

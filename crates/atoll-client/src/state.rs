@@ -96,6 +96,9 @@ pub struct Attached {
     pub control: CarriedFd,
     /// `InstanceInfo`, postcard-encoded.
     pub info: Vec<u8>,
+    /// The old image's umask (what the kernel hands the new image), so
+    /// the new one need not read it with two `umask` calls at start.
+    pub umask: Option<u32>,
 }
 
 /// A descriptor left open across `execve`, and the file it refers to, so
@@ -193,6 +196,9 @@ impl State {
                 fd(&a.control),
                 hex(&a.info)
             );
+            if let Some(u) = a.umask {
+                let _ = write!(s, ":{u:x}");
+            }
         }
         s
     }
@@ -266,11 +272,16 @@ impl State {
                     let cache = carried(true)?;
                     let control = carried(false)??;
                     let info = unhex(f.next()?)?;
+                    let umask = match f.next() {
+                        Some(u) => Some(u32::try_from(num(u)?).ok()? & 0o777),
+                        None => None,
+                    };
                     st.attached = Some(Attached {
                         session,
                         cache,
                         control,
                         info,
+                        umask,
                     });
                 }
                 "f" => {
@@ -361,6 +372,7 @@ mod tests {
                     ino: 78,
                 },
                 info: vec![0, 1, 0xfe],
+                umask: Some(0o027),
             }),
             watches: vec![
                 WatchState {
@@ -410,6 +422,7 @@ mod tests {
                     ino: 2,
                 },
                 info: vec![],
+                umask: None,
             }),
             ..State::default()
         };

@@ -99,6 +99,7 @@ fn carry_instance(c: &Client, session: SessionId, kept: &mut Vec<OwnedFd>) -> Op
         cache,
         control,
         info: known.info.clone(),
+        umask: Some(c.umask.load(Ordering::Relaxed)),
     })
 }
 

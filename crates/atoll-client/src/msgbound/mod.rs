@@ -236,7 +236,7 @@ pub fn sending(c: &Client, server: usize) {
     if c.poll == PollMode::Spin || mode() == MODE_OFF {
         return;
     }
-    let Some(core) = c.control.core(server) else {
+    let Some(core) = c.control().core(server) else {
         return;
     };
     let _ = SAMPLE.try_with(|s| {

@@ -8,7 +8,6 @@ use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, BorrowedFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32};
 
-use atoll_msg::{Control, SharedRegion};
 use atoll_proto::boot::{BootReply, BootRequest, InstanceInfo, MAX_BOOT_PACKET};
 use atoll_proto::SessionId;
 use rustix::net::{
@@ -129,7 +128,16 @@ pub fn attach(
             if let Some(joined) = carried.and_then(Joined::take) {
                 boot_post(fd.as_fd(), &BootRequest::Reattached { pid });
                 let lane = Session::without_lanes(SessionId(joined.session));
-                return build(socket_path, fd, preload, joined.info, joined.fds, lane);
+                let umask = joined.umask;
+                return build(
+                    socket_path,
+                    fd,
+                    preload,
+                    joined.info,
+                    joined.fds,
+                    lane,
+                    umask,
+                );
             }
             (fd, BootRequest::Reattach { pid })
         }
@@ -178,7 +186,7 @@ pub fn attach(
         cache: cache_fd.map(|fd| (fd, None)),
         control: (control_fd, None),
     };
-    build(socket_path, sock, preload, info, instance, session)
+    build(socket_path, sock, preload, info, instance, session, None)
 }
 
 /// The instance's descriptors a process maps, each with its size when
@@ -194,6 +202,7 @@ struct Joined {
     session: u64,
     info: InstanceInfo,
     fds: InstanceFds,
+    umask: Option<u32>,
 }
 
 impl Joined {
@@ -226,12 +235,17 @@ impl Joined {
             session: a.session,
             info,
             fds: InstanceFds { cache, control },
+            umask: a.umask,
         })
     }
 }
 
 /// The process's [`Client`], from its session socket, the instance's
-/// information and descriptors, and its session.
+/// information and descriptors, and its session. Nothing is mapped here:
+/// the buffer cache and the control block are mapped by the first call
+/// that needs them (`ondemand`), so an image that never makes an atoll
+/// call (most of those a shell or a build starts) maps neither.
+/// `umask`: the old image's, handed over (`None`: read here).
 fn build(
     socket_path: &str,
     sock: OwnedFd,
@@ -239,21 +253,13 @@ fn build(
     info: InstanceInfo,
     fds: InstanceFds,
     session: Session,
+    umask: Option<u32>,
 ) -> Result<&'static Client> {
-    let cache = match &fds.cache {
-        Some((fd, Some(size))) => SharedRegion::map_sized(fd.as_fd(), *size)?,
-        Some((fd, None)) => SharedRegion::map(fd.as_fd())?,
-        None => SharedRegion::none(),
-    };
-    let control = match &fds.control {
-        (fd, Some(size)) => Control::map_sized(fd.as_fd(), *size)?,
-        (fd, None) => Control::map(fd.as_fd())?,
-    };
-    // Every slot of the room: a member that joins later has its name too.
-    let fs_names = crate::names::FsNames::resolve(&info, control.servers(), &control);
-
+    let cache_size = fds.cache.as_ref().and_then(|(_, size)| *size);
+    let control_size = fds.control.1;
     let cache_fd = fds.cache.map_or(-1, |(fd, _)| keep_high(fd.into_raw_fd()));
-    // Kept (not closed once mapped) so that an exec can hand it over.
+    // Kept (not closed once mapped) so that an exec can hand it over, and
+    // so that the first call that needs it maps it.
     let control_fd = keep_high(fds.control.0.into_raw_fd());
     let sock_fd = keep_high(sock.into_raw_fd());
 
@@ -263,16 +269,22 @@ fn build(
         Some(i) => mount[..i].to_vec(),
     };
     // Read the umask without a window: this runs before the program's
-    // own threads exist (constructor) or in a fresh image.
-    let um = rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o022));
-    rustix::process::umask(um);
+    // own threads exist (constructor) or in a fresh image. An exec's new
+    // image has it from the old one, which kept track of it.
+    let um = umask.unwrap_or_else(|| {
+        let um = rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o022));
+        rustix::process::umask(um);
+        um.as_raw_mode()
+    });
 
     let c = Client {
         mount,
         mount_parent,
         poll: info.poll,
-        cache,
-        control,
+        cache_map: super::OnDemand::new(),
+        cache_size,
+        control_map: super::OnDemand::new(),
+        control_size,
         socket_path: socket_path.to_string(),
         preload,
         socket_fd: AtomicI32::new(sock_fd),
@@ -282,12 +294,12 @@ fn build(
         pid_untold: AtomicBool::new(false),
         session: AtomicPtr::new(Box::into_raw(Box::new(session))),
         boot_lock: SpinLock::new(),
-        umask: AtomicU32::new(um.as_raw_mode()),
+        umask: AtomicU32::new(um),
         cwd: AtomicPtr::new(core::ptr::null_mut()),
         posix_locks: AtomicBool::new(false),
         any_locks: AtomicBool::new(false),
         lock_marks: crate::lockmarks::LockMarks::new(),
-        fs_names,
+        fs_names: super::OnDemand::new(),
         info,
     };
     // The credentials are not read here: each thread reads its own on its

@@ -232,7 +232,7 @@ impl Lane {
         if c.poll == PollMode::Spin {
             chan.send_unrung(bytes)?;
         } else {
-            chan.send(bytes, c.control.doorbell(server))?;
+            chan.send(bytes, c.control().doorbell(server))?;
         }
         Ok(())
     }

@@ -49,6 +49,8 @@ pub const PRIVATE_FD_MIN: i32 = 900;
 
 mod lane;
 pub use lane::*;
+mod ondemand;
+pub use ondemand::OnDemand;
 
 /// One session: its id and its lanes. Replaced wholesale in a forked child.
 pub struct Session {
@@ -159,8 +161,14 @@ pub struct Client {
     /// The mount's parent directory (`..` from the mount root leads there).
     pub mount_parent: Vec<u8>,
     pub poll: PollMode,
-    pub cache: SharedRegion,
-    pub control: Control,
+    /// The buffer cache and the control block, mapped at their first use
+    /// ([`Client::cache`], [`Client::control`]; `ondemand`), with the
+    /// sizes read while checking an exec's hand-over (`None`: `fstat`
+    /// when mapping).
+    cache_map: OnDemand<SharedRegion>,
+    cache_size: Option<i64>,
+    control_map: OnDemand<Control>,
+    control_size: Option<i64>,
     pub socket_path: String,
     /// Absolute path of the preload library (`ATOLL_PRELOAD`).
     pub preload: Option<String>,
@@ -188,11 +196,72 @@ pub struct Client {
     /// The inodes those locks may be on (`lockmarks`): `close` unlocks and
     /// waits only for them.
     pub lock_marks: crate::lockmarks::LockMarks,
-    /// This process's bindings of the file servers' names (`names`).
-    pub(crate) fs_names: crate::names::FsNames,
+    /// This process's bindings of the file servers' names (`names`),
+    /// resolved with the control block's first use.
+    fs_names: OnDemand<crate::names::FsNames>,
 }
 
 impl Client {
+    /// The buffer cache, mapped now if this process has not mapped it yet
+    /// (`ondemand`); a region of length 0 in a copy island. A mapping
+    /// that cannot be made (out of address space) is a panic, which the
+    /// call that needed it turns into `EIO`.
+    pub fn cache(&self) -> &SharedRegion {
+        self.cache_map
+            .get_or_make(|| {
+                let size = self.cache_size;
+                map_private_fd(&self.cache_fd, |fd| match (fd, size) {
+                    (None, _) => Ok(SharedRegion::none()),
+                    (Some(fd), Some(size)) => SharedRegion::map_sized(fd, size),
+                    (Some(fd), None) => SharedRegion::map(fd),
+                })
+            })
+            .expect("atoll: mapping the buffer cache")
+    }
+
+    /// The control block, mapped at its first use (as [`Client::cache`]).
+    pub fn control(&self) -> &Control {
+        self.control_map
+            .get_or_make(|| {
+                let size = self.control_size;
+                map_private_fd(&self.control_fd, |fd| match (fd, size) {
+                    (None, _) => Err(std::io::Error::from_raw_os_error(libc::EBADF)),
+                    (Some(fd), Some(size)) => Control::map_sized(fd, size),
+                    (Some(fd), None) => Control::map(fd),
+                })
+            })
+            .expect("atoll: mapping the control block")
+    }
+
+    /// The buffer cache's length, without mapping it (an atoll `mmap`
+    /// maps the cache's descriptor itself, not this process's region).
+    pub fn cache_len(&self) -> usize {
+        if let Some(r) = self.cache_map.get() {
+            return r.len();
+        }
+        let fd = self.cache_fd.load(Ordering::Relaxed);
+        let size = self
+            .cache_size
+            .or_else(|| (fd >= 0).then(|| sys::fstat(fd).ok().map(|st| st.st_size))?);
+        size.map_or(0, |s| usize::try_from(s).unwrap_or(0))
+    }
+
+    /// The file servers' names, resolved at the first request (`names`).
+    pub(crate) fn fs_names(&self) -> &crate::names::FsNames {
+        let made = self.fs_names.get_or_make(|| {
+            let control = self.control();
+            Ok::<_, core::convert::Infallible>(crate::names::FsNames::resolve(
+                &self.info,
+                control.servers(),
+                control,
+            ))
+        });
+        match made {
+            Ok(names) => names,
+            Err(never) => match never {},
+        }
+    }
+
     pub fn session(&self) -> &Session {
         // SAFETY: the pointer is set at construction and only ever replaced
         // by another leaked Box (fork child); sessions are never freed.
@@ -416,7 +485,7 @@ impl Client {
         let BootReply::Lane { lane } = reply else {
             return Err(Error::Boot(format!("NewLane answered {reply:?}")));
         };
-        let l = Lane::new(lane, fds, self.control.servers())?;
+        let l = Lane::new(lane, fds, self.control().servers())?;
         l.busy.store(true, Ordering::Relaxed);
         let p = Box::into_raw(Box::new(l));
         slot.store(p, Ordering::Release);
@@ -433,7 +502,7 @@ impl Client {
     /// directory's names go by the width it records (`adapt::width`).
     #[inline]
     pub fn members(&self) -> usize {
-        self.control.members()
+        self.control().members()
     }
 
     /// A channel of lane `lane` to member `server` (`BootRequest::Channel`).
@@ -525,6 +594,28 @@ impl Client {
         // less per fork, and a wake-up less of the boot thread.
         self.pid_untold.store(true, Ordering::Relaxed);
         Ok(())
+    }
+}
+
+/// Map one of atoll's private descriptors (`slot` holds its number; -1:
+/// none) with `map`. A program's `dup2` onto that number moves the
+/// descriptor first (`relocate_private`) and only then lets the kernel
+/// put the program's file there, so a mapping made while the number
+/// moved may be of the program's file: the number is read again after
+/// mapping, and a mapping made through a number that moved is dropped
+/// and made again.
+fn map_private_fd<T>(
+    slot: &AtomicI32,
+    map: impl Fn(Option<BorrowedFd<'_>>) -> std::io::Result<T>,
+) -> std::io::Result<T> {
+    loop {
+        let fd = slot.load(Ordering::Acquire);
+        // SAFETY: a private descriptor stays open at its number until a
+        // relocation, which the check below catches.
+        let made = map((fd >= 0).then(|| unsafe { BorrowedFd::borrow_raw(fd) }));
+        if slot.load(Ordering::Acquire) == fd {
+            return made;
+        }
     }
 }
 

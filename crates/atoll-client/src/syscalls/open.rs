@@ -129,11 +129,8 @@ fn open_resolved(
                 )
             };
             procfd::mark(r, false);
-            if let Some(t) = (r >= 0).then(|| fdpub::open_table(pid)).flatten() {
-                if let Some(list) = fdpub::read_private(t) {
-                    procfd::mark_other(r, &list);
-                }
-                sys::close(t);
+            if let Some(list) = (r >= 0).then(|| fdpub::private_of(pid)).flatten() {
+                procfd::mark_other(r, &list);
             }
             return Ok(Out::Done(r));
         }

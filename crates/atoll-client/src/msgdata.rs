@@ -44,6 +44,14 @@ const READ_WINDOW: usize = 4;
 /// only wait for ring space (the reads' window, measured, is 4 too).
 const WRITE_WINDOW: usize = 4;
 
+/// The same for a program on a host without the file servers
+/// (`InstanceInfo::remote`), whose pieces each wait a network round trip:
+/// six 8 KiB pieces (about 50 KiB) still fit the request ring, with room
+/// for the node's read-ahead requests on the same channel (32 of about 40
+/// bytes, `node/copies.rs`), so the head's pump never waits for ring space
+/// (it would wait with the replies that free it untaken).
+const REMOTE_WRITE_WINDOW: usize = 6;
+
 /// Chain ids: unique within this process, hence within its session.
 static NEXT_CHAIN: AtomicU64 = AtomicU64::new(1);
 
@@ -231,11 +239,16 @@ fn write_data_window(
     let server = desc.server();
     let pieces = src.len().div_ceil(DATA_CHUNK);
     let id = NEXT_CHAIN.fetch_add(1, Ordering::Relaxed);
-    let mut ids = [0u64; WRITE_WINDOW];
+    let window = if c.info.remote {
+        REMOTE_WRITE_WINDOW
+    } else {
+        WRITE_WINDOW
+    };
+    let mut ids = [0u64; REMOTE_WRITE_WINDOW];
     let (mut sent, mut next) = (0usize, 0usize);
     let mut unsent = false;
     while next < pieces {
-        while !unsent && sent < pieces && sent - next < WRITE_WINDOW {
+        while !unsent && sent < pieces && sent - next < window {
             let at = sent * DATA_CHUNK;
             let req = Request::WriteData {
                 desc,
@@ -250,7 +263,7 @@ fn write_data_window(
             };
             match lane.send(c, c.cred(), server, req) {
                 Ok(rid) => {
-                    ids[sent % WRITE_WINDOW] = rid;
+                    ids[sent % window] = rid;
                     sent += 1;
                 }
                 // Take the replies of what went; the rest goes one at a
@@ -263,7 +276,7 @@ fn write_data_window(
         }
         let at = next * DATA_CHUNK;
         let want = (src.len() - at).min(DATA_CHUNK);
-        let r = lane.recv(c, server, ids[next % WRITE_WINDOW], |r| match r {
+        let r = lane.recv(c, server, ids[next % window], |r| match r {
             Reply::Written(n) => Ok(n),
             // Only after an earlier piece ended the write, which was seen
             // first; or the chain was cut (its server died): nothing more.

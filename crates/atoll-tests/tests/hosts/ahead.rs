@@ -131,8 +131,33 @@ fn read_ahead_returns_no_bytes_past_the_end_nor_stale_ones_after_a_reopen() {
     assert_eq!(text(&pieces), pattern_sum(4, long));
 }
 
+/// A program that writes 1 MiB at a time until the instance's memory is
+/// full: each `write` reports exactly what it wrote (a remote program's
+/// write keeps several pieces in flight, `msgdata.rs`), the file holds
+/// exactly that much, and the next `write` fails with `ENOSPC`.
+const FILL: &str = r#"
+import errno, os
+path = os.environ["ROOT"] + "/full"
+fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+buf = bytes(range(256)) * 4096
+total = 0
+while True:
+    try:
+        n = os.write(fd, buf)
+    except OSError as e:
+        print("error", errno.errorcode[e.errno])
+        break
+    total += n
+os.fsync(fd)
+os.close(fd)
+print("size matches", os.stat(path).st_size == total, total > (64 << 20))
+data = open(path, "rb").read()
+print("bytes match", data == (buf * (total // len(buf) + 1))[:total])
+"#;
+
 /// A write that fails across the link (the instance's memory is full)
-/// fails in the program, as on Linux: `dd` exits non-zero with `ENOSPC`.
+/// fails in the program, as on Linux: `dd` exits non-zero with `ENOSPC`,
+/// and a program that goes on writing sees exactly what was written.
 #[test]
 fn a_write_error_across_the_link_reaches_the_program() {
     let Some(c) = cluster() else { return };
@@ -150,4 +175,10 @@ fn a_write_error_across_the_link_reaches_the_program() {
     );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("No space left on device"), "dd said: {err}");
+    on(&c, 2, "rm $ROOT/full");
+    let script = format!("python3 -c '{}'", FILL.replace('\'', "'\\''"));
+    assert_eq!(
+        text(&on(&c, 2, &script)),
+        "error ENOSPC\nsize matches True True\nbytes match True\n"
+    );
 }

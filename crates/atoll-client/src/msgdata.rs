@@ -39,6 +39,12 @@ pub(crate) const DATA_CHUNK: usize = 8192;
 /// finds the ring full parks the next until the client takes one.
 const READ_WINDOW: usize = 4;
 
+/// The same for a program on a host without the file servers: its node
+/// answers most reads (its copies and read-ahead, `node/copies.rs`), each
+/// a round trip to the proxy; six 8 KiB answers (about 50 KiB) still fit
+/// the reply ring, so the node finds room for every one.
+const REMOTE_READ_WINDOW: usize = 6;
+
 /// `WriteData` pieces of one write in flight at once. Four 8 KiB requests
 /// fit the 64 KiB request ring with room for another lane's; more would
 /// only wait for ring space (the reads' window, measured, is 4 too).
@@ -101,11 +107,16 @@ fn read_data_window(
 ) -> Result<usize> {
     let server = desc.server();
     let chunks = buf.len().div_ceil(DATA_CHUNK);
-    let mut ids = [0u64; READ_WINDOW];
+    let window = if c.info.remote {
+        REMOTE_READ_WINDOW
+    } else {
+        READ_WINDOW
+    };
+    let mut ids = [0u64; REMOTE_READ_WINDOW];
     let (mut sent, mut next, mut sending) = (0usize, 0usize, true);
     let mut failed = None;
     while next < chunks {
-        while sending && sent < chunks && sent - next < READ_WINDOW {
+        while sending && sent < chunks && sent - next < window {
             let at = sent * DATA_CHUNK;
             let req = Request::ReadData {
                 desc,
@@ -115,7 +126,7 @@ fn read_data_window(
             };
             match lane.send(c, c.cred(), server, req) {
                 Ok(id) => {
-                    ids[sent % READ_WINDOW] = id;
+                    ids[sent % window] = id;
                     sent += 1;
                 }
                 Err(e) => {
@@ -130,7 +141,7 @@ fn read_data_window(
         let at = next * DATA_CHUNK;
         let want = (buf.len() - at).min(DATA_CHUNK);
         let dst = &mut buf[at..at + want];
-        let got = lane.recv(c, server, ids[next % READ_WINDOW], |r| copy_data(r, dst));
+        let got = lane.recv(c, server, ids[next % window], |r| copy_data(r, dst));
         match got {
             Ok(n) if n == want => next += 1,
             Ok(n) => return Ok(at + n),

@@ -74,7 +74,11 @@ fn a_sequential_remote_reader_is_answered_by_its_nodes_read_ahead() {
     let after = reads(&c, 2);
     let chunks = (BIG / 8192) as u64;
     let (crossed, here, ahead) = (after.0 - before.0, after.1 - before.1, after.2 - before.2);
-    eprintln!("C: {crossed} reads crossed, {here} answered at the node, {ahead} read ahead");
+    eprintln!(
+        "C: {crossed} reads crossed, {here} answered at the node ({} after waiting), \
+         {ahead} read ahead",
+        counter(&c, 2, "node_copies.ahead_waits")
+    );
     assert!(
         ahead >= chunks / 2,
         "the node read ahead {ahead} chunks of {chunks}"

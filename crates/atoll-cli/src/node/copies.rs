@@ -86,6 +86,14 @@ pub const AHEAD_BYTES: u64 = 256 << 10;
 /// Read-ahead fetches in flight at once on the whole node, past which no
 /// more leave (it bounds the table of fetches waited for).
 const AHEAD_LIMIT: usize = 4096;
+/// Read-ahead fetches in flight at once on one channel, whatever number
+/// of descriptions its lane reads: with a remote write's six 8 KiB pieces
+/// their requests (about 40 bytes each) still fit the channel's 64 KiB
+/// request ring at the head. The head's pump waits for room in a full
+/// ring, and a server whose reply ring is full (of read-ahead replies the
+/// pump would take) takes no more requests from it: past the ring, the
+/// two would wait for each other.
+pub const AHEAD_PER_CHAN: usize = 32;
 /// Entries of each table past which that table is forgotten.
 const LIMIT_ENTRIES: usize = 65536;
 
@@ -201,6 +209,8 @@ pub struct Copies {
     pending: HashMap<(ChanId, u64), Pending>,
     /// Chunks being read ahead: the channel and id of the fetch.
     ahead: HashMap<(InodeId, u64), (ChanId, u64)>,
+    /// Read-ahead fetches in flight per channel.
+    ahead_on: HashMap<ChanId, usize>,
     next_ahead: u64,
 }
 
@@ -216,6 +226,7 @@ impl Copies {
             generation: 0,
             pending: HashMap::new(),
             ahead: HashMap::new(),
+            ahead_on: HashMap::new(),
             next_ahead: 0,
         }
     }
@@ -474,10 +485,17 @@ impl Copies {
         let Some(ticket) = self.ticket(d.ino) else {
             return;
         };
+        let mut reached = end;
         for index in from / chunk..end / chunk {
             if self.chunks.contains_key(&(d.ino, index)) || self.fetching(d.ino, index).is_some() {
                 continue;
             }
+            let on = self.ahead_on.entry(chan).or_default();
+            if *on >= AHEAD_PER_CHAN {
+                reached = index * chunk;
+                break;
+            }
+            *on += 1;
             let id = AHEAD | self.next_ahead;
             self.next_ahead = (self.next_ahead + 1) % AHEAD;
             let req = RequestFrame {
@@ -509,7 +527,7 @@ impl Copies {
             out.push(frame);
         }
         if let Some(dd) = self.descs.get_mut(&desc) {
-            dd.ahead = end;
+            dd.ahead = reached;
         }
     }
 
@@ -582,6 +600,9 @@ impl Copies {
                 if self.ahead.get(&(ino, index)) == Some(&(chan, f.id)) {
                     self.ahead.remove(&(ino, index));
                 }
+                if let Some(on) = self.ahead_on.get_mut(&chan) {
+                    *on = on.saturating_sub(1);
+                }
                 let answers = waiters
                     .iter()
                     .filter_map(|w| Some((w.rid, answer_from(frame, &f.reply, w)?)))
@@ -636,6 +657,7 @@ impl Copies {
             false
         });
         self.ahead.retain(|_, (c, _)| *c != chan);
+        self.ahead_on.remove(&chan);
         for ino in changes {
             self.change(ino);
         }

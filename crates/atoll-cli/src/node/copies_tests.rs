@@ -461,6 +461,11 @@ fn read_ahead_runs_ahead_of_a_sequential_reader_within_the_file() {
     // the last whole ones (the partial 41st is never read ahead).
     let mut more = Vec::new();
     for i in 2..=17u64 {
+        if i >= 3 {
+            // The fetch before comes back (it answers the read waiting).
+            let fetch = first[i as usize - 2].0;
+            m.reply(P1, CH, &rep(fetch, Reply::Data(&[3; CHUNK])));
+        }
         let (v, ahead) = ask(&mut m, CH, 10 + i, i * chunk, CHUNK as u32);
         assert!(matches!(v, Verdict::Wait(_)), "chunk {i}");
         more.extend(ahead_of(&ahead));
@@ -529,4 +534,46 @@ fn a_change_or_another_channel_does_not_wait_for_read_ahead() {
     // A closed channel forgets its fetches.
     m.chan_closed(CH);
     assert!(m.ahead.is_empty());
+}
+
+/// However many descriptions a lane reads sequentially, at most
+/// `AHEAD_PER_CHAN` fetches are in flight on its channel (their requests
+/// must fit its ring at the head beside a write's pieces); a reply makes
+/// room for the next.
+#[test]
+fn read_ahead_on_one_channel_is_bounded() {
+    const H: InodeId = InodeId(0x0100_0000_0000_000b);
+    const DH: DescId = DescId(0x0100_0000_0000_0004);
+    let mut m = Copies::new(LIMIT_BYTES);
+    let chunk = CHUNK as u64;
+    opened(&mut m, P1, D, attr(F, 100 * chunk, 1));
+    opened(&mut m, P1, DG, attr(G, 100 * chunk, 1));
+    opened(&mut m, P1, DH, attr(H, 100 * chunk, 1));
+    let mut fetched = false;
+    let mut on = |m: &mut Copies, chan: ChanId, id: u64, desc: DescId, at: u64| {
+        let mut out = Vec::new();
+        m.request(
+            P1,
+            chan,
+            &read(id, desc, at, CHUNK as u32),
+            true,
+            &mut fetched,
+            &mut out,
+        );
+        out
+    };
+    let first = on(&mut m, CH, 1, D, 0);
+    assert_eq!(first.len(), AHEAD_PER_CHAN);
+    assert!(
+        on(&mut m, CH, 2, DG, 0).is_empty(),
+        "the channel's fetches are all in flight"
+    );
+    // Another channel has room of its own.
+    assert_eq!(on(&mut m, CH + 1, 3, DH, 0).len(), AHEAD_PER_CHAN);
+    // One of the first channel's replies: one more may leave, for G.
+    let id = ahead_of(&first)[0].0;
+    m.reply(P1, CH, &rep(id, Reply::Data(&[1; CHUNK])));
+    let more = ahead_of(&on(&mut m, CH, 4, DG, chunk));
+    assert_eq!(more.len(), 1);
+    assert_eq!(more[0].1, 2 * chunk);
 }

@@ -186,3 +186,37 @@ fn a_write_error_across_the_link_reaches_the_program() {
         "error ENOSPC\nsize matches True True\nbytes match True\n"
     );
 }
+
+/// A program reading two files at once on one lane (`cmp`): each is read
+/// ahead, the channel's fetches bounded (`AHEAD_PER_CHAN`), and the bytes
+/// are each file's: a difference in the last chunk is found where it is.
+#[test]
+fn two_files_read_side_by_side_are_each_read_ahead() {
+    let Some(c) = cluster() else { return };
+    let size = 16 << 20;
+    on(
+        &c,
+        0,
+        &format!(
+            "{p} > $ROOT/one && {p} > $ROOT/two && printf Z | dd of=$ROOT/two bs=1 seek={at} conv=notrunc 2>/dev/null",
+            p = pattern(5, size),
+            at = size - 10
+        ),
+    );
+    let before = counter(&c, 2, "node_copies.ahead");
+    let out = output_within(
+        c.exec(
+            &atoll_tests::atoll_bin(),
+            2,
+            "cmp $ROOT/one $ROOT/two; echo status $?",
+        ),
+        LIMIT,
+    );
+    let said = text(&out);
+    assert!(
+        said.contains(&format!("differ: char {},", size - 9)) && said.ends_with("status 1\n"),
+        "cmp said: {said}"
+    );
+    let ahead = counter(&c, 2, "node_copies.ahead") - before;
+    assert!(ahead >= (size / 8192) as u64, "read ahead {ahead} chunks");
+}

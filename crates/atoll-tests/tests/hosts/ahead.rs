@@ -220,3 +220,27 @@ fn two_files_read_side_by_side_are_each_read_ahead() {
     let ahead = counter(&c, 2, "node_copies.ahead") - before;
     assert!(ahead >= (size / 8192) as u64, "read ahead {ahead} chunks");
 }
+
+/// A reader that writes ahead of itself through the file while read-ahead
+/// of those bytes is on its way reads its own write, not the fetched bytes.
+const OWN_WRITE: &str = r#"
+import os
+fd = os.open(os.environ["ROOT"] + "/f", os.O_RDWR)
+first = os.read(fd, 65536)
+os.pwrite(fd, b"mine", 200000)
+rest = os.read(fd, 300000 - 65536)
+print(len(first) + len(rest), rest[200000 - 65536:200000 - 65536 + 4].decode())
+"#;
+
+#[test]
+fn a_reader_reads_its_own_write_ahead_of_itself() {
+    let Some(c) = cluster() else { return };
+    on(&c, 0, &format!("{} > $ROOT/f", pattern(6, 1 << 20)));
+    let before = counter(&c, 2, "node_copies.ahead");
+    let script = format!("python3 -c '{}'", OWN_WRITE.replace('\'', "'\\''"));
+    assert_eq!(text(&on(&c, 2, &script)), "300000 mine\n");
+    assert!(
+        counter(&c, 2, "node_copies.ahead") > before,
+        "no read-ahead"
+    );
+}

@@ -589,8 +589,9 @@ pub enum Technique {
     /// close-to-open consistency (fos §3.2); without it every read crosses
     RemoteCopies,
     /// Copies of remote data kept by a node's proxy for all the programs
-    /// of that node, with the same close-to-open consistency; without it
-    /// a second program's read crosses the network again
+    /// of that node, with the same close-to-open consistency, and its
+    /// read-ahead of sequential readers; without it a second program's
+    /// read crosses the network again, as does each 8 KiB of a first
     NodeCopies,
 }
 

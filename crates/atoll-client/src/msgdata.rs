@@ -39,10 +39,24 @@ pub(crate) const DATA_CHUNK: usize = 8192;
 /// finds the ring full parks the next until the client takes one.
 const READ_WINDOW: usize = 4;
 
+/// The same for a program on a host without the file servers: its node
+/// answers most reads (its copies and read-ahead, `node/copies.rs`), each
+/// a round trip to the proxy; six 8 KiB answers (about 50 KiB) still fit
+/// the reply ring, so the node finds room for every one.
+const REMOTE_READ_WINDOW: usize = 6;
+
 /// `WriteData` pieces of one write in flight at once. Four 8 KiB requests
 /// fit the 64 KiB request ring with room for another lane's; more would
 /// only wait for ring space (the reads' window, measured, is 4 too).
 const WRITE_WINDOW: usize = 4;
+
+/// The same for a program on a host without the file servers
+/// (`InstanceInfo::remote`), whose pieces each wait a network round trip:
+/// six 8 KiB pieces (about 50 KiB) still fit the request ring, with room
+/// for the node's read-ahead requests on the same channel (32 of about 40
+/// bytes, `node/copies.rs`), so the head's pump never waits for ring space
+/// (it would wait with the replies that free it untaken).
+const REMOTE_WRITE_WINDOW: usize = 6;
 
 /// Chain ids: unique within this process, hence within its session.
 static NEXT_CHAIN: AtomicU64 = AtomicU64::new(1);
@@ -93,11 +107,16 @@ fn read_data_window(
 ) -> Result<usize> {
     let server = desc.server();
     let chunks = buf.len().div_ceil(DATA_CHUNK);
-    let mut ids = [0u64; READ_WINDOW];
+    let window = if c.info.remote {
+        REMOTE_READ_WINDOW
+    } else {
+        READ_WINDOW
+    };
+    let mut ids = [0u64; REMOTE_READ_WINDOW];
     let (mut sent, mut next, mut sending) = (0usize, 0usize, true);
     let mut failed = None;
     while next < chunks {
-        while sending && sent < chunks && sent - next < READ_WINDOW {
+        while sending && sent < chunks && sent - next < window {
             let at = sent * DATA_CHUNK;
             let req = Request::ReadData {
                 desc,
@@ -107,7 +126,7 @@ fn read_data_window(
             };
             match lane.send(c, c.cred(), server, req) {
                 Ok(id) => {
-                    ids[sent % READ_WINDOW] = id;
+                    ids[sent % window] = id;
                     sent += 1;
                 }
                 Err(e) => {
@@ -122,7 +141,7 @@ fn read_data_window(
         let at = next * DATA_CHUNK;
         let want = (buf.len() - at).min(DATA_CHUNK);
         let dst = &mut buf[at..at + want];
-        let got = lane.recv(c, server, ids[next % READ_WINDOW], |r| copy_data(r, dst));
+        let got = lane.recv(c, server, ids[next % window], |r| copy_data(r, dst));
         match got {
             Ok(n) if n == want => next += 1,
             Ok(n) => return Ok(at + n),
@@ -232,11 +251,16 @@ fn write_data_window(
     let server = desc.server();
     let pieces = src.len().div_ceil(DATA_CHUNK);
     let id = NEXT_CHAIN.fetch_add(1, Ordering::Relaxed);
-    let mut ids = [0u64; WRITE_WINDOW];
+    let window = if c.info.remote {
+        REMOTE_WRITE_WINDOW
+    } else {
+        WRITE_WINDOW
+    };
+    let mut ids = [0u64; REMOTE_WRITE_WINDOW];
     let (mut sent, mut next) = (0usize, 0usize);
     let mut unsent = false;
     while next < pieces {
-        while !unsent && sent < pieces && sent - next < WRITE_WINDOW {
+        while !unsent && sent < pieces && sent - next < window {
             let at = sent * DATA_CHUNK;
             let req = Request::WriteData {
                 desc,
@@ -251,7 +275,7 @@ fn write_data_window(
             };
             match lane.send(c, c.cred(), server, req) {
                 Ok(rid) => {
-                    ids[sent % WRITE_WINDOW] = rid;
+                    ids[sent % window] = rid;
                     sent += 1;
                 }
                 // Take the replies of what went; the rest goes one at a
@@ -264,7 +288,7 @@ fn write_data_window(
         }
         let at = next * DATA_CHUNK;
         let want = (src.len() - at).min(DATA_CHUNK);
-        let r = lane.recv(c, server, ids[next % WRITE_WINDOW], |r| match r {
+        let r = lane.recv(c, server, ids[next % window], |r| match r {
             Reply::Written(n) => Ok(n),
             // Only after an earlier piece ended the write, which was seen
             // first; or the chain was cut (its server died): nothing more.

@@ -13,6 +13,8 @@ use atoll_tests::{atoll_bin, normalized, output_within, run_on_host};
 
 const LIMIT: Duration = Duration::from_secs(120);
 
+#[path = "hosts/ahead.rs"]
+mod ahead;
 #[path = "hosts/cache.rs"]
 mod cache;
 #[path = "hosts/members.rs"]

@@ -38,6 +38,23 @@
 //! (its boot connection): description ids are sequential, and another
 //! process of the node must not read through one it does not hold.
 //!
+//! **Read-ahead** (`read_ahead`): a description read sequentially (each
+//! read starting where the last one ended) has the node fetch the whole
+//! chunks ahead of it, [`AHEAD_BYTES`] at most, in batches of at least
+//! half that sent as one network write on the reader's own channel, so a
+//! program's 8 KiB reads are answered here instead of each crossing (the
+//! page cache's read-ahead of an NFS client). Such a fetch is an ordinary
+//! `ReadData` of the description with an id of the node's ([`AHEAD`]); it
+//! keeps its chunk by the rules above (a ticket taken when it leaves). A
+//! read of the program that finds its chunk being fetched so on its own
+//! channel *waits* for that reply and is answered from it
+//! ([`Verdict::Wait`]): the fetch left before the read came, on the same
+//! channel, so the servers serve it before they would have served the
+//! read, and any change made through this node meanwhile advanced the
+//! generation (the read then does not wait but crosses). Only whole chunks
+//! within the size the description was opened with are fetched ahead:
+//! never past its end, never the last partial chunk.
+//!
 //! Memory is bounded: at most [`LIMIT_BYTES`] of chunks, evicted by a
 //! clock (second chance, as a page cache's), and bounded tables of
 //! descriptions, stamps and reads in flight (past a bound a table is
@@ -60,6 +77,23 @@ pub const CHUNK: usize = 8192;
 /// Bytes of chunks a node keeps (four programs' worth of per-process
 /// copies, 32 MiB each).
 pub const LIMIT_BYTES: usize = 128 << 20;
+/// Request ids of the node's own read-ahead (a program's lane counts its
+/// ids from 1, never near this bit; posted ids have bit 63).
+pub const AHEAD: u64 = 1 << 62;
+/// How far ahead of a sequential reader the node fetches: 32 chunks, half
+/// of them per network write once the reader has come half way.
+pub const AHEAD_BYTES: u64 = 256 << 10;
+/// Read-ahead fetches in flight at once on the whole node, past which no
+/// more leave (it bounds the table of fetches waited for).
+const AHEAD_LIMIT: usize = 4096;
+/// Read-ahead fetches in flight at once on one channel, whatever number
+/// of descriptions its lane reads: with a remote write's six 8 KiB pieces
+/// their requests (about 40 bytes each) still fit the channel's 64 KiB
+/// request ring at the head. The head's pump waits for room in a full
+/// ring, and a server whose reply ring is full (of read-ahead replies the
+/// pump would take) takes no more requests from it: past the ring, the
+/// two would wait for each other.
+pub const AHEAD_PER_CHAN: usize = 32;
 /// Entries of each table past which that table is forgotten.
 const LIMIT_ENTRIES: usize = 65536;
 
@@ -87,6 +121,10 @@ struct Desc {
     stamp: Stamp,
     /// The process that opened it: the only one answered here.
     conn: ConnId,
+    /// Where its last read ended: a read starting there is sequential.
+    next: u64,
+    /// Read ahead up to here.
+    ahead: u64,
 }
 
 struct File {
@@ -106,8 +144,15 @@ struct Held {
     used: bool,
 }
 
+/// A program's read waiting for a read-ahead reply: its id, and the part
+/// of the chunk it asked for.
+struct Waiter {
+    rid: u64,
+    within: usize,
+    len: usize,
+}
+
 /// A relayed request whose reply the node waits for.
-#[derive(Clone, Copy)]
 enum Pending {
     /// A whole chunk fetched through a description valid at the time:
     /// kept if the generations are still `ticket`.
@@ -119,6 +164,14 @@ enum Pending {
     /// A change (`None`: of a file the node does not know): drop again
     /// when the servers have made it.
     Change(Option<InodeId>),
+    /// The node's own read-ahead of a whole chunk: kept as `Read`, and
+    /// answers the program's reads that wait for it.
+    Ahead {
+        ino: InodeId,
+        index: u64,
+        ticket: (u64, u64),
+        waiters: Vec<Waiter>,
+    },
 }
 
 /// What to do with a program's request.
@@ -127,6 +180,18 @@ pub enum Verdict {
     Forward,
     /// Answer it with this reply frame, here.
     Answer(Vec<u8>),
+    /// A read answered here when the read-ahead of its chunk comes back
+    /// (its request id; [`Copies::reply`] gives the answer).
+    Wait(u64),
+}
+
+/// What to do with a reply of the head.
+pub enum Relayed {
+    /// Put it in the program's ring.
+    Deliver,
+    /// A reply to the node's read-ahead: not the program's; these answers
+    /// (request id, reply frame) of reads that waited for it are.
+    Ahead(Vec<(u64, Vec<u8>)>),
 }
 
 /// The tables, under one lock (held for map work only, never across a
@@ -142,6 +207,11 @@ pub struct Copies {
     /// Advanced by every drop of all chunks.
     generation: u64,
     pending: HashMap<(ChanId, u64), Pending>,
+    /// Chunks being read ahead: the channel and id of the fetch.
+    ahead: HashMap<(InodeId, u64), (ChanId, u64)>,
+    /// Read-ahead fetches in flight per channel.
+    ahead_on: HashMap<ChanId, usize>,
+    next_ahead: u64,
 }
 
 impl Copies {
@@ -155,6 +225,9 @@ impl Copies {
             next_serial: 0,
             generation: 0,
             pending: HashMap::new(),
+            ahead: HashMap::new(),
+            ahead_on: HashMap::new(),
+            next_ahead: 0,
         }
     }
 
@@ -292,7 +365,8 @@ impl Copies {
     /// A program's request on `chan` of process `conn`, about to leave:
     /// answer it here (only if `may_answer`: no reply is owed on `chan`,
     /// so an answer cannot pass one), or forward it; `fetched` is set for
-    /// a read of a valid description that crosses.
+    /// a read of a valid description that crosses. Read-ahead requests to
+    /// send on `chan` after it (if it is forwarded) are added to `ahead`.
     pub fn request(
         &mut self,
         conn: ConnId,
@@ -300,6 +374,7 @@ impl Copies {
         frame: &[u8],
         may_answer: bool,
         fetched: &mut bool,
+        ahead: &mut Vec<Vec<u8>>,
     ) -> Verdict {
         let Ok(f) = atoll_proto::decode::<RequestFrame<'_>>(frame) else {
             return Verdict::Forward;
@@ -312,13 +387,22 @@ impl Copies {
                 offset: Some(at),
                 ..
             } if len > 0 => {
-                let Some(d) = self.descs.get(&desc).copied() else {
+                let Some(d) = self.descs.get_mut(&desc) else {
                     return Verdict::Forward;
                 };
                 let valid =
                     d.conn == conn && self.files.get(&d.ino).map(|f| f.stamp) == Some(d.stamp);
                 if !valid {
                     return Verdict::Forward;
+                }
+                let sequential = d.next == at;
+                d.next = at + u64::from(len);
+                if !sequential {
+                    d.ahead = 0;
+                }
+                let d = *d;
+                if call && sequential {
+                    self.read_ahead(chan, &f, desc, d, ahead);
                 }
                 if may_answer {
                     if let Some(bytes) = self.copy_out(d.ino, at, len as usize) {
@@ -330,6 +414,9 @@ impl Copies {
                             return Verdict::Answer(v);
                         }
                     }
+                }
+                if call && may_answer && self.wait_ahead(chan, d.ino, at, len as usize, f.id) {
+                    return Verdict::Wait(f.id);
                 }
                 *fetched = true;
                 if call && at % CHUNK as u64 == 0 && len as usize == CHUNK {
@@ -371,29 +458,163 @@ impl Copies {
         Verdict::Forward
     }
 
+    /// Fetch the whole chunks ahead of `d`'s sequential reader (which
+    /// has asked up to `d.next`) that are neither held nor being fetched,
+    /// up to [`AHEAD_BYTES`] past it and within the size `d` was opened
+    /// with; only once the reader has come within half the window of
+    /// where the last batch ended, so a batch is at least half a window
+    /// in one network write.
+    fn read_ahead(
+        &mut self,
+        chan: ChanId,
+        f: &RequestFrame<'_>,
+        desc: DescId,
+        d: Desc,
+        out: &mut Vec<Vec<u8>>,
+    ) {
+        let chunk = CHUNK as u64;
+        let whole = d.stamp.size / chunk * chunk;
+        // From the reader on, not from where the last batch ended: a
+        // change since may have dropped (or kept from being kept) chunks
+        // between them; those held or being fetched are skipped below.
+        let from = d.next.next_multiple_of(chunk);
+        let end = (d.next + AHEAD_BYTES).min(whole) / chunk * chunk;
+        if from >= end || d.ahead > d.next + AHEAD_BYTES / 2 || self.ahead.len() >= AHEAD_LIMIT {
+            return;
+        }
+        let Some(ticket) = self.ticket(d.ino) else {
+            return;
+        };
+        let mut reached = end;
+        for index in from / chunk..end / chunk {
+            if self.chunks.contains_key(&(d.ino, index)) || self.fetching(d.ino, index).is_some() {
+                continue;
+            }
+            let on = self.ahead_on.entry(chan).or_default();
+            if *on >= AHEAD_PER_CHAN {
+                reached = index * chunk;
+                break;
+            }
+            *on += 1;
+            let id = AHEAD | self.next_ahead;
+            self.next_ahead = (self.next_ahead + 1) % AHEAD;
+            let req = RequestFrame {
+                id,
+                cred: f.cred,
+                pid: f.pid,
+                req: Request::ReadData {
+                    desc,
+                    len: CHUNK as u32,
+                    offset: Some(index * chunk),
+                    report: false,
+                },
+                vouched: std::borrow::Cow::Borrowed(&[]),
+            };
+            let Ok(frame) = postcard::to_allocvec(&req) else {
+                return;
+            };
+            self.pend(
+                chan,
+                id,
+                Pending::Ahead {
+                    ino: d.ino,
+                    index,
+                    ticket,
+                    waiters: Vec::new(),
+                },
+            );
+            self.ahead.insert((d.ino, index), (chan, id));
+            out.push(frame);
+        }
+        if let Some(dd) = self.descs.get_mut(&desc) {
+            dd.ahead = reached;
+        }
+    }
+
+    /// The read-ahead of chunk `index` of `ino` in flight whose chunk will
+    /// be kept (its ticket is still valid): its channel and id.
+    fn fetching(&self, ino: InodeId, index: u64) -> Option<(ChanId, u64)> {
+        let (chan, id) = *self.ahead.get(&(ino, index))?;
+        let ticket = self.ticket(ino)?;
+        match self.pending.get(&(chan, id)) {
+            Some(Pending::Ahead { ticket: t, .. }) if *t == ticket => Some((chan, id)),
+            _ => None,
+        }
+    }
+
+    /// A read of `[at, at + len)` (request `rid` on `chan`) within one
+    /// chunk being read ahead on the same channel, by a fetch no change
+    /// has overtaken: it waits for that fetch's reply. Another channel's
+    /// fetch is not waited for (its reply may come after the read's own
+    /// would have, and the answer could pass replies owed before it).
+    fn wait_ahead(&mut self, chan: ChanId, ino: InodeId, at: u64, len: usize, rid: u64) -> bool {
+        let index = at / CHUNK as u64;
+        let within = (at % CHUNK as u64) as usize;
+        if within + len > CHUNK {
+            return false;
+        }
+        match self.fetching(ino, index) {
+            Some((c, id)) if c == chan => {
+                if let Some(Pending::Ahead { waiters, .. }) = self.pending.get_mut(&(c, id)) {
+                    waiters.push(Waiter { rid, within, len });
+                    return true;
+                }
+                false
+            }
+            _ => false,
+        }
+    }
+
     fn pend(&mut self, chan: ChanId, id: u64, p: Pending) {
         if self.pending.len() >= LIMIT_ENTRIES {
             // Changes forgotten would not drop again at their replies.
-            self.pending.clear();
+            // Read-ahead stays (reads wait for it; bounded by
+            // `AHEAD_LIMIT`), its chunks no longer kept.
+            self.pending
+                .retain(|_, p| matches!(p, Pending::Ahead { .. }));
             self.drop_all();
         }
         self.pending.insert((chan, id), p);
     }
 
     /// A reply of the head for `chan` of process `conn`, about to be put
-    /// in its ring.
-    pub fn reply(&mut self, conn: ConnId, chan: ChanId, frame: &[u8]) {
+    /// in its ring (unless it answers the node's read-ahead).
+    pub fn reply(&mut self, conn: ConnId, chan: ChanId, frame: &[u8]) -> Relayed {
         let Ok(f) = atoll_proto::decode::<ReplyFrame<'_>>(frame) else {
-            return;
+            return Relayed::Deliver;
         };
         match self.pending.remove(&(chan, f.id)) {
             Some(Pending::Read { ino, index, ticket }) => {
                 if let Reply::Data(bytes) = f.reply {
                     self.keep(ino, ticket, index, bytes);
                 }
-                return;
+                return Relayed::Deliver;
             }
             Some(Pending::Change(ino)) => self.change(ino),
+            Some(Pending::Ahead {
+                ino,
+                index,
+                ticket,
+                waiters,
+            }) => {
+                if self.ahead.get(&(ino, index)) == Some(&(chan, f.id)) {
+                    self.ahead.remove(&(ino, index));
+                }
+                if let Some(on) = self.ahead_on.get_mut(&chan) {
+                    *on = on.saturating_sub(1);
+                }
+                let answers = waiters
+                    .iter()
+                    .filter_map(|w| Some((w.rid, answer_from(frame, &f.reply, w)?)))
+                    .collect();
+                if let Reply::Data(bytes) = f.reply {
+                    self.keep(ino, ticket, index, bytes);
+                }
+                return Relayed::Ahead(answers);
+            }
+            None if f.id & AHEAD != 0 && !atoll_proto::is_posted(f.id) => {
+                return Relayed::Ahead(Vec::new());
+            }
             None => {}
         }
         match f.reply {
@@ -411,12 +632,15 @@ impl Copies {
                         ino: attr.ino,
                         stamp,
                         conn,
+                        next: 0,
+                        ahead: 0,
                     },
                 );
             }
             Reply::Attr(attr) => self.saw(attr.ino, Stamp::of(&attr), false),
             _ => {}
         }
+        Relayed::Deliver
     }
 
     /// `chan` ended: the replies it waited for will not come (a change's
@@ -432,6 +656,8 @@ impl Copies {
             }
             false
         });
+        self.ahead.retain(|_, (c, _)| *c != chan);
+        self.ahead_on.remove(&chan);
         for ino in changes {
             self.change(ino);
         }
@@ -443,6 +669,31 @@ impl Copies {
     }
 }
 
+/// The answer to a read that waited for a read-ahead (`w`) from that
+/// fetch's reply (`frame`, decoded as `reply`): the part of the chunk it
+/// asked for, as much of it as the servers returned (a short reply is the
+/// end of the file), or the same reply when it is not data (an error).
+fn answer_from(frame: &[u8], reply: &Reply<'_>, w: &Waiter) -> Option<Vec<u8>> {
+    match reply {
+        Reply::Data(bytes) => {
+            let from = w.within.min(bytes.len());
+            let to = (w.within + w.len).min(bytes.len());
+            postcard::to_allocvec(&ReplyFrame {
+                id: w.rid,
+                reply: Reply::Data(&bytes[from..to]),
+            })
+            .ok()
+        }
+        _ => {
+            // A frame is its id then its reply: keep the reply's bytes.
+            let (_, rest) = postcard::take_from_bytes::<u64>(frame).ok()?;
+            let mut out = postcard::to_allocvec(&w.rid).ok()?;
+            out.extend_from_slice(rest);
+            Some(out)
+        }
+    }
+}
+
 /// The node's copies as the edge uses them: switchable, counted.
 pub struct NodeCopies {
     /// Off under `--without node-copies` (learnt from the instance's
@@ -451,6 +702,10 @@ pub struct NodeCopies {
     copies: Mutex<Copies>,
     pub hits: AtomicU64,
     pub fetches: AtomicU64,
+    /// Read-ahead fetches sent.
+    pub ahead: AtomicU64,
+    /// Reads answered from a read-ahead reply they waited for.
+    pub ahead_waits: AtomicU64,
 }
 
 impl Default for NodeCopies {
@@ -460,6 +715,8 @@ impl Default for NodeCopies {
             copies: Mutex::new(Copies::new(LIMIT_BYTES)),
             hits: AtomicU64::new(0),
             fetches: AtomicU64::new(0),
+            ahead: AtomicU64::new(0),
+            ahead_waits: AtomicU64::new(0),
         }
     }
 }
@@ -488,6 +745,14 @@ impl NodeCopies {
             (
                 "node_copies.fetches".to_string(),
                 self.fetches.load(Ordering::Relaxed),
+            ),
+            (
+                "node_copies.ahead".to_string(),
+                self.ahead.load(Ordering::Relaxed),
+            ),
+            (
+                "node_copies.ahead_waits".to_string(),
+                self.ahead_waits.load(Ordering::Relaxed),
             ),
             (
                 "node_copies.bytes".to_string(),

@@ -53,7 +53,7 @@ use atoll_proto::boot::{BootReply, BootRequest, PollMode};
 use atoll_proto::SessionId;
 use atoll_transport::{Link, Message};
 
-use super::copies::{NodeCopies, Verdict};
+use super::copies::{NodeCopies, Relayed, Verdict};
 use super::head::error_packet;
 use super::members::MemberHost;
 use super::seqpacket;
@@ -116,13 +116,26 @@ struct LocalChan {
 /// Answers from the node's copies to reads that came while replies were
 /// owed on the channel: each goes into the ring right after the last of
 /// those replies, so it passes none (a lane's replies come in order) and
-/// the read need not cross.
+/// the read need not cross. A read waiting for a read-ahead reply
+/// (`copies.rs`) takes its place here too, and goes when both that reply
+/// has come and the replies owed before it are in the ring.
 #[derive(Default)]
 struct Held {
     /// Relayed replies put in the ring so far.
     delivered: u64,
     /// `(delivered count after which it goes, answer)`, in request order.
-    answers: std::collections::VecDeque<(u64, Vec<u8>)>,
+    answers: std::collections::VecDeque<(u64, Slot)>,
+    /// Answers to waiting reads that came before their place was taken
+    /// (the dispatcher relayed the read-ahead reply between the edge's
+    /// decision and its taking the place), by request id.
+    early: HashMap<u64, Vec<u8>>,
+}
+
+/// An answer's place in [`Held`].
+enum Slot {
+    Ready(Vec<u8>),
+    /// The read with this request id waits for a read-ahead reply.
+    Waiting(u64),
 }
 
 impl Held {
@@ -135,22 +148,49 @@ impl Held {
     /// Keep `answer` until the `owed` replies before it are in the ring.
     fn hold(&mut self, owed: u64, answer: Vec<u8>) {
         let after = self.delivered + owed;
-        self.answers.push_back((after, answer));
+        self.answers.push_back((after, Slot::Ready(answer)));
+    }
+
+    /// Take the place of read `rid`, which waits for a read-ahead reply,
+    /// behind the `owed` replies before it.
+    fn wait(&mut self, owed: u64, rid: u64) {
+        let after = self.delivered + owed;
+        let slot = match self.early.remove(&rid) {
+            Some(a) => Slot::Ready(a),
+            None => Slot::Waiting(rid),
+        };
+        self.answers.push_back((after, slot));
+    }
+
+    /// The answer to waiting read `rid` came (from a read-ahead reply).
+    fn fill(&mut self, rid: u64, answer: Vec<u8>) {
+        for (_, slot) in self.answers.iter_mut() {
+            if matches!(slot, Slot::Waiting(r) if *r == rid) {
+                *slot = Slot::Ready(answer);
+                return;
+            }
+        }
+        self.early.insert(rid, answer);
+    }
+
+    /// The answers now due, in order: ready, and behind no reply owed.
+    fn due(&mut self) -> Vec<Vec<u8>> {
+        let mut due = Vec::new();
+        while let Some((after, Slot::Ready(_))) = self.answers.front() {
+            if *after > self.delivered {
+                break;
+            }
+            if let Some((_, Slot::Ready(a))) = self.answers.pop_front() {
+                due.push(a);
+            }
+        }
+        due
     }
 
     /// A relayed reply went into the ring: the answers now due, in order.
     fn replied(&mut self) -> Vec<Vec<u8>> {
         self.delivered += 1;
-        let mut due = Vec::new();
-        while let Some((after, _)) = self.answers.front() {
-            if *after > self.delivered {
-                break;
-            }
-            if let Some((_, a)) = self.answers.pop_front() {
-                due.push(a);
-            }
-        }
-        due
+        self.due()
     }
 }
 
@@ -484,18 +524,28 @@ impl Edge {
         let mut calls = 0;
         let mut list = self.per_server[i].lock().unwrap_or_else(|e| e.into_inner());
         let copies = self.copies.on();
+        let mut ahead = Vec::new();
         for lc in list.iter() {
             loop {
                 match lc.sc.try_recv(|b| b.to_vec()) {
                     Ok(Some(frame)) => {
-                        if copies && self.answered_here(lc, &frame) {
-                            continue;
+                        let here = copies && self.answered_here(lc, &frame, &mut ahead);
+                        if !here {
+                            let call = is_call(&frame);
+                            calls += u32::from(call);
+                            lc.owed.fetch_add(u32::from(call), Ordering::AcqRel);
+                            let msg = NodeMsg::Request { chan: lc.id, frame };
+                            batch.push(wire::message(self.next_id(), &msg));
                         }
-                        let call = is_call(&frame);
-                        calls += u32::from(call);
-                        lc.owed.fetch_add(u32::from(call), Ordering::AcqRel);
-                        let msg = NodeMsg::Request { chan: lc.id, frame };
-                        batch.push(wire::message(self.next_id(), &msg));
+                        // The node's read-ahead on the reader's channel,
+                        // after its read: replies the program is not owed
+                        // (`lc.owed` does not count them).
+                        for frame in ahead.drain(..) {
+                            calls += 1;
+                            self.copies.ahead.fetch_add(1, Ordering::Relaxed);
+                            let msg = NodeMsg::Request { chan: lc.id, frame };
+                            batch.push(wire::message(self.next_id(), &msg));
+                        }
                     }
                     Ok(None) => break,
                     Err(_) => {
@@ -520,17 +570,31 @@ impl Edge {
     /// A request about to leave: the node's copies see it (a change drops
     /// chunks, a read may be answered). True if it was answered here: its
     /// reply put in the ring, or held until the replies owed before it
-    /// are (`Held`). Called under the channel's server list lock.
-    fn answered_here(&self, lc: &LocalChan, frame: &[u8]) -> bool {
+    /// are (`Held`), or waiting for a read-ahead reply. Read-ahead to send
+    /// after it is added to `ahead`. Called under the channel's server
+    /// list lock.
+    fn answered_here(&self, lc: &LocalChan, frame: &[u8], ahead: &mut Vec<Vec<u8>>) -> bool {
         let mut fetched = false;
         let verdict = self
             .copies
-            .with(|m| m.request(lc.conn, lc.id, frame, true, &mut fetched));
+            .with(|m| m.request(lc.conn, lc.id, frame, true, &mut fetched, ahead));
         if fetched {
             self.copies.fetches.fetch_add(1, Ordering::Relaxed);
         }
-        let Verdict::Answer(reply) = verdict else {
-            return false;
+        let reply = match verdict {
+            Verdict::Answer(reply) => reply,
+            Verdict::Wait(rid) => {
+                let mut held = lc.replying.lock().unwrap_or_else(|e| e.into_inner());
+                let owed = u64::from(lc.owed.load(Ordering::Acquire));
+                held.wait(owed, rid);
+                // Its answer may have come already, with nothing owed.
+                for answer in held.due() {
+                    let _ = lc.sc.reply(&answer);
+                }
+                self.copies.ahead_waits.fetch_add(1, Ordering::Relaxed);
+                return true;
+            }
+            Verdict::Forward => return false,
         };
         let mut held = lc.replying.lock().unwrap_or_else(|e| e.into_inner());
         // Exact here: the dispatcher lowers `owed` under this lock, and
@@ -691,10 +755,22 @@ impl Edge {
                         Some(n.saturating_sub(1))
                     });
                 if let Some(lc) = chan_of(chan) {
-                    if self.copies.on() {
-                        self.copies.with(|m| m.reply(lc.conn, chan, &frame));
-                    }
+                    let relayed = match self.copies.on() {
+                        true => self.copies.with(|m| m.reply(lc.conn, chan, &frame)),
+                        false => Relayed::Deliver,
+                    };
                     let mut held = lc.replying.lock().unwrap_or_else(|e| e.into_inner());
+                    if let Relayed::Ahead(answers) = relayed {
+                        // The node's own read-ahead: only the reads that
+                        // waited for it are answered, in their places.
+                        for (rid, answer) in answers {
+                            held.fill(rid, answer);
+                        }
+                        for answer in held.due() {
+                            let _ = lc.sc.reply(&answer);
+                        }
+                        return Handled::Reply;
+                    }
                     let _ = lc.sc.reply(&frame);
                     let _ = lc
                         .owed
@@ -796,5 +872,32 @@ mod tests {
         h.hold(1, b"D".to_vec());
         assert_eq!(h.replied(), vec![b"C".to_vec(), b"D".to_vec()]);
         assert!(h.replied().is_empty());
+    }
+
+    /// A read waiting for a read-ahead reply keeps its place: answers
+    /// behind it wait for it, and it goes only once both its answer came
+    /// and the replies owed before it are in the ring; an answer that came
+    /// before the place was taken is used when it is.
+    #[test]
+    fn a_waiting_read_keeps_its_place_among_answers() {
+        let mut h = Held::default();
+        // One call crossed; read 5 waits; read 6 is answered from copies.
+        h.wait(1, 5);
+        h.hold(1, b"B".to_vec());
+        assert!(h.due().is_empty());
+        h.fill(5, b"A".to_vec());
+        assert!(h.due().is_empty(), "a reply is owed before them");
+        assert_eq!(h.replied(), vec![b"A".to_vec(), b"B".to_vec()]);
+        // Nothing owed: a waiting read goes when its answer comes.
+        h.wait(0, 7);
+        h.hold(0, b"D".to_vec());
+        assert!(h.due().is_empty(), "D waits behind 7");
+        h.fill(7, b"C".to_vec());
+        assert_eq!(h.due(), vec![b"C".to_vec(), b"D".to_vec()]);
+        // The answer came first.
+        h.fill(8, b"E".to_vec());
+        h.wait(0, 8);
+        assert_eq!(h.due(), vec![b"E".to_vec()]);
+        assert!(h.early.is_empty());
     }
 }

@@ -162,6 +162,13 @@ fn copies_counters(c: &atoll_bench::hosts::Cluster, k: usize) -> (u64, u64, u64)
     )
 }
 
+/// Read-ahead fetches node `k` sent (`node/copies.rs` `read_ahead`).
+fn ahead_count(c: &atoll_bench::hosts::Cluster, k: usize) -> u64 {
+    node_counters(c, k)["node_copies.ahead"]
+        .as_u64()
+        .unwrap_or(0)
+}
+
 /// Two programs on host C read the same file: the second is answered by
 /// C's node (its proxy's copies, `node/copies.rs`) instead of the first
 /// host's servers, with the file's bytes. Another host then rewrites the
@@ -171,15 +178,16 @@ fn copies_counters(c: &atoll_bench::hosts::Cluster, k: usize) -> (u64, u64, u64)
 fn programs_of_one_node_share_its_copies_with_close_to_open_consistency() {
     let Some(c) = cluster() else { return };
     on(&c, 0, &format!("{} > $ROOT/shared", pattern(1)));
-    let (h0, f0, _) = copies_counters(&c, 2);
+    let (_, f0, _) = copies_counters(&c, 2);
+    let a0 = ahead_count(&c, 2);
     let first = on(&c, 2, READ_SHARED);
     assert_eq!(text(&first), pattern_sum(1));
     let (h1, f1, held) = copies_counters(&c, 2);
-    assert_eq!(h1, h0, "a file nobody on C read before: nothing to answer");
-    assert!(
-        f1 >= f0 + 10,
-        "the first reader's chunks crossed: {f0} → {f1}"
-    );
+    let a1 = ahead_count(&c, 2);
+    // A file nobody on C read before: its first read crosses, and the
+    // node reads the other whole chunks ahead of the reader (`ahead.rs`).
+    assert!(f1 > f0, "the first read crossed: {f0} → {f1}");
+    assert_eq!(a1 - a0, 9, "chunks 1..=9 read ahead");
     assert!(
         held >= 10 * 8192,
         "the node keeps its ten whole chunks: {held}"
@@ -190,12 +198,12 @@ fn programs_of_one_node_share_its_copies_with_close_to_open_consistency() {
     // The second reader's whole chunks come from the node. Not every one
     // need: a read that finds the program's reply ring full with nothing
     // owed crosses (`edge.rs` `answered_here`). So: answered here, and
-    // fewer crossings than the first reader, whose every chunk crossed.
+    // nothing more read ahead (every chunk is held).
     assert!(
         h2 > h1,
         "the second reader's chunks come from the node: hits {h1} → {h2}"
     );
-    assert!(f2 - f1 < f1 - f0, "fetches {f0} → {f1} → {f2}");
+    assert_eq!(ahead_count(&c, 2), a1, "fetches {f0} → {f1} → {f2}");
     // B rewrites the file in place (same size) and closes it.
     on(
         &c,
@@ -209,11 +217,13 @@ fn programs_of_one_node_share_its_copies_with_close_to_open_consistency() {
     let after = on(&c, 2, READ_SHARED);
     assert_eq!(text(&after), pattern_sum(2), "C read the old bytes");
     let (h3, f3, _) = copies_counters(&c, 2);
+    let a3 = ahead_count(&c, 2);
+    assert_eq!(a3 - a1, 9, "the new bytes were read ahead again");
     let again = on(&c, 2, READ_SHARED);
     assert_eq!(text(&again), pattern_sum(2));
     let (h4, f4, _) = copies_counters(&c, 2);
     assert!(h4 > h3, "the new bytes are shared too: hits {h3} → {h4}");
-    assert!(f4 - f3 < f3 - f2, "fetches {f2} → {f3} → {f4}");
+    assert_eq!(ahead_count(&c, 2), a3, "fetches {f2} → {f3} → {f4}");
 }
 
 /// `--without node-copies`: the same two readers, and nothing is answered
@@ -229,4 +239,5 @@ fn without_node_copies_every_read_a_program_misses_crosses() {
         assert_eq!(text(&got), pattern_sum(3));
     }
     assert_eq!(copies_counters(&c, 2), (0, 0, 0));
+    assert_eq!(ahead_count(&c, 2), 0, "nothing read ahead either");
 }

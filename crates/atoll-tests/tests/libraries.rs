@@ -17,6 +17,8 @@ use atoll_tests::{assert_same_on_tmpfs, require};
 /// which atoll copies are left behind (none may be).
 const PROJECT: &str = r#"
 set -e
+# The programs print it: the caller's own must not leak into the output.
+unset LD_LIBRARY_PATH
 cd "$ROOT" && mkdir -p lib/one bin && cd lib
 printf 'int one(void) { return 1; }\n' > one.c
 printf 'int one(void);\nint two(void) { return one() + 1; }\n' > two.c

@@ -27,16 +27,7 @@ const MOST: usize = 1 << 20;
 /// `pid`'s own descriptors by its initial environment, if it names them.
 pub fn private_of(pid: u32) -> Option<Vec<i32>> {
     let path = format!("/proc/{pid}/environ\0");
-    // SAFETY: a NUL-terminated local path.
-    let fd = unsafe {
-        sys::sc(
-            libc::SYS_openat,
-            libc::AT_FDCWD as u64,
-            path.as_ptr() as u64,
-            (libc::O_RDONLY | libc::O_CLOEXEC) as u64,
-            0,
-        )
-    };
+    let fd = sys::open_read(libc::AT_FDCWD as i64, path.as_bytes());
     if fd < 0 {
         return None;
     }

@@ -230,21 +230,7 @@ fn with_table(slot: Option<usize>, write: impl FnOnce(*mut u8)) {
 /// it raises `SIGXFSZ`, which would kill a program under `ulimit -f`
 /// that never wrote a file.
 fn fits_file_limit(bytes: usize) -> bool {
-    let mut lim = libc::rlimit64 {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: prlimit64 of this process, writing one rlimit64 on our stack.
-    let r = unsafe {
-        sys::sc(
-            libc::SYS_prlimit64,
-            0,
-            libc::RLIMIT_FSIZE as u64,
-            0,
-            &mut lim as *mut libc::rlimit64 as u64,
-        )
-    };
-    r < 0 || lim.rlim_cur == libc::RLIM64_INFINITY || bytes as u64 <= lim.rlim_cur
+    crate::fsize::limit().is_none_or(|lim| bytes as u64 <= lim)
 }
 
 /// `slots`, halved until a table of that many fits the file-size limit
@@ -685,16 +671,7 @@ pub fn open_table(pid: u32) -> Option<i32> {
             .then_some(p)
     })?;
     let z = crate::path::PathBuf::from_bytes(table.as_bytes()).ok()?;
-    // SAFETY: a NUL-terminated local path.
-    let fd = unsafe {
-        sys::sc(
-            libc::SYS_openat,
-            libc::AT_FDCWD as u64,
-            z.as_ptr() as u64,
-            (libc::O_RDONLY | libc::O_CLOEXEC) as u64,
-            0,
-        )
-    };
+    let fd = sys::open_read(libc::AT_FDCWD as i64, z.as_bytes_with_nul());
     (fd >= 0).then_some(fd as i32)
 }
 

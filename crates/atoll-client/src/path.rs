@@ -37,6 +37,10 @@ impl PathBuf {
     pub fn as_ptr(&self) -> *const u8 {
         self.buf.as_ptr()
     }
+    /// The path and the NUL that follows it.
+    pub fn as_bytes_with_nul(&self) -> &[u8] {
+        &self.buf[..=self.len]
+    }
     pub fn len(&self) -> usize {
         self.len
     }

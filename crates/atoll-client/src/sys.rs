@@ -55,6 +55,25 @@ pub unsafe fn sc(nr: i64, a0: u64, a1: u64, a2: u64, a3: u64) -> i64 {
     unsafe { syscall6(nr, [a0, a1, a2, a3, 0, 0]) }
 }
 
+/// `openat(dirfd, path, O_RDONLY | O_CLOEXEC)` as a raw call, for atoll's
+/// own reads of host files (`/proc`, images, tables): the descriptor, or
+/// −errno (`EINVAL` when `path` does not end with its NUL).
+pub fn open_read(dirfd: i64, path_with_nul: &[u8]) -> i64 {
+    if path_with_nul.last() != Some(&0) {
+        return -(libc::EINVAL as i64);
+    }
+    // SAFETY: openat reads the NUL-terminated path, which outlives the call.
+    unsafe {
+        sc(
+            libc::SYS_openat,
+            dirfd as u64,
+            path_with_nul.as_ptr() as u64,
+            (libc::O_RDONLY | libc::O_CLOEXEC) as u64,
+            0,
+        )
+    }
+}
+
 /// `close(fd)`; the result is ignored by most callers.
 pub fn close(fd: i32) -> i64 {
     // SAFETY: closing a descriptor touches no memory.

@@ -16,7 +16,7 @@
 //! secure-execution image that inherits no atoll descriptor runs as it
 //! is (the filter needs `no_new_privs`, which would drop its privileges).
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 
 use atoll_proto::boot::{EXE_LINK, FOREIGN};
 
@@ -118,24 +118,7 @@ pub(super) fn cannot_load_client_at(dirfd: i64, path: &[u8]) -> bool {
 /// As [`cannot_load_client_at`], saying why; secure execution wins over
 /// static linking.
 pub(super) fn foreign_at(dirfd: i64, path: &[u8]) -> Option<Foreign> {
-    let Ok(cpath) = std::ffi::CString::new(path) else {
-        return None;
-    };
-    // SAFETY: openat reads the NUL-terminated local path.
-    let fd = unsafe {
-        sys::sc(
-            libc::SYS_openat,
-            dirfd as u64,
-            cpath.as_ptr() as u64,
-            (libc::O_RDONLY | libc::O_CLOEXEC) as u64,
-            0,
-        )
-    };
-    if fd < 0 {
-        return None;
-    }
-    // SAFETY: a new descriptor this function owns alone.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    let fd = super::libs::open_host(dirfd, path)?;
     if runs_secure(fd.as_raw_fd()) {
         Some(Foreign::Secure)
     } else {

@@ -382,18 +382,9 @@ pub(super) fn prepare(
 }
 
 /// Open a host file for reading.
-fn open_host(dirfd: i64, path: &[u8]) -> Option<OwnedFd> {
+pub(super) fn open_host(dirfd: i64, path: &[u8]) -> Option<OwnedFd> {
     let cpath = std::ffi::CString::new(path).ok()?;
-    // SAFETY: openat of a NUL-terminated local path.
-    let fd = unsafe {
-        sys::sc(
-            libc::SYS_openat,
-            dirfd as u64,
-            cpath.as_ptr() as u64,
-            (libc::O_RDONLY | libc::O_CLOEXEC) as u64,
-            0,
-        )
-    };
+    let fd = sys::open_read(dirfd, cpath.as_bytes_with_nul());
     // SAFETY: a new descriptor this function owns alone.
     (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }

@@ -36,7 +36,7 @@ use std::ffi::OsStr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 
-use atoll_proto::{FileType, Request};
+use atoll_proto::FileType;
 
 use super::Program;
 use crate::session::{Client, LazyLane};
@@ -406,11 +406,7 @@ impl Files for ExecFiles<'_> {
                 ftype: FileType::Regular,
             } => {
                 let lane = self.lane.get().ok()?;
-                let (desc, _) =
-                    crate::file::open_inode(c, lane, ino, libc::O_RDONLY as u32).ok()?;
-                let copy = super::copy_to_memfd(c, lane, desc, path);
-                let _ = lane.call_ok(c, desc.server(), Request::Close { desc });
-                let fd = copy.ok()?;
+                let fd = super::copy_for_loader(c, lane, ino, path).ok()?;
                 let dynamic = read_dynamic(fd.as_raw_fd())?;
                 self.copies.push(fd);
                 Some((Found::Mount(self.copies.len() - 1), dynamic))

@@ -464,6 +464,16 @@ fn copy_to_memfd(c: &Client, lane: &Lane, desc: DescId, name: &[u8]) -> Result<O
     Ok(fd)
 }
 
+/// A copy of atoll file `ino` for a loader, which only reads what it
+/// loads (`rtld`'s program, `libs`'s libraries): opened for reading,
+/// copied into a memfd, closed.
+fn copy_for_loader(c: &Client, lane: &Lane, ino: InodeId, name: &[u8]) -> Result<OwnedFd> {
+    let (desc, _) = file::open_inode(c, lane, ino, libc::O_RDONLY as u32)?;
+    let copy = copy_to_memfd(c, lane, desc, name);
+    let _ = lane.call_ok(c, desc.server(), Request::Close { desc });
+    copy
+}
+
 /// Prepare `execve(path, argv, envp)` (also used by the preload's
 /// `posix_spawn` wrappers). Errors are errno values.
 pub fn prepare_exec(
@@ -813,10 +823,7 @@ fn loaded_program(
     let lane = lane.get()?;
     // The loader only reads the program (a program it runs must also be
     // executable for it, which it checks itself on the copy's mode).
-    let (desc, _) = file::open_inode(c, lane, ino, libc::O_RDONLY as u32)?;
-    let copy = copy_to_memfd(c, lane, desc, &path);
-    let _ = lane.call_ok(c, desc.server(), Request::Close { desc });
-    let copy = copy?;
+    let copy = copy_for_loader(c, lane, ino, &path)?;
     sys::fcntl_int(copy.as_raw_fd(), libc::F_SETFD, 0);
     let name = format!("/proc/self/fd/{}", copy.as_raw_fd()).into_bytes();
     *argv = rtld::substitute(argv, at, mode == rtld::Mode::Runs, &name);

@@ -78,6 +78,21 @@ pub const fn strip_sigsys(mask: u64) -> u64 {
     mask & !bit(libc::SIGSYS)
 }
 
+/// glibc's two internal signals (SIGCANCEL = 32, SIGSETXID = 33), which
+/// glibc itself never lets a program block.
+const GLIBC_INTERNAL: u64 = bit(32) | bit(33);
+
+/// A mask a program asks to install, as atoll installs it: without
+/// SIGSYS (blocked during a trap, it would kill the process) and without
+/// glibc's internal signals, as glibc's own `sigprocmask` leaves them.
+/// Bits, not `sigdelset`: glibc's `sigdelset` answers `EINVAL` for the
+/// internal signals and sets errno, which the program's successful call
+/// must leave alone (PostgreSQL reads `select`'s errno after it).
+#[inline]
+pub const fn program_mask(mask: u64) -> u64 {
+    strip_sigsys(mask) & !GLIBC_INTERNAL
+}
+
 /// The action actually installed for a program's `act` on a signal other
 /// than SIGSYS: SIGSYS never blocked while the handler runs, and our
 /// restorer when there is a handler to return from.
@@ -167,6 +182,22 @@ mod tests {
         assert_ne!(out.flags & libc::SA_SIGINFO as u64, 0);
         assert_eq!(out.mask & bit(libc::SIGSYS), 0);
         assert_eq!(out.mask | bit(libc::SIGSYS), u64::MAX);
+    }
+
+    #[test]
+    fn a_program_mask_loses_sigsys_and_glibc_internal_signals_only() {
+        let all = program_mask(u64::MAX);
+        // glibc's own numbering: SIGCANCEL and SIGSETXID sit just below
+        // the SIGRTMIN it hands to programs.
+        let rtmin = libc::SIGRTMIN();
+        for sig in [libc::SIGSYS, rtmin - 2, rtmin - 1] {
+            assert_eq!(all & bit(sig), 0, "signal {sig}");
+        }
+        assert_eq!(
+            all | bit(libc::SIGSYS) | bit(rtmin - 2) | bit(rtmin - 1),
+            u64::MAX
+        );
+        assert_eq!(program_mask(bit(libc::SIGCHLD)), bit(libc::SIGCHLD));
     }
 
     #[test]

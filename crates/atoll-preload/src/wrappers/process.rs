@@ -215,16 +215,11 @@ unsafe fn sigmask_common(
         // SAFETY: the caller's arguments.
         return unsafe { f(how, set, old) };
     }
-    // SAFETY: `set` points to a sigset_t (caller's contract).
-    let mut copy = unsafe { *set };
-    // A blocked SIGSYS during a trap would kill the process; glibc never
-    // blocks its own two internal signals (SIGCANCEL, SIGSETXID) either.
-    // SAFETY: `copy` is a valid sigset_t.
-    unsafe {
-        libc::sigdelset(&mut copy, libc::SIGSYS);
-        libc::sigdelset(&mut copy, libc::SIGRTMIN() - 2);
-        libc::sigdelset(&mut copy, libc::SIGRTMIN() - 1);
-    }
+    // The kernel reads the first 64 signals (`KSIGSET_SIZE`), the first
+    // word of glibc's `sigset_t`.
+    // SAFETY: `set` points to a sigset_t (caller's contract), which is at
+    // least 8 bytes and aligned for a u64.
+    let copy = crate::sigfix::program_mask(unsafe { *(set as *const u64) });
     // The system call itself, from our own text (never trapped), and
     // *without* holding an AtollGuard: signals this call unblocks are
     // delivered as it returns, and their handlers must run as program
@@ -234,7 +229,7 @@ unsafe fn sigmask_common(
         libc::SYS_rt_sigprocmask,
         &[
             how as u64,
-            &copy as *const libc::sigset_t as u64,
+            &copy as *const u64 as u64,
             old as u64,
             KSIGSET_SIZE,
         ],

@@ -311,3 +311,23 @@ X
         true,
     );
 }
+
+/// gdb on a program built in the mount: breakpoints, a backtrace and the
+/// program's output as on the host. Under atoll the program's trapped
+/// calls are `SIGSYS` signals, which gdb would stop at (the exec of gdb
+/// lets them pass, `exec/debuggers.rs`).
+#[test]
+fn gdb_breaks_steps_and_runs_a_program_of_the_mount_as_on_the_host() {
+    require("gdb");
+    assert_same(
+        &["--servers", "2"],
+        r#"
+        cd "$ROOT"
+        printf '#include <stdio.h>\n#include <sys/stat.h>\nint twice(int x) {\n  return 2 * x;\n}\nint main(void) {\n  struct stat st;\n  stat(".", &st);\n  printf("twice %%d\\n", twice(21));\n  return 0;\n}\n' > prog.c
+        gcc -g -O0 -o prog prog.c
+        gdb -batch -ex 'break twice' -ex run -ex bt -ex finish -ex continue ./prog 2>&1 \
+            | grep -v -e libthread_db -e '^$' | sed -e 's/process [0-9]*/process N/' -e 's/0x[0-9a-f]*/ADDR/g'
+        "#,
+        true,
+    );
+}

@@ -56,6 +56,7 @@ pub const ENV_PRELOAD: &str = "ATOLL_PRELOAD";
 /// (its proxy): see the module comment.
 pub const ENV_PROXY: &str = "ATOLL_PROXY_PID";
 
+mod debuggers;
 mod foreign;
 pub use foreign::LOADER_ENV_PREFIX;
 mod handover;
@@ -628,6 +629,9 @@ fn prepare_inner(
         (None, None) if rtld::named_like_loader(&prog_path) => loaded_program(c, &lane, &mut argv)?,
         _ => None,
     };
+    if foreign_image.is_none() && exec_fd.is_none() {
+        debuggers::quiet_sigsys(&prog_path, &mut argv);
+    }
     let lists = loaded.as_ref().is_some_and(|l| l.2 == rtld::Mode::Lists);
     if foreign_image.is_none() && (lists || foreign::traces_loading(&env)) && !foreign::in_relay() {
         foreign_image = Some(foreign::Foreign::Traced);

@@ -788,6 +788,7 @@ pub fn copy(
     } else {
         None
     };
+    let len = copy_within_limit(c, lane, fd_out, ooff, len)?;
     let mut total = 0u64;
     while total < len {
         let want = ((len - total) as usize).min(buf.len());
@@ -808,6 +809,11 @@ pub fn copy(
         ioff = ioff.map(|o| o + w as u64);
         ooff = ooff.map(|o| o + w as u64);
         if w < n {
+            if ioff.is_none() {
+                // The input's own offset moved past what was copied: give
+                // the rest back, as a copy that read only what it wrote.
+                unread(c, lane, fd_in, (n - w) as i64);
+            }
             break;
         }
     }
@@ -818,6 +824,55 @@ pub fn copy(
         sys::put_user(out_off, o as i64)?;
     }
     Ok(total as i64)
+}
+
+/// The length a copy into `fd_out` at `out` (its own offset if `None`)
+/// may have under the caller's file size limit: Linux checks the limit
+/// before it reads anything (`generic_write_check_limits` in
+/// `generic_copy_file_checks`): at or past it `EFBIG` and `SIGXFSZ`, as a
+/// `write` there; else the copy is cut short at it, with no signal. Host
+/// outputs are the kernel's to check.
+fn copy_within_limit(
+    c: &Client,
+    lane: &Lane,
+    fd_out: i64,
+    out: Option<u64>,
+    len: u64,
+) -> Result<u64> {
+    let (Some(limit), Some(d)) = (crate::fsize::limit(), fdtable::get(fd_out)) else {
+        return Ok(len);
+    };
+    if d.ftype() != FileType::Regular {
+        return Ok(len);
+    }
+    let pos = match out {
+        Some(o) => o,
+        None => lseek(c, lane, &d, 0, libc::SEEK_CUR as u32)? as u64,
+    };
+    if pos >= limit {
+        crate::fsize::raise_sigxfsz();
+        return err(libc::EFBIG);
+    }
+    Ok(len.min(limit - pos))
+}
+
+/// Move `fd`'s offset back by `n` bytes read but not copied (best effort:
+/// a descriptor that cannot seek has nothing to give back).
+fn unread(c: &Client, lane: &Lane, fd: i64, n: i64) {
+    if let Some(d) = fdtable::get(fd) {
+        let _ = lseek(c, lane, &d, -n, libc::SEEK_CUR as u32);
+    } else {
+        // SAFETY: integer arguments on the program's own descriptor.
+        unsafe {
+            sys::sc(
+                libc::SYS_lseek,
+                fd as u64,
+                (-n) as u64,
+                libc::SEEK_CUR as u64,
+                0,
+            )
+        };
+    }
 }
 
 /// `poll`/`ppoll` with atoll fds: regular files are always ready (as on

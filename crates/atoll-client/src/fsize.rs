@@ -22,6 +22,7 @@
 
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use crate::error::{Error, Result};
 use crate::sys::{self, SpinLock};
 
 /// Nothing kept: ask the kernel.
@@ -80,6 +81,44 @@ fn ask() -> Option<u64> {
         )
     };
     (r == 0 && rl.rlim_cur != libc::RLIM64_INFINITY).then_some(rl.rlim_cur)
+}
+
+/// The check Linux makes (`inode_newsize_ok`) before a call that may grow
+/// a file to `end` bytes without writing: `truncate`, `ftruncate`, and
+/// `fallocate` without `FALLOC_FL_KEEP_SIZE`. Past the caller's limit, a
+/// call that would grow the file fails with `EFBIG` and the caller gets
+/// `SIGXFSZ`; one that does not grow it (the file is already that long)
+/// goes on. `size` asks the file's current size, a round trip taken only
+/// when `end` is past a finite limit.
+///
+/// The size is read before the call, not under its server's lock as Linux
+/// reads it: a file another process shrinks in between can grow past the
+/// limit (docs/COMPATIBILITY.md).
+pub fn check_growth(end: u64, size: impl FnOnce() -> Result<u64>) -> Result<()> {
+    match limit() {
+        Some(lim) if end > lim && size()? < end => {
+            raise_sigxfsz();
+            Err(Error::Errno(libc::EFBIG))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Send `SIGXFSZ` to the calling thread, as the kernel does with `EFBIG`
+/// for a write or growth past the limit.
+pub fn raise_sigxfsz() {
+    // SAFETY: integer arguments; signals this very thread.
+    unsafe {
+        let pid = sys::sc(libc::SYS_getpid, 0, 0, 0, 0);
+        let tid = sys::sc(libc::SYS_gettid, 0, 0, 0, 0);
+        sys::sc(
+            libc::SYS_tgkill,
+            pid as u64,
+            tid as u64,
+            libc::SIGXFSZ as u64,
+            0,
+        );
+    }
 }
 
 /// In a fork child (one thread): a thread that did not come along may

@@ -152,3 +152,12 @@ fn file_size_limit_is_not_asked_at_every_write() {
         .count();
     assert!(calls < 20, "{calls} prlimit64 calls for 200 writes");
 }
+
+/// `truncate`, `ftruncate` and `fallocate` (also with
+/// `FALLOC_FL_KEEP_SIZE`) that would grow a file past the process's file
+/// size limit fail with `EFBIG` and raise `SIGXFSZ`, as on tmpfs; inside
+/// the file's size, or punching a hole, they do not.
+#[test]
+fn growing_a_file_past_its_size_limit_fails_as_on_tmpfs() {
+    matches_tmpfs("growth", include_str!("datapath/growth.c"), &[]);
+}

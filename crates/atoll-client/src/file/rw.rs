@@ -263,19 +263,9 @@ fn write_at(c: &Client, lane: &Lane, d: &DescRef, src: &[u8], off: Option<u64>) 
         crate::msgdata::write(c, lane, d.desc(), src, off, fsize)
     };
     if fsize.is_some() && matches!(r, Err(Error::Errno(libc::EFBIG))) {
-        raise_self(libc::SIGXFSZ);
+        crate::fsize::raise_sigxfsz();
     }
     r
-}
-
-/// Send `sig` to the calling thread, as the kernel does for `SIGXFSZ`.
-fn raise_self(sig: i32) {
-    // SAFETY: integer arguments; signals this very thread.
-    unsafe {
-        let pid = sys::sc(libc::SYS_getpid, 0, 0, 0, 0);
-        let tid = sys::sc(libc::SYS_gettid, 0, 0, 0, 0);
-        sys::sc(libc::SYS_tgkill, pid as u64, tid as u64, sig as u64, 0);
-    }
 }
 
 /// A write the client copies into the buffer-cache blocks the server

@@ -161,6 +161,7 @@ pub(super) fn truncate(c: &'static Client, _: i64, a: &[u64; 6]) -> Result<Out> 
         if ft == FileType::Directory {
             return err(EISDIR);
         }
+        crate::fsize::check_growth(a[1], || crate::file::size_of(c, l, ino))?;
         setattr(c, l, ino, via, size_set(a[1]))
     })
 }
@@ -177,6 +178,7 @@ pub(super) fn ftruncate(c: &'static Client, _: i64, a: &[u64; 6]) -> Result<Out>
         if acc == O_RDONLY as u32 {
             return err(EINVAL);
         }
+        crate::fsize::check_growth(a[1], || crate::file::size_of(c, l, d.ino()))?;
         setattr(c, l, d.ino(), None, size_set(a[1]))
     })
 }

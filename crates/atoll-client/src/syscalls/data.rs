@@ -120,6 +120,16 @@ pub(super) fn fallocate(c: &'static Client, _: i64, a: &[u64; 6]) -> Result<Out>
             return err(EBADF);
         }
         let ino = d.ino();
+        // tmpfs checks the limit for every allocation, `FALLOC_FL_KEEP_SIZE`
+        // too, but not for a punched hole (`shmem_fallocate`). A bad range
+        // is `EINVAL` whatever the limit (`vfs_fallocate` checks it first):
+        // left to the server.
+        let (offset, len) = (a[2] as i64, a[3] as i64);
+        if a[1] as i32 & libc::FALLOC_FL_PUNCH_HOLE == 0 && offset >= 0 && len > 0 {
+            if let Some(end) = offset.checked_add(len) {
+                crate::fsize::check_growth(end as u64, || file::size_of(c, l, ino))?;
+            }
+        }
         // Punching and zeroing change blocks at the server: as for
         // truncation, no private copy may outlive them.
         incoherent::invalidate(c);

@@ -15,8 +15,10 @@
 
 use std::os::fd::{AsRawFd, OwnedFd};
 
+use super::exec;
 use super::files::{self, Files};
 use super::paths::{self, Cwd, Paths, Place};
+use super::redirect;
 use super::seccomp::{self, Notif};
 
 /// The calls the filter sends to the supervisor.
@@ -142,6 +144,10 @@ pub struct Supervisor {
     pub files: Files,
     /// `ENV_FOREIGN_CWD`'s directory, if it could be made.
     pub cwd_handoff: Option<std::path::PathBuf>,
+    /// Threads whose exec of a program of the mount was redirected to its
+    /// copy (`exec.rs`), by thread id: the path in the mount, for the
+    /// restarted call.
+    pub exec_pending: std::collections::HashMap<i32, Vec<u8>>,
 }
 
 /// May call `n` create a file or directory (so the program's umask
@@ -201,20 +207,67 @@ impl Supervisor {
         }
     }
 
-    /// A host program about to be exec'd: a dynamic one attaches anew,
-    /// and its client library starts in the cwd left here for its pid
-    /// (the one this supervisor tracks, or none: the kernel's), not the
-    /// one the program's environment named when it started.
-    fn exec_on_host(&mut self, n: &Notif) -> Answer {
+    /// A program about to be exec'd: a dynamic one attaches anew, and
+    /// its client library starts in the cwd left here for its pid (the
+    /// one this supervisor tracks, or none: the kernel's), not the one the
+    /// program's environment named when it started; `exe`, for a program
+    /// of the mount, is what its `/proc/self/exe` names (the kernel only
+    /// knows the memfd).
+    fn hand_off_exec(&mut self, n: &Notif, exe: Option<&[u8]>) {
         if let Some(dir) = &self.cwd_handoff {
             let pid = self.paths.group(n.pid);
             let cwd = match self.paths.cwd(n.pid) {
                 Cwd::Tracked(c) => c,
                 Cwd::Host => Vec::new(),
             };
+            let exe_file = dir.join(format!("{pid}{}", atoll_proto::boot::FOREIGN_EXE_SUFFIX));
+            let _ = match exe {
+                Some(e) => std::fs::write(exe_file, e),
+                None => std::fs::remove_file(exe_file),
+            };
             let _ = std::fs::write(dir.join(pid.to_string()), cwd);
         }
-        Kernel
+    }
+
+    /// `execve`/`execveat` whose path leads to `place`: the
+    /// kernel's as made, or a program of the mount run from a copy.
+    fn exec(&mut self, n: &Notif, place: Place, nofollow: bool) -> Result<Answer, i32> {
+        let path = match place {
+            Place::Kernel => {
+                let exe = self.exec_pending.remove(&n.pid);
+                self.hand_off_exec(n, exe.as_deref());
+                return Ok(Kernel);
+            }
+            Place::Here(p) => p,
+            // `fexecve` of a file the program opened in the mount: the
+            // kernel runs the copy it holds (taken at its open, as Linux
+            // runs the file the descriptor names), once the atoll file's
+            // attributes allow it.
+            Place::Desc(k) => {
+                if self.files.is_dir(k) {
+                    return Err(libc::EACCES);
+                }
+                let p = self.files.path_of(&self.paths, k).ok_or(libc::EBADF)?;
+                exec::may_run(n.pid, &files::stat_path(&p, false)?)?;
+                self.alive(n)?;
+                self.hand_off_exec(n, Some(&paths::normalize(&p)));
+                return Ok(Kernel);
+            }
+        };
+        let image = exec::prepare(n.pid, &self.paths.mount, &path, nofollow)?;
+        self.alive(n)?;
+        let fd = seccomp::install_fd(&self.listener, n.id, image.memfd.as_raw_fd(), !image.script)?;
+        let direct = exec::parent_of(self.paths.group(n.pid)) == Some(self.paths.me());
+        match redirect::redirect(n.pid, n.nr, &exec::fd_name(fd), direct) {
+            // The call restarts on the copy and comes back: the kernel's.
+            Ok(()) => {
+                self.exec_pending.insert(n.pid, paths::normalize(&path));
+                Ok(Answer::Later)
+            }
+            // Not ours to trace (a debugger holds it), or it died: an
+            // answer to a call no longer held is dropped by the kernel.
+            Err(_) => Err(libc::EACCES),
+        }
     }
 
     /// Serving is over for good: the cwd hand-offs go.
@@ -363,17 +416,17 @@ impl Supervisor {
                 }
                 _ => Kernel,
             },
-            // Programs stored in the mount are not run from here: the
-            // kernel cannot read them, and a relative name from a tracked
-            // cwd must not run a host file of the same name.
-            SYS_execve => match self.place(n, CWD, a[0], false)? {
-                Place::Kernel => self.exec_on_host(n),
-                _ => Done(Err(EACCES)),
-            },
-            SYS_execveat => match self.place(n, a[0], a[1], i(4) & AT_EMPTY_PATH != 0)? {
-                Place::Kernel => self.exec_on_host(n),
-                _ => Done(Err(EACCES)),
-            },
+            // A program stored in the mount runs from a copy the kernel
+            // can read (`exec.rs`); a relative name from a tracked cwd
+            // never runs a host file of the same name.
+            SYS_execve => {
+                let p = self.place(n, CWD, a[0], false)?;
+                self.exec(n, p, false)?
+            }
+            SYS_execveat => {
+                let p = self.place(n, a[0], a[1], i(4) & AT_EMPTY_PATH != 0)?;
+                self.exec(n, p, i(4) & AT_SYMLINK_NOFOLLOW != 0)?
+            }
             // A socket name made by a relative path from a tracked cwd
             // would be a host file in the kernel's cwd.
             SYS_bind => self.bind(n)?,

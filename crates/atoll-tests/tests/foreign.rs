@@ -456,3 +456,154 @@ X
     );
     assert_eq!(out, "entries 2\nread two\n");
 }
+
+/// A C probe, built both dynamic and static into `dir`: prints its
+/// arguments, `FOO`, its cwd and, when `EXE` is set, what
+/// `/proc/self/exe` names; exits with its argument count.
+fn exec_probes(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let src = dir.join("probe.c");
+    std::fs::write(
+        &src,
+        r#"
+        #include <stdio.h>
+        #include <stdlib.h>
+        #include <unistd.h>
+        int main(int argc, char **argv) {
+            char cwd[4096], exe[4096];
+            printf("argv0=%s", argv[0]);
+            for (int i = 1; i < argc; i++) printf(" [%s]", argv[i]);
+            printf(" FOO=%s cwd=%s\n", getenv("FOO") ? getenv("FOO") : "-",
+                   getcwd(cwd, sizeof cwd) ? cwd : "?");
+            if (getenv("EXE")) {
+                ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+                exe[n > 0 ? n : 0] = 0;
+                printf("exe=%s\n", exe);
+            }
+            return argc;
+        }
+        "#,
+    )
+    .expect("write probe");
+    let build = |name: &str, extra: &[&str]| {
+        let bin = dir.join(name);
+        let ok = std::process::Command::new("cc")
+            .args(["-O1", "-Wall"])
+            .args(extra)
+            .arg("-o")
+            .arg(&bin)
+            .arg(&src)
+            .status()
+            .expect("run cc");
+        assert!(ok.success(), "probe {name} failed to compile");
+        bin
+    };
+    (build("pdyn", &[]), build("pstat", &["-static"]))
+}
+
+/// A static shell runs programs stored in the mount as on the host: a
+/// dynamic one (which becomes a full client: its cwd in the mount, its
+/// `/proc/self/exe`, `FOO` given on the command line) and a static one,
+/// by relative and absolute names, with their arguments, `argv[0]` and
+/// exit status as given; `exec` of one keeps the pid's status.
+#[test]
+fn a_static_shell_runs_dynamic_and_static_programs_stored_in_the_mount() {
+    require("busybox");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (pdyn, pstat) = exec_probes(dir.path());
+    let copy = format!(
+        "cd \"$ROOT\"; mkdir -p bin sub; cp {} bin/pdyn; cp {} bin/pstat\n",
+        pdyn.display(),
+        pstat.display()
+    );
+    let run = r#"
+        busybox sh -c 'FOO=bar EXE=1 ./bin/pdyn a "b c"; echo "st=$?"'
+        busybox sh -c './bin/pstat x; echo "st=$?"; "$ROOT/bin/pstat"; echo "st=$?"'
+        busybox sh -c 'cd sub && EXE=1 ../bin/pdyn up; echo "st=$?"'
+        busybox sh -c 'PATH=$ROOT/bin:$PATH; cd sub && pdyn by-path; exec pstat last'; echo "exec st=$?"
+        "#;
+    let out = atoll_tests::assert_same_on_tmpfs(TWO, &(copy + run), true);
+    assert!(
+        out.starts_with(
+            "argv0=./bin/pdyn [a] [b c] FOO=bar cwd=$ROOT\nexe=$ROOT/bin/pdyn\nst=3\n\
+             argv0=./bin/pstat [x] FOO=- cwd=$ROOT\nst=2\n"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.ends_with("[last] FOO=- cwd=$ROOT/sub\nexec st=2\n"),
+        "{out}"
+    );
+}
+
+/// busybox itself copied into the mount runs there, stays under the
+/// relay (its own calls in the mount are served) and runs programs of
+/// the mount in turn; what it prints and its status come back.
+#[test]
+fn a_static_program_copied_into_the_mount_runs_and_names_the_mount() {
+    require("busybox");
+    let out = atoll_tests::assert_same_on_tmpfs(
+        TWO,
+        r#"
+        cd "$ROOT"
+        mkdir d; echo one > d/f; echo two > d/g
+        cp "$(command -v busybox)" ./busybox
+        busybox sh -c './busybox sh -c "./busybox ls d; ./busybox cat d/f; cd d && ../busybox wc -l g; exit 4"; echo "st=$?"'
+        ./busybox sh -c './busybox echo from-the-mount | ./busybox tr a-z A-Z'; echo "st=$?"
+        "#,
+        true,
+    );
+    assert_eq!(out, "f\ng\none\n1 g\nst=4\nFROM-THE-MOUNT\nst=0\n");
+}
+
+/// Scripts stored in the mount run under a static shell as on the host: a
+/// `#!/bin/sh` one (the kernel runs the interpreter on the host, which
+/// reads the script and the mount), and one without `#!`, which the
+/// shell runs itself after `ENOEXEC`; arguments and status pass through.
+#[test]
+fn a_script_in_the_mount_runs_under_a_static_shell() {
+    require("busybox");
+    let out = atoll_tests::assert_same_on_tmpfs(
+        TWO,
+        r#"
+        cd "$ROOT"
+        echo data > in
+        printf '#!/bin/sh\necho "args: $*"; cat in; exit 7\n' > s.sh
+        printf 'echo "plain: $1"; exit 9\n' > plain
+        chmod +x s.sh plain
+        busybox sh -c './s.sh x "y z"; echo "st=$?"; ./plain p; echo "st=$?"'
+        busybox sh -c 'mkdir -p sub; cd sub; ../s.sh up; echo "st=$?"'
+        "#,
+        true,
+    );
+    // From `sub`, the script's `cat in` looks there (an error on stderr,
+    // compared with the host's too).
+    assert_eq!(
+        out,
+        "args: x y z\ndata\nst=7\nplain: p\nst=9\nargs: up\nst=7\n"
+    );
+}
+
+/// What cannot run in the mount fails as on the host, with the shell's
+/// own words for it: a file without an execute bit (`Permission
+/// denied`, until `chmod +x`), a missing one, a directory; and the
+/// status is the shell's.
+#[test]
+fn programs_in_the_mount_that_cannot_run_fail_as_on_the_host() {
+    require("busybox");
+    let out = atoll_tests::assert_same_on_tmpfs(
+        TWO,
+        r#"
+        cd "$ROOT"
+        mkdir dir
+        printf '#!/bin/sh\necho ran "$@"\n' > f
+        busybox sh -c './f a; echo "st=$?"; ./missing; echo "st=$?"; ./dir; echo "st=$?"' 2>&1
+        chmod +x f
+        busybox sh -c './f a; echo "st=$?"' 2>&1
+        chmod 600 f
+        busybox sh -c 'exec ./f'; echo "exec st=$?"
+        "#,
+        true,
+    );
+    assert!(out.contains("./f: Permission denied\nst=126\n"), "{out}");
+    assert!(out.contains("ran a\nst=0\n"), "{out}");
+}

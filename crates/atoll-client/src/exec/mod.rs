@@ -351,8 +351,16 @@ pub fn foreign_cwd(state: Option<String>, dir: Option<std::ffi::OsString>) -> Op
     let _ = std::fs::remove_file(&file);
     let exe_file = std::path::Path::new(&dir).join(pid + atoll_proto::boot::FOREIGN_EXE_SUFFIX);
     let exe = std::fs::read(&exe_file).ok().filter(|e| !e.is_empty());
-    if exe.is_some() {
+    if let Some(e) = &exe {
         let _ = std::fs::remove_file(&exe_file);
+        // The kernel named the process after `/dev/fd/N` ("N"); Linux
+        // names it after the program's file.
+        let base = e.rsplit(|&b| b == b'/').next().unwrap_or(e);
+        let mut comm = base[..base.len().min(15)].to_vec();
+        comm.push(0);
+        // SAFETY: PR_SET_NAME reads a NUL-terminated name of at most 16
+        // bytes; this is the only thread at the client's start.
+        unsafe { libc::prctl(libc::PR_SET_NAME, comm.as_ptr()) };
     }
     let mut st = state.as_deref().and_then(State::decode).unwrap_or_default();
     st.cwd = (!cwd.is_empty()).then_some((cwd, None));

@@ -459,7 +459,7 @@ X
 
 /// A C probe, built both dynamic and static into `dir`: prints its
 /// arguments, `FOO`, its cwd and, when `EXE` is set, what
-/// `/proc/self/exe` names; exits with its argument count.
+/// `/proc/self/exe` names and its `comm`; exits with its argument count.
 fn exec_probes(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
     let src = dir.join("probe.c");
     std::fs::write(
@@ -478,6 +478,8 @@ fn exec_probes(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf
                 ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
                 exe[n > 0 ? n : 0] = 0;
                 printf("exe=%s\n", exe);
+                FILE *f = fopen("/proc/self/comm", "r");
+                if (f && fgets(exe, sizeof exe, f)) printf("comm=%s", exe);
             }
             return argc;
         }
@@ -524,7 +526,7 @@ fn a_static_shell_runs_dynamic_and_static_programs_stored_in_the_mount() {
     let out = atoll_tests::assert_same_on_tmpfs(TWO, &(copy + run), true);
     assert!(
         out.starts_with(
-            "argv0=./bin/pdyn [a] [b c] FOO=bar cwd=$ROOT\nexe=$ROOT/bin/pdyn\nst=3\n\
+            "argv0=./bin/pdyn [a] [b c] FOO=bar cwd=$ROOT\nexe=$ROOT/bin/pdyn\ncomm=pdyn\nst=3\n\
              argv0=./bin/pstat [x] FOO=- cwd=$ROOT\nst=2\n"
         ),
         "{out}"

@@ -234,7 +234,9 @@ fn wait_end(pid: i32) {
         revents: 0,
     };
     // SAFETY: one local pollfd; a pidfd is readable once the process ended.
-    while unsafe { libc::poll(&mut p, 1, -1) } < 0 {}
+    while unsafe { libc::poll(&mut p, 1, -1) } < 0
+        && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted
+    {}
 }
 
 /// Is `fd` a directory (nothing to copy: the program gets it closed)?

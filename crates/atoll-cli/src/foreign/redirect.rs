@@ -49,9 +49,10 @@ fn request(req: libc::c_uint, tid: i32, data: u64) -> Result<(), i32> {
 }
 
 /// Make thread `tid`'s held `execve`/`execveat` (call `nr`) restart with
-/// `name` (NUL-terminated) as its path. `direct_child`: the thread belongs
-/// to the relay's own child, whose end the relay's main thread reaps.
-pub fn redirect(tid: i32, nr: i64, name: &[u8], direct_child: bool) -> Result<(), i32> {
+/// `name` (NUL-terminated) as its path, written at the address returned.
+/// `direct_child`: the thread belongs to the relay's own child, whose end
+/// the relay's main thread reaps.
+pub fn redirect(tid: i32, nr: i64, name: &[u8], direct_child: bool) -> Result<u64, i32> {
     request(libc::PTRACE_SEIZE, tid, 0)?;
     let r = stopped_rewrite(tid, nr, name, direct_child);
     // A thread that died meanwhile is no longer traced: nothing to undo.
@@ -59,7 +60,7 @@ pub fn redirect(tid: i32, nr: i64, name: &[u8], direct_child: bool) -> Result<()
     r
 }
 
-fn stopped_rewrite(tid: i32, nr: i64, name: &[u8], direct_child: bool) -> Result<(), i32> {
+fn stopped_rewrite(tid: i32, nr: i64, name: &[u8], direct_child: bool) -> Result<u64, i32> {
     request(libc::PTRACE_INTERRUPT, tid, 0)?;
     wait_stop(tid, direct_child)?;
     // SAFETY: the kernel fills a zeroed register set of its own layout.
@@ -101,7 +102,7 @@ fn stopped_rewrite(tid: i32, nr: i64, name: &[u8], direct_child: bool) -> Result
     if unsafe { libc::ptrace(libc::PTRACE_SETREGS, tid, 0usize, &regs) } != 0 {
         return Err(errno());
     }
-    Ok(())
+    Ok(at)
 }
 
 /// Wait until `tid` stops for us; `ESRCH` if it ends instead. The end of

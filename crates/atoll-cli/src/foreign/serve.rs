@@ -146,8 +146,8 @@ pub struct Supervisor {
     pub cwd_handoff: Option<std::path::PathBuf>,
     /// Threads whose exec of a program of the mount was redirected to its
     /// copy (`exec.rs`), by thread id: the path in the mount, for the
-    /// restarted call.
-    pub exec_pending: std::collections::HashMap<i32, Vec<u8>>,
+    /// restarted call, and where its new name was written.
+    pub exec_pending: std::collections::HashMap<i32, (Vec<u8>, u64)>,
 }
 
 /// May call `n` create a file or directory (so the program's umask
@@ -229,12 +229,18 @@ impl Supervisor {
         }
     }
 
-    /// `execve`/`execveat` whose path leads to `place`: the
+    /// `execve`/`execveat` whose path (at `ptr`) leads to `place`: the
     /// kernel's as made, or a program of the mount run from a copy.
-    fn exec(&mut self, n: &Notif, place: Place, nofollow: bool) -> Result<Answer, i32> {
+    fn exec(&mut self, n: &Notif, ptr: u64, place: Place, nofollow: bool) -> Result<Answer, i32> {
         let path = match place {
             Place::Kernel => {
-                let exe = self.exec_pending.remove(&n.pid);
+                // The restarted call of a redirected exec names the copy
+                // where the relay wrote it (a thread id reused since is
+                // not taken for it).
+                let exe = match self.exec_pending.remove(&n.pid) {
+                    Some((exe, at)) if at == ptr => Some(exe),
+                    _ => None,
+                };
                 self.hand_off_exec(n, exe.as_deref());
                 return Ok(Kernel);
             }
@@ -260,8 +266,9 @@ impl Supervisor {
         let direct = exec::parent_of(self.paths.group(n.pid)) == Some(self.paths.me());
         match redirect::redirect(n.pid, n.nr, &exec::fd_name(fd), direct) {
             // The call restarts on the copy and comes back: the kernel's.
-            Ok(()) => {
-                self.exec_pending.insert(n.pid, paths::normalize(&path));
+            Ok(at) => {
+                self.exec_pending
+                    .insert(n.pid, (paths::normalize(&path), at));
                 Ok(Answer::Later)
             }
             // Not ours to trace (a debugger holds it), or it died: an
@@ -421,11 +428,11 @@ impl Supervisor {
             // never runs a host file of the same name.
             SYS_execve => {
                 let p = self.place(n, CWD, a[0], false)?;
-                self.exec(n, p, false)?
+                self.exec(n, a[0], p, false)?
             }
             SYS_execveat => {
                 let p = self.place(n, a[0], a[1], i(4) & AT_EMPTY_PATH != 0)?;
-                self.exec(n, p, i(4) & AT_SYMLINK_NOFOLLOW != 0)?
+                self.exec(n, a[1], p, i(4) & AT_SYMLINK_NOFOLLOW != 0)?
             }
             // A socket name made by a relative path from a tracked cwd
             // would be a host file in the kernel's cwd.

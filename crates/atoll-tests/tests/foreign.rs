@@ -609,3 +609,96 @@ fn programs_in_the_mount_that_cannot_run_fail_as_on_the_host() {
     assert!(out.contains("./f: Permission denied\nst=126\n"), "{out}");
     assert!(out.contains("ran a\nst=0\n"), "{out}");
 }
+
+/// Bad pointers in a static program's exec of a program stored in the
+/// mount are `EFAULT`, as on the host, whether the path, `argv` or the
+/// environment is bad (the last two the kernel finds, after the relay
+/// pointed the call at its copy); the exec then still works.
+#[test]
+fn a_static_program_s_bad_exec_pointers_are_efault_as_on_the_host() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_, pstat) = exec_probes(dir.path());
+    let src = dir.path().join("badexec.c");
+    std::fs::write(
+        &src,
+        r#"
+        #include <errno.h>
+        #include <stdio.h>
+        #include <string.h>
+        #include <unistd.h>
+        extern char **environ;
+        int main(int argc, char **argv) {
+            char *args[] = {"again", "x", 0};
+            execve((const char *)8, args, environ);
+            printf("bad-path %s\n", strerror(errno));
+            execve(argv[1], (char **)8, environ);
+            printf("bad-argv %s\n", strerror(errno));
+            execve(argv[1], args, (char **)8);
+            printf("bad-envp %s\n", strerror(errno));
+            fflush(stdout);
+            execve(argv[1], args, environ);
+            printf("exec %s\n", strerror(errno));
+            return 1;
+        }
+        "#,
+    )
+    .expect("write probe");
+    let bin = dir.path().join("badexec");
+    let ok = std::process::Command::new("cc")
+        .args(["-O1", "-static", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .status()
+        .expect("run cc");
+    assert!(ok.success(), "static probe failed to compile");
+    let out = atoll_tests::assert_same_on_tmpfs(
+        TWO,
+        &format!(
+            "cd \"$ROOT\"; cp {} pstat; {} \"$ROOT/pstat\"; echo \"st=$?\"\n",
+            pstat.display(),
+            bin.display()
+        ),
+        true,
+    );
+    assert_eq!(
+        out,
+        "bad-path Bad address\nbad-argv Bad address\nbad-envp Bad address\n\
+         argv0=again [x] FOO=- cwd=$ROOT\nst=2\n"
+    );
+}
+
+/// A static shell killed while it runs programs stored in the mount over
+/// and over (the relay may be copying one, or have the calling thread
+/// stopped to point its exec at the copy): the relay ends with its status
+/// at once, ten times over, and the mount is as it was.
+#[test]
+fn a_static_shell_killed_while_it_runs_mount_programs_ends_at_once() {
+    require("busybox");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (pdyn, pstat) = exec_probes(dir.path());
+    let out = atoll_tests::assert_same(
+        OPTS,
+        &format!(
+            r#"
+            cd "$ROOT"
+            cp {} pdyn; cp {} pstat
+            for round in 1 2 3 4 5 6 7 8 9 10; do
+                rm -f pid
+                busybox sh -c 'echo $$ > pid; while :; do ./pstat > /dev/null; ./pdyn > /dev/null; exec ./pstat > /dev/null & wait; done' & p=$!
+                until [ -s pid ]; do :; done; read q < pid
+                sleep 0.0$round
+                {{ kill -KILL $q; wait $p; s=$?; }} 2>/dev/null
+                echo "round $round: $s"
+            done
+            ./pstat done
+            "#,
+            pdyn.display(),
+            pstat.display()
+        ),
+        true,
+    );
+    assert!(
+        out.ends_with("round 10: 137\nargv0=./pstat [done] FOO=- cwd=$ROOT\n"),
+        "{out}"
+    );
+}

@@ -702,3 +702,97 @@ fn a_static_shell_killed_while_it_runs_mount_programs_ends_at_once() {
         "{out}"
     );
 }
+
+/// A static program sets file times in the mount as on the host: `utime`,
+/// `utimes` and `futimesat` (by path, by descriptor with a NULL path, and
+/// NULL times for "now"), bad times refused (`EINVAL`), and `busybox
+/// touch -d`/`-r` on new files, whose times set through the descriptor
+/// must survive the file's write-back at `close`.
+#[test]
+fn a_static_program_sets_file_times_in_the_mount_as_on_the_host() {
+    require("busybox");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let src = dir.path().join("times.c");
+    std::fs::write(
+        &src,
+        r#"
+        #include <errno.h>
+        #include <fcntl.h>
+        #include <stdio.h>
+        #include <string.h>
+        #include <time.h>
+        #include <unistd.h>
+        #include <utime.h>
+        #include <sys/stat.h>
+        #include <sys/syscall.h>
+        #include <sys/time.h>
+        /* A time within the last 1000 s is "now" (the host and atoll
+           runs happen at different seconds). */
+        static long t(time_t v) { return time(0) - v < 1000 ? 0 : (long)v; }
+        static void show(const char *what, long r, const char *path) {
+            struct stat st;
+            stat(path, &st);
+            printf("%s %ld %s atime=%ld mtime=%ld\n", what, r,
+                   r < 0 ? strerror(errno) : "", t(st.st_atime), t(st.st_mtime));
+        }
+        int main(void) {
+            struct utimbuf ub = {1000000000, 1100000000};
+            struct timeval tv[2] = {{1200000000, 5}, {1300000000, 999999}};
+            struct timeval bad[2] = {{1, 1000000}, {2, 0}};
+            /* Raw calls: glibc's wrappers use utimensat. */
+            show("utime", syscall(SYS_utime, "f", &ub), "f");
+            show("utime-now", syscall(SYS_utime, "f", 0), "f");
+            show("utimes", syscall(SYS_utimes, "f", tv), "f");
+            show("utimes-bad", syscall(SYS_utimes, "f", bad), "f");
+            show("utimes-missing", syscall(SYS_utimes, "missing", tv), "f");
+            show("utimes-bad-path", syscall(SYS_utimes, (char *)8, tv), "f");
+            show("utimes-bad-times", syscall(SYS_utimes, "f", (char *)8), "f");
+            tv[1].tv_sec = 1400000000;
+            show("futimesat", syscall(SYS_futimesat, AT_FDCWD, "f", tv), "f");
+            int d = open("d", O_RDONLY | O_DIRECTORY);
+            tv[1].tv_sec = 1500000000;
+            show("futimesat-dir", syscall(SYS_futimesat, d, "g", tv), "d/g");
+            int fd = open("d/g", O_WRONLY);
+            write(fd, "written\n", 8);
+            tv[1].tv_sec = 1600000000;
+            show("futimesat-fd", syscall(SYS_futimesat, fd, 0, tv), "d/g");
+            close(fd);
+            show("after-close", 0, "d/g");
+            return 0;
+        }
+        "#,
+    )
+    .expect("write probe");
+    let bin = dir.path().join("times");
+    let ok = std::process::Command::new("cc")
+        .args(["-O1", "-static", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .status()
+        .expect("run cc");
+    assert!(ok.success(), "static probe failed to compile");
+    let out = atoll_tests::assert_same_on_tmpfs(
+        TWO,
+        &format!(
+            r#"
+            cd "$ROOT"
+            echo f > f; mkdir d; echo g > d/g
+            {}
+            cat d/g
+            busybox touch -d '2020-01-02 03:04:05' new; stat -c '%Y %s' new
+            busybox touch -r new other; stat -c '%Y %s' other
+            echo x > old; busybox touch -d '2019-01-02 03:04:05' old; stat -c '%Y %s' old
+            "#,
+            bin.display()
+        ),
+        true,
+    );
+    assert!(
+        out.contains("after-close 0  atime=1200000000 mtime=1600000000\nwritten\n"),
+        "{out}"
+    );
+    assert!(
+        out.ends_with("1577934245 0\n1577934245 0\n1546398245 2\n"),
+        "{out}"
+    );
+}

@@ -105,9 +105,6 @@ const CWD_AND_DESCRIPTORS: &[i64] = &[
 const UNSERVED: &[(i64, Option<usize>, usize)] = &[
     (libc::SYS_mknod, None, 0),
     (libc::SYS_mknodat, Some(0), 1),
-    (libc::SYS_utime, None, 0),
-    (libc::SYS_utimes, None, 0),
-    (libc::SYS_futimesat, Some(0), 1),
     (libc::SYS_setxattr, None, 0),
     (libc::SYS_lsetxattr, None, 0),
     (libc::SYS_getxattr, None, 0),
@@ -136,6 +133,23 @@ enum Answer {
 }
 
 use Answer::{Done, Kernel};
+
+/// The times argument of `utime` (`struct utimbuf`: two `time_t`) or of
+/// `utimes`/`futimesat` (two `struct timeval`).
+#[derive(Clone, Copy)]
+enum OldTimes {
+    Utimbuf,
+    Timeval,
+}
+
+impl OldTimes {
+    fn size(self) -> usize {
+        match self {
+            OldTimes::Utimbuf => 16,
+            OldTimes::Timeval => 32,
+        }
+    }
+}
 
 /// Everything the supervisor keeps.
 pub struct Supervisor {
@@ -416,6 +430,19 @@ impl Supervisor {
             }
             SYS_truncate => self.path_op(n, CWD, a[0], 0, |p| calls::truncate(p, a[1]))?,
             SYS_utimensat => self.utimensat(n)?,
+            SYS_utime => {
+                let p = self.place(n, CWD, a[0], false)?;
+                self.old_times(n, p, a[1], OldTimes::Utimbuf)?
+            }
+            SYS_utimes => {
+                let p = self.place(n, CWD, a[0], false)?;
+                self.old_times(n, p, a[1], OldTimes::Timeval)?
+            }
+            // A NULL path names the descriptor itself, as in the kernel.
+            SYS_futimesat => {
+                let p = self.place(n, a[0], a[1], a[1] == 0)?;
+                self.old_times(n, p, a[2], OldTimes::Timeval)?
+            }
             SYS_statfs => match self.place(n, CWD, a[0], false)? {
                 Place::Here(p) => {
                     let st = calls::statfs(&p)?;
@@ -665,11 +692,9 @@ impl Supervisor {
         } else {
             self.place(n, a[0], a[1], a[3] as i32 & libc::AT_EMPTY_PATH != 0)?
         };
-        let path = match place {
-            Place::Kernel => return Ok(Kernel),
-            Place::Here(p) => p,
-            Place::Desc(k) => self.files.path_of(&self.paths, k).ok_or(libc::EBADF)?,
-        };
+        if place == Place::Kernel {
+            return Ok(Kernel);
+        }
         let times = if a[2] == 0 {
             None
         } else {
@@ -679,6 +704,60 @@ impl Supervisor {
             Some([(w(0), w(1)), (w(2), w(3))])
         };
         let nofollow = a[3] as i32 & libc::AT_SYMLINK_NOFOLLOW;
+        self.set_times(place, times, nofollow)
+    }
+
+    /// `utime`/`utimes`/`futimesat`: the times at `ptr` (NULL: now) in
+    /// their older layouts, checked as the kernel checks them
+    /// (`do_futimesat`: microseconds out of range are `EINVAL`).
+    fn old_times(
+        &mut self,
+        n: &Notif,
+        place: Place,
+        ptr: u64,
+        layout: OldTimes,
+    ) -> Result<Answer, i32> {
+        if place == Place::Kernel {
+            return Ok(Kernel);
+        }
+        let times = if ptr == 0 {
+            None
+        } else {
+            let mut b = [0u8; 32];
+            let b = &mut b[..layout.size()];
+            seccomp::read_mem(n.pid, ptr, b)?;
+            let w = |k: usize| i64::from_ne_bytes(b[k * 8..k * 8 + 8].try_into().unwrap());
+            Some(match layout {
+                OldTimes::Utimbuf => [(w(0), 0), (w(1), 0)],
+                OldTimes::Timeval => {
+                    if !(0..1_000_000).contains(&w(1)) || !(0..1_000_000).contains(&w(3)) {
+                        return Err(libc::EINVAL);
+                    }
+                    [(w(0), w(1) * 1000), (w(2), w(3) * 1000)]
+                }
+            })
+        };
+        self.set_times(place, times, 0)
+    }
+
+    /// Set the times of the file `place` names. Through a descriptor of a
+    /// file open for writing, what the program wrote goes back first: the
+    /// write-back at its `close` then finds nothing new and leaves the
+    /// times as set.
+    fn set_times(
+        &mut self,
+        place: Place,
+        times: Option<[(i64, i64); 2]>,
+        nofollow: i32,
+    ) -> Result<Answer, i32> {
+        let path = match place {
+            Place::Kernel => return Ok(Kernel),
+            Place::Here(p) => p,
+            Place::Desc(k) => {
+                self.files.write_back(k);
+                self.files.path_of(&self.paths, k).ok_or(libc::EBADF)?
+            }
+        };
         Ok(Done(calls::utimens(&path, times, nofollow)))
     }
 

@@ -796,3 +796,30 @@ fn a_static_program_sets_file_times_in_the_mount_as_on_the_host() {
         "{out}"
     );
 }
+
+/// A static program makes FIFOs in the mount (`mknod`/`mknodat`, with its
+/// own umask) that static and dynamic programs then meet through, as on
+/// the host; making one over an existing name fails as there.
+#[test]
+fn a_static_program_makes_fifos_in_the_mount() {
+    require("busybox");
+    let out = atoll_tests::assert_same_on_tmpfs(
+        TWO,
+        r#"
+        cd "$ROOT"
+        umask 027
+        busybox mkfifo p; echo "st=$?"
+        busybox mknod q p; echo "st=$?"
+        stat -c '%F %a' p q
+        busybox sh -c 'busybox cat p > out & echo through-p > p; wait'; cat out
+        cat q > out2 & busybox sh -c 'echo through-q > q'; wait; cat out2
+        busybox mkfifo p; echo "st=$?"
+        busybox sh -c 'mkdir d && cd d && busybox mkfifo here && busybox ls -l here | busybox cut -c1'
+        "#,
+        true,
+    );
+    assert_eq!(
+        out,
+        "st=0\nst=0\nfifo 640\nfifo 640\nthrough-p\nthrough-q\nst=1\np\n"
+    );
+}

@@ -66,13 +66,13 @@ pub const FILTERED: &[i64] = &[
     libc::SYS_dup3,
     libc::SYS_execve,
     libc::SYS_execveat,
-    // Path calls not served: refused in the mount, run by the kernel
-    // elsewhere (see `UNSERVED`).
     libc::SYS_mknod,
     libc::SYS_mknodat,
     libc::SYS_utime,
     libc::SYS_utimes,
     libc::SYS_futimesat,
+    // Path calls not served: refused in the mount, run by the kernel
+    // elsewhere (see `UNSERVED`).
     libc::SYS_setxattr,
     libc::SYS_lsetxattr,
     libc::SYS_getxattr,
@@ -103,8 +103,6 @@ const CWD_AND_DESCRIPTORS: &[i64] = &[
 /// Path calls the relay does not perform: `(call, dirfd argument or
 /// none, path argument)`. In the mount they fail with `EOPNOTSUPP`.
 const UNSERVED: &[(i64, Option<usize>, usize)] = &[
-    (libc::SYS_mknod, None, 0),
-    (libc::SYS_mknodat, Some(0), 1),
     (libc::SYS_setxattr, None, 0),
     (libc::SYS_lsetxattr, None, 0),
     (libc::SYS_getxattr, None, 0),
@@ -174,7 +172,12 @@ fn creates(n: &Notif) -> bool {
     match n.nr {
         libc::SYS_open => flags(1),
         libc::SYS_openat => flags(2),
-        libc::SYS_creat | libc::SYS_openat2 | libc::SYS_mkdir | libc::SYS_mkdirat => true,
+        libc::SYS_creat
+        | libc::SYS_openat2
+        | libc::SYS_mkdir
+        | libc::SYS_mkdirat
+        | libc::SYS_mknod
+        | libc::SYS_mknodat => true,
         _ => false,
     }
 }
@@ -401,6 +404,10 @@ impl Supervisor {
             SYS_readlinkat => self.readlink(n, a[0], a[1], a[2], a[3])?,
             SYS_mkdir => self.path_op(n, CWD, a[0], 0, |p| calls::mkdir(p, a[1]))?,
             SYS_mkdirat => self.path_op(n, a[0], a[1], 0, |p| calls::mkdir(p, a[2]))?,
+            // A FIFO (or a regular file, or what else the client makes) in
+            // the mount, as a dynamic program's `mknod` makes it.
+            SYS_mknod => self.path_op(n, CWD, a[0], 0, |p| calls::mknod(p, a[1], a[2]))?,
+            SYS_mknodat => self.path_op(n, a[0], a[1], 0, |p| calls::mknod(p, a[2], a[3]))?,
             SYS_unlink => self.path_op(n, CWD, a[0], 0, |p| calls::unlink(p, 0))?,
             SYS_rmdir => self.path_op(n, CWD, a[0], 0, |p| calls::unlink(p, AT_REMOVEDIR))?,
             SYS_unlinkat => self.path_op(n, a[0], a[1], 0, |p| calls::unlink(p, i(2)))?,
@@ -837,6 +844,12 @@ mod calls {
         let c = cstr(p)?;
         // SAFETY: NUL-terminated path.
         rc(unsafe { libc::mkdir(c.as_ptr(), mode as libc::mode_t) })
+    }
+
+    pub fn mknod(p: &[u8], mode: u64, dev: u64) -> Result<i64, i32> {
+        let c = cstr(p)?;
+        // SAFETY: NUL-terminated path.
+        rc(unsafe { libc::mknod(c.as_ptr(), mode as libc::mode_t, dev as libc::dev_t) })
     }
 
     pub fn unlink(p: &[u8], flags: i32) -> Result<i64, i32> {

@@ -823,3 +823,73 @@ fn a_static_program_makes_fifos_in_the_mount() {
         "st=0\nst=0\nfifo 640\nfifo 640\nthrough-p\nthrough-q\nst=1\np\n"
     );
 }
+
+/// A static program's extended attributes of files in the mount behave
+/// as on a tmpfs: set, get (with the size query and a buffer too small),
+/// list, remove, the `l` forms on a symbolic link, and the errors
+/// (missing attribute, `XATTR_CREATE` over one, a bad name pointer).
+#[test]
+fn a_static_program_s_xattrs_in_the_mount_are_as_on_tmpfs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let src = dir.path().join("xattr.c");
+    std::fs::write(
+        &src,
+        r#"
+        #include <errno.h>
+        #include <stdio.h>
+        #include <string.h>
+        #include <sys/xattr.h>
+        static void show(const char *what, long r, const char *buf) {
+            printf("%s %ld %s", what, r, r < 0 ? strerror(errno) : "");
+            if (buf && r > 0) { fwrite(buf, 1, r, stdout); }
+            printf("\n");
+        }
+        int main(void) {
+            char buf[64];
+            show("set", setxattr("f", "user.colour", "blue", 4, 0), 0);
+            show("set-create", setxattr("f", "user.colour", "red", 3, XATTR_CREATE), 0);
+            show("set-replace-missing", setxattr("f", "user.none", "x", 1, XATTR_REPLACE), 0);
+            show("get-size", getxattr("f", "user.colour", 0, 0), 0);
+            show("get", getxattr("f", "user.colour", buf, sizeof buf), buf);
+            show("get-small", getxattr("f", "user.colour", buf, 2), 0);
+            show("get-missing", getxattr("f", "user.none", buf, sizeof buf), 0);
+            show("get-bad-name", getxattr("f", (char *)8, buf, sizeof buf), 0);
+            long n = listxattr("f", buf, sizeof buf);
+            for (long i = 0; i < n; i++) if (!buf[i]) buf[i] = ',';
+            show("list", n, buf);
+            show("list-size", listxattr("f", 0, 0), 0);
+            /* The order of a list of several is the file system's own
+               (tmpfs: newest first): only its size is compared. */
+            show("set2", setxattr("f", "user.size", "xl", 2, 0), 0);
+            show("list2-size", listxattr("f", buf, sizeof buf), 0);
+            show("lget-link", lgetxattr("l", "user.colour", buf, sizeof buf), 0);
+            show("get-through-link", getxattr("l", "user.colour", buf, sizeof buf), buf);
+            show("lset-link", lsetxattr("l", "user.colour", "x", 1, 0), 0);
+            show("remove", removexattr("f", "user.colour"), 0);
+            show("remove-again", removexattr("f", "user.colour"), 0);
+            show("get-after", getxattr("f", "user.colour", buf, sizeof buf), 0);
+            show("missing-file", getxattr("nofile", "user.colour", buf, sizeof buf), 0);
+            return 0;
+        }
+        "#,
+    )
+    .expect("write probe");
+    let bin = dir.path().join("xattr");
+    let ok = std::process::Command::new("cc")
+        .args(["-O1", "-static", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .status()
+        .expect("run cc");
+    assert!(ok.success(), "static probe failed to compile");
+    let out = atoll_tests::assert_same_on_tmpfs(
+        TWO,
+        &format!("cd \"$ROOT\"; echo x > f; ln -s f l; {}\n", bin.display()),
+        true,
+    );
+    assert!(
+        out.starts_with("set 0 \nset-create -1 File exists\n"),
+        "{out}"
+    );
+    assert!(out.contains("get 4 blue\n"), "{out}");
+}

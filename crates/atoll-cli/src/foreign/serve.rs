@@ -15,6 +15,8 @@
 
 use std::os::fd::{AsRawFd, OwnedFd};
 
+mod xattr;
+
 use super::exec;
 use super::files::{self, Files};
 use super::paths::{self, Cwd, Paths, Place};
@@ -71,8 +73,6 @@ pub const FILTERED: &[i64] = &[
     libc::SYS_utime,
     libc::SYS_utimes,
     libc::SYS_futimesat,
-    // Path calls not served: refused in the mount, run by the kernel
-    // elsewhere (see `UNSERVED`).
     libc::SYS_setxattr,
     libc::SYS_lsetxattr,
     libc::SYS_getxattr,
@@ -81,6 +81,8 @@ pub const FILTERED: &[i64] = &[
     libc::SYS_llistxattr,
     libc::SYS_removexattr,
     libc::SYS_lremovexattr,
+    // Path calls not served: refused in the mount, run by the kernel
+    // elsewhere (see `UNSERVED`).
     libc::SYS_inotify_add_watch,
     libc::SYS_chroot,
     libc::SYS_fchmodat2,
@@ -103,14 +105,6 @@ const CWD_AND_DESCRIPTORS: &[i64] = &[
 /// Path calls the relay does not perform: `(call, dirfd argument or
 /// none, path argument)`. In the mount they fail with `EOPNOTSUPP`.
 const UNSERVED: &[(i64, Option<usize>, usize)] = &[
-    (libc::SYS_setxattr, None, 0),
-    (libc::SYS_lsetxattr, None, 0),
-    (libc::SYS_getxattr, None, 0),
-    (libc::SYS_lgetxattr, None, 0),
-    (libc::SYS_listxattr, None, 0),
-    (libc::SYS_llistxattr, None, 0),
-    (libc::SYS_removexattr, None, 0),
-    (libc::SYS_lremovexattr, None, 0),
     (libc::SYS_inotify_add_watch, None, 1),
     (libc::SYS_chroot, None, 0),
     (libc::SYS_fchmodat2, Some(0), 1),
@@ -408,6 +402,14 @@ impl Supervisor {
             // the mount, as a dynamic program's `mknod` makes it.
             SYS_mknod => self.path_op(n, CWD, a[0], 0, |p| calls::mknod(p, a[1], a[2]))?,
             SYS_mknodat => self.path_op(n, a[0], a[1], 0, |p| calls::mknod(p, a[2], a[3]))?,
+            SYS_setxattr => self.xattr(n, xattr::Op::Set, false)?,
+            SYS_lsetxattr => self.xattr(n, xattr::Op::Set, true)?,
+            SYS_getxattr => self.xattr(n, xattr::Op::Get, false)?,
+            SYS_lgetxattr => self.xattr(n, xattr::Op::Get, true)?,
+            SYS_listxattr => self.xattr(n, xattr::Op::List, false)?,
+            SYS_llistxattr => self.xattr(n, xattr::Op::List, true)?,
+            SYS_removexattr => self.xattr(n, xattr::Op::Remove, false)?,
+            SYS_lremovexattr => self.xattr(n, xattr::Op::Remove, true)?,
             SYS_unlink => self.path_op(n, CWD, a[0], 0, |p| calls::unlink(p, 0))?,
             SYS_rmdir => self.path_op(n, CWD, a[0], 0, |p| calls::unlink(p, AT_REMOVEDIR))?,
             SYS_unlinkat => self.path_op(n, a[0], a[1], 0, |p| calls::unlink(p, i(2)))?,

@@ -39,7 +39,8 @@
 //! * `fifo.rs`: FIFOs, opened from a thread of their own;
 //! * `exec.rs`, `redirect.rs`: programs stored in the mount, run from a
 //!   copy;
-//! * `serve.rs`: the handler of each filtered call.
+//! * `serve.rs`: the handler of each filtered call (file times and
+//!   extended attributes in `serve/times.rs`, `serve/xattr.rs`).
 
 mod exec;
 mod fifo;

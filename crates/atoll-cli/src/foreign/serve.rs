@@ -255,6 +255,9 @@ impl Supervisor {
                 return Ok(Kernel);
             }
         };
+        // What a filtered process wrote there and still holds open goes
+        // back first, as before a `stat` of the path.
+        self.files.sync(&paths::normalize(&path));
         let image = exec::prepare(n.pid, &self.paths.mount, &path, nofollow)?;
         self.alive(n)?;
         let fd = seccomp::install_fd(&self.listener, n.id, image.memfd.as_raw_fd(), !image.script)?;

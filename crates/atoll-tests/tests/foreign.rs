@@ -893,3 +893,91 @@ fn a_static_program_s_xattrs_in_the_mount_are_as_on_tmpfs() {
     );
     assert!(out.contains("get 4 blue\n"), "{out}");
 }
+
+/// `execveat` by a static program of programs in the mount behaves as on
+/// the host: relative to a directory descriptor of the mount, through a
+/// symbolic link (refused with `AT_SYMLINK_NOFOLLOW`), `fexecve` of a
+/// program and of a script opened there (a close-on-exec script
+/// descriptor refused, as Linux refuses it), and a file without an
+/// execute bit refused either way.
+#[test]
+fn a_static_program_execveats_programs_in_the_mount_as_on_the_host() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_, pstat) = exec_probes(dir.path());
+    let src = dir.path().join("execat.c");
+    std::fs::write(
+        &src,
+        r#"
+        #define _GNU_SOURCE
+        #include <errno.h>
+        #include <fcntl.h>
+        #include <stdio.h>
+        #include <string.h>
+        #include <unistd.h>
+        #include <sys/syscall.h>
+        #include <sys/wait.h>
+        extern char **environ;
+        static void run(const char *what, int dirfd, const char *path, int flags) {
+            fflush(stdout);
+            pid_t p = fork();
+            if (p == 0) {
+                char *args[] = {(char *)what, "arg", 0};
+                syscall(SYS_execveat, dirfd, path, args, environ, flags);
+                dprintf(1, "%s failed: %s\n", what, strerror(errno));
+                _exit(100);
+            }
+            int st;
+            waitpid(p, &st, 0);
+            printf("%s status %d\n", what, WEXITSTATUS(st));
+        }
+        int main(void) {
+            int d = open("bin", O_RDONLY | O_DIRECTORY);
+            run("at-dir", d, "pstat", 0);
+            run("follow-link", d, "link", 0);
+            run("nofollow-link", d, "link", AT_SYMLINK_NOFOLLOW);
+            run("noexec", d, "plain", 0);
+            run("fexecve", open("bin/pstat", O_RDONLY), "", AT_EMPTY_PATH);
+            run("fexecve-script", open("bin/s.sh", O_RDONLY), "", AT_EMPTY_PATH);
+            run("fexecve-script-cloexec", open("bin/s.sh", O_RDONLY | O_CLOEXEC), "",
+                AT_EMPTY_PATH);
+            run("fexecve-noexec", open("bin/plain", O_RDONLY), "", AT_EMPTY_PATH);
+            return 0;
+        }
+        "#,
+    )
+    .expect("write probe");
+    let bin = dir.path().join("execat");
+    let ok = std::process::Command::new("cc")
+        .args(["-O1", "-static", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .status()
+        .expect("run cc");
+    assert!(ok.success(), "static probe failed to compile");
+    let out = atoll_tests::assert_same_on_tmpfs(
+        TWO,
+        &format!(
+            r#"
+            cd "$ROOT"; mkdir bin; cp {} bin/pstat; ln -s pstat bin/link
+            printf '#!/bin/sh\necho script "$@"\n' > bin/s.sh; chmod +x bin/s.sh
+            echo plain > bin/plain
+            {}
+            "#,
+            pstat.display(),
+            bin.display()
+        ),
+        true,
+    );
+    assert!(
+        out.starts_with("argv0=at-dir [arg] FOO=- cwd=$ROOT\nat-dir status 2\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("nofollow-link failed: Too many levels of symbolic links\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("script arg\nfexecve-script status 0\n"),
+        "{out}"
+    );
+}

@@ -33,7 +33,12 @@
 //! redirection (`E2BIG`, `ENOMEM`, an ELF it cannot load) leaves
 //! descriptor N open in the program; the relay first refuses what it can
 //! tell the kernel would (permissions, a missing script interpreter,
-//! neither ELF nor `#!`), so that is rare.
+//! neither ELF nor `#!`), so that is rare. The path register then still
+//! holds the name's address on the dead stack (the kernel keeps argument
+//! registers across a call): libc's `execve` wrappers and Go's runtime
+//! do not look at it again, but code that inlines the call and reuses
+//! the register for its string would find `/dev/fd/N` there, or garbage
+//! once the stack grows over it.
 //!
 //! An ELF image's descriptor is close-on-exec (the kernel holds the file
 //! from the exec on; `/proc/self/exe` is the memfd). A `#!` script's is

@@ -42,10 +42,14 @@ pub const ENV_STATE: &str = "ATOLL_STATE";
 /// descriptors it inherits: `atoll __foreign FDS PATH ARGV…`.
 pub const FOREIGN: &str = "__foreign";
 /// Environment variable a static program's relay gives it: a directory
-/// where, at each `execve` of a host program, the relay leaves the cwd
-/// it tracks for the process (a file named by its pid; empty: the
-/// kernel's cwd), which the client library of the new image starts in.
+/// where, at each `execve`, the relay leaves the cwd it tracks for the
+/// process (a file named by its pid; empty: the kernel's cwd), which the
+/// client library of the new image starts in.
 pub const ENV_FOREIGN_CWD: &str = "ATOLL_FOREIGN_CWD";
+/// Beside that file, for a program stored in the mount (run from a
+/// memfd): the file named by the pid and this suffix holds the program's
+/// path in the mount, what the new image's `/proc/self/exe` names.
+pub const FOREIGN_EXE_SUFFIX: &str = ".exe";
 /// Link to the `atoll` executable in an instance's runtime directory (what
 /// a client runs for [`FOREIGN`]).
 pub const EXE_LINK: &str = "atoll";

@@ -456,3 +456,528 @@ X
     );
     assert_eq!(out, "entries 2\nread two\n");
 }
+
+/// A C probe, built both dynamic and static into `dir`: prints its
+/// arguments, `FOO`, its cwd and, when `EXE` is set, what
+/// `/proc/self/exe` names and its `comm`; exits with its argument count.
+fn exec_probes(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let src = dir.join("probe.c");
+    std::fs::write(
+        &src,
+        r#"
+        #include <stdio.h>
+        #include <stdlib.h>
+        #include <unistd.h>
+        int main(int argc, char **argv) {
+            char cwd[4096], exe[4096];
+            printf("argv0=%s", argv[0]);
+            for (int i = 1; i < argc; i++) printf(" [%s]", argv[i]);
+            printf(" FOO=%s cwd=%s\n", getenv("FOO") ? getenv("FOO") : "-",
+                   getcwd(cwd, sizeof cwd) ? cwd : "?");
+            if (getenv("EXE")) {
+                ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+                exe[n > 0 ? n : 0] = 0;
+                printf("exe=%s\n", exe);
+                FILE *f = fopen("/proc/self/comm", "r");
+                if (f && fgets(exe, sizeof exe, f)) printf("comm=%s", exe);
+            }
+            return argc;
+        }
+        "#,
+    )
+    .expect("write probe");
+    let build = |name: &str, extra: &[&str]| {
+        let bin = dir.join(name);
+        let ok = std::process::Command::new("cc")
+            .args(["-O1", "-Wall"])
+            .args(extra)
+            .arg("-o")
+            .arg(&bin)
+            .arg(&src)
+            .status()
+            .expect("run cc");
+        assert!(ok.success(), "probe {name} failed to compile");
+        bin
+    };
+    (build("pdyn", &[]), build("pstat", &["-static"]))
+}
+
+/// A static shell runs programs stored in the mount as on the host: a
+/// dynamic one (which becomes a full client: its cwd in the mount, its
+/// `/proc/self/exe`, `FOO` given on the command line) and a static one,
+/// by relative and absolute names, with their arguments, `argv[0]` and
+/// exit status as given; `exec` of one keeps the pid's status.
+#[test]
+fn a_static_shell_runs_dynamic_and_static_programs_stored_in_the_mount() {
+    require("busybox");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (pdyn, pstat) = exec_probes(dir.path());
+    let copy = format!(
+        "cd \"$ROOT\"; mkdir -p bin sub; cp {} bin/pdyn; cp {} bin/pstat\n",
+        pdyn.display(),
+        pstat.display()
+    );
+    let run = r#"
+        busybox sh -c 'FOO=bar EXE=1 ./bin/pdyn a "b c"; echo "st=$?"'
+        busybox sh -c './bin/pstat x; echo "st=$?"; "$ROOT/bin/pstat"; echo "st=$?"'
+        busybox sh -c 'cd sub && EXE=1 ../bin/pdyn up; echo "st=$?"'
+        busybox sh -c 'PATH=$ROOT/bin:$PATH; cd sub && pdyn by-path; exec pstat last'; echo "exec st=$?"
+        "#;
+    let out = atoll_tests::assert_same_on_tmpfs(TWO, &(copy + run), true);
+    assert!(
+        out.starts_with(
+            "argv0=./bin/pdyn [a] [b c] FOO=bar cwd=$ROOT\nexe=$ROOT/bin/pdyn\ncomm=pdyn\nst=3\n\
+             argv0=./bin/pstat [x] FOO=- cwd=$ROOT\nst=2\n"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.ends_with("[last] FOO=- cwd=$ROOT/sub\nexec st=2\n"),
+        "{out}"
+    );
+}
+
+/// busybox itself copied into the mount runs there, stays under the
+/// relay (its own calls in the mount are served) and runs programs of
+/// the mount in turn; what it prints and its status come back.
+#[test]
+fn a_static_program_copied_into_the_mount_runs_and_names_the_mount() {
+    require("busybox");
+    let out = atoll_tests::assert_same_on_tmpfs(
+        TWO,
+        r#"
+        cd "$ROOT"
+        mkdir d; echo one > d/f; echo two > d/g
+        cp "$(command -v busybox)" ./busybox
+        busybox sh -c './busybox sh -c "./busybox ls d; ./busybox cat d/f; cd d && ../busybox wc -l g; exit 4"; echo "st=$?"'
+        ./busybox sh -c './busybox echo from-the-mount | ./busybox tr a-z A-Z'; echo "st=$?"
+        "#,
+        true,
+    );
+    assert_eq!(out, "f\ng\none\n1 g\nst=4\nFROM-THE-MOUNT\nst=0\n");
+}
+
+/// Scripts stored in the mount run under a static shell as on the host: a
+/// `#!/bin/sh` one (the kernel runs the interpreter on the host, which
+/// reads the script and the mount), and one without `#!`, which the
+/// shell runs itself after `ENOEXEC`; arguments and status pass through.
+#[test]
+fn a_script_in_the_mount_runs_under_a_static_shell() {
+    require("busybox");
+    let out = atoll_tests::assert_same_on_tmpfs(
+        TWO,
+        r#"
+        cd "$ROOT"
+        echo data > in
+        printf '#!/bin/sh\necho "args: $*"; cat in; exit 7\n' > s.sh
+        printf 'echo "plain: $1"; exit 9\n' > plain
+        chmod +x s.sh plain
+        busybox sh -c './s.sh x "y z"; echo "st=$?"; ./plain p; echo "st=$?"'
+        busybox sh -c 'mkdir -p sub; cd sub; ../s.sh up; echo "st=$?"'
+        "#,
+        true,
+    );
+    // From `sub`, the script's `cat in` looks there (an error on stderr,
+    // compared with the host's too).
+    assert_eq!(
+        out,
+        "args: x y z\ndata\nst=7\nplain: p\nst=9\nargs: up\nst=7\n"
+    );
+}
+
+/// What cannot run in the mount fails as on the host, with the shell's
+/// own words for it: a file without an execute bit (`Permission
+/// denied`, until `chmod +x`), a missing one, a directory; and the
+/// status is the shell's.
+#[test]
+fn programs_in_the_mount_that_cannot_run_fail_as_on_the_host() {
+    require("busybox");
+    let out = atoll_tests::assert_same_on_tmpfs(
+        TWO,
+        r#"
+        cd "$ROOT"
+        mkdir dir
+        printf '#!/bin/sh\necho ran "$@"\n' > f
+        busybox sh -c './f a; echo "st=$?"; ./missing; echo "st=$?"; ./dir; echo "st=$?"' 2>&1
+        chmod +x f
+        busybox sh -c './f a; echo "st=$?"' 2>&1
+        chmod 600 f
+        busybox sh -c 'exec ./f'; echo "exec st=$?"
+        "#,
+        true,
+    );
+    assert!(out.contains("./f: Permission denied\nst=126\n"), "{out}");
+    assert!(out.contains("ran a\nst=0\n"), "{out}");
+}
+
+/// Bad pointers in a static program's exec of a program stored in the
+/// mount are `EFAULT`, as on the host, whether the path, `argv` or the
+/// environment is bad (the last two the kernel finds, after the relay
+/// pointed the call at its copy); the exec then still works.
+#[test]
+fn a_static_program_s_bad_exec_pointers_are_efault_as_on_the_host() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_, pstat) = exec_probes(dir.path());
+    let src = dir.path().join("badexec.c");
+    std::fs::write(
+        &src,
+        r#"
+        #include <errno.h>
+        #include <stdio.h>
+        #include <string.h>
+        #include <unistd.h>
+        extern char **environ;
+        int main(int argc, char **argv) {
+            char *args[] = {"again", "x", 0};
+            execve((const char *)8, args, environ);
+            printf("bad-path %s\n", strerror(errno));
+            execve(argv[1], (char **)8, environ);
+            printf("bad-argv %s\n", strerror(errno));
+            execve(argv[1], args, (char **)8);
+            printf("bad-envp %s\n", strerror(errno));
+            fflush(stdout);
+            execve(argv[1], args, environ);
+            printf("exec %s\n", strerror(errno));
+            return 1;
+        }
+        "#,
+    )
+    .expect("write probe");
+    let bin = dir.path().join("badexec");
+    let ok = std::process::Command::new("cc")
+        .args(["-O1", "-static", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .status()
+        .expect("run cc");
+    assert!(ok.success(), "static probe failed to compile");
+    let out = atoll_tests::assert_same_on_tmpfs(
+        TWO,
+        &format!(
+            "cd \"$ROOT\"; cp {} pstat; {} \"$ROOT/pstat\"; echo \"st=$?\"\n",
+            pstat.display(),
+            bin.display()
+        ),
+        true,
+    );
+    assert_eq!(
+        out,
+        "bad-path Bad address\nbad-argv Bad address\nbad-envp Bad address\n\
+         argv0=again [x] FOO=- cwd=$ROOT\nst=2\n"
+    );
+}
+
+/// A static shell killed while it runs programs stored in the mount over
+/// and over (the relay may be copying one, or have the calling thread
+/// stopped to point its exec at the copy): the relay ends with its status
+/// at once, ten times over, and the mount is as it was.
+#[test]
+fn a_static_shell_killed_while_it_runs_mount_programs_ends_at_once() {
+    require("busybox");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (pdyn, pstat) = exec_probes(dir.path());
+    let out = atoll_tests::assert_same(
+        OPTS,
+        &format!(
+            r#"
+            cd "$ROOT"
+            cp {} pdyn; cp {} pstat
+            for round in 1 2 3 4 5 6 7 8 9 10; do
+                rm -f pid
+                busybox sh -c 'echo $$ > pid; while :; do ./pstat > /dev/null; ./pdyn > /dev/null; exec ./pstat > /dev/null & wait; done' & p=$!
+                until [ -s pid ]; do :; done; read q < pid
+                sleep 0.0$round
+                {{ kill -KILL $q; wait $p; s=$?; }} 2>/dev/null
+                echo "round $round: $s"
+            done
+            ./pstat done
+            "#,
+            pdyn.display(),
+            pstat.display()
+        ),
+        true,
+    );
+    assert!(
+        out.ends_with("round 10: 137\nargv0=./pstat [done] FOO=- cwd=$ROOT\n"),
+        "{out}"
+    );
+}
+
+/// A static program sets file times in the mount as on the host: `utime`,
+/// `utimes` and `futimesat` (by path, by descriptor with a NULL path, and
+/// NULL times for "now"), bad times refused (`EINVAL`), and `busybox
+/// touch -d`/`-r` on new files, whose times set through the descriptor
+/// must survive the file's write-back at `close`.
+#[test]
+fn a_static_program_sets_file_times_in_the_mount_as_on_the_host() {
+    require("busybox");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let src = dir.path().join("times.c");
+    std::fs::write(
+        &src,
+        r#"
+        #include <errno.h>
+        #include <fcntl.h>
+        #include <stdio.h>
+        #include <string.h>
+        #include <time.h>
+        #include <unistd.h>
+        #include <utime.h>
+        #include <sys/stat.h>
+        #include <sys/syscall.h>
+        #include <sys/time.h>
+        /* A time within the last 1000 s is "now" (the host and atoll
+           runs happen at different seconds). */
+        static long t(time_t v) { return time(0) - v < 1000 ? 0 : (long)v; }
+        static void show(const char *what, long r, const char *path) {
+            struct stat st;
+            stat(path, &st);
+            printf("%s %ld %s atime=%ld mtime=%ld\n", what, r,
+                   r < 0 ? strerror(errno) : "", t(st.st_atime), t(st.st_mtime));
+        }
+        int main(void) {
+            struct utimbuf ub = {1000000000, 1100000000};
+            struct timeval tv[2] = {{1200000000, 5}, {1300000000, 999999}};
+            struct timeval bad[2] = {{1, 1000000}, {2, 0}};
+            /* Raw calls: glibc's wrappers use utimensat. */
+            show("utime", syscall(SYS_utime, "f", &ub), "f");
+            show("utime-now", syscall(SYS_utime, "f", 0), "f");
+            show("utimes", syscall(SYS_utimes, "f", tv), "f");
+            show("utimes-bad", syscall(SYS_utimes, "f", bad), "f");
+            show("utimes-missing", syscall(SYS_utimes, "missing", tv), "f");
+            show("utimes-bad-path", syscall(SYS_utimes, (char *)8, tv), "f");
+            show("utimes-bad-times", syscall(SYS_utimes, "f", (char *)8), "f");
+            tv[1].tv_sec = 1400000000;
+            show("futimesat", syscall(SYS_futimesat, AT_FDCWD, "f", tv), "f");
+            int d = open("d", O_RDONLY | O_DIRECTORY);
+            tv[1].tv_sec = 1500000000;
+            show("futimesat-dir", syscall(SYS_futimesat, d, "g", tv), "d/g");
+            int fd = open("d/g", O_WRONLY);
+            write(fd, "written\n", 8);
+            tv[1].tv_sec = 1600000000;
+            show("futimesat-fd", syscall(SYS_futimesat, fd, 0, tv), "d/g");
+            close(fd);
+            show("after-close", 0, "d/g");
+            return 0;
+        }
+        "#,
+    )
+    .expect("write probe");
+    let bin = dir.path().join("times");
+    let ok = std::process::Command::new("cc")
+        .args(["-O1", "-static", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .status()
+        .expect("run cc");
+    assert!(ok.success(), "static probe failed to compile");
+    let out = atoll_tests::assert_same_on_tmpfs(
+        TWO,
+        &format!(
+            r#"
+            cd "$ROOT"
+            echo f > f; mkdir d; echo g > d/g
+            {}
+            cat d/g
+            busybox touch -d '2020-01-02 03:04:05' new; stat -c '%Y %s' new
+            busybox touch -r new other; stat -c '%Y %s' other
+            echo x > old; busybox touch -d '2019-01-02 03:04:05' old; stat -c '%Y %s' old
+            "#,
+            bin.display()
+        ),
+        true,
+    );
+    assert!(
+        out.contains("after-close 0  atime=1200000000 mtime=1600000000\nwritten\n"),
+        "{out}"
+    );
+    assert!(
+        out.ends_with("1577934245 0\n1577934245 0\n1546398245 2\n"),
+        "{out}"
+    );
+}
+
+/// A static program makes FIFOs in the mount (`mknod`/`mknodat`, with its
+/// own umask) that static and dynamic programs then meet through, as on
+/// the host; making one over an existing name fails as there.
+#[test]
+fn a_static_program_makes_fifos_in_the_mount() {
+    require("busybox");
+    let out = atoll_tests::assert_same_on_tmpfs(
+        TWO,
+        r#"
+        cd "$ROOT"
+        umask 027
+        busybox mkfifo p; echo "st=$?"
+        busybox mknod q p; echo "st=$?"
+        stat -c '%F %a' p q
+        busybox sh -c 'busybox cat p > out & echo through-p > p; wait'; cat out
+        cat q > out2 & busybox sh -c 'echo through-q > q'; wait; cat out2
+        busybox mkfifo p; echo "st=$?"
+        busybox sh -c 'mkdir d && cd d && busybox mkfifo here && busybox ls -l here | busybox cut -c1'
+        "#,
+        true,
+    );
+    assert_eq!(
+        out,
+        "st=0\nst=0\nfifo 640\nfifo 640\nthrough-p\nthrough-q\nst=1\np\n"
+    );
+}
+
+/// A static program's extended attributes of files in the mount behave
+/// as on a tmpfs: set, get (with the size query and a buffer too small),
+/// list, remove, the `l` forms on a symbolic link, and the errors
+/// (missing attribute, `XATTR_CREATE` over one, a bad name pointer).
+#[test]
+fn a_static_program_s_xattrs_in_the_mount_are_as_on_tmpfs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let src = dir.path().join("xattr.c");
+    std::fs::write(
+        &src,
+        r#"
+        #include <errno.h>
+        #include <stdio.h>
+        #include <string.h>
+        #include <sys/xattr.h>
+        static void show(const char *what, long r, const char *buf) {
+            printf("%s %ld %s", what, r, r < 0 ? strerror(errno) : "");
+            if (buf && r > 0) { fwrite(buf, 1, r, stdout); }
+            printf("\n");
+        }
+        int main(void) {
+            char buf[64];
+            show("set", setxattr("f", "user.colour", "blue", 4, 0), 0);
+            show("set-create", setxattr("f", "user.colour", "red", 3, XATTR_CREATE), 0);
+            show("set-replace-missing", setxattr("f", "user.none", "x", 1, XATTR_REPLACE), 0);
+            show("get-size", getxattr("f", "user.colour", 0, 0), 0);
+            show("get", getxattr("f", "user.colour", buf, sizeof buf), buf);
+            show("get-small", getxattr("f", "user.colour", buf, 2), 0);
+            show("get-missing", getxattr("f", "user.none", buf, sizeof buf), 0);
+            show("get-bad-name", getxattr("f", (char *)8, buf, sizeof buf), 0);
+            long n = listxattr("f", buf, sizeof buf);
+            for (long i = 0; i < n; i++) if (!buf[i]) buf[i] = ',';
+            show("list", n, buf);
+            show("list-size", listxattr("f", 0, 0), 0);
+            /* The order of a list of several is the file system's own
+               (tmpfs: newest first): only its size is compared. */
+            show("set2", setxattr("f", "user.size", "xl", 2, 0), 0);
+            show("list2-size", listxattr("f", buf, sizeof buf), 0);
+            show("lget-link", lgetxattr("l", "user.colour", buf, sizeof buf), 0);
+            show("get-through-link", getxattr("l", "user.colour", buf, sizeof buf), buf);
+            show("lset-link", lsetxattr("l", "user.colour", "x", 1, 0), 0);
+            show("remove", removexattr("f", "user.colour"), 0);
+            show("remove-again", removexattr("f", "user.colour"), 0);
+            show("get-after", getxattr("f", "user.colour", buf, sizeof buf), 0);
+            show("missing-file", getxattr("nofile", "user.colour", buf, sizeof buf), 0);
+            return 0;
+        }
+        "#,
+    )
+    .expect("write probe");
+    let bin = dir.path().join("xattr");
+    let ok = std::process::Command::new("cc")
+        .args(["-O1", "-static", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .status()
+        .expect("run cc");
+    assert!(ok.success(), "static probe failed to compile");
+    let out = atoll_tests::assert_same_on_tmpfs(
+        TWO,
+        &format!("cd \"$ROOT\"; echo x > f; ln -s f l; {}\n", bin.display()),
+        true,
+    );
+    assert!(
+        out.starts_with("set 0 \nset-create -1 File exists\n"),
+        "{out}"
+    );
+    assert!(out.contains("get 4 blue\n"), "{out}");
+}
+
+/// `execveat` by a static program of programs in the mount behaves as on
+/// the host: relative to a directory descriptor of the mount, through a
+/// symbolic link (refused with `AT_SYMLINK_NOFOLLOW`), `fexecve` of a
+/// program and of a script opened there (a close-on-exec script
+/// descriptor refused, as Linux refuses it), and a file without an
+/// execute bit refused either way.
+#[test]
+fn a_static_program_execveats_programs_in_the_mount_as_on_the_host() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_, pstat) = exec_probes(dir.path());
+    let src = dir.path().join("execat.c");
+    std::fs::write(
+        &src,
+        r#"
+        #define _GNU_SOURCE
+        #include <errno.h>
+        #include <fcntl.h>
+        #include <stdio.h>
+        #include <string.h>
+        #include <unistd.h>
+        #include <sys/syscall.h>
+        #include <sys/wait.h>
+        extern char **environ;
+        static void run(const char *what, int dirfd, const char *path, int flags) {
+            fflush(stdout);
+            pid_t p = fork();
+            if (p == 0) {
+                char *args[] = {(char *)what, "arg", 0};
+                syscall(SYS_execveat, dirfd, path, args, environ, flags);
+                dprintf(1, "%s failed: %s\n", what, strerror(errno));
+                _exit(100);
+            }
+            int st;
+            waitpid(p, &st, 0);
+            printf("%s status %d\n", what, WEXITSTATUS(st));
+        }
+        int main(void) {
+            int d = open("bin", O_RDONLY | O_DIRECTORY);
+            run("at-dir", d, "pstat", 0);
+            run("follow-link", d, "link", 0);
+            run("nofollow-link", d, "link", AT_SYMLINK_NOFOLLOW);
+            run("noexec", d, "plain", 0);
+            run("fexecve", open("bin/pstat", O_RDONLY), "", AT_EMPTY_PATH);
+            run("fexecve-script", open("bin/s.sh", O_RDONLY), "", AT_EMPTY_PATH);
+            run("fexecve-script-cloexec", open("bin/s.sh", O_RDONLY | O_CLOEXEC), "",
+                AT_EMPTY_PATH);
+            run("fexecve-noexec", open("bin/plain", O_RDONLY), "", AT_EMPTY_PATH);
+            return 0;
+        }
+        "#,
+    )
+    .expect("write probe");
+    let bin = dir.path().join("execat");
+    let ok = std::process::Command::new("cc")
+        .args(["-O1", "-static", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .status()
+        .expect("run cc");
+    assert!(ok.success(), "static probe failed to compile");
+    let out = atoll_tests::assert_same_on_tmpfs(
+        TWO,
+        &format!(
+            r#"
+            cd "$ROOT"; mkdir bin; cp {} bin/pstat; ln -s pstat bin/link
+            printf '#!/bin/sh\necho script "$@"\n' > bin/s.sh; chmod +x bin/s.sh
+            echo plain > bin/plain
+            {}
+            "#,
+            pstat.display(),
+            bin.display()
+        ),
+        true,
+    );
+    assert!(
+        out.starts_with("argv0=at-dir [arg] FOO=- cwd=$ROOT\nat-dir status 2\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("nofollow-link failed: Too many levels of symbolic links\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("script arg\nfexecve-script status 0\n"),
+        "{out}"
+    );
+}

@@ -42,6 +42,11 @@ enum Entry {
         /// For a file open for writing: the memfd and the atoll file's
         /// descriptor it is written back through.
         back: Option<(OwnedFd, std::fs::File)>,
+        /// Length and hash of the copy as last read from or written to the
+        /// atoll file: a copy still so is not written back, so the file's
+        /// times (set through the descriptor, `futimens`) and a writer
+        /// elsewhere are left alone by a program that did not write.
+        synced: std::cell::Cell<(usize, u64)>,
     },
 }
 
@@ -197,12 +202,20 @@ impl Files {
         }
         // SAFETY: a new descriptor this function owns.
         let desc = unsafe { OwnedFd::from_raw_fd(d) };
+        let mut synced = (0, digest(&[]));
         let back = if acc == libc::O_RDONLY {
             None
         } else {
             // Write-back goes at offset 0 whatever the program's flags.
             // SAFETY: flag change of the relay's own descriptor.
             unsafe { libc::fcntl(src.as_raw_fd(), libc::F_SETFL, 0) };
+            let mut data = Vec::new();
+            // SAFETY: borrowed for this read; never closed here.
+            let mut m = std::mem::ManuallyDrop::new(unsafe {
+                std::fs::File::from_raw_fd(memfd.as_raw_fd())
+            });
+            m.read_to_end_at0(&mut data).map_err(|_| libc::EIO)?;
+            synced = (data.len(), digest(&data));
             Some((memfd, src))
         };
         self.entries.insert(
@@ -211,6 +224,7 @@ impl Files {
                 path: abs.to_vec(),
                 st,
                 back,
+                synced: std::cell::Cell::new(synced),
             },
         );
         Ok(desc)
@@ -273,10 +287,13 @@ impl Files {
     }
 
     /// Write file `key`'s copy back to the atoll file, if it was opened
-    /// for writing.
+    /// for writing and the copy changed since it was last read or
+    /// written back. (A rewrite of the same bytes is thus not seen: the
+    /// file's times stay.)
     pub fn write_back(&self, key: u64) {
         if let Some(Entry::File {
             back: Some((memfd, f)),
+            synced,
             ..
         }) = self.entries.get(&key)
         {
@@ -286,8 +303,13 @@ impl Files {
                 unsafe { std::fs::File::from_raw_fd(memfd.as_raw_fd()) },
             );
             if m.read_to_end_at0(&mut data).is_ok() {
+                let now = (data.len(), digest(&data));
+                if now == synced.get() {
+                    return;
+                }
                 let _ = f.write_all_at(&data, 0);
                 let _ = f.set_len(data.len() as u64);
+                synced.set(now);
             }
         }
     }
@@ -305,6 +327,15 @@ impl Files {
             self.write_back(k);
         }
     }
+}
+
+/// A 64-bit digest of a copy's bytes (SipHash with fixed keys).
+fn digest(data: &[u8]) -> u64 {
+    use std::hash::Hasher;
+    #[allow(deprecated)] // SipHasher: fixed keys, stable within the relay
+    let mut h = std::hash::SipHasher::new();
+    h.write(data);
+    h.finish()
 }
 
 /// Whole-file read from offset 0, leaving the shared offset alone.

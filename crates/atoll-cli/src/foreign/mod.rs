@@ -37,11 +37,16 @@
 //! * `paths.rs`: where a path leads, and the tracked cwds;
 //! * `files.rs`: the memfds given out for files and directories;
 //! * `fifo.rs`: FIFOs, opened from a thread of their own;
-//! * `serve.rs`: the handler of each filtered call.
+//! * `exec.rs`, `redirect.rs`: programs stored in the mount, run from a
+//!   copy;
+//! * `serve.rs`: the handler of each filtered call (file times and
+//!   extended attributes in `serve/times.rs`, `serve/xattr.rs`).
 
+mod exec;
 mod fifo;
 mod files;
 mod paths;
+mod redirect;
 mod seccomp;
 mod serve;
 
@@ -179,6 +184,10 @@ fn run(
             }
         }
     }
+    // The supervisor may trace a thread of the program for a moment
+    // (`redirect.rs`): a `waitpid` here would take that stop for the
+    // program's end, so the end is awaited through a pidfd first.
+    wait_end(pid);
     let status = child.wait().map_err(|e| e.to_string())?;
     // Copies of libraries named for the program's loader are gone with it.
     let libs = format!(
@@ -209,6 +218,26 @@ fn run(
         (None, Some(sig)) => sys::die_by(sig),
         _ => std::process::exit(CANNOT_RUN),
     }
+}
+
+/// Until process `pid` (the relay's child) has ended, without reaping it.
+fn wait_end(pid: i32) {
+    // SAFETY: pidfd_open of our own unreaped child, no pointers.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return;
+    }
+    // SAFETY: a new descriptor this function owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    let mut p = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one local pollfd; a pidfd is readable once the process ended.
+    while unsafe { libc::poll(&mut p, 1, -1) } < 0
+        && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted
+    {}
 }
 
 /// Is `fd` a directory (nothing to copy: the program gets it closed)?
@@ -334,6 +363,7 @@ fn spawn(
                     paths: paths::Paths::new(mount, &start),
                     files: files::Files::default(),
                     cwd_handoff,
+                    exec_pending: Default::default(),
                 };
                 sup.serve(&stop_r);
                 Some(sup)

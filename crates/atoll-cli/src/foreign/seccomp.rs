@@ -246,9 +246,20 @@ pub fn continue_call(listener: &OwnedFd, id: u64) {
 /// Install a duplicate of `fd` in the program (close-on-exec if asked)
 /// and answer the call with its number.
 pub fn add_fd(listener: &OwnedFd, id: u64, fd: RawFd, cloexec: bool) -> Result<i64, i32> {
+    addfd(listener, id, fd, cloexec, ADDFD_FLAG_SEND)
+}
+
+/// Install a duplicate of `fd` in the program (close-on-exec if asked)
+/// and leave the call pending: its number, for an answer still to come
+/// (`exec.rs` names it in the call's path, then lets the call run).
+pub fn install_fd(listener: &OwnedFd, id: u64, fd: RawFd, cloexec: bool) -> Result<i64, i32> {
+    addfd(listener, id, fd, cloexec, 0)
+}
+
+fn addfd(listener: &OwnedFd, id: u64, fd: RawFd, cloexec: bool, flags: u32) -> Result<i64, i32> {
     let mut a = libc::seccomp_notif_addfd {
         id,
-        flags: ADDFD_FLAG_SEND,
+        flags,
         srcfd: fd as u32,
         newfd: 0,
         newfd_flags: if cloexec { libc::O_CLOEXEC as u32 } else { 0 },

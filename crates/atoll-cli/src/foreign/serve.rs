@@ -15,8 +15,13 @@
 
 use std::os::fd::{AsRawFd, OwnedFd};
 
+mod times;
+mod xattr;
+
+use super::exec;
 use super::files::{self, Files};
 use super::paths::{self, Cwd, Paths, Place};
+use super::redirect;
 use super::seccomp::{self, Notif};
 
 /// The calls the filter sends to the supervisor.
@@ -64,8 +69,6 @@ pub const FILTERED: &[i64] = &[
     libc::SYS_dup3,
     libc::SYS_execve,
     libc::SYS_execveat,
-    // Path calls not served: refused in the mount, run by the kernel
-    // elsewhere (see `UNSERVED`).
     libc::SYS_mknod,
     libc::SYS_mknodat,
     libc::SYS_utime,
@@ -79,6 +82,8 @@ pub const FILTERED: &[i64] = &[
     libc::SYS_llistxattr,
     libc::SYS_removexattr,
     libc::SYS_lremovexattr,
+    // Path calls not served: refused in the mount, run by the kernel
+    // elsewhere (see `UNSERVED`).
     libc::SYS_inotify_add_watch,
     libc::SYS_chroot,
     libc::SYS_fchmodat2,
@@ -101,19 +106,6 @@ const CWD_AND_DESCRIPTORS: &[i64] = &[
 /// Path calls the relay does not perform: `(call, dirfd argument or
 /// none, path argument)`. In the mount they fail with `EOPNOTSUPP`.
 const UNSERVED: &[(i64, Option<usize>, usize)] = &[
-    (libc::SYS_mknod, None, 0),
-    (libc::SYS_mknodat, Some(0), 1),
-    (libc::SYS_utime, None, 0),
-    (libc::SYS_utimes, None, 0),
-    (libc::SYS_futimesat, Some(0), 1),
-    (libc::SYS_setxattr, None, 0),
-    (libc::SYS_lsetxattr, None, 0),
-    (libc::SYS_getxattr, None, 0),
-    (libc::SYS_lgetxattr, None, 0),
-    (libc::SYS_listxattr, None, 0),
-    (libc::SYS_llistxattr, None, 0),
-    (libc::SYS_removexattr, None, 0),
-    (libc::SYS_lremovexattr, None, 0),
     (libc::SYS_inotify_add_watch, None, 1),
     (libc::SYS_chroot, None, 0),
     (libc::SYS_fchmodat2, Some(0), 1),
@@ -142,6 +134,10 @@ pub struct Supervisor {
     pub files: Files,
     /// `ENV_FOREIGN_CWD`'s directory, if it could be made.
     pub cwd_handoff: Option<std::path::PathBuf>,
+    /// Threads whose exec of a program of the mount was redirected to its
+    /// copy (`exec.rs`), by thread id: the path in the mount, for the
+    /// restarted call, and where its new name was written.
+    pub exec_pending: std::collections::HashMap<i32, (Vec<u8>, u64)>,
 }
 
 /// May call `n` create a file or directory (so the program's umask
@@ -154,7 +150,12 @@ fn creates(n: &Notif) -> bool {
     match n.nr {
         libc::SYS_open => flags(1),
         libc::SYS_openat => flags(2),
-        libc::SYS_creat | libc::SYS_openat2 | libc::SYS_mkdir | libc::SYS_mkdirat => true,
+        libc::SYS_creat
+        | libc::SYS_openat2
+        | libc::SYS_mkdir
+        | libc::SYS_mkdirat
+        | libc::SYS_mknod
+        | libc::SYS_mknodat => true,
         _ => false,
     }
 }
@@ -201,20 +202,77 @@ impl Supervisor {
         }
     }
 
-    /// A host program about to be exec'd: a dynamic one attaches anew,
-    /// and its client library starts in the cwd left here for its pid
-    /// (the one this supervisor tracks, or none: the kernel's), not the
-    /// one the program's environment named when it started.
-    fn exec_on_host(&mut self, n: &Notif) -> Answer {
+    /// A program about to be exec'd: a dynamic one attaches anew, and
+    /// its client library starts in the cwd left here for its pid (the
+    /// one this supervisor tracks, or none: the kernel's), not the one the
+    /// program's environment named when it started; `exe`, for a program
+    /// of the mount, is what its `/proc/self/exe` names (the kernel only
+    /// knows the memfd).
+    fn hand_off_exec(&mut self, n: &Notif, exe: Option<&[u8]>) {
         if let Some(dir) = &self.cwd_handoff {
             let pid = self.paths.group(n.pid);
             let cwd = match self.paths.cwd(n.pid) {
                 Cwd::Tracked(c) => c,
                 Cwd::Host => Vec::new(),
             };
+            let exe_file = dir.join(format!("{pid}{}", atoll_proto::boot::FOREIGN_EXE_SUFFIX));
+            let _ = match exe {
+                Some(e) => std::fs::write(exe_file, e),
+                None => std::fs::remove_file(exe_file),
+            };
             let _ = std::fs::write(dir.join(pid.to_string()), cwd);
         }
-        Kernel
+    }
+
+    /// `execve`/`execveat` whose path (at `ptr`) leads to `place`: the
+    /// kernel's as made, or a program of the mount run from a copy.
+    fn exec(&mut self, n: &Notif, ptr: u64, place: Place, nofollow: bool) -> Result<Answer, i32> {
+        let path = match place {
+            Place::Kernel => {
+                // The restarted call of a redirected exec names the copy
+                // where the relay wrote it (a thread id reused since is
+                // not taken for it).
+                let exe = match self.exec_pending.remove(&n.pid) {
+                    Some((exe, at)) if at == ptr => Some(exe),
+                    _ => None,
+                };
+                self.hand_off_exec(n, exe.as_deref());
+                return Ok(Kernel);
+            }
+            Place::Here(p) => p,
+            // `fexecve` of a file the program opened in the mount: the
+            // kernel runs the copy it holds (taken at its open, as Linux
+            // runs the file the descriptor names), once the atoll file's
+            // attributes allow it.
+            Place::Desc(k) => {
+                if self.files.is_dir(k) {
+                    return Err(libc::EACCES);
+                }
+                let p = self.files.path_of(&self.paths, k).ok_or(libc::EBADF)?;
+                exec::may_run(n.pid, &files::stat_path(&p, false)?)?;
+                self.alive(n)?;
+                self.hand_off_exec(n, Some(&paths::normalize(&p)));
+                return Ok(Kernel);
+            }
+        };
+        // What a filtered process wrote there and still holds open goes
+        // back first, as before a `stat` of the path.
+        self.files.sync(&paths::normalize(&path));
+        let image = exec::prepare(n.pid, &self.paths.mount, &path, nofollow)?;
+        self.alive(n)?;
+        let fd = seccomp::install_fd(&self.listener, n.id, image.memfd.as_raw_fd(), !image.script)?;
+        let direct = exec::parent_of(self.paths.group(n.pid)) == Some(self.paths.me());
+        match redirect::redirect(n.pid, n.nr, &exec::fd_name(fd), direct) {
+            // The call restarts on the copy and comes back: the kernel's.
+            Ok(at) => {
+                self.exec_pending
+                    .insert(n.pid, (paths::normalize(&path), at));
+                Ok(Answer::Later)
+            }
+            // Not ours to trace (a debugger holds it), or it died: an
+            // answer to a call no longer held is dropped by the kernel.
+            Err(_) => Err(libc::EACCES),
+        }
     }
 
     /// Serving is over for good: the cwd hand-offs go.
@@ -327,6 +385,18 @@ impl Supervisor {
             SYS_readlinkat => self.readlink(n, a[0], a[1], a[2], a[3])?,
             SYS_mkdir => self.path_op(n, CWD, a[0], 0, |p| calls::mkdir(p, a[1]))?,
             SYS_mkdirat => self.path_op(n, a[0], a[1], 0, |p| calls::mkdir(p, a[2]))?,
+            // A FIFO (or a regular file, or what else the client makes) in
+            // the mount, as a dynamic program's `mknod` makes it.
+            SYS_mknod => self.path_op(n, CWD, a[0], 0, |p| calls::mknod(p, a[1], a[2]))?,
+            SYS_mknodat => self.path_op(n, a[0], a[1], 0, |p| calls::mknod(p, a[2], a[3]))?,
+            SYS_setxattr => self.xattr(n, xattr::Op::Set, false)?,
+            SYS_lsetxattr => self.xattr(n, xattr::Op::Set, true)?,
+            SYS_getxattr => self.xattr(n, xattr::Op::Get, false)?,
+            SYS_lgetxattr => self.xattr(n, xattr::Op::Get, true)?,
+            SYS_listxattr => self.xattr(n, xattr::Op::List, false)?,
+            SYS_llistxattr => self.xattr(n, xattr::Op::List, true)?,
+            SYS_removexattr => self.xattr(n, xattr::Op::Remove, false)?,
+            SYS_lremovexattr => self.xattr(n, xattr::Op::Remove, true)?,
             SYS_unlink => self.path_op(n, CWD, a[0], 0, |p| calls::unlink(p, 0))?,
             SYS_rmdir => self.path_op(n, CWD, a[0], 0, |p| calls::unlink(p, AT_REMOVEDIR))?,
             SYS_unlinkat => self.path_op(n, a[0], a[1], 0, |p| calls::unlink(p, i(2)))?,
@@ -356,6 +426,19 @@ impl Supervisor {
             }
             SYS_truncate => self.path_op(n, CWD, a[0], 0, |p| calls::truncate(p, a[1]))?,
             SYS_utimensat => self.utimensat(n)?,
+            SYS_utime => {
+                let p = self.place(n, CWD, a[0], false)?;
+                self.old_times(n, p, a[1], times::OldTimes::Utimbuf)?
+            }
+            SYS_utimes => {
+                let p = self.place(n, CWD, a[0], false)?;
+                self.old_times(n, p, a[1], times::OldTimes::Timeval)?
+            }
+            // A NULL path names the descriptor itself, as in the kernel.
+            SYS_futimesat => {
+                let p = self.place(n, a[0], a[1], a[1] == 0)?;
+                self.old_times(n, p, a[2], times::OldTimes::Timeval)?
+            }
             SYS_statfs => match self.place(n, CWD, a[0], false)? {
                 Place::Here(p) => {
                     let st = calls::statfs(&p)?;
@@ -363,17 +446,17 @@ impl Supervisor {
                 }
                 _ => Kernel,
             },
-            // Programs stored in the mount are not run from here: the
-            // kernel cannot read them, and a relative name from a tracked
-            // cwd must not run a host file of the same name.
-            SYS_execve => match self.place(n, CWD, a[0], false)? {
-                Place::Kernel => self.exec_on_host(n),
-                _ => Done(Err(EACCES)),
-            },
-            SYS_execveat => match self.place(n, a[0], a[1], i(4) & AT_EMPTY_PATH != 0)? {
-                Place::Kernel => self.exec_on_host(n),
-                _ => Done(Err(EACCES)),
-            },
+            // A program stored in the mount runs from a copy the kernel
+            // can read (`exec.rs`); a relative name from a tracked cwd
+            // never runs a host file of the same name.
+            SYS_execve => {
+                let p = self.place(n, CWD, a[0], false)?;
+                self.exec(n, a[0], p, false)?
+            }
+            SYS_execveat => {
+                let p = self.place(n, a[0], a[1], i(4) & AT_EMPTY_PATH != 0)?;
+                self.exec(n, a[1], p, i(4) & AT_SYMLINK_NOFOLLOW != 0)?
+            }
             // A socket name made by a relative path from a tracked cwd
             // would be a host file in the kernel's cwd.
             SYS_bind => self.bind(n)?,
@@ -598,30 +681,6 @@ impl Supervisor {
         }
     }
 
-    fn utimensat(&mut self, n: &Notif) -> Result<Answer, i32> {
-        let a = n.args;
-        let place = if a[1] == 0 {
-            self.place(n, a[0], 0, true)?
-        } else {
-            self.place(n, a[0], a[1], a[3] as i32 & libc::AT_EMPTY_PATH != 0)?
-        };
-        let path = match place {
-            Place::Kernel => return Ok(Kernel),
-            Place::Here(p) => p,
-            Place::Desc(k) => self.files.path_of(&self.paths, k).ok_or(libc::EBADF)?,
-        };
-        let times = if a[2] == 0 {
-            None
-        } else {
-            let mut b = [0u8; 32];
-            seccomp::read_mem(n.pid, a[2], &mut b)?;
-            let w = |k: usize| i64::from_ne_bytes(b[k * 8..k * 8 + 8].try_into().unwrap());
-            Some([(w(0), w(1)), (w(2), w(3))])
-        };
-        let nofollow = a[3] as i32 & libc::AT_SYMLINK_NOFOLLOW;
-        Ok(Done(calls::utimens(&path, times, nofollow)))
-    }
-
     fn bind(&mut self, n: &Notif) -> Result<Answer, i32> {
         let (addr, len) = (n.args[1], n.args[2] as usize);
         let family_len = std::mem::size_of::<libc::sa_family_t>();
@@ -698,6 +757,12 @@ mod calls {
         let c = cstr(p)?;
         // SAFETY: NUL-terminated path.
         rc(unsafe { libc::mkdir(c.as_ptr(), mode as libc::mode_t) })
+    }
+
+    pub fn mknod(p: &[u8], mode: u64, dev: u64) -> Result<i64, i32> {
+        let c = cstr(p)?;
+        // SAFETY: NUL-terminated path.
+        rc(unsafe { libc::mknod(c.as_ptr(), mode as libc::mode_t, dev as libc::dev_t) })
     }
 
     pub fn unlink(p: &[u8], flags: i32) -> Result<i64, i32> {

@@ -336,19 +336,36 @@ pub fn initial_state_env(cwd: &str) -> (String, String) {
 /// A process started by a static program (its relay's supervisor left
 /// the cwd it tracks for this pid in `dir`, `ENV_FOREIGN_CWD`): that cwd
 /// in place of the one `state` (the program's environment at its start)
-/// names; an empty file means the kernel's cwd. Only for a fresh attach:
-/// an exec hand-over from a client carries its own cwd.
+/// names; an empty file means the kernel's cwd. A program stored in the
+/// mount also finds its path there (`FOREIGN_EXE_SUFFIX`), for its
+/// `/proc/self/exe`. Only for a fresh attach: an exec hand-over from a
+/// client carries its own cwd.
 pub fn foreign_cwd(state: Option<String>, dir: Option<std::ffi::OsString>) -> Option<String> {
     let Some(dir) = dir else {
         return state;
     };
-    let file = std::path::Path::new(&dir).join(std::process::id().to_string());
+    let pid = std::process::id().to_string();
+    let file = std::path::Path::new(&dir).join(&pid);
     let Ok(cwd) = std::fs::read(&file) else {
         return state;
     };
     let _ = std::fs::remove_file(&file);
+    let exe_file = std::path::Path::new(&dir).join(pid + atoll_proto::boot::FOREIGN_EXE_SUFFIX);
+    let exe = std::fs::read(&exe_file).ok().filter(|e| !e.is_empty());
+    if let Some(e) = &exe {
+        let _ = std::fs::remove_file(&exe_file);
+        // The kernel named the process after `/dev/fd/N` ("N"); Linux
+        // names it after the program's file.
+        let base = e.rsplit(|&b| b == b'/').next().unwrap_or(e);
+        let mut comm = base[..base.len().min(15)].to_vec();
+        comm.push(0);
+        // SAFETY: PR_SET_NAME reads a NUL-terminated name of at most 16
+        // bytes; this is the only thread at the client's start.
+        unsafe { libc::prctl(libc::PR_SET_NAME, comm.as_ptr()) };
+    }
     let mut st = state.as_deref().and_then(State::decode).unwrap_or_default();
     st.cwd = (!cwd.is_empty()).then_some((cwd, None));
+    st.exe = exe;
     Some(st.encode())
 }
 

@@ -237,6 +237,18 @@ fn pump(peer: Arc<Peer>) {
                             peer.link.close();
                             return;
                         }
+                        // Not an edge: the watcher of a proxy whose
+                        // program runs here (`watch.rs`).
+                        Ok(NodeMsg::Watch { token }) if snapshot.is_empty() => {
+                            match &peer.spawner {
+                                Some(host) if host.admits(&*peer.link) => {
+                                    super::spawn::serve_watch(peer.link.clone(), token, host)
+                                }
+                                _ => {}
+                            }
+                            peer.link.close();
+                            return;
+                        }
                         // Not an edge either: the link of the members
                         // another node serves (`members.rs`).
                         Ok(NodeMsg::ServeMembers { rank }) if snapshot.is_empty() => {

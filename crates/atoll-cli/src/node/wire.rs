@@ -163,6 +163,17 @@ pub enum NodeMsg {
         #[serde(with = "bytes")]
         frames: Vec<u8>,
     },
+    /// Node → proxy, before `Started`: the secret naming this spawn on a
+    /// watch link (`watch.rs`).
+    Watchable { token: u64 },
+    /// Proxy's watcher → node, first message of a watch link: it reports
+    /// the stops of the proxy of spawn `token`.
+    Watch { token: u64 },
+    /// Watcher → node: the proxy stopped (a SIGSTOP it cannot catch, or
+    /// its own stop mirroring the program's).
+    ProxyStopped,
+    /// Watcher → node: the proxy runs again.
+    ProxyContinued,
 }
 
 /// Most bytes of frames one `Requests` or `Replies` carries (their
@@ -473,6 +484,10 @@ mod tests {
                 chan: 4,
                 frames: pack_frames([&[9u8; 8200][..]]),
             },
+            NodeMsg::Watchable { token: u64::MAX },
+            NodeMsg::Watch { token: 1 },
+            NodeMsg::ProxyStopped,
+            NodeMsg::ProxyContinued,
         ];
         for m in all {
             let body = postcard::to_allocvec(&m).unwrap();

@@ -94,6 +94,8 @@ pub struct Watched {
     /// stopped already and must not be told to stop (had it read such a
     /// `Stopped` after the SIGCONT that continued it, it would stop again).
     quiet_stop: Arc<AtomicBool>,
+    /// The program is stopped, as `waitid` last reported.
+    stopped: Arc<AtomicBool>,
 }
 
 /// Removes a spawn's watch entry when its serving ends.
@@ -156,7 +158,11 @@ pub fn serve_watch(link: Arc<dyn Link>, token: u64, host: &SpawnHost) {
                 Ok(NodeMsg::ProxyStopped) => {
                     w.proxy.hold_silence(true);
                     held = true;
-                    if !w.ended.load(Ordering::Acquire) {
+                    // A program stopped already (the proxy's stop
+                    // mirrors its own) stays so; a SIGSTOP to it would
+                    // report nothing, and a stop marked quiet for it would
+                    // silence its next stop of its own.
+                    if !w.ended.load(Ordering::Acquire) && !w.stopped.load(Ordering::Acquire) {
                         w.quiet_stop.store(true, Ordering::Release);
                         let _ = sys::kill(w.pid, libc::SIGSTOP);
                     }
@@ -164,9 +170,6 @@ pub fn serve_watch(link: Arc<dyn Link>, token: u64, host: &SpawnHost) {
                 Ok(NodeMsg::ProxyContinued) => {
                     w.proxy.hold_silence(false);
                     held = false;
-                    // A program stopped already (the proxy's stop mirrored
-                    // its own) reported no stop for ours.
-                    w.quiet_stop.store(false, Ordering::Release);
                 }
                 _ => {}
             },
@@ -266,6 +269,7 @@ pub fn serve(link: Arc<dyn Link>, req: SpawnRequest, host: &SpawnHost) {
     // Set once the program is reaped: no signal may reach a reused pid.
     let ended = Arc::new(AtomicBool::new(false));
     let quiet_stop = Arc::new(AtomicBool::new(false));
+    let stopped = Arc::new(AtomicBool::new(false));
     let token = new_token();
     host.watches
         .lock()
@@ -277,6 +281,7 @@ pub fn serve(link: Arc<dyn Link>, req: SpawnRequest, host: &SpawnHost) {
                 ended: ended.clone(),
                 proxy: link.clone(),
                 quiet_stop: quiet_stop.clone(),
+                stopped: stopped.clone(),
             }),
         );
     let _unwatch = Unwatch { host, token };
@@ -325,11 +330,14 @@ pub fn serve(link: Arc<dyn Link>, req: SpawnRequest, host: &SpawnHost) {
         let end = loop {
             match sys::wait_change(pid) {
                 Ok(sys::ChildChange::Stopped(sig)) => {
+                    stopped.store(true, Ordering::Release);
                     if !quiet_stop.swap(false, Ordering::AcqRel) {
                         let _ = wire::send(&*l, 0, &NodeMsg::Stopped { sig });
                     }
                 }
                 Ok(sys::ChildChange::Continued) => {
+                    stopped.store(false, Ordering::Release);
+                    quiet_stop.store(false, Ordering::Release);
                     let _ = wire::send(&*l, 0, &NodeMsg::Continued);
                 }
                 Ok(sys::ChildChange::Exited(code)) => break NodeMsg::Exited { code },

@@ -60,6 +60,10 @@ fn real_main() -> i32 {
     {
         return node::remote_spawn(std::env::args_os().skip(2).collect());
     }
+    // The watcher of such a proxy (hidden as well).
+    if std::env::args_os().nth(1).as_deref() == Some(std::ffi::OsStr::new(node::REMOTE_WATCH)) {
+        return node::remote_watch(std::env::args_os().skip(2).collect());
+    }
     // A program that cannot load the client library, behind relays of its
     // atoll descriptors (hidden as well).
     if std::env::args_os().nth(1).as_deref()

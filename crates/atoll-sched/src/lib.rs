@@ -41,7 +41,7 @@ pub mod nodes;
 pub mod placement;
 pub mod process;
 pub mod proxy;
-mod raw;
+pub mod raw;
 pub mod server;
 mod spawn;
 pub mod wire;

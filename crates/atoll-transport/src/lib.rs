@@ -126,4 +126,12 @@ pub trait Link: Send + Sync {
     fn peer(&self) -> String;
     /// Has the link ended (closed by either side, or the peer is dead)?
     fn is_closed(&self) -> bool;
+    /// While `hold` is true, the peer's silence does not end the link: its
+    /// process is known to be stopped (job control, reported by another
+    /// link), so it sends no heartbeat, yet it is not dead. Releasing the
+    /// hold gives the peer a whole silence bound again from then. An end
+    /// of stream or a reset still ends the link.
+    fn hold_silence(&self, hold: bool) {
+        let _ = hold;
+    }
 }

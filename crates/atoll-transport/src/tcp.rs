@@ -185,6 +185,11 @@ struct Shared {
     flush: Notify,
     /// Write system calls so far (heartbeats are due only on idle links).
     writes: AtomicU64,
+    /// The peer's silence is excused ([`Link::hold_silence`]).
+    silence_held: AtomicBool,
+    /// Bumped when the hold is released: the reader counts the silence
+    /// bound from then.
+    silence_released: AtomicU64,
 }
 
 impl Shared {
@@ -275,6 +280,8 @@ fn start_link(
         outbox: Mutex::new(Vec::with_capacity(64 * 1024)),
         flush: Notify::new(),
         writes: AtomicU64::new(0),
+        silence_held: AtomicBool::new(false),
+        silence_released: AtomicU64::new(0),
     });
     rt.spawn(write_task(shared.clone(), options.dead_after / 4));
     Ok(TcpLink {
@@ -284,6 +291,7 @@ fn start_link(
             chunk: vec![0; 64 * 1024].into_boxed_slice(),
             last_heard: Instant::now(),
             dead_after: options.dead_after,
+            releases_seen: 0,
         }),
         shared,
     })
@@ -303,6 +311,8 @@ struct Reader {
     chunk: Box<[u8]>,
     last_heard: Instant,
     dead_after: Duration,
+    /// `Shared::silence_released` when last looked at.
+    releases_seen: u64,
 }
 
 impl Reader {
@@ -368,6 +378,12 @@ impl Reader {
                 continue;
             }
             let now = Instant::now();
+            let released = shared.silence_released.load(Ordering::Acquire);
+            if shared.silence_held.load(Ordering::Acquire) || released != self.releases_seen {
+                // Excused, or excused until just now: silent from now on.
+                self.last_heard = now;
+                self.releases_seen = released;
+            }
             let silent_at = self.last_heard + self.dead_after;
             if now >= silent_at {
                 return Err(TransportError::Silent(shared.peer.clone(), self.dead_after));
@@ -511,6 +527,13 @@ impl Link for TcpLink {
 
     fn is_closed(&self) -> bool {
         self.shared.closed.load(Ordering::Acquire)
+    }
+
+    fn hold_silence(&self, hold: bool) {
+        let was = self.shared.silence_held.swap(hold, Ordering::AcqRel);
+        if was && !hold {
+            self.shared.silence_released.fetch_add(1, Ordering::AcqRel);
+        }
     }
 }
 

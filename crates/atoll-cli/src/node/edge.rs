@@ -231,6 +231,34 @@ pub struct Edge {
     pub lost: Mutex<Option<String>>,
     /// Copies of remote data shared by this node's programs.
     copies: NodeCopies,
+    /// Request frames sent to the head, and the messages (`Request`,
+    /// `Requests`) that carried them; likewise reply frames received and
+    /// their messages (`Reply`, `Replies`): `node_wire.*` in `atoll
+    /// status` at this node.
+    wire: WireCounts,
+}
+
+/// How many ring frames crossed in how many messages, each way.
+#[derive(Default)]
+struct WireCounts {
+    request_frames: AtomicU64,
+    request_messages: AtomicU64,
+    reply_frames: AtomicU64,
+    reply_messages: AtomicU64,
+}
+
+impl WireCounts {
+    fn counters(&self) -> Vec<(String, u64)> {
+        [
+            ("node_wire.request_frames", &self.request_frames),
+            ("node_wire.request_messages", &self.request_messages),
+            ("node_wire.reply_frames", &self.reply_frames),
+            ("node_wire.reply_messages", &self.reply_messages),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.load(Ordering::Relaxed)))
+        .collect()
+    }
 }
 
 impl Edge {
@@ -265,6 +293,7 @@ impl Edge {
             gone: AtomicBool::new(false),
             lost: Mutex::new(None),
             copies: NodeCopies::default(),
+            wire: WireCounts::default(),
         });
         for i in forwarded {
             let e = edge.clone();
@@ -417,6 +446,7 @@ impl Edge {
         // instance's.
         if let Some(BootReply::Status(st)) = &mut reply {
             st.process_counters.extend(self.copies.counters());
+            st.process_counters.extend(self.wire.counters());
             if let Some(host) = self.locals.get() {
                 st.process_counters.extend(host.counters());
             }
@@ -526,6 +556,9 @@ impl Edge {
         let copies = self.copies.on();
         let mut ahead = Vec::new();
         for lc in list.iter() {
+            // This channel's frames, in ring order, leave in as few
+            // messages as the batch limit allows (`wire::MAX_BATCH`).
+            let mut frames = Vec::new();
             loop {
                 match lc.sc.try_recv(|b| b.to_vec()) {
                     Ok(Some(frame)) => {
@@ -534,8 +567,7 @@ impl Edge {
                             let call = is_call(&frame);
                             calls += u32::from(call);
                             lc.owed.fetch_add(u32::from(call), Ordering::AcqRel);
-                            let msg = NodeMsg::Request { chan: lc.id, frame };
-                            batch.push(wire::message(self.next_id(), &msg));
+                            frames.push(frame);
                         }
                         // The node's read-ahead on the reader's channel,
                         // after its read: replies the program is not owed
@@ -543,8 +575,7 @@ impl Edge {
                         for frame in ahead.drain(..) {
                             calls += 1;
                             self.copies.ahead.fetch_add(1, Ordering::Relaxed);
-                            let msg = NodeMsg::Request { chan: lc.id, frame };
-                            batch.push(wire::message(self.next_id(), &msg));
+                            frames.push(frame);
                         }
                     }
                     Ok(None) => break,
@@ -556,6 +587,7 @@ impl Edge {
                     }
                 }
             }
+            self.requests_out(lc.id, frames, &mut batch);
         }
         list.retain(|lc| !lc.sc.is_closed());
         if batch.is_empty() {
@@ -565,6 +597,40 @@ impl Edge {
         self.owed.fetch_add(calls, Ordering::AcqRel);
         let _ = self.link.send_all(&batch);
         true
+    }
+
+    /// `frames` of channel `chan` as messages for the head: a lone one as
+    /// a `Request`, more packed into `Requests` of at most
+    /// `wire::MAX_BATCH` bytes each (a read-ahead batch, a window of write
+    /// pieces: one message, one decode and one lookup of the channel at
+    /// the head instead of one per 8 KiB).
+    fn requests_out(&self, chan: ChanId, mut frames: Vec<Vec<u8>>, batch: &mut Vec<Message>) {
+        let before = batch.len();
+        self.wire
+            .request_frames
+            .fetch_add(frames.len() as u64, Ordering::Relaxed);
+        match frames.len() {
+            0 => {}
+            1 => {
+                let frame = frames.pop().expect("one frame");
+                batch.push(wire::message(
+                    self.next_id(),
+                    &NodeMsg::Request { chan, frame },
+                ));
+            }
+            _ => {
+                for packed in wire::pack_batches(&frames) {
+                    let msg = NodeMsg::Requests {
+                        chan,
+                        frames: packed,
+                    };
+                    batch.push(wire::message(self.next_id(), &msg));
+                }
+            }
+        }
+        self.wire
+            .request_messages
+            .fetch_add((batch.len() - before) as u64, Ordering::Relaxed);
     }
 
     /// A request about to leave: the node's copies see it (a change drops
@@ -749,38 +815,32 @@ impl Edge {
                 }
             }
             NodeMsg::Reply { chan, frame } => {
-                let _ = self
-                    .owed
-                    .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                        Some(n.saturating_sub(1))
-                    });
+                self.wire.reply_frames.fetch_add(1, Ordering::Relaxed);
+                self.wire.reply_messages.fetch_add(1, Ordering::Relaxed);
                 if let Some(lc) = chan_of(chan) {
-                    let relayed = match self.copies.on() {
-                        true => self.copies.with(|m| m.reply(lc.conn, chan, &frame)),
-                        false => Relayed::Deliver,
-                    };
-                    let mut held = lc.replying.lock().unwrap_or_else(|e| e.into_inner());
-                    if let Relayed::Ahead(answers) = relayed {
-                        // The node's own read-ahead: only the reads that
-                        // waited for it are answered, in their places.
-                        for (rid, answer) in answers {
-                            held.fill(rid, answer);
-                        }
-                        for answer in held.due() {
-                            let _ = lc.sc.reply(&answer);
-                        }
-                        return Handled::Reply;
+                    self.deliver_reply(&lc, &frame);
+                } else {
+                    self.settle_owed(1);
+                }
+                return Handled::Reply;
+            }
+            NodeMsg::Replies { chan, frames } => {
+                let frames = match wire::unpack_frames(&frames) {
+                    Ok(f) => f,
+                    Err(e) => {
+                        self.end(Some(format!("malformed replies from the head: {e}")));
+                        return Handled::End;
                     }
-                    let _ = lc.sc.reply(&frame);
-                    let _ = lc
-                        .owed
-                        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                            Some(n.saturating_sub(1))
-                        });
-                    // Answers held for this reply follow it at once.
-                    for answer in held.replied() {
-                        let _ = lc.sc.reply(&answer);
+                };
+                let n = frames.len() as u64;
+                self.wire.reply_frames.fetch_add(n, Ordering::Relaxed);
+                self.wire.reply_messages.fetch_add(1, Ordering::Relaxed);
+                if let Some(lc) = chan_of(chan) {
+                    for frame in frames {
+                        self.deliver_reply(&lc, frame);
                     }
+                } else {
+                    self.settle_owed(frames.len() as u32);
                 }
                 return Handled::Reply;
             }
@@ -807,6 +867,47 @@ impl Edge {
             other => tracing::warn!("node: unexpected {other:?} from the head"),
         }
         Handled::Other
+    }
+
+    /// `n` replies came: the node owes that many fewer.
+    fn settle_owed(&self, n: u32) {
+        let _ = self
+            .owed
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |o| {
+                Some(o.saturating_sub(n))
+            });
+    }
+
+    /// One reply of the head for channel `lc`: to the program's ring, or
+    /// (the node's own read-ahead) to the reads that waited for it.
+    fn deliver_reply(&self, lc: &LocalChan, frame: &[u8]) {
+        self.settle_owed(1);
+        let relayed = match self.copies.on() {
+            true => self.copies.with(|m| m.reply(lc.conn, lc.id, frame)),
+            false => Relayed::Deliver,
+        };
+        let mut held = lc.replying.lock().unwrap_or_else(|e| e.into_inner());
+        if let Relayed::Ahead(answers) = relayed {
+            // The node's own read-ahead: only the reads that waited for it
+            // are answered, in their places.
+            for (rid, answer) in answers {
+                held.fill(rid, answer);
+            }
+            for answer in held.due() {
+                let _ = lc.sc.reply(&answer);
+            }
+            return;
+        }
+        let _ = lc.sc.reply(frame);
+        let _ = lc
+            .owed
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                Some(n.saturating_sub(1))
+            });
+        // Answers held for this reply follow it at once.
+        for answer in held.replied() {
+            let _ = lc.sc.reply(&answer);
+        }
     }
 
     /// The head is unreachable (`lost` says why) or this node stops
@@ -846,58 +947,5 @@ impl Edge {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::Held;
-
-    /// Answers held behind owed replies go right after the last of them,
-    /// in request order, and a request answered while answers wait waits
-    /// too (a lane's replies come in order).
-    #[test]
-    fn held_answers_follow_the_replies_owed_before_them() {
-        let mut h = Held::default();
-        assert!(!h.must_wait(0));
-        // Two calls crossed; a read answered here comes third.
-        assert!(h.must_wait(2));
-        h.hold(2, b"A".to_vec());
-        assert!(h.replied().is_empty());
-        // One reply still owed; a later read is answered here too, and
-        // one with nothing owed must still wait behind A.
-        h.hold(1, b"B".to_vec());
-        assert!(h.must_wait(0));
-        assert_eq!(h.replied(), vec![b"A".to_vec(), b"B".to_vec()]);
-        assert!(!h.must_wait(0));
-        // One call crossed, then two answers; a second call crossed after
-        // them: its reply (the second) must not release anything more.
-        h.hold(1, b"C".to_vec());
-        h.hold(1, b"D".to_vec());
-        assert_eq!(h.replied(), vec![b"C".to_vec(), b"D".to_vec()]);
-        assert!(h.replied().is_empty());
-    }
-
-    /// A read waiting for a read-ahead reply keeps its place: answers
-    /// behind it wait for it, and it goes only once both its answer came
-    /// and the replies owed before it are in the ring; an answer that came
-    /// before the place was taken is used when it is.
-    #[test]
-    fn a_waiting_read_keeps_its_place_among_answers() {
-        let mut h = Held::default();
-        // One call crossed; read 5 waits; read 6 is answered from copies.
-        h.wait(1, 5);
-        h.hold(1, b"B".to_vec());
-        assert!(h.due().is_empty());
-        h.fill(5, b"A".to_vec());
-        assert!(h.due().is_empty(), "a reply is owed before them");
-        assert_eq!(h.replied(), vec![b"A".to_vec(), b"B".to_vec()]);
-        // Nothing owed: a waiting read goes when its answer comes.
-        h.wait(0, 7);
-        h.hold(0, b"D".to_vec());
-        assert!(h.due().is_empty(), "D waits behind 7");
-        h.fill(7, b"C".to_vec());
-        assert_eq!(h.due(), vec![b"C".to_vec(), b"D".to_vec()]);
-        // The answer came first.
-        h.fill(8, b"E".to_vec());
-        h.wait(0, 8);
-        assert_eq!(h.due(), vec![b"E".to_vec()]);
-        assert!(h.early.is_empty());
-    }
-}
+#[path = "edge_tests.rs"]
+mod tests;

@@ -21,11 +21,13 @@ mod rank;
 mod remote;
 mod seqpacket;
 mod spawn;
+mod watch;
 mod window;
 mod wire;
 mod yielder;
 
 pub use remote::main as remote_spawn;
+pub use watch::{main as remote_watch, SUBCOMMAND as REMOTE_WATCH};
 
 use std::io::Write;
 use std::os::unix::fs::DirBuilderExt;
@@ -338,6 +340,7 @@ fn offer_spawn(
         mount: mount.to_string(),
         preload,
         peers: spawn::peer_addresses(peers),
+        watches: Default::default(),
     }))
 }
 

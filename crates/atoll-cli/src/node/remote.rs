@@ -27,6 +27,9 @@
 //!   anything else on its host) the node says so and the proxy stops with
 //!   the same signal, so its parent's `waitpid(WUNTRACED)` sees the job
 //!   stop and `fg`/`bg` (a SIGCONT to the proxy) go on to the program;
+//!   a stop of the proxy itself (a SIGSTOP, which it cannot catch) is
+//!   seen by its watcher process (`watch.rs`), and the node stops the
+//!   program;
 //! * the program's end as its own: exit status, or death by the same
 //!   signal.
 //!
@@ -166,6 +169,7 @@ fn run(addr: &str, path: Vec<u8>, argv: Vec<Vec<u8>>) -> Result<std::convert::In
     );
     let lost = |e: atoll_transport::TransportError| format!("lost node {addr}: {e}");
     wire::send(&*link, 0, &NodeMsg::Spawn(req)).map_err(lost)?;
+    let mut watch_token = None;
     loop {
         let m = link.recv(None).map_err(lost)?;
         match m.map(|m| wire::decode(&m)) {
@@ -177,11 +181,19 @@ fn run(addr: &str, path: Vec<u8>, argv: Vec<Vec<u8>>) -> Result<std::convert::In
                 shared.clone_from(&fds);
                 wire::send(&*link, 0, &NodeMsg::Shared { fds }).map_err(lost)?;
             }
+            Some(Ok(NodeMsg::Watchable { token })) => watch_token = Some(token),
             Some(Ok(NodeMsg::Started { .. })) => break,
             Some(Ok(NodeMsg::SpawnFailed { errno })) => {
                 return Err(std::io::Error::from_raw_os_error(errno).to_string())
             }
             other => return Err(format!("node {addr} answered {other:?}")),
+        }
+    }
+    // Something must see this process stop: a SIGSTOP stops every thread
+    // here (`watch.rs`).
+    if let Some(token) = watch_token {
+        if !super::watch::start(addr, token) {
+            tracing::warn!("atoll: no watcher: a SIGSTOP of this proxy will not reach the program");
         }
     }
     // The program holds its own reference to each shared description now.

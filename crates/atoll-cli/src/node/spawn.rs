@@ -13,6 +13,7 @@
 //!  proxy ──Spawn(req)──▶ node      (Session / Shared first, if it
 //!                                   carries atoll descriptors)
 //!                                  spawns the program
+//!        ◀─Watchable{token}─        names it for the proxy's watcher
 //!        ◀─Started{pid}─            (or SpawnFailed{errno})
 //!        ──Stdin{bytes}─▶           written to its stdin (empty: closed)
 //!        ◀─StdinTaken────           ... and counted off the proxy's window
@@ -21,12 +22,17 @@
 //!        ──Signal{sig}──▶           kill(pid, sig)
 //!        ◀─Stopped{sig} / Continued  job control: it stopped or went on
 //!        ◀─Exited | Killed          once it ended and both pipes closed
+//!
+//!  watcher ──Watch{token}──▶ node  (a second link, `watch.rs`: a process
+//!          ──ProxyStopped──▶        of the proxy's host that samples its
+//!          ──ProxyContinued─▶       state; see `serve_watch`)
 //! ```
 //!
 //! The link ending before that (the proxy's host died, the proxy was
 //! killed) kills the program, as a scheduling server kills a program whose
 //! proxy hung up (`atoll_sched::proxy`).
 
+use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::io::{Read, Write};
 use std::net::{IpAddr, ToSocketAddrs};
@@ -35,7 +41,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use atoll_transport::{Link, Listener};
@@ -71,6 +77,112 @@ pub struct SpawnHost {
     /// Addresses of the image's hosts: only their proxies may start
     /// programs here.
     pub peers: Vec<IpAddr>,
+    /// Programs running here, by the token their proxy's watcher names
+    /// them with (`watch.rs`).
+    pub watches: Mutex<HashMap<u64, Arc<Watched>>>,
+}
+
+/// A program started here, as a watch link sees it.
+pub struct Watched {
+    pid: i32,
+    /// Set once the program is reaped: no signal may reach a reused pid.
+    ended: Arc<AtomicBool>,
+    /// Its proxy's link, whose silence is excused while the proxy is
+    /// stopped.
+    proxy: Arc<dyn Link>,
+    /// The program's next stop is the one a watch asked for: the proxy is
+    /// stopped already and must not be told to stop (had it read such a
+    /// `Stopped` after the SIGCONT that continued it, it would stop again).
+    quiet_stop: Arc<AtomicBool>,
+    /// The program is stopped, as `waitid` last reported.
+    stopped: Arc<AtomicBool>,
+}
+
+/// Removes a spawn's watch entry when its serving ends.
+struct Unwatch<'a> {
+    host: &'a SpawnHost,
+    token: u64,
+}
+
+impl Drop for Unwatch<'_> {
+    fn drop(&mut self) {
+        self.host
+            .watches
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.token);
+    }
+}
+
+/// A secret no other host's process can guess (a watch link may stop the
+/// program it names).
+fn new_token() -> u64 {
+    let mut b = [0u8; 8];
+    let got = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b));
+    if got.is_err() {
+        // Still unpredictable enough for a peer that is admitted anyway.
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        b = (t.as_nanos() as u64 ^ u64::from(std::process::id()).rotate_left(32)).to_le_bytes();
+    }
+    u64::from_le_bytes(b)
+}
+
+/// Serve a watch link (its first message, `Watch { token }`, read): the
+/// proxy of program `token` stopped or went on (fos §4.2's proxy, job
+/// control across hosts; the local `atoll_sched::mirror` rule "the proxy
+/// stopped on its own: SIGSTOP the program"). A stop stops the program
+/// (its pid, as a SIGSTOP to the caller's pid stops that one process on
+/// Linux) and excuses the proxy link's silence (a stopped proxy sends no
+/// heartbeat; its link would end after 3 s and the program be killed);
+/// the continue lifts the excuse (the proxy relays its SIGCONT itself).
+/// The watch link ending lifts it too: a proxy whose host died is then
+/// found silent as before.
+pub fn serve_watch(link: Arc<dyn Link>, token: u64, host: &SpawnHost) {
+    let Some(w) = host
+        .watches
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&token)
+        .cloned()
+    else {
+        tracing::info!("node: watch of an unknown spawn from {}", link.peer());
+        link.close();
+        return;
+    };
+    let mut held = false;
+    loop {
+        match link.recv(None) {
+            Ok(Some(m)) => match wire::decode(&m) {
+                Ok(NodeMsg::ProxyStopped) => {
+                    w.proxy.hold_silence(true);
+                    held = true;
+                    // A program stopped already (the proxy's stop
+                    // mirrors its own) stays so; a SIGSTOP to it would
+                    // report nothing, and a stop marked quiet for it would
+                    // silence its next stop of its own.
+                    if !w.ended.load(Ordering::Acquire) && !w.stopped.load(Ordering::Acquire) {
+                        w.quiet_stop.store(true, Ordering::Release);
+                        let _ = sys::kill(w.pid, libc::SIGSTOP);
+                    }
+                }
+                Ok(NodeMsg::ProxyContinued) => {
+                    w.proxy.hold_silence(false);
+                    held = false;
+                }
+                _ => {}
+            },
+            Ok(None) => {}
+            Err(_) => break,
+        }
+        if w.proxy.is_closed() {
+            break;
+        }
+    }
+    if held {
+        w.proxy.hold_silence(false);
+    }
 }
 
 impl SpawnHost {
@@ -118,6 +230,9 @@ pub fn accept(listener: Box<dyn Listener>, host: Arc<SpawnHost>, stop: &AtomicBo
             .spawn(move || match link.recv(Some(LINGER)) {
                 Ok(Some(m)) => match wire::decode(&m) {
                     Ok(NodeMsg::Spawn(req)) if host.admits(&*link) => serve(link, req, &host),
+                    Ok(NodeMsg::Watch { token }) if host.admits(&*link) => {
+                        serve_watch(link, token, &host)
+                    }
                     other => tracing::warn!("node: not a spawn request: {other:?}"),
                 },
                 other => tracing::info!("node: spawn link ended early: {other:?}"),
@@ -151,6 +266,26 @@ pub fn serve(link: Arc<dyn Link>, req: SpawnRequest, host: &SpawnHost) {
         }
     };
     let pid = child.id() as i32;
+    // Set once the program is reaped: no signal may reach a reused pid.
+    let ended = Arc::new(AtomicBool::new(false));
+    let quiet_stop = Arc::new(AtomicBool::new(false));
+    let stopped = Arc::new(AtomicBool::new(false));
+    let token = new_token();
+    host.watches
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(
+            token,
+            Arc::new(Watched {
+                pid,
+                ended: ended.clone(),
+                proxy: link.clone(),
+                quiet_stop: quiet_stop.clone(),
+                stopped: stopped.clone(),
+            }),
+        );
+    let _unwatch = Unwatch { host, token };
+    let _ = wire::send(&*link, 0, &NodeMsg::Watchable { token });
     let _ = wire::send(&*link, 0, &NodeMsg::Started { pid });
     let (to_stdin, stdin_rx) = mpsc::channel::<Vec<u8>>();
     let mut stdin = child.stdin.take();
@@ -187,8 +322,6 @@ pub fn serve(link: Arc<dyn Link>, req: SpawnRequest, host: &SpawnHost) {
             outputs.push(std::thread::spawn(move || relay_output(&*l, &w, fd, pipe)));
         }
     }
-    // Set once the program is reaped: no signal may reach a reused pid.
-    let ended = Arc::new(AtomicBool::new(false));
     let (e, l) = (ended.clone(), link.clone());
     std::thread::spawn(move || {
         // Stops and continues go to the proxy as they happen (job control
@@ -197,9 +330,14 @@ pub fn serve(link: Arc<dyn Link>, req: SpawnRequest, host: &SpawnHost) {
         let end = loop {
             match sys::wait_change(pid) {
                 Ok(sys::ChildChange::Stopped(sig)) => {
-                    let _ = wire::send(&*l, 0, &NodeMsg::Stopped { sig });
+                    stopped.store(true, Ordering::Release);
+                    if !quiet_stop.swap(false, Ordering::AcqRel) {
+                        let _ = wire::send(&*l, 0, &NodeMsg::Stopped { sig });
+                    }
                 }
                 Ok(sys::ChildChange::Continued) => {
+                    stopped.store(false, Ordering::Release);
+                    quiet_stop.store(false, Ordering::Release);
                     let _ = wire::send(&*l, 0, &NodeMsg::Continued);
                 }
                 Ok(sys::ChildChange::Exited(code)) => break NodeMsg::Exited { code },
@@ -419,6 +557,7 @@ mod tests {
             mount: "/atoll".into(),
             preload: "/opt/atoll/libatoll_preload.so".into(),
             peers: peer_addresses(&["10.231.0.1:7207".into(), "127.0.0.1:9".into()]),
+            watches: Default::default(),
         }
     }
 

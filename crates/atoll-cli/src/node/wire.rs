@@ -148,6 +148,140 @@ pub enum NodeMsg {
     StatsReply {
         stats: Option<atoll_proto::ServerStats>,
     },
+    /// Edge → head: several frames of one client's request ring, in ring
+    /// order ([`pack_frames`]): a read-ahead batch, a program's window of
+    /// write pieces. Same meaning as that many `Request`s.
+    Requests {
+        chan: ChanId,
+        #[serde(with = "bytes")]
+        frames: Vec<u8>,
+    },
+    /// Head → edge: several frames of one server's reply ring, in ring
+    /// order ([`pack_frames`]). Same meaning as that many `Reply`s.
+    Replies {
+        chan: ChanId,
+        #[serde(with = "bytes")]
+        frames: Vec<u8>,
+    },
+    /// Node → proxy, before `Started`: the secret naming this spawn on a
+    /// watch link (`watch.rs`).
+    Watchable { token: u64 },
+    /// Proxy's watcher → node, first message of a watch link: it reports
+    /// the stops of the proxy of spawn `token`.
+    Watch { token: u64 },
+    /// Watcher → node: the proxy stopped (a SIGSTOP it cannot catch, or
+    /// its own stop mirroring the program's).
+    ProxyStopped,
+    /// Watcher → node: the proxy runs again.
+    ProxyContinued,
+}
+
+/// Most bytes of frames one `Requests` or `Replies` carries (their
+/// length words included): 32 read-ahead replies of 8 KiB, the node's
+/// read-ahead window (`copies::AHEAD_BYTES`). Larger messages would save
+/// little more per MiB and hold the first reply of a batch back longer.
+pub const MAX_BATCH: usize = 256 * 1024 + 32 * (4 + 128);
+
+/// Why packed frames were refused: a peer's message claiming more than
+/// the limits is malformed, and nothing is allocated for the claim.
+#[derive(Debug, PartialEq, Eq)]
+pub enum BatchError {
+    TooLarge(usize),
+    FrameTooLarge(usize),
+    Truncated { claimed: usize, left: usize },
+}
+
+impl std::fmt::Display for BatchError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BatchError::TooLarge(n) => {
+                write!(
+                    f,
+                    "packed frames of {n} bytes, past the limit of {MAX_BATCH}"
+                )
+            }
+            BatchError::FrameTooLarge(n) => write!(
+                f,
+                "a packed frame of {n} bytes, past the ring frame limit of {}",
+                atoll_proto::MAX_FRAME
+            ),
+            BatchError::Truncated { claimed, left } => {
+                write!(
+                    f,
+                    "a packed frame claims {claimed} bytes where {left} are left"
+                )
+            }
+        }
+    }
+}
+
+/// Frames of one channel as one byte string: for each, its length (u32,
+/// little-endian) and its bytes. Ring frames are at most
+/// `atoll_proto::MAX_FRAME` (the 12 KiB every ring slot is built for, and
+/// a server's parked reply); several travel in one message between hosts
+/// instead of raising that limit, which would grow every channel's
+/// memory for the sake of remote ones.
+pub fn pack_frames<'a>(frames: impl IntoIterator<Item = &'a [u8]>) -> Vec<u8> {
+    let mut out = Vec::new();
+    for f in frames {
+        out.extend_from_slice(&(f.len() as u32).to_le_bytes());
+        out.extend_from_slice(f);
+    }
+    out
+}
+
+/// The frames of a [`pack_frames`] string, checked against the limits
+/// before anything is taken: a frame past `MAX_FRAME`, a string past
+/// [`MAX_BATCH`], or a length past the end is refused.
+pub fn unpack_frames(packed: &[u8]) -> Result<Vec<&[u8]>, BatchError> {
+    if packed.len() > MAX_BATCH {
+        return Err(BatchError::TooLarge(packed.len()));
+    }
+    let mut out = Vec::new();
+    let mut rest = packed;
+    while !rest.is_empty() {
+        let Some((len, tail)) = rest.split_first_chunk::<4>() else {
+            return Err(BatchError::Truncated {
+                claimed: 4,
+                left: rest.len(),
+            });
+        };
+        let len = u32::from_le_bytes(*len) as usize;
+        if len > atoll_proto::MAX_FRAME {
+            return Err(BatchError::FrameTooLarge(len));
+        }
+        if len > tail.len() {
+            return Err(BatchError::Truncated {
+                claimed: len,
+                left: tail.len(),
+            });
+        }
+        let (frame, tail) = tail.split_at(len);
+        out.push(frame);
+        rest = tail;
+    }
+    Ok(out)
+}
+
+/// Split `frames` of one channel into packed strings of at most
+/// [`MAX_BATCH`] bytes each, in order.
+pub fn pack_batches(frames: &[Vec<u8>]) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    let mut bytes = 0;
+    for (i, f) in frames.iter().enumerate() {
+        let size = 4 + f.len();
+        if i > start && bytes + size > MAX_BATCH {
+            out.push(pack_frames(frames[start..i].iter().map(Vec::as_slice)));
+            start = i;
+            bytes = 0;
+        }
+        bytes += size;
+    }
+    if start < frames.len() {
+        out.push(pack_frames(frames[start..].iter().map(Vec::as_slice)));
+    }
+    out
 }
 
 /// What `execve` carries to a program started on another node. Host
@@ -342,6 +476,18 @@ mod tests {
             NodeMsg::OutputTaken { bytes: 6 },
             NodeMsg::Stopped { sig: 20 },
             NodeMsg::Continued,
+            NodeMsg::Requests {
+                chan: 4,
+                frames: pack_frames([&[1u8, 2][..], &[3][..]]),
+            },
+            NodeMsg::Replies {
+                chan: 4,
+                frames: pack_frames([&[9u8; 8200][..]]),
+            },
+            NodeMsg::Watchable { token: u64::MAX },
+            NodeMsg::Watch { token: 1 },
+            NodeMsg::ProxyStopped,
+            NodeMsg::ProxyContinued,
         ];
         for m in all {
             let body = postcard::to_allocvec(&m).unwrap();
@@ -375,5 +521,64 @@ mod tests {
         let new = NodeMsg::Request { chan: 300, frame };
         assert_eq!(postcard::to_allocvec(&new).unwrap(), old);
         assert_eq!(decode(&Message { id: 0, body: old }).unwrap(), new);
+    }
+
+    #[test]
+    fn packed_frames_come_back_in_order_and_batches_keep_to_the_limit() {
+        let frames: Vec<Vec<u8>> = (0..70u8).map(|i| vec![i; 8192 + 64]).collect();
+        let batches = pack_batches(&frames);
+        assert!(batches.len() >= 3, "{} batches", batches.len());
+        let mut back = Vec::new();
+        for b in &batches {
+            assert!(b.len() <= MAX_BATCH, "{}", b.len());
+            back.extend(unpack_frames(b).unwrap().into_iter().map(<[u8]>::to_vec));
+        }
+        assert_eq!(back, frames);
+        assert_eq!(unpack_frames(&[]).unwrap(), Vec::<&[u8]>::new());
+        assert_eq!(
+            unpack_frames(&pack_frames([&[][..], &[5u8][..]])).unwrap(),
+            vec![&[][..], &[5u8][..]]
+        );
+    }
+
+    #[test]
+    fn packed_frames_past_a_limit_are_refused() {
+        // A frame larger than a ring carries.
+        let big = vec![0u8; atoll_proto::MAX_FRAME + 1];
+        assert_eq!(
+            unpack_frames(&pack_frames([&big[..]])),
+            Err(BatchError::FrameTooLarge(atoll_proto::MAX_FRAME + 1))
+        );
+        // The largest frame is fine.
+        let max = vec![0u8; atoll_proto::MAX_FRAME];
+        assert_eq!(unpack_frames(&pack_frames([&max[..]])).unwrap().len(), 1);
+        // A length word claiming 4 GiB: refused, nothing allocated for it.
+        let mut claim = u32::MAX.to_le_bytes().to_vec();
+        claim.extend_from_slice(&[0; 16]);
+        assert_eq!(
+            unpack_frames(&claim),
+            Err(BatchError::FrameTooLarge(u32::MAX as usize))
+        );
+        // A length past the end, and a cut length word.
+        let mut cut = pack_frames([&[1u8; 100][..]]);
+        cut.truncate(50);
+        assert_eq!(
+            unpack_frames(&cut),
+            Err(BatchError::Truncated {
+                claimed: 100,
+                left: 46
+            })
+        );
+        assert!(matches!(
+            unpack_frames(&[1, 0]),
+            Err(BatchError::Truncated { .. })
+        ));
+        // A whole string past the batch limit, however well formed.
+        let many: Vec<Vec<u8>> = (0..40).map(|_| vec![0u8; 8192]).collect();
+        let over = pack_frames(many.iter().map(Vec::as_slice));
+        assert!(over.len() > MAX_BATCH);
+        assert_eq!(unpack_frames(&over), Err(BatchError::TooLarge(over.len())));
+        // Batched, the same frames are accepted.
+        assert!(pack_batches(&many).iter().all(|b| unpack_frames(b).is_ok()));
     }
 }

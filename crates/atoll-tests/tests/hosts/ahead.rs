@@ -244,3 +244,53 @@ fn a_reader_reads_its_own_write_ahead_of_itself() {
         "no read-ahead"
     );
 }
+
+/// Between hosts, a channel's frames cross several to a message
+/// (`wire.rs` `Requests`/`Replies`): 16 MiB written with `dd bs=1M` on C
+/// and read back there, byte for byte, and the node's read-ahead batches
+/// (16–32 `ReadData` found together) left packed, far fewer messages than
+/// frames. Before, every frame was a message of its own (the counters did
+/// not exist: both read 0 and the test fails).
+#[test]
+fn a_remote_reader_s_read_ahead_crosses_in_packed_messages() {
+    let Some(c) = cluster() else { return };
+    let size = 16 << 20;
+    on(
+        &c,
+        2,
+        &format!(
+            "{} | dd of=$ROOT/packed bs=1M iflag=fullblock status=none",
+            pattern(5, size)
+        ),
+    );
+    let names = [
+        "node_wire.request_frames",
+        "node_wire.request_messages",
+        "node_wire.reply_frames",
+        "node_wire.reply_messages",
+    ];
+    let get = |name: &str| counter(&c, 2, name);
+    let before: Vec<u64> = names.iter().map(|n| get(n)).collect();
+    assert_eq!(text(&on(&c, 2, &read("packed"))), pattern_sum(5, size));
+    let d: Vec<u64> = names.iter().zip(&before).map(|(n, b)| get(n) - b).collect();
+    let (frames, messages, rf, rm) = (d[0], d[1], d[2], d[3]);
+    let chunks = (size / 8192) as u64;
+    eprintln!(
+        "C's read: {frames} request frames in {messages} messages, {rf} reply frames in {rm} \
+         messages"
+    );
+    // Every chunk was asked for once (by the node's read-ahead or by the
+    // reader's own read that outran it), a few more for the reader's opens
+    // and stats; each read-ahead batch left as one message.
+    assert!(
+        frames >= chunks,
+        "{frames} request frames for {chunks} chunks"
+    );
+    assert!(
+        messages > 0 && messages * 2 <= frames,
+        "{frames} request frames in {messages} messages"
+    );
+    // How many replies leave together is timing (the head holds them only
+    // while it spins, `head.rs` `Held`): only counted here.
+    assert!(rm > 0 && rf >= rm, "{rf} reply frames in {rm} messages");
+}

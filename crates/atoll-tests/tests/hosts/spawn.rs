@@ -164,6 +164,60 @@ fn a_stop_and_continue_of_a_remote_program_s_proxy_reach_the_program() {
     );
 }
 
+/// A SIGSTOP sent to the proxy itself, which it cannot catch, stops the
+/// remote program too (the proxy's watcher process sees it stop and tells
+/// the node, `node/watch.rs`), for longer than the link's 3 s silence
+/// bound: the program makes no progress meanwhile (a counter it writes
+/// does not move), and the SIGCONT continues both. Before, the program ran
+/// on, and the silent proxy's link ended after 3 s, killing it.
+#[test]
+fn a_sigstop_to_a_remote_program_s_proxy_stops_the_program_until_continued() {
+    let Some(c) = cluster() else { return };
+    let got = on(
+        &c,
+        0,
+        r#"
+        state() { read -r _ _ s _ < /proc/$1/stat; echo $s; }
+        # Until process $1's state is (=) or is not (!=) $3, for 10 s.
+        settle() {
+            local i=0
+            until [ "$(state $1)" $2 "$3" ]; do
+                i=$((i+1)); [ $i -gt 1000 ] && { echo "never $2 $3: $1"; return; }
+                sleep 0.01
+            done
+        }
+        count() { cat $ROOT/count 2>/dev/null; }
+        # Until the counter moves past $1, for 20 s.
+        moves() {
+            local i=0
+            until [ "$(count)" != "$1" ]; do
+                i=$((i+1)); [ $i -gt 400 ] && { echo "the counter stays at $1"; return; }
+                sleep 0.05
+            done
+            echo "counting"
+        }
+        env ATOLL_NODE_PLACEMENT=rank:2 sh -c 'echo $$ > $ROOT/pid; i=0; while :; do i=$((i+1)); echo $i > $ROOT/count; sleep 0.05; done' & p=$!
+        until [ -s $ROOT/pid ]; do :; done; read q < $ROOT/pid
+        moves "$(count)"
+        kill -STOP $p
+        settle $q = T
+        echo "stopped: proxy $(state $p) program $(state $q)"
+        a=$(count); sleep 5; b=$(count)
+        [ "$a" = "$b" ] && echo "no progress while stopped" || echo "progress while stopped: $a -> $b"
+        kill -CONT $p
+        settle $q != T; settle $p != T
+        echo "continued: program $(state $q)"
+        moves "$(count)"
+        kill -TERM $p; wait $p; echo "status $?"
+        "#,
+    );
+    assert_eq!(
+        text(&got),
+        "counting\nstopped: proxy T program T\nno progress while stopped\n\
+         continued: program S\ncounting\nstatus 143\n"
+    );
+}
+
 /// An atoll pipe's write end a remote program inherited (not its stdout)
 /// and closes: its reader sees end of file then, while the program still
 /// runs, as after a local exec (the proxy lets its own ends go once the

@@ -242,6 +242,36 @@ fn a_silent_peer_is_declared_dead_after_the_bound() {
     assert!(t.elapsed() < Duration::from_secs(5));
 }
 
+/// A stopped peer sends no heartbeat: while its silence is held, the link
+/// stays up however long it lasts; released, the bound applies again.
+#[test]
+fn a_peer_whose_silence_is_held_is_not_declared_dead_until_released() {
+    let net = quick();
+    let raw = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let a = net.connect(&raw.local_addr().unwrap().to_string()).unwrap();
+    let (mut s, _) = raw.accept().unwrap();
+    a.hold_silence(true);
+    // Three times the bound (400 ms) without a byte.
+    assert_eq!(a.recv(Some(Duration::from_millis(1200))).unwrap(), None);
+    assert!(!a.is_closed());
+    // The peer speaks again: a message arrives as ever.
+    let mut out = Vec::new();
+    frame::encode(
+        &Message {
+            id: 3,
+            body: b"back".to_vec(),
+        },
+        &mut out,
+    );
+    s.write_all(&out).unwrap();
+    assert_eq!(a.recv(WAIT).unwrap().unwrap().body, b"back");
+    a.hold_silence(false);
+    match a.recv(None) {
+        Err(TransportError::Silent(..)) => {}
+        other => panic!("expected a silent peer once released, got {other:?}"),
+    }
+}
+
 #[test]
 fn an_idle_link_stays_up_on_heartbeats() {
     let net = quick();

@@ -296,7 +296,8 @@ fn pjdfstest_passes_in_atoll_as_on_tmpfs() {
 const CPYTHON_TESTS: &str = "test_os test_shutil test_tempfile test_glob test_pathlib \
      test_fileio test_posix test_io test_zipfile test_tarfile test_mmap test_fcntl test_stat \
      test_signal test_subprocess test_fileinput test_zipimport test_py_compile test_importlib \
-     test_filecmp test_pty test_select";
+     test_filecmp test_pty test_select test_mailbox test_eintr test_file_eintr test_threadsignals \
+     test_shelve test_dbm_dumb test_popen test_wait4 test_largefile test_logging";
 
 /// The tests `python3 -m test` reports failed (from its summary).
 fn cpython_failures(out: &str) -> std::collections::BTreeSet<String> {
@@ -326,7 +327,8 @@ fn cpython_failures(out: &str) -> std::collections::BTreeSet<String> {
 }
 
 /// CPython's test suite for the file system, with its cwd and `TMPDIR` in
-/// the mount, fails exactly the tests it fails in a tmpfs directory.
+/// the mount, fails exactly the tests it fails in a tmpfs directory (a
+/// test that fails on one side only is run once more, alone, on both).
 #[test]
 fn cpython_file_system_tests_pass_as_on_tmpfs() {
     let python = Path::new("/usr/bin/python3");
@@ -338,27 +340,46 @@ fn cpython_file_system_tests_pass_as_on_tmpfs() {
         has_suite,
         "CPython's test suite is missing: install libpython3.X-testsuite (.ci/run does)"
     );
-    let script = format!(
-        "mkdir -p \"$ROOT/py\" && cd \"$ROOT/py\" && TMPDIR=\"$ROOT/py\" \
-         {} -m test -j2 {CPYTHON_TESTS} 2>&1; echo \"exit $?\"",
-        python.display()
-    );
-    let shm = tempfile::tempdir_in("/dev/shm").expect("tmpfs directory");
-    let host = Command::new("bash")
-        .args(["-c", &script])
-        .env("ROOT", shm.path())
-        .output_bounded()
-        .expect("bash");
-    let host_out = String::from_utf8_lossy(&host.stdout).to_string();
-    assert!(host_out.contains("Tests result:"), "tmpfs run: {host_out}");
-    let want = cpython_failures(&host_out);
-    let out = run_in_atoll(&["--memory", "1G"], &script);
-    let got_out = String::from_utf8_lossy(&out.stdout).to_string();
-    assert!(got_out.contains("Tests result:"), "atoll run: {got_out}");
+    let script = |tests: &str| {
+        format!(
+            "mkdir -p \"$ROOT/py\" && cd \"$ROOT/py\" && TMPDIR=\"$ROOT/py\" \
+             {} -m test -j2 {tests} 2>&1; echo \"exit $?\"",
+            python.display()
+        )
+    };
+    let on_tmpfs = |tests: &str| {
+        let shm = tempfile::tempdir_in("/dev/shm").expect("tmpfs directory");
+        let host = Command::new("bash")
+            .args(["-c", &script(tests)])
+            .env("ROOT", shm.path())
+            .output_bounded()
+            .expect("bash");
+        let out = String::from_utf8_lossy(&host.stdout).to_string();
+        assert!(out.contains("Tests result:"), "tmpfs run: {out}");
+        cpython_failures(&out)
+    };
+    let in_atoll = |tests: &str| {
+        let out = run_in_atoll(&["--memory", "1G"], &script(tests));
+        let out = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(out.contains("Tests result:"), "atoll run: {out}");
+        (cpython_failures(&out), out)
+    };
+    let want = on_tmpfs(CPYTHON_TESTS);
+    let (got, got_out) = in_atoll(CPYTHON_TESTS);
+    let differing: Vec<String> = want.symmetric_difference(&got).cloned().collect();
+    if differing.is_empty() {
+        return;
+    }
+    // A test that failed on one side only runs once more, alone, on both:
+    // some (test_eintr, test_threadsignals) time signals against sleeps
+    // and can fail on a loaded machine wherever they run.
+    let again = differing.join(" ");
+    let (got_again, again_out) = in_atoll(&again);
     assert_eq!(
-        cpython_failures(&got_out),
-        want,
-        "tests that failed in atoll but not on tmpfs (or the reverse):\n{got_out}"
+        got_again,
+        on_tmpfs(&again),
+        "tests that failed in atoll but not on tmpfs (or the reverse), twice:\n\
+         {again_out}\n--- the first run:\n{got_out}"
     );
 }
 

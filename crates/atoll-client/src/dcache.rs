@@ -35,19 +35,9 @@
 //! that do not own it (write permission, sticky bit, set-group-id;
 //! `dirperm.rs`).
 
+use crate::fixedhash::Map;
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::collections::hash_map::DefaultHasher;
-use std::collections::HashMap;
-use std::hash::BuildHasherDefault;
-
-/// The cache's maps hash with fixed keys, not std's per-process random
-/// ones: those cost every image a `getrandom` as its session is made (at
-/// start, at every exec), and they guard a map against keys chosen to
-/// collide. Here every key is one this process looked up or was answered
-/// for itself, so a program that chose colliding names slows only its
-/// own lookups; no other process's cache holds them.
-type Map<K, V> = HashMap<K, V, BuildHasherDefault<DefaultHasher>>;
 
 use atoll_msg::ClientChannel;
 use atoll_proto::{name_hash, FileType, InodeId, Notice, Vouched};

@@ -24,7 +24,7 @@
 //! so a block freed by truncation is never written into after reuse while
 //! the writer keeps its file open (the servers do not reuse such blocks).
 
-use std::collections::HashMap;
+use crate::fixedhash::Map as HashMap;
 
 use atoll_proto::{Extent, BLOCK_SIZE};
 
@@ -98,7 +98,7 @@ fn with<R>(f: impl FnOnce(&mut HashMap<u32, Copy>) -> R) -> R {
     let _g = COPIES.lock.lock();
     // SAFETY: the lock is held for the whole use of the map.
     let m = unsafe { &mut *COPIES.map.get() };
-    f(m.get_or_insert_with(HashMap::new))
+    f(m.get_or_insert_with(HashMap::default))
 }
 
 /// Is the emulation on for this instance?

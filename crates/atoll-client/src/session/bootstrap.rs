@@ -6,7 +6,7 @@
 use std::io::{IoSlice, IoSliceMut};
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, BorrowedFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32};
 
 use atoll_proto::boot::{BootReply, BootRequest, InstanceInfo, MAX_BOOT_PACKET};
 use atoll_proto::SessionId;
@@ -41,6 +41,7 @@ fn keep_high(fd: RawFd) -> RawFd {
     to_high(fd, 0)
 }
 
+/// One bootstrap exchange: send `req`, receive the reply and its fds.
 /// Send a boot request that has no reply (e.g. `ChildPid`); best effort.
 pub fn boot_post(sock: BorrowedFd<'_>, req: &BootRequest) {
     // Room for the largest, `Counters` (13 varints of up to 10 bytes).
@@ -67,48 +68,11 @@ fn reply_len(sock: BorrowedFd<'_>) -> Result<usize> {
     }
 }
 
-/// One bootstrap exchange: send `req`, receive the reply and its fds.
 pub fn boot_call(sock: BorrowedFd<'_>, req: &BootRequest) -> Result<(BootReply, Vec<OwnedFd>)> {
-    boot_send(sock, req)?;
-    loop {
-        let (reply, fds) = boot_recv(sock)?;
-        // A `Forked` before the reply to anything but `Fork` answers a
-        // `Fork` posted ahead (`Client::fork_session`) that no fork took:
-        // the boot thread answers a connection's requests in order, so it
-        // comes first. Dropping its socket ends that unused session. An
-        // image that execs while another thread forks may hand such a
-        // reply to its new image, which drops it here.
-        if matches!(reply, BootReply::Forked { .. }) && !matches!(req, BootRequest::Fork) {
-            drop(fds);
-            continue;
-        }
-        return Ok((reply, fds));
-    }
-}
-
-/// Send one boot request that has a reply, without waiting for it (the
-/// reply is taken by [`boot_recv`]).
-pub fn boot_send(sock: BorrowedFd<'_>, req: &BootRequest) -> Result<()> {
-    // On the stack when it fits (every request a client sends): the heap
-    // is shared with a child about to be forked, whose own allocations
-    // then copy fewer pages.
-    let mut buf = [0u8; 256];
-    let big;
-    let bytes = match postcard::to_slice(req, &mut buf) {
-        Ok(b) => &b[..],
-        Err(_) => {
-            big = postcard::to_allocvec(req).map_err(|e| Error::Boot(e.to_string()))?;
-            &big[..]
-        }
-    };
+    let bytes = postcard::to_allocvec(req).map_err(|e| Error::Boot(e.to_string()))?;
     let mut space: [MaybeUninit<u8>; 0] = [];
     let mut ctl = SendAncillaryBuffer::new(&mut space);
-    rustix::net::sendmsg(sock, &[IoSlice::new(bytes)], &mut ctl, SendFlags::empty())?;
-    Ok(())
-}
-
-/// Receive the next boot reply and its fds (waiting for it).
-pub fn boot_recv(sock: BorrowedFd<'_>) -> Result<(BootReply, Vec<OwnedFd>)> {
+    rustix::net::sendmsg(sock, &[IoSlice::new(&bytes)], &mut ctl, SendFlags::empty())?;
     let mut buf = vec![0u8; reply_len(sock)?.clamp(1, MAX_BOOT_PACKET)];
     let mut space = vec![MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(80))];
     let mut rctl = RecvAncillaryBuffer::new(&mut space);
@@ -328,8 +292,6 @@ fn build(
         cache_fd: AtomicI32::new(cache_fd),
         control_fd: AtomicI32::new(control_fd),
         pid_untold: AtomicBool::new(false),
-        ahead_of: AtomicU64::new(0),
-        forked_by: AtomicU64::new(0),
         session: AtomicPtr::new(Box::into_raw(Box::new(session))),
         boot_lock: SpinLock::new(),
         umask: AtomicU32::new(um),
@@ -345,60 +307,4 @@ fn build(
     // (most of those a build starts) saves the ten system calls.
     let c = install(c);
     Ok(c)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use rustix::net::{socketpair, AddressFamily, SocketFlags, SocketType};
-
-    /// What the boot thread would send: `reply` with `fds`.
-    fn answer(sock: BorrowedFd<'_>, reply: &BootReply, fds: &[BorrowedFd<'_>]) {
-        let bytes = postcard::to_allocvec(reply).expect("encode");
-        let mut space = vec![MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(4))];
-        let mut ctl = SendAncillaryBuffer::new(&mut space);
-        if !fds.is_empty() {
-            assert!(ctl.push(rustix::net::SendAncillaryMessage::ScmRights(fds)));
-        }
-        rustix::net::sendmsg(sock, &[IoSlice::new(&bytes)], &mut ctl, SendFlags::empty())
-            .expect("send");
-    }
-
-    fn pair() -> (OwnedFd, OwnedFd) {
-        socketpair(
-            AddressFamily::UNIX,
-            SocketType::SEQPACKET,
-            SocketFlags::CLOEXEC,
-            None,
-        )
-        .expect("socketpair")
-    }
-
-    #[test]
-    fn a_session_asked_for_ahead_is_skipped_by_any_other_call_and_ended() {
-        let (client, boot) = pair();
-        let (spare, spare_far) = pair();
-        // The reply to a `Fork` posted ahead, then the one to `NewLane`.
-        answer(
-            boot.as_fd(),
-            &BootReply::Forked {
-                child: SessionId(5),
-            },
-            &[spare.as_fd()],
-        );
-        drop(spare);
-        answer(boot.as_fd(), &BootReply::Lane { lane: 3 }, &[]);
-        let (reply, fds) = boot_call(client.as_fd(), &BootRequest::NewLane).expect("call");
-        assert!(matches!(reply, BootReply::Lane { lane: 3 }), "{reply:?}");
-        assert!(fds.is_empty());
-        // The spare's socket was closed with it: its far end hangs up (the
-        // boot thread ends that session).
-        let mut b = [0u8; 1];
-        assert_eq!(rustix::io::read(&spare_far, &mut b).expect("read"), 0);
-        // What the boot thread read: the request, after nothing else.
-        let mut req = [0u8; 64];
-        let n = rustix::io::read(&boot, &mut req).expect("request");
-        let got: BootRequest = postcard::from_bytes(&req[..n]).expect("decode");
-        assert!(matches!(got, BootRequest::NewLane), "{got:?}");
-    }
 }

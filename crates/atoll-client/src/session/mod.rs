@@ -39,7 +39,7 @@ use crate::sys::{self, SpinLock};
 /// Most lanes one process may hold (threads calling concurrently, plus
 /// nested signal-handler calls).
 mod bootstrap;
-pub use bootstrap::{attach, boot_call, boot_post, boot_recv, boot_send, to_high};
+pub use bootstrap::{attach, boot_call, boot_post, to_high};
 
 pub const MAX_LANES: usize = 128;
 
@@ -183,16 +183,6 @@ pub struct Client {
     /// A forked child that has not yet named its process to the boot
     /// thread (`BootRequest::ChildPid`, sent with its first `NewLane`).
     pid_untold: AtomicBool,
-    /// The process (pid; 0: none) with a `Fork` posted ahead on its
-    /// session socket whose reply is not taken yet: the next fork's
-    /// session, asked for at the fork before it (`fork_session`). Under
-    /// `boot_lock`. Keyed by pid, not a flag a forked child clears, so
-    /// that the child writes nothing here (a page less copied before its
-    /// exec): in the child it names another process.
-    ahead_of: AtomicU64,
-    /// The process (pid; 0: none) that forked with this image's client:
-    /// only one that forks a second time asks for sessions ahead.
-    forked_by: AtomicU64,
     session: AtomicPtr<Session>,
     pub boot_lock: SpinLock,
     pub umask: AtomicU32,
@@ -491,10 +481,6 @@ impl Client {
             let pid = std::process::id();
             boot_post(sock, &BootRequest::ChildPid { pid });
         }
-        // A session asked for ahead comes first and is dropped
-        // (`boot_call`); never counted as still to come, which a fork
-        // would wait for in vain.
-        self.ahead_of.store(0, Ordering::Relaxed);
         let (reply, fds) = boot_call(sock, &BootRequest::NewLane)?;
         let BootReply::Lane { lane } = reply else {
             return Err(Error::Boot(format!("NewLane answered {reply:?}")));
@@ -529,8 +515,6 @@ impl Client {
             lane,
             server: server as u32,
         };
-        // As in `new_lane`: a session asked for ahead is dropped.
-        self.ahead_of.store(0, Ordering::Relaxed);
         let (reply, fds) = boot_call(sock, &req)?;
         match (reply, fds.as_slice()) {
             (BootReply::Lane { lane: l }, [fd]) if l == lane => Ok(ClientChannel::map(fd.as_fd())?),
@@ -558,29 +542,12 @@ impl Client {
     /// Create a child session for `fork` (the caller then shares every
     /// description with it). Returns `(child id, child socket)`; the
     /// child has no lane until it needs one.
-    ///
-    /// A process that forks again (a shell's loop, `make`) takes the
-    /// session it asked for at its previous fork and asks for the next
-    /// one without waiting (`Fork` posted ahead): the boot thread makes
-    /// it while the child runs, not while the parent waits for it, and
-    /// the fork is a receive of a reply already there instead of a round
-    /// trip to a sleeping thread. A session asked for ahead that no fork
-    /// takes (the process exits or execs) ends with the socket it came
-    /// on, unused: it holds nothing at any server until a fork shares
-    /// descriptions with it.
     pub fn fork_session(&self) -> Result<(SessionId, OwnedFd)> {
         let _g = self.boot_lock.lock();
         let sock = self.socket_fd.load(Ordering::Relaxed);
         // SAFETY: the session socket stays open while the client lives.
         let sock = unsafe { BorrowedFd::borrow_raw(sock) };
-        let me = sys::self_pid();
-        let ahead = self.ahead_of.swap(0, Ordering::Relaxed) == me;
-        let got = match ahead {
-            // A session asked for ahead that failed is asked for again.
-            true => boot_recv(sock).or_else(|_| boot_call(sock, &BootRequest::Fork)),
-            false => boot_call(sock, &BootRequest::Fork),
-        };
-        let (reply, fds) = got?;
+        let (reply, fds) = boot_call(sock, &BootRequest::Fork)?;
         let BootReply::Forked { child } = reply else {
             return Err(Error::Boot(format!("Fork answered {reply:?}")));
         };
@@ -588,21 +555,7 @@ impl Client {
             .into_iter()
             .next()
             .ok_or_else(|| Error::Boot("Fork without socket".into()))?;
-        if self.forked_by.swap(me, Ordering::Relaxed) == me
-            && boot_send(sock, &BootRequest::Fork).is_ok()
-        {
-            self.ahead_of.store(me, Ordering::Relaxed);
-        }
         Ok((child, socket))
-    }
-
-    /// Take (and so end) the session asked for ahead, if any, so that
-    /// the socket carries no reply when it is handed to a new image
-    /// (`inheritable_socket`). Under `boot_lock`.
-    fn drop_fork_ahead(&self, sock: BorrowedFd<'_>) {
-        if self.ahead_of.swap(0, Ordering::Relaxed) == sys::self_pid() {
-            let _ = boot_recv(sock);
-        }
     }
 
     /// Has this image's session no lane (a forked child that has not
@@ -614,10 +567,7 @@ impl Client {
     /// A copy of the session socket that survives `execve` (no
     /// `FD_CLOEXEC`, at a high number), for a new image to `Reattach` on.
     pub fn inheritable_socket(&self) -> Result<OwnedFd> {
-        let _g = self.boot_lock.lock();
         let sock = self.socket_fd.load(Ordering::Relaxed);
-        // SAFETY: the session socket stays open while the client lives.
-        self.drop_fork_ahead(unsafe { BorrowedFd::borrow_raw(sock) });
         let n = sys::fcntl_int(sock, libc::F_DUPFD, PRIVATE_FD_MIN as i64);
         if n < 0 {
             return Err(Error::Errno(-n as i32));

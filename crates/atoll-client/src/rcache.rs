@@ -187,25 +187,23 @@ impl Copies {
 }
 
 struct Shared {
-    lock: SpinLock,
     copies: core::cell::UnsafeCell<Option<Copies>>,
 }
 
-// SAFETY: `copies` is only touched under `lock`.
+// SAFETY: `copies` is only touched under `fork_lock()`.
 unsafe impl Sync for Shared {}
 
 static SHARED: Shared = Shared {
-    lock: SpinLock::new(),
     copies: core::cell::UnsafeCell::new(None),
 };
 
 /// The copies' lock, for [`crate::forkgate`].
 pub fn fork_lock() -> &'static SpinLock {
-    &SHARED.lock
+    &crate::forkgate::LOCKS.rcache
 }
 
 fn with<R>(f: impl FnOnce(&mut Copies) -> R) -> R {
-    let _g = SHARED.lock.lock();
+    let _g = fork_lock().lock();
     // SAFETY: the lock is held for the whole use of the copies.
     let m = unsafe { &mut *SHARED.copies.get() };
     f(m.get_or_insert_with(Copies::default))

@@ -51,15 +51,13 @@ struct Tracked {
 }
 
 struct Table {
-    lock: SpinLock,
     all: UnsafeCell<Vec<Tracked>>,
 }
 
-// SAFETY: `all` is only touched under `lock`.
+// SAFETY: `all` is only touched under `fork_lock()`.
 unsafe impl Sync for Table {}
 
 static TABLE: Table = Table {
-    lock: SpinLock::new(),
     all: UnsafeCell::new(Vec::new()),
 };
 /// Tracked pieces (a cheap gate for `munmap`, `close` and exit).
@@ -72,11 +70,11 @@ pub fn is_empty() -> bool {
 
 /// The table's lock, for [`crate::forkgate`].
 pub fn fork_lock() -> &'static SpinLock {
-    &TABLE.lock
+    &crate::forkgate::LOCKS.copymap
 }
 
 fn with<R>(f: impl FnOnce(&mut Vec<Tracked>) -> R) -> R {
-    let _g = TABLE.lock.lock();
+    let _g = fork_lock().lock();
     // SAFETY: the lock is held for the whole use of the table.
     let t = unsafe { &mut *TABLE.all.get() };
     let r = f(t);

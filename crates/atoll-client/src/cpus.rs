@@ -143,9 +143,10 @@ fn raw_gettid() -> i32 {
     unsafe { sys::sc(libc::SYS_gettid, 0, 0, 0, 0) as i32 }
 }
 
-/// The entry a new image inherits, if any.
-pub fn env_entry() -> Option<Vec<u8>> {
-    own_affinity().then(|| format!("{ENV_AFFINITY}=own").into_bytes())
+/// The entry a new image inherits, if any, given [`own_affinity`]'s
+/// answer (asked once per exec by its caller).
+pub fn env_entry(own: bool) -> Option<Vec<u8>> {
+    own.then(|| format!("{ENV_AFFINITY}=own").into_bytes())
 }
 
 /// `sched_setaffinity(pid, len, mask)`: the kernel's; of this process, the

@@ -77,26 +77,24 @@ pub fn current() -> ThreadCred {
 /// Every distinct supplementary group list threads of this process held,
 /// by number. Process-local; its lock is one of the fork gate's.
 struct GroupSets {
-    lock: SpinLock,
     lists: UnsafeCell<Vec<Vec<u32>>>,
 }
 
-// SAFETY: `lists` is only touched under `lock`.
+// SAFETY: `lists` is only touched under `fork_lock()`.
 unsafe impl Sync for GroupSets {}
 
 static SETS: GroupSets = GroupSets {
-    lock: SpinLock::new(),
     lists: UnsafeCell::new(Vec::new()),
 };
 
 /// The group lists' lock, for [`crate::forkgate`].
 pub fn fork_lock() -> &'static SpinLock {
-    &SETS.lock
+    &crate::forkgate::LOCKS.creds
 }
 
 /// The number of `groups` among the process's lists (added if new).
 fn set_of(groups: &[u32]) -> u32 {
-    let _g = SETS.lock.lock();
+    let _g = fork_lock().lock();
     // SAFETY: the lock is held for the whole use of the lists.
     let lists = unsafe { &mut *SETS.lists.get() };
     if let Some(i) = lists.iter().position(|l| l == groups) {
@@ -115,7 +113,7 @@ pub fn groups_of(set: u32) -> Vec<u32> {
     if set == SCRATCH_SET {
         return SCRATCH_GROUPS.with(|g| g.borrow().clone());
     }
-    let _g = SETS.lock.lock();
+    let _g = fork_lock().lock();
     // SAFETY: the lock is held for the whole use of the lists.
     let lists = unsafe { &*SETS.lists.get() };
     lists.get(set as usize).cloned().unwrap_or_default()

@@ -35,9 +35,9 @@
 //! that do not own it (write permission, sticky bit, set-group-id;
 //! `dirperm.rs`).
 
+use crate::fixedhash::Map;
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::collections::HashMap;
 
 use atoll_msg::ClientChannel;
 use atoll_proto::{name_hash, FileType, InodeId, Notice, Vouched};
@@ -68,10 +68,10 @@ pub struct DirCache {
     held: AtomicBool,
     gen: AtomicU64,
     /// Keyed by `(dir, name_hash)`; the name is compared on a hit.
-    map: UnsafeCell<HashMap<(u64, u64), Ent>>,
+    map: UnsafeCell<Map<(u64, u64), Ent>>,
     /// Mode, owner and group of directories, as their owners reported
     /// them; dropped with the directory's entries.
-    attrs: UnsafeCell<HashMap<u64, Vouched>>,
+    attrs: UnsafeCell<Map<u64, Vouched>>,
     /// The credentials everything here was asked with: a lookup or a
     /// search grant made for one thread's credentials says nothing about
     /// other ones (a process that searched a 0700 directory as root, then
@@ -106,14 +106,14 @@ impl Drop for Guard<'_> {
 }
 
 impl Guard<'_> {
-    fn map(&mut self) -> &mut HashMap<(u64, u64), Ent> {
+    fn map(&mut self) -> &mut Map<(u64, u64), Ent> {
         // SAFETY: the guard proves this thread holds `held`, so no other
         // thread (nor a signal handler, which only ever *tries* the lock)
         // touches the map now.
         unsafe { &mut *self.0.map.get() }
     }
 
-    fn attrs(&mut self) -> &mut HashMap<u64, Vouched> {
+    fn attrs(&mut self) -> &mut Map<u64, Vouched> {
         // SAFETY: as for `map`: the guard proves this thread holds `held`.
         unsafe { &mut *self.0.attrs.get() }
     }
@@ -183,8 +183,8 @@ impl DirCache {
         DirCache {
             held: AtomicBool::new(false),
             gen: AtomicU64::new(0),
-            map: UnsafeCell::new(HashMap::new()),
-            attrs: UnsafeCell::new(HashMap::new()),
+            map: UnsafeCell::new(Map::default()),
+            attrs: UnsafeCell::new(Map::default()),
             cred: UnsafeCell::new(None),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),

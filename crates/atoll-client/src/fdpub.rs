@@ -107,12 +107,10 @@ static FILE_BYTES: AtomicUsize = AtomicUsize::new(0);
 /// The table is also another process's (a fork since our last change):
 /// the next write makes our own first.
 static SHARED: AtomicBool = AtomicBool::new(false);
-/// Held by every writer of the table and across `fork` (`forkgate`).
-static LOCK: SpinLock = SpinLock::new();
-
-/// The lock `forkgate` holds across the clone.
+/// The lock every writer of the table holds, and `forkgate` across the
+/// clone (it lives with the gate's other locks: `forkgate::LOCKS`).
 pub fn fork_lock() -> &'static SpinLock {
-    &LOCK
+    &crate::forkgate::LOCKS.fdpub
 }
 
 /// The table's descriptor number, if there is one (a private descriptor).
@@ -122,7 +120,7 @@ pub fn fd() -> i32 {
 
 /// The program wants the table's number: move the table away.
 pub fn relocate(from: i32) {
-    let _held = LOCK.lock();
+    let _held = fork_lock().lock();
     if from >= 0 && FD.load(Ordering::Relaxed) == from {
         FD.store(crate::session::to_high(from, from + 1), Ordering::Relaxed);
     }
@@ -197,7 +195,7 @@ fn with_table(slot: Option<usize>, write: impl FnOnce(*mut u8)) {
     // At every install and removal of a descriptor: without the signal
     // mask inside a call (`SpinLock::lock_in_call`), which saves four
     // system calls per `open` + `close`.
-    let _held = LOCK.lock_in_call();
+    let _held = fork_lock().lock_in_call();
     let need = slot.map_or(0, |n| n + 1);
     let want = slot.map_or(FIRST_SLOTS, |n| room_for(n + 1));
     let state = STATE.load(Ordering::Acquire);
@@ -353,17 +351,17 @@ pub fn publish_at_start(named_by_environ: bool) {
     }
     // Once per image, from the constructor (the lock still keeps a
     // table made meanwhile from being made twice). Taken without blocking
-    // signals, as `LOCK.lock()` would (two system calls per start): no
+    // signals, as `fork_lock().lock()` would (two system calls per start): no
     // handler that could take it runs yet, the image's program having
     // installed none (`execve` reset them) and atoll's own SIGSYS
     // handler coming after the client's start.
-    LOCK.acquire_raw();
+    fork_lock().acquire_raw();
     make_file_only();
-    LOCK.release_raw();
+    fork_lock().release_raw();
 }
 
 /// Make the table holding only the list of atoll's own descriptors
-/// (`FILE_ONLY`), unless there is one. Under `LOCK`.
+/// (`FILE_ONLY`), unless there is one. Under `fork_lock()`.
 fn make_file_only() {
     if STATE.load(Ordering::Acquire) != NONE {
         return;
@@ -400,7 +398,7 @@ pub fn private_of(pid: u32) -> Option<Vec<i32>> {
 /// after the image started (`Client::template`).
 pub fn publish_private_fds() {
     {
-        let _held = LOCK.lock_in_call();
+        let _held = fork_lock().lock_in_call();
         let fd = FD.load(Ordering::Relaxed);
         if STATE.load(Ordering::Acquire) == FILE_ONLY && !SHARED.load(Ordering::Acquire) {
             pwrite_private(fd, false);

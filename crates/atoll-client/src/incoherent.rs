@@ -24,7 +24,7 @@
 //! so a block freed by truncation is never written into after reuse while
 //! the writer keeps its file open (the servers do not reuse such blocks).
 
-use std::collections::HashMap;
+use crate::fixedhash::Map as HashMap;
 
 use atoll_proto::{Extent, BLOCK_SIZE};
 
@@ -77,28 +77,26 @@ impl Copy {
 }
 
 struct Copies {
-    lock: SpinLock,
     map: core::cell::UnsafeCell<Option<HashMap<u32, Copy>>>,
 }
 
-// SAFETY: `map` is only touched under `lock`.
+// SAFETY: `map` is only touched under `fork_lock()`.
 unsafe impl Sync for Copies {}
 
 static COPIES: Copies = Copies {
-    lock: SpinLock::new(),
     map: core::cell::UnsafeCell::new(None),
 };
 
 /// The copies' lock, for [`crate::forkgate`].
 pub fn fork_lock() -> &'static SpinLock {
-    &COPIES.lock
+    &crate::forkgate::LOCKS.incoherent
 }
 
 fn with<R>(f: impl FnOnce(&mut HashMap<u32, Copy>) -> R) -> R {
-    let _g = COPIES.lock.lock();
+    let _g = fork_lock().lock();
     // SAFETY: the lock is held for the whole use of the map.
     let m = unsafe { &mut *COPIES.map.get() };
-    f(m.get_or_insert_with(HashMap::new))
+    f(m.get_or_insert_with(HashMap::default))
 }
 
 /// Is the emulation on for this instance?

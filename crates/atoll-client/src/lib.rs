@@ -71,6 +71,7 @@ mod fdpath;
 mod fdpub;
 mod fdtable;
 mod file;
+mod fixedhash;
 mod fork;
 mod forkgate;
 mod forkshare;

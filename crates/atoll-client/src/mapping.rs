@@ -78,19 +78,16 @@ const EMPTY: Piece = Piece {
 };
 
 struct Table {
-    /// Taken with every signal blocked, so a handler never spins on it.
-    lock: SpinLock,
     len: UnsafeCell<usize>,
     pieces: UnsafeCell<[Piece; MAX_PIECES]>,
 }
 
-// SAFETY: `len` and `pieces` are only touched under `lock`.
+// SAFETY: `len` and `pieces` are only touched under `fork_lock()`.
 unsafe impl Sync for Table {}
 
 // With the other big zero-initialised tables (see `fdtable::DESCS`).
 #[cfg_attr(target_os = "linux", link_section = ".bss.atoll_tables")]
 static TABLE: Table = Table {
-    lock: SpinLock::new(),
     len: UnsafeCell::new(0),
     pieces: UnsafeCell::new([EMPTY; MAX_PIECES]),
 };
@@ -178,7 +175,7 @@ impl Pieces<'_> {
 }
 
 fn with<R>(f: impl FnOnce(&mut Pieces) -> R) -> R {
-    let _g = TABLE.lock.lock();
+    let _g = fork_lock().lock();
     // SAFETY: the lock is held for the whole use of the table.
     let mut t = unsafe {
         Pieces {
@@ -202,7 +199,7 @@ fn with<R>(f: impl FnOnce(&mut Pieces) -> R) -> R {
 
 /// The table's lock, for [`crate::forkgate`].
 pub fn fork_lock() -> &'static SpinLock {
-    &TABLE.lock
+    &crate::forkgate::LOCKS.mapping
 }
 
 fn round_up(len: u64) -> u64 {

@@ -28,7 +28,6 @@ struct Watch {
 }
 
 const MAX_WATCHES: usize = 256;
-static WATCH_LOCK: sys::SpinLock = sys::SpinLock::new();
 static WATCH_COUNT: AtomicU32 = AtomicU32::new(0);
 // With the other big zero tables after `.bss` (`fdtable::DESCS` says why).
 #[cfg_attr(target_os = "linux", link_section = ".bss.atoll_tables")]
@@ -36,13 +35,13 @@ static mut WATCHES: [Option<Watch>; MAX_WATCHES] = [const { None }; MAX_WATCHES]
 
 /// The watch table's lock, for [`crate::forkgate`].
 pub fn fork_lock() -> &'static sys::SpinLock {
-    &WATCH_LOCK
+    &crate::forkgate::LOCKS.pipeepoll
 }
 
 /// Run `f` on the watch table under its lock (signals blocked).
 fn with_watches<R>(f: impl FnOnce(&mut [Option<Watch>; MAX_WATCHES]) -> R) -> R {
-    let _g = WATCH_LOCK.lock();
-    // SAFETY: the table is only ever touched here, under `WATCH_LOCK`
+    let _g = fork_lock().lock();
+    // SAFETY: the table is only ever touched here, under `fork_lock()`
     // taken with signals blocked, so no other reference exists.
     let t = unsafe { &mut *core::ptr::addr_of_mut!(WATCHES) };
     f(t)

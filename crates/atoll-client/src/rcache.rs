@@ -43,7 +43,7 @@
 //! open saw a new stamp while the bytes were on their way) is not kept:
 //! each file's copies carry a generation that every drop advances.
 
-use std::collections::HashMap;
+use crate::fixedhash::Map;
 
 use atoll_proto::{Attr, DescId, InodeId, Reply, Request, Timespec};
 
@@ -85,12 +85,12 @@ struct File {
     /// Advanced by every drop of this file's copies.
     generation: u64,
     /// Whole chunks by index (`offset / DATA_CHUNK`).
-    chunks: HashMap<u64, Chunk>,
+    chunks: Map<u64, Chunk>,
 }
 
 #[derive(Default)]
 struct Copies {
-    files: HashMap<InodeId, File>,
+    files: Map<InodeId, File>,
     bytes: usize,
     /// Advanced by every drop of all copies.
     generation: u64,
@@ -119,7 +119,7 @@ impl Copies {
                     File {
                         stamp,
                         generation: 0,
-                        chunks: HashMap::new(),
+                        chunks: Map::default(),
                     },
                 );
             }
@@ -187,25 +187,23 @@ impl Copies {
 }
 
 struct Shared {
-    lock: SpinLock,
     copies: core::cell::UnsafeCell<Option<Copies>>,
 }
 
-// SAFETY: `copies` is only touched under `lock`.
+// SAFETY: `copies` is only touched under `fork_lock()`.
 unsafe impl Sync for Shared {}
 
 static SHARED: Shared = Shared {
-    lock: SpinLock::new(),
     copies: core::cell::UnsafeCell::new(None),
 };
 
 /// The copies' lock, for [`crate::forkgate`].
 pub fn fork_lock() -> &'static SpinLock {
-    &SHARED.lock
+    &crate::forkgate::LOCKS.rcache
 }
 
 fn with<R>(f: impl FnOnce(&mut Copies) -> R) -> R {
-    let _g = SHARED.lock.lock();
+    let _g = fork_lock().lock();
     // SAFETY: the lock is held for the whole use of the copies.
     let m = unsafe { &mut *SHARED.copies.get() };
     f(m.get_or_insert_with(Copies::default))

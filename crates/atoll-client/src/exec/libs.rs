@@ -31,7 +31,6 @@
 //! subdirectories and names with a `/` are left to the loader
 //! (docs/COMPATIBILITY.md).
 
-use std::collections::HashSet;
 use std::ffi::OsStr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
@@ -258,7 +257,7 @@ pub fn resolve(
         dynamic: main,
         loader: None,
     }];
-    let mut seen: HashSet<Vec<u8>> = HashSet::new();
+    let mut seen: crate::fixedhash::Set<Vec<u8>> = Default::default();
     let mut found = Vec::new();
     let mut next = 0;
     while next < objects.len() && objects.len() < MAX_OBJECTS {

@@ -152,6 +152,11 @@ pub struct ExecPlan {
     /// The new image inherits copies of mount files (libraries, or the
     /// program the loader runs): it must start from this process.
     copies_inherited: bool,
+    /// Is the affinity the program's own (`cpus::own_affinity`), as the
+    /// plan's environment says? Asked once per exec (a `gettid` and a
+    /// `sched_getaffinity`), for the environment and for placement alike;
+    /// `None`: not asked yet.
+    own_affinity: Option<bool>,
 }
 
 impl ExecPlan {
@@ -250,6 +255,7 @@ fn build(
         cursor: placement::peek_cursor(),
         libs: None,
         copies_inherited: false,
+        own_affinity: None,
     })
 }
 
@@ -746,7 +752,8 @@ fn prepare_inner(
     // An affinity the program chose stays the new image's (`cpus`).
     let key = crate::cpus::ENV_AFFINITY.as_bytes();
     env.retain(|e| !(e.starts_with(key) && e.get(key.len()) == Some(&b'=')));
-    env.extend(crate::cpus::env_entry());
+    let own_affinity = crate::cpus::own_affinity();
+    env.extend(crate::cpus::env_entry(own_affinity));
     // A remote program's new image still stands for the same proxy; a
     // spawned child is a process of its own.
     env.retain(|e| !env_is(e, ENV_PROXY));
@@ -817,6 +824,7 @@ fn prepare_inner(
     let mut plan = build(&path_bytes, &argv, &env, dirfd, flags, exec_fd, kept)?;
     plan.copies_inherited = mount_libs.is_some() || copied_program;
     plan.libs = mount_libs;
+    plan.own_affinity = Some(own_affinity);
     Ok(plan)
 }
 
@@ -865,7 +873,7 @@ pub fn execute(plan: &ExecPlan) -> i64 {
     let policy = placement::policy();
     // Local placement, or an affinity the program chose (`taskset`): the
     // program runs where it is.
-    if policy == Policy::Local || crate::cpus::own_affinity() {
+    if policy == Policy::Local || plan.own_affinity.unwrap_or_else(crate::cpus::own_affinity) {
         return plan.exec();
     }
     let Some(c) = session::client() else {

@@ -703,15 +703,25 @@ fn interrupt_of_the_process_group_stops_the_whole_tree() {
     // A foreground pipeline of remote programs, as at a terminal: ^C sends
     // SIGINT to the whole group (atoll, bash, the proxies, the programs,
     // which joined their proxies' group).
+    // Durations no other run on the machine uses: `running` looks at
+    // every process, and another run's sleeps must not count as ours.
+    let (first, second) = (
+        format!("sleep 74.{}", std::process::id()),
+        format!("sleep 76.{}", std::process::id()),
+    );
     let mut child = atoll()
         .args(["run", "--memory", "64M", "--placement", "round-robin", "--"])
-        .args(["bash", "-c", "sleep 74 | sleep 76; echo not-interrupted"])
+        .args([
+            "bash",
+            "-c",
+            &format!("{first} | {second}; echo not-interrupted"),
+        ])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .process_group(0)
         .spawn()
         .expect("spawn atoll");
-    while !(running("sleep 74") && running("sleep 76")) {
+    while !(running(&first) && running(&second)) {
         assert!(child.try_wait().unwrap().is_none(), "atoll ended early");
         sleep(Duration::from_millis(20));
     }
@@ -730,7 +740,7 @@ fn interrupt_of_the_process_group_stops_the_whole_tree() {
         .unwrap();
     assert!(!out.contains("not-interrupted"), "{out}");
     assert!(
-        !running("sleep 74") && !running("sleep 76"),
+        !running(&first) && !running(&second),
         "programs left behind"
     );
 }

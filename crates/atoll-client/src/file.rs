@@ -850,7 +850,7 @@ fn copy_within_limit(
         None => lseek(c, lane, &d, 0, libc::SEEK_CUR as u32)? as u64,
     };
     if pos >= limit {
-        crate::fsize::raise_sigxfsz();
+        crate::intr::raise_in_this_thread(libc::SIGXFSZ);
         return err(libc::EFBIG);
     }
     Ok(len.min(limit - pos))

@@ -97,27 +97,10 @@ fn ask() -> Option<u64> {
 pub fn check_growth(end: u64, size: impl FnOnce() -> Result<u64>) -> Result<()> {
     match limit() {
         Some(lim) if end > lim && size()? < end => {
-            raise_sigxfsz();
+            crate::intr::raise_in_this_thread(libc::SIGXFSZ);
             Err(Error::Errno(libc::EFBIG))
         }
         _ => Ok(()),
-    }
-}
-
-/// Send `SIGXFSZ` to the calling thread, as the kernel does with `EFBIG`
-/// for a write or growth past the limit.
-pub fn raise_sigxfsz() {
-    // SAFETY: integer arguments; signals this very thread.
-    unsafe {
-        let pid = sys::sc(libc::SYS_getpid, 0, 0, 0, 0);
-        let tid = sys::sc(libc::SYS_gettid, 0, 0, 0, 0);
-        sys::sc(
-            libc::SYS_tgkill,
-            pid as u64,
-            tid as u64,
-            libc::SIGXFSZ as u64,
-            0,
-        );
     }
 }
 

@@ -208,3 +208,15 @@ pub fn skip_interrupted_call(rip: usize) -> Option<usize> {
     let after = atoll_intr_syscall_after as *const () as usize;
     (start..=insn).contains(&rip).then_some(after)
 }
+
+/// Send `sig` to the calling thread, as the kernel does for the signals a
+/// call raises in its caller (`SIGPIPE` with `EPIPE`, `SIGXFSZ` with
+/// `EFBIG`): a raw `tgkill` of ourselves, delivered as the call returns.
+pub fn raise_in_this_thread(sig: i32) {
+    // SAFETY: integer arguments; signals this very thread.
+    unsafe {
+        let pid = crate::sys::sc(libc::SYS_getpid, 0, 0, 0, 0);
+        let tid = crate::sys::sc(libc::SYS_gettid, 0, 0, 0, 0);
+        crate::sys::sc(libc::SYS_tgkill, pid as u64, tid as u64, sig as u64, 0);
+    }
+}

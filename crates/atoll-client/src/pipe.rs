@@ -397,18 +397,7 @@ fn broken_pipe_if(raise: bool) -> Error {
 /// `EPIPE`, and `SIGPIPE` to the writing thread (raised here, in the
 /// writer, as Linux does: raw `tgkill` of ourselves).
 fn broken_pipe() -> Error {
-    // SAFETY: integer arguments; signals this very thread.
-    unsafe {
-        let pid = sys::sc(libc::SYS_getpid, 0, 0, 0, 0);
-        let tid = sys::sc(libc::SYS_gettid, 0, 0, 0, 0);
-        sys::sc(
-            libc::SYS_tgkill,
-            pid as u64,
-            tid as u64,
-            libc::SIGPIPE as u64,
-            0,
-        );
-    }
+    crate::intr::raise_in_this_thread(libc::SIGPIPE);
     Error::Errno(libc::EPIPE)
 }
 

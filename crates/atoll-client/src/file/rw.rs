@@ -263,7 +263,7 @@ fn write_at(c: &Client, lane: &Lane, d: &DescRef, src: &[u8], off: Option<u64>) 
         crate::msgdata::write(c, lane, d.desc(), src, off, fsize)
     };
     if fsize.is_some() && matches!(r, Err(Error::Errno(libc::EFBIG))) {
-        crate::fsize::raise_sigxfsz();
+        crate::intr::raise_in_this_thread(libc::SIGXFSZ);
     }
     r
 }

@@ -260,11 +260,23 @@ pub fn require(program: &str) {
 
 /// Compile a C probe program into `dir`, returning its path.
 pub fn compile_probe(dir: &Path, name: &str, source: &str) -> PathBuf {
+    compile_probe_with(dir, name, source, &[])
+}
+
+/// [`compile_probe`], linked statically (a program that cannot load the
+/// client, which atoll runs behind its relay).
+pub fn compile_static_probe(dir: &Path, name: &str, source: &str) -> PathBuf {
+    compile_probe_with(dir, name, source, &["-static"])
+}
+
+fn compile_probe_with(dir: &Path, name: &str, source: &str, extra: &[&str]) -> PathBuf {
     let src = dir.join(format!("{name}.c"));
     std::fs::write(&src, source).expect("write probe source");
     let bin = dir.join(name);
     let status = Command::new("cc")
-        .args(["-O1", "-Wall", "-o"])
+        .args(["-O1", "-Wall"])
+        .args(extra)
+        .arg("-o")
         .arg(&bin)
         .arg(&src)
         .status()

@@ -323,9 +323,9 @@ fn stat_by_a_static_program_reports_as_on_tmpfs() {
 #[test]
 fn a_static_program_s_bad_pointers_are_efault_as_on_the_host() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let src = dir.path().join("bad.c");
-    std::fs::write(
-        &src,
+    let bin = atoll_tests::compile_static_probe(
+        dir.path(),
+        "bad",
         r#"
         #include <errno.h>
         #include <fcntl.h>
@@ -354,16 +354,7 @@ fn a_static_program_s_bad_pointers_are_efault_as_on_the_host() {
             return 0;
         }
         "#,
-    )
-    .expect("write probe");
-    let bin = dir.path().join("bad");
-    let ok = std::process::Command::new("cc")
-        .args(["-O1", "-static", "-o"])
-        .arg(&bin)
-        .arg(&src)
-        .status()
-        .expect("run cc");
-    assert!(ok.success(), "static probe failed to compile");
+    );
     let out = atoll_tests::assert_same_on_tmpfs(
         TWO,
         &format!(
@@ -618,9 +609,9 @@ fn programs_in_the_mount_that_cannot_run_fail_as_on_the_host() {
 fn a_static_program_s_bad_exec_pointers_are_efault_as_on_the_host() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (_, pstat) = exec_probes(dir.path());
-    let src = dir.path().join("badexec.c");
-    std::fs::write(
-        &src,
+    let bin = atoll_tests::compile_static_probe(
+        dir.path(),
+        "badexec",
         r#"
         #include <errno.h>
         #include <stdio.h>
@@ -641,16 +632,7 @@ fn a_static_program_s_bad_exec_pointers_are_efault_as_on_the_host() {
             return 1;
         }
         "#,
-    )
-    .expect("write probe");
-    let bin = dir.path().join("badexec");
-    let ok = std::process::Command::new("cc")
-        .args(["-O1", "-static", "-o"])
-        .arg(&bin)
-        .arg(&src)
-        .status()
-        .expect("run cc");
-    assert!(ok.success(), "static probe failed to compile");
+    );
     let out = atoll_tests::assert_same_on_tmpfs(
         TWO,
         &format!(
@@ -712,9 +694,9 @@ fn a_static_shell_killed_while_it_runs_mount_programs_ends_at_once() {
 fn a_static_program_sets_file_times_in_the_mount_as_on_the_host() {
     require("busybox");
     let dir = tempfile::tempdir().expect("tempdir");
-    let src = dir.path().join("times.c");
-    std::fs::write(
-        &src,
+    let bin = atoll_tests::compile_static_probe(
+        dir.path(),
+        "times",
         r#"
         #include <errno.h>
         #include <fcntl.h>
@@ -761,16 +743,7 @@ fn a_static_program_sets_file_times_in_the_mount_as_on_the_host() {
             return 0;
         }
         "#,
-    )
-    .expect("write probe");
-    let bin = dir.path().join("times");
-    let ok = std::process::Command::new("cc")
-        .args(["-O1", "-static", "-o"])
-        .arg(&bin)
-        .arg(&src)
-        .status()
-        .expect("run cc");
-    assert!(ok.success(), "static probe failed to compile");
+    );
     let out = atoll_tests::assert_same_on_tmpfs(
         TWO,
         &format!(
@@ -831,9 +804,9 @@ fn a_static_program_makes_fifos_in_the_mount() {
 #[test]
 fn a_static_program_s_xattrs_in_the_mount_are_as_on_tmpfs() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let src = dir.path().join("xattr.c");
-    std::fs::write(
-        &src,
+    let bin = atoll_tests::compile_static_probe(
+        dir.path(),
+        "xattr",
         r#"
         #include <errno.h>
         #include <stdio.h>
@@ -872,16 +845,7 @@ fn a_static_program_s_xattrs_in_the_mount_are_as_on_tmpfs() {
             return 0;
         }
         "#,
-    )
-    .expect("write probe");
-    let bin = dir.path().join("xattr");
-    let ok = std::process::Command::new("cc")
-        .args(["-O1", "-static", "-o"])
-        .arg(&bin)
-        .arg(&src)
-        .status()
-        .expect("run cc");
-    assert!(ok.success(), "static probe failed to compile");
+    );
     let out = atoll_tests::assert_same_on_tmpfs(
         TWO,
         &format!("cd \"$ROOT\"; echo x > f; ln -s f l; {}\n", bin.display()),
@@ -904,9 +868,9 @@ fn a_static_program_s_xattrs_in_the_mount_are_as_on_tmpfs() {
 fn a_static_program_execveats_programs_in_the_mount_as_on_the_host() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (_, pstat) = exec_probes(dir.path());
-    let src = dir.path().join("execat.c");
-    std::fs::write(
-        &src,
+    let bin = atoll_tests::compile_static_probe(
+        dir.path(),
+        "execat",
         r#"
         #define _GNU_SOURCE
         #include <errno.h>
@@ -944,16 +908,7 @@ fn a_static_program_execveats_programs_in_the_mount_as_on_the_host() {
             return 0;
         }
         "#,
-    )
-    .expect("write probe");
-    let bin = dir.path().join("execat");
-    let ok = std::process::Command::new("cc")
-        .args(["-O1", "-static", "-o"])
-        .arg(&bin)
-        .arg(&src)
-        .status()
-        .expect("run cc");
-    assert!(ok.success(), "static probe failed to compile");
+    );
     let out = atoll_tests::assert_same_on_tmpfs(
         TWO,
         &format!(

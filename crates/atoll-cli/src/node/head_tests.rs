@@ -4,6 +4,16 @@ use super::*;
 use atoll_msg::ServerChannel;
 use atoll_transport::{TcpTransport, Transport};
 
+/// The peer's channels as a pump's pass takes them.
+fn channels_of(peer: &Peer) -> Vec<(ChanId, Arc<RealChan>)> {
+    peer.chans
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (*k, v.clone()))
+        .collect()
+}
+
 /// A peer whose link goes nowhere useful, and one real channel in it
 /// with the server's end.
 fn peer_with_channel(net: &TcpTransport) -> (Arc<Peer>, ChanId, ServerChannel) {
@@ -49,13 +59,7 @@ fn kinds(batch: &[Message]) -> Vec<&'static str> {
 fn only_notices_nothing_woke_for_count_as_waiting_for_a_timer() {
     let net = TcpTransport::new().unwrap();
     let (peer, id, server) = peer_with_channel(&net);
-    let snapshot: Vec<_> = peer
-        .chans
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|(k, v)| (*k, v.clone()))
-        .collect();
+    let snapshot = channels_of(&peer);
     let after_timer = || NOTICES_AFTER_TIMER.load(Ordering::Relaxed);
     let relayed = || NOTICES_RELAYED.load(Ordering::Relaxed);
     let (timer0, relayed0) = (after_timer(), relayed());
@@ -86,13 +90,7 @@ fn inbox_messages_leave_before_the_reply_after_them_and_the_end_last() {
     server.notify(b"invalidate").unwrap();
     server.reply(b"answer").unwrap();
     server.close();
-    let snapshot: Vec<_> = peer
-        .chans
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|(k, v)| (*k, v.clone()))
-        .collect();
+    let snapshot = channels_of(&peer);
     let mut out = Outgoing::default();
     out.gather(&peer, &snapshot, &mut Held::default(), false);
     let batch = out.into_batch();
@@ -109,13 +107,7 @@ fn inbox_messages_leave_before_the_reply_after_them_and_the_end_last() {
 fn replies_of_a_channel_owing_more_leave_together_in_order() {
     let net = TcpTransport::new().unwrap();
     let (peer, _id, server) = peer_with_channel(&net);
-    let snapshot: Vec<_> = peer
-        .chans
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|(k, v)| (*k, v.clone()))
-        .collect();
+    let snapshot = channels_of(&peer);
     let rc = snapshot[0].1.clone();
     let mut held = Held {
         limit: Duration::from_secs(3600),

@@ -276,6 +276,36 @@ pub fn local_descs() -> Vec<DescRef> {
     v
 }
 
+/// A counted reference to the live description `desc`, if this process
+/// has it (a descriptor passed back to a process that holds it already).
+pub fn find_desc(desc: DescId) -> Option<DescRef> {
+    let high = HIGH_SLOT.load(Ordering::Acquire).min(MAX_DESCS);
+    for (slot, s) in DESCS[..high].iter().enumerate() {
+        if s.state.load(Ordering::Acquire) != LIVE || s.desc.load(Ordering::Acquire) != desc.0 {
+            continue;
+        }
+        let mut n = s.refs.load(Ordering::Acquire);
+        while n > 0 {
+            match s
+                .refs
+                .compare_exchange_weak(n, n + 1, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => {
+                    let r = DescRef { slot };
+                    // The slot may have been freed and reused between the
+                    // two loads: keep it only if it still names `desc`.
+                    if s.desc.load(Ordering::Acquire) == desc.0 {
+                        return Some(r);
+                    }
+                    break;
+                }
+                Err(m) => n = m,
+            }
+        }
+    }
+    None
+}
+
 /// The closer run when a description's last reference goes: sends
 /// `Close` to its server. Installed by the crate root (it needs a lane).
 pub type Closer = fn(DescId, InodeId, FileType);

@@ -227,6 +227,16 @@ fn push(c: &Client, lane: &Lane, d: &DescRef) -> Result<()> {
     r
 }
 
+/// Before one description leaves this process (passed over a Unix
+/// socket, `fdpass`): move its offset to its server if it is here.
+pub fn share_one(c: &Client, lane: &Lane, d: &DescRef) -> Result<()> {
+    let _g = d.lock_pos();
+    if d.is_local() {
+        push(c, lane, d)?;
+    }
+    Ok(())
+}
+
 /// Before descriptions leave this process (`Share` at fork, the exec
 /// hand-over): move every local offset to its server.
 /// Takes a lane only when there is an offset to move.

@@ -67,6 +67,7 @@ mod exitclose;
 mod fanotify;
 mod fast;
 mod fdname;
+mod fdpass;
 mod fdpath;
 mod fdpub;
 mod fdtable;

@@ -174,15 +174,15 @@ pub fn may_concern(c: &Client, nr: i64, a: &[u64; 6]) -> bool {
     match nr {
         libc::SYS_bind | libc::SYS_connect => names_atoll(a[1], a[2]),
         libc::SYS_sendto => names_atoll(a[4], a[5]),
-        libc::SYS_sendmsg => sys::get_user::<libc::msghdr>(a[1])
-            .is_ok_and(|m| names_atoll(m.msg_name as u64, m.msg_namelen as u64)),
+        libc::SYS_sendmsg => sys::get_user::<libc::msghdr>(a[1]).is_ok_and(|m| {
+            names_atoll(m.msg_name as u64, m.msg_namelen as u64) || crate::fdpass::passes_atoll(&m)
+        }),
         libc::SYS_getsockname | libc::SYS_getpeername | libc::SYS_accept | libc::SYS_accept4 => {
             a[1] != 0 && a[2] != 0
         }
         libc::SYS_recvfrom => a[4] != 0 && a[5] != 0,
-        libc::SYS_recvmsg => {
-            sys::get_user::<libc::msghdr>(a[1]).is_ok_and(|m| !m.msg_name.is_null())
-        }
+        libc::SYS_recvmsg => sys::get_user::<libc::msghdr>(a[1])
+            .is_ok_and(|m| !m.msg_name.is_null() || crate::fdpass::may_receive(&m)),
         _ => false,
     }
 }
@@ -205,16 +205,7 @@ pub fn route(c: &Client, nr: i64, a: &[u64; 6]) -> Result<Option<Out>> {
             b[li] = to.len as u64;
             Ok(Some(Out::Done(host(nr, b))))
         }
-        libc::SYS_sendmsg => {
-            let mut m: libc::msghdr = sys::get_user(a[1])?;
-            let Some(to) = destination(c, m.msg_name as u64, m.msg_namelen as u64)? else {
-                return Ok(None);
-            };
-            m.msg_name = to.ptr() as *mut _;
-            m.msg_namelen = to.len as u32;
-            let b = [a[0], &m as *const _ as u64, a[2], 0, 0, 0];
-            Ok(Some(Out::Done(host(nr, b))))
-        }
+        libc::SYS_sendmsg => sent_msg(c, a),
         libc::SYS_getsockname | libc::SYS_getpeername | libc::SYS_accept | libc::SYS_accept4 => {
             reported(c, nr, a, 1, 2)
         }
@@ -222,6 +213,32 @@ pub fn route(c: &Client, nr: i64, a: &[u64; 6]) -> Result<Option<Out>> {
         libc::SYS_recvmsg => received_msg(c, a),
         _ => Ok(None),
     }
+}
+
+/// `sendmsg`: to a socket of the mount by its address there, and with
+/// tokens in the places of the atoll descriptors it passes (`fdpass`).
+fn sent_msg(c: &Client, a: &[u64; 6]) -> Result<Option<Out>> {
+    let mut m: libc::msghdr = sys::get_user(a[1])?;
+    let to = destination(c, m.msg_name as u64, m.msg_namelen as u64)?;
+    let passed = crate::fdpass::outgoing(c, &m)?;
+    if to.is_none() && passed.is_none() {
+        return Ok(None);
+    }
+    if let Some(to) = &to {
+        m.msg_name = to.ptr() as *mut _;
+        m.msg_namelen = to.len as u32;
+    }
+    if let Some(p) = &passed {
+        m.msg_control = p.control.as_ptr() as *mut _;
+    }
+    let r = host(
+        libc::SYS_sendmsg,
+        [a[0], &m as *const _ as u64, a[2], 0, 0, 0],
+    );
+    if let Some(p) = passed {
+        p.sent(c, r);
+    }
+    Ok(Some(Out::Done(r)))
 }
 
 /// Run the (possibly rewritten) call on Linux. It may block (accept,
@@ -377,6 +394,14 @@ fn reported(c: &Client, nr: i64, a: &[u64; 6], ai: usize, li: usize) -> Result<O
 /// program's `msghdr` whose results go back to it.
 fn received_msg(c: &Client, a: &[u64; 6]) -> Result<Option<Out>> {
     let user: libc::msghdr = sys::get_user(a[1])?;
+    if user.msg_name.is_null() {
+        let r = host(libc::SYS_recvmsg, [a[0], a[1], a[2], 0, 0, 0]);
+        if r >= 0 {
+            let got: libc::msghdr = sys::get_user(a[1])?;
+            crate::fdpass::received(c, got.msg_control as u64, got.msg_controllen);
+        }
+        return Ok(Some(Out::Done(r)));
+    }
     let mut m = user;
     let mut got = [0u8; ADDR_MAX];
     m.msg_name = got.as_mut_ptr() as *mut _;
@@ -400,6 +425,7 @@ fn received_msg(c: &Client, a: &[u64; 6]) -> Result<Option<Out>> {
     back.msg_controllen = m.msg_controllen;
     back.msg_flags = m.msg_flags;
     sys::put_user(a[1], back)?;
+    crate::fdpass::received(c, back.msg_control as u64, back.msg_controllen);
     Ok(Some(Out::Done(r)))
 }
 

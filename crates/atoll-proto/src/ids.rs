@@ -44,6 +44,7 @@ impl Errno {
     pub const ENOMEM: Errno = Errno(libc::ENOMEM);
     pub const EMFILE: Errno = Errno(libc::EMFILE);
     pub const ENFILE: Errno = Errno(libc::ENFILE);
+    pub const ETOOMANYREFS: Errno = Errno(libc::ETOOMANYREFS);
     pub const EINTR: Errno = Errno(libc::EINTR);
     pub const EPIPE: Errno = Errno(libc::EPIPE);
     pub const ENXIO: Errno = Errno(libc::ENXIO);
@@ -171,6 +172,23 @@ impl DescId {
 /// A client session (one per process; survives `execve`).
 #[derive(Serialize, Deserialize, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
 pub struct SessionId(pub u64);
+
+impl SessionId {
+    /// The bit that marks an in-flight holder: the owner of a reference
+    /// lent to a descriptor passed over a Unix socket until its receiver
+    /// takes it (`Request::Receive`). No process's session has it: they
+    /// are numbered from 1 by the boot thread.
+    const IN_FLIGHT: u64 = 1 << 63;
+
+    /// The in-flight holder numbered `n` (made unique by the sender).
+    pub fn in_flight(n: u64) -> SessionId {
+        SessionId(n | Self::IN_FLIGHT)
+    }
+
+    pub fn is_in_flight(self) -> bool {
+        self.0 & Self::IN_FLIGHT != 0
+    }
+}
 
 #[derive(Serialize, Deserialize, Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub enum FileType {

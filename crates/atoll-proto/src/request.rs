@@ -703,6 +703,18 @@ pub enum Request<'a> {
     Names {
         ino: InodeId,
     },
+    /// `desc.server()`. A descriptor passed over a Unix socket
+    /// (`SCM_RIGHTS`) arrived in this process: take the reference its
+    /// sender lent to the in-flight holder `from` (a `Share` to an id no
+    /// process has, `SessionId::in_flight`). This session gets it, or, if
+    /// it holds the description already (one reference stands for all of
+    /// a process's descriptors of one description), it is dropped.
+    /// Idempotent: `from` holding nothing while this session holds the
+    /// description is `Ok`; neither holding it is `EBADF`. → `Ok`
+    Receive {
+        desc: DescId,
+        from: SessionId,
+    },
 }
 
 /// Where a `WriteData` stands in the write it is a piece of, when a client

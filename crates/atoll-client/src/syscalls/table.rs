@@ -85,7 +85,10 @@ const HOLDS_PIPES: Concerns = by(
     poll::pipe_concerns,
     "the process holds an atoll pipe or queue",
 );
-const SOCKET_NAME: Concerns = by(sockets::socket_concerns, "a socket address in the mount");
+const SOCKET_NAME: Concerns = by(
+    sockets::socket_concerns,
+    "a socket address in the mount, or atoll descriptors passed (SCM_RIGHTS)",
+);
 const PIPE_SIZE: &str = "capacity up to 3872 KiB, no per-user limits";
 
 const PARTLY_READABLE: &str = "a buffer only partly accessible is EFAULT, nothing transferred \

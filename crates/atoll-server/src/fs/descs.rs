@@ -2,6 +2,10 @@
 
 use super::*;
 
+/// Most descriptors a server keeps in flight (passed over Unix sockets,
+/// not yet received: `Request::Receive`).
+const MAX_IN_FLIGHT: usize = 4096;
+
 impl<S: BlockStore> FileServer<S> {
     pub(super) fn seek<'o>(
         &mut self,
@@ -139,6 +143,14 @@ impl<S: BlockStore> FileServer<S> {
         to: SessionId,
         held: u32,
     ) -> R<'o> {
+        // Descriptors passed over sockets and not yet received are
+        // bounded, as Linux bounds a user's (`ETOOMANYREFS`).
+        if to.is_in_flight()
+            && !self.sessions.contains_key(&to)
+            && self.sessions.keys().filter(|s| s.is_in_flight()).count() >= MAX_IN_FLIGHT
+        {
+            return Err(Errno::ETOOMANYREFS);
+        }
         let d = self.desc_mut(session, desc)?;
         let n = d.refs.get(&to).copied().unwrap_or(0);
         if n == held.saturating_add(1) {
@@ -149,6 +161,48 @@ impl<S: BlockStore> FileServer<S> {
         }
         d.refs.insert(to, n + 1);
         self.session_opened(to);
+        Ok(Reply::Ok)
+    }
+
+    /// `Request::Receive`: a descriptor passed over a Unix socket arrived
+    /// in `session`'s process. The reference lent to the in-flight holder
+    /// `from` becomes `session`'s, or is dropped if `session` holds the
+    /// description already: the kernel's `SCM_RIGHTS` keeps a passed file
+    /// open while it is in flight, and the receiver's copy is one more
+    /// descriptor of the same description.
+    pub(super) fn receive<'o>(
+        &mut self,
+        session: SessionId,
+        desc: DescId,
+        from: SessionId,
+    ) -> R<'o> {
+        if !from.is_in_flight() || session.is_in_flight() {
+            return Err(Errno::EINVAL);
+        }
+        let d = self.descs.get_mut(&desc).ok_or(Errno::EBADF)?;
+        let mine = d.refs.get(&session).copied().unwrap_or(0);
+        let lent = d.refs.get(&from).copied().unwrap_or(0);
+        if lent == 0 {
+            // Taken already (a request sent again after a server died).
+            return if mine > 0 {
+                Ok(Reply::Ok)
+            } else {
+                Err(Errno::EBADF)
+            };
+        }
+        if lent == 1 {
+            d.refs.remove(&from);
+        } else {
+            d.refs.insert(from, lent - 1);
+        }
+        if mine == 0 {
+            d.refs.insert(session, 1);
+            self.session_opened(session);
+        }
+        // An in-flight holder lends one reference to one description.
+        if !self.descs.values().any(|d| d.refs.contains_key(&from)) {
+            self.sessions.remove(&from);
+        }
         Ok(Reply::Ok)
     }
 

@@ -173,6 +173,7 @@ impl<S: BlockStore> FileServer<S> {
             } => self.seek(session, desc, offset, whence),
             Q::SetFlags { desc, flags } => self.set_flags(session, desc, flags),
             Q::Share { desc, to, held } => self.share(session, desc, to, held),
+            Q::Receive { desc, from } => self.receive(session, desc, from),
             Q::Close { desc } => self.close(session, desc),
             Q::SetLock { desc, lock } => self.set_lock(session, desc, &lock),
             Q::GetLock { desc, lock } => self.get_lock(session, desc, &lock),

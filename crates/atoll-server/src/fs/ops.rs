@@ -3,7 +3,7 @@
 
 use atoll_proto::Request;
 
-pub(super) const OP_NAMES: [&str; 67] = [
+pub(super) const OP_NAMES: [&str; 68] = [
     "SetGroups",
     "Lookup",
     "Open",
@@ -71,6 +71,7 @@ pub(super) const OP_NAMES: [&str; 67] = [
     "Names",
     "InotifyAccessed",
     "InotifyNamed",
+    "Receive",
 ];
 
 /// Requests after which the server holds nothing it did not hold before,
@@ -164,5 +165,6 @@ pub(super) fn op_index(req: &Request<'_>) -> usize {
         Names { .. } => 64,
         InotifyAccessed { .. } => 65,
         InotifyNamed { .. } => 66,
+        Receive { .. } => 67,
     }
 }

@@ -73,6 +73,81 @@ fn share_gives_another_session_a_counted_reference() {
     assert_eq!(t.err(S2, USER, Request::Close { desc: d }), Errno::EBADF);
 }
 
+#[test]
+fn a_passed_description_stays_open_in_flight_until_its_receiver_takes_it() {
+    let mut t = server(8);
+    let (d, _) = t.create(ROOT, "f");
+    let flight = SessionId::in_flight(42);
+    t.ok(S1, USER, share_req(d, flight, 0));
+    // The sender closes before the receiver takes it: the description
+    // lives on, as a file in a socket's queue does.
+    t.close(S1, d);
+    assert_eq!(t.stats().open_descriptions, 1);
+    let s3 = SessionId(3);
+    t.fs.session_opened(s3);
+    t.ok(
+        s3,
+        USER,
+        Request::Receive {
+            desc: d,
+            from: flight,
+        },
+    );
+    t.write(s3, d, b"abc", Some(0)).unwrap();
+    // Sent again after a server died: already taken, still Ok.
+    t.ok(
+        s3,
+        USER,
+        Request::Receive {
+            desc: d,
+            from: flight,
+        },
+    );
+    // Nobody else can take it, nor take it as a holder.
+    assert_eq!(
+        t.err(
+            S2,
+            USER,
+            Request::Receive {
+                desc: d,
+                from: flight
+            }
+        ),
+        Errno::EBADF
+    );
+    assert_eq!(
+        t.err(S2, USER, Request::Receive { desc: d, from: S1 }),
+        Errno::EINVAL
+    );
+    t.close(s3, d);
+    assert_eq!(t.stats().open_descriptions, 0);
+    assert!(
+        t.fs.open_sessions().iter().all(|s| !s.is_in_flight()),
+        "the in-flight holder is gone"
+    );
+}
+
+#[test]
+fn a_description_passed_to_a_process_that_holds_it_keeps_one_reference() {
+    let mut t = server(8);
+    let (d, _) = t.create(ROOT, "f");
+    t.ok(S1, USER, share_req(d, S2, 0));
+    let flight = SessionId::in_flight(7);
+    t.ok(S1, USER, share_req(d, flight, 0));
+    t.ok(
+        S2,
+        USER,
+        Request::Receive {
+            desc: d,
+            from: flight,
+        },
+    );
+    t.close(S1, d);
+    // S2's one reference stands for both of its descriptors.
+    t.close(S2, d);
+    assert_eq!(t.stats().open_descriptions, 0);
+}
+
 // ---------------------------------------------------------------- locks
 
 #[test]

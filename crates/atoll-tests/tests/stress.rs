@@ -13,7 +13,7 @@
 use atoll_tests::OutputBounded as _;
 use std::process::Command;
 
-use atoll_tests::{require, run_in_atoll};
+use atoll_tests::{compile_probe, require, run_in_atoll};
 
 /// The stressors (stress-ng 0.15) that create, rename, link, list and
 /// remove names, or change what a name's inode holds.
@@ -126,4 +126,41 @@ fn name_stressors_on_three_distributed_servers_end_as_on_tmpfs() {
 #[test]
 fn name_stressors_on_three_servers_end_as_on_tmpfs() {
     same_as_tmpfs(&["--servers", "3", "--memory", "1G"]);
+}
+
+/// The renames stress-ng's rename stressor makes to probe error answers
+/// (flags Linux refuses before any lookup, a descriptor that is not open
+/// or not a directory on either side, an exchange of a name with itself
+/// or with a missing one) and renames and exchanges between two
+/// directories: every answer as on tmpfs, on one server and with the
+/// directories' names on different servers. A directory descriptor that
+/// was not open answered `EXDEV` (the other path was atoll's) instead
+/// of Linux's `EBADF`.
+#[test]
+fn rename_error_probes_answer_as_on_tmpfs() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = compile_probe(dir.path(), "renames", include_str!("stress/renames.c"));
+    let shm = tempfile::tempdir_in("/dev/shm").expect("tmpfs directory");
+    let host = Command::new(&bin)
+        .arg(shm.path())
+        .output_bounded()
+        .expect("probe");
+    let want = String::from_utf8_lossy(&host.stdout).to_string();
+    assert!(
+        host.status.success() && want.contains("rmdir(\"d1\") = 0"),
+        "{want}"
+    );
+    let script = format!("mkdir \"$ROOT/w\" && {} \"$ROOT/w\"", bin.display());
+    for opts in [
+        &["--servers", "3"][..],
+        &["--servers", "3", "--distribute", "all"][..],
+    ] {
+        let out = run_in_atoll(opts, &script);
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            want,
+            "{opts:?} stderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }

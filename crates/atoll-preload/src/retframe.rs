@@ -92,7 +92,10 @@ thread_local! {
 /// buffer never filled, an `opendir` returning a descriptor as a stream).
 /// Signals deferred under it are delivered in atoll's frame at the inner
 /// call's end instead (the fallback of [`finish`]); the outer wrapper then
-/// completes and returns as usual.
+/// completes and returns as usual. A handler that leaves by `siglongjmp`
+/// from inside one skips its drop: the thread's later deliveries then take
+/// the fallback too (the handler's `ucontext` shows atoll's frame; what
+/// the program gets is unchanged).
 pub struct Nested {
     _not_send: core::marker::PhantomData<*const ()>,
 }

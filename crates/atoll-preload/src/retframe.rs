@@ -78,6 +78,48 @@ struct ProgramFrame {
 thread_local! {
     // Const-initialised, no Drop: readable from the SIGSYS handler.
     static FRAME: core::cell::Cell<Option<ProgramFrame>> = const { core::cell::Cell::new(None) };
+    /// Wrappers built on other wrappers running on this thread ([`Nested`]).
+    static NESTED: core::cell::Cell<u32> = const { core::cell::Cell::new(0) };
+}
+
+/// While alive, this thread runs a wrapper built on other wrappers
+/// (`remove` on `unlink` and `rmdir`, `statvfs` on `statfs`, directory
+/// streams on `open`, `getdents64`, `lseek`, `close`). The inner wrapper's
+/// return is not the program's: the first frame outside libatoll is the
+/// program's call of the *outer* wrapper, so delivering there would hand
+/// the program the inner call's result as the outer one's and skip the
+/// outer wrapper's own work (a `statvfs` returning 0 with the caller's
+/// buffer never filled, an `opendir` returning a descriptor as a stream).
+/// Signals deferred under it are delivered in atoll's frame at the inner
+/// call's end instead (the fallback of [`finish`]); the outer wrapper then
+/// completes and returns as usual. A handler that leaves by `siglongjmp`
+/// from inside one skips its drop: the thread's later deliveries then take
+/// the fallback too (the handler's `ucontext` shows atoll's frame; what
+/// the program gets is unchanged).
+pub struct Nested {
+    _not_send: core::marker::PhantomData<*const ()>,
+}
+
+impl Nested {
+    #[inline]
+    pub fn enter() -> Nested {
+        NESTED.with(|n| n.set(n.get() + 1));
+        Nested {
+            _not_send: core::marker::PhantomData,
+        }
+    }
+}
+
+impl Drop for Nested {
+    #[inline]
+    fn drop(&mut self) {
+        NESTED.with(|n| n.set(n.get().saturating_sub(1)));
+    }
+}
+
+/// Is a wrapper built on other wrappers running on this thread?
+fn nested() -> bool {
+    NESTED.with(|n| n.get() > 0)
 }
 
 #[allow(improper_ctypes)]
@@ -115,7 +157,9 @@ pub fn finish(guard: AtollGuard, frame: FrameDelivery, rax: i64) {
 fn deliver_at_return(guard: AtollGuard, frame: FrameDelivery, rax: i64) {
     // The program's errno, as the wrapper set it; the unwinder may touch it.
     let errno = raw::errno();
-    let program = caller_frame();
+    // Inside a wrapper built on wrappers the program's frame is not this
+    // call's return (see `Nested`): deliver in atoll's frame.
+    let program = if nested() { None } else { caller_frame() };
     let gate = gate();
     let (Some(mut program), Some(gate)) = (program, gate) else {
         // Delivered by the guard's drop, in atoll's frame, as before.

@@ -769,6 +769,7 @@ pub unsafe extern "C-unwind" fn posix_fallocate64(fd: c_int, off: off_t, len: of
 /// As `remove(3)`.
 #[no_mangle]
 pub unsafe extern "C-unwind" fn remove(path: Path) -> c_int {
+    let _nested = crate::retframe::Nested::enter();
     // SAFETY: forwarding the caller's argument to our own wrappers.
     unsafe {
         if unlink(path) == 0 {
@@ -820,6 +821,7 @@ macro_rules! statvfs_from {
         #[no_mangle]
         pub unsafe extern "C-unwind" fn $name($arg: $t, buf: *mut libc::statvfs) -> c_int {
             let mut st: libc::statfs = unsafe { core::mem::zeroed() };
+            let _nested = crate::retframe::Nested::enter();
             // SAFETY: our own statfs wrapper with a local buffer.
             if unsafe { $statfs($arg, &mut st) } != 0 {
                 return -1;

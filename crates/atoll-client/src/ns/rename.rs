@@ -22,7 +22,14 @@ pub(super) fn pair<'a>(
     p2: &[u8],
 ) -> Result<Pair<'a>> {
     let a = parent(c, lane, d1, p1)?;
-    let b = parent(c, lane, d2, p2)?;
+    let b = match parent(c, lane, d2, p2) {
+        // Linux resolves the first path's parent first.
+        Err(e) if matches!(a, Err(Out::Host)) => {
+            host_parent_ok(d1, p1)?;
+            return Err(e);
+        }
+        r => r?,
+    };
     match (a, b) {
         (Err(Out::Host), Err(Out::Host)) => Ok(Pair::Host),
         (Ok(x), Ok(y)) => Ok(Pair::Atoll(Box::new(x), Box::new(y))),
@@ -33,7 +40,27 @@ pub(super) fn pair<'a>(
             };
             Ok(Pair::Rehost(f(x), f(y)))
         }
+        (Err(Out::Host), Ok(_)) => host_parent_ok(d1, p1).and(err(libc::EXDEV)),
+        (Ok(_), Err(Out::Host)) => host_parent_ok(d2, p2).and(err(libc::EXDEV)),
         _ => err(libc::EXDEV),
+    }
+}
+
+/// Linux looks up both parents before it compares their mounts
+/// (`EXDEV`): a relative host path whose directory descriptor is not open
+/// is `EBADF`, one whose descriptor is no directory `ENOTDIR`, whatever
+/// the other path names (stress-ng's rename stressor probes both).
+fn host_parent_ok(dirfd: i64, path: &[u8]) -> Result<()> {
+    if path.first() == Some(&b'/') || dirfd == libc::AT_FDCWD as i64 {
+        return Ok(());
+    }
+    let Ok(fd) = i32::try_from(dirfd) else {
+        return err(libc::EBADF);
+    };
+    match sys::fstat(fd) {
+        Err(e) => err(e),
+        Ok(st) if st.st_mode & libc::S_IFMT != libc::S_IFDIR => err(libc::ENOTDIR),
+        Ok(_) => Ok(()),
     }
 }
 
@@ -76,6 +103,15 @@ pub fn rename(
     let (s1, s2) = (sys::user_path(p1)?, sys::user_path(p2)?);
     if s1.is_empty() || s2.is_empty() {
         return Ok(Out::Host);
+    }
+    // Flags no file system takes are refused before any lookup, as Linux
+    // does (`do_renameat2`), whichever paths are atoll's.
+    let known = libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE | libc::RENAME_WHITEOUT;
+    if flags & !known != 0
+        || (flags & libc::RENAME_EXCHANGE != 0
+            && flags & (libc::RENAME_NOREPLACE | libc::RENAME_WHITEOUT) != 0)
+    {
+        return err(libc::EINVAL);
     }
     let (mut a, b) = match pair(c, lane, d1, s1, d2, s2)? {
         Pair::Host => return Ok(Out::Host),

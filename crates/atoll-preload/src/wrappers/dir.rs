@@ -88,7 +88,11 @@ fn held<R>(s: &mut Stream, f: impl FnOnce(&mut Stream) -> R) -> R {
     {
         core::hint::spin_loop();
     }
+    // `f` calls wrappers: their returns are not the program's (a signal
+    // delivered there would leave the stream busy for good).
+    let nested = crate::retframe::Nested::enter();
     let r = f(s);
+    drop(nested);
     s.busy.store(false, Ordering::Release);
     r
 }
@@ -120,6 +124,7 @@ pub unsafe extern "C-unwind" fn opendir(path: Path) -> *mut c_void {
         };
     }
     let flags = libc::O_RDONLY | libc::O_NONBLOCK | libc::O_DIRECTORY | libc::O_CLOEXEC;
+    let _nested = crate::retframe::Nested::enter();
     // SAFETY: our own `open` wrapper with the caller's path.
     let fd = unsafe { open(path, flags, 0) };
     if fd < 0 {
@@ -139,6 +144,7 @@ pub unsafe extern "C-unwind" fn fdopendir(fd: c_int) -> *mut c_void {
             None => core::ptr::null_mut(),
         };
     }
+    let _nested = crate::retframe::Nested::enter();
     // glibc's checks, in its order: a directory, not O_PATH, readable.
     // SAFETY: a zeroed stat is a valid buffer for our fstat wrapper.
     let mut st: libc::stat = unsafe { core::mem::zeroed() };
@@ -185,6 +191,7 @@ pub unsafe extern "C-unwind" fn closedir(d: *mut c_void) -> c_int {
     s.magic = 0;
     // SAFETY: made by `stream` with Box::into_raw; the program gives it up.
     drop(unsafe { Box::from_raw(d as *mut Stream) });
+    let _nested = crate::retframe::Nested::enter();
     // SAFETY: our own close wrapper.
     unsafe { close(fd) }
 }

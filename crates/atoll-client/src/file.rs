@@ -423,7 +423,13 @@ pub fn lseek(c: &Client, lane: &Lane, d: &DescRef, offset: i64, whence: u32) -> 
         FileType::Directory => {
             let cur = d.cookie().load(core::sync::atomic::Ordering::Relaxed);
             let new = match whence as i32 {
-                libc::SEEK_SET if offset >= 0 => offset as u64,
+                libc::SEEK_SET if offset >= 0 => {
+                    // `seekdir`/`rewinddir` leave the end (Linux sets the
+                    // position; entries made since show again).
+                    d.listed_to()
+                        .store(0, core::sync::atomic::Ordering::Relaxed);
+                    offset as u64
+                }
                 libc::SEEK_CUR if offset == 0 => cur,
                 _ => return err(libc::EINVAL),
             };

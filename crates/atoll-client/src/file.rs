@@ -151,11 +151,16 @@ pub fn open_inode_via(
     flags: u32,
     via: Option<atoll_proto::EntryName<'_>>,
 ) -> Result<(DescId, atoll_proto::Attr)> {
+    let before = crate::openattr::before(c, lane, ino.owner());
     lane.call(
         c,
         ino.owner(),
         Request::OpenInode { ino, flags, via },
-        |r| opened(r).ok_or(Error::Protocol("OpenInode")),
+        |r| {
+            let (desc, attr) = opened(r).ok_or(Error::Protocol("OpenInode"))?;
+            crate::openattr::opened(c, ino.owner(), before, &attr);
+            Ok((desc, attr))
+        },
     )
 }
 
@@ -289,6 +294,7 @@ pub fn open(
             crate::dirperm::Vouches::new()
         };
         let call = || {
+            let before = crate::openattr::before(c, lane, server);
             lane.call_vouched(
                 c,
                 server,
@@ -309,6 +315,7 @@ pub fn open(
                         ..
                     } => {
                         crate::inotify::saw_watched(watched);
+                        crate::openattr::opened(c, server, before, &attr);
                         Ok(R::Opened(desc, attr))
                     }
                     Reply::Entry { ino, ftype } => Ok(R::Entry(ino, ftype)),

@@ -91,6 +91,7 @@ mod msgdata;
 mod names;
 mod nodeplace;
 mod ns;
+mod openattr;
 mod partial;
 mod pastend;
 pub mod path;

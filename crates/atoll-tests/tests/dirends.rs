@@ -32,11 +32,7 @@ fn listings_at_their_end_stay_there_as_on_tmpfs() {
     let want = text(&host.stdout);
     assert!(host.status.success(), "on tmpfs: {want}");
     assert!(want.contains("a after my create 0"), "{want}");
-    let shapes: [&[&str]; 3] = [
-        &[],
-        &["--servers", "3"],
-        &["--without", "dir-cache"],
-    ];
+    let shapes: [&[&str]; 3] = [&[], &["--servers", "3"], &["--without", "dir-cache"]];
     for opts in shapes {
         let out = run_in_atoll(opts, &format!("mkdir $ROOT/d && {} $ROOT/d", bin.display()));
         assert_eq!(

@@ -170,6 +170,9 @@ pub trait Gauges {
     /// Publish how many watches server `server` holds
     /// (`Control::publish_watches`); nowhere for private gauges.
     fn publish_watches(&self, _server: usize, _watches: u64) {}
+    /// Count one request served by `server` (`Control::count_served`);
+    /// nowhere for private gauges.
+    fn count_served(&self, _server: usize) {}
 }
 
 impl Gauges for Control {
@@ -187,6 +190,11 @@ impl Gauges for Control {
     fn publish_watches(&self, server: usize, watches: u64) {
         if server < self.servers() {
             Control::publish_watches(self, server, watches);
+        }
+    }
+    fn count_served(&self, server: usize) {
+        if server < self.servers() {
+            Control::count_served(self, server);
         }
     }
 }
@@ -403,6 +411,11 @@ impl Accounts {
         self.gauges.publish_watches(self.server, watches);
     }
 
+    /// One more request served (`Gauges::count_served`).
+    pub fn count_served(&self) {
+        self.gauges.count_served(self.server);
+    }
+
     pub fn files(&self) -> (u64, u64) {
         let used = self
             .gauges
@@ -543,6 +556,9 @@ impl<S: BlockStore> FileServer<S> {
             // no client answers a listing's end without asking.
             self.acct.publish_watches(self.notify.watch_count());
         }
+        // Every request moves it, a replayed one too: a client that kept
+        // attributes across it asks again (`Control::count_served`).
+        self.acct.count_served();
     }
 
     /// Remember that directory `dir` was removed (`RemovedDirs`): an

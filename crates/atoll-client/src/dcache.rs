@@ -253,6 +253,35 @@ impl DirCache {
         hit
     }
 
+    /// Drain every inbox, then follow `path` (components separated by
+    /// `/`, relative to directory `from`) through cached entries only,
+    /// under one lock hold: the inode it names now, or `None` if any
+    /// component is not cached (or the lock is busy). A hit means each
+    /// entry still exists — its removal or replacement would have put a
+    /// notice in an inbox before it returned (module docs) — so the
+    /// directory named is not removed. Not counted as hits or misses.
+    pub fn resolve_cached<'c>(
+        &self,
+        chans: impl Iterator<Item = &'c ClientChannel>,
+        from: InodeId,
+        path: &[u8],
+    ) -> Option<InodeId> {
+        let mut g = self.try_lock()?;
+        g.drain(chans);
+        let mut at = from;
+        for name in path.split(|&b| b == b'/').filter(|n| !n.is_empty()) {
+            if name == b"." || name == b".." {
+                return None; // never cached
+            }
+            let e = g.map().get(&(at.0, name_hash(at, name)))?;
+            if &*e.name != name {
+                return None;
+            }
+            at = e.ino;
+        }
+        Some(at)
+    }
+
     /// Drain every inbox, then say whether `dir` is known to be searchable
     /// by this process (see [`DirCache::set_searchable`]). Not counted as a
     /// hit or miss.
@@ -381,6 +410,35 @@ mod tests {
         assert_eq!(dc.get([&c].into_iter(), D, b"a"), None);
         let k = dc.counters();
         assert_eq!((k.hits, k.misses, k.invalidations), (1, 3, 1));
+    }
+
+    #[test]
+    fn a_cached_path_resolves_until_an_entry_on_it_goes() {
+        let (c, s) = chan();
+        let dc = DirCache::new();
+        let (sub, leaf) = (InodeId(80), InodeId(81));
+        let g = dc.generation();
+        dc.insert(g, D, b"sub", sub, FileType::Directory);
+        dc.insert(g, sub, b"leaf", leaf, FileType::Directory);
+        let at = |p: &[u8]| dc.resolve_cached([&c].into_iter(), D, p);
+        assert_eq!(at(b""), Some(D), "no component: the start");
+        assert_eq!(at(b"/sub//leaf/"), Some(leaf));
+        assert_eq!(at(b"/sub"), Some(sub));
+        assert_eq!(at(b"/sub/other"), None, "not cached");
+        assert_eq!(at(b"/sub/../sub"), None, "`..` is never cached");
+        assert_eq!(at(b"/su"), None);
+        // rmdir of sub/leaf at its server: the notice goes first.
+        notify(
+            &s,
+            &Notice::Invalidate {
+                dir: sub,
+                name: b"leaf",
+            },
+        );
+        assert_eq!(at(b"/sub/leaf"), None);
+        assert_eq!(at(b"/sub"), Some(sub));
+        let k = dc.counters();
+        assert_eq!((k.hits, k.misses), (0, 0), "not counted");
     }
 
     #[test]

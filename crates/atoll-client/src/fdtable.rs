@@ -47,6 +47,10 @@ pub struct DescSlot {
     ftype: AtomicU32,
     /// Readdir position (directories): the next cookie to ask for.
     pub cookie: AtomicU64,
+    /// Directories: the cookie, plus one, at which a listing reached the
+    /// directory's end (0: not known to be at the end); see
+    /// `ns::dirs::listed_to_end`.
+    listed_to: AtomicU64,
     /// Canonical path, kept for directories (fchdir, `*at` canon paths).
     path: AtomicPtr<Vec<u8>>,
     /// Hybrid file descriptors (Hare §3.5.1): while `local`, the file
@@ -71,6 +75,7 @@ impl DescSlot {
             flags: AtomicU32::new(0),
             ftype: AtomicU32::new(0),
             cookie: AtomicU64::new(0),
+            listed_to: AtomicU64::new(0),
             path: AtomicPtr::new(core::ptr::null_mut()),
             local: AtomicBool::new(false),
             pos: AtomicU64::new(0),
@@ -167,6 +172,11 @@ impl DescRef {
     }
     pub fn cookie(&self) -> &AtomicU64 {
         &self.s().cookie
+    }
+    /// The cookie at which a listing of this directory reached its end,
+    /// plus one (0: none since the description was made or last seeked).
+    pub fn listed_to(&self) -> &AtomicU64 {
+        &self.s().listed_to
     }
     /// Canonical path of a directory description.
     pub fn path(&self) -> Option<&[u8]> {
@@ -365,6 +375,7 @@ pub fn alloc(info: DescInfo) -> Option<DescRef> {
         s.flags.store(info.flags, Ordering::Relaxed);
         s.ftype.store(ftype_code(info.ftype), Ordering::Relaxed);
         s.cookie.store(info.cookie, Ordering::Relaxed);
+        s.listed_to.store(0, Ordering::Relaxed);
         let p = info
             .path
             .map_or(core::ptr::null_mut(), |p| Box::into_raw(Box::new(p)));

@@ -151,11 +151,16 @@ pub fn open_inode_via(
     flags: u32,
     via: Option<atoll_proto::EntryName<'_>>,
 ) -> Result<(DescId, atoll_proto::Attr)> {
+    let before = crate::openattr::before(c, lane, ino.owner());
     lane.call(
         c,
         ino.owner(),
         Request::OpenInode { ino, flags, via },
-        |r| opened(r).ok_or(Error::Protocol("OpenInode")),
+        |r| {
+            let (desc, attr) = opened(r).ok_or(Error::Protocol("OpenInode"))?;
+            crate::openattr::opened(c, ino.owner(), before, &attr);
+            Ok((desc, attr))
+        },
     )
 }
 
@@ -289,6 +294,7 @@ pub fn open(
             crate::dirperm::Vouches::new()
         };
         let call = || {
+            let before = crate::openattr::before(c, lane, server);
             lane.call_vouched(
                 c,
                 server,
@@ -309,6 +315,7 @@ pub fn open(
                         ..
                     } => {
                         crate::inotify::saw_watched(watched);
+                        crate::openattr::opened(c, server, before, &attr);
                         Ok(R::Opened(desc, attr))
                     }
                     Reply::Entry { ino, ftype } => Ok(R::Entry(ino, ftype)),
@@ -423,7 +430,13 @@ pub fn lseek(c: &Client, lane: &Lane, d: &DescRef, offset: i64, whence: u32) -> 
         FileType::Directory => {
             let cur = d.cookie().load(core::sync::atomic::Ordering::Relaxed);
             let new = match whence as i32 {
-                libc::SEEK_SET if offset >= 0 => offset as u64,
+                libc::SEEK_SET if offset >= 0 => {
+                    // `seekdir`/`rewinddir` leave the end (Linux sets the
+                    // position; entries made since show again).
+                    d.listed_to()
+                        .store(0, core::sync::atomic::Ordering::Relaxed);
+                    offset as u64
+                }
                 libc::SEEK_CUR if offset == 0 => cur,
                 _ => return err(libc::EINVAL),
             };

@@ -92,6 +92,7 @@ mod msgdata;
 mod names;
 mod nodeplace;
 mod ns;
+mod openattr;
 mod partial;
 mod pastend;
 pub mod path;

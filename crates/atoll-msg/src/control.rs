@@ -12,7 +12,7 @@
 //! ```text
 //!  header { magic, servers, members } 128 bytes
 //!  doorbell[servers]                  256 bytes each
-//!  load[servers]                      128 bytes each (load; published space)
+//!  load[servers]                      128 bytes each (load; published space; watches; served)
 //!  state[servers]                     128 bytes each (down; core + 1)
 //!  heartbeat[servers]                 128 bytes each
 //!  generation[servers]                128 bytes each
@@ -404,6 +404,64 @@ impl Control {
         }
     }
 
+    /// Word 3 of server `server`'s load line: the watches it holds
+    /// ([`Control::publish_watches`]), beside the space words.
+    fn watch_word(&self, server: usize) -> &AtomicU64 {
+        let load: *const AtomicU64 = self.load_word(server);
+        // SAFETY: as in `space_words`: word 3 of the 128-byte line the load
+        // word starts, in bounds, 8-aligned, no other field's.
+        unsafe { &*load.add(3) }
+    }
+
+    /// Server side, after each request and before its reply: it holds
+    /// `watches` inotify or fanotify watches (every server holds those of
+    /// every directory). A client that finds none at a directory's home
+    /// server knows no listing of it is watched now, so a `getdents` it
+    /// answers itself misses no `IN_ACCESS` (`Control::watches`).
+    pub fn publish_watches(&self, server: usize, watches: u64) {
+        let w = self.watch_word(server);
+        let v = watches.saturating_add(1);
+        if w.load(Ordering::Relaxed) != v {
+            w.store(v, Ordering::Release);
+        }
+    }
+
+    /// What `server` last published with [`Control::publish_watches`]:
+    /// `None` before it published (out of range too).
+    pub fn watches(&self, server: usize) -> Option<u64> {
+        if server >= self.servers {
+            return None;
+        }
+        self.watch_word(server)
+            .load(Ordering::Acquire)
+            .checked_sub(1)
+    }
+
+    /// Word 4 of server `server`'s load line: the requests it served
+    /// ([`Control::count_served`]).
+    fn served_word(&self, server: usize) -> &AtomicU64 {
+        let load: *const AtomicU64 = self.load_word(server);
+        // SAFETY: as in `space_words`: word 4 of the 128-byte line the load
+        // word starts, in bounds, 8-aligned, no other field's.
+        unsafe { &*load.add(4) }
+    }
+
+    /// Server side, after each request (and each session's end), before
+    /// its reply: one more served. The count lives in the block, so a
+    /// server's successor goes on from it rather than from zero. A client
+    /// that saw the count move by exactly one across its own request, and
+    /// finds it unchanged later, knows nothing changed at that server in
+    /// between (`client/src/openattr.rs`).
+    pub fn count_served(&self, server: usize) {
+        self.served_word(server).fetch_add(1, Ordering::Release);
+    }
+
+    /// How many requests `server` served ([`Control::count_served`]);
+    /// `None` out of range.
+    pub fn served(&self, server: usize) -> Option<u64> {
+        (server < self.servers).then(|| self.served_word(server).load(Ordering::Acquire))
+    }
+
     /// `(files, free files)` as the gauges count them now: the inode
     /// limit, less the inodes or names in use, whichever is more (each
     /// name needs an inode's worth on tmpfs too). What the file server's
@@ -677,6 +735,36 @@ mod tests {
         assert!(a.gauge(GAUGE_INODES).try_take(3));
         assert!(a.gauge(GAUGE_NAMES).try_take(5));
         assert_eq!(b.files(), (100, 95), "the more of inodes and names");
+    }
+
+    #[test]
+    fn published_watches_sit_beside_load_and_space() {
+        let (fd, a) = Control::create(2).unwrap();
+        let b = Control::map(fd.as_fd()).unwrap();
+        assert_eq!(
+            (b.watches(0), b.watches(1), b.watches(2)),
+            (None, None, None)
+        );
+        a.publish_load(1, 9);
+        a.publish_space(1, 4096, -3);
+        a.publish_watches(1, 0);
+        assert_eq!((b.watches(0), b.watches(1)), (None, Some(0)));
+        a.publish_watches(0, 5);
+        a.publish_watches(1, 2);
+        assert_eq!((b.watches(0), b.watches(1)), (Some(5), Some(2)));
+        assert_eq!((b.load(1), b.space(1)), (9, Some((4096, -3))));
+        a.publish_space(1, 4096, 7);
+        a.publish_load(1, 10);
+        assert_eq!(b.watches(1), Some(2), "the other words leave it alone");
+        assert_eq!(
+            (b.served(0), b.served(1), b.served(2)),
+            (Some(0), Some(0), None)
+        );
+        a.count_served(1);
+        a.count_served(1);
+        a.publish_watches(1, 3);
+        assert_eq!((b.served(0), b.served(1)), (Some(0), Some(2)));
+        assert_eq!((b.watches(1), b.space(1)), (Some(3), Some((4096, 7))));
     }
 
     #[test]

@@ -42,7 +42,7 @@ pub(super) fn list(c: &Client, lane: &Lane, d: &DescRef, buf: &mut [u8]) -> Resu
         // Visit servers in a fixed order, the home server first so `.` and
         // `..` come first.
         let server = order(c, dir, si);
-        let (n, next) = read_dir_chunk(c, lane, dir, server, sc, max_bytes, buf, Some(si))?;
+        let (n, next, _) = read_dir_chunk(c, lane, dir, server, sc, max_bytes, buf, Some(si))?;
         if n > 0 {
             let nx = next.unwrap_or(cookie);
             d.cookie().store(nx, core::sync::atomic::Ordering::Relaxed);
@@ -69,27 +69,92 @@ pub(super) fn getdents_adaptive(
     buf: &mut [u8],
 ) -> Result<i64> {
     let dir = d.ino();
+    let ended = listed_to_end(d, cookie);
+    if ended && quiet_end(c, d) {
+        return Ok(0);
+    }
     let max_bytes = buf.len().min(u32::MAX as usize) as u32;
     for _ in 0..64 {
         let r = if crate::adapt::adapted_spread(dir) && crate::adapt::width(c, dir) > 1 {
-            crate::adapt::getdents(c, lane, dir, cookie, buf).map(|(n, nx)| (n, Some(nx)))
+            crate::adapt::getdents(c, lane, dir, cookie, buf).map(|(n, nx)| (n, Some(nx), false))
         } else {
-            read_dir_chunk(c, lane, dir, dir.home(), cookie, max_bytes, buf, None)
+            // At the end, ask past every entry: the server still answers
+            // `ENOENT` for a removed directory and reports the access to
+            // watches, but shows no entry made since (as Linux, `listed_to_end`).
+            let from = if ended { PAST_EVERY_ENTRY } else { cookie };
+            read_dir_chunk(c, lane, dir, dir.home(), from, max_bytes, buf, None)
         };
         match r {
             Err(Error::Errno(e)) if e == crate::adapt::EMODE => {
                 crate::adapt::refresh(c, lane, dir)?;
             }
             r => {
-                let (n, next) = r?;
+                let (n, next, end) = r?;
+                let at = next.unwrap_or(cookie);
                 if let Some(nx) = next {
                     d.cookie().store(nx, core::sync::atomic::Ordering::Relaxed);
+                }
+                // The reply reached the end: the next call at `at` may
+                // answer itself (`quiet_end`). Cookie 0 is where a rewind
+                // goes, never an end (the home server lists `.` first).
+                if end && at != 0 {
+                    d.listed_to()
+                        .store(at + 1, core::sync::atomic::Ordering::Relaxed);
                 }
                 return Ok(n as i64);
             }
         }
     }
     err(libc::EAGAIN)
+}
+
+/// A server cookie past every entry a directory can hold (entries count
+/// up from 3; the top byte is a distributed listing's server index).
+const PAST_EVERY_ENTRY: u64 = SRV_MASK;
+
+/// Did a listing of `d` reach the directory's end at `cookie` (its last
+/// `ReadDir` said `end`, and the program has not seeked since)? Linux
+/// keeps a directory read to its end there until the program seeks:
+/// entries made since do not show (tmpfs and the other `simple_offset`
+/// file systems mark the end, `DIR_OFFSET_EOD`, Linux 6.13+; earlier
+/// tmpfs put new entries behind the cursor). `lseek` with `SEEK_SET`
+/// forgets the end.
+fn listed_to_end(d: &DescRef, cookie: u64) -> bool {
+    let at = d.listed_to().load(core::sync::atomic::Ordering::Relaxed);
+    at != 0 && at == cookie.wrapping_add(1)
+}
+
+/// May `getdents64` of `d`, at its end ([`listed_to_end`]), answer 0
+/// without a `ReadDir`? The server's answer could only say the same,
+/// except in what else the call does on Linux:
+/// * `IN_ACCESS` (and fanotify's access events) for a watched
+///   directory: the home server publishes how many watches it holds
+///   before each reply (`Control::publish_watches`), every server holds
+///   every directory's, and none there means none to report;
+/// * `ENOENT` once the directory is removed: the description's canonical
+///   path must still lead to the directory through cached entries only,
+///   whose removal would have reached this session's inboxes first
+///   (`DirCache::resolve_cached`).
+///
+/// Anything unknown (a member down or unpublished, no cache — so
+/// `--without dir-cache` turns this off too —, no path, a remote node)
+/// asks the server, past every entry.
+fn quiet_end(c: &Client, d: &DescRef) -> bool {
+    let dir = d.ino();
+    let ctl = c.control();
+    if c.info.remote || ctl.is_down(dir.home()) || ctl.watches(dir.home()) != Some(0) {
+        return false;
+    }
+    let (Some(dc), Some(path)) = (c.dcache(), d.path()) else {
+        return false;
+    };
+    let Some(rest) = path.strip_prefix(&c.mount[..]) else {
+        return false;
+    };
+    if !rest.is_empty() && rest[0] != b'/' {
+        return false;
+    }
+    dc.resolve_cached(c.session().channels(), atoll_proto::ROOT, rest) == Some(dir)
 }
 
 /// The `i`-th server visited when reading distributed directory `dir`
@@ -99,7 +164,8 @@ pub(super) fn order(c: &Client, dir: InodeId, i: usize) -> usize {
 }
 
 /// One `ReadDir` into `buf`; with `tag = Some(i)` rewrite every `d_off`
-/// to the merged cookie. Returns bytes copied and the cookie to resume at.
+/// to the merged cookie. Returns bytes copied, the cookie to resume at,
+/// and whether the reply reached the end of what `server` holds.
 /// `EINVAL` when the buffer cannot hold even one record (as Linux).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn read_dir_chunk(
@@ -111,7 +177,7 @@ pub(super) fn read_dir_chunk(
     max_bytes: u32,
     buf: &mut [u8],
     tag: Option<usize>,
-) -> Result<(usize, Option<u64>)> {
+) -> Result<(usize, Option<u64>, bool)> {
     lane.call(
         c,
         server,
@@ -128,7 +194,7 @@ pub(super) fn read_dir_chunk(
                     if !end {
                         return err(libc::EINVAL);
                     }
-                    return Ok((0, None));
+                    return Ok((0, None, true));
                 }
                 if data.len() > buf.len() {
                     return Err(Error::Protocol("ReadDir overflow"));
@@ -151,7 +217,7 @@ pub(super) fn read_dir_chunk(
                     }
                     pos += reclen;
                 }
-                Ok((data.len(), Some(last)))
+                Ok((data.len(), Some(last), end))
             }
             _ => Err(Error::Protocol("ReadDir")),
         },

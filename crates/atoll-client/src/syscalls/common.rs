@@ -177,13 +177,26 @@ pub(crate) fn stat_out(
     ino: atoll_proto::InodeId,
     buf: u64,
 ) -> Result<Out> {
-    let a = meta::getattr(c, lane, ino)?;
+    let a = attr_now(c, lane, ino)?;
     let mut st = meta::to_stat(&a);
     if a.nlink == 0 && inotify::is_queue_inode(ino) {
         inotify::anon_stat(&mut st);
     }
     sys::put_user(buf, st)?;
     done(0)
+}
+
+/// What `GetAttr` answers for `ino` now: kept from the open just before
+/// when nothing can have changed since (`openattr`), else asked.
+fn attr_now(
+    c: &Client,
+    lane: &session::Lane,
+    ino: atoll_proto::InodeId,
+) -> Result<atoll_proto::Attr> {
+    match crate::openattr::fresh(c, lane, ino) {
+        Some(a) => Ok(a),
+        None => meta::getattr(c, lane, ino),
+    }
 }
 
 #[inline(never)]
@@ -193,7 +206,7 @@ pub(crate) fn statx_out(
     ino: atoll_proto::InodeId,
     buf: u64,
 ) -> Result<Out> {
-    let a = meta::getattr(c, lane, ino)?;
+    let a = attr_now(c, lane, ino)?;
     let mut x = meta::to_statx(&a);
     if a.nlink == 0 && inotify::is_queue_inode(ino) {
         inotify::anon_statx(&mut x);

@@ -140,6 +140,12 @@ impl Notify {
             && self.lent.is_empty())
     }
 
+    /// Inodes with a watch held here: zero when nothing here is watched
+    /// (`Control::publish_watches`).
+    pub(super) fn watch_count(&self) -> u64 {
+        self.watches.len() as u64
+    }
+
     /// Record watch `w` of `ino`, replacing one with its queue and `wd`.
     fn add(&mut self, ino: InodeId, w: Watch) {
         self.remove(ino, w.queue, w.wd);

@@ -167,6 +167,12 @@ pub trait Gauges {
     /// Publish server `server`'s share of the free blocks where clients
     /// read it (`Control::publish_space`); nowhere for private gauges.
     fn publish_space(&self, _server: usize, _blocks: u64, _free_delta: i64) {}
+    /// Publish how many watches server `server` holds
+    /// (`Control::publish_watches`); nowhere for private gauges.
+    fn publish_watches(&self, _server: usize, _watches: u64) {}
+    /// Count one request served by `server` (`Control::count_served`);
+    /// nowhere for private gauges.
+    fn count_served(&self, _server: usize) {}
 }
 
 impl Gauges for Control {
@@ -179,6 +185,16 @@ impl Gauges for Control {
     fn publish_space(&self, server: usize, blocks: u64, free_delta: i64) {
         if server < self.servers() {
             Control::publish_space(self, server, blocks, free_delta);
+        }
+    }
+    fn publish_watches(&self, server: usize, watches: u64) {
+        if server < self.servers() {
+            Control::publish_watches(self, server, watches);
+        }
+    }
+    fn count_served(&self, server: usize) {
+        if server < self.servers() {
+            Control::count_served(self, server);
         }
     }
 }
@@ -388,6 +404,18 @@ impl Accounts {
         self.gauges.publish_space(self.server, blocks, free_delta);
     }
 
+    /// Publish how many watches this server holds
+    /// (`Gauges::publish_watches`), so that a client may answer a listing
+    /// at its end without a message when there are none.
+    pub fn publish_watches(&self, watches: u64) {
+        self.gauges.publish_watches(self.server, watches);
+    }
+
+    /// One more request served (`Gauges::count_served`).
+    pub fn count_served(&self) {
+        self.gauges.count_served(self.server);
+    }
+
     pub fn files(&self) -> (u64, u64) {
         let used = self
             .gauges
@@ -524,7 +552,13 @@ impl<S: BlockStore> FileServer<S> {
         if !super::tape::replaying() {
             let (blocks, free_delta) = self.cache.space();
             self.acct.publish_space(blocks, free_delta);
+            // Before the reply too: once `inotify_add_watch` returned,
+            // no client answers a listing's end without asking.
+            self.acct.publish_watches(self.notify.watch_count());
         }
+        // Every request moves it, a replayed one too: a client that kept
+        // attributes across it asks again (`Control::count_served`).
+        self.acct.count_served();
     }
 
     /// Remember that directory `dir` was removed (`RemovedDirs`): an

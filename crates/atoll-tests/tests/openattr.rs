@@ -1,0 +1,85 @@
+//! `fstat` right after `open` answered from the `Open` reply's attributes
+//! (`client/src/openattr.rs`) when the inode's server served nothing in
+//! between. The probe's transcript on a host tmpfs is the reference:
+//! another process appends, truncates, changes the mode, links, unlinks
+//! and makes entries between the open and the `fstat`, and so does the
+//! program itself through other descriptors; then the message counts.
+
+use atoll_tests::OutputBounded as _;
+use std::process::Command;
+
+use atoll_tests::{compile_probe, run_in_atoll};
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// The transcript on tmpfs, and in atoll with two servers and three
+/// (files then land on the directory's server or, for the other
+/// process's, by creation affinity, on its core's).
+#[test]
+fn fstat_after_open_sees_every_change_in_between_as_on_tmpfs() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = compile_probe(dir.path(), "fstat", include_str!("openattr/fstat.c"));
+    let shm = tempfile::tempdir_in("/dev/shm").expect("tmpfs directory");
+    let host = Command::new(&bin)
+        .arg(shm.path())
+        .output_bounded()
+        .expect("run probe");
+    let want = text(&host.stdout);
+    assert!(host.status.success(), "on tmpfs: {want}");
+    for opts in [&[][..], &["--servers", "3"]] {
+        let out = run_in_atoll(opts, &format!("mkdir $ROOT/d && {} $ROOT/d", bin.display()));
+        assert_eq!(
+            text(&out.stdout),
+            want,
+            "in atoll {opts:?} (stderr: {})",
+            text(&out.stderr)
+        );
+        assert!(out.status.success(), "in atoll {opts:?}");
+    }
+}
+
+/// 1 000 `stat`+`open`+`fstat`+`close` of a file (dbench's
+/// `NTCreateX`), and of a directory (glibc's `opendir` opens and fstats),
+/// send one `GetAttr` each, for the `stat`, where each `fstat` was one
+/// more. (The `stat` also waits for the previous posted `Close`, without
+/// which the count could not tell the `Open` apart: `openattr::before`.)
+#[test]
+fn fstat_after_open_sends_no_getattr() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = compile_probe(dir.path(), "loop", include_str!("openattr/loop.c"));
+    for kind in ["f", "d"] {
+        let json = dir.path().join(format!("{kind}.json"));
+        let j = json.to_string_lossy().to_string();
+        let out = run_in_atoll(
+            &["--stats-json", &j],
+            &format!("mkdir $ROOT/d && {} $ROOT/d {kind}", bin.display()),
+        );
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        let ops = |op: &str| -> u64 {
+            v["servers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .flat_map(|s| s["ops"].as_array().cloned().unwrap_or_default())
+                .filter(|o| o["op"] == op)
+                .map(|o| o["count"].as_u64().unwrap_or(0))
+                .sum()
+        };
+        let (opens, getattrs) = (ops("Open") + ops("OpenInode"), ops("GetAttr"));
+        assert!(
+            opens >= 1000,
+            "{kind}: the servers' counts are real: {opens}"
+        );
+        // At most 1 000 for the stats (one finds the count unmoved too
+        // at times: a posted `Close` changes no attribute) and the
+        // shell's few; one per fstat would be 2 000 or more.
+        assert!(
+            getattrs < 1100,
+            "{kind}: one GetAttr per stat, none per fstat: {getattrs}"
+        );
+    }
+}

@@ -15,7 +15,9 @@
 //! frame rings), `wait` (spin/futex waiting and the wake-up rule),
 //! `control` ([`Control`], [`Doorbell`]), `channel` ([`ClientChannel`],
 //! [`ServerChannel`]), `pool` ([`BlockPool`]: the root of the buffer
-//! cache's clustered block allocator, K42 §4.1.2), [`bench`](mod@bench).
+//! cache's clustered block allocator, K42 §4.1.2), [`sizes`] (the size
+//! board: file sizes servers publish for `SEEK_END` without a message),
+//! [`bench`](mod@bench).
 //!
 //! # How a frame travels
 //!
@@ -110,6 +112,7 @@ mod pool;
 mod region;
 #[cfg_attr(loom, allow(dead_code))]
 mod ring;
+pub mod sizes;
 mod sync;
 mod wait;
 #[cfg(not(loom))]
@@ -128,6 +131,7 @@ pub use control::{Gauge, GAUGES, GAUGE_INODES, GAUGE_NAMES};
 pub use pool::{BlockPool, PoolRep, RepCounts, POOL_MAX_SERVERS};
 #[cfg(not(loom))]
 pub use region::SharedRegion;
+pub use sizes::{slot_of, SizeSlot, SIZE_SLOTS};
 pub use ring::{slot_size, FRAME_ALIGN, FRAME_HEADER};
 pub use wait::ADAPTIVE_SPIN_NS;
 

@@ -105,6 +105,7 @@ mod procfd;
 mod proclink;
 mod procmounts;
 mod rcache;
+mod sizes;
 pub mod remotefds;
 mod resend;
 mod ring;

@@ -81,6 +81,7 @@ mod pipecopy;
 mod protocols;
 mod reports;
 mod retain;
+mod sizes;
 mod space;
 mod stats;
 pub mod tape;
@@ -283,6 +284,9 @@ pub struct FileServer<S> {
     hot: hotdirs::HotDirs,
     /// Modes of directories swapped online, swaps under way (`adapt`).
     adapt: adapt::Adapt,
+    /// Where sizes are published for clients (`sizes`); none while a
+    /// journal is replayed.
+    sizes: Option<sizes::SizeBoard>,
 }
 
 /// Requests that did in one message what Hare's protocol does in several
@@ -402,8 +406,11 @@ impl<S: BlockStore> FileServer<S> {
             maps: mapping::Mappings::default(),
             texts: text::Texts::default(),
             hot: hotdirs::HotDirs::default(),
+            sizes: None,
             cfg,
         };
+        #[cfg(test)]
+        fs.attach_private_size_board();
         if fs.cfg.index == ROOT.owner() {
             let o = fs.cfg.root_owner;
             fs.inodes.insert(
@@ -661,6 +668,8 @@ impl<S: BlockStore> FileServer<S> {
             self.adapt_observe(session, dir, tape::instant());
         }
         self.settle();
+        #[cfg(test)]
+        self.check_size_board();
         let ns = t0.elapsed().as_nanos() as u64;
         self.requests += 1;
         self.ops[op].0 += 1;
@@ -926,6 +935,7 @@ impl<S: BlockStore> FileServer<S> {
             if let Some(t) = self.inodes.get(&ino).map(|i| i.ftype) {
                 self.notify_freed(ino, t);
             }
+            self.size_slot_freed(ino);
             if let Some(mut i) = self.inodes.remove(&ino) {
                 self.pipes.anonymous.remove(&ino);
                 self.writes.forget_inode(ino);

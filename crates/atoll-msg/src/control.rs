@@ -559,7 +559,10 @@ impl Control {
     /// # Panics
     /// If `server` or `k` is out of range (a caller bug).
     pub fn size_slot(&self, server: usize, k: usize) -> &SizeSlot {
-        assert!(server < self.servers && k < SIZE_SLOTS, "no slot {server}/{k}");
+        assert!(
+            server < self.servers && k < SIZE_SLOTS,
+            "no slot {server}/{k}"
+        );
         let off = Self::board_at(self.servers) + (server * SIZE_SLOTS + k) * SLOT_BYTES;
         // SAFETY: inside the block (its size, checked at create/map,
         // counts every server's slots), 32-aligned (page-aligned base,
@@ -740,7 +743,10 @@ mod tests {
         a.set_down(2);
         assert_eq!(b.published_size(2, ino), None, "a dead server's");
         // The board is past everything else: the gauges are untouched.
-        assert_eq!((a.gauge(GAUGES - 1).used(), a.load(2), a.beats(2)), (0, 0, 0));
+        assert_eq!(
+            (a.gauge(GAUGES - 1).used(), a.load(2), a.beats(2)),
+            (0, 0, 0)
+        );
         a.size_slot(0, SIZE_SLOTS - 1).publish(1, 2, 3);
         a.size_slot(2, SIZE_SLOTS - 1).publish(1, 2, 3);
     }

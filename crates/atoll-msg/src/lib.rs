@@ -131,8 +131,8 @@ pub use control::{Gauge, GAUGES, GAUGE_INODES, GAUGE_NAMES};
 pub use pool::{BlockPool, PoolRep, RepCounts, POOL_MAX_SERVERS};
 #[cfg(not(loom))]
 pub use region::SharedRegion;
-pub use sizes::{slot_of, SizeSlot, SIZE_SLOTS};
 pub use ring::{slot_size, FRAME_ALIGN, FRAME_HEADER};
+pub use sizes::{slot_of, SizeSlot, SIZE_SLOTS};
 pub use wait::ADAPTIVE_SPIN_NS;
 
 #[derive(Debug, thiserror::Error)]

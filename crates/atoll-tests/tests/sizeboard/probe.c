@@ -43,6 +43,17 @@ static void fail(const char *fmt, long a, long b, long c) {
         snprintf(sh->why, sizeof sh->why, fmt, a, b, c);
 }
 
+/* What the steps around `k` left. */
+static void fail_at(int f, long s, long k1, long k2) {
+    char what[256];
+    snprintf(what, sizeof what,
+             "file %d: SEEK_END said %ld between steps %ld and %ld (sizes %ld, then %ld%s)", f, s,
+             k1, k2, sh->sizes[f][k1], k1 < STEPS ? sh->sizes[f][k1 + 1] : -1L,
+             k1 < STEPS && sh->grows[f][k1 + 1] ? " by a write" : "");
+    if (!__atomic_exchange_n(&sh->failed, 1, __ATOMIC_SEQ_CST))
+        snprintf(sh->why, sizeof sh->why, "%s", what);
+}
+
 static unsigned long lcg(unsigned long *s) {
     *s = *s * 6364136223846793005UL + 1442695040888963407UL;
     return *s >> 33;
@@ -116,7 +127,7 @@ static long reader(const char *path, int f) {
             }
         }
         if (!ok) {
-            fail("file %ld: SEEK_END said %ld after step %ld", f, s, k1);
+            fail_at(f, s, k1, k2);
             return checks;
         }
         checks++;

@@ -544,7 +544,15 @@ pub fn run(mut params: ServerParams, mut admin: Inbox) -> std::io::Result<Server
         sink.collect(r);
     }
     match ended {
-        Ok(()) => Ok(fs.map(|f| f.stats()).unwrap_or_default()),
+        Ok(()) => {
+            // Stopped between requests (a shutdown, a move to another
+            // host): the slots it holds must not outlive it, wherever
+            // its successor publishes (`fs::sizes`).
+            if let Some(f) = fs.as_mut() {
+                f.retire_size_board();
+            }
+            Ok(fs.map(|f| f.stats()).unwrap_or_default())
+        }
         Err(reason) => {
             tracing::error!("file server {index} is down: {reason}");
             params.health.mark_down(index, &reason);

@@ -108,6 +108,13 @@ impl<S: BlockStore> FileServer<S> {
         }
     }
 
+    /// This incarnation stops serving: it empties the slots it holds
+    /// and publishes no more.
+    pub fn retire_size_board(&mut self) {
+        self.forget_size_slots();
+        self.sizes = None;
+    }
+
     /// The state is replaced (`image`): the slots held name inodes of
     /// the old one, so they hold nobody now.
     pub(super) fn forget_size_slots(&mut self) {

@@ -58,6 +58,8 @@ mod affinity;
 mod attrs;
 mod blocks;
 mod chain;
+mod coalesced;
+use coalesced::Coalesced;
 mod data;
 mod descs;
 mod dir;
@@ -287,49 +289,6 @@ pub struct FileServer<S> {
     /// Where sizes are published for clients (`sizes`); none while a
     /// journal is replayed.
     sizes: Option<sizes::SizeBoard>,
-}
-
-/// Requests that did in one message what Hare's protocol does in several
-/// (§3.7.4), and the messages that saved: an `Open` that found the name
-/// and opened its inode (LOOKUP + OPEN), an `Open` that created the file
-/// (CREATE inode + ADD_MAP + OPEN), a `MakeNode` (CREATE inode + ADD_MAP).
-#[derive(Default, Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-struct Coalesced {
-    opens: u64,
-    creates: u64,
-    nodes: u64,
-}
-
-impl Coalesced {
-    fn total(&self) -> u64 {
-        self.opens + self.creates + self.nodes
-    }
-    fn opened(&mut self, created: bool) {
-        if created {
-            self.creates += 1;
-        } else {
-            self.opens += 1;
-        }
-    }
-
-    fn made_node(&mut self) {
-        self.nodes += 1;
-    }
-
-    /// Messages a client would have sent without coalescing, minus the
-    /// ones it sent.
-    fn messages_saved(&self) -> u64 {
-        self.opens + 2 * self.creates + self.nodes
-    }
-
-    fn counters(&self) -> [(&'static str, u64); 4] {
-        [
-            ("coalescing.combined_opens", self.opens),
-            ("coalescing.combined_creates", self.creates),
-            ("coalescing.combined_nodes", self.nodes),
-            ("coalescing.messages_saved", self.messages_saved()),
-        ]
-    }
 }
 
 /// A provisional name `(dir, name)` → `ino` added by `session`'s `Link`

@@ -134,9 +134,10 @@ pub fn parse_without(names: &[String]) -> anyhow::Result<atoll_proto::boot::With
             "hybrid_fd" => &mut w.hybrid_fd,
             "recovery" => &mut w.recovery,
             "processes" => &mut w.processes,
+            "size_board" => &mut w.size_board,
             other => bail!(
                 "unknown technique {other:?}; known: dir-distribution, dir-cache, broadcast, \
-                 direct-cache, coalescing, affinity, hybrid-fd, recovery, processes"
+                 direct-cache, coalescing, affinity, hybrid-fd, recovery, processes, size-board"
             ),
         };
         *flag = true;

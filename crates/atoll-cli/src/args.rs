@@ -593,6 +593,10 @@ pub enum Technique {
     /// read-ahead of sequential readers; without it a second program's
     /// read crosses the network again, as does each 8 KiB of a first
     NodeCopies,
+    /// File sizes published by their servers in shared memory, read by
+    /// `lseek(SEEK_END)` without a message; without it every such call
+    /// asks the file's server
+    SizeBoard,
 }
 
 /// Parse a size: plain bytes, or a number with a binary unit suffix

@@ -167,6 +167,7 @@ fn without(list: &[Technique]) -> Without {
             Technique::Processes => w.processes = true,
             Technique::RemoteCopies => w.remote_copies = true,
             Technique::NodeCopies => w.node_copies = true,
+            Technique::SizeBoard => w.size_board = true,
         }
     }
     w

@@ -40,6 +40,10 @@ pub static MSGBOUND_UNDONE: AtomicU64 = AtomicU64::new(0);
 /// fetched (`rcache`).
 pub static REMOTE_COPY_HITS: AtomicU64 = AtomicU64::new(0);
 pub static REMOTE_COPY_FETCHES: AtomicU64 = AtomicU64::new(0);
+/// `lseek(SEEK_END)`s answered from the size board, and ones that had to
+/// ask (`sizes`).
+pub static SIZE_BOARD_HITS: AtomicU64 = AtomicU64::new(0);
+pub static SIZE_BOARD_MISSES: AtomicU64 = AtomicU64::new(0);
 
 /// Events since the last report that trigger a report on their own.
 const REPORT_EVERY: u64 = 4096;
@@ -51,7 +55,7 @@ static PENDING: AtomicU64 = AtomicU64::new(0);
 static LAST_REPORT_SECS: AtomicU64 = AtomicU64::new(0);
 
 /// How many counters [`all`] lists.
-const COUNTERS: usize = 18;
+const COUNTERS: usize = 20;
 
 static REPORTED: [AtomicU64; COUNTERS] = [const { AtomicU64::new(0) }; COUNTERS];
 
@@ -75,6 +79,8 @@ fn all() -> [&'static AtomicU64; COUNTERS] {
         &MSGBOUND_UNDONE,
         &REMOTE_COPY_HITS,
         &REMOTE_COPY_FETCHES,
+        &SIZE_BOARD_HITS,
+        &SIZE_BOARD_MISSES,
     ]
 }
 
@@ -140,6 +146,8 @@ fn take() -> ClientCounters {
         msgbound_undone: d[15],
         remote_copy_hits: d[16],
         remote_copy_fetches: d[17],
+        size_board_hits: d[18],
+        size_board_misses: d[19],
     }
 }
 

@@ -157,9 +157,10 @@ pub fn write(
 }
 
 /// `lseek`. A local offset moves without a message for `SEEK_SET`/
-/// `SEEK_CUR`; `SEEK_END`/`SEEK_DATA`/`SEEK_HOLE` ask the server (which
-/// knows the size and the holes) and keep the answer here. `None` without
-/// hybrid descriptors.
+/// `SEEK_CUR`, and for `SEEK_END` when the size board holds the file's
+/// size (`sizes`); otherwise `SEEK_END`/`SEEK_DATA`/`SEEK_HOLE` ask the
+/// server (which knows the size and the holes) and keep the answer here.
+/// `None` without hybrid descriptors.
 pub fn seek(c: &Client, lane: &Lane, d: &DescRef, offset: i64, whence: u32) -> Option<Result<i64>> {
     if !enabled(c) {
         return None;
@@ -189,6 +190,13 @@ pub fn seek(c: &Client, lane: &Lane, d: &DescRef, offset: i64, whence: u32) -> O
     let new = match whence as i32 {
         libc::SEEK_SET => Ok(offset),
         libc::SEEK_CUR => cur.checked_add(offset).ok_or(Error::Errno(libc::EOVERFLOW)),
+        // The size its server published, when the board has it (`sizes`).
+        libc::SEEK_END => match crate::sizes::end_of(c, d) {
+            Some(size) => (size as i64)
+                .checked_add(offset)
+                .ok_or(Error::Errno(libc::EOVERFLOW)),
+            None => server_seek(offset, whence),
+        },
         _ => server_seek(offset, whence),
     };
     Some(new.and_then(|n| {

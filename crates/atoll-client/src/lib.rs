@@ -111,6 +111,7 @@ pub mod remotefds;
 mod resend;
 mod ring;
 mod session;
+mod sizes;
 pub mod state;
 mod sys;
 mod syscalls;

@@ -18,11 +18,13 @@
 //!  generation[servers]                128 bytes each
 //!  charged[servers]                   GAUGES words each
 //!  gauge[GAUGES]                      128 bytes each
+//!  sizes[servers][SIZE_SLOTS]         32 bytes each (the size board)
 //! ```
 //!
 //! `servers` is the room: the block is made for every server the instance
 //! may ever have (`atoll_proto::MAX_SERVERS` unless told fewer), about
-//! 900 bytes each. `members` is how many of them serve now (servers
+//! 900 bytes each, and 16 KiB of size board each (`sizes`: pages a
+//! server never writes are never allocated). `members` is how many of them serve now (servers
 //! `0..members`): it only grows, published with a release store as a
 //! server joins and read with acquire, so a client that sees a member
 //! also sees everything the instance made for it before publishing
@@ -44,6 +46,8 @@ use std::os::fd::{BorrowedFd, OwnedFd};
 #[cfg(not(loom))]
 use crate::region::SharedRegion;
 use crate::ring::Padded;
+#[cfg(not(loom))]
+use crate::sizes::{slot_of, SizeSlot, SIZE_SLOTS};
 #[cfg(not(loom))]
 use crate::sync::AtomicU64;
 use crate::sync::{AtomicU32, Ordering};
@@ -207,7 +211,7 @@ impl Gauge {
 }
 
 #[cfg(not(loom))]
-const CONTROL_MAGIC: u64 = u64::from_le_bytes(*b"ATOLLCT8");
+const CONTROL_MAGIC: u64 = u64::from_le_bytes(*b"ATOLLCT9");
 
 #[cfg(not(loom))]
 #[repr(C)]
@@ -228,6 +232,8 @@ const LOAD_BYTES: usize = std::mem::size_of::<Padded<AtomicU64>>();
 #[cfg(not(loom))]
 const GAUGE_BYTES: usize = std::mem::size_of::<Padded<Gauge>>();
 #[cfg(not(loom))]
+const SLOT_BYTES: usize = std::mem::size_of::<SizeSlot>();
+#[cfg(not(loom))]
 const CHARGED_BYTES: usize = std::mem::size_of::<Padded<[AtomicU64; GAUGES]>>();
 
 /// Per-instance control block: one doorbell per server, published load,
@@ -242,6 +248,11 @@ pub struct Control {
 impl Control {
     /// Bytes of a control block for `servers` servers.
     pub const fn size(servers: usize) -> usize {
+        Self::board_at(servers) + servers * SIZE_SLOTS * SLOT_BYTES
+    }
+
+    /// Where the size board starts: after the gauges.
+    const fn board_at(servers: usize) -> usize {
         Self::gauges_at(servers) + GAUGES * GAUGE_BYTES
     }
 
@@ -600,6 +611,37 @@ impl Control {
         self.generation_word(server).load(Ordering::Acquire)
     }
 
+    /// Slot `k` of server `server`'s size board (`sizes`): written by
+    /// that server alone.
+    ///
+    /// # Panics
+    /// If `server` or `k` is out of range (a caller bug).
+    pub fn size_slot(&self, server: usize, k: usize) -> &SizeSlot {
+        assert!(
+            server < self.servers && k < SIZE_SLOTS,
+            "no slot {server}/{k}"
+        );
+        let off = Self::board_at(self.servers) + (server * SIZE_SLOTS + k) * SLOT_BYTES;
+        // SAFETY: inside the block (its size, checked at create/map,
+        // counts every server's slots), 32-aligned (page-aligned base,
+        // 128-multiple sections before it); a slot is atomics only.
+        unsafe { &*(self.region.as_ptr().add(off) as *const SizeSlot) }
+    }
+
+    /// Client side: the size of inode `ino` (its raw id) owned by
+    /// `server`, as the server's current incarnation published it, if it
+    /// did; `None` if the slot holds another inode or an older
+    /// incarnation's word, or the server is down (then ask it).
+    pub fn published_size(&self, server: usize, ino: u64) -> Option<u64> {
+        if server >= self.servers || self.is_down(server) {
+            return None;
+        }
+        let generation = self.generation(server);
+        let size = self.size_slot(server, slot_of(ino)).read(ino, generation)?;
+        // The incarnation that wrote it may have ended while we read.
+        (self.generation(server) == generation && !self.is_down(server)).then_some(size)
+    }
+
     /// How many turns server `server`'s loop has made (wrapping).
     pub fn beats(&self, server: usize) -> u64 {
         self.beat_word(server).load(Ordering::Relaxed)
@@ -735,6 +777,36 @@ mod tests {
         assert!(a.gauge(GAUGE_INODES).try_take(3));
         assert!(a.gauge(GAUGE_NAMES).try_take(5));
         assert_eq!(b.files(), (100, 95), "the more of inodes and names");
+    }
+
+    /// A published size is read through every mapping, only for its
+    /// inode, only while the incarnation that wrote it serves.
+    #[test]
+    fn published_sizes_hold_for_their_inode_and_incarnation_only() {
+        let (fd, a) = Control::create(3).unwrap();
+        let b = Control::map(fd.as_fd()).unwrap();
+        let g = a.advance_generation(2);
+        let ino = (2u64 << 58) | 77;
+        assert_eq!(b.published_size(2, ino), None, "nothing published");
+        a.size_slot(2, slot_of(ino)).publish(ino, 8192, g);
+        assert_eq!(b.published_size(2, ino), Some(8192));
+        assert_eq!(b.published_size(1, ino), None, "another server's board");
+        assert_eq!(b.published_size(2, ino + 1), None, "another inode");
+        assert_eq!(b.published_size(9, ino), None, "out of range");
+        a.advance_generation(2);
+        assert_eq!(b.published_size(2, ino), None, "a rebuilt server's");
+        let g = b.generation(2);
+        a.size_slot(2, slot_of(ino)).publish(ino, 100, g);
+        assert_eq!(b.published_size(2, ino), Some(100));
+        a.set_down(2);
+        assert_eq!(b.published_size(2, ino), None, "a dead server's");
+        // The board is past everything else: the gauges are untouched.
+        assert_eq!(
+            (a.gauge(GAUGES - 1).used(), a.load(2), a.beats(2)),
+            (0, 0, 0)
+        );
+        a.size_slot(0, SIZE_SLOTS - 1).publish(1, 2, 3);
+        a.size_slot(2, SIZE_SLOTS - 1).publish(1, 2, 3);
     }
 
     #[test]

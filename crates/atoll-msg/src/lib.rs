@@ -15,7 +15,9 @@
 //! frame rings), `wait` (spin/futex waiting and the wake-up rule),
 //! `control` ([`Control`], [`Doorbell`]), `channel` ([`ClientChannel`],
 //! [`ServerChannel`]), `pool` ([`BlockPool`]: the root of the buffer
-//! cache's clustered block allocator, K42 §4.1.2), [`bench`](mod@bench).
+//! cache's clustered block allocator, K42 §4.1.2), [`sizes`] (the size
+//! board: file sizes servers publish for `SEEK_END` without a message),
+//! [`bench`](mod@bench).
 //!
 //! # How a frame travels
 //!
@@ -110,6 +112,7 @@ mod pool;
 mod region;
 #[cfg_attr(loom, allow(dead_code))]
 mod ring;
+pub mod sizes;
 mod sync;
 mod wait;
 #[cfg(not(loom))]
@@ -129,6 +132,7 @@ pub use pool::{BlockPool, PoolRep, RepCounts, POOL_MAX_SERVERS};
 #[cfg(not(loom))]
 pub use region::SharedRegion;
 pub use ring::{slot_size, FRAME_ALIGN, FRAME_HEADER};
+pub use sizes::{slot_of, SizeSlot, SIZE_SLOTS};
 pub use wait::ADAPTIVE_SPIN_NS;
 
 #[derive(Debug, thiserror::Error)]

@@ -16,9 +16,9 @@
 //! Everything here is on the per-message hot path and allocation-free.
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{AtomicU32, Ordering};
+pub(crate) use loom::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+pub(crate) use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
 /// Sleep while `*word == expected`. May return spuriously (signals, a wake
 /// meant for another value): callers always re-check their condition.

@@ -161,6 +161,10 @@ pub struct Without {
     /// own copies miss always crosses.
     #[serde(default)]
     pub node_copies: bool,
+    /// Servers publish no file sizes in the control block's size board
+    /// (`atoll_msg::sizes`): every `lseek(SEEK_END)` asks the owner.
+    #[serde(default)]
+    pub size_board: bool,
 }
 
 /// What every client learns when it attaches.

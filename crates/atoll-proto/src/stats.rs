@@ -231,6 +231,13 @@ pub struct ClientCounters {
     pub remote_copy_hits: u64,
     #[serde(default)]
     pub remote_copy_fetches: u64,
+    /// `lseek(SEEK_END)`s answered from the size board without a message,
+    /// and ones that asked the server because the slot held another
+    /// inode or an older incarnation's size (`atoll_msg::sizes`).
+    #[serde(default)]
+    pub size_board_hits: u64,
+    #[serde(default)]
+    pub size_board_misses: u64,
 }
 
 /// What one session (a client process) asked of one server, and what its

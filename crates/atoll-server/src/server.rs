@@ -457,9 +457,12 @@ pub fn run(mut params: ServerParams, mut admin: Inbox) -> std::io::Result<Server
     control.set_core(index, pinned_core());
     // `/fs/server/<index>` now names this incarnation (fresh, successor
     // process or moved); clients re-bind to it (fos §3.3).
-    control.advance_generation(index);
+    let generation = control.advance_generation(index);
     let mut chans: Vec<Chan> = Vec::new();
     if let Some(server) = fs.as_mut() {
+        // Sizes are published from here on, as this incarnation (none
+        // while the journal was replayed: `fs::sizes`).
+        server.attach_size_board(control.clone(), generation);
         if params.resume {
             kept(journal, Kind::Reconcile, SessionId(0), || {
                 server.reconcile_blocks()
@@ -523,7 +526,8 @@ pub fn run(mut params: ServerParams, mut admin: Inbox) -> std::io::Result<Server
                     answer_eio(&mut chans, idx, id);
                 }
                 params.health.restarted(index, &reason, t0.elapsed());
-                control.advance_generation(index);
+                let generation = control.advance_generation(index);
+                rebuilt.attach_size_board(control.clone(), generation);
                 if let (true, Some(j)) = (params.process, journal) {
                     j.note_rebuild(t0.elapsed().as_micros() as u64);
                 }
@@ -540,7 +544,15 @@ pub fn run(mut params: ServerParams, mut admin: Inbox) -> std::io::Result<Server
         sink.collect(r);
     }
     match ended {
-        Ok(()) => Ok(fs.map(|f| f.stats()).unwrap_or_default()),
+        Ok(()) => {
+            // Stopped between requests (a shutdown, a move to another
+            // host): the slots it holds must not outlive it, wherever
+            // its successor publishes (`fs::sizes`).
+            if let Some(f) = fs.as_mut() {
+                f.retire_size_board();
+            }
+            Ok(fs.map(|f| f.stats()).unwrap_or_default())
+        }
         Err(reason) => {
             tracing::error!("file server {index} is down: {reason}");
             params.health.mark_down(index, &reason);

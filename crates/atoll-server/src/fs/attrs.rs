@@ -105,6 +105,9 @@ impl<S: BlockStore> FileServer<S> {
             let sessions = self.sessions.keys().copied();
             self.track.dir_access_changed(ino, sessions);
         }
+        if set.size.is_some() {
+            self.size_changed(ino); // before the reply (`sizes`)
+        }
         Ok(Reply::Attr(self.attr(ino)?))
     }
 

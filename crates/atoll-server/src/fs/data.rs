@@ -51,6 +51,9 @@ impl<S: BlockStore> FileServer<S> {
                 d.offset = off + got;
             }
         }
+        // Before the grant's reply: a size read without a message sees
+        // every write acknowledged (`sizes`).
+        self.size_changed(ino);
         Ok((off, got, extents))
     }
 
@@ -121,6 +124,9 @@ impl<S: BlockStore> FileServer<S> {
                 d.offset = off + got;
             }
         }
+        // Before the grant's reply: a size read without a message sees
+        // every write acknowledged (`sizes`).
+        self.size_changed(ino);
         Ok((off, got, extents))
     }
 

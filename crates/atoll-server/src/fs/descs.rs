@@ -44,8 +44,13 @@ impl<S: BlockStore> FileServer<S> {
             Some(_) => return Err(Errno::EINVAL),
             None => return Err(Errno::EOVERFLOW),
         };
+        let ino = d.ino;
         if let Some(d) = self.descs.get_mut(&desc) {
             d.offset = new;
+        }
+        if whence as i32 == libc::SEEK_END {
+            // The next `SEEK_END` of it may need no message (`sizes`).
+            self.claim_size_slot(ino);
         }
         Ok(Reply::Offset(new))
     }

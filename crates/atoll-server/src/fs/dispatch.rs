@@ -105,7 +105,12 @@ impl<S: BlockStore> FileServer<S> {
             } => self.relink(session, who, dir, name, (ino, ftype), expect),
             Q::RenameLock { acquire } => self.rename_lock(session, acquire),
             Q::MoveDone { dir, name } => self.move_done(session, dir, name),
-            Q::GetAttr { ino } => Ok(Reply::Attr(self.attr(ino)?)),
+            Q::GetAttr { ino } => {
+                let a = self.attr(ino)?;
+                // Its size is asked: the next ask may need no message.
+                self.claim_size_slot(ino);
+                Ok(Reply::Attr(a))
+            }
             Q::Touched { dir, at } => self.touched(who, dir, at),
             Q::SetAttr { ino, set, .. } => self.set_attr(session, who, ino, set),
             Q::Access { ino, mask } => self.access(who, ino, mask),

@@ -67,6 +67,7 @@ macro_rules! state_fields {
                     last_op: _,
                     acct: _,
                     ops: _,
+                    sizes: _,
                     $($field: _,)*
                 } = self;
                 let image = ImageRef {
@@ -97,6 +98,8 @@ macro_rules! state_fields {
             /// Replace the server's state by the one `bytes` encode.
             pub fn load_state(&mut self, bytes: &[u8]) -> Result<(), String> {
                 let image: Image = postcard::from_bytes(bytes).map_err(|e| e.to_string())?;
+                // The slots it held name inodes of the state replaced.
+                self.forget_size_slots();
                 // Old shards leave the count of names as they go, so the
                 // image's count is set after them.
                 $(self.$field = image.$field;)*

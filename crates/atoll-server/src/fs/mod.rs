@@ -58,6 +58,8 @@ mod affinity;
 mod attrs;
 mod blocks;
 mod chain;
+mod coalesced;
+use coalesced::Coalesced;
 mod data;
 mod descs;
 mod dir;
@@ -81,6 +83,7 @@ mod pipecopy;
 mod protocols;
 mod reports;
 mod retain;
+mod sizes;
 mod space;
 mod stats;
 pub mod tape;
@@ -283,49 +286,9 @@ pub struct FileServer<S> {
     hot: hotdirs::HotDirs,
     /// Modes of directories swapped online, swaps under way (`adapt`).
     adapt: adapt::Adapt,
-}
-
-/// Requests that did in one message what Hare's protocol does in several
-/// (§3.7.4), and the messages that saved: an `Open` that found the name
-/// and opened its inode (LOOKUP + OPEN), an `Open` that created the file
-/// (CREATE inode + ADD_MAP + OPEN), a `MakeNode` (CREATE inode + ADD_MAP).
-#[derive(Default, Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-struct Coalesced {
-    opens: u64,
-    creates: u64,
-    nodes: u64,
-}
-
-impl Coalesced {
-    fn total(&self) -> u64 {
-        self.opens + self.creates + self.nodes
-    }
-    fn opened(&mut self, created: bool) {
-        if created {
-            self.creates += 1;
-        } else {
-            self.opens += 1;
-        }
-    }
-
-    fn made_node(&mut self) {
-        self.nodes += 1;
-    }
-
-    /// Messages a client would have sent without coalescing, minus the
-    /// ones it sent.
-    fn messages_saved(&self) -> u64 {
-        self.opens + 2 * self.creates + self.nodes
-    }
-
-    fn counters(&self) -> [(&'static str, u64); 4] {
-        [
-            ("coalescing.combined_opens", self.opens),
-            ("coalescing.combined_creates", self.creates),
-            ("coalescing.combined_nodes", self.nodes),
-            ("coalescing.messages_saved", self.messages_saved()),
-        ]
-    }
+    /// Where sizes are published for clients (`sizes`); none while a
+    /// journal is replayed.
+    sizes: Option<sizes::SizeBoard>,
 }
 
 /// A provisional name `(dir, name)` → `ino` added by `session`'s `Link`
@@ -402,8 +365,11 @@ impl<S: BlockStore> FileServer<S> {
             maps: mapping::Mappings::default(),
             texts: text::Texts::default(),
             hot: hotdirs::HotDirs::default(),
+            sizes: None,
             cfg,
         };
+        #[cfg(test)]
+        fs.attach_private_size_board();
         if fs.cfg.index == ROOT.owner() {
             let o = fs.cfg.root_owner;
             fs.inodes.insert(
@@ -661,6 +627,8 @@ impl<S: BlockStore> FileServer<S> {
             self.adapt_observe(session, dir, tape::instant());
         }
         self.settle();
+        #[cfg(test)]
+        self.check_size_board();
         let ns = t0.elapsed().as_nanos() as u64;
         self.requests += 1;
         self.ops[op].0 += 1;
@@ -926,6 +894,7 @@ impl<S: BlockStore> FileServer<S> {
             if let Some(t) = self.inodes.get(&ino).map(|i| i.ftype) {
                 self.notify_freed(ino, t);
             }
+            self.size_slot_freed(ino);
             if let Some(mut i) = self.inodes.remove(&ino) {
                 self.pipes.anonymous.remove(&ino);
                 self.writes.forget_inode(ino);

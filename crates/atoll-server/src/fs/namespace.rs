@@ -208,6 +208,8 @@ impl<S: BlockStore> FileServer<S> {
                 if !who.has(Cred::CAP_FSETID) {
                     i.perm = kill_priv(i.perm);
                 }
+                // Now: a refusal below leaves the file truncated (`sizes`).
+                self.size_changed(ino);
             }
         }
         self.admit(limits::DESCRIPTIONS, 1)?;

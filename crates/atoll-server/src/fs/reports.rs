@@ -97,6 +97,8 @@ impl ClientReports {
         t.msgbound_undone += k.msgbound_undone;
         t.remote_copy_hits += k.remote_copy_hits;
         t.remote_copy_fetches += k.remote_copy_fetches;
+        t.size_board_hits += k.size_board_hits;
+        t.size_board_misses += k.size_board_misses;
         let s = self.per_session.entry(session).or_default();
         s.0 += k.dcache_hits;
         s.1 += k.dcache_misses;

@@ -85,6 +85,7 @@ impl<S: BlockStore> FileServer<S> {
         if !who.has(Cred::CAP_FSETID) {
             i.perm = kill_priv(i.perm);
         }
+        self.size_changed(ino); // before the reply (`sizes`)
         Ok(Reply::Attr(self.attr(ino)?))
     }
 

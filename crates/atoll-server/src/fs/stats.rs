@@ -64,6 +64,8 @@ impl<S: BlockStore> FileServer<S> {
             ("msgbound.undone", k.msgbound_undone),
             ("remote_copies.hits", k.remote_copy_hits),
             ("remote_copies.fetches", k.remote_copy_fetches),
+            ("size_board.hits", k.size_board_hits),
+            ("size_board.misses", k.size_board_misses),
         ] {
             if n > 0 {
                 v.push((name.into(), n));

@@ -13,6 +13,7 @@ mod descs;
 mod mapping;
 mod names;
 mod perm;
+mod sizes;
 mod swap;
 
 use perm::{attrs_of, rename_req};

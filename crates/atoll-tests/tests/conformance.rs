@@ -297,7 +297,9 @@ const CPYTHON_TESTS: &str = "test_os test_shutil test_tempfile test_glob test_pa
      test_fileio test_posix test_io test_zipfile test_tarfile test_mmap test_fcntl test_stat \
      test_signal test_subprocess test_fileinput test_zipimport test_py_compile test_importlib \
      test_filecmp test_pty test_select test_mailbox test_eintr test_file_eintr test_threadsignals \
-     test_shelve test_dbm_dumb test_popen test_wait4 test_largefile test_logging";
+     test_shelve test_dbm_dumb test_popen test_wait4 test_largefile test_logging \
+     test_multiprocessing_fork test_compileall test_gzip test_genericpath test_posixpath \
+     test_zipapp test_unicode_file_functions test_file test_tabnanny test_pkgutil test_venv";
 
 /// The tests `python3 -m test` reports failed (from its summary).
 fn cpython_failures(out: &str) -> std::collections::BTreeSet<String> {

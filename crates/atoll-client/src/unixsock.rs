@@ -181,6 +181,12 @@ pub fn may_concern(c: &Client, nr: i64, a: &[u64; 6]) -> bool {
             a[1] != 0 && a[2] != 0
         }
         libc::SYS_recvfrom => a[4] != 0 && a[5] != 0,
+        libc::SYS_sendmmsg => messages(a)
+            .iter()
+            .any(|m| crate::fdpass::passes_atoll(&m.msg_hdr)),
+        libc::SYS_recvmmsg => messages(a)
+            .iter()
+            .any(|m| crate::fdpass::may_receive(&m.msg_hdr)),
         libc::SYS_recvmsg => sys::get_user::<libc::msghdr>(a[1])
             .is_ok_and(|m| !m.msg_name.is_null() || crate::fdpass::may_receive(&m)),
         _ => false,
@@ -211,6 +217,8 @@ pub fn route(c: &Client, nr: i64, a: &[u64; 6]) -> Result<Option<Out>> {
         }
         libc::SYS_recvfrom => reported(c, nr, a, 4, 5),
         libc::SYS_recvmsg => received_msg(c, a),
+        libc::SYS_sendmmsg => sent_mmsg(c, a),
+        libc::SYS_recvmmsg => received_mmsg(c, a),
         _ => Ok(None),
     }
 }
@@ -237,6 +245,74 @@ fn sent_msg(c: &Client, a: &[u64; 6]) -> Result<Option<Out>> {
     );
     if let Some(p) = passed {
         p.sent(c, r);
+    }
+    Ok(Some(Out::Done(r)))
+}
+
+/// The messages of a `sendmmsg`/`recvmmsg` (none when the vector cannot
+/// be read: Linux answers the call itself).
+fn messages(a: &[u64; 6]) -> Vec<libc::mmsghdr> {
+    // Linux takes at most UIO_MAXIOV messages per call.
+    let n = (a[2] as usize).min(1024);
+    sys::get_user_vec::<libc::mmsghdr>(a[1], n).unwrap_or_default()
+}
+
+/// `sendmmsg` passing atoll descriptors: each message's control with
+/// tokens (`fdpass`); the messages Linux did not send take theirs back.
+fn sent_mmsg(c: &Client, a: &[u64; 6]) -> Result<Option<Out>> {
+    let mut msgs = messages(a);
+    let mut passed = Vec::with_capacity(msgs.len());
+    for m in &mut msgs {
+        let p = match crate::fdpass::outgoing(c, &m.msg_hdr) {
+            Ok(p) => p,
+            Err(e) => {
+                for p in passed.into_iter().flatten() {
+                    crate::fdpass::Outgoing::sent(p, c, -1);
+                }
+                return Err(e);
+            }
+        };
+        if let Some(p) = &p {
+            m.msg_hdr.msg_control = p.control.as_ptr() as *mut _;
+        }
+        passed.push(p);
+    }
+    let r = host(
+        libc::SYS_sendmmsg,
+        [
+            a[0],
+            msgs.as_mut_ptr() as u64,
+            msgs.len() as u64,
+            a[3],
+            0,
+            0,
+        ],
+    );
+    let sent = r.max(0) as usize;
+    for (i, p) in passed.into_iter().enumerate() {
+        if let Some(p) = p {
+            p.sent(c, if i < sent { 0 } else { -1 });
+        }
+    }
+    // What Linux reports per message (`msg_len`) goes back to the program.
+    for (i, m) in msgs.iter().enumerate().take(sent) {
+        let at = a[1] + (i * core::mem::size_of::<libc::mmsghdr>()) as u64;
+        sys::put_user(
+            at + core::mem::offset_of!(libc::mmsghdr, msg_len) as u64,
+            m.msg_len,
+        )?;
+    }
+    Ok(Some(Out::Done(r)))
+}
+
+/// `recvmmsg` that may receive descriptors: the tokens among them become
+/// the descriptions they stand for (`fdpass`).
+fn received_mmsg(c: &Client, a: &[u64; 6]) -> Result<Option<Out>> {
+    let r = host(libc::SYS_recvmmsg, *a);
+    if r > 0 {
+        for m in messages(&[a[0], a[1], r as u64, 0, 0, 0]) {
+            crate::fdpass::received(c, m.msg_hdr.msg_control as u64, m.msg_hdr.msg_controllen);
+        }
     }
     Ok(Some(Out::Done(r)))
 }

@@ -118,6 +118,43 @@ int main(int argc, char **argv) {
     close(again);
     close(pp[1]);
     slurp("self pipe", pp[0]);
+    /* Two messages of one sendmmsg, received by one recvmmsg. */
+    int pa[2], pb[2];
+    pipe(pa);
+    pipe(pb);
+    struct mmsghdr mm[2];
+    struct iovec mio[2];
+    char mb[2] = {'a', 'b'};
+    char mc[2][CMSG_SPACE(sizeof(int))];
+    int ends[2] = {pa[1], pb[1]};
+    memset(mm, 0, sizeof mm);
+    for (int i = 0; i < 2; i++) {
+        mio[i].iov_base = &mb[i];
+        mio[i].iov_len = 1;
+        mm[i].msg_hdr.msg_iov = &mio[i];
+        mm[i].msg_hdr.msg_iovlen = 1;
+        mm[i].msg_hdr.msg_control = mc[i];
+        mm[i].msg_hdr.msg_controllen = sizeof mc[i];
+        struct cmsghdr *h = CMSG_FIRSTHDR(&mm[i].msg_hdr);
+        h->cmsg_level = SOL_SOCKET;
+        h->cmsg_type = SCM_RIGHTS;
+        h->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(h), &ends[i], sizeof(int));
+    }
+    int nsent = sendmmsg(self[0], mm, 2, 0);
+    printf("sendmmsg: %d, lengths %u %u\n", nsent, mm[0].msg_len, mm[1].msg_len);
+    close(pa[1]);
+    close(pb[1]);
+    memset(mc, 0, sizeof mc);
+    printf("recvmmsg: %d\n", recvmmsg(self[1], mm, 2, 0, 0));
+    for (int i = 0; i < 2; i++) {
+        int got;
+        memcpy(&got, CMSG_DATA(CMSG_FIRSTHDR(&mm[i].msg_hdr)), sizeof(int));
+        if (write(got, i ? "second" : "first", i ? 6 : 5) < 0) perror("mmsg write");
+        close(got);
+    }
+    slurp("first pipe", pa[0]);
+    slurp("second pipe", pb[0]);
     /* A send that fails keeps nothing in flight: the pipe still ends. */
     pipe(pp);
     int dead[2];

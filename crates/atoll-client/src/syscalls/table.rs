@@ -89,6 +89,12 @@ const SOCKET_NAME: Concerns = by(
     sockets::socket_concerns,
     "a socket address in the mount, or atoll descriptors passed (SCM_RIGHTS)",
 );
+const MMSG: Support =
+    Partial("passes atoll descriptors; a socket address in the mount is not translated");
+const SOCKET_RIGHTS: Concerns = by(
+    sockets::socket_concerns,
+    "atoll descriptors passed (SCM_RIGHTS)",
+);
 const PIPE_SIZE: &str = "capacity up to 3872 KiB, no per-user limits";
 
 const PARTLY_READABLE: &str = "a buffer only partly accessible is EFAULT, nothing transferred \
@@ -310,7 +316,9 @@ const ROWS: &[Entry] = &[
     row(SYS_accept, "accept", sockets::socket, SOCKET_NAME, Full),
     row(SYS_accept4, "accept4", sockets::socket, SOCKET_NAME, Full),
     row(SYS_recvfrom, "recvfrom", sockets::socket, SOCKET_NAME, Full),
-    row(SYS_recvmsg, "recvmsg", sockets::socket, SOCKET_NAME, Full),];
+    row(SYS_recvmsg, "recvmsg", sockets::socket, SOCKET_NAME, Full),
+    row(SYS_sendmmsg, "sendmmsg", sockets::socket, SOCKET_RIGHTS, MMSG),
+    row(SYS_recvmmsg, "recvmmsg", sockets::socket, SOCKET_RIGHTS, MMSG),];
 
 /// How many rows there are.
 pub(super) const COUNT: usize = ROWS.len();

@@ -258,6 +258,20 @@ impl Drop for PosGuard<'_> {
     }
 }
 
+/// A reference to `slot`, taken only while the slot is still live (n → n+1
+/// with n > 0, as `get` does).
+fn ref_if_live(slot: usize) -> Option<DescRef> {
+    let refs = &DESCS[slot].refs;
+    let mut n = refs.load(Ordering::Acquire);
+    while n > 0 {
+        match refs.compare_exchange_weak(n, n + 1, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return Some(DescRef { slot }),
+            Err(m) => n = m,
+        }
+    }
+    None
+}
+
 /// Every live description whose offset is held here, as a counted
 /// reference (to move the offsets to the servers before sharing).
 pub fn local_descs() -> Vec<DescRef> {
@@ -267,21 +281,7 @@ pub fn local_descs() -> Vec<DescRef> {
         if s.state.load(Ordering::Acquire) != LIVE || !s.local.load(Ordering::Acquire) {
             continue;
         }
-        // Take a reference only while the slot is still live (n → n+1
-        // with n > 0), as `get` does.
-        let mut n = s.refs.load(Ordering::Acquire);
-        while n > 0 {
-            match s
-                .refs
-                .compare_exchange_weak(n, n + 1, Ordering::AcqRel, Ordering::Acquire)
-            {
-                Ok(_) => {
-                    v.push(DescRef { slot });
-                    break;
-                }
-                Err(m) => n = m,
-            }
-        }
+        v.extend(ref_if_live(slot));
     }
     v
 }
@@ -294,23 +294,10 @@ pub fn find_desc(desc: DescId) -> Option<DescRef> {
         if s.state.load(Ordering::Acquire) != LIVE || s.desc.load(Ordering::Acquire) != desc.0 {
             continue;
         }
-        let mut n = s.refs.load(Ordering::Acquire);
-        while n > 0 {
-            match s
-                .refs
-                .compare_exchange_weak(n, n + 1, Ordering::AcqRel, Ordering::Acquire)
-            {
-                Ok(_) => {
-                    let r = DescRef { slot };
-                    // The slot may have been freed and reused between the
-                    // two loads: keep it only if it still names `desc`.
-                    if s.desc.load(Ordering::Acquire) == desc.0 {
-                        return Some(r);
-                    }
-                    break;
-                }
-                Err(m) => n = m,
-            }
+        // The slot may have been freed and reused between the two loads:
+        // keep it only if it still names `desc`.
+        if let Some(r) = ref_if_live(slot).filter(|_| s.desc.load(Ordering::Acquire) == desc.0) {
+            return Some(r);
         }
     }
     None

@@ -5,9 +5,7 @@
 //! its writes vanished (CPython's multiprocessing forkserver, which passes
 //! pipes this way, failed with `EOFError`).
 
-use atoll_tests::OutputBounded as _;
-use atoll_tests::{compile_probe, run_in_atoll};
-use std::process::Command;
+use atoll_tests::{assert_same_on_tmpfs, compile_probe};
 
 const PROBE: &str = r#"
 #define _GNU_SOURCE
@@ -186,22 +184,10 @@ int main(int argc, char **argv) {
 fn descriptors_passed_over_unix_sockets_are_the_senders_as_on_the_host() {
     let dir = tempfile::tempdir().unwrap();
     let bin = compile_probe(dir.path(), "fdpass", PROBE);
-    let shm = tempfile::tempdir_in("/dev/shm").expect("tmpfs directory");
-    let host = Command::new(&bin)
-        .arg(shm.path())
-        .output_bounded()
-        .expect("probe");
-    let host_out = String::from_utf8_lossy(&host.stdout).to_string();
-    assert!(host.status.success(), "{host_out}");
-    assert!(host_out.contains("back reads 3 [ABC]"), "{host_out}");
     let script = format!("{} \"$ROOT\"", bin.display());
     for opts in [&["--servers", "2"][..], &["--servers", "3"][..]] {
-        let o = run_in_atoll(opts, &script);
-        assert_eq!(
-            String::from_utf8_lossy(&o.stdout),
-            host_out,
-            "{opts:?}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
+        let out = assert_same_on_tmpfs(opts, &script, true);
+        assert!(out.contains("back reads 3 [ABC]"), "{out}");
+        assert!(out.contains("second pipe: 6 [second] end 0"), "{out}");
     }
 }

@@ -325,7 +325,8 @@ fn read_token(fd: i32) -> Option<Said> {
     if got <= 0 || !link[..got as usize].starts_with(TOKEN_LINK) {
         return None;
     }
-    let mut buf = vec![0u8; 64 * 1024];
+    // A token is its header, the instance id and at most a PATH_MAX path.
+    let mut buf = vec![0u8; 8192];
     let n = sys::pread(fd, &mut buf, 0);
     if n <= 0 {
         return None;

@@ -246,6 +246,23 @@ fn assert_same_in(
     atoll.1
 }
 
+/// How many requests named `op` all servers served, from the JSON that
+/// `atoll run --stats-json FILE` wrote to `path`, and that JSON.
+pub fn served_ops(path: &Path) -> (impl Fn(&str) -> u64, serde_json::Value) {
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).expect("stats json")).expect("json");
+    let servers: Vec<serde_json::Value> = v["servers"].as_array().cloned().unwrap_or_default();
+    let count = move |op: &str| -> u64 {
+        servers
+            .iter()
+            .flat_map(|s| s["ops"].as_array().cloned().unwrap_or_default())
+            .filter(|o| o["op"] == op)
+            .map(|o| o["count"].as_u64().unwrap_or(0))
+            .sum()
+    };
+    (count, v)
+}
+
 /// True when `program` is on PATH (tests that need it fail loudly if not:
 /// CI installs every program the suite uses).
 pub fn require(program: &str) {

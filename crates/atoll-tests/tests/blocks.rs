@@ -324,18 +324,7 @@ PY
     // directory and the root.
     let df = numbers(text.lines().last().unwrap_or_default());
     assert_eq!(df, [120, 42], "{text}");
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    let ops = |op: &str| -> u64 {
-        v["servers"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .flat_map(|s| s["ops"].as_array().cloned().unwrap_or_default())
-            .filter(|o| o["op"] == op)
-            .map(|o| o["count"].as_u64().unwrap_or(0))
-            .sum()
-    };
+    let (ops, v) = atoll_tests::served_ops(&json);
     assert!(ops("Unlink") >= 20, "the servers' counts are real: {v}");
     assert_eq!(ops("StatFs"), 0, "{v}");
 }

@@ -77,18 +77,7 @@ PY
     "#;
     let out = run_in_atoll(&["--servers", "1", "--stats-json", &j], script);
     assert!(out.status.success(), "{out:?}");
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    let count = |op: &str| -> u64 {
-        v["servers"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .flat_map(|s| s["ops"].as_array().cloned().unwrap_or_default())
-            .filter(|o| o["op"] == op)
-            .map(|o| o["count"].as_u64().unwrap_or(0))
-            .sum()
-    };
+    let (count, v) = atoll_tests::served_ops(&json);
     let (set_locks, closes) = (count("SetLock"), count("Close"));
     // The counts are real: the closes were seen.
     assert!(closes >= 300, "{v}");

@@ -71,18 +71,7 @@ PY
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
     assert_eq!(stdout.trim(), "names 20 True", "{stdout}");
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    let ops = |op: &str| -> u64 {
-        v["servers"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .flat_map(|s| s["ops"].as_array().cloned().unwrap_or_default())
-            .filter(|o| o["op"] == op)
-            .map(|o| o["count"].as_u64().unwrap_or(0))
-            .sum()
-    };
+    let (ops, _) = atoll_tests::served_ops(&json);
     let readdirs = ops("ReadDir");
     // 201 listings, plus the shell's and python's own few.
     assert!(

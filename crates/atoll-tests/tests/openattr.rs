@@ -57,18 +57,7 @@ fn fstat_after_open_sends_no_getattr() {
             &format!("mkdir $ROOT/d && {} $ROOT/d {kind}", bin.display()),
         );
         assert!(out.status.success(), "{}", text(&out.stderr));
-        let v: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-        let ops = |op: &str| -> u64 {
-            v["servers"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .flat_map(|s| s["ops"].as_array().cloned().unwrap_or_default())
-                .filter(|o| o["op"] == op)
-                .map(|o| o["count"].as_u64().unwrap_or(0))
-                .sum()
-        };
+        let (ops, _) = atoll_tests::served_ops(&json);
         let (opens, getattrs) = (ops("Open") + ops("OpenInode"), ops("GetAttr"));
         assert!(
             opens >= 1000,

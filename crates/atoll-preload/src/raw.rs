@@ -10,36 +10,17 @@
 //!
 //! Everything here is allocation-free and async-signal-safe.
 
-use core::arch::asm;
-
 /// Issue system call `nr` with six raw arguments; returns the raw result
 /// (`-errno` on failure), exactly as the kernel left it in RAX.
 ///
 /// Hot path: every trapped system call that atoll does not handle ends here.
 #[inline(always)]
 pub fn syscall6(nr: i64, a: [u64; 6]) -> i64 {
-    let ret: i64;
-    // SAFETY: the `syscall` instruction clobbers only RAX (result), RCX and
-    // R11 (declared below); arguments are plain integers. Whether the system
-    // call itself is memory-safe is the caller's concern: all callers pass
-    // either arguments the program gave to its own (trapped) system call, or
-    // pointers to live buffers of the right size.
-    unsafe {
-        asm!(
-            "syscall",
-            inlateout("rax") nr => ret,
-            in("rdi") a[0],
-            in("rsi") a[1],
-            in("rdx") a[2],
-            in("r10") a[3],
-            in("r8") a[4],
-            in("r9") a[5],
-            lateout("rcx") _,
-            lateout("r11") _,
-            options(nostack),
-        );
-    }
-    ret
+    // SAFETY: `atoll_sys::syscall6` is the bare instruction. Whether the
+    // system call itself is memory-safe is the caller's concern: all
+    // callers pass either arguments the program gave to its own (trapped)
+    // system call, or pointers to live buffers of the right size.
+    unsafe { atoll_sys::syscall6(nr, a) }
 }
 
 /// Convenience for calls with fewer arguments.

@@ -3,50 +3,8 @@
 //! or `sigaction` are wrapped there, and the proxy must talk to the kernel
 //! itself. The only `unsafe` of the client side besides `load`.
 
-/// Issue system call `nr` with six arguments; returns the raw result
-/// (value ≥ 0 or −errno).
-///
-/// # Safety
-/// The call's effects on memory named by the arguments are the caller's
-/// responsibility, exactly as for `syscall(2)`.
-#[cfg(target_arch = "x86_64")]
-pub unsafe fn syscall6(nr: i64, a: [u64; 6]) -> i64 {
-    let ret: i64;
-    // SAFETY: x86-64 Linux system-call ABI: number in rax, arguments in
-    // rdi/rsi/rdx/r10/r8/r9, the kernel clobbers rcx and r11. The effects
-    // are the caller's contract.
-    unsafe {
-        core::arch::asm!(
-            "syscall",
-            inlateout("rax") nr => ret,
-            in("rdi") a[0],
-            in("rsi") a[1],
-            in("rdx") a[2],
-            in("r10") a[3],
-            in("r8") a[4],
-            in("r9") a[5],
-            lateout("rcx") _,
-            lateout("r11") _,
-            options(nostack)
-        );
-    }
-    ret
-}
-
-/// # Safety
-/// As the x86-64 version.
-#[cfg(not(target_arch = "x86_64"))]
-pub unsafe fn syscall6(nr: i64, a: [u64; 6]) -> i64 {
-    // SAFETY: forwarded to libc's generic entry point; caller's contract.
-    let r = unsafe { libc::syscall(nr, a[0], a[1], a[2], a[3], a[4], a[5]) };
-    if r < 0 {
-        -(std::io::Error::last_os_error()
-            .raw_os_error()
-            .unwrap_or(libc::EIO) as i64)
-    } else {
-        r
-    }
-}
+/// The one raw entry (`atoll-sys`); see its contract.
+pub use atoll_sys::syscall6;
 
 /// A system call that only passes integers (no memory).
 pub fn sc(nr: i64, a0: u64, a1: u64, a2: u64) -> i64 {

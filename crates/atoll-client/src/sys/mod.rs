@@ -12,41 +12,11 @@
 //! Everything that dereferences a pointer handed in by the program lives in
 //! its submodule [`user`].
 
-use core::arch::asm;
-
 mod user;
 pub use user::*;
 
-/// Issue system call `nr` with six raw arguments; returns the raw result
-/// (≥ 0 or −errno).
-///
-/// # Safety
-/// A raw system call can do anything the process may do (unmap memory,
-/// write through pointers, close descriptors). The caller guarantees the
-/// arguments are what the program asked for, or point to memory we own.
-#[inline]
-pub unsafe fn syscall6(nr: i64, a: [u64; 6]) -> i64 {
-    let ret: i64;
-    // SAFETY: x86-64 Linux system-call ABI: number in rax, arguments in
-    // rdi/rsi/rdx/r10/r8/r9, the kernel clobbers rcx and r11. The call's
-    // effects are the caller's responsibility (see the function contract).
-    unsafe {
-        asm!(
-            "syscall",
-            inlateout("rax") nr => ret,
-            in("rdi") a[0],
-            in("rsi") a[1],
-            in("rdx") a[2],
-            in("r10") a[3],
-            in("r8") a[4],
-            in("r9") a[5],
-            lateout("rcx") _,
-            lateout("r11") _,
-            options(nostack)
-        );
-    }
-    ret
-}
+/// The one raw entry (`atoll-sys`); see its contract.
+pub use atoll_sys::syscall6;
 
 /// Shorthand for system calls whose arguments are plain integers or point
 /// to memory owned by the caller of this function.

@@ -26,6 +26,21 @@ fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
+/// Run `script` with `--placement round-robin`; its output and the execs
+/// counted per core (`exec.per_core` of `--stats-json`).
+fn run_round_robin(script: &str) -> (std::process::Output, Vec<(String, u64)>) {
+    let dir = tempfile::tempdir().unwrap();
+    let stats = dir.path().join("s.json");
+    let opts = [
+        "--placement",
+        "round-robin",
+        "--stats-json",
+        stats.to_str().unwrap(),
+    ];
+    let out = run_in_atoll(&opts, script);
+    (out, per_core(&stats))
+}
+
 /// `exec.per_core` of a `--stats-json` file.
 fn per_core(stats: &Path) -> Vec<(String, u64)> {
     let v: serde_json::Value =
@@ -71,15 +86,7 @@ fn exit_codes_and_deaths_by_signal_are_reported_through_proxies() {
 
 #[test]
 fn remote_programs_run_pinned_on_the_chosen_cores() {
-    let dir = tempfile::tempdir().unwrap();
-    let stats = dir.path().join("s.json");
-    let out = run_in_atoll(
-        &[
-            "--placement",
-            "round-robin",
-            "--stats-json",
-            stats.to_str().unwrap(),
-        ],
+    let (out, counts) = run_round_robin(
         r#"
         for i in 1 2 3 4; do grep Cpus_allowed_list /proc/self/status; done
         "#,
@@ -95,8 +102,8 @@ fn remote_programs_run_pinned_on_the_chosen_cores() {
             "a remote program is pinned to one core: {l}"
         );
     }
-    let total: u64 = per_core(&stats).iter().map(|(_, n)| n).sum();
-    assert!(total >= 4, "execs counted: {:?}", per_core(&stats));
+    let total: u64 = counts.iter().map(|(_, n)| n).sum();
+    assert!(total >= 4, "execs counted: {counts:?}");
 }
 
 /// A program pinned to one core still learns how many CPUs its work can

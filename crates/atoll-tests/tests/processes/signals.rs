@@ -192,15 +192,7 @@ fn an_interactive_shell_on_a_terminal_controls_remote_jobs() {
 /// signal sent to that pid reaches the parent.
 #[test]
 fn getppid_of_a_remote_program_is_its_callers_parent() {
-    let dir = tempfile::tempdir().unwrap();
-    let stats = dir.path().join("s.json");
-    let out = run_in_atoll(
-        &[
-            "--placement",
-            "round-robin",
-            "--stats-json",
-            stats.to_str().unwrap(),
-        ],
+    let (out, counts) = run_round_robin(
         r#"
         echo $$
         for i in 1 2 3 4; do
@@ -235,7 +227,6 @@ fn getppid_of_a_remote_program_is_its_callers_parent() {
             cores.iter().any(|c| c != &cores[0]),
             "all on one core: {cores:?}"
         );
-        let counts = per_core(&stats);
         assert!(
             counts.iter().filter(|(_, n)| *n > 0).count() >= 2,
             "{counts:?}"
@@ -249,15 +240,7 @@ fn pipeline_stages_run_on_different_cores() {
         eprintln!("one core: nothing to spread");
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let stats = dir.path().join("s.json");
-    let out = run_in_atoll(
-        &[
-            "--placement",
-            "round-robin",
-            "--stats-json",
-            stats.to_str().unwrap(),
-        ],
+    let (out, counts) = run_round_robin(
         r#"
         grep Cpus_allowed_list /proc/self/status | (grep Cpus_allowed_list /proc/self/status; cat)
         seq 1 20000 | sort -rn | head -2
@@ -269,7 +252,6 @@ fn pipeline_stages_run_on_different_cores() {
     assert_eq!(lines.len(), 4, "{text}");
     assert_ne!(lines[0], lines[1], "both stages on one core: {text}");
     assert_eq!(&lines[2..], ["20000", "19999"]);
-    let counts = per_core(&stats);
     assert!(
         counts.iter().filter(|(_, n)| *n > 0).count() >= 2,
         "execs on one core only: {counts:?}"

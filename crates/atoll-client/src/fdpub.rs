@@ -122,7 +122,7 @@ pub fn fd() -> i32 {
 pub fn relocate(from: i32) {
     let _held = fork_lock().lock();
     if from >= 0 && FD.load(Ordering::Relaxed) == from {
-        FD.store(crate::session::to_high(from, from + 1), Ordering::Relaxed);
+        FD.store(crate::session::away_from(from), Ordering::Relaxed);
     }
     // An image whose list its environment gave (`publish_at_start`): the
     // list no longer matches it, so it is published from now on.
@@ -143,7 +143,7 @@ fn make(slots: usize) -> Option<(i32, *mut u8)> {
     }
     let fd = rustix::fs::memfd_create(NAME, rustix::fs::MemfdFlags::CLOEXEC).ok()?;
     rustix::fs::ftruncate(&fd, table_bytes(slots) as u64).ok()?;
-    let raw = crate::session::to_high(std::os::fd::IntoRawFd::into_raw_fd(fd), 0);
+    let raw = crate::session::to_high_or_close(std::os::fd::IntoRawFd::into_raw_fd(fd))?;
     let Some(p) = map(raw, table_bytes(slots)) else {
         sys::close(raw);
         return None;
@@ -369,8 +369,12 @@ fn make_file_only() {
     let private = 8 + 4 * PRIVATE_MAX;
     let mut state = MAPPED; // refused: none, for good
     if fits_file_limit(private) {
-        if let Ok(fd) = rustix::fs::memfd_create(NAME, rustix::fs::MemfdFlags::CLOEXEC) {
-            let raw = crate::session::to_high(std::os::fd::IntoRawFd::into_raw_fd(fd), 0);
+        let made = rustix::fs::memfd_create(NAME, rustix::fs::MemfdFlags::CLOEXEC)
+            .ok()
+            .and_then(|fd| {
+                crate::session::to_high_or_close(std::os::fd::IntoRawFd::into_raw_fd(fd))
+            });
+        if let Some(raw) = made {
             FD.store(raw, Ordering::Relaxed);
             FILE_BYTES.store(private, Ordering::Relaxed);
             state = FILE_ONLY;
@@ -637,8 +641,8 @@ fn fill(base: *mut u8) {
         let Some(d) = crate::fdtable::get(fd as i64) else {
             continue;
         };
-        if let Some(p) = d.path().filter(|p| p.len() <= sys::PATH_MAX) {
-            let payload = [&d.ino().0.to_le_bytes()[..], p].concat();
+        if let Some(p) = d.link_name().filter(|p| p.len() <= sys::PATH_MAX) {
+            let payload = [&d.ino().0.to_le_bytes()[..], &p].concat();
             // SAFETY: the table's mapping, with room for slot `n`; a
             // payload that fits a long record.
             unsafe { write_slot(base, n, &payload) };

@@ -185,6 +185,14 @@ impl DescRef {
         // every reference (including this one) was dropped.
         (!p.is_null()).then(|| unsafe { (*p).as_slice() })
     }
+    /// What `/proc/PID/fd/N` shows for it: the path it was opened by, or
+    /// the anonymous name of a pipe or queue (`proclink::anonymous_name`).
+    pub fn link_name(&self) -> Option<std::borrow::Cow<'_, [u8]>> {
+        match self.path() {
+            Some(p) => Some(std::borrow::Cow::Borrowed(p)),
+            None => crate::proclink::anonymous_name(self).map(std::borrow::Cow::Owned),
+        }
+    }
     /// Is the offset held here (hybrid fd, Hare §3.5.1)?
     pub fn is_local(&self) -> bool {
         self.s().local.load(Ordering::Acquire)
@@ -440,7 +448,7 @@ pub fn get(fd: i64) -> Option<DescRef> {
 pub fn install(fd: i32, r: DescRef) -> Option<DescRef> {
     debug_assert!((fd as usize) < MAX_FDS);
     // Other processes of the instance read the path (`fdpub`).
-    crate::fdpub::publish(fd, r.path().map(|p| (p, r.ino())));
+    crate::fdpub::publish(fd, r.link_name().as_deref().map(|p| (p, r.ino())));
     let e = entry(r.slot);
     r.into_slot();
     ANY.store(true, Ordering::Relaxed);

@@ -35,9 +35,10 @@ pub fn target(c: &Client, path: &[u8]) -> Option<Vec<u8>> {
             return c.cwd().map(|w| w.path.clone());
         }
         let d = own_fd(entry)?;
-        return d
-            .path()
-            .map(|opened| crate::fdname::current(c, opened, d.ino()));
+        return match d.path() {
+            Some(opened) => Some(crate::fdname::current(c, opened, d.ino())),
+            None => anonymous_name(&d),
+        };
     }
     let rest = path.strip_prefix(b"/proc/")?;
     let slash = rest.iter().position(|&b| b == b'/')?;
@@ -60,9 +61,28 @@ pub fn target(c: &Client, path: &[u8]) -> Option<Vec<u8>> {
 pub fn answers(c: &Client, path: &[u8]) -> bool {
     match crate::path::proc_self_entry(path) {
         Some(b"cwd") => c.cwd().is_some(),
-        Some(entry) => own_fd(entry).is_some_and(|d| d.path().is_some()),
+        Some(entry) => {
+            own_fd(entry).is_some_and(|d| d.path().is_some() || anonymous_name(&d).is_some())
+        }
         None => target(c, path).is_some(),
     }
+}
+
+/// The link Linux shows for a descriptor of a file without a name: an
+/// anonymous pipe's `pipe:[INO]` (the `st_ino` its `fstat` gives), a
+/// notification queue's anonymous inode. `None` for the others (named
+/// files show their path).
+pub fn anonymous_name(d: &crate::fdtable::DescRef) -> Option<Vec<u8>> {
+    if d.path().is_some() || d.ftype() != atoll_proto::FileType::Fifo {
+        return None;
+    }
+    Some(if crate::fanotify::is_group(d) {
+        b"anon_inode:[fanotify]".to_vec()
+    } else if crate::inotify::is_queue(d) {
+        b"anon_inode:inotify".to_vec()
+    } else {
+        format!("pipe:[{}]", d.ino().0).into_bytes()
+    })
 }
 
 /// The process's own atoll descriptor named by `fd/N`.
@@ -101,6 +121,9 @@ fn other_fd(pid: u32, n: usize) -> Option<Vec<u8>> {
     let slot = crate::fdpub::read_slot(fd, n);
     sys::close(fd);
     let (path, ino) = slot?;
+    if path.first() != Some(&b'/') {
+        return Some(path); // an anonymous file's name (`anonymous_name`)
+    }
     let c = crate::session::client()?;
     Some(crate::fdname::current(c, &path, ino))
 }

@@ -294,3 +294,34 @@ fn the_descriptor_table_is_mapped_only_by_a_process_that_publishes() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(text, "maps 0\nmaps 1\n", "{text}");
 }
+
+/// A descriptor of a file without a name links to what Linux names it: an
+/// anonymous pipe's `pipe:[INO]` with the `st_ino` its `fstat` gives, for
+/// the process itself and for another process reading `/proc/PID/fd`, and
+/// an inotify queue's `anon_inode:inotify` — not atoll's placeholder.
+#[test]
+fn pipes_and_notification_queues_link_to_their_anonymous_names() {
+    require("python3");
+    let script = r#"
+        cd "$ROOT"; echo x > watched
+        python3 - <<'P' | cat
+import os, subprocess
+r, w = os.pipe()
+own = os.readlink(f"/proc/self/fd/{r}")
+print(own == f"pipe:[{os.fstat(r).st_ino}]", own.startswith("pipe:["))
+other = subprocess.run(["readlink", f"/proc/{os.getpid()}/fd/{w}"], capture_output=True, text=True).stdout.strip()
+print(other == own)
+print(os.readlink("/proc/self/fd/1").startswith("pipe:["))
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+q = libc.inotify_init1(0)
+print(libc.inotify_add_watch(q, b"watched", 2) > 0, os.readlink(f"/proc/self/fd/{q}"))
+P
+        sleep 5 | { p=$(pgrep -n -x sleep); readlink /proc/$p/fd/1 | sed 's/[0-9][0-9]*/N/'; cat; }
+    "#;
+    let out = assert_same(&[], script, true);
+    assert!(
+        out.contains("True True\nTrue\nTrue\nTrue anon_inode:inotify\npipe:[N]\n"),
+        "{out}"
+    );
+}

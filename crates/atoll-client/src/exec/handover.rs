@@ -10,12 +10,12 @@ use super::*;
 pub(super) struct HandOver {
     /// The session socket, left open across the exec (`ENV_SESSION_FD`);
     /// `None` when no session could be made for the new image.
-    pub(super) socket: Option<OwnedFd>,
+    pub(super) socket: Option<Inherited>,
     /// `ATOLL_STATE`.
     pub(super) state: String,
     /// The instance's descriptors left open for the new image
     /// (`State::attached`).
-    pub(super) carried: Vec<OwnedFd>,
+    pub(super) carried: Vec<Inherited>,
 }
 
 impl HandOver {
@@ -23,7 +23,7 @@ impl HandOver {
     /// instance's descriptors, so that the new image joins without a round
     /// trip to the boot thread (`BootRequest::Reattached`). Without them
     /// (no descriptor left, an error) it asks `Reattach` as before.
-    fn new(c: &Client, socket: OwnedFd, session: SessionId, mut st: State) -> HandOver {
+    fn new(c: &Client, socket: Inherited, session: SessionId, mut st: State) -> HandOver {
         let mut carried = Vec::new();
         st.attached = carry_instance(c, session, &mut carried);
         HandOver {
@@ -72,22 +72,19 @@ pub fn prime(c: &Client) {
     let _ = carried(c);
 }
 
-/// The buffer cache's and control block's descriptors, duplicated without
-/// `FD_CLOEXEC` into `kept`, and what the new image needs besides them.
-fn carry_instance(c: &Client, session: SessionId, kept: &mut Vec<OwnedFd>) -> Option<Attached> {
+/// The buffer cache's and control block's descriptors, left open for the
+/// new image in `kept`, and what the new image needs besides them.
+fn carry_instance(c: &Client, session: SessionId, kept: &mut Vec<Inherited>) -> Option<Attached> {
     let known = carried(c)?;
     let mut inheritable = |(fd, dev, ino): (i32, u64, u64)| -> Option<CarriedFd> {
-        let n = sys::fcntl_int(fd, libc::F_DUPFD, session::PRIVATE_FD_MIN as i64);
-        if n < 0 {
-            return None;
-        }
-        // SAFETY: `n` was just made by F_DUPFD and is owned by no one else.
-        kept.push(unsafe { OwnedFd::from_raw_fd(n as i32) });
-        Some(CarriedFd {
-            fd: n as i32,
+        let fd = Inherited::of(fd)?;
+        let carried = CarriedFd {
+            fd: fd.as_raw_fd(),
             dev,
             ino,
-        })
+        };
+        kept.push(fd);
+        Some(carried)
     };
     let control = inheritable(known.control)?;
     let cache = match known.cache {
@@ -152,7 +149,7 @@ pub(super) fn hand_over_own_session(c: &Client, exe: Option<Vec<u8>>) -> Result<
         attached: None,
         ..State::default()
     };
-    let socket = c.inheritable_socket()?;
+    let socket = Inherited::of(c.socket_raw()).ok_or(Error::Errno(libc::EBADF))?;
     Ok(HandOver::new(c, socket, c.session().id, st))
 }
 
@@ -267,7 +264,7 @@ pub(super) fn hand_over(
     };
     // SAFETY: `keep` is a descriptor we own (just created).
     let owned = unsafe { OwnedFd::from_raw_fd(keep) };
-    Ok(HandOver::new(c, owned, child, st))
+    Ok(HandOver::new(c, Inherited::made(owned), child, st))
 }
 
 /// In a new image: restore the cwd and the descriptor table from

@@ -63,6 +63,8 @@ pub use selfexe::{is_self_exe, readlink_self_exe, started_from_atoll};
 mod foreign;
 pub use foreign::LOADER_ENV_PREFIX;
 mod handover;
+mod inherit;
+use inherit::Inherited;
 pub mod libs;
 mod rtld;
 use handover::{hand_over, hand_over_own_session, passes_own_session};
@@ -147,7 +149,7 @@ pub struct ExecPlan {
     exec_fd: Option<OwnedFd>,
     /// The session's socket and the instance descriptors handed over with
     /// it (non-CLOEXEC); dropping the plan closes this process's copies.
-    _handed_over: Vec<OwnedFd>,
+    _handed_over: Vec<Inherited>,
     /// Placement cursor of this exec (`atoll_sched::placement`).
     cursor: u64,
     /// Copies of the libraries the new image's loader finds in the mount.
@@ -237,7 +239,7 @@ fn build(
     dirfd: i32,
     flags: i32,
     exec_fd: Option<OwnedFd>,
-    handed_over: Vec<OwnedFd>,
+    handed_over: Vec<Inherited>,
 ) -> Result<ExecPlan> {
     let argv_c: Vec<CString> = argv.iter().map(|a| cstring(a)).collect::<Result<_>>()?;
     let envp_c: Vec<CString> = envp.iter().map(|a| cstring(a)).collect::<Result<_>>()?;
@@ -821,8 +823,8 @@ fn prepare_inner(
         .socket
         .into_iter()
         .chain(handed.carried)
-        .chain(relay_image)
-        .chain(loaded.map(|(fd, _, _)| fd))
+        .chain(relay_image.map(Inherited::made))
+        .chain(loaded.map(|(fd, _, _)| Inherited::made(fd)))
         .collect();
     let mut plan = build(&path_bytes, &argv, &env, dirfd, flags, exec_fd, kept)?;
     plan.copies_inherited = mount_libs.is_some() || copied_program;

@@ -19,15 +19,87 @@ use crate::error::{Error, Result};
 use crate::sys::{self, SpinLock};
 
 /// Move `fd` to a number ≥ max(min, PRIVATE_FD_MIN) with `FD_CLOEXEC`,
-/// closing the original. Falls back to the original number when the limit
-/// on open files forbids high numbers.
+/// closing the original. When the limit on open files forbids such
+/// numbers (lowered after the process started), to the highest free
+/// number below it: the program's next `open`s get the low numbers Linux
+/// would give them (the count the limit allows is one less all the same);
+/// else it stays where it is.
 pub fn to_high(fd: RawFd, min: i32) -> RawFd {
     let n = sys::fcntl_int(fd, libc::F_DUPFD_CLOEXEC, min.max(PRIVATE_FD_MIN) as i64);
+    if n >= 0 {
+        sys::close(fd);
+        return n as RawFd;
+    }
+    match highest_free_below_limit(fd, min) {
+        Some(n) => {
+            sys::close(fd);
+            n
+        }
+        None => fd,
+    }
+}
+
+/// A copy of `fd` (`FD_CLOEXEC`) at a free number above both `fd` and
+/// `min`, as close to the open-files limit as one is free: tried from
+/// the limit down, halving the distance.
+fn highest_free_below_limit(fd: RawFd, min: i32) -> Option<RawFd> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: prlimit64 of this process writes one `rlimit` we own.
+    let r = unsafe {
+        sys::sc(
+            libc::SYS_prlimit64,
+            0,
+            libc::RLIMIT_NOFILE as u64,
+            0,
+            &mut lim as *mut libc::rlimit as u64,
+        )
+    };
+    if r < 0 {
+        return None;
+    }
+    let limit = i64::try_from(lim.rlim_cur).ok()?;
+    let floor = i64::from(fd.max(min - 1));
+    let mut distance = 1;
+    while limit - distance > floor {
+        let n = sys::fcntl_int(fd, libc::F_DUPFD_CLOEXEC, limit - distance);
+        if n >= 0 {
+            return Some(n as RawFd);
+        }
+        distance *= 2;
+    }
+    None
+}
+
+/// Move atoll's `fd` away from its number, which the program wants
+/// (`dup2(x, fd)`): into atoll's range as [`to_high`] does, else, when
+/// the open-files limit leaves nothing above it free (a shell moving a
+/// script's descriptor to the limit's last number), to any other free
+/// number. Where it stays only when no number is free at all.
+pub fn away_from(fd: RawFd) -> RawFd {
+    let n = to_high(fd, fd + 1);
+    if n != fd {
+        return n;
+    }
+    let n = sys::fcntl_int(fd, libc::F_DUPFD_CLOEXEC, 0);
     if n < 0 {
         return fd;
     }
     sys::close(fd);
     n as RawFd
+}
+
+/// Move `fd` into atoll's range with `FD_CLOEXEC` (as [`to_high`]), or
+/// close it when the limit on open files forbids high numbers: for what
+/// atoll can do without (the table other processes read, `fdpub`), one
+/// of the program's few descriptor numbers (`ulimit -n 10`) is the
+/// program's, as on Linux.
+pub fn to_high_or_close(fd: RawFd) -> Option<RawFd> {
+    let n = sys::fcntl_int(fd, libc::F_DUPFD_CLOEXEC, PRIVATE_FD_MIN as i64);
+    sys::close(fd);
+    (n >= 0).then_some(n as RawFd)
 }
 
 /// Keep `fd` as atoll's with `FD_CLOEXEC`: where it is when it already

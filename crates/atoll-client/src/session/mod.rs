@@ -23,7 +23,7 @@
 
 use std::borrow::Cow;
 use std::cell::UnsafeCell;
-use std::os::fd::{AsFd, BorrowedFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd, IntoRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 use atoll_msg::{ClientChannel, Control, PollMode, SharedRegion};
@@ -39,7 +39,7 @@ use crate::sys::{self, SpinLock};
 /// Most lanes one process may hold (threads calling concurrently, plus
 /// nested signal-handler calls).
 mod bootstrap;
-pub use bootstrap::{attach, boot_call, boot_post, to_high};
+pub use bootstrap::{attach, away_from, boot_call, boot_post, to_high, to_high_or_close};
 
 pub const MAX_LANES: usize = 128;
 
@@ -430,8 +430,7 @@ impl Client {
             &self.control_fd,
         ] {
             if slot.load(Ordering::Relaxed) == fd {
-                let n = to_high(fd, fd + 1);
-                slot.store(n, Ordering::Relaxed);
+                slot.store(away_from(fd), Ordering::Relaxed);
             }
         }
         crate::fdpub::relocate(fd);
@@ -564,16 +563,10 @@ impl Client {
         self.session().lanes[0].load(Ordering::Acquire).is_null()
     }
 
-    /// A copy of the session socket that survives `execve` (no
-    /// `FD_CLOEXEC`, at a high number), for a new image to `Reattach` on.
-    pub fn inheritable_socket(&self) -> Result<OwnedFd> {
-        let sock = self.socket_fd.load(Ordering::Relaxed);
-        let n = sys::fcntl_int(sock, libc::F_DUPFD, PRIVATE_FD_MIN as i64);
-        if n < 0 {
-            return Err(Error::Errno(-n as i32));
-        }
-        // SAFETY: `n` was just made by F_DUPFD and is owned by no one else.
-        Ok(unsafe { OwnedFd::from_raw_fd(n as i32) })
+    /// The session socket (atoll's, `FD_CLOEXEC`), for an exec to leave
+    /// open to the new image (`exec::inherit`).
+    pub fn socket_raw(&self) -> RawFd {
+        self.socket_fd.load(Ordering::Relaxed)
     }
 
     /// In a forked child: switch to the child session, which has no lane

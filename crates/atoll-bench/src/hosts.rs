@@ -649,10 +649,9 @@ pub fn main(
     for w in without {
         opts.extend(["--without", w.as_str()]);
     }
+    // Always given: `0` must reach a node whose default is 1.
     let here = servers_here.to_string();
-    if servers_here > 0 {
-        opts.extend(["--servers-here", here.as_str()]);
-    }
+    opts.extend(["--servers-here", here.as_str()]);
     c.start_nodes(&atoll, &opts)
         .map_err(|e| anyhow::anyhow!(e))?;
     let last = n - 1;

@@ -134,8 +134,9 @@ pub struct BenchArgs {
     #[arg(long, value_name = "N")]
     pub hosts: Option<usize>,
     /// With `--hosts`: file servers on every node but the first (`atoll
-    /// node --servers-here N`); 0, all on the first.
-    #[arg(long, value_name = "N", default_value_t = 0, requires = "hosts")]
+    /// node --servers-here N`, whose default is also 1); 0, all on the
+    /// first.
+    #[arg(long, value_name = "N", default_value_t = 1, requires = "hosts")]
     pub servers_here: u32,
     /// Seconds after which one phase of one run is abandoned.
     #[arg(long, default_value_t = 900)]

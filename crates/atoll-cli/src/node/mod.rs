@@ -98,7 +98,8 @@ fn run_head(args: &NodeArgs, peers: &[String], term: Terminator) -> Result<i32> 
         .then(|| members::Stubs::new(plan.config.servers, peers.len(), per_node));
     if plan.config.servers + (peers.len() - 1) * per_node > atoll_proto::MAX_SERVERS {
         return Err(UsageError(format!(
-            "{} servers here and {per_node} on each of {} other nodes are more than {}",
+            "{} servers here and {per_node} on each of {} other nodes are more than {} \
+             (--servers-here 0 keeps every file server here)",
             plan.config.servers,
             peers.len() - 1,
             atoll_proto::MAX_SERVERS

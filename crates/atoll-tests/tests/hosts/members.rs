@@ -1,16 +1,18 @@
-//! File servers on every node (`atoll node --servers-here 1`): the first
-//! node serves members 0 and 1, the second host member 2, the third
-//! member 3, all of one fleet and one tree (`cli/src/node/members.rs`).
+//! File servers on every node (the default, `atoll node --servers-here
+//! 1`, not given here): the first node serves members 0 and 1, the second
+//! host member 2, the third member 3, all of one fleet and one tree
+//! (`cli/src/node/members.rs`).
 
 use std::time::{Duration, Instant};
 
 use atoll_bench::hosts::Cluster;
 use atoll_tests::{atoll_bin, normalized, run_on_host};
 
-use super::{busy_on, cluster_with, fails_with_eio_within_5s, on, text};
+use super::{busy_on, cluster, fails_with_eio_within_5s, on, text};
 
+/// The default shape: no `--servers-here`.
 fn spread() -> Option<Cluster> {
-    cluster_with(&["--servers-here", "1"])
+    cluster()
 }
 
 /// `atoll status --json` of node `k`'s instance.

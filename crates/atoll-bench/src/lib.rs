@@ -95,7 +95,7 @@ pub struct BenchArgs {
     /// Switch a technique off in the atoll systems (Hare §5.4):
     /// dir-distribution, dir-cache, broadcast, direct-cache, coalescing,
     /// affinity, hybrid-fd, size-board (with `--hosts`: any `atoll node` takes, e.g.
-    /// remote-copies, node-copies).
+    /// remote-copies, node-copies, direct-links).
     #[arg(long = "without", value_name = "TECHNIQUE", value_delimiter = ',')]
     pub without: Vec<String>,
     /// Also run every atoll configuration once per technique with that

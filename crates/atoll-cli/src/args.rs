@@ -607,6 +607,10 @@ pub enum Technique {
     /// `lseek(SEEK_END)` without a message; without it every such call
     /// asks the file's server
     SizeBoard,
+    /// Direct links between nodes that are not the first (`atoll node`,
+    /// given to the first node); without them a program's calls to
+    /// another node's file servers go through the first node
+    DirectLinks,
 }
 
 /// Parse a size: plain bytes, or a number with a binary unit suffix

@@ -206,6 +206,9 @@ pub struct Edge {
     /// Direct links to the other nodes' members (`peers.rs`), once made:
     /// a program's channels to those members go over them.
     pub peers: OnceLock<Arc<Peers>>,
+    /// The instance's switch for them (`--without direct-links` at the
+    /// first node), learnt from its programs' `Attached` as the others.
+    direct_links: AtomicBool,
     /// The session of each boot connection, as its replies named it.
     sessions: Mutex<HashMap<ConnId, SessionId>>,
     control_fd: OwnedFd,
@@ -282,6 +285,7 @@ impl Edge {
             node_members,
             locals: OnceLock::new(),
             peers: OnceLock::new(),
+            direct_links: AtomicBool::new(true),
             sessions: Mutex::new(HashMap::new()),
             link,
             control_fd,
@@ -457,6 +461,8 @@ impl Edge {
             info.node_members = self.node_members.clone();
             // The instance's switches, as every program learns them.
             self.copies.set_on(!info.without.node_copies);
+            self.direct_links
+                .store(!info.without.direct_links, Ordering::Relaxed);
         }
         // `atoll status` at this node: its own counters beside the
         // instance's.
@@ -504,7 +510,11 @@ impl Edge {
                         continue;
                     }
                 }
-                if let Some(peers) = self.peers.get() {
+                let peers = self
+                    .peers
+                    .get()
+                    .filter(|_| self.direct_links.load(Ordering::Relaxed));
+                if let Some(peers) = peers {
                     match peers.take(server, session, lane, sc) {
                         None => {
                             fds.push(fd);

@@ -105,3 +105,27 @@ fn a_call_over_a_direct_link_fails_with_eio_when_that_host_dies() {
     assert_eq!(text(&on(&c, 0, "cat $ROOT/c-after")), "after\n");
     assert_eq!(counter(&c, 2, "node.direct_links"), 0);
 }
+
+/// Without direct links (`--without direct-links`, the instance's
+/// switch), the same creates from C reach B's member through the first
+/// node's stub, and C sends nothing over its link to B: what the first
+/// test counts tells the two paths apart.
+#[test]
+fn without_direct_links_creates_on_another_hosts_member_go_through_the_first_node() {
+    let Some(c) = super::cluster_with(&["--without", "direct-links"]) else {
+        return;
+    };
+    links_up(&c, 2, 1);
+    on(
+        &c,
+        0,
+        "mkdir $ROOT/spread && setfattr -n user.atoll.distributed -v 1 $ROOT/spread",
+    );
+    let forwarded = counter(&c, 0, "node.member_requests");
+    let make = "cd $ROOT/spread && for ((i = 1; i <= 100; i++)); do echo $i > f$i; done";
+    on(&c, 2, make);
+    assert!(counter(&c, 0, "node.member_requests") > forwarded);
+    assert_eq!(counter(&c, 2, "node.direct_requests"), 0);
+    let list = "ls $ROOT/spread | wc -l";
+    assert_eq!(text(&on(&c, 1, list)), "100\n");
+}

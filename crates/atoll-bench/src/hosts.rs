@@ -314,8 +314,14 @@ pub struct HostsResults {
     pub tcp_mib_s: f64,
     /// Files created per second in one distributed directory by a program
     /// on the first host alone, and by one program on every host at once
-    /// (the directory's servers are the first host's).
+    /// (the directory, made by the first host, spreads over every member:
+    /// the first host's alone with `--servers-here 0`).
     pub creates_one_host_per_s: f64,
+    /// The same creates from the last host alone: with file servers on
+    /// every node, the names on another node's member cross to it (over
+    /// the direct link between the two nodes, or through the first node
+    /// without it).
+    pub creates_last_host_per_s: f64,
     pub creates_all_hosts_per_s: f64,
     /// One `fork` + `execve` + exit + `wait` of `/bin/true` from a shell
     /// on the first host, the program on that host, mean µs.
@@ -649,10 +655,9 @@ pub fn main(
     for w in without {
         opts.extend(["--without", w.as_str()]);
     }
+    // Always given: `0` must reach a node whose default is 1.
     let here = servers_here.to_string();
-    if servers_here > 0 {
-        opts.extend(["--servers-here", here.as_str()]);
-    }
+    opts.extend(["--servers-here", here.as_str()]);
     c.start_nodes(&atoll, &opts)
         .map_err(|e| anyhow::anyhow!(e))?;
     let last = n - 1;
@@ -706,6 +711,7 @@ pub fn main(
         String::from_utf8_lossy(&spread.stderr)
     );
     r.creates_one_host_per_s = creates_per_s(&c, &atoll, &[0], files, "one")?;
+    r.creates_last_host_per_s = creates_per_s(&c, &atoll, &[last], files, "last")?;
     r.creates_all_hosts_per_s =
         creates_per_s(&c, &atoll, &(0..n).collect::<Vec<_>>(), files, "all")?;
     let spawns = if quick { 20 } else { 200 };
@@ -770,6 +776,10 @@ pub fn main(
     println!(
         "  creates, one dir, host 0 alone   {:>10.0} /s",
         r.creates_one_host_per_s
+    );
+    println!(
+        "  creates, one dir, host {last} alone   {:>10.0} /s",
+        r.creates_last_host_per_s
     );
     println!(
         "  creates, one dir, all {n} hosts    {:>10.0} /s",

@@ -95,7 +95,7 @@ pub struct BenchArgs {
     /// Switch a technique off in the atoll systems (Hare §5.4):
     /// dir-distribution, dir-cache, broadcast, direct-cache, coalescing,
     /// affinity, hybrid-fd, size-board (with `--hosts`: any `atoll node` takes, e.g.
-    /// remote-copies, node-copies).
+    /// remote-copies, node-copies, direct-links).
     #[arg(long = "without", value_name = "TECHNIQUE", value_delimiter = ',')]
     pub without: Vec<String>,
     /// Also run every atoll configuration once per technique with that
@@ -134,8 +134,9 @@ pub struct BenchArgs {
     #[arg(long, value_name = "N")]
     pub hosts: Option<usize>,
     /// With `--hosts`: file servers on every node but the first (`atoll
-    /// node --servers-here N`); 0, all on the first.
-    #[arg(long, value_name = "N", default_value_t = 0, requires = "hosts")]
+    /// node --servers-here N`, whose default is also 1); 0, all on the
+    /// first.
+    #[arg(long, value_name = "N", default_value_t = 1, requires = "hosts")]
     pub servers_here: u32,
     /// Seconds after which one phase of one run is abandoned.
     #[arg(long, default_value_t = 900)]

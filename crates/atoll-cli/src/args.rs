@@ -243,6 +243,14 @@ carries their messages to the first node over TCP. `atoll exec
 --runtime-dir DIR` on a host runs a program in the image through that
 host's node. A node prints its id on one line once it serves.
 
+File servers: by default every node but the first also serves one file
+server of the one fleet (--servers-here 1): a program's new files and
+directories live on its own node's server (creation affinity across
+hosts), so their data never crosses the network, while names in a
+distributed directory spread over every node's servers by their hash.
+A node's files die with it (calls on them fail with EIO). With
+--servers-here 0 every file server runs on the first node.
+
 Peers: --peers, else under Slurm the job's hosts (SLURM_JOB_NODELIST, one
 node per host: srun --ntasks-per-node=1 atoll node).
 
@@ -271,8 +279,10 @@ pub struct NodeArgs {
     /// File servers each node but the first runs as members of the one
     /// fleet (given to the first node; the others follow it): a
     /// program's new files and directories stay on its node's members
-    /// [default: 0, every file server on the first node]
-    #[arg(long, value_name = "N", default_value_t = 0)]
+    /// (creation affinity across hosts); 0 puts every file server on the
+    /// first node, whose programs' files are then the only ones that
+    /// never cross the network
+    #[arg(long, value_name = "N", default_value_t = 1)]
     pub servers_here: u32,
     /// The instance the first node boots (the others take its shape)
     #[command(flatten)]
@@ -597,6 +607,10 @@ pub enum Technique {
     /// `lseek(SEEK_END)` without a message; without it every such call
     /// asks the file's server
     SizeBoard,
+    /// Direct links between nodes that are not the first (`atoll node`,
+    /// given to the first node); without them a program's calls to
+    /// another node's file servers go through the first node
+    DirectLinks,
 }
 
 /// Parse a size: plain bytes, or a number with a binary unit suffix

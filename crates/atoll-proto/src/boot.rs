@@ -165,6 +165,11 @@ pub struct Without {
     /// (`atoll_msg::sizes`): every `lseek(SEEK_END)` asks the owner.
     #[serde(default)]
     pub size_board: bool,
+    /// Nodes that are not the first make no direct links to each other's
+    /// file servers (`atoll node`, `node/peers.rs`): a program's calls to
+    /// another node's members go through the first node.
+    #[serde(default)]
+    pub direct_links: bool,
 }
 
 /// What every client learns when it attaches.

@@ -1,8 +1,11 @@
 //! One image across hosts (`atoll node`, fos §3.2, §4.2): three network
 //! namespaces on a bridge stand for three hosts (`atoll_bench::hosts`),
-//! one `atoll node` in each; the first runs the file servers, the other
-//! two reach them through their proxies over TCP. Skipped, with a
-//! message, only where network namespaces cannot be made (not root).
+//! one `atoll node` in each; the first runs the instance and two file
+//! servers, each other node one more member of the fleet (the default,
+//! `--servers-here 1`), and the other two reach the first's through their
+//! proxies over TCP. Tests of the proxies' path to the first node's
+//! servers use [`first_node_servers`] (`--servers-here 0`). Skipped, with
+//! a message, only where network namespaces cannot be made (not root).
 
 use atoll_tests::OutputBounded as _;
 use std::process::Output;
@@ -17,6 +20,8 @@ const LIMIT: Duration = Duration::from_secs(120);
 mod ahead;
 #[path = "hosts/cache.rs"]
 mod cache;
+#[path = "hosts/direct.rs"]
+mod direct;
 #[path = "hosts/members.rs"]
 mod members;
 #[path = "hosts/spawn.rs"]
@@ -25,6 +30,13 @@ mod spawn;
 /// Three hosts with their nodes up, or `None` (skip) without namespaces.
 fn cluster() -> Option<Cluster> {
     cluster_with(&[])
+}
+
+/// Three hosts whose file servers are all on the first
+/// (`--servers-here 0`): every file a program of another host makes or
+/// reads goes through the proxies.
+fn first_node_servers() -> Option<Cluster> {
+    cluster_with(&["--servers-here", "0"])
 }
 
 /// [`cluster`], the first node also given `opts`.
@@ -129,9 +141,14 @@ fn a_tree_made_on_one_host_is_seen_identically_from_another_and_as_on_tmpfs() {
     assert_eq!(text(&seen_from_c), want, "host C");
 }
 
+/// With every file server on the first node, nothing of the image dies
+/// with another node (with members there, its files do:
+/// `members::a_killed_host_fails_calls_on_its_members_names_with_eio_and_the_rest_goes_on`).
 #[test]
 fn a_killed_node_fails_its_calls_with_eio_quickly_the_others_go_on_and_it_rejoins() {
-    let Some(mut c) = cluster() else { return };
+    let Some(mut c) = first_node_servers() else {
+        return;
+    };
     on(&c, 2, "echo before > $ROOT/c-was-here");
     // A program on C that keeps making calls until one fails (builtins
     // only: a program started after the node died would find no instance
@@ -537,7 +554,9 @@ fn fails_with_eio_within_5s(mut busy: std::process::Child, since: Instant, hang:
 /// still fail the remote program's call with `EIO`, not leave it waiting.
 #[test]
 fn a_call_waiting_at_the_first_node_fails_with_eio_when_that_node_dies() {
-    let Some(mut c) = cluster() else { return };
+    let Some(mut c) = first_node_servers() else {
+        return;
+    };
     let busy = reader_until_failure(&c, 2);
     stall_servers(&c, 30);
     // Past the proxy's reply spin: the call waits in its slow polls.
@@ -551,7 +570,9 @@ fn a_call_waiting_at_the_first_node_fails_with_eio_when_that_node_dies() {
 /// peer and serves the other hosts once the servers answer again.
 #[test]
 fn a_call_waiting_at_the_first_node_fails_with_eio_when_its_own_node_dies() {
-    let Some(mut c) = cluster() else { return };
+    let Some(mut c) = first_node_servers() else {
+        return;
+    };
     let busy = reader_until_failure(&c, 2);
     stall_servers(&c, 2);
     std::thread::sleep(Duration::from_millis(300));
@@ -756,7 +777,9 @@ fn an_invalidation_reaches_a_remote_program_before_the_reply_written_after_it() 
 /// may find one first, hence three stalls, each ending with a call owed.)
 #[test]
 fn the_reply_of_a_call_past_the_proxy_s_spin_is_relayed_when_it_is_written() {
-    let Some(c) = cluster() else { return };
+    let Some(c) = first_node_servers() else {
+        return;
+    };
     on(&c, 2, "echo hi > $ROOT/r");
     let flags = tempfile::tempdir().unwrap();
     let before = node_counters(&c, 0);

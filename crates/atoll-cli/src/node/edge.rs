@@ -55,7 +55,8 @@ use atoll_transport::{Link, Message};
 
 use super::copies::{NodeCopies, Relayed, Verdict};
 use super::head::error_packet;
-use super::members::MemberHost;
+use super::memberhost::MemberHost;
+use super::peers::Peers;
 use super::seqpacket;
 use super::wire::{self, ChanId, ConnId, NodeMsg};
 
@@ -202,6 +203,12 @@ pub struct Edge {
     /// Those members, once started: a program's channels to them are
     /// given to them directly.
     pub locals: OnceLock<Arc<MemberHost>>,
+    /// Direct links to the other nodes' members (`peers.rs`), once made:
+    /// a program's channels to those members go over them.
+    pub peers: OnceLock<Arc<Peers>>,
+    /// The instance's switch for them (`--without direct-links` at the
+    /// first node), learnt from its programs' `Attached` as the others.
+    direct_links: AtomicBool,
     /// The session of each boot connection, as its replies named it.
     sessions: Mutex<HashMap<ConnId, SessionId>>,
     control_fd: OwnedFd,
@@ -277,6 +284,8 @@ impl Edge {
         let edge = Arc::new(Edge {
             node_members,
             locals: OnceLock::new(),
+            peers: OnceLock::new(),
+            direct_links: AtomicBool::new(true),
             sessions: Mutex::new(HashMap::new()),
             link,
             control_fd,
@@ -374,6 +383,17 @@ impl Edge {
                 break;
             }
         }
+        // The session's requests on direct links reach their nodes before
+        // the first node can tell those nodes that it ended (`peers.rs`).
+        let session = self
+            .sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&conn)
+            .copied();
+        if let (Some(peers), Some(s)) = (self.peers.get(), session) {
+            peers.end_session(s);
+        }
         let _ = wire::send(&*self.link, 0, &NodeMsg::ConnClosed { conn });
         self.sessions
             .lock()
@@ -441,6 +461,8 @@ impl Edge {
             info.node_members = self.node_members.clone();
             // The instance's switches, as every program learns them.
             self.copies.set_on(!info.without.node_copies);
+            self.direct_links
+                .store(!info.without.direct_links, Ordering::Relaxed);
         }
         // `atoll status` at this node: its own counters beside the
         // instance's.
@@ -450,6 +472,9 @@ impl Edge {
             if let Some(host) = self.locals.get() {
                 st.process_counters.extend(host.counters());
             }
+            if let Some(peers) = self.peers.get() {
+                st.process_counters.extend(peers.counters());
+            }
         }
         let packet = match &reply {
             Some(r @ (BootReply::Attached { .. } | BootReply::Status(_))) => {
@@ -458,13 +483,11 @@ impl Edge {
             _ => packet,
         };
         // A whole lane's channels to this node's own members go to them
-        // directly (`members.rs`): such calls never leave the host.
-        let direct = match (self.learn_session(conn, child, &reply), self.locals.get()) {
-            (Some(lane), Some(host)) if channels.len() == self.per_server.len() => {
-                Some((lane, host))
-            }
-            _ => None,
-        };
+        // directly (`members.rs`): such calls never leave the host; those
+        // to other nodes' members go over the direct links (`peers.rs`).
+        let direct = self
+            .learn_session(conn, child, &reply)
+            .filter(|_| channels.len() == self.per_server.len());
         let mut fds: Vec<OwnedFd> = Vec::new();
         if let Some(BootReply::Attached { .. }) = reply {
             fds.push(rustix::io::fcntl_dupfd_cloexec(&self.control_fd, 0)?);
@@ -478,12 +501,27 @@ impl Edge {
             child_end = Some((child, ours));
         }
         for (server, &chan) in channels.iter().enumerate() {
-            let (fd, sc) = ServerChannel::create()?;
-            if let Some(((session, lane), host)) = direct {
-                if self.node_members.contains(&(server as u32)) {
-                    host.serve_direct(server, session, lane, Arc::new(sc));
-                    fds.push(fd);
-                    continue;
+            let (fd, mut sc) = ServerChannel::create()?;
+            if let Some((session, lane)) = direct {
+                if let Some(host) = self.locals.get() {
+                    if self.node_members.contains(&(server as u32)) {
+                        host.serve_direct(server, session, lane, Arc::new(sc));
+                        fds.push(fd);
+                        continue;
+                    }
+                }
+                let peers = self
+                    .peers
+                    .get()
+                    .filter(|_| self.direct_links.load(Ordering::Relaxed));
+                if let Some(peers) = peers {
+                    match peers.take(server, session, lane, sc) {
+                        None => {
+                            fds.push(fd);
+                            continue;
+                        }
+                        Some(back) => sc = back,
+                    }
                 }
             }
             let lc = Arc::new(LocalChan {
@@ -550,6 +588,7 @@ impl Edge {
     /// frames of a channel leave in ring order.
     /// Hot path (every remote system call).
     fn forward_queued(&self, i: usize) -> bool {
+        let direct = self.peers.get().is_some_and(|p| p.forward_queued(i));
         let mut batch = Vec::new();
         let mut calls = 0;
         let mut list = self.per_server[i].lock().unwrap_or_else(|e| e.into_inner());
@@ -591,7 +630,7 @@ impl Edge {
         }
         list.retain(|lc| !lc.sc.is_closed());
         if batch.is_empty() {
-            return false;
+            return direct;
         }
         // Counted before the head can answer.
         self.owed.fetch_add(calls, Ordering::AcqRel);

@@ -18,12 +18,14 @@
 //! so sessions, lanes and channels are made as for any member; its stub
 //! here forwards its channels over a link of their own (`ServeMembers`,
 //! the first message of a second link from node k), and node k's host
-//! makes a channel of its memory for each, given to its member with the
-//! first node's session id and lane. Every client — the first node's
-//! programs, the head on behalf of every edge's programs, node k's own
-//! through its edge — thus reaches member m through its stub: nothing in a
-//! client or a server changes, and a server never learns where a request
-//! came from. What stays on the first node: the root directory (server
+//! (`memberhost.rs`) makes a channel of its memory for each, given to its
+//! member with the first node's session id and lane. The first node's
+//! programs, and the head on behalf of an edge's lanes made while that
+//! edge had no direct link to node k, reach member m through its stub; an
+//! edge's other lanes reach it through the edge's own stub of m over its
+//! direct link (`peers.rs`), and node k's own programs through their
+//! channels to it: nothing in a client or a server changes, and a server
+//! never learns where a request came from. What stays on the first node: the root directory (server
 //! 0), the boot thread (sessions, lanes), the name service and the
 //! watchdog of its own servers.
 //!
@@ -34,20 +36,17 @@
 //! at once; the other members go on. Node k's members keep no journal:
 //! what they held is gone with the node.
 
+use atoll_msg::{Control, ServerChannel};
+use atoll_proto::boot::PollMode;
+use atoll_proto::{ServerStats, SessionId};
+use atoll_server::remote::RemoteMember;
+use atoll_server::server::Admin;
+use atoll_transport::{Link, Message};
 use std::collections::HashMap;
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::Sender;
+use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
-
-use atoll_msg::watch::{self, Bell};
-use atoll_msg::{ClientChannel, Control, ServerChannel};
-use atoll_proto::boot::PollMode;
-use atoll_proto::{ServerStats, SessionId};
-use atoll_server::remote::{LoneMember, RemoteMember};
-use atoll_server::server::Admin;
-use atoll_transport::{Link, Message};
 
 use super::wire::{self, ChanId, NodeMsg};
 
@@ -76,9 +75,10 @@ pub struct Stubs {
     members: Vec<Arc<MemberStub>>,
 }
 
-/// One other node, as the stubs of its members reach it.
-struct NodeStub {
-    rank: usize,
+/// One other node, as the stubs of its members reach it (at the first
+/// node, and at every other node for its direct links: `peers.rs`).
+pub(super) struct NodeStub {
+    pub(super) rank: usize,
     /// The node's member link, while it is up.
     link: Mutex<Option<Arc<dyn Link>>>,
     /// Every channel of its members, by the id the node knows it by.
@@ -86,14 +86,18 @@ struct NodeStub {
     next_id: AtomicU64,
     /// `atoll status` questions waiting for the node's answer.
     waiters: Mutex<HashMap<u64, Sender<ServerStats>>>,
+    /// `Flush`es waiting for their `Flushed` (direct links).
+    flushes: Mutex<HashMap<u64, Sender<()>>>,
 }
 
 /// Member `index`, served by `node`.
 pub struct MemberStub {
-    index: usize,
+    pub(super) index: usize,
     node: Arc<NodeStub>,
     /// Its channels, drained by its forwarder.
     chans: Mutex<Vec<StubChan>>,
+    /// Where the requests it forwards are counted.
+    counter: &'static AtomicU64,
 }
 
 /// A channel of a remote member, told to its node at its first request
@@ -119,19 +123,9 @@ impl Stubs {
         let mut all = Vec::new();
         let mut by_node = Vec::new();
         for rank in 1..nodes {
-            let node = Arc::new(NodeStub {
-                rank,
-                link: Mutex::new(None),
-                chans: Mutex::new(HashMap::new()),
-                next_id: AtomicU64::new(1),
-                waiters: Mutex::new(HashMap::new()),
-            });
+            let node = NodeStub::new(rank);
             for index in members_of(rank, members, nodes, per_node) {
-                all.push(Arc::new(MemberStub {
-                    index,
-                    node: node.clone(),
-                    chans: Mutex::new(Vec::new()),
-                }));
+                all.push(MemberStub::new(index, &node, &MEMBER_REQUESTS));
             }
             by_node.push(node);
         }
@@ -171,13 +165,39 @@ impl Stubs {
             return;
         };
         tracing::info!("node: the members of node {rank} are served");
-        if let Some(old) = lock(&node.link).replace(link.clone()) {
+        node.carry(link);
+    }
+}
+
+impl NodeStub {
+    pub(super) fn new(rank: usize) -> Arc<NodeStub> {
+        Arc::new(NodeStub {
+            rank,
+            link: Mutex::new(None),
+            chans: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            waiters: Mutex::new(HashMap::new()),
+            flushes: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Whether the node's link is up now.
+    pub(super) fn is_up(&self) -> bool {
+        lock(&self.link).as_ref().is_some_and(|l| !l.is_closed())
+    }
+
+    /// Carry `link` to the node until it ends: the stubs send on it, and
+    /// what the node answers reaches their clients; then every channel of
+    /// its members closes (`lost`).
+    pub(super) fn carry(&self, link: Arc<dyn Link>) {
+        let rank = self.rank;
+        if let Some(old) = lock(&self.link).replace(link.clone()) {
             old.close();
         }
         loop {
             match link.recv(None) {
                 Ok(Some(m)) => match wire::decode(&m) {
-                    Ok(msg) => node.incoming(m.id, msg),
+                    Ok(msg) => self.incoming(m.id, msg),
                     Err(e) => {
                         tracing::warn!("node: {e}; dropping node {rank}'s members");
                         break;
@@ -191,11 +211,9 @@ impl Stubs {
             }
         }
         link.close();
-        node.lost(&link);
+        self.lost(&link);
     }
-}
 
-impl NodeStub {
     fn send(&self, id: u64, msg: &NodeMsg) -> bool {
         let link = lock(&self.link).clone();
         link.is_some_and(|l| wire::send(&*l, id, msg).is_ok())
@@ -236,6 +254,11 @@ impl NodeStub {
                     let _ = tx.send(s);
                 }
             }
+            NodeMsg::Flushed => {
+                if let Some(tx) = lock(&self.flushes).remove(&id) {
+                    let _ = tx.send(());
+                }
+            }
             other => tracing::warn!("node: unexpected {other:?} from a member node"),
         }
     }
@@ -253,10 +276,25 @@ impl NodeStub {
             ch.close();
         }
         lock(&self.waiters).clear();
+        // Their waiters see the senders go: nothing more reaches the node.
+        lock(&self.flushes).clear();
     }
 }
 
 impl MemberStub {
+    pub(super) fn new(
+        index: usize,
+        node: &Arc<NodeStub>,
+        counter: &'static AtomicU64,
+    ) -> Arc<MemberStub> {
+        Arc::new(MemberStub {
+            index,
+            node: node.clone(),
+            chans: Mutex::new(Vec::new()),
+            counter,
+        })
+    }
+
     /// Forward the requests of this member's channels to its node: wait
     /// on its doorbell as its server would (spinning briefly, then
     /// sleeping), and send what each pass finds as one batch.
@@ -264,27 +302,72 @@ impl MemberStub {
         let doorbell = control.doorbell(self.index);
         loop {
             doorbell.wait(PollMode::Adaptive);
-            let mut batch: Vec<Message> = Vec::new();
-            let mut frames = 0u64;
-            let mut chans = lock(&self.chans);
-            chans.retain(|sc| !sc.chan.is_closed());
-            for sc in chans.iter_mut() {
-                frames += sc.drain(&mut batch);
-            }
-            if batch.is_empty() {
-                continue;
-            }
-            MEMBER_REQUESTS.fetch_add(frames, Ordering::Relaxed);
-            let link = lock(&self.node.link).clone();
-            let sent = link.is_some_and(|l| l.send_all(&batch).is_ok());
-            if !sent {
-                // No node to serve them: fail the calls now rather than
-                // leave them waiting (the node's loss closes the rest).
-                for sc in chans.iter() {
-                    sc.chan.close();
-                }
+            self.forward_queued();
+        }
+    }
+
+    /// Send what this member's channels hold to its node, as one batch;
+    /// true if there was any. Whoever calls it (its forwarder, or an
+    /// edge's forwarder of that doorbell: `peers.rs`) sends under the
+    /// channel list's lock, so a channel's frames leave in ring order.
+    pub(super) fn forward_queued(&self) -> bool {
+        let mut batch: Vec<Message> = Vec::new();
+        let mut frames = 0u64;
+        let mut chans = lock(&self.chans);
+        chans.retain(|sc| !sc.chan.is_closed());
+        for sc in chans.iter_mut() {
+            frames += sc.drain(&mut batch);
+        }
+        if batch.is_empty() {
+            return false;
+        }
+        self.counter.fetch_add(frames, Ordering::Relaxed);
+        let link = lock(&self.node.link).clone();
+        let sent = link.is_some_and(|l| l.send_all(&batch).is_ok());
+        if !sent {
+            // No node to serve them: fail the calls now rather than
+            // leave them waiting (the node's loss closes the rest).
+            for sc in chans.iter() {
+                sc.chan.close();
             }
         }
+        true
+    }
+
+    /// Session `session` ended at this node (a direct link's sender,
+    /// `peers.rs`): drop its channels, sending what they still hold,
+    /// then `Flush`, whose `Flushed` says those requests are in the
+    /// member's rings. `None` when nothing of the session ever reached
+    /// the node (no channel announced) or the link is down.
+    pub(super) fn flush_session(&self, session: u64) -> Option<Receiver<()>> {
+        let mut batch = Vec::new();
+        let mut frames = 0;
+        let mut used = false;
+        let mut chans = lock(&self.chans);
+        chans.retain_mut(|sc| {
+            if sc.session != session {
+                return true;
+            }
+            frames += sc.drain(&mut batch);
+            used |= sc.announce.is_none();
+            lock(&self.node.chans).remove(&sc.id);
+            false
+        });
+        self.counter.fetch_add(frames, Ordering::Relaxed);
+        if !used {
+            return None;
+        }
+        let id = self.node.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = mpsc::channel();
+        lock(&self.node.flushes).insert(id, tx);
+        let member = self.index as u32;
+        batch.push(wire::message(id, &NodeMsg::Flush { member, session }));
+        let link = lock(&self.node.link).clone();
+        if link.is_none_or(|l| l.send_all(&batch).is_err()) {
+            lock(&self.node.flushes).remove(&id);
+            return None;
+        }
+        Some(rx)
     }
 }
 
@@ -333,7 +416,7 @@ impl MemberStub {
             lock(&self.node.chans).remove(&sc.id);
             false
         });
-        MEMBER_REQUESTS.fetch_add(frames, Ordering::Relaxed);
+        self.counter.fetch_add(frames, Ordering::Relaxed);
         batch.push(wire::message(0, &then));
         let link = lock(&self.node.link).clone();
         if let Some(l) = link {
@@ -344,9 +427,7 @@ impl MemberStub {
 
 impl RemoteMember for MemberStub {
     fn reachable(&self) -> bool {
-        lock(&self.node.link)
-            .as_ref()
-            .is_some_and(|l| !l.is_closed())
+        self.node.is_up()
     }
 
     fn add_channel(&self, session: SessionId, lane: u32, channel: Arc<ServerChannel>) {
@@ -409,268 +490,6 @@ impl RemoteMember for MemberStub {
             } => self.add_channel(session, lane, channel),
             _ => {}
         }
-    }
-}
-
-/// Node k's members and the link that carries their traffic.
-pub struct MemberHost {
-    link: Arc<dyn Link>,
-    members: Vec<LoneMember>,
-    chans: Mutex<HashMap<ChanId, Arc<HostChan>>>,
-    /// Moves when a channel comes or goes (the watcher's snapshot).
-    generation: AtomicU64,
-    /// Wakes the watcher: a channel came, or the link ended.
-    bell: Bell,
-}
-
-/// A channel of one of this node's members, on behalf of a client the
-/// first node knows.
-struct HostChan {
-    /// Position in `MemberHost::members`.
-    member: usize,
-    session: u64,
-    lane: u32,
-    chan: ClientChannel,
-}
-
-/// How long the watcher sleeps at most while it watches every channel (a
-/// bound, not a poll: every reply and notice wakes it).
-const IDLE_WATCH: Duration = Duration::from_secs(1);
-/// Its poll when a node has more channels than one `futex_waitv` watches.
-const OVERFLOW_POLL: Duration = Duration::from_millis(1);
-
-impl MemberHost {
-    /// Serve `members` for the first node over `link` (whose
-    /// `ServeMembers` was sent): a receiver and a watcher thread.
-    pub fn start(link: Arc<dyn Link>, members: Vec<LoneMember>) -> std::io::Result<Arc<Self>> {
-        let host = Arc::new(MemberHost {
-            link,
-            members,
-            chans: Mutex::new(HashMap::new()),
-            generation: AtomicU64::new(0),
-            bell: Bell::default(),
-        });
-        let h = host.clone();
-        std::thread::Builder::new()
-            .name("node-members".into())
-            .spawn(move || h.receive())?;
-        let h = host.clone();
-        std::thread::Builder::new()
-            .name("node-members-watch".into())
-            .spawn(move || h.watch())?;
-        Ok(host)
-    }
-
-    /// What `atoll status` at this node adds (`edge.rs`): the channels
-    /// its members hold for clients of other nodes now (a session's end
-    /// drops them).
-    pub fn counters(&self) -> Vec<(String, u64)> {
-        let n = lock(&self.chans).len() as u64;
-        vec![("node.member_channels".to_string(), n)]
-    }
-
-    /// Give member `index` a channel of a program of this node (its
-    /// edge made it): that lane reaches the member without a proxy.
-    pub fn serve_direct(
-        &self,
-        index: usize,
-        session: SessionId,
-        lane: u32,
-        chan: Arc<ServerChannel>,
-    ) {
-        match self.member(index as u32) {
-            Some((_, lone)) => lone.add_channel(session, lane, chan),
-            None => chan.close(),
-        }
-    }
-
-    fn member(&self, index: u32) -> Option<(usize, &LoneMember)> {
-        self.members
-            .iter()
-            .enumerate()
-            .find(|(_, m)| m.index == index as usize)
-    }
-
-    fn receive(self: Arc<Self>) {
-        loop {
-            let m = match self.link.recv(None) {
-                Ok(Some(m)) => m,
-                Ok(None) => continue,
-                Err(e) => {
-                    tracing::warn!("node: the first node's member link ended: {e}");
-                    break;
-                }
-            };
-            match wire::decode(&m) {
-                Ok(msg) => self.incoming(m.id, msg),
-                Err(e) => {
-                    tracing::warn!("node: {e}; ending the member link");
-                    break;
-                }
-            }
-        }
-        self.link.close();
-        self.bell.ring();
-        for (_, hc) in lock(&self.chans).drain() {
-            hc.chan.close();
-        }
-    }
-
-    fn incoming(self: &Arc<Self>, id: u64, msg: NodeMsg) {
-        match msg {
-            NodeMsg::Hello { .. } => {}
-            NodeMsg::MemberChannel {
-                chan,
-                member,
-                session,
-                lane,
-            } => {
-                let made = self.member(member).and_then(|(pos, lone)| {
-                    let (fd, sc) = ServerChannel::create().ok()?;
-                    let cc = ClientChannel::map(fd.as_fd()).ok()?;
-                    lone.add_channel(SessionId(session), lane, Arc::new(sc));
-                    Some(HostChan {
-                        member: pos,
-                        session,
-                        lane,
-                        chan: cc,
-                    })
-                });
-                match made {
-                    Some(hc) => {
-                        lock(&self.chans).insert(chan, Arc::new(hc));
-                        self.generation.fetch_add(1, Ordering::AcqRel);
-                        self.bell.ring();
-                    }
-                    None => {
-                        let _ = wire::send(&*self.link, 0, &NodeMsg::ChanClosed { chan });
-                    }
-                }
-            }
-            NodeMsg::Request { chan, frame } => {
-                let hc = lock(&self.chans).get(&chan).cloned();
-                let sent = hc.is_some_and(|hc| {
-                    let lone = &self.members[hc.member];
-                    hc.chan
-                        .send(&frame, lone.control.doorbell(lone.index))
-                        .is_ok()
-                });
-                if !sent {
-                    let _ = wire::send(&*self.link, 0, &NodeMsg::ChanClosed { chan });
-                }
-            }
-            NodeMsg::SessionEnded { member, session } => {
-                if let Some((pos, lone)) = self.member(member) {
-                    lone.post(Admin::SessionClosed(SessionId(session)));
-                    self.forget(|hc| hc.member == pos && hc.session == session);
-                }
-            }
-            NodeMsg::RetireLanes {
-                member,
-                session,
-                before,
-            } => {
-                if let Some((pos, lone)) = self.member(member) {
-                    lone.post(Admin::RetireLanes {
-                        session: SessionId(session),
-                        before,
-                    });
-                    let retired = |hc: &HostChan| {
-                        hc.member == pos && hc.session == session && hc.lane < before
-                    };
-                    self.forget(retired);
-                }
-            }
-            NodeMsg::MemberStats { member } => {
-                // The member answers between two requests: not on this
-                // thread, which carries its requests.
-                let host = self.clone();
-                let _ = std::thread::Builder::new()
-                    .name("node-member-stats".into())
-                    .spawn(move || {
-                        let stats = host.member(member).and_then(|(_, m)| m.stats());
-                        let _ = wire::send(&*host.link, id, &NodeMsg::StatsReply { stats });
-                    });
-            }
-            other => tracing::warn!("node: unexpected {other:?} on the member link"),
-        }
-    }
-
-    /// Drop the channels `gone` picks: their member dropped them (a
-    /// server closes no channel of a session that ended; it serves what
-    /// the session queued and forgets it), and so does the first node.
-    fn forget(&self, gone: impl Fn(&HostChan) -> bool) {
-        let mut chans = lock(&self.chans);
-        let before = chans.len();
-        chans.retain(|_, hc| !gone(hc));
-        if chans.len() != before {
-            self.generation.fetch_add(1, Ordering::AcqRel);
-            self.bell.ring();
-        }
-    }
-
-    /// Relay what the members write for their clients: replies, inbox
-    /// messages, overflows and ends. Sleeps on every channel's reply ring
-    /// and inbox at once (`atoll_msg::watch`), so each leaves when written.
-    fn watch(self: Arc<Self>) {
-        let mut snapshot: Vec<(ChanId, Arc<HostChan>)> = Vec::new();
-        let mut seen = u64::MAX;
-        while !self.link.is_closed() {
-            let rings = self.bell.rings();
-            let generation = self.generation.load(Ordering::Acquire);
-            if generation != seen {
-                snapshot = lock(&self.chans)
-                    .iter()
-                    .map(|(k, v)| (*k, v.clone()))
-                    .collect();
-                seen = generation;
-            }
-            let batch = self.gather(&snapshot);
-            if !batch.is_empty() && self.link.send_all(&batch).is_err() {
-                break;
-            }
-            let watched: Vec<watch::Watched<'_>> =
-                snapshot.iter().map(|(_, hc)| (&hc.chan, true)).collect();
-            let limit = match watch::words(&watched) > watch::MAX_WATCHED {
-                true => OVERFLOW_POLL,
-                false => IDLE_WATCH,
-            };
-            watch::wait_for_notices(&watched, &self.bell, rings, limit);
-        }
-    }
-
-    /// One pass over the channels: replies first (reading them makes the
-    /// inbox messages a server wrote before them visible), sent after the
-    /// inbox messages, as a server writes its invalidations before it
-    /// replies; ends last.
-    fn gather(&self, snapshot: &[(ChanId, Arc<HostChan>)]) -> Vec<Message> {
-        let mut replies = Vec::new();
-        let mut notices = Vec::new();
-        let mut closed = Vec::new();
-        for (id, hc) in snapshot {
-            while let Ok(Some(frame)) = hc.chan.try_recv(|b| b.to_vec()) {
-                replies.push(wire::message(0, &NodeMsg::Reply { chan: *id, frame }));
-            }
-        }
-        for (id, hc) in snapshot {
-            let _ = hc.chan.drain_inbox(|b| {
-                let msg = NodeMsg::Inbox {
-                    chan: *id,
-                    frame: b.to_vec(),
-                };
-                notices.push(wire::message(0, &msg));
-            });
-            if hc.chan.take_inbox_overflow() {
-                notices.push(wire::message(0, &NodeMsg::InboxOverflow { chan: *id }));
-            }
-            if hc.chan.is_closed() && lock(&self.chans).remove(id).is_some() {
-                self.generation.fetch_add(1, Ordering::AcqRel);
-                closed.push(wire::message(0, &NodeMsg::ChanClosed { chan: *id }));
-            }
-        }
-        notices.append(&mut replies);
-        notices.append(&mut closed);
-        notices
     }
 }
 

@@ -16,7 +16,9 @@ mod copies;
 mod edge;
 mod head;
 mod inherit;
+mod memberhost;
 mod members;
+mod peers;
 mod rank;
 mod remote;
 mod seqpacket;
@@ -98,7 +100,8 @@ fn run_head(args: &NodeArgs, peers: &[String], term: Terminator) -> Result<i32> 
         .then(|| members::Stubs::new(plan.config.servers, peers.len(), per_node));
     if plan.config.servers + (peers.len() - 1) * per_node > atoll_proto::MAX_SERVERS {
         return Err(UsageError(format!(
-            "{} servers here and {per_node} on each of {} other nodes are more than {}",
+            "{} servers here and {per_node} on each of {} other nodes are more than {} \
+             (--servers-here 0 keeps every file server here)",
             plan.config.servers,
             peers.len() - 1,
             atoll_proto::MAX_SERVERS
@@ -158,7 +161,7 @@ fn run_head(args: &NodeArgs, peers: &[String], term: Terminator) -> Result<i32> 
 }
 
 fn run_edge(args: &NodeArgs, peers: &[String], me: usize, term: Terminator) -> Result<i32> {
-    let net = TcpTransport::new()?;
+    let net = Arc::new(TcpTransport::new()?);
     let link = join(&net, &peers[0])?;
     let hello = link
         .recv(Some(JOIN_LIMIT))?
@@ -204,6 +207,14 @@ fn run_edge(args: &NodeArgs, peers: &[String], me: usize, term: Terminator) -> R
     if let Some(host) = &served {
         let _ = edge.locals.set(host.clone());
     }
+    // Direct links to the other nodes' members (`peers.rs`).
+    if per_node > 0 && peers.len() > 2 {
+        let e = edge.clone();
+        let gone = Arc::new(move || e.gone.load(Ordering::Relaxed));
+        let shape = (servers as usize, per_node as usize);
+        let direct = peers::Peers::start(me, peers, shape, net.clone(), gone)?;
+        let _ = edge.peers.set(direct);
+    }
     // This host's own scheduling servers (Hare §3.6.1): an `exec` of one of
     // its programs is placed on its cores, as on the first node. They live
     // beside the boot socket, where clients look for them, and run as
@@ -245,16 +256,26 @@ fn run_edge(args: &NodeArgs, peers: &[String], me: usize, term: Terminator) -> R
     std::thread::Builder::new()
         .name("node-accept".into())
         .spawn(move || e.accept(listener))?;
-    // Programs other hosts place here arrive at this host's peer address.
-    if let Some(host) = offer_spawn(&dir, me, peers, &socket, &record.mount) {
+    // Programs other hosts place here, and other nodes' direct links to
+    // this node's members, arrive at this host's peer address.
+    let spawner = offer_spawn(&dir, me, peers, &socket, &record.mount);
+    if spawner.is_some() || served.is_some() {
         match net.listen(&peers[me]) {
             Ok(l) => {
                 let e = edge.clone();
+                let takes = spawn::Takes {
+                    spawner,
+                    members: served.clone(),
+                    peers: spawn::peer_addresses(peers),
+                };
                 std::thread::Builder::new()
                     .name("node-spawn-accept".into())
-                    .spawn(move || spawn::accept(l, host, &e.gone))?;
+                    .spawn(move || spawn::accept(l, takes, &e.gone))?;
             }
-            Err(e) => tracing::warn!("no remote spawn here: cannot listen at {}: {e}", peers[me]),
+            Err(e) => tracing::warn!(
+                "no remote spawn or direct links here: cannot listen at {}: {e}",
+                peers[me]
+            ),
         }
     }
     if term.stop_instance_on_signal(socket) {
@@ -283,7 +304,7 @@ fn serve_members(
     mine: &[u32],
     edge: &edge::Edge,
     net: &TcpTransport,
-) -> Result<Option<Arc<members::MemberHost>>> {
+) -> Result<Option<Arc<memberhost::MemberHost>>> {
     if mine.is_empty() {
         return Ok(None);
     }
@@ -306,7 +327,7 @@ fn serve_members(
     let link = join(net, &peers[0])?;
     wire::send(&*link, 0, &wire::NodeMsg::ServeMembers { rank: me as u32 })?;
     tracing::info!("node {me} serves members {mine:?}");
-    Ok(Some(members::MemberHost::start(link, lone)?))
+    Ok(Some(memberhost::MemberHost::start(link, lone)?))
 }
 
 /// Offer remote spawn: what programs started here for other hosts need,

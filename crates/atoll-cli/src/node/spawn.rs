@@ -47,6 +47,7 @@ use std::time::{Duration, Instant};
 use atoll_transport::{Link, Listener};
 
 use super::inherit::{self, Inherited, Refused};
+use super::memberhost::MemberHost;
 use super::window::{Window, WINDOW};
 use super::wire::{self, NodeMsg, SpawnRequest};
 use crate::sys;
@@ -188,18 +189,29 @@ pub fn serve_watch(link: Arc<dyn Link>, token: u64, host: &SpawnHost) {
 impl SpawnHost {
     /// Is the other end of `link` one of the image's hosts?
     pub fn admits(&self, link: &dyn Link) -> bool {
-        let ok = link
-            .peer()
-            .parse::<std::net::SocketAddr>()
-            .is_ok_and(|a| self.peers.contains(&a.ip().to_canonical()));
-        if !ok {
-            tracing::warn!(
-                "node: spawn request from {}, not a peer: refused",
-                link.peer()
-            );
-        }
-        ok
+        admits(&self.peers, link)
     }
+}
+
+/// Is the other end of `link` one of `peers`?
+fn admits(peers: &[IpAddr], link: &dyn Link) -> bool {
+    let ok = link
+        .peer()
+        .parse::<std::net::SocketAddr>()
+        .is_ok_and(|a| peers.contains(&a.ip().to_canonical()));
+    if !ok {
+        tracing::warn!("node: a link from {}, not a peer: refused", link.peer());
+    }
+    ok
+}
+
+/// What an edge's peer address takes: remote spawns (and their watch
+/// links) if it offers them, and other nodes' direct links to its members
+/// (`peers.rs`) if it serves any, from `peers` only.
+pub struct Takes {
+    pub spawner: Option<Arc<SpawnHost>>,
+    pub members: Option<Arc<MemberHost>>,
+    pub peers: Vec<IpAddr>,
 }
 
 /// The addresses `peers` (`host:port`) resolve to.
@@ -212,9 +224,10 @@ pub fn peer_addresses(peers: &[String]) -> Vec<IpAddr> {
         .collect()
 }
 
-/// Accept remote-spawn links on an edge (the first node takes them on its
-/// peer listener, `head.rs`) until `stop`.
-pub fn accept(listener: Box<dyn Listener>, host: Arc<SpawnHost>, stop: &AtomicBool) {
+/// Accept remote-spawn links and direct links on an edge (the first node
+/// takes spawns on its peer listener, `head.rs`) until `stop`.
+pub fn accept(listener: Box<dyn Listener>, takes: Takes, stop: &AtomicBool) {
+    let takes = Arc::new(takes);
     while !stop.load(Ordering::Relaxed) {
         let link = match listener.accept(Some(Duration::from_millis(200))) {
             Ok(Some(l)) => Arc::<dyn Link>::from(l),
@@ -224,18 +237,28 @@ pub fn accept(listener: Box<dyn Listener>, host: Arc<SpawnHost>, stop: &AtomicBo
                 continue;
             }
         };
-        let host = host.clone();
+        let takes = takes.clone();
         let _ = std::thread::Builder::new()
             .name("node-spawn".into())
-            .spawn(move || match link.recv(Some(LINGER)) {
-                Ok(Some(m)) => match wire::decode(&m) {
-                    Ok(NodeMsg::Spawn(req)) if host.admits(&*link) => serve(link, req, &host),
-                    Ok(NodeMsg::Watch { token }) if host.admits(&*link) => {
-                        serve_watch(link, token, &host)
+            .spawn(move || {
+                let first = match link.recv(Some(LINGER)) {
+                    Ok(Some(m)) => wire::decode(&m),
+                    other => {
+                        tracing::info!("node: spawn link ended early: {other:?}");
+                        return;
                     }
-                    other => tracing::warn!("node: not a spawn request: {other:?}"),
-                },
-                other => tracing::info!("node: spawn link ended early: {other:?}"),
+                };
+                if !admits(&takes.peers, &*link) {
+                    return;
+                }
+                match (first, &takes.spawner, &takes.members) {
+                    (Ok(NodeMsg::Spawn(req)), Some(host), _) => serve(link, req, host),
+                    (Ok(NodeMsg::Watch { token }), Some(host), _) => serve_watch(link, token, host),
+                    (Ok(NodeMsg::ReachMembers { rank }), _, Some(members)) => {
+                        members.clone().serve_peer(rank, link)
+                    }
+                    (other, _, _) => tracing::warn!("node: not a request taken here: {other:?}"),
+                }
             });
     }
 }

@@ -174,6 +174,20 @@ pub enum NodeMsg {
     ProxyStopped,
     /// Watcher → node: the proxy runs again.
     ProxyContinued,
+    /// Node `rank` → another node serving members, first message of a
+    /// *direct link* (`peers.rs`): the channels of `rank`'s programs to
+    /// that node's members come this way instead of through the first
+    /// node. On it `rank` sends `MemberChannel`, `Request` and `Flush`;
+    /// the member node answers with `Reply`, `Inbox`, `InboxOverflow`,
+    /// `ChanClosed` and `Flushed`.
+    ReachMembers { rank: u32 },
+    /// Node → member node on a direct link: the session ended at the
+    /// sender, whose channels of it to `member` are dropped; the requests
+    /// before this on the link are in the member's rings once `Flushed`
+    /// (same transport id) comes back.
+    Flush { member: u32, session: u64 },
+    /// Member node → node: the requests before `Flush` were delivered.
+    Flushed,
 }
 
 /// Most bytes of frames one `Requests` or `Replies` carries (their
@@ -425,6 +439,12 @@ mod tests {
                 before: 2,
             },
             NodeMsg::MemberStats { member: 2 },
+            NodeMsg::ReachMembers { rank: 2 },
+            NodeMsg::Flush {
+                member: 2,
+                session: 7,
+            },
+            NodeMsg::Flushed,
             NodeMsg::StatsReply {
                 stats: Some(atoll_proto::ServerStats {
                     server: 2,

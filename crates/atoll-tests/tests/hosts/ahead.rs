@@ -4,7 +4,7 @@
 //! at the node instead of each crossing. The bytes are the file's, never
 //! past its end, and close-to-open holds across a rewrite.
 
-use super::{cluster, node_counters, on, text, LIMIT};
+use super::{first_node_servers as cluster, node_counters, on, text, LIMIT};
 use atoll_tests::output_within;
 
 /// 64 MiB.

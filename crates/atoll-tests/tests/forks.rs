@@ -171,3 +171,22 @@ fn forks_share_descriptions_and_a_process_exiting_after_them_leaves_nothing() {
 fn forks_share_descriptions_and_an_exec_after_them_joins_and_leaves_nothing() {
     forks_share_and_leave_nothing("exec");
 }
+
+/// `forkpty` and `daemon` in a program with a second thread, as on a
+/// host directory: glibc forks there with its internal `__fork`, which
+/// holds malloc's locks across the `clone` (the child's session is made
+/// by atoll's own `forkpty`/`daemon` before that; Python's `pty.fork()`
+/// beside a watchdog thread used to hang forever).
+#[test]
+fn forkpty_and_daemon_of_a_threaded_program_fork_as_on_linux() {
+    let dir = tempfile::tempdir().unwrap();
+    let probe = compile_probe(
+        dir.path(),
+        "threaded_forks",
+        include_str!("forks/threaded_forks.c"),
+    );
+    let script = format!("cd \"$ROOT\" && {}", probe.display());
+    let out = atoll_tests::assert_same(&["--servers", "2"], &script, true);
+    assert!(out.contains("forkpty child 2: stdin tty 1\n"), "{out}");
+    assert!(out.contains("daemon: session leader 1\ndone\n"), "{out}");
+}

@@ -136,6 +136,110 @@ pub unsafe extern "C-unwind" fn fork() -> libc::pid_t {
     pid
 }
 
+/// `forkpty`, as glibc builds it (`openpty`, fork, `login_tty` in the
+/// child), but forking through [`fork`] above: glibc's own calls its
+/// internal `__fork`, whose `clone` reaches atoll only as a trap, with
+/// malloc's locks held when the process has threads (a trap that then
+/// prepares the child's session would wait for them forever: Python's
+/// `pty.fork()` beside a watchdog thread).
+///
+/// # Safety
+/// As `forkpty(3)`.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn forkpty(
+    amaster: *mut c_int,
+    name: *mut libc::c_char,
+    termp: *const libc::termios,
+    winp: *const libc::winsize,
+) -> libc::pid_t {
+    let (mut master, mut slave) = (-1, -1);
+    // SAFETY: libc's openpty with the caller's `name`, `termp`, `winp`
+    // and our own two descriptor slots.
+    if unsafe { libc::openpty(&mut master, &mut slave, name, termp, winp) } == -1 {
+        return -1;
+    }
+    // SAFETY: our fork wrapper; the descriptors are the pty's own.
+    match unsafe { fork() } {
+        -1 => {
+            let err = raw::errno();
+            // SAFETY: closing the pty we opened.
+            unsafe {
+                libc::close(master);
+                libc::close(slave);
+            }
+            raw::set_errno(err);
+            -1
+        }
+        0 => {
+            // SAFETY: the child's copies of the pty's descriptors.
+            unsafe {
+                libc::close(master);
+                if libc::login_tty(slave) != 0 {
+                    libc::_exit(1);
+                }
+            }
+            0
+        }
+        pid => {
+            // SAFETY: `amaster` is the caller's, as forkpty(3) says.
+            unsafe {
+                *amaster = master;
+                libc::close(slave);
+            }
+            pid
+        }
+    }
+}
+
+/// `daemon`, as glibc builds it, forking through [`fork`] above (glibc's
+/// own forks with its internal `__fork`: see [`forkpty`]).
+///
+/// # Safety
+/// As `daemon(3)`.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn daemon(nochdir: c_int, noclose: c_int) -> c_int {
+    // SAFETY: our fork wrapper.
+    match unsafe { fork() } {
+        -1 => return -1,
+        0 => {}
+        // SAFETY: the parent leaves at once, as daemon(3) does.
+        _ => unsafe { libc::_exit(0) },
+    }
+    // SAFETY: plain calls of libc (ours where atoll wraps them), on paths
+    // and descriptors of our own.
+    unsafe {
+        if libc::setsid() == -1 {
+            return -1;
+        }
+        if nochdir == 0 {
+            libc::chdir(c"/".as_ptr());
+        }
+        if noclose == 0 {
+            let fd = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+            if fd == -1 {
+                return -1;
+            }
+            let mut st: libc::stat = core::mem::zeroed();
+            if libc::fstat(fd, &mut st) != 0 {
+                libc::close(fd);
+                return -1;
+            }
+            if st.st_mode & libc::S_IFMT != libc::S_IFCHR || st.st_rdev != libc::makedev(1, 3) {
+                libc::close(fd);
+                raw::set_errno(libc::ENODEV);
+                return -1;
+            }
+            for std_fd in 0..3 {
+                libc::dup2(fd, std_fd);
+            }
+            if fd > 2 {
+                libc::close(fd);
+            }
+        }
+    }
+    0
+}
+
 struct ThreadStart {
     start: extern "C-unwind" fn(*mut c_void) -> *mut c_void,
     arg: *mut c_void,

@@ -135,9 +135,11 @@ pub fn parse_without(names: &[String]) -> anyhow::Result<atoll_proto::boot::With
             "recovery" => &mut w.recovery,
             "processes" => &mut w.processes,
             "size_board" => &mut w.size_board,
+            "negative_lookups" => &mut w.negative_lookups,
             other => bail!(
                 "unknown technique {other:?}; known: dir-distribution, dir-cache, broadcast, \
-                 direct-cache, coalescing, affinity, hybrid-fd, recovery, processes, size-board"
+                 direct-cache, coalescing, affinity, hybrid-fd, recovery, processes, size-board, \
+                 negative-lookups"
             ),
         };
         *flag = true;

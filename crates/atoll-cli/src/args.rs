@@ -597,6 +597,10 @@ pub enum Technique {
     /// `lseek(SEEK_END)` without a message; without it every such call
     /// asks the file's server
     SizeBoard,
+    /// Lookups that found no entry, kept by clients and invalidated by
+    /// the name's server before a reply that makes the name exist;
+    /// without it every lookup of a missing name asks its server
+    NegativeLookups,
 }
 
 /// Parse a size: plain bytes, or a number with a binary unit suffix

@@ -168,6 +168,7 @@ fn without(list: &[Technique]) -> Without {
             Technique::RemoteCopies => w.remote_copies = true,
             Technique::NodeCopies => w.node_copies = true,
             Technique::SizeBoard => w.size_board = true,
+            Technique::NegativeLookups => w.negative_lookups = true,
         }
     }
     w

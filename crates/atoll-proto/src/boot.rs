@@ -165,6 +165,11 @@ pub struct Without {
     /// (`atoll_msg::sizes`): every `lseek(SEEK_END)` asks the owner.
     #[serde(default)]
     pub size_board: bool,
+    /// Clients keep no negative lookup answers (`ENOENT`) and servers
+    /// record none (client `dcache.rs`): every lookup of a missing name
+    /// asks its server. Implied by `dir_cache`.
+    #[serde(default)]
+    pub negative_lookups: bool,
 }
 
 /// What every client learns when it attaches.

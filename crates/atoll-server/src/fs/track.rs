@@ -10,16 +10,29 @@
 //! without waiting (`ServerChannel::notify`); a full inbox raises the
 //! channel's overflow flag, which makes that client flush its whole cache.
 //!
+//! Absent names too (unless `--without negative-lookups`): a `Lookup` (or
+//! an `Open` without `O_CREAT`) answered `ENOENT` records its session for
+//! `(dir, name)` the same way ([`Tracker::record_absent`]), and every
+//! place that makes a name exist here (create, `mknod`/`mkdir`/`symlink`/
+//! socket bind, link and `O_TMPFILE` linkat, rename onto it, an exchange,
+//! entries moved in by a directory swap) calls [`Tracker::changed`] for it
+//! before its reply, so the session forgets the absence first. One record
+//! serves both: it says "this session cached what `(dir, name)` was",
+//! whatever that was, and any change of it invalidates. A server rebuilt
+//! from its journal forgets every record, as for positive entries: the
+//! new incarnation raises every channel's overflow flag (`takeover`).
+//!
 //! Records of sessions that died are dropped lazily: delivery to a session
 //! with no channel is skipped.
 //!
-//! Bounded (`limits`): at most `cap` records per server. A record past the
-//! cap evicts whole directories' records, oldest directory first, until a
-//! quarter of the cap is free; each evicted record becomes a notice, so its
-//! session forgets the entry and looks it up again — a lookup never fails
-//! and no cache is left unwatched. The records of sessions that died go
-//! the same way. Pending notices are delivered after every request, so at
-//! most the records of one change plus one per session wait at a time.
+//! Bounded (`limits`): at most `cap` records per server, present and
+//! absent names together. A record past the cap evicts whole directories'
+//! records, oldest directory first, until a quarter of the cap is free;
+//! each evicted record becomes a notice, so its session forgets the entry
+//! (or the absence) and looks it up again — a lookup never fails and no
+//! cache is left unwatched. The records of sessions that died go the same
+//! way. Pending notices are delivered after every request, so at most the
+//! records of one change plus one per session wait at a time.
 
 use std::collections::VecDeque;
 
@@ -44,6 +57,12 @@ pub struct Tracker {
     /// Most records kept.
     cap: u64,
     pending: Vec<Pending>,
+    /// Whether answers "no such entry" are recorded too.
+    #[serde(default)]
+    absent: bool,
+    /// Absent names recorded (included in `recorded`).
+    #[serde(default)]
+    pub recorded_absent: u64,
     /// Lookups recorded (a session's first lookup of a name since its last
     /// invalidation).
     pub recorded: u64,
@@ -65,8 +84,26 @@ impl Tracker {
         }
     }
 
+    /// Record answers "no such entry" too (`record_absent`).
+    pub fn with_absent(mut self, absent: bool) -> Tracker {
+        self.absent = absent;
+        self
+    }
+
     pub fn enabled(&self) -> bool {
         self.enabled
+    }
+
+    /// `session` now caches that `(dir, name)` does not exist (the answer
+    /// was `ENOENT`). From then on the name appearing here is a change
+    /// ([`Tracker::changed`]) like its removal.
+    pub fn record_absent(&mut self, session: SessionId, dir: InodeId, name: &[u8]) {
+        if !self.absent {
+            return;
+        }
+        let before = self.recorded;
+        self.record(session, dir, name);
+        self.recorded_absent += self.recorded - before;
     }
 
     /// `session` now caches `(dir, name)`. Allocation-free when already
@@ -122,8 +159,9 @@ impl Tracker {
         }
     }
 
-    /// The entry `(dir, name)` changed: queue a notice for every session
-    /// that cached it and forget them.
+    /// The entry `(dir, name)` changed — removed, replaced, or made to
+    /// exist: queue a notice for every session that cached it (or its
+    /// absence) and forget them.
     pub fn changed(&mut self, dir: InodeId, name: &[u8]) {
         if !self.enabled {
             return;
@@ -233,6 +271,7 @@ mod tests {
             root_owner: cred,
             core: -1,
             track_lookups: true,
+            track_absent: true,
             limits: crate::fs::Limits::for_memory(1 << 30),
         };
         let mut fs = FileServer::new(cfg, MemStore::new(16));
@@ -304,6 +343,7 @@ mod tests {
             root_owner: cred,
             core: -1,
             track_lookups: true,
+            track_absent: true,
             limits: crate::fs::Limits::for_memory(1 << 30),
         };
         let mut fs = FileServer::new(cfg, MemStore::new(16));

@@ -881,6 +881,10 @@ impl<S: BlockStore> FileServer<S> {
             if i.ftype == FileType::Directory && i.links == 0 {
                 self.shards.remove(&ino);
                 self.removed.insert(ino, true);
+                // Only absent names can be recorded in an empty directory:
+                // no name appears in a removed one (ids are never reused),
+                // but the records and the cached absences go with it.
+                self.track.dir_gone(ino);
             }
         }
         self.maybe_free(ino);

@@ -681,6 +681,80 @@ mod tests {
     }
 
     #[test]
+    fn absent_names_hit_until_a_notice_says_they_appeared() {
+        let (c, s) = chan();
+        let dc = DirCache::new();
+        let get = |n: &[u8]| dc.get([&c].into_iter(), D, n);
+        assert_eq!(get(b"a"), None);
+        dc.insert_absent(dc.generation(), D, b"a");
+        assert_eq!(get(b"a"), Some(Hit::Absent));
+        assert_eq!(get(b"a").map(Hit::entry), Some(Err(libc::ENOENT)));
+        assert!(dc.absent([&c].into_iter(), D, b"a"));
+        assert!(!dc.absent([&c].into_iter(), D, b"b"));
+        assert_eq!(dc.get_entry([&c].into_iter(), D, b"a"), None, "not an entry");
+        // `.`, `..` and the empty name (the search grant) are never absent.
+        for n in [&b"."[..], b"..", b""] {
+            dc.insert_absent(dc.generation(), D, n);
+            assert_eq!(get(n), None);
+        }
+        assert!(!dc.searchable([&c].into_iter(), D));
+        // A create of `a` at its server: the notice goes first.
+        notify(&s, &Notice::Invalidate { dir: D, name: b"a" });
+        assert!(!dc.absent([&c].into_iter(), D, b"a"));
+        assert_eq!(get(b"a"), None);
+        // The lookup after it finds the entry, which replaces the absence.
+        dc.insert_absent(dc.generation(), D, b"a");
+        dc.insert(dc.generation(), D, b"a", F, FileType::Regular);
+        assert_eq!(get(b"a"), Some(Hit::Entry(F, FileType::Regular)));
+        let k = dc.counters();
+        assert_eq!((k.absent_hits, k.invalidations), (4, 1));
+    }
+
+    #[test]
+    fn an_absent_answer_racing_a_drained_notice_is_refused() {
+        let (c, s) = chan();
+        let dc = DirCache::new();
+        let g = dc.generation();
+        // `ENOENT` answered, then the name was created and another thread
+        // drained that notice before this one inserts.
+        notify(&s, &Notice::Invalidate { dir: D, name: b"a" });
+        dc.drain([&c].into_iter());
+        dc.insert_absent(g, D, b"a");
+        assert_eq!(dc.get([&c].into_iter(), D, b"a"), None);
+    }
+
+    #[test]
+    fn absent_names_go_with_their_directory_credentials_and_flushes() {
+        let (c, s) = chan();
+        let dc = DirCache::new();
+        let (sub, other) = (InodeId(80), InodeId(99));
+        let g = dc.generation();
+        dc.insert(g, D, b"sub", sub, FileType::Directory);
+        dc.insert_absent(g, D, b"x");
+        dc.insert_absent(g, other, b"x");
+        // A path through an absent name resolves to nothing.
+        assert_eq!(dc.resolve_cached([&c].into_iter(), D, b"/x"), None);
+        assert_eq!(dc.resolve_cached([&c].into_iter(), D, b"/sub"), Some(sub));
+        // chmod/chown/rmdir of D at its owner server.
+        notify(&s, &Notice::Invalidate { dir: D, name: b"" });
+        assert!(!dc.absent([&c].into_iter(), D, b"x"));
+        assert!(dc.absent([&c].into_iter(), other, b"x"));
+        // Other credentials start from an empty cache (a directory this
+        // thread may search may refuse another: `EACCES`, not `ENOENT`).
+        let key = cred_key();
+        {
+            let g = dc.try_lock().unwrap();
+            // SAFETY: the guard holds the lock.
+            let cred = unsafe { &mut *g.0.cred.get() };
+            *cred = Some((atoll_proto::Cred::of(key.0.uid + 1, key.0.gid), 0, 0, 0));
+        }
+        assert!(!dc.absent([&c].into_iter(), other, b"x"));
+        dc.insert_absent(dc.generation(), other, b"x");
+        while s.notify(&[0xff; 1000]).is_ok() {}
+        assert!(!dc.absent([&c].into_iter(), other, b"x"), "overflow flushes");
+    }
+
+    #[test]
     fn busy_lock_means_miss_not_wait() {
         let (c, _s) = chan();
         let dc = DirCache::new();

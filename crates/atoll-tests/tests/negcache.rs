@@ -1,0 +1,68 @@
+//! Absent names in the lookup cache (client `dcache.rs`, server
+//! `track.rs`): a lookup or open answered `ENOENT` is kept, and the
+//! name's server tells the session before the reply to whatever makes the
+//! name exist. Over three servers with every directory spread, pairs of
+//! processes (twelve, on fewer cores) race: one stats and opens a missing
+//! name again and again, the other makes it exist by each way there is
+//! (create, rename onto it, link, `mkdir`, `symlink`, `mkfifo`, socket
+//! bind, `O_TMPFILE` + `linkat`), says so through a pipe, and every stat
+//! after that must see it; then it goes and must be gone. The transcript
+//! is tmpfs's. Message counts show repeated misses are answered without a
+//! message, and with `--without negative-lookups` they are not.
+
+use atoll_tests::{assert_same_on_tmpfs, compile_probe, run_in_atoll, served_ops};
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+const SPREAD: [&str; 4] = ["--servers", "3", "--distribute", "all"];
+
+#[test]
+fn every_stat_after_an_acknowledged_creation_sees_the_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = compile_probe(dir.path(), "negcache", include_str!("negcache/probe.c"));
+    let script = format!("mkdir $ROOT/d && {} race $ROOT/d", bin.display());
+    for without in [&[][..], &["--without", "negative-lookups"][..]] {
+        let opts: Vec<&str> = SPREAD.iter().copied().chain(without.iter().copied()).collect();
+        let out = assert_same_on_tmpfs(&opts, &script, true);
+        assert_eq!(out, "race: passed\n", "{opts:?}");
+    }
+}
+
+/// `Lookup` and `Open` requests served in a run of `probe count DIR n`
+/// (`n` stats and `n` opens of one missing name), with `extra` options.
+fn lookups(bin: &std::path::Path, n: u32, extra: &[&str]) -> u64 {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("stats.json");
+    let j = json.to_string_lossy().to_string();
+    let mut opts: Vec<&str> = SPREAD.to_vec();
+    opts.extend_from_slice(&["--stats-json", &j]);
+    opts.extend_from_slice(extra);
+    let script = format!("mkdir $ROOT/d && {} count $ROOT/d {n}", bin.display());
+    let out = run_in_atoll(&opts, &script);
+    assert_eq!(
+        text(&out.stdout),
+        format!("count: {n} misses\n"),
+        "{}",
+        text(&out.stderr)
+    );
+    let (ops, _) = served_ops(&json);
+    ops("Lookup") + ops("Open")
+}
+
+#[test]
+fn repeated_misses_are_answered_without_a_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = compile_probe(dir.path(), "negcache", include_str!("negcache/probe.c"));
+    // The same run with 1,000 more stats and opens of the missing name:
+    // the difference is what those cost.
+    let on = lookups(&bin, 1010, &[]) as i64 - lookups(&bin, 10, &[]) as i64;
+    assert!(on <= 4, "2,000 misses more sent {on} more messages");
+    let off_opts = ["--without", "negative-lookups"];
+    let off = lookups(&bin, 1010, &off_opts) - lookups(&bin, 10, &off_opts);
+    assert!(off >= 2000, "switched off, every miss asks: {off}");
+    let none = ["--without", "dir-cache"];
+    let off = lookups(&bin, 1010, &none) - lookups(&bin, 10, &none);
+    assert!(off >= 2000, "without the lookup cache, every miss asks: {off}");
+}

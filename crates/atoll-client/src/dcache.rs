@@ -691,7 +691,11 @@ mod tests {
         assert_eq!(get(b"a").map(Hit::entry), Some(Err(libc::ENOENT)));
         assert!(dc.absent([&c].into_iter(), D, b"a"));
         assert!(!dc.absent([&c].into_iter(), D, b"b"));
-        assert_eq!(dc.get_entry([&c].into_iter(), D, b"a"), None, "not an entry");
+        assert_eq!(
+            dc.get_entry([&c].into_iter(), D, b"a"),
+            None,
+            "not an entry"
+        );
         // `.`, `..` and the empty name (the search grant) are never absent.
         for n in [&b"."[..], b"..", b""] {
             dc.insert_absent(dc.generation(), D, n);
@@ -751,7 +755,10 @@ mod tests {
         assert!(!dc.absent([&c].into_iter(), other, b"x"));
         dc.insert_absent(dc.generation(), other, b"x");
         while s.notify(&[0xff; 1000]).is_ok() {}
-        assert!(!dc.absent([&c].into_iter(), other, b"x"), "overflow flushes");
+        assert!(
+            !dc.absent([&c].into_iter(), other, b"x"),
+            "overflow flushes"
+        );
     }
 
     #[test]

@@ -273,9 +273,7 @@ pub fn open(
         // a message. Only without `O_CREAT`: a creation goes to the server.
         let absent = if creat { None } else { c.absent_cache() };
         let gen = match absent {
-            Some(dc) if dc.absent(c.session().channels(), w.dir, name) => {
-                return err(libc::ENOENT)
-            }
+            Some(dc) if dc.absent(c.session().channels(), w.dir, name) => return err(libc::ENOENT),
             Some(dc) => dc.generation(),
             None => 0,
         };

@@ -24,7 +24,11 @@ fn every_stat_after_an_acknowledged_creation_sees_the_name() {
     let bin = compile_probe(dir.path(), "negcache", include_str!("negcache/probe.c"));
     let script = format!("mkdir $ROOT/d && {} race $ROOT/d", bin.display());
     for without in [&[][..], &["--without", "negative-lookups"][..]] {
-        let opts: Vec<&str> = SPREAD.iter().copied().chain(without.iter().copied()).collect();
+        let opts: Vec<&str> = SPREAD
+            .iter()
+            .copied()
+            .chain(without.iter().copied())
+            .collect();
         let out = assert_same_on_tmpfs(&opts, &script, true);
         assert_eq!(out, "race: passed\n", "{opts:?}");
     }
@@ -64,5 +68,8 @@ fn repeated_misses_are_answered_without_a_message() {
     assert!(off >= 2000, "switched off, every miss asks: {off}");
     let none = ["--without", "dir-cache"];
     let off = lookups(&bin, 1010, &none) - lookups(&bin, 10, &none);
-    assert!(off >= 2000, "without the lookup cache, every miss asks: {off}");
+    assert!(
+        off >= 2000,
+        "without the lookup cache, every miss asks: {off}"
+    );
 }

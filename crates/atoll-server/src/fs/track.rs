@@ -506,10 +506,7 @@ mod tests {
         let (a, b) = (SessionId(1), SessionId(2));
         let mut miss = |fs: &mut crate::fs::FileServer<_>, s: SessionId, name: &[u8]| {
             let r = fs.handle(s, cred, Request::Lookup { dir: ROOT, name }, &mut out);
-            assert!(
-                matches!(r, Reply::Err(atoll_proto::Errno::ENOENT)),
-                "{r:?}"
-            );
+            assert!(matches!(r, Reply::Err(atoll_proto::Errno::ENOENT)), "{r:?}");
         };
         let names: [&[u8]; 7] = [b"f", b"d", b"l", b"s", b"n", b"h", b"r"];
         for n in names {
@@ -517,9 +514,25 @@ mod tests {
             miss(&mut fs, b, n);
         }
         let mut out = Vec::new();
-        let r = fs.handle(a, cred, Request::Lookup { dir: ROOT, name: b".." }, &mut out);
+        let r = fs.handle(
+            a,
+            cred,
+            Request::Lookup {
+                dir: ROOT,
+                name: b"..",
+            },
+            &mut out,
+        );
         assert!(matches!(r, Reply::Entry { .. }), "{r:?}");
-        let r = fs.handle(a, cred, Request::Lookup { dir: InodeId(1 << 40), name: b".." }, &mut out);
+        let r = fs.handle(
+            a,
+            cred,
+            Request::Lookup {
+                dir: InodeId(1 << 40),
+                name: b"..",
+            },
+            &mut out,
+        );
         assert!(matches!(r, Reply::Err(_)), "{r:?}");
         miss(&mut fs, a, b"nothing-makes-me");
         assert!(!fs.has_notices(), "misses alone notify nobody");
@@ -536,7 +549,11 @@ mod tests {
                 })
                 .collect();
             got.sort();
-            assert_eq!(got, vec![(1, name.to_vec()), (2, name.to_vec())], "{name:?}");
+            assert_eq!(
+                got,
+                vec![(1, name.to_vec()), (2, name.to_vec())],
+                "{name:?}"
+            );
         };
         let mut out = Vec::new();
         let r = fs.handle(
@@ -672,7 +689,12 @@ mod tests {
                 Reply::Entry { ino, .. } => ino,
                 other => panic!("{other:?}"),
             };
-            let r = fs.handle(SessionId(2), cred, Request::Lookup { dir: d, name: b"x" }, &mut out);
+            let r = fs.handle(
+                SessionId(2),
+                cred,
+                Request::Lookup { dir: d, name: b"x" },
+                &mut out,
+            );
             assert!(matches!(r, Reply::Err(atoll_proto::Errno::ENOENT)));
             fs.session_opened(SessionId(2));
             let r = fs.handle(
@@ -692,7 +714,12 @@ mod tests {
             assert!(fs
                 .take_notices()
                 .contains(&(SessionId(2), d, Box::default())));
-            let r = fs.handle(SessionId(2), cred, Request::Lookup { dir: d, name: b"x" }, &mut out);
+            let r = fs.handle(
+                SessionId(2),
+                cred,
+                Request::Lookup { dir: d, name: b"x" },
+                &mut out,
+            );
             assert!(matches!(r, Reply::Err(atoll_proto::Errno::ENOENT)));
             let r = fs.handle(
                 SessionId(1),

@@ -146,6 +146,8 @@ static void pair(int k) {
         _exit(4);
     pid_t changer = fork();
     if (changer == 0) {
+        /* Only the ends it uses: a peer that failed is an end of file. */
+        close(go[1]), close(made[0]), close(seen[1]), close(gone[0]);
         for (int r = 0; r < ROUNDS; r++) {
             int way = (r + k) % WAYS;
             get(go[0]);
@@ -160,6 +162,7 @@ static void pair(int k) {
         }
         _exit(0);
     }
+    close(go[0]), close(made[1]), close(seen[0]), close(gone[1]);
     for (int r = 0; r < ROUNDS; r++) {
         int way = (r + k) % WAYS;
         must_miss(name, r, MISSES);

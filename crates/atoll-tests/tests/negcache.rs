@@ -8,9 +8,15 @@
 //! bind, `O_TMPFILE` + `linkat`), says so through a pipe, and every stat
 //! after that must see it; then it goes and must be gone. The transcript
 //! is tmpfs's. Message counts show repeated misses are answered without a
-//! message, and with `--without negative-lookups` they are not.
+//! message, and with `--without negative-lookups` they are not. A server
+//! killed in the request that makes a cached-absent name exist, and
+//! rebuilt from its journal, leaves no absence believed.
 
-use atoll_tests::{assert_same_on_tmpfs, compile_probe, run_in_atoll, served_ops};
+use std::time::{Duration, Instant};
+
+use atoll_tests::{
+    assert_same_on_tmpfs, compile_probe, output_within, run_in_atoll, served_ops, Booted, RUN_LIMIT,
+};
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
@@ -72,4 +78,34 @@ fn repeated_misses_are_answered_without_a_message() {
         off >= 2000,
         "without the lookup cache, every miss asks: {off}"
     );
+}
+
+/// Server 0 (the root directory's) is killed in its first `MakeNode`,
+/// after the `mkdir` reached its journal and before the reply; the
+/// successor replays it and answers. The process that cached `x` absent
+/// from the lost incarnation must see the directory: a new incarnation
+/// raises every channel's overflow flag, and its clients flush.
+#[test]
+fn an_absence_cached_from_a_lost_server_is_not_believed() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = compile_probe(dir.path(), "negcache", include_str!("negcache/probe.c"));
+    let inst = Booted::with_env(&["--servers", "2"], &[("ATOLL_FAULT_KILL", "0:MakeNode:1")]);
+    let out = output_within(
+        inst.command(&format!("{} rebuild $ROOT", bin.display())),
+        RUN_LIMIT,
+    );
+    assert_eq!(
+        text(&out.stdout),
+        "rebuild: passed\n",
+        "{}",
+        text(&out.stderr)
+    );
+    let started = Instant::now();
+    while inst.status()["health"][0]["restarts"].as_u64().unwrap_or(0) < 1 {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "server 0 was not killed and rebuilt"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }

@@ -8,6 +8,12 @@
  *                    see it gone. Prints "race: passed".
  *   probe count DIR N  stats and opens one missing name N times each;
  *                    prints "count: N misses".
+ *   probe rebuild DIR  stats the missing name "x" until its absence is
+ *                    cached, then a child makes it a directory (the
+ *                    request a test kills the name's server in, to be
+ *                    answered by its successor); after the child's
+ *                    mkdir returned, "x" must be seen. Prints
+ *                    "rebuild: passed".
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -186,6 +192,28 @@ int main(int argc, char **argv) {
         int n = atoi(argv[3]);
         must_miss("missing", 0, n);
         printf("count: %d misses\n", n);
+        return 0;
+    }
+    if (strcmp(argv[1], "rebuild") == 0) {
+        int go[2];
+        if (pipe(go))
+            return 2;
+        pid_t child = fork();
+        if (child == 0) {
+            close(go[1]);
+            get(go[0]);
+            if (mkdir("x", 0755) != 0)
+                fail("mkdir", "x", 0);
+            _exit(0);
+        }
+        close(go[0]);
+        must_miss("x", 0, 10);
+        put(go[1]);
+        int st;
+        if (waitpid(child, &st, 0) != child || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+            return 1;
+        must_see("x", 3, 1);
+        printf("rebuild: passed\n");
         return 0;
     }
     if (strcmp(argv[1], "race") != 0)

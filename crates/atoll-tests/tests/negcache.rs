@@ -109,3 +109,52 @@ fn an_absence_cached_from_a_lost_server_is_not_believed() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// An absence is an answer for the credentials it was asked with and the
+/// directory's permissions then: after `seteuid` to a user that may not
+/// search the directory, and after another process's `chmod` takes search
+/// permission away, the answer is `EACCES`, not a cached `ENOENT` (as on
+/// tmpfs). Run as root (as the suite runs); over spread directories, where
+/// the name's server does not own the directory.
+#[test]
+fn an_absence_never_hides_a_permission_error() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root to change users");
+        return;
+    }
+    let script = r#"
+        mkdir "$ROOT/d" "$ROOT/e" && chmod 700 "$ROOT/d" && chown 65534 "$ROOT/e" && cd "$ROOT" &&
+        python3 - <<'PY'
+import os
+def probe(what, path):
+    try:
+        os.stat(path)
+        print(what, "exists")
+    except OSError as e:
+        print(what, os.strerror(e.errno))
+for _ in range(3):
+    probe("root in d", "d/missing")
+os.seteuid(65534)
+probe("nobody in d", "d/missing")
+for _ in range(3):
+    probe("nobody in e", "e/missing")
+pid = os.fork()
+if pid == 0:
+    os.chmod("e", 0)
+    os._exit(0)
+os.waitpid(pid, 0)
+probe("nobody in e after chmod 0", "e/missing")
+PY
+    "#;
+    for without in [&[][..], &["--without", "negative-lookups"][..]] {
+        let opts: Vec<&str> = SPREAD
+            .iter()
+            .copied()
+            .chain(without.iter().copied())
+            .collect();
+        let out = assert_same_on_tmpfs(&opts, script, true);
+        assert!(out.contains("nobody in d Permission denied"), "{out}");
+        assert!(out.contains("after chmod 0 Permission denied"), "{out}");
+    }
+}

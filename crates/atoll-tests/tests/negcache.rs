@@ -7,7 +7,7 @@
 //! (create, rename onto it, link, `mkdir`, `symlink`, `mkfifo`, socket
 //! bind, `O_TMPFILE` + `linkat`), says so through a pipe, and every stat
 //! after that must see it; then it goes and must be gone. The transcript
-//! is tmpfs's. Message counts show repeated misses are answered without a
+//! is tmpfs's, in every island. Message counts show repeated misses are answered without a
 //! message, and with `--without negative-lookups` they are not. A server
 //! killed in the request that makes a cached-absent name exist, and
 //! rebuilt from its journal, leaves no absence believed.
@@ -29,11 +29,16 @@ fn every_stat_after_an_acknowledged_creation_sees_the_name() {
     let dir = tempfile::tempdir().unwrap();
     let bin = compile_probe(dir.path(), "negcache", include_str!("negcache/probe.c"));
     let script = format!("mkdir $ROOT/d && {} race $ROOT/d", bin.display());
-    for without in [&[][..], &["--without", "negative-lookups"][..]] {
+    for extra in [
+        &[][..],
+        &["--island", "incoherent"],
+        &["--island", "copy"],
+        &["--without", "negative-lookups"],
+    ] {
         let opts: Vec<&str> = SPREAD
             .iter()
             .copied()
-            .chain(without.iter().copied())
+            .chain(extra.iter().copied())
             .collect();
         let out = assert_same_on_tmpfs(&opts, &script, true);
         assert_eq!(out, "race: passed\n", "{opts:?}");

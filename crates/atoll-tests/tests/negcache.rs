@@ -7,10 +7,11 @@
 //! (create, rename onto it, link, `mkdir`, `symlink`, `mkfifo`, socket
 //! bind, `O_TMPFILE` + `linkat`), says so through a pipe, and every stat
 //! after that must see it; then it goes and must be gone. The transcript
-//! is tmpfs's, in every island. Message counts show repeated misses are answered without a
-//! message, and with `--without negative-lookups` they are not. A server
-//! killed in the request that makes a cached-absent name exist, and
-//! rebuilt from its journal, leaves no absence believed.
+//! is tmpfs's, in every island. Message counts show repeated misses are
+//! answered without a message, and with `--without negative-lookups` they
+//! are not. A server killed in the request that makes a cached-absent
+//! name exist, and rebuilt from its journal, leaves no absence believed;
+//! nor does a directory's swap between modes, which moves its names.
 
 use std::time::{Duration, Instant};
 
@@ -162,4 +163,42 @@ PY
         assert!(out.contains("nobody in d Permission denied"), "{out}");
         assert!(out.contains("after chmod 0 Permission denied"), "{out}");
     }
+}
+
+/// A directory swapped between centralized and distributed (Hare §6.1.2)
+/// moves its names between servers: absences cached before the swap must
+/// not hide names created after it at their new servers, either way.
+#[test]
+fn absences_do_not_outlive_a_directory_swap() {
+    let script = r#"
+        cd "$ROOT" && mkdir d && python3 - <<'PY'
+import os, subprocess
+names = ["d/x%d" % i for i in range(24)]
+def seen():
+    return sum(os.path.exists(n) for n in names)
+def child(act):
+    pid = os.fork()
+    if pid == 0:
+        for n in names:
+            os.close(os.open(n, os.O_CREAT | os.O_WRONLY)) if act == "create" else os.unlink(n)
+        os._exit(0)
+    os.waitpid(pid, 0)
+for mode in ["1", "0"]:
+    print("before", seen(), seen())
+    r = subprocess.run(["setfattr", "-n", "user.atoll.distributed", "-v", mode, "d"])
+    print("swap", mode, r.returncode)
+    child("create")
+    print("after creation", seen())
+    child("unlink")
+    print("after removal", seen())
+PY
+    "#;
+    let out = run_in_atoll(&["--servers", "3"], script);
+    assert_eq!(
+        text(&out.stdout),
+        "before 0 0\nswap 1 0\nafter creation 24\nafter removal 0\n\
+         before 0 0\nswap 0 0\nafter creation 24\nafter removal 0\n",
+        "{}",
+        text(&out.stderr)
+    );
 }

@@ -743,6 +743,32 @@ mod tests {
         }
     }
 
+    /// Absent names count against the same cap: a flood of misses evicts
+    /// with notices (nothing cached goes unwatched), and the tracker stays
+    /// within the cap.
+    #[test]
+    fn absent_records_share_the_cap_and_are_evicted_with_notices() {
+        let mut t = Tracker::new(true, 8).with_absent(true);
+        for i in 0..8u64 {
+            t.record_absent(SessionId(1), InodeId(100 + i), b"missing");
+        }
+        assert!(!t.has_pending());
+        t.record_absent(SessionId(1), InodeId(200), b"missing");
+        assert!(t.records() <= 8);
+        let p = t.take_pending();
+        assert!(!p.is_empty());
+        assert!(p
+            .iter()
+            .all(|(s, d, n)| *s == SessionId(1) && d.0 < 108 && &n[..] == b"missing"));
+        assert_eq!(t.recorded_absent, 9);
+        // Off: nothing absent is recorded (present names still are).
+        let mut t = Tracker::new(true, 8);
+        t.record_absent(SessionId(1), InodeId(7), b"a");
+        t.changed(InodeId(7), b"a");
+        assert!(!t.has_pending());
+        assert_eq!(t.records(), 0);
+    }
+
     #[test]
     fn disabled_tracker_records_nothing() {
         let mut t = Tracker::new(false, 100);

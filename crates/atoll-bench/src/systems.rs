@@ -136,10 +136,11 @@ pub fn parse_without(names: &[String]) -> anyhow::Result<atoll_proto::boot::With
             "processes" => &mut w.processes,
             "size_board" => &mut w.size_board,
             "direct_links" => &mut w.direct_links,
+            "negative_lookups" => &mut w.negative_lookups,
             other => bail!(
                 "unknown technique {other:?}; known: dir-distribution, dir-cache, broadcast, \
                  direct-cache, coalescing, affinity, hybrid-fd, recovery, processes, size-board, \
-                 direct-links"
+                 direct-links, negative-lookups"
             ),
         };
         *flag = true;

@@ -611,6 +611,10 @@ pub enum Technique {
     /// given to the first node); without them a program's calls to
     /// another node's file servers go through the first node
     DirectLinks,
+    /// Lookups that found no entry, kept by clients and invalidated by
+    /// the name's server before a reply that makes the name exist;
+    /// without it every lookup of a missing name asks its server
+    NegativeLookups,
 }
 
 /// Parse a size: plain bytes, or a number with a binary unit suffix

@@ -169,6 +169,7 @@ fn without(list: &[Technique]) -> Without {
             Technique::NodeCopies => w.node_copies = true,
             Technique::SizeBoard => w.size_board = true,
             Technique::DirectLinks => w.direct_links = true,
+            Technique::NegativeLookups => w.negative_lookups = true,
         }
     }
     w

@@ -284,7 +284,7 @@ pub fn try_open(
         // A name the lookup cache knows exists: opening it is the
         // coalesced path's job (one message instead of three).
         if let Some(dc) = c.dcache() {
-            if dc.get(c.session().channels(), dir, name).is_some() {
+            if dc.get_entry(c.session().channels(), dir, name).is_some() {
                 return Ok(None);
             }
         }

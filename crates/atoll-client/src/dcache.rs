@@ -21,9 +21,21 @@
 //! * the lock is only ever *tried*: a thread (or a signal handler that
 //!   interrupted the holder) that finds it busy treats the lookup as a miss,
 //!   so nothing ever waits for it;
-//! * negative results, `.` and `..` are never cached;
+//! * `.` and `..` are never cached;
 //! * a forked child starts empty (the server tracks sessions, and the child
 //!   is a new session), as does a new image after `execve`.
+//!
+//! Absent names (unless `--without negative-lookups`): a `Lookup`, or an
+//! `Open` without `O_CREAT`, answered `ENOENT` is kept as an absent entry
+//! ([`DirCache::insert_absent`]), under the same rules, and answered
+//! `ENOENT` by the caller without a message ([`Hit::Absent`]). The server
+//! that answered recorded the session for `(dir, name)` and, before its
+//! reply to anything that makes the name exist (create, `mknod`, `mkdir`,
+//! `symlink`, socket bind, link, rename onto it, entries moved by a
+//! directory swap), sends the same [`Notice::Invalidate`] it sends when an
+//! entry goes (server `track.rs`). Only lookups trust an absent entry:
+//! creating calls (`O_CREAT`, `mkdir`, `link`, …) still go to the server,
+//! which decides; `EEXIST` comes only from an entry that exists.
 //!
 //! Search permission (Hare §3.7.1): a hit skips the server's check that
 //! the caller may search the directory, which the server made when the
@@ -50,8 +62,27 @@ const MAX_ENTRIES: usize = 64 * 1024;
 
 struct Ent {
     name: Box<[u8]>,
-    ino: InodeId,
-    ftype: FileType,
+    /// What the name is bound to; `None`: no such entry.
+    found: Option<(InodeId, FileType)>,
+}
+
+/// A cached answer to a lookup.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hit {
+    /// The name is bound to this inode of this type.
+    Entry(InodeId, FileType),
+    /// No such entry (`ENOENT`).
+    Absent,
+}
+
+impl Hit {
+    /// The entry, or `ENOENT` for an absent name.
+    pub fn entry(self) -> Result<(InodeId, FileType), i32> {
+        match self {
+            Hit::Entry(ino, ftype) => Ok((ino, ftype)),
+            Hit::Absent => Err(libc::ENOENT),
+        }
+    }
 }
 
 /// Counters of one cache (tests; `counters` reports process totals).
@@ -59,6 +90,7 @@ struct Ent {
 #[derive(Default, Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CacheCounters {
     pub hits: u64,
+    pub absent_hits: u64,
     pub misses: u64,
     pub invalidations: u64,
     pub flushes: u64,
@@ -78,6 +110,7 @@ pub struct DirCache {
     /// `seteuid`s away, must be refused as Linux refuses it).
     cred: UnsafeCell<Option<CredKey>>,
     hits: AtomicU64,
+    absent_hits: AtomicU64,
     misses: AtomicU64,
     invalidations: AtomicU64,
     flushes: AtomicU64,
@@ -187,6 +220,7 @@ impl DirCache {
             attrs: UnsafeCell::new(Map::default()),
             cred: UnsafeCell::new(None),
             hits: AtomicU64::new(0),
+            absent_hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
             invalidations: AtomicU64::new(0),
             flushes: AtomicU64::new(0),
@@ -237,20 +271,60 @@ impl DirCache {
         chans: impl Iterator<Item = &'c ClientChannel>,
         dir: InodeId,
         name: &[u8],
-    ) -> Option<(InodeId, FileType)> {
+    ) -> Option<Hit> {
         let hit = self.try_lock().and_then(|mut g| {
             g.drain(chans);
             let e = g.map().get(&(dir.0, name_hash(dir, name)))?;
-            (&*e.name == name).then_some((e.ino, e.ftype))
+            (&*e.name == name).then_some(match e.found {
+                Some((ino, ftype)) => Hit::Entry(ino, ftype),
+                None => Hit::Absent,
+            })
         });
-        let (c, g) = if hit.is_some() {
-            (&self.hits, &counters::DCACHE_HITS)
-        } else {
-            (&self.misses, &counters::DCACHE_MISSES)
+        let (c, g) = match hit {
+            Some(Hit::Entry(..)) => (&self.hits, &counters::DCACHE_HITS),
+            Some(Hit::Absent) => {
+                self.absent_hits.fetch_add(1, Ordering::Relaxed);
+                (&self.hits, &counters::DCACHE_HITS)
+            }
+            None => (&self.misses, &counters::DCACHE_MISSES),
         };
         c.fetch_add(1, Ordering::Relaxed);
         counters::bump(g);
         hit
+    }
+
+    /// Drain every inbox, then say whether `(dir, name)` is known to be
+    /// absent. Counted as a hit when it is, not counted otherwise (the
+    /// caller asks the server, whose answer is not kept here then).
+    pub fn absent<'c>(
+        &self,
+        chans: impl Iterator<Item = &'c ClientChannel>,
+        dir: InodeId,
+        name: &[u8],
+    ) -> bool {
+        let absent = self.try_lock().is_some_and(|mut g| {
+            g.drain(chans);
+            g.map()
+                .get(&(dir.0, name_hash(dir, name)))
+                .is_some_and(|e| &*e.name == name && e.found.is_none())
+        });
+        if absent {
+            self.hits.fetch_add(1, Ordering::Relaxed);
+            self.absent_hits.fetch_add(1, Ordering::Relaxed);
+            counters::bump(&counters::DCACHE_HITS);
+        }
+        absent
+    }
+
+    /// As [`DirCache::get`], for a caller that only wants an entry that
+    /// exists (an absent one, or none, is `None`).
+    pub fn get_entry<'c>(
+        &self,
+        chans: impl Iterator<Item = &'c ClientChannel>,
+        dir: InodeId,
+        name: &[u8],
+    ) -> Option<(InodeId, FileType)> {
+        self.get(chans, dir, name)?.entry().ok()
     }
 
     /// Drain every inbox, then follow `path` (components separated by
@@ -277,7 +351,7 @@ impl DirCache {
             if &*e.name != name {
                 return None;
             }
-            at = e.ino;
+            at = e.found?.0;
         }
         Some(at)
     }
@@ -342,6 +416,22 @@ impl DirCache {
     /// `gen`, unless a notice was processed since (it may have been about
     /// this entry).
     pub fn insert(&self, gen: u64, dir: InodeId, name: &[u8], ino: InodeId, ftype: FileType) {
+        self.put(gen, dir, name, Some((ino, ftype)));
+    }
+
+    /// Remember that a `Lookup` (or an `Open` without `O_CREAT`) of
+    /// `(dir, name)` obtained after `generation()` returned `gen` answered
+    /// `ENOENT`, unless a notice was processed since (the name may have
+    /// appeared). The answering server recorded this session and tells it
+    /// before the name appears (module docs).
+    pub fn insert_absent(&self, gen: u64, dir: InodeId, name: &[u8]) {
+        if name.is_empty() || name == b"." || name == b".." {
+            return; // the empty name is the search grant (`set_searchable`)
+        }
+        self.put(gen, dir, name, None);
+    }
+
+    fn put(&self, gen: u64, dir: InodeId, name: &[u8], found: Option<(InodeId, FileType)>) {
         let Some(mut g) = self.lock_at(gen) else {
             return;
         };
@@ -352,8 +442,7 @@ impl DirCache {
             (dir.0, name_hash(dir, name)),
             Ent {
                 name: name.into(),
-                ino,
-                ftype,
+                found,
             },
         );
     }
@@ -362,6 +451,7 @@ impl DirCache {
     pub fn counters(&self) -> CacheCounters {
         CacheCounters {
             hits: self.hits.load(Ordering::Relaxed),
+            absent_hits: self.absent_hits.load(Ordering::Relaxed),
             misses: self.misses.load(Ordering::Relaxed),
             invalidations: self.invalidations.load(Ordering::Relaxed),
             flushes: self.flushes.load(Ordering::Relaxed),
@@ -398,16 +488,16 @@ mod tests {
     fn hit_after_insert_and_gone_after_notice() {
         let (c, s) = chan();
         let dc = DirCache::new();
-        assert_eq!(dc.get([&c].into_iter(), D, b"a"), None);
+        assert_eq!(dc.get_entry([&c].into_iter(), D, b"a"), None);
         let g = dc.generation();
         dc.insert(g, D, b"a", F, FileType::Regular);
         assert_eq!(
-            dc.get([&c].into_iter(), D, b"a"),
+            dc.get_entry([&c].into_iter(), D, b"a"),
             Some((F, FileType::Regular))
         );
-        assert_eq!(dc.get([&c].into_iter(), D, b"b"), None);
+        assert_eq!(dc.get_entry([&c].into_iter(), D, b"b"), None);
         notify(&s, &Notice::Invalidate { dir: D, name: b"a" });
-        assert_eq!(dc.get([&c].into_iter(), D, b"a"), None);
+        assert_eq!(dc.get_entry([&c].into_iter(), D, b"a"), None);
         let k = dc.counters();
         assert_eq!((k.hits, k.misses, k.invalidations), (1, 3, 1));
     }
@@ -452,10 +542,10 @@ mod tests {
         dc.insert(g, other, b"a", F, FileType::Regular);
         // chmod of D at its owner server (search permission changed).
         notify(&s, &Notice::Invalidate { dir: D, name: b"" });
-        assert_eq!(dc.get([&c].into_iter(), D, b"a"), None);
-        assert_eq!(dc.get([&c].into_iter(), D, b"b"), None);
+        assert_eq!(dc.get_entry([&c].into_iter(), D, b"a"), None);
+        assert_eq!(dc.get_entry([&c].into_iter(), D, b"b"), None);
         assert_eq!(
-            dc.get([&c].into_iter(), other, b"a"),
+            dc.get_entry([&c].into_iter(), other, b"a"),
             Some((F, FileType::Regular))
         );
     }
@@ -514,7 +604,7 @@ mod tests {
         notify(&s, &Notice::Invalidate { dir: D, name: b"a" });
         dc.drain([&c].into_iter());
         dc.insert(g, D, b"a", F, FileType::Regular);
-        assert_eq!(dc.get([&c].into_iter(), D, b"a"), None);
+        assert_eq!(dc.get_entry([&c].into_iter(), D, b"a"), None);
     }
 
     #[test]
@@ -525,8 +615,8 @@ mod tests {
         dc.insert(g, D, b"a", F, FileType::Regular);
         dc.insert(g, D, b"b", F, FileType::Regular);
         while s.notify(&[0xff; 1000]).is_ok() {}
-        assert_eq!(dc.get([&c].into_iter(), D, b"a"), None);
-        assert_eq!(dc.get([&c].into_iter(), D, b"b"), None);
+        assert_eq!(dc.get_entry([&c].into_iter(), D, b"a"), None);
+        assert_eq!(dc.get_entry([&c].into_iter(), D, b"b"), None);
         assert!(dc.counters().flushes >= 1);
     }
 
@@ -545,7 +635,7 @@ mod tests {
         let lookups = || {
             while !stop.load(Ordering::Acquire) {
                 let floor = completed.load(Ordering::Acquire);
-                match dc.get([&c].into_iter(), D, b"a") {
+                match dc.get_entry([&c].into_iter(), D, b"a") {
                     Some((ino, _)) => {
                         assert!(ino.0 >= floor, "stale hit {} < {floor}", ino.0);
                     }
@@ -581,12 +671,93 @@ mod tests {
         });
         // Quiet again (a first lookup drains what is left): the latest
         // answer is cached and served.
-        let _ = dc.get([&c].into_iter(), D, b"a");
+        let _ = dc.get_entry([&c].into_iter(), D, b"a");
         let g = dc.generation();
         dc.insert(g, D, b"a", InodeId(19_999), FileType::Regular);
         assert_eq!(
-            dc.get([&c].into_iter(), D, b"a"),
+            dc.get_entry([&c].into_iter(), D, b"a"),
             Some((InodeId(19_999), FileType::Regular))
+        );
+    }
+
+    #[test]
+    fn absent_names_hit_until_a_notice_says_they_appeared() {
+        let (c, s) = chan();
+        let dc = DirCache::new();
+        let get = |n: &[u8]| dc.get([&c].into_iter(), D, n);
+        assert_eq!(get(b"a"), None);
+        dc.insert_absent(dc.generation(), D, b"a");
+        assert_eq!(get(b"a"), Some(Hit::Absent));
+        assert_eq!(get(b"a").map(Hit::entry), Some(Err(libc::ENOENT)));
+        assert!(dc.absent([&c].into_iter(), D, b"a"));
+        assert!(!dc.absent([&c].into_iter(), D, b"b"));
+        assert_eq!(
+            dc.get_entry([&c].into_iter(), D, b"a"),
+            None,
+            "not an entry"
+        );
+        // `.`, `..` and the empty name (the search grant) are never absent.
+        for n in [&b"."[..], b"..", b""] {
+            dc.insert_absent(dc.generation(), D, n);
+            assert_eq!(get(n), None);
+        }
+        assert!(!dc.searchable([&c].into_iter(), D));
+        // A create of `a` at its server: the notice goes first.
+        notify(&s, &Notice::Invalidate { dir: D, name: b"a" });
+        assert!(!dc.absent([&c].into_iter(), D, b"a"));
+        assert_eq!(get(b"a"), None);
+        // The lookup after it finds the entry, which replaces the absence.
+        dc.insert_absent(dc.generation(), D, b"a");
+        dc.insert(dc.generation(), D, b"a", F, FileType::Regular);
+        assert_eq!(get(b"a"), Some(Hit::Entry(F, FileType::Regular)));
+        let k = dc.counters();
+        assert_eq!((k.absent_hits, k.invalidations), (4, 1));
+    }
+
+    #[test]
+    fn an_absent_answer_racing_a_drained_notice_is_refused() {
+        let (c, s) = chan();
+        let dc = DirCache::new();
+        let g = dc.generation();
+        // `ENOENT` answered, then the name was created and another thread
+        // drained that notice before this one inserts.
+        notify(&s, &Notice::Invalidate { dir: D, name: b"a" });
+        dc.drain([&c].into_iter());
+        dc.insert_absent(g, D, b"a");
+        assert_eq!(dc.get([&c].into_iter(), D, b"a"), None);
+    }
+
+    #[test]
+    fn absent_names_go_with_their_directory_credentials_and_flushes() {
+        let (c, s) = chan();
+        let dc = DirCache::new();
+        let (sub, other) = (InodeId(80), InodeId(99));
+        let g = dc.generation();
+        dc.insert(g, D, b"sub", sub, FileType::Directory);
+        dc.insert_absent(g, D, b"x");
+        dc.insert_absent(g, other, b"x");
+        // A path through an absent name resolves to nothing.
+        assert_eq!(dc.resolve_cached([&c].into_iter(), D, b"/x"), None);
+        assert_eq!(dc.resolve_cached([&c].into_iter(), D, b"/sub"), Some(sub));
+        // chmod/chown/rmdir of D at its owner server.
+        notify(&s, &Notice::Invalidate { dir: D, name: b"" });
+        assert!(!dc.absent([&c].into_iter(), D, b"x"));
+        assert!(dc.absent([&c].into_iter(), other, b"x"));
+        // Other credentials start from an empty cache (a directory this
+        // thread may search may refuse another: `EACCES`, not `ENOENT`).
+        let key = cred_key();
+        {
+            let g = dc.try_lock().unwrap();
+            // SAFETY: the guard holds the lock.
+            let cred = unsafe { &mut *g.0.cred.get() };
+            *cred = Some((atoll_proto::Cred::of(key.0.uid + 1, key.0.gid), 0, 0, 0));
+        }
+        assert!(!dc.absent([&c].into_iter(), other, b"x"));
+        dc.insert_absent(dc.generation(), other, b"x");
+        while s.notify(&[0xff; 1000]).is_ok() {}
+        assert!(
+            !dc.absent([&c].into_iter(), other, b"x"),
+            "overflow flushes"
         );
     }
 
@@ -597,8 +768,8 @@ mod tests {
         let g = dc.generation();
         dc.insert(g, D, b"a", F, FileType::Regular);
         let held = dc.try_lock().unwrap();
-        assert_eq!(dc.get([&c].into_iter(), D, b"a"), None);
+        assert_eq!(dc.get_entry([&c].into_iter(), D, b"a"), None);
         drop(held);
-        assert!(dc.get([&c].into_iter(), D, b"a").is_some());
+        assert!(dc.get_entry([&c].into_iter(), D, b"a").is_some());
     }
 }

@@ -269,6 +269,14 @@ pub fn open(
             oflags |= libc::O_DIRECTORY as u32;
         }
         let server = crate::adapt::entry_server(c, w.dir, name);
+        // A name this session knows is absent (`dcache`): `ENOENT` without
+        // a message. Only without `O_CREAT`: a creation goes to the server.
+        let absent = if creat { None } else { c.absent_cache() };
+        let gen = match absent {
+            Some(dc) if dc.absent(c.session().channels(), w.dir, name) => return err(libc::ENOENT),
+            Some(dc) => dc.generation(),
+            None => 0,
+        };
         crate::dirperm::check_search(c, lane, w.dir, server)?;
         let umask = c.umask.load(core::sync::atomic::Ordering::Relaxed);
         let separate = if crate::uncoalesced::active(c) {
@@ -331,7 +339,13 @@ pub fn open(
         } else if creat {
             crate::session::retry_marked(call)?
         } else {
-            call()?
+            match (call(), absent) {
+                (Err(Error::Errno(libc::ENOENT)), Some(dc)) => {
+                    dc.insert_absent(gen, w.dir, name);
+                    return err(libc::ENOENT);
+                }
+                (r, _) => r?,
+            }
         };
         // A symlink whose inode lives on another server (creation affinity
         // or a cross-server rename): read its target from the owner.

@@ -18,6 +18,7 @@
 
 use atoll_proto::{FileType, InodeId, Reply, Request, ROOT};
 
+use crate::dcache::Hit;
 use crate::error::{err, Error, Result};
 use crate::fdtable;
 use crate::path::{is_dot, is_dotdot, mount_rest, next_component, Canon, Comp, PathBuf, MAX_PATH};
@@ -371,11 +372,15 @@ impl<'a> Walker<'a> {
     pub fn lookup(&self, dir: InodeId, name: &[u8]) -> Result<(InodeId, FileType)> {
         let special = is_dotdot(name) || is_dot(name);
         let dc = if special { None } else { self.c.dcache() };
+        let absent = if special { None } else { self.c.absent_cache() };
         let mut gen = 0;
         if let Some(dc) = dc {
             let s = self.c.session();
-            if let Some(hit) = dc.get(s.channels(), dir, name) {
-                return Ok(hit);
+            match dc.get(s.channels(), dir, name) {
+                Some(Hit::Entry(ino, ftype)) => return Ok((ino, ftype)),
+                // Kept only while negative lookups are on (`insert_absent`).
+                Some(Hit::Absent) => return err(libc::ENOENT),
+                None => {}
             }
             gen = dc.generation();
         }
@@ -385,17 +390,19 @@ impl<'a> Walker<'a> {
             crate::adapt::entry_server(self.c, dir, name)
         };
         crate::dirperm::check_search(self.c, self.lane, dir, server)?;
-        let (ino, ftype) = self
+        let r = self
             .lane
             .call(self.c, server, Request::Lookup { dir, name }, |r| match r {
                 Reply::Entry { ino, ftype } => Ok((ino, ftype)),
                 _ => Err(Error::Protocol("Lookup")),
-            })?;
-        if let Some(dc) = dc {
-            dc.insert(gen, dir, name, ino, ftype);
-            crate::counters::maybe_report(self.c, self.lane);
+            });
+        match (&r, dc, absent) {
+            (Ok((ino, ftype)), Some(dc), _) => dc.insert(gen, dir, name, *ino, *ftype),
+            (Err(Error::Errno(libc::ENOENT)), _, Some(dc)) => dc.insert_absent(gen, dir, name),
+            _ => return r,
         }
-        Ok((ino, ftype))
+        crate::counters::maybe_report(self.c, self.lane);
+        r
     }
 
     /// Is the walk at its start directory under `BENEATH`/`IN_ROOT`, where

@@ -170,6 +170,11 @@ pub struct Without {
     /// another node's members go through the first node.
     #[serde(default)]
     pub direct_links: bool,
+    /// Clients keep no negative lookup answers (`ENOENT`) and servers
+    /// record none (client `dcache.rs`): every lookup of a missing name
+    /// asks its server. Implied by `dir_cache`.
+    #[serde(default)]
+    pub negative_lookups: bool,
 }
 
 /// What every client learns when it attaches.

@@ -575,6 +575,7 @@ impl ServerMaker {
             root_owner: self.owner,
             core: pin.map_or(-1, |c| c as i32),
             track_lookups: !config.without.dir_cache,
+            track_absent: !config.without.dir_cache && !config.without.negative_lookups,
             limits: self.limits,
         };
         if let Some(exe) = &self.server_exe {

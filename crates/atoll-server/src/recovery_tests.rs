@@ -35,6 +35,7 @@ pub(crate) fn params(journal: Arc<Journal>) -> (ServerParams, Rc<Control>) {
             root_owner: Cred::default(),
             core: -1,
             track_lookups: true,
+            track_absent: true,
             limits,
         },
         poll: PollMode::Block,

@@ -102,6 +102,7 @@ impl LoneMember {
                 root_owner: owner,
                 core: -1,
                 track_lookups: true,
+                track_absent: true,
                 limits,
             },
             poll,

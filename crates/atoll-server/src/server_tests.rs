@@ -14,6 +14,7 @@ fn fs() -> FileServer<MemStore> {
             root_owner: Cred::default(),
             core: -1,
             track_lookups: true,
+            track_absent: true,
             limits: crate::fs::Limits::for_memory(1 << 30),
         },
         MemStore::new(4),

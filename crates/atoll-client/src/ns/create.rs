@@ -79,7 +79,7 @@ pub fn mkdir(c: &Client, lane: &Lane, dirfd: i64, path: &[u8], mode: u32) -> Res
     // write permission on the directory. fs_mark's `mkdir` of its existing
     // directory before every file was one message in six.
     if let Some(dc) = c.dcache() {
-        if dc.get(c.session().channels(), w.dir, name).is_some() {
+        if dc.get_entry(c.session().channels(), w.dir, name).is_some() {
             return err(libc::EEXIST);
         }
     }

@@ -287,6 +287,16 @@ impl Client {
         (!self.info.without.dir_cache).then(|| &self.session().dcache)
     }
 
+    /// The directory-lookup cache, for keeping and using absent names
+    /// (`ENOENT` answers), unless `--without dir-cache` or `--without
+    /// negative-lookups`. The servers record absent names under the same
+    /// switches, so a kept absence always has a server watching it.
+    pub fn absent_cache(&self) -> Option<&DirCache> {
+        (!self.info.without.negative_lookups)
+            .then(|| self.dcache())
+            .flatten()
+    }
+
     pub fn session_id(&self) -> SessionId {
         self.session().id
     }

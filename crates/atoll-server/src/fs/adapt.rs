@@ -586,6 +586,12 @@ impl<S: BlockStore> FileServer<S> {
                 added.push(name.to_vec());
             }
         }
+        // Records were dropped at Block and nothing is recorded while
+        // blocked; the names appearing here invalidate all the same, so
+        // no cached absence can outlive them whatever the order.
+        for name in &added {
+            self.track.changed(dir, name);
+        }
         if let Some(s) = self.adapt.dirs.get_mut(&dir).and_then(|d| d.swap.as_mut()) {
             s.imported.extend(added);
         }

@@ -229,6 +229,7 @@ mod tests {
                 root_owner: USER,
                 core: -1,
                 track_lookups: true,
+                track_absent: true,
                 limits: crate::fs::Limits::for_memory(1 << 30),
             },
             MemStore::new(64),

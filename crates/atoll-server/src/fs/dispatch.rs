@@ -25,8 +25,12 @@ impl<S: BlockStore> FileServer<S> {
             } => {
                 let mode = (perm, umask, inherit);
                 let r = self.open(session, who, dir, name, flags, mode, out);
-                if let Ok(Reply::Opened { created, .. }) = &r {
-                    self.coalesced.opened(*created);
+                match &r {
+                    Ok(Reply::Opened { created, .. }) => self.coalesced.opened(*created),
+                    Err(e) if flags & libc::O_CREAT as u32 == 0 => {
+                        self.absent_answered(session, dir, name, *e)
+                    }
+                    _ => {}
                 }
                 r
             }

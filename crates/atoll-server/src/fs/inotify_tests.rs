@@ -19,6 +19,7 @@ fn server() -> FileServer<MemStore> {
             root_owner: ME,
             core: -1,
             track_lookups: false,
+            track_absent: false,
             limits: crate::fs::Limits::for_memory(1 << 30),
         },
         MemStore::new(256),

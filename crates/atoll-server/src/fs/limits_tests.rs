@@ -63,6 +63,7 @@ fn servers(n: usize, blocks: u32, limits: Limits) -> Vec<Srv> {
                 root_owner: USER,
                 core: -1,
                 track_lookups: true,
+                track_absent: true,
                 limits,
             };
             Srv {

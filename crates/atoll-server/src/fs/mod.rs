@@ -157,6 +157,10 @@ pub struct FsConfig {
     /// Track lookups for the clients' directory caches (Hare §3.7.2);
     /// off with `--without dir-cache`.
     pub track_lookups: bool,
+    /// Also track lookups that found no entry (with `track_lookups`; off
+    /// with `--without negative-lookups`).
+    #[serde(default)]
+    pub track_absent: bool,
     /// The instance's bounds on metadata (`limits`).
     pub limits: Limits,
 }
@@ -352,7 +356,8 @@ impl<S: BlockStore> FileServer<S> {
             kill_after: faults::planned_kill(cfg.index),
             poisoned: None,
             ops: [(0, 0); OP_NAMES.len()],
-            track: track::Tracker::new(cfg.track_lookups, cfg.limits.tracked),
+            track: track::Tracker::new(cfg.track_lookups, cfg.limits.tracked)
+                .with_absent(cfg.track_absent),
             adapt: adapt::Adapt::default(),
             client_counters: Default::default(),
             last_op: reports::LastOp::default(),
@@ -876,6 +881,10 @@ impl<S: BlockStore> FileServer<S> {
             if i.ftype == FileType::Directory && i.links == 0 {
                 self.shards.remove(&ino);
                 self.removed.insert(ino, true);
+                // Only absent names can be recorded in an empty directory:
+                // no name appears in a removed one (ids are never reused),
+                // but the records and the cached absences go with it.
+                self.track.dir_gone(ino);
             }
         }
         self.maybe_free(ino);

@@ -139,6 +139,8 @@ impl<S: BlockStore> FileServer<S> {
         if let Some(s) = self.shards.get_mut(&dir) {
             s.insert(name, ino, FileType::Regular);
         }
+        // The name appears: sessions that cached its absence forget it.
+        self.track.changed(dir, name);
         self.touch_dir(dir);
         // POSIX: a new file is opened with the requested access whatever
         // its mode (`open("f", O_CREAT|O_RDWR, 0444)` succeeds).
@@ -320,6 +322,8 @@ impl<S: BlockStore> FileServer<S> {
         if let Some(s) = self.shards.get_mut(&dir) {
             s.insert(name, ino, ftype);
         }
+        // The name appears: sessions that cached its absence forget it.
+        self.track.changed(dir, name);
         self.touch_dir(dir);
         Ok(Reply::Entry { ino, ftype })
     }
@@ -458,9 +462,10 @@ impl<S: BlockStore> FileServer<S> {
         if let Some(s) = self.shards.get_mut(&dir) {
             s.insert(name, ino, ftype);
         }
-        if victim.is_some() {
-            self.track.changed(dir, name);
-        }
+        // Replaced, or appearing (a hard link, `O_TMPFILE` linkat, a new
+        // name placed by creation affinity, a cross-server rename's new
+        // name): either way what sessions cached of it is stale.
+        self.track.changed(dir, name);
         if let Some(i) = self.inodes.get_mut(&ino) {
             i.links += 1;
             i.linkable = false;
@@ -682,10 +687,9 @@ impl<S: BlockStore> FileServer<S> {
         if let Some(s) = self.shards.get_mut(&newdir) {
             s.insert(newname, old.ino, old.ftype);
         }
+        // The new name is replaced or appears: both invalidate.
         self.track.changed(olddir, oldname);
-        if target.is_some() {
-            self.track.changed(newdir, newname);
-        }
+        self.track.changed(newdir, newname);
         let mut replaced = None;
         if let Some(t) = target {
             if t.ftype == FileType::Directory {
@@ -834,10 +838,27 @@ impl<S: BlockStore> FileServer<S> {
         name: &[u8],
     ) -> R<'o> {
         let r = self.lookup(who, dir, name);
-        if r.is_ok() {
-            self.track.record(session, dir, name);
+        match r {
+            Ok(_) => self.track.record(session, dir, name),
+            Err(e) => self.absent_answered(session, dir, name, e),
         }
         r
+    }
+
+    /// `Lookup` or `Open` without `O_CREAT` of `(dir, name)` failed with
+    /// `e`: an `ENOENT` is an answer the session may cache (`track`), so
+    /// record it whatever the reason (no such entry, or the directory is
+    /// gone). `.` and `..` are never recorded nor cached.
+    pub(super) fn absent_answered(
+        &mut self,
+        session: SessionId,
+        dir: InodeId,
+        name: &[u8],
+        e: Errno,
+    ) {
+        if e == Errno::ENOENT {
+            self.track.record_absent(session, dir, name);
+        }
     }
 
     /// Open an inode found by a lookup elsewhere; `via` names the entry (for inotify).

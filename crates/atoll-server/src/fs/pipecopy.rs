@@ -236,6 +236,7 @@ mod tests {
                 root_owner: ME,
                 core: -1,
                 track_lookups: false,
+                track_absent: false,
                 limits: crate::fs::Limits::for_memory(1 << 30),
             },
             MemStore::new(256),

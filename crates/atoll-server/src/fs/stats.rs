@@ -40,6 +40,7 @@ impl<S: BlockStore> FileServer<S> {
         let mut v: Vec<(String, u64)> = Vec::new();
         if t.enabled() {
             v.push(("dcache.lookups_tracked".into(), t.recorded));
+            v.push(("dcache.absent_lookups_tracked".into(), t.recorded_absent));
             v.push(("dcache.invalidations_sent".into(), t.invalidations));
             v.push(("dcache.changes_invalidating".into(), t.changes_invalidating));
             v.push(("dcache.names_tracked".into(), t.tracked()));

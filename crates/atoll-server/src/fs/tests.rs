@@ -143,6 +143,7 @@ fn server_n(index: usize, nservers: usize, blocks: u32) -> T {
         root_owner: USER,
         core: -1,
         track_lookups: true,
+        track_absent: true,
         limits: crate::fs::Limits::for_memory(1 << 30),
     };
     T {

@@ -10,16 +10,29 @@
 //! without waiting (`ServerChannel::notify`); a full inbox raises the
 //! channel's overflow flag, which makes that client flush its whole cache.
 //!
+//! Absent names too (unless `--without negative-lookups`): a `Lookup` (or
+//! an `Open` without `O_CREAT`) answered `ENOENT` records its session for
+//! `(dir, name)` the same way ([`Tracker::record_absent`]), and every
+//! place that makes a name exist here (create, `mknod`/`mkdir`/`symlink`/
+//! socket bind, link and `O_TMPFILE` linkat, rename onto it, an exchange,
+//! entries moved in by a directory swap) calls [`Tracker::changed`] for it
+//! before its reply, so the session forgets the absence first. One record
+//! serves both: it says "this session cached what `(dir, name)` was",
+//! whatever that was, and any change of it invalidates. A server rebuilt
+//! from its journal forgets every record, as for positive entries: the
+//! new incarnation raises every channel's overflow flag (`takeover`).
+//!
 //! Records of sessions that died are dropped lazily: delivery to a session
 //! with no channel is skipped.
 //!
-//! Bounded (`limits`): at most `cap` records per server. A record past the
-//! cap evicts whole directories' records, oldest directory first, until a
-//! quarter of the cap is free; each evicted record becomes a notice, so its
-//! session forgets the entry and looks it up again — a lookup never fails
-//! and no cache is left unwatched. The records of sessions that died go
-//! the same way. Pending notices are delivered after every request, so at
-//! most the records of one change plus one per session wait at a time.
+//! Bounded (`limits`): at most `cap` records per server, present and
+//! absent names together. A record past the cap evicts whole directories'
+//! records, oldest directory first, until a quarter of the cap is free;
+//! each evicted record becomes a notice, so its session forgets the entry
+//! (or the absence) and looks it up again — a lookup never fails and no
+//! cache is left unwatched. The records of sessions that died go the same
+//! way. Pending notices are delivered after every request, so at most the
+//! records of one change plus one per session wait at a time.
 
 use std::collections::VecDeque;
 
@@ -44,6 +57,12 @@ pub struct Tracker {
     /// Most records kept.
     cap: u64,
     pending: Vec<Pending>,
+    /// Whether answers "no such entry" are recorded too.
+    #[serde(default)]
+    absent: bool,
+    /// Absent names recorded (included in `recorded`).
+    #[serde(default)]
+    pub recorded_absent: u64,
     /// Lookups recorded (a session's first lookup of a name since its last
     /// invalidation).
     pub recorded: u64,
@@ -65,8 +84,26 @@ impl Tracker {
         }
     }
 
+    /// Record answers "no such entry" too (`record_absent`).
+    pub fn with_absent(mut self, absent: bool) -> Tracker {
+        self.absent = absent;
+        self
+    }
+
     pub fn enabled(&self) -> bool {
         self.enabled
+    }
+
+    /// `session` now caches that `(dir, name)` does not exist (the answer
+    /// was `ENOENT`). From then on the name appearing here is a change
+    /// ([`Tracker::changed`]) like its removal.
+    pub fn record_absent(&mut self, session: SessionId, dir: InodeId, name: &[u8]) {
+        if !self.absent {
+            return;
+        }
+        let before = self.recorded;
+        self.record(session, dir, name);
+        self.recorded_absent += self.recorded - before;
     }
 
     /// `session` now caches `(dir, name)`. Allocation-free when already
@@ -122,8 +159,9 @@ impl Tracker {
         }
     }
 
-    /// The entry `(dir, name)` changed: queue a notice for every session
-    /// that cached it and forget them.
+    /// The entry `(dir, name)` changed — removed, replaced, or made to
+    /// exist: queue a notice for every session that cached it (or its
+    /// absence) and forget them.
     pub fn changed(&mut self, dir: InodeId, name: &[u8]) {
         if !self.enabled {
             return;
@@ -233,6 +271,7 @@ mod tests {
             root_owner: cred,
             core: -1,
             track_lookups: true,
+            track_absent: true,
             limits: crate::fs::Limits::for_memory(1 << 30),
         };
         let mut fs = FileServer::new(cfg, MemStore::new(16));
@@ -304,6 +343,7 @@ mod tests {
             root_owner: cred,
             core: -1,
             track_lookups: true,
+            track_absent: true,
             limits: crate::fs::Limits::for_memory(1 << 30),
         };
         let mut fs = FileServer::new(cfg, MemStore::new(16));
@@ -434,6 +474,299 @@ mod tests {
             assert!(t.records() <= 8);
         }
         assert!(t.order.len() <= 2 * t.names.len() + 16 + 1);
+    }
+
+    fn one_server(absent: bool) -> crate::fs::FileServer<crate::store::MemStore> {
+        use crate::fs::{FileServer, FsConfig};
+        let cfg = FsConfig {
+            index: 0,
+            nservers: 1,
+            first_block: 0,
+            nblocks: 16,
+            root_owner: atoll_proto::Cred::of(1000, 1000),
+            core: -1,
+            track_lookups: true,
+            track_absent: absent,
+            limits: crate::fs::Limits::for_memory(1 << 30),
+        };
+        FileServer::new(cfg, crate::store::MemStore::new(16))
+    }
+
+    /// Through the file server: a lookup answered `ENOENT` records the
+    /// session, and every way a name can appear (create, `mkdir`,
+    /// `symlink`, socket, `mknod`, link, rename onto it) queues the notice
+    /// while serving the request that makes it appear — so the server
+    /// loop delivers it before that reply (`server::deliver_notices`).
+    #[test]
+    fn absent_names_are_invalidated_when_they_appear() {
+        use atoll_proto::{Cred, FileType, Inherit, Reply, Request, ROOT};
+        let cred = Cred::of(1000, 1000);
+        let mut fs = one_server(true);
+        let mut out = Vec::new();
+        let (a, b) = (SessionId(1), SessionId(2));
+        let mut miss = |fs: &mut crate::fs::FileServer<_>, s: SessionId, name: &[u8]| {
+            let r = fs.handle(s, cred, Request::Lookup { dir: ROOT, name }, &mut out);
+            assert!(matches!(r, Reply::Err(atoll_proto::Errno::ENOENT)), "{r:?}");
+        };
+        let names: [&[u8]; 7] = [b"f", b"d", b"l", b"s", b"n", b"h", b"r"];
+        for n in names {
+            miss(&mut fs, a, n);
+            miss(&mut fs, b, n);
+        }
+        let mut out = Vec::new();
+        let r = fs.handle(
+            a,
+            cred,
+            Request::Lookup {
+                dir: ROOT,
+                name: b"..",
+            },
+            &mut out,
+        );
+        assert!(matches!(r, Reply::Entry { .. }), "{r:?}");
+        let r = fs.handle(
+            a,
+            cred,
+            Request::Lookup {
+                dir: InodeId(1 << 40),
+                name: b"..",
+            },
+            &mut out,
+        );
+        assert!(matches!(r, Reply::Err(_)), "{r:?}");
+        miss(&mut fs, a, b"nothing-makes-me");
+        assert!(!fs.has_notices(), "misses alone notify nobody");
+        assert_eq!(fs.track.recorded_absent, 15, "`..` is never recorded");
+        assert_eq!(fs.track.records(), 15);
+        let expect = |fs: &mut crate::fs::FileServer<_>, r: Reply<'_>, name: &[u8]| {
+            assert!(!matches!(r, Reply::Err(_)), "{r:?}");
+            let mut got: Vec<(u64, Vec<u8>)> = fs
+                .take_notices()
+                .into_iter()
+                .map(|(s, d, n)| {
+                    assert_eq!(d, ROOT);
+                    (s.0, n.to_vec())
+                })
+                .collect();
+            got.sort();
+            assert_eq!(
+                got,
+                vec![(1, name.to_vec()), (2, name.to_vec())],
+                "{name:?}"
+            );
+        };
+        let mut out = Vec::new();
+        let r = fs.handle(
+            a,
+            cred,
+            Request::Open {
+                dir: ROOT,
+                name: b"f",
+                flags: (libc::O_CREAT | libc::O_RDWR) as u32,
+                perm: 0o644,
+                umask: 0,
+                inherit: Inherit::Unread,
+            },
+            &mut out,
+        );
+        let f = match &r {
+            Reply::Opened { attr, .. } => attr.ino,
+            other => panic!("{other:?}"),
+        };
+        expect(&mut fs, r, b"f");
+        for (name, ftype, target, rdev) in [
+            (&b"d"[..], FileType::Directory, &b""[..], 0),
+            (b"l", FileType::Symlink, b"f", 0),
+            (b"s", FileType::Socket, b"", 0),
+            (b"n", FileType::Fifo, b"", 0),
+        ] {
+            let mut out = Vec::new();
+            let r = fs.handle(
+                b,
+                cred,
+                Request::MakeNode {
+                    dir: ROOT,
+                    name,
+                    ftype,
+                    perm: 0o755,
+                    rdev,
+                    target,
+                    home: 0,
+                    spread: 0,
+                    inherit: Inherit::Unread,
+                    umask: 0,
+                },
+                &mut out,
+            );
+            expect(&mut fs, r, name);
+        }
+        let mut out = Vec::new();
+        let r = fs.handle(
+            a,
+            cred,
+            Request::Link {
+                dir: ROOT,
+                name: b"h",
+                ino: f,
+                ftype: FileType::Regular,
+                replace: false,
+                moved_from: None,
+            },
+            &mut out,
+        );
+        expect(&mut fs, r, b"h");
+        // Rename onto the missing name: the old name goes too, but only
+        // `a` and `b` cached `h`... they cached `r` absent, and `h` was
+        // forgotten at the link above: one notice per session for `r`.
+        let r = fs.handle(
+            a,
+            cred,
+            Request::Rename {
+                olddir: ROOT,
+                oldname: b"h",
+                newdir: ROOT,
+                newname: b"r",
+                flags: 0,
+            },
+            &mut out,
+        );
+        expect(&mut fs, r, b"r");
+        // Records are forgotten once used; an `Open` without `O_CREAT`
+        // answered `ENOENT` records too, one with it does not.
+        let mut open = |fs: &mut crate::fs::FileServer<_>, name: &[u8], flags: i32| {
+            let r = fs.handle(
+                a,
+                cred,
+                Request::Open {
+                    dir: ROOT,
+                    name,
+                    flags: flags as u32,
+                    perm: 0o644,
+                    umask: 0,
+                    inherit: Inherit::Unread,
+                },
+                &mut out,
+            );
+            matches!(r, Reply::Err(atoll_proto::Errno::ENOENT))
+        };
+        assert!(open(&mut fs, b"g", libc::O_RDONLY));
+        assert!(!open(&mut fs, b"g", libc::O_CREAT | libc::O_RDONLY));
+        assert_eq!(
+            fs.take_notices(),
+            vec![(a, ROOT, b"g"[..].into())],
+            "the create notifies the session the open told `ENOENT`"
+        );
+    }
+
+    /// A directory removed or made unsearchable: its absent names are
+    /// forgotten with its entries; and with `--without negative-lookups`
+    /// nothing absent is recorded.
+    #[test]
+    fn absent_names_go_with_their_directory_and_their_switch() {
+        use atoll_proto::{Cred, FileType, Inherit, Reply, Request, SetAttr, UnlinkKind, ROOT};
+        let cred = Cred::of(1000, 1000);
+        for absent in [true, false] {
+            let mut fs = one_server(absent);
+            let mut out = Vec::new();
+            let r = fs.handle(
+                SessionId(1),
+                cred,
+                Request::MakeNode {
+                    dir: ROOT,
+                    name: b"d",
+                    ftype: FileType::Directory,
+                    perm: 0o755,
+                    rdev: 0,
+                    target: b"",
+                    home: 0,
+                    spread: 0,
+                    inherit: Inherit::Unread,
+                    umask: 0,
+                },
+                &mut out,
+            );
+            let d = match r {
+                Reply::Entry { ino, .. } => ino,
+                other => panic!("{other:?}"),
+            };
+            let r = fs.handle(
+                SessionId(2),
+                cred,
+                Request::Lookup { dir: d, name: b"x" },
+                &mut out,
+            );
+            assert!(matches!(r, Reply::Err(atoll_proto::Errno::ENOENT)));
+            fs.session_opened(SessionId(2));
+            let r = fs.handle(
+                SessionId(1),
+                cred,
+                Request::SetAttr {
+                    ino: d,
+                    set: SetAttr {
+                        perm: Some(0o700),
+                        ..SetAttr::NONE
+                    },
+                    via: None,
+                },
+                &mut out,
+            );
+            assert!(matches!(r, Reply::Attr(_)), "{r:?}");
+            assert!(fs
+                .take_notices()
+                .contains(&(SessionId(2), d, Box::default())));
+            let r = fs.handle(
+                SessionId(2),
+                cred,
+                Request::Lookup { dir: d, name: b"x" },
+                &mut out,
+            );
+            assert!(matches!(r, Reply::Err(atoll_proto::Errno::ENOENT)));
+            let r = fs.handle(
+                SessionId(1),
+                cred,
+                Request::Unlink {
+                    dir: ROOT,
+                    name: b"d",
+                    kind: UnlinkKind::Directory,
+                    expect: None,
+                },
+                &mut out,
+            );
+            assert!(matches!(r, Reply::Unlinked { .. }), "{r:?}");
+            let got = fs.take_notices();
+            assert_eq!(
+                got.contains(&(SessionId(2), d, b"x"[..].into())),
+                absent,
+                "{got:?}"
+            );
+            assert_eq!(fs.track.recorded_absent, absent as u64);
+        }
+    }
+
+    /// Absent names count against the same cap: a flood of misses evicts
+    /// with notices (nothing cached goes unwatched), and the tracker stays
+    /// within the cap.
+    #[test]
+    fn absent_records_share_the_cap_and_are_evicted_with_notices() {
+        let mut t = Tracker::new(true, 8).with_absent(true);
+        for i in 0..8u64 {
+            t.record_absent(SessionId(1), InodeId(100 + i), b"missing");
+        }
+        assert!(!t.has_pending());
+        t.record_absent(SessionId(1), InodeId(200), b"missing");
+        assert!(t.records() <= 8);
+        let p = t.take_pending();
+        assert!(!p.is_empty());
+        assert!(p
+            .iter()
+            .all(|(s, d, n)| *s == SessionId(1) && d.0 < 108 && &n[..] == b"missing"));
+        assert_eq!(t.recorded_absent, 9);
+        // Off: nothing absent is recorded (present names still are).
+        let mut t = Tracker::new(true, 8);
+        t.record_absent(SessionId(1), InodeId(7), b"a");
+        t.changed(InodeId(7), b"a");
+        assert!(!t.has_pending());
+        assert_eq!(t.records(), 0);
     }
 
     #[test]

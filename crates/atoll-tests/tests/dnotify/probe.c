@@ -208,6 +208,7 @@ static void steps(void)
     w = -1;
     make("w/i");
     drain("closed create i");
+    close(fence);
 }
 
 static volatile sig_atomic_t got;

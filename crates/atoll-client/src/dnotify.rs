@@ -21,7 +21,9 @@
 //! process: its last descriptor's close there closes the queue, and its
 //! owner server then removes the shadow. A child after `fork` shares the
 //! kernel description (and the registration stays the parent's, as the
-//! owner is); its own `F_NOTIFY` makes its own shadow.
+//! owner is); its own `F_NOTIFY` makes its own shadow. `execve` keeps
+//! the registrations of the descriptors it keeps: the new image's
+//! session gets a reference to their queues (`state`, `n:`).
 
 use std::sync::Mutex;
 
@@ -259,6 +261,36 @@ pub fn closed(c: &Client, desc: DescId) {
     for r in gone {
         file::close_desc(c, r.queue.0, r.queue.1);
     }
+}
+
+/// `execve`: the registrations of this process whose description goes
+/// to the new image (`shared`), as the state carries them. The kernel
+/// keeps the registration of a descriptor that stays open, as Linux; the
+/// caller gives the new session a reference to each queue.
+pub fn carry(shared: &[DescId]) -> Vec<crate::state::DnotifyState> {
+    let pid = std::process::id();
+    regs()
+        .iter()
+        .filter(|r| r.pid == pid && shared.contains(&r.desc))
+        .map(|r| crate::state::DnotifyState {
+            desc: r.desc.0,
+            queue: r.queue.0 .0,
+            queue_ino: r.queue.1 .0,
+            shadow: r.shadow,
+            path: r.path.clone(),
+        })
+        .collect()
+}
+
+/// In a new image: a registration carried across `execve`.
+pub fn restore(n: &crate::state::DnotifyState) {
+    regs().push(Reg {
+        pid: std::process::id(),
+        desc: DescId(n.desc),
+        queue: (DescId(n.queue), InodeId(n.queue_ino)),
+        shadow: n.shadow,
+        path: n.path.clone(),
+    });
 }
 
 /// Is `link` (the kernel's name of a descriptor) a shadow of this

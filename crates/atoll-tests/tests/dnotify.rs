@@ -3,7 +3,8 @@
 //! processes make are those it receives on a tmpfs directory (signal,
 //! `si_fd`, `si_code`, `si_band`, how many, one-shot and multishot, the
 //! registration's end at a mask of nothing and at the close of a
-//! duplicate), a process in `pause()` wakes for another's change, and
+//! duplicate, a registration kept across `execve`), a process in
+//! `pause()` wakes for another's change, and
 //! stress-ng's dnotify stressor reports no failure.
 
 use atoll_tests::{assert_same_on_tmpfs, compile_probe, require, run_in_atoll};
@@ -48,6 +49,24 @@ fn signals_are_those_of_tmpfs() {
         );
         assert!(out.contains("oneshot create b: none"), "{shape:?}: {out}");
         assert!(out.ends_with("exit 0\n"), "{shape:?}: {out}");
+    }
+}
+
+/// A registration of a descriptor kept open across `execve` goes on
+/// signalling the new image, and ends with its close there.
+#[test]
+fn a_registration_survives_execve() {
+    let (_dir, bin) = probe();
+    let script = format!(
+        r#"
+        mkdir "$ROOT/t" || exit 1
+        {bin} exec "$ROOT/t"
+        echo "exit $?"
+        "#
+    );
+    for shape in [SHAPES[0], SHAPES[2]] {
+        let out = assert_same_on_tmpfs(shape, &script, true);
+        assert!(out.contains("after exec: RT1 fd=w"), "{shape:?}: {out}");
     }
 }
 

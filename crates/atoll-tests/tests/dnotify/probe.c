@@ -3,6 +3,7 @@
  * must read the same on tmpfs and in the mount.
  *
  *   probe steps DIR   registrations, masks, one-shot, multishot, signals
+ *   probe exec DIR    a registration kept across execve
  *   probe wait DIR    DN_CREATE on DIR, then pause() until SIGIO
  */
 #define _GNU_SOURCE
@@ -211,6 +212,45 @@ static void steps(void)
     close(fence);
 }
 
+/* Register, then run this program again: the registration of a
+ * descriptor kept open across execve goes on signalling. */
+static void exec_kept(const char *self)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGRTMIN + 1);
+    sigaddset(&set, SIGIO);
+    sigprocmask(SIG_BLOCK, &set, NULL);
+    mkdir(path("w"), 0755);
+    mkdir(path("fence"), 0755);
+    fence = open(path("fence"), O_RDONLY | O_DIRECTORY);
+    fcntl(fence, F_SETSIG, SIGRTMIN + 1);
+    notify(fence, DN_CREATE | DN_MULTISHOT);
+    w = open(path("w"), O_RDONLY | O_DIRECTORY);
+    fcntl(w, F_SETSIG, SIGRTMIN + 1);
+    notify(w, DN_CREATE | DN_MULTISHOT);
+    make("w/before");
+    drain("before exec");
+    char a[16], b[16];
+    snprintf(a, sizeof a, "%d", w);
+    snprintf(b, sizeof b, "%d", fence);
+    execl(self, self, "execd", base, a, b, (char *)NULL);
+    printf("execl: %s\n", strerror(errno));
+}
+
+static void after_exec(int wfd, int ffd)
+{
+    w = wfd;
+    fence = ffd;
+    fences = 100;
+    make("w/after");
+    drain("after exec");
+    close(w);
+    make("w/closed");
+    drain("after exec, closed");
+    close(fence);
+}
+
 static volatile sig_atomic_t got;
 static void on_sigio(int s)
 {
@@ -236,12 +276,20 @@ static void wait_for_create(void)
 
 int main(int argc, char **argv)
 {
+    if (argc == 5 && !strcmp(argv[1], "execd")) {
+        snprintf(base, sizeof base, "%s", argv[2]);
+        setvbuf(stdout, NULL, _IONBF, 0);
+        after_exec(atoi(argv[3]), atoi(argv[4]));
+        return 0;
+    }
     if (argc != 3)
         return 2;
     snprintf(base, sizeof base, "%s", argv[2]);
     setvbuf(stdout, NULL, _IONBF, 0);
     if (!strcmp(argv[1], "steps"))
         steps();
+    else if (!strcmp(argv[1], "exec"))
+        exec_kept(argv[0]);
     else if (!strcmp(argv[1], "wait"))
         wait_for_create();
     else

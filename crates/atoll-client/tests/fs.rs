@@ -200,7 +200,10 @@ fn directories_list_and_remove() {
     let notify = DN_CREATE | DN_MULTISHOT;
     let kernel = |fd: i64| {
         let a = [fd as u64, libc::F_NOTIFY as u64, notify];
-        assert!(matches!(host(libc::SYS_fcntl, &a), atoll_client::Dispatch::Host));
+        assert!(matches!(
+            host(libc::SYS_fcntl, &a),
+            atoll_client::Dispatch::Host
+        ));
         // SAFETY: fcntl with integer arguments.
         let r = unsafe { libc::syscall(libc::SYS_fcntl, fd, libc::F_NOTIFY, notify) };
         if r < 0 {

@@ -136,3 +136,31 @@ fn stress_ng_dnotify_reports_no_failure() {
     assert!(!text.contains("fail") && !text.contains("error"), "{text}");
     assert!(text.ends_with("exit 0\n"), "{text}");
 }
+
+/// What a registration costs, as stress-ng's dnotify stressor makes them
+/// (open the directory, `F_SETSIG`, one-shot `F_NOTIFY`, create, close,
+/// unlink), on tmpfs and in the mount (docs/BENCHMARKS.md, "dnotify").
+/// `cargo test --release -p atoll-tests --test dnotify
+/// measure_registration_cost -- --ignored --nocapture`
+#[test]
+#[ignore]
+fn measure_registration_cost() {
+    let (_dir, bin) = probe();
+    let script = format!(
+        r#"
+        mkdir "$ROOT/t" || exit 1
+        {bin} time1000 "$ROOT/t"
+        "#
+    );
+    let shm = tempfile::tempdir_in("/dev/shm").expect("tmpfs directory");
+    let host = std::process::Command::new("bash")
+        .args(["-c", &script])
+        .env("ROOT", shm.path())
+        .output()
+        .expect("bash");
+    println!("tmpfs: {}", String::from_utf8_lossy(&host.stdout));
+    for shape in [&["--servers", "1"][..], SHAPES[0]] {
+        let out = run_in_atoll(shape, &script);
+        println!("{shape:?}: {}", String::from_utf8_lossy(&out.stdout));
+    }
+}

@@ -5,6 +5,7 @@
  *   probe steps DIR   registrations, masks, one-shot, multishot, signals
  *   probe exec DIR    a registration kept across execve
  *   probe wait DIR    DN_CREATE on DIR, then pause() until SIGIO
+ *   probe timeN DIR   N registrations as stress-ng makes them, timed
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -15,6 +16,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static char base[4096];
@@ -251,6 +253,54 @@ static void after_exec(int wfd, int ffd)
     close(fence);
 }
 
+static volatile int got_fd;
+static void on_rt(int s, siginfo_t *si, void *u)
+{
+    (void)s;
+    (void)u;
+    got_fd = si->si_fd;
+}
+
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec / 1e9;
+}
+
+/* stress-ng's pattern, timed: open the directory, F_SETSIG, F_NOTIFY
+ * (one-shot DN_CREATE), create a file (the signal is there when creat
+ * returns), close the directory, remove the file. Microseconds each. */
+static void timed(int n)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_rt;
+    sa.sa_flags = SA_SIGINFO;
+    sigaction(SIGRTMIN + 1, &sa, NULL);
+    double reg = 0, creat_ = 0, close_ = 0, rm = 0;
+    int missed = 0;
+    for (int i = 0; i < n; i++) {
+        double t0 = now();
+        int d = open(base, O_RDONLY | O_DIRECTORY);
+        fcntl(d, F_SETSIG, SIGRTMIN + 1);
+        got_fd = -1;
+        notify(d, DN_CREATE);
+        double t1 = now();
+        close(open(path("x"), O_CREAT | O_WRONLY, 0600));
+        double t2 = now();
+        missed += got_fd != d;
+        close(d);
+        double t3 = now();
+        unlink(path("x"));
+        double t4 = now();
+        reg += t1 - t0, creat_ += t2 - t1, close_ += t3 - t2, rm += t4 - t3;
+    }
+    printf("%d loops, us each: open+F_SETSIG+F_NOTIFY %.1f, create %.1f, close %.1f, "
+           "unlink %.1f; missed %d\n",
+           n, reg / n * 1e6, creat_ / n * 1e6, close_ / n * 1e6, rm / n * 1e6, missed);
+}
+
 static volatile sig_atomic_t got;
 static void on_sigio(int s)
 {
@@ -288,6 +338,8 @@ int main(int argc, char **argv)
     setvbuf(stdout, NULL, _IONBF, 0);
     if (!strcmp(argv[1], "steps"))
         steps();
+    else if (!strncmp(argv[1], "time", 4))
+        timed(atoi(argv[1] + 4));
     else if (!strcmp(argv[1], "exec"))
         exec_kept(argv[0]);
     else if (!strcmp(argv[1], "wait"))

@@ -119,6 +119,20 @@ fn mkdir(p: &[u8]) -> Result<()> {
     if r < 0 && r != -(libc::EEXIST as i64) {
         return err((-r) as i32);
     }
+    if r == 0 {
+        // Whatever the program's umask: the servers (the same user) write
+        // there.
+        // SAFETY: a NUL-terminated path of ours, integer arguments.
+        unsafe {
+            sys::sc(
+                libc::SYS_fchmodat,
+                libc::AT_FDCWD as u64,
+                cp.as_ptr() as u64,
+                0o700,
+                0,
+            )
+        };
+    }
     Ok(())
 }
 

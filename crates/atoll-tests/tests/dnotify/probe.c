@@ -165,6 +165,22 @@ static void steps(void)
     chmod(path("w"), 0700);
     drain("chmod the directory");
 
+    /* A rename over an existing name; a name moved between two
+     * registered directories (the first's events come first). */
+    make("w/over");
+    drain("create over");
+    rename(path("w/a3"), path("w/over"));
+    drain("rename a3 over over");
+    mkdir(path("w2"), 0755);
+    int o = open(path("w2"), O_RDONLY | O_DIRECTORY);
+    fcntl(o, F_SETSIG, SIGRTMIN + 1);
+    notify(o, DN_CREATE | DN_DELETE | DN_RENAME | DN_MULTISHOT);
+    rename(path("w/over"), path("w2/moved"));
+    drain("move over to w2");
+    rename(path("w2/moved"), path("w/back"));
+    drain("move it back");
+    close(o);
+
     /* A child's changes signal the owner, the parent. */
     pid_t kid = fork();
     if (kid == 0) {

@@ -227,6 +227,15 @@ impl<S: BlockStore> FileServer<S> {
             return;
         }
         let index = self.cfg.index;
+        // Moves other shadows hold back came first: out they go, so the
+        // kernel sees the events in the order they happened.
+        for (q, sh) in self.notify.shadows.iter_mut() {
+            if *q != w.queue {
+                if let Some((_, old)) = sh.from.take() {
+                    sh.play(index, Play::MoveOut(&old));
+                }
+            }
+        }
         let Some(sh) = self.notify.shadows.get_mut(&w.queue) else {
             return;
         };

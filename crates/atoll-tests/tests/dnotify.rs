@@ -102,7 +102,7 @@ fn nothing_is_left_behind() {
         r#"
         mkdir "$ROOT/t" || exit 1
         {bin} steps "$ROOT/t" > /dev/null
-        ls -A "$(dirname "$ATOLL_SOCKET")/dnotify"
+        cd "$(dirname "$ATOLL_SOCKET")" && ls -A dnotify/
         echo "exit $?"
         "#
     );

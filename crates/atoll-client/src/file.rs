@@ -113,6 +113,9 @@ pub fn closer(desc: DescId, ino: InodeId, ftype: FileType) {
         let post = matches!(ftype, FileType::Regular | FileType::Directory)
             && !crate::inotify::watched_seen();
         close_desc_as(c, desc, ino, post);
+        if ftype == FileType::Directory {
+            crate::dnotify::closed(c, desc);
+        }
     }
 }
 
@@ -566,10 +569,7 @@ pub fn fcntl(c: &Client, lane: &Lane, fd: i64, d: &DescRef, cmd: i32, arg: u64) 
         | libc::F_OFD_SETLK
         | libc::F_OFD_SETLKW => locks::record_lock(c, lane, d, cmd, arg),
         libc::F_GETOWN | libc::F_SETOWN | 10 | 11 | 15 | 16 => Ok(Out::Host),
-        // dnotify: accepted on directories as Linux does, but no event is
-        // ever sent (the servers keep no watch lists; see README limits).
-        libc::F_NOTIFY if d.ftype() == FileType::Directory => Ok(Out::Done(0)),
-        libc::F_NOTIFY => err(libc::ENOTDIR),
+        libc::F_NOTIFY => crate::dnotify::fcntl_notify(c, lane, fd, d, arg),
         libc::F_GET_SEALS => err(libc::EINVAL),
         _ => err(libc::EINVAL),
     }

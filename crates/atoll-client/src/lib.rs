@@ -60,6 +60,7 @@ mod copymap;
 mod creds;
 mod dcache;
 mod dirperm;
+mod dnotify;
 mod envfds;
 mod error;
 mod exec;

@@ -114,7 +114,8 @@ pub fn kernel_link(path: &[u8]) -> Option<Vec<u8>> {
 /// the path that process published (`fdpub`).
 fn other_fd(pid: u32, n: usize) -> Option<Vec<u8>> {
     let link = kernel_link(format!("/proc/{pid}/fd/{n}").as_bytes())?;
-    if !link.starts_with(b"/memfd:atoll-placeholder") {
+    let c = crate::session::client()?;
+    if !link.starts_with(b"/memfd:atoll-placeholder") && !crate::dnotify::is_shadow(c, &link) {
         return None;
     }
     let fd = crate::fdpub::open_table(pid)?;
@@ -124,7 +125,6 @@ fn other_fd(pid: u32, n: usize) -> Option<Vec<u8>> {
     if path.first() != Some(&b'/') {
         return Some(path); // an anonymous file's name (`anonymous_name`)
     }
-    let c = crate::session::client()?;
     Some(crate::fdname::current(c, &path, ino))
 }
 

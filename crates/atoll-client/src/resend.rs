@@ -53,6 +53,7 @@ pub fn resendable(req: &Request<'_>) -> bool {
             | InotifyAddWatch { .. }
             | InotifyRmWatch { .. }
             | InotifyRegister { .. }
+            | DnotifyRegister { .. }
             | InotifyModified { .. }
             | InotifyAccessed { .. }
             | InotifyNamed { .. }

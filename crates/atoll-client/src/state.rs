@@ -13,6 +13,8 @@
 //! maps no cache).
 //! `w:<queue>:<wd>:<dir>` is a watch of a notification queue whose
 //! descriptor survives (what `IN_UNMOUNT` names when the instance goes);
+//! `n:<desc>:<queue>:<queue ino>:<dev>:<ino>:<hex path>` a dnotify
+//! registration of a surviving description (`dnotify`);
 //! `g:<queue>:<flags>:<event flags>` a fanotify group and
 //! `m:<queue>:<wd>:<ino>:<type>:<mask>:<hex path>` one of its marks (what
 //! its reader needs to turn records into events): the servers do not
@@ -56,6 +58,19 @@ pub struct State {
     pub watches: Vec<WatchState>,
     /// fanotify groups among those queues, with their marks.
     pub groups: Vec<GroupState>,
+    /// dnotify registrations of descriptions that survive (`dnotify`).
+    pub dnotify: Vec<DnotifyState>,
+}
+
+/// A dnotify registration (`dnotify::Reg`): the description, the queue
+/// made for it, the shadow's `(st_dev, st_ino)` and its path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DnotifyState {
+    pub desc: u64,
+    pub queue: u64,
+    pub queue_ino: u64,
+    pub shadow: (u64, u64),
+    pub path: Vec<u8>,
 }
 
 /// A watch of a notification queue, as `inotify::unmount` keeps it.
@@ -171,6 +186,18 @@ impl State {
         for w in &self.watches {
             let _ = write!(s, ";w:{:x}:{:x}:{:x}", w.queue, w.wd, w.dir as u8);
         }
+        for n in &self.dnotify {
+            let _ = write!(
+                s,
+                ";n:{:x}:{:x}:{:x}:{:x}:{:x}:{}",
+                n.desc,
+                n.queue,
+                n.queue_ino,
+                n.shadow.0,
+                n.shadow.1,
+                hex(&n.path)
+            );
+        }
         for g in &self.groups {
             let _ = write!(s, ";g:{:x}:{:x}:{:x}", g.queue, g.flags, g.event_flags);
             for m in &g.marks {
@@ -229,6 +256,16 @@ impl State {
                         queue: n()?,
                         wd: i32::try_from(n()?).ok()?,
                         dir: n()? != 0,
+                    });
+                }
+                "n" => {
+                    let mut n = || f.next().and_then(num);
+                    st.dnotify.push(DnotifyState {
+                        desc: n()?,
+                        queue: n()?,
+                        queue_ino: n()?,
+                        shadow: (n()?, n()?),
+                        path: unhex(f.next()?)?,
                     });
                 }
                 "g" => {
@@ -397,6 +434,13 @@ mod tests {
                     mask: 0x4000_0008,
                     path: b"/atoll/a b".to_vec(),
                 }],
+            }],
+            dnotify: vec![DnotifyState {
+                desc: 0x0200_0000_0000_0003,
+                queue: 0x0100_0000_0000_000b,
+                queue_ino: 0x0100_0000_0000_000c,
+                shadow: (0x2a, 0x1234),
+                path: b"/run/atoll/x/dnotify/10c".to_vec(),
             }],
         };
         let text = st.encode();

@@ -120,6 +120,18 @@ pub const IN_ALL_EVENTS: u32 = 0x0000_0fff;
 /// (a descriptor of it, or its file handle), not only a watch and a name.
 pub const WATCH_FANOTIFY: u32 = 0x0800_0000;
 
+/// Bit of a watch's mask: the watch is a dnotify registration
+/// (`fcntl(F_NOTIFY)`), whose events the servers play on a host directory
+/// instead of appending records (`Request::DnotifyRegister`).
+pub const WATCH_DNOTIFY: u32 = 0x0040_0000;
+
+/// The events a dnotify registration's watch asks for: every change
+/// Linux's dnotify can signal (`DN_ACCESS`, `DN_MODIFY`, `DN_ATTRIB`,
+/// `DN_CREATE`, `DN_DELETE`, `DN_RENAME`); which of them signal is the
+/// kernel's choice, by the registration's mask.
+pub const DNOTIFY_EVENTS: u32 =
+    IN_ACCESS | IN_MODIFY | IN_ATTRIB | IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO;
+
 /// Open flag (beside the `O_*` bits, unused by Linux's `open`): a
 /// description that produces no events, as Linux's `FMODE_NONOTIFY`
 /// marks the descriptors a fanotify reader gets with its events (their

@@ -715,6 +715,20 @@ pub enum Request<'a> {
         desc: DescId,
         from: SessionId,
     },
+    /// Every server (a directory's entries may live on any). `fcntl(dirfd,
+    /// F_NOTIFY)`: watch `wd` of `queue` on directory `ino` is a dnotify
+    /// registration, whose events the server plays on the host directory
+    /// `shadow` (`shadow/d`, with `shadow/s` for names moving in and out)
+    /// so that the kernel's own dnotify signals the registrant (server
+    /// `fs/inotify/dnotify.rs`). The server first gives `shadow/d` the
+    /// names of `ino` it holds. → `Ok`
+    DnotifyRegister {
+        queue: QueueRef,
+        ino: InodeId,
+        wd: i32,
+        #[serde(borrow)]
+        shadow: &'a [u8],
+    },
 }
 
 /// Where a `WriteData` stands in the write it is a piece of, when a client

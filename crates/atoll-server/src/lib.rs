@@ -33,6 +33,7 @@ pub mod process;
 pub mod process_counters;
 pub mod remote;
 pub mod server;
+mod shadows;
 pub mod snapshot;
 pub mod store;
 mod sys;
@@ -217,8 +218,9 @@ impl Instance {
         std::fs::DirBuilder::new()
             .mode(0o700)
             .create(&runtime_dir)?;
+        shadows::prepare(&runtime_dir, &id);
         let cleanup = |e: std::io::Error| {
-            let _ = std::fs::remove_dir_all(&runtime_dir);
+            shadows::remove_runtime_dir(&runtime_dir);
             e
         };
 
@@ -393,7 +395,7 @@ impl Instance {
         };
         if let Err(e) = inst.write_instance_json() {
             inst.stop_threads();
-            let _ = std::fs::remove_dir_all(&inst.runtime_dir);
+            shadows::remove_runtime_dir(&inst.runtime_dir);
             inst.down = true;
             return Err(e);
         }
@@ -460,7 +462,7 @@ impl Instance {
     /// Stop servers, remove the runtime directory, release memory.
     pub fn shutdown(mut self) -> Vec<ServerStats> {
         let stats = self.stop_threads();
-        let _ = std::fs::remove_dir_all(&self.runtime_dir);
+        shadows::remove_runtime_dir(&self.runtime_dir);
         self.down = true;
         stats
     }
@@ -506,7 +508,7 @@ impl Drop for Instance {
     fn drop(&mut self) {
         if !self.down {
             self.stop_threads();
-            let _ = std::fs::remove_dir_all(&self.runtime_dir);
+            shadows::remove_runtime_dir(&self.runtime_dir);
         }
     }
 }

@@ -16,10 +16,11 @@ use std::process::Command;
 use atoll_tests::{compile_probe, require, run_in_atoll};
 
 /// The stressors (stress-ng 0.15) that create, rename, link, list and
-/// remove names, or change what a name's inode holds.
+/// remove names, or change what a name's inode holds (`dnotify` waits
+/// for the signal each of its changes must bring).
 const STRESSORS: &[&str] = &[
     "dir", "dirdeep", "dirmany", "link", "symlink", "dentry", "rename", "chdir", "getdent", "open",
-    "mknod", "utime", "xattr", "fstat", "filename",
+    "mknod", "utime", "xattr", "fstat", "filename", "dnotify",
 ];
 
 /// Seconds each run lasts (stress-ng's `--timeout`).

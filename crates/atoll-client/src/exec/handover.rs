@@ -236,6 +236,14 @@ pub(super) fn hand_over(
             path: d.path().map(<[u8]>::to_vec),
         });
     }
+    // dnotify registrations of the descriptions that go on: their queues
+    // go to the new session too (the kernel keeps the registrations).
+    for n in crate::dnotify::carry(&shared) {
+        let Ok(lane) = lane.get() else { continue };
+        if given.share(c, lane, DescId(n.queue)).is_ok() {
+            st.dnotify.push(n);
+        }
+    }
     // What the process knows of its queues beyond the servers: the
     // watches `IN_UNMOUNT` names, a fanotify group's flags and marks.
     let queues: Vec<u64> = st.fds.iter().map(|f| f.ino).collect();
@@ -366,6 +374,16 @@ pub fn restore(c: &Client, text: &str, with_session: bool) {
         .cloned()
         .collect();
     crate::fanotify::restore(&groups);
+    // A dnotify registration goes on with its description; a queue whose
+    // description did not survive is closed like it.
+    for n in &st.dnotify {
+        if descs.iter().any(|(d, r)| *d == n.desc && r.is_some()) {
+            crate::dnotify::restore(n);
+        } else if let Ok(l) = lane.get() {
+            let desc = DescId(n.queue);
+            let _ = l.call_ok(c, desc.server(), Request::Close { desc });
+        }
+    }
     // Descriptions with no surviving fd: release the share at the server.
     for (d, r) in descs {
         if r.is_none() {

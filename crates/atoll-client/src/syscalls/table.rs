@@ -166,7 +166,7 @@ const ROWS: &[Entry] = &[
     row(SYS_dup2, "dup2", fds::dup2, by(fds::dup2_concerns, "fd a0 or a1 (or a1 private)"), Full),
     row(SYS_dup3, "dup3", fds::dup3, by(fds::dup2_concerns, "fd a0 or a1 (or a1 private)"), Full),
     piped(row(SYS_fcntl, "fcntl", fds::fcntl, ON_FD,
-        Partial("F_NOTIFY is accepted and never signals; F_SETPIPE_SZ stops at 3872 KiB"))),
+        Partial("F_NOTIFY of a program on another host never signals; F_SETPIPE_SZ stops at 3872 KiB"))),
     row(SYS_flock, "flock", fds::flock, ON_FD, Full),
     piped(row(SYS_ioctl, "ioctl", fds::ioctl, ON_FD, Full)),
     // File data (`data.rs`).

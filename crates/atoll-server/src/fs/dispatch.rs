@@ -207,6 +207,12 @@ impl<S: BlockStore> FileServer<S> {
                 wd,
                 mask,
             } => self.inotify_register(queue, ino, wd, mask),
+            Q::DnotifyRegister {
+                queue,
+                ino,
+                wd,
+                shadow,
+            } => self.dnotify_register(queue, ino, wd, shadow),
             Q::Reclaim { desc } => self.reclaim(session, desc),
             Q::ClientCounters(k) => {
                 self.client_counters.add(session, &k);

@@ -56,6 +56,7 @@ use super::{FileServer, R};
 use crate::store::BlockStore;
 
 mod access;
+mod dnotify;
 mod life;
 mod ring;
 
@@ -103,6 +104,10 @@ pub(super) struct Notify {
     /// queue: given back once the queue is dead and nobody writes to it.
     #[serde(default)]
     lent: Map<QueueRef, Vec<u32>>,
+    /// Host directories of dnotify registrations, by their queue
+    /// (`inotify/dnotify.rs`).
+    #[serde(default)]
+    shadows: Map<QueueRef, dnotify::Shadow>,
     /// Records not yet in their ring (its lock was held), in order.
     pending: VecDeque<(QueueRef, Vec<u8>)>,
     /// The pid the request being served came from (`RequestFrame::pid`;
@@ -706,6 +711,7 @@ impl<S: BlockStore> FileServer<S> {
         self.emit(from.0, IN_MOVED_FROM | isdir(ftype), cookie, from.1);
         self.emit(to.0, IN_MOVED_TO | isdir(ftype), cookie, to.1);
         self.emit(ino, IN_MOVE_SELF | isdir(ftype), 0, b"");
+        self.dnotify_settle();
     }
 
     /// `ino` (owned here) changed: tell watches of it and of the watched
@@ -850,6 +856,10 @@ impl<S: BlockStore> FileServer<S> {
             }
         }
         for w in hits {
+            if w.mask & WATCH_DNOTIFY != 0 {
+                self.dnotify_play(w, mask, cookie, name);
+                continue;
+            }
             let mut rec = Vec::with_capacity(record_len(name) + OBJECT_LEN);
             if w.mask & WATCH_FANOTIFY != 0 {
                 let pid = self.notify.requester;

@@ -3,7 +3,7 @@
 
 use atoll_proto::Request;
 
-pub(super) const OP_NAMES: [&str; 68] = [
+pub(super) const OP_NAMES: [&str; 69] = [
     "SetGroups",
     "Lookup",
     "Open",
@@ -72,6 +72,7 @@ pub(super) const OP_NAMES: [&str; 68] = [
     "InotifyAccessed",
     "InotifyNamed",
     "Receive",
+    "DnotifyRegister",
 ];
 
 /// Requests after which the server holds nothing it did not hold before,
@@ -166,5 +167,6 @@ pub(super) fn op_index(req: &Request<'_>) -> usize {
         InotifyAccessed { .. } => 65,
         InotifyNamed { .. } => 66,
         Receive { .. } => 67,
+        DnotifyRegister { .. } => 68,
     }
 }

@@ -67,6 +67,8 @@ impl<S: BlockStore> FileServer<S> {
                 !l.is_empty()
             });
             for q in dead {
+                let owned = InodeId(q.id).owner() == self.cfg.index;
+                self.dnotify_forget(q, owned);
                 self.notify.held.remove(&q);
                 self.notify.names_key = None;
                 self.hold(q);

@@ -66,21 +66,7 @@ fn encode(l: Option<u64>) -> u64 {
 
 /// The kernel's answer (one system call, no round trip).
 fn ask() -> Option<u64> {
-    let mut rl = libc::rlimit64 {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: `rl` is ours and outlives the call; no new limit is set.
-    let r = unsafe {
-        sys::sc(
-            libc::SYS_prlimit64,
-            0,
-            libc::RLIMIT_FSIZE as u64,
-            0,
-            &mut rl as *mut libc::rlimit64 as u64,
-        )
-    };
-    (r == 0 && rl.rlim_cur != libc::RLIM64_INFINITY).then_some(rl.rlim_cur)
+    sys::soft_limit(libc::RLIMIT_FSIZE)
 }
 
 /// The check Linux makes (`inode_newsize_ok`) before a call that may grow

@@ -43,24 +43,7 @@ pub fn to_high(fd: RawFd, min: i32) -> RawFd {
 /// `min`, as close to the open-files limit as one is free: tried from
 /// the limit down, halving the distance.
 fn highest_free_below_limit(fd: RawFd, min: i32) -> Option<RawFd> {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: prlimit64 of this process writes one `rlimit` we own.
-    let r = unsafe {
-        sys::sc(
-            libc::SYS_prlimit64,
-            0,
-            libc::RLIMIT_NOFILE as u64,
-            0,
-            &mut lim as *mut libc::rlimit as u64,
-        )
-    };
-    if r < 0 {
-        return None;
-    }
-    let limit = i64::try_from(lim.rlim_cur).ok()?;
+    let limit = i64::try_from(sys::soft_limit(libc::RLIMIT_NOFILE)?).ok()?;
     let floor = i64::from(fd.max(min - 1));
     let mut distance = 1;
     while limit - distance > floor {

@@ -29,6 +29,26 @@ pub unsafe fn sc(nr: i64, a0: u64, a1: u64, a2: u64, a3: u64) -> i64 {
     unsafe { syscall6(nr, [a0, a1, a2, a3, 0, 0]) }
 }
 
+/// This process's soft limit on `resource` (`RLIMIT_*`), as the kernel
+/// holds it: `None` when unlimited or unreadable. One system call.
+pub fn soft_limit(resource: u32) -> Option<u64> {
+    let mut rl = libc::rlimit64 {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `rl` is ours and outlives the call; no new limit is set.
+    let r = unsafe {
+        sc(
+            libc::SYS_prlimit64,
+            0,
+            u64::from(resource),
+            0,
+            &mut rl as *mut libc::rlimit64 as u64,
+        )
+    };
+    (r == 0 && rl.rlim_cur != libc::RLIM64_INFINITY).then_some(rl.rlim_cur)
+}
+
 /// `openat(dirfd, path, O_RDONLY | O_CLOEXEC)` as a raw call, for atoll's
 /// own reads of host files (`/proc`, images, tables): the descriptor, or
 /// −errno (`EINVAL` when `path` does not end with its NUL).

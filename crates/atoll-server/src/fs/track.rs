@@ -235,6 +235,21 @@ impl Tracker {
 mod tests {
     use super::*;
 
+    /// The notices a request left, all of entries of the root, as sorted
+    /// `(session, name)` pairs.
+    fn root_notices(fs: &mut crate::fs::FileServer<crate::store::MemStore>) -> Vec<(u64, Vec<u8>)> {
+        let mut got: Vec<(u64, Vec<u8>)> = fs
+            .take_notices()
+            .into_iter()
+            .map(|(s, d, n)| {
+                assert_eq!(d, atoll_proto::ROOT);
+                (s.0, n.to_vec())
+            })
+            .collect();
+        got.sort();
+        got
+    }
+
     #[test]
     fn change_notifies_each_cacher_once_then_forgets() {
         let mut t = Tracker::new(true, 100);
@@ -396,17 +411,8 @@ mod tests {
             &mut out,
         );
         assert!(matches!(r, Reply::Renamed { .. }), "{r:?}");
-        let mut got: Vec<(u64, Vec<u8>)> = fs
-            .take_notices()
-            .into_iter()
-            .map(|(s, d, n)| {
-                assert_eq!(d, ROOT);
-                (s.0, n.to_vec())
-            })
-            .collect();
-        got.sort();
         assert_eq!(
-            got,
+            root_notices(&mut fs),
             vec![(1, b"x".to_vec()), (2, b"x".to_vec()), (2, b"y".to_vec())]
         );
         // Link over z with replace, then unlink it.
@@ -540,17 +546,8 @@ mod tests {
         assert_eq!(fs.track.records(), 15);
         let expect = |fs: &mut crate::fs::FileServer<_>, r: Reply<'_>, name: &[u8]| {
             assert!(!matches!(r, Reply::Err(_)), "{r:?}");
-            let mut got: Vec<(u64, Vec<u8>)> = fs
-                .take_notices()
-                .into_iter()
-                .map(|(s, d, n)| {
-                    assert_eq!(d, ROOT);
-                    (s.0, n.to_vec())
-                })
-                .collect();
-            got.sort();
             assert_eq!(
-                got,
+                root_notices(fs),
                 vec![(1, name.to_vec()), (2, name.to_vec())],
                 "{name:?}"
             );

@@ -299,7 +299,11 @@ const CPYTHON_TESTS: &str = "test_os test_shutil test_tempfile test_glob test_pa
      test_filecmp test_pty test_select test_mailbox test_eintr test_file_eintr test_threadsignals \
      test_shelve test_dbm_dumb test_popen test_wait4 test_largefile test_logging \
      test_multiprocessing_fork test_compileall test_gzip test_genericpath test_posixpath \
-     test_zipapp test_unicode_file_functions test_file test_tabnanny test_pkgutil test_venv";
+     test_zipapp test_unicode_file_functions test_file test_tabnanny test_pkgutil test_venv \
+     test_builtin test_bz2 test_lzma test_zlib test_csv test_dbm test_dbm_ndbm test_mimetypes \
+     test_linecache test_runpy test_selectors test_poll test_epoll test_resource test_gettext \
+     test_bufio test_univnewlines test_openpty test_plistlib test_configparser test_import \
+     test_pkg test_cmd_line_script test_httpservers";
 
 /// The tests `python3 -m test` reports failed (from its summary).
 fn cpython_failures(out: &str) -> std::collections::BTreeSet<String> {

@@ -36,25 +36,8 @@ pub fn sigmask() -> u64 {
     old
 }
 
-/// Replace the signal mask; returns the previous one.
-pub fn set_sigmask(mask: u64) -> u64 {
-    let mut old = 0u64;
-    // SAFETY: reads 8 bytes from `mask`, writes 8 bytes into `old`.
-    unsafe {
-        syscall6(
-            libc::SYS_rt_sigprocmask,
-            [
-                libc::SIG_SETMASK as u64,
-                &mask as *const u64 as u64,
-                &mut old as *mut u64 as u64,
-                8,
-                0,
-                0,
-            ],
-        )
-    };
-    old
-}
+/// Replace the signal mask; returns the previous one (`atoll-sys`).
+pub use atoll_sys::set_sigmask;
 
 /// Signals whose disposition is `SIG_IGN` (bit `sig - 1`); the only
 /// dispositions that survive `execve`.

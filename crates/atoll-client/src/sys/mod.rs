@@ -209,20 +209,9 @@ pub struct SigBlock {
 
 impl SigBlock {
     pub fn new() -> SigBlock {
-        let all: u64 = !0;
-        let mut old: u64 = 0;
-        // SAFETY: both pointers are to local 8-byte sigsets (kernel sigset
-        // size on x86-64 is 8 bytes).
-        unsafe {
-            sc(
-                libc::SYS_rt_sigprocmask,
-                libc::SIG_SETMASK as u64,
-                &all as *const u64 as u64,
-                &mut old as *mut u64 as u64,
-                8,
-            )
-        };
-        SigBlock { old }
+        SigBlock {
+            old: atoll_sys::set_sigmask(!0),
+        }
     }
 }
 
@@ -234,16 +223,7 @@ impl Default for SigBlock {
 
 impl Drop for SigBlock {
     fn drop(&mut self) {
-        // SAFETY: restores the mask saved in `new`, local pointer.
-        unsafe {
-            sc(
-                libc::SYS_rt_sigprocmask,
-                libc::SIG_SETMASK as u64,
-                &self.old as *const u64 as u64,
-                0,
-                8,
-            )
-        };
+        atoll_sys::set_sigmask(self.old);
     }
 }
 

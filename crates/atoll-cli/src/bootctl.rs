@@ -103,7 +103,7 @@ mod tests {
         dir: &Path,
         reply: BootReply,
     ) -> (std::path::PathBuf, std::thread::JoinHandle<BootRequest>) {
-        let path = dir.join("boot.sock");
+        let path = dir.join(atoll_server::BOOT_SOCKET);
         let fd = rustix::net::socket(AddressFamily::UNIX, SocketType::SEQPACKET, None).unwrap();
         rustix::net::bind(&fd, &SocketAddrUnix::new(&path).unwrap()).unwrap();
         rustix::net::listen(&fd, 4).unwrap();

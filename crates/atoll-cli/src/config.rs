@@ -228,7 +228,8 @@ pub fn runtime_root(opt: &Option<PathBuf>) -> PathBuf {
 
 /// Create the runtime root (mode 0700) if needed and refuse one that another
 /// user could tamper with: runtime directories hold the boot socket, which
-/// grants full access to the instance.
+/// grants full access to the instance. Then remove what ended instances
+/// left in it (`registry::sweep_stale`).
 pub fn ensure_runtime_root(root: &Path) -> std::io::Result<()> {
     match std::fs::DirBuilder::new()
         .recursive(true)
@@ -256,6 +257,7 @@ pub fn ensure_runtime_root(root: &Path) -> std::io::Result<()> {
             format!("runtime root {} is writable by other users", root.display()),
         ));
     }
+    crate::registry::sweep_stale(root);
     Ok(())
 }
 

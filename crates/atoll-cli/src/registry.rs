@@ -140,6 +140,73 @@ pub fn scan(root: &Path) -> Vec<InstanceRecord> {
     out
 }
 
+/// A runtime directory without a record this old is a boot that died
+/// before it wrote one (a live boot writes it within seconds).
+const UNRECORDED_GRACE: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Remove the runtime directories under `root` that no instance uses any
+/// more, with the tmpfs directory their `dnotify` link names (server
+/// `shadows.rs`): an instance whose driver was killed (`SIGKILL`, a
+/// crashed machine's `/tmp` kept) cannot remove its own, and each left
+/// behind a directory on `/dev/shm`. Stale means: a record whose process
+/// has ended, or no record and, after [`UNRECORDED_GRACE`], no listener on
+/// the boot socket. Called before an instance starts; errors are ignored
+/// (another starting instance may sweep the same directory).
+pub fn sweep_stale(root: &Path) -> usize {
+    let Ok(dir) = std::fs::read_dir(root) else {
+        return 0;
+    };
+    let mut swept = 0;
+    for entry in dir.flatten() {
+        let path = entry.path();
+        if !entry.file_type().is_ok_and(|t| t.is_dir()) || !is_stale(&path) {
+            continue;
+        }
+        atoll_server::remove_runtime_dir(&path);
+        swept += 1;
+    }
+    if swept > 0 {
+        tracing::debug!("removed {swept} runtime directories of ended instances");
+    }
+    swept
+}
+
+fn is_stale(dir: &Path) -> bool {
+    match std::fs::read(dir.join(RECORD)) {
+        Ok(bytes) => match serde_json::from_slice::<InstanceRecord>(&bytes) {
+            Ok(r) => !r.is_live(),
+            Err(_) => unrecorded_and_abandoned(dir),
+        },
+        Err(_) => unrecorded_and_abandoned(dir),
+    }
+}
+
+fn unrecorded_and_abandoned(dir: &Path) -> bool {
+    let old = std::fs::metadata(dir)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.elapsed().ok())
+        .is_some_and(|age| age >= UNRECORDED_GRACE);
+    old && !listened_on(&dir.join(atoll_server::BOOT_SOCKET))
+}
+
+/// Does a process accept connections on the boot socket (a sequenced-packet
+/// socket) at `path`?
+fn listened_on(path: &Path) -> bool {
+    use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
+    let Ok(addr) = SocketAddrUnix::new(path) else {
+        return false;
+    };
+    rustix::net::socket_with(
+        AddressFamily::UNIX,
+        SocketType::SEQPACKET,
+        SocketFlags::CLOEXEC,
+        None,
+    )
+    .and_then(|fd| rustix::net::connect(&fd, &addr))
+    .is_ok()
+}
+
 /// Why an instance could not be chosen.
 #[derive(Debug)]
 pub enum SelectError {
@@ -247,6 +314,52 @@ mod tests {
         std::fs::write(t.path().join("junk").join(RECORD), b"{not json").unwrap();
         let found = scan(t.path());
         assert_eq!(found, vec![live]);
+    }
+
+    #[test]
+    fn sweep_removes_ended_instances_only() {
+        let t = tempfile::tempdir().unwrap();
+        let me = std::process::id();
+        let live = record(t.path(), "live1", me, start_time(me).unwrap());
+        live.write().unwrap();
+        let dead = record(t.path(), "dead", 0x3fff_fff0, 0);
+        dead.write().unwrap();
+        // A boot in progress: no record yet, and young.
+        std::fs::create_dir(t.path().join("booting")).unwrap();
+        // A boot that died long ago: no record, no listener, old.
+        let old = t.path().join("abandoned");
+        std::fs::create_dir(&old).unwrap();
+        let long_ago = std::time::SystemTime::now() - 2 * UNRECORDED_GRACE;
+        std::fs::File::open(&old)
+            .unwrap()
+            .set_modified(long_ago)
+            .unwrap();
+        // An old one without a record whose boot socket still listens.
+        let listening = t.path().join("listening");
+        std::fs::create_dir(&listening).unwrap();
+        let sock = rustix::net::socket(
+            rustix::net::AddressFamily::UNIX,
+            rustix::net::SocketType::SEQPACKET,
+            None,
+        )
+        .unwrap();
+        let addr =
+            rustix::net::SocketAddrUnix::new(listening.join(atoll_server::BOOT_SOCKET)).unwrap();
+        rustix::net::bind(&sock, &addr).unwrap();
+        rustix::net::listen(&sock, 1).unwrap();
+        std::fs::File::open(&listening)
+            .unwrap()
+            .set_modified(long_ago)
+            .unwrap();
+
+        assert_eq!(sweep_stale(t.path()), 2);
+        let mut left: Vec<String> = std::fs::read_dir(t.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["booting", "listening", "live1"]);
+        assert_eq!(scan(t.path()), vec![live]);
     }
 
     #[test]

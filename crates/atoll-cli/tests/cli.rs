@@ -7,6 +7,7 @@
 //! print `SKIPPED: …` and return; set `ATOLL_REQUIRE_E2E=1` to make the
 //! missing library a failure instead.
 
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -309,6 +310,38 @@ fn sigterm_to_atoll_run_stops_the_command_and_cleans_up() {
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(128 + 15));
     assert!(!dir.exists(), "runtime dir {} left behind", dir.display());
+    assert!(is_empty_dir(t.path()));
+}
+
+#[test]
+fn a_killed_instance_is_swept_by_the_next_start() {
+    if !e2e("a_killed_instance_is_swept_by_the_next_start") {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let mut child = atoll(t.path())
+        .args(["run", "--memory", "64M", "--servers", "2"])
+        .args(rt_arg(t.path()))
+        .args(["--", "sleep", "600"])
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let dir = wait_for_record(t.path()).expect("instance never came up");
+    // Where the instance keeps its dnotify shadows, if on /dev/shm.
+    let shadows = std::fs::read_link(dir.join("dnotify")).ok();
+    // A driver killed outright (with its command) cannot clean up after
+    // itself.
+    let group = rustix::process::Pid::from_child(&child);
+    rustix::process::kill_process_group(group, rustix::process::Signal::KILL).unwrap();
+    child.wait().unwrap();
+    assert!(dir.exists(), "a killed driver removed its directory?");
+    let out = run(t.path(), &[], &["true"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(!dir.exists(), "stale runtime dir {} kept", dir.display());
+    if let Some(s) = shadows {
+        assert!(!s.exists(), "stale shadow directory {} kept", s.display());
+    }
     assert!(is_empty_dir(t.path()));
 }
 

@@ -58,8 +58,13 @@ use atoll_proto::{Cred, ServerStats, BLOCK_SIZE, MAX_SERVERS};
 use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
 
 use boot::{BootParams, ServerLink, Servers, StopFlag};
+
+/// The boot socket's name in an instance's runtime directory.
+pub const BOOT_SOCKET: &str = "boot.sock";
+
 use fs::FsConfig;
 use server::{Admin, ServerParams};
+pub use shadows::remove_runtime_dir;
 
 /// Everything needed to boot an instance.
 #[derive(Clone, Debug)]
@@ -347,7 +352,7 @@ impl Instance {
             }
         };
 
-        let socket_path = runtime_dir.join("boot.sock");
+        let socket_path = runtime_dir.join(BOOT_SOCKET);
         let listener = rustix::net::socket_with(
             AddressFamily::UNIX,
             SocketType::SEQPACKET,

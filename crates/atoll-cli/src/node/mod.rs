@@ -192,7 +192,7 @@ fn run_edge(args: &NodeArgs, peers: &[String], me: usize, term: Terminator) -> R
         .create(&dir)
         .with_context(|| format!("cannot create {}", dir.display()))?;
     let _cleanup = RemoveOnDrop(dir.clone());
-    let socket = dir.join("boot.sock");
+    let socket = dir.join(atoll_server::BOOT_SOCKET);
     let listener = listen_unix(&socket)?;
     let edge = edge::Edge::start(link, servers as usize, node_members.clone())?;
     let served = serve_members(

@@ -190,3 +190,40 @@ fn forkpty_and_daemon_of_a_threaded_program_fork_as_on_linux() {
     assert!(out.contains("forkpty child 2: stdin tty 1\n"), "{out}");
     assert!(out.contains("daemon: session leader 1\ndone\n"), "{out}");
 }
+
+/// `posix_spawn(p)` with file actions, whose clone atoll makes a fork:
+/// a program that cannot be run fails the call with its exec's error and
+/// leaves no child, as on Linux (GNU make runs a script without `#!`
+/// through the shell only on `ENOEXEC`; before, the spawn "succeeded" and
+/// its child exited with 127). Three servers, and make itself when there.
+#[test]
+fn spawn_errors_are_the_calls_as_on_linux() {
+    let dir = tempfile::tempdir().unwrap();
+    let probe = compile_probe(
+        dir.path(),
+        "spawn_errors",
+        include_str!("forks/spawn_errors.c"),
+    );
+    let script = format!("cd \"$ROOT\" && {}", probe.display());
+    let out = atoll_tests::assert_same(&["--servers", "3"], &script, true);
+    assert!(
+        out.contains("script without #!: Exec format error, children left none\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("PATH search, not executable first: Permission denied"),
+        "{out}"
+    );
+    assert!(
+        out.contains("a program that runs: started, exit 0\n"),
+        "{out}"
+    );
+    atoll_tests::require("make");
+    {
+        let script = r#"cd "$ROOT" && printf '\necho from-script\n' > s.cmd && chmod 755 s.cmd &&
+            printf 'all:; @$(CMD)\n' > e.mk && make -s -f e.mk CMD=./s.cmd &&
+            { make -s -f e.mk CMD=./missing; echo "status $?"; }"#;
+        let out = atoll_tests::assert_same(&["--servers", "3"], script, true);
+        assert!(out.starts_with("from-script\n"), "{out}");
+    }
+}

@@ -119,6 +119,9 @@ struct CloneBlock {
     /// Bitwise copy of the parent's `ForkPrep` (valid in the child's own
     /// copy of memory; the parent never drops this copy).
     prep: core::mem::MaybeUninit<ForkPrep>,
+    /// For the child of a spawn-style clone: where it reports a failure
+    /// (`spawn`); -1 for any other child.
+    spawn_report: i32,
 }
 
 /// Bytes reserved below the new stack pointer for the block.
@@ -140,11 +143,18 @@ pub(super) fn clone_any(nr: i64, args: [u64; 6], uc: &libc::ucontext_t) -> i64 {
     } else {
         None
     };
-    let r = clone_dispatch(nr, args, uc);
-    if let Some(w) = waiter {
-        w.finish(r);
+    // A vfork-style clone with its own stack is glibc's spawn child
+    // (posix_spawn, system, popen): it may report a failure (`spawn`).
+    // vfork() itself never does.
+    let spawn_report = match &waiter {
+        Some(w) if nr != libc::SYS_vfork => w.write,
+        _ => -1,
+    };
+    let r = clone_dispatch(nr, args, uc, spawn_report);
+    match waiter {
+        Some(w) => w.finish(r),
+        None => r,
     }
-    r
 }
 
 /// Does this clone ask for vfork semantics (`vfork`, `CLONE_VFORK`)?
@@ -203,31 +213,26 @@ impl VforkWait {
     }
 
     /// After the clone returned `r` here (in the parent, or in a child
-    /// that returns through this handler).
-    fn finish(self, r: i64) {
+    /// that returns through this handler); what the clone returns: a
+    /// spawn child's reported failure becomes the clone's (`spawn`).
+    fn finish(self, r: i64) -> i64 {
         let close = |fd: i32| raw::syscall6(libc::SYS_close, [fd as u64, 0, 0, 0, 0, 0]);
         if r == 0 {
             close(self.read); // the child keeps only the write end
-            return;
+            return r;
         }
         close(self.write);
-        if r > 0 {
-            let mut b = 0u8;
-            loop {
-                let n = raw::syscall6(
-                    libc::SYS_read,
-                    [self.read as u64, &mut b as *mut u8 as u64, 1, 0, 0, 0],
-                );
-                if n != -(libc::EINTR as i64) {
-                    break; // 0 at the child's exec or exit
-                }
-            }
-        }
+        let failed = if r > 0 {
+            spawn::wait_for_report(self.read, r)
+        } else {
+            None
+        };
         close(self.read);
+        failed.map_or(r, |e| -(e as i64))
     }
 }
 
-fn clone_dispatch(nr: i64, args: [u64; 6], uc: &libc::ucontext_t) -> i64 {
+fn clone_dispatch(nr: i64, args: [u64; 6], uc: &libc::ucontext_t, spawn_report: i32) -> i64 {
     match nr {
         // fork(): a process on the same stack.
         libc::SYS_fork => clone_inline(nr, args, CloneKind::Process),
@@ -259,7 +264,7 @@ fn clone_dispatch(nr: i64, args: [u64; 6], uc: &libc::ucontext_t) -> i64 {
             } else {
                 None
             };
-            clone_trampoline(nr, a, top, kind, uc)
+            clone_trampoline(nr, a, top, kind, uc, spawn_report)
         }
         _ => {
             // clone3(struct clone_args *, size)
@@ -299,7 +304,7 @@ fn clone_dispatch(nr: i64, args: [u64; 6], uc: &libc::ucontext_t) -> i64 {
             };
             // Only now, after the last write to `ca`, hand out its address.
             a[0] = ca.as_ptr() as u64;
-            clone_trampoline(nr, a, stack_top, kind, uc)
+            clone_trampoline(nr, a, stack_top, kind, uc, spawn_report)
         }
     }
 }
@@ -386,6 +391,7 @@ fn clone_trampoline(
     stack_top: usize,
     kind: CloneKind,
     uc: &libc::ucontext_t,
+    spawn_report: i32,
 ) -> i64 {
     debug(
         &[b"clone via trampoline, kind/stack top"],
@@ -413,6 +419,11 @@ fn clone_trampoline(
             regs,
             kind,
             prep: core::mem::MaybeUninit::uninit(),
+            spawn_report: if kind == CloneKind::Process {
+                spawn_report
+            } else {
+                -1
+            },
         });
         if let Some(p) = &prep {
             // Bitwise copy for the child; the parent keeps `prep`.
@@ -444,6 +455,11 @@ unsafe extern "C" fn clone_child(block: *mut CloneBlock) {
             // SAFETY: written by the parent for a Process clone.
             let prep = unsafe { (*block).prep.assume_init_read() };
             after_fork_in_child(prep);
+            // SAFETY: as above.
+            let report = unsafe { (*block).spawn_report };
+            if report >= 0 {
+                super::spawn::arm_in_child(report);
+            }
             core::mem::forget(g);
             selector::set(BLOCK);
         }

@@ -50,6 +50,7 @@ use crate::sigfix::{self, KSigaction, VirtualAction, KSIGSET_SIZE};
 use crate::stats;
 
 mod clone;
+mod spawn;
 use clone::clone_any;
 
 /// `si_code` of a SIGSYS raised by Syscall User Dispatch.
@@ -255,6 +256,12 @@ unsafe fn foreign_sigsys(
 /// here need the SIGSYS frame (`uc`, or the mask sigreturn restores), so
 /// their sites are never rewritten (`rewrite::keeps_trapping`).
 fn handle(nr: i64, args: [u64; 6], uc: &mut libc::ucontext_t) -> i64 {
+    let r = handle_in_context(nr, args, uc);
+    spawn::note(nr, r);
+    r
+}
+
+fn handle_in_context(nr: i64, args: [u64; 6], uc: &mut libc::ucontext_t) -> i64 {
     match nr {
         libc::SYS_rt_sigprocmask => sigprocmask_in_context(args, uc),
         libc::SYS_sigaltstack => {
@@ -291,19 +298,26 @@ fn handle(nr: i64, args: [u64; 6], uc: &mut libc::ucontext_t) -> i64 {
             stats::flush();
             exec_with_program_mask(nr, args, uc)
         }
-        _ => handle_without_context(nr, args),
+        _ => route_without_context(nr, args),
     }
 }
 
 /// Route a system call that needs no signal frame: from the SIGSYS
 /// handler, or from a rewritten site's entry (`rewrite`). Hot path.
-pub fn handle_without_context(nr: i64, mut args: [u64; 6]) -> i64 {
+pub fn handle_without_context(nr: i64, args: [u64; 6]) -> i64 {
+    let r = route_without_context(nr, args);
+    spawn::note(nr, r);
+    r
+}
+
+fn route_without_context(nr: i64, mut args: [u64; 6]) -> i64 {
     match nr {
         libc::SYS_rt_sigaction => sig_action(args),
         // Never the kernel's (atoll's stack); its sites keep trapping, so
         // this comes only from an unknown caller's stack pointer.
         libc::SYS_sigaltstack => altstack::sigaltstack(args, 0),
         libc::SYS_exit_group => {
+            spawn::at_exit(args[0]);
             stats::flush();
             atoll_client::before_exit();
             raw::syscall6(nr, args)

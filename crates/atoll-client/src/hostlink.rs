@@ -179,15 +179,10 @@ pub fn resolve_into_mount(
     None
 }
 
-/// A call that the kernel answered `ENOENT`, rewritten onto the atoll
-/// path its host path reaches through a symlink into the mount: the new
-/// arguments and the buffer their path points into (keep it alive while
-/// they are used). `None`: the `ENOENT` stands.
-pub fn rewrite(c: &Client, nr: i64, args: &[u64; 6]) -> Option<(Box<PathBuf>, [u64; 6])> {
-    let (dirfd_arg, path_arg_idx, follow_last) = path_arg(nr, args)?;
-    let path = PathBuf::from_bytes(sys::user_path(args[path_arg_idx]).ok()?).ok()?;
-    let dirfd = dirfd_arg.map_or(libc::AT_FDCWD as i64, |i| args[i] as i32 as i64);
-    if path.is_empty() || !crosses_a_symlink(dirfd, &path) {
+/// The atoll path a host path (from `dirfd`) that the kernel could not
+/// find reaches through a symlink into the mount, if it does.
+pub fn reach(c: &Client, dirfd: i64, path: &PathBuf, follow_last: bool) -> Option<Vec<u8>> {
+    if path.is_empty() || !crosses_a_symlink(dirfd, path) {
         return None;
     }
     let base = if path.as_bytes().starts_with(b"/") {
@@ -197,7 +192,18 @@ pub fn rewrite(c: &Client, nr: i64, args: &[u64; 6]) -> Option<(Box<PathBuf>, [u
     };
     // `/proc/PID/cwd` and `/proc/PID/fd/N` lead where atoll says.
     let links = |p: &[u8]| crate::proclink::target(c, p).or_else(|| read_link(p));
-    let atoll = resolve_into_mount(&c.mount, &base, path.as_bytes(), follow_last, links)?;
+    resolve_into_mount(&c.mount, &base, path.as_bytes(), follow_last, links)
+}
+
+/// A call that the kernel answered `ENOENT`, rewritten onto the atoll
+/// path its host path reaches through a symlink into the mount: the new
+/// arguments and the buffer their path points into (keep it alive while
+/// they are used). `None`: the `ENOENT` stands.
+pub fn rewrite(c: &Client, nr: i64, args: &[u64; 6]) -> Option<(Box<PathBuf>, [u64; 6])> {
+    let (dirfd_arg, path_arg_idx, follow_last) = path_arg(nr, args)?;
+    let path = PathBuf::from_bytes(sys::user_path(args[path_arg_idx]).ok()?).ok()?;
+    let dirfd = dirfd_arg.map_or(libc::AT_FDCWD as i64, |i| args[i] as i32 as i64);
+    let atoll = reach(c, dirfd, &path, follow_last)?;
     let buf = Box::new(PathBuf::from_bytes(&atoll).ok()?);
     let mut out = *args;
     out[path_arg_idx] = buf.as_ptr() as u64;

@@ -47,3 +47,32 @@ fn host_symlinks_into_the_mount_lead_into_atoll() {
     assert_eq!(names, ["l", "l2", "rel"]);
     assert!(!std::path::Path::new(MOUNT).exists());
 }
+
+/// Host programs that lead into the mount run as they would if the mount
+/// were a kernel file system: a host symlink to a program in the mount,
+/// and a host script whose `#!` interpreter is in the mount (bash's own
+/// test suite runs scripts in `/tmp` with the bash it built). A missing
+/// interpreter in the mount still fails as Linux fails it.
+#[test]
+fn host_links_and_scripts_into_the_mount_exec_as_on_linux() {
+    let script = r#"
+        H=$(mktemp -d /tmp/atoll-hostexec.XXXXXX)
+        mkdir -p "$ROOT/bin" && cp /bin/sh "$ROOT/bin/mysh" && cp /bin/echo "$ROOT/bin/myecho"
+        printf '#! %s/bin/mysh\necho "script ran with $1"\n' "$ROOT" > "$H/s" && chmod 755 "$H/s"
+        "$H/s" one; echo "status $?"
+        printf '#!%s/bin/mysh -e\necho "with an argument: $1"\n' "$ROOT" > "$H/s2" && chmod 755 "$H/s2"
+        "$H/s2" two; echo "status $?"
+        ln -s "$ROOT/bin/myecho" "$H/e"
+        "$H/e" through a link; echo "status $?"
+        ln -s "$H/s" "$H/sl"
+        "$H/sl" three; echo "status $?"
+        printf '#!%s/bin/missing\necho never\n' "$ROOT" > "$H/bad" && chmod 755 "$H/bad"
+        "$H/bad" 2>/dev/null; echo "status $?"
+        python3 -c "import subprocess,sys; print(subprocess.run([sys.argv[1], 'py']).returncode)" "$H/s"
+        rm -rf "$H"
+    "#;
+    let out = atoll_tests::assert_same_on_tmpfs(&["--servers", "3"], script, true);
+    assert!(out.contains("script ran with one\nstatus 0\n"), "{out}");
+    assert!(out.contains("through a link\nstatus 0\n"), "{out}");
+    assert!(out.contains("status 127\n"), "{out}");
+}

@@ -63,12 +63,16 @@ pub use selfexe::{is_self_exe, readlink_self_exe, started_from_atoll};
 mod foreign;
 pub use foreign::LOADER_ENV_PREFIX;
 mod handover;
+mod hostprog;
+use hostprog::HostStep;
 mod inherit;
 use inherit::Inherited;
 pub mod libs;
 mod rtld;
+mod script;
 use handover::{hand_over, hand_over_own_session, passes_own_session};
 pub use handover::{prime, restore};
+use script::{absolute, script_path, through_interpreter};
 
 /// The proxy this process stands for (0: none).
 static PROXY: AtomicI32 = AtomicI32::new(0);
@@ -427,32 +431,6 @@ fn resolve_program(
     }
 }
 
-/// A host program path that does not resolve fails as the kernel's
-/// `execve` would fail it, before the session hand-over an exec costs: a
-/// PATH search (`execvp`, `env`, shells) tries many such paths, each a
-/// sub-microsecond failure on Linux. Only errors of the walk itself, which
-/// do not depend on whose credentials check it, are answered here; the
-/// kernel decides everything else.
-fn host_path_resolves(dirfd: i64, path: &[u8]) -> Result<()> {
-    let Ok(cpath) = std::ffi::CString::new(path) else {
-        return Ok(());
-    };
-    // SAFETY: faccessat reads the NUL-terminated local path only.
-    let r = unsafe {
-        sys::sc(
-            libc::SYS_faccessat,
-            dirfd as u64,
-            cpath.as_ptr() as u64,
-            libc::F_OK as u64,
-            0,
-        )
-    };
-    match -r as i32 {
-        e @ (libc::ENOENT | libc::ENOTDIR | libc::ENAMETOOLONG | libc::ELOOP) => err(e),
-        _ => Ok(()),
-    }
-}
-
 /// Open an atoll program for reading after the exec permission check.
 fn open_program(c: &Client, lane: &Lane, ino: InodeId, ftype: FileType) -> Result<DescId> {
     if ftype == FileType::Symlink {
@@ -587,10 +565,25 @@ fn prepare_inner(
                     prog_path = p.as_bytes().to_vec();
                     dirfd = libc::AT_FDCWD as i64;
                 }
-                if flags == 0 {
-                    host_path_resolves(dirfd, &prog_path)?;
+                if flags != 0 {
+                    break;
                 }
-                break;
+                match hostprog::step(c, dirfd, &prog_path)? {
+                    HostStep::Kernel => break,
+                    HostStep::IntoMount(atoll) => {
+                        prog_path = atoll;
+                        dirfd = libc::AT_FDCWD as i64;
+                    }
+                    HostStep::Interpreter(shebang) => {
+                        depth += 1;
+                        if depth > MAX_INTERP_DEPTH {
+                            return err(libc::ELOOP);
+                        }
+                        let script = script_path(c, dirfd, &prog_path)?;
+                        prog_path = through_interpreter(&mut argv, shebang, script);
+                        dirfd = libc::AT_FDCWD as i64;
+                    }
+                }
             }
             Program::Atoll { ino, ftype } => {
                 let lane = lane.get()?;
@@ -620,19 +613,13 @@ fn prepare_inner(
                 let _ = lane.call_ok(c, desc.server(), Request::Close { desc });
                 match r? {
                     None => break,
-                    Some((interp, arg)) => {
+                    Some(shebang) => {
                         depth += 1;
                         if depth > MAX_INTERP_DEPTH {
                             return err(libc::ELOOP);
                         }
-                        // binfmt_script: argv = interp [arg] script argv[1..]
                         let script = script_path(c, dirfd, &prog_path)?;
-                        let mut nargv = vec![interp.clone()];
-                        nargv.extend(arg);
-                        nargv.push(script);
-                        nargv.extend(argv.iter().skip(1).cloned());
-                        argv = nargv;
-                        prog_path = interp;
+                        prog_path = through_interpreter(&mut argv, shebang, script);
                         dirfd = libc::AT_FDCWD as i64;
                         flags = 0;
                     }
@@ -960,36 +947,6 @@ pub fn execute(plan: &ExecPlan) -> i64 {
         }
         Ok(never) => match never {},
     }
-}
-
-/// The path a script's interpreter receives: as given when absolute or
-/// relative to the cwd (the new image restores the cwd), else the atoll
-/// directory fd's path joined with it.
-fn script_path(_c: &Client, dirfd: i64, path: &[u8]) -> Result<Vec<u8>> {
-    if path.first() == Some(&b'/') || dirfd == libc::AT_FDCWD as i64 {
-        return Ok(path.to_vec());
-    }
-    match fdtable::get(dirfd).and_then(|d| d.path().map(<[u8]>::to_vec)) {
-        Some(mut p) => {
-            p.push(b'/');
-            p.extend_from_slice(path);
-            Ok(p)
-        }
-        None => err(libc::ENOEXEC),
-    }
-}
-
-/// `path` (relative to `dirfd`) as an absolute path, joined lexically.
-fn absolute(c: &Client, dirfd: i64, path: &[u8]) -> Result<Vec<u8>> {
-    if path.first() != Some(&b'/') && dirfd == libc::AT_FDCWD as i64 {
-        if let Some(cwd) = c.cwd() {
-            let mut p = cwd.path.clone();
-            p.push(b'/');
-            p.extend_from_slice(path);
-            return Ok(p);
-        }
-    }
-    script_path(c, dirfd, path)
 }
 
 #[cfg(test)]

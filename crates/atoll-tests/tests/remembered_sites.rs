@@ -71,9 +71,12 @@ fn count(traps: &Path, key: &str) -> u64 {
         .sum()
 }
 
+/// The probe twice; then a third image (`grep`), whose remembered libc
+/// sites were rewritten at start, shows no page left writable.
 const TWICE: &str = r#"set -e
 ATOLL_TRAP_STATS="$1/first" "$0" count "$2"
 ATOLL_TRAP_STATS="$1/second" "$0" count "$2"
+grep -c ' rwx' /proc/self/maps || true
 "#;
 
 #[test]
@@ -81,7 +84,10 @@ fn a_site_one_image_rewrote_is_rewritten_in_the_next_without_a_trap() {
     let dir = tempfile::tempdir().unwrap();
     let bin = probe(dir.path());
     let linux = on_linux(&bin, TWICE);
-    assert_eq!(linux, "count getpid 1000 pread 4000 abcd\n".repeat(2));
+    assert_eq!(
+        linux,
+        format!("{}0\n", "count getpid 1000 pread 4000 abcd\n".repeat(2))
+    );
     let pread = libc::SYS_pread64.to_string();
     let getpid = libc::SYS_getpid.to_string();
 

@@ -39,8 +39,10 @@ pub fn active() -> bool {
 /// Make the pages `[lo, hi)` read-write-execute for the rest of the batch
 /// with one `mprotect` (the pages of a file's remembered sites: one call
 /// for the lot instead of two per page); false if it refused (then
-/// [`open`] tries page by page).
+/// [`open`] tries page by page). A range opened before (another file's)
+/// is made read-execute again first.
 pub fn open_range(lo: usize, hi: usize) -> bool {
+    close_range();
     let rwx = (libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC) as u64;
     if lo >= hi || raw::syscall(libc::SYS_mprotect, &[lo as u64, (hi - lo) as u64, rwx]) != 0 {
         return false;
@@ -96,6 +98,12 @@ fn close_all() {
             &[p.load(Ordering::Relaxed) as u64, PAGE as u64, rx],
         );
     }
+    close_range();
+}
+
+/// The range of [`open_range`] back to read-execute.
+fn close_range() {
+    let rx = (libc::PROT_READ | libc::PROT_EXEC) as u64;
     let (lo, hi) = (LO.swap(0, Ordering::Relaxed), HI.swap(0, Ordering::Relaxed));
     if lo < hi {
         raw::syscall(libc::SYS_mprotect, &[lo as u64, (hi - lo) as u64, rx]);

@@ -22,9 +22,10 @@ pub const SLOTS: usize = 512;
 #[cfg_attr(target_os = "linux", link_section = ".bss.atoll_tables")]
 static COUNTS: [AtomicU64; SLOTS] = [const { AtomicU64::new(0) }; SLOTS];
 /// Calls that went through rewritten sites (`rewrite`), and sites this
-/// process rewrote: written as `direct:N` and `sites:N` after the counts;
-/// of those sites, the ones rewritten before they trapped because the
-/// instance remembered them (`rewrite::remember`): `remembered:N`.
+/// process rewrote after their first trap: written as `direct:N` and
+/// `sites:N` after the counts (a reader subtracts `sites` from the traps
+/// to get those that recur); sites rewritten before any trap, because
+/// the instance remembered them (`rewrite::remember`): `remembered:N`.
 static DIRECT: AtomicU64 = AtomicU64::new(0);
 static SITES: AtomicU64 = AtomicU64::new(0);
 static REMEMBERED: AtomicU64 = AtomicU64::new(0);
@@ -56,9 +57,8 @@ pub fn count_site() {
     SITES.fetch_add(1, Ordering::Relaxed);
 }
 
-/// Count one site rewritten from the table of remembered sites.
+/// Count one site rewritten from the table of remembered sites (no trap).
 pub fn count_remembered() {
-    SITES.fetch_add(1, Ordering::Relaxed);
     REMEMBERED.fetch_add(1, Ordering::Relaxed);
 }
 
@@ -146,7 +146,7 @@ fn write_line() {
     let sites = SITES.swap(0, Ordering::Relaxed);
     let remembered = REMEMBERED.swap(0, Ordering::Relaxed);
     let mut any = format_line(pid, &counts, &mut line);
-    if direct + sites > 0 {
+    if direct + sites + remembered > 0 {
         // Before the newline; readers skip tokens whose key is no number.
         line.pop();
         line.push(b" direct:");

@@ -26,6 +26,8 @@
  *   cross        - a getpid site whose `syscall` crosses a page boundary,
  *                  run after a site on the first page was rewritten (whose
  *                  `mprotect` split that page off as a mapping of its own)
+ *   execvp NAME ARGS - execvp(NAME, [NAME, ARGS]); on failure prints
+ *                  the error
  *   patch FILE   - in FILE (a copy of this probe), turn every getpid site
  *                  `nop; mov $39,%eax; syscall` into getppid (110) in
  *                  place, keeping its size; prints how many */
@@ -429,5 +431,10 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "stdio")) return stdio_threads(argv[2]);
     if (!strcmp(argv[1], "cross")) return cross();
     if (!strcmp(argv[1], "patch")) return patch(argv[2]);
+    if (!strcmp(argv[1], "execvp")) {
+        execvp(argv[2], argv + 2);
+        printf("execvp %s: %s\n", argv[2], strerror(errno));
+        return 0;
+    }
     return 2;
 }

@@ -492,7 +492,7 @@ mod tests {
         let bytes = std::fs::read(&path).unwrap();
         let mut slot = home(file);
         let mut found = 0;
-        let mut f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
         use std::os::unix::fs::FileExt;
         while found < 2 {
             let at = HEADER_BYTES + slot * SLOT_BYTES;

@@ -53,7 +53,10 @@
 //! holder may not exist, starts with it free ([`after_fork_in_child`]).
 //! Threads: a thread in the SIGSYS handler of a site that another thread
 //! rewrites returns past the `syscall` as before. Fork: the child inherits
-//! the rewritten text and the stubs. `execve`: a new image, nothing kept.
+//! the rewritten text and the stubs. `execve`: a new image, nothing kept
+//! in memory; but the instance remembers where sites were rewritten
+//! (`remember`), and the new image rewrites those of its files as it
+//! starts (`eager`), checking each by the rules here first.
 //! Signals: the entry runs as atoll code (selector ALLOW) exactly as the
 //! SIGSYS handler did, so program signals that arrive meanwhile are
 //! deferred or run in host calls by `sigdefer`.
@@ -62,6 +65,14 @@
 //! `xor %eax,%eax`, too short for a `jmp rel32`; its `xor` becomes a `jmp
 //! rel8` to dead alignment padding after the function's next `ret`, where
 //! a `jmp rel32` to the site's stub is written first.
+//!
+//! Remembered sites (`remember`, `eager`, `batch`): a site rewritten here
+//! is recorded in the instance's table (file identity, offset, number,
+//! kind, a hash of its bytes); a new image rewrites the remembered sites of
+//! each file it maps, at the constructor (or at the first trap in a file
+//! mapped later), in one batch per file, so that a build's hundreds of
+//! images do not each trap once at every glibc site (`--without
+//! remembered-sites` switches it off).
 //!
 //! Switched on per process by the constructor ([`configure`]): the
 //! instance's `--syscall-sites` (`rewrite` by default), and

@@ -218,3 +218,30 @@ fn threads_forks_and_execs_run_remembered_sites_as_on_linux() {
         );
     }
 }
+
+/// A site only children run (between `fork` and their end): the first
+/// child traps there and remembers it; the parent, before its next fork,
+/// rewrites it in its own text, so the later children inherit it rewritten.
+#[test]
+fn a_site_only_children_run_traps_in_the_first_child_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = probe(dir.path());
+    let script = "set -e\nATOLL_TRAP_STATS=\"$1/kids\" \"$0\" children\n";
+    let linux = on_linux(&bin, script);
+    assert_eq!(linux, "children ok 6\n");
+    let getppid = libc::SYS_getppid.to_string();
+    for (opts, traps) in [
+        (&["--servers", "2"][..], 1),
+        (&["--servers", "2", "--without", "remembered-sites"][..], 6),
+    ] {
+        let scratch = tempfile::tempdir().unwrap();
+        assert_eq!(in_atoll(&bin, script, opts, scratch.path()), linux);
+        let kids = scratch.path().join("kids");
+        assert_eq!(
+            count(&kids, &getppid),
+            traps,
+            "{opts:?}: {:?}",
+            std::fs::read_to_string(&kids)
+        );
+    }
+}

@@ -18,7 +18,7 @@
 //! that keep trapping by rule (`keeps_trapping`, `ends_the_image`), and
 //! sites whose number is not a constant next to them.
 
-use core::sync::atomic::{AtomicUsize, Ordering};
+use core::cell::UnsafeCell;
 
 use super::remember::{self, Kind, Site, Table};
 use super::{
@@ -39,26 +39,46 @@ pub struct File {
     pub key: u64,
 }
 
-/// Text mappings whose remembered sites were rewritten (start, end): not
-/// looked at again in this process (nor in its fork children).
-static DONE: [(AtomicUsize, AtomicUsize); 64] =
-    [const { (AtomicUsize::new(0), AtomicUsize::new(0)) }; 64];
-static DONE_COUNT: AtomicUsize = AtomicUsize::new(0);
-
-fn done(at: usize) -> bool {
-    let n = DONE_COUNT.load(Ordering::Relaxed);
-    DONE[..n]
-        .iter()
-        .any(|(s, e)| s.load(Ordering::Relaxed) <= at && at < e.load(Ordering::Relaxed))
+/// Text mappings whose remembered sites were rewritten: not looked at
+/// again at a trap in this process (nor in its fork children), but again
+/// before a fork when the table changed (`before_fork`).
+struct Done {
+    files: [Option<File>; 64],
+    count: usize,
+    /// The table's generation when it was last read.
+    seen: Option<u64>,
 }
 
-/// Only under the rewrite lock, or alone in the constructor.
-fn mark_done(m: &maps::Mapping) {
-    let n = DONE_COUNT.load(Ordering::Relaxed);
-    if n < DONE.len() {
-        DONE[n].0.store(m.start, Ordering::Relaxed);
-        DONE[n].1.store(m.end, Ordering::Relaxed);
-        DONE_COUNT.store(n + 1, Ordering::Relaxed);
+struct DoneCell(UnsafeCell<Done>);
+// SAFETY: every access goes through `done_files`, whose callers hold the
+// process-wide rewrite lock (`Lock`).
+unsafe impl Sync for DoneCell {}
+
+static DONE: DoneCell = DoneCell(UnsafeCell::new(Done {
+    files: [None; 64],
+    count: 0,
+    seen: None,
+}));
+
+/// The done list; the caller holds the rewrite lock.
+#[allow(clippy::mut_from_ref)]
+fn done_files(_lock: &Lock) -> &mut Done {
+    // SAFETY: the lock is held (the argument says so) for as long as the
+    // reference lives, and it is the list's only guard.
+    unsafe { &mut *DONE.0.get() }
+}
+
+fn done(d: &Done, at: usize) -> bool {
+    d.files[..d.count]
+        .iter()
+        .flatten()
+        .any(|f| f.map.start <= at && at < f.map.end)
+}
+
+fn mark_done(d: &mut Done, f: &File) {
+    if d.count < d.files.len() {
+        d.files[d.count] = Some(*f);
+        d.count += 1;
     }
 }
 
@@ -112,6 +132,7 @@ pub fn at_start() {
     if !remember::enabled() {
         return;
     }
+    let seen = remember::generation();
     let Some(table) = Table::for_reading() else {
         return;
     };
@@ -124,10 +145,43 @@ pub fn at_start() {
         }
         n < MAX_FILES
     });
-    let _lock = Lock::take();
+    let lock = Lock::take();
+    let d = done_files(&lock);
+    d.seen = seen;
     batch::begin();
     for f in files[..n].iter().flatten() {
-        mark_done(&f.map);
+        mark_done(d, f);
+        rewrite_file(&table, f);
+    }
+    batch::end();
+}
+
+/// Before a fork (the parent, any thread): if the table changed since this
+/// process read it, rewrite the sites remembered since in its files, so
+/// that the children find them rewritten. A site that only children run
+/// (between `fork` and `execve`: `posix_spawn`'s child resetting its ids,
+/// `make`'s children) is rewritten by the first child, which dies with it,
+/// and remembered; without this every later child of the same parent would
+/// trap there again. An `open`, a `pread` and a `close` when nothing
+/// changed.
+pub fn before_fork() {
+    if !super::enabled() || !remember::enabled() {
+        return;
+    }
+    let Some(now) = remember::generation() else {
+        return;
+    };
+    let lock = Lock::take();
+    let d = done_files(&lock);
+    if d.seen == Some(now) || d.count == 0 {
+        return;
+    }
+    d.seen = Some(now);
+    let Some(table) = Table::for_reading() else {
+        return;
+    };
+    batch::begin();
+    for f in d.files[..d.count].iter().flatten() {
         rewrite_file(&table, f);
     }
     batch::end();
@@ -136,11 +190,12 @@ pub fn at_start() {
 /// At a trap about to be rewritten lazily (rewrite lock held): if its
 /// file's mapping was not looked at yet (mapped after the constructor),
 /// rewrite that file's remembered sites first.
-pub fn at_trap(file: &File) {
-    if done(file.map.start) {
+pub fn at_trap(file: &File, lock: &Lock) {
+    let d = done_files(lock);
+    if done(d, file.map.start) {
         return;
     }
-    mark_done(&file.map);
+    mark_done(d, file);
     let Some(table) = Table::for_reading() else {
         return;
     };

@@ -87,7 +87,7 @@ mod remember;
 mod short;
 mod stubs;
 
-pub use eager::at_start;
+pub use eager::{at_start, before_fork};
 
 use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
@@ -262,7 +262,7 @@ fn rewrite_locked<C>(
     find: impl FnOnce() -> Option<(usize, C)>,
     apply: impl FnOnce(C) -> Result<(), &'static str>,
 ) {
-    let _lock = Lock::take();
+    let lock = Lock::take();
     if !entry::ready() {
         ENABLED.store(false, Ordering::Relaxed);
         return;
@@ -271,7 +271,7 @@ fn rewrite_locked<C>(
         .then(|| eager::file_of(resume - 2))
         .flatten();
     if let Some(f) = &file {
-        eager::at_trap(f);
+        eager::at_trap(f, &lock);
     }
     let Some((start, site)) = find() else {
         return;

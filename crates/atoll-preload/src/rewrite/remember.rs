@@ -8,7 +8,9 @@
 //! them (10 to 24 traps per process, docs/BENCHMARKS.md).
 //!
 //! The table is the file `sites` in the instance's runtime directory (mode
-//! 0700, beside `boot.sock`), of a fixed size: a header word, then
+//! 0700, beside `boot.sock`), of a fixed size: a header (a magic word, and
+//! a generation bumped by every new slot, which tells a process before a
+//! fork whether anything was remembered since it looked), then
 //! [`SLOTS`] slots of four 64-bit words:
 //!
 //! ```text
@@ -206,6 +208,16 @@ pub fn enabled() -> bool {
     PATH_SET.load(Ordering::Acquire)
 }
 
+/// How many sites the table has remembered (its header's second word,
+/// bumped by each new slot), or `None` without a table: the test of
+/// whether anything new was remembered since a process last looked.
+pub fn generation() -> Option<u64> {
+    let t = Table::open(libc::O_RDONLY)?;
+    let mut b = [0u8; 16];
+    (t.pread(&mut b, 0) == 16 && b[..8] == MAGIC.to_le_bytes())
+        .then(|| u64::from_le_bytes(b[8..].try_into().unwrap()))
+}
+
 /// An open table: closed when dropped.
 pub struct Table(i32);
 
@@ -362,7 +374,11 @@ pub fn record(site: &Site) -> bool {
     for (k, w) in site.encode().iter().enumerate() {
         bytes[k * 8..k * 8 + 8].copy_from_slice(&w.to_le_bytes());
     }
-    t.pwrite(&bytes, HEADER_BYTES + slot * SLOT_BYTES)
+    if !t.pwrite(&bytes, HEADER_BYTES + slot * SLOT_BYTES) {
+        return false;
+    }
+    let generation = t.word(8).unwrap_or(0).wrapping_add(1);
+    t.pwrite(&generation.to_le_bytes(), 8)
 }
 
 #[cfg(test)]
@@ -462,6 +478,20 @@ mod tests {
         assert_eq!(ends, want);
         let size = std::fs::metadata(unsafe_path()).unwrap().len();
         assert_eq!(size, FILE_BYTES as u64);
+    }
+
+    #[test]
+    fn each_new_site_moves_the_generation_and_a_known_one_does_not() {
+        table();
+        let file = file_key(11, 11, 11, 11, 11);
+        assert!(record(&site(file, 1)));
+        let g = generation().unwrap();
+        assert!(record(&site(file, 1)));
+        // Other tests may record meanwhile: never backwards, and a new
+        // site of this file moves it.
+        assert!(generation().unwrap() >= g);
+        assert!(record(&site(file, 2)));
+        assert!(generation().unwrap() > g);
     }
 
     #[test]

@@ -26,6 +26,8 @@
  *   cross        - a getpid site whose `syscall` crosses a page boundary,
  *                  run after a site on the first page was rewritten (whose
  *                  `mprotect` split that page off as a mapping of its own)
+ *   children     - six children forked one after another each run a
+ *                  getppid site that the parent never runs
  *   execvp NAME ARGS - execvp(NAME, [NAME, ARGS]); on failure prints
  *                  the error
  *   patch FILE   - in FILE (a copy of this probe), turn every getpid site
@@ -398,6 +400,25 @@ static int stdio_threads(const char *path) {
     return 0;
 }
 
+static long sys_getppid_in_child(void) {
+    long r;
+    asm volatile("nop\n\tmov $110, %%eax\n\tsyscall" : "=a"(r)::"rcx", "r11", "memory");
+    return r;
+}
+
+static int children(void) {
+    int ok = 0;
+    for (int i = 0; i < 6; i++) {
+        pid_t parent = getpid();
+        pid_t c = fork();
+        if (c == 0) _exit(sys_getppid_in_child() == parent ? 0 : 1);
+        int st;
+        if (waitpid(c, &st, 0) == c && WIFEXITED(st) && WEXITSTATUS(st) == 0) ok++;
+    }
+    printf("children ok %d\n", ok);
+    return 0;
+}
+
 static int patch(const char *path) {
     static const unsigned char site[] = {0x90, 0xb8, 39, 0, 0, 0, 0x0f, 0x05};
     static unsigned char b[1 << 20];
@@ -431,6 +452,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "stdio")) return stdio_threads(argv[2]);
     if (!strcmp(argv[1], "cross")) return cross();
     if (!strcmp(argv[1], "patch")) return patch(argv[2]);
+    if (!strcmp(argv[1], "children")) return children();
     if (!strcmp(argv[1], "execvp")) {
         execvp(argv[2], argv + 2);
         printf("execvp %s: %s\n", argv[2], strerror(errno));

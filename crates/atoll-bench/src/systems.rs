@@ -369,6 +369,11 @@ mod tests {
     fn parse_without_knows_hare_techniques_and_rejects_others() {
         let w = parse_without(&["dir-cache".into(), "broadcast".into()]).unwrap();
         assert!(w.dir_cache && w.broadcast && !w.dir_distribution);
+        assert!(
+            parse_without(&["remembered-sites".into()])
+                .unwrap()
+                .remembered_sites
+        );
         assert!(parse_without(&["warp-drive".into()]).is_err());
     }
 

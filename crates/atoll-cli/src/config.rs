@@ -338,7 +338,9 @@ mod tests {
         let w = p.config.without;
         assert!(w.dir_cache && w.coalescing);
         assert!(!w.dir_distribution && !w.broadcast && !w.direct_cache);
-        assert!(!w.affinity && !w.hybrid_fd);
+        assert!(!w.affinity && !w.hybrid_fd && !w.remembered_sites);
+        let p = plan_with_cores(&args(&["--without", "remembered-sites"]), &[0]).unwrap();
+        assert!(p.config.without.remembered_sites && !p.config.without.dir_cache);
     }
 
     #[test]

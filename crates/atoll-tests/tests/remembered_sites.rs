@@ -245,3 +245,49 @@ fn a_site_only_children_run_traps_in_the_first_child_alone() {
         );
     }
 }
+
+/// A library loaded with `dlopen`, after the constructor: its remembered
+/// sites are rewritten at the first trap in it, so in a second process the
+/// site of `a` traps once (the first trap in the library) and the site of
+/// `b` never.
+#[test]
+fn a_library_loaded_later_gets_its_remembered_sites_at_its_first_trap() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = probe(dir.path());
+    let src = dir.path().join("lib.c");
+    std::fs::write(
+        &src,
+        "long a(void) { long r; asm volatile(\"nop\\n\\tmov $110, %%eax\\n\\tsyscall\" \
+         : \"=a\"(r)::\"rcx\", \"r11\", \"memory\"); return r; }\n\
+         long b(void) { long r; asm volatile(\"nop\\n\\tmov $111, %%eax\\n\\tsyscall\" \
+         : \"=a\"(r)::\"rcx\", \"r11\", \"memory\"); return r; }\n",
+    )
+    .unwrap();
+    let lib = dir.path().join("lib.so");
+    let status = Command::new("cc")
+        .args(["-O1", "-shared", "-fPIC", "-o"])
+        .arg(&lib)
+        .arg(&src)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let script = format!(
+        "set -e\nATOLL_TRAP_STATS=\"$1/first\" \"$0\" dl {l}\nATOLL_TRAP_STATS=\"$1/second\" \"$0\" dl {l}\n",
+        l = lib.display()
+    );
+    let linux = on_linux(&bin, &script);
+    assert_eq!(linux, "dl ok 3\n".repeat(2));
+    let scratch = tempfile::tempdir().unwrap();
+    assert_eq!(in_atoll(&bin, &script, &[], scratch.path()), linux);
+    let (first, second) = (scratch.path().join("first"), scratch.path().join("second"));
+    let show = format!(
+        "{:?} {:?}",
+        std::fs::read_to_string(&first),
+        std::fs::read_to_string(&second)
+    );
+    assert_eq!(count(&first, "110"), 1, "{show}");
+    // `b`'s site, and glibc's `getpgrp` the probe compares it with.
+    assert!(count(&first, "111") >= 1, "{show}");
+    assert_eq!(count(&second, "110"), 1, "{show}");
+    assert_eq!(count(&second, "111"), 0, "{show}");
+}

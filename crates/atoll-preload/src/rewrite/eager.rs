@@ -180,8 +180,31 @@ pub fn before_fork() {
     let Some(table) = Table::for_reading() else {
         return;
     };
+    // Where those files are mapped now: a library may have been unloaded
+    // since (its range unmapped, or another file's), and rewrites split
+    // mappings into pieces. Each text mapping of the same device and
+    // inode at the same placement is one.
+    let mut now = [None::<File>; MAX_FILES];
+    let mut n = 0;
+    maps::each_line(|m, _| {
+        let same = |f: &&File| {
+            f.map.inode == m.inode
+                && f.map.dev == m.dev
+                && m.start.wrapping_sub(f.map.start) as u64 == m.offset.wrapping_sub(f.map.offset)
+        };
+        if is_text(m) {
+            if let Some(f) = d.files[..d.count].iter().flatten().find(same) {
+                now[n] = Some(File {
+                    map: *m,
+                    key: f.key,
+                });
+                n += 1;
+            }
+        }
+        n < MAX_FILES
+    });
     batch::begin();
-    for f in d.files[..d.count].iter().flatten() {
+    for f in now[..n].iter().flatten() {
         rewrite_file(&table, f);
     }
     batch::end();

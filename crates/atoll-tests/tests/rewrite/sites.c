@@ -28,11 +28,14 @@
  *                  `mprotect` split that page off as a mapping of its own)
  *   children     - six children forked one after another each run a
  *                  getppid site that the parent never runs
+ *   dl LIB       - dlopen LIB and call its functions `a` and `b` (each a
+ *                  site of its own) three times each
  *   execvp NAME ARGS - execvp(NAME, [NAME, ARGS]); on failure prints
  *                  the error
  *   patch FILE   - in FILE (a copy of this probe), turn every getpid site
  *                  `nop; mov $39,%eax; syscall` into getppid (110) in
  *                  place, keeping its size; prints how many */
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -419,6 +422,18 @@ static int children(void) {
     return 0;
 }
 
+static int dl(const char *lib) {
+    void *h = dlopen(lib, RTLD_NOW);
+    if (!h) return 1;
+    long (*a)(void) = (long (*)(void))dlsym(h, "a");
+    long (*b)(void) = (long (*)(void))dlsym(h, "b");
+    if (!a || !b) return 1;
+    int ok = 0;
+    for (int i = 0; i < 3; i++) ok += a() == getppid() && b() == getpgrp();
+    printf("dl ok %d\n", ok);
+    return 0;
+}
+
 static int patch(const char *path) {
     static const unsigned char site[] = {0x90, 0xb8, 39, 0, 0, 0, 0x0f, 0x05};
     static unsigned char b[1 << 20];
@@ -453,6 +468,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "cross")) return cross();
     if (!strcmp(argv[1], "patch")) return patch(argv[2]);
     if (!strcmp(argv[1], "children")) return children();
+    if (!strcmp(argv[1], "dl")) return dl(argv[2]);
     if (!strcmp(argv[1], "execvp")) {
         execvp(argv[2], argv + 2);
         printf("execvp %s: %s\n", argv[2], strerror(errno));

@@ -30,8 +30,9 @@
 //! files' runs. Written and read with raw system calls only (`pread`,
 //! `pwrite`: this runs in the SIGSYS handler and in the constructor, and
 //! never re-enters atoll, nor can a table cut short by someone raise
-//! `SIGBUS` as a shared mapping of it would). Writers take `flock` on it,
-//! so two never pick the same empty slot; readers take no lock and drop a
+//! `SIGBUS` as a shared mapping of it would). Writers take `flock` on it
+//! (never waiting long: a stopped holder makes them give up), so two never
+//! pick the same empty slot; readers take no lock and drop a
 //! slot whose `check` does not match (a write they saw half done). Slots
 //! are never freed: a full run ([`MAX_PROBE`]) or table remembers no more.
 //!
@@ -238,7 +239,7 @@ impl Table {
     /// Open (or create) the table, locked for writing until dropped.
     fn for_writing() -> Option<Table> {
         let t = Table::open(libc::O_RDWR | libc::O_CREAT)?;
-        if raw::syscall(libc::SYS_flock, &[t.0 as u64, libc::LOCK_EX as u64]) != 0 {
+        if !t.lock() {
             return None;
         }
         match t.size()? {
@@ -255,6 +256,24 @@ impl Table {
             _ => {}
         }
         (t.word(0)? == MAGIC).then_some(t)
+    }
+
+    /// Take the writers' lock, without waiting on it: a holder stopped
+    /// (a debugger, `SIGSTOP`) must not stop every other program's trap
+    /// handler. It is held for a few system calls, so a busy lock is
+    /// tried again a while, then given up (the site is not remembered).
+    fn lock(&self) -> bool {
+        let how = (libc::LOCK_EX | libc::LOCK_NB) as u64;
+        for _ in 0..1000 {
+            match raw::syscall(libc::SYS_flock, &[self.0 as u64, how]) {
+                0 => return true,
+                e if e == -(libc::EWOULDBLOCK as i64) || e == -(libc::EINTR as i64) => {
+                    raw::syscall(libc::SYS_sched_yield, &[]);
+                }
+                _ => return false,
+            }
+        }
+        false
     }
 
     fn open(flags: i32) -> Option<Table> {

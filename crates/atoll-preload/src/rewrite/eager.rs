@@ -132,10 +132,10 @@ pub fn at_start() {
     if !remember::enabled() {
         return;
     }
-    let seen = remember::generation();
     let Some(table) = Table::for_reading() else {
         return;
     };
+    let seen = table.generation();
     let mut files = [None::<File>; MAX_FILES];
     let mut n = 0;
     maps::each_line(|m, path| {

@@ -236,6 +236,11 @@ impl Table {
         (t.size()? == FILE_BYTES as i64 && t.word(0)? == MAGIC).then_some(t)
     }
 
+    /// The table's generation (see [`generation`]).
+    pub fn generation(&self) -> Option<u64> {
+        self.word(8)
+    }
+
     /// Open (or create) the table, locked for writing until dropped.
     fn for_writing() -> Option<Table> {
         let t = Table::open(libc::O_RDWR | libc::O_CREAT)?;

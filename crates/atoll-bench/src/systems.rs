@@ -137,10 +137,11 @@ pub fn parse_without(names: &[String]) -> anyhow::Result<atoll_proto::boot::With
             "size_board" => &mut w.size_board,
             "direct_links" => &mut w.direct_links,
             "negative_lookups" => &mut w.negative_lookups,
+            "remembered_sites" => &mut w.remembered_sites,
             other => bail!(
                 "unknown technique {other:?}; known: dir-distribution, dir-cache, broadcast, \
                  direct-cache, coalescing, affinity, hybrid-fd, recovery, processes, size-board, \
-                 direct-links, negative-lookups"
+                 direct-links, negative-lookups, remembered-sites"
             ),
         };
         *flag = true;
@@ -368,6 +369,11 @@ mod tests {
     fn parse_without_knows_hare_techniques_and_rejects_others() {
         let w = parse_without(&["dir-cache".into(), "broadcast".into()]).unwrap();
         assert!(w.dir_cache && w.broadcast && !w.dir_distribution);
+        assert!(
+            parse_without(&["remembered-sites".into()])
+                .unwrap()
+                .remembered_sites
+        );
         assert!(parse_without(&["warp-drive".into()]).is_err());
     }
 

@@ -615,6 +615,10 @@ pub enum Technique {
     /// the name's server before a reply that makes the name exist;
     /// without it every lookup of a missing name asks its server
     NegativeLookups,
+    /// System-call sites rewritten by one program, remembered by the
+    /// instance and rewritten in each new program image at start; without
+    /// it each image traps once at every site before rewriting it
+    RememberedSites,
 }
 
 /// Parse a size: plain bytes, or a number with a binary unit suffix

@@ -170,6 +170,7 @@ fn without(list: &[Technique]) -> Without {
             Technique::SizeBoard => w.size_board = true,
             Technique::DirectLinks => w.direct_links = true,
             Technique::NegativeLookups => w.negative_lookups = true,
+            Technique::RememberedSites => w.remembered_sites = true,
         }
     }
     w
@@ -339,7 +340,9 @@ mod tests {
         let w = p.config.without;
         assert!(w.dir_cache && w.coalescing);
         assert!(!w.dir_distribution && !w.broadcast && !w.direct_cache);
-        assert!(!w.affinity && !w.hybrid_fd);
+        assert!(!w.affinity && !w.hybrid_fd && !w.remembered_sites);
+        let p = plan_with_cores(&args(&["--without", "remembered-sites"]), &[0]).unwrap();
+        assert!(p.config.without.remembered_sites && !p.config.without.dir_cache);
     }
 
     #[test]

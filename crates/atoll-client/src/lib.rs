@@ -162,6 +162,12 @@ pub fn rewrites_syscall_sites() -> bool {
         .is_some_and(|c| c.info.syscall_sites == atoll_proto::boot::SyscallSites::Rewrite)
 }
 
+/// Do the instance's clients share the sites they rewrite through its
+/// table of remembered sites (not `--without remembered-sites`)?
+pub fn remembers_syscall_sites() -> bool {
+    session::client().is_some_and(|c| !c.info.without.remembered_sites)
+}
+
 /// Join the instance named by `ATOLL_SOCKET` (or restore the session
 /// inherited across `execve`). Returns false when this process is not an
 /// atoll client; every later call then answers `Dispatch::Host`.

@@ -103,6 +103,13 @@ pub fn rewrites_syscall_sites() -> bool {
     mode() == Mode::Client && catch_unwind(atoll_client::rewrites_syscall_sites).unwrap_or(false)
 }
 
+/// Does the instance share rewritten sites (not `--without
+/// remembered-sites`)?
+#[cfg_attr(test, allow(dead_code))]
+pub fn remembers_syscall_sites() -> bool {
+    mode() == Mode::Client && catch_unwind(atoll_client::remembers_syscall_sites).unwrap_or(false)
+}
+
 /// Cheap pre-filter for the trap path (see `atoll_client::may_concern`).
 /// Hot path.
 #[inline]

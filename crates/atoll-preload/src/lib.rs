@@ -17,7 +17,9 @@
 //!   "atoll code is running on this thread" flag; `region` finds our own
 //!   text (always allowed by SUD).
 //! * `rewrite` — sites whose `syscall` trapped are rewritten, the first
-//!   time, into calls of atoll's entry (no signal afterwards).
+//!   time, into calls of atoll's entry (no signal afterwards), and
+//!   remembered by the instance, so that later program images rewrite them
+//!   at start, before they trap.
 //! * `client` — the single door to `atoll-client` (mode, dispatch, fork
 //!   hooks); `stack` runs the client's work on atoll's own stack; `stats`
 //!   counts traps; `raw` issues system calls from our text; `altstack`
@@ -141,6 +143,14 @@ fn start() {
     if r == 0 {
         let on = rewrite::configure(wants_rewriting(mode, env(rewrite::ENV_REWRITE)));
         sigsys::debug(&[b"rewriting trapped sites (1 = on)"], &[on as i64]);
+        // The sites earlier images rewrote, rewritten now, before they
+        // trap (`rewrite::eager`).
+        if on && client::remembers_syscall_sites() {
+            let socket = env(atoll_proto::boot::ENV_SOCKET).unwrap_or_default();
+            if rewrite::remember_beside(socket) {
+                rewrite::at_start();
+            }
+        }
     }
 }
 

@@ -22,9 +22,13 @@ pub const SLOTS: usize = 512;
 #[cfg_attr(target_os = "linux", link_section = ".bss.atoll_tables")]
 static COUNTS: [AtomicU64; SLOTS] = [const { AtomicU64::new(0) }; SLOTS];
 /// Calls that went through rewritten sites (`rewrite`), and sites this
-/// process rewrote: written as `direct:N` and `sites:N` after the counts.
+/// process rewrote after their first trap: written as `direct:N` and
+/// `sites:N` after the counts (a reader subtracts `sites` from the traps
+/// to get those that recur); sites rewritten before any trap, because
+/// the instance remembered them (`rewrite::remember`): `remembered:N`.
 static DIRECT: AtomicU64 = AtomicU64::new(0);
 static SITES: AtomicU64 = AtomicU64::new(0);
+static REMEMBERED: AtomicU64 = AtomicU64::new(0);
 
 /// NUL-terminated path from `ATOLL_TRAP_STATS`, copied at start-up so the
 /// exit path needs neither getenv nor malloc.
@@ -53,6 +57,11 @@ pub fn count_site() {
     SITES.fetch_add(1, Ordering::Relaxed);
 }
 
+/// Count one site rewritten from the table of remembered sites (no trap).
+pub fn count_remembered() {
+    REMEMBERED.fetch_add(1, Ordering::Relaxed);
+}
+
 /// Copy the counters into `out` (up to its length); returns how many slots
 /// were written.
 pub fn snapshot(out: &mut [u64]) -> usize {
@@ -68,7 +77,7 @@ pub fn reset() {
     // Only the counters that are not zero already: in a forked child each
     // store to a page of the table, zero or not, copies that page (a
     // write fault), and most rows are zero.
-    for c in COUNTS.iter().chain([&DIRECT, &SITES]) {
+    for c in COUNTS.iter().chain([&DIRECT, &SITES, &REMEMBERED]) {
         if c.load(Ordering::Relaxed) != 0 {
             c.store(0, Ordering::Relaxed);
         }
@@ -135,14 +144,19 @@ fn write_line() {
     let pid = raw::syscall(libc::SYS_getpid, &[]);
     let direct = DIRECT.swap(0, Ordering::Relaxed);
     let sites = SITES.swap(0, Ordering::Relaxed);
+    let remembered = REMEMBERED.swap(0, Ordering::Relaxed);
     let mut any = format_line(pid, &counts, &mut line);
-    if direct + sites > 0 {
+    if direct + sites + remembered > 0 {
         // Before the newline; readers skip tokens whose key is no number.
         line.pop();
         line.push(b" direct:");
         line.push_u64(direct);
         line.push(b" sites:");
         line.push_u64(sites);
+        if remembered > 0 {
+            line.push(b" remembered:");
+            line.push_u64(remembered);
+        }
         line.push(b"\n");
         any = true;
     }

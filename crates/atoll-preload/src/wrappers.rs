@@ -893,3 +893,4 @@ pub unsafe extern "C-unwind" fn posix_fadvise64(
 
 mod dir;
 mod process;
+mod search;

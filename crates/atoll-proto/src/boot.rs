@@ -175,6 +175,12 @@ pub struct Without {
     /// asks its server. Implied by `dir_cache`.
     #[serde(default)]
     pub negative_lookups: bool,
+    /// Clients record no rewritten system-call sites in the instance's
+    /// table of remembered sites, and a new program image rewrites none
+    /// of them at start: every site traps once per image before it is
+    /// rewritten (preload `rewrite/remember.rs`).
+    #[serde(default)]
+    pub remembered_sites: bool,
 }
 
 /// What every client learns when it attaches.

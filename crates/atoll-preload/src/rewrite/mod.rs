@@ -53,7 +53,10 @@
 //! holder may not exist, starts with it free ([`after_fork_in_child`]).
 //! Threads: a thread in the SIGSYS handler of a site that another thread
 //! rewrites returns past the `syscall` as before. Fork: the child inherits
-//! the rewritten text and the stubs. `execve`: a new image, nothing kept.
+//! the rewritten text and the stubs. `execve`: a new image, nothing kept
+//! in memory; but the instance remembers where sites were rewritten
+//! (`remember`), and the new image rewrites those of its files as it
+//! starts (`eager`), checking each by the rules here first.
 //! Signals: the entry runs as atoll code (selector ALLOW) exactly as the
 //! SIGSYS handler did, so program signals that arrive meanwhile are
 //! deferred or run in host calls by `sigdefer`.
@@ -63,15 +66,28 @@
 //! rel8` to dead alignment padding after the function's next `ret`, where
 //! a `jmp rel32` to the site's stub is written first.
 //!
+//! Remembered sites (`remember`, `eager`, `batch`): a site rewritten here
+//! is recorded in the instance's table (file identity, offset, number,
+//! kind, a hash of its bytes); a new image rewrites the remembered sites of
+//! each file it maps, at the constructor (or at the first trap in a file
+//! mapped later), in one batch per file, so that a build's hundreds of
+//! images do not each trap once at every glibc site (`--without
+//! remembered-sites` switches it off).
+//!
 //! Switched on per process by the constructor ([`configure`]): the
 //! instance's `--syscall-sites` (`rewrite` by default), and
 //! `ATOLL_SYSCALL_REWRITE=off` for one program.
 
+mod batch;
 mod decode;
+mod eager;
 mod entry;
 mod maps;
+mod remember;
 mod short;
 mod stubs;
+
+pub use eager::{at_start, before_fork};
 
 use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
@@ -98,6 +114,12 @@ const JMP_REL8: u8 = 0xeb;
 pub fn configure(want: bool) -> bool {
     ENABLED.store(want, Ordering::Relaxed);
     want
+}
+
+/// Share rewritten sites through the instance's table of remembered sites
+/// beside its boot socket `socket` (`remember`); call [`at_start`] next.
+pub fn remember_beside(socket: &[u8]) -> bool {
+    remember::set_table_beside(socket)
 }
 
 pub fn enabled() -> bool {
@@ -211,7 +233,7 @@ pub fn on_trap(nr: i64, resume: usize) {
         rewrite_locked(
             resume,
             nr,
-            || candidate(resume, nr),
+            || candidate(resume, nr).map(|c| (c.mov, c)),
             |c| rewrite(&c, resume, nr),
         );
     } else if short_candidate(resume, nr).is_some() {
@@ -221,7 +243,7 @@ pub fn on_trap(nr: i64, resume: usize) {
         rewrite_locked(
             resume,
             nr,
-            || short_candidate(resume, nr),
+            || short_candidate(resume, nr).map(|pad| (resume - 4, pad)),
             |pad| rewrite_short(resume, pad, nr),
         );
     }
@@ -229,25 +251,44 @@ pub fn on_trap(nr: i64, resume: usize) {
 
 /// Under the rewrite lock, find the site again (another thread may have
 /// rewritten it meanwhile) and rewrite it; count it, or remember that it
-/// keeps trapping.
+/// keeps trapping. `find` gives the site and the address of its `mov` or
+/// `xor`. With a table of remembered sites, the remembered sites of the
+/// site's file go first if no one looked at them yet in this process
+/// (a library mapped after the constructor), and a site rewritten here is
+/// remembered.
 fn rewrite_locked<C>(
     resume: usize,
     nr: u32,
-    find: impl FnOnce() -> Option<C>,
+    find: impl FnOnce() -> Option<(usize, C)>,
     apply: impl FnOnce(C) -> Result<(), &'static str>,
 ) {
-    let _lock = Lock::take();
+    let lock = Lock::take();
     if !entry::ready() {
         ENABLED.store(false, Ordering::Relaxed);
         return;
     }
-    let Some(site) = find() else {
+    let file = remember::enabled()
+        .then(|| eager::file_of(resume - 2))
+        .flatten();
+    if let Some(f) = &file {
+        eager::at_trap(f, &lock);
+    }
+    let Some((start, site)) = find() else {
         return;
     };
+    let code = eager::code_at(start, resume);
     match apply(site) {
         Ok(()) => {
             crate::stats::count_site();
             sigsys::debug(&[b"rewrote site of"], &[nr as i64, resume as i64]);
+            if let Some(f) = &file {
+                let kind = if start + 4 == resume && nr == 0 {
+                    remember::Kind::Xor
+                } else {
+                    remember::Kind::Mov
+                };
+                eager::record(f, start, resume, nr, kind, code);
+            }
         }
         Err(why) => {
             remember_refused(resume);
@@ -286,13 +327,23 @@ fn short_candidate(resume: usize, nr: u32) -> Option<usize> {
 /// plain store), then the `xor` by one locked `cmpxchg` in its cache line
 /// (or plain stores while single-threaded, as for a `mov` across lines).
 fn rewrite_short(resume: usize, pad: usize, nr: u32) -> Result<(), &'static str> {
+    let m = maps::mapping_of(resume - 4).ok_or("no mapping")?;
+    rewrite_short_in(resume, pad, nr, &m)
+}
+
+/// [`rewrite_short`] in mapping `m`, which holds the `xor`.
+fn rewrite_short_in(
+    resume: usize,
+    pad: usize,
+    nr: u32,
+    m: &maps::Mapping,
+) -> Result<(), &'static str> {
     let xor = resume - 4;
-    let m = maps::mapping_of(xor).ok_or("no mapping")?;
-    if !is_text(&m) || pad + 5 > m.end {
+    if !is_text(m) || pad + 5 > m.end {
         return Err("not read-execute file-backed text");
     }
     let window = short_window(xor);
-    if window.is_none() && !single_threaded() {
+    if window.is_none() && !alone() {
         return Err("an xor across cache lines, and other threads");
     }
     let stored = with_page_writable(xor, || {
@@ -338,9 +389,19 @@ fn read8(at: usize) -> [u8; 8] {
 
 /// Rewrite one candidate site. Caller holds the lock.
 fn rewrite(c: &Candidate, resume: usize, nr: u32) -> Result<(), &'static str> {
+    let m = maps::mapping_of(c.mov).ok_or("no mapping")?;
+    rewrite_in(c, resume, nr, &m)
+}
+
+/// [`rewrite`] in mapping `m`, which holds the `mov`.
+fn rewrite_in(
+    c: &Candidate,
+    resume: usize,
+    nr: u32,
+    m: &maps::Mapping,
+) -> Result<(), &'static str> {
     let mov = c.mov;
-    let m = maps::mapping_of(mov).ok_or("no mapping")?;
-    if !is_text(&m) {
+    if !is_text(m) {
         return Err("not read-execute file-backed text");
     }
     if resume > m.end {
@@ -353,7 +414,7 @@ fn rewrite(c: &Candidate, resume: usize, nr: u32) -> Result<(), &'static str> {
         }
     }
     let window = window(mov);
-    if window.is_none() && !single_threaded() {
+    if window.is_none() && !alone() {
         return Err("a mov across cache lines, and other threads");
     }
     let stored = with_page_writable(mov, || {
@@ -378,6 +439,14 @@ fn rewrite(c: &Candidate, resume: usize, nr: u32) -> Result<(), &'static str> {
 /// read-execute again; what `store` says, or an error if the page cannot
 /// be made writable (sealed mappings, a W^X policy).
 fn with_page_writable(at: usize, store: impl FnOnce() -> bool) -> Result<bool, &'static str> {
+    if batch::active() {
+        // Made read-execute again at the batch's end.
+        return if batch::open(at & !(PAGE - 1)) {
+            Ok(store())
+        } else {
+            Err("mprotect refused")
+        };
+    }
     let page = (at & !(PAGE - 1)) as u64;
     let rwx = (libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC) as u64;
     let rx = (libc::PROT_READ | libc::PROT_EXEC) as u64;
@@ -432,6 +501,15 @@ fn store_alone(at: usize, new: &[u8]) -> bool {
     // code.
     unsafe { core::ptr::copy_nonoverlapping(new.as_ptr(), at as *mut u8, new.len()) };
     true
+}
+
+/// Does this process have one thread (asked once per batch)?
+fn alone() -> bool {
+    if batch::active() {
+        batch::alone(single_threaded)
+    } else {
+        single_threaded()
+    }
 }
 
 /// Does this process have one thread? Field 20 of `/proc/self/stat`

@@ -19,8 +19,11 @@
 //! to an unconditional `ret`/`jmp`; what follows it up to the next 16-byte
 //! boundary must be nothing but the no-op encodings compilers pad with,
 //! which nothing jumps into (jumps go to the aligned label after them).
-//! Anything unknown on the way, padding under 5 bytes or out of the
-//! `rel8`'s reach, and the site keeps trapping. The `syscall` bytes stay,
+//! Padding under 5 bytes is passed over: the aligned label after it starts
+//! an instruction (a jump target, as glibc's `__read_nocancel` has its
+//! error path there), from which decoding goes on to the next `ret` or
+//! `jmp`. Anything unknown on the way, or padding out of the `rel8`'s
+//! reach, and the site keeps trapping. The `syscall` bytes stay,
 //! as for the five-byte sites (`decode.rs`): a thread past the `xor`, or a
 //! jump straight to the `syscall`, traps as before.
 
@@ -49,19 +52,31 @@ pub fn is_xor_site(before: &[u8], nr: u32) -> bool {
 pub fn find_padding(after: &[u8], base: usize) -> Option<usize> {
     let mut at = 0;
     loop {
-        let (len, ends) = insn_len(&after[at..])?;
-        at += len;
-        if ends {
-            break;
+        loop {
+            let (len, ends) = insn_len(&after[at..])?;
+            at += len;
+            if ends {
+                break;
+            }
         }
+        let aligned = (base + at).next_multiple_of(16) - base;
+        if aligned > after.len() || !nops_fill(&after[at..aligned]) {
+            return None;
+        }
+        // The jmp rel8 sits 2 bytes before the syscall: its next
+        // instruction is the syscall, 2 bytes before `after[0]`.
+        if at + 2 > REL8_REACH {
+            return None;
+        }
+        if aligned - at >= PAD_BYTES {
+            return Some(at);
+        }
+        // Too little padding (glibc's `__read_nocancel`: 3 bytes after its
+        // `ret`, then its error path). What starts at the aligned boundary
+        // is a jump target, an instruction's start: go on from there to
+        // the next `ret` or `jmp` and its padding.
+        at = aligned;
     }
-    let aligned = (base + at).next_multiple_of(16) - base;
-    // The jmp rel8 sits 2 bytes before the syscall: its next instruction
-    // is the syscall, 2 bytes before `after[0]`.
-    if aligned - at < PAD_BYTES || at + 2 > REL8_REACH || aligned > after.len() {
-        return None;
-    }
-    nops_fill(&after[at..aligned]).then_some(at)
 }
 
 /// Length of the instruction at the start of `code`, and whether it ends
@@ -225,10 +240,29 @@ mod tests {
         0x48, 0x8b, 0x15, 0xc9, 0xaa, 0x0d, 0x00, // the next code
     ];
 
+    /// glibc 2.36's `__read_nocancel` (at 0xfd100), after its `syscall`:
+    /// three bytes of padding after the first `ret`, twelve after the
+    /// error path's.
+    const READ_NOCANCEL_AFTER: &[u8] = &[
+        0x48, 0x3d, 0x00, 0xf0, 0xff, 0xff, // cmp
+        0x77, 0x04, // ja 0xfd110
+        0xc3, // ret
+        0x0f, 0x1f, 0x00, // nopl (%rax)
+        0x48, 0x8b, 0x15, 0xc9, 0x5c, 0x0d, 0x00, // mov x(%rip),%rdx
+        0xf7, 0xd8, // neg %eax
+        0x64, 0x89, 0x02, // mov %eax,%fs:(%rdx)
+        0x48, 0xc7, 0xc0, 0xff, 0xff, 0xff, 0xff, // mov $-1,%rax
+        0xc3, // ret
+        0x66, 0x2e, 0x0f, 0x1f, 0x84, 0x00, 0x00, 0x00, 0x00, 0x00, 0x66, 0x90, // padding
+        0x49, 0x89, 0xca, // the next function
+    ];
+
     #[test]
     fn glibc_reads_find_the_padding_after_their_ret() {
         assert_eq!(find_padding(READ_AFTER, 0xf82ad), Some(9));
         assert_eq!(find_padding(READ_CANCEL_AFTER, 0xf82ec), Some(31));
+        // Past the first ret's three bytes, to the error path's padding.
+        assert_eq!(find_padding(READ_NOCANCEL_AFTER, 0xfd104), Some(32));
     }
 
     #[test]

@@ -138,6 +138,11 @@ pub(super) fn clone_any(nr: i64, args: [u64; 6], uc: &libc::ucontext_t) -> i64 {
     if client::mode() == Mode::Off {
         return raw::syscall6(nr, args);
     }
+    if makes_process(nr, &args) {
+        // Sites remembered since this process started, rewritten now so
+        // that the child inherits them (`rewrite::eager::before_fork`).
+        crate::rewrite::before_fork();
+    }
     let waiter = if is_vfork(nr, &args) {
         VforkWait::new()
     } else {
@@ -154,6 +159,22 @@ pub(super) fn clone_any(nr: i64, args: [u64; 6], uc: &libc::ucontext_t) -> i64 {
     match waiter {
         Some(w) => w.finish(r),
         None => r,
+    }
+}
+
+/// Does this clone make a process (a fork, or a vfork, which `classify`
+/// makes a fork), not a thread?
+fn makes_process(nr: i64, args: &[u64; 6]) -> bool {
+    let vm = libc::CLONE_VM as u64;
+    match nr {
+        libc::SYS_fork | libc::SYS_vfork => true,
+        libc::SYS_clone => args[0] & vm == 0 || is_vfork(nr, args),
+        libc::SYS_clone3 if args[0] != 0 && args[1] >= 8 => {
+            // SAFETY: as in `is_vfork`.
+            let flags = unsafe { *(args[0] as *const u64) };
+            flags & vm == 0 || is_vfork(nr, args)
+        }
+        _ => false,
     }
 }
 

@@ -113,6 +113,10 @@ pub unsafe extern "C-unwind" fn fork() -> libc::pid_t {
         None => c_int::from_raw(raw::syscall(libc::SYS_fork, &[])),
     };
     let Some(guard) = enter() else { return host() };
+    // Sites remembered since this process started, rewritten now so that
+    // the child inherits them (`rewrite::eager::before_fork`); on atoll's
+    // stack, as the client's work (a few pages of buffers).
+    crate::stack::run(crate::rewrite::before_fork);
     let prep = match client::fork_prepare() {
         Ok(p) => p,
         Err(e) => {

@@ -25,7 +25,17 @@
  *                  `read` (no PLT entry), on its multi-threaded path
  *   cross        - a getpid site whose `syscall` crosses a page boundary,
  *                  run after a site on the first page was rewritten (whose
- *                  `mprotect` split that page off as a mapping of its own) */
+ *                  `mprotect` split that page off as a mapping of its own)
+ *   children     - six children forked one after another each run a
+ *                  getppid site that the parent never runs
+ *   dl LIB       - dlopen LIB and call its functions `a` and `b` (each a
+ *                  site of its own) three times each
+ *   execvp NAME ARGS - execvp(NAME, [NAME, ARGS]); on failure prints
+ *                  the error
+ *   patch FILE   - in FILE (a copy of this probe), turn every getpid site
+ *                  `nop; mov $39,%eax; syscall` into getppid (110) in
+ *                  place, keeping its size; prints how many */
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -393,6 +403,55 @@ static int stdio_threads(const char *path) {
     return 0;
 }
 
+static long sys_getppid_in_child(void) {
+    long r;
+    asm volatile("nop\n\tmov $110, %%eax\n\tsyscall" : "=a"(r)::"rcx", "r11", "memory");
+    return r;
+}
+
+static int children(void) {
+    int ok = 0;
+    for (int i = 0; i < 6; i++) {
+        pid_t parent = getpid();
+        pid_t c = fork();
+        if (c == 0) _exit(sys_getppid_in_child() == parent ? 0 : 1);
+        int st;
+        if (waitpid(c, &st, 0) == c && WIFEXITED(st) && WEXITSTATUS(st) == 0) ok++;
+    }
+    printf("children ok %d\n", ok);
+    return 0;
+}
+
+static int dl(const char *lib) {
+    void *h = dlopen(lib, RTLD_NOW);
+    if (!h) return 1;
+    long (*a)(void) = (long (*)(void))dlsym(h, "a");
+    long (*b)(void) = (long (*)(void))dlsym(h, "b");
+    if (!a || !b) return 1;
+    int ok = 0;
+    for (int i = 0; i < 3; i++) ok += a() == getppid() && b() == getpgrp();
+    printf("dl ok %d\n", ok);
+    return 0;
+}
+
+static int patch(const char *path) {
+    static const unsigned char site[] = {0x90, 0xb8, 39, 0, 0, 0, 0x0f, 0x05};
+    static unsigned char b[1 << 20];
+    int fd = open(path, O_RDWR);
+    if (fd < 0) return 1;
+    ssize_t n = pread(fd, b, sizeof b, 0);
+    int patched = 0;
+    for (ssize_t i = 0; i + (ssize_t)sizeof site <= n; i++) {
+        if (memcmp(b + i, site, sizeof site)) continue;
+        unsigned char nr = 110;
+        if (pwrite(fd, &nr, 1, i + 2) != 1) return 1;
+        patched++;
+    }
+    close(fd);
+    printf("patched %d\n", patched > 0);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc < 2) return 2;
@@ -407,5 +466,13 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "short")) return short_site(argv[2]);
     if (!strcmp(argv[1], "stdio")) return stdio_threads(argv[2]);
     if (!strcmp(argv[1], "cross")) return cross();
+    if (!strcmp(argv[1], "patch")) return patch(argv[2]);
+    if (!strcmp(argv[1], "children")) return children();
+    if (!strcmp(argv[1], "dl")) return dl(argv[2]);
+    if (!strcmp(argv[1], "execvp")) {
+        execvp(argv[2], argv + 2);
+        printf("execvp %s: %s\n", argv[2], strerror(errno));
+        return 0;
+    }
     return 2;
 }

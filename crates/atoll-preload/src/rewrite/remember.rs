@@ -472,6 +472,17 @@ mod tests {
         });
     }
 
+    /// [`record`], tried again while the writers' lock is busy: under a
+    /// loaded machine (tests run in parallel) it may give up, by design.
+    fn recorded(site: &Site) -> bool {
+        (0..200).any(|_| {
+            record(site) || {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+                false
+            }
+        })
+    }
+
     fn read(file: u64) -> Vec<Site> {
         let t = Table::for_reading().unwrap();
         let mut out = [site(0, 0); 600];
@@ -488,8 +499,8 @@ mod tests {
                 s.spawn(move || {
                     for i in 0..50u64 {
                         // Each site twice: the second finds the first.
-                        assert!(record(&site(file, 1000 * t + i)));
-                        assert!(record(&site(file, 1000 * t + i)));
+                        assert!(recorded(&site(file, 1000 * t + i)));
+                        assert!(recorded(&site(file, 1000 * t + i)));
                     }
                 });
             }
@@ -508,13 +519,13 @@ mod tests {
     fn each_new_site_moves_the_generation_and_a_known_one_does_not() {
         table();
         let file = file_key(11, 11, 11, 11, 11);
-        assert!(record(&site(file, 1)));
+        assert!(recorded(&site(file, 1)));
         let g = generation().unwrap();
-        assert!(record(&site(file, 1)));
+        assert!(recorded(&site(file, 1)));
         // Other tests may record meanwhile: never backwards, and a new
         // site of this file moves it.
         assert!(generation().unwrap() >= g);
-        assert!(record(&site(file, 2)));
+        assert!(recorded(&site(file, 2)));
         assert!(generation().unwrap() > g);
     }
 
@@ -527,7 +538,7 @@ mod tests {
         for i in 0..MAX_PROBE as u64 + 10 {
             kept += record(&site(big, i)) as usize;
         }
-        assert!(record(&site(small, 42)));
+        assert!(recorded(&site(small, 42)));
         // The probe limit, less what other tests' files took in the run.
         assert!((MAX_PROBE - 250..=MAX_PROBE).contains(&kept), "{kept}");
         assert_eq!(read(big).len(), kept);
@@ -539,7 +550,7 @@ mod tests {
         table();
         let file = file_key(10, 10, 10, 10, 10);
         for i in 0..3 {
-            assert!(record(&site(file, i)));
+            assert!(recorded(&site(file, i)));
         }
         // Scribble over the middle slot's code word.
         let path = unsafe_path();

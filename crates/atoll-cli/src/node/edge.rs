@@ -53,6 +53,7 @@ use atoll_proto::boot::{BootReply, BootRequest};
 use atoll_proto::SessionId;
 use atoll_transport::Link;
 
+use super::calltime::CallTimes;
 use super::copies::NodeCopies;
 use super::head::error_packet;
 use super::memberhost::MemberHost;
@@ -76,6 +77,9 @@ struct LocalChan {
     /// answering from the node's copies both produce into it. It guards
     /// the answers waiting for owed replies too.
     replying: Mutex<Held>,
+    /// When the call being timed left for the head (`WireCounts::leg`;
+    /// 0: none).
+    started: AtomicU64,
 }
 
 #[path = "edge_held.rs"]
@@ -142,15 +146,21 @@ struct WireCounts {
     request_messages: AtomicU64,
     reply_frames: AtomicU64,
     reply_messages: AtomicU64,
+    /// Calls from leaving for the head to their reply's coming back: the
+    /// network leg of a remote call (`calltime.rs`).
+    leg: CallTimes,
 }
 
 impl WireCounts {
     fn counters(&self) -> Vec<(String, u64)> {
+        let (leg_ns, leg_calls) = self.leg.counters();
         [
             ("node_wire.request_frames", &self.request_frames),
             ("node_wire.request_messages", &self.request_messages),
             ("node_wire.reply_frames", &self.reply_frames),
             ("node_wire.reply_messages", &self.reply_messages),
+            ("node_wire.network_leg_ns", leg_ns),
+            ("node_wire.network_leg_calls", leg_calls),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v.load(Ordering::Relaxed)))
@@ -420,6 +430,7 @@ impl Edge {
                 sc,
                 owed: AtomicU32::new(0),
                 replying: Mutex::new(Held::default()),
+                started: AtomicU64::new(0),
             });
             self.chans
                 .lock()

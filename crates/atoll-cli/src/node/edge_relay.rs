@@ -10,6 +10,7 @@ use atoll_msg::watch;
 use atoll_proto::boot::PollMode;
 use atoll_transport::Message;
 
+use super::super::calltime::CallTimes;
 use super::super::copies::{Relayed, Verdict};
 use super::super::wire::{self, ChanId, NodeMsg};
 use super::{Edge, LocalChan};
@@ -74,7 +75,9 @@ impl Edge {
                         if !here {
                             let call = is_call(&frame);
                             calls += u32::from(call);
-                            lc.owed.fetch_add(u32::from(call), Ordering::AcqRel);
+                            if lc.owed.fetch_add(u32::from(call), Ordering::AcqRel) == 0 && call {
+                                CallTimes::start(&lc.started);
+                            }
                             frames.push(frame);
                         }
                         // The node's read-ahead on the reader's channel,
@@ -407,11 +410,14 @@ impl Edge {
             return;
         }
         let _ = lc.sc.reply(frame);
-        let _ = lc
+        let before = lc
             .owed
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
                 Some(n.saturating_sub(1))
             });
+        if before == Ok(1) {
+            self.wire.leg.end(&lc.started);
+        }
         // Answers held for this reply follow it at once.
         for answer in held.replied() {
             let _ = lc.sc.reply(&answer);

@@ -53,6 +53,7 @@ use atoll_msg::{ClientChannel, Control};
 use atoll_proto::boot::{BootReply, BootRequest, Island};
 use atoll_transport::{Link, Listener, Message};
 
+use super::calltime::CallTimes;
 use super::members::Stubs;
 use super::seqpacket;
 use super::spawn::SpawnHost;
@@ -75,6 +76,9 @@ struct RealChan {
     /// Past what the watcher's one `futex_waitv` watches (set by the
     /// watcher): what a server sends unasked here waits for a timer.
     unwatched: AtomicBool,
+    /// When the call being timed went into the server's ring
+    /// ([`SERVER_LEG`]; 0: none).
+    started: AtomicU64,
 }
 
 /// A boot packet for a conn worker, with its request id.
@@ -135,6 +139,9 @@ pub fn serve(
     atoll_server::process_counters::publish("node.notices_relayed", &NOTICES_RELAYED);
     atoll_server::process_counters::publish("node.notices_after_timer", &NOTICES_AFTER_TIMER);
     atoll_server::process_counters::publish("node.replies_watched", &REPLIES_WATCHED);
+    let (ns, calls) = SERVER_LEG.counters();
+    atoll_server::process_counters::publish("node.server_leg_ns", ns);
+    atoll_server::process_counters::publish("node.server_leg_calls", calls);
     let mut links: Vec<Arc<dyn Link>> = Vec::new();
     while !stop.load(Ordering::Relaxed) {
         let link = match listener.accept(Some(Duration::from_millis(200))) {
@@ -204,6 +211,10 @@ pub static NOTICES_AFTER_TIMER: AtomicU64 = AtomicU64::new(0);
 /// Replies the watcher relayed (woken by the reply of a slow call) before
 /// the pump's next poll found them.
 pub static REPLIES_WATCHED: AtomicU64 = AtomicU64::new(0);
+/// Calls from the request's entry into a server's ring to the reply's
+/// taking by the pump or the watcher: the server leg of a remote call
+/// (`node.server_leg_ns`, `node.server_leg_calls`; `calltime.rs`).
+pub static SERVER_LEG: CallTimes = CallTimes::new();
 
 /// The pump of one peer: incoming messages to conn workers and real
 /// channels, replies and inbox messages of real channels to the link.
@@ -501,8 +512,8 @@ fn forward_requests<'a>(
         );
         rc.last_id.store(id, Ordering::Relaxed);
         // Counted before the server can answer it.
-        if call {
-            rc.owed.fetch_add(1, Ordering::AcqRel);
+        if call && rc.owed.fetch_add(1, Ordering::AcqRel) == 0 {
+            CallTimes::start(&rc.started);
         }
         let sent = rc.chan.send(frame, control.doorbell(rc.server)).is_ok();
         if !sent {
@@ -587,6 +598,9 @@ fn settle_one(rc: &RealChan) {
         .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
             Some(n.saturating_sub(1))
         });
+    if before == Ok(1) {
+        SERVER_LEG.end(&rc.started);
+    }
     if before.unwrap_or(0) <= 1 {
         // Nothing owed: the watcher need not wake for this ring's next
         // reply (it stops watching it when it next looks).
@@ -840,6 +854,7 @@ fn adopt(
                     slow: AtomicBool::new(false),
                     // Watched until the watcher, rung below, says not.
                     unwatched: AtomicBool::new(false),
+                    started: AtomicU64::new(0),
                 }),
             );
             channels.push(id);

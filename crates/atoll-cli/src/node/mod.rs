@@ -12,6 +12,7 @@
 //! `execve` placed on another host): `spawn.rs` (the node that runs the
 //! program), `remote.rs` (the proxy that stays with the caller).
 
+mod calltime;
 mod copies;
 mod edge;
 mod head;

@@ -137,10 +137,11 @@ pub fn parse_without(names: &[String]) -> anyhow::Result<atoll_proto::boot::With
             "size_board" => &mut w.size_board,
             "direct_links" => &mut w.direct_links,
             "negative_lookups" => &mut w.negative_lookups,
+            "reply_handoff" => &mut w.reply_handoff,
             other => bail!(
                 "unknown technique {other:?}; known: dir-distribution, dir-cache, broadcast, \
                  direct-cache, coalescing, affinity, hybrid-fd, recovery, processes, size-board, \
-                 direct-links, negative-lookups"
+                 direct-links, negative-lookups, reply-handoff"
             ),
         };
         *flag = true;

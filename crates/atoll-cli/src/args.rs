@@ -615,6 +615,11 @@ pub enum Technique {
     /// the name's server before a reply that makes the name exist;
     /// without it every lookup of a missing name asks its server
     NegativeLookups,
+    /// The first node's pump, once a yield while it polls for a remote
+    /// call's reply cost a time slice (a busy core), lets its watcher
+    /// sleep on the reply instead for a while (`atoll node`, given to the
+    /// first node); without it the pump polls, yielding, in every case
+    ReplyHandoff,
 }
 
 /// Parse a size: plain bytes, or a number with a binary unit suffix

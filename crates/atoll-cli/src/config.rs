@@ -170,6 +170,7 @@ fn without(list: &[Technique]) -> Without {
             Technique::SizeBoard => w.size_board = true,
             Technique::DirectLinks => w.direct_links = true,
             Technique::NegativeLookups => w.negative_lookups = true,
+            Technique::ReplyHandoff => w.reply_handoff = true,
         }
     }
     w

@@ -175,6 +175,11 @@ pub struct Without {
     /// asks its server. Implied by `dir_cache`.
     #[serde(default)]
     pub negative_lookups: bool,
+    /// The first node's pump always polls for a remote call's reply,
+    /// yielding, even once its yields cost a time slice (`atoll node`,
+    /// `node/head.rs`): it never hands the wait to its watcher.
+    #[serde(default)]
+    pub reply_handoff: bool,
 }
 
 /// What every client learns when it attaches.

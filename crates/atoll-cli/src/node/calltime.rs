@@ -5,7 +5,7 @@
 //! until it took the reply (the server alone, and the hand-offs to it).
 //! Compared with the program's own round trip (`atoll bench --hosts`,
 //! `remote_rtt_ns`), they split it into the three legs of docs/BENCHMARKS.md,
-//! "Where the remote round trip's time goes, leg by leg".
+//! "Where a remote round trip's time goes, leg by leg".
 //!
 //! Only a call sent while none was owed on its channel is timed (a lane
 //! has one call outstanding, so that is almost every call; a window of

@@ -231,8 +231,9 @@ pub static REPLIES_HANDED_OFF: AtomicU64 = AtomicU64::new(0);
 /// time slice, while the watcher, asleep on the reply ring, is woken by
 /// the server's reply with the preemption a sleeper gets. Measured on the
 /// shared 2-CPU guest (docs/BENCHMARKS.md, "Where a remote round trip's
-/// time goes, leg by leg"): the server leg of a null call 27 → 13 µs
-/// (medians of 11 runs at a load of 6.5–8.3).
+/// time goes, leg by leg"): the server leg of a null call 27 → 13 and
+/// 32 → 21 µs (medians of two alternated series at loads of 5–9), the
+/// round trip's median within the machine's spread.
 pub static REPLY_HANDOFF: AtomicBool = AtomicBool::new(true);
 /// Calls from the request's entry into a server's ring to the reply's
 /// taking by the pump or the watcher: the server leg of a remote call

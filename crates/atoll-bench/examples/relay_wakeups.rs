@@ -120,8 +120,9 @@ fn snapshot() -> BTreeMap<String, Counts> {
 
 /// The proxies' timing of the calls' legs (`calltime.rs`), from `atoll
 /// status --json` at the last node (its own counters beside the first
-/// node's): network leg ns and calls, server leg ns and calls.
-fn legs(c: &Cluster, atoll: &std::path::Path) -> [u64; 4] {
+/// node's): network leg ns and calls, server leg ns and calls, calls
+/// whose reply the first node's pump left to its watcher.
+fn legs(c: &Cluster, atoll: &std::path::Path) -> [u64; 5] {
     let out = std::process::Command::new("ip")
         .args(["netns", "exec", c.namespace(2)])
         .arg(atoll)
@@ -144,13 +145,14 @@ fn legs(c: &Cluster, atoll: &std::path::Path) -> [u64; 4] {
         get("node_wire.network_leg_calls"),
         get("node.server_leg_ns"),
         get("node.server_leg_calls"),
+        get("node.replies_handed_off"),
     ]
 }
 
 /// A remote call split into its legs: the program and its node's proxy
 /// (the rest of the round trip), the network (both crossings and the first
 /// node's proxy), the server (and the hand-offs to it).
-fn print_legs(rtt_ns: f64, before: &[u64; 4], after: &[u64; 4]) {
+fn print_legs(rtt_ns: f64, before: &[u64; 5], after: &[u64; 5]) {
     let per = |i: usize| {
         let calls = after[i + 1].saturating_sub(before[i + 1]);
         match calls {
@@ -160,12 +162,14 @@ fn print_legs(rtt_ns: f64, before: &[u64; 4], after: &[u64; 4]) {
     };
     let (net, server) = (per(0), per(2));
     println!(
-        "legs (µs): program and edge {:.1}, network and head {:.1}, server {:.1} (calls timed: {}, {})",
+        "legs (µs): program and edge {:.1}, network and head {:.1}, server {:.1} \
+         (calls timed: {}, {}; replies handed off: {})",
         (rtt_ns - net) / 1e3,
         (net - server) / 1e3,
         server / 1e3,
         after[1].saturating_sub(before[1]),
         after[3].saturating_sub(before[3]),
+        after[4].saturating_sub(before[4]),
     );
 }
 

@@ -4,6 +4,7 @@
 //! ```sh
 //! sudo target/release/examples/relay_wakeups target/release/atoll 20000
 //! sudo target/release/examples/relay_wakeups target/release/atoll idle
+//! sudo target/release/examples/relay_wakeups target/release/atoll 20000 --without X
 //! ```
 //!
 //! Starts three nodes in network namespaces (as the bench does), makes
@@ -117,23 +118,86 @@ fn snapshot() -> BTreeMap<String, Counts> {
     out
 }
 
+/// The proxies' timing of the calls' legs (`calltime.rs`), from `atoll
+/// status --json` at the last node (its own counters beside the first
+/// node's): network leg ns and calls, server leg ns and calls, calls
+/// whose reply the first node's pump left to its watcher.
+fn legs(c: &Cluster, atoll: &std::path::Path) -> [u64; 5] {
+    let out = std::process::Command::new("ip")
+        .args(["netns", "exec", c.namespace(2)])
+        .arg(atoll)
+        .args(["status", "--json", "--runtime-dir"])
+        .arg(&c.dirs[2])
+        .env_remove("ATOLL_SOCKET")
+        .env_remove("LD_PRELOAD")
+        .output();
+    let v: serde_json::Value = out
+        .ok()
+        .and_then(|o| serde_json::from_slice(&o.stdout).ok())
+        .unwrap_or_default();
+    let get = |k: &str| {
+        v.pointer(&format!("/counters/{k}"))
+            .and_then(|x| x.as_u64())
+            .unwrap_or(0)
+    };
+    [
+        get("node_wire.network_leg_ns"),
+        get("node_wire.network_leg_calls"),
+        get("node.server_leg_ns"),
+        get("node.server_leg_calls"),
+        get("node.replies_handed_off"),
+    ]
+}
+
+/// A remote call split into its legs: the program and its node's proxy
+/// (the rest of the round trip), the network (both crossings and the first
+/// node's proxy), the server (and the hand-offs to it).
+fn print_legs(rtt_ns: f64, before: &[u64; 5], after: &[u64; 5]) {
+    let per = |i: usize| {
+        let calls = after[i + 1].saturating_sub(before[i + 1]);
+        match calls {
+            0 => f64::NAN,
+            n => after[i].saturating_sub(before[i]) as f64 / n as f64,
+        }
+    };
+    let (net, server) = (per(0), per(2));
+    println!(
+        "legs (µs): program and edge {:.1}, network and head {:.1}, server {:.1} \
+         (calls timed: {}, {}; replies handed off: {})",
+        (rtt_ns - net) / 1e3,
+        (net - server) / 1e3,
+        server / 1e3,
+        after[1].saturating_sub(before[1]),
+        after[3].saturating_sub(before[3]),
+        after[4].saturating_sub(before[4]),
+    );
+}
+
 fn main() -> Result<(), String> {
     let args: Vec<String> = std::env::args().collect();
-    let atoll = PathBuf::from(args.get(1).ok_or("usage: relay_wakeups ATOLL [CALLS]")?);
+    let atoll = PathBuf::from(
+        args.get(1)
+            .ok_or("usage: relay_wakeups ATOLL [CALLS|idle] [NODE OPTIONS...]")?,
+    );
     let idle = args.get(2).is_some_and(|a| a == "idle");
     let calls: u32 = args.get(2).and_then(|n| n.parse().ok()).unwrap_or(20_000);
     let mut c = Cluster::new(3)?;
-    c.start_nodes(&atoll, &["--servers", "2", "--memory", "512M"])?;
+    // Options after the count go to every node (`--without ...`).
+    let mut opts = vec!["--servers", "2", "--memory", "512M"];
+    opts.extend(args.iter().skip(3).map(String::as_str));
+    c.start_nodes(&atoll, &opts)?;
     if idle {
         return idle_cpu(&c, &atoll);
     }
     let socket = c.socket(2).ok_or("node 2 has no boot socket")?;
     null_rtt_ns(&socket, 2_000)?;
     let before = snapshot();
+    let legs_before = legs(&c, &atoll);
     let t = Instant::now();
     let rtt = null_rtt_ns(&socket, calls)?;
     let wall = t.elapsed();
     let after = snapshot();
+    let legs_after = legs(&c, &atoll);
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!(
         "{} calls ({} with warm-up) in {wall:?}, {:.1} µs per call; load {}",
@@ -142,6 +206,7 @@ fn main() -> Result<(), String> {
         rtt / 1e3,
         load.split_whitespace().next().unwrap_or("?")
     );
+    print_legs(rtt, &legs_before, &legs_after);
     // The client's warm-up calls are counted too: divide by all of them.
     let n = f64::from(calls + calls / 10);
     let tick_us = 1e6 / 100.0;

@@ -619,6 +619,11 @@ pub enum Technique {
     /// instance and rewritten in each new program image at start; without
     /// it each image traps once at every site before rewriting it
     RememberedSites,
+    /// The first node's pump, once a yield while it polls for a remote
+    /// call's reply cost a time slice (a busy core), lets its watcher
+    /// sleep on the reply instead for a while (`atoll node`, given to the
+    /// first node); without it the pump polls, yielding, in every case
+    ReplyHandoff,
 }
 
 /// Parse a size: plain bytes, or a number with a binary unit suffix

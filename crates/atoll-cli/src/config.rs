@@ -171,6 +171,7 @@ fn without(list: &[Technique]) -> Without {
             Technique::DirectLinks => w.direct_links = true,
             Technique::NegativeLookups => w.negative_lookups = true,
             Technique::RememberedSites => w.remembered_sites = true,
+            Technique::ReplyHandoff => w.reply_handoff = true,
         }
     }
     w

@@ -181,6 +181,11 @@ pub struct Without {
     /// rewritten (preload `rewrite/remember.rs`).
     #[serde(default)]
     pub remembered_sites: bool,
+    /// The first node's pump always polls for a remote call's reply,
+    /// yielding, even once its yields cost a time slice (`atoll node`,
+    /// `node/head.rs`): it never hands the wait to its watcher.
+    #[serde(default)]
+    pub reply_handoff: bool,
 }
 
 /// What every client learns when it attaches.

@@ -45,15 +45,16 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use atoll_msg::watch::{self, Bell};
+use atoll_msg::watch::Bell;
 use atoll_msg::{Control, ServerChannel};
-use atoll_proto::boot::{BootReply, BootRequest, PollMode};
+use atoll_proto::boot::{BootReply, BootRequest};
 use atoll_proto::SessionId;
-use atoll_transport::{Link, Message};
+use atoll_transport::Link;
 
-use super::copies::{NodeCopies, Relayed, Verdict};
+use super::calltime::CallTimes;
+use super::copies::NodeCopies;
 use super::head::error_packet;
 use super::memberhost::MemberHost;
 use super::peers::Peers;
@@ -62,42 +63,6 @@ use super::wire::{self, ChanId, ConnId, NodeMsg};
 
 /// How long a program's boot call waits for the head before it fails.
 const BOOT_CALL_LIMIT: Duration = Duration::from_secs(30);
-
-/// How long the dispatcher polls for the request that follows a reply
-/// (`Edge::dispatch`): a program's next call after the one just
-/// answered, when it makes calls back to back, comes within a few
-/// microseconds; the bound keeps a program that computes between calls
-/// from holding a core.
-const NEXT_REQUEST_SPIN: Duration = Duration::from_micros(50);
-
-/// How long the dispatcher polls the link for a reply owed after the last
-/// call it saw leave: a round trip through both proxies and a server
-/// (25–60 µs on a quiet 2-CPU guest, docs/BENCHMARKS.md) with room for a
-/// loaded machine; a slower call's reply wakes it from `ppoll`.
-const REPLY_WAIT: Duration = Duration::from_micros(200);
-
-/// How long a parked forwarder sleeps at most before it looks at its
-/// doorbell again (a bound, not a poll: the dispatcher rings `park` when
-/// it stops polling).
-const PARK_LIMIT: Duration = Duration::from_millis(100);
-
-/// A request frame that expects a reply (its id, which leads the frame,
-/// is not a posted one; an unreadable id counts as a call).
-fn is_call(frame: &[u8]) -> bool {
-    !matches!(
-        postcard::take_from_bytes::<u64>(frame),
-        Ok((rid, _)) if atoll_proto::is_posted(rid)
-    )
-}
-
-/// What the dispatcher did with a message of the head.
-enum Handled {
-    /// Put a reply in its ring: the program's next call may follow at once.
-    Reply,
-    Other,
-    /// The edge ends (a malformed message, `Stopping`).
-    End,
-}
 
 /// A local channel: the real one it stands for, and the process (boot
 /// connection) it belongs to.
@@ -112,88 +77,17 @@ struct LocalChan {
     /// answering from the node's copies both produce into it. It guards
     /// the answers waiting for owed replies too.
     replying: Mutex<Held>,
+    /// When the call being timed left for the head (`WireCounts::leg`;
+    /// 0: none).
+    started: AtomicU64,
 }
 
-/// Answers from the node's copies to reads that came while replies were
-/// owed on the channel: each goes into the ring right after the last of
-/// those replies, so it passes none (a lane's replies come in order) and
-/// the read need not cross. A read waiting for a read-ahead reply
-/// (`copies.rs`) takes its place here too, and goes when both that reply
-/// has come and the replies owed before it are in the ring.
-#[derive(Default)]
-struct Held {
-    /// Relayed replies put in the ring so far.
-    delivered: u64,
-    /// `(delivered count after which it goes, answer)`, in request order.
-    answers: std::collections::VecDeque<(u64, Slot)>,
-    /// Answers to waiting reads that came before their place was taken
-    /// (the dispatcher relayed the read-ahead reply between the edge's
-    /// decision and its taking the place), by request id.
-    early: HashMap<u64, Vec<u8>>,
-}
+#[path = "edge_held.rs"]
+mod held;
+#[path = "edge_relay.rs"]
+mod relay;
 
-/// An answer's place in [`Held`].
-enum Slot {
-    Ready(Vec<u8>),
-    /// The read with this request id waits for a read-ahead reply.
-    Waiting(u64),
-}
-
-impl Held {
-    /// Must an answer to a request that comes while `owed` replies are
-    /// owed wait? Also behind answers already waiting.
-    fn must_wait(&self, owed: u64) -> bool {
-        owed > 0 || !self.answers.is_empty()
-    }
-
-    /// Keep `answer` until the `owed` replies before it are in the ring.
-    fn hold(&mut self, owed: u64, answer: Vec<u8>) {
-        let after = self.delivered + owed;
-        self.answers.push_back((after, Slot::Ready(answer)));
-    }
-
-    /// Take the place of read `rid`, which waits for a read-ahead reply,
-    /// behind the `owed` replies before it.
-    fn wait(&mut self, owed: u64, rid: u64) {
-        let after = self.delivered + owed;
-        let slot = match self.early.remove(&rid) {
-            Some(a) => Slot::Ready(a),
-            None => Slot::Waiting(rid),
-        };
-        self.answers.push_back((after, slot));
-    }
-
-    /// The answer to waiting read `rid` came (from a read-ahead reply).
-    fn fill(&mut self, rid: u64, answer: Vec<u8>) {
-        for (_, slot) in self.answers.iter_mut() {
-            if matches!(slot, Slot::Waiting(r) if *r == rid) {
-                *slot = Slot::Ready(answer);
-                return;
-            }
-        }
-        self.early.insert(rid, answer);
-    }
-
-    /// The answers now due, in order: ready, and behind no reply owed.
-    fn due(&mut self) -> Vec<Vec<u8>> {
-        let mut due = Vec::new();
-        while let Some((after, Slot::Ready(_))) = self.answers.front() {
-            if *after > self.delivered {
-                break;
-            }
-            if let Some((_, Slot::Ready(a))) = self.answers.pop_front() {
-                due.push(a);
-            }
-        }
-        due
-    }
-
-    /// A relayed reply went into the ring: the answers now due, in order.
-    fn replied(&mut self) -> Vec<Vec<u8>> {
-        self.delivered += 1;
-        self.due()
-    }
-}
+use held::Held;
 
 pub struct Edge {
     link: Arc<dyn Link>,
@@ -252,15 +146,21 @@ struct WireCounts {
     request_messages: AtomicU64,
     reply_frames: AtomicU64,
     reply_messages: AtomicU64,
+    /// Calls from leaving for the head to their reply's coming back: the
+    /// network leg of a remote call (`calltime.rs`).
+    leg: CallTimes,
 }
 
 impl WireCounts {
     fn counters(&self) -> Vec<(String, u64)> {
+        let (leg_ns, leg_calls) = self.leg.counters();
         [
             ("node_wire.request_frames", &self.request_frames),
             ("node_wire.request_messages", &self.request_messages),
             ("node_wire.reply_frames", &self.reply_frames),
             ("node_wire.reply_messages", &self.reply_messages),
+            ("node_wire.network_leg_ns", leg_ns),
+            ("node_wire.network_leg_calls", leg_calls),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v.load(Ordering::Relaxed)))
@@ -530,6 +430,7 @@ impl Edge {
                 sc,
                 owed: AtomicU32::new(0),
                 replying: Mutex::new(Held::default()),
+                started: AtomicU64::new(0),
             });
             self.chans
                 .lock()
@@ -579,373 +480,6 @@ impl Edge {
             }
             Some(BootReply::Lane { lane }) => sessions.get(&conn).map(|s| (*s, *lane)),
             _ => None,
-        }
-    }
-
-    /// Send every request queued on server `i`'s channels, in one write;
-    /// true if there was any. Whoever calls it (forwarder `i`, or the
-    /// dispatcher after a reply) sends under the list's lock, so that the
-    /// frames of a channel leave in ring order.
-    /// Hot path (every remote system call).
-    fn forward_queued(&self, i: usize) -> bool {
-        let direct = self.peers.get().is_some_and(|p| p.forward_queued(i));
-        let mut batch = Vec::new();
-        let mut calls = 0;
-        let mut list = self.per_server[i].lock().unwrap_or_else(|e| e.into_inner());
-        let copies = self.copies.on();
-        let mut ahead = Vec::new();
-        for lc in list.iter() {
-            // This channel's frames, in ring order, leave in as few
-            // messages as the batch limit allows (`wire::MAX_BATCH`).
-            let mut frames = Vec::new();
-            loop {
-                match lc.sc.try_recv(|b| b.to_vec()) {
-                    Ok(Some(frame)) => {
-                        let here = copies && self.answered_here(lc, &frame, &mut ahead);
-                        if !here {
-                            let call = is_call(&frame);
-                            calls += u32::from(call);
-                            lc.owed.fetch_add(u32::from(call), Ordering::AcqRel);
-                            frames.push(frame);
-                        }
-                        // The node's read-ahead on the reader's channel,
-                        // after its read: replies the program is not owed
-                        // (`lc.owed` does not count them).
-                        for frame in ahead.drain(..) {
-                            calls += 1;
-                            self.copies.ahead.fetch_add(1, Ordering::Relaxed);
-                            frames.push(frame);
-                        }
-                    }
-                    Ok(None) => break,
-                    Err(_) => {
-                        // A scribbled ring: drop the channel, as a server
-                        // would.
-                        lc.sc.close();
-                        break;
-                    }
-                }
-            }
-            self.requests_out(lc.id, frames, &mut batch);
-        }
-        list.retain(|lc| !lc.sc.is_closed());
-        if batch.is_empty() {
-            return direct;
-        }
-        // Counted before the head can answer.
-        self.owed.fetch_add(calls, Ordering::AcqRel);
-        let _ = self.link.send_all(&batch);
-        true
-    }
-
-    /// `frames` of channel `chan` as messages for the head: a lone one as
-    /// a `Request`, more packed into `Requests` of at most
-    /// `wire::MAX_BATCH` bytes each (a read-ahead batch, a window of write
-    /// pieces: one message, one decode and one lookup of the channel at
-    /// the head instead of one per 8 KiB).
-    fn requests_out(&self, chan: ChanId, mut frames: Vec<Vec<u8>>, batch: &mut Vec<Message>) {
-        let before = batch.len();
-        self.wire
-            .request_frames
-            .fetch_add(frames.len() as u64, Ordering::Relaxed);
-        match frames.len() {
-            0 => {}
-            1 => {
-                let frame = frames.pop().expect("one frame");
-                batch.push(wire::message(
-                    self.next_id(),
-                    &NodeMsg::Request { chan, frame },
-                ));
-            }
-            _ => {
-                for packed in wire::pack_batches(&frames) {
-                    let msg = NodeMsg::Requests {
-                        chan,
-                        frames: packed,
-                    };
-                    batch.push(wire::message(self.next_id(), &msg));
-                }
-            }
-        }
-        self.wire
-            .request_messages
-            .fetch_add((batch.len() - before) as u64, Ordering::Relaxed);
-    }
-
-    /// A request about to leave: the node's copies see it (a change drops
-    /// chunks, a read may be answered). True if it was answered here: its
-    /// reply put in the ring, or held until the replies owed before it
-    /// are (`Held`), or waiting for a read-ahead reply. Read-ahead to send
-    /// after it is added to `ahead`. Called under the channel's server
-    /// list lock.
-    fn answered_here(&self, lc: &LocalChan, frame: &[u8], ahead: &mut Vec<Vec<u8>>) -> bool {
-        let mut fetched = false;
-        let verdict = self
-            .copies
-            .with(|m| m.request(lc.conn, lc.id, frame, true, &mut fetched, ahead));
-        if fetched {
-            self.copies.fetches.fetch_add(1, Ordering::Relaxed);
-        }
-        let reply = match verdict {
-            Verdict::Answer(reply) => reply,
-            Verdict::Wait(rid) => {
-                let mut held = lc.replying.lock().unwrap_or_else(|e| e.into_inner());
-                let owed = u64::from(lc.owed.load(Ordering::Acquire));
-                held.wait(owed, rid);
-                // Its answer may have come already, with nothing owed.
-                for answer in held.due() {
-                    let _ = lc.sc.reply(&answer);
-                }
-                self.copies.ahead_waits.fetch_add(1, Ordering::Relaxed);
-                return true;
-            }
-            Verdict::Forward => return false,
-        };
-        let mut held = lc.replying.lock().unwrap_or_else(|e| e.into_inner());
-        // Exact here: the dispatcher lowers `owed` under this lock, and
-        // only the list lock's holder (the caller) raises it.
-        let owed = u64::from(lc.owed.load(Ordering::Acquire));
-        if held.must_wait(owed) {
-            held.hold(owed, reply);
-            self.copies.hits.fetch_add(1, Ordering::Relaxed);
-            return true;
-        }
-        // A full ring with nothing owed (the program has not taken
-        // earlier answers yet): the read crosses instead of waiting here,
-        // as nothing would come to put a held answer in the ring.
-        if lc.sc.try_reply(&reply).is_err() {
-            self.copies.fetches.fetch_add(1, Ordering::Relaxed);
-            return false;
-        }
-        self.copies.hits.fetch_add(1, Ordering::Relaxed);
-        true
-    }
-
-    /// Forwarder of server `i`: wait on doorbell `i` as server `i` would,
-    /// then send every queued request over the link. While the dispatcher
-    /// polls the request rings itself (`hot`), sleep on `park` instead, so
-    /// that the program's ring finds no sleeper on the doorbell (no
-    /// `futex_wake` for it, no wake-up here for a request already gone).
-    fn forward(self: Arc<Edge>, i: usize) {
-        let doorbell = self.control.doorbell(i);
-        while !self.gone.load(Ordering::Relaxed) {
-            if self.forward_queued(i) {
-                continue;
-            }
-            let rings = self.park.rings();
-            if self.hot.load(Ordering::Acquire) {
-                // Bounded: a lost ring would only delay a request to the
-                // next doorbell poll.
-                watch::wait_for_notices(&[], &self.park, rings, PARK_LIMIT);
-            } else {
-                doorbell.wait(PollMode::Adaptive);
-            }
-        }
-    }
-
-    /// The head's messages to the programs of this node, and while a call
-    /// is in flight or was just answered, the programs' requests too.
-    ///
-    /// A lane has one call outstanding, so after a reply its program's
-    /// next request typically follows at once, and after a request its
-    /// reply comes within a round trip. In those two windows
-    /// ([`NEXT_REQUEST_SPIN`] after a reply, [`REPLY_WAIT`] after a call
-    /// while a reply is owed) the dispatcher polls both the request rings
-    /// and the link, yielding between polls: the request leaves without a
-    /// forwarder's wake-up and the reply is taken without the dispatcher's
-    /// own (a TCP echo's client pays that one; fos §3.2's proxies have
-    /// cores of their own and never sleep). Outside them it sleeps in
-    /// `ppoll` on the link, so an idle node stays idle.
-    fn dispatch(self: Arc<Edge>) {
-        // When the dispatcher last sent or delivered something; `None`
-        // while it sleeps on the link.
-        let mut active: Option<Instant> = None;
-        let mut yielder = super::yielder::Yielder::default();
-        loop {
-            let hot = yielder.may_poll()
-                && active.is_some_and(|t| {
-                    let idle = t.elapsed();
-                    idle < NEXT_REQUEST_SPIN
-                        || (idle < REPLY_WAIT && self.owed.load(Ordering::Acquire) > 0)
-                });
-            if !hot {
-                if active.take().is_some() {
-                    self.cool();
-                }
-                let m = match self.link.recv(None) {
-                    Ok(Some(m)) => m,
-                    Ok(None) => continue,
-                    Err(e) => {
-                        self.end(Some(e.to_string()));
-                        return;
-                    }
-                };
-                match self.handle(m) {
-                    Handled::Reply => {
-                        active = Some(Instant::now());
-                        self.hot.store(true, Ordering::Release);
-                    }
-                    Handled::Other => {}
-                    Handled::End => return,
-                }
-                continue;
-            }
-            let mut did = false;
-            for i in 0..self.per_server.len() {
-                did |= self.forward_queued(i);
-            }
-            match self.link.recv(Some(Duration::ZERO)) {
-                Ok(Some(m)) => match self.handle(m) {
-                    Handled::End => return,
-                    Handled::Reply => did = true,
-                    Handled::Other => {}
-                },
-                Ok(None) => {}
-                Err(e) => {
-                    self.end(Some(e.to_string()));
-                    return;
-                }
-            }
-            if self.gone.load(Ordering::Relaxed) {
-                return;
-            }
-            if did {
-                active = Some(Instant::now());
-            } else {
-                // The server, the head or the program may need this core.
-                yielder.yield_now();
-            }
-        }
-    }
-
-    /// The dispatcher stops polling the request rings: the forwarders
-    /// take them again. A request put in a ring meanwhile is not lost: a
-    /// forwarder polls once it is back, and its doorbell's count moved.
-    fn cool(&self) {
-        self.hot.store(false, Ordering::Release);
-        self.park.ring();
-    }
-
-    /// One message of the head.
-    fn handle(&self, m: Message) -> Handled {
-        let msg = match wire::decode(&m) {
-            Ok(msg) => msg,
-            Err(e) => {
-                self.end(Some(e.to_string()));
-                return Handled::End;
-            }
-        };
-        let chan_of = |chan: ChanId| {
-            self.chans
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .get(&chan)
-                .cloned()
-        };
-        match msg {
-            NodeMsg::BootReply { .. } => {
-                let tx = self
-                    .waiters
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .remove(&m.id);
-                if let Some(tx) = tx {
-                    let _ = tx.send(msg);
-                }
-            }
-            NodeMsg::Reply { chan, frame } => {
-                self.wire.reply_frames.fetch_add(1, Ordering::Relaxed);
-                self.wire.reply_messages.fetch_add(1, Ordering::Relaxed);
-                if let Some(lc) = chan_of(chan) {
-                    self.deliver_reply(&lc, &frame);
-                } else {
-                    self.settle_owed(1);
-                }
-                return Handled::Reply;
-            }
-            NodeMsg::Replies { chan, frames } => {
-                let frames = match wire::unpack_frames(&frames) {
-                    Ok(f) => f,
-                    Err(e) => {
-                        self.end(Some(format!("malformed replies from the head: {e}")));
-                        return Handled::End;
-                    }
-                };
-                let n = frames.len() as u64;
-                self.wire.reply_frames.fetch_add(n, Ordering::Relaxed);
-                self.wire.reply_messages.fetch_add(1, Ordering::Relaxed);
-                if let Some(lc) = chan_of(chan) {
-                    for frame in frames {
-                        self.deliver_reply(&lc, frame);
-                    }
-                } else {
-                    self.settle_owed(frames.len() as u32);
-                }
-                return Handled::Reply;
-            }
-            NodeMsg::Inbox { chan, frame } => {
-                if let Some(lc) = chan_of(chan) {
-                    let _ = lc.sc.notify(&frame);
-                }
-            }
-            NodeMsg::InboxOverflow { chan } => {
-                if let Some(lc) = chan_of(chan) {
-                    lc.sc.raise_inbox_overflow();
-                }
-            }
-            NodeMsg::ChanClosed { chan } => {
-                if let Some(lc) = chan_of(chan) {
-                    lc.sc.close();
-                    self.copies.with(|m| m.chan_closed(chan));
-                }
-            }
-            NodeMsg::Stopping => {
-                self.end(None);
-                return Handled::End;
-            }
-            other => tracing::warn!("node: unexpected {other:?} from the head"),
-        }
-        Handled::Other
-    }
-
-    /// `n` replies came: the node owes that many fewer.
-    fn settle_owed(&self, n: u32) {
-        let _ = self
-            .owed
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |o| {
-                Some(o.saturating_sub(n))
-            });
-    }
-
-    /// One reply of the head for channel `lc`: to the program's ring, or
-    /// (the node's own read-ahead) to the reads that waited for it.
-    fn deliver_reply(&self, lc: &LocalChan, frame: &[u8]) {
-        self.settle_owed(1);
-        let relayed = match self.copies.on() {
-            true => self.copies.with(|m| m.reply(lc.conn, lc.id, frame)),
-            false => Relayed::Deliver,
-        };
-        let mut held = lc.replying.lock().unwrap_or_else(|e| e.into_inner());
-        if let Relayed::Ahead(answers) = relayed {
-            // The node's own read-ahead: only the reads that waited for it
-            // are answered, in their places.
-            for (rid, answer) in answers {
-                held.fill(rid, answer);
-            }
-            for answer in held.due() {
-                let _ = lc.sc.reply(&answer);
-            }
-            return;
-        }
-        let _ = lc.sc.reply(frame);
-        let _ = lc
-            .owed
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                Some(n.saturating_sub(1))
-            });
-        // Answers held for this reply follow it at once.
-        for answer in held.replied() {
-            let _ = lc.sc.reply(&answer);
         }
     }
 

@@ -25,7 +25,10 @@
 //! call) is polled for between sleeps on the link of 50 µs growing to
 //! 1 ms (see `link_wait` for why not only slept on), and once the sleeps
 //! grow (a call slower than about 3 ms) the watcher sleeps on its reply
-//! ring too, so it leaves when written, not at the next poll. What a server sends
+//! ring too, so it leaves when written, not at the next poll. Once a
+//! yield of the pump cost a time slice (other work on its core), the
+//! watcher sleeps on every reply owed for a while instead, and the pump on
+//! the link ([`REPLY_HANDOFF`]). What a server sends
 //! unasked — lookup invalidations, an inbox overflow, a channel's end —
 //! wakes the peer's *watcher*, which sleeps on every inbox's futex word at
 //! once (`atoll_msg::watch`, `futex_waitv`), so it leaves at once, not at
@@ -53,6 +56,7 @@ use atoll_msg::{ClientChannel, Control};
 use atoll_proto::boot::{BootReply, BootRequest, Island};
 use atoll_transport::{Link, Listener, Message};
 
+use super::calltime::CallTimes;
 use super::members::Stubs;
 use super::seqpacket;
 use super::spawn::SpawnHost;
@@ -75,6 +79,9 @@ struct RealChan {
     /// Past what the watcher's one `futex_waitv` watches (set by the
     /// watcher): what a server sends unasked here waits for a timer.
     unwatched: AtomicBool,
+    /// When the call being timed went into the server's ring
+    /// ([`SERVER_LEG`]; 0: none).
+    started: AtomicU64,
 }
 
 /// A boot packet for a conn worker, with its request id.
@@ -135,6 +142,10 @@ pub fn serve(
     atoll_server::process_counters::publish("node.notices_relayed", &NOTICES_RELAYED);
     atoll_server::process_counters::publish("node.notices_after_timer", &NOTICES_AFTER_TIMER);
     atoll_server::process_counters::publish("node.replies_watched", &REPLIES_WATCHED);
+    atoll_server::process_counters::publish("node.replies_handed_off", &REPLIES_HANDED_OFF);
+    let (ns, calls) = SERVER_LEG.counters();
+    atoll_server::process_counters::publish("node.server_leg_ns", ns);
+    atoll_server::process_counters::publish("node.server_leg_calls", calls);
     let mut links: Vec<Arc<dyn Link>> = Vec::new();
     while !stop.load(Ordering::Relaxed) {
         let link = match listener.accept(Some(Duration::from_millis(200))) {
@@ -184,6 +195,11 @@ pub const REPLY_SPIN: Duration = Duration::from_micros(100);
 /// of the watcher per call (the bell, the reply) would take CPU from them.
 const SLOW_POLL_STEP: u32 = 64;
 
+/// How long the pump sleeps on the link at most while the watcher waits
+/// for its replies ([`REPLY_HANDOFF`]); a message on the link ends the
+/// sleep at once. A bound, not a poll: the watcher sends the replies.
+const HANDOFF_WAIT: Duration = Duration::from_millis(1);
+
 /// How long the watcher sleeps before it looks at every channel anyway:
 /// the poll for channels past what one `futex_waitv` watches
 /// ([`watch::MAX_WATCHED`] channels of one peer: over sixty remote lanes
@@ -204,6 +220,25 @@ pub static NOTICES_AFTER_TIMER: AtomicU64 = AtomicU64::new(0);
 /// Replies the watcher relayed (woken by the reply of a slow call) before
 /// the pump's next poll found them.
 pub static REPLIES_WATCHED: AtomicU64 = AtomicU64::new(0);
+/// Calls whose reply the pump left to the watcher because its yields had
+/// turned costly (`node.replies_handed_off`; [`REPLY_HANDOFF`]).
+pub static REPLIES_HANDED_OFF: AtomicU64 = AtomicU64::new(0);
+
+/// Whether a pump whose yield cost a time slice hands its reply waits to
+/// the watcher for a while (`--without reply-handoff` clears it): on a
+/// core shared with other work a `sched_yield` puts the pump behind every
+/// runnable task, so the reply it polls for waits in the ring for up to a
+/// time slice, while the watcher, asleep on the reply ring, is woken by
+/// the server's reply with the preemption a sleeper gets. Measured on the
+/// shared 2-CPU guest (docs/BENCHMARKS.md, "Where a remote round trip's
+/// time goes, leg by leg"): the server leg of a null call 27 → 13 and
+/// 32 → 21 µs (medians of two alternated series at loads of 5–9), the
+/// round trip's median within the machine's spread.
+pub static REPLY_HANDOFF: AtomicBool = AtomicBool::new(true);
+/// Calls from the request's entry into a server's ring to the reply's
+/// taking by the pump or the watcher: the server leg of a remote call
+/// (`node.server_leg_ns`, `node.server_leg_calls`; `calltime.rs`).
+pub static SERVER_LEG: CallTimes = CallTimes::new();
 
 /// The pump of one peer: incoming messages to conn workers and real
 /// channels, replies and inbox messages of real channels to the link.
@@ -214,11 +249,25 @@ fn pump(peer: Arc<Peer>) {
     let mut reply_due = false;
     // Polls since the reply spin ended with a reply still due.
     let mut slow_polls: u32 = 0;
+    let handoff = REPLY_HANDOFF.load(Ordering::Relaxed);
+    let mut yielder = super::yielder::Yielder::default();
     'outer: loop {
         // Incoming: a sleep here ends as soon as a message arrives; only a
         // slow call's reply waits for the next poll (see `link_wait`);
         // what a server sends unasked wakes the watcher.
         let mut wait = link_wait(reply_due, last_forward.elapsed(), slow_polls);
+        // The replies are the watcher's to wait for while yields are
+        // costly (`REPLY_HANDOFF`).
+        let handing_off = handoff && !yielder.may_poll();
+        if reply_due && handing_off {
+            // Yields are costly now: the watcher sleeps on the replies
+            // owed and sends each when written; the pump sleeps on the
+            // link, and polls again after `HANDOFF_WAIT` at the latest.
+            if mark_slow(&peer, &snapshot) {
+                REPLIES_HANDED_OFF.fetch_add(1, Ordering::Relaxed);
+            }
+            wait = Some(HANDOFF_WAIT);
+        }
         let timed = wait.is_some_and(|w| !w.is_zero());
         let mut heard = false;
         loop {
@@ -293,11 +342,11 @@ fn pump(peer: Arc<Peer>) {
         // link): its inbox messages, if any, waited for that timer.
         // Replies may wait to leave together only while the pump spins
         // (it polls again at once): never across one of its sleeps.
-        let may_hold = last_forward.elapsed() < REPLY_SPIN;
+        let may_hold = last_forward.elapsed() < REPLY_SPIN && !handing_off;
         reply_due = relay_pass(&peer, &snapshot, timed && !heard, false, may_hold);
-        if reply_due && last_forward.elapsed() < REPLY_SPIN {
+        if reply_due && last_forward.elapsed() < REPLY_SPIN && !handing_off {
             // The server may need this core to answer.
-            std::thread::yield_now();
+            yielder.yield_now();
         } else if reply_due {
             if slow_polls == SLOW_POLL_STEP {
                 mark_slow(&peer, &snapshot);
@@ -315,7 +364,7 @@ fn pump(peer: Arc<Peer>) {
 /// The pump stops spinning for the replies still owed: have the watcher
 /// sleep on their rings as well (the pump still polls for them, less and
 /// less often: whichever finds a reply first sends it).
-fn mark_slow(peer: &Peer, snapshot: &[(ChanId, Arc<RealChan>)]) {
+fn mark_slow(peer: &Peer, snapshot: &[(ChanId, Arc<RealChan>)]) -> bool {
     let mut marked = false;
     for (_, rc) in snapshot {
         if rc.owed.load(Ordering::Acquire) > 0 && !rc.slow.swap(true, Ordering::AcqRel) {
@@ -325,6 +374,7 @@ fn mark_slow(peer: &Peer, snapshot: &[(ChanId, Arc<RealChan>)]) {
     if marked {
         peer.bell.ring();
     }
+    marked
 }
 
 /// One pass over `snapshot` under the gather lock: everything found
@@ -501,8 +551,8 @@ fn forward_requests<'a>(
         );
         rc.last_id.store(id, Ordering::Relaxed);
         // Counted before the server can answer it.
-        if call {
-            rc.owed.fetch_add(1, Ordering::AcqRel);
+        if call && rc.owed.fetch_add(1, Ordering::AcqRel) == 0 {
+            CallTimes::start(&rc.started);
         }
         let sent = rc.chan.send(frame, control.doorbell(rc.server)).is_ok();
         if !sent {
@@ -587,6 +637,9 @@ fn settle_one(rc: &RealChan) {
         .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
             Some(n.saturating_sub(1))
         });
+    if before == Ok(1) {
+        SERVER_LEG.end(&rc.started);
+    }
     if before.unwrap_or(0) <= 1 {
         // Nothing owed: the watcher need not wake for this ring's next
         // reply (it stops watching it when it next looks).
@@ -840,6 +893,7 @@ fn adopt(
                     slow: AtomicBool::new(false),
                     // Watched until the watcher, rung below, says not.
                     unwatched: AtomicBool::new(false),
+                    started: AtomicU64::new(0),
                 }),
             );
             channels.push(id);

@@ -29,6 +29,7 @@ fn peer_with_channel(net: &TcpTransport) -> (Arc<Peer>, ChanId, ServerChannel) {
         owed: AtomicU32::new(1),
         slow: AtomicBool::new(false),
         unwatched: AtomicBool::new(false),
+        started: AtomicU64::new(0),
     });
     peer.chans.lock().unwrap().insert(5, rc);
     (peer, 5, server_end)

@@ -12,6 +12,7 @@
 //! `execve` placed on another host): `spawn.rs` (the node that runs the
 //! program), `remote.rs` (the proxy that stays with the caller).
 
+mod calltime;
 mod copies;
 mod edge;
 mod head;
@@ -115,6 +116,7 @@ fn run_head(args: &NodeArgs, peers: &[String], term: Terminator) -> Result<i32> 
         .listen(&listen)
         .with_context(|| format!("cannot listen at {listen}"))?;
     let sched_exe = plan.config.server_exe.clone();
+    head::REPLY_HANDOFF.store(!plan.config.without.reply_handoff, Ordering::Relaxed);
     let remotes = stubs.as_ref().map_or(Vec::new(), |s| s.remote_members());
     let instance =
         Instance::boot_spanning(plan.config, remotes).context("cannot boot the instance")?;

@@ -1,5 +1,6 @@
 //! Polling that yields between polls, for a proxy thread that waits for
-//! something it knows is coming soon (the edge's dispatcher).
+//! something it knows is coming soon (the edge's dispatcher, the head's
+//! pump).
 
 use std::time::{Duration, Instant};
 

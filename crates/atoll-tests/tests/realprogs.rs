@@ -1,0 +1,48 @@
+//! What real programs' own test suites found differing from tmpfs, each
+//! cut down to the calls that differed and compared with the same script
+//! on a host tmpfs (`assert_same_on_tmpfs`): GNU coreutils' `du`,
+//! `readlink` and `pwd` tests (docs/COMPATIBILITY.md, "Real programs'
+//! test suites").
+
+use atoll_tests::{assert_same_on_tmpfs, require};
+
+/// One server, and three with every directory spread over them.
+const SHAPES: [&[&str]; 2] = [&[], &["--servers", "3", "--distribute", "all"]];
+
+/// A trailing slash follows a final symlink even under `O_NOFOLLOW`
+/// (coreutils' tests/du/trailing-slash.sh: fts opens `slink/` with
+/// `O_NOFOLLOW | O_DIRECTORY`), for a directory, a file and a dangling
+/// link, by `open`, `O_PATH` and `lstat`; without the slash, a link asked
+/// for as a directory under `O_NOFOLLOW` is `ENOTDIR`, not `ELOOP`.
+#[test]
+fn a_trailing_slash_follows_a_final_symlink_as_on_tmpfs() {
+    require("python3");
+    require("du");
+    let script = r#"
+        cd "$ROOT" && mkdir -p d/sub/deeper && ln -s d sl && touch f && ln -s f fl && ln -s nowhere dl
+        python3 - <<'PY'
+import os
+def t(label, fn):
+    try:
+        r = fn()
+    except OSError as e:
+        r = "error " + os.strerror(e.errno)
+    print(label, r)
+same = lambda fd: os.path.samestat(os.fstat(fd), os.stat("d"))
+for name in ("sl/", "sl", "fl/", "dl/", "sl/sub/../"):
+    for flags, what in ((os.O_NOFOLLOW, "nofollow"),
+                        (os.O_NOFOLLOW | os.O_DIRECTORY, "nofollow|directory"),
+                        (os.O_PATH | os.O_NOFOLLOW, "path|nofollow"),
+                        (os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY, "path|nofollow|directory")):
+        t("open %s %s" % (name, what), lambda: same(os.open(name, os.O_RDONLY | flags)))
+    t("lstat %s" % name, lambda: oct(os.lstat(name).st_mode))
+PY
+        ln -s . slink && du slink/ | cut -f2 | sort
+        ls -d sl/ fl/ 2>&1
+    "#;
+    for opts in SHAPES {
+        let out = assert_same_on_tmpfs(opts, script, false);
+        assert!(out.contains("open sl/ nofollow True"), "{opts:?}: {out}");
+        assert!(out.contains("slink/d/sub/deeper"), "{opts:?}: {out}");
+    }
+}

@@ -46,3 +46,29 @@ PY
         assert!(out.contains("slink/d/sub/deeper"), "{opts:?}: {out}");
     }
 }
+
+/// `getcwd` of a removed working directory fails with `ENOENT` (coreutils'
+/// tests/readlink/can-e.sh, can-f.sh, can-m.sh: `readlink -e .` there
+/// prints nothing), whether the process itself or another one removed it,
+/// and succeeds again once it moves to a live directory.
+#[test]
+fn getcwd_of_a_removed_directory_fails_as_on_tmpfs() {
+    require("python3");
+    require("readlink");
+    let script = r#"
+        cd "$ROOT" && mkdir -p live gone other/inner
+        cd gone && rmdir ../gone
+        readlink -e .; echo "readlink -e: $?"
+        readlink -f . >/dev/null; echo "readlink -f: $?"
+        python3 -c 'import os; os.getcwd()' 2>/dev/null; echo "getcwd: $?"
+        cd "$ROOT/other/inner"
+        (rm -r "$ROOT/other") & wait
+        python3 -c 'import os; os.getcwd()' 2>/dev/null; echo "removed by another: $?"
+        cd "$ROOT/live" && python3 -c 'import os; print(os.getcwd())'
+    "#;
+    for opts in SHAPES {
+        let out = assert_same_on_tmpfs(opts, script, false);
+        assert!(out.contains("readlink -e: 1"), "{opts:?}: {out}");
+        assert!(out.contains("removed by another: 1"), "{opts:?}: {out}");
+    }
+}

@@ -72,3 +72,42 @@ fn getcwd_of_a_removed_directory_fails_as_on_tmpfs() {
         assert!(out.contains("removed by another: 1"), "{opts:?}: {out}");
     }
 }
+
+/// A watch of a file hears it renamed by another process (`IN_MOVE_SELF`)
+/// once the old name is gone, whichever servers hold the two entries and
+/// the file (coreutils' tests/tail-2/F-vs-rename.sh, inotify-rotate.sh,
+/// inotify-hash-abuse.sh: `tail -F` looks the old name up on that event
+/// and reports it inaccessible).
+#[test]
+fn a_watched_file_renamed_by_another_process_hears_it_as_on_tmpfs() {
+    require("python3");
+    require("mv");
+    let script = r#"
+        cd "$ROOT" && python3 - <<'PY'
+import ctypes, os, select, struct, subprocess
+libc = ctypes.CDLL(None, use_errno=True)
+IN_MOVE_SELF = 0x800
+fd = libc.inotify_init1(0)
+seen = []
+for i in range(40):
+    old = "f%d" % i
+    open(old, "w").close()
+    wd = libc.inotify_add_watch(fd, old.encode(), IN_MOVE_SELF)
+    subprocess.run(["mv", old, "g%d" % i], check=True)
+    # A missing event must fail the test, not hang it.
+    if not select.select([fd], [], [], 30)[0]:
+        seen.append("no event")
+        continue
+    w, mask, _, _ = struct.unpack_from("iIII", os.read(fd, 4096))
+    seen.append((w == wd, mask, os.path.exists(old), os.path.exists("g%d" % i)))
+print(len(seen), sorted(set(seen), key=str))
+PY
+    "#;
+    for opts in SHAPES {
+        let out = assert_same_on_tmpfs(opts, script, false);
+        assert!(
+            out.contains("40 [(True, 2048, False, True)]"),
+            "{opts:?}: {out}"
+        );
+    }
+}

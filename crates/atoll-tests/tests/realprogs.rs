@@ -50,7 +50,8 @@ PY
 /// `getcwd` of a removed working directory fails with `ENOENT` (coreutils'
 /// tests/readlink/can-e.sh, can-f.sh, can-m.sh: `readlink -e .` there
 /// prints nothing), whether the process itself or another one removed it,
-/// and succeeds again once it moves to a live directory.
+/// and succeeds again once it moves to a live directory; a buffer of size
+/// 0 is `EINVAL` (gnulib's test-getcwd-lgpl, in findutils' suite).
 #[test]
 fn getcwd_of_a_removed_directory_fails_as_on_tmpfs() {
     require("python3");
@@ -65,11 +66,24 @@ fn getcwd_of_a_removed_directory_fails_as_on_tmpfs() {
         (rm -r "$ROOT/other") & wait
         python3 -c 'import os; os.getcwd()' 2>/dev/null; echo "removed by another: $?"
         cd "$ROOT/live" && python3 -c 'import os; print(os.getcwd())'
+        python3 - <<'PY'
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+buf = ctypes.create_string_buffer(4096)
+for size in (0, 1, 4096):
+    ctypes.set_errno(0)
+    ok = libc.getcwd(buf, size) != 0
+    print("getcwd size", size, ok, os.strerror(ctypes.get_errno()) if not ok else "")
+PY
     "#;
     for opts in SHAPES {
         let out = assert_same_on_tmpfs(opts, script, false);
         assert!(out.contains("readlink -e: 1"), "{opts:?}: {out}");
         assert!(out.contains("removed by another: 1"), "{opts:?}: {out}");
+        assert!(
+            out.contains("getcwd size 0 False Invalid argument"),
+            "{opts:?}: {out}"
+        );
     }
 }
 

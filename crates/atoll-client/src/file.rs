@@ -203,11 +203,8 @@ fn tmpfile(c: &Client, lane: &Lane, mut w: Box<Walker<'_>>, flags: u32, mode: u3
         cookie: 0,
         path: Some(crate::fdname::tmpfile_path(w.canon.as_bytes(), attr.ino)),
     };
-    Ok(Out::Done(new_fd(
-        c,
-        info,
-        flags & libc::O_CLOEXEC as u32 != 0,
-    )?))
+    let cloexec = flags & libc::O_CLOEXEC as u32 != 0;
+    Ok(Out::Done(new_fd(c, info, cloexec)?))
 }
 
 /// `openat(dirfd, path, flags, mode)` (also open/creat/openat2).
@@ -437,11 +434,8 @@ fn open_dir_itself(
         cookie: 0,
         path: Some(w.canon.as_bytes().to_vec()),
     };
-    Ok(Out::Done(new_fd(
-        c,
-        info,
-        flags & libc::O_CLOEXEC as u32 != 0,
-    )?))
+    let cloexec = flags & libc::O_CLOEXEC as u32 != 0;
+    Ok(Out::Done(new_fd(c, info, cloexec)?))
 }
 
 /// A descriptor for what `open` reached by the name `name` in the walk's
@@ -478,11 +472,8 @@ fn open_finish(
         cookie,
         path,
     };
-    Ok(Out::Done(new_fd(
-        c,
-        info,
-        flags & libc::O_CLOEXEC as u32 != 0,
-    )?))
+    let cloexec = flags & libc::O_CLOEXEC as u32 != 0;
+    Ok(Out::Done(new_fd(c, info, cloexec)?))
 }
 
 /// Current size of the description's inode.

@@ -332,12 +332,9 @@ fn set_mark(c: &Client, lane: &Lane, group: &DescRef, mark: Mark, nservers: usiz
         Reply::Watch { wd, queue, .. } => Ok((wd, queue)),
         _ => Err(Error::Protocol("InotifyAddWatch")),
     })?;
-    let servers: Vec<usize> = if mark.key == ALL_INODES || mark.ftype == FileType::Directory {
-        (0..nservers).collect()
-    } else {
-        vec![mark.key.owner()]
-    };
-    for server in servers {
+    // Every server: a file's rename is reported by the server that moved
+    // its entry (`FAN_MOVE_SELF`), which need not be its owner.
+    for server in 0..nservers {
         let req = Request::InotifyRegister {
             queue: qref,
             ino: mark.key,

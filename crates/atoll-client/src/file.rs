@@ -203,11 +203,8 @@ fn tmpfile(c: &Client, lane: &Lane, mut w: Box<Walker<'_>>, flags: u32, mode: u3
         cookie: 0,
         path: Some(crate::fdname::tmpfile_path(w.canon.as_bytes(), attr.ino)),
     };
-    Ok(Out::Done(new_fd(
-        c,
-        info,
-        flags & libc::O_CLOEXEC as u32 != 0,
-    )?))
+    let cloexec = flags & libc::O_CLOEXEC as u32 != 0;
+    Ok(Out::Done(new_fd(c, info, cloexec)?))
 }
 
 /// `openat(dirfd, path, flags, mode)` (also open/creat/openat2).
@@ -229,48 +226,20 @@ pub fn open(
     if flags & libc::O_TMPFILE as u32 == libc::O_TMPFILE as u32 {
         return tmpfile(c, lane, w, flags, mode);
     }
-    let cloexec = flags & libc::O_CLOEXEC as u32 != 0;
     let creat = flags & libc::O_CREAT as u32 != 0;
-    let acc = flags & libc::O_ACCMODE as u32;
     loop {
         let last = match w.advance()? {
             Step::Host(p) => return Ok(Out::Rehost(p)),
             Step::Last(l) => l,
         };
         if last.kind != LastKind::Name {
-            // The path names a directory itself (`/atoll`, `.`, `..`).
-            if last.kind == LastKind::DotDot {
-                let (ino, _) = w.lookup(w.dir, b"..")?;
-                w.dir = ino;
-                let f = c.mount.len();
-                w.canon.pop_component(f);
-            }
-            if creat && flags & libc::O_DIRECTORY as u32 == 0 {
-                return err(libc::EISDIR);
-            }
-            let trunc = flags & libc::O_TRUNC as u32 != 0;
-            if (acc != libc::O_RDONLY as u32 || trunc) && flags & libc::O_PATH as u32 == 0 {
-                return err(libc::EISDIR);
-            }
-            let (desc, attr) = open_inode(c, lane, w.dir, flags)?;
-            let info = DescInfo {
-                desc,
-                ino: attr.ino,
-                flags: status_flags(flags),
-                ftype: FileType::Directory,
-                cookie: 0,
-                path: Some(w.canon.as_bytes().to_vec()),
-            };
-            return Ok(Out::Done(new_fd(c, info, cloexec)?));
+            return open_dir_itself(c, lane, &mut w, last.kind, flags);
         }
         let name = last.name.as_bytes();
         if last.trailing_slash && creat {
             return err(libc::EISDIR);
         }
-        let mut oflags = flags;
-        if last.trailing_slash {
-            oflags |= libc::O_DIRECTORY as u32;
-        }
+        let oflags = final_flags(flags, last.trailing_slash);
         let server = crate::adapt::entry_server(c, w.dir, name);
         // A name this session knows is absent (`dcache`): `ENOENT` without
         // a message. Only without `O_CREAT`: a creation goes to the server.
@@ -293,11 +262,7 @@ pub fn open(
             Some(s) => Some(s),
             None => crate::affinity::try_open(c, lane, w.dir, name, oflags, mode & 0o7777)?,
         };
-        enum R {
-            Opened(DescId, atoll_proto::Attr),
-            Entry(InodeId, FileType),
-            Symlink(Box<crate::path::PathBuf>),
-        }
+        use Resolved as R;
         // A creation there needs the directory's attributes (dirperm.rs).
         let vouched = if creat {
             crate::dirperm::vouches_for(c, lane, w.dir, server)?
@@ -364,36 +329,9 @@ pub fn open(
         };
         let (desc, attr) = match r {
             R::Opened(d, a) => (d, a),
-            R::Entry(mut ino, mut ftype) => {
-                // The entry names an inode on another server: open it
-                // there. If a rename replaced the entry in between and the
-                // inode is gone, ask the entry's server again, as Linux's
-                // lookup would have found the new inode.
-                let mut stale_retries = 8;
-                loop {
-                    if ftype == FileType::Symlink {
-                        return err(libc::ELOOP);
-                    }
-                    if creat && flags & libc::O_EXCL as u32 != 0 {
-                        return err(libc::EEXIST);
-                    }
-                    if oflags & libc::O_DIRECTORY as u32 != 0 && ftype != FileType::Directory {
-                        return err(libc::ENOTDIR);
-                    }
-                    let plain = oflags & !(libc::O_CREAT | libc::O_EXCL) as u32;
-                    let via = atoll_proto::EntryName { dir: w.dir, name };
-                    match open_inode_via(c, lane, ino, plain, Some(via)) {
-                        Err(Error::Errno(libc::ENOENT)) if stale_retries > 0 => {
-                            stale_retries -= 1;
-                            match call()? {
-                                R::Entry(i, f) => (ino, ftype) = (i, f),
-                                R::Opened(d, a) => break (d, a),
-                                R::Symlink(_) => return err(libc::ENOENT),
-                            }
-                        }
-                        r => break r?,
-                    }
-                }
+            R::Entry(ino, ftype) => {
+                let via = atoll_proto::EntryName { dir: w.dir, name };
+                open_entry_elsewhere(c, lane, via, (ino, ftype), oflags, call)?
             }
             R::Symlink(t) => {
                 if let Some(h) = w.follow_final(t.as_bytes(), last.trailing_slash)? {
@@ -402,32 +340,140 @@ pub fn open(
                 continue;
             }
         };
-        // Kept for every type: `/proc/self/fd/N` names it (`proclink`).
-        let path = {
-            let mut p = w.canon.clone();
-            let _ = p.push_component(name);
-            Some(p.as_bytes().to_vec())
-        };
-        // A FIFO's descriptor carries its ring (and its open may wait).
-        let cookie = if attr.ftype == FileType::Fifo {
-            crate::pipefifo::fifo_opened(c, lane, desc, flags, true)?
-        } else {
-            0
-        };
-        if attr.ftype == FileType::Regular && attr.size == 0 && flags & libc::O_TRUNC as u32 != 0 {
-            // This process's own pages of the file fault now, as on Linux.
-            crate::pastend::truncated(c, attr.ino, 0);
-        }
-        let info = DescInfo {
-            desc,
-            ino: attr.ino,
-            flags: status_flags(flags),
-            ftype: attr.ftype,
-            cookie,
-            path,
-        };
-        return Ok(Out::Done(new_fd(c, info, cloexec)?));
+        return open_finish(c, lane, &w, name, (desc, attr), flags);
     }
+}
+
+/// The flags `open` sends for its final name. A trailing slash asks for a
+/// directory and follows a final symlink even under `O_NOFOLLOW`, as
+/// Linux's lookup does (`du slink/`: fts opens `slink/` with `O_NOFOLLOW |
+/// O_DIRECTORY`).
+fn final_flags(flags: u32, trailing_slash: bool) -> u32 {
+    if trailing_slash {
+        (flags | libc::O_DIRECTORY as u32) & !(libc::O_NOFOLLOW as u32)
+    } else {
+        flags
+    }
+}
+
+/// What an `Open` request found under its name.
+enum Resolved {
+    Opened(DescId, atoll_proto::Attr),
+    Entry(InodeId, FileType),
+    Symlink(Box<crate::path::PathBuf>),
+}
+
+/// The entry `via` names an inode on another server: open it there. If a
+/// rename replaced the entry in between and the inode is gone, ask the
+/// entry's server again (`ask`), as Linux's lookup would have found the
+/// new inode.
+fn open_entry_elsewhere(
+    c: &Client,
+    lane: &Lane,
+    via: atoll_proto::EntryName,
+    (mut ino, mut ftype): (InodeId, FileType),
+    oflags: u32,
+    ask: impl Fn() -> Result<Resolved>,
+) -> Result<(DescId, atoll_proto::Attr)> {
+    let mut stale_retries = 8;
+    loop {
+        if oflags & (libc::O_CREAT | libc::O_EXCL) as u32 == (libc::O_CREAT | libc::O_EXCL) as u32 {
+            return err(libc::EEXIST);
+        }
+        // A directory is asked for before a link is refused, as Linux's
+        // `do_open`; `O_PATH | O_NOFOLLOW` opens the link itself.
+        if oflags & libc::O_DIRECTORY as u32 != 0 && ftype != FileType::Directory {
+            return err(libc::ENOTDIR);
+        }
+        if ftype == FileType::Symlink && oflags & libc::O_PATH as u32 == 0 {
+            return err(libc::ELOOP);
+        }
+        let plain = oflags & !(libc::O_CREAT | libc::O_EXCL) as u32;
+        match open_inode_via(c, lane, ino, plain, Some(via)) {
+            Err(Error::Errno(libc::ENOENT)) if stale_retries > 0 => {
+                stale_retries -= 1;
+                match ask()? {
+                    Resolved::Entry(i, f) => (ino, ftype) = (i, f),
+                    Resolved::Opened(d, a) => return Ok((d, a)),
+                    Resolved::Symlink(_) => return err(libc::ENOENT),
+                }
+            }
+            r => return r,
+        }
+    }
+}
+
+/// `open` of a path naming a directory itself (`/atoll`, `.`, `..`).
+fn open_dir_itself(
+    c: &Client,
+    lane: &Lane,
+    w: &mut Walker,
+    kind: LastKind,
+    flags: u32,
+) -> Result<Out> {
+    if kind == LastKind::DotDot {
+        let (ino, _) = w.lookup(w.dir, b"..")?;
+        w.dir = ino;
+        let f = c.mount.len();
+        w.canon.pop_component(f);
+    }
+    if flags & libc::O_CREAT as u32 != 0 && flags & libc::O_DIRECTORY as u32 == 0 {
+        return err(libc::EISDIR);
+    }
+    let acc = flags & libc::O_ACCMODE as u32;
+    let trunc = flags & libc::O_TRUNC as u32 != 0;
+    if (acc != libc::O_RDONLY as u32 || trunc) && flags & libc::O_PATH as u32 == 0 {
+        return err(libc::EISDIR);
+    }
+    let (desc, attr) = open_inode(c, lane, w.dir, flags)?;
+    let info = DescInfo {
+        desc,
+        ino: attr.ino,
+        flags: status_flags(flags),
+        ftype: FileType::Directory,
+        cookie: 0,
+        path: Some(w.canon.as_bytes().to_vec()),
+    };
+    let cloexec = flags & libc::O_CLOEXEC as u32 != 0;
+    Ok(Out::Done(new_fd(c, info, cloexec)?))
+}
+
+/// A descriptor for what `open` reached by the name `name` in the walk's
+/// directory.
+fn open_finish(
+    c: &Client,
+    lane: &Lane,
+    w: &Walker,
+    name: &[u8],
+    (desc, attr): (DescId, atoll_proto::Attr),
+    flags: u32,
+) -> Result<Out> {
+    // Kept for every type: `/proc/self/fd/N` names it (`proclink`).
+    let path = {
+        let mut p = w.canon.clone();
+        let _ = p.push_component(name);
+        Some(p.as_bytes().to_vec())
+    };
+    // A FIFO's descriptor carries its ring (and its open may wait).
+    let cookie = if attr.ftype == FileType::Fifo {
+        crate::pipefifo::fifo_opened(c, lane, desc, flags, true)?
+    } else {
+        0
+    };
+    if attr.ftype == FileType::Regular && attr.size == 0 && flags & libc::O_TRUNC as u32 != 0 {
+        // This process's own pages of the file fault now, as on Linux.
+        crate::pastend::truncated(c, attr.ino, 0);
+    }
+    let info = DescInfo {
+        desc,
+        ino: attr.ino,
+        flags: status_flags(flags),
+        ftype: attr.ftype,
+        cookie,
+        path,
+    };
+    let cloexec = flags & libc::O_CLOEXEC as u32 != 0;
+    Ok(Out::Done(new_fd(c, info, cloexec)?))
 }
 
 /// Current size of the description's inode.
@@ -942,3 +988,6 @@ pub fn poll(fds: u64, nfds: u64, host_call: impl Fn(u64, u64, bool) -> i64) -> R
     sys::put_user_slice(fds, &user)?;
     Ok(r + ready)
 }
+
+#[cfg(test)]
+mod tests;

@@ -284,15 +284,13 @@ pub fn add_watch(c: &Client, fd: i64, path: u64, mask: u32) -> Result<Out> {
     Ok(Out::Done(wd as i64))
 }
 
-/// The servers that see changes of `ino`: its owner, and every server
-/// for a directory (its entries, and the inodes they name, may live on
-/// any of them).
-fn watch_servers(c: &Client, ino: InodeId, ftype: FileType) -> Vec<usize> {
-    if ftype == FileType::Directory {
-        (0..c.members().max(1)).collect()
-    } else {
-        vec![ino.owner()]
-    }
+/// The servers that see changes of `ino`: every one. A directory's
+/// entries, and the inodes they name, may live on any of them; a file's
+/// own changes are its owner's, but a rename is reported by the server
+/// that moved its entry (`IN_MOVE_SELF` after `IN_MOVED_TO`, in order),
+/// which may be another (coreutils' `tail -F` of a renamed file).
+fn watch_servers(c: &Client, _ino: InodeId, _ftype: FileType) -> Vec<usize> {
+    (0..c.members().max(1)).collect()
 }
 
 /// `inotify_rm_watch(fd, wd)`.

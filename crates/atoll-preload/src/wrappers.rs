@@ -688,6 +688,12 @@ unsafe fn getcwd_common(real: &Real, buf: *mut c_char, size: size_t) -> *mut c_c
     let Some(_guard) = enter() else {
         return host(buf, size);
     };
+    if !buf.is_null() && size == 0 {
+        // glibc's answer before any system call (gnulib's
+        // test-getcwd-lgpl); the kernel's would be `ERANGE`.
+        raw::set_errno(libc::EINVAL);
+        return core::ptr::null_mut();
+    }
     let (target, cap, owned) = if buf.is_null() {
         let cap = if size == 0 {
             libc::PATH_MAX as size_t

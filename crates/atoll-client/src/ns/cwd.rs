@@ -76,6 +76,11 @@ pub fn getcwd(c: &Client, buf: u64, size: u64) -> Result<Out> {
     let Some(cwd) = c.cwd() else {
         return Ok(Out::Host);
     };
+    if removed(c, cwd.ino)? {
+        // Linux fails for a cwd that was removed (getcwd(2), `ENOENT`):
+        // `readlink -e .`, `pwd -P` and glibc's `realpath` rely on it.
+        return err(libc::ENOENT);
+    }
     let n = cwd.path.len() + 1;
     if (size as usize) < n {
         return err(libc::ERANGE);
@@ -84,4 +89,38 @@ pub fn getcwd(c: &Client, buf: u64, size: u64) -> Result<Out> {
     out[..n - 1].copy_from_slice(&cwd.path);
     out[n - 1] = 0;
     Ok(Out::Done(n as i64))
+}
+
+/// Is directory `ino` removed (no entry names it)? Its owner reports no
+/// links, or no longer knows it once nothing holds it.
+fn removed(c: &Client, ino: atoll_proto::InodeId) -> Result<bool> {
+    let lane = c.lane()?;
+    let nlink = lane.call(c, ino.owner(), Request::GetAttr { ino }, |r| match r {
+        Reply::Attr(a) => Ok(a.nlink),
+        _ => Err(Error::Protocol("GetAttr")),
+    });
+    removed_by(nlink)
+}
+
+/// Removed, by its owner's answer to `GetAttr`.
+fn removed_by(nlink: Result<u32>) -> Result<bool> {
+    match nlink {
+        Ok(n) => Ok(n == 0),
+        Err(Error::Errno(libc::ENOENT | libc::ESTALE)) => Ok(true),
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::removed_by;
+    use crate::error::Error;
+
+    #[test]
+    fn a_cwd_without_links_or_unknown_to_its_owner_is_removed() {
+        assert!(!removed_by(Ok(2u32)).unwrap());
+        assert!(removed_by(Ok(0u32)).unwrap());
+        assert!(removed_by(Err(Error::Errno(libc::ENOENT))).unwrap());
+        assert!(removed_by(Err(Error::Errno(libc::EIO))).is_err());
+    }
 }

@@ -232,7 +232,8 @@ pub(super) enum Plan {
     Unlink {
         dir: InodeId,
         name: Vec<u8>,
-        moved: bool,
+        /// The second half of a rename across servers: the moved inode.
+        moved: Option<InodeId>,
     },
     Rename {
         olddir: InodeId,
@@ -308,7 +309,7 @@ impl Plan {
             } => Plan::Unlink {
                 dir: *dir,
                 name: name.to_vec(),
-                moved: expect.is_some() && *kind != atoll_proto::UnlinkKind::Directory,
+                moved: expect.filter(|_| *kind != atoll_proto::UnlinkKind::Directory),
             },
             Q::Rename {
                 olddir,
@@ -632,7 +633,12 @@ impl<S: BlockStore> FileServer<S> {
                     .map_or(FileType::Regular, |d| d.ftype);
                 match from {
                     Some((olddir, oldname)) => {
-                        self.emit_move((olddir, &oldname), (dir, &name), ino, ftype)
+                        let moved = (olddir, oldname.as_slice());
+                        // `IN_MOVE_SELF` waits for the old entry to go
+                        // (the second half's `Unlink`, below): a watcher
+                        // that looks the old name up on it must not find
+                        // it (`tail -F`).
+                        self.emit_move(moved, (dir, &name), ino, ftype, false)
                     }
                     None => {
                         // A hard link changes the file's link count:
@@ -658,9 +664,18 @@ impl<S: BlockStore> FileServer<S> {
             (Plan::LinkCounted { ino }, Reply::Attr(attr)) if attr.ftype != FileType::Directory => {
                 self.emit(ino, IN_ATTRIB, 0, b"");
             }
-            // The second half of a rename across servers was reported
-            // with its first (`Link` with `moved_from`).
-            (Plan::Unlink { moved: true, .. }, _) => {}
+            // The second half of a rename across servers: its names were
+            // reported with its first (`Link` with `moved_from`), the
+            // file's own move now that the old name is gone.
+            (
+                Plan::Unlink {
+                    moved: Some(ino), ..
+                },
+                Reply::Unlinked { ftype, .. },
+            ) => {
+                self.emit(ino, IN_MOVE_SELF | isdir(*ftype), 0, b"");
+            }
+            (Plan::Unlink { moved: Some(_), .. }, _) => {}
             // The owner reports it after the inode's own events (`Unreffed`).
             (
                 Plan::Unlink { .. },
@@ -687,7 +702,7 @@ impl<S: BlockStore> FileServer<S> {
                     newname,
                 },
                 Reply::Renamed { moved, ftype, .. },
-            ) => self.emit_move((olddir, &oldname), (newdir, &newname), *moved, *ftype),
+            ) => self.emit_move((olddir, &oldname), (newdir, &newname), *moved, *ftype, true),
             (Plan::Changed { ino, mask, via }, Reply::Attr(_) | Reply::Ok) if mask != 0 => {
                 self.emit_changed_via(ino, mask, via);
             }
@@ -697,20 +712,23 @@ impl<S: BlockStore> FileServer<S> {
     }
 
     /// A name moved: `IN_MOVED_FROM` and `IN_MOVED_TO` with one cookie
-    /// (unique to this server: its index in the top byte), then
-    /// `IN_MOVE_SELF` for watches of the moved inode.
+    /// (unique to this server: its index in the top byte), then, with
+    /// `self_too`, `IN_MOVE_SELF` for watches of the moved inode.
     fn emit_move(
         &mut self,
         from: (InodeId, &[u8]),
         to: (InodeId, &[u8]),
         ino: InodeId,
         ftype: FileType,
+        self_too: bool,
     ) {
         self.notify.cookies = (self.notify.cookies + 1) & 0x00ff_ffff;
         let cookie = (self.cfg.index as u32) << 24 | self.notify.cookies;
         self.emit(from.0, IN_MOVED_FROM | isdir(ftype), cookie, from.1);
         self.emit(to.0, IN_MOVED_TO | isdir(ftype), cookie, to.1);
-        self.emit(ino, IN_MOVE_SELF | isdir(ftype), 0, b"");
+        if self_too {
+            self.emit(ino, IN_MOVE_SELF | isdir(ftype), 0, b"");
+        }
         self.dnotify_settle();
     }
 

@@ -247,6 +247,42 @@ fn a_link_is_attrib_to_the_inode_watch_then_create_to_the_directory() {
     );
 }
 
+/// A rename across servers, both halves on one server here: the names
+/// move with `Link`'s `moved_from`, the file's own `IN_MOVE_SELF` comes
+/// with the second half's `Unlink`, once the old name is gone.
+#[test]
+fn a_rename_across_servers_reports_the_move_self_with_its_second_half() {
+    let mut fs = server();
+    let (q, qr) = queue(&mut fs, S1);
+    let (f, d) = create(&mut fs, b"a");
+    ok(&mut fs, S1, Request::Close { desc: d });
+    let (dwd, _) = watch(&mut fs, S1, q, ROOT, IN_MOVED_FROM | IN_MOVED_TO).unwrap();
+    let (fwd, _) = watch(&mut fs, S1, q, f, IN_MOVE_SELF).unwrap();
+    let req = Request::Link {
+        dir: ROOT,
+        name: b"b",
+        ino: f,
+        ftype: FileType::Regular,
+        replace: false,
+        moved_from: Some(atoll_proto::EntryName {
+            dir: ROOT,
+            name: b"a",
+        }),
+    };
+    ok(&mut fs, S1, req);
+    let ev = drain(&mut fs, qr.header);
+    let masks: Vec<(i32, u32)> = ev.iter().map(|e| (e.0, e.1)).collect();
+    assert_eq!(masks, [(dwd, IN_MOVED_FROM), (dwd, IN_MOVED_TO)]);
+    let req = Request::Unlink {
+        dir: ROOT,
+        name: b"a",
+        kind: atoll_proto::UnlinkKind::NonDirectory,
+        expect: Some(f),
+    };
+    ok(&mut fs, S1, req);
+    assert_eq!(drain(&mut fs, qr.header), [(fwd, IN_MOVE_SELF, 0, vec![])]);
+}
+
 /// Open `ino` by inode with `flags` (`OpenInode`).
 fn open_ino(fs: &mut FileServer<MemStore>, ino: InodeId, flags: u32) -> DescId {
     let mut out = Vec::new();

@@ -85,7 +85,13 @@ impl<S: BlockStore> FileServer<S> {
             }
             if d.ftype == FileType::Symlink {
                 let path = flags & libc::O_PATH as u32 != 0;
-                if flags & libc::O_NOFOLLOW as u32 != 0 && !path {
+                let nofollow = flags & libc::O_NOFOLLOW as u32 != 0;
+                if nofollow && flags & libc::O_DIRECTORY as u32 != 0 {
+                    // Linux checks for a directory before it refuses the
+                    // link (`do_open`), with `O_PATH` too.
+                    return Err(Errno::ENOTDIR);
+                }
+                if nofollow && !path {
                     return Err(Errno::ELOOP);
                 }
                 if flags & libc::O_NOFOLLOW as u32 == 0 {

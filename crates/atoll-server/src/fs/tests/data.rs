@@ -97,6 +97,15 @@ fn symlinks_are_followed_by_the_client_and_refused_with_nofollow() {
         t.open_as(S1, USER, ROOT, "l", nofollow, 0).unwrap_err(),
         Errno::ELOOP
     );
+    // A directory is asked for before the link is refused, as Linux.
+    let dir = libc::O_DIRECTORY as u32;
+    for extra in [0, libc::O_PATH as u32] {
+        assert_eq!(
+            t.open_as(S1, USER, ROOT, "l", nofollow | dir | extra, 0)
+                .unwrap_err(),
+            Errno::ENOTDIR
+        );
+    }
     // O_PATH|O_NOFOLLOW opens the link itself.
     let (_, a) = t
         .open_as(S1, USER, ROOT, "l", nofollow | libc::O_PATH as u32, 0)

@@ -21,9 +21,7 @@
 use core::cell::UnsafeCell;
 
 use super::remember::{self, Kind, Site, Table};
-use super::{
-    batch, candidate, entry, is_text, keeps_trapping, maps, short_candidate, Lock,
-};
+use super::{batch, candidate, entry, is_text, keeps_trapping, maps, short_candidate, Lock};
 use crate::sigsys;
 
 /// Most text mappings rewritten at start (a `cc1` maps five).

@@ -255,11 +255,11 @@ int main(void) {
 }
 "#;
 
-/// `execve` ends the image when it succeeds, so its site is left trapping
-/// (`rewrite::ends_the_image`): a forked child whose only trap is its
-/// `execve` rewrites no site (before, each child read `/proc/self/maps` and
-/// rewrote its fresh copy of the site), and the children still run as on
-/// Linux.
+/// `execve` ends the image when it succeeds, so without a table of
+/// remembered sites its site is left trapping (`rewrite::ends_the_image`):
+/// a forked child whose only trap is its `execve` rewrites no site (before,
+/// each child read `/proc/self/maps` and rewrote its fresh copy of the
+/// site), and the children still run as on Linux.
 #[test]
 fn a_forked_child_that_only_execs_rewrites_no_site() {
     let dir = tempfile::tempdir().unwrap();
@@ -268,7 +268,7 @@ fn a_forked_child_that_only_execs_rewrites_no_site() {
     assert_eq!(text(&linux.stdout), "forkexec ok 5\n");
     let traps = dir.path().join("traps");
     let mut cmd = atoll();
-    cmd.args(["run", "--"])
+    cmd.args(["run", "--without", "remembered-sites", "--"])
         .arg(&bin)
         .env("ATOLL_TRAP_STATS", &traps);
     let out = output_within(cmd, LIMIT);
@@ -359,4 +359,88 @@ fn a_site_whose_syscall_crosses_into_a_split_off_page_traps_once() {
     // exec may add a few).
     assert!(count(&traps, &libc::SYS_getpid.to_string()) <= 5, "{all}");
     assert!(count(&traps, "direct") >= 1000, "{all}");
+}
+
+/// With the table of remembered sites, the first child's `execve` traps,
+/// is rewritten and remembered; the parent rewrites the remembered site in
+/// its own text before its next fork (`eager::before_fork`), so the other
+/// four children exec through the entry, without a trap, as on Linux.
+#[test]
+fn children_exec_through_a_remembered_execve_site_without_a_trap() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = compile_probe(dir.path(), "forkexec", FORK_EXEC);
+    let linux = Command::new(&bin).output_bounded().unwrap();
+    assert_eq!(text(&linux.stdout), "forkexec ok 5\n");
+    let execve = libc::SYS_execve.to_string();
+    let run = |opts: &[&str], traps: &Path| {
+        let mut cmd = atoll();
+        cmd.arg("run")
+            .args(opts)
+            .arg("--")
+            .arg(&bin)
+            .env("ATOLL_TRAP_STATS", traps);
+        let out = output_within(cmd, LIMIT);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        assert_eq!(text(&out.stdout), text(&linux.stdout));
+    };
+    let traps = dir.path().join("traps");
+    run(&["--servers", "2"], &traps);
+    let stats = std::fs::read_to_string(&traps).unwrap();
+    assert!(count(&traps, &execve) <= 1, "{stats}");
+    // Without the table, each child traps at its `execve`.
+    let without = dir.path().join("without");
+    run(
+        &["--servers", "2", "--without", "remembered-sites"],
+        &without,
+    );
+    assert_eq!(count(&without, &execve), 5);
+}
+
+fn masks_probe(dir: &Path) -> PathBuf {
+    compile_probe(dir, "masks", include_str!("rewrite/masks.c"))
+}
+
+/// `rt_sigprocmask` through a rewritten site changes the thread's own mask
+/// (the entry has no signal frame): a signal sent while it is blocked stays
+/// pending and is delivered exactly once by the unblock; with threads, a
+/// sender's queued real-time signals arrive while the mask blocks them,
+/// while atoll code runs in the entry, or in program code, and each is
+/// delivered once. The same probe with every site trapping shows the calls
+/// that the rewritten sites saved.
+#[test]
+fn masks_changed_through_a_rewritten_site_deliver_each_signal_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = masks_probe(dir.path());
+    let nr = libc::SYS_rt_sigprocmask.to_string();
+
+    let linux = on_linux(&bin, "blocked");
+    assert_eq!(
+        linux,
+        "blocked rounds 50 delivered 50 bad 0 usr1-blocked-now 0\n"
+    );
+    let traps = dir.path().join("blocked");
+    let out = in_atoll(&bin, "blocked", &["--servers", "2"], &[], &traps);
+    assert_eq!(text(&out.stdout), linux);
+    // The probe's two sites trap once each (and glibc's few, once).
+    assert!(
+        count(&traps, &nr) <= 6,
+        "{:?}",
+        std::fs::read_to_string(&traps)
+    );
+    assert!(count(&traps, "direct") >= 98);
+    let trapping = dir.path().join("blocked-trapping");
+    let opts = ["--servers", "2", "--syscall-sites", "trap"];
+    let out = in_atoll(&bin, "blocked", &opts, &[], &trapping);
+    assert_eq!(text(&out.stdout), linux);
+    assert!(count(&trapping, &nr) >= 101);
+
+    let linux = on_linux(&bin, "threads");
+    assert_eq!(linux, "threads sent 1200 delivered 1200 threads-off 0\n");
+    let traps = dir.path().join("threads");
+    let out = in_atoll(&bin, "threads", &["--servers", "2"], &[], &traps);
+    assert_eq!(text(&out.stdout), linux);
+    // Each site traps at most once per thread that reaches it before it
+    // is rewritten: the worker's four, glibc's thread start and creation.
+    let trapped = count(&traps, &nr);
+    assert!(trapped <= 40, "{:?}", std::fs::read_to_string(&traps));
 }

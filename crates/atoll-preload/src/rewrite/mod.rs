@@ -21,11 +21,17 @@
 //! Rules (a site that breaks one keeps trapping, which is always right):
 //! * the number is not one whose call changes stack or control flow or
 //!   needs the signal frame: `rt_sigreturn`, `clone`, `clone3`, `fork`,
-//!   `vfork`, `exit`, signals sent to oneself, masks, `arch_prctl`,
-//!   `prctl`, `seccomp` ([`keeps_trapping`]);
-//! * nor one that ends the image when it succeeds, `execve`, `execveat`,
-//!   `exit_group` ([`ends_the_image`]): its site runs once, so rewriting
-//!   it would cost more than the trap it saves;
+//!   `vfork`, `exit`, signals sent to oneself, `sigaltstack`,
+//!   `arch_prctl`, `prctl`, `seccomp` ([`keeps_trapping`]); masks
+//!   (`rt_sigprocmask`) are rewritten: a trap must edit the frame's mask,
+//!   which sigreturn installs, but the entry has no frame and changes the
+//!   thread's own (`sigsys::handle_without_context`);
+//! * nor, without a table of remembered sites, one that ends the image
+//!   when it succeeds, `execve`, `execveat`, `exit_group`
+//!   ([`ends_the_image`]): its site runs once per image, so rewriting it
+//!   would cost more than the trap it saves. With the table, it is
+//!   rewritten once, remembered, and later images rewrite it in their
+//!   start-up batch, where it costs next to nothing;
 //! * the byte before the `mov` is not a REX prefix (then it would be a
 //!   `mov` to R8D…R15D), the immediate equals the trapped number, and the
 //!   bytes up to the `syscall` decode as instructions that neither name
@@ -130,9 +136,12 @@ pub fn enabled() -> bool {
 /// the flow of control (the entry would return to a frame that is gone or
 /// not yet there: `rt_sigreturn`, a clone child on its new stack), or
 /// their handling needs the SIGSYS frame (`sigsys::handle`'s arms with a
-/// context). `execve` and `exit_group` could be rewritten (they return
-/// only when they fail, into the entry's frame, which is still there) but
-/// are not worth it: see [`ends_the_image`].
+/// context; not `rt_sigprocmask`, whose entry changes the thread's own
+/// mask). `execve` and `exit_group` are not here: they return only
+/// when they fail, into the entry's frame, which is still there, and the
+/// entry's routing does what the trap's does (`sigsys::handle_without_context`:
+/// the trap counts flushed, `before_exit`; an exec inherits the thread's
+/// mask, which in the entry is the program's own). See [`ends_the_image`].
 pub const fn keeps_trapping(nr: i64) -> bool {
     matches!(
         nr,
@@ -142,7 +151,6 @@ pub const fn keeps_trapping(nr: i64) -> bool {
             | libc::SYS_fork
             | libc::SYS_vfork
             | libc::SYS_exit
-            | libc::SYS_rt_sigprocmask
             | libc::SYS_sigaltstack
             | libc::SYS_kill
             | libc::SYS_tkill
@@ -156,12 +164,15 @@ pub const fn keeps_trapping(nr: i64) -> bool {
 }
 
 /// Calls that end the program image when they succeed. Their site runs
-/// once per image, so rewriting it (a read of `/proc/self/maps`, four
-/// `mprotect`s: about 100 µs of CPU) costs far more than the ~1 µs trap it
-/// saves; it was paid by every forked child that execs (a shell's, too),
-/// whose `execve` site is fresh in each child since the parent never
-/// execs. A PATH search's failed attempts each still trap, about a
-/// microsecond apiece (docs/BENCHMARKS.md, "Start-up cost per process").
+/// once per image, so rewriting it lazily (a read of `/proc/self/maps`,
+/// four `mprotect`s: about 100 µs of CPU) costs far more than the ~1 µs
+/// trap it saves; it was paid by every forked child that execs (a
+/// shell's, too), whose `execve` site is fresh in each child since the
+/// parent never execs. So they are rewritten only with a table of
+/// remembered sites (`remember`): once per instance, then in each new
+/// image's start-up batch (`eager::at_start`, which reads the maps and
+/// opens the pages anyway), and in a parent before it forks
+/// (`eager::before_fork`), so its children exec and exit without a trap.
 pub const fn ends_the_image(nr: i64) -> bool {
     matches!(
         nr,
@@ -220,7 +231,7 @@ fn candidate(resume: usize, nr: u32) -> Option<Candidate> {
 pub fn on_trap(nr: i64, resume: usize) {
     if !enabled()
         || keeps_trapping(nr)
-        || ends_the_image(nr)
+        || (ends_the_image(nr) && !remember::enabled())
         || !(0..=u32::MAX as i64).contains(&nr)
     {
         return;
@@ -620,13 +631,17 @@ mod tests {
             libc::SYS_clone3,
             libc::SYS_vfork,
             libc::SYS_exit,
-            libc::SYS_rt_sigprocmask,
             libc::SYS_sigaltstack,
             libc::SYS_tgkill,
         ] {
             assert!(keeps_trapping(nr), "{nr}");
         }
-        for nr in [libc::SYS_read, libc::SYS_openat, libc::SYS_newfstatat] {
+        for nr in [
+            libc::SYS_read,
+            libc::SYS_openat,
+            libc::SYS_newfstatat,
+            libc::SYS_rt_sigprocmask,
+        ] {
             assert!(!keeps_trapping(nr) && !ends_the_image(nr), "{nr}");
         }
         for nr in [libc::SYS_execve, libc::SYS_execveat, libc::SYS_exit_group] {

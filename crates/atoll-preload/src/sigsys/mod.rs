@@ -254,7 +254,9 @@ unsafe fn foreign_sigsys(
 
 /// Route one trapped system call; returns the value for RAX. The arms
 /// here need the SIGSYS frame (`uc`, or the mask sigreturn restores), so
-/// their sites are never rewritten (`rewrite::keeps_trapping`).
+/// their sites are never rewritten (`rewrite::keeps_trapping`), but for
+/// `rt_sigprocmask` and `execve`, whose rewritten sites' entry has no
+/// frame and takes the thread's own mask ([`handle_without_context`]).
 fn handle(nr: i64, args: [u64; 6], uc: &mut libc::ucontext_t) -> i64 {
     let r = handle_in_context(nr, args, uc);
     spawn::note(nr, r);
@@ -328,6 +330,7 @@ fn route_without_context(nr: i64, mut args: [u64; 6]) -> i64 {
             stats::flush();
             general(nr, args)
         }
+        libc::SYS_rt_sigprocmask => sigprocmask_direct(args),
         libc::SYS_pselect6 if args[5] != 0 => {
             // 6th argument: pointer to { const sigset_t *ss; size_t ss_len }.
             // SAFETY: the program passed this pointer to pselect6, which
@@ -392,6 +395,31 @@ fn sigprocmask_in_context(args: [u64; 6], uc: &mut libc::ucontext_t) -> i64 {
     let unblockable = (1u64 << (libc::SIGKILL - 1)) | (1u64 << (libc::SIGSTOP - 1));
     *mask = sigfix::strip_sigsys(next) & !unblockable;
     0
+}
+
+/// `rt_sigprocmask` from a rewritten site's entry: no signal frame, so
+/// the thread's own mask is the program's, and the call changes it
+/// directly (as the libc wrappers do, `wrappers::process`), with SIGSYS
+/// kept deliverable; the kernel applies its own rules (SIGKILL, SIGSTOP;
+/// `EINVAL`). Issued as a host call: a signal it unblocks is delivered as
+/// it returns and its handler runs right there as program code, once
+/// (`sigdefer`). A signal deferred while the entry ran before the call is
+/// delivered at the host call's start under the old mask, or left pending
+/// in the kernel if that mask blocks it, until a later unblock; one
+/// deferred after it, at the guard's drop under the new mask.
+fn sigprocmask_direct(mut args: [u64; 6]) -> i64 {
+    let set_ptr = args[1];
+    let mut set = 0u64;
+    if set_ptr != 0 && args[3] == KSIGSET_SIZE {
+        let Some(s) = raw::read_user_u64(set_ptr) else {
+            return -(libc::EFAULT as i64);
+        };
+        set = sigfix::strip_sigsys(s);
+        args[1] = &set as *const u64 as u64;
+    }
+    let r = general(libc::SYS_rt_sigprocmask, args);
+    let _ = set;
+    r
 }
 
 /// A trapped `execve`: the new image inherits the signal mask of the

@@ -211,7 +211,7 @@ pub fn enter_program_frame(uc: &mut libc::ucontext_t) -> bool {
     for (i, reg) in CALLEE_SAVED_GREGS.iter().enumerate() {
         g[*reg as usize] = program.saved[i] as i64;
     }
-    sigdefer::deliver_into_frame(uc, GATE_NR, program.rax as i64);
+    sigdefer::deliver_into_frame(uc, GATE_NR, program.rax as i64, true);
     true
 }
 

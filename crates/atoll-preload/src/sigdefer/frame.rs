@@ -116,18 +116,29 @@ pub fn frame_end(ret: i64, signals: &[Deferred]) -> FrameEnd {
 /// it returns. Restarts are Linux's too: RIP back by the two bytes of the
 /// `syscall` instruction and RAX = `nr`, so the handler sees the frame of
 /// a restarted call and the program traps again after it.
-pub fn deliver_into_frame(uc: &mut libc::ucontext_t, nr: i64, ret: i64) {
-    let g = &mut uc.uc_mcontext.gregs;
+///
+/// `uc_sigmask` is the program's mask for a trapped call. For the gate of a
+/// wrapper's return (`retframe`, `from_gate`) it is the thread's mask as
+/// the wrapper left: if the entry held further signals back meanwhile (a
+/// full set, see `PendingSet::held_mask`), the mask the wrapper ran with,
+/// the program's, goes back into the frame.
+pub fn deliver_into_frame(uc: &mut libc::ucontext_t, nr: i64, ret: i64, from_gate: bool) {
     let restart_code = ret == -(atoll_client::intr::ERESTARTSYS as i64)
         || ret == -(atoll_client::intr::ERESTARTNOINTR as i64);
     if !any_pending() && !restart_code {
-        g[libc::REG_RAX as usize] = ret;
+        uc.uc_mcontext.gregs[libc::REG_RAX as usize] = ret;
         return;
     }
     // Blocked until the handler's sigreturn installs `uc_sigmask`.
     core::mem::forget(BlockAll::new());
-    let (taken, n) = with_pending(|s| s.take());
+    let (held, (taken, n)) = with_pending(|s| (s.held_mask(), s.take()));
     requeue(&taken[..n]);
+    if let (true, Some(m)) = (from_gate, held) {
+        // SAFETY: the first word of `uc_sigmask` is the kernel's 64-signal
+        // mask, which sigreturn installs.
+        unsafe { *(&mut uc.uc_sigmask as *mut libc::sigset_t).cast::<u64>() = m };
+    }
+    let g = &mut uc.uc_mcontext.gregs;
     match frame_end(ret, &taken[..n]) {
         FrameEnd::Result(v) => g[libc::REG_RAX as usize] = v,
         FrameEnd::Restart => {

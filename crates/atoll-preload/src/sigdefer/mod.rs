@@ -66,7 +66,13 @@
 //!
 //! Pending state is per thread, fixed-size, allocation-free: standard
 //! signals coalesce as in the kernel; real-time signals queue up to
-//! [`PENDING_SLOTS`]. Departures from Linux: a handler delivered at a
+//! [`PENDING_SLOTS`]; once the slots are full, the entry blocks every
+//! asynchronous signal in the atoll code it returns to, so further ones
+//! wait in the kernel's own queue (none is lost) until the delivery puts
+//! that code's mask back (`PendingSet::held_mask`). Departures from Linux:
+//! those waiting in the kernel are delivered before the deferred ones (a
+//! flood of one real-time signal keeps its order for the first
+//! [`PENDING_SLOTS`] only); a handler delivered at a
 //! wrapper's return sees the frame there, not inside libc's function; one
 //! delivered in atoll's frame, or run in a host call of the SIGSYS net,
 //! sees a ucontext inside libatoll (docs/COMPATIBILITY.md "Signals").
@@ -120,6 +126,11 @@ impl Deferred {
 pub struct PendingSet {
     len: usize,
     slots: [Deferred; PENDING_SLOTS],
+    /// Once the slots are full, the entry blocks further asynchronous
+    /// signals in the atoll code it returns to, so the kernel keeps them
+    /// queued instead of handing over one that has no room: the mask that
+    /// code had, which the delivery puts back.
+    held_mask: Option<u64>,
 }
 
 impl PendingSet {
@@ -127,6 +138,7 @@ impl PendingSet {
         PendingSet {
             len: 0,
             slots: [Deferred::EMPTY; PENDING_SLOTS],
+            held_mask: None,
         }
     }
 
@@ -153,8 +165,19 @@ impl PendingSet {
         &self.slots[..self.len]
     }
 
+    pub fn is_full(&self) -> bool {
+        self.len == PENDING_SLOTS
+    }
+
+    /// The mask the interrupted atoll code had before the entry held
+    /// further signals back, if it did.
+    pub fn held_mask(&self) -> Option<u64> {
+        self.held_mask
+    }
+
     /// Empty the set, returning what it held.
     pub fn take(&mut self) -> ([Deferred; PENDING_SLOTS], usize) {
+        self.held_mask = None;
         let n = core::mem::replace(&mut self.len, 0);
         (self.slots, n)
     }
@@ -542,16 +565,46 @@ unsafe extern "C" fn on_program_signal(
     unsafe {
         core::ptr::copy_nonoverlapping(info as *const u64, d.info.as_mut_ptr(), SIGINFO_WORDS)
     };
-    if !with_pending(|s| s.push(d)) {
+    // SAFETY: the kernel passes a valid ucontext to an SA_SIGINFO handler.
+    let uc = unsafe { &mut *(uc as *mut libc::ucontext_t) };
+    let (pushed, hold) = with_pending(|s| {
+        let pushed = s.push(d);
+        let hold = s.is_full() && s.held_mask.is_none();
+        if hold {
+            // SAFETY: the kernel's ucontext of this signal.
+            s.held_mask = Some(unsafe { frame_mask(uc) });
+        }
+        (pushed, hold)
+    });
+    if !pushed {
         sigsys::debug(&[b"deferred signal merged"], &[sig as i64]);
+    }
+    if hold {
+        // No room for another: the rest stay queued in the kernel until the
+        // delivery (`deliver_pending`, `deliver_into_frame`) lets them in.
+        // Faults stay deliverable: atoll code learns of a bad pointer so.
+        let faults = [
+            libc::SIGSEGV,
+            libc::SIGBUS,
+            libc::SIGFPE,
+            libc::SIGILL,
+            libc::SIGTRAP,
+        ]
+        .iter()
+        .fold(0u64, |m, &f| m | sigfix::bit(f));
+        // SAFETY: the first word of `uc_sigmask` is the kernel's 64-signal
+        // mask, which sigreturn installs.
+        unsafe {
+            *(&mut uc.uc_sigmask as *mut libc::sigset_t).cast::<u64>() =
+                sigfix::strip_sigsys(u64::MAX) & !faults
+        };
     }
     // A wait that looked for pending signals just before this one came
     // must not go to sleep on its futex now, nor an interruptible host
     // call enter (or, restarted by the kernel, re-enter) its system call.
     atoll_client::intr::interrupt_wait();
-    // SAFETY: the kernel passes a valid ucontext to an SA_SIGINFO handler;
-    // sigreturn reloads the registers changed here.
-    let g = unsafe { &mut (*(uc as *mut libc::ucontext_t)).uc_mcontext.gregs };
+    // Sigreturn reloads the registers changed here.
+    let g = &mut uc.uc_mcontext.gregs;
     if let Some(after) =
         atoll_client::intr::skip_interrupted_call(g[libc::REG_RIP as usize] as usize)
     {
@@ -623,16 +676,23 @@ unsafe fn run_program_action(sig: i32, info: *mut libc::siginfo_t, uc: *mut c_vo
 /// interrupted call may restart (see [`all_restart`]).
 #[cold]
 pub fn deliver_pending(during: Option<u64>) -> bool {
-    let all = BlockAll::new();
-    let (taken, n) = with_pending(|s| s.take());
+    let mut all = BlockAll::new();
+    let (held, (taken, n)) = with_pending(|s| (s.held_mask(), s.take()));
     if n == 0 {
         return true;
+    }
+    if let Some(m) = held {
+        // The mask the interrupted code had: the one to go back to.
+        all.old = m;
     }
     requeue(&taken[..n]);
     let restart = all_restart(&taken[..n]);
     let prev = selector::get();
     selector::set(BLOCK);
-    // Delivered as each of these calls returns, one after the other.
+    // Delivered as each of these calls returns, one after the other; with
+    // them the ones the entry held back in the kernel once the set was
+    // full (after them: a queue of one signal number keeps its order up
+    // to the set's size only).
     set_mask(during.unwrap_or(all.old));
     drop(all);
     selector::set(prev);
@@ -794,6 +854,12 @@ mod tests {
         }
         assert!(!s.push(d(40, true)));
         assert_eq!(s.len(), PENDING_SLOTS);
+        assert!(s.is_full());
+        s.held_mask = Some(0x1234);
+        assert_eq!(s.held_mask(), Some(0x1234));
+        let (_, n) = s.take();
+        assert_eq!(n, PENDING_SLOTS);
+        assert_eq!(s.held_mask(), None, "the delivery ends the hold");
     }
 
     #[test]

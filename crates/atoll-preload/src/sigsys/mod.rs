@@ -200,7 +200,7 @@ unsafe fn on_sigsys_here(sig: libc::c_int, info: *mut libc::siginfo_t, ucv: *mut
     let ret = handle(nr, args, uc);
     drop(frame);
     debug(&[b"trap"], &[nr, ret]);
-    sigdefer::deliver_into_frame(uc, nr, ret);
+    sigdefer::deliver_into_frame(uc, nr, ret, false);
     leave_trap(saved_errno, guard, program_sp);
 }
 

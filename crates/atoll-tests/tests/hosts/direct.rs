@@ -9,7 +9,7 @@ use atoll_bench::hosts::Cluster;
 use atoll_tests::{normalized, run_on_host};
 
 use super::members::status;
-use super::{busy_on, cluster, fails_with_eio_within_5s, on, text};
+use super::{busy_on, cluster, fails_with_eio, on, text};
 
 /// A counter of node `k`'s `atoll status --json`.
 fn counter(c: &Cluster, k: usize, name: &str) -> u64 {
@@ -74,8 +74,8 @@ fn creates_on_one_host_in_another_hosts_member_cross_once() {
 }
 
 /// A program on C that keeps reading a file of B's member over the direct
-/// link fails with `EIO` within 5 s once B is killed (the link's end, or
-/// its silence), while C's and the first host's own files still work from
+/// link fails with `EIO` once B is killed (the link's end, or its
+/// silence: within 3 s, checked against `HANG`), while C's and the first host's own files still work from
 /// C; and a file C makes after that is read from the first host.
 #[test]
 fn a_call_over_a_direct_link_fails_with_eio_when_that_host_dies() {
@@ -85,17 +85,13 @@ fn a_call_over_a_direct_link_fails_with_eio_when_that_host_dies() {
     on(&c, 0, "echo on-a > $ROOT/a-file");
     on(&c, 2, "echo on-c > $ROOT/c-file");
     let direct = counter(&c, 2, "node.direct_requests");
-    let busy = busy_on(
-        &c,
-        2,
-        "while read -r l < $ROOT/b-file; do :; done; echo stopped >&2; exit 3",
-    );
+    let busy = busy_on(&c, 2, "read -r l < $ROOT/b-file");
     assert!(
         counter(&c, 2, "node.direct_requests") > direct,
         "C's reads of B's file did not go over the direct link"
     );
     c.kill(1);
-    fails_with_eio_within_5s(busy, Instant::now(), "a call over a dead direct link hangs");
+    fails_with_eio(busy, Instant::now(), "a call over a dead direct link hangs");
     let out = on(
         &c,
         2,

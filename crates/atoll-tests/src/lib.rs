@@ -263,6 +263,18 @@ pub fn served_ops(path: &Path) -> (impl Fn(&str) -> u64, serde_json::Value) {
     (count, v)
 }
 
+/// Sum of the counts of `key` (a system call number, `direct` or
+/// `remembered`) over every line of a trap file (`ATOLL_TRAP_STATS`).
+pub fn trap_count(traps: &Path, key: &str) -> u64 {
+    let s = std::fs::read_to_string(traps).unwrap_or_default();
+    s.lines()
+        .flat_map(|l| l.split_whitespace().skip(1))
+        .filter_map(|f| f.split_once(':'))
+        .filter(|(k, _)| *k == key)
+        .map(|(_, n)| n.parse::<u64>().unwrap())
+        .sum()
+}
+
 /// True when `program` is on PATH (tests that need it fail loudly if not:
 /// CI installs every program the suite uses).
 pub fn require(program: &str) {

@@ -5,11 +5,10 @@
 //! Linux's over a tmpfs directory, and the attempts that failed before
 //! the program was found trapped no `execve`.
 
-use std::path::Path;
 use std::process::Command;
 
 use atoll_tests::OutputBounded as _;
-use atoll_tests::{atoll, compile_probe, output_within};
+use atoll_tests::{atoll, compile_probe, output_within, trap_count};
 
 const LIMIT: std::time::Duration = std::time::Duration::from_secs(120);
 
@@ -33,16 +32,6 @@ PATH="$R/p1:$R/p2" "$0" execvp hello
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).to_string()
-}
-
-fn count(traps: &Path, key: &str) -> u64 {
-    let s = std::fs::read_to_string(traps).unwrap_or_default();
-    s.lines()
-        .flat_map(|l| l.split_whitespace().skip(1))
-        .filter_map(|f| f.split_once(':'))
-        .filter(|(k, _)| *k == key)
-        .map(|(_, n)| n.parse::<u64>().unwrap())
-        .sum()
 }
 
 #[test]
@@ -81,7 +70,7 @@ fn execvp_searches_path_through_atoll_without_trapping_each_miss() {
     // of those attempts, nor the exec itself, trapped.
     let search = scratch.path().join("search");
     assert_eq!(
-        count(&search, &libc::SYS_execve.to_string()),
+        trap_count(&search, &libc::SYS_execve.to_string()),
         0,
         "{:?}",
         std::fs::read_to_string(&search)

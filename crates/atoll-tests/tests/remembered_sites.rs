@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use atoll_tests::OutputBounded as _;
-use atoll_tests::{atoll, compile_probe, output_within};
+use atoll_tests::{atoll, compile_probe, output_within, trap_count};
 
 const LIMIT: std::time::Duration = std::time::Duration::from_secs(180);
 
@@ -59,18 +59,6 @@ fn in_atoll(bin: &Path, script: &str, opts: &[&str], scratch: &Path) -> String {
     text(&out.stdout)
 }
 
-/// Sum of the counts of `key` (a system call number, `direct` or
-/// `remembered`) over every line of a trap file.
-fn count(traps: &Path, key: &str) -> u64 {
-    let s = std::fs::read_to_string(traps).unwrap_or_default();
-    s.lines()
-        .flat_map(|l| l.split_whitespace().skip(1))
-        .filter_map(|f| f.split_once(':'))
-        .filter(|(k, _)| *k == key)
-        .map(|(_, n)| n.parse::<u64>().unwrap())
-        .sum()
-}
-
 /// The probe twice; then a third image (`grep`), whose remembered libc
 /// sites were rewritten at start, shows no page left writable.
 const TWICE: &str = r#"set -e
@@ -106,11 +94,11 @@ fn a_site_one_image_rewrote_is_rewritten_in_the_next_without_a_trap() {
     );
     // The first image traps once at the probe's pread site, the second
     // never: the site was rewritten before `main`.
-    assert_eq!(count(&first, &pread), 1, "{}", show());
-    assert_eq!(count(&second, &pread), 0, "{}", show());
-    assert_eq!(count(&second, &getpid), 0, "{}", show());
-    assert!(count(&second, "remembered") >= 2, "{}", show());
-    assert!(count(&second, "direct") >= 1998, "{}", show());
+    assert_eq!(trap_count(&first, &pread), 1, "{}", show());
+    assert_eq!(trap_count(&second, &pread), 0, "{}", show());
+    assert_eq!(trap_count(&second, &getpid), 0, "{}", show());
+    assert!(trap_count(&second, "remembered") >= 2, "{}", show());
+    assert!(trap_count(&second, "direct") >= 1998, "{}", show());
 
     // Without the technique, each image traps once at each site; with
     // rewriting off for the program, at every call.
@@ -118,9 +106,9 @@ fn a_site_one_image_rewrote_is_rewritten_in_the_next_without_a_trap() {
     let (first, second) = (scratch.path().join("first"), scratch.path().join("second"));
     let opts = ["--servers", "2", "--without", "remembered-sites"];
     assert_eq!(in_atoll(&bin, TWICE, &opts, scratch.path()), linux);
-    assert_eq!(count(&first, &pread), 1);
-    assert_eq!(count(&second, &pread), 1);
-    assert_eq!(count(&second, "remembered"), 0);
+    assert_eq!(trap_count(&first, &pread), 1);
+    assert_eq!(trap_count(&second, &pread), 1);
+    assert_eq!(trap_count(&second, "remembered"), 0);
 
     let off = format!("ATOLL_SYSCALL_REWRITE=off; export ATOLL_SYSCALL_REWRITE\n{TWICE}");
     let scratch = tempfile::tempdir().unwrap();
@@ -129,9 +117,9 @@ fn a_site_one_image_rewrote_is_rewritten_in_the_next_without_a_trap() {
         in_atoll(&bin, &off, &["--servers", "2"], scratch.path()),
         linux
     );
-    assert_eq!(count(&second, &pread), 1000);
-    assert_eq!(count(&second, "remembered"), 0);
-    assert_eq!(count(&second, "direct"), 0);
+    assert_eq!(trap_count(&second, &pread), 1000);
+    assert_eq!(trap_count(&second, "remembered"), 0);
+    assert_eq!(trap_count(&second, "direct"), 0);
 }
 
 /// A copy of the probe runs (its sites are remembered), then its getpid
@@ -164,9 +152,9 @@ ATOLL_TRAP_STATS="$1/second" "$1/p2" count "$2"
     let show = std::fs::read_to_string(&second).unwrap_or_default();
     // The same file to the table: its unchanged pread site was rewritten
     // at start; the changed site trapped once, then was rewritten anew.
-    assert_eq!(count(&second, &pread), 0, "{show}");
-    assert_eq!(count(&second, &getppid), 1, "{show}");
-    assert!(count(&second, "remembered") >= 1, "{show}");
+    assert_eq!(trap_count(&second, &pread), 0, "{show}");
+    assert_eq!(trap_count(&second, &getppid), 1, "{show}");
+    assert!(trap_count(&second, "remembered") >= 1, "{show}");
 }
 
 /// The table overwritten with random bytes between two runs: every slot
@@ -190,8 +178,8 @@ ATOLL_TRAP_STATS="$1/second" "$0" count "$2"
     assert_eq!(in_atoll(&bin, script, &[], scratch.path()), linux);
     let second = scratch.path().join("second");
     let pread = libc::SYS_pread64.to_string();
-    assert_eq!(count(&second, &pread), 1);
-    assert_eq!(count(&second, "remembered"), 0);
+    assert_eq!(trap_count(&second, &pread), 1);
+    assert_eq!(trap_count(&second, "remembered"), 0);
 }
 
 /// Threads racing through sites, fork children, vfork and exec, threads
@@ -212,7 +200,7 @@ fn threads_forks_and_execs_run_remembered_sites_as_on_linux() {
         assert_eq!(got, linux, "{mode}");
         let second = scratch.path().join("second");
         assert!(
-            count(&second, "remembered") >= 1,
+            trap_count(&second, "remembered") >= 1,
             "{mode}: {:?}",
             std::fs::read_to_string(&second)
         );
@@ -238,7 +226,7 @@ fn a_site_only_children_run_traps_in_the_first_child_alone() {
         assert_eq!(in_atoll(&bin, script, opts, scratch.path()), linux);
         let kids = scratch.path().join("kids");
         assert_eq!(
-            count(&kids, &getppid),
+            trap_count(&kids, &getppid),
             traps,
             "{opts:?}: {:?}",
             std::fs::read_to_string(&kids)
@@ -285,9 +273,9 @@ fn a_library_loaded_later_gets_its_remembered_sites_at_its_first_trap() {
         std::fs::read_to_string(&first),
         std::fs::read_to_string(&second)
     );
-    assert_eq!(count(&first, "110"), 1, "{show}");
+    assert_eq!(trap_count(&first, "110"), 1, "{show}");
     // `b`'s site, and glibc's `getpgrp` the probe compares it with.
-    assert!(count(&first, "111") >= 1, "{show}");
-    assert_eq!(count(&second, "110"), 1, "{show}");
-    assert_eq!(count(&second, "111"), 0, "{show}");
+    assert!(trap_count(&first, "111") >= 1, "{show}");
+    assert_eq!(trap_count(&second, "110"), 1, "{show}");
+    assert_eq!(trap_count(&second, "111"), 0, "{show}");
 }

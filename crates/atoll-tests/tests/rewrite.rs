@@ -9,7 +9,7 @@ use atoll_tests::OutputBounded as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use atoll_tests::{atoll, compile_probe, output_within, Booted};
+use atoll_tests::{atoll, compile_probe, output_within, trap_count, Booted};
 
 const LIMIT: std::time::Duration = std::time::Duration::from_secs(120);
 
@@ -57,18 +57,6 @@ fn in_atoll(bin: &Path, mode: &str, opts: &[&str], env: &[(&str, &str)], traps: 
     out
 }
 
-/// Sum of the counts of `key` (a system call number, or `direct`) over
-/// every line of a trap file.
-fn count(traps: &Path, key: &str) -> u64 {
-    let s = std::fs::read_to_string(traps).unwrap_or_default();
-    s.lines()
-        .flat_map(|l| l.split_whitespace().skip(1))
-        .filter_map(|f| f.split_once(':'))
-        .filter(|(k, _)| *k == key)
-        .map(|(_, n)| n.parse::<u64>().unwrap())
-        .sum()
-}
-
 #[test]
 fn a_trapping_site_traps_once_then_calls_atoll_directly() {
     let dir = tempfile::tempdir().unwrap();
@@ -84,16 +72,16 @@ fn a_trapping_site_traps_once_then_calls_atoll_directly() {
     // One trap per site (the probe's and glibc's getpid; the shell before
     // its exec has sites of its own), against a thousand when trapping.
     assert!(
-        count(&traps, &pread) <= 1,
+        trap_count(&traps, &pread) <= 1,
         "{:?}",
         std::fs::read_to_string(&traps)
     );
     assert!(
-        count(&traps, &getpid) <= 5,
+        trap_count(&traps, &getpid) <= 5,
         "{:?}",
         std::fs::read_to_string(&traps)
     );
-    assert!(count(&traps, "direct") >= 1998);
+    assert!(trap_count(&traps, "direct") >= 1998);
 
     for (opts, env) in [
         (&["--syscall-sites", "trap"][..], &[][..]),
@@ -101,9 +89,9 @@ fn a_trapping_site_traps_once_then_calls_atoll_directly() {
     ] {
         let out = in_atoll(&bin, "count", opts, env, &traps);
         assert_eq!(text(&out.stdout), linux, "{opts:?} {env:?}");
-        assert!(count(&traps, &pread) >= 1000, "{opts:?} {env:?}");
-        assert!(count(&traps, &getpid) >= 1000, "{opts:?} {env:?}");
-        assert_eq!(count(&traps, "direct"), 0, "{opts:?} {env:?}");
+        assert!(trap_count(&traps, &pread) >= 1000, "{opts:?} {env:?}");
+        assert!(trap_count(&traps, &getpid) >= 1000, "{opts:?} {env:?}");
+        assert_eq!(trap_count(&traps, "direct"), 0, "{opts:?} {env:?}");
     }
 }
 
@@ -114,7 +102,7 @@ fn rewritten_sites_keep_vector_registers_and_the_red_zone() {
     assert_eq!(on_linux(&bin, "regs"), "regs ok\n");
     let out = in_atoll(&bin, "regs", &[], &[], &dir.path().join("traps"));
     assert_eq!(text(&out.stdout), "regs ok\n");
-    assert!(count(&dir.path().join("traps"), "direct") >= 2);
+    assert!(trap_count(&dir.path().join("traps"), "direct") >= 2);
 }
 
 #[test]
@@ -144,7 +132,7 @@ fn fork_children_and_vfork_exec_run_rewritten_code_as_on_linux() {
     let traps = dir.path().join("traps");
     let out = in_atoll(&bin, "fork", &[], &[], &traps);
     assert_eq!(text(&out.stdout), linux);
-    assert!(count(&traps, "direct") > 100);
+    assert!(trap_count(&traps, "direct") > 100);
 }
 
 /// SIGALRM every 300 µs while the probe reads an atoll pipe through a
@@ -161,7 +149,7 @@ fn a_signal_storm_during_rewritten_pipe_reads_loses_no_byte() {
     for _ in 0..3 {
         let out = in_atoll(&bin, "alarm", &[], &[], &traps);
         assert_eq!(text(&out.stdout), linux);
-        assert!(count(&traps, "direct") > 0);
+        assert!(trap_count(&traps, "direct") > 0);
     }
 }
 
@@ -193,8 +181,8 @@ fn a_path_that_jumps_straight_to_a_rewritten_syscall_keeps_its_number() {
     let traps = dir.path().join("traps");
     let out = in_atoll(&bin, "shared", &[], &[], &traps);
     assert_eq!(text(&out.stdout), linux);
-    assert!(count(&traps, &libc::SYS_getppid.to_string()) >= 100);
-    assert!(count(&traps, &libc::SYS_getpid.to_string()) <= 5);
+    assert!(trap_count(&traps, &libc::SYS_getppid.to_string()) >= 100);
+    assert!(trap_count(&traps, &libc::SYS_getpid.to_string()) <= 5);
 }
 
 /// Code in anonymous writable memory (a JIT's) keeps trapping: the JIT may
@@ -208,8 +196,8 @@ fn a_jits_code_is_never_rewritten() {
     let traps = dir.path().join("traps");
     let out = in_atoll(&bin, "jit", &[], &[], &traps);
     assert_eq!(text(&out.stdout), linux);
-    assert!(count(&traps, &libc::SYS_getpid.to_string()) >= 100);
-    assert!(count(&traps, &libc::SYS_getppid.to_string()) >= 100);
+    assert!(trap_count(&traps, &libc::SYS_getpid.to_string()) >= 100);
+    assert!(trap_count(&traps, &libc::SYS_getppid.to_string()) >= 100);
 }
 
 #[test]
@@ -308,16 +296,19 @@ fn a_read_site_set_by_a_two_byte_xor_traps_once() {
     let out = in_atoll(&bin, "short", &["--servers", "2"], &[], &traps);
     assert_eq!(text(&out.stdout), linux);
     let all = std::fs::read_to_string(&traps).unwrap_or_default();
-    assert!(count(&traps, &libc::SYS_read.to_string()) <= 3, "{all}");
     assert!(
-        count(&traps, &libc::SYS_getppid.to_string()) >= 100,
+        trap_count(&traps, &libc::SYS_read.to_string()) <= 3,
         "{all}"
     );
-    assert!(count(&traps, "direct") >= 999, "{all}");
+    assert!(
+        trap_count(&traps, &libc::SYS_getppid.to_string()) >= 100,
+        "{all}"
+    );
+    assert!(trap_count(&traps, "direct") >= 999, "{all}");
 
     let out = in_atoll(&bin, "short", &["--syscall-sites", "trap"], &[], &traps);
     assert_eq!(text(&out.stdout), linux);
-    assert!(count(&traps, &libc::SYS_read.to_string()) >= 1000);
+    assert!(trap_count(&traps, &libc::SYS_read.to_string()) >= 1000);
 }
 
 /// stdio reads through glibc's own `read`, which has no PLT entry, on its
@@ -336,8 +327,11 @@ fn stdio_reads_from_threads_go_through_rewritten_read_sites() {
         let all = std::fs::read_to_string(&traps).unwrap_or_default();
         // Each of the four threads may meet the site before the first
         // rewrite is in; the shell before the exec has sites of its own.
-        assert!(count(&traps, &libc::SYS_read.to_string()) <= 8, "{all}");
-        assert!(count(&traps, "direct") >= 4000, "{all}");
+        assert!(
+            trap_count(&traps, &libc::SYS_read.to_string()) <= 8,
+            "{all}"
+        );
+        assert!(trap_count(&traps, "direct") >= 4000, "{all}");
     }
 }
 
@@ -357,8 +351,11 @@ fn a_site_whose_syscall_crosses_into_a_split_off_page_traps_once() {
     let all = std::fs::read_to_string(&traps).unwrap_or_default();
     // The probe's site and glibc's `getpid` (the shell's own before its
     // exec may add a few).
-    assert!(count(&traps, &libc::SYS_getpid.to_string()) <= 5, "{all}");
-    assert!(count(&traps, "direct") >= 1000, "{all}");
+    assert!(
+        trap_count(&traps, &libc::SYS_getpid.to_string()) <= 5,
+        "{all}"
+    );
+    assert!(trap_count(&traps, "direct") >= 1000, "{all}");
 }
 
 /// With the table of remembered sites, the first child's `execve` traps,
@@ -386,14 +383,14 @@ fn children_exec_through_a_remembered_execve_site_without_a_trap() {
     let traps = dir.path().join("traps");
     run(&["--servers", "2"], &traps);
     let stats = std::fs::read_to_string(&traps).unwrap();
-    assert!(count(&traps, &execve) <= 1, "{stats}");
+    assert!(trap_count(&traps, &execve) <= 1, "{stats}");
     // Without the table, each child traps at its `execve`.
     let without = dir.path().join("without");
     run(
         &["--servers", "2", "--without", "remembered-sites"],
         &without,
     );
-    assert_eq!(count(&without, &execve), 5);
+    assert_eq!(trap_count(&without, &execve), 5);
 }
 
 fn masks_probe(dir: &Path) -> PathBuf {
@@ -423,16 +420,16 @@ fn masks_changed_through_a_rewritten_site_deliver_each_signal_once() {
     assert_eq!(text(&out.stdout), linux);
     // The probe's two sites trap once each (and glibc's few, once).
     assert!(
-        count(&traps, &nr) <= 6,
+        trap_count(&traps, &nr) <= 6,
         "{:?}",
         std::fs::read_to_string(&traps)
     );
-    assert!(count(&traps, "direct") >= 98);
+    assert!(trap_count(&traps, "direct") >= 98);
     let trapping = dir.path().join("blocked-trapping");
     let opts = ["--servers", "2", "--syscall-sites", "trap"];
     let out = in_atoll(&bin, "blocked", &opts, &[], &trapping);
     assert_eq!(text(&out.stdout), linux);
-    assert!(count(&trapping, &nr) >= 101);
+    assert!(trap_count(&trapping, &nr) >= 101);
 
     let linux = on_linux(&bin, "threads");
     assert_eq!(linux, "threads sent 1200 delivered 1200 threads-off 0\n");
@@ -441,6 +438,6 @@ fn masks_changed_through_a_rewritten_site_deliver_each_signal_once() {
     assert_eq!(text(&out.stdout), linux);
     // Each site traps at most once per thread that reaches it before it
     // is rewritten: the worker's four, glibc's thread start and creation.
-    let trapped = count(&traps, &nr);
+    let trapped = trap_count(&traps, &nr);
     assert!(trapped <= 40, "{:?}", std::fs::read_to_string(&traps));
 }

@@ -72,7 +72,7 @@ mod rtld;
 mod script;
 use handover::{hand_over, hand_over_own_session, passes_own_session};
 pub use handover::{prime, restore};
-use script::{absolute, script_path, through_interpreter};
+use script::{absolute, next_interpreter};
 
 /// The proxy this process stands for (0: none).
 static PROXY: AtomicI32 = AtomicI32::new(0);
@@ -575,12 +575,8 @@ fn prepare_inner(
                         dirfd = libc::AT_FDCWD as i64;
                     }
                     HostStep::Interpreter(shebang) => {
-                        depth += 1;
-                        if depth > MAX_INTERP_DEPTH {
-                            return err(libc::ELOOP);
-                        }
-                        let script = script_path(c, dirfd, &prog_path)?;
-                        prog_path = through_interpreter(&mut argv, shebang, script);
+                        prog_path =
+                            next_interpreter(&mut depth, &mut argv, dirfd, &prog_path, shebang)?;
                         dirfd = libc::AT_FDCWD as i64;
                     }
                 }
@@ -614,12 +610,8 @@ fn prepare_inner(
                 match r? {
                     None => break,
                     Some(shebang) => {
-                        depth += 1;
-                        if depth > MAX_INTERP_DEPTH {
-                            return err(libc::ELOOP);
-                        }
-                        let script = script_path(c, dirfd, &prog_path)?;
-                        prog_path = through_interpreter(&mut argv, shebang, script);
+                        prog_path =
+                            next_interpreter(&mut depth, &mut argv, dirfd, &prog_path, shebang)?;
                         dirfd = libc::AT_FDCWD as i64;
                         flags = 0;
                     }

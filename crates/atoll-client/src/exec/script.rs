@@ -2,14 +2,32 @@
 //! `fs/binfmt_script.c`), for scripts in the mount and host scripts whose
 //! interpreter is in it.
 
-use super::Shebang;
+use super::{Shebang, MAX_INTERP_DEPTH};
 use crate::error::{err, Result};
 use crate::fdtable;
 use crate::session::Client;
 
+/// One more `#!` level for the script at `prog_path` (from `dirfd`):
+/// `argv` becomes its interpreter's, which is returned as the program to
+/// run next; `ELOOP` past Linux's nesting limit.
+pub(super) fn next_interpreter(
+    depth: &mut u32,
+    argv: &mut Vec<Vec<u8>>,
+    dirfd: i64,
+    prog_path: &[u8],
+    shebang: Shebang,
+) -> Result<Vec<u8>> {
+    *depth += 1;
+    if *depth > MAX_INTERP_DEPTH {
+        return err(libc::ELOOP);
+    }
+    let script = script_path(dirfd, prog_path)?;
+    Ok(through_interpreter(argv, shebang, script))
+}
+
 /// binfmt_script: `argv` becomes `interp [arg] script argv[1..]`; the
 /// interpreter is the program to run next.
-pub(super) fn through_interpreter(
+fn through_interpreter(
     argv: &mut Vec<Vec<u8>>,
     (interp, arg): Shebang,
     script: Vec<u8>,
@@ -25,7 +43,7 @@ pub(super) fn through_interpreter(
 /// The path a script's interpreter receives: as given when absolute or
 /// relative to the cwd (the new image restores the cwd), else the atoll
 /// directory fd's path joined with it.
-pub(super) fn script_path(_c: &Client, dirfd: i64, path: &[u8]) -> Result<Vec<u8>> {
+fn script_path(dirfd: i64, path: &[u8]) -> Result<Vec<u8>> {
     if path.first() == Some(&b'/') || dirfd == libc::AT_FDCWD as i64 {
         return Ok(path.to_vec());
     }
@@ -49,5 +67,5 @@ pub(super) fn absolute(c: &Client, dirfd: i64, path: &[u8]) -> Result<Vec<u8>> {
             return Ok(p);
         }
     }
-    script_path(c, dirfd, path)
+    script_path(dirfd, path)
 }

@@ -15,13 +15,15 @@
 //! What still traps: the dynamic loader's own calls before the constructor
 //! run before SUD is armed, so they never trap at all; a site seen by no
 //! earlier image of the instance traps once (and is remembered); calls
-//! that keep trapping by rule (`keeps_trapping`), and
+//! that keep trapping by rule (`keeps_trapping`, `ends_the_image`), and
 //! sites whose number is not a constant next to them.
 
 use core::cell::UnsafeCell;
 
 use super::remember::{self, Kind, Site, Table};
-use super::{batch, candidate, entry, is_text, keeps_trapping, maps, short_candidate, Lock};
+use super::{
+    batch, candidate, ends_the_image, entry, is_text, keeps_trapping, maps, short_candidate, Lock,
+};
 use crate::sigsys;
 
 /// Most text mappings rewritten at start (a `cc1` maps five).
@@ -298,7 +300,7 @@ fn rewrite_file(table: &Table, file: &File) {
 /// site lies in it, its number may be rewritten, and its bytes hash to
 /// what the table remembers.
 fn matching(s: &Site, m: &maps::Mapping) -> Option<usize> {
-    if keeps_trapping(s.nr as i64) || s.len < 4 {
+    if keeps_trapping(s.nr as i64) || ends_the_image(s.nr as i64) || s.len < 4 {
         return None;
     }
     let rel = s.end.checked_sub(m.offset)?;

@@ -26,12 +26,8 @@
 //!   (`rt_sigprocmask`) are rewritten: a trap must edit the frame's mask,
 //!   which sigreturn installs, but the entry has no frame and changes the
 //!   thread's own (`sigsys::handle_without_context`);
-//! * nor, without a table of remembered sites, one that ends the image
-//!   when it succeeds, `execve`, `execveat`, `exit_group`
-//!   ([`ends_the_image`]): its site runs once per image, so rewriting it
-//!   would cost more than the trap it saves. With the table, it is
-//!   rewritten once, remembered, and later images rewrite it in their
-//!   start-up batch, where it costs next to nothing;
+//! * nor one that ends the image when it succeeds, `execve`, `execveat`,
+//!   `exit_group` ([`ends_the_image`]): see there;
 //! * the byte before the `mov` is not a REX prefix (then it would be a
 //!   `mov` to R8D…R15D), the immediate equals the trapped number, and the
 //!   bytes up to the `syscall` decode as instructions that neither name
@@ -138,10 +134,8 @@ pub fn enabled() -> bool {
 /// their handling needs the SIGSYS frame (`sigsys::handle`'s arms with a
 /// context; not `rt_sigprocmask`, whose entry changes the thread's own
 /// mask). `execve` and `exit_group` are not here: they return only
-/// when they fail, into the entry's frame, which is still there, and the
-/// entry's routing does what the trap's does (`sigsys::handle_without_context`:
-/// the trap counts flushed, `before_exit`; an exec inherits the thread's
-/// mask, which in the entry is the program's own). See [`ends_the_image`].
+/// when they fail, into the entry's frame, which is still there; see
+/// [`ends_the_image`] for why they trap all the same.
 pub const fn keeps_trapping(nr: i64) -> bool {
     matches!(
         nr,
@@ -168,11 +162,13 @@ pub const fn keeps_trapping(nr: i64) -> bool {
 /// four `mprotect`s: about 100 µs of CPU) costs far more than the ~1 µs
 /// trap it saves; it was paid by every forked child that execs (a
 /// shell's, too), whose `execve` site is fresh in each child since the
-/// parent never execs. So they are rewritten only with a table of
-/// remembered sites (`remember`): once per instance, then in each new
-/// image's start-up batch (`eager::at_start`, which reads the maps and
-/// opens the pages anyway), and in a parent before it forks
-/// (`eager::before_fork`), so its children exec and exit without a trap.
+/// parent never execs. Remembered and rewritten in the start-up batch
+/// they would cost next to nothing, but a process that switched Syscall
+/// User Dispatch off on purpose still runs the rewritten text: atoll's
+/// relay for static programs turns it off in its child and then execs the
+/// program, which a rewritten `execve` site sent back into atoll's exec
+/// (a second relay, whose seccomp listener the kernel refused with
+/// `EBUSY`). A trap only happens while dispatch is on, so these trap.
 pub const fn ends_the_image(nr: i64) -> bool {
     matches!(
         nr,
@@ -231,7 +227,7 @@ fn candidate(resume: usize, nr: u32) -> Option<Candidate> {
 pub fn on_trap(nr: i64, resume: usize) {
     if !enabled()
         || keeps_trapping(nr)
-        || (ends_the_image(nr) && !remember::enabled())
+        || ends_the_image(nr)
         || !(0..=u32::MAX as i64).contains(&nr)
     {
         return;

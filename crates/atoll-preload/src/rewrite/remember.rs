@@ -242,7 +242,13 @@ impl Table {
     }
 
     /// Open (or create) the table, locked for writing until dropped.
+    /// Not under a file-size limit below the table's size (`ulimit -f`):
+    /// sizing it, or a write past the limit, would fail with `EFBIG` and
+    /// raise `SIGXFSZ`, which ends the program. Its sites just trap.
     fn for_writing() -> Option<Table> {
+        if !file_size_limit_allows(FILE_BYTES as u64) {
+            return None;
+        }
         let t = Table::open(libc::O_RDWR | libc::O_CREAT)?;
         if !t.lock() {
             return None;
@@ -368,6 +374,16 @@ impl Table {
         });
         n
     }
+}
+
+/// Does this process's `RLIMIT_FSIZE` let it write a file up to `bytes`?
+fn file_size_limit_allows(bytes: u64) -> bool {
+    let mut limit = [0u64; 2]; // rlim_cur, rlim_max
+    let r = raw::syscall(
+        libc::SYS_prlimit64,
+        &[0, libc::RLIMIT_FSIZE as u64, 0, limit.as_mut_ptr() as u64],
+    );
+    r == 0 && limit[0] >= bytes
 }
 
 /// Remember `site`, unless it is already; false if there was no room (or

@@ -10,6 +10,7 @@ use proptest::prelude::*;
 mod acl;
 mod data;
 mod descs;
+mod hostile;
 mod mapping;
 mod names;
 mod perm;

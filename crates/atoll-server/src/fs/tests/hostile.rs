@@ -96,8 +96,11 @@ fn populated() -> (T, InodeId, InodeId, DescId) {
     (t, dir, file, desc)
 }
 
-/// One frame: random bytes, or a seed with some bytes replaced.
-fn frame() -> impl Strategy<Value = (Option<usize>, Vec<u8>, Vec<(usize, u8)>)> {
+/// One frame: random bytes (no seed), or seed `i` with some bytes
+/// replaced (`(at, value)` edits).
+type Frame = (Option<usize>, Vec<u8>, Vec<(usize, u8)>);
+
+fn frame() -> impl Strategy<Value = Frame> {
     (
         proptest::option::of(0usize..64),
         proptest::collection::vec(any::<u8>(), 0..96),
@@ -105,7 +108,7 @@ fn frame() -> impl Strategy<Value = (Option<usize>, Vec<u8>, Vec<(usize, u8)>)> 
     )
 }
 
-fn play(t: &mut T, seeds: &[Vec<u8>], frames: &[(Option<usize>, Vec<u8>, Vec<(usize, u8)>)]) {
+fn play(t: &mut T, seeds: &[Vec<u8>], frames: &[Frame]) {
     let sessions = [S1, S2, SessionId(3)];
     let creds = [USER, OTHER, ROOTC];
     for (n, (seed, random, edits)) in frames.iter().enumerate() {

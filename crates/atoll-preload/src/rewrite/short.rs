@@ -46,6 +46,40 @@ pub fn is_xor_site(before: &[u8], nr: u32) -> bool {
         && !(0x40..=0x4f).contains(&before[n - 3])
 }
 
+/// Does `before` (the bytes just before a trapped `syscall`, at least 3)
+/// end with a two-byte `mov %r32,%eax` from another of the first eight
+/// registers (`89 /r` or `8b /r`, register form, no prefix before it)?
+/// Its source register (x86 numbering: 1 RCX … 7 RDI), if so. glibc's
+/// `_exit` sets its numbers so, `mov $0xe7,%esi … mov %esi,%eax; syscall`
+/// for `exit_group`: the number is not a constant beside the `syscall`,
+/// and the site's stub runs the `mov` itself (`stubs::encode`).
+pub fn reg_site_source(before: &[u8]) -> Option<u8> {
+    let n = before.len();
+    if n < 3 || is_prefix(before[n - 3]) {
+        return None;
+    }
+    let (op, modrm) = (before[n - 2], before[n - 1]);
+    if modrm >> 6 != 3 {
+        return None;
+    }
+    let (reg, rm) = ((modrm >> 3) & 7, modrm & 7);
+    let src = match op {
+        0x89 if rm == 0 => reg,
+        0x8b if reg == 0 => rm,
+        _ => return None,
+    };
+    // Not EAX itself, nor the stack pointer.
+    (src != 0 && src != 4).then_some(src)
+}
+
+/// REX, operand- and address-size, lock, repeat and segment prefixes.
+fn is_prefix(b: u8) -> bool {
+    matches!(
+        b,
+        0x40..=0x4f | 0x66 | 0x67 | 0xf0 | 0xf2 | 0xf3 | 0x26 | 0x2e | 0x36 | 0x3e | 0x64 | 0x65
+    )
+}
+
 /// Offset in `after` (the bytes from the end of the `syscall` on) of dead
 /// padding of at least [`PAD_BYTES`] that a `jmp rel8` at the `xor` can
 /// reach; `base` is the address of `after[0]`, for the alignment.
@@ -304,6 +338,36 @@ mod tests {
         assert!(!is_xor_site(&[0x17, 0x31, 0xc0], 1));
         assert!(!is_xor_site(&[0x17, 0x31, 0xc9], 0));
         assert!(!is_xor_site(&[0x31, 0xc0], 0));
+    }
+
+    /// glibc 2.36's `_exit` (at 0xd43e0), its `exit_group` site at +37
+    /// and what follows, to the padding after the error path's `jmp`.
+    const EXIT_AFTER: &[u8] = &[
+        0x48, 0x3d, 0x00, 0xf0, 0xff, 0xff, // cmp $-4096,%rax
+        0x76, 0xe7, // jbe
+        0xf7, 0xd8, // neg %eax
+        0x64, 0x41, 0x89, 0x00, // mov %eax,%fs:(%r8)
+        0xeb, 0xdf, // jmp
+        0x0f, 0x1f, 0x80, 0x00, 0x00, 0x00, 0x00, // nopl 0x0(%rax)
+        0xf7, 0xd8, // the error path at +64
+    ];
+
+    #[test]
+    fn glibc_exit_s_register_site_is_found_with_its_padding() {
+        assert_eq!(reg_site_source(&[0x3c, 0x89, 0xf0]), Some(6)); // %esi
+        assert_eq!(find_padding(EXIT_AFTER, 0xd4409), Some(16));
+        assert_eq!(reg_site_source(&[0x90, 0x8b, 0xc6]), Some(6));
+        assert_eq!(reg_site_source(&[0x90, 0x89, 0xd0]), Some(2)); // %edx
+                                                                   // A REX or operand-size prefix makes it another instruction; a
+                                                                   // move into another register, from memory, or from EAX or ESP
+                                                                   // sets no number.
+        assert_eq!(reg_site_source(&[0x48, 0x89, 0xf0]), None);
+        assert_eq!(reg_site_source(&[0x66, 0x89, 0xf0]), None);
+        assert_eq!(reg_site_source(&[0x90, 0x89, 0xf1]), None);
+        assert_eq!(reg_site_source(&[0x90, 0x8b, 0x06]), None);
+        assert_eq!(reg_site_source(&[0x90, 0x89, 0xc0]), None);
+        assert_eq!(reg_site_source(&[0x90, 0x89, 0xe0]), None);
+        assert_eq!(reg_site_source(&[0x89, 0xf0]), None);
     }
 
     #[test]

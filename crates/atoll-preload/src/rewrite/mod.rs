@@ -20,8 +20,8 @@
 //!
 //! Rules (a site that breaks one keeps trapping, which is always right):
 //! * the number is not one whose call needs the signal frame or changes
-//!   what the entry stands on: `rt_sigreturn`, `exit`, signals sent to
-//!   oneself, `arch_prctl`, `prctl`, `seccomp` ([`keeps_trapping`]);
+//!   what the entry stands on: `rt_sigreturn`, signals sent to oneself,
+//!   `arch_prctl`, `prctl`, `seccomp` ([`keeps_trapping`]);
 //!   clones and `vfork` are rewritten and made by atoll's clone handling
 //!   with the registers the entry saved ([`moves_stacks`]), `sigaltstack`
 //!   with the stack pointer it saw; masks (`rt_sigprocmask`) are
@@ -138,9 +138,10 @@ pub fn enabled() -> bool {
 /// System calls whose sites are never rewritten: their handling needs the
 /// SIGSYS frame (`rt_sigreturn` returns through it; a signal sent to
 /// oneself is delivered as the handler's sigreturn puts the program's
-/// mask back) or they change what the entry stands on (`exit` ends the
-/// thread whose atoll stack the entry runs on; `arch_prctl`, `prctl`,
-/// `seccomp` change the thread's base, dispatch or filters). A rewritten
+/// mask back) or they change what the entry stands on (`arch_prctl`,
+/// `prctl`, `seccomp` change the thread's base, dispatch or filters).
+/// `exit` is rewritten: it ends the thread from the entry as from the
+/// SIGSYS handler, both on atoll's stack (`stack::exit_thread`). A rewritten
 /// site reached with one of these numbers anyway (a site whose number is
 /// in a register, `short`) runs its own `syscall`, which traps
 /// (`entry::rewritten_syscall`).
@@ -153,7 +154,6 @@ pub const fn keeps_trapping(nr: i64) -> bool {
     matches!(
         nr,
         libc::SYS_rt_sigreturn
-            | libc::SYS_exit
             | libc::SYS_kill
             | libc::SYS_tkill
             | libc::SYS_tgkill
@@ -706,12 +706,7 @@ mod tests {
 
     #[test]
     fn calls_that_need_the_signal_frame_keep_trapping_and_clones_do_not() {
-        for nr in [
-            libc::SYS_rt_sigreturn,
-            libc::SYS_exit,
-            libc::SYS_tgkill,
-            libc::SYS_prctl,
-        ] {
+        for nr in [libc::SYS_rt_sigreturn, libc::SYS_tgkill, libc::SYS_prctl] {
             assert!(keeps_trapping(nr) && !moves_stacks(nr), "{nr}");
         }
         for nr in [
@@ -720,6 +715,7 @@ mod tests {
             libc::SYS_newfstatat,
             libc::SYS_rt_sigprocmask,
             libc::SYS_sigaltstack,
+            libc::SYS_exit,
         ] {
             assert!(!keeps_trapping(nr) && !ends_the_image(nr), "{nr}");
         }

@@ -166,11 +166,14 @@ pub fn dispatch_on() -> bool {
 /// A `prctl(option, arg, …)` that succeeded on this thread: note whether
 /// it switched Syscall User Dispatch on or off (atoll's relay for static
 /// programs switches it off in the child it execs from; a program may
-/// too). Other options change nothing here.
-pub fn note_prctl(option: u64, arg: u64) {
-    if option == PR_SET_SYSCALL_USER_DISPATCH {
-        DISPATCH_ON.with(|d| d.store(arg == PR_SYS_DISPATCH_ON, Ordering::Relaxed));
+/// too). Other options change nothing here. Whether it was one about
+/// dispatch.
+pub fn note_prctl(option: u64, arg: u64) -> bool {
+    if option != PR_SET_SYSCALL_USER_DISPATCH {
+        return false;
     }
+    DISPATCH_ON.with(|d| d.store(arg == PR_SYS_DISPATCH_ON, Ordering::Relaxed));
+    true
 }
 
 #[cfg(test)]
@@ -198,11 +201,11 @@ mod tests {
     fn a_thread_knows_when_it_switched_dispatch_off() {
         std::thread::spawn(|| {
             assert!(!dispatch_on());
-            note_prctl(PR_SET_SYSCALL_USER_DISPATCH, PR_SYS_DISPATCH_ON);
+            assert!(note_prctl(PR_SET_SYSCALL_USER_DISPATCH, PR_SYS_DISPATCH_ON));
             assert!(dispatch_on());
-            note_prctl(libc::PR_SET_NAME as u64, 0);
+            assert!(!note_prctl(libc::PR_SET_NAME as u64, 0));
             assert!(dispatch_on());
-            note_prctl(PR_SET_SYSCALL_USER_DISPATCH, 0);
+            assert!(note_prctl(PR_SET_SYSCALL_USER_DISPATCH, 0));
             assert!(!dispatch_on());
         })
         .join()

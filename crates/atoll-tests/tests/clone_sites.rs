@@ -141,4 +141,10 @@ fn a_thread_that_switched_dispatch_off_runs_rewritten_sites_as_plain_calls() {
     let out = output_within(cmd, LIMIT);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "before open open off 0 after -2\n");
+    // Its trap counts were written as it switched dispatch off (its exit
+    // went straight to Linux): the `prctl` itself, the site's one trap and
+    // the one call through it.
+    let all = std::fs::read_to_string(&traps).unwrap_or_default();
+    assert_eq!(trap_count(&traps, &libc::SYS_prctl.to_string()), 1, "{all}");
+    assert!(trap_count(&traps, "direct") >= 1, "{all}");
 }

@@ -364,8 +364,10 @@ fn route_without_context(nr: i64, mut args: [u64; 6]) -> i64 {
             // A thread switching Syscall User Dispatch off runs its
             // rewritten sites as plain system calls from then on (`entry`).
             let r = general(nr, args);
-            if r >= 0 {
-                selector::note_prctl(args[0], args[1]);
+            if r >= 0 && selector::note_prctl(args[0], args[1]) && !selector::dispatch_on() {
+                // Its `execve` or `exit_group` will not come through atoll
+                // to write the trap counts: written now.
+                stats::flush();
             }
             r
         }

@@ -344,8 +344,9 @@ pub fn handle_from_entry(nr: i64, args: [u64; 6], frame: &Frame) -> Option<i64> 
 fn route_without_context(nr: i64, mut args: [u64; 6]) -> i64 {
     match nr {
         libc::SYS_rt_sigaction => sig_action(args),
-        // Never the kernel's (atoll's stack); its sites keep trapping, so
-        // this comes only from an unknown caller's stack pointer.
+        // Never the kernel's (atoll's stack). A trap and a rewritten site
+        // pass the program's stack pointer (`handle_in_context`,
+        // `handle_from_entry`); this is for a caller that knows none.
         libc::SYS_sigaltstack => altstack::sigaltstack(args, 0),
         libc::SYS_exit_group => {
             spawn::at_exit(args[0]);

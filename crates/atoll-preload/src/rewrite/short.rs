@@ -93,9 +93,15 @@ pub fn find_padding(after: &[u8], base: usize) -> Option<usize> {
                 break;
             }
         }
-        let aligned = (base + at).next_multiple_of(16) - base;
+        let mut aligned = (base + at).next_multiple_of(16) - base;
         if aligned > after.len() || !nops_fill(&after[at..aligned]) {
-            return None;
+            // Not padding to a 16-byte boundary: padding to a label at an
+            // 8-byte one (ld.so's `__pread64_nocancel`: `ret`, a 5-byte
+            // `nopl`, its error path at 8 mod 16, which its `ja` targets).
+            aligned = at + nop_run(&after[at..])?;
+            if (base + aligned) % 8 != 0 || aligned == after.len() {
+                return None;
+            }
         }
         // The jmp rel8 sits 2 bytes before the syscall: its next
         // instruction is the syscall, 2 bytes before `after[0]`.
@@ -150,6 +156,9 @@ fn insn_len(code: &[u8]) -> Option<(usize, bool)> {
             i += 1;
             match op2 {
                 0x80..=0x8f => i + 4,
+                // `syscall`: the next function's own (ld.so's system-call
+                // stubs stand one after the other, without padding).
+                0x05 => i,
                 // movzx/movsx, cmovcc, setcc: a ModRM operand.
                 0xb6 | 0xb7 | 0xbe | 0xbf | 0x40..=0x4f | 0x90..=0x9f => {
                     i + modrm_operand(code.get(i..)?)?
@@ -219,6 +228,47 @@ fn modrm_operand(code: &[u8]) -> Option<usize> {
         _ => 0,
     };
     (code.len() >= n).then_some(n)
+}
+
+/// Bytes of the run of no-op instructions at the start of `code` (see
+/// [`nops_fill`]), or `None` when one is cut off by its end.
+fn nop_run(code: &[u8]) -> Option<usize> {
+    let mut at = 0;
+    while at < code.len() {
+        match nop_len(&code[at..]) {
+            NopLen::Nop(n) => at += n,
+            NopLen::NotANop => return Some(at),
+            NopLen::CutOff => return None,
+        }
+    }
+    Some(at)
+}
+
+enum NopLen {
+    Nop(usize),
+    NotANop,
+    CutOff,
+}
+
+/// The no-op instruction at the start of `code`, if it is one.
+fn nop_len(code: &[u8]) -> NopLen {
+    let mut i = 0;
+    while matches!(code.get(i), Some(0x66 | 0x2e)) {
+        i += 1;
+    }
+    match code.get(i..) {
+        Some([0x90, ..]) | Some([0xcc, ..]) => NopLen::Nop(i + 1),
+        Some([0x0f]) => NopLen::CutOff,
+        Some([0x0f, 0x1f]) => NopLen::CutOff,
+        Some([0x0f, 0x1f, rest @ ..]) if rest.first().is_some_and(|m| (m >> 3) & 7 == 0) => {
+            match modrm_operand(rest) {
+                Some(m) => NopLen::Nop(i + 2 + m),
+                None => NopLen::CutOff,
+            }
+        }
+        Some([]) if i > 0 => NopLen::CutOff,
+        _ => NopLen::NotANop,
+    }
 }
 
 /// Is `pad` made only of the no-op encodings compilers pad with: `90`,
@@ -351,6 +401,42 @@ mod tests {
         0x0f, 0x1f, 0x80, 0x00, 0x00, 0x00, 0x00, // nopl 0x0(%rax)
         0xf7, 0xd8, // the error path at +64
     ];
+
+    /// ld.so 2.36's `__read_nocancel` (at 0x20b70), after its `syscall`:
+    /// 3 bytes of padding after its `ret`, its error path, then the next
+    /// function (`__pread64_nocancel`) with no padding at all, whose `ret`
+    /// is followed by a 5-byte `nopl` up to its error path at 8 mod 16.
+    const LD_READ_AFTER: &[u8] = &[
+        0x48, 0x3d, 0x00, 0xf0, 0xff, 0xff, // cmp
+        0x77, 0x04, // ja
+        0xc3, // ret
+        0x0f, 0x1f, 0x00, // nopl (%rax)
+        0xf7, 0xd8, // neg %eax
+        0x89, 0x05, 0x18, 0x37, 0x01, 0x00, // mov %eax,x(%rip)
+        0x48, 0xc7, 0xc0, 0xff, 0xff, 0xff, 0xff, // mov $-1,%rax
+        0xc3, // ret (0x20b8f)
+        0x49, 0x89, 0xca, // mov %rcx,%r10 (0x20b90)
+        0xb8, 0x11, 0x00, 0x00, 0x00, // mov $0x11,%eax
+        0x0f, 0x05, // syscall
+        0x48, 0x3d, 0x00, 0xf0, 0xff, 0xff, // cmp
+        0x77, 0x06, // ja 0x20ba8
+        0xc3, // ret
+        0x0f, 0x1f, 0x44, 0x00, 0x00, // nopl (0x20ba3)
+        0xf7, 0xd8, // neg %eax (0x20ba8)
+    ];
+
+    #[test]
+    fn ld_so_s_read_finds_padding_before_a_label_at_8_mod_16() {
+        assert_eq!(
+            find_padding(LD_READ_AFTER, 0x20b74),
+            Some(0x20ba3 - 0x20b74)
+        );
+        // The same bytes shifted by 4: the nops end at 4 mod 8, no label.
+        assert_eq!(find_padding(LD_READ_AFTER, 0x20b78), None);
+        assert_eq!(nop_run(&[0x0f, 0x1f, 0x44, 0x00, 0x00, 0xf7]), Some(5));
+        assert_eq!(nop_run(&[0x0f, 0x1f, 0x44]), None);
+        assert_eq!(nop_run(&[0xf7, 0xd8]), Some(0));
+    }
 
     #[test]
     fn glibc_exit_s_register_site_is_found_with_its_padding() {

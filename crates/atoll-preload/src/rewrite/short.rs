@@ -99,7 +99,7 @@ pub fn find_padding(after: &[u8], base: usize) -> Option<usize> {
             // 8-byte one (ld.so's `__pread64_nocancel`: `ret`, a 5-byte
             // `nopl`, its error path at 8 mod 16, which its `ja` targets).
             aligned = at + nop_run(&after[at..])?;
-            if (base + aligned) % 8 != 0 || aligned == after.len() {
+            if !(base + aligned).is_multiple_of(8) || aligned == after.len() {
                 return None;
             }
         }

@@ -22,6 +22,10 @@
 //! Life cycle: a new thread's byte starts as `BLOCK` (the thread-local's
 //! initial image), SUD is switched on per thread by [`enable_sud`] (it is
 //! not inherited by threads or fork children and is cleared by `execve`).
+//! Beside the byte, each thread knows whether SUD is on for it
+//! ([`dispatch_on`]): set by [`enable_sud`], cleared when the thread
+//! switches it off through atoll ([`note_prctl`]); a rewritten site's
+//! entry runs a thread's calls as plain system calls without it.
 
 use core::sync::atomic::{compiler_fence, AtomicBool, AtomicU8, AtomicUsize, Ordering};
 

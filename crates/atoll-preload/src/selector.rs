@@ -22,8 +22,12 @@
 //! Life cycle: a new thread's byte starts as `BLOCK` (the thread-local's
 //! initial image), SUD is switched on per thread by [`enable_sud`] (it is
 //! not inherited by threads or fork children and is cleared by `execve`).
+//! Beside the byte, each thread knows whether SUD is on for it
+//! ([`dispatch_on`]): set by [`enable_sud`], cleared when the thread
+//! switches it off through atoll ([`note_prctl`]); a rewritten site's
+//! entry runs a thread's calls as plain system calls without it.
 
-use core::sync::atomic::{compiler_fence, AtomicU8, AtomicUsize, Ordering};
+use core::sync::atomic::{compiler_fence, AtomicBool, AtomicU8, AtomicUsize, Ordering};
 
 use crate::raw;
 use crate::sigdefer;
@@ -41,6 +45,12 @@ thread_local! {
     // destructor registration, so access is a plain fs-relative load, usable
     // from a signal handler and from a freshly cloned thread.
     static SELECTOR: AtomicU8 = const { AtomicU8::new(BLOCK) };
+    // Whether Syscall User Dispatch is on for this thread: set by
+    // [`enable_sud`], cleared when the thread switches it off through
+    // atoll ([`note_dispatch`]). A rewritten site's entry passes every
+    // call of a thread without it to the site's own `syscall`, which is
+    // what the unrewritten code would have done (`rewrite::entry`).
+    static DISPATCH_ON: AtomicBool = const { AtomicBool::new(false) };
 }
 
 /// Address of this thread's selector byte (what SUD is told to read).
@@ -136,7 +146,7 @@ pub fn region() -> (usize, usize) {
 /// returning to program code.
 pub fn enable_sud() -> i64 {
     let (start, len) = region();
-    raw::syscall(
+    let r = raw::syscall(
         libc::SYS_prctl,
         &[
             PR_SET_SYSCALL_USER_DISPATCH,
@@ -145,7 +155,29 @@ pub fn enable_sud() -> i64 {
             len as u64,
             selector_ptr() as u64,
         ],
-    )
+    );
+    DISPATCH_ON.with(|d| d.store(r == 0, Ordering::Relaxed));
+    r
+}
+
+/// Is Syscall User Dispatch on for this thread (as far as atoll saw)?
+/// Hot path: one thread-local load.
+#[inline]
+pub fn dispatch_on() -> bool {
+    DISPATCH_ON.with(|d| d.load(Ordering::Relaxed))
+}
+
+/// A `prctl(option, arg, …)` that succeeded on this thread: note whether
+/// it switched Syscall User Dispatch on or off (atoll's relay for static
+/// programs switches it off in the child it execs from; a program may
+/// too). Other options change nothing here. Whether it was one about
+/// dispatch.
+pub fn note_prctl(option: u64, arg: u64) -> bool {
+    if option != PR_SET_SYSCALL_USER_DISPATCH {
+        return false;
+    }
+    DISPATCH_ON.with(|d| d.store(arg == PR_SYS_DISPATCH_ON, Ordering::Relaxed));
+    true
 }
 
 #[cfg(test)]
@@ -167,6 +199,21 @@ mod tests {
             assert!(inside_atoll());
         }
         assert_eq!(get(), BLOCK);
+    }
+
+    #[test]
+    fn a_thread_knows_when_it_switched_dispatch_off() {
+        std::thread::spawn(|| {
+            assert!(!dispatch_on());
+            assert!(note_prctl(PR_SET_SYSCALL_USER_DISPATCH, PR_SYS_DISPATCH_ON));
+            assert!(dispatch_on());
+            assert!(!note_prctl(libc::PR_SET_NAME as u64, 0));
+            assert!(dispatch_on());
+            assert!(note_prctl(PR_SET_SYSCALL_USER_DISPATCH, 0));
+            assert!(!dispatch_on());
+        })
+        .join()
+        .unwrap();
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! `execvp`'s search of `PATH` (preload `wrappers/search.rs`): directories
+//! `execvp`'s and `execlp`'s search of `PATH` (preload `wrappers/search.rs`): directories
 //! in the mount and on the host, one without the program, one whose copy
 //! may not be run (`EACCES`, passed over), a script without `#!` (run by
 //! `/bin/sh`), a name found nowhere. The probe's output under atoll is
@@ -28,6 +28,9 @@ PATH="$P" ATOLL_TRAP_STATS="$1/search" "$0" execvp hello a b
 PATH="$P" "$0" execvp plain x
 PATH="$P" "$0" execvp no-such-program-anywhere
 PATH="$R/p1:$R/p2" "$0" execvp hello
+PATH="$P" ATOLL_TRAP_STATS="$1/searchl" "$0" execlp hello a b c d e f g h i
+PATH="$P" "$0" execlp plain x
+PATH="$P" "$0" execlp no-such-program-anywhere
 "#;
 
 fn text(b: &[u8]) -> String {
@@ -54,25 +57,35 @@ fn execvp_searches_path_through_atoll_without_trapping_each_miss() {
         linux,
         "hi from p3 a b\nscript without its interpreter line x\n\
          execvp no-such-program-anywhere: No such file or directory\n\
-         execvp hello: Permission denied\n"
+         execvp hello: Permission denied\n\
+         hi from p3 a b c d e f g h i\nscript without its interpreter line x\n\
+         execlp no-such-program-anywhere: No such file or directory\n"
     );
 
-    let scratch = tempfile::tempdir().unwrap();
-    let mut cmd = atoll();
-    cmd.args(["run", "--servers", "2", "--", "sh", "-c", SCRIPT])
-        .arg(&bin)
-        .arg(scratch.path())
-        .arg("/atoll");
-    let out = output_within(cmd, LIMIT);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    assert_eq!(text(&out.stdout), linux);
-    // Four directories missed before `hello` was found in the mount: none
-    // of those attempts, nor the exec itself, trapped.
-    let search = scratch.path().join("search");
-    assert_eq!(
-        trap_count(&search, &libc::SYS_execve.to_string()),
-        0,
-        "{:?}",
-        std::fs::read_to_string(&search)
-    );
+    // With the table of remembered sites glibc's own `execve` site would
+    // be rewritten too; without it, each of glibc's attempts would trap.
+    for opts in [&[][..], &["--without", "remembered-sites"][..]] {
+        let scratch = tempfile::tempdir().unwrap();
+        let mut cmd = atoll();
+        cmd.args(["run", "--servers", "2"])
+            .args(opts)
+            .args(["--", "sh", "-c", SCRIPT])
+            .arg(&bin)
+            .arg(scratch.path())
+            .arg("/atoll");
+        let out = output_within(cmd, LIMIT);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        assert_eq!(text(&out.stdout), linux);
+        // Four directories missed before `hello` was found in the mount:
+        // none of those attempts, nor the exec itself, trapped.
+        for file in ["search", "searchl"] {
+            let search = scratch.path().join(file);
+            assert_eq!(
+                trap_count(&search, &libc::SYS_execve.to_string()),
+                0,
+                "{opts:?} {file}: {:?}",
+                std::fs::read_to_string(&search)
+            );
+        }
+    }
 }

@@ -10,8 +10,8 @@
 //! The instructions in between are copied into the site's stub, before the
 //! stub's own `mov $nr,%eax`, so they may be only instructions whose effect
 //! is the same there and in either order with that `mov`: a small set of
-//! register and memory moves, `lea`, `xor`/`add`/`sub`/`and`/`or`/`test`
-//! that name neither RAX nor RIP, and no control flow. Anything this
+//! register and memory moves, `lea`, `xor`/`add`/`sub`/`and`/`or`/`cmp`/
+//! `test`, `cmovcc` that name neither RAX nor RIP, and no control flow. Anything this
 //! decoder does not know ends the search: the site keeps trapping.
 //! Decoding runs forward from just after the `mov` and must land exactly on
 //! the `syscall`; the original bytes stay, so a jump into the middle of the
@@ -43,11 +43,18 @@ pub fn movable_len(code: &[u8]) -> Option<usize> {
             (code.len() >= i + imm).then_some(i + imm)
         }
         // Two-operand forms with a ModRM byte: add, or, and, sub, xor,
-        // test, mov (both directions), lea.
-        0x01 | 0x03 | 0x09 | 0x0b | 0x21 | 0x23 | 0x29 | 0x2b | 0x31 | 0x33 | 0x85 | 0x89
-        | 0x8b | 0x8d => {
+        // cmp, test, mov (both directions), lea.
+        0x01 | 0x03 | 0x09 | 0x0b | 0x21 | 0x23 | 0x29 | 0x2b | 0x31 | 0x33 | 0x39 | 0x3b
+        | 0x85 | 0x89 | 0x8b | 0x8d => {
             let m = modrm(&code[i..], rex_r, rex_x, rex_b, op == 0x8d)?;
             Some(i + m)
+        }
+        // cmovcc r, r/m: glibc's `sched_getaffinity` clamps its size so
+        // (`cmp %rsi,%r8; cmovbe %r8,%rsi`). The flags it reads are set by
+        // what runs before it, in the stub as at the site.
+        0x0f if matches!(code.get(i), Some(0x40..=0x4f)) => {
+            let m = modrm(&code[i + 1..], rex_r, rex_x, rex_b, false)?;
+            Some(i + 1 + m)
         }
         // mov $imm32,r/m (/0).
         0xc7 => {
@@ -184,6 +191,18 @@ mod tests {
         assert_eq!(movable_len(&[0x31, 0xff]), Some(2)); // xor %edi,%edi
         assert_eq!(movable_len(&[0x45, 0x31, 0xd2]), Some(3)); // xor %r10d,%r10d
         assert_eq!(movable_len(&[0x41, 0xba, 8, 0, 0, 0]), Some(6)); // mov $8,%r10d
+    }
+
+    #[test]
+    fn glibc_sched_getaffinity_s_clamp_is_movable() {
+        // mov $0xcc,%eax; cmp %rsi,%r8; cmovbe %r8,%rsi; syscall
+        let code = [
+            0xff, 0x7f, 0xb8, 0xcc, 0, 0, 0, 0x49, 0x39, 0xf0, 0x49, 0x0f, 0x46, 0xf0, 0x0f, 0x05,
+        ];
+        assert_eq!(find_mov(&code, 0xcc), Some(2));
+        // A cmov into RAX, or another two-byte opcode, is not.
+        assert_eq!(movable_len(&[0x48, 0x0f, 0x46, 0xc6]), None);
+        assert_eq!(movable_len(&[0x0f, 0xaf, 0xf7]), None);
     }
 
     #[test]

@@ -15,14 +15,15 @@
 //! What still traps: the dynamic loader's own calls before the constructor
 //! run before SUD is armed, so they never trap at all; a site seen by no
 //! earlier image of the instance traps once (and is remembered); calls
-//! that keep trapping by rule (`keeps_trapping`, `ends_the_image`), and
+//! that keep trapping by rule (`keeps_trapping`), and
 //! sites whose number is not a constant next to them.
 
 use core::cell::UnsafeCell;
 
 use super::remember::{self, Kind, Site, Table};
 use super::{
-    batch, candidate, ends_the_image, entry, is_text, keeps_trapping, maps, short_candidate, Lock,
+    batch, candidate, entry, is_text, keeps_trapping, maps, reg_candidate, short_candidate, Lock,
+    ShortKind,
 };
 use crate::sigsys;
 
@@ -284,7 +285,12 @@ fn rewrite_file(table: &Table, file: &File) {
                 .map(|c| super::rewrite_in(&c, resume, s.nr, m)),
             Kind::Xor => short_candidate(resume, s.nr)
                 .filter(|_| start + 4 == resume)
-                .map(|pad| super::rewrite_short_in(resume, pad, s.nr, m)),
+                .map(|pad| super::rewrite_short_in(resume, pad, s.nr, ShortKind::Xor, m)),
+            // The register's value was checked at the trap that found it;
+            // the bytes, by their hash, are the same.
+            Kind::Reg => reg_candidate(resume, |_| true)
+                .filter(|_| start + 4 == resume)
+                .map(|pad| super::rewrite_short_in(resume, pad, s.nr, ShortKind::Reg, m)),
         };
         if let Some(Ok(())) = done {
             crate::stats::count_remembered();
@@ -300,7 +306,7 @@ fn rewrite_file(table: &Table, file: &File) {
 /// site lies in it, its number may be rewritten, and its bytes hash to
 /// what the table remembers.
 fn matching(s: &Site, m: &maps::Mapping) -> Option<usize> {
-    if keeps_trapping(s.nr as i64) || ends_the_image(s.nr as i64) || s.len < 4 {
+    if keeps_trapping(s.nr as i64) || s.len < 4 {
         return None;
     }
     let rel = s.end.checked_sub(m.offset)?;

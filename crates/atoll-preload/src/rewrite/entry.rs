@@ -5,15 +5,16 @@
 //! untouched, and so must the entry, although atoll's dispatch and the libc
 //! functions it calls use vector registers freely (glibc's `memcpy` picks
 //! AVX2 or AVX-512 at run time). So the entry saves the general registers
-//! that carry arguments, the flags, and the extended state that compiled
+//! (all of them, as a signal frame holds them: a clone's child on a new
+//! stack starts from them), the flags, and the extended state that compiled
 //! code and libc may touch with `XSAVE` (x87, SSE, AVX, AVX-512 opmasks and
 //! upper registers, as far as `XCR0` enables them; not AMX tiles, protection
 //! keys or other state that neither atoll nor libc changes, which would
 //! cost 8 KiB of stack more); then it runs the same routing as the SIGSYS
 //! handler, and restores everything but RAX. The state (up to 2.7 KiB with
 //! AVX-512) and the routing's frames go on atoll's own stack (`stack`):
-//! the entry moves there after saving the argument registers and flags
-//! (72 bytes below the program's red zone), as a system call costs the
+//! the entry moves there after saving the general registers and flags
+//! (168 bytes below the program's red zone), as a system call costs the
 //! program no stack on Linux and a Go goroutine's may have less than 1 KiB
 //! left (Go's runtime makes calls through such sites). Where it does not
 //! move (no atoll stack yet, or a program handler running on the program's
@@ -22,14 +23,18 @@
 //!
 //! ```text
 //!  stub: lea -128(%rsp) ─ mov $nr,%eax ─ call entry
-//!  atoll_rewritten_entry: save flags, args ─ move to atoll's stack ─
-//!     XSAVE area ─ rewritten_syscall
+//!  atoll_rewritten_entry: save flags, registers (a `Frame`) ─ move to
+//!     atoll's stack ─ XSAVE area ─ rewritten_syscall
+//!     ├─ dispatch off on this thread: run the site's own syscall (below)
 //!     ├─ selector was ALLOW (atoll's own libc call): the raw system call,
-//!     │  as SUD would have let it through
-//!     └─ AtollGuard ─ save errno ─ sigsys::handle_without_context ─ errno
-//!        back ─ guard drop (deferred program signals delivered there)
+//!     │  as SUD would have let it through (a clone: the site's own)
+//!     └─ AtollGuard ─ save errno ─ sigsys::handle_from_entry ─ errno
+//!        back ─ guard drop (deferred program signals delivered there);
+//!        a call that needs a signal frame: the site's own syscall
 //!  XRSTOR ─ back to the program's stack ─ restore args and flags ─ ret to
 //!  the stub ─ jmp after the site
+//!  or, the site's own: RAX = nr, flags and RSP as at the site ─ jmp to
+//!  the site's `syscall` (which traps, or goes to Linux with dispatch off)
 //! ```
 
 use core::sync::atomic::{AtomicU64, AtomicU8, Ordering};
@@ -46,6 +51,48 @@ static ATOLL_XSAVE_MASK: AtomicU64 = AtomicU64::new(0);
 /// x87, SSE, AVX, AVX-512 opmask, ZMM_Hi256, Hi16_ZMM (bits 0-2, 5-7).
 const SAVED_COMPONENTS: u64 = 0xe7;
 
+/// What the entry saves of the program's registers, in the order of the
+/// first 17 `gregs` of a signal frame's `mcontext_t` (r8 … r15, rdi, rsi,
+/// rbp, rbx, rdx, rax, rcx, rsp, rip), so that the clone handling, which
+/// reads a trapped call's registers from its frame, reads these alike:
+/// `rsp` is the program's at the site, `rip` the stub's return address
+/// ([`Frame::resume`] finds the site's from it). `native` is the routing's
+/// answer: nonzero when the call must run as the site's own `syscall`.
+#[repr(C)]
+pub struct Frame {
+    pub regs: [i64; 17],
+    native: u64,
+}
+
+const FRAME_BYTES: usize = core::mem::size_of::<Frame>();
+const _: () = assert!(FRAME_BYTES == 144);
+
+impl Frame {
+    /// The six argument registers, in system-call order.
+    fn args(&self) -> [u64; 6] {
+        let g = |r: i32| self.regs[r as usize] as u64;
+        [
+            g(libc::REG_RDI),
+            g(libc::REG_RSI),
+            g(libc::REG_RDX),
+            g(libc::REG_R10),
+            g(libc::REG_R8),
+            g(libc::REG_R9),
+        ]
+    }
+
+    /// Where the site continues after its `syscall`: every stub ends with
+    /// `lea 128(%rsp),%rsp` (8 bytes) and `jmp rel32` to it, right where
+    /// the entry returns (`stubs::encode`).
+    pub fn resume(&self) -> usize {
+        let ret = self.regs[libc::REG_RIP as usize] as usize;
+        // SAFETY: `ret` is the return address of a stub's `call`, in a
+        // mapped stub page, followed by the stub's 13-byte tail.
+        let rel = unsafe { core::ptr::read_unaligned((ret + 9) as *const i32) };
+        (ret + 13).wrapping_add(rel as isize as usize)
+    }
+}
+
 core::arch::global_asm!(
     ".text",
     ".globl atoll_rewritten_entry",
@@ -56,19 +103,37 @@ core::arch::global_asm!(
     "    pushfq",
     "    push rbp",
     "    mov rbp, rsp",
-    // The six arguments, as an array [rdi, rsi, rdx, r10, r8, r9] at rbp-48.
-    "    push r9",
-    "    push r8",
-    "    push r10",
-    "    push rdx",
-    "    push rsi",
-    "    push rdi",
+    // The registers as a `Frame` at rbp-144 (`gregs` order).
+    "    sub rsp, 144",
+    "    mov qword ptr [rsp + 0], r8",
+    "    mov qword ptr [rsp + 8], r9",
+    "    mov qword ptr [rsp + 16], r10",
+    "    mov qword ptr [rsp + 24], r11",
+    "    mov qword ptr [rsp + 32], r12",
+    "    mov qword ptr [rsp + 40], r13",
+    "    mov qword ptr [rsp + 48], r14",
+    "    mov qword ptr [rsp + 56], r15",
+    "    mov qword ptr [rsp + 64], rdi",
+    "    mov qword ptr [rsp + 72], rsi",
+    "    mov rcx, qword ptr [rbp]",
+    "    mov qword ptr [rsp + 80], rcx",
+    "    mov qword ptr [rsp + 88], rbx",
+    "    mov qword ptr [rsp + 96], rdx",
+    "    mov qword ptr [rsp + 104], rax",
+    "    mov qword ptr [rsp + 112], 0",
+    // The program's stack pointer at the site: above the return address
+    // and the 128 bytes the stub stepped over.
+    "    lea rcx, [rbp + 16 + 8 + 128]",
+    "    mov qword ptr [rsp + 120], rcx",
+    "    mov rcx, qword ptr [rbp + 16]",
+    "    mov qword ptr [rsp + 128], rcx",
+    "    mov qword ptr [rsp + 136], 0",
     "    cld",
     "    mov r11, rax",
     // Onto atoll's stack (its top in `stack::ENTRY_TOP`, a thread-local at
     // a fixed offset from the thread pointer), unless that is unknown or 0,
     // or this already runs there (top - rsp below its size). RBP keeps the
-    // program's frame: the way back is `lea rsp, [rbp - 48]`.
+    // program's frame: the way back is `lea rsp, [rbp - 144]`.
     "    mov rcx, qword ptr [rip + {entry_top_offset}]",
     "    test rcx, rcx",
     "    jz 2f",
@@ -99,23 +164,42 @@ core::arch::global_asm!(
     "    xor edx, edx",
     "    xsave64 [rsp]",
     "    mov rdi, r11",
-    "    lea rsi, [rbp - 48]",
+    "    lea rsi, [rbp - 144]",
     "    call {handler}",
     "    mov r11, rax",
     "    mov eax, dword ptr [rip + {xsave_mask}]",
     "    xor edx, edx",
     "    xrstor64 [rsp]",
     "    mov rax, r11",
-    "    lea rsp, [rbp - 48]",
-    "    pop rdi",
-    "    pop rsi",
-    "    pop rdx",
-    "    pop r10",
-    "    pop r8",
-    "    pop r9",
+    "    lea rsp, [rbp - 144]",
+    // The argument registers back (the others are callee-saved).
+    "    mov r8, qword ptr [rsp + 0]",
+    "    mov r9, qword ptr [rsp + 8]",
+    "    mov r10, qword ptr [rsp + 16]",
+    "    mov rdi, qword ptr [rsp + 64]",
+    "    mov rsi, qword ptr [rsp + 72]",
+    "    mov rdx, qword ptr [rsp + 96]",
+    "    cmp qword ptr [rsp + 136], 0",
+    "    jne 3f",
+    "    mov rsp, rbp",
     "    pop rbp",
     "    popfq",
     "    ret",
+    // The call runs as the site's own `syscall` (see `Frame`): the number
+    // back in RAX, the flags and stack pointer as they were at the site,
+    // and a jump to the `syscall` instruction, two bytes before where the
+    // stub's tail would have gone on. RCX and R11, which a `syscall`
+    // overwrites anyway, carry the way there.
+    "3:",
+    "    mov rax, qword ptr [rsp + 104]",
+    "    mov rsp, rbp",
+    "    pop rbp",
+    "    popfq",
+    "    pop r11",
+    "    lea rsp, [rsp + 128]",
+    "    movsxd rcx, dword ptr [r11 + 9]",
+    "    lea r11, [r11 + rcx + 11]",
+    "    jmp r11",
     ".size atoll_rewritten_entry, .-atoll_rewritten_entry",
     xsave_bytes = sym ATOLL_XSAVE_BYTES,
     entry_top_offset = sym crate::stack::ENTRY_TOP_OFFSET,
@@ -225,25 +309,52 @@ fn xcr0() -> u64 {
 
 /// The routing behind the entry. Hot path for every rewritten site.
 ///
+/// Three ways out: the result of atoll's routing (the thread's dispatch
+/// on, program code); the raw call (atoll's own code, whose calls SUD
+/// would have let through); or the site's own `syscall` (`Frame::native`
+/// set), for a thread that switched dispatch off, which the unrewritten
+/// code would not have brought into atoll, and for calls that need the
+/// signal frame (`sigsys::handle_from_entry`), which then trap there as
+/// before with the program's registers. A clone's or vfork's child in its
+/// own copy of memory returns through here as its parent does; a child on
+/// a new stack does not come back (`sigsys::clone`).
+///
 /// # Safety
-/// Called only by `atoll_rewritten_entry`, with a pointer to the six
-/// argument registers it saved.
-unsafe extern "C" fn rewritten_syscall(nr: i64, args: *const [u64; 6]) -> i64 {
+/// Called only by `atoll_rewritten_entry`, with the frame it saved.
+unsafe extern "C" fn rewritten_syscall(nr: i64, frame: *mut Frame) -> i64 {
     // SAFETY: the entry passes its saved registers, alive until it returns.
-    let args = unsafe { *args };
+    let frame = unsafe { &mut *frame };
+    if !crate::selector::dispatch_on() {
+        frame.native = 1;
+        return 0;
+    }
+    let args = frame.args();
     // First thing, as in the SIGSYS handler.
     let guard = AtollGuard::enter();
     if guard.prev() == ALLOW {
         // atoll's own code reached a rewritten site in libc: SUD would
-        // have let the call through.
+        // have let the call through. Calls that move stacks run at the
+        // site itself, where SUD lets them through.
+        if super::keeps_trapping(nr) || super::moves_stacks(nr) {
+            frame.native = 1;
+            return 0;
+        }
         return raw::syscall6(nr, args);
     }
     let saved_errno = raw::errno();
-    crate::stats::count_direct();
-    let ret = crate::sigsys::handle_without_context(nr, args);
+    let ret = crate::sigsys::handle_from_entry(nr, args, frame);
     raw::set_errno(saved_errno);
     drop(guard);
-    ret
+    match ret {
+        Some(r) => {
+            crate::stats::count_direct();
+            r
+        }
+        None => {
+            frame.native = 1;
+            0
+        }
+    }
 }
 
 #[cfg(test)]

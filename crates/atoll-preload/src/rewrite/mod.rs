@@ -19,15 +19,21 @@
 //! `call` pushes below the red zone rather than into it.
 //!
 //! Rules (a site that breaks one keeps trapping, which is always right):
-//! * the number is not one whose call changes stack or control flow or
-//!   needs the signal frame: `rt_sigreturn`, `clone`, `clone3`, `fork`,
-//!   `vfork`, `exit`, signals sent to oneself, `sigaltstack`,
-//!   `arch_prctl`, `prctl`, `seccomp` ([`keeps_trapping`]); masks
-//!   (`rt_sigprocmask`) are rewritten: a trap must edit the frame's mask,
-//!   which sigreturn installs, but the entry has no frame and changes the
-//!   thread's own (`sigsys::handle_without_context`);
-//! * nor one that ends the image when it succeeds, `execve`, `execveat`,
-//!   `exit_group` ([`ends_the_image`]): see there;
+//! * the number is not one whose call needs the signal frame or changes
+//!   what the entry stands on: `rt_sigreturn`, signals sent to oneself,
+//!   `arch_prctl`, `prctl`, `seccomp` ([`keeps_trapping`]);
+//!   clones and `vfork` are rewritten and made by atoll's clone handling
+//!   with the registers the entry saved ([`moves_stacks`]), `sigaltstack`
+//!   with the stack pointer it saw; masks (`rt_sigprocmask`) are
+//!   rewritten: a trap must edit the frame's mask, which sigreturn
+//!   installs, but the entry has no frame and changes the thread's own
+//!   (`sigsys::handle_from_entry`);
+//! * one that ends the image when it succeeds, `execve`, `execveat`,
+//!   `exit_group`, only with the table of remembered sites
+//!   ([`ends_the_image`]);
+//! * a thread that switched Syscall User Dispatch off runs every rewritten
+//!   site as the site's own `syscall`, as the unrewritten code would
+//!   (`entry`);
 //! * the byte before the `mov` is not a REX prefix (then it would be a
 //!   `mov` to R8D…R15D), the immediate equals the trapped number, and the
 //!   bytes up to the `syscall` decode as instructions that neither name
@@ -90,6 +96,7 @@ mod short;
 mod stubs;
 
 pub use eager::{at_start, before_fork};
+pub use entry::Frame;
 
 use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
@@ -128,24 +135,25 @@ pub fn enabled() -> bool {
     ENABLED.load(Ordering::Relaxed)
 }
 
-/// System calls whose sites are never rewritten: they change the stack or
-/// the flow of control (the entry would return to a frame that is gone or
-/// not yet there: `rt_sigreturn`, a clone child on its new stack), or
-/// their handling needs the SIGSYS frame (`sigsys::handle`'s arms with a
-/// context; not `rt_sigprocmask`, whose entry changes the thread's own
-/// mask). `execve` and `exit_group` are not here: they return only
-/// when they fail, into the entry's frame, which is still there; see
-/// [`ends_the_image`] for why they trap all the same.
+/// System calls whose sites are never rewritten: their handling needs the
+/// SIGSYS frame (`rt_sigreturn` returns through it; a signal sent to
+/// oneself is delivered as the handler's sigreturn puts the program's
+/// mask back) or they change what the entry stands on (`arch_prctl`,
+/// `prctl`, `seccomp` change the thread's base, dispatch or filters).
+/// `exit` is rewritten: it ends the thread from the entry as from the
+/// SIGSYS handler, both on atoll's stack (`stack::exit_thread`). A rewritten
+/// site reached with one of these numbers anyway (a site whose number is
+/// in a register, `short`) runs its own `syscall`, which traps
+/// (`entry::rewritten_syscall`).
+///
+/// Clones and `vfork` are rewritten ([`moves_stacks`]), and so are
+/// `sigaltstack` (the entry knows the program's stack pointer) and masks
+/// (`rt_sigprocmask`: the entry changes the thread's own mask, see
+/// `sigsys::handle_from_entry`).
 pub const fn keeps_trapping(nr: i64) -> bool {
     matches!(
         nr,
         libc::SYS_rt_sigreturn
-            | libc::SYS_clone
-            | libc::SYS_clone3
-            | libc::SYS_fork
-            | libc::SYS_vfork
-            | libc::SYS_exit
-            | libc::SYS_sigaltstack
             | libc::SYS_kill
             | libc::SYS_tkill
             | libc::SYS_tgkill
@@ -157,18 +165,36 @@ pub const fn keeps_trapping(nr: i64) -> bool {
     )
 }
 
+/// Calls whose child starts on another stack or shares this one: the
+/// entry makes them through atoll's clone handling
+/// (`sigsys::handle_from_entry`), never as a raw call from its own frames.
+/// A `vfork` is a fork there (`sigsys::clone::classify`): its child runs
+/// in its own copy of memory and returns through the entry's frames as
+/// the parent does, so the parent's stack is never the child's. A child
+/// on a new stack (threads, `posix_spawn`'s) starts at the site's
+/// continuation with the registers the entry saved, as a trapped clone's
+/// starts from the signal frame's. With dispatch off, or from atoll's
+/// own code, these run as the site's own `syscall`, as Linux would.
+pub const fn moves_stacks(nr: i64) -> bool {
+    matches!(
+        nr,
+        libc::SYS_clone | libc::SYS_clone3 | libc::SYS_fork | libc::SYS_vfork
+    )
+}
+
 /// Calls that end the program image when they succeed. Their site runs
 /// once per image, so rewriting it lazily (a read of `/proc/self/maps`,
 /// four `mprotect`s: about 100 µs of CPU) costs far more than the ~1 µs
 /// trap it saves; it was paid by every forked child that execs (a
 /// shell's, too), whose `execve` site is fresh in each child since the
-/// parent never execs. Remembered and rewritten in the start-up batch
-/// they would cost next to nothing, but a process that switched Syscall
-/// User Dispatch off on purpose still runs the rewritten text: atoll's
-/// relay for static programs turns it off in its child and then execs the
-/// program, which a rewritten `execve` site sent back into atoll's exec
-/// (a second relay, whose seccomp listener the kernel refused with
-/// `EBUSY`). A trap only happens while dispatch is on, so these trap.
+/// parent never execs. So they are rewritten only with a table of
+/// remembered sites (`remember`): once per instance, then in each new
+/// image's start-up batch (`eager::at_start`, which reads the maps and
+/// opens the pages anyway), and in a parent before it forks
+/// (`eager::before_fork`), so its children exec and exit without a trap.
+/// A thread that switched Syscall User Dispatch off (atoll's relay for
+/// static programs does, in the child it execs the program from) runs
+/// them, as every call, as the site's own `syscall`: straight to Linux.
 pub const fn ends_the_image(nr: i64) -> bool {
     matches!(
         nr,
@@ -221,13 +247,14 @@ fn candidate(resume: usize, nr: u32) -> Option<Candidate> {
     })
 }
 
-/// A trap of `nr` whose `syscall` instruction ends at `resume`: rewrite its
-/// site if the rules allow. Cheap when they do not (a few byte reads).
-/// Called by the SIGSYS handler with the selector at ALLOW.
-pub fn on_trap(nr: i64, resume: usize) {
+/// A trap of `nr` whose `syscall` instruction ends at `resume`, with the
+/// trapped registers `gregs`: rewrite its site if the rules allow. Cheap
+/// when they do not (a few byte reads). Called by the SIGSYS handler with
+/// the selector at ALLOW.
+pub fn on_trap(nr: i64, resume: usize, gregs: &[i64; 23]) {
     if !enabled()
         || keeps_trapping(nr)
-        || ends_the_image(nr)
+        || (ends_the_image(nr) && !remember::enabled())
         || !(0..=u32::MAX as i64).contains(&nr)
     {
         return;
@@ -240,6 +267,7 @@ pub fn on_trap(nr: i64, resume: usize) {
         rewrite_locked(
             resume,
             nr,
+            remember::Kind::Mov,
             || candidate(resume, nr).map(|c| (c.mov, c)),
             |c| rewrite(&c, resume, nr),
         );
@@ -250,10 +278,45 @@ pub fn on_trap(nr: i64, resume: usize) {
         rewrite_locked(
             resume,
             nr,
+            remember::Kind::Xor,
             || short_candidate(resume, nr).map(|pad| (resume - 4, pad)),
-            |pad| rewrite_short(resume, pad, nr),
+            |pad| rewrite_short(resume, pad, nr, ShortKind::Xor),
+        );
+    } else if reg_candidate(resume, |src| reg_value(gregs, src) == nr as i64).is_some() {
+        // Set by `mov %r32,%eax` (`short`), whose register held this
+        // number at the trap: the same layout, the stub running the `mov`.
+        rewrite_locked(
+            resume,
+            nr,
+            remember::Kind::Reg,
+            || reg_candidate(resume, |_| true).map(|pad| (resume - 4, pad)),
+            |pad| rewrite_short(resume, pad, nr, ShortKind::Reg),
         );
     }
+}
+
+/// The low 32 bits of x86 register `src` (1 RCX … 7 RDI) in a signal
+/// frame's `gregs`, as `mov %r32,%eax` would copy them.
+fn reg_value(gregs: &[i64; 23], src: u8) -> i64 {
+    let at = match src {
+        1 => libc::REG_RCX,
+        2 => libc::REG_RDX,
+        3 => libc::REG_RBX,
+        5 => libc::REG_RBP,
+        6 => libc::REG_RSI,
+        7 => libc::REG_RDI,
+        _ => return -1,
+    };
+    gregs[at as usize] as u32 as i64
+}
+
+/// How a two-byte short site sets its number.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ShortKind {
+    /// `xor %eax,%eax`: the stub sets the number.
+    Xor,
+    /// `mov %r32,%eax`: the stub runs the `mov`.
+    Reg,
 }
 
 /// Under the rewrite lock, find the site again (another thread may have
@@ -266,6 +329,7 @@ pub fn on_trap(nr: i64, resume: usize) {
 fn rewrite_locked<C>(
     resume: usize,
     nr: u32,
+    kind: remember::Kind,
     find: impl FnOnce() -> Option<(usize, C)>,
     apply: impl FnOnce(C) -> Result<(), &'static str>,
 ) {
@@ -289,11 +353,6 @@ fn rewrite_locked<C>(
             crate::stats::count_site();
             sigsys::debug(&[b"rewrote site of"], &[nr as i64, resume as i64]);
             if let Some(f) = &file {
-                let kind = if start + 4 == resume && nr == 0 {
-                    remember::Kind::Xor
-                } else {
-                    remember::Kind::Mov
-                };
                 eager::record(f, start, resume, nr, kind, code);
             }
         }
@@ -307,10 +366,25 @@ fn rewrite_locked<C>(
     }
 }
 
-/// The padding address for a short site ending at `resume`, if the bytes
-/// around it allow one. Reads only the page of the `syscall`, which just
-/// ran: a site or padding across a page boundary keeps trapping.
+/// The padding address for a short `xor` site ending at `resume`, if the
+/// bytes around it allow one.
 fn short_candidate(resume: usize, nr: u32) -> Option<usize> {
+    padded_site(resume, |before| short::is_xor_site(before, nr))
+}
+
+/// The padding address for a short `mov %r32,%eax` site ending at
+/// `resume` whose source register passes `check`, if the bytes allow one.
+fn reg_candidate(resume: usize, check: impl Fn(u8) -> bool) -> Option<usize> {
+    padded_site(resume, |before| {
+        short::reg_site_source(before).is_some_and(&check)
+    })
+}
+
+/// The padding address for a two-byte short site ending at `resume` whose
+/// three bytes before the `syscall` pass `is_site`. Reads only the page
+/// of the `syscall`, which just ran: a site or padding across a page
+/// boundary keeps trapping.
+fn padded_site(resume: usize, is_site: impl Fn(&[u8]) -> bool) -> Option<usize> {
     let syscall = resume - 2;
     let page = syscall & !(PAGE - 1);
     if syscall < page + 3 || resume >= page + PAGE {
@@ -320,7 +394,7 @@ fn short_candidate(resume: usize, nr: u32) -> Option<usize> {
     // SAFETY: the three bytes before the `syscall` lie in its page, which
     // the trapped thread just executed, so it is mapped and readable.
     unsafe { core::ptr::copy_nonoverlapping((syscall - 3) as *const u8, before.as_mut_ptr(), 3) };
-    if !short::is_xor_site(&before, nr) {
+    if !is_site(&before) {
         return None;
     }
     let len = short::LOOK_AHEAD.min(page + PAGE - resume);
@@ -331,18 +405,20 @@ fn short_candidate(resume: usize, nr: u32) -> Option<usize> {
 }
 
 /// Rewrite a short site: the padding's `jmp rel32` first (dead code, so a
-/// plain store), then the `xor` by one locked `cmpxchg` in its cache line
-/// (or plain stores while single-threaded, as for a `mov` across lines).
-fn rewrite_short(resume: usize, pad: usize, nr: u32) -> Result<(), &'static str> {
+/// plain store), then the `xor` or `mov` by one locked `cmpxchg` in its
+/// cache line (or plain stores while single-threaded, as for a `mov`
+/// across lines).
+fn rewrite_short(resume: usize, pad: usize, nr: u32, kind: ShortKind) -> Result<(), &'static str> {
     let m = maps::mapping_of(resume - 4).ok_or("no mapping")?;
-    rewrite_short_in(resume, pad, nr, &m)
+    rewrite_short_in(resume, pad, nr, kind, &m)
 }
 
-/// [`rewrite_short`] in mapping `m`, which holds the `xor`.
+/// [`rewrite_short`] in mapping `m`, which holds the `xor` or `mov`.
 fn rewrite_short_in(
     resume: usize,
     pad: usize,
     nr: u32,
+    kind: ShortKind,
     m: &maps::Mapping,
 ) -> Result<(), &'static str> {
     let xor = resume - 4;
@@ -351,10 +427,17 @@ fn rewrite_short_in(
     }
     let window = short_window(xor);
     if window.is_none() && !alone() {
-        return Err("an xor across cache lines, and other threads");
+        return Err("a short site across cache lines, and other threads");
     }
+    // SAFETY: the two bytes before the `syscall`, on its page (checked by
+    // `padded_site`), mapped and readable.
+    let mov = unsafe { core::ptr::read_unaligned(xor as *const [u8; 2]) };
+    let (stub_nr, moved): (Option<u32>, &[u8]) = match kind {
+        ShortKind::Xor => (Some(nr), &[]),
+        ShortKind::Reg => (None, &mov),
+    };
     let stored = with_page_writable(xor, || {
-        let Some(stub) = stubs::make(resume, nr, entry::address(), &[]) else {
+        let Some(stub) = stubs::make(resume, stub_nr, entry::address(), moved) else {
             return false;
         };
         let far = jmp_rel32(pad + 5, stub);
@@ -425,7 +508,8 @@ fn rewrite_in(
         return Err("a mov across cache lines, and other threads");
     }
     let stored = with_page_writable(mov, || {
-        let Some(stub) = stubs::make(resume, nr, entry::address(), &c.moved[..c.moved_len]) else {
+        let Some(stub) = stubs::make(resume, Some(nr), entry::address(), &c.moved[..c.moved_len])
+        else {
             return false;
         };
         let jmp = jmp_rel32(mov + 5, stub);
@@ -621,24 +705,27 @@ mod tests {
     }
 
     #[test]
-    fn calls_that_move_stacks_or_need_the_signal_frame_keep_trapping() {
-        for nr in [
-            libc::SYS_rt_sigreturn,
-            libc::SYS_clone3,
-            libc::SYS_vfork,
-            libc::SYS_exit,
-            libc::SYS_sigaltstack,
-            libc::SYS_tgkill,
-        ] {
-            assert!(keeps_trapping(nr), "{nr}");
+    fn calls_that_need_the_signal_frame_keep_trapping_and_clones_do_not() {
+        for nr in [libc::SYS_rt_sigreturn, libc::SYS_tgkill, libc::SYS_prctl] {
+            assert!(keeps_trapping(nr) && !moves_stacks(nr), "{nr}");
         }
         for nr in [
             libc::SYS_read,
             libc::SYS_openat,
             libc::SYS_newfstatat,
             libc::SYS_rt_sigprocmask,
+            libc::SYS_sigaltstack,
+            libc::SYS_exit,
         ] {
             assert!(!keeps_trapping(nr) && !ends_the_image(nr), "{nr}");
+        }
+        for nr in [
+            libc::SYS_clone,
+            libc::SYS_clone3,
+            libc::SYS_fork,
+            libc::SYS_vfork,
+        ] {
+            assert!(!keeps_trapping(nr) && moves_stacks(nr), "{nr}");
         }
         for nr in [libc::SYS_execve, libc::SYS_execveat, libc::SYS_exit_group] {
             assert!(!keeps_trapping(nr) && ends_the_image(nr), "{nr}");

@@ -66,6 +66,8 @@ pub enum Kind {
     Mov = 1,
     /// `xor %eax,%eax; syscall` (number 0).
     Xor = 2,
+    /// `mov %r32,%eax; syscall`, the register holding the number.
+    Reg = 3,
 }
 
 /// One remembered site.
@@ -130,6 +132,7 @@ impl Site {
         let kind = match field(END_BITS + NR_BITS + LEN_BITS, 2) {
             1 => Kind::Mov,
             2 => Kind::Xor,
+            3 => Kind::Reg,
             _ => return None,
         };
         Some(Site {
@@ -449,6 +452,13 @@ mod tests {
             ..s
         };
         assert_eq!(Site::decode(x.encode()), Some(x));
+        let r = Site {
+            kind: Kind::Reg,
+            nr: 231,
+            len: 4,
+            ..s
+        };
+        assert_eq!(Site::decode(r.encode()), Some(r));
         for k in 0..4 {
             let mut torn = w;
             torn[k] ^= 1 << 7;

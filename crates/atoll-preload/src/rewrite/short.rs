@@ -46,6 +46,40 @@ pub fn is_xor_site(before: &[u8], nr: u32) -> bool {
         && !(0x40..=0x4f).contains(&before[n - 3])
 }
 
+/// Does `before` (the bytes just before a trapped `syscall`, at least 3)
+/// end with a two-byte `mov %r32,%eax` from another of the first eight
+/// registers (`89 /r` or `8b /r`, register form, no prefix before it)?
+/// Its source register (x86 numbering: 1 RCX … 7 RDI), if so. glibc's
+/// `_exit` sets its numbers so, `mov $0xe7,%esi … mov %esi,%eax; syscall`
+/// for `exit_group`: the number is not a constant beside the `syscall`,
+/// and the site's stub runs the `mov` itself (`stubs::encode`).
+pub fn reg_site_source(before: &[u8]) -> Option<u8> {
+    let n = before.len();
+    if n < 3 || is_prefix(before[n - 3]) {
+        return None;
+    }
+    let (op, modrm) = (before[n - 2], before[n - 1]);
+    if modrm >> 6 != 3 {
+        return None;
+    }
+    let (reg, rm) = ((modrm >> 3) & 7, modrm & 7);
+    let src = match op {
+        0x89 if rm == 0 => reg,
+        0x8b if reg == 0 => rm,
+        _ => return None,
+    };
+    // Not EAX itself, nor the stack pointer.
+    (src != 0 && src != 4).then_some(src)
+}
+
+/// REX, operand- and address-size, lock, repeat and segment prefixes.
+fn is_prefix(b: u8) -> bool {
+    matches!(
+        b,
+        0x40..=0x4f | 0x66 | 0x67 | 0xf0 | 0xf2 | 0xf3 | 0x26 | 0x2e | 0x36 | 0x3e | 0x64 | 0x65
+    )
+}
+
 /// Offset in `after` (the bytes from the end of the `syscall` on) of dead
 /// padding of at least [`PAD_BYTES`] that a `jmp rel8` at the `xor` can
 /// reach; `base` is the address of `after[0]`, for the alignment.
@@ -59,9 +93,15 @@ pub fn find_padding(after: &[u8], base: usize) -> Option<usize> {
                 break;
             }
         }
-        let aligned = (base + at).next_multiple_of(16) - base;
+        let mut aligned = (base + at).next_multiple_of(16) - base;
         if aligned > after.len() || !nops_fill(&after[at..aligned]) {
-            return None;
+            // Not padding to a 16-byte boundary: padding to a label at an
+            // 8-byte one (ld.so's `__pread64_nocancel`: `ret`, a 5-byte
+            // `nopl`, its error path at 8 mod 16, which its `ja` targets).
+            aligned = at + nop_run(&after[at..])?;
+            if !(base + aligned).is_multiple_of(8) || aligned == after.len() {
+                return None;
+            }
         }
         // The jmp rel8 sits 2 bytes before the syscall: its next
         // instruction is the syscall, 2 bytes before `after[0]`.
@@ -116,6 +156,9 @@ fn insn_len(code: &[u8]) -> Option<(usize, bool)> {
             i += 1;
             match op2 {
                 0x80..=0x8f => i + 4,
+                // `syscall`: the next function's own (ld.so's system-call
+                // stubs stand one after the other, without padding).
+                0x05 => i,
                 // movzx/movsx, cmovcc, setcc: a ModRM operand.
                 0xb6 | 0xb7 | 0xbe | 0xbf | 0x40..=0x4f | 0x90..=0x9f => {
                     i + modrm_operand(code.get(i..)?)?
@@ -185,6 +228,47 @@ fn modrm_operand(code: &[u8]) -> Option<usize> {
         _ => 0,
     };
     (code.len() >= n).then_some(n)
+}
+
+/// Bytes of the run of no-op instructions at the start of `code` (see
+/// [`nops_fill`]), or `None` when one is cut off by its end.
+fn nop_run(code: &[u8]) -> Option<usize> {
+    let mut at = 0;
+    while at < code.len() {
+        match nop_len(&code[at..]) {
+            NopLen::Nop(n) => at += n,
+            NopLen::NotANop => return Some(at),
+            NopLen::CutOff => return None,
+        }
+    }
+    Some(at)
+}
+
+enum NopLen {
+    Nop(usize),
+    NotANop,
+    CutOff,
+}
+
+/// The no-op instruction at the start of `code`, if it is one.
+fn nop_len(code: &[u8]) -> NopLen {
+    let mut i = 0;
+    while matches!(code.get(i), Some(0x66 | 0x2e)) {
+        i += 1;
+    }
+    match code.get(i..) {
+        Some([0x90, ..]) | Some([0xcc, ..]) => NopLen::Nop(i + 1),
+        Some([0x0f]) => NopLen::CutOff,
+        Some([0x0f, 0x1f]) => NopLen::CutOff,
+        Some([0x0f, 0x1f, rest @ ..]) if rest.first().is_some_and(|m| (m >> 3) & 7 == 0) => {
+            match modrm_operand(rest) {
+                Some(m) => NopLen::Nop(i + 2 + m),
+                None => NopLen::CutOff,
+            }
+        }
+        Some([]) if i > 0 => NopLen::CutOff,
+        _ => NopLen::NotANop,
+    }
 }
 
 /// Is `pad` made only of the no-op encodings compilers pad with: `90`,
@@ -304,6 +388,72 @@ mod tests {
         assert!(!is_xor_site(&[0x17, 0x31, 0xc0], 1));
         assert!(!is_xor_site(&[0x17, 0x31, 0xc9], 0));
         assert!(!is_xor_site(&[0x31, 0xc0], 0));
+    }
+
+    /// glibc 2.36's `_exit` (at 0xd43e0), its `exit_group` site at +37
+    /// and what follows, to the padding after the error path's `jmp`.
+    const EXIT_AFTER: &[u8] = &[
+        0x48, 0x3d, 0x00, 0xf0, 0xff, 0xff, // cmp $-4096,%rax
+        0x76, 0xe7, // jbe
+        0xf7, 0xd8, // neg %eax
+        0x64, 0x41, 0x89, 0x00, // mov %eax,%fs:(%r8)
+        0xeb, 0xdf, // jmp
+        0x0f, 0x1f, 0x80, 0x00, 0x00, 0x00, 0x00, // nopl 0x0(%rax)
+        0xf7, 0xd8, // the error path at +64
+    ];
+
+    /// ld.so 2.36's `__read_nocancel` (at 0x20b70), after its `syscall`:
+    /// 3 bytes of padding after its `ret`, its error path, then the next
+    /// function (`__pread64_nocancel`) with no padding at all, whose `ret`
+    /// is followed by a 5-byte `nopl` up to its error path at 8 mod 16.
+    const LD_READ_AFTER: &[u8] = &[
+        0x48, 0x3d, 0x00, 0xf0, 0xff, 0xff, // cmp
+        0x77, 0x04, // ja
+        0xc3, // ret
+        0x0f, 0x1f, 0x00, // nopl (%rax)
+        0xf7, 0xd8, // neg %eax
+        0x89, 0x05, 0x18, 0x37, 0x01, 0x00, // mov %eax,x(%rip)
+        0x48, 0xc7, 0xc0, 0xff, 0xff, 0xff, 0xff, // mov $-1,%rax
+        0xc3, // ret (0x20b8f)
+        0x49, 0x89, 0xca, // mov %rcx,%r10 (0x20b90)
+        0xb8, 0x11, 0x00, 0x00, 0x00, // mov $0x11,%eax
+        0x0f, 0x05, // syscall
+        0x48, 0x3d, 0x00, 0xf0, 0xff, 0xff, // cmp
+        0x77, 0x06, // ja 0x20ba8
+        0xc3, // ret
+        0x0f, 0x1f, 0x44, 0x00, 0x00, // nopl (0x20ba3)
+        0xf7, 0xd8, // neg %eax (0x20ba8)
+    ];
+
+    #[test]
+    fn ld_so_s_read_finds_padding_before_a_label_at_8_mod_16() {
+        assert_eq!(
+            find_padding(LD_READ_AFTER, 0x20b74),
+            Some(0x20ba3 - 0x20b74)
+        );
+        // The same bytes shifted by 4: the nops end at 4 mod 8, no label.
+        assert_eq!(find_padding(LD_READ_AFTER, 0x20b78), None);
+        assert_eq!(nop_run(&[0x0f, 0x1f, 0x44, 0x00, 0x00, 0xf7]), Some(5));
+        assert_eq!(nop_run(&[0x0f, 0x1f, 0x44]), None);
+        assert_eq!(nop_run(&[0xf7, 0xd8]), Some(0));
+    }
+
+    #[test]
+    fn glibc_exit_s_register_site_is_found_with_its_padding() {
+        assert_eq!(reg_site_source(&[0x3c, 0x89, 0xf0]), Some(6)); // %esi
+        assert_eq!(find_padding(EXIT_AFTER, 0xd4409), Some(16));
+        assert_eq!(reg_site_source(&[0x90, 0x8b, 0xc6]), Some(6));
+        assert_eq!(reg_site_source(&[0x90, 0x89, 0xd0]), Some(2)); // %edx
+                                                                   // A REX or operand-size prefix makes it another instruction; a
+                                                                   // move into another register, from memory, or from EAX or ESP
+                                                                   // sets no number.
+        assert_eq!(reg_site_source(&[0x48, 0x89, 0xf0]), None);
+        assert_eq!(reg_site_source(&[0x66, 0x89, 0xf0]), None);
+        assert_eq!(reg_site_source(&[0x90, 0x89, 0xf1]), None);
+        assert_eq!(reg_site_source(&[0x90, 0x8b, 0x06]), None);
+        assert_eq!(reg_site_source(&[0x90, 0x89, 0xc0]), None);
+        assert_eq!(reg_site_source(&[0x90, 0x89, 0xe0]), None);
+        assert_eq!(reg_site_source(&[0x89, 0xf0]), None);
     }
 
     #[test]

@@ -41,6 +41,8 @@ const MAX_PAGES: usize = 128;
 /// Room for the copied moves (`decode::MAX_GAP`) before the fixed part.
 const FIXED_BYTES: usize = 29;
 const _: () = assert!(FIXED_BYTES + super::decode::MAX_GAP <= STUB_BYTES);
+/// `nopl 0x0(%rax,%rax,1)`.
+const NOP5: [u8; 5] = [0x0f, 0x1f, 0x44, 0x00, 0x00];
 /// Keep every rel32 comfortably in range.
 const REACH: usize = (1 << 31) - 2 * PAGE;
 
@@ -67,14 +69,29 @@ static TABLE: Table = Table(UnsafeCell::new(Pages {
 /// The bytes of one stub at address `at` for system call `nr`, running
 /// `moved` first and returning to `resume`; `slot` is the address of its
 /// page's entry slot.
-pub fn encode(at: usize, nr: u32, slot: usize, resume: usize, moved: &[u8]) -> [u8; STUB_BYTES] {
+/// `nr` is `None` for a site whose number is in a register (`short`): its
+/// copied `mov` sets EAX, and a five-byte no-op stands where the stub's
+/// own `mov $nr,%eax` would, so that every stub's tail is where the entry
+/// looks for it (`entry::Frame::resume`).
+pub fn encode(
+    at: usize,
+    nr: Option<u32>,
+    slot: usize,
+    resume: usize,
+    moved: &[u8],
+) -> [u8; STUB_BYTES] {
     let mut out = [0xccu8; STUB_BYTES]; // int3 padding
     out[..moved.len()].copy_from_slice(moved);
     let at = at + moved.len();
     let s = &mut out[moved.len()..];
     s[..5].copy_from_slice(&[0x48, 0x8d, 0x64, 0x24, 0x80]);
-    s[5] = 0xb8;
-    s[6..10].copy_from_slice(&nr.to_le_bytes());
+    match nr {
+        Some(nr) => {
+            s[5] = 0xb8;
+            s[6..10].copy_from_slice(&nr.to_le_bytes());
+        }
+        None => s[5..10].copy_from_slice(&NOP5),
+    }
     s[10..12].copy_from_slice(&[0xff, 0x15]);
     s[12..16].copy_from_slice(&rel32(at + 16, slot).to_le_bytes());
     s[16..24].copy_from_slice(&[0x48, 0x8d, 0xa4, 0x24, 0x80, 0, 0, 0]);
@@ -95,7 +112,7 @@ pub fn within_reach(a: usize, b: usize) -> bool {
 /// A new stub for the site whose `syscall` ends at `resume`, for `nr`;
 /// its address, or `None` (no page in reach could be mapped or written,
 /// or the table is full). Caller holds the rewrite lock.
-pub fn make(resume: usize, nr: u32, entry: usize, moved: &[u8]) -> Option<usize> {
+pub fn make(resume: usize, nr: Option<u32>, entry: usize, moved: &[u8]) -> Option<usize> {
     // SAFETY: the caller holds the rewrite lock, the table's only guard.
     let t = unsafe { &mut *TABLE.0.get() };
     let index =
@@ -195,7 +212,7 @@ mod tests {
     #[test]
     fn a_stub_sets_the_number_calls_the_entry_and_jumps_back() {
         let at = 0x7000_0020;
-        let s = encode(at, 0x1234, 0x7000_0000, 0x7100_0007, &[]);
+        let s = encode(at, Some(0x1234), 0x7000_0000, 0x7100_0007, &[]);
         assert_eq!(&s[..5], &[0x48, 0x8d, 0x64, 0x24, 0x80]);
         assert_eq!(s[5], 0xb8);
         assert_eq!(u32::from_le_bytes(s[6..10].try_into().unwrap()), 0x1234);
@@ -210,13 +227,26 @@ mod tests {
     fn moved_instructions_come_first_and_the_rest_shifts() {
         let at = 0x7000_0040;
         let moved = [0x4c, 0x89, 0xf7];
-        let s = encode(at, 257, 0x7000_0000, 0x7100_0007, &moved);
+        let s = encode(at, Some(257), 0x7000_0000, 0x7100_0007, &moved);
         assert_eq!(&s[..3], &moved);
         assert_eq!(s[3 + 5], 0xb8);
         let disp = i32::from_le_bytes(s[3 + 12..3 + 16].try_into().unwrap());
         assert_eq!((at as i64 + 3 + 16 + disp as i64) as usize, 0x7000_0000);
         let back = i32::from_le_bytes(s[3 + 25..3 + 29].try_into().unwrap());
         assert_eq!((at as i64 + 3 + 29 + back as i64) as usize, 0x7100_0007);
+    }
+
+    #[test]
+    fn a_register_site_s_stub_keeps_its_mov_and_the_tail_in_place() {
+        let at = 0x7000_0080;
+        let moved = [0x89, 0xf0]; // mov %esi,%eax
+        let s = encode(at, None, 0x7000_0000, 0x7100_0007, &moved);
+        assert_eq!(&s[..2], &moved);
+        assert_eq!(&s[2 + 5..2 + 10], &NOP5);
+        let tail = &s[2 + 16..];
+        assert_eq!(&tail[..8], &[0x48, 0x8d, 0xa4, 0x24, 0x80, 0, 0, 0]);
+        let back = i32::from_le_bytes(tail[9..13].try_into().unwrap());
+        assert_eq!((at as i64 + 2 + 29 + back as i64) as usize, 0x7100_0007);
     }
 
     #[test]

@@ -134,7 +134,10 @@ const CA_FLAGS: usize = 0;
 const CA_STACK: usize = 5;
 const CA_STACK_SIZE: usize = 6;
 
-pub(super) fn clone_any(nr: i64, args: [u64; 6], uc: &libc::ucontext_t) -> i64 {
+/// A clone of any kind; `regs` are the caller's first 17 `gregs` (from the
+/// SIGSYS frame, or saved by a rewritten site's entry with RIP the site's
+/// continuation), which a child on a new stack starts from.
+pub(super) fn clone_any(nr: i64, args: [u64; 6], regs: &[i64; 17]) -> i64 {
     if client::mode() == Mode::Off {
         return raw::syscall6(nr, args);
     }
@@ -155,7 +158,7 @@ pub(super) fn clone_any(nr: i64, args: [u64; 6], uc: &libc::ucontext_t) -> i64 {
         Some(w) if nr != libc::SYS_vfork => w.write,
         _ => -1,
     };
-    let r = clone_dispatch(nr, args, uc, spawn_report);
+    let r = clone_dispatch(nr, args, regs, spawn_report);
     match waiter {
         Some(w) => w.finish(r),
         None => r,
@@ -253,7 +256,7 @@ impl VforkWait {
     }
 }
 
-fn clone_dispatch(nr: i64, args: [u64; 6], uc: &libc::ucontext_t, spawn_report: i32) -> i64 {
+fn clone_dispatch(nr: i64, args: [u64; 6], regs: &[i64; 17], spawn_report: i32) -> i64 {
     match nr {
         // fork(): a process on the same stack.
         libc::SYS_fork => clone_inline(nr, args, CloneKind::Process),
@@ -285,7 +288,7 @@ fn clone_dispatch(nr: i64, args: [u64; 6], uc: &libc::ucontext_t, spawn_report: 
             } else {
                 None
             };
-            clone_trampoline(nr, a, top, kind, uc, spawn_report)
+            clone_trampoline(nr, a, top, kind, regs, spawn_report)
         }
         _ => {
             // clone3(struct clone_args *, size)
@@ -325,7 +328,7 @@ fn clone_dispatch(nr: i64, args: [u64; 6], uc: &libc::ucontext_t, spawn_report: 
             };
             // Only now, after the last write to `ca`, hand out its address.
             a[0] = ca.as_ptr() as u64;
-            clone_trampoline(nr, a, stack_top, kind, uc, spawn_report)
+            clone_trampoline(nr, a, stack_top, kind, regs, spawn_report)
         }
     }
 }
@@ -411,7 +414,7 @@ fn clone_trampoline(
     args: [u64; 6],
     stack_top: usize,
     kind: CloneKind,
-    uc: &libc::ucontext_t,
+    caller: &[i64; 17],
     spawn_report: i32,
 ) -> i64 {
     debug(
@@ -420,8 +423,7 @@ fn clone_trampoline(
     );
     let block_addr = (stack_top - BLOCK_ROOM) & !15;
     let block = block_addr as *mut CloneBlock;
-    let mut regs = [0i64; 17];
-    regs.copy_from_slice(&uc.uc_mcontext.gregs[..17]);
+    let mut regs = *caller;
     regs[libc::REG_RAX as usize] = 0;
     regs[libc::REG_RSP as usize] = stack_top as i64;
     let prep = if kind == CloneKind::Process {

@@ -43,7 +43,7 @@ use crate::altstack;
 use crate::client::{self, Dispatch, ForkPrep, Mode};
 use crate::raw::{self, StackBuf};
 use crate::retframe;
-use crate::rewrite;
+use crate::rewrite::{self, Frame};
 use crate::selector::{self, AtollGuard, BLOCK};
 use crate::sigdefer;
 use crate::sigfix::{self, KSigaction, VirtualAction, KSIGSET_SIZE};
@@ -190,7 +190,11 @@ unsafe fn on_sigsys_here(sig: libc::c_int, info: *mut libc::siginfo_t, ucv: *mut
     stats::count(nr);
     atoll_client::count_trap();
     // The next run of this site may call atoll without a trap.
-    rewrite::on_trap(nr, uc.uc_mcontext.gregs[libc::REG_RIP as usize] as usize);
+    rewrite::on_trap(
+        nr,
+        uc.uc_mcontext.gregs[libc::REG_RIP as usize] as usize,
+        &uc.uc_mcontext.gregs,
+    );
     // Signals deferred meanwhile are delivered into the program's own
     // frame as this handler returns (`sigdefer::deliver_into_frame`),
     // except around a call whose temporary mask must be in force then.
@@ -253,10 +257,11 @@ unsafe fn foreign_sigsys(
 }
 
 /// Route one trapped system call; returns the value for RAX. The arms
-/// here need the SIGSYS frame (`uc`, or the mask sigreturn restores), so
-/// their sites are never rewritten (`rewrite::keeps_trapping`), but for
-/// `rt_sigprocmask` and `execve`, whose rewritten sites' entry has no
-/// frame and takes the thread's own mask ([`handle_without_context`]).
+/// here use the SIGSYS frame (`uc`, or the mask sigreturn restores); a
+/// rewritten site's entry has none and does the same with what it has
+/// ([`handle_from_entry`]: the saved registers for clones and
+/// `sigaltstack`, the thread's own mask for `rt_sigprocmask` and `execve`)
+/// or lets the site trap (`rewrite::keeps_trapping`).
 fn handle(nr: i64, args: [u64; 6], uc: &mut libc::ucontext_t) -> i64 {
     let r = handle_in_context(nr, args, uc);
     spawn::note(nr, r);
@@ -294,7 +299,9 @@ fn handle_in_context(nr: i64, args: [u64; 6], uc: &mut libc::ucontext_t) -> i64 
             general(nr, args)
         }
         libc::SYS_clone | libc::SYS_clone3 | libc::SYS_fork | libc::SYS_vfork => {
-            clone_any(nr, args, uc)
+            let mut regs = [0i64; 17];
+            regs.copy_from_slice(&uc.uc_mcontext.gregs[..17]);
+            clone_any(nr, args, &regs)
         }
         libc::SYS_execve | libc::SYS_execveat => {
             stats::flush();
@@ -304,19 +311,42 @@ fn handle_in_context(nr: i64, args: [u64; 6], uc: &mut libc::ucontext_t) -> i64 
     }
 }
 
-/// Route a system call that needs no signal frame: from the SIGSYS
-/// handler, or from a rewritten site's entry (`rewrite`). Hot path.
-pub fn handle_without_context(nr: i64, args: [u64; 6]) -> i64 {
-    let r = route_without_context(nr, args);
+/// Route a call from a rewritten site's entry (`rewrite::entry`), with
+/// the registers it saved in place of a signal frame; `None` when the call
+/// needs the frame after all (a number that keeps trapping, reached
+/// through a site whose number is not a constant): the entry then runs the
+/// site's own `syscall`, which traps. Clones and `vfork` take the
+/// registers for a child on a new stack (`clone`), `sigaltstack` the
+/// program's stack pointer. Hot path.
+pub fn handle_from_entry(nr: i64, args: [u64; 6], frame: &Frame) -> Option<i64> {
+    let r = match nr {
+        libc::SYS_clone | libc::SYS_clone3 | libc::SYS_fork | libc::SYS_vfork => {
+            if client::mode() == Mode::Off {
+                return None;
+            }
+            let mut regs = frame.regs;
+            regs[libc::REG_RIP as usize] = frame.resume() as i64;
+            clone_any(nr, args, &regs)
+        }
+        libc::SYS_sigaltstack => {
+            altstack::sigaltstack(args, frame.regs[libc::REG_RSP as usize] as usize)
+        }
+        _ if rewrite::keeps_trapping(nr) => return None,
+        _ => route_without_context(nr, args),
+    };
     spawn::note(nr, r);
-    r
+    Some(r)
 }
 
+/// Route a system call that needs no signal frame: from the SIGSYS
+/// handler, or from a rewritten site's entry ([`handle_from_entry`]). Hot
+/// path.
 fn route_without_context(nr: i64, mut args: [u64; 6]) -> i64 {
     match nr {
         libc::SYS_rt_sigaction => sig_action(args),
-        // Never the kernel's (atoll's stack); its sites keep trapping, so
-        // this comes only from an unknown caller's stack pointer.
+        // Never the kernel's (atoll's stack). A trap and a rewritten site
+        // pass the program's stack pointer (`handle_in_context`,
+        // `handle_from_entry`); this is for a caller that knows none.
         libc::SYS_sigaltstack => altstack::sigaltstack(args, 0),
         libc::SYS_exit_group => {
             spawn::at_exit(args[0]);
@@ -331,6 +361,17 @@ fn route_without_context(nr: i64, mut args: [u64; 6]) -> i64 {
             general(nr, args)
         }
         libc::SYS_rt_sigprocmask => sigprocmask_direct(args),
+        libc::SYS_prctl => {
+            // A thread switching Syscall User Dispatch off runs its
+            // rewritten sites as plain system calls from then on (`entry`).
+            let r = general(nr, args);
+            if r >= 0 && selector::note_prctl(args[0], args[1]) && !selector::dispatch_on() {
+                // Its `execve` or `exit_group` will not come through atoll
+                // to write the trap counts: written now.
+                stats::flush();
+            }
+            r
+        }
         libc::SYS_pselect6 if args[5] != 0 => {
             // 6th argument: pointer to { const sigset_t *ss; size_t ss_len }.
             // SAFETY: the program passed this pointer to pselect6, which

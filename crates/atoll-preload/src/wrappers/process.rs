@@ -250,13 +250,24 @@ struct ThreadStart {
 }
 
 /// First code of a thread created through our `pthread_create`: arm SUD for
-/// it (not inherited by new threads), then run the program's routine.
+/// it (not inherited by new threads) and its alternate stack, then run the
+/// program's routine. The alternate stack is armed here, not left to the
+/// first trap's sigreturn: that trap may come on a stack too small for
+/// its frame (a goroutine's, a `makecontext` one), now that `sigaltstack`
+/// and the like, which a thread's start used to trap at, are rewritten.
 extern "C-unwind" fn thread_start(p: *mut c_void) -> *mut c_void {
     let ThreadStart { start, arg } = {
         let _guard = AtollGuard::enter();
         // SAFETY: `p` is the Box leaked by `pthread_create` below, handed
         // to exactly this thread.
         let ts = *unsafe { Box::from_raw(p as *mut ThreadStart) };
+        let r = crate::altstack::arm();
+        if r != 0 {
+            crate::sigsys::debug(&[b"arming the thread's alternate stack failed"], &[r]);
+        }
+        // A rewritten site's entry finds this thread's stack at the
+        // offset the first thread found (`stack::ENTRY_TOP`).
+        crate::stack::check_entry_offset();
         selector::enable_sud();
         ts
     };

@@ -1,4 +1,4 @@
-//! `execvp` and `execvpe`: the search of `PATH`. glibc tries an `execve`
+//! `execvp`, `execvpe` and `execlp`: the search of `PATH`. glibc tries an `execve`
 //! in each directory with its internal `__execve`, which no wrapper sees,
 //! so every attempt that failed because the directory has no such program
 //! was a trap (a gcc driver starting `as` tried eleven directories first).
@@ -65,6 +65,47 @@ pub unsafe extern "C-unwind" fn execvpe(file: Path, argv: *const Path, envp: *co
     };
     // SAFETY: the caller's arguments, as execvpe takes them.
     unsafe { search(file, argv, envp, real) }
+}
+
+// `execlp(file, arg0, ..., NULL)` is `execvp` with an argument vector
+// built from its list. The list is variadic, which Rust cannot define:
+// this entry turns it into a vector in place. The caller's return address
+// is taken off the stack and the five register arguments after `file`
+// pushed in its place, so that they lie just below the ones the caller
+// passed on the stack: one contiguous array from `arg0` to the caller's
+// NULL, however long. The return address waits in RBX (callee-saved, its
+// own value pushed below the array), and goes back where it was.
+// SAFETY (of the asm): it reads only the caller's argument registers and
+// stack arguments, and leaves RSP, RBX and the return address as found.
+#[unsafe(naked)]
+#[no_mangle]
+pub unsafe extern "C" fn execlp(file: Path, arg0: Path) -> c_int {
+    core::arch::naked_asm!(
+        "pop r11",
+        "push r9",
+        "push r8",
+        "push rcx",
+        "push rdx",
+        "push rsi",
+        "mov rsi, rsp",
+        "push rbx",
+        "mov rbx, r11",
+        "call {with_argv}",
+        "mov r11, rbx",
+        "pop rbx",
+        "add rsp, 40",
+        "push r11",
+        "ret",
+        with_argv = sym execlp_with_argv,
+    )
+}
+
+/// `execlp` once its list is a vector: `execvp`'s search (glibc's own
+/// `execlp` does the same with its internal `execvpe`).
+extern "C" fn execlp_with_argv(file: Path, argv: *const Path) -> c_int {
+    // SAFETY: `file` and the vector `execlp`'s entry built from the
+    // caller's NULL-terminated list.
+    unsafe { execvp(file, argv) }
 }
 
 /// What one failed attempt means for the search.

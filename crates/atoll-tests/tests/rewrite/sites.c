@@ -32,6 +32,8 @@
  *                  site of its own) three times each
  *   execvp NAME ARGS - execvp(NAME, [NAME, ARGS]); on failure prints
  *                  the error
+ *   execlp NAME ARGS - the same with execlp (up to 9 ARGS: more than
+ *                  the registers hold)
  *   patch FILE   - in FILE (a copy of this probe), turn every getpid site
  *                  `nop; mov $39,%eax; syscall` into getppid (110) in
  *                  place, keeping its size; prints how many */
@@ -472,6 +474,14 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "execvp")) {
         execvp(argv[2], argv + 2);
         printf("execvp %s: %s\n", argv[2], strerror(errno));
+        return 0;
+    }
+    if (!strcmp(argv[1], "execlp")) {
+#define A(i) (i < argc ? argv[i] : (char *)0)
+        execlp(argv[2], argv[2], A(3), A(4), A(5), A(6), A(7), A(8), A(9), A(10), A(11),
+               (char *)0);
+#undef A
+        printf("execlp %s: %s\n", argv[2], strerror(errno));
         return 0;
     }
     return 2;

@@ -126,6 +126,13 @@ pub(super) struct Notify {
     hold_freed: bool,
     #[serde(skip)]
     freed_later: Vec<(InodeId, FileType)>,
+    /// Records go into their rings only once the request's lookup-cache
+    /// invalidations are in the sessions' inboxes (the server loop calls
+    /// `flush_events` then): a watcher that looks a name up on reading an
+    /// event (`tail -F` on `IN_MOVED_TO`) must not find the old entry in
+    /// its cache. Set by the server loop (`events_after_notices`).
+    #[serde(skip)]
+    after_notices: bool,
     /// The open being served truncated a non-empty file: its `IN_MODIFY`
     /// follows the `IN_OPEN` (`notify_after`), as Linux truncates after
     /// `do_dentry_open` reported the open.

@@ -666,6 +666,8 @@ fn on_admin<S: BlockStore>(
             deliver_events(fs, journal);
             chans.retain(|c| c.session != s);
             kept(journal, Kind::Closed, s, || fs.session_closed(s));
+            // Its closes' events (`IN_CLOSE_WRITE`, an inode's end).
+            deliver_events(fs, journal);
             if fs.is_poisoned() {
                 return Some(Exit::Poisoned);
             }

@@ -197,6 +197,7 @@ pub fn create(
             Request::Unref {
                 ino: made.ino,
                 via: None,
+                replaced: false,
             },
         );
         if let Some((desc, _)) = made.opened {

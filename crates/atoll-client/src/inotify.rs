@@ -303,17 +303,28 @@ pub fn rm_watch(c: &Client, fd: i64, wd: i32) -> Result<Out> {
     }
     let lane = c.lane()?;
     let desc = queue.desc();
-    let (ino, qref) = lane.call(
+    let (ino, qref, gone) = lane.call(
         c,
         desc.server(),
         Request::InotifyRmWatch { desc, wd },
         |r| match r {
-            Reply::Watch { ino, queue, .. } => Ok((ino, queue)),
+            Reply::Watch {
+                ino,
+                queue,
+                replaced,
+                ..
+            } => Ok((ino, queue, replaced != 0)),
             _ => Err(Error::Protocol("InotifyRmWatch")),
         },
     )?;
     unregister(c, &lane, qref, ino, wd);
     unmount::removed(queue.ino(), wd);
+    if gone {
+        // Its inode was freed (or its `IN_ONESHOT` fired) and its
+        // `IN_IGNORED` queued: Linux's mark went then, so removing it now
+        // is `EINVAL`.
+        return err(libc::EINVAL);
+    }
     Ok(Out::Done(0))
 }
 

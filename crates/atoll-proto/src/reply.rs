@@ -115,7 +115,11 @@ pub enum Reply<'a> {
         /// For `InotifyAddWatch`: a watch descriptor of the same inode
         /// that the client drops from the servers first (0: none). An
         /// `IN_ONESHOT` watch may have fired and gone on another server,
-        /// so a new watch of its inode gets a new descriptor.
+        /// so a new watch of its inode gets a new descriptor. For
+        /// `InotifyRmWatch`: `wd` when the watch was gone already (its
+        /// inode freed, or its `IN_ONESHOT` fired, on some server): the
+        /// client drops the other servers' copies and fails with
+        /// `EINVAL`, as Linux, whose mark went with the inode.
         replaced: i32,
     },
     /// `PipeState`: a pipe's state (copy island).

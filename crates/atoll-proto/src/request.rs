@@ -237,6 +237,12 @@ pub enum Request<'a> {
         /// Linux's order (`inotify`).
         #[serde(borrow)]
         via: Option<EntryName<'a>>,
+        /// A rename replaced the name (its entry on another server): the
+        /// owner reports the link count (`IN_ATTRIB`, Linux's
+        /// `fsnotify_link_count`) before the inode's `IN_DELETE_SELF`.
+        /// Without it, and without `via`, the count moved for a rename's
+        /// own bookkeeping or an undo, which Linux does not report.
+        replaced: bool,
     },
     /// Open a description for an inode (after `Open` answered `Entry`, or
     /// for `O_PATH`/reopen of `/proc/self/fd`). → `Opened`

@@ -282,6 +282,18 @@ fn deliver_notices<S: BlockStore>(fs: &mut FileServer<S>, chans: &[Chan], buf: &
     count
 }
 
+/// Put the change notifications the last request caused into their
+/// rings, after its invalidations (`deliver_notices`) and before its
+/// reply: a watcher reading an event and then looking the name up must
+/// not find the old entry in its lookup cache (`tail -F` after `mv x k`
+/// would watch the replaced file again). Journaled as the idle loop's
+/// retries are. One branch when nothing is pending.
+fn deliver_events<S: BlockStore>(fs: &mut FileServer<S>, journal: Option<&Journal>) {
+    if fs.has_pending_events() {
+        kept(journal, Kind::Flush, SessionId(0), || fs.flush_events());
+    }
+}
+
 /// Record the request just served (`--trace`).
 fn record<S: BlockStore>(
     rec: &mut Recorder,
@@ -651,8 +663,11 @@ fn on_admin<S: BlockStore>(
             if fs.has_notices() {
                 deliver_notices(fs, chans, &mut bufs.notice);
             }
+            deliver_events(fs, journal);
             chans.retain(|c| c.session != s);
             kept(journal, Kind::Closed, s, || fs.session_closed(s));
+            // Its closes' events (`IN_CLOSE_WRITE`, an inode's end).
+            deliver_events(fs, journal);
             if fs.is_poisoned() {
                 return Some(Exit::Poisoned);
             }
@@ -778,6 +793,7 @@ fn serve_round<S: BlockStore>(
                 } else {
                     0
                 };
+                deliver_events(fs, journal);
                 if let Some(rec) = recorder.as_mut() {
                     let reply_bytes = reply.unwrap_or(0);
                     record(
@@ -861,6 +877,8 @@ fn serve<S: BlockStore>(
     // sleeps again at once instead of spinning out the adaptive budget on
     // a core the starting program needs.
     let mut served_since_wait = false;
+    // Change notifications after the invalidations (`deliver_events`).
+    fs.events_after_notices();
     // Ring count at the last look at `admin` (off by one: look at once).
     let mut admin_rings = doorbell.rings().wrapping_sub(1);
     loop {

@@ -1,7 +1,9 @@
 //! Change notification on atoll paths: `tail -f` and `inotifywait` see
 //! what other processes of the instance do, with the same events as on a
 //! tmpfs directory; a C probe compares the details of `inotify(7)` with
-//! tmpfs; one descriptor serves host or atoll paths, never both.
+//! tmpfs; one descriptor serves host or atoll paths, never both; a
+//! watched file replaced by a rename reports as on tmpfs, and `tail -F`
+//! follows a rotated file.
 
 use atoll_tests::OutputBounded as _;
 use std::process::{Command, Output, Stdio};
@@ -186,6 +188,73 @@ fn transcript_matches_tmpfs(name: &str, src: &str, marker: &str, extra: &[&str])
         let mut opts = shape.to_vec();
         opts.extend(extra);
         let out = run_in_atoll(&opts, &format!("{} {MOUNT}", bin.display()));
+        assert_eq!(text(&out.stdout), want, "{shape:?}: {}", text(&out.stderr));
+    }
+}
+
+/// A watched file losing a name: a rename over it (the directory's
+/// `IN_MOVED_FROM`/`IN_MOVED_TO`, then its `IN_ATTRIB`, `IN_DELETE_SELF`,
+/// `IN_IGNORED`), in one directory and across two, over an open file
+/// (its end at the close) and over a watched directory; an unlink of a
+/// file with another link and of an open one (`IN_ATTRIB` for the link
+/// count); `inotify_rm_watch` of watches whose inode went or whose
+/// `IN_ONESHOT` fired (`EINVAL`, no second `IN_IGNORED`); link counts:
+/// the probe's transcript equals tmpfs's, with names spread over servers.
+#[test]
+fn a_watched_file_losing_a_name_reports_as_tmpfs() {
+    transcript_matches_tmpfs(
+        "replace",
+        include_str!("inotify/replace.c"),
+        "rm_watch of the fired oneshot: -1 Invalid argument",
+        &[],
+    );
+}
+
+/// coreutils' tests/tail-2/inotify-rotate.sh: `tail -F k` follows `k`
+/// through `mv x k` and prints what is appended to the new file. Four
+/// rotators at once (more processes than cores), eight rotations each;
+/// `-s 1000` makes a polling `tail` wait 1000 s between looks, so the
+/// lines come this soon only through inotify. A wait that gives up says
+/// so, and the transcript then differs from tmpfs's.
+#[test]
+fn tail_follows_a_rotated_file_as_on_tmpfs() {
+    require("tail");
+    let script = r#"
+        until_in() {
+            for n in $(seq 1 1500); do grep -q "$1" out && return 0; sleep 0.02; done
+            echo "gave up waiting for $1"
+        }
+        rotate() {
+            mkdir "$ROOT/r$1"
+            cd "$ROOT/r$1"
+            for i in $(seq 1 8); do
+                rm -f k x out
+                : > k
+                : > x
+                tail -s 1000 -F k > out 2>&1 &
+                t=$!
+                echo tailed > k
+                until_in tailed
+                mv x k
+                until_in 'tail:'
+                echo ok >> k
+                until_in '^ok'
+                kill $t
+                wait $t 2> /dev/null
+                echo "== $1 $i"
+                cat out
+            done > "$ROOT/log$1"
+        }
+        for j in 1 2 3 4; do rotate $j & done
+        wait
+        cat "$ROOT"/log1 "$ROOT"/log2 "$ROOT"/log3 "$ROOT"/log4
+    "#;
+    let host = run_on_tmpfs(script);
+    let want = text(&host.stdout);
+    let round = "tailed\ntail: 'k' has been replaced;  following new file\nok\n";
+    assert_eq!(want.matches(round).count(), 32, "tmpfs run: {want}");
+    for shape in SHAPES {
+        let out = run_in_atoll(shape, script);
         assert_eq!(text(&out.stdout), want, "{shape:?}: {}", text(&out.stderr));
     }
 }

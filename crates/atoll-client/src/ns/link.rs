@@ -115,7 +115,15 @@ pub(super) fn link_once(
         )
     });
     if r.is_err() && ino.owner() != server {
-        let _ = lane.call_ok(c, ino.owner(), Request::Unref { ino, via: None });
+        let _ = lane.call_ok(
+            c,
+            ino.owner(),
+            Request::Unref {
+                ino,
+                via: None,
+                replaced: false,
+            },
+        );
     }
     r?;
     Ok(Out::Done(0))

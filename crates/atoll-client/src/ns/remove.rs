@@ -39,7 +39,15 @@ pub(super) fn unlink_entry(
         })?;
     if !freed_here {
         let via = Some(atoll_proto::EntryName { dir, name });
-        let _ = lane.call_ok(c, ino.owner(), Request::Unref { ino, via });
+        let _ = lane.call_ok(
+            c,
+            ino.owner(),
+            Request::Unref {
+                ino,
+                via,
+                replaced: false,
+            },
+        );
     }
     Ok((ino, ftype))
 }

@@ -450,6 +450,7 @@ pub(super) fn same_server_rename_replacing(
                 Request::Unref {
                     ino: rino,
                     via: None,
+                    replaced: true,
                 },
             );
         }
@@ -619,7 +620,15 @@ pub(super) fn cross_server_rename(
     };
     let drop_ref = |ino: InodeId, server: usize| {
         if ino.owner() != server {
-            let _ = lane.call_ok(c, ino.owner(), Request::Unref { ino, via: None });
+            let _ = lane.call_ok(
+                c,
+                ino.owner(),
+                Request::Unref {
+                    ino,
+                    via: None,
+                    replaced: false,
+                },
+            );
         }
     };
     // Step 3: `Link{replace}`. `EAGAIN` (the new parent marked by an
@@ -669,6 +678,7 @@ pub(super) fn cross_server_rename(
                     Request::Unref {
                         ino: rino,
                         via: None,
+                        replaced: true,
                     },
                 );
             }
@@ -753,6 +763,7 @@ pub(super) fn cross_server_rename(
             Request::Unref {
                 ino: ino1,
                 via: None,
+                replaced: false,
             },
         );
     }

@@ -346,7 +346,15 @@ mod tests {
         let mut f = fs(1);
         let base = inodes(&f);
         let (ino, desc) = create(&mut f, S1, Some(libc::O_RDWR as u32));
-        ok(&mut f, S1, Request::Unref { ino, via: None });
+        ok(
+            &mut f,
+            S1,
+            Request::Unref {
+                ino,
+                via: None,
+                replaced: false,
+            },
+        );
         assert_eq!(inodes(&f), base + 1, "still open");
         ok(
             &mut f,
@@ -365,7 +373,15 @@ mod tests {
         let (ino, _) = create(&mut f, S1, None);
         // Another client unlinked the new entry (at its server) and sends
         // `Unref` to the owner before the creator's `Adopt` arrived.
-        ok(&mut f, S2, Request::Unref { ino, via: None });
+        ok(
+            &mut f,
+            S2,
+            Request::Unref {
+                ino,
+                via: None,
+                replaced: false,
+            },
+        );
         assert_eq!(inodes(&f), base);
         ok(&mut f, S1, Request::Adopt { ino });
         assert_eq!(inodes(&f), base);
@@ -536,7 +552,15 @@ mod tests {
             "{r:?}"
         );
         let base = inodes(&s1);
-        ok(&mut s1, S1, Request::Unref { ino, via: None });
+        ok(
+            &mut s1,
+            S1,
+            Request::Unref {
+                ino,
+                via: None,
+                replaced: false,
+            },
+        );
         assert_eq!(inodes(&s1), base - 1);
     }
 }

@@ -120,7 +120,13 @@ impl<S: BlockStore> FileServer<S> {
             Q::Access { ino, mask } => self.access(who, ino, mask),
             Q::ReadLink { ino } => self.read_link(ino, out),
             Q::Ref { ino, .. } => self.add_ref(session, ino),
-            Q::Unref { ino, .. } => self.drop_ref(session, ino),
+            Q::Unref { ino, via, replaced } => {
+                // An unlink's name elsewhere counts for a non-directory
+                // (`rmdir` reports no link count), a rename's for any.
+                let ftype = self.inodes.get(&ino).map(|i| i.ftype);
+                let counted = replaced || via.is_some() && ftype != Some(FileType::Directory);
+                self.drop_ref(session, ino, counted)
+            }
             Q::OpenInode { ino, flags, via } => self.open_inode_via(session, who, ino, flags, via),
             Q::GetXattr { ino, name } => self.get_xattr(who, ino, name, out),
             Q::SetXattr {

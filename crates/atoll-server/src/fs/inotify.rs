@@ -57,6 +57,7 @@ use crate::store::BlockStore;
 
 mod access;
 mod dnotify;
+mod gone;
 mod life;
 mod ring;
 
@@ -119,6 +120,19 @@ pub(super) struct Notify {
     last_requester: Option<(SessionId, u32)>,
     /// Rename cookies handed out here.
     cookies: u32,
+    /// A rename is being served: inodes it frees report their end after
+    /// its own events, from `freed_later` (`inotify/gone.rs`).
+    #[serde(skip)]
+    hold_freed: bool,
+    #[serde(skip)]
+    freed_later: Vec<(InodeId, FileType)>,
+    /// Records go into their rings only once the request's lookup-cache
+    /// invalidations are in the sessions' inboxes (the server loop calls
+    /// `flush_events` then): a watcher that looks a name up on reading an
+    /// event (`tail -F` on `IN_MOVED_TO`) must not find the old entry in
+    /// its cache. Set by the server loop (`events_after_notices`).
+    #[serde(skip)]
+    after_notices: bool,
     /// The open being served truncated a non-empty file: its `IN_MODIFY`
     /// follows the `IN_OPEN` (`notify_after`), as Linux truncates after
     /// `do_dentry_open` reported the open.
@@ -360,7 +374,9 @@ impl Plan {
                 mask: IN_MODIFY,
                 via: None,
             },
-            Q::Unref { ino, via: Some(v) } => Plan::Unreffed {
+            Q::Unref {
+                ino, via: Some(v), ..
+            } => Plan::Unreffed {
                 ino: *ino,
                 dir: v.dir,
                 name: v.name.to_vec(),
@@ -526,8 +542,11 @@ impl<S: BlockStore> FileServer<S> {
             header: q.header,
             id: q.id,
         };
+        // Its inode freed, or its `IN_ONESHOT` fired, where that happened:
+        // its `IN_IGNORED` is queued already (`gone.rs`).
+        let gone = self.watch_gone(queue, wd);
         // fanotify has no event for a mark removed.
-        if mask & WATCH_FANOTIFY == 0 {
+        if mask & WATCH_FANOTIFY == 0 && !gone {
             let mut rec = Vec::new();
             encode(&mut rec, wd, IN_IGNORED, 0, b"");
             self.append(queue, rec);
@@ -537,7 +556,7 @@ impl<S: BlockStore> FileServer<S> {
             ino,
             mask,
             queue,
-            replaced: 0,
+            replaced: if gone { wd } else { 0 },
         })
     }
 
@@ -624,7 +643,7 @@ impl<S: BlockStore> FileServer<S> {
                     ino,
                     from,
                 },
-                Reply::Linked { .. },
+                Reply::Linked { replaced },
             ) => {
                 let ftype = self
                     .shards
@@ -638,7 +657,8 @@ impl<S: BlockStore> FileServer<S> {
                         // (the second half's `Unlink`, below): a watcher
                         // that looks the old name up on it must not find
                         // it (`tail -F`).
-                        self.emit_move(moved, (dir, &name), ino, ftype, false)
+                        let victim = replaced.filter(|v| self.owns(v.0));
+                        self.emit_move(moved, (dir, &name), ino, ftype, false, victim)
                     }
                     None => {
                         // A hard link changes the file's link count:
@@ -701,8 +721,18 @@ impl<S: BlockStore> FileServer<S> {
                     newdir,
                     newname,
                 },
-                Reply::Renamed { moved, ftype, .. },
-            ) => self.emit_move((olddir, &oldname), (newdir, &newname), *moved, *ftype, true),
+                Reply::Renamed {
+                    moved,
+                    ftype,
+                    replaced,
+                },
+            ) => {
+                // The replaced inode's count, where it lives (its owner
+                // reports it otherwise, at the client's `Unref`).
+                let victim = replaced.filter(|v| v.2).map(|v| (v.0, v.1));
+                let (from, to) = ((olddir, &oldname[..]), (newdir, &newname[..]));
+                self.emit_move(from, to, *moved, *ftype, true, victim)
+            }
             (Plan::Changed { ino, mask, via }, Reply::Attr(_) | Reply::Ok) if mask != 0 => {
                 self.emit_changed_via(ino, mask, via);
             }
@@ -712,8 +742,11 @@ impl<S: BlockStore> FileServer<S> {
     }
 
     /// A name moved: `IN_MOVED_FROM` and `IN_MOVED_TO` with one cookie
-    /// (unique to this server: its index in the top byte), then, with
-    /// `self_too`, `IN_MOVE_SELF` for watches of the moved inode.
+    /// (unique to this server: its index in the top byte), then the link
+    /// count of the `victim` it replaced, owned here (`IN_ATTRIB`), then,
+    /// with `self_too`, `IN_MOVE_SELF` for watches of the moved inode, as
+    /// Linux's `fsnotify_move`. The victim's end, if it was freed, follows
+    /// (`release_freed`).
     fn emit_move(
         &mut self,
         from: (InodeId, &[u8]),
@@ -721,11 +754,15 @@ impl<S: BlockStore> FileServer<S> {
         ino: InodeId,
         ftype: FileType,
         self_too: bool,
+        victim: Option<(InodeId, FileType)>,
     ) {
         self.notify.cookies = (self.notify.cookies + 1) & 0x00ff_ffff;
         let cookie = (self.cfg.index as u32) << 24 | self.notify.cookies;
         self.emit(from.0, IN_MOVED_FROM | isdir(ftype), cookie, from.1);
         self.emit(to.0, IN_MOVED_TO | isdir(ftype), cookie, to.1);
+        if let Some((v, vtype)) = victim {
+            self.emit(v, IN_ATTRIB | isdir(vtype), 0, b"");
+        }
         if self_too {
             self.emit(ino, IN_MOVE_SELF | isdir(ftype), 0, b"");
         }
@@ -832,13 +869,18 @@ impl<S: BlockStore> FileServer<S> {
         {
             return;
         }
-        let _ = ftype; // Linux sets no `IN_ISDIR` on `IN_DELETE_SELF`
+        if self.freed_held(ino, ftype) {
+            return;
+        }
+        // Linux sets no `IN_ISDIR` on `IN_DELETE_SELF`.
         self.emit(ino, IN_DELETE_SELF, 0, b"");
         // Before the parent's `IN_DELETE`, as Linux orders them.
         for w in self.notify.remove_inode(ino) {
             if w.mask & WATCH_FANOTIFY != 0 {
                 continue; // fanotify has no event for a mark gone
             }
+            // Tell the queue's owner the watch is gone (`gone.rs`).
+            self.mark_gone(w);
             let mut rec = Vec::new();
             encode(&mut rec, w.wd, IN_IGNORED, 0, b"");
             self.append(w.queue, rec);

@@ -402,7 +402,7 @@ fn oneshot_fires_once_then_ignored() {
 }
 
 #[test]
-fn delete_self_then_ignored_when_the_inode_goes() {
+fn attrib_delete_self_then_ignored_when_the_inode_goes() {
     let mut fs = server();
     let (q, qr) = queue(&mut fs, S1);
     let (f, d) = create(&mut fs, b"f");
@@ -416,10 +416,9 @@ fn delete_self_then_ignored_when_the_inode_goes() {
     };
     ok(&mut fs, S1, req);
     let ev = drain(&mut fs, qr.header);
-    assert_eq!(
-        ev,
-        [(wd, IN_DELETE_SELF, 0, vec![]), (wd, IN_IGNORED, 0, vec![])]
-    );
+    // The link count first, as Linux's `vfs_unlink`.
+    let want = [IN_ATTRIB, IN_DELETE_SELF, IN_IGNORED].map(|m| (wd, m, 0, vec![]));
+    assert_eq!(ev, want);
     assert!(fs.notify.watches.is_empty());
 }
 
@@ -783,4 +782,95 @@ fn mount_watch_takes_each_event_once_with_object_and_pid() {
             (all, IN_MODIFY, ino.0, 77, Vec::new()),
         ]
     );
+}
+
+/// `InotifyRmWatch`: was the watch gone already (the reply's `replaced`)?
+fn rm_watch_gone(fs: &mut FileServer<MemStore>, q: DescId, wd: i32) -> bool {
+    let mut out = Vec::new();
+    match fs.handle(S1, ME, Request::InotifyRmWatch { desc: q, wd }, &mut out) {
+        Reply::Watch { replaced, .. } => replaced != 0,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// `mv x k` with `k` watched (coreutils' `tail -F` of a rotated file):
+/// the directory's names first, then `k`'s link count, `x`'s own move,
+/// and `k`'s end, as Linux's `fsnotify_move` and the replaced dentry's
+/// last `dput`; removing `k`'s watch afterwards finds it gone (the client
+/// says `EINVAL`) and queues no second `IN_IGNORED`.
+#[test]
+fn a_rename_over_a_watched_file_reports_its_end_after_the_move() {
+    let mut fs = server();
+    let (q, qr) = queue(&mut fs, S1);
+    let (k, d) = create(&mut fs, b"k");
+    ok(&mut fs, S1, Request::Close { desc: d });
+    let (x, d) = create(&mut fs, b"x");
+    ok(&mut fs, S1, Request::Close { desc: d });
+    let (dwd, _) = watch(&mut fs, S1, q, ROOT, IN_MOVED_FROM | IN_MOVED_TO).unwrap();
+    let (kwd, _) = watch(&mut fs, S1, q, k, IN_ALL_EVENTS).unwrap();
+    let (xwd, _) = watch(&mut fs, S1, q, x, IN_MOVE_SELF).unwrap();
+    let req = Request::Rename {
+        olddir: ROOT,
+        oldname: b"x",
+        newdir: ROOT,
+        newname: b"k",
+        flags: 0,
+    };
+    ok(&mut fs, S1, req);
+    let masks: Vec<(i32, u32)> = drain(&mut fs, qr.header)
+        .iter()
+        .map(|e| (e.0, e.1))
+        .collect();
+    let want = [
+        (dwd, IN_MOVED_FROM),
+        (dwd, IN_MOVED_TO),
+        (kwd, IN_ATTRIB),
+        (xwd, IN_MOVE_SELF),
+        (kwd, IN_DELETE_SELF),
+        (kwd, IN_IGNORED),
+    ];
+    assert_eq!(masks, want);
+    assert!(rm_watch_gone(&mut fs, q, kwd), "k's watch went with k");
+    assert_eq!(drain(&mut fs, qr.header), []);
+    assert!(!rm_watch_gone(&mut fs, q, xwd));
+    assert_eq!(drain(&mut fs, qr.header), [(xwd, IN_IGNORED, 0, vec![])]);
+}
+
+/// The first half of a rename across servers (`Link` with `moved_from`)
+/// over a watched file owned here: its end follows the names too.
+#[test]
+fn a_cross_server_rename_over_a_watched_file_reports_its_end_after_the_names() {
+    let mut fs = server();
+    let (q, qr) = queue(&mut fs, S1);
+    let (k, d) = create(&mut fs, b"k");
+    ok(&mut fs, S1, Request::Close { desc: d });
+    let (x, d) = create(&mut fs, b"x");
+    ok(&mut fs, S1, Request::Close { desc: d });
+    let (dwd, _) = watch(&mut fs, S1, q, ROOT, IN_MOVED_FROM | IN_MOVED_TO).unwrap();
+    let (kwd, _) = watch(&mut fs, S1, q, k, IN_ALL_EVENTS).unwrap();
+    let req = Request::Link {
+        dir: ROOT,
+        name: b"k",
+        ino: x,
+        ftype: FileType::Regular,
+        replace: true,
+        moved_from: Some(atoll_proto::EntryName {
+            dir: ROOT,
+            name: b"x",
+        }),
+    };
+    ok(&mut fs, S1, req);
+    let masks: Vec<(i32, u32)> = drain(&mut fs, qr.header)
+        .iter()
+        .map(|e| (e.0, e.1))
+        .collect();
+    let want = [
+        (dwd, IN_MOVED_FROM),
+        (dwd, IN_MOVED_TO),
+        (kwd, IN_ATTRIB),
+        (kwd, IN_DELETE_SELF),
+        (kwd, IN_IGNORED),
+    ];
+    assert_eq!(masks, want);
+    assert!(rm_watch_gone(&mut fs, q, kwd));
 }

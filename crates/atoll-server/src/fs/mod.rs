@@ -611,6 +611,7 @@ impl<S: BlockStore> FileServer<S> {
                 .map(|p| self.plan_details(p, session)),
             false => None,
         };
+        self.hold_freed(plan.as_ref());
         let moved = (self.transfers.copy_bytes, self.transfers.share_bytes);
         let r = self.dispatch(session, &who, req, out);
         if moved != (self.transfers.copy_bytes, self.transfers.share_bytes) {
@@ -623,6 +624,7 @@ impl<S: BlockStore> FileServer<S> {
             if let (Some(plan), Ok(reply)) = (plan, &r) {
                 self.notify_after(plan, reply);
             }
+            self.release_freed();
             // Left by an open no plan covered (reported nowhere).
             self.notify.truncated = false;
             self.notify_tick();

@@ -552,6 +552,11 @@ impl<S: BlockStore> FileServer<S> {
         // through a stale handle are not refused with ENOENT.
         let here = self.owns(d.ino);
         if here {
+            // The link count, before its end (Linux's `vfs_unlink`); not
+            // for `rmdir`, nor for a move's old name (`expect`).
+            if kind == UnlinkKind::NonDirectory && expect.is_none() {
+                self.notify_link_count(d.ino);
+            }
             self.drop_link(d.ino);
         }
         self.touch_dir(dir);

@@ -233,9 +233,19 @@ impl<S: BlockStore> FileServer<S> {
     }
 
     /// One name fewer for an inode owned here, unlinked by another server.
-    pub(super) fn drop_ref<'o>(&mut self, session: SessionId, ino: InodeId) -> R<'o> {
+    /// `counted`: a name of it went (an `unlink`, a rename over it), which
+    /// its watches hear of (`IN_ATTRIB`) before its end.
+    pub(super) fn drop_ref<'o>(
+        &mut self,
+        session: SessionId,
+        ino: InodeId,
+        counted: bool,
+    ) -> R<'o> {
         self.inode(ino)?;
         self.forget_move_ref(session, ino);
+        if counted {
+            self.notify_link_count(ino);
+        }
         self.drop_link(ino);
         Ok(Reply::Ok)
     }

@@ -59,23 +59,12 @@ impl<S: BlockStore> FileServer<S> {
     /// server to set its bit in the queue's `FIRED` array does, so a
     /// directory's watch fires once (Linux) though every server holds it.
     pub(super) fn oneshot_fires(&mut self, w: Watch) -> bool {
-        let Ok(wd) = usize::try_from(w.wd) else {
-            return true;
-        };
-        if wd >= FIRED_BITS || !self.queue_alive(w.queue) {
+        let tracked = usize::try_from(w.wd).is_ok_and(|wd| wd < FIRED_BITS);
+        if !tracked || !self.queue_alive(w.queue) {
             return true;
         }
-        let (off, bit) = (FIRED + 4 * (wd / 32), 1u32 << (wd % 32));
-        let st = &mut self.cache.store;
-        loop {
-            let v = st.get_u32(w.queue.header, off);
-            if v & bit != 0 {
-                return false;
-            }
-            if st.cas_u32(w.queue.header, off, v, v | bit) {
-                return true;
-            }
-        }
+        // The bit also tells the queue's owner the watch is gone (`gone.rs`).
+        self.mark_gone(w)
     }
 
     /// A read or `getdents` through `desc` returned bytes (`IN_ACCESS`).

@@ -53,7 +53,7 @@ impl<S: BlockStore> FileServer<S> {
     /// pending records, drop watches of dead queues, free dead queues'
     /// blocks once no server holds watches of them.
     pub(in crate::fs) fn notify_tick(&mut self) {
-        if !self.notify.pending.is_empty() {
+        if !self.notify.pending.is_empty() && !self.notify.after_notices {
             self.flush();
         }
         // One look per queue with watches here (not per watch).
@@ -117,6 +117,18 @@ impl<S: BlockStore> FileServer<S> {
 
     /// Serve what `has_pending_events` reported.
     pub fn flush_events(&mut self) {
+        if !self.notify.pending.is_empty() {
+            self.flush();
+        }
         self.notify_tick();
+    }
+
+    /// From now on a request's records wait in `pending` until the
+    /// server loop delivered its invalidations and calls `flush_events`
+    /// (`Notify::after_notices`): a process that reads an event and then
+    /// looks a name up finds its lookup cache told of the change, as the
+    /// kernel's dentries are changed before `fsnotify` queues the event.
+    pub fn events_after_notices(&mut self) {
+        self.notify.after_notices = true;
     }
 }

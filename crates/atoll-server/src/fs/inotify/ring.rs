@@ -17,7 +17,9 @@ impl<S: BlockStore> FileServer<S> {
     /// what can go in now.
     pub(in crate::fs) fn append(&mut self, queue: QueueRef, rec: Vec<u8>) {
         self.notify.pending.push_back((queue, rec));
-        self.flush();
+        if !self.notify.after_notices {
+            self.flush();
+        }
     }
 
     /// Put pending records into their rings, in order, never waiting: a

@@ -99,7 +99,15 @@ fn hard_links_count_and_survive_unlink_of_one_name() {
         },
     );
     assert_eq!(t.stat(f).unwrap().nlink, 2);
-    t.ok(S1, USER, Request::Unref { ino: f, via: None });
+    t.ok(
+        S1,
+        USER,
+        Request::Unref {
+            ino: f,
+            via: None,
+            replaced: false,
+        },
+    );
     let dir = t.mkdir(ROOT, "dir");
     // A directory being moved across servers has two names for a moment,
     // never three: a second move waits (EAGAIN) for the first.
@@ -128,6 +136,7 @@ fn hard_links_count_and_survive_unlink_of_one_name() {
         Request::Unref {
             ino: dir,
             via: None,
+            replaced: false,
         },
     );
     assert!(t.stat(dir).is_ok(), "the directory keeps its one name");
@@ -145,6 +154,7 @@ fn hard_links_count_and_survive_unlink_of_one_name() {
         Request::Unref {
             ino: dir,
             via: None,
+            replaced: false,
         },
     );
 }
@@ -392,7 +402,15 @@ fn moves_and_rmdirs_of_one_directory_exclude_each_other() {
         RETRY
     );
     assert_eq!(t.unlink(a, "d", UnlinkKind::Directory).unwrap_err(), RETRY);
-    t.ok(S1, USER, Request::Unref { ino: d, via: None });
+    t.ok(
+        S1,
+        USER,
+        Request::Unref {
+            ino: d,
+            via: None,
+            replaced: false,
+        },
+    );
     // One whose new name lives here: its `Link` counts the second name.
     t.ok(S1, USER, link);
     assert_eq!(
@@ -498,7 +516,15 @@ fn unfinished_directory_moves_are_undone_when_the_session_dies() {
             link: false,
         },
     ); // one name again: not RETRY
-    t.ok(S1, USER, Request::Unref { ino: d, via: None });
+    t.ok(
+        S1,
+        USER,
+        Request::Unref {
+            ino: d,
+            via: None,
+            replaced: false,
+        },
+    );
     // Died after `Ref` only: the owner drops the extra link.
     t.ok(
         S2,
@@ -528,7 +554,15 @@ fn unfinished_directory_moves_are_undone_when_the_session_dies() {
             link: false,
         },
     );
-    t.ok(S1, USER, Request::Unref { ino: d, via: None });
+    t.ok(
+        S1,
+        USER,
+        Request::Unref {
+            ino: d,
+            via: None,
+            replaced: false,
+        },
+    );
     // A finished move (`MoveDone`) survives its session.
     t.ok(S2, USER, link(b"e"));
     t.ok(

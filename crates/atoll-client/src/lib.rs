@@ -286,7 +286,7 @@ pub fn before_exit() {
     if let Some(c) = session::client() {
         incoherent::write_back(c);
         copymap::sync_all(c);
-        exitclose::release_fifo_ends();
+        exitclose::release_pipe_ends();
     }
     // `_exit` runs no `atexit` handler: its counters go out here (after
     // `exit`, the handler took them and this finds none).

@@ -91,6 +91,16 @@ int main(int argc, char **argv) {
     ftruncate(fd2 = open(f, O_WRONLY), 3);
     show("after my truncate", fd);
     close(fd2);
+    /* Opened while my own posted requests (a write's end, a close) may
+     * still wait in the ring: the open's answer must show them. */
+    fd2 = open(f, O_WRONLY | O_APPEND);
+    if (write(fd2, "abcdefghij", 10) != 10) return 1;
+    fd = open(f, O_RDONLY);
+    show("after my append, opened at once", fd);
+    if (write(fd2, "klmnopqrstuvwxyz", 16) != 16) return 1;
+    close(fd2);
+    fd = open(f, O_RDONLY);
+    show("after my append and close, opened at once", fd);
     fd = open(f, O_RDONLY);
     fchmod(fd, 0640);
     show("after my fchmod", fd);

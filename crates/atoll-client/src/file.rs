@@ -514,22 +514,39 @@ pub fn lseek(c: &Client, lane: &Lane, d: &DescRef, offset: i64, whence: u32) -> 
             if let Some(r) = crate::hybrid::seek(c, lane, d, offset, whence) {
                 return r;
             }
-            let desc = d.desc();
-            lane.call(
-                c,
-                desc.server(),
-                Request::Seek {
-                    desc,
-                    offset,
-                    whence,
-                },
-                |r| match r {
-                    Reply::Offset(o) => Ok(o as i64),
-                    _ => Err(Error::Protocol("Seek")),
-                },
-            )
+            server_seek(c, lane, d, offset, whence)
         }
     }
+}
+
+/// `lseek` of a regular file by its server. A `Seek` changes no
+/// attribute, so attributes kept from the `open` just before stay usable
+/// across it when it was all the server served (`openattr`).
+pub fn server_seek(c: &Client, lane: &Lane, d: &DescRef, offset: i64, whence: u32) -> Result<i64> {
+    let desc = d.desc();
+    let ino = d.ino();
+    let kept = if desc.server() == ino.owner() {
+        crate::openattr::before_neutral(c, lane, ino)
+    } else {
+        None
+    };
+    let r = lane.call(
+        c,
+        desc.server(),
+        Request::Seek {
+            desc,
+            offset,
+            whence,
+        },
+        |r| match r {
+            Reply::Offset(o) => Ok(o as i64),
+            _ => Err(Error::Protocol("Seek")),
+        },
+    );
+    if r.is_ok() {
+        crate::openattr::after_neutral(c, ino, kept);
+    }
+    r
 }
 
 /// `close(fd)` of an atoll fd: forget it, close the placeholder, and drop

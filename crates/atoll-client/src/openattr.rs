@@ -76,3 +76,32 @@ pub fn fresh(c: &Client, lane: &Lane, ino: InodeId) -> Option<Attr> {
     }
     Some(k.attr)
 }
+
+/// Before a request to `ino`'s owner that changes no attribute (a `Seek`:
+/// stdio's `fopen(…, "a")` seeks to the end of an `O_APPEND` description,
+/// whose offset lives at the server, between its `open` and its `fstat`):
+/// the kept count, if the kept attributes are `ino`'s and fresh now.
+pub fn before_neutral(c: &Client, lane: &Lane, ino: InodeId) -> Option<u64> {
+    fresh(c, lane, ino)?;
+    LAST.with(|l| l.get()).map(|k| k.served)
+}
+
+/// After that request's reply: if the owner's count moved by exactly one,
+/// the request was all it served since, so the attributes are still
+/// fresh at the new count.
+pub fn after_neutral(c: &Client, ino: InodeId, before: Option<u64>) {
+    let Some(b) = before else {
+        return;
+    };
+    if c.control().served(ino.owner()) != Some(b.wrapping_add(1)) {
+        return;
+    }
+    LAST.with(|l| {
+        if let Some(mut k) = l.get() {
+            if k.attr.ino == ino && k.served == b {
+                k.served = b.wrapping_add(1);
+                l.set(Some(k));
+            }
+        }
+    });
+}

@@ -154,14 +154,17 @@ pub fn open_inode_via(
     flags: u32,
     via: Option<atoll_proto::EntryName<'_>>,
 ) -> Result<(DescId, atoll_proto::Attr)> {
-    let before = crate::openattr::before(c, lane, ino.owner());
     lane.call(
         c,
         ino.owner(),
         Request::OpenInode { ino, flags, via },
         |r| {
+            let served = match r {
+                Reply::Opened { served, .. } => served,
+                _ => 0,
+            };
             let (desc, attr) = opened(r).ok_or(Error::Protocol("OpenInode"))?;
-            crate::openattr::opened(c, ino.owner(), before, &attr);
+            crate::openattr::opened(c, ino.owner(), served, &attr);
             Ok((desc, attr))
         },
     )
@@ -270,7 +273,6 @@ pub fn open(
             crate::dirperm::Vouches::new()
         };
         let call = || {
-            let before = crate::openattr::before(c, lane, server);
             lane.call_vouched(
                 c,
                 server,
@@ -288,10 +290,11 @@ pub fn open(
                         desc,
                         attr,
                         watched,
+                        served,
                         ..
                     } => {
                         crate::inotify::saw_watched(watched);
-                        crate::openattr::opened(c, server, before, &attr);
+                        crate::openattr::opened(c, server, served, &attr);
                         Ok(R::Opened(desc, attr))
                     }
                     Reply::Entry { ino, ftype } => Ok(R::Entry(ino, ftype)),
@@ -511,36 +514,64 @@ pub fn lseek(c: &Client, lane: &Lane, d: &DescRef, offset: i64, whence: u32) -> 
             if let Some(r) = crate::hybrid::seek(c, lane, d, offset, whence) {
                 return r;
             }
-            let desc = d.desc();
-            lane.call(
-                c,
-                desc.server(),
-                Request::Seek {
-                    desc,
-                    offset,
-                    whence,
-                },
-                |r| match r {
-                    Reply::Offset(o) => Ok(o as i64),
-                    _ => Err(Error::Protocol("Seek")),
-                },
-            )
+            server_seek(c, lane, d, offset, whence)
         }
     }
+}
+
+/// `lseek` of a regular file by its server. A `Seek` changes no
+/// attribute, so attributes kept from the `open` just before stay usable
+/// across it when it was all the server served (`openattr`).
+pub fn server_seek(c: &Client, lane: &Lane, d: &DescRef, offset: i64, whence: u32) -> Result<i64> {
+    let desc = d.desc();
+    let ino = d.ino();
+    let kept = if desc.server() == ino.owner() {
+        crate::openattr::before_neutral(c, lane, ino)
+    } else {
+        None
+    };
+    let r = lane.call(
+        c,
+        desc.server(),
+        Request::Seek {
+            desc,
+            offset,
+            whence,
+        },
+        |r| match r {
+            Reply::Offset(o) => Ok(o as i64),
+            _ => Err(Error::Protocol("Seek")),
+        },
+    );
+    if r.is_ok() {
+        crate::openattr::after_neutral(c, ino, kept);
+    }
+    r
 }
 
 /// `close(fd)` of an atoll fd: forget it, close the placeholder, and drop
 /// the description reference (the last one sends `Close`).
 pub fn close(c: &Client, lane: &Lane, fd: i64) -> Result<i64> {
+    drop(close_keeping(c, lane, fd)?);
+    Ok(0)
+}
+
+/// [`close`], but the descriptor's reference is handed back to be dropped
+/// by the caller, once it has let `lane` go: the last reference's closer
+/// then posts its `Close` on the first free lane, usually this one, where
+/// the thread's next request follows it in the same ring. (Dropped while
+/// `lane` is held, the `Close` goes on another lane, which the server may
+/// serve after that next request: an `Open` just after could then not
+/// vouch for its attributes, `openattr`.)
+pub fn close_keeping(c: &Client, lane: &Lane, fd: i64) -> Result<DescRef> {
     let Some(d) = fdtable::remove(fd) else {
-        return err(libc::EBADF);
+        return Err(Error::Errno(libc::EBADF));
     };
     locks::drop_posix_locks(c, lane, &d);
     crate::incoherent::write_back(c);
     crate::copymap::sync_inode(c, d.ino());
     sys::close(fd as i32);
-    drop(d);
-    Ok(0)
+    Ok(d)
 }
 
 /// `dup`-family bookkeeping after the kernel duplicated the placeholder.

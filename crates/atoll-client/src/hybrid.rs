@@ -158,29 +158,17 @@ pub fn write(
 
 /// `lseek`. A local offset moves without a message for `SEEK_SET`/
 /// `SEEK_CUR`, and for `SEEK_END` when the size board holds the file's
-/// size (`sizes`); otherwise `SEEK_END`/`SEEK_DATA`/`SEEK_HOLE` ask the
+/// size (`sizes`) or the file was opened just before and nothing changed
+/// it since (`openattr`: the `Open` reply's size is what the server's
+/// `SEEK_END` would add to; stdio's `fopen(…, "a")` seeks so right after
+/// its `open`); otherwise `SEEK_END`/`SEEK_DATA`/`SEEK_HOLE` ask the
 /// server (which knows the size and the holes) and keep the answer here.
 /// `None` without hybrid descriptors.
 pub fn seek(c: &Client, lane: &Lane, d: &DescRef, offset: i64, whence: u32) -> Option<Result<i64>> {
     if !enabled(c) {
         return None;
     }
-    let server_seek = |offset: i64, whence: u32| {
-        let desc = d.desc();
-        lane.call(
-            c,
-            desc.server(),
-            Request::Seek {
-                desc,
-                offset,
-                whence,
-            },
-            |r| match r {
-                Reply::Offset(o) => Ok(o as i64),
-                _ => Err(Error::Protocol("Seek")),
-            },
-        )
-    };
+    let server_seek = |offset: i64, whence: u32| file::server_seek(c, lane, d, offset, whence);
     let _g = d.lock_pos();
     if !d.is_local() && !try_reclaim(c, lane, d) {
         return Some(server_seek(offset, whence));
@@ -191,7 +179,7 @@ pub fn seek(c: &Client, lane: &Lane, d: &DescRef, offset: i64, whence: u32) -> O
         libc::SEEK_SET => Ok(offset),
         libc::SEEK_CUR => cur.checked_add(offset).ok_or(Error::Errno(libc::EOVERFLOW)),
         // The size its server published, when the board has it (`sizes`).
-        libc::SEEK_END => match crate::sizes::end_of(c, d) {
+        libc::SEEK_END => match crate::sizes::end_of(c, d).or_else(|| opened_size(c, lane, d)) {
             Some(size) => (size as i64)
                 .checked_add(offset)
                 .ok_or(Error::Errno(libc::EOVERFLOW)),
@@ -206,6 +194,15 @@ pub fn seek(c: &Client, lane: &Lane, d: &DescRef, offset: i64, whence: u32) -> O
         d.pos().store(n as u64, Ordering::Relaxed);
         Ok(n)
     }))
+}
+
+/// The size of `d`'s regular file as its `Open` reply said, while nothing
+/// can have changed it since (`openattr::fresh`).
+fn opened_size(c: &Client, lane: &Lane, d: &DescRef) -> Option<u64> {
+    if d.ftype() != FileType::Regular {
+        return None;
+    }
+    crate::openattr::fresh(c, lane, d.ino()).map(|a| a.size)
 }
 
 /// Move one local offset to the server (caller holds the offset lock).

@@ -6,11 +6,11 @@
 //! Kept only when they are exactly what a `GetAttr` would answer now:
 //! every request a server serves moves its count in the control block
 //! before its reply (`Control::count_served`), and inode attributes change
-//! only by requests their owner serves. So the reply's attributes are kept
-//! when the owner served that `Open` and nothing else in between (the count
-//! moved by exactly one across it), and used while the count has not moved
-//! since and this lane's own posted requests (a `WriteDone`, a `Close`)
-//! are all taken. One entry per thread: the last open. Pipes, sockets and
+//! only by requests their owner serves. The owner puts the count, as it
+//! stands with the `Open` served, in the reply (`Reply::Opened::served`);
+//! the reply's attributes are kept when the owner served that `Open`, and
+//! used while the count still reads so (nothing served since) and this
+//! lane's own posted requests (a `WriteDone`, a `Close`) are all taken. One entry per thread: the last open. Pipes, sockets and
 //! devices are left out (their servers move some of their state outside
 //! requests).
 
@@ -30,33 +30,29 @@ thread_local! {
     static LAST: Cell<Option<Kept>> = const { Cell::new(None) };
 }
 
-/// Before sending an `Open` to `server` on `lane`: its count now
-/// (`None`: nothing will be kept). Not while a request this lane posted
-/// (a `Close`, a `WriteDone`) may still be waiting: served between the
-/// reading and the `Open`, it would move the count by more than the
-/// `Open`. Nothing waits for them here (a program that opens without
-/// calling `fstat` after, fs_mark's every file, would pay for it); the
-/// `fstat` then simply asks.
-pub fn before(c: &Client, lane: &Lane, server: usize) -> Option<u64> {
-    if c.info.remote || !c.maps_cache() || !lane.requests_taken() {
-        return None;
-    }
-    c.control().served(server)
-}
-
-/// After an `Open` to `server` that answered `attr`, `before` being what
-/// [`before`] said just before it was sent.
-pub fn opened(c: &Client, server: usize, before: Option<u64>, attr: &Attr) {
-    let Some(b) = before else {
-        return;
-    };
-    let keep = server == attr.ino.owner()
-        && matches!(attr.ftype, FileType::Regular | FileType::Directory)
-        && c.control().served(server) == Some(b.wrapping_add(1));
+/// After an `Open` to `server` that answered `attr`, the server's count
+/// of served requests once it had served it being `served` (0: not
+/// said). Replaces the thread's kept entry.
+///
+/// The count comes with the reply rather than from reading the count
+/// before the `Open` and after its reply: that way also told the `Open`
+/// apart, but only when no request this lane posted (the `Close` of the
+/// file before, a `WriteDone`) was still waiting in the ring, since the
+/// server serves those first and each moves the count too. Opening the
+/// next file right after closing the last is what stdio programs do
+/// (PostMark: a `GetAttr` for four of every five opens); the reply's
+/// count covers the posted requests served ahead of the `Open` as well,
+/// whose effects the reply's attributes then already show.
+pub fn opened(c: &Client, server: usize, served: u64, attr: &Attr) {
+    let keep = served != 0
+        && !c.info.remote
+        && c.maps_cache()
+        && server == attr.ino.owner()
+        && matches!(attr.ftype, FileType::Regular | FileType::Directory);
     LAST.with(|l| {
         l.set(keep.then_some(Kept {
             attr: *attr,
-            served: b.wrapping_add(1),
+            served,
         }))
     });
 }
@@ -79,4 +75,33 @@ pub fn fresh(c: &Client, lane: &Lane, ino: InodeId) -> Option<Attr> {
         return None;
     }
     Some(k.attr)
+}
+
+/// Before a request to `ino`'s owner that changes no attribute (a `Seek`:
+/// stdio's `fopen(…, "a")` seeks to the end of an `O_APPEND` description,
+/// whose offset lives at the server, between its `open` and its `fstat`):
+/// the kept count, if the kept attributes are `ino`'s and fresh now.
+pub fn before_neutral(c: &Client, lane: &Lane, ino: InodeId) -> Option<u64> {
+    fresh(c, lane, ino)?;
+    LAST.with(|l| l.get()).map(|k| k.served)
+}
+
+/// After that request's reply: if the owner's count moved by exactly one,
+/// the request was all it served since, so the attributes are still
+/// fresh at the new count.
+pub fn after_neutral(c: &Client, ino: InodeId, before: Option<u64>) {
+    let Some(b) = before else {
+        return;
+    };
+    if c.control().served(ino.owner()) != Some(b.wrapping_add(1)) {
+        return;
+    }
+    LAST.with(|l| {
+        if let Some(mut k) = l.get() {
+            if k.attr.ino == ino && k.served == b {
+                k.served = b.wrapping_add(1);
+                l.set(Some(k));
+            }
+        }
+    });
 }

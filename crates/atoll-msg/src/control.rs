@@ -463,8 +463,14 @@ impl Control {
     /// that saw the count move by exactly one across its own request, and
     /// finds it unchanged later, knows nothing changed at that server in
     /// between (`client/src/openattr.rs`).
-    pub fn count_served(&self, server: usize) {
-        self.served_word(server).fetch_add(1, Ordering::Release);
+    ///
+    /// Returns the count with this request in it: only this server moves
+    /// its word, so that is what a client reading the same value later
+    /// knows nothing was served after (the `Open` reply carries it).
+    pub fn count_served(&self, server: usize) -> u64 {
+        self.served_word(server)
+            .fetch_add(1, Ordering::Release)
+            .wrapping_add(1)
     }
 
     /// How many requests `server` served ([`Control::count_served`]);

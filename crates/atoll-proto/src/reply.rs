@@ -21,6 +21,11 @@ pub enum Reply<'a> {
         /// closes it with a round trip, so that `IN_CLOSE_WRITE` is queued
         /// before `close` returns.
         watched: bool,
+        /// The server's count of served requests (`Control::served`) as it
+        /// stood once it had served this `Open`, 0 where unknown: while the
+        /// count still reads so, nothing has changed `attr` at this server
+        /// (`client/src/openattr.rs`).
+        served: u64,
     },
     Symlink {
         ino: InodeId,

@@ -6,7 +6,7 @@ use proptest::prelude::*;
 
 use super::Schedule;
 use crate::fs::tape;
-use crate::recovery_tests::{step, Live, Step};
+use crate::recovery_tests::{as_replayed, step, Live, Step};
 use crate::server::{rebuild, rebuild_showing, ServerParams};
 use atoll_msg::Control;
 
@@ -99,7 +99,7 @@ fn lost_and_rebuilt(
         control,
         &live.journal,
         None,
-        Some(&mut |id, bytes| replies.push((id, bytes))),
+        Some(&mut |id, bytes| replies.push((id, as_replayed(&bytes)))),
     )
     .expect("the journal replays");
     let rebuilt = Seen {

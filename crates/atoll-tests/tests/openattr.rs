@@ -32,13 +32,18 @@ fn fstat_after_open_sees_every_change_in_between_as_on_tmpfs() {
 /// 1 000 `stat`+`open`+`fstat`+`close` of a file (dbench's
 /// `NTCreateX`), and of a directory (glibc's `opendir` opens and fstats),
 /// send one `GetAttr` each, for the `stat`, where each `fstat` was one
-/// more. (The `stat` also waits for the previous posted `Close`, without
-/// which the count could not tell the `Open` apart: `openattr::before`.)
+/// more; and 1 000 `open`+`fstat`+`close` with no `stat` (`o`), where each
+/// `open` follows the last posted `Close` at once (stdio's `fopen`,
+/// `fread`, `fclose`), send none: the `Open` reply says the server's count
+/// with the `Close` served ahead of it; nor with an `lseek(SEEK_END)`
+/// between the `open` and the `fstat` (`e`), which sends no `Seek`
+/// either, or, on an `O_APPEND` descriptor (`a`, stdio's `fopen(…, "a")`),
+/// one `Seek` (its offset lives at the server) but no `GetAttr`.
 #[test]
 fn fstat_after_open_sends_no_getattr() {
     let dir = tempfile::tempdir().unwrap();
     let bin = compile_probe(dir.path(), "loop", include_str!("openattr/loop.c"));
-    for kind in ["f", "d"] {
+    for kind in ["f", "d", "o", "e", "a"] {
         let json = dir.path().join(format!("{kind}.json"));
         let j = json.to_string_lossy().to_string();
         let out = run_in_atoll(
@@ -55,9 +60,21 @@ fn fstat_after_open_sends_no_getattr() {
         // At most 1 000 for the stats (one finds the count unmoved too
         // at times: a posted `Close` changes no attribute) and the
         // shell's few; one per fstat would be 2 000 or more.
+        let most = if ["o", "e", "a"].contains(&kind) {
+            100
+        } else {
+            1100
+        };
         assert!(
-            getattrs < 1100,
+            getattrs < most,
             "{kind}: one GetAttr per stat, none per fstat: {getattrs}"
         );
+        if kind != "a" {
+            assert!(
+                ops("Seek") < 100,
+                "{kind}: no Seek per lseek: {}",
+                ops("Seek")
+            );
+        }
     }
 }

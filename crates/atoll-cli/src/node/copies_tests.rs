@@ -68,6 +68,7 @@ fn opened(m: &mut Copies, conn: ConnId, desc: DescId, a: Attr) {
             attr: a,
             created: false,
             watched: false,
+            served: 0,
         },
     );
     m.reply(conn, CH, &r);

@@ -24,7 +24,10 @@ pub(super) fn close(c: &'static Client, _: i64, a: &[u64; 6]) -> Result<Out> {
         return Ok(Out::Host);
     }
     let lane = c.lane()?;
-    done(file::close(c, &lane, fd0)?)
+    let d = file::close_keeping(c, &lane, fd0)?;
+    drop(lane);
+    drop(d);
+    done(0)
 }
 
 /// `close`: an atoll or private descriptor, or a listing of `/proc/self/fd`

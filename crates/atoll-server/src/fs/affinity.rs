@@ -152,6 +152,7 @@ impl<S: BlockStore> FileServer<S> {
                     // watchers hear of this open once the name exists
                     // (`InotifyNamed`).
                     watched: self.watched(attr.ino) || self.dir_watched(dir),
+                    served: 0,
                 })
             }
             Err(e) => {

@@ -172,7 +172,10 @@ pub trait Gauges {
     fn publish_watches(&self, _server: usize, _watches: u64) {}
     /// Count one request served by `server` (`Control::count_served`);
     /// nowhere for private gauges.
-    fn count_served(&self, _server: usize) {}
+    /// Returns the count after it (0: no count is kept for clients).
+    fn count_served(&self, _server: usize) -> u64 {
+        0
+    }
 }
 
 impl Gauges for Control {
@@ -192,9 +195,11 @@ impl Gauges for Control {
             Control::publish_watches(self, server, watches);
         }
     }
-    fn count_served(&self, server: usize) {
+    fn count_served(&self, server: usize) -> u64 {
         if server < self.servers() {
-            Control::count_served(self, server);
+            Control::count_served(self, server)
+        } else {
+            0
         }
     }
 }
@@ -411,9 +416,9 @@ impl Accounts {
         self.gauges.publish_watches(self.server, watches);
     }
 
-    /// One more request served (`Gauges::count_served`).
-    pub fn count_served(&self) {
-        self.gauges.count_served(self.server);
+    /// One more request served (`Gauges::count_served`); the count after.
+    pub fn count_served(&self) -> u64 {
+        self.gauges.count_served(self.server)
     }
 
     pub fn files(&self) -> (u64, u64) {
@@ -540,8 +545,10 @@ impl<S: BlockStore> FileServer<S> {
         self.acct.recharge(held)
     }
 
-    /// After every request and every session's end (module docs).
-    pub(super) fn settle(&mut self) {
+    /// After every request and every session's end (module docs). Returns
+    /// the server's count of served requests with this one in it (0 where
+    /// none is kept: `Gauges::count_served`).
+    pub(super) fn settle(&mut self) -> u64 {
         let held = self.held();
         self.acct.settle(held);
         // The buffer cache settles the same way (`blocks`).
@@ -558,7 +565,7 @@ impl<S: BlockStore> FileServer<S> {
         }
         // Every request moves it, a replayed one too: a client that kept
         // attributes across it asks again (`Control::count_served`).
-        self.acct.count_served();
+        self.acct.count_served()
     }
 
     /// Remember that directory `dir` was removed (`RemovedDirs`): an

@@ -613,7 +613,7 @@ impl<S: BlockStore> FileServer<S> {
         };
         self.hold_freed(plan.as_ref());
         let moved = (self.transfers.copy_bytes, self.transfers.share_bytes);
-        let r = self.dispatch(session, &who, req, out);
+        let mut r = self.dispatch(session, &who, req, out);
         if moved != (self.transfers.copy_bytes, self.transfers.share_bytes) {
             // Data moved for this session (two loads on every request).
             let e = self.session_transfers.entry(session).or_default();
@@ -633,7 +633,12 @@ impl<S: BlockStore> FileServer<S> {
             // Taped: the policy's answer shapes the state (`tape`).
             self.adapt_observe(session, dir, tape::instant());
         }
-        self.settle();
+        let count = self.settle();
+        if let Ok(Reply::Opened { served, .. }) = &mut r {
+            // The count with this `Open` in it: nothing else is served
+            // between here and the reply (`Control::count_served`).
+            *served = count;
+        }
         #[cfg(test)]
         self.check_size_board();
         let ns = t0.elapsed().as_nanos() as u64;

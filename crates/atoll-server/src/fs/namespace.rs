@@ -122,6 +122,7 @@ impl<S: BlockStore> FileServer<S> {
                 attr,
                 created: false,
                 watched: self.watched(attr.ino),
+                served: 0,
             });
         }
         if !creat {
@@ -156,6 +157,7 @@ impl<S: BlockStore> FileServer<S> {
             attr,
             created: true,
             watched: self.watched(attr.ino),
+            served: 0,
         })
     }
 
@@ -890,6 +892,7 @@ impl<S: BlockStore> FileServer<S> {
             attr,
             created: false,
             watched: self.desc_watched(desc),
+            served: 0,
         })
     }
 

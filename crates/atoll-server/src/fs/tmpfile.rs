@@ -48,6 +48,7 @@ impl<S: BlockStore> FileServer<S> {
                 attr,
                 created: true,
                 watched: self.watched(attr.ino),
+                served: 0,
             }),
             Err(e) => {
                 self.maybe_free(ino);

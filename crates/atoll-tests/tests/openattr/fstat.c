@@ -52,6 +52,11 @@ static void child(int what) {
         case 3:
             unlink(f);
             break;
+        case 4:
+            fd = open(f, O_WRONLY | O_APPEND);
+            if (write(fd, "12345", 5) != 5) _exit(1);
+            close(fd);
+            break;
         }
         _exit(0);
     }
@@ -90,6 +95,37 @@ int main(int argc, char **argv) {
     fd = open(f, O_RDONLY);
     ftruncate(fd2 = open(f, O_WRONLY), 3);
     show("after my truncate", fd);
+    close(fd2);
+    /* Opened while my own posted requests (a write's end, a close) may
+     * still wait in the ring: the open's answer must show them. */
+    fd2 = open(f, O_WRONLY | O_APPEND);
+    if (write(fd2, "abcdefghij", 10) != 10) return 1;
+    fd = open(f, O_RDONLY);
+    show("after my append, opened at once", fd);
+    if (write(fd2, "klmnopqrstuvwxyz", 16) != 16) return 1;
+    close(fd2);
+    fd = open(f, O_RDONLY);
+    show("after my append and close, opened at once", fd);
+    /* lseek(SEEK_END) right after open (stdio's fopen "a"), and after
+     * another process's and my own appends in between. */
+    fd = open(f, O_RDONLY);
+    printf("end at once %lld\n", (long long)lseek(fd, 0, SEEK_END));
+    fd = open(f, O_RDONLY);
+    child(4);
+    printf("end after their append %lld\n", (long long)lseek(fd, 0, SEEK_END));
+    fd2 = open(f, O_WRONLY | O_APPEND);
+    fd = open(f, O_RDONLY);
+    if (write(fd2, "1234567", 7) != 7) return 1;
+    printf("end after my append %lld\n", (long long)lseek(fd, 0, SEEK_END));
+    close(fd2);
+    /* An O_APPEND descriptor's offset lives at the server: its lseek is a
+     * message, after which fstat must still see what changed before. */
+    fd2 = open(f, O_WRONLY | O_APPEND);
+    child(4);
+    printf("append end %lld\n", (long long)lseek(fd2, 0, SEEK_END));
+    show("append descriptor after their append", fd2);
+    printf("append end again %lld\n", (long long)lseek(fd2, 0, SEEK_END));
+    show("append descriptor", fd2);
     close(fd2);
     fd = open(f, O_RDONLY);
     fchmod(fd, 0640);

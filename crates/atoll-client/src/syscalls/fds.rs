@@ -23,11 +23,28 @@ pub(super) fn close(c: &'static Client, _: i64, a: &[u64; 6]) -> Result<Out> {
     if !fdtable::is_atoll(fd0) {
         return Ok(Out::Host);
     }
-    let lane = c.lane()?;
+    let Ok(lane) = c.lane() else {
+        return done(forget(fd0)?);
+    };
     let d = file::close_keeping(c, &lane, fd0)?;
     drop(lane);
     drop(d);
     done(0)
+}
+
+/// `close` of an atoll descriptor without a lane: the instance is gone (a
+/// process that outlived it) or refuses this process a new lane. Linux's
+/// `close` always frees the number, and a pipe's never fails (coreutils
+/// report a failed `close` of stdout as a write error), so the number is
+/// freed and the call succeeds; the servers, if any, release what the
+/// description held when this session ends.
+fn forget(fd: i64) -> Result<i64> {
+    let Some(d) = fdtable::remove(fd) else {
+        return err(EBADF);
+    };
+    sys::close(fd as i32);
+    drop(d);
+    Ok(0)
 }
 
 /// `close`: an atoll or private descriptor, or a listing of `/proc/self/fd`
@@ -106,10 +123,13 @@ fn close_range_of(c: &Client, first: u64, last: u64, flags: u64) -> Result<Out> 
     private.sort_unstable();
     let cloexec = flags & libc::CLOSE_RANGE_CLOEXEC as u64 != 0;
     if !cloexec {
-        let lane = c.lane()?;
+        let lane = c.lane().ok();
         for fd in fdtable::fds() {
             if (first..=last).contains(&(fd as u32)) {
-                let _ = file::close(c, &lane, fd as i64);
+                let _ = match &lane {
+                    Some(lane) => file::close(c, lane, fd as i64),
+                    None => forget(fd as i64),
+                };
             }
         }
     }

@@ -61,6 +61,24 @@ pub fn atoll() -> Command {
     cmd
 }
 
+/// Let `cmd` start with `SIGINT` and `SIGQUIT` at their default action,
+/// whatever the test run inherited: a suite started in the background of
+/// a shell without job control (or under `nohup`) ignores them, and a
+/// program inherits that, so a test that interrupts programs with them
+/// would wait for the programs to end instead.
+pub fn with_default_interrupts(cmd: &mut Command) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the forked child before exec and calls
+    // only `signal`, which is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            libc::signal(libc::SIGQUIT, libc::SIG_DFL);
+            Ok(())
+        })
+    }
+}
+
 /// Run `bash -c script` under a fresh instance (extra `atoll run` options
 /// first). `$ROOT` is the mount root inside the script.
 pub fn run_in_atoll(opts: &[&str], script: &str) -> Output {

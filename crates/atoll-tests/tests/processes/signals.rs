@@ -153,6 +153,7 @@ fn an_interactive_shell_on_a_terminal_controls_remote_jobs() {
     let shell = ["bash", "--norc", "--noprofile", "-i"];
     let run = |prefix: &[&str]| {
         let mut cmd = std::process::Command::new("python3");
+        atoll_tests::with_default_interrupts(&mut cmd);
         cmd.arg(&session)
             .arg(&probe)
             .args(prefix)
@@ -284,7 +285,8 @@ fn interrupt_of_the_process_group_stops_the_whole_tree() {
         format!("sleep 74.{}", std::process::id()),
         format!("sleep 76.{}", std::process::id()),
     );
-    let mut child = atoll()
+    let mut child = atoll();
+    let mut child = atoll_tests::with_default_interrupts(&mut child)
         .args(["run", "--memory", "64M", "--placement", "round-robin", "--"])
         .args([
             "bash",

@@ -10,9 +10,9 @@
 //! stands with the `Open` served, in the reply (`Reply::Opened::served`);
 //! the reply's attributes are kept when the owner served that `Open`, and
 //! used while the count still reads so (nothing served since) and this
-//! lane's own posted requests (a `WriteDone`, a `Close`) are all taken. One entry per thread: the last open. Pipes, sockets and
-//! devices are left out (their servers move some of their state outside
-//! requests).
+//! lane's own posted requests (a `WriteDone`, a `Close`) are all taken.
+//! One entry per thread: the last open. Pipes, sockets and devices are
+//! left out (their servers move some of their state outside requests).
 
 use core::cell::Cell;
 

@@ -47,7 +47,7 @@ thread_local! {
     static SELECTOR: AtomicU8 = const { AtomicU8::new(BLOCK) };
     // Whether Syscall User Dispatch is on for this thread: set by
     // [`enable_sud`], cleared when the thread switches it off through
-    // atoll ([`note_dispatch`]). A rewritten site's entry passes every
+    // atoll ([`note_prctl`]). A rewritten site's entry passes every
     // call of a thread without it to the site's own `syscall`, which is
     // what the unrewritten code would have done (`rewrite::entry`).
     static DISPATCH_ON: AtomicBool = const { AtomicBool::new(false) };

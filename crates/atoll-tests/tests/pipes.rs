@@ -675,34 +675,12 @@ fn an_execve_while_the_main_thread_reads_a_large_write_leaves_the_pipe_to_the_ne
 /// two servers.
 #[test]
 fn a_write_after_the_reaped_reader_exited_is_epipe() {
-    let script = r#"
-cd "$ROOT"
-cat > epipe.py <<'PY'
-import os, signal, sys
-signal.signal(signal.SIGPIPE, signal.SIG_IGN)
-def once(exit_how):
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(w)
-        if exit_how == "exit":
-            sys.exit(0)
-        os._exit(0)
-    os.close(r)
-    os.waitpid(pid, 0)
-    try:
-        os.write(w, b"x")
-        return 1
-    except BrokenPipeError:
-        return 0
-    finally:
-        os.close(w)
-for how in ("exit", "_exit"):
-    print(how, "writes without EPIPE:", sum(once(how) for _ in range(60)))
-PY
-for k in 1 2 3; do python3 epipe.py > out$k & done; wait
-cat out1 out2 out3
-"#;
-    let out = assert_same(&["--servers", "2"], script, true);
+    let script = format!(
+        "cd \"$ROOT\"\ncat > epipe.py <<'PY'\n{}PY\n\
+         for k in 1 2 3; do python3 epipe.py > out$k & done; wait\n\
+         cat out1 out2 out3\n",
+        include_str!("pipes/epipe.py")
+    );
+    let out = assert_same(&["--servers", "2"], &script, true);
     assert_eq!(out.matches("without EPIPE: 0").count(), 6, "{out}");
 }

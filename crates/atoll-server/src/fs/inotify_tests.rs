@@ -247,6 +247,22 @@ fn a_link_is_attrib_to_the_inode_watch_then_create_to_the_directory() {
     );
 }
 
+/// The first half of a rename across servers within the root (`Link`
+/// with `moved_from`): regular file `ino` from `from` to `to`.
+fn moved_link<'a>(from: &'a [u8], to: &'a [u8], ino: InodeId, replace: bool) -> Request<'a> {
+    Request::Link {
+        dir: ROOT,
+        name: to,
+        ino,
+        ftype: FileType::Regular,
+        replace,
+        moved_from: Some(atoll_proto::EntryName {
+            dir: ROOT,
+            name: from,
+        }),
+    }
+}
+
 /// A rename across servers, both halves on one server here: the names
 /// move with `Link`'s `moved_from`, the file's own `IN_MOVE_SELF` comes
 /// with the second half's `Unlink`, once the old name is gone.
@@ -258,18 +274,7 @@ fn a_rename_across_servers_reports_the_move_self_with_its_second_half() {
     ok(&mut fs, S1, Request::Close { desc: d });
     let (dwd, _) = watch(&mut fs, S1, q, ROOT, IN_MOVED_FROM | IN_MOVED_TO).unwrap();
     let (fwd, _) = watch(&mut fs, S1, q, f, IN_MOVE_SELF).unwrap();
-    let req = Request::Link {
-        dir: ROOT,
-        name: b"b",
-        ino: f,
-        ftype: FileType::Regular,
-        replace: false,
-        moved_from: Some(atoll_proto::EntryName {
-            dir: ROOT,
-            name: b"a",
-        }),
-    };
-    ok(&mut fs, S1, req);
+    ok(&mut fs, S1, moved_link(b"a", b"b", f, false));
     let ev = drain(&mut fs, qr.header);
     let masks: Vec<(i32, u32)> = ev.iter().map(|e| (e.0, e.1)).collect();
     assert_eq!(masks, [(dwd, IN_MOVED_FROM), (dwd, IN_MOVED_TO)]);
@@ -848,18 +853,7 @@ fn a_cross_server_rename_over_a_watched_file_reports_its_end_after_the_names() {
     ok(&mut fs, S1, Request::Close { desc: d });
     let (dwd, _) = watch(&mut fs, S1, q, ROOT, IN_MOVED_FROM | IN_MOVED_TO).unwrap();
     let (kwd, _) = watch(&mut fs, S1, q, k, IN_ALL_EVENTS).unwrap();
-    let req = Request::Link {
-        dir: ROOT,
-        name: b"k",
-        ino: x,
-        ftype: FileType::Regular,
-        replace: true,
-        moved_from: Some(atoll_proto::EntryName {
-            dir: ROOT,
-            name: b"x",
-        }),
-    };
-    ok(&mut fs, S1, req);
+    ok(&mut fs, S1, moved_link(b"x", b"k", x, true));
     let masks: Vec<(i32, u32)> = drain(&mut fs, qr.header)
         .iter()
         .map(|e| (e.0, e.1))

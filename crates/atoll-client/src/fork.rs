@@ -9,12 +9,14 @@ use std::os::fd::{IntoRawFd, OwnedFd};
 
 use crate::{
     copymap, counters, cpus, fdpub, fdtable, forkgate, forkshare, fsize, hybrid, loadmap, mapping,
-    pipesplit, session, sys,
+    pipesplit, reaped, session, sys,
 };
 
 /// State carried from `fork_prepare` to `fork_parent`/`fork_child`.
 pub struct ForkPrep {
     child: session::ChildSession,
+    /// The child's session, for a `wait` that reaps it killed (`reaped`).
+    child_id: atoll_proto::SessionId,
     socket: OwnedFd,
     /// Held until the clone returned, on both sides (see `forkgate`).
     _gate: forkgate::ForkGate,
@@ -41,6 +43,7 @@ pub fn fork_prepare() -> core::result::Result<Option<ForkPrep>, i32> {
     };
     // Each reference goes again if its server dies on it (`forkshare`).
     let mut given = forkshare::Ledger::new(child);
+    let child_id = child;
     // The child's own `Session`, made here where the heap is ours alone.
     let child = session::ChildSession::new(child);
     for desc in fdtable::live_descs() {
@@ -54,6 +57,7 @@ pub fn fork_prepare() -> core::result::Result<Option<ForkPrep>, i32> {
     drop(held);
     Ok(Some(ForkPrep {
         child,
+        child_id,
         socket,
         _gate: forkgate::ForkGate::close(c),
     }))
@@ -68,6 +72,7 @@ pub fn fork_parent(prep: ForkPrep, child_pid: i64) {
         atoll_sched::placement::on_fork_parent();
         // The child shows our descriptors as of now (under the gate).
         fdpub::after_fork_parent();
+        reaped::note_child(child_pid, prep.child_id);
     }
     drop(prep);
 }
@@ -89,6 +94,7 @@ pub fn fork_child(prep: ForkPrep) {
         child,
         socket,
         _gate,
+        ..
     } = prep;
     let sock = session::to_high(socket.into_raw_fd(), 0);
     let _ = c.adopt_child_session(child, sock);

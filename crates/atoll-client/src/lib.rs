@@ -108,6 +108,7 @@ mod procfd;
 mod proclink;
 mod procmounts;
 mod rcache;
+mod reaped;
 pub mod remotefds;
 mod resend;
 mod ring;

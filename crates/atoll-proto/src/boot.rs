@@ -297,6 +297,19 @@ pub enum BootRequest {
     /// The boot thread retires the old image's lanes and learns the pid,
     /// as for `Reattach`. No reply.
     Reattached { pid: u32 },
+    /// The caller's `wait` reaped child `pid`, which a signal killed
+    /// (`SIGKILL`, a crash): its session socket closed before the `wait`
+    /// returned (Linux closes a dying process's files before it tells the
+    /// parent), but this thread may not have read that yet. The thread
+    /// ends now every session of `pid` (or `session`, the one the caller
+    /// forked it with) whose socket is closed, as if it had read the close.
+    /// Reply: `Sessions` with every such session the servers were told
+    /// about (also ones ended a moment before), whose ends the caller then
+    /// awaits (`Request::SessionEnded`).
+    Reaped {
+        pid: u32,
+        session: Option<SessionId>,
+    },
 }
 
 impl BootRequest {
@@ -422,6 +435,8 @@ pub enum BootReply {
         hosts: u32,
         moved: u32,
     },
+    /// The sessions a `Reaped` named.
+    Sessions(Vec<SessionId>),
 }
 
 /// Snapshot for `atoll status`.

@@ -735,6 +735,15 @@ pub enum Request<'a> {
         #[serde(borrow)]
         shadow: &'a [u8],
     },
+    /// Does this server still hold anything of `session` (a channel,
+    /// a reference to a description, a lock)? Asked by a parent whose
+    /// `wait` reaped a child a signal killed, so that the child's pipe
+    /// ends no longer count once `wait` returned, as on Linux
+    /// (`BootRequest::Reaped`). → `Ok` when it holds nothing, `EAGAIN`
+    /// while its end is still to be served.
+    SessionEnded {
+        session: SessionId,
+    },
 }
 
 /// Where a `WriteData` stands in the write it is a piece of, when a client

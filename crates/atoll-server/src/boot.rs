@@ -364,7 +364,14 @@ struct Boot {
     lanes_made: u64,
     /// `Reattached` images since the instance started (`atoll status`).
     images_handed_over: u64,
+    /// The latest sessions the servers were told ended, with their pids:
+    /// what a `Reaped` that comes just after the close was read names.
+    ended: std::collections::VecDeque<(u32, SessionId)>,
 }
+
+/// Sessions kept in `Boot::ended`: a parent asks right after its `wait`
+/// returned, so only the latest ends matter.
+const ENDED_KEPT: usize = 256;
 
 /// Run the boot thread until `quit` is set and the wake eventfd written.
 pub fn run(p: BootParams) -> std::io::Result<()> {
@@ -390,6 +397,7 @@ pub fn run(p: BootParams) -> std::io::Result<()> {
         spare: Vec::new(),
         lanes_made: 0,
         images_handed_over: 0,
+        ended: std::collections::VecDeque::new(),
     };
     b.make_spare_channels();
     let mut events: Vec<epoll::Event> = Vec::with_capacity(64);
@@ -470,6 +478,10 @@ impl Boot {
             }
             if c.servers_know {
                 self.p.servers.session_closed(s);
+                if self.ended.len() == ENDED_KEPT {
+                    self.ended.pop_front();
+                }
+                self.ended.push_back((c.pid, s));
             } else if c.counters.is_some() {
                 self.p.servers.post(0, Admin::SessionClosed(s));
             }
@@ -665,6 +677,11 @@ impl Boot {
             (BootRequest::Chaos(action), _) => self.p.servers.chaos(action).map(|()| {
                 self.reply(token, &BootReply::Done, &[]);
             }),
+            (BootRequest::Reaped { pid, session }, _) => {
+                let sessions = self.reaped(pid, session);
+                self.reply(token, &BootReply::Sessions(sessions), &[]);
+                Ok(())
+            }
             (BootRequest::Scale { hosts }, _) => self
                 .p
                 .servers
@@ -695,6 +712,47 @@ impl Boot {
         if let Some(c) = self.conns.get_mut(&token) {
             c.lanes = 0;
         }
+    }
+
+    /// `Reaped`: end now the sessions of a dead process whose close this
+    /// thread has not read yet (its socket reads end of file: no copy of
+    /// it is left), serving first whatever it sent before it died; then
+    /// name every ended session of the process.
+    fn reaped(&mut self, pid: u32, session: Option<SessionId>) -> Vec<SessionId> {
+        let of_process =
+            |c: &Conn| (pid != 0 && c.pid == pid) || (session.is_some() && c.session == session);
+        let tokens: Vec<u64> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| of_process(c))
+            .map(|(t, _)| *t)
+            .collect();
+        let mut buf = vec![0u8; MAX_BOOT_PACKET];
+        for token in tokens {
+            // A bounded number of packets: a live process could keep sending.
+            for _ in 0..64 {
+                let Some(c) = self.conns.get(&token) else {
+                    break;
+                };
+                let peek =
+                    rustix::net::recv(&c.fd, &mut buf[..1], RecvFlags::DONTWAIT | RecvFlags::PEEK);
+                match peek {
+                    Ok((_, 0)) => self.close(token),
+                    Ok(_) => {
+                        self.readable(token, epoll::EventFlags::IN, &mut buf);
+                        continue;
+                    }
+                    Err(rustix::io::Errno::AGAIN) => {}
+                    Err(_) => self.close(token),
+                }
+                break;
+            }
+        }
+        self.ended
+            .iter()
+            .filter(|&&(p, s)| (pid != 0 && p == pid) || Some(s) == session)
+            .map(|&(_, s)| s)
+            .collect()
     }
 
     fn learn_pid(&mut self, token: u64, pid: u32) {

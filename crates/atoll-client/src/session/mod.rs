@@ -567,6 +567,20 @@ impl Client {
         Ok((child, socket))
     }
 
+    /// Ask the boot thread to end the sessions of `pid`, a child a signal
+    /// killed and `wait` reaped (`BootRequest::Reaped`); the sessions the
+    /// servers were told ended.
+    pub fn reaped_sessions(&self, pid: u32, session: Option<SessionId>) -> Result<Vec<SessionId>> {
+        let _g = self.boot_lock.lock();
+        let sock = self.socket_fd.load(Ordering::Relaxed);
+        // SAFETY: the session socket stays open while the client lives.
+        let sock = unsafe { BorrowedFd::borrow_raw(sock) };
+        match boot_call(sock, &BootRequest::Reaped { pid, session })?.0 {
+            BootReply::Sessions(s) => Ok(s),
+            other => Err(Error::Boot(format!("Reaped answered {other:?}"))),
+        }
+    }
+
     /// Has this image's session no lane (a forked child that has not
     /// asked a server anything yet)?
     pub fn has_no_lane(&self) -> bool {

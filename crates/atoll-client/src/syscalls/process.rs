@@ -12,7 +12,7 @@ use libc::{c_char, SYS_execve, SYS_umask, AT_FDCWD, ENOSYS};
 use super::common::{done, fdarg};
 use crate::error::{err, Result};
 use crate::session::Client;
-use crate::{cpus, creds, exec, sys, Out};
+use crate::{cpus, creds, exec, intr, reaped, sys, Out};
 
 /// `execve`, `execveat`: atoll prepares the image (it may live in the
 /// mount, and the session goes across, see `exec`).
@@ -75,4 +75,55 @@ pub(super) fn sched_setaffinity(_: &'static Client, _: i64, a: &[u64; 6]) -> Res
 /// ENOSYS).
 pub(super) fn refuse_enosys(_: &'static Client, _: i64, _: &[u64; 6]) -> Result<Out> {
     err(ENOSYS)
+}
+
+/// `wait4`: Linux waits; a child it reaps that a signal killed has its
+/// pipe ends released at the servers before the call returns
+/// (`reaped`), as Linux released its files before it could be reaped.
+pub(super) fn wait4(c: &'static Client, _: i64, a: &[u64; 6]) -> Result<Out> {
+    let mut own_status = 0i32;
+    let status = if a[1] == 0 {
+        &mut own_status as *mut i32 as u64
+    } else {
+        a[1]
+    };
+    // SAFETY: the program's pointers, or our own status word; the kernel
+    // checks them. A deferred signal ends the wait as Linux's would.
+    let r = unsafe {
+        intr::restartable_host_syscall6(libc::SYS_wait4, [a[0], status, a[2], a[3], 0, 0])
+    };
+    if r > 0 {
+        // SAFETY: the kernel just wrote the status word (the call failed
+        // with `EFAULT` otherwise).
+        let st = unsafe { core::ptr::read_volatile(status as *const i32) };
+        if reaped::killed_status(st) {
+            reaped::after_killed_child(c, r);
+        }
+    }
+    done(r)
+}
+
+/// `waitid`: as [`wait4`], for a child reaped (no `WNOWAIT`) with
+/// `CLD_KILLED` or `CLD_DUMPED`.
+pub(super) fn waitid(c: &'static Client, _: i64, a: &[u64; 6]) -> Result<Out> {
+    let mut own: libc::siginfo_t = sys::zeroed();
+    let info = if a[2] == 0 {
+        &mut own as *mut libc::siginfo_t as u64
+    } else {
+        a[2]
+    };
+    // SAFETY: as in `wait4`.
+    let r = unsafe {
+        intr::restartable_host_syscall6(libc::SYS_waitid, [a[0], a[1], info, a[3], a[4], 0])
+    };
+    if r == 0 && a[3] & libc::WNOWAIT as u64 == 0 {
+        // SAFETY: the kernel just filled the record.
+        let si = unsafe { core::ptr::read_volatile(info as *const libc::siginfo_t) };
+        // SAFETY: a `SIGCHLD` record (waitid fills no other kind).
+        let pid = unsafe { si.si_pid() };
+        if pid > 0 && matches!(si.si_code, libc::CLD_KILLED | libc::CLD_DUMPED) {
+            reaped::after_killed_child(c, pid as i64);
+        }
+    }
+    done(r)
 }

@@ -275,6 +275,10 @@ const ROWS: &[Entry] = &[
         Partial("the cores the instance serves, until the thread sets its own")),
     row(SYS_sched_setaffinity, "sched_setaffinity", process::sched_setaffinity, ALWAYS,
         Host("the thread's affinity becomes the program's")),
+    row(SYS_wait4, "wait4", process::wait4, ALWAYS,
+        Host("a child a signal killed has its pipe ends released before the call returns")),
+    row(SYS_waitid, "waitid", process::waitid, ALWAYS,
+        Host("a child a signal killed has its pipe ends released before the call returns")),
     row(SYS_io_uring_setup, "io_uring_setup", process::refuse_enosys, ALWAYS,
         Refused(ENOSYS, "the kernel would run file operations atoll never sees")),
     // Notification (`notify.rs`).

@@ -264,6 +264,7 @@ impl<S: BlockStore> FileServer<S> {
             Q::PipeState { desc } => self.pipe_state(session, desc),
             Q::PipeSetSize { desc, size } => self.pipe_set_size(session, who, desc, size),
             Q::Names { ino } => self.names_of(ino, out),
+            Q::SessionEnded { session: ended } => self.session_ended(ended),
         }
     }
 }

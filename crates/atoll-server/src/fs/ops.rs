@@ -3,7 +3,7 @@
 
 use atoll_proto::Request;
 
-pub(super) const OP_NAMES: [&str; 69] = [
+pub(super) const OP_NAMES: [&str; 70] = [
     "SetGroups",
     "Lookup",
     "Open",
@@ -73,6 +73,7 @@ pub(super) const OP_NAMES: [&str; 69] = [
     "InotifyNamed",
     "Receive",
     "DnotifyRegister",
+    "SessionEnded",
 ];
 
 /// Requests after which the server holds nothing it did not hold before,
@@ -93,6 +94,7 @@ pub fn changes_nothing(req: &Request<'_>) -> bool {
             | StatFs { .. }
             | Stats { .. }
             | Names { .. }
+            | SessionEnded { .. }
     )
 }
 
@@ -168,5 +170,6 @@ pub(super) fn op_index(req: &Request<'_>) -> usize {
         InotifyNamed { .. } => 66,
         Receive { .. } => 67,
         DnotifyRegister { .. } => 68,
+        SessionEnded { .. } => 69,
     }
 }

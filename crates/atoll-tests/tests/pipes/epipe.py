@@ -2,14 +2,29 @@ import os, signal, sys
 signal.signal(signal.SIGPIPE, signal.SIG_IGN)
 def once(exit_how):
     r, w = os.pipe()
+    hold_r, hold_w = os.pipe()
     pid = os.fork()
     if pid == 0:
         os.close(w)
+        os.close(hold_w)
         if exit_how == "exit":
             sys.exit(0)
+        if exit_how == "_exit":
+            os._exit(0)
+        if exit_how == "SIGKILL itself":
+            os.kill(os.getpid(), signal.SIGKILL)
+        # Killed by the parent while it waits on a pipe of its own.
+        os.read(hold_r, 1)
         os._exit(0)
     os.close(r)
-    os.waitpid(pid, 0)
+    os.close(hold_r)
+    if exit_how == "killed by its parent":
+        os.kill(pid, signal.SIGKILL)
+        reaped = os.waitid(os.P_PID, pid, os.WEXITED)
+        assert reaped.si_code == os.CLD_KILLED, reaped
+    else:
+        os.waitpid(pid, 0)
+    os.close(hold_w)
     try:
         os.write(w, b"x")
         return 1
@@ -17,5 +32,5 @@ def once(exit_how):
         return 0
     finally:
         os.close(w)
-for how in ("exit", "_exit"):
+for how in ("exit", "_exit", "SIGKILL itself", "killed by its parent"):
     print(how, "writes without EPIPE:", sum(once(how) for _ in range(60)))

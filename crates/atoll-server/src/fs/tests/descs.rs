@@ -316,3 +316,34 @@ fn ofd_and_flock_locks_belong_to_the_description() {
 }
 
 // ---------------------------------------------------------------- permissions
+
+/// `SessionEnded` says whether the server still holds anything of a
+/// session: a description shared with it at its fork (before it had a
+/// channel here), or its channel; `Ok` once its end was served.
+#[test]
+fn session_ended_waits_for_the_end_of_what_a_session_holds() {
+    let mut t = server(8);
+    let child = SessionId(7);
+    let ended = |t: &mut T| t.call(S1, USER, Request::SessionEnded { session: child });
+    assert!(matches!(ended(&mut t), Own::Ok), "never heard of");
+    let (d, _) = t.create(ROOT, "f");
+    t.ok(S1, USER, share_req(d, child, 0));
+    assert_eq!(
+        t.err(S1, USER, Request::SessionEnded { session: child }),
+        Errno::EAGAIN,
+        "a shared description"
+    );
+    t.fs.session_closed(child);
+    assert!(matches!(ended(&mut t), Own::Ok));
+    // A channel alone counts too.
+    t.fs.session_opened(child);
+    assert_eq!(
+        t.err(S1, USER, Request::SessionEnded { session: child }),
+        Errno::EAGAIN,
+        "a channel"
+    );
+    t.fs.session_closed(child);
+    assert!(matches!(ended(&mut t), Own::Ok));
+    // The parent's own reference is untouched.
+    t.write(S1, d, b"abc", Some(0)).unwrap();
+}

@@ -10,7 +10,6 @@
 //! Life cycle of a regular file's description:
 //! ```text
 //!  open ──▶ LOCAL(pos here) ──fork / exec hand-over──▶ SHARED(pos on server)
-//!             ▲  write with O_APPEND (also after F_SETFL) ──▶ SHARED
 //!             └──── Reclaim: the other holders are gone ◀──────┘
 //! ```
 //! A shared description asks its server every [`RECLAIM_EVERY`] offset
@@ -18,8 +17,11 @@
 //! answered with the server's offset), and then keeps the offset here.
 //! Moving to the server pushes the offset with `Seek(SEEK_SET)` before the
 //! `Share` (or the exec state) leaves this process, so every sharer sees
-//! it. `O_APPEND` writes stay atomic at the server: such descriptions are
-//! never local. Threads of one process serialize offset updates with the
+//! it. `O_APPEND` writes stay atomic at the server, which chooses where each
+//! goes and says so in its grant: the offset here then moves to the end of
+//! what was written (in islands whose data travels in messages, whose
+//! replies do not say where, such descriptions stay at the server).
+//! Threads of one process serialize offset updates with the
 //! description's offset lock (Linux's `f_pos_lock`).
 //!
 //! `--without hybrid-fd`: every offset lives on the server (ablation).
@@ -54,7 +56,7 @@ fn eligible(c: &Client, d: &DescRef) -> bool {
     enabled(c)
         && d.ftype() == FileType::Regular
         && f & libc::O_PATH as u32 == 0
-        && f & libc::O_APPEND as u32 == 0
+        && (f & libc::O_APPEND as u32 == 0 || c.direct_data())
 }
 
 /// A shared description of this process, with its offset lock held:
@@ -131,21 +133,32 @@ pub fn read_at_local_offset(
 }
 
 /// `write` at the description's offset through `f(offset)`, `None`
-/// meaning the server's offset (shared, or `O_APPEND`, which must stay
-/// atomic at the server). Holds the offset lock throughout.
+/// meaning the server's offset (shared). An `O_APPEND` write goes through
+/// `append(offset)`, which returns where the server appended to: the
+/// server chooses the place, atomically, and the offset here moves to
+/// the end of it (where `f` cannot say, in islands whose data travels in
+/// messages, the offset goes to the server first). Holds the offset lock
+/// throughout.
 pub fn write(
     c: &Client,
     lane: &Lane,
     d: &DescRef,
     f: impl FnOnce(Option<u64>) -> Result<usize>,
+    append: impl FnOnce(u64) -> Result<(usize, u64)>,
 ) -> Result<usize> {
     let _g = d.lock_pos();
     if !d.is_local() && !try_reclaim(c, lane, d) {
         return f(None);
     }
     if d.flags() & libc::O_APPEND as u32 != 0 {
-        push(c, lane, d)?;
-        return f(None);
+        if !c.direct_data() {
+            push(c, lane, d)?;
+            return f(None);
+        }
+        counters::bump(&counters::LOCAL_OFFSET_OPS);
+        let (n, end) = append(d.pos().load(Ordering::Relaxed))?;
+        d.pos().store(end, Ordering::Relaxed);
+        return Ok(n);
     }
     counters::bump(&counters::LOCAL_OFFSET_OPS);
     let at = d.pos().load(Ordering::Relaxed);

@@ -245,9 +245,29 @@ pub fn write_desc(
     check_writable(d)?;
     if off.is_none() && crate::hybrid::enabled(c) {
         // Hybrid file descriptors choose the offset (Hare §3.5.1).
-        return crate::hybrid::write(c, lane, d, |o| write_at(c, lane, d, src, o));
+        return crate::hybrid::write(
+            c,
+            lane,
+            d,
+            |o| write_at(c, lane, d, src, o),
+            |at| append_at(c, lane, d, src, at),
+        );
     }
     write_at(c, lane, d, src, off)
+}
+
+/// An `O_APPEND` write of a description whose offset lives here: the
+/// server appends at the file's size, in its serial order, and says where
+/// (`at` is only what the offset was); the bytes written and the new
+/// offset, the end of the last piece, as Linux leaves it.
+fn append_at(c: &Client, lane: &Lane, d: &DescRef, src: &[u8], at: u64) -> Result<(usize, u64)> {
+    let mut end = at;
+    let fsize = crate::fsize::limit();
+    let r = write_shared(c, lane, d, src, Some(at), fsize, &mut end);
+    if fsize.is_some() && matches!(r, Err(Error::Errno(libc::EFBIG))) {
+        crate::intr::raise_in_this_thread(libc::SIGXFSZ);
+    }
+    r.map(|n| (n, end))
 }
 
 /// Write `src` at `off` (or at the server's offset): the data path, under
@@ -257,7 +277,7 @@ pub fn write_desc(
 fn write_at(c: &Client, lane: &Lane, d: &DescRef, src: &[u8], off: Option<u64>) -> Result<usize> {
     let fsize = crate::fsize::limit();
     let r = if c.direct_data() {
-        write_shared(c, lane, d, src, off, fsize)
+        write_shared(c, lane, d, src, off, fsize, &mut 0)
     } else {
         // The bytes travel in messages (`WriteData`).
         crate::msgdata::write(c, lane, d.desc(), src, off, fsize)
@@ -269,7 +289,9 @@ fn write_at(c: &Client, lane: &Lane, d: &DescRef, src: &[u8], off: Option<u64>) 
 }
 
 /// A write the client copies into the buffer-cache blocks the server
-/// names (Cosh *share*), at most [`CHUNK`] per `Write`.
+/// names (Cosh *share*), at most [`CHUNK`] per `Write`. `end`: where the
+/// last piece written ended (what an `O_APPEND` write leaves the offset
+/// at: the server chose where each piece went).
 fn write_shared(
     c: &Client,
     lane: &Lane,
@@ -277,6 +299,7 @@ fn write_shared(
     src: &[u8],
     off: Option<u64>,
     fsize: Option<u64>,
+    end: &mut u64,
 ) -> Result<usize> {
     let desc = d.desc();
     let server = desc.server();
@@ -311,6 +334,9 @@ fn write_shared(
                 let n = (granted.len as usize).min(want);
                 if covered != n {
                     return err(libc::EIO);
+                }
+                if n > 0 {
+                    *end = granted.offset + n as u64;
                 }
                 if granted.pending {
                     // The bytes are in: readers waiting for the new end of

@@ -5,7 +5,7 @@
 //! close once it took one lock, as it did before (dbench's thousands of
 //! closes a second each cost two round trips after its first `LockX`).
 
-use atoll_tests::{assert_same, require, run_in_atoll};
+use atoll_tests::{assert_same, compile_probe, require, run_in_atoll};
 
 /// The release happens where Linux does it and nowhere else: a lock on
 /// `a` survives closes of other files (also files locked and unlocked
@@ -82,4 +82,46 @@ PY
     // The counts are real: the closes were seen.
     assert!(closes >= 300, "{v}");
     assert!((1..10).contains(&set_locks), "{set_locks} SetLock: {v}");
+}
+
+/// `close_range` over atoll descriptors closes them on the lane it took,
+/// not on a second one: a process that opens and closes files with it
+/// has one lane (one `SetGroups`, which each lane's first request
+/// carries), and every description is closed.
+#[test]
+fn close_range_closes_on_the_lane_it_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let probe = compile_probe(
+        dir.path(),
+        "closerange",
+        r#"
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    char path[256];
+    for (int round = 0; round < 50; round++) {
+        for (int k = 0; k < 4; k++) {
+            snprintf(path, sizeof path, "%s/f%d", argv[1], k);
+            if (open(path, O_CREAT | O_RDWR, 0644) < 0) { perror("open"); return 1; }
+        }
+        if (syscall(SYS_close_range, 3, 100, 0) != 0) { perror("close_range"); return 1; }
+        if (fcntl(3, F_GETFD) != -1) { fprintf(stderr, "fd 3 still open\n"); return 1; }
+    }
+    puts("closed");
+    return 0;
+}
+"#,
+    );
+    let json = dir.path().join("s.json");
+    let j = json.to_string_lossy().to_string();
+    let script = format!("exec {} \"$ROOT\"", probe.display());
+    let out = run_in_atoll(&["--servers", "2", "--stats-json", &j], &script);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "closed\n");
+    let (count, v) = atoll_tests::served_ops(&json);
+    assert_eq!(count("Close"), 200, "{v}");
+    assert_eq!(count("SetGroups"), 1, "one lane: {v}");
 }

@@ -123,15 +123,23 @@ fn close_range_of(c: &Client, first: u64, last: u64, flags: u64) -> Result<Out> 
     private.sort_unstable();
     let cloexec = flags & libc::CLOSE_RANGE_CLOEXEC as u64 != 0;
     if !cloexec {
+        // The references are dropped once the lane is let go: their
+        // closers then post on it rather than take a second lane
+        // (`file::close_keeping`).
+        let mut closed = Vec::new();
         let lane = c.lane().ok();
         for fd in fdtable::fds() {
             if (first..=last).contains(&(fd as u32)) {
-                let _ = match &lane {
-                    Some(lane) => file::close(c, lane, fd as i64),
-                    None => forget(fd as i64),
-                };
+                match &lane {
+                    Some(lane) => closed.extend(file::close_keeping(c, lane, fd as i64).ok()),
+                    None => {
+                        let _ = forget(fd as i64);
+                    }
+                }
             }
         }
+        drop(lane);
+        drop(closed);
     }
     let mut lo = first;
     for p in private.iter().copied().chain(core::iter::once(u32::MAX)) {

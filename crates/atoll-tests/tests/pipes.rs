@@ -683,4 +683,5 @@ fn a_write_after_the_reaped_reader_exited_is_epipe() {
     );
     let out = assert_same(&["--servers", "2"], &script, true);
     assert_eq!(out.matches("without EPIPE: 0").count(), 12, "{out}");
+    assert_eq!(out.matches("found a killed reader: 0").count(), 3, "{out}");
 }

@@ -34,3 +34,21 @@ def once(exit_how):
         os.close(w)
 for how in ("exit", "_exit", "SIGKILL itself", "killed by its parent"):
     print(how, "writes without EPIPE:", sum(once(how) for _ in range(60)))
+# A FIFO's reader killed and reaped: a writer opening it then finds no
+# reader (ENXIO for a non-blocking open), as on Linux.
+def fifo_once(i):
+    name = f"fifo{os.getpid()}_{i}"
+    os.mkfifo(name)
+    pid = os.fork()
+    if pid == 0:
+        fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK)
+        os.kill(os.getpid(), signal.SIGKILL)
+    os.waitpid(pid, 0)
+    try:
+        os.close(os.open(name, os.O_WRONLY | os.O_NONBLOCK))
+        found = 1
+    except OSError:
+        found = 0
+    os.unlink(name)
+    return found
+print("FIFO opens that found a killed reader:", sum(fifo_once(i) for i in range(60)))

@@ -179,6 +179,10 @@ impl<S: BlockStore> FileServer<S> {
         let mut keep =
             flags & !((libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC | libc::O_NOCTTY) as u32);
         if path {
+            if flags & atoll_proto::OPEN_SEARCH != 0 && check_perm {
+                // A working directory (`chdir`): search permission.
+                may(i, who, MAY_EXEC)?;
+            }
             keep &= (libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC) as u32;
         } else {
             if i.ftype == FileType::Symlink {

@@ -2,8 +2,9 @@
 //! directory (an `O_PATH` description at its server, `ns::cwd::hold_dir`),
 //! so after its `rmdir` — by the process itself or another — `stat .`
 //! shows a directory without links, a listing is empty, `open(".")` and
-//! `fchdir` work, creating in it is `ENOENT`, `getcwd` is `ENOENT` and
-//! `/proc/self/cwd` names the path with ` (deleted)`; the reference goes
+//! `fchdir` work, creating in it is `ENOENT`, `..` is the parent it had,
+//! `getcwd` is `ENOENT` and `/proc/self/cwd` names the path with
+//! ` (deleted)`; the reference goes
 //! with `fork` and `execve`, and leaves with `chdir` away, exit and kill.
 //! Compared with the same scripts on a tmpfs directory.
 
@@ -44,10 +45,13 @@ def checks(who):
     tr("mkfifo", lambda: os.mkfifo("x"))
     tr("symlink", lambda: os.symlink("t", "x"))
     tr("getcwd", os.getcwd)
+    tr("dotdot", lambda: os.path.samestat(os.stat(".."), os.stat(parent)))
+    tr("dotdot-list", lambda: sorted(os.listdir("..")))
     tr("proc", lambda: os.readlink("/proc/self/cwd").endswith("/e (deleted)"))
 
 top = os.getcwd()
 os.makedirs(sys.argv[1] + "/e")
+parent = top + "/" + sys.argv[1]
 r, w = os.pipe()
 r2, w2 = os.pipe()
 pid = os.fork()
@@ -78,6 +82,7 @@ os.rmdir(sys.argv[1] + "/e")
 os.write(w2, b"x")
 os.waitpid(pid, 0)
 os.makedirs(sys.argv[1] + "/s/e")
+parent = top + "/" + sys.argv[1] + "/s"
 os.chdir(sys.argv[1] + "/s/e")
 os.rmdir(top + "/" + sys.argv[1] + "/s/e")
 checks("removed by itself")
@@ -105,6 +110,8 @@ for d in d0 d1 d2 d3; do
     mkfifo x; echo "mkfifo=$?"
     ln -s t x; echo "ln=$?"
     readlink /proc/self/cwd
+    stat -c '.. %F' ..; echo "stat ..=$?"
+    (cd -P .. && pwd; echo "cd -P ..=$?")
     env -i /bin/bash -c 'stat -c "bash: %h" .' 2>/dev/null
   )
   "$py" "$ROOT/checks.py" "a/p$d"

@@ -249,3 +249,41 @@ fn removed_cwds_on_every_server_leave_nothing_behind() {
     assert!(text.lines().skip(1).step_by(2).all(|l| l == "0"), "{text}");
     assert_eq!(settles_to(&inst, base), base, "{text}");
 }
+
+/// The server that owns a removed cwd dies and is rebuilt from its
+/// journal while the process sits there: the directory is still held
+/// (no links, `..` its parent, nothing listed), and freed once the
+/// process leaves.
+#[test]
+fn a_removed_cwd_survives_its_servers_rebuild() {
+    let inst = Booted::new(&["--servers", "2"]);
+    let base = in_use(&inst);
+    let script = r#"mkdir -p "$ROOT/p/d" && cd "$ROOT/p/d" && rmdir "$ROOT/p/d" && echo ready &&
+        read x && stat -c %h . && stat -c %F .. && ls -a && echo done"#;
+    let mut child = inst
+        .command(script)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("atoll exec");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let mut next = || lines.next().expect("a line").expect("text");
+    assert_eq!(next(), "ready");
+    assert!(inst.chaos(&["--kill", "server:0"]).status.success());
+    let start = Instant::now();
+    while inst.status()["names"]["fleets"][0]["members"][0]["restarts"] != 1 {
+        assert!(start.elapsed() < Duration::from_secs(20), "no restart");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(in_use(&inst), (base.0 + 2, base.1 + 1), "p and the held d");
+    let mut stdin = child.stdin.take().expect("stdin");
+    stdin.write_all(b"\n").expect("write");
+    let got: Vec<String> = (0..3).map(|_| next()).collect();
+    assert_eq!(got, ["0", "directory", "done"]);
+    let _ = child.wait();
+    assert_eq!(
+        settles_to(&inst, (base.0 + 1, base.1)),
+        (base.0 + 1, base.1)
+    );
+}

@@ -289,3 +289,27 @@ fn a_removed_cwd_survives_its_servers_rebuild() {
         (base.0 + 1, base.1)
     );
 }
+
+/// A program started in a directory of the mount (`atoll exec --cwd`)
+/// holds it from its start, before any `chdir` of its own.
+#[test]
+fn a_program_started_in_the_mount_holds_its_cwd() {
+    let inst = Booted::new(&["--servers", "1"]);
+    let base = in_use(&inst);
+    let made = inst
+        .command(r#"mkdir "$ROOT/x""#)
+        .output_bounded()
+        .expect("mkdir");
+    assert!(made.status.success(), "{made:?}");
+    let out = atoll_tests::atoll()
+        .args(["exec", "--id", &inst.id, "--cwd", "/atoll/x", "--"])
+        .args([
+            "bash",
+            "-c",
+            "rmdir /atoll/x && stat -c %h . && ls -a && echo ls=$?",
+        ])
+        .output_bounded()
+        .expect("atoll exec --cwd");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "0\nls=0\n");
+    assert_eq!(settles_to(&inst, base), base);
+}

@@ -342,10 +342,7 @@ pub fn restore(c: &Client, text: &str, with_session: bool) {
             else {
                 return None;
             };
-            let hold = match with_session {
-                true => crate::ns::hold_dir(c, l, ino, 0).unwrap_or(fdtable::Held::new(None)),
-                false => fdtable::Held::new(None),
-            };
+            let hold = crate::ns::hold_dir(c, l, ino, 0).unwrap_or(fdtable::Held::new(None));
             Some(Cwd {
                 ino,
                 path: w.canon.as_bytes().to_vec(),

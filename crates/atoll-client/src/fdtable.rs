@@ -515,3 +515,43 @@ pub fn live_descs() -> Vec<DescId> {
     v.dedup();
     v
 }
+
+/// A reference to a description held by something other than a
+/// descriptor number: the working directory's (`ns::cwd`), which keeps its
+/// directory alive at the server as Linux's `fs->pwd` keeps its dentry.
+/// Forked children inherit it with the memory, and `fork` shares every
+/// live description with the child's session, this one included.
+pub struct Held {
+    /// Slot + 1 of the description, 0 for none.
+    slot: AtomicUsize,
+}
+
+impl Held {
+    pub fn new(r: Option<DescRef>) -> Held {
+        Held {
+            slot: AtomicUsize::new(r.map_or(0, |r| r.into_slot() + 1)),
+        }
+    }
+
+    /// Another counted reference to the held description, if any.
+    pub fn get(&self) -> Option<DescRef> {
+        match self.slot.load(Ordering::Acquire) {
+            0 => None,
+            n => ref_if_live(n - 1),
+        }
+    }
+
+    /// Give up the held reference (dropping it releases the description).
+    pub fn take(&self) -> Option<DescRef> {
+        match self.slot.swap(0, Ordering::AcqRel) {
+            0 => None,
+            n => Some(DescRef { slot: n - 1 }),
+        }
+    }
+}
+
+impl core::fmt::Debug for Held {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "Held({})", self.slot.load(Ordering::Relaxed))
+    }
+}

@@ -56,6 +56,23 @@ pub fn target(c: &Client, path: &[u8]) -> Option<Vec<u8>> {
     other_fd(core::str::from_utf8(pid).ok()?.parse().ok()?, n)
 }
 
+/// What `readlink` of `/proc/<who>/<entry>` gives: [`target`], and for
+/// the process's own cwd once its directory was removed, that path with
+/// ` (deleted)`, as Linux names an unhashed dentry. (A path *through* the
+/// link, [`through`], goes on from the plain path.)
+pub fn link(c: &Client, path: &[u8]) -> Option<Vec<u8>> {
+    let mut t = target(c, path)?;
+    if crate::path::proc_self_entry(path) == Some(b"cwd") {
+        let gone = c
+            .cwd()
+            .is_some_and(|w| crate::ns::cwd_removed(c, w.ino).unwrap_or(false));
+        if gone {
+            t.extend_from_slice(b" (deleted)");
+        }
+    }
+    Some(t)
+}
+
 /// Does atoll answer for the link at `path` (`target` is `Some`)? For
 /// the process's own descriptors this asks no server.
 pub fn answers(c: &Client, path: &[u8]) -> bool {

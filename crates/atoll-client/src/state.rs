@@ -3,7 +3,7 @@
 //! the program's `main`).
 //!
 //! ```text
-//! v1;c:<hex path>[:<hex ino>];f:<fd>:<desc>:<ino>:<flags>:<type>:<cookie>:<dev>:<pino>[:<hex path>];…[;k:<n>:<n>…]
+//! v1;c:<hex path>[:<hex ino>][;d:<desc>];f:<fd>:<desc>:<ino>:<flags>:<type>:<cookie>:<dev>:<pino>[:<hex path>];…[;k:<n>:<n>…]
 //! ```
 //! `k` carries client counters the old image counted but did not report
 //! (it had no lane, and took none just for them; `counters`).
@@ -60,6 +60,9 @@ pub struct State {
     pub groups: Vec<GroupState>,
     /// dnotify registrations of descriptions that survive (`dnotify`).
     pub dnotify: Vec<DnotifyState>,
+    /// The description the cwd holds (`ns::cwd::hold_dir`), referenced by
+    /// the new image's session.
+    pub cwd_desc: Option<u64>,
 }
 
 /// A dnotify registration (`dnotify::Reg`): the description, the queue
@@ -161,6 +164,9 @@ impl State {
                 let _ = write!(s, ":{i:x}");
             }
         }
+        if let Some(d) = self.cwd_desc {
+            let _ = write!(s, ";d:{d:x}");
+        }
         if let Some(e) = &self.exe {
             let _ = write!(s, ";e:{}", hex(e));
         }
@@ -249,6 +255,7 @@ impl State {
                     };
                     st.cwd = Some((path, ino));
                 }
+                "d" => st.cwd_desc = Some(num(f.next()?)?),
                 "e" => st.exe = Some(unhex(f.next()?)?),
                 "w" => {
                     let mut n = || f.next().and_then(num);
@@ -442,6 +449,7 @@ mod tests {
                 shadow: (0x2a, 0x1234),
                 path: b"/run/atoll/x/dnotify/10c".to_vec(),
             }],
+            cwd_desc: Some(0x0100_0000_0000_0011),
         };
         let text = st.encode();
         assert!(!text.contains(' '), "env-safe text: {text}");

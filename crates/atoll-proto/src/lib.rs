@@ -66,6 +66,11 @@ pub const MAX_GROUP_SETS: u32 = 256;
 pub const BLOCK_SIZE: usize = 4096;
 /// Most servers one instance may have (the id encodes a server in 8 bits).
 pub const MAX_SERVERS: usize = 64;
+/// An `OpenInode` flag of atoll's own (no Linux open flag uses the bit):
+/// the `O_PATH` directory description a working directory holds, made by
+/// `chdir`, which needs search permission on the directory as Linux's
+/// `chdir` does. The check and the reference are one round trip.
+pub const OPEN_SEARCH: u32 = 0x4000_0000;
 
 /// Encoding errors: a frame that does not decode is answered with `EPROTO`
 /// and never crashes a server.

@@ -127,9 +127,26 @@ pub(super) fn passes_own_session(
         && SELF_EXE.get().is_none()
         && !c.posix_locks.load(Ordering::Relaxed)
         && !c.any_locks.load(Ordering::Relaxed)
-        && fdtable::live_descs().is_empty()
+        && holds_only_cwd(c)
         && crate::mapping::is_empty()
         && crate::copymap::is_empty()
+}
+
+/// Is the cwd's description (`ns::cwd::hold_dir`), which the new image
+/// keeps, the only one the process holds? The session's reference to it
+/// goes on with the session.
+fn holds_only_cwd(c: &Client) -> bool {
+    let live = fdtable::live_descs();
+    match live.as_slice() {
+        [] => true,
+        [d] => cwd_desc(c) == Some(*d),
+        _ => false,
+    }
+}
+
+/// The description the cwd holds, if any.
+fn cwd_desc(c: &Client) -> Option<DescId> {
+    c.cwd().and_then(|w| w.hold.get()).map(|r| r.desc())
 }
 
 /// The hand-over when the new image keeps this session
@@ -147,6 +164,7 @@ pub(super) fn hand_over_own_session(c: &Client, exe: Option<Vec<u8>>) -> Result<
         locks: false,
         counters: crate::counters::unreported(),
         attached: None,
+        cwd_desc: cwd_desc(c).map(|d| d.0),
         ..State::default()
     };
     let socket = Inherited::of(c.socket_raw()).ok_or(Error::Errno(libc::EBADF))?;
@@ -236,6 +254,15 @@ pub(super) fn hand_over(
             path: d.path().map(<[u8]>::to_vec),
         });
     }
+    // The cwd's reference goes on too (Linux's exec keeps `fs->pwd`),
+    // once for the session even when a descriptor shares it (`fchdir`).
+    if let Some(desc) = cwd_desc(c) {
+        let given_ok =
+            shared.contains(&desc) || lane.get().is_ok_and(|l| given.share(c, l, desc).is_ok());
+        if given_ok {
+            st.cwd_desc = Some(desc.0);
+        }
+    }
     // dnotify registrations of the descriptions that go on: their queues
     // go to the new session too (the kernel keeps the registrations).
     for n in crate::dnotify::carry(&shared) {
@@ -296,31 +323,37 @@ pub fn restore(c: &Client, text: &str, with_session: bool) {
     // Taken only when something below asks a server: the new image has no
     // lane yet (`Reattach`), and most images a shell starts need none.
     let lane = LazyLane::new(c);
-    if let Some((path, ino)) = &st.cwd {
-        match ino {
-            Some(i) => c.set_cwd(Some(Cwd {
-                ino: InodeId(*i),
-                path: path.clone(),
-            })),
-            None => {
-                let Ok(l) = lane.get() else { return };
-                if let Ok(Some(mut w)) = Walker::start(c, l, libc::AT_FDCWD as i64, path) {
-                    if let Ok(NodeStep::Node {
-                        ino,
-                        ftype: FileType::Directory,
-                        ..
-                    }) = w.node(true)
-                    {
-                        c.set_cwd(Some(Cwd {
-                            ino,
-                            path: w.canon.as_bytes().to_vec(),
-                        }));
-                    }
-                }
-            }
+    let cwd = st.cwd.as_ref().and_then(|(path, ino)| match ino {
+        Some(i) => Some(Cwd {
+            ino: InodeId(*i),
+            path: path.clone(),
+            hold: fdtable::Held::new(None),
+        }),
+        None => {
+            // The first image of a run (`atoll run --cwd`) finds its cwd,
+            // and takes its reference, itself.
+            let l = lane.get().ok()?;
+            let mut w = Walker::start(c, l, libc::AT_FDCWD as i64, path).ok()??;
+            let NodeStep::Node {
+                ino,
+                ftype: FileType::Directory,
+                ..
+            } = w.node(true).ok()?
+            else {
+                return None;
+            };
+            let hold = crate::ns::hold_dir(c, l, ino, 0).unwrap_or(fdtable::Held::new(None));
+            Some(Cwd {
+                ino,
+                path: w.canon.as_bytes().to_vec(),
+                hold,
+            })
         }
-    }
+    });
     if !with_session {
+        if cwd.is_some() {
+            c.set_cwd(cwd);
+        }
         return;
     }
     let mut descs: Vec<(u64, Option<fdtable::DescRef>)> = Vec::new();
@@ -384,6 +417,13 @@ pub fn restore(c: &Client, text: &str, with_session: bool) {
             let _ = l.call_ok(c, desc.server(), Request::Close { desc });
         }
     }
+    // The cwd's reference, shared with a descriptor's or its own.
+    if let Some(mut w) = cwd {
+        if let Some(d) = st.cwd_desc {
+            w.hold = fdtable::Held::new(cwd_ref(&mut descs, d, w.ino));
+        }
+        c.set_cwd(Some(w));
+    }
     // Descriptions with no surviving fd: release the share at the server.
     for (d, r) in descs {
         if r.is_none() {
@@ -393,4 +433,30 @@ pub fn restore(c: &Client, text: &str, with_session: bool) {
             }
         }
     }
+}
+
+/// The new image's reference to the cwd's description `d` (of directory
+/// `ino`): a descriptor's that survived (`fchdir`), or a slot of its own.
+/// Taken out of `descs` so that it is not closed as one no descriptor
+/// kept.
+fn cwd_ref(
+    descs: &mut Vec<(u64, Option<fdtable::DescRef>)>,
+    d: u64,
+    ino: InodeId,
+) -> Option<fdtable::DescRef> {
+    let r = match descs.iter().find(|(x, _)| *x == d) {
+        Some((_, Some(r))) => Some(r.clone_ref()),
+        _ => fdtable::alloc(DescInfo {
+            desc: DescId(d),
+            ino,
+            flags: crate::ns::CWD_FLAGS,
+            ftype: FileType::Directory,
+            cookie: 0,
+            path: None,
+        }),
+    };
+    if r.is_some() {
+        descs.retain(|(x, r)| *x != d || r.is_some());
+    }
+    r
 }

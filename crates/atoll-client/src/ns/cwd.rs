@@ -17,21 +17,50 @@ pub fn chdir(c: &Client, lane: &Lane, path: &[u8]) -> Result<Out> {
             if ftype != FileType::Directory {
                 return err(libc::ENOTDIR);
             }
-            lane.call_ok(
-                c,
-                ino.owner(),
-                Request::Access {
-                    ino,
-                    mask: libc::X_OK as u32,
-                },
-            )?;
+            // The search check and the directory's reference are one
+            // round trip; the old cwd's release is posted (`set_cwd`).
+            let hold = hold_dir(c, lane, ino, atoll_proto::OPEN_SEARCH)?;
             c.set_cwd(Some(Cwd {
                 ino,
                 path: w.canon.as_bytes().to_vec(),
+                hold,
             }));
             Ok(Out::Done(0))
         }
     }
+}
+
+/// The flags of the description a working directory holds.
+pub const CWD_FLAGS: u32 = (libc::O_PATH | libc::O_DIRECTORY) as u32;
+
+/// A reference to directory `ino` for a working directory: an `O_PATH`
+/// description (`extra`: [`atoll_proto::OPEN_SEARCH`] for `chdir`'s
+/// permission check), so that the directory outlives its `rmdir` while it
+/// is the cwd, as on Linux: `stat .` shows it with no links, a listing is
+/// empty, creating in it is `ENOENT`.
+pub fn hold_dir(c: &Client, lane: &Lane, ino: InodeId, extra: u32) -> Result<fdtable::Held> {
+    let (desc, _) = crate::file::open_inode(c, lane, ino, CWD_FLAGS | extra)?;
+    Ok(held(c, desc, ino))
+}
+
+/// Description `desc` of directory `ino`, referenced by this session at
+/// its server, as the cwd's. Without a free slot it is released again and
+/// the cwd holds nothing (as before the cwd held references).
+pub fn held(c: &Client, desc: atoll_proto::DescId, ino: InodeId) -> fdtable::Held {
+    let r = fdtable::alloc(fdtable::DescInfo {
+        desc,
+        ino,
+        flags: CWD_FLAGS,
+        ftype: FileType::Directory,
+        cookie: 0,
+        path: None,
+    });
+    if r.is_none() {
+        if let Ok(lane) = c.lane() {
+            let _ = lane.post(c, desc.server(), Request::Close { desc });
+        }
+    }
+    fdtable::Held::new(r)
 }
 
 /// Leave atoll for a host directory: the kernel's chdir decides.
@@ -56,7 +85,10 @@ pub fn fchdir(c: &Client, fd: i64) -> Result<Out> {
             .path()
             .map(<[u8]>::to_vec)
             .unwrap_or_else(|| c.mount.clone());
-        c.set_cwd(Some(Cwd { ino: d.ino(), path }));
+        // The cwd holds the descriptor's own description: no message.
+        let ino = d.ino();
+        let hold = fdtable::Held::new(Some(d));
+        c.set_cwd(Some(Cwd { ino, path, hold }));
         return Ok(Out::Done(0));
     }
     if c.cwd().is_none() {
@@ -76,7 +108,7 @@ pub fn getcwd(c: &Client, buf: u64, size: u64) -> Result<Out> {
     let Some(cwd) = c.cwd() else {
         return Ok(Out::Host);
     };
-    if removed(c, cwd.ino)? {
+    if cwd_removed(c, cwd.ino)? {
         // Linux fails for a cwd that was removed (getcwd(2), `ENOENT`):
         // `readlink -e .`, `pwd -P` and glibc's `realpath` rely on it.
         return err(libc::ENOENT);
@@ -93,7 +125,7 @@ pub fn getcwd(c: &Client, buf: u64, size: u64) -> Result<Out> {
 
 /// Is directory `ino` removed (no entry names it)? Its owner reports no
 /// links, or no longer knows it once nothing holds it.
-fn removed(c: &Client, ino: atoll_proto::InodeId) -> Result<bool> {
+pub fn cwd_removed(c: &Client, ino: atoll_proto::InodeId) -> Result<bool> {
     let lane = c.lane()?;
     let nlink = lane.call(c, ino.owner(), Request::GetAttr { ino }, |r| match r {
         Reply::Attr(a) => Ok(a.nlink),

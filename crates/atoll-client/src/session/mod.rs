@@ -151,6 +151,10 @@ pub struct Cwd {
     pub ino: InodeId,
     /// Canonical absolute path (what `getcwd` answers).
     pub path: Vec<u8>,
+    /// The `O_PATH` description that keeps the directory alive at its
+    /// server while it is the cwd, removed or not (`ns::cwd`); released
+    /// when the cwd changes.
+    pub hold: crate::fdtable::Held,
 }
 
 /// Everything a process knows about its instance. One per process, leaked
@@ -326,7 +330,13 @@ impl Client {
         let entering = cwd.is_some() && self.cwd().is_none();
         crate::fdpub::publish_cwd(cwd.as_ref().map(|w| w.path.as_slice()));
         let p = cwd.map_or(core::ptr::null_mut(), |c| Box::into_raw(Box::new(c)));
-        self.cwd.store(p, Ordering::Release);
+        let old = self.cwd.swap(p, Ordering::AcqRel);
+        if !old.is_null() {
+            // The old directory's reference goes (a posted `Close`); the
+            // box stays, for readers of its path.
+            // SAFETY: cwd boxes are leaked, never freed.
+            drop(unsafe { &*old }.hold.take());
+        }
         if entering {
             self.void_kernel_cwd();
         }

@@ -95,7 +95,7 @@ pub(super) fn readlink(c: &'static Client, nr: i64, a: &[u64; 6]) -> Result<Out>
     }
     if let Some(t) = sys::user_path(p)
         .ok()
-        .and_then(|path| proclink::target(c, path))
+        .and_then(|path| proclink::link(c, path))
     {
         if size <= 0 {
             return err(EINVAL);

@@ -203,9 +203,16 @@ fn next(s: &mut Stream) -> *mut c_void {
 
 fn next_held(s: &mut Stream) -> *mut c_void {
     if s.pos >= s.len {
+        let saved = raw::errno();
         // SAFETY: our own getdents64 wrapper into the stream's buffer.
         let n = unsafe { getdents64(s.fd, s.buf.as_mut_ptr().cast(), BUF) };
         if n <= 0 {
+            // A directory removed since it was opened (a removed cwd)
+            // fails `getdents64` with `ENOENT` on Linux; glibc's readdir,
+            // as POSIX asks, takes that for the end, errno untouched.
+            if n < 0 && raw::errno() == libc::ENOENT {
+                raw::set_errno(saved);
+            }
             return core::ptr::null_mut();
         }
         s.len = n as usize;

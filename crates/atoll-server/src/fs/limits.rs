@@ -47,7 +47,7 @@ use std::cell::Cell;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::ordered::Set;
+use super::ordered::{Map, Set};
 use std::rc::Rc;
 
 use atoll_msg::{Control, Gauge, GAUGES};
@@ -449,6 +449,12 @@ pub struct RemovedDirs {
     others: Set<InodeId>,
     order: VecDeque<InodeId>,
     cap: usize,
+    /// The parent a removed directory had, kept by its home server while
+    /// the directory is remembered: `..` of a removed directory that a
+    /// process still holds (its cwd, an open descriptor) leads there, as
+    /// Linux's `d_parent` of an unhashed dentry does.
+    #[serde(default)]
+    parents: Map<InodeId, InodeId>,
 }
 
 impl RemovedDirs {
@@ -458,7 +464,20 @@ impl RemovedDirs {
             others: Set::default(),
             order: VecDeque::new(),
             cap: usize::try_from(cap).unwrap_or(usize::MAX).max(1),
+            parents: Map::default(),
         }
+    }
+
+    /// `dir`, remembered as removed, had `parent`.
+    pub fn set_parent(&mut self, dir: InodeId, parent: InodeId) {
+        if self.contains(&dir) {
+            self.parents.insert(dir, parent);
+        }
+    }
+
+    /// The parent removed directory `dir` had, if known here.
+    pub fn parent(&self, dir: &InodeId) -> Option<InodeId> {
+        self.parents.get(dir).copied()
     }
 
     pub fn contains(&self, dir: &InodeId) -> bool {
@@ -478,6 +497,7 @@ impl RemovedDirs {
             match self.order.pop_front() {
                 Some(old) => {
                     self.others.remove(&old);
+                    self.parents.remove(&old);
                 }
                 None => break,
             }
@@ -487,6 +507,9 @@ impl RemovedDirs {
     /// The inode of `dir`, owned here, is freed: its absence says it all.
     pub fn freed(&mut self, dir: InodeId) {
         self.owned.remove(&dir);
+        if !self.others.contains(&dir) {
+            self.parents.remove(&dir);
+        }
     }
 
     /// Ids remembered now.
@@ -575,6 +598,15 @@ impl<S: BlockStore> FileServer<S> {
             self.removed.insert(dir, false);
         } else if self.inodes.contains_key(&dir) {
             self.removed.insert(dir, true);
+        }
+    }
+
+    /// [`Self::mark_removed`] for a directory whose shard here went,
+    /// keeping the parent that shard recorded (the home's) for `..`.
+    pub(super) fn shard_removed(&mut self, dir: InodeId, shard: Option<super::Shard>) {
+        self.mark_removed(dir);
+        if let Some(p) = shard.and_then(|s| s.parent) {
+            self.removed.set_parent(dir, p);
         }
     }
 

@@ -605,3 +605,48 @@ fn blocks_of_an_open_truncated_file_flow_to_another_server_only_after_close() {
     assert_eq!(fill_blocks(&mut s[1], b, 32), 32 - kept);
     assert_eq!(s[0].fs.cache.statfs(), (64, kept), "df: a's list is all");
 }
+
+/// A working directory's description (`OPEN_SEARCH`, which needs search
+/// permission) keeps a removed directory: its attributes show no links,
+/// `..` is the parent it had, creating in it is `ENOENT`; the last close
+/// frees the inode and forgets the directory and its parent.
+#[test]
+fn a_held_removed_directory_keeps_its_parent_until_its_last_close() {
+    let mut s = one(limits(100));
+    let Got::Ino(p) = s.call(node(b"p", FileType::Directory, b"")) else {
+        panic!("mkdir p")
+    };
+    let mut in_p = node(b"d", FileType::Directory, b"");
+    if let Request::MakeNode { dir, .. } = &mut in_p {
+        *dir = p;
+    }
+    let Got::Ino(d) = s.call(in_p) else {
+        panic!("mkdir p/d")
+    };
+    let flags = (libc::O_PATH | libc::O_DIRECTORY) as u32 | atoll_proto::OPEN_SEARCH;
+    let Got::Desc(desc) = s.call(Request::OpenInode {
+        ino: d,
+        flags,
+        via: None,
+    }) else {
+        panic!("the cwd's description")
+    };
+    let rmdir = Request::Unlink {
+        dir: p,
+        name: b"d",
+        kind: UnlinkKind::Directory,
+        expect: None,
+    };
+    assert_eq!(s.call(rmdir), Got::Ok);
+    let dotdot = || Request::Lookup {
+        dir: d,
+        name: b"..",
+    };
+    assert_eq!(s.call(dotdot()), Got::Ino(p));
+    assert_eq!(s.call(create_in(d, b"f")), Got::Err(Errno::ENOENT));
+    assert!(s.fs.inodes.get(&d).is_some_and(|i| i.links == 0));
+    assert_eq!(s.call(Request::Close { desc }), Got::Ok);
+    assert!(!s.fs.inodes.contains_key(&d), "freed at the last close");
+    assert_eq!(s.fs.removed.parent(&d), None);
+    assert_eq!(s.call(dotdot()), Got::Err(Errno::ENOENT));
+}

@@ -886,8 +886,12 @@ impl<S: BlockStore> FileServer<S> {
             i.links = i.links.saturating_sub(1);
             i.ctime = now();
             if i.ftype == FileType::Directory && i.links == 0 {
-                self.shards.remove(&ino);
+                let shard = self.shards.remove(&ino);
                 self.removed.insert(ino, true);
+                // `..` of it while a process holds it (`RemovedDirs`).
+                if let Some(p) = shard.and_then(|s| s.parent) {
+                    self.removed.set_parent(ino, p);
+                }
                 // Only absent names can be recorded in an empty directory:
                 // no name appears in a removed one (ids are never reused),
                 // but the records and the cached absences go with it.

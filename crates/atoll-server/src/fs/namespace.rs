@@ -21,6 +21,19 @@ pub(super) struct NewNode<'r> {
 impl<S: BlockStore> FileServer<S> {
     pub(super) fn lookup<'o>(&self, who: &Caller, dir: InodeId, name: &[u8]) -> R<'o> {
         check_name(name)?;
+        if name == b".." {
+            if let Some(parent) = self.removed.parent(&dir) {
+                // A removed directory a process still holds (its cwd):
+                // `..` is the parent it had, as on Linux.
+                if let Ok(i) = self.inode(dir) {
+                    may(i, who, MAY_EXEC)?;
+                }
+                return Ok(Reply::Entry {
+                    ino: parent,
+                    ftype: FileType::Directory,
+                });
+            }
+        }
         self.dir_check(dir, who, MAY_EXEC)?;
         if name == b"." {
             return Ok(Reply::Entry {
@@ -179,6 +192,10 @@ impl<S: BlockStore> FileServer<S> {
         let mut keep =
             flags & !((libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC | libc::O_NOCTTY) as u32);
         if path {
+            if flags & atoll_proto::OPEN_SEARCH != 0 && check_perm {
+                // A working directory (`chdir`): search permission.
+                may(i, who, MAY_EXEC)?;
+            }
             keep &= (libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC) as u32;
         } else {
             if i.ftype == FileType::Symlink {
@@ -401,8 +418,9 @@ impl<S: BlockStore> FileServer<S> {
         self.track.dir_gone(dir);
         self.adapt_forget(dir);
         self.marks.remove(&dir);
-        if self.shards.remove(&dir).is_some() || dir.home() == self.cfg.index {
-            self.mark_removed(dir);
+        let shard = self.shards.remove(&dir);
+        if shard.is_some() || dir.home() == self.cfg.index {
+            self.shard_removed(dir, shard);
         }
     }
 

@@ -68,8 +68,8 @@ impl<S: BlockStore> FileServer<S> {
         }
         self.marks.remove(&dir);
         if commit {
-            self.shards.remove(&dir);
-            self.mark_removed(dir);
+            let shard = self.shards.remove(&dir);
+            self.shard_removed(dir, shard);
             self.track.dir_gone(dir);
             self.adapt_forget(dir);
         } else if let Some(s) = self.shards.get_mut(&dir) {

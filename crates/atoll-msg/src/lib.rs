@@ -112,6 +112,8 @@ mod pool;
 mod region;
 #[cfg_attr(loom, allow(dead_code))]
 mod ring;
+#[cfg_attr(loom, allow(dead_code))]
+pub mod lease;
 pub mod sizes;
 mod sync;
 mod wait;
@@ -132,6 +134,7 @@ pub use pool::{BlockPool, PoolRep, RepCounts, POOL_MAX_SERVERS};
 #[cfg(not(loom))]
 pub use region::SharedRegion;
 pub use ring::{slot_size, FRAME_ALIGN, FRAME_HEADER};
+pub use lease::{LeaseSlot, LeaseTicket, LEASE_SLOTS};
 pub use sizes::{slot_of, SizeSlot, SIZE_SLOTS};
 pub use wait::ADAPTIVE_SPIN_NS;
 

@@ -45,10 +45,10 @@ use std::io;
 use std::os::fd::{BorrowedFd, OwnedFd};
 
 #[cfg(not(loom))]
+use crate::lease::{LeaseSlot, LeaseTicket, LEASE_SLOTS};
+#[cfg(not(loom))]
 use crate::region::SharedRegion;
 use crate::ring::Padded;
-#[cfg(not(loom))]
-use crate::lease::{LeaseSlot, LeaseTicket, LEASE_SLOTS};
 #[cfg(not(loom))]
 use crate::sizes::{slot_of, SizeSlot, SIZE_SLOTS};
 #[cfg(not(loom))]
@@ -685,7 +685,9 @@ impl Control {
             return None;
         }
         let generation = self.generation(server);
-        let t = self.lease_slot(server, slot_of(ino)).begin(ino, generation)?;
+        let t = self
+            .lease_slot(server, slot_of(ino))
+            .begin(ino, generation)?;
         (self.generation(server) == generation).then_some(t)
     }
 

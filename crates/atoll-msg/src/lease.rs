@@ -189,7 +189,10 @@ mod tests {
                 };
                 let copy: Vec<u64> = block.iter().map(|w| w.load(Ordering::Relaxed)).collect();
                 if s.still(&t) {
-                    assert!(copy.iter().all(|&w| w == t.version), "a torn copy was accepted");
+                    assert!(
+                        copy.iter().all(|&w| w == t.version),
+                        "a torn copy was accepted"
+                    );
                 }
             }
         });

@@ -106,14 +106,14 @@ pub mod bench;
 #[cfg(not(loom))]
 mod channel;
 mod control;
+#[cfg_attr(loom, allow(dead_code))]
+pub mod lease;
 pub mod liveness;
 mod pool;
 #[cfg(not(loom))]
 mod region;
 #[cfg_attr(loom, allow(dead_code))]
 mod ring;
-#[cfg_attr(loom, allow(dead_code))]
-pub mod lease;
 pub mod sizes;
 mod sync;
 mod wait;
@@ -130,11 +130,11 @@ pub use control::Control;
 pub use control::Doorbell;
 #[cfg(not(loom))]
 pub use control::{Gauge, GAUGES, GAUGE_INODES, GAUGE_NAMES};
+pub use lease::{LeaseSlot, LeaseTicket, LEASE_SLOTS};
 pub use pool::{BlockPool, PoolRep, RepCounts, POOL_MAX_SERVERS};
 #[cfg(not(loom))]
 pub use region::SharedRegion;
 pub use ring::{slot_size, FRAME_ALIGN, FRAME_HEADER};
-pub use lease::{LeaseSlot, LeaseTicket, LEASE_SLOTS};
 pub use sizes::{slot_of, SizeSlot, SIZE_SLOTS};
 pub use wait::ADAPTIVE_SPIN_NS;
 

@@ -242,19 +242,20 @@ impl Learner {
         let whole = self.n > 0
             && runs[0].file_offset == offset
             && runs[self.n - 1].file_offset + runs[self.n - 1].len == offset + len;
-        let keep = !self.spoilt && !watched && len > 0 && whole;
+        if self.spoilt || watched || len == 0 || !whole {
+            // Nothing new to keep; what was known stays, guarded by its
+            // own version (a read at the end of the file learns nothing).
+            return;
+        }
         let ino: InodeId = d.ino();
         with(d, |k| {
-            *k = match keep {
-                true => Known {
-                    desc: d.desc().0,
-                    ino: ino.0,
-                    version: self.ticket.version,
-                    generation: atoll_msg::LeaseSlot::generation(&self.ticket),
-                    n: self.n,
-                    runs: self.runs,
-                },
-                false => NOTHING,
+            *k = Known {
+                desc: d.desc().0,
+                ino: ino.0,
+                version: self.ticket.version,
+                generation: atoll_msg::LeaseSlot::generation(&self.ticket),
+                n: self.n,
+                runs: self.runs,
             };
         });
     }

@@ -123,9 +123,7 @@ impl<S: BlockStore> FileServer<S> {
     /// The inode a request names, whose slot is checked after it.
     pub(super) fn lease_subject(&self, req: &Request<'_>) -> Option<InodeId> {
         use Request as Q;
-        if self.leases.is_none() {
-            return None;
-        }
+        self.leases.as_ref()?;
         match req {
             Q::Read { desc, .. }
             | Q::Write { desc, .. }

@@ -172,10 +172,13 @@ fn copy_known(
     if t.version != k.version || atoll_msg::LeaseSlot::generation(&t) != k.generation {
         return None;
     }
+    // 0: the server wants every read (a watch, a mapping); otherwise the
+    // second from which a read moves the atime (1: now), which an
+    // `O_NOATIME` description never does. Within a second of it the
+    // server's read may already (its clock and this coarse one differ by
+    // a tick).
     let noatime = d.flags() & libc::O_NOATIME as u32 != 0;
-    // Within a second of the day's end the server's read may move the
-    // atime (its clock and this coarse one differ by a tick).
-    if !noatime && wall_secs() + 1 >= t.until {
+    if t.until == 0 || !noatime && wall_secs() + 1 >= t.until {
         return None;
     }
     if probe && crate::sys::check_writable_as_is(buf).is_err() {

@@ -16,10 +16,11 @@
 //!   checks after it is served.
 //!
 //! Beside the version, the slot says until when a read may go without a
-//! message (`until`, wall-clock seconds): never while anything here is
-//! watched (a read may owe an `IN_ACCESS`), while the file is mapped
-//! (stores through a mapping and blocks retained for it change the map
-//! without a request), or when a read now would move the atime
+//! message (`until`, wall-clock seconds): never (0) while anything here is
+//! watched (a read may owe an `IN_ACCESS`, also through `O_NOATIME`) or
+//! while the file is mapped (stores through a mapping and blocks retained
+//! for it change the map without a request); only through `O_NOATIME`
+//! descriptions ([`NOATIME_ONLY`]) when a read now would move the atime
 //! (relatime: atime not newer than both mtime and ctime); otherwise until
 //! the atime is a day old. A request that makes the atime stale (a write,
 //! a `SetAttr`, a link count change) is one that names the file, so its
@@ -104,8 +105,13 @@ impl LeaseBoard {
     }
 }
 
+/// `until` of a file whose reads may go without a message only through
+/// `O_NOATIME` descriptions (a read now would move its atime).
+pub(super) const NOATIME_ONLY: u64 = 1;
+
 /// Until when (wall-clock seconds) a read of `i` leaves its atime alone
-/// and may go without a message; 0: never now.
+/// and may go without a message; [`NOATIME_ONLY`]: only reads that never
+/// move it may; 0: none may now.
 fn until(i: &Inode, watched: bool) -> u64 {
     if watched || i.maps > 0 || !i.retained.is_empty() || i.ftype != FileType::Regular {
         return 0;
@@ -115,7 +121,7 @@ fn until(i: &Inode, watched: bool) -> u64 {
     if older(i.mtime, i.atime) && older(i.ctime, i.atime) && i.atime.sec >= 0 {
         i.atime.sec as u64 + 86_400
     } else {
-        0
+        NOATIME_ONLY
     }
 }
 
@@ -313,7 +319,7 @@ impl<S: BlockStore> FileServer<S> {
             );
             let want = until(i, watched);
             assert!(
-                h.until == want || h.until == 0,
+                h.until == want || h.until == 0 || h.until == NOATIME_ONLY && want != 0,
                 "lease slot {k} of inode {:#x} allows reads until {} (inode: {want})",
                 h.ino,
                 h.until

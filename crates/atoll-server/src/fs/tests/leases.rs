@@ -6,6 +6,7 @@
 //! no new version followed, or on reads allowed that the inode forbids.)
 
 use super::*;
+use crate::fs::leases::NOATIME_ONLY;
 
 fn read_at(t: &mut T, d: DescId, len: u64, off: u64) -> Own {
     t.ok(
@@ -31,7 +32,10 @@ fn a_read_takes_the_slot_and_every_change_moves_the_version() {
     assert_eq!(t.fs.published_lease(ino), None, "nobody read it yet");
     read_at(&mut t, d, 100, 0);
     let (v1, until1) = lease(&t, ino);
-    assert!(until1 > 0, "the read moved the atime past mtime and ctime");
+    assert!(
+        until1 > NOATIME_ONLY,
+        "the read moved the atime past mtime and ctime"
+    );
     // Reads change nothing a block list depends on.
     read_at(&mut t, d, 100, 50);
     assert_eq!(lease(&t, ino), (v1, until1));
@@ -50,12 +54,12 @@ fn a_read_takes_the_slot_and_every_change_moves_the_version() {
     assert!(matches!(r, Own::Extents(0, 10, _)), "{r:?}");
     let (v2, until2) = lease(&t, ino);
     assert!(v2 > v1);
-    assert_eq!(until2, 0, "a read now moves the atime");
+    assert_eq!(until2, NOATIME_ONLY, "a read now moves the atime");
     // The read by message moves it, and allows reads again.
     read_at(&mut t, d, 1, 0);
     let (v3, until3) = lease(&t, ino);
     assert_eq!(v3, v2, "an atime is no block list");
-    assert!(until3 > 0);
+    assert!(until3 > NOATIME_ONLY);
     // Truncation down, up, fallocate, a punched hole: new versions each.
     let mut last = v3;
     let size = |n| SetAttr {
@@ -101,7 +105,7 @@ fn a_status_change_stops_reads_without_a_message_and_a_freed_file_leaves() {
     let (d, ino) = t.create(ROOT, "f");
     t.write(S1, d, &[1; 3000], Some(0)).unwrap();
     read_at(&mut t, d, 10, 0);
-    assert!(lease(&t, ino).1 > 0);
+    assert!(lease(&t, ino).1 > NOATIME_ONLY);
     // chmod moves the ctime: the next read moves the atime.
     t.setattr(
         USER,
@@ -112,14 +116,14 @@ fn a_status_change_stops_reads_without_a_message_and_a_freed_file_leaves() {
         },
     )
     .unwrap();
-    assert_eq!(lease(&t, ino).1, 0);
+    assert_eq!(lease(&t, ino).1, NOATIME_ONLY);
     read_at(&mut t, d, 10, 0);
-    assert!(lease(&t, ino).1 > 0);
+    assert!(lease(&t, ino).1 > NOATIME_ONLY);
     // An unlink moves the ctime too (the link count).
     t.unlink(ROOT, "f", UnlinkKind::NonDirectory).unwrap();
-    assert_eq!(lease(&t, ino).1, 0, "unlinked: a stale atime");
+    assert_eq!(lease(&t, ino).1, NOATIME_ONLY, "unlinked: a stale atime");
     read_at(&mut t, d, 10, 0);
-    assert!(lease(&t, ino).1 > 0, "still the open file's");
+    assert!(lease(&t, ino).1 > NOATIME_ONLY, "still the open file's");
     t.close(S1, d);
     assert_eq!(t.fs.published_lease(ino), None, "freed");
 }

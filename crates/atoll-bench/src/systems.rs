@@ -135,6 +135,7 @@ pub fn parse_without(names: &[String]) -> anyhow::Result<atoll_proto::boot::With
             "recovery" => &mut w.recovery,
             "processes" => &mut w.processes,
             "size_board" => &mut w.size_board,
+            "read_lease" => &mut w.read_lease,
             "direct_links" => &mut w.direct_links,
             "negative_lookups" => &mut w.negative_lookups,
             "remembered_sites" => &mut w.remembered_sites,
@@ -142,7 +143,7 @@ pub fn parse_without(names: &[String]) -> anyhow::Result<atoll_proto::boot::With
             other => bail!(
                 "unknown technique {other:?}; known: dir-distribution, dir-cache, broadcast, \
                  direct-cache, coalescing, affinity, hybrid-fd, recovery, processes, size-board, \
-                 direct-links, negative-lookups, remembered-sites, reply-handoff"
+                 read-lease, direct-links, negative-lookups, remembered-sites, reply-handoff"
             ),
         };
         *flag = true;

@@ -607,6 +607,10 @@ pub enum Technique {
     /// `lseek(SEEK_END)` without a message; without it every such call
     /// asks the file's server
     SizeBoard,
+    /// Reads of blocks a client learnt from an earlier `Read` reply, made
+    /// without a message while the file's server publishes the same data
+    /// version (Hare §3.3); without it every read asks the file's server
+    ReadLease,
     /// Direct links between nodes that are not the first (`atoll node`,
     /// given to the first node); without them a program's calls to
     /// another node's file servers go through the first node

@@ -168,6 +168,7 @@ fn without(list: &[Technique]) -> Without {
             Technique::RemoteCopies => w.remote_copies = true,
             Technique::NodeCopies => w.node_copies = true,
             Technique::SizeBoard => w.size_board = true,
+            Technique::ReadLease => w.read_lease = true,
             Technique::DirectLinks => w.direct_links = true,
             Technique::NegativeLookups => w.negative_lookups = true,
             Technique::RememberedSites => w.remembered_sites = true,

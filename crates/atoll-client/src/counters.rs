@@ -44,6 +44,10 @@ pub static REMOTE_COPY_FETCHES: AtomicU64 = AtomicU64::new(0);
 /// ask (`sizes`).
 pub static SIZE_BOARD_HITS: AtomicU64 = AtomicU64::new(0);
 pub static SIZE_BOARD_MISSES: AtomicU64 = AtomicU64::new(0);
+/// Reads of a regular file answered from blocks learnt before without a
+/// message, and reads that could have been but asked (`lease`).
+pub static READ_LEASE_HITS: AtomicU64 = AtomicU64::new(0);
+pub static READ_LEASE_MISSES: AtomicU64 = AtomicU64::new(0);
 
 /// Events since the last report that trigger a report on their own.
 const REPORT_EVERY: u64 = 4096;
@@ -55,7 +59,7 @@ static PENDING: AtomicU64 = AtomicU64::new(0);
 static LAST_REPORT_SECS: AtomicU64 = AtomicU64::new(0);
 
 /// How many counters [`all`] lists.
-const COUNTERS: usize = 20;
+const COUNTERS: usize = 22;
 
 static REPORTED: [AtomicU64; COUNTERS] = [const { AtomicU64::new(0) }; COUNTERS];
 
@@ -81,6 +85,8 @@ fn all() -> [&'static AtomicU64; COUNTERS] {
         &REMOTE_COPY_FETCHES,
         &SIZE_BOARD_HITS,
         &SIZE_BOARD_MISSES,
+        &READ_LEASE_HITS,
+        &READ_LEASE_MISSES,
     ]
 }
 
@@ -148,6 +154,8 @@ fn take() -> ClientCounters {
         remote_copy_fetches: d[17],
         size_board_hits: d[18],
         size_board_misses: d[19],
+        read_lease_hits: d[20],
+        read_lease_misses: d[21],
     }
 }
 

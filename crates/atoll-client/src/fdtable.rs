@@ -158,6 +158,11 @@ impl DescRef {
     pub fn desc(&self) -> DescId {
         DescId(self.s().desc.load(Ordering::Relaxed))
     }
+    /// The slot's index in the table (below [`MAX_DESCS`]): a key for
+    /// per-description state kept elsewhere (`lease`).
+    pub fn slot_index(&self) -> usize {
+        self.slot
+    }
     pub fn ino(&self) -> InodeId {
         InodeId(self.s().ino.load(Ordering::Relaxed))
     }

@@ -84,6 +84,7 @@ mod imagetag;
 mod incoherent;
 mod inotify;
 pub mod intr;
+mod lease;
 mod loadmap;
 mod lockmarks;
 mod mapping;

@@ -19,6 +19,7 @@
 //!  charged[servers]                   GAUGES words each
 //!  gauge[GAUGES]                      128 bytes each
 //!  sizes[servers][SIZE_SLOTS]         32 bytes each (the size board)
+//!  leases[servers][LEASE_SLOTS]       64 bytes each (the lease board)
 //! ```
 //!
 //! `servers` is the room: the block is made for every server the instance
@@ -43,6 +44,8 @@ use std::io;
 #[cfg(not(loom))]
 use std::os::fd::{BorrowedFd, OwnedFd};
 
+#[cfg(not(loom))]
+use crate::lease::{LeaseSlot, LeaseTicket, LEASE_SLOTS};
 #[cfg(not(loom))]
 use crate::region::SharedRegion;
 use crate::ring::Padded;
@@ -234,6 +237,8 @@ const GAUGE_BYTES: usize = std::mem::size_of::<Padded<Gauge>>();
 #[cfg(not(loom))]
 const SLOT_BYTES: usize = std::mem::size_of::<SizeSlot>();
 #[cfg(not(loom))]
+const LEASE_BYTES: usize = std::mem::size_of::<LeaseSlot>();
+#[cfg(not(loom))]
 const CHARGED_BYTES: usize = std::mem::size_of::<Padded<[AtomicU64; GAUGES]>>();
 
 /// Per-instance control block: one doorbell per server, published load,
@@ -248,6 +253,11 @@ pub struct Control {
 impl Control {
     /// Bytes of a control block for `servers` servers.
     pub const fn size(servers: usize) -> usize {
+        Self::leases_at(servers) + servers * LEASE_SLOTS * LEASE_BYTES
+    }
+
+    /// Where the lease board starts: after the size board.
+    const fn leases_at(servers: usize) -> usize {
         Self::board_at(servers) + servers * SIZE_SLOTS * SLOT_BYTES
     }
 
@@ -646,6 +656,48 @@ impl Control {
         let size = self.size_slot(server, slot_of(ino)).read(ino, generation)?;
         // The incarnation that wrote it may have ended while we read.
         (self.generation(server) == generation && !self.is_down(server)).then_some(size)
+    }
+
+    /// Slot `k` of server `server`'s lease board (`lease`): written by
+    /// that server alone.
+    ///
+    /// # Panics
+    /// If `server` or `k` is out of range (a caller bug).
+    pub fn lease_slot(&self, server: usize, k: usize) -> &LeaseSlot {
+        assert!(
+            server < self.servers && k < LEASE_SLOTS,
+            "no lease slot {server}/{k}"
+        );
+        let off = Self::leases_at(self.servers) + (server * LEASE_SLOTS + k) * LEASE_BYTES;
+        // SAFETY: inside the block (its size, checked at create/map,
+        // counts every server's slots), 64-aligned (page-aligned base,
+        // 128-multiple sections and 32-byte slots in even numbers before
+        // it); a slot is atomics only.
+        unsafe { &*(self.region.as_ptr().add(off) as *const LeaseSlot) }
+    }
+
+    /// Client side, before a copy without a message: inode `ino` (its raw
+    /// id) of `server` as the server's current incarnation published it
+    /// in the lease board; `None` if the slot holds another inode or an
+    /// older incarnation's word, or the server is down (then ask it).
+    pub fn lease_begin(&self, server: usize, ino: u64) -> Option<LeaseTicket> {
+        if server >= self.servers || self.is_down(server) {
+            return None;
+        }
+        let generation = self.generation(server);
+        let t = self
+            .lease_slot(server, slot_of(ino))
+            .begin(ino, generation)?;
+        (self.generation(server) == generation).then_some(t)
+    }
+
+    /// Client side, after the copy: nothing was published in the slot
+    /// since [`lease_begin`](Self::lease_begin), and the incarnation that
+    /// published it still serves.
+    pub fn lease_still(&self, server: usize, ino: u64, t: &LeaseTicket) -> bool {
+        self.lease_slot(server, slot_of(ino)).still(t)
+            && self.generation(server) == LeaseSlot::generation(t)
+            && !self.is_down(server)
     }
 
     /// How many turns server `server`'s loop has made (wrapping).

@@ -106,6 +106,8 @@ pub mod bench;
 #[cfg(not(loom))]
 mod channel;
 mod control;
+#[cfg_attr(loom, allow(dead_code))]
+pub mod lease;
 pub mod liveness;
 mod pool;
 #[cfg(not(loom))]
@@ -128,6 +130,7 @@ pub use control::Control;
 pub use control::Doorbell;
 #[cfg(not(loom))]
 pub use control::{Gauge, GAUGES, GAUGE_INODES, GAUGE_NAMES};
+pub use lease::{LeaseSlot, LeaseTicket, LEASE_SLOTS};
 pub use pool::{BlockPool, PoolRep, RepCounts, POOL_MAX_SERVERS};
 #[cfg(not(loom))]
 pub use region::SharedRegion;

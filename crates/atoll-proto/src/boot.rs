@@ -165,6 +165,11 @@ pub struct Without {
     /// (`atoll_msg::sizes`): every `lseek(SEEK_END)` asks the owner.
     #[serde(default)]
     pub size_board: bool,
+    /// Clients read no file data without a message: every `read` of a
+    /// regular file is a `Read` round trip, also of blocks it learnt
+    /// before (client `lease.rs`, `atoll_msg::lease`).
+    #[serde(default)]
+    pub read_lease: bool,
     /// Nodes that are not the first make no direct links to each other's
     /// file servers (`atoll node`, `node/peers.rs`): a program's calls to
     /// another node's members go through the first node.

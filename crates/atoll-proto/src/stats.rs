@@ -238,6 +238,13 @@ pub struct ClientCounters {
     pub size_board_hits: u64,
     #[serde(default)]
     pub size_board_misses: u64,
+    /// Reads of a regular file copied from blocks learnt before, without
+    /// a message, and reads that asked because the file's data version
+    /// had moved or its atime was due (`atoll_msg::lease`).
+    #[serde(default)]
+    pub read_lease_hits: u64,
+    #[serde(default)]
+    pub read_lease_misses: u64,
 }
 
 /// What one session (a client process) asked of one server, and what its

@@ -77,6 +77,9 @@ pub fn read_at(
         if let Some(r) = crate::rcache::read(c, lane, d.ino(), d.desc(), buf, at) {
             return r;
         }
+        if c.direct_data() {
+            return read_extents(c, lane, d.desc(), buf, off, false, Some(d));
+        }
     }
     read_id(c, lane, d.desc(), buf, off)
 }
@@ -93,7 +96,7 @@ pub fn read_id(
         // The bytes travel in messages (`ReadData`).
         return crate::msgdata::read(c, lane, desc, buf, off);
     }
-    read_extents(c, lane, desc, buf, off, false)
+    read_extents(c, lane, desc, buf, off, false, None)
 }
 
 /// `read`/`pread64` into a program buffer nobody has probed yet: only the
@@ -124,7 +127,7 @@ pub fn read_where_copied(
     if let Err(e) = check_readable(d) {
         return Some(Err(e));
     }
-    let mut at_local = |at| read_extents(c, lane, d.desc(), buf, Some(at), true);
+    let mut at_local = |at| read_extents(c, lane, d.desc(), buf, Some(at), true, Some(d));
     match off {
         Some(at) => Some(at_local(at)),
         None => crate::hybrid::read_at_local_offset(c, d, at_local),
@@ -134,7 +137,9 @@ pub fn read_where_copied(
 /// The `Read` loop of [`read_id`] over the mapped buffer cache. With
 /// `probe`, `buf` is unchecked program memory: each reply's granted
 /// length is probed writable before any byte of it is copied (`EFAULT`
-/// if not).
+/// if not). With the description `lease` and an offset, blocks an earlier
+/// reply named may be read without a message, and the first reply's
+/// blocks are remembered for the next reads (`lease`).
 fn read_extents(
     c: &Client,
     lane: &Lane,
@@ -142,7 +147,15 @@ fn read_extents(
     buf: &mut [u8],
     off: Option<u64>,
     probe: bool,
+    lease: Option<&DescRef>,
 ) -> Result<usize> {
+    let lease = lease.filter(|_| off.is_some() && buf.len() <= CHUNK);
+    if let (Some(d), Some(at)) = (lease, off) {
+        if let Some(n) = crate::lease::read(c, d, buf, at, probe) {
+            return Ok(n);
+        }
+    }
+    let mut learner = lease.and_then(|d| crate::lease::Learner::before(c, d));
     let server = desc.server();
     let mut done = 0usize;
     let mut watched = false;
@@ -150,6 +163,12 @@ fn read_extents(
     // (relatime) on Linux, which only the server keeps.
     loop {
         let want = (buf.len() - done).min(CHUNK);
+        // A learning read asks for a window past the bytes wanted (only
+        // `want` of them are copied: the rest is for the reads to come).
+        let ask = match learner {
+            Some(_) => (want as u64).max(crate::lease::WINDOW),
+            None => want as u64,
+        };
         let offset = off.map(|o| o + done as u64);
         let dst = &mut buf[done..done + want];
         let got = await_writers(|| {
@@ -165,10 +184,13 @@ fn read_extents(
                     server,
                     Request::Read {
                         desc,
-                        len: want as u64,
+                        len: ask,
                         offset,
                     },
                     |at, len, e| {
+                        if let Some(l) = learner.as_mut() {
+                            l.saw(&e);
+                        }
                         let n = (len as usize).min(want);
                         if !probed {
                             // Every extent of the reply carries its whole
@@ -190,6 +212,9 @@ fn read_extents(
             }
             let granted = granted?;
             watched |= granted.watched;
+            if let (Some(l), Some(d)) = (learner.take(), lease) {
+                l.learnt(d, granted.offset, granted.len, granted.watched);
+            }
             Ok((granted.len as usize).min(want))
         })?;
         done += got;

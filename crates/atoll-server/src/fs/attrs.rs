@@ -50,6 +50,11 @@ impl<S: BlockStore> FileServer<S> {
         if any_time && !explicit && !who.owns(i.uid) && may(i, who, MAY_WRITE).is_err() {
             return Err(Errno::EACCES);
         }
+        if set.size.is_some() {
+            // Before a truncated tail is zeroed: a copy under way fails
+            // (`leases`).
+            self.lease_revoke(ino);
+        }
         let t = now();
         let i = self.inodes.get_mut(&ino).ok_or(Errno::ENOENT)?;
         let mut changed = false;

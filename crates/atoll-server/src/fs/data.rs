@@ -54,6 +54,8 @@ impl<S: BlockStore> FileServer<S> {
         // Before the grant's reply: a size read without a message sees
         // every write acknowledged (`sizes`).
         self.size_changed(ino);
+        // Its data version, for the client's next reads (`leases`).
+        self.lease_claim(ino);
         Ok((off, got, extents))
     }
 
@@ -125,8 +127,10 @@ impl<S: BlockStore> FileServer<S> {
             }
         }
         // Before the grant's reply: a size read without a message sees
-        // every write acknowledged (`sizes`).
+        // every write acknowledged (`sizes`), and block lists learnt
+        // before are of an older version (`leases`).
         self.size_changed(ino);
+        self.lease_granted(ino);
         Ok((off, got, extents))
     }
 

@@ -68,6 +68,7 @@ macro_rules! state_fields {
                     acct: _,
                     ops: _,
                     sizes: _,
+                    leases: _,
                     $($field: _,)*
                 } = self;
                 let image = ImageRef {

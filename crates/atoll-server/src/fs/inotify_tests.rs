@@ -868,3 +868,26 @@ fn a_cross_server_rename_over_a_watched_file_reports_its_end_after_the_names() {
     assert_eq!(masks, want);
     assert!(rm_watch_gone(&mut fs, q, kwd));
 }
+
+/// A watch appearing anywhere on the server stops reads without a
+/// message: each may owe an `IN_ACCESS` (`leases`).
+#[test]
+fn a_watch_stops_reads_without_a_message() {
+    let mut fs = server();
+    let (ino, d) = create(&mut fs, b"f");
+    write(&mut fs, d, 100, Some(0));
+    let done = Request::WriteDone {
+        ino,
+        offset: 0,
+        len: 100,
+    };
+    ok(&mut fs, S1, done);
+    assert!(!read(&mut fs, d, 100));
+    let until = |fs: &FileServer<MemStore>| fs.published_lease(ino).expect("held").1;
+    assert!(until(&fs) > 1, "read: the atime is fresh");
+    let (q, _) = queue(&mut fs, S2);
+    watch(&mut fs, S2, q, ino, atoll_proto::inotify::IN_ACCESS).unwrap();
+    assert_eq!(until(&fs), 0, "watched: not even through O_NOATIME");
+    assert!(read(&mut fs, d, 100), "the read by message reports it");
+    assert_eq!(until(&fs), 0, "still watched");
+}

@@ -76,6 +76,7 @@ mod mapping;
 mod namespace;
 mod ops;
 pub use ops::changes_nothing;
+mod leases;
 pub(crate) mod ordered;
 mod perm;
 mod pipe;
@@ -293,6 +294,9 @@ pub struct FileServer<S> {
     /// Where sizes are published for clients (`sizes`); none while a
     /// journal is replayed.
     sizes: Option<sizes::SizeBoard>,
+    /// Where data versions are published for reads without a message
+    /// (`leases`); attached with the size board.
+    leases: Option<leases::LeaseBoard>,
 }
 
 /// A provisional name `(dir, name)` → `ino` added by `session`'s `Link`
@@ -371,6 +375,7 @@ impl<S: BlockStore> FileServer<S> {
             texts: text::Texts::default(),
             hot: hotdirs::HotDirs::default(),
             sizes: None,
+            leases: None,
             cfg,
         };
         #[cfg(test)]
@@ -442,6 +447,8 @@ impl<S: BlockStore> FileServer<S> {
                 }
             }
         }
+        // Its mappings and descriptions may have let blocks go (`leases`).
+        self.lease_sync_all();
         self.set_requester(0);
         let owner = LockOwner::Process(session.0);
         for inode in self.inodes.values_mut() {
@@ -612,6 +619,7 @@ impl<S: BlockStore> FileServer<S> {
             false => None,
         };
         self.hold_freed(plan.as_ref());
+        let subject = self.lease_subject(&req);
         let moved = (self.transfers.copy_bytes, self.transfers.share_bytes);
         let mut r = self.dispatch(session, &who, req, out);
         if moved != (self.transfers.copy_bytes, self.transfers.share_bytes) {
@@ -633,6 +641,7 @@ impl<S: BlockStore> FileServer<S> {
             // Taped: the policy's answer shapes the state (`tape`).
             self.adapt_observe(session, dir, tape::instant());
         }
+        self.lease_after(subject);
         let count = self.settle();
         if let Ok(Reply::Opened { served, .. }) = &mut r {
             // The count with this `Open` in it: nothing else is served
@@ -641,6 +650,8 @@ impl<S: BlockStore> FileServer<S> {
         }
         #[cfg(test)]
         self.check_size_board();
+        #[cfg(test)]
+        self.check_lease_board();
         let ns = t0.elapsed().as_nanos() as u64;
         self.requests += 1;
         self.ops[op].0 += 1;
@@ -885,6 +896,11 @@ impl<S: BlockStore> FileServer<S> {
         if let Some(i) = self.inodes.get_mut(&ino) {
             i.links = i.links.saturating_sub(1);
             i.ctime = now();
+            // The atime is now stale (relatime): reads go by message.
+            self.lease_sync(ino);
+            let Some(i) = self.inodes.get_mut(&ino) else {
+                return;
+            };
             if i.ftype == FileType::Directory && i.links == 0 {
                 let shard = self.shards.remove(&ino);
                 self.removed.insert(ino, true);

@@ -229,6 +229,8 @@ impl<S: BlockStore> FileServer<S> {
                 if i.size > 0 && self.notify.busy() {
                     self.notify.truncated = true; // reported after `IN_OPEN`
                 }
+                // Before the tail is zeroed: a copy under way fails (`leases`).
+                self.lease_revoke(ino);
                 let i = self.inodes.get_mut(&ino).ok_or(Errno::ENOENT)?;
                 i.truncate(&mut self.cache, 0);
                 i.modified(now());
@@ -497,6 +499,7 @@ impl<S: BlockStore> FileServer<S> {
             i.linkable = false;
             i.ctime = now();
         }
+        self.lease_sync(ino); // a stale atime now (`leases`)
         if let Some(v) = victim {
             if v.ftype == FileType::Directory {
                 self.drop_dir_shard(v.ino);
@@ -809,6 +812,7 @@ impl<S: BlockStore> FileServer<S> {
         if let Some(i) = self.inodes.get_mut(&ino) {
             i.ctime = now();
         }
+        self.lease_sync(ino); // a stale atime now (`leases`)
     }
 
     pub(super) fn readdir<'o>(

@@ -99,6 +99,8 @@ impl ClientReports {
         t.remote_copy_fetches += k.remote_copy_fetches;
         t.size_board_hits += k.size_board_hits;
         t.size_board_misses += k.size_board_misses;
+        t.read_lease_hits += k.read_lease_hits;
+        t.read_lease_misses += k.read_lease_misses;
         let s = self.per_session.entry(session).or_default();
         s.0 += k.dcache_hits;
         s.1 += k.dcache_misses;

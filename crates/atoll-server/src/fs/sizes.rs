@@ -60,6 +60,11 @@ impl<S: BlockStore> FileServer<S> {
     /// `generation` of this server (the value `Control::advance_generation`
     /// returned for it).
     pub fn attach_size_board(&mut self, control: Rc<Control>, generation: u64) {
+        self.leases = Some(super::leases::LeaseBoard::new(
+            control.clone(),
+            self.cfg.index,
+            generation,
+        ));
         self.sizes = Some(SizeBoard::new(control, self.cfg.index, generation));
     }
 
@@ -74,6 +79,8 @@ impl<S: BlockStore> FileServer<S> {
 
     /// `ino`'s size may have changed: publish it if it holds its slot.
     pub(super) fn size_changed(&mut self, ino: InodeId) {
+        // A size change is a change of what a block list says (`leases`).
+        self.lease_sync(ino);
         let Some(b) = self.sizes.as_mut() else {
             return;
         };
@@ -99,6 +106,7 @@ impl<S: BlockStore> FileServer<S> {
 
     /// `ino` was freed: its slot, if it holds it, holds nobody.
     pub(super) fn size_slot_freed(&mut self, ino: InodeId) {
+        self.lease_freed(ino);
         let Some(b) = self.sizes.as_mut() else {
             return;
         };
@@ -113,11 +121,13 @@ impl<S: BlockStore> FileServer<S> {
     pub fn retire_size_board(&mut self) {
         self.forget_size_slots();
         self.sizes = None;
+        self.leases = None;
     }
 
     /// The state is replaced (`image`): the slots held name inodes of
     /// the old one, so they hold nobody now.
     pub(super) fn forget_size_slots(&mut self) {
+        self.forget_lease_slots();
         let Some(b) = self.sizes.as_mut() else {
             return;
         };

@@ -51,6 +51,9 @@ impl<S: BlockStore> FileServer<S> {
         let need = i
             .missing(first, last)
             .saturating_sub(i.deferred.len() as u64);
+        // Before bytes are zeroed or blocks freed: a copy under way fails
+        // (`leases`).
+        self.lease_revoke(ino);
         let i = self.inodes.get_mut(&ino).ok_or(Errno::ENOENT)?;
         let t = now();
         match mode & !FALLOC_KEEP_SIZE {

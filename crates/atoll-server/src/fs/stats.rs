@@ -67,6 +67,8 @@ impl<S: BlockStore> FileServer<S> {
             ("remote_copies.fetches", k.remote_copy_fetches),
             ("size_board.hits", k.size_board_hits),
             ("size_board.misses", k.size_board_misses),
+            ("read_lease.hits", k.read_lease_hits),
+            ("read_lease.misses", k.read_lease_misses),
         ] {
             if n > 0 {
                 v.push((name.into(), n));

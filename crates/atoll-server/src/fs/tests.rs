@@ -11,6 +11,7 @@ mod acl;
 mod data;
 mod descs;
 mod hostile;
+mod leases;
 mod mapping;
 mod names;
 mod perm;

@@ -3,7 +3,7 @@
 
 use atoll_proto::Request;
 
-pub(super) const OP_NAMES: [&str; 69] = [
+pub(super) const OP_NAMES: [&str; 70] = [
     "SetGroups",
     "Lookup",
     "Open",
@@ -73,6 +73,7 @@ pub(super) const OP_NAMES: [&str; 69] = [
     "InotifyNamed",
     "Receive",
     "DnotifyRegister",
+    "SetAttrPosted",
 ];
 
 /// Requests after which the server holds nothing it did not hold before,
@@ -168,5 +169,6 @@ pub(super) fn op_index(req: &Request<'_>) -> usize {
         InotifyNamed { .. } => 66,
         Receive { .. } => 67,
         DnotifyRegister { .. } => 68,
+        SetAttrPosted { .. } => 69,
     }
 }

@@ -2,8 +2,10 @@
  * description: two threads ("threads") or a parent and its forked child
  * ("fork"). Each call is made after the other's returned (a turn word in
  * shared memory, which asks no server), so the file's mode must always be
- * the last call's: the partner checks it by path every few turns, and the
- * parent once both are done. Prints the number of checks that failed.
+ * the last call's: the partner checks it by path every few turns, by a
+ * descriptor it opened before the other's call (fstat) every few others,
+ * and the parent once both are done. Prints the number of checks that
+ * failed.
  *
  * usage: order FILE threads|fork TURNS */
 #define _GNU_SOURCE
@@ -45,20 +47,48 @@ static void check(int i, const char *when) {
     }
 }
 
+/* fstat of a descriptor opened before turn i - 1 was made. */
+static void check_opened(int kept, int i) {
+    struct stat st;
+    if (fstat(kept, &st) != 0) {
+        perror("fstat");
+        exit(2);
+    }
+    if ((st.st_mode & 07777) != mode_of(i)) {
+        printf("opened turn %d: mode %o, want %o\n", i, st.st_mode & 07777, mode_of(i));
+        atomic_fetch_add(&sh->bad, 1);
+    }
+    close(kept);
+}
+
 static void *side(void *arg) {
-    int me = (int)(long)arg;
+    int me = (int)(long)arg, kept = -1;
     for (int i = me; i < turns; i += 2) {
         while (atomic_load(&sh->turn) != i)
             sched_yield();
         /* The partner's call returned: every few turns, see it first. */
         if (i > 0 && i % 5 == 0)
             check(i - 1, "before");
+        if (kept >= 0) {
+            check_opened(kept, i - 1);
+            kept = -1;
+        }
         if (fchmod(fd, mode_of(i)) != 0) {
             perror("fchmod");
             exit(2);
         }
+        /* Opened now, looked at after the partner's next call. */
+        if (i % 3 == 0 && i + 2 < turns) {
+            kept = open(path, O_RDONLY);
+            if (kept < 0) {
+                perror("open");
+                exit(2);
+            }
+        }
         atomic_store(&sh->turn, i + 1);
     }
+    if (kept >= 0)
+        close(kept);
     return NULL;
 }
 
@@ -88,6 +118,7 @@ int main(int argc, char **argv) {
         pid_t child = fork();
         if (child == 0) {
             side((void *)1L);
+            fflush(stdout);
             _exit(0);
         }
         side((void *)0L);

@@ -111,6 +111,20 @@ pub(super) fn drain<S: BlockStore>(
     fs: &mut FileServer<S>,
     chans: &mut [Chan],
 ) -> bool {
+    drain_with(chans, |chans, j| {
+        serve_chan(at, fs, chans, j);
+        !fs.is_poisoned()
+    })
+}
+
+/// [`drain`], serving channel `j`'s head by `serve(chans, j)`, which says
+/// whether to go on (not after a request that poisoned the server). Also
+/// used when a session ended: its rings' last posted changes may have
+/// been made after another ring's returned (`on_admin`).
+pub(super) fn drain_with(
+    chans: &mut [Chan],
+    mut serve: impl FnMut(&mut [Chan], usize) -> bool,
+) -> bool {
     let mut budget = MAX_DRAINED;
     // The tickets at the heads when last looked.
     let mut before: Vec<u64> = Vec::new();
@@ -118,7 +132,8 @@ pub(super) fn drain<S: BlockStore>(
     // Looks that served nothing are bounded too (tickets that keep
     // arriving lower than the last look's).
     let mut looks = 0;
-    while budget > 0 && looks < MAX_DRAINED && !fs.is_poisoned() {
+    let mut go_on = true;
+    while go_on && budget > 0 && looks < MAX_DRAINED {
         looks += 1;
         now.clear();
         let mut lowest: Option<(u64, usize)> = None;
@@ -126,10 +141,10 @@ pub(super) fn drain<S: BlockStore>(
             if chans[j].pending.is_some() {
                 continue; // its lane waits for a reply: it sent nothing
             }
-            while budget > 0 {
+            while go_on && budget > 0 {
                 match head(&chans[j]) {
                     Ok(Head::Posted) => {
-                        serve_chan(at, fs, chans, j);
+                        go_on = serve(chans, j);
                         budget -= 1;
                     }
                     Ok(Head::Ticket(t)) => {
@@ -147,8 +162,8 @@ pub(super) fn drain<S: BlockStore>(
             return true;
         };
         // Served only if seen in a look before this whole one.
-        if before.contains(&t) && budget > 0 {
-            serve_chan(at, fs, chans, j);
+        if go_on && before.contains(&t) && budget > 0 {
+            go_on = serve(chans, j);
             budget -= 1;
         }
         std::mem::swap(&mut before, &mut now);

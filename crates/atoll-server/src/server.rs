@@ -610,6 +610,36 @@ struct Bufs {
     notice: Vec<u8>,
 }
 
+/// Serve the request at the head of `c` outside a round (a session that
+/// ended, a posted frame): its reply, if any, goes nowhere. Whether there
+/// was one.
+fn serve_left<S: BlockStore>(
+    fs: &mut FileServer<S>,
+    journal: Option<&Journal>,
+    c: &Chan,
+    bufs: &mut Bufs,
+) -> bool {
+    let got = c.ch.try_recv(|bytes| {
+        if let Some(j) = journal {
+            // Not served twice by a successor (`take_over`).
+            let id = postcard::take_from_bytes::<u64>(bytes).map_or(0, |(id, _)| id);
+            j.owe(c.session, c.lane, id);
+        }
+        serve_frame_kept(
+            fs,
+            journal,
+            c.session,
+            bytes,
+            &mut bufs.scratch,
+            &mut bufs.reply,
+        )
+    });
+    if let Some(j) = journal {
+        j.settle();
+    }
+    matches!(got, Ok(Some(_)))
+}
+
 /// One internal message from the boot thread (fos §3.4.1: served before
 /// any request). `Some(exit)` when the loop must end.
 fn on_admin<S: BlockStore>(
@@ -637,25 +667,20 @@ fn on_admin<S: BlockStore>(
             });
         }
         Admin::SessionClosed(s) => {
+            // Posted attribute changes in ticket order first, of every
+            // ring (`posted`): the session's last may have been made after
+            // another ring's returned. Posted frames only: no reply.
+            posted::drain_with(chans, |chans, j| {
+                serve_left(fs, journal, &chans[j], bufs);
+                !fs.is_poisoned()
+            });
             // What the session sent before it died still happens
             // (e.g. the posted `Adopt` that completes a creation,
             // Hare §3.7.5); replies go nowhere. Bounded: nobody
             // can add to a dead session's rings for long.
             for c in chans.iter().filter(|c| c.session == s) {
                 for _ in 0..1024 {
-                    let got = c.ch.try_recv(|bytes| {
-                        if let Some(j) = journal {
-                            // Not served twice by a successor (`take_over`).
-                            let id =
-                                postcard::take_from_bytes::<u64>(bytes).map_or(0, |(id, _)| id);
-                            j.owe(s, c.lane, id);
-                        }
-                        serve_frame_kept(fs, journal, s, bytes, &mut bufs.scratch, &mut bufs.reply)
-                    });
-                    if let Some(j) = journal {
-                        j.settle();
-                    }
-                    if !matches!(got, Ok(Some(_))) {
+                    if !serve_left(fs, journal, c, bufs) {
                         break;
                     }
                 }

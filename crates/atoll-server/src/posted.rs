@@ -170,3 +170,95 @@ pub(super) fn drain_with(
     }
     false
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::AsFd;
+
+    use atoll_proto::{encode, Cred, SetAttr, Timespec, MAX_FRAME, POSTED, ROOT};
+
+    use super::*;
+
+    /// A channel of session 1 and its client end.
+    fn channel(lane: u32) -> (Chan, atoll_msg::ClientChannel) {
+        let (fd, server) = ServerChannel::create().unwrap();
+        let client = atoll_msg::ClientChannel::map(fd.as_fd()).unwrap();
+        let chan = Chan {
+            session: SessionId(1),
+            lane,
+            ch: Arc::new(server),
+            pending: None,
+            requests: 0,
+        };
+        (chan, client)
+    }
+
+    /// Send `req` on `client`, posted or waiting.
+    fn send(client: &atoll_msg::ClientChannel, posted: bool, req: Request<'_>) {
+        let mut buf = [0u8; MAX_FRAME];
+        let frame = RequestFrame {
+            id: if posted { 7 | POSTED } else { 7 },
+            cred: Cred::default(),
+            pid: 0,
+            req,
+            vouched: Default::default(),
+        };
+        client
+            .send_unrung(encode(&frame, &mut buf).unwrap())
+            .unwrap();
+    }
+
+    fn ticketed(ticket: u64) -> Request<'static> {
+        Request::SetAttrPosted {
+            ino: ROOT,
+            set: SetAttr::NONE,
+            ticket,
+            at: Timespec { sec: 0, nsec: 0 },
+        }
+    }
+
+    fn lookup() -> Request<'static> {
+        Request::Lookup {
+            dir: ROOT,
+            name: b".",
+        }
+    }
+
+    /// Heads of four rings, each ring's tickets rising (as one lane's
+    /// are), the rings' interleaved: the drain serves every posted frame,
+    /// the attribute changes lowest ticket first, and leaves the request
+    /// that waits.
+    #[test]
+    fn a_drain_serves_posted_changes_by_ticket_across_rings_and_leaves_calls() {
+        let (mut chans, mut clients) = (Vec::new(), Vec::new());
+        for lane in 0..4 {
+            let (c, cl) = channel(lane);
+            chans.push(c);
+            clients.push(cl);
+        }
+        send(&clients[0], true, lookup());
+        send(&clients[0], true, ticketed(4));
+        send(&clients[0], true, ticketed(6));
+        send(&clients[1], true, ticketed(1));
+        send(&clients[1], true, ticketed(5));
+        send(&clients[2], false, lookup());
+        send(&clients[3], true, ticketed(3));
+        let mut served = Vec::new();
+        let done = drain_with(&mut chans, |chans, j| {
+            let got = chans[j]
+                .ch
+                .try_recv(|b| match decode::<RequestFrame<'_>>(b).unwrap().req {
+                    Request::SetAttrPosted { ticket, .. } => ticket,
+                    _ => 0,
+                });
+            served.push(got.unwrap().unwrap());
+            true
+        });
+        assert!(done);
+        assert_eq!(served, [0, 1, 3, 4, 5, 6]);
+        assert_eq!(head(&chans[2]).unwrap(), Head::Waits);
+        for j in [0, 1, 3] {
+            assert_eq!(head(&chans[j]).unwrap(), Head::Empty);
+        }
+    }
+}

@@ -94,7 +94,7 @@ pub struct BenchArgs {
     pub servers: Vec<usize>,
     /// Switch a technique off in the atoll systems (Hare §5.4):
     /// dir-distribution, dir-cache, broadcast, direct-cache, coalescing,
-    /// affinity, hybrid-fd, size-board, read-lease, negative-lookups (with `--hosts`: any `atoll node` takes,
+    /// affinity, hybrid-fd, size-board, read-lease, negative-lookups, posted-attrs (with `--hosts`: any `atoll node` takes,
     /// e.g. remote-copies, node-copies, direct-links).
     #[arg(long = "without", value_name = "TECHNIQUE", value_delimiter = ',')]
     pub without: Vec<String>,

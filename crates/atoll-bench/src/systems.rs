@@ -140,10 +140,11 @@ pub fn parse_without(names: &[String]) -> anyhow::Result<atoll_proto::boot::With
             "negative_lookups" => &mut w.negative_lookups,
             "remembered_sites" => &mut w.remembered_sites,
             "reply_handoff" => &mut w.reply_handoff,
+            "posted_attrs" => &mut w.posted_attrs,
             other => bail!(
                 "unknown technique {other:?}; known: dir-distribution, dir-cache, broadcast, \
                  direct-cache, coalescing, affinity, hybrid-fd, recovery, processes, size-board, \
-                 read-lease, direct-links, negative-lookups, remembered-sites, reply-handoff"
+                 read-lease, direct-links, negative-lookups, remembered-sites, reply-handoff, posted-attrs"
             ),
         };
         *flag = true;

@@ -628,6 +628,10 @@ pub enum Technique {
     /// sleep on the reply instead for a while (`atoll node`, given to the
     /// first node); without it the pump polls, yielding, in every case
     ReplyHandoff,
+    /// `fchmod`, `fchown` and `futimens` of a regular file that cannot
+    /// fail, posted to the file's server with a ticket and the call's
+    /// time instead of waiting for its answer; without it each waits
+    PostedAttrs,
 }
 
 /// Parse a size: plain bytes, or a number with a binary unit suffix

@@ -173,6 +173,7 @@ fn without(list: &[Technique]) -> Without {
             Technique::NegativeLookups => w.negative_lookups = true,
             Technique::RememberedSites => w.remembered_sites = true,
             Technique::ReplyHandoff => w.reply_handoff = true,
+            Technique::PostedAttrs => w.posted_attrs = true,
         }
     }
     w

@@ -154,6 +154,7 @@ pub fn open_inode_via(
     flags: u32,
     via: Option<atoll_proto::EntryName<'_>>,
 ) -> Result<(DescId, atoll_proto::Attr)> {
+    let posted = crate::openattr::posted_mark(c, ino.owner());
     lane.call(
         c,
         ino.owner(),
@@ -164,7 +165,7 @@ pub fn open_inode_via(
                 _ => 0,
             };
             let (desc, attr) = opened(r).ok_or(Error::Protocol("OpenInode"))?;
-            crate::openattr::opened(c, ino.owner(), served, &attr);
+            crate::openattr::opened(c, ino.owner(), served, posted, &attr);
             Ok((desc, attr))
         },
     )
@@ -273,6 +274,7 @@ pub fn open(
             crate::dirperm::Vouches::new()
         };
         let call = || {
+            let posted = crate::openattr::posted_mark(c, server);
             lane.call_vouched(
                 c,
                 server,
@@ -294,7 +296,7 @@ pub fn open(
                         ..
                     } => {
                         crate::inotify::saw_watched(watched);
-                        crate::openattr::opened(c, server, served, &attr);
+                        crate::openattr::opened(c, server, served, posted, &attr);
                         Ok(R::Opened(desc, attr))
                     }
                     Reply::Entry { ino, ftype } => Ok(R::Entry(ino, ftype)),

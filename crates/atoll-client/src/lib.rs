@@ -105,6 +105,7 @@ mod pipefifo;
 mod pipepoll;
 mod pipesplit;
 mod pipeticket;
+mod postattr;
 mod procfd;
 mod proclink;
 mod procmounts;

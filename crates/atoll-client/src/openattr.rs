@@ -24,6 +24,9 @@ use crate::session::{Client, Lane};
 struct Kept {
     attr: Attr,
     served: u64,
+    /// The owner's count of posted attribute changes before the `Open`
+    /// was sent ([`posted_mark`]).
+    posted: u64,
 }
 
 thread_local! {
@@ -43,7 +46,14 @@ thread_local! {
 /// (PostMark: a `GetAttr` for four of every five opens); the reply's
 /// count covers the posted requests served ahead of the `Open` as well,
 /// whose effects the reply's attributes then already show.
-pub fn opened(c: &Client, server: usize, served: u64, attr: &Attr) {
+///
+/// `posted`: [`posted_mark`] read before the `Open` was sent. A posted
+/// `fchmod` (client `postattr.rs`) is counted before its call returns but
+/// may wait in its ring, unserved, past the `Open` and the served count
+/// it reports; one counted before the `Open` was sent was served first
+/// (server `posted.rs`), so the kept attributes hold only while the
+/// count still reads as it did then.
+pub fn opened(c: &Client, server: usize, served: u64, posted: u64, attr: &Attr) {
     let keep = served != 0
         && !c.info.remote
         && c.maps_cache()
@@ -53,8 +63,15 @@ pub fn opened(c: &Client, server: usize, served: u64, attr: &Attr) {
         l.set(keep.then_some(Kept {
             attr: *attr,
             served,
+            posted,
         }))
     });
+}
+
+/// Before an `Open` sent to `server`: its count of posted attribute
+/// changes, for [`opened`].
+pub fn posted_mark(c: &Client, server: usize) -> u64 {
+    c.control().posted_attrs(server)
 }
 
 /// The attributes of `ino` a `GetAttr` would answer now, if the last open
@@ -71,7 +88,10 @@ pub fn fresh(c: &Client, lane: &Lane, ino: InodeId) -> Option<Attr> {
     }
     let ctl = c.control();
     let owner = ino.owner();
-    if ctl.is_down(owner) || ctl.served(owner) != Some(k.served) {
+    if ctl.is_down(owner)
+        || ctl.served(owner) != Some(k.served)
+        || ctl.posted_attrs(owner) != k.posted
+    {
         return None;
     }
     Some(k.attr)

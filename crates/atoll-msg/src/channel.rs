@@ -238,6 +238,20 @@ impl ClientChannel {
         self.req.send(frame, || self.ended())
     }
 
+    /// [`send_unrung`](Self::send_unrung) unless the ring is full: then
+    /// [`send`](Self::send), ringing `doorbell`, since a server asleep
+    /// would otherwise never make the room a quiet post waits for (one
+    /// program posting `fchmod`s, nothing else, fills its ring).
+    pub fn send_quietly(&self, frame: &[u8], doorbell: &Doorbell) -> Result<(), MsgError> {
+        if self.ended() {
+            return Err(broken_pipe());
+        }
+        match self.req.try_send(frame) {
+            Err(MsgError::Full) => self.send(frame, doorbell),
+            other => other,
+        }
+    }
+
     /// Has the server taken every request sent on this channel? It
     /// releases a request only once it has served it (or put it aside),
     /// so whatever serving it published is visible after a `true`.

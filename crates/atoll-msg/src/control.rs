@@ -12,7 +12,8 @@
 //! ```text
 //!  header { magic, servers, members } 128 bytes
 //!  doorbell[servers]                  256 bytes each
-//!  load[servers]                      128 bytes each (load; published space; watches; served)
+//!  load[servers]                      128 bytes each (load; published space; watches; served;
+//!                                     posted attribute changes counted; their tickets)
 //!  state[servers]                     128 bytes each (down; core + 1)
 //!  heartbeat[servers]                 128 bytes each
 //!  generation[servers]                128 bytes each
@@ -487,6 +488,42 @@ impl Control {
     /// `None` out of range.
     pub fn served(&self, server: usize) -> Option<u64> {
         (server < self.servers).then(|| self.served_word(server).load(Ordering::Acquire))
+    }
+
+    /// Words 5 and 6 of server `server`'s load line: the posted attribute
+    /// changes clients counted ([`Control::count_posted_attrs`]) and the
+    /// tickets they took ([`Control::take_attr_ticket`]).
+    fn posted_attr_words(&self, server: usize) -> [&AtomicU64; 2] {
+        let load: *const AtomicU64 = self.load_word(server);
+        // SAFETY: as in `space_words`: words 5 and 6 of the 128-byte line
+        // the load word starts, in bounds, 8-aligned, no other field's.
+        unsafe { [&*load.add(5), &*load.add(6)] }
+    }
+
+    /// Client side, before a posted `SetAttrPosted` to `server` is
+    /// enqueued: its ticket. A change made after another returned took
+    /// its ticket after that one's, so the server, serving posted heads
+    /// in ticket order, applies it last (server `posted.rs`).
+    pub fn take_attr_ticket(&self, server: usize) -> u64 {
+        self.posted_attr_words(server)[1].fetch_add(1, Ordering::AcqRel)
+    }
+
+    /// Client side: a posted `SetAttrPosted` to `server` is in its ring,
+    /// and the call has not returned yet. Release: a server that reads the
+    /// new count (acquire) sees the frame.
+    pub fn count_posted_attrs(&self, server: usize) {
+        self.posted_attr_words(server)[0].fetch_add(1, Ordering::Release);
+    }
+
+    /// How many posted attribute changes clients counted at `server`
+    /// (0 out of range). The server drains posted frames before a request
+    /// that waits once this moved; a client keeps attributes an `Open`
+    /// answered only while it stands still (`client/src/openattr.rs`).
+    pub fn posted_attrs(&self, server: usize) -> u64 {
+        if server >= self.servers {
+            return 0;
+        }
+        self.posted_attr_words(server)[0].load(Ordering::Acquire)
     }
 
     /// `(files, free files)` as the gauges count them now: the inode

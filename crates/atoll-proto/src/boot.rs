@@ -191,6 +191,11 @@ pub struct Without {
     /// `node/head.rs`): it never hands the wait to its watcher.
     #[serde(default)]
     pub reply_handoff: bool,
+    /// Clients wait for the owner's answer to every `fchmod`, `fchown`
+    /// and `futimens` instead of posting the ones that cannot fail
+    /// (`Request::SetAttrPosted`, client `meta.rs`).
+    #[serde(default)]
+    pub posted_attrs: bool,
 }
 
 /// What every client learns when it attaches.

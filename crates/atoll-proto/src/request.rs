@@ -744,6 +744,23 @@ pub enum Request<'a> {
     SessionEnded {
         session: SessionId,
     },
+    /// `ino.owner()`, *posted*: `fchmod`/`fchown`/`futimens` of a regular
+    /// file on a descriptor, sent without waiting (client `meta.rs`,
+    /// server `posted.rs`). Only what cannot fail (the client's
+    /// capabilities allow it, no size). `ticket`: the owner's count of
+    /// posted attribute changes, taken before the frame was enqueued
+    /// (`Control::take_attr_ticket`); the owner serves posted heads of its
+    /// rings in ticket order, so of two such changes of one inode from two
+    /// rings the one made after the other returned is applied last. `at`:
+    /// the client's clock at the call, used for `ctime` and `UTIME_NOW`
+    /// times instead of the server's (also by the journal's replay).
+    /// → `Attr` (nobody reads it)
+    SetAttrPosted {
+        ino: InodeId,
+        set: SetAttr,
+        ticket: u64,
+        at: Timespec,
+    },
 }
 
 /// Where a `WriteData` stands in the write it is a piece of, when a client

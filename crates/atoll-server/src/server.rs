@@ -610,6 +610,36 @@ struct Bufs {
     notice: Vec<u8>,
 }
 
+/// Serve the request at the head of `c` outside a round (a session that
+/// ended, a posted frame): its reply, if any, goes nowhere. Whether there
+/// was one.
+fn serve_left<S: BlockStore>(
+    fs: &mut FileServer<S>,
+    journal: Option<&Journal>,
+    c: &Chan,
+    bufs: &mut Bufs,
+) -> bool {
+    let got = c.ch.try_recv(|bytes| {
+        if let Some(j) = journal {
+            // Not served twice by a successor (`take_over`).
+            let id = postcard::take_from_bytes::<u64>(bytes).map_or(0, |(id, _)| id);
+            j.owe(c.session, c.lane, id);
+        }
+        serve_frame_kept(
+            fs,
+            journal,
+            c.session,
+            bytes,
+            &mut bufs.scratch,
+            &mut bufs.reply,
+        )
+    });
+    if let Some(j) = journal {
+        j.settle();
+    }
+    matches!(got, Ok(Some(_)))
+}
+
 /// One internal message from the boot thread (fos §3.4.1: served before
 /// any request). `Some(exit)` when the loop must end.
 fn on_admin<S: BlockStore>(
@@ -637,25 +667,20 @@ fn on_admin<S: BlockStore>(
             });
         }
         Admin::SessionClosed(s) => {
+            // Posted attribute changes in ticket order first, of every
+            // ring (`posted`): the session's last may have been made after
+            // another ring's returned. Posted frames only: no reply.
+            posted::drain_with(chans, |chans, j| {
+                serve_left(fs, journal, &chans[j], bufs);
+                !fs.is_poisoned()
+            });
             // What the session sent before it died still happens
             // (e.g. the posted `Adopt` that completes a creation,
             // Hare §3.7.5); replies go nowhere. Bounded: nobody
             // can add to a dead session's rings for long.
             for c in chans.iter().filter(|c| c.session == s) {
                 for _ in 0..1024 {
-                    let got = c.ch.try_recv(|bytes| {
-                        if let Some(j) = journal {
-                            // Not served twice by a successor (`take_over`).
-                            let id =
-                                postcard::take_from_bytes::<u64>(bytes).map_or(0, |(id, _)| id);
-                            j.owe(s, c.lane, id);
-                        }
-                        serve_frame_kept(fs, journal, s, bytes, &mut bufs.scratch, &mut bufs.reply)
-                    });
-                    if let Some(j) = journal {
-                        j.settle();
-                    }
-                    if !matches!(got, Ok(Some(_))) {
+                    if !serve_left(fs, journal, c, bufs) {
                         break;
                     }
                 }
@@ -705,149 +730,6 @@ struct Round {
     waiting_on_clients: bool,
 }
 
-/// One round: at most one request from each channel, starting at
-/// `start` (round robin, so one busy client cannot starve the others);
-/// channels found dead or corrupt are closed and dropped. `Err` when the
-/// loop must end (a request panicked half way).
-#[allow(clippy::too_many_arguments)]
-fn serve_round<S: BlockStore>(
-    index: usize,
-    fs: &mut FileServer<S>,
-    journal: Option<&Journal>,
-    owing: Option<&Journal>,
-    chans: &mut Vec<Chan>,
-    start: usize,
-    bufs: &mut Bufs,
-    recorder: &mut Option<Recorder>,
-    owed: &mut Option<(usize, u64)>,
-) -> Result<Round, Exit> {
-    let mut round = Round::default();
-    let n = chans.len();
-    let mut dead = Vec::new();
-    for k in 0..n {
-        if fs.is_poisoned() {
-            // Answered `EIO` (unless posted); the state it left is not
-            // to be trusted (module docs).
-            return Err(Exit::Poisoned);
-        }
-        let idx = (start + k) % n;
-        let c = &mut chans[idx];
-        match deliver_parked(c) {
-            Ok(true) => {}
-            Ok(false) => {
-                round.waiting_on_clients = true;
-                continue;
-            }
-            Err(_) => {
-                dead.push(idx);
-                continue;
-            }
-        }
-        let (session, lane) = (c.session, c.lane);
-        let mut request_bytes = 0;
-        let got = c.ch.try_recv(|bytes| {
-            request_bytes = bytes.len();
-            if let Some(j) = owing {
-                // A successor settles it if this process dies now
-                // (`take_over`).
-                let id = postcard::take_from_bytes::<u64>(bytes).map_or(0, |(id, _)| id);
-                j.owe(session, lane, id);
-            }
-            serve_frame_kept(
-                fs,
-                journal,
-                session,
-                bytes,
-                &mut bufs.scratch,
-                &mut bufs.reply,
-            )
-        });
-        if matches!(got, Ok(Some(None))) {
-            if let Some(j) = owing {
-                j.settle(); // posted: nobody waits
-            }
-        }
-        if matches!(got, Ok(Some(_))) {
-            c.requests += 1;
-            round.served += 1;
-            if fs.kill_due_taken() {
-                // Out of its ring, not answered (`faults::KillPhase`).
-                crate::fs::faults::kill_self();
-            }
-        }
-        match got {
-            Ok(None) => {}
-            Ok(Some(reply)) => {
-                round.busy = true;
-                // Served (and journaled) but not yet answered: if the
-                // loop dies before the answer goes out, the rebuilt
-                // server answers `EIO` for it (`run`).
-                *owed = reply.and_then(|len| {
-                    postcard::take_from_bytes::<u64>(&bufs.reply[..len])
-                        .ok()
-                        .map(|(id, _)| (idx, id))
-                });
-                // Even a posted request can invalidate cached lookups.
-                let invalidations = if fs.has_notices() {
-                    deliver_notices(fs, chans, &mut bufs.notice)
-                } else {
-                    0
-                };
-                deliver_events(fs, journal);
-                if let Some(rec) = recorder.as_mut() {
-                    let reply_bytes = reply.unwrap_or(0);
-                    record(
-                        rec,
-                        fs,
-                        &chans[idx],
-                        index,
-                        request_bytes,
-                        reply_bytes,
-                        invalidations,
-                    );
-                }
-                let Some(len) = reply else {
-                    continue;
-                };
-                let c = &mut chans[idx];
-                match c.ch.try_reply(&bufs.reply[..len]) {
-                    Ok(()) => {}
-                    Err(MsgError::Full) => c.park(&bufs.reply[..len]),
-                    Err(_) => dead.push(idx),
-                }
-                if let Some(j) = owing {
-                    // Settled only now: a reply that waits for room is
-                    // parked in the channel first, so from here on a
-                    // successor delivers it (`take_over`), and before
-                    // here it answers `EIO`.
-                    j.settle();
-                }
-                *owed = None;
-            }
-            Err(e) => {
-                tracing::warn!("server {index}: dropping a channel of {session:?}: {e}");
-                if matches!(e, MsgError::Corrupt(_)) {
-                    fs.count_bad_request();
-                }
-                dead.push(idx);
-            }
-        }
-    }
-    if fs.is_poisoned() {
-        return Err(Exit::Poisoned);
-    }
-    if !dead.is_empty() {
-        dead.sort_unstable();
-        dead.dedup();
-        for idx in dead.into_iter().rev() {
-            // Closed, not just forgotten: a client waiting on it gets
-            // `EIO` instead of waiting for a reply that never comes.
-            chans.swap_remove(idx).ch.close();
-        }
-    }
-    Ok(round)
-}
-
 fn serve<S: BlockStore>(
     params: &ServerParams,
     fs: &mut FileServer<S>,
@@ -879,6 +761,10 @@ fn serve<S: BlockStore>(
     let mut served_since_wait = false;
     // Change notifications after the invalidations (`deliver_events`).
     fs.events_after_notices();
+    // Posted attribute changes drained for (`posted`): one less than
+    // counted, so that the first request that waits drains what a
+    // predecessor left in the rings.
+    let mut posted_seen = control.posted_attrs(index).wrapping_sub(1);
     // Ring count at the last look at `admin` (off by one: look at once).
     let mut admin_rings = doorbell.rings().wrapping_sub(1);
     loop {
@@ -920,7 +806,15 @@ fn serve<S: BlockStore>(
         }
         let owing = journal.filter(|_| params.process);
         let round = match serve_round(
-            index, fs, journal, owing, chans, start, &mut bufs, recorder, owed,
+            index,
+            fs,
+            (journal, owing),
+            chans,
+            start,
+            &mut bufs,
+            recorder,
+            owed,
+            (control, &mut posted_seen),
         ) {
             Ok(r) => r,
             Err(exit) => return exit,
@@ -984,6 +878,13 @@ pub use rebuilding::{rebuild, rebuild_answering};
 
 #[path = "takeover.rs"]
 mod takeover;
+
+#[path = "round.rs"]
+mod round;
+use round::serve_round;
+
+#[path = "posted.rs"]
+mod posted;
 #[cfg(test)]
 use takeover::settle_owed;
 use takeover::{answer_eio, deliver_parked, take_over};

@@ -212,7 +212,7 @@ impl Lane {
         let bytes = atoll_proto::encode(&frame, buf)?;
         match ring {
             true => self.send_frame(c, chan, server, bytes),
-            false => Ok(chan.send_unrung(bytes)?),
+            false => Ok(chan.send_quietly(bytes, c.control().doorbell(server))?),
         }
     }
 

@@ -102,7 +102,8 @@ pub(super) fn chmod(c: &'static Client, _: i64, a: &[u64; 6]) -> Result<Out> {
 
 pub(super) fn fchmod(c: &'static Client, _: i64, a: &[u64; 6]) -> Result<Out> {
     on_fd(c, fdarg(a[0]), |l, d| {
-        setattr(c, l, d.ino(), None, chmod_set(a[1]))
+        crate::postattr::setattr_fd(c, l, d, chmod_set(a[1]))?;
+        done(0)
     })
 }
 
@@ -135,7 +136,8 @@ pub(super) fn lchown(c: &'static Client, _: i64, a: &[u64; 6]) -> Result<Out> {
 
 pub(super) fn fchown(c: &'static Client, _: i64, a: &[u64; 6]) -> Result<Out> {
     on_fd(c, fdarg(a[0]), |l, d| {
-        setattr(c, l, d.ino(), None, chown_set(a[1], a[2]))
+        crate::postattr::setattr_fd(c, l, d, chown_set(a[1], a[2]))?;
+        done(0)
     })
 }
 
@@ -186,6 +188,13 @@ pub(super) fn ftruncate(c: &'static Client, _: i64, a: &[u64; 6]) -> Result<Out>
 pub(super) fn utimensat(c: &'static Client, _: i64, a: &[u64; 6]) -> Result<Out> {
     let fl = a[3] as i32;
     let times = meta::times_from_timespecs(a[2])?;
+    if a[1] == 0 && fl == 0 && crate::fdtable::is_atoll(fdarg(a[0])) {
+        // `futimens`: the descriptor itself.
+        return on_fd(c, fdarg(a[0]), |l, d| {
+            crate::postattr::setattr_fd(c, l, d, times_set(times))?;
+            done(0)
+        });
+    }
     on_entry(
         c,
         fdarg(a[0]),

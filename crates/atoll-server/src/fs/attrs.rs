@@ -3,12 +3,18 @@
 use super::*;
 
 impl<S: BlockStore> FileServer<S> {
+    /// `at`: the client's clock at the call, for a posted change
+    /// (`Request::SetAttrPosted`): its `ctime` and `UTIME_NOW` times,
+    /// which must not be when the frame happened to be served (after the
+    /// call returned). No later than now (a client may not date an inode
+    /// ahead), and `ctime` never goes back for it.
     pub(super) fn set_attr<'o>(
         &mut self,
         session: SessionId,
         who: &Caller,
         ino: InodeId,
         set: SetAttr,
+        at: Option<Timespec>,
     ) -> R<'o> {
         let has_w = self.has_writable_desc(session, ino);
         let i = self.inode(ino)?;
@@ -55,7 +61,10 @@ impl<S: BlockStore> FileServer<S> {
             // (`leases`).
             self.lease_revoke(ino);
         }
-        let t = now();
+        let t = match (now(), at) {
+            (n, Some(at)) if older(at, n) => at,
+            (n, _) => n,
+        };
         let i = self.inodes.get_mut(&ino).ok_or(Errno::ENOENT)?;
         let mut changed = false;
         if set.uid.is_some() || set.gid.is_some() {
@@ -99,7 +108,7 @@ impl<S: BlockStore> FileServer<S> {
         if set.mtime != TimeSet::Omit {
             i.mtime_set = t;
         }
-        if changed || any_time {
+        if (changed || any_time) && (at.is_none() || older(i.ctime, t)) {
             i.ctime = t;
         }
         let access_changed = i.ftype == FileType::Directory

@@ -116,7 +116,10 @@ impl<S: BlockStore> FileServer<S> {
                 Ok(Reply::Attr(a))
             }
             Q::Touched { dir, at } => self.touched(who, dir, at),
-            Q::SetAttr { ino, set, .. } => self.set_attr(session, who, ino, set),
+            Q::SetAttr { ino, set, .. } => self.set_attr(session, who, ino, set, None),
+            Q::SetAttrPosted { ino, set, at, .. } => {
+                self.set_attr(session, who, ino, set, Some(at))
+            }
             Q::Access { ino, mask } => self.access(who, ino, mask),
             Q::ReadLink { ino } => self.read_link(ino, out),
             Q::Ref { ino, .. } => self.add_ref(session, ino),

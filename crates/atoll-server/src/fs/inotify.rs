@@ -337,33 +337,10 @@ impl Plan {
                 newdir: *newdir,
                 newname: newname.to_vec(),
             },
-            Q::SetAttr { ino, set, via } => {
-                let mut mask = 0;
-                if set.size.is_some() {
-                    mask |= IN_MODIFY;
-                }
-                if set.perm.is_some() || set.uid.is_some() || set.gid.is_some() {
-                    mask |= IN_ATTRIB;
-                }
-                let (a, m) = (
-                    set.atime != atoll_proto::TimeSet::Omit,
-                    set.mtime != atoll_proto::TimeSet::Omit,
-                );
-                // As Linux's `fsnotify_change`. (The mtime a client posts
-                // after a name change elsewhere is `Touched`: no event.)
-                if a && m {
-                    mask |= IN_ATTRIB;
-                } else if a {
-                    mask |= IN_ACCESS;
-                } else if m {
-                    mask |= IN_MODIFY;
-                }
-                Plan::Changed {
-                    ino: *ino,
-                    mask,
-                    via: via.map(|v| (v.dir, v.name.into())),
-                }
-            }
+            Q::SetAttr { ino, set, via } => Plan::set_attr_plan(*ino, set, via.as_ref()),
+            // Posted only while no watch is held here (client
+            // `postattr.rs`); one added since reports it all the same.
+            Q::SetAttrPosted { ino, set, .. } => Plan::set_attr_plan(*ino, set, None),
             Q::SetXattr { ino, via, .. } | Q::RemoveXattr { ino, via, .. } => Plan::Changed {
                 ino: *ino,
                 mask: IN_ATTRIB,
@@ -388,6 +365,39 @@ impl Plan {
             },
             _ => return None,
         })
+    }
+
+    /// The events of a `SetAttr` (or a posted one, `via` then `None`).
+    fn set_attr_plan(
+        ino: InodeId,
+        set: &atoll_proto::SetAttr,
+        via: Option<&atoll_proto::EntryName<'_>>,
+    ) -> Plan {
+        let mut mask = 0;
+        if set.size.is_some() {
+            mask |= IN_MODIFY;
+        }
+        if set.perm.is_some() || set.uid.is_some() || set.gid.is_some() {
+            mask |= IN_ATTRIB;
+        }
+        let (a, m) = (
+            set.atime != atoll_proto::TimeSet::Omit,
+            set.mtime != atoll_proto::TimeSet::Omit,
+        );
+        // As Linux's `fsnotify_change`. (The mtime a client posts after a
+        // name change elsewhere is `Touched`: no event.)
+        if a && m {
+            mask |= IN_ATTRIB;
+        } else if a {
+            mask |= IN_ACCESS;
+        } else if m {
+            mask |= IN_MODIFY;
+        }
+        Plan::Changed {
+            ino,
+            mask,
+            via: via.map(|v| (v.dir, v.name.into())),
+        }
     }
 }
 

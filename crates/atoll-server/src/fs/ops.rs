@@ -3,7 +3,7 @@
 
 use atoll_proto::Request;
 
-pub(super) const OP_NAMES: [&str; 70] = [
+pub(super) const OP_NAMES: [&str; 71] = [
     "SetGroups",
     "Lookup",
     "Open",
@@ -74,6 +74,7 @@ pub(super) const OP_NAMES: [&str; 70] = [
     "Receive",
     "DnotifyRegister",
     "SessionEnded",
+    "SetAttrPosted",
 ];
 
 /// Requests after which the server holds nothing it did not hold before,
@@ -171,5 +172,6 @@ pub(super) fn op_index(req: &Request<'_>) -> usize {
         Receive { .. } => 67,
         DnotifyRegister { .. } => 68,
         SessionEnded { .. } => 69,
+        SetAttrPosted { .. } => 70,
     }
 }

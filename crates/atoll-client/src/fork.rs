@@ -46,11 +46,9 @@ pub fn fork_prepare() -> core::result::Result<Option<ForkPrep>, i32> {
     let child_id = child;
     // The child's own `Session`, made here where the heap is ours alone.
     let child = session::ChildSession::new(child);
-    for desc in fdtable::live_descs() {
-        // A description that fails to share (closed meanwhile) is simply
-        // not usable in the child.
-        let _ = given.share(c, l, desc);
-    }
+    // A description that fails to share (closed meanwhile) is simply not
+    // usable in the child.
+    given.share_many(c, l, &fdtable::live_descs());
     // The child's copy of our memory maps what we map.
     mapping::share_with(c, l, &mut given);
     copymap::share_with(c, l, &mut given);

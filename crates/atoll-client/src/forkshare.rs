@@ -17,7 +17,7 @@
 //! id of the mapping it gives (the child inherits the ids with the
 //! mappings, `mapping.rs`, whose own `Map`s and `Unmap`s go again too).
 
-use atoll_proto::{DescId, InodeId, Request, SessionId};
+use atoll_proto::{DescId, InodeId, Reply, Request, SessionId};
 
 use crate::error::{Error, Result};
 use crate::session::{Client, Lane};
@@ -26,6 +26,10 @@ use crate::session::{Client, Lane};
 /// serving it, so a bound keeps a server that dies on every try from
 /// holding the fork forever.
 const ATTEMPTS: usize = 4;
+
+/// `Share`s in flight at once ([`Ledger::share_many`]): few enough that
+/// their frames and replies fit the lane's rings however large the list.
+const WINDOW: usize = 16;
 
 /// Run `call` again while a server answers `EIO`; only for requests that
 /// are idempotent (a `Share` with `held`, a `Map` or `Unmap` naming its
@@ -84,6 +88,57 @@ impl Ledger {
         })?;
         *held += 1;
         Ok(())
+    }
+
+    /// One more reference to each of `descs` for the new session, several
+    /// `Share`s in flight at once: their replies are taken in the order the
+    /// requests went, [`WINDOW`] at a time, so `k` descriptions cost about
+    /// one round trip per window rather than `k` (a fork of a shell with
+    /// its standard descriptors and its cwd in the mount, an exec handing
+    /// them over). Where any of them failed, the whole list goes again one
+    /// by one from the counts as they were (each `Share` is idempotent
+    /// through `held`: one that was applied answers `Ok` again), which
+    /// gives each its own answer. Whether each was given.
+    pub fn share_many(&mut self, c: &Client, lane: &Lane, descs: &[DescId]) -> Vec<bool> {
+        let to = self.to;
+        let before = self.descs.clone();
+        let mut given = vec![false; descs.len()];
+        let mut clean = true;
+        let held: Vec<u32> = descs
+            .iter()
+            .map(|&d| {
+                let n = count(&mut self.descs, d);
+                *n += 1;
+                *n - 1
+            })
+            .collect();
+        for start in (0..descs.len()).step_by(WINDOW) {
+            let end = (start + WINDOW).min(descs.len());
+            let mut sent = Vec::with_capacity(end - start);
+            for i in start..end {
+                let (desc, held) = (descs[i], held[i]);
+                let req = Request::Share { desc, to, held };
+                match lane.send(c, c.cred(), desc.server(), req) {
+                    Ok(id) => sent.push((i, id)),
+                    Err(_) => clean = false,
+                }
+            }
+            for (i, id) in sent {
+                let ok = lane.recv(c, descs[i].server(), id, |r| match r {
+                    Reply::Ok => Ok(()),
+                    _ => Err(Error::Protocol("Share")),
+                });
+                given[i] = ok.is_ok();
+                clean &= given[i];
+            }
+        }
+        if !clean {
+            self.descs = before;
+            for (i, &desc) in descs.iter().enumerate() {
+                given[i] = self.share(c, lane, desc).is_ok();
+            }
+        }
+        given
     }
 
     /// The new session's reference to `ino` for mapping `mapping` (one of

@@ -221,9 +221,13 @@ pub(super) fn hand_over(
         }
         st.locks = true;
     }
-    let mut shared: Vec<DescId> = Vec::new();
     // Each reference goes again if its server dies on it (`forkshare`).
     let mut given = crate::forkshare::Ledger::new(child);
+    // The descriptors that stay open across the exec, then one `Share` of
+    // each of their descriptions and of the cwd's (Linux's exec keeps
+    // `fs->pwd`), all in flight at once (`Ledger::share_many`).
+    let mut staying = Vec::new();
+    let mut wanted: Vec<DescId> = Vec::new();
     for fd in fdtable::fds() {
         let fdflags = sys::fcntl_int(fd, libc::F_GETFD, 0);
         if fdflags < 0 || fdflags & libc::FD_CLOEXEC as i64 != 0 {
@@ -235,13 +239,30 @@ pub(super) fn hand_over(
         let Ok((dev, pino, _)) = sys::fstat_id(fd) else {
             continue;
         };
+        if !wanted.contains(&d.desc()) {
+            wanted.push(d.desc());
+        }
+        staying.push((fd, d, (dev, pino)));
+    }
+    let cwd = cwd_desc(c);
+    if let Some(desc) = cwd.filter(|desc| !wanted.contains(desc)) {
+        wanted.push(desc);
+    }
+    let shared: Vec<DescId> = match lane.get() {
+        Ok(lane) if !wanted.is_empty() => {
+            let given_each = given.share_many(c, lane, &wanted);
+            wanted
+                .iter()
+                .zip(given_each)
+                .filter_map(|(&desc, ok)| ok.then_some(desc))
+                .collect()
+        }
+        _ => Vec::new(),
+    };
+    for (fd, d, placeholder) in staying {
         let desc = d.desc();
         if !shared.contains(&desc) {
-            let Ok(lane) = lane.get() else { continue };
-            if given.share(c, lane, desc).is_err() {
-                continue;
-            }
-            shared.push(desc);
+            continue;
         }
         st.fds.push(FdState {
             fd,
@@ -250,19 +271,13 @@ pub(super) fn hand_over(
             flags: d.flags(),
             ftype: fdtable::ftype_code(d.ftype()),
             cookie: d.cookie().load(core::sync::atomic::Ordering::Relaxed),
-            placeholder: (dev, pino),
+            placeholder,
             path: d.path().map(<[u8]>::to_vec),
         });
     }
-    // The cwd's reference goes on too (Linux's exec keeps `fs->pwd`),
-    // once for the session even when a descriptor shares it (`fchdir`).
-    if let Some(desc) = cwd_desc(c) {
-        let given_ok =
-            shared.contains(&desc) || lane.get().is_ok_and(|l| given.share(c, l, desc).is_ok());
-        if given_ok {
-            st.cwd_desc = Some(desc.0);
-        }
-    }
+    // The cwd's reference goes once for the session, also when a
+    // descriptor shares it (`fchdir`).
+    st.cwd_desc = cwd.filter(|desc| shared.contains(desc)).map(|desc| desc.0);
     // dnotify registrations of the descriptions that go on: their queues
     // go to the new session too (the kernel keeps the registrations).
     for n in crate::dnotify::carry(&shared) {

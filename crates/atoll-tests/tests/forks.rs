@@ -227,3 +227,23 @@ fn spawn_errors_are_the_calls_as_on_linux() {
         assert!(out.starts_with("from-script\n"), "{out}");
     }
 }
+
+/// A fork and an exec hand over their descriptions with several `Share`s
+/// in flight at once (`forkshare::Ledger::share_many`): with more of them
+/// than one window holds, duplicates among them, and three servers, the
+/// child and the program it execs write through every one, as on tmpfs.
+#[test]
+fn a_fork_and_an_exec_hand_over_many_descriptions() {
+    atoll_tests::require("python3");
+    let script = format!(
+        "cd \"$ROOT\"\ncat > many.py <<'PY'\n{}PY\npython3 many.py\n",
+        include_str!("forks/many_descs.py")
+    );
+    let out = atoll_tests::assert_same_on_tmpfs(
+        &["--servers", "3", "--distribute", "all"],
+        &script,
+        true,
+    );
+    assert!(out.contains("39 child39 "), "{out}");
+    assert!(out.contains("0 child0 dup exec3 "), "{out}");
+}

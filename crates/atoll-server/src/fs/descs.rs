@@ -239,21 +239,6 @@ impl<S: BlockStore> FileServer<S> {
     }
 
     /// Record locks follow a process across `execve` into its new session.
-    /// `SessionEnded`: has this server served the end of `ended`? A
-    /// session it holds anything of has a channel here (`sessions`, which
-    /// its lanes' requests, locks included, needed) or a reference to a
-    /// description (shared with it at its fork, before it had a channel).
-    /// Asked only after a child killed by a signal was reaped, so the scan
-    /// of the descriptions is off every hot path.
-    pub(super) fn session_ended<'o>(&self, ended: SessionId) -> R<'o> {
-        let held = self.sessions.contains_key(&ended)
-            || self.descs.values().any(|d| d.refs.contains_key(&ended));
-        if held {
-            return Err(Errno::EAGAIN);
-        }
-        Ok(Reply::Ok)
-    }
-
     pub(super) fn pass_locks<'o>(&mut self, session: SessionId, to: SessionId) -> R<'o> {
         let (from, owner) = (LockOwner::Process(session.0), LockOwner::Process(to.0));
         for inode in self.inodes.values_mut() {

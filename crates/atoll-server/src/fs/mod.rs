@@ -15,6 +15,8 @@
 //!   invalidations owed to them when it changes (Hare §3.7.2);
 //! * `adapt`: directories whose mode changes online (Hare §6.1.2), the
 //!   check that a request reached the right server, and the swap steps;
+//! * `sessions`: the processes known here, and what a session's end
+//!   releases;
 //! * this module: [`FileServer::handle`] turns one decoded request into one
 //!   reply, applying POSIX/Linux semantics. `crate::server` feeds it frames
 //!   from channels.
@@ -84,6 +86,7 @@ mod pipecopy;
 mod protocols;
 mod reports;
 mod retain;
+mod sessions;
 mod sizes;
 mod space;
 mod stats;
@@ -396,77 +399,6 @@ impl<S: BlockStore> FileServer<S> {
 
     pub fn index(&self) -> usize {
         self.cfg.index
-    }
-
-    /// A session got a channel to this server.
-    pub fn session_opened(&mut self, session: SessionId) {
-        self.sessions.entry(session).or_insert_with(|| Session {
-            groups: Vec::new(),
-            chains: chain::Chains::default(),
-            pid: 0,
-        });
-    }
-
-    /// `session`'s requests come from process `pid`.
-    fn note_session_pid(&mut self, session: SessionId, pid: u32) {
-        if let Some(s) = self.sessions.get_mut(&session) {
-            s.pid = pid;
-        }
-    }
-
-    /// Sessions this server knows.
-    pub fn open_sessions(&self) -> Vec<SessionId> {
-        self.sessions.keys().copied().collect()
-    }
-
-    /// What a session's process reported about itself without a lane, as
-    /// it exited (`BootRequest::Counters`, forwarded by the boot thread).
-    pub fn client_reported(&mut self, session: SessionId, k: &atoll_proto::ClientCounters) {
-        self.client_counters.add(session, k);
-    }
-
-    /// The session is gone (process exited or was killed): drop every
-    /// reference it held and its POSIX locks, so nothing leaks.
-    pub fn session_closed(&mut self, session: SessionId) {
-        let pid = self.sessions.remove(&session).map_or(0, |s| s.pid);
-        self.set_requester(pid);
-        self.client_counters.forget(session);
-        self.session_transfers.remove(&session);
-        self.abandon_creations(session);
-        let held: Vec<DescId> = self
-            .descs
-            .iter()
-            .filter(|(_, d)| d.refs.contains_key(&session))
-            .map(|(id, _)| *id)
-            .collect();
-        for id in held {
-            if let Some(d) = self.descs.get_mut(&id) {
-                d.refs.remove(&session);
-                if d.refs.is_empty() {
-                    self.release_desc(id);
-                }
-            }
-        }
-        // Its mappings and descriptions may have let blocks go (`leases`).
-        self.lease_sync_all();
-        self.set_requester(0);
-        let owner = LockOwner::Process(session.0);
-        for inode in self.inodes.values_mut() {
-            if !inode.locks.is_empty() {
-                let before = inode.locks.len();
-                locks::release(&mut inode.locks, owner);
-                self.acct.lock_records -= (before - inode.locks.len()) as u64;
-            }
-        }
-        self.abandon_namespace_ops(session);
-        self.adapt.session_closed(session);
-        self.drop_mappings(session);
-        self.drop_texts(session);
-        self.writes.forget_session(session);
-        if self.notify.busy() {
-            self.notify_tick();
-        }
-        self.settle();
     }
 
     /// A frame that could not be decoded (counted for `atoll status`).

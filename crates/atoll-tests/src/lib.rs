@@ -264,6 +264,16 @@ fn assert_same_in(
     atoll.1
 }
 
+/// The count `name` in the output of `atoll run --stats` (0 if absent).
+pub fn stats_counter(out: &str, name: &str) -> u64 {
+    out.lines()
+        .find_map(|l| {
+            let mut w = l.split_whitespace();
+            (w.next() == Some(name)).then(|| w.next()?.parse().ok())?
+        })
+        .unwrap_or(0)
+}
+
 /// How many requests named `op` all servers served, from the JSON that
 /// `atoll run --stats-json FILE` wrote to `path`, and that JSON.
 pub fn served_ops(path: &Path) -> (impl Fn(&str) -> u64, serde_json::Value) {

@@ -31,16 +31,6 @@ fn on_tmpfs(bin: &Path, args: &[&str], file: bool) -> String {
     text(&out.stdout)
 }
 
-/// A counter from `atoll run --stats` output.
-fn stat(out: &str, name: &str) -> u64 {
-    out.lines()
-        .find_map(|l| {
-            let mut w = l.split_whitespace();
-            (w.next() == Some(name)).then(|| w.next()?.parse().ok())?
-        })
-        .unwrap_or(0)
-}
-
 /// Readers `pread` blocks of three files, each several times in a row,
 /// while two writers overwrite, truncate, extend, punch, rename over and
 /// unlink and recreate them and a fourth process reuses freed blocks for
@@ -72,7 +62,7 @@ fn reads_without_a_message_see_every_change_of_their_file() {
             "in atoll {opts:?}:\n{stdout}\n{stderr}"
         );
         let all = format!("{stdout}{stderr}");
-        let hits = stat(&all, "read_lease.hits");
+        let hits = atoll_tests::stats_counter(&all, "read_lease.hits");
         match on {
             true => assert!(hits > 1000, "{opts:?}: {hits} reads without a message"),
             false => assert_eq!(hits, 0, "{opts:?}"),
@@ -105,7 +95,7 @@ fn reads_in_a_row_move_the_atime_and_report_access_as_on_tmpfs() {
         let out = run_in_atoll(opts, &script);
         let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
         assert_eq!(stdout, want, "in atoll {opts:?}: {stderr}");
-        let hits = stat(&stderr, "read_lease.hits");
+        let hits = atoll_tests::stats_counter(&stderr, "read_lease.hits");
         match leased {
             true => assert!(hits > 0, "{opts:?}: no read was served without a message"),
             false => assert_eq!(hits, 0, "{opts:?}"),

@@ -30,16 +30,6 @@ fn on_tmpfs(bin: &Path, mode: &str) -> String {
     text(&out.stdout)
 }
 
-/// The count `name` in the output of `atoll run --stats` (0 if absent).
-fn stat(out: &str, name: &str) -> u64 {
-    out.lines()
-        .find_map(|l| {
-            let mut w = l.split_whitespace();
-            (w.next() == Some(name)).then(|| w.next()?.parse().ok())?
-        })
-        .unwrap_or(0)
-}
-
 /// Three files, each changed by a writer and asked its size by two
 /// readers (nine processes on fewer cores), over three servers with the
 /// files spread; then a parent truncating and its child asking in
@@ -73,8 +63,8 @@ fn seek_end_sees_every_size_change_acknowledged_before_it() {
         );
         let all = format!("{stdout}{stderr}");
         let (hits, misses) = (
-            stat(&all, "size_board.hits"),
-            stat(&all, "size_board.misses"),
+            atoll_tests::stats_counter(&all, "size_board.hits"),
+            atoll_tests::stats_counter(&all, "size_board.misses"),
         );
         if on {
             assert!(

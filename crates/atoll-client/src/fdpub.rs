@@ -51,8 +51,9 @@ pub const NAME: &str = "atoll-fds";
 /// the instance leaves out (`procfd`).
 const PRIVATE_AT: usize = 0;
 pub(crate) const PRIVATE_MAX: usize = 8;
-/// Then the atoll cwd: `{seq: u32, len: u32, path}` (empty: the cwd is
-/// on the host), for `/proc/PID/cwd` (`proclink`).
+/// Then the atoll cwd: `{seq: u32, len: u32, ino: u64, path}` (empty:
+/// the cwd is on the host), for `/proc/PID/cwd` (`proclink`), whose reader
+/// asks the directory's server by `ino` whether it was removed.
 const CWD_AT: usize = 4096;
 const CWD_MAX: usize = sys::PATH_MAX;
 /// Then one slot of [`SLOT`] bytes per descriptor number, `{seq, len,
@@ -61,7 +62,7 @@ const CWD_MAX: usize = sys::PATH_MAX;
 /// a higher number is published, up to every number an atoll descriptor
 /// can have (`fdtable::MAX_FDS`). A reader finds a number past the end
 /// unpublished.
-const SLOTS_AT: usize = (CWD_AT + HEADER + CWD_MAX).next_multiple_of(4096);
+const SLOTS_AT: usize = (CWD_AT + HEADER + INO + CWD_MAX).next_multiple_of(4096);
 pub const SLOT: usize = 512;
 const FIRST_SLOTS: usize = 4096;
 pub const SLOTS: usize = crate::fdtable::MAX_FDS;
@@ -520,16 +521,18 @@ unsafe fn write_record(base: *mut u8, at: usize, bytes: &[u8]) {
     }
 }
 
-/// The process's atoll cwd is now `path` (`None`: a host directory).
-pub fn publish_cwd(path: Option<&[u8]>) {
-    let path = path.filter(|p| p.len() <= CWD_MAX);
-    if path.is_none() && STATE.load(Ordering::Acquire) != MAPPED {
+/// The process's atoll cwd is now directory `ino` at `path` (`None`: a
+/// host directory).
+pub fn publish_cwd(cwd: Option<(&[u8], InodeId)>) {
+    let cwd = cwd.filter(|(p, _)| p.len() <= CWD_MAX);
+    if cwd.is_none() && STATE.load(Ordering::Acquire) != MAPPED {
         return;
     }
-    // SAFETY: the cwd record is inside the mapping with CWD_MAX bytes of
-    // room, 4-aligned.
+    let payload = cwd.map(|(p, ino)| [&ino.0.to_le_bytes()[..], p].concat());
+    // SAFETY: the cwd record is inside the mapping with INO + CWD_MAX
+    // bytes of room, 4-aligned.
     with_table(None, |base| unsafe {
-        write_record(base, CWD_AT, path.unwrap_or(&[]))
+        write_record(base, CWD_AT, payload.as_deref().unwrap_or(&[]))
     });
 }
 
@@ -650,8 +653,9 @@ fn fill(base: *mut u8) {
     }
     if let Some(w) = crate::session::client().and_then(|c| c.cwd()) {
         if w.path.len() <= CWD_MAX {
+            let payload = [&w.ino.0.to_le_bytes()[..], &w.path].concat();
             // SAFETY: the cwd record inside the mapping, with room.
-            unsafe { write_record(base, CWD_AT, &w.path) };
+            unsafe { write_record(base, CWD_AT, &payload) };
         }
     }
     publish_private(base);
@@ -735,9 +739,9 @@ fn split_payload(mut payload: Vec<u8>) -> Option<(Vec<u8>, InodeId)> {
     (!payload.is_empty()).then_some((payload, ino))
 }
 
-/// Another process's published atoll cwd.
-pub fn read_cwd(table: i32) -> Option<Vec<u8>> {
-    read_record(table, CWD_AT, HEADER + CWD_MAX)
+/// Another process's published atoll cwd: its path and directory.
+pub fn read_cwd(table: i32) -> Option<(Vec<u8>, InodeId)> {
+    split_payload(read_record(table, CWD_AT, HEADER + INO + CWD_MAX)?)
 }
 
 /// The bytes of the record of `room` bytes at `at`, read consistently

@@ -47,7 +47,7 @@ pub fn target(c: &Client, path: &[u8]) -> Option<Vec<u8>> {
         return None;
     }
     if entry == b"cwd" {
-        return other_cwd(c, path, core::str::from_utf8(pid).ok()?.parse().ok()?);
+        return other_cwd(c, path, core::str::from_utf8(pid).ok()?.parse().ok()?).map(|(p, _)| p);
     }
     let n: usize = core::str::from_utf8(entry.strip_prefix(b"fd/")?)
         .ok()?
@@ -57,20 +57,33 @@ pub fn target(c: &Client, path: &[u8]) -> Option<Vec<u8>> {
 }
 
 /// What `readlink` of `/proc/<who>/<entry>` gives: [`target`], and for
-/// the process's own cwd once its directory was removed, that path with
-/// ` (deleted)`, as Linux names an unhashed dentry. (A path *through* the
+/// a cwd (the process's own or another's) whose directory was removed,
+/// that path with ` (deleted)`, as Linux names an unhashed dentry: the
+/// directory's server says so (no links left). (A path *through* the
 /// link, [`through`], goes on from the plain path.)
 pub fn link(c: &Client, path: &[u8]) -> Option<Vec<u8>> {
-    let mut t = target(c, path)?;
-    if crate::path::proc_self_entry(path) == Some(b"cwd") {
-        let gone = c
-            .cwd()
-            .is_some_and(|w| crate::ns::cwd_removed(c, w.ino).unwrap_or(false));
-        if gone {
-            t.extend_from_slice(b" (deleted)");
-        }
+    let Some((mut t, ino)) = cwd_link(c, path) else {
+        return target(c, path);
+    };
+    if crate::ns::cwd_removed(c, ino).unwrap_or(false) {
+        t.extend_from_slice(b" (deleted)");
     }
     Some(t)
+}
+
+/// The atoll cwd `/proc/<who>/cwd` names, with its directory: the
+/// process's own, or the one another process published.
+fn cwd_link(c: &Client, path: &[u8]) -> Option<(Vec<u8>, atoll_proto::InodeId)> {
+    if let Some(entry) = crate::path::proc_self_entry(path) {
+        return (entry == b"cwd")
+            .then(|| c.cwd().map(|w| (w.path.clone(), w.ino)))
+            .flatten();
+    }
+    let pid = path.strip_prefix(b"/proc/")?.strip_suffix(b"/cwd")?;
+    if pid.is_empty() || !pid.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    other_cwd(c, path, core::str::from_utf8(pid).ok()?.parse().ok()?)
 }
 
 /// Does atoll answer for the link at `path` (`target` is `Some`)? For
@@ -192,8 +205,9 @@ pub fn is_instance_void(c: &Client, kernel: &[u8]) -> bool {
     dir == c.runtime_dir().as_bytes() && name[1..].starts_with(VOID_PREFIX.as_bytes())
 }
 
-/// Another process's atoll cwd, from the name of its kernel cwd.
-fn other_cwd(c: &Client, link: &[u8], pid: u32) -> Option<Vec<u8>> {
+/// Another process's atoll cwd and its directory, from the name of its
+/// kernel cwd.
+fn other_cwd(c: &Client, link: &[u8], pid: u32) -> Option<(Vec<u8>, atoll_proto::InodeId)> {
     let kernel = kernel_link(link)?;
     // Only this instance's directories: another instance's paths are
     // another file system's.
@@ -203,5 +217,5 @@ fn other_cwd(c: &Client, link: &[u8], pid: u32) -> Option<Vec<u8>> {
     let fd = crate::fdpub::open_table(pid)?;
     let cwd = crate::fdpub::read_cwd(fd);
     sys::close(fd);
-    cwd.filter(|p| p.starts_with(b"/"))
+    cwd.filter(|(p, _)| p.starts_with(b"/"))
 }

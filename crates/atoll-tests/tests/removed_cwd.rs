@@ -3,8 +3,8 @@
 //! so after its `rmdir` — by the process itself or another — `stat .`
 //! shows a directory without links, a listing is empty, `open(".")` and
 //! `fchdir` work, creating in it is `ENOENT`, `..` is the parent it had,
-//! `getcwd` is `ENOENT` and `/proc/self/cwd` names the path with
-//! ` (deleted)`; the reference goes
+//! `getcwd` is `ENOENT` and `/proc/self/cwd` (and `/proc/PID/cwd`, read
+//! by another process) names the path with ` (deleted)`; the reference goes
 //! with `fork` and `execve`, and leaves with `chdir` away, exit and kill.
 //! Compared with the same scripts on a tmpfs directory.
 
@@ -78,7 +78,9 @@ if pid == 0:
     sys.stdout.flush()
     os._exit(0)
 os.read(r, 1)
+tr("other-proc", lambda: os.readlink("/proc/%d/cwd" % pid) == parent + "/e")
 os.rmdir(sys.argv[1] + "/e")
+tr("other-proc-removed", lambda: os.readlink("/proc/%d/cwd" % pid) == parent + "/e (deleted)")
 os.write(w2, b"x")
 os.waitpid(pid, 0)
 os.makedirs(sys.argv[1] + "/s/e")

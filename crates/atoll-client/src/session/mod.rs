@@ -328,7 +328,7 @@ impl Client {
     /// read it for `/proc/PID/cwd` (`fdpub`, `proclink`).
     pub fn set_cwd(&self, cwd: Option<Cwd>) {
         let entering = cwd.is_some() && self.cwd().is_none();
-        crate::fdpub::publish_cwd(cwd.as_ref().map(|w| w.path.as_slice()));
+        crate::fdpub::publish_cwd(cwd.as_ref().map(|w| (w.path.as_slice(), w.ino)));
         let p = cwd.map_or(core::ptr::null_mut(), |c| Box::into_raw(Box::new(c)));
         let old = self.cwd.swap(p, Ordering::AcqRel);
         if !old.is_null() {

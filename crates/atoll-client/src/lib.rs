@@ -89,6 +89,7 @@ mod loadmap;
 mod lockmarks;
 mod mapping;
 mod meta;
+mod mountentry;
 mod msgbound;
 mod msgdata;
 mod names;

@@ -225,6 +225,13 @@ fn host_dev_ino(dirfd: i64, path: &[u8]) -> Option<(u64, u64)> {
     (r == 0).then_some((st.st_dev, st.st_ino))
 }
 
+/// Is host directory `(st_dev, st_ino)` the one the mount appears in?
+pub(crate) fn is_mount_parent_dir(c: &Client, id: (u64, u64)) -> bool {
+    let mut parent = PathBuf::new();
+    parent.push_bytes(&c.mount_parent).is_ok()
+        && host_dev_ino(libc::AT_FDCWD as i64, parent.as_bytes()) == Some(id)
+}
+
 /// Does host path `prefix` (relative to `dirfd`; empty: `dirfd` itself)
 /// name the directory the mount appears in?
 fn is_mount_parent(c: &Client, dirfd: i64, prefix: &[u8]) -> bool {

@@ -15,12 +15,16 @@ use crate::fdtable::DescRef;
 use crate::session::{Client, Lane};
 use crate::{fdtable, ns, procfd, sys, walk, Out};
 
-/// `getdents` and `getdents64`: of an atoll directory, or of a listing of
-/// `/proc/self/fd` that must not show atoll's private descriptors.
+/// `getdents` and `getdents64`: of an atoll directory, of a listing of
+/// `/proc/self/fd` that must not show atoll's private descriptors, or of
+/// a host directory (the mount's parent shows the mount).
 pub(super) fn getdents(c: &'static Client, nr: i64, a: &[u64; 6]) -> Result<Out> {
     let fd0 = fdarg(a[0]);
     if procfd::is_listing(fd0) {
         return done(procfd::getdents(c, nr, a));
+    }
+    if !fdtable::is_atoll(fd0) {
+        return done(crate::mountentry::getdents(c, nr, a));
     }
     on_fd(c, fd0, |l, d| {
         let (ptr, len) = (a[1], a[2] as usize);
@@ -78,9 +82,10 @@ fn getdents64_bounced(
     done(end as i64)
 }
 
-pub(super) fn getdents_concerns(_: &Client, _: i64, a: &[u64; 6]) -> bool {
-    let fd0 = fdarg(a[0]);
-    fdtable::is_atoll(fd0) || procfd::is_listing(fd0)
+pub(super) fn getdents_concerns(_: &Client, _: i64, _: &[u64; 6]) -> bool {
+    // Every listing: a host one may be of the mount's parent, whose end
+    // shows the mount (`mountentry`).
+    true
 }
 
 pub(super) fn chdir(c: &'static Client, _: i64, a: &[u64; 6]) -> Result<Out> {

@@ -144,10 +144,10 @@ const ROWS: &[Entry] = &[
     row(SYS_mknodat, "mknodat", names::mknodat, path_at(0, 1), Full),
     // Directories (`dirs.rs`).
     row(SYS_getdents, "getdents", dirs::getdents,
-        by(dirs::getdents_concerns, "fd a0, or a listing of `/proc/self/fd`"),
+        by(dirs::getdents_concerns, "every listing: atoll's, `/proc/self/fd`, the mount's parent"),
         Partial("a buffer only partly accessible is EFAULT")),
     row(SYS_getdents64, "getdents64", dirs::getdents,
-        by(dirs::getdents_concerns, "fd a0, or a listing of `/proc/self/fd`"),
+        by(dirs::getdents_concerns, "every listing: atoll's, `/proc/self/fd`, the mount's parent"),
         Partial("a buffer only partly accessible is EFAULT")),
     row(SYS_chdir, "chdir", dirs::chdir,
         path_or(path(0), dirs::in_atoll_cwd, "the cwd is atoll's"),

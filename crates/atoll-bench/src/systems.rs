@@ -70,6 +70,15 @@ pub trait SystemFactory {
     fn atoll_dir_modes(&mut self, _modes: DirModes) -> anyhow::Result<Box<dyn System>> {
         bail!("atoll systems are only available through `atoll bench`")
     }
+    /// `atoll run OPTIONS` with no per-workload tuning, named `name` in
+    /// tables (the systems `atoll+KEY=VALUE+…`, see [`crate::run_options`]).
+    fn atoll_with_options(
+        &mut self,
+        _name: &str,
+        _options: &[String],
+    ) -> anyhow::Result<Box<dyn System>> {
+        bail!("atoll systems are only available through `atoll bench`")
+    }
 }
 
 /// How the untuned `atoll` systems place a directory's entries (Hare §3.4,

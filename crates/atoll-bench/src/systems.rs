@@ -392,5 +392,21 @@ mod tests {
     #[test]
     fn no_atoll_factory_refuses_politely() {
         assert!(NoAtoll.atoll(true, false, 1, &[]).is_err());
+        assert!(NoAtoll.atoll_with_options("atoll+split", &[]).is_err());
+    }
+
+    #[test]
+    fn atoll_plus_names_are_run_options() {
+        let o = |s: &str| crate::run_options(s);
+        assert_eq!(
+            o("atoll+servers=1+poll=block").unwrap(),
+            ["--servers", "1", "--poll", "block"]
+        );
+        assert_eq!(o("atoll+split").unwrap(), ["--split"]);
+        assert_eq!(o("atoll"), None);
+        assert_eq!(o("atoll-split"), None);
+        assert_eq!(o("atoll+"), None);
+        assert_eq!(o("atoll+--servers=1"), None);
+        assert_eq!(o("atoll+servers=1++poll=spin"), None);
     }
 }

@@ -124,7 +124,8 @@ mod tests {
     fn table_of_machines() {
         use PollMode::{Adaptive as A, Block as B};
         // (usable, online, load) → (servers, poll)
-        let table: &[((usize, usize, Option<f64>), (usize, PollMode))] = &[
+        type Row = ((usize, usize, Option<f64>), (usize, PollMode));
+        let table: &[Row] = &[
             ((1, 1, Some(0.0)), (1, B)),
             ((1, 2, Some(0.1)), (1, B)), // `taskset -c 0` on 2 CPUs
             ((2, 2, Some(0.3)), (1, A)),

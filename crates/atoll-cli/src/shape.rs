@@ -3,10 +3,10 @@
 //! are not given.
 //!
 //! Hare leaves the choice to the user: the best number of servers depends
-//! on the workload and the machine (Hare §5.2, §5.3.2, Fig. 5-3: throughput
-//! against the number of servers, timeshare against split), and its
-//! evaluation runs one server per core in timeshare for want of a better
-//! rule. On a small machine that is the worst shape: a lone program shares
+//! on the workload and the machine (Hare §5.3.2, Fig. 5-3: throughput of
+//! timeshare against split and the best server count per benchmark), and
+//! its evaluation runs one server per core in timeshare for want of a
+//! better rule. On a small machine that is the worst shape: a lone program shares
 //! its core with a server and every request costs a context switch each
 //! way (Hare §5.3.3: "the time spent performing individual operations is
 //! comparable to the cost of a context switch"). The rule here:
@@ -24,6 +24,11 @@
 //!   the CPUs, or with one usable core, a spinning server only steals the
 //!   CPU the program it waits for needs, so it sleeps at once. Spinning for
 //!   good needs dedicated cores: it stays the default of `--split` only.
+//!
+//! Measured on 2 CPUs and on 1 (docs/BENCHMARKS.md, "Defaults from the
+//! machine"): spinning in timeshare is 3–6× slower than either other mode;
+//! under load `block` beats `adaptive`; one server beats two on an idle
+//! 2-CPU machine. SMT siblings count as cores here.
 
 use atoll_proto::boot::PollMode;
 

@@ -78,6 +78,9 @@ pub struct BenchArgs {
     /// atoll-traced (timeshare recording a message trace), and
     /// atoll-distributed and atoll-adaptive (atoll with every directory
     /// distributed, or with --adaptive-dirs on; see hot-then-spread).
+    /// `atoll+KEY=VALUE+…` is `atoll run --KEY VALUE …` with nothing else
+    /// changed, e.g. `atoll+servers=1+poll=block` (a shape the default
+    /// could pick; see "Defaults from the machine" in docs/BENCHMARKS.md).
     #[arg(long, value_delimiter = ',')]
     pub systems: Vec<String>,
     /// Workloads (default: all: Hare's, processes and pipes, then the
@@ -254,6 +257,26 @@ impl Drop for Scratch {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
+}
+
+/// The `atoll run` options a system named `atoll+KEY=VALUE+…` stands for
+/// (`atoll+servers=1+poll=block` → `--servers 1 --poll block`; a bare
+/// `atoll+KEY` is the flag `--KEY`), or `None` for any other name.
+pub fn run_options(system: &str) -> Option<Vec<String>> {
+    let rest = system.strip_prefix("atoll+")?;
+    let mut out = Vec::new();
+    for part in rest.split('+') {
+        let (key, value) = match part.split_once('=') {
+            Some((k, v)) => (k, Some(v)),
+            None => (part, None),
+        };
+        if key.is_empty() || key.starts_with('-') {
+            return None;
+        }
+        out.push(format!("--{key}"));
+        out.extend(value.map(str::to_string));
+    }
+    Some(out)
 }
 
 fn cpus() -> usize {
@@ -568,8 +591,8 @@ pub fn run_bench(
     };
     for s in &system_names {
         anyhow::ensure!(
-            ALL_SYSTEMS.contains(&s.as_str()),
-            "unknown system {s:?}; known: {}",
+            ALL_SYSTEMS.contains(&s.as_str()) || run_options(s).is_some(),
+            "unknown system {s:?}; known: {}, or atoll+KEY=VALUE+… (`atoll run` options)",
             ALL_SYSTEMS.join(", ")
         );
     }
@@ -622,6 +645,13 @@ pub fn run_bench(
                 Ok(s) => systems.push(s),
                 Err(e) => skip(&mut rep, "atoll".into(), format!("{e:#}")),
             },
+            _ if run_options(name).is_some() => {
+                let options = run_options(name).unwrap_or_default();
+                match atoll.atoll_with_options(name, &options) {
+                    Ok(s) => systems.push(s),
+                    Err(e) => skip(&mut rep, name.clone(), format!("{e:#}")),
+                }
+            }
             "atoll-distributed" | "atoll-adaptive" => {
                 let modes = match name.as_str() {
                     "atoll-distributed" => systems::DirModes::Distributed,

@@ -70,6 +70,15 @@ pub trait SystemFactory {
     fn atoll_dir_modes(&mut self, _modes: DirModes) -> anyhow::Result<Box<dyn System>> {
         bail!("atoll systems are only available through `atoll bench`")
     }
+    /// `atoll run OPTIONS` with no per-workload tuning, named `name` in
+    /// tables (the systems `atoll+KEY=VALUE+…`, see [`crate::run_options`]).
+    fn atoll_with_options(
+        &mut self,
+        _name: &str,
+        _options: &[String],
+    ) -> anyhow::Result<Box<dyn System>> {
+        bail!("atoll systems are only available through `atoll bench`")
+    }
 }
 
 /// How the untuned `atoll` systems place a directory's entries (Hare §3.4,
@@ -383,5 +392,21 @@ mod tests {
     #[test]
     fn no_atoll_factory_refuses_politely() {
         assert!(NoAtoll.atoll(true, false, 1, &[]).is_err());
+        assert!(NoAtoll.atoll_with_options("atoll+split", &[]).is_err());
+    }
+
+    #[test]
+    fn atoll_plus_names_are_run_options() {
+        let o = |s: &str| crate::run_options(s);
+        assert_eq!(
+            o("atoll+servers=1+poll=block").unwrap(),
+            ["--servers", "1", "--poll", "block"]
+        );
+        assert_eq!(o("atoll+split").unwrap(), ["--split"]);
+        assert_eq!(o("atoll"), None);
+        assert_eq!(o("atoll-split"), None);
+        assert_eq!(o("atoll+"), None);
+        assert_eq!(o("atoll+--servers=1"), None);
+        assert_eq!(o("atoll+servers=1++poll=spin"), None);
     }
 }

@@ -87,6 +87,7 @@ fn daemon(plan: Plan, ready: OwnedFd) -> i32 {
         Ok(t) => t,
         Err(e) => return fail(format!("cannot set up signal handling: {e}")),
     };
+    let shape = plan.clone();
     let config = plan.config;
     let sched_exe = config.server_exe.clone();
     let instance = match std::panic::catch_unwind(move || Instance::boot(config)) {
@@ -94,7 +95,7 @@ fn daemon(plan: Plan, ready: OwnedFd) -> i32 {
         Ok(Err(e)) => return fail(format!("cannot boot the instance: {e}")),
         Err(_) => return fail("the instance failed while booting (internal error)".into()),
     };
-    let record = InstanceRecord::for_self(&instance, "boot", &[]);
+    let record = InstanceRecord::for_self(&instance, "boot", &[]).with_shape(&shape);
     if let Err(e) = record.write() {
         let _ = fail(format!("cannot write {}: {e}", registry::RECORD));
         instance.shutdown();

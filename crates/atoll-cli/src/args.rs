@@ -115,7 +115,8 @@ pub enum Command {
 #[derive(Args, Debug, Clone)]
 pub struct InstanceArgs {
     /// Number of file server processes, or `auto` to follow the load
-    /// (`atoll scale` changes it later) [default: number of usable cores]
+    /// (`atoll scale` changes it later) [default: half the usable cores,
+    /// at least one; `atoll status` says what was chosen and why]
     #[arg(long, value_name = "N|auto", value_parser = parse_server_count)]
     pub servers: Option<ServerCount>,
     /// The instance has this many file servers from boot, which move
@@ -136,8 +137,9 @@ pub struct InstanceArgs {
     /// nr_inodes [default: one per 8 KiB of --memory]
     #[arg(long, value_name = "N", value_parser = parse_inodes)]
     pub inodes: Option<u64>,
-    /// How servers and clients wait for messages [default: adaptive, or
-    /// spin with --split]
+    /// How servers and clients wait for messages [default: adaptive, block
+    /// on one usable core or when the load average fills the CPUs, spin
+    /// with --split]
     #[arg(long, value_enum, value_name = "MODE")]
     pub poll: Option<PollArg>,
     /// Pin servers to dedicated cores (the last N) and programs to the rest

@@ -46,20 +46,34 @@ impl SystemFactory for AtollFactory {
     }
 
     fn atoll_dir_modes(&mut self, modes: DirModes) -> Result<Box<dyn System>> {
-        // The instance `atoll run [OPTION] -- CMD` boots: its own argument
-        // parser's defaults, planned as `run` plans them, with at most the
-        // one option that sets the directory-mode policy.
+        let options: Vec<String> = modes.run_options().iter().map(|o| o.to_string()).collect();
+        self.atoll_with_options(modes.system(), &options)
+    }
+
+    fn atoll_with_options(&mut self, name: &str, options: &[String]) -> Result<Box<dyn System>> {
+        // The instance `atoll run [OPTIONS] -- CMD` boots: its own argument
+        // parser's defaults, planned as `run` plans them (from this
+        // process's usable cores and the load average), with only the
+        // given options changed.
         let argv = ["atoll", "run"]
             .iter()
-            .chain(modes.run_options())
-            .chain(&["--", "true"]);
+            .map(|s| s.to_string())
+            .chain(options.iter().cloned())
+            .chain(["--".to_string(), "true".to_string()]);
         let cli = <crate::args::Cli as clap::Parser>::try_parse_from(argv)?;
         let crate::args::Command::Run(run) = cli.command else {
             anyhow::bail!("`atoll run` did not parse as run");
         };
         let plan = config::plan(&run.instance)?;
+        eprintln!(
+            "atoll bench: {name}: {} server(s) ({}), poll {} ({})",
+            plan.config.servers,
+            plan.servers_why,
+            crate::shape::poll_name(plan.config.poll),
+            plan.poll_why
+        );
         Ok(Box::new(AtollSystem {
-            name: modes.system().into(),
+            name: name.into(),
             tuned: false,
             traced: false,
             config: plan.config,

@@ -6,6 +6,9 @@
 //! (servers and programs share every core; server i is pinned to usable
 //! core i mod n) and *split* (servers own the last N usable cores, programs
 //! are confined to the others).
+//!
+//! Without `--servers` and `--poll` the server count and poll mode come
+//! from the machine (`shape::default_shape`: its usable cores and load).
 
 use std::fmt;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
@@ -15,6 +18,7 @@ use atoll_proto::boot::{PollMode, Without};
 use atoll_server::InstanceConfig;
 
 use crate::args::{InstanceArgs, PollArg, Technique};
+use crate::shape::{default_shape, Machine};
 
 /// Bad input found after parsing (exit status 2, like clap's own errors).
 #[derive(Debug)]
@@ -34,6 +38,11 @@ pub struct Plan {
     pub config: InstanceConfig,
     /// With `--split`: the cores programs are confined to.
     pub app_cores: Option<Vec<usize>>,
+    /// Where the server count came from: an option, or the default for
+    /// the machine ("default for 2 usable cores, load 0.30").
+    pub servers_why: String,
+    /// Where the poll mode came from, likewise.
+    pub poll_why: String,
 }
 
 /// Cores this process may run on (its affinity mask), ascending.
@@ -54,11 +63,13 @@ pub fn usable_cores() -> Vec<usize> {
 }
 
 pub fn plan(args: &InstanceArgs) -> Result<Plan, UsageError> {
-    plan_with_cores(args, &usable_cores())
+    let cores = usable_cores();
+    plan_on(args, &cores, &Machine::here(cores.len()))
 }
 
-fn plan_with_cores(args: &InstanceArgs, cores: &[usize]) -> Result<Plan, UsageError> {
-    let default = cores.len().min(atoll_proto::MAX_SERVERS);
+/// [`plan`] for the usable `cores` of machine `m`.
+fn plan_on(args: &InstanceArgs, cores: &[usize], m: &Machine) -> Result<Plan, UsageError> {
+    let shape = default_shape(m);
     let (hosts, auto_scale) = match args.servers {
         Some(crate::args::ServerCount::Fixed(n)) => (Some(n), false),
         Some(crate::args::ServerCount::Auto) => (None, true),
@@ -74,14 +85,31 @@ fn plan_with_cores(args: &InstanceArgs, cores: &[usize]) -> Result<Plan, UsageEr
         }
         (Some(max), _) => max,
         (None, Some(n)) => n,
-        (None, None) => default,
+        // `--servers auto`: as many servers as usable cores, for the
+        // processes running them to grow into (`atoll scale`).
+        (None, None) if auto_scale => cores.len().min(atoll_proto::MAX_SERVERS),
+        (None, None) => shape.servers,
+    };
+    let servers_why = match (args.max_servers, hosts, auto_scale) {
+        (Some(_), _, _) => "--max-servers".to_string(),
+        (None, Some(_), _) => "--servers".to_string(),
+        (None, None, true) => format!("--servers auto: one per usable core ({})", cores.len()),
+        (None, None, false) => shape.why.clone(),
     };
     let hosts = hosts.unwrap_or(servers);
     let (server_cores, app_cores) = place(servers, args.split, cores)?;
-    let poll = match (args.poll, args.split) {
-        (Some(PollArg::Spin), _) | (None, true) => PollMode::Spin,
-        (Some(PollArg::Block), _) => PollMode::Block,
-        (Some(PollArg::Adaptive), _) | (None, false) => PollMode::Adaptive,
+    let (poll, poll_why) = match (args.poll, args.split) {
+        (Some(p), _) => (
+            match p {
+                PollArg::Spin => PollMode::Spin,
+                PollArg::Block => PollMode::Block,
+                PollArg::Adaptive => PollMode::Adaptive,
+            },
+            "--poll".to_string(),
+        ),
+        // Split servers own their cores: spinning costs nobody a CPU.
+        (None, true) => (PollMode::Spin, "--split: servers on their own cores".into()),
+        (None, false) => (shape.poll, shape.why.clone()),
     };
     let distribute = args
         .distribute
@@ -127,6 +155,8 @@ fn plan_with_cores(args: &InstanceArgs, cores: &[usize]) -> Result<Plan, UsageEr
                 .unwrap_or_else(default_runtime_root),
         },
         app_cores,
+        servers_why,
+        poll_why,
     })
 }
 
@@ -289,6 +319,19 @@ mod tests {
         }
     }
 
+    /// Plan on an idle machine whose CPUs are exactly `cores`.
+    fn plan_with_cores(args: &InstanceArgs, cores: &[usize]) -> Result<Plan, UsageError> {
+        plan_on(args, cores, &machine(cores.len(), cores.len(), 0.0))
+    }
+
+    fn machine(usable: usize, online: usize, load: f64) -> Machine {
+        Machine {
+            usable,
+            online,
+            load: Some(load),
+        }
+    }
+
     #[test]
     fn split_with_two_cores_puts_server_on_core_1_and_programs_on_core_0() {
         let p = plan_with_cores(&args(&["--split", "--servers", "1"]), &[0, 1]).unwrap();
@@ -309,8 +352,13 @@ mod tests {
     fn split_needs_a_core_for_programs() {
         let e = plan_with_cores(&args(&["--split", "--servers", "2"]), &[0, 1]).unwrap_err();
         assert!(e.0.contains("core left"), "{e}");
-        // Default server count = cores, which leaves none for programs.
-        assert!(plan_with_cores(&args(&["--split"]), &[0, 1]).is_err());
+        // The default count (half the cores) leaves programs the rest.
+        let p = plan_with_cores(&args(&["--split"]), &[0, 1]).unwrap();
+        assert_eq!(
+            (p.config.server_cores, p.app_cores),
+            (vec![1], Some(vec![0]))
+        );
+        assert!(plan_with_cores(&args(&["--split"]), &[0]).is_err());
     }
 
     #[test]
@@ -319,8 +367,60 @@ mod tests {
         assert_eq!(p.config.server_cores, [0, 1, 0]);
         assert_eq!(p.app_cores, None);
         assert_eq!(p.config.poll, PollMode::Adaptive);
-        let p = plan_with_cores(&args(&[]), &[0, 1, 2]).unwrap();
+    }
+
+    #[test]
+    fn defaults_come_from_the_machine() {
+        // 2 idle cores: one server, adaptive.
+        let p = plan_on(&args(&[]), &[0, 1], &machine(2, 2, 0.3)).unwrap();
+        assert_eq!((p.config.servers, p.config.poll), (1, PollMode::Adaptive));
+        assert_eq!(p.config.server_cores, [0]);
+        assert_eq!(p.servers_why, "default for 2 usable cores, load 0.30");
+        assert_eq!(p.poll_why, p.servers_why);
+        // Loaded: the servers sleep at once.
+        let p = plan_on(&args(&[]), &[0, 1], &machine(2, 2, 3.0)).unwrap();
+        assert_eq!((p.config.servers, p.config.poll), (1, PollMode::Block));
+        // 64 idle cores: 32 servers on the first 32.
+        let cores: Vec<usize> = (0..64).collect();
+        let p = plan_on(&args(&[]), &cores, &machine(64, 64, 1.0)).unwrap();
+        assert_eq!((p.config.servers, p.config.poll), (32, PollMode::Adaptive));
+        assert_eq!(p.config.server_cores, (0..32).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn defaults_count_only_the_affinity_mask() {
+        // `taskset -c 3` on 8 CPUs: one usable core.
+        let p = plan_on(&args(&[]), &[3], &machine(1, 8, 0.5)).unwrap();
+        assert_eq!((p.config.servers, p.config.poll), (1, PollMode::Block));
+        assert_eq!(p.config.server_cores, [3]);
+        assert_eq!(p.servers_why, "default for 1 usable core of 8, load 0.50");
+        // `taskset -c 4-7` on 8 CPUs: four.
+        let p = plan_on(&args(&[]), &[4, 5, 6, 7], &machine(4, 8, 0.5)).unwrap();
+        assert_eq!(p.config.server_cores, [4, 5]);
+    }
+
+    #[test]
+    fn explicit_options_win_over_the_machine_default() {
+        let busy = machine(2, 2, 9.0);
+        let p = plan_on(&args(&["--servers", "2", "--poll", "spin"]), &[0, 1], &busy).unwrap();
+        assert_eq!((p.config.servers, p.config.poll), (2, PollMode::Spin));
+        assert_eq!(
+            (p.servers_why.as_str(), p.poll_why.as_str()),
+            ("--servers", "--poll")
+        );
+        // One given, the other from the machine.
+        let p = plan_on(&args(&["--servers", "2"]), &[0, 1], &busy).unwrap();
+        assert_eq!((p.config.servers, p.config.poll), (2, PollMode::Block));
+        let p = plan_on(&args(&["--poll", "adaptive"]), &[0, 1], &busy).unwrap();
+        assert_eq!((p.config.servers, p.config.poll), (1, PollMode::Adaptive));
+        // `--split` keeps spinning on its dedicated cores, loaded or not.
+        let p = plan_on(&args(&["--split"]), &[0, 1], &busy).unwrap();
+        assert_eq!(p.config.poll, PollMode::Spin);
+        // `--max-servers` and `--servers auto` keep their meaning.
+        let p = plan_on(&args(&["--max-servers", "3"]), &[0, 1], &busy).unwrap();
         assert_eq!(p.config.servers, 3);
+        let p = plan_on(&args(&["--servers", "auto"]), &[0, 1, 2, 3], &busy).unwrap();
+        assert_eq!(p.config.servers, 4);
     }
 
     #[test]

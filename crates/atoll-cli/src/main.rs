@@ -32,6 +32,7 @@ mod node;
 mod registry;
 mod report;
 mod run;
+mod shape;
 mod signals;
 mod sys;
 mod top;

@@ -38,6 +38,16 @@ pub struct InstanceRecord {
     /// For `run`: the command.
     #[serde(default)]
     pub command: Vec<String>,
+    /// How servers and clients wait (`spin`, `block`, `adaptive`).
+    #[serde(default)]
+    pub poll: String,
+    /// Where the server count came from: `--servers`, or the default for
+    /// the machine ("default for 2 usable cores, load 0.30").
+    #[serde(default)]
+    pub servers_why: String,
+    /// Where the poll mode came from, likewise.
+    #[serde(default)]
+    pub poll_why: String,
 }
 
 impl InstanceRecord {
@@ -63,7 +73,18 @@ impl InstanceRecord {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
             command: command.to_vec(),
+            poll: String::new(),
+            servers_why: String::new(),
+            poll_why: String::new(),
         }
+    }
+
+    /// With the poll mode and where it and the server count came from.
+    pub fn with_shape(mut self, plan: &crate::config::Plan) -> InstanceRecord {
+        self.poll = crate::shape::poll_name(plan.config.poll).to_string();
+        self.servers_why = plan.servers_why.clone();
+        self.poll_why = plan.poll_why.clone();
+        self
     }
 
     /// Write atomically (temporary file + rename) into the runtime dir, so
@@ -290,6 +311,9 @@ mod tests {
             cache_bytes: 1 << 20,
             started: 1,
             command: vec![],
+            poll: String::new(),
+            servers_why: String::new(),
+            poll_why: String::new(),
         }
     }
 

@@ -301,6 +301,15 @@ pub fn stats_json(servers: &[ServerStats]) -> serde_json::Value {
 }
 
 /// `atoll status` for humans.
+/// `  (REASON)`, or nothing for an unknown reason.
+fn why(reason: &str) -> String {
+    if reason.is_empty() {
+        String::new()
+    } else {
+        format!("  ({reason})")
+    }
+}
+
 pub fn status_text(st: &InstanceStatus, rec: &InstanceRecord) -> String {
     let mut out = String::new();
     let cores: Vec<String> = st.servers.iter().map(|s| core(s.core)).collect();
@@ -336,10 +345,14 @@ pub fn status_text(st: &InstanceStatus, rec: &InstanceRecord) -> String {
     }
     let _ = writeln!(
         out,
-        "servers      {}  on cores {}",
+        "servers      {}  on cores {}{}",
         st.servers.len(),
-        cores.join(",")
+        cores.join(","),
+        why(&rec.servers_why)
     );
+    if !rec.poll.is_empty() {
+        let _ = writeln!(out, "poll         {}{}", rec.poll, why(&rec.poll_why));
+    }
     for h in st
         .health
         .iter()
@@ -791,6 +804,14 @@ pub fn status_json(st: &InstanceStatus, rec: &InstanceRecord) -> serde_json::Val
         "client_transfers": client_transfers(st),
         "pool": pool_json(&st.servers),
         "servers": servers_json(&st.servers),
+        // The server count and poll mode, and where each came from
+        // (`--servers`, `--poll`, or the default for the machine).
+        "shape": {
+            "servers": st.servers.len(),
+            "servers_why": rec.servers_why,
+            "poll": rec.poll,
+            "poll_why": rec.poll_why,
+        },
         // Up, stalled or down (`atoll chaos`, fault containment).
         "health": st.health,
         // Host processes running the servers (`atoll scale`).

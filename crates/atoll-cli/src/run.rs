@@ -192,7 +192,7 @@ fn drive(
     exports: &[Copy],
     preload: PathBuf,
 ) -> Result<i32> {
-    let record = InstanceRecord::for_self(instance, "run", &args.command);
+    let record = InstanceRecord::for_self(instance, "run", &args.command).with_shape(plan);
     if let Err(e) = record.write() {
         tracing::warn!("cannot record the instance for `atoll list`: {e}");
     }

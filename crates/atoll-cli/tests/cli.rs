@@ -449,3 +449,123 @@ fn cwd_inside_the_mount_and_programs_stored_in_atoll() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "hello from /atoll/tools \n");
 }
+
+/// Boot a detached instance with `opts` (under `taskset -c CORE` when
+/// `core` is given) and return its `status --json` and `status` text; the
+/// instance is stopped before returning.
+fn boot_and_status(
+    runtime: &Path,
+    core: Option<usize>,
+    opts: &[&str],
+) -> (serde_json::Value, String) {
+    let rt = rt_arg(runtime);
+    let mut cmd = match core {
+        Some(c) => {
+            let mut t = Command::new("taskset");
+            t.args(["-c", &c.to_string()]).arg(atoll_bin());
+            t.env_remove("ATOLL_SOCKET")
+                .env_remove("LD_PRELOAD")
+                .env_remove("ATOLL_LOG")
+                .stdin(Stdio::null());
+            t
+        }
+        None => atoll(runtime),
+    };
+    let out = cmd
+        .args(["boot", "--memory", "64M"])
+        .args(opts)
+        .args(&rt)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{opts:?}: {}",
+        text(&out.stderr)
+    );
+    let id = text(&out.stdout).trim().to_string();
+    let _guard = StopOnDrop(runtime.to_path_buf(), id.clone());
+    let status = |json: bool| {
+        let out = atoll(runtime)
+            .arg("status")
+            .args(json.then_some("--json"))
+            .args(["--id", &id])
+            .args(&rt)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    let v: serde_json::Value = serde_json::from_str(&status(true)).unwrap();
+    (v, status(false))
+}
+
+/// The first core this process may run on.
+fn first_usable_core() -> usize {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let list = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .expect("Cpus_allowed_list")
+        .trim();
+    let first = list.split([',', '-']).next().unwrap();
+    first.parse().unwrap()
+}
+
+/// Without `--servers` and `--poll` the instance takes half the usable
+/// cores (at least one) and says so, with the load it saw; a `taskset`
+/// restricted boot counts only its core and sleeps at once (`block`);
+/// explicit options win and are named as the reason.
+#[test]
+fn status_says_the_server_count_and_poll_mode_and_why() {
+    if !e2e("status_says_the_server_count_and_poll_mode_and_why") {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let usable = std::thread::available_parallelism().map_or(1, |n| n.get());
+
+    let (v, txt) = boot_and_status(t.path(), None, &[]);
+    let shape = &v["shape"];
+    let want = (usable / 2).clamp(1, 64);
+    assert_eq!(v["servers"].as_array().unwrap().len(), want, "{v}");
+    assert_eq!(shape["servers"], want, "{shape}");
+    let why = shape["servers_why"].as_str().unwrap();
+    assert!(
+        why.starts_with(&format!("default for {usable} usable core")) && why.contains(", load "),
+        "{why}"
+    );
+    assert!(
+        ["adaptive", "block"].contains(&shape["poll"].as_str().unwrap()),
+        "{shape}"
+    );
+    assert_eq!(shape["poll_why"], why);
+    assert!(txt.contains(&format!("({why})")), "{txt}");
+    assert!(txt.contains("\npoll         "), "{txt}");
+
+    if Command::new("taskset").arg("-V").output().is_ok() {
+        let core = first_usable_core();
+        let (v, txt) = boot_and_status(t.path(), Some(core), &[]);
+        let shape = &v["shape"];
+        assert_eq!(shape["servers"], 1, "{shape}");
+        assert_eq!(shape["poll"], "block", "{shape}");
+        let why = shape["servers_why"].as_str().unwrap();
+        assert!(why.starts_with("default for 1 usable core"), "{why}");
+        assert!(
+            txt.contains(&format!("poll         block  ({why})")),
+            "{txt}"
+        );
+    } else {
+        eprintln!("taskset not found: the one-core boot is not checked");
+    }
+
+    let (v, txt) = boot_and_status(t.path(), None, &["--servers", "2", "--poll", "adaptive"]);
+    let shape = &v["shape"];
+    assert_eq!(shape["servers"], 2, "{shape}");
+    assert_eq!(
+        (&shape["servers_why"], &shape["poll"], &shape["poll_why"]),
+        (&"--servers".into(), &"adaptive".into(), &"--poll".into()),
+        "{shape}"
+    );
+    assert!(txt.contains("poll         adaptive  (--poll)"), "{txt}");
+    assert!(is_empty_dir(t.path()), "runtime dir left behind");
+}

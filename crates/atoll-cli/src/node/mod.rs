@@ -116,6 +116,7 @@ fn run_head(args: &NodeArgs, peers: &[String], term: Terminator) -> Result<i32> 
         .listen(&listen)
         .with_context(|| format!("cannot listen at {listen}"))?;
     let sched_exe = plan.config.server_exe.clone();
+    let shape = plan.clone();
     head::REPLY_HANDOFF.store(!plan.config.without.reply_handoff, Ordering::Relaxed);
     let remotes = stubs.as_ref().map_or(Vec::new(), |s| s.remote_members());
     let instance =
@@ -123,7 +124,9 @@ fn run_head(args: &NodeArgs, peers: &[String], term: Terminator) -> Result<i32> 
     if let Some(s) = &stubs {
         s.start(members::control_of(&instance)?)?;
     }
-    InstanceRecord::for_self(&instance, "node", &[]).write()?;
+    InstanceRecord::for_self(&instance, "node", &[])
+        .with_shape(&shape)
+        .write()?;
     let scheds =
         crate::run::start_scheds(&instance, plan.app_cores.as_deref(), sched_exe.as_deref());
     let stop = Arc::new(AtomicBool::new(false));
@@ -252,6 +255,9 @@ fn run_edge(args: &NodeArgs, peers: &[String], me: usize, term: Terminator) -> R
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
         command: vec![],
+        poll: String::new(),
+        servers_why: String::new(),
+        poll_why: String::new(),
     };
     record.write()?;
     let e = edge.clone();

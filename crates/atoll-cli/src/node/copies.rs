@@ -416,7 +416,9 @@ impl Copies {
                 if call && sequential {
                     // Fetches of the reader's own step, so that each of
                     // its reads falls within one (and may wait for it).
-                    let unit = if at % CHUNK as u64 == 0 && len as usize % CHUNK == 0 {
+                    let unit = if at.is_multiple_of(CHUNK as u64)
+                        && (len as usize).is_multiple_of(CHUNK)
+                    {
                         (u64::from(len) / CHUNK as u64).min(FETCH_CHUNKS)
                     } else {
                         1
@@ -438,7 +440,7 @@ impl Copies {
                     return Verdict::Wait(f.id);
                 }
                 *fetched = true;
-                if call && at % CHUNK as u64 == 0 && len as usize % CHUNK == 0 {
+                if call && at.is_multiple_of(CHUNK as u64) && (len as usize).is_multiple_of(CHUNK) {
                     if let Some(ticket) = self.ticket(d.ino) {
                         self.pend(
                             chan,

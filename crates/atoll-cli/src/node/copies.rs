@@ -30,9 +30,10 @@
 //! * **A fetch that raced with a drop is not kept**: every drop advances a
 //!   generation (per inode, and one for all), and a relayed read keeps its
 //!   chunk only if the generations it saw when it left are still there.
-//! * **Ends are never kept**: only a whole 8 KiB chunk (a full `ReadData`
-//!   of a chunk-aligned 8 KiB, what a program's copies fetch) is kept, so a
-//!   reader following a growing file always asks past the last whole one.
+//! * **Ends are never kept**: only whole 8 KiB chunks (of a `ReadData` of
+//!   whole chunks at a chunk-aligned offset, what a program's copies
+//!   fetch) are kept, so a reader following a growing file always asks
+//!   past the last whole one.
 //!
 //! A read is answered only for the process that opened the description
 //! (its boot connection): description ids are sequential, and another
@@ -42,12 +43,13 @@
 //! read starting where the last one ended) has the node fetch the whole
 //! chunks ahead of it, [`AHEAD_BYTES`] at most, in batches of at least
 //! half that sent as one network write on the reader's own channel, so a
-//! program's 8 KiB reads are answered here instead of each crossing (the
+//! program's reads (up to 32 KiB) are answered here instead of each
+//! crossing (the
 //! page cache's read-ahead of an NFS client). Such a fetch is an ordinary
 //! `ReadData` of the description with an id of the node's ([`AHEAD`]); it
 //! keeps its chunk by the rules above (a ticket taken when it leaves). A
-//! read of the program that finds its chunk being fetched so on its own
-//! channel *waits* for that reply and is answered from it
+//! read of the program whose bytes lie within one fetch in flight on its
+//! own channel *waits* for that reply and is answered from it
 //! ([`Verdict::Wait`]): the fetch left before the read came, on the same
 //! channel, so the servers serve it before they would have served the
 //! read, and any change made through this node meanwhile advanced the

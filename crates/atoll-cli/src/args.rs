@@ -603,7 +603,7 @@ pub enum Technique {
     /// Copies of remote data kept by a node's proxy for all the programs
     /// of that node, with the same close-to-open consistency, and its
     /// read-ahead of sequential readers; without it a second program's
-    /// read crosses the network again, as does each 8 KiB of a first
+    /// read crosses the network again, as does each 32 KiB of a first
     NodeCopies,
     /// File sizes published by their servers in shared memory, read by
     /// `lseek(SEEK_END)` without a message; without it every such call

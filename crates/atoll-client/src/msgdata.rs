@@ -5,7 +5,9 @@
 //! `--without direct-cache` ablation. `file.rs` decides which path a read
 //! or write takes and calls in here.
 //!
-//! One message carries at most [`DATA_CHUNK`] bytes, and a round trip is
+//! One message carries at most [`DATA_CHUNK`] bytes (32 KiB since issue 16,
+//! in frames of up to `atoll_proto::MAX_FRAME` on 256 KiB rings), and a
+//! round trip is
 //! long (tens of microseconds across hosts), so a large read or write keeps
 //! several messages in flight on its lane: requests on one channel are
 //! served in order and their replies come back in order.
@@ -30,32 +32,35 @@ use crate::error::{Error, Result};
 use crate::file::await_writers;
 use crate::session::{Client, Lane};
 
-/// Largest payload of one `ReadData`/`WriteData` (a copy island, or the
-/// direct-cache ablation): with its header it fits a 12 KiB frame.
-pub(crate) const DATA_CHUNK: usize = 8192;
+/// Largest payload of one `ReadData`/`WriteData` (a copy island, a remote
+/// program's writes, the direct-cache ablation): with its header it fits
+/// a frame (`atoll_proto::MAX_FRAME`). Before issue 16 it was 8 KiB, and a
+/// copy island's `dd bs=1M` paid a ring round trip per 8 KiB.
+pub(crate) const DATA_CHUNK: usize = atoll_proto::MAX_DATA_CALL;
 
 /// `ReadData` requests a read at a known offset keeps in flight at once.
-/// Their replies (8 KiB each) fit the reply ring together; a server that
-/// finds the ring full parks the next until the client takes one.
+/// Their replies (32 KiB each) fit the 256 KiB reply ring together; a
+/// server that finds the ring full parks the next until the client takes
+/// one.
 const READ_WINDOW: usize = 4;
 
 /// The same for a program on a host without the file servers: its node
 /// answers most reads (its copies and read-ahead, `node/copies.rs`), each
-/// a round trip to the proxy; six 8 KiB answers (about 50 KiB) still fit
-/// the reply ring, so the node finds room for every one.
+/// a round trip to the proxy; six 32 KiB answers (about 193 KiB) still
+/// fit the 256 KiB reply ring, so the node finds room for every one.
 const REMOTE_READ_WINDOW: usize = 6;
 
-/// `WriteData` pieces of one write in flight at once. Four 8 KiB requests
-/// fit the 64 KiB request ring with room for another lane's; more would
-/// only wait for ring space (the reads' window, measured, is 4 too).
+/// `WriteData` pieces of one write in flight at once. Four 32 KiB requests
+/// fit the 256 KiB request ring with room to spare; more would only wait
+/// for ring space (the reads' window, measured, is 4 too).
 const WRITE_WINDOW: usize = 4;
 
 /// The same for a program on a host without the file servers
 /// (`InstanceInfo::remote`), whose pieces each wait a network round trip:
-/// six 8 KiB pieces (about 50 KiB) still fit the request ring, with room
-/// for the node's read-ahead requests on the same channel (32 of about 40
-/// bytes, `node/copies.rs`), so the head's pump never waits for ring space
-/// (it would wait with the replies that free it untaken).
+/// six 32 KiB pieces (about 193 KiB) still fit the 256 KiB request ring,
+/// with room for the node's read-ahead requests on the same channel (32 of
+/// about 40 bytes, `node/copies.rs`), so the head's pump never waits for
+/// ring space (it would wait with the replies that free it untaken).
 const REMOTE_WRITE_WINDOW: usize = 6;
 
 /// Chain ids: unique within this process, hence within its session.
@@ -106,7 +111,8 @@ fn read_data_window(
     report: bool,
 ) -> Result<usize> {
     let server = desc.server();
-    let chunks = buf.len().div_ceil(DATA_CHUNK);
+    let chunk = DATA_CHUNK;
+    let chunks = buf.len().div_ceil(chunk);
     let window = if c.info.remote {
         REMOTE_READ_WINDOW
     } else {
@@ -117,10 +123,10 @@ fn read_data_window(
     let mut failed = None;
     while next < chunks {
         while sending && sent < chunks && sent - next < window {
-            let at = sent * DATA_CHUNK;
+            let at = sent * chunk;
             let req = Request::ReadData {
                 desc,
-                len: (buf.len() - at).min(DATA_CHUNK) as u32,
+                len: (buf.len() - at).min(chunk) as u32,
                 offset: Some(off + at as u64),
                 report: report && sent == 0,
             };
@@ -138,8 +144,8 @@ fn read_data_window(
         if next == sent {
             break; // nothing in flight: the send failed
         }
-        let at = next * DATA_CHUNK;
-        let want = (buf.len() - at).min(DATA_CHUNK);
+        let at = next * chunk;
+        let want = (buf.len() - at).min(chunk);
         let dst = &mut buf[at..at + want];
         let got = lane.recv(c, server, ids[next % window], |r| copy_data(r, dst));
         match got {
@@ -160,7 +166,7 @@ fn read_data_window(
             Err(e) => return Err(e),
         }
     }
-    let done = (next * DATA_CHUNK).min(buf.len());
+    let done = (next * chunk).min(buf.len());
     match failed {
         Some(e) if done == 0 => Err(e),
         _ => Ok(done),
@@ -178,9 +184,10 @@ fn read_id_serial(
     report: bool,
 ) -> Result<usize> {
     let mut done = 0usize;
+    let chunk = DATA_CHUNK;
     // At least one `ReadData`, also of no bytes: it moves the atime.
     loop {
-        let want = (buf.len() - done).min(DATA_CHUNK);
+        let want = (buf.len() - done).min(chunk);
         let dst = &mut buf[done..done + want];
         let req = || Request::ReadData {
             desc,

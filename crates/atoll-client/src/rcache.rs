@@ -48,7 +48,6 @@ use crate::fixedhash::Map;
 use atoll_proto::{Attr, DescId, InodeId, Reply, Request, Timespec};
 
 use crate::error::Result;
-use crate::msgdata::DATA_CHUNK;
 use crate::session::{Client, Lane};
 use crate::sys::SpinLock;
 
@@ -56,11 +55,14 @@ use crate::sys::SpinLock;
 /// (the common reader reads each file once; the bound keeps a long-lived
 /// process from growing without limit).
 const LIMIT_BYTES: usize = 32 << 20;
+/// Bytes of one copy: the node's chunk (`node/copies.rs`), so the whole
+/// chunks a process fetches are whole chunks its node may keep.
+const CHUNK: usize = 8192;
 /// Files whose stamps one process remembers; past this all are forgotten
 /// (a process that opens millions of files keeps no list of them).
 const LIMIT_FILES: usize = 16384;
 
-type Chunk = Box<[u8; DATA_CHUNK]>;
+type Chunk = Box<[u8; CHUNK]>;
 
 /// What a file looked like when this process last opened or stat'ed it.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -84,7 +86,7 @@ struct File {
     stamp: Stamp,
     /// Advanced by every drop of this file's copies.
     generation: u64,
-    /// Whole chunks by index (`offset / DATA_CHUNK`).
+    /// Whole chunks by index (`offset / CHUNK`).
     chunks: Map<u64, Chunk>,
 }
 
@@ -102,7 +104,7 @@ impl Copies {
     fn saw(&mut self, ino: InodeId, stamp: Stamp, open: bool) {
         match self.files.get_mut(&ino) {
             Some(f) if f.stamp != stamp => {
-                self.bytes -= f.chunks.len() * DATA_CHUNK;
+                self.bytes -= f.chunks.len() * CHUNK;
                 f.chunks.clear();
                 f.stamp = stamp;
                 f.generation += 1;
@@ -156,10 +158,10 @@ impl Copies {
         if f.generation != ticket.1 || f.chunks.contains_key(&index) {
             return;
         }
-        let mut chunk: Chunk = Box::new([0u8; DATA_CHUNK]);
+        let mut chunk: Chunk = Box::new([0u8; CHUNK]);
         chunk.copy_from_slice(bytes);
         f.chunks.insert(index, chunk);
-        self.bytes += DATA_CHUNK;
+        self.bytes += CHUNK;
         if self.bytes > LIMIT_BYTES {
             self.drop_all();
         }
@@ -174,11 +176,11 @@ impl Copies {
         let mut done = 0usize;
         while done < dst.len() {
             let pos = at + done as u64;
-            let Some(chunk) = f.chunks.get(&(pos / DATA_CHUNK as u64)) else {
+            let Some(chunk) = f.chunks.get(&(pos / CHUNK as u64)) else {
                 break;
             };
-            let within = (pos % DATA_CHUNK as u64) as usize;
-            let n = (DATA_CHUNK - within).min(dst.len() - done);
+            let within = (pos % CHUNK as u64) as usize;
+            let n = (CHUNK - within).min(dst.len() - done);
             dst[done..done + n].copy_from_slice(&chunk[within..within + n]);
             done += n;
         }
@@ -272,7 +274,7 @@ pub fn read(
     crate::counters::bump(&crate::counters::REMOTE_COPY_FETCHES);
     // Fetch from the first chunk not held to the end of the read, whole
     // chunks, in one windowed read (`msgdata`).
-    let chunk = DATA_CHUNK as u64;
+    let chunk = CHUNK as u64;
     let pos = at + done as u64;
     let first = pos / chunk;
     let end = (at + buf.len() as u64).div_ceil(chunk);
@@ -283,7 +285,7 @@ pub fn read(
         Err(_) => return Some(Ok(done)),
     };
     with(|m| {
-        for (i, bytes) in fetched[..got].chunks_exact(DATA_CHUNK).enumerate() {
+        for (i, bytes) in fetched[..got].chunks_exact(CHUNK).enumerate() {
             m.keep(ino, ticket, first + i as u64, bytes);
         }
     });
@@ -312,7 +314,7 @@ mod tests {
     }
 
     fn chunk(b: u8) -> Vec<u8> {
-        vec![b; DATA_CHUNK]
+        vec![b; CHUNK]
     }
 
     #[test]
@@ -325,12 +327,9 @@ mod tests {
         let t = m.ticket(F).unwrap();
         m.keep(F, t, 0, &chunk(7));
         m.keep(F, t, 1, &chunk(8));
-        let mut out = vec![0u8; 3 * DATA_CHUNK];
-        assert_eq!(m.copy_out(F, 100, &mut out), 2 * DATA_CHUNK - 100);
-        assert_eq!(
-            (out[0], out[DATA_CHUNK - 101], out[DATA_CHUNK - 100]),
-            (7, 7, 8)
-        );
+        let mut out = vec![0u8; 3 * CHUNK];
+        assert_eq!(m.copy_out(F, 100, &mut out), 2 * CHUNK - 100);
+        assert_eq!((out[0], out[CHUNK - 101], out[CHUNK - 100]), (7, 7, 8));
         m.saw(F, stamp(20000, 1), true);
         assert_eq!(m.copy_out(F, 0, &mut out[..10]), 10, "same stamp keeps");
         m.saw(F, stamp(20000, 2), false);
@@ -360,7 +359,7 @@ mod tests {
         let mut m = Copies::default();
         m.saw(F, stamp(1, 1), true);
         let t = m.ticket(F).unwrap();
-        let n = (LIMIT_BYTES / DATA_CHUNK) as u64;
+        let n = (LIMIT_BYTES / CHUNK) as u64;
         for i in 0..n {
             m.keep(F, t, i, &chunk(3));
         }

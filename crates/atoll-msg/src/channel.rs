@@ -7,9 +7,9 @@
 //!  128    request ring header  (client → server)            384 B
 //!  512    reply ring header    (server → client)            384 B
 //!  896    inbox ring header    (server → client, unasked)   384 B
-//!  4096   parked reply   12 KiB (one frame)
-//!  16384  request data   64 KiB
-//!         reply data     64 KiB
+//!  4096   parked reply   36 KiB (one frame, in whole pages)
+//!  40960  request data   256 KiB
+//!         reply data     256 KiB
 //!         inbox data     64 KiB
 //! ```
 //!
@@ -61,8 +61,16 @@ struct ChannelHeader {
 pub struct Channel;
 
 impl Channel {
-    /// Bytes of each ring's data area (request, reply and inbox).
-    pub const RING_BYTES: usize = 64 * 1024;
+    /// Bytes of the request and the reply ring's data areas: six
+    /// `ReadData`/`WriteData` of 32 KiB (a window of one read or write,
+    /// `msgdata.rs`) fit either with room for small calls beside them
+    /// (issue 16). Pages a channel never reaches are never touched.
+    pub const RING_BYTES: usize = 256 * 1024;
+    /// Bytes of the inbox's data area (unasked messages, all small).
+    pub const INBOX_BYTES: usize = 64 * 1024;
+    /// Largest inbox frame: what every frame was before issue 16 (a ring
+    /// takes frames of at most half its size; notices are far smaller).
+    pub const INBOX_MAX_FRAME: usize = 12 * 1024;
     /// Offset of the parked reply (page aligned).
     const PARKED: usize = 4096;
     /// Bytes of the parked slot: the largest frame, in whole pages.
@@ -70,7 +78,7 @@ impl Channel {
     /// Offset of the first data area (page aligned).
     const DATA: usize = Self::PARKED + Self::PARKED_BYTES;
     /// Total size of the memfd.
-    pub const SIZE: usize = Self::DATA + 3 * Self::RING_BYTES;
+    pub const SIZE: usize = Self::DATA + 2 * Self::RING_BYTES + Self::INBOX_BYTES;
     /// Largest frame a channel carries.
     pub const MAX_FRAME: usize = MAX_FRAME;
 }
@@ -125,17 +133,28 @@ impl Parts {
         }
     }
 
+    /// Bytes of ring `i`'s data area and its largest frame.
+    const fn ring_bytes(i: usize) -> (usize, usize) {
+        if i == 2 {
+            (Channel::INBOX_BYTES, Channel::INBOX_MAX_FRAME)
+        } else {
+            (Channel::RING_BYTES, MAX_FRAME)
+        }
+    }
+
     fn producer(&self, i: usize) -> Producer {
         let (s, d) = self.ring(i);
+        let (cap, max) = Self::ring_bytes(i);
         // SAFETY: the ring lives in `self.region`, which the channel owns
         // alongside the end; one end of each role per mapping.
-        unsafe { Producer::new(s, d, Channel::RING_BYTES, MAX_FRAME) }
+        unsafe { Producer::new(s, d, cap, max) }
     }
 
     fn consumer(&self, i: usize) -> Consumer {
         let (s, d) = self.ring(i);
+        let (cap, max) = Self::ring_bytes(i);
         // SAFETY: as in `producer`.
-        unsafe { Consumer::new(s, d, Channel::RING_BYTES, MAX_FRAME) }
+        unsafe { Consumer::new(s, d, cap, max) }
     }
 
     /// The parked slot (`Channel::PARKED_BYTES` bytes).

@@ -592,7 +592,7 @@ mod tests {
         assert_eq!(slot_size(0), 64);
         assert_eq!(slot_size(56), 64);
         assert_eq!(slot_size(57), 128);
-        assert_eq!(slot_size(atoll_proto::MAX_FRAME), 12 * 1024 + 64);
+        assert_eq!(slot_size(atoll_proto::MAX_FRAME), 33 * 1024 + 64);
     }
 
     #[test]
@@ -651,7 +651,7 @@ mod tests {
 
     #[test]
     fn max_size_frames_round_trip_and_larger_ones_are_refused() {
-        let mut r = TestRing::new(64 * 1024, atoll_proto::MAX_FRAME);
+        let mut r = TestRing::new(256 * 1024, atoll_proto::MAX_FRAME);
         let (p, c) = r.ends();
         let big = pattern(9, atoll_proto::MAX_FRAME);
         for _ in 0..20 {

@@ -16,7 +16,7 @@ static SERIAL: Mutex<()> = Mutex::new(());
 
 const STOP: [u8; 8] = [0xff; 8];
 /// Requests in flight: few enough that their replies always fit in the reply
-/// ring (4 × 12 KiB < 64 KiB), so parent and child can never both be
+/// ring (4 × 33 KiB < 256 KiB), so parent and child can never both be
 /// blocked on full rings.
 const WINDOW: u64 = 4;
 

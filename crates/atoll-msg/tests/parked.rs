@@ -9,11 +9,12 @@
 
 use std::os::fd::{AsFd, BorrowedFd};
 
-use atoll_msg::{ClientChannel, MsgError, ServerChannel};
+use atoll_msg::{Channel, ClientChannel, MsgError, ServerChannel};
 
 /// Requests the client sends before reading any reply: more replies than
-/// the 64 KiB reply ring holds at `REPLY_BYTES` each.
-const REQUESTS: u64 = 24;
+/// the reply ring holds at `REPLY_BYTES` each (eight more than fit it
+/// without their frame headers).
+const REQUESTS: u64 = (Channel::RING_BYTES / REPLY_BYTES) as u64 + 8;
 const REPLY_BYTES: usize = 4000;
 
 /// A reply to request `id`: the id, then filler.

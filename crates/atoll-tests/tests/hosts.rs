@@ -20,6 +20,8 @@ const LIMIT: Duration = Duration::from_secs(120);
 mod ahead;
 #[path = "hosts/cache.rs"]
 mod cache;
+#[path = "hosts/datacalls.rs"]
+mod datacalls;
 #[path = "hosts/direct.rs"]
 mod direct;
 #[path = "hosts/members.rs"]

@@ -30,9 +30,10 @@
 //! * **A fetch that raced with a drop is not kept**: every drop advances a
 //!   generation (per inode, and one for all), and a relayed read keeps its
 //!   chunk only if the generations it saw when it left are still there.
-//! * **Ends are never kept**: only a whole 8 KiB chunk (a full `ReadData`
-//!   of a chunk-aligned 8 KiB, what a program's copies fetch) is kept, so a
-//!   reader following a growing file always asks past the last whole one.
+//! * **Ends are never kept**: only whole 8 KiB chunks (of a `ReadData` of
+//!   whole chunks at a chunk-aligned offset, what a program's copies
+//!   fetch) are kept, so a reader following a growing file always asks
+//!   past the last whole one.
 //!
 //! A read is answered only for the process that opened the description
 //! (its boot connection): description ids are sequential, and another
@@ -42,12 +43,13 @@
 //! read starting where the last one ended) has the node fetch the whole
 //! chunks ahead of it, [`AHEAD_BYTES`] at most, in batches of at least
 //! half that sent as one network write on the reader's own channel, so a
-//! program's 8 KiB reads are answered here instead of each crossing (the
+//! program's reads (up to 32 KiB) are answered here instead of each
+//! crossing (the
 //! page cache's read-ahead of an NFS client). Such a fetch is an ordinary
 //! `ReadData` of the description with an id of the node's ([`AHEAD`]); it
 //! keeps its chunk by the rules above (a ticket taken when it leaves). A
-//! read of the program that finds its chunk being fetched so on its own
-//! channel *waits* for that reply and is answered from it
+//! read of the program whose bytes lie within one fetch in flight on its
+//! own channel *waits* for that reply and is answered from it
 //! ([`Verdict::Wait`]): the fetch left before the read came, on the same
 //! channel, so the servers serve it before they would have served the
 //! read, and any change made through this node meanwhile advanced the
@@ -71,9 +73,12 @@ use atoll_proto::{
 
 use super::wire::{ChanId, ConnId};
 
-/// One chunk: what a program's copies fetch at a time (client
-/// `msgdata::DATA_CHUNK`, the largest `ReadData`).
+/// One chunk: what the node keeps and a program's copies keep (client
+/// `rcache.rs`); a program's `ReadData` asks for up to four at once.
 pub const CHUNK: usize = 8192;
+/// Chunks of one read-ahead fetch at most: a program's largest `ReadData`
+/// (`atoll_proto::MAX_DATA_CALL`, 32 KiB; issue 16).
+const FETCH_CHUNKS: u64 = (atoll_proto::MAX_DATA_CALL / CHUNK) as u64;
 /// Bytes of chunks a node keeps (four programs' worth of per-process
 /// copies, 32 MiB each).
 pub const LIMIT_BYTES: usize = 128 << 20;
@@ -87,8 +92,8 @@ pub const AHEAD_BYTES: u64 = 256 << 10;
 /// more leave (it bounds the table of fetches waited for).
 const AHEAD_LIMIT: usize = 4096;
 /// Read-ahead fetches in flight at once on one channel, whatever number
-/// of descriptions its lane reads: with a remote write's six 8 KiB pieces
-/// their requests (about 40 bytes each) still fit the channel's 64 KiB
+/// of descriptions its lane reads: with a remote write's six 32 KiB pieces
+/// their requests (about 40 bytes each) still fit the channel's 256 KiB
 /// request ring at the head. The head's pump waits for room in a full
 /// ring, and a server whose reply ring is full (of read-ahead replies the
 /// pump would take) takes no more requests from it: past the ring, the
@@ -145,7 +150,7 @@ struct Held {
 }
 
 /// A program's read waiting for a read-ahead reply: its id, and the part
-/// of the chunk it asked for.
+/// of the fetch's bytes it asked for.
 struct Waiter {
     rid: u64,
     within: usize,
@@ -154,8 +159,8 @@ struct Waiter {
 
 /// A relayed request whose reply the node waits for.
 enum Pending {
-    /// A whole chunk fetched through a description valid at the time:
-    /// kept if the generations are still `ticket`.
+    /// Whole chunks from `index` on fetched through a description valid
+    /// at the time: kept if the generations are still `ticket`.
     Read {
         ino: InodeId,
         index: u64,
@@ -164,11 +169,12 @@ enum Pending {
     /// A change (`None`: of a file the node does not know): drop again
     /// when the servers have made it.
     Change(Option<InodeId>),
-    /// The node's own read-ahead of a whole chunk: kept as `Read`, and
-    /// answers the program's reads that wait for it.
+    /// The node's own read-ahead of `count` whole chunks from `index`:
+    /// kept as `Read`, and answers the program's reads that wait for it.
     Ahead {
         ino: InodeId,
         index: u64,
+        count: u64,
         ticket: (u64, u64),
         waiters: Vec<Waiter>,
     },
@@ -326,6 +332,14 @@ impl Copies {
         }
     }
 
+    /// Every whole chunk of `bytes`, read from chunk `index` on (a short
+    /// reply's partial end is not kept).
+    fn keep_all(&mut self, ino: InodeId, ticket: (u64, u64), index: u64, bytes: &[u8]) {
+        for (i, b) in bytes.chunks_exact(CHUNK).enumerate() {
+            self.keep(ino, ticket, index + i as u64, b);
+        }
+    }
+
     /// The clock's hand: the oldest chunk not read since it last passed.
     fn evict_one(&mut self) {
         while let Some((k, serial)) = self.clock.pop_front() {
@@ -402,7 +416,16 @@ impl Copies {
                 }
                 let d = *d;
                 if call && sequential {
-                    self.read_ahead(chan, &f, desc, d, ahead);
+                    // Fetches of the reader's own step, so that each of
+                    // its reads falls within one (and may wait for it).
+                    let unit = if at.is_multiple_of(CHUNK as u64)
+                        && (len as usize).is_multiple_of(CHUNK)
+                    {
+                        (u64::from(len) / CHUNK as u64).min(FETCH_CHUNKS)
+                    } else {
+                        1
+                    };
+                    self.read_ahead(chan, &f, desc, d, unit, ahead);
                 }
                 if may_answer {
                     if let Some(bytes) = self.copy_out(d.ino, at, len as usize) {
@@ -419,7 +442,7 @@ impl Copies {
                     return Verdict::Wait(f.id);
                 }
                 *fetched = true;
-                if call && at % CHUNK as u64 == 0 && len as usize == CHUNK {
+                if call && at.is_multiple_of(CHUNK as u64) && (len as usize).is_multiple_of(CHUNK) {
                     if let Some(ticket) = self.ticket(d.ino) {
                         self.pend(
                             chan,
@@ -463,13 +486,15 @@ impl Copies {
     /// up to [`AHEAD_BYTES`] past it and within the size `d` was opened
     /// with; only once the reader has come within half the window of
     /// where the last batch ended, so a batch is at least half a window
-    /// in one network write.
+    /// in one network write. A fetch is `unit` chunks (the reader's step)
+    /// unless a chunk held or being fetched cuts it short.
     fn read_ahead(
         &mut self,
         chan: ChanId,
         f: &RequestFrame<'_>,
         desc: DescId,
         d: Desc,
+        unit: u64,
         out: &mut Vec<Vec<u8>>,
     ) {
         let chunk = CHUNK as u64;
@@ -486,8 +511,13 @@ impl Copies {
             return;
         };
         let mut reached = end;
-        for index in from / chunk..end / chunk {
-            if self.chunks.contains_key(&(d.ino, index)) || self.fetching(d.ino, index).is_some() {
+        let free = |m: &Copies, i: u64| {
+            !m.chunks.contains_key(&(d.ino, i)) && m.fetching(d.ino, i).is_none()
+        };
+        let mut index = from / chunk;
+        while index < end / chunk {
+            if !free(self, index) {
+                index += 1;
                 continue;
             }
             let on = self.ahead_on.entry(chan).or_default();
@@ -496,6 +526,10 @@ impl Copies {
                 break;
             }
             *on += 1;
+            let mut count = 1;
+            while count < unit && index + count < end / chunk && free(self, index + count) {
+                count += 1;
+            }
             let id = AHEAD | self.next_ahead;
             self.next_ahead = (self.next_ahead + 1) % AHEAD;
             let req = RequestFrame {
@@ -504,7 +538,7 @@ impl Copies {
                 pid: f.pid,
                 req: Request::ReadData {
                     desc,
-                    len: CHUNK as u32,
+                    len: (count * chunk) as u32,
                     offset: Some(index * chunk),
                     report: false,
                 },
@@ -519,12 +553,16 @@ impl Copies {
                 Pending::Ahead {
                     ino: d.ino,
                     index,
+                    count,
                     ticket,
                     waiters: Vec::new(),
                 },
             );
-            self.ahead.insert((d.ino, index), (chan, id));
+            for i in index..index + count {
+                self.ahead.insert((d.ino, i), (chan, id));
+            }
             out.push(frame);
+            index += count;
         }
         if let Some(dd) = self.descs.get_mut(&desc) {
             dd.ahead = reached;
@@ -543,19 +581,28 @@ impl Copies {
     }
 
     /// A read of `[at, at + len)` (request `rid` on `chan`) within one
-    /// chunk being read ahead on the same channel, by a fetch no change
-    /// has overtaken: it waits for that fetch's reply. Another channel's
+    /// fetch being read ahead on the same channel, which no change has
+    /// overtaken: it waits for that fetch's reply. Another channel's
     /// fetch is not waited for (its reply may come after the read's own
-    /// would have, and the answer could pass replies owed before it).
+    /// would have, and the answer could pass replies owed before it), nor
+    /// are two fetches (the first one's bytes are gone when the second
+    /// comes, unless kept).
     fn wait_ahead(&mut self, chan: ChanId, ino: InodeId, at: u64, len: usize, rid: u64) -> bool {
-        let index = at / CHUNK as u64;
-        let within = (at % CHUNK as u64) as usize;
-        if within + len > CHUNK {
-            return false;
-        }
-        match self.fetching(ino, index) {
+        let chunk = CHUNK as u64;
+        match self.fetching(ino, at / chunk) {
             Some((c, id)) if c == chan => {
-                if let Some(Pending::Ahead { waiters, .. }) = self.pending.get_mut(&(c, id)) {
+                if let Some(Pending::Ahead {
+                    index,
+                    count,
+                    waiters,
+                    ..
+                }) = self.pending.get_mut(&(c, id))
+                {
+                    let start = *index * chunk;
+                    if at + len as u64 > start + *count * chunk {
+                        return false;
+                    }
+                    let within = (at - start) as usize;
                     waiters.push(Waiter { rid, within, len });
                     return true;
                 }
@@ -586,7 +633,7 @@ impl Copies {
         match self.pending.remove(&(chan, f.id)) {
             Some(Pending::Read { ino, index, ticket }) => {
                 if let Reply::Data(bytes) = f.reply {
-                    self.keep(ino, ticket, index, bytes);
+                    self.keep_all(ino, ticket, index, bytes);
                 }
                 return Relayed::Deliver;
             }
@@ -594,11 +641,14 @@ impl Copies {
             Some(Pending::Ahead {
                 ino,
                 index,
+                count,
                 ticket,
                 waiters,
             }) => {
-                if self.ahead.get(&(ino, index)) == Some(&(chan, f.id)) {
-                    self.ahead.remove(&(ino, index));
+                for i in index..index + count {
+                    if self.ahead.get(&(ino, i)) == Some(&(chan, f.id)) {
+                        self.ahead.remove(&(ino, i));
+                    }
                 }
                 if let Some(on) = self.ahead_on.get_mut(&chan) {
                     *on = on.saturating_sub(1);
@@ -608,7 +658,7 @@ impl Copies {
                     .filter_map(|w| Some((w.rid, answer_from(frame, &f.reply, w)?)))
                     .collect();
                 if let Reply::Data(bytes) = f.reply {
-                    self.keep(ino, ticket, index, bytes);
+                    self.keep_all(ino, ticket, index, bytes);
                 }
                 return Relayed::Ahead(answers);
             }
@@ -670,7 +720,7 @@ impl Copies {
 }
 
 /// The answer to a read that waited for a read-ahead (`w`) from that
-/// fetch's reply (`frame`, decoded as `reply`): the part of the chunk it
+/// fetch's reply (`frame`, decoded as `reply`): the part of the fetch it
 /// asked for, as much of it as the servers returned (a short reply is the
 /// end of the file), or the same reply when it is not data (an error).
 fn answer_from(frame: &[u8], reply: &Reply<'_>, w: &Waiter) -> Option<Vec<u8>> {

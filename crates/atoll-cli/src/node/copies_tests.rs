@@ -578,3 +578,59 @@ fn read_ahead_on_one_channel_is_bounded() {
     assert_eq!(more.len(), 1);
     assert_eq!(more[0].1, 2 * chunk);
 }
+
+/// A reader whose reads are 32 KiB (four chunks, a program's largest
+/// `ReadData`) has the node fetch 32 KiB at a time at its own steps: each
+/// of its reads waits for one fetch and is answered with all of it; a
+/// read across two fetches does not wait (it crosses); every whole chunk
+/// of a fetch, and of a program's own multi-chunk read, is kept.
+#[test]
+fn read_ahead_fetches_in_the_reader_s_steps_of_up_to_four_chunks() {
+    let mut m = Copies::new(LIMIT_BYTES);
+    let chunk = CHUNK as u64;
+    let step = 4 * CHUNK as u32;
+    opened(&mut m, P1, D, attr(F, 64 * chunk + 100, 1));
+    let (v, ahead) = ask(&mut m, CH, 1, 0, step);
+    assert!(matches!(v, Verdict::Forward));
+    let first = ahead_of(&ahead);
+    assert_eq!(first.len(), (AHEAD_BYTES / (4 * chunk)) as usize);
+    assert!(first
+        .iter()
+        .enumerate()
+        .all(|(i, &(_, at, len))| at == (i as u64 + 1) * 4 * chunk && len == step));
+    // The program's own 32 KiB read comes back: its four chunks are kept.
+    let own: Vec<u8> = (0..4 * CHUNK).map(|i| (i / CHUNK) as u8).collect();
+    assert!(matches!(
+        m.reply(P1, CH, &rep(1, Reply::Data(&own))),
+        Relayed::Deliver
+    ));
+    assert_eq!(m.bytes(), 4 * CHUNK);
+    // The next read is the first fetch exactly: it waits, and is answered
+    // with the whole fetch.
+    assert!(matches!(
+        ask(&mut m, CH, 2, 4 * chunk, step).0,
+        Verdict::Wait(2)
+    ));
+    // A read across the second and third fetches does not wait.
+    assert!(matches!(
+        ask(&mut m, CH, 3, 10 * chunk, step).0,
+        Verdict::Forward
+    ));
+    let bytes: Vec<u8> = (0..4 * CHUNK).map(|i| (i % 251) as u8).collect();
+    let got = answers(m.reply(P1, CH, &rep(first[0].0, Reply::Data(&bytes))));
+    assert_eq!(got, vec![(2, bytes.clone())]);
+    assert_eq!(m.bytes(), 8 * CHUNK, "chunks 0..8 held");
+    // Held now: a read of 32 KiB across two kept fetches' chunks is
+    // answered here in one reply.
+    let (v, _) = ask(&mut m, CH, 4, 2 * chunk, step);
+    let Verdict::Answer(frame) = v else {
+        panic!("chunks 2..6 are held")
+    };
+    let f: ReplyFrame<'_> = atoll_proto::decode(&frame).unwrap();
+    let Reply::Data(d) = f.reply else {
+        panic!("{:?}", f.reply)
+    };
+    assert_eq!(d.len(), 4 * CHUNK);
+    assert_eq!(&d[..2 * CHUNK], &own[2 * CHUNK..]);
+    assert_eq!(&d[2 * CHUNK..], &bytes[..2 * CHUNK]);
+}

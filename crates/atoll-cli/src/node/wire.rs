@@ -231,10 +231,8 @@ impl std::fmt::Display for BatchError {
 
 /// Frames of one channel as one byte string: for each, its length (u32,
 /// little-endian) and its bytes. Ring frames are at most
-/// `atoll_proto::MAX_FRAME` (the 12 KiB every ring slot is built for, and
-/// a server's parked reply); several travel in one message between hosts
-/// instead of raising that limit, which would grow every channel's
-/// memory for the sake of remote ones.
+/// `atoll_proto::MAX_FRAME` (33 KiB: a 32 KiB data call, and a server's
+/// parked reply); several travel in one message between hosts.
 pub fn pack_frames<'a>(frames: impl IntoIterator<Item = &'a [u8]>) -> Vec<u8> {
     let mut out = Vec::new();
     for f in frames {

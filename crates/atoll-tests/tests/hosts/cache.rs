@@ -187,7 +187,9 @@ fn programs_of_one_node_share_its_copies_with_close_to_open_consistency() {
     // A file nobody on C read before: its first read crosses, and the
     // node reads the other whole chunks ahead of the reader (`ahead.rs`).
     assert!(f1 > f0, "the first read crossed: {f0} → {f1}");
-    assert_eq!(a1 - a0, 9, "chunks 1..=9 read ahead");
+    // `md5sum` reads 32 KiB at a time: its first read (chunks 0..=3)
+    // crosses and is kept; the node fetches 4..=7 and 8..=9 in its steps.
+    assert_eq!(a1 - a0, 2, "chunks 4..=9 read ahead in two fetches");
     assert!(
         held >= 10 * 8192,
         "the node keeps its ten whole chunks: {held}"
@@ -218,7 +220,7 @@ fn programs_of_one_node_share_its_copies_with_close_to_open_consistency() {
     assert_eq!(text(&after), pattern_sum(2), "C read the old bytes");
     let (h3, f3, _) = copies_counters(&c, 2);
     let a3 = ahead_count(&c, 2);
-    assert_eq!(a3 - a1, 9, "the new bytes were read ahead again");
+    assert_eq!(a3 - a1, 2, "the new bytes were read ahead again");
     let again = on(&c, 2, READ_SHARED);
     assert_eq!(text(&again), pattern_sum(2));
     let (h4, f4, _) = copies_counters(&c, 2);

@@ -12,7 +12,14 @@
 //! that reaps a killed child asks the boot thread to end the child's
 //! sessions now (`BootRequest::Reaped`) and then each server whether it
 //! served their ends (`Request::SessionEnded`), before it returns.
-//! Children that exit cost nothing more than the row's dispatch.
+//! Children that exit cost nothing more than the row's dispatch, but for
+//! exit status 127: the dynamic loader's, when it could not start the
+//! program (`error while loading shared libraries`). What it wrote to an
+//! atoll stderr is copied there at the end of the child's session
+//! (`exec/caught.rs`), so such a `wait` also awaits that end, and the
+//! parent then finds the message in the file, as on Linux. (A shell's
+//! `command not found` is 127 too: one more round trip, on a path that
+//! already failed.)
 
 use core::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
@@ -61,7 +68,24 @@ pub(crate) fn killed_status(status: i32) -> bool {
     sig != 0 && sig != 0x7f
 }
 
-/// `wait` reaped `pid`, which a signal killed: return once every server
+/// The loader's exit status when it cannot start a program (glibc
+/// `_dl_fatal_printf`), as `wait4` encodes it.
+const LOADER_FAILED: i32 = 127 << 8;
+
+/// Does a `wait4` status ask for the child's session end (killed, or the
+/// loader's failure)?
+pub(crate) fn awaits_end(status: i32) -> bool {
+    killed_status(status) || status == LOADER_FAILED
+}
+
+/// Does a `waitid` record ask for the child's session end?
+pub(crate) fn awaits_end_of(code: i32, status: i32) -> bool {
+    matches!(code, libc::CLD_KILLED | libc::CLD_DUMPED)
+        || (code == libc::CLD_EXITED && status == 127)
+}
+
+/// `wait` reaped `pid`, which a signal killed (or whose loader failed):
+/// return once every server
 /// served the end of its sessions (or gave up waiting for one).
 pub(crate) fn after_killed_child(c: &Client, pid: i64) {
     let Ok(pid) = u32::try_from(pid) else {

@@ -30,7 +30,7 @@
 //! its session socket but lives on.
 
 use std::collections::HashMap;
-use std::io::IoSlice;
+use std::io::{IoSlice, IoSliceMut};
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -42,7 +42,10 @@ use atoll_msg::{Control, ServerChannel};
 use atoll_proto::boot::{BootReply, BootRequest, InstanceInfo, InstanceStatus, MAX_BOOT_PACKET};
 use atoll_proto::{ServerStats, SessionId};
 use rustix::event::epoll;
-use rustix::net::{RecvFlags, SendAncillaryBuffer, SendAncillaryMessage, SendFlags, SocketFlags};
+use rustix::net::{
+    RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
+    SendAncillaryMessage, SendFlags, SocketFlags,
+};
 
 use crate::server::Admin;
 
@@ -326,6 +329,9 @@ pub struct BootParams {
     pub quit: Arc<AtomicBool>,
     /// With `--trace`: learns which process each session belongs to.
     pub trace: Option<Arc<crate::trace::Sink>>,
+    /// The instance's `atoll` executable, for what a dead image's loader
+    /// wrote (`caught`).
+    pub helper: std::path::PathBuf,
 }
 
 const LISTENER: u64 = 0;
@@ -350,6 +356,9 @@ struct Conn {
     /// held until the connection closes and then posted to server 0 just
     /// ahead of `SessionClosed`: one wake-up of server 0 for both.
     counters: Option<atoll_proto::ClientCounters>,
+    /// What the new image's loader writes before its client starts,
+    /// until the client says it started (`caught`).
+    caught: Option<crate::caught::Caught>,
 }
 
 struct Boot {
@@ -460,17 +469,23 @@ impl Boot {
                 // parent shares its descriptions with.
                 servers_know: session.is_some(),
                 counters: None,
+                caught: None,
             },
         );
         Some(token)
     }
 
     fn close(&mut self, token: u64) {
-        if let Some(c) = self.conns.remove(&token) {
+        if let Some(mut c) = self.conns.remove(&token) {
             let _ = epoll::delete(&self.epoll, &c.fd);
             let Some(s) = c.session else {
                 return;
             };
+            if let Some(caught) = c.caught.take().filter(|k| k.written()) {
+                if self.drain(s, c.pid, caught) {
+                    return;
+                }
+            }
             // Server 0's internal messages keep their order: the counters
             // arrive before the session's end, which forgets them.
             if let Some(k) = c.counters {
@@ -499,11 +514,33 @@ impl Boot {
         let Some(conn) = self.conns.get(&token) else {
             return;
         };
-        match rustix::net::recv(&conn.fd, &mut *buf, RecvFlags::DONTWAIT) {
-            Ok((_, 0)) => self.close(token),
-            Ok((_, n)) => {
+        // Only `Caught` comes with descriptors (at most one per standard
+        // descriptor); any other packet's are closed as they are dropped.
+        let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(3))];
+        let mut anc = RecvAncillaryBuffer::new(&mut space);
+        let got = rustix::net::recvmsg(
+            &conn.fd,
+            &mut [IoSliceMut::new(&mut *buf)],
+            &mut anc,
+            RecvFlags::DONTWAIT | RecvFlags::CMSG_CLOEXEC,
+        );
+        let mut fds = Vec::new();
+        for msg in anc.drain() {
+            if let RecvAncillaryMessage::ScmRights(it) = msg {
+                fds.extend(it);
+            }
+        }
+        match got.map(|r| r.bytes) {
+            Ok(0) => self.close(token),
+            Ok(n) => {
                 let n = n.min(buf.len());
                 match postcard::from_bytes::<BootRequest>(&buf[..n]) {
+                    Ok(BootRequest::Caught { pid, fds: at, env }) => {
+                        self.learn_pid(token, pid);
+                        if let Some(c) = self.conns.get_mut(&token) {
+                            c.caught = crate::caught::Caught::new(at, fds, env);
+                        }
+                    }
                     Ok(req) => self.serve(token, req),
                     Err(e) => self.reply(token, &BootReply::Error(format!("bad packet: {e}")), &[]),
                 }
@@ -627,10 +664,12 @@ impl Boot {
                 self.attach(token, s, false)
             }
             (BootRequest::Reattach { .. }, Some(s)) => {
+                self.image_started(token);
                 self.retire_image_lanes(token, s);
                 self.attach(token, s, false)
             }
             (BootRequest::Reattached { .. }, Some(s)) => {
+                self.image_started(token);
                 self.retire_image_lanes(token, s);
                 self.images_handed_over += 1;
                 return;
@@ -669,6 +708,7 @@ impl Boot {
                 Ok(())
             }
             (BootRequest::ChildPid { .. }, _) => return, // answered above
+            (BootRequest::Caught { .. }, _) => return,   // taken in `readable`
             (BootRequest::Stop, _) => {
                 self.reply(token, &BootReply::Stopping, &[]);
                 self.p.stop.raise();
@@ -697,6 +737,50 @@ impl Boot {
         if let Err(msg) = result {
             self.reply(token, &BootReply::Error(msg), &[]);
         }
+    }
+
+    /// The new image's client started: it copies what its loader wrote
+    /// itself (`caught`).
+    fn image_started(&mut self, token: u64) {
+        if let Some(c) = self.conns.get_mut(&token) {
+            c.caught = None;
+        }
+    }
+
+    /// Session `s` of `pid` lost its image before the image's client
+    /// started, and its loader wrote something: hand the session to the
+    /// helper that copies it (`caught`), on a new connection, so that
+    /// its end comes when the helper exits. `false`: no helper could be
+    /// started (the session then ends now, and the message is lost).
+    fn drain(&mut self, s: SessionId, pid: u32, caught: crate::caught::Caught) -> bool {
+        let Ok((ours, theirs)) = rustix::net::socketpair(
+            rustix::net::AddressFamily::UNIX,
+            rustix::net::SocketType::SEQPACKET,
+            SocketFlags::CLOEXEC,
+            None,
+        ) else {
+            return false;
+        };
+        let Some(token) = self.register(ours, Some(s)) else {
+            return false;
+        };
+        if let Err(e) = caught.start_helper(&self.p.helper, theirs) {
+            tracing::warn!("boot: cannot copy what a loader wrote: {e}");
+            if let Some(c) = self.conns.remove(&token) {
+                let _ = epoll::delete(&self.epoll, &c.fd);
+            }
+            return false;
+        }
+        if let Some(c) = self.conns.get_mut(&token) {
+            c.pid = pid;
+        }
+        // A `Reaped` for `pid` names the session now, so its parent waits
+        // for the helper's end (`SessionEnded` says `EAGAIN` until then).
+        if self.ended.len() == ENDED_KEPT {
+            self.ended.pop_front();
+        }
+        self.ended.push_back((pid, s));
+        true
     }
 
     /// A new program image took over `s` (`Reattach`, `Reattached`): the

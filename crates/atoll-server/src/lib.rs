@@ -25,6 +25,7 @@
 
 pub mod autoscale;
 pub mod boot;
+mod caught;
 pub mod fs;
 pub mod health;
 pub mod hosts;
@@ -376,6 +377,7 @@ impl Instance {
             stop: stop.clone(),
             quit: quit.clone(),
             trace: trace_sink.clone(),
+            helper: runtime_dir.join(atoll_proto::boot::EXE_LINK),
         };
         let boot_thread = std::thread::Builder::new()
             .name("atoll-boot".into())

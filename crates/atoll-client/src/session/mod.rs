@@ -39,7 +39,9 @@ use crate::sys::{self, SpinLock};
 /// Most lanes one process may hold (threads calling concurrently, plus
 /// nested signal-handler calls).
 mod bootstrap;
-pub use bootstrap::{attach, away_from, boot_call, boot_post, to_high, to_high_or_close};
+pub use bootstrap::{
+    attach, away_from, boot_call, boot_post, boot_post_with, to_high, to_high_or_close,
+};
 
 pub const MAX_LANES: usize = 128;
 

@@ -96,7 +96,7 @@ pub(super) fn wait4(c: &'static Client, _: i64, a: &[u64; 6]) -> Result<Out> {
         // SAFETY: the kernel just wrote the status word (the call failed
         // with `EFAULT` otherwise).
         let st = unsafe { core::ptr::read_volatile(status as *const i32) };
-        if reaped::killed_status(st) {
+        if reaped::awaits_end(st) {
             reaped::after_killed_child(c, r);
         }
     }
@@ -121,7 +121,9 @@ pub(super) fn waitid(c: &'static Client, _: i64, a: &[u64; 6]) -> Result<Out> {
         let si = unsafe { core::ptr::read_volatile(info as *const libc::siginfo_t) };
         // SAFETY: a `SIGCHLD` record (waitid fills no other kind).
         let pid = unsafe { si.si_pid() };
-        if pid > 0 && matches!(si.si_code, libc::CLD_KILLED | libc::CLD_DUMPED) {
+        // SAFETY: as `si_pid`.
+        let code = unsafe { si.si_status() };
+        if pid > 0 && reaped::awaits_end_of(si.si_code, code) {
             reaped::after_killed_child(c, pid as i64);
         }
     }

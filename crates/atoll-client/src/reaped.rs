@@ -43,6 +43,13 @@ static NEXT_CHILD: AtomicUsize = AtomicUsize::new(0);
 /// before).
 const ATTEMPTS: u32 = 400;
 
+/// As [`ATTEMPTS`], for the end of a session whose loader's message is
+/// being copied (`exec/caught.rs`): a short program runs first (a few
+/// milliseconds, more with many at once on few cores), so the bound is
+/// higher, and still one: a server that never answers costs about ten
+/// seconds, not a hang.
+const LOADER_ATTEMPTS: u32 = 40_000;
+
 /// After `fork` returned `pid` in the parent: remember the child's session.
 pub(crate) fn note_child(pid: i64, session: SessionId) {
     let Ok(pid) = u32::try_from(pid) else {
@@ -78,6 +85,11 @@ pub(crate) fn awaits_end(status: i32) -> bool {
     killed_status(status) || status == LOADER_FAILED
 }
 
+/// Is a `wait4` status the loader's failure?
+pub(crate) fn loader_failed(status: i32) -> bool {
+    status == LOADER_FAILED
+}
+
 /// Does a `waitid` record ask for the child's session end?
 pub(crate) fn awaits_end_of(code: i32, status: i32) -> bool {
     matches!(code, libc::CLD_KILLED | libc::CLD_DUMPED)
@@ -87,7 +99,11 @@ pub(crate) fn awaits_end_of(code: i32, status: i32) -> bool {
 /// `wait` reaped `pid`, which a signal killed (or whose loader failed):
 /// return once every server
 /// served the end of its sessions (or gave up waiting for one).
-pub(crate) fn after_killed_child(c: &Client, pid: i64) {
+pub(crate) fn after_killed_child(c: &Client, pid: i64, loader_failed: bool) {
+    let attempts = match loader_failed {
+        true => LOADER_ATTEMPTS,
+        false => ATTEMPTS,
+    };
     let Ok(pid) = u32::try_from(pid) else {
         return;
     };
@@ -103,13 +119,13 @@ pub(crate) fn after_killed_child(c: &Client, pid: i64) {
     };
     for s in sessions {
         for server in (0..c.members()).filter(|&i| !c.control().is_down(i)) {
-            await_end(c, &lane, server, s);
+            await_end(c, &lane, server, s, attempts);
         }
     }
 }
 
-fn await_end(c: &Client, lane: &crate::session::Lane, server: usize, s: SessionId) {
-    for attempt in 0..ATTEMPTS {
+fn await_end(c: &Client, lane: &crate::session::Lane, server: usize, s: SessionId, attempts: u32) {
+    for attempt in 0..attempts {
         match lane.call_ok(c, server, Request::SessionEnded { session: s }) {
             Err(Error::Errno(libc::EAGAIN)) => {
                 if attempt < 16 {

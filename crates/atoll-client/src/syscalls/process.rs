@@ -79,7 +79,8 @@ pub(super) fn refuse_enosys(_: &'static Client, _: i64, _: &[u64; 6]) -> Result<
 
 /// `wait4`: Linux waits; a child it reaps that a signal killed has its
 /// pipe ends released at the servers before the call returns
-/// (`reaped`), as Linux released its files before it could be reaped.
+/// (`reaped`), as Linux released its files before it could be reaped;
+/// one whose loader failed (127), also what the loader wrote delivered.
 pub(super) fn wait4(c: &'static Client, _: i64, a: &[u64; 6]) -> Result<Out> {
     let mut own_status = 0i32;
     let status = if a[1] == 0 {
@@ -97,14 +98,14 @@ pub(super) fn wait4(c: &'static Client, _: i64, a: &[u64; 6]) -> Result<Out> {
         // with `EFAULT` otherwise).
         let st = unsafe { core::ptr::read_volatile(status as *const i32) };
         if reaped::awaits_end(st) {
-            reaped::after_killed_child(c, r);
+            reaped::after_killed_child(c, r, reaped::loader_failed(st));
         }
     }
     done(r)
 }
 
 /// `waitid`: as [`wait4`], for a child reaped (no `WNOWAIT`) with
-/// `CLD_KILLED` or `CLD_DUMPED`.
+/// `CLD_KILLED` or `CLD_DUMPED`, or `CLD_EXITED` with the loader's 127.
 pub(super) fn waitid(c: &'static Client, _: i64, a: &[u64; 6]) -> Result<Out> {
     let mut own: libc::siginfo_t = sys::zeroed();
     let info = if a[2] == 0 {
@@ -124,7 +125,7 @@ pub(super) fn waitid(c: &'static Client, _: i64, a: &[u64; 6]) -> Result<Out> {
         // SAFETY: as `si_pid`.
         let code = unsafe { si.si_status() };
         if pid > 0 && reaped::awaits_end_of(si.si_code, code) {
-            reaped::after_killed_child(c, pid as i64);
+            reaped::after_killed_child(c, pid as i64, si.si_code == libc::CLD_EXITED);
         }
     }
     done(r)

@@ -100,9 +100,10 @@ pub(crate) fn awaits_end_of(code: i32, status: i32) -> bool {
 /// return once every server
 /// served the end of its sessions (or gave up waiting for one).
 pub(crate) fn after_killed_child(c: &Client, pid: i64, loader_failed: bool) {
-    let attempts = match loader_failed {
-        true => LOADER_ATTEMPTS,
-        false => ATTEMPTS,
+    let attempts = if loader_failed {
+        LOADER_ATTEMPTS
+    } else {
+        ATTEMPTS
     };
     let Ok(pid) = u32::try_from(pid) else {
         return;

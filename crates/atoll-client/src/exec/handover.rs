@@ -313,9 +313,10 @@ pub(super) fn hand_over(
         None => st.counters = crate::counters::unreported(),
     }
     // The new image's loader writes fd 2 before its client starts.
-    let catch = match spawn {
-        false => super::caught::prepare(c, std::os::fd::AsFd::as_fd(&sock), &mut st),
-        true => None,
+    let catch = if spawn {
+        None
+    } else {
+        super::caught::prepare(c, std::os::fd::AsFd::as_fd(&sock), &mut st)
     };
     // The child's socket must survive exec: no CLOEXEC, high number.
     let raw = sock.into_raw_fd();

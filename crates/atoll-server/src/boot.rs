@@ -49,6 +49,9 @@ use rustix::net::{
 
 use crate::server::Admin;
 
+#[path = "caught.rs"]
+mod caught;
+
 /// How the instance reaches one file server.
 pub enum ServerLink {
     /// A thread of the instance, through a channel.
@@ -358,7 +361,7 @@ struct Conn {
     counters: Option<atoll_proto::ClientCounters>,
     /// What the new image's loader writes before its client starts,
     /// until the client says it started (`caught`).
-    caught: Option<crate::caught::Caught>,
+    caught: Option<caught::Caught>,
 }
 
 struct Boot {
@@ -538,7 +541,7 @@ impl Boot {
                     Ok(BootRequest::Caught { pid, fds: at, env }) => {
                         self.learn_pid(token, pid);
                         if let Some(c) = self.conns.get_mut(&token) {
-                            c.caught = crate::caught::Caught::new(at, fds, env);
+                            c.caught = caught::Caught::new(at, fds, env);
                         }
                     }
                     Ok(req) => self.serve(token, req),
@@ -745,42 +748,6 @@ impl Boot {
         if let Some(c) = self.conns.get_mut(&token) {
             c.caught = None;
         }
-    }
-
-    /// Session `s` of `pid` lost its image before the image's client
-    /// started, and its loader wrote something: hand the session to the
-    /// helper that copies it (`caught`), on a new connection, so that
-    /// its end comes when the helper exits. `false`: no helper could be
-    /// started (the session then ends now, and the message is lost).
-    fn drain(&mut self, s: SessionId, pid: u32, caught: crate::caught::Caught) -> bool {
-        let Ok((ours, theirs)) = rustix::net::socketpair(
-            rustix::net::AddressFamily::UNIX,
-            rustix::net::SocketType::SEQPACKET,
-            SocketFlags::CLOEXEC,
-            None,
-        ) else {
-            return false;
-        };
-        let Some(token) = self.register(ours, Some(s)) else {
-            return false;
-        };
-        if let Err(e) = caught.start_helper(&self.p.helper, theirs) {
-            tracing::warn!("boot: cannot copy what a loader wrote: {e}");
-            if let Some(c) = self.conns.remove(&token) {
-                let _ = epoll::delete(&self.epoll, &c.fd);
-            }
-            return false;
-        }
-        if let Some(c) = self.conns.get_mut(&token) {
-            c.pid = pid;
-        }
-        // A `Reaped` for `pid` names the session now, so its parent waits
-        // for the helper's end (`SessionEnded` says `EAGAIN` until then).
-        if self.ended.len() == ENDED_KEPT {
-            self.ended.pop_front();
-        }
-        self.ended.push_back((pid, s));
-        true
     }
 
     /// A new program image took over `s` (`Reattach`, `Reattached`): the

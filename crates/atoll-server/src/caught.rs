@@ -22,21 +22,27 @@ use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
+use atoll_proto::SessionId;
+use rustix::event::epoll;
+use rustix::net::SocketFlags;
+
+use super::{Boot, ENDED_KEPT};
+
 /// The session's descriptor the helper finds its connection at.
 const HELPER_SESSION_FD: i32 = 3;
 
 /// The memfds an exec left for its new image's loader, by the numbers
 /// they stand at there, and the environment of a helper.
-pub(crate) struct Caught {
-    pub(crate) fds: Vec<(i32, OwnedFd)>,
-    pub(crate) env: Vec<String>,
+pub(super) struct Caught {
+    pub(super) fds: Vec<(i32, OwnedFd)>,
+    pub(super) env: Vec<String>,
 }
 
 impl Caught {
     /// Pair the numbers a `Caught` named with the memfds that came with
     /// it; `None` when they do not match (a packet relayed without its
     /// descriptors, `atoll node`) or name atoll's own numbers.
-    pub(crate) fn new(numbers: Vec<i32>, fds: Vec<OwnedFd>, env: Vec<String>) -> Option<Caught> {
+    pub(super) fn new(numbers: Vec<i32>, fds: Vec<OwnedFd>, env: Vec<String>) -> Option<Caught> {
         let valid = |n: &i32| (0..HELPER_SESSION_FD).contains(n);
         if numbers.len() != fds.len() || numbers.is_empty() || !numbers.iter().all(valid) {
             return None;
@@ -49,7 +55,7 @@ impl Caught {
 
     /// Did the loader write anything? (An image that failed to start at
     /// all, or that started and took its memfds, left them empty.)
-    pub(crate) fn written(&self) -> bool {
+    pub(super) fn written(&self) -> bool {
         self.fds
             .iter()
             .any(|(_, f)| rustix::fs::fstat(f).is_ok_and(|st| st.st_size > 0))
@@ -58,7 +64,7 @@ impl Caught {
     /// Start the helper on `session` (its end of a new connection of the
     /// session). The helper is reaped by a thread of its own; nothing here
     /// waits for it.
-    pub(crate) fn start_helper(self, exe: &Path, session: OwnedFd) -> std::io::Result<()> {
+    pub(super) fn start_helper(self, exe: &Path, session: OwnedFd) -> std::io::Result<()> {
         let mut cmd = Command::new(exe);
         cmd.arg(atoll_proto::boot::LOADER_DRAIN)
             .env_clear()
@@ -107,5 +113,43 @@ impl Caught {
                 let _ = child.wait();
             })?;
         Ok(())
+    }
+}
+
+impl Boot {
+    /// Session `s` of `pid` lost its image before the image's client
+    /// started, and its loader wrote something: hand the session to the
+    /// helper that copies it (`caught`), on a new connection, so that
+    /// its end comes when the helper exits. `false`: no helper could be
+    /// started (the session then ends now, and the message is lost).
+    pub(super) fn drain(&mut self, s: SessionId, pid: u32, caught: Caught) -> bool {
+        let Ok((ours, theirs)) = rustix::net::socketpair(
+            rustix::net::AddressFamily::UNIX,
+            rustix::net::SocketType::SEQPACKET,
+            SocketFlags::CLOEXEC,
+            None,
+        ) else {
+            return false;
+        };
+        let Some(token) = self.register(ours, Some(s)) else {
+            return false;
+        };
+        if let Err(e) = caught.start_helper(&self.p.helper, theirs) {
+            tracing::warn!("boot: cannot copy what a loader wrote: {e}");
+            if let Some(c) = self.conns.remove(&token) {
+                let _ = epoll::delete(&self.epoll, &c.fd);
+            }
+            return false;
+        }
+        if let Some(c) = self.conns.get_mut(&token) {
+            c.pid = pid;
+        }
+        // A `Reaped` for `pid` names the session now, so its parent waits
+        // for the helper's end (`SessionEnded` says `EAGAIN` until then).
+        if self.ended.len() == ENDED_KEPT {
+            self.ended.pop_front();
+        }
+        self.ended.push_back((pid, s));
+        true
     }
 }

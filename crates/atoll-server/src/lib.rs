@@ -25,7 +25,6 @@
 
 pub mod autoscale;
 pub mod boot;
-mod caught;
 pub mod fs;
 pub mod health;
 pub mod hosts;

@@ -65,6 +65,11 @@ x=$(./p 2>&1)
 echo "status: $? <$x>"
 echo "[subshell]"
 (./p; echo "inner: $?") 2>&1 | cat
+echo "[reader gone]"
+./p 2>&1 | true
+echo "nothing waits"
+echo "[all the loader's debugging]"
+LD_DEBUG=all ./p 2>&1 | grep -c "error while loading"
 "#,
         ),
         false,

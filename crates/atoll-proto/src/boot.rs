@@ -323,8 +323,9 @@ pub enum BootRequest {
         pid: u32,
         session: Option<SessionId>,
     },
-    /// Sent by an image about to `execve` on the connection it hands to
-    /// the new image: the new image's dynamic loader writes its stderr
+    /// Sent by an image about to `execve` just ahead of the `Fork` that
+    /// makes the new image's session (one wake-up of the boot thread for
+    /// both), for that session: the new image's dynamic loader writes its stderr
     /// (`error while loading shared libraries`, `LD_DEBUG`) into the
     /// memfds attached (`SCM_RIGHTS`), which stand at `fds` in the new
     /// image, before any client can serve an atoll descriptor there

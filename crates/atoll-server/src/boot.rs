@@ -362,6 +362,9 @@ struct Conn {
     /// What the new image's loader writes before its client starts,
     /// until the client says it started (`caught`).
     caught: Option<caught::Caught>,
+    /// A `Caught` sent just ahead of a `Fork`, for the child it makes,
+    /// with the pid of the image about to exec.
+    next_caught: Option<(u32, caught::Caught)>,
 }
 
 struct Boot {
@@ -473,6 +476,7 @@ impl Boot {
                 servers_know: session.is_some(),
                 counters: None,
                 caught: None,
+                next_caught: None,
             },
         );
         Some(token)
@@ -539,9 +543,8 @@ impl Boot {
                 let n = n.min(buf.len());
                 match postcard::from_bytes::<BootRequest>(&buf[..n]) {
                     Ok(BootRequest::Caught { pid, fds: at, env }) => {
-                        self.learn_pid(token, pid);
                         if let Some(c) = self.conns.get_mut(&token) {
-                            c.caught = caught::Caught::new(at, fds, env);
+                            c.next_caught = caught::Caught::new(at, fds, env).map(|k| (pid, k));
                         }
                     }
                     Ok(req) => self.serve(token, req),
@@ -871,8 +874,18 @@ impl Boot {
         // children exec first (`BootRequest::Fork`). The child's
         // connection exists from now on; if the fork never happens the
         // parent closes its copy and the session ends.
-        self.register(ours, Some(child))
+        let born = self
+            .register(ours, Some(child))
             .ok_or("cannot watch the child's connection")?;
+        // The session is an exec's new image's: what its loader writes.
+        let next = self
+            .conns
+            .get_mut(&token)
+            .and_then(|c| c.next_caught.take());
+        if let (Some((pid, k)), Some(c)) = (next, self.conns.get_mut(&born)) {
+            c.pid = pid;
+            c.caught = Some(k);
+        }
         send_packet(
             self.conn_fd(token)?,
             &BootReply::Forked { child },

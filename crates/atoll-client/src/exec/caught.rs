@@ -30,7 +30,7 @@
 //! on another core in place) catches; a `posix_spawn` child and a program
 //! a scheduling server starts inherit the placeholder, as before.
 
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
 use atoll_proto::boot::{BootRequest, ENV_SOCKET, ENV_STATE};
 
@@ -48,6 +48,10 @@ const STDERR: i32 = 2;
 /// The memfd an exec leaves at fd 2 for the new image's loader.
 pub(super) struct Catch {
     fd: OwnedFd,
+    /// The memfd's `(st_dev, st_ino)`, as the new image finds it.
+    id: (u64, u64),
+    /// What the boot thread is told (`BootRequest::Caught`).
+    req: BootRequest,
 }
 
 impl Catch {
@@ -65,24 +69,30 @@ impl Catch {
     }
 }
 
-/// In `hand_over`, for an `execve` (not a spawn): when fd 2 stays an
-/// atoll descriptor in the new image (`st.fds`), make the catch, name it
-/// in `st` and give the new session's connection `sock` a copy of it with
-/// what a helper needs to copy it there (module comment).
-pub(super) fn prepare(
-    c: &Client,
-    sock: std::os::fd::BorrowedFd<'_>,
-    st: &mut State,
-) -> Option<Catch> {
-    let f = st.fds.iter().find(|f| f.fd == STDERR)?.clone();
+/// In `hand_over`, for an `execve` (not a spawn): when fd 2 is an atoll
+/// descriptor that stays open across the exec, make the catch, and what
+/// the boot thread is told of it with the `Fork` of the new image's
+/// session ([`Catch::post`]): the memfd, and what a helper needs to copy
+/// it there (module comment).
+pub(super) fn prepare(c: &Client) -> Option<Catch> {
+    let d = fdtable::get(STDERR as i64)?;
+    let fdflags = sys::fcntl_int(STDERR, libc::F_GETFD, 0);
+    if fdflags < 0 || fdflags & libc::FD_CLOEXEC as i64 != 0 {
+        return None;
+    }
     let fd = rustix::fs::memfd_create("atoll-placeholder", rustix::fs::MemfdFlags::CLOEXEC).ok()?;
     let (dev, ino, _) = sys::fstat_id(fd.as_raw_fd()).ok()?;
-    st.caught.push((STDERR, (dev, ino)));
     // The helper's table: fd 2 alone, found at its catch.
     let helper = State {
         fds: vec![FdState {
+            fd: STDERR,
+            desc: d.desc().0,
+            ino: d.ino().0,
+            flags: d.flags(),
+            ftype: fdtable::ftype_code(d.ftype()),
+            cookie: d.cookie().load(core::sync::atomic::Ordering::Relaxed),
             placeholder: (dev, ino),
-            ..f
+            path: d.path().map(<[u8]>::to_vec),
         }],
         caught: vec![(STDERR, (dev, ino))],
         ..State::default()
@@ -99,8 +109,29 @@ pub(super) fn prepare(
         fds: vec![STDERR],
         env,
     };
-    crate::session::boot_post_with(sock, &req, &[fd.as_fd()]);
-    Some(Catch { fd })
+    Some(Catch {
+        fd,
+        id: (dev, ino),
+        req,
+    })
+}
+
+impl Catch {
+    /// The `Caught` to post ahead of the `Fork`, with the memfd.
+    pub(super) fn post(&self) -> (BootRequest, BorrowedFd<'_>) {
+        (self.req.clone(), self.fd.as_fd())
+    }
+
+    /// Name the catch in the new image's state, if fd 2 is in its table
+    /// (its description was shared with the new session); else the new
+    /// image keeps the placeholder at fd 2.
+    pub(super) fn named_in(self, st: &mut State) -> Option<Catch> {
+        if !st.fds.iter().any(|f| f.fd == STDERR) {
+            return None;
+        }
+        st.caught.push((STDERR, self.id));
+        Some(self)
+    }
 }
 
 /// In a new image's `restore`: is `fd`, whose kernel descriptor is

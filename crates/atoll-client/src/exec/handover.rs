@@ -200,7 +200,15 @@ pub(super) fn hand_over(
         attached: None,
         ..State::default()
     };
-    let (child, sock) = match c.fork_session() {
+    // The new image's loader writes fd 2 before its client starts: the
+    // boot thread hears of it with the `Fork` (`caught`).
+    let catch = if spawn {
+        None
+    } else {
+        super::caught::prepare(c)
+    };
+    let post = catch.as_ref().map(|k| k.post());
+    let (child, sock) = match c.fork_session(post) {
         Ok(x) => x,
         Err(_) => {
             return Ok(HandOver {
@@ -312,12 +320,7 @@ pub(super) fn hand_over(
         None if spawn => {}
         None => st.counters = crate::counters::unreported(),
     }
-    // The new image's loader writes fd 2 before its client starts.
-    let catch = if spawn {
-        None
-    } else {
-        super::caught::prepare(c, std::os::fd::AsFd::as_fd(&sock), &mut st)
-    };
+    let catch = catch.and_then(|k| k.named_in(&mut st));
     // The child's socket must survive exec: no CLOEXEC, high number.
     let raw = sock.into_raw_fd();
     let n = sys::fcntl_int(raw, libc::F_DUPFD, session::PRIVATE_FD_MIN as i64);

@@ -325,14 +325,14 @@ pub enum BootRequest {
     },
     /// Sent by an image about to `execve` just ahead of the `Fork` that
     /// makes the new image's session (one wake-up of the boot thread for
-    /// both), for that session: the new image's dynamic loader writes its stderr
-    /// (`error while loading shared libraries`, `LD_DEBUG`) into the
+    /// both), for that session: the new image's dynamic loader writes its
+    /// stderr (`error while loading shared libraries`, `LD_DEBUG`) into the
     /// memfds attached (`SCM_RIGHTS`), which stand at `fds` in the new
     /// image, before any client can serve an atoll descriptor there
     /// (client `exec/caught.rs`). The new image's client copies them
     /// into their atoll descriptions as it starts (its `Reattach` or
     /// `Reattached` tells the thread so, which then drops its copies);
-    /// if the connection closes before, with something written, the
+    /// if the session's connection closes before, with something written, the
     /// thread starts `atoll __loader-drain` (the runtime directory's
     /// [`EXE_LINK`]) on the session with `env` and the memfds at `fds`, a
     /// client that copies them the same way, and ends the session when

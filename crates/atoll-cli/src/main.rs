@@ -48,6 +48,13 @@ fn main() {
 }
 
 fn real_main() -> i32 {
+    // What a dead image's loader wrote, copied by this process's client
+    // as it started (`BootRequest::Caught`): nothing is left to do.
+    if std::env::args_os().nth(1).as_deref()
+        == Some(std::ffi::OsStr::new(atoll_proto::boot::LOADER_DRAIN))
+    {
+        return 0;
+    }
     init_logging();
     // A file server process started by an instance (hidden: never typed).
     if std::env::args_os().nth(1).as_deref()

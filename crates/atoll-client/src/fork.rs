@@ -34,7 +34,7 @@ pub fn fork_prepare() -> core::result::Result<Option<ForkPrep>, i32> {
     if let Some(dir) = std::path::Path::new(&c.socket_path).parent() {
         loadmap::map_for_children(dir);
     }
-    let (child, socket) = c.fork_session().map_err(|e| e.errno())?;
+    let (child, socket) = c.fork_session(None).map_err(|e| e.errno())?;
     let held = session::LazyLane::holding(c, c.lane().map_err(|e| e.errno())?);
     // Shared descriptions keep their offsets on the server (Hare §3.5.1).
     hybrid::share_all(c, &held);

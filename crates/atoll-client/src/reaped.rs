@@ -12,7 +12,14 @@
 //! that reaps a killed child asks the boot thread to end the child's
 //! sessions now (`BootRequest::Reaped`) and then each server whether it
 //! served their ends (`Request::SessionEnded`), before it returns.
-//! Children that exit cost nothing more than the row's dispatch.
+//! Children that exit cost nothing more than the row's dispatch, but for
+//! exit status 127: the dynamic loader's, when it could not start the
+//! program (`error while loading shared libraries`). What it wrote to an
+//! atoll stderr is copied there at the end of the child's session
+//! (`exec/caught.rs`), so such a `wait` also awaits that end, and the
+//! parent then finds the message in the file, as on Linux. (A shell's
+//! `command not found` is 127 too: one more round trip, on a path that
+//! already failed.)
 
 use core::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
@@ -35,6 +42,13 @@ static NEXT_CHILD: AtomicUsize = AtomicUsize::new(0);
 /// about this much and never hangs it (the end then comes later, as
 /// before).
 const ATTEMPTS: u32 = 400;
+
+/// As [`ATTEMPTS`], for the end of a session whose loader's message is
+/// being copied (`exec/caught.rs`): a short program runs first (a few
+/// milliseconds, more with many at once on few cores), so the bound is
+/// higher, and still one: a server that never answers costs about ten
+/// seconds, not a hang.
+const LOADER_ATTEMPTS: u32 = 40_000;
 
 /// After `fork` returned `pid` in the parent: remember the child's session.
 pub(crate) fn note_child(pid: i64, session: SessionId) {
@@ -61,9 +75,36 @@ pub(crate) fn killed_status(status: i32) -> bool {
     sig != 0 && sig != 0x7f
 }
 
-/// `wait` reaped `pid`, which a signal killed: return once every server
+/// The loader's exit status when it cannot start a program (glibc
+/// `_dl_fatal_printf`), as `wait4` encodes it.
+const LOADER_FAILED: i32 = 127 << 8;
+
+/// Does a `wait4` status ask for the child's session end (killed, or the
+/// loader's failure)?
+pub(crate) fn awaits_end(status: i32) -> bool {
+    killed_status(status) || status == LOADER_FAILED
+}
+
+/// Is a `wait4` status the loader's failure?
+pub(crate) fn loader_failed(status: i32) -> bool {
+    status == LOADER_FAILED
+}
+
+/// Does a `waitid` record ask for the child's session end?
+pub(crate) fn awaits_end_of(code: i32, status: i32) -> bool {
+    matches!(code, libc::CLD_KILLED | libc::CLD_DUMPED)
+        || (code == libc::CLD_EXITED && status == 127)
+}
+
+/// `wait` reaped `pid`, which a signal killed (or whose loader failed):
+/// return once every server
 /// served the end of its sessions (or gave up waiting for one).
-pub(crate) fn after_killed_child(c: &Client, pid: i64) {
+pub(crate) fn after_killed_child(c: &Client, pid: i64, loader_failed: bool) {
+    let attempts = if loader_failed {
+        LOADER_ATTEMPTS
+    } else {
+        ATTEMPTS
+    };
     let Ok(pid) = u32::try_from(pid) else {
         return;
     };
@@ -79,13 +120,13 @@ pub(crate) fn after_killed_child(c: &Client, pid: i64) {
     };
     for s in sessions {
         for server in (0..c.members()).filter(|&i| !c.control().is_down(i)) {
-            await_end(c, &lane, server, s);
+            await_end(c, &lane, server, s, attempts);
         }
     }
 }
 
-fn await_end(c: &Client, lane: &crate::session::Lane, server: usize, s: SessionId) {
-    for attempt in 0..ATTEMPTS {
+fn await_end(c: &Client, lane: &crate::session::Lane, server: usize, s: SessionId, attempts: u32) {
+    for attempt in 0..attempts {
         match lane.call_ok(c, server, Request::SessionEnded { session: s }) {
             Err(Error::Errno(libc::EAGAIN)) => {
                 if attempt < 16 {

@@ -63,6 +63,9 @@ pub struct State {
     /// The description the cwd holds (`ns::cwd::hold_dir`), referenced by
     /// the new image's session.
     pub cwd_desc: Option<u64>,
+    /// Descriptors the exec left a memfd at for the new image's loader to
+    /// write to, with the memfd's `(st_dev, st_ino)` (`exec/caught.rs`).
+    pub caught: Vec<(i32, (u64, u64))>,
 }
 
 /// A dnotify registration (`dnotify::Reg`): the description, the queue
@@ -219,6 +222,9 @@ impl State {
                 );
             }
         }
+        for (fd, (dev, ino)) in &self.caught {
+            let _ = write!(s, ";x:{fd:x}:{dev:x}:{ino:x}");
+        }
         if let Some(a) = &self.attached {
             let fd = |c: &CarriedFd| format!("{:x}:{:x}:{:x}", c.fd, c.dev, c.ino);
             let cache = a.cache.as_ref().map(fd).unwrap_or_else(|| "::".into());
@@ -299,6 +305,11 @@ impl State {
                     g.marks.push(mark);
                 }
                 "l" => st.locks = true,
+                "x" => {
+                    let mut n = || f.next().and_then(num);
+                    let fd = i32::try_from(n()?).ok()?;
+                    st.caught.push((fd, (n()?, n()?)));
+                }
                 "k" => st.counters = f.map(num).collect::<Option<Vec<u64>>>()?,
                 "a" => {
                     let session = num(f.next()?)?;
@@ -450,6 +461,7 @@ mod tests {
                 path: b"/run/atoll/x/dnotify/10c".to_vec(),
             }],
             cwd_desc: Some(0x0100_0000_0000_0011),
+            caught: vec![(2, (0x2b, 0x99))],
         };
         let text = st.encode();
         assert!(!text.contains(' '), "env-safe text: {text}");

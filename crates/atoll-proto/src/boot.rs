@@ -53,6 +53,9 @@ pub const FOREIGN_EXE_SUFFIX: &str = ".exe";
 /// Link to the `atoll` executable in an instance's runtime directory (what
 /// a client runs for [`FOREIGN`]).
 pub const EXE_LINK: &str = "atoll";
+/// The subcommand that copies what a dead image's loader wrote
+/// (`BootRequest::Caught`).
+pub const LOADER_DRAIN: &str = "__loader-drain";
 
 /// How a waiting side waits for a message (Popcorn ch. 5, fos §3.2).
 #[derive(Serialize, Deserialize, Clone, Copy, PartialEq, Eq, Debug, Default)]
@@ -320,6 +323,26 @@ pub enum BootRequest {
         pid: u32,
         session: Option<SessionId>,
     },
+    /// Sent by an image about to `execve` just ahead of the `Fork` that
+    /// makes the new image's session (one wake-up of the boot thread for
+    /// both), for that session: the new image's dynamic loader writes its
+    /// stderr (`error while loading shared libraries`, `LD_DEBUG`) into the
+    /// memfds attached (`SCM_RIGHTS`), which stand at `fds` in the new
+    /// image, before any client can serve an atoll descriptor there
+    /// (client `exec/caught.rs`). The new image's client copies them
+    /// into their atoll descriptions as it starts (its `Reattach` or
+    /// `Reattached` tells the thread so, which then drops its copies);
+    /// if the session's connection closes before, with something written, the
+    /// thread starts `atoll __loader-drain` (the runtime directory's
+    /// [`EXE_LINK`]) on the session with `env` and the memfds at `fds`, a
+    /// client that copies them the same way, and ends the session when
+    /// that one exits. `pid`: the image's (a parent's `Reaped` names it).
+    /// No reply.
+    Caught {
+        pid: u32,
+        fds: Vec<i32>,
+        env: Vec<String>,
+    },
 }
 
 impl BootRequest {
@@ -332,6 +355,7 @@ impl BootRequest {
             BootRequest::ChildPid { .. }
                 | BootRequest::Counters(_)
                 | BootRequest::Reattached { .. }
+                | BootRequest::Caught { .. }
         )
     }
 }

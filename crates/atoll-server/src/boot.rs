@@ -30,7 +30,7 @@
 //! its session socket but lives on.
 
 use std::collections::HashMap;
-use std::io::IoSlice;
+use std::io::{IoSlice, IoSliceMut};
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -42,9 +42,15 @@ use atoll_msg::{Control, ServerChannel};
 use atoll_proto::boot::{BootReply, BootRequest, InstanceInfo, InstanceStatus, MAX_BOOT_PACKET};
 use atoll_proto::{ServerStats, SessionId};
 use rustix::event::epoll;
-use rustix::net::{RecvFlags, SendAncillaryBuffer, SendAncillaryMessage, SendFlags, SocketFlags};
+use rustix::net::{
+    RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
+    SendAncillaryMessage, SendFlags, SocketFlags,
+};
 
 use crate::server::Admin;
+
+#[path = "caught.rs"]
+mod caught;
 
 /// How the instance reaches one file server.
 pub enum ServerLink {
@@ -326,6 +332,9 @@ pub struct BootParams {
     pub quit: Arc<AtomicBool>,
     /// With `--trace`: learns which process each session belongs to.
     pub trace: Option<Arc<crate::trace::Sink>>,
+    /// The instance's `atoll` executable, for what a dead image's loader
+    /// wrote (`caught`).
+    pub helper: std::path::PathBuf,
 }
 
 const LISTENER: u64 = 0;
@@ -350,6 +359,12 @@ struct Conn {
     /// held until the connection closes and then posted to server 0 just
     /// ahead of `SessionClosed`: one wake-up of server 0 for both.
     counters: Option<atoll_proto::ClientCounters>,
+    /// What the new image's loader writes before its client starts,
+    /// until the client says it started (`caught`).
+    caught: Option<caught::Caught>,
+    /// A `Caught` sent just ahead of a `Fork`, for the child it makes,
+    /// with the pid of the image about to exec.
+    next_caught: Option<(u32, caught::Caught)>,
 }
 
 struct Boot {
@@ -460,17 +475,24 @@ impl Boot {
                 // parent shares its descriptions with.
                 servers_know: session.is_some(),
                 counters: None,
+                caught: None,
+                next_caught: None,
             },
         );
         Some(token)
     }
 
     fn close(&mut self, token: u64) {
-        if let Some(c) = self.conns.remove(&token) {
+        if let Some(mut c) = self.conns.remove(&token) {
             let _ = epoll::delete(&self.epoll, &c.fd);
             let Some(s) = c.session else {
                 return;
             };
+            if let Some(caught) = c.caught.take().filter(|k| k.written()) {
+                if self.drain(s, c.pid, caught) {
+                    return;
+                }
+            }
             // Server 0's internal messages keep their order: the counters
             // arrive before the session's end, which forgets them.
             if let Some(k) = c.counters {
@@ -499,11 +521,32 @@ impl Boot {
         let Some(conn) = self.conns.get(&token) else {
             return;
         };
-        match rustix::net::recv(&conn.fd, &mut *buf, RecvFlags::DONTWAIT) {
-            Ok((_, 0)) => self.close(token),
-            Ok((_, n)) => {
+        // Only `Caught` comes with descriptors (at most one per standard
+        // descriptor); any other packet's are closed as they are dropped.
+        let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(3))];
+        let mut anc = RecvAncillaryBuffer::new(&mut space);
+        let got = rustix::net::recvmsg(
+            &conn.fd,
+            &mut [IoSliceMut::new(&mut *buf)],
+            &mut anc,
+            RecvFlags::DONTWAIT | RecvFlags::CMSG_CLOEXEC,
+        );
+        let mut fds = Vec::new();
+        for msg in anc.drain() {
+            if let RecvAncillaryMessage::ScmRights(it) = msg {
+                fds.extend(it);
+            }
+        }
+        match got.map(|r| r.bytes) {
+            Ok(0) => self.close(token),
+            Ok(n) => {
                 let n = n.min(buf.len());
                 match postcard::from_bytes::<BootRequest>(&buf[..n]) {
+                    Ok(BootRequest::Caught { pid, fds: at, env }) => {
+                        if let Some(c) = self.conns.get_mut(&token) {
+                            c.next_caught = caught::Caught::new(at, fds, env).map(|k| (pid, k));
+                        }
+                    }
                     Ok(req) => self.serve(token, req),
                     Err(e) => self.reply(token, &BootReply::Error(format!("bad packet: {e}")), &[]),
                 }
@@ -627,10 +670,12 @@ impl Boot {
                 self.attach(token, s, false)
             }
             (BootRequest::Reattach { .. }, Some(s)) => {
+                self.image_started(token);
                 self.retire_image_lanes(token, s);
                 self.attach(token, s, false)
             }
             (BootRequest::Reattached { .. }, Some(s)) => {
+                self.image_started(token);
                 self.retire_image_lanes(token, s);
                 self.images_handed_over += 1;
                 return;
@@ -669,6 +714,7 @@ impl Boot {
                 Ok(())
             }
             (BootRequest::ChildPid { .. }, _) => return, // answered above
+            (BootRequest::Caught { .. }, _) => return,   // taken in `readable`
             (BootRequest::Stop, _) => {
                 self.reply(token, &BootReply::Stopping, &[]);
                 self.p.stop.raise();
@@ -696,6 +742,14 @@ impl Boot {
         };
         if let Err(msg) = result {
             self.reply(token, &BootReply::Error(msg), &[]);
+        }
+    }
+
+    /// The new image's client started: it copies what its loader wrote
+    /// itself (`caught`).
+    fn image_started(&mut self, token: u64) {
+        if let Some(c) = self.conns.get_mut(&token) {
+            c.caught = None;
         }
     }
 
@@ -820,8 +874,18 @@ impl Boot {
         // children exec first (`BootRequest::Fork`). The child's
         // connection exists from now on; if the fork never happens the
         // parent closes its copy and the session ends.
-        self.register(ours, Some(child))
+        let born = self
+            .register(ours, Some(child))
             .ok_or("cannot watch the child's connection")?;
+        // The session is an exec's new image's: what its loader writes.
+        let next = self
+            .conns
+            .get_mut(&token)
+            .and_then(|c| c.next_caught.take());
+        if let (Some((pid, k)), Some(c)) = (next, self.conns.get_mut(&born)) {
+            c.pid = pid;
+            c.caught = Some(k);
+        }
         send_packet(
             self.conn_fd(token)?,
             &BootReply::Forked { child },

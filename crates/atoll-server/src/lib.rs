@@ -376,6 +376,7 @@ impl Instance {
             stop: stop.clone(),
             quit: quit.clone(),
             trace: trace_sink.clone(),
+            helper: runtime_dir.join(atoll_proto::boot::EXE_LINK),
         };
         let boot_thread = std::thread::Builder::new()
             .name("atoll-boot".into())

@@ -16,6 +16,8 @@ pub(super) struct HandOver {
     /// The instance's descriptors left open for the new image
     /// (`State::attached`).
     pub(super) carried: Vec<Inherited>,
+    /// The memfd the new image's loader writes its stderr to (`caught`).
+    pub(super) catch: Option<super::caught::Catch>,
 }
 
 impl HandOver {
@@ -23,13 +25,20 @@ impl HandOver {
     /// instance's descriptors, so that the new image joins without a round
     /// trip to the boot thread (`BootRequest::Reattached`). Without them
     /// (no descriptor left, an error) it asks `Reattach` as before.
-    fn new(c: &Client, socket: Inherited, session: SessionId, mut st: State) -> HandOver {
+    fn new(
+        c: &Client,
+        socket: Inherited,
+        session: SessionId,
+        mut st: State,
+        catch: Option<super::caught::Catch>,
+    ) -> HandOver {
         let mut carried = Vec::new();
         st.attached = carry_instance(c, session, &mut carried);
         HandOver {
             socket: Some(socket),
             state: st.encode(),
             carried,
+            catch,
         }
     }
 }
@@ -168,7 +177,7 @@ pub(super) fn hand_over_own_session(c: &Client, exe: Option<Vec<u8>>) -> Result<
         ..State::default()
     };
     let socket = Inherited::of(c.socket_raw()).ok_or(Error::Errno(libc::EBADF))?;
-    Ok(HandOver::new(c, socket, c.session().id, st))
+    Ok(HandOver::new(c, socket, c.session().id, st, None))
 }
 
 pub(super) fn hand_over(
@@ -191,13 +200,22 @@ pub(super) fn hand_over(
         attached: None,
         ..State::default()
     };
-    let (child, sock) = match c.fork_session() {
+    // The new image's loader writes fd 2 before its client starts: the
+    // boot thread hears of it with the `Fork` (`caught`).
+    let catch = if spawn {
+        None
+    } else {
+        super::caught::prepare(c)
+    };
+    let post = catch.as_ref().map(|k| k.post());
+    let (child, sock) = match c.fork_session(post) {
         Ok(x) => x,
         Err(_) => {
             return Ok(HandOver {
                 socket: None,
                 state: st.encode(),
                 carried: Vec::new(),
+                catch: None,
             })
         }
     };
@@ -302,6 +320,7 @@ pub(super) fn hand_over(
         None if spawn => {}
         None => st.counters = crate::counters::unreported(),
     }
+    let catch = catch.and_then(|k| k.named_in(&mut st));
     // The child's socket must survive exec: no CLOEXEC, high number.
     let raw = sock.into_raw_fd();
     let n = sys::fcntl_int(raw, libc::F_DUPFD, session::PRIVATE_FD_MIN as i64);
@@ -314,7 +333,7 @@ pub(super) fn hand_over(
     };
     // SAFETY: `keep` is a descriptor we own (just created).
     let owned = unsafe { OwnedFd::from_raw_fd(keep) };
-    Ok(HandOver::new(c, Inherited::made(owned), child, st))
+    Ok(HandOver::new(c, Inherited::made(owned), child, st, catch))
 }
 
 /// In a new image: restore the cwd and the descriptor table from
@@ -373,10 +392,13 @@ pub fn restore(c: &Client, text: &str, with_session: bool) {
     }
     let mut descs: Vec<(u64, Option<fdtable::DescRef>)> = Vec::new();
     let mut alive_inodes: Vec<u64> = Vec::new();
+    let mut caught = Vec::new();
     for f in &st.fds {
+        let id = sys::fstat_id(f.fd).map(|(d, i, _)| (d, i));
+        let is_catch = id.is_ok_and(|id| super::caught::is_catch(&st, f.fd, id));
         let alive = (f.fd as usize) < fdtable::MAX_FDS
             && !c.is_private_fd(f.fd)
-            && sys::fstat_id(f.fd).map(|(d, i, _)| (d, i)) == Ok(f.placeholder);
+            && (id == Ok(f.placeholder) || is_catch);
         let pos = match descs.iter().position(|(d, _)| *d == f.desc) {
             Some(p) => p,
             None => {
@@ -406,6 +428,13 @@ pub fn restore(c: &Client, text: &str, with_session: bool) {
             }
         };
         drop(fdtable::install(f.fd, r));
+        if is_catch {
+            caught.push(f.fd);
+        }
+    }
+    // What the loader wrote comes before anything the program writes.
+    for fd in caught {
+        super::caught::drain(c, &lane, fd);
     }
     let kept = |q: &u64| alive_inodes.contains(q);
     let watches: Vec<_> = st

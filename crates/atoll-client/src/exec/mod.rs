@@ -56,6 +56,7 @@ pub const ENV_PRELOAD: &str = "ATOLL_PRELOAD";
 /// (its proxy): see the module comment.
 pub const ENV_PROXY: &str = "ATOLL_PROXY_PID";
 
+mod caught;
 mod debuggers;
 mod selfexe;
 use selfexe::{host_self_exe, SELF_EXE};
@@ -166,6 +167,8 @@ pub struct ExecPlan {
     /// `sched_getaffinity`), for the environment and for placement alike;
     /// `None`: not asked yet.
     own_affinity: Option<bool>,
+    /// The memfd the new image's loader writes its stderr to (`caught`).
+    catch: Option<caught::Catch>,
 }
 
 impl ExecPlan {
@@ -201,9 +204,12 @@ impl ExecPlan {
         // No pipe writer may copy into the new program (lifted if the
         // exec returns).
         let _quiesced = crate::pipesplit::quiesce_for_exec();
+        if let Some(k) = &self.catch {
+            k.swap_in();
+        }
         // SAFETY: every pointer is owned by the plan and NUL-terminated;
         // on success the process image is replaced.
-        unsafe {
+        let r = unsafe {
             match self.exec_fd() {
                 Some(fd) => crate::intr::exec_syscall6(
                     libc::SYS_execveat,
@@ -228,7 +234,11 @@ impl ExecPlan {
                     ],
                 ),
             }
+        };
+        if let (Some(k), Some(c)) = (&self.catch, session::client()) {
+            k.swap_out(c);
         }
+        r
     }
 }
 
@@ -265,6 +275,7 @@ fn build(
         libs: None,
         copies_inherited: false,
         own_affinity: None,
+        catch: None,
     })
 }
 
@@ -809,6 +820,7 @@ fn prepare_inner(
     plan.copies_inherited = mount_libs.is_some() || copied_program;
     plan.libs = mount_libs;
     plan.own_affinity = Some(own_affinity);
+    plan.catch = handed.catch;
     Ok(plan)
 }
 

@@ -11,7 +11,8 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32};
 use atoll_proto::boot::{BootReply, BootRequest, InstanceInfo, MAX_BOOT_PACKET};
 use atoll_proto::SessionId;
 use rustix::net::{
-    RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer, SendFlags,
+    RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
+    SendAncillaryMessage, SendFlags,
 };
 
 use super::{install, Client, Lane, Session, PRIVATE_FD_MIN};
@@ -106,6 +107,23 @@ pub fn boot_post(sock: BorrowedFd<'_>, req: &BootRequest) {
         let mut ctl = SendAncillaryBuffer::new(&mut space);
         let _ = rustix::net::sendmsg(sock, &[IoSlice::new(bytes)], &mut ctl, SendFlags::NOSIGNAL);
     }
+}
+
+/// [`boot_post`] of a request that carries descriptors (`SCM_RIGHTS`),
+/// of any size up to a packet's.
+pub fn boot_post_with(sock: BorrowedFd<'_>, req: &BootRequest, fds: &[BorrowedFd<'_>]) {
+    let Ok(bytes) = postcard::to_allocvec(req) else {
+        return;
+    };
+    if bytes.len() > MAX_BOOT_PACKET {
+        return;
+    }
+    let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(3))];
+    let mut ctl = SendAncillaryBuffer::new(&mut space);
+    if fds.len() > 3 || !ctl.push(SendAncillaryMessage::ScmRights(fds)) {
+        return;
+    }
+    let _ = rustix::net::sendmsg(sock, &[IoSlice::new(&bytes)], &mut ctl, SendFlags::NOSIGNAL);
 }
 
 /// The length of the reply waiting on the boot socket (waiting for it),

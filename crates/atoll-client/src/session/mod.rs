@@ -39,7 +39,9 @@ use crate::sys::{self, SpinLock};
 /// Most lanes one process may hold (threads calling concurrently, plus
 /// nested signal-handler calls).
 mod bootstrap;
-pub use bootstrap::{attach, away_from, boot_call, boot_post, to_high, to_high_or_close};
+pub use bootstrap::{
+    attach, away_from, boot_call, boot_post, boot_post_with, to_high, to_high_or_close,
+};
 
 pub const MAX_LANES: usize = 128;
 
@@ -561,11 +563,19 @@ impl Client {
     /// Create a child session for `fork` (the caller then shares every
     /// description with it). Returns `(child id, child socket)`; the
     /// child has no lane until it needs one.
-    pub fn fork_session(&self) -> Result<(SessionId, OwnedFd)> {
+    /// `caught`: a `BootRequest::Caught` (and its memfd) for the session
+    /// an exec makes, posted just ahead (`exec/caught.rs`).
+    pub fn fork_session(
+        &self,
+        caught: Option<(BootRequest, BorrowedFd<'_>)>,
+    ) -> Result<(SessionId, OwnedFd)> {
         let _g = self.boot_lock.lock();
         let sock = self.socket_fd.load(Ordering::Relaxed);
         // SAFETY: the session socket stays open while the client lives.
         let sock = unsafe { BorrowedFd::borrow_raw(sock) };
+        if let Some((req, fd)) = caught {
+            boot_post_with(sock, &req, &[fd]);
+        }
         let (reply, fds) = boot_call(sock, &BootRequest::Fork)?;
         let BootReply::Forked { child } = reply else {
             return Err(Error::Boot(format!("Fork answered {reply:?}")));

@@ -79,7 +79,8 @@ pub(super) fn refuse_enosys(_: &'static Client, _: i64, _: &[u64; 6]) -> Result<
 
 /// `wait4`: Linux waits; a child it reaps that a signal killed has its
 /// pipe ends released at the servers before the call returns
-/// (`reaped`), as Linux released its files before it could be reaped.
+/// (`reaped`), as Linux released its files before it could be reaped;
+/// one whose loader failed (127), also what the loader wrote delivered.
 pub(super) fn wait4(c: &'static Client, _: i64, a: &[u64; 6]) -> Result<Out> {
     let mut own_status = 0i32;
     let status = if a[1] == 0 {
@@ -96,15 +97,15 @@ pub(super) fn wait4(c: &'static Client, _: i64, a: &[u64; 6]) -> Result<Out> {
         // SAFETY: the kernel just wrote the status word (the call failed
         // with `EFAULT` otherwise).
         let st = unsafe { core::ptr::read_volatile(status as *const i32) };
-        if reaped::killed_status(st) {
-            reaped::after_killed_child(c, r);
+        if reaped::awaits_end(st) {
+            reaped::after_killed_child(c, r, reaped::loader_failed(st));
         }
     }
     done(r)
 }
 
 /// `waitid`: as [`wait4`], for a child reaped (no `WNOWAIT`) with
-/// `CLD_KILLED` or `CLD_DUMPED`.
+/// `CLD_KILLED` or `CLD_DUMPED`, or `CLD_EXITED` with the loader's 127.
 pub(super) fn waitid(c: &'static Client, _: i64, a: &[u64; 6]) -> Result<Out> {
     let mut own: libc::siginfo_t = sys::zeroed();
     let info = if a[2] == 0 {
@@ -121,8 +122,10 @@ pub(super) fn waitid(c: &'static Client, _: i64, a: &[u64; 6]) -> Result<Out> {
         let si = unsafe { core::ptr::read_volatile(info as *const libc::siginfo_t) };
         // SAFETY: a `SIGCHLD` record (waitid fills no other kind).
         let pid = unsafe { si.si_pid() };
-        if pid > 0 && matches!(si.si_code, libc::CLD_KILLED | libc::CLD_DUMPED) {
-            reaped::after_killed_child(c, pid as i64);
+        // SAFETY: as `si_pid`.
+        let code = unsafe { si.si_status() };
+        if pid > 0 && reaped::awaits_end_of(si.si_code, code) {
+            reaped::after_killed_child(c, pid as i64, si.si_code == libc::CLD_EXITED);
         }
     }
     done(r)

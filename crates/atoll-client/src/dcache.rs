@@ -472,7 +472,7 @@ mod tests {
     use std::os::fd::AsFd;
 
     fn chan() -> (ClientChannel, ServerChannel) {
-        let (fd, s) = ServerChannel::create().unwrap();
+        let (fd, s) = ServerChannel::create(atoll_msg::RingSize::Small).unwrap();
         (ClientChannel::map(fd.as_fd()).unwrap(), s)
     }
 

@@ -5,9 +5,12 @@
 //! `--without direct-cache` ablation. `file.rs` decides which path a read
 //! or write takes and calls in here.
 //!
-//! One message carries at most [`DATA_CHUNK`] bytes (32 KiB since issue 16,
-//! in frames of up to `atoll_proto::MAX_FRAME` on 256 KiB rings), and a
-//! round trip is
+//! One message carries at most what its channel's frames allow
+//! ([`Lane::data_call`]): 32 KiB on the large channels of a copy island and
+//! of a program on another host (issue 16: frames of up to
+//! `atoll_proto::MAX_FRAME` on 256 KiB rings), 8 KiB on the small channels
+//! of a coherent or incoherent island, which send data in messages only
+//! under `--without direct-cache`. A round trip is
 //! long (tens of microseconds across hosts), so a large read or write keeps
 //! several messages in flight on its lane: requests on one channel are
 //! served in order and their replies come back in order.
@@ -32,14 +35,9 @@ use crate::error::{Error, Result};
 use crate::file::await_writers;
 use crate::session::{Client, Lane};
 
-/// Largest payload of one `ReadData`/`WriteData` (a copy island, a remote
-/// program's writes, the direct-cache ablation): with its header it fits
-/// a frame (`atoll_proto::MAX_FRAME`). Before issue 16 it was 8 KiB, and a
-/// copy island's `dd bs=1M` paid a ring round trip per 8 KiB.
-pub(crate) const DATA_CHUNK: usize = atoll_proto::MAX_DATA_CALL;
-
 /// `ReadData` requests a read at a known offset keeps in flight at once.
-/// Their replies (32 KiB each) fit the 256 KiB reply ring together; a
+/// Their replies (32 KiB each on a large channel, 8 KiB on a small one)
+/// fit the reply ring (256 KiB, 64 KiB) together; a
 /// server that finds the ring full parks the next until the client takes
 /// one.
 const READ_WINDOW: usize = 4;
@@ -90,7 +88,9 @@ pub(crate) fn read(
     // One `IN_ACCESS` per call of the program (`inotify::reports_read`).
     let report = crate::inotify::reports_read();
     match off {
-        Some(at) if buf.len() > DATA_CHUNK => read_data_window(c, lane, desc, buf, at, report),
+        Some(at) if buf.len() > lane.data_call(c, desc.server()) => {
+            read_data_window(c, lane, desc, buf, at, report)
+        }
         _ => read_id_serial(c, lane, desc, buf, off, report),
     }
 }
@@ -111,7 +111,7 @@ fn read_data_window(
     report: bool,
 ) -> Result<usize> {
     let server = desc.server();
-    let chunk = DATA_CHUNK;
+    let chunk = lane.data_call(c, server);
     let chunks = buf.len().div_ceil(chunk);
     let window = if c.info.remote {
         REMOTE_READ_WINDOW
@@ -184,7 +184,7 @@ fn read_id_serial(
     report: bool,
 ) -> Result<usize> {
     let mut done = 0usize;
-    let chunk = DATA_CHUNK;
+    let chunk = lane.data_call(c, desc.server());
     // At least one `ReadData`, also of no bytes: it moves the atime.
     loop {
         let want = (buf.len() - done).min(chunk);
@@ -216,7 +216,7 @@ pub(crate) fn write(
     off: Option<u64>,
     fsize: Option<u64>,
 ) -> Result<usize> {
-    if src.len() <= DATA_CHUNK {
+    if src.len() <= lane.data_call(c, desc.server()) {
         return write_serial(c, lane, desc, src, off, fsize);
     }
     write_data_window(c, lane, desc, src, off, fsize)
@@ -256,7 +256,8 @@ fn write_data_window(
     fsize: Option<u64>,
 ) -> Result<usize> {
     let server = desc.server();
-    let pieces = src.len().div_ceil(DATA_CHUNK);
+    let chunk = lane.data_call(c, server);
+    let pieces = src.len().div_ceil(chunk);
     let id = NEXT_CHAIN.fetch_add(1, Ordering::Relaxed);
     let window = if c.info.remote {
         REMOTE_WRITE_WINDOW
@@ -268,10 +269,10 @@ fn write_data_window(
     let mut unsent = false;
     while next < pieces {
         while !unsent && sent < pieces && sent - next < window {
-            let at = sent * DATA_CHUNK;
+            let at = sent * chunk;
             let req = Request::WriteData {
                 desc,
-                data: &src[at..(at + DATA_CHUNK).min(src.len())],
+                data: &src[at..(at + chunk).min(src.len())],
                 offset: off.map(|o| o + at as u64),
                 fsize,
                 chain: Some(Chain {
@@ -293,8 +294,8 @@ fn write_data_window(
         if next == sent {
             break;
         }
-        let at = next * DATA_CHUNK;
-        let want = (src.len() - at).min(DATA_CHUNK);
+        let at = next * chunk;
+        let want = (src.len() - at).min(chunk);
         let r = lane.recv(c, server, ids[next % window], |r| match r {
             Reply::Written(n) => Ok(n),
             // Only after an earlier piece ended the write, which was seen
@@ -309,7 +310,7 @@ fn write_data_window(
             Piece::Failed(e) => return Err(e),
         }
     }
-    let done = next * DATA_CHUNK;
+    let done = next * chunk;
     if done >= src.len() {
         return Ok(src.len());
     }
@@ -341,8 +342,9 @@ fn write_serial(
     fsize: Option<u64>,
 ) -> Result<usize> {
     let mut done = 0usize;
+    let chunk = lane.data_call(c, desc.server());
     while done < src.len() {
-        let want = (src.len() - done).min(DATA_CHUNK);
+        let want = (src.len() - done).min(chunk);
         let req = Request::WriteData {
             desc,
             data: &src[done..done + want],

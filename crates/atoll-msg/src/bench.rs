@@ -98,7 +98,7 @@ pub fn rpc_round_trip(
     server_core: Option<usize>,
 ) -> RoundTrip {
     let (_cfd, control) = Control::create(1).expect("control block");
-    let (fd, server) = ServerChannel::create().expect("channel");
+    let (fd, server) = ServerChannel::create(crate::RingSize::Small).expect("channel");
     let client = ClientChannel::map(fd.as_fd()).expect("map channel");
     let doorbell = control.doorbell(0);
     std::thread::scope(|s| {

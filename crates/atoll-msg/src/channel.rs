@@ -1,17 +1,24 @@
 //! Channels: one memfd joining one client (a thread's lane) to one server.
 //!
-//! Layout of the memfd ([`Channel::SIZE`] bytes):
+//! Layout of the memfd ([`RingSize::file_bytes`] bytes), in one of two
+//! sizes chosen when the channel is made ([`RingSize`]):
 //!
 //! ```text
+//!                                                        Small     Large
 //!  0      header { magic, closed, inbox_overflow, parked }  128 B
 //!  128    request ring header  (client → server)            384 B
 //!  512    reply ring header    (server → client)            384 B
 //!  896    inbox ring header    (server → client, unasked)   384 B
-//!  4096   parked reply   36 KiB (one frame, in whole pages)
-//!  40960  request data   256 KiB
-//!         reply data     256 KiB
-//!         inbox data     64 KiB
+//!  4096   parked reply (one frame, in whole pages)        12 KiB    36 KiB
+//!         request data                                    64 KiB   256 KiB
+//!         reply data                                      64 KiB   256 KiB
+//!         inbox data                                      64 KiB    64 KiB
+//!  total                                                 208 KiB   616 KiB
 //! ```
+//!
+//! A mapping learns the layout from the file's size, never from a field
+//! the peer writes: a file of any other size is not a channel, and the
+//! rings' bounds are then the mapping's own constants.
 //!
 //! Life cycle: the boot thread `create`s a channel and keeps the server end
 //! for the server, sends the fd to the client (`BootReply` fds), which
@@ -57,31 +64,105 @@ struct ChannelHeader {
     parked: AtomicU32,
 }
 
-/// Sizes of a channel's shared memory file.
+/// The two layouts of a channel (issue 16 follow-up). File data travels
+/// in messages only where the buffer cache is not shared: a copy island,
+/// and programs on another host (`atoll node`), whose `ReadData` and
+/// `WriteData` carry up to 32 KiB ([`atoll_proto::MAX_DATA_CALL`]) and
+/// need [`Large`](RingSize::Large) rings. A coherent or incoherent
+/// island's messages are small (the data is in the shared cache, Hare
+/// §3.3): its channels stay [`Small`](RingSize::Small), so each process
+/// and server touches a quarter of the ring memory and small messages walk
+/// a quarter of the cache and TLB footprint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RingSize {
+    /// 64 KiB request and reply rings, frames of up to 12 KiB.
+    Small,
+    /// 256 KiB request and reply rings, frames of up to
+    /// [`atoll_proto::MAX_FRAME`] (33 KiB).
+    Large,
+}
+
+impl RingSize {
+    /// The size for channels of an island that does (`true`) or does not
+    /// map the buffer cache.
+    pub const fn for_island(maps_cache: bool) -> RingSize {
+        if maps_cache {
+            RingSize::Small
+        } else {
+            RingSize::Large
+        }
+    }
+
+    /// Bytes of the request and the reply ring's data areas. Large: six
+    /// `ReadData`/`WriteData` of 32 KiB (a window of one read or write,
+    /// `msgdata.rs`) fit either with room for small calls beside them.
+    pub const fn ring_bytes(self) -> usize {
+        match self {
+            RingSize::Small => 64 * 1024,
+            RingSize::Large => 256 * 1024,
+        }
+    }
+
+    /// Largest frame the request and reply rings carry.
+    pub const fn max_frame(self) -> usize {
+        match self {
+            RingSize::Small => atoll_proto::SMALL_FRAME,
+            RingSize::Large => MAX_FRAME,
+        }
+    }
+
+    /// Largest payload of one `ReadData`/`WriteData` on such a channel:
+    /// 8 KiB on small ones (what every data call was before issue 16),
+    /// 32 KiB on large ones.
+    pub const fn data_call(self) -> usize {
+        match self {
+            RingSize::Small => 8 * 1024,
+            RingSize::Large => atoll_proto::MAX_DATA_CALL,
+        }
+    }
+
+    /// Bytes of the parked slot: the largest frame, in whole pages.
+    const fn parked_bytes(self) -> usize {
+        self.max_frame().div_ceil(4096) * 4096
+    }
+
+    /// Offset of the first data area (page aligned).
+    const fn data(self) -> usize {
+        Channel::PARKED + self.parked_bytes()
+    }
+
+    /// Total size of the memfd.
+    pub const fn file_bytes(self) -> usize {
+        self.data() + 2 * self.ring_bytes() + Channel::INBOX_BYTES
+    }
+
+    /// The layout of a file of `len` bytes, if it is one of the two.
+    pub fn of_file(len: usize) -> Option<RingSize> {
+        [RingSize::Small, RingSize::Large]
+            .into_iter()
+            .find(|s| s.file_bytes() == len)
+    }
+}
+
+/// Sizes shared by both layouts.
 pub struct Channel;
 
 impl Channel {
-    /// Bytes of the request and the reply ring's data areas: six
-    /// `ReadData`/`WriteData` of 32 KiB (a window of one read or write,
-    /// `msgdata.rs`) fit either with room for small calls beside them
-    /// (issue 16). Pages a channel never reaches are never touched.
-    pub const RING_BYTES: usize = 256 * 1024;
     /// Bytes of the inbox's data area (unasked messages, all small).
     pub const INBOX_BYTES: usize = 64 * 1024;
     /// Largest inbox frame: what every frame was before issue 16 (a ring
     /// takes frames of at most half its size; notices are far smaller).
-    pub const INBOX_MAX_FRAME: usize = 12 * 1024;
+    pub const INBOX_MAX_FRAME: usize = atoll_proto::SMALL_FRAME;
     /// Offset of the parked reply (page aligned).
     const PARKED: usize = 4096;
-    /// Bytes of the parked slot: the largest frame, in whole pages.
-    const PARKED_BYTES: usize = MAX_FRAME.div_ceil(4096) * 4096;
-    /// Offset of the first data area (page aligned).
-    const DATA: usize = Self::PARKED + Self::PARKED_BYTES;
-    /// Total size of the memfd.
-    pub const SIZE: usize = Self::DATA + 2 * Self::RING_BYTES + Self::INBOX_BYTES;
-    /// Largest frame a channel carries.
+    /// Largest frame any channel carries.
     pub const MAX_FRAME: usize = MAX_FRAME;
 }
+
+// The two layouts must stay tellable apart by size alone.
+const _: () = assert!(RingSize::Small.file_bytes() != RingSize::Large.file_bytes());
+const _: () = assert!(RingSize::Large.max_frame() == MAX_FRAME);
+const _: () = assert!(RingSize::Small.max_frame() * 2 <= RingSize::Small.ring_bytes());
 
 const HDR: usize = std::mem::size_of::<Padded<ChannelHeader>>();
 const RING_HDR: usize = std::mem::size_of::<RingShared>();
@@ -90,21 +171,24 @@ const _: () = assert!(HDR + 3 * RING_HDR <= Channel::PARKED);
 /// The three rings of a mapped channel, as raw parts.
 struct Parts {
     region: SharedRegion,
+    size: RingSize,
 }
 
 impl Parts {
-    fn create() -> io::Result<(OwnedFd, Parts)> {
-        let (fd, region) = SharedRegion::create("atoll-channel", Channel::SIZE)?;
+    fn create(size: RingSize) -> io::Result<(OwnedFd, Parts)> {
+        let (fd, region) = SharedRegion::create("atoll-channel", size.file_bytes())?;
         // SAFETY: fresh zeroed mapping of SIZE bytes, not shared yet; the
         // magic is the header's first field.
         unsafe { std::ptr::write_volatile(region.as_ptr() as *mut u64, CHANNEL_MAGIC) };
-        Ok((fd, Parts { region }))
+        Ok((fd, Parts { region, size }))
     }
 
     fn map(fd: BorrowedFd<'_>) -> io::Result<Parts> {
         let region = SharedRegion::map(fd)?;
-        // SAFETY: read only if the region is big enough.
-        if region.len() != Channel::SIZE
+        let size = RingSize::of_file(region.len());
+        // SAFETY: read only if the region has one of the two sizes, both
+        // larger than the header.
+        if size.is_none()
             || unsafe { std::ptr::read_volatile(region.as_ptr() as *const u64) } != CHANNEL_MAGIC
         {
             return Err(io::Error::new(
@@ -112,11 +196,14 @@ impl Parts {
                 "not an atoll channel",
             ));
         }
-        Ok(Parts { region })
+        Ok(Parts {
+            region,
+            size: size.unwrap_or(RingSize::Small),
+        })
     }
 
     fn header(&self) -> &ChannelHeader {
-        // SAFETY: the header is at offset 0 of a mapping of SIZE bytes that
+        // SAFETY: the header is at offset 0 of a mapping of `file_bytes` that
         // lives as long as `self`; its shared fields are atomics.
         unsafe { &*(self.region.as_ptr() as *const ChannelHeader) }
     }
@@ -124,27 +211,28 @@ impl Parts {
     /// (ring header, data area) of ring `i` (0 request, 1 reply, 2 inbox).
     fn ring(&self, i: usize) -> (*const RingShared, *mut u8) {
         let base = self.region.as_ptr();
-        // SAFETY: offsets stay inside the SIZE-byte mapping (see layout).
+        // SAFETY: offsets stay inside the mapping of `self.size`'s
+        // `file_bytes` (see layout).
         unsafe {
             (
                 base.add(HDR + i * RING_HDR) as *const RingShared,
-                base.add(Channel::DATA + i * Channel::RING_BYTES),
+                base.add(self.size.data() + i * self.size.ring_bytes()),
             )
         }
     }
 
     /// Bytes of ring `i`'s data area and its largest frame.
-    const fn ring_bytes(i: usize) -> (usize, usize) {
+    const fn ring_bytes(&self, i: usize) -> (usize, usize) {
         if i == 2 {
             (Channel::INBOX_BYTES, Channel::INBOX_MAX_FRAME)
         } else {
-            (Channel::RING_BYTES, MAX_FRAME)
+            (self.size.ring_bytes(), self.size.max_frame())
         }
     }
 
     fn producer(&self, i: usize) -> Producer {
         let (s, d) = self.ring(i);
-        let (cap, max) = Self::ring_bytes(i);
+        let (cap, max) = self.ring_bytes(i);
         // SAFETY: the ring lives in `self.region`, which the channel owns
         // alongside the end; one end of each role per mapping.
         unsafe { Producer::new(s, d, cap, max) }
@@ -152,14 +240,14 @@ impl Parts {
 
     fn consumer(&self, i: usize) -> Consumer {
         let (s, d) = self.ring(i);
-        let (cap, max) = Self::ring_bytes(i);
+        let (cap, max) = self.ring_bytes(i);
         // SAFETY: as in `producer`.
         unsafe { Consumer::new(s, d, cap, max) }
     }
 
-    /// The parked slot (`Channel::PARKED_BYTES` bytes).
+    /// The parked slot (`parked_bytes` of the layout).
     fn parked_slot(&self) -> *mut u8 {
-        // SAFETY: the slot lies inside the SIZE-byte mapping (see layout).
+        // SAFETY: the slot lies inside the mapping (see layout).
         unsafe { self.region.as_ptr().add(Channel::PARKED) }
     }
 
@@ -215,13 +303,24 @@ pub struct ClientChannel {
 impl ClientChannel {
     /// Make a new channel (the boot thread does this for a client) and
     /// return its memfd, to be mapped by the server end and the client.
-    pub fn create() -> io::Result<(OwnedFd, ClientChannel)> {
-        let (fd, parts) = Parts::create()?;
+    pub fn create(size: RingSize) -> io::Result<(OwnedFd, ClientChannel)> {
+        let (fd, parts) = Parts::create(size)?;
         Ok((fd, Self::from_parts(parts)))
     }
 
+    /// Map a channel's memfd; its size says its layout.
     pub fn map(fd: BorrowedFd<'_>) -> io::Result<ClientChannel> {
         Ok(Self::from_parts(Parts::map(fd)?))
+    }
+
+    /// The channel's layout.
+    pub fn ring_size(&self) -> RingSize {
+        self.parts.size
+    }
+
+    /// Largest frame `send` accepts.
+    pub fn max_frame(&self) -> usize {
+        self.req.max_frame()
     }
 
     fn from_parts(parts: Parts) -> Self {
@@ -360,13 +459,19 @@ pub struct ServerChannel {
 
 impl ServerChannel {
     /// Make a new channel and return its memfd with the server end.
-    pub fn create() -> io::Result<(OwnedFd, ServerChannel)> {
-        let (fd, parts) = Parts::create()?;
+    pub fn create(size: RingSize) -> io::Result<(OwnedFd, ServerChannel)> {
+        let (fd, parts) = Parts::create(size)?;
         Ok((fd, Self::from_parts(parts)))
     }
 
+    /// Map a channel's memfd; its size says its layout.
     pub fn map(fd: BorrowedFd<'_>) -> io::Result<ServerChannel> {
         Ok(Self::from_parts(Parts::map(fd)?))
+    }
+
+    /// The channel's layout.
+    pub fn ring_size(&self) -> RingSize {
+        self.parts.size
     }
 
     fn from_parts(parts: Parts) -> Self {
@@ -427,10 +532,10 @@ impl ServerChannel {
     /// server serves nothing more from a channel whose reply waits.
     pub fn park_reply(&self, frame: &[u8]) {
         assert!(
-            frame.len() <= Channel::PARKED_BYTES,
+            frame.len() <= self.parts.size.parked_bytes(),
             "reply larger than a frame"
         );
-        // SAFETY: the slot holds PARKED_BYTES bytes inside the mapping;
+        // SAFETY: the slot holds `parked_bytes` inside the mapping;
         // only the server writes it, and `frame` is private memory.
         unsafe {
             std::ptr::copy_nonoverlapping(frame.as_ptr(), self.parts.parked_slot(), frame.len());
@@ -455,11 +560,11 @@ impl ServerChannel {
     pub fn parked_reply(&self) -> Option<Vec<u8>> {
         let mark = self.parts.header().parked.load(Ordering::Acquire) as usize;
         let len = mark.checked_sub(1)?;
-        if len > Channel::PARKED_BYTES {
+        if len > self.parts.size.parked_bytes() {
             return None;
         }
         let mut out = vec![0u8; len];
-        // SAFETY: `len <= PARKED_BYTES`, the slot's size, inside the
+        // SAFETY: `len <= parked_bytes`, the slot's size, inside the
         // mapping; a client scribbling on it only garbles its own reply.
         unsafe { std::ptr::copy_nonoverlapping(self.parts.parked_slot(), out.as_mut_ptr(), len) };
         Some(out)
@@ -529,7 +634,11 @@ mod tests {
     use std::os::fd::AsFd;
 
     fn pair() -> (ClientChannel, ServerChannel, Control) {
-        let (fd, server) = ServerChannel::create().unwrap();
+        pair_of(RingSize::Large)
+    }
+
+    fn pair_of(size: RingSize) -> (ClientChannel, ServerChannel, Control) {
+        let (fd, server) = ServerChannel::create(size).unwrap();
         let client = ClientChannel::map(fd.as_fd()).unwrap();
         let (_cfd, control) = Control::create(1).unwrap();
         (client, server, control)
@@ -597,7 +706,7 @@ mod tests {
 
     #[test]
     fn a_parked_reply_is_seen_by_another_mapping_until_unparked() {
-        let (fd, server) = ServerChannel::create().unwrap();
+        let (fd, server) = ServerChannel::create(RingSize::Large).unwrap();
         let client = ClientChannel::map(fd.as_fd()).unwrap();
         assert_eq!(server.parked_reply(), None);
         let big = vec![7u8; MAX_FRAME];
@@ -622,10 +731,126 @@ mod tests {
 
     #[test]
     fn foreign_or_wrong_sized_files_are_not_channels() {
-        let (fd, _r) = SharedRegion::create("x", Channel::SIZE).unwrap();
-        assert!(ClientChannel::map(fd.as_fd()).is_err()); // no magic
+        for size in [RingSize::Small, RingSize::Large] {
+            let (fd, _r) = SharedRegion::create("x", size.file_bytes()).unwrap();
+            assert!(ClientChannel::map(fd.as_fd()).is_err()); // no magic
+        }
         let (fd, _r) = SharedRegion::create("x", 4096).unwrap();
         assert!(ServerChannel::map(fd.as_fd()).is_err());
+    }
+
+    /// A channel's file with its magic but a size between, or around, the
+    /// two layouts': refused, not mapped with a guessed layout.
+    #[test]
+    fn a_channel_file_of_another_size_is_rejected() {
+        let small = RingSize::Small.file_bytes();
+        let large = RingSize::Large.file_bytes();
+        for len in [
+            small - 4096,
+            small + 4096,
+            large - 4096,
+            large + 4096,
+            2 * large,
+        ] {
+            let (fd, r) = SharedRegion::create("x", len).unwrap();
+            // SAFETY: test-only write of the magic into a fresh mapping.
+            unsafe { std::ptr::write_volatile(r.as_ptr() as *mut u64, CHANNEL_MAGIC) };
+            let err = ClientChannel::map(fd.as_fd()).err().expect("mapped");
+            assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{len}");
+            assert!(ServerChannel::map(fd.as_fd()).is_err(), "{len}");
+        }
+    }
+
+    #[test]
+    fn each_end_learns_the_layout_from_the_file() {
+        for size in [RingSize::Small, RingSize::Large] {
+            let (fd, server) = ServerChannel::create(size).unwrap();
+            assert_eq!(server.ring_size(), size);
+            let client = ClientChannel::map(fd.as_fd()).unwrap();
+            assert_eq!(client.ring_size(), size);
+            assert_eq!(client.max_frame(), size.max_frame());
+            assert_eq!(server.max_frame(), size.max_frame());
+            assert_eq!(ServerChannel::map(fd.as_fd()).unwrap().ring_size(), size);
+        }
+        assert_eq!(RingSize::Small.file_bytes(), 208 * 1024);
+        assert_eq!(RingSize::Large.file_bytes(), 616 * 1024);
+        assert_eq!(RingSize::for_island(true), RingSize::Small);
+        assert_eq!(RingSize::for_island(false), RingSize::Large);
+    }
+
+    /// Small channels refuse what only large ones carry: a 32 KiB data
+    /// call's frame is `TooLarge` on a small channel, in both directions,
+    /// and travels on a large one; a frame of the small limit travels on
+    /// both.
+    #[test]
+    fn a_frame_too_big_for_a_small_channel_is_refused_and_passes_on_a_large_one() {
+        let big = vec![5u8; MAX_FRAME];
+        let (c, s, ctl) = pair_of(RingSize::Small);
+        let over = RingSize::Small.max_frame() + 1;
+        assert!(matches!(
+            c.send(&big[..over], ctl.doorbell(0)),
+            Err(MsgError::TooLarge(n)) if n == over
+        ));
+        assert!(matches!(
+            c.send(&big, ctl.doorbell(0)),
+            Err(MsgError::TooLarge(_))
+        ));
+        assert!(matches!(s.try_reply(&big), Err(MsgError::TooLarge(_))));
+        assert!(matches!(s.reply(&big), Err(MsgError::TooLarge(_))));
+        assert_eq!(s.try_recv(|_| ()).unwrap(), None);
+        let edge = &big[..RingSize::Small.max_frame()];
+        c.send(edge, ctl.doorbell(0)).unwrap();
+        assert_eq!(s.try_recv(|b| b.len()).unwrap(), Some(edge.len()));
+        s.reply(edge).unwrap();
+        assert_eq!(c.try_recv(|b| b.len()).unwrap(), Some(edge.len()));
+
+        let (c, s, ctl) = pair_of(RingSize::Large);
+        c.send(&big, ctl.doorbell(0)).unwrap();
+        assert_eq!(
+            s.try_recv(|b| b.to_vec()).unwrap().as_deref(),
+            Some(&big[..])
+        );
+        s.reply(&big).unwrap();
+        assert_eq!(
+            c.try_recv(|b| b.to_vec()).unwrap().as_deref(),
+            Some(&big[..])
+        );
+        assert!(matches!(
+            c.send(&vec![0u8; MAX_FRAME + 1], ctl.doorbell(0)),
+            Err(MsgError::TooLarge(_))
+        ));
+    }
+
+    /// A small channel's reply ring holds a quarter of a large one's: the
+    /// replies that fit before `Full` are counted on both.
+    #[test]
+    fn rings_hold_what_their_layout_says() {
+        for size in [RingSize::Small, RingSize::Large] {
+            let (_c, s, _ctl) = pair_of(size);
+            let mut n = 0;
+            while s.try_reply(&[1; 4000]).is_ok() {
+                n += 1;
+            }
+            // Each frame takes a 4,032-byte slot (8-byte header, 64-byte
+            // rounding): 16 of them in 64 KiB, 65 in 256 KiB.
+            assert_eq!(n, size.ring_bytes() / 4032, "{size:?}");
+        }
+    }
+
+    #[test]
+    fn a_parked_reply_on_a_small_channel_is_bounded_by_its_frame() {
+        let (fd, server) = ServerChannel::create(RingSize::Small).unwrap();
+        let edge = vec![3u8; RingSize::Small.max_frame()];
+        server.park_reply(&edge);
+        let successor = ServerChannel::map(fd.as_fd()).unwrap();
+        assert_eq!(successor.parked_reply().as_deref(), Some(&edge[..]));
+        // A mark past the small slot (a client scribbling) reads as none.
+        server
+            .parts
+            .header()
+            .parked
+            .store(RingSize::Large.max_frame() as u32 + 1, Ordering::Relaxed);
+        assert_eq!(successor.parked_reply(), None);
     }
 
     #[test]

@@ -73,13 +73,13 @@
 //!
 //! ```
 //! use std::os::fd::AsFd;
-//! use atoll_msg::{ClientChannel, Control, PollMode, ServerChannel};
+//! use atoll_msg::{ClientChannel, Control, PollMode, RingSize, ServerChannel};
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! // The boot thread makes the control block and a channel; the fds travel
 //! // to the client over the boot socket, which maps them.
 //! let (control_fd, control) = Control::create(1)?;
-//! let (channel_fd, server) = ServerChannel::create()?;
+//! let (channel_fd, server) = ServerChannel::create(RingSize::Small)?;
 //! let client = ClientChannel::map(channel_fd.as_fd())?;
 //! let client_control = Control::map(control_fd.as_fd())?;
 //!
@@ -124,7 +124,7 @@ pub use atoll_proto::boot::PollMode;
 pub use atoll_proto::MAX_FRAME;
 
 #[cfg(not(loom))]
-pub use channel::{Channel, ClientChannel, ServerChannel};
+pub use channel::{Channel, ClientChannel, RingSize, ServerChannel};
 #[cfg(not(loom))]
 pub use control::Control;
 pub use control::Doorbell;

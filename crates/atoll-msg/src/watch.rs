@@ -168,7 +168,7 @@ mod tests {
     use std::sync::Arc;
 
     fn pair() -> (ClientChannel, ServerChannel) {
-        let (fd, server) = ServerChannel::create().unwrap();
+        let (fd, server) = ServerChannel::create(crate::RingSize::Small).unwrap();
         (ClientChannel::map(fd.as_fd()).unwrap(), server)
     }
 

@@ -123,7 +123,7 @@ fn run(mode: PollMode) {
     let n = frames();
     let (control_fd, control) = Control::create(1).unwrap();
     let (channel_fd, client) = {
-        let (fd, _server_end) = ServerChannel::create().unwrap();
+        let (fd, _server_end) = ServerChannel::create(atoll_msg::RingSize::Large).unwrap();
         let client = ClientChannel::map(fd.as_fd()).unwrap();
         (fd, client)
     };

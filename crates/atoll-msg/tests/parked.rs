@@ -9,12 +9,12 @@
 
 use std::os::fd::{AsFd, BorrowedFd};
 
-use atoll_msg::{Channel, ClientChannel, MsgError, ServerChannel};
+use atoll_msg::{ClientChannel, MsgError, RingSize, ServerChannel};
 
 /// Requests the client sends before reading any reply: more replies than
 /// the reply ring holds at `REPLY_BYTES` each (eight more than fit it
 /// without their frame headers).
-const REQUESTS: u64 = (Channel::RING_BYTES / REPLY_BYTES) as u64 + 8;
+const REQUESTS: u64 = (RingSize::Large.ring_bytes() / REPLY_BYTES) as u64 + 8;
 const REPLY_BYTES: usize = 4000;
 
 /// A reply to request `id`: the id, then filler.
@@ -71,7 +71,7 @@ fn next_id(client: &ClientChannel) -> Option<u64> {
 
 #[test]
 fn a_parked_reply_survives_the_sigkill_of_its_server_process() {
-    let (fd, _creator) = ServerChannel::create().unwrap();
+    let (fd, _creator) = ServerChannel::create(RingSize::Large).unwrap();
     let client = ClientChannel::map(fd.as_fd()).unwrap();
     for id in 0..REQUESTS {
         client.send_unrung(&id.to_le_bytes()).unwrap();

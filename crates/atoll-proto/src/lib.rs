@@ -56,14 +56,20 @@ pub const MAX_XATTR_VALUE: usize = 4096;
 /// Largest extended-attribute value Linux accepts at all; longer ones are
 /// `E2BIG`, those between this and `MAX_XATTR_VALUE` `ENOSPC`.
 pub const XATTR_SIZE_MAX: usize = 64 * 1024;
-/// Largest encoded frame (request or reply) in bytes. Rings must accept it.
-/// 33 KiB: a `ReadData`/`WriteData` of [`MAX_DATA_CALL`] bytes with its
+/// Largest encoded frame (request or reply) in bytes, on any channel:
+/// the limit of a large channel (`atoll_msg::RingSize::Large`), where file
+/// data travels in messages. 33 KiB: a `ReadData`/`WriteData` of [`MAX_DATA_CALL`] bytes with its
 /// header (issue 16: the data calls of a copy island and of a program on
 /// another host move 32 KiB per round trip, not 8 KiB).
 pub const MAX_FRAME: usize = 33 * 1024;
 /// Largest payload a client puts in one `ReadData`/`WriteData`: what fits
 /// [`MAX_FRAME`] with the request's other fields (at most 1 KiB).
 pub const MAX_DATA_CALL: usize = 32 * 1024;
+/// Largest frame on a small channel (a coherent or incoherent island's,
+/// whose data is in the shared buffer cache and whose messages are small;
+/// `atoll_msg::RingSize::Small`), and of any inbox notice. Replies that
+/// any channel must carry (a directory listing's chunk) stay within it.
+pub const SMALL_FRAME: usize = 12 * 1024;
 /// Supplementary group lists a session may register ([`Request::SetGroups`]);
 /// the last number is the client's scratch list, sent again before each
 /// request that uses it.

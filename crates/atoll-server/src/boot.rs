@@ -38,7 +38,7 @@ use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use atoll_msg::{Control, ServerChannel};
+use atoll_msg::{Control, RingSize, ServerChannel};
 use atoll_proto::boot::{BootReply, BootRequest, InstanceInfo, InstanceStatus, MAX_BOOT_PACKET};
 use atoll_proto::{ServerStats, SessionId};
 use rustix::event::epoll;
@@ -566,13 +566,21 @@ impl Boot {
         s
     }
 
+    /// The size of this instance's channels: large where file data travels
+    /// in messages (a copy island, whose sessions are also those a node's
+    /// head proxies for programs on other hosts), small where it is shared
+    /// through the buffer cache (issue 16 follow-up, `atoll_msg::RingSize`).
+    fn ring_size(&self) -> RingSize {
+        RingSize::for_island(self.p.info.island.maps_cache())
+    }
+
     /// Top the spare channels up to [`SPARE_LANES`] lanes' worth. A
     /// failure (out of memory) is left for `make_lane` to report to the
     /// client that needs the channel.
     fn make_spare_channels(&mut self) {
         let want = SPARE_LANES * self.p.servers.len();
         while self.spare.len() < want {
-            match ServerChannel::create() {
+            match ServerChannel::create(self.ring_size()) {
                 Ok(ch) => self.spare.push(ch),
                 Err(e) => {
                     tracing::debug!("boot: no spare channel: {e}");
@@ -591,7 +599,7 @@ impl Boot {
         for _ in 0..self.p.servers.len() {
             let (fd, ch) = match self.spare.pop() {
                 Some(ch) => ch,
-                None => ServerChannel::create()?,
+                None => ServerChannel::create(self.ring_size())?,
             };
             fds.push(fd);
             chans.push(ch);
@@ -623,7 +631,7 @@ impl Boot {
         if i >= self.p.servers.len() {
             return Err(format!("file server {server} is not a member"));
         }
-        let (fd, ch) = ServerChannel::create().map_err(|e| e.to_string())?;
+        let (fd, ch) = ServerChannel::create(self.ring_size()).map_err(|e| e.to_string())?;
         self.p
             .servers
             .add_channel(i, s, lane, Arc::new(ch), fd.as_fd());

@@ -181,7 +181,7 @@ mod tests {
 
     /// A channel of session 1 and its client end.
     fn channel(lane: u32) -> (Chan, atoll_msg::ClientChannel) {
-        let (fd, server) = ServerChannel::create().unwrap();
+        let (fd, server) = ServerChannel::create(atoll_msg::RingSize::Small).unwrap();
         let client = atoll_msg::ClientChannel::map(fd.as_fd()).unwrap();
         let chan = Chan {
             session: SessionId(1),

@@ -207,7 +207,7 @@ mod tests {
         // member shares: a program rings doorbell 2 there.
         let (fd, programs) = Control::create(4).unwrap();
         let m = LoneMember::start(2, 4, 1 << 20, PollMode::Adaptive, Some(fd.as_fd())).unwrap();
-        let (chan_fd, sc) = ServerChannel::create().unwrap();
+        let (chan_fd, sc) = ServerChannel::create(atoll_msg::RingSize::Large).unwrap();
         let chan = ClientChannel::map(chan_fd.as_fd()).unwrap();
         m.add_channel(SessionId(7), 0, Arc::new(sc));
         for id in 1..=3 {

@@ -109,6 +109,9 @@ pub(super) fn serve_chan<S: BlockStore>(
     let c = &mut chans[idx];
     let (session, lane) = (c.session, c.lane);
     let mut request_bytes = 0;
+    // A reply larger than the channel's frames (a small channel's 12 KiB)
+    // does not encode and is answered `EIO` instead of breaking the ring.
+    let frame = c.ch.max_frame();
     let got = c.ch.try_recv(|bytes| {
         request_bytes = bytes.len();
         if let Some(j) = at.owing {
@@ -123,7 +126,7 @@ pub(super) fn serve_chan<S: BlockStore>(
             session,
             bytes,
             &mut at.bufs.scratch,
-            &mut at.bufs.reply,
+            &mut at.bufs.reply[..frame],
         )
     });
     if matches!(got, Ok(Some(None))) {

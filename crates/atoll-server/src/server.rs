@@ -631,7 +631,7 @@ fn serve_left<S: BlockStore>(
             c.session,
             bytes,
             &mut bufs.scratch,
-            &mut bufs.reply,
+            &mut bufs.reply[..c.ch.max_frame()],
         )
     });
     if let Some(j) = journal {
@@ -744,8 +744,10 @@ fn serve<S: BlockStore>(
     let doorbell = control.doorbell(index);
     let mut bufs = Bufs {
         scratch: Vec::with_capacity(MAX_FRAME),
+        // Replies are cut to each channel's own frame when served; notices
+        // go to inboxes, whose frames are small on every channel.
         reply: vec![0u8; MAX_FRAME],
-        notice: vec![0u8; MAX_FRAME],
+        notice: vec![0u8; atoll_msg::Channel::INBOX_MAX_FRAME],
     };
     // A server process forks to encode its snapshots; a server thread
     // (of the multi-threaded instance) encodes them itself (`snapshot`).

@@ -24,7 +24,7 @@ fn fs() -> FileServer<MemStore> {
 #[test]
 fn a_reply_owed_at_a_death_is_answered_eio() {
     use std::os::fd::AsFd;
-    let (fd, server) = ServerChannel::create().unwrap();
+    let (fd, server) = ServerChannel::create(atoll_msg::RingSize::Small).unwrap();
     let client = atoll_msg::ClientChannel::map(fd.as_fd()).unwrap();
     let mut chans = vec![Chan {
         session: SessionId(1),
@@ -161,7 +161,7 @@ fn truncated_frames_of_every_length_never_panic() {
 /// A channel with a client end, served as `Chan` of session 1, lane 0.
 fn served_channel() -> (Vec<Chan>, atoll_msg::ClientChannel) {
     use std::os::fd::AsFd;
-    let (fd, server) = ServerChannel::create().unwrap();
+    let (fd, server) = ServerChannel::create(atoll_msg::RingSize::Small).unwrap();
     let client = atoll_msg::ClientChannel::map(fd.as_fd()).unwrap();
     let chans = vec![Chan {
         session: SessionId(1),
@@ -331,7 +331,7 @@ fn lookup_reply(id: u64) -> Vec<u8> {
 fn a_reply_parked_for_room_is_delivered_by_a_successor() {
     use std::os::fd::AsFd;
     let (_jfd, journal) = Journal::create(1 << 16).unwrap();
-    let (fd, server) = ServerChannel::create().unwrap();
+    let (fd, server) = ServerChannel::create(atoll_msg::RingSize::Small).unwrap();
     let client = atoll_msg::ClientChannel::map(fd.as_fd()).unwrap();
     let mut dying = Chan {
         session: SessionId(1),
@@ -468,7 +468,7 @@ fn a_successor_keeps_a_session_without_channels_unless_it_ended() {
         ));
     }
     // Only the parent has a channel here; the instance says s3 ended.
-    let (fd, _) = ServerChannel::create().unwrap();
+    let (fd, _) = ServerChannel::create(atoll_msg::RingSize::Small).unwrap();
     let adopted = vec![Adopted {
         session: s1,
         lane: 0,

@@ -79,7 +79,7 @@ pub(super) fn take_over<S: BlockStore>(
     let mut bufs = Bufs {
         scratch: Vec::with_capacity(MAX_FRAME),
         reply: vec![0u8; MAX_FRAME],
-        notice: vec![0u8; MAX_FRAME],
+        notice: vec![0u8; atoll_msg::Channel::INBOX_MAX_FRAME],
     };
     for s in closing {
         on_admin(Admin::SessionClosed(s), fs, journal, chans, &mut bufs);

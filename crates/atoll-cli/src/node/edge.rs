@@ -48,7 +48,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use atoll_msg::watch::Bell;
-use atoll_msg::{Control, ServerChannel};
+use atoll_msg::{Control, RingSize, ServerChannel};
 use atoll_proto::boot::{BootReply, BootRequest};
 use atoll_proto::SessionId;
 use atoll_transport::Link;
@@ -400,8 +400,10 @@ impl Edge {
             fds.push(theirs);
             child_end = Some((child, ours));
         }
+        // The node proxies only a copy island, whose file data travels in
+        // messages of up to 32 KiB: its programs' channels are large.
         for (server, &chan) in channels.iter().enumerate() {
-            let (fd, mut sc) = ServerChannel::create()?;
+            let (fd, mut sc) = ServerChannel::create(RingSize::Large)?;
             if let Some((session, lane)) = direct {
                 if let Some(host) = self.locals.get() {
                     if self.node_members.contains(&(server as u32)) {

@@ -20,7 +20,7 @@ fn peer_with_channel(net: &TcpTransport) -> (Arc<Peer>, ChanId, ServerChannel) {
     let listener = net.listen("127.0.0.1:0").unwrap();
     let link = Arc::<dyn Link>::from(net.connect(&listener.local_addr()).unwrap());
     let peer = Arc::new(Peer::new(link, PathBuf::new(), None));
-    let (fd, server_end) = ServerChannel::create().unwrap();
+    let (fd, server_end) = ServerChannel::create(atoll_msg::RingSize::Large).unwrap();
     let chan = ClientChannel::map(fd.as_fd()).unwrap();
     let rc = Arc::new(RealChan {
         chan,

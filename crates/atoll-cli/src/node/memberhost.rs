@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use atoll_msg::watch::{self, Bell};
-use atoll_msg::{ClientChannel, ServerChannel};
+use atoll_msg::{ClientChannel, RingSize, ServerChannel};
 use atoll_proto::SessionId;
 use atoll_server::remote::LoneMember;
 use atoll_server::server::Admin;
@@ -268,7 +268,8 @@ impl MemberHost {
         lane: u32,
     ) {
         let made = self.member(member).and_then(|(pos, lone)| {
-            let (fd, sc) = ServerChannel::create().ok()?;
+            // Its calls carry a copy island's data calls (large frames).
+            let (fd, sc) = ServerChannel::create(RingSize::Large).ok()?;
             let cc = ClientChannel::map(fd.as_fd()).ok()?;
             lone.add_channel(SessionId(session), lane, Arc::new(sc));
             Some(HostChan {

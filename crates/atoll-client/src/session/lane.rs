@@ -42,15 +42,21 @@ impl Lane {
         let chans: Box<[std::sync::OnceLock<ClientChannel>]> = (0..room.max(fds.len()))
             .map(|_| std::sync::OnceLock::new())
             .collect();
+        // The request buffer holds the largest frame the lane's channels
+        // take: a small channel's 12 KiB in a coherent island, whose data
+        // is not in messages (`atoll_msg::RingSize`).
+        let mut frame = if fds.is_empty() { MAX_FRAME } else { 0 };
         for (slot, fd) in fds.into_iter().enumerate() {
-            let _ = chans[slot].set(ClientChannel::map(fd.as_fd())?);
+            let ch = ClientChannel::map(fd.as_fd())?;
+            frame = frame.max(ch.max_frame());
+            let _ = chans[slot].set(ch);
             // The mapping keeps the channel alive; the fd is closed here.
         }
         Ok(Lane {
             busy: AtomicBool::new(false),
             index,
             chans,
-            buf: UnsafeCell::new(vec![0u8; MAX_FRAME]),
+            buf: UnsafeCell::new(vec![0u8; frame]),
             next_id: AtomicU64::new(1),
             sent_groups: crate::creds::SentSets::new(),
         })
@@ -67,6 +73,17 @@ impl Lane {
             Some(ch) => Ok(ch),
             None => self.join_chan(c, slot, cell),
         }
+    }
+
+    /// Largest payload of one `ReadData`/`WriteData` to `server` on this
+    /// lane: what its channel's frames allow (8 KiB on a small channel,
+    /// 32 KiB on a large one; `atoll_msg::RingSize::data_call`). A channel
+    /// that cannot be had says the small size; the call then fails as
+    /// any other would.
+    pub fn data_call(&self, c: &Client, server: usize) -> usize {
+        self.chan(c, server)
+            .map_or(atoll_msg::RingSize::Small, |ch| ch.ring_size())
+            .data_call()
     }
 
     /// A channel to member `slot`, which joined after this lane was made

@@ -128,10 +128,13 @@ use perm::{acl_verdict, check, kill_priv, may, Caller, MAY_EXEC, MAY_READ, MAY_W
 use crate::store::BlockStore;
 
 const BS: u64 = BLOCK_SIZE as u64;
-/// Largest payload of a `ReadData`/`WriteData` message.
+/// Largest payload of a `ReadData`/`WriteData` message: a large channel's
+/// (a client asks at most what its channel's frames allow; a reply too big
+/// for a small channel is answered `EIO` when it is encoded, `round.rs`).
 pub const MAX_DATA: usize = MAX_FRAME - 256;
-/// Largest `Dirents` payload.
-const MAX_DIRENTS: usize = MAX_FRAME - 256;
+/// Largest `Dirents` payload: what a small channel's frame holds, so a
+/// listing's chunk travels on every channel (`atoll_proto::SMALL_FRAME`).
+const MAX_DIRENTS: usize = atoll_proto::SMALL_FRAME - 256;
 /// Creations in a directory being removed answer this; the client retries
 /// (Hare §3.4.1 "creations wait").
 pub const RETRY: Errno = Errno::EAGAIN;

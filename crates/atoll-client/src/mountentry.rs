@@ -23,8 +23,8 @@ use core::sync::atomic::{AtomicU64, Ordering};
 use crate::session::Client;
 use crate::sys;
 
-/// Descriptor numbers tracked (a higher one never gets the record).
-const TRACKED: usize = 1024;
+// Descriptor numbers tracked: a higher one never gets the record.
+use crate::procfd::TRACKED;
 
 /// Listings that ended with the mount's record since their last entries.
 static GIVEN: [AtomicU64; TRACKED / 64] = [const { AtomicU64::new(0) }; TRACKED / 64];
@@ -68,8 +68,7 @@ pub fn getdents(c: &Client, nr: i64, a: &[u64; 6]) -> i64 {
 }
 
 fn slot(fd: i64) -> Option<(&'static AtomicU64, u64)> {
-    let fd = usize::try_from(fd).ok().filter(|&f| f < TRACKED)?;
-    Some((&GIVEN[fd / 64], 1u64 << (fd % 64)))
+    crate::procfd::fd_bit(&GIVEN, fd)
 }
 
 /// Is host descriptor `fd` a directory that is the mount's parent?

@@ -16,7 +16,7 @@ use crate::session::Client;
 use crate::sys;
 
 /// Descriptor numbers tracked (higher ones are simply not filtered).
-const TRACKED: usize = 1024;
+pub(crate) const TRACKED: usize = 1024;
 
 static LISTINGS: [AtomicU64; TRACKED / 64] = [const { AtomicU64::new(0) }; TRACKED / 64];
 /// Listings of *another* atoll process's fd directory, and that process's
@@ -60,8 +60,17 @@ pub fn mark_other(fd: i64, private: &[i32]) {
 }
 
 fn slot(fd: i64) -> Option<(&'static AtomicU64, u64)> {
+    fd_bit(&LISTINGS, fd)
+}
+
+/// Descriptor `fd`'s word and bit in a table of one bit per descriptor
+/// number below [`TRACKED`] (also `mountentry`'s); `None` above.
+pub(crate) fn fd_bit(
+    table: &'static [AtomicU64; TRACKED / 64],
+    fd: i64,
+) -> Option<(&'static AtomicU64, u64)> {
     let fd = usize::try_from(fd).ok().filter(|&f| f < TRACKED)?;
-    Some((&LISTINGS[fd / 64], 1u64 << (fd % 64)))
+    Some((&table[fd / 64], 1u64 << (fd % 64)))
 }
 
 /// Is `fd` a listing of our own fd directory?

@@ -9,17 +9,9 @@
 
 use atoll_tests::{assert_same_on_tmpfs, run_in_atoll};
 
-/// Bash that writes the script into `$ROOT` and runs each phase.
-pub fn script(phases: &[&str]) -> String {
-    let mut s = format!(
-        "cd \"$ROOT\" && cat > sizes.py <<'PY'\n{}PY\n",
-        include_str!("datacalls/sizes.py")
-    );
-    for p in phases {
-        s.push_str(&format!("python3 sizes.py {p} || exit 1\n"));
-    }
-    s
-}
+#[path = "datacalls/script.rs"]
+mod script;
+use script::script;
 
 #[test]
 fn data_calls_around_their_bounds_in_a_copy_island_are_as_on_tmpfs() {

@@ -11,17 +11,9 @@ use atoll_tests::{normalized, run_in_host_dir};
 
 use super::{first_node_servers, on, text};
 
-/// Bash that writes the script into `$ROOT` and runs each phase.
-fn script(phases: &[&str]) -> String {
-    let mut s = format!(
-        "cd \"$ROOT\" && cat > sizes.py <<'PY'\n{}PY\n",
-        include_str!("../datacalls/sizes.py")
-    );
-    for p in phases {
-        s.push_str(&format!("python3 sizes.py {p} || exit 1\n"));
-    }
-    s
-}
+#[path = "../datacalls/script.rs"]
+mod script;
+use script::script;
 
 #[test]
 fn data_calls_around_their_bounds_through_a_remote_host_are_as_on_tmpfs() {

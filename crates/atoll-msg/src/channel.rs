@@ -111,6 +111,17 @@ impl RingSize {
         }
     }
 
+    /// The size whose frames are `frame` bytes: large only from
+    /// [`MAX_FRAME`] up (a server's reply buffer is cut to its channel's
+    /// frame).
+    pub const fn for_frame(frame: usize) -> RingSize {
+        if frame >= MAX_FRAME {
+            RingSize::Large
+        } else {
+            RingSize::Small
+        }
+    }
+
     /// Largest payload of one `ReadData`/`WriteData` on such a channel:
     /// 8 KiB on small ones (what every data call was before issue 16),
     /// 32 KiB on large ones.

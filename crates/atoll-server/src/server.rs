@@ -34,8 +34,8 @@ use std::sync::Arc;
 
 use atoll_msg::{Control, MsgError, PollMode, ServerChannel, SharedRegion};
 use atoll_proto::{
-    decode, encode, is_posted, Errno, Notice, Reply, ReplyFrame, RequestFrame, ServerStats,
-    SessionId, SessionLoad, MAX_FRAME,
+    decode, encode, is_posted, Errno, Notice, Reply, ReplyFrame, Request, RequestFrame,
+    ServerStats, SessionId, SessionLoad, MAX_FRAME,
 };
 
 use crate::fs::{tape, FileServer, FsConfig};
@@ -174,6 +174,14 @@ pub fn serve_frame_kept<S: BlockStore>(
     reply_buf: &mut [u8],
 ) -> Option<usize> {
     let (id, reply) = match decode::<RequestFrame<'_>>(bytes) {
+        Ok(frame) if asks_more_than_fits(&frame.req, reply_buf.len()) => {
+            // Refused before anything moves (an offset, a pipe's bytes) and
+            // never journaled, so a replay cannot serve it either: a client
+            // that follows the protocol never asks this (bad input never
+            // wins).
+            fs.count_bad_request();
+            (frame.id, Errno::EINVAL)
+        }
         Ok(frame) => {
             let id = frame.id;
             let keep = journal.filter(|_| !crate::fs::changes_nothing(&frame.req));
@@ -239,6 +247,19 @@ pub fn serve_frame_kept<S: BlockStore>(
         return None;
     }
     error_reply(id, reply, reply_buf)
+}
+
+/// Whether `req` asks for more bytes in its reply than a frame of
+/// `frame` bytes carries: a `ReadData` or `PipeRead` over its channel's
+/// data call (8 KiB on a small channel, 32 KiB on a large one,
+/// [`atoll_msg::RingSize::data_call`]). Served, such a read would move the
+/// offset or take the pipe's bytes and then fail to encode its reply.
+fn asks_more_than_fits(req: &Request<'_>, frame: usize) -> bool {
+    let asked = match *req {
+        Request::ReadData { len, .. } | Request::PipeRead { len, .. } => len as usize,
+        _ => return false,
+    };
+    asked > atoll_msg::RingSize::for_frame(frame).data_call()
 }
 
 /// Encode the answer `errno` to request `id` into `buf`; its length.

@@ -485,3 +485,46 @@ fn a_successor_keeps_a_session_without_channels_unless_it_ended() {
     assert!(closed(s2), "the child still holds its reference");
     assert!(!closed(s3), "the ended session's went with it");
 }
+
+/// The errno `fs` answers `req` with when its reply buffer (its
+/// channel's frame) is `frame` bytes.
+fn errno_of(fs: &mut FileServer<MemStore>, req: Request<'_>, frame: usize) -> Errno {
+    let mut inb = [0u8; MAX_FRAME];
+    let mut out = vec![0u8; frame];
+    let f = RequestFrame {
+        id: 3,
+        cred: Cred::default(),
+        pid: 0,
+        req,
+        vouched: Default::default(),
+    };
+    let bytes = encode(&f, &mut inb).unwrap().to_vec();
+    let n = serve_frame(fs, SessionId(1), &bytes, &mut vec![], &mut out).unwrap();
+    match decode::<ReplyFrame>(&out[..n]).unwrap().reply {
+        Reply::Err(e) => e,
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_read_larger_than_its_channel_carries_is_refused_before_it_is_served() {
+    let mut fs = fs();
+    let desc = atoll_proto::DescId(77); // no such description
+    let small = atoll_proto::SMALL_FRAME;
+    let read = |len| Request::ReadData {
+        desc,
+        len,
+        offset: None,
+        report: true,
+    };
+    let pipe = |len| Request::PipeRead { desc, len };
+    // What a small channel's client may ask reaches the handler (which
+    // finds no such description) ...
+    assert_eq!(errno_of(&mut fs, read(8192), small), Errno::EBADF);
+    assert_eq!(errno_of(&mut fs, pipe(8192), small), Errno::EBADF);
+    // ... more is refused first, and only on a small channel.
+    assert_eq!(errno_of(&mut fs, read(8193), small), Errno::EINVAL);
+    assert_eq!(errno_of(&mut fs, pipe(32768), small), Errno::EINVAL);
+    assert_eq!(errno_of(&mut fs, read(32768), MAX_FRAME), Errno::EBADF);
+    assert_eq!(errno_of(&mut fs, read(32769), MAX_FRAME), Errno::EINVAL);
+}

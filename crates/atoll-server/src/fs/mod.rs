@@ -130,7 +130,9 @@ use crate::store::BlockStore;
 const BS: u64 = BLOCK_SIZE as u64;
 /// Largest payload of a `ReadData`/`WriteData` message: a large channel's
 /// (a client asks at most what its channel's frames allow; a reply too big
-/// for a small channel is answered `EIO` when it is encoded, `round.rs`).
+/// for a small channel is answered `EIO` when it is encoded, `round.rs`;
+/// a read asking more than its channel's data call is refused before it is
+/// served, `server::asks_more_than_fits`).
 pub const MAX_DATA: usize = MAX_FRAME - 256;
 /// Largest `Dirents` payload: what a small channel's frame holds, so a
 /// listing's chunk travels on every channel (`atoll_proto::SMALL_FRAME`).

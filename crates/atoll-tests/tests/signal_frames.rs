@@ -41,7 +41,7 @@ fn same_on_host_and_atoll(bin: &std::path::Path, host_arg: &str, atoll_arg: &str
 }
 
 /// A signal deferred while atoll served a trapped `read` of an atoll
-/// pipe is delivered in the program's frame: RIP after the `syscall` (at
+/// pipe, or one at a rewritten site, is delivered in the program's frame: RIP after the `syscall` (at
 /// it, with RAX = the call's number, when the call restarts), the
 /// program's RSP, RAX = `-EINTR`, callee-saved registers and mask, the
 /// sender's siginfo, the alternate stack; a handler that sets RAX or RIP
@@ -54,9 +54,25 @@ fn same_on_host_and_atoll(bin: &std::path::Path, host_arg: &str, atoll_arg: &str
 fn a_trapped_call_interrupted_in_atoll_code_shows_its_handler_the_programs_frame() {
     let dir = tempfile::tempdir().unwrap();
     let bin = compile_probe(dir.path(), "frame", include_str!("signal_frames/frame.c"));
-    let out = same_on_host_and_atoll(&bin, "", "");
+    // Under atoll the probe also checks that its `mov $0,%eax; syscall`
+    // site was rewritten (its cases would otherwise trap like the first).
+    let out = same_on_host_and_atoll(&bin, "", "expect-rewrite");
     let program = "rsp the program's, rax -4, callee-saved the program's, mask the program's, \
                    siginfo code SI_QUEUE pid the sender's uid ours value 1234";
+    // The same at a rewritten site, where atoll serves the call without a
+    // trap: the way back to the program ends in the site's own `syscall`.
+    assert!(out.contains(&format!(
+        "site read without SA_RESTART: returned -4; handler ran 1, saw rip after the syscall, {program}, on the alternate stack no"
+    )), "{out}");
+    assert!(out.contains("site read with SA_RESTART: returned 2; handler ran 1, saw rip at the syscall (restart), rsp the program's, rax 0,"), "{out}");
+    assert!(
+        out.contains("site read, handler sets RAX: returned 4242;"),
+        "{out}"
+    );
+    assert!(
+        out.contains("site read, handler sets RIP: returned 55;"),
+        "{out}"
+    );
     assert!(out.contains(&format!(
         "read without SA_RESTART: returned -4; handler ran 1, saw rip after the syscall, {program}, on the alternate stack no"
     )), "{out}");

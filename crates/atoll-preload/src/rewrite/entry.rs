@@ -41,6 +41,7 @@ use core::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
 use crate::raw;
 use crate::selector::{AtollGuard, ALLOW};
+use crate::sigdefer::{FrameDelivery, FrameMode};
 
 /// Bytes of the `XSAVE` area, plus alignment room (0: no `XSAVE`, the
 /// entry must not be used).
@@ -342,19 +343,48 @@ unsafe extern "C" fn rewritten_syscall(nr: i64, frame: *mut Frame) -> i64 {
         return raw::syscall6(nr, args);
     }
     let saved_errno = raw::errno();
+    // Signals deferred meanwhile go into the program's own frame at the
+    // site (`SiteEnd`), as for a trapped call; not around a temporary
+    // mask, which must be in force while they run, nor for the calls that
+    // make a child, which returns through here too.
+    let in_frame = !makes_a_child(nr) && crate::sigdefer::temporary_mask(nr, &args).is_none();
+    let mode = in_frame.then(|| FrameDelivery::enter(FrameMode::Trap));
     let ret = crate::sigsys::handle_from_entry(nr, args, frame);
     raw::set_errno(saved_errno);
-    drop(guard);
-    match ret {
-        Some(r) => {
-            crate::stats::count_direct();
-            r
-        }
-        None => {
-            frame.native = 1;
-            0
-        }
+    let Some(r) = ret else {
+        drop(guard);
+        drop(mode);
+        frame.native = 1;
+        return 0;
+    };
+    crate::stats::count_direct();
+    if in_frame && (crate::sigdefer::any_pending() || is_restart_code(r)) {
+        // The mode still says the signals are ours: the guard's drop
+        // leaves them pending for the site's trap.
+        super::site_end::hold(frame, nr, r);
+        drop(guard);
+        drop(mode);
+        frame.native = 1;
+        return 0;
     }
+    drop(mode);
+    drop(guard);
+    r
+}
+
+/// Calls whose child returns through the entry as its parent does.
+fn makes_a_child(nr: i64) -> bool {
+    matches!(
+        nr,
+        libc::SYS_clone | libc::SYS_clone3 | libc::SYS_fork | libc::SYS_vfork
+    )
+}
+
+/// `-ERESTARTSYS` or `-ERESTARTNOINTR`: the call ends in its handlers'
+/// hands (`sigdefer::frame_end`).
+fn is_restart_code(r: i64) -> bool {
+    r == -(atoll_client::intr::ERESTARTSYS as i64)
+        || r == -(atoll_client::intr::ERESTARTNOINTR as i64)
 }
 
 #[cfg(test)]

@@ -93,6 +93,7 @@ mod entry;
 mod maps;
 mod remember;
 mod short;
+pub(crate) mod site_end;
 mod stubs;
 
 pub use eager::{at_start, before_fork};

@@ -118,10 +118,11 @@ pub fn frame_end(ret: i64, signals: &[Deferred]) -> FrameEnd {
 /// a restarted call and the program traps again after it.
 ///
 /// `uc_sigmask` is the program's mask for a trapped call. For the gate of a
-/// wrapper's return (`retframe`, `from_gate`) it is the thread's mask as
-/// the wrapper left: if the entry held further signals back meanwhile (a
-/// full set, see `PendingSet::held_mask`), the mask the wrapper ran with,
-/// the program's, goes back into the frame.
+/// wrapper's return (`retframe`) and a rewritten site's way back
+/// (`rewrite::site_end`), `from_gate`, it is the thread's mask as the
+/// call left: if the entry held further signals back meanwhile (a full
+/// set, see `PendingSet::held_mask`), the mask the call ran with, the
+/// program's, goes back into the frame.
 pub fn deliver_into_frame(uc: &mut libc::ucontext_t, nr: i64, ret: i64, from_gate: bool) {
     let restart_code = ret == -(atoll_client::intr::ERESTARTSYS as i64)
         || ret == -(atoll_client::intr::ERESTARTNOINTR as i64);

@@ -390,6 +390,16 @@ pub fn set_thread_mask(mask: u64) {
     set_mask(mask);
 }
 
+/// Block every signal but SIGSYS (raw system call); the mask before.
+/// For a way back to the program that ends in a trap whose sigreturn
+/// installs the mask (`rewrite::site_end`).
+pub fn block_all_but_sigsys() -> u64 {
+    let all = BlockAll::new();
+    let old = all.old;
+    core::mem::forget(all);
+    old
+}
+
 /// Is the action a function (not `SIG_DFL`/`SIG_IGN`)?
 fn is_handler(a: &KSigaction) -> bool {
     a.handler != libc::SIG_DFL && a.handler != libc::SIG_IGN

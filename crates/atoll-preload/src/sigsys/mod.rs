@@ -178,6 +178,20 @@ unsafe fn on_sigsys_here(sig: libc::c_int, info: *mut libc::siginfo_t, ucv: *mut
         leave_trap(saved_errno, guard, program_sp);
         return;
     }
+    let (rip, rsp) = (
+        uc.uc_mcontext.gregs[libc::REG_RIP as usize] as usize,
+        uc.uc_mcontext.gregs[libc::REG_RSP as usize] as u64,
+    );
+    if let Some(end) = rewrite::site_end::take(nr, rip, rsp) {
+        // A call the entry of a rewritten site served, back at the site's
+        // `syscall` to end in the program's frame (`rewrite::site_end`).
+        // SAFETY: the first word of `uc_sigmask` is the kernel's 64-signal
+        // mask, which sigreturn installs.
+        unsafe { *(&mut uc.uc_sigmask as *mut libc::sigset_t).cast::<u64>() = end.mask };
+        sigdefer::deliver_into_frame(uc, nr, end.ret, true);
+        leave_trap(saved_errno, guard, program_sp);
+        return;
+    }
     let g = &uc.uc_mcontext.gregs;
     let args = [
         g[libc::REG_RDI as usize] as u64,

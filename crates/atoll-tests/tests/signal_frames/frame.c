@@ -50,6 +50,40 @@ asm(".text\n"
     "  ret\n"
     ".size probe_read, .-probe_read\n");
 
+/* site_read: probe_read with the number loaded by `mov $0,%eax`, a site
+   atoll rewrites into a call of its entry the first time it traps; then
+   the signal comes while atoll serves the call without any trap. */
+extern long site_read(long fd, void *buf, long n);
+extern char site_mov[], site_syscall[], site_after[], site_skip[];
+asm(".text\n"
+    ".globl site_read\n"
+    ".type site_read,@function\n"
+    "site_read:\n"
+    "  push %rbx\n  push %rbp\n  push %r12\n  push %r13\n  push %r14\n  push %r15\n"
+    "  movabs $0x1111111111111111, %rbx\n"
+    "  movabs $0x2222222222222222, %rbp\n"
+    "  movabs $0x3333333333333333, %r12\n"
+    "  movabs $0x4444444444444444, %r13\n"
+    "  movabs $0x5555555555555555, %r14\n"
+    "  movabs $0x6666666666666666, %r15\n"
+    "  mov %rsp, probe_rsp(%rip)\n"
+    ".globl site_mov\n"
+    "site_mov:\n"
+    "  mov $0, %eax\n"
+    ".globl site_syscall\n"
+    "site_syscall:\n"
+    "  syscall\n"
+    ".globl site_after\n"
+    "site_after:\n"
+    "  jmp 1f\n"
+    ".globl site_skip\n"
+    "site_skip:\n"
+    "  mov $55, %eax\n"
+    "1:\n"
+    "  pop %r15\n  pop %r14\n  pop %r13\n  pop %r12\n  pop %rbp\n  pop %rbx\n"
+    "  ret\n"
+    ".size site_read, .-site_read\n");
+
 /* plt_read(fd, buf, n): read() through libc (a PLT call), with the same
    magic callee-saved registers; plt_rsp is the stack pointer at the call
    (and after its return), plt_after the return address. */
@@ -78,6 +112,7 @@ asm(".text\n"
     ".size plt_read, .-plt_read\n");
 
 static int note_fd = -1;
+static int via_site; /* the cases of site_read */
 static volatile sig_atomic_t change; /* 1: RAX = 4242, 2: RIP = probe_skip */
 static char altstack[1 << 16];
 static struct {
@@ -111,7 +146,7 @@ static void on_usr1(int sig, siginfo_t *si, void *ucv) {
     seen.on_alt = &here >= altstack && &here < altstack + sizeof altstack;
     seen.runs++;
     if (change == 1) g[REG_RAX] = 4242;
-    if (change == 2) g[REG_RIP] = (greg_t)probe_skip;
+    if (change == 2) g[REG_RIP] = (greg_t)(via_site ? site_skip : probe_skip);
     if (write(note_fd, &c, 1) != 1) _exit(90);
     errno = saved;
 }
@@ -159,8 +194,8 @@ static void install(int flags) {
 }
 
 static const char *where(greg_t rip) {
-    if (rip == (greg_t)probe_after) return "after the syscall";
-    if (rip == (greg_t)probe_syscall) return "at the syscall (restart)";
+    if (rip == (greg_t)(via_site ? site_after : probe_after)) return "after the syscall";
+    if (rip == (greg_t)(via_site ? site_syscall : probe_syscall)) return "at the syscall (restart)";
     return "elsewhere";
 }
 
@@ -219,7 +254,7 @@ static void run_case(const char *name, int flags, int how, int feed, int notes_r
     change = how;
     memset(&seen, 0, sizeof seen);
     pid_t s = sender(notes_r, feed ? rd[1] : -1);
-    long r = probe_read(rd[0], buf, sizeof buf);
+    long r = via_site ? site_read(rd[0], buf, sizeof buf) : probe_read(rd[0], buf, sizeof buf);
     int st;
     waitpid(s, &st, 0);
     if (!feed) {
@@ -241,7 +276,21 @@ static void run_case(const char *name, int flags, int how, int feed, int notes_r
     close(rd[1]);
 }
 
-int main(void) {
+/* Run site_read once on a pipe that holds a byte, so that its site traps
+   (and, under atoll, is rewritten). With `expect-rewrite`, say so if the
+   site's `mov` is still what was written (the cases below would then test
+   the trapped path again). */
+static void warm_site(int expect_rewrite) {
+    int p[2];
+    char c;
+    if (pipe(p) != 0 || write(p[1], "w", 1) != 1) exit(2);
+    if (site_read(p[0], &c, 1) != 1) exit(2);
+    close(p[0]);
+    close(p[1]);
+    if (expect_rewrite && (unsigned char)site_mov[0] == 0xb8) printf("site not rewritten\n");
+}
+
+int main(int argc, char **argv) {
     int np[2];
     sigset_t usr2;
     setvbuf(stdout, NULL, _IONBF, 0);
@@ -260,5 +309,13 @@ int main(void) {
     stack_t ss = { .ss_sp = altstack, .ss_size = sizeof altstack, .ss_flags = 0 };
     if (sigaltstack(&ss, NULL) != 0) { perror("sigaltstack"); return 2; }
     run_case("SA_ONSTACK read without SA_RESTART", SA_ONSTACK, 0, 0, np[0]);
+    ss.ss_flags = SS_DISABLE;
+    if (sigaltstack(&ss, NULL) != 0) { perror("sigaltstack"); return 2; }
+    warm_site(argc > 1 && strcmp(argv[1], "expect-rewrite") == 0);
+    via_site = 1;
+    run_case("site read without SA_RESTART", 0, 0, 0, np[0]);
+    run_case("site read with SA_RESTART", SA_RESTART, 0, 1, np[0]);
+    run_case("site read, handler sets RAX", 0, 1, 0, np[0]);
+    run_case("site read, handler sets RIP", 0, 2, 0, np[0]);
     return 0;
 }

@@ -29,8 +29,9 @@
 //!     ├─ selector was ALLOW (atoll's own libc call): the raw system call,
 //!     │  as SUD would have let it through (a clone: the site's own)
 //!     └─ AtollGuard ─ save errno ─ sigsys::handle_from_entry ─ errno
-//!        back ─ guard drop (deferred program signals delivered there);
-//!        a call that needs a signal frame: the site's own syscall
+//!        back ─ guard drop; a call that needs a signal frame, or that
+//!        has deferred program signals to deliver (`site_end`): the
+//!        site's own syscall
 //!  XRSTOR ─ back to the program's stack ─ restore args and flags ─ ret to
 //!  the stub ─ jmp after the site
 //!  or, the site's own: RAX = nr, flags and RSP as at the site ─ jmp to

@@ -34,13 +34,14 @@
 //!     │  socket calls) or EINTR (poll, select, epoll_wait)
 //!  boundary, in the program's frame (`FrameMode`):
 //!     a trapped call's SIGSYS handler (`deliver_into_frame`), a wrapper's
-//!     return (`retframe`): re-queued with rt_tgsigqueueinfo (same
+//!     return (`retframe`), a rewritten site's own `syscall` after the
+//!     entry served the call (`rewrite::site_end`): re-queued with rt_tgsigqueueinfo (same
 //!     siginfo), blocked until a sigreturn installs the program's
 //!     registers and mask; the kernel then delivers them into the entry,
 //!     now `BLOCK`, in frames built from the program's registers
 //!  boundary, in atoll's frame (the end of `client::dispatch`, the start
 //!  of a host call, the outermost guard's drop; restarts through a
-//!  wrapper, rewritten sites, temporary masks):
+//!  wrapper, temporary masks):
 //!     re-queued the same way while every signal is blocked, then the
 //!     program's mask (or the call's temporary one) back: delivered into
 //!     the entry, and the handlers run as program code

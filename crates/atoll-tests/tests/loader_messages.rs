@@ -147,11 +147,13 @@ LD_DEBUG=libs ./p 2>&1 | filter
 
 /// A C program that starts `argv[2]` with `posix_spawn` (`plain`, no file
 /// actions), `posix_spawnp` (`spawnp`) or `posix_spawn` with a file action
-/// (`actions`), and prints its exit status once `waitpid` reaped it.
+/// (`actions`), or `system` (`system`), and prints its exit status once
+/// it was reaped.
 const SPAWNER: &str = r#"
 cat > "$H/sp.c" <<'C'
 #include <spawn.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 extern char **environ;
@@ -164,6 +166,11 @@ int main(int argc, char **argv) {
     posix_spawn_file_actions_addopen(&fa, 5, "/dev/null", 0, 0);
     fap = &fa;
   }
+  if (!strcmp(argv[1], "system")) {
+    st = system(argv[2]);
+    printf("status %d\n", WEXITSTATUS(st));
+    return 0;
+  }
   if (!strcmp(argv[1], "spawnp")) r = posix_spawnp(&pid, argv[2], NULL, NULL, args, environ);
   else r = posix_spawn(&pid, argv[2], fap, NULL, args, environ);
   if (r) { printf("spawn: %s\n", strerror(r)); return 1; }
@@ -173,7 +180,7 @@ int main(int argc, char **argv) {
 }
 C
 cc -o sp "$H/sp.c"
-for m in plain spawnp actions; do
+for m in plain spawnp actions system; do
   echo "[$m pipe]"; ./sp $m ./p 2>&1 | cat
   echo "[$m file]"; ./sp $m ./p 2> err; cat err
 done
@@ -195,7 +202,7 @@ PYEOF
 
 /// The spawns' lines: every case of [`SPAWNER`] got the message.
 fn assert_spawns_caught(out: &str) {
-    for m in ["plain", "spawnp", "actions"] {
+    for m in ["plain", "spawnp", "actions", "system"] {
         for how in ["pipe", "file"] {
             let head = format!("[{m} {how}]\n");
             let at = out

@@ -685,14 +685,45 @@ unsafe fn getcwd_common(real: &Real, buf: *mut c_char, size: size_t) -> *mut c_c
             core::ptr::null_mut()
         }
     };
-    let Some(_guard) = enter() else {
+    let Some(guard) = enter() else {
         return host(buf, size);
     };
+    // SAFETY: the caller's arguments.
+    match unsafe { atoll_getcwd(buf, size) } {
+        CwdAnswer::Done(p) => p,
+        CwdAnswer::Kernel => host(buf, size),
+        CwdAnswer::Walk => {
+            // A cwd longer than `PATH_MAX`: libc's own `getcwd` meets the
+            // same `ENAMETOOLONG` from its system call and walks `..` to
+            // `/` itself, as on Linux. Its calls must reach atoll, so the
+            // guard (under which they would go straight to the kernel,
+            // whose cwd is not the program's) is dropped first.
+            drop(guard);
+            host(buf, size)
+        }
+    }
+}
+
+/// Who answers a `getcwd`.
+enum CwdAnswer {
+    /// atoll did: the result.
+    Done(*mut c_char),
+    /// The cwd is the host's: libc asks the kernel.
+    Kernel,
+    /// The cwd is longer than `PATH_MAX`: libc walks `..`.
+    Walk,
+}
+
+/// atoll's answer to `getcwd(buf, size)`.
+///
+/// # Safety
+/// As `getcwd(3)`.
+unsafe fn atoll_getcwd(buf: *mut c_char, size: size_t) -> CwdAnswer {
     if !buf.is_null() && size == 0 {
         // glibc's answer before any system call (gnulib's
         // test-getcwd-lgpl); the kernel's would be `ERANGE`.
         raw::set_errno(libc::EINVAL);
-        return core::ptr::null_mut();
+        return CwdAnswer::Done(core::ptr::null_mut());
     }
     let (target, cap, owned) = if buf.is_null() {
         let cap = if size == 0 {
@@ -705,7 +736,7 @@ unsafe fn getcwd_common(real: &Real, buf: *mut c_char, size: size_t) -> *mut c_c
         let p = unsafe { libc::malloc(cap) } as *mut c_char;
         if p.is_null() {
             raw::set_errno(libc::ENOMEM);
-            return p;
+            return CwdAnswer::Done(p);
         }
         (p, cap, true)
     } else {
@@ -717,18 +748,17 @@ unsafe fn getcwd_common(real: &Real, buf: *mut c_char, size: size_t) -> *mut c_c
             unsafe { libc::free(target.cast()) }
         }
     };
-    match client::dispatch(libc::SYS_getcwd, &args6(&[target as u64, cap as u64])) {
-        Dispatch::Host => {
-            release();
-            host(buf, size)
-        }
-        Dispatch::Done(v) if v < 0 => {
-            release();
+    let answer = match client::dispatch(libc::SYS_getcwd, &args6(&[target as u64, cap as u64])) {
+        Dispatch::Done(v) if v >= 0 => return CwdAnswer::Done(target),
+        Dispatch::Done(v) if v == -(libc::ENAMETOOLONG as i64) => CwdAnswer::Walk,
+        Dispatch::Done(v) => {
             raw::set_errno(-v as c_int);
-            core::ptr::null_mut()
+            CwdAnswer::Done(core::ptr::null_mut())
         }
-        Dispatch::Done(_) => target,
-    }
+        Dispatch::Host => CwdAnswer::Kernel,
+    };
+    release();
+    answer
 }
 
 type FallocFn = unsafe extern "C-unwind" fn(c_int, off_t, off_t) -> c_int;

@@ -4,10 +4,13 @@
 //! gone (exit status 127) through a pipeline, a redirect to a file in the
 //! mount (and an append), a command substitution, many such programs at
 //! once, and `LD_DEBUG` output of a program that does start, ahead of its
-//! own stderr (client `exec/caught.rs`, server `caught.rs`). Each script
-//! runs on a tmpfs directory and under `atoll run --servers 2`, and must
-//! print the same; before the exec gave the loader a memfd at fd 2 the
-//! messages were lost under atoll.
+//! own stderr (client `exec/caught.rs`, server `caught.rs`); programs
+//! started by `posix_spawn` and `posix_spawnp` (with and without file
+//! actions, Python's `subprocess` and `os.posix_spawn`), and by a
+//! scheduling server (`--exec-via spawn`). Each script runs on a tmpfs
+//! directory and under `atoll run --servers 2`, and must print the same;
+//! before the exec gave the loader a memfd at fd 2 the messages were lost
+//! under atoll.
 
 use atoll_tests::{assert_same_on_tmpfs, require};
 
@@ -140,4 +143,140 @@ LD_DEBUG=libs ./p 2>&1 | filter
         "{out}"
     );
     assert!(out.contains(MESSAGE), "{out}");
+}
+
+/// A C program that starts `argv[2]` with `posix_spawn` (`plain`, no file
+/// actions), `posix_spawnp` (`spawnp`) or `posix_spawn` with a file action
+/// (`actions`), or `system` (`system`), and prints its exit status once
+/// it was reaped.
+const SPAWNER: &str = r#"
+cat > "$H/sp.c" <<'C'
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+extern char **environ;
+int main(int argc, char **argv) {
+  pid_t pid; int st, r;
+  char *args[] = { argv[2], NULL };
+  posix_spawn_file_actions_t fa, *fap = NULL;
+  if (!strcmp(argv[1], "actions")) {
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 5, "/dev/null", 0, 0);
+    fap = &fa;
+  }
+  if (!strcmp(argv[1], "system")) {
+    st = system(argv[2]);
+    printf("status %d\n", WEXITSTATUS(st));
+    return 0;
+  }
+  if (!strcmp(argv[1], "spawnp")) r = posix_spawnp(&pid, argv[2], NULL, NULL, args, environ);
+  else r = posix_spawn(&pid, argv[2], fap, NULL, args, environ);
+  if (r) { printf("spawn: %s\n", strerror(r)); return 1; }
+  waitpid(pid, &st, 0);
+  printf("status %d\n", WEXITSTATUS(st));
+  return 0;
+}
+C
+cc -o sp "$H/sp.c"
+for m in plain spawnp actions system; do
+  echo "[$m pipe]"; ./sp $m ./p 2>&1 | cat
+  echo "[$m file]"; ./sp $m ./p 2> err; cat err
+done
+echo "[at once]"
+for i in 1 2 3 4 5 6; do ./sp plain ./p > "sp.$i" 2>&1 & done; wait
+cat sp.* | sort | uniq -c
+PY=$(python3 -c 'import sys; print(sys.executable)')
+"$PY" - <<'PYEOF'
+import os, subprocess
+for kw in [dict(), dict(close_fds=False)]:
+    r = subprocess.run(["./p"], stderr=subprocess.PIPE, **kw)
+    print("subprocess", kw, r.returncode, r.stderr.decode().strip())
+r, w = os.pipe()
+pid = os.posix_spawn("./p", ["./p"], os.environ, file_actions=[(os.POSIX_SPAWN_DUP2, w, 2)])
+os.close(w)
+print("os.posix_spawn", os.read(r, 4096).decode().strip(), os.waitpid(pid, 0)[1] >> 8)
+PYEOF
+"#;
+
+/// The spawns' lines: every case of [`SPAWNER`] got the message.
+fn assert_spawns_caught(out: &str) {
+    for m in ["plain", "spawnp", "actions", "system"] {
+        for how in ["pipe", "file"] {
+            let head = format!("[{m} {how}]\n");
+            let at = out
+                .find(&head)
+                .unwrap_or_else(|| panic!("no {head} in {out}"));
+            assert!(
+                out[at..].starts_with(&format!("{head}{MESSAGE}\nstatus 127\n"))
+                    || out[at..].starts_with(&format!("{head}status 127\n{MESSAGE}\n")),
+                "{out}"
+            );
+        }
+    }
+    assert!(out.contains(&format!("6 {MESSAGE}\n")), "{out}");
+    assert!(
+        out.contains(&format!("subprocess {{}} 127 {MESSAGE}\n")),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "subprocess {{'close_fds': False}} 127 {MESSAGE}\n"
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("os.posix_spawn {MESSAGE} 127\n")),
+        "{out}"
+    );
+}
+
+#[test]
+fn programs_started_by_posix_spawn_deliver_the_loader_s_message() {
+    require("cc");
+    require("python3");
+    let out = assert_same_on_tmpfs(OPTS, &script(SPAWNER), true);
+    assert_spawns_caught(&out);
+}
+
+#[test]
+fn programs_a_scheduling_server_starts_deliver_the_loader_s_message() {
+    require("cc");
+    require("python3");
+    // Every exec goes to another core's scheduling server, whose child
+    // receives the caller's descriptors (`--exec-via spawn`).
+    let opts = &[
+        "--servers",
+        "2",
+        "--placement",
+        "round-robin",
+        "--exec-via",
+        "spawn",
+    ];
+    let body = format!(
+        r#"
+echo "[pipe]"
+./p 2>&1 | cat
+echo "status: ${{PIPESTATUS[*]}}"
+echo "[file]"
+./p 2> err
+echo "status: $?"
+cat err
+echo "[substitution]"
+x=$(./p 2>&1)
+echo "status: $? <$x>"
+{SPAWNER}"#
+    );
+    let out = assert_same_on_tmpfs(opts, &script(&body), true);
+    assert!(
+        out.contains(&format!("[pipe]\n{MESSAGE}\nstatus: 127 0\n")),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("[file]\nstatus: 127\n{MESSAGE}\n")),
+        "{out}"
+    );
+    assert!(out.contains(&format!("status: 127 <{MESSAGE}>")), "{out}");
+    assert_spawns_caught(&out);
 }

@@ -553,8 +553,8 @@ int main(int argc, char **argv) {
 
 /// Trees deeper than `PATH_MAX` work as on Linux: made one level at a time
 /// relative to a directory descriptor, removed with `rm -rf`, and entered
-/// with `chdir` 3000 levels deep (`getcwd` gives the whole path, as glibc
-/// does on Linux for a cwd that deep).
+/// with `chdir` 3000 levels deep (glibc's `getcwd` gives the whole path,
+/// walking `..` after the system call's `ENAMETOOLONG`: `long_cwd.rs`).
 #[test]
 fn trees_deeper_than_path_max_are_made_entered_and_removed() {
     require("python3");

@@ -26,9 +26,11 @@
 //!
 //! A memfd never fills: the loader never blocks on it. The exec swaps it
 //! in just before the system call and puts a placeholder back if the call
-//! returns ([`Catch::swap_in`]). Only `execve` run by this process (here or
-//! on another core in place) catches; a `posix_spawn` child and a program
-//! a scheduling server starts inherit the placeholder, as before.
+//! returns ([`Catch::swap_in`]); a scheduling server's child (`--exec-via
+//! spawn`) receives it at fd 2 with the caller's other descriptors. A
+//! `posix_spawn` child gets it through one more file action,
+//! `dup2(catch, 2)`, that the child runs before its exec (client
+//! `posix_spawn` wrapper): the parent's own fd 2 never changes.
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
@@ -69,12 +71,14 @@ impl Catch {
     }
 }
 
-/// In `hand_over`, for an `execve` (not a spawn): when fd 2 is an atoll
-/// descriptor that stays open across the exec, make the catch, and what
-/// the boot thread is told of it with the `Fork` of the new image's
-/// session ([`Catch::post`]): the memfd, and what a helper needs to copy
-/// it there (module comment).
-pub(super) fn prepare(c: &Client) -> Option<Catch> {
+/// In `hand_over`: when fd 2 is an atoll descriptor that stays open
+/// across the exec, make the catch, and what the boot thread is told of it
+/// with the `Fork` of the new image's session ([`Catch::post`]): the
+/// memfd, and what a helper needs to copy it there (module comment).
+/// `pid`: the process the new image runs in, as its parent's `wait` names
+/// it; 0 for a spawn's child, whose pid is not known yet (its parent's
+/// `wait` names its session instead, `reaped::note_child`).
+pub(super) fn prepare(c: &Client, pid: u32) -> Option<Catch> {
     let d = fdtable::get(STDERR as i64)?;
     let fdflags = sys::fcntl_int(STDERR, libc::F_GETFD, 0);
     if fdflags < 0 || fdflags & libc::FD_CLOEXEC as i64 != 0 {
@@ -105,7 +109,7 @@ pub(super) fn prepare(c: &Client) -> Option<Catch> {
         format!("{ENV_STATE}={}", helper.encode()),
     ];
     let req = BootRequest::Caught {
-        pid: std::process::id(),
+        pid,
         fds: vec![STDERR],
         env,
     };
@@ -117,6 +121,11 @@ pub(super) fn prepare(c: &Client) -> Option<Catch> {
 }
 
 impl Catch {
+    /// The memfd, for a spawn's `dup2` onto the child's fd 2.
+    pub(super) fn raw(&self) -> i32 {
+        self.fd.as_raw_fd()
+    }
+
     /// The `Caught` to post ahead of the `Fork`, with the memfd.
     pub(super) fn post(&self) -> (BootRequest, BorrowedFd<'_>) {
         (self.req.clone(), self.fd.as_fd())

@@ -18,6 +18,8 @@ pub(super) struct HandOver {
     pub(super) carried: Vec<Inherited>,
     /// The memfd the new image's loader writes its stderr to (`caught`).
     pub(super) catch: Option<super::caught::Catch>,
+    /// The new image's session.
+    pub(super) session: Option<SessionId>,
 }
 
 impl HandOver {
@@ -39,6 +41,7 @@ impl HandOver {
             state: st.encode(),
             carried,
             catch,
+            session: Some(session),
         }
     }
 }
@@ -202,11 +205,8 @@ pub(super) fn hand_over(
     };
     // The new image's loader writes fd 2 before its client starts: the
     // boot thread hears of it with the `Fork` (`caught`).
-    let catch = if spawn {
-        None
-    } else {
-        super::caught::prepare(c)
-    };
+    let pid = if spawn { 0 } else { std::process::id() };
+    let catch = super::caught::prepare(c, pid);
     let post = catch.as_ref().map(|k| k.post());
     let (child, sock) = match c.fork_session(post) {
         Ok(x) => x,
@@ -216,6 +216,7 @@ pub(super) fn hand_over(
                 state: st.encode(),
                 carried: Vec::new(),
                 catch: None,
+                session: None,
             })
         }
     };

@@ -169,6 +169,8 @@ pub struct ExecPlan {
     own_affinity: Option<bool>,
     /// The memfd the new image's loader writes its stderr to (`caught`).
     catch: Option<caught::Catch>,
+    /// The new image's session.
+    session: Option<SessionId>,
 }
 
 impl ExecPlan {
@@ -188,12 +190,23 @@ impl ExecPlan {
         self.exec_fd.as_ref().map(|f| f.as_raw_fd())
     }
 
+    /// The memfd a spawned child's loader is to find at its fd 2 (the
+    /// spawn adds `dup2(fd, 2)` to the child's file actions), if fd 2 is
+    /// an atoll descriptor the child inherits (`caught`).
+    pub fn loader_stderr(&self) -> Option<i32> {
+        self.catch.as_ref().map(|k| k.raw())
+    }
+
     /// The program was started from this plan by another process
-    /// (`posix_spawn`): what it inherits for its loader is its own to
-    /// remove (`libs`).
-    pub fn started(&self) {
+    /// (`posix_spawn`) as child `pid` (0: not known): what it inherits for
+    /// its loader is its own to remove (`libs`), and a `wait` that reaps
+    /// it finds its session.
+    pub fn started(&self, pid: i32) {
         if let Some(l) = &self.libs {
             l.started();
+        }
+        if let (Some(s), true) = (self.session, pid > 0) {
+            crate::reaped::note_child(pid as i64, s);
         }
     }
 
@@ -276,6 +289,7 @@ fn build(
         copies_inherited: false,
         own_affinity: None,
         catch: None,
+        session: None,
     })
 }
 
@@ -821,6 +835,7 @@ fn prepare_inner(
     plan.libs = mount_libs;
     plan.own_affinity = Some(own_affinity);
     plan.catch = handed.catch;
+    plan.session = handed.session;
     Ok(plan)
 }
 
@@ -942,7 +957,16 @@ pub fn execute(plan: &ExecPlan) -> i64 {
         program_fd: plan.exec_fd(),
         dirfd: (plan.dirfd != libc::AT_FDCWD).then_some(plan.dirfd),
     };
-    match atoll_sched::remote_exec(dir, core, image) {
+    // The program's loader writes to the catch at fd 2, which travels
+    // with the other descriptors (`caught`).
+    if let Some(k) = &plan.catch {
+        k.swap_in();
+    }
+    let r = atoll_sched::remote_exec(dir, core, image);
+    if let Some(k) = &plan.catch {
+        k.swap_out(c);
+    }
+    match r {
         Err(atoll_sched::RemoteError::Exec(e)) => -(e as i64),
         // Nothing started: run here after all.
         Err(atoll_sched::RemoteError::Fallback(_)) => {

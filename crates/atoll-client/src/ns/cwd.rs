@@ -114,6 +114,14 @@ pub fn getcwd(c: &Client, buf: u64, size: u64) -> Result<Out> {
         return err(libc::ENOENT);
     }
     let n = cwd.path.len() + 1;
+    if n > libc::PATH_MAX as usize {
+        // Linux builds the path in one `PATH_MAX` page and fails when it
+        // does not fit (fs/d_path.c); glibc's `getcwd` then walks `..`
+        // itself, which finds the mount's entry in its parent's listing
+        // (`mountentry.rs`). Answering the whole path instead would be
+        // `ERANGE` for the `PATH_MAX` buffer glibc first offers.
+        return err(libc::ENAMETOOLONG);
+    }
     if (size as usize) < n {
         return err(libc::ERANGE);
     }

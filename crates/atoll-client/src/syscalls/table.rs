@@ -156,7 +156,7 @@ const ROWS: &[Entry] = &[
         by(dirs::fchdir_concerns, "fd a0, or the cwd is atoll's"),
         Full),
     row(SYS_getcwd, "getcwd", dirs::getcwd, by(dirs::in_atoll_cwd, "the cwd is atoll's"),
-        Partial("a cwd longer than PATH_MAX is returned whole, not ENAMETOOLONG")),
+        Full),
     // Descriptors (`fds.rs`).
     row(SYS_close, "close", fds::close,
         by(fds::close_concerns, "fd a0 (or private), or a listing of `/proc/self/fd`"),

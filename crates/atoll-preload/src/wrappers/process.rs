@@ -505,13 +505,67 @@ unsafe fn spawn_common(
         }
         None => plan.path(),
     };
-    // SAFETY: the plan owns `run`, argv and envp until it drops below.
+    // fd 2 an atoll descriptor: the child's loader writes to a memfd the
+    // child's client (or the instance, if the loader fails) copies there
+    // (`exec/caught.rs`), put at the child's fd 2 by the one file action
+    // (the caller gave none: `actions` is NULL here).
+    let mut catch = CatchAction::new(plan.loader_stderr());
+    let actions = catch.actions();
+    // SAFETY: the plan owns `run`, argv and envp until it drops below;
+    // `actions` is NULL or initialised and lives in `catch`.
     let r = unsafe { f(pid, run.as_ptr(), actions, attr, plan.argv(), plan.envp()) };
     if r == 0 {
-        plan.started();
+        // SAFETY: posix_spawn stored the child's pid where `pid` points
+        // (when it is not NULL).
+        plan.started(if pid.is_null() { 0 } else { unsafe { *pid } });
     }
     drop(plan);
     r
+}
+
+/// The file action `dup2(memfd, 2)` of a spawn whose fd 2 is an atoll
+/// descriptor, if there is one to make.
+struct CatchAction {
+    fa: Option<Box<libc::posix_spawn_file_actions_t>>,
+}
+
+impl CatchAction {
+    fn new(fd: Option<i32>) -> CatchAction {
+        let fa = fd.and_then(|fd| {
+            // SAFETY: plain data, initialised by the call below.
+            let mut fa: Box<libc::posix_spawn_file_actions_t> =
+                Box::new(unsafe { core::mem::zeroed() });
+            // SAFETY: `fa` is writable and lives as long as `self`.
+            if unsafe { libc::posix_spawn_file_actions_init(&mut *fa) } != 0 {
+                return None;
+            }
+            // SAFETY: `fa` was initialised above; `fd` is open (the plan
+            // holds it) and 2 is a valid target.
+            if unsafe { libc::posix_spawn_file_actions_adddup2(&mut *fa, fd, 2) } != 0 {
+                // SAFETY: initialised above, destroyed once.
+                unsafe { libc::posix_spawn_file_actions_destroy(&mut *fa) };
+                return None;
+            }
+            Some(fa)
+        });
+        CatchAction { fa }
+    }
+
+    /// The actions to hand to `posix_spawn` (NULL: none).
+    fn actions(&mut self) -> *const libc::posix_spawn_file_actions_t {
+        self.fa
+            .as_deref()
+            .map_or(core::ptr::null(), |fa| fa as *const _)
+    }
+}
+
+impl Drop for CatchAction {
+    fn drop(&mut self) {
+        if let Some(fa) = self.fa.as_deref_mut() {
+            // SAFETY: initialised in `new`, destroyed once.
+            unsafe { libc::posix_spawn_file_actions_destroy(fa) };
+        }
+    }
 }
 
 /// # Safety

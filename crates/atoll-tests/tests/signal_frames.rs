@@ -320,7 +320,7 @@ fn handlers_that_open_files_interrupting_opens_and_closes_run_as_on_the_host() {
 }
 
 /// Signals landing on threads as they start: a creator thread makes and
-/// joins 1,500 short-lived threads under a 50 µs interval timer, and the
+/// joins 1,000 short-lived threads under a 200 µs interval timer, and the
 /// handler checks a file of the working directory (in the mount) with a
 /// raw system call. glibc's thread start unblocks signals before the
 /// routine runs; a handler run there, before atoll had switched Syscall

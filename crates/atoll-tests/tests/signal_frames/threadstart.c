@@ -1,6 +1,6 @@
 /* Signals landing on threads as they start. A creator thread makes and
  * joins short-lived threads in a loop while an interval timer fires every
- * 50 µs; the main thread blocks the timer's signal, so the kernel hands it
+ * 200 µs; the main thread blocks the timer's signal, so the kernel hands it
  * to the creator or to a thread just made (the new thread gets its
  * creator's mask). The handler checks a file of the working directory
  * with a raw system call from a site that is never rewritten: a handler
@@ -17,7 +17,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-#define ROUNDS 1500
+#define ROUNDS 1000
 #define CHECKS 8
 
 static volatile long nr_faccessat = SYS_faccessat;
@@ -85,7 +85,7 @@ int main(int argc, char **argv) {
     sigemptyset(&alarm);
     sigaddset(&alarm, SIGALRM);
     pthread_sigmask(SIG_BLOCK, &alarm, NULL);
-    struct itimerval t = {{0, 50}, {0, 50}};
+    struct itimerval t = {{0, 200}, {0, 200}};
     setitimer(ITIMER_REAL, &t, NULL);
     pthread_join(c, NULL);
     struct itimerval off = {{0, 0}, {0, 0}};

@@ -319,6 +319,31 @@ fn handlers_that_open_files_interrupting_opens_and_closes_run_as_on_the_host() {
     );
 }
 
+/// Signals landing on threads as they start: a creator thread makes and
+/// joins 1,000 short-lived threads under a 200 µs interval timer, and the
+/// handler checks a file of the working directory (in the mount) with a
+/// raw system call. glibc's thread start unblocks signals before the
+/// routine runs; a handler run there, before atoll had switched Syscall
+/// User Dispatch on for the thread, ran as program code whose trapped
+/// calls went straight to Linux, whose working directory is not the
+/// program's: `ENOENT`. Every check succeeds, as on the host.
+#[test]
+fn handlers_on_threads_as_they_start_reach_atoll() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = compile_probe(
+        dir.path(),
+        "threadstart",
+        include_str!("signal_frames/threadstart.c"),
+    );
+    let host_dir = dir.path().join("host");
+    std::fs::create_dir(&host_dir).unwrap();
+    let out = same_on_host_and_atoll(&bin, &host_dir.to_string_lossy(), "\"$ROOT\"");
+    assert_eq!(
+        out, "threads' calls ok\nhandlers' calls ok\nhandlers ran: yes\n",
+        "the host"
+    );
+}
+
 /// libc functions that atoll builds on its other wrappers (`statvfs` and
 /// `fstatvfs` on `statfs`, `remove` on `unlink` and `rmdir`, directory
 /// streams on `open`, `getdents64`, `lseek` and `close`), with signals

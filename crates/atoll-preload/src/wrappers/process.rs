@@ -247,7 +247,15 @@ pub unsafe extern "C-unwind" fn daemon(nochdir: c_int, noclose: c_int) -> c_int 
 struct ThreadStart {
     start: extern "C-unwind" fn(*mut c_void) -> *mut c_void,
     arg: *mut c_void,
+    /// The mask the thread starts the program's routine with: the
+    /// creator's, as glibc would give it, or `None` when the attributes
+    /// carry one (`pthread_attr_setsigmask_np`), which glibc has set.
+    mask: Option<u64>,
 }
+
+/// glibc's cancellation signal, which glibc leaves unblocked in a new
+/// thread whatever its creator blocks.
+const SIGCANCEL: i32 = 32;
 
 /// First code of a thread created through our `pthread_create`: arm SUD for
 /// it (not inherited by new threads) and its alternate stack, then run the
@@ -255,8 +263,14 @@ struct ThreadStart {
 /// first trap's sigreturn: that trap may come on a stack too small for
 /// its frame (a goroutine's, a `makecontext` one), now that `sigaltstack`
 /// and the like, which a thread's start used to trap at, are rewritten.
+///
+/// The thread starts with every signal blocked (see `pthread_create`)
+/// and gets the program's mask only here, once SUD is on: a program
+/// handler run before that would have been program code whose trapped
+/// calls went straight to Linux. The guard's drop delivers what came
+/// meanwhile, with SUD on.
 extern "C-unwind" fn thread_start(p: *mut c_void) -> *mut c_void {
-    let ThreadStart { start, arg } = {
+    let ThreadStart { start, arg, .. } = {
         let _guard = AtollGuard::enter();
         // SAFETY: `p` is the Box leaked by `pthread_create` below, handed
         // to exactly this thread.
@@ -269,9 +283,34 @@ extern "C-unwind" fn thread_start(p: *mut c_void) -> *mut c_void {
         // offset the first thread found (`stack::ENTRY_TOP`).
         crate::stack::check_entry_offset();
         selector::enable_sud();
+        if let Some(m) = ts.mask {
+            sigdefer::set_thread_mask(m);
+        }
         ts
     };
     start(arg)
+}
+
+/// Does `attr` carry a signal mask of its own (glibc 2.32's
+/// `pthread_attr_getsigmask_np`; an older glibc has none to carry)?
+fn attr_has_sigmask(attr: *const libc::pthread_attr_t) -> bool {
+    type GetSigmaskFn =
+        unsafe extern "C" fn(*const libc::pthread_attr_t, *mut libc::sigset_t) -> c_int;
+    static GET: Real = Real::new("pthread_attr_getsigmask_np\0");
+    if attr.is_null() {
+        return false;
+    }
+    let Some(p) = GET.get() else {
+        return false;
+    };
+    // SAFETY: glibc's `pthread_attr_getsigmask_np`, with the program's
+    // attributes and a local set; it returns 0 when they carry a mask,
+    // `PTHREAD_ATTR_NO_SIGMASK_NP` (-1) when not.
+    unsafe {
+        let get = core::mem::transmute::<usize, GetSigmaskFn>(p);
+        let mut set: libc::sigset_t = core::mem::zeroed();
+        get(attr, &mut set) == 0
+    }
 }
 
 type PthreadCreateFn = unsafe extern "C-unwind" fn(
@@ -301,9 +340,22 @@ pub unsafe extern "C-unwind" fn pthread_create(
         return unsafe { real(thread, attr, start, arg) };
     }
     let _guard = AtollGuard::enter();
-    let boxed = Box::into_raw(Box::new(ThreadStart { start, arg }));
+    // glibc starts the thread with the mask its creator has here (its
+    // `start_thread` puts it back before the routine runs, SUD not yet on
+    // there): every signal blocked, so that no program handler runs on
+    // the thread before `thread_start` arms it; the creator's own mask
+    // goes to the thread there (without glibc's SIGCANCEL, as glibc does).
+    let own = !attr_has_sigmask(attr);
+    let creator = own.then(sigdefer::block_all_but_sigsys);
+    let mask = creator.map(|m| m & !crate::sigfix::bit(SIGCANCEL));
+    let boxed = Box::into_raw(Box::new(ThreadStart { start, arg, mask }));
     // SAFETY: the caller's arguments, with our start routine in front.
     let r = unsafe { real(thread, attr, thread_start, boxed.cast()) };
+    if let Some(m) = creator {
+        // Signals that came meanwhile were deferred (atoll code runs):
+        // the guard's drop delivers them.
+        sigdefer::set_thread_mask(m);
+    }
     if r != 0 {
         // SAFETY: the thread was not created; the Box is still ours.
         drop(unsafe { Box::from_raw(boxed) });

@@ -359,7 +359,7 @@ unsafe extern "C" fn rewritten_syscall(nr: i64, frame: *mut Frame) -> i64 {
         return 0;
     };
     crate::stats::count_direct();
-    if in_frame && (crate::sigdefer::any_pending() || is_restart_code(r)) {
+    if in_frame && (crate::sigdefer::any_pending() || crate::sigdefer::is_restart_code(r)) {
         // The mode still says the signals are ours: the guard's drop
         // leaves them pending for the site's trap.
         super::site_end::hold(frame, nr, r);
@@ -379,13 +379,6 @@ fn makes_a_child(nr: i64) -> bool {
         nr,
         libc::SYS_clone | libc::SYS_clone3 | libc::SYS_fork | libc::SYS_vfork
     )
-}
-
-/// `-ERESTARTSYS` or `-ERESTARTNOINTR`: the call ends in its handlers'
-/// hands (`sigdefer::frame_end`).
-fn is_restart_code(r: i64) -> bool {
-    r == -(atoll_client::intr::ERESTARTSYS as i64)
-        || r == -(atoll_client::intr::ERESTARTNOINTR as i64)
 }
 
 #[cfg(test)]

@@ -87,6 +87,13 @@ pub enum FrameEnd {
     Restart,
 }
 
+/// `-ERESTARTSYS` or `-ERESTARTNOINTR`: how the call ends is for its
+/// handlers to decide ([`frame_end`]).
+pub fn is_restart_code(ret: i64) -> bool {
+    ret == -(atoll_client::intr::ERESTARTSYS as i64)
+        || ret == -(atoll_client::intr::ERESTARTNOINTR as i64)
+}
+
 /// The end of a trapped call that returned `ret` while `signals` were
 /// deferred: Linux's `handle_signal` rules. `ERESTARTNOINTR` always
 /// restarts; `ERESTARTSYS` restarts when every handler asked for
@@ -124,9 +131,7 @@ pub fn frame_end(ret: i64, signals: &[Deferred]) -> FrameEnd {
 /// set, see `PendingSet::held_mask`), the mask the call ran with, the
 /// program's, goes back into the frame.
 pub fn deliver_into_frame(uc: &mut libc::ucontext_t, nr: i64, ret: i64, from_gate: bool) {
-    let restart_code = ret == -(atoll_client::intr::ERESTARTSYS as i64)
-        || ret == -(atoll_client::intr::ERESTARTNOINTR as i64);
-    if !any_pending() && !restart_code {
+    if !any_pending() && !is_restart_code(ret) {
         uc.uc_mcontext.gregs[libc::REG_RAX as usize] = ret;
         return;
     }
